@@ -1,0 +1,99 @@
+# Test registration. Nothing here names individual tests: a file's place and
+# its annotations decide how it runs, so adding a test never edits this file.
+#
+#   tests/unit/test_*.c   cmocka executable, one process            label unit
+#   tests/mpi/test_*.c    run under mpiexec once per rank count in  label mpi
+#                         a line "HS_MPI_RANKS: 1 2 4" in the file
+#   tests/cli/test_*.sh   bash script; sees HS_BIN, HS_SRC, HS_BUILD, label cli
+#                         MPIEXEC; "HS_MPI_RANKS: n" sets its process count
+#
+# "HS_TEST_TIMEOUT: s" in any test file overrides the default timeout.
+# The MPI settings travel in the environment, never as launcher flags, so the
+# commands stay portable to other MPI implementations.
+
+pkg_check_modules(CMOCKA IMPORTED_TARGET cmocka)
+
+set(HS_TEST_ENV
+  OMPI_ALLOW_RUN_AS_ROOT=1
+  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  OMPI_MCA_rmaps_base_oversubscribe=1
+  OMPI_MCA_btl=self,vader
+  OMPI_MCA_hwloc_base_binding_policy=none
+  OPENBLAS_NUM_THREADS=1
+  HS_BIN=$<TARGET_FILE:hypershard>
+  HS_SRC=${CMAKE_SOURCE_DIR}
+  HS_BUILD=${CMAKE_BINARY_DIR}
+  MPIEXEC=${MPIEXEC_EXECUTABLE})
+
+function(hs_test_annotations file out_ranks out_timeout)
+  file(STRINGS ${file} rl REGEX "HS_MPI_RANKS:")
+  set(ranks "")
+  if(rl)
+    list(GET rl 0 first)
+    string(REGEX REPLACE ".*HS_MPI_RANKS:[ ]*" "" r "${first}")
+    string(REGEX MATCHALL "[0-9]+" ranks "${r}")
+  endif()
+  file(STRINGS ${file} tl REGEX "HS_TEST_TIMEOUT:")
+  set(timeout 120)
+  if(tl)
+    list(GET tl 0 first)
+    string(REGEX MATCH "HS_TEST_TIMEOUT:[ ]*([0-9]+)" _ "${first}")
+    set(timeout ${CMAKE_MATCH_1})
+  endif()
+  set(${out_ranks} "${ranks}" PARENT_SCOPE)
+  set(${out_timeout} "${timeout}" PARENT_SCOPE)
+endfunction()
+
+if(CMOCKA_FOUND)
+  file(GLOB HS_UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/test_*.c)
+  foreach(src ${HS_UNIT_TESTS})
+    get_filename_component(name ${src} NAME_WE)
+    add_executable(${name} ${src})
+    target_link_libraries(${name} PRIVATE hscore PkgConfig::CMOCKA)
+    hs_test_annotations(${src} ranks timeout)
+    add_test(NAME unit.${name} COMMAND ${name})
+    set_tests_properties(unit.${name} PROPERTIES LABELS unit TIMEOUT ${timeout}
+                         ENVIRONMENT "${HS_TEST_ENV}")
+  endforeach()
+endif()
+
+file(GLOB HS_MPI_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/mpi/test_*.c)
+foreach(src ${HS_MPI_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_link_libraries(${name} PRIVATE hscore)
+  hs_test_annotations(${src} ranks timeout)
+  if(NOT ranks)
+    set(ranks 2)
+  endif()
+  foreach(n ${ranks})
+    add_test(NAME mpi.${name}.np${n}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} $<TARGET_FILE:${name}>)
+    set_tests_properties(mpi.${name}.np${n} PROPERTIES LABELS mpi TIMEOUT ${timeout}
+                         PROCESSORS ${n} ENVIRONMENT "${HS_TEST_ENV}")
+  endforeach()
+endforeach()
+
+file(GLOB HS_CLI_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/cli/test_*.sh)
+foreach(src ${HS_CLI_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  hs_test_annotations(${src} ranks timeout)
+  set(np 1)
+  if(ranks)
+    list(GET ranks 0 np)
+  endif()
+  add_test(NAME cli.${name} COMMAND bash ${src})
+  set_tests_properties(cli.${name} PROPERTIES LABELS cli TIMEOUT ${timeout}
+                       PROCESSORS ${np} ENVIRONMENT "${HS_TEST_ENV}")
+endforeach()
+
+if(HS_FUZZ)
+  file(GLOB HS_FUZZERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_*.c)
+  foreach(src ${HS_FUZZERS})
+    get_filename_component(name ${src} NAME_WE)
+    add_executable(${name} ${src})
+    target_compile_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
+    target_link_libraries(${name} PRIVATE hscore)
+  endforeach()
+endif()

@@ -1,0 +1,129 @@
+/* hypershard/comm.h — process groups and collectives.
+ *
+ * Contract of this layer:
+ * - hs_comm is the per-process communication context: it initialises MPI
+ *   (MPI_THREAD_MULTIPLE), owns the world group, the group cache, the
+ *   communication thread, the watchdog and a pointer to the trace.
+ * - A process group (hs_pg) is a struct of function pointers with a ctx
+ *   (backends `mpi` now, `nccl` later, with nothing above this layer
+ *   changing). Groups are created collectively over the world with a colour
+ *   (MPI_Comm_split semantics) and cached by name: asking twice for the same
+ *   name returns the same group.
+ * - Every collective exists as `_async` returning an hs_work handle and as a
+ *   blocking form (async + wait). Async collectives are executed by one
+ *   communication thread per process in issue order.
+ *   ORDERING RULE: on every group, all member ranks issue the same
+ *   collectives in the same order (as with NCCL). Collectives on different
+ *   groups may interleave freely; the comm thread executes the whole queue
+ *   in issue order, so two ranks that share two groups must also issue the
+ *   collectives on those groups in one agreed order.
+ * - Buffers passed to an async collective must stay valid and untouched
+ *   until the work completes. Staging buffers are owned by the group and
+ *   reused: no allocation per collective on the hot path.
+ * - Reductions: SUM and AVG. BF16/F16 payloads are converted to fp32 for each
+ *   reduction step and rounded once per hop (ring step); the final value is
+ *   rounded once more when stored.
+ * - Failure: a collective not finished within timeout_s makes every rank exit
+ *   non-zero with one message naming op, group, sequence number and the ranks
+ *   that had not arrived. hs_comm_abort() ends all ranks with an error
+ *   (MPI_Abort) — an error on one rank never leaves the others hanging.
+ * - Every executed collective is counted in the trace (hs_trace_count) with
+ *   op names "all_gather", "reduce_scatter", "all_reduce", "broadcast",
+ *   "all_to_all", "all_to_allv", "send", "recv", "barrier", and recorded as a
+ *   span on HS_LANE_COMM with group, bytes and dtype when tracing is on.
+ */
+#ifndef HYPERSHARD_COMM_H
+#define HYPERSHARD_COMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hypershard/base.h"
+#include "hypershard/tensor.h"
+
+typedef enum hs_reduce_op { HS_REDUCE_SUM = 0, HS_REDUCE_AVG, HS_REDUCE_OP_COUNT } hs_reduce_op;
+
+typedef struct hs_comm hs_comm;
+typedef struct hs_pg hs_pg;
+typedef struct hs_work hs_work;
+
+typedef struct hs_comm_options {
+    double timeout_s; /* watchdog; <= 0 means the default 600 */
+    hs_trace *trace;  /* may be NULL: then a private, disabled trace is used */
+    const hs_log *log;
+} hs_comm_options;
+
+/* Initialise MPI (if not yet) and the context. Collective over MPI_COMM_WORLD. */
+hs_status hs_comm_init(hs_comm **out, int *argc, char ***argv, const hs_comm_options *opt,
+                       hs_error *e);
+/* Drains the queue, stops the threads, frees groups, finalises MPI. */
+void hs_comm_finalize(hs_comm *c);
+int hs_comm_rank(const hs_comm *c);
+int hs_comm_size(const hs_comm *c);
+hs_trace *hs_comm_trace(hs_comm *c);
+void hs_comm_set_timeout(hs_comm *c, double timeout_s);
+/* Print the error on this rank and end every rank (exit code from the status). */
+_Noreturn void hs_comm_abort(hs_comm *c, const hs_error *e);
+
+hs_pg *hs_comm_world(hs_comm *c);
+/* Collective over the world: ranks with the same colour form one group,
+ * ordered by key (then world rank). colour < 0: this rank joins no group and
+ * *out is NULL. Cached by name: a second call with the same name returns the
+ * cached group without communicating (then it must be called by all or by
+ * none, as always). */
+hs_status hs_comm_split(hs_comm *c, const char *name, int colour, int key, hs_pg **out,
+                        hs_error *e);
+
+int hs_pg_rank(const hs_pg *g);
+int hs_pg_size(const hs_pg *g);
+const char *hs_pg_name(const hs_pg *g);
+/* World rank of group rank r. */
+int hs_pg_world_rank(const hs_pg *g, int r);
+
+/* ---------------------------------------------------------- collectives
+ * `count` is in elements of `dt`. */
+
+/* out[r*count .. ) = in of group rank r. In place when in == out + rank*count. */
+hs_work *hs_pg_all_gather_async(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt);
+/* in holds size*count elements (chunk r goes to rank r); out gets count. */
+hs_work *hs_pg_reduce_scatter_async(hs_pg *g, void *out, const void *in, int64_t count,
+                                    hs_dtype dt, hs_reduce_op op);
+/* In place. */
+hs_work *hs_pg_all_reduce_async(hs_pg *g, void *buf, int64_t count, hs_dtype dt, hs_reduce_op op);
+hs_work *hs_pg_broadcast_async(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int root);
+/* Block r of `in` (count elements) goes to rank r; out block r comes from rank r. */
+hs_work *hs_pg_all_to_all_async(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt);
+hs_work *hs_pg_all_to_allv_async(hs_pg *g, void *out, const int64_t *recv_counts,
+                                 const int64_t *recv_displs, const void *in,
+                                 const int64_t *send_counts, const int64_t *send_displs,
+                                 hs_dtype dt);
+hs_work *hs_pg_send_async(hs_pg *g, const void *buf, int64_t count, hs_dtype dt, int peer, int tag);
+hs_work *hs_pg_recv_async(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int peer, int tag);
+hs_work *hs_pg_barrier_async(hs_pg *g);
+
+/* Wait for completion and release the handle. Errors on the comm thread
+ * (timeouts abort all ranks directly) come back here. */
+hs_status hs_work_wait(hs_work *w, hs_error *e);
+/* true when done (the handle must still be waited on to be released). */
+bool hs_work_test(hs_work *w);
+
+/* Blocking forms. */
+hs_status hs_pg_all_gather(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt, hs_error *e);
+hs_status hs_pg_reduce_scatter(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt,
+                               hs_reduce_op op, hs_error *e);
+hs_status hs_pg_all_reduce(hs_pg *g, void *buf, int64_t count, hs_dtype dt, hs_reduce_op op, hs_error *e);
+hs_status hs_pg_broadcast(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int root, hs_error *e);
+hs_status hs_pg_all_to_all(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt, hs_error *e);
+hs_status hs_pg_send(hs_pg *g, const void *buf, int64_t count, hs_dtype dt, int peer, int tag, hs_error *e);
+hs_status hs_pg_recv(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int peer, int tag, hs_error *e);
+hs_status hs_pg_barrier(hs_pg *g, hs_error *e);
+
+/* Gather every rank's trace to world rank 0, align clocks (offsets measured
+ * after a barrier) and write one Chrome trace file for all ranks (pid =
+ * rank). Collective over the world. */
+hs_status hs_comm_write_merged_trace(hs_comm *c, const char *path, hs_error *e);
+
+/* Give each rank max(1, cores / ranks-on-this-node) BLAS threads. */
+void hs_comm_balance_blas_threads(hs_comm *c);
+
+#endif

@@ -1,0 +1,181 @@
+/* hypershard/config.h — the YAML contract (spec 004 §2, §4, §5.1).
+ *
+ * Contract of this layer:
+ * - One schema table (src/config/schema.c) drives loading, defaults, type
+ *   checks, overrides, the resolved dump and the docs: path, type, default,
+ *   allowed values, one doc line. Nothing else lists the keys.
+ * - Parsing uses libyaml. YAML syntax errors give file:line:column. Unknown
+ *   keys fail with the nearest valid key; removed keys fail naming what
+ *   replaced them. Overrides `a.b.c=value` are typed by the schema and beat
+ *   the file; the last override of a path wins.
+ * - Validation reports every violated rule of a file together, each naming
+ *   the config path(s), the values and the fix. Exit code 2.
+ * - Nullable dtypes are HS_MP_NULL (-1) or an hs_dtype value; the tri-state
+ *   comm_fusion_zero_copy is -1 (null), 0 or 1.
+ */
+#ifndef HYPERSHARD_CONFIG_H
+#define HYPERSHARD_CONFIG_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "hypershard/base.h"
+#include "hypershard/mesh.h"
+#include "hypershard/tensor.h"
+
+#define HS_MP_NULL (-1)
+#define HS_PATH_MAX 1024
+#define HS_NAME_MAX 64
+
+typedef struct hs_moe_config {
+    int num_experts;
+    int top_k;
+    int expert_ffn_dim;
+    int shared_expert_ffn_dim; /* 0: no shared expert */
+    double aux_loss_coef;
+} hs_moe_config;
+
+typedef struct hs_model_config {
+    char arch[HS_NAME_MAX]; /* "llama" | "moe" */
+    int vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_dim;
+    double norm_eps, rope_theta, init_std;
+    bool tie_embeddings;
+    hs_moe_config moe;
+} hs_model_config;
+
+typedef struct hs_accel_config {
+    char device[HS_NAME_MAX]; /* "cpu" | "cuda" */
+    int tp_size, cp_size, ep_size, pp_size;
+    bool sequence_parallel, loss_parallel;
+} hs_accel_config;
+
+typedef struct hs_mix_precision {
+    int param_dtype;  /* HS_MP_NULL or hs_dtype */
+    int reduce_dtype; /* HS_MP_NULL or hs_dtype */
+    int output_dtype; /* HS_MP_NULL or hs_dtype */
+    bool cast_forward_inputs;
+    bool fp32_main_grad;
+} hs_mix_precision;
+
+typedef struct hs_fsdp_config {
+    int dp_shard_size;
+    int edp_shard_size;
+    char **replicate_params; /* owned; n_replicate_params entries */
+    int n_replicate_params;
+    hs_mix_precision mix_precision;
+    bool enable_offload;
+    bool reshard_after_forward;
+    bool reshard_after_backward;
+    bool requires_grad_sync;
+    int forward_prefetch_depth;
+    int backward_prefetch_depth;
+    bool comm_fusion;
+    int comm_fusion_zero_copy; /* -1 null, 0 false, 1 true */
+} hs_fsdp_config;
+
+typedef struct hs_schedule_config {
+    int warmup_steps;
+    char decay[HS_NAME_MAX]; /* "constant" | "linear" | "cosine" */
+    double min_lr_ratio;
+} hs_schedule_config;
+
+typedef struct hs_muon_config {
+    double momentum;
+    bool nesterov;
+    int ns_steps;
+} hs_muon_config;
+
+typedef struct hs_optim_config {
+    char target[HS_NAME_MAX]; /* "adamw" | "muon" */
+    double lr;
+    double betas[2];
+    double eps;
+    double weight_decay;
+    bool fp32_main_params;
+    double clip_grad_norm; /* <= 0: no clipping */
+    hs_muon_config muon;
+    hs_schedule_config schedule;
+} hs_optim_config;
+
+typedef struct hs_train_config {
+    int steps;
+    int global_batch_size; /* sequences per optimizer step                       */
+    int micro_batch_size;  /* sequences per data-parallel rank per micro-batch   */
+    int seq_len;
+    long long seed;
+    bool activation_checkpointing;
+    int log_every;
+    int eval_every; /* 0: no periodic eval */
+    char out_dir[HS_PATH_MAX];
+} hs_train_config;
+
+typedef struct hs_data_config {
+    char source[HS_NAME_MAX]; /* "builtin" | "text" | "tokens" */
+    char path[HS_PATH_MAX];   /* "" when null */
+    double val_fraction;
+} hs_data_config;
+
+typedef struct hs_ckpt_config {
+    char dir[HS_PATH_MAX];     /* "" when null: no checkpoints */
+    int save_every;            /* 0: only at the end (if dir set) */
+    char resume[HS_PATH_MAX];  /* "none" | "auto" | a path */
+    int keep_last;
+} hs_ckpt_config;
+
+typedef struct hs_trace_config {
+    bool enabled;
+    char dir[HS_PATH_MAX]; /* "" when null: <out_dir>/trace */
+} hs_trace_config;
+
+typedef struct hs_comm_config {
+    double timeout_s;
+} hs_comm_config;
+
+typedef struct hs_compile_config {
+    bool fullgraph;
+} hs_compile_config;
+
+typedef struct hs_config {
+    hs_model_config model;
+    hs_accel_config accelerator;
+    hs_fsdp_config fsdp;
+    hs_optim_config optimizer;
+    hs_train_config train;
+    hs_data_config data;
+    hs_ckpt_config checkpoint;
+    hs_trace_config trace;
+    hs_comm_config comm;
+    hs_compile_config compile;
+    char source_path[HS_PATH_MAX]; /* the YAML file, "" for the built-in default */
+} hs_config;
+
+/* The built-in default (every key at its schema default). */
+void hs_config_defaults(hs_config *c);
+/* Load `path` (NULL: the built-in default), then apply overrides
+ * ("a.b.c=value"), in order. Does not validate the topology. */
+hs_status hs_config_load(hs_config *c, const char *path, const char *const *overrides,
+                         int n_overrides, hs_error *e);
+/* Apply one override. */
+hs_status hs_config_override(hs_config *c, const char *assignment, hs_error *e);
+/* Validate everything that needs only the config and the world size (spec
+ * §4.1 rules 1–10 and the trainer's own rules); warnings for §4.2 go to log
+ * (may be NULL). On success fills *topo. */
+hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, const hs_log *log,
+                             hs_error *e);
+/* Rule 11: every name in replicate_params (and source metadata) must be one
+ * of the model's FQNs. `fqns` are the model's parameter FQNs. Appends one
+ * line per unknown name with the nearest FQN. */
+hs_status hs_config_check_fqns(const hs_config *c, const char *const *fqns, int n_fqns,
+                               hs_error *e);
+/* Resolved config as YAML, every key present; then, with a topology, the
+ * `derived:` block. */
+void hs_config_dump(const hs_config *c, const hs_topology *topo, FILE *f);
+/* Micro-batches per optimizer step: global / (micro * dp). */
+int hs_config_micro_batches(const hs_config *c, const hs_topology *topo);
+/* Deep copy (replicate_params). */
+void hs_config_copy(hs_config *dst, const hs_config *src);
+void hs_config_free(hs_config *c);
+/* FNV-1a hash of the resolved dump (checkpoint compatibility). */
+uint64_t hs_config_hash(const hs_config *c);
+
+#endif

@@ -1,0 +1,76 @@
+/* hypershard/fsdp.h — fully sharded data parallelism with FSDP2 semantics.
+ *
+ * Contract of this layer (RFC 000 §3–§7, spec 004 §3; DESIGN.md §3):
+ * - Every managed parameter is sharded on dim 0 over its own shard group
+ *   with torch.chunk semantics: C = ceil(D0 / W), actual(r) =
+ *   max(min(D0 - r*C, C), 0). Padding exists only when uneven, only in the
+ *   communication storage, zero-filled. needs_all_gather = shard size > 1.
+ *   replicate_params and shard size 1 never all-gather and never copy.
+ * - Each parameter carries its mesh info (shard group, replicate group, or
+ *   the flattened DP group for replicate_params). A unit's parameters are
+ *   driven by the state machine NONE -> PRE_FORWARD -> FORWARD ->
+ *   PRE_BACKWARD -> BACKWARD through the model's hooks.
+ * - The trainer sees only this API: wrap (FSDP2Manager.parallelize), the
+ *   hooks to pass to the model, per-micro-batch flags, the optimizer's view
+ *   of the local shards, the global grad norm, and the full-tensor gather
+ *   used by export and checkpointing.
+ */
+#ifndef HYPERSHARD_FSDP_H
+#define HYPERSHARD_FSDP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hypershard/base.h"
+#include "hypershard/comm.h"
+#include "hypershard/config.h"
+#include "hypershard/device.h"
+#include "hypershard/mesh.h"
+#include "hypershard/model.h"
+#include "hypershard/optim.h"
+
+/* torch.chunk shard of dim-0 length d0 over w ranks: rows held by rank r. */
+int64_t hs_fsdp_chunk_rows(int64_t d0, int w);              /* C = ceil(d0/w) */
+int64_t hs_fsdp_actual_rows(int64_t d0, int w, int r);      /* actual(r)      */
+int64_t hs_fsdp_row_offset(int64_t d0, int w, int r);       /* min(r*C, d0)   */
+
+typedef struct hs_fsdp hs_fsdp;
+
+/* FSDP2Manager.parallelize (spec 004 §3): resolve replicate_params (rule 11
+ * errors via hs_config_check_fqns), assign each parameter to its deepest
+ * unit, wrap blocks bottom-up, root last with reshard_after_forward = false,
+ * prefetch order by declaration; allocate the sharded storage and
+ * initialise it deterministically from `seed` (each shard equals the same
+ * slice of the single-process init). Logs one line with the number of
+ * wrapped transformer blocks and the shard / replicate degrees. The model
+ * must have been created with allocate_params = false. */
+hs_status hs_fsdp_wrap(const hs_config *cfg, hs_mesh *mesh, hs_comm *comm, hs_device *dev,
+                       hs_model *model, uint64_t seed, const hs_log *log, hs_fsdp **out,
+                       hs_error *e);
+void hs_fsdp_free(hs_fsdp *f);
+
+/* The hooks to pass to hs_model_forward_backward / hs_model_forward. */
+const hs_model_hooks *hs_fsdp_hooks(hs_fsdp *f);
+
+/* Before each micro-batch: whether this one reduces gradients and reshards
+ * after backward (the trainer applies spec 004 §2.3: sync = requires_grad_sync
+ * || last; reshard = reshard_after_backward || last). */
+void hs_fsdp_set_micro_batch(hs_fsdp *f, bool requires_grad_sync, bool reshard_after_backward,
+                             bool is_last);
+
+/* The optimizer's parameters: local shards (or fp32 main params) with their
+ * reduced fp32 gradients. Valid until hs_fsdp_free. */
+int hs_fsdp_optim_params(hs_fsdp *f, hs_optim_param **out);
+/* Global L2 norm of all gradients (each element counted once across shards
+ * and replicas). */
+hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e);
+/* After the optimizer step: write fp32 main params back, offload, etc. */
+hs_status hs_fsdp_after_step(hs_fsdp *f, hs_error *e);
+void hs_fsdp_zero_grads(hs_fsdp *f);
+
+/* The full logical tensor of model parameter `param_index` as fp32 into
+ * `out` (numel of the logical shape) on every rank of its data-parallel
+ * domain. Collective over that domain. */
+hs_status hs_fsdp_gather_full(hs_fsdp *f, int param_index, float *out, hs_error *e);
+
+#endif

@@ -1,0 +1,138 @@
+/* hypershard/model.h — Llama-family decoder and MoE decoder with hand-written
+ * forward and backward, parameters registered by Hugging Face FQN.
+ *
+ * Contract of this layer:
+ * - Semantics are Hugging Face LlamaForCausalLM (dense) and Mixtral
+ *   (MixtralForCausalLM) for `arch: moe`; FQNs are theirs
+ *   ("model.layers.3.self_attn.q_proj.weight", "lm_head.weight", ...).
+ * - The model never owns the policy of where parameters live. Each hs_param
+ *   has `data` (the unsharded compute view, full logical shape, in
+ *   `compute_dtype`) and `grad` (the unsharded gradient, `grad_dtype`). In a
+ *   single-process run the model allocates both (hs_model_options.
+ *   allocate_params); under FSDP the FSDP layer points them at its buffers
+ *   from its pre_forward / pre_backward hooks.
+ * - Backward ACCUMULATES (+=) into grad; the owner zeroes it. Gradients are
+ *   of (sum of token losses) * grad_scale, plus aux loss terms (MoE), so the
+ *   trainer passes grad_scale = 1 / (tokens in the global batch) and the
+ *   gradient is that of the global-batch mean loss.
+ * - Units: unit 0 is the root (embedding, final norm, lm_head); then, in
+ *   declaration order, one unit per transformer block ("model.layers.i") and,
+ *   for MoE, one nested unit per block's routed experts
+ *   ("model.layers.i.block_sparse_moe.experts") right after its block.
+ *   Every parameter belongs to its deepest unit.
+ * - Hooks: forward calls pre_forward(u) before the first use of a unit's
+ *   parameters and post_forward(u) after its last use in forward; backward
+ *   likewise with pre_backward / post_backward; after everything,
+ *   post_backward_final(). With activation checkpointing the block's
+ *   forward is re-run inside its backward, calling pre_forward(u) and
+ *   post_forward(u) again after pre_backward(u) (RFC §3.4/3.5).
+ * - Layout: activations are [B, T, C] row-major; weights are stored as
+ *   Hugging Face / PyTorch nn.Linear [out, in]; experts are [E, out, in]
+ *   tensors per projection (w1, w2, w3 stacked per block).
+ */
+#ifndef HYPERSHARD_MODEL_H
+#define HYPERSHARD_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hypershard/base.h"
+#include "hypershard/config.h"
+#include "hypershard/tensor.h"
+
+#define HS_FQN_MAX 128
+
+typedef enum hs_param_kind {
+    HS_PARAM_EMBEDDING = 0, /* [V, C]                         */
+    HS_PARAM_NORM,          /* [C] RMSNorm weight (no decay)  */
+    HS_PARAM_LINEAR,        /* [out, in] hidden matrix        */
+    HS_PARAM_LM_HEAD,       /* [V, C]                         */
+    HS_PARAM_ROUTER,        /* [E, C]                         */
+    HS_PARAM_EXPERT,        /* [E, out, in] routed experts    */
+    HS_PARAM_KIND_COUNT
+} hs_param_kind;
+
+const char *hs_param_kind_name(hs_param_kind k);
+
+typedef struct hs_param {
+    char fqn[HS_FQN_MAX];
+    hs_param_kind kind;
+    int ndim;
+    int64_t shape[HS_TENSOR_MAX_DIMS]; /* logical global shape */
+    int unit;                          /* owning unit (0 = root) */
+    void *data;                        /* unsharded compute view, compute_dtype */
+    void *grad;                        /* unsharded gradient, grad_dtype */
+    hs_dtype grad_dtype;
+    float init_std;                    /* normal(0, init_std); norms are ones */
+} hs_param;
+
+typedef struct hs_unit_desc {
+    char name[HS_FQN_MAX]; /* "" for the root, "model.layers.3", ... */
+    int parent;            /* -1 for the root */
+    bool is_expert;
+} hs_unit_desc;
+
+typedef struct hs_model_hooks {
+    void *ctx;
+    void (*pre_forward)(void *ctx, int unit);
+    void (*post_forward)(void *ctx, int unit);
+    void (*pre_backward)(void *ctx, int unit);
+    void (*post_backward)(void *ctx, int unit);
+    void (*post_backward_final)(void *ctx);
+} hs_model_hooks;
+
+typedef struct hs_model_options {
+    hs_dtype compute_dtype;        /* params and activations */
+    hs_dtype grad_dtype;           /* unsharded gradients */
+    int max_batch;                 /* B: sequences per forward */
+    int seq_len;                   /* T */
+    bool activation_checkpointing;
+    bool allocate_params;          /* single process: model owns data/grad */
+    hs_pool *pool;                 /* activations (and params if allocated) */
+} hs_model_options;
+
+typedef struct hs_model hs_model;
+
+typedef struct hs_batch {
+    const int32_t *tokens;  /* [B, T] */
+    const int32_t *targets; /* [B, T]; < 0 ignored */
+    int B, T;
+} hs_batch;
+
+hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *opt, hs_model **out,
+                          hs_error *e);
+void hs_model_free(hs_model *m);
+const hs_model_config *hs_model_config_of(const hs_model *m);
+
+int hs_model_num_params(const hs_model *m);
+hs_param *hs_model_param(hs_model *m, int i);
+/* -1 if absent. */
+int hs_model_find_param(const hs_model *m, const char *fqn);
+int hs_model_num_units(const hs_model *m);
+const hs_unit_desc *hs_model_unit(const hs_model *m, int u);
+int64_t hs_model_param_count(const hs_model *m); /* total elements */
+/* Forward + backward FLOPs per token (for MFU): 6*N_active + attention. */
+double hs_model_flops_per_token(const hs_model *m, int seq_len);
+
+/* Deterministic init of rows [row_start, row_start+rows) of param p (dim-0
+ * slice of its logical tensor) into dst (in dtype dt): a value depends only
+ * on (seed, FQN, element index), so a shard equals the same slice of the
+ * full init. */
+void hs_model_init_param_rows(const hs_model *m, const hs_param *p, uint64_t seed, void *dst,
+                              hs_dtype dt, int64_t row_start, int64_t rows);
+/* Fill every allocated param (allocate_params) from seed; zero grads. */
+void hs_model_init_weights(hs_model *m, uint64_t seed);
+void hs_model_zero_grads(hs_model *m);
+
+/* Forward + backward on one micro-batch. *loss_sum = sum of token
+ * cross-entropy over valid targets (fp64); *aux_loss = the MoE aux term of
+ * this micro-batch (0 for dense). Gradients of
+ * (loss_sum + aux_loss * (valid tokens)) * grad_scale are accumulated. */
+hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_scale,
+                                    const hs_model_hooks *hooks, double *loss_sum,
+                                    double *aux_loss, hs_error *e);
+/* Forward only (eval). logits may be NULL; else [B, T, V] fp32. */
+hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
+                           double *loss_sum, float *logits, hs_error *e);
+
+#endif

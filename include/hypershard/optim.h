@@ -1,0 +1,77 @@
+/* hypershard/optim.h — AdamW, Muon, global grad-norm clipping, LR schedules.
+ *
+ * Contract of this layer:
+ * - The optimizer knows nothing of models or sharding. It updates a list of
+ *   hs_optim_param: a parameter buffer `data` (in `dtype`) and its gradient
+ *   `grad` (fp32), both of `numel` elements — a full tensor in a
+ *   single-process run, the local shard under FSDP.
+ * - AdamW follows torch.optim.AdamW (decoupled weight decay applied as
+ *   p *= 1 - lr*wd, bias-corrected moments, eps added after the sqrt of the
+ *   corrected second moment). `decay` false (norms, biases) skips weight
+ *   decay. Moments are fp32.
+ * - Muon (see docs/optimizers.md for the exact rule and its source) applies
+ *   to params with `muon` true (2-D hidden matrices, rows x cols); all others
+ *   use AdamW with the same lr. Newton-Schulz needs the whole matrix: under
+ *   FSDP the caller gathers it (a later concern; here `data`/`grad` are full).
+ * - When `dtype` is 16-bit, the update is computed in fp32 and rounded once
+ *   into `data` (round to nearest even). With fp32 main params the caller
+ *   passes the fp32 main copy as `data` and writes it back itself.
+ * - Optimizer state is plain arrays reachable through hs_optim_state_* so
+ *   that the checkpoint layer can save and load it.
+ */
+#ifndef HYPERSHARD_OPTIM_H
+#define HYPERSHARD_OPTIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hypershard/base.h"
+#include "hypershard/config.h"
+#include "hypershard/tensor.h"
+
+typedef struct hs_optim_param {
+    const char *fqn;
+    void *data;
+    hs_dtype dtype;
+    const float *grad;
+    int64_t numel;
+    int64_t rows, cols; /* 2-D view for Muon; rows*cols == numel */
+    bool decay;         /* weight decay applies */
+    bool muon;          /* Muon-eligible (hidden 2-D matrix) */
+} hs_optim_param;
+
+typedef struct hs_optim hs_optim;
+
+hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *params, int n,
+                          hs_pool *pool, hs_optim **out, hs_error *e);
+void hs_optim_free(hs_optim *o);
+/* One step with learning rate lr (step counter increments first). */
+void hs_optim_step(hs_optim *o, double lr);
+int64_t hs_optim_step_count(const hs_optim *o);
+void hs_optim_set_step_count(hs_optim *o, int64_t step);
+
+/* State tensors for checkpointing: for param i, named states
+ * ("exp_avg", "exp_avg_sq" for AdamW; "momentum_buffer" for Muon), each
+ * fp32 of the param's numel. Returns the count; names/arrays are owned. */
+int hs_optim_state_count(const hs_optim *o, int param_index);
+const char *hs_optim_state_name(const hs_optim *o, int param_index, int k);
+float *hs_optim_state_data(hs_optim *o, int param_index, int k);
+
+/* sqrt(sum of squares) over the given gradients (fp64 accumulation). Under
+ * FSDP the caller all-reduces the sum of squares; this is the local part. */
+double hs_grad_sumsq(const hs_optim_param *params, int n);
+/* Scale all grads by min(1, max_norm / (norm + 1e-6)) (torch semantics);
+ * returns the clip coefficient applied. max_norm <= 0: no-op, returns 1. */
+double hs_clip_grads(hs_optim_param *params, int n, double norm, double max_norm);
+
+/* LR at 1-based optimizer step `step` of `total`: linear warmup over
+ * warmup_steps (lr * step / warmup), then constant / linear / cosine decay
+ * from lr to lr * min_lr_ratio at step `total`. */
+double hs_lr_at(const hs_optim_config *cfg, int step, int total);
+
+/* Muon's orthogonalisation, exposed for tests: X <- NS5(G) (rows x cols,
+ * fp32), `steps` iterations with coefficients (3.4445, -4.7750, 2.0315). */
+void hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, int steps,
+                       float *scratch);
+
+#endif

@@ -1,0 +1,97 @@
+/* hypershard/tensor.h — dtypes, conversions, a small tensor view and the CPU
+ * kernels every layer above computes with.
+ *
+ * Contract of this layer:
+ * - Three dtypes: F32, BF16, F16. 16-bit values are stored as uint16_t bit
+ *   patterns. Conversion from f32 rounds to nearest even; NaN stays NaN
+ *   (quiet), +-Inf stays Inf, overflow goes to Inf, subnormals are kept.
+ * - hs_tensor is a view: it never owns memory. Shapes have at most 4 dims and
+ *   are contiguous row-major. Narrowing on dim 0 is the only slicing FSDP
+ *   needs (dim-0 sharding).
+ * - Kernels are fp32 and single-threaded except GEMM, which goes to BLAS.
+ *   Mixed-precision GEMM converts 16-bit operands to fp32 tiles and
+ *   accumulates in fp32; the result is rounded once when stored.
+ */
+#ifndef HYPERSHARD_TENSOR_H
+#define HYPERSHARD_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hypershard/base.h"
+
+typedef enum hs_dtype {
+    HS_DTYPE_F32 = 0,
+    HS_DTYPE_BF16,
+    HS_DTYPE_F16,
+    HS_DTYPE_COUNT
+} hs_dtype;
+
+size_t hs_dtype_size(hs_dtype dt);
+/* "float32", "bfloat16", "float16" — the names the YAML uses. */
+const char *hs_dtype_name(hs_dtype dt);
+/* Parses the YAML names (also "fp32"/"bf16"/"fp16"). false if unknown. */
+bool hs_dtype_parse(const char *s, hs_dtype *out);
+
+uint16_t hs_f32_to_bf16(float f);
+float hs_bf16_to_f32(uint16_t h);
+uint16_t hs_f32_to_f16(float f);
+float hs_f16_to_f32(uint16_t h);
+/* Round a float to the given dtype and back (identity for F32). */
+float hs_round_to(hs_dtype dt, float f);
+
+/* dst[i] = convert(src[i]) for n elements; any pair of dtypes; vectorised.
+ * src and dst may be the same pointer only when the dtypes are equal. */
+void hs_convert(void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt, int64_t n);
+
+#define HS_TENSOR_MAX_DIMS 4
+
+typedef struct hs_tensor {
+    void *data;
+    hs_dtype dtype;
+    int ndim;
+    int64_t shape[HS_TENSOR_MAX_DIMS];
+} hs_tensor;
+
+hs_tensor hs_tensor_make(void *data, hs_dtype dt, int ndim, const int64_t *shape);
+int64_t hs_tensor_numel(const hs_tensor *t);
+size_t hs_tensor_bytes(const hs_tensor *t);
+/* Elements in one dim-0 row (product of dims 1..). 1 for a 1-D tensor. */
+int64_t hs_tensor_row_numel(const hs_tensor *t);
+/* Rows [start, start+len) of dim 0; len may be 0 (data then points at the
+ * would-be start, never dereferenced). */
+hs_tensor hs_tensor_narrow0(const hs_tensor *t, int64_t start, int64_t len);
+/* "[4, 16]" into buf. */
+const char *hs_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap);
+
+/* ------------------------------------------------------------------ BLAS */
+
+/* Row-major C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C.
+ * op(X) = X^T when trans is true. lda/ldb/ldc are row strides. */
+void hs_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+              const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+              int64_t ldc);
+/* The same with A, B, C each in its own dtype; accumulation in fp32. `scratch`
+ * must hold at least hs_gemm_ex_scratch_floats(...) floats (NULL lets the
+ * kernel allocate from its own buffer with malloc). */
+void hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
+                int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc);
+/* BLAS threads for this process (OpenBLAS). */
+void hs_blas_set_threads(int n);
+int hs_blas_get_threads(void);
+
+/* ----------------------------------------------------- elementwise (fp32) */
+
+void hs_fill_f32(float *x, int64_t n, float v);
+void hs_add_f32(float *y, const float *x, int64_t n);           /* y += x       */
+void hs_axpy_f32(float *y, float a, const float *x, int64_t n); /* y += a*x     */
+void hs_scale_f32(float *x, float a, int64_t n);                /* x *= a       */
+double hs_sum_f32(const float *x, int64_t n);                   /* fp64 accum   */
+double hs_sumsq_f32(const float *x, int64_t n);                 /* fp64 accum   */
+float hs_max_abs_f32(const float *x, int64_t n);
+/* max_i |a-b| / max(|b|, floor); for tests and parity reports. */
+double hs_max_rel_diff_f32(const float *a, const float *b, int64_t n, double floor);
+
+#endif

@@ -1,0 +1,16 @@
+/* The subcommands of `hypershard`. Each returns the process exit code
+ * (0 ok, 2 usage/config error, 1 other failure). argv[0] is the subcommand
+ * name; MPI, when a command needs it, is initialised by the command itself. */
+#ifndef HYPERSHARD_CLI_COMMANDS_H
+#define HYPERSHARD_CLI_COMMANDS_H
+
+int hs_cmd_train(int argc, char **argv);  /* src/cli/cmd_train.c  */
+int hs_cmd_config(int argc, char **argv); /* src/cli/cmd_config.c */
+int hs_cmd_mesh(int argc, char **argv);   /* src/cli/cmd_mesh.c   */
+int hs_cmd_export(int argc, char **argv); /* src/cli/cmd_export.c */
+int hs_cmd_import(int argc, char **argv); /* src/cli/cmd_export.c */
+
+int hs_bench_comm(int argc, char **argv); /* bench/bench_comm.c   */
+int hs_bench_step(int argc, char **argv); /* bench/bench_step.c   */
+
+#endif

@@ -1,0 +1,51 @@
+/* hypershard — command-line entry: dispatch to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+typedef struct hs_subcommand {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *usage;
+} hs_subcommand;
+
+static const hs_subcommand commands[] = {
+    {"train", hs_cmd_train, "train [CONFIG] [a.b.c=value ...]   train a model (under mpiexec for several ranks)"},
+    {"config", hs_cmd_config, "config [CONFIG] [a.b.c=value ...] [--world N]   print the resolved config"},
+    {"mesh", hs_cmd_mesh, "mesh --world N [key=value ...]   print rank coordinates and groups"},
+    {"export", hs_cmd_export, "export --safetensors OUT_DIR (--run DIR | --ckpt DIR)   write Hugging Face weights"},
+    {"import", hs_cmd_import, "import SAFETENSORS_DIR ...   start from given weights"},
+};
+
+static const hs_subcommand benches[] = {
+    {"comm", hs_bench_comm, "bench comm   collective bandwidth vs MPI built-ins (under mpiexec)"},
+    {"step", hs_bench_step, "bench step   single-process training throughput and MFU"},
+};
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: hypershard COMMAND [args]\n\ncommands:\n");
+    for (int i = 0; i < COUNT(commands); i++) fprintf(f, "  %s\n", commands[i].usage);
+    for (int i = 0; i < COUNT(benches); i++) fprintf(f, "  %s\n", benches[i].usage);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "bench")) {
+        for (int i = 0; argc >= 3 && i < COUNT(benches); i++)
+            if (!strcmp(argv[2], benches[i].name)) return benches[i].run(argc - 2, argv + 2);
+        fprintf(stderr, "hypershard bench: unknown benchmark '%s'\n", argc >= 3 ? argv[2] : "");
+        usage(stderr);
+        return 2;
+    }
+    for (int i = 0; i < COUNT(commands); i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "hypershard: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
