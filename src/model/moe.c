@@ -1,0 +1,224 @@
+/* The whole MoE layer: memory layout of the saved activations and scratch,
+ * and forward / backward composed from the router, the dispatch and the
+ * SwiGLU expert kernel. See moe.h for the contract. */
+#include <string.h>
+
+#include "model/moe.h"
+
+hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C)
+{
+    hs_moe_shapes s = {BT, C, mc->num_experts, mc->top_k, mc->expert_ffn_dim,
+                       mc->shared_expert_ffn_dim};
+    return s;
+}
+
+static void shapes_check(const hs_moe_shapes *s)
+{
+    HS_ASSERT(s->BT >= 0 && s->C > 0 && s->E > 0 && s->F > 0 && s->FS >= 0);
+    HS_ASSERT(s->K >= 1 && s->K <= s->E);
+    /* Grouped-row indices are int32. */
+    HS_ASSERT((int64_t)s->BT * s->K < INT32_MAX);
+}
+
+/* Bump allocator over one block; with base == NULL it only measures. */
+typedef struct carver {
+    char *base;
+    size_t off;
+} carver;
+
+static void *carve(carver *c, size_t bytes)
+{
+    void *p = c->base ? c->base + c->off : NULL;
+    c->off += (bytes + HS_ALIGN - 1) / HS_ALIGN * HS_ALIGN;
+    return p;
+}
+
+static size_t act_layout(hs_moe_act *a, const hs_moe_shapes *s, hs_dtype dt, void *mem)
+{
+    carver c = {mem, 0};
+    const size_t es = hs_dtype_size(dt), bt = (size_t)s->BT, pairs = bt * (size_t)s->K;
+    a->probs = carve(&c, bt * (size_t)s->E * sizeof(float));
+    a->sel = carve(&c, pairs * sizeof(int32_t));
+    a->weight = carve(&c, pairs * sizeof(float));
+    a->offset = carve(&c, ((size_t)s->E + 1) * sizeof(int32_t));
+    a->row_pair = carve(&c, pairs * sizeof(int32_t));
+    a->pair_row = carve(&c, pairs * sizeof(int32_t));
+    a->h1 = carve(&c, pairs * (size_t)s->F * es);
+    a->h3 = carve(&c, pairs * (size_t)s->F * es);
+    a->y = carve(&c, pairs * (size_t)s->C * es);
+    a->sh1 = carve(&c, bt * (size_t)s->FS * es);
+    a->sh3 = carve(&c, bt * (size_t)s->FS * es);
+    a->count = carve(&c, (size_t)s->E * sizeof(int64_t));
+    a->prob_sum = carve(&c, (size_t)s->E * sizeof(double));
+    return c.off;
+}
+
+size_t hs_moe_act_bytes(const hs_moe_shapes *s, hs_dtype dt)
+{
+    hs_moe_act a;
+    shapes_check(s);
+    return act_layout(&a, s, dt, NULL);
+}
+
+void hs_moe_act_bind(hs_moe_act *act, const hs_moe_shapes *s, hs_dtype dt, void *mem)
+{
+    shapes_check(s);
+    HS_ASSERT(mem != NULL && ((uintptr_t)mem % HS_ALIGN) == 0);
+    memset(act, 0, sizeof(*act));
+    act->cap = *s;
+    act->dt = dt;
+    act_layout(act, s, dt, mem);
+}
+
+/* Scratch of one call. Forward uses xg, a, acc and row; backward xg, a,
+ * dh1, dh3, dyg, dw, dp and row. */
+typedef struct moe_scratch {
+    void *xg;   /* [BT*K, C] dt: x in grouped order */
+    void *a;    /* [max(BT*K*F, BT*FS)] dt: silu(h1) * h3 */
+    float *acc; /* [BT, C] fp32: forward output before rounding */
+    float *dh1; /* [max(BT*K*F, BT*FS)] */
+    float *dh3; /* [max(BT*K*F, BT*FS)] */
+    float *dyg; /* [BT*K, C]: d loss / d y per grouped row, then d / d xg */
+    float *dw;  /* [BT, K]: d loss / d routing weight */
+    float *dp;  /* [BT, E]: d loss / d probs, then d / d logits */
+    float *row; /* [C] */
+} moe_scratch;
+
+static size_t scratch_layout(moe_scratch *m, const hs_moe_shapes *s, hs_dtype dt, void *mem)
+{
+    carver c = {mem, 0};
+    const size_t es = hs_dtype_size(dt), bt = (size_t)s->BT, pairs = bt * (size_t)s->K;
+    size_t hidden = pairs * (size_t)s->F;
+    if (bt * (size_t)s->FS > hidden) hidden = bt * (size_t)s->FS;
+    m->xg = carve(&c, pairs * (size_t)s->C * es);
+    m->a = carve(&c, hidden * es);
+    m->acc = carve(&c, bt * (size_t)s->C * sizeof(float));
+    m->dh1 = carve(&c, hidden * sizeof(float));
+    m->dh3 = carve(&c, hidden * sizeof(float));
+    m->dyg = carve(&c, pairs * (size_t)s->C * sizeof(float));
+    m->dw = carve(&c, pairs * sizeof(float));
+    m->dp = carve(&c, bt * (size_t)s->E * sizeof(float));
+    m->row = carve(&c, (size_t)s->C * sizeof(float));
+    return c.off;
+}
+
+size_t hs_moe_scratch_bytes(const hs_moe_shapes *s, hs_dtype dt)
+{
+    moe_scratch m;
+    shapes_check(s);
+    return scratch_layout(&m, s, dt, NULL);
+}
+
+static moe_scratch scratch_bind(const hs_moe_act *act, void *mem)
+{
+    moe_scratch m;
+    HS_ASSERT(mem != NULL && ((uintptr_t)mem % HS_ALIGN) == 0);
+    scratch_layout(&m, &act->cap, act->dt, mem);
+    return m;
+}
+
+static void experts_forward(const hs_moe_act *act, const hs_moe_weights *w, moe_scratch *m)
+{
+    const int C = act->cap.C, F = act->cap.F;
+    const hs_dtype dt = act->dt;
+    for (int e = 0; e < act->cap.E; e++) {
+        int64_t r0 = act->offset[e], n = act->offset[e + 1] - r0;
+        hs_moe_swiglu_forward(hs_moe_at(act->y, dt, r0 * C), dt, 0.0f,
+                              hs_moe_at(act->h1, dt, r0 * F), hs_moe_at(act->h3, dt, r0 * F),
+                              hs_moe_at(m->a, dt, r0 * F), hs_moe_at(m->xg, dt, r0 * C),
+                              hs_moe_at(w->w1, dt, (int64_t)e * F * C),
+                              hs_moe_at(w->w3, dt, (int64_t)e * F * C),
+                              hs_moe_at(w->w2, dt, (int64_t)e * C * F), dt, n, C, F);
+    }
+}
+
+/* acc[t] = sum_k weight[t,k] * y[row of (t,k)], slots in order k = 0..K-1. */
+static void combine(float *acc, float *row, const hs_moe_act *act)
+{
+    const int C = act->cap.C, K = act->cap.K;
+    memset(acc, 0, (size_t)act->BT * (size_t)C * sizeof(float));
+    for (int64_t pr = 0; pr < (int64_t)act->BT * K; pr++) {
+        hs_convert(row, HS_DTYPE_F32, hs_moe_at(act->y, act->dt, (int64_t)act->pair_row[pr] * C),
+                   act->dt, C);
+        hs_axpy_f32(acc + (pr / K) * C, act->weight[pr], row, C);
+    }
+}
+
+void hs_moe_forward(void *out, hs_moe_act *act, const void *x, const hs_moe_weights *w, int BT,
+                    void *scratch)
+{
+    HS_ASSERT(BT >= 0 && BT <= act->cap.BT);
+    const hs_moe_shapes *s = &act->cap;
+    moe_scratch m = scratch_bind(act, scratch);
+    act->BT = BT;
+    hs_moe_route_forward(act, x, w->gate, BT);
+    hs_moe_dispatch_plan(act);
+    hs_moe_dispatch_gather(m.xg, x, act);
+    experts_forward(act, w, &m);
+    combine(m.acc, m.row, act);
+    if (s->FS > 0)
+        hs_moe_swiglu_forward(m.acc, HS_DTYPE_F32, 1.0f, act->sh1, act->sh3, m.a, x, w->sh_gate,
+                              w->sh_up, w->sh_down, act->dt, BT, s->C, s->FS);
+    hs_convert(out, act->dt, m.acc, HS_DTYPE_F32, (int64_t)BT * s->C);
+}
+
+/* dyg[row of (t,k)] = weight[t,k] * dout[t]; dw[t,k] = dout[t] . y[row]. */
+static void combine_backward(moe_scratch *m, const float *dout, const hs_moe_act *act)
+{
+    const int C = act->cap.C, K = act->cap.K;
+    for (int64_t pr = 0; pr < (int64_t)act->BT * K; pr++) {
+        int64_t r = act->pair_row[pr];
+        const float *g = dout + (pr / K) * C;
+        float *dy = m->dyg + r * C, wt = act->weight[pr];
+        hs_convert(m->row, HS_DTYPE_F32, hs_moe_at(act->y, act->dt, r * C), act->dt, C);
+        float dot = 0.0f;
+        for (int c = 0; c < C; c++) {
+            dy[c] = wt * g[c];
+            dot += g[c] * m->row[c];
+        }
+        m->dw[pr] = dot;
+    }
+}
+
+static void *grad_slice(void *g, hs_dtype gdt, int64_t off)
+{
+    return g ? hs_moe_at(g, gdt, off) : NULL;
+}
+
+static void experts_backward(const hs_moe_grads *gr, const hs_moe_act *act,
+                             const hs_moe_weights *w, moe_scratch *m)
+{
+    const int C = act->cap.C, F = act->cap.F;
+    const hs_dtype dt = act->dt, gdt = gr->dt;
+    for (int e = 0; e < act->cap.E; e++) {
+        int64_t r0 = act->offset[e], n = act->offset[e + 1] - r0;
+        int64_t wo = (int64_t)e * F * C;
+        float *dyg = m->dyg + r0 * C;
+        hs_moe_swiglu_backward(dyg, 0.0f, grad_slice(gr->w1, gdt, wo), grad_slice(gr->w3, gdt, wo),
+                               grad_slice(gr->w2, gdt, wo), gdt, dyg, hs_moe_at(m->xg, dt, r0 * C),
+                               hs_moe_at(act->h1, dt, r0 * F), hs_moe_at(act->h3, dt, r0 * F),
+                               hs_moe_at(w->w1, dt, wo), hs_moe_at(w->w3, dt, wo),
+                               hs_moe_at(w->w2, dt, wo), dt, hs_moe_at(m->a, dt, r0 * F),
+                               m->dh1 + r0 * F, m->dh3 + r0 * F, n, C, F);
+    }
+}
+
+void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr,
+                     const hs_moe_act *act, const void *x, const hs_moe_weights *w,
+                     const float *aux_grad, void *scratch)
+{
+    const hs_moe_shapes *s = &act->cap;
+    const int C = s->C, K = s->K;
+    moe_scratch m = scratch_bind(act, scratch);
+    hs_moe_dispatch_gather(m.xg, x, act);
+    combine_backward(&m, dout, act);
+    experts_backward(gr, act, w, &m);
+    /* Scatter-add in grouped order: fixed for a given routing. */
+    for (int64_t r = 0; r < (int64_t)act->BT * K; r++)
+        hs_add_f32(dx + (act->row_pair[r] / K) * C, m.dyg + r * C, C);
+    if (s->FS > 0)
+        hs_moe_swiglu_backward(dx, 1.0f, gr->sh_gate, gr->sh_up, gr->sh_down, gr->dt, dout, x,
+                               act->sh1, act->sh3, w->sh_gate, w->sh_up, w->sh_down, act->dt, m.a,
+                               m.dh1, m.dh3, act->BT, C, s->FS);
+    hs_moe_route_backward(dx, gr->gate, gr->dt, m.dw, aux_grad, act, x, w->gate, m.dp);
+}

@@ -1,0 +1,191 @@
+/* model/moe.h — the sparse MoE feed-forward layer (Mixtral's
+ * MixtralSparseMoeBlock) as a forward / backward pair, plus the
+ * load-balancing aux loss across layers. Private to src/model/.
+ *
+ * What the block's MLP does when arch is moe:
+ *
+ *   forward (per block i, x = the post-attention RMSNorm output [BT, C]):
+ *     hs_moe_forward(out, &act[i], x, &w, BT, scratch);
+ *     hs_moe_aux_add(&aux, &act[i]);      (first forward only, see below)
+ *   after the last block's forward:
+ *     aux_value = hs_moe_aux_value(&aux); micro-batch aux term =
+ *       moe.aux_loss_coef * aux_value (what hs_model_forward_backward
+ *       reports in *aux_loss)
+ *     hs_moe_aux_prob_grad(&aux, coef * valid_tokens * grad_scale, g);
+ *       (g [E] fp32: the gradient the aux term sends to every router
+ *       probability; the same vector serves every layer)
+ *   backward (per block i, reversed):
+ *     hs_moe_backward(dx, dout, &gr, &act[i], x, &w, g, scratch);
+ *
+ * Semantics (Hugging Face Mixtral, exactly; docs/moe.md has the detail):
+ *   logits = x @ gate^T [BT, E], rounded to the compute dtype (nn.Linear's
+ *   output dtype); probs = softmax(logits) in fp32; the top_k experts by
+ *   probability, ties broken toward the LOWER expert index, in descending
+ *   order; their weights renormalised to sum to 1, then rounded to the
+ *   compute dtype; expert e computes w2_e(silu(w1_e x) * (w3_e x));
+ *   out = sum_k weight_k * expert_{sel_k}(x) [+ shared(x)].
+ *   The optional shared expert (FS = shared_expert_ffn_dim > 0) is a SwiGLU
+ *   MLP applied to every token and added WITHOUT a gate.
+ *
+ * Parameters (the model registers them; pointers are the unsharded compute
+ * views, all in the compute dtype):
+ *   model.layers.{i}.block_sparse_moe.gate.weight                 [E, C]
+ *   model.layers.{i}.block_sparse_moe.experts.w1.weight           [E, F, C]
+ *   model.layers.{i}.block_sparse_moe.experts.w3.weight           [E, F, C]
+ *   model.layers.{i}.block_sparse_moe.experts.w2.weight           [E, C, F]
+ *   model.layers.{i}.block_sparse_moe.shared_expert.gate_proj.weight [FS, C]
+ *   model.layers.{i}.block_sparse_moe.shared_expert.up_proj.weight   [FS, C]
+ *   model.layers.{i}.block_sparse_moe.shared_expert.down_proj.weight [C, FS]
+ *   The router and the shared expert belong to the block's unit; w1/w2/w3
+ *   to the nested expert unit. hs_moe_forward reads all of them, so call
+ *   the expert unit's pre_forward before it and post_forward after it (the
+ *   same for backward).
+ *
+ * Buffers and precision:
+ *   x, out, weights and saved activations are in the compute dtype (act.dt);
+ *   router statistics (probs, aux) are fp32 (sums fp64); every GEMM
+ *   accumulates in fp32. Activation gradients dx / dout are fp32 (as in
+ *   layers.h); weight gradients are in gr.dt. Backward ACCUMULATES (+=)
+ *   into dx and every weight gradient; callers zero what they own.
+ *   `act` memory (hs_moe_act_bytes) must live from forward to backward;
+ *   `scratch` (hs_moe_scratch_bytes) is only used during one call and may be
+ *   shared by every layer.
+ *
+ * Activation checkpointing: re-running hs_moe_forward in backward rebuilds
+ * the same act (routing is deterministic), but do NOT call hs_moe_aux_add
+ * again for the re-run, or that layer's tokens count twice.
+ */
+#ifndef HS_MODEL_MOE_H
+#define HS_MODEL_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hypershard/base.h"
+#include "hypershard/config.h"
+#include "hypershard/tensor.h"
+
+/* Dimension letters: BT tokens (rows), C model dim, E routed experts, K
+ * top_k, F expert_ffn_dim, FS shared_expert_ffn_dim (0: none). */
+typedef struct hs_moe_shapes {
+    int BT, C, E, K, F, FS;
+} hs_moe_shapes;
+
+hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C);
+
+typedef struct hs_moe_weights {
+    const void *gate;    /* [E, C]    */
+    const void *w1;      /* [E, F, C] */
+    const void *w3;      /* [E, F, C] */
+    const void *w2;      /* [E, C, F] */
+    const void *sh_gate; /* [FS, C]  NULL when FS == 0 */
+    const void *sh_up;   /* [FS, C]  */
+    const void *sh_down; /* [C, FS]  */
+} hs_moe_weights;
+
+/* Same shapes as hs_moe_weights, in dtype `dt`. A NULL pointer skips that
+ * gradient (e.g. a frozen parameter). */
+typedef struct hs_moe_grads {
+    void *gate, *w1, *w3, *w2, *sh_gate, *sh_up, *sh_down;
+    hs_dtype dt;
+} hs_moe_grads;
+
+/* What forward saves for backward: pointers into one caller-owned block of
+ * hs_moe_act_bytes(). "Grouped rows" are the BT*K (token, slot) pairs
+ * sorted by expert, then token, then slot: expert e owns grouped rows
+ * [offset[e], offset[e+1]). */
+typedef struct hs_moe_act {
+    hs_moe_shapes cap; /* the shapes it was laid out for (BT = capacity) */
+    hs_dtype dt;       /* compute dtype */
+    int BT;            /* rows of the last forward, <= cap.BT */
+    float *probs;      /* [BT, E] fp32 softmax of the router logits */
+    int32_t *sel;      /* [BT, K] selected experts, descending probability */
+    float *weight;     /* [BT, K] renormalised weights, rounded to dt */
+    int32_t *offset;   /* [E+1] first grouped row of each expert */
+    int32_t *row_pair; /* [BT*K] grouped row -> pair t*K + k */
+    int32_t *pair_row; /* [BT*K] pair t*K + k -> grouped row */
+    void *h1, *h3;     /* [BT*K, F] dt: w1 x, w3 x per grouped row */
+    void *y;           /* [BT*K, C] dt: expert output per grouped row */
+    void *sh1, *sh3;   /* [BT, FS] dt: shared gate_proj x, up_proj x */
+    int64_t *count;    /* [E] top-k selections of each expert (this layer) */
+    double *prob_sum;  /* [E] sum over tokens of probs (this layer) */
+} hs_moe_act;
+
+size_t hs_moe_act_bytes(const hs_moe_shapes *s, hs_dtype dt);
+/* Lay act out over `mem` (64-byte aligned, hs_moe_act_bytes(s, dt) long). */
+void hs_moe_act_bind(hs_moe_act *act, const hs_moe_shapes *s, hs_dtype dt, void *mem);
+/* Bytes of scratch hs_moe_forward and hs_moe_backward need (the larger). */
+size_t hs_moe_scratch_bytes(const hs_moe_shapes *s, hs_dtype dt);
+
+/* out [BT, C] (dt, overwritten) = MoE(x [BT, C] dt). BT <= act->cap.BT. */
+void hs_moe_forward(void *out, hs_moe_act *act, const void *x, const hs_moe_weights *w, int BT,
+                    void *scratch);
+
+/* dx [BT, C] fp32 += d out/d x . dout; grads += likewise. aux_grad [E]
+ * (from hs_moe_aux_prob_grad) is added to d loss / d probs of every token;
+ * NULL means no aux term. BT is that of the last forward on act. */
+void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr,
+                     const hs_moe_act *act, const void *x, const hs_moe_weights *w,
+                     const float *aux_grad, void *scratch);
+
+/* -------------------------------------------------------------- aux loss */
+
+/* Running totals over the layers of one forward: Hugging Face's
+ * load_balancing_loss_func concatenates every layer's router logits and
+ * computes the loss once over all of them, so the totals, not per-layer
+ * losses, are what is kept. */
+typedef struct hs_moe_aux {
+    int E, K;
+    int64_t rows;     /* tokens summed over layers */
+    int64_t *count;   /* [E] */
+    double *prob_sum; /* [E] */
+    hs_pool *pool;
+} hs_moe_aux;
+
+void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_pool *pool);
+void hs_moe_aux_free(hs_moe_aux *a);
+void hs_moe_aux_reset(hs_moe_aux *a);
+void hs_moe_aux_add(hs_moe_aux *a, const hs_moe_act *act);
+/* E * sum_e (count_e / rows) * (prob_sum_e / rows), without aux_loss_coef;
+ * 0 before any layer was added. */
+double hs_moe_aux_value(const hs_moe_aux *a);
+/* g[e] = scale * d value / d p_{t,e} = scale * E * count_e / rows^2, the same
+ * for every token t of every layer. */
+void hs_moe_aux_prob_grad(const hs_moe_aux *a, double scale, float *g);
+
+/* ------------------------------------------ building blocks (moe_*.c) */
+
+/* Router: probs, sel, weight, count, prob_sum of act from x (the logits
+ * pass through act->probs, so no scratch is needed). */
+void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int BT);
+/* From dw [BT, K] (d loss / d weight) and aux_grad: dx += dlogits @ gate,
+ * dgate += dlogits^T @ x. dp is [BT, E] fp32 scratch. */
+void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw,
+                           const float *aux_grad, const hs_moe_act *act, const void *x,
+                           const void *gate, float *dp);
+/* Counting sort of the BT*K pairs by expert into offset/row_pair/pair_row. */
+void hs_moe_dispatch_plan(hs_moe_act *act);
+/* xg [BT*K, C] (dt) = x rows in grouped order. */
+void hs_moe_dispatch_gather(void *xg, const void *x, const hs_moe_act *act);
+
+/* One SwiGLU expert over n rows: h1 = xin @ w1^T, h3 = xin @ w3^T (dt),
+ * a = silu(h1) * h3 (dt, scratch), y = beta * y + a @ w2^T (y in y_dt). */
+void hs_moe_swiglu_forward(void *y, hs_dtype y_dt, float beta, void *h1, void *h3, void *a,
+                           const void *xin, const void *w1, const void *w3, const void *w2,
+                           hs_dtype dt, int64_t n, int C, int F);
+/* dxin = dxin_beta * dxin + (gradient w.r.t. xin) (fp32 [n, C]); dxin may
+ * be dy itself (dy is dead by then). dw1/dw3/dw2 += (in gdt; NULL skips).
+ * Scratch: a (dt [n, F]), dh1 and dh3 (fp32 [n, F]). */
+void hs_moe_swiglu_backward(float *dxin, float dxin_beta, void *dw1, void *dw3, void *dw2,
+                            hs_dtype gdt, const float *dy, const void *xin, const void *h1,
+                            const void *h3, const void *w1, const void *w3, const void *w2,
+                            hs_dtype dt, void *a, float *dh1, float *dh3, int64_t n, int C,
+                            int F);
+
+/* Element i of a buffer of dtype dt. */
+static inline void *hs_moe_at(const void *p, hs_dtype dt, int64_t i)
+{
+    return (char *)p + (size_t)i * hs_dtype_size(dt);
+}
+
+#endif

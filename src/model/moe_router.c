@@ -1,0 +1,104 @@
+/* The MoE router: logits, fp32 softmax, top-k selection, renormalised
+ * weights and the per-layer statistics the aux loss needs; and its backward
+ * through the renormalisation and the softmax.
+ *
+ * Rounding points follow Mixtral in a low-precision run: the logits are
+ * rounded to the compute dtype (the gate nn.Linear's output dtype) before
+ * the fp32 softmax, and the renormalised weights are rounded to the compute
+ * dtype ("routing_weights.to(hidden_states.dtype)"). Backward treats both
+ * roundings as the identity. */
+#include <math.h>
+#include <string.h>
+
+#include "model/moe.h"
+
+static void softmax_row(float *row, int E)
+{
+    float mx = row[0];
+    for (int e = 1; e < E; e++)
+        if (row[e] > mx) mx = row[e];
+    double sum = 0.0;
+    for (int e = 0; e < E; e++) {
+        row[e] = expf(row[e] - mx);
+        sum += row[e];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int e = 0; e < E; e++) row[e] *= inv;
+}
+
+/* K passes of an arg-max over the experts not yet taken. A strict '>'
+ * keeps the earlier (lower) index on a tie, so equal probabilities pick the
+ * lower expert first; torch.topk leaves ties unspecified. */
+static void topk_row(int32_t *sel, const float *p, int E, int K)
+{
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken = taken || sel[j] == e;
+            if (taken) continue;
+            if (best < 0 || p[e] > p[best]) best = e;
+        }
+        sel[k] = best;
+    }
+}
+
+void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int BT)
+{
+    const int C = act->cap.C, E = act->cap.E, K = act->cap.K;
+    const hs_dtype dt = act->dt;
+    hs_gemm_ex(false, true, BT, E, C, 1.0f, x, dt, C, gate, dt, C, 0.0f, act->probs,
+               HS_DTYPE_F32, E);
+    memset(act->count, 0, (size_t)E * sizeof(int64_t));
+    memset(act->prob_sum, 0, (size_t)E * sizeof(double));
+    for (int64_t t = 0; t < BT; t++) {
+        float *p = act->probs + t * E;
+        int32_t *sel = act->sel + t * K;
+        float *w = act->weight + t * K;
+        for (int e = 0; e < E; e++) p[e] = hs_round_to(dt, p[e]);
+        softmax_row(p, E);
+        topk_row(sel, p, E, K);
+        float z = 0.0f;
+        for (int k = 0; k < K; k++) z += p[sel[k]];
+        for (int k = 0; k < K; k++) {
+            w[k] = hs_round_to(dt, p[sel[k]] / z);
+            act->count[sel[k]]++;
+        }
+        for (int e = 0; e < E; e++) act->prob_sum[e] += p[e];
+    }
+}
+
+/* d loss / d logits of one token, in place over g (which holds d loss /
+ * d probs on entry). */
+static void route_token_backward(float *g, const float *p, const int32_t *sel, const float *dw,
+                                 int E, int K)
+{
+    /* Renormalisation w_k = p_k / Z, Z = sum_j p_j over the selected:
+     * d/dp_j = (dw_j - sum_k dw_k w_k) / Z. The unrounded w is rebuilt
+     * from the saved fp32 probabilities. */
+    float z = 0.0f;
+    for (int k = 0; k < K; k++) z += p[sel[k]];
+    double wdot = 0.0;
+    for (int k = 0; k < K; k++) wdot += (double)dw[k] * (p[sel[k]] / z);
+    for (int k = 0; k < K; k++) g[sel[k]] += (float)((dw[k] - wdot) / z);
+    double pdot = 0.0;
+    for (int e = 0; e < E; e++) pdot += (double)p[e] * g[e];
+    for (int e = 0; e < E; e++) g[e] = p[e] * (float)(g[e] - pdot);
+}
+
+void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw,
+                           const float *aux_grad, const hs_moe_act *act, const void *x,
+                           const void *gate, float *dp)
+{
+    const int C = act->cap.C, E = act->cap.E, K = act->cap.K, BT = act->BT;
+    for (int64_t t = 0; t < BT; t++) {
+        float *g = dp + t * E;
+        for (int e = 0; e < E; e++) g[e] = aux_grad ? aux_grad[e] : 0.0f;
+        route_token_backward(g, act->probs + t * E, act->sel + t * K, dw + t * K, E, K);
+    }
+    hs_gemm_ex(false, false, BT, C, E, 1.0f, dp, HS_DTYPE_F32, E, gate, act->dt, C, 1.0f, dx,
+               HS_DTYPE_F32, C);
+    if (dgate)
+        hs_gemm_ex(true, false, E, C, BT, 1.0f, dp, HS_DTYPE_F32, E, x, act->dt, C, 1.0f, dgate,
+                   gdt, C);
+}
