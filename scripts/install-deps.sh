@@ -10,6 +10,7 @@ packages=(
   libopenblas-dev
   libyaml-dev
   zlib1g-dev
+  libjansson-dev
   libcmocka-dev
 )
 

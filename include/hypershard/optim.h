@@ -35,7 +35,9 @@ typedef struct hs_optim_param {
     hs_dtype dtype;
     const float *grad;
     int64_t numel;
-    int64_t rows, cols; /* 2-D view for Muon; rows*cols == numel */
+    int64_t rows, cols; /* Muon matrix shape; numel is a multiple of rows*cols:
+                         * numel / (rows*cols) matrices, each orthogonalised
+                         * alone (experts [E,out,in]: rows=out, cols=in) */
     bool decay;         /* weight decay applies */
     bool muon;          /* Muon-eligible (hidden 2-D matrix) */
 } hs_optim_param;
@@ -57,11 +59,13 @@ int hs_optim_state_count(const hs_optim *o, int param_index);
 const char *hs_optim_state_name(const hs_optim *o, int param_index, int k);
 float *hs_optim_state_data(hs_optim *o, int param_index, int k);
 
-/* sqrt(sum of squares) over the given gradients (fp64 accumulation). Under
- * FSDP the caller all-reduces the sum of squares; this is the local part. */
+/* Sum of squares over the given gradients (fp64 accumulation); the norm is
+ * its sqrt. Under FSDP the caller all-reduces the sum of squares; this is the
+ * local part. */
 double hs_grad_sumsq(const hs_optim_param *params, int n);
 /* Scale all grads by min(1, max_norm / (norm + 1e-6)) (torch semantics);
- * returns the clip coefficient applied. max_norm <= 0: no-op, returns 1. */
+ * returns the clip coefficient applied. max_norm <= 0: no-op, returns 1.
+ * Writes through `grad` (the caller's buffers must be mutable). */
 double hs_clip_grads(hs_optim_param *params, int n, double norm, double max_norm);
 
 /* LR at 1-based optimizer step `step` of `total`: linear warmup over
@@ -73,5 +77,7 @@ double hs_lr_at(const hs_optim_config *cfg, int step, int total);
  * fp32), `steps` iterations with coefficients (3.4445, -4.7750, 2.0315). */
 void hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, int steps,
                        float *scratch);
+/* Floats `scratch` must hold (NULL scratch: the call mallocs its own). */
+int64_t hs_newton_schulz5_scratch_floats(int64_t rows, int64_t cols);
 
 #endif

@@ -72,9 +72,9 @@ const char *hs_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap);
 void hs_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
               int64_t ldc);
-/* The same with A, B, C each in its own dtype; accumulation in fp32. `scratch`
- * must hold at least hs_gemm_ex_scratch_floats(...) floats (NULL lets the
- * kernel allocate from its own buffer with malloc). */
+/* The same with A, B, C each in its own dtype; accumulation in fp32. 16-bit
+ * operands (and a 16-bit C when beta != 0) are widened into one malloc'd fp32
+ * scratch per call; C is rounded once when stored. */
 void hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
                 int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc);

@@ -1,0 +1,71 @@
+/* Device creation, kind names and the traced copy shared by all backends. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device_backend.h"
+
+static const char *const kind_names[] = {"cpu", "cuda"};
+_Static_assert(sizeof(kind_names) / sizeof(kind_names[0]) == HS_DEVICE_KIND_COUNT,
+               "kind_names must follow hs_device_kind");
+
+static const char *const copy_names[] = {"H2D", "D2H", "D2D"};
+_Static_assert(sizeof(copy_names) / sizeof(copy_names[0]) == HS_COPY_KIND_COUNT,
+               "copy_names must follow hs_copy_kind");
+
+const char *hs_device_kind_name(hs_device_kind k)
+{
+    if (k < 0 || k >= HS_DEVICE_KIND_COUNT) return "unknown";
+    return kind_names[k];
+}
+
+bool hs_device_kind_parse(const char *s, hs_device_kind *out)
+{
+    if (s == NULL) return false;
+    for (int i = 0; i < HS_DEVICE_KIND_COUNT; i++) {
+        if (strcmp(s, kind_names[i]) == 0) {
+            *out = (hs_device_kind)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out, hs_error *e)
+{
+    *out = NULL;
+    if (kind == HS_DEVICE_CUDA)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "accelerator.device: 'cuda' is not available: this build of "
+                            "hypershard has no CUDA backend; set accelerator.device: cpu");
+    if (kind != HS_DEVICE_CPU)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "accelerator.device: unknown device kind %d; use 'cpu'", (int)kind);
+    hs_device *d = calloc(1, sizeof *d);
+    if (d == NULL)
+        return hs_error_set(e, HS_ERR_OOM, "cannot allocate the %s device object",
+                            kind_names[kind]);
+    hs_pool_init(&d->device_pool, "device");
+    hs_pool_init(&d->host_pool, "host");
+    d->trace = trace;
+    hs_device_cpu_init(d);
+    *out = d;
+    return HS_OK;
+}
+
+void hs_device_free(hs_device *d) { free(d); }
+
+void hs_device_copy(hs_device *d, void *dst, const void *src, size_t bytes, hs_copy_kind kind)
+{
+    HS_ASSERT(kind >= 0 && kind < HS_COPY_KIND_COUNT);
+    if (!hs_trace_enabled(d->trace)) {
+        d->ops->copy(d, dst, src, bytes, kind);
+        return;
+    }
+    double t0 = hs_now();
+    d->ops->copy(d, dst, src, bytes, kind);
+    double t1 = hs_now();
+    char args[48];
+    snprintf(args, sizeof args, "\"bytes\":%zu", bytes);
+    hs_trace_span(d->trace, HS_LANE_COPY, copy_names[kind], "copy", t0, t1, args);
+}

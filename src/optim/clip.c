@@ -1,0 +1,29 @@
+/* Global gradient-norm clipping with torch.nn.utils.clip_grad_norm_
+ * semantics: coef = max_norm / (norm + 1e-6), clamped to at most 1. A NaN
+ * norm gives a NaN coefficient, as in torch (error_if_nonfinite=False), so
+ * a broken step is visible instead of silently unclipped. */
+#include <math.h>
+
+#include "optim/optim_impl.h"
+
+double hs_grad_sumsq(const hs_optim_param *params, int n)
+{
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+        if (params[i].numel > 0) s += hs_sumsq_f32(params[i].grad, params[i].numel);
+    return s;
+}
+
+double hs_clip_grads(hs_optim_param *params, int n, double norm, double max_norm)
+{
+    if (max_norm <= 0.0) return 1.0;
+    double coef = max_norm / (norm + 1e-6);
+    if (!isnan(coef) && coef >= 1.0) return 1.0;
+    for (int i = 0; i < n; i++) {
+        if (params[i].numel <= 0) continue;
+        /* The optimizer only reads grads; clipping is the one writer, on
+         * buffers the caller owns and handed over as mutable memory. */
+        hs_scale_f32((float *)params[i].grad, (float)coef, params[i].numel);
+    }
+    return coef;
+}

@@ -1,0 +1,189 @@
+/* The optimizer object: validation, state allocation, the step loop and the
+ * state accessors the checkpoint layer uses. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim/optim_impl.h"
+
+static const char *const adamw_state_names[] = {"exp_avg", "exp_avg_sq"};
+static const char *const muon_state_names[] = {"momentum_buffer"};
+
+void hs_optim_update_data(void *data, hs_dtype dt, int64_t numel, hs_optim_update_fn fn,
+                          const void *ctx)
+{
+    if (dt == HS_DTYPE_F32) {
+        fn(data, 0, numel, ctx);
+        return;
+    }
+    enum { CHUNK = 1024 };
+    float buf[CHUNK];
+    char *bytes = data;
+    size_t es = hs_dtype_size(dt);
+    for (int64_t off = 0; off < numel; off += CHUNK) {
+        int64_t n = numel - off < CHUNK ? numel - off : CHUNK;
+        hs_convert(buf, HS_DTYPE_F32, bytes + (size_t)off * es, dt, n);
+        fn(buf, off, n, ctx);
+        hs_convert(bytes + (size_t)off * es, dt, buf, HS_DTYPE_F32, n);
+    }
+}
+
+static hs_status check_config(const hs_optim_config *c, hs_error *e)
+{
+    if (strcmp(c->target, "adamw") != 0 && strcmp(c->target, "muon") != 0)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "optimizer.target: '%s' is not an optimizer; use 'adamw' or 'muon'",
+                        c->target);
+    if (!(c->lr >= 0.0) || !isfinite(c->lr))
+        hs_error_append(e, HS_ERR_CONFIG, "optimizer.lr: %g must be a finite number >= 0", c->lr);
+    for (int i = 0; i < 2; i++)
+        if (!(c->betas[i] >= 0.0 && c->betas[i] < 1.0))
+            hs_error_append(e, HS_ERR_CONFIG,
+                            "optimizer.betas[%d]: %g must be in [0, 1) (typical: 0.9, 0.95)", i,
+                            c->betas[i]);
+    if (!(c->eps >= 0.0))
+        hs_error_append(e, HS_ERR_CONFIG, "optimizer.eps: %g must be >= 0 (typical: 1e-8)",
+                        c->eps);
+    if (!(c->weight_decay >= 0.0))
+        hs_error_append(e, HS_ERR_CONFIG, "optimizer.weight_decay: %g must be >= 0",
+                        c->weight_decay);
+    if (strcmp(c->target, "muon") == 0) {
+        if (!(c->muon.momentum >= 0.0 && c->muon.momentum < 1.0))
+            hs_error_append(e, HS_ERR_CONFIG,
+                            "optimizer.muon.momentum: %g must be in [0, 1) (typical: 0.95)",
+                            c->muon.momentum);
+        if (c->muon.ns_steps < 1)
+            hs_error_append(e, HS_ERR_CONFIG,
+                            "optimizer.muon.ns_steps: %d must be >= 1 (typical: 5)",
+                            c->muon.ns_steps);
+    }
+    const char *d = c->schedule.decay;
+    if (strcmp(d, "constant") && strcmp(d, "linear") && strcmp(d, "cosine"))
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "optimizer.schedule.decay: '%s' is unknown; use constant, linear or cosine",
+                        d);
+    if (c->schedule.warmup_steps < 0)
+        hs_error_append(e, HS_ERR_CONFIG, "optimizer.schedule.warmup_steps: %d must be >= 0",
+                        c->schedule.warmup_steps);
+    if (!(c->schedule.min_lr_ratio >= 0.0 && c->schedule.min_lr_ratio <= 1.0))
+        hs_error_append(e, HS_ERR_CONFIG, "optimizer.schedule.min_lr_ratio: %g must be in [0, 1]",
+                        c->schedule.min_lr_ratio);
+    return e->code;
+}
+
+static void check_param(const hs_optim_param *p, int i, bool muon, hs_error *e)
+{
+    const char *fqn = p->fqn ? p->fqn : "(unnamed)";
+    if (p->numel < 0 || p->dtype < 0 || p->dtype >= HS_DTYPE_COUNT) {
+        hs_error_append(e, HS_ERR_INTERNAL, "optimizer param %d '%s': numel %lld, dtype %d invalid",
+                        i, fqn, (long long)p->numel, (int)p->dtype);
+        return;
+    }
+    if (p->numel > 0 && (p->data == NULL || p->grad == NULL))
+        hs_error_append(e, HS_ERR_INTERNAL,
+                        "optimizer param %d '%s': %lld elements but no %s buffer", i, fqn,
+                        (long long)p->numel, p->data == NULL ? "data" : "grad");
+    if (muon && p->numel > 0 &&
+        (p->rows <= 0 || p->cols <= 0 || p->numel % (p->rows * p->cols) != 0))
+        hs_error_append(e, HS_ERR_INTERNAL,
+                        "optimizer param %d '%s': Muon needs numel (%lld) to be a multiple of "
+                        "rows x cols (%lld x %lld); pass the matrix shape, or mark it muon=false",
+                        i, fqn, (long long)p->numel, (long long)p->rows, (long long)p->cols);
+}
+
+static void slot_init(hs_optim *o, optim_slot *s, const hs_optim_param *p, bool use_muon)
+{
+    s->p = *p;
+    s->fqn_copy = strdup(p->fqn ? p->fqn : "");
+    if (s->fqn_copy == NULL) hs_panic("out of memory copying optimizer param name");
+    s->p.fqn = s->fqn_copy;
+    s->rule = use_muon ? OPTIM_RULE_MUON : OPTIM_RULE_ADAMW;
+    s->n_states = use_muon ? 1 : 2;
+    for (int k = 0; k < s->n_states; k++)
+        s->state[k] = hs_pool_calloc(o->pool, (size_t)p->numel * sizeof(float));
+}
+
+hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *params, int n,
+                          hs_pool *pool, hs_optim **out, hs_error *e)
+{
+    *out = NULL;
+    hs_error_clear(e);
+    if (check_config(cfg, e) != HS_OK) return e->code;
+    bool muon = strcmp(cfg->target, "muon") == 0;
+    for (int i = 0; i < n; i++) check_param(&params[i], i, muon && params[i].muon, e);
+    if (e->code != HS_OK) return e->code;
+    hs_optim *o = calloc(1, sizeof *o);
+    optim_slot *slots = calloc(n > 0 ? (size_t)n : 1, sizeof *slots);
+    if (o == NULL || slots == NULL) {
+        free(o), free(slots);
+        return hs_error_set(e, HS_ERR_OOM, "cannot allocate the optimizer for %d params", n);
+    }
+    o->cfg = *cfg;
+    hs_pool_init(&o->own_pool, "optimizer");
+    o->pool = pool ? pool : &o->own_pool;
+    o->n = n;
+    o->slots = slots;
+    int64_t work = 0;
+    for (int i = 0; i < n; i++) {
+        bool use_muon = muon && params[i].muon && params[i].numel > 0;
+        slot_init(o, &slots[i], &params[i], use_muon);
+        if (use_muon && hs_muon_work_floats(&params[i]) > work) work = hs_muon_work_floats(&params[i]);
+    }
+    if (work > 0) o->muon_work = hs_pool_alloc(o->pool, (size_t)work * sizeof(float));
+    *out = o;
+    return HS_OK;
+}
+
+void hs_optim_free(hs_optim *o)
+{
+    if (o == NULL) return;
+    for (int i = 0; i < o->n; i++) {
+        for (int k = 0; k < o->slots[i].n_states; k++) hs_pool_free(o->pool, o->slots[i].state[k]);
+        free(o->slots[i].fqn_copy);
+    }
+    hs_pool_free(o->pool, o->muon_work);
+    free(o->slots);
+    free(o);
+}
+
+void hs_optim_step(hs_optim *o, double lr)
+{
+    o->step++;
+    for (int i = 0; i < o->n; i++) {
+        optim_slot *s = &o->slots[i];
+        if (s->p.numel == 0) continue;
+        if (s->rule == OPTIM_RULE_MUON) {
+            hs_muon_step_param(&o->cfg, &s->p, s->state[0], lr, o->muon_work);
+        } else {
+            adamw_coef c = hs_adamw_coef(&o->cfg, o->step, lr, s->p.decay);
+            hs_adamw_step_param(&s->p, s->state[0], s->state[1], &c);
+        }
+    }
+}
+
+int64_t hs_optim_step_count(const hs_optim *o) { return o->step; }
+
+void hs_optim_set_step_count(hs_optim *o, int64_t step)
+{
+    HS_ASSERT(step >= 0);
+    o->step = step;
+}
+
+int hs_optim_state_count(const hs_optim *o, int param_index)
+{
+    HS_ASSERT(param_index >= 0 && param_index < o->n);
+    return o->slots[param_index].n_states;
+}
+
+const char *hs_optim_state_name(const hs_optim *o, int param_index, int k)
+{
+    HS_ASSERT(k >= 0 && k < hs_optim_state_count(o, param_index));
+    const optim_slot *s = &o->slots[param_index];
+    return s->rule == OPTIM_RULE_MUON ? muon_state_names[k] : adamw_state_names[k];
+}
+
+float *hs_optim_state_data(hs_optim *o, int param_index, int k)
+{
+    HS_ASSERT(k >= 0 && k < hs_optim_state_count(o, param_index));
+    return o->slots[param_index].state[k];
+}

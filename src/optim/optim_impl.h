@@ -1,0 +1,55 @@
+/* Private to src/optim/: the optimizer object and the per-rule kernels. */
+#ifndef HS_OPTIM_IMPL_H
+#define HS_OPTIM_IMPL_H
+
+#include "hypershard/optim.h"
+
+#define HS_OPTIM_MAX_STATES 2
+
+typedef enum optim_rule { OPTIM_RULE_ADAMW = 0, OPTIM_RULE_MUON } optim_rule;
+
+typedef struct optim_slot {
+    hs_optim_param p; /* fqn points at `fqn_copy` */
+    char *fqn_copy;
+    optim_rule rule;
+    int n_states;
+    float *state[HS_OPTIM_MAX_STATES]; /* fp32, p.numel each, from the pool */
+} optim_slot;
+
+struct hs_optim {
+    hs_optim_config cfg;
+    hs_pool *pool;
+    hs_pool own_pool; /* used when the caller passes no pool */
+    int n;
+    optim_slot *slots;
+    int64_t step;
+    float *muon_work; /* direction + orthogonalised update + NS scratch */
+};
+
+/* Per-step AdamW scalars, computed once per step in double as torch does
+ * with Python floats. */
+typedef struct adamw_coef {
+    float beta1, beta2, one_minus_beta1, one_minus_beta2;
+    float step_size;        /* lr / (1 - beta1^t) */
+    float bias2_sqrt;       /* sqrt(1 - beta2^t) */
+    float eps;
+    float decay_factor;     /* 1 - lr * wd, or 1 when the param is excluded */
+} adamw_coef;
+
+adamw_coef hs_adamw_coef(const hs_optim_config *cfg, int64_t step, double lr, bool decay);
+void hs_adamw_step_param(const hs_optim_param *p, float *exp_avg, float *exp_avg_sq,
+                         const adamw_coef *c);
+
+/* Floats of work space one Muon step of this param needs. */
+int64_t hs_muon_work_floats(const hs_optim_param *p);
+void hs_muon_step_param(const hs_optim_config *cfg, const hs_optim_param *p, float *momentum,
+                        double lr, float *work);
+
+/* Runs `fn` over the parameter's values as fp32: in place when `data` is
+ * fp32, else chunk by chunk through a widened copy that is rounded back once
+ * (round to nearest even). `off` is the chunk's first element. */
+typedef void (*hs_optim_update_fn)(float *p, int64_t off, int64_t n, const void *ctx);
+void hs_optim_update_data(void *data, hs_dtype dt, int64_t numel, hs_optim_update_fn fn,
+                          const void *ctx);
+
+#endif

@@ -1,0 +1,154 @@
+/* The cpu device: pool accounting, copies, the trace record of each copy,
+ * and the error for a CUDA request in a build without CUDA. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hypershard/device.h"
+
+static hs_device *make_cpu(hs_trace *trace)
+{
+    hs_device *d = NULL;
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_device_create(HS_DEVICE_CPU, trace, &d, &e), HS_OK);
+    assert_non_null(d);
+    return d;
+}
+
+static void test_kind_names_and_parse(void **state)
+{
+    (void)state;
+    hs_device_kind k;
+    assert_string_equal(hs_device_kind_name(HS_DEVICE_CPU), "cpu");
+    assert_string_equal(hs_device_kind_name(HS_DEVICE_CUDA), "cuda");
+    assert_true(hs_device_kind_parse("cuda", &k) && k == HS_DEVICE_CUDA);
+    assert_true(hs_device_kind_parse("cpu", &k) && k == HS_DEVICE_CPU);
+    assert_false(hs_device_kind_parse("tpu", &k));
+    assert_false(hs_device_kind_parse(NULL, &k));
+}
+
+static void test_cuda_in_cpu_build_is_config_error_pointing_to_cpu(void **state)
+{
+    (void)state;
+    hs_device *d = (hs_device *)(uintptr_t)1;
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_device_create(HS_DEVICE_CUDA, NULL, &d, &e), HS_ERR_CONFIG);
+    assert_null(d);
+    assert_int_equal(e.code, HS_ERR_CONFIG);
+    assert_non_null(strstr(e.msg, "no CUDA backend"));
+    assert_non_null(strstr(e.msg, "accelerator.device: cpu"));
+    assert_int_equal(hs_status_exit_code(e.code), 2);
+}
+
+static void test_device_and_host_pools_count_current_and_peak_separately(void **state)
+{
+    (void)state;
+    hs_device *d = make_cpu(NULL);
+    assert_string_equal(d->name, "cpu");
+    void *a = hs_device_alloc(d, 1000), *b = hs_device_alloc(d, 24);
+    void *h = hs_host_alloc(d, 500);
+    assert_int_equal((uintptr_t)a % HS_ALIGN, 0);
+    assert_int_equal(hs_pool_current(&d->device_pool), 1024);
+    assert_int_equal(hs_pool_current(&d->host_pool), 500);
+    hs_device_free_mem(d, a);
+    assert_int_equal(hs_pool_current(&d->device_pool), 24);
+    assert_int_equal(hs_pool_peak(&d->device_pool), 1024);
+    void *c = hs_device_alloc(d, 100);
+    assert_int_equal(hs_pool_peak(&d->device_pool), 1024); /* 124 < earlier peak */
+    hs_pool_reset_peak(&d->device_pool);
+    assert_int_equal(hs_pool_peak(&d->device_pool), 124);
+    hs_host_free(d, h);
+    assert_int_equal(hs_pool_current(&d->host_pool), 0);
+    assert_int_equal(hs_pool_peak(&d->host_pool), 500);
+    hs_device_free_mem(d, b);
+    hs_device_free_mem(d, c);
+    hs_device_free_mem(d, NULL);
+    assert_int_equal(hs_pool_current(&d->device_pool), 0);
+    hs_device_free(d);
+}
+
+static void test_h2d_d2h_d2d_copies_move_every_byte(void **state)
+{
+    (void)state;
+    hs_device *d = make_cpu(NULL);
+    enum { N = 4099 };
+    unsigned char *h = hs_host_alloc(d, N), *back = hs_host_alloc(d, N);
+    unsigned char *x = hs_device_alloc(d, N), *y = hs_device_alloc(d, N);
+    for (int i = 0; i < N; i++) h[i] = (unsigned char)(i * 31 + 7);
+    hs_device_copy(d, x, h, N, HS_COPY_H2D);
+    hs_device_copy(d, y, x, N, HS_COPY_D2D);
+    memset(back, 0, N);
+    hs_device_copy(d, back, y, N, HS_COPY_D2H);
+    d->ops->synchronize(d);
+    assert_memory_equal(h, back, N);
+    hs_device_copy(d, back, h, 0, HS_COPY_H2D); /* zero bytes: nothing happens */
+    hs_device_free_mem(d, x), hs_device_free_mem(d, y);
+    hs_host_free(d, h), hs_host_free(d, back);
+    hs_device_free(d);
+}
+
+static void test_copies_are_traced_on_copy_lane_with_byte_count(void **state)
+{
+    (void)state;
+    hs_trace *t = hs_trace_create(0, true);
+    hs_device *d = make_cpu(t);
+    char *h = hs_host_alloc(d, 4096), *x = hs_device_alloc(d, 4096);
+    memset(h, 1, 4096);
+    hs_device_copy(d, x, h, 4096, HS_COPY_H2D);
+    hs_device_copy(d, h, x, 1000, HS_COPY_D2H);
+    hs_device_copy(d, x + 2048, x, 2048, HS_COPY_D2D);
+    char *json = NULL;
+    size_t len = 0;
+    hs_error e;
+    assert_int_equal(hs_trace_serialize(t, 0.0, &json, &len, &e), HS_OK);
+    const char *h2d = strstr(json, "{\"name\":\"H2D\"");
+    assert_non_null(h2d);
+    assert_non_null(strstr(h2d, "\"tid\":2"));
+    assert_non_null(strstr(json, "\"bytes\":4096"));
+    assert_non_null(strstr(json, "{\"name\":\"D2H\""));
+    assert_non_null(strstr(json, "\"bytes\":1000"));
+    assert_non_null(strstr(json, "{\"name\":\"D2D\""));
+    assert_non_null(strstr(json, "\"bytes\":2048"));
+    free(json);
+    hs_device_free_mem(d, x), hs_host_free(d, h);
+    hs_device_free(d);
+    hs_trace_free(t);
+}
+
+static void test_disabled_trace_records_no_copy_span(void **state)
+{
+    (void)state;
+    hs_trace *t = hs_trace_create(0, false);
+    hs_device *d = make_cpu(t);
+    char a[64] = {1}, b[64];
+    hs_device_copy(d, b, a, sizeof a, HS_COPY_H2D);
+    assert_int_equal(b[0], 1);
+    char *json = NULL;
+    size_t len = 0;
+    hs_error e;
+    assert_int_equal(hs_trace_serialize(t, 0.0, &json, &len, &e), HS_OK);
+    assert_null(strstr(json, "H2D"));
+    free(json);
+    hs_device_free(d);
+    hs_trace_free(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kind_names_and_parse),
+        cmocka_unit_test(test_cuda_in_cpu_build_is_config_error_pointing_to_cpu),
+        cmocka_unit_test(test_device_and_host_pools_count_current_and_peak_separately),
+        cmocka_unit_test(test_h2d_d2h_d2d_copies_move_every_byte),
+        cmocka_unit_test(test_copies_are_traced_on_copy_lane_with_byte_count),
+        cmocka_unit_test(test_disabled_trace_records_no_copy_span),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

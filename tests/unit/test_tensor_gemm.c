@@ -1,0 +1,183 @@
+/* hs_sgemm against a naive double loop for every transpose combination and
+ * padded strides; hs_gemm_ex with 16-bit operands against fp32 GEMM of the
+ * rounded inputs, rounded once; BLAS thread control. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hypershard/tensor.h"
+
+static float uniform(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static void fill_random(float *x, int64_t n, uint64_t seed)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = uniform(&seed);
+}
+
+/* C = alpha * op(A) op(B) + beta * C with element access written out. */
+static void gemm_naive(bool ta, bool tb, int M, int N, int K, double alpha, const float *A, int lda,
+                       const float *B, int ldb, double beta, double *C, int ldc)
+{
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0;
+            for (int k = 0; k < K; k++) {
+                double a = ta ? A[k * lda + i] : A[i * lda + k];
+                double b = tb ? B[j * ldb + k] : B[k * ldb + j];
+                acc += a * b;
+            }
+            C[i * ldc + j] = alpha * acc + beta * C[i * ldc + j];
+        }
+}
+
+static void test_sgemm_all_transpose_combos_with_padded_strides_match_naive(void **state)
+{
+    (void)state;
+    enum { M = 13, N = 7, K = 19, PAD = 3 };
+    for (int combo = 0; combo < 4; combo++) {
+        bool ta = combo & 1, tb = combo & 2;
+        int lda = (ta ? M : K) + PAD, ldb = (tb ? K : N) + PAD, ldc = N + PAD;
+        float A[K * (M + PAD) + M * (K + PAD)], B[K * (N + PAD) + N * (K + PAD)];
+        float C[M * ldc];
+        double R[M * ldc];
+        fill_random(A, (int64_t)(sizeof A / sizeof A[0]), 1 + combo);
+        fill_random(B, (int64_t)(sizeof B / sizeof B[0]), 11 + combo);
+        fill_random(C, M * ldc, 21 + combo);
+        for (int i = 0; i < M * ldc; i++) R[i] = C[i];
+        hs_sgemm(ta, tb, M, N, K, 0.75f, A, lda, B, ldb, -0.5f, C, ldc);
+        gemm_naive(ta, tb, M, N, K, 0.75, A, lda, B, ldb, -0.5, R, ldc);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < ldc; j++) {
+                double d = fabs(C[i * ldc + j] - R[i * ldc + j]);
+                if (d > 1e-5) fail_msg("trans_a=%d trans_b=%d C[%d,%d]=%g naive %g", ta, tb, i, j,
+                                       (double)C[i * ldc + j], R[i * ldc + j]);
+            }
+    }
+}
+
+static void test_sgemm_k0_scales_c_by_beta_and_empty_m_is_noop(void **state)
+{
+    (void)state;
+    float C[4] = {1, 2, 3, 4}, dummy = 0;
+    hs_sgemm(false, false, 2, 2, 0, 1.0f, &dummy, 1, &dummy, 2, 2.0f, C, 2);
+    assert_true(C[0] == 2 && C[3] == 8);
+    hs_sgemm(false, false, 0, 2, 3, 1.0f, NULL, 3, NULL, 2, 0.0f, C, 2);
+    assert_true(C[0] == 2);
+}
+
+/* Round a packed matrix in place to dt (what the kernel sees). */
+static void round_all(float *x, int64_t n, hs_dtype dt)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = hs_round_to(dt, x[i]);
+}
+
+static void *narrowed(const float *x, int64_t n, hs_dtype dt)
+{
+    void *p = malloc((size_t)n * hs_dtype_size(dt));
+    hs_convert(p, dt, x, HS_DTYPE_F32, n);
+    return p;
+}
+
+/* gemm_ex(A in a_dt, B in b_dt, C in c_dt) == round_c(sgemm(round(A), round(B),
+ * beta * round(C))) exactly: operands widen exactly and C is rounded once. */
+static void check_gemm_ex(hs_dtype a_dt, hs_dtype b_dt, hs_dtype c_dt, bool ta, bool tb, float beta)
+{
+    enum { M = 24, N = 40, K = 33 };
+    float A[M * K], B[K * N], C0[M * N], R[M * N], got[M * N];
+    int lda = ta ? M : K, ldb = tb ? K : N;
+    fill_random(A, M * K, 100 + a_dt), fill_random(B, K * N, 200 + b_dt);
+    fill_random(C0, M * N, 300 + c_dt);
+    round_all(A, M * K, a_dt), round_all(B, K * N, b_dt), round_all(C0, M * N, c_dt);
+    memcpy(R, C0, sizeof R);
+    hs_sgemm(ta, tb, M, N, K, 1.25f, A, lda, B, ldb, beta, R, N);
+    void *a = narrowed(A, M * K, a_dt), *b = narrowed(B, K * N, b_dt), *c = narrowed(C0, M * N, c_dt);
+    hs_gemm_ex(ta, tb, M, N, K, 1.25f, a, a_dt, lda, b, b_dt, ldb, beta, c, c_dt, N);
+    hs_convert(got, HS_DTYPE_F32, c, c_dt, M * N);
+    for (int i = 0; i < M * N; i++) {
+        float want = hs_round_to(c_dt, R[i]);
+        if (got[i] != want)
+            fail_msg("A %s B %s C %s ta=%d tb=%d beta=%g: C[%d]=%.9g want %.9g", hs_dtype_name(a_dt),
+                     hs_dtype_name(b_dt), hs_dtype_name(c_dt), ta, tb, (double)beta, i,
+                     (double)got[i], (double)want);
+    }
+    free(a), free(b), free(c);
+}
+
+static void test_gemm_ex_16bit_operands_equal_fp32_gemm_of_rounded_inputs(void **state)
+{
+    (void)state;
+    const hs_dtype dts[] = {HS_DTYPE_F32, HS_DTYPE_BF16, HS_DTYPE_F16};
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int c = 0; c < 3; c++)
+                for (int combo = 0; combo < 4; combo++)
+                    check_gemm_ex(dts[a], dts[b], dts[c], combo & 1, combo & 2,
+                                  combo == 3 ? 0.0f : 0.5f);
+}
+
+/* beta == 0 must not read C (it may hold NaN or garbage). */
+static void test_gemm_ex_beta_zero_ignores_nan_in_bf16_c(void **state)
+{
+    (void)state;
+    uint16_t A[4], B[4], C[4];
+    float one[4] = {1, 0, 0, 1}, out[4];
+    hs_convert(A, HS_DTYPE_BF16, one, HS_DTYPE_F32, 4);
+    hs_convert(B, HS_DTYPE_BF16, one, HS_DTYPE_F32, 4);
+    for (int i = 0; i < 4; i++) C[i] = 0x7FC0; /* NaN */
+    hs_gemm_ex(false, false, 2, 2, 2, 1.0f, A, HS_DTYPE_BF16, 2, B, HS_DTYPE_BF16, 2, 0.0f, C,
+               HS_DTYPE_BF16, 2);
+    hs_convert(out, HS_DTYPE_F32, C, HS_DTYPE_BF16, 4);
+    assert_true(out[0] == 1 && out[1] == 0 && out[2] == 0 && out[3] == 1);
+}
+
+/* Strided 16-bit C: only the M x N window is written. */
+static void test_gemm_ex_strided_f16_c_leaves_padding_untouched(void **state)
+{
+    (void)state;
+    enum { M = 3, N = 2, K = 4, LDC = 5 };
+    float A[M * K], B[K * N], R[M * N] = {0};
+    uint16_t C[M * LDC];
+    fill_random(A, M * K, 5), fill_random(B, K * N, 6);
+    for (int i = 0; i < M * LDC; i++) C[i] = 0x1234;
+    hs_gemm_ex(false, false, M, N, K, 1.0f, A, HS_DTYPE_F32, K, B, HS_DTYPE_F32, N, 0.0f, C,
+               HS_DTYPE_F16, LDC);
+    hs_sgemm(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, R, N);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < LDC; j++) {
+            if (j < N) assert_int_equal(C[i * LDC + j], hs_f32_to_f16(R[i * N + j]));
+            else assert_int_equal(C[i * LDC + j], 0x1234);
+        }
+}
+
+static void test_blas_threads_set_then_get(void **state)
+{
+    (void)state;
+    int before = hs_blas_get_threads();
+    assert_true(before >= 1);
+    hs_blas_set_threads(1);
+    assert_int_equal(hs_blas_get_threads(), 1);
+    hs_blas_set_threads(before);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sgemm_all_transpose_combos_with_padded_strides_match_naive),
+        cmocka_unit_test(test_sgemm_k0_scales_c_by_beta_and_empty_m_is_noop),
+        cmocka_unit_test(test_gemm_ex_16bit_operands_equal_fp32_gemm_of_rounded_inputs),
+        cmocka_unit_test(test_gemm_ex_beta_zero_ignores_nan_in_bf16_c),
+        cmocka_unit_test(test_gemm_ex_strided_f16_c_leaves_padding_untouched),
+        cmocka_unit_test(test_blas_threads_set_then_get),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
