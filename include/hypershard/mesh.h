@@ -78,6 +78,11 @@ hs_coords hs_topology_coords(const hs_topology *t, int world_rank);
 int hs_topology_group_ranks(const hs_topology *t, hs_mesh_dim dim, int world_rank, int *out);
 /* This rank's index within its `dim` group. */
 int hs_topology_group_rank(const hs_topology *t, hs_mesh_dim dim, int world_rank);
+/* Which of the `dim` groups holds `world_rank`: 0 .. hs_topology_group_count-1
+ * (the colour hs_mesh_create splits with). */
+int hs_topology_group_index(const hs_topology *t, hs_mesh_dim dim, int world_rank);
+/* How many `dim` groups the world has (each of t->world / count ranks). */
+int hs_topology_group_count(const hs_topology *t, hs_mesh_dim dim);
 
 typedef struct hs_mesh hs_mesh;
 

@@ -1,0 +1,116 @@
+/* `hypershard mesh --world N [key=value ...]`: print the rank layout a job
+ * would get, without starting MPI, so a topology can be checked before a
+ * cluster is booked. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "hypershard/mesh.h"
+
+typedef struct mesh_args {
+    int world, tp, cp, ep, pp, dp_shard, edp_shard;
+    bool have_world;
+} mesh_args;
+
+typedef struct mesh_key {
+    const char *short_name;
+    const char *config_path;
+    size_t offset;
+} mesh_key;
+
+static const mesh_key mesh_keys[] = {
+    {"tp", "accelerator.tp_size", offsetof(mesh_args, tp)},
+    {"cp", "accelerator.cp_size", offsetof(mesh_args, cp)},
+    {"ep", "accelerator.ep_size", offsetof(mesh_args, ep)},
+    {"pp", "accelerator.pp_size", offsetof(mesh_args, pp)},
+    {"dp_shard", "fsdp_config.dp_shard_size", offsetof(mesh_args, dp_shard)},
+    {"edp_shard", "fsdp_config.edp_shard_size", offsetof(mesh_args, edp_shard)},
+};
+#define MESH_KEY_COUNT ((int)(sizeof(mesh_keys) / sizeof(mesh_keys[0])))
+
+static void mesh_usage(FILE *f) {
+    fprintf(f,
+            "usage: hypershard mesh --world N [key=value ...]\n"
+            "  keys (default 1): tp cp ep pp dp_shard edp_shard, or their config paths\n"
+            "  (accelerator.tp_size, fsdp_config.dp_shard_size, ...)\n"
+            "  example: hypershard mesh --world 16 pp=2 cp=2 tp=2 ep=2 dp_shard=2\n");
+}
+
+static bool parse_int(const char *s, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < INT_MIN || v > INT_MAX) return false;
+    *out = (int)v;
+    return true;
+}
+
+static hs_status parse_pair(mesh_args *a, const char *arg, hs_error *e) {
+    const char *eq = strchr(arg, '=');
+    if (!eq)
+        return hs_error_append(e, HS_ERR_USAGE, "argument '%s' is not key=value", arg);
+    size_t klen = (size_t)(eq - arg);
+    for (int i = 0; i < MESH_KEY_COUNT; i++) {
+        const mesh_key *k = &mesh_keys[i];
+        bool hit = (strlen(k->short_name) == klen && !strncmp(arg, k->short_name, klen)) ||
+                   (strlen(k->config_path) == klen && !strncmp(arg, k->config_path, klen));
+        if (!hit) continue;
+        if (!parse_int(eq + 1, (int *)((char *)a + k->offset)))
+            return hs_error_append(e, HS_ERR_USAGE, "%s=%s is not an integer", k->config_path,
+                                   eq + 1);
+        return HS_OK;
+    }
+    return hs_error_append(e, HS_ERR_USAGE,
+                           "unknown key '%.*s'; use tp, cp, ep, pp, dp_shard or edp_shard",
+                           (int)klen, arg);
+}
+
+static hs_status parse_args(mesh_args *a, int argc, char **argv, hs_error *e) {
+    *a = (mesh_args){.tp = 1, .cp = 1, .ep = 1, .pp = 1, .dp_shard = 1, .edp_shard = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--world") || !strncmp(arg, "--world=", 8)) {
+            const char *v = arg[7] == '=' ? arg + 8 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!v || !parse_int(v, &a->world))
+                hs_error_append(e, HS_ERR_USAGE, "--world needs an integer, e.g. --world 8");
+            a->have_world = true;
+        } else {
+            parse_pair(a, arg, e);
+        }
+    }
+    if (!a->have_world) hs_error_append(e, HS_ERR_USAGE, "--world N is required");
+    return e->code;
+}
+
+static void print_lines(hs_error *e, const char *kind) {
+    fprintf(stderr, "hypershard mesh: %d %s error%s:\n", e->lines, kind, e->lines == 1 ? "" : "s");
+    char *save = NULL;
+    for (char *line = strtok_r(e->msg, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+        fprintf(stderr, "  %s\n", line);
+}
+
+int hs_cmd_mesh(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            mesh_usage(stdout);
+            return 0;
+        }
+    hs_error e;
+    hs_error_clear(&e);
+    mesh_args a;
+    if (parse_args(&a, argc, argv, &e) != HS_OK) {
+        print_lines(&e, "usage");
+        mesh_usage(stderr);
+        return hs_status_exit_code(e.code);
+    }
+    hs_topology t;
+    if (hs_topology_derive(&t, a.world, a.tp, a.cp, a.ep, a.pp, a.dp_shard, a.edp_shard, &e) !=
+        HS_OK) {
+        print_lines(&e, "configuration");
+        return hs_status_exit_code(e.code);
+    }
+    hs_topology_print(&t, stdout);
+    return 0;
+}
