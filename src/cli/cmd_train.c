@@ -1,0 +1,116 @@
+/* `hypershard train [CONFIG] [a.b.c=value ...] [--init-from DIR]`: load and
+ * validate the config on every rank (errors printed once, exit 2), start
+ * communication, then train. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "hypershard/train.h"
+
+typedef struct train_args {
+    const char *config;
+    const char **overrides;
+    int n_overrides;
+    const char *init_from;
+} train_args;
+
+static void train_usage(FILE *f) {
+    fprintf(f,
+            "usage: hypershard train [CONFIG] [a.b.c=value ...] [--init-from DIR]\n"
+            "  CONFIG         YAML file (default: the built-in small Llama on the builtin corpus)\n"
+            "  a.b.c=value    override one config key (last one wins)\n"
+            "  --init-from D  start from the weights in D/model.safetensors (Hugging Face names)\n"
+            "Writes <train.out_dir>/{config.yaml,metrics.jsonl,model.safetensors,config.json}.\n");
+}
+
+static int parse_args(int argc, char **argv, train_args *a) {
+    a->overrides = calloc((size_t)argc + 1, sizeof(char *));
+    if (!a->overrides) return 1;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) return train_usage(stdout), -1;
+        if (!strcmp(s, "--init-from") && i + 1 < argc) a->init_from = argv[++i];
+        else if (!strncmp(s, "--init-from=", 12)) a->init_from = s + 12;
+        else if (s[0] == '-') {
+            fprintf(stderr, "hypershard train: unknown option '%s'\n", s);
+            return train_usage(stderr), 2;
+        } else if (strchr(s, '=')) a->overrides[a->n_overrides++] = s;
+        else if (!a->config) a->config = s;
+        else {
+            fprintf(stderr, "hypershard train: a second CONFIG '%s' (the first is '%s')\n", s,
+                    a->config);
+            return train_usage(stderr), 2;
+        }
+    }
+    return 0;
+}
+
+/* Config errors are identical on every rank: rank 0 prints them once. An
+ * unreadable CONFIG file is a usage error like any other bad argument. */
+static int config_failure(int rank, const hs_error *e) {
+    if (rank == 0) fprintf(stderr, "hypershard train: %s\n", e->msg);
+    MPI_Finalize();
+    return e->code == HS_ERR_IO ? 2 : hs_status_exit_code(e->code);
+}
+
+static int run(int *argc, char ***argv, const hs_config *cfg, const hs_topology *topo,
+               const train_args *a, hs_log *log, int rank) {
+    hs_trace *trace = hs_trace_create(rank, cfg->trace.enabled);
+    hs_comm_options co = {.timeout_s = cfg->comm.timeout_s, .trace = trace, .log = log};
+    hs_comm *comm = NULL;
+    hs_error e;
+    hs_error_clear(&e);
+    if (hs_comm_init(&comm, argc, argv, &co, &e) != HS_OK) {
+        fprintf(stderr, "hypershard train: %s\n", e.msg);
+        hs_trace_free(trace);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        return 1;
+    }
+    hs_comm_balance_blas_threads(comm);
+    hs_train_options opt = {.init_from = a->init_from};
+    hs_status s = hs_train_run(cfg, topo, comm, &opt, log, &e);
+    int code = hs_status_exit_code(s);
+    /* Input errors are the same on every rank; anything else may be on one
+     * rank only, and must not leave the others waiting in a collective. */
+    bool same_everywhere = s == HS_ERR_CONFIG || s == HS_ERR_USAGE || s == HS_ERR_FORMAT;
+    if (s != HS_OK && !same_everywhere && hs_comm_size(comm) > 1) hs_comm_abort(comm, &e);
+    if (s != HS_OK && rank == 0) fprintf(stderr, "hypershard train: %s\n", e.msg);
+    hs_comm_finalize(comm);
+    hs_trace_free(trace);
+    MPI_Finalize();
+    return code;
+}
+
+int hs_cmd_train(int argc, char **argv) {
+    train_args a = {0};
+    int rc = parse_args(argc, argv, &a);
+    if (rc != 0) {
+        free(a.overrides);
+        return rc < 0 ? 0 : rc;
+    }
+    int provided = 0, rank = 0, world = 1;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    hs_log log;
+    hs_log_init(&log, rank, world);
+    hs_config cfg;
+    hs_topology topo;
+    hs_error e;
+    hs_error_clear(&e);
+    if (hs_config_load(&cfg, a.config, a.overrides, a.n_overrides, &e) != HS_OK) {
+        free(a.overrides);
+        return config_failure(rank, &e);
+    }
+    if (hs_config_validate(&cfg, world, &topo, &log, &e) != HS_OK) {
+        hs_config_free(&cfg);
+        free(a.overrides);
+        return config_failure(rank, &e);
+    }
+    rc = run(&argc, &argv, &cfg, &topo, &a, &log, rank);
+    hs_config_free(&cfg);
+    free(a.overrides);
+    return rc;
+}

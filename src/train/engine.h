@@ -1,0 +1,63 @@
+/* train/engine.h — where parameters live, as seen by the trainer.
+ *
+ * The trainer drives one optimizer step the same way whatever holds the
+ * weights: it asks the engine for the model's hooks, announces each
+ * micro-batch, takes the optimizer's parameter list, the global grad norm,
+ * and calls after_step / zero_grads. `gather_full` / `set_full` move whole
+ * fp32 tensors in and out (export, --init-from); under FSDP they are
+ * collective over the data-parallel domain, so every rank calls them for the
+ * same parameters in the same order.
+ *
+ * engine_local.c: one process; the model owns full params and grads.
+ * An FSDP engine (built on fsdp.h) plugs in through hs_engine_create.
+ */
+#ifndef HS_TRAIN_ENGINE_H
+#define HS_TRAIN_ENGINE_H
+
+#include "hypershard/comm.h"
+#include "hypershard/config.h"
+#include "hypershard/device.h"
+#include "hypershard/mesh.h"
+#include "hypershard/model.h"
+#include "hypershard/optim.h"
+
+typedef struct hs_engine hs_engine;
+
+struct hs_engine {
+    const char *name; /* "local", "fsdp" */
+    void *ctx;
+    hs_model *model; /* created and owned by the engine */
+    const hs_model_hooks *(*hooks)(hs_engine *en);
+    /* sync: reduce gradients after this micro-batch; reshard: free unsharded
+     * params after its backward; last: the step's last micro-batch. */
+    void (*begin_micro_batch)(hs_engine *en, bool sync, bool reshard, bool last);
+    int (*optim_params)(hs_engine *en, hs_optim_param **out);
+    hs_status (*grad_norm)(hs_engine *en, double *norm, hs_error *e);
+    hs_status (*after_step)(hs_engine *en, hs_error *e);
+    void (*zero_grads)(hs_engine *en);
+    hs_status (*gather_full)(hs_engine *en, int param_index, float *out, hs_error *e);
+    hs_status (*set_full)(hs_engine *en, int param_index, const float *full, hs_error *e);
+    void (*free)(hs_engine *en);
+};
+
+/* What an engine needs to build the model and place its parameters. */
+typedef struct hs_engine_env {
+    const hs_config *cfg;
+    const hs_topology *topo;
+    hs_comm *comm;
+    hs_mesh *mesh;
+    hs_device *dev;
+    const hs_log *log;
+    int max_batch; /* sequences per forward (train.micro_batch_size) */
+} hs_engine_env;
+
+/* The one place the engine is chosen. */
+hs_status hs_engine_create(const hs_engine_env *env, hs_engine **out, hs_error *e);
+hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_error *e);
+void hs_engine_free(hs_engine *en);
+
+/* Adapters for hs_hf_save / hs_hf_load (ctx = the engine). */
+hs_status hs_engine_get_param(void *ctx, int param_index, float *out, hs_error *e);
+hs_status hs_engine_set_param(void *ctx, int param_index, const float *full, hs_error *e);
+
+#endif

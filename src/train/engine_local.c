@@ -1,0 +1,133 @@
+/* The single-process engine: the model allocates full fp32 parameters and
+ * gradients, the optimizer updates them in place, hooks do nothing. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/engine.h"
+
+typedef struct local_ctx {
+    hs_optim_param *params;
+    int n;
+    hs_model_hooks hooks;
+} local_ctx;
+
+static void noop_unit(void *ctx, int unit) { (void)ctx, (void)unit; }
+static void noop_final(void *ctx) { (void)ctx; }
+
+static const hs_model_hooks *local_hooks(hs_engine *en) { return &((local_ctx *)en->ctx)->hooks; }
+
+static void local_begin_micro_batch(hs_engine *en, bool sync, bool reshard, bool last) {
+    (void)en, (void)sync, (void)reshard, (void)last; /* one process: nothing to sync */
+}
+
+static int local_optim_params(hs_engine *en, hs_optim_param **out) {
+    local_ctx *c = en->ctx;
+    *out = c->params;
+    return c->n;
+}
+
+static hs_status local_grad_norm(hs_engine *en, double *norm, hs_error *e) {
+    local_ctx *c = en->ctx;
+    (void)e;
+    *norm = sqrt(hs_grad_sumsq(c->params, c->n));
+    return HS_OK;
+}
+
+static hs_status local_after_step(hs_engine *en, hs_error *e) {
+    (void)en, (void)e;
+    return HS_OK;
+}
+
+static void local_zero_grads(hs_engine *en) { hs_model_zero_grads(en->model); }
+
+static int64_t numel_of(const hs_param *p) {
+    int64_t n = 1;
+    for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
+    return n;
+}
+
+static hs_status local_gather_full(hs_engine *en, int i, float *out, hs_error *e) {
+    (void)e;
+    const hs_param *p = hs_model_param(en->model, i);
+    memcpy(out, p->data, sizeof(float) * (size_t)numel_of(p));
+    return HS_OK;
+}
+
+static hs_status local_set_full(hs_engine *en, int i, const float *full, hs_error *e) {
+    (void)e;
+    hs_param *p = hs_model_param(en->model, i);
+    memcpy(p->data, full, sizeof(float) * (size_t)numel_of(p));
+    return HS_OK;
+}
+
+static void local_free(hs_engine *en) {
+    local_ctx *c = en->ctx;
+    hs_model_free(en->model);
+    free(c->params);
+    free(c);
+    free(en);
+}
+
+static void local_fill_params(local_ctx *c, hs_model *m) {
+    for (int i = 0; i < c->n; i++) {
+        hs_param *p = hs_model_param(m, i);
+        hs_optim_param *o = &c->params[i];
+        o->fqn = p->fqn;
+        o->data = p->data;
+        o->dtype = HS_DTYPE_F32;
+        o->grad = p->grad;
+        o->numel = numel_of(p);
+        o->rows = p->shape[0];
+        o->cols = o->rows ? o->numel / o->rows : 0;
+        o->decay = p->kind != HS_PARAM_NORM;
+        o->muon = p->kind == HS_PARAM_LINEAR && p->ndim == 2;
+    }
+}
+
+hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_error *e) {
+    *out = NULL;
+    const hs_config *cfg = env->cfg;
+    hs_model_options mo = {
+        .compute_dtype = HS_DTYPE_F32,
+        .grad_dtype = HS_DTYPE_F32,
+        .max_batch = env->max_batch,
+        .seq_len = cfg->train.seq_len,
+        .activation_checkpointing = cfg->train.activation_checkpointing,
+        .allocate_params = true,
+        .pool = &env->dev->device_pool,
+    };
+    hs_model *m = NULL;
+    hs_status s = hs_model_create(&cfg->model, &mo, &m, e);
+    if (s != HS_OK) return s;
+    hs_model_init_weights(m, (uint64_t)cfg->train.seed);
+    hs_engine *en = calloc(1, sizeof *en);
+    local_ctx *c = calloc(1, sizeof *c);
+    if (c) c->n = hs_model_num_params(m);
+    if (c) c->params = calloc((size_t)c->n + 1, sizeof *c->params);
+    if (!en || !c || !c->params) {
+        free(en);
+        if (c) free(c->params);
+        free(c);
+        hs_model_free(m);
+        return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate the parameter list");
+    }
+    local_fill_params(c, m);
+    c->hooks = (hs_model_hooks){c, noop_unit, noop_unit, noop_unit, noop_unit, noop_final};
+    *en = (hs_engine){
+        .name = "local",
+        .ctx = c,
+        .model = m,
+        .hooks = local_hooks,
+        .begin_micro_batch = local_begin_micro_batch,
+        .optim_params = local_optim_params,
+        .grad_norm = local_grad_norm,
+        .after_step = local_after_step,
+        .zero_grads = local_zero_grads,
+        .gather_full = local_gather_full,
+        .set_full = local_set_full,
+        .free = local_free,
+    };
+    *out = en;
+    return HS_OK;
+}

@@ -1,0 +1,110 @@
+/* Metrics: one JSON object per optimizer step in <out_dir>/metrics.jsonl,
+ * one human log line per train.log_every steps, and the MFU reference. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/trainer.h"
+
+/* The MFU denominator: what this process's BLAS achieves on a square fp32
+ * GEMM of model-like size, measured once at start-up (docs/training.md). The
+ * best of several short trials, since other processes on a shared machine
+ * only ever make a trial slower. */
+static double sgemm_trial(const float *a, const float *b, float *c, int n) {
+    int reps = 0;
+    double t0 = hs_now(), dt = 0.0;
+    while (dt < 0.03) {
+        hs_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+        reps++;
+        dt = hs_now() - t0;
+    }
+    return 2.0 * n * n * (double)n * reps / dt;
+}
+
+double hs_measure_peak_flops(void) {
+    enum { N = 384, TRIALS = 6 };
+    float *a = malloc(sizeof(float) * N * N), *b = malloc(sizeof(float) * N * N),
+          *c = malloc(sizeof(float) * N * N);
+    double best = 0.0;
+    if (a && b && c) {
+        hs_rng_fill_uniform(a, N * N, 1, 1, 0, -1.0f, 1.0f);
+        hs_rng_fill_uniform(b, N * N, 1, 2, 0, -1.0f, 1.0f);
+        hs_sgemm(false, false, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N); /* warm-up */
+        for (int i = 0; i < TRIALS; i++) {
+            double f = sgemm_trial(a, b, c, N);
+            if (f > best) best = f;
+        }
+    }
+    free(a), free(b), free(c);
+    return best;
+}
+
+hs_status hs_metrics_open(hs_trainer *t, hs_error *e) {
+    if (!t->rank0) return HS_OK;
+    const char *dir = t->cfg->train.out_dir;
+    hs_status s = hs_mkdirs(dir, e);
+    if (s != HS_OK) return s;
+    char path[HS_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/config.yaml", dir);
+    FILE *f = hs_fopen(path, "w", "check that train.out_dir is writable", e);
+    if (!f) return e->code;
+    hs_config_dump(t->cfg, t->topo, f);
+    if (fclose(f) != 0)
+        return hs_error_set(e, HS_ERR_IO, "cannot write %s: %s", path, hs_strerror_errno());
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    t->metrics = hs_fopen(path, "w", "check that train.out_dir is writable", e);
+    return t->metrics ? HS_OK : e->code;
+}
+
+static double step_mfu(const hs_trainer *t, const hs_step_result *r) {
+    if (t->peak_flops <= 0 || r->step_time_s <= 0) return 0.0;
+    return t->flops_per_token * (double)r->tokens / r->step_time_s / t->peak_flops;
+}
+
+void hs_metrics_write(hs_trainer *t, const hs_step_result *r) {
+    if (!t->metrics) return;
+    hs_json j;
+    hs_json_init(&j, t->metrics);
+    hs_json_begin_object(&j);
+    hs_json_kv_int(&j, "step", r->step);
+    hs_json_kv_double(&j, "loss", r->loss, 9);
+    if (!strcmp(t->cfg->model.arch, "moe")) hs_json_kv_double(&j, "aux_loss", r->aux_loss, 9);
+    hs_json_kv_double(&j, "grad_norm", r->grad_norm, 9);
+    hs_json_kv_double(&j, "lr", r->lr, 9);
+    hs_json_kv_int(&j, "tokens", r->tokens);
+    hs_json_kv_double(&j, "step_time_s", r->step_time_s, 6);
+    hs_json_kv_double(&j, "tokens_per_s", r->step_time_s > 0 ? r->tokens / r->step_time_s : 0, 6);
+    hs_json_kv_double(&j, "mfu", step_mfu(t, r), 6);
+    hs_json_kv_int(&j, "peak_device_bytes", r->peak_device_bytes);
+    hs_json_kv_int(&j, "peak_host_bytes", r->peak_host_bytes);
+    if (r->has_val) hs_json_kv_double(&j, "val_loss", r->val_loss, 9);
+    hs_json_end_object(&j);
+    fputc('\n', t->metrics);
+    fflush(t->metrics);
+}
+
+static void format_eta(double s, char *buf, size_t cap) {
+    long v = s > 0 ? (long)(s + 0.5) : 0;
+    if (v >= 3600) snprintf(buf, cap, "%ldh%02ldm", v / 3600, v / 60 % 60);
+    else snprintf(buf, cap, "%ldm%02lds", v / 60, v % 60);
+}
+
+void hs_metrics_log(hs_trainer *t, const hs_step_result *r) {
+    int steps = t->cfg->train.steps;
+    bool due = r->step % t->cfg->train.log_every == 0 || r->step == 1 || r->step == steps;
+    if (!due && !r->has_val) return;
+    double elapsed = hs_now() - t->t_start;
+    char eta[32], val[48] = "";
+    format_eta(elapsed / r->step * (steps - r->step), eta, sizeof eta);
+    if (r->has_val) snprintf(val, sizeof val, " | val %.4f", r->val_loss);
+    hs_log_info(t->log,
+                "step %*d/%d | loss %.4f%s | grad %.3f | lr %.2e | %.1fk tok/s | mfu %.1f%% | "
+                "mem %.1f MiB | eta %s",
+                (int)snprintf(NULL, 0, "%d", steps), r->step, steps, r->loss, val, r->grad_norm,
+                r->lr, r->tokens / r->step_time_s / 1e3, 100.0 * step_mfu(t, r),
+                (double)r->peak_device_bytes / (1 << 20), eta);
+}
+
+void hs_metrics_close(hs_trainer *t) {
+    if (t->metrics) fclose(t->metrics);
+    t->metrics = NULL;
+}

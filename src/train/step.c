@@ -1,0 +1,84 @@
+/* One optimizer step: M micro-batches with gradient accumulation, the
+ * global-batch mean loss, global grad-norm clipping, the scheduled LR, the
+ * optimizer update and zeroed gradients (DESIGN.md §3). */
+#include <math.h>
+
+#include "train/trainer.h"
+
+/* Valid targets in the whole global batch g. Every rank can count them
+ * because every rank reads the same data, which spares a collective; the
+ * scale must be identical on all ranks for FSDP's sum to be the mean. */
+static int64_t count_valid_targets(hs_trainer *t, int64_t g) {
+    int64_t n = 0;
+    for (int k = 0; k < t->G; k++) {
+        hs_data_sequence(t->data, hs_data_batch_sequence(t->data, g, t->G, k), t->tokens,
+                         t->targets);
+        for (int i = 0; i < t->T; i++) n += t->targets[i] >= 0;
+    }
+    return n;
+}
+
+static hs_status run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, double sums[2],
+                                   hs_error *e) {
+    const hs_fsdp_config *fc = &t->cfg->fsdp;
+    hs_batch b = {.tokens = t->tokens, .targets = t->targets, .B = t->mbs, .T = t->T};
+    for (int m = 0; m < t->M; m++) {
+        bool last = m == t->M - 1;
+        hs_data_micro_batch(t->data, g, t->G, m, t->mbs, t->dp_rank, t->dp_size, t->tokens,
+                            t->targets);
+        /* spec 004 §2.3: the last micro-batch always syncs and reshards. */
+        t->engine->begin_micro_batch(t->engine, fc->requires_grad_sync || last,
+                                     fc->reshard_after_backward || last, last);
+        double loss_sum = 0.0, aux = 0.0;
+        hs_status s = hs_model_forward_backward(t->engine->model, &b, grad_scale, t->hooks,
+                                                &loss_sum, &aux, e);
+        if (s != HS_OK) return s;
+        sums[0] += loss_sum;
+        sums[1] += aux;
+    }
+    return HS_OK;
+}
+
+static hs_status optimizer_update(hs_trainer *t, int step, hs_step_result *r, hs_error *e) {
+    hs_status s = t->engine->grad_norm(t->engine, &r->grad_norm, e);
+    if (s != HS_OK) return s;
+    double t0 = hs_now();
+    hs_clip_grads(t->oparams, t->n_oparams, r->grad_norm, t->cfg->optimizer.clip_grad_norm);
+    r->lr = hs_lr_at(&t->cfg->optimizer, step, t->cfg->train.steps);
+    hs_optim_step(t->optim, r->lr);
+    s = t->engine->after_step(t->engine, e);
+    t->engine->zero_grads(t->engine);
+    hs_trace_span(t->trace, HS_LANE_COMPUTE, "optimizer", "optimizer", t0, hs_now(), NULL);
+    return s;
+}
+
+hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e) {
+    *r = (hs_step_result){.step = step};
+    int64_t g = step - 1;
+    hs_pool_reset_peak(&t->dev->device_pool);
+    hs_pool_reset_peak(&t->dev->host_pool);
+    double t0 = hs_now();
+    r->tokens = count_valid_targets(t, g);
+    float grad_scale = r->tokens > 0 ? 1.0f / (float)r->tokens : 0.0f;
+    double sums[2] = {0.0, 0.0}; /* CE sum, aux terms */
+    hs_status s = run_micro_batches(t, g, grad_scale, sums, e);
+    if (s == HS_OK) s = optimizer_update(t, step, r, e);
+    if (s == HS_OK) s = hs_reduce_sum_f64(t->batch_group, sums, 2, e);
+    r->step_time_s = hs_now() - t0;
+    hs_trace_span(t->trace, HS_LANE_COMPUTE, "step", "step", t0, hs_now(), NULL);
+    if (s != HS_OK) return s;
+    r->loss = r->tokens > 0 ? sums[0] / (double)r->tokens : 0.0;
+    /* Each micro-batch on each rank reports its own aux term; the mean is
+     * the value of one micro-batch-sized batch. */
+    r->aux_loss = sums[1] / ((double)t->M * (double)hs_pg_size(t->batch_group));
+    int64_t peaks[2] = {hs_pool_peak(&t->dev->device_pool), hs_pool_peak(&t->dev->host_pool)};
+    s = hs_reduce_max_i64(t->world_group, peaks, 2, e);
+    r->peak_device_bytes = peaks[0];
+    r->peak_host_bytes = peaks[1];
+    if (!isfinite(r->loss) && s == HS_OK)
+        s = hs_error_set(e, HS_ERR_INTERNAL,
+                         "step %d: the loss is %g; lower optimizer.lr or enable "
+                         "optimizer.clip_grad_norm",
+                         step, r->loss);
+    return s;
+}

@@ -1,0 +1,160 @@
+/* The trainer: build everything a run needs in an order that leaves nothing
+ * on disk when any input is wrong, train train.steps optimizer steps, then
+ * evaluate, sample, save the weights and write the trace. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/trainer.h"
+
+static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
+    hs_engine_env env = {.cfg = t->cfg, .topo = t->topo, .comm = t->comm, .mesh = t->mesh,
+                         .dev = t->dev, .log = t->log, .max_batch = t->mbs};
+    hs_status s = hs_engine_create(&env, &t->engine, e);
+    if (s != HS_OK) return s;
+    hs_model *m = t->engine->model;
+    int n = hs_model_num_params(m);
+    const char **fqns = malloc(sizeof(char *) * (size_t)(n ? n : 1));
+    if (!fqns) return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate");
+    for (int i = 0; i < n; i++) fqns[i] = hs_model_param(m, i)->fqn;
+    s = hs_config_check_fqns(t->cfg, fqns, n, e);
+    free(fqns);
+    if (s == HS_OK && t->opt && t->opt->init_from) {
+        s = hs_hf_load(m, t->opt->init_from, hs_engine_set_param, t->engine, e);
+        if (s == HS_OK) hs_log_info(t->log, "loaded weights from %s", t->opt->init_from);
+    }
+    if (s != HS_OK) return s;
+    t->n_oparams = t->engine->optim_params(t->engine, &t->oparams);
+    return hs_optim_create(&t->cfg->optimizer, t->oparams, t->n_oparams, &t->dev->device_pool,
+                           &t->optim, e);
+}
+
+static hs_status trainer_buffers(hs_trainer *t, hs_error *e) {
+    size_t n = (size_t)t->mbs * (size_t)t->T;
+    t->tokens = calloc(n, sizeof(int32_t));
+    t->targets = calloc(n, sizeof(int32_t));
+    t->logits = calloc((size_t)t->T * (size_t)t->cfg->model.vocab_size, sizeof(float));
+    if (!t->tokens || !t->targets || !t->logits)
+        return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate batch buffers");
+    return HS_OK;
+}
+
+/* Everything that can reject the inputs runs before out_dir exists. */
+static hs_status trainer_init(hs_trainer *t, hs_error *e) {
+    const hs_config *cfg = t->cfg;
+    hs_device_kind kind;
+    if (!hs_device_kind_parse(cfg->accelerator.device, &kind))
+        return hs_error_set(e, HS_ERR_CONFIG, "accelerator.device: unknown device '%s'; use cpu",
+                            cfg->accelerator.device);
+    hs_status s = hs_device_create(kind, t->trace, &t->dev, e);
+    if (s == HS_OK) s = hs_mesh_create(t->comm, t->topo, &t->mesh, e);
+    if (s != HS_OK) return s;
+    hs_coords c = hs_mesh_coords(t->mesh);
+    t->dp_rank = c.dp;
+    t->dp_size = t->topo->dp;
+    t->batch_group = hs_mesh_group(t->mesh, HS_DIM_DP_CP);
+    t->world_group = hs_comm_world(t->comm);
+    t->G = cfg->train.global_batch_size;
+    t->mbs = cfg->train.micro_batch_size;
+    t->T = cfg->train.seq_len;
+    t->M = hs_config_micro_batches(cfg, t->topo);
+    s = hs_data_open(&cfg->data, t->T, cfg->model.vocab_size, (uint64_t)cfg->train.seed, &t->data, e);
+    if (s == HS_OK) s = trainer_buffers(t, e);
+    if (s == HS_OK) s = trainer_build_model(t, e);
+    if (s != HS_OK) return s;
+    t->hooks = hs_trace_hooks_init(&t->th, t->engine->hooks(t->engine), t->trace,
+                                   t->engine->model, t->dev);
+    t->flops_per_token = hs_model_flops_per_token(t->engine->model, t->T);
+    double peak = hs_measure_peak_flops();
+    s = hs_reduce_sum_f64(t->world_group, &peak, 1, e);
+    t->peak_flops = peak;
+    return s;
+}
+
+static void trainer_free(hs_trainer *t) {
+    hs_metrics_close(t);
+    hs_trace_hooks_free(&t->th);
+    hs_optim_free(t->optim);
+    hs_engine_free(t->engine);
+    hs_data_free(t->data);
+    free(t->tokens);
+    free(t->targets);
+    free(t->logits);
+    hs_mesh_free(t->mesh);
+    hs_device_free(t->dev);
+}
+
+static void trainer_announce(const hs_trainer *t) {
+    const hs_config *cfg = t->cfg;
+    hs_model *m = t->engine->model;
+    hs_log_info(t->log,
+                "model %s: %.2fM params, %d layers, dim %d | data %s: %lld train / %lld val "
+                "sequences of %d tokens",
+                cfg->model.arch, (double)hs_model_param_count(m) / 1e6, cfg->model.n_layers,
+                cfg->model.dim, cfg->data.source, (long long)hs_data_num_train(t->data),
+                (long long)hs_data_num_val(t->data), t->T);
+    hs_log_info(t->log,
+                "engine %s on %d rank(s) | global batch %d = %d micro-batch(es) x %d sequences x "
+                "%d data-parallel rank(s) | peak %.1f GFLOP/s (sgemm, all ranks) -> %s",
+                t->engine->name, t->topo->world, t->G, t->M, t->mbs, t->dp_size,
+                t->peak_flops / 1e9, cfg->train.out_dir);
+}
+
+static bool eval_due(const hs_trainer *t, int step) {
+    int every = t->cfg->train.eval_every;
+    if (every <= 0 || hs_data_num_val(t->data) == 0) return false;
+    return step % every == 0 || step == t->cfg->train.steps;
+}
+
+static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
+    t->t_start = hs_now();
+    for (int step = 1; step <= t->cfg->train.steps; step++) {
+        hs_step_result r;
+        hs_status s = hs_train_step(t, step, &r, e);
+        if (s == HS_OK && eval_due(t, step)) {
+            s = hs_evaluate(t, &r.val_loss, e);
+            r.has_val = true;
+        }
+        if (s != HS_OK) return s;
+        hs_metrics_write(t, &r);
+        hs_metrics_log(t, &r);
+    }
+    return HS_OK;
+}
+
+static hs_status trainer_finish(hs_trainer *t, hs_error *e) {
+    hs_status s = hs_sample(t, e);
+    if (s == HS_OK)
+        s = hs_hf_save(t->engine->model, hs_engine_get_param, t->engine, HS_DTYPE_F32, t->T,
+                       t->cfg->train.out_dir, t->rank0, e);
+    if (s != HS_OK || !hs_trace_enabled(t->trace)) return s;
+    char dir[HS_PATH_MAX + 16], path[HS_PATH_MAX + 32];
+    if (t->cfg->trace.dir[0]) snprintf(dir, sizeof dir, "%s", t->cfg->trace.dir);
+    else snprintf(dir, sizeof dir, "%s/trace", t->cfg->train.out_dir);
+    snprintf(path, sizeof path, "%s/trace.json", dir);
+    if (t->rank0) s = hs_mkdirs(dir, e);
+    /* Every rank must enter the collective even if rank 0 failed to mkdir. */
+    hs_error e2;
+    hs_error_clear(&e2);
+    hs_status s2 = hs_comm_write_merged_trace(t->comm, path, &e2);
+    if (s == HS_OK && s2 != HS_OK) *e = e2, s = s2;
+    if (s == HS_OK) hs_log_info(t->log, "trace: %s", path);
+    return s;
+}
+
+hs_status hs_train_run(const hs_config *cfg, const hs_topology *topo, hs_comm *comm,
+                       const hs_train_options *opt, const hs_log *log, hs_error *e) {
+    hs_trainer t = {.cfg = cfg, .topo = topo, .opt = opt, .comm = comm, .log = log,
+                    .trace = hs_comm_trace(comm), .rank0 = hs_comm_rank(comm) == 0};
+    hs_status s = trainer_init(&t, e);
+    if (s == HS_OK) {
+        trainer_announce(&t);
+        s = hs_metrics_open(&t, e);
+    }
+    if (s == HS_OK) s = trainer_loop(&t, e);
+    if (s == HS_OK) s = trainer_finish(&t, e);
+    if (s == HS_OK)
+        hs_log_info(log, "done: %d steps in %.1f s; metrics, weights and config in %s",
+                    cfg->train.steps, hs_now() - t.t_start, cfg->train.out_dir);
+    trainer_free(&t);
+    return s;
+}

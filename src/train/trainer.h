@@ -1,0 +1,87 @@
+/* train/trainer.h — the trainer's private state and the pieces of one run:
+ * the step (step.c), metrics and logging (metrics.c), evaluation and the
+ * greedy sample (evaluate.c), span-recording hooks (trace_hooks.c) and the
+ * cross-rank reductions they share (reduce.c). */
+#ifndef HS_TRAIN_TRAINER_H
+#define HS_TRAIN_TRAINER_H
+
+#include <stdio.h>
+
+#include "hypershard/train.h"
+#include "train/engine.h"
+
+/* Wraps the engine's hooks to record one compute span per unit per
+ * forward / backward, and the memory counters, when tracing is on. */
+typedef struct hs_trace_hooks {
+    hs_model_hooks outer;
+    const hs_model_hooks *inner;
+    hs_trace *trace;
+    hs_model *model;
+    hs_device *dev;
+    double *fwd_t0, *bwd_t0; /* per unit */
+    int n_units;
+} hs_trace_hooks;
+
+/* inner is returned unchanged when tracing is off. */
+const hs_model_hooks *hs_trace_hooks_init(hs_trace_hooks *th, const hs_model_hooks *inner,
+                                          hs_trace *trace, hs_model *model, hs_device *dev);
+void hs_trace_hooks_free(hs_trace_hooks *th);
+
+typedef struct hs_trainer {
+    const hs_config *cfg;
+    const hs_topology *topo;
+    const hs_train_options *opt;
+    hs_comm *comm;
+    const hs_log *log;
+    hs_trace *trace;
+    hs_device *dev;
+    hs_mesh *mesh;
+    hs_pg *batch_group; /* ranks whose losses add up to the global batch (dp x cp) */
+    hs_pg *world_group;
+    hs_dataset *data;
+    hs_engine *engine;
+    hs_optim *optim;
+    hs_optim_param *oparams;
+    int n_oparams;
+    hs_trace_hooks th;
+    const hs_model_hooks *hooks;
+    int dp_rank, dp_size;     /* data-parallel coordinate of this rank */
+    int G, mbs, M, T;         /* global batch, micro batch, micro-batches, seq_len */
+    int32_t *tokens, *targets; /* [mbs, T] */
+    float *logits;             /* [1, T, V] for the sample */
+    bool rank0;
+    FILE *metrics;
+    double peak_flops;      /* whole job, measured at start-up */
+    double flops_per_token; /* hs_model_flops_per_token */
+    double t_start;
+} hs_trainer;
+
+typedef struct hs_step_result {
+    int step;
+    double loss, aux_loss, grad_norm, lr, step_time_s;
+    int64_t tokens;
+    int64_t peak_device_bytes, peak_host_bytes;
+    bool has_val;
+    double val_loss;
+} hs_step_result;
+
+hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e);
+
+double hs_measure_peak_flops(void);
+hs_status hs_metrics_open(hs_trainer *t, hs_error *e);
+void hs_metrics_write(hs_trainer *t, const hs_step_result *r);
+void hs_metrics_log(hs_trainer *t, const hs_step_result *r);
+void hs_metrics_close(hs_trainer *t);
+
+/* Mean loss over a fixed set of validation sequences (same on every rank). */
+hs_status hs_evaluate(hs_trainer *t, double *val_loss, hs_error *e);
+/* Greedy continuation of a prompt from the validation split, printed by rank 0. */
+hs_status hs_sample(hs_trainer *t, hs_error *e);
+
+/* Sum of n doubles over the group, in rank order (exact and identical on
+ * every rank). */
+hs_status hs_reduce_sum_f64(hs_pg *g, double *vals, int n, hs_error *e);
+/* Max of n int64 over the group. */
+hs_status hs_reduce_max_i64(hs_pg *g, int64_t *vals, int n, hs_error *e);
+
+#endif

@@ -1,0 +1,165 @@
+/* Hugging Face I/O: expert names split and stacked, config.json round trips
+ * for both architectures, and weight save/load through a real model with
+ * errors that name the parameter. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hypershard/train.h"
+
+static char tmpdir[256];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/hs_test_hf_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    return system(cmd);
+}
+
+static void test_stacked_experts_become_one_tensor_per_expert(void **state) {
+    (void)state;
+    hs_param p = {.fqn = "model.layers.2.block_sparse_moe.experts.w2.weight",
+                  .kind = HS_PARAM_EXPERT, .ndim = 3, .shape = {4, 8, 16}};
+    char name[HS_ST_NAME_MAX];
+    assert_int_equal(hs_hf_tensor_count(&p), 4);
+    hs_hf_tensor_name(&p, 3, name, sizeof name);
+    assert_string_equal(name, "model.layers.2.block_sparse_moe.experts.3.w2.weight");
+    hs_param q = {.fqn = "model.layers.0.mlp.up_proj.weight", .kind = HS_PARAM_LINEAR, .ndim = 2,
+                  .shape = {8, 4}};
+    assert_int_equal(hs_hf_tensor_count(&q), 1);
+    hs_hf_tensor_name(&q, 0, name, sizeof name);
+    assert_string_equal(name, q.fqn);
+}
+
+static hs_model_config tiny_config(const char *arch) {
+    hs_config c;
+    hs_config_defaults(&c);
+    hs_model_config mc = c.model;
+    hs_config_free(&c);
+    snprintf(mc.arch, sizeof mc.arch, "%s", arch);
+    mc.dim = 16, mc.n_layers = 2, mc.n_heads = 2, mc.n_kv_heads = 1, mc.ffn_dim = 24;
+    mc.moe.num_experts = 3, mc.moe.top_k = 2, mc.moe.expert_ffn_dim = 20;
+    mc.norm_eps = 1e-6, mc.rope_theta = 500000.0, mc.tie_embeddings = false;
+    return mc;
+}
+
+static void test_config_json_round_trips_llama_and_mixtral(void **state) {
+    (void)state;
+    const char *archs[] = {"llama", "moe"};
+    for (int a = 0; a < 2; a++) {
+        hs_model_config mc = tiny_config(archs[a]), back;
+        memset(&back, 0, sizeof back);
+        char path[300];
+        snprintf(path, sizeof path, "%s/config_%s.json", tmpdir, archs[a]);
+        hs_error e;
+        assert_int_equal(hs_hf_config_write(&mc, 64, "float32", path, &e), HS_OK);
+        int maxpos = 0;
+        assert_int_equal(hs_hf_config_read(path, &back, &maxpos, &e), HS_OK);
+        assert_int_equal(maxpos, 64);
+        assert_string_equal(back.arch, archs[a]);
+        assert_int_equal(back.dim, 16);
+        assert_int_equal(back.n_kv_heads, 1);
+        assert_true(back.norm_eps == 1e-6 && back.rope_theta == 500000.0);
+        if (a == 0) assert_int_equal(back.ffn_dim, 24);
+        else {
+            assert_int_equal(back.moe.num_experts, 3);
+            assert_int_equal(back.moe.top_k, 2);
+            assert_int_equal(back.moe.expert_ffn_dim, 20);
+        }
+    }
+}
+
+typedef struct held {
+    hs_pool pool;
+    hs_model *m;
+} held;
+
+static int64_t numel(const hs_param *p) {
+    int64_t n = 1;
+    for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
+    return n;
+}
+
+static hs_status get(void *ctx, int i, float *out, hs_error *e) {
+    (void)e;
+    const hs_param *p = hs_model_param(((held *)ctx)->m, i);
+    memcpy(out, p->data, sizeof(float) * (size_t)numel(p));
+    return HS_OK;
+}
+
+static hs_status set(void *ctx, int i, const float *full, hs_error *e) {
+    (void)e;
+    hs_param *p = hs_model_param(((held *)ctx)->m, i);
+    memcpy(p->data, full, sizeof(float) * (size_t)numel(p));
+    return HS_OK;
+}
+
+static void held_create(held *h, const hs_model_config *mc, uint64_t seed) {
+    hs_pool_init(&h->pool, "test");
+    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
+                           .max_batch = 1, .seq_len = 8, .allocate_params = true,
+                           .pool = &h->pool};
+    hs_error e;
+    assert_int_equal(hs_model_create(mc, &mo, &h->m, &e), HS_OK);
+    hs_model_init_weights(h->m, seed);
+}
+
+static void test_moe_weights_save_and_load_bitwise(void **state) {
+    (void)state;
+    hs_model_config mc = tiny_config("moe");
+    held a, b;
+    held_create(&a, &mc, 1);
+    held_create(&b, &mc, 2);
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/moe", tmpdir);
+    hs_error e;
+    assert_int_equal(hs_hf_save(a.m, get, &a, HS_DTYPE_F32, 8, dir, true, &e), HS_OK);
+    assert_int_equal(hs_hf_load(b.m, dir, set, &b, &e), HS_OK);
+    for (int i = 0; i < hs_model_num_params(a.m); i++) {
+        const hs_param *p = hs_model_param(a.m, i), *q = hs_model_param(b.m, i);
+        assert_memory_equal(p->data, q->data, sizeof(float) * (size_t)numel(p));
+    }
+    hs_model_free(a.m);
+    hs_model_free(b.m);
+}
+
+static void test_loading_into_another_shape_names_parameter_and_shapes(void **state) {
+    (void)state;
+    hs_model_config mc = tiny_config("llama"), other = mc;
+    other.ffn_dim = 32;
+    held a, b;
+    held_create(&a, &mc, 1);
+    held_create(&b, &other, 1);
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/llama", tmpdir);
+    hs_error e;
+    assert_int_equal(hs_hf_save(a.m, get, &a, HS_DTYPE_BF16, 8, dir, true, &e), HS_OK);
+    hs_error_clear(&e);
+    assert_int_not_equal(hs_hf_load(b.m, dir, set, &b, &e), HS_OK);
+    assert_non_null(strstr(e.msg, "model.layers.1.mlp.down_proj.weight has shape [16, 24]"));
+    assert_non_null(strstr(e.msg, "needs [16, 32]"));
+    hs_model_free(a.m);
+    hs_model_free(b.m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stacked_experts_become_one_tensor_per_expert),
+        cmocka_unit_test(test_config_json_round_trips_llama_and_mixtral),
+        cmocka_unit_test(test_moe_weights_save_and_load_bitwise),
+        cmocka_unit_test(test_loading_into_another_shape_names_parameter_and_shapes),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
