@@ -9,6 +9,7 @@ int hs_cmd_config(int argc, char **argv); /* src/cli/cmd_config.c */
 int hs_cmd_mesh(int argc, char **argv);   /* src/cli/cmd_mesh.c   */
 int hs_cmd_export(int argc, char **argv); /* src/cli/cmd_export.c */
 int hs_cmd_import(int argc, char **argv); /* src/cli/cmd_export.c */
+int hs_cmd_ckpt(int argc, char **argv);   /* src/cli/cmd_ckpt.c   */
 
 int hs_bench_comm(int argc, char **argv); /* bench/bench_comm.c   */
 int hs_bench_step(int argc, char **argv); /* bench/bench_step.c   */

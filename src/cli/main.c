@@ -15,6 +15,7 @@ static const hs_subcommand commands[] = {
     {"config", hs_cmd_config, "config [CONFIG] [a.b.c=value ...] [--world N]   print the resolved config"},
     {"mesh", hs_cmd_mesh, "mesh --world N [key=value ...]   print rank coordinates and groups"},
     {"export", hs_cmd_export, "export --safetensors OUT_DIR (--run DIR | --ckpt DIR)   write Hugging Face weights"},
+    {"ckpt", hs_cmd_ckpt, "ckpt inspect DIR | verify DIR | export DIR --safetensors OUT_DIR   look into a distributed checkpoint"},
     {"import", hs_cmd_import, "import SAFETENSORS_DIR ...   start from given weights"},
 };
 

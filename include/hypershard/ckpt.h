@@ -1,0 +1,158 @@
+/* hypershard/ckpt.h — distributed checkpoints: an atomic, verified save of
+ * sharded tensors plus a small trainer-state record, and a load into any
+ * other world size or sharding layout. docs/checkpoint.md is the reference
+ * for the on-disk format.
+ *
+ * Contract of this layer (RFC 000 §7.8, §8.4):
+ * - The caller describes each tensor it holds as an hs_ckpt_tensor: a name
+ *   (FQN, or "optim.<fqn>.exp_avg" and the like), the dtype, the logical
+ *   global shape (never padded) and this rank's chunk of it as global
+ *   offsets and sizes per dim, with the chunk's contiguous row-major data.
+ *   Chunks may be empty (size 0 in some dim). How the chunks were made
+ *   (FSDP dim-0 torch.chunk shards, HSDP replicas, whole tensors) is not
+ *   this layer's business; hs_ckpt_tensor_dim0 fills in the FSDP case.
+ * - A checkpoint stores only actual shards: each distinct chunk exactly
+ *   once. Chunks several ranks hold with the same (name, offsets, sizes)
+ *   — HSDP replicas, replicated parameters — are written by the lowest such
+ *   rank only. The distinct chunks of a tensor must tile it exactly (no
+ *   overlap, no hole); anything else is an error at save time.
+ * - Save is collective over the world of an hs_comm. Every rank writes its
+ *   own data file into a temporary directory, rank 0 writes the metadata,
+ *   everything is fsynced, the directory is renamed to `step-<N>`, and the
+ *   `latest` pointer is replaced last. A process killed at any point leaves
+ *   the previous checkpoint and `latest` intact.
+ * - Load needs no communication to find data: each rank reads, for every
+ *   tensor it asks for, the saved chunks that overlap its target chunk
+ *   (per-dimension interval intersection on global offsets), checks each
+ *   chunk's length and CRC32, and copies the overlap. A target may also
+ *   name a padded storage (storage_rows > rows): its tail is zero-filled,
+ *   as RFC §7.4 asks of the communication storage after a load.
+ * - Every inconsistency — a missing tensor, a shape or dtype that differs,
+ *   a truncated file, a checksum that does not match — is an error that
+ *   names the checkpoint file, the tensor and both values. Nothing is ever
+ *   loaded silently wrong.
+ *
+ * Test hook (documented in docs/checkpoint.md): HS_CKPT_TEST_KILL_AFTER_BYTES=N
+ * makes the rank HS_CKPT_TEST_KILL_RANK (default 1) _exit(9) after writing N
+ * bytes of its data file, to prove the save protocol is atomic.
+ */
+#ifndef HYPERSHARD_CKPT_H
+#define HYPERSHARD_CKPT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "hypershard/base.h"
+#include "hypershard/comm.h"
+#include "hypershard/config.h"
+#include "hypershard/tensor.h"
+
+#define HS_CKPT_FORMAT "hypershard-checkpoint"
+#define HS_CKPT_VERSION 1
+#define HS_CKPT_METADATA "metadata.json"
+#define HS_CKPT_LATEST "latest"
+#define HS_CKPT_NAME_MAX 256
+
+/* One tensor as this rank holds it. For save, `data` is read; for load it
+ * is written (rows [size[0], storage_rows) of the buffer are zeroed). */
+typedef struct hs_ckpt_tensor {
+    const char *name;
+    hs_dtype dtype;
+    int ndim; /* 1..HS_TENSOR_MAX_DIMS */
+    int64_t shape[HS_TENSOR_MAX_DIMS];  /* logical global shape */
+    int64_t offset[HS_TENSOR_MAX_DIMS]; /* this rank's chunk: global start per dim */
+    int64_t size[HS_TENSOR_MAX_DIMS];   /* this rank's chunk: extent per dim (0 ok) */
+    void *data;                         /* the chunk, contiguous row-major */
+    int64_t storage_rows; /* load only: dim-0 rows of the buffer behind `data`
+                           * (padded communication storage); 0 = size[0] */
+} hs_ckpt_tensor;
+
+/* A whole tensor held by this rank (unsharded, or replicated). */
+void hs_ckpt_tensor_full(hs_ckpt_tensor *t, const char *name, hs_dtype dt, int ndim,
+                         const int64_t *shape, void *data);
+/* The torch.chunk dim-0 shard of rank r of w (FSDP): offsets and sizes from
+ * hs_fsdp_row_offset / hs_fsdp_actual_rows; `data` holds the actual rows. */
+void hs_ckpt_tensor_dim0(hs_ckpt_tensor *t, const char *name, hs_dtype dt, int ndim,
+                         const int64_t *shape, int w, int r, void *data);
+int64_t hs_ckpt_tensor_numel(const hs_ckpt_tensor *t); /* of the chunk */
+
+/* The trainer's record. `config_hash` is whatever the trainer wants checked
+ * on resume (e.g. hs_config_hash over the keys that must not change). */
+typedef struct hs_ckpt_state {
+    int64_t step;          /* optimizer steps completed */
+    int64_t data_position; /* next global batch to read */
+    int64_t optim_step;    /* the optimizer's own step counter */
+    uint64_t rng_seed;     /* counter-based RNG: seed and next counter */
+    uint64_t rng_counter;
+    uint64_t config_hash;
+} hs_ckpt_state;
+
+typedef struct hs_ckpt_save_options {
+    const char *dir;         /* checkpoint.dir: step-<N> and `latest` go here */
+    int keep_last;           /* keep this many step-<N> dirs; <= 0 keeps all */
+    const hs_config *config; /* NULL, or written as config.yaml (for export) */
+    const hs_log *log;       /* NULL: silent */
+    int64_t progress_bytes;  /* rank 0 reports progress when the checkpoint is
+                              * at least this large; 0: 64 MiB */
+} hs_ckpt_save_options;
+
+/* Collective over the world of `comm`. Writes <dir>/step-<state->step>;
+ * `saved_path` (may be NULL) gets that path. Every rank returns the same
+ * status; a rank that did not cause the failure says which rank did. */
+hs_status hs_ckpt_save(hs_comm *comm, const hs_ckpt_save_options *opt,
+                       const hs_ckpt_tensor *tensors, int n, const hs_ckpt_state *state,
+                       char *saved_path, size_t cap, hs_error *e);
+
+/* ----------------------------------------------------------------- load */
+
+typedef struct hs_ckpt hs_ckpt;
+
+/* Open a checkpoint: `path` is a step directory (holding metadata.json) or
+ * a checkpoint.dir (holding `latest`, which is followed). Reads and checks
+ * the metadata and the data files' lengths; reads no tensor data. */
+hs_status hs_ckpt_open(const char *path, hs_ckpt **out, hs_error *e);
+void hs_ckpt_close(hs_ckpt *c);
+const char *hs_ckpt_path(const hs_ckpt *c); /* the step directory */
+const hs_ckpt_state *hs_ckpt_get_state(const hs_ckpt *c);
+int hs_ckpt_saved_world(const hs_ckpt *c);
+
+typedef struct hs_ckpt_info {
+    const char *name;
+    hs_dtype dtype;
+    int ndim;
+    int64_t shape[HS_TENSOR_MAX_DIMS];
+    int n_chunks;  /* non-empty chunks stored */
+    int64_t bytes; /* stored bytes (= numel * dtype size) */
+} hs_ckpt_info;
+
+int hs_ckpt_num_tensors(const hs_ckpt *c);
+void hs_ckpt_tensor_info(const hs_ckpt *c, int i, hs_ckpt_info *out);
+/* Index of `name`, or -1. */
+int hs_ckpt_find(const hs_ckpt *c, const char *name);
+
+/* Fill each target chunk from the overlapping saved chunks (see the layer
+ * contract). The target's dtype and global shape must equal the saved
+ * ones. Local: no communication. */
+hs_status hs_ckpt_read(hs_ckpt *c, const hs_ckpt_tensor *targets, int n, hs_error *e);
+
+/* Read every stored chunk once and check its CRC32; *bytes gets the total. */
+hs_status hs_ckpt_verify(hs_ckpt *c, int64_t *bytes, hs_error *e);
+
+/* Human-readable listing: trainer state, files, and per tensor its dtype,
+ * shape, bytes and chunk layout. */
+void hs_ckpt_print(const hs_ckpt *c, FILE *f);
+
+/* Collective over the world: open + read on every rank, then agree. On
+ * success *state (may be NULL) gets the saved trainer state. */
+hs_status hs_ckpt_load(hs_comm *comm, const char *path, const hs_ckpt_tensor *targets, int n,
+                       hs_ckpt_state *state, hs_error *e);
+
+/* checkpoint.resume: "none" -> *found = false; "auto" -> the step directory
+ * `latest` names in cfg->dir, or *found = false when there is none yet; any
+ * other value is a path that must be a checkpoint (step dir or a dir with
+ * `latest`). */
+hs_status hs_ckpt_resolve_resume(const hs_ckpt_config *cfg, char *path, size_t cap, bool *found,
+                                 hs_error *e);
+
+#endif

@@ -1,0 +1,243 @@
+/* ckpt/save.c — the collective save protocol (docs/checkpoint.md §Save):
+ *
+ *   1. plan: all-gather the tensor tables; every rank derives the metadata
+ *   2. rank 0 creates <dir>/.tmp-step-N (removing a stale one)
+ *   3. each rank writes, fsyncs and closes <tmp>/rank-<r>.bin, computing the
+ *      CRC32 of every chunk as it goes; the CRCs are all-gathered
+ *   4. rank 0 writes metadata.json (and config.yaml), fsyncs them and the
+ *      directory, renames it to step-N (swapping atomically with an old
+ *      step-N), fsyncs <dir>, replaces `latest`, prunes old checkpoints
+ *
+ * A step fails on every rank together (hs_ckpt_agree after each phase).
+ * Until the rename in step 4 nothing a reader looks at has changed, so a
+ * process killed earlier leaves the previous checkpoint and `latest` as
+ * they were. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/plan.h"
+
+#define PIECE ((size_t)4 << 20)
+#define DEFAULT_PROGRESS_BYTES ((int64_t)64 << 20)
+
+typedef struct saver {
+    const hs_ckpt_save_options *opt;
+    const hs_ckpt_state *state;
+    hs_ckpt_plan plan;
+    char step_name[40];
+    char tmp[HS_PATH_MAX + 64], final[HS_PATH_MAX + 64];
+    double t0;
+    /* test hook: this rank _exit(9)s after kill_after bytes */
+    int64_t kill_after;
+    /* progress (rank 0) */
+    int64_t written, my_bytes;
+    double last_report;
+    bool report;
+} saver;
+
+static void kill_hook_init(saver *sv, int rank) {
+    const char *after = getenv("HS_CKPT_TEST_KILL_AFTER_BYTES");
+    const char *who = getenv("HS_CKPT_TEST_KILL_RANK");
+    sv->kill_after = -1;
+    if (after && rank == (who ? atoi(who) : 1)) sv->kill_after = atoll(after);
+}
+
+static void progress(saver *sv, bool last) {
+    if (!sv->report) return;
+    double now = hs_now();
+    if (!last && now - sv->last_report < 1.0) return;
+    sv->last_report = now;
+    double dt = now - sv->t0 > 1e-9 ? now - sv->t0 : 1e-9;
+    hs_log_info(sv->opt->log, "checkpoint: %s rank 0 wrote %.1f of %.1f MiB (%.0f%%), %.1f MB/s",
+                sv->step_name, (double)sv->written / 1048576.0, (double)sv->my_bytes / 1048576.0,
+                sv->my_bytes ? 100.0 * (double)sv->written / (double)sv->my_bytes : 100.0,
+                (double)sv->written / dt / 1e6);
+}
+
+/* One chunk to the open file, in pieces (progress, the kill hook). */
+static hs_status write_chunk(saver *sv, int fd, const char *path, const void *data, size_t n,
+                             uint32_t *crc, hs_error *e) {
+    const char *p = data;
+    *crc = 0;
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < PIECE ? n - done : PIECE;
+        if (sv->kill_after >= 0 && sv->written + (int64_t)k > sv->kill_after) {
+            size_t part = (size_t)(sv->kill_after - sv->written);
+            if (hs_ckpt_write_all(fd, p + done, part, path, e) == HS_OK) fsync(fd);
+            fprintf(stderr, "HS_CKPT_TEST_KILL_AFTER_BYTES: exiting after %lld bytes of %s\n",
+                    (long long)sv->kill_after, path);
+            _exit(9);
+        }
+        if (hs_ckpt_write_all(fd, p + done, k, path, e) != HS_OK) return e->code;
+        *crc = hs_crc32(*crc, p + done, k);
+        done += k;
+        sv->written += (int64_t)k;
+        progress(sv, false);
+    }
+    return HS_OK;
+}
+
+/* Phase 3 on this rank: its data file, and the CRC of each chunk in the
+ * order of its tensors. */
+static hs_status write_data(saver *sv, const hs_ckpt_tensor *t, int n, uint32_t *crcs, hs_error *e) {
+    hs_ckpt_plan *p = &sv->plan;
+    if (p->rank_file[p->rank] < 0) return HS_OK;
+    char path[HS_PATH_MAX + 128];
+    snprintf(path, sizeof path, "%s/%s", sv->tmp, p->meta.files[p->rank_file[p->rank]].name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) return hs_error_set(e, HS_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    hs_status s = HS_OK;
+    int k = 0;
+    for (int i = 0; i < n && s == HS_OK; i++) {
+        if (p->row_entry[p->rank_base[p->rank] + i] < 0) continue;
+        size_t bytes = (size_t)hs_ckpt_tensor_numel(&t[i]) * hs_dtype_size(t[i].dtype);
+        s = write_chunk(sv, fd, path, t[i].data, bytes, &crcs[k++], e);
+    }
+    if (s == HS_OK && fsync(fd) != 0)
+        s = hs_error_set(e, HS_ERR_IO, "cannot sync %s to disk: %s", path, strerror(errno));
+    if (close(fd) != 0 && s == HS_OK)
+        s = hs_error_set(e, HS_ERR_IO, "cannot close %s: %s", path, strerror(errno));
+    progress(sv, true);
+    return s;
+}
+
+/* Gather every rank's CRCs and put them into the metadata. */
+static hs_status gather_crcs(saver *sv, hs_pg *world, const uint32_t *mine, hs_error *e) {
+    hs_ckpt_plan *p = &sv->plan;
+    char *all = NULL;
+    int64_t stride = 0, *lens = calloc((size_t)p->world, sizeof(int64_t));
+    hs_status s = hs_ckpt_all_gather_bytes(world, mine,
+                                           (int64_t)sizeof(uint32_t) * p->rank_chunks[p->rank],
+                                           &all, &stride, lens, e);
+    for (int r = 0; s == HS_OK && r < p->world; r++) {
+        const uint32_t *crc = (const uint32_t *)(all + r * stride);
+        for (int row = p->rank_base[r]; row < p->rank_base[r + 1]; row++)
+            if (p->row_entry[row] >= 0)
+                p->meta.tensors[p->row_entry[row]].chunks[p->row_chunk[row]].crc32 = *crc++;
+    }
+    free(all);
+    free(lens);
+    return s;
+}
+
+/* ------------------------------------------------------------ rank 0 */
+
+static hs_status prepare_tmp(saver *sv, hs_error *e) {
+    if (hs_mkdirs(sv->opt->dir, e) != HS_OK) return e->code;
+    if (hs_ckpt_remove_dir(sv->tmp, e) != HS_OK) return e->code;
+    if (mkdir(sv->tmp, 0755) != 0)
+        return hs_error_set(e, HS_ERR_IO, "cannot create %s: %s", sv->tmp, strerror(errno));
+    return HS_OK;
+}
+
+static hs_status write_text_file(const char *path, void (*fill)(FILE *, const void *),
+                                 const void *arg, hs_error *e) {
+    FILE *f = hs_fopen(path, "wb", "check checkpoint.dir", e);
+    if (!f) return e->code;
+    fill(f, arg);
+    int bad = fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0;
+    if (fclose(f) != 0) bad = 1;
+    if (bad) return hs_error_set(e, HS_ERR_IO, "cannot write %s: %s", path, hs_strerror_errno());
+    return HS_OK;
+}
+
+static void fill_meta(FILE *f, const void *m) {
+    hs_error ignored;
+    hs_ckpt_meta_write(m, f, "", &ignored); /* ferror is checked by the caller */
+}
+
+static void fill_config(FILE *f, const void *cfg) { hs_config_dump(cfg, NULL, f); }
+
+/* Rename tmp to final. An existing final (the same step saved again) is
+ * swapped out atomically and deleted afterwards. */
+static hs_status publish(saver *sv, hs_error *e) {
+    if (!hs_ckpt_is_dir(sv->final)) {
+        if (rename(sv->tmp, sv->final) != 0)
+            return hs_error_set(e, HS_ERR_IO, "cannot rename %s to %s: %s", sv->tmp, sv->final,
+                                strerror(errno));
+        return HS_OK;
+    }
+    if (renameat2(AT_FDCWD, sv->tmp, AT_FDCWD, sv->final, RENAME_EXCHANGE) != 0)
+        return hs_error_set(e, HS_ERR_IO, "cannot replace the existing %s with %s: %s; delete "
+                            "it or choose another checkpoint.dir", sv->final, sv->tmp, strerror(errno));
+    return hs_ckpt_remove_dir(sv->tmp, e);
+}
+
+static hs_status finish_rank0(saver *sv, hs_error *e) {
+    char path[HS_PATH_MAX + 128], latest[64];
+    sv->plan.meta.created_unix = hs_wall_now();
+    snprintf(path, sizeof path, "%s/%s", sv->tmp, HS_CKPT_METADATA);
+    hs_status s = write_text_file(path, fill_meta, &sv->plan.meta, e);
+    if (s == HS_OK && sv->opt->config) {
+        snprintf(path, sizeof path, "%s/config.yaml", sv->tmp);
+        s = write_text_file(path, fill_config, sv->opt->config, e);
+    }
+    if (s == HS_OK) s = hs_ckpt_fsync_path(sv->tmp, true, e);
+    if (s == HS_OK) s = publish(sv, e);
+    if (s == HS_OK) s = hs_ckpt_fsync_path(sv->opt->dir, true, e);
+    snprintf(latest, sizeof latest, "%s\n", sv->step_name);
+    if (s == HS_OK) s = hs_ckpt_write_atomic(sv->opt->dir, HS_CKPT_LATEST, latest, e);
+    if (s == HS_OK) s = hs_ckpt_prune(sv->opt->dir, sv->opt->keep_last, sv->step_name, sv->opt->log, e);
+    return s;
+}
+
+/* ------------------------------------------------------------ driver */
+
+static hs_status save_phases(saver *sv, hs_pg *world, const hs_ckpt_tensor *t, int n,
+                             hs_error *e) {
+    hs_ckpt_plan *p = &sv->plan;
+    hs_status s = hs_ckpt_plan_build(world, t, n, p, e);
+    if (s != HS_OK) return s;
+    p->meta.state = *sv->state;
+    s = hs_ckpt_agree(world, p->rank == 0 ? prepare_tmp(sv, e) : HS_OK, "checkpoint save", e);
+    if (s != HS_OK) return s;
+    sv->report = p->rank == 0 && sv->opt->log &&
+                 p->total_bytes >= (sv->opt->progress_bytes > 0 ? sv->opt->progress_bytes
+                                                                : DEFAULT_PROGRESS_BYTES);
+    if (p->rank_file[p->rank] >= 0) sv->my_bytes = p->meta.files[p->rank_file[p->rank]].bytes;
+    uint32_t *crcs = calloc((size_t)p->rank_chunks[p->rank] + 1, sizeof(uint32_t));
+    s = hs_ckpt_agree(world, write_data(sv, t, n, crcs, e), "checkpoint save: writing data", e);
+    if (s == HS_OK) s = gather_crcs(sv, world, crcs, e);
+    free(crcs);
+    if (s == HS_OK)
+        s = hs_ckpt_agree(world, p->rank == 0 ? finish_rank0(sv, e) : HS_OK,
+                          "checkpoint save: publishing", e);
+    if (s != HS_OK && p->rank == 0) {
+        /* Every rank has stopped writing (the agreement came after its
+         * writes); leave no partial directory behind. */
+        hs_error ignored;
+        hs_ckpt_remove_dir(sv->tmp, &ignored);
+    }
+    return s;
+}
+
+hs_status hs_ckpt_save(hs_comm *comm, const hs_ckpt_save_options *opt,
+                       const hs_ckpt_tensor *tensors, int n, const hs_ckpt_state *state,
+                       char *saved_path, size_t cap, hs_error *e) {
+    hs_pg *world = hs_comm_world(comm);
+    if (!opt->dir || !opt->dir[0] || strlen(opt->dir) >= HS_PATH_MAX)
+        return hs_error_set(e, HS_ERR_CONFIG, "checkpoint.dir is empty or too long; set it to a "
+                            "directory all ranks can write");
+    saver sv = {.opt = opt, .state = state, .t0 = hs_now()};
+    sv.last_report = sv.t0; /* the first progress line after a second */
+    snprintf(sv.step_name, sizeof sv.step_name, "step-%lld", (long long)state->step);
+    snprintf(sv.tmp, sizeof sv.tmp, "%s/.tmp-%s", opt->dir, sv.step_name);
+    snprintf(sv.final, sizeof sv.final, "%s/%s", opt->dir, sv.step_name);
+    kill_hook_init(&sv, hs_comm_rank(comm));
+    hs_status s = hs_ckpt_agree(world, hs_ckpt_check_local(tensors, n, e), "checkpoint save", e);
+    if (s == HS_OK) s = save_phases(&sv, world, tensors, n, e);
+    if (s == HS_OK && saved_path) snprintf(saved_path, cap, "%s", sv.final);
+    double dt = hs_now() - sv.t0;
+    if (s == HS_OK && opt->log)
+        hs_log_info(opt->log, "checkpoint: saved %s (%d tensors, %.2f MiB in %d files) in %.2f s, "
+                    "%.1f MB/s", sv.final, sv.plan.meta.n_tensors,
+                    (double)sv.plan.total_bytes / 1048576.0, sv.plan.meta.n_files, dt,
+                    (double)sv.plan.total_bytes / (dt > 1e-9 ? dt : 1e-9) / 1e6);
+    hs_ckpt_plan_free(&sv.plan);
+    return s;
+}
