@@ -1,0 +1,131 @@
+/* Causal grouped-query attention with every matrix product through BLAS.
+ *
+ * Queries are processed in blocks of ATT_ROWS rows; a block starting at r0
+ * only needs keys 0..r1-1, so the masked upper triangle is (almost) never
+ * computed. The forward saves one fp32 log-sum-exp per score row, and the
+ * backward recomputes the probabilities from it: O(T) saved state per head
+ * instead of O(T^2), for one extra QK^T product. Heads are addressed in
+ * place inside the [B, T, H*HD] projections through the GEMM row stride. */
+#include <math.h>
+#include <string.h>
+
+#include "model/layers.h"
+
+#define ATT_ROWS 128
+
+static int att_rows(int T) { return T < ATT_ROWS ? T : ATT_ROWS; }
+
+int64_t hs_attention_scratch_floats(int T) { return 2 * (int64_t)att_rows(T) * T; }
+
+/* Where one head of one sequence starts, and the row stride, of a [B,T,H*HD] buffer. */
+typedef struct head_view {
+    int64_t off, ld;
+} head_view;
+
+static head_view head_of(int b, int T, int h, int H, int HD) {
+    head_view v = {((int64_t)b * T) * H * HD + (int64_t)h * HD, (int64_t)H * HD};
+    return v;
+}
+
+/* S[rows, nk] = scale * Q[r0:r0+rows] K[0:nk]^T. */
+static void att_scores(float *S, const void *q, head_view qv, const void *k, head_view kv,
+                       hs_dtype dt, int r0, int rows, int nk, int HD, float scale) {
+    hs_gemm_ex(false, true, rows, nk, HD, scale, hs_cat(q, dt, qv.off + r0 * qv.ld), dt, qv.ld,
+               hs_cat(k, dt, kv.off), dt, kv.ld, 0.0f, S, HS_DTYPE_F32, nk);
+}
+
+/* Row-wise causal softmax of S in place; writes each row's log-sum-exp. */
+static void att_softmax(float *S, float *lse, int r0, int rows, int nk) {
+    for (int i = 0; i < rows; i++) {
+        float *s = S + (int64_t)i * nk;
+        int valid = r0 + i + 1;
+        float mx = s[0];
+        for (int j = 1; j < valid; j++) mx = s[j] > mx ? s[j] : mx;
+        double sum = 0.0;
+        for (int j = 0; j < valid; j++) {
+            s[j] = expf(s[j] - mx);
+            sum += s[j];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int j = 0; j < valid; j++) s[j] *= inv;
+        memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
+        lse[r0 + i] = mx + (float)log(sum);
+    }
+}
+
+void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
+                          const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
+                          const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch, int B, int T,
+                          int NH, int KVH, int HD) {
+    float scale = 1.0f / sqrtf((float)HD);
+    int group = NH / KVH, tb = att_rows(T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            head_view qv = head_of(b, T, h, NH, HD), kv = head_of(b, T, h / group, KVH, HD);
+            float *hl = lse + ((int64_t)b * NH + h) * T;
+            for (int r0 = 0; r0 < T; r0 += tb) {
+                int rows = T - r0 < tb ? T - r0 : tb, nk = r0 + rows;
+                att_scores(scratch, q, qv, k, kv, dt, r0, rows, nk, HD, scale);
+                att_softmax(scratch, hl, r0, rows, nk);
+                hs_gemm_ex(false, false, rows, HD, nk, 1.0f, scratch, HS_DTYPE_F32, nk,
+                           hs_cat(v, dt, kv.off), dt, kv.ld, 0.0f,
+                           hs_at(out, dt, qv.off + r0 * qv.ld), dt, qv.ld);
+            }
+        }
+}
+
+/* P = exp(S - lse) on the causal part, 0 above the diagonal. */
+static void att_probs(float *S, const float *lse, int r0, int rows, int nk) {
+    for (int i = 0; i < rows; i++) {
+        float *s = S + (int64_t)i * nk;
+        int valid = r0 + i + 1;
+        float l = lse[r0 + i];
+        for (int j = 0; j < valid; j++) s[j] = expf(s[j] - l);
+        memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
+    }
+}
+
+/* dS = P * (dP - sum_j P dP), in place over dP. */
+static void att_softmax_backward(float *dP, const float *P, int rows, int nk) {
+    for (int i = 0; i < rows; i++) {
+        const float *p = P + (int64_t)i * nk;
+        float *d = dP + (int64_t)i * nk;
+        double dot = 0.0;
+        for (int j = 0; j < nk; j++) dot += (double)p[j] * d[j];
+        float fd = (float)dot;
+        for (int j = 0; j < nk; j++) d[j] = p[j] * (d[j] - fd);
+    }
+}
+
+void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
+                           float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
+                           const void *q, const void *k, const void *v, const float *lse,
+                           hs_dtype dt, float *scratch, int B, int T, int NH, int KVH, int HD) {
+    float scale = 1.0f / sqrtf((float)HD);
+    int group = NH / KVH, tb = att_rows(T);
+    float *P = scratch, *dP = scratch + (int64_t)tb * T;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            head_view qv = head_of(b, T, h, NH, HD), kv = head_of(b, T, h / group, KVH, HD);
+            const float *hl = lse + ((int64_t)b * NH + h) * T;
+            for (int r0 = 0; r0 < T; r0 += tb) {
+                int rows = T - r0 < tb ? T - r0 : tb, nk = r0 + rows;
+                const float *dO = dout + qv.off + r0 * qv.ld;
+                att_scores(P, q, qv, k, kv, dt, r0, rows, nk, HD, scale);
+                att_probs(P, hl, r0, rows, nk);
+                /* dP = dO V^T;  dV += P^T dO */
+                hs_gemm_ex(false, true, rows, nk, HD, 1.0f, dO, HS_DTYPE_F32, qv.ld,
+                           hs_cat(v, dt, kv.off), dt, kv.ld, 0.0f, dP, HS_DTYPE_F32, nk);
+                hs_gemm_ex(true, false, nk, HD, rows, 1.0f, P, HS_DTYPE_F32, nk, dO, HS_DTYPE_F32,
+                           qv.ld, 1.0f, dv + kv.off, HS_DTYPE_F32, kv.ld);
+                att_softmax_backward(dP, P, rows, nk);
+                /* dQ += scale dS K;  dK += scale dS^T Q */
+                hs_gemm_ex(false, false, rows, HD, nk, scale, dP, HS_DTYPE_F32, nk,
+                           hs_cat(k, dt, kv.off), dt, kv.ld, 1.0f, dq + qv.off + r0 * qv.ld,
+                           HS_DTYPE_F32, qv.ld);
+                hs_gemm_ex(true, false, nk, HD, rows, scale, dP, HS_DTYPE_F32, nk,
+                           hs_cat(q, dt, qv.off + r0 * qv.ld), dt, qv.ld, 1.0f, dk + kv.off,
+                           HS_DTYPE_F32, kv.ld);
+            }
+        }
+}

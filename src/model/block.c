@@ -1,0 +1,155 @@
+/* One Llama decoder block, forward and backward:
+ *   x_mid = x + o_proj(attn(rope(q_proj(n1)), rope(k_proj(n1)), v_proj(n1))),
+ *           n1 = input_layernorm(x)
+ *   x_out = x_mid + mlp(post_attention_layernorm(x_mid)),
+ *   mlp   = down_proj(silu(gate_proj(.)) * up_proj(.))  or the sparse MoE.
+ * Parameter pointers are read at use, i.e. after the unit's hooks ran. */
+#include <string.h>
+
+#include "model/layers.h"
+#include "model/model_internal.h"
+
+static void zero_f32(float *x, int64_t n) { memset(x, 0, (size_t)n * sizeof(float)); }
+
+static void copy_dt(void *dst, const void *src, hs_dtype dt, int64_t n) {
+    memcpy(dst, src, (size_t)n * hs_dtype_size(dt));
+}
+
+static hs_moe_weights moe_weights(const hs_block_params *bp) {
+    hs_moe_weights w = {bp->router->data,
+                        bp->w1->data,
+                        bp->w3->data,
+                        bp->w2->data,
+                        bp->sh_gate ? bp->sh_gate->data : NULL,
+                        bp->sh_up ? bp->sh_up->data : NULL,
+                        bp->sh_down ? bp->sh_down->data : NULL};
+    return w;
+}
+
+static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
+                              const void *x_in, int B, int T) {
+    hs_dtype dt = m->dt;
+    int64_t N = (int64_t)B * T;
+    int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
+    hs_rmsnorm_forward(a->ln1, a->rstd1, x_in, bp->ln1->data, dt, N, C, (float)m->cfg.norm_eps);
+    hs_linear_forward(a->q, a->ln1, bp->wq->data, dt, N, C, qd, 0);
+    hs_linear_forward(a->k, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
+    hs_linear_forward(a->v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
+    hs_rope_forward(a->q, dt, m->cos_t, m->sin_t, B, T, m->NH, m->HD);
+    hs_rope_forward(a->k, dt, m->cos_t, m->sin_t, B, T, m->KVH, m->HD);
+    hs_attention_forward(a->atty, a->lse, a->q, a->k, a->v, dt, m->att_scratch, B, T, m->NH, m->KVH,
+                         m->HD);
+    /* Residual folded into the GEMM (beta = 1): one rounding for the sum. */
+    copy_dt(a->x_mid, x_in, dt, N * C);
+    hs_linear_forward(a->x_mid, a->atty, bp->wo->data, dt, N, qd, C, 1);
+}
+
+static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a, void *x_out,
+                        int64_t N, const hs_model_hooks *hooks, bool count_aux) {
+    hs_dtype dt = m->dt;
+    int C = m->C;
+    if (!m->moe) {
+        hs_linear_forward(a->gate, a->ln2, bp->wg->data, dt, N, C, m->F, 0);
+        hs_linear_forward(a->up, a->ln2, bp->wu->data, dt, N, C, m->F, 0);
+        hs_swiglu_forward(m->hbuf, a->gate, a->up, dt, N * m->F);
+        copy_dt(x_out, a->x_mid, dt, N * C);
+        hs_linear_forward(x_out, m->hbuf, bp->wd->data, dt, N, m->F, C, 1);
+        return;
+    }
+    hs_hook_pre_forward(hooks, bp->expert_unit);
+    hs_moe_weights w = moe_weights(bp);
+    hs_moe_forward(a->moe_out, &a->moe, a->ln2, &w, (int)N, m->moe_scratch);
+    hs_hook_post_forward(hooks, bp->expert_unit);
+    if (count_aux) hs_moe_aux_add(&m->aux, &a->moe);
+    for (int64_t i = 0; i < N * C; i++)
+        hs_st(x_out, dt, i, hs_ld(a->x_mid, dt, i) + hs_ld(a->moe_out, dt, i));
+}
+
+void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, void *x_out,
+                      int B, int T, const hs_model_hooks *hooks, bool count_aux) {
+    const hs_block_params *bp = &m->blocks[layer];
+    int64_t N = (int64_t)B * T;
+    attention_forward(m, bp, a, x_in, B, T);
+    hs_rmsnorm_forward(a->ln2, a->rstd2, a->x_mid, bp->ln2->data, m->dt, N, m->C,
+                       (float)m->cfg.norm_eps);
+    mlp_forward(m, bp, a, x_out, N, hooks, count_aux);
+}
+
+static hs_moe_grads moe_grads(const hs_block_params *bp) {
+    hs_moe_grads g = {bp->router->grad,
+                      bp->w1->grad,
+                      bp->w3->grad,
+                      bp->w2->grad,
+                      bp->sh_gate ? bp->sh_gate->grad : NULL,
+                      bp->sh_up ? bp->sh_up->grad : NULL,
+                      bp->sh_down ? bp->sh_down->grad : NULL,
+                      bp->w1->grad_dtype};
+    return g;
+}
+
+/* dres = d(x_out) in; m->dln = d(ln2) out. */
+static void mlp_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a, int64_t N,
+                         const hs_model_hooks *hooks, const float *aux_g) {
+    hs_dtype dt = m->dt;
+    int C = m->C, F = m->F;
+    zero_f32(m->dln, N * C);
+    if (m->moe) {
+        hs_hook_pre_backward(hooks, bp->expert_unit);
+        hs_moe_weights w = moe_weights(bp);
+        hs_moe_grads g = moe_grads(bp);
+        hs_moe_backward(m->dln, m->dres, &g, &a->moe, a->ln2, &w, aux_g, m->moe_scratch);
+        hs_hook_post_backward(hooks, bp->expert_unit);
+        return;
+    }
+    /* silu(gate) * up is cheaper to recompute than to keep per layer. */
+    hs_swiglu_forward(m->hbuf, a->gate, a->up, dt, N * F);
+    zero_f32(m->dh, N * F);
+    hs_linear_backward(m->dh, bp->wd->grad, bp->wd->grad_dtype, m->dres, m->hbuf, bp->wd->data, dt,
+                       N, F, C);
+    zero_f32(m->dg, N * F);
+    zero_f32(m->du, N * F);
+    hs_swiglu_backward(m->dg, m->du, m->dh, a->gate, a->up, dt, N * F);
+    hs_linear_backward(m->dln, bp->wg->grad, bp->wg->grad_dtype, m->dg, a->ln2, bp->wg->data, dt, N,
+                       C, F);
+    hs_linear_backward(m->dln, bp->wu->grad, bp->wu->grad_dtype, m->du, a->ln2, bp->wu->data, dt, N,
+                       C, F);
+}
+
+/* dres = d(x_mid) in; d(x_in) out. */
+static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
+                               const void *x_in, int B, int T) {
+    hs_dtype dt = m->dt;
+    int64_t N = (int64_t)B * T;
+    int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
+    zero_f32(m->datt, N * qd);
+    hs_linear_backward(m->datt, bp->wo->grad, bp->wo->grad_dtype, m->dres, a->atty, bp->wo->data,
+                       dt, N, qd, C);
+    zero_f32(m->dq, N * qd);
+    zero_f32(m->dk, N * kvd);
+    zero_f32(m->dv, N * kvd);
+    hs_attention_backward(m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->lse, dt,
+                          m->att_scratch, B, T, m->NH, m->KVH, m->HD);
+    hs_rope_backward(m->dq, m->cos_t, m->sin_t, B, T, m->NH, m->HD);
+    hs_rope_backward(m->dk, m->cos_t, m->sin_t, B, T, m->KVH, m->HD);
+    zero_f32(m->dln, N * C);
+    hs_linear_backward(m->dln, bp->wq->grad, bp->wq->grad_dtype, m->dq, a->ln1, bp->wq->data, dt, N,
+                       C, qd);
+    hs_linear_backward(m->dln, bp->wk->grad, bp->wk->grad_dtype, m->dk, a->ln1, bp->wk->data, dt, N,
+                       C, kvd);
+    hs_linear_backward(m->dln, bp->wv->grad, bp->wv->grad_dtype, m->dv, a->ln1, bp->wv->data, dt, N,
+                       C, kvd);
+    hs_rmsnorm_backward(m->dres, bp->ln1->grad, bp->ln1->grad_dtype, m->dln, x_in, bp->ln1->data,
+                        a->rstd1, dt, N, C);
+}
+
+void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
+                       const hs_model_hooks *hooks, const float *aux_g) {
+    const hs_block_params *bp = &m->blocks[layer];
+    int64_t N = (int64_t)B * T;
+    mlp_backward(m, bp, a, N, hooks, aux_g);
+    /* The residual gradient passes through unchanged, so the norm's input
+     * gradient accumulates straight into it. */
+    hs_rmsnorm_backward(m->dres, bp->ln2->grad, bp->ln2->grad_dtype, m->dln, a->x_mid,
+                        bp->ln2->data, a->rstd2, m->dt, N, m->C);
+    attention_backward(m, bp, a, x_in, B, T);
+}

@@ -1,0 +1,139 @@
+/* model/layers.h — the dense decoder's layers as forward / backward pairs.
+ *
+ * llm.c conventions: arguments go outputs, inputs, weights, then dimensions;
+ * every backward ACCUMULATES (+=) into its gradient outputs, activation
+ * gradients and weight gradients alike, so callers zero what they own.
+ *
+ * Dimension letters: B batch, T time, C model dim, NH query heads, KVH
+ * key/value heads, HD head dim, F MLP hidden dim, V vocabulary, N = B*T rows.
+ *
+ * Precision: activations and weights are stored in a "compute dtype" (`dt`)
+ * and read through hs_ld / written through hs_st; all arithmetic is fp32;
+ * each stored output is rounded once. Activation gradients are always fp32.
+ * Weight gradients are in their own dtype (`gdt`) and accumulate as
+ * read-convert-add-round.
+ */
+#ifndef HS_MODEL_LAYERS_H
+#define HS_MODEL_LAYERS_H
+
+#include <stdint.h>
+
+#include "hypershard/tensor.h"
+
+/* ------------------------------------------------------- dtype load/store */
+
+static inline float hs_ld(const void *p, hs_dtype dt, int64_t i) {
+    switch (dt) {
+    case HS_DTYPE_BF16:
+        return hs_bf16_to_f32(((const uint16_t *)p)[i]);
+    case HS_DTYPE_F16:
+        return hs_f16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return ((const float *)p)[i];
+    }
+}
+
+static inline void hs_st(void *p, hs_dtype dt, int64_t i, float v) {
+    switch (dt) {
+    case HS_DTYPE_BF16:
+        ((uint16_t *)p)[i] = hs_f32_to_bf16(v);
+        break;
+    case HS_DTYPE_F16:
+        ((uint16_t *)p)[i] = hs_f32_to_f16(v);
+        break;
+    default:
+        ((float *)p)[i] = v;
+        break;
+    }
+}
+
+/* p[i] += v with one rounding to dt. */
+static inline void hs_acc(void *p, hs_dtype dt, int64_t i, float v) {
+    hs_st(p, dt, i, hs_ld(p, dt, i) + v);
+}
+
+/* Element offset into a buffer of dtype dt. */
+static inline void *hs_at(void *p, hs_dtype dt, int64_t i) {
+    return (char *)p + (size_t)i * (dt == HS_DTYPE_F32 ? 4u : 2u);
+}
+static inline const void *hs_cat(const void *p, hs_dtype dt, int64_t i) {
+    return (const char *)p + (size_t)i * (dt == HS_DTYPE_F32 ? 4u : 2u);
+}
+
+/* ------------------------------------------------------------- embedding */
+
+/* out[n,:] = wte[tokens[n],:]. Tokens must already be checked in [0, V). */
+void hs_embedding_forward(void *out /* N,C */, const int32_t *tokens /* N */,
+                          const void *wte /* V,C */, hs_dtype dt, int64_t N, int C);
+/* dwte[tokens[n],:] += dout[n,:]. */
+void hs_embedding_backward(void *dwte /* V,C */, hs_dtype gdt, const float *dout /* N,C */,
+                           const int32_t *tokens /* N */, int64_t N, int C);
+
+/* --------------------------------------------------------------- rmsnorm */
+
+/* out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) per row (fp32, saved). */
+void hs_rmsnorm_forward(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
+                        const void *w /* C */, hs_dtype dt, int64_t N, int C, float eps);
+void hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
+                         const float *dout /* N,C */, const void *x /* N,C */,
+                         const void *w /* C */, const float *rstd /* N */, hs_dtype dt, int64_t N,
+                         int C);
+
+/* ------------------------------------------------------------------ rope */
+
+/* Hugging Face layout: within each head, dims i and i+HD/2 rotate together
+ * by angle pos * theta^(-2i/HD). Tables are [T, HD/2] fp32. */
+void hs_rope_tables(float *cos_t /* T,HD/2 */, float *sin_t /* T,HD/2 */, int T, int HD,
+                    double theta);
+/* In place on x [B,T,H*HD] in dtype dt (rounded once per element). */
+void hs_rope_forward(void *x /* B,T,H,HD */, hs_dtype dt, const float *cos_t, const float *sin_t,
+                     int B, int T, int H, int HD);
+/* In place on the fp32 gradient: applies the inverse rotation. */
+void hs_rope_backward(float *dx /* B,T,H,HD */, const float *cos_t, const float *sin_t, int B,
+                      int T, int H, int HD);
+
+/* -------------------------------------------------------------- attention */
+
+/* Causal grouped-query attention, scale 1/sqrt(HD); query head h reads
+ * key/value head h / (NH/KVH). Saves the fp32 log-sum-exp of every score
+ * row so backward recomputes probabilities instead of storing [T, T].
+ * `scratch` holds hs_attention_scratch_floats(T) floats. */
+int64_t hs_attention_scratch_floats(int T);
+void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
+                          const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
+                          const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch, int B, int T,
+                          int NH, int KVH, int HD);
+void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
+                           float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
+                           const void *q, const void *k, const void *v, const float *lse,
+                           hs_dtype dt, float *scratch, int B, int T, int NH, int KVH, int HD);
+
+/* ----------------------------------------------------------------- swiglu */
+
+/* out = silu(gate) * up. */
+void hs_swiglu_forward(void *out /* N,F */, const void *gate /* N,F */, const void *up /* N,F */,
+                       hs_dtype dt, int64_t n);
+void hs_swiglu_backward(float *dgate /* N,F */, float *dup /* N,F */, const float *dout /* N,F */,
+                        const void *gate, const void *up, hs_dtype dt, int64_t n);
+
+/* ----------------------------------------------------------------- linear */
+
+/* out = x @ w^T (+ out when accumulate): w is nn.Linear [OC, IC]. */
+void hs_linear_forward(void *out /* N,OC */, const void *x /* N,IC */, const void *w /* OC,IC */,
+                       hs_dtype dt, int64_t N, int IC, int OC, int accumulate);
+/* dx += dout @ w; dw += dout^T @ x (dw in gdt, skipped when NULL). */
+void hs_linear_backward(float *dx /* N,IC */, void *dw /* OC,IC */, hs_dtype gdt,
+                        const float *dout /* N,OC */, const void *x /* N,IC */,
+                        const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC);
+
+/* ---------------------------------------------------------- cross-entropy */
+
+/* Sum over rows with target >= 0 of logsumexp(logits) - logits[target], in
+ * fp64. With dlogits == logits (allowed) the logits are replaced, in
+ * place, by the gradient (softmax - onehot) * scale on valid rows and 0 on
+ * ignored rows. dlogits may be NULL (loss only). *valid counts rows used. */
+double hs_xent_forward_backward(float *dlogits /* N,V */, const float *logits /* N,V */,
+                                const int32_t *targets /* N */, int64_t N, int V, float scale,
+                                int64_t *valid);
+
+#endif

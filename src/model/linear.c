@@ -1,0 +1,20 @@
+/* Bias-free nn.Linear through BLAS: W is [OC, IC] so the forward is
+ * x @ W^T, and no operand is ever copied or transposed in memory. */
+#include "model/layers.h"
+
+void hs_linear_forward(void *out /* N,OC */, const void *x /* N,IC */, const void *w /* OC,IC */,
+                       hs_dtype dt, int64_t N, int IC, int OC, int accumulate) {
+    hs_gemm_ex(false, true, N, OC, IC, 1.0f, x, dt, IC, w, dt, IC, accumulate ? 1.0f : 0.0f, out,
+               dt, OC);
+}
+
+void hs_linear_backward(float *dx /* N,IC */, void *dw /* OC,IC */, hs_dtype gdt,
+                        const float *dout /* N,OC */, const void *x /* N,IC */,
+                        const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC) {
+    if (dx)
+        hs_gemm_ex(false, false, N, IC, OC, 1.0f, dout, HS_DTYPE_F32, OC, w, dt, IC, 1.0f, dx,
+                   HS_DTYPE_F32, IC);
+    if (dw)
+        hs_gemm_ex(true, false, OC, IC, N, 1.0f, dout, HS_DTYPE_F32, OC, x, dt, IC, 1.0f, dw, gdt,
+                   IC);
+}

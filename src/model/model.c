@@ -1,0 +1,208 @@
+/* hs_model_create / hs_model_free: validate the architecture, build the
+ * registry, and allocate every activation and scratch buffer once for the
+ * capacity (max_batch, seq_len), so a step never allocates. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/layers.h"
+#include "model/model_internal.h"
+
+#define HEAD_ROWS 256
+
+static hs_status check_dims(const hs_model_config *c, const hs_model_options *o, hs_error *e) {
+    hs_error_clear(e);
+    if (strcmp(c->arch, "llama") != 0 && strcmp(c->arch, "moe") != 0)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "model.arch: '%s' is not an architecture; use llama or moe", c->arch);
+    if (c->vocab_size < 1 || c->dim < 1 || c->n_layers < 1 || c->n_heads < 1)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "model: vocab_size=%d, dim=%d, n_layers=%d, n_heads=%d must all be >= 1",
+                        c->vocab_size, c->dim, c->n_layers, c->n_heads);
+    else if (c->dim % c->n_heads != 0 || (c->dim / c->n_heads) % 2 != 0)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "model.dim=%d must be n_heads=%d times an even head dim (RoPE rotates "
+                        "pairs); change model.dim or model.n_heads",
+                        c->dim, c->n_heads);
+    int kvh = c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads;
+    if (c->n_heads >= 1 && c->n_heads % kvh != 0)
+        hs_error_append(
+            e, HS_ERR_CONFIG,
+            "model.n_kv_heads=%d must divide model.n_heads=%d (grouped-query attention)",
+            c->n_kv_heads, c->n_heads);
+    if (strcmp(c->arch, "llama") == 0 && c->ffn_dim < 1)
+        hs_error_append(e, HS_ERR_CONFIG, "model.ffn_dim=%d must be >= 1", c->ffn_dim);
+    if (strcmp(c->arch, "moe") == 0 &&
+        (c->moe.num_experts < 1 || c->moe.top_k < 1 || c->moe.top_k > c->moe.num_experts ||
+         c->moe.expert_ffn_dim < 1))
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "model.moe: num_experts=%d, top_k=%d, expert_ffn_dim=%d; need "
+                        "1 <= top_k <= num_experts and expert_ffn_dim >= 1",
+                        c->moe.num_experts, c->moe.top_k, c->moe.expert_ffn_dim);
+    if (!(c->norm_eps > 0.0) || !(c->rope_theta > 0.0) || !(c->init_std >= 0.0))
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "model: norm_eps=%g and rope_theta=%g must be > 0, init_std=%g >= 0",
+                        c->norm_eps, c->rope_theta, c->init_std);
+    if (o->max_batch < 1 || o->seq_len < 1)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "model options: max_batch=%d and seq_len=%d must be >= 1 (set "
+                        "train.micro_batch_size and train.seq_len)",
+                        o->max_batch, o->seq_len);
+    if ((unsigned)o->compute_dtype >= HS_DTYPE_COUNT || (unsigned)o->grad_dtype >= HS_DTYPE_COUNT)
+        hs_error_append(e, HS_ERR_CONFIG, "model options: compute_dtype=%d / grad_dtype=%d unknown",
+                        (int)o->compute_dtype, (int)o->grad_dtype);
+    return e->code;
+}
+
+static void *buf(hs_model *m, int64_t n, hs_dtype dt) {
+    return hs_pool_calloc(m->pool, (size_t)n * hs_dtype_size(dt));
+}
+
+static void acts_alloc(hs_model *m, hs_block_acts *a, int64_t BT) {
+    hs_dtype dt = m->dt;
+    int64_t q = (int64_t)m->NH * m->HD, kv = (int64_t)m->KVH * m->HD;
+    a->rstd1 = buf(m, BT, HS_DTYPE_F32);
+    a->ln1 = buf(m, BT * m->C, dt);
+    a->q = buf(m, BT * q, dt);
+    a->k = buf(m, BT * kv, dt);
+    a->v = buf(m, BT * kv, dt);
+    a->lse = buf(m, BT * m->NH, HS_DTYPE_F32);
+    a->atty = buf(m, BT * q, dt);
+    a->x_mid = buf(m, BT * m->C, dt);
+    a->rstd2 = buf(m, BT, HS_DTYPE_F32);
+    a->ln2 = buf(m, BT * m->C, dt);
+    if (m->moe) {
+        a->moe_out = buf(m, BT * m->C, dt);
+        a->moe_mem = hs_pool_alloc(m->pool, hs_moe_act_bytes(&m->moe_shapes, dt));
+        hs_moe_act_bind(&a->moe, &m->moe_shapes, dt, a->moe_mem);
+    } else {
+        a->gate = buf(m, BT * m->F, dt);
+        a->up = buf(m, BT * m->F, dt);
+    }
+}
+
+static void acts_free(hs_model *m, hs_block_acts *a) {
+    void *ptrs[] = {a->rstd1, a->ln1,   a->q,   a->k,    a->v,  a->lse,     a->atty,
+                    a->x_mid, a->rstd2, a->ln2, a->gate, a->up, a->moe_out, a->moe_mem};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_pool_free(m->pool, ptrs[i]);
+}
+
+static void buffers_alloc(hs_model *m) {
+    hs_dtype dt = m->dt;
+    int T = m->opt.seq_len;
+    int64_t BT = (int64_t)m->opt.max_batch * T, q = (int64_t)m->NH * m->HD;
+    int64_t kv = (int64_t)m->KVH * m->HD, F = m->moe ? 0 : m->F;
+    m->resid = calloc((size_t)m->L + 1, sizeof *m->resid);
+    if (!m->resid) hs_panic("model: cannot allocate %d residual pointers", m->L + 1);
+    for (int i = 0; i <= m->L; i++) m->resid[i] = buf(m, BT * m->C, dt);
+    m->n_acts = m->opt.activation_checkpointing ? 1 : m->L;
+    m->acts = calloc((size_t)m->n_acts, sizeof *m->acts);
+    if (!m->acts) hs_panic("model: cannot allocate %d activation sets", m->n_acts);
+    for (int i = 0; i < m->n_acts; i++) acts_alloc(m, &m->acts[i], BT);
+    m->rstdf = buf(m, BT, HS_DTYPE_F32);
+    m->lnf = buf(m, BT * m->C, dt);
+    /* Enough rows for an efficient GEMM, few enough that the chunk stays small. */
+    m->head_rows = BT < HEAD_ROWS ? BT : HEAD_ROWS;
+    m->logits = buf(m, m->head_rows * m->V, HS_DTYPE_F32);
+    m->cos_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
+    m->sin_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
+    hs_rope_tables(m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);
+    m->dres = buf(m, BT * m->C, HS_DTYPE_F32);
+    m->dln = buf(m, BT * m->C, HS_DTYPE_F32);
+    m->dq = buf(m, BT * q, HS_DTYPE_F32);
+    m->dk = buf(m, BT * kv, HS_DTYPE_F32);
+    m->dv = buf(m, BT * kv, HS_DTYPE_F32);
+    m->datt = buf(m, BT * q, HS_DTYPE_F32);
+    if (F > 0) {
+        m->dg = buf(m, BT * F, HS_DTYPE_F32);
+        m->du = buf(m, BT * F, HS_DTYPE_F32);
+        m->dh = buf(m, BT * F, HS_DTYPE_F32);
+        m->hbuf = buf(m, BT * F, dt);
+    }
+    m->att_scratch = buf(m, hs_attention_scratch_floats(T), HS_DTYPE_F32);
+    if (m->moe) {
+        m->moe_scratch = hs_pool_alloc(m->pool, hs_moe_scratch_bytes(&m->moe_shapes, dt));
+        hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->pool);
+        m->aux_g = buf(m, m->moe_shapes.E, HS_DTYPE_F32);
+    }
+}
+
+static void params_alloc(hs_model *m) {
+    for (int i = 0; i < m->n_params; i++) {
+        hs_param *p = &m->params[i];
+        int64_t n = 1;
+        for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
+        p->data = buf(m, n, m->dt);
+        p->grad = buf(m, n, p->grad_dtype);
+    }
+}
+
+static void dims_set(hs_model *m) {
+    const hs_model_config *c = &m->cfg;
+    m->dt = m->opt.compute_dtype;
+    m->C = c->dim;
+    m->NH = c->n_heads;
+    m->KVH = c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads;
+    m->HD = c->dim / c->n_heads;
+    m->F = c->ffn_dim;
+    m->V = c->vocab_size;
+    m->L = c->n_layers;
+    m->moe = strcmp(c->arch, "moe") == 0;
+    if (m->moe)
+        m->moe_shapes = hs_moe_shapes_make(&c->moe, m->opt.max_batch * m->opt.seq_len, m->C);
+}
+
+hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *opt, hs_model **out,
+                          hs_error *e) {
+    *out = NULL;
+    if (check_dims(cfg, opt, e) != HS_OK) return e->code;
+    hs_model *m = calloc(1, sizeof *m);
+    if (!m) return hs_error_set(e, HS_ERR_OOM, "model: cannot allocate the model struct");
+    m->cfg = *cfg;
+    m->opt = *opt;
+    hs_pool_init(&m->own_pool, "model");
+    m->pool = opt->pool ? opt->pool : &m->own_pool;
+    dims_set(m);
+    if (hs_model_registry_build(m, e) != HS_OK) {
+        hs_model_free(m);
+        return e->code;
+    }
+    if (opt->allocate_params) params_alloc(m);
+    buffers_alloc(m);
+    *out = m;
+    return HS_OK;
+}
+
+static void params_free(hs_model *m) {
+    if (!m->opt.allocate_params) return;
+    for (int i = 0; i < m->n_params; i++) {
+        hs_pool_free(m->pool, m->params[i].data);
+        hs_pool_free(m->pool, m->params[i].grad);
+    }
+}
+
+static void buffers_free(hs_model *m) {
+    if (m->resid)
+        for (int i = 0; i <= m->L; i++) hs_pool_free(m->pool, m->resid[i]);
+    free(m->resid);
+    for (int i = 0; m->acts && i < m->n_acts; i++) acts_free(m, &m->acts[i]);
+    free(m->acts);
+    void *ptrs[] = {m->rstdf, m->lnf, m->logits, m->cos_t,       m->sin_t,       m->dres,
+                    m->dln,   m->dq,  m->dk,     m->dv,          m->datt,        m->dg,
+                    m->du,    m->dh,  m->hbuf,   m->att_scratch, m->moe_scratch, m->aux_g};
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_pool_free(m->pool, ptrs[i]);
+    if (m->moe && m->aux.count) hs_moe_aux_free(&m->aux);
+}
+
+void hs_model_free(hs_model *m) {
+    if (!m) return;
+    if (m->params) params_free(m);
+    buffers_free(m);
+    hs_model_registry_free(m);
+    free(m);
+}
+
+const hs_model_config *hs_model_config_of(const hs_model *m) { return &m->cfg; }
+
+hs_block_acts *hs_model_acts_for(hs_model *m, int layer) {
+    return &m->acts[m->opt.activation_checkpointing ? 0 : layer];
+}

@@ -1,0 +1,109 @@
+/* model/model_internal.h — the hs_model struct and what its files share.
+ *
+ * Files: registry.c (parameters, units, FQNs, counts), init.c (weights),
+ * model.c (create / free, buffers), block.c (one decoder block's forward and
+ * backward), step.c (the whole forward / backward with its hooks).
+ */
+#ifndef HS_MODEL_INTERNAL_H
+#define HS_MODEL_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "hypershard/model.h"
+#include "model/moe.h"
+
+/* The parameters of one decoder block (pointers into hs_model.params). */
+typedef struct hs_block_params {
+    hs_param *ln1, *wq, *wk, *wv, *wo, *ln2;
+    hs_param *wg, *wu, *wd;              /* dense MLP (NULL for moe) */
+    hs_param *router, *w1, *w2, *w3;     /* moe (NULL for llama) */
+    hs_param *sh_gate, *sh_up, *sh_down; /* optional shared expert */
+    int unit;                            /* the block's unit */
+    int expert_unit;                     /* its routed experts' unit, -1 dense */
+} hs_block_params;
+
+/* What one block's forward saves for its backward. Compute dtype unless
+ * marked fp32. Shapes use the capacity B = max_batch, T = seq_len; a call
+ * with smaller B, T uses the leading B*T rows. */
+typedef struct hs_block_acts {
+    float *rstd1;  /* [B,T] fp32 */
+    void *ln1;     /* [B,T,C] */
+    void *q;       /* [B,T,NH*HD] after RoPE */
+    void *k;       /* [B,T,KVH*HD] after RoPE */
+    void *v;       /* [B,T,KVH*HD] */
+    float *lse;    /* [B,NH,T] fp32 */
+    void *atty;    /* [B,T,NH*HD] attention output before o_proj */
+    void *x_mid;   /* [B,T,C] residual after attention */
+    float *rstd2;  /* [B,T] fp32 */
+    void *ln2;     /* [B,T,C] */
+    void *gate;    /* [B,T,F] gate_proj output (dense) */
+    void *up;      /* [B,T,F] up_proj output (dense) */
+    void *moe_out; /* [B,T,C] MoE layer output (moe) */
+    hs_moe_act moe;
+    void *moe_mem; /* the block hs_moe_act_bind lays moe out over */
+} hs_block_acts;
+
+struct hs_model {
+    hs_model_config cfg;
+    hs_model_options opt;
+    hs_pool own_pool; /* used when opt.pool is NULL */
+    hs_pool *pool;
+    hs_dtype dt;
+    int C, NH, KVH, HD, F, V, L; /* F: dense ffn_dim */
+    bool moe;
+    hs_moe_shapes moe_shapes;
+
+    hs_param *params;
+    int n_params;
+    hs_unit_desc *units;
+    int n_units;
+    hs_block_params *blocks;       /* [L] */
+    hs_param *embed, *norm, *head; /* head == embed when tied */
+
+    /* activations (capacity B = max_batch, T = seq_len) */
+    void **resid;        /* L+1 x [B,T,C]: input of block i; resid[L] feeds the final norm */
+    hs_block_acts *acts; /* L, or 1 shared set with activation checkpointing */
+    int n_acts;
+    float *rstdf;         /* [B,T] fp32 */
+    void *lnf;            /* [B,T,C] */
+    float *logits;        /* [head_rows,V] fp32 chunk; becomes dlogits in place */
+    int64_t head_rows;    /* rows of the head per chunk */
+    float *cos_t, *sin_t; /* [T,HD/2] fp32 */
+
+    /* backward scratch, fp32 unless marked */
+    float *dres;         /* [B,T,C] gradient of the residual stream */
+    float *dln;          /* [B,T,C] gradient of a norm output */
+    float *dq;           /* [B,T,NH*HD] */
+    float *dk, *dv;      /* [B,T,KVH*HD] */
+    float *datt;         /* [B,T,NH*HD] */
+    float *dg, *du, *dh; /* [B,T,F] */
+    void *hbuf;          /* [B,T,F] compute dtype: silu(gate)*up */
+    float *att_scratch;  /* hs_attention_scratch_floats(T) */
+
+    /* moe */
+    void *moe_scratch; /* hs_moe_scratch_bytes */
+    hs_moe_aux aux;
+    float *aux_g; /* [E] */
+};
+
+/* registry.c */
+hs_status hs_model_registry_build(hs_model *m, hs_error *e);
+void hs_model_registry_free(hs_model *m);
+
+/* model.c */
+hs_block_acts *hs_model_acts_for(hs_model *m, int layer);
+
+/* block.c */
+void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, void *x_out,
+                      int B, int T, const hs_model_hooks *hooks, bool count_aux);
+/* m->dres holds d(x_out) on entry and d(x_in) on return. */
+void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
+                       const hs_model_hooks *hooks, const float *aux_g);
+
+/* step.c: hook calls that tolerate NULL hooks and NULL members. */
+void hs_hook_pre_forward(const hs_model_hooks *h, int u);
+void hs_hook_post_forward(const hs_model_hooks *h, int u);
+void hs_hook_pre_backward(const hs_model_hooks *h, int u);
+void hs_hook_post_backward(const hs_model_hooks *h, int u);
+
+#endif

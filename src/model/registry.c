@@ -1,0 +1,202 @@
+/* The parameter registry: every parameter with its Hugging Face FQN, kind,
+ * shape and owning unit, in Hugging Face's named_parameters() order, and
+ * the unit list (root, then each block, each followed by its routed
+ * experts for arch moe). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+static const char *const KIND_NAMES[] = {"embedding", "norm",   "linear",
+                                         "lm_head",   "router", "expert"};
+_Static_assert(sizeof KIND_NAMES / sizeof KIND_NAMES[0] == HS_PARAM_KIND_COUNT,
+               "KIND_NAMES must follow hs_param_kind");
+
+const char *hs_param_kind_name(hs_param_kind k) {
+    return (unsigned)k < HS_PARAM_KIND_COUNT ? KIND_NAMES[k] : "unknown";
+}
+
+static int registry_capacity(const hs_model_config *c) {
+    int per_block = 2 + 4 + 7; /* norms, attention, mlp or router + 3 experts + 3 shared */
+    return 3 + c->n_layers * per_block;
+}
+
+__attribute__((format(printf, 6, 7))) static hs_param *param_add(hs_model *m, hs_param_kind kind,
+                                                                 int unit, int ndim,
+                                                                 const int64_t *shape,
+                                                                 const char *fmt, ...) {
+    HS_ASSERT(m->n_params < registry_capacity(&m->cfg));
+    hs_param *p = &m->params[m->n_params++];
+    memset(p, 0, sizeof *p);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(p->fqn, sizeof p->fqn, fmt, ap);
+    va_end(ap);
+    HS_ASSERT(n > 0 && n < HS_FQN_MAX);
+    p->kind = kind;
+    p->unit = unit;
+    p->ndim = ndim;
+    for (int d = 0; d < ndim; d++) p->shape[d] = shape[d];
+    p->grad_dtype = m->opt.grad_dtype;
+    p->init_std = kind == HS_PARAM_NORM ? 0.0f : (float)m->cfg.init_std;
+    return p;
+}
+
+static hs_param *add2(hs_model *m, hs_param_kind kind, int unit, int64_t d0, int64_t d1,
+                      const char *fqn) {
+    int64_t s[2] = {d0, d1};
+    return param_add(m, kind, unit, 2, s, "%s", fqn);
+}
+
+static void unit_add(hs_model *m, int parent, bool is_expert, const char *name) {
+    hs_unit_desc *u = &m->units[m->n_units++];
+    snprintf(u->name, sizeof u->name, "%s", name);
+    u->parent = parent;
+    u->is_expert = is_expert;
+}
+
+#define LAYER "model.layers.%d."
+
+static hs_param *lin(hs_model *m, hs_param_kind kind, int unit, int64_t out, int64_t in, int i,
+                     const char *name) {
+    int64_t s[2] = {out, in};
+    return param_add(m, kind, unit, 2, s, LAYER "%s.weight", i, name);
+}
+
+static void block_attention_add(hs_model *m, hs_block_params *bp, int i) {
+    int u = bp->unit;
+    int64_t C = m->C, q = (int64_t)m->NH * m->HD, kv = (int64_t)m->KVH * m->HD;
+    bp->wq = lin(m, HS_PARAM_LINEAR, u, q, C, i, "self_attn.q_proj");
+    bp->wk = lin(m, HS_PARAM_LINEAR, u, kv, C, i, "self_attn.k_proj");
+    bp->wv = lin(m, HS_PARAM_LINEAR, u, kv, C, i, "self_attn.v_proj");
+    bp->wo = lin(m, HS_PARAM_LINEAR, u, C, q, i, "self_attn.o_proj");
+}
+
+static void block_mlp_add(hs_model *m, hs_block_params *bp, int i) {
+    int u = bp->unit;
+    bp->wg = lin(m, HS_PARAM_LINEAR, u, m->F, m->C, i, "mlp.gate_proj");
+    bp->wu = lin(m, HS_PARAM_LINEAR, u, m->F, m->C, i, "mlp.up_proj");
+    bp->wd = lin(m, HS_PARAM_LINEAR, u, m->C, m->F, i, "mlp.down_proj");
+}
+
+/* Mixtral names; the routed experts are stacked [E, out, in] per block and
+ * live in the nested expert unit, the router and shared expert in the block. */
+static void block_moe_add(hs_model *m, hs_block_params *bp, int i) {
+    const hs_moe_shapes *s = &m->moe_shapes;
+    int u = bp->unit, eu = bp->expert_unit;
+    bp->router = lin(m, HS_PARAM_ROUTER, u, s->E, s->C, i, "block_sparse_moe.gate");
+    int64_t up[3] = {s->E, s->F, s->C}, down[3] = {s->E, s->C, s->F};
+    bp->w1 =
+        param_add(m, HS_PARAM_EXPERT, eu, 3, up, LAYER "block_sparse_moe.experts.w1.weight", i);
+    bp->w2 =
+        param_add(m, HS_PARAM_EXPERT, eu, 3, down, LAYER "block_sparse_moe.experts.w2.weight", i);
+    bp->w3 =
+        param_add(m, HS_PARAM_EXPERT, eu, 3, up, LAYER "block_sparse_moe.experts.w3.weight", i);
+    if (s->FS <= 0) return;
+    bp->sh_gate =
+        lin(m, HS_PARAM_LINEAR, u, s->FS, s->C, i, "block_sparse_moe.shared_expert.gate_proj");
+    bp->sh_up =
+        lin(m, HS_PARAM_LINEAR, u, s->FS, s->C, i, "block_sparse_moe.shared_expert.up_proj");
+    bp->sh_down =
+        lin(m, HS_PARAM_LINEAR, u, s->C, s->FS, i, "block_sparse_moe.shared_expert.down_proj");
+}
+
+static void block_add(hs_model *m, int i) {
+    hs_block_params *bp = &m->blocks[i];
+    char name[HS_FQN_MAX];
+    snprintf(name, sizeof name, "model.layers.%d", i);
+    bp->unit = m->n_units;
+    unit_add(m, 0, false, name);
+    bp->expert_unit = -1;
+    if (m->moe) {
+        snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts", i);
+        bp->expert_unit = m->n_units;
+        unit_add(m, bp->unit, true, name);
+    }
+    block_attention_add(m, bp, i);
+    if (m->moe)
+        block_moe_add(m, bp, i);
+    else
+        block_mlp_add(m, bp, i);
+    int64_t c[1] = {m->C};
+    bp->ln1 = param_add(m, HS_PARAM_NORM, bp->unit, 1, c, LAYER "input_layernorm.weight", i);
+    bp->ln2 =
+        param_add(m, HS_PARAM_NORM, bp->unit, 1, c, LAYER "post_attention_layernorm.weight", i);
+}
+
+hs_status hs_model_registry_build(hs_model *m, hs_error *e) {
+    int cap = registry_capacity(&m->cfg);
+    m->params = calloc((size_t)cap, sizeof *m->params);
+    m->units = calloc((size_t)(1 + 2 * m->L), sizeof *m->units);
+    m->blocks = calloc((size_t)m->L, sizeof *m->blocks);
+    if (!m->params || !m->units || !m->blocks)
+        return hs_error_set(e, HS_ERR_OOM, "model registry: cannot allocate %d parameters", cap);
+    unit_add(m, -1, false, "");
+    m->embed = add2(m, HS_PARAM_EMBEDDING, 0, m->V, m->C, "model.embed_tokens.weight");
+    for (int i = 0; i < m->L; i++) block_add(m, i);
+    int64_t c[1] = {m->C};
+    m->norm = param_add(m, HS_PARAM_NORM, 0, 1, c, "model.norm.weight");
+    m->head = m->cfg.tie_embeddings ? m->embed
+                                    : add2(m, HS_PARAM_LM_HEAD, 0, m->V, m->C, "lm_head.weight");
+    return HS_OK;
+}
+
+void hs_model_registry_free(hs_model *m) {
+    free(m->params);
+    free(m->units);
+    free(m->blocks);
+    m->params = NULL;
+    m->units = NULL;
+    m->blocks = NULL;
+}
+
+int hs_model_num_params(const hs_model *m) { return m->n_params; }
+
+hs_param *hs_model_param(hs_model *m, int i) {
+    HS_ASSERT(i >= 0 && i < m->n_params);
+    return &m->params[i];
+}
+
+int hs_model_find_param(const hs_model *m, const char *fqn) {
+    for (int i = 0; i < m->n_params; i++)
+        if (strcmp(m->params[i].fqn, fqn) == 0) return i;
+    return -1;
+}
+
+int hs_model_num_units(const hs_model *m) { return m->n_units; }
+
+const hs_unit_desc *hs_model_unit(const hs_model *m, int u) {
+    HS_ASSERT(u >= 0 && u < m->n_units);
+    return &m->units[u];
+}
+
+static int64_t param_numel(const hs_param *p) {
+    int64_t n = 1;
+    for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
+    return n;
+}
+
+int64_t hs_model_param_count(const hs_model *m) {
+    int64_t n = 0;
+    for (int i = 0; i < m->n_params; i++) n += param_numel(&m->params[i]);
+    return n;
+}
+
+/* 6 * (parameters that multiply every token: all but the embedding table,
+ * routed experts scaled by top_k / E, plus the lm_head product even when
+ * tied) + 6 * L * T * C for the causal QK^T and PV products (2 GEMMs,
+ * 2 FLOPs per MAC, x3 for forward + backward, halved by the causal mask). */
+double hs_model_flops_per_token(const hs_model *m, int seq_len) {
+    double n = 0.0;
+    for (int i = 0; i < m->n_params; i++) {
+        const hs_param *p = &m->params[i];
+        if (p->kind == HS_PARAM_EMBEDDING) continue;
+        double k = (double)param_numel(p);
+        if (p->kind == HS_PARAM_EXPERT) k *= (double)m->moe_shapes.K / m->moe_shapes.E;
+        n += k;
+    }
+    if (m->cfg.tie_embeddings) n += (double)m->V * m->C;
+    return 6.0 * n + 6.0 * m->L * (double)seq_len * m->C;
+}

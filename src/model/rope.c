@@ -1,0 +1,55 @@
+/* Rotary position embedding in the Hugging Face layout (rotate_half pairs
+ * dim i with dim i + HD/2 of the same head; positions 0..T-1). */
+#include <math.h>
+
+#include "model/layers.h"
+
+/* Mirrors LlamaRotaryEmbedding in fp32: inv_freq = 1 / theta^(2i/HD)
+ * computed in float, angle = float(pos) * inv_freq, cos/sin in float. */
+void hs_rope_tables(float *cos_t /* T,HD/2 */, float *sin_t /* T,HD/2 */, int T, int HD,
+                    double theta) {
+    int half = HD / 2;
+    for (int i = 0; i < half; i++) {
+        float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)HD);
+        for (int t = 0; t < T; t++) {
+            float a = (float)t * inv;
+            cos_t[t * half + i] = cosf(a);
+            sin_t[t * half + i] = sinf(a);
+        }
+    }
+}
+
+void hs_rope_forward(void *x /* B,T,H,HD */, hs_dtype dt, const float *cos_t, const float *sin_t,
+                     int B, int T, int H, int HD) {
+    int half = HD / 2;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *c = cos_t + t * half, *s = sin_t + t * half;
+            for (int h = 0; h < H; h++) {
+                int64_t o = (((int64_t)b * T + t) * H + h) * HD;
+                for (int i = 0; i < half; i++) {
+                    float x1 = hs_ld(x, dt, o + i), x2 = hs_ld(x, dt, o + i + half);
+                    hs_st(x, dt, o + i, x1 * c[i] - x2 * s[i]);
+                    hs_st(x, dt, o + i + half, x2 * c[i] + x1 * s[i]);
+                }
+            }
+        }
+}
+
+/* The rotation is orthogonal, so its gradient is the rotation by -angle. */
+void hs_rope_backward(float *dx /* B,T,H,HD */, const float *cos_t, const float *sin_t, int B,
+                      int T, int H, int HD) {
+    int half = HD / 2;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *c = cos_t + t * half, *s = sin_t + t * half;
+            for (int h = 0; h < H; h++) {
+                float *d = dx + (((int64_t)b * T + t) * H + h) * HD;
+                for (int i = 0; i < half; i++) {
+                    float d1 = d[i], d2 = d[i + half];
+                    d[i] = d1 * c[i] + d2 * s[i];
+                    d[i + half] = d2 * c[i] - d1 * s[i];
+                }
+            }
+        }
+}

@@ -1,0 +1,187 @@
+/* The whole model's forward and backward, with the unit hooks in the order
+ * model.h documents:
+ *
+ *   pre_forward(0)  embed
+ *   per block u:    pre_forward(u) block post_forward(u)
+ *                   (moe: pre_forward(e) experts post_forward(e) inside it)
+ *   final norm      post_forward(0)
+ *   pre_backward(0)  per row chunk: lm_head, loss, lm_head backward;
+ *                    final norm backward
+ *   per block u, last first:
+ *                   pre_backward(u) [checkpointing: pre_forward(u) block
+ *                   post_forward(u)] block backward post_backward(u)
+ *                   (moe: pre_backward(e) experts post_backward(e) inside it)
+ *   embed   post_backward(0)   post_backward_final()
+ *
+ * The head runs after pre_backward(0), HEAD_ROWS rows at a time: each
+ * chunk's fp32 logits become d loss / d logits in place (as llm.c does) and
+ * are consumed at once, so the [B, T, V] logits never exist in full and the
+ * head GEMM still runs once. Nothing happens between post_forward(0) and
+ * pre_backward(0), and every root parameter is read after the latter, so
+ * the hooks see the same sequence as a head computed before
+ * post_forward(0). */
+#include <string.h>
+
+#include "model/layers.h"
+#include "model/model_internal.h"
+
+void hs_hook_pre_forward(const hs_model_hooks *h, int u) {
+    if (h && h->pre_forward) h->pre_forward(h->ctx, u);
+}
+void hs_hook_post_forward(const hs_model_hooks *h, int u) {
+    if (h && h->post_forward) h->post_forward(h->ctx, u);
+}
+void hs_hook_pre_backward(const hs_model_hooks *h, int u) {
+    if (h && h->pre_backward) h->pre_backward(h->ctx, u);
+}
+void hs_hook_post_backward(const hs_model_hooks *h, int u) {
+    if (h && h->post_backward) h->post_backward(h->ctx, u);
+}
+static void hook_post_backward_final(const hs_model_hooks *h) {
+    if (h && h->post_backward_final) h->post_backward_final(h->ctx);
+}
+
+static hs_status check_ids(const int32_t *ids, int64_t N, int T, int V, bool allow_negative,
+                           const char *what, hs_error *e) {
+    for (int64_t n = 0; n < N; n++) {
+        int32_t t = ids[n];
+        if (t >= V || (t < 0 && !allow_negative))
+            return hs_error_set(e, HS_ERR_FORMAT,
+                                "%s[%lld] (sequence %lld, position %lld) = %d is outside the "
+                                "vocabulary [0, %d); check that the data was tokenized for "
+                                "model.vocab_size=%d",
+                                what, (long long)n, (long long)(n / T), (long long)(n % T), t, V,
+                                V);
+    }
+    return HS_OK;
+}
+
+static hs_status check_batch(const hs_model *m, const hs_batch *b, bool need_targets, hs_error *e) {
+    hs_error_clear(e);
+    if (b->B < 1 || b->B > m->opt.max_batch || b->T < 1 || b->T > m->opt.seq_len)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "batch of B=%d sequences of T=%d tokens does not fit the model "
+                            "buffers (max_batch=%d, seq_len=%d); create the model with "
+                            "max_batch >= the micro-batch size and seq_len >= train.seq_len",
+                            b->B, b->T, m->opt.max_batch, m->opt.seq_len);
+    if (!b->tokens) return hs_error_set(e, HS_ERR_INTERNAL, "batch: tokens is NULL");
+    if (need_targets && !b->targets)
+        return hs_error_set(e, HS_ERR_INTERNAL, "batch: targets is NULL but a loss is needed");
+    int64_t N = (int64_t)b->B * b->T;
+    if (check_ids(b->tokens, N, b->T, m->V, false, "tokens", e) != HS_OK) return e->code;
+    if (b->targets && check_ids(b->targets, N, b->T, m->V, true, "targets", e) != HS_OK)
+        return e->code;
+    return HS_OK;
+}
+
+/* Embedding and every block; leaves the final hidden state in resid[L]. */
+static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
+                          bool count_aux) {
+    hs_embedding_forward(m->resid[0], b->tokens, m->embed->data, m->dt, (int64_t)b->B * b->T, m->C);
+    if (m->moe) hs_moe_aux_reset(&m->aux);
+    for (int i = 0; i < m->L; i++) {
+        int u = m->blocks[i].unit;
+        hs_hook_pre_forward(hooks, u);
+        hs_block_forward(m, i, hs_model_acts_for(m, i), m->resid[i], m->resid[i + 1], b->B, b->T,
+                         hooks, count_aux);
+        hs_hook_post_forward(hooks, u);
+    }
+}
+
+static void final_norm_forward(hs_model *m, int64_t N) {
+    hs_rmsnorm_forward(m->lnf, m->rstdf, m->resid[m->L], m->norm->data, m->dt, N, m->C,
+                       (float)m->cfg.norm_eps);
+}
+
+/* logits [rows, V] fp32 = lnf[r0 : r0+rows] @ head^T. */
+static void head_logits(hs_model *m, float *logits, int64_t r0, int64_t rows) {
+    hs_gemm_ex(false, true, rows, m->V, m->C, 1.0f, hs_cat(m->lnf, m->dt, r0 * m->C), m->dt, m->C,
+               m->head->data, m->dt, m->C, 0.0f, logits, HS_DTYPE_F32, m->V);
+}
+
+/* Loss of all rows; m->dln = d loss / d lnf; head gradient accumulated. */
+static double head_forward_backward(hs_model *m, const int32_t *targets, int64_t N, float scale) {
+    double loss = 0.0;
+    memset(m->dln, 0, (size_t)(N * m->C) * sizeof(float));
+    for (int64_t r0 = 0; r0 < N; r0 += m->head_rows) {
+        int64_t rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
+        head_logits(m, m->logits, r0, rows);
+        loss +=
+            hs_xent_forward_backward(m->logits, m->logits, targets + r0, rows, m->V, scale, NULL);
+        hs_linear_backward(m->dln + r0 * m->C, m->head->grad, m->head->grad_dtype, m->logits,
+                           hs_cat(m->lnf, m->dt, r0 * m->C), m->head->data, m->dt, rows, m->C,
+                           m->V);
+    }
+    return loss;
+}
+
+static int64_t count_valid(const int32_t *targets, int64_t N) {
+    int64_t v = 0;
+    for (int64_t n = 0; n < N; n++) v += targets[n] >= 0;
+    return v;
+}
+
+static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks) {
+    int64_t N = (int64_t)b->B * b->T;
+    memset(m->dres, 0, (size_t)(N * m->C) * sizeof(float));
+    hs_rmsnorm_backward(m->dres, m->norm->grad, m->norm->grad_dtype, m->dln, m->resid[m->L],
+                        m->norm->data, m->rstdf, m->dt, N, m->C);
+    for (int i = m->L - 1; i >= 0; i--) {
+        int u = m->blocks[i].unit;
+        hs_block_acts *a = hs_model_acts_for(m, i);
+        hs_hook_pre_backward(hooks, u);
+        if (m->opt.activation_checkpointing) {
+            hs_hook_pre_forward(hooks, u);
+            hs_block_forward(m, i, a, m->resid[i], m->resid[i + 1], b->B, b->T, hooks, false);
+            hs_hook_post_forward(hooks, u);
+        }
+        hs_block_backward(m, i, a, m->resid[i], b->B, b->T, hooks, m->moe ? m->aux_g : NULL);
+        hs_hook_post_backward(hooks, u);
+    }
+    hs_embedding_backward(m->embed->grad, m->embed->grad_dtype, m->dres, b->tokens, N, m->C);
+}
+
+hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_scale,
+                                    const hs_model_hooks *hooks, double *loss_sum, double *aux_loss,
+                                    hs_error *e) {
+    if (check_batch(m, b, true, e) != HS_OK) return e->code;
+    int64_t N = (int64_t)b->B * b->T, valid = count_valid(b->targets, N);
+    hs_hook_pre_forward(hooks, 0);
+    trunk_forward(m, b, hooks, true);
+    double aux = 0.0;
+    if (m->moe) {
+        double coef = m->cfg.moe.aux_loss_coef;
+        aux = coef * hs_moe_aux_value(&m->aux);
+        hs_moe_aux_prob_grad(&m->aux, coef * (double)valid * grad_scale, m->aux_g);
+    }
+    final_norm_forward(m, N);
+    hs_hook_post_forward(hooks, 0);
+    hs_hook_pre_backward(hooks, 0);
+    double loss = head_forward_backward(m, b->targets, N, grad_scale);
+    trunk_backward(m, b, hooks);
+    hs_hook_post_backward(hooks, 0);
+    hook_post_backward_final(hooks);
+    if (loss_sum) *loss_sum = loss;
+    if (aux_loss) *aux_loss = aux;
+    return HS_OK;
+}
+
+hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
+                           double *loss_sum, float *logits, hs_error *e) {
+    if (check_batch(m, b, loss_sum != NULL, e) != HS_OK) return e->code;
+    int64_t N = (int64_t)b->B * b->T;
+    double loss = 0.0;
+    hs_hook_pre_forward(hooks, 0);
+    trunk_forward(m, b, hooks, false);
+    final_norm_forward(m, N);
+    for (int64_t r0 = 0; r0 < N; r0 += m->head_rows) {
+        int64_t rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
+        float *out = logits ? logits + r0 * m->V : m->logits;
+        head_logits(m, out, r0, rows);
+        if (loss_sum)
+            loss += hs_xent_forward_backward(NULL, out, b->targets + r0, rows, m->V, 0.0f, NULL);
+    }
+    hs_hook_post_forward(hooks, 0);
+    if (loss_sum) *loss_sum = loss;
+    return HS_OK;
+}

@@ -1,0 +1,382 @@
+/* model/layers: each layer's backward against central finite differences
+ * of its forward, in fp32 with the objective summed in fp64:
+ * f(inputs) = sum_i r_i * out_i for a fixed random r, so d f / d out = r. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "model/layers.h"
+
+#define FD_H 1e-2f
+#define FD_TOL 5e-3
+
+static void fill(float *x, int64_t n, uint64_t stream, float std) {
+    hs_rng_fill_normal(x, n, 1234, stream, 0, 0.0f, std);
+}
+
+static double dot(const float *r, const float *y, int64_t n) {
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) s += (double)r[i] * y[i];
+    return s;
+}
+
+/* A layer under test: run(ctx) evaluates f with the current inputs. */
+typedef double (*objective_fn)(void *ctx);
+
+/* Compare the analytic gradient g of f w.r.t. x[0..n) with central
+ * differences; every element when n is small, else a stride. */
+static void check_grad(const char *what, float *x, const float *g, int64_t n, objective_fn f,
+                       void *ctx) {
+    int64_t stride = n > 400 ? n / 200 : 1;
+    double worst = 0.0;
+    for (int64_t j = 0; j < n; j += stride) {
+        float keep = x[j];
+        x[j] = keep + FD_H;
+        double fp = f(ctx);
+        x[j] = keep - FD_H;
+        double fm = f(ctx);
+        x[j] = keep;
+        double fd = (fp - fm) / (2.0 * FD_H);
+        double err = fabs(fd - g[j]) / (fabs(fd) + fabs(g[j]) + 1e-2);
+        if (err > worst) worst = err;
+        if (err > FD_TOL)
+            fail_msg("%s[%lld]: analytic %.7g vs finite difference %.7g", what, (long long)j,
+                     (double)g[j], fd);
+    }
+    print_message("%-12s worst relative error %.2g\n", what, worst);
+}
+
+/* ---------------------------------------------------------------- rmsnorm */
+
+typedef struct norm_case {
+    int N, C;
+    float x[3 * 16], w[16], y[3 * 16], r[3 * 16], rstd[3];
+} norm_case;
+
+static double norm_f(void *ctx) {
+    norm_case *c = ctx;
+    hs_rmsnorm_forward(c->y, c->rstd, c->x, c->w, HS_DTYPE_F32, c->N, c->C, 1e-5f);
+    return dot(c->r, c->y, c->N * c->C);
+}
+
+static void test_rmsnorm_backward_matches_finite_differences(void **state) {
+    (void)state;
+    norm_case c = {.N = 3, .C = 16};
+    fill(c.x, 48, 1, 1.0f);
+    fill(c.w, 16, 2, 1.0f);
+    fill(c.r, 48, 3, 1.0f);
+    float dx[48], dw[16];
+    for (int i = 0; i < 48; i++) dx[i] = 0.5f; /* backward must accumulate */
+    for (int i = 0; i < 16; i++) dw[i] = 0.25f;
+    norm_f(&c);
+    hs_rmsnorm_backward(dx, dw, HS_DTYPE_F32, c.r, c.x, c.w, c.rstd, HS_DTYPE_F32, 3, 16);
+    for (int i = 0; i < 48; i++) dx[i] -= 0.5f;
+    for (int i = 0; i < 16; i++) dw[i] -= 0.25f;
+    check_grad("rmsnorm dx", c.x, dx, 48, norm_f, &c);
+    check_grad("rmsnorm dw", c.w, dw, 16, norm_f, &c);
+}
+
+static void test_rmsnorm_output_has_unit_rms_times_weight(void **state) {
+    (void)state;
+    float x[8] = {1, -2, 3, -4, 5, -6, 7, -8}, w[8] = {2, 2, 2, 2, 2, 2, 2, 2}, y[8], rstd;
+    hs_rmsnorm_forward(y, &rstd, x, w, HS_DTYPE_F32, 1, 8, 0.0f);
+    double ss = 0.0;
+    for (int i = 0; i < 8; i++) ss += (double)y[i] * y[i];
+    assert_float_equal(sqrt(ss / 8), 2.0, 1e-6);
+    assert_float_equal(rstd, 1.0 / sqrt(204.0 / 8), 1e-7);
+}
+
+/* ------------------------------------------------------------------- rope */
+
+#define RB 2
+#define RT 4
+#define RH 3
+#define RHD 6
+#define RN (RB * RT * RH * RHD)
+
+typedef struct rope_case {
+    float x[RN], y[RN], r[RN], cos_t[RT * RHD / 2], sin_t[RT * RHD / 2];
+} rope_case;
+
+static double rope_f(void *ctx) {
+    rope_case *c = ctx;
+    memcpy(c->y, c->x, sizeof c->y);
+    hs_rope_forward(c->y, HS_DTYPE_F32, c->cos_t, c->sin_t, RB, RT, RH, RHD);
+    return dot(c->r, c->y, RN);
+}
+
+static void test_rope_backward_matches_finite_differences(void **state) {
+    (void)state;
+    rope_case c;
+    hs_rope_tables(c.cos_t, c.sin_t, RT, RHD, 10000.0);
+    fill(c.x, RN, 4, 1.0f);
+    fill(c.r, RN, 5, 1.0f);
+    float dx[RN];
+    memcpy(dx, c.r, sizeof dx);
+    hs_rope_backward(dx, c.cos_t, c.sin_t, RB, RT, RH, RHD);
+    check_grad("rope dx", c.x, dx, RN, rope_f, &c);
+}
+
+/* HF: inv_freq_i = theta^(-2i/HD); out[i] = x[i] cos - x[i+HD/2] sin. */
+static void test_rope_pairs_dim_i_with_i_plus_half_head_dim(void **state) {
+    (void)state;
+    float cos_t[3 * 2], sin_t[3 * 2];
+    hs_rope_tables(cos_t, sin_t, 3, 4, 100.0);
+    assert_float_equal(cos_t[2 * 2 + 1], cosf(2.0f * 0.1f), 1e-7); /* t=2, i=1: 100^(-1/2) */
+    float x[4] = {1, 2, 3, 4}; /* one position-2 vector of a T=3 sequence */
+    float seq[3 * 4] = {0};
+    memcpy(seq + 8, x, sizeof x);
+    hs_rope_forward(seq, HS_DTYPE_F32, cos_t, sin_t, 1, 3, 1, 4);
+    float a0 = 2.0f, a1 = 0.2f;
+    assert_float_equal(seq[8], 1 * cosf(a0) - 3 * sinf(a0), 1e-6);
+    assert_float_equal(seq[9], 2 * cosf(a1) - 4 * sinf(a1), 1e-6);
+    assert_float_equal(seq[10], 3 * cosf(a0) + 1 * sinf(a0), 1e-6);
+    assert_float_equal(seq[11], 4 * cosf(a1) + 2 * sinf(a1), 1e-6);
+    for (int i = 0; i < 4; i++) assert_float_equal(seq[i], 0.0f, 0.0f);
+}
+
+/* -------------------------------------------------------------- attention */
+
+typedef struct att_case {
+    int B, T, NH, KVH, HD;
+    float *q, *k, *v, *y, *r, *lse, *scratch;
+} att_case;
+
+static int64_t att_qn(const att_case *c) { return (int64_t)c->B * c->T * c->NH * c->HD; }
+static int64_t att_kn(const att_case *c) { return (int64_t)c->B * c->T * c->KVH * c->HD; }
+
+static double att_f(void *ctx) {
+    att_case *c = ctx;
+    hs_attention_forward(c->y, c->lse, c->q, c->k, c->v, HS_DTYPE_F32, c->scratch, c->B, c->T,
+                         c->NH, c->KVH, c->HD);
+    return dot(c->r, c->y, att_qn(c));
+}
+
+static void att_alloc(att_case *c) {
+    int64_t qn = att_qn(c), kn = att_kn(c);
+    c->q = calloc((size_t)qn, 4), c->y = calloc((size_t)qn, 4), c->r = calloc((size_t)qn, 4);
+    c->k = calloc((size_t)kn, 4), c->v = calloc((size_t)kn, 4);
+    c->lse = calloc((size_t)(c->B * c->NH * c->T), 4);
+    c->scratch = calloc((size_t)hs_attention_scratch_floats(c->T), 4);
+    fill(c->q, qn, 6, 1.0f);
+    fill(c->k, kn, 7, 1.0f);
+    fill(c->v, kn, 8, 1.0f);
+    fill(c->r, qn, 9, 1.0f);
+}
+
+static void att_free(att_case *c) {
+    free(c->q), free(c->k), free(c->v), free(c->y), free(c->r), free(c->lse), free(c->scratch);
+}
+
+static void check_attention(att_case *c) {
+    att_alloc(c);
+    int64_t qn = att_qn(c), kn = att_kn(c);
+    float *dq = calloc((size_t)qn, 4), *dk = calloc((size_t)kn, 4), *dv = calloc((size_t)kn, 4);
+    att_f(c);
+    hs_attention_backward(dq, dk, dv, c->r, c->q, c->k, c->v, c->lse, HS_DTYPE_F32, c->scratch,
+                          c->B, c->T, c->NH, c->KVH, c->HD);
+    check_grad("attention dq", c->q, dq, qn, att_f, c);
+    check_grad("attention dk", c->k, dk, kn, att_f, c);
+    check_grad("attention dv", c->v, dv, kn, att_f, c);
+    free(dq), free(dk), free(dv);
+    att_free(c);
+}
+
+static void test_gqa_attention_backward_matches_finite_differences(void **state) {
+    (void)state;
+    att_case c = {.B = 2, .T = 5, .NH = 4, .KVH = 2, .HD = 4};
+    check_attention(&c);
+}
+
+/* T = 130 crosses the 128-row query block: the second block sees 130 keys. */
+static void test_attention_across_query_blocks_matches_finite_differences(void **state) {
+    (void)state;
+    att_case c = {.B = 1, .T = 130, .NH = 2, .KVH = 1, .HD = 2};
+    check_attention(&c);
+}
+
+/* The blocked kernel against softmax(QK^T/sqrt(HD) + causal mask) V in fp64. */
+static void test_attention_equals_naive_causal_softmax(void **state) {
+    (void)state;
+    att_case c = {.B = 1, .T = 200, .NH = 2, .KVH = 1, .HD = 8};
+    att_alloc(&c);
+    att_f(&c);
+    double worst = 0.0;
+    for (int h = 0; h < 2; h++)
+        for (int t = 0; t < 200; t += 7) {
+            double s[200], mx = -1e300, sum = 0.0;
+            for (int j = 0; j <= t; j++) {
+                s[j] = 0.0;
+                for (int d = 0; d < 8; d++)
+                    s[j] += (double)c.q[(t * 2 + h) * 8 + d] * c.k[j * 8 + d];
+                s[j] /= sqrt(8.0);
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            for (int j = 0; j <= t; j++) sum += exp(s[j] - mx);
+            for (int d = 0; d < 8; d++) {
+                double o = 0.0;
+                for (int j = 0; j <= t; j++) o += exp(s[j] - mx) / sum * c.v[j * 8 + d];
+                double err = fabs(o - c.y[(t * 2 + h) * 8 + d]);
+                worst = err > worst ? err : worst;
+            }
+            assert_float_equal(c.lse[h * 200 + t], mx + log(sum), 1e-5);
+        }
+    assert_true(worst < 1e-5);
+    att_free(&c);
+}
+
+/* ---------------------------------------------------------------- swiglu */
+
+typedef struct glu_case {
+    float g[40], u[40], y[40], r[40];
+} glu_case;
+
+static double glu_f(void *ctx) {
+    glu_case *c = ctx;
+    hs_swiglu_forward(c->y, c->g, c->u, HS_DTYPE_F32, 40);
+    return dot(c->r, c->y, 40);
+}
+
+static void test_swiglu_backward_matches_finite_differences(void **state) {
+    (void)state;
+    glu_case c;
+    fill(c.g, 40, 10, 2.0f);
+    fill(c.u, 40, 11, 1.0f);
+    fill(c.r, 40, 12, 1.0f);
+    float dg[40] = {0}, du[40] = {0};
+    hs_swiglu_backward(dg, du, c.r, c.g, c.u, HS_DTYPE_F32, 40);
+    check_grad("swiglu dgate", c.g, dg, 40, glu_f, &c);
+    check_grad("swiglu dup", c.u, du, 40, glu_f, &c);
+    float y;
+    hs_swiglu_forward(&y, &(float){2.0f}, &(float){3.0f}, HS_DTYPE_F32, 1);
+    assert_float_equal(y, 2.0 / (1.0 + exp(-2.0)) * 3.0, 1e-6);
+}
+
+/* ---------------------------------------------------------------- linear */
+
+typedef struct lin_case {
+    float x[6 * 5], w[4 * 5], y[6 * 4], r[6 * 4];
+} lin_case;
+
+static double lin_f(void *ctx) {
+    lin_case *c = ctx;
+    hs_linear_forward(c->y, c->x, c->w, HS_DTYPE_F32, 6, 5, 4, 0);
+    return dot(c->r, c->y, 24);
+}
+
+static void test_linear_backward_matches_finite_differences(void **state) {
+    (void)state;
+    lin_case c;
+    fill(c.x, 30, 13, 1.0f);
+    fill(c.w, 20, 14, 1.0f);
+    fill(c.r, 24, 15, 1.0f);
+    float dx[30] = {0}, dw[20] = {0};
+    hs_linear_backward(dx, dw, HS_DTYPE_F32, c.r, c.x, c.w, HS_DTYPE_F32, 6, 5, 4);
+    check_grad("linear dx", c.x, dx, 30, lin_f, &c);
+    check_grad("linear dw", c.w, dw, 20, lin_f, &c);
+    /* y = x W^T with W [out, in]: y[0][1] = sum_i x[0][i] w[1][i] */
+    lin_f(&c);
+    double want = 0.0;
+    for (int i = 0; i < 5; i++) want += (double)c.x[i] * c.w[5 + i];
+    assert_float_equal(c.y[1], want, 1e-6);
+    float before = c.y[1];
+    hs_linear_forward(c.y, c.x, c.w, HS_DTYPE_F32, 6, 5, 4, 1); /* accumulate */
+    assert_float_equal(c.y[1], 2 * before, 1e-6);
+}
+
+static void test_linear_bf16_weight_gradient_accumulates_with_one_rounding(void **state) {
+    (void)state;
+    float x[2] = {1.0f, 2.0f}, dy[1] = {1.0f};
+    uint16_t w[2] = {hs_f32_to_bf16(1.0f), hs_f32_to_bf16(1.0f)};
+    uint16_t xb[2] = {hs_f32_to_bf16(x[0]), hs_f32_to_bf16(x[1])};
+    uint16_t dw[2] = {hs_f32_to_bf16(256.0f), hs_f32_to_bf16(0.5f)};
+    hs_linear_backward(NULL, dw, HS_DTYPE_BF16, dy, xb, w, HS_DTYPE_BF16, 1, 2, 1);
+    assert_float_equal(hs_bf16_to_f32(dw[0]), hs_round_to(HS_DTYPE_BF16, 257.0f), 0.0f);
+    assert_float_equal(hs_bf16_to_f32(dw[1]), 2.5f, 0.0f);
+}
+
+/* ------------------------------------------------------------- embedding */
+
+typedef struct emb_case {
+    int32_t tok[6];
+    float wte[5 * 3], y[6 * 3], r[6 * 3];
+} emb_case;
+
+static double emb_f(void *ctx) {
+    emb_case *c = ctx;
+    hs_embedding_forward(c->y, c->tok, c->wte, HS_DTYPE_F32, 6, 3);
+    return dot(c->r, c->y, 18);
+}
+
+static void test_embedding_backward_sums_rows_of_repeated_tokens(void **state) {
+    (void)state;
+    emb_case c = {.tok = {4, 1, 4, 0, 2, 4}};
+    fill(c.wte, 15, 16, 1.0f);
+    fill(c.r, 18, 17, 1.0f);
+    float dw[15] = {0};
+    hs_embedding_backward(dw, HS_DTYPE_F32, c.r, c.tok, 6, 3);
+    check_grad("embedding", c.wte, dw, 15, emb_f, &c);
+    for (int i = 0; i < 3; i++) assert_float_equal(dw[3 * 3 + i], 0.0f, 0.0f); /* token 3 unused */
+}
+
+/* --------------------------------------------------------- cross-entropy */
+
+typedef struct xent_case {
+    float l[4 * 7];
+    int32_t t[4];
+} xent_case;
+
+static double xent_f(void *ctx) {
+    xent_case *c = ctx;
+    return hs_xent_forward_backward(NULL, c->l, c->t, 4, 7, 0.0f, NULL) * 0.25;
+}
+
+static void test_cross_entropy_backward_matches_finite_differences(void **state) {
+    (void)state;
+    xent_case c = {.t = {3, -1, 0, 6}};
+    fill(c.l, 28, 18, 2.0f);
+    float d[28];
+    int64_t valid = 0;
+    double loss = hs_xent_forward_backward(d, c.l, c.t, 4, 7, 0.25f, &valid);
+    assert_int_equal(valid, 3);
+    assert_float_equal(loss * 0.25, xent_f(&c), 1e-12);
+    for (int i = 7; i < 14; i++) assert_float_equal(d[i], 0.0f, 0.0f); /* ignored row */
+    check_grad("xent dlogits", c.l, d, 28, xent_f, &c);
+    /* in place: the logits buffer becomes the gradient */
+    float inplace[28];
+    memcpy(inplace, c.l, sizeof inplace);
+    double again = hs_xent_forward_backward(inplace, inplace, c.t, 4, 7, 0.25f, NULL);
+    assert_memory_equal(&again, &loss, sizeof loss);
+    assert_memory_equal(inplace, d, sizeof d);
+}
+
+static void test_cross_entropy_of_uniform_logits_is_log_v(void **state) {
+    (void)state;
+    float l[5] = {3, 3, 3, 3, 3};
+    int32_t t[1] = {2};
+    assert_float_equal(hs_xent_forward_backward(NULL, l, t, 1, 5, 1.0f, NULL), log(5.0), 1e-6);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rmsnorm_backward_matches_finite_differences),
+        cmocka_unit_test(test_rmsnorm_output_has_unit_rms_times_weight),
+        cmocka_unit_test(test_rope_backward_matches_finite_differences),
+        cmocka_unit_test(test_rope_pairs_dim_i_with_i_plus_half_head_dim),
+        cmocka_unit_test(test_gqa_attention_backward_matches_finite_differences),
+        cmocka_unit_test(test_attention_across_query_blocks_matches_finite_differences),
+        cmocka_unit_test(test_attention_equals_naive_causal_softmax),
+        cmocka_unit_test(test_swiglu_backward_matches_finite_differences),
+        cmocka_unit_test(test_linear_backward_matches_finite_differences),
+        cmocka_unit_test(test_linear_bf16_weight_gradient_accumulates_with_one_rounding),
+        cmocka_unit_test(test_embedding_backward_sums_rows_of_repeated_tokens),
+        cmocka_unit_test(test_cross_entropy_backward_matches_finite_differences),
+        cmocka_unit_test(test_cross_entropy_of_uniform_logits_is_log_v),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
