@@ -73,4 +73,53 @@ void hs_fsdp_zero_grads(hs_fsdp *f);
  * domain. Collective over that domain. */
 hs_status hs_fsdp_gather_full(hs_fsdp *f, int param_index, float *out, hs_error *e);
 
+/* Model-parallel source layout of one parameter, as the TP/EP planner sets
+ * it before FSDP wraps: the named mesh it lives on and one placement per
+ * dim of that mesh. A parameter without one is a plain (full) tensor. */
+typedef enum hs_placement_kind {
+    HS_PLACEMENT_REPLICATE = 0,
+    HS_PLACEMENT_SHARD,
+    HS_PLACEMENT_PARTIAL,
+    HS_PLACEMENT_KIND_COUNT
+} hs_placement_kind;
+
+typedef struct hs_placement {
+    hs_placement_kind kind;
+    int dim; /* tensor dim for SHARD */
+} hs_placement;
+
+typedef struct hs_source_layout {
+    const char *mesh; /* e.g. "tp", "ep" */
+    int ndim;
+    hs_placement placements[HS_TENSOR_MAX_DIMS];
+} hs_source_layout;
+
+/* The one parameter-kind check of a unit (RFC 000 §4.1): its parameters are
+ * either all plain (layouts[i] == NULL) or all laid out on the same source
+ * mesh; a Partial placement is rejected. Errors list the FQNs and kinds. */
+hs_status hs_fsdp_check_unit_sources(const char *unit_name, const char *const *fqns,
+                                     const hs_source_layout *const *layouts, int n, hs_error *e);
+
+/* The full reduced fp32 gradient of parameter `param_index` so far (after
+ * the step's last micro-batch, before clipping), on every rank of its
+ * data-parallel domain. Collective over that domain (train --dump). */
+hs_status hs_fsdp_gather_full_grad(hs_fsdp *f, int param_index, float *out, hs_error *e);
+
+/* Inverse of hs_fsdp_gather_full: every rank passes the same full fp32
+ * tensor and keeps its own rows (checkpoint import, --init-from). */
+hs_status hs_fsdp_set_full(hs_fsdp *f, int param_index, const float *full, hs_error *e);
+
+/* Bytes FSDP holds on this rank (from its allocation accounting). */
+typedef struct hs_fsdp_stats {
+    int64_t param_bytes, param_peak_bytes; /* sharded + unsharded copies */
+    int64_t grad_bytes, grad_peak_bytes;   /* unsharded + reduced grads  */
+    int64_t total_param_bytes;             /* the unsharded model, fp32  */
+    int shard_size, replicate_size;        /* dense degrees              */
+    int blocks_wrapped, units;
+} hs_fsdp_stats;
+
+void hs_fsdp_get_stats(const hs_fsdp *f, hs_fsdp_stats *out);
+/* Peak := current, to measure one phase. */
+void hs_fsdp_reset_peak(hs_fsdp *f);
+
 #endif

@@ -1,0 +1,169 @@
+/* What the trainer sees of a wrapped model: hooks, micro-batch flags, the
+ * optimizer's view of the local shards, the global grad norm, and whole
+ * tensors in and out for export and import. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp/manager.h"
+
+const hs_model_hooks *hs_fsdp_hooks(hs_fsdp *f) { return &f->ctx.hooks; }
+
+void hs_fsdp_set_micro_batch(hs_fsdp *f, bool requires_grad_sync, bool reshard_after_backward,
+                             bool is_last)
+{
+    /* spec 004 §2.3: the last micro-batch always syncs and reshards. */
+    f->ctx.sync = requires_grad_sync || is_last;
+    f->ctx.reshard = reshard_after_backward || is_last;
+}
+
+static void fill_optim(hs_fsdp *f)
+{
+    f->optim = calloc((size_t)f->ctx.n_params + 1, sizeof *f->optim);
+    HS_ASSERT(f->optim != NULL);
+    for (int i = 0; i < f->ctx.n_params; i++) {
+        hs_fsdp_param *fp = &f->ctx.params[i];
+        hs_optim_param *o = &f->optim[i];
+        o->fqn = fp->p->fqn;
+        o->data = fp->sharded;
+        o->dtype = HS_DTYPE_F32;
+        o->grad = fp->sharded_grad;
+        o->numel = fp->plan.actual_sharded_numel;
+        /* Same matrix view as the one-process engine: Muon takes each
+         * routed expert's [out, in] matrix on its own, and dim-0 shards of
+         * an expert tensor hold whole experts. */
+        const hs_param *p = fp->p;
+        bool expert = p->kind == HS_PARAM_EXPERT && p->ndim == 3;
+        o->rows = expert ? p->shape[1] : fp->plan.layout.actual_rows;
+        o->cols = expert ? p->shape[2] : fp->plan.row_numel;
+        o->decay = p->kind != HS_PARAM_NORM;
+        o->muon = (p->kind == HS_PARAM_LINEAR && p->ndim == 2) || expert;
+    }
+}
+
+int hs_fsdp_optim_params(hs_fsdp *f, hs_optim_param **out)
+{
+    if (!f->optim) fill_optim(f);
+    *out = f->optim;
+    return f->ctx.n_params;
+}
+
+/* Each element counts once: a sharded gradient's squares are summed over
+ * its shard group; replicas (HSDP, replicate_params, shard size 1) hold the
+ * same values, so their local sum already is the global one. */
+hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e)
+{
+    hs_pg *groups[8];
+    float sums[8];
+    int n_groups = 0;
+    double local = 0.0;
+    for (int i = 0; i < f->ctx.n_params; i++) {
+        hs_fsdp_param *fp = &f->ctx.params[i];
+        double s = hs_sumsq_f32(fp->sharded_grad, fp->plan.actual_sharded_numel);
+        if (!fp->needs_all_gather) {
+            local += s;
+            continue;
+        }
+        int g = 0;
+        while (g < n_groups && groups[g] != fp->mi.shard_pg) g++;
+        if (g == n_groups) {
+            HS_ASSERT(n_groups < 8);
+            groups[n_groups] = fp->mi.shard_pg;
+            sums[n_groups++] = 0.0f;
+        }
+        sums[g] += (float)s;
+    }
+    for (int g = 0; g < n_groups; g++) {
+        hs_status st = hs_pg_all_reduce(groups[g], &sums[g], 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);
+        if (st != HS_OK) return st;
+        local += sums[g];
+    }
+    *norm = sqrt(local);
+    return HS_OK;
+}
+
+hs_status hs_fsdp_after_step(hs_fsdp *f, hs_error *e)
+{
+    (void)e;
+    if (hs_fsdp_ctx_pending(&f->ctx)) hs_fsdp_ctx_drain(&f->ctx);
+    /* The masters changed: any unsharded copy still alive is stale. */
+    for (int u = 0; u < f->ctx.n_units; u++) hs_fsdp_unit_reshard(&f->ctx.units[u]);
+    return HS_OK;
+}
+
+void hs_fsdp_zero_grads(hs_fsdp *f)
+{
+    for (int i = 0; i < f->ctx.n_params; i++) {
+        hs_fsdp_param *fp = &f->ctx.params[i];
+        memset(fp->sharded_grad, 0, (size_t)fp->plan.actual_sharded_numel * sizeof(float));
+    }
+}
+
+static hs_fsdp_param *param_at(hs_fsdp *f, int i)
+{
+    if (i < 0 || i >= f->ctx.n_params) hs_panic("fsdp: parameter index %d of %d", i, f->ctx.n_params);
+    return &f->ctx.params[i];
+}
+
+/* The full tensor from every rank's actual rows (fp32, `src` holding this
+ * rank's actual shard). Export / dump time only: a one-off padded buffer,
+ * not the training buffers. */
+static hs_status gather_rows(hs_fsdp_param *fp, const float *src, float *out, hs_error *e)
+{
+    const hs_fsdp_plan *pl = &fp->plan;
+    if (!fp->needs_all_gather) {
+        memcpy(out, src, (size_t)pl->unpacked_numel * sizeof(float));
+        return HS_OK;
+    }
+    size_t shard = (size_t)pl->padded_sharded_numel, full = (size_t)pl->padded_unsharded_numel;
+    float *buf = calloc(shard + full + 1, sizeof(float));
+    if (!buf)
+        return hs_error_set(e, HS_ERR_OOM, "fsdp: cannot allocate %zu floats to gather %s",
+                            shard + full, fp->p->fqn);
+    memcpy(buf, src, (size_t)pl->actual_sharded_numel * sizeof(float));
+    hs_status st = hs_pg_all_gather(fp->mi.shard_pg, buf + shard, buf, pl->padded_sharded_numel,
+                                    HS_DTYPE_F32, e);
+    if (st == HS_OK) memcpy(out, buf + shard, (size_t)pl->unpacked_numel * sizeof(float));
+    free(buf);
+    return st;
+}
+
+hs_status hs_fsdp_gather_full(hs_fsdp *f, int param_index, float *out, hs_error *e)
+{
+    hs_fsdp_param *fp = param_at(f, param_index);
+    return gather_rows(fp, fp->sharded, out, e);
+}
+
+hs_status hs_fsdp_gather_full_grad(hs_fsdp *f, int param_index, float *out, hs_error *e)
+{
+    hs_fsdp_param *fp = param_at(f, param_index);
+    return gather_rows(fp, fp->sharded_grad, out, e);
+}
+
+hs_status hs_fsdp_set_full(hs_fsdp *f, int param_index, const float *full, hs_error *e)
+{
+    (void)e;
+    hs_fsdp_param *fp = param_at(f, param_index);
+    const hs_fsdp_plan *pl = &fp->plan;
+    /* A live compute copy would keep the old values. */
+    if (fp->state != HS_FSDP_SHARDED && fp->ag_work == NULL) hs_fsdp_param_reshard(fp);
+    memcpy(fp->sharded, full + pl->layout.row_offset * pl->row_numel,
+           (size_t)pl->actual_sharded_numel * sizeof(float));
+    return HS_OK;
+}
+
+void hs_fsdp_get_stats(const hs_fsdp *f, hs_fsdp_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->param_bytes = f->ctx.mem.current[HS_FSDP_MEM_PARAM];
+    out->param_peak_bytes = f->ctx.mem.peak[HS_FSDP_MEM_PARAM];
+    out->grad_bytes = f->ctx.mem.current[HS_FSDP_MEM_GRAD];
+    out->grad_peak_bytes = f->ctx.mem.peak[HS_FSDP_MEM_GRAD];
+    out->total_param_bytes = f->total_param_bytes;
+    out->shard_size = f->groups.shard_size;
+    out->replicate_size = f->groups.replicate_size;
+    out->blocks_wrapped = f->blocks_wrapped;
+    out->units = f->ctx.n_units;
+}
+
+void hs_fsdp_reset_peak(hs_fsdp *f) { hs_fsdp_mem_reset_peak(&f->ctx.mem); }

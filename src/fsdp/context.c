@@ -1,0 +1,102 @@
+/* The reduction pipeline and the root drain of one wrapped model. */
+#include "fsdp/context.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log)
+{
+    ctx->comm = comm;
+    ctx->log = log;
+    ctx->sync = true;
+    ctx->reshard = true;
+    ctx->grad_prescale = 1.0f;
+    ctx->prev_unit = -1;
+    ctx->n_reduced = 0;
+    ctx->reduced = calloc((size_t)(ctx->n_units ? ctx->n_units : 1), sizeof(int));
+    HS_ASSERT(ctx->reduced != NULL);
+    ctx->hooks.ctx = ctx;
+    ctx->hooks.pre_forward = hs_fsdp_hook_pre_forward;
+    ctx->hooks.post_forward = hs_fsdp_hook_post_forward;
+    ctx->hooks.pre_backward = hs_fsdp_hook_pre_backward;
+    ctx->hooks.post_backward = hs_fsdp_hook_post_backward;
+    ctx->hooks.post_backward_final = hs_fsdp_hook_post_backward_final;
+}
+
+void hs_fsdp_ctx_free(hs_fsdp_ctx *ctx)
+{
+    if (hs_fsdp_ctx_pending(ctx)) hs_fsdp_ctx_drain(ctx);
+    for (int u = 0; u < ctx->n_units; u++) hs_fsdp_unit_free(&ctx->units[u], &ctx->mem);
+    for (int i = 0; i < ctx->n_params; i++) hs_fsdp_param_free(&ctx->params[i]);
+    free(ctx->units);
+    free(ctx->params);
+    free(ctx->reduced);
+    ctx->units = NULL;
+    ctx->params = NULL;
+    ctx->reduced = NULL;
+}
+
+_Noreturn void hs_fsdp_ctx_fail(hs_fsdp_ctx *ctx, const hs_error *e)
+{
+    if (ctx->comm) hs_comm_abort(ctx->comm, e);
+    hs_panic("fsdp: %s", e->msg);
+}
+
+static void wait_reduce_scatters(hs_fsdp_ctx *ctx, hs_fsdp_unit *u)
+{
+    hs_error e;
+    hs_error_clear(&e);
+    for (int i = 0; i < u->n_params; i++)
+        if (hs_fsdp_param_reduce_wait(u->params[i], &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
+}
+
+static void launch_all_reduces(hs_fsdp_unit *u)
+{
+    /* Stable group order, identical on every rank (comm.h ordering rule). */
+    for (int g = 0; g < u->n_groups; g++) {
+        hs_fsdp_reduce_group *grp = &u->groups[g];
+        if (!grp->pg) continue;
+        HS_ASSERT(grp->ar_work == NULL);
+        grp->ar_work = hs_pg_all_reduce_async(grp->pg, grp->buf, grp->numel, grp->dtype, grp->op);
+    }
+}
+
+void hs_fsdp_ctx_reduce_unit(hs_fsdp_ctx *ctx, int ui)
+{
+    hs_fsdp_unit *u = &ctx->units[ui];
+    hs_fsdp_unit *prev = ctx->prev_unit >= 0 ? &ctx->units[ctx->prev_unit] : NULL;
+    if (prev) wait_reduce_scatters(ctx, prev);
+    for (int i = 0; i < u->n_params; i++) hs_fsdp_param_reduce_issue(u->params[i], ctx->grad_prescale);
+    if (prev) launch_all_reduces(prev);
+    ctx->prev_unit = ui;
+    HS_ASSERT(ctx->n_reduced < ctx->n_units);
+    ctx->reduced[ctx->n_reduced++] = ui;
+}
+
+bool hs_fsdp_ctx_pending(const hs_fsdp_ctx *ctx) { return ctx->n_reduced > 0; }
+
+void hs_fsdp_ctx_drain(hs_fsdp_ctx *ctx)
+{
+    hs_error e;
+    hs_error_clear(&e);
+    if (ctx->prev_unit >= 0) {
+        hs_fsdp_unit *prev = &ctx->units[ctx->prev_unit];
+        wait_reduce_scatters(ctx, prev);
+        launch_all_reduces(prev);
+        ctx->prev_unit = -1;
+    }
+    for (int k = 0; k < ctx->n_reduced; k++) {
+        hs_fsdp_unit *u = &ctx->units[ctx->reduced[k]];
+        for (int g = 0; g < u->n_groups; g++) {
+            hs_fsdp_reduce_group *grp = &u->groups[g];
+            if (grp->ar_work) {
+                hs_work *w = grp->ar_work;
+                grp->ar_work = NULL;
+                if (hs_work_wait(w, &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
+            }
+        }
+        for (int i = 0; i < u->n_params; i++) hs_fsdp_param_reduce_apply(u->params[i]);
+    }
+    ctx->n_reduced = 0;
+}

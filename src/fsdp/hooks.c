@@ -1,0 +1,105 @@
+/* The hook state machine of RFC 000 §3.3–§3.5, driven by the model's
+ * explicit calls. */
+#include <stdio.h>
+
+#include "fsdp/context.h"
+
+static void transition(hs_fsdp_ctx *ctx, hs_fsdp_unit *u, const char *event,
+                       hs_fsdp_unit_state to)
+{
+    hs_fsdp_unit_state from = u->state;
+    u->state = to;
+    if (ctx->log)
+        hs_log_debug(ctx->log, "fsdp unit %d%s%s: %s: %s -> %s", u->index, u->name[0] ? " " : "",
+                     u->name, event, hs_fsdp_unit_state_name(from), hs_fsdp_unit_state_name(to));
+    if (ctx->on_transition) ctx->on_transition(ctx->transition_arg, u->index, event, from, to);
+}
+
+static hs_fsdp_unit *unit_at(hs_fsdp_ctx *ctx, int ui)
+{
+    if (ui < 0 || ui >= ctx->n_units) hs_panic("fsdp hook for unit %d of %d", ui, ctx->n_units);
+    return &ctx->units[ui];
+}
+
+static _Noreturn void bad_order(const hs_fsdp_unit *u, const char *event)
+{
+    hs_panic("fsdp unit %d (%s): hook %s called in state %s; the model must call pre/post "
+             "forward and backward in order",
+             u->index, u->name[0] ? u->name : "root", event, hs_fsdp_unit_state_name(u->state));
+}
+
+static void unshard_or_fail(hs_fsdp_ctx *ctx, hs_fsdp_unit *u)
+{
+    hs_error e;
+    hs_error_clear(&e);
+    if (hs_fsdp_unit_unshard(u, &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
+}
+
+void hs_fsdp_hook_pre_forward(void *vctx, int ui)
+{
+    hs_fsdp_ctx *ctx = vctx;
+    hs_fsdp_unit *u = unit_at(ctx, ui);
+    if (u->state == HS_FSDP_STATE_PRE_BACKWARD) {
+        /* Recompute inside backward (non-reentrant checkpoint): the
+         * parameters are already unsharded for backward. */
+        transition(ctx, u, "forward_pre", HS_FSDP_STATE_PRE_BACKWARD);
+        return;
+    }
+    if (u->state == HS_FSDP_STATE_PRE_FORWARD) bad_order(u, "forward_pre");
+    unshard_or_fail(ctx, u);
+    transition(ctx, u, "forward_pre", HS_FSDP_STATE_PRE_FORWARD);
+}
+
+void hs_fsdp_hook_post_forward(void *vctx, int ui)
+{
+    hs_fsdp_ctx *ctx = vctx;
+    hs_fsdp_unit *u = unit_at(ctx, ui);
+    if (u->state == HS_FSDP_STATE_PRE_BACKWARD) {
+        /* The recompute's forward post must not reshard what backward is
+         * about to read. */
+        transition(ctx, u, "forward", HS_FSDP_STATE_PRE_BACKWARD);
+        return;
+    }
+    if (u->state != HS_FSDP_STATE_PRE_FORWARD) bad_order(u, "forward");
+    if (u->reshard_after_forward) hs_fsdp_unit_reshard(u);
+    transition(ctx, u, "forward", HS_FSDP_STATE_FORWARD);
+}
+
+void hs_fsdp_hook_pre_backward(void *vctx, int ui)
+{
+    hs_fsdp_ctx *ctx = vctx;
+    hs_fsdp_unit *u = unit_at(ctx, ui);
+    if (u->state == HS_FSDP_STATE_PRE_BACKWARD) return; /* several output grads */
+    if (u->state != HS_FSDP_STATE_FORWARD) bad_order(u, "backward_pre");
+    unshard_or_fail(ctx, u);
+    for (int i = 0; i < u->n_params; i++) hs_fsdp_param_grad_begin(u->params[i]);
+    transition(ctx, u, "backward_pre", HS_FSDP_STATE_PRE_BACKWARD);
+}
+
+void hs_fsdp_hook_post_backward(void *vctx, int ui)
+{
+    hs_fsdp_ctx *ctx = vctx;
+    hs_fsdp_unit *u = unit_at(ctx, ui);
+    if (u->state == HS_FSDP_STATE_BACKWARD) return; /* already run by the root */
+    if (u->state != HS_FSDP_STATE_PRE_BACKWARD) bad_order(u, "backward");
+    if (ctx->sync) hs_fsdp_ctx_reduce_unit(ctx, ui);
+    /* Without sync the unsharded gradients stay alive and keep
+     * accumulating until the micro-batch that syncs. */
+    if (ctx->reshard) hs_fsdp_unit_reshard(u);
+    transition(ctx, u, "backward", HS_FSDP_STATE_BACKWARD);
+}
+
+void hs_fsdp_hook_post_backward_final(void *vctx)
+{
+    hs_fsdp_ctx *ctx = vctx;
+    hs_fsdp_unit *root = &ctx->units[0];
+    transition(ctx, root, "root_backward_enter", root->state);
+    /* Units whose post_backward never came (no differentiable input):
+     * reverse declaration order is the backward order on every rank. */
+    for (int ui = ctx->n_units - 1; ui >= 0; ui--)
+        if (ctx->units[ui].state == HS_FSDP_STATE_PRE_BACKWARD) hs_fsdp_hook_post_backward(ctx, ui);
+    /* Unconditional: BACKWARD only means post_backward ran, not that its
+     * collectives finished. */
+    hs_fsdp_ctx_drain(ctx);
+    transition(ctx, root, "root_backward_exit", root->state);
+}

@@ -1,0 +1,297 @@
+/* FSDP2Manager.parallelize (spec 004 §3): from the resolved config and the
+ * built model to a wrapped model — replicate_params resolved, every
+ * parameter in its deepest unit, blocks wrapped bottom-up, the root last
+ * with reshard_after_forward = false, prefetch order by declaration. */
+#include "fsdp/manager.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static hs_pg *group_or_null(hs_mesh *mesh, hs_mesh_dim d, int *size, int *rank)
+{
+    hs_pg *g = hs_mesh_group(mesh, d);
+    *size = g ? hs_pg_size(g) : 1;
+    *rank = g ? hs_pg_rank(g) : 0;
+    return *size > 1 ? g : NULL;
+}
+
+static hs_fsdp_dp_groups dp_groups_of(hs_mesh *mesh)
+{
+    hs_fsdp_dp_groups g;
+    g.shard = group_or_null(mesh, HS_DIM_FSDP_SHARD, &g.shard_size, &g.shard_rank);
+    g.replicate = group_or_null(mesh, HS_DIM_FSDP_REPLICATE, &g.replicate_size, &g.replicate_rank);
+    g.flat = group_or_null(mesh, HS_DIM_FSDP, &g.flat_size, &g.flat_rank);
+    return g;
+}
+
+/* RFC §5.5: replicate_params all-reduce over the whole flattened R x S
+ * domain, never over the R dim alone. */
+static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicate)
+{
+    hs_fsdp_mesh_info mi;
+    memset(&mi, 0, sizeof mi);
+    mi.shard_size = 1;
+    if (replicate) {
+        mi.kind = HS_FSDP_MESH_DDP;
+        mi.replicate_pg = g->flat;
+        mi.replicate_size = g->flat_size;
+        mi.replicate_rank = g->flat_rank;
+        return mi;
+    }
+    mi.kind = g->replicate_size > 1 ? HS_FSDP_MESH_HSDP : HS_FSDP_MESH_FSDP;
+    mi.shard_pg = g->shard;
+    mi.shard_size = g->shard_size;
+    mi.shard_rank = g->shard_rank;
+    mi.replicate_pg = g->replicate;
+    mi.replicate_size = g->replicate_size;
+    mi.replicate_rank = g->replicate_rank;
+    return mi;
+}
+
+static hs_status check_topology(const hs_topology *t, hs_error *e)
+{
+    if (t->tp > 1 || t->cp > 1 || t->ep > 1 || t->pp > 1)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "accelerator.tp_size=%d cp_size=%d ep_size=%d pp_size=%d: the FSDP "
+                            "engine shards over data parallelism only so far; set them to 1",
+                            t->tp, t->cp, t->ep, t->pp);
+    return HS_OK;
+}
+
+/* Options whose machinery is not built yet fail loudly rather than being
+ * silently ignored. */
+static hs_status check_options(const hs_config *cfg, int shard_size, hs_error *e)
+{
+    const hs_fsdp_config *fc = &cfg->fsdp;
+    if (fc->mix_precision.reduce_dtype != HS_MP_NULL &&
+        fc->mix_precision.reduce_dtype != HS_DTYPE_F32)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "fsdp_config.mix_precision.reduce_dtype=%s: gradients are reduced in "
+                        "float32 so far; set it to float32 or null",
+                        hs_dtype_name((hs_dtype)fc->mix_precision.reduce_dtype));
+    /* The model computes every unit in param_dtype, so unit outputs and
+     * forward inputs are in param_dtype; other choices would be ignored. */
+    int pd = fc->mix_precision.param_dtype, od = fc->mix_precision.output_dtype;
+    if (od != HS_MP_NULL && od != (pd == HS_MP_NULL ? HS_DTYPE_F32 : pd))
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "fsdp_config.mix_precision.output_dtype=%s differs from the compute dtype "
+                        "%s (param_dtype): unit outputs are in the compute dtype so far; set it "
+                        "to null or to param_dtype",
+                        hs_dtype_name((hs_dtype)od),
+                        hs_dtype_name(pd == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)pd));
+    if (pd != HS_MP_NULL && pd != HS_DTYPE_F32 && !fc->mix_precision.cast_forward_inputs)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "fsdp_config.mix_precision.cast_forward_inputs=false with param_dtype=%s: "
+                        "forward inputs are always computed in param_dtype so far; set it to true",
+                        hs_dtype_name((hs_dtype)pd));
+    if (fc->enable_offload)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "fsdp_config.enable_offload=true: CPU offload is not available yet; "
+                        "set it to false");
+    if (strcmp(cfg->optimizer.target, "muon") == 0 && shard_size > 1)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "optimizer._target_=muon with fsdp_config.dp_shard_size=%d: Muon needs "
+                        "whole matrices and FSDP holds row shards; use adamw or "
+                        "dp_shard_size: 1",
+                        shard_size);
+    if (fc->comm_fusion)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "fsdp_config.comm_fusion=true: fused all-gather/reduce-scatter is not "
+                        "available yet; set it to false");
+    return e->code;
+}
+
+static bool is_replicate_param(const hs_config *cfg, const char *fqn)
+{
+    for (int i = 0; i < cfg->fsdp.n_replicate_params; i++)
+        if (strcmp(cfg->fsdp.replicate_params[i], fqn) == 0) return true;
+    return false;
+}
+
+static hs_status check_fqns(const hs_config *cfg, hs_model *model, hs_error *e)
+{
+    int n = hs_model_num_params(model);
+    const char **fqns = calloc((size_t)n + 1, sizeof *fqns);
+    HS_ASSERT(fqns != NULL);
+    for (int i = 0; i < n; i++) fqns[i] = hs_model_param(model, i)->fqn;
+    hs_status st = hs_config_check_fqns(cfg, fqns, n, e);
+    free(fqns);
+    return st;
+}
+
+/* Declaration order is the forward order; backward visits the root first
+ * (head), then the blocks last to first. Each unit prefetches the next
+ * `depth` units of its own pass. */
+static void set_prefetch(hs_fsdp_ctx *ctx, int fwd_depth, int bwd_depth)
+{
+    int n = ctx->n_units;
+    int *bwd_order = malloc(sizeof(int) * (size_t)n);
+    HS_ASSERT(bwd_order != NULL);
+    bwd_order[0] = 0;
+    for (int k = 1; k < n; k++) bwd_order[k] = n - k;
+    for (int k = 0; k < n; k++) {
+        hs_fsdp_unit *u = &ctx->units[k];
+        int nf = n - 1 - k < fwd_depth ? n - 1 - k : fwd_depth;
+        u->fwd_prefetch = calloc((size_t)(nf > 0 ? nf : 1), sizeof(int));
+        HS_ASSERT(u->fwd_prefetch != NULL);
+        for (int j = 0; j < nf; j++) u->fwd_prefetch[u->n_fwd_prefetch++] = k + 1 + j;
+    }
+    for (int k = 0; k < n; k++) {
+        hs_fsdp_unit *u = &ctx->units[bwd_order[k]];
+        int nb = n - 1 - k < bwd_depth ? n - 1 - k : bwd_depth;
+        u->bwd_prefetch = calloc((size_t)(nb > 0 ? nb : 1), sizeof(int));
+        HS_ASSERT(u->bwd_prefetch != NULL);
+        for (int j = 0; j < nb; j++) u->bwd_prefetch[u->n_bwd_prefetch++] = bwd_order[k + 1 + j];
+    }
+    free(bwd_order);
+}
+
+static hs_status check_unit_sources(hs_fsdp_unit *u, hs_error *e)
+{
+    /* No planner sets source layouts yet: every parameter is plain. The
+     * check still runs once per unit so that a planner plugs in here. */
+    const char **fqns = calloc((size_t)u->n_params + 1, sizeof *fqns);
+    const hs_source_layout **layouts = calloc((size_t)u->n_params + 1, sizeof *layouts);
+    HS_ASSERT(fqns && layouts);
+    for (int i = 0; i < u->n_params; i++) fqns[i] = u->params[i]->p->fqn;
+    hs_status st = hs_fsdp_check_unit_sources(u->name, fqns, layouts, u->n_params, e);
+    free(fqns);
+    free(layouts);
+    return st;
+}
+
+static hs_status build_units(hs_fsdp *f, const hs_config *cfg, hs_error *e)
+{
+    hs_fsdp_ctx *ctx = &f->ctx;
+    ctx->n_units = hs_model_num_units(f->model);
+    ctx->units = calloc((size_t)ctx->n_units, sizeof *ctx->units);
+    HS_ASSERT(ctx->units != NULL);
+    for (int ui = 0; ui < ctx->n_units; ui++) {
+        hs_fsdp_unit *u = &ctx->units[ui];
+        const hs_unit_desc *d = hs_model_unit(f->model, ui);
+        u->index = ui;
+        snprintf(u->name, sizeof u->name, "%s", d->name);
+        u->is_root = ui == 0;
+        u->is_expert = d->is_expert;
+        u->params = calloc((size_t)ctx->n_params + 1, sizeof *u->params);
+        HS_ASSERT(u->params != NULL);
+    }
+    for (int i = 0; i < ctx->n_params; i++) {
+        hs_fsdp_param *fp = &ctx->params[i];
+        if (fp->p->unit < 0 || fp->p->unit >= ctx->n_units)
+            return hs_error_set(e, HS_ERR_INTERNAL, "parameter %s names unit %d of %d",
+                                fp->p->fqn, fp->p->unit, ctx->n_units);
+        hs_fsdp_unit *u = &ctx->units[fp->p->unit];
+        u->params[u->n_params++] = fp;
+    }
+    /* Children before parents: nested expert units come after their block
+     * in declaration order, so the reverse order is bottom-up and the root
+     * (unit 0) is wrapped last. */
+    for (int ui = ctx->n_units - 1; ui >= 0; ui--) {
+        hs_fsdp_unit *u = &ctx->units[ui];
+        hs_status st = check_unit_sources(u, e);
+        if (st != HS_OK) return st;
+        u->reshard_after_forward = u->is_root ? false : cfg->fsdp.reshard_after_forward;
+        hs_fsdp_unit_build_groups(u, &ctx->mem);
+        if (!u->is_root && !u->is_expert) f->blocks_wrapped++;
+    }
+    set_prefetch(ctx, cfg->fsdp.forward_prefetch_depth, cfg->fsdp.backward_prefetch_depth);
+    return HS_OK;
+}
+
+static hs_status build_params(hs_fsdp *f, const hs_config *cfg, const hs_fsdp_dp_groups *g,
+                              uint64_t seed, hs_error *e)
+{
+    hs_fsdp_ctx *ctx = &f->ctx;
+    ctx->n_params = hs_model_num_params(f->model);
+    ctx->params = calloc((size_t)ctx->n_params + 1, sizeof *ctx->params);
+    HS_ASSERT(ctx->params != NULL);
+    hs_dtype compute = cfg->fsdp.mix_precision.param_dtype == HS_MP_NULL
+                           ? HS_DTYPE_F32
+                           : (hs_dtype)cfg->fsdp.mix_precision.param_dtype;
+    for (int i = 0; i < ctx->n_params; i++) {
+        hs_param *p = hs_model_param(f->model, i);
+        if (p->data || p->grad)
+            return hs_error_set(e, HS_ERR_INTERNAL,
+                                "parameter %s already has storage; create the model with "
+                                "allocate_params = false before wrapping it with FSDP",
+                                p->fqn);
+        bool rep = is_replicate_param(cfg, p->fqn);
+        hs_fsdp_mesh_info mi = mesh_info_for(g, rep);
+        hs_status st = hs_fsdp_param_init(&ctx->params[i], f->model, i, rep, &mi, compute,
+                                          &ctx->mem, seed, e);
+        if (st != HS_OK) return st;
+        int64_t numel = ctx->params[i].plan.unpacked_numel;
+        f->total_param_bytes += numel * (int64_t)sizeof(float);
+    }
+    return HS_OK;
+}
+
+static void log_wrapped(const hs_fsdp *f, const hs_config *cfg)
+{
+    int experts = 0;
+    for (int u = 0; u < f->ctx.n_units; u++) experts += f->ctx.units[u].is_expert;
+    if (!f->ctx.log) return;
+    char extra[64] = "";
+    if (experts) snprintf(extra, sizeof extra, " + %d expert units", experts);
+    hs_log_info(f->ctx.log,
+                "fsdp: wrapped %d transformer blocks%s and the root (%d units); shard degree "
+                "%d, replicate degree %d; %d replicate_params; reshard_after_forward=%s",
+                f->blocks_wrapped, extra, f->ctx.n_units, f->groups.shard_size,
+                f->groups.replicate_size, cfg->fsdp.n_replicate_params,
+                cfg->fsdp.reshard_after_forward ? "true" : "false");
+}
+
+hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, hs_comm *comm,
+                              hs_device *dev, hs_model *model, uint64_t seed, const hs_log *log,
+                              hs_fsdp **out, hs_error *e)
+{
+    *out = NULL;
+    hs_error_clear(e);
+    if (check_options(cfg, g->shard_size, e) != HS_OK) return e->code;
+    hs_fsdp *f = calloc(1, sizeof *f);
+    HS_ASSERT(f != NULL);
+    f->model = model;
+    f->groups = *g;
+    hs_fsdp_mem_init(&f->ctx.mem, dev);
+    hs_status st = check_fqns(cfg, model, e);
+    if (st == HS_OK) st = build_params(f, cfg, g, seed, e);
+    if (st == HS_OK) st = build_units(f, cfg, e);
+    hs_fsdp_ctx_init(&f->ctx, comm, log);
+    if (st != HS_OK) {
+        hs_fsdp_free(f);
+        return st;
+    }
+    /* The trainer scales the loss by 1 / (tokens in the global batch), so
+     * each rank holds a 1/dp share of the gradient; scaling by dp before the
+     * first collective lets every stage average (S, then R): the DP average
+     * applied once, RFC §6.4. */
+    f->ctx.grad_prescale = (float)g->flat_size;
+    log_wrapped(f, cfg);
+    *out = f;
+    return HS_OK;
+}
+
+hs_status hs_fsdp_wrap(const hs_config *cfg, hs_mesh *mesh, hs_comm *comm, hs_device *dev,
+                       hs_model *model, uint64_t seed, const hs_log *log, hs_fsdp **out,
+                       hs_error *e)
+{
+    *out = NULL;
+    hs_error_clear(e);
+    const hs_topology *t = hs_mesh_topology(mesh);
+    if (check_topology(t, e) != HS_OK) return e->code;
+    hs_fsdp_dp_groups g = dp_groups_of(mesh);
+    HS_ASSERT(g.shard_size == t->dp_shard && g.replicate_size == t->dp_replicate &&
+              g.flat_size == t->fsdp_dp);
+    return hs_fsdp_wrap_groups(cfg, &g, comm, dev, model, seed, log, out, e);
+}
+
+void hs_fsdp_free(hs_fsdp *f)
+{
+    if (!f) return;
+    hs_fsdp_ctx_free(&f->ctx);
+    free(f->optim);
+    free(f);
+}
+
+hs_fsdp_ctx *hs_fsdp_context(hs_fsdp *f) { return &f->ctx; }

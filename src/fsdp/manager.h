@@ -1,0 +1,34 @@
+/* fsdp/manager.h — the wrapped model (struct hs_fsdp) as the manager
+ * builds it; shared by the manager and the trainer-facing accessors. */
+#ifndef HS_FSDP_MANAGER_H
+#define HS_FSDP_MANAGER_H
+
+#include "fsdp/context.h"
+#include "hypershard/fsdp.h"
+
+/* The data-parallel groups of this rank, picked from the mesh. A group
+ * pointer is NULL when its size is 1. */
+typedef struct hs_fsdp_dp_groups {
+    int shard_size, shard_rank, replicate_size, replicate_rank, flat_size, flat_rank;
+    hs_pg *shard, *replicate, *flat;
+} hs_fsdp_dp_groups;
+
+struct hs_fsdp {
+    hs_fsdp_ctx ctx;
+    hs_model *model;
+    hs_fsdp_dp_groups groups;
+    hs_optim_param *optim; /* one per managed parameter */
+    int blocks_wrapped;
+    int64_t total_param_bytes;
+};
+
+/* The context, for tests and debugging views. */
+hs_fsdp_ctx *hs_fsdp_context(hs_fsdp *f);
+
+/* hs_fsdp_wrap after the groups are chosen: also what single-process tests
+ * use, with every size 1 (no collective is ever issued then). */
+hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, hs_comm *comm,
+                              hs_device *dev, hs_model *model, uint64_t seed, const hs_log *log,
+                              hs_fsdp **out, hs_error *e);
+
+#endif

@@ -1,0 +1,40 @@
+/* FSDP storage accounting on top of the device allocator. */
+#include "fsdp/mem.h"
+
+#include <string.h>
+
+void hs_fsdp_mem_init(hs_fsdp_mem *m, hs_device *dev)
+{
+    memset(m, 0, sizeof *m);
+    m->dev = dev;
+}
+
+void *hs_fsdp_mem_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes)
+{
+    HS_ASSERT((unsigned)k < HS_FSDP_MEM_KIND_COUNT);
+    /* A zero-length shard still needs a distinct pointer so that views of it
+     * never alias another parameter's storage. */
+    void *p = hs_device_alloc(m->dev, bytes ? bytes : 1);
+    HS_ASSERT(p != NULL);
+    /* The cpu device is RAM; a device without host-visible memory will need
+     * its own fill here. */
+    memset(p, 0, bytes ? bytes : 1);
+    m->current[k] += (int64_t)bytes;
+    m->allocs[k]++;
+    if (m->current[k] > m->peak[k]) m->peak[k] = m->current[k];
+    return p;
+}
+
+void hs_fsdp_mem_free(hs_fsdp_mem *m, hs_fsdp_mem_kind k, void *p, size_t bytes)
+{
+    if (!p) return;
+    HS_ASSERT((unsigned)k < HS_FSDP_MEM_KIND_COUNT);
+    hs_device_free_mem(m->dev, p);
+    m->current[k] -= (int64_t)bytes;
+    HS_ASSERT(m->current[k] >= 0);
+}
+
+void hs_fsdp_mem_reset_peak(hs_fsdp_mem *m)
+{
+    for (int k = 0; k < HS_FSDP_MEM_KIND_COUNT; k++) m->peak[k] = m->current[k];
+}

@@ -1,0 +1,34 @@
+/* fsdp/mem.h — every byte FSDP allocates goes through here: the device
+ * allocates it (so the device pool shows it) and FSDP keeps its own current
+ * and peak counts per kind, which is what the memory bound of sharding is
+ * measured against (parameter bytes per rank <= total/W + the unsharded
+ * units alive at once). Only the compute thread allocates FSDP storage. */
+#ifndef HS_FSDP_MEM_H
+#define HS_FSDP_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hypershard/device.h"
+
+typedef enum hs_fsdp_mem_kind {
+    HS_FSDP_MEM_PARAM = 0, /* sharded storage, all-gather outputs, cast copies */
+    HS_FSDP_MEM_GRAD,      /* unsharded grads, reduce buffers, sharded grads   */
+    HS_FSDP_MEM_KIND_COUNT
+} hs_fsdp_mem_kind;
+
+typedef struct hs_fsdp_mem {
+    hs_device *dev;
+    int64_t current[HS_FSDP_MEM_KIND_COUNT];
+    int64_t peak[HS_FSDP_MEM_KIND_COUNT];
+    int64_t allocs[HS_FSDP_MEM_KIND_COUNT];
+} hs_fsdp_mem;
+
+void hs_fsdp_mem_init(hs_fsdp_mem *m, hs_device *dev);
+/* Zero-filled; bytes == 0 still returns a valid, unique block. */
+void *hs_fsdp_mem_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes);
+/* `bytes` must be what was asked for at allocation. NULL is fine. */
+void hs_fsdp_mem_free(hs_fsdp_mem *m, hs_fsdp_mem_kind k, void *p, size_t bytes);
+void hs_fsdp_mem_reset_peak(hs_fsdp_mem *m);
+
+#endif

@@ -1,0 +1,224 @@
+/* One managed parameter: storage, unshard/reshard and its gradient path. */
+#include "fsdp/param.h"
+
+#include <string.h>
+
+static const char *const mesh_kind_names[] = {"fsdp", "hsdp", "ddp"};
+_Static_assert(sizeof mesh_kind_names / sizeof mesh_kind_names[0] == HS_FSDP_MESH_KIND_COUNT,
+               "mesh kind names follow the enum");
+static const char *const owner_names[] = {"sharded", "cast", "all_gather", "fused"};
+_Static_assert(sizeof owner_names / sizeof owner_names[0] == HS_FSDP_STORAGE_OWNER_COUNT,
+               "storage owner names follow the enum");
+
+const char *hs_fsdp_mesh_kind_name(hs_fsdp_mesh_kind k)
+{
+    return (unsigned)k < HS_FSDP_MESH_KIND_COUNT ? mesh_kind_names[k] : "?";
+}
+
+const char *hs_fsdp_storage_owner_name(hs_fsdp_storage_owner o)
+{
+    return (unsigned)o < HS_FSDP_STORAGE_OWNER_COUNT ? owner_names[o] : "?";
+}
+
+static size_t bytes_of(int64_t numel, hs_dtype dt) { return (size_t)numel * hs_dtype_size(dt); }
+
+hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool replicate,
+                             const hs_fsdp_mesh_info *mi, hs_dtype compute_dtype,
+                             hs_fsdp_mem *mem, uint64_t seed, hs_error *e)
+{
+    memset(fp, 0, sizeof *fp);
+    hs_param *p = hs_model_param(model, index);
+    fp->p = p;
+    fp->index = index;
+    fp->replicate = replicate;
+    fp->mi = *mi;
+    fp->compute_dtype = compute_dtype;
+    fp->grad_dtype = p->grad_dtype;
+    fp->mem = mem;
+    HS_ASSERT(mi->shard_size >= 1 && mi->replicate_size >= 1);
+    hs_status st = hs_fsdp_plan_build(&fp->plan, p->fqn, p->ndim, p->shape, 0, mi->shard_size,
+                                      mi->shard_rank, e);
+    if (st != HS_OK) return st;
+    fp->needs_all_gather = mi->shard_size > 1;
+
+    /* Padding only when uneven: the even shard is its own comm storage. */
+    const hs_fsdp_plan *pl = &fp->plan;
+    fp->storage_numel = pl->kind == HS_FSDP_PACK_DIM0_EVEN ? pl->actual_sharded_numel
+                                                            : pl->padded_sharded_numel;
+    fp->storage = hs_fsdp_mem_alloc(mem, HS_FSDP_MEM_PARAM, bytes_of(fp->storage_numel, HS_DTYPE_F32));
+    fp->sharded = fp->storage;
+    if (pl->layout.actual_rows > 0)
+        hs_model_init_param_rows(model, p, seed, fp->sharded, HS_DTYPE_F32, pl->layout.row_offset,
+                                 pl->layout.actual_rows);
+    fp->sharded_grad =
+        hs_fsdp_mem_alloc(mem, HS_FSDP_MEM_GRAD, bytes_of(pl->actual_sharded_numel, HS_DTYPE_F32));
+    fp->state = HS_FSDP_SHARDED;
+    p->data = NULL;
+    p->grad = NULL;
+    return HS_OK;
+}
+
+void hs_fsdp_param_free(hs_fsdp_param *fp)
+{
+    if (!fp->p) return;
+    HS_ASSERT(fp->ag_work == NULL && fp->rs_work == NULL);
+    hs_fsdp_param_reshard(fp);
+    hs_fsdp_param_grad_release(fp);
+    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_PARAM, fp->storage, bytes_of(fp->storage_numel, HS_DTYPE_F32));
+    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, fp->sharded_grad,
+                     bytes_of(fp->plan.actual_sharded_numel, HS_DTYPE_F32));
+    fp->storage = fp->sharded = fp->sharded_grad = NULL;
+    fp->p = NULL;
+}
+
+/* ---------------------------------------------------------------- unshard */
+
+static void *own(hs_fsdp_param *fp, hs_fsdp_storage_owner owner, int64_t numel)
+{
+    fp->owner = owner;
+    fp->owned_bytes = bytes_of(numel, fp->compute_dtype);
+    fp->owned = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_PARAM, fp->owned_bytes);
+    return fp->owned;
+}
+
+void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp)
+{
+    if (fp->state != HS_FSDP_SHARDED) return;
+    const hs_fsdp_plan *pl = &fp->plan;
+    bool cast = fp->compute_dtype != HS_DTYPE_F32;
+    if (fp->needs_all_gather) {
+        /* Cast the padded storage, not the actual view: every rank must send
+         * the same element count. */
+        const void *in = fp->storage;
+        if (cast) {
+            fp->ag_input_bytes = bytes_of(pl->padded_sharded_numel, fp->compute_dtype);
+            fp->ag_input = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_PARAM, fp->ag_input_bytes);
+            hs_convert(fp->ag_input, fp->compute_dtype, fp->storage, HS_DTYPE_F32,
+                       fp->storage_numel);
+            in = fp->ag_input;
+        }
+        void *out = own(fp, HS_FSDP_STORAGE_ALL_GATHER, pl->padded_unsharded_numel);
+        fp->ag_work = hs_pg_all_gather_async(fp->mi.shard_pg, out, in, pl->padded_sharded_numel,
+                                             fp->compute_dtype);
+        fp->unsharded = out; /* rows [0, D0) are the logical tensor */
+        fp->state = HS_FSDP_UNSHARDING;
+        return;
+    }
+    if (cast) {
+        void *c = own(fp, HS_FSDP_STORAGE_CAST, pl->unpacked_numel);
+        hs_convert(c, fp->compute_dtype, fp->storage, HS_DTYPE_F32, pl->unpacked_numel);
+        fp->unsharded = c;
+    } else {
+        /* No all-gather, no cast: the compute view is the master storage
+         * itself. Nothing is allocated and nothing is copied. */
+        fp->owner = HS_FSDP_STORAGE_SHARDED;
+        fp->owned = NULL;
+        fp->owned_bytes = 0;
+        fp->unsharded = fp->storage;
+    }
+    fp->state = HS_FSDP_UNSHARDING;
+}
+
+hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e)
+{
+    if (fp->state != HS_FSDP_UNSHARDING) return HS_OK;
+    if (fp->ag_work) {
+        hs_work *w = fp->ag_work;
+        fp->ag_work = NULL;
+        hs_status st = hs_work_wait(w, e);
+        if (st != HS_OK) return st;
+    }
+    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_PARAM, fp->ag_input, fp->ag_input_bytes);
+    fp->ag_input = NULL;
+    fp->ag_input_bytes = 0;
+    fp->state = HS_FSDP_UNSHARDED;
+    fp->p->data = fp->unsharded;
+    return HS_OK;
+}
+
+void hs_fsdp_param_reshard(hs_fsdp_param *fp)
+{
+    if (fp->state == HS_FSDP_SHARDED) return;
+    /* Resharding an in-flight all-gather would free its output under the
+     * comm thread. */
+    HS_ASSERT(fp->ag_work == NULL);
+    if (fp->owner == HS_FSDP_STORAGE_SHARDED) {
+        /* Borrowed alias of the master: drop the mapping only. */
+        HS_ASSERT(fp->owned == NULL);
+    } else {
+        HS_ASSERT(fp->owned != NULL && fp->owned != (void *)fp->storage);
+        hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_PARAM, fp->owned, fp->owned_bytes);
+    }
+    fp->owned = NULL;
+    fp->owned_bytes = 0;
+    fp->unsharded = NULL;
+    fp->state = HS_FSDP_SHARDED;
+    fp->p->data = NULL;
+}
+
+/* ------------------------------------------------------------- gradients */
+
+void hs_fsdp_param_grad_begin(hs_fsdp_param *fp)
+{
+    if (!fp->unsharded_grad) {
+        /* Padded rows: the reduce-scatter input is this buffer as is, and
+         * its tail [D0, C*W) stays zero because the model never writes it. */
+        fp->unsharded_grad_bytes = bytes_of(fp->plan.padded_unsharded_numel, fp->grad_dtype);
+        fp->unsharded_grad = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_GRAD, fp->unsharded_grad_bytes);
+    }
+    fp->p->grad = fp->unsharded_grad;
+}
+
+void hs_fsdp_param_grad_release(hs_fsdp_param *fp)
+{
+    HS_ASSERT(fp->rs_work == NULL);
+    if (fp->rs_input && (void *)fp->rs_input != fp->unsharded_grad)
+        hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, fp->rs_input,
+                         bytes_of(fp->plan.padded_unsharded_numel, HS_DTYPE_F32));
+    fp->rs_input = NULL;
+    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, fp->unsharded_grad, fp->unsharded_grad_bytes);
+    fp->unsharded_grad = NULL;
+    fp->unsharded_grad_bytes = 0;
+    fp->p->grad = NULL;
+}
+
+void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale)
+{
+    HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL && fp->reduce_slot != NULL);
+    const hs_fsdp_plan *pl = &fp->plan;
+    if (fp->grad_dtype == HS_DTYPE_F32) {
+        fp->rs_input = fp->unsharded_grad;
+    } else {
+        fp->rs_input = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_GRAD,
+                                         bytes_of(pl->padded_unsharded_numel, HS_DTYPE_F32));
+        hs_convert(fp->rs_input, HS_DTYPE_F32, fp->unsharded_grad, fp->grad_dtype,
+                   pl->padded_unsharded_numel);
+    }
+    if (prescale != 1.0f) hs_scale_f32(fp->rs_input, prescale, pl->unpacked_numel);
+    if (fp->needs_all_gather) {
+        HS_ASSERT(fp->reduce_numel == pl->padded_sharded_numel);
+        fp->rs_work = hs_pg_reduce_scatter_async(fp->mi.shard_pg, fp->reduce_slot, fp->rs_input,
+                                                 pl->padded_sharded_numel, HS_DTYPE_F32,
+                                                 HS_REDUCE_AVG);
+        return;
+    }
+    HS_ASSERT(fp->reduce_numel == pl->unpacked_numel);
+    memcpy(fp->reduce_slot, fp->rs_input, bytes_of(pl->unpacked_numel, HS_DTYPE_F32));
+    hs_fsdp_param_grad_release(fp);
+}
+
+hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e)
+{
+    if (!fp->rs_work) return HS_OK;
+    hs_work *w = fp->rs_work;
+    fp->rs_work = NULL;
+    hs_status st = hs_work_wait(w, e);
+    hs_fsdp_param_grad_release(fp);
+    return st;
+}
+
+void hs_fsdp_param_reduce_apply(hs_fsdp_param *fp)
+{
+    /* The reduce slot is padded; only the actual rows reach the optimizer. */
+    hs_add_f32(fp->sharded_grad, fp->reduce_slot, fp->plan.actual_sharded_numel);
+}

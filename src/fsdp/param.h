@@ -1,0 +1,127 @@
+/* fsdp/param.h — one managed parameter (RFC 000 §5.5–§5.8, §7.4–§7.6).
+ *
+ * A managed parameter owns its sharded storage (the master copy the
+ * optimizer updates; padded to C rows only when the shard is uneven) and
+ * carries its own mesh info: which group it is sharded over and which group
+ * its gradient is all-reduced over. Whether it all-gathers follows from one
+ * fact, needs_all_gather = shard_size > 1.
+ *
+ * The unsharded view the model computes with has an explicit owner:
+ *   SHARDED     the view IS the sharded storage (no all-gather, no cast):
+ *               reshard only drops the mapping; it is never freed or copied
+ *   CAST        a cast copy of the local storage (no all-gather, cast)
+ *   ALL_GATHER  the all-gather output (shard size > 1)
+ *   FUSED       a slice of a unit-wide fused buffer (comm fusion)
+ * The cast and all-gather copies are compute copies: reshard frees them and
+ * never writes them back into the master. */
+#ifndef HS_FSDP_PARAM_H
+#define HS_FSDP_PARAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fsdp/mem.h"
+#include "fsdp/plan.h"
+#include "hypershard/comm.h"
+#include "hypershard/model.h"
+
+typedef enum hs_fsdp_mesh_kind {
+    HS_FSDP_MESH_FSDP = 0, /* shard group only                          */
+    HS_FSDP_MESH_HSDP,     /* shard group + replicate group             */
+    HS_FSDP_MESH_DDP,      /* replicate_params: the flattened DP group  */
+    HS_FSDP_MESH_KIND_COUNT
+} hs_fsdp_mesh_kind;
+
+const char *hs_fsdp_mesh_kind_name(hs_fsdp_mesh_kind k);
+
+/* Data-parallel topology of one parameter; never TP. A group pointer is NULL
+ * exactly when its size is 1 (the collective is then the identity). */
+typedef struct hs_fsdp_mesh_info {
+    hs_fsdp_mesh_kind kind;
+    hs_pg *shard_pg;
+    int shard_size, shard_rank;
+    hs_pg *replicate_pg;
+    int replicate_size, replicate_rank;
+} hs_fsdp_mesh_info;
+
+typedef enum hs_fsdp_storage_owner {
+    HS_FSDP_STORAGE_SHARDED = 0,
+    HS_FSDP_STORAGE_CAST,
+    HS_FSDP_STORAGE_ALL_GATHER,
+    HS_FSDP_STORAGE_FUSED,
+    HS_FSDP_STORAGE_OWNER_COUNT
+} hs_fsdp_storage_owner;
+
+const char *hs_fsdp_storage_owner_name(hs_fsdp_storage_owner o);
+
+typedef enum hs_fsdp_sharded_state {
+    HS_FSDP_SHARDED = 0,
+    HS_FSDP_UNSHARDING, /* all-gather issued, not waited */
+    HS_FSDP_UNSHARDED,
+} hs_fsdp_sharded_state;
+
+typedef struct hs_fsdp_param {
+    hs_param *p; /* the model's registry entry; data/grad are pointed here */
+    int index;   /* model parameter index */
+    bool replicate;
+    hs_fsdp_mesh_info mi;
+    hs_fsdp_plan plan;
+    bool needs_all_gather;
+    hs_dtype compute_dtype; /* what the model reads (param_dtype or fp32) */
+    hs_dtype grad_dtype;    /* what the model accumulates into */
+    hs_fsdp_mem *mem;
+
+    /* master: fp32, padded_sharded_numel elements when uneven, else actual */
+    float *storage;
+    int64_t storage_numel;
+    float *sharded; /* the actual shard view: a prefix of storage */
+
+    hs_fsdp_sharded_state state;
+    hs_fsdp_storage_owner owner; /* of `unsharded`, valid when not SHARDED */
+    void *unsharded;             /* full logical view the model reads      */
+    void *owned;                 /* what reshard frees (NULL for an alias) */
+    size_t owned_bytes;
+    void *ag_input;              /* cast all-gather input, freed after wait */
+    size_t ag_input_bytes;
+    hs_work *ag_work;
+
+    /* gradients */
+    void *unsharded_grad; /* padded unsharded, grad dtype; alive in backward */
+    size_t unsharded_grad_bytes;
+    float *rs_input;      /* fp32 copy when the grad dtype is not fp32 */
+    hs_work *rs_work;
+    float *reduce_slot;   /* this param's slice of its unit's reduce buffer */
+    int64_t reduce_numel;
+    float *sharded_grad;  /* fp32 actual shard: what the optimizer reads */
+} hs_fsdp_param;
+
+/* Build the plan, allocate the sharded storage and fill it from `seed` so
+ * that it equals the same rows of the single-process init. */
+hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool replicate,
+                             const hs_fsdp_mesh_info *mi, hs_dtype compute_dtype,
+                             hs_fsdp_mem *mem, uint64_t seed, hs_error *e);
+void hs_fsdp_param_free(hs_fsdp_param *fp);
+
+/* Unshard in two phases so that all-gathers of a unit (or of prefetched
+ * units) are in flight together. Issue is a no-op unless SHARDED; wait is a
+ * no-op unless UNSHARDING, and installs the view into p->data. */
+void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp);
+hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e);
+/* Back to SHARDED: frees an owned compute copy, never an alias. */
+void hs_fsdp_param_reshard(hs_fsdp_param *fp);
+
+/* Backward: make p->grad a zeroed padded buffer unless one is still alive
+ * (gradient accumulation without sync keeps it). */
+void hs_fsdp_param_grad_begin(hs_fsdp_param *fp);
+/* Scale the gradient by `prescale`, then issue this parameter's
+ * reduce-scatter into its reduce slot (shard size > 1), or copy the full
+ * gradient there (no reduce-scatter). */
+void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale);
+/* Wait the reduce-scatter and release the unsharded gradient. */
+hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e);
+/* sharded_grad += the actual rows of the reduce slot. */
+void hs_fsdp_param_reduce_apply(hs_fsdp_param *fp);
+/* Drop the unsharded gradient without reducing it. */
+void hs_fsdp_param_grad_release(hs_fsdp_param *fp);
+
+#endif

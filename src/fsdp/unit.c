@@ -1,0 +1,94 @@
+/* A unit's parameters, reduction groups and unshard/reshard. */
+#include "fsdp/unit.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const state_names[] = {"None", "PRE_FORWARD", "FORWARD", "PRE_BACKWARD",
+                                          "BACKWARD"};
+_Static_assert(sizeof state_names / sizeof state_names[0] == HS_FSDP_STATE_COUNT,
+               "state names follow the enum");
+
+const char *hs_fsdp_unit_state_name(hs_fsdp_unit_state s)
+{
+    return (unsigned)s < HS_FSDP_STATE_COUNT ? state_names[s] : "?";
+}
+
+static int group_of(hs_fsdp_unit *u, hs_pg *pg)
+{
+    for (int g = 0; g < u->n_groups; g++)
+        if (u->groups[g].pg == pg) return g;
+    return -1;
+}
+
+void hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem)
+{
+    u->groups = calloc((size_t)(u->n_params ? u->n_params : 1), sizeof *u->groups);
+    HS_ASSERT(u->groups != NULL);
+    u->n_groups = 0;
+    for (int i = 0; i < u->n_params; i++) {
+        hs_fsdp_param *fp = u->params[i];
+        fp->reduce_numel =
+            fp->needs_all_gather ? fp->plan.padded_sharded_numel : fp->plan.unpacked_numel;
+        hs_pg *pg = fp->mi.replicate_size > 1 ? fp->mi.replicate_pg : NULL;
+        int g = group_of(u, pg);
+        if (g < 0) {
+            g = u->n_groups++;
+            u->groups[g].pg = pg;
+            u->groups[g].op = HS_REDUCE_AVG;
+            u->groups[g].dtype = HS_DTYPE_F32;
+            u->groups[g].params = calloc((size_t)u->n_params, sizeof(hs_fsdp_param *));
+            HS_ASSERT(u->groups[g].params != NULL);
+        }
+        hs_fsdp_reduce_group *grp = &u->groups[g];
+        grp->params[grp->n_params++] = fp;
+        grp->numel += fp->reduce_numel;
+    }
+    for (int g = 0; g < u->n_groups; g++) {
+        hs_fsdp_reduce_group *grp = &u->groups[g];
+        grp->buf = hs_fsdp_mem_alloc(mem, HS_FSDP_MEM_GRAD, (size_t)grp->numel * sizeof(float));
+        int64_t off = 0;
+        for (int i = 0; i < grp->n_params; i++) {
+            grp->params[i]->reduce_slot = grp->buf + off;
+            off += grp->params[i]->reduce_numel;
+        }
+    }
+}
+
+void hs_fsdp_unit_free(hs_fsdp_unit *u, hs_fsdp_mem *mem)
+{
+    for (int g = 0; g < u->n_groups; g++) {
+        HS_ASSERT(u->groups[g].ar_work == NULL);
+        hs_fsdp_mem_free(mem, HS_FSDP_MEM_GRAD, u->groups[g].buf,
+                         (size_t)u->groups[g].numel * sizeof(float));
+        free(u->groups[g].params);
+    }
+    free(u->groups);
+    free(u->params);
+    free(u->fwd_prefetch);
+    free(u->bwd_prefetch);
+    memset(u, 0, sizeof *u);
+}
+
+hs_status hs_fsdp_unit_unshard(hs_fsdp_unit *u, hs_error *e)
+{
+    for (int i = 0; i < u->n_params; i++) hs_fsdp_param_unshard_issue(u->params[i]);
+    hs_status first = HS_OK;
+    for (int i = 0; i < u->n_params; i++) {
+        hs_status st = hs_fsdp_param_unshard_wait(u->params[i], e);
+        if (st != HS_OK && first == HS_OK) first = st;
+    }
+    return first;
+}
+
+void hs_fsdp_unit_reshard(hs_fsdp_unit *u)
+{
+    for (int i = 0; i < u->n_params; i++) hs_fsdp_param_reshard(u->params[i]);
+}
+
+bool hs_fsdp_unit_is_unsharded(const hs_fsdp_unit *u)
+{
+    for (int i = 0; i < u->n_params; i++)
+        if (u->params[i]->state != HS_FSDP_UNSHARDED) return false;
+    return true;
+}

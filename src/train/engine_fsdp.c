@@ -1,0 +1,102 @@
+/* The FSDP engine: the model computes with the unsharded views the FSDP
+ * hooks install, the optimizer updates the local shards. */
+#include "train/engine_fsdp.h"
+
+#include <stdlib.h>
+
+#include "hypershard/fsdp.h"
+
+static hs_fsdp *fsdp_of(hs_engine *en) { return en->ctx; }
+
+static const hs_model_hooks *fsdp_hooks(hs_engine *en) { return hs_fsdp_hooks(fsdp_of(en)); }
+
+static void fsdp_begin_micro_batch(hs_engine *en, bool sync, bool reshard, bool last)
+{
+    hs_fsdp_set_micro_batch(fsdp_of(en), sync, reshard, last);
+}
+
+static int fsdp_optim_params(hs_engine *en, hs_optim_param **out)
+{
+    return hs_fsdp_optim_params(fsdp_of(en), out);
+}
+
+static hs_status fsdp_grad_norm(hs_engine *en, double *norm, hs_error *e)
+{
+    return hs_fsdp_grad_norm(fsdp_of(en), norm, e);
+}
+
+static hs_status fsdp_after_step(hs_engine *en, hs_error *e)
+{
+    return hs_fsdp_after_step(fsdp_of(en), e);
+}
+
+static void fsdp_zero_grads(hs_engine *en) { hs_fsdp_zero_grads(fsdp_of(en)); }
+
+static hs_status fsdp_gather_full(hs_engine *en, int i, float *out, hs_error *e)
+{
+    return hs_fsdp_gather_full(fsdp_of(en), i, out, e);
+}
+
+static hs_status fsdp_gather_full_grad(hs_engine *en, int i, float *out, hs_error *e)
+{
+    return hs_fsdp_gather_full_grad(fsdp_of(en), i, out, e);
+}
+
+static hs_status fsdp_set_full(hs_engine *en, int i, const float *full, hs_error *e)
+{
+    return hs_fsdp_set_full(fsdp_of(en), i, full, e);
+}
+
+static void fsdp_free(hs_engine *en)
+{
+    hs_fsdp_free(fsdp_of(en));
+    hs_model_free(en->model);
+    free(en);
+}
+
+hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_error *e)
+{
+    *out = NULL;
+    const hs_config *cfg = env->cfg;
+    int pd = cfg->fsdp.mix_precision.param_dtype;
+    hs_dtype compute = pd == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)pd;
+    hs_model_options mo = {
+        .compute_dtype = compute,
+        .grad_dtype = compute,
+        .max_batch = env->max_batch,
+        .seq_len = cfg->train.seq_len,
+        .activation_checkpointing = cfg->train.activation_checkpointing,
+        .allocate_params = false,
+        .pool = &env->dev->device_pool,
+    };
+    hs_model *m = NULL;
+    hs_status s = hs_model_create(&cfg->model, &mo, &m, e);
+    if (s != HS_OK) return s;
+    hs_fsdp *f = NULL;
+    s = hs_fsdp_wrap(cfg, env->mesh, env->comm, env->dev, m, (uint64_t)cfg->train.seed, env->log,
+                     &f, e);
+    hs_engine *en = s == HS_OK ? calloc(1, sizeof *en) : NULL;
+    if (s == HS_OK && !en) s = hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate the FSDP engine");
+    if (s != HS_OK) {
+        hs_fsdp_free(f);
+        hs_model_free(m);
+        return s;
+    }
+    *en = (hs_engine){
+        .name = "fsdp",
+        .ctx = f,
+        .model = m,
+        .hooks = fsdp_hooks,
+        .begin_micro_batch = fsdp_begin_micro_batch,
+        .optim_params = fsdp_optim_params,
+        .grad_norm = fsdp_grad_norm,
+        .after_step = fsdp_after_step,
+        .zero_grads = fsdp_zero_grads,
+        .gather_full = fsdp_gather_full,
+        .set_full = fsdp_set_full,
+        .gather_full_grad = fsdp_gather_full_grad,
+        .free = fsdp_free,
+    };
+    *out = en;
+    return HS_OK;
+}
