@@ -88,6 +88,8 @@ foreach(src ${HS_CLI_TESTS})
 endforeach()
 
 if(HS_FUZZ)
+  # The library is instrumented too, so the fuzzer sees coverage inside it.
+  target_compile_options(hscore PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
   file(GLOB HS_FUZZERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_*.c)
   foreach(src ${HS_FUZZERS})
     get_filename_component(name ${src} NAME_WE)

@@ -1,0 +1,146 @@
+/* The resolved config as YAML (every key, schema order), the derived
+ * topology block, the config hash and the docs table — all from the schema. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config_internal.h"
+
+/* Length of the section part of `path` ("fsdp_config.mix_precision" for
+ * "fsdp_config.mix_precision.param_dtype"). */
+static size_t section_len(const char *path) {
+    const char *dot = strrchr(path, '.');
+    return dot ? (size_t)(dot - path) : 0;
+}
+
+/* Number of leading section names `a` and `b` share ("x.y" and "x.z": 1). */
+static int shared_parts(const char *a, size_t na, const char *b, size_t nb) {
+    int shared = 0;
+    size_t i = 0;
+    while (i < na && i < nb) {
+        size_t ea = i, eb = i;
+        while (ea < na && a[ea] != '.') ea++;
+        while (eb < nb && b[eb] != '.') eb++;
+        if (ea != eb || memcmp(a + i, b + i, ea - i)) break;
+        shared++;
+        i = ea + 1;
+    }
+    return shared;
+}
+
+static void write_indent(FILE *f, int depth) {
+    for (int i = 0; i < depth; i++) fputs("  ", f);
+}
+
+/* Keys of a section are contiguous in the schema, so a section is opened
+ * when its first key is written and never again. */
+static void dump_keys(const hs_config *c, FILE *f) {
+    int n;
+    const hs_cfg_key *keys = hs_cfg_keys(&n);
+    const char *prev = "";
+    size_t prev_len = 0;
+    for (int i = 0; i < n; i++) {
+        const char *p = keys[i].path;
+        size_t len = section_len(p);
+        int shared = shared_parts(prev, prev_len, p, len), depth = 0;
+        for (size_t start = 0, j = 0; len && j <= len; j++) {
+            if (j < len && p[j] != '.') continue;
+            if (depth >= shared) {
+                write_indent(f, depth);
+                fprintf(f, "%.*s:\n", (int)(j - start), p + start);
+            }
+            depth++;
+            start = j + 1;
+        }
+        write_indent(f, depth);
+        fprintf(f, "%s: ", p + (len ? len + 1 : 0));
+        hs_cfg_write_value(c, &keys[i], f);
+        fputc('\n', f);
+        prev = p, prev_len = len;
+    }
+}
+
+static void dump_derived(const hs_config *c, const hs_topology *t, FILE *f) {
+    char why[512];
+    bool active = hs_topology_fsdp_active(t, why, sizeof why);
+    fprintf(f, "derived:\n");
+    fprintf(f, "  world_size: %d\n", t->world);
+    fprintf(f, "  dp_size: %d\n", t->dp);
+    fprintf(f, "  fsdp_data_parallel_size: %d\n", t->fsdp_dp);
+    fprintf(f, "  dp_replicate_size: %d\n", t->dp_replicate);
+    fprintf(f, "  expert_domain: %d\n", t->expert_domain);
+    fprintf(f, "  edp_size: %d\n", t->edp);
+    fprintf(f, "  edp_replicate_size: %d\n", t->edp_replicate);
+    fprintf(f, "  micro_batches_per_step: %d\n", hs_config_micro_batches(c, t));
+    fprintf(f, "  fsdp_manager: %s\n", active ? "created" : "skipped");
+    fputs("  fsdp_reason: \"", f);
+    for (const char *p = why; *p; p++) {
+        if (*p == '"' || *p == '\\') fputc('\\', f);
+        fputc((unsigned char)*p < 0x20 ? ' ' : *p, f);
+    }
+    fputs("\"\n", f);
+}
+
+void hs_config_dump(const hs_config *c, const hs_topology *topo, FILE *f) {
+    dump_keys(c, f);
+    if (topo) dump_derived(c, topo, f);
+}
+
+uint64_t hs_config_hash(const hs_config *c) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) hs_panic("open_memstream failed while hashing the config");
+    hs_config_dump(c, NULL, f);
+    fclose(f);
+    uint64_t h = hs_hash64(buf);
+    free(buf);
+    return h;
+}
+
+static void write_allowed(const hs_cfg_key *k, FILE *f) {
+    if (k->allowed) {
+        fputs(k->allowed, f);
+    } else if (k->choices) {
+        for (const char *p = k->choices; *p; p++)
+            if (*p == '|') fputs(" \\| ", f);
+            else fputc(*p, f);
+        if (k->type == HS_CFG_DTYPE) fputs(" \\| null", f);
+    } else if (k->type == HS_CFG_STRING) {
+        fputs(k->nullable ? "string or null" : "string", f);
+    } else if (k->type == HS_CFG_TRIBOOL) {
+        fputs("true \\| false \\| null", f);
+    } else if (k->type == HS_CFG_BOOL) {
+        fputs("true \\| false", f);
+    } else {
+        fputs(k->type == HS_CFG_INT || k->type == HS_CFG_INT64 ? "integer" : "number", f);
+        if (k->type == HS_CFG_FLOAT_PAIR) fputs(" pair, each", f);
+        char lo[64], hi[64];
+        snprintf(lo, sizeof lo, "%g", k->min);
+        snprintf(hi, sizeof hi, "%g", k->max);
+        bool open_lo = k->bounds & HS_CFG_MIN_OPEN, open_hi = k->bounds & HS_CFG_MAX_OPEN;
+        if ((k->bounds & HS_CFG_MIN) && (k->bounds & HS_CFG_MAX))
+            fprintf(f, " in %c%s, %s%c", open_lo ? '(' : '[', lo, hi, open_hi ? ')' : ']');
+        else if (k->bounds & HS_CFG_MIN)
+            fprintf(f, " %s %s", open_lo ? ">" : "≥", lo);
+    }
+}
+
+void hs_config_schema_markdown(FILE *f) {
+    int n;
+    const hs_cfg_key *keys = hs_cfg_keys(&n);
+    hs_config d;
+    hs_config_defaults(&d);
+    fputs("| key | default | allowed | meaning |\n| --- | --- | --- | --- |\n", f);
+    for (int i = 0; i < n; i++) {
+        fprintf(f, "| `%s` | `", keys[i].path);
+        hs_cfg_write_value(&d, &keys[i], f);
+        fputs("` | ", f);
+        write_allowed(&keys[i], f);
+        fprintf(f, " | %s |\n", keys[i].doc);
+    }
+    hs_config_free(&d);
+    int nr;
+    const hs_cfg_removed *r = hs_cfg_removed_keys(&nr);
+    fputs("\n| removed key | what happened |\n| --- | --- |\n", f);
+    for (int i = 0; i < nr; i++) fprintf(f, "| `%s` | %s |\n", r[i].path, r[i].replacement);
+}

@@ -1,0 +1,99 @@
+/* The trainer's own configuration rules (beyond spec 004 §4.1): the model
+ * shape, the batch split over data-parallel ranks, the parallel degrees
+ * against the model, and the data / eval / checkpoint settings. */
+#include <string.h>
+
+#include "config/validate_internal.h"
+
+void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {
+    const hs_model_config *m = &c->model;
+    if (m->n_heads >= 1 && m->dim >= 1 && m->dim % m->n_heads)
+        hs_cfg_report_add(rep,
+                          "model.dim = %d is not divisible by model.n_heads = %d; choose n_heads "
+                          "that divides dim",
+                          m->dim, m->n_heads);
+    else if (m->n_heads >= 1 && m->dim >= 1 && (m->dim / m->n_heads) % 2)
+        hs_cfg_report_add(rep,
+                          "model.dim / model.n_heads = %d / %d = %d is the head dim, which must "
+                          "be even for RoPE; change model.dim or model.n_heads",
+                          m->dim, m->n_heads, m->dim / m->n_heads);
+    if (m->n_kv_heads >= 1 && m->n_heads >= 1 && m->n_heads % m->n_kv_heads)
+        hs_cfg_report_add(rep,
+                          "model.n_heads = %d is not divisible by model.n_kv_heads = %d; each "
+                          "key/value head serves a whole group of query heads",
+                          m->n_heads, m->n_kv_heads);
+    if (!strcmp(m->arch, "moe") && m->moe.top_k > m->moe.num_experts)
+        hs_cfg_report_add(rep,
+                          "model.moe.top_k = %d exceeds model.moe.num_experts = %d; set top_k <= "
+                          "num_experts",
+                          m->moe.top_k, m->moe.num_experts);
+}
+
+void hs_cfg_check_run(const hs_config *c, hs_cfg_report *rep) {
+    if (strcmp(c->data.source, "builtin") && !c->data.path[0])
+        hs_cfg_report_add(rep, "data.path is required when data.source = %s; set data.path to the "
+                               "input file (or data.source: builtin)",
+                          c->data.source);
+    if (c->train.eval_every > 0 && c->data.val_fraction <= 0)
+        hs_cfg_report_add(rep,
+                          "train.eval_every = %d needs validation data but data.val_fraction = 0; "
+                          "set data.val_fraction > 0 (e.g. 0.05) or train.eval_every: 0",
+                          c->train.eval_every);
+    if (!c->checkpoint.resume[0])
+        hs_cfg_report_add(rep, "checkpoint.resume is empty; use none, auto or a checkpoint path");
+    else if (!strcmp(c->checkpoint.resume, "auto") && !c->checkpoint.dir[0])
+        hs_cfg_report_add(rep, "checkpoint.resume = auto looks for the latest checkpoint in "
+                               "checkpoint.dir, which is null; set checkpoint.dir (or "
+                               "checkpoint.resume: none)");
+}
+
+/* global = micro x dp x M with M >= 1 whole micro-batches per step. */
+static void check_batch(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
+    long long g = c->train.global_batch_size, mb = c->train.micro_batch_size, dp = t->dp;
+    if (g < 1 || mb < 1 || dp < 1) return; /* reported by the bounds check */
+    long long denom = mb * dp;
+    if (g % denom == 0) return;
+    long long up = (g / denom + 1) * denom, best_mb = 0;
+    for (long long m = mb - 1; m >= 1 && !best_mb; m--)
+        if (g % (m * dp) == 0) best_mb = m;
+    char alt[96] = "";
+    if (best_mb)
+        snprintf(alt, sizeof alt, ", or train.micro_batch_size: %lld", best_mb);
+    hs_cfg_report_add(rep,
+                      "train.global_batch_size = %lld is not a multiple of "
+                      "train.micro_batch_size x dp_size = %lld x %lld = %lld, so micro-batches per "
+                      "step (global / (micro x dp)) is not a whole number >= 1; set "
+                      "train.global_batch_size: %lld%s",
+                      g, mb, dp, denom, up, alt);
+}
+
+void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
+    const hs_model_config *m = &c->model;
+    const hs_accel_config *a = &c->accelerator;
+    check_batch(c, t, rep);
+    if (a->tp_size > 1 && (m->n_heads % a->tp_size || m->n_kv_heads % a->tp_size))
+        hs_cfg_report_add(rep,
+                          "accelerator.tp_size = %d must divide model.n_heads = %d and "
+                          "model.n_kv_heads = %d (tensor parallelism splits whole heads)",
+                          a->tp_size, m->n_heads, m->n_kv_heads);
+    long long seq_split = (long long)a->cp_size * (a->sequence_parallel ? a->tp_size : 1);
+    if (c->train.seq_len >= 1 && c->train.seq_len % seq_split)
+        hs_cfg_report_add(rep,
+                          "train.seq_len = %d is not divisible by %s = %lld; choose a multiple "
+                          "of %lld",
+                          c->train.seq_len,
+                          a->sequence_parallel ? "accelerator.cp_size x accelerator.tp_size "
+                                                 "(sequence_parallel)"
+                                               : "accelerator.cp_size",
+                          seq_split, seq_split);
+    if (a->pp_size > m->n_layers && m->n_layers >= 1)
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_size = %d exceeds model.n_layers = %d; every pipeline "
+                          "stage needs at least one block",
+                          a->pp_size, m->n_layers);
+    if (!strcmp(m->arch, "moe") && a->ep_size > 1 && m->moe.num_experts % a->ep_size)
+        hs_cfg_report_add(rep,
+                          "model.moe.num_experts = %d is not divisible by accelerator.ep_size = "
+                          "%d; each expert-parallel rank holds the same number of experts",
+                          m->moe.num_experts, a->ep_size);
+}

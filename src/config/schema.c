@@ -1,0 +1,258 @@
+/* The configuration schema: one row per key (see schema.h). The order of the
+ * rows is the order of the resolved dump and of the docs table; the keys of a
+ * section must be contiguous. */
+#include "config/schema.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#define FIELD(m) .offset = offsetof(hs_config, m), .size = sizeof(((hs_config *)0)->m)
+
+#define KINT(p, m, d, b, lo, doc_) \
+    {.path = p, .type = HS_CFG_INT, .def = d, .bounds = b, .min = lo, FIELD(m), .doc = doc_}
+#define KFLOAT(p, m, d, b, lo, hi, doc_) \
+    {.path = p, .type = HS_CFG_FLOAT, .def = d, .bounds = b, .min = lo, .max = hi, FIELD(m), \
+     .doc = doc_}
+#define KBOOL(p, m, d, doc_) {.path = p, .type = HS_CFG_BOOL, .def = d, FIELD(m), .doc = doc_}
+#define KENUM(p, m, d, ch, doc_) \
+    {.path = p, .type = HS_CFG_ENUM, .def = d, .choices = ch, FIELD(m), .doc = doc_}
+#define KSTR(p, m, d, null_, allowed_, doc_)                                                  \
+    {.path = p, .type = HS_CFG_STRING, .def = d, .nullable = null_, FIELD(m), .allowed = allowed_, \
+     .doc = doc_}
+#define KDTYPE(p, m, doc_)                                                                  \
+    {.path = p, .type = HS_CFG_DTYPE, .def = "null", .choices = "float16|bfloat16|float32", \
+     FIELD(m), .doc = doc_}
+
+enum { GE = HS_CFG_MIN, GT = HS_CFG_MIN | HS_CFG_MIN_OPEN, RULE = HS_CFG_BY_RULE };
+#define UNIT_OPEN (HS_CFG_MIN | HS_CFG_MAX | HS_CFG_MAX_OPEN) /* [0, 1) */
+#define UNIT (HS_CFG_MIN | HS_CFG_MAX)                        /* [0, 1] */
+
+static const hs_cfg_key keys[] = {
+    /* model */
+    KENUM("model.arch", model.arch, "llama", "llama|moe",
+          "decoder family: llama (dense SwiGLU blocks) or moe (routed experts in every block)"),
+    KINT("model.vocab_size", model.vocab_size, "256", GE, 2, "vocabulary size (tokens)"),
+    KINT("model.dim", model.dim, "128", GE, 1, "hidden size"),
+    KINT("model.n_layers", model.n_layers, "4", GE, 1, "number of transformer blocks"),
+    KINT("model.n_heads", model.n_heads, "4", GE, 1, "attention heads; must divide model.dim"),
+    KINT("model.n_kv_heads", model.n_kv_heads, "2", GE, 1,
+         "key/value heads (grouped-query attention); must divide model.n_heads"),
+    KINT("model.ffn_dim", model.ffn_dim, "384", GE, 1, "SwiGLU hidden size of the dense MLP"),
+    KFLOAT("model.norm_eps", model.norm_eps, "1e-05", GT, 0, 0, "RMSNorm epsilon"),
+    KFLOAT("model.rope_theta", model.rope_theta, "10000.0", GT, 0, 0, "RoPE base frequency"),
+    KBOOL("model.tie_embeddings", model.tie_embeddings, "false",
+          "share the token embedding with the output head"),
+    KFLOAT("model.init_std", model.init_std, "0.02", GT, 0, 0,
+           "standard deviation of the normal weight init"),
+    KINT("model.moe.num_experts", model.moe.num_experts, "4", GE, 1,
+         "routed experts per MoE block (arch moe)"),
+    KINT("model.moe.top_k", model.moe.top_k, "2", GE, 1,
+         "experts each token is routed to; at most num_experts"),
+    KINT("model.moe.expert_ffn_dim", model.moe.expert_ffn_dim, "128", GE, 1,
+         "SwiGLU hidden size of each routed expert"),
+    KINT("model.moe.shared_expert_ffn_dim", model.moe.shared_expert_ffn_dim, "0", GE, 0,
+         "hidden size of the always-on shared expert; 0: no shared expert"),
+    KFLOAT("model.moe.aux_loss_coef", model.moe.aux_loss_coef, "0.01", GE, 0, 0,
+           "weight of the router load-balancing loss"),
+
+    /* accelerator */
+    KENUM("accelerator.device", accelerator.device, "cpu", "cpu|cuda",
+          "where compute runs: cpu (MPI) or cuda (NCCL, bootstrapped by MPI)"),
+    KINT("accelerator.tp_size", accelerator.tp_size, "1", GE | RULE, 1,
+         "tensor-parallel degree (fastest-varying rank dim)"),
+    KINT("accelerator.cp_size", accelerator.cp_size, "1", GE | RULE, 1,
+         "context-parallel degree (splits the sequence; never enlarges the FSDP shard degree)"),
+    KINT("accelerator.ep_size", accelerator.ep_size, "1", GE | RULE, 1,
+         "expert-parallel degree over the expert domain dp x cp x tp"),
+    KINT("accelerator.pp_size", accelerator.pp_size, "1", GE | RULE, 1,
+         "pipeline-parallel stages (slowest-varying rank dim)"),
+    KBOOL("accelerator.sequence_parallel", accelerator.sequence_parallel, "false",
+          "shard norm/dropout activations over the sequence on the TP group (needs tp_size > 1)"),
+    KBOOL("accelerator.loss_parallel", accelerator.loss_parallel, "false",
+          "compute the loss on vocab-sharded logits without gathering them (needs tp_size > 1)"),
+
+    /* fsdp_config */
+    KINT("fsdp_config.dp_shard_size", fsdp.dp_shard_size, "1", GE | RULE, 1,
+         "FSDP shard degree of dense parameters; the rest of the dp x cp domain replicates (HSDP)"),
+    KINT("fsdp_config.edp_shard_size", fsdp.edp_shard_size, "1", GE | RULE, 1,
+         "shard degree of routed-expert parameters inside the EDP domain (needs ep_size > 1)"),
+    {.path = "fsdp_config.replicate_params", .type = HS_CFG_STRLIST, .def = "[]",
+     .offset = offsetof(hs_config, fsdp.replicate_params),
+     .size = sizeof(((hs_config *)0)->fsdp.replicate_params),
+     .count_offset = offsetof(hs_config, fsdp.n_replicate_params),
+     .allowed = "list of the model's parameter FQNs",
+     .doc = "parameters kept whole (not sharded); their gradients are still all-reduced over the "
+            "FSDP domain"},
+    KDTYPE("fsdp_config.mix_precision.param_dtype", fsdp.mix_precision.param_dtype,
+           "dtype of unsharded parameters in forward/backward; null: keep the stored dtype"),
+    KDTYPE("fsdp_config.mix_precision.reduce_dtype", fsdp.mix_precision.reduce_dtype,
+           "dtype of gradient reduce-scatter/all-reduce; null: the gradient's own dtype"),
+    KDTYPE("fsdp_config.mix_precision.output_dtype", fsdp.mix_precision.output_dtype,
+           "dtype FSDP unit outputs are cast to; null: no cast"),
+    KBOOL("fsdp_config.mix_precision.cast_forward_inputs", fsdp.mix_precision.cast_forward_inputs,
+          "true", "cast floating forward inputs to param_dtype (needs param_dtype)"),
+    KBOOL("fsdp_config.mix_precision.fp32_main_grad", fsdp.mix_precision.fp32_main_grad, "false",
+          "write reduced gradients to an fp32 main_grad (needs reduce_dtype float32 and "
+          "optimizer.fp32_main_params true)"),
+    KBOOL("fsdp_config.enable_offload", fsdp.enable_offload, "false",
+          "keep sharded parameters and gradients in host memory outside compute "
+          "(H2D/D2H around it)"),
+    KBOOL("fsdp_config.reshard_after_forward", fsdp.reshard_after_forward, "true",
+          "free child units' unsharded parameters after forward (the root unit never does)"),
+    KBOOL("fsdp_config.reshard_after_backward", fsdp.reshard_after_backward, "true",
+          "reshard after each micro-batch's backward; false keeps them until the last micro-batch"),
+    KBOOL("fsdp_config.requires_grad_sync", fsdp.requires_grad_sync, "true",
+          "reduce gradients every micro-batch; false reduces only on the last micro-batch"),
+    KINT("fsdp_config.forward_prefetch_depth", fsdp.forward_prefetch_depth, "1", GE | RULE, 0,
+         "units whose all-gather is issued ahead in forward; 0: no forward prefetch"),
+    KINT("fsdp_config.backward_prefetch_depth", fsdp.backward_prefetch_depth, "1", GE | RULE, 0,
+         "units whose all-gather is issued ahead in backward; 0: no backward prefetch"),
+    KBOOL("fsdp_config.comm_fusion", fsdp.comm_fusion, "false",
+          "one all-gather and one reduce-scatter per unit over a fused buffer"),
+    {.path = "fsdp_config.comm_fusion_zero_copy", .type = HS_CFG_TRIBOOL, .def = "null",
+     FIELD(fsdp.comm_fusion_zero_copy),
+     .doc = "parameters as views into the fused buffer; null: on when comm_fusion is true, "
+            "false: copy-in path (needs comm_fusion)"},
+
+    /* optimizer */
+    KENUM("optimizer._target_", optimizer.target, "adamw", "adamw|muon", "optimizer"),
+    KFLOAT("optimizer.lr", optimizer.lr, "0.003", GT, 0, 0, "peak learning rate"),
+    {.path = "optimizer.betas", .type = HS_CFG_FLOAT_PAIR, .def = "[0.9, 0.95]",
+     .bounds = UNIT_OPEN, .min = 0, .max = 1, FIELD(optimizer.betas),
+     .doc = "AdamW moment decay rates (also used by Muon for 1-D parameters)"},
+    KFLOAT("optimizer.eps", optimizer.eps, "1e-08", GT, 0, 0, "AdamW epsilon"),
+    KFLOAT("optimizer.weight_decay", optimizer.weight_decay, "0.1", GE, 0, 0,
+           "decoupled weight decay (matrices only; norms and biases are not decayed)"),
+    KBOOL("optimizer.fp32_main_params", optimizer.fp32_main_params, "false",
+          "keep fp32 main parameters and update them from fp32 main_grad (must match "
+          "fsdp_config.mix_precision.fp32_main_grad)"),
+    KFLOAT("optimizer.clip_grad_norm", optimizer.clip_grad_norm, "1.0", 0, 0, 0,
+           "clip the global gradient norm to this value; <= 0: no clipping"),
+    {.path = "optimizer.muon.momentum", .type = HS_CFG_FLOAT, .def = "0.95", .bounds = UNIT_OPEN,
+     .min = 0, .max = 1, FIELD(optimizer.muon.momentum), .doc = "Muon momentum"},
+    KBOOL("optimizer.muon.nesterov", optimizer.muon.nesterov, "true", "Nesterov momentum in Muon"),
+    KINT("optimizer.muon.ns_steps", optimizer.muon.ns_steps, "5", GE, 1,
+         "Newton-Schulz orthogonalisation iterations"),
+    KINT("optimizer.schedule.warmup_steps", optimizer.schedule.warmup_steps, "10", GE, 0,
+         "linear warm-up steps from 0 to lr"),
+    KENUM("optimizer.schedule.decay", optimizer.schedule.decay, "cosine", "constant|linear|cosine",
+          "decay after warm-up, down to min_lr_ratio x lr at the last step"),
+    {.path = "optimizer.schedule.min_lr_ratio", .type = HS_CFG_FLOAT, .def = "0.1", .bounds = UNIT,
+     .min = 0, .max = 1, FIELD(optimizer.schedule.min_lr_ratio),
+     .doc = "final learning rate as a fraction of lr"},
+
+    /* train */
+    KINT("train.steps", train.steps, "200", GE, 1, "optimizer steps"),
+    KINT("train.global_batch_size", train.global_batch_size, "16", GE, 1,
+         "sequences per optimizer step over all data-parallel ranks"),
+    KINT("train.micro_batch_size", train.micro_batch_size, "8", GE, 1,
+         "sequences per data-parallel rank per micro-batch"),
+    KINT("train.seq_len", train.seq_len, "64", GE, 1, "tokens per sequence"),
+    {.path = "train.seed", .type = HS_CFG_INT64, .def = "1234", FIELD(train.seed),
+     .doc = "seed of parameter init and data order"},
+    KBOOL("train.activation_checkpointing", train.activation_checkpointing, "false",
+          "recompute each block's forward in backward instead of keeping activations"),
+    KINT("train.log_every", train.log_every, "10", GE, 1, "steps between metric log lines"),
+    KINT("train.eval_every", train.eval_every, "50", GE, 0,
+         "steps between validation-loss evaluations; 0: no periodic eval"),
+    KSTR("train.out_dir", train.out_dir, "runs/default", false, NULL,
+         "run directory: metrics, logs, trace and final weights"),
+
+    /* data */
+    KENUM("data.source", data.source, "builtin", "builtin|text|tokens",
+          "builtin: generated corpus; text: a UTF-8 file (byte tokens); "
+          "tokens: a uint16 token file"),
+    KSTR("data.path", data.path, "null", true, NULL, "input file (required for text and tokens)"),
+    {.path = "data.val_fraction", .type = HS_CFG_FLOAT, .def = "0.05", .bounds = UNIT_OPEN,
+     .min = 0, .max = 1, FIELD(data.val_fraction),
+     .doc = "fraction of the data held out for validation"},
+
+    /* checkpoint */
+    KSTR("checkpoint.dir", checkpoint.dir, "null", true, NULL,
+         "distributed checkpoint directory; null: no checkpoints"),
+    KINT("checkpoint.save_every", checkpoint.save_every, "0", GE, 0,
+         "steps between checkpoints; 0: only at the end (when dir is set)"),
+    KSTR("checkpoint.resume", checkpoint.resume, "none", false, "none | auto | a checkpoint path",
+         "none: start fresh; auto: latest checkpoint in dir if any; a path: that checkpoint"),
+    KINT("checkpoint.keep_last", checkpoint.keep_last, "2", GE, 1,
+         "checkpoints kept in dir (older ones are deleted)"),
+
+    /* trace */
+    KBOOL("trace.enabled", trace.enabled, "false",
+          "write a per-rank Chrome trace (compute, collectives, copies, memory)"),
+    KSTR("trace.dir", trace.dir, "null", true, NULL,
+         "trace directory; null: <train.out_dir>/trace"),
+
+    /* comm */
+    KFLOAT("comm.timeout_s", comm.timeout_s, "600", GT, 0, 0,
+           "seconds a collective may take before the run fails with a timeout"),
+
+    /* compile */
+    KBOOL("compile.fullgraph", compile.fullgraph, "false",
+          "whole-graph compilation; not supported together with FSDP (spec rule 10)"),
+};
+
+static const hs_cfg_removed removed[] = {
+    {"fsdp_config.enabled",
+     "was removed: there is no FSDP switch; FSDP follows the topology (FSDP2Manager is created "
+     "when the world has more than one rank and the dp x cp domain, or the expert domain, spans "
+     "more than one). Delete the key"},
+    {"fsdp_config.dp_replicate_size",
+     "was removed: it is derived as (dp_size x cp_size) / fsdp_config.dp_shard_size. Delete the "
+     "key and set fsdp_config.dp_shard_size"},
+    {"fsdp_config.wrap_policy",
+     "was removed: the manager wraps every transformer block (and routed-expert group), then the "
+     "root. Delete the key"},
+    {"fsdp_config.auto_wrap_policy",
+     "was removed: the manager wraps every transformer block (and routed-expert group), then the "
+     "root. Delete the key"},
+    {"fsdp_config.mixed_precision", "was renamed to fsdp_config.mix_precision"},
+    {"fsdp_config.cpu_offload", "was replaced by fsdp_config.enable_offload (true or false)"},
+    {"fsdp_config.forward_prefetch",
+     "was replaced by fsdp_config.forward_prefetch_depth (units prefetched ahead; 0: off)"},
+    {"fsdp_config.backward_prefetch",
+     "was replaced by fsdp_config.backward_prefetch_depth (units prefetched ahead; 0: off)"},
+};
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+const hs_cfg_key *hs_cfg_keys(int *n) {
+    *n = COUNT(keys);
+    return keys;
+}
+
+const hs_cfg_key *hs_cfg_key_find(const char *path) {
+    for (int i = 0; i < COUNT(keys); i++)
+        if (!strcmp(keys[i].path, path)) return &keys[i];
+    return NULL;
+}
+
+bool hs_cfg_is_section(const char *path) {
+    size_t n = strlen(path);
+    for (int i = 0; i < COUNT(keys); i++)
+        if (!strncmp(keys[i].path, path, n) && keys[i].path[n] == '.') return true;
+    return false;
+}
+
+const hs_cfg_removed *hs_cfg_removed_keys(int *n) {
+    *n = COUNT(removed);
+    return removed;
+}
+
+const char *hs_cfg_type_name(hs_cfg_type t) {
+    static const char *const names[] = {
+        [HS_CFG_INT] = "an integer",
+        [HS_CFG_INT64] = "an integer",
+        [HS_CFG_FLOAT] = "a number",
+        [HS_CFG_BOOL] = "true or false",
+        [HS_CFG_STRING] = "a string",
+        [HS_CFG_ENUM] = "one of the listed names",
+        [HS_CFG_DTYPE] = "a dtype (float16, bfloat16, float32) or null",
+        [HS_CFG_TRIBOOL] = "true, false or null",
+        [HS_CFG_STRLIST] = "a list of strings like [a, b]",
+        [HS_CFG_FLOAT_PAIR] = "a pair of numbers like [0.9, 0.95]",
+    };
+    _Static_assert(sizeof(names) / sizeof(names[0]) == HS_CFG_TYPE_COUNT,
+                   "names must follow hs_cfg_type");
+    return (unsigned)t < HS_CFG_TYPE_COUNT ? names[t] : "?";
+}

@@ -1,0 +1,210 @@
+/* Validation: spec 004 §4.1 rules 1–11 and the trainer's own rules. Every
+ * violated rule is reported (not just the first), each naming the config
+ * path(s), the values and a fix. Rules that need the topology run only when
+ * it could be derived. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config_internal.h"
+#include "config/validate_internal.h"
+
+/* ------------------------------------------------------- generic bounds */
+
+static bool in_bounds(const hs_cfg_key *k, double v) {
+    bool open_lo = k->bounds & HS_CFG_MIN_OPEN, open_hi = k->bounds & HS_CFG_MAX_OPEN;
+    if ((k->bounds & HS_CFG_MIN) && (open_lo ? v <= k->min : v < k->min)) return false;
+    if ((k->bounds & HS_CFG_MAX) && (open_hi ? v >= k->max : v > k->max)) return false;
+    return true;
+}
+
+static void range_text(const hs_cfg_key *k, char *out, size_t cap) {
+    bool open_lo = k->bounds & HS_CFG_MIN_OPEN, open_hi = k->bounds & HS_CFG_MAX_OPEN;
+    if ((k->bounds & HS_CFG_MIN) && (k->bounds & HS_CFG_MAX))
+        snprintf(out, cap, "in %c%g, %g%c", open_lo ? '(' : '[', k->min, k->max,
+                 open_hi ? ')' : ']');
+    else snprintf(out, cap, "%s %g", open_lo ? ">" : ">=", k->min);
+}
+
+static void check_bounds(const hs_config *c, hs_cfg_report *rep) {
+    int n;
+    const hs_cfg_key *keys = hs_cfg_keys(&n);
+    for (int i = 0; i < n; i++) {
+        const hs_cfg_key *k = &keys[i];
+        if (!(k->bounds & (HS_CFG_MIN | HS_CFG_MAX)) || (k->bounds & HS_CFG_BY_RULE)) continue;
+        const void *p = hs_cfg_cfield(c, k);
+        double v[2];
+        int nv = 1;
+        if (k->type == HS_CFG_INT) v[0] = *(const int *)p;
+        else if (k->type == HS_CFG_INT64) v[0] = (double)*(const long long *)p;
+        else if (k->type == HS_CFG_FLOAT) v[0] = *(const double *)p;
+        else if (k->type == HS_CFG_FLOAT_PAIR) memcpy(v, p, sizeof v), nv = 2;
+        else continue;
+        for (int j = 0; j < nv; j++) {
+            if (in_bounds(k, v[j])) continue;
+            char range[96], val[64];
+            range_text(k, range, sizeof range);
+            hs_cfg_format_double(v[j], val, sizeof val);
+            if (k->type == HS_CFG_INT) snprintf(val, sizeof val, "%d", (int)v[j]);
+            hs_cfg_report_add(rep, "%s%s = %s is out of range: it must be %s (%s)", k->path,
+                              nv == 2 ? (j ? "[1]" : "[0]") : "", val, range, k->doc);
+        }
+    }
+}
+
+/* ------------------------------------------------------------ spec rules */
+
+static void check_prefetch(const hs_config *c, hs_cfg_report *rep) { /* rule 3 */
+    const char *what[2] = {"forward", "backward"};
+    int depth[2] = {c->fsdp.forward_prefetch_depth, c->fsdp.backward_prefetch_depth};
+    for (int i = 0; i < 2; i++)
+        if (depth[i] < 0)
+            hs_cfg_report_add(rep,
+                              "fsdp_config.%s_prefetch_depth = %d must be >= 0: it is the number "
+                              "of units whose all-gather is issued ahead (0 turns %s prefetch "
+                              "off) [rule 3]",
+                              what[i], depth[i], what[i]);
+}
+
+static const char *dtype_text(int dt) {
+    return dt == HS_MP_NULL ? "null" : hs_dtype_name((hs_dtype)dt);
+}
+
+static void check_precision(const hs_config *c, hs_cfg_report *rep) { /* rules 8, 9 */
+    const hs_mix_precision *mp = &c->fsdp.mix_precision;
+    if (mp->fp32_main_grad && mp->reduce_dtype != HS_DTYPE_F32)
+        hs_cfg_report_add(rep,
+                          "fsdp_config.mix_precision.fp32_main_grad = true needs "
+                          "fsdp_config.mix_precision.reduce_dtype = float32, got %s; set "
+                          "reduce_dtype: float32 (or fp32_main_grad: false) [rule 8]",
+                          dtype_text(mp->reduce_dtype));
+    if (mp->fp32_main_grad != c->optimizer.fp32_main_params)
+        hs_cfg_report_add(rep,
+                          "fsdp_config.mix_precision.fp32_main_grad = %s but "
+                          "optimizer.fp32_main_params = %s: they must be both true or both "
+                          "false; set optimizer.fp32_main_params: %s (or "
+                          "fsdp_config.mix_precision.fp32_main_grad: %s) [rule 9]",
+                          mp->fp32_main_grad ? "true" : "false",
+                          c->optimizer.fp32_main_params ? "true" : "false",
+                          mp->fp32_main_grad ? "true" : "false",
+                          c->optimizer.fp32_main_params ? "true" : "false");
+}
+
+static void check_compile(const hs_config *c, const hs_topology *t, const hs_log *log,
+                          hs_cfg_report *rep) { /* rule 10 */
+    if (!c->compile.fullgraph) return;
+    char why[256];
+    if (hs_topology_fsdp_active(t, why, sizeof why))
+        hs_cfg_report_add(rep,
+                          "compile.fullgraph = true is not supported while FSDP is active (%s); "
+                          "set compile.fullgraph: false [rule 10]",
+                          why);
+    else if (log)
+        hs_log_warn(log, "compile.fullgraph = true has no effect: FSDP2Manager is skipped (%s) "
+                         "and there is no graph compiler",
+                    why);
+}
+
+/* Copy the topology's error lines into the report, one line each. */
+static void add_lines(hs_cfg_report *rep, const char *msg) {
+    while (*msg) {
+        const char *nl = strchr(msg, '\n');
+        int len = nl ? (int)(nl - msg) : (int)strlen(msg);
+        if (len) hs_cfg_report_add(rep, "%.*s", len, msg);
+        msg += len + (nl ? 1 : 0);
+    }
+}
+
+/* Whether tp x cp x pp exceeds the world, computed without overflow. */
+static bool model_ranks_exceed(const hs_accel_config *a, int world) {
+    long long p = 1;
+    int sizes[3] = {a->tp_size, a->cp_size, a->pp_size};
+    for (int i = 0; i < 3; i++) {
+        if (sizes[i] < 1) return false; /* the topology names the bad size */
+        p *= sizes[i];
+        if (p > world) return true;
+    }
+    return false;
+}
+
+static bool derive_topology(const hs_config *c, int world, hs_topology *t, hs_cfg_report *rep) {
+    const hs_accel_config *a = &c->accelerator;
+    hs_error te;
+    hs_error_clear(&te);
+    if (model_ranks_exceed(a, world)) { /* rule 4, before any product can overflow */
+        hs_cfg_report_add(rep,
+                          "world size %d is smaller than accelerator.tp_size x cp_size x pp_size "
+                          "(tp=%d, cp=%d, pp=%d); start tp x cp x pp ranks or a multiple, or "
+                          "lower the sizes [rule 4]",
+                          world, a->tp_size, a->cp_size, a->pp_size);
+        return false;
+    }
+    if (hs_topology_derive(t, world, a->tp_size, a->cp_size, a->ep_size, a->pp_size,
+                           c->fsdp.dp_shard_size, c->fsdp.edp_shard_size, &te) == HS_OK)
+        return true;
+    add_lines(rep, te.msg);
+    if (te.lines == 0 && rep->count == 0)
+        hs_cfg_report_add(rep, "the parallel topology of world size %d is invalid", world);
+    return false;
+}
+
+static void check_duplicates(const hs_config *c, hs_cfg_report *rep) {
+    for (int i = 0; i < c->fsdp.n_replicate_params; i++)
+        for (int j = 0; j < i; j++)
+            if (!strcmp(c->fsdp.replicate_params[i], c->fsdp.replicate_params[j])) {
+                hs_cfg_report_add(rep,
+                                  "fsdp_config.replicate_params[%d] = '%.200s' repeats item %d; "
+                                  "list each parameter once",
+                                  i, c->fsdp.replicate_params[i], j);
+                break;
+            }
+}
+
+int hs_config_micro_batches(const hs_config *c, const hs_topology *topo) {
+    long long denom = (long long)c->train.micro_batch_size * topo->dp;
+    return denom > 0 ? (int)(c->train.global_batch_size / denom) : 0;
+}
+
+hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, const hs_log *log,
+                             hs_error *e) {
+    hs_error_clear(e);
+    if (world < 1)
+        return hs_error_set(e, HS_ERR_USAGE, "world size %d is invalid; it must be >= 1", world);
+    hs_cfg_report rep = {e, 0};
+    check_bounds(c, &rep);
+    check_prefetch(c, &rep);
+    hs_topology t;
+    memset(&t, 0, sizeof t);
+    bool topo_ok = derive_topology(c, world, &t, &rep);
+    check_precision(c, &rep);
+    check_duplicates(c, &rep);
+    hs_cfg_check_model(c, &rep);
+    hs_cfg_check_run(c, &rep);
+    if (topo_ok) {
+        check_compile(c, &t, log, &rep);
+        hs_cfg_check_parallel(c, &t, &rep);
+    }
+    hs_cfg_report_finish(&rep);
+    if (rep.count) return e->code;
+    hs_cfg_warn(c, &t, log);
+    *topo = t;
+    return HS_OK;
+}
+
+hs_status hs_config_check_fqns(const hs_config *c, const char *const *fqns, int n_fqns,
+                               hs_error *e) {
+    hs_status st = HS_OK;
+    for (int i = 0; i < c->fsdp.n_replicate_params; i++) {
+        const char *name = c->fsdp.replicate_params[i];
+        bool found = false;
+        for (int j = 0; j < n_fqns && !found; j++) found = !strcmp(fqns[j], name);
+        if (found) continue;
+        int best = hs_cfg_nearest(name, fqns, n_fqns, NULL);
+        st = hs_error_append(e, HS_ERR_CONFIG,
+                             "fsdp_config.replicate_params[%d] = '%.200s' is not a parameter of "
+                             "the model%s%s%s; use the parameter FQNs the model registers "
+                             "[rule 11]",
+                             i, name, best >= 0 ? "; did you mean '" : "",
+                             best >= 0 ? fqns[best] : "", best >= 0 ? "'?" : "");
+    }
+    return st;
+}

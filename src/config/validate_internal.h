@@ -1,0 +1,16 @@
+/* config/validate_internal.h — the rule groups of hs_config_validate. */
+#ifndef HS_CONFIG_VALIDATE_INTERNAL_H
+#define HS_CONFIG_VALIDATE_INTERNAL_H
+
+#include "config/config_internal.h"
+
+/* Model shape: heads divide dim, kv heads divide heads, even head dim, top_k. */
+void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep);
+/* Data, evaluation and checkpoint settings. */
+void hs_cfg_check_run(const hs_config *c, hs_cfg_report *rep);
+/* Rules that need the topology: batch split, TP/CP/EP/PP vs model shape. */
+void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_report *rep);
+/* Spec §4.2: one warning per key that is set but can have no effect. */
+void hs_cfg_warn(const hs_config *c, const hs_topology *t, const hs_log *log);
+
+#endif

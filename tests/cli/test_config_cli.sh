@@ -1,0 +1,76 @@
+#!/bin/bash
+# `hypershard config`: exit codes (0 valid, 2 config/usage error incl. a missing
+# file), every example in configs/ valid at the world size its comment names,
+# the resolved dump usable as a config, and docs/config.md's key table equal
+# to the schema.
+set -u
+fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+expect() { # expect CODE DESCRIPTION -- ARGS...
+    local want=$1 what=$2
+    shift 3
+    "$HS_BIN" config "$@" >"$tmp/out" 2>"$tmp/err"
+    local got=$?
+    if [ "$got" != "$want" ]; then
+        echo "FAIL: $what: exit $got, want $want"; cat "$tmp/err"; fail=1
+    fi
+}
+expect_in() { # expect_in FILE TEXT DESCRIPTION
+    if ! grep -qF -- "$2" "$tmp/$1"; then
+        echo "FAIL: $3: '$2' not in $1:"; cat "$tmp/$1"; fail=1
+    fi
+}
+
+expect 0 "built-in default" -- 
+expect_in out "fsdp_manager: skipped" "default on one rank skips FSDP"
+expect_in out "dp_shard_size: 1" "default lists fsdp_config keys"
+
+expect 0 "fsdp example on 2 ranks" -- "$HS_SRC/configs/fsdp.yaml" --world 2
+expect_in out "fsdp_manager: created" "fsdp example creates FSDP2Manager"
+
+expect 0 "override and --world=N" -- fsdp_config.dp_shard_size=2 --world=2
+expect_in out "dp_replicate_size: 1" "derived replicate size"
+
+expect 2 "unknown key" -- fsdp_config.dp_shard_sise=2
+expect_in err "did you mean fsdp_config.dp_shard_size?" "unknown key suggestion"
+
+expect 2 "removed key" -- fsdp_config.cpu_offload=true
+expect_in err "fsdp_config.enable_offload" "removed key names its replacement"
+
+expect 2 "invalid topology" -- fsdp_config.dp_shard_size=3 --world 4
+expect_in err "fsdp_config.dp_shard_size" "topology error names the path"
+
+printf 'model:\n  dim: [1\n' >"$tmp/bad.yaml"
+expect 2 "syntax error" -- "$tmp/bad.yaml"
+expect_in err "$tmp/bad.yaml:3:" "syntax error has file:line"
+
+expect 2 "missing file" -- "$tmp/none.yaml"
+expect 2 "unknown option" -- --wrld 2
+expect 2 "bad world" -- --world 0
+expect 2 "two config files" -- a.yaml b.yaml
+
+for f in "$HS_SRC"/configs/*.yaml; do
+    [ "$(basename "$f")" = demo.yaml ] && continue
+    world=$(grep -oE -- '--world [0-9]+' "$f" | head -1 | cut -d' ' -f2)
+    expect 0 "example $(basename "$f") at world ${world:-1}" -- "$f" --world "${world:-1}"
+done
+
+# The resolved dump (with its derived block) loads back to the same dump.
+"$HS_BIN" config "$HS_SRC/configs/moe.yaml" --world 4 >"$tmp/r1.yaml" 2>/dev/null
+"$HS_BIN" config "$tmp/r1.yaml" --world 4 >"$tmp/r2.yaml" 2>/dev/null || { echo "FAIL: dump does not load"; fail=1; }
+if ! diff <(tail -n +2 "$tmp/r1.yaml") <(tail -n +2 "$tmp/r2.yaml"); then
+    echo "FAIL: dump -> load -> dump differs"; fail=1
+fi
+
+# docs/config.md carries the schema's table verbatim.
+sed -n '/<!-- schema:begin -->/,/<!-- schema:end -->/p' "$HS_SRC/docs/config.md" | sed '1d;$d' >"$tmp/doc_table"
+"$HS_BIN" config --schema-markdown >"$tmp/schema_table"
+if ! diff "$tmp/schema_table" "$tmp/doc_table" >"$tmp/diff"; then
+    echo "FAIL: docs/config.md key table differs from 'hypershard config --schema-markdown':"
+    cat "$tmp/diff"; fail=1
+fi
+
+[ $fail = 0 ] && echo "ok"
+exit $fail

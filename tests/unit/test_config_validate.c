@@ -1,0 +1,337 @@
+/* Validation: the 11 rules of spec 004 §4.1 (one failing and one passing
+ * case each, the message naming the config path), the trainer's rules, and
+ * the §4.2 warnings. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "hypershard/config.h"
+
+typedef struct checked {
+    hs_status st;
+    hs_error e;
+    hs_topology topo;
+    char warnings[8192];
+} checked;
+
+/* Defaults + overrides, validated for `world`; warnings captured from stderr. */
+static checked *check(int world, const char *const *ov, int n) {
+    checked *r = calloc(1, sizeof *r);
+    hs_config c;
+    assert_int_equal(hs_config_load(&c, NULL, ov, n, &r->e), HS_OK);
+    hs_log log;
+    hs_log_init(&log, 0, 1);
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    int saved = dup(2);
+    dup2(fileno(tmp), 2);
+    r->st = hs_config_validate(&c, world, &r->topo, &log, &r->e);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    size_t got = fread(r->warnings, 1, sizeof r->warnings - 1, tmp);
+    r->warnings[got] = '\0';
+    fclose(tmp);
+    hs_config_free(&c);
+    return r;
+}
+
+/* A literal list of overrides and its length. */
+#define OV(...)                              \
+    (const char *const[]){__VA_ARGS__},      \
+        (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
+
+static void expect_error(checked *r, const char *needle) {
+    if (r->st != HS_ERR_CONFIG) fail_msg("expected a config error with '%s', got ok", needle);
+    if (!strstr(r->e.msg, needle)) fail_msg("'%s' not in:\n%s", needle, r->e.msg);
+    free(r);
+}
+
+static void expect_ok(checked *r) {
+    if (r->st != HS_OK) fail_msg("expected ok, got:\n%s", r->e.msg);
+    free(r);
+}
+
+static void expect_warning(checked *r, const char *needle) {
+    if (r->st != HS_OK) fail_msg("expected ok, got:\n%s", r->e.msg);
+    if (!strstr(r->warnings, needle)) fail_msg("'%s' not in warnings:\n%s", needle, r->warnings);
+    free(r);
+}
+
+static void expect_no_warning(checked *r) {
+    if (r->st != HS_OK) fail_msg("expected ok, got:\n%s", r->e.msg);
+    if (r->warnings[0]) fail_msg("unexpected warnings:\n%s", r->warnings);
+    free(r);
+}
+
+static void test_rule1_dp_shard_size_below_1_fails(void **state) {
+    (void)state;
+    expect_error(check(2, OV("fsdp_config.dp_shard_size=0")), "fsdp_config.dp_shard_size");
+    expect_ok(check(2, OV("fsdp_config.dp_shard_size=2", "train.global_batch_size=16")));
+}
+
+static void test_rule2_edp_shard_size_below_1_fails(void **state) {
+    (void)state;
+    expect_error(check(1, OV("fsdp_config.edp_shard_size=0")), "fsdp_config.edp_shard_size");
+    expect_ok(check(1, OV("fsdp_config.edp_shard_size=1")));
+}
+
+static void test_rule3_negative_prefetch_depth_fails(void **state) {
+    (void)state;
+    expect_error(check(1, OV("fsdp_config.forward_prefetch_depth=-1")),
+                 "fsdp_config.forward_prefetch_depth = -1 must be >= 0");
+    expect_error(check(1, OV("fsdp_config.backward_prefetch_depth=-2")),
+                 "fsdp_config.backward_prefetch_depth = -2 must be >= 0");
+    expect_ok(check(1, OV("fsdp_config.forward_prefetch_depth=0",
+                          "fsdp_config.backward_prefetch_depth=3")));
+}
+
+static void test_rule4_world_not_divisible_by_tp_cp_pp_fails(void **state) {
+    (void)state;
+    expect_error(check(6, OV("accelerator.tp_size=4")), "accelerator.tp_size");
+    expect_error(check(2, OV("accelerator.tp_size=4", "accelerator.pp_size=4")),
+                 "accelerator.tp_size");
+    expect_ok(check(8, OV("accelerator.tp_size=2", "accelerator.pp_size=2",
+                          "train.global_batch_size=16")));
+}
+
+static void test_rule5_dp_cp_domain_not_divisible_by_dp_shard_fails(void **state) {
+    (void)state;
+    expect_error(check(4, OV("fsdp_config.dp_shard_size=3")), "fsdp_config.dp_shard_size");
+    expect_ok(check(4, OV("fsdp_config.dp_shard_size=4", "train.global_batch_size=32")));
+}
+
+static void test_rule6_expert_domain_not_divisible_by_ep_fails(void **state) {
+    (void)state;
+    expect_error(check(4, OV("accelerator.ep_size=3", "model.arch=moe")), "accelerator.ep_size");
+    expect_ok(check(4, OV("accelerator.ep_size=2", "model.arch=moe", "train.global_batch_size=32")));
+}
+
+static void test_rule7_edp_not_divisible_by_edp_shard_fails(void **state) {
+    (void)state;
+    expect_error(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
+                             "fsdp_config.edp_shard_size=3", "train.global_batch_size=32")),
+                 "fsdp_config.edp_shard_size");
+    expect_ok(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
+                          "fsdp_config.edp_shard_size=2", "train.global_batch_size=32")));
+}
+
+static void test_rule8_fp32_main_grad_without_fp32_reduce_fails(void **state) {
+    (void)state;
+    expect_error(check(1, OV("fsdp_config.mix_precision.fp32_main_grad=true",
+                             "optimizer.fp32_main_params=true")),
+                 "fsdp_config.mix_precision.reduce_dtype = float32, got null");
+    expect_error(check(1, OV("fsdp_config.mix_precision.fp32_main_grad=true",
+                             "fsdp_config.mix_precision.reduce_dtype=bfloat16",
+                             "optimizer.fp32_main_params=true")),
+                 "got bfloat16");
+    expect_ok(check(1, OV("fsdp_config.mix_precision.fp32_main_grad=true",
+                          "fsdp_config.mix_precision.reduce_dtype=float32",
+                          "optimizer.fp32_main_params=true")));
+}
+
+static void test_rule9_main_grad_and_main_params_must_match(void **state) {
+    (void)state;
+    expect_error(check(1, OV("fsdp_config.mix_precision.fp32_main_grad=true",
+                             "fsdp_config.mix_precision.reduce_dtype=float32")),
+                 "optimizer.fp32_main_params = false");
+    expect_error(check(1, OV("optimizer.fp32_main_params=true")),
+                 "fsdp_config.mix_precision.fp32_main_grad = false but optimizer.fp32_main_params "
+                 "= true");
+    expect_ok(check(1, OV("optimizer.fp32_main_params=false")));
+}
+
+static void test_rule10_fullgraph_with_fsdp_fails_and_without_warns(void **state) {
+    (void)state;
+    expect_error(check(2, OV("compile.fullgraph=true", "fsdp_config.dp_shard_size=2")),
+                 "compile.fullgraph = true is not supported while FSDP is active");
+    expect_warning(check(1, OV("compile.fullgraph=true")), "compile.fullgraph = true has no effect");
+}
+
+static void test_rule11_unknown_replicate_param_names_the_nearest_fqn(void **state) {
+    (void)state;
+    hs_config c;
+    hs_error e;
+    const char *ov[] = {"fsdp_config.replicate_params=[model.norm.weight, lm_head.weigth]"};
+    assert_int_equal(hs_config_load(&c, NULL, ov, 1, &e), HS_OK);
+    const char *fqns[] = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
+    hs_error_clear(&e);
+    assert_int_equal(hs_config_check_fqns(&c, fqns, 3, &e), HS_ERR_CONFIG);
+    assert_non_null(strstr(e.msg, "fsdp_config.replicate_params[1] = 'lm_head.weigth' is not a "
+                                  "parameter of the model; did you mean 'lm_head.weight'?"));
+    assert_int_equal(e.lines, 1);
+    hs_error_clear(&e);
+    const char *all[] = {"model.norm.weight", "lm_head.weigth"};
+    assert_int_equal(hs_config_check_fqns(&c, all, 2, &e), HS_OK);
+    hs_config_free(&c);
+}
+
+static void test_global_batch_must_split_into_whole_micro_batches(void **state) {
+    (void)state;
+    expect_error(check(4, OV("train.global_batch_size=16", "train.micro_batch_size=8")),
+                 "train.global_batch_size = 16 is not a multiple of train.micro_batch_size x "
+                 "dp_size = 8 x 4 = 32");
+    expect_error(check(2, OV("train.global_batch_size=10", "train.micro_batch_size=3")),
+                 "set train.global_batch_size: 12, or train.micro_batch_size: 1");
+    checked *r = check(2, OV("train.global_batch_size=48", "train.micro_batch_size=8"));
+    assert_int_equal(r->st, HS_OK);
+    hs_config c;
+    hs_config_defaults(&c);
+    c.train.global_batch_size = 48;
+    assert_int_equal(hs_config_micro_batches(&c, &r->topo), 3);
+    free(r);
+}
+
+static void test_model_shape_rules_name_both_values(void **state) {
+    (void)state;
+    expect_error(check(1, OV("model.n_heads=3")), "model.dim = 128 is not divisible by model.n_heads = 3");
+    expect_error(check(1, OV("model.n_kv_heads=3")),
+                 "model.n_heads = 4 is not divisible by model.n_kv_heads = 3");
+    expect_error(check(1, OV("model.dim=12", "model.n_heads=4", "model.n_kv_heads=1")),
+                 "must be even for RoPE");
+    expect_error(check(1, OV("model.arch=moe", "model.moe.top_k=5")),
+                 "model.moe.top_k = 5 exceeds model.moe.num_experts = 4");
+    expect_ok(check(1, OV("model.arch=moe", "model.moe.top_k=4", "model.n_kv_heads=4")));
+}
+
+static void test_positive_sizes_are_required(void **state) {
+    (void)state;
+    expect_error(check(1, OV("train.steps=0")), "train.steps = 0 is out of range: it must be >= 1");
+    expect_error(check(1, OV("train.seq_len=-4")), "train.seq_len = -4");
+    expect_error(check(1, OV("model.dim=0")), "model.dim = 0");
+    expect_error(check(1, OV("optimizer.lr=0")), "optimizer.lr = 0.0 is out of range: it must be > 0");
+    expect_error(check(1, OV("optimizer.betas=[0.9, 1.0]")), "optimizer.betas[1] = 1.0");
+}
+
+static void test_text_and_token_data_need_a_path(void **state) {
+    (void)state;
+    expect_error(check(1, OV("data.source=text")), "data.path is required when data.source = text");
+    expect_ok(check(1, OV("data.source=tokens", "data.path=corpus.bin")));
+}
+
+static void test_eval_needs_validation_data(void **state) {
+    (void)state;
+    expect_error(check(1, OV("data.val_fraction=0")),
+                 "train.eval_every = 50 needs validation data but data.val_fraction = 0");
+    expect_ok(check(1, OV("data.val_fraction=0", "train.eval_every=0")));
+}
+
+static void test_resume_auto_needs_a_checkpoint_dir(void **state) {
+    (void)state;
+    expect_error(check(1, OV("checkpoint.resume=auto")),
+                 "checkpoint.resume = auto looks for the latest checkpoint in checkpoint.dir");
+    expect_ok(check(1, OV("checkpoint.resume=auto", "checkpoint.dir=ckpt")));
+}
+
+static void test_replicate_params_listed_twice_is_an_error(void **state) {
+    (void)state;
+    expect_error(check(1, OV("fsdp_config.replicate_params=[a.weight, b.weight, a.weight]")),
+                 "fsdp_config.replicate_params[2] = 'a.weight' repeats item 0");
+}
+
+static void test_parallel_degrees_must_fit_the_model(void **state) {
+    (void)state;
+    expect_error(check(4, OV("accelerator.tp_size=4", "model.n_kv_heads=2", "train.global_batch_size=8")),
+                 "accelerator.tp_size = 4 must divide model.n_heads = 4 and model.n_kv_heads = 2");
+    expect_error(check(3, OV("accelerator.cp_size=3", "train.global_batch_size=8")),
+                 "train.seq_len = 64 is not divisible by accelerator.cp_size = 3");
+    expect_error(check(8, OV("accelerator.pp_size=8", "train.global_batch_size=8")),
+                 "accelerator.pp_size = 8 exceeds model.n_layers = 4");
+    expect_error(check(4, OV("model.arch=moe", "model.moe.num_experts=6", "accelerator.ep_size=4",
+                             "train.global_batch_size=32")),
+                 "model.moe.num_experts = 6 is not divisible by accelerator.ep_size = 4");
+    expect_ok(check(4, OV("accelerator.tp_size=2", "accelerator.cp_size=2", "train.global_batch_size=8")));
+}
+
+static void test_all_violated_rules_are_reported_together(void **state) {
+    (void)state;
+    checked *r = check(4, OV("fsdp_config.dp_shard_size=3", "fsdp_config.forward_prefetch_depth=-1",
+                             "fsdp_config.mix_precision.fp32_main_grad=true", "model.n_heads=3",
+                             "train.steps=0"));
+    assert_int_equal(r->st, HS_ERR_CONFIG);
+    const char *paths[] = {"fsdp_config.dp_shard_size", "fsdp_config.forward_prefetch_depth",
+                           "[rule 8]", "[rule 9]", "model.n_heads", "train.steps"};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (!strstr(r->e.msg, paths[i])) fail_msg("'%s' not in:\n%s", paths[i], r->e.msg);
+    assert_true(r->e.lines >= 6);
+    free(r);
+}
+
+static void test_default_config_is_valid_and_silent_on_one_rank(void **state) {
+    (void)state;
+    expect_no_warning(check(1, NULL, 0));
+}
+
+static void test_warn_edp_shard_size_without_experts(void **state) {
+    (void)state;
+    expect_warning(check(2, OV("fsdp_config.edp_shard_size=2", "fsdp_config.dp_shard_size=2")),
+                   "fsdp_config.edp_shard_size = 2 has no effect");
+}
+
+static void test_warn_cast_forward_inputs_without_param_dtype(void **state) {
+    (void)state;
+    expect_warning(check(1, OV("fsdp_config.mix_precision.cast_forward_inputs=false")),
+                   "fsdp_config.mix_precision.cast_forward_inputs = false has no effect");
+    expect_no_warning(check(1, OV("fsdp_config.mix_precision.cast_forward_inputs=false",
+                                  "fsdp_config.mix_precision.param_dtype=bfloat16")));
+}
+
+static void test_warn_zero_copy_without_comm_fusion(void **state) {
+    (void)state;
+    expect_warning(check(1, OV("fsdp_config.comm_fusion_zero_copy=false")),
+                   "fsdp_config.comm_fusion_zero_copy = false has no effect");
+}
+
+static void test_warn_micro_batch_knobs_with_one_micro_batch(void **state) {
+    (void)state;
+    expect_warning(check(2, OV("fsdp_config.dp_shard_size=2", "fsdp_config.requires_grad_sync=false")),
+                   "fsdp_config.requires_grad_sync = false has no effect: a step has one micro-batch");
+    expect_warning(check(2, OV("fsdp_config.dp_shard_size=2", "fsdp_config.reshard_after_backward=false")),
+                   "fsdp_config.reshard_after_backward = false has no effect");
+    expect_no_warning(check(2, OV("fsdp_config.dp_shard_size=2", "fsdp_config.requires_grad_sync=false",
+                                  "train.micro_batch_size=4")));
+}
+
+static void test_warn_fsdp_unit_knobs_when_fsdp_is_skipped(void **state) {
+    (void)state;
+    expect_warning(check(1, OV("fsdp_config.enable_offload=true")),
+                   "fsdp_config.enable_offload has no effect: FSDP2Manager is skipped");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rule1_dp_shard_size_below_1_fails),
+        cmocka_unit_test(test_rule2_edp_shard_size_below_1_fails),
+        cmocka_unit_test(test_rule3_negative_prefetch_depth_fails),
+        cmocka_unit_test(test_rule4_world_not_divisible_by_tp_cp_pp_fails),
+        cmocka_unit_test(test_rule5_dp_cp_domain_not_divisible_by_dp_shard_fails),
+        cmocka_unit_test(test_rule6_expert_domain_not_divisible_by_ep_fails),
+        cmocka_unit_test(test_rule7_edp_not_divisible_by_edp_shard_fails),
+        cmocka_unit_test(test_rule8_fp32_main_grad_without_fp32_reduce_fails),
+        cmocka_unit_test(test_rule9_main_grad_and_main_params_must_match),
+        cmocka_unit_test(test_rule10_fullgraph_with_fsdp_fails_and_without_warns),
+        cmocka_unit_test(test_rule11_unknown_replicate_param_names_the_nearest_fqn),
+        cmocka_unit_test(test_global_batch_must_split_into_whole_micro_batches),
+        cmocka_unit_test(test_model_shape_rules_name_both_values),
+        cmocka_unit_test(test_positive_sizes_are_required),
+        cmocka_unit_test(test_text_and_token_data_need_a_path),
+        cmocka_unit_test(test_eval_needs_validation_data),
+        cmocka_unit_test(test_resume_auto_needs_a_checkpoint_dir),
+        cmocka_unit_test(test_replicate_params_listed_twice_is_an_error),
+        cmocka_unit_test(test_parallel_degrees_must_fit_the_model),
+        cmocka_unit_test(test_all_violated_rules_are_reported_together),
+        cmocka_unit_test(test_default_config_is_valid_and_silent_on_one_rank),
+        cmocka_unit_test(test_warn_edp_shard_size_without_experts),
+        cmocka_unit_test(test_warn_cast_forward_inputs_without_param_dtype),
+        cmocka_unit_test(test_warn_zero_copy_without_comm_fusion),
+        cmocka_unit_test(test_warn_micro_batch_knobs_with_one_micro_batch),
+        cmocka_unit_test(test_warn_fsdp_unit_knobs_when_fsdp_is_skipped),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
