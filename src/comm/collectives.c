@@ -1,0 +1,171 @@
+/* comm/collectives.c — the public collectives: argument checks, then a
+ * queued work item (async forms) or hs_comm_run (blocking forms, which
+ * behave as async + wait). */
+#include "comm/comm_internal.h"
+
+static void check_common(const hs_pg *g, int64_t count, hs_dtype dt) {
+    HS_ASSERT(g != NULL);
+    HS_ASSERT(count >= 0);
+    HS_ASSERT(dt >= 0 && dt < HS_DTYPE_COUNT);
+}
+
+static void check_peer(const hs_pg *g, int peer, const char *what) {
+    if (peer < 0 || peer >= g->size)
+        hs_panic("%s on group '%s': rank %d is outside the group's %d ranks", what, g->name, peer,
+                 g->size);
+}
+
+static hs_coll_args args_all_gather(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt) {
+    check_common(g, count, dt);
+    return (hs_coll_args){.op = HS_OP_ALL_GATHER, .dt = dt, .out = out, .in = in, .count = count};
+}
+
+static hs_coll_args args_reduce_scatter(hs_pg *g, void *out, const void *in, int64_t count,
+                                        hs_dtype dt, hs_reduce_op op) {
+    check_common(g, count, dt);
+    HS_ASSERT(op >= 0 && op < HS_REDUCE_OP_COUNT);
+    return (hs_coll_args){.op = HS_OP_REDUCE_SCATTER, .dt = dt, .reduce = op, .out = out,
+                          .in = in, .count = count};
+}
+
+static hs_coll_args args_all_reduce(hs_pg *g, void *buf, int64_t count, hs_dtype dt, hs_reduce_op op) {
+    check_common(g, count, dt);
+    HS_ASSERT(op >= 0 && op < HS_REDUCE_OP_COUNT);
+    return (hs_coll_args){.op = HS_OP_ALL_REDUCE, .dt = dt, .reduce = op, .out = buf, .in = buf,
+                          .count = count};
+}
+
+static hs_coll_args args_broadcast(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int root) {
+    check_common(g, count, dt);
+    check_peer(g, root, "broadcast");
+    return (hs_coll_args){.op = HS_OP_BROADCAST, .dt = dt, .out = buf, .in = buf, .count = count,
+                          .peer = root};
+}
+
+static hs_coll_args args_all_to_all(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt) {
+    check_common(g, count, dt);
+    return (hs_coll_args){.op = HS_OP_ALL_TO_ALL, .dt = dt, .out = out, .in = in, .count = count};
+}
+
+static hs_coll_args args_p2p(hs_pg *g, hs_comm_op op, void *buf, int64_t count, hs_dtype dt,
+                             int peer, int tag) {
+    check_common(g, count, dt);
+    check_peer(g, peer, hs_comm_op_name(op));
+    HS_ASSERT(tag >= 0);
+    return (hs_coll_args){.op = op, .dt = dt, .out = buf, .in = buf, .count = count, .peer = peer,
+                          .tag = tag};
+}
+
+static hs_coll_args args_barrier(hs_pg *g) {
+    HS_ASSERT(g != NULL);
+    return (hs_coll_args){.op = HS_OP_BARRIER, .dt = HS_DTYPE_F32};
+}
+
+hs_work *hs_pg_all_gather_async(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt) {
+    hs_coll_args a = args_all_gather(g, out, in, count, dt);
+    return hs_comm_enqueue(g, &a);
+}
+
+hs_work *hs_pg_reduce_scatter_async(hs_pg *g, void *out, const void *in, int64_t count,
+                                    hs_dtype dt, hs_reduce_op op) {
+    hs_coll_args a = args_reduce_scatter(g, out, in, count, dt, op);
+    return hs_comm_enqueue(g, &a);
+}
+
+hs_work *hs_pg_all_reduce_async(hs_pg *g, void *buf, int64_t count, hs_dtype dt, hs_reduce_op op) {
+    hs_coll_args a = args_all_reduce(g, buf, count, dt, op);
+    return hs_comm_enqueue(g, &a);
+}
+
+hs_work *hs_pg_broadcast_async(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int root) {
+    hs_coll_args a = args_broadcast(g, buf, count, dt, root);
+    return hs_comm_enqueue(g, &a);
+}
+
+hs_work *hs_pg_all_to_all_async(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt) {
+    hs_coll_args a = args_all_to_all(g, out, in, count, dt);
+    return hs_comm_enqueue(g, &a);
+}
+
+hs_work *hs_pg_all_to_allv_async(hs_pg *g, void *out, const int64_t *recv_counts,
+                                 const int64_t *recv_displs, const void *in,
+                                 const int64_t *send_counts, const int64_t *send_displs,
+                                 hs_dtype dt) {
+    check_common(g, 0, dt);
+    HS_ASSERT(recv_counts && recv_displs && send_counts && send_displs);
+    hs_coll_args a = {.op = HS_OP_ALL_TO_ALLV, .dt = dt, .out = out, .in = in,
+                      .recv_counts = recv_counts, .recv_displs = recv_displs,
+                      .send_counts = send_counts, .send_displs = send_displs};
+    return hs_comm_enqueue(g, &a);
+}
+
+/* The buffer of a send is only read. */
+hs_work *hs_pg_send_async(hs_pg *g, const void *buf, int64_t count, hs_dtype dt, int peer, int tag) {
+    hs_coll_args a = args_p2p(g, HS_OP_SEND, (void *)buf, count, dt, peer, tag);
+    return hs_comm_enqueue(g, &a);
+}
+
+hs_work *hs_pg_recv_async(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int peer, int tag) {
+    hs_coll_args a = args_p2p(g, HS_OP_RECV, buf, count, dt, peer, tag);
+    return hs_comm_enqueue(g, &a);
+}
+
+hs_work *hs_pg_barrier_async(hs_pg *g) {
+    hs_coll_args a = args_barrier(g);
+    return hs_comm_enqueue(g, &a);
+}
+
+hs_status hs_pg_all_gather(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt,
+                           hs_error *e) {
+    hs_coll_args a = args_all_gather(g, out, in, count, dt);
+    return hs_comm_run(g, &a, e);
+}
+
+hs_status hs_pg_reduce_scatter(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt,
+                               hs_reduce_op op, hs_error *e) {
+    hs_coll_args a = args_reduce_scatter(g, out, in, count, dt, op);
+    return hs_comm_run(g, &a, e);
+}
+
+hs_status hs_pg_all_reduce(hs_pg *g, void *buf, int64_t count, hs_dtype dt, hs_reduce_op op,
+                           hs_error *e) {
+    hs_coll_args a = args_all_reduce(g, buf, count, dt, op);
+    return hs_comm_run(g, &a, e);
+}
+
+hs_status hs_pg_broadcast(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int root, hs_error *e) {
+    hs_coll_args a = args_broadcast(g, buf, count, dt, root);
+    return hs_comm_run(g, &a, e);
+}
+
+hs_status hs_pg_all_to_all(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt,
+                           hs_error *e) {
+    hs_coll_args a = args_all_to_all(g, out, in, count, dt);
+    return hs_comm_run(g, &a, e);
+}
+
+hs_status hs_pg_send(hs_pg *g, const void *buf, int64_t count, hs_dtype dt, int peer, int tag,
+                     hs_error *e) {
+    hs_coll_args a = args_p2p(g, HS_OP_SEND, (void *)buf, count, dt, peer, tag);
+    return hs_comm_run(g, &a, e);
+}
+
+hs_status hs_pg_recv(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int peer, int tag,
+                     hs_error *e) {
+    hs_coll_args a = args_p2p(g, HS_OP_RECV, buf, count, dt, peer, tag);
+    return hs_comm_run(g, &a, e);
+}
+
+hs_status hs_pg_barrier(hs_pg *g, hs_error *e) {
+    hs_coll_args a = args_barrier(g);
+    return hs_comm_run(g, &a, e);
+}
+
+int hs_pg_rank(const hs_pg *g) { return g->rank; }
+int hs_pg_size(const hs_pg *g) { return g->size; }
+const char *hs_pg_name(const hs_pg *g) { return g->name; }
+
+int hs_pg_world_rank(const hs_pg *g, int r) {
+    check_peer(g, r, "hs_pg_world_rank");
+    return g->world_ranks[r];
+}

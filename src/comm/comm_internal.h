@@ -1,0 +1,170 @@
+/* comm/comm_internal.h — the private structures of the communication layer.
+ *
+ * hs_comm owns: the world group, the cache of named groups, the work queue
+ * with its communication thread, and the watchdog thread. A group (hs_pg)
+ * is a backend vtable plus its ctx; everything above the backend (queue,
+ * sequence numbers, trace, watchdog) is backend independent, so an nccl
+ * backend only has to fill hs_pg_backend.
+ *
+ * Threads: the caller's thread issues work (hs_pg_*_async) and waits on it;
+ * the communication thread executes the queue in issue order and is the only
+ * thread that touches a group's communicator; the watchdog thread watches the
+ * communication thread and answers diagnosis queries from other ranks on a
+ * communicator of its own.
+ */
+#ifndef HYPERSHARD_COMM_INTERNAL_H
+#define HYPERSHARD_COMM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include <mpi.h>
+
+#include "hypershard/comm.h"
+
+/* Group slots are numbered in creation order, which every rank agrees on
+ * because groups are created collectively over the world. Slot 0 is the
+ * world. The watchdog uses slots to ask other ranks how far they got. */
+#define HS_COMM_MAX_GROUPS 512
+#define HS_COMM_NAME_MAX 64
+
+typedef enum hs_comm_op {
+    HS_OP_ALL_GATHER = 0,
+    HS_OP_REDUCE_SCATTER,
+    HS_OP_ALL_REDUCE,
+    HS_OP_BROADCAST,
+    HS_OP_ALL_TO_ALL,
+    HS_OP_ALL_TO_ALLV,
+    HS_OP_SEND,
+    HS_OP_RECV,
+    HS_OP_BARRIER,
+    HS_OP_COUNT
+} hs_comm_op;
+
+/* The trace / counter names of comm.h. */
+const char *hs_comm_op_name(hs_comm_op op);
+/* send and recv involve two ranks, not the whole group. */
+bool hs_comm_op_is_p2p(hs_comm_op op);
+
+/* One queued collective: everything the backend needs to execute it. */
+typedef struct hs_coll_args {
+    hs_comm_op op;
+    hs_dtype dt;
+    hs_reduce_op reduce;
+    void *out;
+    const void *in;
+    int64_t count;
+    int peer; /* broadcast root, send/recv peer (group ranks) */
+    int tag;
+    const int64_t *recv_counts, *recv_displs, *send_counts, *send_displs;
+} hs_coll_args;
+
+/* The backend of a group. `exec` runs one collective to completion on the
+ * calling (communication) thread. */
+typedef struct hs_pg_backend {
+    const char *name;
+    hs_status (*exec)(void *ctx, const hs_coll_args *a, hs_error *e);
+    void (*destroy)(void *ctx);
+} hs_pg_backend;
+
+struct hs_pg {
+    hs_comm *comm;
+    const hs_pg_backend *backend;
+    void *ctx;
+    char name[HS_COMM_NAME_MAX];
+    int slot;
+    int rank, size;
+    int *world_ranks; /* [size] */
+    int64_t next_seq; /* collectives issued on this group (issuer thread) */
+    int64_t next_p2p; /* send/recv issued on this group */
+};
+
+struct hs_work {
+    hs_pg *pg;
+    hs_coll_args args;
+    int64_t seq; /* per-group sequence number (collective or p2p counter) */
+    hs_status status;
+    hs_error *err; /* allocated only when the work fails */
+    bool done;
+    struct hs_work *next;
+};
+
+/* What the communication thread is executing now (read by the watchdog). */
+typedef struct hs_comm_current {
+    bool busy;
+    hs_comm_op op;
+    int slot;
+    int64_t seq;
+    int peer_world; /* p2p: the other rank; -1 otherwise */
+    double started;
+} hs_comm_current;
+
+typedef struct hs_watchdog hs_watchdog;
+
+typedef struct hs_group_entry {
+    char name[HS_COMM_NAME_MAX];
+    hs_pg *pg; /* NULL when this rank joined no group of that name */
+} hs_group_entry;
+
+struct hs_comm {
+    int rank, size;
+    bool owns_mpi;
+    MPI_Comm mgmt; /* splits and setup, caller's thread only */
+    hs_trace *trace;
+    bool owns_trace;
+    hs_pool pool; /* staging buffers of every group */
+    const hs_log *log;
+    hs_log own_log;
+
+    hs_pg *world;
+    hs_group_entry groups[HS_COMM_MAX_GROUPS];
+    int ngroups;
+    /* Slot names, shared with the watchdog thread (published by nslots). */
+    atomic_int nslots;
+    /* Highest sequence number this rank has entered on each slot. */
+    atomic_llong entered[HS_COMM_MAX_GROUPS];
+
+    pthread_mutex_t mu; /* queue, done flags, current */
+    pthread_cond_t queue_cv;
+    pthread_cond_t done_cv;
+    hs_work *head, *tail;
+    bool stopping;
+    pthread_t thread;
+    hs_comm_current current;
+
+    _Atomic double timeout_s;
+    hs_watchdog *watchdog;
+    int local_ranks; /* ranks on this node, for BLAS threads */
+};
+
+/* ---------------------------------------------------------- queue (work.c) */
+void hs_comm_queue_start(hs_comm *c);
+/* Drains the queue and joins the thread. */
+void hs_comm_queue_stop(hs_comm *c);
+hs_work *hs_comm_enqueue(hs_pg *g, const hs_coll_args *a);
+/* A blocking collective: inline when the queue is idle, else queued + waited. */
+hs_status hs_comm_run(hs_pg *g, const hs_coll_args *a, hs_error *e);
+/* Copy of what the communication thread is doing now. */
+hs_comm_current hs_comm_current_get(hs_comm *c);
+/* The group name of a slot ("?" when unknown). */
+const char *hs_comm_slot_name(const hs_comm *c, int slot);
+
+/* ------------------------------------------------ reductions (reduce.c) */
+/* dst[i] = round_dt((fp32(a[i]) + fp32(b[i])) / divisor) for n elements:
+ * one rounding per call. dst may alias b, never a. divisor 1 skips the
+ * division. */
+void hs_comm_reduce_add(void *dst, const void *a, const void *b, int64_t n, hs_dtype dt,
+                        int divisor);
+
+/* ---------------------------------------------------- mpi backend (pg_mpi.c) */
+/* Wraps `mc` (the group takes ownership) into a group. */
+hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_error *e);
+void hs_pg_free(hs_pg *g);
+/* The text of an MPI error code. */
+const char *hs_mpi_strerror(int rc, char *buf, size_t cap);
+
+/* --------------------------------------------------- watchdog (watchdog.c) */
+hs_status hs_watchdog_start(hs_comm *c, hs_error *e);
+void hs_watchdog_stop(hs_comm *c);
+
+#endif

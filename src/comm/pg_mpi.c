@@ -1,0 +1,216 @@
+/* comm/pg_mpi.c — the `mpi` backend of hs_pg.
+ *
+ * Reduce-scatter, all-reduce and all-gather are the ring algorithms of
+ * ring.c over reused staging buffers (Open MPI's own reduce-scatter
+ * allocates per call and is an order of magnitude slower here). Broadcast,
+ * all-to-all(v), send/recv and barrier are the MPI built-ins. Each group
+ * owns two communicators: one for collectives, one for send/recv. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/pg_mpi.h"
+
+/* Keep every message below INT_MAX bytes (MPI counts are int). */
+#define PIECE_BYTES ((size_t)1 << 30)
+
+const char *hs_mpi_strerror(int rc, char *buf, size_t cap) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
+    snprintf(buf, cap, "%s", text);
+    return buf;
+}
+
+hs_status hs_mpi_fail(const hs_mpi_group *g, hs_error *e, int rc, const char *call,
+                      const char *op) {
+    char why[MPI_MAX_ERROR_STRING];
+    return hs_error_set(e, HS_ERR_COMM,
+                        "%s on group '%s' (rank %d of %d): %s failed: %s; check that every "
+                        "rank of the group issues the same collectives with the same counts",
+                        op, g->name, g->rank, g->size, call, hs_mpi_strerror(rc, why, sizeof why));
+}
+
+void hs_mpi_group_stage(hs_mpi_group *g, size_t bytes) {
+    if (bytes <= g->stage_cap) return;
+    size_t cap = g->stage_cap ? g->stage_cap : 4096;
+    while (cap < bytes) cap *= 2;
+    for (int i = 0; i < 2; i++) {
+        hs_pool_free(g->pool, g->stage[i]);
+        g->stage[i] = hs_pool_alloc(g->pool, cap);
+    }
+    g->stage_cap = cap;
+}
+
+/* Pieces are posted round by round; a rank's k-th send piece is its right
+ * neighbour's k-th receive piece, so every round completes. */
+int hs_mpi_sendrecv_bytes(const void *sbuf, size_t sbytes, int dst, void *rbuf, size_t rbytes,
+                          int src, MPI_Comm comm) {
+    if (sbytes <= PIECE_BYTES && rbytes <= PIECE_BYTES)
+        return MPI_Sendrecv(sbuf, (int)sbytes, MPI_BYTE, dst, HS_RING_TAG, rbuf, (int)rbytes, MPI_BYTE,
+                            src, HS_RING_TAG, comm, MPI_STATUS_IGNORE);
+    const char *s = sbuf;
+    char *r = rbuf;
+    size_t ns = (sbytes + PIECE_BYTES - 1) / PIECE_BYTES, nr = (rbytes + PIECE_BYTES - 1) / PIECE_BYTES;
+    if (ns == 0) ns = 1; /* an empty chunk still travels, as an empty message */
+    if (nr == 0) nr = 1;
+    for (size_t k = 0; k < ns || k < nr; k++) {
+        MPI_Request req[2];
+        int n = 0, rc;
+        if (k < nr) {
+            size_t len = rbytes - k * PIECE_BYTES < PIECE_BYTES ? rbytes - k * PIECE_BYTES : PIECE_BYTES;
+            if (rbytes == 0) len = 0;
+            rc = MPI_Irecv(r + k * PIECE_BYTES, (int)len, MPI_BYTE, src, HS_RING_TAG, comm, &req[n++]);
+            if (rc != MPI_SUCCESS) return rc;
+        }
+        if (k < ns) {
+            size_t len = sbytes - k * PIECE_BYTES < PIECE_BYTES ? sbytes - k * PIECE_BYTES : PIECE_BYTES;
+            if (sbytes == 0) len = 0;
+            rc = MPI_Isend(s + k * PIECE_BYTES, (int)len, MPI_BYTE, dst, HS_RING_TAG, comm, &req[n++]);
+            if (rc != MPI_SUCCESS) return rc;
+        }
+        rc = MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) return rc;
+    }
+    return MPI_SUCCESS;
+}
+
+static MPI_Datatype mpi_type(hs_dtype dt) { return dt == HS_DTYPE_F32 ? MPI_FLOAT : MPI_UINT16_T; }
+
+static hs_status exec_broadcast(hs_mpi_group *g, const hs_coll_args *a, hs_error *e) {
+    const size_t es = hs_dtype_size(a->dt);
+    for (int64_t done = 0; done < a->count;) {
+        int64_t n = a->count - done < INT_MAX / 2 ? a->count - done : INT_MAX / 2;
+        int rc = MPI_Bcast((char *)a->out + done * es, (int)n, mpi_type(a->dt), a->peer, g->coll);
+        if (rc != MPI_SUCCESS) return hs_mpi_fail(g, e, rc, "MPI_Bcast", "broadcast");
+        done += n;
+    }
+    return HS_OK;
+}
+
+static hs_status exec_all_to_all(hs_mpi_group *g, const hs_coll_args *a, hs_error *e) {
+    if (a->count > INT_MAX)
+        return hs_error_set(e, HS_ERR_COMM,
+                            "all_to_all on group '%s': %lld elements per block exceed the MPI "
+                            "limit %d; split the exchange into several calls",
+                            g->name, (long long)a->count, INT_MAX);
+    int rc = MPI_Alltoall(a->in, (int)a->count, mpi_type(a->dt), a->out, (int)a->count,
+                          mpi_type(a->dt), g->coll);
+    return rc == MPI_SUCCESS ? HS_OK : hs_mpi_fail(g, e, rc, "MPI_Alltoall", "all_to_all");
+}
+
+static hs_status exec_all_to_allv(hs_mpi_group *g, const hs_coll_args *a, hs_error *e) {
+    const int64_t *src[4] = {a->send_counts, a->send_displs, a->recv_counts, a->recv_displs};
+    static const char *what[4] = {"send_counts", "send_displs", "recv_counts", "recv_displs"};
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < g->size; i++) {
+            int64_t v = src[k][i];
+            if (v < 0 || v > INT_MAX)
+                return hs_error_set(e, HS_ERR_COMM,
+                                    "all_to_allv on group '%s': %s[%d] = %lld is outside "
+                                    "[0, %d]; split the exchange into several calls",
+                                    g->name, what[k], i, (long long)v, INT_MAX);
+            g->vcounts[k * g->size + i] = (int)v;
+        }
+    int *v = g->vcounts, w = g->size;
+    int rc = MPI_Alltoallv(a->in, v, v + w, mpi_type(a->dt), a->out, v + 2 * w, v + 3 * w,
+                           mpi_type(a->dt), g->coll);
+    return rc == MPI_SUCCESS ? HS_OK : hs_mpi_fail(g, e, rc, "MPI_Alltoallv", "all_to_allv");
+}
+
+static hs_status exec_p2p(hs_mpi_group *g, const hs_coll_args *a, hs_error *e) {
+    const size_t es = hs_dtype_size(a->dt);
+    const bool send = a->op == HS_OP_SEND;
+    int64_t done = 0;
+    do {
+        int64_t n = a->count - done < INT_MAX / 2 ? a->count - done : INT_MAX / 2;
+        int rc = send ? MPI_Send((const char *)a->in + done * es, (int)n, mpi_type(a->dt), a->peer,
+                                 a->tag, g->p2p)
+                      : MPI_Recv((char *)a->out + done * es, (int)n, mpi_type(a->dt), a->peer,
+                                 a->tag, g->p2p, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS)
+            return hs_mpi_fail(g, e, rc, send ? "MPI_Send" : "MPI_Recv", send ? "send" : "recv");
+        done += n;
+    } while (done < a->count);
+    return HS_OK;
+}
+
+static hs_status mpi_exec(void *ctx, const hs_coll_args *a, hs_error *e) {
+    hs_mpi_group *g = ctx;
+    switch (a->op) {
+    case HS_OP_ALL_GATHER: return hs_ring_all_gather(g, a->out, a->in, a->count, a->dt, e);
+    case HS_OP_REDUCE_SCATTER:
+        return hs_ring_reduce_scatter(g, a->out, a->in, a->count, a->dt, a->reduce, e);
+    case HS_OP_ALL_REDUCE: return hs_ring_all_reduce(g, a->out, a->count, a->dt, a->reduce, e);
+    case HS_OP_BROADCAST: return exec_broadcast(g, a, e);
+    case HS_OP_ALL_TO_ALL: return exec_all_to_all(g, a, e);
+    case HS_OP_ALL_TO_ALLV: return exec_all_to_allv(g, a, e);
+    case HS_OP_SEND:
+    case HS_OP_RECV: return exec_p2p(g, a, e);
+    case HS_OP_BARRIER: {
+        int rc = MPI_Barrier(g->coll);
+        return rc == MPI_SUCCESS ? HS_OK : hs_mpi_fail(g, e, rc, "MPI_Barrier", "barrier");
+    }
+    default: hs_panic("mpi backend: unknown op %d", (int)a->op);
+    }
+}
+
+static void mpi_destroy(void *ctx) {
+    hs_mpi_group *g = ctx;
+    for (int i = 0; i < 2; i++) hs_pool_free(g->pool, g->stage[i]);
+    free(g->vcounts);
+    MPI_Comm_free(&g->coll);
+    MPI_Comm_free(&g->p2p);
+    free(g);
+}
+
+static const hs_pg_backend mpi_backend = {"mpi", mpi_exec, mpi_destroy};
+
+hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_error *e) {
+    hs_pg *pg = calloc(1, sizeof *pg);
+    hs_mpi_group *g = calloc(1, sizeof *g);
+    if (!pg || !g) hs_panic("out of memory creating group '%s'", name);
+    snprintf(pg->name, sizeof pg->name, "%s", name);
+    pg->comm = c;
+    pg->backend = &mpi_backend;
+    pg->ctx = g;
+    pg->slot = slot;
+    MPI_Comm_rank(mc, &pg->rank);
+    MPI_Comm_size(mc, &pg->size);
+    g->name = pg->name;
+    g->pool = &c->pool;
+    g->rank = pg->rank;
+    g->size = pg->size;
+    g->coll = mc;
+    MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
+    int rc = MPI_Comm_dup(mc, &g->p2p);
+    if (rc != MPI_SUCCESS) {
+        hs_error_set(e, HS_ERR_COMM, "creating group '%s': MPI_Comm_dup failed (code %d)", name, rc);
+        MPI_Comm_free(&g->coll);
+        free(g);
+        free(pg);
+        return NULL;
+    }
+    g->vcounts = calloc((size_t)4 * (size_t)pg->size, sizeof(int));
+    pg->world_ranks = calloc((size_t)pg->size, sizeof(int));
+    if (!g->vcounts || !pg->world_ranks) hs_panic("out of memory creating group '%s'", name);
+    /* World rank of each member, from the world communicator's group. */
+    MPI_Group mine, world;
+    MPI_Comm_group(mc, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    int *idx = calloc((size_t)pg->size, sizeof(int));
+    if (!idx) hs_panic("out of memory creating group '%s'", name);
+    for (int i = 0; i < pg->size; i++) idx[i] = i;
+    MPI_Group_translate_ranks(mine, pg->size, idx, world, pg->world_ranks);
+    free(idx);
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
+    return pg;
+}
+
+void hs_pg_free(hs_pg *g) {
+    if (!g) return;
+    g->backend->destroy(g->ctx);
+    free(g->world_ranks);
+    free(g);
+}

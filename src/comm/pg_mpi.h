@@ -1,0 +1,44 @@
+/* comm/pg_mpi.h — the MPI backend's group state, shared by the backend
+ * (pg_mpi.c) and the ring algorithms (ring.c). */
+#ifndef HYPERSHARD_COMM_PG_MPI_H
+#define HYPERSHARD_COMM_PG_MPI_H
+
+#include "comm/comm_internal.h"
+
+/* The tag of ring traffic on a group's collective communicator. */
+#define HS_RING_TAG 11
+
+typedef struct hs_mpi_group {
+    const char *name; /* the hs_pg's name */
+    hs_pool *pool;
+    MPI_Comm coll; /* collectives */
+    MPI_Comm p2p;  /* send/recv, so user tags never meet ring traffic */
+    int rank, size;
+    /* Ring staging: two buffers of stage_cap bytes each, grown, never
+     * shrunk, reused by every collective of the group. */
+    void *stage[2];
+    size_t stage_cap;
+    /* all_to_allv's int counts and displacements: [4][size]. */
+    int *vcounts;
+} hs_mpi_group;
+
+/* Grow both staging buffers to at least `bytes`. */
+void hs_mpi_group_stage(hs_mpi_group *g, size_t bytes);
+
+/* An MPI failure as HS_ERR_COMM naming the call, the op and the group. */
+hs_status hs_mpi_fail(const hs_mpi_group *g, hs_error *e, int rc, const char *call,
+                      const char *op);
+
+/* MPI_Sendrecv of byte ranges of any length (split below INT_MAX). */
+int hs_mpi_sendrecv_bytes(const void *sbuf, size_t sbytes, int dst, void *rbuf, size_t rbytes,
+                          int src, MPI_Comm comm);
+
+/* ring.c. Counts are in elements of dt. */
+hs_status hs_ring_reduce_scatter(hs_mpi_group *g, void *out, const void *in, int64_t count,
+                                 hs_dtype dt, hs_reduce_op op, hs_error *e);
+hs_status hs_ring_all_reduce(hs_mpi_group *g, void *buf, int64_t count, hs_dtype dt,
+                             hs_reduce_op op, hs_error *e);
+hs_status hs_ring_all_gather(hs_mpi_group *g, void *out, const void *in, int64_t count,
+                             hs_dtype dt, hs_error *e);
+
+#endif

@@ -1,0 +1,296 @@
+/* comm/watchdog.c — ends every rank when a collective hangs, naming who is
+ * missing.
+ *
+ * Each rank runs a watchdog thread with a communicator of its own. It
+ *  - answers queries from other ranks: "how far did you get on group slot
+ *    s, and what is your communication thread doing now?" (answered from
+ *    this rank's published state, so it works while the program sleeps or
+ *    computes and while the communication thread is blocked in MPI);
+ *  - arbitrates, on world rank 0, which timed-out rank gets to report (the
+ *    first to ask), so a hang prints one message, not one per rank;
+ *  - watches the communication thread: when one collective runs longer than
+ *    the timeout, it asks rank 0 for the right to report, asks every member
+ *    of the group how far it got, prints one message and calls MPI_Abort.
+ * Point-to-point messages are used rather than one-sided windows because
+ * Open MPI's osc/rdma over the vader transport crashes on atomics with
+ * MPI_THREAD_MULTIPLE, and this design works the same across nodes. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm_internal.h"
+
+#define TAG_ASK 1
+#define TAG_REPLY 2
+#define ASK_STATE 0
+#define ASK_CLAIM 1
+#define POLL_S 0.02
+#define ANSWER_WAIT_S 3.0
+#define DENIED_WAIT_S 30.0
+
+/* A reply to ASK_STATE: entered seq on the slot, then the current work. */
+enum { R_ENTERED, R_BUSY, R_OP, R_SLOT, R_SEQ, R_PEER, R_ELAPSED_MS, R_LEN };
+
+struct hs_watchdog {
+    hs_comm *c;
+    MPI_Comm comm;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+    MPI_Request ask_req;
+    int64_t ask_buf[2];
+    bool claimed; /* world rank 0: a rank already reports */
+};
+
+static void answer(hs_watchdog *wd, int src) {
+    hs_comm *c = wd->c;
+    int64_t reply[R_LEN] = {0};
+    if (wd->ask_buf[0] == ASK_CLAIM) {
+        reply[0] = !wd->claimed;
+        wd->claimed = true;
+    } else {
+        int slot = (int)wd->ask_buf[1];
+        hs_comm_current cur = hs_comm_current_get(c);
+        reply[R_ENTERED] = slot >= 0 && slot < HS_COMM_MAX_GROUPS ? atomic_load(&c->entered[slot]) : -1;
+        reply[R_BUSY] = cur.busy;
+        reply[R_OP] = cur.op;
+        reply[R_SLOT] = cur.slot;
+        reply[R_SEQ] = cur.seq;
+        reply[R_PEER] = cur.peer_world;
+        reply[R_ELAPSED_MS] = cur.busy ? (int64_t)((hs_now() - cur.started) * 1000) : 0;
+    }
+    /* A few bytes: sent eagerly, never blocks on the asker. */
+    MPI_Send(reply, R_LEN, MPI_INT64_T, src, TAG_REPLY, wd->comm);
+}
+
+/* Answer every pending question. */
+static void serve(hs_watchdog *wd) {
+    for (;;) {
+        int flag = 0;
+        MPI_Status st;
+        MPI_Test(&wd->ask_req, &flag, &st);
+        if (!flag) return;
+        answer(wd, st.MPI_SOURCE);
+        MPI_Irecv(wd->ask_buf, 2, MPI_INT64_T, MPI_ANY_SOURCE, TAG_ASK, wd->comm, &wd->ask_req);
+    }
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Send `kind` questions to `n` ranks and collect the replies, serving other
+ * ranks' questions meanwhile. answered[i] tells who replied in time. */
+static void ask_ranks(hs_watchdog *wd, int kind, int slot, const int *ranks, int n,
+                      int64_t (*replies)[R_LEN], bool *answered) {
+    MPI_Request *req = calloc((size_t)n, sizeof *req);
+    if (!req) hs_panic("out of memory in the comm watchdog");
+    int64_t ask[2] = {kind, slot};
+    for (int i = 0; i < n; i++) {
+        answered[i] = false;
+        MPI_Irecv(replies[i], R_LEN, MPI_INT64_T, ranks[i], TAG_REPLY, wd->comm, &req[i]);
+        MPI_Send(ask, 2, MPI_INT64_T, ranks[i], TAG_ASK, wd->comm);
+    }
+    double deadline = hs_now() + ANSWER_WAIT_S;
+    int left = n;
+    while (left > 0 && hs_now() < deadline) {
+        serve(wd);
+        for (int i = 0; i < n; i++) {
+            int flag = 0;
+            if (answered[i]) continue;
+            MPI_Test(&req[i], &flag, MPI_STATUS_IGNORE);
+            if (flag) answered[i] = true, left--;
+        }
+        if (left > 0) sleep_s(POLL_S / 4);
+    }
+    for (int i = 0; i < n; i++)
+        if (!answered[i]) {
+            MPI_Cancel(&req[i]);
+            MPI_Request_free(&req[i]);
+        }
+    free(req);
+}
+
+/* Whether this rank reports the hang. World rank 0 decides locally. */
+static bool claim_report(hs_watchdog *wd) {
+    if (wd->c->rank == 0) {
+        bool mine = !wd->claimed;
+        wd->claimed = true;
+        return mine;
+    }
+    int zero = 0;
+    int64_t reply[1][R_LEN];
+    bool answered;
+    ask_ranks(wd, ASK_CLAIM, 0, &zero, 1, reply, &answered);
+    return !answered || reply[0][0] != 0; /* rank 0 silent: report anyway */
+}
+
+static void describe_rank(const hs_comm *c, char *buf, size_t cap, const int64_t *rep, bool answered) {
+    if (!answered) {
+        snprintf(buf, cap, "did not answer the watchdog (hung inside MPI or dead)");
+    } else if (!rep[R_BUSY]) {
+        snprintf(buf, cap, "its communication thread is idle: the program has not issued this "
+                           "collective (still computing, or it skipped or reordered a collective)");
+    } else {
+        snprintf(buf, cap, "its communication thread has been in %s on group '%s' (sequence %lld) "
+                           "for %.1f s", hs_comm_op_name((hs_comm_op)rep[R_OP]),
+                 hs_comm_slot_name(c, (int)rep[R_SLOT]), (long long)rep[R_SEQ],
+                 (double)rep[R_ELAPSED_MS] / 1000.0);
+    }
+}
+
+/* What the other ranks of a hung collective answered. */
+typedef struct survey {
+    int n;               /* ranks asked */
+    int *ranks;          /* their world ranks */
+    int64_t (*rep)[R_LEN];
+    bool *answered;
+    bool *behind;        /* has not arrived at the hung collective */
+} survey;
+
+static survey survey_take(hs_watchdog *wd, hs_comm_current cur, const hs_pg *g) {
+    survey v = {0};
+    v.ranks = calloc((size_t)g->size, sizeof *v.ranks);
+    v.rep = calloc((size_t)g->size, sizeof *v.rep);
+    v.answered = calloc((size_t)g->size, sizeof *v.answered);
+    v.behind = calloc((size_t)g->size, sizeof *v.behind);
+    if (!v.ranks || !v.rep || !v.answered || !v.behind) hs_panic("out of memory in the comm watchdog");
+    const bool p2p = hs_comm_op_is_p2p(cur.op);
+    if (p2p)
+        v.ranks[v.n++] = cur.peer_world;
+    else
+        for (int i = 0; i < g->size; i++)
+            if (g->world_ranks[i] != wd->c->rank) v.ranks[v.n++] = g->world_ranks[i];
+    ask_ranks(wd, ASK_STATE, cur.slot, v.ranks, v.n, v.rep, v.answered);
+    for (int i = 0; i < v.n; i++) v.behind[i] = p2p || !v.answered[i] || v.rep[i][R_ENTERED] < cur.seq;
+    return v;
+}
+
+/* " 1 3 7": the asked ranks whose behind flag equals `which`, in world rank
+ * order, with `self` (which has arrived) among the arrived. Returns the count. */
+static int survey_list(const survey *v, bool which, int self, char *buf, size_t cap) {
+    size_t len = 0;
+    int count = 0;
+    buf[0] = '\0';
+    for (int i = 0; i <= v->n; i++) {
+        bool self_here = !which && self >= 0 && (i == v->n || v->ranks[i] > self);
+        if (self_here) {
+            count++;
+            if (len + 16 < cap) len += (size_t)snprintf(buf + len, cap - len, " %d", self);
+            self = -1;
+        }
+        if (i == v->n || v->behind[i] != which) continue;
+        count++;
+        if (len + 16 < cap) len += (size_t)snprintf(buf + len, cap - len, " %d", v->ranks[i]);
+    }
+    return count;
+}
+
+static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeout) {
+    hs_comm *c = wd->c;
+    const bool p2p = hs_comm_op_is_p2p(cur.op);
+    const hs_pg *g = c->groups[cur.slot].pg;
+    survey v = survey_take(wd, cur, g);
+    hs_error *e = malloc(sizeof *e);
+    if (!e) hs_panic("out of memory in the comm watchdog");
+    char missing[1024], arrived[1024], why[512];
+    int nmissing = survey_list(&v, true, -1, missing, sizeof missing);
+    int narrived = survey_list(&v, false, c->rank, arrived, sizeof arrived);
+    hs_error_clear(e);
+    hs_error_set(e, HS_ERR_TIMEOUT,
+                 "comm timeout: %s on group '%s' (%s %lld) did not finish within comm.timeout_s = "
+                 "%g s on world rank %d; not arrived: %s%s",
+                 hs_comm_op_name(cur.op), g->name, p2p ? "send/recv number" : "sequence",
+                 (long long)cur.seq, timeout, c->rank,
+                 nmissing == 1 ? "world rank" : "world ranks", nmissing ? missing : " none");
+    for (int i = 0; i < v.n; i++) {
+        if (!v.behind[i]) continue;
+        describe_rank(c, why, sizeof why, v.rep[i], v.answered[i]);
+        if (v.answered[i] && !p2p)
+            hs_error_append(e, HS_ERR_TIMEOUT, "  world rank %d: last entered sequence %lld on '%s'; %s",
+                            v.ranks[i], (long long)v.rep[i][R_ENTERED], g->name, why);
+        else
+            hs_error_append(e, HS_ERR_TIMEOUT, "  world rank %d: %s", v.ranks[i], why);
+    }
+    if (!p2p)
+        hs_error_append(e, HS_ERR_TIMEOUT, "  arrived: world rank%s%s", narrived > 1 ? "s" : "", arrived);
+    hs_error_append(e, HS_ERR_TIMEOUT,
+                    "  fix: every rank of a group must issue the same collectives in the same "
+                    "order; if the wait is legitimate, raise comm.timeout_s");
+    hs_comm_abort(c, e); /* ends the process: the survey needs no freeing */
+}
+
+static void on_timeout(hs_watchdog *wd, hs_comm_current cur, double timeout) {
+    if (claim_report(wd)) report_and_abort(wd, cur, timeout);
+    /* Another rank reports and aborts the job; keep answering its questions. */
+    double until = hs_now() + DENIED_WAIT_S;
+    while (hs_now() < until) {
+        serve(wd);
+        sleep_s(POLL_S);
+    }
+    MPI_Abort(MPI_COMM_WORLD, hs_status_exit_code(HS_ERR_TIMEOUT));
+}
+
+static bool wait_tick(hs_watchdog *wd) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += (long)(POLL_S * 1e9);
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&wd->mu);
+    if (!wd->stop) pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
+    bool stop = wd->stop;
+    pthread_mutex_unlock(&wd->mu);
+    return !stop;
+}
+
+static void *watchdog_main(void *arg) {
+    hs_watchdog *wd = arg;
+    hs_comm *c = wd->c;
+    MPI_Irecv(wd->ask_buf, 2, MPI_INT64_T, MPI_ANY_SOURCE, TAG_ASK, wd->comm, &wd->ask_req);
+    while (wait_tick(wd)) {
+        serve(wd);
+        hs_comm_current cur = hs_comm_current_get(c);
+        double timeout = atomic_load(&c->timeout_s);
+        if (cur.busy && hs_now() - cur.started > timeout) on_timeout(wd, cur, timeout);
+    }
+    MPI_Cancel(&wd->ask_req);
+    MPI_Wait(&wd->ask_req, MPI_STATUS_IGNORE);
+    return NULL;
+}
+
+hs_status hs_watchdog_start(hs_comm *c, hs_error *e) {
+    hs_watchdog *wd = calloc(1, sizeof *wd);
+    if (!wd) hs_panic("out of memory starting the comm watchdog");
+    wd->c = c;
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &wd->comm);
+    if (rc != MPI_SUCCESS) {
+        free(wd);
+        return hs_error_set(e, HS_ERR_COMM, "starting the comm watchdog: MPI_Comm_dup failed (code %d)", rc);
+    }
+    pthread_condattr_t attr;
+    HS_CHECK_PTHREAD(pthread_condattr_init(&attr));
+    HS_CHECK_PTHREAD(pthread_condattr_setclock(&attr, CLOCK_MONOTONIC));
+    HS_CHECK_PTHREAD(pthread_cond_init(&wd->cv, &attr));
+    pthread_condattr_destroy(&attr);
+    HS_CHECK_PTHREAD(pthread_mutex_init(&wd->mu, NULL));
+    HS_CHECK_PTHREAD(pthread_create(&wd->thread, NULL, watchdog_main, wd));
+    c->watchdog = wd;
+    return HS_OK;
+}
+
+void hs_watchdog_stop(hs_comm *c) {
+    hs_watchdog *wd = c->watchdog;
+    if (!wd) return;
+    pthread_mutex_lock(&wd->mu);
+    wd->stop = true;
+    pthread_cond_signal(&wd->cv);
+    pthread_mutex_unlock(&wd->mu);
+    HS_CHECK_PTHREAD(pthread_join(wd->thread, NULL));
+    pthread_cond_destroy(&wd->cv);
+    pthread_mutex_destroy(&wd->mu);
+    MPI_Comm_free(&wd->comm);
+    free(wd);
+    c->watchdog = NULL;
+}

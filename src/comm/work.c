@@ -1,0 +1,209 @@
+/* comm/work.c — the work queue and the communication thread.
+ *
+ * The issuing thread appends work; one communication thread per hs_comm
+ * executes it strictly in issue order (the ordering rule of comm.h), records
+ * it in the trace and wakes the waiters. Before running a collective it
+ * publishes the sequence number it entered, which the watchdog reports to
+ * other ranks when something hangs. A blocking call finding the queue idle
+ * runs on the calling thread instead (hs_comm_run). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_internal.h"
+
+static const char *const op_names[HS_OP_COUNT] = {
+    "all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all",
+    "all_to_allv", "send", "recv", "barrier",
+};
+_Static_assert(sizeof op_names / sizeof op_names[0] == HS_OP_COUNT, "op_names follows hs_comm_op");
+
+const char *hs_comm_op_name(hs_comm_op op) {
+    return op >= 0 && op < HS_OP_COUNT ? op_names[op] : "?";
+}
+
+bool hs_comm_op_is_p2p(hs_comm_op op) { return op == HS_OP_SEND || op == HS_OP_RECV; }
+
+const char *hs_comm_slot_name(const hs_comm *c, int slot) {
+    if (slot < 0 || slot >= atomic_load(&c->nslots)) return "?";
+    return c->groups[slot].name;
+}
+
+/* Bytes as counted in the trace: the full (unsharded) payload of the op. */
+static int64_t work_bytes(const hs_pg *g, const hs_coll_args *a) {
+    const int64_t es = (int64_t)hs_dtype_size(a->dt);
+    switch (a->op) {
+    case HS_OP_ALL_GATHER:
+    case HS_OP_REDUCE_SCATTER:
+    case HS_OP_ALL_TO_ALL: return (int64_t)g->size * a->count * es;
+    case HS_OP_ALL_TO_ALLV: {
+        int64_t n = 0;
+        for (int i = 0; i < g->size; i++) n += a->send_counts[i];
+        return n * es;
+    }
+    case HS_OP_BARRIER: return 0;
+    default: return a->count * es;
+    }
+}
+
+static void work_trace(hs_comm *c, const hs_work *w, double t0, double t1) {
+    const hs_coll_args *a = &w->args;
+    const char *op = hs_comm_op_name(a->op);
+    int64_t bytes = work_bytes(w->pg, a);
+    hs_trace_count(c->trace, op, w->pg->name, bytes);
+    if (!hs_trace_enabled(c->trace)) return;
+    char args[256];
+    const char *dt = a->op == HS_OP_BARRIER ? "none" : hs_dtype_name(a->dt);
+    int n = snprintf(args, sizeof args, "\"group\":\"%s\",\"bytes\":%lld,\"dtype\":\"%s\",\"seq\":%lld",
+                     w->pg->name, (long long)bytes, dt, (long long)w->seq);
+    if (hs_comm_op_is_p2p(a->op) && n > 0 && (size_t)n < sizeof args)
+        snprintf(args + n, sizeof args - (size_t)n, ",\"peer\":%d", a->peer);
+    hs_trace_span(c->trace, HS_LANE_COMM, op, "comm", t0, t1, args);
+}
+
+/* Execute and record one work item; the caller publishes the outcome. */
+static hs_status work_exec(hs_comm *c, const hs_work *w, hs_error *err) {
+    hs_pg *g = w->pg;
+    if (!hs_comm_op_is_p2p(w->args.op)) atomic_store(&c->entered[g->slot], w->seq);
+    hs_error_clear(err);
+    double t0 = hs_now();
+    hs_status st = g->backend->exec(g->ctx, &w->args, err);
+    work_trace(c, w, t0, hs_now());
+    return st;
+}
+
+/* Under c->mu: mark the executor busy with w. */
+static void current_set(hs_comm *c, const hs_work *w) {
+    const hs_coll_args *a = &w->args;
+    c->current = (hs_comm_current){
+        .busy = true, .op = a->op, .slot = w->pg->slot, .seq = w->seq,
+        .peer_world = hs_comm_op_is_p2p(a->op) ? w->pg->world_ranks[a->peer] : -1,
+        .started = hs_now()};
+}
+
+static void *comm_thread_main(void *arg) {
+    hs_comm *c = arg;
+    hs_error *scratch = malloc(sizeof *scratch);
+    if (!scratch) hs_panic("out of memory starting the communication thread");
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        /* busy here means a blocking call runs inline on the issuing thread. */
+        while (!c->stopping && (!c->head || c->current.busy)) pthread_cond_wait(&c->queue_cv, &c->mu);
+        if (!c->head) break;
+        hs_work *w = c->head;
+        c->head = w->next;
+        if (!c->head) c->tail = NULL;
+        current_set(c, w);
+        pthread_mutex_unlock(&c->mu);
+        hs_status st = work_exec(c, w, scratch);
+        if (st != HS_OK) {
+            w->err = malloc(sizeof *w->err);
+            if (!w->err) hs_panic("out of memory reporting a failed %s", hs_comm_op_name(w->args.op));
+            memcpy(w->err, scratch, sizeof *scratch);
+        }
+        pthread_mutex_lock(&c->mu);
+        w->status = st;
+        w->done = true;
+        c->current.busy = false;
+        pthread_cond_broadcast(&c->done_cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    free(scratch);
+    return NULL;
+}
+
+void hs_comm_queue_start(hs_comm *c) {
+    HS_CHECK_PTHREAD(pthread_mutex_init(&c->mu, NULL));
+    HS_CHECK_PTHREAD(pthread_cond_init(&c->queue_cv, NULL));
+    HS_CHECK_PTHREAD(pthread_cond_init(&c->done_cv, NULL));
+    HS_CHECK_PTHREAD(pthread_create(&c->thread, NULL, comm_thread_main, c));
+}
+
+void hs_comm_queue_stop(hs_comm *c) {
+    pthread_mutex_lock(&c->mu);
+    c->stopping = true;
+    pthread_cond_broadcast(&c->queue_cv);
+    pthread_mutex_unlock(&c->mu);
+    HS_CHECK_PTHREAD(pthread_join(c->thread, NULL));
+    pthread_cond_destroy(&c->queue_cv);
+    pthread_cond_destroy(&c->done_cv);
+    pthread_mutex_destroy(&c->mu);
+}
+
+/* Under c->mu: the next sequence number of a's kind on g. */
+static int64_t next_seq(hs_pg *g, const hs_coll_args *a) {
+    return hs_comm_op_is_p2p(a->op) ? ++g->next_p2p : ++g->next_seq;
+}
+
+hs_work *hs_comm_enqueue(hs_pg *g, const hs_coll_args *a) {
+    hs_comm *c = g->comm;
+    hs_work *w = calloc(1, sizeof *w);
+    if (!w) hs_panic("out of memory queueing %s on group '%s'", hs_comm_op_name(a->op), g->name);
+    w->pg = g;
+    w->args = *a;
+    pthread_mutex_lock(&c->mu);
+    if (c->stopping) hs_panic("%s issued on group '%s' after hs_comm_finalize", hs_comm_op_name(a->op), g->name);
+    w->seq = next_seq(g, a);
+    if (c->tail)
+        c->tail->next = w;
+    else
+        c->head = w;
+    c->tail = w;
+    pthread_cond_signal(&c->queue_cv);
+    pthread_mutex_unlock(&c->mu);
+    return w;
+}
+
+/* A blocking call. When nothing is queued or running, it executes on the
+ * calling thread: the same order and result as async + wait, without two
+ * thread hand-offs (each a scheduler wake-up, which on a loaded machine
+ * costs more than a small collective). The busy mark keeps the
+ * communication thread off while it runs, and the watchdog sees it alike. */
+hs_status hs_comm_run(hs_pg *g, const hs_coll_args *a, hs_error *e) {
+    hs_comm *c = g->comm;
+    pthread_mutex_lock(&c->mu);
+    if (c->head || c->current.busy || c->stopping) {
+        pthread_mutex_unlock(&c->mu);
+        return hs_work_wait(hs_comm_enqueue(g, a), e);
+    }
+    hs_work w = {.pg = g, .args = *a};
+    w.seq = next_seq(g, a);
+    current_set(c, &w);
+    pthread_mutex_unlock(&c->mu);
+    hs_error scratch;
+    hs_status st = work_exec(c, &w, &scratch);
+    if (st != HS_OK && e) memcpy(e, &scratch, sizeof scratch);
+    pthread_mutex_lock(&c->mu);
+    c->current.busy = false;
+    if (c->head) pthread_cond_signal(&c->queue_cv); /* queued meanwhile by another thread */
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+hs_comm_current hs_comm_current_get(hs_comm *c) {
+    pthread_mutex_lock(&c->mu);
+    hs_comm_current cur = c->current;
+    pthread_mutex_unlock(&c->mu);
+    return cur;
+}
+
+hs_status hs_work_wait(hs_work *w, hs_error *e) {
+    HS_ASSERT(w != NULL);
+    hs_comm *c = w->pg->comm;
+    pthread_mutex_lock(&c->mu);
+    while (!w->done) pthread_cond_wait(&c->done_cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    hs_status st = w->status;
+    if (st != HS_OK && e) memcpy(e, w->err, sizeof *e);
+    free(w->err);
+    free(w);
+    return st;
+}
+
+bool hs_work_test(hs_work *w) {
+    HS_ASSERT(w != NULL);
+    hs_comm *c = w->pg->comm;
+    pthread_mutex_lock(&c->mu);
+    bool done = w->done;
+    pthread_mutex_unlock(&c->mu);
+    return done;
+}

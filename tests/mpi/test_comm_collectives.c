@@ -1,0 +1,389 @@
+/* comm/: every collective x dtype x reduce op against a plain reference
+ * computed here, on 1, 2, 3, 4 and 8 ranks.
+ * HS_MPI_RANKS: 1 2 3 4 8
+ * HS_TEST_TIMEOUT: 120
+ *
+ * Inputs are random values already rounded to the dtype. The reference of a
+ * reduction follows the documented ring order and rounding (docs/comm.md):
+ * chunk c is summed starting at rank c+1 and ending at rank c, rounding to
+ * the dtype after every hop, AVG dividing the last hop's fp32 sum by W. The
+ * results must match it bit for bit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mpi.h>
+
+#include "hypershard/comm.h"
+
+typedef struct ctx {
+    hs_comm *comm;
+    hs_pg *world;
+    int rank, size;
+    int failures;
+} ctx;
+
+#define CHECK(t, cond, ...)                                                   \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            fprintf(stderr, "[rank %d] %s:%d: CHECK(%s) failed: ", (t)->rank, __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                     \
+            fprintf(stderr, "\n");                                            \
+            (t)->failures++;                                                  \
+        }                                                                     \
+    } while (0)
+
+static const hs_dtype dtypes[3] = {HS_DTYPE_F32, HS_DTYPE_BF16, HS_DTYPE_F16};
+static const char *reduce_name[2] = {"sum", "avg"};
+
+/* Value i of rank r's input, already representable in dt. */
+static float input_value(int r, int64_t i, hs_dtype dt, uint64_t salt) {
+    return hs_round_to(dt, hs_rng_uniform(1234 + salt, (uint64_t)r, (uint64_t)i) * 2.0f - 1.0f);
+}
+
+static void *make_input(int r, int64_t n, hs_dtype dt, uint64_t salt) {
+    float *f = malloc((size_t)(n ? n : 1) * sizeof(float));
+    void *out = malloc((size_t)(n ? n : 1) * hs_dtype_size(dt));
+    for (int64_t i = 0; i < n; i++) f[i] = input_value(r, i, dt, salt);
+    hs_convert(out, dt, f, HS_DTYPE_F32, n);
+    free(f);
+    return out;
+}
+
+static float load(const void *buf, hs_dtype dt, int64_t i) {
+    float v;
+    hs_convert(&v, HS_DTYPE_F32, (const char *)buf + (size_t)i * hs_dtype_size(dt), dt, 1);
+    return v;
+}
+
+/* The documented ring reduction of element i of chunk c. */
+static float ring_reference(int w, int c, int64_t i, hs_dtype dt, hs_reduce_op op, uint64_t salt) {
+    if (w == 1) return input_value(0, i, dt, salt);
+    float acc = input_value((c + 1) % w, i, dt, salt);
+    for (int k = 2; k < w; k++) acc = hs_round_to(dt, acc + input_value((c + k) % w, i, dt, salt));
+    float v = acc + input_value(c, i, dt, salt);
+    if (op == HS_REDUCE_AVG) v = v / (float)w;
+    return hs_round_to(dt, v);
+}
+
+static void test_all_gather_out_of_place_matches_concatenation(ctx *t) {
+    const int64_t counts[] = {1, 777, 4096};
+    for (int d = 0; d < 3; d++)
+        for (int k = 0; k < 3; k++) {
+            int64_t n = counts[k];
+            hs_dtype dt = dtypes[d];
+            void *in = make_input(t->rank, n, dt, 1);
+            void *out = calloc((size_t)(n * t->size), hs_dtype_size(dt));
+            hs_error e;
+            CHECK(t, hs_pg_all_gather(t->world, out, in, n, dt, &e) == HS_OK, "%s", e.msg);
+            int bad = 0;
+            for (int r = 0; r < t->size; r++)
+                for (int64_t i = 0; i < n; i++) bad += load(out, dt, r * n + i) != input_value(r, i, dt, 1);
+            CHECK(t, bad == 0, "all_gather %s count %lld: %d wrong elements", hs_dtype_name(dt), (long long)n, bad);
+            free(in);
+            free(out);
+        }
+}
+
+static void test_all_gather_in_place_when_in_is_own_block(ctx *t) {
+    const int64_t n = 1001;
+    for (int d = 0; d < 3; d++) {
+        hs_dtype dt = dtypes[d];
+        size_t es = hs_dtype_size(dt);
+        char *out = calloc((size_t)(n * t->size), es);
+        void *mine = make_input(t->rank, n, dt, 2);
+        memcpy(out + (size_t)(t->rank * n) * es, mine, (size_t)n * es);
+        hs_error e;
+        CHECK(t, hs_pg_all_gather(t->world, out, out + (size_t)(t->rank * n) * es, n, dt, &e) == HS_OK, "%s", e.msg);
+        int bad = 0;
+        for (int r = 0; r < t->size; r++)
+            for (int64_t i = 0; i < n; i++) bad += load(out, dt, r * n + i) != input_value(r, i, dt, 2);
+        CHECK(t, bad == 0, "in-place all_gather %s: %d wrong elements", hs_dtype_name(dt), bad);
+        free(mine);
+        free(out);
+    }
+}
+
+static void test_reduce_scatter_matches_ring_reference_bitwise(ctx *t) {
+    const int64_t counts[] = {1, 513, 3000};
+    for (int d = 0; d < 3; d++)
+        for (int op = 0; op < 2; op++)
+            for (int k = 0; k < 3; k++) {
+                hs_dtype dt = dtypes[d];
+                int64_t n = counts[k];
+                /* Rank r's input is W chunks: value j of the whole buffer. */
+                void *in = make_input(t->rank, n * t->size, dt, 3);
+                void *out = calloc((size_t)n, hs_dtype_size(dt));
+                hs_error e;
+                CHECK(t, hs_pg_reduce_scatter(t->world, out, in, n, dt, (hs_reduce_op)op, &e) == HS_OK, "%s", e.msg);
+                int bad = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    float want = ring_reference(t->size, t->rank, t->rank * n + i, dt, (hs_reduce_op)op, 3);
+                    bad += load(out, dt, i) != want;
+                }
+                CHECK(t, bad == 0, "reduce_scatter %s %s count %lld: %d wrong elements", hs_dtype_name(dt),
+                      reduce_name[op], (long long)n, bad);
+                free(in);
+                free(out);
+            }
+}
+
+/* Chunk c of an all-reduce of n elements over w ranks (n/w, first n%w one more). */
+static int chunk_of(int64_t n, int w, int64_t i) {
+    int64_t base = n / w, rem = n % w;
+    int64_t big = rem * (base + 1);
+    return i < big ? (int)(i / (base + 1)) : (int)(rem + (i - big) / (base ? base : 1));
+}
+
+static void test_all_reduce_uneven_counts_match_ring_reference_bitwise(ctx *t) {
+    const int64_t counts[] = {1, 3, 10, 1027, 4099};
+    for (int d = 0; d < 3; d++)
+        for (int op = 0; op < 2; op++)
+            for (int k = 0; k < 5; k++) {
+                hs_dtype dt = dtypes[d];
+                int64_t n = counts[k];
+                void *buf = make_input(t->rank, n, dt, 4);
+                hs_error e;
+                CHECK(t, hs_pg_all_reduce(t->world, buf, n, dt, (hs_reduce_op)op, &e) == HS_OK, "%s", e.msg);
+                int bad = 0;
+                for (int64_t i = 0; i < n; i++)
+                    bad += load(buf, dt, i) != ring_reference(t->size, chunk_of(n, t->size, i), i, dt, (hs_reduce_op)op, 4);
+                CHECK(t, bad == 0, "all_reduce %s %s count %lld: %d wrong elements", hs_dtype_name(dt),
+                      reduce_name[op], (long long)n, bad);
+                free(buf);
+            }
+}
+
+/* Independent of the rounding model: small integers add exactly in bf16. */
+static void test_all_reduce_bf16_integers_is_exact_sum(ctx *t) {
+    const int64_t n = 999;
+    uint16_t *buf = malloc(n * sizeof *buf);
+    for (int64_t i = 0; i < n; i++) buf[i] = hs_f32_to_bf16((float)((i + t->rank) % 7));
+    hs_error e;
+    CHECK(t, hs_pg_all_reduce(t->world, buf, n, HS_DTYPE_BF16, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int want = 0;
+        for (int r = 0; r < t->size; r++) want += (int)((i + r) % 7);
+        bad += hs_bf16_to_f32(buf[i]) != (float)want;
+    }
+    CHECK(t, bad == 0, "bf16 integer all_reduce: %d wrong elements", bad);
+    free(buf);
+}
+
+static void test_broadcast_from_last_rank_reaches_everyone(ctx *t) {
+    const int64_t n = 5000;
+    for (int d = 0; d < 3; d++) {
+        hs_dtype dt = dtypes[d];
+        int root = t->size - 1;
+        void *buf = make_input(t->rank == root ? root : 1000 + t->rank, n, dt, 5);
+        hs_error e;
+        CHECK(t, hs_pg_broadcast(t->world, buf, n, dt, root, &e) == HS_OK, "%s", e.msg);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++) bad += load(buf, dt, i) != input_value(root, i, dt, 5);
+        CHECK(t, bad == 0, "broadcast %s from %d: %d wrong elements", hs_dtype_name(dt), root, bad);
+        free(buf);
+    }
+}
+
+/* Element i of block j sent by rank r: encodes (r, j, i). */
+static float a2a_value(int r, int j, int64_t i) { return (float)(r * 1000 + j * 10) + (float)(i % 10); }
+
+static void test_all_to_all_transposes_blocks(ctx *t) {
+    const int64_t n = 300;
+    float *in = malloc(sizeof(float) * n * t->size), *out = calloc(n * t->size, sizeof(float));
+    for (int j = 0; j < t->size; j++)
+        for (int64_t i = 0; i < n; i++) in[j * n + i] = a2a_value(t->rank, j, i);
+    hs_error e;
+    CHECK(t, hs_pg_all_to_all(t->world, out, in, n, HS_DTYPE_F32, &e) == HS_OK, "%s", e.msg);
+    int bad = 0;
+    for (int r = 0; r < t->size; r++)
+        for (int64_t i = 0; i < n; i++) bad += out[r * n + i] != a2a_value(r, t->rank, i);
+    CHECK(t, bad == 0, "all_to_all: %d wrong elements", bad);
+    free(in);
+    free(out);
+}
+
+static void test_all_to_allv_uneven_counts_land_at_displacements(ctx *t) {
+    const int w = t->size;
+    int64_t *sc = calloc(w, 8), *sd = calloc(w, 8), *rc = calloc(w, 8), *rd = calloc(w, 8);
+    int64_t stot = 0, rtot = 0;
+    for (int j = 0; j < w; j++) {
+        sc[j] = t->rank + 2 * j + 1; /* rank r sends r + 2j + 1 elements to j */
+        rc[j] = j + 2 * t->rank + 1;
+        sd[j] = stot, stot += sc[j];
+        rd[j] = rtot, rtot += rc[j];
+    }
+    uint16_t *in = malloc(stot * 2), *out = calloc(rtot, 2);
+    for (int j = 0; j < w; j++)
+        for (int64_t i = 0; i < sc[j]; i++) in[sd[j] + i] = hs_f32_to_bf16(a2a_value(t->rank, j, i));
+    hs_work *wk = hs_pg_all_to_allv_async(t->world, out, rc, rd, in, sc, sd, HS_DTYPE_BF16);
+    hs_error e;
+    CHECK(t, hs_work_wait(wk, &e) == HS_OK, "%s", e.msg);
+    int bad = 0;
+    for (int r = 0; r < w; r++)
+        for (int64_t i = 0; i < rc[r]; i++) bad += hs_bf16_to_f32(out[rd[r] + i]) != hs_round_to(HS_DTYPE_BF16, a2a_value(r, t->rank, i));
+    CHECK(t, bad == 0, "all_to_allv: %d wrong elements", bad);
+    free(in), free(out), free(sc), free(sd), free(rc), free(rd);
+}
+
+/* Rendezvous-sized messages around the ring; even ranks send first so the
+ * blocking sends on the communication threads always meet a receive. */
+static void test_send_recv_ring_pass(ctx *t) {
+    if (t->size < 2) return;
+    const int64_t n = 100000;
+    int right = (t->rank + 1) % t->size, left = (t->rank + t->size - 1) % t->size;
+    float *sb = malloc(n * sizeof(float)), *rb = calloc(n, sizeof(float));
+    for (int64_t i = 0; i < n; i++) sb[i] = (float)(t->rank * 7 + i % 100);
+    hs_work *w1, *w2;
+    if (t->rank % 2 == 0) {
+        w1 = hs_pg_send_async(t->world, sb, n, HS_DTYPE_F32, right, 5);
+        w2 = hs_pg_recv_async(t->world, rb, n, HS_DTYPE_F32, left, 5);
+    } else {
+        w1 = hs_pg_recv_async(t->world, rb, n, HS_DTYPE_F32, left, 5);
+        w2 = hs_pg_send_async(t->world, sb, n, HS_DTYPE_F32, right, 5);
+    }
+    hs_error e;
+    CHECK(t, hs_work_wait(w1, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_work_wait(w2, &e) == HS_OK, "%s", e.msg);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += rb[i] != (float)(left * 7 + i % 100);
+    CHECK(t, bad == 0, "recv from %d: %d wrong elements", left, bad);
+    free(sb);
+    free(rb);
+}
+
+static void test_barrier_and_work_test_complete(ctx *t) {
+    hs_work *w = hs_pg_barrier_async(t->world);
+    while (!hs_work_test(w)) {
+    }
+    hs_error e;
+    CHECK(t, hs_work_wait(w, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_pg_barrier(t->world, &e) == HS_OK, "%s", e.msg);
+}
+
+static void test_split_orders_by_key_and_caches_by_name(ctx *t) {
+    hs_pg *rev = NULL, *again = NULL, *none = (hs_pg *)1, *none2 = (hs_pg *)1;
+    hs_error e;
+    /* One group, keyed in reverse: group rank = size-1-world rank. */
+    CHECK(t, hs_comm_split(t->comm, "reversed", 7, -t->rank, &rev, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, rev && hs_pg_size(rev) == t->size, "reversed group size");
+    CHECK(t, rev && hs_pg_rank(rev) == t->size - 1 - t->rank, "group rank %d", rev ? hs_pg_rank(rev) : -1);
+    CHECK(t, rev && hs_pg_world_rank(rev, 0) == t->size - 1, "world rank of group rank 0");
+    CHECK(t, !strcmp(hs_pg_name(rev), "reversed"), "name %s", hs_pg_name(rev));
+    /* The same name again: the cached group, whatever the arguments. */
+    CHECK(t, hs_comm_split(t->comm, "reversed", 99, 0, &again, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, again == rev, "cached group differs");
+    /* Colour < 0 on odd ranks: no group there, twice. */
+    CHECK(t, hs_comm_split(t->comm, "evens_only", t->rank % 2 ? -1 : 0, 0, &none, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_comm_split(t->comm, "evens_only", t->rank % 2 ? -1 : 0, 0, &none2, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, (t->rank % 2 != 0) == (none == NULL) && none == none2, "colour < 0 must give NULL");
+    CHECK(t, hs_comm_world(t->comm) == t->world && !strcmp(hs_pg_name(t->world), "world"), "world");
+    if (none) {
+        float evens = 1.0f;
+        CHECK(t, hs_pg_all_reduce(none, &evens, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
+        CHECK(t, evens == (float)((t->size + 1) / 2), "even ranks counted %g", evens);
+    }
+}
+
+/* Alternate world and parity-group all-reduces, all async, then wait. */
+static void test_two_groups_interleaved_async(ctx *t) {
+    hs_pg *par = NULL;
+    hs_error e;
+    CHECK(t, hs_comm_split(t->comm, "parity", t->rank % 2, t->rank, &par, &e) == HS_OK, "%s", e.msg);
+    enum { ROUNDS = 6, N = 2000 };
+    float *buf = malloc(sizeof(float) * ROUNDS * N);
+    hs_work *w[ROUNDS];
+    for (int k = 0; k < ROUNDS; k++) {
+        for (int i = 0; i < N; i++) buf[k * N + i] = (float)(t->rank + k + i % 3);
+        w[k] = hs_pg_all_reduce_async(k % 2 ? par : t->world, buf + k * N, N, HS_DTYPE_F32, HS_REDUCE_SUM);
+    }
+    for (int k = ROUNDS - 1; k >= 0; k--) CHECK(t, hs_work_wait(w[k], &e) == HS_OK, "%s", e.msg);
+    int bad = 0;
+    for (int k = 0; k < ROUNDS; k++) {
+        hs_pg *g = k % 2 ? par : t->world;
+        for (int i = 0; i < N; i++) {
+            float want = 0;
+            for (int r = 0; r < hs_pg_size(g); r++) want += (float)(hs_pg_world_rank(g, r) + k + i % 3);
+            bad += buf[k * N + i] != want;
+        }
+    }
+    CHECK(t, bad == 0, "interleaved groups: %d wrong elements", bad);
+    free(buf);
+}
+
+static void test_every_collective_is_counted_in_the_trace(ctx *t) {
+    hs_trace *tr = hs_comm_trace(t->comm);
+    hs_trace_reset_counters(tr);
+    float x[64] = {0}, y[64 * 8] = {0};
+    hs_error e;
+    hs_pg_all_reduce(t->world, x, 64, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
+    hs_pg_all_reduce(t->world, x, 32, HS_DTYPE_BF16, HS_REDUCE_AVG, &e);
+    hs_pg_all_gather(t->world, y, x, 64 / t->size, HS_DTYPE_F32, &e);
+    hs_pg_barrier(t->world, &e);
+    CHECK(t, hs_trace_collectives(tr, "all_reduce", "world") == 2, "all_reduce count %lld",
+          (long long)hs_trace_collectives(tr, "all_reduce", "world"));
+    CHECK(t, hs_trace_collective_bytes(tr, "all_reduce", "world") == 64 * 4 + 32 * 2, "all_reduce bytes");
+    CHECK(t, hs_trace_collective_bytes(tr, "all_gather", "world") == (64 / t->size) * t->size * 4, "all_gather bytes");
+    CHECK(t, hs_trace_collectives(tr, "barrier", NULL) == 1, "barrier count");
+    CHECK(t, hs_trace_collectives(tr, NULL, NULL) == 4, "total count");
+}
+
+/* A second context in the same process (MPI is reused, not re-initialised)
+ * with tracing on: the span of a collective carries group, bytes, dtype and
+ * sequence number. */
+static void test_second_context_traces_span_with_group_bytes_dtype_seq(ctx *t, int *argc, char ***argv) {
+    hs_trace *tr = hs_trace_create(t->rank, true);
+    hs_comm_options opt = {.timeout_s = 60, .trace = tr};
+    hs_comm *c2 = NULL;
+    hs_error e;
+    CHECK(t, hs_comm_init(&c2, argc, argv, &opt, &e) == HS_OK, "%s", e.msg);
+    if (!c2) return;
+    uint16_t x[48] = {0};
+    CHECK(t, hs_pg_all_reduce(hs_comm_world(c2), x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_pg_all_reduce(hs_comm_world(c2), x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) == HS_OK, "%s", e.msg);
+    char *body = NULL;
+    size_t len = 0;
+    CHECK(t, hs_trace_serialize(tr, 0.0, &body, &len, &e) == HS_OK, "%s", e.msg);
+    const char *want = "\"group\":\"world\",\"bytes\":96,\"dtype\":\"bfloat16\",\"seq\":2";
+    CHECK(t, body && strstr(body, want) && strstr(body, "all_reduce"), "trace lacks %s: %.300s", want, body ? body : "");
+    free(body);
+    hs_comm_finalize(c2);
+    hs_trace_free(tr);
+    /* The first context still works after the second is gone. */
+    float one = 1.0f;
+    CHECK(t, hs_pg_all_reduce(t->world, &one, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, one == (float)t->size, "all_reduce after second context: %g", one);
+}
+
+int main(int argc, char **argv) {
+    ctx t = {0};
+    hs_error e;
+    hs_comm_options opt = {.timeout_s = 60};
+    if (hs_comm_init(&t.comm, &argc, &argv, &opt, &e) != HS_OK) {
+        fprintf(stderr, "hs_comm_init: %s\n", e.msg);
+        return 1;
+    }
+    t.world = hs_comm_world(t.comm);
+    t.rank = hs_comm_rank(t.comm);
+    t.size = hs_comm_size(t.comm);
+    test_all_gather_out_of_place_matches_concatenation(&t);
+    test_all_gather_in_place_when_in_is_own_block(&t);
+    test_reduce_scatter_matches_ring_reference_bitwise(&t);
+    test_all_reduce_uneven_counts_match_ring_reference_bitwise(&t);
+    test_all_reduce_bf16_integers_is_exact_sum(&t);
+    test_broadcast_from_last_rank_reaches_everyone(&t);
+    test_all_to_all_transposes_blocks(&t);
+    test_all_to_allv_uneven_counts_land_at_displacements(&t);
+    test_send_recv_ring_pass(&t);
+    test_barrier_and_work_test_complete(&t);
+    test_split_orders_by_key_and_caches_by_name(&t);
+    test_two_groups_interleaved_async(&t);
+    test_every_collective_is_counted_in_the_trace(&t);
+    test_second_context_traces_span_with_group_bytes_dtype_seq(&t, &argc, &argv);
+    int total = 0;
+    MPI_Allreduce(&t.failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (t.rank == 0) printf("%s: %d failed checks on %d ranks\n", total ? "FAIL" : "OK", total, t.size);
+    hs_comm_finalize(t.comm);
+    return total ? 1 : 0;
+}
