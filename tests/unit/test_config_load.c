@@ -434,11 +434,12 @@ static void test_failed_load_leaves_the_builtin_default(void **state) {
     loaded_free(l);
 }
 
-static void test_missing_file_is_an_io_error_naming_the_file(void **state) {
+static void test_missing_file_is_a_usage_error_naming_the_file(void **state) {
     (void)state;
     hs_config c;
     hs_error e;
-    assert_int_equal(hs_config_load(&c, "/nonexistent/x.yaml", NULL, 0, &e), HS_ERR_IO);
+    assert_int_equal(hs_config_load(&c, "/nonexistent/x.yaml", NULL, 0, &e), HS_ERR_USAGE);
+    assert_int_equal(hs_status_exit_code(e.code), 2);
     assert_non_null(strstr(e.msg, "/nonexistent/x.yaml"));
     hs_config_free(&c);
 }
@@ -594,7 +595,7 @@ int main(void) {
         cmocka_unit_test(test_aliases_are_refused),
         cmocka_unit_test(test_top_level_must_be_a_mapping),
         cmocka_unit_test(test_failed_load_leaves_the_builtin_default),
-        cmocka_unit_test(test_missing_file_is_an_io_error_naming_the_file),
+        cmocka_unit_test(test_missing_file_is_a_usage_error_naming_the_file),
         cmocka_unit_test(test_dump_loads_back_to_the_same_config),
         cmocka_unit_test(test_dump_lists_every_key_in_schema_sections),
         cmocka_unit_test(test_schema_sections_are_contiguous_and_documented),
