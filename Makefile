@@ -33,7 +33,7 @@ test-asan: deps
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -L unit
 
 demo: deps build
-	mpiexec -n $(NP) $(BUILD)/hypershard bench comm --quick
+	mpiexec -n $(NP) $(BUILD)/hypershard train fsdp_config.dp_shard_size=$(NP)
 
 bench: deps build
 	mpiexec -n 2 $(BUILD)/hypershard bench comm
