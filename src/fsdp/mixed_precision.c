@@ -1,0 +1,93 @@
+/* Gradient dtypes around the collectives (spec 004 §2.2 reduce_dtype,
+ * RFC 000 §5.10): cast before reduce-scatter / all-reduce, fp32
+ * accumulation of 16-bit gradients across no-sync micro-batches. */
+#include <string.h>
+
+#include "fsdp/policy.h"
+
+/* Conversions go through a small fp32 window so that no full-size fp32
+ * temporary is ever allocated for a 16-bit tensor. */
+#define MP_CHUNK 1024
+
+hs_dtype hs_fsdp_mp_reduce_dtype(const hs_mix_precision *mp, hs_dtype compute)
+{
+    return mp->reduce_dtype == HS_MP_NULL ? compute : (hs_dtype)mp->reduce_dtype;
+}
+
+void hs_fsdp_mp_scale(void *x, hs_dtype dt, float a, int64_t n)
+{
+    if (a == 1.0f) return;
+    if (dt == HS_DTYPE_F32) {
+        hs_scale_f32(x, a, n);
+        return;
+    }
+    float buf[MP_CHUNK];
+    size_t es = hs_dtype_size(dt);
+    for (int64_t i = 0; i < n; i += MP_CHUNK) {
+        int64_t k = n - i < MP_CHUNK ? n - i : MP_CHUNK;
+        char *p = (char *)x + (size_t)i * es;
+        hs_convert(buf, HS_DTYPE_F32, p, dt, k);
+        hs_scale_f32(buf, a, k);
+        hs_convert(p, dt, buf, HS_DTYPE_F32, k);
+    }
+}
+
+void hs_fsdp_mp_add_to_f32(float *dst, const void *src, hs_dtype dt, int64_t n)
+{
+    if (dt == HS_DTYPE_F32) {
+        hs_add_f32(dst, src, n);
+        return;
+    }
+    float buf[MP_CHUNK];
+    size_t es = hs_dtype_size(dt);
+    for (int64_t i = 0; i < n; i += MP_CHUNK) {
+        int64_t k = n - i < MP_CHUNK ? n - i : MP_CHUNK;
+        hs_convert(buf, HS_DTYPE_F32, (const char *)src + (size_t)i * es, dt, k);
+        hs_add_f32(dst + i, buf, k);
+    }
+}
+
+static bool stashes(const hs_fsdp_param *fp)
+{
+    return fp->grad_dtype != HS_DTYPE_F32 && fp->reduce_dtype == HS_DTYPE_F32;
+}
+
+void hs_fsdp_mp_grad_stash(hs_fsdp_param *fp)
+{
+    if (!stashes(fp) || !fp->unsharded_grad) return;
+    int64_t n = fp->plan.padded_unsharded_numel;
+    if (!fp->acc_grad) {
+        fp->acc_grad_bytes = (size_t)n * sizeof(float);
+        fp->acc_grad = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_GRAD, fp->acc_grad_bytes);
+    }
+    hs_fsdp_mp_add_to_f32(fp->acc_grad, fp->unsharded_grad, fp->grad_dtype, n);
+    memset(fp->unsharded_grad, 0, fp->unsharded_grad_bytes);
+}
+
+void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale)
+{
+    int64_t n = fp->plan.padded_unsharded_numel;
+    if (fp->acc_grad) {
+        /* The accumulator already is fp32 = reduce dtype: add the last
+         * micro-batch and hand the accumulator to the collective. */
+        hs_fsdp_mp_add_to_f32(fp->acc_grad, fp->unsharded_grad, fp->grad_dtype, n);
+        fp->rs_input = fp->acc_grad;
+        fp->rs_input_bytes = fp->acc_grad_bytes;
+        fp->acc_grad = NULL;
+        fp->acc_grad_bytes = 0;
+    } else if (fp->grad_dtype == fp->reduce_dtype) {
+        fp->rs_input = fp->unsharded_grad;
+        fp->rs_input_bytes = 0; /* borrowed */
+    } else {
+        fp->rs_input_bytes = (size_t)n * hs_dtype_size(fp->reduce_dtype);
+        fp->rs_input = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_GRAD, fp->rs_input_bytes);
+        /* Scale in the wider dtype so that narrowing rounds once. */
+        if (fp->grad_dtype == HS_DTYPE_F32) {
+            hs_scale_f32(fp->unsharded_grad, prescale, fp->plan.unpacked_numel);
+            prescale = 1.0f;
+        }
+        hs_convert(fp->rs_input, fp->reduce_dtype, fp->unsharded_grad, fp->grad_dtype, n);
+    }
+    /* The padded tail is zero and stays zero under scaling. */
+    hs_fsdp_mp_scale(fp->rs_input, fp->reduce_dtype, prescale, fp->plan.unpacked_numel);
+}
