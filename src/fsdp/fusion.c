@@ -1,0 +1,281 @@
+/* Communication fusion of one unit: flat buffers, one all-gather and one
+ * reduce-scatter (layout and guarantees in fsdp/fusion.h). */
+#include "fsdp/fusion.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp/policy.h"
+
+static char *at(void *base, int64_t elems, size_t es) { return (char *)base + (size_t)elems * es; }
+
+/* hs_fsdp_mem_alloc without its zero fill, for the staging buffers that
+ * are written whole before anything reads them (all-gather output, unpacked
+ * views, packed gradients): the fill would be a second pass over megabytes
+ * per unit and step. Accounted exactly like hs_fsdp_mem_alloc. */
+static void *staging_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes)
+{
+    void *p = hs_device_alloc(m->dev, bytes ? bytes : 1);
+    HS_ASSERT(p != NULL);
+    m->current[k] += (int64_t)bytes;
+    m->allocs[k]++;
+    if (m->current[k] > m->peak[k]) m->peak[k] = m->current[k];
+    return p;
+}
+
+static hs_status check_members(const hs_fsdp_unit *u, hs_fsdp_param **ps, int n, hs_error *e)
+{
+    for (int j = 1; j < n; j++) {
+        const hs_fsdp_param *a = ps[0], *b = ps[j];
+        if (a->mi.shard_pg != b->mi.shard_pg || a->compute_dtype != b->compute_dtype ||
+            a->reduce_dtype != b->reduce_dtype || a->offload != b->offload)
+            return hs_error_set(e, HS_ERR_CONFIG,
+                                "fsdp_config.comm_fusion=true: unit %d (%s) holds %s (%s, %s) "
+                                "and %s (%s, %s), which cannot share one all-gather; set "
+                                "comm_fusion: false",
+                                u->index, u->name[0] ? u->name : "root", a->p->fqn,
+                                hs_dtype_name(a->compute_dtype), hs_dtype_name(a->reduce_dtype),
+                                b->p->fqn, hs_dtype_name(b->compute_dtype),
+                                hs_dtype_name(b->reduce_dtype));
+    }
+    return HS_OK;
+}
+
+/* The reduce-scatter writes its S-element output straight into the reduce
+ * group whose slots are exactly the fused parameters, in the same order. */
+static hs_fsdp_reduce_group *output_group(hs_fsdp_unit *u, hs_fsdp_fusion *fu)
+{
+    for (int g = 0; g < u->n_groups; g++) {
+        hs_fsdp_reduce_group *grp = &u->groups[g];
+        if (grp->n_params != fu->n_params || grp->numel != fu->numel) continue;
+        bool same = true;
+        for (int j = 0; j < fu->n_params && same; j++) same = grp->params[j] == fu->params[j];
+        if (same) return grp;
+    }
+    return NULL;
+}
+
+/* Zero-copy: move each local shard into one flat buffer and point the
+ * parameter at its slice, so the all-gather reads the parameters in place
+ * and the optimizer writes the flat buffer through the views. */
+static void rehome_sources(hs_fsdp_fusion *fu)
+{
+    hs_fsdp_param *p0 = fu->params[0];
+    fu->src_dtype = p0->lp_shard ? p0->compute_dtype : HS_DTYPE_F32;
+    size_t es = hs_dtype_size(fu->src_dtype);
+    fu->flat_src_bytes = (size_t)fu->numel * es;
+    fu->flat_src = hs_fsdp_mem_alloc(fu->mem, HS_FSDP_MEM_PARAM, fu->flat_src_bytes);
+    for (int j = 0; j < fu->n_params; j++) {
+        hs_fsdp_param *fp = fu->params[j];
+        void *view = at(fu->flat_src, fu->offset[j], es);
+        HS_ASSERT(fp->storage_numel == fp->plan.padded_sharded_numel);
+        if (fp->lp_shard) {
+            memcpy(view, fp->lp_shard, fp->lp_shard_bytes);
+            hs_fsdp_mem_master_free(fu->mem, HS_FSDP_MEM_PARAM, fp->lp_shard, fp->lp_shard_bytes);
+            fp->lp_shard = view;
+        } else {
+            size_t bytes = (size_t)fp->storage_numel * sizeof(float);
+            memcpy(view, fp->storage, bytes);
+            hs_fsdp_mem_master_free(fu->mem, HS_FSDP_MEM_PARAM, fp->storage, bytes);
+            fp->storage = fp->sharded = view;
+        }
+    }
+}
+
+hs_status hs_fsdp_fusion_build(hs_fsdp_unit *u, bool zero_copy, hs_fsdp_mem *mem,
+                               hs_fsdp_exposed *exposed, hs_error *e)
+{
+    u->fusion = NULL;
+    int n = 0;
+    for (int i = 0; i < u->n_params; i++) n += u->params[i]->needs_all_gather;
+    if (n == 0) return HS_OK;
+    hs_fsdp_fusion *fu = calloc(1, sizeof *fu);
+    HS_ASSERT(fu != NULL);
+    fu->params = calloc((size_t)n, sizeof *fu->params);
+    fu->offset = calloc((size_t)n, sizeof *fu->offset);
+    HS_ASSERT(fu->params && fu->offset);
+    for (int i = 0; i < u->n_params; i++)
+        if (u->params[i]->needs_all_gather) fu->params[fu->n_params++] = u->params[i];
+    u->fusion = fu; /* from here hs_fsdp_fusion_free cleans up */
+    hs_status st = check_members(u, fu->params, n, e);
+    if (st != HS_OK) return st;
+    for (int j = 0; j < n; j++) {
+        fu->offset[j] = fu->numel;
+        fu->numel += fu->params[j]->plan.padded_sharded_numel;
+    }
+    hs_fsdp_param *p0 = fu->params[0];
+    fu->pg = p0->mi.shard_pg;
+    fu->world = p0->mi.shard_size;
+    fu->ag_dtype = p0->compute_dtype;
+    fu->rs_dtype = p0->reduce_dtype;
+    fu->mem = mem;
+    fu->exposed = exposed;
+    fu->rs_group = output_group(u, fu);
+    if (!fu->rs_group)
+        return hs_error_set(e, HS_ERR_INTERNAL,
+                            "fsdp unit %d (%s): the sharded parameters do not form one reduce "
+                            "group, so one reduce-scatter cannot serve them",
+                            u->index, u->name[0] ? u->name : "root");
+    /* Offload keeps the masters in the host pool: the input is an H2D copy
+     * whatever the layout, so there is nothing to view. */
+    fu->zero_copy = zero_copy && !p0->offload;
+    if (fu->zero_copy) rehome_sources(fu);
+    for (int j = 0; j < n; j++) fu->params[j]->fused = true;
+    return HS_OK;
+}
+
+void hs_fsdp_fusion_free(hs_fsdp_unit *u)
+{
+    hs_fsdp_fusion *fu = u->fusion;
+    if (!fu) return;
+    HS_ASSERT(fu->ag_work == NULL && fu->rs_work == NULL);
+    hs_fsdp_fusion_reshard(fu);
+    if (fu->flat_src) {
+        /* The parameters' local shards are views of it: detach them so that
+         * freeing the parameters frees nothing twice. */
+        for (int j = 0; j < fu->n_params; j++) {
+            hs_fsdp_param *fp = fu->params[j];
+            if (fp->lp_shard)
+                fp->lp_shard = NULL;
+            else
+                fp->storage = fp->sharded = NULL;
+        }
+        hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_PARAM, fu->flat_src, fu->flat_src_bytes);
+    }
+    hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_GRAD, fu->rs_in, fu->rs_in_bytes);
+    free(fu->params);
+    free(fu->offset);
+    free(fu);
+    u->fusion = NULL;
+}
+
+/* ---------------------------------------------------------------- unshard */
+
+static const void *all_gather_input(hs_fsdp_fusion *fu)
+{
+    size_t es = hs_dtype_size(fu->ag_dtype);
+    if (fu->zero_copy && fu->src_dtype == fu->ag_dtype) return fu->flat_src;
+    fu->ag_in_bytes = (size_t)fu->numel * es;
+    fu->ag_in = staging_alloc(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_in_bytes);
+    if (fu->zero_copy) {
+        hs_convert(fu->ag_in, fu->ag_dtype, fu->flat_src, fu->src_dtype, fu->numel);
+        return fu->ag_in;
+    }
+    /* Copy-in: each padded local shard (zero tail included) into its slot. */
+    for (int j = 0; j < fu->n_params; j++) {
+        hs_fsdp_param *fp = fu->params[j];
+        hs_fsdp_offload_to_compute(fp, at(fu->ag_in, fu->offset[j], es),
+                                   fp->plan.padded_sharded_numel);
+    }
+    return fu->ag_in;
+}
+
+void hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu)
+{
+    if (fu->ag_work) return;
+    bool all_sharded = true, all_unsharded = true;
+    for (int j = 0; j < fu->n_params; j++) {
+        all_sharded &= fu->params[j]->state == HS_FSDP_SHARDED;
+        all_unsharded &= fu->params[j]->state == HS_FSDP_UNSHARDED;
+    }
+    if (all_unsharded) return;
+    /* Some parameter was resharded alone (set_full): gather them all again. */
+    if (!all_sharded) hs_fsdp_fusion_reshard(fu);
+    const void *in = all_gather_input(fu);
+    fu->ag_out_bytes = (size_t)fu->numel * (size_t)fu->world * hs_dtype_size(fu->ag_dtype);
+    fu->ag_out = staging_alloc(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_out_bytes);
+    fu->ag_work = hs_pg_all_gather_async(fu->pg, fu->ag_out, in, fu->numel, fu->ag_dtype);
+    for (int j = 0; j < fu->n_params; j++) {
+        hs_fsdp_param *fp = fu->params[j];
+        fp->state = HS_FSDP_UNSHARDING;
+        fp->owner = HS_FSDP_STORAGE_FUSED;
+        fp->owned = NULL;
+        fp->owned_bytes = 0;
+        fp->unsharded = NULL;
+    }
+}
+
+/* Rank-major (r, j) chunks to parameter-major: parameter j's padded
+ * unsharded tensor is its W chunks back to back. */
+static void unpack(hs_fsdp_fusion *fu)
+{
+    size_t es = hs_dtype_size(fu->ag_dtype);
+    int64_t W = fu->world, S = fu->numel;
+    for (int j = 0; j < fu->n_params; j++) {
+        hs_fsdp_param *fp = fu->params[j];
+        int64_t P = fp->plan.padded_sharded_numel;
+        char *view = at(fu->unsharded, W * fu->offset[j], es);
+        for (int64_t r = 0; r < W; r++)
+            memcpy(view + (size_t)(r * P) * es, at(fu->ag_out, r * S + fu->offset[j], es),
+                   (size_t)P * es);
+        fp->unsharded = view; /* rows [0, D0) are the logical tensor */
+        fp->state = HS_FSDP_UNSHARDED;
+        fp->p->data = view;
+    }
+}
+
+hs_status hs_fsdp_fusion_unshard_wait(hs_fsdp_fusion *fu, hs_error *e)
+{
+    if (!fu->ag_work) return HS_OK;
+    hs_work *w = fu->ag_work;
+    fu->ag_work = NULL;
+    hs_status st = hs_fsdp_exposed_wait(fu->exposed, HS_FSDP_WAIT_ALL_GATHER, w, e);
+    hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_in, fu->ag_in_bytes);
+    fu->ag_in = NULL;
+    fu->ag_in_bytes = 0;
+    if (st == HS_OK) {
+        fu->unsharded_bytes = fu->ag_out_bytes;
+        fu->unsharded = staging_alloc(fu->mem, HS_FSDP_MEM_PARAM, fu->unsharded_bytes);
+        unpack(fu);
+    }
+    hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_out, fu->ag_out_bytes);
+    fu->ag_out = NULL;
+    fu->ag_out_bytes = 0;
+    return st;
+}
+
+void hs_fsdp_fusion_reshard(hs_fsdp_fusion *fu)
+{
+    /* Freeing under an in-flight all-gather would hand its output away. */
+    HS_ASSERT(fu->ag_work == NULL);
+    for (int j = 0; j < fu->n_params; j++) hs_fsdp_param_reshard(fu->params[j]);
+    hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_PARAM, fu->unsharded, fu->unsharded_bytes);
+    fu->unsharded = NULL;
+    fu->unsharded_bytes = 0;
+}
+
+/* ---------------------------------------------------------------- reduce */
+
+void hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale)
+{
+    HS_ASSERT(fu->rs_work == NULL && fu->rs_in == NULL);
+    size_t es = hs_dtype_size(fu->rs_dtype);
+    int64_t W = fu->world, S = fu->numel;
+    fu->rs_in_bytes = (size_t)(W * S) * es;
+    fu->rs_in = staging_alloc(fu->mem, HS_FSDP_MEM_GRAD, fu->rs_in_bytes);
+    for (int j = 0; j < fu->n_params; j++) {
+        hs_fsdp_param *fp = fu->params[j];
+        HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL);
+        /* The same scaled reduce-dtype input the unfused path sends. */
+        hs_fsdp_mp_reduce_input(fp, prescale);
+        int64_t P = fp->plan.padded_sharded_numel;
+        for (int64_t r = 0; r < W; r++)
+            memcpy(at(fu->rs_in, r * S + fu->offset[j], es),
+                   (const char *)fp->rs_input + (size_t)(r * P) * es, (size_t)P * es);
+        hs_fsdp_param_grad_release(fp);
+    }
+    fu->rs_work = hs_pg_reduce_scatter_async(fu->pg, fu->rs_group->buf, fu->rs_in, S, fu->rs_dtype,
+                                             fu->rs_group->op);
+}
+
+hs_status hs_fsdp_fusion_reduce_wait(hs_fsdp_fusion *fu, hs_error *e)
+{
+    if (!fu->rs_work) return HS_OK;
+    hs_work *w = fu->rs_work;
+    fu->rs_work = NULL;
+    hs_status st = hs_fsdp_exposed_wait(fu->exposed, HS_FSDP_WAIT_REDUCE_SCATTER, w, e);
+    hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_GRAD, fu->rs_in, fu->rs_in_bytes);
+    fu->rs_in = NULL;
+    fu->rs_in_bytes = 0;
+    return st;
+}

@@ -1,0 +1,28 @@
+/* fsdp/prefetch.h — all-gathers issued ahead of need (spec 004 §2.4,
+ * §5.11). When unit i starts its forward, the all-gathers of its forward
+ * targets (the next forward_prefetch_depth units in declaration order) are
+ * queued on the communication thread right behind its own, so they run
+ * while unit i computes; backward does the same with the previous units.
+ * Depth 0 gives no targets and prefetches nothing. Issue order is the same
+ * on every rank (it follows the hooks), as the comm ordering rule asks.
+ *
+ * Memory: with reshard_after_forward, at most depth + 1 units besides the
+ * root are unsharded at once (each all-gather output is allocated when it is
+ * issued). */
+#ifndef HS_FSDP_PREFETCH_H
+#define HS_FSDP_PREFETCH_H
+
+#include "fsdp/context.h"
+
+/* Issue the all-gathers of u's forward targets that will still run their
+ * forward (not those inside backward). */
+void hs_fsdp_prefetch_forward(hs_fsdp_ctx *ctx, const hs_fsdp_unit *u);
+/* Issue the all-gathers of u's backward targets that have yet to run their
+ * backward. */
+void hs_fsdp_prefetch_backward(hs_fsdp_ctx *ctx, const hs_fsdp_unit *u);
+/* Wait every all-gather still in flight (a target whose hook never came,
+ * e.g. a unit without gradient input) and reshard such units when the
+ * micro-batch reshards. Ends every rank on a communication error. */
+void hs_fsdp_prefetch_settle(hs_fsdp_ctx *ctx);
+
+#endif
