@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Trainer checkpoints across world sizes and layouts (docs/checkpoint.md,
+# "Resume"): a checkpoint saved by 2-rank FSDP resumes on 4-rank FSDP, on
+# 2x2 HSDP and on one process, and continues the uninterrupted loss curve
+# within 1e-5 relative (fp32; only the reduction order differs); one process
+# -> 3-rank FSDP (uneven shards) -> one process leaves every parameter,
+# optimizer moment and the trainer state bit for bit equal; a checkpoint
+# saved by 2x2 HSDP stores each replicated chunk once and is complete.
+# HS_MPI_RANKS: 4
+# HS_TEST_TIMEOUT: 240
+set -u
+work=$(mktemp -d /tmp/hs_cli_resume_reshard_XXXXXX)
+trap 'rm -rf "$work"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+tiny=(model.dim=32 model.n_layers=2 model.n_heads=2 model.n_kv_heads=1 model.ffn_dim=64
+      train.seq_len=16 train.global_batch_size=8 train.micro_batch_size=1 train.eval_every=0
+      optimizer.schedule.decay=constant optimizer.schedule.warmup_steps=2)
+
+must_run() { # N LOG ARGS...
+    local n=$1 log=$2
+    shift 2
+    timeout 120 "$MPIEXEC" -n "$n" "$HS_BIN" train "${tiny[@]}" "$@" > "$work/$log.log" 2>&1
+    local rc=$?
+    [ "$rc" -eq 0 ] || fail "$log: exit $rc: $(tail -5 "$work/$log.log")"
+}
+
+# close_curve A B FIRST LAST: B holds exactly steps FIRST..LAST, each loss
+# and grad norm within 1e-5 relative of A's.
+close_curve() {
+    python3 - "$@" <<'PY' || fail "curves differ: $*"
+import json, sys
+a = {r["step"]: r for r in map(json.loads, open(sys.argv[1]))}
+b = [json.loads(l) for l in open(sys.argv[2])]
+first, last = int(sys.argv[3]), int(sys.argv[4])
+steps = [r["step"] for r in b]
+if steps != list(range(first, last + 1)):
+    sys.exit(f"{sys.argv[2]} holds steps {steps}, want {first}..{last}")
+for r in b:
+    for k in ("loss", "grad_norm"):
+        ref = a[r["step"]][k]
+        rel = abs(r[k] - ref) / abs(ref)
+        if rel > 1e-5:
+            sys.exit(f"step {r['step']} {k}: uninterrupted {ref} vs resumed {r[k]} (rel {rel:.1e})")
+PY
+}
+
+# same_checkpoints A B...: every tensor of B, assembled from its chunks,
+# equals A's byte for byte; so do step, data position and optimizer step.
+same_checkpoints() {
+    python3 - "$@" <<'PY' || fail "checkpoints differ: $*"
+import json, os, sys
+def load(d):
+    m = json.load(open(os.path.join(d, "metadata.json")))
+    size = {"float32": 4, "bfloat16": 2, "float16": 2}
+    out = {}
+    for t in m["tensors"]:
+        shape, es = t["shape"], size[t["dtype"]]
+        row = es
+        for s in shape[1:]:
+            row *= s
+        buf = bytearray(shape[0] * row)
+        for c in t["chunks"]:
+            # dim-0 chunks only: the trainer shards on dim 0
+            assert c["sizes"][1:] == shape[1:], (t["name"], c)
+            with open(os.path.join(d, c["file"]), "rb") as f:
+                f.seek(c["byte_offset"])
+                data = f.read(c["length"])
+            buf[c["offsets"][0] * row: c["offsets"][0] * row + len(data)] = data
+        out[t["name"]] = (t["dtype"], tuple(shape), bytes(buf), len(t["chunks"]))
+    st = {k: m["state"][k] for k in ("step", "data_position", "optim_step")}
+    return out, st, m["world_size"]
+ref, ref_st, _ = load(sys.argv[1])
+for d in sys.argv[2:]:
+    got, st, _ = load(d)
+    if st != ref_st:
+        sys.exit(f"{d}: state {st} vs {ref_st}")
+    if sorted(got) != sorted(ref):
+        sys.exit(f"{d}: tensors {sorted(set(got) ^ set(ref))} are not in both")
+    for name, (dt, shape, data, _) in ref.items():
+        if got[name][:3] != (dt, shape, data):
+            sys.exit(f"{d}: {name} differs from {sys.argv[1]}")
+PY
+}
+chunks_of() { # STEPDIR TENSOR: number of stored chunks
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1] + "/metadata.json"))
+print([len(t["chunks"]) for t in m["tensors"] if t["name"] == sys.argv[2]][0])
+PY
+}
+
+test_fsdp2_checkpoint_resumes_on_fsdp4_hsdp_and_one_process() {
+    must_run 2 uninterrupted fsdp_config.dp_shard_size=2 train.steps=5 train.out_dir="$work/u"
+    must_run 2 stopped fsdp_config.dp_shard_size=2 train.steps=2 train.out_dir="$work/s" \
+        checkpoint.dir="$work/ck"
+    local layout
+    for layout in "4 fsdp_config.dp_shard_size=4" "4 fsdp_config.dp_shard_size=2" \
+                  "1 fsdp_config.dp_shard_size=1"; do
+        set -- $layout
+        must_run "$1" "resume_$1_${2##*=}" "$2" train.steps=5 train.out_dir="$work/r$1_${2##*=}" \
+            checkpoint.dir="$work/ck_$1_${2##*=}" checkpoint.resume="$work/ck/step-2"
+        close_curve "$work/u/metrics.jsonl" "$work/r$1_${2##*=}/metrics.jsonl" 3 5
+    done
+    # The 2x2 HSDP run's final save: replicas write each chunk once (the
+    # first replicate group's two ranks), and the result is complete: one
+    # process loads it and saves the same bytes.
+    local files
+    files=$(cd "$work/ck_4_2/step-5" && ls rank-*.bin | tr '\n' ' ')
+    [ "$files" = "rank-0.bin rank-1.bin " ] || fail "HSDP 2x2 wrote data files '$files'"
+    "$HS_BIN" ckpt verify "$work/ck_4_2" > /dev/null 2>&1 || fail "the HSDP checkpoint does not verify"
+    must_run 1 hsdp_to_one train.steps=5 train.out_dir="$work/h1" checkpoint.dir="$work/h1ck" \
+        checkpoint.resume="$work/ck_4_2"
+    same_checkpoints "$work/ck_4_2/step-5" "$work/h1ck/step-5"
+}
+
+test_one_process_to_fsdp3_and_back_is_bitwise() {
+    local tiny=("${tiny[@]}" train.global_batch_size=6) # a multiple of 3 ranks
+    must_run 1 one train.steps=2 train.out_dir="$work/one" checkpoint.dir="$work/a"
+    # train.steps equals the checkpoint's step: load, train nothing, save.
+    must_run 3 three fsdp_config.dp_shard_size=3 train.steps=2 train.out_dir="$work/three" \
+        checkpoint.dir="$work/b" checkpoint.resume="$work/a/step-2"
+    must_run 1 back train.steps=2 train.out_dir="$work/back" checkpoint.dir="$work/c" \
+        checkpoint.resume="$work/b/step-2"
+    local n
+    n=$(chunks_of "$work/b/step-2" optim.model.embed_tokens.weight.exp_avg)
+    [ "$n" = 3 ] || fail "3-rank checkpoint stores $n chunks of exp_avg, want 3 (86+86+84 rows)"
+    same_checkpoints "$work/a/step-2" "$work/b/step-2" "$work/c/step-2"
+}
+
+test_fsdp2_checkpoint_resumes_on_fsdp4_hsdp_and_one_process
+test_one_process_to_fsdp3_and_back_is_bitwise
+[ "$failures" -eq 0 ] || exit 1
+echo OK
