@@ -1,0 +1,375 @@
+/* `hypershard bench step` — single-process training throughput and MFU.
+ *
+ * Times whole optimizer steps exactly as the trainer runs them on one
+ * process (src/train/step.c): forward + backward of B sequences of T tokens,
+ * the global grad norm, clipping, AdamW, zeroed gradients, through the
+ * local engine. Next to it, in the same run and with the same BLAS threads,
+ * the machine's own fp32 GEMM speed on a large square sgemm. MFU is
+ *
+ *   hs_model_flops_per_token x tokens/s / measured sgemm FLOP/s
+ *
+ * so it says how close a training step comes to what this BLAS does on
+ * an ideal matrix, on this machine, now. On a machine shared with other work
+ * every measurement can only be slowed down, so the sgemm is measured before
+ * and after the models and the best is the denominator, and MFU is given for
+ * the best step as well as the median one. docs/performance.md has the
+ * figures. */
+#define _DEFAULT_SOURCE /* getloadavg */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <cblas.h> /* openblas_get_corename: which kernels OpenBLAS chose */
+
+#include "cli/commands.h"
+#include "hypershard/config.h"
+#include "hypershard/device.h"
+#include "hypershard/optim.h"
+#include "train/engine.h"
+
+#define MAX_OVERRIDES 16
+
+typedef struct bench_model {
+    const char *name;
+    const char *overrides[MAX_OVERRIDES]; /* config keys; NULL-terminated */
+    int B, T;
+} bench_model;
+
+typedef struct bench_opts {
+    bool quick;
+    int threads; /* BLAS threads; 0: leave as configured */
+    int steps;   /* timed steps per model; 0: by mode */
+    const char *only;
+} bench_opts;
+
+/* The default Llama of configs/demo.yaml, and a GPT-2-small-sized Llama
+ * (124M parameters with the untied head). Quick mode keeps the GPT-2 width
+ * and vocabulary but cuts depth, context and batch so a smoke run takes
+ * seconds. */
+static const bench_model MODELS[] = {
+    {"demo", {"model.dim=128", "model.n_layers=4", "model.n_heads=4", "model.n_kv_heads=2",
+              "model.ffn_dim=384", "model.vocab_size=256", NULL}, 8, 64},
+    {"gpt2-small", {"model.dim=768", "model.n_layers=12", "model.n_heads=12",
+                    "model.n_kv_heads=12", "model.ffn_dim=2048", "model.vocab_size=50304", NULL},
+     4, 512},
+};
+static const bench_model GPT2_QUICK = {
+    "gpt2-small-quick", {"model.dim=768", "model.n_layers=2", "model.n_heads=12",
+                         "model.n_kv_heads=12", "model.ffn_dim=2048", "model.vocab_size=50304",
+                         NULL}, 1, 128};
+
+static int usage(FILE *f, const char *why) {
+    if (why) fprintf(f, "hypershard bench step: %s\n", why);
+    fprintf(f, "usage: hypershard bench step [--quick] [--threads N] [--steps N] [--model NAME]\n"
+               "  --quick      seconds, not minutes: the demo model and a 2-layer, 128-token\n"
+               "               GPT-2-width model; a smaller sgemm\n"
+               "  --threads N  BLAS threads for the sgemm and the steps (default: as configured,\n"
+               "               OPENBLAS_NUM_THREADS)\n"
+               "  --steps N    timed steps per model after one warm-up (default 5, quick 2;\n"
+               "               the median of at most 64 counts)\n"
+               "  --model M    demo or gpt2-small only\n");
+    return 2;
+}
+
+/* A count >= 1, or -1. */
+static int parse_count(const char *s) {
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    return end != s && *end == '\0' && v >= 1 && v <= 1024 ? (int)v : -1;
+}
+
+static int parse(int argc, char **argv, bench_opts *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) return usage(stdout, NULL), -1;
+        if (!strcmp(s, "--quick")) o->quick = true;
+        else if (!strcmp(s, "--threads") && i + 1 < argc) o->threads = parse_count(argv[++i]);
+        else if (!strcmp(s, "--steps") && i + 1 < argc) o->steps = parse_count(argv[++i]);
+        else if (!strcmp(s, "--model") && i + 1 < argc) o->only = argv[++i];
+        else {
+            fprintf(stderr, "hypershard bench step: unknown option or missing value: '%s'\n", s);
+            return usage(stderr, NULL), 2;
+        }
+    }
+    if (o->threads < 0 || o->steps < 0)
+        return usage(stderr, "--threads and --steps take a whole number N >= 1"), 2;
+    if (o->only && strcmp(o->only, "demo") && strcmp(o->only, "gpt2-small"))
+        return usage(stderr, "--model is demo or gpt2-small"), 2;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- machine */
+
+static void cpu_model(char *buf, size_t cap) {
+    snprintf(buf, cap, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !colon) continue;
+        snprintf(buf, cap, "%s", colon + 2);
+        buf[strcspn(buf, "\n")] = '\0';
+        break;
+    }
+    fclose(f);
+}
+
+static void print_load(const char *when) {
+    double l[3] = {0, 0, 0};
+    if (getloadavg(l, 3) == 3) printf("load average %s: %.2f %.2f %.2f\n", when, l[0], l[1], l[2]);
+}
+
+/* Square fp32 sgemm operands, allocated once. */
+typedef struct sgemm_probe {
+    float *a, *b, *c;
+    int n;
+} sgemm_probe;
+
+static bool probe_init(sgemm_probe *p, int n) {
+    size_t nn = (size_t)n * (size_t)n;
+    p->n = n;
+    p->a = malloc(nn * sizeof(float));
+    p->b = malloc(nn * sizeof(float));
+    p->c = malloc(nn * sizeof(float));
+    if (!p->a || !p->b || !p->c) return false;
+    hs_rng_fill_uniform(p->a, (int64_t)nn, 1, 1, 0, -1.0f, 1.0f);
+    hs_rng_fill_uniform(p->b, (int64_t)nn, 1, 2, 0, -1.0f, 1.0f);
+    hs_sgemm(false, false, n, n, n, 1.0f, p->a, n, p->b, n, 0.0f, p->c, n); /* warm-up */
+    return true;
+}
+
+static void probe_free(sgemm_probe *p) { free(p->a), free(p->b), free(p->c); }
+
+/* FLOP/s of back-to-back calls for at least `seconds` (at least one call). */
+static double probe_rate(const sgemm_probe *p, double seconds) {
+    int n = p->n, calls = 0;
+    double t0 = hs_now(), dt = 0.0;
+    do {
+        hs_sgemm(false, false, n, n, n, 1.0f, p->a, n, p->b, n, 0.0f, p->c, n);
+        calls++;
+        dt = hs_now() - t0;
+    } while (dt < seconds);
+    return 2.0 * n * (double)n * n * calls / dt;
+}
+
+/* Best of single calls: what the machine does when nothing else runs. */
+static double probe_best(const sgemm_probe *p, int trials) {
+    double best = 0.0;
+    for (int i = 0; i < trials; i++) {
+        double f = probe_rate(p, 0.0);
+        if (f > best) best = f;
+    }
+    return best;
+}
+
+/* ------------------------------------------------------------------ steps */
+
+/* Medians over the timed steps. Each step is paired with the sgemm rate
+ * measured right before and right after it (`window` seconds each), so the
+ * MFU of a step compares it with what the BLAS did in the same minute: on a
+ * shared machine both are slowed by the same neighbours. */
+typedef struct step_times {
+    double step, fwd_bwd, optim; /* seconds */
+    double sgemm;                /* FLOP/s around the steps */
+    double mfu;                  /* median of the per-step ratios */
+    double best;                 /* fastest step, seconds */
+} step_times;
+
+typedef struct bench_run {
+    hs_config cfg;
+    hs_device *dev;
+    hs_engine *en;
+    hs_optim *optim;
+    hs_optim_param *params;
+    int n_params;
+    int32_t *tokens, *targets;
+} bench_run;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static hs_status run_open(bench_run *r, const bench_model *bm, hs_error *e) {
+    const char *ov[MAX_OVERRIDES + 4];
+    int n = 0;
+    while (bm->overrides[n]) ov[n] = bm->overrides[n], n++;
+    char seq[32], mbs[48], gbs[48];
+    snprintf(seq, sizeof seq, "train.seq_len=%d", bm->T);
+    snprintf(mbs, sizeof mbs, "train.micro_batch_size=%d", bm->B);
+    snprintf(gbs, sizeof gbs, "train.global_batch_size=%d", bm->B);
+    ov[n++] = seq, ov[n++] = mbs, ov[n++] = gbs;
+    hs_status s = hs_config_load(&r->cfg, NULL, ov, n, e);
+    if (s == HS_OK) s = hs_device_create(HS_DEVICE_CPU, NULL, &r->dev, e);
+    if (s != HS_OK) return s;
+    hs_engine_env env = {.cfg = &r->cfg, .dev = r->dev, .max_batch = bm->B};
+    s = hs_engine_local_create(&env, &r->en, e);
+    if (s != HS_OK) return s;
+    r->n_params = r->en->optim_params(r->en, &r->params);
+    s = hs_optim_create(&r->cfg.optimizer, r->params, r->n_params, &r->dev->device_pool,
+                        &r->optim, e);
+    size_t bt = (size_t)bm->B * (size_t)bm->T;
+    r->tokens = malloc(bt * sizeof(int32_t));
+    r->targets = malloc(bt * sizeof(int32_t));
+    if (s == HS_OK && (!r->tokens || !r->targets))
+        s = hs_error_set(e, HS_ERR_OOM, "bench step %s: cannot allocate the batch", bm->name);
+    /* Random tokens: speed does not depend on the text. */
+    uint64_t x = 12345;
+    for (size_t i = 0; s == HS_OK && i < bt; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        r->tokens[i] = (int32_t)((x >> 33) % (uint64_t)r->cfg.model.vocab_size);
+        r->targets[i] = (int32_t)((x >> 13) % (uint64_t)r->cfg.model.vocab_size);
+    }
+    return s;
+}
+
+static void run_close(bench_run *r) {
+    hs_optim_free(r->optim);
+    hs_engine_free(r->en);
+    hs_device_free(r->dev);
+    hs_config_free(&r->cfg);
+    free(r->tokens);
+    free(r->targets);
+}
+
+/* One step as src/train/step.c runs it with one micro-batch. */
+static hs_status run_step(bench_run *r, const bench_model *bm, double *t_fb, double *t_opt,
+                          hs_error *e) {
+    hs_batch b = {.tokens = r->tokens, .targets = r->targets, .B = bm->B, .T = bm->T};
+    double t0 = hs_now(), loss = 0.0, aux = 0.0, norm = 0.0;
+    r->en->begin_micro_batch(r->en, true, true, true);
+    hs_status s = hs_model_forward_backward(r->en->model, &b, 1.0f / (float)(bm->B * bm->T),
+                                            r->en->hooks(r->en), &loss, &aux, e);
+    double t1 = hs_now();
+    if (s == HS_OK) s = r->en->grad_norm(r->en, &norm, e);
+    if (s != HS_OK) return s;
+    hs_clip_grads(r->params, r->n_params, norm, r->cfg.optimizer.clip_grad_norm);
+    hs_optim_step(r->optim, r->cfg.optimizer.lr);
+    s = r->en->after_step(r->en, e);
+    r->en->zero_grads(r->en);
+    *t_fb = t1 - t0;
+    *t_opt = hs_now() - t1;
+    return s;
+}
+
+enum { MAX_STEPS = 64 };
+
+static hs_status time_model(const bench_model *bm, int steps, const sgemm_probe *probe,
+                            double window, bench_run *r, step_times *out, hs_error *e) {
+    double tstep[MAX_STEPS], tfb[MAX_STEPS], topt[MAX_STEPS], rate[MAX_STEPS], mfu[MAX_STEPS];
+    if (steps > MAX_STEPS) steps = MAX_STEPS;
+    hs_status s = run_open(r, bm, e);
+    double fpt = s == HS_OK ? hs_model_flops_per_token(r->en->model, bm->T) : 0.0;
+    double flops = fpt * bm->B * bm->T;
+    for (int i = -1; s == HS_OK && i < steps; i++) { /* i = -1: warm-up */
+        double fb = 0.0, op = 0.0, before = i >= 0 ? probe_rate(probe, window) : 0.0;
+        s = run_step(r, bm, &fb, &op, e);
+        if (i < 0 || s != HS_OK) continue;
+        tstep[i] = fb + op, tfb[i] = fb, topt[i] = op;
+        rate[i] = 0.5 * (before + probe_rate(probe, window));
+        mfu[i] = flops / tstep[i] / rate[i];
+    }
+    if (s != HS_OK) return s;
+    *out = (step_times){.step = median(tstep, steps), .fwd_bwd = median(tfb, steps),
+                        .optim = median(topt, steps), .sgemm = median(rate, steps),
+                        .mfu = median(mfu, steps)};
+    out->best = tstep[0]; /* median() sorted it */
+    return HS_OK;
+}
+
+typedef struct bench_result {
+    const char *name;
+    double flops_per_token;
+    int64_t tokens; /* per step */
+    step_times t;
+} bench_result;
+
+static int bench_one(const bench_model *bm, int steps, const sgemm_probe *probe, double window,
+                     bench_result *res) {
+    bench_run r;
+    memset(&r, 0, sizeof r);
+    hs_error e;
+    hs_error_clear(&e);
+    hs_status s = time_model(bm, steps, probe, window, &r, &res->t, &e);
+    if (s != HS_OK) {
+        fprintf(stderr, "hypershard bench step: %s: %s\n", bm->name, e.msg);
+        run_close(&r);
+        return hs_status_exit_code(s);
+    }
+    const hs_model_config *mc = &r.cfg.model;
+    const step_times *t = &res->t;
+    res->name = bm->name;
+    res->tokens = (int64_t)bm->B * bm->T;
+    res->flops_per_token = hs_model_flops_per_token(r.en->model, bm->T);
+    printf("%-16s %6.1fM  dim %3d L %2d H %2d/%2d F %4d V %5d  B %d T %3d | step %7.3f s "
+           "(fwd+bwd %.3f, optim %.3f; best %.3f)\n",
+           bm->name, (double)hs_model_param_count(r.en->model) / 1e6, mc->dim, mc->n_layers,
+           mc->n_heads, mc->n_kv_heads, mc->ffn_dim, mc->vocab_size, bm->B, bm->T, t->step,
+           t->fwd_bwd, t->optim, t->best);
+    fflush(stdout);
+    run_close(&r);
+    return 0;
+}
+
+static void print_summary(const bench_result *r) {
+    const step_times *t = &r->t;
+    double tps = (double)r->tokens / t->step;
+    printf("%-16s %8.0f tok/s | model %6.1f GFLOP/s | sgemm %6.1f GFLOP/s | MFU %5.1f%%\n",
+           r->name, tps, r->flops_per_token * tps / 1e9, t->sgemm / 1e9, 100.0 * t->mfu);
+}
+
+int hs_bench_step(int argc, char **argv) {
+    bench_opts o = {0};
+    int rc = parse(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (o.threads > 0) hs_blas_set_threads(o.threads);
+    int steps = o.steps ? o.steps : o.quick ? 2 : 5;
+    char cpu[256];
+    cpu_model(cpu, sizeof cpu);
+    const char *core = openblas_get_corename();
+    printf("machine: %s, %ld online CPUs | OpenBLAS %s kernels, %d thread(s)\n", cpu,
+           sysconf(_SC_NPROCESSORS_ONLN), core, hs_blas_get_threads());
+    /* OpenBLAS 0.3.21 does not know some newer x86 models and falls back to
+     * its SSE3 kernels, about 4x slower than its AVX-512 ones. */
+    if (!strcasecmp(core, "prescott") && __builtin_cpu_supports("avx512f"))
+        printf("note: this CPU has AVX-512 but OpenBLAS chose its Prescott (SSE3) kernels; "
+               "export OPENBLAS_CORETYPE=SkylakeX for its AVX-512 ones\n");
+    print_load("before");
+    sgemm_probe probe;
+    int n = o.quick ? 1024 : 2048;
+    double window = o.quick ? 0.25 : 1.5;
+    if (!probe_init(&probe, n)) {
+        probe_free(&probe);
+        fprintf(stderr, "hypershard bench step: cannot allocate the %dx%d sgemm operands\n", n, n);
+        return 1;
+    }
+    printf("sgemm %dx%dx%d fp32: best single call %.1f GFLOP/s\n", n, n, n,
+           probe_best(&probe, 5) / 1e9);
+    printf("step = forward + backward + grad norm + clip + AdamW + zero grads, fp32; medians of "
+           "%d steps after 1 warm-up, each step between two %.2f s sgemm windows\n",
+           steps, window);
+    enum { N_MODELS = (int)(sizeof MODELS / sizeof MODELS[0]) };
+    bench_result res[N_MODELS];
+    int done = 0;
+    for (int i = 0; rc == 0 && i < N_MODELS; i++) {
+        const bench_model *bm = &MODELS[i];
+        if (o.only && strcmp(o.only, bm->name)) continue;
+        if (o.quick && !strcmp(bm->name, "gpt2-small")) bm = &GPT2_QUICK;
+        rc = bench_one(bm, steps, &probe, window, &res[done]);
+        if (rc == 0) done++;
+    }
+    probe_free(&probe);
+    printf("MFU = model FLOPs (hs_model_flops_per_token) per second / sgemm FLOP/s of the same "
+           "minutes\n");
+    for (int i = 0; i < done; i++) print_summary(&res[i]);
+    print_load("after");
+    return rc;
+}
