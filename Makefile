@@ -38,6 +38,9 @@ demo: deps build
 bench: deps build
 	mpiexec -n 2 $(BUILD)/hypershard bench comm
 	mpiexec -n 4 $(BUILD)/hypershard bench comm
+	$(BUILD)/hypershard bench step --quick
+	mpiexec -n 2 $(BUILD)/hypershard bench fsdp
+	mpiexec -n 4 $(BUILD)/hypershard bench fsdp
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

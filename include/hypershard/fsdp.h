@@ -109,6 +109,22 @@ hs_status hs_fsdp_gather_full_grad(hs_fsdp *f, int param_index, float *out, hs_e
  * tensor and keeps its own rows (checkpoint import, --init-from). */
 hs_status hs_fsdp_set_full(hs_fsdp *f, int param_index, const float *full, hs_error *e);
 
+/* This rank's part of parameter `param_index` for distributed checkpoints:
+ * dim-0 rows [row_offset, row_offset + rows) of the logical tensor, held in
+ * the fp32 master the optimizer updates; storage_rows is the row count of
+ * the buffer behind it (C when the shard is uneven: padded communication
+ * storage whose tail must be zero). With fp32 main params, model_copy is the
+ * model's own shard in model_dtype (else NULL). Write the master, then call
+ * hs_fsdp_after_step to rebuild what derives from it. */
+typedef struct hs_fsdp_shard_view {
+    int64_t row_offset, rows, storage_rows;
+    float *master;
+    void *model_copy;
+    hs_dtype model_dtype;
+} hs_fsdp_shard_view;
+
+void hs_fsdp_shard_view_get(hs_fsdp *f, int param_index, hs_fsdp_shard_view *out);
+
 /* Bytes FSDP holds on this rank (from its allocation accounting). */
 typedef struct hs_fsdp_stats {
     int64_t param_bytes, param_peak_bytes; /* sharded + unsharded copies */

@@ -147,6 +147,8 @@ hs_status hs_hf_load(hs_model *m, const char *dir, hs_param_set_fn set, void *ct
 
 typedef struct hs_train_options {
     const char *init_from; /* NULL or a safetensors dir (model.safetensors) */
+    const char *dump_dir;  /* NULL, or where --dump writes per-step fp32 weights,
+                            * gradients and logits (docs/training.md) */
 } hs_train_options;
 
 /* Train cfg (already validated for this world, topology topo) on every rank

@@ -50,8 +50,10 @@ static int fail(const char *cmd, const hs_error *e) {
 /* ------------------------------------------------------------------ export */
 
 static void export_usage(FILE *f) {
-    fprintf(f, "usage: hypershard export --safetensors OUT_DIR --run RUN_DIR [--dtype DTYPE]\n"
+    fprintf(f, "usage: hypershard export --safetensors OUT_DIR (--run RUN_DIR | --ckpt DIR) "
+               "[--dtype DTYPE]\n"
                "  RUN_DIR  a finished run (train.out_dir): model.safetensors + config.json\n"
+               "  DIR      a checkpoint step directory, or a checkpoint.dir (follows `latest`)\n"
                "  DTYPE    float32 (default), bfloat16 or float16\n"
                "Writes OUT_DIR/model.safetensors and a Hugging Face OUT_DIR/config.json.\n");
 }
@@ -78,8 +80,15 @@ static hs_status export_run(const char *run, const char *out, hs_dtype dt, hs_er
     return s;
 }
 
+/* A checkpoint is consolidated exactly as `hypershard ckpt export` does it. */
+static int export_ckpt(const char *ckpt, const char *out, const char *dtype) {
+    char *args[] = {"ckpt", "export", (char *)ckpt, "--safetensors", (char *)out,
+                    "--dtype", (char *)dtype, NULL};
+    return hs_cmd_ckpt(7, args);
+}
+
 int hs_cmd_export(int argc, char **argv) {
-    const char *out = NULL, *run = NULL;
+    const char *out = NULL, *run = NULL, *ckpt = NULL;
     hs_dtype dt = HS_DTYPE_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -87,19 +96,18 @@ int hs_cmd_export(int argc, char **argv) {
         if (!strcmp(a, "--safetensors") && v) out = v, i++;
         else if (!strcmp(a, "--run") && v) run = v, i++;
         else if (!strcmp(a, "--dtype") && v && hs_dtype_parse(v, &dt)) i++;
-        else if (!strcmp(a, "--ckpt")) {
-            fprintf(stderr, "hypershard export: --ckpt is not supported by this build; export a "
-                            "finished run with --run RUN_DIR\n");
-            return 2;
-        } else {
+        else if (!strcmp(a, "--ckpt") && v) ckpt = v, i++;
+        else {
             fprintf(stderr, "hypershard export: unexpected argument '%s'\n", a);
             return export_usage(stderr), 2;
         }
     }
-    if (!out || !run) {
-        fprintf(stderr, "hypershard export: need --safetensors OUT_DIR and --run RUN_DIR\n");
+    if (!out || !run == !ckpt) {
+        fprintf(stderr, "hypershard export: need --safetensors OUT_DIR and one of --run RUN_DIR "
+                        "or --ckpt DIR\n");
         return export_usage(stderr), 2;
     }
+    if (ckpt) return export_ckpt(ckpt, out, hs_dtype_name(dt));
     hs_error e;
     hs_error_clear(&e);
     return export_run(run, out, dt, &e) == HS_OK ? 0 : fail("export", &e);

@@ -1,4 +1,4 @@
-/* `hypershard train [CONFIG] [a.b.c=value ...] [--init-from DIR]`: load and
+/* `hypershard train [CONFIG] [a.b.c=value ...] [--init-from DIR] [--dump DIR]`: load and
  * validate the config on every rank (errors printed once, exit 2), start
  * communication, then train. */
 #include <mpi.h>
@@ -14,14 +14,17 @@ typedef struct train_args {
     const char **overrides;
     int n_overrides;
     const char *init_from;
+    const char *dump_dir;
 } train_args;
 
 static void train_usage(FILE *f) {
     fprintf(f,
-            "usage: hypershard train [CONFIG] [a.b.c=value ...] [--init-from DIR]\n"
+            "usage: hypershard train [CONFIG] [a.b.c=value ...] [--init-from DIR] [--dump DIR]\n"
             "  CONFIG         YAML file (default: the built-in small Llama on the builtin corpus)\n"
             "  a.b.c=value    override one config key (last one wins)\n"
             "  --init-from D  start from the weights in D/model.safetensors (Hugging Face names)\n"
+            "  --dump D       write D/weights-step0.safetensors and, for every step N,\n"
+            "                 D/{logits,grads,weights}-stepN.safetensors (fp32, for parity checks)\n"
             "Writes <train.out_dir>/{config.yaml,metrics.jsonl,model.safetensors,config.json}.\n");
 }
 
@@ -33,6 +36,8 @@ static int parse_args(int argc, char **argv, train_args *a) {
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) return train_usage(stdout), -1;
         if (!strcmp(s, "--init-from") && i + 1 < argc) a->init_from = argv[++i];
         else if (!strncmp(s, "--init-from=", 12)) a->init_from = s + 12;
+        else if (!strcmp(s, "--dump") && i + 1 < argc) a->dump_dir = argv[++i];
+        else if (!strncmp(s, "--dump=", 7)) a->dump_dir = s + 7;
         else if (s[0] == '-') {
             fprintf(stderr, "hypershard train: unknown option '%s'\n", s);
             return train_usage(stderr), 2;
@@ -69,7 +74,7 @@ static int run(int *argc, char ***argv, const hs_config *cfg, const hs_topology 
         return 1;
     }
     hs_comm_balance_blas_threads(comm);
-    hs_train_options opt = {.init_from = a->init_from};
+    hs_train_options opt = {.init_from = a->init_from, .dump_dir = a->dump_dir};
     hs_status s = hs_train_run(cfg, topo, comm, &opt, log, &e);
     int code = hs_status_exit_code(s);
     /* Input errors are the same on every rank; anything else may be on one

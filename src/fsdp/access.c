@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "fsdp/manager.h"
+#include "fsdp/policy.h"
+#include "fsdp/prefetch.h"
 
 const hs_model_hooks *hs_fsdp_hooks(hs_fsdp *f) { return &f->ctx.hooks; }
 
@@ -86,8 +88,10 @@ hs_status hs_fsdp_after_step(hs_fsdp *f, hs_error *e)
 {
     (void)e;
     if (hs_fsdp_ctx_pending(&f->ctx)) hs_fsdp_ctx_drain(&f->ctx);
+    hs_fsdp_prefetch_settle(&f->ctx);
     /* The masters changed: any unsharded copy still alive is stale. */
     for (int u = 0; u < f->ctx.n_units; u++) hs_fsdp_unit_reshard(&f->ctx.units[u]);
+    for (int i = 0; i < f->ctx.n_params; i++) hs_fsdp_main_write_back(&f->ctx.params[i]);
     return HS_OK;
 }
 
@@ -149,7 +153,22 @@ hs_status hs_fsdp_set_full(hs_fsdp *f, int param_index, const float *full, hs_er
     if (fp->state != HS_FSDP_SHARDED && fp->ag_work == NULL) hs_fsdp_param_reshard(fp);
     memcpy(fp->sharded, full + pl->layout.row_offset * pl->row_numel,
            (size_t)pl->actual_sharded_numel * sizeof(float));
+    hs_fsdp_main_write_back(fp);
     return HS_OK;
+}
+
+void hs_fsdp_shard_view_get(hs_fsdp *f, int param_index, hs_fsdp_shard_view *out)
+{
+    hs_fsdp_param *fp = param_at(f, param_index);
+    const hs_fsdp_plan *pl = &fp->plan;
+    *out = (hs_fsdp_shard_view){
+        .row_offset = pl->layout.row_offset,
+        .rows = pl->layout.actual_rows,
+        .storage_rows = pl->row_numel > 0 ? fp->storage_numel / pl->row_numel : 0,
+        .master = fp->sharded,
+        .model_copy = fp->lp_shard,
+        .model_dtype = fp->lp_shard ? fp->compute_dtype : HS_DTYPE_F32,
+    };
 }
 
 void hs_fsdp_get_stats(const hs_fsdp *f, hs_fsdp_stats *out)

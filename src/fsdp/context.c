@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsdp/fusion.h"
+#include "fsdp/prefetch.h"
+
 void hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log)
 {
     ctx->comm = comm;
@@ -27,6 +30,7 @@ void hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log)
 void hs_fsdp_ctx_free(hs_fsdp_ctx *ctx)
 {
     if (hs_fsdp_ctx_pending(ctx)) hs_fsdp_ctx_drain(ctx);
+    hs_fsdp_prefetch_settle(ctx);
     for (int u = 0; u < ctx->n_units; u++) hs_fsdp_unit_free(&ctx->units[u], &ctx->mem);
     for (int i = 0; i < ctx->n_params; i++) hs_fsdp_param_free(&ctx->params[i]);
     free(ctx->units);
@@ -47,6 +51,7 @@ static void wait_reduce_scatters(hs_fsdp_ctx *ctx, hs_fsdp_unit *u)
 {
     hs_error e;
     hs_error_clear(&e);
+    if (u->fusion && hs_fsdp_fusion_reduce_wait(u->fusion, &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
     for (int i = 0; i < u->n_params; i++)
         if (hs_fsdp_param_reduce_wait(u->params[i], &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
 }
@@ -67,7 +72,9 @@ void hs_fsdp_ctx_reduce_unit(hs_fsdp_ctx *ctx, int ui)
     hs_fsdp_unit *u = &ctx->units[ui];
     hs_fsdp_unit *prev = ctx->prev_unit >= 0 ? &ctx->units[ctx->prev_unit] : NULL;
     if (prev) wait_reduce_scatters(ctx, prev);
-    for (int i = 0; i < u->n_params; i++) hs_fsdp_param_reduce_issue(u->params[i], ctx->grad_prescale);
+    if (u->fusion) hs_fsdp_fusion_reduce_issue(u->fusion, ctx->grad_prescale);
+    for (int i = 0; i < u->n_params; i++)
+        if (!u->params[i]->fused) hs_fsdp_param_reduce_issue(u->params[i], ctx->grad_prescale);
     if (prev) launch_all_reduces(prev);
     ctx->prev_unit = ui;
     HS_ASSERT(ctx->n_reduced < ctx->n_units);
@@ -93,7 +100,8 @@ void hs_fsdp_ctx_drain(hs_fsdp_ctx *ctx)
             if (grp->ar_work) {
                 hs_work *w = grp->ar_work;
                 grp->ar_work = NULL;
-                if (hs_work_wait(w, &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
+                if (hs_fsdp_exposed_wait(&ctx->exposed, HS_FSDP_WAIT_ALL_REDUCE, w, &e) != HS_OK)
+                    hs_fsdp_ctx_fail(ctx, &e);
             }
         }
         for (int i = 0; i < u->n_params; i++) hs_fsdp_param_reduce_apply(u->params[i]);

@@ -44,6 +44,10 @@ typedef struct hs_fsdp_ctx {
     int *reduced;    /* units whose reductions await the drain, in order */
     int n_reduced;
 
+    /* Time the compute thread spent blocked on FSDP collectives
+     * (fsdp/exposed.h): exposed communication, per collective kind. */
+    hs_fsdp_exposed exposed;
+
     hs_fsdp_transition_fn on_transition;
     void *transition_arg;
     hs_model_hooks hooks;

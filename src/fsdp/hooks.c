@@ -3,6 +3,8 @@
 #include <stdio.h>
 
 #include "fsdp/context.h"
+#include "fsdp/prefetch.h"
+#include "fsdp/policy.h"
 
 static void transition(hs_fsdp_ctx *ctx, hs_fsdp_unit *u, const char *event,
                        hs_fsdp_unit_state to)
@@ -46,6 +48,10 @@ void hs_fsdp_hook_pre_forward(void *vctx, int ui)
         return;
     }
     if (u->state == HS_FSDP_STATE_PRE_FORWARD) bad_order(u, "forward_pre");
+    /* Own all-gather first, then the next units' behind it on the comm
+     * thread, so they run while this unit computes. */
+    hs_fsdp_unit_unshard_issue(u);
+    hs_fsdp_prefetch_forward(ctx, u);
     unshard_or_fail(ctx, u);
     transition(ctx, u, "forward_pre", HS_FSDP_STATE_PRE_FORWARD);
 }
@@ -71,6 +77,8 @@ void hs_fsdp_hook_pre_backward(void *vctx, int ui)
     hs_fsdp_unit *u = unit_at(ctx, ui);
     if (u->state == HS_FSDP_STATE_PRE_BACKWARD) return; /* several output grads */
     if (u->state != HS_FSDP_STATE_FORWARD) bad_order(u, "backward_pre");
+    hs_fsdp_unit_unshard_issue(u);
+    hs_fsdp_prefetch_backward(ctx, u);
     unshard_or_fail(ctx, u);
     for (int i = 0; i < u->n_params; i++) hs_fsdp_param_grad_begin(u->params[i]);
     transition(ctx, u, "backward_pre", HS_FSDP_STATE_PRE_BACKWARD);
@@ -82,7 +90,10 @@ void hs_fsdp_hook_post_backward(void *vctx, int ui)
     hs_fsdp_unit *u = unit_at(ctx, ui);
     if (u->state == HS_FSDP_STATE_BACKWARD) return; /* already run by the root */
     if (u->state != HS_FSDP_STATE_PRE_BACKWARD) bad_order(u, "backward");
-    if (ctx->sync) hs_fsdp_ctx_reduce_unit(ctx, ui);
+    if (ctx->sync)
+        hs_fsdp_ctx_reduce_unit(ctx, ui);
+    else
+        for (int i = 0; i < u->n_params; i++) hs_fsdp_mp_grad_stash(u->params[i]);
     /* Without sync the unsharded gradients stay alive and keep
      * accumulating until the micro-batch that syncs. */
     if (ctx->reshard) hs_fsdp_unit_reshard(u);
@@ -101,5 +112,6 @@ void hs_fsdp_hook_post_backward_final(void *vctx)
     /* Unconditional: BACKWARD only means post_backward ran, not that its
      * collectives finished. */
     hs_fsdp_ctx_drain(ctx);
+    hs_fsdp_prefetch_settle(ctx);
     transition(ctx, root, "root_backward_exit", root->state);
 }

@@ -3,6 +3,8 @@
  * parameter in its deepest unit, blocks wrapped bottom-up, the root last
  * with reshard_after_forward = false, prefetch order by declaration. */
 #include "fsdp/manager.h"
+#include "fsdp/fusion.h"
+#include "fsdp/policy.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -63,12 +65,6 @@ static hs_status check_topology(const hs_topology *t, hs_error *e)
 static hs_status check_options(const hs_config *cfg, int shard_size, hs_error *e)
 {
     const hs_fsdp_config *fc = &cfg->fsdp;
-    if (fc->mix_precision.reduce_dtype != HS_MP_NULL &&
-        fc->mix_precision.reduce_dtype != HS_DTYPE_F32)
-        hs_error_append(e, HS_ERR_CONFIG,
-                        "fsdp_config.mix_precision.reduce_dtype=%s: gradients are reduced in "
-                        "float32 so far; set it to float32 or null",
-                        hs_dtype_name((hs_dtype)fc->mix_precision.reduce_dtype));
     /* The model computes every unit in param_dtype, so unit outputs and
      * forward inputs are in param_dtype; other choices would be ignored. */
     int pd = fc->mix_precision.param_dtype, od = fc->mix_precision.output_dtype;
@@ -84,20 +80,12 @@ static hs_status check_options(const hs_config *cfg, int shard_size, hs_error *e
                         "fsdp_config.mix_precision.cast_forward_inputs=false with param_dtype=%s: "
                         "forward inputs are always computed in param_dtype so far; set it to true",
                         hs_dtype_name((hs_dtype)pd));
-    if (fc->enable_offload)
-        hs_error_append(e, HS_ERR_CONFIG,
-                        "fsdp_config.enable_offload=true: CPU offload is not available yet; "
-                        "set it to false");
     if (strcmp(cfg->optimizer.target, "muon") == 0 && shard_size > 1)
         hs_error_append(e, HS_ERR_CONFIG,
                         "optimizer._target_=muon with fsdp_config.dp_shard_size=%d: Muon needs "
                         "whole matrices and FSDP holds row shards; use adamw or "
                         "dp_shard_size: 1",
                         shard_size);
-    if (fc->comm_fusion)
-        hs_error_append(e, HS_ERR_CONFIG,
-                        "fsdp_config.comm_fusion=true: fused all-gather/reduce-scatter is not "
-                        "available yet; set it to false");
     return e->code;
 }
 
@@ -196,6 +184,12 @@ static hs_status build_units(hs_fsdp *f, const hs_config *cfg, hs_error *e)
         if (!u->is_root && !u->is_expert) f->blocks_wrapped++;
     }
     set_prefetch(ctx, cfg->fsdp.forward_prefetch_depth, cfg->fsdp.backward_prefetch_depth);
+    for (int ui = 0; cfg->fsdp.comm_fusion && ui < ctx->n_units; ui++) {
+        /* null means zero-copy, as PyTorch's default (spec 004 §2.4) */
+        hs_status st = hs_fsdp_fusion_build(&ctx->units[ui], cfg->fsdp.comm_fusion_zero_copy != 0,
+                                            &ctx->mem, &ctx->exposed, e);
+        if (st != HS_OK) return st;
+    }
     return HS_OK;
 }
 
@@ -221,6 +215,10 @@ static hs_status build_params(hs_fsdp *f, const hs_config *cfg, const hs_fsdp_dp
         hs_status st = hs_fsdp_param_init(&ctx->params[i], f->model, i, rep, &mi, compute,
                                           &ctx->mem, seed, e);
         if (st != HS_OK) return st;
+        /* Before the units group gradients by reduce dtype. */
+        ctx->params[i].reduce_dtype = hs_fsdp_mp_reduce_dtype(&cfg->fsdp.mix_precision, compute);
+        hs_fsdp_main_init(&ctx->params[i], cfg->optimizer.fp32_main_params);
+        ctx->params[i].exposed = &ctx->exposed;
         int64_t numel = ctx->params[i].plan.unpacked_numel;
         f->total_param_bytes += numel * (int64_t)sizeof(float);
     }
@@ -240,6 +238,12 @@ static void log_wrapped(const hs_fsdp *f, const hs_config *cfg)
                 f->blocks_wrapped, extra, f->ctx.n_units, f->groups.shard_size,
                 f->groups.replicate_size, cfg->fsdp.n_replicate_params,
                 cfg->fsdp.reshard_after_forward ? "true" : "false");
+    const char *fusion = "off";
+    for (int u = 0; u < f->ctx.n_units; u++)
+        if (f->ctx.units[u].fusion)
+            fusion = f->ctx.units[u].fusion->zero_copy ? "on, zero-copy" : "on, copy-in";
+    hs_log_info(f->ctx.log, "fsdp: prefetch depth forward %d, backward %d; comm_fusion %s",
+                cfg->fsdp.forward_prefetch_depth, cfg->fsdp.backward_prefetch_depth, fusion);
 }
 
 hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, hs_comm *comm,
@@ -254,6 +258,7 @@ hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, 
     f->model = model;
     f->groups = *g;
     hs_fsdp_mem_init(&f->ctx.mem, dev);
+    f->ctx.mem.offload = cfg->fsdp.enable_offload;
     hs_status st = check_fqns(cfg, model, e);
     if (st == HS_OK) st = build_params(f, cfg, g, seed, e);
     if (st == HS_OK) st = build_units(f, cfg, e);

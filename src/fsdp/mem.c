@@ -36,5 +36,41 @@ void hs_fsdp_mem_free(hs_fsdp_mem *m, hs_fsdp_mem_kind k, void *p, size_t bytes)
 
 void hs_fsdp_mem_reset_peak(hs_fsdp_mem *m)
 {
-    for (int k = 0; k < HS_FSDP_MEM_KIND_COUNT; k++) m->peak[k] = m->current[k];
+    for (int k = 0; k < HS_FSDP_MEM_KIND_COUNT; k++) {
+        m->peak[k] = m->current[k];
+        m->host_peak[k] = m->host_current[k];
+    }
+}
+
+void *hs_fsdp_mem_host_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes)
+{
+    HS_ASSERT((unsigned)k < HS_FSDP_MEM_KIND_COUNT);
+    void *p = hs_host_alloc(m->dev, bytes ? bytes : 1);
+    HS_ASSERT(p != NULL);
+    memset(p, 0, bytes ? bytes : 1);
+    m->host_current[k] += (int64_t)bytes;
+    if (m->host_current[k] > m->host_peak[k]) m->host_peak[k] = m->host_current[k];
+    return p;
+}
+
+void hs_fsdp_mem_host_free(hs_fsdp_mem *m, hs_fsdp_mem_kind k, void *p, size_t bytes)
+{
+    if (!p) return;
+    HS_ASSERT((unsigned)k < HS_FSDP_MEM_KIND_COUNT);
+    hs_host_free(m->dev, p);
+    m->host_current[k] -= (int64_t)bytes;
+    HS_ASSERT(m->host_current[k] >= 0);
+}
+
+void *hs_fsdp_mem_master_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes)
+{
+    return m->offload ? hs_fsdp_mem_host_alloc(m, k, bytes) : hs_fsdp_mem_alloc(m, k, bytes);
+}
+
+void hs_fsdp_mem_master_free(hs_fsdp_mem *m, hs_fsdp_mem_kind k, void *p, size_t bytes)
+{
+    if (m->offload)
+        hs_fsdp_mem_host_free(m, k, p, bytes);
+    else
+        hs_fsdp_mem_free(m, k, p, bytes);
 }

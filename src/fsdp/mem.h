@@ -6,6 +6,7 @@
 #ifndef HS_FSDP_MEM_H
 #define HS_FSDP_MEM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,6 +23,11 @@ typedef struct hs_fsdp_mem {
     int64_t current[HS_FSDP_MEM_KIND_COUNT];
     int64_t peak[HS_FSDP_MEM_KIND_COUNT];
     int64_t allocs[HS_FSDP_MEM_KIND_COUNT];
+    /* enable_offload: masters and sharded grads live in the host pool,
+     * counted here and not in current/peak (fsdp/offload.c). */
+    bool offload;
+    int64_t host_current[HS_FSDP_MEM_KIND_COUNT];
+    int64_t host_peak[HS_FSDP_MEM_KIND_COUNT];
 } hs_fsdp_mem;
 
 void hs_fsdp_mem_init(hs_fsdp_mem *m, hs_device *dev);
@@ -30,5 +36,12 @@ void *hs_fsdp_mem_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes);
 /* `bytes` must be what was asked for at allocation. NULL is fine. */
 void hs_fsdp_mem_free(hs_fsdp_mem *m, hs_fsdp_mem_kind k, void *p, size_t bytes);
 void hs_fsdp_mem_reset_peak(hs_fsdp_mem *m);
+/* Host-pool twins of alloc/free (zero-filled, accounted in host_*). */
+void *hs_fsdp_mem_host_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes);
+void hs_fsdp_mem_host_free(hs_fsdp_mem *m, hs_fsdp_mem_kind k, void *p, size_t bytes);
+/* Where a master (sharded storage, sharded grad) lives: the host pool under
+ * offload, else the device pool. */
+void *hs_fsdp_mem_master_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes);
+void hs_fsdp_mem_master_free(hs_fsdp_mem *m, hs_fsdp_mem_kind k, void *p, size_t bytes);
 
 #endif

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "fsdp/policy.h"
+
 static const char *const mesh_kind_names[] = {"fsdp", "hsdp", "ddp"};
 _Static_assert(sizeof mesh_kind_names / sizeof mesh_kind_names[0] == HS_FSDP_MESH_KIND_COUNT,
                "mesh kind names follow the enum");
@@ -34,6 +36,8 @@ hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool
     fp->mi = *mi;
     fp->compute_dtype = compute_dtype;
     fp->grad_dtype = p->grad_dtype;
+    fp->reduce_dtype = HS_DTYPE_F32; /* the manager applies mix_precision */
+    fp->offload = mem->offload;
     fp->mem = mem;
     HS_ASSERT(mi->shard_size >= 1 && mi->replicate_size >= 1);
     hs_status st = hs_fsdp_plan_build(&fp->plan, p->fqn, p->ndim, p->shape, 0, mi->shard_size,
@@ -45,13 +49,14 @@ hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool
     const hs_fsdp_plan *pl = &fp->plan;
     fp->storage_numel = pl->kind == HS_FSDP_PACK_DIM0_EVEN ? pl->actual_sharded_numel
                                                             : pl->padded_sharded_numel;
-    fp->storage = hs_fsdp_mem_alloc(mem, HS_FSDP_MEM_PARAM, bytes_of(fp->storage_numel, HS_DTYPE_F32));
+    fp->storage =
+        hs_fsdp_mem_master_alloc(mem, HS_FSDP_MEM_PARAM, bytes_of(fp->storage_numel, HS_DTYPE_F32));
     fp->sharded = fp->storage;
     if (pl->layout.actual_rows > 0)
         hs_model_init_param_rows(model, p, seed, fp->sharded, HS_DTYPE_F32, pl->layout.row_offset,
                                  pl->layout.actual_rows);
-    fp->sharded_grad =
-        hs_fsdp_mem_alloc(mem, HS_FSDP_MEM_GRAD, bytes_of(pl->actual_sharded_numel, HS_DTYPE_F32));
+    fp->sharded_grad = hs_fsdp_mem_master_alloc(mem, HS_FSDP_MEM_GRAD,
+                                                bytes_of(pl->actual_sharded_numel, HS_DTYPE_F32));
     fp->state = HS_FSDP_SHARDED;
     p->data = NULL;
     p->grad = NULL;
@@ -64,9 +69,11 @@ void hs_fsdp_param_free(hs_fsdp_param *fp)
     HS_ASSERT(fp->ag_work == NULL && fp->rs_work == NULL);
     hs_fsdp_param_reshard(fp);
     hs_fsdp_param_grad_release(fp);
-    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_PARAM, fp->storage, bytes_of(fp->storage_numel, HS_DTYPE_F32));
-    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, fp->sharded_grad,
-                     bytes_of(fp->plan.actual_sharded_numel, HS_DTYPE_F32));
+    hs_fsdp_main_free(fp);
+    hs_fsdp_mem_master_free(fp->mem, HS_FSDP_MEM_PARAM, fp->storage,
+                            bytes_of(fp->storage_numel, HS_DTYPE_F32));
+    hs_fsdp_mem_master_free(fp->mem, HS_FSDP_MEM_GRAD, fp->sharded_grad,
+                            bytes_of(fp->plan.actual_sharded_numel, HS_DTYPE_F32));
     fp->storage = fp->sharded = fp->sharded_grad = NULL;
     fp->p = NULL;
 }
@@ -85,16 +92,20 @@ void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp)
 {
     if (fp->state != HS_FSDP_SHARDED) return;
     const hs_fsdp_plan *pl = &fp->plan;
-    bool cast = fp->compute_dtype != HS_DTYPE_F32;
+    /* The local source is the fp32 master, or the model's own 16-bit shard
+     * under fp32 main params; a copy is made only to cast it or to bring it
+     * from the host (offload). */
+    hs_dtype src_dt;
+    const void *src = hs_fsdp_local_source(fp, &src_dt);
+    bool direct = hs_fsdp_local_source_is_compute(fp);
     if (fp->needs_all_gather) {
-        /* Cast the padded storage, not the actual view: every rank must send
+        /* Copy the padded storage, not the actual view: every rank must send
          * the same element count. */
-        const void *in = fp->storage;
-        if (cast) {
+        const void *in = src;
+        if (!direct) {
             fp->ag_input_bytes = bytes_of(pl->padded_sharded_numel, fp->compute_dtype);
             fp->ag_input = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_PARAM, fp->ag_input_bytes);
-            hs_convert(fp->ag_input, fp->compute_dtype, fp->storage, HS_DTYPE_F32,
-                       fp->storage_numel);
+            hs_fsdp_offload_to_compute(fp, fp->ag_input, fp->storage_numel);
             in = fp->ag_input;
         }
         void *out = own(fp, HS_FSDP_STORAGE_ALL_GATHER, pl->padded_unsharded_numel);
@@ -104,17 +115,17 @@ void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp)
         fp->state = HS_FSDP_UNSHARDING;
         return;
     }
-    if (cast) {
+    if (!direct) {
         void *c = own(fp, HS_FSDP_STORAGE_CAST, pl->unpacked_numel);
-        hs_convert(c, fp->compute_dtype, fp->storage, HS_DTYPE_F32, pl->unpacked_numel);
+        hs_fsdp_offload_to_compute(fp, c, pl->unpacked_numel);
         fp->unsharded = c;
     } else {
-        /* No all-gather, no cast: the compute view is the master storage
-         * itself. Nothing is allocated and nothing is copied. */
+        /* No all-gather, no cast, no offload: the compute view is the local
+         * storage itself. Nothing is allocated and nothing is copied. */
         fp->owner = HS_FSDP_STORAGE_SHARDED;
         fp->owned = NULL;
         fp->owned_bytes = 0;
-        fp->unsharded = fp->storage;
+        fp->unsharded = (void *)src;
     }
     fp->state = HS_FSDP_UNSHARDING;
 }
@@ -125,7 +136,7 @@ hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e)
     if (fp->ag_work) {
         hs_work *w = fp->ag_work;
         fp->ag_work = NULL;
-        hs_status st = hs_work_wait(w, e);
+        hs_status st = hs_fsdp_exposed_wait(fp->exposed, HS_FSDP_WAIT_ALL_GATHER, w, e);
         if (st != HS_OK) return st;
     }
     hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_PARAM, fp->ag_input, fp->ag_input_bytes);
@@ -142,11 +153,13 @@ void hs_fsdp_param_reshard(hs_fsdp_param *fp)
     /* Resharding an in-flight all-gather would free its output under the
      * comm thread. */
     HS_ASSERT(fp->ag_work == NULL);
-    if (fp->owner == HS_FSDP_STORAGE_SHARDED) {
-        /* Borrowed alias of the master: drop the mapping only. */
+    if (fp->owner == HS_FSDP_STORAGE_SHARDED || fp->owner == HS_FSDP_STORAGE_FUSED) {
+        /* Borrowed alias of the master, or a slice of the unit's fused
+         * buffer (the unit frees it): drop the mapping only. */
         HS_ASSERT(fp->owned == NULL);
     } else {
-        HS_ASSERT(fp->owned != NULL && fp->owned != (void *)fp->storage);
+        HS_ASSERT(fp->owned != NULL && fp->owned != (void *)fp->storage &&
+                  fp->owned != fp->lp_shard);
         hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_PARAM, fp->owned, fp->owned_bytes);
     }
     fp->owned = NULL;
@@ -172,10 +185,13 @@ void hs_fsdp_param_grad_begin(hs_fsdp_param *fp)
 void hs_fsdp_param_grad_release(hs_fsdp_param *fp)
 {
     HS_ASSERT(fp->rs_work == NULL);
-    if (fp->rs_input && (void *)fp->rs_input != fp->unsharded_grad)
-        hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, fp->rs_input,
-                         bytes_of(fp->plan.padded_unsharded_numel, HS_DTYPE_F32));
+    if (fp->rs_input && fp->rs_input != fp->unsharded_grad)
+        hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, fp->rs_input, fp->rs_input_bytes);
     fp->rs_input = NULL;
+    fp->rs_input_bytes = 0;
+    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, fp->acc_grad, fp->acc_grad_bytes);
+    fp->acc_grad = NULL;
+    fp->acc_grad_bytes = 0;
     hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, fp->unsharded_grad, fp->unsharded_grad_bytes);
     fp->unsharded_grad = NULL;
     fp->unsharded_grad_bytes = 0;
@@ -186,24 +202,16 @@ void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale)
 {
     HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL && fp->reduce_slot != NULL);
     const hs_fsdp_plan *pl = &fp->plan;
-    if (fp->grad_dtype == HS_DTYPE_F32) {
-        fp->rs_input = fp->unsharded_grad;
-    } else {
-        fp->rs_input = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_GRAD,
-                                         bytes_of(pl->padded_unsharded_numel, HS_DTYPE_F32));
-        hs_convert(fp->rs_input, HS_DTYPE_F32, fp->unsharded_grad, fp->grad_dtype,
-                   pl->padded_unsharded_numel);
-    }
-    if (prescale != 1.0f) hs_scale_f32(fp->rs_input, prescale, pl->unpacked_numel);
+    hs_fsdp_mp_reduce_input(fp, prescale);
     if (fp->needs_all_gather) {
         HS_ASSERT(fp->reduce_numel == pl->padded_sharded_numel);
         fp->rs_work = hs_pg_reduce_scatter_async(fp->mi.shard_pg, fp->reduce_slot, fp->rs_input,
-                                                 pl->padded_sharded_numel, HS_DTYPE_F32,
+                                                 pl->padded_sharded_numel, fp->reduce_dtype,
                                                  HS_REDUCE_AVG);
         return;
     }
     HS_ASSERT(fp->reduce_numel == pl->unpacked_numel);
-    memcpy(fp->reduce_slot, fp->rs_input, bytes_of(pl->unpacked_numel, HS_DTYPE_F32));
+    memcpy(fp->reduce_slot, fp->rs_input, bytes_of(pl->unpacked_numel, fp->reduce_dtype));
     hs_fsdp_param_grad_release(fp);
 }
 
@@ -212,7 +220,7 @@ hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e)
     if (!fp->rs_work) return HS_OK;
     hs_work *w = fp->rs_work;
     fp->rs_work = NULL;
-    hs_status st = hs_work_wait(w, e);
+    hs_status st = hs_fsdp_exposed_wait(fp->exposed, HS_FSDP_WAIT_REDUCE_SCATTER, w, e);
     hs_fsdp_param_grad_release(fp);
     return st;
 }
@@ -220,5 +228,5 @@ hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e)
 void hs_fsdp_param_reduce_apply(hs_fsdp_param *fp)
 {
     /* The reduce slot is padded; only the actual rows reach the optimizer. */
-    hs_add_f32(fp->sharded_grad, fp->reduce_slot, fp->plan.actual_sharded_numel);
+    hs_fsdp_offload_apply_grad(fp);
 }

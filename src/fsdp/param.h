@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "fsdp/exposed.h"
 #include "fsdp/mem.h"
 #include "fsdp/plan.h"
 #include "hypershard/comm.h"
@@ -69,12 +70,19 @@ typedef struct hs_fsdp_param {
     bool needs_all_gather;
     hs_dtype compute_dtype; /* what the model reads (param_dtype or fp32) */
     hs_dtype grad_dtype;    /* what the model accumulates into */
+    hs_dtype reduce_dtype;  /* of the gradient collectives (fsdp/mixed_precision.c) */
+    bool offload;           /* master and sharded grad in the host pool (fsdp/offload.c) */
     hs_fsdp_mem *mem;
 
     /* master: fp32, padded_sharded_numel elements when uneven, else actual */
     float *storage;
     int64_t storage_numel;
     float *sharded; /* the actual shard view: a prefix of storage */
+    /* fp32 main params (fsdp/main_params.c): the model's own shard in
+     * compute_dtype, padded like storage; `storage` is then the fp32 main
+     * param the optimizer updates, written back here after each step. */
+    void *lp_shard;
+    size_t lp_shard_bytes;
 
     hs_fsdp_sharded_state state;
     hs_fsdp_storage_owner owner; /* of `unsharded`, valid when not SHARDED */
@@ -88,11 +96,20 @@ typedef struct hs_fsdp_param {
     /* gradients */
     void *unsharded_grad; /* padded unsharded, grad dtype; alive in backward */
     size_t unsharded_grad_bytes;
-    float *rs_input;      /* fp32 copy when the grad dtype is not fp32 */
+    void *rs_input;       /* reduce_dtype; a copy when the grad dtype differs */
+    size_t rs_input_bytes;
+    void *acc_grad;       /* no-sync accumulator in fp32 for 16-bit grads */
+    size_t acc_grad_bytes;
     hs_work *rs_work;
-    float *reduce_slot;   /* this param's slice of its unit's reduce buffer */
+    void *reduce_slot;    /* this param's slice of its unit's reduce buffer */
     int64_t reduce_numel;
     float *sharded_grad;  /* fp32 actual shard: what the optimizer reads */
+
+    /* comm_fusion (fsdp/fusion.c): the unit all-gathers and reduce-scatters
+     * this parameter together with its others; with zero-copy its local
+     * shard (storage, or lp_shard) is a view of the unit's flat buffer. */
+    bool fused;
+    hs_fsdp_exposed *exposed; /* wait timing (fsdp/exposed.h); may be NULL */
 } hs_fsdp_param;
 
 /* Build the plan, allocate the sharded storage and fill it from `seed` so

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fsdp/fusion.h"
+
 static const char *const state_names[] = {"None", "PRE_FORWARD", "FORWARD", "PRE_BACKWARD",
                                           "BACKWARD"};
 _Static_assert(sizeof state_names / sizeof state_names[0] == HS_FSDP_STATE_COUNT,
@@ -14,10 +16,10 @@ const char *hs_fsdp_unit_state_name(hs_fsdp_unit_state s)
     return (unsigned)s < HS_FSDP_STATE_COUNT ? state_names[s] : "?";
 }
 
-static int group_of(hs_fsdp_unit *u, hs_pg *pg)
+static int group_of(hs_fsdp_unit *u, hs_pg *pg, hs_dtype dt)
 {
     for (int g = 0; g < u->n_groups; g++)
-        if (u->groups[g].pg == pg) return g;
+        if (u->groups[g].pg == pg && u->groups[g].dtype == dt) return g;
     return -1;
 }
 
@@ -31,12 +33,12 @@ void hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem)
         fp->reduce_numel =
             fp->needs_all_gather ? fp->plan.padded_sharded_numel : fp->plan.unpacked_numel;
         hs_pg *pg = fp->mi.replicate_size > 1 ? fp->mi.replicate_pg : NULL;
-        int g = group_of(u, pg);
+        int g = group_of(u, pg, fp->reduce_dtype);
         if (g < 0) {
             g = u->n_groups++;
             u->groups[g].pg = pg;
             u->groups[g].op = HS_REDUCE_AVG;
-            u->groups[g].dtype = HS_DTYPE_F32;
+            u->groups[g].dtype = fp->reduce_dtype;
             u->groups[g].params = calloc((size_t)u->n_params, sizeof(hs_fsdp_param *));
             HS_ASSERT(u->groups[g].params != NULL);
         }
@@ -46,10 +48,11 @@ void hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem)
     }
     for (int g = 0; g < u->n_groups; g++) {
         hs_fsdp_reduce_group *grp = &u->groups[g];
-        grp->buf = hs_fsdp_mem_alloc(mem, HS_FSDP_MEM_GRAD, (size_t)grp->numel * sizeof(float));
+        size_t es = hs_dtype_size(grp->dtype);
+        grp->buf = hs_fsdp_mem_alloc(mem, HS_FSDP_MEM_GRAD, (size_t)grp->numel * es);
         int64_t off = 0;
         for (int i = 0; i < grp->n_params; i++) {
-            grp->params[i]->reduce_slot = grp->buf + off;
+            grp->params[i]->reduce_slot = (char *)grp->buf + (size_t)off * es;
             off += grp->params[i]->reduce_numel;
         }
     }
@@ -57,10 +60,11 @@ void hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem)
 
 void hs_fsdp_unit_free(hs_fsdp_unit *u, hs_fsdp_mem *mem)
 {
+    hs_fsdp_fusion_free(u);
     for (int g = 0; g < u->n_groups; g++) {
         HS_ASSERT(u->groups[g].ar_work == NULL);
         hs_fsdp_mem_free(mem, HS_FSDP_MEM_GRAD, u->groups[g].buf,
-                         (size_t)u->groups[g].numel * sizeof(float));
+                         (size_t)u->groups[g].numel * hs_dtype_size(u->groups[g].dtype));
         free(u->groups[g].params);
     }
     free(u->groups);
@@ -70,10 +74,23 @@ void hs_fsdp_unit_free(hs_fsdp_unit *u, hs_fsdp_mem *mem)
     memset(u, 0, sizeof *u);
 }
 
+void hs_fsdp_unit_unshard_issue(hs_fsdp_unit *u)
+{
+    /* The fused all-gather marks its parameters in flight, so the
+     * per-parameter issue below skips them. */
+    if (u->fusion) hs_fsdp_fusion_unshard_issue(u->fusion);
+    for (int i = 0; i < u->n_params; i++) hs_fsdp_param_unshard_issue(u->params[i]);
+}
+
 hs_status hs_fsdp_unit_unshard(hs_fsdp_unit *u, hs_error *e)
 {
-    for (int i = 0; i < u->n_params; i++) hs_fsdp_param_unshard_issue(u->params[i]);
-    hs_status first = HS_OK;
+    hs_fsdp_unit_unshard_issue(u);
+    return hs_fsdp_unit_unshard_wait(u, e);
+}
+
+hs_status hs_fsdp_unit_unshard_wait(hs_fsdp_unit *u, hs_error *e)
+{
+    hs_status first = u->fusion ? hs_fsdp_fusion_unshard_wait(u->fusion, e) : HS_OK;
     for (int i = 0; i < u->n_params; i++) {
         hs_status st = hs_fsdp_param_unshard_wait(u->params[i], e);
         if (st != HS_OK && first == HS_OK) first = st;
@@ -83,6 +100,7 @@ hs_status hs_fsdp_unit_unshard(hs_fsdp_unit *u, hs_error *e)
 
 void hs_fsdp_unit_reshard(hs_fsdp_unit *u)
 {
+    if (u->fusion) hs_fsdp_fusion_reshard(u->fusion);
     for (int i = 0; i < u->n_params; i++) hs_fsdp_param_reshard(u->params[i]);
 }
 

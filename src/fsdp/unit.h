@@ -33,7 +33,7 @@ typedef struct hs_fsdp_reduce_group {
     hs_pg *pg;
     hs_reduce_op op;
     hs_dtype dtype;
-    float *buf;
+    void *buf; /* numel elements of dtype */
     int64_t numel;
     hs_fsdp_param **params;
     int n_params;
@@ -54,6 +54,9 @@ typedef struct hs_fsdp_unit {
     int *bwd_prefetch, n_bwd_prefetch;
     hs_fsdp_reduce_group *groups;
     int n_groups;
+    /* comm_fusion: one all-gather / reduce-scatter for all sharded
+     * parameters (fsdp/fusion.h); NULL when off or nothing is sharded. */
+    struct hs_fsdp_fusion *fusion;
 } hs_fsdp_unit;
 
 /* Group the unit's parameters by all-reduce group (first-seen order, the
@@ -63,6 +66,10 @@ void hs_fsdp_unit_free(hs_fsdp_unit *u, hs_fsdp_mem *mem);
 
 /* Issue every parameter's all-gather, then wait for all of them. */
 hs_status hs_fsdp_unit_unshard(hs_fsdp_unit *u, hs_error *e);
+/* The two halves, for prefetch: issue is a no-op for what is in flight or
+ * unsharded; wait installs the views. */
+void hs_fsdp_unit_unshard_issue(hs_fsdp_unit *u);
+hs_status hs_fsdp_unit_unshard_wait(hs_fsdp_unit *u, hs_error *e);
 void hs_fsdp_unit_reshard(hs_fsdp_unit *u);
 bool hs_fsdp_unit_is_unsharded(const hs_fsdp_unit *u);
 

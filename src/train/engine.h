@@ -23,6 +23,23 @@
 
 typedef struct hs_engine hs_engine;
 
+/* One parameter as a checkpoint sees it (train/checkpoint.c): this rank's
+ * dim-0 chunk of the logical tensor, rows [row_offset, row_offset + rows),
+ * held in the fp32 master the optimizer updates (hs_optim_param
+ * param_index: same numel, same order as its optimizer state). Replicas
+ * (HSDP, replicate_params, one process) describe the same chunk; the
+ * checkpoint layer writes it once. */
+typedef struct hs_engine_ckpt_param {
+    int64_t row_offset, rows;
+    float *master;
+    int64_t storage_rows; /* rows of the buffer behind `master` (padded
+                           * communication storage: its tail is zeroed on
+                           * load); 0 = rows */
+    void *model_copy; /* NULL, or the model's own shard in model_dtype
+                             * kept apart from the master (fp32 main params) */
+    hs_dtype model_dtype;
+} hs_engine_ckpt_param;
+
 struct hs_engine {
     const char *name; /* "local", "fsdp" */
     void *ctx;
@@ -37,6 +54,13 @@ struct hs_engine {
     void (*zero_grads)(hs_engine *en);
     hs_status (*gather_full)(hs_engine *en, int param_index, float *out, hs_error *e);
     hs_status (*set_full)(hs_engine *en, int param_index, const float *full, hs_error *e);
+    /* Optional (NULL when the engine cannot): the full fp32 gradient of the
+     * step so far, before clipping. Used by `train --dump`. */
+    hs_status (*gather_full_grad)(hs_engine *en, int param_index, float *out, hs_error *e);
+    /* This rank's chunk of parameter `param_index` for checkpoints. After a
+     * load writes the masters, the trainer calls after_step so that
+     * whatever derives from them (model copies, offload) is rebuilt. */
+    void (*ckpt_param)(hs_engine *en, int param_index, hs_engine_ckpt_param *out);
     void (*free)(hs_engine *en);
 };
 

@@ -47,6 +47,15 @@ static hs_status fsdp_set_full(hs_engine *en, int i, const float *full, hs_error
     return hs_fsdp_set_full(fsdp_of(en), i, full, e);
 }
 
+static void fsdp_ckpt_param(hs_engine *en, int i, hs_engine_ckpt_param *out)
+{
+    hs_fsdp_shard_view v;
+    hs_fsdp_shard_view_get(fsdp_of(en), i, &v);
+    *out = (hs_engine_ckpt_param){.row_offset = v.row_offset, .rows = v.rows, .master = v.master,
+                                  .storage_rows = v.storage_rows, .model_copy = v.model_copy,
+                                  .model_dtype = v.model_dtype};
+}
+
 static void fsdp_free(hs_engine *en)
 {
     hs_fsdp_free(fsdp_of(en));
@@ -95,6 +104,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .gather_full = fsdp_gather_full,
         .set_full = fsdp_set_full,
         .gather_full_grad = fsdp_gather_full_grad,
+        .ckpt_param = fsdp_ckpt_param,
         .free = fsdp_free,
     };
     *out = en;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "train/engine.h"
+#include "train/engine_fsdp.h"
 
 typedef struct local_ctx {
     hs_optim_param *params;
@@ -54,11 +55,26 @@ static hs_status local_gather_full(hs_engine *en, int i, float *out, hs_error *e
     return HS_OK;
 }
 
+static hs_status local_gather_full_grad(hs_engine *en, int i, float *out, hs_error *e) {
+    (void)e;
+    const hs_param *p = hs_model_param(en->model, i);
+    memcpy(out, p->grad, sizeof(float) * (size_t)numel_of(p));
+    return HS_OK;
+}
+
 static hs_status local_set_full(hs_engine *en, int i, const float *full, hs_error *e) {
     (void)e;
     hs_param *p = hs_model_param(en->model, i);
     memcpy(p->data, full, sizeof(float) * (size_t)numel_of(p));
     return HS_OK;
+}
+
+/* One process holds every parameter whole; the model's fp32 buffer is the
+ * optimizer's master. */
+static void local_ckpt_param(hs_engine *en, int i, hs_engine_ckpt_param *out) {
+    hs_param *p = hs_model_param(en->model, i);
+    *out = (hs_engine_ckpt_param){.row_offset = 0, .rows = p->shape[0], .master = p->data,
+                                  .model_dtype = HS_DTYPE_F32};
 }
 
 static void local_free(hs_engine *en) {
@@ -78,16 +94,37 @@ static void local_fill_params(local_ctx *c, hs_model *m) {
         o->dtype = HS_DTYPE_F32;
         o->grad = p->grad;
         o->numel = numel_of(p);
-        o->rows = p->shape[0];
-        o->cols = o->rows ? o->numel / o->rows : 0;
+        /* Muon orthogonalises each routed expert's [out, in] matrix on its
+         * own (docs/optimizers.md), so its matrix is the last two dims. */
+        bool expert = p->kind == HS_PARAM_EXPERT && p->ndim == 3;
+        o->rows = expert ? p->shape[1] : p->shape[0];
+        o->cols = o->rows ? (expert ? p->shape[2] : o->numel / o->rows) : 0;
         o->decay = p->kind != HS_PARAM_NORM;
-        o->muon = p->kind == HS_PARAM_LINEAR && p->ndim == 2;
+        o->muon = (p->kind == HS_PARAM_LINEAR && p->ndim == 2) || expert;
     }
+}
+
+/* The parameter policies of spec 004 §2.2–§2.3 (a 16-bit param_dtype with
+ * its fp32 master, fp32 main params, offload) are built once, in fsdp/. One
+ * process that asks for them gets the FSDP engine with every group of size
+ * 1: no collective is issued, and the run computes with the same dtypes as
+ * a multi-rank run of the same config. */
+static bool local_wants_policies(const hs_config *cfg) {
+    int pd = cfg->fsdp.mix_precision.param_dtype;
+    return (pd != HS_MP_NULL && pd != HS_DTYPE_F32) || cfg->fsdp.enable_offload ||
+           cfg->optimizer.fp32_main_params;
 }
 
 hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_error *e) {
     *out = NULL;
     const hs_config *cfg = env->cfg;
+    if (local_wants_policies(cfg)) {
+        if (env->log)
+            hs_log_info(env->log,
+                        "fsdp: one process with mix_precision / offload / fp32 main params: the "
+                        "FSDP engine holds the parameters with every group of size 1");
+        return hs_engine_fsdp_create(env, out, e);
+    }
     hs_model_options mo = {
         .compute_dtype = HS_DTYPE_F32,
         .grad_dtype = HS_DTYPE_F32,
@@ -126,6 +163,8 @@ hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_e
         .zero_grads = local_zero_grads,
         .gather_full = local_gather_full,
         .set_full = local_set_full,
+        .gather_full_grad = local_gather_full_grad,
+        .ckpt_param = local_ckpt_param,
         .free = local_free,
     };
     *out = en;

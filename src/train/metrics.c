@@ -51,7 +51,11 @@ hs_status hs_metrics_open(hs_trainer *t, hs_error *e) {
     if (fclose(f) != 0)
         return hs_error_set(e, HS_ERR_IO, "cannot write %s: %s", path, hs_strerror_errno());
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    t->metrics = hs_fopen(path, "w", "check that train.out_dir is writable", e);
+    /* A resumed run continues the curve of the run it resumes. */
+    if (t->start_step > 0) s = hs_train_metrics_keep_until(path, t->start_step, e);
+    if (s != HS_OK) return s;
+    t->metrics = hs_fopen(path, t->start_step > 0 ? "a" : "w",
+                          "check that train.out_dir is writable", e);
     return t->metrics ? HS_OK : e->code;
 }
 
@@ -94,7 +98,7 @@ void hs_metrics_log(hs_trainer *t, const hs_step_result *r) {
     if (!due && !r->has_val) return;
     double elapsed = hs_now() - t->t_start;
     char eta[32], val[48] = "";
-    format_eta(elapsed / r->step * (steps - r->step), eta, sizeof eta);
+    format_eta(elapsed / (r->step - t->start_step) * (steps - r->step), eta, sizeof eta);
     if (r->has_val) snprintf(val, sizeof val, " | val %.4f", r->val_loss);
     hs_log_info(t->log,
                 "step %*d/%d | loss %.4f%s | grad %.3f | lr %.2e | %.1fk tok/s | mfu %.1f%% | "

@@ -61,8 +61,12 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
     r->tokens = count_valid_targets(t, g);
     float grad_scale = r->tokens > 0 ? 1.0f / (float)r->tokens : 0.0f;
     double sums[2] = {0.0, 0.0}; /* CE sum, aux terms */
-    hs_status s = run_micro_batches(t, g, grad_scale, sums, e);
+    bool dump = hs_dump_dir(t) != NULL;
+    hs_status s = dump ? hs_dump_logits(t, step, e) : HS_OK;
+    if (s == HS_OK) s = run_micro_batches(t, g, grad_scale, sums, e);
+    if (s == HS_OK && dump) s = hs_dump_grads(t, step, e);
     if (s == HS_OK) s = optimizer_update(t, step, r, e);
+    if (s == HS_OK && dump) s = hs_dump_weights(t, step, e);
     if (s == HS_OK) s = hs_reduce_sum_f64(t->batch_group, sums, 2, e);
     r->step_time_s = hs_now() - t0;
     hs_trace_span(t->trace, HS_LANE_COMPUTE, "step", "step", t0, hs_now(), NULL);

@@ -24,8 +24,10 @@ static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
     }
     if (s != HS_OK) return s;
     t->n_oparams = t->engine->optim_params(t->engine, &t->oparams);
-    return hs_optim_create(&t->cfg->optimizer, t->oparams, t->n_oparams, &t->dev->device_pool,
-                           &t->optim, e);
+    /* Under offload the optimizer steps on the host copies of the shards,
+     * so its state lives in the host pool with them. */
+    hs_pool *opool = t->cfg->fsdp.enable_offload ? &t->dev->host_pool : &t->dev->device_pool;
+    return hs_optim_create(&t->cfg->optimizer, t->oparams, t->n_oparams, opool, &t->optim, e);
 }
 
 static hs_status trainer_buffers(hs_trainer *t, hs_error *e) {
@@ -60,6 +62,8 @@ static hs_status trainer_init(hs_trainer *t, hs_error *e) {
     s = hs_data_open(&cfg->data, t->T, cfg->model.vocab_size, (uint64_t)cfg->train.seed, &t->data, e);
     if (s == HS_OK) s = trainer_buffers(t, e);
     if (s == HS_OK) s = trainer_build_model(t, e);
+    if (s == HS_OK) s = hs_dump_check(t, e);
+    if (s == HS_OK) s = hs_train_ckpt_resume(t, e);
     if (s != HS_OK) return s;
     t->hooks = hs_trace_hooks_init(&t->th, t->engine->hooks(t->engine), t->trace,
                                    t->engine->model, t->dev);
@@ -107,7 +111,11 @@ static bool eval_due(const hs_trainer *t, int step) {
 
 static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
     t->t_start = hs_now();
-    for (int step = 1; step <= t->cfg->train.steps; step++) {
+    if (hs_dump_dir(t)) { /* the weights this run starts from: step 0, or a resumed step */
+        hs_status s = hs_dump_weights(t, t->start_step, e);
+        if (s != HS_OK) return s;
+    }
+    for (int step = t->start_step + 1; step <= t->cfg->train.steps; step++) {
         hs_step_result r;
         hs_status s = hs_train_step(t, step, &r, e);
         if (s == HS_OK && eval_due(t, step)) {
@@ -117,8 +125,10 @@ static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
         if (s != HS_OK) return s;
         hs_metrics_write(t, &r);
         hs_metrics_log(t, &r);
+        if (hs_train_ckpt_due(t, step)) s = hs_train_ckpt_save(t, step, e);
+        if (s != HS_OK) return s;
     }
-    return HS_OK;
+    return hs_train_ckpt_final(t, e);
 }
 
 static hs_status trainer_finish(hs_trainer *t, hs_error *e) {

@@ -54,6 +54,9 @@ typedef struct hs_trainer {
     double peak_flops;      /* whole job, measured at start-up */
     double flops_per_token; /* hs_model_flops_per_token */
     double t_start;
+    int start_step; /* optimizer steps already done (a resumed checkpoint's step) */
+    int ckpt_step;  /* step of the checkpoint this run has in checkpoint.dir, -1 none */
+    uint64_t data_seed; /* of the data order: train.seed, or a resumed checkpoint's */
 } hs_trainer;
 
 typedef struct hs_step_result {
@@ -66,6 +69,26 @@ typedef struct hs_step_result {
 } hs_step_result;
 
 hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e);
+
+/* --dump (dump.c): NULL when off; the check rejects an engine that cannot
+ * gather gradients before anything is written. */
+const char *hs_dump_dir(const hs_trainer *t);
+hs_status hs_dump_check(const hs_trainer *t, hs_error *e);
+hs_status hs_dump_weights(hs_trainer *t, int step, hs_error *e);
+hs_status hs_dump_grads(hs_trainer *t, int step, hs_error *e);
+hs_status hs_dump_logits(hs_trainer *t, int step, hs_error *e);
+
+/* Checkpoints (checkpoint.c). Resume runs after the optimizer exists and
+ * before anything is written: it sets start_step and the loaded state, or
+ * leaves a fresh start. Save is collective over the world. */
+hs_status hs_train_ckpt_resume(hs_trainer *t, hs_error *e);
+bool hs_train_ckpt_due(const hs_trainer *t, int step);
+hs_status hs_train_ckpt_save(hs_trainer *t, int step, hs_error *e);
+/* The end-of-run save, unless checkpoint.dir already holds this step. */
+hs_status hs_train_ckpt_final(hs_trainer *t, hs_error *e);
+/* Drop the lines of metrics.jsonl (rank 0) past `step`, before a resumed
+ * run appends its own. A missing file is fine. */
+hs_status hs_train_metrics_keep_until(const char *path, int step, hs_error *e);
 
 double hs_measure_peak_flops(void);
 hs_status hs_metrics_open(hs_trainer *t, hs_error *e);

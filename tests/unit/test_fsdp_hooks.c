@@ -184,7 +184,7 @@ static void test_post_backward_missed_by_a_unit_runs_from_the_root_then_drains(v
      * callback applies nothing twice */
     hs_fsdp_param *fp = c->units[1].params[0];
     float before = fp->sharded_grad[0];
-    fp->reduce_slot[0] = 1.0f; /* would show up if the slot were applied again */
+    ((float *)fp->reduce_slot)[0] = 1.0f; /* would show up if the slot were applied again */
     hs_fsdp_hook_post_backward_final(c);
     assert_false(hs_fsdp_ctx_pending(c));
     assert_true(fp->sharded_grad[0] == before);
