@@ -21,8 +21,9 @@
  *   until the work completes. Staging buffers are owned by the group and
  *   reused: no allocation per collective on the hot path.
  * - Reductions: SUM and AVG. BF16/F16 payloads are converted to fp32 for each
- *   reduction step and rounded once per hop (ring step); the final value is
- *   rounded once more when stored.
+ *   reduction step. Groups within one node sum in fp32 and round once when
+ *   storing; groups that span nodes (ring) round once per hop and once more
+ *   when storing (docs/comm.md). Either way every rank gets the same bits.
  * - Failure: a collective not finished within timeout_s makes every rank exit
  *   non-zero with one message naming op, group, sequence number and the ranks
  *   that had not arrived. hs_comm_abort() ends all ranks with an error

@@ -1,10 +1,12 @@
 /* comm/pg_mpi.c — the `mpi` backend of hs_pg.
  *
- * Reduce-scatter, all-reduce and all-gather are the ring algorithms of
- * ring.c over reused staging buffers (Open MPI's own reduce-scatter
- * allocates per call and is an order of magnitude slower here). Broadcast,
- * all-to-all(v), send/recv and barrier are the MPI built-ins. Each group
- * owns two communicators: one for collectives, one for send/recv. */
+ * Reduce-scatter, all-reduce and all-gather are hypershard's own (Open
+ * MPI's reduce-scatter allocates per call and is several times slower
+ * here): the direct-read algorithms of shm_coll.c when the whole group is
+ * on one node, else the ring algorithms of ring.c over reused staging
+ * buffers. Broadcast, all-to-all(v), send/recv and barrier are the MPI
+ * built-ins. Each group owns two communicators: one for collectives, one
+ * for send/recv. */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,10 +140,15 @@ static hs_status exec_p2p(hs_mpi_group *g, const hs_coll_args *a, hs_error *e) {
 static hs_status mpi_exec(void *ctx, const hs_coll_args *a, hs_error *e) {
     hs_mpi_group *g = ctx;
     switch (a->op) {
-    case HS_OP_ALL_GATHER: return hs_ring_all_gather(g, a->out, a->in, a->count, a->dt, e);
+    case HS_OP_ALL_GATHER:
+        if (g->shm) return hs_shm_all_gather(g->shm, a->out, a->in, a->count, a->dt, e);
+        return hs_ring_all_gather(g, a->out, a->in, a->count, a->dt, e);
     case HS_OP_REDUCE_SCATTER:
+        if (g->shm) return hs_shm_reduce_scatter(g->shm, a->out, a->in, a->count, a->dt, a->reduce, e);
         return hs_ring_reduce_scatter(g, a->out, a->in, a->count, a->dt, a->reduce, e);
-    case HS_OP_ALL_REDUCE: return hs_ring_all_reduce(g, a->out, a->count, a->dt, a->reduce, e);
+    case HS_OP_ALL_REDUCE:
+        if (g->shm) return hs_shm_all_reduce(g->shm, a->out, a->count, a->dt, a->reduce, e);
+        return hs_ring_all_reduce(g, a->out, a->count, a->dt, a->reduce, e);
     case HS_OP_BROADCAST: return exec_broadcast(g, a, e);
     case HS_OP_ALL_TO_ALL: return exec_all_to_all(g, a, e);
     case HS_OP_ALL_TO_ALLV: return exec_all_to_allv(g, a, e);
@@ -158,6 +165,7 @@ static hs_status mpi_exec(void *ctx, const hs_coll_args *a, hs_error *e) {
 static void mpi_destroy(void *ctx) {
     hs_mpi_group *g = ctx;
     for (int i = 0; i < 2; i++) hs_pool_free(g->pool, g->stage[i]);
+    hs_shm_free(g->shm);
     free(g->vcounts);
     MPI_Comm_free(&g->coll);
     MPI_Comm_free(&g->p2p);
@@ -191,6 +199,7 @@ hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_
         free(pg);
         return NULL;
     }
+    g->shm = hs_shm_create(mc, g->pool, pg->name);
     g->vcounts = calloc((size_t)4 * (size_t)pg->size, sizeof(int));
     pg->world_ranks = calloc((size_t)pg->size, sizeof(int));
     if (!g->vcounts || !pg->world_ranks) hs_panic("out of memory creating group '%s'", name);

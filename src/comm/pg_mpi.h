@@ -4,6 +4,7 @@
 #define HYPERSHARD_COMM_PG_MPI_H
 
 #include "comm/comm_internal.h"
+#include "comm/shm.h"
 
 /* The tag of ring traffic on a group's collective communicator. */
 #define HS_RING_TAG 11
@@ -20,6 +21,9 @@ typedef struct hs_mpi_group {
     size_t stage_cap;
     /* all_to_allv's int counts and displacements: [4][size]. */
     int *vcounts;
+    /* The intra-node path of reduce-scatter, all-reduce and all-gather;
+     * NULL when the group spans nodes (then the ring runs). */
+    hs_shm *shm;
 } hs_mpi_group;
 
 /* Grow both staging buffers to at least `bytes`. */

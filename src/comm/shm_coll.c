@@ -1,0 +1,150 @@
+/* comm/shm_coll.c — reduce-scatter, all-reduce and all-gather of the
+ * intra-node path (shm.h).
+ *
+ * Reduce-scatter: rank r reduces chunk r alone, tile by tile: it reads the
+ * peers' copies of the tile in the ring's order r+1, r+2, ..., r-1, sums
+ * them in fp32, adds its own copy last and rounds once. The tile stays in
+ * L2 from the read to the add: the peers' data is copied into cache, not
+ * into a staging buffer in memory.
+ * All-reduce: the same reduction of chunk r in place, a barrier, then every
+ * rank reads the finished chunks of the others. All-gather: every rank
+ * reads the others' blocks straight into its output. Each collective opens
+ * with a barrier that publishes the buffers and closes with one, after
+ * which no peer reads this rank's buffers any more. */
+#include <string.h>
+
+#include "comm/shm.h"
+
+/* Elements per tile: the fp32 accumulator, the widened tile and the raw
+ * tile (768 KiB in all) fit in L2 together. */
+#define TILE ((int64_t)65536)
+
+typedef struct shm_layout {
+    int64_t base, rem; /* chunk i: base + (i < rem) elements */
+} shm_layout;
+
+static int64_t chunk_off(shm_layout l, int i) { return i * l.base + (i < l.rem ? i : l.rem); }
+static int64_t chunk_len(shm_layout l, int i) { return l.base + (i < l.rem ? 1 : 0); }
+
+static void shm_tiles(hs_shm *s) {
+    if (s->acc) return;
+    s->raw = hs_pool_alloc(s->pool, (size_t)TILE * sizeof(float));
+    s->tmp = hs_pool_alloc(s->pool, (size_t)TILE * sizeof(float));
+    s->acc = hs_pool_alloc(s->pool, (size_t)TILE * sizeof(float));
+}
+
+/* acc (+)= peer's m elements at `remote`: the first peer sets acc, later
+ * peers add in fp32 (for F32 the same bits as the ring's hops). */
+static hs_status accumulate(hs_shm *s, int peer, uintptr_t remote, int64_t m, hs_dtype dt,
+                            bool first, const char *op, hs_error *e) {
+    const size_t bytes = (size_t)m * hs_dtype_size(dt);
+    if (first && dt == HS_DTYPE_F32) return hs_shm_read(s, peer, s->acc, remote, bytes, op, e);
+    hs_status st = hs_shm_read(s, peer, s->raw, remote, bytes, op, e);
+    if (st != HS_OK) return st;
+    if (first) {
+        hs_convert(s->acc, HS_DTYPE_F32, s->raw, dt, m);
+        return HS_OK;
+    }
+    const float *add = s->raw;
+    if (dt != HS_DTYPE_F32) {
+        hs_convert(s->tmp, HS_DTYPE_F32, s->raw, dt, m);
+        add = s->tmp;
+    }
+    hs_comm_reduce_add(s->acc, add, s->acc, m, HS_DTYPE_F32, 1);
+    return HS_OK;
+}
+
+/* out = round((acc + own) / divisor): the only rounding of a 16-bit
+ * reduction. out may alias own. */
+static void finish(hs_shm *s, void *out, const void *own, int64_t m, hs_dtype dt, int divisor) {
+    if (dt == HS_DTYPE_F32) {
+        hs_comm_reduce_add(out, s->acc, own, m, dt, divisor);
+        return;
+    }
+    hs_convert(s->tmp, HS_DTYPE_F32, own, dt, m);
+    hs_comm_reduce_add(s->tmp, s->acc, s->tmp, m, HS_DTYPE_F32, divisor);
+    hs_convert(out, dt, s->tmp, HS_DTYPE_F32, m);
+}
+
+/* Reduce this rank's chunk: n elements at byte offset `off` of every
+ * rank's published buffer; own copy at `own`, result to `out`. */
+static hs_status reduce_own_chunk(hs_shm *s, void *out, const void *own, size_t off, int64_t n,
+                                  hs_dtype dt, hs_reduce_op op, const char *opname, hs_error *e) {
+    const size_t es = hs_dtype_size(dt);
+    const int w = s->size, divisor = op == HS_REDUCE_AVG ? w : 1;
+    hs_status st = HS_OK;
+    shm_tiles(s);
+    for (int64_t i = 0; i < n && st == HS_OK; i += TILE) {
+        int64_t m = n - i < TILE ? n - i : TILE;
+        size_t at = off + (size_t)i * es;
+        for (int k = 1; k < w && st == HS_OK; k++) {
+            int peer = (s->rank + k) % w;
+            st = accumulate(s, peer, s->slots[peer]->addr + at, m, dt, k == 1, opname, e);
+        }
+        if (st == HS_OK)
+            finish(s, (char *)out + (size_t)i * es, (const char *)own + (size_t)i * es, m, dt,
+                   divisor);
+    }
+    return st;
+}
+
+/* Read block q (offset and length from l) of every peer's published
+ * buffer into the same place of `buf`. */
+static hs_status gather_blocks(hs_shm *s, char *buf, shm_layout l, size_t es,
+                               const char *opname, hs_error *e) {
+    for (int k = 1; k < s->size; k++) {
+        int q = (s->rank + k) % s->size;
+        size_t off = (size_t)chunk_off(l, q) * es;
+        hs_status st = hs_shm_read(s, q, buf + off, s->slots[q]->addr + off,
+                                   (size_t)chunk_len(l, q) * es, opname, e);
+        if (st != HS_OK) return st;
+    }
+    return HS_OK;
+}
+
+hs_status hs_shm_reduce_scatter(hs_shm *s, void *out, const void *in, int64_t count, hs_dtype dt,
+                                hs_reduce_op op, hs_error *e) {
+    if (count == 0) return HS_OK;
+    const size_t off = (size_t)s->rank * (size_t)count * hs_dtype_size(dt);
+    hs_shm_publish(s, in);
+    hs_shm_barrier(s);
+    hs_status st = reduce_own_chunk(s, out, (const char *)in + off, off, count, dt, op,
+                                    "reduce_scatter", e);
+    /* Even after a failed read: the peers still wait for this rank. */
+    hs_shm_barrier(s);
+    return st;
+}
+
+hs_status hs_shm_all_reduce(hs_shm *s, void *buf, int64_t count, hs_dtype dt, hs_reduce_op op,
+                            hs_error *e) {
+    if (count == 0) return HS_OK;
+    const size_t es = hs_dtype_size(dt);
+    shm_layout l = {count / s->size, count % s->size};
+    char *mine = (char *)buf + (size_t)chunk_off(l, s->rank) * es;
+    hs_shm_publish(s, buf);
+    hs_shm_barrier(s);
+    /* Peers read only their own chunk of this buffer, never chunk r. */
+    hs_status st = reduce_own_chunk(s, mine, mine, (size_t)chunk_off(l, s->rank) * es,
+                                    chunk_len(l, s->rank), dt, op, "all_reduce", e);
+    hs_shm_barrier(s);
+    if (st == HS_OK) st = gather_blocks(s, buf, l, es, "all_reduce", e);
+    hs_shm_barrier(s);
+    return st;
+}
+
+hs_status hs_shm_all_gather(hs_shm *s, void *out, const void *in, int64_t count, hs_dtype dt,
+                            hs_error *e) {
+    if (count == 0) return HS_OK;
+    const size_t es = hs_dtype_size(dt);
+    const shm_layout l = {count, 0};
+    char *slot = (char *)out + (size_t)s->rank * (size_t)count * es;
+    /* Peers read block q at the same offset of `in - q*count`: publish the
+     * address that block 0 would have. */
+    uintptr_t base = (uintptr_t)in - (uintptr_t)s->rank * (uintptr_t)count * es;
+    hs_shm_publish(s, (const void *)base);
+    hs_shm_barrier(s);
+    hs_status st = gather_blocks(s, out, l, es, "all_gather", e);
+    if (slot != (const char *)in) memcpy(slot, in, (size_t)count * es);
+    hs_shm_barrier(s);
+    return st;
+}
