@@ -89,7 +89,29 @@ typedef struct hs_model_options {
     bool activation_checkpointing;
     bool allocate_params;          /* single process: model owns data/grad */
     hs_pool *pool;                 /* activations (and params if allocated) */
+    /* Unit boundaries (FSDP2 MixedPrecisionPolicy, docs/model.md "Unit
+     * boundaries"). All zero: no cast anywhere, every activation in
+     * compute_dtype. cast_unit_outputs: every unit's outputs are cast to
+     * unit_output_dtype. keep_unit_inputs: a block computes from its input
+     * in the dtype it arrives in (cast_forward_inputs: false, or no
+     * param_dtype) instead of casting it to compute_dtype. */
+    bool cast_unit_outputs;
+    hs_dtype unit_output_dtype;
+    bool keep_unit_inputs;
 } hs_model_options;
+
+/* What one unit did at its boundaries in the last forward / backward. The
+ * root's input is token ids (float_input false: nothing to cast); its
+ * output is the logits. */
+typedef struct hs_unit_boundary {
+    bool float_input;
+    hs_dtype input_stored;    /* dtype the unit's input tensor is held in */
+    hs_dtype input_read;      /* dtype the unit computes from (after any input cast) */
+    hs_dtype output_computed; /* dtype the unit produces its output in */
+    hs_dtype output_stored;   /* dtype the output is handed on in (after any output cast) */
+    int64_t forward_casts;    /* tensors cast at this unit's boundaries in forward */
+    int64_t backward_casts;   /* gradients cast back through those casts */
+} hs_unit_boundary;
 
 typedef struct hs_model hs_model;
 
@@ -110,6 +132,8 @@ hs_param *hs_model_param(hs_model *m, int i);
 int hs_model_find_param(const hs_model *m, const char *fqn);
 int hs_model_num_units(const hs_model *m);
 const hs_unit_desc *hs_model_unit(const hs_model *m, int u);
+/* Boundary dtypes of unit u and the casts counted since creation. */
+const hs_unit_boundary *hs_model_unit_boundary(const hs_model *m, int u);
 int64_t hs_model_param_count(const hs_model *m); /* total elements */
 /* Forward + backward FLOPs per token (for MFU): 6*N_active + attention. */
 double hs_model_flops_per_token(const hs_model *m, int seq_len);

@@ -64,22 +64,6 @@ static hs_status check_topology(const hs_topology *t, hs_error *e)
  * silently ignored. */
 static hs_status check_options(const hs_config *cfg, int shard_size, hs_error *e)
 {
-    const hs_fsdp_config *fc = &cfg->fsdp;
-    /* The model computes every unit in param_dtype, so unit outputs and
-     * forward inputs are in param_dtype; other choices would be ignored. */
-    int pd = fc->mix_precision.param_dtype, od = fc->mix_precision.output_dtype;
-    if (od != HS_MP_NULL && od != (pd == HS_MP_NULL ? HS_DTYPE_F32 : pd))
-        hs_error_append(e, HS_ERR_CONFIG,
-                        "fsdp_config.mix_precision.output_dtype=%s differs from the compute dtype "
-                        "%s (param_dtype): unit outputs are in the compute dtype so far; set it "
-                        "to null or to param_dtype",
-                        hs_dtype_name((hs_dtype)od),
-                        hs_dtype_name(pd == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)pd));
-    if (pd != HS_MP_NULL && pd != HS_DTYPE_F32 && !fc->mix_precision.cast_forward_inputs)
-        hs_error_append(e, HS_ERR_CONFIG,
-                        "fsdp_config.mix_precision.cast_forward_inputs=false with param_dtype=%s: "
-                        "forward inputs are always computed in param_dtype so far; set it to true",
-                        hs_dtype_name((hs_dtype)pd));
     if (strcmp(cfg->optimizer.target, "muon") == 0 && shard_size > 1)
         hs_error_append(e, HS_ERR_CONFIG,
                         "optimizer._target_=muon with fsdp_config.dp_shard_size=%d: Muon needs "

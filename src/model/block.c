@@ -26,12 +26,14 @@ static hs_moe_weights moe_weights(const hs_block_params *bp) {
     return w;
 }
 
+/* x (in xdt) is the block input as the block reads it; x_mid is in rdt. */
 static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
-                              const void *x_in, int B, int T) {
+                              const void *x, hs_dtype xdt, hs_dtype rdt, int B, int T) {
     hs_dtype dt = m->dt;
     int64_t N = (int64_t)B * T;
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
-    hs_rmsnorm_forward(a->ln1, a->rstd1, x_in, bp->ln1->data, dt, N, C, (float)m->cfg.norm_eps);
+    hs_rmsnorm_forward_x(a->ln1, a->rstd1, x, xdt, bp->ln1->data, dt, N, C,
+                         (float)m->cfg.norm_eps);
     hs_linear_forward(a->q, a->ln1, bp->wq->data, dt, N, C, qd, 0);
     hs_linear_forward(a->k, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
     hs_linear_forward(a->v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
@@ -39,40 +41,60 @@ static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_a
     hs_rope_forward(a->k, dt, m->cos_t, m->sin_t, B, T, m->KVH, m->HD);
     hs_attention_forward(a->atty, a->lse, a->q, a->k, a->v, dt, m->att_scratch, B, T, m->NH, m->KVH,
                          m->HD);
-    /* Residual folded into the GEMM (beta = 1): one rounding for the sum. */
-    copy_dt(a->x_mid, x_in, dt, N * C);
-    hs_linear_forward(a->x_mid, a->atty, bp->wo->data, dt, N, qd, C, 1);
+    /* Residual folded into the GEMM (beta = 1): one rounding for the sum.
+     * xdt differs from rdt only when rdt is fp32, so the copy is exact. */
+    hs_convert(a->x_mid, rdt, x, xdt, N * C);
+    hs_linear_forward_to(a->x_mid, rdt, a->atty, bp->wo->data, dt, N, qd, C, 1);
 }
 
+/* x_out (in rdt, the block's residual dtype) = x_mid + mlp(ln2). */
 static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a, void *x_out,
-                        int64_t N, const hs_model_hooks *hooks, bool count_aux) {
+                        hs_dtype rdt, int64_t N, const hs_model_hooks *hooks, bool count_aux) {
     hs_dtype dt = m->dt;
     int C = m->C;
     if (!m->moe) {
         hs_linear_forward(a->gate, a->ln2, bp->wg->data, dt, N, C, m->F, 0);
         hs_linear_forward(a->up, a->ln2, bp->wu->data, dt, N, C, m->F, 0);
         hs_swiglu_forward(m->hbuf, a->gate, a->up, dt, N * m->F);
-        copy_dt(x_out, a->x_mid, dt, N * C);
-        hs_linear_forward(x_out, m->hbuf, bp->wd->data, dt, N, m->F, C, 1);
+        copy_dt(x_out, a->x_mid, rdt, N * C);
+        hs_linear_forward_to(x_out, rdt, m->hbuf, bp->wd->data, dt, N, m->F, C, 1);
         return;
     }
     hs_hook_pre_forward(hooks, bp->expert_unit);
     hs_moe_weights w = moe_weights(bp);
     hs_moe_forward(a->moe_out, &a->moe, a->ln2, &w, (int)N, m->moe_scratch);
+    hs_unit_boundary *eb = &m->bnd[bp->expert_unit];
+    eb->forward_casts += eb->output_stored != eb->output_computed;
     hs_hook_post_forward(hooks, bp->expert_unit);
     if (count_aux) hs_moe_aux_add(&m->aux, &a->moe);
     for (int64_t i = 0; i < N * C; i++)
-        hs_st(x_out, dt, i, hs_ld(a->x_mid, dt, i) + hs_ld(a->moe_out, dt, i));
+        hs_st(x_out, rdt, i, hs_ld(a->x_mid, rdt, i) + hs_ld(a->moe_out, dt, i));
+}
+
+/* The block input as the block reads it: cast to the compute dtype into
+ * a->x_cast (cast_forward_inputs), or as it is stored. */
+static const void *block_input(hs_block_acts *a, hs_unit_boundary *b, const void *x_in,
+                               int64_t n) {
+    if (b->input_read == b->input_stored) return x_in;
+    hs_convert(a->x_cast, b->input_read, x_in, b->input_stored, n);
+    b->forward_casts++;
+    return a->x_cast;
 }
 
 void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, void *x_out,
                       int B, int T, const hs_model_hooks *hooks, bool count_aux) {
     const hs_block_params *bp = &m->blocks[layer];
+    hs_unit_boundary *b = &m->bnd[bp->unit];
+    hs_dtype rdt = b->output_computed;
     int64_t N = (int64_t)B * T;
-    attention_forward(m, bp, a, x_in, B, T);
-    hs_rmsnorm_forward(a->ln2, a->rstd2, a->x_mid, bp->ln2->data, m->dt, N, m->C,
-                       (float)m->cfg.norm_eps);
-    mlp_forward(m, bp, a, x_out, N, hooks, count_aux);
+    attention_forward(m, bp, a, block_input(a, b, x_in, N * m->C), b->input_read, rdt, B, T);
+    hs_rmsnorm_forward_x(a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, m->dt, N, m->C,
+                         (float)m->cfg.norm_eps);
+    bool cast_out = b->output_stored != rdt;
+    mlp_forward(m, bp, a, cast_out ? m->out_tmp : x_out, rdt, N, hooks, count_aux);
+    if (!cast_out) return;
+    hs_convert(x_out, b->output_stored, m->out_tmp, rdt, N * m->C);
+    b->forward_casts++;
 }
 
 static hs_moe_grads moe_grads(const hs_block_params *bp) {
@@ -98,6 +120,8 @@ static void mlp_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *
         hs_moe_weights w = moe_weights(bp);
         hs_moe_grads g = moe_grads(bp);
         hs_moe_backward(m->dln, m->dres, &g, &a->moe, a->ln2, &w, aux_g, m->moe_scratch);
+        hs_unit_boundary *eb = &m->bnd[bp->expert_unit];
+        eb->backward_casts += eb->output_stored != eb->output_computed;
         hs_hook_post_backward(hooks, bp->expert_unit);
         return;
     }
@@ -115,9 +139,9 @@ static void mlp_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *
                        C, F);
 }
 
-/* dres = d(x_mid) in; d(x_in) out. */
+/* dres = d(x_mid) in; d(x) out, x the block input as read (in xdt). */
 static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
-                               const void *x_in, int B, int T) {
+                               const void *x, hs_dtype xdt, int B, int T) {
     hs_dtype dt = m->dt;
     int64_t N = (int64_t)B * T;
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
@@ -138,18 +162,30 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
                        C, kvd);
     hs_linear_backward(m->dln, bp->wv->grad, bp->wv->grad_dtype, m->dv, a->ln1, bp->wv->data, dt, N,
                        C, kvd);
-    hs_rmsnorm_backward(m->dres, bp->ln1->grad, bp->ln1->grad_dtype, m->dln, x_in, bp->ln1->data,
-                        a->rstd1, dt, N, C);
+    hs_rmsnorm_backward_x(m->dres, bp->ln1->grad, bp->ln1->grad_dtype, m->dln, x, xdt,
+                          bp->ln1->data, a->rstd1, dt, N, C);
 }
 
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
                        const hs_model_hooks *hooks, const float *aux_g) {
     const hs_block_params *bp = &m->blocks[layer];
+    hs_unit_boundary *b = &m->bnd[bp->unit];
     int64_t N = (int64_t)B * T;
+    /* The backward of a cast casts the gradient back to the cast's input
+     * dtype; activation gradients are held in fp32 (layers.h), so that is
+     * a rounding to it. */
+    if (b->output_stored != b->output_computed) {
+        hs_round_f32(m->dres, b->output_computed, N * m->C);
+        b->backward_casts++;
+    }
     mlp_backward(m, bp, a, N, hooks, aux_g);
     /* The residual gradient passes through unchanged, so the norm's input
      * gradient accumulates straight into it. */
-    hs_rmsnorm_backward(m->dres, bp->ln2->grad, bp->ln2->grad_dtype, m->dln, a->x_mid,
-                        bp->ln2->data, a->rstd2, m->dt, N, m->C);
-    attention_backward(m, bp, a, x_in, B, T);
+    hs_rmsnorm_backward_x(m->dres, bp->ln2->grad, bp->ln2->grad_dtype, m->dln, a->x_mid,
+                          b->output_computed, bp->ln2->data, a->rstd2, m->dt, N, m->C);
+    bool cast_in = b->input_read != b->input_stored;
+    attention_backward(m, bp, a, cast_in ? a->x_cast : x_in, b->input_read, B, T);
+    if (!cast_in) return;
+    hs_round_f32(m->dres, b->input_stored, N * m->C);
+    b->backward_casts++;
 }

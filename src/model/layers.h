@@ -60,6 +60,15 @@ static inline const void *hs_cat(const void *p, hs_dtype dt, int64_t i) {
     return (const char *)p + (size_t)i * (dt == HS_DTYPE_F32 ? 4u : 2u);
 }
 
+/* x[i] := (float)(dt)x[i] for n fp32 values: the value a cast to dt and
+ * back would give. A no-op for fp32. */
+static inline void hs_round_f32(float *x, hs_dtype dt, int64_t n) {
+    if (dt == HS_DTYPE_BF16)
+        for (int64_t i = 0; i < n; i++) x[i] = hs_bf16_to_f32(hs_f32_to_bf16(x[i]));
+    else if (dt == HS_DTYPE_F16)
+        for (int64_t i = 0; i < n; i++) x[i] = hs_f16_to_f32(hs_f32_to_f16(x[i]));
+}
+
 /* ------------------------------------------------------------- embedding */
 
 /* out[n,:] = wte[tokens[n],:]. Tokens must already be checked in [0, V). */
@@ -78,6 +87,15 @@ void hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
                          const float *dout /* N,C */, const void *x /* N,C */,
                          const void *w /* C */, const float *rstd /* N */, hs_dtype dt, int64_t N,
                          int C);
+/* The same with the input x in its own dtype xdt (a unit boundary may hand
+ * a block its input in another dtype than the compute dtype dt). */
+void hs_rmsnorm_forward_x(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
+                          hs_dtype xdt, const void *w /* C */, hs_dtype dt, int64_t N, int C,
+                          float eps);
+void hs_rmsnorm_backward_x(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
+                           const float *dout /* N,C */, const void *x /* N,C */, hs_dtype xdt,
+                           const void *w /* C */, const float *rstd /* N */, hs_dtype dt,
+                           int64_t N, int C);
 
 /* ------------------------------------------------------------------ rope */
 
@@ -121,6 +139,10 @@ void hs_swiglu_backward(float *dgate /* N,F */, float *dup /* N,F */, const floa
 /* out = x @ w^T (+ out when accumulate): w is nn.Linear [OC, IC]. */
 void hs_linear_forward(void *out /* N,OC */, const void *x /* N,IC */, const void *w /* OC,IC */,
                        hs_dtype dt, int64_t N, int IC, int OC, int accumulate);
+/* The same with out in its own dtype odt (a residual wider than dt). */
+void hs_linear_forward_to(void *out /* N,OC */, hs_dtype odt, const void *x /* N,IC */,
+                          const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC,
+                          int accumulate);
 /* dx += dout @ w; dw += dout^T @ x (dw in gdt, skipped when NULL). */
 void hs_linear_backward(float *dx /* N,IC */, void *dw /* OC,IC */, hs_dtype gdt,
                         const float *dout /* N,OC */, const void *x /* N,IC */,

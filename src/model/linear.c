@@ -4,8 +4,14 @@
 
 void hs_linear_forward(void *out /* N,OC */, const void *x /* N,IC */, const void *w /* OC,IC */,
                        hs_dtype dt, int64_t N, int IC, int OC, int accumulate) {
+    hs_linear_forward_to(out, dt, x, w, dt, N, IC, OC, accumulate);
+}
+
+void hs_linear_forward_to(void *out /* N,OC */, hs_dtype odt, const void *x /* N,IC */,
+                          const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC,
+                          int accumulate) {
     hs_gemm_ex(false, true, N, OC, IC, 1.0f, x, dt, IC, w, dt, IC, accumulate ? 1.0f : 0.0f, out,
-               dt, OC);
+               odt, OC);
 }
 
 void hs_linear_backward(float *dx /* N,IC */, void *dw /* OC,IC */, hs_dtype gdt,

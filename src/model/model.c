@@ -57,8 +57,23 @@ static void *buf(hs_model *m, int64_t n, hs_dtype dt) {
     return hs_pool_calloc(m->pool, (size_t)n * hs_dtype_size(dt));
 }
 
-static void acts_alloc(hs_model *m, hs_block_acts *a, int64_t BT) {
-    hs_dtype dt = m->dt;
+/* The boundary dtypes activation set `set` must hold: one block's, or with
+ * activation checkpointing (one set for all blocks) the widest of all. */
+static void acts_dtypes(const hs_model *m, int set, hs_dtype *resid, bool *cast_in) {
+    int lo = m->n_acts == 1 ? 0 : set, hi = m->n_acts == 1 ? m->L : set + 1;
+    *resid = m->dt;
+    *cast_in = false;
+    for (int i = lo; i < hi; i++) {
+        const hs_unit_boundary *b = &m->bnd[m->blocks[i].unit];
+        if (b->output_computed != m->dt) *resid = b->output_computed;
+        *cast_in |= b->input_read != b->input_stored;
+    }
+}
+
+static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
+    hs_dtype dt = m->dt, rdt;
+    bool cast_in;
+    acts_dtypes(m, set, &rdt, &cast_in);
     int64_t q = (int64_t)m->NH * m->HD, kv = (int64_t)m->KVH * m->HD;
     a->rstd1 = buf(m, BT, HS_DTYPE_F32);
     a->ln1 = buf(m, BT * m->C, dt);
@@ -67,13 +82,16 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int64_t BT) {
     a->v = buf(m, BT * kv, dt);
     a->lse = buf(m, BT * m->NH, HS_DTYPE_F32);
     a->atty = buf(m, BT * q, dt);
-    a->x_mid = buf(m, BT * m->C, dt);
+    a->x_cast = cast_in ? buf(m, BT * m->C, dt) : NULL;
+    a->x_mid = buf(m, BT * m->C, rdt);
     a->rstd2 = buf(m, BT, HS_DTYPE_F32);
     a->ln2 = buf(m, BT * m->C, dt);
     if (m->moe) {
         a->moe_out = buf(m, BT * m->C, dt);
         a->moe_mem = hs_pool_alloc(m->pool, hs_moe_act_bytes(&m->moe_shapes, dt));
         hs_moe_act_bind(&a->moe, &m->moe_shapes, dt, a->moe_mem);
+        /* Every expert unit has the same boundary plan. */
+        a->moe.out_dt = m->bnd[m->blocks[0].expert_unit].output_stored;
     } else {
         a->gate = buf(m, BT * m->F, dt);
         a->up = buf(m, BT * m->F, dt);
@@ -81,9 +99,24 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int64_t BT) {
 }
 
 static void acts_free(hs_model *m, hs_block_acts *a) {
-    void *ptrs[] = {a->rstd1, a->ln1,   a->q,   a->k,    a->v,  a->lse,     a->atty,
-                    a->x_mid, a->rstd2, a->ln2, a->gate, a->up, a->moe_out, a->moe_mem};
+    void *ptrs[] = {a->rstd1, a->ln1,   a->q,     a->k,     a->v,
+                    a->lse,   a->atty,  a->x_cast, a->x_mid, a->rstd2,
+                    a->ln2,   a->gate,  a->up,    a->moe_out, a->moe_mem};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_pool_free(m->pool, ptrs[i]);
+}
+
+/* One scratch for a block output awaiting its output cast, in the widest
+ * residual dtype of the blocks that cast. */
+static void out_tmp_alloc(hs_model *m, int64_t BT) {
+    bool any = false;
+    hs_dtype dt = m->dt;
+    for (int i = 0; i < m->L; i++) {
+        const hs_unit_boundary *b = &m->bnd[m->blocks[i].unit];
+        if (b->output_stored == b->output_computed) continue;
+        any = true;
+        if (b->output_computed != m->dt) dt = b->output_computed;
+    }
+    m->out_tmp = any ? buf(m, BT * m->C, dt) : NULL;
 }
 
 static void buffers_alloc(hs_model *m) {
@@ -93,11 +126,12 @@ static void buffers_alloc(hs_model *m) {
     int64_t kv = (int64_t)m->KVH * m->HD, F = m->moe ? 0 : m->F;
     m->resid = calloc((size_t)m->L + 1, sizeof *m->resid);
     if (!m->resid) hs_panic("model: cannot allocate %d residual pointers", m->L + 1);
-    for (int i = 0; i <= m->L; i++) m->resid[i] = buf(m, BT * m->C, dt);
+    for (int i = 0; i <= m->L; i++) m->resid[i] = buf(m, BT * m->C, hs_model_stream_dtype(m, i));
     m->n_acts = m->opt.activation_checkpointing ? 1 : m->L;
     m->acts = calloc((size_t)m->n_acts, sizeof *m->acts);
     if (!m->acts) hs_panic("model: cannot allocate %d activation sets", m->n_acts);
-    for (int i = 0; i < m->n_acts; i++) acts_alloc(m, &m->acts[i], BT);
+    for (int i = 0; i < m->n_acts; i++) acts_alloc(m, &m->acts[i], i, BT);
+    out_tmp_alloc(m, BT);
     m->rstdf = buf(m, BT, HS_DTYPE_F32);
     m->lnf = buf(m, BT * m->C, dt);
     /* Enough rows for an efficient GEMM, few enough that the chunk stays small. */
@@ -162,7 +196,7 @@ hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *op
     hs_pool_init(&m->own_pool, "model");
     m->pool = opt->pool ? opt->pool : &m->own_pool;
     dims_set(m);
-    if (hs_model_registry_build(m, e) != HS_OK) {
+    if (hs_model_registry_build(m, e) != HS_OK || hs_model_boundary_plan(m, e) != HS_OK) {
         hs_model_free(m);
         return e->code;
     }
@@ -186,9 +220,10 @@ static void buffers_free(hs_model *m) {
     free(m->resid);
     for (int i = 0; m->acts && i < m->n_acts; i++) acts_free(m, &m->acts[i]);
     free(m->acts);
-    void *ptrs[] = {m->rstdf, m->lnf, m->logits, m->cos_t,       m->sin_t,       m->dres,
-                    m->dln,   m->dq,  m->dk,     m->dv,          m->datt,        m->dg,
-                    m->du,    m->dh,  m->hbuf,   m->att_scratch, m->moe_scratch, m->aux_g};
+    void *ptrs[] = {m->rstdf,       m->lnf,         m->logits, m->cos_t,  m->sin_t,
+                    m->dres,        m->dln,         m->dq,     m->dk,     m->dv,
+                    m->datt,        m->dg,          m->du,     m->dh,     m->hbuf,
+                    m->att_scratch, m->moe_scratch, m->aux_g,  m->out_tmp};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_pool_free(m->pool, ptrs[i]);
     if (m->moe && m->aux.count) hs_moe_aux_free(&m->aux);
 }
@@ -198,6 +233,7 @@ void hs_model_free(hs_model *m) {
     if (m->params) params_free(m);
     buffers_free(m);
     hs_model_registry_free(m);
+    free(m->bnd);
     free(m);
 }
 

@@ -1,8 +1,9 @@
 /* model/model_internal.h — the hs_model struct and what its files share.
  *
  * Files: registry.c (parameters, units, FQNs, counts), init.c (weights),
- * model.c (create / free, buffers), block.c (one decoder block's forward and
- * backward), step.c (the whole forward / backward with its hooks).
+ * model.c (create / free, buffers), boundary.c (the dtypes at unit
+ * boundaries), block.c (one decoder block's forward and backward), step.c
+ * (the whole forward / backward with its hooks).
  */
 #ifndef HS_MODEL_INTERNAL_H
 #define HS_MODEL_INTERNAL_H
@@ -33,7 +34,10 @@ typedef struct hs_block_acts {
     void *v;       /* [B,T,KVH*HD] */
     float *lse;    /* [B,NH,T] fp32 */
     void *atty;    /* [B,T,NH*HD] attention output before o_proj */
-    void *x_mid;   /* [B,T,C] residual after attention */
+    void *x_cast;  /* [B,T,C] the block input cast to the compute dtype; NULL
+                    * when the block reads its input as it is stored */
+    void *x_mid;   /* [B,T,C] residual after attention, in the block's
+                    * residual dtype (hs_unit_boundary.output_computed) */
     float *rstd2;  /* [B,T] fp32 */
     void *ln2;     /* [B,T,C] */
     void *gate;    /* [B,T,F] gate_proj output (dense) */
@@ -60,8 +64,13 @@ struct hs_model {
     hs_block_params *blocks;       /* [L] */
     hs_param *embed, *norm, *head; /* head == embed when tied */
 
+    hs_unit_boundary *bnd; /* [n_units]: dtypes at each unit's boundaries */
+
     /* activations (capacity B = max_batch, T = seq_len) */
-    void **resid;        /* L+1 x [B,T,C]: input of block i; resid[L] feeds the final norm */
+    void **resid;        /* L+1 x [B,T,C]: input of block i; resid[L] feeds the final norm;
+                          * resid[i] is in hs_model_stream_dtype(m, i) */
+    void *out_tmp;       /* [B,T,C] a block's output before its output cast; NULL
+                          * when no block casts its output */
     hs_block_acts *acts; /* L, or 1 shared set with activation checkpointing */
     int n_acts;
     float *rstdf;         /* [B,T] fp32 */
@@ -92,6 +101,14 @@ void hs_model_registry_free(hs_model *m);
 
 /* model.c */
 hs_block_acts *hs_model_acts_for(hs_model *m, int layer);
+
+/* boundary.c */
+hs_status hs_model_boundary_plan(hs_model *m, hs_error *e);
+/* Dtype of resid[i]: the embedding output (compute dtype) for i = 0, else
+ * what block i-1 hands on. */
+hs_dtype hs_model_stream_dtype(const hs_model *m, int i);
+/* Whether the root casts its output (the logits) to a 16-bit output_dtype. */
+bool hs_model_root_casts(const hs_model *m);
 
 /* block.c */
 void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, void *x_out,

@@ -3,6 +3,7 @@
  * SwiGLU expert kernel. See moe.h for the contract. */
 #include <string.h>
 
+#include "model/layers.h"
 #include "model/moe.h"
 
 hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C)
@@ -67,6 +68,7 @@ void hs_moe_act_bind(hs_moe_act *act, const hs_moe_shapes *s, hs_dtype dt, void 
     memset(act, 0, sizeof(*act));
     act->cap = *s;
     act->dt = dt;
+    act->out_dt = dt;
     act_layout(act, s, dt, mem);
 }
 
@@ -132,6 +134,21 @@ static void experts_forward(const hs_moe_act *act, const hs_moe_weights *w, moe_
     }
 }
 
+/* The expert unit's output cast: y (held in dt) takes the values of y cast
+ * to out_dt. Widening to fp32 changes no value (the combine reads y into
+ * fp32 anyway), so only a narrower out_dt does work. */
+static void expert_output_cast(const hs_moe_act *act, float *row)
+{
+    const int C = act->cap.C;
+    if (act->out_dt == act->dt || act->out_dt == HS_DTYPE_F32) return;
+    for (int64_t r = 0; r < (int64_t)act->BT * act->cap.K; r++) {
+        void *y = hs_moe_at(act->y, act->dt, r * C);
+        hs_convert(row, HS_DTYPE_F32, y, act->dt, C);
+        hs_round_f32(row, act->out_dt, C);
+        hs_convert(y, act->dt, row, HS_DTYPE_F32, C);
+    }
+}
+
 /* acc[t] = sum_k weight[t,k] * y[row of (t,k)], slots in order k = 0..K-1. */
 static void combine(float *acc, float *row, const hs_moe_act *act)
 {
@@ -155,6 +172,7 @@ void hs_moe_forward(void *out, hs_moe_act *act, const void *x, const hs_moe_weig
     hs_moe_dispatch_plan(act);
     hs_moe_dispatch_gather(m.xg, x, act);
     experts_forward(act, w, &m);
+    expert_output_cast(act, m.row);
     combine(m.acc, m.row, act);
     if (s->FS > 0)
         hs_moe_swiglu_forward(m.acc, HS_DTYPE_F32, 1.0f, act->sh1, act->sh3, m.a, x, w->sh_gate,
@@ -212,6 +230,8 @@ void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr,
     moe_scratch m = scratch_bind(act, scratch);
     hs_moe_dispatch_gather(m.xg, x, act);
     combine_backward(&m, dout, act);
+    /* The backward of the output cast: the gradient back to dt. */
+    if (act->out_dt != act->dt) hs_round_f32(m.dyg, act->dt, (int64_t)act->BT * K * C);
     experts_backward(gr, act, w, &m);
     /* Scatter-add in grouped order: fixed for a given routing. */
     for (int64_t r = 0; r < (int64_t)act->BT * K; r++)

@@ -97,6 +97,9 @@ typedef struct hs_moe_grads {
 typedef struct hs_moe_act {
     hs_moe_shapes cap; /* the shapes it was laid out for (BT = capacity) */
     hs_dtype dt;       /* compute dtype */
+    hs_dtype out_dt;   /* the expert unit's output dtype (dt unless
+                        * output_dtype is set): y is cast to it in forward,
+                        * its gradient back to dt in backward */
     int BT;            /* rows of the last forward, <= cap.BT */
     float *probs;      /* [BT, E] fp32 softmax of the router logits */
     int32_t *sel;      /* [BT, K] selected experts, descending probability */

@@ -7,18 +7,24 @@
 
 void hs_rmsnorm_forward(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
                         const void *w /* C */, hs_dtype dt, int64_t N, int C, float eps) {
+    hs_rmsnorm_forward_x(out, rstd, x, dt, w, dt, N, C, eps);
+}
+
+void hs_rmsnorm_forward_x(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
+                          hs_dtype xdt, const void *w /* C */, hs_dtype dt, int64_t N, int C,
+                          float eps) {
     for (int64_t n = 0; n < N; n++) {
         int64_t o = n * C;
         /* fp64 sum: the mean of C squares is then exact to fp32 rounding. */
         double ss = 0.0;
         for (int i = 0; i < C; i++) {
-            float v = hs_ld(x, dt, o + i);
+            float v = hs_ld(x, xdt, o + i);
             ss += (double)v * v;
         }
         float r = 1.0f / sqrtf((float)(ss / C) + eps);
         rstd[n] = r;
         for (int i = 0; i < C; i++)
-            hs_st(out, dt, o + i, hs_ld(w, dt, i) * (hs_ld(x, dt, o + i) * r));
+            hs_st(out, dt, o + i, hs_ld(w, dt, i) * (hs_ld(x, xdt, o + i) * r));
     }
 }
 
@@ -28,6 +34,13 @@ void hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
                          const float *dout /* N,C */, const void *x /* N,C */,
                          const void *w /* C */, const float *rstd /* N */, hs_dtype dt, int64_t N,
                          int C) {
+    hs_rmsnorm_backward_x(dx, dw, gdt, dout, x, dt, w, rstd, dt, N, C);
+}
+
+void hs_rmsnorm_backward_x(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
+                           const float *dout /* N,C */, const void *x /* N,C */, hs_dtype xdt,
+                           const void *w /* C */, const float *rstd /* N */, hs_dtype dt,
+                           int64_t N, int C) {
     /* fp64 column sums for dw, rounded once into dw at the end. */
     double *dwsum = dw ? calloc((size_t)C, sizeof(double)) : NULL;
     if (dw && !dwsum) hs_panic("rmsnorm backward: cannot allocate %d doubles", C);
@@ -37,13 +50,13 @@ void hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
         float r = rstd[n];
         double dot = 0.0;
         for (int i = 0; i < C; i++) {
-            float xi = hs_ld(x, dt, o + i);
+            float xi = hs_ld(x, xdt, o + i);
             dot += (double)hs_ld(w, dt, i) * dy[i] * xi;
             if (dwsum) dwsum[i] += (double)dy[i] * (xi * r);
         }
         float k = (float)(dot * r * r * r / C);
         for (int i = 0; i < C; i++)
-            dx[o + i] += r * hs_ld(w, dt, i) * dy[i] - k * hs_ld(x, dt, o + i);
+            dx[o + i] += r * hs_ld(w, dt, i) * dy[i] - k * hs_ld(x, xdt, o + i);
     }
     if (!dwsum) return;
     for (int i = 0; i < C; i++) hs_acc(dw, gdt, i, (float)dwsum[i]);

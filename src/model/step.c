@@ -88,15 +88,29 @@ static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *
     }
 }
 
+/* The last block hands the stream on in its output dtype; the root's norm
+ * reads it as it is (it is not a forward input of the root). */
 static void final_norm_forward(hs_model *m, int64_t N) {
-    hs_rmsnorm_forward(m->lnf, m->rstdf, m->resid[m->L], m->norm->data, m->dt, N, m->C,
-                       (float)m->cfg.norm_eps);
+    hs_rmsnorm_forward_x(m->lnf, m->rstdf, m->resid[m->L], hs_model_stream_dtype(m, m->L),
+                         m->norm->data, m->dt, N, m->C, (float)m->cfg.norm_eps);
 }
 
-/* logits [rows, V] fp32 = lnf[r0 : r0+rows] @ head^T. */
+/* logits [rows, V] fp32 = lnf[r0 : r0+rows] @ head^T, cast to the root's
+ * output dtype (held in fp32: the loss reads it in fp32). */
 static void head_logits(hs_model *m, float *logits, int64_t r0, int64_t rows) {
     hs_gemm_ex(false, true, rows, m->V, m->C, 1.0f, hs_cat(m->lnf, m->dt, r0 * m->C), m->dt, m->C,
                m->head->data, m->dt, m->C, 0.0f, logits, HS_DTYPE_F32, m->V);
+    if (hs_model_root_casts(m)) hs_round_f32(logits, m->bnd[0].output_stored, rows * m->V);
+}
+
+/* The backward of the logits cast casts their gradient back to fp32, the
+ * dtype the cast started from: nothing to round, but it is a cast. */
+static void count_root_casts(hs_model *m, bool backward) {
+    if (!hs_model_root_casts(m)) return;
+    if (backward)
+        m->bnd[0].backward_casts++;
+    else
+        m->bnd[0].forward_casts++;
 }
 
 /* Loss of all rows; m->dln = d loss / d lnf; head gradient accumulated. */
@@ -124,8 +138,9 @@ static int64_t count_valid(const int32_t *targets, int64_t N) {
 static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks) {
     int64_t N = (int64_t)b->B * b->T;
     memset(m->dres, 0, (size_t)(N * m->C) * sizeof(float));
-    hs_rmsnorm_backward(m->dres, m->norm->grad, m->norm->grad_dtype, m->dln, m->resid[m->L],
-                        m->norm->data, m->rstdf, m->dt, N, m->C);
+    hs_rmsnorm_backward_x(m->dres, m->norm->grad, m->norm->grad_dtype, m->dln, m->resid[m->L],
+                          hs_model_stream_dtype(m, m->L), m->norm->data, m->rstdf, m->dt, N,
+                          m->C);
     for (int i = m->L - 1; i >= 0; i--) {
         int u = m->blocks[i].unit;
         hs_block_acts *a = hs_model_acts_for(m, i);
@@ -158,6 +173,8 @@ hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_s
     hs_hook_post_forward(hooks, 0);
     hs_hook_pre_backward(hooks, 0);
     double loss = head_forward_backward(m, b->targets, N, grad_scale);
+    count_root_casts(m, false);
+    count_root_casts(m, true);
     trunk_backward(m, b, hooks);
     hs_hook_post_backward(hooks, 0);
     hook_post_backward_final(hooks);
@@ -181,6 +198,7 @@ hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks 
         if (loss_sum)
             loss += hs_xent_forward_backward(NULL, out, b->targets + r0, rows, m->V, 0.0f, NULL);
     }
+    count_root_casts(m, false);
     hs_hook_post_forward(hooks, 0);
     if (loss_sum) *loss_sum = loss;
     return HS_OK;

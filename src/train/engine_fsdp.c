@@ -67,7 +67,8 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
 {
     *out = NULL;
     const hs_config *cfg = env->cfg;
-    int pd = cfg->fsdp.mix_precision.param_dtype;
+    const hs_mix_precision *mp = &cfg->fsdp.mix_precision;
+    int pd = mp->param_dtype, od = mp->output_dtype;
     hs_dtype compute = pd == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)pd;
     hs_model_options mo = {
         .compute_dtype = compute,
@@ -77,6 +78,12 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .activation_checkpointing = cfg->train.activation_checkpointing,
         .allocate_params = false,
         .pool = &env->dev->device_pool,
+        /* Unit boundaries as FSDP2 places them (docs/fsdp-policies.md):
+         * outputs cast when output_dtype is set; inputs cast to param_dtype
+         * only when it is set and cast_forward_inputs is on. */
+        .cast_unit_outputs = od != HS_MP_NULL,
+        .unit_output_dtype = od != HS_MP_NULL ? (hs_dtype)od : compute,
+        .keep_unit_inputs = pd == HS_MP_NULL || !mp->cast_forward_inputs,
     };
     hs_model *m = NULL;
     hs_status s = hs_model_create(&cfg->model, &mo, &m, e);

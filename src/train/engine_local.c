@@ -105,14 +105,15 @@ static void local_fill_params(local_ctx *c, hs_model *m) {
 }
 
 /* The parameter policies of spec 004 §2.2–§2.3 (a 16-bit param_dtype with
- * its fp32 master, fp32 main params, offload) are built once, in fsdp/. One
+ * its fp32 master, a 16-bit output_dtype at unit boundaries, fp32 main
+ * params, offload) are built once, in fsdp/ and the engine over it. One
  * process that asks for them gets the FSDP engine with every group of size
  * 1: no collective is issued, and the run computes with the same dtypes as
  * a multi-rank run of the same config. */
 static bool local_wants_policies(const hs_config *cfg) {
-    int pd = cfg->fsdp.mix_precision.param_dtype;
-    return (pd != HS_MP_NULL && pd != HS_DTYPE_F32) || cfg->fsdp.enable_offload ||
-           cfg->optimizer.fp32_main_params;
+    int pd = cfg->fsdp.mix_precision.param_dtype, od = cfg->fsdp.mix_precision.output_dtype;
+    return (pd != HS_MP_NULL && pd != HS_DTYPE_F32) || (od != HS_MP_NULL && od != HS_DTYPE_F32) ||
+           cfg->fsdp.enable_offload || cfg->optimizer.fp32_main_params;
 }
 
 hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_error *e) {
