@@ -10,10 +10,8 @@
 set -u
 PROG="$HS_BUILD/test_ckpt_reshard"
 [ -x "$PROG" ] || { echo "missing $PROG (build the test_ckpt_reshard target)"; exit 1; }
-work=$(mktemp -d /tmp/hs_cli_ckpt_inspect_XXXXXX)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_scratch ckpt_inspect
 d="$work/ckpt"
 
 hs() { out=$("$HS_BIN" "$@" 2>&1); rc=$?; }
@@ -101,5 +99,4 @@ test_bad_directory_and_bad_usage_exit_2
 test_verify_passes_then_names_a_flipped_byte
 test_truncated_file_names_lengths_and_tensor
 test_export_of_a_sharded_checkpoint_equals_the_full_weights
-[ "$failures" -eq 0 ] || exit 1
-echo OK
+hs_finish

@@ -4,22 +4,21 @@
 # the resolved dump usable as a config, and docs/config.md's key table equal
 # to the schema.
 set -u
-fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_scratch config
 
 expect() { # expect CODE DESCRIPTION -- ARGS...
     local want=$1 what=$2
     shift 3
-    "$HS_BIN" config "$@" >"$tmp/out" 2>"$tmp/err"
+    "$HS_BIN" config "$@" >"$work/out" 2>"$work/err"
     local got=$?
     if [ "$got" != "$want" ]; then
-        echo "FAIL: $what: exit $got, want $want"; cat "$tmp/err"; fail=1
+        fail "$what: exit $got, want $want"; cat "$work/err"
     fi
 }
 expect_in() { # expect_in FILE TEXT DESCRIPTION
-    if ! grep -qF -- "$2" "$tmp/$1"; then
-        echo "FAIL: $3: '$2' not in $1:"; cat "$tmp/$1"; fail=1
+    if ! grep -qF -- "$2" "$work/$1"; then
+        fail "$3: '$2' not in $1:"; cat "$work/$1"
     fi
 }
 
@@ -42,11 +41,11 @@ expect_in err "fsdp_config.enable_offload" "removed key names its replacement"
 expect 2 "invalid topology" -- fsdp_config.dp_shard_size=3 --world 4
 expect_in err "fsdp_config.dp_shard_size" "topology error names the path"
 
-printf 'model:\n  dim: [1\n' >"$tmp/bad.yaml"
-expect 2 "syntax error" -- "$tmp/bad.yaml"
-expect_in err "$tmp/bad.yaml:3:" "syntax error has file:line"
+printf 'model:\n  dim: [1\n' >"$work/bad.yaml"
+expect 2 "syntax error" -- "$work/bad.yaml"
+expect_in err "$work/bad.yaml:3:" "syntax error has file:line"
 
-expect 2 "missing file" -- "$tmp/none.yaml"
+expect 2 "missing file" -- "$work/none.yaml"
 expect 2 "unknown option" -- --wrld 2
 expect 2 "bad world" -- --world 0
 expect 2 "two config files" -- a.yaml b.yaml
@@ -58,19 +57,18 @@ for f in "$HS_SRC"/configs/*.yaml; do
 done
 
 # The resolved dump (with its derived block) loads back to the same dump.
-"$HS_BIN" config "$HS_SRC/configs/moe.yaml" --world 4 >"$tmp/r1.yaml" 2>/dev/null
-"$HS_BIN" config "$tmp/r1.yaml" --world 4 >"$tmp/r2.yaml" 2>/dev/null || { echo "FAIL: dump does not load"; fail=1; }
-if ! diff <(tail -n +2 "$tmp/r1.yaml") <(tail -n +2 "$tmp/r2.yaml"); then
-    echo "FAIL: dump -> load -> dump differs"; fail=1
+"$HS_BIN" config "$HS_SRC/configs/moe.yaml" --world 4 >"$work/r1.yaml" 2>/dev/null
+"$HS_BIN" config "$work/r1.yaml" --world 4 >"$work/r2.yaml" 2>/dev/null || fail "dump does not load"
+if ! diff <(tail -n +2 "$work/r1.yaml") <(tail -n +2 "$work/r2.yaml"); then
+    fail "dump -> load -> dump differs"
 fi
 
 # docs/config.md carries the schema's table verbatim.
-sed -n '/<!-- schema:begin -->/,/<!-- schema:end -->/p' "$HS_SRC/docs/config.md" | sed '1d;$d' >"$tmp/doc_table"
-"$HS_BIN" config --schema-markdown >"$tmp/schema_table"
-if ! diff "$tmp/schema_table" "$tmp/doc_table" >"$tmp/diff"; then
-    echo "FAIL: docs/config.md key table differs from 'hypershard config --schema-markdown':"
-    cat "$tmp/diff"; fail=1
+sed -n '/<!-- schema:begin -->/,/<!-- schema:end -->/p' "$HS_SRC/docs/config.md" | sed '1d;$d' >"$work/doc_table"
+"$HS_BIN" config --schema-markdown >"$work/schema_table"
+if ! diff "$work/schema_table" "$work/doc_table" >"$work/diff"; then
+    fail "docs/config.md key table differs from 'hypershard config --schema-markdown':"
+    cat "$work/diff"
 fi
 
-[ $fail = 0 ] && echo "ok"
-exit $fail
+hs_finish

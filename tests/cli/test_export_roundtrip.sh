@@ -6,13 +6,12 @@
 # come back stacked.
 # HS_TEST_TIMEOUT: 180
 set -euo pipefail
-work=$(mktemp -d /tmp/hs_cli_export_XXXXXX)
-trap 'rm -rf "$work"' EXIT
-tiny=(model.dim=32 model.n_layers=2 model.n_heads=2 model.n_kv_heads=1 model.ffn_dim=64
-      train.seq_len=16 train.global_batch_size=4 train.micro_batch_size=2 train.eval_every=0)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_scratch export
+tiny=("${HS_TINY[@]}" train.global_batch_size=4 train.micro_batch_size=2 train.eval_every=0)
 moe=(model.arch=moe model.moe.num_experts=3 model.moe.top_k=2 model.moe.expert_ffn_dim=48)
 
-run() { "$@" > "$work/log.txt" 2>&1 || { echo "FAILED: $*"; cat "$work/log.txt"; exit 1; }; }
+run() { run_logged "$work/log.txt" "$@"; }
 
 check_hf() { # DIR ARCH: parse with json + struct only, as any reader could
 python3 - "$1" "$2" <<'PY'

@@ -2,52 +2,52 @@
 # `hypershard mesh`: the table for a 16-rank pp2 × dp2 × cp2 × tp2 layout,
 # every topology rule reported at once with exit code 2, usage errors.
 set -euo pipefail
-fail() { echo "FAIL: $*" >&2; exit 1; }
-out=$(mktemp)
-err=$(mktemp)
-trap 'rm -f "$out" "$err"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_scratch mesh
+out="$work/out"
+err="$work/err"
 
 # A valid layout prints its sizes, every rank's coordinates and the groups.
-"$HS_BIN" mesh --world 16 pp=2 cp=2 tp=2 ep=2 dp_shard=2 >"$out" 2>"$err" || fail "valid layout exited $?"
-grep -qF "world 16 = pp 2 × dp 2 × cp 2 × tp 2" "$out" || fail "size line missing"
+"$HS_BIN" mesh --world 16 pp=2 cp=2 tp=2 ep=2 dp_shard=2 >"$out" 2>"$err" || die "valid layout exited $?"
+grep -qF "world 16 = pp 2 × dp 2 × cp 2 × tp 2" "$out" || die "size line missing"
 grep -qF "FSDP: shard 2 × replicate 2 over dp×cp = 4; experts: shard 1 × replicate 4 over edp = 4 (ep=2)" "$out" \
-  || fail "FSDP line missing"
-[ "$(grep -cE '^ +[0-9]+ +[0-9]+ ' "$out")" -eq 16 ] || fail "expected 16 coordinate rows"
+  || die "FSDP line missing"
+[ "$(grep -cE '^ +[0-9]+ +[0-9]+ ' "$out")" -eq 16 ] || die "expected 16 coordinate rows"
 # rank 13 = pp 1, dp 1, cp 0, tp 1; fsdp_replicate 1, fsdp_shard 0; edp_replicate 2, ep 1
-grep -qE '^ +13 +1 +1 +0 +1 +1 +0 +2 +0 +1$' "$out" || fail "row of rank 13 wrong"
-grep -qE '^tp +8 × 2 +\[0 1\] \[2 3\] \[4 5\] \[6 7\] \[8 9\] \[10 11\] \[12 13\] \[14 15\]$' "$out" || fail "tp groups wrong"
-grep -qE '^pp +8 × 2 +\[0 8\] \[1 9\] ' "$out" || fail "pp groups wrong"
-grep -qE '^fsdp_shard +8 × 2 +\[0 2\] \[4 6\] \[1 3\] \[5 7\] ' "$out" || fail "fsdp_shard groups wrong"
-grep -qE '^dp_cp +4 × 4 +\[0 2 4 6\] \[1 3 5 7\] \[8 10 12 14\] \[9 11 13 15\]$' "$out" || fail "dp_cp groups wrong"
-[ ! -s "$err" ] || fail "stderr not empty: $(cat "$err")"
+grep -qE '^ +13 +1 +1 +0 +1 +1 +0 +2 +0 +1$' "$out" || die "row of rank 13 wrong"
+grep -qE '^tp +8 × 2 +\[0 1\] \[2 3\] \[4 5\] \[6 7\] \[8 9\] \[10 11\] \[12 13\] \[14 15\]$' "$out" || die "tp groups wrong"
+grep -qE '^pp +8 × 2 +\[0 8\] \[1 9\] ' "$out" || die "pp groups wrong"
+grep -qE '^fsdp_shard +8 × 2 +\[0 2\] \[4 6\] \[1 3\] \[5 7\] ' "$out" || die "fsdp_shard groups wrong"
+grep -qE '^dp_cp +4 × 4 +\[0 2 4 6\] \[1 3 5 7\] \[8 10 12 14\] \[9 11 13 15\]$' "$out" || die "dp_cp groups wrong"
+[ ! -s "$err" ] || die "stderr not empty: $(cat "$err")"
 
 # Config paths work as keys too.
 "$HS_BIN" mesh --world=8 accelerator.tp_size=2 fsdp_config.dp_shard_size=4 >"$out"
-grep -qF "FSDP: shard 4 × replicate 1 over dp×cp = 4" "$out" || fail "config-path keys ignored"
+grep -qF "FSDP: shard 4 × replicate 1 over dp×cp = 4" "$out" || die "config-path keys ignored"
 
 # A single rank skips FSDP.
 "$HS_BIN" mesh --world 1 >"$out"
-grep -qF "skipped: world size 1" "$out" || fail "world 1 not skipped"
+grep -qF "skipped: world size 1" "$out" || die "world 1 not skipped"
 
 # A bad topology: every rule at once, exit 2, nothing on stdout.
 set +e
 "$HS_BIN" mesh --world 8 dp_shard=3 ep=3 edp_shard=0 >"$out" 2>"$err"
 rc=$?
 set -e
-[ "$rc" -eq 2 ] || fail "bad topology exited $rc, expected 2"
-[ ! -s "$out" ] || fail "bad topology printed a table"
-grep -qF "3 configuration errors" "$err" || fail "error count missing: $(cat "$err")"
-grep -qF "fsdp_config.edp_shard_size=0 must be >= 1" "$err" || fail "rule 2 missing"
+[ "$rc" -eq 2 ] || die "bad topology exited $rc, expected 2"
+[ ! -s "$out" ] || die "bad topology printed a table"
+grep -qF "3 configuration errors" "$err" || die "error count missing: $(cat "$err")"
+grep -qF "fsdp_config.edp_shard_size=0 must be >= 1" "$err" || die "rule 2 missing"
 grep -qF "fsdp_config.dp_shard_size=3 does not divide the DP×CP domain of 8 (dp=8, cp=1); use one of 1, 2, 4, 8" "$err" \
-  || fail "rule 5 missing"
-grep -qF "accelerator.ep_size=3 does not divide the expert domain" "$err" || fail "rule 6 missing"
+  || die "rule 5 missing"
+grep -qF "accelerator.ep_size=3 does not divide the expert domain" "$err" || die "rule 6 missing"
 
 set +e
 "$HS_BIN" mesh --world 6 tp=2 cp=2 >"$out" 2>"$err"; rc=$?
 set -e
-[ "$rc" -eq 2 ] || fail "world 6 tp2 cp2 exited $rc"
+[ "$rc" -eq 2 ] || die "world 6 tp2 cp2 exited $rc"
 grep -qF "world size 6 is not divisible by accelerator.tp_size × cp_size × pp_size = 4 (tp=2, cp=2, pp=1)" "$err" \
-  || fail "rule 4 missing"
+  || die "rule 4 missing"
 
 # Usage errors: missing --world, unknown key, non-integer value.
 for args in "tp=2" "--world 4 bogus=1" "--world 4 tp=two" "--world"; do
@@ -55,8 +55,8 @@ for args in "tp=2" "--world 4 bogus=1" "--world 4 tp=two" "--world"; do
   # shellcheck disable=SC2086
   "$HS_BIN" mesh $args >"$out" 2>"$err"; rc=$?
   set -e
-  [ "$rc" -eq 2 ] || fail "'mesh $args' exited $rc, expected 2"
-  grep -qF "usage: hypershard mesh" "$err" || fail "'mesh $args' printed no usage"
+  [ "$rc" -eq 2 ] || die "'mesh $args' exited $rc, expected 2"
+  grep -qF "usage: hypershard mesh" "$err" || die "'mesh $args' printed no usage"
 done
-"$HS_BIN" mesh --help | grep -qF "usage: hypershard mesh" || fail "--help"
+"$HS_BIN" mesh --help | grep -qF "usage: hypershard mesh" || die "--help"
 echo "ok"

@@ -4,13 +4,12 @@
 # config errors exit 2 and leave no out_dir behind.
 # HS_TEST_TIMEOUT: 120
 set -euo pipefail
-work=$(mktemp -d /tmp/hs_cli_train_XXXXXX)
-trap 'rm -rf "$work"' EXIT
-tiny=(model.dim=32 model.n_layers=2 model.n_heads=2 model.n_kv_heads=1 model.ffn_dim=64
-      train.seq_len=16 train.global_batch_size=4 train.micro_batch_size=2 train.log_every=1)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_scratch train
+tiny=("${HS_TINY[@]}" train.global_batch_size=4 train.micro_batch_size=2 train.log_every=1)
 
-"$HS_BIN" train "${tiny[@]}" train.steps=3 train.eval_every=2 train.out_dir="$work/run" \
-    > "$work/out.txt" 2>&1 || { cat "$work/out.txt"; exit 1; }
+run_logged "$work/out.txt" "$HS_BIN" train "${tiny[@]}" train.steps=3 train.eval_every=2 \
+    train.out_dir="$work/run"
 grep -q "step 3/3" "$work/out.txt"
 grep -q "sample (greedy)" "$work/out.txt"
 for f in config.yaml metrics.jsonl model.safetensors config.json; do
@@ -37,8 +36,8 @@ grep -q "micro_batches_per_step: 2" "$work/run/config.yaml"
 
 # Tracing: one merged Chrome trace with per-block compute spans, the
 # optimizer and memory counters, under trace.dir when it is set.
-"$HS_BIN" train "${tiny[@]}" train.steps=2 trace.enabled=true trace.dir="$work/tr" \
-    train.out_dir="$work/traced" > "$work/trace.txt" 2>&1 || { cat "$work/trace.txt"; exit 1; }
+run_logged "$work/trace.txt" "$HS_BIN" train "${tiny[@]}" train.steps=2 trace.enabled=true \
+    trace.dir="$work/tr" train.out_dir="$work/traced"
 python3 - "$work/tr/trace.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -50,17 +49,16 @@ PY
 
 # The other sources: a text file, and an HSTK token file written as
 # docs/data.md shows (vocab 300 > 256, so not bytes).
-"$HS_BIN" train "${tiny[@]}" train.steps=2 data.source=text data.path="$HS_SRC/docs/data.md" \
-    train.out_dir="$work/text" > "$work/text.txt" 2>&1 || { cat "$work/text.txt"; exit 1; }
+run_logged "$work/text.txt" "$HS_BIN" train "${tiny[@]}" train.steps=2 data.source=text \
+    data.path="$HS_SRC/docs/data.md" train.out_dir="$work/text"
 python3 - "$work/data.hstk" <<'PY'
 import struct, sys
 ids = [(i * 7919) % 300 for i in range(5000)]
 open(sys.argv[1], "wb").write(b"HSTK" + struct.pack("<IQ", 1, len(ids))
                               + struct.pack(f"<{len(ids)}H", *ids))
 PY
-"$HS_BIN" train "${tiny[@]}" train.steps=2 model.vocab_size=300 data.source=tokens \
-    data.path="$work/data.hstk" train.out_dir="$work/tok" > "$work/tok.txt" 2>&1 \
-    || { cat "$work/tok.txt"; exit 1; }
+run_logged "$work/tok.txt" "$HS_BIN" train "${tiny[@]}" train.steps=2 model.vocab_size=300 \
+    data.source=tokens data.path="$work/data.hstk" train.out_dir="$work/tok"
 [ "$(wc -l < "$work/tok/metrics.jsonl")" -eq 2 ]
 head -c 20 "$work/data.hstk" > "$work/short.hstk"
 expect_config_error_any() { # NAME NEEDLE ARGS...: any non-zero exit, nothing on disk

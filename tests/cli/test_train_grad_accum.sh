@@ -3,14 +3,11 @@
 # and four micro-batches of 2 give the same loss curve (fp32, 1e-5 relative).
 # HS_TEST_TIMEOUT: 120
 set -euo pipefail
-work=$(mktemp -d /tmp/hs_cli_accum_XXXXXX)
-trap 'rm -rf "$work"' EXIT
-tiny=(model.dim=32 model.n_layers=2 model.n_heads=2 model.n_kv_heads=1 model.ffn_dim=64
-      train.seq_len=16 train.global_batch_size=8 train.steps=6 train.eval_every=0)
-"$HS_BIN" train "${tiny[@]}" train.micro_batch_size=8 train.out_dir="$work/m1" > "$work/m1.txt" 2>&1 \
-    || { cat "$work/m1.txt"; exit 1; }
-"$HS_BIN" train "${tiny[@]}" train.micro_batch_size=2 train.out_dir="$work/m4" > "$work/m4.txt" 2>&1 \
-    || { cat "$work/m4.txt"; exit 1; }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_scratch accum
+tiny=("${HS_TINY[@]}" train.global_batch_size=8 train.steps=6 train.eval_every=0)
+run_logged "$work/m1.txt" "$HS_BIN" train "${tiny[@]}" train.micro_batch_size=8 train.out_dir="$work/m1"
+run_logged "$work/m4.txt" "$HS_BIN" train "${tiny[@]}" train.micro_batch_size=2 train.out_dir="$work/m4"
 grep -q "4 micro-batch" "$work/m4.txt"
 python3 - "$work/m1/metrics.jsonl" "$work/m4/metrics.jsonl" <<'PY'
 import json, sys

@@ -20,17 +20,7 @@
 #include "hypershard/comm.h"
 #include "hypershard/mesh.h"
 #include "hypershard/optim.h"
-
-#define CHECK(comm, cond, ...)                                                        \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            hs_error ce_;                                                             \
-            hs_error_set(&ce_, HS_ERR_INTERNAL, __VA_ARGS__);                         \
-            fprintf(stderr, "%s:%d: check failed: %s: %s\n", __FILE__, __LINE__, #cond, \
-                    ce_.msg);                                                         \
-            hs_comm_abort((comm), &ce_);                                              \
-        }                                                                             \
-    } while (0)
+#include "mpi_test_util.h"
 
 #define SEQ 16
 #define PER_RANK 2 /* sequences per data-parallel rank */
@@ -581,14 +571,8 @@ static void run_case(hs_comm *c, const tcase *tc)
 
 int main(int argc, char **argv)
 {
-    hs_comm *c = NULL;
-    hs_error e;
-    hs_error_clear(&e);
     hs_comm_options opt = {.timeout_s = 120};
-    if (hs_comm_init(&c, &argc, &argv, &opt, &e) != HS_OK) {
-        fprintf(stderr, "%s\n", e.msg);
-        return 1;
-    }
+    hs_comm *c = mt_comm_init(&argc, &argv, &opt);
     int W = hs_comm_size(c);
     const tcase fsdp = {.name = "fsdp", .shard = W};
     run_case(c, &fsdp);

@@ -7,16 +7,7 @@
 #include <stdlib.h>
 
 #include "hypershard/mesh.h"
-
-#define CHECK(comm, cond, ...)                                                  \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            hs_error ce_;                                                       \
-            hs_error_set(&ce_, HS_ERR_INTERNAL, __VA_ARGS__);                   \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            hs_comm_abort((comm), &ce_);                                        \
-        }                                                                       \
-    } while (0)
+#include "mpi_test_util.h"
 
 /* The richest valid layout for each tested world size, so every dim has
  * more than one group or more than one member somewhere. */
@@ -91,18 +82,11 @@ static void check_wrong_world_is_refused(hs_comm *c) {
 }
 
 int main(int argc, char **argv) {
-    int provided, rank;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    hs_trace *trace = hs_trace_create(rank, false);
-    hs_comm_options opt = {.timeout_s = 120, .trace = trace};
-    hs_comm *c = NULL;
+    hs_trace *trace = NULL;
+    hs_comm *c = mt_traced_init(&argc, &argv, 120, false, &trace);
+    int rank = hs_comm_rank(c);
     hs_error e;
     hs_error_clear(&e);
-    if (hs_comm_init(&c, &argc, &argv, &opt, &e) != HS_OK) {
-        fprintf(stderr, "%s\n", e.msg);
-        return 1;
-    }
     hs_topology t = layout_for(hs_comm_size(c), &e);
     hs_mesh *m = NULL;
     CHECK(c, hs_mesh_create(c, &t, &m, &e) == HS_OK, "%s", e.msg);
@@ -117,8 +101,6 @@ int main(int argc, char **argv) {
     check_wrong_world_is_refused(c);
     if (rank == 0) printf("mesh groups ok on %d ranks\n", t.world);
     hs_mesh_free(m);
-    hs_comm_finalize(c);
-    hs_trace_free(trace);
-    MPI_Finalize();
+    mt_traced_finalize(c, trace);
     return 0;
 }

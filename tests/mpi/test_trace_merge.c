@@ -7,16 +7,7 @@
 #include <unistd.h>
 
 #include "hypershard/comm.h"
-
-#define CHECK(comm, cond, ...)                                                  \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            hs_error ce_;                                                       \
-            hs_error_set(&ce_, HS_ERR_INTERNAL, __VA_ARGS__);                   \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            hs_comm_abort((comm), &ce_);                                        \
-        }                                                                       \
-    } while (0)
+#include "mpi_test_util.h"
 
 static int count_of(const char *s, const char *needle) {
     int n = 0;
@@ -104,23 +95,12 @@ static void run_failed_write(hs_comm *c) {
 }
 
 int main(int argc, char **argv) {
-    int provided, rank;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    hs_trace *trace = hs_trace_create(rank, true);
-    hs_comm_options opt = {.timeout_s = 60, .trace = trace};
-    hs_comm *c = NULL;
-    hs_error e;
-    hs_error_clear(&e);
-    if (hs_comm_init(&c, &argc, &argv, &opt, &e) != HS_OK) {
-        fprintf(stderr, "%s\n", e.msg);
-        return 1;
-    }
+    hs_trace *trace = NULL;
+    hs_comm *c = mt_traced_init(&argc, &argv, 60, true, &trace);
+    int rank = hs_comm_rank(c);
     run_merge(c, trace);
     run_failed_write(c);
     if (rank == 0) printf("merged trace ok on %d ranks\n", hs_comm_size(c));
-    hs_comm_finalize(c);
-    hs_trace_free(trace);
-    MPI_Finalize();
+    mt_traced_finalize(c, trace);
     return 0;
 }

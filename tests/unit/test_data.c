@@ -11,28 +11,12 @@
 #include <unistd.h>
 
 #include "hypershard/train.h"
+#include "test_util.h"
 
 static char tmpdir[256];
 
-static int setup(void **state) {
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/hs_test_data_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
-}
-
-static void write_text(const char *path, const char *text, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, n, f), n);
-    fclose(f);
-}
+static int setup(void **s) { (void)s; return tu_tmpdir_make(tmpdir, sizeof tmpdir, "data"); }
+static int teardown(void **s) { (void)s; return tu_tmpdir_remove(tmpdir); }
 
 /* A text file of n bytes where byte i is 'A' + i % 26. */
 static void text_config(hs_data_config *dc, int n, double val_fraction) {
@@ -41,7 +25,7 @@ static void text_config(hs_data_config *dc, int n, double val_fraction) {
     snprintf(dc->source, sizeof dc->source, "text");
     snprintf(dc->path, sizeof dc->path, "%s/text.txt", tmpdir);
     dc->val_fraction = val_fraction;
-    write_text(dc->path, text, (size_t)n);
+    tu_write_file(dc->path, text, (size_t)n);
     free(text);
 }
 
@@ -246,7 +230,7 @@ static void test_tokens_file_round_trips(void **state) {
 static void expect_format_error(const char *bytes, size_t n, const char *needle) {
     char path[300];
     snprintf(path, sizeof path, "%s/bad.bin", tmpdir);
-    write_text(path, bytes, n);
+    tu_write_file(path, bytes, n);
     uint16_t *out = NULL;
     int64_t count = 0;
     hs_error e;

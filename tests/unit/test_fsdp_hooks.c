@@ -191,34 +191,60 @@ static void test_post_backward_missed_by_a_unit_runs_from_the_root_then_drains(v
     world_down(&w);
 }
 
+/* The same model allocated the single-process way, with the wrap's seed. */
+static hs_model *world_reference(world *w)
+{
+    hs_model *ref = fx_model(&w->cfg, w->dev, true, HS_DTYPE_F32, false);
+    hs_model_init_weights(ref, 11);
+    return ref;
+}
+
+/* One micro-batch (fx_batch with `salt`) through the reference and then
+ * through the wrapped model; their losses come back in l_ref and l_fsdp. */
+static void step_both(world *w, hs_model *ref, int salt, float scale, double *l_ref,
+                      double *l_fsdp)
+{
+    int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
+    fx_batch(tok, tgt, w->cfg.model.vocab_size, salt);
+    hs_batch b = {tok, tgt, FX_B, FX_T};
+    double aux;
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_model_forward_backward(ref, &b, scale, NULL, l_ref, &aux, &e), HS_OK);
+    assert_int_equal(
+        hs_model_forward_backward(w->m, &b, scale, hs_fsdp_hooks(w->f), l_fsdp, &aux, &e), HS_OK);
+}
+
+/* Every reduced gradient equals the reference's bit for bit, and the
+ * unsharded gradient buffers are released after the reduction. */
+static void assert_reduced_grads_match(world *w, hs_model *ref)
+{
+    hs_optim_param *op;
+    int n = hs_fsdp_optim_params(w->f, &op);
+    for (int i = 0; i < n; i++) {
+        hs_param *rp = hs_model_param(ref, i);
+        assert_memory_equal(op[i].grad, rp->grad, sizeof(float) * (size_t)op[i].numel);
+        assert_null(w->ctx->params[i].unsharded_grad);
+    }
+}
+
 static void test_gradients_through_fsdp_equal_the_single_process_model(void **s)
 {
     (void)s;
     world w;
     world_up(&w, false);
-    hs_model *ref = fx_model(&w.cfg, w.dev, true, HS_DTYPE_F32, false);
-    hs_model_init_weights(ref, 11);
-    int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
-    fx_batch(tok, tgt, w.cfg.model.vocab_size, 3);
-    hs_batch b = {tok, tgt, FX_B, FX_T};
-    double l1, l2, aux;
-    hs_error e;
-    hs_error_clear(&e);
-    float scale = 1.0f / (FX_B * FX_T);
-    assert_int_equal(hs_model_forward_backward(ref, &b, scale, NULL, &l1, &aux, &e), HS_OK);
-    assert_int_equal(hs_model_forward_backward(w.m, &b, scale, hs_fsdp_hooks(w.f), &l2, &aux, &e),
-                     HS_OK);
+    hs_model *ref = world_reference(&w);
+    double l1, l2;
+    step_both(&w, ref, 3, 1.0f / (FX_B * FX_T), &l1, &l2);
     assert_true(l1 == l2);
     hs_optim_param *op;
     int n = hs_fsdp_optim_params(w.f, &op);
     assert_int_equal(n, hs_model_num_params(ref));
+    assert_reduced_grads_match(&w, ref);
     for (int i = 0; i < n; i++) {
         hs_param *rp = hs_model_param(ref, i);
         assert_int_equal(op[i].numel, w.ctx->params[i].plan.unpacked_numel);
-        assert_memory_equal(op[i].grad, rp->grad, sizeof(float) * (size_t)op[i].numel);
         assert_memory_equal(op[i].data, rp->data, sizeof(float) * (size_t)op[i].numel);
-        /* unsharded grads are released after the reduction */
-        assert_null(w.ctx->params[i].unsharded_grad);
         assert_null(w.ctx->params[i].p->grad);
     }
     hs_model_free(ref);
@@ -230,20 +256,11 @@ static void test_no_sync_micro_batches_accumulate_then_the_last_reduces_once(voi
     (void)s;
     world w;
     world_up(&w, false);
-    hs_model *ref = fx_model(&w.cfg, w.dev, true, HS_DTYPE_F32, false);
-    hs_model_init_weights(ref, 11);
-    int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
-    hs_error e;
-    hs_error_clear(&e);
-    float scale = 1.0f / (2 * FX_B * FX_T);
+    hs_model *ref = world_reference(&w);
     for (int mb = 0; mb < 2; mb++) {
-        fx_batch(tok, tgt, w.cfg.model.vocab_size, 5 + mb);
-        hs_batch b = {tok, tgt, FX_B, FX_T};
-        double l, aux;
+        double l_ref, l_fsdp;
         hs_fsdp_set_micro_batch(w.f, false, false, mb == 1);
-        assert_int_equal(hs_model_forward_backward(ref, &b, scale, NULL, &l, &aux, &e), HS_OK);
-        assert_int_equal(
-            hs_model_forward_backward(w.m, &b, scale, hs_fsdp_hooks(w.f), &l, &aux, &e), HS_OK);
+        step_both(&w, ref, 5 + mb, 1.0f / (2 * FX_B * FX_T), &l_ref, &l_fsdp);
         if (mb == 0) {
             /* nothing reduced yet; the unsharded grads stay alive */
             for (int i = 0; i < w.ctx->n_params; i++) {
@@ -253,13 +270,7 @@ static void test_no_sync_micro_batches_accumulate_then_the_last_reduces_once(voi
             }
         }
     }
-    hs_optim_param *op;
-    int n = hs_fsdp_optim_params(w.f, &op);
-    for (int i = 0; i < n; i++) {
-        hs_param *rp = hs_model_param(ref, i);
-        assert_memory_equal(op[i].grad, rp->grad, sizeof(float) * (size_t)op[i].numel);
-        assert_null(w.ctx->params[i].unsharded_grad);
-    }
+    assert_reduced_grads_match(&w, ref);
     hs_model_free(ref);
     world_down(&w);
 }

@@ -10,15 +10,46 @@
 
 #include "fsdp_fixture.h"
 
+/* What a test builds over its config: the device, a model whose parameters
+ * are left to FSDP, and (when wrapped) the manager and its context. */
+typedef struct built {
+    hs_config cfg;
+    hs_device *dev;
+    hs_model *m;
+    hs_fsdp *f;
+    hs_fsdp_ctx *ctx;
+} built;
+
+/* Over b->cfg, which the test has filled; wraps with every group of size 1
+ * and seed 7 when `wrap`. */
+static void build(built *b, hs_dtype compute, bool wrap)
+{
+    b->dev = fx_device();
+    b->m = fx_model(&b->cfg, b->dev, false, compute, false);
+    b->f = wrap ? fx_wrap(&b->cfg, b->dev, b->m, 7) : NULL;
+    b->ctx = wrap ? hs_fsdp_context(b->f) : NULL;
+}
+
+static void build_default(built *b)
+{
+    fx_config(&b->cfg);
+    build(b, HS_DTYPE_F32, true);
+}
+
+static void release(built *b)
+{
+    hs_fsdp_free(b->f);
+    hs_model_free(b->m);
+    hs_device_free(b->dev);
+    hs_config_free(&b->cfg);
+}
+
 static void test_shard_size_1_without_cast_aliases_the_sharded_storage(void **s)
 {
     (void)s;
-    hs_config cfg;
-    fx_config(&cfg);
-    hs_device *dev = fx_device();
-    hs_model *m = fx_model(&cfg, dev, false, HS_DTYPE_F32, false);
-    hs_fsdp *f = fx_wrap(&cfg, dev, m, 7);
-    hs_fsdp_ctx *ctx = hs_fsdp_context(f);
+    built b;
+    build_default(&b);
+    hs_fsdp_ctx *ctx = b.ctx;
     int64_t before = ctx->mem.current[HS_FSDP_MEM_PARAM];
     int64_t allocs = ctx->mem.allocs[HS_FSDP_MEM_PARAM];
     hs_fsdp_hook_pre_forward(ctx, 1);
@@ -42,22 +73,17 @@ static void test_shard_size_1_without_cast_aliases_the_sharded_storage(void **s)
     }
     assert_true(u->params[0]->storage[0] == first);
     assert_int_equal(ctx->mem.current[HS_FSDP_MEM_PARAM], before);
-    hs_fsdp_free(f);
-    hs_model_free(m);
-    hs_device_free(dev);
-    hs_config_free(&cfg);
+    release(&b);
 }
 
 static void test_shard_size_1_with_cast_uses_a_cast_buffer_and_keeps_the_master(void **s)
 {
     (void)s;
-    hs_config cfg;
-    fx_config(&cfg);
-    cfg.fsdp.mix_precision.param_dtype = HS_DTYPE_BF16;
-    hs_device *dev = fx_device();
-    hs_model *m = fx_model(&cfg, dev, false, HS_DTYPE_BF16, false);
-    hs_fsdp *f = fx_wrap(&cfg, dev, m, 7);
-    hs_fsdp_ctx *ctx = hs_fsdp_context(f);
+    built b;
+    fx_config(&b.cfg);
+    b.cfg.fsdp.mix_precision.param_dtype = HS_DTYPE_BF16;
+    build(&b, HS_DTYPE_BF16, true);
+    hs_fsdp_ctx *ctx = b.ctx;
     int64_t before = ctx->mem.current[HS_FSDP_MEM_PARAM];
     hs_fsdp_hook_pre_forward(ctx, 1);
     hs_fsdp_unit *u = &ctx->units[1];
@@ -81,10 +107,7 @@ static void test_shard_size_1_with_cast_uses_a_cast_buffer_and_keeps_the_master(
     assert_true(fp0->storage[0] == master);
     assert_null(fp0->owned);
     assert_int_equal(ctx->mem.current[HS_FSDP_MEM_PARAM], before);
-    hs_fsdp_free(f);
-    hs_model_free(m);
-    hs_device_free(dev);
-    hs_config_free(&cfg);
+    release(&b);
 }
 
 /* Storage of one rank of a W-way shard, without any collective: init only. */
@@ -123,42 +146,37 @@ static void check_storage(hs_model *m, hs_device *dev, int index, int w, int r)
 static void test_uneven_storage_is_padded_with_a_zero_tail_and_even_is_not(void **s)
 {
     (void)s;
-    hs_config cfg;
-    fx_config(&cfg);
-    hs_device *dev = fx_device();
-    hs_model *m = fx_model(&cfg, dev, false, HS_DTYPE_F32, false);
-    int emb = hs_model_find_param(m, "model.embed_tokens.weight"); /* [37, 16] */
-    int q = hs_model_find_param(m, "model.layers.0.self_attn.q_proj.weight"); /* [16, 16] */
+    built b;
+    fx_config(&b.cfg);
+    build(&b, HS_DTYPE_F32, false);
+    int emb = hs_model_find_param(b.m, "model.embed_tokens.weight"); /* [37, 16] */
+    int q = hs_model_find_param(b.m, "model.layers.0.self_attn.q_proj.weight"); /* [16, 16] */
     assert_true(emb >= 0 && q >= 0);
     for (int w = 1; w <= 8; w++)
         for (int r = 0; r < w; r++) {
-            check_storage(m, dev, emb, w, r);
-            check_storage(m, dev, q, w, r);
+            check_storage(b.m, b.dev, emb, w, r);
+            check_storage(b.m, b.dev, q, w, r);
         }
     /* 37 rows over 4: 10/10/10/7, rank 3 pads 3 rows; 16 over 4 is even */
     hs_fsdp_plan pl;
     hs_error e;
-    hs_fsdp_plan_build(&pl, "e", 2, hs_model_param(m, emb)->shape, 0, 4, 3, &e);
+    hs_fsdp_plan_build(&pl, "e", 2, hs_model_param(b.m, emb)->shape, 0, 4, 3, &e);
     assert_int_equal(pl.layout.actual_rows, 7);
     assert_int_equal(pl.kind, HS_FSDP_PACK_DIM0_PADDED);
-    hs_model_free(m);
-    hs_device_free(dev);
-    hs_config_free(&cfg);
+    release(&b);
 }
 
 static void test_replicate_params_get_the_ddp_mesh_and_never_all_gather(void **s)
 {
     (void)s;
-    hs_config cfg;
-    fx_config(&cfg);
+    built b;
+    fx_config(&b.cfg);
     const char *names[] = {"model.norm.weight", "model.layers.1.input_layernorm.weight"};
-    cfg.fsdp.n_replicate_params = 2;
-    cfg.fsdp.replicate_params = malloc(2 * sizeof(char *));
-    for (int i = 0; i < 2; i++) cfg.fsdp.replicate_params[i] = strdup(names[i]);
-    hs_device *dev = fx_device();
-    hs_model *m = fx_model(&cfg, dev, false, HS_DTYPE_F32, false);
-    hs_fsdp *f = fx_wrap(&cfg, dev, m, 7);
-    hs_fsdp_ctx *ctx = hs_fsdp_context(f);
+    b.cfg.fsdp.n_replicate_params = 2;
+    b.cfg.fsdp.replicate_params = malloc(2 * sizeof(char *));
+    for (int i = 0; i < 2; i++) b.cfg.fsdp.replicate_params[i] = strdup(names[i]);
+    build(&b, HS_DTYPE_F32, true);
+    hs_fsdp_ctx *ctx = b.ctx;
     for (int i = 0; i < ctx->n_params; i++) {
         hs_fsdp_param *fp = &ctx->params[i];
         bool rep = strcmp(fp->p->fqn, names[0]) == 0 || strcmp(fp->p->fqn, names[1]) == 0;
@@ -166,64 +184,54 @@ static void test_replicate_params_get_the_ddp_mesh_and_never_all_gather(void **s
         assert_int_equal(fp->mi.kind, rep ? HS_FSDP_MESH_DDP : HS_FSDP_MESH_FSDP);
         assert_false(fp->needs_all_gather);
     }
-    hs_fsdp_free(f);
-    hs_model_free(m);
-    hs_device_free(dev);
-    hs_config_free(&cfg);
+    release(&b);
 }
 
 static void test_unknown_replicate_param_fails_rule_11_naming_it(void **s)
 {
     (void)s;
-    hs_config cfg;
-    fx_config(&cfg);
-    cfg.fsdp.n_replicate_params = 1;
-    cfg.fsdp.replicate_params = malloc(sizeof(char *));
-    cfg.fsdp.replicate_params[0] = strdup("model.layers.9.mlp.up_proj.weight");
-    hs_device *dev = fx_device();
-    hs_model *m = fx_model(&cfg, dev, false, HS_DTYPE_F32, false);
+    built b;
+    fx_config(&b.cfg);
+    b.cfg.fsdp.n_replicate_params = 1;
+    b.cfg.fsdp.replicate_params = malloc(sizeof(char *));
+    b.cfg.fsdp.replicate_params[0] = strdup("model.layers.9.mlp.up_proj.weight");
+    build(&b, HS_DTYPE_F32, false);
     hs_fsdp_dp_groups g = {.shard_size = 1, .replicate_size = 1, .flat_size = 1};
-    hs_fsdp *f = NULL;
     hs_error e;
     hs_error_clear(&e);
-    assert_int_equal(hs_fsdp_wrap_groups(&cfg, &g, NULL, dev, m, 1, NULL, &f, &e), HS_ERR_CONFIG);
-    assert_null(f);
+    assert_int_equal(hs_fsdp_wrap_groups(&b.cfg, &g, NULL, b.dev, b.m, 1, NULL, &b.f, &e),
+                     HS_ERR_CONFIG);
+    assert_null(b.f);
     assert_non_null(strstr(e.msg, "model.layers.9.mlp.up_proj.weight"));
-    for (int i = 0; i < hs_model_num_params(m); i++) assert_null(hs_model_param(m, i)->data);
-    hs_model_free(m);
-    hs_device_free(dev);
-    hs_config_free(&cfg);
+    for (int i = 0; i < hs_model_num_params(b.m); i++)
+        assert_null(hs_model_param(b.m, i)->data);
+    release(&b);
 }
 
 static void test_options_without_machinery_fail_naming_their_config_path(void **s)
 {
     (void)s;
-    hs_config cfg;
-    fx_config(&cfg);
-    cfg.fsdp.mix_precision.output_dtype = HS_DTYPE_BF16;
-    hs_device *dev = fx_device();
-    hs_model *m = fx_model(&cfg, dev, false, HS_DTYPE_F32, false);
-    hs_fsdp_dp_groups g = {.shard_size = 1, .replicate_size = 1, .flat_size = 1};
-    hs_fsdp *f = NULL;
+    built b;
+    fx_config(&b.cfg);
+    snprintf(b.cfg.optimizer.target, sizeof b.cfg.optimizer.target, "muon");
+    build(&b, HS_DTYPE_F32, false);
+    /* Rejected before any group is used, so no process group is needed. */
+    hs_fsdp_dp_groups g = {.shard_size = 2, .replicate_size = 1, .flat_size = 2};
     hs_error e;
-    assert_int_equal(hs_fsdp_wrap_groups(&cfg, &g, NULL, dev, m, 1, NULL, &f, &e), HS_ERR_CONFIG);
-    assert_null(f);
-    assert_non_null(strstr(e.msg, "fsdp_config.mix_precision.output_dtype=bfloat16"));
+    assert_int_equal(hs_fsdp_wrap_groups(&b.cfg, &g, NULL, b.dev, b.m, 1, NULL, &b.f, &e),
+                     HS_ERR_CONFIG);
+    assert_null(b.f);
+    assert_non_null(strstr(e.msg, "optimizer._target_=muon with fsdp_config.dp_shard_size=2"));
     assert_int_equal(e.lines, 1);
-    hs_model_free(m);
-    hs_device_free(dev);
-    hs_config_free(&cfg);
+    release(&b);
 }
 
 static void test_every_param_sits_in_its_deepest_unit_and_only_the_root_skips_reshard(void **s)
 {
     (void)s;
-    hs_config cfg;
-    fx_config(&cfg);
-    hs_device *dev = fx_device();
-    hs_model *m = fx_model(&cfg, dev, false, HS_DTYPE_F32, false);
-    hs_fsdp *f = fx_wrap(&cfg, dev, m, 7);
-    hs_fsdp_ctx *ctx = hs_fsdp_context(f);
+    built b;
+    build_default(&b);
+    hs_fsdp_ctx *ctx = b.ctx;
     int seen = 0;
     for (int u = 0; u < ctx->n_units; u++) {
         for (int i = 0; i < ctx->units[u].n_params; i++)
@@ -231,35 +239,30 @@ static void test_every_param_sits_in_its_deepest_unit_and_only_the_root_skips_re
         seen += ctx->units[u].n_params;
         assert_int_equal(ctx->units[u].reshard_after_forward, u != 0);
     }
-    assert_int_equal(seen, hs_model_num_params(m));
+    assert_int_equal(seen, hs_model_num_params(b.m));
     hs_fsdp_stats st;
-    hs_fsdp_get_stats(f, &st);
-    assert_int_equal(st.blocks_wrapped, cfg.model.n_layers);
-    hs_fsdp_free(f);
-    hs_model_free(m);
-    hs_device_free(dev);
-    hs_config_free(&cfg);
+    hs_fsdp_get_stats(b.f, &st);
+    assert_int_equal(st.blocks_wrapped, b.cfg.model.n_layers);
+    release(&b);
 }
 
 static void test_prefetch_targets_follow_declaration_order_and_depth_0_sets_none(void **s)
 {
     (void)s;
-    hs_config cfg;
-    fx_config(&cfg);
-    cfg.model.n_layers = 3;
-    hs_device *dev = fx_device();
-    hs_model *m = fx_model(&cfg, dev, false, HS_DTYPE_F32, false);
-    hs_fsdp *f = fx_wrap(&cfg, dev, m, 7);
-    hs_fsdp_ctx *ctx = hs_fsdp_context(f);
+    built b;
+    fx_config(&b.cfg);
+    b.cfg.model.n_layers = 3;
+    build(&b, HS_DTYPE_F32, true);
+    hs_fsdp_ctx *ctx = b.ctx;
     for (int u = 0; u < ctx->n_units; u++) {
         assert_int_equal(ctx->units[u].n_fwd_prefetch, 0);
         assert_int_equal(ctx->units[u].n_bwd_prefetch, 0);
     }
-    hs_fsdp_free(f);
-    cfg.fsdp.forward_prefetch_depth = 2;
-    cfg.fsdp.backward_prefetch_depth = 1;
-    f = fx_wrap(&cfg, dev, m, 7);
-    ctx = hs_fsdp_context(f);
+    hs_fsdp_free(b.f);
+    b.cfg.fsdp.forward_prefetch_depth = 2;
+    b.cfg.fsdp.backward_prefetch_depth = 1;
+    b.f = fx_wrap(&b.cfg, b.dev, b.m, 7);
+    ctx = hs_fsdp_context(b.f);
     /* units: 0 root, 1..3 blocks. forward 0,1,2,3; backward 0,3,2,1 */
     assert_int_equal(ctx->units[0].n_fwd_prefetch, 2);
     assert_int_equal(ctx->units[0].fwd_prefetch[0], 1);
@@ -271,10 +274,7 @@ static void test_prefetch_targets_follow_declaration_order_and_depth_0_sets_none
     assert_int_equal(ctx->units[0].bwd_prefetch[0], 3);
     assert_int_equal(ctx->units[3].bwd_prefetch[0], 2);
     assert_int_equal(ctx->units[1].n_bwd_prefetch, 0);
-    hs_fsdp_free(f);
-    hs_model_free(m);
-    hs_device_free(dev);
-    hs_config_free(&cfg);
+    release(&b);
 }
 
 static void test_unit_mixing_plain_and_tp_params_is_rejected_listing_fqns(void **s)

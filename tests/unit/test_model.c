@@ -11,47 +11,9 @@
 #include <cmocka.h>
 
 #include "hypershard/model.h"
+#include "model_fixture.h"
 
-static hs_model_config tiny_config(void) {
-    hs_model_config c;
-    memset(&c, 0, sizeof c);
-    snprintf(c.arch, sizeof c.arch, "llama");
-    c.vocab_size = 11;
-    c.dim = 8;
-    c.n_layers = 2;
-    c.n_heads = 2;
-    c.n_kv_heads = 1;
-    c.ffn_dim = 12;
-    c.norm_eps = 1e-5;
-    c.rope_theta = 10000.0;
-    c.init_std = 0.3;
-    return c;
-}
-
-static hs_model_options tiny_options(hs_dtype dt, bool ckpt) {
-    hs_model_options o;
-    memset(&o, 0, sizeof o);
-    o.compute_dtype = dt;
-    o.grad_dtype = dt;
-    o.max_batch = 2;
-    o.seq_len = 5;
-    o.activation_checkpointing = ckpt;
-    o.allocate_params = true;
-    return o;
-}
-
-static hs_model *make(const hs_model_config *c, const hs_model_options *o, uint64_t seed) {
-    hs_model *m = NULL;
-    hs_error e;
-    hs_status st = hs_model_create(c, o, &m, &e);
-    if (st != HS_OK) fail_msg("hs_model_create: %s", e.msg);
-    hs_model_init_weights(m, seed);
-    return m;
-}
-
-/* Two sequences of 5; one ignored target to exercise target < 0. */
-static const int32_t TOKENS[10] = {1, 5, 2, 9, 3, 0, 10, 4, 4, 7};
-static const int32_t TARGETS[10] = {5, 2, 9, 3, 6, 10, 4, -1, 7, 8};
+static hs_model_config tiny_config(void) { return mf_config("llama", 1); }
 
 static hs_batch tiny_batch(void) {
     hs_batch b = {TOKENS, TARGETS, 2, 5};
@@ -59,11 +21,8 @@ static hs_batch tiny_batch(void) {
 }
 
 static double step(hs_model *m, float scale, const hs_model_hooks *hooks) {
-    hs_batch b = tiny_batch();
-    double loss = 0.0, aux = 0.0;
-    hs_error e;
-    if (hs_model_forward_backward(m, &b, scale, hooks, &loss, &aux, &e) != HS_OK)
-        fail_msg("forward_backward: %s", e.msg);
+    double loss, aux;
+    mf_step(m, scale, hooks, &loss, &aux);
     return loss;
 }
 
@@ -75,17 +34,11 @@ static double eval_loss(hs_model *m) {
     return loss;
 }
 
-static int64_t numel(const hs_param *p) {
-    int64_t n = 1;
-    for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
-    return n;
-}
-
 static void test_fqns_shapes_and_units_follow_hf_llama(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
-    hs_model *m = make(&c, &o, 1);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *m = mf_make(&c, &o, 1);
     const char *expect[] = {"model.embed_tokens.weight",
                             "model.layers.0.self_attn.q_proj.weight",
                             "model.layers.0.self_attn.k_proj.weight",
@@ -126,13 +79,13 @@ static void test_fqns_shapes_and_units_follow_hf_llama(void **state) {
 static void test_flops_per_token_is_6_n_plus_6_l_t_c(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
-    hs_model *m = make(&c, &o, 1);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *m = mf_make(&c, &o, 1);
     double n = (double)hs_model_param_count(m) - 11 * 8; /* all but the embedding */
     assert_float_equal(hs_model_flops_per_token(m, 5), 6 * n + 6.0 * 2 * 5 * 8, 1e-6);
     hs_model_free(m);
     c.tie_embeddings = true; /* lm_head product still costs 6 * V * C */
-    m = make(&c, &o, 1);
+    m = mf_make(&c, &o, 1);
     assert_float_equal(hs_model_flops_per_token(m, 5), 6 * n + 6.0 * 2 * 5 * 8, 1e-6);
     hs_model_free(m);
 }
@@ -140,15 +93,15 @@ static void test_flops_per_token_is_6_n_plus_6_l_t_c(void **state) {
 static void test_init_rows_3_to_7_equal_the_same_slice_of_the_full_init(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
-    hs_model *m = make(&c, &o, 42);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *m = mf_make(&c, &o, 42);
     hs_param *p = hs_model_param(m, hs_model_find_param(m, "model.layers.1.mlp.gate_proj.weight"));
     float part[5 * 8];
     hs_model_init_param_rows(m, p, 42, part, HS_DTYPE_F32, 3, 5);
     assert_memory_equal(part, (float *)p->data + 3 * 8, sizeof part);
     double ss = 0.0; /* std is init_std: sanity, not a statistics test */
-    for (int64_t i = 0; i < numel(p); i++) ss += ((float *)p->data)[i] * ((float *)p->data)[i];
-    assert_true(fabs(sqrt(ss / numel(p)) - 0.3) < 0.1);
+    for (int64_t i = 0; i < mf_numel(p); i++) ss += ((float *)p->data)[i] * ((float *)p->data)[i];
+    assert_true(fabs(sqrt(ss / mf_numel(p)) - 0.3) < 0.1);
     hs_param *n = hs_model_param(m, hs_model_find_param(m, "model.norm.weight"));
     for (int i = 0; i < 8; i++) assert_float_equal(((float *)n->data)[i], 1.0f, 0.0f);
     uint16_t half[5 * 8];
@@ -184,7 +137,7 @@ static void check_model_fd(hs_model *m, int per_tensor) {
     for (int i = 0; i < hs_model_num_params(m); i++) {
         hs_param *p = hs_model_param(m, i);
         float *w = p->data, *g = p->grad;
-        int64_t n = numel(p);
+        int64_t n = mf_numel(p);
         for (int k = 0; k < per_tensor; k++) {
             int64_t j = (k * 7919 + i * 31) % n;
             double fd = fd_grad(m, w + j, scale), an = g[j];
@@ -201,8 +154,8 @@ static void check_model_fd(hs_model *m, int per_tensor) {
 static void test_whole_model_gradients_match_finite_differences(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
-    hs_model *m = make(&c, &o, 7);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *m = mf_make(&c, &o, 7);
     check_model_fd(m, 4);
     hs_model_free(m);
 }
@@ -211,8 +164,8 @@ static void test_tied_embeddings_have_no_lm_head_and_match_fd(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
     c.tie_embeddings = true;
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
-    hs_model *m = make(&c, &o, 7);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *m = mf_make(&c, &o, 7);
     assert_int_equal(hs_model_find_param(m, "lm_head.weight"), -1);
     assert_int_equal(hs_model_num_params(m), 1 + 9 * 2 + 1);
     check_model_fd(m, 6);
@@ -224,10 +177,10 @@ static void test_tied_embeddings_have_no_lm_head_and_match_fd(void **state) {
 static void test_tied_embedding_gradient_is_sum_of_both_uses(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
-    hs_model *u = make(&c, &o, 3);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *u = mf_make(&c, &o, 3);
     c.tie_embeddings = true;
-    hs_model *t = make(&c, &o, 3);
+    hs_model *t = mf_make(&c, &o, 3);
     hs_param *ue = hs_model_param(u, 0),
              *uh = hs_model_param(u, hs_model_find_param(u, "lm_head.weight"));
     memcpy(uh->data, ue->data, 11 * 8 * sizeof(float));
@@ -247,20 +200,20 @@ static void test_tied_embedding_gradient_is_sum_of_both_uses(void **state) {
 static void test_gqa_one_kv_head_equals_mha_with_duplicated_kv_weights(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
-    hs_model *g = make(&c, &o, 5);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *g = mf_make(&c, &o, 5);
     c.n_kv_heads = 2;
-    hs_model *mha = make(&c, &o, 5);
+    hs_model *mha = mf_make(&c, &o, 5);
     for (int i = 0; i < hs_model_num_params(g); i++) {
         hs_param *pg = hs_model_param(g, i), *pm = hs_model_param(mha, i);
         bool kv = strstr(pg->fqn, "k_proj") || strstr(pg->fqn, "v_proj");
         if (!kv) {
-            memcpy(pm->data, pg->data, (size_t)numel(pg) * sizeof(float));
+            memcpy(pm->data, pg->data, (size_t)mf_numel(pg) * sizeof(float));
             continue;
         }
         assert_int_equal(pm->shape[0], 2 * pg->shape[0]);
-        memcpy(pm->data, pg->data, (size_t)numel(pg) * sizeof(float));
-        memcpy((float *)pm->data + numel(pg), pg->data, (size_t)numel(pg) * sizeof(float));
+        memcpy(pm->data, pg->data, (size_t)mf_numel(pg) * sizeof(float));
+        memcpy((float *)pm->data + mf_numel(pg), pg->data, (size_t)mf_numel(pg) * sizeof(float));
     }
     double lg = step(g, 1.0f, NULL), lm = step(mha, 1.0f, NULL);
     assert_float_equal(lg, lm, 1e-6 * fabs(lg));
@@ -268,10 +221,10 @@ static void test_gqa_one_kv_head_equals_mha_with_duplicated_kv_weights(void **st
         hs_param *pg = hs_model_param(g, i), *pm = hs_model_param(mha, i);
         float *gg = pg->grad, *gm = pm->grad;
         bool kv = strstr(pg->fqn, "k_proj") || strstr(pg->fqn, "v_proj");
-        float big = hs_max_abs_f32(gm, numel(pm));
-        for (int64_t j = 0; j < numel(pg); j++) {
+        float big = hs_max_abs_f32(gm, mf_numel(pm));
+        for (int64_t j = 0; j < mf_numel(pg); j++) {
             /* the shared head's gradient is the sum over the heads it serves */
-            double want = kv ? (double)gm[j] + gm[j + numel(pg)] : gm[j];
+            double want = kv ? (double)gm[j] + gm[j + mf_numel(pg)] : gm[j];
             assert_float_equal(gg[j], want, 1e-5 * big);
         }
     }
@@ -282,21 +235,18 @@ static void test_gqa_one_kv_head_equals_mha_with_duplicated_kv_weights(void **st
 static void test_activation_checkpointing_is_bitwise_identical(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
     hs_pool pa, pb;
     hs_pool_init(&pa, "plain");
     hs_pool_init(&pb, "recompute");
     o.pool = &pa;
-    hs_model *a = make(&c, &o, 9);
+    hs_model *a = mf_make(&c, &o, 9);
     o.activation_checkpointing = true;
     o.pool = &pb;
-    hs_model *b = make(&c, &o, 9);
+    hs_model *b = mf_make(&c, &o, 9);
     double la = step(a, 0.1f, NULL), lb = step(b, 0.1f, NULL);
     assert_memory_equal(&la, &lb, sizeof la);
-    for (int i = 0; i < hs_model_num_params(a); i++) {
-        hs_param *p = hs_model_param(a, i), *q = hs_model_param(b, i);
-        assert_memory_equal(p->grad, q->grad, (size_t)numel(p) * sizeof(float));
-    }
+    mf_assert_grads_equal(a, b);
     assert_true(hs_pool_peak(&pb) < hs_pool_peak(&pa));
     hs_model_free(a);
     hs_model_free(b);
@@ -312,14 +262,14 @@ static float grad_at(const hs_param *p, int64_t j) {
  * within 2% and every gradient tensor within 10% (of its norm) of fp32. */
 static void check_low_precision(hs_dtype cdt, hs_dtype gdt) {
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
-    hs_model *f = make(&c, &o, 11);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *f = mf_make(&c, &o, 11);
     o.compute_dtype = cdt;
     o.grad_dtype = gdt;
-    hs_model *h = make(&c, &o, 11);
+    hs_model *h = mf_make(&c, &o, 11);
     for (int i = 0; i < hs_model_num_params(f); i++) {
         hs_param *pf = hs_model_param(f, i), *ph = hs_model_param(h, i);
-        hs_convert(ph->data, cdt, pf->data, HS_DTYPE_F32, numel(pf));
+        hs_convert(ph->data, cdt, pf->data, HS_DTYPE_F32, mf_numel(pf));
     }
     double lf = step(f, 1.0f / 9, NULL), lh = step(h, 1.0f / 9, NULL);
     assert_true(isfinite(lh));
@@ -328,7 +278,7 @@ static void check_low_precision(hs_dtype cdt, hs_dtype gdt) {
     for (int i = 0; i < hs_model_num_params(f); i++) {
         hs_param *pf = hs_model_param(f, i), *ph = hs_model_param(h, i);
         double d2 = 0.0, n2 = 0.0;
-        for (int64_t j = 0; j < numel(pf); j++) {
+        for (int64_t j = 0; j < mf_numel(pf); j++) {
             float gh = grad_at(ph, j), gf = ((float *)pf->grad)[j];
             assert_true(isfinite(gh));
             d2 += (double)(gh - gf) * (gh - gf);
@@ -359,72 +309,9 @@ static void test_f16_run_is_finite_and_close_to_fp32(void **state) {
 
 /* ------------------------------------------------------------------ hooks */
 
-typedef struct recorder {
-    char log[1024];
-    bool in_backward[8];
-    hs_model *m;
-    hs_model *shadow; /* owns the real buffers; params are NULL outside hooks */
-} recorder;
-
-static void rec(recorder *r, const char *what, int u) {
-    char buf[16];
-    snprintf(buf, sizeof buf, u < 0 ? "%s " : "%s%d ", what, u);
-    strncat(r->log, buf, sizeof r->log - strlen(r->log) - 1);
-}
-
-/* Point (or unpoint) a unit's params at the shadow model's buffers, as FSDP
- * does: the model must read pointers only after the unit's hook. */
-static void bind(recorder *r, int u, bool data, bool grad) {
-    for (int i = 0; i < hs_model_num_params(r->m); i++) {
-        hs_param *p = hs_model_param(r->m, i), *s = hs_model_param(r->shadow, i);
-        if (p->unit != u) continue;
-        p->data = data ? s->data : NULL;
-        p->grad = grad ? s->grad : NULL;
-    }
-}
-
-/* Like FSDP, the forward hooks re-entered by recompute inside a unit's
- * backward keep its parameters in place. */
-static void h_pre_fwd(void *ctx, int u) { rec(ctx, "F", u), bind(ctx, u, true, true); }
-static void h_post_fwd(void *ctx, int u) {
-    recorder *r = ctx;
-    rec(r, "f", u);
-    if (!r->in_backward[u]) bind(r, u, false, false);
-}
-static void h_pre_bwd(void *ctx, int u) {
-    recorder *r = ctx;
-    rec(r, "B", u), bind(r, u, true, true);
-    r->in_backward[u] = true;
-}
-static void h_post_bwd(void *ctx, int u) {
-    recorder *r = ctx;
-    rec(r, "b", u), bind(r, u, false, false);
-    r->in_backward[u] = false;
-}
-static void h_final(void *ctx) { rec(ctx, "END", -1); }
-
 static void check_hooks(bool ckpt, const char *want) {
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, ckpt);
-    hs_model *ref = make(&c, &o, 13);
-    recorder r;
-    memset(&r, 0, sizeof r);
-    r.shadow = make(&c, &o, 13);
-    o.allocate_params = false;
-    hs_model *m = NULL;
-    hs_error e;
-    assert_int_equal(hs_model_create(&c, &o, &m, &e), HS_OK);
-    r.m = m;
-    hs_model_hooks hooks = {&r, h_pre_fwd, h_post_fwd, h_pre_bwd, h_post_bwd, h_final};
-    double lr = step(ref, 0.5f, NULL), lm = step(m, 0.5f, &hooks);
-    assert_string_equal(r.log, want);
-    assert_memory_equal(&lr, &lm, sizeof lr);
-    for (int i = 0; i < hs_model_num_params(ref); i++)
-        assert_memory_equal(hs_model_param(ref, i)->grad, hs_model_param(r.shadow, i)->grad,
-                            (size_t)numel(hs_model_param(ref, i)) * sizeof(float));
-    hs_model_free(ref);
-    hs_model_free(r.shadow);
-    hs_model_free(m);
+    mf_check_hooks(&c, mf_options(HS_DTYPE_F32, ckpt), 13, 0.5f, want);
 }
 
 static void test_hooks_run_in_documented_order_and_params_are_read_after_them(void **state) {
@@ -442,8 +329,8 @@ static void test_checkpointing_reenters_pre_forward_after_pre_backward(void **st
 static void test_forward_logits_give_the_same_loss_as_forward_backward(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
-    hs_model *m = make(&c, &o, 17);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *m = mf_make(&c, &o, 17);
     float logits[10 * 11];
     hs_batch b = tiny_batch();
     double lf = 0.0;
@@ -466,8 +353,8 @@ static void test_forward_logits_give_the_same_loss_as_forward_backward(void **st
 static void test_logits_of_a_prefix_do_not_depend_on_later_tokens(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
-    hs_model *m = make(&c, &o, 23);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *m = mf_make(&c, &o, 23);
     float full[10 * 11], part[3 * 11];
     hs_batch b = tiny_batch();
     hs_error e;
@@ -483,9 +370,9 @@ static void test_logits_of_a_prefix_do_not_depend_on_later_tokens(void **state) 
 static void test_batch_gradient_is_the_sum_over_its_sequences(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
     o.seq_len = 200;
-    hs_model *both = make(&c, &o, 29), *each = make(&c, &o, 29);
+    hs_model *both = mf_make(&c, &o, 29), *each = mf_make(&c, &o, 29);
     int32_t tok[400], tgt[400];
     for (int i = 0; i < 400; i++)
         tok[i] = (i * 7 + 3) % 11, tgt[i] = i % 13 == 0 ? -1 : (i * 5) % 11;
@@ -498,8 +385,8 @@ static void test_batch_gradient_is_the_sum_over_its_sequences(void **state) {
     assert_float_equal(l2, la + lb, 1e-6 * l2);
     for (int i = 0; i < hs_model_num_params(both); i++) {
         hs_param *p = hs_model_param(both, i), *q = hs_model_param(each, i);
-        float big = hs_max_abs_f32(p->grad, numel(p));
-        for (int64_t j = 0; j < numel(p); j++)
+        float big = hs_max_abs_f32(p->grad, mf_numel(p));
+        for (int64_t j = 0; j < mf_numel(p); j++)
             assert_float_equal(((float *)p->grad)[j], ((float *)q->grad)[j], 1e-5 * big);
     }
     hs_model_free(both);
@@ -509,8 +396,8 @@ static void test_batch_gradient_is_the_sum_over_its_sequences(void **state) {
 static void test_ignored_targets_add_no_loss_and_no_gradient(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
-    hs_model *m = make(&c, &o, 19);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *m = mf_make(&c, &o, 19);
     const int32_t none[10] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
     hs_batch b = {TOKENS, none, 2, 5};
     double loss = 1.0, aux = 1.0;
@@ -520,7 +407,7 @@ static void test_ignored_targets_add_no_loss_and_no_gradient(void **state) {
     assert_float_equal(aux, 0.0, 0.0);
     for (int i = 0; i < hs_model_num_params(m); i++) {
         hs_param *p = hs_model_param(m, i);
-        assert_float_equal(hs_max_abs_f32(p->grad, numel(p)), 0.0f, 0.0f);
+        assert_float_equal(hs_max_abs_f32(p->grad, mf_numel(p)), 0.0f, 0.0f);
     }
     hs_model_free(m);
 }
@@ -528,8 +415,8 @@ static void test_ignored_targets_add_no_loss_and_no_gradient(void **state) {
 static void test_token_outside_vocab_is_an_error_naming_its_position(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
-    hs_model *m = make(&c, &o, 1);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *m = mf_make(&c, &o, 1);
     int32_t bad[10];
     memcpy(bad, TOKENS, sizeof bad);
     bad[7] = 11;
@@ -551,7 +438,7 @@ static void test_kv_heads_not_dividing_heads_is_a_config_error(void **state) {
     hs_model_config c = tiny_config();
     c.n_heads = 4;
     c.n_kv_heads = 3;
-    hs_model_options o = tiny_options(HS_DTYPE_F32, false);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
     hs_model *m = (hs_model *)1;
     hs_error e;
     assert_int_equal(hs_model_create(&c, &o, &m, &e), HS_ERR_CONFIG);

@@ -11,19 +11,11 @@
 #include <cmocka.h>
 
 #include "hypershard/optim.h"
+#include "optim_fixture.h"
 
 static hs_optim_config adamw_config(double lr, double wd)
 {
-    hs_optim_config c;
-    memset(&c, 0, sizeof c);
-    strcpy(c.target, "adamw");
-    c.lr = lr;
-    c.betas[0] = 0.9, c.betas[1] = 0.999;
-    c.eps = 1e-8;
-    c.weight_decay = wd;
-    c.muon.momentum = 0.95, c.muon.nesterov = true, c.muon.ns_steps = 5;
-    strcpy(c.schedule.decay, "constant");
-    return c;
+    return of_config("adamw", lr, 0.999, wd, "constant");
 }
 
 static hs_optim_param f32_param(const char *fqn, float *data, float *grad, int64_t n, bool decay)
@@ -48,9 +40,7 @@ static void test_two_steps_match_hand_computed_double_values(void **state)
     float p[3] = {1.0f, -2.0f, 0.5f}, g[3] = {0.5f, 0.25f, -1.0f};
     hs_optim_config cfg = adamw_config(0.1, 0.01);
     hs_optim_param prm = f32_param("w", p, g, 3, true);
-    hs_optim *o;
-    hs_error e;
-    assert_int_equal(hs_optim_create(&cfg, &prm, 1, NULL, &o, &e), HS_OK);
+    hs_optim *o = of_create(&cfg, &prm, 1, NULL);
 
     const double p0[3] = {1.0, -2.0, 0.5}, g1[3] = {0.5, 0.25, -1.0}, g2[3] = {-0.3, 0.25, 2.0};
     double want1[3], want2[3];
@@ -84,9 +74,7 @@ static void test_eps_is_added_after_the_sqrt_of_corrected_v(void **state)
     float p[2] = {1.0f, 1.0f}, g[2] = {1e-8f, -1e-8f};
     hs_optim_config cfg = adamw_config(0.1, 0.0);
     hs_optim_param prm = f32_param("w", p, g, 2, true);
-    hs_optim *o;
-    hs_error e;
-    assert_int_equal(hs_optim_create(&cfg, &prm, 1, NULL, &o, &e), HS_OK);
+    hs_optim *o = of_create(&cfg, &prm, 1, NULL);
     hs_optim_step(o, 0.1);
     double want = 0.1 * 1e-8 / (1e-8 + 1e-8) * ((double)g[0] / 1e-8);
     assert_close(1.0 - p[0], want, 1e-3);
@@ -101,9 +89,7 @@ static void test_no_decay_param_keeps_value_under_zero_grad_while_decayed_shrink
     hs_optim_config cfg = adamw_config(0.01, 0.1);
     hs_optim_param ps[2] = {f32_param("model.layers.0.self_attn.q_proj.weight", a, g, 4, true),
                             f32_param("model.norm.weight", b, g, 4, false)};
-    hs_optim *o;
-    hs_error e;
-    assert_int_equal(hs_optim_create(&cfg, ps, 2, NULL, &o, &e), HS_OK);
+    hs_optim *o = of_create(&cfg, ps, 2, NULL);
     hs_optim_step(o, 0.01);
     const float orig[4] = {1, 2, -3, 4};
     for (int i = 0; i < 4; i++) {
@@ -130,9 +116,7 @@ static void test_bf16_param_is_updated_in_fp32_and_rounded_once(void **state)
     hs_optim_config cfg = adamw_config(1e-3, 1.0);
     hs_optim_param prm = {.fqn = "w", .data = p, .dtype = HS_DTYPE_BF16, .grad = g, .numel = N,
                           .rows = N, .cols = 1, .decay = true};
-    hs_optim *o;
-    hs_error e;
-    assert_int_equal(hs_optim_create(&cfg, &prm, 1, NULL, &o, &e), HS_OK);
+    hs_optim *o = of_create(&cfg, &prm, 1, NULL);
     hs_optim_step(o, 1e-3);
     assert_int_equal(p[0], hs_f32_to_bf16(0.99609375f));
     for (int i = 1; i < N; i++) {
@@ -155,15 +139,13 @@ static void test_state_restore_continues_bit_identically(void **state)
     float a[5] = {1, 2, 3, 4, 5}, b[5], g[5] = {0.1f, -0.2f, 0.3f, -0.4f, 0.5f};
     hs_optim_config cfg = adamw_config(0.05, 0.1);
     hs_optim_param pa = f32_param("a", a, g, 5, true);
-    hs_optim *o1, *o2;
-    hs_error e;
-    assert_int_equal(hs_optim_create(&cfg, &pa, 1, NULL, &o1, &e), HS_OK);
+    hs_optim *o1 = of_create(&cfg, &pa, 1, NULL);
     hs_optim_step(o1, 0.05);
     memcpy(b, a, sizeof a);
     hs_optim_param pb = f32_param("a", b, g, 5, true);
     hs_pool pool;
     hs_pool_init(&pool, "test");
-    assert_int_equal(hs_optim_create(&cfg, &pb, 1, &pool, &o2, &e), HS_OK);
+    hs_optim *o2 = of_create(&cfg, &pb, 1, &pool);
     assert_int_equal(hs_pool_current(&pool), 2 * 5 * sizeof(float));
     for (int k = 0; k < 2; k++)
         memcpy(hs_optim_state_data(o2, 0, k), hs_optim_state_data(o1, 0, k), sizeof a);
@@ -198,9 +180,7 @@ static void test_empty_shard_param_is_skipped(void **state)
     (void)state;
     hs_optim_config cfg = adamw_config(0.1, 0.1);
     hs_optim_param prm = f32_param("w", NULL, NULL, 0, true);
-    hs_optim *o;
-    hs_error e;
-    assert_int_equal(hs_optim_create(&cfg, &prm, 1, NULL, &o, &e), HS_OK);
+    hs_optim *o = of_create(&cfg, &prm, 1, NULL);
     hs_optim_step(o, 0.1);
     assert_int_equal(hs_optim_step_count(o), 1);
     hs_optim_free(o);

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "hypershard/optim.h"
+#include "optim_fixture.h"
 
 static void fill_gauss(float *x, int64_t n, uint64_t seed)
 {
@@ -150,15 +151,8 @@ static void test_ns5_singular_values_of_random_32x64_lie_in_0_6_to_1_2(void **st
 
 static hs_optim_config muon_config(double wd, bool nesterov)
 {
-    hs_optim_config c;
-    memset(&c, 0, sizeof c);
-    strcpy(c.target, "muon");
-    c.lr = 0.02;
-    c.betas[0] = 0.9, c.betas[1] = 0.95;
-    c.eps = 1e-8;
-    c.weight_decay = wd;
-    c.muon.momentum = 0.95, c.muon.nesterov = nesterov, c.muon.ns_steps = 5;
-    strcpy(c.schedule.decay, "cosine");
+    hs_optim_config c = of_config("muon", 0.02, 0.95, wd, "cosine");
+    c.muon.nesterov = nesterov;
     return c;
 }
 
@@ -180,9 +174,7 @@ static void check_momentum(bool nesterov)
     fill_gauss(p, R * C, 1), fill_gauss(g1, R * C, 2), fill_gauss(g2, R * C, 3);
     hs_optim_config cfg = muon_config(0.0, nesterov);
     hs_optim_param prm = matrix("w", p, g, R, C, true);
-    hs_optim *o;
-    hs_error e;
-    assert_int_equal(hs_optim_create(&cfg, &prm, 1, NULL, &o, &e), HS_OK);
+    hs_optim *o = of_create(&cfg, &prm, 1, NULL);
     assert_int_equal(hs_optim_state_count(o, 0), 1);
     assert_string_equal(hs_optim_state_name(o, 0, 0), "momentum_buffer");
     memcpy(g, g1, sizeof g);
@@ -223,9 +215,7 @@ static void test_scale_is_sqrt_max_1_rows_over_cols_and_decay_is_decoupled(void 
     memcpy(w0, wide, sizeof w0), memcpy(t0, tall, sizeof t0);
     hs_optim_config cfg = muon_config(0.5, true);
     hs_optim_param ps[2] = {matrix("wide", wide, gw, 2, 8, true), matrix("tall", tall, gt, 8, 2, true)};
-    hs_optim *o;
-    hs_error e;
-    assert_int_equal(hs_optim_create(&cfg, ps, 2, NULL, &o, &e), HS_OK);
+    hs_optim *o = of_create(&cfg, ps, 2, NULL);
     hs_optim_step(o, 0.02);
     hs_newton_schulz5(ow, gw, 2, 8, 5, NULL);
     hs_newton_schulz5(ot, gt, 8, 2, 5, NULL);
@@ -249,10 +239,8 @@ static void test_non_matrix_params_use_adamw_with_config_betas(void **state)
                          .numel = 6, .rows = 6, .cols = 1, .decay = false, .muon = false};
     hs_optim_param pb = pa;
     pb.data = b;
-    hs_optim *om, *oa;
-    hs_error e;
-    assert_int_equal(hs_optim_create(&mc, &pa, 1, NULL, &om, &e), HS_OK);
-    assert_int_equal(hs_optim_create(&ac, &pb, 1, NULL, &oa, &e), HS_OK);
+    hs_optim *om = of_create(&mc, &pa, 1, NULL);
+    hs_optim *oa = of_create(&ac, &pb, 1, NULL);
     for (int s = 0; s < 3; s++) hs_optim_step(om, 0.02), hs_optim_step(oa, 0.02);
     assert_memory_equal(a, b, sizeof a);
     assert_int_equal(hs_optim_state_count(om, 0), 2);
@@ -274,10 +262,8 @@ static void test_expert_tensor_orthogonalises_each_matrix_alone(void **state)
     batched.numel = E * M;
     hs_optim_param alone[E];
     for (int x = 0; x < E; x++) alone[x] = matrix("expert", single[x], g + x * M, R, C, true);
-    hs_optim *ob, *oa;
-    hs_error e;
-    assert_int_equal(hs_optim_create(&cfg, &batched, 1, NULL, &ob, &e), HS_OK);
-    assert_int_equal(hs_optim_create(&cfg, alone, E, NULL, &oa, &e), HS_OK);
+    hs_optim *ob = of_create(&cfg, &batched, 1, NULL);
+    hs_optim *oa = of_create(&cfg, alone, E, NULL);
     hs_optim_step(ob, 0.02), hs_optim_step(oa, 0.02);
     for (int x = 0; x < E; x++) assert_memory_equal(all + x * M, single[x], sizeof single[x]);
     hs_optim_free(ob), hs_optim_free(oa);
@@ -297,10 +283,8 @@ static void test_bf16_matrix_is_rounded_once_from_the_fp32_update(void **state)
     hs_optim_config cfg = muon_config(0.1, true);
     hs_optim_param a = matrix("f32", p32, g, R, C, true), b = matrix("bf16", p16, g, R, C, true);
     b.dtype = HS_DTYPE_BF16;
-    hs_optim *oa, *ob;
-    hs_error e;
-    assert_int_equal(hs_optim_create(&cfg, &a, 1, NULL, &oa, &e), HS_OK);
-    assert_int_equal(hs_optim_create(&cfg, &b, 1, NULL, &ob, &e), HS_OK);
+    hs_optim *oa = of_create(&cfg, &a, 1, NULL);
+    hs_optim *ob = of_create(&cfg, &b, 1, NULL);
     hs_optim_step(oa, 0.02), hs_optim_step(ob, 0.02);
     for (int i = 0; i < R * C; i++) assert_int_equal(p16[i], hs_f32_to_bf16(p32[i]));
     hs_optim_free(oa), hs_optim_free(ob);

@@ -11,21 +11,12 @@
 #include <unistd.h>
 
 #include "hypershard/train.h"
+#include "test_util.h"
 
 static char tmpdir[256];
 
-static int setup(void **state) {
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/hs_test_st_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
-}
+static int setup(void **s) { (void)s; return tu_tmpdir_make(tmpdir, sizeof tmpdir, "st"); }
+static int teardown(void **s) { (void)s; return tu_tmpdir_remove(tmpdir); }
 
 static char *tmp_path(const char *name) {
     static char buf[4][300];
@@ -33,13 +24,6 @@ static char *tmp_path(const char *name) {
     char *p = buf[next++ % 4];
     snprintf(p, 300, "%s/%s", tmpdir, name);
     return p;
-}
-
-static void write_bytes(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, n, f), n);
-    fclose(f);
 }
 
 static char *read_bytes(const char *path, size_t *n) {
@@ -133,11 +117,11 @@ static void test_truncated_files_are_errors_naming_the_file(void **state) {
     size_t n = 0;
     char *buf = read_bytes(full, &n);
     const char *cut = tmp_path("cut.safetensors");
-    write_bytes(cut, buf, 5); /* inside the length field */
+    tu_write_file(cut, buf, 5); /* inside the length field */
     expect_open_error(cut, "truncated", NULL);
-    write_bytes(cut, buf, 20); /* inside the header */
+    tu_write_file(cut, buf, 20); /* inside the header */
     expect_open_error(cut, "truncated", NULL);
-    write_bytes(cut, buf, n - 4); /* inside the data */
+    tu_write_file(cut, buf, n - 4); /* inside the data */
     expect_open_error(cut, "truncated", "w");
     free(buf);
 }
@@ -150,7 +134,7 @@ static const char *craft(const char *name, const char *header, size_t data_bytes
     uint64_t h64 = hl;
     memcpy(buf, &h64, 8);
     memcpy(buf + 8, header, hl);
-    write_bytes(path, buf, 8 + hl + data_bytes);
+    tu_write_file(path, buf, 8 + hl + data_bytes);
     free(buf);
     return path;
 }
@@ -166,7 +150,7 @@ static void test_bad_headers_name_the_tensor_and_the_problem(void **state) {
                       "tensor s", "shape[0]");
     const char *huge = tmp_path("len.st");
     uint64_t big = (uint64_t)1 << 40;
-    write_bytes(huge, &big, 8);
+    tu_write_file(huge, &big, 8);
     expect_open_error(huge, "header length", NULL);
 }
 
@@ -184,7 +168,7 @@ static void test_unaligned_tensors_of_other_writers_convert_exactly(void **state
     memcpy(&hl, buf, 8);
     float vals[2] = {3.5f, -1.25f};
     memcpy(buf + 8 + hl + 6, vals, 8);
-    write_bytes(path, buf, n);
+    tu_write_file(path, buf, n);
     free(buf);
     hs_st_file *f = NULL;
     hs_error e;

@@ -12,21 +12,12 @@
 #include <unistd.h>
 
 #include "hypershard/train.h"
+#include "test_util.h"
 
 static char tmpdir[256];
 
-static int setup(void **state) {
-    (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/hs_test_hf_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
-    return system(cmd);
-}
+static int setup(void **s) { (void)s; return tu_tmpdir_make(tmpdir, sizeof tmpdir, "hf"); }
+static int teardown(void **s) { (void)s; return tu_tmpdir_remove(tmpdir); }
 
 static void test_stacked_experts_become_one_tensor_per_expert(void **state) {
     (void)state;
@@ -116,6 +107,14 @@ static void held_create(held *h, const hs_model_config *mc, uint64_t seed) {
     hs_model_init_weights(h->m, seed);
 }
 
+/* Saves a's weights in Hugging Face format (dtype dt, 8 rows per chunk)
+ * under tmpdir/name, whose path comes back in dir. */
+static void save_hf(held *a, hs_dtype dt, const char *name, char *dir, size_t cap) {
+    snprintf(dir, cap, "%s/%s", tmpdir, name);
+    hs_error e;
+    assert_int_equal(hs_hf_save(a->m, get, a, dt, 8, dir, true, &e), HS_OK);
+}
+
 static void test_moe_weights_save_and_load_bitwise(void **state) {
     (void)state;
     hs_model_config mc = tiny_config("moe");
@@ -123,9 +122,8 @@ static void test_moe_weights_save_and_load_bitwise(void **state) {
     held_create(&a, &mc, 1);
     held_create(&b, &mc, 2);
     char dir[300];
-    snprintf(dir, sizeof dir, "%s/moe", tmpdir);
+    save_hf(&a, HS_DTYPE_F32, "moe", dir, sizeof dir);
     hs_error e;
-    assert_int_equal(hs_hf_save(a.m, get, &a, HS_DTYPE_F32, 8, dir, true, &e), HS_OK);
     assert_int_equal(hs_hf_load(b.m, dir, set, &b, &e), HS_OK);
     for (int i = 0; i < hs_model_num_params(a.m); i++) {
         const hs_param *p = hs_model_param(a.m, i), *q = hs_model_param(b.m, i);
@@ -143,9 +141,8 @@ static void test_loading_into_another_shape_names_parameter_and_shapes(void **st
     held_create(&a, &mc, 1);
     held_create(&b, &other, 1);
     char dir[300];
-    snprintf(dir, sizeof dir, "%s/llama", tmpdir);
+    save_hf(&a, HS_DTYPE_BF16, "llama", dir, sizeof dir);
     hs_error e;
-    assert_int_equal(hs_hf_save(a.m, get, &a, HS_DTYPE_BF16, 8, dir, true, &e), HS_OK);
     hs_error_clear(&e);
     assert_int_not_equal(hs_hf_load(b.m, dir, set, &b, &e), HS_OK);
     assert_non_null(strstr(e.msg, "model.layers.1.mlp.down_proj.weight has shape [16, 24]"));
