@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package hypershard needs to build, test and run.
+# Installs every Debian package hypershard needs to build, test and run
+# (python3, standard library only, is for the tests' comparison scripts).
 # Idempotent and quiet: does nothing when everything is present, otherwise
 # runs `apt-get update` once and installs what is missing.
 set -euo pipefail
@@ -12,6 +13,7 @@ packages=(
   zlib1g-dev
   libjansson-dev
   libcmocka-dev
+  python3
 )
 
 missing=()
