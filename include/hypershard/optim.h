@@ -11,8 +11,11 @@
  *   decay. Moments are fp32.
  * - Muon (see docs/optimizers.md for the exact rule and its source) applies
  *   to params with `muon` true (2-D hidden matrices, rows x cols); all others
- *   use AdamW with the same lr. Newton-Schulz needs the whole matrix: under
- *   FSDP the caller gathers it (a later concern; here `data`/`grad` are full).
+ *   use AdamW with the same lr. Newton-Schulz needs the whole matrix: a
+ *   param holding only some rows of it (an FSDP shard) sets `gather`; its
+ *   momentum stays local, the update direction of its rows is all-gathered
+ *   into the whole matrix, orthogonalised there and only its own rows are
+ *   applied (hs_optim_gather below).
  * - When `dtype` is 16-bit, the update is computed in fp32 and rounded once
  *   into `data` (round to nearest even). With fp32 main params the caller
  *   passes the fp32 main copy as `data` and writes it back itself.
@@ -29,6 +32,22 @@
 #include "hypershard/config.h"
 #include "hypershard/tensor.h"
 
+/* How a Muon param that holds rows [row_offset, row_offset + rows) of a
+ * full_rows x cols matrix sees the whole matrix. all_gather_rows gets this
+ * param's rows x cols `local` values and fills `full` (buffer_rows x cols
+ * floats, buffer_rows >= full_rows leaving room for the caller's padding)
+ * so that its first full_rows rows are the whole matrix, every holder's
+ * rows in place. It is a collective over the holders: each calls it once
+ * per step for the param, zero-row holders included, in the same param
+ * order (hs_optim_step walks the list in order on every rank). A failed
+ * gather ends the process (hs_panic naming the param): a half-applied step
+ * cannot be resumed. all_gather_rows NULL: the param is whole. */
+typedef struct hs_optim_gather {
+    void *ctx;
+    int64_t full_rows, row_offset, buffer_rows;
+    hs_status (*all_gather_rows)(void *ctx, const float *local, float *full, hs_error *e);
+} hs_optim_gather;
+
 typedef struct hs_optim_param {
     const char *fqn;
     void *data;
@@ -40,6 +59,8 @@ typedef struct hs_optim_param {
                          * alone (experts [E,out,in]: rows=out, cols=in) */
     bool decay;         /* weight decay applies */
     bool muon;          /* Muon-eligible (hidden 2-D matrix) */
+    hs_optim_gather gather; /* Muon on a row shard: numel == rows*cols, one
+                             * matrix; the scale uses full_rows */
 } hs_optim_param;
 
 typedef struct hs_optim hs_optim;

@@ -19,6 +19,23 @@ void hs_fsdp_set_micro_batch(hs_fsdp *f, bool requires_grad_sync, bool reshard_a
     f->ctx.reshard = reshard_after_backward || is_last;
 }
 
+/* Muon's whole-matrix view of a row shard (hs_optim_gather): this shard's
+ * rows go to their torch.chunk slot of the padded unsharded buffer and one
+ * in-place all-gather over the shard group fills the rest, so rows [0, D0)
+ * are the whole matrix. The optimizer issues these in its parameter order,
+ * the same on every rank of the group, as comm.h's ordering rule needs. */
+static hs_status muon_gather_rows(void *ctx, const float *local, float *full, hs_error *e)
+{
+    hs_fsdp_param *fp = ctx;
+    const hs_fsdp_plan *pl = &fp->plan;
+    float *mine = full + fp->mi.shard_rank * pl->padded_sharded_numel;
+    memcpy(mine, local, (size_t)pl->actual_sharded_numel * sizeof(float));
+    memset(mine + pl->actual_sharded_numel, 0,
+           (size_t)(pl->padded_sharded_numel - pl->actual_sharded_numel) * sizeof(float));
+    return hs_pg_all_gather(fp->mi.shard_pg, full, mine, pl->padded_sharded_numel, HS_DTYPE_F32,
+                            e);
+}
+
 static void fill_optim(hs_fsdp *f)
 {
     f->optim = calloc((size_t)f->ctx.n_params + 1, sizeof *f->optim);
@@ -40,6 +57,14 @@ static void fill_optim(hs_fsdp *f)
         o->cols = expert ? p->shape[2] : fp->plan.row_numel;
         o->decay = p->kind != HS_PARAM_NORM;
         o->muon = (p->kind == HS_PARAM_LINEAR && p->ndim == 2) || expert;
+        /* A row shard of a hidden matrix needs the others' rows for
+         * Newton-Schulz; whole experts and unsharded params do not. */
+        if (o->muon && !expert && fp->needs_all_gather)
+            o->gather = (hs_optim_gather){.ctx = fp,
+                                          .full_rows = fp->plan.layout.d0,
+                                          .row_offset = fp->plan.layout.row_offset,
+                                          .buffer_rows = fp->plan.layout.padded_rows,
+                                          .all_gather_rows = muon_gather_rows};
     }
 }
 

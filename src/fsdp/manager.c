@@ -60,19 +60,6 @@ static hs_status check_topology(const hs_topology *t, hs_error *e)
     return HS_OK;
 }
 
-/* Options whose machinery is not built yet fail loudly rather than being
- * silently ignored. */
-static hs_status check_options(const hs_config *cfg, int shard_size, hs_error *e)
-{
-    if (strcmp(cfg->optimizer.target, "muon") == 0 && shard_size > 1)
-        hs_error_append(e, HS_ERR_CONFIG,
-                        "optimizer._target_=muon with fsdp_config.dp_shard_size=%d: Muon needs "
-                        "whole matrices and FSDP holds row shards; use adamw or "
-                        "dp_shard_size: 1",
-                        shard_size);
-    return e->code;
-}
-
 static bool is_replicate_param(const hs_config *cfg, const char *fqn)
 {
     for (int i = 0; i < cfg->fsdp.n_replicate_params; i++)
@@ -236,7 +223,6 @@ hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, 
 {
     *out = NULL;
     hs_error_clear(e);
-    if (check_options(cfg, g->shard_size, e) != HS_OK) return e->code;
     hs_fsdp *f = calloc(1, sizeof *f);
     HS_ASSERT(f != NULL);
     f->model = model;

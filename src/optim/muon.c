@@ -9,6 +9,8 @@
  *   p *= 1 - lr * wd                  (when decay)
  *   p -= lr * sqrt(max(1, rows / cols)) * O
  *
+ * A row shard (hs_optim_gather) keeps its momentum local and all-gathers u.
+ *
  * NS5 runs in fp32 (the reference uses bf16 on GPUs); its matmuls go to BLAS. */
 #include <math.h>
 #include <stdlib.h>
@@ -74,6 +76,14 @@ void hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, i
 
 int64_t hs_muon_work_floats(const hs_optim_param *p)
 {
+    const hs_optim_gather *g = &p->gather;
+    if (g->all_gather_rows) {
+        /* local direction, gathered (padded) direction, orthogonalised
+         * whole matrix, NS scratch of the whole matrix */
+        return p->numel + (g->buffer_rows + g->full_rows) * p->cols +
+               hs_newton_schulz5_scratch_floats(g->full_rows, p->cols);
+    }
+    if (p->numel == 0) return 0;
     /* direction u, orthogonalised O, NS scratch for one matrix */
     return 2 * p->numel + hs_newton_schulz5_scratch_floats(p->rows, p->cols);
 }
@@ -91,21 +101,56 @@ static void muon_apply(float *p, int64_t off, int64_t n, const void *vctx)
     for (int64_t i = 0; i < n; i++) p[i] = p[i] * x->decay_factor - x->step * o[i];
 }
 
-void hs_muon_step_param(const hs_optim_config *cfg, const hs_optim_param *p, float *momentum,
-                        double lr, float *work)
+static void muon_direction(const hs_optim_config *cfg, const hs_optim_param *p, float *momentum,
+                           float *u)
 {
-    if (p->numel == 0) return;
     float mu = (float)cfg->muon.momentum;
-    float *u = work, *o = work + p->numel, *ns = o + p->numel;
     for (int64_t i = 0; i < p->numel; i++) {
         momentum[i] = mu * momentum[i] + p->grad[i];
         u[i] = cfg->muon.nesterov ? p->grad[i] + mu * momentum[i] : momentum[i];
     }
-    /* [E, rows, cols] expert tensors: one orthogonalisation per matrix. */
-    int64_t mat = p->rows * p->cols;
-    for (int64_t off = 0; off < p->numel; off += mat)
-        hs_newton_schulz5(o + off, u + off, p->rows, p->cols, cfg->muon.ns_steps, ns);
-    double scale = sqrt(fmax(1.0, (double)p->rows / (double)p->cols));
+}
+
+/* Rows [row_offset, +rows) of a sharded matrix: gather the direction, run
+ * NS on the whole matrix (every holder computes the same bits from the same
+ * input) and keep this shard's rows of it. Returns them inside `work`. */
+static const float *muon_orthogonalise_shard(const hs_optim_config *cfg, const hs_optim_param *p,
+                                             const float *u, float *work)
+{
+    const hs_optim_gather *g = &p->gather;
+    float *full = work, *o = full + g->buffer_rows * p->cols, *ns = o + g->full_rows * p->cols;
+    hs_error e;
+    hs_error_clear(&e);
+    if (g->all_gather_rows(g->ctx, u, full, &e) != HS_OK)
+        hs_panic("Muon step of '%s': gathering the %lldx%lld update failed: %s", p->fqn,
+                 (long long)g->full_rows, (long long)p->cols, e.msg);
+    hs_newton_schulz5(o, full, g->full_rows, p->cols, cfg->muon.ns_steps, ns);
+    return o + g->row_offset * p->cols;
+}
+
+void hs_muon_step_param(const hs_optim_config *cfg, const hs_optim_param *p, float *momentum,
+                        double lr, float *work)
+{
+    bool sharded = p->gather.all_gather_rows != NULL;
+    if (p->numel == 0 && !sharded) return;
+    float *u = work;
+    muon_direction(cfg, p, momentum, u);
+    const float *o = work + p->numel;
+    int64_t rows = p->rows;
+    if (sharded) {
+        o = muon_orthogonalise_shard(cfg, p, u, work + p->numel);
+        rows = p->gather.full_rows;
+    } else {
+        /* [E, rows, cols] expert tensors: one orthogonalisation per matrix. */
+        float *ns = work + 2 * p->numel;
+        int64_t mat = p->rows * p->cols;
+        for (int64_t off = 0; off < p->numel; off += mat)
+            hs_newton_schulz5(work + p->numel + off, u + off, p->rows, p->cols,
+                              cfg->muon.ns_steps, ns);
+    }
+    if (p->numel == 0) return;
+    /* The shape scale is the whole matrix's, also for a row shard. */
+    double scale = sqrt(fmax(1.0, (double)rows / (double)p->cols));
     muon_apply_ctx x = {
         .update = o,
         .decay_factor = p->decay ? (float)(1.0 - lr * cfg->weight_decay) : 1.0f,

@@ -71,6 +71,21 @@ static hs_status check_config(const hs_optim_config *c, hs_error *e)
     return e->code;
 }
 
+static void check_gathered(const hs_optim_param *p, int i, const char *fqn, hs_error *e)
+{
+    const hs_optim_gather *g = &p->gather;
+    if (p->rows < 0 || p->cols <= 0 || g->full_rows < 1 || p->numel != p->rows * p->cols ||
+        g->row_offset < 0 || g->row_offset + p->rows > g->full_rows ||
+        g->buffer_rows < g->full_rows)
+        hs_error_append(e, HS_ERR_INTERNAL,
+                        "optimizer param %d '%s': Muon on a row shard needs numel (%lld) = rows x "
+                        "cols (%lld x %lld) and rows [%lld, +%lld) inside the %lld full rows "
+                        "(gather buffer %lld rows); pass the shard's place in the matrix",
+                        i, fqn, (long long)p->numel, (long long)p->rows, (long long)p->cols,
+                        (long long)g->row_offset, (long long)p->rows, (long long)g->full_rows,
+                        (long long)g->buffer_rows);
+}
+
 static void check_param(const hs_optim_param *p, int i, bool muon, hs_error *e)
 {
     const char *fqn = p->fqn ? p->fqn : "(unnamed)";
@@ -83,6 +98,10 @@ static void check_param(const hs_optim_param *p, int i, bool muon, hs_error *e)
         hs_error_append(e, HS_ERR_INTERNAL,
                         "optimizer param %d '%s': %lld elements but no %s buffer", i, fqn,
                         (long long)p->numel, p->data == NULL ? "data" : "grad");
+    if (muon && p->gather.all_gather_rows) {
+        check_gathered(p, i, fqn, e);
+        return;
+    }
     if (muon && p->numel > 0 &&
         (p->rows <= 0 || p->cols <= 0 || p->numel % (p->rows * p->cols) != 0))
         hs_error_append(e, HS_ERR_INTERNAL,
@@ -125,7 +144,8 @@ hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *para
     o->slots = slots;
     int64_t work = 0;
     for (int i = 0; i < n; i++) {
-        bool use_muon = muon && params[i].muon && params[i].numel > 0;
+        /* An empty shard keeps Muon's state names, like its other shards. */
+        bool use_muon = muon && params[i].muon;
         slot_init(o, &slots[i], &params[i], use_muon);
         if (use_muon && hs_muon_work_floats(&params[i]) > work) work = hs_muon_work_floats(&params[i]);
     }
@@ -151,7 +171,9 @@ void hs_optim_step(hs_optim *o, double lr)
     o->step++;
     for (int i = 0; i < o->n; i++) {
         optim_slot *s = &o->slots[i];
-        if (s->p.numel == 0) continue;
+        /* An empty row shard still joins its matrix's gather. */
+        if (s->p.numel == 0 && !(s->rule == OPTIM_RULE_MUON && s->p.gather.all_gather_rows))
+            continue;
         if (s->rule == OPTIM_RULE_MUON) {
             hs_muon_step_param(&o->cfg, &s->p, s->state[0], lr, o->muon_work);
         } else {

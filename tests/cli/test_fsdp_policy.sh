@@ -2,7 +2,7 @@
 # The FSDP policies through `hypershard train` (spec 004 §2.2, §2.3, §5.7–5.9):
 # - bf16 params + fp32 reduce + fp32 main grads/params + CPU offload +
 #   2 micro-batches without grad sync, on FSDP W=2 and HSDP 2x2 (and with
-#   Muon on 2 replicas), match the
+#   Muon on FSDP W=2), match the
 #   one-process run of the same config (same dtypes: one process runs the
 #   FSDP engine with groups of size 1) in loss, grad norm and exported
 #   weights within 1e-3 relative (see docs/fsdp-policies.md);
@@ -83,13 +83,13 @@ train hsdp 4 fsdp_config.dp_shard_size=2 "${combo[@]}"
 grep -q "shard degree 2, replicate degree 2" "$work/hsdp.txt"
 compare one fsdp2 1e-3
 compare one hsdp 1e-3
-# Muon updates the fp32 main params just the same (it needs whole matrices:
-# dp_shard_size 1, every rank a replica)
+# Muon updates the fp32 main params just the same, on row shards that
+# gather each hidden matrix's update for Newton-Schulz
 main=(fsdp_config.mix_precision.param_dtype=bfloat16 fsdp_config.mix_precision.reduce_dtype=float32
       fsdp_config.mix_precision.fp32_main_grad=true optimizer.fp32_main_params=true
       optimizer._target_=muon)
 train muon1 1 "${main[@]}"
-train muon2 2 "${main[@]}"
+train muon2 2 fsdp_config.dp_shard_size=2 "${main[@]}"
 compare muon1 muon2 1e-3
 
 # offload against the same run without it: same weights bit for bit, the

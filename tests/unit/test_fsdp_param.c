@@ -208,24 +208,6 @@ static void test_unknown_replicate_param_fails_rule_11_naming_it(void **s)
     release(&b);
 }
 
-static void test_options_without_machinery_fail_naming_their_config_path(void **s)
-{
-    (void)s;
-    built b;
-    fx_config(&b.cfg);
-    snprintf(b.cfg.optimizer.target, sizeof b.cfg.optimizer.target, "muon");
-    build(&b, HS_DTYPE_F32, false);
-    /* Rejected before any group is used, so no process group is needed. */
-    hs_fsdp_dp_groups g = {.shard_size = 2, .replicate_size = 1, .flat_size = 2};
-    hs_error e;
-    assert_int_equal(hs_fsdp_wrap_groups(&b.cfg, &g, NULL, b.dev, b.m, 1, NULL, &b.f, &e),
-                     HS_ERR_CONFIG);
-    assert_null(b.f);
-    assert_non_null(strstr(e.msg, "optimizer._target_=muon with fsdp_config.dp_shard_size=2"));
-    assert_int_equal(e.lines, 1);
-    release(&b);
-}
-
 static void test_every_param_sits_in_its_deepest_unit_and_only_the_root_skips_reshard(void **s)
 {
     (void)s;
@@ -310,7 +292,6 @@ int main(void)
         cmocka_unit_test(test_uneven_storage_is_padded_with_a_zero_tail_and_even_is_not),
         cmocka_unit_test(test_replicate_params_get_the_ddp_mesh_and_never_all_gather),
         cmocka_unit_test(test_unknown_replicate_param_fails_rule_11_naming_it),
-        cmocka_unit_test(test_options_without_machinery_fail_naming_their_config_path),
         cmocka_unit_test(test_every_param_sits_in_its_deepest_unit_and_only_the_root_skips_reshard),
         cmocka_unit_test(test_prefetch_targets_follow_declaration_order_and_depth_0_sets_none),
         cmocka_unit_test(test_unit_mixing_plain_and_tp_params_is_rejected_listing_fqns),

@@ -1,7 +1,8 @@
 /* Muon: Newton-Schulz output against a plain double-precision loop and its
  * singular values; momentum and Nesterov; the sqrt(max(1, rows/cols))
  * scale; decoupled decay; AdamW for non-matrix params; per-expert
- * orthogonalisation of [E, rows, cols] tensors. */
+ * orthogonalisation of [E, rows, cols] tensors; row shards that gather
+ * the whole matrix's direction. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -305,6 +306,81 @@ static void test_muon_param_with_wrong_shape_is_rejected_naming_fqn(void **state
     assert_non_null(strstr(e.msg, "3 x 3"));
 }
 
+/* A stand-in for the FSDP all-gather: the other holders' rows come from
+ * the whole direction the test computed; this holder's rows must be what it
+ * passes in. */
+typedef struct fake_gather {
+    const float *whole_u; /* R x C */
+    int64_t rows, cols, offset;
+    int calls;
+    bool local_matches;
+} fake_gather;
+
+static hs_status fake_all_gather_rows(void *ctx, const float *local, float *full, hs_error *e)
+{
+    (void)e;
+    fake_gather *g = ctx;
+    g->calls++;
+    int64_t c = g->cols;
+    g->local_matches = memcmp(local, g->whole_u + g->offset * c,
+                              (size_t)(g->rows * c) * sizeof(float)) == 0;
+    memcpy(full, g->whole_u, (size_t)(5 * c) * sizeof(float));
+    memcpy(full + g->offset * c, local, (size_t)(g->rows * c) * sizeof(float));
+    return HS_OK;
+}
+
+/* A tall 5 x 3 matrix in torch.chunk row shards over 4 holders (2/2/1/0):
+ * each shard's step, with the whole matrix's direction gathered, equals
+ * its rows of the whole-matrix step bit for bit (scale sqrt(5/3) from the
+ * full shape, decay on the local rows); the empty shard still gathers and
+ * keeps Muon's state. */
+static void test_row_shards_with_gather_match_the_whole_matrix_bit_for_bit(void **state)
+{
+    (void)state;
+    enum { R = 5, C = 3, W = 4, CHUNK = 2 };
+    float whole[R * C], g[R * C], u[R * C], shard[R * C];
+    fill_gauss(whole, R * C, 31), fill_gauss(g, R * C, 32);
+    memcpy(shard, whole, sizeof shard);
+    hs_optim_config cfg = muon_config(0.1, true);
+    /* first step: m = g, u = g + mu * m, in the optimizer's fp32 order */
+    for (int i = 0; i < R * C; i++) u[i] = g[i] + (float)cfg.muon.momentum * g[i];
+    hs_optim_param wp = matrix("w", whole, g, R, C, true);
+    hs_optim *ow = of_create(&cfg, &wp, 1, NULL);
+    hs_optim_step(ow, 0.02);
+    for (int r = 0; r < W; r++) {
+        int64_t off = r * CHUNK < R ? r * CHUNK : R, rows = R - off < CHUNK ? R - off : CHUNK;
+        fake_gather fg = {.whole_u = u, .rows = rows, .cols = C, .offset = off};
+        hs_optim_param sp = matrix("w", shard + off * C, g + off * C, (int)rows, C, true);
+        sp.gather = (hs_optim_gather){.ctx = &fg, .full_rows = R, .row_offset = off,
+                                      .buffer_rows = W * CHUNK,
+                                      .all_gather_rows = fake_all_gather_rows};
+        hs_optim *os = of_create(&cfg, &sp, 1, NULL);
+        assert_string_equal(hs_optim_state_name(os, 0, 0), "momentum_buffer");
+        hs_optim_step(os, 0.02);
+        assert_int_equal(fg.calls, 1);
+        assert_true(fg.local_matches);
+        hs_optim_free(os);
+    }
+    assert_memory_equal(shard, whole, sizeof whole);
+    hs_optim_free(ow);
+}
+
+static void test_row_shard_outside_its_matrix_is_rejected_naming_fqn(void **state)
+{
+    (void)state;
+    float d[6] = {0}, g[6] = {0};
+    hs_optim_config cfg = muon_config(0.0, true);
+    hs_optim_param p = matrix("model.layers.0.self_attn.q_proj.weight", d, g, 2, 3, true);
+    p.gather = (hs_optim_gather){.full_rows = 5, .row_offset = 4, .buffer_rows = 6,
+                                 .all_gather_rows = fake_all_gather_rows};
+    hs_optim *o = NULL;
+    hs_error e;
+    assert_int_not_equal(hs_optim_create(&cfg, &p, 1, NULL, &o, &e), HS_OK);
+    assert_null(o);
+    assert_non_null(strstr(e.msg, "model.layers.0.self_attn.q_proj.weight"));
+    assert_non_null(strstr(e.msg, "rows [4, +2) inside the 5 full rows"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +392,8 @@ int main(void)
         cmocka_unit_test(test_expert_tensor_orthogonalises_each_matrix_alone),
         cmocka_unit_test(test_bf16_matrix_is_rounded_once_from_the_fp32_update),
         cmocka_unit_test(test_muon_param_with_wrong_shape_is_rejected_naming_fqn),
+        cmocka_unit_test(test_row_shards_with_gather_match_the_whole_matrix_bit_for_bit),
+        cmocka_unit_test(test_row_shard_outside_its_matrix_is_rejected_naming_fqn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
