@@ -32,3 +32,103 @@ run_logged() {
 # adds its own batch sizes and steps.
 HS_TINY=(model.dim=32 model.n_layers=2 model.n_heads=2 model.n_kv_heads=1 model.ffn_dim=64
          train.seq_len=16)
+
+# The model the FSDP comparison tests run for 3 steps without warm-up, as
+# tests/mpi/test_fsdp_parity.c builds it (40-row FFN matrices: uneven over
+# 3 ranks); eps 1e-6 keeps Adam's weight update as well conditioned as the
+# gradient, so weights compare at the gradients' tolerance.
+HS_FSDP_TINY=(model.dim=32 model.n_layers=2 model.n_heads=4 model.n_kv_heads=1 model.ffn_dim=40
+              train.seq_len=16 train.micro_batch_size=2 train.steps=3 train.eval_every=0
+              optimizer.eps=1e-6 optimizer.schedule.warmup_steps=0)
+
+# hs_train NAME RANKS ARGS...: `hypershard train` with the test's base
+# arguments ${tiny[@]} and ARGS into $work/NAME, on one process when RANKS
+# is 1 (no launcher) and under mpiexec otherwise; its output goes to
+# $work/NAME.txt and is shown, ending the test, when the run fails.
+# shellcheck disable=SC2154 # tiny is the sourcing test's
+hs_train() {
+    local name=$1 n=$2
+    shift 2
+    local launch=()
+    [ "$n" = 1 ] || launch=("$MPIEXEC" -n "$n")
+    "${launch[@]}" "$HS_BIN" train "${tiny[@]}" "$@" train.out_dir="$work/$name" \
+        > "$work/$name.txt" 2>&1 || { cat "$work/$name.txt"; exit 1; }
+}
+
+# hs_train_dump NAME RANKS ARGS...: hs_train, dumping the per-step tensors
+# into $work/NAME/dump.
+hs_train_dump() { hs_train "$@" --dump "$work/$1/dump"; }
+
+# hs_run N LOG ARGS...: `hypershard train` with ${tiny[@]} and ARGS on N
+# ranks, stopped after 120 s so a hung collective fails the check instead
+# of the whole test; sets rc, output in $work/LOG.log.
+# shellcheck disable=SC2154 # tiny is the sourcing test's
+hs_run() {
+    local n=$1 log=$2
+    shift 2
+    timeout 120 "$MPIEXEC" -n "$n" "$HS_BIN" train "${tiny[@]}" "$@" > "$work/$log.log" 2>&1
+    rc=$?
+}
+
+# hs_must_run N LOG ARGS...: hs_run; a non-zero exit is a counted failure.
+hs_must_run() {
+    hs_run "$@"
+    [ "$rc" -eq 0 ] || fail "$2: exit $rc: $(tail -5 "$work/$2.log")"
+}
+
+# hs_compare_runs REF RUN TOL [FILE...]: runs $work/REF and $work/RUN (3
+# steps each) agree: every loss finite, loss and grad norm of every step
+# within TOL relative, and every tensor of each FILE (fp32 safetensors
+# under the run directory; model.safetensors when none is named) within
+# TOL of the reference tensor's largest |value|. "Within" is strict, and
+# TOL 0 means bit for bit.
+hs_compare_runs() {
+    local ref=$1 run=$2 tol=$3
+    shift 3
+    [ $# -gt 0 ] || set -- model.safetensors
+    python3 - "$work/$ref" "$work/$run" "$tol" "$@" <<'PY'
+import json, math, struct, sys
+
+def metrics(d):
+    return [json.loads(l) for l in open(d + "/metrics.jsonl")]
+
+def tensors(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    head = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__":
+            continue
+        assert v["dtype"] == "F32", (path, k, v["dtype"])
+        a, b = v["data_offsets"]
+        out[k] = struct.unpack("<%df" % ((b - a) // 4), raw[8 + n + a:8 + n + b])
+    return out
+
+def within(err, tol):
+    return err == 0 if tol == 0 else err < tol
+
+ref, run, tol, files = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4:]
+a, b = metrics(ref), metrics(run)
+assert len(a) == len(b) == 3, (len(a), len(b))
+worst, n = 0.0, 0
+for x, y in zip(a, b):
+    assert math.isfinite(x["loss"]) and math.isfinite(y["loss"]), (x["loss"], y["loss"])
+    for k in ("loss", "grad_norm"):
+        rel = abs(x[k] - y[k]) / abs(x[k])
+        assert within(rel, tol), \
+            f"{run}: step {x['step']} {k} {y[k]} vs {ref} {x[k]} (rel {rel:.2e})"
+        worst = max(worst, rel)
+for f in files:
+    ta, tb = tensors(ref + "/" + f), tensors(run + "/" + f)
+    assert ta.keys() == tb.keys(), (f, set(ta) ^ set(tb))
+    for k in ta:
+        scale = max(abs(v) for v in ta[k]) or 1.0
+        err = max(abs(p - q) for p, q in zip(ta[k], tb[k])) / scale
+        assert within(err, tol), f"{run}: {f} {k} differs by {err:.2e} relative"
+        worst = max(worst, err)
+        n += 1
+print(f"{run.split('/')[-1]} vs {ref.split('/')[-1]}: 3 steps, {n} tensors, "
+      f"worst relative error {worst:.2e} (tol {tol})")
+PY
+}

@@ -14,89 +14,39 @@
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 180
 set -euo pipefail
-work=$(mktemp -d /tmp/hs_cli_policy_XXXXXX)
-trap 'rm -rf "$work"' EXIT
-tiny=(model.dim=32 model.n_layers=2 model.n_heads=4 model.n_kv_heads=1 model.ffn_dim=40
-      train.seq_len=16 train.micro_batch_size=2 train.steps=3 train.eval_every=0
-      train.global_batch_size=8 optimizer.eps=1e-6 optimizer.schedule.warmup_steps=0)
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_scratch policy
+tiny=("${HS_FSDP_TINY[@]}" train.global_batch_size=8)
 combo=(fsdp_config.mix_precision.param_dtype=bfloat16 fsdp_config.mix_precision.reduce_dtype=float32
        fsdp_config.mix_precision.fp32_main_grad=true optimizer.fp32_main_params=true
        fsdp_config.enable_offload=true fsdp_config.requires_grad_sync=false
        fsdp_config.reshard_after_backward=false)
 
-train() { # name ranks args...
-    local name=$1 n=$2
-    shift 2
-    local launch=()
-    [ "$n" = 1 ] || launch=("$MPIEXEC" -n "$n")
-    "${launch[@]}" "$HS_BIN" train "${tiny[@]}" "$@" train.out_dir="$work/$name" \
-        > "$work/$name.txt" 2>&1 || { cat "$work/$name.txt"; exit 1; }
-}
-
-compare() { # reference run tolerance
-    python3 - "$work/$1" "$work/$2" "$3" <<'PY'
-import json, struct, sys
-
-def metrics(d):
-    return [json.loads(l) for l in open(d + "/metrics.jsonl")]
-
-def tensors(path):
-    raw = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    head = json.loads(raw[8:8 + n])
-    out = {}
-    for k, v in head.items():
-        if k == "__metadata__":
-            continue
-        a, b = v["data_offsets"]
-        out[k] = struct.unpack("<%df" % ((b - a) // 4), raw[8 + n + a:8 + n + b])
-    return out
-
-ref, run, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
-a, b = metrics(ref), metrics(run)
-assert len(a) == len(b) == 3, (len(a), len(b))
-worst = 0.0
-for x, y in zip(a, b):
-    for k in ("loss", "grad_norm"):
-        rel = abs(x[k] - y[k]) / abs(x[k])
-        assert rel <= tol, f"{run}: step {x['step']} {k} {y[k]} vs {x[k]} (rel {rel:.2e})"
-        worst = max(worst, rel)
-ta, tb = tensors(ref + "/model.safetensors"), tensors(run + "/model.safetensors")
-assert ta.keys() == tb.keys()
-for k in ta:
-    scale = max(abs(v) for v in ta[k]) or 1.0
-    err = max(abs(p - q) for p, q in zip(ta[k], tb[k])) / scale
-    assert err <= tol, f"{run}: {k} differs by {err:.2e} relative"
-    worst = max(worst, err)
-print(f"{run.split('/')[-1]} vs {ref.split('/')[-1]}: worst relative error {worst:.2e} (tol {tol})")
-PY
-}
-
 peak() { # run key: the largest value of `key` over the steps
     python3 -c "import json,sys; print(max(json.loads(l)['$2'] for l in open('$work/$1/metrics.jsonl')))"
 }
 
-train one 1 "${combo[@]}"
+hs_train one 1 "${combo[@]}"
 grep -q "FSDP engine holds the parameters with every group of size 1" "$work/one.txt"
-train fsdp2 2 fsdp_config.dp_shard_size=2 "${combo[@]}"
-train hsdp 4 fsdp_config.dp_shard_size=2 "${combo[@]}"
+hs_train fsdp2 2 fsdp_config.dp_shard_size=2 "${combo[@]}"
+hs_train hsdp 4 fsdp_config.dp_shard_size=2 "${combo[@]}"
 grep -q "shard degree 2, replicate degree 2" "$work/hsdp.txt"
-compare one fsdp2 1e-3
-compare one hsdp 1e-3
+hs_compare_runs one fsdp2 1e-3
+hs_compare_runs one hsdp 1e-3
 # Muon updates the fp32 main params just the same, on row shards that
 # gather each hidden matrix's update for Newton-Schulz
 main=(fsdp_config.mix_precision.param_dtype=bfloat16 fsdp_config.mix_precision.reduce_dtype=float32
       fsdp_config.mix_precision.fp32_main_grad=true optimizer.fp32_main_params=true
       optimizer._target_=muon)
-train muon1 1 "${main[@]}"
-train muon2 2 fsdp_config.dp_shard_size=2 "${main[@]}"
-compare muon1 muon2 1e-3
+hs_train muon1 1 "${main[@]}"
+hs_train muon2 2 fsdp_config.dp_shard_size=2 "${main[@]}"
+hs_compare_runs muon1 muon2 1e-3
 
 # offload against the same run without it: same weights bit for bit, the
 # device peak lower, host memory in use, H2D/D2H on the copy lane
-train on 2 fsdp_config.dp_shard_size=2 fsdp_config.enable_offload=true trace.enabled=true
-train off 2 fsdp_config.dp_shard_size=2
-compare off on 0
+hs_train on 2 fsdp_config.dp_shard_size=2 fsdp_config.enable_offload=true trace.enabled=true
+hs_train off 2 fsdp_config.dp_shard_size=2
+hs_compare_runs off on 0
 cmp "$work/on/model.safetensors" "$work/off/model.safetensors"
 on_dev=$(peak on peak_device_bytes) off_dev=$(peak off peak_device_bytes)
 [ "$on_dev" -lt "$off_dev" ] || { echo "offload device peak $on_dev not below $off_dev"; exit 1; }

@@ -9,31 +9,16 @@
 # HS_MPI_RANKS: 2
 # HS_TEST_TIMEOUT: 240
 set -u
-work=$(mktemp -d /tmp/hs_cli_resume_XXXXXX)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_scratch resume
 
 # Constant LR after warm-up: a run of 3 steps is the first 3 steps of a run
 # of 6, so stopping early is a real stop, not a different schedule.
-tiny=(model.dim=32 model.n_layers=2 model.n_heads=2 model.n_kv_heads=1 model.ffn_dim=64
-      train.seq_len=16 train.global_batch_size=8 train.micro_batch_size=2 train.eval_every=0
+tiny=("${HS_TINY[@]}" train.global_batch_size=8 train.micro_batch_size=2 train.eval_every=0
       optimizer.schedule.decay=constant optimizer.schedule.warmup_steps=2)
 fsdp2=(fsdp_config.dp_shard_size=2)
 mixed=(fsdp_config.mix_precision.param_dtype=bfloat16 optimizer.fp32_main_params=true
        fsdp_config.mix_precision.fp32_main_grad=true fsdp_config.mix_precision.reduce_dtype=float32)
-
-# run N LOG ARGS...: hypershard train on N ranks; sets rc, log in $work/LOG.log
-run() {
-    local n=$1 log=$2
-    shift 2
-    timeout 120 "$MPIEXEC" -n "$n" "$HS_BIN" train "${tiny[@]}" "$@" > "$work/$log.log" 2>&1
-    rc=$?
-}
-must_run() { # N LOG ARGS...
-    run "$@"
-    [ "$rc" -eq 0 ] || fail "$2: exit $rc: $(tail -5 "$work/$2.log")"
-}
 
 # same_curve A B FIRST LAST: steps FIRST..LAST appear once each in B and their
 # loss, grad_norm and lr strings equal A's.
@@ -69,19 +54,20 @@ latest_is() { # DIR STEP
 }
 
 test_fsdp_stopped_at_3_resumed_matches_uninterrupted_bitwise() {
-    must_run 2 uninterrupted "${fsdp2[@]}" train.steps=6 train.out_dir="$work/u"
-    must_run 2 stopped "${fsdp2[@]}" train.steps=3 train.out_dir="$work/s" checkpoint.dir="$work/ck"
+    hs_must_run 2 uninterrupted "${fsdp2[@]}" train.steps=6 train.out_dir="$work/u"
+    hs_must_run 2 stopped "${fsdp2[@]}" train.steps=3 train.out_dir="$work/s" \
+        checkpoint.dir="$work/ck"
     latest_is "$work/ck" 3
     # The resumed run's save at step 6 is killed half-way through rank 1's
     # data file: step-3 must stay the latest, verified and resumable.
-    HS_CKPT_TEST_KILL_AFTER_BYTES=100 run 2 killed "${fsdp2[@]}" train.steps=6 \
+    HS_CKPT_TEST_KILL_AFTER_BYTES=100 hs_run 2 killed "${fsdp2[@]}" train.steps=6 \
         train.out_dir="$work/s" checkpoint.dir="$work/ck" checkpoint.resume=auto
     [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "killed save: exit $rc"
     grep -q "exiting after 100 bytes" "$work/killed.log" || fail "the kill hook did not fire"
     latest_is "$work/ck" 3
     [ ! -e "$work/ck/step-6" ] || fail "the killed save published step-6"
     "$HS_BIN" ckpt verify "$work/ck" > /dev/null 2>&1 || fail "step-3 does not verify after the kill"
-    must_run 2 resumed "${fsdp2[@]}" train.steps=6 train.out_dir="$work/s" \
+    hs_must_run 2 resumed "${fsdp2[@]}" train.steps=6 train.out_dir="$work/s" \
         checkpoint.dir="$work/ck" checkpoint.resume=auto
     grep -q "resumed from $work/ck/step-3: step 3 of 6" "$work/resumed.log" \
         || fail "no 'resumed from' line: $(cat "$work/resumed.log")"
@@ -96,14 +82,14 @@ test_fsdp_stopped_at_3_resumed_matches_uninterrupted_bitwise() {
 
 test_muon_one_process_resume_by_path_with_save_every_and_keep_last() {
     local muon=(optimizer._target_=muon optimizer.schedule.decay=cosine)
-    must_run 1 muon_u "${muon[@]}" train.steps=6 train.out_dir="$work/mu" \
+    hs_must_run 1 muon_u "${muon[@]}" train.steps=6 train.out_dir="$work/mu" \
         checkpoint.dir="$work/mck" checkpoint.save_every=2 checkpoint.keep_last=2
     local dirs
     dirs=$(cd "$work/mck" && ls -d step-* | tr '\n' ' ')
     [ "$dirs" = "step-4 step-6 " ] || fail "keep_last=2 with save_every=2 of 6 steps left '$dirs'"
     "$HS_BIN" ckpt inspect "$work/mck/step-4" | grep -q "momentum_buffer" \
         || fail "no Muon momentum_buffer in the checkpoint"
-    must_run 1 muon_r "${muon[@]}" train.steps=6 train.out_dir="$work/mr" \
+    hs_must_run 1 muon_r "${muon[@]}" train.steps=6 train.out_dir="$work/mr" \
         checkpoint.dir="$work/mck2" checkpoint.resume="$work/mck/step-4"
     same_curve "$work/mu/metrics.jsonl" "$work/mr/metrics.jsonl" 5 6
     cmp -s "$work/mu/model.safetensors" "$work/mr/model.safetensors" \
@@ -111,14 +97,14 @@ test_muon_one_process_resume_by_path_with_save_every_and_keep_last() {
 }
 
 test_bf16_params_with_fp32_main_params_resume_bitwise() {
-    must_run 2 mixed_u "${fsdp2[@]}" "${mixed[@]}" train.steps=4 train.out_dir="$work/xu"
-    must_run 2 mixed_s "${fsdp2[@]}" "${mixed[@]}" train.steps=2 train.out_dir="$work/xs" \
+    hs_must_run 2 mixed_u "${fsdp2[@]}" "${mixed[@]}" train.steps=4 train.out_dir="$work/xu"
+    hs_must_run 2 mixed_s "${fsdp2[@]}" "${mixed[@]}" train.steps=2 train.out_dir="$work/xs" \
         checkpoint.dir="$work/xck"
     local listing
     listing=$("$HS_BIN" ckpt inspect "$work/xck")
     grep -Eq "^  main\.model\.norm\.weight +float32" <<<"$listing" || fail "no fp32 main.model.norm.weight"
     grep -Eq "^  model\.norm\.weight +bfloat16" <<<"$listing" || fail "no bf16 model.norm.weight"
-    must_run 2 mixed_r "${fsdp2[@]}" "${mixed[@]}" train.steps=4 train.out_dir="$work/xs" \
+    hs_must_run 2 mixed_r "${fsdp2[@]}" "${mixed[@]}" train.steps=4 train.out_dir="$work/xs" \
         checkpoint.dir="$work/xck" checkpoint.resume=auto
     same_curve "$work/xu/metrics.jsonl" "$work/xs/metrics.jsonl" 1 4
     cmp -s "$work/xu/model.safetensors" "$work/xs/model.safetensors" \
@@ -126,28 +112,28 @@ test_bf16_params_with_fp32_main_params_resume_bitwise() {
 }
 
 test_incompatible_model_or_optimizer_is_a_clear_error() {
-    run 1 bad_dim model.dim=48 train.steps=6 train.out_dir="$work/bad" \
+    hs_run 1 bad_dim model.dim=48 train.steps=6 train.out_dir="$work/bad" \
         checkpoint.resume="$work/ck/step-3"
     [ "$rc" -eq 2 ] || fail "model.dim changed: exit $rc, want 2"
     grep -q "model.dim: checkpoint 32, this run 48" "$work/bad_dim.log" \
         || fail "model.dim change not named: $(cat "$work/bad_dim.log")"
-    run 1 bad_opt optimizer._target_=muon train.steps=6 train.out_dir="$work/bad" \
+    hs_run 1 bad_opt optimizer._target_=muon train.steps=6 train.out_dir="$work/bad" \
         checkpoint.resume="$work/ck/step-3"
     [ "$rc" -eq 2 ] || fail "optimizer changed: exit $rc, want 2"
     grep -q "optimizer._target_: checkpoint adamw, this run muon" "$work/bad_opt.log" \
         || fail "optimizer change not named: $(cat "$work/bad_opt.log")"
-    run 1 bad_steps train.steps=4 train.out_dir="$work/bad" checkpoint.resume="$work/ck/step-6"
+    hs_run 1 bad_steps train.steps=4 train.out_dir="$work/bad" checkpoint.resume="$work/ck/step-6"
     [ "$rc" -eq 2 ] || fail "resume past train.steps: exit $rc, want 2"
     grep -q "holds step 6, beyond train.steps = 4" "$work/bad_steps.log" \
         || fail "step past train.steps not explained: $(cat "$work/bad_steps.log")"
-    run 1 bad_path train.steps=6 train.out_dir="$work/bad" checkpoint.resume="$work/nowhere"
+    hs_run 1 bad_path train.steps=6 train.out_dir="$work/bad" checkpoint.resume="$work/nowhere"
     [ "$rc" -eq 2 ] || fail "missing resume path: exit $rc, want 2"
     grep -q "checkpoint.resume = $work/nowhere" "$work/bad_path.log" || fail "bad path not named"
     [ ! -e "$work/bad" ] || fail "a rejected resume created train.out_dir"
 }
 
 test_resume_auto_on_an_empty_dir_starts_fresh() {
-    must_run 1 fresh train.steps=1 train.out_dir="$work/f" checkpoint.dir="$work/fck" \
+    hs_must_run 1 fresh train.steps=1 train.out_dir="$work/f" checkpoint.dir="$work/fck" \
         checkpoint.resume=auto
     grep -q "no checkpoint in $work/fck yet; starting fresh" "$work/fresh.log" || fail "no fresh-start line"
     latest_is "$work/fck" 1
@@ -168,5 +154,4 @@ test_bf16_params_with_fp32_main_params_resume_bitwise
 test_incompatible_model_or_optimizer_is_a_clear_error
 test_resume_auto_on_an_empty_dir_starts_fresh
 test_export_ckpt_equals_the_runs_own_export
-[ "$failures" -eq 0 ] || exit 1
-echo OK
+hs_finish

@@ -9,22 +9,11 @@
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 240
 set -u
-work=$(mktemp -d /tmp/hs_cli_resume_reshard_XXXXXX)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_scratch resume_reshard
 
-tiny=(model.dim=32 model.n_layers=2 model.n_heads=2 model.n_kv_heads=1 model.ffn_dim=64
-      train.seq_len=16 train.global_batch_size=8 train.micro_batch_size=1 train.eval_every=0
+tiny=("${HS_TINY[@]}" train.global_batch_size=8 train.micro_batch_size=1 train.eval_every=0
       optimizer.schedule.decay=constant optimizer.schedule.warmup_steps=2)
-
-must_run() { # N LOG ARGS...
-    local n=$1 log=$2
-    shift 2
-    timeout 120 "$MPIEXEC" -n "$n" "$HS_BIN" train "${tiny[@]}" "$@" > "$work/$log.log" 2>&1
-    local rc=$?
-    [ "$rc" -eq 0 ] || fail "$log: exit $rc: $(tail -5 "$work/$log.log")"
-}
 
 # close_curve A B FIRST LAST: B holds exactly steps FIRST..LAST, each loss
 # and grad norm within 1e-5 relative of A's.
@@ -92,14 +81,15 @@ PY
 }
 
 test_fsdp2_checkpoint_resumes_on_fsdp4_hsdp_and_one_process() {
-    must_run 2 uninterrupted fsdp_config.dp_shard_size=2 train.steps=5 train.out_dir="$work/u"
-    must_run 2 stopped fsdp_config.dp_shard_size=2 train.steps=2 train.out_dir="$work/s" \
+    hs_must_run 2 uninterrupted fsdp_config.dp_shard_size=2 train.steps=5 train.out_dir="$work/u"
+    hs_must_run 2 stopped fsdp_config.dp_shard_size=2 train.steps=2 train.out_dir="$work/s" \
         checkpoint.dir="$work/ck"
     local layout
     for layout in "4 fsdp_config.dp_shard_size=4" "4 fsdp_config.dp_shard_size=2" \
                   "1 fsdp_config.dp_shard_size=1"; do
         set -- $layout
-        must_run "$1" "resume_$1_${2##*=}" "$2" train.steps=5 train.out_dir="$work/r$1_${2##*=}" \
+        hs_must_run "$1" "resume_$1_${2##*=}" "$2" train.steps=5 \
+            train.out_dir="$work/r$1_${2##*=}" \
             checkpoint.dir="$work/ck_$1_${2##*=}" checkpoint.resume="$work/ck/step-2"
         close_curve "$work/u/metrics.jsonl" "$work/r$1_${2##*=}/metrics.jsonl" 3 5
     done
@@ -110,18 +100,18 @@ test_fsdp2_checkpoint_resumes_on_fsdp4_hsdp_and_one_process() {
     files=$(cd "$work/ck_4_2/step-5" && ls rank-*.bin | tr '\n' ' ')
     [ "$files" = "rank-0.bin rank-1.bin " ] || fail "HSDP 2x2 wrote data files '$files'"
     "$HS_BIN" ckpt verify "$work/ck_4_2" > /dev/null 2>&1 || fail "the HSDP checkpoint does not verify"
-    must_run 1 hsdp_to_one train.steps=5 train.out_dir="$work/h1" checkpoint.dir="$work/h1ck" \
+    hs_must_run 1 hsdp_to_one train.steps=5 train.out_dir="$work/h1" checkpoint.dir="$work/h1ck" \
         checkpoint.resume="$work/ck_4_2"
     same_checkpoints "$work/ck_4_2/step-5" "$work/h1ck/step-5"
 }
 
 test_one_process_to_fsdp3_and_back_is_bitwise() {
     local tiny=("${tiny[@]}" train.global_batch_size=6) # a multiple of 3 ranks
-    must_run 1 one train.steps=2 train.out_dir="$work/one" checkpoint.dir="$work/a"
+    hs_must_run 1 one train.steps=2 train.out_dir="$work/one" checkpoint.dir="$work/a"
     # train.steps equals the checkpoint's step: load, train nothing, save.
-    must_run 3 three fsdp_config.dp_shard_size=3 train.steps=2 train.out_dir="$work/three" \
+    hs_must_run 3 three fsdp_config.dp_shard_size=3 train.steps=2 train.out_dir="$work/three" \
         checkpoint.dir="$work/b" checkpoint.resume="$work/a/step-2"
-    must_run 1 back train.steps=2 train.out_dir="$work/back" checkpoint.dir="$work/c" \
+    hs_must_run 1 back train.steps=2 train.out_dir="$work/back" checkpoint.dir="$work/c" \
         checkpoint.resume="$work/b/step-2"
     local n
     n=$(chunks_of "$work/b/step-2" optim.model.embed_tokens.weight.exp_avg)
@@ -131,5 +121,4 @@ test_one_process_to_fsdp3_and_back_is_bitwise() {
 
 test_fsdp2_checkpoint_resumes_on_fsdp4_hsdp_and_one_process
 test_one_process_to_fsdp3_and_back_is_bitwise
-[ "$failures" -eq 0 ] || exit 1
-echo OK
+hs_finish

@@ -15,17 +15,7 @@
 #include "hypershard/comm.h"
 #include "hypershard/mesh.h"
 #include "hypershard/optim.h"
-
-#define CHECK(comm, cond, ...)                                                          \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            hs_error ce_;                                                               \
-            hs_error_set(&ce_, HS_ERR_INTERNAL, __VA_ARGS__);                           \
-            fprintf(stderr, "%s:%d: check failed: %s: %s\n", __FILE__, __LINE__, #cond, \
-                    ce_.msg);                                                           \
-            hs_comm_abort((comm), &ce_);                                                \
-        }                                                                               \
-    } while (0)
+#include "fsdp_mpi_fixture.h"
 
 #define OV_SEQ 16
 #define OV_PER_RANK 2
@@ -68,23 +58,6 @@ typedef struct ov_run {
     int G, T;
 } ov_run;
 
-static inline hs_pg *ov_split(ov_run *r, const hs_topology *t, hs_mesh_dim d, char *name,
-                              int *size, int *grank)
-{
-    int members[64];
-    int n = hs_topology_group_ranks(t, d, r->rank, members);
-    snprintf(name, 64, "overlap_s%d_%s", r->o.shard, hs_mesh_dim_name(d));
-    hs_pg *pg = NULL;
-    hs_error e;
-    hs_error_clear(&e);
-    CHECK(r->c, hs_comm_split(r->c, name, members[0], hs_topology_group_rank(t, d, r->rank), &pg,
-                              &e) == HS_OK,
-          "%s", e.msg);
-    *size = n;
-    *grank = hs_pg_rank(pg);
-    return n > 1 ? pg : NULL;
-}
-
 static inline void ov_config(hs_config *cfg, const ov_opts *o)
 {
     hs_config_defaults(cfg);
@@ -119,26 +92,15 @@ static inline void ov_setup(ov_run *r, hs_comm *c, const ov_opts *o)
     if (r->o.shard == 0) r->o.shard = r->world;
     r->T = o->seq ? o->seq : OV_SEQ;
     ov_config(&r->cfg, &r->o);
-    hs_error e;
-    hs_error_clear(&e);
-    CHECK(c, hs_device_create(HS_DEVICE_CPU, hs_comm_trace(c), &r->dev, &e) == HS_OK, "%s", e.msg);
-    hs_topology t;
-    CHECK(c, hs_topology_derive(&t, r->world, 1, 1, 1, 1, r->o.shard, 1, &e) == HS_OK, "%s", e.msg);
-    hs_fsdp_dp_groups *g = &r->g;
-    g->shard = ov_split(r, &t, HS_DIM_FSDP_SHARD, r->shard_name, &g->shard_size, &g->shard_rank);
-    g->replicate = ov_split(r, &t, HS_DIM_FSDP_REPLICATE, r->rep_name, &g->replicate_size,
-                            &g->replicate_rank);
-    g->flat = ov_split(r, &t, HS_DIM_FSDP, r->flat_name, &g->flat_size, &g->flat_rank);
+    r->dev = mt_device_cpu(c, hs_comm_trace(c));
+    char layout[16];
+    snprintf(layout, sizeof layout, "s%d", r->o.shard);
+    mt_dp_groups_make(c, r->o.shard, "overlap", layout, &r->g, r->shard_name, r->rep_name,
+                      r->flat_name);
     hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
                            .max_batch = OV_PER_RANK, .seq_len = r->T, .allocate_params = false,
                            .activation_checkpointing = o->ckpt, .pool = &r->dev->device_pool};
-    CHECK(c, hs_model_create(&r->cfg.model, &mo, &r->m, &e) == HS_OK, "%s", e.msg);
-    CHECK(c, hs_fsdp_wrap_groups(&r->cfg, &r->g, c, r->dev, r->m, 1234, NULL, &r->f, &e) == HS_OK,
-          "%s", e.msg);
-    hs_optim_param *op;
-    int n = hs_fsdp_optim_params(r->f, &op);
-    CHECK(c, hs_optim_create(&r->cfg.optimizer, op, n, &r->dev->device_pool, &r->opt, &e) == HS_OK,
-          "%s", e.msg);
+    mt_fsdp_build(c, &r->cfg, &mo, &r->g, r->dev, 1234, &r->m, &r->f, &r->opt);
     r->G = OV_PER_RANK * r->g.flat_size;
     r->tok = malloc(sizeof(int32_t) * (size_t)(r->G * r->T));
     r->tgt = malloc(sizeof(int32_t) * (size_t)(r->G * r->T));
@@ -158,11 +120,7 @@ static inline void ov_teardown(ov_run *r)
 /* This rank's micro-batch of the global batch of `step`. */
 static inline hs_batch ov_batch(ov_run *r, int step)
 {
-    for (int i = 0; i < r->G * r->T; i++) {
-        uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(step * 40503u + 17u);
-        r->tok[i] = (int32_t)(h % 37u);
-        r->tgt[i] = (int32_t)((h >> 8) % 37u);
-    }
+    mt_global_batch(r->tok, r->tgt, r->G * r->T, step);
     int off = r->g.flat_rank * OV_PER_RANK * r->T;
     return (hs_batch){r->tok + off, r->tgt + off, OV_PER_RANK, r->T};
 }

@@ -124,14 +124,8 @@ static void run_layout(hs_comm *c, const char *name, const ov_opts *base_o)
 
 int main(int argc, char **argv)
 {
-    hs_comm *c = NULL;
-    hs_error e;
-    hs_error_clear(&e);
     hs_comm_options opt = {.timeout_s = 120};
-    if (hs_comm_init(&c, &argc, &argv, &opt, &e) != HS_OK) {
-        fprintf(stderr, "%s\n", e.msg);
-        return 1;
-    }
+    hs_comm *c = mt_comm_init(&argc, &argv, &opt);
     int W = hs_comm_size(c);
     ov_opts fsdp = {.layers = 2, .zero_copy = -1};
     run_layout(c, "fsdp", &fsdp);

@@ -21,7 +21,7 @@
 #include "hypershard/comm.h"
 #include "hypershard/mesh.h"
 #include "hypershard/optim.h"
-#include "mpi_test_util.h"
+#include "fsdp_mpi_fixture.h"
 
 #define SEQ 16
 #define PER_RANK 2
@@ -36,13 +36,6 @@ typedef struct mcase {
     bool moe;
 } mcase;
 
-typedef struct side {
-    hs_config cfg;
-    hs_model *m;
-    hs_fsdp *f;
-    hs_optim *opt;
-} side;
-
 typedef struct run {
     hs_comm *c;
     const mcase *mc;
@@ -51,7 +44,7 @@ typedef struct run {
     hs_trace *tr;
     hs_fsdp_dp_groups g;
     char shard_name[64], rep_name[64], flat_name[64];
-    side ref, dist;
+    mt_side ref, dist;
     int32_t *tok, *tgt;
     int G;
     double worst;
@@ -82,73 +75,21 @@ static void config_for(hs_config *cfg, const mcase *mc)
     cfg->optimizer.eps = 1e-6;
 }
 
-static hs_pg *split(run *r, const hs_topology *t, hs_mesh_dim d, char *name, int *size,
-                    int *grank)
-{
-    int members[64];
-    int n = hs_topology_group_ranks(t, d, r->rank, members);
-    snprintf(name, 64, "muon_%s_%s", r->mc->name, hs_mesh_dim_name(d));
-    hs_pg *pg = NULL;
-    hs_error e;
-    hs_error_clear(&e);
-    CHECK(r->c, hs_comm_split(r->c, name, members[0], hs_topology_group_rank(t, d, r->rank), &pg,
-                              &e) == HS_OK,
-          "%s", e.msg);
-    *size = n;
-    *grank = hs_pg_rank(pg);
-    return n > 1 ? pg : NULL;
-}
-
-static void make_groups(run *r)
-{
-    hs_topology t;
-    hs_error e;
-    hs_error_clear(&e);
-    CHECK(r->c, hs_topology_derive(&t, r->world, 1, 1, 1, 1, r->mc->shard, 1, &e) == HS_OK, "%s",
-          e.msg);
-    hs_fsdp_dp_groups *g = &r->g;
-    g->shard = split(r, &t, HS_DIM_FSDP_SHARD, r->shard_name, &g->shard_size, &g->shard_rank);
-    g->replicate =
-        split(r, &t, HS_DIM_FSDP_REPLICATE, r->rep_name, &g->replicate_size, &g->replicate_rank);
-    g->flat = split(r, &t, HS_DIM_FSDP, r->flat_name, &g->flat_size, &g->flat_rank);
-}
-
-static void side_init(run *r, side *s, const hs_fsdp_dp_groups *g, int max_batch)
+static void side_init(run *r, mt_side *s, const hs_fsdp_dp_groups *g, int max_batch)
 {
     config_for(&s->cfg, r->mc);
     hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
                            .max_batch = max_batch, .seq_len = SEQ, .allocate_params = false,
                            .pool = &r->dev->device_pool};
-    hs_error e;
-    hs_error_clear(&e);
-    CHECK(r->c, hs_model_create(&s->cfg.model, &mo, &s->m, &e) == HS_OK, "%s", e.msg);
-    CHECK(r->c, hs_fsdp_wrap_groups(&s->cfg, g, r->c, r->dev, s->m, SEED, NULL, &s->f, &e) == HS_OK,
-          "%s", e.msg);
-    hs_optim_param *op;
-    int n = hs_fsdp_optim_params(s->f, &op);
-    CHECK(r->c, hs_optim_create(&s->cfg.optimizer, op, n, &r->dev->device_pool, &s->opt, &e) ==
-                    HS_OK,
-          "%s", e.msg);
-}
-
-static void side_free(side *s)
-{
-    hs_optim_free(s->opt);
-    hs_fsdp_free(s->f);
-    hs_model_free(s->m);
-    hs_config_free(&s->cfg);
+    mt_fsdp_build(r->c, &s->cfg, &mo, g, r->dev, SEED, &s->m, &s->f, &s->opt);
 }
 
 static void global_batch(run *r, int step)
 {
-    for (int i = 0; i < r->G * SEQ; i++) {
-        uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(step * 40503u + 17u);
-        r->tok[i] = (int32_t)(h % 37u);
-        r->tgt[i] = (int32_t)((h >> 8) % 37u);
-    }
+    mt_global_batch(r->tok, r->tgt, r->G * SEQ, step);
 }
 
-static double side_step(run *r, side *s, int first, int seqs)
+static double side_step(run *r, mt_side *s, int first, int seqs)
 {
     double loss = 0.0, aux = 0.0;
     hs_error e;
@@ -182,28 +123,6 @@ static void check_against_ref(run *r, bool grads, bool muon_only, int step)
     }
 }
 
-static void check_replicas_equal(run *r, int step)
-{
-    if (!r->g.replicate) return;
-    hs_fsdp_ctx *ctx = hs_fsdp_context(r->dist.f);
-    int R = r->g.replicate_size;
-    for (int i = 0; i < ctx->n_params; i++) {
-        hs_fsdp_param *fp = &ctx->params[i];
-        int64_t n = fp->storage_numel;
-        float *all = malloc(sizeof(float) * (size_t)(n * R + 1));
-        hs_error e;
-        hs_error_clear(&e);
-        CHECK(r->c, hs_pg_all_gather(r->g.replicate, all, fp->storage, n, HS_DTYPE_F32, &e) ==
-                        HS_OK,
-              "%s", e.msg);
-        for (int k = 1; k < R; k++)
-            CHECK(r->c, memcmp(all, all + k * n, sizeof(float) * (size_t)n) == 0,
-                  "%s step %d: replica %d of %s differs from replica 0", r->mc->name, step, k,
-                  fp->p->fqn);
-        free(all);
-    }
-}
-
 /* The optimizer's collectives: one all-gather of the update per sharded
  * hidden matrix, padded shard sized, on the shard group; every param on
  * Muon's or AdamW's state as the model marks it, empty shards included. */
@@ -234,49 +153,29 @@ static void check_gathers(run *r, int64_t ags, int64_t ag_bytes)
         CHECK(r->c, empty > 0, "%s: no zero-row shard on the last rank", r->mc->name);
 }
 
-static double sum_loss(run *r, double local)
-{
-    float l = (float)local;
-    hs_error e;
-    hs_error_clear(&e);
-    if (r->g.flat)
-        CHECK(r->c, hs_pg_all_reduce(r->g.flat, &l, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK,
-              "%s", e.msg);
-    return l;
-}
-
-static void optimizer_step(run *r, side *s)
-{
-    hs_error e;
-    hs_error_clear(&e);
-    hs_optim_step(s->opt, LR);
-    CHECK(r->c, hs_fsdp_after_step(s->f, &e) == HS_OK, "%s", e.msg);
-    hs_fsdp_zero_grads(s->f);
-}
-
 static void run_steps(run *r)
 {
     int first = r->g.flat_rank * PER_RANK;
     for (int step = 1; step <= STEPS; step++) {
         global_batch(r, step);
         double ref_loss = side_step(r, &r->ref, 0, r->G);
-        double loss = sum_loss(r, side_step(r, &r->dist, first, PER_RANK));
+        double loss = mt_flat_sum(r->c, r->g.flat, side_step(r, &r->dist, first, PER_RANK));
         double rel = fabs(loss - ref_loss) / fabs(ref_loss);
         if (rel > r->worst) r->worst = rel;
         CHECK(r->c, isfinite(loss) && rel <= TOL,
               "%s step %d: loss %.8g vs single-process %.8g (rel %.3g)", r->mc->name, step, loss,
               ref_loss, rel);
         if (step == 1) check_against_ref(r, true, false, step);
-        optimizer_step(r, &r->ref);
+        mt_side_optim_step(r->c, &r->ref, LR);
         hs_trace_reset_counters(r->tr);
-        optimizer_step(r, &r->dist);
+        mt_side_optim_step(r->c, &r->dist, LR);
         check_gathers(r, hs_trace_collectives(r->tr, "all_gather", r->shard_name),
                       hs_trace_collective_bytes(r->tr, "all_gather", r->shard_name));
         /* Adam's first step on the AdamW params is rounding-sensitive
          * (lr * g / (|g| + eps)): their weights compare from step 2, as in
          * the AdamW parity tests; Muon's from step 1. */
         check_against_ref(r, false, step == 1, step);
-        check_replicas_equal(r, step);
+        mt_replicas_check_equal(r->c, r->dist.f, &r->g, false, r->mc->name, step);
         if (r->rank == 0)
             printf("  %s step %d: mean loss %.7f (single-process %.7f)\n", r->mc->name, step,
                    loss / (r->G * SEQ), ref_loss / (r->G * SEQ));
@@ -292,10 +191,9 @@ static void run_case(hs_comm *c, const mcase *mc)
     r.world = hs_comm_size(c);
     r.rank = hs_comm_rank(c);
     r.tr = hs_comm_trace(c);
-    hs_error e;
-    hs_error_clear(&e);
-    CHECK(c, hs_device_create(HS_DEVICE_CPU, r.tr, &r.dev, &e) == HS_OK, "%s", e.msg);
-    make_groups(&r);
+    r.dev = mt_device_cpu(c, r.tr);
+    mt_dp_groups_make(r.c, r.mc->shard, "muon", r.mc->name, &r.g, r.shard_name, r.rep_name,
+                      r.flat_name);
     r.G = PER_RANK * r.world;
     hs_fsdp_dp_groups one = {.shard_size = 1, .replicate_size = 1, .flat_size = 1};
     side_init(&r, &r.ref, &one, r.G);
@@ -303,15 +201,12 @@ static void run_case(hs_comm *c, const mcase *mc)
     r.tok = malloc(sizeof(int32_t) * (size_t)(r.G * SEQ));
     r.tgt = malloc(sizeof(int32_t) * (size_t)(r.G * SEQ));
     run_steps(&r);
-    side_free(&r.dist);
-    side_free(&r.ref);
+    mt_side_free(&r.dist);
+    mt_side_free(&r.ref);
     hs_device_free(r.dev);
     free(r.tok);
     free(r.tgt);
-    float worst = (float)r.worst, all[64];
-    CHECK(c, hs_pg_all_gather(hs_comm_world(c), all, &worst, 1, HS_DTYPE_F32, &e) == HS_OK, "%s",
-          e.msg);
-    for (int k = 0; k < r.world; k++) worst = all[k] > worst ? all[k] : worst;
+    float worst = mt_worst_over(c, hs_comm_world(c), r.world, r.worst);
     if (r.rank == 0)
         printf("ok %s: worst normwise relative error %.3g (tol %.3g)\n", mc->name,
                (double)worst, TOL);

@@ -20,7 +20,7 @@
 #include "hypershard/comm.h"
 #include "hypershard/mesh.h"
 #include "hypershard/optim.h"
-#include "mpi_test_util.h"
+#include "fsdp_mpi_fixture.h"
 
 #define SEQ 16
 #define PER_RANK 2 /* sequences per data-parallel rank */
@@ -93,43 +93,17 @@ static void config_for(hs_config *cfg, const tcase *tc)
     cfg->optimizer.eps = 1e-6;
 }
 
-static hs_pg *split(run *r, const hs_topology *t, hs_mesh_dim d, char *name, size_t cap,
-                    int *size, int *grank)
+static hs_model_options model_options(run *r, bool allocate, int max_batch)
 {
-    int members[64];
-    int n = hs_topology_group_ranks(t, d, r->rank, members);
-    snprintf(name, cap, "parity_%s_%s", r->tc->name, hs_mesh_dim_name(d));
-    hs_pg *pg = NULL;
-    hs_error e;
-    hs_error_clear(&e);
-    CHECK(r->c, hs_comm_split(r->c, name, members[0], hs_topology_group_rank(t, d, r->rank), &pg,
-                              &e) == HS_OK,
-          "%s", e.msg);
-    *size = n;
-    *grank = hs_pg_rank(pg);
-    return n > 1 ? pg : NULL;
-}
-
-static void make_groups(run *r)
-{
-    hs_topology t;
-    hs_error e;
-    hs_error_clear(&e);
-    CHECK(r->c, hs_topology_derive(&t, r->world, 1, 1, 1, 1, r->tc->shard, 1, &e) == HS_OK, "%s",
-          e.msg);
-    hs_fsdp_dp_groups *g = &r->g;
-    g->shard = split(r, &t, HS_DIM_FSDP_SHARD, r->shard_name, 64, &g->shard_size, &g->shard_rank);
-    g->replicate = split(r, &t, HS_DIM_FSDP_REPLICATE, r->rep_name, 64, &g->replicate_size,
-                         &g->replicate_rank);
-    g->flat = split(r, &t, HS_DIM_FSDP, r->flat_name, 64, &g->flat_size, &g->flat_rank);
+    return (hs_model_options){.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
+                              .max_batch = max_batch, .seq_len = SEQ, .allocate_params = allocate,
+                              .activation_checkpointing = r->cfg.train.activation_checkpointing,
+                              .pool = &r->dev->device_pool};
 }
 
 static hs_model *model(run *r, bool allocate, int max_batch)
 {
-    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
-                           .max_batch = max_batch, .seq_len = SEQ, .allocate_params = allocate,
-                           .activation_checkpointing = r->cfg.train.activation_checkpointing,
-                           .pool = &r->dev->device_pool};
+    hs_model_options mo = model_options(r, allocate, max_batch);
     hs_model *m = NULL;
     hs_error e;
     hs_error_clear(&e);
@@ -172,24 +146,15 @@ static void setup(run *r, const tcase *tc)
 {
     r->tc = tc;
     config_for(&r->cfg, tc);
-    hs_error e;
-    hs_error_clear(&e);
-    CHECK(r->c, hs_device_create(HS_DEVICE_CPU, hs_comm_trace(r->c), &r->dev, &e) == HS_OK, "%s",
-          e.msg);
-    make_groups(r);
+    r->dev = mt_device_cpu(r->c, hs_comm_trace(r->c));
+    mt_dp_groups_make(r->c, tc->shard, "parity", tc->name, &r->g, r->shard_name, r->rep_name,
+                      r->flat_name);
     r->G = PER_RANK * r->world;
     r->ref = model(r, true, r->G);
     hs_model_init_weights(r->ref, 1234);
     ref_optim(r);
-    r->m = model(r, false, PER_RANK);
-    CHECK(r->c, hs_fsdp_wrap_groups(&r->cfg, &r->g, r->c, r->dev, r->m, 1234, NULL, &r->f, &e) ==
-                    HS_OK,
-          "%s", e.msg);
-    hs_optim_param *op;
-    int n = hs_fsdp_optim_params(r->f, &op);
-    CHECK(r->c, hs_optim_create(&r->cfg.optimizer, op, n, &r->dev->device_pool, &r->opt, &e) ==
-                    HS_OK,
-          "%s", e.msg);
+    hs_model_options mo = model_options(r, false, PER_RANK);
+    mt_fsdp_build(r->c, &r->cfg, &mo, &r->g, r->dev, 1234, &r->m, &r->f, &r->opt);
     r->tok = malloc(sizeof(int32_t) * (size_t)(r->G * SEQ));
     r->tgt = malloc(sizeof(int32_t) * (size_t)(r->G * SEQ));
 }
@@ -209,11 +174,7 @@ static void teardown(run *r)
 
 static void global_batch(run *r, int step)
 {
-    for (int i = 0; i < r->G * SEQ; i++) {
-        uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(step * 40503u + 17u);
-        r->tok[i] = (int32_t)(h % 37u);
-        r->tgt[i] = (int32_t)((h >> 8) % 37u);
-    }
+    mt_global_batch(r->tok, r->tgt, r->G * SEQ, step);
 }
 
 static double worst_err;
@@ -244,29 +205,6 @@ static void check_shards(run *r, bool grads, int step)
                     grads ? "grad" : "weight", fp->p->fqn, err);
         CHECK(r->c, err <= TOL, "%s step %d: %s of %s differs by %.3g relative (rank %d)",
               r->tc->name, step, grads ? "gradient" : "weight", fp->p->fqn, err, r->rank);
-    }
-}
-
-static void check_replicas_equal(run *r, int step)
-{
-    if (!r->g.replicate) return;
-    hs_fsdp_ctx *ctx = hs_fsdp_context(r->f);
-    int R = r->g.replicate_size;
-    for (int i = 0; i < ctx->n_params; i++) {
-        hs_fsdp_param *fp = &ctx->params[i];
-        if (fp->replicate) continue;
-        int64_t n = fp->storage_numel;
-        float *all = malloc(sizeof(float) * (size_t)(n * R + 1));
-        hs_error e;
-        hs_error_clear(&e);
-        CHECK(r->c, hs_pg_all_gather(r->g.replicate, all, fp->storage, n, HS_DTYPE_F32, &e) ==
-                        HS_OK,
-              "%s", e.msg);
-        for (int k = 1; k < R; k++)
-            CHECK(r->c, memcmp(all, all + k * n, sizeof(float) * (size_t)n) == 0,
-                  "%s step %d: replica %d of %s differs from replica 0", r->tc->name, step, k,
-                  fp->p->fqn);
-        free(all);
     }
 }
 
@@ -535,7 +473,7 @@ static void run_case(hs_comm *c, const tcase *tc)
         hs_model_zero_grads(r.ref);
         hs_fsdp_zero_grads(r.f);
         if (step >= 2) check_shards(&r, false, step);
-        check_replicas_equal(&r, step);
+        mt_replicas_check_equal(r.c, r.f, &r.g, true, r.tc->name, step);
         if (r.rank == 0)
             printf("  %s step %d: mean loss %.7f (single-process %.7f)\n", tc->name, step,
                    (double)l / (r.G * SEQ), ref_loss / (r.G * SEQ));
@@ -559,11 +497,7 @@ static void run_case(hs_comm *c, const tcase *tc)
         free(full);
     }
     teardown(&r);
-    float worst = (float)worst_err, all[64];
-    if (r.g.flat)
-        CHECK(c, hs_pg_all_gather(r.g.flat, all, &worst, 1, HS_DTYPE_F32, &e) == HS_OK, "%s",
-              e.msg);
-    for (int k = 0; r.g.flat && k < r.g.flat_size; k++) worst = all[k] > worst ? all[k] : worst;
+    float worst = mt_worst_over(c, r.g.flat, r.g.flat_size, worst_err);
     if (r.rank == 0)
         printf("ok %s: worst normwise relative error over ranks %.3g\n", tc->name, (double)worst);
     worst_err = 0.0;

@@ -34,17 +34,7 @@
 #include "hypershard/comm.h"
 #include "hypershard/mesh.h"
 #include "hypershard/optim.h"
-
-#define CHECK(comm, cond, ...)                                                          \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            hs_error ce_;                                                               \
-            hs_error_set(&ce_, HS_ERR_INTERNAL, __VA_ARGS__);                           \
-            fprintf(stderr, "%s:%d: check failed: %s: %s\n", __FILE__, __LINE__, #cond, \
-                    ce_.msg);                                                           \
-            hs_comm_abort((comm), &ce_);                                                \
-        }                                                                               \
-    } while (0)
+#include "fsdp_mpi_fixture.h"
 
 #define SEQ 16
 #define PER_RANK 2
@@ -64,13 +54,6 @@ typedef struct pcase {
     double tol;         /* normwise relative: loss, grads, weights */
 } pcase;
 
-typedef struct side {
-    hs_config cfg;
-    hs_model *m;
-    hs_fsdp *f;
-    hs_optim *opt;
-} side;
-
 typedef struct run {
     hs_comm *c;
     const pcase *pc;
@@ -79,7 +62,7 @@ typedef struct run {
     hs_trace *tr;
     hs_fsdp_dp_groups g;
     char shard_name[64], rep_name[64], flat_name[64];
-    side ref, dist, twin;
+    mt_side ref, dist, twin;
     int32_t *tok, *tgt;
     int G;
     double worst;
@@ -113,38 +96,8 @@ static void config_for(hs_config *cfg, const pcase *pc, bool policies)
     cfg->optimizer.eps = 1e-6;
 }
 
-static hs_pg *split(run *r, const hs_topology *t, hs_mesh_dim d, char *name, int *size,
-                    int *grank)
-{
-    int members[64];
-    int n = hs_topology_group_ranks(t, d, r->rank, members);
-    snprintf(name, 64, "policy_%s_%s", r->pc->name, hs_mesh_dim_name(d));
-    hs_pg *pg = NULL;
-    hs_error e;
-    hs_error_clear(&e);
-    CHECK(r->c, hs_comm_split(r->c, name, members[0], hs_topology_group_rank(t, d, r->rank), &pg,
-                              &e) == HS_OK,
-          "%s", e.msg);
-    *size = n;
-    *grank = hs_pg_rank(pg);
-    return n > 1 ? pg : NULL;
-}
-
-static void make_groups(run *r)
-{
-    hs_topology t;
-    hs_error e;
-    hs_error_clear(&e);
-    CHECK(r->c, hs_topology_derive(&t, r->world, 1, 1, 1, 1, r->pc->shard, 1, &e) == HS_OK, "%s",
-          e.msg);
-    hs_fsdp_dp_groups *g = &r->g;
-    g->shard = split(r, &t, HS_DIM_FSDP_SHARD, r->shard_name, &g->shard_size, &g->shard_rank);
-    g->replicate =
-        split(r, &t, HS_DIM_FSDP_REPLICATE, r->rep_name, &g->replicate_size, &g->replicate_rank);
-    g->flat = split(r, &t, HS_DIM_FSDP, r->flat_name, &g->flat_size, &g->flat_rank);
-}
-
-static void side_init(run *r, side *s, bool policies, const hs_fsdp_dp_groups *g, int max_batch)
+static void side_init(run *r, mt_side *s, bool policies, const hs_fsdp_dp_groups *g,
+                      int max_batch)
 {
     config_for(&s->cfg, r->pc, policies);
     hs_dtype compute = r->pc->param_dt == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)r->pc->param_dt;
@@ -152,42 +105,22 @@ static void side_init(run *r, side *s, bool policies, const hs_fsdp_dp_groups *g
                            .max_batch = max_batch, .seq_len = SEQ, .allocate_params = false,
                            .activation_checkpointing = r->pc->ckpt,
                            .pool = &r->dev->device_pool};
-    hs_error e;
-    hs_error_clear(&e);
-    CHECK(r->c, hs_model_create(&s->cfg.model, &mo, &s->m, &e) == HS_OK, "%s", e.msg);
-    CHECK(r->c, hs_fsdp_wrap_groups(&s->cfg, g, r->c, r->dev, s->m, SEED, NULL, &s->f, &e) == HS_OK,
-          "%s", e.msg);
+    mt_fsdp_build(r->c, &s->cfg, &mo, g, r->dev, SEED, &s->m, &s->f, &s->opt);
     hs_optim_param *op;
     int n = hs_fsdp_optim_params(s->f, &op);
     for (int i = 0; i < n; i++)
         CHECK(r->c, op[i].dtype == HS_DTYPE_F32, "%s: optimizer param %s is not fp32",
               r->pc->name, op[i].fqn);
-    CHECK(r->c, hs_optim_create(&s->cfg.optimizer, op, n, &r->dev->device_pool, &s->opt, &e) ==
-                    HS_OK,
-          "%s", e.msg);
-}
-
-static void side_free(side *s)
-{
-    if (!s->f) return;
-    hs_optim_free(s->opt);
-    hs_fsdp_free(s->f);
-    hs_model_free(s->m);
-    hs_config_free(&s->cfg);
 }
 
 static void global_batch(run *r, int step)
 {
-    for (int i = 0; i < r->G * SEQ; i++) {
-        uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(step * 40503u + 17u);
-        r->tok[i] = (int32_t)(h % 37u);
-        r->tgt[i] = (int32_t)((h >> 8) % 37u);
-    }
+    mt_global_batch(r->tok, r->tgt, r->G * SEQ, step);
 }
 
 /* The fp32 masters are only written by the optimizer: a checksum taken
  * before the forward/backward must hold after it. */
-static uint32_t masters_crc(side *s)
+static uint32_t masters_crc(mt_side *s)
 {
     hs_fsdp_ctx *ctx = hs_fsdp_context(s->f);
     uint32_t crc = 0;
@@ -199,7 +132,7 @@ static uint32_t masters_crc(side *s)
 
 /* Forward/backward of `seqs` sequences starting at `first`, in `micro`
  * micro-batches; returns the summed token loss. */
-static double side_step(run *r, side *s, int first, int seqs, hs_trace *tr)
+static double side_step(run *r, mt_side *s, int first, int seqs, hs_trace *tr)
 {
     double loss = 0.0, aux;
     hs_error e;
@@ -370,26 +303,6 @@ static void check_offload_memory(run *r, int64_t dist_peak, int64_t twin_peak)
                r->pc->name, (long long)dist_peak, (long long)twin_peak, (long long)masters);
 }
 
-static double sum_loss(run *r, double local)
-{
-    float l = (float)local;
-    hs_error e;
-    hs_error_clear(&e);
-    if (r->g.flat)
-        CHECK(r->c, hs_pg_all_reduce(r->g.flat, &l, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK,
-              "%s", e.msg);
-    return l;
-}
-
-static void optimizer_step(run *r, side *s)
-{
-    hs_error e;
-    hs_error_clear(&e);
-    hs_optim_step(s->opt, LR);
-    CHECK(r->c, hs_fsdp_after_step(s->f, &e) == HS_OK, "%s", e.msg);
-    hs_fsdp_zero_grads(s->f);
-}
-
 static void run_case(hs_comm *c, const pcase *pc)
 {
     run r;
@@ -399,10 +312,9 @@ static void run_case(hs_comm *c, const pcase *pc)
     r.world = hs_comm_size(c);
     r.rank = hs_comm_rank(c);
     r.tr = hs_comm_trace(c);
-    hs_error e;
-    hs_error_clear(&e);
-    CHECK(c, hs_device_create(HS_DEVICE_CPU, r.tr, &r.dev, &e) == HS_OK, "%s", e.msg);
-    make_groups(&r);
+    r.dev = mt_device_cpu(c, r.tr);
+    mt_dp_groups_make(r.c, r.pc->shard, "policy", r.pc->name, &r.g, r.shard_name, r.rep_name,
+                      r.flat_name);
     r.G = PER_RANK * r.world;
     hs_fsdp_dp_groups one = {.shard_size = 1, .replicate_size = 1, .flat_size = 1};
     side_init(&r, &r.ref, false, &one, r.G / pc->micro);
@@ -422,7 +334,7 @@ static void run_case(hs_comm *c, const pcase *pc)
         }
         hs_trace_reset_counters(r.tr);
         hs_fsdp_reset_peak(r.dist.f);
-        double loss = sum_loss(&r, side_step(&r, &r.dist, first, PER_RANK, r.tr));
+        double loss = mt_flat_sum(c, r.g.flat, side_step(&r, &r.dist, first, PER_RANK, r.tr));
         int64_t dist_peak = hs_fsdp_context(r.dist.f)->mem.peak[HS_FSDP_MEM_PARAM];
         check_trace(&r, r.tr);
         CHECK(c, isfinite(loss), "%s step %d: loss %g", pc->name, step, loss);
@@ -431,9 +343,9 @@ static void run_case(hs_comm *c, const pcase *pc)
         CHECK(c, rel <= pc->tol, "%s step %d: loss %.8g vs single-process %.8g (rel %.3g)",
               pc->name, step, loss, ref_loss, rel);
         if (step == 1) check_against_ref(&r, true, step);
-        optimizer_step(&r, &r.ref);
-        optimizer_step(&r, &r.dist);
-        if (r.twin.f) optimizer_step(&r, &r.twin);
+        mt_side_optim_step(c, &r.ref, LR);
+        mt_side_optim_step(c, &r.dist, LR);
+        if (r.twin.f) mt_side_optim_step(c, &r.twin, LR);
         /* Adam's first step is lr * g / (|g| + eps): elements whose
          * gradient is near eps move by a rounding-sensitive fraction of lr,
          * so weights are compared from step 2 on (as the fp32 parity test) */
@@ -445,17 +357,13 @@ static void run_case(hs_comm *c, const pcase *pc)
             printf("  %s step %d: mean loss %.7f (single-process %.7f)\n", pc->name, step,
                    loss / (r.G * SEQ), ref_loss / (r.G * SEQ));
     }
-    side_free(&r.twin);
-    side_free(&r.dist);
-    side_free(&r.ref);
+    mt_side_free(&r.twin);
+    mt_side_free(&r.dist);
+    mt_side_free(&r.ref);
     hs_device_free(r.dev);
     free(r.tok);
     free(r.tgt);
-    float worst = (float)r.worst, all[64];
-    if (r.g.flat)
-        CHECK(c, hs_pg_all_gather(r.g.flat, all, &worst, 1, HS_DTYPE_F32, &e) == HS_OK, "%s",
-              e.msg);
-    for (int k = 0; r.g.flat && k < r.g.flat_size; k++) worst = all[k] > worst ? all[k] : worst;
+    float worst = mt_worst_over(c, r.g.flat, r.g.flat_size, r.worst);
     if (r.rank == 0)
         printf("ok %s: worst normwise relative error %.3g (tol %.3g)\n", pc->name,
                (double)worst, pc->tol);
@@ -463,14 +371,8 @@ static void run_case(hs_comm *c, const pcase *pc)
 
 int main(int argc, char **argv)
 {
-    hs_comm *c = NULL;
-    hs_error e;
-    hs_error_clear(&e);
     hs_comm_options opt = {.timeout_s = 120};
-    if (hs_comm_init(&c, &argc, &argv, &opt, &e) != HS_OK) {
-        fprintf(stderr, "%s\n", e.msg);
-        return 1;
-    }
+    hs_comm *c = mt_comm_init(&argc, &argv, &opt);
     int W = hs_comm_size(c);
     const int NUL = HS_MP_NULL, F32 = HS_DTYPE_F32, BF16 = HS_DTYPE_BF16, F16 = HS_DTYPE_F16;
     const pcase cases[] = {

@@ -294,25 +294,14 @@ static void next_all_gather_starts_during_compute(hs_comm *c, int depth)
 
 int main(int argc, char **argv)
 {
-    hs_comm *c = NULL;
-    hs_error e;
-    hs_error_clear(&e);
-    int rank = 0;
     /* The trace must record spans for the timestamp check. */
-    hs_trace *tr = hs_trace_create(0, true);
-    hs_comm_options opt = {.timeout_s = 120, .trace = tr};
-    if (hs_comm_init(&c, &argc, &argv, &opt, &e) != HS_OK) {
-        fprintf(stderr, "%s\n", e.msg);
-        return 1;
-    }
-    rank = hs_comm_rank(c);
-    (void)rank;
+    hs_trace *tr = NULL;
+    hs_comm *c = mt_traced_init(&argc, &argv, 120, true, &tr);
     same_training_with_depths(c, false);
     same_training_with_depths(c, true);
     for (int d = 0; d <= 2; d++) at_most_depth_plus_one_blocks_unsharded(c, d);
     next_all_gather_starts_during_compute(c, 1);
     next_all_gather_starts_during_compute(c, 0);
-    hs_comm_finalize(c);
-    hs_trace_free(tr);
+    mt_traced_finalize(c, tr);
     return 0;
 }
