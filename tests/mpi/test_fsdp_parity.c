@@ -53,6 +53,7 @@ typedef struct run {
     hs_optim_param ref_params[256];
     int32_t *tok, *tgt;
     int G;
+    double worst_err; /* largest rel_err seen in this case, for the summary line */
 } run;
 
 static void config_for(hs_config *cfg, const tcase *tc)
@@ -177,16 +178,14 @@ static void global_batch(run *r, int step)
     mt_global_batch(r->tok, r->tgt, r->G * SEQ, step);
 }
 
-static double worst_err;
-
 /* Normwise relative error of a tensor, max|a - b| / max|b|: a sum over
  * ranks and a sum in one GEMM round differently, so elements that cancel to
  * ~0 are compared at the tensor's scale, not digit by digit. */
-static double rel_err(const float *a, const float *b, int64_t n)
+static double rel_err(run *r, const float *a, const float *b, int64_t n)
 {
     float floor = hs_max_abs_f32(b, n);
     double err = hs_max_rel_diff_f32(a, b, n, floor > 1e-30f ? floor : 1e-30f);
-    if (err > worst_err) worst_err = err;
+    if (err > r->worst_err) r->worst_err = err;
     return err;
 }
 
@@ -199,8 +198,8 @@ static void check_shards(run *r, bool grads, int step)
         const float *want = (const float *)(grads ? rp->grad : rp->data) +
                             fp->plan.layout.row_offset * fp->plan.row_numel;
         const float *got = grads ? fp->sharded_grad : fp->sharded;
-        double err = rel_err(got, want, fp->plan.actual_sharded_numel);
-        if (err >= worst_err && getenv("HS_PARITY_VERBOSE"))
+        double err = rel_err(r, got, want, fp->plan.actual_sharded_numel);
+        if (err >= r->worst_err && getenv("HS_PARITY_VERBOSE"))
             fprintf(stderr, "rank %d %s step %d %s %s err %.3g\n", r->rank, r->tc->name, step,
                     grads ? "grad" : "weight", fp->p->fqn, err);
         CHECK(r->c, err <= TOL, "%s step %d: %s of %s differs by %.3g relative (rank %d)",
@@ -483,7 +482,7 @@ static void run_case(hs_comm *c, const tcase *tc)
         hs_param *rp = hs_model_param(r.ref, i);
         float *full = malloc(sizeof(float) * (size_t)numel_of(rp));
         CHECK(c, hs_fsdp_gather_full(r.f, i, full, &e) == HS_OK, "%s", e.msg);
-        CHECK(c, rel_err(full, rp->data, numel_of(rp)) <= TOL, "%s: gathered %s differs",
+        CHECK(c, rel_err(&r, full, rp->data, numel_of(rp)) <= TOL, "%s: gathered %s differs",
               tc->name, rp->fqn);
         /* and the import path keeps exactly this rank's rows, padding zero */
         for (int64_t k = 0; k < numel_of(rp); k++) full[k] = (float)k + 0.5f;
@@ -497,10 +496,9 @@ static void run_case(hs_comm *c, const tcase *tc)
         free(full);
     }
     teardown(&r);
-    float worst = mt_worst_over(c, r.g.flat, r.g.flat_size, worst_err);
+    float worst = mt_worst_over(c, r.g.flat, r.g.flat_size, r.worst_err);
     if (r.rank == 0)
         printf("ok %s: worst normwise relative error over ranks %.3g\n", tc->name, (double)worst);
-    worst_err = 0.0;
 }
 
 int main(int argc, char **argv)
