@@ -10,6 +10,12 @@
  *   the flattened DP group for replicate_params). A unit's parameters are
  *   driven by the state machine NONE -> PRE_FORWARD -> FORWARD ->
  *   PRE_BACKWARD -> BACKWARD through the model's hooks.
+ * - Tensor parallelism: a parameter the TP planner placed on the tp mesh
+ *   is sharded as its TP-local tensor (hs_param.local_shape), so TP
+ *   Shard(0) then FSDP dim-0 is RFC §7.7's strided shard. The root drain
+ *   ends with the TP tail: after every FSDP/HSDP/DP reduction, TP-Replicate
+ *   gradients are all-reduced (AVG) over tp before they reach the
+ *   optimizer (RFC §6.2); pure FSDP/HSDP issues no TP collective.
  * - The trainer sees only this API: wrap (FSDP2Manager.parallelize), the
  *   hooks to pass to the model, per-micro-batch flags, the optimizer's view
  *   of the local shards, the global grad norm, and the full-tensor gather
@@ -68,26 +74,15 @@ hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e);
 hs_status hs_fsdp_after_step(hs_fsdp *f, hs_error *e);
 void hs_fsdp_zero_grads(hs_fsdp *f);
 
-/* The full logical tensor of model parameter `param_index` as fp32 into
- * `out` (numel of the logical shape) on every rank of its data-parallel
+/* The full TP-local tensor of model parameter `param_index` (its whole
+ * logical tensor without TP; parallel/ assembles TP pieces) as fp32 into
+ * `out` (numel of hs_param.local_shape) on every rank of its data-parallel
  * domain. Collective over that domain. */
 hs_status hs_fsdp_gather_full(hs_fsdp *f, int param_index, float *out, hs_error *e);
 
 /* Model-parallel source layout of one parameter, as the TP/EP planner sets
  * it before FSDP wraps: the named mesh it lives on and one placement per
  * dim of that mesh. A parameter without one is a plain (full) tensor. */
-typedef enum hs_placement_kind {
-    HS_PLACEMENT_REPLICATE = 0,
-    HS_PLACEMENT_SHARD,
-    HS_PLACEMENT_PARTIAL,
-    HS_PLACEMENT_KIND_COUNT
-} hs_placement_kind;
-
-typedef struct hs_placement {
-    hs_placement_kind kind;
-    int dim; /* tensor dim for SHARD */
-} hs_placement;
-
 typedef struct hs_source_layout {
     const char *mesh; /* e.g. "tp", "ep" */
     int ndim;
@@ -110,7 +105,7 @@ hs_status hs_fsdp_gather_full_grad(hs_fsdp *f, int param_index, float *out, hs_e
 hs_status hs_fsdp_set_full(hs_fsdp *f, int param_index, const float *full, hs_error *e);
 
 /* This rank's part of parameter `param_index` for distributed checkpoints:
- * dim-0 rows [row_offset, row_offset + rows) of the logical tensor, held in
+ * dim-0 rows [row_offset, row_offset + rows) of the TP-local tensor, held in
  * the fp32 master the optimizer updates; storage_rows is the row count of
  * the buffer behind it (C when the shard is uneven: padded communication
  * storage whose tail must be zero). With fp32 main params, model_copy is the

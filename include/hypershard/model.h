@@ -59,9 +59,19 @@ typedef struct hs_param {
     hs_param_kind kind;
     int ndim;
     int64_t shape[HS_TENSOR_MAX_DIMS]; /* logical global shape */
+    /* Tensor-parallel source layout (set by parallel/ before FSDP wraps):
+     * on_tp_mesh says the parameter lives on the "tp" mesh with placement
+     * `tp`; local_shape / local_offset are this TP rank's torch.chunk slice
+     * of the global tensor (the whole tensor when not on the tp mesh, or
+     * Replicate). FSDP shards local_shape on dim 0. */
+    bool on_tp_mesh;
+    hs_placement tp;
+    bool tp_grad_partial; /* each TP rank's gradient is a summand (sequence parallel) */
+    int64_t local_shape[HS_TENSOR_MAX_DIMS];
+    int64_t local_offset[HS_TENSOR_MAX_DIMS];
     int unit;                          /* owning unit (0 = root) */
-    void *data;                        /* unsharded compute view, compute_dtype */
-    void *grad;                        /* unsharded gradient, grad_dtype */
+    void *data;                        /* unsharded compute view (local shape), compute_dtype */
+    void *grad;                        /* unsharded gradient (local shape), grad_dtype */
     hs_dtype grad_dtype;
     float init_std;                    /* normal(0, init_std); norms are ones */
 } hs_param;
@@ -81,6 +91,42 @@ typedef struct hs_model_hooks {
     void (*post_backward_final)(void *ctx);
 } hs_model_hooks;
 
+/* The model-parallel seam (DESIGN.md §1): the calls a block makes at the
+ * edges of its tensor-parallel regions, filled by parallel/ (tp.c) over the
+ * tp group. NULL ops: one device, today's path, nothing called. With ops,
+ * q/k/v and gate/up are column-parallel (local heads / ffn columns),
+ * o_proj and down_proj row-parallel, the embedding and lm_head split over
+ * the vocabulary, as Megatron's ColumnParallelLinear / RowParallelLinear
+ * and VocabParallelEmbedding.
+ *
+ * Rows: a region works on all N = B*T rows. Under sequence_parallel the
+ * residual stream and the norms hold only this TP rank's contiguous
+ * N / tp_size rows (rank r: rows [r*N/tp, (r+1)*N/tp)); otherwise every TP
+ * rank holds all N rows. `numel` below counts the local rows' elements. */
+typedef struct hs_model_ops {
+    void *ctx;
+    int tp_size, tp_rank;
+    bool sequence_parallel;
+    bool loss_parallel; /* vocab-sharded cross-entropy, logits never gathered */
+    /* Sequence parallel only: entering a column-parallel region, the local
+     * rows (compute dtype) are all-gathered into all N rows. */
+    void (*sp_all_gather)(void *ctx, void *full, const void *local, int64_t numel, hs_dtype dt);
+    /* Leaving a region with partial sums (fp32, all N rows): all-reduce in
+     * place (local == full), or under sequence parallel reduce-scatter the
+     * sums of this rank's rows into `local`. Used by the row-parallel exit
+     * in forward and the column-parallel entry in backward. */
+    void (*reduce_partial)(void *ctx, float *local, float *full, int64_t numel);
+    /* Sequence parallel only: backward of the row-parallel exit, the local
+     * rows' fp32 gradient all-gathered into all N rows. */
+    void (*sp_all_gather_grad)(void *ctx, float *full, const float *local, int64_t numel);
+    /* Vocab-parallel loss: elementwise MAX / SUM of n fp32 values over TP. */
+    void (*all_reduce_max)(void *ctx, float *buf, int64_t n);
+    void (*all_reduce_sum)(void *ctx, float *buf, int64_t n);
+    /* loss_parallel off: every rank's [rows, V/tp] logits, out = tp blocks
+     * in rank order (numel = rows * V/tp). */
+    void (*gather_logits)(void *ctx, float *out, const float *in, int64_t numel);
+} hs_model_ops;
+
 typedef struct hs_model_options {
     hs_dtype compute_dtype;        /* params and activations */
     hs_dtype grad_dtype;           /* unsharded gradients */
@@ -98,6 +144,11 @@ typedef struct hs_model_options {
     bool cast_unit_outputs;
     hs_dtype unit_output_dtype;
     bool keep_unit_inputs;
+    /* Tensor parallelism (NULL: none). The model computes with its TP-local
+     * heads, ffn columns and vocabulary rows; parallel/ sets each
+     * parameter's placement to match (hs_model_check_tp_layout). Must
+     * outlive the model. */
+    const hs_model_ops *ops;
 } hs_model_options;
 
 /* What one unit did at its boundaries in the last forward / backward. The
@@ -138,14 +189,25 @@ int64_t hs_model_param_count(const hs_model *m); /* total elements */
 /* Forward + backward FLOPs per token (for MFU): 6*N_active + attention. */
 double hs_model_flops_per_token(const hs_model *m, int seq_len);
 
-/* Deterministic init of rows [row_start, row_start+rows) of param p (dim-0
- * slice of its logical tensor) into dst (in dtype dt): a value depends only
- * on (seed, FQN, element index), so a shard equals the same slice of the
- * full init. */
+/* Deterministic init of rows [row_start, row_start+rows) of param p's
+ * TP-local tensor (its whole logical tensor without TP) into dst (in dtype
+ * dt): a value depends only on (seed, FQN, global element index), so a
+ * shard equals the same slice of the full init. */
 void hs_model_init_param_rows(const hs_model *m, const hs_param *p, uint64_t seed, void *dst,
                               hs_dtype dt, int64_t row_start, int64_t rows);
 /* Fill every allocated param (allocate_params) from seed; zero grads. */
 void hs_model_init_weights(hs_model *m, uint64_t seed);
+/* Elements of p's TP-local tensor. */
+int64_t hs_param_local_numel(const hs_param *p);
+/* Give p placement `pl` on a tp mesh of `tp` ranks (this rank `rank`):
+ * local_shape / local_offset become the torch.chunk slice. Replicate keeps
+ * the whole tensor. Returns false if a Shard dim does not divide evenly. */
+bool hs_param_place_tp(hs_param *p, hs_placement pl, int tp, int rank);
+/* After parallel/ placed every parameter: each local shape must be the one
+ * the model computes with for its ops (heads, ffn columns, vocabulary
+ * rows split over tp). Errors name the FQN, both shapes and the fix. */
+hs_status hs_model_check_tp_layout(const hs_model *m, hs_error *e);
+const hs_model_ops *hs_model_ops_of(const hs_model *m);
 void hs_model_zero_grads(hs_model *m);
 
 /* Forward + backward on one micro-batch. *loss_sum = sum of token

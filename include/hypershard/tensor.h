@@ -29,6 +29,25 @@ typedef enum hs_dtype {
 } hs_dtype;
 
 size_t hs_dtype_size(hs_dtype dt);
+
+/* How a tensor lies on one dim of a device mesh (DTensor placements):
+ * every rank holds all of it (Replicate), a torch.chunk slice along tensor
+ * dim `dim` (Shard), or a summand of it (Partial). The TP planner sets one
+ * per parameter; FSDP reads it and never builds one. */
+typedef enum hs_placement_kind {
+    HS_PLACEMENT_REPLICATE = 0,
+    HS_PLACEMENT_SHARD,
+    HS_PLACEMENT_PARTIAL,
+    HS_PLACEMENT_KIND_COUNT
+} hs_placement_kind;
+
+typedef struct hs_placement {
+    hs_placement_kind kind;
+    int dim; /* tensor dim for SHARD */
+} hs_placement;
+
+/* "Replicate()", "Shard(1)", "Partial()" into buf; returns buf. */
+const char *hs_placement_str(hs_placement p, char *buf, size_t cap);
 /* "float32", "bfloat16", "float16" — the names the YAML uses. */
 const char *hs_dtype_name(hs_dtype dt);
 /* Parses the YAML names (also "fp32"/"bf16"/"fp16"). false if unknown. */

@@ -77,18 +77,24 @@ int hs_fsdp_optim_params(hs_fsdp *f, hs_optim_param **out)
 
 /* Each element counts once: a sharded gradient's squares are summed over
  * its shard group; replicas (HSDP, replicate_params, shard size 1) hold the
- * same values, so their local sum already is the global one. */
+ * same values, so their local sum already is the global one. Across TP a
+ * Shard-placed parameter's pieces are summed over the tp group, while a
+ * Replicate one (identical on every TP rank after the TP tail) counts once.
+ * sums[g][0]: TP-whole squares, sums[g][1]: TP-sharded squares. */
 hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e)
 {
     hs_pg *groups[8];
-    float sums[8];
+    float sums[8][2];
     int n_groups = 0;
-    double local = 0.0;
+    double whole = 0.0, split = 0.0;
+    hs_pg *tp = NULL;
     for (int i = 0; i < f->ctx.n_params; i++) {
         hs_fsdp_param *fp = &f->ctx.params[i];
         double s = hs_sumsq_f32(fp->sharded_grad, fp->plan.actual_sharded_numel);
+        int kind = fp->mi.tp_size > 1 && fp->p->on_tp_mesh && fp->p->tp.kind == HS_PLACEMENT_SHARD;
+        if (kind) tp = fp->mi.tp_pg;
         if (!fp->needs_all_gather) {
-            local += s;
+            *(kind ? &split : &whole) += s;
             continue;
         }
         int g = 0;
@@ -96,16 +102,24 @@ hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e)
         if (g == n_groups) {
             HS_ASSERT(n_groups < 8);
             groups[n_groups] = fp->mi.shard_pg;
-            sums[n_groups++] = 0.0f;
+            sums[n_groups][0] = sums[n_groups][1] = 0.0f;
+            n_groups++;
         }
-        sums[g] += (float)s;
+        sums[g][kind] += (float)s;
     }
     for (int g = 0; g < n_groups; g++) {
-        hs_status st = hs_pg_all_reduce(groups[g], &sums[g], 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);
+        hs_status st = hs_pg_all_reduce(groups[g], sums[g], 2, HS_DTYPE_F32, HS_REDUCE_SUM, e);
         if (st != HS_OK) return st;
-        local += sums[g];
+        whole += sums[g][0];
+        split += sums[g][1];
     }
-    *norm = sqrt(local);
+    if (tp) {
+        float s = (float)split;
+        hs_status st = hs_pg_all_reduce(tp, &s, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);
+        if (st != HS_OK) return st;
+        split = s;
+    }
+    *norm = sqrt(whole + split);
     return HS_OK;
 }
 

@@ -83,6 +83,27 @@ void hs_fsdp_ctx_reduce_unit(hs_fsdp_ctx *ctx, int ui)
 
 bool hs_fsdp_ctx_pending(const hs_fsdp_ctx *ctx) { return ctx->n_reduced > 0; }
 
+/* RFC §6.2 steps 4-6: after every FSDP/HSDP/DP reduction of the step has
+ * completed, each TP-Replicate parameter's reduced gradient (its reduce
+ * slot, kept alive for this) is all-reduced over tp with the same AVG, no
+ * second scaling, and only then added into the optimizer's gradient (and
+ * offloaded). Units in reduction order, parameters in unit order: the
+ * same sequence on every TP rank. A no-op without TP. */
+static void tp_tail(hs_fsdp_ctx *ctx, hs_error *e)
+{
+    for (int k = 0; k < ctx->n_reduced; k++) {
+        hs_fsdp_unit *u = &ctx->units[ctx->reduced[k]];
+        for (int i = 0; i < u->n_params; i++) {
+            hs_fsdp_param *fp = u->params[i];
+            if (!fp->tp_all_reduce) continue;
+            hs_status st = hs_pg_all_reduce(fp->mi.tp_pg, fp->reduce_slot, fp->reduce_numel,
+                                            fp->reduce_dtype, HS_REDUCE_AVG, e);
+            if (st != HS_OK) hs_fsdp_ctx_fail(ctx, e);
+            hs_fsdp_param_reduce_apply(fp);
+        }
+    }
+}
+
 void hs_fsdp_ctx_drain(hs_fsdp_ctx *ctx)
 {
     hs_error e;
@@ -104,7 +125,9 @@ void hs_fsdp_ctx_drain(hs_fsdp_ctx *ctx)
                     hs_fsdp_ctx_fail(ctx, &e);
             }
         }
-        for (int i = 0; i < u->n_params; i++) hs_fsdp_param_reduce_apply(u->params[i]);
+        for (int i = 0; i < u->n_params; i++)
+            if (!u->params[i]->tp_all_reduce) hs_fsdp_param_reduce_apply(u->params[i]);
     }
+    tp_tail(ctx, &e);
     ctx->n_reduced = 0;
 }

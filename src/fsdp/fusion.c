@@ -257,7 +257,7 @@ void hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale)
         hs_fsdp_param *fp = fu->params[j];
         HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL);
         /* The same scaled reduce-dtype input the unfused path sends. */
-        hs_fsdp_mp_reduce_input(fp, prescale);
+        hs_fsdp_mp_reduce_input(fp, prescale * fp->grad_factor);
         int64_t P = fp->plan.padded_sharded_numel;
         for (int64_t r = 0; r < W; r++)
             memcpy(at(fu->rs_in, r * S + fu->offset[j], es),

@@ -23,6 +23,7 @@ static hs_fsdp_dp_groups dp_groups_of(hs_mesh *mesh)
     g.shard = group_or_null(mesh, HS_DIM_FSDP_SHARD, &g.shard_size, &g.shard_rank);
     g.replicate = group_or_null(mesh, HS_DIM_FSDP_REPLICATE, &g.replicate_size, &g.replicate_rank);
     g.flat = group_or_null(mesh, HS_DIM_FSDP, &g.flat_size, &g.flat_rank);
+    g.tp = group_or_null(mesh, HS_DIM_TP, &g.tp_size, &g.tp_rank);
     return g;
 }
 
@@ -33,6 +34,9 @@ static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicat
     hs_fsdp_mesh_info mi;
     memset(&mi, 0, sizeof mi);
     mi.shard_size = 1;
+    mi.tp_pg = g->tp;
+    mi.tp_size = g->tp_size > 0 ? g->tp_size : 1;
+    mi.tp_rank = g->tp_rank;
     if (replicate) {
         mi.kind = HS_FSDP_MESH_DDP;
         mi.replicate_pg = g->flat;
@@ -52,11 +56,11 @@ static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicat
 
 static hs_status check_topology(const hs_topology *t, hs_error *e)
 {
-    if (t->tp > 1 || t->cp > 1 || t->ep > 1 || t->pp > 1)
+    if (t->cp > 1 || t->ep > 1 || t->pp > 1)
         return hs_error_set(e, HS_ERR_CONFIG,
-                            "accelerator.tp_size=%d cp_size=%d ep_size=%d pp_size=%d: the FSDP "
-                            "engine shards over data parallelism only so far; set them to 1",
-                            t->tp, t->cp, t->ep, t->pp);
+                            "accelerator.cp_size=%d ep_size=%d pp_size=%d: the FSDP engine "
+                            "composes with tensor parallelism only so far; set them to 1",
+                            t->cp, t->ep, t->pp);
     return HS_OK;
 }
 
@@ -105,17 +109,25 @@ static void set_prefetch(hs_fsdp_ctx *ctx, int fwd_depth, int bwd_depth)
     free(bwd_order);
 }
 
+/* The one parameter-kind check per unit (RFC §4.1), on the source layouts
+ * the TP planner set (hs_param.on_tp_mesh / tp). */
 static hs_status check_unit_sources(hs_fsdp_unit *u, hs_error *e)
 {
-    /* No planner sets source layouts yet: every parameter is plain. The
-     * check still runs once per unit so that a planner plugs in here. */
     const char **fqns = calloc((size_t)u->n_params + 1, sizeof *fqns);
     const hs_source_layout **layouts = calloc((size_t)u->n_params + 1, sizeof *layouts);
-    HS_ASSERT(fqns && layouts);
-    for (int i = 0; i < u->n_params; i++) fqns[i] = u->params[i]->p->fqn;
+    hs_source_layout *tp = calloc((size_t)u->n_params + 1, sizeof *tp);
+    HS_ASSERT(fqns && layouts && tp);
+    for (int i = 0; i < u->n_params; i++) {
+        const hs_param *p = u->params[i]->p;
+        fqns[i] = p->fqn;
+        if (!p->on_tp_mesh) continue;
+        tp[i] = (hs_source_layout){.mesh = "tp", .ndim = 1, .placements = {p->tp}};
+        layouts[i] = &tp[i];
+    }
     hs_status st = hs_fsdp_check_unit_sources(u->name, fqns, layouts, u->n_params, e);
     free(fqns);
     free(layouts);
+    free(tp);
     return st;
 }
 
@@ -190,7 +202,7 @@ static hs_status build_params(hs_fsdp *f, const hs_config *cfg, const hs_fsdp_dp
         ctx->params[i].reduce_dtype = hs_fsdp_mp_reduce_dtype(&cfg->fsdp.mix_precision, compute);
         hs_fsdp_main_init(&ctx->params[i], cfg->optimizer.fp32_main_params);
         ctx->params[i].exposed = &ctx->exposed;
-        int64_t numel = ctx->params[i].plan.unpacked_numel;
+        int64_t numel = ctx->params[i].plan.unpacked_numel; /* TP-local */
         f->total_param_bytes += numel * (int64_t)sizeof(float);
     }
     return HS_OK;

@@ -10,7 +10,8 @@
  * pointer is NULL when its size is 1. */
 typedef struct hs_fsdp_dp_groups {
     int shard_size, shard_rank, replicate_size, replicate_rank, flat_size, flat_rank;
-    hs_pg *shard, *replicate, *flat;
+    int tp_size, tp_rank;
+    hs_pg *shard, *replicate, *flat, *tp;
 } hs_fsdp_dp_groups;
 
 struct hs_fsdp {

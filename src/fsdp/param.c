@@ -40,10 +40,15 @@ hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool
     fp->offload = mem->offload;
     fp->mem = mem;
     HS_ASSERT(mi->shard_size >= 1 && mi->replicate_size >= 1);
-    hs_status st = hs_fsdp_plan_build(&fp->plan, p->fqn, p->ndim, p->shape, 0, mi->shard_size,
+    hs_status st = hs_fsdp_plan_build(&fp->plan, p->fqn, p->ndim, p->local_shape, 0, mi->shard_size,
                                       mi->shard_rank, e);
     if (st != HS_OK) return st;
     fp->needs_all_gather = mi->shard_size > 1;
+    /* RFC §6.2: a TP-Replicate parameter's gradient is all-reduced over tp
+     * in the root's TP tail; under sequence parallel each TP rank's part is
+     * a summand, which the pre-scale turns into an average's input. */
+    fp->tp_all_reduce = mi->tp_size > 1 && p->on_tp_mesh && p->tp.kind == HS_PLACEMENT_REPLICATE;
+    fp->grad_factor = fp->tp_all_reduce && p->tp_grad_partial ? (float)mi->tp_size : 1.0f;
 
     /* Padding only when uneven: the even shard is its own comm storage. */
     const hs_fsdp_plan *pl = &fp->plan;
@@ -202,7 +207,7 @@ void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale)
 {
     HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL && fp->reduce_slot != NULL);
     const hs_fsdp_plan *pl = &fp->plan;
-    hs_fsdp_mp_reduce_input(fp, prescale);
+    hs_fsdp_mp_reduce_input(fp, prescale * fp->grad_factor);
     if (fp->needs_all_gather) {
         HS_ASSERT(fp->reduce_numel == pl->padded_sharded_numel);
         fp->rs_work = hs_pg_reduce_scatter_async(fp->mi.shard_pg, fp->reduce_slot, fp->rs_input,

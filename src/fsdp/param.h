@@ -35,14 +35,18 @@ typedef enum hs_fsdp_mesh_kind {
 
 const char *hs_fsdp_mesh_kind_name(hs_fsdp_mesh_kind k);
 
-/* Data-parallel topology of one parameter; never TP. A group pointer is NULL
- * exactly when its size is 1 (the collective is then the identity). */
+/* Topology of one parameter on fsdp_non_moe_mesh (fsdp_replicate,
+ * fsdp_shard, tp): its data-parallel groups, and the tp group its TP tail
+ * all-reduce runs on. A group pointer is NULL exactly when its size is 1
+ * (the collective is then the identity). */
 typedef struct hs_fsdp_mesh_info {
     hs_fsdp_mesh_kind kind;
     hs_pg *shard_pg;
     int shard_size, shard_rank;
     hs_pg *replicate_pg;
     int replicate_size, replicate_rank;
+    hs_pg *tp_pg;
+    int tp_size, tp_rank;
 } hs_fsdp_mesh_info;
 
 typedef enum hs_fsdp_storage_owner {
@@ -68,6 +72,9 @@ typedef struct hs_fsdp_param {
     hs_fsdp_mesh_info mi;
     hs_fsdp_plan plan;
     bool needs_all_gather;
+    bool tp_all_reduce; /* TP-Replicate on a tp mesh > 1: AR(tp) in the root tail */
+    float grad_factor;  /* x tp for a TP-partial gradient, else 1; folded into
+                         * the one pre-scale before the first collective */
     hs_dtype compute_dtype; /* what the model reads (param_dtype or fp32) */
     hs_dtype grad_dtype;    /* what the model accumulates into */
     hs_dtype reduce_dtype;  /* of the gradient collectives (fsdp/mixed_precision.c) */

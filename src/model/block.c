@@ -32,8 +32,7 @@ static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_a
     hs_dtype dt = m->dt;
     int64_t N = (int64_t)B * T;
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
-    hs_rmsnorm_forward_x(a->ln1, a->rstd1, x, xdt, bp->ln1->data, dt, N, C,
-                         (float)m->cfg.norm_eps);
+    hs_tp_norm_enter(m, a->ln1, a->rstd1, x, xdt, bp->ln1->data, N);
     hs_linear_forward(a->q, a->ln1, bp->wq->data, dt, N, C, qd, 0);
     hs_linear_forward(a->k, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
     hs_linear_forward(a->v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
@@ -41,6 +40,11 @@ static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_a
     hs_rope_forward(a->k, dt, m->cos_t, m->sin_t, B, T, m->KVH, m->HD);
     hs_attention_forward(a->atty, a->lse, a->q, a->k, a->v, dt, m->att_scratch, B, T, m->NH, m->KVH,
                          m->HD);
+    if (m->ops) { /* row-parallel: partial sums, reduced, then the residual */
+        hs_linear_forward_to(m->tp_part, HS_DTYPE_F32, a->atty, bp->wo->data, dt, N, qd, C, 0);
+        hs_tp_exit_add(m, a->x_mid, rdt, x, xdt, N);
+        return;
+    }
     /* Residual folded into the GEMM (beta = 1): one rounding for the sum.
      * xdt differs from rdt only when rdt is fp32, so the copy is exact. */
     hs_convert(a->x_mid, rdt, x, xdt, N * C);
@@ -56,6 +60,12 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
         hs_linear_forward(a->gate, a->ln2, bp->wg->data, dt, N, C, m->F, 0);
         hs_linear_forward(a->up, a->ln2, bp->wu->data, dt, N, C, m->F, 0);
         hs_swiglu_forward(m->hbuf, a->gate, a->up, dt, N * m->F);
+        if (m->ops) {
+            hs_linear_forward_to(m->tp_part, HS_DTYPE_F32, m->hbuf, bp->wd->data, dt, N, m->F, C,
+                                 0);
+            hs_tp_exit_add(m, x_out, rdt, a->x_mid, rdt, N);
+            return;
+        }
         copy_dt(x_out, a->x_mid, rdt, N * C);
         hs_linear_forward_to(x_out, rdt, m->hbuf, bp->wd->data, dt, N, m->F, C, 1);
         return;
@@ -86,14 +96,13 @@ void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in
     const hs_block_params *bp = &m->blocks[layer];
     hs_unit_boundary *b = &m->bnd[bp->unit];
     hs_dtype rdt = b->output_computed;
-    int64_t N = (int64_t)B * T;
-    attention_forward(m, bp, a, block_input(a, b, x_in, N * m->C), b->input_read, rdt, B, T);
-    hs_rmsnorm_forward_x(a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, m->dt, N, m->C,
-                         (float)m->cfg.norm_eps);
+    int64_t N = (int64_t)B * T, Nl = hs_tp_local_rows(m, N);
+    attention_forward(m, bp, a, block_input(a, b, x_in, Nl * m->C), b->input_read, rdt, B, T);
+    hs_tp_norm_enter(m, a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, N);
     bool cast_out = b->output_stored != rdt;
     mlp_forward(m, bp, a, cast_out ? m->out_tmp : x_out, rdt, N, hooks, count_aux);
     if (!cast_out) return;
-    hs_convert(x_out, b->output_stored, m->out_tmp, rdt, N * m->C);
+    hs_convert(x_out, b->output_stored, m->out_tmp, rdt, Nl * m->C);
     b->forward_casts++;
 }
 
@@ -109,13 +118,13 @@ static hs_moe_grads moe_grads(const hs_block_params *bp) {
     return g;
 }
 
-/* dres = d(x_out) in; m->dln = d(ln2) out. */
-static void mlp_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a, int64_t N,
-                         const hs_model_hooks *hooks, const float *aux_g) {
+/* dres = d(x_out) in; returns d(ln2) of the local rows. */
+static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
+                                 int64_t N, const hs_model_hooks *hooks, const float *aux_g) {
     hs_dtype dt = m->dt;
     int C = m->C, F = m->F;
     zero_f32(m->dln, N * C);
-    if (m->moe) {
+    if (m->moe) { /* experts replicated over TP: d(ln2) is whole on every rank */
         hs_hook_pre_backward(hooks, bp->expert_unit);
         hs_moe_weights w = moe_weights(bp);
         hs_moe_grads g = moe_grads(bp);
@@ -123,13 +132,14 @@ static void mlp_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *
         hs_unit_boundary *eb = &m->bnd[bp->expert_unit];
         eb->backward_casts += eb->output_stored != eb->output_computed;
         hs_hook_post_backward(hooks, bp->expert_unit);
-        return;
+        return m->dln;
     }
+    const float *dout = hs_tp_exit_grad(m, N);
     /* silu(gate) * up is cheaper to recompute than to keep per layer. */
     hs_swiglu_forward(m->hbuf, a->gate, a->up, dt, N * F);
     zero_f32(m->dh, N * F);
-    hs_linear_backward(m->dh, bp->wd->grad, bp->wd->grad_dtype, m->dres, m->hbuf, bp->wd->data, dt,
-                       N, F, C);
+    hs_linear_backward(m->dh, bp->wd->grad, bp->wd->grad_dtype, dout, m->hbuf, bp->wd->data, dt, N,
+                       F, C);
     zero_f32(m->dg, N * F);
     zero_f32(m->du, N * F);
     hs_swiglu_backward(m->dg, m->du, m->dh, a->gate, a->up, dt, N * F);
@@ -137,6 +147,7 @@ static void mlp_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *
                        C, F);
     hs_linear_backward(m->dln, bp->wu->grad, bp->wu->grad_dtype, m->du, a->ln2, bp->wu->data, dt, N,
                        C, F);
+    return hs_tp_enter_grad(m, m->dln, N);
 }
 
 /* dres = d(x_mid) in; d(x) out, x the block input as read (in xdt). */
@@ -145,9 +156,10 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
     hs_dtype dt = m->dt;
     int64_t N = (int64_t)B * T;
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
+    const float *dout = hs_tp_exit_grad(m, N);
     zero_f32(m->datt, N * qd);
-    hs_linear_backward(m->datt, bp->wo->grad, bp->wo->grad_dtype, m->dres, a->atty, bp->wo->data,
-                       dt, N, qd, C);
+    hs_linear_backward(m->datt, bp->wo->grad, bp->wo->grad_dtype, dout, a->atty, bp->wo->data, dt,
+                       N, qd, C);
     zero_f32(m->dq, N * qd);
     zero_f32(m->dk, N * kvd);
     zero_f32(m->dv, N * kvd);
@@ -162,30 +174,31 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
                        C, kvd);
     hs_linear_backward(m->dln, bp->wv->grad, bp->wv->grad_dtype, m->dv, a->ln1, bp->wv->data, dt, N,
                        C, kvd);
-    hs_rmsnorm_backward_x(m->dres, bp->ln1->grad, bp->ln1->grad_dtype, m->dln, x, xdt,
-                          bp->ln1->data, a->rstd1, dt, N, C);
+    const float *dln = hs_tp_enter_grad(m, m->dln, N);
+    hs_rmsnorm_backward_x(m->dres, bp->ln1->grad, bp->ln1->grad_dtype, dln, x, xdt, bp->ln1->data,
+                          a->rstd1, dt, hs_tp_local_rows(m, N), C);
 }
 
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
                        const hs_model_hooks *hooks, const float *aux_g) {
     const hs_block_params *bp = &m->blocks[layer];
     hs_unit_boundary *b = &m->bnd[bp->unit];
-    int64_t N = (int64_t)B * T;
+    int64_t N = (int64_t)B * T, Nl = hs_tp_local_rows(m, N);
     /* The backward of a cast casts the gradient back to the cast's input
      * dtype; activation gradients are held in fp32 (layers.h), so that is
      * a rounding to it. */
     if (b->output_stored != b->output_computed) {
-        hs_round_f32(m->dres, b->output_computed, N * m->C);
+        hs_round_f32(m->dres, b->output_computed, Nl * m->C);
         b->backward_casts++;
     }
-    mlp_backward(m, bp, a, N, hooks, aux_g);
+    const float *dln = mlp_backward(m, bp, a, N, hooks, aux_g);
     /* The residual gradient passes through unchanged, so the norm's input
      * gradient accumulates straight into it. */
-    hs_rmsnorm_backward_x(m->dres, bp->ln2->grad, bp->ln2->grad_dtype, m->dln, a->x_mid,
-                          b->output_computed, bp->ln2->data, a->rstd2, m->dt, N, m->C);
+    hs_rmsnorm_backward_x(m->dres, bp->ln2->grad, bp->ln2->grad_dtype, dln, a->x_mid,
+                          b->output_computed, bp->ln2->data, a->rstd2, m->dt, Nl, m->C);
     bool cast_in = b->input_read != b->input_stored;
     attention_backward(m, bp, a, cast_in ? a->x_cast : x_in, b->input_read, B, T);
     if (!cast_in) return;
-    hs_round_f32(m->dres, b->input_stored, N * m->C);
+    hs_round_f32(m->dres, b->input_stored, Nl * m->C);
     b->backward_casts++;
 }

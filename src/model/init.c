@@ -7,18 +7,15 @@
 
 #define INIT_CHUNK 4096
 
-static int64_t row_numel(const hs_param *p) {
+static int64_t local_row_numel(const hs_param *p) {
     int64_t n = 1;
-    for (int d = 1; d < p->ndim; d++) n *= p->shape[d];
+    for (int d = 1; d < p->ndim; d++) n *= p->local_shape[d];
     return n;
 }
 
-void hs_model_init_param_rows(const hs_model *m, const hs_param *p, uint64_t seed, void *dst,
-                              hs_dtype dt, int64_t row_start, int64_t rows) {
-    (void)m;
-    HS_ASSERT(row_start >= 0 && rows >= 0 && row_start + rows <= p->shape[0]);
-    int64_t rn = row_numel(p), n = rows * rn, first = row_start * rn;
-    uint64_t stream = hs_hash64(p->fqn);
+/* Elements [first, first + n) of the global tensor, normal or ones. */
+static void init_span(const hs_param *p, uint64_t seed, uint64_t stream, int64_t first, int64_t n,
+                      char *dst, hs_dtype dt) {
     float buf[INIT_CHUNK];
     for (int64_t i = 0; i < n; i += INIT_CHUNK) {
         int64_t k = n - i < INIT_CHUNK ? n - i : INIT_CHUNK;
@@ -26,14 +23,38 @@ void hs_model_init_param_rows(const hs_model *m, const hs_param *p, uint64_t see
             hs_fill_f32(buf, k, 1.0f);
         else
             hs_rng_fill_normal(buf, k, seed, stream, first + i, 0.0f, p->init_std);
-        hs_convert((char *)dst + (size_t)i * hs_dtype_size(dt), dt, buf, HS_DTYPE_F32, k);
+        hs_convert(dst + (size_t)i * hs_dtype_size(dt), dt, buf, HS_DTYPE_F32, k);
     }
+}
+
+/* A TP-local tensor is a box of the global one: rows from local_offset[0]
+ * on, and in each row the local_shape[1..] slice at local_offset[1..].
+ * Only dims 0 and 1 are ever split, so a local row is contiguous in the
+ * global tensor unless dim 1 is split, when each of its dim-1 slices is. */
+void hs_model_init_param_rows(const hs_model *m, const hs_param *p, uint64_t seed, void *dst,
+                              hs_dtype dt, int64_t row_start, int64_t rows) {
+    (void)m;
+    HS_ASSERT(row_start >= 0 && rows >= 0 && row_start + rows <= p->local_shape[0]);
+    uint64_t stream = hs_hash64(p->fqn);
+    int64_t lrn = local_row_numel(p), grn = 1, inner = 1;
+    for (int d = 1; d < p->ndim; d++) grn *= p->shape[d];
+    for (int d = 2; d < p->ndim; d++) inner *= p->shape[d];
+    bool col_split = p->ndim > 1 && p->local_shape[1] != p->shape[1];
+    int64_t g0 = p->local_offset[0] + row_start;
+    if (!col_split) {
+        init_span(p, seed, stream, g0 * grn, rows * lrn, dst, dt);
+        return;
+    }
+    size_t es = hs_dtype_size(dt);
+    for (int64_t r = 0; r < rows; r++)
+        init_span(p, seed, stream, (g0 + r) * grn + p->local_offset[1] * inner, lrn,
+                  (char *)dst + (size_t)(r * lrn) * es, dt);
 }
 
 void hs_model_init_weights(hs_model *m, uint64_t seed) {
     for (int i = 0; i < m->n_params; i++) {
         hs_param *p = &m->params[i];
-        if (p->data) hs_model_init_param_rows(m, p, seed, p->data, m->dt, 0, p->shape[0]);
+        if (p->data) hs_model_init_param_rows(m, p, seed, p->data, m->dt, 0, p->local_shape[0]);
     }
     hs_model_zero_grads(m);
 }
@@ -41,7 +62,7 @@ void hs_model_init_weights(hs_model *m, uint64_t seed) {
 void hs_model_zero_grads(hs_model *m) {
     for (int i = 0; i < m->n_params; i++) {
         hs_param *p = &m->params[i];
-        int64_t n = p->shape[0] * row_numel(p);
+        int64_t n = hs_param_local_numel(p);
         if (p->grad) memset(p->grad, 0, (size_t)n * hs_dtype_size(p->grad_dtype));
     }
 }

@@ -47,6 +47,20 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
                         "model options: max_batch=%d and seq_len=%d must be >= 1 (set "
                         "train.micro_batch_size and train.seq_len)",
                         o->max_batch, o->seq_len);
+    int tp = o->ops ? o->ops->tp_size : 1;
+    if (tp > 1 && (c->n_heads % tp || kvh % tp || c->vocab_size % tp ||
+                   (strcmp(c->arch, "llama") == 0 && c->ffn_dim % tp) ||
+                   (o->ops->sequence_parallel && o->seq_len % tp)))
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "accelerator.tp_size=%d must divide model.n_heads=%d, n_kv_heads=%d, "
+                        "vocab_size=%d, ffn_dim=%d (and train.seq_len=%d under "
+                        "sequence_parallel); choose a tp_size that divides them all",
+                        tp, c->n_heads, kvh, c->vocab_size, c->ffn_dim, o->seq_len);
+    if (tp > 1 && o->ops->sequence_parallel && strcmp(c->arch, "moe") == 0)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "accelerator.sequence_parallel with model.arch=moe: the routed experts "
+                        "are replicated over TP and run on all rows; set "
+                        "accelerator.sequence_parallel: false");
     if ((unsigned)o->compute_dtype >= HS_DTYPE_COUNT || (unsigned)o->grad_dtype >= HS_DTYPE_COUNT)
         hs_error_append(e, HS_ERR_CONFIG, "model options: compute_dtype=%d / grad_dtype=%d unknown",
                         (int)o->compute_dtype, (int)o->grad_dtype);
@@ -137,6 +151,14 @@ static void buffers_alloc(hs_model *m) {
     /* Enough rows for an efficient GEMM, few enough that the chunk stays small. */
     m->head_rows = BT < HEAD_ROWS ? BT : HEAD_ROWS;
     m->logits = buf(m, m->head_rows * m->V, HS_DTYPE_F32);
+    if (m->ops) {
+        m->tp_part = buf(m, BT * m->C, HS_DTYPE_F32);
+        m->tp_red = buf(m, BT * m->C, HS_DTYPE_F32);
+        m->sp_ln = buf(m, BT * m->C, dt);
+        m->sp_dfull = buf(m, BT * m->C, HS_DTYPE_F32);
+        m->tp_stats = buf(m, 3 * m->head_rows, HS_DTYPE_F32);
+        m->logits_all = buf(m, 2 * m->head_rows * m->Vg, HS_DTYPE_F32);
+    }
     m->cos_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     m->sin_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     hs_rope_tables(m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);
@@ -163,8 +185,7 @@ static void buffers_alloc(hs_model *m) {
 static void params_alloc(hs_model *m) {
     for (int i = 0; i < m->n_params; i++) {
         hs_param *p = &m->params[i];
-        int64_t n = 1;
-        for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
+        int64_t n = hs_param_local_numel(p);
         p->data = buf(m, n, m->dt);
         p->grad = buf(m, n, p->grad_dtype);
     }
@@ -179,6 +200,14 @@ static void dims_set(hs_model *m) {
     m->HD = c->dim / c->n_heads;
     m->F = c->ffn_dim;
     m->V = c->vocab_size;
+    m->NHg = m->NH, m->KVHg = m->KVH, m->Fg = m->F, m->Vg = m->V;
+    m->ops = m->opt.ops;
+    m->tp = m->ops ? m->ops->tp_size : 1;
+    m->tp_rank = m->ops ? m->ops->tp_rank : 0;
+    m->sp = m->ops && m->ops->sequence_parallel;
+    m->NH /= m->tp, m->KVH /= m->tp, m->V /= m->tp;
+    m->F = strcmp(c->arch, "llama") == 0 ? m->F / m->tp : m->F;
+    m->v0 = (int64_t)m->V * m->tp_rank;
     m->L = c->n_layers;
     m->moe = strcmp(c->arch, "moe") == 0;
     if (m->moe)
@@ -223,7 +252,9 @@ static void buffers_free(hs_model *m) {
     void *ptrs[] = {m->rstdf,       m->lnf,         m->logits, m->cos_t,  m->sin_t,
                     m->dres,        m->dln,         m->dq,     m->dk,     m->dv,
                     m->datt,        m->dg,          m->du,     m->dh,     m->hbuf,
-                    m->att_scratch, m->moe_scratch, m->aux_g,  m->out_tmp};
+                    m->att_scratch, m->moe_scratch, m->aux_g,  m->out_tmp,
+                    m->tp_part,     m->tp_red,      m->sp_ln,  m->sp_dfull,
+                    m->tp_stats,    m->logits_all};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_pool_free(m->pool, ptrs[i]);
     if (m->moe && m->aux.count) hs_moe_aux_free(&m->aux);
 }

@@ -3,7 +3,9 @@
  * Files: registry.c (parameters, units, FQNs, counts), init.c (weights),
  * model.c (create / free, buffers), boundary.c (the dtypes at unit
  * boundaries), block.c (one decoder block's forward and backward), step.c
- * (the whole forward / backward with its hooks).
+ * (the whole forward / backward with its hooks), tp.c (the tensor-parallel
+ * regions through the ops table), tp_head.c (the vocab-parallel embedding,
+ * lm_head and loss).
  */
 #ifndef HS_MODEL_INTERNAL_H
 #define HS_MODEL_INTERNAL_H
@@ -53,7 +55,15 @@ struct hs_model {
     hs_pool own_pool; /* used when opt.pool is NULL */
     hs_pool *pool;
     hs_dtype dt;
+    /* NH, KVH, F, V are this TP rank's local counts (the global ones
+     * without TP); NHg, KVHg, Fg, Vg the global ones the registry uses. */
     int C, NH, KVH, HD, F, V, L; /* F: dense ffn_dim */
+    int NHg, KVHg, Fg, Vg;
+    const hs_model_ops *ops; /* NULL: one device */
+    int tp, tp_rank;
+    bool sp;                 /* sequence parallel: residual rows split over tp */
+    int64_t v0;              /* first vocabulary row of this TP rank */
+    int8_t *want_split;      /* [n_params]: tensor dim the model splits over tp, -1 none */
     bool moe;
     hs_moe_shapes moe_shapes;
 
@@ -89,6 +99,14 @@ struct hs_model {
     void *hbuf;          /* [B,T,F] compute dtype: silu(gate)*up */
     float *att_scratch;  /* hs_attention_scratch_floats(T) */
 
+    /* tensor parallelism (NULL without ops) */
+    float *tp_part;    /* [B,T,C] fp32 partial sums of a row-parallel output */
+    float *tp_red;     /* [B,T,C] fp32 reduce-scatter output (sequence parallel) */
+    void *sp_ln;       /* [B,T,C] a norm's local rows before the all-gather */
+    float *sp_dfull;   /* [B,T,C] fp32 gradient gathered to all rows */
+    float *tp_stats;   /* [3*head_rows] fp32 row max / sum-exp / target logit */
+    float *logits_all; /* [head_rows, Vg] fp32 gathered logits (loss_parallel off) */
+
     /* moe */
     void *moe_scratch; /* hs_moe_scratch_bytes */
     hs_moe_aux aux;
@@ -116,6 +134,34 @@ void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in
 /* m->dres holds d(x_out) on entry and d(x_in) on return. */
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
                        const hs_model_hooks *hooks, const float *aux_g);
+
+/* tp.c: the tensor-parallel regions; every function is the one-device
+ * path when m->ops is NULL. Rows of the residual stream on this rank. */
+int64_t hs_tp_local_rows(const hs_model *m, int64_t N);
+/* rmsnorm of the local rows of x into `full` (all N rows, gathered under
+ * sequence parallel); rstd for the local rows. Returns `full`. */
+void hs_tp_norm_enter(hs_model *m, void *full, float *rstd, const void *x, hs_dtype xdt,
+                      const void *w, int64_t N);
+/* Row-parallel exit: partial sums in m->tp_part (all N rows, fp32) are
+ * reduced; out[local rows] (odt) = resid (rdt) + reduced. */
+void hs_tp_exit_add(hs_model *m, void *out, hs_dtype odt, const void *resid, hs_dtype rdt,
+                    int64_t N);
+/* Backward of the exit: the gradient of all N rows (m->dres itself
+ * without sequence parallel, else gathered into m->sp_dfull). */
+const float *hs_tp_exit_grad(hs_model *m, int64_t N);
+/* Backward of the entry: dfull (all N rows, partial sums) reduced; returns
+ * the local rows' gradient (dfull itself, or m->tp_red). */
+const float *hs_tp_enter_grad(hs_model *m, float *dfull, int64_t N);
+
+/* tp_head.c: vocab-parallel embedding forward into resid[0] (local rows)
+ * and backward from m->dres; lm_head + loss over all rows with
+ * m->lnf, dlnf partial sums into m->dln. */
+void hs_tp_embedding_forward(hs_model *m, const int32_t *tokens, int64_t N);
+void hs_tp_embedding_backward(hs_model *m, const int32_t *tokens, int64_t N);
+/* Loss of rows [r0, r0+rows); with grad, m->logits becomes the local
+ * dlogits [rows, V]; `full` (may be NULL) gets [rows, Vg] logits. */
+double hs_tp_head_chunk(hs_model *m, const int32_t *targets, int64_t r0, int64_t rows, float scale,
+                        bool grad, float *full);
 
 /* step.c: hook calls that tolerate NULL hooks and NULL members. */
 void hs_hook_pre_forward(const hs_model_hooks *h, int u);

@@ -68,8 +68,8 @@ static hs_status check_batch(const hs_model *m, const hs_batch *b, bool need_tar
     if (need_targets && !b->targets)
         return hs_error_set(e, HS_ERR_INTERNAL, "batch: targets is NULL but a loss is needed");
     int64_t N = (int64_t)b->B * b->T;
-    if (check_ids(b->tokens, N, b->T, m->V, false, "tokens", e) != HS_OK) return e->code;
-    if (b->targets && check_ids(b->targets, N, b->T, m->V, true, "targets", e) != HS_OK)
+    if (check_ids(b->tokens, N, b->T, m->Vg, false, "tokens", e) != HS_OK) return e->code;
+    if (b->targets && check_ids(b->targets, N, b->T, m->Vg, true, "targets", e) != HS_OK)
         return e->code;
     return HS_OK;
 }
@@ -77,7 +77,11 @@ static hs_status check_batch(const hs_model *m, const hs_batch *b, bool need_tar
 /* Embedding and every block; leaves the final hidden state in resid[L]. */
 static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
                           bool count_aux) {
-    hs_embedding_forward(m->resid[0], b->tokens, m->embed->data, m->dt, (int64_t)b->B * b->T, m->C);
+    int64_t N = (int64_t)b->B * b->T;
+    if (m->ops)
+        hs_tp_embedding_forward(m, b->tokens, N);
+    else
+        hs_embedding_forward(m->resid[0], b->tokens, m->embed->data, m->dt, N, m->C);
     if (m->moe) hs_moe_aux_reset(&m->aux);
     for (int i = 0; i < m->L; i++) {
         int u = m->blocks[i].unit;
@@ -91,8 +95,8 @@ static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *
 /* The last block hands the stream on in its output dtype; the root's norm
  * reads it as it is (it is not a forward input of the root). */
 static void final_norm_forward(hs_model *m, int64_t N) {
-    hs_rmsnorm_forward_x(m->lnf, m->rstdf, m->resid[m->L], hs_model_stream_dtype(m, m->L),
-                         m->norm->data, m->dt, N, m->C, (float)m->cfg.norm_eps);
+    hs_tp_norm_enter(m, m->lnf, m->rstdf, m->resid[m->L], hs_model_stream_dtype(m, m->L),
+                     m->norm->data, N);
 }
 
 /* logits [rows, V] fp32 = lnf[r0 : r0+rows] @ head^T, cast to the root's
@@ -113,19 +117,26 @@ static void count_root_casts(hs_model *m, bool backward) {
         m->bnd[0].forward_casts++;
 }
 
-/* Loss of all rows; m->dln = d loss / d lnf; head gradient accumulated. */
-static double head_forward_backward(hs_model *m, const int32_t *targets, int64_t N, float scale) {
+/* Loss of all rows; *dlnf = d loss / d lnf of the local rows; head
+ * gradient accumulated. */
+static double head_forward_backward(hs_model *m, const int32_t *targets, int64_t N, float scale,
+                                    const float **dlnf) {
     double loss = 0.0;
     memset(m->dln, 0, (size_t)(N * m->C) * sizeof(float));
     for (int64_t r0 = 0; r0 < N; r0 += m->head_rows) {
         int64_t rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
-        head_logits(m, m->logits, r0, rows);
-        loss +=
-            hs_xent_forward_backward(m->logits, m->logits, targets + r0, rows, m->V, scale, NULL);
+        if (m->ops) {
+            loss += hs_tp_head_chunk(m, targets, r0, rows, scale, true, NULL);
+        } else {
+            head_logits(m, m->logits, r0, rows);
+            loss += hs_xent_forward_backward(m->logits, m->logits, targets + r0, rows, m->V, scale,
+                                             NULL);
+        }
         hs_linear_backward(m->dln + r0 * m->C, m->head->grad, m->head->grad_dtype, m->logits,
                            hs_cat(m->lnf, m->dt, r0 * m->C), m->head->data, m->dt, rows, m->C,
                            m->V);
     }
+    *dlnf = hs_tp_enter_grad(m, m->dln, N);
     return loss;
 }
 
@@ -135,12 +146,13 @@ static int64_t count_valid(const int32_t *targets, int64_t N) {
     return v;
 }
 
-static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks) {
+static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
+                           const float *dlnf) {
     int64_t N = (int64_t)b->B * b->T;
     memset(m->dres, 0, (size_t)(N * m->C) * sizeof(float));
-    hs_rmsnorm_backward_x(m->dres, m->norm->grad, m->norm->grad_dtype, m->dln, m->resid[m->L],
-                          hs_model_stream_dtype(m, m->L), m->norm->data, m->rstdf, m->dt, N,
-                          m->C);
+    hs_rmsnorm_backward_x(m->dres, m->norm->grad, m->norm->grad_dtype, dlnf, m->resid[m->L],
+                          hs_model_stream_dtype(m, m->L), m->norm->data, m->rstdf, m->dt,
+                          hs_tp_local_rows(m, N), m->C);
     for (int i = m->L - 1; i >= 0; i--) {
         int u = m->blocks[i].unit;
         hs_block_acts *a = hs_model_acts_for(m, i);
@@ -153,7 +165,10 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
         hs_block_backward(m, i, a, m->resid[i], b->B, b->T, hooks, m->moe ? m->aux_g : NULL);
         hs_hook_post_backward(hooks, u);
     }
-    hs_embedding_backward(m->embed->grad, m->embed->grad_dtype, m->dres, b->tokens, N, m->C);
+    if (m->ops)
+        hs_tp_embedding_backward(m, b->tokens, N);
+    else
+        hs_embedding_backward(m->embed->grad, m->embed->grad_dtype, m->dres, b->tokens, N, m->C);
 }
 
 hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_scale,
@@ -172,10 +187,11 @@ hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_s
     final_norm_forward(m, N);
     hs_hook_post_forward(hooks, 0);
     hs_hook_pre_backward(hooks, 0);
-    double loss = head_forward_backward(m, b->targets, N, grad_scale);
+    const float *dlnf = NULL;
+    double loss = head_forward_backward(m, b->targets, N, grad_scale, &dlnf);
     count_root_casts(m, false);
     count_root_casts(m, true);
-    trunk_backward(m, b, hooks);
+    trunk_backward(m, b, hooks, dlnf);
     hs_hook_post_backward(hooks, 0);
     hook_post_backward_final(hooks);
     if (loss_sum) *loss_sum = loss;
@@ -193,6 +209,11 @@ hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks 
     final_norm_forward(m, N);
     for (int64_t r0 = 0; r0 < N; r0 += m->head_rows) {
         int64_t rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
+        if (m->ops) {
+            loss += hs_tp_head_chunk(m, loss_sum ? b->targets : NULL, r0, rows, 0.0f, false,
+                                     logits ? logits + r0 * m->Vg : NULL);
+            continue;
+        }
         float *out = logits ? logits + r0 * m->V : m->logits;
         head_logits(m, out, r0, rows);
         if (loss_sum)

@@ -3,6 +3,7 @@
  * The scalar routines are the reference the vector paths in convert.c must
  * match bit for bit, including NaN payloads: a NaN is made quiet and keeps
  * the top bits of its payload, exactly as the F16C instructions do. */
+#include <stdio.h>
 #include <string.h>
 
 #include "hypershard/tensor.h"
@@ -124,4 +125,14 @@ float hs_round_to(hs_dtype dt, float f)
     case HS_DTYPE_F16: return hs_f16_to_f32(hs_f32_to_f16(f));
     default: return f;
     }
+}
+
+const char *hs_placement_str(hs_placement p, char *buf, size_t cap) {
+    switch (p.kind) {
+    case HS_PLACEMENT_REPLICATE: snprintf(buf, cap, "Replicate()"); break;
+    case HS_PLACEMENT_SHARD: snprintf(buf, cap, "Shard(%d)", p.dim); break;
+    case HS_PLACEMENT_PARTIAL: snprintf(buf, cap, "Partial()"); break;
+    default: snprintf(buf, cap, "?"); break;
+    }
+    return buf;
 }

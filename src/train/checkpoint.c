@@ -29,7 +29,8 @@ static void list_free(ckpt_list *l) {
     *l = (ckpt_list){0};
 }
 
-/* Appends this rank's chunk of parameter p (rows of v) under a name built
+/* Appends this rank's chunk of parameter p (rows of v of its TP-local
+ * tensor) under a name built
  * from prefix + fqn + suffix. */
 static hs_status list_add(ckpt_list *l, const char *prefix, const hs_param *p, const char *suffix,
                           const hs_engine_ckpt_param *v, hs_dtype dt, void *data,
@@ -49,7 +50,13 @@ static hs_status list_add(ckpt_list *l, const char *prefix, const hs_param *p, c
     snprintf(name, len, "%s%s%s", prefix, p->fqn, suffix);
     hs_ckpt_tensor *t = &l->t[l->n];
     hs_ckpt_tensor_full(t, name, dt, p->ndim, p->shape, data);
-    t->offset[0] = v->row_offset;
+    /* The box of the global tensor this rank holds: its TP-local slice
+     * (local_offset / local_shape), of which FSDP keeps dim-0 rows. */
+    for (int d = 0; d < p->ndim; d++) {
+        t->offset[d] = p->local_offset[d];
+        t->size[d] = p->local_shape[d];
+    }
+    t->offset[0] += v->row_offset;
     t->size[0] = v->rows;
     t->storage_rows = storage_rows > v->rows ? storage_rows : 0;
     l->names[l->n++] = name;

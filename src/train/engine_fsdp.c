@@ -1,12 +1,22 @@
 /* The FSDP engine: the model computes with the unsharded views the FSDP
- * hooks install, the optimizer updates the local shards. */
+ * hooks install, the optimizer updates the local shards. With tensor
+ * parallelism the model is built with parallel/'s ops table and TP plan
+ * first, and FSDP shards the TP-local tensors (spec 004 §3 steps 1-2). */
 #include "train/engine_fsdp.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "hypershard/fsdp.h"
+#include "hypershard/parallel.h"
 
-static hs_fsdp *fsdp_of(hs_engine *en) { return en->ctx; }
+typedef struct fsdp_engine {
+    hs_fsdp *f;
+    hs_tp *tp; /* NULL without tensor parallelism */
+} fsdp_engine;
+
+static fsdp_engine *eng_of(hs_engine *en) { return en->ctx; }
+static hs_fsdp *fsdp_of(hs_engine *en) { return eng_of(en)->f; }
 
 static const hs_model_hooks *fsdp_hooks(hs_engine *en) { return hs_fsdp_hooks(fsdp_of(en)); }
 
@@ -32,19 +42,43 @@ static hs_status fsdp_after_step(hs_engine *en, hs_error *e)
 
 static void fsdp_zero_grads(hs_engine *en) { hs_fsdp_zero_grads(fsdp_of(en)); }
 
+typedef hs_status (*gather_fn)(hs_fsdp *f, int i, float *out, hs_error *e);
+
+/* The whole tensor: FSDP gathers the TP-local one, parallel/ the TP pieces. */
+static hs_status gather_whole(hs_engine *en, gather_fn g, int i, float *out, hs_error *e)
+{
+    fsdp_engine *fe = eng_of(en);
+    if (!fe->tp) return g(fe->f, i, out, e);
+    const hs_param *p = hs_model_param(en->model, i);
+    float *local = malloc((size_t)hs_param_local_numel(p) * sizeof(float) + 1);
+    if (!local) return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate to gather %s", p->fqn);
+    hs_status s = g(fe->f, i, local, e);
+    if (s == HS_OK) s = hs_tp_gather_full(fe->tp, p, local, out, e);
+    free(local);
+    return s;
+}
+
 static hs_status fsdp_gather_full(hs_engine *en, int i, float *out, hs_error *e)
 {
-    return hs_fsdp_gather_full(fsdp_of(en), i, out, e);
+    return gather_whole(en, hs_fsdp_gather_full, i, out, e);
 }
 
 static hs_status fsdp_gather_full_grad(hs_engine *en, int i, float *out, hs_error *e)
 {
-    return hs_fsdp_gather_full_grad(fsdp_of(en), i, out, e);
+    return gather_whole(en, hs_fsdp_gather_full_grad, i, out, e);
 }
 
 static hs_status fsdp_set_full(hs_engine *en, int i, const float *full, hs_error *e)
 {
-    return hs_fsdp_set_full(fsdp_of(en), i, full, e);
+    fsdp_engine *fe = eng_of(en);
+    if (!fe->tp) return hs_fsdp_set_full(fe->f, i, full, e);
+    const hs_param *p = hs_model_param(en->model, i);
+    float *local = malloc((size_t)hs_param_local_numel(p) * sizeof(float) + 1);
+    if (!local) return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate to set %s", p->fqn);
+    hs_tp_local_slice(p, full, local);
+    hs_status s = hs_fsdp_set_full(fe->f, i, local, e);
+    free(local);
+    return s;
 }
 
 static void fsdp_ckpt_param(hs_engine *en, int i, hs_engine_ckpt_param *out)
@@ -58,9 +92,36 @@ static void fsdp_ckpt_param(hs_engine *en, int i, hs_engine_ckpt_param *out)
 
 static void fsdp_free(hs_engine *en)
 {
-    hs_fsdp_free(fsdp_of(en));
+    fsdp_engine *fe = eng_of(en);
+    hs_fsdp_free(fe->f);
     hs_model_free(en->model);
+    hs_tp_free(fe->tp);
+    free(fe);
     free(en);
+}
+
+/* Tensor parallelism over the mesh's tp dim, when it is > 1. */
+static hs_status tp_create(const hs_engine_env *env, hs_tp **out, hs_error *e)
+{
+    *out = NULL;
+    const hs_config *cfg = env->cfg;
+    if (env->topo->tp < 2) return HS_OK;
+    if (!strcmp(cfg->optimizer.target, "muon"))
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "optimizer._target_ = muon with accelerator.tp_size = %d: Muon does "
+                            "not orthogonalise tensor-parallel matrices yet; use "
+                            "optimizer._target_: adamw or accelerator.tp_size: 1",
+                            env->topo->tp);
+    return hs_tp_create(env->comm, hs_mesh_group(env->mesh, HS_DIM_TP),
+                        cfg->accelerator.sequence_parallel, cfg->accelerator.loss_parallel, out, e);
+}
+
+static hs_status tp_plan(hs_tp *tp, hs_model *m, hs_error *e)
+{
+    if (!tp) return HS_OK;
+    int n = 0;
+    const hs_tp_rule *rules = hs_tp_default_plan(&n);
+    return hs_tp_apply_plan(tp, m, rules, n, e);
 }
 
 hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_error *e)
@@ -85,22 +146,33 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .unit_output_dtype = od != HS_MP_NULL ? (hs_dtype)od : compute,
         .keep_unit_inputs = pd == HS_MP_NULL || !mp->cast_forward_inputs,
     };
-    hs_model *m = NULL;
-    hs_status s = hs_model_create(&cfg->model, &mo, &m, e);
+    hs_tp *tp = NULL;
+    hs_status s = tp_create(env, &tp, e);
     if (s != HS_OK) return s;
+    mo.ops = tp ? hs_tp_ops(tp) : NULL;
+    hs_model *m = NULL;
+    s = hs_model_create(&cfg->model, &mo, &m, e);
+    if (s == HS_OK) s = tp_plan(tp, m, e);
     hs_fsdp *f = NULL;
-    s = hs_fsdp_wrap(cfg, env->mesh, env->comm, env->dev, m, (uint64_t)cfg->train.seed, env->log,
-                     &f, e);
+    if (s == HS_OK)
+        s = hs_fsdp_wrap(cfg, env->mesh, env->comm, env->dev, m, (uint64_t)cfg->train.seed,
+                         env->log, &f, e);
     hs_engine *en = s == HS_OK ? calloc(1, sizeof *en) : NULL;
-    if (s == HS_OK && !en) s = hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate the FSDP engine");
+    fsdp_engine *fe = s == HS_OK ? calloc(1, sizeof *fe) : NULL;
+    if (s == HS_OK && (!en || !fe))
+        s = hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate the FSDP engine");
     if (s != HS_OK) {
+        free(en);
+        free(fe);
         hs_fsdp_free(f);
         hs_model_free(m);
+        hs_tp_free(tp);
         return s;
     }
+    *fe = (fsdp_engine){.f = f, .tp = tp};
     *en = (hs_engine){
-        .name = "fsdp",
-        .ctx = f,
+        .name = tp ? "fsdp+tp" : "fsdp",
+        .ctx = fe,
         .model = m,
         .hooks = fsdp_hooks,
         .begin_micro_batch = fsdp_begin_micro_batch,

@@ -1,0 +1,78 @@
+/* hypershard/parallel.h — model-parallel plans: tensor parallelism.
+ *
+ * Contract of this layer (DESIGN.md §1, spec 004 §3 steps 1-2, RFC 000 §4):
+ * - A TP plan is a table of FQN suffix -> style, as torchtitan's
+ *   parallelize plans: colwise (Shard(0): output features split, q/k/v,
+ *   gate/up), rowwise (Shard(1): input features split, o_proj, down_proj),
+ *   vocab (Shard(0) over the vocabulary: embedding and lm_head) and
+ *   replicate (norm weights, the MoE router and experts). Applying it sets
+ *   every parameter's placement on the "tp" mesh and its TP-local shape
+ *   before FSDP wraps; FSDP then shards the TP-local tensor on dim 0.
+ * - The plan's errors name the parameter FQNs: a parameter no rule matches,
+ *   tied parameters given different placements, a local shape the model
+ *   does not compute with (hs_model_check_tp_layout).
+ * - hs_tp fills the model's ops table (model.h hs_model_ops) with the
+ *   collectives of the TP regions on the tp group: all-reduce after
+ *   row-parallel layers; with sequence_parallel all-gather before
+ *   column-parallel and reduce-scatter after row-parallel layers; MAX and
+ *   SUM for the vocab-parallel loss. A failed collective ends every rank
+ *   (hs_comm_abort): a half-run region would leave the others hanging.
+ * - Under sequence parallel a Replicate parameter's gradient on one TP rank
+ *   covers only its rows: the plan marks it (hs_param.tp_grad_partial) and
+ *   FSDP's root TP tail completes it.
+ */
+#ifndef HYPERSHARD_PARALLEL_H
+#define HYPERSHARD_PARALLEL_H
+
+#include <stdbool.h>
+
+#include "hypershard/base.h"
+#include "hypershard/comm.h"
+#include "hypershard/model.h"
+
+typedef enum hs_tp_style {
+    HS_TP_COLWISE = 0,
+    HS_TP_ROWWISE,
+    HS_TP_VOCAB,
+    HS_TP_REPLICATE,
+    HS_TP_STYLE_COUNT
+} hs_tp_style;
+
+/* "colwise", "rowwise", "vocab", "replicate". */
+const char *hs_tp_style_name(hs_tp_style s);
+/* The placement a style gives a parameter. */
+hs_placement hs_tp_style_placement(hs_tp_style s);
+
+typedef struct hs_tp_rule {
+    const char *suffix; /* matches an FQN that ends with ".<suffix>" or is <suffix> */
+    hs_tp_style style;
+} hs_tp_rule;
+
+/* The plan of the Llama and MoE (Mixtral) models; *n gets its length. */
+const hs_tp_rule *hs_tp_default_plan(int *n);
+
+typedef struct hs_tp hs_tp;
+
+/* Tensor parallelism over `group` (the "tp" dim of the mesh; size >= 2).
+ * `comm` is what a failing collective aborts. */
+hs_status hs_tp_create(hs_comm *comm, hs_pg *group, bool sequence_parallel, bool loss_parallel,
+                       hs_tp **out, hs_error *e);
+void hs_tp_free(hs_tp *t);
+/* The ops table to create the model with (hs_model_options.ops). */
+const hs_model_ops *hs_tp_ops(const hs_tp *t);
+int hs_tp_size(const hs_tp *t);
+int hs_tp_rank(const hs_tp *t);
+
+/* Apply `rules` (first match wins) to every parameter of m, which was
+ * created with hs_tp_ops(t). All errors are reported together. */
+hs_status hs_tp_apply_plan(hs_tp *t, hs_model *m, const hs_tp_rule *rules, int n_rules,
+                           hs_error *e);
+
+/* The whole fp32 tensor of p (numel of p->shape) from every TP rank's
+ * local fp32 tensor (numel of p->local_shape). Collective over tp. */
+hs_status hs_tp_gather_full(hs_tp *t, const hs_param *p, const float *local, float *full,
+                            hs_error *e);
+/* This TP rank's local slice of the whole fp32 tensor of p. */
+void hs_tp_local_slice(const hs_param *p, const float *full, float *local);
+
+#endif

@@ -1,0 +1,116 @@
+/* The vocab-parallel ends of the model (Megatron's VocabParallelEmbedding
+ * and the column-parallel lm_head with its cross-entropy): this TP rank
+ * holds vocabulary rows [v0, v0 + V) of the embedding and of the head.
+ *
+ * Embedding: each rank writes the rows of the tokens it holds and zeros,
+ * and the partial sums are all-reduced (reduce-scattered under sequence
+ * parallel): one term per element is non-zero, so the result is exact.
+ * Loss (loss_parallel): per row, the max over the vocabulary is an
+ * all-reduce MAX of the local maxima, the sum of exponentials and the
+ * target logit an all-reduce SUM; the logits are never gathered and the
+ * gradient softmax - onehot is formed on the local columns. Without
+ * loss_parallel the [rows, V] logits are gathered and the one-device
+ * cross-entropy runs on them; both give the same numbers. */
+#include <math.h>
+#include <string.h>
+
+#include "model/layers.h"
+#include "model/model_internal.h"
+
+void hs_tp_embedding_forward(hs_model *m, const int32_t *tokens, int64_t N) {
+    int C = m->C;
+    for (int64_t n = 0; n < N; n++) {
+        int64_t t = (int64_t)tokens[n] - m->v0;
+        float *row = m->tp_part + n * C;
+        if (t >= 0 && t < m->V)
+            hs_convert(row, HS_DTYPE_F32, hs_cat(m->embed->data, m->dt, t * C), m->dt, C);
+        else
+            memset(row, 0, (size_t)C * sizeof(float));
+    }
+    int64_t n = hs_tp_local_rows(m, N) * C;
+    float *red = m->sp ? m->tp_red : m->tp_part;
+    m->ops->reduce_partial(m->ops->ctx, red, m->tp_part, n);
+    hs_convert(m->resid[0], m->dt, red, HS_DTYPE_F32, n);
+}
+
+void hs_tp_embedding_backward(hs_model *m, const int32_t *tokens, int64_t N) {
+    const float *d = hs_tp_exit_grad(m, N);
+    for (int64_t n = 0; n < N; n++) {
+        int32_t t = (int32_t)(tokens[n] - m->v0);
+        if (t >= 0 && t < m->V)
+            hs_embedding_backward(m->embed->grad, m->embed->grad_dtype, d + n * m->C, &t, 1, m->C);
+    }
+}
+
+/* Local logits [rows, V] of rows [r0, r0 + rows) into m->logits. */
+static void local_logits(hs_model *m, int64_t r0, int64_t rows) {
+    hs_gemm_ex(false, true, rows, m->V, m->C, 1.0f, hs_cat(m->lnf, m->dt, r0 * m->C), m->dt, m->C,
+               m->head->data, m->dt, m->C, 0.0f, m->logits, HS_DTYPE_F32, m->V);
+    if (hs_model_root_casts(m)) hs_round_f32(m->logits, m->bnd[0].output_stored, rows * m->V);
+}
+
+/* All ranks' logits of the chunk as one [rows, Vg] matrix in `dst`. */
+static void gather_logits(hs_model *m, float *dst, int64_t rows) {
+    float *blocks = m->logits_all;
+    m->ops->gather_logits(m->ops->ctx, blocks, m->logits, rows * m->V);
+    for (int r = 0; r < m->tp; r++)
+        for (int64_t i = 0; i < rows; i++)
+            memcpy(dst + i * m->Vg + (int64_t)r * m->V, blocks + ((int64_t)r * rows + i) * m->V,
+                   (size_t)m->V * sizeof(float));
+}
+
+static double gathered_loss(hs_model *m, const int32_t *targets, int64_t rows, float scale,
+                            bool grad, float *full) {
+    float *all = full ? full : m->logits_all + m->head_rows * m->Vg;
+    gather_logits(m, all, rows);
+    if (!targets) return 0.0;
+    double loss = hs_xent_forward_backward(grad ? all : NULL, all, targets, rows, m->Vg, scale, NULL);
+    for (int64_t i = 0; grad && i < rows; i++)
+        memcpy(m->logits + i * m->V, all + i * m->Vg + m->v0, (size_t)m->V * sizeof(float));
+    return loss;
+}
+
+static double parallel_loss(hs_model *m, const int32_t *targets, int64_t rows, float scale,
+                            bool grad) {
+    int V = m->V;
+    float *mx = m->tp_stats, *sum = mx + rows, *tl = sum + rows;
+    for (int64_t i = 0; i < rows; i++) {
+        const float *l = m->logits + i * V;
+        float x = l[0];
+        for (int j = 1; j < V; j++) x = l[j] > x ? l[j] : x;
+        mx[i] = x;
+    }
+    m->ops->all_reduce_max(m->ops->ctx, mx, rows);
+    for (int64_t i = 0; i < rows; i++) {
+        const float *l = m->logits + i * V;
+        double s = 0.0;
+        for (int j = 0; j < V; j++) s += expf(l[j] - mx[i]);
+        int64_t t = (int64_t)targets[i] - m->v0;
+        sum[i] = (float)s;
+        tl[i] = targets[i] >= 0 && t >= 0 && t < V ? l[t] : 0.0f;
+    }
+    m->ops->all_reduce_sum(m->ops->ctx, sum, 2 * rows); /* sum and tl together */
+    double loss = 0.0;
+    for (int64_t i = 0; i < rows; i++) {
+        float *l = m->logits + i * V;
+        int64_t t = (int64_t)targets[i] - m->v0;
+        if (targets[i] < 0) {
+            if (grad) memset(l, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        loss += (double)mx[i] + log((double)sum[i]) - (double)tl[i];
+        if (!grad) continue;
+        float k = (float)(scale / (double)sum[i]);
+        for (int j = 0; j < V; j++) l[j] = expf(l[j] - mx[i]) * k;
+        if (t >= 0 && t < V) l[t] -= scale;
+    }
+    return loss;
+}
+
+double hs_tp_head_chunk(hs_model *m, const int32_t *targets, int64_t r0, int64_t rows, float scale,
+                        bool grad, float *full) {
+    local_logits(m, r0, rows);
+    const int32_t *tg = targets ? targets + r0 : NULL;
+    if (full || !m->ops->loss_parallel) return gathered_loss(m, tg, rows, scale, grad, full);
+    return tg ? parallel_loss(m, tg, rows, scale, grad) : 0.0;
+}
