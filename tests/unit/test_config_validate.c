@@ -53,6 +53,14 @@ static void expect_error(checked *r, const char *needle) {
     free(r);
 }
 
+/* The config breaks nothing but `line`, the one error reported. */
+static void expect_only_error(checked *r, const char *line) {
+    if (r->st != HS_ERR_CONFIG) fail_msg("expected the error '%s', got ok", line);
+    if (r->e.lines != 1 || strcmp(r->e.msg, line))
+        fail_msg("expected only:\n%s\ngot %d lines:\n%s", line, r->e.lines, r->e.msg);
+    free(r);
+}
+
 static void expect_ok(checked *r) {
     if (r->st != HS_OK) fail_msg("expected ok, got:\n%s", r->e.msg);
     free(r);
@@ -235,10 +243,75 @@ static void test_replicate_params_listed_twice_is_an_error(void **state) {
                  "fsdp_config.replicate_params[2] = 'a.weight' repeats item 0");
 }
 
-static void test_parallel_degrees_must_fit_the_model(void **state) {
+static void test_tp_must_divide_the_heads_naming_each_key(void **state) {
     (void)state;
-    expect_error(check(4, OV("accelerator.tp_size=4", "model.n_kv_heads=2", "train.global_batch_size=8")),
-                 "accelerator.tp_size = 4 must divide model.n_heads = 4 and model.n_kv_heads = 2");
+    expect_only_error(check(4, OV("accelerator.tp_size=4", "model.n_kv_heads=2",
+                                  "train.global_batch_size=8")),
+                      "model.n_kv_heads = 2 is not divisible by accelerator.tp_size = 4: each TP "
+                      "rank holds whole key/value heads; valid tp_size: 1, 2");
+    checked *r = check(8, OV("accelerator.tp_size=4", "model.dim=96", "model.n_heads=6",
+                             "model.n_kv_heads=2", "train.global_batch_size=16"));
+    const char *lines[] = {
+        "model.n_heads = 6 is not divisible by accelerator.tp_size = 4: each TP rank computes "
+        "whole attention heads; valid tp_size: 1, 2",
+        "model.n_kv_heads = 2 is not divisible by accelerator.tp_size = 4: each TP rank holds "
+        "whole key/value heads; valid tp_size: 1, 2"};
+    assert_int_equal(r->st, HS_ERR_CONFIG);
+    assert_int_equal(r->e.lines, 2);
+    for (size_t i = 0; i < 2; i++)
+        if (!strstr(r->e.msg, lines[i])) fail_msg("'%s' not in:\n%s", lines[i], r->e.msg);
+    free(r);
+    expect_ok(check(4, OV("accelerator.tp_size=2", "train.global_batch_size=16")));
+}
+
+static void test_tp_must_divide_the_mlp_and_the_vocabulary(void **state) {
+    (void)state;
+    expect_only_error(check(2, OV("accelerator.tp_size=2", "model.ffn_dim=385")),
+                      "model.ffn_dim = 385 is not divisible by accelerator.tp_size = 2: the MLP's "
+                      "gate/up columns and down rows are split over the TP group; valid tp_size: "
+                      "1 (or keep tp_size 2 with model.ffn_dim: 386)");
+    expect_only_error(check(2, OV("accelerator.tp_size=2", "model.vocab_size=255")),
+                      "model.vocab_size = 255 is not divisible by accelerator.tp_size = 2: the "
+                      "token embedding and lm_head are split over the vocabulary; valid "
+                      "tp_size: 1 (or keep tp_size 2 with model.vocab_size: 256)");
+    /* The valid sizes also fit the world (rule 4) and every other split. */
+    expect_error(check(8, OV("accelerator.tp_size=8", "model.n_heads=8", "model.n_kv_heads=8",
+                             "model.ffn_dim=12", "train.global_batch_size=8")),
+                 "model.ffn_dim = 12 is not divisible by accelerator.tp_size = 8: the MLP's "
+                 "gate/up columns and down rows are split over the TP group; valid tp_size: 1, "
+                 "2, 4 (or keep tp_size 8 with model.ffn_dim: 16)");
+    expect_ok(check(2, OV("accelerator.tp_size=2", "model.ffn_dim=386", "model.vocab_size=258")));
+}
+
+static void test_tp_with_moe_splits_only_the_shared_expert(void **state) {
+    (void)state;
+    /* Routed experts stay replicated over TP, and arch moe has no dense MLP:
+     * neither the expert sizes nor model.ffn_dim need to divide. */
+    expect_ok(check(2, OV("model.arch=moe", "accelerator.tp_size=2", "model.ffn_dim=385",
+                          "model.moe.expert_ffn_dim=33")));
+    expect_only_error(check(2, OV("model.arch=moe", "accelerator.tp_size=2",
+                                  "model.moe.shared_expert_ffn_dim=33")),
+                      "model.moe.shared_expert_ffn_dim = 33 is not divisible by "
+                      "accelerator.tp_size = 2: the shared expert's MLP is split over the TP "
+                      "group (routed experts stay replicated over TP); valid tp_size: 1 (or keep "
+                      "tp_size 2 with model.moe.shared_expert_ffn_dim: 34)");
+    expect_ok(check(2, OV("model.arch=moe", "accelerator.tp_size=2",
+                          "model.moe.shared_expert_ffn_dim=34")));
+}
+
+static void test_sequence_parallel_needs_seq_len_split_over_tp(void **state) {
+    (void)state;
+    expect_only_error(check(4, OV("accelerator.tp_size=4", "model.n_kv_heads=4",
+                                  "accelerator.sequence_parallel=true", "train.seq_len=66",
+                                  "train.global_batch_size=8")),
+                      "train.seq_len = 66 is not divisible by accelerator.cp_size x "
+                      "accelerator.tp_size (sequence_parallel) = 4; choose a multiple of 4");
+    expect_ok(check(4, OV("accelerator.tp_size=2", "accelerator.sequence_parallel=true",
+                          "accelerator.loss_parallel=true", "fsdp_config.dp_shard_size=2")));
+}
+
+static void test_cp_pp_ep_degrees_must_fit_the_model(void **state) {
+    (void)state;
     expect_error(check(3, OV("accelerator.cp_size=3", "train.global_batch_size=8")),
                  "train.seq_len = 64 is not divisible by accelerator.cp_size = 3");
     expect_error(check(8, OV("accelerator.pp_size=8", "train.global_batch_size=8")),
@@ -298,6 +371,16 @@ static void test_warn_micro_batch_knobs_with_one_micro_batch(void **state) {
                                   "train.micro_batch_size=4")));
 }
 
+static void test_warn_tp_switches_without_tp(void **state) {
+    (void)state;
+    expect_warning(check(1, OV("accelerator.sequence_parallel=true")),
+                   "accelerator.sequence_parallel = true has no effect: it needs "
+                   "accelerator.tp_size > 1");
+    expect_warning(check(2, OV("accelerator.loss_parallel=true", "fsdp_config.dp_shard_size=2")),
+                   "accelerator.loss_parallel = true has no effect: it needs "
+                   "accelerator.tp_size > 1");
+}
+
 static void test_warn_fsdp_unit_knobs_when_fsdp_is_skipped(void **state) {
     (void)state;
     expect_warning(check(1, OV("fsdp_config.enable_offload=true")),
@@ -324,13 +407,18 @@ int main(void) {
         cmocka_unit_test(test_eval_needs_validation_data),
         cmocka_unit_test(test_resume_auto_needs_a_checkpoint_dir),
         cmocka_unit_test(test_replicate_params_listed_twice_is_an_error),
-        cmocka_unit_test(test_parallel_degrees_must_fit_the_model),
+        cmocka_unit_test(test_tp_must_divide_the_heads_naming_each_key),
+        cmocka_unit_test(test_tp_must_divide_the_mlp_and_the_vocabulary),
+        cmocka_unit_test(test_tp_with_moe_splits_only_the_shared_expert),
+        cmocka_unit_test(test_sequence_parallel_needs_seq_len_split_over_tp),
+        cmocka_unit_test(test_cp_pp_ep_degrees_must_fit_the_model),
         cmocka_unit_test(test_all_violated_rules_are_reported_together),
         cmocka_unit_test(test_default_config_is_valid_and_silent_on_one_rank),
         cmocka_unit_test(test_warn_edp_shard_size_without_experts),
         cmocka_unit_test(test_warn_cast_forward_inputs_without_param_dtype),
         cmocka_unit_test(test_warn_zero_copy_without_comm_fusion),
         cmocka_unit_test(test_warn_micro_batch_knobs_with_one_micro_batch),
+        cmocka_unit_test(test_warn_tp_switches_without_tp),
         cmocka_unit_test(test_warn_fsdp_unit_knobs_when_fsdp_is_skipped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
