@@ -1,6 +1,7 @@
 /* The trainer's own configuration rules (beyond spec 004 §4.1): the model
  * shape, the batch split over data-parallel ranks, the parallel degrees
- * against the model, and the data / eval / checkpoint settings. */
+ * against the model and against what this build runs, and the data / eval /
+ * checkpoint settings. */
 #include <string.h>
 
 #include "config/validate_internal.h"
@@ -65,6 +66,26 @@ static void check_batch(const hs_config *c, const hs_topology *t, hs_cfg_report 
                       "step (global / (micro x dp)) is not a whole number >= 1; set "
                       "train.global_batch_size: %lld%s",
                       g, mb, dp, denom, up, alt);
+}
+
+/* Context, expert and pipeline parallelism have rules of their own (below
+ * and in the topology) for when they land, but no engine runs them yet. */
+void hs_cfg_check_unbuilt(const hs_config *c, hs_cfg_report *rep) {
+    const hs_accel_config *a = &c->accelerator;
+    const struct {
+        const char *path, *what;
+        int size;
+    } dims[] = {
+        {"accelerator.cp_size", "context", a->cp_size},
+        {"accelerator.ep_size", "expert", a->ep_size},
+        {"accelerator.pp_size", "pipeline", a->pp_size},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].size > 1)
+            hs_cfg_report_add(rep,
+                              "%s = %d: %s parallelism is not supported by this build yet; set "
+                              "%s: 1",
+                              dims[i].path, dims[i].size, dims[i].what, dims[i].path);
 }
 
 /* A model size that tensor parallelism splits into tp equal slices. */
