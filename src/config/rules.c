@@ -1,6 +1,7 @@
 /* The trainer's own configuration rules (beyond spec 004 §4.1): the model
  * shape, the batch split over data-parallel ranks, the parallel degrees
- * against the model, and the data / eval / checkpoint settings. */
+ * against the model and against what this build runs, and the data / eval /
+ * checkpoint settings. */
 #include <string.h>
 
 #include "config/validate_internal.h"
@@ -67,15 +68,104 @@ static void check_batch(const hs_config *c, const hs_topology *t, hs_cfg_report 
                       g, mb, dp, denom, up, alt);
 }
 
+/* Context, expert and pipeline parallelism have rules of their own (below
+ * and in the topology) for when they land, but no engine runs them yet. */
+void hs_cfg_check_unbuilt(const hs_config *c, hs_cfg_report *rep) {
+    const hs_accel_config *a = &c->accelerator;
+    const struct {
+        const char *path, *what;
+        int size;
+    } dims[] = {
+        {"accelerator.cp_size", "context", a->cp_size},
+        {"accelerator.ep_size", "expert", a->ep_size},
+        {"accelerator.pp_size", "pipeline", a->pp_size},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].size > 1)
+            hs_cfg_report_add(rep,
+                              "%s = %d: %s parallelism is not supported by this build yet; set "
+                              "%s: 1",
+                              dims[i].path, dims[i].size, dims[i].what, dims[i].path);
+}
+
+/* A model size that tensor parallelism splits into tp equal slices. */
+typedef struct tp_split {
+    const char *path;
+    int size;
+    const char *why;
+    bool resizable; /* free to round up to a multiple of tp (no other rule uses it) */
+} tp_split;
+
+/* The sizes TP splits: whole query and key/value heads, the dense MLP (for
+ * arch moe only the shared expert: routed experts stay replicated over TP),
+ * and the vocabulary of the embedding and lm_head. */
+static int tp_splits(const hs_model_config *m, tp_split out[4]) {
+    int n = 0;
+    out[n++] = (tp_split){"model.n_heads", m->n_heads,
+                          "each TP rank computes whole attention heads", false};
+    out[n++] = (tp_split){"model.n_kv_heads", m->n_kv_heads,
+                          "each TP rank holds whole key/value heads", false};
+    if (strcmp(m->arch, "moe"))
+        out[n++] = (tp_split){"model.ffn_dim", m->ffn_dim,
+                              "the MLP's gate/up columns and down rows are split over the TP "
+                              "group",
+                              true};
+    else if (m->moe.shared_expert_ffn_dim > 0)
+        out[n++] = (tp_split){"model.moe.shared_expert_ffn_dim", m->moe.shared_expert_ffn_dim,
+                              "the shared expert's MLP is split over the TP group (routed "
+                              "experts stay replicated over TP)",
+                              true};
+    out[n++] = (tp_split){"model.vocab_size", m->vocab_size,
+                          "the token embedding and lm_head are split over the vocabulary", true};
+    return n;
+}
+
+/* Whether tp ranks per group would satisfy every TP rule and rule 4 with the
+ * other sizes as they are. */
+static bool tp_fits(const hs_config *c, const hs_topology *t, const tp_split *s, int n, int tp) {
+    const hs_accel_config *a = &c->accelerator;
+    if (t->world % ((long long)tp * a->cp_size * a->pp_size)) return false;
+    for (int i = 0; i < n; i++)
+        if (s[i].size >= 1 && s[i].size % tp) return false;
+    long long seq_split = (long long)a->cp_size * tp;
+    return !(a->sequence_parallel && c->train.seq_len >= 1 && c->train.seq_len % seq_split);
+}
+
+/* "1, 2, 4": the tp sizes that fit (1 always does). */
+static void tp_choices(const hs_config *c, const hs_topology *t, const tp_split *s, int n,
+                       char *out, size_t cap) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int tp = 1; tp <= t->world && used < cap; tp++)
+        if (tp_fits(c, t, s, n, tp))
+            used += (size_t)snprintf(out + used, cap - used, "%s%d", used ? ", " : "", tp);
+}
+
+static void check_tp(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
+    int tp = c->accelerator.tp_size;
+    if (tp <= 1) return;
+    tp_split s[4];
+    int n = tp_splits(&c->model, s);
+    char choices[128] = "";
+    for (int i = 0; i < n; i++) {
+        if (s[i].size < 1 || s[i].size % tp == 0) continue;
+        if (!choices[0]) tp_choices(c, t, s, n, choices, sizeof choices);
+        char resize[96] = "";
+        if (s[i].resizable)
+            snprintf(resize, sizeof resize, " (or keep tp_size %d with %s: %lld)", tp, s[i].path,
+                     ((long long)s[i].size / tp + 1) * tp);
+        hs_cfg_report_add(rep,
+                          "%s = %d is not divisible by accelerator.tp_size = %d: %s; valid "
+                          "tp_size: %s%s",
+                          s[i].path, s[i].size, tp, s[i].why, choices, resize);
+    }
+}
+
 void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
     const hs_model_config *m = &c->model;
     const hs_accel_config *a = &c->accelerator;
     check_batch(c, t, rep);
-    if (a->tp_size > 1 && (m->n_heads % a->tp_size || m->n_kv_heads % a->tp_size))
-        hs_cfg_report_add(rep,
-                          "accelerator.tp_size = %d must divide model.n_heads = %d and "
-                          "model.n_kv_heads = %d (tensor parallelism splits whole heads)",
-                          a->tp_size, m->n_heads, m->n_kv_heads);
+    check_tp(c, t, rep);
     long long seq_split = (long long)a->cp_size * (a->sequence_parallel ? a->tp_size : 1);
     if (c->train.seq_len >= 1 && c->train.seq_len % seq_split)
         hs_cfg_report_add(rep,

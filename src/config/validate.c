@@ -1,7 +1,8 @@
 /* Validation: spec 004 §4.1 rules 1–11 and the trainer's own rules. Every
  * violated rule is reported (not just the first), each naming the config
  * path(s), the values and a fix. Rules that need the topology run only when
- * it could be derived. */
+ * it could be derived. The topology rules come first, then the parallel
+ * degrees this build does not run. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,6 +176,7 @@ hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, c
     hs_topology t;
     memset(&t, 0, sizeof t);
     bool topo_ok = derive_topology(c, world, &t, &rep);
+    hs_cfg_check_unbuilt(c, &rep);
     check_precision(c, &rep);
     check_duplicates(c, &rep);
     hs_cfg_check_model(c, &rep);

@@ -8,6 +8,8 @@
 void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep);
 /* Data, evaluation and checkpoint settings. */
 void hs_cfg_check_run(const hs_config *c, hs_cfg_report *rep);
+/* accelerator.cp_size, ep_size and pp_size > 1: no engine runs them yet. */
+void hs_cfg_check_unbuilt(const hs_config *c, hs_cfg_report *rep);
 /* Rules that need the topology: batch split, TP/CP/EP/PP vs model shape. */
 void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_report *rep);
 /* Spec §4.2: one warning per key that is set but can have no effect. */

@@ -89,10 +89,6 @@ static void warn_trainer(const hs_config *c, const hs_config *d, const hs_topolo
     if (!moe && changed_under(c, d, "model.moe", list, sizeof list))
         hs_log_warn(log, "%s: no effect with model.arch = %s (no routed experts)", list,
                     c->model.arch);
-    if (!moe && t->ep > 1)
-        hs_log_warn(log, "accelerator.ep_size = %d has no effect: model.arch = %s has no routed "
-                         "experts",
-                    t->ep, c->model.arch);
     if (t->tp == 1 && c->accelerator.sequence_parallel)
         hs_log_warn(log, "accelerator.sequence_parallel = true has no effect: it needs "
                          "accelerator.tp_size > 1");

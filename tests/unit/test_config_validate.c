@@ -53,6 +53,14 @@ static void expect_error(checked *r, const char *needle) {
     free(r);
 }
 
+/* The config breaks nothing but `line`, the one error reported. */
+static void expect_only_error(checked *r, const char *line) {
+    if (r->st != HS_ERR_CONFIG) fail_msg("expected the error '%s', got ok", line);
+    if (r->e.lines != 1 || strcmp(r->e.msg, line))
+        fail_msg("expected only:\n%s\ngot %d lines:\n%s", line, r->e.lines, r->e.msg);
+    free(r);
+}
+
 static void expect_ok(checked *r) {
     if (r->st != HS_OK) fail_msg("expected ok, got:\n%s", r->e.msg);
     free(r);
@@ -92,13 +100,40 @@ static void test_rule3_negative_prefetch_depth_fails(void **state) {
                           "fsdp_config.backward_prefetch_depth=3")));
 }
 
+static const char cp_unbuilt[] = "accelerator.cp_size = 2: context parallelism is not supported "
+                                 "by this build yet; set accelerator.cp_size: 1";
+static const char ep_unbuilt[] = "accelerator.ep_size = 2: expert parallelism is not supported "
+                                 "by this build yet; set accelerator.ep_size: 1";
+static const char pp_unbuilt[] = "accelerator.pp_size = 2: pipeline parallelism is not supported "
+                                 "by this build yet; set accelerator.pp_size: 1";
+
+/* A derivation the config could not show: pp, cp and ep > 1 are rejected by
+ * validation, but the topology rules stay as spec 004 §2.1 has them. */
+static hs_topology derive_ok(int world, int tp, int cp, int ep, int pp, int dp_shard,
+                             int edp_shard) {
+    hs_topology t;
+    hs_error e;
+    hs_error_clear(&e);
+    if (hs_topology_derive(&t, world, tp, cp, ep, pp, dp_shard, edp_shard, &e) != HS_OK)
+        fail_msg("topology of world %d should derive, got:\n%s", world, e.msg);
+    return t;
+}
+
 static void test_rule4_world_not_divisible_by_tp_cp_pp_fails(void **state) {
     (void)state;
     expect_error(check(6, OV("accelerator.tp_size=4")), "accelerator.tp_size");
     expect_error(check(2, OV("accelerator.tp_size=4", "accelerator.pp_size=4")),
                  "accelerator.tp_size");
-    expect_ok(check(8, OV("accelerator.tp_size=2", "accelerator.pp_size=2",
-                          "train.global_batch_size=16")));
+    expect_error(check(12, OV("accelerator.tp_size=2", "accelerator.pp_size=2",
+                              "accelerator.cp_size=2")),
+                 "world size 12 is not divisible by accelerator.tp_size × cp_size × pp_size = 8");
+    expect_ok(check(8, OV("accelerator.tp_size=2", "train.global_batch_size=32")));
+    /* Rule 4 holds for tp 2 x pp 2 on 8 ranks; only the pipeline is missing. */
+    expect_only_error(check(8, OV("accelerator.tp_size=2", "accelerator.pp_size=2",
+                                  "train.global_batch_size=16")),
+                      pp_unbuilt);
+    hs_topology t = derive_ok(8, 2, 1, 1, 2, 1, 1);
+    assert_int_equal(t.dp, 2);
 }
 
 static void test_rule5_dp_cp_domain_not_divisible_by_dp_shard_fails(void **state) {
@@ -109,8 +144,14 @@ static void test_rule5_dp_cp_domain_not_divisible_by_dp_shard_fails(void **state
 
 static void test_rule6_expert_domain_not_divisible_by_ep_fails(void **state) {
     (void)state;
-    expect_error(check(4, OV("accelerator.ep_size=3", "model.arch=moe")), "accelerator.ep_size");
-    expect_ok(check(4, OV("accelerator.ep_size=2", "model.arch=moe", "train.global_batch_size=32")));
+    expect_error(check(4, OV("accelerator.ep_size=3", "model.arch=moe")),
+                 "accelerator.ep_size=3 does not divide the expert domain");
+    expect_only_error(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
+                                  "train.global_batch_size=32")),
+                      ep_unbuilt);
+    hs_topology t = derive_ok(4, 1, 1, 2, 1, 1, 1);
+    assert_int_equal(t.expert_domain, 4);
+    assert_int_equal(t.edp, 2);
 }
 
 static void test_rule7_edp_not_divisible_by_edp_shard_fails(void **state) {
@@ -118,8 +159,11 @@ static void test_rule7_edp_not_divisible_by_edp_shard_fails(void **state) {
     expect_error(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
                              "fsdp_config.edp_shard_size=3", "train.global_batch_size=32")),
                  "fsdp_config.edp_shard_size");
-    expect_ok(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
-                          "fsdp_config.edp_shard_size=2", "train.global_batch_size=32")));
+    expect_only_error(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
+                                  "fsdp_config.edp_shard_size=2", "train.global_batch_size=32")),
+                      ep_unbuilt);
+    hs_topology t = derive_ok(4, 1, 1, 2, 1, 1, 2);
+    assert_int_equal(t.edp_replicate, 1);
 }
 
 static void test_rule8_fp32_main_grad_without_fp32_reduce_fails(void **state) {
@@ -235,10 +279,88 @@ static void test_replicate_params_listed_twice_is_an_error(void **state) {
                  "fsdp_config.replicate_params[2] = 'a.weight' repeats item 0");
 }
 
-static void test_parallel_degrees_must_fit_the_model(void **state) {
+static void test_tp_must_divide_the_heads_naming_each_key(void **state) {
     (void)state;
-    expect_error(check(4, OV("accelerator.tp_size=4", "model.n_kv_heads=2", "train.global_batch_size=8")),
-                 "accelerator.tp_size = 4 must divide model.n_heads = 4 and model.n_kv_heads = 2");
+    expect_only_error(check(4, OV("accelerator.tp_size=4", "model.n_kv_heads=2",
+                                  "train.global_batch_size=8")),
+                      "model.n_kv_heads = 2 is not divisible by accelerator.tp_size = 4: each TP "
+                      "rank holds whole key/value heads; valid tp_size: 1, 2");
+    checked *r = check(8, OV("accelerator.tp_size=4", "model.dim=96", "model.n_heads=6",
+                             "model.n_kv_heads=2", "train.global_batch_size=16"));
+    const char *lines[] = {
+        "model.n_heads = 6 is not divisible by accelerator.tp_size = 4: each TP rank computes "
+        "whole attention heads; valid tp_size: 1, 2",
+        "model.n_kv_heads = 2 is not divisible by accelerator.tp_size = 4: each TP rank holds "
+        "whole key/value heads; valid tp_size: 1, 2"};
+    assert_int_equal(r->st, HS_ERR_CONFIG);
+    assert_int_equal(r->e.lines, 2);
+    for (size_t i = 0; i < 2; i++)
+        if (!strstr(r->e.msg, lines[i])) fail_msg("'%s' not in:\n%s", lines[i], r->e.msg);
+    free(r);
+    expect_ok(check(4, OV("accelerator.tp_size=2", "train.global_batch_size=16")));
+}
+
+static void test_tp_must_divide_the_mlp_and_the_vocabulary(void **state) {
+    (void)state;
+    expect_only_error(check(2, OV("accelerator.tp_size=2", "model.ffn_dim=385")),
+                      "model.ffn_dim = 385 is not divisible by accelerator.tp_size = 2: the MLP's "
+                      "gate/up columns and down rows are split over the TP group; valid tp_size: "
+                      "1 (or keep tp_size 2 with model.ffn_dim: 386)");
+    expect_only_error(check(2, OV("accelerator.tp_size=2", "model.vocab_size=255")),
+                      "model.vocab_size = 255 is not divisible by accelerator.tp_size = 2: the "
+                      "token embedding and lm_head are split over the vocabulary; valid "
+                      "tp_size: 1 (or keep tp_size 2 with model.vocab_size: 256)");
+    /* The valid sizes also fit the world (rule 4) and every other split. */
+    expect_error(check(8, OV("accelerator.tp_size=8", "model.n_heads=8", "model.n_kv_heads=8",
+                             "model.ffn_dim=12", "train.global_batch_size=8")),
+                 "model.ffn_dim = 12 is not divisible by accelerator.tp_size = 8: the MLP's "
+                 "gate/up columns and down rows are split over the TP group; valid tp_size: 1, "
+                 "2, 4 (or keep tp_size 8 with model.ffn_dim: 16)");
+    expect_ok(check(2, OV("accelerator.tp_size=2", "model.ffn_dim=386", "model.vocab_size=258")));
+}
+
+static void test_tp_with_moe_splits_only_the_shared_expert(void **state) {
+    (void)state;
+    /* Routed experts stay replicated over TP, and arch moe has no dense MLP:
+     * neither the expert sizes nor model.ffn_dim need to divide. */
+    expect_ok(check(2, OV("model.arch=moe", "accelerator.tp_size=2", "model.ffn_dim=385",
+                          "model.moe.expert_ffn_dim=33")));
+    expect_only_error(check(2, OV("model.arch=moe", "accelerator.tp_size=2",
+                                  "model.moe.shared_expert_ffn_dim=33")),
+                      "model.moe.shared_expert_ffn_dim = 33 is not divisible by "
+                      "accelerator.tp_size = 2: the shared expert's MLP is split over the TP "
+                      "group (routed experts stay replicated over TP); valid tp_size: 1 (or keep "
+                      "tp_size 2 with model.moe.shared_expert_ffn_dim: 34)");
+    expect_ok(check(2, OV("model.arch=moe", "accelerator.tp_size=2",
+                          "model.moe.shared_expert_ffn_dim=34")));
+}
+
+static void test_sequence_parallel_needs_seq_len_split_over_tp(void **state) {
+    (void)state;
+    expect_only_error(check(4, OV("accelerator.tp_size=4", "model.n_kv_heads=4",
+                                  "accelerator.sequence_parallel=true", "train.seq_len=66",
+                                  "train.global_batch_size=8")),
+                      "train.seq_len = 66 is not divisible by accelerator.cp_size x "
+                      "accelerator.tp_size (sequence_parallel) = 4; choose a multiple of 4");
+    expect_ok(check(4, OV("accelerator.tp_size=2", "accelerator.sequence_parallel=true",
+                          "accelerator.loss_parallel=true", "fsdp_config.dp_shard_size=2")));
+}
+
+static void test_cp_ep_pp_are_rejected_until_built(void **state) {
+    (void)state;
+    expect_only_error(check(2, OV("accelerator.cp_size=2", "train.global_batch_size=8")),
+                      cp_unbuilt);
+    expect_only_error(check(2, OV("accelerator.ep_size=2", "model.arch=moe")), ep_unbuilt);
+    expect_only_error(check(2, OV("accelerator.ep_size=2")), ep_unbuilt);
+    expect_only_error(check(2, OV("accelerator.pp_size=2", "train.global_batch_size=8")),
+                      pp_unbuilt);
+    /* Their own rules still run, and the topology rules are reported first. */
+    checked *r = check(3, OV("accelerator.cp_size=2", "accelerator.pp_size=2"));
+    assert_int_equal(r->st, HS_ERR_CONFIG);
+    assert_non_null(strstr(r->e.msg, "[rule 4]"));
+    assert_true(strstr(r->e.msg, "[rule 4]") < strstr(r->e.msg, cp_unbuilt));
+    assert_true(strstr(r->e.msg, cp_unbuilt) < strstr(r->e.msg, pp_unbuilt));
+    free(r);
     expect_error(check(3, OV("accelerator.cp_size=3", "train.global_batch_size=8")),
                  "train.seq_len = 64 is not divisible by accelerator.cp_size = 3");
     expect_error(check(8, OV("accelerator.pp_size=8", "train.global_batch_size=8")),
@@ -246,7 +368,11 @@ static void test_parallel_degrees_must_fit_the_model(void **state) {
     expect_error(check(4, OV("model.arch=moe", "model.moe.num_experts=6", "accelerator.ep_size=4",
                              "train.global_batch_size=32")),
                  "model.moe.num_experts = 6 is not divisible by accelerator.ep_size = 4");
-    expect_ok(check(4, OV("accelerator.tp_size=2", "accelerator.cp_size=2", "train.global_batch_size=8")));
+    /* CP never enlarges the shard degree (spec 004 §2.1): dp 2 x cp 2 with
+     * dp_shard_size 2 leaves a replicate degree of 2. */
+    hs_topology t = derive_ok(8, 2, 2, 1, 1, 2, 1);
+    assert_int_equal(t.fsdp_dp, 4);
+    assert_int_equal(t.dp_replicate, 2);
 }
 
 static void test_all_violated_rules_are_reported_together(void **state) {
@@ -298,6 +424,16 @@ static void test_warn_micro_batch_knobs_with_one_micro_batch(void **state) {
                                   "train.micro_batch_size=4")));
 }
 
+static void test_warn_tp_switches_without_tp(void **state) {
+    (void)state;
+    expect_warning(check(1, OV("accelerator.sequence_parallel=true")),
+                   "accelerator.sequence_parallel = true has no effect: it needs "
+                   "accelerator.tp_size > 1");
+    expect_warning(check(2, OV("accelerator.loss_parallel=true", "fsdp_config.dp_shard_size=2")),
+                   "accelerator.loss_parallel = true has no effect: it needs "
+                   "accelerator.tp_size > 1");
+}
+
 static void test_warn_fsdp_unit_knobs_when_fsdp_is_skipped(void **state) {
     (void)state;
     expect_warning(check(1, OV("fsdp_config.enable_offload=true")),
@@ -324,13 +460,18 @@ int main(void) {
         cmocka_unit_test(test_eval_needs_validation_data),
         cmocka_unit_test(test_resume_auto_needs_a_checkpoint_dir),
         cmocka_unit_test(test_replicate_params_listed_twice_is_an_error),
-        cmocka_unit_test(test_parallel_degrees_must_fit_the_model),
+        cmocka_unit_test(test_tp_must_divide_the_heads_naming_each_key),
+        cmocka_unit_test(test_tp_must_divide_the_mlp_and_the_vocabulary),
+        cmocka_unit_test(test_tp_with_moe_splits_only_the_shared_expert),
+        cmocka_unit_test(test_sequence_parallel_needs_seq_len_split_over_tp),
+        cmocka_unit_test(test_cp_ep_pp_are_rejected_until_built),
         cmocka_unit_test(test_all_violated_rules_are_reported_together),
         cmocka_unit_test(test_default_config_is_valid_and_silent_on_one_rank),
         cmocka_unit_test(test_warn_edp_shard_size_without_experts),
         cmocka_unit_test(test_warn_cast_forward_inputs_without_param_dtype),
         cmocka_unit_test(test_warn_zero_copy_without_comm_fusion),
         cmocka_unit_test(test_warn_micro_batch_knobs_with_one_micro_batch),
+        cmocka_unit_test(test_warn_tp_switches_without_tp),
         cmocka_unit_test(test_warn_fsdp_unit_knobs_when_fsdp_is_skipped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
