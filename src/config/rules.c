@@ -96,9 +96,9 @@ typedef struct tp_split {
     bool resizable; /* free to round up to a multiple of tp (no other rule uses it) */
 } tp_split;
 
-/* The sizes TP splits: whole query and key/value heads, the dense MLP (for
- * arch moe only the shared expert: routed experts stay replicated over TP),
- * and the vocabulary of the embedding and lm_head. */
+/* The sizes TP splits: whole query and key/value heads, the dense MLP, and
+ * the vocabulary of the embedding and lm_head. For arch moe the MoE layer
+ * (router, routed and shared experts) stays replicated over TP. */
 static int tp_splits(const hs_model_config *m, tp_split out[4]) {
     int n = 0;
     out[n++] = (tp_split){"model.n_heads", m->n_heads,
@@ -109,11 +109,6 @@ static int tp_splits(const hs_model_config *m, tp_split out[4]) {
         out[n++] = (tp_split){"model.ffn_dim", m->ffn_dim,
                               "the MLP's gate/up columns and down rows are split over the TP "
                               "group",
-                              true};
-    else if (m->moe.shared_expert_ffn_dim > 0)
-        out[n++] = (tp_split){"model.moe.shared_expert_ffn_dim", m->moe.shared_expert_ffn_dim,
-                              "the shared expert's MLP is split over the TP group (routed "
-                              "experts stay replicated over TP)",
                               true};
     out[n++] = (tp_split){"model.vocab_size", m->vocab_size,
                           "the token embedding and lm_head are split over the vocabulary", true};
@@ -159,6 +154,17 @@ static void check_tp(const hs_config *c, const hs_topology *t, hs_cfg_report *re
                           "tp_size: %s%s",
                           s[i].path, s[i].size, tp, s[i].why, choices, resize);
     }
+    if (!strcmp(c->optimizer.target, "muon"))
+        hs_cfg_report_add(rep,
+                          "optimizer._target_ = muon with accelerator.tp_size = %d: Muon does "
+                          "not orthogonalise tensor-parallel matrices yet; use "
+                          "optimizer._target_: adamw or accelerator.tp_size: 1",
+                          tp);
+    if (!strcmp(c->model.arch, "moe") && c->accelerator.sequence_parallel)
+        hs_cfg_report_add(rep,
+                          "accelerator.sequence_parallel = true with model.arch = moe: the MoE "
+                          "layer is replicated over TP and runs on all rows; set "
+                          "accelerator.sequence_parallel: false");
 }
 
 void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {

@@ -319,20 +319,27 @@ static void test_tp_must_divide_the_mlp_and_the_vocabulary(void **state) {
     expect_ok(check(2, OV("accelerator.tp_size=2", "model.ffn_dim=386", "model.vocab_size=258")));
 }
 
-static void test_tp_with_moe_splits_only_the_shared_expert(void **state) {
+static void test_tp_with_moe_keeps_the_moe_layer_whole(void **state) {
     (void)state;
-    /* Routed experts stay replicated over TP, and arch moe has no dense MLP:
-     * neither the expert sizes nor model.ffn_dim need to divide. */
+    /* The MoE layer (router, routed and shared experts) stays replicated
+     * over TP, and arch moe has no dense MLP: none of its sizes need to
+     * divide; sequence parallel is refused (the layer runs on all rows). */
     expect_ok(check(2, OV("model.arch=moe", "accelerator.tp_size=2", "model.ffn_dim=385",
-                          "model.moe.expert_ffn_dim=33")));
+                          "model.moe.expert_ffn_dim=33", "model.moe.shared_expert_ffn_dim=33")));
     expect_only_error(check(2, OV("model.arch=moe", "accelerator.tp_size=2",
-                                  "model.moe.shared_expert_ffn_dim=33")),
-                      "model.moe.shared_expert_ffn_dim = 33 is not divisible by "
-                      "accelerator.tp_size = 2: the shared expert's MLP is split over the TP "
-                      "group (routed experts stay replicated over TP); valid tp_size: 1 (or keep "
-                      "tp_size 2 with model.moe.shared_expert_ffn_dim: 34)");
-    expect_ok(check(2, OV("model.arch=moe", "accelerator.tp_size=2",
-                          "model.moe.shared_expert_ffn_dim=34")));
+                                  "accelerator.sequence_parallel=true")),
+                      "accelerator.sequence_parallel = true with model.arch = moe: the MoE "
+                      "layer is replicated over TP and runs on all rows; set "
+                      "accelerator.sequence_parallel: false");
+}
+
+static void test_tp_refuses_muon(void **state) {
+    (void)state;
+    expect_only_error(check(2, OV("accelerator.tp_size=2", "optimizer._target_=muon")),
+                      "optimizer._target_ = muon with accelerator.tp_size = 2: Muon does not "
+                      "orthogonalise tensor-parallel matrices yet; use optimizer._target_: "
+                      "adamw or accelerator.tp_size: 1");
+    expect_ok(check(2, OV("accelerator.tp_size=1", "optimizer._target_=muon")));
 }
 
 static void test_sequence_parallel_needs_seq_len_split_over_tp(void **state) {
@@ -462,7 +469,8 @@ int main(void) {
         cmocka_unit_test(test_replicate_params_listed_twice_is_an_error),
         cmocka_unit_test(test_tp_must_divide_the_heads_naming_each_key),
         cmocka_unit_test(test_tp_must_divide_the_mlp_and_the_vocabulary),
-        cmocka_unit_test(test_tp_with_moe_splits_only_the_shared_expert),
+        cmocka_unit_test(test_tp_with_moe_keeps_the_moe_layer_whole),
+        cmocka_unit_test(test_tp_refuses_muon),
         cmocka_unit_test(test_sequence_parallel_needs_seq_len_split_over_tp),
         cmocka_unit_test(test_cp_ep_pp_are_rejected_until_built),
         cmocka_unit_test(test_all_violated_rules_are_reported_together),
