@@ -104,14 +104,8 @@ static void fsdp_free(hs_engine *en)
 static hs_status tp_create(const hs_engine_env *env, hs_tp **out, hs_error *e)
 {
     *out = NULL;
-    const hs_config *cfg = env->cfg;
+    const hs_config *cfg = env->cfg; /* config validation refused what TP cannot run */
     if (env->topo->tp < 2) return HS_OK;
-    if (!strcmp(cfg->optimizer.target, "muon"))
-        return hs_error_set(e, HS_ERR_CONFIG,
-                            "optimizer._target_ = muon with accelerator.tp_size = %d: Muon does "
-                            "not orthogonalise tensor-parallel matrices yet; use "
-                            "optimizer._target_: adamw or accelerator.tp_size: 1",
-                            env->topo->tp);
     return hs_tp_create(env->comm, hs_mesh_group(env->mesh, HS_DIM_TP),
                         cfg->accelerator.sequence_parallel, cfg->accelerator.loss_parallel, out, e);
 }
