@@ -132,3 +132,24 @@ print(f"{run.split('/')[-1]} vs {ref.split('/')[-1]}: 3 steps, {n} tensors, "
       f"worst relative error {worst:.2e} (tol {tol})")
 PY
 }
+
+# close_curve A B FIRST LAST: B holds exactly steps FIRST..LAST, each loss
+# and grad norm within 1e-5 relative of A's.
+close_curve() {
+    python3 - "$@" <<'PY' || fail "curves differ: $*"
+import json, sys
+a = {r["step"]: r for r in map(json.loads, open(sys.argv[1]))}
+b = [json.loads(l) for l in open(sys.argv[2])]
+first, last = int(sys.argv[3]), int(sys.argv[4])
+steps = [r["step"] for r in b]
+if steps != list(range(first, last + 1)):
+    sys.exit(f"{sys.argv[2]} holds steps {steps}, want {first}..{last}")
+for r in b:
+    for k in ("loss", "grad_norm"):
+        ref = a[r["step"]][k]
+        rel = abs(r[k] - ref) / abs(ref)
+        if rel > 1e-5:
+            sys.exit(f"step {r['step']} {k}: uninterrupted {ref} vs resumed {r[k]} (rel {rel:.1e})")
+PY
+}
+

@@ -15,26 +15,6 @@ hs_scratch resume_reshard
 tiny=("${HS_TINY[@]}" train.global_batch_size=8 train.micro_batch_size=1 train.eval_every=0
       optimizer.schedule.decay=constant optimizer.schedule.warmup_steps=2)
 
-# close_curve A B FIRST LAST: B holds exactly steps FIRST..LAST, each loss
-# and grad norm within 1e-5 relative of A's.
-close_curve() {
-    python3 - "$@" <<'PY' || fail "curves differ: $*"
-import json, sys
-a = {r["step"]: r for r in map(json.loads, open(sys.argv[1]))}
-b = [json.loads(l) for l in open(sys.argv[2])]
-first, last = int(sys.argv[3]), int(sys.argv[4])
-steps = [r["step"] for r in b]
-if steps != list(range(first, last + 1)):
-    sys.exit(f"{sys.argv[2]} holds steps {steps}, want {first}..{last}")
-for r in b:
-    for k in ("loss", "grad_norm"):
-        ref = a[r["step"]][k]
-        rel = abs(r[k] - ref) / abs(ref)
-        if rel > 1e-5:
-            sys.exit(f"step {r['step']} {k}: uninterrupted {ref} vs resumed {r[k]} (rel {rel:.1e})")
-PY
-}
-
 # same_checkpoints A B...: every tensor of B, assembled from its chunks,
 # equals A's byte for byte; so do step, data position and optimizer step.
 same_checkpoints() {
