@@ -59,6 +59,23 @@ static void dump_keys(const hs_config *c, FILE *f) {
     }
 }
 
+/* "  name: [[0, 1], [2, 3]]": the world ranks of every `dim` group. */
+static void dump_groups(const hs_topology *t, hs_mesh_dim dim, const char *name, FILE *f) {
+    int *ranks = malloc(sizeof(int) * (size_t)(t->world > 0 ? t->world : 1));
+    if (!ranks) hs_panic("config dump: cannot allocate %d ranks", t->world);
+    fprintf(f, "  %s: [", name);
+    int groups = hs_topology_group_count(t, dim), printed = 0;
+    for (int r = 0; r < t->world && printed < groups; r++) {
+        if (hs_topology_group_rank(t, dim, r) != 0) continue; /* one line per group, at its first rank */
+        int n = hs_topology_group_ranks(t, dim, r, ranks);
+        fprintf(f, "%s[", printed++ ? ", " : "");
+        for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", ranks[i]);
+        fputc(']', f);
+    }
+    fputs("]\n", f);
+    free(ranks);
+}
+
 static void dump_derived(const hs_config *c, const hs_topology *t, FILE *f) {
     char why[512];
     bool active = hs_topology_fsdp_active(t, why, sizeof why);
@@ -71,6 +88,9 @@ static void dump_derived(const hs_config *c, const hs_topology *t, FILE *f) {
     fprintf(f, "  edp_size: %d\n", t->edp);
     fprintf(f, "  edp_replicate_size: %d\n", t->edp_replicate);
     fprintf(f, "  micro_batches_per_step: %d\n", hs_config_micro_batches(c, t));
+    dump_groups(t, HS_DIM_TP, "tp_groups", f);
+    dump_groups(t, HS_DIM_FSDP_SHARD, "fsdp_shard_groups", f);
+    dump_groups(t, HS_DIM_FSDP_REPLICATE, "fsdp_replicate_groups", f);
     fprintf(f, "  fsdp_manager: %s\n", active ? "created" : "skipped");
     fputs("  fsdp_reason: \"", f);
     for (const char *p = why; *p; p++) {

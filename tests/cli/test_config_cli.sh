@@ -29,6 +29,14 @@ expect_in out "dp_shard_size: 1" "default lists fsdp_config keys"
 expect 0 "fsdp example on 2 ranks" -- "$HS_SRC/configs/fsdp.yaml" --world 2
 expect_in out "fsdp_manager: created" "fsdp example creates FSDP2Manager"
 
+expect 0 "tp example on 4 ranks" -- "$HS_SRC/configs/tp.yaml" --world 4
+expect_in out "tp_groups: [[0, 1], [2, 3]]" "TP groups are the fastest rank dim"
+expect_in out "fsdp_shard_groups: [[0, 2], [1, 3]]" "FSDP shards over ranks of one TP slice"
+
+expect 2 "tp that does not divide the kv heads" -- accelerator.tp_size=2 model.n_kv_heads=1 --world 2
+expect_in err "model.n_kv_heads = 1 is not divisible by accelerator.tp_size = 2" "tp rule names the key"
+expect_in err "valid tp_size: 1" "tp rule gives a valid choice"
+
 expect 0 "override and --world=N" -- fsdp_config.dp_shard_size=2 --world=2
 expect_in out "dp_replicate_size: 1" "derived replicate size"
 
