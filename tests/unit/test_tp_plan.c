@@ -1,0 +1,166 @@
+/* The TP plan (parallel/tp_plan.c) on a real model without MPI: the
+ * default plan's placements and TP-local shapes, the strided init of a
+ * TP-local shard, and each error naming the FQN: no matching rule, tied
+ * parameters given two placements, a local shape the model does not compute
+ * with, a split that does not divide. */
+#include "model_fixture.h"
+
+#include <stdlib.h>
+
+#include "hypershard/parallel.h"
+#include "parallel/tp_internal.h"
+
+/* A TP context of 2 ranks as this rank `rank`; no collective is called. */
+static hs_tp tp_of(int rank)
+{
+    hs_tp t;
+    memset(&t, 0, sizeof t);
+    t.size = 2;
+    t.rank = rank;
+    t.ops = (hs_model_ops){.ctx = &t, .tp_size = 2, .tp_rank = rank};
+    return t;
+}
+
+static hs_model *tp_model(hs_tp *t, bool tie, int n_kv_heads)
+{
+    hs_model_config c = mf_config("llama", n_kv_heads);
+    c.vocab_size = 12;
+    c.tie_embeddings = tie;
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    o.allocate_params = false;
+    o.ops = &t->ops;
+    hs_model *m = NULL;
+    hs_error e;
+    if (hs_model_create(&c, &o, &m, &e) != HS_OK) fail_msg("hs_model_create: %s", e.msg);
+    return m;
+}
+
+static const hs_param *param(hs_model *m, const char *fqn)
+{
+    int i = hs_model_find_param(m, fqn);
+    assert_true(i >= 0);
+    return hs_model_param(m, i);
+}
+
+static void test_default_plan_places_every_parameter(void **state)
+{
+    (void)state;
+    hs_tp t = tp_of(1);
+    hs_model *m = tp_model(&t, false, 2);
+    int n;
+    const hs_tp_rule *rules = hs_tp_default_plan(&n);
+    hs_error e;
+    assert_int_equal(hs_tp_apply_plan(&t, m, rules, n, &e), HS_OK);
+    const hs_param *q = param(m, "model.layers.0.self_attn.q_proj.weight");
+    assert_true(q->on_tp_mesh && q->tp.kind == HS_PLACEMENT_SHARD && q->tp.dim == 0);
+    assert_int_equal(q->local_shape[0], 4); /* 8 rows of 2 heads x HD 4: one head */
+    assert_int_equal(q->local_offset[0], 4);
+    const hs_param *o = param(m, "model.layers.1.self_attn.o_proj.weight");
+    assert_true(o->tp.kind == HS_PLACEMENT_SHARD && o->tp.dim == 1);
+    assert_int_equal(o->local_shape[0], 8);
+    assert_int_equal(o->local_shape[1], 4);
+    assert_int_equal(o->local_offset[1], 4);
+    const hs_param *d = param(m, "model.layers.0.mlp.down_proj.weight");
+    assert_int_equal(d->local_shape[1], 6);
+    const hs_param *nrm = param(m, "model.norm.weight");
+    assert_true(nrm->on_tp_mesh && nrm->tp.kind == HS_PLACEMENT_REPLICATE);
+    assert_int_equal(nrm->local_shape[0], 8);
+    assert_false(nrm->tp_grad_partial); /* no sequence parallel */
+    const hs_param *h = param(m, "lm_head.weight");
+    assert_int_equal(h->local_shape[0], 6);
+    assert_int_equal(h->local_offset[0], 6);
+    hs_model_free(m);
+}
+
+/* A row-parallel local tensor is its column slice of the whole init, row
+ * by row; a column-parallel one its row slice. */
+static void test_local_init_is_the_slice_of_the_whole(void **state)
+{
+    (void)state;
+    hs_tp t = tp_of(1);
+    hs_model *m = tp_model(&t, false, 2);
+    int n;
+    const hs_tp_rule *rules = hs_tp_default_plan(&n);
+    hs_error e;
+    assert_int_equal(hs_tp_apply_plan(&t, m, rules, n, &e), HS_OK);
+    const char *names[] = {"model.layers.0.self_attn.o_proj.weight",
+                           "model.layers.0.mlp.gate_proj.weight"};
+    for (int k = 0; k < 2; k++) {
+        hs_param *p = hs_model_param(m, hs_model_find_param(m, names[k]));
+        hs_param whole = *p;
+        for (int i = 0; i < p->ndim; i++) {
+            whole.local_shape[i] = p->shape[i];
+            whole.local_offset[i] = 0;
+        }
+        int64_t nw = p->shape[0] * p->shape[1], nl = hs_param_local_numel(p);
+        float *w = calloc((size_t)nw, sizeof(float)), *l = calloc((size_t)nl, sizeof(float));
+        float *s = calloc((size_t)nl, sizeof(float));
+        hs_model_init_param_rows(m, &whole, 7, w, HS_DTYPE_F32, 0, p->shape[0]);
+        hs_model_init_param_rows(m, p, 7, l, HS_DTYPE_F32, 0, p->local_shape[0]);
+        hs_tp_local_slice(p, w, s);
+        assert_memory_equal(l, s, (size_t)nl * sizeof(float));
+        /* rows 1.. of the local tensor alone: the same values */
+        hs_model_init_param_rows(m, p, 7, s, HS_DTYPE_F32, 1, p->local_shape[0] - 1);
+        assert_memory_equal(l + p->local_shape[1], s,
+                            (size_t)(nl - p->local_shape[1]) * sizeof(float));
+        free(w);
+        free(l);
+        free(s);
+    }
+    hs_model_free(m);
+}
+
+static void expect_plan_error(hs_tp *t, hs_model *m, const hs_tp_rule *rules, int n,
+                              const char *want)
+{
+    hs_error e;
+    assert_int_equal(hs_tp_apply_plan(t, m, rules, n, &e), HS_ERR_CONFIG);
+    if (!strstr(e.msg, want)) fail_msg("'%s' not in: %s", want, e.msg);
+}
+
+static void test_plan_errors_name_the_parameters(void **state)
+{
+    (void)state;
+    int n;
+    const hs_tp_rule *def = hs_tp_default_plan(&n);
+    hs_tp_rule *rules = calloc((size_t)n + 1, sizeof *rules);
+    hs_tp t = tp_of(0);
+
+    /* no rule for the final norm */
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (strcmp(def[i].suffix, "model.norm.weight")) rules[k++] = def[i];
+    hs_model *m = tp_model(&t, false, 2);
+    expect_plan_error(&t, m, rules, k, "model.norm.weight: no rule of the tensor-parallel plan");
+    hs_model_free(m);
+
+    /* q_proj made row-parallel: the model computes with a column slice */
+    memcpy(rules, def, sizeof *rules * (size_t)n);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(rules[i].suffix, "self_attn.q_proj.weight")) rules[i].style = HS_TP_ROWWISE;
+    m = tp_model(&t, false, 2);
+    expect_plan_error(&t, m, rules, n,
+                      "model.layers.0.self_attn.q_proj.weight: the tensor-parallel plan gives "
+                      "a local shape [8, 4] but the model computes with [4, 8]");
+    hs_model_free(m);
+
+    /* tied embedding and lm_head with two placements */
+    memcpy(rules, def, sizeof *rules * (size_t)n);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(rules[i].suffix, "lm_head.weight")) rules[i].style = HS_TP_ROWWISE;
+    m = tp_model(&t, true, 2);
+    expect_plan_error(&t, m, rules, n,
+                      "model.embed_tokens.weight and lm_head.weight are one tied tensor");
+    hs_model_free(m);
+    free(rules);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_plan_places_every_parameter),
+        cmocka_unit_test(test_local_init_is_the_slice_of_the_whole),
+        cmocka_unit_test(test_plan_errors_name_the_parameters),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
