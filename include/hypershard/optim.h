@@ -32,12 +32,13 @@
 #include "hypershard/config.h"
 #include "hypershard/tensor.h"
 
-/* How a Muon param that holds rows [row_offset, row_offset + rows) of a
- * full_rows x cols matrix sees the whole matrix. all_gather_rows gets this
- * param's rows x cols `local` values and fills `full` (buffer_rows x cols
- * floats, buffer_rows >= full_rows leaving room for the caller's padding)
- * so that its first full_rows rows are the whole matrix, every holder's
- * rows in place. It is a collective over the holders: each calls it once
+/* How a Muon param that holds the box rows [row_offset, row_offset + rows)
+ * x columns [col_offset, col_offset + cols) of a full_rows x full_cols
+ * matrix sees the whole matrix (full_cols 0: the param's own cols, a row
+ * shard). all_gather_rows gets this param's rows x cols `local` values and
+ * fills `full` (buffer_rows x full_cols floats, buffer_rows >= full_rows
+ * leaving room for the caller's padding and staging) so that its first
+ * full_rows rows are the whole matrix, every holder's box in place. It is a collective over the holders: each calls it once
  * per step for the param, zero-row holders included, in the same param
  * order (hs_optim_step walks the list in order on every rank). A failed
  * gather ends the process (hs_panic naming the param): a half-applied step
@@ -45,6 +46,7 @@
 typedef struct hs_optim_gather {
     void *ctx;
     int64_t full_rows, row_offset, buffer_rows;
+    int64_t full_cols, col_offset; /* tensor parallelism may split columns */
     hs_status (*all_gather_rows)(void *ctx, const float *local, float *full, hs_error *e);
 } hs_optim_gather;
 

@@ -154,12 +154,6 @@ static void check_tp(const hs_config *c, const hs_topology *t, hs_cfg_report *re
                           "tp_size: %s%s",
                           s[i].path, s[i].size, tp, s[i].why, choices, resize);
     }
-    if (!strcmp(c->optimizer.target, "muon"))
-        hs_cfg_report_add(rep,
-                          "optimizer._target_ = muon with accelerator.tp_size = %d: Muon does "
-                          "not orthogonalise tensor-parallel matrices yet; use "
-                          "optimizer._target_: adamw or accelerator.tp_size: 1",
-                          tp);
     if (!strcmp(c->model.arch, "moe") && c->accelerator.sequence_parallel)
         hs_cfg_report_add(rep,
                           "accelerator.sequence_parallel = true with model.arch = moe: the MoE "

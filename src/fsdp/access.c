@@ -36,6 +36,64 @@ static hs_status muon_gather_rows(void *ctx, const float *local, float *full, hs
                             e);
 }
 
+/* A matrix TP splits (Shard(0) or Shard(1) on a tp mesh > 1): Muon needs
+ * the whole global matrix. */
+static bool tp_split(const hs_fsdp_param *fp)
+{
+    return fp->mi.tp_size > 1 && fp->p->on_tp_mesh && fp->p->tp.kind == HS_PLACEMENT_SHARD;
+}
+
+/* The whole matrix of a TP-split parameter in `full`, laid out [F | B | S]:
+ * F the whole full_rows x full_cols matrix, B the TP ranks' local matrices
+ * in rank order (Shard(1) only; Shard(0) gathers straight into F), S this
+ * TP rank's local matrix gathered over the FSDP shard group (padded rows).
+ * Collective over the shard group, then the tp group, in the optimizer's
+ * parameter order. */
+static hs_status muon_gather_tp(void *ctx, const float *local, float *full, hs_error *e)
+{
+    hs_fsdp_param *fp = ctx;
+    const hs_param *p = fp->p;
+    const hs_fsdp_plan *pl = &fp->plan;
+    int64_t whole = p->shape[0] * p->shape[1], ln = pl->unpacked_numel;
+    float *blocks = full + whole, *staged = blocks + whole;
+    hs_status st = HS_OK;
+    if (fp->needs_all_gather)
+        st = muon_gather_rows(fp, local, staged, e);
+    else
+        memcpy(staged, local, (size_t)ln * sizeof(float));
+    if (st != HS_OK) return st;
+    if (p->tp.dim == 0) return hs_pg_all_gather(fp->mi.tp_pg, full, staged, ln, HS_DTYPE_F32, e);
+    st = hs_pg_all_gather(fp->mi.tp_pg, blocks, staged, ln, HS_DTYPE_F32, e);
+    int64_t rows = p->shape[0], lc = p->local_shape[1];
+    for (int r = 0; st == HS_OK && r < fp->mi.tp_size; r++)
+        for (int64_t i = 0; i < rows; i++)
+            memcpy(full + i * p->shape[1] + r * lc, blocks + r * ln + i * lc,
+                   (size_t)lc * sizeof(float));
+    return st;
+}
+
+static void set_muon_gather(hs_fsdp_param *fp, hs_optim_param *o)
+{
+    const hs_param *p = fp->p;
+    const hs_fsdp_layout *l = &fp->plan.layout;
+    if (!tp_split(fp)) {
+        o->gather = (hs_optim_gather){.ctx = fp,
+                                      .full_rows = l->d0,
+                                      .row_offset = l->row_offset,
+                                      .buffer_rows = l->padded_rows,
+                                      .all_gather_rows = muon_gather_rows};
+        return;
+    }
+    int64_t fc = p->shape[1], staged = l->padded_rows * fp->plan.row_numel;
+    o->gather = (hs_optim_gather){.ctx = fp,
+                                  .full_rows = p->shape[0],
+                                  .full_cols = fc,
+                                  .row_offset = p->local_offset[0] + l->row_offset,
+                                  .col_offset = p->local_offset[1],
+                                  .buffer_rows = 2 * p->shape[0] + (staged + fc - 1) / fc,
+                                  .all_gather_rows = muon_gather_tp};
+}
+
 static void fill_optim(hs_fsdp *f)
 {
     f->optim = calloc((size_t)f->ctx.n_params + 1, sizeof *f->optim);
@@ -57,14 +115,10 @@ static void fill_optim(hs_fsdp *f)
         o->cols = expert ? p->shape[2] : fp->plan.row_numel;
         o->decay = p->kind != HS_PARAM_NORM;
         o->muon = (p->kind == HS_PARAM_LINEAR && p->ndim == 2) || expert;
-        /* A row shard of a hidden matrix needs the others' rows for
-         * Newton-Schulz; whole experts and unsharded params do not. */
-        if (o->muon && !expert && fp->needs_all_gather)
-            o->gather = (hs_optim_gather){.ctx = fp,
-                                          .full_rows = fp->plan.layout.d0,
-                                          .row_offset = fp->plan.layout.row_offset,
-                                          .buffer_rows = fp->plan.layout.padded_rows,
-                                          .all_gather_rows = muon_gather_rows};
+        /* A row shard or TP slice of a hidden matrix needs the others'
+         * parts for Newton-Schulz; whole experts and unsharded params do
+         * not. */
+        if (o->muon && !expert && (fp->needs_all_gather || tp_split(fp))) set_muon_gather(fp, o);
     }
 }
 

@@ -80,8 +80,9 @@ int64_t hs_muon_work_floats(const hs_optim_param *p)
     if (g->all_gather_rows) {
         /* local direction, gathered (padded) direction, orthogonalised
          * whole matrix, NS scratch of the whole matrix */
-        return p->numel + (g->buffer_rows + g->full_rows) * p->cols +
-               hs_newton_schulz5_scratch_floats(g->full_rows, p->cols);
+        int64_t fc = g->full_cols ? g->full_cols : p->cols;
+        return p->numel + (g->buffer_rows + g->full_rows) * fc +
+               hs_newton_schulz5_scratch_floats(g->full_rows, fc);
     }
     if (p->numel == 0) return 0;
     /* direction u, orthogonalised O, NS scratch for one matrix */
@@ -111,21 +112,28 @@ static void muon_direction(const hs_optim_config *cfg, const hs_optim_param *p, 
     }
 }
 
-/* Rows [row_offset, +rows) of a sharded matrix: gather the direction, run
- * NS on the whole matrix (every holder computes the same bits from the same
- * input) and keep this shard's rows of it. Returns them inside `work`. */
+/* The box of a sharded matrix: gather the direction, run NS on the whole
+ * matrix (every holder computes the same bits from the same input) and keep
+ * this shard's box of it. Returns it (rows x cols, contiguous) inside
+ * `work`. */
 static const float *muon_orthogonalise_shard(const hs_optim_config *cfg, const hs_optim_param *p,
                                              const float *u, float *work)
 {
     const hs_optim_gather *g = &p->gather;
-    float *full = work, *o = full + g->buffer_rows * p->cols, *ns = o + g->full_rows * p->cols;
+    int64_t fc = g->full_cols ? g->full_cols : p->cols;
+    float *full = work, *o = full + g->buffer_rows * fc, *ns = o + g->full_rows * fc;
     hs_error e;
     hs_error_clear(&e);
     if (g->all_gather_rows(g->ctx, u, full, &e) != HS_OK)
         hs_panic("Muon step of '%s': gathering the %lldx%lld update failed: %s", p->fqn,
-                 (long long)g->full_rows, (long long)p->cols, e.msg);
-    hs_newton_schulz5(o, full, g->full_rows, p->cols, cfg->muon.ns_steps, ns);
-    return o + g->row_offset * p->cols;
+                 (long long)g->full_rows, (long long)fc, e.msg);
+    hs_newton_schulz5(o, full, g->full_rows, fc, cfg->muon.ns_steps, ns);
+    if (fc == p->cols) return o + g->row_offset * p->cols;
+    /* a column slice: its rows into the (no longer needed) gather buffer */
+    for (int64_t r = 0; r < p->rows; r++)
+        memcpy(full + r * p->cols, o + (g->row_offset + r) * fc + g->col_offset,
+               (size_t)p->cols * sizeof(float));
+    return full;
 }
 
 void hs_muon_step_param(const hs_optim_config *cfg, const hs_optim_param *p, float *momentum,
@@ -136,10 +144,11 @@ void hs_muon_step_param(const hs_optim_config *cfg, const hs_optim_param *p, flo
     float *u = work;
     muon_direction(cfg, p, momentum, u);
     const float *o = work + p->numel;
-    int64_t rows = p->rows;
+    int64_t rows = p->rows, cols = p->cols;
     if (sharded) {
         o = muon_orthogonalise_shard(cfg, p, u, work + p->numel);
         rows = p->gather.full_rows;
+        cols = p->gather.full_cols ? p->gather.full_cols : p->cols;
     } else {
         /* [E, rows, cols] expert tensors: one orthogonalisation per matrix. */
         float *ns = work + 2 * p->numel;
@@ -150,7 +159,7 @@ void hs_muon_step_param(const hs_optim_config *cfg, const hs_optim_param *p, flo
     }
     if (p->numel == 0) return;
     /* The shape scale is the whole matrix's, also for a row shard. */
-    double scale = sqrt(fmax(1.0, (double)rows / (double)p->cols));
+    double scale = sqrt(fmax(1.0, (double)rows / (double)cols));
     muon_apply_ctx x = {
         .update = o,
         .decay_factor = p->decay ? (float)(1.0 - lr * cfg->weight_decay) : 1.0f,

@@ -74,9 +74,10 @@ static hs_status check_config(const hs_optim_config *c, hs_error *e)
 static void check_gathered(const hs_optim_param *p, int i, const char *fqn, hs_error *e)
 {
     const hs_optim_gather *g = &p->gather;
+    int64_t fc = g->full_cols ? g->full_cols : p->cols;
     if (p->rows < 0 || p->cols <= 0 || g->full_rows < 1 || p->numel != p->rows * p->cols ||
         g->row_offset < 0 || g->row_offset + p->rows > g->full_rows ||
-        g->buffer_rows < g->full_rows)
+        g->buffer_rows < g->full_rows || g->col_offset < 0 || g->col_offset + p->cols > fc)
         hs_error_append(e, HS_ERR_INTERNAL,
                         "optimizer param %d '%s': Muon on a row shard needs numel (%lld) = rows x "
                         "cols (%lld x %lld) and rows [%lld, +%lld) inside the %lld full rows "

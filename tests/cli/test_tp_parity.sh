@@ -8,7 +8,9 @@
 # loss_parallel; loss_parallel alone; TP + replicate_params; TP-local dims
 # that FSDP shards unevenly (ffn 170 -> 85 rows per TP rank over 2 FSDP
 # ranks) and with zero-length shards (ffn 10 -> 5 rows over 4 FSDP ranks:
-# 2/2/1/0); an MoE model (the MoE layer replicated over TP); bf16
+# 2/2/1/0); Muon orthogonalising each TP-split matrix whole (column- and
+# row-parallel, over uneven FSDP shards); an MoE model (the MoE layer
+# replicated over TP); bf16
 # param_dtype within the 1e-3 the FSDP policy tests use.
 #
 # Adam divides each gradient element by |g| + eps; TP sums the row-parallel
@@ -55,6 +57,11 @@ hs_train_dump one10 1 model.ffn_dim=10
 hs_train_dump tp2_fsdp4_zero 8 "${tp2[@]}" fsdp_config.dp_shard_size=4 model.ffn_dim=10
 grep -q "shard degree 4, replicate degree 1" "$work/tp2_fsdp4_zero.txt"
 compare one10 tp2_fsdp4_zero
+
+hs_train_dump muon170 1 model.ffn_dim=170 optimizer._target_=muon
+hs_train_dump muon_tp2_fsdp2 4 "${tp2[@]}" fsdp_config.dp_shard_size=2 model.ffn_dim=170 \
+    optimizer._target_=muon
+compare muon170 muon_tp2_fsdp2
 
 moe=(model.arch=moe model.moe.num_experts=3 model.moe.top_k=2 model.moe.expert_ffn_dim=24
      model.moe.aux_loss_coef=0)

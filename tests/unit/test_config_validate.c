@@ -333,15 +333,6 @@ static void test_tp_with_moe_keeps_the_moe_layer_whole(void **state) {
                       "accelerator.sequence_parallel: false");
 }
 
-static void test_tp_refuses_muon(void **state) {
-    (void)state;
-    expect_only_error(check(2, OV("accelerator.tp_size=2", "optimizer._target_=muon")),
-                      "optimizer._target_ = muon with accelerator.tp_size = 2: Muon does not "
-                      "orthogonalise tensor-parallel matrices yet; use optimizer._target_: "
-                      "adamw or accelerator.tp_size: 1");
-    expect_ok(check(2, OV("accelerator.tp_size=1", "optimizer._target_=muon")));
-}
-
 static void test_sequence_parallel_needs_seq_len_split_over_tp(void **state) {
     (void)state;
     expect_only_error(check(4, OV("accelerator.tp_size=4", "model.n_kv_heads=4",
@@ -470,7 +461,6 @@ int main(void) {
         cmocka_unit_test(test_tp_must_divide_the_heads_naming_each_key),
         cmocka_unit_test(test_tp_must_divide_the_mlp_and_the_vocabulary),
         cmocka_unit_test(test_tp_with_moe_keeps_the_moe_layer_whole),
-        cmocka_unit_test(test_tp_refuses_muon),
         cmocka_unit_test(test_sequence_parallel_needs_seq_len_split_over_tp),
         cmocka_unit_test(test_cp_ep_pp_are_rejected_until_built),
         cmocka_unit_test(test_all_violated_rules_are_reported_together),
