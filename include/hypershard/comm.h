@@ -20,10 +20,14 @@
  * - Buffers passed to an async collective must stay valid and untouched
  *   until the work completes. Staging buffers are owned by the group and
  *   reused: no allocation per collective on the hot path.
- * - Reductions: SUM and AVG. BF16/F16 payloads are converted to fp32 for each
- *   reduction step. Groups within one node sum in fp32 and round once when
+ * - Reductions: SUM, AVG and MAX on F32, BF16 and F16, for reduce-scatter and
+ *   all-reduce. BF16/F16 payloads are converted to fp32 for each reduction
+ *   step. SUM/AVG: groups within one node sum in fp32 and round once when
  *   storing; groups that span nodes (ring) round once per hop and once more
- *   when storing (docs/comm.md). Either way every rank gets the same bits.
+ *   when storing (docs/comm.md). MAX is exact (it never rounds) and does not
+ *   depend on the order of the ranks: any NaN gives NaN (the default quiet
+ *   NaN), +0 counts as larger than -0, so both paths give the same bits.
+ *   Whatever the op, every rank gets the same bits.
  * - Failure: a collective not finished within timeout_s makes every rank exit
  *   non-zero with one message naming op, group, sequence number and the ranks
  *   that had not arrived. hs_comm_abort() ends all ranks with an error
@@ -42,7 +46,12 @@
 #include "hypershard/base.h"
 #include "hypershard/tensor.h"
 
-typedef enum hs_reduce_op { HS_REDUCE_SUM = 0, HS_REDUCE_AVG, HS_REDUCE_OP_COUNT } hs_reduce_op;
+typedef enum hs_reduce_op {
+    HS_REDUCE_SUM = 0,
+    HS_REDUCE_AVG,
+    HS_REDUCE_MAX,
+    HS_REDUCE_OP_COUNT
+} hs_reduce_op;
 
 typedef struct hs_comm hs_comm;
 typedef struct hs_pg hs_pg;

@@ -150,11 +150,12 @@ hs_comm_current hs_comm_current_get(hs_comm *c);
 const char *hs_comm_slot_name(const hs_comm *c, int slot);
 
 /* ------------------------------------------------ reductions (reduce.c) */
-/* dst[i] = round_dt((fp32(a[i]) + fp32(b[i])) / divisor) for n elements:
- * one rounding per call. dst may alias b, never a. divisor 1 skips the
- * division. */
-void hs_comm_reduce_add(void *dst, const void *a, const void *b, int64_t n, hs_dtype dt,
-                        int divisor);
+/* dst[i] = round_dt(fp32(a[i]) (op) fp32(b[i])) for n elements: one
+ * rounding per call. SUM and AVG add, then divide by `divisor` (1 skips the
+ * division; only AVG passes another, in its last step); MAX keeps the
+ * larger value, exactly. dst may alias b, never a. */
+void hs_comm_reduce(void *dst, const void *a, const void *b, int64_t n, hs_dtype dt,
+                    hs_reduce_op op, int divisor);
 
 /* ---------------------------------------------------- mpi backend (pg_mpi.c) */
 /* Wraps `mc` (the group takes ownership) into a group. */

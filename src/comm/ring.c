@@ -8,7 +8,7 @@
  * Reduce-scatter: W-1 steps. In step s rank r sends the partial sum of chunk
  * (r-1-s) mod W to rank r+1 and receives the partial of chunk (r-2-s) mod W
  * from rank r-1, adds its own contribution and keeps the result for the next
- * step. After the last step rank r holds chunk r summed over all ranks, in
+ * step. After the last step rank r holds chunk r reduced over all ranks, in
  * the order r+1, r+2, ..., r (mod W). All-reduce then runs a ring all-gather
  * of the finished chunks, so every rank ends with identical bits.
  *
@@ -49,8 +49,8 @@ static hs_status ring_rs_phase(hs_mpi_group *g, void *out, const void *in, char 
         if (rc != MPI_SUCCESS) return hs_mpi_fail(g, e, rc, "MPI_Sendrecv", opname);
         bool last = s == w - 2;
         char *dst = last ? out : work ? work + chunk_off(l, c) * es : partial;
-        hs_comm_reduce_add(dst, incoming, src + chunk_off(l, c) * es, n, dt,
-                           last && op == HS_REDUCE_AVG ? w : 1);
+        hs_comm_reduce(dst, incoming, src + chunk_off(l, c) * es, n, dt, op,
+                       last && op == HS_REDUCE_AVG ? w : 1);
         send = dst;
         send_len = n;
     }
@@ -80,7 +80,7 @@ hs_status hs_ring_reduce_scatter(hs_mpi_group *g, void *out, const void *in, int
                                  hs_dtype dt, hs_reduce_op op, hs_error *e) {
     if (count == 0) return HS_OK;
     if (g->size == 1) {
-        /* A sum over one rank, divided by 1: the input itself. */
+        /* A reduction over one rank: the input itself. */
         if (out != in) memmove(out, in, (size_t)count * hs_dtype_size(dt));
         return HS_OK;
     }

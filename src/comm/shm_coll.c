@@ -2,8 +2,9 @@
  * intra-node path (shm.h).
  *
  * Reduce-scatter: rank r reduces chunk r alone, tile by tile: it reads the
- * peers' copies of the tile in the ring's order r+1, r+2, ..., r-1, sums
- * them in fp32, adds its own copy last and rounds once. The tile stays in
+ * peers' copies of the tile in the ring's order r+1, r+2, ..., r-1,
+ * combines them in fp32 (sum, or max for MAX), combines its own copy last
+ * and rounds once. The tile stays in
  * L2 from the read to the add: the peers' data is copied into cache, not
  * into a staging buffer in memory.
  * All-reduce: the same reduction of chunk r in place, a barrier, then every
@@ -33,10 +34,10 @@ static void shm_tiles(hs_shm *s) {
     s->acc = hs_pool_alloc(s->pool, (size_t)TILE * sizeof(float));
 }
 
-/* acc (+)= peer's m elements at `remote`: the first peer sets acc, later
- * peers add in fp32 (for F32 the same bits as the ring's hops). */
+/* acc (op)= peer's m elements at `remote`: the first peer sets acc, later
+ * peers are combined in fp32 (for F32 the same bits as the ring's hops). */
 static hs_status accumulate(hs_shm *s, int peer, uintptr_t remote, int64_t m, hs_dtype dt,
-                            bool first, const char *op, hs_error *e) {
+                            hs_reduce_op rop, bool first, const char *op, hs_error *e) {
     const size_t bytes = (size_t)m * hs_dtype_size(dt);
     if (first && dt == HS_DTYPE_F32) return hs_shm_read(s, peer, s->acc, remote, bytes, op, e);
     hs_status st = hs_shm_read(s, peer, s->raw, remote, bytes, op, e);
@@ -50,19 +51,20 @@ static hs_status accumulate(hs_shm *s, int peer, uintptr_t remote, int64_t m, hs
         hs_convert(s->tmp, HS_DTYPE_F32, s->raw, dt, m);
         add = s->tmp;
     }
-    hs_comm_reduce_add(s->acc, add, s->acc, m, HS_DTYPE_F32, 1);
+    hs_comm_reduce(s->acc, add, s->acc, m, HS_DTYPE_F32, rop, 1);
     return HS_OK;
 }
 
-/* out = round((acc + own) / divisor): the only rounding of a 16-bit
+/* out = round((acc (op) own) / divisor): the only rounding of a 16-bit
  * reduction. out may alias own. */
-static void finish(hs_shm *s, void *out, const void *own, int64_t m, hs_dtype dt, int divisor) {
+static void finish(hs_shm *s, void *out, const void *own, int64_t m, hs_dtype dt,
+                   hs_reduce_op op, int divisor) {
     if (dt == HS_DTYPE_F32) {
-        hs_comm_reduce_add(out, s->acc, own, m, dt, divisor);
+        hs_comm_reduce(out, s->acc, own, m, dt, op, divisor);
         return;
     }
     hs_convert(s->tmp, HS_DTYPE_F32, own, dt, m);
-    hs_comm_reduce_add(s->tmp, s->acc, s->tmp, m, HS_DTYPE_F32, divisor);
+    hs_comm_reduce(s->tmp, s->acc, s->tmp, m, HS_DTYPE_F32, op, divisor);
     hs_convert(out, dt, s->tmp, HS_DTYPE_F32, m);
 }
 
@@ -79,11 +81,11 @@ static hs_status reduce_own_chunk(hs_shm *s, void *out, const void *own, size_t 
         size_t at = off + (size_t)i * es;
         for (int k = 1; k < w && st == HS_OK; k++) {
             int peer = (s->rank + k) % w;
-            st = accumulate(s, peer, s->slots[peer]->addr + at, m, dt, k == 1, opname, e);
+            st = accumulate(s, peer, s->slots[peer]->addr + at, m, dt, op, k == 1, opname, e);
         }
         if (st == HS_OK)
             finish(s, (char *)out + (size_t)i * es, (const char *)own + (size_t)i * es, m, dt,
-                   divisor);
+                   op, divisor);
     }
     return st;
 }
