@@ -7,7 +7,9 @@
  * follow the documented order and rounding (docs/comm.md): chunk c is summed
  * starting at rank c+1 and ending at rank c, AVG dividing the last fp32 sum
  * by W. The ring path rounds to the dtype after every hop; the intra-node
- * path sums in fp32 and rounds once. The results must match bit for bit.
+ * path sums in fp32 and rounds once. MAX is the largest input, exactly, on
+ * both paths; NaN, signed zeros and infinities are pinned separately. The
+ * results must match bit for bit.
  *
  * The reductions run on three groups: the world and a reversed world (the
  * intra-node path, as every rank of a test runs on one node, unless the
@@ -47,7 +49,8 @@ typedef struct ctx {
     } while (0)
 
 static const hs_dtype dtypes[3] = {HS_DTYPE_F32, HS_DTYPE_BF16, HS_DTYPE_F16};
-static const char *reduce_name[2] = {"sum", "avg"};
+static const char *reduce_name[HS_REDUCE_OP_COUNT] = {"sum", "avg", "max"};
+_Static_assert(HS_REDUCE_OP_COUNT == 3, "reduce_name follows hs_reduce_op");
 
 /* Value i of rank r's input, already representable in dt: a full mantissa
  * times 2^-12 .. 2^12 (2^-8 .. 2^8 for f16), so that fp32 sums round and
@@ -75,10 +78,18 @@ static float load(const void *buf, hs_dtype dt, int64_t i) {
 }
 
 /* The documented reduction of element i of chunk c: the ring rounds after
- * every hop, the intra-node path once at the end. */
+ * every hop, the intra-node path once at the end; MAX never rounds. */
 static float reference(const ctx *t, int c, int64_t i, hs_dtype dt, hs_reduce_op op, uint64_t salt) {
     const int w = t->gsize;
     if (w == 1) return input_value(0, i, dt, salt);
+    if (op == HS_REDUCE_MAX) {
+        float m = input_value(0, i, dt, salt);
+        for (int r = 1; r < w; r++) {
+            float v = input_value(r, i, dt, salt);
+            if (v > m) m = v;
+        }
+        return m;
+    }
     float acc = input_value((c + 1) % w, i, dt, salt);
     for (int k = 2; k < w; k++) {
         acc += input_value((c + k) % w, i, dt, salt);
@@ -149,13 +160,13 @@ static void check_reduce_scatter(ctx *t, hs_dtype dt, hs_reduce_op op, int64_t n
 static void test_reduce_scatter_matches_reference_bitwise(ctx *t) {
     const int64_t counts[] = {1, 513, 3000, 70001};
     for (int d = 0; d < 3; d++)
-        for (int op = 0; op < 2; op++)
+        for (int op = 0; op < HS_REDUCE_OP_COUNT; op++)
             for (int k = 0; k < 4; k++) check_reduce_scatter(t, dtypes[d], (hs_reduce_op)op, counts[k], false);
 }
 
 static void test_reduce_scatter_in_place_matches_reference_bitwise(ctx *t) {
     for (int d = 0; d < 3; d++)
-        for (int op = 0; op < 2; op++) check_reduce_scatter(t, dtypes[d], (hs_reduce_op)op, 1027, true);
+        for (int op = 0; op < HS_REDUCE_OP_COUNT; op++) check_reduce_scatter(t, dtypes[d], (hs_reduce_op)op, 1027, true);
 }
 
 /* Chunk c of an all-reduce of n elements over w ranks (n/w, first n%w one more). */
@@ -168,7 +179,7 @@ static int chunk_of(int64_t n, int w, int64_t i) {
 static void test_all_reduce_uneven_counts_match_reference_bitwise(ctx *t) {
     const int64_t counts[] = {1, 3, 10, 1027, 4099, 140003};
     for (int d = 0; d < 3; d++)
-        for (int op = 0; op < 2; op++)
+        for (int op = 0; op < HS_REDUCE_OP_COUNT; op++)
             for (int k = 0; k < 6; k++) {
                 hs_dtype dt = dtypes[d];
                 int64_t n = counts[k];
@@ -199,6 +210,71 @@ static void test_all_reduce_bf16_integers_is_exact_sum(ctx *t) {
     }
     CHECK(t, bad == 0, "%s bf16 integer all_reduce: %d wrong elements", t->path, bad);
     free(buf);
+}
+
+/* Element j of group rank r's input for the MAX edge cases: seven kinds of
+ * element, and in each run of seven one "odd" rank that holds the special
+ * value, so every rank (and so every position in the order of reduction)
+ * holds it somewhere. */
+static float max_edge_value(int64_t j, int r, int w) {
+    const bool odd = r == (int)((j / 7) % w);
+    switch (j % 7) {
+    case 0: return odd ? nanf("") : 1.0f;
+    case 1: return odd ? 0.0f : -0.0f;
+    case 2: return -0.0f;
+    case 3: return odd ? -3.5f : -INFINITY;
+    case 4: return odd ? INFINITY : 65504.0f;
+    case 5: return -(float)(r + 1);
+    default: { /* a NaN on every rank, with its own sign and payload */
+        uint32_t bits = 0x7FA00000u | ((uint32_t)r << 16) | (r % 2 ? 0x80000000u : 0u);
+        float v;
+        memcpy(&v, &bits, sizeof v);
+        return v;
+    }
+    }
+}
+
+/* What MAX must give for element j: NaN as the default quiet NaN. */
+static float max_edge_expected(int64_t j) {
+    static const float want[7] = {NAN, 0.0f, -0.0f, -3.5f, INFINITY, -1.0f, NAN};
+    return want[j % 7];
+}
+
+/* The values of elements first .. first+n-1 in dt, for rank r (r < 0: the
+ * expectation). */
+static void *max_edge_buffer(int64_t first, int64_t n, int r, int w, hs_dtype dt) {
+    float *f = malloc((size_t)n * sizeof(float));
+    void *out = malloc((size_t)n * hs_dtype_size(dt));
+    for (int64_t i = 0; i < n; i++) f[i] = r < 0 ? max_edge_expected(first + i) : max_edge_value(first + i, r, w);
+    hs_convert(out, dt, f, HS_DTYPE_F32, n);
+    free(f);
+    return out;
+}
+
+/* NaN wins with one canonical NaN, +0 beats -0, infinities compare: the
+ * same bits whichever rank holds the special value and on both paths. */
+static void test_max_edge_values_bitwise(ctx *t) {
+    if (t->gsize < 2) return;
+    const int64_t n = 7 * 11; /* whole vectors and a tail */
+    for (int d = 0; d < 3; d++) {
+        hs_dtype dt = dtypes[d];
+        size_t es = hs_dtype_size(dt);
+        hs_error e;
+        void *buf = max_edge_buffer(0, n, t->grank, t->gsize, dt), *want = max_edge_buffer(0, n, -1, t->gsize, dt);
+        CHECK(t, hs_pg_all_reduce(t->g, buf, n, dt, HS_REDUCE_MAX, &e) == HS_OK, "%s", e.msg);
+        CHECK(t, !memcmp(buf, want, (size_t)n * es), "%s all_reduce max edge values %s differ", t->path,
+              hs_dtype_name(dt));
+        free(buf);
+        free(want);
+        void *in = max_edge_buffer(0, n * t->gsize, t->grank, t->gsize, dt), *out = malloc((size_t)n * es);
+        want = max_edge_buffer((int64_t)t->grank * n, n, -1, t->gsize, dt);
+        CHECK(t, hs_pg_reduce_scatter(t->g, out, in, n, dt, HS_REDUCE_MAX, &e) == HS_OK, "%s", e.msg);
+        CHECK(t, !memcmp(out, want, (size_t)n * es), "%s reduce_scatter max edge values %s differ", t->path,
+              hs_dtype_name(dt));
+        free(in);
+        free(out);
+        free(want);
+    }
 }
 
 /* The 16-bit rounding of the two paths differs by design: the intra-node
@@ -232,6 +308,7 @@ static void run_group_tests(ctx *t, hs_pg *g, bool ring, const char *path) {
     test_reduce_scatter_in_place_matches_reference_bitwise(t);
     test_all_reduce_uneven_counts_match_reference_bitwise(t);
     test_all_reduce_bf16_integers_is_exact_sum(t);
+    test_max_edge_values_bitwise(t);
     test_paths_differ_only_in_16bit_roundings(t);
 }
 
