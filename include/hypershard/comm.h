@@ -2,21 +2,32 @@
  *
  * Contract of this layer:
  * - hs_comm is the per-process communication context: it initialises MPI
- *   (MPI_THREAD_MULTIPLE), owns the world group, the group cache, the
- *   communication thread, the watchdog and a pointer to the trace.
+ *   (MPI_THREAD_MULTIPLE), owns the world group, the group cache, the work
+ *   queues with one communication thread each, the watchdog and a pointer
+ *   to the trace.
  * - A process group (hs_pg) is a struct of function pointers with a ctx
  *   (backends `mpi` now, `nccl` later, with nothing above this layer
  *   changing). Groups are created collectively over the world with a colour
  *   (MPI_Comm_split semantics) and cached by name: asking twice for the same
  *   name returns the same group.
+ * - Queues: every group is bound to one queue when it is created
+ *   (hs_comm_split: HS_COMM_QUEUE_DEFAULT; hs_comm_split_queue chooses), for
+ *   its lifetime, on every member rank. Each queue has its own
+ *   communication thread, so a critical-path collective (tensor-parallel
+ *   all-reduce) never waits behind prefetched all-gathers on the default
+ *   queue. The mesh puts its tp, cp and ep groups on HS_COMM_QUEUE_CRITICAL.
  * - Every collective exists as `_async` returning an hs_work handle and as a
- *   blocking form (async + wait). Async collectives are executed by one
- *   communication thread per process in issue order.
+ *   blocking form (async + wait). The collectives of one queue are executed
+ *   by that queue's communication thread in issue order and complete in
+ *   issue order; queues progress independently of each other.
  *   ORDERING RULE: on every group, all member ranks issue the same
  *   collectives in the same order (as with NCCL). Collectives on different
- *   groups may interleave freely; the comm thread executes the whole queue
- *   in issue order, so two ranks that share two groups must also issue the
- *   collectives on those groups in one agreed order.
+ *   groups may interleave freely; a queue's thread executes that queue in
+ *   issue order, so two ranks that share two groups on the same queue must
+ *   also issue the collectives on those groups in one agreed order. Groups
+ *   on different queues need no agreed order between them: a collective on
+ *   one queue may wait for a peer that first has to finish work on the
+ *   other queue.
  * - Buffers passed to an async collective must stay valid and untouched
  *   until the work completes. Staging buffers are owned by the group and
  *   reused: no allocation per collective on the hot path.
@@ -35,7 +46,8 @@
  * - Every executed collective is counted in the trace (hs_trace_count) with
  *   op names "all_gather", "reduce_scatter", "all_reduce", "broadcast",
  *   "all_to_all", "all_to_allv", "send", "recv", "barrier", and recorded as a
- *   span on HS_LANE_COMM with group, bytes and dtype when tracing is on.
+ *   span on HS_LANE_COMM with group, bytes, dtype, sequence number and queue
+ *   ("default", "critical") when tracing is on, whichever queue ran it.
  */
 #ifndef HYPERSHARD_COMM_H
 #define HYPERSHARD_COMM_H
@@ -53,6 +65,13 @@ typedef enum hs_reduce_op {
     HS_REDUCE_OP_COUNT
 } hs_reduce_op;
 
+/* The queue a group's collectives run on (see Queues above). */
+typedef enum hs_comm_queue {
+    HS_COMM_QUEUE_DEFAULT = 0,
+    HS_COMM_QUEUE_CRITICAL,
+    HS_COMM_QUEUE_COUNT
+} hs_comm_queue;
+
 typedef struct hs_comm hs_comm;
 typedef struct hs_pg hs_pg;
 typedef struct hs_work hs_work;
@@ -66,7 +85,7 @@ typedef struct hs_comm_options {
 /* Initialise MPI (if not yet) and the context. Collective over MPI_COMM_WORLD. */
 hs_status hs_comm_init(hs_comm **out, int *argc, char ***argv, const hs_comm_options *opt,
                        hs_error *e);
-/* Drains the queue, stops the threads, frees groups, finalises MPI. */
+/* Drains every queue, stops the threads, frees groups, finalises MPI. */
 void hs_comm_finalize(hs_comm *c);
 int hs_comm_rank(const hs_comm *c);
 int hs_comm_size(const hs_comm *c);
@@ -83,10 +102,18 @@ hs_pg *hs_comm_world(hs_comm *c);
  * none, as always). */
 hs_status hs_comm_split(hs_comm *c, const char *name, int colour, int key, hs_pg **out,
                         hs_error *e);
+/* hs_comm_split with the group bound to queue q. Every member must pass the
+ * same q (checked: HS_ERR_INTERNAL on every member otherwise). A cached
+ * name returns the cached group, on the queue it was created with, like
+ * its colour and key: hs_pg_queue tells which. The world is on the default
+ * queue. */
+hs_status hs_comm_split_queue(hs_comm *c, const char *name, int colour, int key, hs_comm_queue q,
+                              hs_pg **out, hs_error *e);
 
 int hs_pg_rank(const hs_pg *g);
 int hs_pg_size(const hs_pg *g);
 const char *hs_pg_name(const hs_pg *g);
+hs_comm_queue hs_pg_queue(const hs_pg *g);
 /* World rank of group rank r. */
 int hs_pg_world_rank(const hs_pg *g, int r);
 

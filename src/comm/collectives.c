@@ -164,6 +164,7 @@ hs_status hs_pg_barrier(hs_pg *g, hs_error *e) {
 int hs_pg_rank(const hs_pg *g) { return g->rank; }
 int hs_pg_size(const hs_pg *g) { return g->size; }
 const char *hs_pg_name(const hs_pg *g) { return g->name; }
+hs_comm_queue hs_pg_queue(const hs_pg *g) { return g->queue->id; }
 
 int hs_pg_world_rank(const hs_pg *g, int r) {
     check_peer(g, r, "hs_pg_world_rank");

@@ -1,5 +1,6 @@
 /* comm/comm.c — the communication context: MPI start and end, the world
- * group, named groups, abort, BLAS thread balancing. */
+ * group, named groups and the queue each is bound to, abort, BLAS thread
+ * balancing. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,7 @@ static hs_status create_world(hs_comm *c, hs_error *e) {
     MPI_Comm_set_errhandler(c->mgmt, MPI_ERRORS_RETURN);
     c->world = hs_pg_mpi_create(c, dup, "world", 0, e);
     if (!c->world) return e->code;
+    c->world->queue = &c->queues[HS_COMM_QUEUE_DEFAULT];
     group_register(c, "world", c->world);
     return HS_OK;
 }
@@ -137,13 +139,37 @@ _Noreturn void hs_comm_abort(hs_comm *c, const hs_error *e) {
     _Exit(exit_code); /* MPI_Abort does not return; this keeps _Noreturn honest */
 }
 
-hs_status hs_comm_split(hs_comm *c, const char *name, int colour, int key, hs_pg **out,
-                        hs_error *e) {
+/* Every member must bind the new group to the same queue: a group whose
+ * collectives ran on different threads on different ranks would follow a
+ * different ordering rule on each. One small all-reduce of (q, -q) over
+ * the new communicator gives every member the same verdict. */
+static hs_status queue_agreed(MPI_Comm nc, const char *name, hs_comm_queue q, hs_error *e) {
+    int mine[2] = {(int)q, -(int)q}, all[2] = {0, 0};
+    int rc = MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, nc);
+    if (rc != MPI_SUCCESS) {
+        char why[MPI_MAX_ERROR_STRING];
+        return hs_error_set(e, HS_ERR_COMM, "creating group '%s': agreeing on its queue: "
+                            "MPI_Allreduce failed: %s", name, hs_mpi_strerror(rc, why, sizeof why));
+    }
+    if (all[0] == -all[1]) return HS_OK;
+    return hs_error_set(e, HS_ERR_INTERNAL,
+                        "creating group '%s': its members asked for different queues (from %s to "
+                        "%s; this rank: %s); every member must create a group on the same queue",
+                        name, hs_comm_queue_name((hs_comm_queue)-all[1]),
+                        hs_comm_queue_name((hs_comm_queue)all[0]), hs_comm_queue_name(q));
+}
+
+hs_status hs_comm_split_queue(hs_comm *c, const char *name, int colour, int key, hs_comm_queue q,
+                              hs_pg **out, hs_error *e) {
     *out = NULL;
     if (!name || !name[0] || strlen(name) >= HS_COMM_NAME_MAX)
         return hs_error_set(e, HS_ERR_INTERNAL,
                             "hs_comm_split: group name '%s' must have 1 to %d characters",
                             name ? name : "(null)", HS_COMM_NAME_MAX - 1);
+    if (q < 0 || q >= HS_COMM_QUEUE_COUNT)
+        return hs_error_set(e, HS_ERR_INTERNAL,
+                            "hs_comm_split_queue: group '%s': queue %d is not one of the %d "
+                            "hs_comm_queue values", name, (int)q, HS_COMM_QUEUE_COUNT);
     for (int i = 0; i < c->ngroups; i++)
         if (!strcmp(c->groups[i].name, name)) {
             *out = c->groups[i].pg;
@@ -163,12 +189,24 @@ hs_status hs_comm_split(hs_comm *c, const char *name, int colour, int key, hs_pg
     }
     hs_pg *pg = NULL;
     if (nc != MPI_COMM_NULL) {
+        MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
+        hs_status st = queue_agreed(nc, name, q, e);
+        if (st != HS_OK) {
+            MPI_Comm_free(&nc);
+            return st;
+        }
         pg = hs_pg_mpi_create(c, nc, name, c->ngroups, e);
         if (!pg) return e->code;
+        pg->queue = &c->queues[q];
     }
     group_register(c, name, pg);
     *out = pg;
     return HS_OK;
+}
+
+hs_status hs_comm_split(hs_comm *c, const char *name, int colour, int key, hs_pg **out,
+                        hs_error *e) {
+    return hs_comm_split_queue(c, name, colour, key, HS_COMM_QUEUE_DEFAULT, out, e);
 }
 
 /* A rank bound to a subset of the cores (mpiexec --bind-to) owns that subset;

@@ -1,16 +1,19 @@
 /* comm/comm_internal.h — the private structures of the communication layer.
  *
- * hs_comm owns: the world group, the cache of named groups, the work queue
- * with its communication thread, and the watchdog thread. A group (hs_pg)
- * is a backend vtable plus its ctx; everything above the backend (queue,
- * sequence numbers, trace, watchdog) is backend independent, so an nccl
- * backend only has to fill hs_pg_backend.
+ * hs_comm owns: the world group, the cache of named groups, the work queues
+ * (HS_COMM_QUEUE_COUNT of them, each with its communication thread), and
+ * the watchdog thread. A group (hs_pg) is a backend vtable plus its ctx and
+ * the queue it is bound to; everything above the backend (queues, sequence
+ * numbers, trace, watchdog) is backend independent, so an nccl backend only
+ * has to fill hs_pg_backend.
  *
  * Threads: the caller's thread issues work (hs_pg_*_async) and waits on it;
- * the communication thread executes the queue in issue order and is the only
- * thread that touches a group's communicator; the watchdog thread watches the
- * communication thread and answers diagnosis queries from other ranks on a
- * communicator of its own.
+ * each queue's communication thread executes that queue in issue order and
+ * is the only thread that touches the communicators of the queue's groups
+ * (a blocking call that runs inline holds the queue busy meanwhile), so two
+ * threads may be inside MPI at once, never on the same communicator; the
+ * watchdog thread watches every queue and answers diagnosis queries from
+ * other ranks on a communicator of its own.
  */
 #ifndef HYPERSHARD_COMM_INTERNAL_H
 #define HYPERSHARD_COMM_INTERNAL_H
@@ -67,16 +70,19 @@ typedef struct hs_pg_backend {
     void (*destroy)(void *ctx);
 } hs_pg_backend;
 
+typedef struct hs_queue hs_queue;
+
 struct hs_pg {
     hs_comm *comm;
+    hs_queue *queue; /* the queue its collectives run on, fixed at creation */
     const hs_pg_backend *backend;
     void *ctx;
     char name[HS_COMM_NAME_MAX];
     int slot;
     int rank, size;
     int *world_ranks; /* [size] */
-    int64_t next_seq; /* collectives issued on this group (issuer thread) */
-    int64_t next_p2p; /* send/recv issued on this group */
+    int64_t next_seq; /* collectives issued on this group (under queue->mu) */
+    int64_t next_p2p; /* send/recv issued on this group (under queue->mu) */
 };
 
 struct hs_work {
@@ -89,7 +95,8 @@ struct hs_work {
     struct hs_work *next;
 };
 
-/* What the communication thread is executing now (read by the watchdog). */
+/* What a queue's communication thread (or an inline blocking call on that
+ * queue) is executing now (read by the watchdog). */
 typedef struct hs_comm_current {
     bool busy;
     hs_comm_op op;
@@ -98,6 +105,20 @@ typedef struct hs_comm_current {
     int peer_world; /* p2p: the other rank; -1 otherwise */
     double started;
 } hs_comm_current;
+
+/* One queue of work and the communication thread that executes it in issue
+ * order. */
+struct hs_queue {
+    hs_comm *comm;
+    hs_comm_queue id;
+    pthread_mutex_t mu; /* the list, done flags, current, its groups' counters */
+    pthread_cond_t queue_cv;
+    pthread_cond_t done_cv;
+    hs_work *head, *tail;
+    bool stopping;
+    pthread_t thread;
+    hs_comm_current current;
+};
 
 typedef struct hs_watchdog hs_watchdog;
 
@@ -124,28 +145,26 @@ struct hs_comm {
     /* Highest sequence number this rank has entered on each slot. */
     atomic_llong entered[HS_COMM_MAX_GROUPS];
 
-    pthread_mutex_t mu; /* queue, done flags, current */
-    pthread_cond_t queue_cv;
-    pthread_cond_t done_cv;
-    hs_work *head, *tail;
-    bool stopping;
-    pthread_t thread;
-    hs_comm_current current;
+    hs_queue queues[HS_COMM_QUEUE_COUNT];
 
     _Atomic double timeout_s;
     hs_watchdog *watchdog;
     int local_ranks; /* ranks on this node, for BLAS threads */
 };
 
-/* ---------------------------------------------------------- queue (work.c) */
+/* --------------------------------------------------------- queues (work.c) */
+/* Starts every queue's communication thread. */
 void hs_comm_queue_start(hs_comm *c);
-/* Drains the queue and joins the thread. */
+/* Drains every queue and joins every thread. */
 void hs_comm_queue_stop(hs_comm *c);
+/* "default", "critical" ("?" when out of range). */
+const char *hs_comm_queue_name(hs_comm_queue q);
+/* Appends to the queue of g. */
 hs_work *hs_comm_enqueue(hs_pg *g, const hs_coll_args *a);
-/* A blocking collective: inline when the queue is idle, else queued + waited. */
+/* A blocking collective: inline when g's queue is idle, else queued + waited. */
 hs_status hs_comm_run(hs_pg *g, const hs_coll_args *a, hs_error *e);
-/* Copy of what the communication thread is doing now. */
-hs_comm_current hs_comm_current_get(hs_comm *c);
+/* Copy of what queue q is executing now. */
+hs_comm_current hs_comm_current_get(hs_comm *c, hs_comm_queue q);
 /* The group name of a slot ("?" when unknown). */
 const char *hs_comm_slot_name(const hs_comm *c, int slot);
 

@@ -3,14 +3,15 @@
  *
  * Each rank runs a watchdog thread with a communicator of its own. It
  *  - answers queries from other ranks: "how far did you get on group slot
- *    s, and what is your communication thread doing now?" (answered from
- *    this rank's published state, so it works while the program sleeps or
- *    computes and while the communication thread is blocked in MPI);
+ *    s, and what is the communication thread of that group's queue doing
+ *    now?" (answered from this rank's published state, so it works while
+ *    the program sleeps or computes and while the communication threads are
+ *    blocked in MPI);
  *  - arbitrates, on world rank 0, which timed-out rank gets to report (the
  *    first to ask), so a hang prints one message, not one per rank;
- *  - watches the communication thread: when one collective runs longer than
- *    the timeout, it asks rank 0 for the right to report, asks every member
- *    of the group how far it got, prints one message and calls MPI_Abort.
+ *  - watches every queue: when one collective runs longer than the timeout,
+ *    it asks rank 0 for the right to report, asks every member of the group
+ *    how far it got, prints one message and calls MPI_Abort.
  * Point-to-point messages are used rather than one-sided windows because
  * Open MPI's osc/rdma over the vader transport crashes on atomics with
  * MPI_THREAD_MULTIPLE, and this design works the same across nodes. */
@@ -28,8 +29,9 @@
 #define ANSWER_WAIT_S 3.0
 #define DENIED_WAIT_S 30.0
 
-/* A reply to ASK_STATE: entered seq on the slot, then the current work. */
-enum { R_ENTERED, R_BUSY, R_OP, R_SLOT, R_SEQ, R_PEER, R_ELAPSED_MS, R_LEN };
+/* A reply to ASK_STATE: entered seq on the slot, the queue of the slot's
+ * group, then that queue's current work. */
+enum { R_ENTERED, R_QUEUE, R_BUSY, R_OP, R_SLOT, R_SEQ, R_PEER, R_ELAPSED_MS, R_LEN };
 
 struct hs_watchdog {
     hs_comm *c;
@@ -43,6 +45,15 @@ struct hs_watchdog {
     bool claimed; /* world rank 0: a rank already reports */
 };
 
+/* The queue of the group in `slot` on this rank (the default queue when
+ * this rank has not created that group yet). Entries below nslots are
+ * complete: group_register publishes nslots after writing them. */
+static hs_comm_queue slot_queue(const hs_comm *c, int slot) {
+    if (slot < 0 || slot >= atomic_load(&c->nslots) || !c->groups[slot].pg)
+        return HS_COMM_QUEUE_DEFAULT;
+    return hs_pg_queue(c->groups[slot].pg);
+}
+
 static void answer(hs_watchdog *wd, int src) {
     hs_comm *c = wd->c;
     int64_t reply[R_LEN] = {0};
@@ -51,8 +62,10 @@ static void answer(hs_watchdog *wd, int src) {
         wd->claimed = true;
     } else {
         int slot = (int)wd->ask_buf[1];
-        hs_comm_current cur = hs_comm_current_get(c);
+        hs_comm_queue q = slot_queue(c, slot);
+        hs_comm_current cur = hs_comm_current_get(c, q);
         reply[R_ENTERED] = slot >= 0 && slot < HS_COMM_MAX_GROUPS ? atomic_load(&c->entered[slot]) : -1;
+        reply[R_QUEUE] = q;
         reply[R_BUSY] = cur.busy;
         reply[R_OP] = cur.op;
         reply[R_SLOT] = cur.slot;
@@ -131,11 +144,13 @@ static void describe_rank(const hs_comm *c, char *buf, size_t cap, const int64_t
     if (!answered) {
         snprintf(buf, cap, "did not answer the watchdog (hung inside MPI or dead)");
     } else if (!rep[R_BUSY]) {
-        snprintf(buf, cap, "its communication thread is idle: the program has not issued this "
-                           "collective (still computing, or it skipped or reordered a collective)");
+        snprintf(buf, cap, "its communication thread (%s queue) is idle: the program has not "
+                           "issued this collective (still computing, or it skipped or reordered a "
+                           "collective)", hs_comm_queue_name((hs_comm_queue)rep[R_QUEUE]));
     } else {
-        snprintf(buf, cap, "its communication thread has been in %s on group '%s' (sequence %lld) "
-                           "for %.1f s", hs_comm_op_name((hs_comm_op)rep[R_OP]),
+        snprintf(buf, cap, "its communication thread (%s queue) has been in %s on group '%s' "
+                           "(sequence %lld) for %.1f s",
+                 hs_comm_queue_name((hs_comm_queue)rep[R_QUEUE]), hs_comm_op_name((hs_comm_op)rep[R_OP]),
                  hs_comm_slot_name(c, (int)rep[R_SLOT]), (long long)rep[R_SEQ],
                  (double)rep[R_ELAPSED_MS] / 1000.0);
     }
@@ -251,9 +266,11 @@ static void *watchdog_main(void *arg) {
     MPI_Irecv(wd->ask_buf, 2, MPI_INT64_T, MPI_ANY_SOURCE, TAG_ASK, wd->comm, &wd->ask_req);
     while (wait_tick(wd)) {
         serve(wd);
-        hs_comm_current cur = hs_comm_current_get(c);
         double timeout = atomic_load(&c->timeout_s);
-        if (cur.busy && hs_now() - cur.started > timeout) on_timeout(wd, cur, timeout);
+        for (int q = 0; q < HS_COMM_QUEUE_COUNT; q++) {
+            hs_comm_current cur = hs_comm_current_get(c, (hs_comm_queue)q);
+            if (cur.busy && hs_now() - cur.started > timeout) on_timeout(wd, cur, timeout);
+        }
     }
     MPI_Cancel(&wd->ask_req);
     MPI_Wait(&wd->ask_req, MPI_STATUS_IGNORE);

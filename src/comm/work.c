@@ -1,15 +1,27 @@
-/* comm/work.c — the work queue and the communication thread.
+/* comm/work.c — the work queues and their communication threads.
  *
- * The issuing thread appends work; one communication thread per hs_comm
- * executes it strictly in issue order (the ordering rule of comm.h), records
- * it in the trace and wakes the waiters. Before running a collective it
- * publishes the sequence number it entered, which the watchdog reports to
- * other ranks when something hangs. A blocking call finding the queue idle
- * runs on the calling thread instead (hs_comm_run). */
+ * Every group is bound to one queue (hs_comm_queue). The issuing thread
+ * appends work to the queue of its group; each queue has a communication
+ * thread of its own that executes that queue strictly in issue order (the
+ * ordering rule of comm.h holds per queue), records each collective in the
+ * trace and wakes the waiters. Queues share nothing but the trace (which
+ * locks), the staging pool's and the per-slot counters (atomics), so a
+ * collective on one queue never waits for another queue's work. Before running a collective a
+ * thread publishes the sequence number it entered, which the watchdog
+ * reports to other ranks when something hangs. A blocking call finding its
+ * queue idle runs on the calling thread instead (hs_comm_run). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm_internal.h"
+
+static const char *const queue_names[HS_COMM_QUEUE_COUNT] = {"default", "critical"};
+_Static_assert(sizeof queue_names / sizeof queue_names[0] == HS_COMM_QUEUE_COUNT,
+               "queue_names follows hs_comm_queue");
+
+const char *hs_comm_queue_name(hs_comm_queue q) {
+    return q >= 0 && q < HS_COMM_QUEUE_COUNT ? queue_names[q] : "?";
+}
 
 static const char *const op_names[HS_OP_COUNT] = {
     "all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all",
@@ -53,8 +65,10 @@ static void work_trace(hs_comm *c, const hs_work *w, double t0, double t1) {
     if (!hs_trace_enabled(c->trace)) return;
     char args[256];
     const char *dt = a->op == HS_OP_BARRIER ? "none" : hs_dtype_name(a->dt);
-    int n = snprintf(args, sizeof args, "\"group\":\"%s\",\"bytes\":%lld,\"dtype\":\"%s\",\"seq\":%lld",
-                     w->pg->name, (long long)bytes, dt, (long long)w->seq);
+    int n = snprintf(args, sizeof args,
+                     "\"group\":\"%s\",\"bytes\":%lld,\"dtype\":\"%s\",\"seq\":%lld,\"queue\":\"%s\"",
+                     w->pg->name, (long long)bytes, dt, (long long)w->seq,
+                     hs_comm_queue_name(w->pg->queue->id));
     if (hs_comm_op_is_p2p(a->op) && n > 0 && (size_t)n < sizeof args)
         snprintf(args + n, sizeof args - (size_t)n, ",\"peer\":%d", a->peer);
     hs_trace_span(c->trace, HS_LANE_COMM, op, "comm", t0, t1, args);
@@ -71,127 +85,145 @@ static hs_status work_exec(hs_comm *c, const hs_work *w, hs_error *err) {
     return st;
 }
 
-/* Under c->mu: mark the executor busy with w. */
-static void current_set(hs_comm *c, const hs_work *w) {
+/* Under q->mu: mark the queue busy with w. */
+static void current_set(hs_queue *q, const hs_work *w) {
     const hs_coll_args *a = &w->args;
-    c->current = (hs_comm_current){
+    q->current = (hs_comm_current){
         .busy = true, .op = a->op, .slot = w->pg->slot, .seq = w->seq,
         .peer_world = hs_comm_op_is_p2p(a->op) ? w->pg->world_ranks[a->peer] : -1,
         .started = hs_now()};
 }
 
-static void *comm_thread_main(void *arg) {
-    hs_comm *c = arg;
+static void *queue_thread_main(void *arg) {
+    hs_queue *q = arg;
+    hs_comm *c = q->comm;
     hs_error *scratch = malloc(sizeof *scratch);
-    if (!scratch) hs_panic("out of memory starting the communication thread");
-    pthread_mutex_lock(&c->mu);
+    if (!scratch) hs_panic("out of memory starting the %s communication thread", hs_comm_queue_name(q->id));
+    pthread_mutex_lock(&q->mu);
     for (;;) {
         /* busy here means a blocking call runs inline on the issuing thread. */
-        while (!c->stopping && (!c->head || c->current.busy)) pthread_cond_wait(&c->queue_cv, &c->mu);
-        if (!c->head) break;
-        hs_work *w = c->head;
-        c->head = w->next;
-        if (!c->head) c->tail = NULL;
-        current_set(c, w);
-        pthread_mutex_unlock(&c->mu);
+        while (!q->stopping && (!q->head || q->current.busy)) pthread_cond_wait(&q->queue_cv, &q->mu);
+        if (!q->head) break;
+        hs_work *w = q->head;
+        q->head = w->next;
+        if (!q->head) q->tail = NULL;
+        current_set(q, w);
+        pthread_mutex_unlock(&q->mu);
         hs_status st = work_exec(c, w, scratch);
         if (st != HS_OK) {
             w->err = malloc(sizeof *w->err);
             if (!w->err) hs_panic("out of memory reporting a failed %s", hs_comm_op_name(w->args.op));
             memcpy(w->err, scratch, sizeof *scratch);
         }
-        pthread_mutex_lock(&c->mu);
+        pthread_mutex_lock(&q->mu);
         w->status = st;
         w->done = true;
-        c->current.busy = false;
-        pthread_cond_broadcast(&c->done_cv);
+        q->current.busy = false;
+        pthread_cond_broadcast(&q->done_cv);
     }
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&q->mu);
     free(scratch);
     return NULL;
 }
 
 void hs_comm_queue_start(hs_comm *c) {
-    HS_CHECK_PTHREAD(pthread_mutex_init(&c->mu, NULL));
-    HS_CHECK_PTHREAD(pthread_cond_init(&c->queue_cv, NULL));
-    HS_CHECK_PTHREAD(pthread_cond_init(&c->done_cv, NULL));
-    HS_CHECK_PTHREAD(pthread_create(&c->thread, NULL, comm_thread_main, c));
+    for (int i = 0; i < HS_COMM_QUEUE_COUNT; i++) {
+        hs_queue *q = &c->queues[i];
+        q->comm = c;
+        q->id = (hs_comm_queue)i;
+        HS_CHECK_PTHREAD(pthread_mutex_init(&q->mu, NULL));
+        HS_CHECK_PTHREAD(pthread_cond_init(&q->queue_cv, NULL));
+        HS_CHECK_PTHREAD(pthread_cond_init(&q->done_cv, NULL));
+        HS_CHECK_PTHREAD(pthread_create(&q->thread, NULL, queue_thread_main, q));
+    }
 }
 
+/* Every queue is told to stop before any is joined: each drains on its own
+ * thread, so pending work on one queue that a peer can only match after
+ * work on another queue still completes. */
 void hs_comm_queue_stop(hs_comm *c) {
-    pthread_mutex_lock(&c->mu);
-    c->stopping = true;
-    pthread_cond_broadcast(&c->queue_cv);
-    pthread_mutex_unlock(&c->mu);
-    HS_CHECK_PTHREAD(pthread_join(c->thread, NULL));
-    pthread_cond_destroy(&c->queue_cv);
-    pthread_cond_destroy(&c->done_cv);
-    pthread_mutex_destroy(&c->mu);
+    for (int i = 0; i < HS_COMM_QUEUE_COUNT; i++) {
+        hs_queue *q = &c->queues[i];
+        pthread_mutex_lock(&q->mu);
+        q->stopping = true;
+        pthread_cond_broadcast(&q->queue_cv);
+        pthread_mutex_unlock(&q->mu);
+    }
+    for (int i = 0; i < HS_COMM_QUEUE_COUNT; i++) {
+        hs_queue *q = &c->queues[i];
+        HS_CHECK_PTHREAD(pthread_join(q->thread, NULL));
+        pthread_cond_destroy(&q->queue_cv);
+        pthread_cond_destroy(&q->done_cv);
+        pthread_mutex_destroy(&q->mu);
+    }
 }
 
-/* Under c->mu: the next sequence number of a's kind on g. */
+/* Under g->queue->mu: the next sequence number of a's kind on g. */
 static int64_t next_seq(hs_pg *g, const hs_coll_args *a) {
     return hs_comm_op_is_p2p(a->op) ? ++g->next_p2p : ++g->next_seq;
 }
 
 hs_work *hs_comm_enqueue(hs_pg *g, const hs_coll_args *a) {
-    hs_comm *c = g->comm;
+    hs_queue *q = g->queue;
     hs_work *w = calloc(1, sizeof *w);
     if (!w) hs_panic("out of memory queueing %s on group '%s'", hs_comm_op_name(a->op), g->name);
     w->pg = g;
     w->args = *a;
-    pthread_mutex_lock(&c->mu);
-    if (c->stopping) hs_panic("%s issued on group '%s' after hs_comm_finalize", hs_comm_op_name(a->op), g->name);
+    pthread_mutex_lock(&q->mu);
+    if (q->stopping) hs_panic("%s issued on group '%s' after hs_comm_finalize", hs_comm_op_name(a->op), g->name);
     w->seq = next_seq(g, a);
-    if (c->tail)
-        c->tail->next = w;
+    if (q->tail)
+        q->tail->next = w;
     else
-        c->head = w;
-    c->tail = w;
-    pthread_cond_signal(&c->queue_cv);
-    pthread_mutex_unlock(&c->mu);
+        q->head = w;
+    q->tail = w;
+    pthread_cond_signal(&q->queue_cv);
+    pthread_mutex_unlock(&q->mu);
     return w;
 }
 
-/* A blocking call. When nothing is queued or running, it executes on the
- * calling thread: the same order and result as async + wait, without two
- * thread hand-offs (each a scheduler wake-up, which on a loaded machine
- * costs more than a small collective). The busy mark keeps the
- * communication thread off while it runs, and the watchdog sees it alike. */
+/* A blocking call. When nothing is queued or running on the group's queue,
+ * it executes on the calling thread: the same order and result as async +
+ * wait, without two thread hand-offs (each a scheduler wake-up, which on a
+ * loaded machine costs more than a small collective). The busy mark keeps
+ * that queue's thread off while it runs, and the watchdog sees it alike;
+ * the other queue is not involved and keeps running. */
 hs_status hs_comm_run(hs_pg *g, const hs_coll_args *a, hs_error *e) {
-    hs_comm *c = g->comm;
-    pthread_mutex_lock(&c->mu);
-    if (c->head || c->current.busy || c->stopping) {
-        pthread_mutex_unlock(&c->mu);
+    hs_queue *q = g->queue;
+    pthread_mutex_lock(&q->mu);
+    if (q->head || q->current.busy || q->stopping) {
+        pthread_mutex_unlock(&q->mu);
         return hs_work_wait(hs_comm_enqueue(g, a), e);
     }
     hs_work w = {.pg = g, .args = *a};
     w.seq = next_seq(g, a);
-    current_set(c, &w);
-    pthread_mutex_unlock(&c->mu);
+    current_set(q, &w);
+    pthread_mutex_unlock(&q->mu);
     hs_error scratch;
-    hs_status st = work_exec(c, &w, &scratch);
+    hs_status st = work_exec(g->comm, &w, &scratch);
     if (st != HS_OK && e) memcpy(e, &scratch, sizeof scratch);
-    pthread_mutex_lock(&c->mu);
-    c->current.busy = false;
-    if (c->head) pthread_cond_signal(&c->queue_cv); /* queued meanwhile by another thread */
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&q->mu);
+    q->current.busy = false;
+    if (q->head) pthread_cond_signal(&q->queue_cv); /* queued meanwhile by another thread */
+    pthread_mutex_unlock(&q->mu);
     return st;
 }
 
-hs_comm_current hs_comm_current_get(hs_comm *c) {
-    pthread_mutex_lock(&c->mu);
-    hs_comm_current cur = c->current;
-    pthread_mutex_unlock(&c->mu);
+hs_comm_current hs_comm_current_get(hs_comm *c, hs_comm_queue id) {
+    HS_ASSERT(id >= 0 && id < HS_COMM_QUEUE_COUNT);
+    hs_queue *q = &c->queues[id];
+    pthread_mutex_lock(&q->mu);
+    hs_comm_current cur = q->current;
+    pthread_mutex_unlock(&q->mu);
     return cur;
 }
 
 hs_status hs_work_wait(hs_work *w, hs_error *e) {
     HS_ASSERT(w != NULL);
-    hs_comm *c = w->pg->comm;
-    pthread_mutex_lock(&c->mu);
-    while (!w->done) pthread_cond_wait(&c->done_cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
+    hs_queue *q = w->pg->queue;
+    pthread_mutex_lock(&q->mu);
+    while (!w->done) pthread_cond_wait(&q->done_cv, &q->mu);
+    pthread_mutex_unlock(&q->mu);
     hs_status st = w->status;
     if (st != HS_OK && e) memcpy(e, w->err, sizeof *e);
     free(w->err);
@@ -201,9 +233,9 @@ hs_status hs_work_wait(hs_work *w, hs_error *e) {
 
 bool hs_work_test(hs_work *w) {
     HS_ASSERT(w != NULL);
-    hs_comm *c = w->pg->comm;
-    pthread_mutex_lock(&c->mu);
+    hs_queue *q = w->pg->queue;
+    pthread_mutex_lock(&q->mu);
     bool done = w->done;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&q->mu);
     return done;
 }

@@ -13,12 +13,33 @@ struct hs_mesh {
     hs_pg *groups[HS_DIM_COUNT]; /* owned by the comm context's cache */
 };
 
+/* The model-parallel dims run collectives in the middle of a layer, on the
+ * critical path of compute: their groups get the critical queue, so they
+ * never wait behind the FSDP all-gathers and reduce-scatters that the data
+ * dims prefetch and pipeline on the default queue (comm.h). */
+static hs_comm_queue mesh_dim_queue(hs_mesh_dim d) {
+    return d == HS_DIM_TP || d == HS_DIM_CP || d == HS_DIM_EP ? HS_COMM_QUEUE_CRITICAL
+                                                              : HS_COMM_QUEUE_DEFAULT;
+}
+
 /* A cached group of the same name built for another layout would silently
- * route collectives to the wrong ranks; catch it here. */
+ * route collectives to the wrong ranks, and one built on another queue
+ * would put the critical path behind prefetches (or the reverse); catch
+ * both here. */
 static hs_status mesh_group_check(const hs_mesh *m, hs_mesh_dim d, int key, hs_error *e) {
     const hs_pg *g = m->groups[d];
     int want = m->topo.world / hs_topology_group_count(&m->topo, d);
-    if (g && hs_pg_size(g) == want && hs_pg_rank(g) == key) return HS_OK;
+    if (g && hs_pg_size(g) == want && hs_pg_rank(g) == key) {
+        if (hs_pg_queue(g) == mesh_dim_queue(d)) return HS_OK;
+        const char *want_q = mesh_dim_queue(d) == HS_COMM_QUEUE_CRITICAL ? "critical" : "default";
+        return hs_error_set(e, HS_ERR_INTERNAL,
+                            "mesh group '%s' runs on the %s queue, but the mesh puts it on the "
+                            "%s queue; a group of that name was created earlier on another "
+                            "queue: leave the name to the mesh or create it on the %s queue",
+                            hs_mesh_dim_name(d),
+                            hs_pg_queue(g) == HS_COMM_QUEUE_CRITICAL ? "critical" : "default",
+                            want_q, want_q);
+    }
     return hs_error_set(e, HS_ERR_INTERNAL,
                         "mesh group '%s' on rank %d has size %d and rank %d, expected size %d "
                         "and rank %d; a group of that name was created earlier with another "
@@ -34,7 +55,8 @@ static hs_status mesh_split_all(hs_comm *c, hs_mesh *m, hs_error *e) {
         hs_mesh_dim d = (hs_mesh_dim)i;
         int colour = hs_topology_group_index(&m->topo, d, m->rank);
         int key = hs_topology_group_rank(&m->topo, d, m->rank);
-        hs_status s = hs_comm_split(c, hs_mesh_dim_name(d), colour, key, &m->groups[d], e);
+        hs_status s = hs_comm_split_queue(c, hs_mesh_dim_name(d), colour, key, mesh_dim_queue(d),
+                                          &m->groups[d], e);
         if (s == HS_OK) s = mesh_group_check(m, d, key, e);
         if (s != HS_OK) return s;
     }
