@@ -33,6 +33,7 @@
 
 #include <mpi.h>
 
+#include "bench_util.h"
 #include "cli/commands.h"
 #include "fsdp/fusion.h"
 #include "fsdp/manager.h"
@@ -117,28 +118,6 @@ static void config_for(const fsdp_bench *b, const combo *k, hs_config *cfg)
     cfg->fsdp.comm_fusion = k->fusion;
     cfg->fsdp.comm_fusion_zero_copy = k->zero_copy;
     strcpy(cfg->optimizer.target, "adamw");
-}
-
-/* The slowest rank's value. */
-static double max_over(hs_pg *g, double v)
-{
-    float all[64], x = (float)v;
-    hs_error e;
-    if (hs_pg_all_gather(g, all, &x, 1, HS_DTYPE_F32, &e) != HS_OK) return v;
-    for (int r = 0; r < hs_pg_size(g); r++) x = all[r] > x ? all[r] : x;
-    return x;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* The per-unit minimum of collectives and of payload bytes per step. */
@@ -244,11 +223,11 @@ static hs_status timed_step(const fsdp_bench *b, setup *s, const hs_fsdp_dp_grou
                  hs_trace_collectives(tr, "all_reduce", NULL);
     out->bytes = hs_trace_collective_bytes(tr, "all_gather", NULL) +
                  hs_trace_collective_bytes(tr, "reduce_scatter", NULL);
-    sm->step[i] = max_over(g->shard, t) * 1e3;
-    sm->exposed[i] = max_over(g->shard, hs_fsdp_exposed_total(&ctx->exposed)) * 1e3;
-    sm->ag[i] = max_over(g->shard, ctx->exposed.seconds[HS_FSDP_WAIT_ALL_GATHER]) * 1e3;
-    sm->rs[i] = max_over(g->shard, ctx->exposed.seconds[HS_FSDP_WAIT_REDUCE_SCATTER]) * 1e3;
-    sm->ar[i] = max_over(g->shard, ctx->exposed.seconds[HS_FSDP_WAIT_ALL_REDUCE]) * 1e3;
+    sm->step[i] = hs_bench_max_over(g->shard, t) * 1e3;
+    sm->exposed[i] = hs_bench_max_over(g->shard, hs_fsdp_exposed_total(&ctx->exposed)) * 1e3;
+    sm->ag[i] = hs_bench_max_over(g->shard, ctx->exposed.seconds[HS_FSDP_WAIT_ALL_GATHER]) * 1e3;
+    sm->rs[i] = hs_bench_max_over(g->shard, ctx->exposed.seconds[HS_FSDP_WAIT_REDUCE_SCATTER]) * 1e3;
+    sm->ar[i] = hs_bench_max_over(g->shard, ctx->exposed.seconds[HS_FSDP_WAIT_ALL_REDUCE]) * 1e3;
     return st;
 }
 
@@ -276,11 +255,11 @@ static hs_status measure_all(const fsdp_bench *b, const combo *ks, int n,
             st = timed_step(b, &ss[c], g, &ms[c], &sm[c], i, e);
     for (int c = 0; st == HS_OK && c < n; c++) {
         minimum_of(ss[c].f, &ms[c]);
-        ms[c].step_ms = median(sm[c].step, b->steps);
-        ms[c].exposed_ms = median(sm[c].exposed, b->steps);
-        ms[c].ag_ms = median(sm[c].ag, b->steps);
-        ms[c].rs_ms = median(sm[c].rs, b->steps);
-        ms[c].ar_ms = median(sm[c].ar, b->steps);
+        ms[c].step_ms = hs_bench_median(sm[c].step, b->steps);
+        ms[c].exposed_ms = hs_bench_median(sm[c].exposed, b->steps);
+        ms[c].ag_ms = hs_bench_median(sm[c].ag, b->steps);
+        ms[c].rs_ms = hs_bench_median(sm[c].rs, b->steps);
+        ms[c].ar_ms = hs_bench_median(sm[c].ar, b->steps);
     }
     for (int c = 0; c < made; c++) setup_free(&ss[c]);
     free(ss);

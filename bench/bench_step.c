@@ -23,6 +23,7 @@
 
 #include <cblas.h> /* openblas_get_corename: which kernels OpenBLAS chose */
 
+#include "bench_util.h"
 #include "cli/commands.h"
 #include "hypershard/config.h"
 #include "hypershard/device.h"
@@ -188,16 +189,6 @@ typedef struct bench_run {
     int32_t *tokens, *targets;
 } bench_run;
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static hs_status run_open(bench_run *r, const bench_model *bm, hs_error *e) {
     const char *ov[MAX_OVERRIDES + 4];
     int n = 0;
@@ -278,10 +269,10 @@ static hs_status time_model(const bench_model *bm, int steps, const sgemm_probe 
         mfu[i] = flops / tstep[i] / rate[i];
     }
     if (s != HS_OK) return s;
-    *out = (step_times){.step = median(tstep, steps), .fwd_bwd = median(tfb, steps),
-                        .optim = median(topt, steps), .sgemm = median(rate, steps),
-                        .mfu = median(mfu, steps)};
-    out->best = tstep[0]; /* median() sorted it */
+    *out = (step_times){.step = hs_bench_median(tstep, steps), .fwd_bwd = hs_bench_median(tfb, steps),
+                        .optim = hs_bench_median(topt, steps), .sgemm = hs_bench_median(rate, steps),
+                        .mfu = hs_bench_median(mfu, steps)};
+    out->best = tstep[0]; /* hs_bench_median() sorted it */
     return HS_OK;
 }
 

@@ -89,6 +89,10 @@ typedef struct hs_mesh hs_mesh;
 /* Collective over the world: builds every dim's group for this rank (names
  * "<dim>" e.g. "fsdp_shard"), each exactly once. */
 hs_status hs_mesh_create(hs_comm *c, const hs_topology *t, hs_mesh **out, hs_error *e);
+/* The same with groups named "<prefix>.<dim>", so meshes of several layouts
+ * live in one process (benchmarks); prefix NULL or "": hs_mesh_create. */
+hs_status hs_mesh_create_named(hs_comm *c, const hs_topology *t, const char *prefix,
+                               hs_mesh **out, hs_error *e);
 void hs_mesh_free(hs_mesh *m);
 const hs_topology *hs_mesh_topology(const hs_mesh *m);
 hs_coords hs_mesh_coords(const hs_mesh *m);

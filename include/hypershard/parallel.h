@@ -63,6 +63,16 @@ const hs_model_ops *hs_tp_ops(const hs_tp *t);
 int hs_tp_size(const hs_tp *t);
 int hs_tp_rank(const hs_tp *t);
 
+/* Time the calling thread spent in this context's TP collectives — all of
+ * it exposed: they sit on the compute path — with their count and payload
+ * bytes (as the trace counts them), since creation or the last reset. */
+typedef struct hs_tp_stats {
+    double seconds;
+    int64_t calls, bytes;
+} hs_tp_stats;
+hs_tp_stats hs_tp_get_stats(const hs_tp *t);
+void hs_tp_reset_stats(hs_tp *t);
+
 /* Apply `rules` (first match wins) to every parameter of m, which was
  * created with hs_tp_ops(t). All errors are reported together. */
 hs_status hs_tp_apply_plan(hs_tp *t, hs_model *m, const hs_tp_rule *rules, int n_rules,

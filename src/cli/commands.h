@@ -14,5 +14,6 @@ int hs_cmd_ckpt(int argc, char **argv);   /* src/cli/cmd_ckpt.c   */
 int hs_bench_comm(int argc, char **argv); /* bench/bench_comm.c   */
 int hs_bench_step(int argc, char **argv); /* bench/bench_step.c   */
 int hs_bench_fsdp(int argc, char **argv); /* bench/bench_fsdp.c   */
+int hs_bench_tp(int argc, char **argv);   /* bench/bench_tp.c     */
 
 #endif

@@ -24,6 +24,7 @@ static const hs_subcommand benches[] = {
     {"comm", hs_bench_comm, "bench comm   collective bandwidth vs MPI built-ins (under mpiexec)"},
     {"step", hs_bench_step, "bench step   single-process training throughput and MFU"},
     {"fsdp", hs_bench_fsdp, "bench fsdp   prefetch x comm fusion: step time, exposed comm, collectives, bytes (under mpiexec)"},
+    {"tp", hs_bench_tp, "bench tp     FSDP vs TP x FSDP (+ sequence parallel): step time, exposed TP comm (under mpiexec)"},
 };
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))

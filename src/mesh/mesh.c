@@ -2,12 +2,14 @@
  * from the topology's arithmetic and cached, so every layer above asks for
  * a dim and gets the same group (spec 004 §6: managers select sub-meshes,
  * they never recompute the layout). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "hypershard/mesh.h"
 
 struct hs_mesh {
     hs_topology topo;
+    char prefix[48]; /* group names are "<prefix>.<dim>", or "<dim>" */
     int rank;
     hs_coords coords;
     hs_pg *groups[HS_DIM_COUNT]; /* owned by the comm context's cache */
@@ -55,8 +57,13 @@ static hs_status mesh_split_all(hs_comm *c, hs_mesh *m, hs_error *e) {
         hs_mesh_dim d = (hs_mesh_dim)i;
         int colour = hs_topology_group_index(&m->topo, d, m->rank);
         int key = hs_topology_group_rank(&m->topo, d, m->rank);
-        hs_status s = hs_comm_split_queue(c, hs_mesh_dim_name(d), colour, key, mesh_dim_queue(d),
-                                          &m->groups[d], e);
+        char name[96];
+        if (m->prefix[0])
+            snprintf(name, sizeof name, "%s.%s", m->prefix, hs_mesh_dim_name(d));
+        else
+            snprintf(name, sizeof name, "%s", hs_mesh_dim_name(d));
+        hs_status s = hs_comm_split_queue(c, name, colour, key, mesh_dim_queue(d), &m->groups[d],
+                                          e);
         if (s == HS_OK) s = mesh_group_check(m, d, key, e);
         if (s != HS_OK) return s;
     }
@@ -64,6 +71,11 @@ static hs_status mesh_split_all(hs_comm *c, hs_mesh *m, hs_error *e) {
 }
 
 hs_status hs_mesh_create(hs_comm *c, const hs_topology *t, hs_mesh **out, hs_error *e) {
+    return hs_mesh_create_named(c, t, NULL, out, e);
+}
+
+hs_status hs_mesh_create_named(hs_comm *c, const hs_topology *t, const char *prefix,
+                               hs_mesh **out, hs_error *e) {
     *out = NULL;
     int world = hs_comm_size(c);
     if (t->world != world)
@@ -79,6 +91,7 @@ hs_status hs_mesh_create(hs_comm *c, const hs_topology *t, hs_mesh **out, hs_err
     hs_mesh *m = calloc(1, sizeof *m);
     if (!m) hs_panic("out of memory creating the mesh");
     m->topo = *t;
+    snprintf(m->prefix, sizeof m->prefix, "%s", prefix ? prefix : "");
     m->rank = hs_comm_rank(c);
     m->coords = hs_topology_coords(t, m->rank);
     hs_status s = mesh_split_all(c, m, e);

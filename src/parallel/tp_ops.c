@@ -6,24 +6,32 @@
 
 #include "parallel/tp_internal.h"
 
-static void check(hs_tp *t, hs_status st, const hs_error *e) {
+/* Every region collective ends here: account it, or end every rank. */
+static void done(hs_tp *t, double t0, int64_t bytes, hs_status st, const hs_error *e) {
     if (st != HS_OK) hs_comm_abort(t->comm, e);
+    t->stats.seconds += hs_now() - t0;
+    t->stats.calls++;
+    t->stats.bytes += bytes;
 }
 
 static void sp_all_gather(void *ctx, void *full, const void *local, int64_t numel, hs_dtype dt) {
     hs_tp *t = ctx;
     hs_error e;
-    check(t, hs_pg_all_gather(t->group, full, local, numel, dt, &e), &e);
+    double t0 = hs_now();
+    hs_status st = hs_pg_all_gather(t->group, full, local, numel, dt, &e);
+    done(t, t0, numel * t->size * (int64_t)hs_dtype_size(dt), st, &e);
 }
 
 static void reduce_partial(void *ctx, float *local, float *full, int64_t numel) {
     hs_tp *t = ctx;
     hs_error e;
+    double t0 = hs_now();
     hs_status st = t->ops.sequence_parallel
                        ? hs_pg_reduce_scatter(t->group, local, full, numel, HS_DTYPE_F32,
                                               HS_REDUCE_SUM, &e)
                        : hs_pg_all_reduce(t->group, full, numel, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
-    check(t, st, &e);
+    int64_t n = t->ops.sequence_parallel ? numel * t->size : numel;
+    done(t, t0, n * (int64_t)sizeof(float), st, &e);
 }
 
 static void sp_all_gather_grad(void *ctx, float *full, const float *local, int64_t numel) {
@@ -33,7 +41,9 @@ static void sp_all_gather_grad(void *ctx, float *full, const float *local, int64
 static void all_reduce(void *ctx, float *buf, int64_t n, hs_reduce_op op) {
     hs_tp *t = ctx;
     hs_error e;
-    check(t, hs_pg_all_reduce(t->group, buf, n, HS_DTYPE_F32, op, &e), &e);
+    double t0 = hs_now();
+    hs_status st = hs_pg_all_reduce(t->group, buf, n, HS_DTYPE_F32, op, &e);
+    done(t, t0, n * (int64_t)sizeof(float), st, &e);
 }
 
 static void all_reduce_max(void *ctx, float *buf, int64_t n) { all_reduce(ctx, buf, n, HS_REDUCE_MAX); }
@@ -75,3 +85,5 @@ void hs_tp_free(hs_tp *t) { free(t); }
 const hs_model_ops *hs_tp_ops(const hs_tp *t) { return &t->ops; }
 int hs_tp_size(const hs_tp *t) { return t->size; }
 int hs_tp_rank(const hs_tp *t) { return t->rank; }
+hs_tp_stats hs_tp_get_stats(const hs_tp *t) { return t->stats; }
+void hs_tp_reset_stats(hs_tp *t) { t->stats = (hs_tp_stats){0}; }

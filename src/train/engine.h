@@ -20,6 +20,7 @@
 #include "hypershard/mesh.h"
 #include "hypershard/model.h"
 #include "hypershard/optim.h"
+#include "hypershard/parallel.h"
 
 typedef struct hs_engine hs_engine;
 
@@ -61,6 +62,8 @@ struct hs_engine {
      * load writes the masters, the trainer calls after_step so that
      * whatever derives from them (model copies, offload) is rebuilt. */
     void (*ckpt_param)(hs_engine *en, int param_index, hs_engine_ckpt_param *out);
+    /* The tensor-parallel context, or NULL (benchmarks read its stats). */
+    hs_tp *(*tp)(hs_engine *en);
     void (*free)(hs_engine *en);
 };
 
