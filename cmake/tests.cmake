@@ -6,6 +6,11 @@
 #                         a line "HS_MPI_RANKS: 1 2 4" in the file
 #   tests/cli/test_*.sh   bash script; sees HS_BIN, HS_SRC, HS_BUILD, label cli
 #                         MPIEXEC; "HS_MPI_RANKS: n" sets its process count
+#   tests/build/test_*.cmake  cmake -P script on the build          label unit
+#                         itself; sees HS_SRC, HS_BUILD, HS_CC
+#
+# Test executables link every layer (hscore) and see src/ whole: a test may
+# include the private headers of the layer it tests.
 #
 # "HS_TEST_TIMEOUT: s" in any test file overrides the default timeout.
 # The MPI settings travel in the environment, never as launcher flags, so the
@@ -50,6 +55,7 @@ if(CMOCKA_FOUND)
     get_filename_component(name ${src} NAME_WE)
     add_executable(${name} ${src})
     target_link_libraries(${name} PRIVATE hscore PkgConfig::CMOCKA)
+    target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/src)
     hs_test_annotations(${src} ranks timeout)
     add_test(NAME unit.${name} COMMAND ${name})
     set_tests_properties(unit.${name} PROPERTIES LABELS unit TIMEOUT ${timeout}
@@ -62,6 +68,7 @@ foreach(src ${HS_MPI_TESTS})
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src})
   target_link_libraries(${name} PRIVATE hscore)
+  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/src)
   hs_test_annotations(${src} ranks timeout)
   if(NOT ranks)
     set(ranks 2)
@@ -87,9 +94,21 @@ foreach(src ${HS_CLI_TESTS})
                        PROCESSORS ${np} ENVIRONMENT "${HS_TEST_ENV}")
 endforeach()
 
+file(GLOB HS_BUILD_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/build/test_*.cmake)
+foreach(src ${HS_BUILD_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  hs_test_annotations(${src} ranks timeout)
+  add_test(NAME build.${name}
+           COMMAND ${CMAKE_COMMAND} -DHS_SRC=${CMAKE_SOURCE_DIR} -DHS_BUILD=${CMAKE_BINARY_DIR}
+                   -DHS_CC=${CMAKE_C_COMPILER} -P ${src})
+  set_tests_properties(build.${name} PROPERTIES LABELS unit TIMEOUT ${timeout})
+endforeach()
+
 if(HS_FUZZ)
-  # The library is instrumented too, so the fuzzer sees coverage inside it.
-  target_compile_options(hscore PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
+  # The libraries are instrumented too, so the fuzzer sees coverage inside them.
+  foreach(lib IN LISTS HS_LAYER_LIBS)
+    target_compile_options(${lib} PRIVATE -fsanitize=fuzzer-no-link,address,undefined)
+  endforeach()
   file(GLOB HS_FUZZERS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/fuzz/fuzz_*.c)
   foreach(src ${HS_FUZZERS})
     get_filename_component(name ${src} NAME_WE)
@@ -97,5 +116,6 @@ if(HS_FUZZ)
     target_compile_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
     target_link_options(${name} PRIVATE -fsanitize=fuzzer,address,undefined)
     target_link_libraries(${name} PRIVATE hscore)
+    target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/src)
   endforeach()
 endif()

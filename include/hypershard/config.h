@@ -177,5 +177,7 @@ void hs_config_copy(hs_config *dst, const hs_config *src);
 void hs_config_free(hs_config *c);
 /* FNV-1a hash of the resolved dump (checkpoint compatibility). */
 uint64_t hs_config_hash(const hs_config *c);
+/* The docs table: one markdown row per key (`hypershard config --schema-markdown`). */
+void hs_config_schema_markdown(FILE *f);
 
 #endif

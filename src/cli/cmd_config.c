@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "config/config_internal.h"
 #include "hypershard/config.h"
 
 static const char usage_text[] =

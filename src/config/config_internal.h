@@ -66,7 +66,5 @@ int hs_cfg_nearest(const char *s, const char *const *cands, int n, size_t *dist)
  * text of a file named `origin`. */
 hs_status hs_config_load_text(hs_config *c, const char *text, size_t len, const char *origin,
                               const char *const *overrides, int n_overrides, hs_error *e);
-/* The docs table: one markdown row per key. */
-void hs_config_schema_markdown(FILE *f);
 
 #endif
