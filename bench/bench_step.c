@@ -23,6 +23,7 @@
 
 #include <cblas.h> /* openblas_get_corename: which kernels OpenBLAS chose */
 
+#include "bench_engine.h"
 #include "bench_util.h"
 #include "cli/commands.h"
 #include "hypershard/config.h"
@@ -212,13 +213,8 @@ static hs_status run_open(bench_run *r, const bench_model *bm, hs_error *e) {
     r->targets = malloc(bt * sizeof(int32_t));
     if (s == HS_OK && (!r->tokens || !r->targets))
         s = hs_error_set(e, HS_ERR_OOM, "bench step %s: cannot allocate the batch", bm->name);
-    /* Random tokens: speed does not depend on the text. */
-    uint64_t x = 12345;
-    for (size_t i = 0; s == HS_OK && i < bt; i++) {
-        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-        r->tokens[i] = (int32_t)((x >> 33) % (uint64_t)r->cfg.model.vocab_size);
-        r->targets[i] = (int32_t)((x >> 13) % (uint64_t)r->cfg.model.vocab_size);
-    }
+    if (s == HS_OK)
+        hs_bench_random_batch(r->tokens, r->targets, bt, r->cfg.model.vocab_size, 12345);
     return s;
 }
 
@@ -235,19 +231,11 @@ static void run_close(bench_run *r) {
 static hs_status run_step(bench_run *r, const bench_model *bm, double *t_fb, double *t_opt,
                           hs_error *e) {
     hs_batch b = {.tokens = r->tokens, .targets = r->targets, .B = bm->B, .T = bm->T};
-    double t0 = hs_now(), loss = 0.0, aux = 0.0, norm = 0.0;
-    r->en->begin_micro_batch(r->en, true, true, true);
-    hs_status s = hs_model_forward_backward(r->en->model, &b, 1.0f / (float)(bm->B * bm->T),
-                                            r->en->hooks(r->en), &loss, &aux, e);
-    double t1 = hs_now();
-    if (s == HS_OK) s = r->en->grad_norm(r->en, &norm, e);
-    if (s != HS_OK) return s;
-    hs_clip_grads(r->params, r->n_params, norm, r->cfg.optimizer.clip_grad_norm);
-    hs_optim_step(r->optim, r->cfg.optimizer.lr);
-    s = r->en->after_step(r->en, e);
-    r->en->zero_grads(r->en);
-    *t_fb = t1 - t0;
-    *t_opt = hs_now() - t1;
+    double t0 = hs_now();
+    hs_status s = hs_bench_engine_step(r->en, r->optim, r->params, r->n_params,
+                                       &r->cfg.optimizer, &b, 1.0f / (float)(bm->B * bm->T),
+                                       t_fb, e);
+    *t_opt = hs_now() - t0 - *t_fb;
     return s;
 }
 

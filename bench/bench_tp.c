@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_engine.h"
 #include "bench_util.h"
 #include "cli/commands.h"
 #include "hypershard/comm.h"
@@ -125,13 +126,10 @@ static hs_status layout_open(const tp_bench *b, layout *l, hs_error *e)
     l->targets = malloc(bt * sizeof(int32_t));
     if (s == HS_OK && (!l->tokens || !l->targets))
         s = hs_error_set(e, HS_ERR_OOM, "bench tp: cannot allocate the batch");
-    /* Random tokens, the same on the ranks of a TP group (their dp rank). */
-    uint64_t x = 12345 + (uint64_t)hs_mesh_coords(l->mesh).dp;
-    for (size_t i = 0; s == HS_OK && i < bt; i++) {
-        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-        l->tokens[i] = (int32_t)((x >> 33) % 4096u);
-        l->targets[i] = (int32_t)((x >> 13) % 4096u);
-    }
+    /* the same batch on the ranks of a TP group: seeded by their dp rank */
+    if (s == HS_OK)
+        hs_bench_random_batch(l->tokens, l->targets, bt, 4096,
+                              12345 + (uint64_t)hs_mesh_coords(l->mesh).dp);
     return s;
 }
 
@@ -172,17 +170,11 @@ static hs_status layout_step(const tp_bench *b, layout *l, int i, hs_error *e)
     counts(tr, l->prefix, true, &c0, &b0);
     counts(tr, l->prefix, false, &d0, &db0);
     hs_batch batch = {.tokens = l->tokens, .targets = l->targets, .B = l->mbs, .T = b->seq};
-    double t0 = hs_now(), loss = 0.0, aux = 0.0, norm = 0.0;
-    l->en->begin_micro_batch(l->en, true, true, true);
+    double t0 = hs_now();
     float scale = 1.0f / (float)((int64_t)b->global_batch * b->seq);
-    hs_status s = hs_model_forward_backward(l->en->model, &batch, scale, l->en->hooks(l->en),
-                                            &loss, &aux, e);
-    if (s == HS_OK) s = l->en->grad_norm(l->en, &norm, e);
+    hs_status s = hs_bench_engine_step(l->en, l->optim, l->params, l->n_params,
+                                       &l->cfg.optimizer, &batch, scale, NULL, e);
     if (s != HS_OK) return s;
-    hs_clip_grads(l->params, l->n_params, norm, l->cfg.optimizer.clip_grad_norm);
-    hs_optim_step(l->optim, l->cfg.optimizer.lr);
-    s = l->en->after_step(l->en, e);
-    l->en->zero_grads(l->en);
     double dt = hs_now() - t0, tps = tp ? hs_tp_get_stats(tp).seconds : 0.0;
     hs_pg *world = hs_comm_world(b->comm);
     dt = hs_bench_max_over(world, dt);

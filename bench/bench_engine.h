@@ -1,0 +1,48 @@
+/* bench/bench_engine.h — what the benchmarks that drive an engine share
+ * (bench_step.c, bench_tp.c: the layer exceptions that may include the
+ * train-private engine, cmake/layers.cmake): a random batch and one
+ * optimizer step as the trainer runs it. */
+#ifndef HS_BENCH_ENGINE_H
+#define HS_BENCH_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hypershard/optim.h"
+#include "train/engine.h"
+
+/* Random tokens and targets in [0, vocab): speed does not depend on the
+ * text. Ranks that must see the same batch pass the same seed. */
+static inline void hs_bench_random_batch(int32_t *tokens, int32_t *targets, size_t n, int vocab,
+                                         uint64_t seed)
+{
+    uint64_t x = seed;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        tokens[i] = (int32_t)((x >> 33) % (uint64_t)vocab);
+        targets[i] = (int32_t)((x >> 13) % (uint64_t)vocab);
+    }
+}
+
+/* One optimizer step of one micro-batch as src/train/step.c runs it:
+ * forward + backward, grad norm, clipping, the update, after_step, zeroed
+ * gradients. *t_fb gets the forward + backward seconds (may be NULL). */
+static inline hs_status hs_bench_engine_step(hs_engine *en, hs_optim *optim,
+                                             hs_optim_param *params, int n_params,
+                                             const hs_optim_config *oc, const hs_batch *b,
+                                             float grad_scale, double *t_fb, hs_error *e)
+{
+    double t0 = hs_now(), loss = 0.0, aux = 0.0, norm = 0.0;
+    en->begin_micro_batch(en, true, true, true);
+    hs_status s = hs_model_forward_backward(en->model, b, grad_scale, en->hooks(en), &loss, &aux, e);
+    if (t_fb) *t_fb = hs_now() - t0;
+    if (s == HS_OK) s = en->grad_norm(en, &norm, e);
+    if (s != HS_OK) return s;
+    hs_clip_grads(params, n_params, norm, oc->clip_grad_norm);
+    hs_optim_step(optim, oc->lr);
+    s = en->after_step(en, e);
+    en->zero_grads(en);
+    return s;
+}
+
+#endif
