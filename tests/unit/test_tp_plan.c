@@ -35,6 +35,17 @@ static hs_model *tp_model(hs_tp *t, bool tie, int n_kv_heads)
     return m;
 }
 
+/* A model of TP rank `rank` with the default plan applied. */
+static hs_model *planned_model(hs_tp *t)
+{
+    hs_model *m = tp_model(t, false, 2);
+    int n;
+    const hs_tp_rule *rules = hs_tp_default_plan(&n);
+    hs_error e;
+    if (hs_tp_apply_plan(t, m, rules, n, &e) != HS_OK) fail_msg("hs_tp_apply_plan: %s", e.msg);
+    return m;
+}
+
 static const hs_param *param(hs_model *m, const char *fqn)
 {
     int i = hs_model_find_param(m, fqn);
@@ -46,11 +57,7 @@ static void test_default_plan_places_every_parameter(void **state)
 {
     (void)state;
     hs_tp t = tp_of(1);
-    hs_model *m = tp_model(&t, false, 2);
-    int n;
-    const hs_tp_rule *rules = hs_tp_default_plan(&n);
-    hs_error e;
-    assert_int_equal(hs_tp_apply_plan(&t, m, rules, n, &e), HS_OK);
+    hs_model *m = planned_model(&t);
     const hs_param *q = param(m, "model.layers.0.self_attn.q_proj.weight");
     assert_true(q->on_tp_mesh && q->tp.kind == HS_PLACEMENT_SHARD && q->tp.dim == 0);
     assert_int_equal(q->local_shape[0], 4); /* 8 rows of 2 heads x HD 4: one head */
@@ -78,11 +85,7 @@ static void test_local_init_is_the_slice_of_the_whole(void **state)
 {
     (void)state;
     hs_tp t = tp_of(1);
-    hs_model *m = tp_model(&t, false, 2);
-    int n;
-    const hs_tp_rule *rules = hs_tp_default_plan(&n);
-    hs_error e;
-    assert_int_equal(hs_tp_apply_plan(&t, m, rules, n, &e), HS_OK);
+    hs_model *m = planned_model(&t);
     const char *names[] = {"model.layers.0.self_attn.o_proj.weight",
                            "model.layers.0.mlp.gate_proj.weight"};
     for (int k = 0; k < 2; k++) {
