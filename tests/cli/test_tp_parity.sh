@@ -11,7 +11,8 @@
 # 2/2/1/0); Muon orthogonalising each TP-split matrix whole (column- and
 # row-parallel, over uneven FSDP shards); an MoE model (the MoE layer
 # replicated over TP); bf16
-# param_dtype within the 1e-3 the FSDP policy tests use.
+# param_dtype within the 1e-3 the FSDP policy tests use; and a tp_size that
+# does not divide the model stops train with exit 2 before writing.
 #
 # Adam divides each gradient element by |g| + eps; TP sums the row-parallel
 # GEMMs in another order, so gradients differ from one process at ~5e-7,
@@ -73,3 +74,16 @@ bf16=(fsdp_config.mix_precision.param_dtype=bfloat16 fsdp_config.mix_precision.r
 hs_train bf1 1 "${bf16[@]}"
 hs_train bf_tp2 4 "${bf16[@]}" "${tp2[@]}" fsdp_config.dp_shard_size=2
 hs_compare_runs bf1 bf_tp2 1e-3
+
+# bad input: a tp_size that does not divide the kv heads or the vocabulary
+# stops `train` on every rank with exit 2 before anything is written
+rc=0
+"$MPIEXEC" -n 2 "$HS_BIN" train "${tiny[@]}" "${tp2[@]}" model.n_kv_heads=1 model.vocab_size=255 \
+    train.out_dir="$work/bad" > "$work/bad.txt" 2>&1 || rc=$?
+[ "$rc" = 2 ] || { cat "$work/bad.txt"; die "a bad tp_size exited $rc, not 2"; }
+grep -q "model.n_kv_heads = 1 is not divisible by accelerator.tp_size = 2" "$work/bad.txt" ||
+    die "no kv-heads error: $(cat "$work/bad.txt")"
+grep -q "model.vocab_size = 255 is not divisible by accelerator.tp_size = 2" "$work/bad.txt" ||
+    die "no vocabulary error: $(cat "$work/bad.txt")"
+[ ! -e "$work/bad" ] || die "a refused run left $work/bad behind"
+echo ok
