@@ -64,6 +64,11 @@ static hs_status check_batch(const hs_model *m, const hs_batch *b, bool need_tar
                             "buffers (max_batch=%d, seq_len=%d); create the model with "
                             "max_batch >= the micro-batch size and seq_len >= train.seq_len",
                             b->B, b->T, m->opt.max_batch, m->opt.seq_len);
+    if (m->sp && ((int64_t)b->B * b->T) % m->tp)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "batch of B=%d x T=%d rows cannot be split over tp_size=%d ranks "
+                            "(sequence parallel); use a train.seq_len divisible by tp_size",
+                            b->B, b->T, m->tp);
     if (!b->tokens) return hs_error_set(e, HS_ERR_INTERNAL, "batch: tokens is NULL");
     if (need_targets && !b->targets)
         return hs_error_set(e, HS_ERR_INTERNAL, "batch: targets is NULL but a loss is needed");
