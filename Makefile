@@ -41,6 +41,7 @@ bench: deps build
 	$(BUILD)/hypershard bench step --quick
 	mpiexec -n 2 $(BUILD)/hypershard bench fsdp
 	mpiexec -n 4 $(BUILD)/hypershard bench fsdp
+	mpiexec -n 4 $(BUILD)/hypershard bench tp
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
