@@ -5,7 +5,9 @@
 # and 3, the logits step 2 starts from and the exported model, within 1e-5
 # relative to each tensor's largest value (fp32). Layouts: TP 2 alone; TP 2
 # x FSDP 2; TP 2 x HSDP 2x2; TP 2 x FSDP 2 with sequence_parallel and
-# loss_parallel; loss_parallel alone; TP + replicate_params; TP-local dims
+# loss_parallel; loss_parallel alone; sequence parallel with no-sync
+# accumulation, activation checkpointing, comm fusion and CPU offload; tied
+# embeddings; TP + replicate_params; TP-local dims
 # that FSDP shards unevenly (ffn 170 -> 85 rows per TP rank over 2 FSDP
 # ranks) and with zero-length shards (ffn 10 -> 5 rows over 4 FSDP ranks:
 # 2/2/1/0); Muon orthogonalising each TP-split matrix whole (column- and
@@ -45,6 +47,23 @@ compare one tp2_hsdp
 hs_train_dump tp2_sp 4 "${tp2[@]}" fsdp_config.dp_shard_size=2 \
     accelerator.sequence_parallel=true accelerator.loss_parallel=true
 compare one tp2_sp
+# sequence parallel with the FSDP policies: no-sync accumulation over the 2
+# micro-batches, activation checkpointing (the recompute re-runs the TP
+# regions), communication fusion, CPU offload
+sp=("${tp2[@]}" fsdp_config.dp_shard_size=2 accelerator.sequence_parallel=true)
+hs_train_dump tp2_sp_nosync 4 "${sp[@]}" fsdp_config.requires_grad_sync=false
+compare one tp2_sp_nosync
+hs_train_dump tp2_sp_ckpt 4 "${sp[@]}" train.activation_checkpointing=true
+compare one tp2_sp_ckpt
+hs_train_dump tp2_sp_fused 4 "${sp[@]}" fsdp_config.comm_fusion=true
+compare one tp2_sp_fused
+hs_train_dump tp2_sp_offload 4 "${sp[@]}" fsdp_config.enable_offload=true
+compare one tp2_sp_offload
+# tied embedding and lm_head: one vocab-parallel tensor
+hs_train_dump tied1 1 model.tie_embeddings=true
+hs_train_dump tp2_tied 4 "${tp2[@]}" fsdp_config.dp_shard_size=2 model.tie_embeddings=true \
+    accelerator.loss_parallel=true
+compare tied1 tp2_tied
 # a TP-Replicate norm and a TP-sharded matrix as replicate_params
 rp='fsdp_config.replicate_params=[model.norm.weight,model.layers.0.mlp.up_proj.weight]'
 hs_train_dump tp2_rp 4 "${tp2[@]}" fsdp_config.dp_shard_size=2 "$rp"
