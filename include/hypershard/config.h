@@ -47,6 +47,7 @@ typedef struct hs_accel_config {
     char device[HS_NAME_MAX]; /* "cpu" | "cuda" */
     int tp_size, cp_size, ep_size, pp_size;
     bool sequence_parallel, loss_parallel;
+    char cp_rotate_method[HS_NAME_MAX]; /* "" (null: allgather) | "allgather" | "ring" */
 } hs_accel_config;
 
 typedef struct hs_mix_precision {

@@ -125,7 +125,42 @@ typedef struct hs_model_ops {
     /* loss_parallel off: every rank's [rows, V/tp] logits, out = tp blocks
      * in rank order (numel = rows * V/tp). */
     void (*gather_logits)(void *ctx, float *out, const float *in, int64_t numel);
+
+    /* Context parallelism (cp_size > 1, over cp_ctx): each sequence of a
+     * batch is this CP rank's chunks r and 2*cp-1-r of 2*cp equal chunks
+     * along T (causal load balance; hs_cp_* below), so the model runs on
+     * B x T/cp tokens at their global positions. Only attention crosses
+     * CP ranks. allgather: K/V are all-gathered over cp for the local
+     * queries, dK/dV reduce-scattered back; ring: K/V blocks travel the CP
+     * ring one step at a time, dK/dV likewise. */
+    void *cp_ctx;
+    int cp_size, cp_rank;
+    bool cp_ring;
+    void (*cp_all_gather)(void *cp_ctx, void *out, const void *in, int64_t numel, hs_dtype dt);
+    void (*cp_reduce_scatter)(void *cp_ctx, float *out, const float *in, int64_t numel);
+    /* Ring step: start sending `send` to CP rank + 1 and receiving into
+     * `recv` from CP rank - 1 (numel elements of dt each); the model
+     * computes on the block in hand meanwhile and waits before it reads
+     * `recv` or reuses `send`. */
+    void *(*cp_ring_start)(void *cp_ctx, void *recv, const void *send, int64_t numel, hs_dtype dt);
+    void (*cp_ring_wait)(void *cp_ctx, void *step);
 } hs_model_ops;
+
+/* The CP sequence layout. Of 2*cp chunks of T/(2*cp) positions, CP rank r
+ * holds chunk r then chunk 2*cp-1-r: local position t < T_local/2 is global
+ * r*C + t, the others (2*cp-1-r)*C + t - C, with C = T_local / 2. */
+int64_t hs_cp_global_position(int cp, int rank, int T_local, int t);
+/* Rank `rank`'s local rows [B, T_local, row] out of the whole [B, T, row]
+ * (T = cp * T_local), elements of `es` bytes. */
+void hs_cp_take_local(void *local, const void *whole, int cp, int rank, int B, int T_local,
+                      int64_t row, size_t es);
+/* The whole [B, T, row] from every CP rank's local rows, blocks[r] being
+ * rank r's [B, T_local, row] (what an all-gather over cp gives). */
+void hs_cp_blocks_to_whole(void *whole, const void *blocks, int cp, int B, int T_local,
+                           int64_t row, size_t es);
+/* The inverse: every rank's local rows of `whole`, in rank order. */
+void hs_cp_whole_to_blocks(void *blocks, const void *whole, int cp, int B, int T_local,
+                           int64_t row, size_t es);
 
 typedef struct hs_model_options {
     hs_dtype compute_dtype;        /* params and activations */

@@ -85,4 +85,21 @@ hs_status hs_tp_gather_full(hs_tp *t, const hs_param *p, const float *local, flo
 /* This TP rank's local slice of the whole fp32 tensor of p. */
 void hs_tp_local_slice(const hs_param *p, const float *full, float *local);
 
+/* ---------------------------------------------------- context parallel
+ *
+ * hs_cp fills the context-parallel part of a model's ops table over the
+ * cp group: all-gather of K/V and reduce-scatter of dK/dV (allgather), or
+ * the ring's send/recv steps, issued on the comm thread so a transfer
+ * overlaps the attention of the block in hand (ring). Failures end every
+ * rank. The sequence layout itself is the model's (hs_cp_take_local). */
+typedef struct hs_cp hs_cp;
+
+hs_status hs_cp_create(hs_comm *comm, hs_pg *group, bool ring, hs_cp **out, hs_error *e);
+void hs_cp_free(hs_cp *c);
+/* Set ops' cp_* members (the rest of the table is left as it is). */
+void hs_cp_fill_ops(hs_cp *c, hs_model_ops *ops);
+/* Time the calling thread spent in CP collectives and waits, and counts. */
+hs_tp_stats hs_cp_get_stats(const hs_cp *c);
+void hs_cp_reset_stats(hs_cp *c);
+
 #endif

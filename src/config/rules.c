@@ -68,15 +68,14 @@ static void check_batch(const hs_config *c, const hs_topology *t, hs_cfg_report 
                       g, mb, dp, denom, up, alt);
 }
 
-/* Context, expert and pipeline parallelism have rules of their own (below
- * and in the topology) for when they land, but no engine runs them yet. */
+/* Expert and pipeline parallelism have rules of their own (below and in
+ * the topology) for when they land, but no engine runs them yet. */
 void hs_cfg_check_unbuilt(const hs_config *c, hs_cfg_report *rep) {
     const hs_accel_config *a = &c->accelerator;
     const struct {
         const char *path, *what;
         int size;
     } dims[] = {
-        {"accelerator.cp_size", "context", a->cp_size},
         {"accelerator.ep_size", "expert", a->ep_size},
         {"accelerator.pp_size", "pipeline", a->pp_size},
     };
@@ -166,16 +165,30 @@ void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_repo
     const hs_accel_config *a = &c->accelerator;
     check_batch(c, t, rep);
     check_tp(c, t, rep);
-    long long seq_split = (long long)a->cp_size * (a->sequence_parallel ? a->tp_size : 1);
+    /* CP: two chunks per rank (causal load balance); SP then splits a CP
+     * rank's rows over TP. */
+    long long cp_split = a->cp_size > 1 ? 2LL * a->cp_size : 1;
+    long long seq_split = cp_split * (a->sequence_parallel ? a->tp_size : 1);
     if (c->train.seq_len >= 1 && c->train.seq_len % seq_split)
         hs_cfg_report_add(rep,
                           "train.seq_len = %d is not divisible by %s = %lld; choose a multiple "
-                          "of %lld",
+                          "of %lld, e.g. train.seq_len: %lld",
                           c->train.seq_len,
-                          a->sequence_parallel ? "accelerator.cp_size x accelerator.tp_size "
-                                                 "(sequence_parallel)"
-                                               : "accelerator.cp_size",
-                          seq_split, seq_split);
+                          a->sequence_parallel && a->cp_size > 1
+                              ? "2 x accelerator.cp_size x accelerator.tp_size (context "
+                                "parallelism holds two chunks per rank, sequence_parallel splits "
+                                "them over TP)"
+                          : a->sequence_parallel ? "accelerator.tp_size (sequence_parallel)"
+                                                 : "2 x accelerator.cp_size (context parallelism "
+                                                   "holds two chunks of each sequence per rank)",
+                          seq_split, seq_split,
+                          (c->train.seq_len / seq_split + 1) * seq_split);
+    const char *how = a->cp_rotate_method;
+    if (how[0] && strcmp(how, "allgather") && strcmp(how, "ring"))
+        hs_cfg_report_add(rep,
+                          "accelerator.cp_rotate_method = %s is not a method; use allgather "
+                          "(the default) or ring",
+                          how);
     if (a->pp_size > m->n_layers && m->n_layers >= 1)
         hs_cfg_report_add(rep,
                           "accelerator.pp_size = %d exceeds model.n_layers = %d; every pipeline "

@@ -62,12 +62,15 @@ static const hs_cfg_key keys[] = {
          "tensor-parallel degree (fastest-varying rank dim); must divide the heads, kv heads, "
          "dense MLP and vocabulary"),
     KINT("accelerator.cp_size", accelerator.cp_size, "1", GE | RULE, 1,
-         "context-parallel degree (splits the sequence; never enlarges the FSDP shard degree); "
-         "only 1 in this build"),
+         "context-parallel degree (splits each sequence in 2 x cp_size chunks, two per rank; "
+         "never enlarges the FSDP shard degree)"),
     KINT("accelerator.ep_size", accelerator.ep_size, "1", GE | RULE, 1,
          "expert-parallel degree over the expert domain dp x cp x tp; only 1 in this build"),
     KINT("accelerator.pp_size", accelerator.pp_size, "1", GE | RULE, 1,
          "pipeline-parallel stages (slowest-varying rank dim); only 1 in this build"),
+    KSTR("accelerator.cp_rotate_method", accelerator.cp_rotate_method, "null", true,
+         "allgather | ring | null",
+         "how attention sees the other CP ranks' keys: allgather (null: the default) or ring"),
     KBOOL("accelerator.sequence_parallel", accelerator.sequence_parallel, "false",
           "shard norm/dropout activations over the sequence on the TP group (needs tp_size > 1)"),
     KBOOL("accelerator.loss_parallel", accelerator.loss_parallel, "false",

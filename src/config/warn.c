@@ -89,6 +89,10 @@ static void warn_trainer(const hs_config *c, const hs_config *d, const hs_topolo
     if (!moe && changed_under(c, d, "model.moe", list, sizeof list))
         hs_log_warn(log, "%s: no effect with model.arch = %s (no routed experts)", list,
                     c->model.arch);
+    if (t->cp == 1 && c->accelerator.cp_rotate_method[0])
+        hs_log_warn(log, "accelerator.cp_rotate_method = %s has no effect: it needs "
+                         "accelerator.cp_size > 1",
+                    c->accelerator.cp_rotate_method);
     if (t->tp == 1 && c->accelerator.sequence_parallel)
         hs_log_warn(log, "accelerator.sequence_parallel = true has no effect: it needs "
                          "accelerator.tp_size > 1");

@@ -56,11 +56,11 @@ static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicat
 
 static hs_status check_topology(const hs_topology *t, hs_error *e)
 {
-    if (t->cp > 1 || t->ep > 1 || t->pp > 1)
+    if (t->ep > 1 || t->pp > 1)
         return hs_error_set(e, HS_ERR_CONFIG,
-                            "accelerator.cp_size=%d ep_size=%d pp_size=%d: the FSDP engine "
-                            "composes with tensor parallelism only so far; set them to 1",
-                            t->cp, t->ep, t->pp);
+                            "accelerator.ep_size=%d pp_size=%d: the FSDP engine composes with "
+                            "tensor and context parallelism only so far; set them to 1",
+                            t->ep, t->pp);
     return HS_OK;
 }
 

@@ -34,11 +34,25 @@ static void att_scores(float *S, const void *q, head_view qv, const void *k, hea
                hs_cat(k, dt, kv.off), dt, kv.ld, 0.0f, S, HS_DTYPE_F32, nk);
 }
 
-/* Row-wise causal softmax of S in place; writes each row's log-sum-exp. */
-static void att_softmax(float *S, float *lse, int r0, int rows, int nk) {
+/* Keys visible to query row i of a block whose first row is at global
+ * position gq, when key row 0 is at global position gk: causal, clamped
+ * to the nk keys of the block. */
+static int visible(int64_t gq, int i, int64_t gk, int nk) {
+    int64_t v = gq + i - gk + 1;
+    return v < 0 ? 0 : v > nk ? nk : (int)v;
+}
+
+/* Row-wise causal softmax of S in place; writes each row's log-sum-exp
+ * (-inf, and a zero row, when no key is visible). */
+static void att_softmax(float *S, float *lse, int64_t gq, int64_t gk, int rows, int nk) {
     for (int i = 0; i < rows; i++) {
         float *s = S + (int64_t)i * nk;
-        int valid = r0 + i + 1;
+        int valid = visible(gq, i, gk, nk);
+        if (valid == 0) {
+            memset(s, 0, (size_t)nk * sizeof(float));
+            lse[i] = -INFINITY;
+            continue;
+        }
         float mx = s[0];
         for (int j = 1; j < valid; j++) mx = s[j] > mx ? s[j] : mx;
         double sum = 0.0;
@@ -49,83 +63,130 @@ static void att_softmax(float *S, float *lse, int r0, int rows, int nk) {
         float inv = (float)(1.0 / sum);
         for (int j = 0; j < valid; j++) s[j] *= inv;
         memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
-        lse[r0 + i] = mx + (float)log(sum);
+        lse[i] = mx + (float)log(sum);
     }
+}
+
+/* Keys a block of `rows` queries starting at global position gq needs. */
+static int block_keys(int64_t gq, int rows, int64_t gk, int Tk) {
+    int64_t n = gq + rows - gk;
+    return n < 0 ? 0 : n > Tk ? Tk : (int)n;
+}
+
+hs_att_rows hs_att_rows_all(int T) {
+    return (hs_att_rows){.Tq = T, .Tk = T, .q0 = 0, .nq = T, .k0 = 0, .nk = T, .gq = 0, .gk = 0};
+}
+
+void hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
+                               const void *v, hs_dtype dt, float *scratch, int B, int NH, int KVH,
+                               int HD, const hs_att_rows *r) {
+    float scale = 1.0f / sqrtf((float)HD);
+    int group = NH / KVH, tb = att_rows(r->nq);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            head_view qv = head_of(b, r->Tq, h, NH, HD), kv = head_of(b, r->Tk, h / group, KVH, HD);
+            kv.off += (int64_t)r->k0 * kv.ld;
+            float *hl = lse + ((int64_t)b * NH + h) * r->Tq + r->q0;
+            for (int r0 = 0; r0 < r->nq; r0 += tb) {
+                int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
+                int64_t gq = r->gq + r0;
+                int nk = block_keys(gq, rows, r->gk, r->nk);
+                void *o = hs_at(out, odt, qv.off + qr * qv.ld);
+                if (nk == 0) { /* no key visible: a zero output, lse -inf */
+                    for (int i = 0; i < rows; i++) {
+                        memset(hs_at(o, odt, i * qv.ld), 0, (size_t)HD * hs_dtype_size(odt));
+                        hl[r0 + i] = -INFINITY;
+                    }
+                    continue;
+                }
+                att_scores(scratch, q, qv, k, kv, dt, qr, rows, nk, HD, scale);
+                att_softmax(scratch, hl + r0, gq, r->gk, rows, nk);
+                hs_gemm_ex(false, false, rows, HD, nk, 1.0f, scratch, HS_DTYPE_F32, nk,
+                           hs_cat(v, dt, kv.off), dt, kv.ld, 0.0f, o, odt, qv.ld);
+            }
+        }
 }
 
 void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
                           const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
                           const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch, int B, int T,
                           int NH, int KVH, int HD) {
-    float scale = 1.0f / sqrtf((float)HD);
-    int group = NH / KVH, tb = att_rows(T);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            head_view qv = head_of(b, T, h, NH, HD), kv = head_of(b, T, h / group, KVH, HD);
-            float *hl = lse + ((int64_t)b * NH + h) * T;
-            for (int r0 = 0; r0 < T; r0 += tb) {
-                int rows = T - r0 < tb ? T - r0 : tb, nk = r0 + rows;
-                att_scores(scratch, q, qv, k, kv, dt, r0, rows, nk, HD, scale);
-                att_softmax(scratch, hl, r0, rows, nk);
-                hs_gemm_ex(false, false, rows, HD, nk, 1.0f, scratch, HS_DTYPE_F32, nk,
-                           hs_cat(v, dt, kv.off), dt, kv.ld, 0.0f,
-                           hs_at(out, dt, qv.off + r0 * qv.ld), dt, qv.ld);
-            }
-        }
+    hs_att_rows r = hs_att_rows_all(T);
+    hs_attention_forward_rows(out, dt, lse, q, k, v, dt, scratch, B, NH, KVH, HD, &r);
 }
 
 /* P = exp(S - lse) on the causal part, 0 above the diagonal. */
-static void att_probs(float *S, const float *lse, int r0, int rows, int nk) {
+static void att_probs(float *S, const float *lse, int64_t gq, int64_t gk, int rows, int nk) {
     for (int i = 0; i < rows; i++) {
         float *s = S + (int64_t)i * nk;
-        int valid = r0 + i + 1;
-        float l = lse[r0 + i];
+        int valid = visible(gq, i, gk, nk);
+        float l = lse[i];
         for (int j = 0; j < valid; j++) s[j] = expf(s[j] - l);
         memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
     }
 }
 
-/* dS = P * (dP - sum_j P dP), in place over dP. */
-static void att_softmax_backward(float *dP, const float *P, int rows, int nk) {
+/* dS = P * (dP - D), in place over dP: D = sum_j P dP over the block's keys,
+ * or the given delta (rows' sum over all keys, when keys come in blocks). */
+static void att_softmax_backward(float *dP, const float *P, const float *delta, int rows, int nk) {
     for (int i = 0; i < rows; i++) {
         const float *p = P + (int64_t)i * nk;
         float *d = dP + (int64_t)i * nk;
-        double dot = 0.0;
-        for (int j = 0; j < nk; j++) dot += (double)p[j] * d[j];
-        float fd = (float)dot;
+        float fd;
+        if (delta) {
+            fd = delta[i];
+        } else {
+            double dot = 0.0;
+            for (int j = 0; j < nk; j++) dot += (double)p[j] * d[j];
+            fd = (float)dot;
+        }
         for (int j = 0; j < nk; j++) d[j] = p[j] * (d[j] - fd);
     }
+}
+
+void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout, const void *q,
+                                const void *k, const void *v, const float *lse, const float *delta,
+                                hs_dtype dt, float *scratch, int B, int NH, int KVH, int HD,
+                                const hs_att_rows *r) {
+    float scale = 1.0f / sqrtf((float)HD);
+    int group = NH / KVH, tb = att_rows(r->nq);
+    float *P = scratch, *dP = scratch + (int64_t)tb * r->nk;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            head_view qv = head_of(b, r->Tq, h, NH, HD), kv = head_of(b, r->Tk, h / group, KVH, HD);
+            kv.off += (int64_t)r->k0 * kv.ld;
+            int64_t row0 = ((int64_t)b * NH + h) * r->Tq + r->q0;
+            const float *hl = lse + row0, *hd = delta ? delta + row0 : NULL;
+            for (int r0 = 0; r0 < r->nq; r0 += tb) {
+                int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
+                int64_t gq = r->gq + r0;
+                int nk = block_keys(gq, rows, r->gk, r->nk);
+                if (nk == 0) continue;
+                const float *dO = dout + qv.off + qr * qv.ld;
+                att_scores(P, q, qv, k, kv, dt, qr, rows, nk, HD, scale);
+                att_probs(P, hl + r0, gq, r->gk, rows, nk);
+                /* dP = dO V^T;  dV += P^T dO */
+                hs_gemm_ex(false, true, rows, nk, HD, 1.0f, dO, HS_DTYPE_F32, qv.ld,
+                           hs_cat(v, dt, kv.off), dt, kv.ld, 0.0f, dP, HS_DTYPE_F32, nk);
+                hs_gemm_ex(true, false, nk, HD, rows, 1.0f, P, HS_DTYPE_F32, nk, dO, HS_DTYPE_F32,
+                           qv.ld, 1.0f, dv + kv.off, HS_DTYPE_F32, kv.ld);
+                att_softmax_backward(dP, P, hd ? hd + r0 : NULL, rows, nk);
+                /* dQ += scale dS K;  dK += scale dS^T Q */
+                hs_gemm_ex(false, false, rows, HD, nk, scale, dP, HS_DTYPE_F32, nk,
+                           hs_cat(k, dt, kv.off), dt, kv.ld, 1.0f, dq + qv.off + qr * qv.ld,
+                           HS_DTYPE_F32, qv.ld);
+                hs_gemm_ex(true, false, nk, HD, rows, scale, dP, HS_DTYPE_F32, nk,
+                           hs_cat(q, dt, qv.off + qr * qv.ld), dt, qv.ld, 1.0f, dk + kv.off,
+                           HS_DTYPE_F32, kv.ld);
+            }
+        }
 }
 
 void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
                            float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
                            const void *q, const void *k, const void *v, const float *lse,
                            hs_dtype dt, float *scratch, int B, int T, int NH, int KVH, int HD) {
-    float scale = 1.0f / sqrtf((float)HD);
-    int group = NH / KVH, tb = att_rows(T);
-    float *P = scratch, *dP = scratch + (int64_t)tb * T;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            head_view qv = head_of(b, T, h, NH, HD), kv = head_of(b, T, h / group, KVH, HD);
-            const float *hl = lse + ((int64_t)b * NH + h) * T;
-            for (int r0 = 0; r0 < T; r0 += tb) {
-                int rows = T - r0 < tb ? T - r0 : tb, nk = r0 + rows;
-                const float *dO = dout + qv.off + r0 * qv.ld;
-                att_scores(P, q, qv, k, kv, dt, r0, rows, nk, HD, scale);
-                att_probs(P, hl, r0, rows, nk);
-                /* dP = dO V^T;  dV += P^T dO */
-                hs_gemm_ex(false, true, rows, nk, HD, 1.0f, dO, HS_DTYPE_F32, qv.ld,
-                           hs_cat(v, dt, kv.off), dt, kv.ld, 0.0f, dP, HS_DTYPE_F32, nk);
-                hs_gemm_ex(true, false, nk, HD, rows, 1.0f, P, HS_DTYPE_F32, nk, dO, HS_DTYPE_F32,
-                           qv.ld, 1.0f, dv + kv.off, HS_DTYPE_F32, kv.ld);
-                att_softmax_backward(dP, P, rows, nk);
-                /* dQ += scale dS K;  dK += scale dS^T Q */
-                hs_gemm_ex(false, false, rows, HD, nk, scale, dP, HS_DTYPE_F32, nk,
-                           hs_cat(k, dt, kv.off), dt, kv.ld, 1.0f, dq + qv.off + r0 * qv.ld,
-                           HS_DTYPE_F32, qv.ld);
-                hs_gemm_ex(true, false, nk, HD, rows, scale, dP, HS_DTYPE_F32, nk,
-                           hs_cat(q, dt, qv.off + r0 * qv.ld), dt, qv.ld, 1.0f, dk + kv.off,
-                           HS_DTYPE_F32, kv.ld);
-            }
-        }
+    hs_att_rows r = hs_att_rows_all(T);
+    hs_attention_backward_rows(dq, dk, dv, dout, q, k, v, lse, NULL, dt, scratch, B, NH, KVH, HD,
+                               &r);
 }

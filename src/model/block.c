@@ -36,11 +36,14 @@ static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_a
     hs_linear_forward(a->q, a->ln1, bp->wq->data, dt, N, C, qd, 0);
     hs_linear_forward(a->k, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
     hs_linear_forward(a->v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
-    hs_rope_forward(a->q, dt, m->cos_t, m->sin_t, B, T, m->NH, m->HD);
-    hs_rope_forward(a->k, dt, m->cos_t, m->sin_t, B, T, m->KVH, m->HD);
-    hs_attention_forward(a->atty, a->lse, a->q, a->k, a->v, dt, m->att_scratch, B, T, m->NH, m->KVH,
-                         m->HD);
-    if (m->ops) { /* row-parallel: partial sums, reduced, then the residual */
+    hs_rope_forward(a->q, dt, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
+    hs_rope_forward(a->k, dt, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
+    if (m->cp_on)
+        hs_cp_attention_forward(m, a, B, T);
+    else
+        hs_attention_forward(a->atty, a->lse, a->q, a->k, a->v, dt, m->att_scratch, B, T, m->NH,
+                             m->KVH, m->HD);
+    if (m->tp_on) { /* row-parallel: partial sums, reduced, then the residual */
         hs_linear_forward_to(m->tp_part, HS_DTYPE_F32, a->atty, bp->wo->data, dt, N, qd, C, 0);
         hs_tp_exit_add(m, a->x_mid, rdt, x, xdt, N);
         return;
@@ -60,7 +63,7 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
         hs_linear_forward(a->gate, a->ln2, bp->wg->data, dt, N, C, m->F, 0);
         hs_linear_forward(a->up, a->ln2, bp->wu->data, dt, N, C, m->F, 0);
         hs_swiglu_forward(m->hbuf, a->gate, a->up, dt, N * m->F);
-        if (m->ops) {
+        if (m->tp_on) {
             hs_linear_forward_to(m->tp_part, HS_DTYPE_F32, m->hbuf, bp->wd->data, dt, N, m->F, C,
                                  0);
             hs_tp_exit_add(m, x_out, rdt, a->x_mid, rdt, N);
@@ -163,10 +166,13 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
     zero_f32(m->dq, N * qd);
     zero_f32(m->dk, N * kvd);
     zero_f32(m->dv, N * kvd);
-    hs_attention_backward(m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->lse, dt,
-                          m->att_scratch, B, T, m->NH, m->KVH, m->HD);
-    hs_rope_backward(m->dq, m->cos_t, m->sin_t, B, T, m->NH, m->HD);
-    hs_rope_backward(m->dk, m->cos_t, m->sin_t, B, T, m->KVH, m->HD);
+    if (m->cp_on)
+        hs_cp_attention_backward(m, a, B, T);
+    else
+        hs_attention_backward(m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->lse, dt,
+                              m->att_scratch, B, T, m->NH, m->KVH, m->HD);
+    hs_rope_backward(m->dq, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
+    hs_rope_backward(m->dk, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
     zero_f32(m->dln, N * C);
     hs_linear_backward(m->dln, bp->wq->grad, bp->wq->grad_dtype, m->dq, a->ln1, bp->wq->data, dt, N,
                        C, qd);

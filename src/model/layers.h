@@ -126,6 +126,28 @@ void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */
                            const void *q, const void *k, const void *v, const float *lse,
                            hs_dtype dt, float *scratch, int B, int T, int NH, int KVH, int HD);
 
+/* The same on a row range, for context parallelism: query rows
+ * [q0, q0+nq) of a [B, Tq, NH*HD] q, whose row q0 is at global position gq,
+ * against a [B, Tk, KVH*HD] k/v whose row 0 is at global position gk;
+ * query at position p sees keys at positions <= p. lse is [B, NH, Tq]; a
+ * row that sees no key gets a zero output and lse -inf. The output is in
+ * odt (fp32 for the ring's online-softmax merge). Backward accumulates dq
+ * (local rows) and dk/dv ([B, Tk]); with `delta` ([B, NH, Tq]: each row's
+ * sum of dO * O over all keys) the keys may come in blocks. */
+typedef struct hs_att_rows {
+    int Tq, Tk, q0, nq;
+    int k0, nk;     /* key rows [k0, k0+nk) of k/v take part */
+    int64_t gq, gk; /* gk: global position of key row k0 */
+} hs_att_rows;
+hs_att_rows hs_att_rows_all(int T);
+void hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
+                               const void *v, hs_dtype dt, float *scratch, int B, int NH, int KVH,
+                               int HD, const hs_att_rows *r);
+void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout, const void *q,
+                                const void *k, const void *v, const float *lse, const float *delta,
+                                hs_dtype dt, float *scratch, int B, int NH, int KVH, int HD,
+                                const hs_att_rows *r);
+
 /* ----------------------------------------------------------------- swiglu */
 
 /* out = silu(gate) * up. */

@@ -47,7 +47,7 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
                         "model options: max_batch=%d and seq_len=%d must be >= 1 (set "
                         "train.micro_batch_size and train.seq_len)",
                         o->max_batch, o->seq_len);
-    int tp = o->ops ? o->ops->tp_size : 1;
+    int tp = o->ops && o->ops->tp_size > 1 ? o->ops->tp_size : 1;
     if (tp > 1 && (c->n_heads % tp || kvh % tp || c->vocab_size % tp ||
                    (strcmp(c->arch, "llama") == 0 && c->ffn_dim % tp) ||
                    (o->ops->sequence_parallel && o->seq_len % tp)))
@@ -56,6 +56,12 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
                         "vocab_size=%d, ffn_dim=%d (and train.seq_len=%d under "
                         "sequence_parallel); choose a tp_size that divides them all",
                         tp, c->n_heads, kvh, c->vocab_size, c->ffn_dim, o->seq_len);
+    int cp = o->ops && o->ops->cp_size > 1 ? o->ops->cp_size : 1;
+    if (cp > 1 && o->seq_len % (2 * cp))
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "train.seq_len=%d must be a multiple of 2 x accelerator.cp_size = %d "
+                        "(each CP rank holds two of 2 x cp_size equal chunks)",
+                        o->seq_len, 2 * cp);
     if (tp > 1 && o->ops->sequence_parallel && strcmp(c->arch, "moe") == 0)
         hs_error_append(e, HS_ERR_CONFIG,
                         "accelerator.sequence_parallel with model.arch=moe: the routed experts "
@@ -151,7 +157,7 @@ static void buffers_alloc(hs_model *m) {
     /* Enough rows for an efficient GEMM, few enough that the chunk stays small. */
     m->head_rows = BT < HEAD_ROWS ? BT : HEAD_ROWS;
     m->logits = buf(m, m->head_rows * m->V, HS_DTYPE_F32);
-    if (m->ops) {
+    if (m->tp_on) {
         m->tp_part = buf(m, BT * m->C, HS_DTYPE_F32);
         m->tp_red = buf(m, BT * m->C, HS_DTYPE_F32);
         m->sp_ln = buf(m, BT * m->C, dt);
@@ -162,6 +168,31 @@ static void buffers_alloc(hs_model *m) {
     m->cos_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     m->sin_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     hs_rope_tables(m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);
+    m->rope_cos = m->cos_t, m->rope_sin = m->sin_t;
+    if (m->cp_on) {
+        int64_t nkv = (int64_t)m->opt.max_batch * T * kv;
+        m->cos_l = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
+        m->sin_l = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
+        if (!m->ops->cp_ring) {
+            m->kf = buf(m, nkv, dt);
+            m->vf = buf(m, nkv, dt);
+            m->cp_stage = buf(m, nkv, dt);
+            m->dkf = buf(m, nkv, HS_DTYPE_F32);
+            m->dvf = buf(m, nkv, HS_DTYPE_F32);
+            m->cp_fstage = buf(m, nkv, HS_DTYPE_F32);
+        } else {
+            int64_t nl = nkv / m->cp, rows = BT / m->cp * m->NH; /* local rows */
+            for (int i = 0; i < 2; i++) {
+                m->ring_kv[i] = buf(m, 2 * nl, dt);
+                m->ring_dkv[i] = buf(m, 2 * nl, HS_DTYPE_F32);
+            }
+            m->ring_bout = buf(m, BT / m->cp * q, HS_DTYPE_F32);
+            m->ring_out = buf(m, BT / m->cp * q, HS_DTYPE_F32);
+            m->ring_lse = buf(m, rows, HS_DTYPE_F32);
+            m->ring_blse = buf(m, rows, HS_DTYPE_F32);
+            m->ring_delta = buf(m, rows, HS_DTYPE_F32);
+        }
+    }
     m->dres = buf(m, BT * m->C, HS_DTYPE_F32);
     m->dln = buf(m, BT * m->C, HS_DTYPE_F32);
     m->dq = buf(m, BT * q, HS_DTYPE_F32);
@@ -202,9 +233,13 @@ static void dims_set(hs_model *m) {
     m->V = c->vocab_size;
     m->NHg = m->NH, m->KVHg = m->KVH, m->Fg = m->F, m->Vg = m->V;
     m->ops = m->opt.ops;
-    m->tp = m->ops ? m->ops->tp_size : 1;
-    m->tp_rank = m->ops ? m->ops->tp_rank : 0;
-    m->sp = m->ops && m->ops->sequence_parallel;
+    m->tp = m->ops && m->ops->tp_size > 1 ? m->ops->tp_size : 1;
+    m->tp_rank = m->tp > 1 ? m->ops->tp_rank : 0;
+    m->tp_on = m->tp > 1;
+    m->cp = m->ops && m->ops->cp_size > 1 ? m->ops->cp_size : 1;
+    m->cp_rank = m->cp > 1 ? m->ops->cp_rank : 0;
+    m->cp_on = m->cp > 1;
+    m->sp = m->tp_on && m->ops->sequence_parallel;
     m->NH /= m->tp, m->KVH /= m->tp, m->V /= m->tp;
     m->F = strcmp(c->arch, "llama") == 0 ? m->F / m->tp : m->F;
     m->v0 = (int64_t)m->V * m->tp_rank;
@@ -254,7 +289,11 @@ static void buffers_free(hs_model *m) {
                     m->datt,        m->dg,          m->du,     m->dh,     m->hbuf,
                     m->att_scratch, m->moe_scratch, m->aux_g,  m->out_tmp,
                     m->tp_part,     m->tp_red,      m->sp_ln,  m->sp_dfull,
-                    m->tp_stats,    m->logits_all};
+                    m->tp_stats,    m->logits_all,  m->cos_l,  m->sin_l,
+                    m->kf,          m->vf,          m->cp_stage, m->dkf,
+                    m->dvf,         m->cp_fstage,   m->ring_out, m->ring_lse,
+                    m->ring_blse,   m->ring_delta,  m->ring_bout, m->ring_kv[0],
+                    m->ring_kv[1],  m->ring_dkv[0], m->ring_dkv[1]};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_pool_free(m->pool, ptrs[i]);
     if (m->moe && m->aux.count) hs_moe_aux_free(&m->aux);
 }

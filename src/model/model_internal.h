@@ -60,7 +60,9 @@ struct hs_model {
     int C, NH, KVH, HD, F, V, L; /* F: dense ffn_dim */
     int NHg, KVHg, Fg, Vg;
     const hs_model_ops *ops; /* NULL: one device */
+    bool tp_on, cp_on;       /* tensor / context parallel ops in use */
     int tp, tp_rank;
+    int cp, cp_rank;
     bool sp;                 /* sequence parallel: residual rows split over tp */
     int64_t v0;              /* first vocabulary row of this TP rank */
     int8_t *want_split;      /* [n_params]: tensor dim the model splits over tp, -1 none */
@@ -107,6 +109,22 @@ struct hs_model {
     float *tp_stats;   /* [3*head_rows] fp32 row max / sum-exp / target logit */
     float *logits_all; /* [head_rows, Vg] fp32 gathered logits (loss_parallel off) */
 
+    /* context parallelism (NULL without CP); T = seq_len, the whole sequence */
+    const float *rope_cos, *rope_sin; /* the tables of this batch's positions */
+    float *cos_l, *sin_l;   /* [T, HD/2] rows of the local positions */
+    /* allgather */
+    void *kf, *vf;          /* [B,T,KVH*HD] whole-sequence K/V */
+    void *cp_stage;         /* [B,T,KVH*HD] the all-gathered blocks */
+    float *dkf, *dvf;       /* [B,T,KVH*HD] fp32 dK/dV of the whole sequence */
+    float *cp_fstage;       /* [B,T,KVH*HD] fp32 blocks to reduce-scatter */
+    /* ring: [K | V] of a block (local rows) in hand and arriving, their
+     * fp32 [dK | dV], a block's output and the online-softmax state */
+    void *ring_kv[2];
+    float *ring_dkv[2];
+    float *ring_bout;       /* [B,T_local,NH*HD] fp32 */
+    float *ring_out;        /* [B,T_local,NH*HD] fp32 */
+    float *ring_lse, *ring_blse, *ring_delta; /* [B,NH,T_local] */
+
     /* moe */
     void *moe_scratch; /* hs_moe_scratch_bytes */
     hs_moe_aux aux;
@@ -152,6 +170,14 @@ const float *hs_tp_exit_grad(hs_model *m, int64_t N);
 /* Backward of the entry: dfull (all N rows, partial sums) reduced; returns
  * the local rows' gradient (dfull itself, or m->tp_red). */
 const float *hs_tp_enter_grad(hs_model *m, float *dfull, int64_t N);
+
+/* cp.c: context-parallel attention of one block (queries: the local rows
+ * in a->q; keys: every CP rank's), forward into a->atty / a->lse, backward
+ * into m->dq, m->dk, m->dv from m->datt. hs_cp_prepare sets the RoPE
+ * tables of a batch of T_local rows per sequence. */
+void hs_cp_prepare(hs_model *m, int T_local);
+void hs_cp_attention_forward(hs_model *m, hs_block_acts *a, int B, int T);
+void hs_cp_attention_backward(hs_model *m, hs_block_acts *a, int B, int T);
 
 /* tp_head.c: vocab-parallel embedding forward into resid[0] (local rows)
  * and backward from m->dres; lm_head + loss over all rows with

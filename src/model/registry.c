@@ -251,7 +251,7 @@ hs_status hs_model_check_tp_layout(const hs_model *m, hs_error *e) {
         const hs_param *p = &m->params[i];
         int64_t want[HS_TENSOR_MAX_DIMS];
         for (int d = 0; d < p->ndim; d++) want[d] = p->shape[d];
-        int sd = m->ops ? m->want_split[i] : -1;
+        int sd = m->tp_on ? m->want_split[i] : -1;
         if (sd >= 0) want[sd] /= m->tp;
         bool ok = true;
         for (int d = 0; d < p->ndim; d++) ok &= p->local_shape[d] == want[d];

@@ -69,6 +69,12 @@ static hs_status check_batch(const hs_model *m, const hs_batch *b, bool need_tar
                             "batch of B=%d x T=%d rows cannot be split over tp_size=%d ranks "
                             "(sequence parallel); use a train.seq_len divisible by tp_size",
                             b->B, b->T, m->tp);
+    if (m->cp_on && (b->T % 2 || (int64_t)b->T * m->cp > m->opt.seq_len))
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "batch of T=%d tokens per sequence is not a context-parallel local "
+                            "batch: each of cp_size=%d ranks holds two equal chunks of a "
+                            "sequence of at most seq_len=%d (pass hs_cp_take_local's rows)",
+                            b->T, m->cp, m->opt.seq_len);
     if (!b->tokens) return hs_error_set(e, HS_ERR_INTERNAL, "batch: tokens is NULL");
     if (need_targets && !b->targets)
         return hs_error_set(e, HS_ERR_INTERNAL, "batch: targets is NULL but a loss is needed");
@@ -83,7 +89,7 @@ static hs_status check_batch(const hs_model *m, const hs_batch *b, bool need_tar
 static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
                           bool count_aux) {
     int64_t N = (int64_t)b->B * b->T;
-    if (m->ops)
+    if (m->tp_on)
         hs_tp_embedding_forward(m, b->tokens, N);
     else
         hs_embedding_forward(m->resid[0], b->tokens, m->embed->data, m->dt, N, m->C);
@@ -130,7 +136,7 @@ static double head_forward_backward(hs_model *m, const int32_t *targets, int64_t
     memset(m->dln, 0, (size_t)(N * m->C) * sizeof(float));
     for (int64_t r0 = 0; r0 < N; r0 += m->head_rows) {
         int64_t rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
-        if (m->ops) {
+        if (m->tp_on) {
             loss += hs_tp_head_chunk(m, targets, r0, rows, scale, true, NULL);
         } else {
             head_logits(m, m->logits, r0, rows);
@@ -170,7 +176,7 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
         hs_block_backward(m, i, a, m->resid[i], b->B, b->T, hooks, m->moe ? m->aux_g : NULL);
         hs_hook_post_backward(hooks, u);
     }
-    if (m->ops)
+    if (m->tp_on)
         hs_tp_embedding_backward(m, b->tokens, N);
     else
         hs_embedding_backward(m->embed->grad, m->embed->grad_dtype, m->dres, b->tokens, N, m->C);
@@ -181,6 +187,7 @@ hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_s
                                     hs_error *e) {
     if (check_batch(m, b, true, e) != HS_OK) return e->code;
     int64_t N = (int64_t)b->B * b->T, valid = count_valid(b->targets, N);
+    hs_cp_prepare(m, b->T);
     hs_hook_pre_forward(hooks, 0);
     trunk_forward(m, b, hooks, true);
     double aux = 0.0;
@@ -207,6 +214,7 @@ hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_s
 hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
                            double *loss_sum, float *logits, hs_error *e) {
     if (check_batch(m, b, loss_sum != NULL, e) != HS_OK) return e->code;
+    hs_cp_prepare(m, b->T);
     int64_t N = (int64_t)b->B * b->T;
     double loss = 0.0;
     hs_hook_pre_forward(hooks, 0);
@@ -214,7 +222,7 @@ hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks 
     final_norm_forward(m, N);
     for (int64_t r0 = 0; r0 < N; r0 += m->head_rows) {
         int64_t rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
-        if (m->ops) {
+        if (m->tp_on) {
             loss += hs_tp_head_chunk(m, loss_sum ? b->targets : NULL, r0, rows, 0.0f, false,
                                      logits ? logits + r0 * m->Vg : NULL);
             continue;

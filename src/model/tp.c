@@ -39,7 +39,7 @@ const float *hs_tp_exit_grad(hs_model *m, int64_t N) {
 }
 
 const float *hs_tp_enter_grad(hs_model *m, float *dfull, int64_t N) {
-    if (!m->ops) return dfull;
+    if (!m->tp_on) return dfull;
     float *local = m->sp ? m->tp_red : dfull;
     m->ops->reduce_partial(m->ops->ctx, local, dfull, hs_tp_local_rows(m, N) * m->C);
     return local;

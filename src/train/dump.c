@@ -109,9 +109,8 @@ hs_status hs_dump_grads(hs_trainer *t, int step, hs_error *e) {
 hs_status hs_dump_logits(hs_trainer *t, int step, hs_error *e) {
     int64_t seq = hs_data_batch_sequence(t->data, step - 1, t->G, 0);
     hs_data_sequence(t->data, seq, t->tokens, t->targets);
-    hs_batch b = {.tokens = t->tokens, .targets = t->targets, .B = 1, .T = t->T};
     double loss_sum = 0.0;
-    hs_status s = hs_model_forward(t->engine->model, &b, t->hooks, &loss_sum, t->logits, e);
+    hs_status s = hs_train_forward(t, t->tokens, t->targets, 1, &loss_sum, t->logits, e);
     if (s != HS_OK || !t->rank0) return s;
     hs_st_tensor x = {.name = "logits", .dtype = HS_DTYPE_F32, .ndim = 2,
                       .shape = {t->T, t->cfg->model.vocab_size}, .data = t->logits};

@@ -12,7 +12,9 @@
 
 typedef struct fsdp_engine {
     hs_fsdp *f;
-    hs_tp *tp; /* NULL without tensor parallelism */
+    hs_tp *tp;        /* NULL without tensor parallelism */
+    hs_cp *cp;        /* NULL without context parallelism */
+    hs_model_ops ops; /* the model's: TP's table with CP's members set */
 } fsdp_engine;
 
 static fsdp_engine *eng_of(hs_engine *en) { return en->ctx; }
@@ -98,8 +100,30 @@ static void fsdp_free(hs_engine *en)
     hs_fsdp_free(fe->f);
     hs_model_free(en->model);
     hs_tp_free(fe->tp);
+    hs_cp_free(fe->cp);
     free(fe);
     free(en);
+}
+
+/* Context parallelism over the mesh's cp dim, when it is > 1. */
+static hs_status cp_create(const hs_engine_env *env, hs_cp **out, hs_error *e)
+{
+    *out = NULL;
+    if (env->topo->cp < 2) return HS_OK;
+    const char *how = env->cfg->accelerator.cp_rotate_method;
+    bool ring = how[0] && !strcmp(how, "ring");
+    return hs_cp_create(env->comm, hs_mesh_group(env->mesh, HS_DIM_CP), ring, out, e);
+}
+
+/* The model's ops: NULL for plain FSDP, else TP's table (or an empty one
+ * of tp_size 1) with CP's members. */
+static const hs_model_ops *ops_for(fsdp_engine *fe)
+{
+    if (!fe->tp && !fe->cp) return NULL;
+    if (fe->tp) fe->ops = *hs_tp_ops(fe->tp);
+    else fe->ops = (hs_model_ops){.tp_size = 1};
+    if (fe->cp) hs_cp_fill_ops(fe->cp, &fe->ops);
+    return &fe->ops;
 }
 
 /* Tensor parallelism over the mesh's tp dim, when it is > 1. */
@@ -142,32 +166,33 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .unit_output_dtype = od != HS_MP_NULL ? (hs_dtype)od : compute,
         .keep_unit_inputs = pd == HS_MP_NULL || !mp->cast_forward_inputs,
     };
-    hs_tp *tp = NULL;
-    hs_status s = tp_create(env, &tp, e);
-    if (s != HS_OK) return s;
-    mo.ops = tp ? hs_tp_ops(tp) : NULL;
-    hs_model *m = NULL;
-    s = hs_model_create(&cfg->model, &mo, &m, e);
-    if (s == HS_OK) s = tp_plan(tp, m, e);
-    hs_fsdp *f = NULL;
-    if (s == HS_OK)
-        s = hs_fsdp_wrap(cfg, env->mesh, env->comm, env->dev, m, (uint64_t)cfg->train.seed,
-                         env->log, &f, e);
-    hs_engine *en = s == HS_OK ? calloc(1, sizeof *en) : NULL;
-    fsdp_engine *fe = s == HS_OK ? calloc(1, sizeof *fe) : NULL;
-    if (s == HS_OK && (!en || !fe))
-        s = hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate the FSDP engine");
-    if (s != HS_OK) {
+    hs_engine *en = calloc(1, sizeof *en);
+    fsdp_engine *fe = calloc(1, sizeof *fe);
+    if (!en || !fe) {
         free(en);
         free(fe);
-        hs_fsdp_free(f);
+        return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate the FSDP engine");
+    }
+    hs_status s = tp_create(env, &fe->tp, e);
+    if (s == HS_OK) s = cp_create(env, &fe->cp, e);
+    mo.ops = ops_for(fe);
+    hs_model *m = NULL;
+    if (s == HS_OK) s = hs_model_create(&cfg->model, &mo, &m, e);
+    if (s == HS_OK) s = tp_plan(fe->tp, m, e);
+    if (s == HS_OK)
+        s = hs_fsdp_wrap(cfg, env->mesh, env->comm, env->dev, m, (uint64_t)cfg->train.seed,
+                         env->log, &fe->f, e);
+    if (s != HS_OK) {
+        hs_fsdp_free(fe->f);
         hs_model_free(m);
-        hs_tp_free(tp);
+        hs_tp_free(fe->tp);
+        hs_cp_free(fe->cp);
+        free(fe);
+        free(en);
         return s;
     }
-    *fe = (fsdp_engine){.f = f, .tp = tp};
     *en = (hs_engine){
-        .name = tp ? "fsdp+tp" : "fsdp",
+        .name = fe->tp && fe->cp ? "fsdp+tp+cp" : fe->tp ? "fsdp+tp" : fe->cp ? "fsdp+cp" : "fsdp",
         .ctx = fe,
         .model = m,
         .hooks = fsdp_hooks,

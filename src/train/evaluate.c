@@ -28,13 +28,13 @@ hs_status hs_evaluate(hs_trainer *t, double *val_loss, hs_error *e) {
     if (count > EVAL_SEQUENCES) count = EVAL_SEQUENCES;
     int64_t per_pass = (int64_t)t->mbs * t->dp_size;
     int64_t passes = (count + per_pass - 1) / per_pass;
-    hs_batch b = {.tokens = t->tokens, .targets = t->targets, .B = t->mbs, .T = t->T};
     double sums[2] = {0.0, 0.0}; /* CE sum, valid targets */
     for (int64_t p = 0; p < passes; p++) {
         eval_fill(t, p * per_pass + (int64_t)t->dp_rank * t->mbs, count);
-        for (int i = 0; i < t->mbs * t->T; i++) sums[1] += t->targets[i] >= 0;
+        /* the CP ranks of a sequence share its count: counted once */
+        for (int i = 0; t->cp_rank == 0 && i < t->mbs * t->T; i++) sums[1] += t->targets[i] >= 0;
         double loss_sum = 0.0;
-        hs_status s = hs_model_forward(t->engine->model, &b, t->hooks, &loss_sum, NULL, e);
+        hs_status s = hs_train_forward(t, t->tokens, t->targets, t->mbs, &loss_sum, NULL, e);
         if (s != HS_OK) return s;
         sums[0] += loss_sum;
     }
@@ -72,11 +72,10 @@ static int argmax(const float *x, int n) {
 static hs_status sample_generate(hs_trainer *t, int32_t *seq, int prompt, int total, hs_error *e) {
     int V = t->cfg->model.vocab_size;
     for (int i = 0; i < t->T; i++) t->targets[i] = -1;
-    hs_batch b = {.tokens = seq, .targets = t->targets, .B = 1, .T = t->T};
     for (int len = prompt; len < total; len++) {
         /* Causal attention: the padding after `len` cannot change position len-1. */
         double loss_sum = 0.0;
-        hs_status s = hs_model_forward(t->engine->model, &b, t->hooks, &loss_sum, t->logits, e);
+        hs_status s = hs_train_forward(t, seq, t->targets, 1, &loss_sum, t->logits, e);
         if (s != HS_OK) return s;
         seq[len] = argmax(t->logits + (size_t)(len - 1) * V, V);
     }

@@ -21,7 +21,6 @@ static int64_t count_valid_targets(hs_trainer *t, int64_t g) {
 static hs_status run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, double sums[2],
                                    hs_error *e) {
     const hs_fsdp_config *fc = &t->cfg->fsdp;
-    hs_batch b = {.tokens = t->tokens, .targets = t->targets, .B = t->mbs, .T = t->T};
     for (int m = 0; m < t->M; m++) {
         bool last = m == t->M - 1;
         hs_data_micro_batch(t->data, g, t->G, m, t->mbs, t->dp_rank, t->dp_size, t->tokens,
@@ -30,7 +29,7 @@ static hs_status run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, d
         t->engine->begin_micro_batch(t->engine, fc->requires_grad_sync || last,
                                      fc->reshard_after_backward || last, last);
         double loss_sum = 0.0, aux = 0.0;
-        hs_status s = hs_model_forward_backward(t->engine->model, &b, grad_scale, t->hooks,
+        hs_status s = hs_train_forward_backward(t, t->tokens, t->targets, t->mbs, grad_scale,
                                                 &loss_sum, &aux, e);
         if (s != HS_OK) return s;
         sums[0] += loss_sum;

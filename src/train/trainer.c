@@ -61,6 +61,7 @@ static hs_status trainer_init(hs_trainer *t, hs_error *e) {
     t->M = hs_config_micro_batches(cfg, t->topo);
     s = hs_data_open(&cfg->data, t->T, cfg->model.vocab_size, (uint64_t)cfg->train.seed, &t->data, e);
     if (s == HS_OK) s = trainer_buffers(t, e);
+    if (s == HS_OK) s = hs_cp_batch_init(t, e);
     if (s == HS_OK) s = trainer_build_model(t, e);
     if (s == HS_OK) s = hs_dump_check(t, e);
     if (s == HS_OK) s = hs_train_ckpt_resume(t, e);
@@ -83,6 +84,7 @@ static void trainer_free(hs_trainer *t) {
     free(t->tokens);
     free(t->targets);
     free(t->logits);
+    hs_cp_batch_free(t);
     hs_mesh_free(t->mesh);
     hs_device_free(t->dev);
 }

@@ -49,6 +49,11 @@ typedef struct hs_trainer {
     int G, mbs, M, T;         /* global batch, micro batch, micro-batches, seq_len */
     int32_t *tokens, *targets; /* [mbs, T] */
     float *logits;             /* [1, T, V] for the sample */
+    /* context parallelism: this rank's rows of each sequence (cp_batch.c) */
+    int cp, cp_rank;
+    hs_pg *cp_group;
+    int32_t *ltokens, *ltargets; /* [mbs, T/cp] */
+    float *llogits, *cp_blocks;  /* [1, T/cp, V], [cp, 1, T/cp, V] */
     bool rank0;
     FILE *metrics;
     double peak_flops;      /* whole job, measured at start-up */
@@ -98,6 +103,18 @@ void hs_metrics_close(hs_trainer *t);
 
 /* Mean loss over a fixed set of validation sequences (same on every rank). */
 hs_status hs_evaluate(hs_trainer *t, double *val_loss, hs_error *e);
+
+/* cp_batch.c: the model on B whole sequences [B, T] as this rank runs it —
+ * under context parallelism on its CP rows of each (model.h hs_cp_*). The
+ * forward's logits, when asked for, are the whole [B, T, V] on every rank
+ * (B = 1). */
+hs_status hs_cp_batch_init(hs_trainer *t, hs_error *e);
+void hs_cp_batch_free(hs_trainer *t);
+hs_status hs_train_forward_backward(hs_trainer *t, const int32_t *tokens, const int32_t *targets,
+                                    int B, float grad_scale, double *loss_sum, double *aux,
+                                    hs_error *e);
+hs_status hs_train_forward(hs_trainer *t, const int32_t *tokens, const int32_t *targets, int B,
+                           double *loss_sum, float *logits, hs_error *e);
 /* Greedy continuation of a prompt from the validation split, printed by rank 0. */
 hs_status hs_sample(hs_trainer *t, hs_error *e);
 

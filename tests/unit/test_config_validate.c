@@ -100,8 +100,6 @@ static void test_rule3_negative_prefetch_depth_fails(void **state) {
                           "fsdp_config.backward_prefetch_depth=3")));
 }
 
-static const char cp_unbuilt[] = "accelerator.cp_size = 2: context parallelism is not supported "
-                                 "by this build yet; set accelerator.cp_size: 1";
 static const char ep_unbuilt[] = "accelerator.ep_size = 2: expert parallelism is not supported "
                                  "by this build yet; set accelerator.ep_size: 1";
 static const char pp_unbuilt[] = "accelerator.pp_size = 2: pipeline parallelism is not supported "
@@ -338,16 +336,46 @@ static void test_sequence_parallel_needs_seq_len_split_over_tp(void **state) {
     expect_only_error(check(4, OV("accelerator.tp_size=4", "model.n_kv_heads=4",
                                   "accelerator.sequence_parallel=true", "train.seq_len=66",
                                   "train.global_batch_size=8")),
-                      "train.seq_len = 66 is not divisible by accelerator.cp_size x "
-                      "accelerator.tp_size (sequence_parallel) = 4; choose a multiple of 4");
+                      "train.seq_len = 66 is not divisible by accelerator.tp_size "
+                      "(sequence_parallel) = 4; choose a multiple of 4, e.g. train.seq_len: 68");
     expect_ok(check(4, OV("accelerator.tp_size=2", "accelerator.sequence_parallel=true",
                           "accelerator.loss_parallel=true", "fsdp_config.dp_shard_size=2")));
 }
 
-static void test_cp_ep_pp_are_rejected_until_built(void **state) {
+/* Context parallelism holds two chunks of each sequence per rank; sequence
+ * parallel then splits a CP rank's rows over TP; the rotate method is
+ * allgather or ring. */
+static void test_cp_needs_two_chunks_per_rank(void **state) {
     (void)state;
-    expect_only_error(check(2, OV("accelerator.cp_size=2", "train.global_batch_size=8")),
-                      cp_unbuilt);
+    expect_ok(check(2, OV("accelerator.cp_size=2", "train.global_batch_size=8")));
+    expect_ok(check(4, OV("accelerator.cp_size=2", "fsdp_config.dp_shard_size=2",
+                          "accelerator.cp_rotate_method=ring")));
+    expect_only_error(check(2, OV("accelerator.cp_size=2", "train.seq_len=66",
+                                  "train.global_batch_size=8")),
+                      "train.seq_len = 66 is not divisible by 2 x accelerator.cp_size (context "
+                      "parallelism holds two chunks of each sequence per rank) = 4; choose a "
+                      "multiple of 4, e.g. train.seq_len: 68");
+    expect_only_error(check(4, OV("accelerator.cp_size=2", "accelerator.tp_size=2",
+                                  "accelerator.sequence_parallel=true", "train.seq_len=36",
+                                  "train.global_batch_size=8")),
+                      "train.seq_len = 36 is not divisible by 2 x accelerator.cp_size x "
+                      "accelerator.tp_size (context parallelism holds two chunks per rank, "
+                      "sequence_parallel splits them over TP) = 8; choose a multiple of 8, e.g. "
+                      "train.seq_len: 40");
+    expect_only_error(check(2, OV("accelerator.cp_size=2", "accelerator.cp_rotate_method=rings",
+                                  "train.global_batch_size=8")),
+                      "accelerator.cp_rotate_method = rings is not a method; use allgather (the "
+                      "default) or ring");
+    /* CP never enlarges the shard degree (spec 004 §2.1): dp 2 x cp 2 with
+     * dp_shard_size 2 leaves a replicate degree of 2. */
+    hs_topology t = derive_ok(4, 1, 2, 1, 1, 2, 1);
+    assert_int_equal(t.dp_shard, 2);
+    assert_int_equal(t.fsdp_dp, 4);
+    assert_int_equal(t.dp_replicate, 2);
+}
+
+static void test_ep_pp_are_rejected_until_built(void **state) {
+    (void)state;
     expect_only_error(check(2, OV("accelerator.ep_size=2", "model.arch=moe")), ep_unbuilt);
     expect_only_error(check(2, OV("accelerator.ep_size=2")), ep_unbuilt);
     expect_only_error(check(2, OV("accelerator.pp_size=2", "train.global_batch_size=8")),
@@ -356,11 +384,10 @@ static void test_cp_ep_pp_are_rejected_until_built(void **state) {
     checked *r = check(3, OV("accelerator.cp_size=2", "accelerator.pp_size=2"));
     assert_int_equal(r->st, HS_ERR_CONFIG);
     assert_non_null(strstr(r->e.msg, "[rule 4]"));
-    assert_true(strstr(r->e.msg, "[rule 4]") < strstr(r->e.msg, cp_unbuilt));
-    assert_true(strstr(r->e.msg, cp_unbuilt) < strstr(r->e.msg, pp_unbuilt));
+    assert_true(strstr(r->e.msg, "[rule 4]") < strstr(r->e.msg, pp_unbuilt));
     free(r);
     expect_error(check(3, OV("accelerator.cp_size=3", "train.global_batch_size=8")),
-                 "train.seq_len = 64 is not divisible by accelerator.cp_size = 3");
+                 "train.seq_len = 64 is not divisible by 2 x accelerator.cp_size");
     expect_error(check(8, OV("accelerator.pp_size=8", "train.global_batch_size=8")),
                  "accelerator.pp_size = 8 exceeds model.n_layers = 4");
     expect_error(check(4, OV("model.arch=moe", "model.moe.num_experts=6", "accelerator.ep_size=4",
@@ -462,7 +489,8 @@ int main(void) {
         cmocka_unit_test(test_tp_must_divide_the_mlp_and_the_vocabulary),
         cmocka_unit_test(test_tp_with_moe_keeps_the_moe_layer_whole),
         cmocka_unit_test(test_sequence_parallel_needs_seq_len_split_over_tp),
-        cmocka_unit_test(test_cp_ep_pp_are_rejected_until_built),
+        cmocka_unit_test(test_cp_needs_two_chunks_per_rank),
+        cmocka_unit_test(test_ep_pp_are_rejected_until_built),
         cmocka_unit_test(test_all_violated_rules_are_reported_together),
         cmocka_unit_test(test_default_config_is_valid_and_silent_on_one_rank),
         cmocka_unit_test(test_warn_edp_shard_size_without_experts),

@@ -1,0 +1,210 @@
+/* Context-parallel attention (model.h, "Context parallelism"). Queries are
+ * this CP rank's two chunks of each sequence; keys come from every CP rank.
+ *
+ * allgather: K and V are all-gathered over cp and laid out in global order,
+ * each local query chunk attends to the keys up to its position (one call
+ * per chunk: the same products as one device); in backward K/V are
+ * gathered again (nothing whole-sequence is kept per layer) and the whole
+ * dK/dV is reduce-scattered back to the ranks that own the rows.
+ *
+ * ring: K/V blocks (a rank's two chunks) go round the CP ring; while one
+ * travels, the block in hand is attended to and its output merged in with
+ * an online softmax (fp32 output and log-sum-exp). Backward goes round
+ * again with K/V and their dK/dV accumulators; each row's D = sum(dO * O)
+ * over all keys is computed once, so blocks can be handled apart; after a
+ * last step every rank holds its own rows' dK/dV. */
+#include <math.h>
+#include <string.h>
+
+#include "model/layers.h"
+#include "model/model_internal.h"
+
+static int chunk_of(const hs_model *m, int rank, int c) {
+    return c == 0 ? rank : 2 * m->cp - 1 - rank;
+}
+
+void hs_cp_prepare(hs_model *m, int T_local) {
+    if (!m->cp_on) return;
+    int half = m->HD / 2;
+    for (int t = 0; t < T_local; t++) {
+        int64_t g = hs_cp_global_position(m->cp, m->cp_rank, T_local, t);
+        memcpy(m->cos_l + (int64_t)t * half, m->cos_t + g * half, (size_t)half * sizeof(float));
+        memcpy(m->sin_l + (int64_t)t * half, m->sin_t + g * half, (size_t)half * sizeof(float));
+    }
+    m->rope_cos = m->cos_l, m->rope_sin = m->sin_l;
+}
+
+/* Query chunk c of the local rows against key chunk d of `src`'s rows in
+ * a [B, Tk, kvd] tensor holding those rows at k0 (allgather: the whole
+ * sequence, k0 = the chunk's global start; ring: the block, local rows). */
+static hs_att_rows chunk_rows(const hs_model *m, int T, int c, int Tk, int k0, int nk, int64_t gk) {
+    int C = T / 2;
+    return (hs_att_rows){.Tq = T, .Tk = Tk, .q0 = c * C, .nq = C, .k0 = k0, .nk = nk,
+                         .gq = (int64_t)chunk_of(m, m->cp_rank, c) * C, .gk = gk};
+}
+
+static void gather_kv(hs_model *m, const hs_block_acts *a, int B, int T) {
+    int64_t kvd = (int64_t)m->KVH * m->HD, n = (int64_t)B * T * kvd;
+    size_t es = hs_dtype_size(m->dt);
+    const hs_model_ops *o = m->ops;
+    o->cp_all_gather(o->cp_ctx, m->cp_stage, a->k, n, m->dt);
+    hs_cp_blocks_to_whole(m->kf, m->cp_stage, m->cp, B, T, kvd, es);
+    o->cp_all_gather(o->cp_ctx, m->cp_stage, a->v, n, m->dt);
+    hs_cp_blocks_to_whole(m->vf, m->cp_stage, m->cp, B, T, kvd, es);
+}
+
+/* ------------------------------------------------------------ allgather */
+
+static void allgather_forward(hs_model *m, hs_block_acts *a, int B, int T) {
+    gather_kv(m, a, B, T);
+    int Tw = T * m->cp;
+    for (int c = 0; c < 2; c++) {
+        hs_att_rows r = chunk_rows(m, T, c, Tw, 0, Tw, 0);
+        hs_attention_forward_rows(a->atty, m->dt, a->lse, a->q, m->kf, m->vf, m->dt,
+                                  m->att_scratch, B, m->NH, m->KVH, m->HD, &r);
+    }
+}
+
+static void allgather_backward(hs_model *m, hs_block_acts *a, int B, int T) {
+    gather_kv(m, a, B, T);
+    int Tw = T * m->cp;
+    int64_t kvd = (int64_t)m->KVH * m->HD, n = (int64_t)B * T * kvd;
+    memset(m->dkf, 0, (size_t)(n * m->cp) * sizeof(float));
+    memset(m->dvf, 0, (size_t)(n * m->cp) * sizeof(float));
+    for (int c = 0; c < 2; c++) {
+        hs_att_rows r = chunk_rows(m, T, c, Tw, 0, Tw, 0);
+        hs_attention_backward_rows(m->dq, m->dkf, m->dvf, m->datt, a->q, m->kf, m->vf, a->lse,
+                                   NULL, m->dt, m->att_scratch, B, m->NH, m->KVH, m->HD, &r);
+    }
+    const hs_model_ops *o = m->ops;
+    hs_cp_whole_to_blocks(m->cp_fstage, m->dkf, m->cp, B, T, kvd, sizeof(float));
+    o->cp_reduce_scatter(o->cp_ctx, m->dk, m->cp_fstage, n);
+    hs_cp_whole_to_blocks(m->cp_fstage, m->dvf, m->cp, B, T, kvd, sizeof(float));
+    o->cp_reduce_scatter(o->cp_ctx, m->dv, m->cp_fstage, n);
+}
+
+/* ----------------------------------------------------------------- ring */
+
+/* The four chunk pairs of the local queries against block `src`. */
+static void ring_pairs(const hs_model *m, int T, int src, hs_att_rows out[4]) {
+    int C = T / 2, k = 0;
+    for (int c = 0; c < 2; c++)
+        for (int d = 0; d < 2; d++)
+            out[k++] = chunk_rows(m, T, c, T, d * C, C, (int64_t)chunk_of(m, src, d) * C);
+}
+
+/* acc (out, lse) := merge of acc and the block's (bout, blse), row by row. */
+static void ring_merge(hs_model *m, int B, int T) {
+    int64_t q = (int64_t)m->NH * m->HD;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < m->NH; h++)
+            for (int t = 0; t < T; t++) {
+                int64_t row = ((int64_t)b * m->NH + h) * T + t;
+                float lb = m->ring_blse[row], la = m->ring_lse[row];
+                if (lb == -INFINITY) continue;
+                float mx = la > lb ? la : lb;
+                float l = mx + logf(expf(la - mx) + expf(lb - mx));
+                float wa = expf(la - l), wb = expf(lb - l);
+                float *o = m->ring_out + ((int64_t)b * T + t) * q + (int64_t)h * m->HD;
+                const float *ob = m->ring_bout + ((int64_t)b * T + t) * q + (int64_t)h * m->HD;
+                for (int i = 0; i < m->HD; i++) o[i] = o[i] * wa + ob[i] * wb;
+                m->ring_lse[row] = l;
+            }
+}
+
+/* The block's [K | V] (n elements each) from the local k and v. */
+static void ring_own_block(hs_model *m, const hs_block_acts *a, void *kv, int64_t n) {
+    size_t bytes = (size_t)n * hs_dtype_size(m->dt);
+    memcpy(kv, a->k, bytes);
+    memcpy((char *)kv + bytes, a->v, bytes);
+}
+
+static void ring_forward(hs_model *m, hs_block_acts *a, int B, int T) {
+    const hs_model_ops *o = m->ops;
+    int64_t q = (int64_t)m->NH * m->HD, kvd = (int64_t)m->KVH * m->HD, n = (int64_t)B * T * kvd;
+    size_t es = hs_dtype_size(m->dt);
+    memset(m->ring_out, 0, (size_t)((int64_t)B * T * q) * sizeof(float));
+    for (int64_t i = 0; i < (int64_t)B * m->NH * T; i++) m->ring_lse[i] = -INFINITY;
+    ring_own_block(m, a, m->ring_kv[0], n);
+    for (int s = 0; s < m->cp; s++) {
+        void *cur = m->ring_kv[s & 1], *next = m->ring_kv[(s + 1) & 1];
+        void *step = s + 1 < m->cp ? o->cp_ring_start(o->cp_ctx, next, cur, 2 * n, m->dt) : NULL;
+        int src = (m->cp_rank - s + m->cp) % m->cp;
+        hs_att_rows r[4];
+        ring_pairs(m, T, src, r);
+        for (int k = 0; k < 4; k++) {
+            hs_attention_forward_rows(m->ring_bout, HS_DTYPE_F32, m->ring_blse, a->q, cur,
+                                      (const char *)cur + (size_t)n * es, m->dt, m->att_scratch,
+                                      B, m->NH, m->KVH, m->HD, &r[k]);
+            /* rows of other query chunks are untouched: give them no weight */
+            for (int b = 0; b < B; b++)
+                for (int h = 0; h < m->NH; h++) {
+                    float *bl = m->ring_blse + ((int64_t)b * m->NH + h) * T;
+                    for (int t = 0; t < T; t++)
+                        if (t < r[k].q0 || t >= r[k].q0 + r[k].nq) bl[t] = -INFINITY;
+                }
+            ring_merge(m, B, T);
+        }
+        if (step) o->cp_ring_wait(o->cp_ctx, step);
+    }
+    hs_convert(a->atty, m->dt, m->ring_out, HS_DTYPE_F32, (int64_t)B * T * q);
+    memcpy(a->lse, m->ring_lse, (size_t)((int64_t)B * m->NH * T) * sizeof(float));
+}
+
+/* D = sum over the head dim of dO * O for every query row. */
+static void ring_delta(hs_model *m, const hs_block_acts *a, int B, int T) {
+    int64_t q = (int64_t)m->NH * m->HD;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < m->NH; h++)
+            for (int t = 0; t < T; t++) {
+                int64_t off = ((int64_t)b * T + t) * q + (int64_t)h * m->HD;
+                double d = 0.0;
+                for (int i = 0; i < m->HD; i++) d += (double)m->datt[off + i] * hs_ld(a->atty, m->dt, off + i);
+                m->ring_delta[((int64_t)b * m->NH + h) * T + t] = (float)d;
+            }
+}
+
+static void ring_backward(hs_model *m, hs_block_acts *a, int B, int T) {
+    const hs_model_ops *o = m->ops;
+    int64_t kvd = (int64_t)m->KVH * m->HD, n = (int64_t)B * T * kvd;
+    size_t es = hs_dtype_size(m->dt);
+    ring_delta(m, a, B, T);
+    ring_own_block(m, a, m->ring_kv[0], n);
+    memset(m->ring_dkv[0], 0, (size_t)(2 * n) * sizeof(float));
+    for (int s = 0; s < m->cp; s++) {
+        void *cur = m->ring_kv[s & 1], *next = m->ring_kv[(s + 1) & 1];
+        float *dcur = m->ring_dkv[s & 1], *dnext = m->ring_dkv[(s + 1) & 1];
+        /* K/V travel ahead while this block is worked on; its dK/dV follow
+         * once they are complete on this rank */
+        void *step = s + 1 < m->cp ? o->cp_ring_start(o->cp_ctx, next, cur, 2 * n, m->dt) : NULL;
+        int src = (m->cp_rank - s + m->cp) % m->cp;
+        hs_att_rows r[4];
+        ring_pairs(m, T, src, r);
+        for (int k = 0; k < 4; k++)
+            hs_attention_backward_rows(m->dq, dcur, dcur + n, m->datt, a->q, cur,
+                                       (const char *)cur + (size_t)n * es, a->lse, m->ring_delta,
+                                       m->dt, m->att_scratch, B, m->NH, m->KVH, m->HD, &r[k]);
+        if (step) o->cp_ring_wait(o->cp_ctx, step);
+        /* the accumulators move on with their block; the last move brings
+         * every rank its own rows' dK/dV */
+        void *dstep = o->cp_ring_start(o->cp_ctx, dnext, dcur, 2 * n, HS_DTYPE_F32);
+        o->cp_ring_wait(o->cp_ctx, dstep);
+    }
+    float *mine = m->ring_dkv[m->cp & 1];
+    memcpy(m->dk, mine, (size_t)n * sizeof(float));
+    memcpy(m->dv, mine + n, (size_t)n * sizeof(float));
+}
+
+void hs_cp_attention_forward(hs_model *m, hs_block_acts *a, int B, int T) {
+    if (m->ops->cp_ring)
+        ring_forward(m, a, B, T);
+    else
+        allgather_forward(m, a, B, T);
+}
+
+void hs_cp_attention_backward(hs_model *m, hs_block_acts *a, int B, int T) {
+    if (m->ops->cp_ring)
+        ring_backward(m, a, B, T);
+    else
+        allgather_backward(m, a, B, T);
+}

@@ -1,0 +1,59 @@
+/* The model as the trainer calls it: on whole sequences, or under context
+ * parallelism on this rank's CP rows of each (chunks r and 2*cp-1-r;
+ * model.h hs_cp_take_local). The loss sums of the CP ranks add up to the
+ * sequences' (the trainer sums over dp x cp); logits come back whole. */
+#include <stdlib.h>
+
+#include "train/trainer.h"
+
+hs_status hs_cp_batch_init(hs_trainer *t, hs_error *e) {
+    t->cp = t->topo->cp;
+    t->cp_rank = hs_mesh_coords(t->mesh).cp;
+    t->cp_group = hs_mesh_group(t->mesh, HS_DIM_CP);
+    if (t->cp < 2) return HS_OK;
+    size_t n = (size_t)t->mbs * (size_t)t->T, v = (size_t)t->T * (size_t)t->cfg->model.vocab_size;
+    t->ltokens = malloc(n * sizeof(int32_t));
+    t->ltargets = malloc(n * sizeof(int32_t));
+    t->llogits = malloc(v / (size_t)t->cp * sizeof(float));
+    t->cp_blocks = malloc(v * sizeof(float));
+    if (!t->ltokens || !t->ltargets || !t->llogits || !t->cp_blocks)
+        return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate the context-parallel batch");
+    return HS_OK;
+}
+
+void hs_cp_batch_free(hs_trainer *t) {
+    free(t->ltokens);
+    free(t->ltargets);
+    free(t->llogits);
+    free(t->cp_blocks);
+}
+
+/* The batch this rank runs: the sequences themselves, or its CP rows. */
+static hs_batch local_batch(hs_trainer *t, const int32_t *tokens, const int32_t *targets, int B) {
+    if (t->cp < 2) return (hs_batch){.tokens = tokens, .targets = targets, .B = B, .T = t->T};
+    int Tl = t->T / t->cp;
+    hs_cp_take_local(t->ltokens, tokens, t->cp, t->cp_rank, B, Tl, 1, sizeof(int32_t));
+    hs_cp_take_local(t->ltargets, targets, t->cp, t->cp_rank, B, Tl, 1, sizeof(int32_t));
+    return (hs_batch){.tokens = t->ltokens, .targets = t->ltargets, .B = B, .T = Tl};
+}
+
+hs_status hs_train_forward_backward(hs_trainer *t, const int32_t *tokens, const int32_t *targets,
+                                    int B, float grad_scale, double *loss_sum, double *aux,
+                                    hs_error *e) {
+    hs_batch b = local_batch(t, tokens, targets, B);
+    return hs_model_forward_backward(t->engine->model, &b, grad_scale, t->hooks, loss_sum, aux, e);
+}
+
+hs_status hs_train_forward(hs_trainer *t, const int32_t *tokens, const int32_t *targets, int B,
+                           double *loss_sum, float *logits, hs_error *e) {
+    hs_batch b = local_batch(t, tokens, targets, B);
+    if (t->cp < 2) return hs_model_forward(t->engine->model, &b, t->hooks, loss_sum, logits, e);
+    HS_ASSERT(!logits || B == 1);
+    hs_status s = hs_model_forward(t->engine->model, &b, t->hooks, loss_sum,
+                                   logits ? t->llogits : NULL, e);
+    if (s != HS_OK || !logits) return s;
+    int64_t V = t->cfg->model.vocab_size, n = (int64_t)b.T * V;
+    s = hs_pg_all_gather(t->cp_group, t->cp_blocks, t->llogits, n, HS_DTYPE_F32, e);
+    if (s == HS_OK) hs_cp_blocks_to_whole(logits, t->cp_blocks, t->cp, 1, b.T, V, sizeof(float));
+    return s;
+}
