@@ -119,7 +119,9 @@ uint64_t hs_config_hash(const hs_config *c) {
 
 static void write_allowed(const hs_cfg_key *k, FILE *f) {
     if (k->allowed) {
-        fputs(k->allowed, f);
+        for (const char *p = k->allowed; *p; p++) /* a table cell: escape the bars */
+            if (*p == '|') fputs("\\|", f);
+            else fputc(*p, f);
     } else if (k->choices) {
         for (const char *p = k->choices; *p; p++)
             if (*p == '|') fputs(" \\| ", f);
