@@ -142,7 +142,8 @@ static void out_tmp_alloc(hs_model *m, int64_t BT) {
 static void buffers_alloc(hs_model *m) {
     hs_dtype dt = m->dt;
     int T = m->opt.seq_len;
-    int64_t BT = (int64_t)m->opt.max_batch * T, q = (int64_t)m->NH * m->HD;
+    /* Activations hold this rank's rows: under CP T/cp of each sequence. */
+    int64_t BT = (int64_t)m->opt.max_batch * (T / m->cp), q = (int64_t)m->NH * m->HD;
     int64_t kv = (int64_t)m->KVH * m->HD, F = m->moe ? 0 : m->F;
     m->resid = calloc((size_t)m->L + 1, sizeof *m->resid);
     if (!m->resid) hs_panic("model: cannot allocate %d residual pointers", m->L + 1);
@@ -181,13 +182,13 @@ static void buffers_alloc(hs_model *m) {
             m->dvf = buf(m, nkv, HS_DTYPE_F32);
             m->cp_fstage = buf(m, nkv, HS_DTYPE_F32);
         } else {
-            int64_t nl = nkv / m->cp, rows = BT / m->cp * m->NH; /* local rows */
+            int64_t nl = nkv / m->cp, rows = BT * m->NH; /* local rows */
             for (int i = 0; i < 2; i++) {
                 m->ring_kv[i] = buf(m, 2 * nl, dt);
                 m->ring_dkv[i] = buf(m, 2 * nl, HS_DTYPE_F32);
             }
-            m->ring_bout = buf(m, BT / m->cp * q, HS_DTYPE_F32);
-            m->ring_out = buf(m, BT / m->cp * q, HS_DTYPE_F32);
+            m->ring_bout = buf(m, BT * q, HS_DTYPE_F32);
+            m->ring_out = buf(m, BT * q, HS_DTYPE_F32);
             m->ring_lse = buf(m, rows, HS_DTYPE_F32);
             m->ring_blse = buf(m, rows, HS_DTYPE_F32);
             m->ring_delta = buf(m, rows, HS_DTYPE_F32);
