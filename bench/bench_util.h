@@ -31,4 +31,11 @@ static inline double hs_bench_max_over(hs_pg *g, double v)
     return x;
 }
 
+/* "load average WHEN: a b c" (this rank prints it). */
+static inline void hs_bench_print_load(const char *when)
+{
+    double l[3];
+    if (getloadavg(l, 3) == 3) printf("load average %s: %.2f %.2f %.2f\n", when, l[0], l[1], l[2]);
+}
+
 #endif

@@ -32,10 +32,10 @@ set(HS_LAYER_EXCEPTIONS
   # counters, which the public FSDP handle does not show.
   "bench/bench_fsdp.c|fsdp/fusion.h"
   "bench/bench_fsdp.c|fsdp/manager.h"
-  # The step and TP benchmarks drive an engine exactly as the trainer does
+  # The step benchmark and the layout benchmarks (bench tp, bench cp) drive an engine exactly as the trainer does
   # (its whole vtable), which is private to train/.
   "bench/bench_step.c|train/engine.h"
-  "bench/bench_tp.c|train/engine.h")
+  "bench/bench_layouts.c|train/engine.h")
 
 # The files of one layer, relative to `root`.
 function(hs_layer_files root layer out)

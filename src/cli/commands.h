@@ -15,5 +15,6 @@ int hs_bench_comm(int argc, char **argv); /* bench/bench_comm.c   */
 int hs_bench_step(int argc, char **argv); /* bench/bench_step.c   */
 int hs_bench_fsdp(int argc, char **argv); /* bench/bench_fsdp.c   */
 int hs_bench_tp(int argc, char **argv);   /* bench/bench_tp.c     */
+int hs_bench_cp(int argc, char **argv);   /* bench/bench_cp.c     */
 
 #endif

@@ -24,6 +24,7 @@ static const hs_subcommand benches[] = {
     {"comm", hs_bench_comm, "bench comm   collective bandwidth vs MPI built-ins (under mpiexec)"},
     {"step", hs_bench_step, "bench step   single-process training throughput and MFU"},
     {"fsdp", hs_bench_fsdp, "bench fsdp   prefetch x comm fusion: step time, exposed comm, collectives, bytes (under mpiexec)"},
+    {"cp", hs_bench_cp, "bench cp     FSDP vs CP 2/4 allgather and ring on long sequences: step time, exposed CP comm, memory (under mpiexec)"},
     {"tp", hs_bench_tp, "bench tp     FSDP vs TP x FSDP (+ sequence parallel): step time, exposed TP comm (under mpiexec)"},
 };
 

@@ -64,6 +64,8 @@ struct hs_engine {
     void (*ckpt_param)(hs_engine *en, int param_index, hs_engine_ckpt_param *out);
     /* The tensor-parallel context, or NULL (benchmarks read its stats). */
     hs_tp *(*tp)(hs_engine *en);
+    /* The context-parallel context, or NULL. */
+    hs_cp *(*cp)(hs_engine *en);
     void (*free)(hs_engine *en);
 };
 

@@ -45,6 +45,7 @@ static hs_status fsdp_after_step(hs_engine *en, hs_error *e)
 static void fsdp_zero_grads(hs_engine *en) { hs_fsdp_zero_grads(fsdp_of(en)); }
 
 static hs_tp *fsdp_tp(hs_engine *en) { return eng_of(en)->tp; }
+static hs_cp *fsdp_cp(hs_engine *en) { return eng_of(en)->cp; }
 
 typedef hs_status (*gather_fn)(hs_fsdp *f, int i, float *out, hs_error *e);
 
@@ -206,6 +207,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .gather_full_grad = fsdp_gather_full_grad,
         .ckpt_param = fsdp_ckpt_param,
         .tp = fsdp_tp,
+        .cp = fsdp_cp,
         .free = fsdp_free,
     };
     *out = en;

@@ -1,0 +1,143 @@
+/* Several parallel layouts of one model side by side (bench_layouts.h). */
+#include "bench_layouts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_engine.h"
+#include "bench_util.h"
+#include "train/engine.h"
+
+static void config_for(const hs_bench_model *bm, hs_bench_layout *l, int world)
+{
+    hs_config *c = &l->cfg;
+    hs_config_defaults(c);
+    strcpy(c->model.arch, "llama");
+    c->model.vocab_size = bm->vocab;
+    c->model.dim = bm->dim;
+    c->model.n_layers = bm->layers;
+    c->model.n_heads = bm->dim / 64;
+    c->model.n_kv_heads = bm->dim / 128 > 1 ? bm->dim / 128 : 2;
+    c->model.ffn_dim = bm->dim * 11 / 4 / 64 * 64;
+    c->accelerator.tp_size = l->tp;
+    c->accelerator.cp_size = l->cp;
+    c->accelerator.sequence_parallel = l->sp;
+    c->accelerator.loss_parallel = l->sp;
+    snprintf(c->accelerator.cp_rotate_method, sizeof c->accelerator.cp_rotate_method, "%s",
+             l->ring ? "ring" : "allgather");
+    c->fsdp.dp_shard_size = l->shard;
+    c->train.seq_len = bm->seq;
+    l->global_batch = l->mbs * (world / (l->tp * l->cp));
+    c->train.global_batch_size = l->global_batch;
+    c->train.micro_batch_size = l->mbs;
+    strcpy(c->optimizer.target, "adamw");
+}
+
+hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_layout *l,
+                               hs_error *e)
+{
+    int world = hs_comm_size(c);
+    config_for(bm, l, world);
+    hs_status s = hs_topology_derive(&l->topo, world, l->tp, l->cp, 1, 1, l->shard, 1, e);
+    if (s == HS_OK) s = hs_mesh_create_named(c, &l->topo, l->prefix, &l->mesh, e);
+    if (s == HS_OK) s = hs_device_create(HS_DEVICE_CPU, NULL, &l->dev, e);
+    if (s != HS_OK) return s;
+    hs_engine_env env = {.cfg = &l->cfg, .topo = &l->topo, .comm = c, .mesh = l->mesh,
+                         .dev = l->dev, .max_batch = l->mbs};
+    s = hs_engine_create(&env, &l->en, e);
+    if (s != HS_OK) return s;
+    l->n_params = l->en->optim_params(l->en, &l->params);
+    s = hs_optim_create(&l->cfg.optimizer, l->params, l->n_params, &l->dev->device_pool,
+                        &l->optim, e);
+    size_t bt = (size_t)l->mbs * (size_t)bm->seq;
+    l->tokens = malloc(bt * sizeof(int32_t));
+    l->targets = malloc(bt * sizeof(int32_t));
+    if (s == HS_OK && (!l->tokens || !l->targets))
+        s = hs_error_set(e, HS_ERR_OOM, "bench: cannot allocate the batch");
+    /* the same sequences on the ranks of a TP / CP group: seeded by their dp rank */
+    if (s == HS_OK)
+        hs_bench_random_batch(l->tokens, l->targets, bt, bm->vocab,
+                              12345 + (uint64_t)hs_mesh_coords(l->mesh).dp);
+    if (s == HS_OK && l->cp > 1) { /* the engine runs this rank's CP rows */
+        int Tl = bm->seq / l->cp, r = hs_mesh_coords(l->mesh).cp;
+        int32_t *tok = malloc(bt / (size_t)l->cp * sizeof(int32_t));
+        int32_t *tgt = malloc(bt / (size_t)l->cp * sizeof(int32_t));
+        if (!tok || !tgt) s = hs_error_set(e, HS_ERR_OOM, "bench: cannot allocate the CP batch");
+        if (s == HS_OK) {
+            hs_cp_take_local(tok, l->tokens, l->cp, r, l->mbs, Tl, 1, sizeof(int32_t));
+            hs_cp_take_local(tgt, l->targets, l->cp, r, l->mbs, Tl, 1, sizeof(int32_t));
+        }
+        free(l->tokens);
+        free(l->targets);
+        l->tokens = tok, l->targets = tgt;
+    }
+    return s;
+}
+
+void hs_bench_layout_close(hs_bench_layout *l)
+{
+    hs_optim_free(l->optim);
+    hs_engine_free(l->en);
+    hs_mesh_free(l->mesh);
+    hs_device_free(l->dev);
+    hs_config_free(&l->cfg);
+    free(l->tokens);
+    free(l->targets);
+}
+
+/* Collectives and bytes so far of the layout's model-parallel group (mp)
+ * or of its FSDP groups. */
+static void counts(hs_trace *t, const hs_bench_layout *l, bool mp, int64_t *colls, int64_t *bytes)
+{
+    static const char *const ops[] = {"all_gather", "reduce_scatter", "all_reduce", "send"};
+    static const char *const dp_dims[] = {"fsdp_shard", "fsdp_replicate", "fsdp"};
+    char g[64];
+    *colls = *bytes = 0;
+    for (int d = 0; d < (mp ? 1 : 3); d++) {
+        snprintf(g, sizeof g, "%s.%s", l->prefix, mp ? l->mp_dim : dp_dims[d]);
+        for (int o = 0; o < 4; o++) {
+            *colls += hs_trace_collectives(t, ops[o], g);
+            *bytes += hs_trace_collective_bytes(t, ops[o], g);
+        }
+    }
+}
+
+/* Seconds inside the model-parallel collectives since the last call. */
+static double mp_seconds(hs_bench_layout *l)
+{
+    hs_tp *tp = l->en->tp ? l->en->tp(l->en) : NULL;
+    hs_cp *cp = l->en->cp ? l->en->cp(l->en) : NULL;
+    double s = 0.0;
+    if (tp && !strcmp(l->mp_dim, "tp")) s = hs_tp_get_stats(tp).seconds, hs_tp_reset_stats(tp);
+    if (cp && !strcmp(l->mp_dim, "cp")) s = hs_cp_get_stats(cp).seconds, hs_cp_reset_stats(cp);
+    return s;
+}
+
+hs_status hs_bench_layout_step(hs_comm *c, const hs_bench_model *bm, hs_bench_layout *l, int i,
+                               hs_error *e)
+{
+    hs_trace *tr = hs_comm_trace(c);
+    int64_t c0, b0, d0, db0, c1, b1, d1, db1;
+    mp_seconds(l);
+    counts(tr, l, true, &c0, &b0);
+    counts(tr, l, false, &d0, &db0);
+    hs_pool_reset_peak(&l->dev->device_pool);
+    hs_batch batch = {.tokens = l->tokens, .targets = l->targets, .B = l->mbs,
+                      .T = bm->seq / l->cp};
+    double t0 = hs_now();
+    float scale = 1.0f / (float)((int64_t)l->global_batch * bm->seq);
+    hs_status s = hs_bench_engine_step(l->en, l->optim, l->params, l->n_params,
+                                       &l->cfg.optimizer, &batch, scale, NULL, e);
+    if (s != HS_OK) return s;
+    hs_pg *world = hs_comm_world(c);
+    double dt = hs_bench_max_over(world, hs_now() - t0), mps = hs_bench_max_over(world, mp_seconds(l));
+    double peak = hs_bench_max_over(world, (double)hs_pool_peak(&l->dev->device_pool));
+    if (i < 0) return s;
+    counts(tr, l, true, &c1, &b1);
+    counts(tr, l, false, &d1, &db1);
+    l->step[i] = dt, l->mp_s[i] = mps;
+    if ((int64_t)peak > l->peak_bytes) l->peak_bytes = (int64_t)peak;
+    l->mp_colls += c1 - c0, l->mp_bytes += b1 - b0, l->dp_colls += d1 - d0, l->dp_bytes += db1 - db0;
+    return s;
+}

@@ -1,0 +1,53 @@
+/* bench/bench_layouts.h — one model in several parallel layouts on the
+ * same ranks, stepped in turn (bench tp, bench cp): each layout has its own
+ * named mesh, engine and optimizer; a step is the trainer's step of one
+ * micro-batch; per timed step it records the slowest rank's step time, its
+ * time inside the model-parallel (TP or CP) collectives, its device peak,
+ * and the collectives and bytes of the layout's groups. */
+#ifndef HS_BENCH_LAYOUTS_H
+#define HS_BENCH_LAYOUTS_H
+
+#include "hypershard/comm.h"
+#include "hypershard/config.h"
+#include "hypershard/device.h"
+#include "hypershard/mesh.h"
+#include "hypershard/optim.h"
+
+typedef struct hs_engine hs_engine; /* train-private: only bench_layouts.c looks inside */
+
+#define HS_BENCH_MAX_STEPS 64
+
+typedef struct hs_bench_model {
+    int layers, dim, seq, vocab;
+} hs_bench_model;
+
+typedef struct hs_bench_layout {
+    /* set by the caller */
+    const char *name, *prefix; /* table row; mesh group prefix */
+    const char *mp_dim;        /* "tp" or "cp": whose collectives are counted */
+    int tp, cp, shard, mbs;    /* degrees, dp_shard_size, sequences per DP rank */
+    bool sp, ring;             /* sequence + loss parallel; CP ring */
+    /* built */
+    hs_config cfg;
+    hs_topology topo;
+    hs_mesh *mesh;
+    hs_device *dev;
+    hs_engine *en;
+    hs_optim *optim;
+    hs_optim_param *params;
+    int n_params, global_batch;
+    int32_t *tokens, *targets;
+    /* measured, per timed step */
+    double step[HS_BENCH_MAX_STEPS], mp_s[HS_BENCH_MAX_STEPS];
+    int64_t peak_bytes; /* the largest device peak of any rank and step */
+    int64_t mp_colls, mp_bytes, dp_colls, dp_bytes; /* over the timed steps */
+} hs_bench_layout;
+
+hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_layout *l,
+                               hs_error *e);
+void hs_bench_layout_close(hs_bench_layout *l);
+/* Step i of the timed steps (i < 0: a warm-up, not recorded). */
+hs_status hs_bench_layout_step(hs_comm *c, const hs_bench_model *bm, hs_bench_layout *l, int i,
+                               hs_error *e);
+
+#endif
