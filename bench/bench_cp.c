@@ -16,54 +16,11 @@
  * MB per step, the device peak of the step (activations fall with the
  * rank's share of the sequence), and tokens/s. The layouts take their
  * timed steps in turn (bench_layouts.h). fp32. */
-#define _DEFAULT_SOURCE /* getloadavg */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "bench_layouts.h"
 #include "bench_util.h"
 #include "cli/commands.h"
-
-#define MAX_LAYOUTS 5
-
-typedef struct cp_bench {
-    int steps;
-    hs_bench_model m;
-} cp_bench;
-
-static int usage(FILE *f, const char *why)
-{
-    if (why) fprintf(f, "hypershard bench cp: %s\n", why);
-    fprintf(f, "usage: mpiexec -n 4 hypershard bench cp [--quick] [--steps N] [--layers L] "
-               "[--dim D] [--seq T]\n"
-               "  FSDP W and CP 2 / 4 x FSDP, allgather and ring, one sequence per DP rank\n"
-               "  --quick     2 layers, dim 128, seq 256, 2 timed steps: a smoke run\n"
-               "  --steps N   timed steps per layout after one warm-up (default 3)\n"
-               "  --layers L  transformer blocks (default 4)\n"
-               "  --dim D     model width (default 256; a multiple of 64)\n"
-               "  --seq T     sequence length (default 2048; a multiple of 8)\n");
-    return 2;
-}
-
-static int parse(int argc, char **argv, cp_bench *b)
-{
-    b->steps = 3, b->m = (hs_bench_model){.layers = 4, .dim = 256, .seq = 2048, .vocab = 4096};
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) return usage(stdout, NULL), -1;
-        if (!strcmp(s, "--quick")) b->steps = 2, b->m.layers = 2, b->m.dim = 128, b->m.seq = 256;
-        else if (!strcmp(s, "--steps") && i + 1 < argc) b->steps = atoi(argv[++i]);
-        else if (!strcmp(s, "--layers") && i + 1 < argc) b->m.layers = atoi(argv[++i]);
-        else if (!strcmp(s, "--dim") && i + 1 < argc) b->m.dim = atoi(argv[++i]);
-        else if (!strcmp(s, "--seq") && i + 1 < argc) b->m.seq = atoi(argv[++i]);
-        else return usage(stderr, "unknown option or missing value");
-    }
-    if (b->steps < 1 || b->steps > HS_BENCH_MAX_STEPS) return usage(stderr, "--steps must be 1..64");
-    if (b->m.layers < 1 || b->m.dim < 64 || b->m.dim % 64 || b->m.seq < 8 || b->m.seq % 8)
-        return usage(stderr, "bad --layers, --dim or --seq");
-    return 0;
-}
 
 /* FSDP W, then for cp = 2, 4 dividing the world: allgather and ring. */
 static int layouts_for(int world, hs_bench_layout *ls)
@@ -83,7 +40,7 @@ static int layouts_for(int world, hs_bench_layout *ls)
     return n;
 }
 
-static void print_table(const cp_bench *b, hs_bench_layout *ls, int n, int world)
+static void print_table(const hs_bench_opts *b, hs_bench_layout *ls, int n, int world)
 {
     const hs_config *c = &ls[0].cfg;
     printf("\n%d ranks, Llama dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, seq %d, one "
@@ -105,36 +62,21 @@ static void print_table(const cp_bench *b, hs_bench_layout *ls, int n, int world
 
 int hs_bench_cp(int argc, char **argv)
 {
-    cp_bench b;
-    int rc = parse(argc, argv, &b);
-    if (rc) return rc < 0 ? 0 : rc;
-    hs_error e;
-    hs_error_clear(&e);
-    hs_comm *c = NULL;
-    hs_comm_options opt = {.timeout_s = 600};
-    if (hs_comm_init(&c, &argc, &argv, &opt, &e) != HS_OK) {
-        fprintf(stderr, "hypershard bench cp: %s\n", e.msg);
-        return 1;
-    }
-    int world = hs_comm_size(c), rank = hs_comm_rank(c);
-    if (world < 2 || world % 2) {
-        if (rank == 0) fprintf(stderr, "hypershard bench cp: run under mpiexec -n 4 (an even world)\n");
-        hs_comm_finalize(c);
-        return 2;
-    }
-    hs_comm_balance_blas_threads(c);
-    hs_bench_layout ls[MAX_LAYOUTS];
-    int n = layouts_for(world, ls);
-    hs_status s = HS_OK;
-    for (int k = 0; s == HS_OK && k < n; k++) s = hs_bench_layout_open(c, &b.m, &ls[k], &e);
-    for (int i = -1; s == HS_OK && i < b.steps; i++) /* i = -1: warm-up */
-        for (int k = 0; s == HS_OK && k < n; k++) s = hs_bench_layout_step(c, &b.m, &ls[k], i, &e);
-    if (s == HS_OK && rank == 0) {
-        print_table(&b, ls, n, world);
-        hs_bench_print_load("after");
-    }
-    for (int k = 0; k < n; k++) hs_bench_layout_close(&ls[k]);
-    if (s != HS_OK) hs_comm_abort(c, &e);
-    hs_comm_finalize(c);
-    return 0;
+    static const hs_bench_spec spec = {
+        .name = "cp",
+        .usage = "usage: mpiexec -n 4 hypershard bench cp [--quick] [--steps N] [--layers L] "
+                 "[--dim D] [--seq T]\n"
+                 "  FSDP W and CP 2 / 4, allgather and ring, one sequence per DP rank\n"
+                 "  --quick     2 layers, dim 128, seq 256, 2 timed steps: a smoke run\n"
+                 "  --steps N   timed steps per layout after one warm-up (default 3)\n"
+                 "  --layers L  transformer blocks (default 4)\n"
+                 "  --dim D     model width (default 256; a multiple of 64)\n"
+                 "  --seq T     sequence length (default 2048; a multiple of 8)\n",
+        .defaults = {3, {.layers = 4, .dim = 256, .seq = 2048, .vocab = 4096}},
+        .quick = {2, {.layers = 2, .dim = 128, .seq = 256, .vocab = 4096}},
+        .seq_multiple = 8,
+        .layouts = layouts_for,
+        .print = print_table,
+    };
+    return hs_bench_layouts_run(&spec, argc, argv);
 }

@@ -141,3 +141,70 @@ hs_status hs_bench_layout_step(hs_comm *c, const hs_bench_model *bm, hs_bench_la
     l->mp_colls += c1 - c0, l->mp_bytes += b1 - b0, l->dp_colls += d1 - d0, l->dp_bytes += db1 - db0;
     return s;
 }
+
+static int usage(const hs_bench_spec *sp, FILE *f, const char *why)
+{
+    if (why) fprintf(f, "hypershard bench %s: %s\n", sp->name, why);
+    fputs(sp->usage, f);
+    return 2;
+}
+
+static int parse(const hs_bench_spec *sp, int argc, char **argv, hs_bench_opts *o)
+{
+    *o = sp->defaults;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) return usage(sp, stdout, NULL), -1;
+        if (!strcmp(s, "--quick")) *o = sp->quick;
+        else if (!strcmp(s, "--steps") && i + 1 < argc) o->steps = atoi(argv[++i]);
+        else if (!strcmp(s, "--layers") && i + 1 < argc) o->m.layers = atoi(argv[++i]);
+        else if (!strcmp(s, "--dim") && i + 1 < argc) o->m.dim = atoi(argv[++i]);
+        else if (!strcmp(s, "--seq") && i + 1 < argc) o->m.seq = atoi(argv[++i]);
+        else return usage(sp, stderr, "unknown option or missing value");
+    }
+    if (o->steps < 1 || o->steps > HS_BENCH_MAX_STEPS)
+        return usage(sp, stderr, "--steps must be 1..64");
+    if (o->m.layers < 1 || o->m.dim < 64 || o->m.dim % 64 || o->m.seq < sp->seq_multiple ||
+        o->m.seq % sp->seq_multiple)
+        return usage(sp, stderr, "bad --layers, --dim or --seq");
+    return 0;
+}
+
+int hs_bench_layouts_run(const hs_bench_spec *sp, int argc, char **argv)
+{
+    hs_bench_opts o;
+    int rc = parse(sp, argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    hs_error e;
+    hs_error_clear(&e);
+    hs_comm *c = NULL;
+    hs_comm_options opt = {.timeout_s = 600};
+    if (hs_comm_init(&c, &argc, &argv, &opt, &e) != HS_OK) {
+        fprintf(stderr, "hypershard bench %s: %s\n", sp->name, e.msg);
+        return 1;
+    }
+    int world = hs_comm_size(c), rank = hs_comm_rank(c);
+    if (world < 2 || world % 2) {
+        if (rank == 0)
+            fprintf(stderr, "hypershard bench %s: run under mpiexec -n 4 (an even world)\n",
+                    sp->name);
+        hs_comm_finalize(c);
+        return 2;
+    }
+    hs_comm_balance_blas_threads(c);
+    hs_bench_layout ls[HS_BENCH_MAX_LAYOUTS];
+    memset(ls, 0, sizeof ls);
+    int n = sp->layouts(world, ls);
+    hs_status s = HS_OK;
+    for (int k = 0; s == HS_OK && k < n; k++) s = hs_bench_layout_open(c, &o.m, &ls[k], &e);
+    for (int i = -1; s == HS_OK && i < o.steps; i++) /* i = -1: warm-up */
+        for (int k = 0; s == HS_OK && k < n; k++) s = hs_bench_layout_step(c, &o.m, &ls[k], i, &e);
+    if (s == HS_OK && rank == 0) {
+        sp->print(&o, ls, n, world);
+        hs_bench_print_load("after");
+    }
+    for (int k = 0; k < n; k++) hs_bench_layout_close(&ls[k]);
+    if (s != HS_OK) hs_comm_abort(c, &e);
+    hs_comm_finalize(c);
+    return 0;
+}

@@ -50,4 +50,27 @@ void hs_bench_layout_close(hs_bench_layout *l);
 hs_status hs_bench_layout_step(hs_comm *c, const hs_bench_model *bm, hs_bench_layout *l, int i,
                                hs_error *e);
 
+/* What a layout benchmark is: its name and usage text, its default and
+ * --quick options (--steps, --layers, --dim, --seq override them), the
+ * layouts for a world size, and its table. hs_bench_layouts_run parses,
+ * starts MPI (an even world), opens every layout, takes one warm-up and
+ * `steps` timed steps of each in turn, prints the table on rank 0 and
+ * returns the exit code. */
+typedef struct hs_bench_opts {
+    int steps;
+    hs_bench_model m;
+} hs_bench_opts;
+
+typedef struct hs_bench_spec {
+    const char *name, *usage;
+    hs_bench_opts defaults, quick;
+    int seq_multiple; /* --seq must be a multiple of it */
+    int (*layouts)(int world, hs_bench_layout *out); /* at most HS_BENCH_MAX_LAYOUTS */
+    void (*print)(const hs_bench_opts *o, hs_bench_layout *ls, int n, int world);
+} hs_bench_spec;
+
+#define HS_BENCH_MAX_LAYOUTS 8
+
+int hs_bench_layouts_run(const hs_bench_spec *spec, int argc, char **argv);
+
 #endif
