@@ -42,6 +42,7 @@ bench: deps build
 	mpiexec -n 2 $(BUILD)/hypershard bench fsdp
 	mpiexec -n 4 $(BUILD)/hypershard bench fsdp
 	mpiexec -n 4 $(BUILD)/hypershard bench tp
+	mpiexec -n 4 $(BUILD)/hypershard bench cp
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
