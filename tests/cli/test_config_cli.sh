@@ -37,6 +37,15 @@ expect 2 "tp that does not divide the kv heads" -- accelerator.tp_size=2 model.n
 expect_in err "model.n_kv_heads = 1 is not divisible by accelerator.tp_size = 2" "tp rule names the key"
 expect_in err "valid tp_size: 1" "tp rule gives a valid choice"
 
+expect 0 "cp 2 on 4 ranks" -- accelerator.cp_size=2 fsdp_config.dp_shard_size=2 --world 4
+expect_in out "dp_replicate_size: 2" "CP never enlarges the shard degree (spec 004 §2.1)"
+expect 0 "rotate method without cp" -- accelerator.cp_rotate_method=ring
+expect_in err "accelerator.cp_rotate_method = ring has no effect: it needs accelerator.cp_size > 1" \
+    "rotate method with cp_size 1 warns"
+expect 2 "cp that does not split the sequence in 2 x cp chunks" -- accelerator.cp_size=2 \
+    train.seq_len=66 --world 2
+expect_in err "train.seq_len = 66 is not divisible by 2 x accelerator.cp_size" "cp seq_len rule"
+
 expect 0 "override and --world=N" -- fsdp_config.dp_shard_size=2 --world=2
 expect_in out "dp_replicate_size: 1" "derived replicate size"
 

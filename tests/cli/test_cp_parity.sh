@@ -75,6 +75,29 @@ close_curve "$work/u/metrics.jsonl" "$work/r_fsdp4/metrics.jsonl" 3 5
 close_curve "$work/u/metrics.jsonl" "$work/r_cp4/metrics.jsonl" 3 5
 [ "$failures" -eq 0 ] || die "a resumed curve left the uninterrupted one"
 
+# the trace: CP collectives on the cp group with their bytes (allgather:
+# all-gathers of K/V and reduce-scatters of dK/dV, 2 + 2 per block and
+# micro-batch; ring: sends of the blocks)
+for how in allgather ring; do
+    hs_train tr_$how 2 accelerator.cp_size=2 accelerator.cp_rotate_method=$how \
+        trace.enabled=true train.steps=1
+    python3 - "$work/tr_$how/trace/trace.json" "$how" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"] if isinstance(t, dict) else t
+cp = [e for e in ev if e.get("cat") == "comm" and e["args"]["group"] == "cp" and e["pid"] == 0]
+names = {e["name"] for e in cp}
+want = {"all_gather", "reduce_scatter"} if sys.argv[2] == "allgather" else {"send", "recv"}
+assert want <= names, (sys.argv[2], names)
+assert all(e["args"]["bytes"] > 0 for e in cp if e["name"] in want), cp[:3]
+# 2 blocks x 4 micro-batches per step (batch 8 / (2 x dp 1 x micro 2)), one step
+n = sum(e["name"] == ("all_gather" if sys.argv[2] == "allgather" else "send") for e in cp)
+per = 2 * 2 * 4 if sys.argv[2] == "allgather" else 2 * 3 * 4
+assert n >= per, (sys.argv[2], n, per)
+print(f"{sys.argv[2]}: {len(cp)} collectives on cp, {sorted(names)}")
+PY
+done
+
 # CP never enlarges the shard degree: the same chunks as FSDP 2 without CP
 hs_train fsdp2_ck 2 fsdp_config.dp_shard_size=2 train.steps=1 checkpoint.dir="$work/ck_fsdp2"
 hs_train cp2_ck 4 accelerator.cp_size=2 fsdp_config.dp_shard_size=2 train.steps=1 \
