@@ -144,6 +144,13 @@ typedef struct hs_model_ops {
      * `recv` or reuses `send`. */
     void *(*cp_ring_start)(void *cp_ctx, void *recv, const void *send, int64_t numel, hs_dtype dt);
     void (*cp_ring_wait)(void *cp_ctx, void *step);
+
+    /* MoE load balancing over the global micro-batch (NULL: this rank's
+     * tokens are the whole micro-batch): elementwise SUM of n fp32 values
+     * over the ranks whose tokens together make one micro-batch (dp x cp;
+     * TP ranks hold the same tokens and are not in it). */
+    void *batch_ctx;
+    void (*batch_all_reduce)(void *batch_ctx, float *buf, int64_t n);
 } hs_model_ops;
 
 /* The CP sequence layout. Of 2*cp chunks of T/(2*cp) positions, CP rank r

@@ -211,6 +211,7 @@ static void buffers_alloc(hs_model *m) {
         m->moe_scratch = hs_pool_alloc(m->pool, hs_moe_scratch_bytes(&m->moe_shapes, dt));
         hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->pool);
         m->aux_g = buf(m, m->moe_shapes.E, HS_DTYPE_F32);
+        m->aux_buf = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
     }
 }
 
@@ -288,7 +289,7 @@ static void buffers_free(hs_model *m) {
     void *ptrs[] = {m->rstdf,       m->lnf,         m->logits, m->cos_t,  m->sin_t,
                     m->dres,        m->dln,         m->dq,     m->dk,     m->dv,
                     m->datt,        m->dg,          m->du,     m->dh,     m->hbuf,
-                    m->att_scratch, m->moe_scratch, m->aux_g,  m->out_tmp,
+                    m->att_scratch, m->moe_scratch, m->aux_g,  m->out_tmp, m->aux_buf,
                     m->tp_part,     m->tp_red,      m->sp_ln,  m->sp_dfull,
                     m->tp_stats,    m->logits_all,  m->cos_l,  m->sin_l,
                     m->kf,          m->vf,          m->cp_stage, m->dkf,

@@ -128,7 +128,8 @@ struct hs_model {
     /* moe */
     void *moe_scratch; /* hs_moe_scratch_bytes */
     hs_moe_aux aux;
-    float *aux_g; /* [E] */
+    float *aux_g;   /* [E] */
+    float *aux_buf; /* [2E + 2] the totals summed over a global micro-batch */
 };
 
 /* registry.c */

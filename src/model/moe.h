@@ -148,6 +148,11 @@ typedef struct hs_moe_aux {
 void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_pool *pool);
 void hs_moe_aux_free(hs_moe_aux *a);
 void hs_moe_aux_reset(hs_moe_aux *a);
+/* The totals and the micro-batch's valid targets as 2E + 2 fp32 values
+ * (counts and rows are exact below 2^24), for a sum over the ranks of one
+ * global micro-batch; unpack returns the summed valid count. */
+void hs_moe_aux_pack(const hs_moe_aux *a, int64_t valid, float *buf);
+int64_t hs_moe_aux_unpack(hs_moe_aux *a, const float *buf);
 void hs_moe_aux_add(hs_moe_aux *a, const hs_moe_act *act);
 /* E * sum_e (count_e / rows) * (prob_sum_e / rows), without aux_loss_coef;
  * 0 before any layer was added. */

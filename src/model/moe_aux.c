@@ -50,6 +50,26 @@ void hs_moe_aux_add(hs_moe_aux *a, const hs_moe_act *act)
     a->rows += act->BT;
 }
 
+void hs_moe_aux_pack(const hs_moe_aux *a, int64_t valid, float *buf)
+{
+    for (int e = 0; e < a->E; e++) {
+        buf[e] = (float)a->count[e];
+        buf[a->E + e] = (float)a->prob_sum[e];
+    }
+    buf[2 * a->E] = (float)a->rows;
+    buf[2 * a->E + 1] = (float)valid;
+}
+
+int64_t hs_moe_aux_unpack(hs_moe_aux *a, const float *buf)
+{
+    for (int e = 0; e < a->E; e++) {
+        a->count[e] = (int64_t)buf[e];
+        a->prob_sum[e] = buf[a->E + e];
+    }
+    a->rows = (int64_t)buf[2 * a->E];
+    return (int64_t)buf[2 * a->E + 1];
+}
+
 double hs_moe_aux_value(const hs_moe_aux *a)
 {
     if (a->rows == 0) return 0.0;

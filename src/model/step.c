@@ -193,8 +193,18 @@ hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_s
     double aux = 0.0;
     if (m->moe) {
         double coef = m->cfg.moe.aux_loss_coef;
+        int64_t mb_valid = valid;
+        if (m->ops && m->ops->batch_all_reduce) {
+            /* Over the global micro-batch, as one device would see it: every
+             * rank gets the same value and scales its tokens' gradient by
+             * the micro-batch's valid targets (spec: layout-independent). */
+            float *buf = m->aux_buf;
+            hs_moe_aux_pack(&m->aux, valid, buf);
+            m->ops->batch_all_reduce(m->ops->batch_ctx, buf, 2 * (int64_t)m->moe_shapes.E + 2);
+            mb_valid = hs_moe_aux_unpack(&m->aux, buf);
+        }
         aux = coef * hs_moe_aux_value(&m->aux);
-        hs_moe_aux_prob_grad(&m->aux, coef * (double)valid * grad_scale, m->aux_g);
+        hs_moe_aux_prob_grad(&m->aux, coef * (double)mb_valid * grad_scale, m->aux_g);
     }
     final_norm_forward(m, N);
     hs_hook_post_forward(hooks, 0);

@@ -12,6 +12,8 @@
 
 typedef struct fsdp_engine {
     hs_fsdp *f;
+    hs_comm *comm;
+    hs_pg *batch; /* dp x cp: the MoE aux statistics' group, NULL when unneeded */
     hs_tp *tp;        /* NULL without tensor parallelism */
     hs_cp *cp;        /* NULL without context parallelism */
     hs_model_ops ops; /* the model's: TP's table with CP's members set */
@@ -116,14 +118,24 @@ static hs_status cp_create(const hs_engine_env *env, hs_cp **out, hs_error *e)
     return hs_cp_create(env->comm, hs_mesh_group(env->mesh, HS_DIM_CP), ring, out, e);
 }
 
-/* The model's ops: NULL for plain FSDP, else TP's table (or an empty one
- * of tp_size 1) with CP's members. */
+static void batch_all_reduce(void *ctx, float *buf, int64_t n)
+{
+    fsdp_engine *fe = ctx;
+    hs_error e;
+    if (hs_pg_all_reduce(fe->batch, buf, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK)
+        hs_comm_abort(fe->comm, &e);
+}
+
+/* The model's ops: NULL for plain dense FSDP, else TP's table (or an empty
+ * one of tp_size 1) with CP's members and, for MoE over several data
+ * ranks, the micro-batch reduction of the load-balancing statistics. */
 static const hs_model_ops *ops_for(fsdp_engine *fe)
 {
-    if (!fe->tp && !fe->cp) return NULL;
+    if (!fe->tp && !fe->cp && !fe->batch) return NULL;
     if (fe->tp) fe->ops = *hs_tp_ops(fe->tp);
     else fe->ops = (hs_model_ops){.tp_size = 1};
     if (fe->cp) hs_cp_fill_ops(fe->cp, &fe->ops);
+    if (fe->batch) fe->ops.batch_ctx = fe, fe->ops.batch_all_reduce = batch_all_reduce;
     return &fe->ops;
 }
 
@@ -176,6 +188,9 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
     }
     hs_status s = tp_create(env, &fe->tp, e);
     if (s == HS_OK) s = cp_create(env, &fe->cp, e);
+    fe->comm = env->comm;
+    hs_pg *batch = hs_mesh_group(env->mesh, HS_DIM_DP_CP);
+    if (!strcmp(cfg->model.arch, "moe") && batch && hs_pg_size(batch) > 1) fe->batch = batch;
     mo.ops = ops_for(fe);
     hs_model *m = NULL;
     if (s == HS_OK) s = hs_model_create(&cfg->model, &mo, &m, e);

@@ -71,7 +71,8 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
     hs_trace_span(t->trace, HS_LANE_COMPUTE, "step", "step", t0, hs_now(), NULL);
     if (s != HS_OK) return s;
     r->loss = r->tokens > 0 ? sums[0] / (double)r->tokens : 0.0;
-    /* Each micro-batch on each rank reports its own aux term; the mean is
+    /* Each micro-batch on each rank reports its aux term, the same on every
+     * rank of the micro-batch (computed over all of its tokens); the mean is
      * the value of one micro-batch-sized batch. */
     r->aux_loss = sums[1] / ((double)t->M * (double)hs_pg_size(t->batch_group));
     int64_t peaks[2] = {hs_pool_peak(&t->dev->device_pool), hs_pool_peak(&t->dev->host_pool)};
