@@ -249,7 +249,6 @@ bool hs_param_place_tp(hs_param *p, hs_placement pl, int tp, int rank);
  * the model computes with for its ops (heads, ffn columns, vocabulary
  * rows split over tp). Errors name the FQN, both shapes and the fix. */
 hs_status hs_model_check_tp_layout(const hs_model *m, hs_error *e);
-const hs_model_ops *hs_model_ops_of(const hs_model *m);
 void hs_model_zero_grads(hs_model *m);
 
 /* Forward + backward on one micro-batch. *loss_sum = sum of token

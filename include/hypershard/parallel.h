@@ -60,17 +60,21 @@ hs_status hs_tp_create(hs_comm *comm, hs_pg *group, bool sequence_parallel, bool
 void hs_tp_free(hs_tp *t);
 /* The ops table to create the model with (hs_model_options.ops). */
 const hs_model_ops *hs_tp_ops(const hs_tp *t);
-int hs_tp_size(const hs_tp *t);
-int hs_tp_rank(const hs_tp *t);
 
-/* Time the calling thread spent in this context's TP collectives — all of
- * it exposed: they sit on the compute path — with their count and payload
- * bytes (as the trace counts them), since creation or the last reset. */
-typedef struct hs_tp_stats {
+/* Time the calling thread spent in a model-parallel context's collectives
+ * (and, for CP, ring waits) — all of it exposed: they sit on the compute
+ * path — with their count and payload bytes (as the trace counts them),
+ * since creation or the last reset. */
+typedef struct hs_parallel_stats {
     double seconds;
     int64_t calls, bytes;
-} hs_tp_stats;
-hs_tp_stats hs_tp_get_stats(const hs_tp *t);
+} hs_parallel_stats;
+
+/* What every TP / CP collective ends with: a failure ends every rank (it
+ * cannot be returned through the model), else it is added to `stats`. */
+void hs_parallel_done(hs_comm *comm, hs_parallel_stats *stats, double t0, int64_t bytes,
+                      hs_status st, const hs_error *e);
+hs_parallel_stats hs_tp_get_stats(const hs_tp *t);
 void hs_tp_reset_stats(hs_tp *t);
 
 /* Apply `rules` (first match wins) to every parameter of m, which was
@@ -99,7 +103,7 @@ void hs_cp_free(hs_cp *c);
 /* Set ops' cp_* members (the rest of the table is left as it is). */
 void hs_cp_fill_ops(hs_cp *c, hs_model_ops *ops);
 /* Time the calling thread spent in CP collectives and waits, and counts. */
-hs_tp_stats hs_cp_get_stats(const hs_cp *c);
+hs_parallel_stats hs_cp_get_stats(const hs_cp *c);
 void hs_cp_reset_stats(hs_cp *c);
 
 #endif

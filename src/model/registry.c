@@ -236,8 +236,6 @@ bool hs_param_place_tp(hs_param *p, hs_placement pl, int tp, int rank) {
     return true;
 }
 
-const hs_model_ops *hs_model_ops_of(const hs_model *m) { return m->ops; }
-
 static void shape_str(const int64_t *s, int n, char *buf, size_t cap) {
     size_t used = (size_t)snprintf(buf, cap, "[");
     for (int d = 0; d < n && used < cap; d++)

@@ -12,7 +12,7 @@ struct hs_cp {
     hs_pg *group;
     int size, rank;
     bool ring;
-    hs_tp_stats stats;
+    hs_parallel_stats stats;
     /* the one ring step in flight */
     hs_work *send, *recv;
     int64_t step_bytes;
@@ -20,10 +20,7 @@ struct hs_cp {
 };
 
 static void done(hs_cp *c, double t0, int64_t bytes, hs_status st, const hs_error *e) {
-    if (st != HS_OK) hs_comm_abort(c->comm, e);
-    c->stats.seconds += hs_now() - t0;
-    c->stats.calls++;
-    c->stats.bytes += bytes;
+    hs_parallel_done(c->comm, &c->stats, t0, bytes, st, e);
 }
 
 static void cp_all_gather(void *ctx, void *out, const void *in, int64_t numel, hs_dtype dt) {
@@ -97,5 +94,5 @@ void hs_cp_fill_ops(hs_cp *c, hs_model_ops *ops) {
     ops->cp_ring_wait = cp_ring_wait;
 }
 
-hs_tp_stats hs_cp_get_stats(const hs_cp *c) { return c->stats; }
-void hs_cp_reset_stats(hs_cp *c) { c->stats = (hs_tp_stats){0}; }
+hs_parallel_stats hs_cp_get_stats(const hs_cp *c) { return c->stats; }
+void hs_cp_reset_stats(hs_cp *c) { c->stats = (hs_parallel_stats){0}; }

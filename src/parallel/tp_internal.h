@@ -11,7 +11,7 @@ struct hs_tp {
     hs_pg *group;
     int size, rank;
     hs_model_ops ops; /* ops.ctx == this */
-    hs_tp_stats stats;
+    hs_parallel_stats stats;
 };
 
 #endif

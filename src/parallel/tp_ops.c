@@ -6,12 +6,8 @@
 
 #include "parallel/tp_internal.h"
 
-/* Every region collective ends here: account it, or end every rank. */
 static void done(hs_tp *t, double t0, int64_t bytes, hs_status st, const hs_error *e) {
-    if (st != HS_OK) hs_comm_abort(t->comm, e);
-    t->stats.seconds += hs_now() - t0;
-    t->stats.calls++;
-    t->stats.bytes += bytes;
+    hs_parallel_done(t->comm, &t->stats, t0, bytes, st, e);
 }
 
 static void sp_all_gather(void *ctx, void *full, const void *local, int64_t numel, hs_dtype dt) {
@@ -83,7 +79,5 @@ hs_status hs_tp_create(hs_comm *comm, hs_pg *group, bool sequence_parallel, bool
 
 void hs_tp_free(hs_tp *t) { free(t); }
 const hs_model_ops *hs_tp_ops(const hs_tp *t) { return &t->ops; }
-int hs_tp_size(const hs_tp *t) { return t->size; }
-int hs_tp_rank(const hs_tp *t) { return t->rank; }
-hs_tp_stats hs_tp_get_stats(const hs_tp *t) { return t->stats; }
-void hs_tp_reset_stats(hs_tp *t) { t->stats = (hs_tp_stats){0}; }
+hs_parallel_stats hs_tp_get_stats(const hs_tp *t) { return t->stats; }
+void hs_tp_reset_stats(hs_tp *t) { t->stats = (hs_parallel_stats){0}; }
