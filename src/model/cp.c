@@ -19,10 +19,6 @@
 #include "model/layers.h"
 #include "model/model_internal.h"
 
-static int chunk_of(const hs_model *m, int rank, int c) {
-    return c == 0 ? rank : 2 * m->cp - 1 - rank;
-}
-
 void hs_cp_prepare(hs_model *m, int T_local) {
     if (!m->cp_on) return;
     int half = m->HD / 2;
@@ -40,7 +36,7 @@ void hs_cp_prepare(hs_model *m, int T_local) {
 static hs_att_rows chunk_rows(const hs_model *m, int T, int c, int Tk, int k0, int nk, int64_t gk) {
     int C = T / 2;
     return (hs_att_rows){.Tq = T, .Tk = Tk, .q0 = c * C, .nq = C, .k0 = k0, .nk = nk,
-                         .gq = (int64_t)chunk_of(m, m->cp_rank, c) * C, .gk = gk};
+                         .gq = hs_cp_global_position(m->cp, m->cp_rank, T, c * C), .gk = gk};
 }
 
 static void gather_kv(hs_model *m, const hs_block_acts *a, int B, int T) {
@@ -90,15 +86,16 @@ static void ring_pairs(const hs_model *m, int T, int src, hs_att_rows out[4]) {
     int C = T / 2, k = 0;
     for (int c = 0; c < 2; c++)
         for (int d = 0; d < 2; d++)
-            out[k++] = chunk_rows(m, T, c, T, d * C, C, (int64_t)chunk_of(m, src, d) * C);
+            out[k++] = chunk_rows(m, T, c, T, d * C, C, hs_cp_global_position(m->cp, src, T, d * C));
 }
 
-/* acc (out, lse) := merge of acc and the block's (bout, blse), row by row. */
-static void ring_merge(hs_model *m, int B, int T) {
+/* acc (out, lse) := merge of acc and the block's (bout, blse) on the query
+ * rows [r->q0, r->q0 + r->nq) the block's attention just wrote. */
+static void ring_merge(hs_model *m, int B, int T, const hs_att_rows *r) {
     int64_t q = (int64_t)m->NH * m->HD;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < m->NH; h++)
-            for (int t = 0; t < T; t++) {
+            for (int t = r->q0; t < r->q0 + r->nq; t++) {
                 int64_t row = ((int64_t)b * m->NH + h) * T + t;
                 float lb = m->ring_blse[row], la = m->ring_lse[row];
                 if (lb == -INFINITY) continue;
@@ -136,14 +133,7 @@ static void ring_forward(hs_model *m, hs_block_acts *a, int B, int T) {
             hs_attention_forward_rows(m->ring_bout, HS_DTYPE_F32, m->ring_blse, a->q, cur,
                                       (const char *)cur + (size_t)n * es, m->dt, m->att_scratch,
                                       B, m->NH, m->KVH, m->HD, &r[k]);
-            /* rows of other query chunks are untouched: give them no weight */
-            for (int b = 0; b < B; b++)
-                for (int h = 0; h < m->NH; h++) {
-                    float *bl = m->ring_blse + ((int64_t)b * m->NH + h) * T;
-                    for (int t = 0; t < T; t++)
-                        if (t < r[k].q0 || t >= r[k].q0 + r[k].nq) bl[t] = -INFINITY;
-                }
-            ring_merge(m, B, T);
+            ring_merge(m, B, T, &r[k]);
         }
         if (step) o->cp_ring_wait(o->cp_ctx, step);
     }
