@@ -67,6 +67,11 @@ typedef struct hs_param {
     bool on_tp_mesh;
     hs_placement tp;
     bool tp_grad_partial; /* each TP rank's gradient is a summand (sequence parallel) */
+    /* Expert-parallel source layout: the routed experts of a block are
+     * Shard(0) on the "ep" mesh (EP rank r holds experts [r*E/ep,
+     * (r+1)*E/ep)); local_shape[0] / local_offset[0] are that slice. Such a
+     * parameter is not on the tp mesh. */
+    bool on_ep_mesh;
     int64_t local_shape[HS_TENSOR_MAX_DIMS];
     int64_t local_offset[HS_TENSOR_MAX_DIMS];
     int unit;                          /* owning unit (0 = root) */
@@ -151,6 +156,21 @@ typedef struct hs_model_ops {
      * TP ranks hold the same tokens and are not in it). */
     void *batch_ctx;
     void (*batch_all_reduce)(void *batch_ctx, float *buf, int64_t n);
+
+    /* Expert parallelism (ep_size > 1, over ep_ctx): EP rank r computes the
+     * routed experts [r*E/ep, (r+1)*E/ep) of every block. Each rank routes
+     * its own tokens; the rows of each (token, slot) pair travel to their
+     * expert's rank and the expert outputs back (dropless: every routed
+     * row is computed), and the reverse in backward. */
+    void *ep_ctx;
+    int ep_size, ep_rank;
+    /* Block r of `in` (per_rank fp32 values) goes to EP rank r; out block r
+     * comes from rank r (the per-expert row counts). */
+    void (*ep_all_to_all)(void *ep_ctx, float *out, const float *in, int64_t per_rank);
+    /* in holds send_counts[r] elements for each rank r back to back; out
+     * receives recv_counts[r] from each rank r likewise. */
+    void (*ep_all_to_allv)(void *ep_ctx, void *out, const int64_t *recv_counts, const void *in,
+                           const int64_t *send_counts, hs_dtype dt);
 } hs_model_ops;
 
 /* The CP sequence layout. Of 2*cp chunks of T/(2*cp) positions, CP rank r
@@ -228,6 +248,11 @@ const hs_unit_desc *hs_model_unit(const hs_model *m, int u);
 /* Boundary dtypes of unit u and the casts counted since creation. */
 const hs_unit_boundary *hs_model_unit_boundary(const hs_model *m, int u);
 int64_t hs_model_param_count(const hs_model *m); /* total elements */
+/* MoE: the (token, slot) rows each routed expert of each layer received
+ * from this rank's tokens in training forwards since the last reset,
+ * [n_layers x num_experts] (NULL for a dense model). */
+const int64_t *hs_model_expert_tokens(const hs_model *m, int *n_layers, int *n_experts);
+void hs_model_expert_tokens_reset(hs_model *m);
 /* Forward + backward FLOPs per token (for MFU): 6*N_active + attention. */
 double hs_model_flops_per_token(const hs_model *m, int seq_len);
 
@@ -245,9 +270,14 @@ int64_t hs_param_local_numel(const hs_param *p);
  * local_shape / local_offset become the torch.chunk slice. Replicate keeps
  * the whole tensor. Returns false if a Shard dim does not divide evenly. */
 bool hs_param_place_tp(hs_param *p, hs_placement pl, int tp, int rank);
+/* Put an expert parameter on an ep mesh of `ep` ranks (this rank `rank`):
+ * Shard(0), local_shape[0] = E / ep, off the tp mesh. Returns false if ep
+ * does not divide E. */
+bool hs_param_place_ep(hs_param *p, int ep, int rank);
 /* After parallel/ placed every parameter: each local shape must be the one
  * the model computes with for its ops (heads, ffn columns, vocabulary
- * rows split over tp). Errors name the FQN, both shapes and the fix. */
+ * rows split over tp, routed experts over ep). Errors name the FQN, both
+ * shapes and the fix. */
 hs_status hs_model_check_tp_layout(const hs_model *m, hs_error *e);
 void hs_model_zero_grads(hs_model *m);
 

@@ -1,4 +1,5 @@
-/* hypershard/parallel.h — model-parallel plans: tensor parallelism.
+/* hypershard/parallel.h — model-parallel plans: tensor, context and
+ * expert parallelism.
  *
  * Contract of this layer (DESIGN.md §1, spec 004 §3 steps 1-2, RFC 000 §4):
  * - A TP plan is a table of FQN suffix -> style, as torchtitan's
@@ -105,5 +106,30 @@ void hs_cp_fill_ops(hs_cp *c, hs_model_ops *ops);
 /* Time the calling thread spent in CP collectives and waits, and counts. */
 hs_parallel_stats hs_cp_get_stats(const hs_cp *c);
 void hs_cp_reset_stats(hs_cp *c);
+
+/* ----------------------------------------------------- expert parallel
+ *
+ * hs_ep places every routed expert tensor Shard(0) on the "ep" mesh (EP
+ * rank r holds experts [r*E/ep, (r+1)*E/ep)) and fills the ep_* members of
+ * the model's ops table: the per-expert row counts as an all-to-all, then
+ * the rows as an all-to-all-v, on the ep group. FSDP then shards each
+ * EP-local expert tensor over the EDP mesh (fsdp_moe_mesh). */
+typedef struct hs_ep hs_ep;
+
+hs_status hs_ep_create(hs_comm *comm, hs_pg *group, hs_ep **out, hs_error *e);
+void hs_ep_free(hs_ep *p);
+/* Set ops' ep_* members (the rest of the table is left as it is). */
+void hs_ep_fill_ops(hs_ep *p, hs_model_ops *ops);
+/* Place the routed experts of m (created with the filled ops) on ep; after
+ * the TP plan, which leaves them Replicate. */
+hs_status hs_ep_apply_plan(hs_ep *p, hs_model *m, hs_error *e);
+/* The whole fp32 tensor of q from every EP rank's local one (a plain copy
+ * when q is not on the ep mesh). Collective over ep when it is. */
+hs_status hs_ep_gather_full(hs_ep *p, const hs_param *q, const float *local, float *full,
+                            hs_error *e);
+/* This EP rank's slice of the whole fp32 tensor of q. */
+void hs_ep_local_slice(const hs_param *q, const float *full, float *local);
+hs_parallel_stats hs_ep_get_stats(const hs_ep *p);
+void hs_ep_reset_stats(hs_ep *p);
 
 #endif

@@ -68,15 +68,14 @@ static void check_batch(const hs_config *c, const hs_topology *t, hs_cfg_report 
                       g, mb, dp, denom, up, alt);
 }
 
-/* Expert and pipeline parallelism have rules of their own (below and in
- * the topology) for when they land, but no engine runs them yet. */
+/* Pipeline parallelism has rules of its own (below and in the topology)
+ * for when it lands, but no engine runs it yet. */
 void hs_cfg_check_unbuilt(const hs_config *c, hs_cfg_report *rep) {
     const hs_accel_config *a = &c->accelerator;
     const struct {
         const char *path, *what;
         int size;
     } dims[] = {
-        {"accelerator.ep_size", "expert", a->ep_size},
         {"accelerator.pp_size", "pipeline", a->pp_size},
     };
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)

@@ -135,20 +135,28 @@ int hs_fsdp_optim_params(hs_fsdp *f, hs_optim_param **out)
  * Shard-placed parameter's pieces are summed over the tp group, while a
  * Replicate one (identical on every TP rank after the TP tail) counts once.
  * sums[g][0]: TP-whole squares, sums[g][1]: TP-sharded squares. */
+/* Which model-parallel group a parameter's local tensors are distinct
+ * pieces over: 0 none (replicated), 1 tp (TP-split), 2 ep (routed experts
+ * under EP). */
+static int split_kind(const hs_fsdp_param *fp)
+{
+    if (fp->p->on_ep_mesh && fp->mi.ep_size > 1) return 2;
+    return fp->mi.tp_size > 1 && fp->p->on_tp_mesh && fp->p->tp.kind == HS_PLACEMENT_SHARD;
+}
+
 hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e)
 {
-    hs_pg *groups[8];
-    float sums[8][2];
+    hs_pg *groups[8], *split_pg[3] = {NULL, NULL, NULL};
+    float sums[8][3];
     int n_groups = 0;
-    double whole = 0.0, split = 0.0;
-    hs_pg *tp = NULL;
+    double by_kind[3] = {0.0, 0.0, 0.0};
     for (int i = 0; i < f->ctx.n_params; i++) {
         hs_fsdp_param *fp = &f->ctx.params[i];
         double s = hs_sumsq_f32(fp->sharded_grad, fp->plan.actual_sharded_numel);
-        int kind = fp->mi.tp_size > 1 && fp->p->on_tp_mesh && fp->p->tp.kind == HS_PLACEMENT_SHARD;
-        if (kind) tp = fp->mi.tp_pg;
+        int kind = split_kind(fp);
+        if (kind) split_pg[kind] = kind == 1 ? fp->mi.tp_pg : fp->mi.ep_pg;
         if (!fp->needs_all_gather) {
-            *(kind ? &split : &whole) += s;
+            by_kind[kind] += s;
             continue;
         }
         int g = 0;
@@ -156,24 +164,25 @@ hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e)
         if (g == n_groups) {
             HS_ASSERT(n_groups < 8);
             groups[n_groups] = fp->mi.shard_pg;
-            sums[n_groups][0] = sums[n_groups][1] = 0.0f;
+            sums[n_groups][0] = sums[n_groups][1] = sums[n_groups][2] = 0.0f;
             n_groups++;
         }
         sums[g][kind] += (float)s;
     }
     for (int g = 0; g < n_groups; g++) {
-        hs_status st = hs_pg_all_reduce(groups[g], sums[g], 2, HS_DTYPE_F32, HS_REDUCE_SUM, e);
+        hs_status st = hs_pg_all_reduce(groups[g], sums[g], 3, HS_DTYPE_F32, HS_REDUCE_SUM, e);
         if (st != HS_OK) return st;
-        whole += sums[g][0];
-        split += sums[g][1];
+        for (int k = 0; k < 3; k++) by_kind[k] += sums[g][k];
     }
-    if (tp) {
-        float s = (float)split;
-        hs_status st = hs_pg_all_reduce(tp, &s, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);
+    /* Every rank takes part in both, in this order, when the group exists. */
+    for (int k = 1; k < 3; k++) {
+        if (!split_pg[k]) continue;
+        float s = (float)by_kind[k];
+        hs_status st = hs_pg_all_reduce(split_pg[k], &s, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);
         if (st != HS_OK) return st;
-        split = s;
+        by_kind[k] = s;
     }
-    *norm = sqrt(whole + split);
+    *norm = sqrt(by_kind[0] + by_kind[1] + by_kind[2]);
     return HS_OK;
 }
 

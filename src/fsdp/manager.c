@@ -24,7 +24,36 @@ static hs_fsdp_dp_groups dp_groups_of(hs_mesh *mesh)
     g.replicate = group_or_null(mesh, HS_DIM_FSDP_REPLICATE, &g.replicate_size, &g.replicate_rank);
     g.flat = group_or_null(mesh, HS_DIM_FSDP, &g.flat_size, &g.flat_rank);
     g.tp = group_or_null(mesh, HS_DIM_TP, &g.tp_size, &g.tp_rank);
+    g.edp_shard = group_or_null(mesh, HS_DIM_EDP_SHARD, &g.edp_shard_size, &g.edp_shard_rank);
+    g.edp_replicate =
+        group_or_null(mesh, HS_DIM_EDP_REPLICATE, &g.edp_replicate_size, &g.edp_replicate_rank);
+    g.edp_size = g.edp_shard_size * g.edp_replicate_size;
+    g.ep = group_or_null(mesh, HS_DIM_EP, &g.ep_size, &g.ep_rank);
     return g;
+}
+
+/* A routed expert under expert parallelism (spec 004 §6): sharded over
+ * edp_shard, replicated over edp_replicate, its pieces over ep. Its rank
+ * sums the rows of every EP peer's tokens, so the EDP domain's reduction
+ * must SUM what the dense domain's pre-scale (x dp*cp) and average would:
+ * x edp before averaging over edp, i.e. domain_factor = edp / (dp*cp). */
+static hs_fsdp_mesh_info expert_mesh_info(const hs_fsdp_dp_groups *g)
+{
+    hs_fsdp_mesh_info mi;
+    memset(&mi, 0, sizeof mi);
+    mi.kind = g->edp_replicate_size > 1 ? HS_FSDP_MESH_HSDP : HS_FSDP_MESH_FSDP;
+    mi.shard_pg = g->edp_shard;
+    mi.shard_size = g->edp_shard_size;
+    mi.shard_rank = g->edp_shard_rank;
+    mi.replicate_pg = g->edp_replicate;
+    mi.replicate_size = g->edp_replicate_size;
+    mi.replicate_rank = g->edp_replicate_rank;
+    mi.tp_size = 1;
+    mi.ep_pg = g->ep;
+    mi.ep_size = g->ep_size;
+    mi.ep_rank = g->ep_rank;
+    mi.domain_factor = (float)g->edp_size / (float)(g->flat_size > 0 ? g->flat_size : 1);
+    return mi;
 }
 
 /* RFC §5.5: replicate_params all-reduce over the whole flattened R x S
@@ -56,11 +85,11 @@ static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicat
 
 static hs_status check_topology(const hs_topology *t, hs_error *e)
 {
-    if (t->ep > 1 || t->pp > 1)
+    if (t->pp > 1)
         return hs_error_set(e, HS_ERR_CONFIG,
-                            "accelerator.ep_size=%d pp_size=%d: the FSDP engine composes with "
-                            "tensor and context parallelism only so far; set them to 1",
-                            t->ep, t->pp);
+                            "accelerator.pp_size=%d: the FSDP engine composes with tensor, "
+                            "context and expert parallelism only so far; set it to 1",
+                            t->pp);
     return HS_OK;
 }
 
@@ -120,6 +149,12 @@ static hs_status check_unit_sources(hs_fsdp_unit *u, hs_error *e)
     for (int i = 0; i < u->n_params; i++) {
         const hs_param *p = u->params[i]->p;
         fqns[i] = p->fqn;
+        if (p->on_ep_mesh) {
+            hs_placement s0 = {.kind = HS_PLACEMENT_SHARD, .dim = 0};
+            tp[i] = (hs_source_layout){.mesh = "ep", .ndim = 1, .placements = {s0}};
+            layouts[i] = &tp[i];
+            continue;
+        }
         if (!p->on_tp_mesh) continue;
         tp[i] = (hs_source_layout){.mesh = "tp", .ndim = 1, .placements = {p->tp}};
         layouts[i] = &tp[i];
@@ -194,7 +229,13 @@ static hs_status build_params(hs_fsdp *f, const hs_config *cfg, const hs_fsdp_dp
                                 "allocate_params = false before wrapping it with FSDP",
                                 p->fqn);
         bool rep = is_replicate_param(cfg, p->fqn);
-        hs_fsdp_mesh_info mi = mesh_info_for(g, rep);
+        if (rep && p->on_ep_mesh)
+            return hs_error_set(e, HS_ERR_CONFIG,
+                                "fsdp_config.replicate_params lists %s, a routed expert that "
+                                "expert parallelism places on fsdp_moe_mesh; remove it from "
+                                "the list (experts follow fsdp_config.edp_shard_size)",
+                                p->fqn);
+        hs_fsdp_mesh_info mi = p->on_ep_mesh ? expert_mesh_info(g) : mesh_info_for(g, rep);
         hs_status st = hs_fsdp_param_init(&ctx->params[i], f->model, i, rep, &mi, compute,
                                           &ctx->mem, seed, e);
         if (st != HS_OK) return st;
@@ -213,8 +254,15 @@ static void log_wrapped(const hs_fsdp *f, const hs_config *cfg)
     int experts = 0;
     for (int u = 0; u < f->ctx.n_units; u++) experts += f->ctx.units[u].is_expert;
     if (!f->ctx.log) return;
-    char extra[64] = "";
-    if (experts) snprintf(extra, sizeof extra, " + %d expert units", experts);
+    char extra[160] = "";
+    if (experts && f->groups.ep_size > 1)
+        snprintf(extra, sizeof extra,
+                 " + %d expert units on fsdp_moe_mesh (ep %d, expert shard degree %d, replicate "
+                 "degree %d)",
+                 experts, f->groups.ep_size, f->groups.edp_shard_size,
+                 f->groups.edp_replicate_size);
+    else if (experts)
+        snprintf(extra, sizeof extra, " + %d expert units", experts);
     hs_log_info(f->ctx.log,
                 "fsdp: wrapped %d transformer blocks%s and the root (%d units); shard degree "
                 "%d, replicate degree %d; %d replicate_params; reshard_after_forward=%s",

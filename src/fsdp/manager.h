@@ -12,6 +12,11 @@ typedef struct hs_fsdp_dp_groups {
     int shard_size, shard_rank, replicate_size, replicate_rank, flat_size, flat_rank;
     int tp_size, tp_rank;
     hs_pg *shard, *replicate, *flat, *tp;
+    /* fsdp_moe_mesh, for routed experts under expert parallelism (ep_size
+     * > 1; else unused) */
+    int edp_shard_size, edp_shard_rank, edp_replicate_size, edp_replicate_rank, edp_size;
+    int ep_size, ep_rank;
+    hs_pg *edp_shard, *edp_replicate, *ep;
 } hs_fsdp_dp_groups;
 
 struct hs_fsdp {

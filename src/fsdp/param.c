@@ -49,6 +49,7 @@ hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool
      * a summand, which the pre-scale turns into an average's input. */
     fp->tp_all_reduce = mi->tp_size > 1 && p->on_tp_mesh && p->tp.kind == HS_PLACEMENT_REPLICATE;
     fp->grad_factor = fp->tp_all_reduce && p->tp_grad_partial ? (float)mi->tp_size : 1.0f;
+    fp->grad_factor *= mi->domain_factor > 0.0f ? mi->domain_factor : 1.0f;
 
     /* Padding only when uneven: the even shard is its own comm storage. */
     const hs_fsdp_plan *pl = &fp->plan;

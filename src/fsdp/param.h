@@ -35,10 +35,14 @@ typedef enum hs_fsdp_mesh_kind {
 
 const char *hs_fsdp_mesh_kind_name(hs_fsdp_mesh_kind k);
 
-/* Topology of one parameter on fsdp_non_moe_mesh (fsdp_replicate,
- * fsdp_shard, tp): its data-parallel groups, and the tp group its TP tail
- * all-reduce runs on. A group pointer is NULL exactly when its size is 1
- * (the collective is then the identity). */
+/* Topology of one parameter: on fsdp_non_moe_mesh (fsdp_replicate,
+ * fsdp_shard, tp) its data-parallel groups and the tp group its TP tail
+ * all-reduce runs on; a routed expert under expert parallelism is on
+ * fsdp_moe_mesh (edp_replicate, edp_shard, ep) instead. A group pointer is
+ * NULL exactly when its size is 1 (the collective is then the identity).
+ * domain_factor scales the gradient before its first collective, relative
+ * to the dense pre-scale: 1 on the dense mesh, edp / (dp*cp) on the expert
+ * mesh (docs/moe.md "Gradient scaling"). */
 typedef struct hs_fsdp_mesh_info {
     hs_fsdp_mesh_kind kind;
     hs_pg *shard_pg;
@@ -47,6 +51,9 @@ typedef struct hs_fsdp_mesh_info {
     int replicate_size, replicate_rank;
     hs_pg *tp_pg;
     int tp_size, tp_rank;
+    hs_pg *ep_pg; /* the expert mesh only */
+    int ep_size, ep_rank;
+    float domain_factor;
 } hs_fsdp_mesh_info;
 
 typedef enum hs_fsdp_storage_owner {

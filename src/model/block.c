@@ -79,7 +79,11 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
     hs_unit_boundary *eb = &m->bnd[bp->expert_unit];
     eb->forward_casts += eb->output_stored != eb->output_computed;
     hs_hook_post_forward(hooks, bp->expert_unit);
-    if (count_aux) hs_moe_aux_add(&m->aux, &a->moe);
+    if (count_aux) {
+        hs_moe_aux_add(&m->aux, &a->moe);
+        int64_t *tok = m->expert_tokens + (int64_t)(bp - m->blocks) * m->moe_shapes.E;
+        for (int e = 0; e < m->moe_shapes.E; e++) tok[e] += a->moe.count[e];
+    }
     for (int64_t i = 0; i < N * C; i++)
         hs_st(x_out, rdt, i, hs_ld(a->x_mid, rdt, i) + hs_ld(a->moe_out, dt, i));
 }

@@ -62,6 +62,13 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
                         "train.seq_len=%d must be a multiple of 2 x accelerator.cp_size = %d "
                         "(each CP rank holds two of 2 x cp_size equal chunks)",
                         o->seq_len, 2 * cp);
+    int ep = o->ops && o->ops->ep_size > 1 ? o->ops->ep_size : 1;
+    if (ep > 1 && (strcmp(c->arch, "moe") != 0 || c->moe.num_experts % ep ||
+                   ep > HS_MOE_EP_MAX_RANKS || c->moe.num_experts / ep > HS_MOE_EP_MAX_LOCAL))
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "accelerator.ep_size=%d needs model.arch=moe with model.moe.num_experts "
+                        "(%d) a multiple of it, at most %d EP ranks and %d experts per rank",
+                        ep, c->moe.num_experts, HS_MOE_EP_MAX_RANKS, HS_MOE_EP_MAX_LOCAL);
     if (tp > 1 && o->ops->sequence_parallel && strcmp(c->arch, "moe") == 0)
         hs_error_append(e, HS_ERR_CONFIG,
                         "accelerator.sequence_parallel with model.arch=moe: the routed experts "
@@ -110,6 +117,7 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
         a->moe_out = buf(m, BT * m->C, dt);
         a->moe_mem = hs_pool_alloc(m->pool, hs_moe_act_bytes(&m->moe_shapes, dt));
         hs_moe_act_bind(&a->moe, &m->moe_shapes, dt, a->moe_mem);
+        a->moe.ep = m->ep > 1 ? &m->moe_ep : NULL;
         /* Every expert unit has the same boundary plan. */
         a->moe.out_dt = m->bnd[m->blocks[0].expert_unit].output_stored;
     } else {
@@ -119,6 +127,7 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
 }
 
 static void acts_free(hs_model *m, hs_block_acts *a) {
+    if (m->moe) hs_moe_act_release(&a->moe);
     void *ptrs[] = {a->rstd1, a->ln1,   a->q,     a->k,     a->v,
                     a->lse,   a->atty,  a->x_cast, a->x_mid, a->rstd2,
                     a->ln2,   a->gate,  a->up,    a->moe_out, a->moe_mem};
@@ -212,6 +221,8 @@ static void buffers_alloc(hs_model *m) {
         hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->pool);
         m->aux_g = buf(m, m->moe_shapes.E, HS_DTYPE_F32);
         m->aux_buf = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
+        m->expert_tokens =
+            hs_pool_calloc(m->pool, (size_t)m->L * (size_t)m->moe_shapes.E * sizeof(int64_t));
     }
 }
 
@@ -247,8 +258,14 @@ static void dims_set(hs_model *m) {
     m->v0 = (int64_t)m->V * m->tp_rank;
     m->L = c->n_layers;
     m->moe = strcmp(c->arch, "moe") == 0;
-    if (m->moe)
+    m->ep = m->ops && m->ops->ep_size > 1 ? m->ops->ep_size : 1;
+    m->ep_rank = m->ep > 1 ? m->ops->ep_rank : 0;
+    if (m->moe) {
         m->moe_shapes = hs_moe_shapes_make(&c->moe, m->opt.max_batch * m->opt.seq_len, m->C);
+        m->moe_shapes.ep = m->ep;
+        m->moe_shapes.EL = m->moe_shapes.E / m->ep;
+        m->moe_ep = (hs_moe_ep){.ops = m->ops, .size = m->ep, .rank = m->ep_rank};
+    }
 }
 
 hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *opt, hs_model **out,
@@ -297,7 +314,9 @@ static void buffers_free(hs_model *m) {
                     m->ring_blse,   m->ring_delta,  m->ring_bout, m->ring_kv[0],
                     m->ring_kv[1],  m->ring_dkv[0], m->ring_dkv[1]};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_pool_free(m->pool, ptrs[i]);
+    hs_pool_free(m->pool, m->expert_tokens);
     if (m->moe && m->aux.count) hs_moe_aux_free(&m->aux);
+    hs_moe_ep_free(&m->moe_ep);
 }
 
 void hs_model_free(hs_model *m) {
@@ -310,6 +329,17 @@ void hs_model_free(hs_model *m) {
 }
 
 const hs_model_config *hs_model_config_of(const hs_model *m) { return &m->cfg; }
+
+const int64_t *hs_model_expert_tokens(const hs_model *m, int *n_layers, int *n_experts) {
+    *n_layers = m->moe ? m->L : 0;
+    *n_experts = m->moe ? m->moe_shapes.E : 0;
+    return m->moe ? m->expert_tokens : NULL;
+}
+
+void hs_model_expert_tokens_reset(hs_model *m) {
+    if (m->moe)
+        memset(m->expert_tokens, 0, (size_t)m->L * (size_t)m->moe_shapes.E * sizeof(int64_t));
+}
 
 hs_block_acts *hs_model_acts_for(hs_model *m, int layer) {
     return &m->acts[m->opt.activation_checkpointing ? 0 : layer];

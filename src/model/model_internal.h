@@ -68,6 +68,7 @@ struct hs_model {
     int8_t *want_split;      /* [n_params]: tensor dim the model splits over tp, -1 none */
     bool moe;
     hs_moe_shapes moe_shapes;
+    int ep, ep_rank;         /* expert parallelism (1: every expert local) */
 
     hs_param *params;
     int n_params;
@@ -130,6 +131,8 @@ struct hs_model {
     hs_moe_aux aux;
     float *aux_g;   /* [E] */
     float *aux_buf; /* [2E + 2] the totals summed over a global micro-batch */
+    hs_moe_ep moe_ep;       /* ep > 1: the exchange's ops and scratch */
+    int64_t *expert_tokens; /* [L x E] rows routed to each expert since the reset */
 };
 
 /* registry.c */

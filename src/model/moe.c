@@ -9,7 +9,7 @@
 hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C)
 {
     hs_moe_shapes s = {BT, C, mc->num_experts, mc->top_k, mc->expert_ffn_dim,
-                       mc->shared_expert_ffn_dim};
+                       mc->shared_expert_ffn_dim, 1, mc->num_experts};
     return s;
 }
 
@@ -17,6 +17,7 @@ static void shapes_check(const hs_moe_shapes *s)
 {
     HS_ASSERT(s->BT >= 0 && s->C > 0 && s->E > 0 && s->F > 0 && s->FS >= 0);
     HS_ASSERT(s->K >= 1 && s->K <= s->E);
+    HS_ASSERT(s->ep >= 1 && s->EL * s->ep == s->E);
     /* Grouped-row indices are int32. */
     HS_ASSERT((int64_t)s->BT * s->K < INT32_MAX);
 }
@@ -38,19 +39,26 @@ static size_t act_layout(hs_moe_act *a, const hs_moe_shapes *s, hs_dtype dt, voi
 {
     carver c = {mem, 0};
     const size_t es = hs_dtype_size(dt), bt = (size_t)s->BT, pairs = bt * (size_t)s->K;
+    /* Under EP the experts' hidden rows are those received (ep_h1/ep_h3). */
+    const size_t local_pairs = s->ep > 1 ? 0 : pairs;
     a->probs = carve(&c, bt * (size_t)s->E * sizeof(float));
     a->sel = carve(&c, pairs * sizeof(int32_t));
     a->weight = carve(&c, pairs * sizeof(float));
     a->offset = carve(&c, ((size_t)s->E + 1) * sizeof(int32_t));
     a->row_pair = carve(&c, pairs * sizeof(int32_t));
     a->pair_row = carve(&c, pairs * sizeof(int32_t));
-    a->h1 = carve(&c, pairs * (size_t)s->F * es);
-    a->h3 = carve(&c, pairs * (size_t)s->F * es);
+    a->h1 = carve(&c, local_pairs * (size_t)s->F * es);
+    a->h3 = carve(&c, local_pairs * (size_t)s->F * es);
     a->y = carve(&c, pairs * (size_t)s->C * es);
     a->sh1 = carve(&c, bt * (size_t)s->FS * es);
     a->sh3 = carve(&c, bt * (size_t)s->FS * es);
     a->count = carve(&c, (size_t)s->E * sizeof(int64_t));
     a->prob_sum = carve(&c, (size_t)s->E * sizeof(double));
+    if (s->ep > 1) {
+        a->ep_send = carve(&c, (size_t)s->E * sizeof(float));
+        a->ep_recv = carve(&c, (size_t)s->E * sizeof(float));
+        a->ep_off = carve(&c, ((size_t)s->EL + 1) * sizeof(int32_t));
+    }
     return c.off;
 }
 
@@ -72,6 +80,14 @@ void hs_moe_act_bind(hs_moe_act *act, const hs_moe_shapes *s, hs_dtype dt, void 
     act_layout(act, s, dt, mem);
 }
 
+void hs_moe_act_release(hs_moe_act *act)
+{
+    hs_moe_grow_free(&act->ep_x);
+    hs_moe_grow_free(&act->ep_h1);
+    hs_moe_grow_free(&act->ep_h3);
+    hs_moe_grow_free(&act->ep_y);
+}
+
 /* Scratch of one call. Forward uses xg, a, acc and row; backward xg, a,
  * dh1, dh3, dyg, dw, dp and row. */
 typedef struct moe_scratch {
@@ -90,7 +106,7 @@ static size_t scratch_layout(moe_scratch *m, const hs_moe_shapes *s, hs_dtype dt
 {
     carver c = {mem, 0};
     const size_t es = hs_dtype_size(dt), bt = (size_t)s->BT, pairs = bt * (size_t)s->K;
-    size_t hidden = pairs * (size_t)s->F;
+    size_t hidden = s->ep > 1 ? 0 : pairs * (size_t)s->F; /* EP: hs_moe_ep's own */
     if (bt * (size_t)s->FS > hidden) hidden = bt * (size_t)s->FS;
     m->xg = carve(&c, pairs * (size_t)s->C * es);
     m->a = carve(&c, hidden * es);
@@ -119,19 +135,14 @@ static moe_scratch scratch_bind(const hs_moe_act *act, void *mem)
     return m;
 }
 
-static void experts_forward(const hs_moe_act *act, const hs_moe_weights *w, moe_scratch *m)
+static void experts_forward(hs_moe_act *act, const hs_moe_weights *w, moe_scratch *m)
 {
-    const int C = act->cap.C, F = act->cap.F;
-    const hs_dtype dt = act->dt;
-    for (int e = 0; e < act->cap.E; e++) {
-        int64_t r0 = act->offset[e], n = act->offset[e + 1] - r0;
-        hs_moe_swiglu_forward(hs_moe_at(act->y, dt, r0 * C), dt, 0.0f,
-                              hs_moe_at(act->h1, dt, r0 * F), hs_moe_at(act->h3, dt, r0 * F),
-                              hs_moe_at(m->a, dt, r0 * F), hs_moe_at(m->xg, dt, r0 * C),
-                              hs_moe_at(w->w1, dt, (int64_t)e * F * C),
-                              hs_moe_at(w->w3, dt, (int64_t)e * F * C),
-                              hs_moe_at(w->w2, dt, (int64_t)e * C * F), dt, n, C, F);
+    if (act->ep) {
+        hs_moe_ep_forward(act, w, m->xg);
+        return;
     }
+    hs_moe_rows r = {act->cap.E, act->offset, m->xg, act->h1, act->h3, act->y};
+    hs_moe_experts_forward(&r, w, m->a, act->dt, act->cap.C, act->cap.F);
 }
 
 /* The expert unit's output cast: y (held in dt) takes the values of y cast
@@ -198,27 +209,16 @@ static void combine_backward(moe_scratch *m, const float *dout, const hs_moe_act
     }
 }
 
-static void *grad_slice(void *g, hs_dtype gdt, int64_t off)
-{
-    return g ? hs_moe_at(g, gdt, off) : NULL;
-}
-
 static void experts_backward(const hs_moe_grads *gr, const hs_moe_act *act,
                              const hs_moe_weights *w, moe_scratch *m)
 {
-    const int C = act->cap.C, F = act->cap.F;
-    const hs_dtype dt = act->dt, gdt = gr->dt;
-    for (int e = 0; e < act->cap.E; e++) {
-        int64_t r0 = act->offset[e], n = act->offset[e + 1] - r0;
-        int64_t wo = (int64_t)e * F * C;
-        float *dyg = m->dyg + r0 * C;
-        hs_moe_swiglu_backward(dyg, 0.0f, grad_slice(gr->w1, gdt, wo), grad_slice(gr->w3, gdt, wo),
-                               grad_slice(gr->w2, gdt, wo), gdt, dyg, hs_moe_at(m->xg, dt, r0 * C),
-                               hs_moe_at(act->h1, dt, r0 * F), hs_moe_at(act->h3, dt, r0 * F),
-                               hs_moe_at(w->w1, dt, wo), hs_moe_at(w->w3, dt, wo),
-                               hs_moe_at(w->w2, dt, wo), dt, hs_moe_at(m->a, dt, r0 * F),
-                               m->dh1 + r0 * F, m->dh3 + r0 * F, n, C, F);
+    if (act->ep) {
+        hs_moe_ep_backward(act, gr, w, m->dyg);
+        return;
     }
+    hs_moe_rows r = {act->cap.E, act->offset, m->xg, act->h1, act->h3, act->y};
+    hs_moe_experts_backward(&r, m->dyg, gr, w, m->a, m->dh1, m->dh3, act->dt, act->cap.C,
+                            act->cap.F);
 }
 
 void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr,
@@ -228,7 +228,7 @@ void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr,
     const hs_moe_shapes *s = &act->cap;
     const int C = s->C, K = s->K;
     moe_scratch m = scratch_bind(act, scratch);
-    hs_moe_dispatch_gather(m.xg, x, act);
+    if (!act->ep) hs_moe_dispatch_gather(m.xg, x, act); /* EP keeps its received rows */
     combine_backward(&m, dout, act);
     /* The backward of the output cast: the gradient back to dt. */
     if (act->out_dt != act->dt) hs_round_f32(m.dyg, act->dt, (int64_t)act->BT * K * C);

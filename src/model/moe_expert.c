@@ -73,3 +73,39 @@ void hs_moe_swiglu_backward(float *dxin, float dxin_beta, void *dw1, void *dw3, 
     if (dw1) hs_gemm_ex(true, false, F, C, n, 1.0f, dh1, f32, F, xin, dt, C, 1.0f, dw1, gdt, C);
     if (dw3) hs_gemm_ex(true, false, F, C, n, 1.0f, dh3, f32, F, xin, dt, C, 1.0f, dw3, gdt, C);
 }
+
+void hs_moe_experts_forward(const hs_moe_rows *r, const hs_moe_weights *w, void *a, hs_dtype dt,
+                            int C, int F)
+{
+    for (int e = 0; e < r->n; e++) {
+        int64_t r0 = r->offset[e], n = r->offset[e + 1] - r0;
+        int64_t wo = (int64_t)e * F * C;
+        hs_moe_swiglu_forward(hs_moe_at(r->y, dt, r0 * C), dt, 0.0f, hs_moe_at(r->h1, dt, r0 * F),
+                              hs_moe_at(r->h3, dt, r0 * F), hs_moe_at(a, dt, r0 * F),
+                              hs_moe_at(r->x, dt, r0 * C), hs_moe_at(w->w1, dt, wo),
+                              hs_moe_at(w->w3, dt, wo), hs_moe_at(w->w2, dt, wo), dt, n, C, F);
+    }
+}
+
+static void *grad_slice(void *g, hs_dtype gdt, int64_t off)
+{
+    return g ? hs_moe_at(g, gdt, off) : NULL;
+}
+
+void hs_moe_experts_backward(const hs_moe_rows *r, float *dy, const hs_moe_grads *gr,
+                             const hs_moe_weights *w, void *a, float *dh1, float *dh3,
+                             hs_dtype dt, int C, int F)
+{
+    const hs_dtype gdt = gr->dt;
+    for (int e = 0; e < r->n; e++) {
+        int64_t r0 = r->offset[e], n = r->offset[e + 1] - r0;
+        int64_t wo = (int64_t)e * F * C;
+        float *d = dy + r0 * C;
+        hs_moe_swiglu_backward(d, 0.0f, grad_slice(gr->w1, gdt, wo), grad_slice(gr->w3, gdt, wo),
+                               grad_slice(gr->w2, gdt, wo), gdt, d, hs_moe_at(r->x, dt, r0 * C),
+                               hs_moe_at(r->h1, dt, r0 * F), hs_moe_at(r->h3, dt, r0 * F),
+                               hs_moe_at(w->w1, dt, wo), hs_moe_at(w->w3, dt, wo),
+                               hs_moe_at(w->w2, dt, wo), dt, hs_moe_at(a, dt, r0 * F),
+                               dh1 + r0 * F, dh3 + r0 * F, n, C, F);
+    }
+}

@@ -236,6 +236,21 @@ bool hs_param_place_tp(hs_param *p, hs_placement pl, int tp, int rank) {
     return true;
 }
 
+bool hs_param_place_ep(hs_param *p, int ep, int rank) {
+    if (p->kind != HS_PARAM_EXPERT || ep < 1 || p->shape[0] % ep) return false;
+    p->on_tp_mesh = false;
+    p->tp = (hs_placement){.kind = HS_PLACEMENT_REPLICATE};
+    p->tp_grad_partial = false;
+    p->on_ep_mesh = true;
+    for (int d = 0; d < p->ndim; d++) {
+        p->local_shape[d] = p->shape[d];
+        p->local_offset[d] = 0;
+    }
+    p->local_shape[0] = p->shape[0] / ep;
+    p->local_offset[0] = p->local_shape[0] * rank;
+    return true;
+}
+
 static void shape_str(const int64_t *s, int n, char *buf, size_t cap) {
     size_t used = (size_t)snprintf(buf, cap, "[");
     for (int d = 0; d < n && used < cap; d++)
@@ -251,12 +266,21 @@ hs_status hs_model_check_tp_layout(const hs_model *m, hs_error *e) {
         for (int d = 0; d < p->ndim; d++) want[d] = p->shape[d];
         int sd = m->tp_on ? m->want_split[i] : -1;
         if (sd >= 0) want[sd] /= m->tp;
+        bool ep = m->ep > 1 && p->kind == HS_PARAM_EXPERT;
+        if (ep) want[0] /= m->ep;
         bool ok = true;
         for (int d = 0; d < p->ndim; d++) ok &= p->local_shape[d] == want[d];
         if (ok) continue;
         char a[64], b[64];
         shape_str(p->local_shape, p->ndim, a, sizeof a);
         shape_str(want, p->ndim, b, sizeof b);
+        if (ep) {
+            hs_error_append(e, HS_ERR_CONFIG,
+                            "%s: the expert-parallel plan gives a local shape %s but the model "
+                            "computes with %s on ep_size=%d; give it Shard(0) on the ep mesh",
+                            p->fqn, a, b, m->ep);
+            continue;
+        }
         hs_error_append(e, HS_ERR_CONFIG,
                         "%s: the tensor-parallel plan gives a local shape %s but the model "
                         "computes with %s on tp_size=%d (%s); give it %s",

@@ -9,7 +9,7 @@ hs_status hs_engine_create(const hs_engine_env *env, hs_engine **out, hs_error *
     if (env->log) hs_log_info(env->log, fsdp ? "%s" : "fsdp: %s", why);
     /* Tensor parallelism runs in the FSDP engine, whose degree-1 groups
      * issue no collective when there is no FSDP domain (dp * cp = 1). */
-    if (fsdp || env->topo->tp > 1) return hs_engine_fsdp_create(env, out, e);
+    if (fsdp || env->topo->tp > 1 || env->topo->ep > 1) return hs_engine_fsdp_create(env, out, e);
     if (env->topo->world == 1) return hs_engine_local_create(env, out, e);
     return hs_error_set(e, HS_ERR_CONFIG,
                         "world size %d has no FSDP domain (%s) and no tensor/pipeline parallel "

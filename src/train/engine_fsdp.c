@@ -16,6 +16,7 @@ typedef struct fsdp_engine {
     hs_pg *batch; /* dp x cp: the MoE aux statistics' group, NULL when unneeded */
     hs_tp *tp;        /* NULL without tensor parallelism */
     hs_cp *cp;        /* NULL without context parallelism */
+    hs_ep *ep;        /* NULL without expert parallelism */
     hs_model_ops ops; /* the model's: TP's table with CP's members set */
 } fsdp_engine;
 
@@ -48,19 +49,24 @@ static void fsdp_zero_grads(hs_engine *en) { hs_fsdp_zero_grads(fsdp_of(en)); }
 
 static hs_tp *fsdp_tp(hs_engine *en) { return eng_of(en)->tp; }
 static hs_cp *fsdp_cp(hs_engine *en) { return eng_of(en)->cp; }
+static hs_ep *fsdp_ep(hs_engine *en) { return eng_of(en)->ep; }
 
 typedef hs_status (*gather_fn)(hs_fsdp *f, int i, float *out, hs_error *e);
 
-/* The whole tensor: FSDP gathers the TP-local one, parallel/ the TP pieces. */
+/* The whole tensor: FSDP gathers the TP/EP-local one, parallel/ the TP or
+ * EP pieces (a routed expert under EP is on the ep mesh only). */
 static hs_status gather_whole(hs_engine *en, gather_fn g, int i, float *out, hs_error *e)
 {
     fsdp_engine *fe = eng_of(en);
-    if (!fe->tp) return g(fe->f, i, out, e);
     const hs_param *p = hs_model_param(en->model, i);
+    bool on_ep = fe->ep && p->on_ep_mesh;
+    if (!fe->tp && !on_ep) return g(fe->f, i, out, e);
     float *local = malloc((size_t)hs_param_local_numel(p) * sizeof(float) + 1);
     if (!local) return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate to gather %s", p->fqn);
     hs_status s = g(fe->f, i, local, e);
-    if (s == HS_OK) s = hs_tp_gather_full(fe->tp, p, local, out, e);
+    if (s == HS_OK)
+        s = on_ep ? hs_ep_gather_full(fe->ep, p, local, out, e)
+                  : hs_tp_gather_full(fe->tp, p, local, out, e);
     free(local);
     return s;
 }
@@ -78,11 +84,15 @@ static hs_status fsdp_gather_full_grad(hs_engine *en, int i, float *out, hs_erro
 static hs_status fsdp_set_full(hs_engine *en, int i, const float *full, hs_error *e)
 {
     fsdp_engine *fe = eng_of(en);
-    if (!fe->tp) return hs_fsdp_set_full(fe->f, i, full, e);
     const hs_param *p = hs_model_param(en->model, i);
+    bool on_ep = fe->ep && p->on_ep_mesh;
+    if (!fe->tp && !on_ep) return hs_fsdp_set_full(fe->f, i, full, e);
     float *local = malloc((size_t)hs_param_local_numel(p) * sizeof(float) + 1);
     if (!local) return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate to set %s", p->fqn);
-    hs_tp_local_slice(p, full, local);
+    if (on_ep)
+        hs_ep_local_slice(p, full, local);
+    else
+        hs_tp_local_slice(p, full, local);
     hs_status s = hs_fsdp_set_full(fe->f, i, local, e);
     free(local);
     return s;
@@ -104,6 +114,7 @@ static void fsdp_free(hs_engine *en)
     hs_model_free(en->model);
     hs_tp_free(fe->tp);
     hs_cp_free(fe->cp);
+    hs_ep_free(fe->ep);
     free(fe);
     free(en);
 }
@@ -131,10 +142,11 @@ static void batch_all_reduce(void *ctx, float *buf, int64_t n)
  * ranks, the micro-batch reduction of the load-balancing statistics. */
 static const hs_model_ops *ops_for(fsdp_engine *fe)
 {
-    if (!fe->tp && !fe->cp && !fe->batch) return NULL;
+    if (!fe->tp && !fe->cp && !fe->ep && !fe->batch) return NULL;
     if (fe->tp) fe->ops = *hs_tp_ops(fe->tp);
     else fe->ops = (hs_model_ops){.tp_size = 1};
     if (fe->cp) hs_cp_fill_ops(fe->cp, &fe->ops);
+    if (fe->ep) hs_ep_fill_ops(fe->ep, &fe->ops);
     if (fe->batch) fe->ops.batch_ctx = fe, fe->ops.batch_all_reduce = batch_all_reduce;
     return &fe->ops;
 }
@@ -149,12 +161,32 @@ static hs_status tp_create(const hs_engine_env *env, hs_tp **out, hs_error *e)
                         cfg->accelerator.sequence_parallel, cfg->accelerator.loss_parallel, out, e);
 }
 
-static hs_status tp_plan(hs_tp *tp, hs_model *m, hs_error *e)
+/* Expert parallelism over the mesh's ep dim, when it is > 1. */
+static hs_status ep_create(const hs_engine_env *env, hs_ep **out, hs_error *e)
 {
-    if (!tp) return HS_OK;
-    int n = 0;
-    const hs_tp_rule *rules = hs_tp_default_plan(&n);
-    return hs_tp_apply_plan(tp, m, rules, n, e);
+    *out = NULL;
+    if (env->topo->ep < 2) return HS_OK;
+    return hs_ep_create(env->comm, hs_mesh_group(env->mesh, HS_DIM_EP), out, e);
+}
+
+/* The TP plan, then the EP plan (which moves the experts to the ep mesh). */
+static hs_status mp_plans(fsdp_engine *fe, hs_model *m, hs_error *e)
+{
+    if (fe->tp) {
+        int n = 0;
+        const hs_tp_rule *rules = hs_tp_default_plan(&n);
+        hs_status s = hs_tp_apply_plan(fe->tp, m, rules, n, e);
+        if (s != HS_OK) return s;
+    }
+    return fe->ep ? hs_ep_apply_plan(fe->ep, m, e) : HS_OK;
+}
+
+/* "fsdp", "fsdp+tp", "fsdp+tp+cp+ep", ... */
+static const char *engine_name(const fsdp_engine *fe)
+{
+    static const char *names[8] = {"fsdp",       "fsdp+tp",    "fsdp+cp",    "fsdp+tp+cp",
+                                   "fsdp+ep",    "fsdp+tp+ep", "fsdp+cp+ep", "fsdp+tp+cp+ep"};
+    return names[(fe->tp != NULL) | (fe->cp != NULL) << 1 | (fe->ep != NULL) << 2];
 }
 
 hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_error *e)
@@ -188,13 +220,14 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
     }
     hs_status s = tp_create(env, &fe->tp, e);
     if (s == HS_OK) s = cp_create(env, &fe->cp, e);
+    if (s == HS_OK) s = ep_create(env, &fe->ep, e);
     fe->comm = env->comm;
     hs_pg *batch = hs_mesh_group(env->mesh, HS_DIM_DP_CP);
     if (!strcmp(cfg->model.arch, "moe") && batch && hs_pg_size(batch) > 1) fe->batch = batch;
     mo.ops = ops_for(fe);
     hs_model *m = NULL;
     if (s == HS_OK) s = hs_model_create(&cfg->model, &mo, &m, e);
-    if (s == HS_OK) s = tp_plan(fe->tp, m, e);
+    if (s == HS_OK) s = mp_plans(fe, m, e);
     if (s == HS_OK)
         s = hs_fsdp_wrap(cfg, env->mesh, env->comm, env->dev, m, (uint64_t)cfg->train.seed,
                          env->log, &fe->f, e);
@@ -203,12 +236,13 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         hs_model_free(m);
         hs_tp_free(fe->tp);
         hs_cp_free(fe->cp);
+        hs_ep_free(fe->ep);
         free(fe);
         free(en);
         return s;
     }
     *en = (hs_engine){
-        .name = fe->tp && fe->cp ? "fsdp+tp+cp" : fe->tp ? "fsdp+tp" : fe->cp ? "fsdp+cp" : "fsdp",
+        .name = engine_name(fe),
         .ctx = fe,
         .model = m,
         .hooks = fsdp_hooks,
@@ -223,6 +257,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .ckpt_param = fsdp_ckpt_param,
         .tp = fsdp_tp,
         .cp = fsdp_cp,
+        .ep = fsdp_ep,
         .free = fsdp_free,
     };
     *out = en;

@@ -1,0 +1,103 @@
+/* Expert parallelism on the ep group: the plan (every routed expert tensor
+ * Shard(0) over ep), the exchanges of the MoE layers as the ep_* members of
+ * the model's ops table, and whole expert tensors from the EP pieces. The
+ * exchanges sit on the compute path, so a failure ends every rank. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hypershard/parallel.h"
+
+struct hs_ep {
+    hs_comm *comm;
+    hs_pg *group;
+    int size, rank;
+    hs_parallel_stats stats;
+};
+
+static void done(hs_ep *p, double t0, int64_t bytes, hs_status st, const hs_error *e) {
+    hs_parallel_done(p->comm, &p->stats, t0, bytes, st, e);
+}
+
+static void ep_all_to_all(void *ctx, float *out, const float *in, int64_t per_rank) {
+    hs_ep *p = ctx;
+    hs_error e;
+    double t0 = hs_now();
+    hs_status st = hs_pg_all_to_all(p->group, out, in, per_rank, HS_DTYPE_F32, &e);
+    done(p, t0, per_rank * p->size * (int64_t)sizeof(float), st, &e);
+}
+
+static void ep_all_to_allv(void *ctx, void *out, const int64_t *recv_counts, const void *in,
+                           const int64_t *send_counts, hs_dtype dt) {
+    hs_ep *p = ctx;
+    hs_error e;
+    int64_t *d = malloc(sizeof(int64_t) * 2 * (size_t)p->size);
+    HS_ASSERT(d != NULL);
+    int64_t so = 0, ro = 0; /* displacements: prefix sums */
+    for (int r = 0; r < p->size; r++) {
+        d[r] = so, d[p->size + r] = ro;
+        so += send_counts[r], ro += recv_counts[r];
+    }
+    int64_t sent = so;
+    double t0 = hs_now();
+    hs_work *w = hs_pg_all_to_allv_async(p->group, out, recv_counts, d + p->size, in, send_counts,
+                                         d, dt);
+    hs_status st = hs_work_wait(w, &e);
+    free(d);
+    done(p, t0, sent * (int64_t)hs_dtype_size(dt), st, &e);
+}
+
+hs_status hs_ep_create(hs_comm *comm, hs_pg *group, hs_ep **out, hs_error *e) {
+    *out = NULL;
+    if (!group || hs_pg_size(group) < 2)
+        return hs_error_set(e, HS_ERR_INTERNAL, "ep: expert parallelism needs an ep group of >= 2 ranks");
+    hs_ep *p = calloc(1, sizeof *p);
+    if (!p) return hs_error_set(e, HS_ERR_OOM, "ep: cannot allocate the EP context");
+    *p = (hs_ep){.comm = comm, .group = group, .size = hs_pg_size(group), .rank = hs_pg_rank(group)};
+    *out = p;
+    return HS_OK;
+}
+
+void hs_ep_free(hs_ep *p) { free(p); }
+
+void hs_ep_fill_ops(hs_ep *p, hs_model_ops *ops) {
+    ops->ep_ctx = p;
+    ops->ep_size = p->size;
+    ops->ep_rank = p->rank;
+    ops->ep_all_to_all = ep_all_to_all;
+    ops->ep_all_to_allv = ep_all_to_allv;
+}
+
+hs_status hs_ep_apply_plan(hs_ep *p, hs_model *m, hs_error *e) {
+    hs_error_clear(e);
+    for (int i = 0; i < hs_model_num_params(m); i++) {
+        hs_param *q = hs_model_param(m, i);
+        if (q->kind != HS_PARAM_EXPERT) continue;
+        if (!hs_param_place_ep(q, p->size, p->rank))
+            hs_error_append(e, HS_ERR_CONFIG,
+                            "%s: Shard(0) over ep_size=%d does not divide its %lld experts; "
+                            "choose an accelerator.ep_size that divides model.moe.num_experts",
+                            q->fqn, p->size, (long long)q->shape[0]);
+    }
+    if (e->code != HS_OK) return e->code;
+    return hs_model_check_tp_layout(m, e);
+}
+
+/* Shard(0): the EP ranks' blocks in rank order are the whole tensor. */
+hs_status hs_ep_gather_full(hs_ep *p, const hs_param *q, const float *local, float *full,
+                            hs_error *e) {
+    int64_t n = hs_param_local_numel(q);
+    if (!q->on_ep_mesh) {
+        memcpy(full, local, (size_t)n * sizeof(float));
+        return HS_OK;
+    }
+    return hs_pg_all_gather(p->group, full, local, n, HS_DTYPE_F32, e);
+}
+
+void hs_ep_local_slice(const hs_param *q, const float *full, float *local) {
+    int64_t n = hs_param_local_numel(q);
+    int64_t row = n / q->local_shape[0];
+    memcpy(local, full + (q->on_ep_mesh ? q->local_offset[0] * row : 0), (size_t)n * sizeof(float));
+}
+
+hs_parallel_stats hs_ep_get_stats(const hs_ep *p) { return p->stats; }
+void hs_ep_reset_stats(hs_ep *p) { p->stats = (hs_parallel_stats){0}; }
