@@ -26,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "hypershard/base.h"
 #include "hypershard/comm.h"
@@ -130,6 +131,11 @@ typedef struct hs_fsdp_stats {
 } hs_fsdp_stats;
 
 void hs_fsdp_get_stats(const hs_fsdp *f, hs_fsdp_stats *out);
+/* This rank's unit listing as one JSON object: the dense and expert shard
+ * degrees, then every unit ("(root)", "model.layers.0", ...) with its
+ * parameters: FQN, mesh (fsdp_non_moe_mesh / fsdp_moe_mesh), mesh kind,
+ * shard group and degrees, global / local / shard shapes. */
+void hs_fsdp_write_units(const hs_fsdp *f, FILE *out);
 /* Peak := current, to measure one phase. */
 void hs_fsdp_reset_peak(hs_fsdp *f);
 

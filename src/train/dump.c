@@ -9,6 +9,7 @@
  *   grads-step<N>      the gradient of step N's global-batch loss, before
  *                      clipping
  *   weights-step<N>    the weights after step N's optimizer update
+ *   units-rank<R>.json rank R's FSDP unit listing (FSDP engine only)
  *
  * Gathering is collective under FSDP, so every rank calls these; rank 0 writes. */
 #include <stdlib.h>
@@ -94,6 +95,19 @@ static hs_status dump_params(hs_trainer *t, const char *kind, int step, dump_get
     free(bufs);
     free(ts);
     return s;
+}
+
+hs_status hs_dump_units(hs_trainer *t, int rank, hs_error *e) {
+    if (!hs_dump_dir(t) || !t->engine->write_units) return HS_OK;
+    char path[HS_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/units-rank%d.json", hs_dump_dir(t), rank);
+    hs_status s = hs_mkdirs(hs_dump_dir(t), e);
+    FILE *f = s == HS_OK ? fopen(path, "w") : NULL;
+    if (s == HS_OK && !f) return hs_error_set(e, HS_ERR_IO, "--dump: cannot write %s", path);
+    if (s != HS_OK) return s;
+    t->engine->write_units(t->engine, f);
+    if (fclose(f) != 0) return hs_error_set(e, HS_ERR_IO, "--dump: cannot write %s", path);
+    return HS_OK;
 }
 
 hs_status hs_dump_weights(hs_trainer *t, int step, hs_error *e) {

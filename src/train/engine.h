@@ -66,6 +66,8 @@ struct hs_engine {
     hs_tp *(*tp)(hs_engine *en);
     /* The context-parallel context, or NULL. */
     hs_cp *(*cp)(hs_engine *en);
+    /* Optional: this rank's unit listing as JSON (hs_fsdp_write_units). */
+    void (*write_units)(hs_engine *en, FILE *out);
     /* The expert-parallel context (NULL without EP, or when NULL). */
     hs_ep *(*ep)(hs_engine *en);
     void (*free)(hs_engine *en);

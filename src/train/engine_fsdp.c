@@ -50,6 +50,7 @@ static void fsdp_zero_grads(hs_engine *en) { hs_fsdp_zero_grads(fsdp_of(en)); }
 static hs_tp *fsdp_tp(hs_engine *en) { return eng_of(en)->tp; }
 static hs_cp *fsdp_cp(hs_engine *en) { return eng_of(en)->cp; }
 static hs_ep *fsdp_ep(hs_engine *en) { return eng_of(en)->ep; }
+static void fsdp_write_units(hs_engine *en, FILE *out) { hs_fsdp_write_units(fsdp_of(en), out); }
 
 typedef hs_status (*gather_fn)(hs_fsdp *f, int i, float *out, hs_error *e);
 
@@ -258,6 +259,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .tp = fsdp_tp,
         .cp = fsdp_cp,
         .ep = fsdp_ep,
+        .write_units = fsdp_write_units,
         .free = fsdp_free,
     };
     *out = en;

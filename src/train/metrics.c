@@ -81,6 +81,17 @@ void hs_metrics_write(hs_trainer *t, const hs_step_result *r) {
     hs_json_kv_int(&j, "peak_device_bytes", r->peak_device_bytes);
     hs_json_kv_int(&j, "peak_host_bytes", r->peak_host_bytes);
     if (r->has_val) hs_json_kv_double(&j, "val_loss", r->val_loss, 9);
+    if (r->expert_tokens) { /* [layer][expert]: the load balance, to plot */
+        hs_json_key(&j, "expert_tokens");
+        hs_json_begin_array(&j);
+        for (int l = 0; l < r->expert_layers; l++) {
+            hs_json_begin_array(&j);
+            for (int x = 0; x < r->n_experts; x++)
+                hs_json_int(&j, (int64_t)r->expert_tokens[l * r->n_experts + x]);
+            hs_json_end_array(&j);
+        }
+        hs_json_end_array(&j);
+    }
     hs_json_end_object(&j);
     fputc('\n', t->metrics);
     fflush(t->metrics);

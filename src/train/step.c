@@ -51,9 +51,21 @@ static hs_status optimizer_update(hs_trainer *t, int step, hs_step_result *r, hs
     return s;
 }
 
+/* The rows each expert of each layer received in this step, summed over
+ * the ranks whose tokens make the global batch. */
+static hs_status expert_tokens(hs_trainer *t, hs_step_result *r, hs_error *e) {
+    int L = 0, E = 0;
+    const int64_t *c = hs_model_expert_tokens(t->engine->model, &L, &E);
+    if (!c || !t->expert_tokens) return HS_OK;
+    for (int i = 0; i < L * E; i++) t->expert_tokens[i] = (double)c[i];
+    *r = (hs_step_result){.expert_tokens = t->expert_tokens, .expert_layers = L, .n_experts = E};
+    return hs_reduce_sum_f64(t->batch_group, t->expert_tokens, L * E, e);
+}
+
 hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e) {
     *r = (hs_step_result){.step = step};
     int64_t g = step - 1;
+    hs_model_expert_tokens_reset(t->engine->model);
     hs_pool_reset_peak(&t->dev->device_pool);
     hs_pool_reset_peak(&t->dev->host_pool);
     double t0 = hs_now();
@@ -67,6 +79,11 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
     if (s == HS_OK) s = optimizer_update(t, step, r, e);
     if (s == HS_OK && dump) s = hs_dump_weights(t, step, e);
     if (s == HS_OK) s = hs_reduce_sum_f64(t->batch_group, sums, 2, e);
+    hs_step_result ex = {0};
+    if (s == HS_OK) s = expert_tokens(t, &ex, e);
+    r->expert_tokens = ex.expert_tokens;
+    r->expert_layers = ex.expert_layers;
+    r->n_experts = ex.n_experts;
     r->step_time_s = hs_now() - t0;
     hs_trace_span(t->trace, HS_LANE_COMPUTE, "step", "step", t0, hs_now(), NULL);
     if (s != HS_OK) return s;

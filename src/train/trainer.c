@@ -35,6 +35,9 @@ static hs_status trainer_buffers(hs_trainer *t, hs_error *e) {
     t->tokens = calloc(n, sizeof(int32_t));
     t->targets = calloc(n, sizeof(int32_t));
     t->logits = calloc((size_t)t->T * (size_t)t->cfg->model.vocab_size, sizeof(float));
+    if (!strcmp(t->cfg->model.arch, "moe"))
+        t->expert_tokens = calloc((size_t)t->cfg->model.n_layers *
+                                      (size_t)t->cfg->model.moe.num_experts, sizeof(double));
     if (!t->tokens || !t->targets || !t->logits)
         return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate batch buffers");
     return HS_OK;
@@ -84,6 +87,7 @@ static void trainer_free(hs_trainer *t) {
     free(t->tokens);
     free(t->targets);
     free(t->logits);
+    free(t->expert_tokens);
     hs_cp_batch_free(t);
     hs_mesh_free(t->mesh);
     hs_device_free(t->dev);
@@ -115,6 +119,7 @@ static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
     t->t_start = hs_now();
     if (hs_dump_dir(t)) { /* the weights this run starts from: step 0, or a resumed step */
         hs_status s = hs_dump_weights(t, t->start_step, e);
+        if (s == HS_OK) s = hs_dump_units(t, hs_comm_rank(t->comm), e);
         if (s != HS_OK) return s;
     }
     for (int step = t->start_step + 1; step <= t->cfg->train.steps; step++) {

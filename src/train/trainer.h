@@ -31,6 +31,7 @@ typedef struct hs_trainer {
     const hs_config *cfg;
     const hs_topology *topo;
     const hs_train_options *opt;
+    double *expert_tokens; /* [L x E] for MoE metrics, NULL for dense */
     hs_comm *comm;
     const hs_log *log;
     hs_trace *trace;
@@ -71,6 +72,10 @@ typedef struct hs_step_result {
     int64_t peak_device_bytes, peak_host_bytes;
     bool has_val;
     double val_loss;
+    /* MoE: rows routed to each expert in this step's global batch,
+     * [expert_layers x n_experts] (the trainer's buffer; NULL for dense) */
+    const double *expert_tokens;
+    int expert_layers, n_experts;
 } hs_step_result;
 
 hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e);
@@ -80,6 +85,8 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
 const char *hs_dump_dir(const hs_trainer *t);
 hs_status hs_dump_check(const hs_trainer *t, hs_error *e);
 hs_status hs_dump_weights(hs_trainer *t, int step, hs_error *e);
+/* units-rank<rank>.json: this rank's FSDP unit listing (no-op elsewhere). */
+hs_status hs_dump_units(hs_trainer *t, int rank, hs_error *e);
 hs_status hs_dump_grads(hs_trainer *t, int step, hs_error *e);
 hs_status hs_dump_logits(hs_trainer *t, int step, hs_error *e);
 
