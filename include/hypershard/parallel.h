@@ -79,7 +79,8 @@ hs_parallel_stats hs_tp_get_stats(const hs_tp *t);
 void hs_tp_reset_stats(hs_tp *t);
 
 /* Apply `rules` (first match wins) to every parameter of m, which was
- * created with hs_tp_ops(t). All errors are reported together. */
+ * created with hs_tp_ops(t), except those the EP plan put on the ep mesh.
+ * All errors are reported together. */
 hs_status hs_tp_apply_plan(hs_tp *t, hs_model *m, const hs_tp_rule *rules, int n_rules,
                            hs_error *e);
 
@@ -120,8 +121,9 @@ hs_status hs_ep_create(hs_comm *comm, hs_pg *group, hs_ep **out, hs_error *e);
 void hs_ep_free(hs_ep *p);
 /* Set ops' ep_* members (the rest of the table is left as it is). */
 void hs_ep_fill_ops(hs_ep *p, hs_model_ops *ops);
-/* Place the routed experts of m (created with the filled ops) on ep; after
- * the TP plan, which leaves them Replicate. */
+/* Place the routed experts of m (created with the filled ops) on ep, before
+ * the TP plan (which leaves parameters on the ep mesh alone and checks the
+ * whole layout); without TP, check it with hs_model_check_tp_layout. */
 hs_status hs_ep_apply_plan(hs_ep *p, hs_model *m, hs_error *e);
 /* The whole fp32 tensor of q from every EP rank's local one (a plain copy
  * when q is not on the ep mesh). Collective over ep when it is. */

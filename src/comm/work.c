@@ -63,7 +63,7 @@ static void work_trace(hs_comm *c, const hs_work *w, double t0, double t1) {
     int64_t bytes = work_bytes(w->pg, a);
     hs_trace_count(c->trace, op, w->pg->name, bytes);
     if (!hs_trace_enabled(c->trace)) return;
-    char args[256];
+    char args[1024];
     const char *dt = a->op == HS_OP_BARRIER ? "none" : hs_dtype_name(a->dt);
     int n = snprintf(args, sizeof args,
                      "\"group\":\"%s\",\"bytes\":%lld,\"dtype\":\"%s\",\"seq\":%lld,\"queue\":\"%s\"",
@@ -71,6 +71,14 @@ static void work_trace(hs_comm *c, const hs_work *w, double t0, double t1) {
                      hs_comm_queue_name(w->pg->queue->id));
     if (hs_comm_op_is_p2p(a->op) && n > 0 && (size_t)n < sizeof args)
         snprintf(args + n, sizeof args - (size_t)n, ",\"peer\":%d", a->peer);
+    /* all_to_allv: the elements sent to and received from each peer. */
+    for (int k = 0; a->op == HS_OP_ALL_TO_ALLV && k < 2; k++) {
+        const int64_t *v = k ? a->recv_counts : a->send_counts;
+        for (int i = 0; i < w->pg->size && n > 0 && (size_t)n + 24 < sizeof args; i++)
+            n += snprintf(args + n, sizeof args - (size_t)n, "%s%lld%s",
+                          i ? "," : k ? ",\"recv_counts\":[" : ",\"send_counts\":[",
+                          (long long)v[i], i == w->pg->size - 1 ? "]" : "");
+    }
     hs_trace_span(c->trace, HS_LANE_COMM, op, "comm", t0, t1, args);
 }
 

@@ -152,11 +152,6 @@ static void check_tp(const hs_config *c, const hs_topology *t, hs_cfg_report *re
                           "tp_size: %s%s",
                           s[i].path, s[i].size, tp, s[i].why, choices, resize);
     }
-    if (!strcmp(c->model.arch, "moe") && c->accelerator.sequence_parallel)
-        hs_cfg_report_add(rep,
-                          "accelerator.sequence_parallel = true with model.arch = moe: the MoE "
-                          "layer is replicated over TP and runs on all rows; set "
-                          "accelerator.sequence_parallel: false");
 }
 
 void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
@@ -193,6 +188,19 @@ void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_repo
                           "accelerator.pp_size = %d exceeds model.n_layers = %d; every pipeline "
                           "stage needs at least one block",
                           a->pp_size, m->n_layers);
+    if (strcmp(m->arch, "moe") && a->ep_size > 1)
+        hs_cfg_report_add(rep,
+                          "accelerator.ep_size = %d needs routed experts, but model.arch = %s "
+                          "has none; set accelerator.ep_size: 1, or model.arch: moe",
+                          a->ep_size, m->arch);
+    if (!strcmp(m->arch, "moe") && a->ep_size > 1 && a->tp_size > 1 && !a->sequence_parallel)
+        hs_cfg_report_add(rep,
+                          "accelerator.ep_size = %d with accelerator.tp_size = %d and "
+                          "accelerator.sequence_parallel = false: every TP rank holds the same "
+                          "tokens, which would reach their experts tp_size times; set "
+                          "accelerator.sequence_parallel: true (each TP rank routes its own "
+                          "rows)",
+                          a->ep_size, a->tp_size);
     if (!strcmp(m->arch, "moe") && a->ep_size > 1 && m->moe.num_experts % a->ep_size)
         hs_cfg_report_add(rep,
                           "model.moe.num_experts = %d is not divisible by accelerator.ep_size = "

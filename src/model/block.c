@@ -73,9 +73,13 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
         hs_linear_forward_to(x_out, rdt, m->hbuf, bp->wd->data, dt, N, m->F, C, 1);
         return;
     }
+    /* The MoE layer is token-wise: under sequence parallel each TP rank
+     * routes its own rows (no all-gather), so every token reaches its
+     * experts once; otherwise every TP rank runs all N. */
+    int64_t Nl = hs_tp_local_rows(m, N);
     hs_hook_pre_forward(hooks, bp->expert_unit);
     hs_moe_weights w = moe_weights(bp);
-    hs_moe_forward(a->moe_out, &a->moe, a->ln2, &w, (int)N, m->moe_scratch);
+    hs_moe_forward(a->moe_out, &a->moe, a->ln2, &w, (int)Nl, m->moe_scratch);
     hs_unit_boundary *eb = &m->bnd[bp->expert_unit];
     eb->forward_casts += eb->output_stored != eb->output_computed;
     hs_hook_post_forward(hooks, bp->expert_unit);
@@ -84,7 +88,7 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
         int64_t *tok = m->expert_tokens + (int64_t)(bp - m->blocks) * m->moe_shapes.E;
         for (int e = 0; e < m->moe_shapes.E; e++) tok[e] += a->moe.count[e];
     }
-    for (int64_t i = 0; i < N * C; i++)
+    for (int64_t i = 0; i < Nl * C; i++)
         hs_st(x_out, rdt, i, hs_ld(a->x_mid, rdt, i) + hs_ld(a->moe_out, dt, i));
 }
 
@@ -105,7 +109,11 @@ void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in
     hs_dtype rdt = b->output_computed;
     int64_t N = (int64_t)B * T, Nl = hs_tp_local_rows(m, N);
     attention_forward(m, bp, a, block_input(a, b, x_in, Nl * m->C), b->input_read, rdt, B, T);
-    hs_tp_norm_enter(m, a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, N);
+    if (m->moe && m->sp) /* the MoE layer runs on the local rows */
+        hs_rmsnorm_forward_x(a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, m->dt, Nl, m->C,
+                             (float)m->cfg.norm_eps);
+    else
+        hs_tp_norm_enter(m, a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, N);
     bool cast_out = b->output_stored != rdt;
     mlp_forward(m, bp, a, cast_out ? m->out_tmp : x_out, rdt, N, hooks, count_aux);
     if (!cast_out) return;
@@ -131,7 +139,7 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
     hs_dtype dt = m->dt;
     int C = m->C, F = m->F;
     zero_f32(m->dln, N * C);
-    if (m->moe) { /* experts replicated over TP: d(ln2) is whole on every rank */
+    if (m->moe) { /* token-wise: d(ln2) of the rows this rank routed */
         hs_hook_pre_backward(hooks, bp->expert_unit);
         hs_moe_weights w = moe_weights(bp);
         hs_moe_grads g = moe_grads(bp);

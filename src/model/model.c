@@ -69,11 +69,12 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
                         "accelerator.ep_size=%d needs model.arch=moe with model.moe.num_experts "
                         "(%d) a multiple of it, at most %d EP ranks and %d experts per rank",
                         ep, c->moe.num_experts, HS_MOE_EP_MAX_RANKS, HS_MOE_EP_MAX_LOCAL);
-    if (tp > 1 && o->ops->sequence_parallel && strcmp(c->arch, "moe") == 0)
+    if (tp > 1 && ep > 1 && !o->ops->sequence_parallel)
         hs_error_append(e, HS_ERR_CONFIG,
-                        "accelerator.sequence_parallel with model.arch=moe: the routed experts "
-                        "are replicated over TP and run on all rows; set "
-                        "accelerator.sequence_parallel: false");
+                        "accelerator.ep_size=%d with tp_size=%d needs "
+                        "accelerator.sequence_parallel: true, so that each token reaches its "
+                        "experts from one TP rank only",
+                        ep, tp);
     if ((unsigned)o->compute_dtype >= HS_DTYPE_COUNT || (unsigned)o->grad_dtype >= HS_DTYPE_COUNT)
         hs_error_append(e, HS_ERR_CONFIG, "model options: compute_dtype=%d / grad_dtype=%d unknown",
                         (int)o->compute_dtype, (int)o->grad_dtype);

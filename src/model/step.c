@@ -194,13 +194,18 @@ hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_s
     if (m->moe) {
         double coef = m->cfg.moe.aux_loss_coef;
         int64_t mb_valid = valid;
-        if (m->ops && m->ops->batch_all_reduce) {
+        if ((m->ops && m->ops->batch_all_reduce) || m->sp) {
             /* Over the global micro-batch, as one device would see it: every
              * rank gets the same value and scales its tokens' gradient by
-             * the micro-batch's valid targets (spec: layout-independent). */
+             * the micro-batch's valid targets (spec: layout-independent).
+             * Under sequence parallel the TP ranks routed different rows of
+             * the same sequences: their statistics add up, their targets
+             * (the same on each) count once. */
             float *buf = m->aux_buf;
-            hs_moe_aux_pack(&m->aux, valid, buf);
-            m->ops->batch_all_reduce(m->ops->batch_ctx, buf, 2 * (int64_t)m->moe_shapes.E + 2);
+            int64_t n = 2 * (int64_t)m->moe_shapes.E + 2;
+            hs_moe_aux_pack(&m->aux, m->sp && m->tp_rank ? 0 : valid, buf);
+            if (m->ops->batch_all_reduce) m->ops->batch_all_reduce(m->ops->batch_ctx, buf, n);
+            if (m->sp) m->ops->all_reduce_sum(m->ops->ctx, buf, n);
             mb_valid = hs_moe_aux_unpack(&m->aux, buf);
         }
         aux = coef * hs_moe_aux_value(&m->aux);

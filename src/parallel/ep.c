@@ -78,8 +78,7 @@ hs_status hs_ep_apply_plan(hs_ep *p, hs_model *m, hs_error *e) {
                             "choose an accelerator.ep_size that divides model.moe.num_experts",
                             q->fqn, p->size, (long long)q->shape[0]);
     }
-    if (e->code != HS_OK) return e->code;
-    return hs_model_check_tp_layout(m, e);
+    return e->code;
 }
 
 /* Shard(0): the EP ranks' blocks in rank order are the whole tensor. */

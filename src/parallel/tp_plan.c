@@ -87,6 +87,7 @@ hs_status hs_tp_apply_plan(hs_tp *t, hs_model *m, const hs_tp_rule *rules, int n
     int np = hs_model_num_params(m);
     for (int i = 0; i < np; i++) {
         hs_param *p = hs_model_param(m, i);
+        if (p->on_ep_mesh) continue; /* experts under EP: not on the tp mesh */
         const hs_tp_rule *r = rule_for(p->fqn, rules, n_rules);
         if (!r) {
             hs_error_append(e, HS_ERR_CONFIG,

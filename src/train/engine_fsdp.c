@@ -170,16 +170,17 @@ static hs_status ep_create(const hs_engine_env *env, hs_ep **out, hs_error *e)
     return hs_ep_create(env->comm, hs_mesh_group(env->mesh, HS_DIM_EP), out, e);
 }
 
-/* The TP plan, then the EP plan (which moves the experts to the ep mesh). */
+/* The EP plan (experts to the ep mesh), then the TP plan for the rest,
+ * which checks the whole layout. */
 static hs_status mp_plans(fsdp_engine *fe, hs_model *m, hs_error *e)
 {
-    if (fe->tp) {
-        int n = 0;
-        const hs_tp_rule *rules = hs_tp_default_plan(&n);
-        hs_status s = hs_tp_apply_plan(fe->tp, m, rules, n, e);
-        if (s != HS_OK) return s;
-    }
-    return fe->ep ? hs_ep_apply_plan(fe->ep, m, e) : HS_OK;
+    hs_status s = HS_OK;
+    if (fe->ep) s = hs_ep_apply_plan(fe->ep, m, e);
+    if (s != HS_OK) return s;
+    if (!fe->tp) return fe->ep ? hs_model_check_tp_layout(m, e) : HS_OK;
+    int n = 0;
+    const hs_tp_rule *rules = hs_tp_default_plan(&n);
+    return hs_tp_apply_plan(fe->tp, m, rules, n, e);
 }
 
 /* "fsdp", "fsdp+tp", "fsdp+tp+cp+ep", ... */

@@ -59,7 +59,12 @@ static hs_status expert_tokens(hs_trainer *t, hs_step_result *r, hs_error *e) {
     if (!c || !t->expert_tokens) return HS_OK;
     for (int i = 0; i < L * E; i++) t->expert_tokens[i] = (double)c[i];
     *r = (hs_step_result){.expert_tokens = t->expert_tokens, .expert_layers = L, .n_experts = E};
-    return hs_reduce_sum_f64(t->batch_group, t->expert_tokens, L * E, e);
+    hs_status s = hs_reduce_sum_f64(t->batch_group, t->expert_tokens, L * E, e);
+    /* Under sequence parallel each TP rank routed its own rows. */
+    const hs_accel_config *a = &t->cfg->accelerator;
+    if (s == HS_OK && a->tp_size > 1 && a->sequence_parallel)
+        s = hs_reduce_sum_f64(hs_mesh_group(t->mesh, HS_DIM_TP), t->expert_tokens, L * E, e);
+    return s;
 }
 
 hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e) {

@@ -2,7 +2,9 @@
 # Expert parallelism against one process on the same global batch (fp32,
 # aux_loss_coef 0.01): EP 2 (W=2), EP 2 x EDP shard 2 (W=4), EP 4 (W=4), EP 2
 # with HSDP on the experts (edp_replicate 2), EP 2 with activation
-# checkpointing and EP 2 x CP 2 — loss and grad norm of every step, step-1
+# checkpointing, EP 2 x CP 2, EP 2 x TP 2 with sequence parallel (each TP
+# rank routes its own rows) and, without EP, MoE under TP 2 with sequence
+# parallel — loss and grad norm of every step, step-1
 # gradients, weights after steps 1-3, logits and the export within 5e-5
 # relative. The unit listing shows every routed expert in an expert unit on
 # fsdp_moe_mesh and nowhere else, the dense shard degree equal to
@@ -86,4 +88,12 @@ hs_train_dump ep2ac 2 accelerator.ep_size=2 fsdp_config.dp_shard_size=2 train.ac
 compare one4 ep2ac
 hs_train_dump ep2cp2 4 accelerator.ep_size=2 accelerator.cp_size=2 fsdp_config.dp_shard_size=2
 compare one4 ep2cp2
+hs_train_dump one2 1 train.micro_batch_size=2
+hs_train_dump tp2sp 2 accelerator.tp_size=2 accelerator.sequence_parallel=true
+compare one2 tp2sp
+tokens one2 tp2sp
+hs_train_dump ep2tp2 4 accelerator.ep_size=2 accelerator.tp_size=2 accelerator.sequence_parallel=true \
+    fsdp_config.dp_shard_size=2
+compare one4 ep2tp2
+tokens one4 ep2tp2
 echo ok

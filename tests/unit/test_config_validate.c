@@ -100,8 +100,6 @@ static void test_rule3_negative_prefetch_depth_fails(void **state) {
                           "fsdp_config.backward_prefetch_depth=3")));
 }
 
-static const char ep_unbuilt[] = "accelerator.ep_size = 2: expert parallelism is not supported "
-                                 "by this build yet; set accelerator.ep_size: 1";
 static const char pp_unbuilt[] = "accelerator.pp_size = 2: pipeline parallelism is not supported "
                                  "by this build yet; set accelerator.pp_size: 1";
 
@@ -144,9 +142,8 @@ static void test_rule6_expert_domain_not_divisible_by_ep_fails(void **state) {
     (void)state;
     expect_error(check(4, OV("accelerator.ep_size=3", "model.arch=moe")),
                  "accelerator.ep_size=3 does not divide the expert domain");
-    expect_only_error(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
-                                  "train.global_batch_size=32")),
-                      ep_unbuilt);
+    expect_ok(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
+                          "train.global_batch_size=32")));
     hs_topology t = derive_ok(4, 1, 1, 2, 1, 1, 1);
     assert_int_equal(t.expert_domain, 4);
     assert_int_equal(t.edp, 2);
@@ -157,9 +154,8 @@ static void test_rule7_edp_not_divisible_by_edp_shard_fails(void **state) {
     expect_error(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
                              "fsdp_config.edp_shard_size=3", "train.global_batch_size=32")),
                  "fsdp_config.edp_shard_size");
-    expect_only_error(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
-                                  "fsdp_config.edp_shard_size=2", "train.global_batch_size=32")),
-                      ep_unbuilt);
+    expect_ok(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
+                          "fsdp_config.edp_shard_size=2", "train.global_batch_size=32")));
     hs_topology t = derive_ok(4, 1, 1, 2, 1, 1, 2);
     assert_int_equal(t.edp_replicate, 1);
 }
@@ -321,14 +317,11 @@ static void test_tp_with_moe_keeps_the_moe_layer_whole(void **state) {
     (void)state;
     /* The MoE layer (router, routed and shared experts) stays replicated
      * over TP, and arch moe has no dense MLP: none of its sizes need to
-     * divide; sequence parallel is refused (the layer runs on all rows). */
+     * divide; under sequence parallel it runs on each TP rank's rows. */
     expect_ok(check(2, OV("model.arch=moe", "accelerator.tp_size=2", "model.ffn_dim=385",
                           "model.moe.expert_ffn_dim=33", "model.moe.shared_expert_ffn_dim=33")));
-    expect_only_error(check(2, OV("model.arch=moe", "accelerator.tp_size=2",
-                                  "accelerator.sequence_parallel=true")),
-                      "accelerator.sequence_parallel = true with model.arch = moe: the MoE "
-                      "layer is replicated over TP and runs on all rows; set "
-                      "accelerator.sequence_parallel: false");
+    expect_ok(check(2, OV("model.arch=moe", "accelerator.tp_size=2",
+                          "accelerator.sequence_parallel=true")));
 }
 
 static void test_sequence_parallel_needs_seq_len_split_over_tp(void **state) {
@@ -374,10 +367,23 @@ static void test_cp_needs_two_chunks_per_rank(void **state) {
     assert_int_equal(t.dp_replicate, 2);
 }
 
-static void test_ep_pp_are_rejected_until_built(void **state) {
+static void test_ep_rules(void **state) {
     (void)state;
-    expect_only_error(check(2, OV("accelerator.ep_size=2", "model.arch=moe")), ep_unbuilt);
-    expect_only_error(check(2, OV("accelerator.ep_size=2")), ep_unbuilt);
+    expect_only_error(check(2, OV("accelerator.ep_size=2")),
+                      "accelerator.ep_size = 2 needs routed experts, but model.arch = llama has "
+                      "none; set accelerator.ep_size: 1, or model.arch: moe");
+    expect_only_error(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
+                                  "accelerator.tp_size=2", "train.global_batch_size=16")),
+                      "accelerator.ep_size = 2 with accelerator.tp_size = 2 and "
+                      "accelerator.sequence_parallel = false: every TP rank holds the same "
+                      "tokens, which would reach their experts tp_size times; set "
+                      "accelerator.sequence_parallel: true (each TP rank routes its own rows)");
+    expect_ok(check(4, OV("accelerator.ep_size=2", "model.arch=moe", "accelerator.tp_size=2",
+                          "accelerator.sequence_parallel=true", "train.global_batch_size=16")));
+}
+
+static void test_pp_is_rejected_until_built(void **state) {
+    (void)state;
     expect_only_error(check(2, OV("accelerator.pp_size=2", "train.global_batch_size=8")),
                       pp_unbuilt);
     /* Their own rules still run, and the topology rules are reported first. */
@@ -490,7 +496,8 @@ int main(void) {
         cmocka_unit_test(test_tp_with_moe_keeps_the_moe_layer_whole),
         cmocka_unit_test(test_sequence_parallel_needs_seq_len_split_over_tp),
         cmocka_unit_test(test_cp_needs_two_chunks_per_rank),
-        cmocka_unit_test(test_ep_pp_are_rejected_until_built),
+        cmocka_unit_test(test_ep_rules),
+        cmocka_unit_test(test_pp_is_rejected_until_built),
         cmocka_unit_test(test_all_violated_rules_are_reported_together),
         cmocka_unit_test(test_default_config_is_valid_and_silent_on_one_rank),
         cmocka_unit_test(test_warn_edp_shard_size_without_experts),
