@@ -13,7 +13,14 @@ static void config_for(const hs_bench_model *bm, hs_bench_layout *l, int world)
 {
     hs_config *c = &l->cfg;
     hs_config_defaults(c);
-    strcpy(c->model.arch, "llama");
+    strcpy(c->model.arch, bm->experts > 0 ? "moe" : "llama");
+    if (bm->experts > 0) {
+        c->model.moe.num_experts = bm->experts;
+        c->model.moe.top_k = bm->top_k;
+        c->model.moe.expert_ffn_dim = bm->dim * 2;
+    }
+    c->accelerator.ep_size = l->ep > 1 ? l->ep : 1;
+    c->fsdp.edp_shard_size = l->edp_shard > 1 ? l->edp_shard : 1;
     c->model.vocab_size = bm->vocab;
     c->model.dim = bm->dim;
     c->model.n_layers = bm->layers;
@@ -39,7 +46,8 @@ hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_la
 {
     int world = hs_comm_size(c);
     config_for(bm, l, world);
-    hs_status s = hs_topology_derive(&l->topo, world, l->tp, l->cp, 1, 1, l->shard, 1, e);
+    hs_status s = hs_topology_derive(&l->topo, world, l->tp, l->cp, l->cfg.accelerator.ep_size, 1,
+                                     l->shard, l->cfg.fsdp.edp_shard_size, e);
     if (s == HS_OK) s = hs_mesh_create_named(c, &l->topo, l->prefix, &l->mesh, e);
     if (s == HS_OK) s = hs_device_create(HS_DEVICE_CPU, NULL, &l->dev, e);
     if (s != HS_OK) return s;
@@ -90,13 +98,15 @@ void hs_bench_layout_close(hs_bench_layout *l)
  * or of its FSDP groups. */
 static void counts(hs_trace *t, const hs_bench_layout *l, bool mp, int64_t *colls, int64_t *bytes)
 {
-    static const char *const ops[] = {"all_gather", "reduce_scatter", "all_reduce", "send"};
-    static const char *const dp_dims[] = {"fsdp_shard", "fsdp_replicate", "fsdp"};
+    static const char *const ops[] = {"all_gather", "reduce_scatter", "all_reduce",
+                                      "send",       "all_to_all",     "all_to_allv"};
+    static const char *const dp_dims[] = {"fsdp_shard", "fsdp_replicate", "fsdp", "edp_shard",
+                                          "edp_replicate"};
     char g[64];
     *colls = *bytes = 0;
-    for (int d = 0; d < (mp ? 1 : 3); d++) {
+    for (int d = 0; d < (mp ? 1 : 5); d++) {
         snprintf(g, sizeof g, "%s.%s", l->prefix, mp ? l->mp_dim : dp_dims[d]);
-        for (int o = 0; o < 4; o++) {
+        for (int o = 0; o < 6; o++) {
             *colls += hs_trace_collectives(t, ops[o], g);
             *bytes += hs_trace_collective_bytes(t, ops[o], g);
         }
@@ -108,7 +118,9 @@ static double mp_seconds(hs_bench_layout *l)
 {
     hs_tp *tp = l->en->tp ? l->en->tp(l->en) : NULL;
     hs_cp *cp = l->en->cp ? l->en->cp(l->en) : NULL;
+    hs_ep *ep = l->en->ep ? l->en->ep(l->en) : NULL;
     double s = 0.0;
+    if (ep && !strcmp(l->mp_dim, "ep")) s = hs_ep_get_stats(ep).seconds, hs_ep_reset_stats(ep);
     if (tp && !strcmp(l->mp_dim, "tp")) s = hs_tp_get_stats(tp).seconds, hs_tp_reset_stats(tp);
     if (cp && !strcmp(l->mp_dim, "cp")) s = hs_cp_get_stats(cp).seconds, hs_cp_reset_stats(cp);
     return s;

@@ -1,9 +1,9 @@
 /* bench/bench_layouts.h — one model in several parallel layouts on the
- * same ranks, stepped in turn (bench tp, bench cp): each layout has its own
- * named mesh, engine and optimizer; a step is the trainer's step of one
- * micro-batch; per timed step it records the slowest rank's step time, its
- * time inside the model-parallel (TP or CP) collectives, its device peak,
- * and the collectives and bytes of the layout's groups. */
+ * same ranks, stepped in turn (bench tp, bench cp, bench moe): each layout
+ * has its own named mesh, engine and optimizer; a step is the trainer's
+ * step of one micro-batch; per timed step it records the slowest rank's
+ * step time, its time inside the model-parallel (TP, CP or EP) collectives,
+ * its device peak, and the collectives and bytes of the layout's groups. */
 #ifndef HS_BENCH_LAYOUTS_H
 #define HS_BENCH_LAYOUTS_H
 
@@ -19,13 +19,15 @@ typedef struct hs_engine hs_engine; /* train-private: only bench_layouts.c looks
 
 typedef struct hs_bench_model {
     int layers, dim, seq, vocab;
+    int experts, top_k; /* experts > 0: a Mixtral-style MoE (expert ffn = dim * 2) */
 } hs_bench_model;
 
 typedef struct hs_bench_layout {
     /* set by the caller */
     const char *name, *prefix; /* table row; mesh group prefix */
-    const char *mp_dim;        /* "tp" or "cp": whose collectives are counted */
+    const char *mp_dim;        /* "tp", "cp" or "ep": whose collectives are counted */
     int tp, cp, shard, mbs;    /* degrees, dp_shard_size, sequences per DP rank */
+    int ep, edp_shard;         /* expert parallel degree and edp_shard_size (0: 1) */
     bool sp, ring;             /* sequence + loss parallel; CP ring */
     /* built */
     hs_config cfg;

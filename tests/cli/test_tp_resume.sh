@@ -17,52 +17,6 @@ tiny=("${HS_TINY[@]}" model.n_heads=4 model.n_kv_heads=2 train.global_batch_size
       optimizer.schedule.warmup_steps=2)
 tp2=(accelerator.tp_size=2 fsdp_config.dp_shard_size=2)
 
-# same_global A B: every tensor assembled from its chunks (any box) is equal
-# byte for byte, and so are the trainer states.
-same_global() {
-    python3 - "$@" <<'PY' || fail "checkpoints differ: $*"
-import json, os, sys
-def load(d):
-    m = json.load(open(os.path.join(d, "metadata.json")))
-    es = {"float32": 4, "bfloat16": 2, "float16": 2}
-    out = {}
-    for t in m["tensors"]:
-        shape, e = t["shape"], es[t["dtype"]]
-        strides = [e] * len(shape)
-        for i in range(len(shape) - 2, -1, -1):
-            strides[i] = strides[i + 1] * shape[i + 1]
-        buf, covered = bytearray(strides[0] * shape[0]), 0
-        for c in t["chunks"]:
-            with open(os.path.join(d, c["file"]), "rb") as f:
-                f.seek(c["byte_offset"])
-                data = f.read(c["length"])
-            sz, off = c["sizes"], c["offsets"]
-            inner = sz[-1] * e
-            n = len(data) // inner
-            for k in range(n):  # each contiguous run of the chunk's last dim
-                idx, rem = [], k
-                for s in reversed(sz[:-1]):
-                    idx.append(rem % s)
-                    rem //= s
-                idx = list(reversed(idx))
-                pos = sum((off[i] + idx[i]) * strides[i] for i in range(len(shape) - 1))
-                pos += off[-1] * e
-                buf[pos:pos + inner] = data[k * inner:(k + 1) * inner]
-            covered += len(data)
-        assert covered == len(buf), (d, t["name"], covered, len(buf))
-        out[t["name"]] = bytes(buf)
-    st = {k: m["state"][k] for k in ("step", "data_position", "optim_step")}
-    return out, st
-a, sa = load(sys.argv[1])
-b, sb = load(sys.argv[2])
-if sa != sb: sys.exit(f"state {sa} vs {sb}")
-if sorted(a) != sorted(b): sys.exit(f"tensors {sorted(set(a) ^ set(b))}")
-for k in a:
-    if a[k] != b[k]: sys.exit(f"{k} differs")
-print(f"{len(a)} tensors equal")
-PY
-}
-
 hs_must_run 4 uninterrupted "${tp2[@]}" train.steps=5 train.out_dir="$work/u"
 hs_must_run 4 stopped "${tp2[@]}" train.steps=2 train.out_dir="$work/s" checkpoint.dir="$work/ck"
 "$HS_BIN" ckpt verify "$work/ck" > "$work/verify.log" 2>&1 || fail "TP checkpoint does not verify"
