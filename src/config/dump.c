@@ -91,6 +91,11 @@ static void dump_derived(const hs_config *c, const hs_topology *t, FILE *f) {
     dump_groups(t, HS_DIM_TP, "tp_groups", f);
     dump_groups(t, HS_DIM_FSDP_SHARD, "fsdp_shard_groups", f);
     dump_groups(t, HS_DIM_FSDP_REPLICATE, "fsdp_replicate_groups", f);
+    if (t->ep > 1) { /* fsdp_moe_mesh */
+        dump_groups(t, HS_DIM_EP, "ep_groups", f);
+        dump_groups(t, HS_DIM_EDP_SHARD, "edp_shard_groups", f);
+        dump_groups(t, HS_DIM_EDP_REPLICATE, "edp_replicate_groups", f);
+    }
     fprintf(f, "  fsdp_manager: %s\n", active ? "created" : "skipped");
     fputs("  fsdp_reason: \"", f);
     for (const char *p = why; *p; p++) {

@@ -65,7 +65,8 @@ static const hs_cfg_key keys[] = {
          "context-parallel degree (splits each sequence in 2 x cp_size chunks, two per rank; "
          "never enlarges the FSDP shard degree)"),
     KINT("accelerator.ep_size", accelerator.ep_size, "1", GE | RULE, 1,
-         "expert-parallel degree over the expert domain dp x cp x tp; only 1 in this build"),
+         "expert-parallel degree over the expert domain dp x cp x tp: each EP rank holds "
+         "num_experts / ep_size routed experts (with tp_size > 1 needs sequence_parallel)"),
     KINT("accelerator.pp_size", accelerator.pp_size, "1", GE | RULE, 1,
          "pipeline-parallel stages (slowest-varying rank dim); only 1 in this build"),
     KSTR("accelerator.cp_rotate_method", accelerator.cp_rotate_method, "null", true,

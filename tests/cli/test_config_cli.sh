@@ -33,6 +33,14 @@ expect 0 "tp example on 4 ranks" -- "$HS_SRC/configs/tp.yaml" --world 4
 expect_in out "tp_groups: [[0, 1], [2, 3]]" "TP groups are the fastest rank dim"
 expect_in out "fsdp_shard_groups: [[0, 2], [1, 3]]" "FSDP shards over ranks of one TP slice"
 
+expect 0 "moe_ep example on 4 ranks" -- "$HS_SRC/configs/moe_ep.yaml" --world 4
+expect_in out "ep_groups: [[0, 1], [2, 3]]" "EP groups are the fastest expert-domain dim"
+expect_in out "edp_shard_groups: [[0, 2], [1, 3]]" "experts shard over ranks of one EP index"
+expect 2 "ep with a dense model" -- accelerator.ep_size=2 --world 2
+expect_in err "accelerator.ep_size = 2 needs routed experts" "ep without experts is refused"
+expect 2 "ep x tp without sequence parallel" -- model.arch=moe accelerator.ep_size=2 accelerator.tp_size=2 --world 4
+expect_in err "set accelerator.sequence_parallel: true" "ep x tp needs sequence parallel"
+
 expect 2 "tp that does not divide the kv heads" -- accelerator.tp_size=2 model.n_kv_heads=1 --world 2
 expect_in err "model.n_kv_heads = 1 is not divisible by accelerator.tp_size = 2" "tp rule names the key"
 expect_in err "valid tp_size: 1" "tp rule gives a valid choice"
