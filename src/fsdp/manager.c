@@ -32,6 +32,19 @@ static hs_fsdp_dp_groups dp_groups_of(hs_mesh *mesh)
     return g;
 }
 
+/* Sharded over `shard`, replicated over `rep` (HSDP when it is > 1). */
+static void set_sharded(hs_fsdp_mesh_info *mi, hs_pg *shard, int shard_size, int shard_rank,
+                        hs_pg *rep, int rep_size, int rep_rank)
+{
+    mi->kind = rep_size > 1 ? HS_FSDP_MESH_HSDP : HS_FSDP_MESH_FSDP;
+    mi->shard_pg = shard;
+    mi->shard_size = shard_size;
+    mi->shard_rank = shard_rank;
+    mi->replicate_pg = rep;
+    mi->replicate_size = rep_size;
+    mi->replicate_rank = rep_rank;
+}
+
 /* A routed expert under expert parallelism (spec 004 §6): sharded over
  * edp_shard, replicated over edp_replicate, its pieces over ep. Its rank
  * sums the rows of every EP peer's tokens, so the EDP domain's reduction
@@ -41,13 +54,8 @@ static hs_fsdp_mesh_info expert_mesh_info(const hs_fsdp_dp_groups *g)
 {
     hs_fsdp_mesh_info mi;
     memset(&mi, 0, sizeof mi);
-    mi.kind = g->edp_replicate_size > 1 ? HS_FSDP_MESH_HSDP : HS_FSDP_MESH_FSDP;
-    mi.shard_pg = g->edp_shard;
-    mi.shard_size = g->edp_shard_size;
-    mi.shard_rank = g->edp_shard_rank;
-    mi.replicate_pg = g->edp_replicate;
-    mi.replicate_size = g->edp_replicate_size;
-    mi.replicate_rank = g->edp_replicate_rank;
+    set_sharded(&mi, g->edp_shard, g->edp_shard_size, g->edp_shard_rank, g->edp_replicate,
+                g->edp_replicate_size, g->edp_replicate_rank);
     mi.tp_size = 1;
     mi.ep_pg = g->ep;
     mi.ep_size = g->ep_size;
@@ -73,13 +81,8 @@ static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicat
         mi.replicate_rank = g->flat_rank;
         return mi;
     }
-    mi.kind = g->replicate_size > 1 ? HS_FSDP_MESH_HSDP : HS_FSDP_MESH_FSDP;
-    mi.shard_pg = g->shard;
-    mi.shard_size = g->shard_size;
-    mi.shard_rank = g->shard_rank;
-    mi.replicate_pg = g->replicate;
-    mi.replicate_size = g->replicate_size;
-    mi.replicate_rank = g->replicate_rank;
+    set_sharded(&mi, g->shard, g->shard_size, g->shard_rank, g->replicate, g->replicate_size,
+                g->replicate_rank);
     return mi;
 }
 

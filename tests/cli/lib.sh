@@ -153,9 +153,9 @@ for r in b:
 PY
 }
 
-# same_global A B: checkpoint steps A and B hold the same global tensors:
-# every tensor assembled from its chunks (any box) is equal byte for byte,
-# and so are the trainer states.
+# same_global A B...: checkpoint steps A, B, ... hold the same global
+# tensors: every tensor assembled from its chunks (any box) has the same
+# dtype, shape and bytes, and so do the trainer states.
 same_global() {
     python3 - "$@" <<'PY' || fail "checkpoints differ: $*"
 import json, os, sys
@@ -187,15 +187,38 @@ def load(d):
                 buf[pos:pos + inner] = data[k * inner:(k + 1) * inner]
             covered += len(data)
         assert covered == len(buf), (d, t["name"], covered, len(buf))
-        out[t["name"]] = bytes(buf)
+        out[t["name"]] = (t["dtype"], tuple(shape), bytes(buf))
     st = {k: m["state"][k] for k in ("step", "data_position", "optim_step")}
     return out, st
 a, sa = load(sys.argv[1])
-b, sb = load(sys.argv[2])
-if sa != sb: sys.exit(f"state {sa} vs {sb}")
-if sorted(a) != sorted(b): sys.exit(f"tensors {sorted(set(a) ^ set(b))}")
-for k in a:
-    if a[k] != b[k]: sys.exit(f"{k} differs")
+for d in sys.argv[2:]:
+    b, sb = load(d)
+    if sa != sb: sys.exit(f"{d}: state {sb} vs {sa}")
+    if sorted(a) != sorted(b): sys.exit(f"{d}: tensors {sorted(set(a) ^ set(b))} not in both")
+    for k in a:
+        if a[k] != b[k]: sys.exit(f"{d}: {k} differs from {sys.argv[1]}")
 print(f"{len(a)} tensors equal")
 PY
+}
+
+# hs_chunk_in INSPECT_LOG TENSOR BOX FILE: `ckpt inspect` (its output in
+# INSPECT_LOG) lists a chunk [BOX] of TENSOR stored in FILE.
+hs_chunk_in() {
+    grep -A5 "^  $2 " "$1" | grep -q "\[$3\] *$4" || fail "inspect: no chunk [$3] of $2 in $4"
+}
+
+# hs_resume_layouts STEP_DIR REF_RUN LAYOUT...: each LAYOUT, "N NAME ARGS...",
+# resumes checkpoint STEP_DIR on N ranks with ARGS and trains to step 5 in
+# $work/r_NAME; its steps 3-5 must follow REF_RUN's curve (close_curve).
+hs_resume_layouts() {
+    local step_dir=$1 ref=$2 layout n name
+    shift 2
+    for layout in "$@"; do
+        set -- $layout
+        n=$1 name=$2
+        shift 2
+        hs_must_run "$n" "resume_$name" "$@" train.steps=5 train.out_dir="$work/r_$name" \
+            checkpoint.dir="$work/ck_$name" checkpoint.resume="$step_dir"
+        close_curve "$ref/metrics.jsonl" "$work/r_$name/metrics.jsonl" 3 5
+    done
 }

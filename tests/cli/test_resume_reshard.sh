@@ -15,43 +15,6 @@ hs_scratch resume_reshard
 tiny=("${HS_TINY[@]}" train.global_batch_size=8 train.micro_batch_size=1 train.eval_every=0
       optimizer.schedule.decay=constant optimizer.schedule.warmup_steps=2)
 
-# same_checkpoints A B...: every tensor of B, assembled from its chunks,
-# equals A's byte for byte; so do step, data position and optimizer step.
-same_checkpoints() {
-    python3 - "$@" <<'PY' || fail "checkpoints differ: $*"
-import json, os, sys
-def load(d):
-    m = json.load(open(os.path.join(d, "metadata.json")))
-    size = {"float32": 4, "bfloat16": 2, "float16": 2}
-    out = {}
-    for t in m["tensors"]:
-        shape, es = t["shape"], size[t["dtype"]]
-        row = es
-        for s in shape[1:]:
-            row *= s
-        buf = bytearray(shape[0] * row)
-        for c in t["chunks"]:
-            # dim-0 chunks only: the trainer shards on dim 0
-            assert c["sizes"][1:] == shape[1:], (t["name"], c)
-            with open(os.path.join(d, c["file"]), "rb") as f:
-                f.seek(c["byte_offset"])
-                data = f.read(c["length"])
-            buf[c["offsets"][0] * row: c["offsets"][0] * row + len(data)] = data
-        out[t["name"]] = (t["dtype"], tuple(shape), bytes(buf), len(t["chunks"]))
-    st = {k: m["state"][k] for k in ("step", "data_position", "optim_step")}
-    return out, st, m["world_size"]
-ref, ref_st, _ = load(sys.argv[1])
-for d in sys.argv[2:]:
-    got, st, _ = load(d)
-    if st != ref_st:
-        sys.exit(f"{d}: state {st} vs {ref_st}")
-    if sorted(got) != sorted(ref):
-        sys.exit(f"{d}: tensors {sorted(set(got) ^ set(ref))} are not in both")
-    for name, (dt, shape, data, _) in ref.items():
-        if got[name][:3] != (dt, shape, data):
-            sys.exit(f"{d}: {name} differs from {sys.argv[1]}")
-PY
-}
 chunks_of() { # STEPDIR TENSOR: number of stored chunks
     python3 - "$1" "$2" <<'PY'
 import json, sys
@@ -82,7 +45,7 @@ test_fsdp2_checkpoint_resumes_on_fsdp4_hsdp_and_one_process() {
     "$HS_BIN" ckpt verify "$work/ck_4_2" > /dev/null 2>&1 || fail "the HSDP checkpoint does not verify"
     hs_must_run 1 hsdp_to_one train.steps=5 train.out_dir="$work/h1" checkpoint.dir="$work/h1ck" \
         checkpoint.resume="$work/ck_4_2"
-    same_checkpoints "$work/ck_4_2/step-5" "$work/h1ck/step-5"
+    same_global "$work/ck_4_2/step-5" "$work/h1ck/step-5"
 }
 
 test_one_process_to_fsdp3_and_back_is_bitwise() {
@@ -96,7 +59,7 @@ test_one_process_to_fsdp3_and_back_is_bitwise() {
     local n
     n=$(chunks_of "$work/b/step-2" optim.model.embed_tokens.weight.exp_avg)
     [ "$n" = 3 ] || fail "3-rank checkpoint stores $n chunks of exp_avg, want 3 (86+86+84 rows)"
-    same_checkpoints "$work/a/step-2" "$work/b/step-2" "$work/c/step-2"
+    same_global "$work/a/step-2" "$work/b/step-2" "$work/c/step-2"
 }
 
 test_fsdp2_checkpoint_resumes_on_fsdp4_hsdp_and_one_process

@@ -25,22 +25,12 @@ hs_must_run 4 stopped "${tp2[@]}" train.steps=2 train.out_dir="$work/s" checkpoi
 # it holds embedding rows 64:128 of TP rank 0's 0:128 (the strided shard);
 # o_proj [32, 32] is row-parallel: rank 1 (TP 1, FSDP 0) holds rows 0:16
 # of columns 16:32
-chunk_in() { # TENSOR BOX FILE
-    grep -A5 "^  $1 " "$work/inspect.log" | grep -q "\[$2\] *$3" ||
-        fail "inspect: no chunk [$2] of $1 in $3"
-}
-chunk_in model.embed_tokens.weight "64:128, 0:32" rank-2.bin
-chunk_in model.layers.0.self_attn.o_proj.weight "0:16, 16:32" rank-1.bin
-for layout in "4 tp1_fsdp4 accelerator.tp_size=1 fsdp_config.dp_shard_size=4" \
-              "2 tp2_fsdp1 accelerator.tp_size=2 fsdp_config.dp_shard_size=1" \
-              "1 one accelerator.tp_size=1"; do
-    set -- $layout
-    n=$1 name=$2
-    shift 2
-    hs_must_run "$n" "resume_$name" "$@" train.steps=5 train.out_dir="$work/r_$name" \
-        checkpoint.dir="$work/ck_$name" checkpoint.resume="$work/ck/step-2"
-    close_curve "$work/u/metrics.jsonl" "$work/r_$name/metrics.jsonl" 3 5
-done
+hs_chunk_in "$work/inspect.log" model.embed_tokens.weight "64:128, 0:32" rank-2.bin
+hs_chunk_in "$work/inspect.log" model.layers.0.self_attn.o_proj.weight "0:16, 16:32" rank-1.bin
+hs_resume_layouts "$work/ck/step-2" "$work/u" \
+    "4 tp1_fsdp4 accelerator.tp_size=1 fsdp_config.dp_shard_size=4" \
+    "2 tp2_fsdp1 accelerator.tp_size=2 fsdp_config.dp_shard_size=1" \
+    "1 one accelerator.tp_size=1"
 # load at step 2 on one process, train nothing, save: the same tensors
 hs_must_run 1 reload train.steps=2 train.out_dir="$work/re" checkpoint.dir="$work/re_ck" \
     checkpoint.resume="$work/ck/step-2"
