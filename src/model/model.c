@@ -265,7 +265,10 @@ static void dims_set(hs_model *m) {
         m->moe_shapes = hs_moe_shapes_make(&c->moe, m->opt.max_batch * m->opt.seq_len, m->C);
         m->moe_shapes.ep = m->ep;
         m->moe_shapes.EL = m->moe_shapes.E / m->ep;
-        m->moe_ep = (hs_moe_ep){.ops = m->ops, .size = m->ep, .rank = m->ep_rank};
+        hs_moe_grow g = {.pool = m->pool};
+        m->moe_ep = (hs_moe_ep){.ops = m->ops, .size = m->ep, .rank = m->ep_rank,
+                                .pool = m->pool, .stage = g, .dy = g, .a = g, .dh1 = g,
+                                .dh3 = g};
     }
 }
 

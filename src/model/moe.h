@@ -93,9 +93,10 @@ typedef struct hs_moe_grads {
     hs_dtype dt;
 } hs_moe_grads;
 
-/* A heap buffer that only grows (expert-parallel rows, whose number is
- * known only after the counts arrive). */
+/* A buffer from a pool that only grows (expert-parallel rows, whose number
+ * is known only after the counts arrive); contents are not kept. */
 typedef struct hs_moe_grow {
+    hs_pool *pool;
     void *p;
     size_t bytes;
 } hs_moe_grow;
@@ -112,6 +113,7 @@ void hs_moe_grow_free(hs_moe_grow *g);
 typedef struct hs_moe_ep {
     const hs_model_ops *ops;
     int size, rank;
+    hs_pool *pool; /* of every grow buffer: the model's (device) pool */
     hs_moe_grow stage, dy, a, dh1, dh3;
 } hs_moe_ep;
 
@@ -153,7 +155,8 @@ typedef struct hs_moe_act {
 
 size_t hs_moe_act_bytes(const hs_moe_shapes *s, hs_dtype dt);
 /* Lay act out over `mem` (64-byte aligned, hs_moe_act_bytes(s, dt) long).
- * With s->ep > 1, set act->ep before the first forward. */
+ * With s->ep > 1, set act->ep (whose pool the received rows come from)
+ * before the first forward. */
 void hs_moe_act_bind(hs_moe_act *act, const hs_moe_shapes *s, hs_dtype dt, void *mem);
 /* Free the expert-parallel rows act grew (none without EP). */
 void hs_moe_act_release(hs_moe_act *act);

@@ -11,7 +11,6 @@
  * receiver holds the runs source-major as they arrive and reorders them
  * expert-major (expert j: source 0's rows, then source 1's, ...) so that
  * each expert is one GEMM, as in the one-device path. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "model/moe.h"
@@ -19,17 +18,16 @@
 void *hs_moe_grow_to(hs_moe_grow *g, size_t bytes)
 {
     if (bytes <= g->bytes && g->p) return g->p;
-    free(g->p);
-    size_t n = (bytes + HS_ALIGN - 1) / HS_ALIGN * HS_ALIGN;
-    g->p = aligned_alloc(HS_ALIGN, n ? n : HS_ALIGN);
-    HS_ASSERT(g->p != NULL);
-    g->bytes = n;
+    HS_ASSERT(g->pool != NULL);
+    hs_pool_free(g->pool, g->p);
+    g->bytes = bytes > HS_ALIGN ? bytes : HS_ALIGN;
+    g->p = hs_pool_alloc(g->pool, g->bytes);
     return g->p;
 }
 
 void hs_moe_grow_free(hs_moe_grow *g)
 {
-    free(g->p);
+    if (g->pool) hs_pool_free(g->pool, g->p);
     g->p = NULL;
     g->bytes = 0;
 }
@@ -96,6 +94,7 @@ static void plan_received(hs_moe_act *act)
 void hs_moe_ep_forward(hs_moe_act *act, const hs_moe_weights *w, const void *xg)
 {
     hs_moe_ep *ep = act->ep;
+    act->ep_x.pool = act->ep_h1.pool = act->ep_h3.pool = act->ep_y.pool = ep->pool;
     const hs_model_ops *ops = ep->ops;
     const int C = act->cap.C, F = act->cap.F;
     const hs_dtype dt = act->dt;

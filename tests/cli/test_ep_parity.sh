@@ -3,10 +3,12 @@
 # aux_loss_coef 0.01): EP 2 (W=2), EP 2 x EDP shard 2 (W=4), EP 4 (W=4), EP 2
 # with HSDP on the experts (edp_replicate 2), EP 2 with activation
 # checkpointing, EP 2 x CP 2, EP 2 x TP 2 with sequence parallel (each TP
-# rank routes its own rows) and, without EP, MoE under TP 2 with sequence
-# parallel — loss and grad norm of every step, step-1
+# rank routes its own rows), EP 2 with comm_fusion, Muon at EP 2 x EDP
+# shard 2 (each expert matrix orthogonalised whole) and, without EP, MoE
+# under TP 2 with sequence parallel — loss and grad norm of every step, step-1
 # gradients, weights after steps 1-3, logits and the export within 5e-5
-# relative. The unit listing shows every routed expert in an expert unit on
+# relative; and EP 2 in bf16 within 1e-2 of one bf16 process. The unit
+# listing shows every routed expert in an expert unit on
 # fsdp_moe_mesh and nowhere else, the dense shard degree equal to
 # dp_shard_size and the expert shard degree equal to edp_shard_size, both
 # from the shard shapes; metrics.jsonl carries the per-expert row counts,
@@ -96,4 +98,14 @@ hs_train_dump ep2tp2 4 accelerator.ep_size=2 accelerator.tp_size=2 accelerator.s
     fsdp_config.dp_shard_size=2
 compare one4 ep2tp2
 tokens one4 ep2tp2
+hs_train_dump ep2fuse 2 accelerator.ep_size=2 fsdp_config.dp_shard_size=2 fsdp_config.comm_fusion=true
+compare one4 ep2fuse
+hs_train_dump one8muon 1 train.micro_batch_size=8 optimizer._target_=muon
+hs_train_dump ep2e2muon 4 accelerator.ep_size=2 fsdp_config.dp_shard_size=4 \
+    fsdp_config.edp_shard_size=2 optimizer._target_=muon
+compare one8muon ep2e2muon
+bf16=(fsdp_config.mix_precision.param_dtype=bfloat16)
+hs_train_dump one4bf16 1 train.micro_batch_size=4 "${bf16[@]}"
+hs_train_dump ep2bf16 2 accelerator.ep_size=2 fsdp_config.dp_shard_size=2 "${bf16[@]}"
+hs_compare_runs one4bf16 ep2bf16 1e-2 "${files[@]}"
 echo ok
