@@ -11,7 +11,8 @@
 # listing shows every routed expert in an expert unit on
 # fsdp_moe_mesh and nowhere else, the dense shard degree equal to
 # dp_shard_size and the expert shard degree equal to edp_shard_size, both
-# from the shard shapes; metrics.jsonl carries the per-expert row counts,
+# from the shard shapes, and the shared expert on the dense mesh in its
+# block's unit; metrics.jsonl carries the per-expert row counts,
 # equal to the one-process run's.
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 240
@@ -20,7 +21,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch ep_parity
 tiny=("${HS_FSDP_TINY[@]}" model.n_kv_heads=2 optimizer.eps=1e-3 train.global_batch_size=8
       model.arch=moe model.moe.num_experts=4 model.moe.top_k=2 model.moe.expert_ffn_dim=24
-      model.moe.aux_loss_coef=0.01)
+      model.moe.aux_loss_coef=0.01 model.moe.shared_expert_ffn_dim=16)
 files=(model.safetensors dump/grads-step1.safetensors dump/weights-step1.safetensors
        dump/weights-step2.safetensors dump/logits-step2.safetensors)
 compare() { hs_compare_runs "$1" "$2" 5e-5 "${files[@]}"; }
@@ -39,6 +40,8 @@ for r in range(ranks):
         for p in unit["params"]:
             routed = ".block_sparse_moe.experts." in p["fqn"]
             assert routed == unit["expert"], f"rank {r}: {p['fqn']} in unit {unit['name']}"
+            if ".shared_expert." in p["fqn"]:
+                assert unit["name"].startswith("model.layers.") and not unit["expert"], unit["name"]
             assert (p["mesh"] == "fsdp_moe_mesh") == routed, p
             want = edp_shard if routed else dp_shard
             assert p["shard_degree"] == want, (p["fqn"], p["shard_degree"], want)
