@@ -1,0 +1,124 @@
+"""hypershard next to PyTorch FSDP2 on the same machine, in one run.
+
+For each requested case (shape x dtype x world size) this alternates the
+PyTorch peer (peer_fsdp.py under torchrun) and `hypershard train` with the
+same model, batch, optimizer (AdamW, betas 0.9/0.95, eps 1e-8, weight decay
+0.1, clipping at 1.0, constant lr) and threads per rank, --rounds times, and
+prints per case the median step time of each (median over rounds of the
+median after warm-up), tokens/s, the largest peak RSS of any rank and the
+speed ratio (PyTorch step / hypershard step: > 1 means hypershard is
+faster).
+
+It installs nothing. Give it a Python with torch and transformers:
+    python3 -m venv /tmp/peer && /tmp/peer/bin/pip install torch transformers
+    python3 bench/peer/compare.py --python /tmp/peer/bin/python --world 2
+MPI runs need the usual Open MPI environment (as root on 2 cores:
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+OMPI_MCA_rmaps_base_oversubscribe=1).
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+SHAPES = {  # dim, layers, heads, kv heads, ffn, vocab, seq, sequences per rank
+    "512": (512, 8, 8, 4, 1408, 4096, 256, 4),
+    "demo": (128, 4, 4, 2, 384, 256, 64, 8),
+}
+
+
+def run(cmd, env):
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-4000:]}")
+    return p.stdout
+
+
+def peer(a, shape, dtype, world, env):
+    d, L, h, kv, f, v, t, b = SHAPES[shape]
+    torchrun = os.path.join(os.path.dirname(a.python), "torchrun")
+    cmd = [torchrun, "--standalone", f"--nproc_per_node={world}",
+           os.path.join(HERE, "peer_fsdp.py"), f"--dim={d}", f"--layers={L}", f"--heads={h}",
+           f"--kv-heads={kv}", f"--ffn={f}", f"--vocab={v}", f"--seq={t}", f"--batch={b}",
+           f"--steps={a.steps}", f"--warmup={a.warmup}", f"--threads={a.threads}",
+           f"--dtype={dtype}"]
+    out = run(cmd, env)
+    r = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+    return r["median_step_s"], r["max_rss_kib"]
+
+
+def ours(a, shape, dtype, world, env, out_dir):
+    d, L, h, kv, f, v, t, b = SHAPES[shape]
+    args = [f"model.dim={d}", f"model.n_layers={L}", f"model.n_heads={h}",
+            f"model.n_kv_heads={kv}", f"model.ffn_dim={f}", f"model.vocab_size={v}",
+            f"train.seq_len={t}", f"train.micro_batch_size={b}",
+            f"train.global_batch_size={b * world}", f"train.steps={a.warmup + a.steps}",
+            "train.eval_every=0", "optimizer._target_=adamw", "optimizer.lr=3e-4",
+            "optimizer.betas=[0.9,0.95]", "optimizer.eps=1e-8", "optimizer.weight_decay=0.1",
+            "optimizer.clip_grad_norm=1.0", "optimizer.schedule.warmup_steps=0",
+            "optimizer.schedule.decay=constant", f"fsdp_config.dp_shard_size={world}",
+            "checkpoint.dir=null", "trace.enabled=false", f"train.out_dir={out_dir}"]
+    if dtype == "bf16":
+        args += ["fsdp_config.mix_precision.param_dtype=bfloat16",
+                 "fsdp_config.mix_precision.reduce_dtype=float32"]
+    launch = [] if world == 1 else [a.mpiexec, "-n", str(world)]
+    cmd = launch + ["/usr/bin/time", "-f", "peer-rss-kib %M", a.hypershard, "train"] + args
+    out = run(cmd, env)
+    rss = max(int(x) for x in re.findall(r"peer-rss-kib (\d+)", out))
+    steps = [json.loads(l) for l in open(os.path.join(out_dir, "metrics.jsonl"))]
+    times = [s["step_time_s"] for s in steps if s["step"] > a.warmup]
+    return statistics.median(times), rss
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--python", required=True, help="a Python with torch and transformers")
+    p.add_argument("--hypershard", default=os.path.join(ROOT, "build", "hypershard"))
+    p.add_argument("--mpiexec", default="mpiexec")
+    p.add_argument("--world", type=int, nargs="+", default=[2])
+    p.add_argument("--shape", nargs="+", default=["512", "demo"], choices=sorted(SHAPES))
+    p.add_argument("--dtype", nargs="+", default=["fp32", "bf16"], choices=("fp32", "bf16"))
+    p.add_argument("--threads", type=int, default=1, help="threads per rank (both sides)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=5, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=2)
+    a = p.parse_args()
+    env = dict(os.environ)
+    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[k] = str(a.threads)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="hs_peer_") as tmp:
+        for shape in a.shape:
+            for dtype in a.dtype:
+                for world in a.world:
+                    pt, hs = [], []
+                    for r in range(a.rounds):  # alternating, so load drifts hit both
+                        pt.append(peer(a, shape, dtype, world, env))
+                        hs.append(ours(a, shape, dtype, world, env, f"{tmp}/{shape}{dtype}{world}{r}"))
+                    d, L, h, kv, f, v, t, b = SHAPES[shape]
+                    tokens = b * t * world
+                    ps = statistics.median(x[0] for x in pt)
+                    hss = statistics.median(x[0] for x in hs)
+                    rows.append((shape, dtype, world, ps, hss, tokens / ps, tokens / hss,
+                                 max(x[1] for x in pt) / 1024, max(x[1] for x in hs) / 1024))
+                    print(f"{shape} {dtype} W={world}: PyTorch {ps:.3f} s, hypershard {hss:.3f} s",
+                          file=sys.stderr)
+    print(f"threads per rank {a.threads}; medians over {a.rounds} alternating rounds of the "
+          f"median of {a.steps} steps after {a.warmup} warm-up steps")
+    print("| shape | dtype | W | PyTorch step s | hypershard step s | speed ratio | PyTorch tok/s "
+          "| hypershard tok/s | PyTorch peak RSS MiB | hypershard peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for s, dt, w, ps, hss, pt_tok, hs_tok, prss, hrss in rows:
+        print(f"| {s} | {dt} | {w} | {ps:.3f} | {hss:.3f} | {ps / hss:.2f}x | {pt_tok:.0f} | "
+              f"{hs_tok:.0f} | {prss:.0f} | {hrss:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
