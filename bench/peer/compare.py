@@ -19,7 +19,6 @@ OMPI_MCA_rmaps_base_oversubscribe=1).
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -69,9 +68,12 @@ def ours(a, shape, dtype, world, env, out_dir):
         args += ["fsdp_config.mix_precision.param_dtype=bfloat16",
                  "fsdp_config.mix_precision.reduce_dtype=float32"]
     launch = [] if world == 1 else [a.mpiexec, "-n", str(world)]
-    cmd = launch + ["/usr/bin/time", "-f", "peer-rss-kib %M", a.hypershard, "train"] + args
-    out = run(cmd, env)
-    rss = max(int(x) for x in re.findall(r"peer-rss-kib (\d+)", out))
+    # each rank's peak RSS (KiB) into its own file: rss.<rank>
+    timed = ['/usr/bin/time -f %M -o "$0/rss.${OMPI_COMM_WORLD_RANK:-0}" "$@"', out_dir]
+    os.makedirs(out_dir, exist_ok=True)
+    run(launch + ["sh", "-c"] + timed + [a.hypershard, "train"] + args, env)
+    rss = max(int(open(os.path.join(out_dir, f"rss.{r}")).read().split()[-1])
+              for r in range(world))
     steps = [json.loads(l) for l in open(os.path.join(out_dir, "metrics.jsonl"))]
     times = [s["step_time_s"] for s in steps if s["step"] > a.warmup]
     return statistics.median(times), rss
