@@ -71,6 +71,7 @@ def main():
     if rank == 0:
         print(json.dumps({"median_step_s": statistics.median(times), "step_s": times,
                           "max_rss_kib": int(rss.item()), "torch": torch.__version__}))
+    dist.barrier()  # nobody tears gloo down while a peer still reads
     dist.destroy_process_group()
 
 

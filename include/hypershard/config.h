@@ -171,6 +171,9 @@ hs_status hs_config_check_fqns(const hs_config *c, const char *const *fqns, int 
 /* Resolved config as YAML, every key present; then, with a topology, the
  * `derived:` block. */
 void hs_config_dump(const hs_config *c, const hs_topology *topo, FILE *f);
+/* Sequences per optimizer step: train.global_batch_size, or when it is null
+ * micro_batch_size x dp (one micro-batch per step, torchtitan's default). */
+long long hs_config_global_batch(const hs_config *c, const hs_topology *topo);
 /* Micro-batches per optimizer step: global / (micro * dp). */
 int hs_config_micro_batches(const hs_config *c, const hs_topology *topo);
 /* Deep copy (replicate_params). */

@@ -87,6 +87,8 @@ static void dump_derived(const hs_config *c, const hs_topology *t, FILE *f) {
     fprintf(f, "  expert_domain: %d\n", t->expert_domain);
     fprintf(f, "  edp_size: %d\n", t->edp);
     fprintf(f, "  edp_replicate_size: %d\n", t->edp_replicate);
+    fprintf(f, "  global_batch_size: %lld%s\n", hs_config_global_batch(c, t),
+            c->train.global_batch_size > 0 ? "" : "   # micro_batch_size x dp_size");
     fprintf(f, "  micro_batches_per_step: %d\n", hs_config_micro_batches(c, t));
     dump_groups(t, HS_DIM_TP, "tp_groups", f);
     dump_groups(t, HS_DIM_FSDP_SHARD, "fsdp_shard_groups", f);
@@ -149,6 +151,7 @@ static void write_allowed(const hs_cfg_key *k, FILE *f) {
             fprintf(f, " in %c%s, %s%c", open_lo ? '(' : '[', lo, hi, open_hi ? ')' : ']');
         else if (k->bounds & HS_CFG_MIN)
             fprintf(f, " %s %s", open_lo ? ">" : "≥", lo);
+        if (k->nullable) fputs(" or null", f);
     }
 }
 

@@ -50,7 +50,7 @@ void hs_cfg_check_run(const hs_config *c, hs_cfg_report *rep) {
 
 /* global = micro x dp x M with M >= 1 whole micro-batches per step. */
 static void check_batch(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
-    long long g = c->train.global_batch_size, mb = c->train.micro_batch_size, dp = t->dp;
+    long long g = hs_config_global_batch(c, t), mb = c->train.micro_batch_size, dp = t->dp;
     if (g < 1 || mb < 1 || dp < 1) return; /* reported by the bounds check */
     long long denom = mb * dp;
     if (g % denom == 0) return;

@@ -10,6 +10,9 @@
 
 #define KINT(p, m, d, b, lo, doc_) \
     {.path = p, .type = HS_CFG_INT, .def = d, .bounds = b, .min = lo, FIELD(m), .doc = doc_}
+#define KINT_NULL(p, m, lo, doc_)                                                           \
+    {.path = p, .type = HS_CFG_INT, .def = "null", .nullable = true, .bounds = GE, .min = lo, \
+     FIELD(m), .doc = doc_}
 #define KFLOAT(p, m, d, b, lo, hi, doc_) \
     {.path = p, .type = HS_CFG_FLOAT, .def = d, .bounds = b, .min = lo, .max = hi, FIELD(m), \
      .doc = doc_}
@@ -149,8 +152,9 @@ static const hs_cfg_key keys[] = {
 
     /* train */
     KINT("train.steps", train.steps, "200", GE, 1, "optimizer steps"),
-    KINT("train.global_batch_size", train.global_batch_size, "16", GE, 1,
-         "sequences per optimizer step over all data-parallel ranks"),
+    KINT_NULL("train.global_batch_size", train.global_batch_size, 1,
+              "sequences per optimizer step over all data-parallel ranks; null: "
+              "micro_batch_size x dp_size (one micro-batch per step)"),
     KINT("train.micro_batch_size", train.micro_batch_size, "8", GE, 1,
          "sequences per data-parallel rank per micro-batch"),
     KINT("train.seq_len", train.seq_len, "64", GE, 1, "tokens per sequence"),

@@ -45,7 +45,8 @@ typedef struct hs_cfg_key {
     hs_cfg_type type;
     const char *def;     /* default, as YAML text ("1", "null", "[]", "[0.9, 0.95]") */
     const char *choices; /* enums: "a|b|c"; NULL otherwise */
-    bool nullable;       /* strings only: null is allowed and stored as "" */
+    bool nullable;       /* null allowed: strings store it as "", ints (whose
+                          * minimum is >= 1) as 0 */
     unsigned bounds;
     double min, max;
     size_t offset;       /* offsetof(hs_config, ...) */

@@ -35,6 +35,7 @@ static void check_bounds(const hs_config *c, hs_cfg_report *rep) {
         const void *p = hs_cfg_cfield(c, k);
         double v[2];
         int nv = 1;
+        if (k->type == HS_CFG_INT && k->nullable && *(const int *)p == 0) continue; /* null */
         if (k->type == HS_CFG_INT) v[0] = *(const int *)p;
         else if (k->type == HS_CFG_INT64) v[0] = (double)*(const long long *)p;
         else if (k->type == HS_CFG_FLOAT) v[0] = *(const double *)p;
@@ -148,21 +149,59 @@ static bool derive_topology(const hs_config *c, int world, hs_topology *t, hs_cf
     return false;
 }
 
+typedef struct named_item {
+    const char *name;
+    int index;
+} named_item;
+
+typedef struct repeat {
+    int index, first; /* replicate_params[index] repeats replicate_params[first] */
+} repeat;
+
+static int by_name_then_index(const void *a, const void *b) {
+    const named_item *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->index > y->index) - (x->index < y->index);
+}
+
+static int by_index(const void *a, const void *b) {
+    const repeat *x = a, *y = b;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* Sorting makes this O(n log n): a list of 500k names is checked at once.
+ * Each repeat is reported against the first occurrence, in list order. */
 static void check_duplicates(const hs_config *c, hs_cfg_report *rep) {
-    for (int i = 0; i < c->fsdp.n_replicate_params; i++)
-        for (int j = 0; j < i; j++)
-            if (!strcmp(c->fsdp.replicate_params[i], c->fsdp.replicate_params[j])) {
-                hs_cfg_report_add(rep,
-                                  "fsdp_config.replicate_params[%d] = '%.200s' repeats item %d; "
-                                  "list each parameter once",
-                                  i, c->fsdp.replicate_params[i], j);
-                break;
-            }
+    int n = c->fsdp.n_replicate_params;
+    if (n < 2) return;
+    named_item *items = malloc(sizeof *items * (size_t)n);
+    repeat *reps = malloc(sizeof *reps * (size_t)n);
+    HS_ASSERT(items && reps);
+    for (int i = 0; i < n; i++) items[i] = (named_item){c->fsdp.replicate_params[i], i};
+    qsort(items, (size_t)n, sizeof *items, by_name_then_index);
+    int nr = 0;
+    for (int i = 1, first = 0; i < n; i++) {
+        if (strcmp(items[i].name, items[first].name)) first = i;
+        else reps[nr++] = (repeat){items[i].index, items[first].index};
+    }
+    qsort(reps, (size_t)nr, sizeof *reps, by_index);
+    for (int k = 0; k < nr; k++)
+        hs_cfg_report_add(rep,
+                          "fsdp_config.replicate_params[%d] = '%.200s' repeats item %d; list each "
+                          "parameter once",
+                          reps[k].index, c->fsdp.replicate_params[reps[k].index], reps[k].first);
+    free(items);
+    free(reps);
+}
+
+long long hs_config_global_batch(const hs_config *c, const hs_topology *topo) {
+    if (c->train.global_batch_size > 0) return c->train.global_batch_size;
+    return (long long)c->train.micro_batch_size * topo->dp;
 }
 
 int hs_config_micro_batches(const hs_config *c, const hs_topology *topo) {
     long long denom = (long long)c->train.micro_batch_size * topo->dp;
-    return denom > 0 ? (int)(c->train.global_batch_size / denom) : 0;
+    return denom > 0 ? (int)(hs_config_global_batch(c, topo) / denom) : 0;
 }
 
 hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, const hs_log *log,

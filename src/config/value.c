@@ -59,6 +59,17 @@ static bool parse_int(hs_cfg_scalar s, long long lo, long long hi, long long *ou
     return true;
 }
 
+/* A plain scalar of an optional sign and digits only (an integer, whatever
+ * its size). */
+static bool digits_only(hs_cfg_scalar s) {
+    if (!s.plain || s.len == 0) return false;
+    size_t i = (s.text[0] == '-' || s.text[0] == '+') ? 1 : 0;
+    if (i == s.len) return false;
+    for (; i < s.len; i++)
+        if (s.text[i] < '0' || s.text[i] > '9') return false;
+    return true;
+}
+
 /* Decimal numbers only: YAML's .inf/.nan and C's hex floats are rejected, a
  * training config has no use for them. */
 static bool parse_float(hs_cfg_scalar s, double *out) {
@@ -181,7 +192,17 @@ bool hs_cfg_set_scalar(hs_config *c, const hs_cfg_key *k, hs_cfg_scalar s, char 
     bool bv;
     switch (k->type) {
     case HS_CFG_INT:
-        if (!parse_int(s, INT_MIN, INT_MAX, &iv)) break;
+        if (null && k->nullable) return *(int *)f = 0, true;
+        if (!parse_int(s, INT_MIN, INT_MAX, &iv)) {
+            if (!digits_only(s)) break;
+            snprintf(why, cap, "%.*s is beyond the integer range [%d, %d]",
+                     s.len > SHOWN ? SHOWN : (int)s.len, s.text, INT_MIN, INT_MAX);
+            return false;
+        }
+        if (k->nullable && iv < k->min) { /* 0 stands for null: refuse it here */
+            snprintf(why, cap, "%lld is out of range: it must be >= %g, or null", iv, k->min);
+            return false;
+        }
         *(int *)f = (int)iv;
         return true;
     case HS_CFG_INT64:
@@ -315,7 +336,10 @@ void hs_cfg_write_value(const hs_config *c, const hs_cfg_key *k, FILE *f) {
     const void *p = hs_cfg_cfield(c, k);
     char buf[64];
     switch (k->type) {
-    case HS_CFG_INT: fprintf(f, "%d", *(const int *)p); break;
+    case HS_CFG_INT:
+        if (k->nullable && *(const int *)p == 0) fputs("null", f);
+        else fprintf(f, "%d", *(const int *)p);
+        break;
     case HS_CFG_INT64: fprintf(f, "%lld", *(const long long *)p); break;
     case HS_CFG_FLOAT:
         hs_cfg_format_double(*(const double *)p, buf, sizeof buf);

@@ -49,14 +49,14 @@ static void warn_fsdp(const hs_config *c, const hs_topology *t, const hs_log *lo
     if (hs_config_micro_batches(c, t) == 1) {
         if (!f->reshard_after_backward)
             hs_log_warn(log, "fsdp_config.reshard_after_backward = false has no effect: a step "
-                             "has one micro-batch (train.global_batch_size = %d = "
+                             "has one micro-batch (train.global_batch_size = %lld = "
                              "micro_batch_size %d x dp_size %d), and the last one always reshards",
-                        c->train.global_batch_size, c->train.micro_batch_size, t->dp);
+                        hs_config_global_batch(c, t), c->train.micro_batch_size, t->dp);
         if (!f->requires_grad_sync)
             hs_log_warn(log, "fsdp_config.requires_grad_sync = false has no effect: a step has "
-                             "one micro-batch (train.global_batch_size = %d = micro_batch_size "
+                             "one micro-batch (train.global_batch_size = %lld = micro_batch_size "
                              "%d x dp_size %d), and the last one always syncs",
-                        c->train.global_batch_size, c->train.micro_batch_size, t->dp);
+                        hs_config_global_batch(c, t), c->train.micro_batch_size, t->dp);
     }
 }
 

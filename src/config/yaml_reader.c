@@ -14,6 +14,10 @@
 
 #define SEEN_MAX 128
 #define PATH_CAP 512
+/* Input limits, checked before libyaml sees the text (its cost grows
+ * faster than linearly with flow nesting): a config needs neither. */
+#define HS_CFG_MAX_BYTES ((size_t)64 << 20)
+#define HS_CFG_MAX_FLOW_DEPTH 64
 
 typedef struct reader {
     yaml_parser_t p;
@@ -304,11 +308,59 @@ static void read_root(reader *r, hs_config *c) {
     }
 }
 
+/* The byte offset where flow nesting ([ and {) first goes deeper than the
+ * limit, or len. Quoted scalars and comments are skipped. */
+static size_t too_deep_at(const char *t, size_t len) {
+    int depth = 0;
+    char quote = 0;
+    bool comment = false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = t[i];
+        if (comment) {
+            comment = ch != '\n';
+        } else if (quote) {
+            if (quote == '"' && ch == '\\') i++;
+            else if (ch == quote) quote = 0;
+        } else if (ch == '#' && (i == 0 || t[i - 1] == ' ' || t[i - 1] == '\t' ||
+                                 t[i - 1] == '\n')) {
+            comment = true;
+        } else if (ch == '"' || ch == '\'') {
+            quote = ch;
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > HS_CFG_MAX_FLOW_DEPTH) return i;
+        } else if ((ch == ']' || ch == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return len;
+}
+
+static bool within_limits(reader *r) {
+    if (r->len > HS_CFG_MAX_BYTES) {
+        report_at(r, 1, 1, "the input is %zu bytes; a config may hold at most %zu (64 MiB)",
+                  r->len, HS_CFG_MAX_BYTES);
+        return false;
+    }
+    size_t at = too_deep_at(r->text, r->len);
+    if (at == r->len) return true;
+    size_t line, col;
+    offset_to_line(r, at, &line, &col);
+    report_at(r, line, col,
+              "flow collections ([...] and {...}) nest more than %d deep; a config needs a few "
+              "levels at most",
+              HS_CFG_MAX_FLOW_DEPTH);
+    return false;
+}
+
 void hs_cfg_read_yaml(hs_config *c, const char *text, size_t len, const char *origin,
                       hs_cfg_report *rep) {
     reader *r = calloc(1, sizeof *r);
     if (!r) hs_panic("out of memory reading %s", origin);
     r->origin = origin, r->text = text, r->len = len, r->rep = rep;
+    if (!within_limits(r)) {
+        free(r);
+        return;
+    }
     if (!yaml_parser_initialize(&r->p)) hs_panic("yaml_parser_initialize failed");
     yaml_parser_set_input_string(&r->p, (const unsigned char *)text, len);
     yaml_event_t ev;

@@ -58,7 +58,7 @@ static hs_status trainer_init(hs_trainer *t, hs_error *e) {
     t->dp_size = t->topo->dp;
     t->batch_group = hs_mesh_group(t->mesh, HS_DIM_DP_CP);
     t->world_group = hs_comm_world(t->comm);
-    t->G = cfg->train.global_batch_size;
+    t->G = (int)hs_config_global_batch(cfg, t->topo);
     t->mbs = cfg->train.micro_batch_size;
     t->T = cfg->train.seq_len;
     t->M = hs_config_micro_batches(cfg, t->topo);

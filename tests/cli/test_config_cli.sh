@@ -33,6 +33,11 @@ expect 0 "tp example on 4 ranks" -- "$HS_SRC/configs/tp.yaml" --world 4
 expect_in out "tp_groups: [[0, 1], [2, 3]]" "TP groups are the fastest rank dim"
 expect_in out "fsdp_shard_groups: [[0, 2], [1, 3]]" "FSDP shards over ranks of one TP slice"
 
+expect 0 "the minimal config at 8 ranks" -- model.arch=llama fsdp_config.dp_shard_size=2 --world 8
+expect_in out "global_batch_size: 64   # micro_batch_size x dp_size" "null global batch is micro x dp"
+expect 2 "an integer beyond int32" -- train.micro_batch_size=99999999999
+expect_in err "99999999999 is beyond the integer range" "out-of-range integers name the range"
+
 expect 0 "moe_ep example on 4 ranks" -- "$HS_SRC/configs/moe_ep.yaml" --world 4
 expect_in out "ep_groups: [[0, 1], [2, 3]]" "EP groups are the fastest expert-domain dim"
 expect_in out "edp_shard_groups: [[0, 2], [1, 3]]" "experts shard over ranks of one EP index"

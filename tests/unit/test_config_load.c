@@ -116,7 +116,7 @@ static void test_minimal_yaml_resolves_every_trainer_default(void **state) {
     assert_string_equal(c->optimizer.schedule.decay, "cosine");
     assert_true(c->optimizer.schedule.min_lr_ratio == 0.1);
     assert_int_equal(c->train.steps, 200);
-    assert_int_equal(c->train.global_batch_size, 16);
+    assert_int_equal(c->train.global_batch_size, 0); /* null: micro_batch_size x dp_size */
     assert_int_equal(c->train.micro_batch_size, 8);
     assert_int_equal(c->train.seq_len, 64);
     assert_int_equal(c->train.seed, 1234);
@@ -230,6 +230,56 @@ static void test_null_for_a_non_nullable_key_is_an_error(void **state) {
     assert_error_has(l, "model.dim");
     assert_error_has(l, "expected an integer");
     loaded_free(l);
+}
+
+static void test_global_batch_size_is_a_nullable_integer(void **state) {
+    (void)state;
+    const char *ov[] = {"train.global_batch_size=null"};
+    loaded *l = load_yaml("train:\n  global_batch_size: 32\n", ov, 1);
+    assert_ok(l);
+    assert_int_equal(l->c.train.global_batch_size, 0);
+    hs_topology t = {.dp = 8};
+    assert_int_equal(hs_config_global_batch(&l->c, &t), 8 * 8);
+    assert_int_equal(hs_config_micro_batches(&l->c, &t), 1);
+    assert_int_equal(hs_config_override(&l->c, "train.global_batch_size=128", &l->e), HS_OK);
+    assert_int_equal(hs_config_global_batch(&l->c, &t), 128);
+    assert_int_equal(hs_config_micro_batches(&l->c, &t), 2);
+    loaded_free(l);
+    /* 0 is not a way to write null */
+    loaded *z = load_yaml("train:\n  global_batch_size: 0\n", NULL, 0);
+    assert_error_has(z, "train.global_batch_size: 0 is out of range: it must be >= 1, or null");
+    loaded_free(z);
+}
+
+static void test_integer_beyond_int32_names_the_range(void **state) {
+    (void)state;
+    const char *ov[] = {"train.micro_batch_size=99999999999"};
+    loaded *l = load_yaml("", ov, 1);
+    assert_error_has(l, "train.micro_batch_size: 99999999999 is beyond the integer range "
+                        "[-2147483648, 2147483647]");
+    loaded_free(l);
+}
+
+static void test_deep_flow_nesting_is_refused_before_parsing(void **state) {
+    (void)state;
+    char yaml[512] = "train:\n  steps: ";
+    size_t n = strlen(yaml);
+    for (int i = 0; i < 100; i++) yaml[n++] = '[';
+    for (int i = 0; i < 100; i++) yaml[n++] = ']';
+    yaml[n++] = '\n';
+    yaml[n] = '\0';
+    loaded *l = load_yaml(yaml, NULL, 0);
+    assert_error_has(l, ":2:74: flow collections ([...] and {...}) nest more than 64 deep");
+    loaded_free(l);
+    /* brackets inside quotes or comments are text */
+    char quoted[512] = "checkpoint:\n  dir: \"";
+    n = strlen(quoted);
+    for (int i = 0; i < 100; i++) quoted[n++] = '[';
+    strcpy(quoted + n, "\"   # {{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{\n");
+    loaded *q = load_yaml(quoted, NULL, 0);
+    assert_ok(q);
+    assert_int_equal(strlen(q->c.checkpoint.dir), 100);
+    loaded_free(q);
 }
 
 static void test_float_pair_override_sets_both_betas(void **state) {
@@ -575,6 +625,9 @@ int main(void) {
         cmocka_unit_test(test_list_override_replaces_replicate_params),
         cmocka_unit_test(test_null_override_clears_a_nullable_key),
         cmocka_unit_test(test_null_for_a_non_nullable_key_is_an_error),
+        cmocka_unit_test(test_global_batch_size_is_a_nullable_integer),
+        cmocka_unit_test(test_integer_beyond_int32_names_the_range),
+        cmocka_unit_test(test_deep_flow_nesting_is_refused_before_parsing),
         cmocka_unit_test(test_float_pair_override_sets_both_betas),
         cmocka_unit_test(test_unknown_key_suggests_the_nearest_path),
         cmocka_unit_test(test_key_in_the_wrong_section_suggests_its_full_path),

@@ -452,7 +452,7 @@ static void test_warn_micro_batch_knobs_with_one_micro_batch(void **state) {
     expect_warning(check(2, OV("fsdp_config.dp_shard_size=2", "fsdp_config.reshard_after_backward=false")),
                    "fsdp_config.reshard_after_backward = false has no effect");
     expect_no_warning(check(2, OV("fsdp_config.dp_shard_size=2", "fsdp_config.requires_grad_sync=false",
-                                  "train.micro_batch_size=4")));
+                                  "train.micro_batch_size=4", "train.global_batch_size=16")));
 }
 
 static void test_warn_tp_switches_without_tp(void **state) {
