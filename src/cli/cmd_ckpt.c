@@ -111,14 +111,22 @@ static hs_status export_run(const char *dir, const char *out, hs_dtype dt, hs_er
     return s;
 }
 
+bool hs_cli_dtype_arg(const char *cmd, const char *v, hs_dtype *dt) {
+    if (hs_dtype_parse(v, dt)) return true;
+    fprintf(stderr, "hypershard %s: --dtype %s: expected float32, bfloat16 or float16\n", cmd, v);
+    return false;
+}
+
 static int run_export(int argc, char **argv) {
     const char *dir = NULL, *out = NULL;
     hs_dtype dt = HS_DTYPE_F32;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--safetensors") && v) out = v, i++;
-        else if (!strcmp(a, "--dtype") && v && hs_dtype_parse(v, &dt)) i++;
-        else if (a[0] != '-' && !dir) dir = a;
+        else if (!strcmp(a, "--dtype") && v) {
+            if (!hs_cli_dtype_arg("ckpt export", v, &dt)) return 2;
+            i++;
+        } else if (a[0] != '-' && !dir) dir = a;
         else {
             fprintf(stderr, "hypershard ckpt export: unexpected argument '%s'\n", a);
             return ckpt_usage(stderr), 2;

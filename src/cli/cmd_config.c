@@ -23,10 +23,12 @@ typedef struct config_args {
     bool markdown;
 } config_args;
 
+#define MAX_WORLD (1 << 20)
+
 static bool parse_world(const char *s, int *out) {
     char *end;
     long v = strtol(s, &end, 10);
-    if (*s == '\0' || *end != '\0' || v < 1 || v > 1 << 20) return false;
+    if (*s == '\0' || *end != '\0' || v < 1 || v > MAX_WORLD) return false;
     *out = (int)v;
     return true;
 }
@@ -46,7 +48,7 @@ static int parse_args(int argc, char **argv, config_args *a) {
             if (!w) w = argv[++i];
             if (!parse_world(w, &a->world))
                 return fprintf(stderr, "hypershard config: --world %s: expected a rank count "
-                                       ">= 1\n", w), 2;
+                                       "from 1 to %d\n", w, MAX_WORLD), 2;
         } else if (s[0] == '-' && !strchr(s, '=')) {
             return fprintf(stderr, "hypershard config: unknown option %s\n%s", s, usage_text), 2;
         } else if (strchr(s, '=')) {

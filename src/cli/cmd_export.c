@@ -95,7 +95,10 @@ int hs_cmd_export(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return export_usage(stdout), 0;
         if (!strcmp(a, "--safetensors") && v) out = v, i++;
         else if (!strcmp(a, "--run") && v) run = v, i++;
-        else if (!strcmp(a, "--dtype") && v && hs_dtype_parse(v, &dt)) i++;
+        else if (!strcmp(a, "--dtype") && v) {
+            if (!hs_cli_dtype_arg("export", v, &dt)) return 2;
+            i++;
+        }
         else if (!strcmp(a, "--ckpt") && v) ckpt = v, i++;
         else {
             fprintf(stderr, "hypershard export: unexpected argument '%s'\n", a);

@@ -11,6 +11,14 @@ int hs_cmd_export(int argc, char **argv); /* src/cli/cmd_export.c */
 int hs_cmd_import(int argc, char **argv); /* src/cli/cmd_export.c */
 int hs_cmd_ckpt(int argc, char **argv);   /* src/cli/cmd_ckpt.c   */
 
+#include <stdbool.h>
+
+#include "hypershard/tensor.h"
+
+/* `--dtype V` of an export command: false (after printing why, naming
+ * `cmd`) when V is not a dtype name. */
+bool hs_cli_dtype_arg(const char *cmd, const char *v, hs_dtype *dt); /* src/cli/cmd_ckpt.c */
+
 int hs_bench_comm(int argc, char **argv); /* bench/bench_comm.c   */
 int hs_bench_step(int argc, char **argv); /* bench/bench_step.c   */
 int hs_bench_fsdp(int argc, char **argv); /* bench/bench_fsdp.c   */

@@ -391,7 +391,7 @@ static void read_override_value(hs_config *c, const hs_cfg_key *k, const char *v
     if (!yaml_parser_initialize(&r->p)) hs_panic("yaml_parser_initialize failed");
     yaml_parser_set_input_string(&r->p, (const unsigned char *)value, r->len);
     yaml_event_t ev;
-    bool done = false;
+    bool done = false, at_end = false;
     while (!done && next(r, &ev)) {
         yaml_event_type_t t = ev.type;
         yaml_event_delete(&ev);
@@ -405,11 +405,11 @@ static void read_override_value(hs_config *c, const hs_cfg_key *k, const char *v
             hs_cfg_scalar empty = {"", 0, true};
             if (!hs_cfg_set_scalar(c, k, empty, why, sizeof why))
                 hs_cfg_report_add(rep, "override: %s: %s", k->path, why);
-            done = true;
+            done = at_end = true; /* an empty value: nothing can follow */
         }
     }
     /* Anything after the first document ("1\n---\n2") is a mistake too. */
-    if (done && !r->broken && next(r, &ev)) {
+    if (done && !at_end && !r->broken && next(r, &ev)) {
         if (ev.type != YAML_STREAM_END_EVENT)
             hs_cfg_report_add(rep, "override: %s: the value holds more than one YAML document",
                               k->path);

@@ -183,7 +183,12 @@ static hs_status check_state(const hs_trainer *t, const char *path, const hs_ckp
         compat_explain(cfg, path, e);
         return HS_ERR_CONFIG;
     }
-    if (st->step < 0 || st->step > cfg->train.steps)
+    if (st->step < 0)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "checkpoint %s: step %lld is negative; the checkpoint is damaged "
+                            "(resume from another step, or checkpoint.resume: none)",
+                            path, (long long)st->step);
+    if (st->step > cfg->train.steps)
         return hs_error_set(e, HS_ERR_CONFIG,
                             "checkpoint.resume: %s holds step %lld, beyond train.steps = %d; "
                             "raise train.steps to train further",

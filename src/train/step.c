@@ -101,10 +101,11 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
     s = hs_reduce_max_i64(t->world_group, peaks, 2, e);
     r->peak_device_bytes = peaks[0];
     r->peak_host_bytes = peaks[1];
+    double clip = t->cfg->optimizer.clip_grad_norm;
     if (!isfinite(r->loss) && s == HS_OK)
-        s = hs_error_set(e, HS_ERR_INTERNAL,
-                         "step %d: the loss is %g; lower optimizer.lr or enable "
-                         "optimizer.clip_grad_norm",
-                         step, r->loss);
+        s = hs_error_set(e, HS_ERR_INTERNAL, "step %d: the loss is %g; lower optimizer.lr%s",
+                         step, r->loss,
+                         clip > 0 ? " (gradients are already clipped to optimizer.clip_grad_norm)"
+                                  : " or enable optimizer.clip_grad_norm");
     return s;
 }

@@ -38,6 +38,12 @@ expect_in out "global_batch_size: 64   # micro_batch_size x dp_size" "null globa
 expect 2 "an integer beyond int32" -- train.micro_batch_size=99999999999
 expect_in err "99999999999 is beyond the integer range" "out-of-range integers name the range"
 
+expect 2 "an empty override value" -- train.steps=
+expect_in err "train.steps: expected an integer, got ''" "an empty value is a type error"
+if grep -q "more than one YAML document" "$work/err"; then fail "empty value: a false second-document error"; fi
+expect 2 "a world beyond the limit" -- --world 1000000000
+expect_in err "--world 1000000000: expected a rank count from 1 to 1048576" "world limit named"
+
 expect 0 "moe_ep example on 4 ranks" -- "$HS_SRC/configs/moe_ep.yaml" --world 4
 expect_in out "ep_groups: [[0, 1], [2, 3]]" "EP groups are the fastest expert-domain dim"
 expect_in out "edp_shard_groups: [[0, 2], [1, 3]]" "experts shard over ranks of one EP index"

@@ -79,6 +79,10 @@ grep -q '"torch_dtype":"bfloat16"' "$work/bf16/config.json"
 
 # A config that does not match the weights names the tensor and both shapes.
 set +e
+"$HS_BIN" export --safetensors "$work/int8" --run "$work/llama/run" --dtype int8 > "$work/bad_dt.txt" 2>&1
+rc_dt=$?
+"$HS_BIN" ckpt export "$work" --safetensors "$work/int8" --dtype int8 > "$work/bad_dt2.txt" 2>&1
+rc_dt2=$?
 "$HS_BIN" import "$work/llama/hf" model.dim=48 model.n_layers=2 > "$work/bad.txt" 2>&1
 rc=$?
 "$HS_BIN" train "${tiny[@]}" model.ffn_dim=80 train.steps=1 train.out_dir="$work/never" \
@@ -87,6 +91,8 @@ rc2=$?
 head -c 100 "$work/llama/hf/model.safetensors" > "$work/trunc.safetensors"
 "$HS_BIN" import "$work" > "$work/bad3.txt" 2>&1
 set -e
+[ "$rc_dt" -eq 2 ] && grep -q "export: --dtype int8: expected float32, bfloat16 or float16" "$work/bad_dt.txt"
+[ "$rc_dt2" -eq 2 ] && grep -q "ckpt export: --dtype int8: expected float32" "$work/bad_dt2.txt"
 [ "$rc" -ne 0 ] && grep -q "model.embed_tokens.weight has shape \[256, 32\]" "$work/bad.txt" \
     || { echo "import mismatch:"; cat "$work/bad.txt"; exit 1; }
 [ "$rc2" -ne 0 ] && grep -q "mlp.gate_proj.weight" "$work/bad2.txt" && [ ! -e "$work/never" ] \

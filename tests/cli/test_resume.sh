@@ -126,6 +126,17 @@ test_incompatible_model_or_optimizer_is_a_clear_error() {
     [ "$rc" -eq 2 ] || fail "resume past train.steps: exit $rc, want 2"
     grep -q "holds step 6, beyond train.steps = 4" "$work/bad_steps.log" \
         || fail "step past train.steps not explained: $(cat "$work/bad_steps.log")"
+    cp -r "$work/ck/step-6" "$work/neg_step"
+    python3 - "$work/neg_step/metadata.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["state"]["step"] = m["state"]["data_position"] = -3
+json.dump(m, open(sys.argv[1], "w"))
+PY
+    hs_run 1 neg_step train.steps=6 train.out_dir="$work/bad" checkpoint.resume="$work/neg_step"
+    [ "$rc" -ne 0 ] || fail "a negative checkpoint step resumed"
+    grep -q "step -3 is negative; the checkpoint is damaged" "$work/neg_step.log" \
+        || fail "negative step not explained: $(cat "$work/neg_step.log")"
     hs_run 1 bad_path train.steps=6 train.out_dir="$work/bad" checkpoint.resume="$work/nowhere"
     [ "$rc" -eq 2 ] || fail "missing resume path: exit $rc, want 2"
     grep -q "checkpoint.resume = $work/nowhere" "$work/bad_path.log" || fail "bad path not named"
