@@ -5,7 +5,8 @@
 # within 1e-5 relative (fp32; only the reduction order differs); one process
 # -> 3-rank FSDP (uneven shards) -> one process leaves every parameter,
 # optimizer moment and the trainer state bit for bit equal; a checkpoint
-# saved by 2x2 HSDP stores each replicated chunk once and is complete.
+# saved by 2x2 HSDP stores each replicated chunk once and is complete; a
+# corrupt chunk on rank 1 is reported, with its reason, by rank 0.
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 240
 set -u
@@ -62,6 +63,23 @@ test_one_process_to_fsdp3_and_back_is_bitwise() {
     same_global "$work/a/step-2" "$work/b/step-2" "$work/c/step-2"
 }
 
+# A rank other than 0 that cannot load its part: its reason (the file, the
+# tensor, both checksums) reaches the user through rank 0, with its rank.
+test_a_corrupt_chunk_on_rank_1_is_reported_with_its_reason() {
+    cp -r "$work/ck/step-2" "$work/corrupt"
+    python3 -c "
+import sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+b[10] ^= 0x40
+open(sys.argv[1], 'wb').write(bytes(b))" "$work/corrupt/rank-1.bin"
+    hs_run 2 corrupt fsdp_config.dp_shard_size=2 train.steps=5 train.out_dir="$work/rc" \
+        checkpoint.resume="$work/corrupt"
+    [ "$rc" -ne 0 ] || fail "a corrupt checkpoint resumed"
+    grep -q "checkpoint load failed on rank 1: checkpoint data file $work/corrupt/rank-1.bin is corrupted" \
+        "$work/corrupt.log" || fail "rank 1's reason not printed: $(cat "$work/corrupt.log")"
+}
+
 test_fsdp2_checkpoint_resumes_on_fsdp4_hsdp_and_one_process
+test_a_corrupt_chunk_on_rank_1_is_reported_with_its_reason
 test_one_process_to_fsdp3_and_back_is_bitwise
 hs_finish
