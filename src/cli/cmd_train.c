@@ -109,7 +109,9 @@ int hs_cmd_train(int argc, char **argv) {
         free(a.overrides);
         return config_failure(rank, &e);
     }
-    if (hs_config_validate(&cfg, world, &topo, &log, &e) != HS_OK) {
+    /* The config's warnings follow from the config and the world size alone,
+     * the same on every rank: rank 0 prints them once. */
+    if (hs_config_validate(&cfg, world, &topo, rank == 0 ? &log : NULL, &e) != HS_OK) {
         hs_config_free(&cfg);
         free(a.overrides);
         return config_failure(rank, &e);

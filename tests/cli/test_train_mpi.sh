@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `hypershard train` under mpiexec: a config error is printed once and every
-# rank exits 2 with nothing on disk; a 2-rank run logs the global-batch mean
+# rank exits 2 with nothing on disk; a config warning is printed once; a
+# 2-rank run logs the global-batch mean
 # loss, equal to the single-process run's on the same global batches.
 # HS_MPI_RANKS: 2
 # HS_TEST_TIMEOUT: 120
@@ -18,6 +19,11 @@ set -e
 [ "$rc" -eq 2 ] || { echo "exit $rc, want 2"; cat "$work/bad.txt"; exit 1; }
 [ "$(grep -c 'unknown key train.stepz' "$work/bad.txt")" -eq 1 ] || { cat "$work/bad.txt"; exit 1; }
 [ ! -e "$work/bad" ]
+
+"$MPIEXEC" -n 2 "$HS_BIN" train "${tiny[@]}" train.steps=1 fsdp_config.edp_shard_size=2 \
+    train.out_dir="$work/warn" > "$work/warn.txt" 2>&1 || { cat "$work/warn.txt"; exit 1; }
+[ "$(grep -c 'fsdp_config.edp_shard_size = 2 has no effect' "$work/warn.txt")" -eq 1 ] \
+    || { echo "a config warning must be printed once"; cat "$work/warn.txt"; exit 1; }
 
 "$HS_BIN" train "${tiny[@]}" train.out_dir="$work/one" > "$work/one.txt" 2>&1 || { cat "$work/one.txt"; exit 1; }
 "$MPIEXEC" -n 2 "$HS_BIN" train "${tiny[@]}" train.out_dir="$work/two" > "$work/two.txt" 2>&1 \
