@@ -154,6 +154,12 @@ hs_status hs_pg_all_to_all(hs_pg *g, void *out, const void *in, int64_t count, h
 hs_status hs_pg_send(hs_pg *g, const void *buf, int64_t count, hs_dtype dt, int peer, int tag, hs_error *e);
 hs_status hs_pg_recv(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int peer, int tag, hs_error *e);
 hs_status hs_pg_barrier(hs_pg *g, hs_error *e);
+/* Collective agreement: every rank of g passes its own status (and, when
+ * it failed, its message in e). Returns HS_OK on all ranks, or the first
+ * failing rank's code everywhere: that rank keeps its message, the others
+ * get "<what> failed on rank R: <its message>", so whichever rank reports
+ * prints the real reason. */
+hs_status hs_pg_agree(hs_pg *g, hs_status mine, const char *what, hs_error *e);
 
 /* Gather every rank's trace to world rank 0, align clocks (offsets measured
  * after a barrier) and write one Chrome trace file for all ranks (pid =

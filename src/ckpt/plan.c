@@ -32,36 +32,6 @@ hs_status hs_ckpt_all_gather_bytes(hs_pg *world, const void *mine, int64_t len, 
     return s;
 }
 
-hs_status hs_ckpt_agree(hs_pg *world, hs_status mine, const char *what, hs_error *e) {
-    int w = hs_pg_size(world);
-    int64_t *codes = calloc((size_t)w, sizeof(int64_t));
-    int64_t me = (int64_t)mine;
-    hs_error ce;
-    hs_status s = hs_pg_all_gather(world, codes, &me, 4, CARRIER, &ce);
-    if (s != HS_OK) {
-        free(codes);
-        if (mine != HS_OK) return mine;
-        *e = ce;
-        return s;
-    }
-    int bad = -1;
-    for (int r = 0; r < w && bad < 0; r++)
-        if (codes[r] != HS_OK) bad = r;
-    hs_status out = bad < 0 ? HS_OK : (hs_status)codes[bad];
-    free(codes);
-    if (bad < 0) return mine;
-    /* The first failing rank's reason goes to every rank, so whichever rank
-     * reports (rank 0) prints it, not a pointer to another rank's stderr. */
-    char msg[sizeof e->msg];
-    memset(msg, 0, sizeof msg);
-    if (hs_pg_rank(world) == bad) snprintf(msg, sizeof msg, "%s", e->msg);
-    s = hs_pg_broadcast(world, msg, (int64_t)sizeof msg / 2, CARRIER, bad, &ce);
-    msg[sizeof msg - 1] = '\0';
-    if (mine != HS_OK) return mine;
-    if (s != HS_OK) return hs_error_set(e, out, "%s failed on rank %d", what, bad);
-    return hs_error_set(e, out, "%s failed on rank %d: %s", what, bad, msg);
-}
-
 /* ------------------------------------------------------------ local check */
 
 static int cmp_name(const void *a, const void *b) {

@@ -35,9 +35,5 @@ void hs_ckpt_plan_free(hs_ckpt_plan *p);
 hs_status hs_ckpt_all_gather_bytes(hs_pg *world, const void *mine, int64_t len, char **all,
                                    int64_t *stride, int64_t *lens, hs_error *e);
 
-/* Collective agreement: every rank passes its own status; returns HS_OK on
- * all ranks or, on a rank that was fine, an error naming the first failing
- * rank (a failing rank keeps its own message). `what` names the phase. */
-hs_status hs_ckpt_agree(hs_pg *world, hs_status mine, const char *what, hs_error *e);
 
 #endif

@@ -38,7 +38,7 @@ static hs_status load_local(const char *path, const hs_ckpt_tensor *targets, int
 hs_status hs_ckpt_load(hs_comm *comm, const char *path, const hs_ckpt_tensor *targets, int n,
                        hs_ckpt_state *state, hs_error *e) {
     hs_status mine = load_local(path, targets, n, state, e);
-    return hs_ckpt_agree(hs_comm_world(comm), mine, "checkpoint load", e);
+    return hs_pg_agree(hs_comm_world(comm), mine, "checkpoint load", e);
 }
 
 hs_status hs_ckpt_resolve_resume(const hs_ckpt_config *cfg, char *path, size_t cap, bool *found,

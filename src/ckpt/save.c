@@ -8,7 +8,7 @@
  *      directory, renames it to step-N (swapping atomically with an old
  *      step-N), fsyncs <dir>, replaces `latest`, prunes old checkpoints
  *
- * A step fails on every rank together (hs_ckpt_agree after each phase).
+ * A step fails on every rank together (hs_pg_agree after each phase).
  * Until the rename in step 4 nothing a reader looks at has changed, so a
  * process killed earlier leaves the previous checkpoint and `latest` as
  * they were. */
@@ -194,18 +194,18 @@ static hs_status save_phases(saver *sv, hs_pg *world, const hs_ckpt_tensor *t, i
     hs_status s = hs_ckpt_plan_build(world, t, n, p, e);
     if (s != HS_OK) return s;
     p->meta.state = *sv->state;
-    s = hs_ckpt_agree(world, p->rank == 0 ? prepare_tmp(sv, e) : HS_OK, "checkpoint save", e);
+    s = hs_pg_agree(world, p->rank == 0 ? prepare_tmp(sv, e) : HS_OK, "checkpoint save", e);
     if (s != HS_OK) return s;
     sv->report = p->rank == 0 && sv->opt->log &&
                  p->total_bytes >= (sv->opt->progress_bytes > 0 ? sv->opt->progress_bytes
                                                                 : DEFAULT_PROGRESS_BYTES);
     if (p->rank_file[p->rank] >= 0) sv->my_bytes = p->meta.files[p->rank_file[p->rank]].bytes;
     uint32_t *crcs = calloc((size_t)p->rank_chunks[p->rank] + 1, sizeof(uint32_t));
-    s = hs_ckpt_agree(world, write_data(sv, t, n, crcs, e), "checkpoint save: writing data", e);
+    s = hs_pg_agree(world, write_data(sv, t, n, crcs, e), "checkpoint save: writing data", e);
     if (s == HS_OK) s = gather_crcs(sv, world, crcs, e);
     free(crcs);
     if (s == HS_OK)
-        s = hs_ckpt_agree(world, p->rank == 0 ? finish_rank0(sv, e) : HS_OK,
+        s = hs_pg_agree(world, p->rank == 0 ? finish_rank0(sv, e) : HS_OK,
                           "checkpoint save: publishing", e);
     if (s != HS_OK && p->rank == 0) {
         /* Every rank has stopped writing (the agreement came after its
@@ -229,7 +229,7 @@ hs_status hs_ckpt_save(hs_comm *comm, const hs_ckpt_save_options *opt,
     snprintf(sv.tmp, sizeof sv.tmp, "%s/.tmp-%s", opt->dir, sv.step_name);
     snprintf(sv.final, sizeof sv.final, "%s/%s", opt->dir, sv.step_name);
     kill_hook_init(&sv, hs_comm_rank(comm));
-    hs_status s = hs_ckpt_agree(world, hs_ckpt_check_local(tensors, n, e), "checkpoint save", e);
+    hs_status s = hs_pg_agree(world, hs_ckpt_check_local(tensors, n, e), "checkpoint save", e);
     if (s == HS_OK) s = save_phases(&sv, world, tensors, n, e);
     if (s == HS_OK && saved_path) snprintf(saved_path, cap, "%s", sv.final);
     double dt = hs_now() - sv.t0;

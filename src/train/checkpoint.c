@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "hypershard/ckpt.h"
 #include "train/trainer.h"
@@ -215,17 +217,9 @@ static hs_ckpt_state trainer_state(const hs_trainer *t, int step) {
                            .config_hash = compat_hash(t->cfg)};
 }
 
-/* Every rank gets a failure when any rank has one; ranks that did not fail
- * say which rank did. */
+/* Every rank gets a failure when any rank has one, with its reason. */
 static hs_status agree(hs_trainer *t, hs_status mine, const char *what, hs_error *e) {
-    int64_t v[2] = {mine != HS_OK ? hs_comm_rank(t->comm) : -1, mine != HS_OK ? (int64_t)mine : 0};
-    hs_error e2;
-    hs_error_clear(&e2);
-    hs_status s = hs_reduce_max_i64(t->world_group, v, 2, &e2);
-    if (s != HS_OK) return mine != HS_OK ? mine : (*e = e2, s);
-    if (mine != HS_OK || v[0] < 0) return mine;
-    return hs_error_set(e, (hs_status)v[1], "%s failed on rank %lld (see its message)", what,
-                        (long long)v[0]);
+    return hs_pg_agree(t->world_group, mine, what, e);
 }
 
 /* --------------------------------------------------------------- resume */
@@ -305,6 +299,48 @@ hs_status hs_train_ckpt_resume(hs_trainer *t, hs_error *e) {
                 "batch %lld", path, (long long)st.step, t->cfg->train.steps,
                 (long long)st.optim_step, (long long)st.data_position);
     return HS_OK;
+}
+
+/* ------------------------------------------------------------ the dir */
+
+/* The directory itself if it exists, else its nearest existing ancestor:
+ * that must be a directory this rank can create files in. Nothing is left
+ * behind: the probe file is removed, a missing checkpoint.dir not created. */
+static hs_status dir_usable(const char *dir, int rank, hs_error *e) {
+    char at[HS_PATH_MAX];
+    snprintf(at, sizeof at, "%s", dir);
+    struct stat st;
+    while (stat(at, &st) != 0) {
+        char *slash = strrchr(at, '/');
+        if (!slash) {
+            snprintf(at, sizeof at, ".");
+            break;
+        }
+        if (slash == at) slash[1] = '\0';
+        else *slash = '\0';
+    }
+    if (stat(at, &st) != 0 || !S_ISDIR(st.st_mode))
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "checkpoint.dir = %s: %s is not a directory, so no checkpoint can be "
+                            "saved there; point checkpoint.dir at a directory (or set it to null)",
+                            dir, at);
+    char probe[HS_PATH_MAX + 64];
+    snprintf(probe, sizeof probe, "%s/.hs-write-probe-%d-%ld", at, rank, (long)getpid());
+    FILE *f = fopen(probe, "w");
+    if (!f)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "checkpoint.dir = %s: cannot create files in %s (%s); make it "
+                            "writable or choose another checkpoint.dir",
+                            dir, at, hs_strerror_errno());
+    fclose(f);
+    remove(probe);
+    return HS_OK;
+}
+
+hs_status hs_train_ckpt_dir_check(hs_trainer *t, hs_error *e) {
+    const char *dir = t->cfg->checkpoint.dir;
+    if (!dir[0]) return HS_OK;
+    return agree(t, dir_usable(dir, hs_comm_rank(t->comm), e), "checking checkpoint.dir", e);
 }
 
 /* ----------------------------------------------------------------- save */

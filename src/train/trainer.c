@@ -58,6 +58,8 @@ static hs_status trainer_init(hs_trainer *t, hs_error *e) {
     t->dp_size = t->topo->dp;
     t->batch_group = hs_mesh_group(t->mesh, HS_DIM_DP_CP);
     t->world_group = hs_comm_world(t->comm);
+    s = hs_train_ckpt_dir_check(t, e);
+    if (s != HS_OK) return s;
     t->G = (int)hs_config_global_batch(cfg, t->topo);
     t->mbs = cfg->train.micro_batch_size;
     t->T = cfg->train.seq_len;
@@ -132,10 +134,13 @@ static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
         if (s != HS_OK) return s;
         hs_metrics_write(t, &r);
         hs_metrics_log(t, &r);
+        t->last_step = step;
         if (hs_train_ckpt_due(t, step)) s = hs_train_ckpt_save(t, step, e);
-        if (s != HS_OK) return s;
+        if (s != HS_OK) return t->ckpt_failed = true, s;
     }
-    return hs_train_ckpt_final(t, e);
+    hs_status s = hs_train_ckpt_final(t, e);
+    t->ckpt_failed = s != HS_OK;
+    return s;
 }
 
 static hs_status trainer_finish(hs_trainer *t, hs_error *e) {
@@ -168,7 +173,18 @@ hs_status hs_train_run(const hs_config *cfg, const hs_topology *topo, hs_comm *c
         s = hs_metrics_open(&t, e);
     }
     if (s == HS_OK) s = trainer_loop(&t, e);
-    if (s == HS_OK) s = trainer_finish(&t, e);
+    if (s != HS_OK && t.ckpt_failed) {
+        /* The save failed on every rank together; the weights of the last
+         * completed step are not lost with it. */
+        hs_error fe;
+        hs_error_clear(&fe);
+        if (trainer_finish(&t, &fe) == HS_OK)
+            hs_log_info(log, "the checkpoint save failed (below); the weights after step %d "
+                        "are in %s/model.safetensors",
+                        t.last_step, cfg->train.out_dir);
+    } else if (s == HS_OK) {
+        s = trainer_finish(&t, e);
+    }
     if (s == HS_OK)
         hs_log_info(log, "done: %d steps in %.1f s; metrics, weights and config in %s",
                     cfg->train.steps, hs_now() - t.t_start, cfg->train.out_dir);

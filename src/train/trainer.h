@@ -31,6 +31,8 @@ typedef struct hs_trainer {
     const hs_config *cfg;
     const hs_topology *topo;
     const hs_train_options *opt;
+    bool ckpt_failed;      /* a checkpoint save failed: the run still writes its weights */
+    int last_step;         /* the last step trained and logged */
     double *expert_tokens; /* [L x E] for MoE metrics, NULL for dense */
     hs_comm *comm;
     const hs_log *log;
@@ -94,6 +96,10 @@ hs_status hs_dump_logits(hs_trainer *t, int step, hs_error *e);
  * before anything is written: it sets start_step and the loaded state, or
  * leaves a fresh start. Save is collective over the world. */
 hs_status hs_train_ckpt_resume(hs_trainer *t, hs_error *e);
+/* At start-up, on every rank: checkpoint.dir (when set) is, or can become,
+ * a directory this rank can write into; else a config error naming it
+ * (exit 2), before anything is allocated or written. */
+hs_status hs_train_ckpt_dir_check(hs_trainer *t, hs_error *e);
 bool hs_train_ckpt_due(const hs_trainer *t, int step);
 hs_status hs_train_ckpt_save(hs_trainer *t, int step, hs_error *e);
 /* The end-of-run save, unless checkpoint.dir already holds this step. */

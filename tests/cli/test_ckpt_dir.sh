@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# checkpoint.dir is checked at start-up, on every rank, before anything is
+# allocated or written: one under a regular file exits 2 naming it, and
+# leaves no train.out_dir behind. A save that fails later (here the step
+# directory's name is taken by a file) still leaves the run's weights in
+# train.out_dir/model.safetensors, says so, and exits non-zero with the
+# save's reason.
+# HS_MPI_RANKS: 2
+# HS_TEST_TIMEOUT: 120
+set -u
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_scratch ckpt_dir
+tiny=("${HS_TINY[@]}" train.global_batch_size=4 train.micro_batch_size=2 train.eval_every=0
+      train.steps=2)
+
+touch "$work/a_file"
+for n in 1 2; do
+    hs_run "$n" "under_file_$n" fsdp_config.dp_shard_size="$n" checkpoint.dir="$work/a_file/ck" \
+        train.out_dir="$work/never_$n"
+    [ "$rc" -eq 2 ] || fail "checkpoint.dir under a file on $n rank(s): exit $rc, want 2"
+    grep -q "checkpoint.dir = $work/a_file/ck: $work/a_file is not a directory" \
+        "$work/under_file_$n.log" || fail "not named on $n rank(s): $(cat "$work/under_file_$n.log")"
+    [ ! -e "$work/never_$n" ] || fail "a refused checkpoint.dir left train.out_dir behind"
+done
+
+mkdir -p "$work/ck"
+touch "$work/ck/step-2"
+hs_run 2 save_fails fsdp_config.dp_shard_size=2 checkpoint.dir="$work/ck" train.out_dir="$work/out"
+[ "$rc" -ne 0 ] || fail "a failed final save exited 0"
+grep -q "cannot rename $work/ck/.tmp-step-2 to $work/ck/step-2" "$work/save_fails.log" \
+    || fail "the save's reason is missing: $(cat "$work/save_fails.log")"
+grep -q "the weights after step 2 are in $work/out/model.safetensors" "$work/save_fails.log" \
+    || fail "the weights were not announced"
+[ -s "$work/out/model.safetensors" ] || fail "no model.safetensors after a failed save"
+[ "$(wc -l < "$work/out/metrics.jsonl")" -eq 2 ] || fail "metrics.jsonl lacks steps"
+hs_finish
