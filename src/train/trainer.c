@@ -59,6 +59,7 @@ static hs_status trainer_init(hs_trainer *t, hs_error *e) {
     t->batch_group = hs_mesh_group(t->mesh, HS_DIM_DP_CP);
     t->world_group = hs_comm_world(t->comm);
     s = hs_train_ckpt_dir_check(t, e);
+    if (s == HS_OK) s = hs_train_ckpt_lock(t, e);
     if (s != HS_OK) return s;
     t->G = (int)hs_config_global_batch(cfg, t->topo);
     t->mbs = cfg->train.micro_batch_size;
@@ -81,6 +82,7 @@ static hs_status trainer_init(hs_trainer *t, hs_error *e) {
 }
 
 static void trainer_free(hs_trainer *t) {
+    hs_train_ckpt_unlock(t);
     hs_metrics_close(t);
     hs_trace_hooks_free(&t->th);
     hs_optim_free(t->optim);

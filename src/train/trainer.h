@@ -33,6 +33,9 @@ typedef struct hs_trainer {
     const hs_train_options *opt;
     bool ckpt_failed;      /* a checkpoint save failed: the run still writes its weights */
     int last_step;         /* the last step trained and logged */
+    /* rank 0's lock of checkpoint.dir (ckpt_lock.c) */
+    char lock_path[HS_PATH_MAX + 16];
+    bool lock_held, lock_made_dir;
     double *expert_tokens; /* [L x E] for MoE metrics, NULL for dense */
     hs_comm *comm;
     const hs_log *log;
@@ -100,6 +103,11 @@ hs_status hs_train_ckpt_resume(hs_trainer *t, hs_error *e);
  * a directory this rank can write into; else a config error naming it
  * (exit 2), before anything is allocated or written. */
 hs_status hs_train_ckpt_dir_check(hs_trainer *t, hs_error *e);
+/* Rank 0 locks checkpoint.dir for the run (ckpt_lock.c): a directory
+ * another live run holds is a config error naming that run; a dead run's
+ * lock is recovered. Unlock at exit (idempotent). */
+hs_status hs_train_ckpt_lock(hs_trainer *t, hs_error *e);
+void hs_train_ckpt_unlock(hs_trainer *t);
 bool hs_train_ckpt_due(const hs_trainer *t, int step);
 hs_status hs_train_ckpt_save(hs_trainer *t, int step, hs_error *e);
 /* The end-of-run save, unless checkpoint.dir already holds this step. */

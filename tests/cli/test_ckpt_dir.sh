@@ -4,7 +4,9 @@
 # leaves no train.out_dir behind. A save that fails later (here the step
 # directory's name is taken by a file) still leaves the run's weights in
 # train.out_dir/model.safetensors, says so, and exits non-zero with the
-# save's reason.
+# save's reason. A checkpoint.dir that a live run holds (its .lock names a
+# running pid on this host) exits 2 at once naming the holder; the lock of a
+# run that is gone is recovered; a finished run leaves no lock.
 # HS_MPI_RANKS: 2
 # HS_TEST_TIMEOUT: 120
 set -u
@@ -33,4 +35,22 @@ grep -q "the weights after step 2 are in $work/out/model.safetensors" "$work/sav
     || fail "the weights were not announced"
 [ -s "$work/out/model.safetensors" ] || fail "no model.safetensors after a failed save"
 [ "$(wc -l < "$work/out/metrics.jsonl")" -eq 2 ] || fail "metrics.jsonl lacks steps"
+# the lock
+sleep 60 &
+live=$!
+mkdir -p "$work/held"
+printf 'pid %d\nhost %s\nstarted 2026-01-01T00:00:00Z\n' "$live" "$(hostname)" > "$work/held/.lock"
+hs_run 2 held fsdp_config.dp_shard_size=2 checkpoint.dir="$work/held" train.out_dir="$work/held_out"
+[ "$rc" -eq 2 ] || fail "a held checkpoint.dir: exit $rc, want 2"
+grep -q "checkpoint.dir = $work/held is in use by another run: pid $live on host $(hostname), started 2026-01-01T00:00:00Z" \
+    "$work/held.log" || fail "the holder is not named: $(cat "$work/held.log")"
+[ ! -e "$work/held_out" ] || fail "a refused run left train.out_dir behind"
+kill "$live" 2> /dev/null
+wait "$live" 2> /dev/null
+# the same lock, now of a pid that is gone
+hs_run 2 stale fsdp_config.dp_shard_size=2 checkpoint.dir="$work/held" train.out_dir="$work/stale_out"
+[ "$rc" -eq 0 ] || fail "a stale lock was not recovered: exit $rc: $(cat "$work/stale.log")"
+grep -q "removed the stale lock of pid $live" "$work/stale.log" || fail "stale lock recovery not logged"
+[ ! -e "$work/held/.lock" ] || fail "a finished run left its lock"
+[ -d "$work/held/step-2" ] || fail "the run after recovery saved nothing"
 hs_finish
