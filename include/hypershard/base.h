@@ -35,11 +35,12 @@ typedef enum hs_status {
     HS_ERR_TIMEOUT,  /* a collective did not finish in time    */
     HS_ERR_OOM,      /* an allocation failed                   */
     HS_ERR_INTERNAL, /* anything else                          */
+    HS_STOPPED,      /* stopped by SIGTERM/SIGINT after saving -> exit 3 */
     HS_STATUS_COUNT
 } hs_status;
 
 const char *hs_status_name(hs_status s);
-/* 0 for HS_OK, 2 for USAGE and CONFIG, 1 otherwise. */
+/* 0 for HS_OK, 2 for USAGE and CONFIG, 3 for STOPPED, 1 otherwise. */
 int hs_status_exit_code(hs_status s);
 
 #define HS_ERROR_MSG_MAX 8192

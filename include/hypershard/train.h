@@ -145,10 +145,24 @@ hs_status hs_hf_load(hs_model *m, const char *dir, hs_param_set_fn set, void *ct
 
 /* --------------------------------------------------------------- trainer */
 
+/* Graceful stop on SIGTERM / SIGINT (Slurm preemption, Ctrl-C). Start it
+ * before any other thread exists (before MPI_Init): it blocks both signals
+ * in the process and waits for them on a thread of its own. The first one
+ * requests a stop: the trainer finishes its step, saves a checkpoint when
+ * checkpoint.dir is set and returns HS_STOPPED (exit 3); any rank's request
+ * stops every rank after the same step. A second signal ends the process
+ * at once (exit 128 + the signal's number). */
+typedef struct hs_stop hs_stop;
+
+hs_stop *hs_stop_start(void);
+/* The signal that requested the stop, or 0. Thread-safe. */
+int hs_stop_signal(const hs_stop *s);
+
 typedef struct hs_train_options {
     const char *init_from; /* NULL or a safetensors dir (model.safetensors) */
     const char *dump_dir;  /* NULL, or where --dump writes per-step fp32 weights,
                             * gradients and logits (docs/training.md) */
+    const hs_stop *stop;   /* NULL: signals keep their default action */
 } hs_train_options;
 
 /* Train cfg (already validated for this world, topology topo) on every rank

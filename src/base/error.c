@@ -16,6 +16,7 @@ static const char *const status_names[] = {
     [HS_ERR_TIMEOUT] = "timeout",
     [HS_ERR_OOM] = "out of memory",
     [HS_ERR_INTERNAL] = "internal error",
+    [HS_STOPPED] = "stopped by a signal",
 };
 _Static_assert(sizeof(status_names) / sizeof(status_names[0]) == HS_STATUS_COUNT,
                "status_names must follow hs_status");
@@ -27,6 +28,7 @@ const char *hs_status_name(hs_status s) {
 int hs_status_exit_code(hs_status s) {
     if (s == HS_OK) return 0;
     if (s == HS_ERR_USAGE || s == HS_ERR_CONFIG) return 2;
+    if (s == HS_STOPPED) return 3;
     return 1;
 }
 

@@ -15,6 +15,7 @@ typedef struct train_args {
     int n_overrides;
     const char *init_from;
     const char *dump_dir;
+    const hs_stop *stop; /* SIGTERM / SIGINT: stop after the step (NULL: not watched) */
 } train_args;
 
 static void train_usage(FILE *f) {
@@ -74,12 +75,13 @@ static int run(int *argc, char ***argv, const hs_config *cfg, const hs_topology 
         return 1;
     }
     hs_comm_balance_blas_threads(comm);
-    hs_train_options opt = {.init_from = a->init_from, .dump_dir = a->dump_dir};
+    hs_train_options opt = {.init_from = a->init_from, .dump_dir = a->dump_dir, .stop = a->stop};
     hs_status s = hs_train_run(cfg, topo, comm, &opt, log, &e);
     int code = hs_status_exit_code(s);
     /* Input errors are the same on every rank; anything else may be on one
      * rank only, and must not leave the others waiting in a collective. */
-    bool same_everywhere = s == HS_ERR_CONFIG || s == HS_ERR_USAGE || s == HS_ERR_FORMAT;
+    bool same_everywhere =
+        s == HS_ERR_CONFIG || s == HS_ERR_USAGE || s == HS_ERR_FORMAT || s == HS_STOPPED;
     if (s != HS_OK && !same_everywhere && hs_comm_size(comm) > 1) hs_comm_abort(comm, &e);
     if (s != HS_OK && rank == 0) fprintf(stderr, "hypershard train: %s\n", e.msg);
     hs_comm_finalize(comm);
@@ -96,6 +98,8 @@ int hs_cmd_train(int argc, char **argv) {
         return rc < 0 ? 0 : rc;
     }
     int provided = 0, rank = 0, world = 1;
+    /* Before MPI starts any thread, so that every thread inherits the mask. */
+    a.stop = hs_stop_start();
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);

@@ -97,10 +97,14 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
      * rank of the micro-batch (computed over all of its tokens); the mean is
      * the value of one micro-batch-sized batch. */
     r->aux_loss = sums[1] / ((double)t->M * (double)hs_pg_size(t->batch_group));
-    int64_t peaks[2] = {hs_pool_peak(&t->dev->device_pool), hs_pool_peak(&t->dev->host_pool)};
-    s = hs_reduce_max_i64(t->world_group, peaks, 2, e);
+    /* The stop request (a signal on any rank) rides the same MAX, so every
+     * rank stops after the same step. */
+    int64_t peaks[3] = {hs_pool_peak(&t->dev->device_pool), hs_pool_peak(&t->dev->host_pool),
+                        t->opt ? hs_stop_signal(t->opt->stop) : 0};
+    s = hs_reduce_max_i64(t->world_group, peaks, 3, e);
     r->peak_device_bytes = peaks[0];
     r->peak_host_bytes = peaks[1];
+    r->stop_signal = (int)peaks[2];
     double clip = t->cfg->optimizer.clip_grad_norm;
     if (!isfinite(r->loss) && s == HS_OK)
         s = hs_error_set(e, HS_ERR_INTERNAL, "step %d: the loss is %g; lower optimizer.lr%s",

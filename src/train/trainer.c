@@ -119,6 +119,25 @@ static bool eval_due(const hs_trainer *t, int step) {
     return step % every == 0 || step == t->cfg->train.steps;
 }
 
+/* After a step that a signal asked to be the last: keep its work (a
+ * checkpoint, or without checkpoint.dir the weights), say where, stop. */
+static hs_status trainer_stop(hs_trainer *t, int step, int sig, hs_error *e) {
+    const char *dir = t->cfg->checkpoint.dir;
+    hs_status s = HS_OK;
+    if (dir[0] && t->ckpt_step != step) s = hs_train_ckpt_save(t, step, e);
+    else if (!dir[0])
+        s = hs_hf_save(t->engine->model, hs_engine_get_param, t->engine, HS_DTYPE_F32, t->T,
+                       t->cfg->train.out_dir, t->rank0, e);
+    if (s != HS_OK) return t->ckpt_failed = dir[0] != '\0', s;
+    char where[HS_PATH_MAX + 64];
+    if (dir[0]) snprintf(where, sizeof where, "checkpoint %s/step-%d", dir, step);
+    else snprintf(where, sizeof where, "weights %s/model.safetensors", t->cfg->train.out_dir);
+    return hs_error_set(e, HS_STOPPED,
+                        "stopped by %s after step %d of %d; saved the %s%s", strsignal(sig), step,
+                        t->cfg->train.steps, where,
+                        dir[0] ? " (resume with checkpoint.resume: auto)" : "");
+}
+
 static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
     t->t_start = hs_now();
     if (hs_dump_dir(t)) { /* the weights this run starts from: step 0, or a resumed step */
@@ -139,6 +158,7 @@ static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
         t->last_step = step;
         if (hs_train_ckpt_due(t, step)) s = hs_train_ckpt_save(t, step, e);
         if (s != HS_OK) return t->ckpt_failed = true, s;
+        if (r.stop_signal) return trainer_stop(t, step, r.stop_signal, e);
     }
     hs_status s = hs_train_ckpt_final(t, e);
     t->ckpt_failed = s != HS_OK;

@@ -81,6 +81,7 @@ typedef struct hs_step_result {
      * [expert_layers x n_experts] (the trainer's buffer; NULL for dense) */
     const double *expert_tokens;
     int expert_layers, n_experts;
+    int stop_signal; /* a signal asked any rank to stop: the largest number, else 0 */
 } hs_step_result;
 
 hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e);
