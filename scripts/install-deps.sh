@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package hypershard needs to build, test and run
-# (python3, standard library only, is for the tests' comparison scripts).
+# (python3, standard library only, is for the tests' comparison scripts;
+# procps gives the tests pgrep, hostname the lock test the host name).
 # Idempotent and quiet: does nothing when everything is present, otherwise
 # runs `apt-get update` once and installs what is missing.
 set -euo pipefail
@@ -14,6 +15,7 @@ packages=(
   libjansson-dev
   libcmocka-dev
   python3
+  procps hostname
 )
 
 missing=()
