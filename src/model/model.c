@@ -119,6 +119,7 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
         a->moe_mem = hs_pool_alloc(m->pool, hs_moe_act_bytes(&m->moe_shapes, dt));
         hs_moe_act_bind(&a->moe, &m->moe_shapes, dt, a->moe_mem);
         a->moe.ep = m->ep > 1 ? &m->moe_ep : NULL;
+        a->moe.ep_x.pool = a->moe.ep_h1.pool = a->moe.ep_h3.pool = a->moe.ep_y.pool = m->pool;
         /* Every expert unit has the same boundary plan. */
         a->moe.out_dt = m->bnd[m->blocks[0].expert_unit].output_stored;
     } else {

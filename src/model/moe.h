@@ -155,8 +155,8 @@ typedef struct hs_moe_act {
 
 size_t hs_moe_act_bytes(const hs_moe_shapes *s, hs_dtype dt);
 /* Lay act out over `mem` (64-byte aligned, hs_moe_act_bytes(s, dt) long).
- * With s->ep > 1, set act->ep (whose pool the received rows come from)
- * before the first forward. */
+ * With s->ep > 1, set act->ep and the pool of act's ep_* grow buffers (the
+ * received rows) before the first forward. */
 void hs_moe_act_bind(hs_moe_act *act, const hs_moe_shapes *s, hs_dtype dt, void *mem);
 /* Free the expert-parallel rows act grew (none without EP). */
 void hs_moe_act_release(hs_moe_act *act);

@@ -94,7 +94,6 @@ static void plan_received(hs_moe_act *act)
 void hs_moe_ep_forward(hs_moe_act *act, const hs_moe_weights *w, const void *xg)
 {
     hs_moe_ep *ep = act->ep;
-    act->ep_x.pool = act->ep_h1.pool = act->ep_h3.pool = act->ep_y.pool = ep->pool;
     const hs_model_ops *ops = ep->ops;
     const int C = act->cap.C, F = act->cap.F;
     const hs_dtype dt = act->dt;

@@ -12,6 +12,7 @@ struct hs_ep {
     hs_pg *group;
     int size, rank;
     hs_parallel_stats stats;
+    int64_t *displs; /* [2 * size]: send, then receive displacements of one exchange */
 };
 
 static void done(hs_ep *p, double t0, int64_t bytes, hs_status st, const hs_error *e) {
@@ -30,8 +31,7 @@ static void ep_all_to_allv(void *ctx, void *out, const int64_t *recv_counts, con
                            const int64_t *send_counts, hs_dtype dt) {
     hs_ep *p = ctx;
     hs_error e;
-    int64_t *d = malloc(sizeof(int64_t) * 2 * (size_t)p->size);
-    HS_ASSERT(d != NULL);
+    int64_t *d = p->displs;
     int64_t so = 0, ro = 0; /* displacements: prefix sums */
     for (int r = 0; r < p->size; r++) {
         d[r] = so, d[p->size + r] = ro;
@@ -42,7 +42,6 @@ static void ep_all_to_allv(void *ctx, void *out, const int64_t *recv_counts, con
     hs_work *w = hs_pg_all_to_allv_async(p->group, out, recv_counts, d + p->size, in, send_counts,
                                          d, dt);
     hs_status st = hs_work_wait(w, &e);
-    free(d);
     done(p, t0, sent * (int64_t)hs_dtype_size(dt), st, &e);
 }
 
@@ -53,11 +52,19 @@ hs_status hs_ep_create(hs_comm *comm, hs_pg *group, hs_ep **out, hs_error *e) {
     hs_ep *p = calloc(1, sizeof *p);
     if (!p) return hs_error_set(e, HS_ERR_OOM, "ep: cannot allocate the EP context");
     *p = (hs_ep){.comm = comm, .group = group, .size = hs_pg_size(group), .rank = hs_pg_rank(group)};
+    p->displs = malloc(sizeof(int64_t) * 2 * (size_t)p->size);
+    if (!p->displs) {
+        free(p);
+        return hs_error_set(e, HS_ERR_OOM, "ep: cannot allocate the EP context");
+    }
     *out = p;
     return HS_OK;
 }
 
-void hs_ep_free(hs_ep *p) { free(p); }
+void hs_ep_free(hs_ep *p) {
+    if (p) free(p->displs);
+    free(p);
+}
 
 void hs_ep_fill_ops(hs_ep *p, hs_model_ops *ops) {
     ops->ep_ctx = p;
