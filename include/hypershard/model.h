@@ -211,6 +211,21 @@ typedef struct hs_model_options {
      * parameter's placement to match (hs_model_check_tp_layout). Must
      * outlive the model. */
     const hs_model_ops *ops;
+    /* Pipeline stage: blocks [stage_first_layer, stage_first_layer +
+     * stage_layers) of the model (stage_layers 0: all of them). The stage
+     * that starts at block 0 holds the embedding, the one that ends at the
+     * last block the final norm and lm_head; FQNs stay global
+     * ("model.layers.<global index>...") and units are the stage's own:
+     * unit 0 its root (whatever of embedding, norm, head it holds), then
+     * its blocks. */
+    int stage_first_layer, stage_layers;
+    /* Activation sets, one per micro-batch whose forward has run and whose
+     * backward has not yet (hs_model_stage_*); 0 means 1. */
+    int act_slots;
+    /* The registry only (FQNs, shapes, units, boundary dtypes): no buffer
+     * and no parameter storage, so the model cannot run. A pipeline stage
+     * keeps one of the whole model to name every parameter (export). */
+    bool describe_only;
 } hs_model_options;
 
 /* What one unit did at its boundaries in the last forward / backward. The
@@ -291,5 +306,42 @@ hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_s
 /* Forward only (eval). logits may be NULL; else [B, T, V] fp32. */
 hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
                            double *loss_sum, float *logits, hs_error *e);
+
+/* ------------------------------------------------------ pipeline stages
+ *
+ * A stage runs its part of the model on one micro-batch at a time, each in
+ * its activation slot (hs_model_options.act_slots): forward of slot s
+ * leaves what backward of slot s needs, so a schedule may run the forwards
+ * of several micro-batches before their backwards (GPipe, 1F1B). The hook
+ * sequence of one slot is that of hs_model_forward_backward restricted to
+ * the stage's units; forward and backward of different slots interleave.
+ *
+ * Hand-over between stages: a stage that is not the first reads its input
+ * from hs_model_stage_input (the residual stream entering its first block,
+ * this rank's rows: hs_model_stage_numel elements of *dt), which the
+ * caller fills before forward; a stage that is not the last leaves its
+ * output in hs_model_stage_output. In backward, a stage that is not the
+ * last starts from d output in hs_model_stage_grad (fp32, filled by the
+ * caller), and a stage that is not the first leaves d input there. */
+bool hs_model_is_first_stage(const hs_model *m);
+bool hs_model_is_last_stage(const hs_model *m);
+int hs_model_stage_first_layer(const hs_model *m);
+int hs_model_stage_num_layers(const hs_model *m);
+int hs_model_num_slots(const hs_model *m);
+/* Elements of the hand-over tensor for batch b on this rank. */
+int64_t hs_model_stage_numel(const hs_model *m, const hs_batch *b);
+void *hs_model_stage_input(hs_model *m, int slot, hs_dtype *dt);
+const void *hs_model_stage_output(hs_model *m, int slot, hs_dtype *dt);
+float *hs_model_stage_grad(hs_model *m);
+/* Forward of slot `slot`. train: the backward follows (the head then runs
+ * in backward); else on the last stage the loss sum and logits (either may
+ * be NULL) are computed here, as hs_model_forward does. */
+hs_status hs_model_stage_forward(hs_model *m, int slot, const hs_batch *b,
+                                 const hs_model_hooks *hooks, bool train, double *loss_sum,
+                                 float *logits, hs_error *e);
+/* Backward of slot `slot` (its forward ran with train). On the last stage
+ * *loss_sum gets the micro-batch's loss sum (else 0). */
+hs_status hs_model_stage_backward(hs_model *m, int slot, const hs_batch *b, float grad_scale,
+                                  const hs_model_hooks *hooks, double *loss_sum, hs_error *e);
 
 #endif

@@ -52,7 +52,15 @@ hs_status hs_model_boundary_plan(hs_model *m, hs_error *e) {
     root->input_stored = root->input_read = m->dt;
     root->output_computed = HS_DTYPE_F32;
     root->output_stored = output_of(m, HS_DTYPE_F32);
+    /* A pipeline stage's first block receives what the model's block l0-1
+     * hands on; every block has the same plan, so replay it. */
     hs_dtype stream = m->dt;
+    for (int i = 0; i < m->l0; i++) {
+        hs_unit_boundary b;
+        plan_block(m, &b, stream);
+        stream = b.output_stored;
+    }
+    m->stream0 = stream;
     for (int i = 0; i < m->L; i++) {
         hs_unit_boundary *b = &m->bnd[m->blocks[i].unit];
         plan_block(m, b, stream);
@@ -63,7 +71,7 @@ hs_status hs_model_boundary_plan(hs_model *m, hs_error *e) {
 }
 
 hs_dtype hs_model_stream_dtype(const hs_model *m, int i) {
-    return i == 0 ? m->dt : m->bnd[m->blocks[i - 1].unit].output_stored;
+    return i == 0 ? m->stream0 : m->bnd[m->blocks[i - 1].unit].output_stored;
 }
 
 bool hs_model_root_casts(const hs_model *m) {

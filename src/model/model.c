@@ -75,6 +75,18 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
                         "accelerator.sequence_parallel: true, so that each token reaches its "
                         "experts from one TP rank only",
                         ep, tp);
+    int sl = o->stage_layers, s0 = o->stage_first_layer;
+    if (sl < 0 || s0 < 0 || (sl > 0 && c->n_layers >= 1 && s0 + sl > c->n_layers) ||
+        (sl == 0 && s0 != 0) || o->act_slots < 0)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "model options: a stage of blocks [%d, %d) with %d activation slots "
+                        "does not fit model.n_layers=%d",
+                        s0, s0 + sl, o->act_slots, c->n_layers);
+    else if (sl > 0 && sl < c->n_layers && strcmp(c->arch, "moe") == 0)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "model.arch=moe cannot be split into pipeline stages: its "
+                        "load-balancing loss pools the router statistics of every layer; use "
+                        "accelerator.pp_size: 1");
     if ((unsigned)o->compute_dtype >= HS_DTYPE_COUNT || (unsigned)o->grad_dtype >= HS_DTYPE_COUNT)
         hs_error_append(e, HS_ERR_CONFIG, "model options: compute_dtype=%d / grad_dtype=%d unknown",
                         (int)o->compute_dtype, (int)o->grad_dtype);
@@ -150,22 +162,54 @@ static void out_tmp_alloc(hs_model *m, int64_t BT) {
     m->out_tmp = any ? buf(m, BT * m->C, dt) : NULL;
 }
 
+/* One micro-batch's residual stream, block activations and final norm.
+ * With activation checkpointing the block activations are recomputed in
+ * backward, so every slot shares the first one's. */
+static void slot_alloc(hs_model *m, hs_act_slot *sl, int64_t BT) {
+    sl->resid = calloc((size_t)m->L + 1, sizeof *sl->resid);
+    if (!sl->resid) hs_panic("model: cannot allocate %d residual pointers", m->L + 1);
+    for (int i = 0; i <= m->L; i++) sl->resid[i] = buf(m, BT * m->C, hs_model_stream_dtype(m, i));
+    bool shared = m->opt.activation_checkpointing && sl != m->slots;
+    sl->acts = shared ? m->slots[0].acts : calloc((size_t)m->n_acts, sizeof *sl->acts);
+    if (!sl->acts) hs_panic("model: cannot allocate %d activation sets", m->n_acts);
+    for (int i = 0; !shared && i < m->n_acts; i++) acts_alloc(m, &sl->acts[i], i, BT);
+    sl->rstdf = m->last_stage ? buf(m, BT, HS_DTYPE_F32) : NULL;
+    sl->lnf = m->last_stage ? buf(m, BT * m->C, m->dt) : NULL;
+}
+
+static void slot_free(hs_model *m, hs_act_slot *sl) {
+    if (sl->resid)
+        for (int i = 0; i <= m->L; i++) hs_pool_free(m->pool, sl->resid[i]);
+    free(sl->resid);
+    bool shared = m->opt.activation_checkpointing && sl != m->slots;
+    for (int i = 0; !shared && sl->acts && i < m->n_acts; i++) acts_free(m, &sl->acts[i]);
+    if (!shared) free(sl->acts);
+    hs_pool_free(m->pool, sl->rstdf);
+    hs_pool_free(m->pool, sl->lnf);
+}
+
+void hs_model_use_slot(hs_model *m, int slot) {
+    HS_ASSERT(slot >= 0 && slot < m->n_slots);
+    hs_act_slot *sl = &m->slots[slot];
+    m->resid = sl->resid;
+    m->acts = sl->acts;
+    m->rstdf = sl->rstdf;
+    m->lnf = sl->lnf;
+}
+
 static void buffers_alloc(hs_model *m) {
     hs_dtype dt = m->dt;
     int T = m->opt.seq_len;
     /* Activations hold this rank's rows: under CP T/cp of each sequence. */
     int64_t BT = (int64_t)m->opt.max_batch * (T / m->cp), q = (int64_t)m->NH * m->HD;
     int64_t kv = (int64_t)m->KVH * m->HD, F = m->moe ? 0 : m->F;
-    m->resid = calloc((size_t)m->L + 1, sizeof *m->resid);
-    if (!m->resid) hs_panic("model: cannot allocate %d residual pointers", m->L + 1);
-    for (int i = 0; i <= m->L; i++) m->resid[i] = buf(m, BT * m->C, hs_model_stream_dtype(m, i));
     m->n_acts = m->opt.activation_checkpointing ? 1 : m->L;
-    m->acts = calloc((size_t)m->n_acts, sizeof *m->acts);
-    if (!m->acts) hs_panic("model: cannot allocate %d activation sets", m->n_acts);
-    for (int i = 0; i < m->n_acts; i++) acts_alloc(m, &m->acts[i], i, BT);
+    m->n_slots = m->opt.act_slots > 0 ? m->opt.act_slots : 1;
+    m->slots = calloc((size_t)m->n_slots, sizeof *m->slots);
+    if (!m->slots) hs_panic("model: cannot allocate %d activation slots", m->n_slots);
+    for (int k = 0; k < m->n_slots; k++) slot_alloc(m, &m->slots[k], BT);
+    hs_model_use_slot(m, 0);
     out_tmp_alloc(m, BT);
-    m->rstdf = buf(m, BT, HS_DTYPE_F32);
-    m->lnf = buf(m, BT * m->C, dt);
     /* Enough rows for an efficient GEMM, few enough that the chunk stays small. */
     m->head_rows = BT < HEAD_ROWS ? BT : HEAD_ROWS;
     m->logits = buf(m, m->head_rows * m->V, HS_DTYPE_F32);
@@ -258,7 +302,10 @@ static void dims_set(hs_model *m) {
     m->NH /= m->tp, m->KVH /= m->tp, m->V /= m->tp;
     m->F = strcmp(c->arch, "llama") == 0 ? m->F / m->tp : m->F;
     m->v0 = (int64_t)m->V * m->tp_rank;
-    m->L = c->n_layers;
+    m->L = m->opt.stage_layers > 0 ? m->opt.stage_layers : c->n_layers;
+    m->l0 = m->opt.stage_layers > 0 ? m->opt.stage_first_layer : 0;
+    m->first_stage = m->l0 == 0;
+    m->last_stage = m->l0 + m->L == c->n_layers;
     m->moe = strcmp(c->arch, "moe") == 0;
     m->ep = m->ops && m->ops->ep_size > 1 ? m->ops->ep_size : 1;
     m->ep_rank = m->ep > 1 ? m->ops->ep_rank : 0;
@@ -288,14 +335,14 @@ hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *op
         hs_model_free(m);
         return e->code;
     }
-    if (opt->allocate_params) params_alloc(m);
-    buffers_alloc(m);
+    if (opt->allocate_params && !opt->describe_only) params_alloc(m);
+    if (!opt->describe_only) buffers_alloc(m);
     *out = m;
     return HS_OK;
 }
 
 static void params_free(hs_model *m) {
-    if (!m->opt.allocate_params) return;
+    if (!m->opt.allocate_params || m->opt.describe_only) return;
     for (int i = 0; i < m->n_params; i++) {
         hs_pool_free(m->pool, m->params[i].data);
         hs_pool_free(m->pool, m->params[i].grad);
@@ -303,12 +350,9 @@ static void params_free(hs_model *m) {
 }
 
 static void buffers_free(hs_model *m) {
-    if (m->resid)
-        for (int i = 0; i <= m->L; i++) hs_pool_free(m->pool, m->resid[i]);
-    free(m->resid);
-    for (int i = 0; m->acts && i < m->n_acts; i++) acts_free(m, &m->acts[i]);
-    free(m->acts);
-    void *ptrs[] = {m->rstdf,       m->lnf,         m->logits, m->cos_t,  m->sin_t,
+    for (int k = 0; m->slots && k < m->n_slots; k++) slot_free(m, &m->slots[k]);
+    free(m->slots);
+    void *ptrs[] = {m->logits, m->cos_t,  m->sin_t,
                     m->dres,        m->dln,         m->dq,     m->dk,     m->dv,
                     m->datt,        m->dg,          m->du,     m->dh,     m->hbuf,
                     m->att_scratch, m->moe_scratch, m->aux_g,  m->out_tmp, m->aux_buf,

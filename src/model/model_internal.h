@@ -49,6 +49,15 @@ typedef struct hs_block_acts {
     void *moe_mem; /* the block hs_moe_act_bind lays moe out over */
 } hs_block_acts;
 
+/* One micro-batch's activations (hs_model_options.act_slots); the model's
+ * resid / acts / rstdf / lnf point at the slot in use. */
+typedef struct hs_act_slot {
+    void **resid;
+    hs_block_acts *acts;
+    float *rstdf;
+    void *lnf;
+} hs_act_slot;
+
 struct hs_model {
     hs_model_config cfg;
     hs_model_options opt;
@@ -57,7 +66,10 @@ struct hs_model {
     hs_dtype dt;
     /* NH, KVH, F, V are this TP rank's local counts (the global ones
      * without TP); NHg, KVHg, Fg, Vg the global ones the registry uses. */
-    int C, NH, KVH, HD, F, V, L; /* F: dense ffn_dim */
+    int C, NH, KVH, HD, F, V, L; /* F: dense ffn_dim; L: this stage's blocks */
+    int l0;                      /* global index of block 0 (pipeline stage) */
+    bool first_stage, last_stage; /* holds the embedding / the norm and lm_head */
+    hs_dtype stream0;            /* dtype of the residual stream entering block 0 */
     int NHg, KVHg, Fg, Vg;
     const hs_model_ops *ops; /* NULL: one device */
     bool tp_on, cp_on;       /* tensor / context parallel ops in use */
@@ -86,6 +98,8 @@ struct hs_model {
                           * when no block casts its output */
     hs_block_acts *acts; /* L, or 1 shared set with activation checkpointing */
     int n_acts;
+    hs_act_slot *slots;   /* act_slots of them; the fields above point at one */
+    int n_slots;
     float *rstdf;         /* [B,T] fp32 */
     void *lnf;            /* [B,T,C] */
     float *logits;        /* [head_rows,V] fp32 chunk; becomes dlogits in place */
@@ -141,6 +155,8 @@ void hs_model_registry_free(hs_model *m);
 
 /* model.c */
 hs_block_acts *hs_model_acts_for(hs_model *m, int layer);
+/* Point resid / acts / rstdf / lnf at activation slot `slot`. */
+void hs_model_use_slot(hs_model *m, int slot);
 
 /* boundary.c */
 hs_status hs_model_boundary_plan(hs_model *m, hs_error *e);

@@ -113,8 +113,10 @@ static void block_moe_add(hs_model *m, hs_block_params *bp, int i) {
         lin(m, HS_PARAM_LINEAR, u, s->C, s->FS, i, "block_sparse_moe.shared_expert.down_proj");
 }
 
-static void block_add(hs_model *m, int i) {
-    hs_block_params *bp = &m->blocks[i];
+/* Local block `local` is the model's block i = l0 + local (FQNs are global). */
+static void block_add(hs_model *m, int local) {
+    hs_block_params *bp = &m->blocks[local];
+    int i = m->l0 + local;
     char name[HS_FQN_MAX];
     snprintf(name, sizeof name, "model.layers.%d", i);
     bp->unit = m->n_units;
@@ -145,9 +147,17 @@ hs_status hs_model_registry_build(hs_model *m, hs_error *e) {
     if (!m->params || !m->units || !m->blocks || !m->want_split)
         return hs_error_set(e, HS_ERR_OOM, "model registry: cannot allocate %d parameters", cap);
     unit_add(m, -1, false, "");
+    if (m->cfg.tie_embeddings && m->first_stage != m->last_stage)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "model.tie_embeddings=true cannot be split into pipeline stages: "
+                            "the embedding lives on the first and lm_head on the last; set "
+                            "model.tie_embeddings: false or accelerator.pp_size: 1");
     /* vocab-parallel embedding and lm_head (one tensor when tied) */
-    m->embed = split(m, add2(m, HS_PARAM_EMBEDDING, 0, m->Vg, m->C, "model.embed_tokens.weight"), 0);
+    if (m->first_stage)
+        m->embed =
+            split(m, add2(m, HS_PARAM_EMBEDDING, 0, m->Vg, m->C, "model.embed_tokens.weight"), 0);
     for (int i = 0; i < m->L; i++) block_add(m, i);
+    if (!m->last_stage) return HS_OK;
     int64_t c[1] = {m->C};
     m->norm = param_add(m, HS_PARAM_NORM, 0, 1, c, "model.norm.weight");
     m->head = m->cfg.tie_embeddings
@@ -212,7 +222,7 @@ double hs_model_flops_per_token(const hs_model *m, int seq_len) {
         if (p->kind == HS_PARAM_EXPERT) k *= (double)m->moe_shapes.K / m->moe_shapes.E;
         n += k;
     }
-    if (m->cfg.tie_embeddings) n += (double)m->Vg * m->C;
+    if (m->cfg.tie_embeddings && m->last_stage) n += (double)m->Vg * m->C;
     return 6.0 * n + 6.0 * m->L * (double)seq_len * m->C;
 }
 

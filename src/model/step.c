@@ -89,10 +89,12 @@ static hs_status check_batch(const hs_model *m, const hs_batch *b, bool need_tar
 static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
                           bool count_aux) {
     int64_t N = (int64_t)b->B * b->T;
-    if (m->tp_on)
+    if (!m->first_stage) { /* resid[0] holds what the previous stage handed on */
+    } else if (m->tp_on) {
         hs_tp_embedding_forward(m, b->tokens, N);
-    else
+    } else {
         hs_embedding_forward(m->resid[0], b->tokens, m->embed->data, m->dt, N, m->C);
+    }
     if (m->moe) hs_moe_aux_reset(&m->aux);
     for (int i = 0; i < m->L; i++) {
         int u = m->blocks[i].unit;
@@ -157,13 +159,16 @@ static int64_t count_valid(const int32_t *targets, int64_t N) {
     return v;
 }
 
+/* From d lnf (last stage), or from d output already in m->dres. */
 static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
                            const float *dlnf) {
     int64_t N = (int64_t)b->B * b->T;
-    memset(m->dres, 0, (size_t)(N * m->C) * sizeof(float));
-    hs_rmsnorm_backward_x(m->dres, m->norm->grad, m->norm->grad_dtype, dlnf, m->resid[m->L],
-                          hs_model_stream_dtype(m, m->L), m->norm->data, m->rstdf, m->dt,
-                          hs_tp_local_rows(m, N), m->C);
+    if (m->last_stage) {
+        memset(m->dres, 0, (size_t)(N * m->C) * sizeof(float));
+        hs_rmsnorm_backward_x(m->dres, m->norm->grad, m->norm->grad_dtype, dlnf, m->resid[m->L],
+                              hs_model_stream_dtype(m, m->L), m->norm->data, m->rstdf, m->dt,
+                              hs_tp_local_rows(m, N), m->C);
+    }
     for (int i = m->L - 1; i >= 0; i--) {
         int u = m->blocks[i].unit;
         hs_block_acts *a = hs_model_acts_for(m, i);
@@ -176,79 +181,143 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
         hs_block_backward(m, i, a, m->resid[i], b->B, b->T, hooks, m->moe ? m->aux_g : NULL);
         hs_hook_post_backward(hooks, u);
     }
+    if (!m->first_stage) return; /* m->dres holds d input for the previous stage */
     if (m->tp_on)
         hs_tp_embedding_backward(m, b->tokens, N);
     else
         hs_embedding_backward(m->embed->grad, m->embed->grad_dtype, m->dres, b->tokens, N, m->C);
 }
 
-hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_scale,
-                                    const hs_model_hooks *hooks, double *loss_sum, double *aux_loss,
-                                    hs_error *e) {
-    if (check_batch(m, b, true, e) != HS_OK) return e->code;
+/* The MoE load-balancing term of the micro-batch just forwarded: its
+ * value, and the gradient every router receives in backward (m->aux_g). */
+static double moe_aux(hs_model *m, const hs_batch *b, float grad_scale) {
     int64_t N = (int64_t)b->B * b->T, valid = count_valid(b->targets, N);
-    hs_cp_prepare(m, b->T);
-    hs_hook_pre_forward(hooks, 0);
-    trunk_forward(m, b, hooks, true);
-    double aux = 0.0;
-    if (m->moe) {
-        double coef = m->cfg.moe.aux_loss_coef;
-        int64_t mb_valid = valid;
-        if ((m->ops && m->ops->batch_all_reduce) || m->sp) {
-            /* Over the global micro-batch, as one device would see it: every
-             * rank gets the same value and scales its tokens' gradient by
-             * the micro-batch's valid targets (spec: layout-independent).
-             * Under sequence parallel the TP ranks routed different rows of
-             * the same sequences: their statistics add up, their targets
-             * (the same on each) count once. */
-            float *buf = m->aux_buf;
-            int64_t n = 2 * (int64_t)m->moe_shapes.E + 2;
-            hs_moe_aux_pack(&m->aux, m->sp && m->tp_rank ? 0 : valid, buf);
-            if (m->ops->batch_all_reduce) m->ops->batch_all_reduce(m->ops->batch_ctx, buf, n);
-            if (m->sp) m->ops->all_reduce_sum(m->ops->ctx, buf, n);
-            mb_valid = hs_moe_aux_unpack(&m->aux, buf);
-        }
-        aux = coef * hs_moe_aux_value(&m->aux);
-        hs_moe_aux_prob_grad(&m->aux, coef * (double)mb_valid * grad_scale, m->aux_g);
+    double coef = m->cfg.moe.aux_loss_coef;
+    int64_t mb_valid = valid;
+    if ((m->ops && m->ops->batch_all_reduce) || m->sp) {
+        /* Over the global micro-batch, as one device would see it: every
+         * rank gets the same value and scales its tokens' gradient by
+         * the micro-batch's valid targets (spec: layout-independent).
+         * Under sequence parallel the TP ranks routed different rows of
+         * the same sequences: their statistics add up, their targets
+         * (the same on each) count once. */
+        float *buf = m->aux_buf;
+        int64_t n = 2 * (int64_t)m->moe_shapes.E + 2;
+        hs_moe_aux_pack(&m->aux, m->sp && m->tp_rank ? 0 : valid, buf);
+        if (m->ops->batch_all_reduce) m->ops->batch_all_reduce(m->ops->batch_ctx, buf, n);
+        if (m->sp) m->ops->all_reduce_sum(m->ops->ctx, buf, n);
+        mb_valid = hs_moe_aux_unpack(&m->aux, buf);
     }
-    final_norm_forward(m, N);
-    hs_hook_post_forward(hooks, 0);
-    hs_hook_pre_backward(hooks, 0);
-    const float *dlnf = NULL;
-    double loss = head_forward_backward(m, b->targets, N, grad_scale, &dlnf);
-    count_root_casts(m, false);
-    count_root_casts(m, true);
-    trunk_backward(m, b, hooks, dlnf);
-    hs_hook_post_backward(hooks, 0);
-    hook_post_backward_final(hooks);
-    if (loss_sum) *loss_sum = loss;
-    if (aux_loss) *aux_loss = aux;
-    return HS_OK;
+    hs_moe_aux_prob_grad(&m->aux, coef * (double)mb_valid * grad_scale, m->aux_g);
+    return coef * hs_moe_aux_value(&m->aux);
 }
 
-hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
-                           double *loss_sum, float *logits, hs_error *e) {
-    if (check_batch(m, b, loss_sum != NULL, e) != HS_OK) return e->code;
-    hs_cp_prepare(m, b->T);
+/* Forward-only head of the last stage: loss sum and logits from m->lnf. */
+static double head_forward(hs_model *m, const hs_batch *b, bool want_loss, float *logits) {
     int64_t N = (int64_t)b->B * b->T;
     double loss = 0.0;
-    hs_hook_pre_forward(hooks, 0);
-    trunk_forward(m, b, hooks, false);
-    final_norm_forward(m, N);
     for (int64_t r0 = 0; r0 < N; r0 += m->head_rows) {
         int64_t rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
         if (m->tp_on) {
-            loss += hs_tp_head_chunk(m, loss_sum ? b->targets : NULL, r0, rows, 0.0f, false,
+            loss += hs_tp_head_chunk(m, want_loss ? b->targets : NULL, r0, rows, 0.0f, false,
                                      logits ? logits + r0 * m->Vg : NULL);
             continue;
         }
         float *out = logits ? logits + r0 * m->V : m->logits;
         head_logits(m, out, r0, rows);
-        if (loss_sum)
+        if (want_loss)
             loss += hs_xent_forward_backward(NULL, out, b->targets + r0, rows, m->V, 0.0f, NULL);
     }
     count_root_casts(m, false);
+    return loss;
+}
+
+bool hs_model_is_first_stage(const hs_model *m) { return m->first_stage; }
+bool hs_model_is_last_stage(const hs_model *m) { return m->last_stage; }
+int hs_model_stage_first_layer(const hs_model *m) { return m->l0; }
+int hs_model_stage_num_layers(const hs_model *m) { return m->L; }
+int hs_model_num_slots(const hs_model *m) { return m->n_slots; }
+
+int64_t hs_model_stage_numel(const hs_model *m, const hs_batch *b) {
+    return hs_tp_local_rows(m, (int64_t)b->B * b->T) * m->C;
+}
+
+void *hs_model_stage_input(hs_model *m, int slot, hs_dtype *dt) {
+    HS_ASSERT(slot >= 0 && slot < m->n_slots);
+    *dt = hs_model_stream_dtype(m, 0);
+    return m->slots[slot].resid[0];
+}
+
+const void *hs_model_stage_output(hs_model *m, int slot, hs_dtype *dt) {
+    HS_ASSERT(slot >= 0 && slot < m->n_slots);
+    *dt = hs_model_stream_dtype(m, m->L);
+    return m->slots[slot].resid[m->L];
+}
+
+float *hs_model_stage_grad(hs_model *m) { return m->dres; }
+
+hs_status hs_model_stage_forward(hs_model *m, int slot, const hs_batch *b,
+                                 const hs_model_hooks *hooks, bool train, double *loss_sum,
+                                 float *logits, hs_error *e) {
+    if (check_batch(m, b, train || loss_sum != NULL, e) != HS_OK) return e->code;
+    HS_ASSERT(slot >= 0 && slot < m->n_slots);
+    hs_model_use_slot(m, slot);
+    hs_cp_prepare(m, b->T);
+    int64_t N = (int64_t)b->B * b->T;
+    hs_hook_pre_forward(hooks, 0);
+    trunk_forward(m, b, hooks, train);
+    double loss = 0.0;
+    if (m->last_stage) {
+        final_norm_forward(m, N);
+        if (!train) loss = head_forward(m, b, loss_sum != NULL, logits);
+    }
     hs_hook_post_forward(hooks, 0);
     if (loss_sum) *loss_sum = loss;
     return HS_OK;
+}
+
+hs_status hs_model_stage_backward(hs_model *m, int slot, const hs_batch *b, float grad_scale,
+                                  const hs_model_hooks *hooks, double *loss_sum, hs_error *e) {
+    if (check_batch(m, b, true, e) != HS_OK) return e->code;
+    HS_ASSERT(slot >= 0 && slot < m->n_slots);
+    hs_model_use_slot(m, slot);
+    hs_cp_prepare(m, b->T);
+    int64_t N = (int64_t)b->B * b->T;
+    hs_hook_pre_backward(hooks, 0);
+    const float *dlnf = NULL;
+    double loss = 0.0;
+    if (m->last_stage) {
+        loss = head_forward_backward(m, b->targets, N, grad_scale, &dlnf);
+        count_root_casts(m, false);
+        count_root_casts(m, true);
+    }
+    trunk_backward(m, b, hooks, dlnf);
+    hs_hook_post_backward(hooks, 0);
+    hook_post_backward_final(hooks);
+    if (loss_sum) *loss_sum = loss;
+    return HS_OK;
+}
+
+hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_scale,
+                                    const hs_model_hooks *hooks, double *loss_sum, double *aux_loss,
+                                    hs_error *e) {
+    HS_ASSERT(m->first_stage && m->last_stage);
+    if (check_batch(m, b, true, e) != HS_OK) return e->code;
+    hs_model_use_slot(m, 0);
+    int64_t N = (int64_t)b->B * b->T;
+    hs_cp_prepare(m, b->T);
+    hs_hook_pre_forward(hooks, 0);
+    trunk_forward(m, b, hooks, true);
+    double aux = m->moe ? moe_aux(m, b, grad_scale) : 0.0;
+    final_norm_forward(m, N);
+    hs_hook_post_forward(hooks, 0);
+    hs_status st = hs_model_stage_backward(m, 0, b, grad_scale, hooks, loss_sum, e);
+    if (aux_loss) *aux_loss = aux;
+    return st;
+}
+
+hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
+                           double *loss_sum, float *logits, hs_error *e) {
+    HS_ASSERT(m->first_stage && m->last_stage);
+    return hs_model_stage_forward(m, 0, b, hooks, false, loss_sum, logits, e);
 }
