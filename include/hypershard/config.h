@@ -26,6 +26,7 @@
 #define HS_MP_NULL (-1)
 #define HS_PATH_MAX 1024
 #define HS_NAME_MAX 64
+#define HS_PP_MAX_STAGES 64
 
 typedef struct hs_moe_config {
     int num_experts;
@@ -48,6 +49,9 @@ typedef struct hs_accel_config {
     int tp_size, cp_size, ep_size, pp_size;
     bool sequence_parallel, loss_parallel;
     char cp_rotate_method[HS_NAME_MAX]; /* "" (null: allgather) | "allgather" | "ring" */
+    char pp_schedule[HS_NAME_MAX];      /* "gpipe" | "1f1b" */
+    int pp_layers[HS_PP_MAX_STAGES];    /* blocks of each stage; n_pp_layers 0: even split */
+    int n_pp_layers;
 } hs_accel_config;
 
 typedef struct hs_mix_precision {
@@ -172,10 +176,20 @@ hs_status hs_config_check_fqns(const hs_config *c, const char *const *fqns, int 
  * `derived:` block. */
 void hs_config_dump(const hs_config *c, const hs_topology *topo, FILE *f);
 /* Sequences per optimizer step: train.global_batch_size, or when it is null
- * micro_batch_size x dp (one micro-batch per step, torchtitan's default). */
+ * micro_batch_size x dp (one micro-batch per step, torchtitan's default),
+ * times pp_size under pipeline parallelism (one micro-batch per stage). */
 long long hs_config_global_batch(const hs_config *c, const hs_topology *topo);
 /* Micro-batches per optimizer step: global / (micro * dp). */
 int hs_config_micro_batches(const hs_config *c, const hs_topology *topo);
+/* The pipeline stages: for each of the accelerator.pp_size stages, its first
+ * block (first_layer[s], the running sum) and its block count
+ * (n_layers[s]). With accelerator.pp_layers given (one entry per stage)
+ * those counts; otherwise the even split: model.n_layers / pp_size each, and
+ * the remainder's extra blocks go to the middle stages 1 .. pp-2 first, then
+ * to stage 0, never to the last stage, which also holds the norm and lm_head
+ * (n_layers 10, pp 4: [2, 3, 3, 2]; 5, 2: [3, 2]). Both arrays hold pp_size
+ * entries. Meant for a validated config. */
+void hs_config_pp_stages(const hs_config *c, int *first_layer, int *n_layers);
 /* Deep copy (replicate_params). */
 void hs_config_copy(hs_config *dst, const hs_config *src);
 void hs_config_free(hs_config *c);

@@ -1,16 +1,18 @@
 /* `hypershard mesh --world N [key=value ...]`: print the rank layout a job
  * would get, without starting MPI, so a topology can be checked before a
- * cluster is booked. */
+ * cluster is booked; with pp > 1 also the blocks and ranks of each pipeline
+ * stage. */
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "hypershard/config.h"
 #include "hypershard/mesh.h"
 
 typedef struct mesh_args {
-    int world, tp, cp, ep, pp, dp_shard, edp_shard;
+    int world, tp, cp, ep, pp, dp_shard, edp_shard, n_layers;
     bool have_world;
 } mesh_args;
 
@@ -27,6 +29,7 @@ static const mesh_key mesh_keys[] = {
     {"pp", "accelerator.pp_size", offsetof(mesh_args, pp)},
     {"dp_shard", "fsdp_config.dp_shard_size", offsetof(mesh_args, dp_shard)},
     {"edp_shard", "fsdp_config.edp_shard_size", offsetof(mesh_args, edp_shard)},
+    {"n_layers", "model.n_layers", offsetof(mesh_args, n_layers)},
 };
 #define MESH_KEY_COUNT ((int)(sizeof(mesh_keys) / sizeof(mesh_keys[0])))
 
@@ -34,7 +37,8 @@ static void mesh_usage(FILE *f) {
     fprintf(f,
             "usage: hypershard mesh --world N [key=value ...]\n"
             "  keys (default 1): tp cp ep pp dp_shard edp_shard, or their config paths\n"
-            "  (accelerator.tp_size, fsdp_config.dp_shard_size, ...)\n"
+            "  (accelerator.tp_size, fsdp_config.dp_shard_size, ...); n_layers (default 4)\n"
+            "  splits the blocks over the pipeline stages\n"
             "  example: hypershard mesh --world 16 pp=2 cp=2 tp=2 ep=2 dp_shard=2\n");
 }
 
@@ -63,12 +67,17 @@ static hs_status parse_pair(mesh_args *a, const char *arg, hs_error *e) {
         return HS_OK;
     }
     return hs_error_append(e, HS_ERR_USAGE,
-                           "unknown key '%.*s'; use tp, cp, ep, pp, dp_shard or edp_shard",
+                           "unknown key '%.*s'; use tp, cp, ep, pp, dp_shard, edp_shard or "
+                           "n_layers",
                            (int)klen, arg);
 }
 
 static hs_status parse_args(mesh_args *a, int argc, char **argv, hs_error *e) {
-    *a = (mesh_args){.tp = 1, .cp = 1, .ep = 1, .pp = 1, .dp_shard = 1, .edp_shard = 1};
+    hs_config d;
+    hs_config_defaults(&d);
+    *a = (mesh_args){.tp = 1, .cp = 1, .ep = 1, .pp = 1, .dp_shard = 1, .edp_shard = 1,
+                     .n_layers = d.model.n_layers};
+    hs_config_free(&d);
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "--world") || !strncmp(arg, "--world=", 8)) {
@@ -82,6 +91,28 @@ static hs_status parse_args(mesh_args *a, int argc, char **argv, hs_error *e) {
     }
     if (!a->have_world) hs_error_append(e, HS_ERR_USAGE, "--world N is required");
     return e->code;
+}
+
+/* The stages of the even split (hs_config_pp_stages): their blocks and their
+ * ranks, which are contiguous because ranks are pp-major. */
+static void print_stages(const hs_topology *t, int n_layers, FILE *f) {
+    hs_config c;
+    hs_config_defaults(&c);
+    c.model.n_layers = n_layers;
+    c.accelerator.pp_size = t->pp;
+    int *first = malloc(sizeof(int) * (size_t)t->pp), *count = malloc(sizeof(int) * (size_t)t->pp);
+    if (!first || !count) hs_panic("out of memory printing %d stages", t->pp);
+    hs_config_pp_stages(&c, first, count);
+    int per = t->world / t->pp;
+    fprintf(f, "\npipeline: model.n_layers %d over pp %d (even split; accelerator.pp_layers sets "
+               "its own)\n",
+            n_layers, t->pp);
+    for (int s = 0; s < t->pp; s++)
+        fprintf(f, "stage %-4d layers [%d, %d)  ranks %d-%d\n", s, first[s], first[s] + count[s],
+                s * per, (s + 1) * per - 1);
+    free(first);
+    free(count);
+    hs_config_free(&c);
 }
 
 static void print_lines(hs_error *e, const char *kind) {
@@ -111,6 +142,15 @@ int hs_cmd_mesh(int argc, char **argv) {
         print_lines(&e, "configuration");
         return hs_status_exit_code(e.code);
     }
+    if (a.pp > 1 && a.n_layers < a.pp) {
+        hs_error_append(&e, HS_ERR_CONFIG,
+                        "accelerator.pp_size = %d exceeds model.n_layers = %d; every pipeline "
+                        "stage needs at least one block (set n_layers=%d or more)",
+                        a.pp, a.n_layers, a.pp);
+        print_lines(&e, "configuration");
+        return hs_status_exit_code(e.code);
+    }
     hs_topology_print(&t, stdout);
+    if (t.pp > 1) print_stages(&t, a.n_layers, stdout);
     return 0;
 }

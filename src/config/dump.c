@@ -76,6 +76,39 @@ static void dump_groups(const hs_topology *t, hs_mesh_dim dim, const char *name,
     free(ranks);
 }
 
+/* "  pp_stages:" then one line per stage: its blocks [first, end) and its
+ * world ranks (those whose pp coordinate is the stage, in rank order). The
+ * range is quoted so the block stays YAML that loads back. */
+static void dump_stages(const hs_config *c, const hs_topology *t, FILE *f) {
+    int pp = t->pp, world = t->world;
+    int *first = malloc(sizeof(int) * (size_t)pp), *count = malloc(sizeof(int) * (size_t)pp);
+    int *start = calloc((size_t)pp + 1, sizeof(int)), *fill = malloc(sizeof(int) * (size_t)pp);
+    int *stage = malloc(sizeof(int) * (size_t)world), *ranks = malloc(sizeof(int) * (size_t)world);
+    if (!first || !count || !start || !fill || !stage || !ranks)
+        hs_panic("config dump: cannot allocate %d stages of %d ranks", pp, world);
+    hs_config_pp_stages(c, first, count);
+    /* Bucket the ranks by stage, keeping rank order: O(world), not O(pp x world). */
+    for (int r = 0; r < world; r++) start[(stage[r] = hs_topology_coords(t, r).pp) + 1]++;
+    for (int s = 0; s < pp; s++) start[s + 1] += start[s];
+    for (int s = 0; s < pp; s++) fill[s] = start[s];
+    for (int r = 0; r < world; r++) ranks[fill[stage[r]]++] = r;
+    fprintf(f, "  pp_schedule: %s\n", c->accelerator.pp_schedule);
+    fputs("  pp_stages:\n", f);
+    for (int s = 0; s < pp; s++) {
+        fprintf(f, "    - {stage: %d, layers: \"[%d, %d)\", ranks: [", s, first[s],
+                first[s] + count[s]);
+        for (int i = start[s]; i < start[s + 1]; i++)
+            fprintf(f, "%s%d", i > start[s] ? ", " : "", ranks[i]);
+        fputs("]}\n", f);
+    }
+    free(first);
+    free(count);
+    free(start);
+    free(fill);
+    free(stage);
+    free(ranks);
+}
+
 static void dump_derived(const hs_config *c, const hs_topology *t, FILE *f) {
     char why[512];
     bool active = hs_topology_fsdp_active(t, why, sizeof why);
@@ -88,8 +121,14 @@ static void dump_derived(const hs_config *c, const hs_topology *t, FILE *f) {
     fprintf(f, "  edp_size: %d\n", t->edp);
     fprintf(f, "  edp_replicate_size: %d\n", t->edp_replicate);
     fprintf(f, "  global_batch_size: %lld%s\n", hs_config_global_batch(c, t),
-            c->train.global_batch_size > 0 ? "" : "   # micro_batch_size x dp_size");
+            c->train.global_batch_size > 0 ? ""
+            : t->pp > 1                      ? "   # micro_batch_size x dp_size x pp_size"
+                                             : "   # micro_batch_size x dp_size");
     fprintf(f, "  micro_batches_per_step: %d\n", hs_config_micro_batches(c, t));
+    if (t->pp > 1) {
+        dump_stages(c, t, f);
+        dump_groups(t, HS_DIM_PP, "pp_groups", f);
+    }
     dump_groups(t, HS_DIM_TP, "tp_groups", f);
     dump_groups(t, HS_DIM_FSDP_SHARD, "fsdp_shard_groups", f);
     dump_groups(t, HS_DIM_FSDP_REPLICATE, "fsdp_replicate_groups", f);
@@ -140,6 +179,10 @@ static void write_allowed(const hs_cfg_key *k, FILE *f) {
         fputs("true \\| false \\| null", f);
     } else if (k->type == HS_CFG_BOOL) {
         fputs("true \\| false", f);
+    } else if (k->type == HS_CFG_INTLIST) {
+        fprintf(f, "list of at most %zu integers", k->size / sizeof(int));
+        if (k->bounds & HS_CFG_MIN)
+            fprintf(f, ", each %s %g", k->bounds & HS_CFG_MIN_OPEN ? ">" : "≥", k->min);
     } else {
         fputs(k->type == HS_CFG_INT || k->type == HS_CFG_INT64 ? "integer" : "number", f);
         if (k->type == HS_CFG_FLOAT_PAIR) fputs(" pair, each", f);

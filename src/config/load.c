@@ -33,7 +33,8 @@ void hs_config_defaults(hs_config *c) {
         hs_error_clear(&e);
         hs_cfg_report r = {&e, 0};
         /* A default goes through the same YAML path a user's value does. */
-        if (keys[i].type == HS_CFG_STRLIST || keys[i].type == HS_CFG_FLOAT_PAIR) {
+        if (keys[i].type == HS_CFG_STRLIST || keys[i].type == HS_CFG_FLOAT_PAIR ||
+            keys[i].type == HS_CFG_INTLIST) {
             char assignment[256];
             snprintf(assignment, sizeof assignment, "%s=%s", keys[i].path, keys[i].def);
             hs_cfg_apply_override(c, assignment, &r);
@@ -55,6 +56,7 @@ void hs_config_free(hs_config *c) {
     c->fsdp.n_replicate_params = 0;
 }
 
+/* Everything but replicate_params is held by value (pp_layers too). */
 void hs_config_copy(hs_config *dst, const hs_config *src) {
     *dst = *src;
     int n = src->fsdp.n_replicate_params;

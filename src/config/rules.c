@@ -1,7 +1,7 @@
 /* The trainer's own configuration rules (beyond spec 004 §4.1): the model
  * shape, the batch split over data-parallel ranks, the parallel degrees
- * against the model and against what this build runs, and the data / eval /
- * checkpoint settings. */
+ * against the model, the pipeline stages and their schedule, and the data /
+ * eval / checkpoint settings. */
 #include <string.h>
 
 #include "config/validate_internal.h"
@@ -68,22 +68,136 @@ static void check_batch(const hs_config *c, const hs_topology *t, hs_cfg_report 
                       g, mb, dp, denom, up, alt);
 }
 
-/* Pipeline parallelism has rules of its own (below and in the topology)
- * for when it lands, but no engine runs it yet. */
-void hs_cfg_check_unbuilt(const hs_config *c, hs_cfg_report *rep) {
+/* The even split of `total` blocks over `pp` stages. The first stage also
+ * embeds and the last runs the norm and lm_head, so the middle stages take
+ * the extra blocks first, then stage 0. */
+static void even_split(int total, int pp, int *count) {
+    int base = total / pp, extra = total % pp;
+    for (int s = 0; s < pp; s++) count[s] = base;
+    for (int s = 1; s <= pp - 2 && extra > 0; s++, extra--) count[s]++;
+    if (extra > 0) count[0]++;
+}
+
+void hs_config_pp_stages(const hs_config *c, int *first_layer, int *n_layers) {
     const hs_accel_config *a = &c->accelerator;
-    const struct {
-        const char *path, *what;
-        int size;
-    } dims[] = {
-        {"accelerator.pp_size", "pipeline", a->pp_size},
-    };
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-        if (dims[i].size > 1)
+    int pp = a->pp_size;
+    if (pp < 1) return;
+    if (a->n_pp_layers == pp) memcpy(n_layers, a->pp_layers, sizeof(int) * (size_t)pp);
+    else even_split(c->model.n_layers, pp, n_layers);
+    for (int s = 0, sum = 0; s < pp; sum += n_layers[s], s++) first_layer[s] = sum;
+}
+
+/* "[3, 1]" of `n` counts. */
+static void int_list_text(const int *v, int n, char *out, size_t cap) {
+    size_t used = (size_t)snprintf(out, cap, "[");
+    for (int i = 0; i < n && used < cap; i++)
+        used += (size_t)snprintf(out + used, cap - used, "%s%d", i ? ", " : "", v[i]);
+    if (used < cap) snprintf(out + used, cap - used, "]");
+}
+
+/* The fix that always works: "accelerator.pp_layers: [2, 2] (the even split
+ * of model.n_layers = 4), or [] for it"; when no even split exists, the sizes
+ * to change. */
+static void even_split_fix(const hs_config *c, char *out, size_t cap) {
+    int pp = c->accelerator.pp_size, total = c->model.n_layers;
+    if (pp > total || pp > HS_PP_MAX_STAGES) {
+        snprintf(out, cap, "accelerator.pp_layers: [] with accelerator.pp_size <= %d",
+                 total < HS_PP_MAX_STAGES ? total : HS_PP_MAX_STAGES);
+        return;
+    }
+    int count[HS_PP_MAX_STAGES];
+    even_split(total, pp, count);
+    char list[HS_PP_MAX_STAGES * 12 + 4];
+    int_list_text(count, pp, list, sizeof list);
+    snprintf(out, cap,
+             "accelerator.pp_layers: %s (the even split of model.n_layers = %d), or [] for it",
+             list, total);
+}
+
+/* accelerator.pp_layers: one count >= 1 per stage, all blocks exactly once. */
+static void check_pp_layers(const hs_config *c, hs_cfg_report *rep) {
+    const hs_accel_config *a = &c->accelerator;
+    int pp = a->pp_size, n = a->n_pp_layers, total = c->model.n_layers;
+    if (n == 0 || pp < 1 || total < 1) return; /* bad sizes are reported by their bounds */
+    char list[HS_PP_MAX_STAGES * 12 + 4], fix[HS_PP_MAX_STAGES * 12 + 96];
+    int_list_text(a->pp_layers, n, list, sizeof list);
+    long long sum = 0;
+    int below = 0;
+    for (int i = 0; i < n; i++) {
+        sum += a->pp_layers[i];
+        below += a->pp_layers[i] < 1;
+    }
+    if (pp == 1) {
+        if (n == 1 && a->pp_layers[0] == total) return;
+        char more[96] = "";
+        if (n > 1 && !below && sum == total)
+            snprintf(more, sizeof more, ", or accelerator.pp_size: %d to run these %d stages", n,
+                     n);
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_layers = %s is set but accelerator.pp_size = 1: its one "
+                          "stage holds all model.n_layers = %d blocks; set accelerator.pp_layers: "
+                          "[] (or [%d])%s",
+                          list, total, total, more);
+        return;
+    }
+    even_split_fix(c, fix, sizeof fix);
+    if (n != pp) {
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_layers = %s has %d entries but accelerator.pp_size = "
+                          "%d: it lists the blocks of each pipeline stage, one entry per stage; "
+                          "set %s",
+                          list, n, pp, fix);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (a->pp_layers[i] < 1)
             hs_cfg_report_add(rep,
-                              "%s = %d: %s parallelism is not supported by this build yet; set "
-                              "%s: 1",
-                              dims[i].path, dims[i].size, dims[i].what, dims[i].path);
+                              "accelerator.pp_layers[%d] = %d must be >= 1: every pipeline stage "
+                              "needs at least one block; set %s",
+                              i, a->pp_layers[i], fix);
+    if (!below && sum != total)
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_layers = %s sums to %lld blocks but model.n_layers = "
+                          "%d: the stages must hold every block exactly once; set %s",
+                          list, sum, total, fix);
+}
+
+void hs_cfg_check_pp(const hs_config *c, hs_cfg_report *rep) {
+    const hs_accel_config *a = &c->accelerator;
+    check_pp_layers(c, rep);
+    if (a->pp_size <= 1) return;
+    if (!strcmp(c->model.arch, "moe"))
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_size = %d with model.arch = moe: the MoE load-balancing "
+                          "loss pools router statistics over all layers of a micro-batch, which "
+                          "pipeline stages do not share yet; set accelerator.pp_size: 1, or "
+                          "model.arch: llama",
+                          a->pp_size);
+    if (c->model.tie_embeddings)
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_size = %d with model.tie_embeddings = true: the token "
+                          "embedding lives on the first pipeline stage and lm_head on the last, "
+                          "so they cannot share one weight; set model.tie_embeddings: false, or "
+                          "accelerator.pp_size: 1",
+                          a->pp_size);
+}
+
+/* 1F1B runs one forward and one backward per micro-batch in steady state,
+ * which needs at least one micro-batch in flight per stage (a null
+ * global_batch_size gives exactly that). */
+static void check_pp_schedule(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
+    const hs_accel_config *a = &c->accelerator;
+    long long g = hs_config_global_batch(c, t), mb = c->train.micro_batch_size, dp = t->dp;
+    if (a->pp_size <= 1 || strcmp(a->pp_schedule, "1f1b") || g < 1 || mb < 1 || dp < 1) return;
+    int m = hs_config_micro_batches(c, t);
+    if (m >= a->pp_size) return;
+    hs_cfg_report_add(rep,
+                      "accelerator.pp_schedule = 1f1b needs at least accelerator.pp_size = %d "
+                      "micro-batches per step, got %d = train.global_batch_size / "
+                      "(train.micro_batch_size x dp_size) = %lld / (%lld x %lld); set "
+                      "train.global_batch_size: %lld (or null for that), or "
+                      "accelerator.pp_schedule: gpipe",
+                      a->pp_size, m, g, mb, dp, (long long)a->pp_size * mb * dp);
 }
 
 /* A model size that tensor parallelism splits into tp equal slices. */
@@ -188,6 +302,7 @@ void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_repo
                           "accelerator.pp_size = %d exceeds model.n_layers = %d; every pipeline "
                           "stage needs at least one block",
                           a->pp_size, m->n_layers);
+    check_pp_schedule(c, t, rep);
     if (strcmp(m->arch, "moe") && a->ep_size > 1)
         hs_cfg_report_add(rep,
                           "accelerator.ep_size = %d needs routed experts, but model.arch = %s "

@@ -71,7 +71,16 @@ static const hs_cfg_key keys[] = {
          "expert-parallel degree over the expert domain dp x cp x tp: each EP rank holds "
          "num_experts / ep_size routed experts (with tp_size > 1 needs sequence_parallel)"),
     KINT("accelerator.pp_size", accelerator.pp_size, "1", GE | RULE, 1,
-         "pipeline-parallel stages (slowest-varying rank dim); only 1 in this build"),
+         "pipeline-parallel stages (slowest-varying rank dim): each holds a contiguous run of "
+         "blocks, the first also the embedding, the last the norm and lm_head"),
+    KENUM("accelerator.pp_schedule", accelerator.pp_schedule, "1f1b", "gpipe|1f1b",
+          "pipeline schedule: gpipe (every forward, then every backward) or 1f1b (one forward, "
+          "one backward in steady state; needs micro-batches per step >= pp_size)"),
+    {.path = "accelerator.pp_layers", .type = HS_CFG_INTLIST, .def = "[]", .bounds = GE | RULE,
+     .min = 1, FIELD(accelerator.pp_layers),
+     .count_offset = offsetof(hs_config, accelerator.n_pp_layers),
+     .doc = "transformer blocks of each pipeline stage, one entry per stage summing to "
+            "model.n_layers; []: the even split (extra blocks go to the middle stages)"},
     KSTR("accelerator.cp_rotate_method", accelerator.cp_rotate_method, "null", true,
          "allgather | ring | null",
          "how attention sees the other CP ranks' keys: allgather (null: the default) or ring"),
@@ -154,7 +163,8 @@ static const hs_cfg_key keys[] = {
     KINT("train.steps", train.steps, "200", GE, 1, "optimizer steps"),
     KINT_NULL("train.global_batch_size", train.global_batch_size, 1,
               "sequences per optimizer step over all data-parallel ranks; null: "
-              "micro_batch_size x dp_size (one micro-batch per step)"),
+              "micro_batch_size x dp_size (one micro-batch per step; with pp_size > 1, "
+              "x pp_size: one per stage)"),
     KINT("train.micro_batch_size", train.micro_batch_size, "8", GE, 1,
          "sequences per data-parallel rank per micro-batch"),
     KINT("train.seq_len", train.seq_len, "64", GE, 1, "tokens per sequence"),
@@ -261,6 +271,7 @@ const char *hs_cfg_type_name(hs_cfg_type t) {
         [HS_CFG_TRIBOOL] = "true, false or null",
         [HS_CFG_STRLIST] = "a list of strings like [a, b]",
         [HS_CFG_FLOAT_PAIR] = "a pair of numbers like [0.9, 0.95]",
+        [HS_CFG_INTLIST] = "a list of integers like [3, 5]",
     };
     _Static_assert(sizeof(names) / sizeof(names[0]) == HS_CFG_TYPE_COUNT,
                    "names must follow hs_cfg_type");

@@ -25,10 +25,11 @@ typedef enum hs_cfg_type {
     HS_CFG_TRIBOOL,    /* int: -1 null, 0 false, 1 true               */
     HS_CFG_STRLIST,    /* char ** at offset, int count at count_offset */
     HS_CFG_FLOAT_PAIR, /* double[2]                                   */
+    HS_CFG_INTLIST,    /* int[size / sizeof(int)], int count at count_offset */
     HS_CFG_TYPE_COUNT
 } hs_cfg_type;
 
-/* Bounds on numbers (each element of a float pair). */
+/* Bounds on numbers (each element of a float pair or an integer list). */
 enum {
     HS_CFG_MIN = 1,      /* value >= min (> min with HS_CFG_MIN_OPEN) */
     HS_CFG_MAX = 2,      /* value <= max (< max with HS_CFG_MAX_OPEN) */
@@ -51,7 +52,7 @@ typedef struct hs_cfg_key {
     double min, max;
     size_t offset;       /* offsetof(hs_config, ...) */
     size_t size;         /* bytes of the field (capacity for strings) */
-    size_t count_offset; /* string lists: offsetof the int count */
+    size_t count_offset; /* string and integer lists: offsetof the int count */
     const char *allowed; /* docs: what the value may be, when the type alone does not say */
     const char *doc;
 } hs_cfg_key;

@@ -1,8 +1,8 @@
 /* Validation: spec 004 §4.1 rules 1–11 and the trainer's own rules. Every
  * violated rule is reported (not just the first), each naming the config
  * path(s), the values and a fix. Rules that need the topology run only when
- * it could be derived. The topology rules come first, then the parallel
- * degrees this build does not run. */
+ * it could be derived. The topology rules come first, then the pipeline
+ * rules that need only the config. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,12 +26,29 @@ static void range_text(const hs_cfg_key *k, char *out, size_t cap) {
     else snprintf(out, cap, "%s %g", open_lo ? ">" : ">=", k->min);
 }
 
+/* Each item of an integer list, "path[i] = v is out of range ...". */
+static void check_int_list_bounds(const hs_config *c, const hs_cfg_key *k, hs_cfg_report *rep) {
+    const int *v = hs_cfg_cfield(c, k);
+    int n = *(const int *)((const char *)c + k->count_offset);
+    for (int j = 0; j < n; j++) {
+        if (in_bounds(k, v[j])) continue;
+        char range[96];
+        range_text(k, range, sizeof range);
+        hs_cfg_report_add(rep, "%s[%d] = %d is out of range: it must be %s (%s)", k->path, j, v[j],
+                          range, k->doc);
+    }
+}
+
 static void check_bounds(const hs_config *c, hs_cfg_report *rep) {
     int n;
     const hs_cfg_key *keys = hs_cfg_keys(&n);
     for (int i = 0; i < n; i++) {
         const hs_cfg_key *k = &keys[i];
         if (!(k->bounds & (HS_CFG_MIN | HS_CFG_MAX)) || (k->bounds & HS_CFG_BY_RULE)) continue;
+        if (k->type == HS_CFG_INTLIST) {
+            check_int_list_bounds(c, k, rep);
+            continue;
+        }
         const void *p = hs_cfg_cfield(c, k);
         double v[2];
         int nv = 1;
@@ -196,7 +213,10 @@ static void check_duplicates(const hs_config *c, hs_cfg_report *rep) {
 
 long long hs_config_global_batch(const hs_config *c, const hs_topology *topo) {
     if (c->train.global_batch_size > 0) return c->train.global_batch_size;
-    return (long long)c->train.micro_batch_size * topo->dp;
+    /* A pipeline needs a micro-batch per stage in flight: null gives one
+     * per stage, so the minimal config runs under 1f1b too. */
+    int pp = c->accelerator.pp_size > 1 ? c->accelerator.pp_size : 1;
+    return (long long)c->train.micro_batch_size * topo->dp * pp;
 }
 
 int hs_config_micro_batches(const hs_config *c, const hs_topology *topo) {
@@ -215,7 +235,7 @@ hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, c
     hs_topology t;
     memset(&t, 0, sizeof t);
     bool topo_ok = derive_topology(c, world, &t, &rep);
-    hs_cfg_check_unbuilt(c, &rep);
+    hs_cfg_check_pp(c, &rep);
     check_precision(c, &rep);
     check_duplicates(c, &rep);
     hs_cfg_check_model(c, &rep);

@@ -8,9 +8,12 @@
 void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep);
 /* Data, evaluation and checkpoint settings. */
 void hs_cfg_check_run(const hs_config *c, hs_cfg_report *rep);
-/* accelerator.cp_size, ep_size and pp_size > 1: no engine runs them yet. */
-void hs_cfg_check_unbuilt(const hs_config *c, hs_cfg_report *rep);
-/* Rules that need the topology: batch split, TP/CP/EP/PP vs model shape. */
+/* Pipeline rules that need no topology: accelerator.pp_layers against
+ * pp_size and model.n_layers, and what stages cannot share yet (MoE
+ * statistics, tied embeddings). */
+void hs_cfg_check_pp(const hs_config *c, hs_cfg_report *rep);
+/* Rules that need the topology: batch split, TP/CP/EP/PP vs model shape,
+ * micro-batches for the 1F1B schedule. */
 void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_report *rep);
 /* Spec §4.2: one warning per key that is set but can have no effect. */
 void hs_cfg_warn(const hs_config *c, const hs_topology *t, const hs_log *log);

@@ -171,6 +171,17 @@ static void choice_reason(const hs_cfg_key *k, hs_cfg_scalar s, char *why, size_
         snprintf(why + w, cap - w, "; did you mean %s?", cands[best]);
 }
 
+/* An int32 from `s`, or why not: beyond the range (naming it) or not an
+ * integer at all. */
+static bool scalar_int(hs_cfg_scalar s, long long *out, char *why, size_t cap) {
+    if (parse_int(s, INT_MIN, INT_MAX, out)) return true;
+    if (digits_only(s))
+        snprintf(why, cap, "%.*s is beyond the integer range [%d, %d]",
+                 s.len > SHOWN ? SHOWN : (int)s.len, s.text, INT_MIN, INT_MAX);
+    else reason(why, cap, "an integer", s);
+    return false;
+}
+
 static bool set_text(char *field, size_t size, hs_cfg_scalar s, char *why, size_t cap) {
     if (!check_text(s, why, cap)) return false;
     if (!copy_text(s, field, size)) {
@@ -193,12 +204,7 @@ bool hs_cfg_set_scalar(hs_config *c, const hs_cfg_key *k, hs_cfg_scalar s, char 
     switch (k->type) {
     case HS_CFG_INT:
         if (null && k->nullable) return *(int *)f = 0, true;
-        if (!parse_int(s, INT_MIN, INT_MAX, &iv)) {
-            if (!digits_only(s)) break;
-            snprintf(why, cap, "%.*s is beyond the integer range [%d, %d]",
-                     s.len > SHOWN ? SHOWN : (int)s.len, s.text, INT_MIN, INT_MAX);
-            return false;
-        }
+        if (!scalar_int(s, &iv, why, cap)) return false;
         if (k->nullable && iv < k->min) { /* 0 stands for null: refuse it here */
             snprintf(why, cap, "%lld is out of range: it must be >= %g, or null", iv, k->min);
             return false;
@@ -244,6 +250,7 @@ bool hs_cfg_set_scalar(hs_config *c, const hs_cfg_key *k, hs_cfg_scalar s, char 
         }
         return set_text(f, k->size, s, why, cap);
     case HS_CFG_STRLIST:
+    case HS_CFG_INTLIST:
         if (null) return hs_cfg_set_items(c, k, NULL, 0, why, cap);
         break;
     case HS_CFG_FLOAT_PAIR:
@@ -278,9 +285,32 @@ static bool set_list(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *ite
     return true;
 }
 
+/* Every item is checked before the field changes, so a bad list leaves the
+ * old value; the slots past the count are zeroed. */
+static bool set_int_list(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *items, int n,
+                         char *why, size_t cap) {
+    int max = (int)(k->size / sizeof(int));
+    if (n > max) return snprintf(why, cap, "at most %d items are allowed, got %d", max, n), false;
+    long long v;
+    for (int i = 0; i < n; i++) {
+        char sub[200];
+        if (!scalar_int(items[i], &v, sub, sizeof sub))
+            return snprintf(why, cap, "item %d: %s", i, sub), false;
+    }
+    int *field = hs_cfg_field(c, k);
+    memset(field, 0, k->size);
+    for (int i = 0; i < n; i++) {
+        scalar_int(items[i], &v, why, cap);
+        field[i] = (int)v;
+    }
+    *(int *)((char *)c + k->count_offset) = n;
+    return true;
+}
+
 bool hs_cfg_set_items(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *items, int n,
                       char *why, size_t cap) {
     if (k->type == HS_CFG_STRLIST) return set_list(c, k, items, n, why, cap);
+    if (k->type == HS_CFG_INTLIST) return set_int_list(c, k, items, n, why, cap);
     if (k->type != HS_CFG_FLOAT_PAIR) {
         snprintf(why, cap, "expected %s, got a list", hs_cfg_type_name(k->type));
         return false;
@@ -369,6 +399,14 @@ void hs_cfg_write_value(const hs_config *c, const hs_cfg_key *k, FILE *f) {
             if (i) fputs(", ", f);
             write_quoted(list[i], f);
         }
+        fputc(']', f);
+        break;
+    }
+    case HS_CFG_INTLIST: {
+        const int *v = p;
+        int n = *(const int *)((const char *)c + k->count_offset);
+        fputc('[', f);
+        for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", v[i]);
         fputc(']', f);
         break;
     }

@@ -11,6 +11,11 @@ static bool differs(const hs_config *c, const hs_config *d, const char *path) {
     if (k->type == HS_CFG_STRLIST)
         return *(const int *)((const char *)c + k->count_offset) !=
                *(const int *)((const char *)d + k->count_offset);
+    if (k->type == HS_CFG_INTLIST) {
+        int n = *(const int *)((const char *)c + k->count_offset);
+        return n != *(const int *)((const char *)d + k->count_offset) ||
+               memcmp(hs_cfg_cfield(c, k), hs_cfg_cfield(d, k), sizeof(int) * (size_t)n) != 0;
+    }
     if (k->type == HS_CFG_STRING || k->type == HS_CFG_ENUM)
         return strcmp(hs_cfg_cfield(c, k), hs_cfg_cfield(d, k)) != 0;
     return memcmp(hs_cfg_cfield(c, k), hs_cfg_cfield(d, k), k->size) != 0;
@@ -93,6 +98,10 @@ static void warn_trainer(const hs_config *c, const hs_config *d, const hs_topolo
         hs_log_warn(log, "accelerator.cp_rotate_method = %s has no effect: it needs "
                          "accelerator.cp_size > 1",
                     c->accelerator.cp_rotate_method);
+    if (t->pp == 1 && strcmp(c->accelerator.pp_schedule, d->accelerator.pp_schedule))
+        hs_log_warn(log, "accelerator.pp_schedule = %s has no effect: it needs "
+                         "accelerator.pp_size > 1",
+                    c->accelerator.pp_schedule);
     if (t->tp == 1 && c->accelerator.sequence_parallel)
         hs_log_warn(log, "accelerator.sequence_parallel = true has no effect: it needs "
                          "accelerator.tp_size > 1");

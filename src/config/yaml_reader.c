@@ -184,7 +184,8 @@ static void read_value(reader *r, const hs_cfg_key *k, yaml_event_t *ev, hs_conf
             REPORT(r, ev->start_mark, "%s: %s", k->path, why);
         yaml_event_delete(ev);
     } else if (ev->type == YAML_SEQUENCE_START_EVENT &&
-               (k->type == HS_CFG_STRLIST || k->type == HS_CFG_FLOAT_PAIR)) {
+               (k->type == HS_CFG_STRLIST || k->type == HS_CFG_FLOAT_PAIR ||
+                k->type == HS_CFG_INTLIST)) {
         read_items(r, k, ev, c);
     } else if (ev->type == YAML_ALIAS_EVENT) {
         REPORT(r, ev->start_mark, "%s: aliases (*name) are not supported; write the value out",

@@ -65,6 +65,68 @@ expect 2 "cp that does not split the sequence in 2 x cp chunks" -- accelerator.c
     train.seq_len=66 --world 2
 expect_in err "train.seq_len = 66 is not divisible by 2 x accelerator.cp_size" "cp seq_len rule"
 
+# Pipeline parallelism: the stages in the derived block, and each PP rule
+# failing with exit 2 and a message naming the path.
+expect 0 "pp 2 on 4 ranks" -- accelerator.pp_size=2 train.global_batch_size=32 --world 4
+expect_in out "  pp_schedule: 1f1b" "derived block names the schedule"
+expect_in out "  pp_stages:" "derived block lists the stages"
+expect_in out '    - {stage: 0, layers: "[0, 2)", ranks: [0, 1]}' "stage 0: blocks 0-1 on ranks 0, 1"
+expect_in out '    - {stage: 1, layers: "[2, 4)", ranks: [2, 3]}' "stage 1: blocks 2-3 on ranks 2, 3"
+expect_in out "  pp_groups: [[0, 2], [1, 3]]" "pp groups join the ranks of one (dp, cp, tp)"
+"$HS_BIN" config accelerator.pp_size=2 train.global_batch_size=32 'accelerator.pp_layers=[3,1]' \
+    --world 4 >"$work/pp1.yaml" 2>/dev/null || fail "pp_layers [3, 1] does not validate"
+grep -qF "  pp_layers: [3, 1]" "$work/pp1.yaml" || fail "pp_layers override not dumped as [3, 1]"
+grep -qF '    - {stage: 0, layers: "[0, 3)", ranks: [0, 1]}' "$work/pp1.yaml" \
+    || fail "pp_layers [3, 1] does not give stage 0 three blocks"
+# The dump with its stages loads back as a config.
+"$HS_BIN" config "$work/pp1.yaml" --world 4 >"$work/pp2.yaml" 2>"$work/err" \
+    || { fail "pp dump does not load back"; cat "$work/err"; }
+diff <(tail -n +2 "$work/pp1.yaml") <(tail -n +2 "$work/pp2.yaml") >/dev/null \
+    || fail "pp dump -> load -> dump differs"
+printf 'accelerator:\n  pp_size: 2\n  pp_layers:\n    - 1\n    - 3\n' >"$work/pp_block.yaml"
+expect 0 "pp_layers as a block sequence" -- "$work/pp_block.yaml" train.global_batch_size=32 --world 4
+expect_in out "  pp_layers: [1, 3]" "block sequence read as [1, 3]"
+expect 2 "pp_layers of the wrong length" -- accelerator.pp_size=2 'accelerator.pp_layers=[1,1,2]' \
+    train.global_batch_size=32 --world 4
+expect_in err "accelerator.pp_layers = [1, 1, 2] has 3 entries but accelerator.pp_size = 2" \
+    "pp_layers length rule"
+expect_in err "set accelerator.pp_layers: [2, 2]" "pp_layers length rule gives the even split"
+expect 2 "pp_layers with an empty stage" -- accelerator.pp_size=2 'accelerator.pp_layers=[4,0]' \
+    train.global_batch_size=32 --world 4
+expect_in err "accelerator.pp_layers[1] = 0 must be >= 1" "pp_layers entries are >= 1"
+expect 2 "pp_layers that miss blocks" -- accelerator.pp_size=2 'accelerator.pp_layers=[1,1]' \
+    train.global_batch_size=32 --world 4
+expect_in err "accelerator.pp_layers = [1, 1] sums to 2 blocks but model.n_layers = 4" \
+    "pp_layers sum rule"
+expect 2 "pp_layers with one stage" -- 'accelerator.pp_layers=[3,1]'
+expect_in err "accelerator.pp_layers = [3, 1] is set but accelerator.pp_size = 1" "pp_layers needs pp"
+expect 2 "pp_layers item beyond int32" -- 'accelerator.pp_layers=[1,99999999999]'
+expect_in err "accelerator.pp_layers: item 1: 99999999999 is beyond the integer range" \
+    "pp_layers items name the int range"
+expect 2 "1f1b with fewer micro-batches than stages" -- accelerator.pp_size=2 \
+    train.global_batch_size=16 --world 4
+expect_in err "accelerator.pp_schedule = 1f1b needs at least accelerator.pp_size = 2 micro-batches" \
+    "1f1b micro-batch rule"
+expect_in err "set train.global_batch_size: 32 (or null for that), or accelerator.pp_schedule: gpipe" \
+    "1f1b fix"
+expect 0 "gpipe with one micro-batch" -- accelerator.pp_size=2 accelerator.pp_schedule=gpipe --world 4
+expect_in out "  pp_schedule: gpipe" "gpipe in the derived block"
+expect 2 "pp with moe" -- accelerator.pp_size=2 model.arch=moe train.global_batch_size=32 --world 4
+expect_in err "accelerator.pp_size = 2 with model.arch = moe" "pp refuses moe"
+expect 2 "pp with tied embeddings" -- accelerator.pp_size=2 model.tie_embeddings=true \
+    train.global_batch_size=32 --world 4
+expect_in err "accelerator.pp_size = 2 with model.tie_embeddings = true" "pp refuses tied embeddings"
+expect_in err "set model.tie_embeddings: false, or accelerator.pp_size: 1" "tie fix"
+expect 0 "pp_schedule without pp" -- accelerator.pp_schedule=gpipe
+expect_in err "accelerator.pp_schedule = gpipe has no effect" "pp_schedule with pp 1 warns"
+# `train` refuses a PP rule before anything is written.
+"$HS_BIN" train accelerator.pp_size=2 model.tie_embeddings=true train.out_dir="$work/pp_run" \
+    >"$work/out" 2>"$work/err"
+rc=$?
+[ "$rc" = 2 ] || { fail "train with pp and tied embeddings: exit $rc, want 2"; cat "$work/err"; }
+expect_in err "accelerator.pp_size = 2 with model.tie_embeddings = true" "train names the PP rule"
+[ ! -e "$work/pp_run" ] || fail "train wrote $work/pp_run before refusing the config"
+
 expect 0 "override and --world=N" -- fsdp_config.dp_shard_size=2 --world=2
 expect_in out "dp_replicate_size: 1" "derived replicate size"
 

@@ -19,7 +19,22 @@ grep -qE '^tp +8 × 2 +\[0 1\] \[2 3\] \[4 5\] \[6 7\] \[8 9\] \[10 11\] \[12 13
 grep -qE '^pp +8 × 2 +\[0 8\] \[1 9\] ' "$out" || die "pp groups wrong"
 grep -qE '^fsdp_shard +8 × 2 +\[0 2\] \[4 6\] \[1 3\] \[5 7\] ' "$out" || die "fsdp_shard groups wrong"
 grep -qE '^dp_cp +4 × 4 +\[0 2 4 6\] \[1 3 5 7\] \[8 10 12 14\] \[9 11 13 15\]$' "$out" || die "dp_cp groups wrong"
+grep -qF "pipeline: model.n_layers 4 over pp 2" "$out" || die "pipeline line missing"
+grep -qE '^stage 0 +layers \[0, 2\)  ranks 0-7$' "$out" || die "stage 0 wrong"
+grep -qE '^stage 1 +layers \[2, 4\)  ranks 8-15$' "$out" || die "stage 1 wrong"
 [ ! -s "$err" ] || die "stderr not empty: $(cat "$err")"
+
+# The stages split n_layers evenly, extra blocks to the middle stages.
+"$HS_BIN" mesh --world 8 pp=4 n_layers=10 >"$out" || die "pp 4 over 10 blocks exited $?"
+grep -qE '^stage 1 +layers \[2, 5\)  ranks 2-3$' "$out" || die "stage 1 of 10 blocks wrong"
+grep -qE '^stage 3 +layers \[8, 10\)  ranks 6-7$' "$out" || die "stage 3 of 10 blocks wrong"
+"$HS_BIN" mesh --world 4 tp=2 >"$out"
+! grep -q "^pipeline:" "$out" || die "stages printed without pp"
+set +e
+"$HS_BIN" mesh --world 4 pp=4 model.n_layers=3 >"$out" 2>"$err"; rc=$?
+set -e
+[ "$rc" -eq 2 ] || die "pp 4 over 3 blocks exited $rc"
+grep -qF "accelerator.pp_size = 4 exceeds model.n_layers = 3" "$err" || die "pp > n_layers not named"
 
 # Config paths work as keys too.
 "$HS_BIN" mesh --world=8 accelerator.tp_size=2 fsdp_config.dp_shard_size=4 >"$out"

@@ -73,6 +73,8 @@ static void test_minimal_yaml_resolves_every_spec_default(void **state) {
     assert_int_equal(a->cp_size, 1);
     assert_int_equal(a->ep_size, 1);
     assert_int_equal(a->pp_size, 1);
+    assert_string_equal(a->pp_schedule, "1f1b");
+    assert_int_equal(a->n_pp_layers, 0);
     assert_false(a->sequence_parallel);
     assert_false(a->loss_parallel);
     assert_string_equal(a->device, "cpu");
@@ -206,6 +208,76 @@ static void test_list_override_replaces_replicate_params(void **state) {
     assert_string_equal(l->c.fsdp.replicate_params[1], "lm_head.weight");
     assert_int_equal(hs_config_override(&l->c, "fsdp_config.replicate_params=[]", &l->e), HS_OK);
     assert_int_equal(l->c.fsdp.n_replicate_params, 0);
+    loaded_free(l);
+}
+
+/* accelerator.pp_layers: a flow or block sequence in a file, an override,
+ * null for empty; every item an int32, at most HS_PP_MAX_STAGES of them. */
+static void test_pp_layers_is_a_list_of_integers(void **state) {
+    (void)state;
+    loaded *l = load_yaml("accelerator:\n  pp_layers: [3, 1]\n", NULL, 0);
+    assert_ok(l);
+    assert_int_equal(l->c.accelerator.n_pp_layers, 2);
+    assert_int_equal(l->c.accelerator.pp_layers[0], 3);
+    assert_int_equal(l->c.accelerator.pp_layers[1], 1);
+    loaded_free(l);
+    l = load_yaml("accelerator:\n  pp_layers:\n    - 2\n    - 5\n    - 1\n", NULL, 0);
+    assert_ok(l);
+    assert_int_equal(l->c.accelerator.n_pp_layers, 3);
+    assert_int_equal(l->c.accelerator.pp_layers[1], 5);
+    assert_int_equal(hs_config_override(&l->c, "accelerator.pp_layers=[4]", &l->e), HS_OK);
+    assert_int_equal(l->c.accelerator.n_pp_layers, 1);
+    assert_int_equal(l->c.accelerator.pp_layers[0], 4);
+    assert_int_equal(l->c.accelerator.pp_layers[1], 0); /* slots past the count are cleared */
+    assert_int_equal(hs_config_override(&l->c, "accelerator.pp_layers=null", &l->e), HS_OK);
+    assert_int_equal(l->c.accelerator.n_pp_layers, 0);
+    loaded_free(l);
+    const char *ov[] = {"accelerator.pp_layers=[3,1]"};
+    l = load_yaml("", ov, 1);
+    assert_ok(l);
+    assert_int_equal(l->c.accelerator.n_pp_layers, 2);
+    assert_int_equal(l->c.accelerator.pp_layers[0], 3);
+    loaded_free(l);
+
+    hs_config c;
+    hs_error e;
+    hs_config_defaults(&c);
+    assert_int_equal(hs_config_override(&c, "accelerator.pp_layers=[1, 99999999999]", &e),
+                     HS_ERR_CONFIG);
+    assert_non_null(strstr(e.msg, "accelerator.pp_layers: item 1: 99999999999 is beyond the "
+                                  "integer range [-2147483648, 2147483647]"));
+    assert_int_equal(hs_config_override(&c, "accelerator.pp_layers=[2, x]", &e), HS_ERR_CONFIG);
+    assert_non_null(strstr(e.msg, "accelerator.pp_layers: item 1: expected an integer, got 'x'"));
+    assert_int_equal(hs_config_override(&c, "accelerator.pp_layers=[2, \"3\"]", &e),
+                     HS_ERR_CONFIG);
+    assert_non_null(strstr(e.msg, "item 1: expected an integer, got the quoted string \"3\""));
+    assert_int_equal(hs_config_override(&c, "accelerator.pp_layers=3", &e), HS_ERR_CONFIG);
+    assert_non_null(strstr(e.msg, "accelerator.pp_layers: expected a list of integers like "
+                                  "[3, 5], got '3'"));
+    assert_int_equal(hs_config_override(&c, "accelerator.pp_layers=[[1], 2]", &e), HS_ERR_CONFIG);
+    assert_non_null(strstr(e.msg, "list items must be plain values, got a list"));
+    char many[512] = "accelerator.pp_layers=[";
+    for (int i = 0; i <= HS_PP_MAX_STAGES; i++) strcat(many, i ? ", 1" : "1");
+    strcat(many, "]");
+    assert_int_equal(hs_config_override(&c, many, &e), HS_ERR_CONFIG);
+    assert_non_null(strstr(e.msg, "accelerator.pp_layers: at most 64 items are allowed, got 65"));
+    assert_int_equal(c.accelerator.n_pp_layers, 0); /* every failure left the value */
+    hs_config_free(&c);
+}
+
+static void test_pp_schedule_is_gpipe_or_1f1b(void **state) {
+    (void)state;
+    const char *ov[] = {"accelerator.pp_schedule=gpipe"};
+    loaded *l = load_yaml("", ov, 1);
+    assert_ok(l);
+    assert_string_equal(l->c.accelerator.pp_schedule, "gpipe");
+    loaded_free(l);
+    l = load_yaml("accelerator:\n  pp_schedule: 1f1c\n", NULL, 0);
+    assert_error_has(l, "accelerator.pp_schedule: expected one of gpipe | 1f1b, got '1f1c'; did "
+                        "you mean 1f1b?");
+    loaded_free(l);
+    l = load_yaml("accelerator:\n  pp_schedule: interleaved_1f1b\n", NULL, 0);
+    assert_error_has(l, "accelerator.pp_schedule: expected one of gpipe | 1f1b");
     loaded_free(l);
 }
 
@@ -518,8 +590,9 @@ static void test_dump_loads_back_to_the_same_config(void **state) {
                         "model.norm_eps=1e-7",
                         "train.seed=-9223372036854775807",
                         "checkpoint.resume=auto",
-                        "data.path=data/ünïcode.txt"};
-    loaded *l = load_yaml("model:\n  arch: moe\n", ov, 9);
+                        "data.path=data/ünïcode.txt",
+                        "accelerator.pp_layers=[3, 1]"};
+    loaded *l = load_yaml("model:\n  arch: moe\n", ov, 10);
     assert_ok(l);
     hs_topology t = {.world = 4, .tp = 1, .cp = 1, .ep = 1, .pp = 1, .dp_shard = 2,
                      .edp_shard = 1, .dp = 4, .fsdp_dp = 4, .dp_replicate = 2,
@@ -533,6 +606,35 @@ static void test_dump_loads_back_to_the_same_config(void **state) {
     assert_string_equal(first, second);
     assert_true(hs_config_hash(&l->c) == hs_config_hash(&again->c));
     assert_string_equal(again->c.train.out_dir, "runs/a \"quoted\" \\ dir\twith tab");
+    assert_non_null(strstr(first, "  pp_layers: [3, 1]\n"));
+    assert_int_equal(again->c.accelerator.n_pp_layers, 2);
+    free(first);
+    free(second);
+    loaded_free(again);
+    loaded_free(l);
+}
+
+/* With pp > 1 the derived block lists the schedule, each stage's blocks and
+ * ranks, and the pp groups, and still loads back. */
+static void test_dump_derives_the_pipeline_stages(void **state) {
+    (void)state;
+    const char *ov[] = {"accelerator.pp_size=2", "accelerator.tp_size=2", "model.n_layers=5",
+                        "train.global_batch_size=32"};
+    loaded *l = load_yaml("", ov, 4);
+    assert_ok(l);
+    hs_topology t;
+    assert_int_equal(hs_config_validate(&l->c, 8, &t, NULL, &l->e), HS_OK);
+    char *first = dump_to_string(&l->c, &t);
+    const char *want = "  pp_schedule: 1f1b\n"
+                       "  pp_stages:\n"
+                       "    - {stage: 0, layers: \"[0, 3)\", ranks: [0, 1, 2, 3]}\n"
+                       "    - {stage: 1, layers: \"[3, 5)\", ranks: [4, 5, 6, 7]}\n"
+                       "  pp_groups: [[0, 4], [1, 5], [2, 6], [3, 7]]\n";
+    if (!strstr(first, want)) fail_msg("'%s' not in:\n%s", want, first);
+    loaded *again = load_yaml(first, NULL, 0);
+    assert_ok(again);
+    char *second = dump_to_string(&again->c, &t);
+    assert_string_equal(first, second);
     free(first);
     free(second);
     loaded_free(again);
@@ -549,6 +651,7 @@ static void test_dump_lists_every_key_in_schema_sections(void **state) {
     assert_non_null(strstr(text, "  comm_fusion_zero_copy: null\n"));
     assert_non_null(strstr(text, "  betas: [0.9, 0.95]\n"));
     assert_non_null(strstr(text, "  replicate_params: []\n"));
+    assert_non_null(strstr(text, "  pp_schedule: 1f1b\n  pp_layers: []\n"));
     assert_non_null(strstr(text, "compile:\n  fullgraph: false\n"));
     assert_null(strstr(text, "derived:"));
     /* Each section opens exactly once. */
@@ -597,6 +700,13 @@ static void test_hash_changes_with_any_value(void **state) {
     assert_true(hs_config_hash(&a) == hs_config_hash(&b));
     assert_int_equal(hs_config_override(&b, "fsdp_config.replicate_params=[x]", &e), HS_OK);
     assert_true(hs_config_hash(&a) != hs_config_hash(&b));
+    hs_config_free(&b);
+    hs_config_copy(&b, &a);
+    assert_int_equal(hs_config_override(&b, "accelerator.pp_layers=[2, 2]", &e), HS_OK);
+    uint64_t h22 = hs_config_hash(&b);
+    assert_true(hs_config_hash(&a) != h22);
+    assert_int_equal(hs_config_override(&b, "accelerator.pp_layers=[3, 1]", &e), HS_OK);
+    assert_true(hs_config_hash(&b) != h22);
     hs_config_free(&a);
     hs_config_free(&b);
 }
@@ -612,6 +722,14 @@ static void test_copy_is_deep(void **state) {
     assert_int_equal(b.fsdp.n_replicate_params, 2);
     assert_string_equal(b.fsdp.replicate_params[1], "y");
     hs_config_free(&b);
+    hs_config_defaults(&a);
+    assert_int_equal(hs_config_override(&a, "accelerator.pp_layers=[3, 1]", &e), HS_OK);
+    hs_config_copy(&b, &a);
+    a.accelerator.pp_layers[0] = 9;
+    assert_int_equal(b.accelerator.n_pp_layers, 2);
+    assert_int_equal(b.accelerator.pp_layers[0], 3);
+    hs_config_free(&a);
+    hs_config_free(&b);
 }
 
 int main(void) {
@@ -623,6 +741,8 @@ int main(void) {
         cmocka_unit_test(test_override_beats_the_file),
         cmocka_unit_test(test_last_override_of_a_path_wins),
         cmocka_unit_test(test_list_override_replaces_replicate_params),
+        cmocka_unit_test(test_pp_layers_is_a_list_of_integers),
+        cmocka_unit_test(test_pp_schedule_is_gpipe_or_1f1b),
         cmocka_unit_test(test_null_override_clears_a_nullable_key),
         cmocka_unit_test(test_null_for_a_non_nullable_key_is_an_error),
         cmocka_unit_test(test_global_batch_size_is_a_nullable_integer),
@@ -650,6 +770,7 @@ int main(void) {
         cmocka_unit_test(test_failed_load_leaves_the_builtin_default),
         cmocka_unit_test(test_missing_file_is_a_usage_error_naming_the_file),
         cmocka_unit_test(test_dump_loads_back_to_the_same_config),
+        cmocka_unit_test(test_dump_derives_the_pipeline_stages),
         cmocka_unit_test(test_dump_lists_every_key_in_schema_sections),
         cmocka_unit_test(test_schema_sections_are_contiguous_and_documented),
         cmocka_unit_test(test_hash_changes_with_any_value),

@@ -100,11 +100,7 @@ static void test_rule3_negative_prefetch_depth_fails(void **state) {
                           "fsdp_config.backward_prefetch_depth=3")));
 }
 
-static const char pp_unbuilt[] = "accelerator.pp_size = 2: pipeline parallelism is not supported "
-                                 "by this build yet; set accelerator.pp_size: 1";
-
-/* A derivation the config could not show: pp, cp and ep > 1 are rejected by
- * validation, but the topology rules stay as spec 004 §2.1 has them. */
+/* A derivation checked on its own, as spec 004 §2.1 has the topology rules. */
 static hs_topology derive_ok(int world, int tp, int cp, int ep, int pp, int dp_shard,
                              int edp_shard) {
     hs_topology t;
@@ -124,10 +120,9 @@ static void test_rule4_world_not_divisible_by_tp_cp_pp_fails(void **state) {
                               "accelerator.cp_size=2")),
                  "world size 12 is not divisible by accelerator.tp_size × cp_size × pp_size = 8");
     expect_ok(check(8, OV("accelerator.tp_size=2", "train.global_batch_size=32")));
-    /* Rule 4 holds for tp 2 x pp 2 on 8 ranks; only the pipeline is missing. */
-    expect_only_error(check(8, OV("accelerator.tp_size=2", "accelerator.pp_size=2",
-                                  "train.global_batch_size=16")),
-                      pp_unbuilt);
+    /* Rule 4 holds for tp 2 x pp 2 on 8 ranks. */
+    expect_ok(check(8, OV("accelerator.tp_size=2", "accelerator.pp_size=2",
+                          "train.global_batch_size=32")));
     hs_topology t = derive_ok(8, 2, 1, 1, 2, 1, 1);
     assert_int_equal(t.dp, 2);
 }
@@ -382,19 +377,11 @@ static void test_ep_rules(void **state) {
                           "accelerator.sequence_parallel=true", "train.global_batch_size=16")));
 }
 
-static void test_pp_is_rejected_until_built(void **state) {
+static void test_parallel_rules_that_need_the_model(void **state) {
     (void)state;
-    expect_only_error(check(2, OV("accelerator.pp_size=2", "train.global_batch_size=8")),
-                      pp_unbuilt);
-    /* Their own rules still run, and the topology rules are reported first. */
-    checked *r = check(3, OV("accelerator.cp_size=2", "accelerator.pp_size=2"));
-    assert_int_equal(r->st, HS_ERR_CONFIG);
-    assert_non_null(strstr(r->e.msg, "[rule 4]"));
-    assert_true(strstr(r->e.msg, "[rule 4]") < strstr(r->e.msg, pp_unbuilt));
-    free(r);
     expect_error(check(3, OV("accelerator.cp_size=3", "train.global_batch_size=8")),
                  "train.seq_len = 64 is not divisible by 2 x accelerator.cp_size");
-    expect_error(check(8, OV("accelerator.pp_size=8", "train.global_batch_size=8")),
+    expect_error(check(8, OV("accelerator.pp_size=8", "train.global_batch_size=64")),
                  "accelerator.pp_size = 8 exceeds model.n_layers = 4");
     expect_error(check(4, OV("model.arch=moe", "model.moe.num_experts=6", "accelerator.ep_size=4",
                              "train.global_batch_size=32")),
@@ -404,6 +391,132 @@ static void test_pp_is_rejected_until_built(void **state) {
     hs_topology t = derive_ok(8, 2, 2, 1, 1, 2, 1);
     assert_int_equal(t.fsdp_dp, 4);
     assert_int_equal(t.dp_replicate, 2);
+}
+
+/* The stages of `c` (pp_size entries) as "[a, b, ...]" of block counts,
+ * checking that first_layer is their running sum. */
+static void expect_stages(const char *const *ov, int n, const char *want) {
+    hs_config c;
+    hs_error e;
+    assert_int_equal(hs_config_load(&c, NULL, ov, n, &e), HS_OK);
+    int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
+    hs_config_pp_stages(&c, first, count);
+    char got[256] = "[";
+    for (int s = 0, sum = 0; s < c.accelerator.pp_size; sum += count[s], s++) {
+        assert_int_equal(first[s], sum);
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d", s ? ", " : "", count[s]);
+    }
+    strcat(got, "]");
+    assert_string_equal(got, want);
+    hs_config_free(&c);
+}
+
+static void test_pp_stages_split_evenly_with_extra_blocks_in_the_middle(void **state) {
+    (void)state;
+    expect_stages(OV("model.n_layers=10", "accelerator.pp_size=4"), "[2, 3, 3, 2]");
+    expect_stages(OV("model.n_layers=5", "accelerator.pp_size=2"), "[3, 2]");
+    expect_stages(OV("model.n_layers=7", "accelerator.pp_size=3"), "[2, 3, 2]");
+    expect_stages(OV("model.n_layers=8", "accelerator.pp_size=4"), "[2, 2, 2, 2]");
+    expect_stages(OV("model.n_layers=11", "accelerator.pp_size=4"), "[3, 3, 3, 2]");
+    expect_stages(OV("model.n_layers=4", "accelerator.pp_size=1"), "[4]");
+    expect_stages(OV("model.n_layers=4", "accelerator.pp_size=2", "accelerator.pp_layers=[3, 1]"),
+                  "[3, 1]");
+}
+
+static void test_pp_layers_must_match_the_stages_and_the_model(void **state) {
+    (void)state;
+    const char *even = "set accelerator.pp_layers: [2, 2] (the even split of model.n_layers = "
+                       "4), or [] for it";
+    char line[512];
+    snprintf(line, sizeof line,
+             "accelerator.pp_layers = [2, 1, 1] has 3 entries but accelerator.pp_size = 2: it "
+             "lists the blocks of each pipeline stage, one entry per stage; %s",
+             even);
+    expect_only_error(check(2, OV("accelerator.pp_size=2", "accelerator.pp_layers=[2, 1, 1]",
+                                  "train.global_batch_size=16")),
+                      line);
+    snprintf(line, sizeof line,
+             "accelerator.pp_layers[1] = 0 must be >= 1: every pipeline stage needs at least one "
+             "block; %s",
+             even);
+    expect_only_error(check(2, OV("accelerator.pp_size=2", "accelerator.pp_layers=[4, 0]",
+                                  "train.global_batch_size=16")),
+                      line);
+    snprintf(line, sizeof line,
+             "accelerator.pp_layers = [3, 3] sums to 6 blocks but model.n_layers = 4: the stages "
+             "must hold every block exactly once; %s",
+             even);
+    expect_only_error(check(2, OV("accelerator.pp_size=2", "accelerator.pp_layers=[3, 3]",
+                                  "train.global_batch_size=16")),
+                      line);
+    expect_error(check(4, OV("model.n_layers=10", "accelerator.pp_size=4",
+                             "accelerator.pp_layers=[1, 2, 3, 5]", "train.global_batch_size=32")),
+                 "set accelerator.pp_layers: [2, 3, 3, 2] (the even split of model.n_layers = 10)");
+    expect_ok(check(2, OV("accelerator.pp_size=2", "accelerator.pp_layers=[3, 1]",
+                          "train.global_batch_size=16")));
+    /* One stage: [] or all the blocks. */
+    expect_only_error(check(1, OV("accelerator.pp_layers=[3, 1]")),
+                      "accelerator.pp_layers = [3, 1] is set but accelerator.pp_size = 1: its one "
+                      "stage holds all model.n_layers = 4 blocks; set accelerator.pp_layers: [] "
+                      "(or [4]), or accelerator.pp_size: 2 to run these 2 stages");
+    expect_error(check(1, OV("accelerator.pp_layers=[5]")),
+                 "accelerator.pp_layers = [5] is set but accelerator.pp_size = 1");
+    expect_ok(check(1, OV("accelerator.pp_layers=[4]")));
+    expect_ok(check(1, OV("accelerator.pp_layers=[]")));
+}
+
+static void test_pp_1f1b_needs_a_micro_batch_per_stage(void **state) {
+    (void)state;
+    expect_only_error(check(4, OV("accelerator.pp_size=2", "train.global_batch_size=16")),
+                      "accelerator.pp_schedule = 1f1b needs at least accelerator.pp_size = 2 "
+                      "micro-batches per step, got 1 = train.global_batch_size / "
+                      "(train.micro_batch_size x dp_size) = 16 / (8 x 2); set "
+                      "train.global_batch_size: 32 (or null for that), or "
+                      "accelerator.pp_schedule: gpipe");
+    expect_only_error(check(8, OV("accelerator.pp_size=4", "train.global_batch_size=48",
+                                  "train.micro_batch_size=8")),
+                      "accelerator.pp_schedule = 1f1b needs at least accelerator.pp_size = 4 "
+                      "micro-batches per step, got 3 = train.global_batch_size / "
+                      "(train.micro_batch_size x dp_size) = 48 / (8 x 2); set "
+                      "train.global_batch_size: 64 (or null for that), or "
+                      "accelerator.pp_schedule: gpipe");
+    /* null: one micro-batch per stage, so the minimal config runs */
+    expect_ok(check(4, OV("accelerator.pp_size=2")));
+    hs_config c;
+    hs_config_defaults(&c);
+    c.accelerator.pp_size = 4;
+    hs_topology t = {.dp = 2};
+    assert_int_equal(hs_config_global_batch(&c, &t), 8 * 2 * 4);
+    assert_int_equal(hs_config_micro_batches(&c, &t), 4);
+    hs_config_free(&c);
+    expect_ok(check(4, OV("accelerator.pp_size=2", "train.global_batch_size=32")));
+    /* GPipe runs any number of micro-batches. */
+    expect_ok(check(4, OV("accelerator.pp_size=2", "accelerator.pp_schedule=gpipe")));
+}
+
+static void test_pp_refuses_what_stages_do_not_share(void **state) {
+    (void)state;
+    expect_only_error(check(2, OV("accelerator.pp_size=2", "model.arch=moe",
+                                  "train.global_batch_size=16")),
+                      "accelerator.pp_size = 2 with model.arch = moe: the MoE load-balancing loss "
+                      "pools router statistics over all layers of a micro-batch, which pipeline "
+                      "stages do not share yet; set accelerator.pp_size: 1, or model.arch: llama");
+    expect_only_error(check(2, OV("accelerator.pp_size=2", "model.tie_embeddings=true",
+                                  "train.global_batch_size=16")),
+                      "accelerator.pp_size = 2 with model.tie_embeddings = true: the token "
+                      "embedding lives on the first pipeline stage and lm_head on the last, so "
+                      "they cannot share one weight; set model.tie_embeddings: false, or "
+                      "accelerator.pp_size: 1");
+    expect_ok(check(1, OV("model.arch=moe", "model.tie_embeddings=true")));
+    /* The topology rules are reported first, and the PP rules still run. */
+    checked *r = check(3, OV("accelerator.cp_size=2", "accelerator.pp_size=2",
+                             "model.tie_embeddings=true"));
+    assert_int_equal(r->st, HS_ERR_CONFIG);
+    const char *rule4 = strstr(r->e.msg, "[rule 4]"), *tie = strstr(r->e.msg, "tie_embeddings");
+    assert_non_null(rule4);
+    assert_non_null(tie);
+    assert_true(rule4 < tie);
+    free(r);
 }
 
 static void test_all_violated_rules_are_reported_together(void **state) {
@@ -465,6 +578,14 @@ static void test_warn_tp_switches_without_tp(void **state) {
                    "accelerator.tp_size > 1");
 }
 
+static void test_warn_pp_schedule_without_pp(void **state) {
+    (void)state;
+    expect_warning(check(1, OV("accelerator.pp_schedule=gpipe")),
+                   "accelerator.pp_schedule = gpipe has no effect: it needs accelerator.pp_size "
+                   "> 1");
+    expect_no_warning(check(1, OV("accelerator.pp_schedule=1f1b")));
+}
+
 static void test_warn_fsdp_unit_knobs_when_fsdp_is_skipped(void **state) {
     (void)state;
     expect_warning(check(1, OV("fsdp_config.enable_offload=true")),
@@ -497,7 +618,11 @@ int main(void) {
         cmocka_unit_test(test_sequence_parallel_needs_seq_len_split_over_tp),
         cmocka_unit_test(test_cp_needs_two_chunks_per_rank),
         cmocka_unit_test(test_ep_rules),
-        cmocka_unit_test(test_pp_is_rejected_until_built),
+        cmocka_unit_test(test_parallel_rules_that_need_the_model),
+        cmocka_unit_test(test_pp_stages_split_evenly_with_extra_blocks_in_the_middle),
+        cmocka_unit_test(test_pp_layers_must_match_the_stages_and_the_model),
+        cmocka_unit_test(test_pp_1f1b_needs_a_micro_batch_per_stage),
+        cmocka_unit_test(test_pp_refuses_what_stages_do_not_share),
         cmocka_unit_test(test_all_violated_rules_are_reported_together),
         cmocka_unit_test(test_default_config_is_valid_and_silent_on_one_rank),
         cmocka_unit_test(test_warn_edp_shard_size_without_experts),
@@ -505,6 +630,7 @@ int main(void) {
         cmocka_unit_test(test_warn_zero_copy_without_comm_fusion),
         cmocka_unit_test(test_warn_micro_batch_knobs_with_one_micro_batch),
         cmocka_unit_test(test_warn_tp_switches_without_tp),
+        cmocka_unit_test(test_warn_pp_schedule_without_pp),
         cmocka_unit_test(test_warn_fsdp_unit_knobs_when_fsdp_is_skipped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
