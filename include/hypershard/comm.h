@@ -15,7 +15,8 @@
  *   its lifetime, on every member rank. Each queue has its own
  *   communication thread, so a critical-path collective (tensor-parallel
  *   all-reduce) never waits behind prefetched all-gathers on the default
- *   queue. The mesh puts its tp, cp and ep groups on HS_COMM_QUEUE_CRITICAL.
+ *   queue. The mesh puts its tp, cp and ep groups on HS_COMM_QUEUE_CRITICAL;
+ *   pipeline parallelism its two hand-over groups on the PP queues.
  * - Every collective exists as `_async` returning an hs_work handle and as a
  *   blocking form (async + wait). The collectives of one queue are executed
  *   by that queue's communication thread in issue order and complete in
@@ -69,6 +70,11 @@ typedef enum hs_reduce_op {
 typedef enum hs_comm_queue {
     HS_COMM_QUEUE_DEFAULT = 0,
     HS_COMM_QUEUE_CRITICAL,
+    /* Pipeline hand-over, one queue per direction: activations go forward
+     * in micro-batch order on one, gradients backward on the other, so a
+     * blocking send never waits on a receive queued behind it. */
+    HS_COMM_QUEUE_PP_FORWARD,
+    HS_COMM_QUEUE_PP_BACKWARD,
     HS_COMM_QUEUE_COUNT
 } hs_comm_queue;
 

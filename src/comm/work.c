@@ -15,7 +15,8 @@
 
 #include "comm/comm_internal.h"
 
-static const char *const queue_names[HS_COMM_QUEUE_COUNT] = {"default", "critical"};
+static const char *const queue_names[HS_COMM_QUEUE_COUNT] = {"default", "critical", "pp_forward",
+                                                                 "pp_backward"};
 _Static_assert(sizeof queue_names / sizeof queue_names[0] == HS_COMM_QUEUE_COUNT,
                "queue_names follows hs_comm_queue");
 
