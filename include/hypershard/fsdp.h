@@ -65,6 +65,14 @@ const hs_model_hooks *hs_fsdp_hooks(hs_fsdp *f);
 void hs_fsdp_set_micro_batch(hs_fsdp *f, bool requires_grad_sync, bool reshard_after_backward,
                              bool is_last);
 
+/* A pipeline schedule's step bracket. begin_step: a training step starts
+ * (forgets forwards that no backward followed, e.g. evaluation). drain:
+ * finish every gradient reduction issued so far and apply it, as the root
+ * does after the last backward; idempotent, so a schedule's forced drain
+ * and the natural one never apply a gradient twice. */
+void hs_fsdp_begin_step(hs_fsdp *f);
+void hs_fsdp_drain(hs_fsdp *f);
+
 /* The optimizer's parameters: local shards (or fp32 main params) with their
  * reduced fp32 gradients. Valid until hs_fsdp_free. */
 int hs_fsdp_optim_params(hs_fsdp *f, hs_optim_param **out);

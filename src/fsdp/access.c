@@ -19,6 +19,16 @@ void hs_fsdp_set_micro_batch(hs_fsdp *f, bool requires_grad_sync, bool reshard_a
     f->ctx.reshard = reshard_after_backward || is_last;
 }
 
+void hs_fsdp_begin_step(hs_fsdp *f)
+{
+    for (int u = 0; u < f->ctx.n_units; u++) f->ctx.units[u].fwd_outstanding = 0;
+}
+
+void hs_fsdp_drain(hs_fsdp *f)
+{
+    hs_fsdp_ctx_drain(&f->ctx);
+}
+
 /* Muon's whole-matrix view of a row shard (hs_optim_gather): this shard's
  * rows go to their torch.chunk slot of the padded unsharded buffer and one
  * in-place all-gather over the shard group fills the rest, so rows [0, D0)

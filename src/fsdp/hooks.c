@@ -67,6 +67,7 @@ void hs_fsdp_hook_post_forward(void *vctx, int ui)
         return;
     }
     if (u->state != HS_FSDP_STATE_PRE_FORWARD) bad_order(u, "forward");
+    u->fwd_outstanding++;
     if (u->reshard_after_forward) hs_fsdp_unit_reshard(u);
     transition(ctx, u, "forward", HS_FSDP_STATE_FORWARD);
 }
@@ -76,7 +77,10 @@ void hs_fsdp_hook_pre_backward(void *vctx, int ui)
     hs_fsdp_ctx *ctx = vctx;
     hs_fsdp_unit *u = unit_at(ctx, ui);
     if (u->state == HS_FSDP_STATE_PRE_BACKWARD) return; /* several output grads */
-    if (u->state != HS_FSDP_STATE_FORWARD) bad_order(u, "backward_pre");
+    /* After a backward, another one only for a forward still outstanding
+     * (micro-batches in flight in a pipeline schedule). */
+    bool in_flight = u->state == HS_FSDP_STATE_BACKWARD && u->fwd_outstanding > 0;
+    if (u->state != HS_FSDP_STATE_FORWARD && !in_flight) bad_order(u, "backward_pre");
     hs_fsdp_unit_unshard_issue(u);
     hs_fsdp_prefetch_backward(ctx, u);
     unshard_or_fail(ctx, u);
@@ -90,6 +94,7 @@ void hs_fsdp_hook_post_backward(void *vctx, int ui)
     hs_fsdp_unit *u = unit_at(ctx, ui);
     if (u->state == HS_FSDP_STATE_BACKWARD) return; /* already run by the root */
     if (u->state != HS_FSDP_STATE_PRE_BACKWARD) bad_order(u, "backward");
+    if (u->fwd_outstanding > 0) u->fwd_outstanding--;
     if (ctx->sync)
         hs_fsdp_ctx_reduce_unit(ctx, ui);
     else

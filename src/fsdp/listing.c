@@ -2,7 +2,8 @@
  * unit with its parameters, the mesh each is sharded on and the shard
  * shapes actually allocated. Tests read it to check where parameters live
  * (routed experts only in expert units under EP) and the real shard
- * degrees (from the shapes, not the config). */
+ * degrees (from the shapes, not the config), and the world ranks of each
+ * parameter's shard and replicate groups (a pipeline stage's are its own). */
 #include "fsdp/manager.h"
 
 static void shape(hs_json *j, const char *key, int ndim, const int64_t *s)
@@ -10,6 +11,15 @@ static void shape(hs_json *j, const char *key, int ndim, const int64_t *s)
     hs_json_key(j, key);
     hs_json_begin_array(j);
     for (int d = 0; d < ndim; d++) hs_json_int(j, s[d]);
+    hs_json_end_array(j);
+}
+
+/* The world ranks of a group in group-rank order ([] without one). */
+static void members(hs_json *j, const char *key, hs_pg *g)
+{
+    hs_json_key(j, key);
+    hs_json_begin_array(j);
+    for (int r = 0; g && r < hs_pg_size(g); r++) hs_json_int(j, hs_pg_world_rank(g, r));
     hs_json_end_array(j);
 }
 
@@ -24,6 +34,8 @@ static void param(hs_json *j, const hs_fsdp_param *fp)
     hs_json_kv_int(j, "shard_degree", fp->mi.shard_size);
     hs_json_kv_int(j, "replicate_degree", fp->mi.replicate_size);
     hs_json_kv_int(j, "ep_degree", p->on_ep_mesh ? fp->mi.ep_size : 1);
+    members(j, "shard_ranks", fp->mi.shard_pg);
+    members(j, "replicate_ranks", fp->mi.replicate_pg);
     shape(j, "shape", p->ndim, p->shape);
     shape(j, "local_shape", p->ndim, p->local_shape);
     shape(j, "local_offset", p->ndim, p->local_offset);

@@ -86,16 +86,6 @@ static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicat
     return mi;
 }
 
-static hs_status check_topology(const hs_topology *t, hs_error *e)
-{
-    if (t->pp > 1)
-        return hs_error_set(e, HS_ERR_CONFIG,
-                            "accelerator.pp_size=%d: the FSDP engine composes with tensor, "
-                            "context and expert parallelism only so far; set it to 1",
-                            t->pp);
-    return HS_OK;
-}
-
 static bool is_replicate_param(const hs_config *cfg, const char *fqn)
 {
     for (int i = 0; i < cfg->fsdp.n_replicate_params; i++)
@@ -103,8 +93,11 @@ static bool is_replicate_param(const hs_config *cfg, const char *fqn)
     return false;
 }
 
+/* A pipeline stage holds some of the FQNs only; the trainer checks the
+ * names against the whole model's. */
 static hs_status check_fqns(const hs_config *cfg, hs_model *model, hs_error *e)
 {
+    if (!hs_model_is_first_stage(model) || !hs_model_is_last_stage(model)) return HS_OK;
     int n = hs_model_num_params(model);
     const char **fqns = calloc((size_t)n + 1, sizeof *fqns);
     HS_ASSERT(fqns != NULL);
@@ -317,7 +310,6 @@ hs_status hs_fsdp_wrap(const hs_config *cfg, hs_mesh *mesh, hs_comm *comm, hs_de
     *out = NULL;
     hs_error_clear(e);
     const hs_topology *t = hs_mesh_topology(mesh);
-    if (check_topology(t, e) != HS_OK) return e->code;
     hs_fsdp_dp_groups g = dp_groups_of(mesh);
     HS_ASSERT(g.shard_size == t->dp_shard && g.replicate_size == t->dp_replicate &&
               g.flat_size == t->fsdp_dp);

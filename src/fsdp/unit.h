@@ -47,6 +47,10 @@ typedef struct hs_fsdp_unit {
     hs_fsdp_param **params;
     int n_params;
     hs_fsdp_unit_state state;
+    /* Forwards of this step whose backward has not run yet: a pipeline
+     * schedule runs several micro-batches' forwards before their
+     * backwards, so backward may follow backward while this is > 0. */
+    int fwd_outstanding;
     bool reshard_after_forward;
     /* Units to all-gather ahead, in declaration order (forward: the next
      * forward_prefetch_depth units; backward: the previous ones). */

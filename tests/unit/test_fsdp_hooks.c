@@ -275,6 +275,63 @@ static void test_no_sync_micro_batches_accumulate_then_the_last_reduces_once(voi
     world_down(&w);
 }
 
+/* A pipeline stage's order (RFC 000 §8.2): two micro-batches forward in
+ * their activation slots before either backward (F0 F1 B0 B1), reduced
+ * once after the last backward; the schedule's forced drains after the
+ * root's natural one apply nothing again. */
+static void test_micro_batches_in_flight_reduce_once_and_drain_idempotently(void **s)
+{
+    (void)s;
+    world w;
+    memset(&w, 0, sizeof w);
+    fx_config(&w.cfg);
+    w.dev = fx_device();
+    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
+                           .max_batch = FX_B, .seq_len = FX_T, .pool = &w.dev->device_pool,
+                           .act_slots = 2};
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_model_create(&w.cfg.model, &mo, &w.m, &e), HS_OK);
+    w.f = fx_wrap(&w.cfg, w.dev, w.m, 11);
+    w.ctx = hs_fsdp_context(w.f);
+    w.ctx->on_transition = record;
+    w.ctx->transition_arg = &w.r;
+    hs_model *ref = world_reference(&w);
+    int32_t tok[2][FX_B * FX_T], tgt[2][FX_B * FX_T];
+    hs_batch b[2];
+    float scale = 1.0f / (2 * FX_B * FX_T);
+    for (int k = 0; k < 2; k++) {
+        fx_batch(tok[k], tgt[k], w.cfg.model.vocab_size, 21 + k);
+        b[k] = (hs_batch){tok[k], tgt[k], FX_B, FX_T};
+        double loss, aux;
+        assert_int_equal(hs_model_forward_backward(ref, &b[k], scale, NULL, &loss, &aux, &e), HS_OK);
+    }
+    const hs_model_hooks *h = hs_fsdp_hooks(w.f);
+    hs_fsdp_begin_step(w.f);
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(hs_model_stage_forward(w.m, k, &b[k], h, true, NULL, NULL, &e), HS_OK);
+    for (int k = 0; k < 2; k++) {
+        hs_fsdp_set_micro_batch(w.f, false, false, k == 1);
+        double loss;
+        assert_int_equal(hs_model_stage_backward(w.m, k, &b[k], scale, h, &loss, &e), HS_OK);
+        if (k == 0) assert_false(hs_fsdp_ctx_pending(w.ctx));
+    }
+    char story[1024];
+    unit_story(&w.r, 1, story, sizeof story);
+    assert_string_equal(story, "forward_pre: None -> PRE_FORWARD|forward: PRE_FORWARD -> FORWARD|"
+                               "forward_pre: FORWARD -> PRE_FORWARD|forward: PRE_FORWARD -> FORWARD|"
+                               "backward_pre: FORWARD -> PRE_BACKWARD|"
+                               "backward: PRE_BACKWARD -> BACKWARD|"
+                               "backward_pre: BACKWARD -> PRE_BACKWARD|"
+                               "backward: PRE_BACKWARD -> BACKWARD");
+    assert_reduced_grads_match(&w, ref);
+    hs_fsdp_drain(w.f);
+    hs_fsdp_drain(w.f);
+    assert_reduced_grads_match(&w, ref);
+    hs_model_free(ref);
+    world_down(&w);
+}
+
 static void test_two_wrapped_models_keep_their_queues_apart(void **s)
 {
     (void)s;
@@ -322,6 +379,7 @@ int main(void)
         cmocka_unit_test(test_post_backward_missed_by_a_unit_runs_from_the_root_then_drains),
         cmocka_unit_test(test_gradients_through_fsdp_equal_the_single_process_model),
         cmocka_unit_test(test_no_sync_micro_batches_accumulate_then_the_last_reduces_once),
+        cmocka_unit_test(test_micro_batches_in_flight_reduce_once_and_drain_idempotently),
         cmocka_unit_test(test_two_wrapped_models_keep_their_queues_apart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
