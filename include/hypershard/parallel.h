@@ -1,5 +1,5 @@
-/* hypershard/parallel.h — model-parallel plans: tensor, context and
- * expert parallelism.
+/* hypershard/parallel.h — model-parallel plans: tensor, context, expert
+ * and pipeline parallelism.
  *
  * Contract of this layer (DESIGN.md §1, spec 004 §3 steps 1-2, RFC 000 §4):
  * - A TP plan is a table of FQN suffix -> style, as torchtitan's
@@ -29,6 +29,8 @@
 
 #include "hypershard/base.h"
 #include "hypershard/comm.h"
+#include "hypershard/config.h"
+#include "hypershard/mesh.h"
 #include "hypershard/model.h"
 
 typedef enum hs_tp_style {
@@ -133,5 +135,101 @@ hs_status hs_ep_gather_full(hs_ep *p, const hs_param *q, const float *local, flo
 void hs_ep_local_slice(const hs_param *q, const float *full, float *local);
 hs_parallel_stats hs_ep_get_stats(const hs_ep *p);
 void hs_ep_reset_stats(hs_ep *p);
+
+/* --------------------------------------------------- pipeline parallel
+ *
+ * Stage s of pp holds blocks [first, first + count) (hs_config_pp_stages):
+ * the first stage also the embedding, the last the final norm and lm_head.
+ * Ranks are pp-major, so the ranks of one stage are a contiguous block of
+ * the world and every FSDP/TP/CP group lies inside one stage.
+ *
+ * A schedule is the list of actions one stage runs in one optimizer step
+ * over the step's M micro-batches: F(i), the forward of micro-batch i, and
+ * B(i), its backward. gpipe: every forward, then every backward. 1f1b:
+ * pp-1-s forwards to fill the pipe, then one forward and one backward in
+ * turn, then the remaining backwards, so at most pp-s micro-batches are in
+ * flight on stage s. Micro-batch i lives in activation slot i % slots.
+ *
+ * Hand-over: activations travel stage s -> s+1 on a group bound to
+ * HS_COMM_QUEUE_PP_FORWARD and gradients s+1 -> s on one bound to
+ * HS_COMM_QUEUE_PP_BACKWARD, both in micro-batch order, so blocking sends
+ * never wait in a cycle. Receives land in staging buffers posted one
+ * micro-batch ahead (they overlap the compute in between) and sends go
+ * from staging copies, so the model's buffers are free at once. */
+typedef enum hs_pp_kind { HS_PP_FORWARD = 0, HS_PP_BACKWARD } hs_pp_kind;
+
+typedef struct hs_pp_action {
+    hs_pp_kind kind;
+    int micro_batch;
+} hs_pp_action;
+
+typedef enum hs_pp_schedule_kind { HS_PP_GPIPE = 0, HS_PP_1F1B } hs_pp_schedule_kind;
+
+/* "gpipe" / "1f1b"; false for anything else. */
+bool hs_pp_schedule_parse(const char *name, hs_pp_schedule_kind *out);
+/* The 2*M actions of stage `stage` of pp in order into out (2*M entries). */
+void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, hs_pp_action *out);
+/* Micro-batches at most in flight on `stage` (activation slots it needs). */
+int hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M);
+
+typedef struct hs_pp hs_pp;
+
+/* Collective over the world: the two hand-over groups of this rank's pp
+ * coordinate line (same dp, cp, tp; ordered by stage), named
+ * "<prefix>pp_forward" / "<prefix>pp_backward" (prefix NULL: none), with
+ * staging for hand-over tensors of up to max_numel elements (fp32 or
+ * narrower). */
+hs_status hs_pp_create(hs_comm *comm, const hs_topology *t, int world_rank, int64_t max_numel,
+                       const char *prefix, hs_pp **out, hs_error *e);
+void hs_pp_free(hs_pp *p);
+int hs_pp_stage(const hs_pp *p);
+int hs_pp_size(const hs_pp *p);
+/* Activations from the previous stage: post the receive of micro-batch mb
+ * (numel elements of dt), then take it into dst. Posts and takes go in
+ * micro-batch order; at most one is posted and not yet taken. */
+void hs_pp_post_recv_forward(hs_pp *p, int mb, int64_t numel, hs_dtype dt);
+hs_status hs_pp_take_forward(hs_pp *p, int mb, void *dst, hs_error *e);
+/* Activations to the next stage (copied at once). */
+hs_status hs_pp_send_forward(hs_pp *p, int mb, const void *src, int64_t numel, hs_dtype dt,
+                             hs_error *e);
+/* Gradients (fp32) from the next stage / to the previous one, likewise. */
+void hs_pp_post_recv_backward(hs_pp *p, int mb, int64_t numel);
+hs_status hs_pp_take_backward(hs_pp *p, int mb, float *dst, hs_error *e);
+hs_status hs_pp_send_backward(hs_pp *p, int mb, const float *src, int64_t numel, hs_error *e);
+/* Wait for every send still in flight (end of a step). */
+hs_status hs_pp_flush(hs_pp *p, hs_error *e);
+/* Hand-over traffic since creation (or the last reset): seconds the
+ * calling thread spent taking and sending, calls, bytes. */
+hs_parallel_stats hs_pp_get_stats(const hs_pp *p);
+/* Seconds inside the stage's forwards and backwards (hs_pp_run_step): a
+ * step's wall time minus this is the stage's bubble and hand-over. */
+double hs_pp_busy_seconds(const hs_pp *p);
+void hs_pp_reset_stats(hs_pp *p);
+
+/* What one step of a schedule asks its caller. */
+typedef struct hs_pp_step_io {
+    void *ctx;
+    /* micro-batch mb's batch as this rank runs it (called before each of
+     * its forward and backward) */
+    hs_batch (*batch)(void *ctx, int mb);
+    /* before the backward of mb; last: the stage's last backward of the
+     * step (every schedule runs backwards in micro-batch order) */
+    void (*before_backward)(void *ctx, int mb, bool last);
+    hs_trace *trace;          /* NULL or disabled: no spans */
+    const char *schedule;     /* for the spans' args */
+} hs_pp_step_io;
+
+/* One optimizer step's 2*M actions (hs_pp_schedule) on stage model m
+ * (created with hs_pp_slots slots): each forward and backward in its
+ * micro-batch's slot, with the hand-over; a span "F<i>" / "B<i>" per
+ * action on the compute lane. *loss_sum: the last stage's loss sums (0
+ * elsewhere). Ends with every send gone out. */
+hs_status hs_pp_run_step(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
+                         const hs_pp_action *actions, int M, float grad_scale,
+                         const hs_pp_step_io *io, double *loss_sum, hs_error *e);
+/* Forward only through the stages on batch b (slot 0): the last stage's
+ * loss sum and logits (either may be NULL) stay on the last stage. */
+hs_status hs_pp_forward_only(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
+                             const hs_batch *b, double *loss_sum, float *logits, hs_error *e);
 
 #endif

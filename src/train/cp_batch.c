@@ -28,8 +28,7 @@ void hs_cp_batch_free(hs_trainer *t) {
     free(t->cp_blocks);
 }
 
-/* The batch this rank runs: the sequences themselves, or its CP rows. */
-static hs_batch local_batch(hs_trainer *t, const int32_t *tokens, const int32_t *targets, int B) {
+hs_batch hs_train_local_batch(hs_trainer *t, const int32_t *tokens, const int32_t *targets, int B) {
     if (t->cp < 2) return (hs_batch){.tokens = tokens, .targets = targets, .B = B, .T = t->T};
     int Tl = t->T / t->cp;
     hs_cp_take_local(t->ltokens, tokens, t->cp, t->cp_rank, B, Tl, 1, sizeof(int32_t));
@@ -40,17 +39,23 @@ static hs_batch local_batch(hs_trainer *t, const int32_t *tokens, const int32_t 
 hs_status hs_train_forward_backward(hs_trainer *t, const int32_t *tokens, const int32_t *targets,
                                     int B, float grad_scale, double *loss_sum, double *aux,
                                     hs_error *e) {
-    hs_batch b = local_batch(t, tokens, targets, B);
+    hs_batch b = hs_train_local_batch(t, tokens, targets, B);
     return hs_model_forward_backward(t->engine->model, &b, grad_scale, t->hooks, loss_sum, aux, e);
+}
+
+/* One forward of the local rows: the model, or the pipeline's stages. */
+static hs_status forward(hs_trainer *t, const hs_batch *b, double *loss_sum, float *logits,
+                         hs_error *e) {
+    if (t->pp) return hs_pp_forward(t, b, loss_sum, logits, e);
+    return hs_model_forward(t->engine->model, b, t->hooks, loss_sum, logits, e);
 }
 
 hs_status hs_train_forward(hs_trainer *t, const int32_t *tokens, const int32_t *targets, int B,
                            double *loss_sum, float *logits, hs_error *e) {
-    hs_batch b = local_batch(t, tokens, targets, B);
-    if (t->cp < 2) return hs_model_forward(t->engine->model, &b, t->hooks, loss_sum, logits, e);
+    hs_batch b = hs_train_local_batch(t, tokens, targets, B);
+    if (t->cp < 2) return forward(t, &b, loss_sum, logits, e);
     HS_ASSERT(!logits || B == 1);
-    hs_status s = hs_model_forward(t->engine->model, &b, t->hooks, loss_sum,
-                                   logits ? t->llogits : NULL, e);
+    hs_status s = forward(t, &b, loss_sum, logits ? t->llogits : NULL, e);
     if (s != HS_OK || !logits) return s;
     int64_t V = t->cfg->model.vocab_size, n = (int64_t)b.T * V;
     s = hs_pg_all_gather(t->cp_group, t->cp_blocks, t->llogits, n, HS_DTYPE_F32, e);

@@ -70,7 +70,7 @@ static void dump_describe(const hs_param *p, float *full, hs_st_tensor *ts) {
 
 static hs_status dump_params(hs_trainer *t, const char *kind, int step, dump_get_fn get,
                              hs_error *e) {
-    hs_model *m = t->engine->model;
+    hs_model *m = hs_engine_catalog(t->engine);
     int np = hs_model_num_params(m), nt = dump_tensor_total(m), k = 0;
     hs_st_tensor *ts = calloc((size_t)nt + 1, sizeof *ts);
     float **bufs = calloc((size_t)np + 1, sizeof *bufs);

@@ -44,7 +44,11 @@ typedef struct hs_engine_ckpt_param {
 struct hs_engine {
     const char *name; /* "local", "fsdp" */
     void *ctx;
-    hs_model *model; /* created and owned by the engine */
+    hs_model *model; /* created and owned by the engine: what this rank runs */
+    /* Every parameter of the whole model (a pipeline stage's model holds
+     * its own only): the index space of gather_full / set_full /
+     * gather_full_grad. NULL: the same as model. */
+    hs_model *catalog;
     const hs_model_hooks *(*hooks)(hs_engine *en);
     /* sync: reduce gradients after this micro-batch; reshard: free unsharded
      * params after its backward; last: the step's last micro-batch. */
@@ -70,6 +74,11 @@ struct hs_engine {
     void (*write_units)(hs_engine *en, FILE *out);
     /* The expert-parallel context (NULL without EP, or when NULL). */
     hs_ep *(*ep)(hs_engine *en);
+    /* Optional, for pipeline schedules (parallel.h): a training step
+     * starts; and the forced, idempotent drain of the gradient reductions
+     * after the stage's last backward (hs_fsdp_begin_step / hs_fsdp_drain). */
+    void (*begin_step)(hs_engine *en);
+    void (*drain)(hs_engine *en);
     void (*free)(hs_engine *en);
 };
 
@@ -82,12 +91,24 @@ typedef struct hs_engine_env {
     hs_device *dev;
     const hs_log *log;
     int max_batch; /* sequences per forward (train.micro_batch_size) */
+    /* Pipeline stage of this rank (stage_layers 0: the whole model) and
+     * the activation slots its schedule needs (0: 1). */
+    int stage_first_layer, stage_layers, act_slots;
 } hs_engine_env;
 
 /* The one place the engine is chosen. */
 hs_status hs_engine_create(const hs_engine_env *env, hs_engine **out, hs_error *e);
 hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_error *e);
 void hs_engine_free(hs_engine *en);
+
+/* The model whose parameters gather_full / set_full index. */
+hs_model *hs_engine_catalog(const hs_engine *en);
+/* Pipeline parallelism: wraps `inner` (which runs this rank's stage) so
+ * that gather_full / set_full / gather_full_grad address the whole model
+ * (the owning stage gathers, the pp group receives it by broadcast) and
+ * grad_norm counts every stage; takes ownership of inner. */
+hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_engine **out,
+                              hs_error *e);
 
 /* Adapters for hs_hf_save / hs_hf_load (ctx = the engine). */
 hs_status hs_engine_get_param(void *ctx, int param_index, float *out, hs_error *e);

@@ -47,6 +47,9 @@ static hs_status fsdp_after_step(hs_engine *en, hs_error *e)
 
 static void fsdp_zero_grads(hs_engine *en) { hs_fsdp_zero_grads(fsdp_of(en)); }
 
+static void fsdp_begin_step(hs_engine *en) { hs_fsdp_begin_step(fsdp_of(en)); }
+static void fsdp_drain(hs_engine *en) { hs_fsdp_drain(fsdp_of(en)); }
+
 static hs_tp *fsdp_tp(hs_engine *en) { return eng_of(en)->tp; }
 static hs_cp *fsdp_cp(hs_engine *en) { return eng_of(en)->cp; }
 static hs_ep *fsdp_ep(hs_engine *en) { return eng_of(en)->ep; }
@@ -206,6 +209,9 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .activation_checkpointing = cfg->train.activation_checkpointing,
         .allocate_params = false,
         .pool = &env->dev->device_pool,
+        .stage_first_layer = env->stage_first_layer,
+        .stage_layers = env->stage_layers,
+        .act_slots = env->act_slots,
         /* Unit boundaries as FSDP2 places them (docs/fsdp-policies.md):
          * outputs cast when output_dtype is set; inputs cast to param_dtype
          * only when it is set and cast_forward_inputs is on. */
@@ -261,6 +267,8 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .cp = fsdp_cp,
         .ep = fsdp_ep,
         .write_units = fsdp_write_units,
+        .begin_step = fsdp_begin_step,
+        .drain = fsdp_drain,
         .free = fsdp_free,
     };
     *out = en;

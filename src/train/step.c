@@ -20,6 +20,7 @@ static int64_t count_valid_targets(hs_trainer *t, int64_t g) {
 
 static hs_status run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, double sums[2],
                                    hs_error *e) {
+    if (t->pp) return hs_pp_run_micro_batches(t, g, grad_scale, sums, e);
     const hs_fsdp_config *fc = &t->cfg->fsdp;
     for (int m = 0; m < t->M; m++) {
         bool last = m == t->M - 1;
@@ -84,6 +85,8 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
     if (s == HS_OK) s = optimizer_update(t, step, r, e);
     if (s == HS_OK && dump) s = hs_dump_weights(t, step, e);
     if (s == HS_OK) s = hs_reduce_sum_f64(t->batch_group, sums, 2, e);
+    /* Only the last pipeline stage has losses: the others add zeros. */
+    if (s == HS_OK && t->pp) s = hs_reduce_sum_f64(t->pp_group, sums, 2, e);
     hs_step_result ex = {0};
     if (s == HS_OK) s = expert_tokens(t, &ex, e);
     r->expert_tokens = ex.expert_tokens;

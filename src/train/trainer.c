@@ -8,10 +8,13 @@
 
 static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
     hs_engine_env env = {.cfg = t->cfg, .topo = t->topo, .comm = t->comm, .mesh = t->mesh,
-                         .dev = t->dev, .log = t->log, .max_batch = t->mbs};
+                         .dev = t->dev, .log = t->log, .max_batch = t->mbs,
+                         .stage_first_layer = t->stage_first_layer,
+                         .stage_layers = t->pp ? t->stage_layers : 0,
+                         .act_slots = t->act_slots};
     hs_status s = hs_engine_create(&env, &t->engine, e);
     if (s != HS_OK) return s;
-    hs_model *m = t->engine->model;
+    hs_model *m = hs_engine_catalog(t->engine);
     int n = hs_model_num_params(m);
     const char **fqns = malloc(sizeof(char *) * (size_t)(n ? n : 1));
     if (!fqns) return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate");
@@ -68,13 +71,14 @@ static hs_status trainer_init(hs_trainer *t, hs_error *e) {
     s = hs_data_open(&cfg->data, t->T, cfg->model.vocab_size, (uint64_t)cfg->train.seed, &t->data, e);
     if (s == HS_OK) s = trainer_buffers(t, e);
     if (s == HS_OK) s = hs_cp_batch_init(t, e);
+    if (s == HS_OK) s = hs_pp_trainer_init(t, e);
     if (s == HS_OK) s = trainer_build_model(t, e);
     if (s == HS_OK) s = hs_dump_check(t, e);
     if (s == HS_OK) s = hs_train_ckpt_resume(t, e);
     if (s != HS_OK) return s;
     t->hooks = hs_trace_hooks_init(&t->th, t->engine->hooks(t->engine), t->trace,
                                    t->engine->model, t->dev);
-    t->flops_per_token = hs_model_flops_per_token(t->engine->model, t->T);
+    t->flops_per_token = hs_model_flops_per_token(hs_engine_catalog(t->engine), t->T);
     double peak = hs_measure_peak_flops();
     s = hs_reduce_sum_f64(t->world_group, &peak, 1, e);
     t->peak_flops = peak;
@@ -93,13 +97,14 @@ static void trainer_free(hs_trainer *t) {
     free(t->logits);
     free(t->expert_tokens);
     hs_cp_batch_free(t);
+    hs_pp_trainer_free(t);
     hs_mesh_free(t->mesh);
     hs_device_free(t->dev);
 }
 
 static void trainer_announce(const hs_trainer *t) {
     const hs_config *cfg = t->cfg;
-    hs_model *m = t->engine->model;
+    hs_model *m = hs_engine_catalog(t->engine);
     hs_log_info(t->log,
                 "model %s: %.2fM params, %d layers, dim %d | data %s: %lld train / %lld val "
                 "sequences of %d tokens",
@@ -126,8 +131,8 @@ static hs_status trainer_stop(hs_trainer *t, int step, int sig, hs_error *e) {
     hs_status s = HS_OK;
     if (dir[0] && t->ckpt_step != step) s = hs_train_ckpt_save(t, step, e);
     else if (!dir[0])
-        s = hs_hf_save(t->engine->model, hs_engine_get_param, t->engine, HS_DTYPE_F32, t->T,
-                       t->cfg->train.out_dir, t->rank0, e);
+        s = hs_hf_save(hs_engine_catalog(t->engine), hs_engine_get_param, t->engine,
+                       HS_DTYPE_F32, t->T, t->cfg->train.out_dir, t->rank0, e);
     if (s != HS_OK) return t->ckpt_failed = dir[0] != '\0', s;
     char where[HS_PATH_MAX + 64];
     if (dir[0]) snprintf(where, sizeof where, "checkpoint %s/step-%d", dir, step);
@@ -168,8 +173,8 @@ static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
 static hs_status trainer_finish(hs_trainer *t, hs_error *e) {
     hs_status s = hs_sample(t, e);
     if (s == HS_OK)
-        s = hs_hf_save(t->engine->model, hs_engine_get_param, t->engine, HS_DTYPE_F32, t->T,
-                       t->cfg->train.out_dir, t->rank0, e);
+        s = hs_hf_save(hs_engine_catalog(t->engine), hs_engine_get_param, t->engine,
+                       HS_DTYPE_F32, t->T, t->cfg->train.out_dir, t->rank0, e);
     if (s != HS_OK || !hs_trace_enabled(t->trace)) return s;
     char dir[HS_PATH_MAX + 16], path[HS_PATH_MAX + 32];
     if (t->cfg->trace.dir[0]) snprintf(dir, sizeof dir, "%s", t->cfg->trace.dir);

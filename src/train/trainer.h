@@ -60,6 +60,13 @@ typedef struct hs_trainer {
     hs_pg *cp_group;
     int32_t *ltokens, *ltargets; /* [mbs, T/cp] */
     float *llogits, *cp_blocks;  /* [1, T/cp, V], [cp, 1, T/cp, V] */
+    /* pipeline parallelism (pp_step.c); pp NULL without it */
+    int pp_size, pp_stage;
+    hs_pp *pp;
+    hs_pg *pp_group;
+    hs_pp_schedule_kind pp_kind;
+    hs_pp_action *pp_actions; /* this stage's 2*M actions of a step */
+    int stage_first_layer, stage_layers, act_slots;
     bool rank0;
     FILE *metrics;
     double peak_flops;      /* whole job, measured at start-up */
@@ -132,11 +139,24 @@ hs_status hs_evaluate(hs_trainer *t, double *val_loss, hs_error *e);
  * (B = 1). */
 hs_status hs_cp_batch_init(hs_trainer *t, hs_error *e);
 void hs_cp_batch_free(hs_trainer *t);
+/* The rows of B whole sequences this rank runs (its CP rows under CP). */
+hs_batch hs_train_local_batch(hs_trainer *t, const int32_t *tokens, const int32_t *targets, int B);
 hs_status hs_train_forward_backward(hs_trainer *t, const int32_t *tokens, const int32_t *targets,
                                     int B, float grad_scale, double *loss_sum, double *aux,
                                     hs_error *e);
 hs_status hs_train_forward(hs_trainer *t, const int32_t *tokens, const int32_t *targets, int B,
                            double *loss_sum, float *logits, hs_error *e);
+/* pp_step.c: pipeline parallelism. init (after M is known, before the
+ * engine): the stage, its schedule and the hand-over; nothing without pp.
+ * run_micro_batches: one step's micro-batches in schedule order, loss sums
+ * of the last stage into sums[0]. forward: the forward-only chain on a
+ * local batch; every stage gets the loss sum and logits. */
+hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e);
+void hs_pp_trainer_free(hs_trainer *t);
+hs_status hs_pp_run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, double sums[2],
+                                  hs_error *e);
+hs_status hs_pp_forward(hs_trainer *t, const hs_batch *b, double *loss_sum, float *logits,
+                        hs_error *e);
 /* Greedy continuation of a prompt from the validation split, printed by rank 0. */
 hs_status hs_sample(hs_trainer *t, hs_error *e);
 

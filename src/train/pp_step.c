@@ -1,0 +1,89 @@
+/* The trainer under pipeline parallelism: one optimizer step's micro-batches
+ * as this stage's schedule orders them (parallel.h), and the forward-only
+ * chain evaluation and sampling use. Every stage reads the same
+ * micro-batches (the first needs the tokens, the last the targets). */
+#include <stdlib.h>
+
+#include "train/trainer.h"
+
+hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
+    const hs_config *cfg = t->cfg;
+    t->pp_size = t->topo->pp;
+    if (t->pp_size < 2) return HS_OK;
+    if (!hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &t->pp_kind))
+        return hs_error_set(e, HS_ERR_CONFIG, "accelerator.pp_schedule: unknown schedule '%s'; "
+                            "use gpipe or 1f1b", cfg->accelerator.pp_schedule);
+    t->pp_group = hs_mesh_group(t->mesh, HS_DIM_PP);
+    t->pp_stage = hs_mesh_coords(t->mesh).pp;
+    int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
+    hs_config_pp_stages(cfg, first, count);
+    t->stage_first_layer = first[t->pp_stage];
+    t->stage_layers = count[t->pp_stage];
+    t->act_slots = hs_pp_slots(t->pp_kind, t->pp_size, t->pp_stage, t->M);
+    t->pp_actions = calloc((size_t)(2 * t->M), sizeof *t->pp_actions);
+    if (!t->pp_actions) return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate the schedule");
+    hs_pp_schedule(t->pp_kind, t->pp_size, t->pp_stage, t->M, t->pp_actions);
+    /* The hand-over holds this rank's rows of a micro-batch: T / cp of
+     * each sequence, all of them (sequence parallel only ever has fewer). */
+    int64_t numel = (int64_t)t->mbs * (t->T / t->cp) * cfg->model.dim;
+    return hs_pp_create(t->comm, t->topo, hs_comm_rank(t->comm), numel, NULL, &t->pp, e);
+}
+
+void hs_pp_trainer_free(hs_trainer *t) {
+    hs_pp_free(t->pp);
+    free(t->pp_actions);
+}
+
+/* The step's micro-batches as the schedule asks for them. */
+typedef struct step_ctx {
+    hs_trainer *t;
+    int64_t g;
+} step_ctx;
+
+static hs_batch micro_batch(void *ctx, int mb) {
+    step_ctx *c = ctx;
+    hs_trainer *t = c->t;
+    hs_data_micro_batch(t->data, c->g, t->G, mb, t->mbs, t->dp_rank, t->dp_size, t->tokens,
+                        t->targets);
+    return hs_train_local_batch(t, t->tokens, t->targets, t->mbs);
+}
+
+/* spec 004 §2.3: the last micro-batch always syncs and reshards. */
+static void before_backward(void *ctx, int mb, bool last) {
+    (void)mb;
+    step_ctx *c = ctx;
+    const hs_fsdp_config *fc = &c->t->cfg->fsdp;
+    c->t->engine->begin_micro_batch(c->t->engine, fc->requires_grad_sync || last,
+                                    fc->reshard_after_backward || last, last);
+}
+
+hs_status hs_pp_run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, double sums[2],
+                                  hs_error *e) {
+    step_ctx c = {.t = t, .g = g};
+    hs_pp_step_io io = {.ctx = &c, .batch = micro_batch, .before_backward = before_backward,
+                        .trace = t->trace, .schedule = t->cfg->accelerator.pp_schedule};
+    t->engine->begin_step(t->engine);
+    double loss = 0.0;
+    hs_status s = hs_pp_run_step(t->pp, t->engine->model, t->hooks, t->pp_actions, t->M,
+                                 grad_scale, &io, &loss, e);
+    sums[0] += loss;
+    /* The schedule's own drain after the stage's last backward; the root's
+     * natural one already ran, and a second applies nothing (idempotent). */
+    if (s == HS_OK) t->engine->drain(t->engine);
+    return s;
+}
+
+/* The last stage's loss sum and logits reach every stage. */
+hs_status hs_pp_forward(hs_trainer *t, const hs_batch *b, double *loss_sum, float *logits,
+                        hs_error *e) {
+    double loss = 0.0;
+    hs_status s = hs_pp_forward_only(t->pp, t->engine->model, t->hooks, b,
+                                     loss_sum ? &loss : NULL, logits, e);
+    /* Only the last stage computed a loss: the sum over stages is its own. */
+    if (s == HS_OK && loss_sum) s = hs_reduce_sum_f64(t->pp_group, &loss, 1, e);
+    if (loss_sum) *loss_sum = loss;
+    int64_t n = (int64_t)b->B * b->T * t->cfg->model.vocab_size;
+    if (s == HS_OK && logits)
+        s = hs_pg_broadcast(t->pp_group, logits, n, HS_DTYPE_F32, t->pp_size - 1, e);
+    return s;
+}
