@@ -35,7 +35,10 @@ set(HS_LAYER_EXCEPTIONS
   # The step benchmark and the layout benchmarks (bench tp, bench cp) drive an engine exactly as the trainer does
   # (its whole vtable), which is private to train/.
   "bench/bench_step.c|train/engine.h"
-  "bench/bench_layouts.c|train/engine.h")
+  "bench/bench_layouts.c|train/engine.h"
+  # The pipeline benchmark runs each stage's schedule on an engine, as the
+  # trainer's pp_step.c does.
+  "bench/bench_pp.c|train/engine.h")
 
 # The files of one layer, relative to `root`.
 function(hs_layer_files root layer out)

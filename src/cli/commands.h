@@ -25,5 +25,6 @@ int hs_bench_fsdp(int argc, char **argv); /* bench/bench_fsdp.c   */
 int hs_bench_tp(int argc, char **argv);   /* bench/bench_tp.c     */
 int hs_bench_cp(int argc, char **argv);   /* bench/bench_cp.c     */
 int hs_bench_moe(int argc, char **argv);  /* bench/bench_moe.c    */
+int hs_bench_pp(int argc, char **argv);   /* bench/bench_pp.c     */
 
 #endif

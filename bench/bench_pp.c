@@ -1,0 +1,266 @@
+/* `hypershard bench pp` — the pipeline schedules on the same ranks, under
+ * mpiexec, in one run: step time and the measured bubble next to the
+ * theoretical one.
+ *
+ * On W ranks (4 for the record) one Llama (8 blocks by default) is trained
+ * with PP 2 (x FSDP W/2) and PP 4 (when W allows), each with gpipe and
+ * 1f1b, on the same global batch: M micro-batches of 1 sequence per
+ * data-parallel rank and step (--micro, default 8). Per layout, medians
+ * over the timed steps:
+ *   step ms    the slowest rank's step (schedule + grad norm + AdamW)
+ *   busy       the mean over ranks of the time inside the stage's
+ *              forwards and backwards, as a fraction of the step
+ *   bubble     1 - busy: idle waits for the neighbours, the hand-over
+ *              copies and the optimizer, measured
+ *   theory     the schedule's idle fraction (p-1)/(M+p-1), the same for
+ *              gpipe and 1f1b (1f1b saves activation memory, not time)
+ *   peak MiB   the largest device peak of any rank: gpipe keeps M
+ *              micro-batches' activations, 1f1b at most p
+ * The layouts live side by side and take their timed steps in turn, so
+ * outside load slows them alike. fp32. On this 2-core machine W = 4
+ * oversubscribes the cores, which inflates every bubble alike. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_engine.h"
+#include "bench_util.h"
+#include "cli/commands.h"
+#include "hypershard/parallel.h"
+#include "train/engine.h"
+
+#define MAX_LAYOUTS 4
+#define MAX_STEPS 64
+
+typedef struct pp_layout {
+    int pp;
+    hs_pp_schedule_kind kind;
+    const char *schedule;
+    char prefix[32];
+    hs_config cfg;
+    hs_topology topo;
+    hs_mesh *mesh;
+    hs_device *dev;
+    hs_engine *en;
+    hs_optim *optim;
+    hs_optim_param *params;
+    int n_params, M;
+    hs_pp *pp_ctx;
+    hs_pp_action *actions;
+    int32_t *tokens, *targets; /* M micro-batches of 1 sequence */
+    int T;
+    double step[MAX_STEPS], busy[MAX_STEPS];
+    int64_t peak;
+} pp_layout;
+
+typedef struct opts {
+    int steps, layers, dim, seq, micro;
+} opts;
+
+static void config_for(const opts *o, pp_layout *l, int world)
+{
+    hs_config *c = &l->cfg;
+    hs_config_defaults(c);
+    c->model.vocab_size = 4096;
+    c->model.dim = o->dim;
+    c->model.n_layers = o->layers;
+    c->model.n_heads = o->dim / 64;
+    c->model.n_kv_heads = o->dim / 128 > 1 ? o->dim / 128 : 2;
+    c->model.ffn_dim = o->dim * 11 / 4 / 64 * 64;
+    c->accelerator.pp_size = l->pp;
+    snprintf(c->accelerator.pp_schedule, sizeof c->accelerator.pp_schedule, "%s", l->schedule);
+    c->fsdp.dp_shard_size = world / l->pp;
+    c->train.seq_len = o->seq;
+    c->train.micro_batch_size = 1;
+    c->train.global_batch_size = o->micro * (world / l->pp);
+    strcpy(c->optimizer.target, "adamw");
+}
+
+static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *e)
+{
+    int world = hs_comm_size(c), rank = hs_comm_rank(c);
+    config_for(o, l, world);
+    l->T = o->seq;
+    hs_status s = hs_topology_derive(&l->topo, world, 1, 1, 1, l->pp, world / l->pp, 1, e);
+    if (s == HS_OK) s = hs_mesh_create_named(c, &l->topo, l->prefix, &l->mesh, e);
+    if (s == HS_OK) s = hs_device_create(HS_DEVICE_CPU, NULL, &l->dev, e);
+    if (s != HS_OK) return s;
+    l->M = hs_config_micro_batches(&l->cfg, &l->topo);
+    int stage = hs_mesh_coords(l->mesh).pp;
+    int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
+    hs_config_pp_stages(&l->cfg, first, count);
+    hs_engine_env env = {.cfg = &l->cfg, .topo = &l->topo, .comm = c, .mesh = l->mesh,
+                         .dev = l->dev, .max_batch = 1, .stage_first_layer = first[stage],
+                         .stage_layers = count[stage],
+                         .act_slots = hs_pp_slots(l->kind, l->pp, stage, l->M)};
+    s = hs_engine_create(&env, &l->en, e);
+    if (s != HS_OK) return s;
+    l->n_params = l->en->optim_params(l->en, &l->params);
+    s = hs_optim_create(&l->cfg.optimizer, l->params, l->n_params, &l->dev->device_pool,
+                        &l->optim, e);
+    char prefix[48];
+    snprintf(prefix, sizeof prefix, "%s.", l->prefix);
+    if (s == HS_OK)
+        s = hs_pp_create(c, &l->topo, rank, (int64_t)o->seq * o->dim, prefix, &l->pp_ctx, e);
+    size_t n = (size_t)l->M * (size_t)o->seq;
+    l->tokens = malloc(n * sizeof(int32_t));
+    l->targets = malloc(n * sizeof(int32_t));
+    l->actions = malloc(sizeof *l->actions * (size_t)(2 * l->M));
+    if (s == HS_OK && (!l->tokens || !l->targets || !l->actions))
+        s = hs_error_set(e, HS_ERR_OOM, "bench pp: cannot allocate the batches");
+    if (s != HS_OK) return s;
+    /* the stages of one pipeline read the same micro-batches */
+    hs_bench_random_batch(l->tokens, l->targets, n, l->cfg.model.vocab_size,
+                          777 + (uint64_t)hs_mesh_coords(l->mesh).dp);
+    hs_pp_schedule(l->kind, l->pp, stage, l->M, l->actions);
+    return HS_OK;
+}
+
+static void close_layout(pp_layout *l)
+{
+    hs_pp_free(l->pp_ctx);
+    hs_optim_free(l->optim);
+    hs_engine_free(l->en);
+    hs_mesh_free(l->mesh);
+    hs_device_free(l->dev);
+    hs_config_free(&l->cfg);
+    free(l->tokens);
+    free(l->targets);
+    free(l->actions);
+}
+
+static hs_batch batch_of(void *ctx, int mb)
+{
+    pp_layout *l = ctx;
+    size_t off = (size_t)mb * (size_t)l->T;
+    return (hs_batch){.tokens = l->tokens + off, .targets = l->targets + off, .B = 1, .T = l->T};
+}
+
+static void before_backward(void *ctx, int mb, bool last)
+{
+    (void)mb;
+    pp_layout *l = ctx;
+    l->en->begin_micro_batch(l->en, last, last, last);
+}
+
+static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e)
+{
+    hs_pg *world = hs_comm_world(c);
+    hs_status s = hs_pg_barrier(world, e);
+    if (s != HS_OK) return s;
+    hs_pool_reset_peak(&l->dev->device_pool);
+    hs_pp_reset_stats(l->pp_ctx);
+    hs_pp_step_io io = {.ctx = l, .batch = batch_of, .before_backward = before_backward};
+    float scale = 1.0f / (float)((int64_t)l->cfg.train.global_batch_size * l->T);
+    double t0 = hs_now(), loss = 0.0, norm = 0.0;
+    l->en->begin_step(l->en);
+    s = hs_pp_run_step(l->pp_ctx, l->en->model, l->en->hooks(l->en), l->actions, l->M, scale,
+                       &io, &loss, e);
+    if (s == HS_OK) l->en->drain(l->en);
+    if (s == HS_OK) s = l->en->grad_norm(l->en, &norm, e);
+    if (s != HS_OK) return s;
+    hs_clip_grads(l->params, l->n_params, norm, l->cfg.optimizer.clip_grad_norm);
+    hs_optim_step(l->optim, l->cfg.optimizer.lr);
+    s = l->en->after_step(l->en, e);
+    l->en->zero_grads(l->en);
+    double dt = hs_now() - t0, frac = hs_pp_busy_seconds(l->pp_ctx) / dt, sum = frac;
+    if (s == HS_OK) s = hs_pg_all_reduce(world, &sum, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e) == HS_OK
+                            ? HS_OK : e->code;
+    double slowest = hs_bench_max_over(world, dt);
+    double peak = hs_bench_max_over(world, (double)hs_pool_peak(&l->dev->device_pool));
+    if (i < 0 || s != HS_OK) return s;
+    l->step[i] = slowest;
+    l->busy[i] = (double)(float)sum / hs_comm_size(c);
+    if ((int64_t)peak > l->peak) l->peak = (int64_t)peak;
+    return s;
+}
+
+static void print_table(const opts *o, pp_layout *ls, int n, int world)
+{
+    printf("\n%d ranks, Llama dim %d, %d layers, seq %d, vocab %d, %d micro-batches of 1 "
+           "sequence per data-parallel rank and step, fp32 AdamW; medians of %d steps\n",
+           world, o->dim, o->layers, o->seq, ls[0].cfg.model.vocab_size, o->micro, o->steps);
+    printf("| layout | schedule | M | step ms | busy | bubble | theory (p-1)/(M+p-1) | "
+           "peak MiB |\n|---|---|---|---|---|---|---|---|\n");
+    for (int k = 0; k < n; k++) {
+        pp_layout *l = &ls[k];
+        double step = hs_bench_median(l->step, o->steps), busy = hs_bench_median(l->busy, o->steps);
+        double theory = (double)(l->pp - 1) / (double)(l->M + l->pp - 1);
+        printf("| PP %d x FSDP %d | %s | %d | %.1f | %.2f | %.2f | %.2f | %.1f |\n", l->pp,
+               world / l->pp, l->schedule, l->M, step * 1e3, busy, 1.0 - busy, theory,
+               (double)l->peak / (1 << 20));
+    }
+}
+
+static int usage(FILE *f, const char *why)
+{
+    if (why) fprintf(f, "hypershard bench pp: %s\n", why);
+    fputs("usage: mpiexec -n 4 hypershard bench pp [--quick] [--steps N] [--layers L] [--dim D]\n"
+          "           [--seq T] [--micro M]\n"
+          "PP 2 and PP 4 (x FSDP over the rest of the ranks), gpipe and 1f1b side by side:\n"
+          "step time, measured bubble next to (p-1)/(M+p-1), device peak.\n"
+          "Defaults: 8 steps, 8 layers, dim 256, seq 128, 8 micro-batches; --quick: 2 steps,\n"
+          "4 layers, dim 64, seq 32, 4 micro-batches.\n", f);
+    return 2;
+}
+
+int hs_bench_pp(int argc, char **argv)
+{
+    opts o = {.steps = 8, .layers = 8, .dim = 256, .seq = 128, .micro = 8};
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) return usage(stdout, NULL), 0;
+        if (!strcmp(s, "--quick")) o = (opts){.steps = 2, .layers = 4, .dim = 64, .seq = 32,
+                                             .micro = 4};
+        else if (!strcmp(s, "--steps") && i + 1 < argc) o.steps = atoi(argv[++i]);
+        else if (!strcmp(s, "--layers") && i + 1 < argc) o.layers = atoi(argv[++i]);
+        else if (!strcmp(s, "--dim") && i + 1 < argc) o.dim = atoi(argv[++i]);
+        else if (!strcmp(s, "--seq") && i + 1 < argc) o.seq = atoi(argv[++i]);
+        else if (!strcmp(s, "--micro") && i + 1 < argc) o.micro = atoi(argv[++i]);
+        else return usage(stderr, "unknown option or missing value");
+    }
+    if (o.steps < 1 || o.steps > MAX_STEPS) return usage(stderr, "--steps must be 1..64");
+    if (o.layers < 4 || o.dim < 64 || o.dim % 64 || o.seq < 2 || o.micro < 4)
+        return usage(stderr, "need --layers >= 4, --dim a multiple of 64, --seq >= 2, "
+                             "--micro >= 4 (1f1b needs M >= pp)");
+    hs_error e;
+    hs_error_clear(&e);
+    hs_comm *c = NULL;
+    hs_comm_options copt = {.timeout_s = 600};
+    if (hs_comm_init(&c, &argc, &argv, &copt, &e) != HS_OK) {
+        fprintf(stderr, "hypershard bench pp: %s\n", e.msg);
+        return 1;
+    }
+    int world = hs_comm_size(c), rank = hs_comm_rank(c);
+    if (world < 2 || world % 2) {
+        if (rank == 0) fprintf(stderr, "hypershard bench pp: run under mpiexec -n 4 (an even world)\n");
+        hs_comm_finalize(c);
+        return 2;
+    }
+    hs_comm_balance_blas_threads(c);
+    pp_layout ls[MAX_LAYOUTS];
+    memset(ls, 0, sizeof ls);
+    int n = 0;
+    for (int pp = 2; pp <= 4 && n < MAX_LAYOUTS; pp *= 2) {
+        if (world % pp || pp > o.layers) continue;
+        for (int k = 0; k < 2; k++) {
+            pp_layout *l = &ls[n++];
+            l->pp = pp;
+            l->kind = k ? HS_PP_1F1B : HS_PP_GPIPE;
+            l->schedule = k ? "1f1b" : "gpipe";
+            snprintf(l->prefix, sizeof l->prefix, "pp%d_%s", pp, l->schedule);
+        }
+    }
+    hs_status s = HS_OK;
+    for (int k = 0; s == HS_OK && k < n; k++) s = open_layout(c, &o, &ls[k], &e);
+    for (int i = -1; s == HS_OK && i < o.steps; i++) /* i = -1: warm-up */
+        for (int k = 0; s == HS_OK && k < n; k++) s = step_layout(c, &ls[k], i, &e);
+    if (s == HS_OK && rank == 0) {
+        print_table(&o, ls, n, world);
+        hs_bench_print_load("after");
+    }
+    for (int k = 0; k < n; k++) close_layout(&ls[k]);
+    if (s != HS_OK) hs_comm_abort(c, &e);
+    hs_comm_finalize(c);
+    return 0;
+}
