@@ -101,7 +101,7 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
     char prefix[48];
     snprintf(prefix, sizeof prefix, "%s.", l->prefix);
     if (s == HS_OK)
-        s = hs_pp_create(c, &l->topo, rank, (int64_t)o->seq * o->dim, prefix, &l->pp_ctx, e);
+        s = hs_pp_create(c, &l->topo, rank, (int64_t)o->seq * o->dim, 0, prefix, &l->pp_ctx, e);
     size_t n = (size_t)l->M * (size_t)o->seq;
     l->tokens = malloc(n * sizeof(int32_t));
     l->targets = malloc(n * sizeof(int32_t));
@@ -152,10 +152,10 @@ static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e)
     hs_pp_reset_stats(l->pp_ctx);
     hs_pp_step_io io = {.ctx = l, .batch = batch_of, .before_backward = before_backward};
     float scale = 1.0f / (float)((int64_t)l->cfg.train.global_batch_size * l->T);
-    double t0 = hs_now(), loss = 0.0, norm = 0.0;
+    double t0 = hs_now(), loss = 0.0, aux = 0.0, norm = 0.0;
     l->en->begin_step(l->en);
     s = hs_pp_run_step(l->pp_ctx, l->en->model, l->en->hooks(l->en), l->actions, l->M, scale,
-                       &io, &loss, e);
+                       &io, &loss, &aux, e);
     if (s == HS_OK) l->en->drain(l->en);
     if (s == HS_OK) s = l->en->grad_norm(l->en, &norm, e);
     if (s != HS_OK) return s;
@@ -163,14 +163,14 @@ static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e)
     hs_optim_step(l->optim, l->cfg.optimizer.lr);
     s = l->en->after_step(l->en, e);
     l->en->zero_grads(l->en);
-    double dt = hs_now() - t0, frac = hs_pp_busy_seconds(l->pp_ctx) / dt, sum = frac;
-    if (s == HS_OK) s = hs_pg_all_reduce(world, &sum, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e) == HS_OK
-                            ? HS_OK : e->code;
+    double dt = hs_now() - t0;
+    float sum = (float)(hs_pp_busy_seconds(l->pp_ctx) / dt);
+    if (s == HS_OK) s = hs_pg_all_reduce(world, &sum, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);
     double slowest = hs_bench_max_over(world, dt);
     double peak = hs_bench_max_over(world, (double)hs_pool_peak(&l->dev->device_pool));
     if (i < 0 || s != HS_OK) return s;
     l->step[i] = slowest;
-    l->busy[i] = (double)(float)sum / hs_comm_size(c);
+    l->busy[i] = (double)sum / hs_comm_size(c);
     if ((int64_t)peak > l->peak) l->peak = (int64_t)peak;
     return s;
 }
@@ -200,7 +200,7 @@ static int usage(FILE *f, const char *why)
           "PP 2 and PP 4 (x FSDP over the rest of the ranks), gpipe and 1f1b side by side:\n"
           "step time, measured bubble next to (p-1)/(M+p-1), device peak.\n"
           "Defaults: 8 steps, 8 layers, dim 256, seq 128, 8 micro-batches; --quick: 2 steps,\n"
-          "4 layers, dim 64, seq 32, 4 micro-batches.\n", f);
+          "4 layers, dim 128, seq 32, 4 micro-batches.\n", f);
     return 2;
 }
 
@@ -210,7 +210,7 @@ int hs_bench_pp(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) return usage(stdout, NULL), 0;
-        if (!strcmp(s, "--quick")) o = (opts){.steps = 2, .layers = 4, .dim = 64, .seq = 32,
+        if (!strcmp(s, "--quick")) o = (opts){.steps = 2, .layers = 4, .dim = 128, .seq = 32,
                                              .micro = 4};
         else if (!strcmp(s, "--steps") && i + 1 < argc) o.steps = atoi(argv[++i]);
         else if (!strcmp(s, "--layers") && i + 1 < argc) o.layers = atoi(argv[++i]);
@@ -220,8 +220,8 @@ int hs_bench_pp(int argc, char **argv)
         else return usage(stderr, "unknown option or missing value");
     }
     if (o.steps < 1 || o.steps > MAX_STEPS) return usage(stderr, "--steps must be 1..64");
-    if (o.layers < 4 || o.dim < 64 || o.dim % 64 || o.seq < 2 || o.micro < 4)
-        return usage(stderr, "need --layers >= 4, --dim a multiple of 64, --seq >= 2, "
+    if (o.layers < 4 || o.dim < 128 || o.dim % 64 || o.seq < 2 || o.micro < 4)
+        return usage(stderr, "need --layers >= 4, --dim >= 128 a multiple of 64, --seq >= 2, "
                              "--micro >= 4 (1f1b needs M >= pp)");
     hs_error e;
     hs_error_clear(&e);

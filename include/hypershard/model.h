@@ -334,11 +334,25 @@ void *hs_model_stage_input(hs_model *m, int slot, hs_dtype *dt);
 const void *hs_model_stage_output(hs_model *m, int slot, hs_dtype *dt);
 float *hs_model_stage_grad(hs_model *m);
 /* Forward of slot `slot`. train: the backward follows (the head then runs
- * in backward); else on the last stage the loss sum and logits (either may
- * be NULL) are computed here, as hs_model_forward does. */
+ * in backward; MoE: the last stage computes the aux term with grad_scale,
+ * *aux_loss gets it); else on the last stage the loss sum and logits
+ * (either may be NULL) are computed here, as hs_model_forward does. */
 hs_status hs_model_stage_forward(hs_model *m, int slot, const hs_batch *b,
-                                 const hs_model_hooks *hooks, bool train, double *loss_sum,
-                                 float *logits, hs_error *e);
+                                 const hs_model_hooks *hooks, bool train, float grad_scale,
+                                 double *loss_sum, float *logits, double *aux_loss, hs_error *e);
+/* MoE: the load-balancing term pools the router statistics of every layer
+ * of a micro-batch, so they travel with the hand-over (0 values for a dense
+ * model). Forward: hs_model_stage_aux holds the earlier stages' running
+ * statistics (hs_model_stage_aux_numel fp32 values) before a training
+ * forward of a stage that is not the first, and this stage's sum after it
+ * on a stage that is not the last. Backward: the last stage computes the
+ * routers' aux gradient (hs_model_stage_aux_grad_numel values) in slot
+ * `slot`; the others receive it there before the slot's backward and hand
+ * it on unchanged. */
+int64_t hs_model_stage_aux_numel(const hs_model *m);
+int64_t hs_model_stage_aux_grad_numel(const hs_model *m);
+float *hs_model_stage_aux(hs_model *m);
+float *hs_model_stage_aux_grad(hs_model *m, int slot);
 /* Backward of slot `slot` (its forward ran with train). On the last stage
  * *loss_sum gets the micro-batch's loss sum (else 0). */
 hs_status hs_model_stage_backward(hs_model *m, int slot, const hs_batch *b, float grad_scale,

@@ -153,8 +153,12 @@ void hs_ep_reset_stats(hs_ep *p);
  * Hand-over: activations travel stage s -> s+1 on a group bound to
  * HS_COMM_QUEUE_PP_FORWARD and gradients s+1 -> s on one bound to
  * HS_COMM_QUEUE_PP_BACKWARD, both in micro-batch order, so blocking sends
- * never wait in a cycle. Receives land in staging buffers posted one
- * micro-batch ahead (they overlap the compute in between) and sends go
+ * never wait in a cycle: on each queue a stage issues receive i, send i,
+ * receive i+1, send i+1, ... (a receive posted ahead of the send before it
+ * would hold that send until the previous stage's next forward, which
+ * under 1F1B waits for this stage's backward). Receives land in staging
+ * buffers, posted right after the previous micro-batch was handed on, so
+ * they overlap the compute of the other direction in between; sends go
  * from staging copies, so the model's buffers are free at once. */
 typedef enum hs_pp_kind { HS_PP_FORWARD = 0, HS_PP_BACKWARD } hs_pp_kind;
 
@@ -178,24 +182,28 @@ typedef struct hs_pp hs_pp;
  * coordinate line (same dp, cp, tp; ordered by stage), named
  * "<prefix>pp_forward" / "<prefix>pp_backward" (prefix NULL: none), with
  * staging for hand-over tensors of up to max_numel elements (fp32 or
- * narrower). */
+ * narrower) and second messages of up to max_extra fp32 values. */
 hs_status hs_pp_create(hs_comm *comm, const hs_topology *t, int world_rank, int64_t max_numel,
-                       const char *prefix, hs_pp **out, hs_error *e);
+                       int64_t max_extra, const char *prefix, hs_pp **out, hs_error *e);
 void hs_pp_free(hs_pp *p);
 int hs_pp_stage(const hs_pp *p);
 int hs_pp_size(const hs_pp *p);
 /* Activations from the previous stage: post the receive of micro-batch mb
- * (numel elements of dt), then take it into dst. Posts and takes go in
- * micro-batch order; at most one is posted and not yet taken. */
-void hs_pp_post_recv_forward(hs_pp *p, int mb, int64_t numel, hs_dtype dt);
-hs_status hs_pp_take_forward(hs_pp *p, int mb, void *dst, hs_error *e);
-/* Activations to the next stage (copied at once). */
+ * (numel elements of dt, and `extra` fp32 values in a second message: the
+ * MoE statistics; 0 for none), then take them into dst and extra_dst.
+ * Posts and takes go in micro-batch order; at most one is posted and not
+ * yet taken. */
+void hs_pp_post_recv_forward(hs_pp *p, int mb, int64_t numel, hs_dtype dt, int64_t extra);
+hs_status hs_pp_take_forward(hs_pp *p, int mb, void *dst, float *extra_dst, hs_error *e);
+/* Activations (and extra_n fp32 values) to the next stage, copied at once. */
 hs_status hs_pp_send_forward(hs_pp *p, int mb, const void *src, int64_t numel, hs_dtype dt,
-                             hs_error *e);
-/* Gradients (fp32) from the next stage / to the previous one, likewise. */
-void hs_pp_post_recv_backward(hs_pp *p, int mb, int64_t numel);
-hs_status hs_pp_take_backward(hs_pp *p, int mb, float *dst, hs_error *e);
-hs_status hs_pp_send_backward(hs_pp *p, int mb, const float *src, int64_t numel, hs_error *e);
+                             const float *extra, int64_t extra_n, hs_error *e);
+/* Gradients (fp32) from the next stage / to the previous one, likewise
+ * (the extra values: the MoE routers' aux gradient). */
+void hs_pp_post_recv_backward(hs_pp *p, int mb, int64_t numel, int64_t extra);
+hs_status hs_pp_take_backward(hs_pp *p, int mb, float *dst, float *extra_dst, hs_error *e);
+hs_status hs_pp_send_backward(hs_pp *p, int mb, const float *src, int64_t numel,
+                              const float *extra, int64_t extra_n, hs_error *e);
 /* Wait for every send still in flight (end of a step). */
 hs_status hs_pp_flush(hs_pp *p, hs_error *e);
 /* Hand-over traffic since creation (or the last reset): seconds the
@@ -222,11 +230,12 @@ typedef struct hs_pp_step_io {
 /* One optimizer step's 2*M actions (hs_pp_schedule) on stage model m
  * (created with hs_pp_slots slots): each forward and backward in its
  * micro-batch's slot, with the hand-over; a span "F<i>" / "B<i>" per
- * action on the compute lane. *loss_sum: the last stage's loss sums (0
- * elsewhere). Ends with every send gone out. */
+ * action on the compute lane. *loss_sum / *aux_sum: the last stage's loss
+ * sums and MoE aux terms (0 elsewhere). Ends with every send gone out. */
 hs_status hs_pp_run_step(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
                          const hs_pp_action *actions, int M, float grad_scale,
-                         const hs_pp_step_io *io, double *loss_sum, hs_error *e);
+                         const hs_pp_step_io *io, double *loss_sum, double *aux_sum,
+                         hs_error *e);
 /* Forward only through the stages on batch b (slot 0): the last stage's
  * loss sum and logits (either may be NULL) stay on the last stage. */
 hs_status hs_pp_forward_only(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,

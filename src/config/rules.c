@@ -166,13 +166,6 @@ void hs_cfg_check_pp(const hs_config *c, hs_cfg_report *rep) {
     const hs_accel_config *a = &c->accelerator;
     check_pp_layers(c, rep);
     if (a->pp_size <= 1) return;
-    if (!strcmp(c->model.arch, "moe"))
-        hs_cfg_report_add(rep,
-                          "accelerator.pp_size = %d with model.arch = moe: the MoE load-balancing "
-                          "loss pools router statistics over all layers of a micro-batch, which "
-                          "pipeline stages do not share yet; set accelerator.pp_size: 1, or "
-                          "model.arch: llama",
-                          a->pp_size);
     if (c->model.tie_embeddings)
         hs_cfg_report_add(rep,
                           "accelerator.pp_size = %d with model.tie_embeddings = true: the token "

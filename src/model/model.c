@@ -82,11 +82,6 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
                         "model options: a stage of blocks [%d, %d) with %d activation slots "
                         "does not fit model.n_layers=%d",
                         s0, s0 + sl, o->act_slots, c->n_layers);
-    else if (sl > 0 && sl < c->n_layers && strcmp(c->arch, "moe") == 0)
-        hs_error_append(e, HS_ERR_CONFIG,
-                        "model.arch=moe cannot be split into pipeline stages: its "
-                        "load-balancing loss pools the router statistics of every layer; use "
-                        "accelerator.pp_size: 1");
     if ((unsigned)o->compute_dtype >= HS_DTYPE_COUNT || (unsigned)o->grad_dtype >= HS_DTYPE_COUNT)
         hs_error_append(e, HS_ERR_CONFIG, "model options: compute_dtype=%d / grad_dtype=%d unknown",
                         (int)o->compute_dtype, (int)o->grad_dtype);
@@ -175,6 +170,7 @@ static void slot_alloc(hs_model *m, hs_act_slot *sl, int64_t BT) {
     for (int i = 0; !shared && i < m->n_acts; i++) acts_alloc(m, &sl->acts[i], i, BT);
     sl->rstdf = m->last_stage ? buf(m, BT, HS_DTYPE_F32) : NULL;
     sl->lnf = m->last_stage ? buf(m, BT * m->C, m->dt) : NULL;
+    sl->aux_g = m->moe ? buf(m, m->moe_shapes.E, HS_DTYPE_F32) : NULL;
 }
 
 static void slot_free(hs_model *m, hs_act_slot *sl) {
@@ -186,6 +182,7 @@ static void slot_free(hs_model *m, hs_act_slot *sl) {
     if (!shared) free(sl->acts);
     hs_pool_free(m->pool, sl->rstdf);
     hs_pool_free(m->pool, sl->lnf);
+    hs_pool_free(m->pool, sl->aux_g);
 }
 
 void hs_model_use_slot(hs_model *m, int slot) {
@@ -195,6 +192,7 @@ void hs_model_use_slot(hs_model *m, int slot) {
     m->acts = sl->acts;
     m->rstdf = sl->rstdf;
     m->lnf = sl->lnf;
+    m->aux_g = sl->aux_g;
 }
 
 static void buffers_alloc(hs_model *m) {
@@ -265,8 +263,8 @@ static void buffers_alloc(hs_model *m) {
     if (m->moe) {
         m->moe_scratch = hs_pool_alloc(m->pool, hs_moe_scratch_bytes(&m->moe_shapes, dt));
         hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->pool);
-        m->aux_g = buf(m, m->moe_shapes.E, HS_DTYPE_F32);
         m->aux_buf = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
+        m->aux_stage = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
         m->expert_tokens =
             hs_pool_calloc(m->pool, (size_t)m->L * (size_t)m->moe_shapes.E * sizeof(int64_t));
     }
@@ -355,7 +353,7 @@ static void buffers_free(hs_model *m) {
     void *ptrs[] = {m->logits, m->cos_t,  m->sin_t,
                     m->dres,        m->dln,         m->dq,     m->dk,     m->dv,
                     m->datt,        m->dg,          m->du,     m->dh,     m->hbuf,
-                    m->att_scratch, m->moe_scratch, m->aux_g,  m->out_tmp, m->aux_buf,
+                    m->att_scratch, m->moe_scratch, m->aux_stage, m->out_tmp, m->aux_buf,
                     m->tp_part,     m->tp_red,      m->sp_ln,  m->sp_dfull,
                     m->tp_stats,    m->logits_all,  m->cos_l,  m->sin_l,
                     m->kf,          m->vf,          m->cp_stage, m->dkf,

@@ -56,6 +56,7 @@ typedef struct hs_act_slot {
     hs_block_acts *acts;
     float *rstdf;
     void *lnf;
+    float *aux_g; /* moe: [E] the router gradient of the aux term */
 } hs_act_slot;
 
 struct hs_model {
@@ -143,7 +144,8 @@ struct hs_model {
     /* moe */
     void *moe_scratch; /* hs_moe_scratch_bytes */
     hs_moe_aux aux;
-    float *aux_g;   /* [E] */
+    float *aux_g;   /* [E] the slot in use's */
+    float *aux_stage; /* [2E + 2] pipeline stages: the running statistics handed on */
     float *aux_buf; /* [2E + 2] the totals summed over a global micro-batch */
     hs_moe_ep moe_ep;       /* ep > 1: the exchange's ops and scratch */
     int64_t *expert_tokens; /* [L x E] rows routed to each expert since the reset */

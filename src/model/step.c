@@ -96,6 +96,8 @@ static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *
         hs_embedding_forward(m->resid[0], b->tokens, m->embed->data, m->dt, N, m->C);
     }
     if (m->moe) hs_moe_aux_reset(&m->aux);
+    /* The earlier stages' statistics of this micro-batch, to add ours to. */
+    if (m->moe && count_aux && !m->first_stage) (void)hs_moe_aux_unpack(&m->aux, m->aux_stage);
     for (int i = 0; i < m->L; i++) {
         int u = m->blocks[i].unit;
         hs_hook_pre_forward(hooks, u);
@@ -256,9 +258,22 @@ const void *hs_model_stage_output(hs_model *m, int slot, hs_dtype *dt) {
 
 float *hs_model_stage_grad(hs_model *m) { return m->dres; }
 
+int64_t hs_model_stage_aux_numel(const hs_model *m) {
+    return m->moe ? 2 * (int64_t)m->moe_shapes.E + 2 : 0;
+}
+
+int64_t hs_model_stage_aux_grad_numel(const hs_model *m) { return m->moe ? m->moe_shapes.E : 0; }
+
+float *hs_model_stage_aux(hs_model *m) { return m->aux_stage; }
+
+float *hs_model_stage_aux_grad(hs_model *m, int slot) {
+    HS_ASSERT(slot >= 0 && slot < m->n_slots);
+    return m->slots[slot].aux_g;
+}
+
 hs_status hs_model_stage_forward(hs_model *m, int slot, const hs_batch *b,
-                                 const hs_model_hooks *hooks, bool train, double *loss_sum,
-                                 float *logits, hs_error *e) {
+                                 const hs_model_hooks *hooks, bool train, float grad_scale,
+                                 double *loss_sum, float *logits, double *aux_loss, hs_error *e) {
     if (check_batch(m, b, train || loss_sum != NULL, e) != HS_OK) return e->code;
     HS_ASSERT(slot >= 0 && slot < m->n_slots);
     hs_model_use_slot(m, slot);
@@ -266,13 +281,18 @@ hs_status hs_model_stage_forward(hs_model *m, int slot, const hs_batch *b,
     int64_t N = (int64_t)b->B * b->T;
     hs_hook_pre_forward(hooks, 0);
     trunk_forward(m, b, hooks, train);
-    double loss = 0.0;
+    double loss = 0.0, aux = 0.0;
+    /* MoE: the last stage has every layer's statistics of its tokens; the
+     * others hand theirs on. */
+    if (m->moe && train && m->last_stage) aux = moe_aux(m, b, grad_scale);
+    else if (m->moe && train) hs_moe_aux_pack(&m->aux, 0, m->aux_stage);
     if (m->last_stage) {
         final_norm_forward(m, N);
         if (!train) loss = head_forward(m, b, loss_sum != NULL, logits);
     }
     hs_hook_post_forward(hooks, 0);
     if (loss_sum) *loss_sum = loss;
+    if (aux_loss) *aux_loss = aux;
     return HS_OK;
 }
 
@@ -319,5 +339,5 @@ hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_s
 hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
                            double *loss_sum, float *logits, hs_error *e) {
     HS_ASSERT(m->first_stage && m->last_stage);
-    return hs_model_stage_forward(m, 0, b, hooks, false, loss_sum, logits, e);
+    return hs_model_stage_forward(m, 0, b, hooks, false, 0.0f, loss_sum, logits, NULL, e);
 }

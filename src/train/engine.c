@@ -18,9 +18,9 @@ hs_status hs_engine_create(const hs_engine_env *env, hs_engine **out, hs_error *
     if (fsdp || env->topo->tp > 1 || env->topo->ep > 1) return hs_engine_fsdp_create(env, out, e);
     if (env->topo->world == 1) return hs_engine_local_create(env, out, e);
     return hs_error_set(e, HS_ERR_CONFIG,
-                        "world size %d has no FSDP domain (%s) and no tensor/pipeline parallel "
-                        "engine exists yet: lower accelerator.tp_size/pp_size so that dp*cp > 1, "
-                        "or run with -n 1",
+                        "world size %d has no FSDP domain (%s) and no model parallelism: raise "
+                        "the data-parallel size (dp*cp > 1), set accelerator.tp_size, ep_size or "
+                        "pp_size, or run with -n 1",
                         env->topo->world, why);
 }
 

@@ -3,6 +3,7 @@
  * chain evaluation and sampling use. Every stage reads the same
  * micro-batches (the first needs the tokens, the last the targets). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "train/trainer.h"
 
@@ -26,7 +27,8 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
     /* The hand-over holds this rank's rows of a micro-batch: T / cp of
      * each sequence, all of them (sequence parallel only ever has fewer). */
     int64_t numel = (int64_t)t->mbs * (t->T / t->cp) * cfg->model.dim;
-    return hs_pp_create(t->comm, t->topo, hs_comm_rank(t->comm), numel, NULL, &t->pp, e);
+    int64_t extra = strcmp(cfg->model.arch, "moe") ? 0 : 2 * (int64_t)cfg->model.moe.num_experts + 2;
+    return hs_pp_create(t->comm, t->topo, hs_comm_rank(t->comm), numel, extra, NULL, &t->pp, e);
 }
 
 void hs_pp_trainer_free(hs_trainer *t) {
@@ -63,10 +65,11 @@ hs_status hs_pp_run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, do
     hs_pp_step_io io = {.ctx = &c, .batch = micro_batch, .before_backward = before_backward,
                         .trace = t->trace, .schedule = t->cfg->accelerator.pp_schedule};
     t->engine->begin_step(t->engine);
-    double loss = 0.0;
+    double loss = 0.0, aux = 0.0;
     hs_status s = hs_pp_run_step(t->pp, t->engine->model, t->hooks, t->pp_actions, t->M,
-                                 grad_scale, &io, &loss, e);
+                                 grad_scale, &io, &loss, &aux, e);
     sums[0] += loss;
+    sums[1] += aux;
     /* The schedule's own drain after the stage's last backward; the root's
      * natural one already ran, and a second applies nothing (idempotent). */
     if (s == HS_OK) t->engine->drain(t->engine);

@@ -53,14 +53,18 @@ static hs_status optimizer_update(hs_trainer *t, int step, hs_step_result *r, hs
 }
 
 /* The rows each expert of each layer received in this step, summed over
- * the ranks whose tokens make the global batch. */
+ * the ranks whose tokens make the global batch (a pipeline stage counts
+ * its own layers; the stages' rows add up over pp). */
 static hs_status expert_tokens(hs_trainer *t, hs_step_result *r, hs_error *e) {
-    int L = 0, E = 0;
-    const int64_t *c = hs_model_expert_tokens(t->engine->model, &L, &E);
+    int Ls = 0, E = 0, L = t->cfg->model.n_layers;
+    const int64_t *c = hs_model_expert_tokens(t->engine->model, &Ls, &E);
     if (!c || !t->expert_tokens) return HS_OK;
-    for (int i = 0; i < L * E; i++) t->expert_tokens[i] = (double)c[i];
+    int64_t off = (int64_t)hs_model_stage_first_layer(t->engine->model) * E;
+    for (int i = 0; i < L * E; i++) t->expert_tokens[i] = 0.0;
+    for (int i = 0; i < Ls * E; i++) t->expert_tokens[off + i] = (double)c[i];
     *r = (hs_step_result){.expert_tokens = t->expert_tokens, .expert_layers = L, .n_experts = E};
     hs_status s = hs_reduce_sum_f64(t->batch_group, t->expert_tokens, L * E, e);
+    if (s == HS_OK && t->pp) s = hs_reduce_sum_f64(t->pp_group, t->expert_tokens, L * E, e);
     /* Under sequence parallel each TP rank routed its own rows. */
     const hs_accel_config *a = &t->cfg->accelerator;
     if (s == HS_OK && a->tp_size > 1 && a->sequence_parallel)

@@ -111,8 +111,7 @@ expect_in err "set train.global_batch_size: 32 (or null for that), or accelerato
     "1f1b fix"
 expect 0 "gpipe with one micro-batch" -- accelerator.pp_size=2 accelerator.pp_schedule=gpipe --world 4
 expect_in out "  pp_schedule: gpipe" "gpipe in the derived block"
-expect 2 "pp with moe" -- accelerator.pp_size=2 model.arch=moe train.global_batch_size=32 --world 4
-expect_in err "accelerator.pp_size = 2 with model.arch = moe" "pp refuses moe"
+expect 0 "pp with moe" -- accelerator.pp_size=2 model.arch=moe --world 4
 expect 2 "pp with tied embeddings" -- accelerator.pp_size=2 model.tie_embeddings=true \
     train.global_batch_size=32 --world 4
 expect_in err "accelerator.pp_size = 2 with model.tie_embeddings = true" "pp refuses tied embeddings"

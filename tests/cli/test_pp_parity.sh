@@ -32,6 +32,10 @@ hs_train_dump pp2_gpipe 2 "${pp2[@]}" accelerator.pp_schedule=gpipe trace.enable
 compare one pp2_gpipe
 hs_train_dump pp4 4 accelerator.pp_size=4
 compare one pp4
+# 8 micro-batches on 4 stages: the middle stages receive and send in both
+# directions while others are in flight
+hs_train_dump pp4_m8 4 accelerator.pp_size=4 train.micro_batch_size=1
+compare one pp4_m8
 hs_train_dump pp2_uneven 2 "${pp2[@]}" 'accelerator.pp_layers=[3,1]'
 compare one pp2_uneven
 hs_train_dump pp2_fsdp2 4 "${pp2[@]}" fsdp_config.dp_shard_size=2

@@ -309,7 +309,8 @@ static void test_micro_batches_in_flight_reduce_once_and_drain_idempotently(void
     const hs_model_hooks *h = hs_fsdp_hooks(w.f);
     hs_fsdp_begin_step(w.f);
     for (int k = 0; k < 2; k++)
-        assert_int_equal(hs_model_stage_forward(w.m, k, &b[k], h, true, NULL, NULL, &e), HS_OK);
+        assert_int_equal(
+            hs_model_stage_forward(w.m, k, &b[k], h, true, scale, NULL, NULL, NULL, &e), HS_OK);
     for (int k = 0; k < 2; k++) {
         hs_fsdp_set_micro_batch(w.f, false, false, k == 1);
         double loss;
