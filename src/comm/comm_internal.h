@@ -68,6 +68,11 @@ typedef struct hs_pg_backend {
     const char *name;
     hs_status (*exec)(void *ctx, const hs_coll_args *a, hs_error *e);
     void (*destroy)(void *ctx);
+    /* Send / recv without blocking (the pipeline queues): start posts it and
+     * sets *req (NULL: not possible, exec it instead); test sets *done and
+     * releases req once it is. */
+    hs_status (*p2p_start)(void *ctx, const hs_coll_args *a, void **req, hs_error *e);
+    hs_status (*p2p_test)(void *ctx, void *req, bool *done, hs_error *e);
 } hs_pg_backend;
 
 typedef struct hs_queue hs_queue;
@@ -93,6 +98,10 @@ struct hs_work {
     hs_error *err; /* allocated only when the work fails */
     bool done;
     struct hs_work *next;
+    /* a started, unfinished send / recv of a pipeline queue */
+    void *req;
+    double started;
+    struct hs_work *next_inflight;
 };
 
 /* What a queue's communication thread (or an inline blocking call on that
@@ -118,6 +127,12 @@ struct hs_queue {
     bool stopping;
     pthread_t thread;
     hs_comm_current current;
+    /* The pipeline queues start sends and receives and go on (a blocking
+     * send there would wait on the peer's matching receive, which may be
+     * queued behind work that waits on this rank: a cycle across the ring
+     * of stages); their thread polls these until they finish. */
+    bool async_p2p;
+    hs_work *inflight;
 };
 
 typedef struct hs_watchdog hs_watchdog;

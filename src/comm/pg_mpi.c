@@ -172,7 +172,36 @@ static void mpi_destroy(void *ctx) {
     free(g);
 }
 
-static const hs_pg_backend mpi_backend = {"mpi", mpi_exec, mpi_destroy};
+/* One MPI_Isend / MPI_Irecv (a message below INT_MAX / 2 elements; larger
+ * ones go through exec). */
+static hs_status mpi_p2p_start(void *ctx, const hs_coll_args *a, void **req, hs_error *e) {
+    hs_mpi_group *g = ctx;
+    *req = NULL;
+    if (a->count >= INT_MAX / 2) return HS_OK;
+    MPI_Request *r = malloc(sizeof *r);
+    if (!r) return hs_error_set(e, HS_ERR_OOM, "cannot allocate an MPI request");
+    bool send = a->op == HS_OP_SEND;
+    int rc = send ? MPI_Isend(a->in, (int)a->count, mpi_type(a->dt), a->peer, a->tag, g->p2p, r)
+                  : MPI_Irecv(a->out, (int)a->count, mpi_type(a->dt), a->peer, a->tag, g->p2p, r);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return hs_mpi_fail(g, e, rc, send ? "MPI_Isend" : "MPI_Irecv", send ? "send" : "recv");
+    }
+    *req = r;
+    return HS_OK;
+}
+
+static hs_status mpi_p2p_test(void *ctx, void *req, bool *done, hs_error *e) {
+    hs_mpi_group *g = ctx;
+    int flag = 0;
+    int rc = MPI_Test((MPI_Request *)req, &flag, MPI_STATUS_IGNORE);
+    *done = flag || rc != MPI_SUCCESS;
+    if (*done) free(req);
+    return rc == MPI_SUCCESS ? HS_OK : hs_mpi_fail(g, e, rc, "MPI_Test", "send/recv");
+}
+
+static const hs_pg_backend mpi_backend = {"mpi", mpi_exec, mpi_destroy, mpi_p2p_start,
+                                          mpi_p2p_test};
 
 hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_error *e) {
     hs_pg *pg = calloc(1, sizeof *pg);

@@ -12,6 +12,7 @@
  * queue idle runs on the calling thread instead (hs_comm_run). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm_internal.h"
 
@@ -103,6 +104,77 @@ static void current_set(hs_queue *q, const hs_work *w) {
         .started = hs_now()};
 }
 
+/* Under q->mu: publish w's outcome. */
+static void work_finish(hs_queue *q, hs_work *w, hs_status st, const hs_error *err) {
+    if (st != HS_OK) {
+        w->err = malloc(sizeof *w->err);
+        if (!w->err) hs_panic("out of memory reporting a failed %s", hs_comm_op_name(w->args.op));
+        memcpy(w->err, err, sizeof *err);
+    }
+    w->status = st;
+    w->done = true;
+    pthread_cond_broadcast(&q->done_cv);
+}
+
+/* A pipeline queue's send / recv: started, then polled (poll_inflight).
+ * Returns false when the backend cannot start it without blocking. */
+static bool p2p_start(hs_queue *q, hs_work *w, hs_error *err) {
+    hs_pg *g = w->pg;
+    if (!q->async_p2p || !hs_comm_op_is_p2p(w->args.op) || !g->backend->p2p_start) return false;
+    hs_error_clear(err);
+    w->started = hs_now();
+    void *req = NULL;
+    hs_status st = g->backend->p2p_start(g->ctx, &w->args, &req, err);
+    if (st == HS_OK && !req) return false;
+    pthread_mutex_lock(&q->mu);
+    if (st != HS_OK) {
+        work_finish(q, w, st, err);
+    } else {
+        w->req = req;
+        w->next_inflight = q->inflight;
+        q->inflight = w;
+    }
+    q->current.busy = false;
+    pthread_mutex_unlock(&q->mu);
+    return true;
+}
+
+/* Under q->mu: test every started send / recv and publish those done. */
+static void poll_inflight(hs_queue *q, hs_error *err) {
+    hs_work **link = &q->inflight;
+    while (*link) {
+        hs_work *w = *link;
+        bool done = false;
+        hs_error_clear(err);
+        hs_status st = w->pg->backend->p2p_test(w->pg->ctx, w->req, &done, err);
+        if (!done && st == HS_OK) {
+            link = &w->next_inflight;
+            continue;
+        }
+        *link = w->next_inflight;
+        work_trace(q->comm, w, w->started, hs_now());
+        work_finish(q, w, st, err);
+    }
+}
+
+/* Under q->mu: wait for work, polling what is in flight every 50 us. */
+static void queue_wait(hs_queue *q, hs_error *err) {
+    for (;;) {
+        if (q->inflight) poll_inflight(q, err);
+        bool ready = q->head && !q->current.busy;
+        if (ready || (q->stopping && !q->inflight)) return;
+        if (!q->inflight) {
+            pthread_cond_wait(&q->queue_cv, &q->mu);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&q->queue_cv, &q->mu, &ts);
+    }
+}
+
 static void *queue_thread_main(void *arg) {
     hs_queue *q = arg;
     hs_comm *c = q->comm;
@@ -111,24 +183,21 @@ static void *queue_thread_main(void *arg) {
     pthread_mutex_lock(&q->mu);
     for (;;) {
         /* busy here means a blocking call runs inline on the issuing thread. */
-        while (!q->stopping && (!q->head || q->current.busy)) pthread_cond_wait(&q->queue_cv, &q->mu);
+        queue_wait(q, scratch);
         if (!q->head) break;
         hs_work *w = q->head;
         q->head = w->next;
         if (!q->head) q->tail = NULL;
         current_set(q, w);
         pthread_mutex_unlock(&q->mu);
-        hs_status st = work_exec(c, w, scratch);
-        if (st != HS_OK) {
-            w->err = malloc(sizeof *w->err);
-            if (!w->err) hs_panic("out of memory reporting a failed %s", hs_comm_op_name(w->args.op));
-            memcpy(w->err, scratch, sizeof *scratch);
+        if (p2p_start(q, w, scratch)) {
+            pthread_mutex_lock(&q->mu);
+            continue;
         }
+        hs_status st = work_exec(c, w, scratch);
         pthread_mutex_lock(&q->mu);
-        w->status = st;
-        w->done = true;
         q->current.busy = false;
-        pthread_cond_broadcast(&q->done_cv);
+        work_finish(q, w, st, scratch);
     }
     pthread_mutex_unlock(&q->mu);
     free(scratch);
@@ -140,6 +209,7 @@ void hs_comm_queue_start(hs_comm *c) {
         hs_queue *q = &c->queues[i];
         q->comm = c;
         q->id = (hs_comm_queue)i;
+        q->async_p2p = i == HS_COMM_QUEUE_PP_FORWARD || i == HS_COMM_QUEUE_PP_BACKWARD;
         HS_CHECK_PTHREAD(pthread_mutex_init(&q->mu, NULL));
         HS_CHECK_PTHREAD(pthread_cond_init(&q->queue_cv, NULL));
         HS_CHECK_PTHREAD(pthread_cond_init(&q->done_cv, NULL));
