@@ -12,7 +12,8 @@
  *              forwards and backwards, as a fraction of the step
  *   bubble     1 - busy: idle waits for the neighbours, the hand-over
  *              copies and the optimizer, measured
- *   theory     the schedule's idle fraction (p-1)/(M+p-1), the same for
+ *   theory     the schedule's idle fraction (p-1)/(V M+p-1) (V = 1 but for
+ *              interleaved_1f1b), the same for
  *              gpipe and 1f1b (1f1b saves activation memory, not time)
  *   peak MiB   the largest device peak of any rank: gpipe keeps M
  *              micro-batches' activations, 1f1b at most p
@@ -29,7 +30,7 @@
 #include "hypershard/parallel.h"
 #include "train/engine.h"
 
-#define MAX_LAYOUTS 4
+#define MAX_LAYOUTS 6
 #define MAX_STEPS 64
 
 typedef struct pp_layout {
@@ -44,7 +45,7 @@ typedef struct pp_layout {
     hs_engine *en;
     hs_optim *optim;
     hs_optim_param *params;
-    int n_params, M;
+    int n_params, M, virtual_stages, n_actions;
     hs_pp *pp_ctx;
     hs_pp_action *actions;
     int32_t *tokens, *targets; /* M micro-batches of 1 sequence */
@@ -69,6 +70,7 @@ static void config_for(const opts *o, pp_layout *l, int world)
     c->model.ffn_dim = o->dim * 11 / 4 / 64 * 64;
     c->accelerator.pp_size = l->pp;
     snprintf(c->accelerator.pp_schedule, sizeof c->accelerator.pp_schedule, "%s", l->schedule);
+    c->accelerator.pp_virtual_stages = l->virtual_stages;
     c->fsdp.dp_shard_size = world / l->pp;
     c->train.seq_len = o->seq;
     c->train.micro_batch_size = 1;
@@ -87,12 +89,16 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
     if (s != HS_OK) return s;
     l->M = hs_config_micro_batches(&l->cfg, &l->topo);
     int stage = hs_mesh_coords(l->mesh).pp;
-    int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
+    int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES], V = l->virtual_stages;
     hs_config_pp_stages(&l->cfg, first, count);
     hs_engine_env env = {.cfg = &l->cfg, .topo = &l->topo, .comm = c, .mesh = l->mesh,
-                         .dev = l->dev, .max_batch = 1, .stage_first_layer = first[stage],
-                         .stage_layers = count[stage],
-                         .act_slots = hs_pp_slots(l->kind, l->pp, stage, l->M)};
+                         .dev = l->dev, .max_batch = 1,
+                         .act_slots = hs_pp_slots(l->kind, l->pp, stage, l->M, V)};
+    env.stage.n_chunks = V;
+    for (int v = 0; v < V; v++) {
+        env.stage.first_layer[v] = first[v * l->pp + stage];
+        env.stage.n_layers[v] = count[v * l->pp + stage];
+    }
     s = hs_engine_create(&env, &l->en, e);
     if (s != HS_OK) return s;
     l->n_params = l->en->optim_params(l->en, &l->params);
@@ -101,18 +107,20 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
     char prefix[48];
     snprintf(prefix, sizeof prefix, "%s.", l->prefix);
     if (s == HS_OK)
-        s = hs_pp_create(c, &l->topo, rank, (int64_t)o->seq * o->dim, 0, prefix, &l->pp_ctx, e);
+        s = hs_pp_create(c, &l->topo, rank, (int64_t)o->seq * o->dim, 0, l->M * V, prefix,
+                         &l->pp_ctx, e);
     size_t n = (size_t)l->M * (size_t)o->seq;
     l->tokens = malloc(n * sizeof(int32_t));
     l->targets = malloc(n * sizeof(int32_t));
-    l->actions = malloc(sizeof *l->actions * (size_t)(2 * l->M));
+    l->n_actions = 2 * l->M * V;
+    l->actions = malloc(sizeof *l->actions * (size_t)l->n_actions);
     if (s == HS_OK && (!l->tokens || !l->targets || !l->actions))
         s = hs_error_set(e, HS_ERR_OOM, "bench pp: cannot allocate the batches");
     if (s != HS_OK) return s;
     /* the stages of one pipeline read the same micro-batches */
     hs_bench_random_batch(l->tokens, l->targets, n, l->cfg.model.vocab_size,
                           777 + (uint64_t)hs_mesh_coords(l->mesh).dp);
-    hs_pp_schedule(l->kind, l->pp, stage, l->M, l->actions);
+    hs_pp_schedule(l->kind, l->pp, stage, l->M, V, l->actions);
     return HS_OK;
 }
 
@@ -136,9 +144,9 @@ static hs_batch batch_of(void *ctx, int mb)
     return (hs_batch){.tokens = l->tokens + off, .targets = l->targets + off, .B = 1, .T = l->T};
 }
 
-static void before_backward(void *ctx, int mb, bool last)
+static void before_backward(void *ctx, int chunk, int mb, bool last)
 {
-    (void)mb;
+    (void)chunk, (void)mb;
     pp_layout *l = ctx;
     l->en->begin_micro_batch(l->en, last, last, last);
 }
@@ -154,8 +162,8 @@ static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e)
     float scale = 1.0f / (float)((int64_t)l->cfg.train.global_batch_size * l->T);
     double t0 = hs_now(), loss = 0.0, aux = 0.0, norm = 0.0;
     l->en->begin_step(l->en);
-    s = hs_pp_run_step(l->pp_ctx, l->en->model, l->en->hooks(l->en), l->actions, l->M, scale,
-                       &io, &loss, &aux, e);
+    s = hs_pp_run_step(l->pp_ctx, l->en->model, l->en->hooks(l->en), l->actions, l->n_actions,
+                       l->M, scale, &io, &loss, &aux, e);
     if (s == HS_OK) l->en->drain(l->en);
     if (s == HS_OK) s = l->en->grad_norm(l->en, &norm, e);
     if (s != HS_OK) return s;
@@ -180,14 +188,15 @@ static void print_table(const opts *o, pp_layout *ls, int n, int world)
     printf("\n%d ranks, Llama dim %d, %d layers, seq %d, vocab %d, %d micro-batches of 1 "
            "sequence per data-parallel rank and step, fp32 AdamW; medians of %d steps\n",
            world, o->dim, o->layers, o->seq, ls[0].cfg.model.vocab_size, o->micro, o->steps);
-    printf("| layout | schedule | M | step ms | busy | bubble | theory (p-1)/(M+p-1) | "
+    printf("| layout | schedule | M | step ms | busy | bubble | theory (p-1)/(V*M+p-1) | "
            "peak MiB |\n|---|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < n; k++) {
         pp_layout *l = &ls[k];
         double step = hs_bench_median(l->step, o->steps), busy = hs_bench_median(l->busy, o->steps);
-        double theory = (double)(l->pp - 1) / (double)(l->M + l->pp - 1);
-        printf("| PP %d x FSDP %d | %s | %d | %.1f | %.2f | %.2f | %.2f | %.1f |\n", l->pp,
-               world / l->pp, l->schedule, l->M, step * 1e3, busy, 1.0 - busy, theory,
+        /* interleaving V chunks divides the fill and drain by V */
+        double theory = (double)(l->pp - 1) / (double)(l->virtual_stages * l->M + l->pp - 1);
+        printf("| PP %d x FSDP %d | %s%s | %d | %.1f | %.2f | %.2f | %.2f | %.1f |\n", l->pp,
+               world / l->pp, l->schedule, l->virtual_stages > 1 ? " V=2" : "", l->M, step * 1e3, busy, 1.0 - busy, theory,
                (double)l->peak / (1 << 20));
     }
 }
@@ -241,13 +250,16 @@ int hs_bench_pp(int argc, char **argv)
     pp_layout ls[MAX_LAYOUTS];
     memset(ls, 0, sizeof ls);
     int n = 0;
+    static const char *const names[3] = {"gpipe", "1f1b", "interleaved_1f1b"};
     for (int pp = 2; pp <= 4 && n < MAX_LAYOUTS; pp *= 2) {
         if (world % pp || pp > o.layers) continue;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 3; k++) {
+            if (k == 2 && 2 * pp > o.layers) continue; /* V = 2 needs 2 blocks per stage */
             pp_layout *l = &ls[n++];
             l->pp = pp;
-            l->kind = k ? HS_PP_1F1B : HS_PP_GPIPE;
-            l->schedule = k ? "1f1b" : "gpipe";
+            l->kind = k == 2 ? HS_PP_INTERLEAVED : k ? HS_PP_1F1B : HS_PP_GPIPE;
+            l->schedule = names[k];
+            l->virtual_stages = k == 2 ? 2 : 1;
             snprintf(l->prefix, sizeof l->prefix, "pp%d_%s", pp, l->schedule);
         }
     }

@@ -70,9 +70,10 @@ typedef enum hs_reduce_op {
 typedef enum hs_comm_queue {
     HS_COMM_QUEUE_DEFAULT = 0,
     HS_COMM_QUEUE_CRITICAL,
-    /* Pipeline hand-over, one queue per direction: activations go forward
-     * in micro-batch order on one, gradients backward on the other, so a
-     * blocking send never waits on a receive queued behind it. */
+    /* Pipeline hand-over, one queue per direction. Their threads start
+     * sends and receives and poll them instead of blocking in them, so a
+     * send waiting for its receive never holds the queue: issue order is
+     * kept, completion follows the peers. */
     HS_COMM_QUEUE_PP_FORWARD,
     HS_COMM_QUEUE_PP_BACKWARD,
     HS_COMM_QUEUE_COUNT

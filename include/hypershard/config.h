@@ -26,7 +26,8 @@
 #define HS_MP_NULL (-1)
 #define HS_PATH_MAX 1024
 #define HS_NAME_MAX 64
-#define HS_PP_MAX_STAGES 64
+#define HS_PP_MAX_STAGES 64  /* pp_size x pp_virtual_stages */
+#define HS_PP_MAX_VIRTUAL 8  /* pp_virtual_stages */
 
 typedef struct hs_moe_config {
     int num_experts;
@@ -49,7 +50,8 @@ typedef struct hs_accel_config {
     int tp_size, cp_size, ep_size, pp_size;
     bool sequence_parallel, loss_parallel;
     char cp_rotate_method[HS_NAME_MAX]; /* "" (null: allgather) | "allgather" | "ring" */
-    char pp_schedule[HS_NAME_MAX];      /* "gpipe" | "1f1b" */
+    char pp_schedule[HS_NAME_MAX];      /* "gpipe" | "1f1b" | "interleaved_1f1b" */
+    int pp_virtual_stages;              /* chunks per stage (interleaved_1f1b) */
     int pp_layers[HS_PP_MAX_STAGES];    /* blocks of each stage; n_pp_layers 0: even split */
     int n_pp_layers;
 } hs_accel_config;
@@ -181,14 +183,16 @@ void hs_config_dump(const hs_config *c, const hs_topology *topo, FILE *f);
 long long hs_config_global_batch(const hs_config *c, const hs_topology *topo);
 /* Micro-batches per optimizer step: global / (micro * dp). */
 int hs_config_micro_batches(const hs_config *c, const hs_topology *topo);
-/* The pipeline stages: for each of the accelerator.pp_size stages, its first
- * block (first_layer[s], the running sum) and its block count
- * (n_layers[s]). With accelerator.pp_layers given (one entry per stage)
- * those counts; otherwise the even split: model.n_layers / pp_size each, and
- * the remainder's extra blocks go to the middle stages 1 .. pp-2 first, then
- * to stage 0, never to the last stage, which also holds the norm and lm_head
- * (n_layers 10, pp 4: [2, 3, 3, 2]; 5, 2: [3, 2]). Both arrays hold pp_size
- * entries. Meant for a validated config. */
+/* The pipeline's virtual stages, in model order: pp_size x
+ * pp_virtual_stages chunks of consecutive blocks, chunk c running on stage
+ * c % pp_size (so stage s holds chunks s, s + pp, s + 2 pp, ...); for each
+ * its first block (first_layer[c], the running sum) and its block count
+ * (n_layers[c]). With accelerator.pp_layers given (one entry per chunk)
+ * those counts; otherwise the even split: model.n_layers / chunks each, and
+ * the remainder's extra blocks go to the middle chunks 1 .. n-2 first, then
+ * to chunk 0, never to the last, which also holds the norm and lm_head
+ * (n_layers 10, 4 chunks: [2, 3, 3, 2]; 5, 2: [3, 2]). Both arrays hold
+ * pp_size x pp_virtual_stages entries. Meant for a validated config. */
 void hs_config_pp_stages(const hs_config *c, int *first_layer, int *n_layers);
 /* Deep copy (replicate_params). */
 void hs_config_copy(hs_config *dst, const hs_config *src);

@@ -189,6 +189,17 @@ void hs_cp_blocks_to_whole(void *whole, const void *blocks, int cp, int B, int T
 void hs_cp_whole_to_blocks(void *blocks, const void *whole, int cp, int B, int T_local,
                            int64_t row, size_t es);
 
+/* A pipeline rank's part of the model: chunks of consecutive blocks, chunk
+ * k being blocks [first_layer[k], first_layer[k] + n_layers[k]), in model
+ * order (one chunk per stage; several under interleaved schedules, each a
+ * virtual stage). n_chunks 0: the whole model. */
+#define HS_MODEL_MAX_CHUNKS 8
+typedef struct hs_model_stage {
+    int n_chunks;
+    int first_layer[HS_MODEL_MAX_CHUNKS];
+    int n_layers[HS_MODEL_MAX_CHUNKS];
+} hs_model_stage;
+
 typedef struct hs_model_options {
     hs_dtype compute_dtype;        /* params and activations */
     hs_dtype grad_dtype;           /* unsharded gradients */
@@ -211,16 +222,15 @@ typedef struct hs_model_options {
      * parameter's placement to match (hs_model_check_tp_layout). Must
      * outlive the model. */
     const hs_model_ops *ops;
-    /* Pipeline stage: blocks [stage_first_layer, stage_first_layer +
-     * stage_layers) of the model (stage_layers 0: all of them). The stage
-     * that starts at block 0 holds the embedding, the one that ends at the
-     * last block the final norm and lm_head; FQNs stay global
+    /* Pipeline stage: the chunks of blocks this model holds. The chunk that
+     * starts at block 0 holds the embedding, the one that ends at the last
+     * block the final norm and lm_head; FQNs stay global
      * ("model.layers.<global index>...") and units are the stage's own:
      * unit 0 its root (whatever of embedding, norm, head it holds), then
-     * its blocks. */
-    int stage_first_layer, stage_layers;
-    /* Activation sets, one per micro-batch whose forward has run and whose
-     * backward has not yet (hs_model_stage_*); 0 means 1. */
+     * its blocks in chunk order. */
+    hs_model_stage stage;
+    /* Activation sets per chunk, one per micro-batch whose forward has run
+     * and whose backward has not yet (hs_model_stage_*); 0 means 1. */
     int act_slots;
     /* The registry only (FQNs, shapes, units, boundary dtypes): no buffer
      * and no parameter storage, so the model cannot run. A pipeline stage
@@ -309,53 +319,62 @@ hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks 
 
 /* ------------------------------------------------------ pipeline stages
  *
- * A stage runs its part of the model on one micro-batch at a time, each in
- * its activation slot (hs_model_options.act_slots): forward of slot s
- * leaves what backward of slot s needs, so a schedule may run the forwards
- * of several micro-batches before their backwards (GPipe, 1F1B). The hook
- * sequence of one slot is that of hs_model_forward_backward restricted to
- * the stage's units; forward and backward of different slots interleave.
+ * A stage runs a chunk of its blocks on one micro-batch at a time, each in
+ * the chunk's activation slot (hs_model_options.act_slots): forward of
+ * (chunk, slot) leaves what its backward needs, so a schedule may run the
+ * forwards of several micro-batches before their backwards (GPipe, 1F1B,
+ * interleaved). The hook sequence of one (chunk, slot) is that of
+ * hs_model_forward_backward restricted to the chunk's units (the root's
+ * hooks only with the chunk that holds the root's parameters: the
+ * embedding's, the head's, or chunk 0 of a stage with neither); forward
+ * and backward of different slots and chunks interleave.
  *
- * Hand-over between stages: a stage that is not the first reads its input
- * from hs_model_stage_input (the residual stream entering its first block,
- * this rank's rows: hs_model_stage_numel elements of *dt), which the
- * caller fills before forward; a stage that is not the last leaves its
- * output in hs_model_stage_output. In backward, a stage that is not the
- * last starts from d output in hs_model_stage_grad (fp32, filled by the
- * caller), and a stage that is not the first leaves d input there. */
-bool hs_model_is_first_stage(const hs_model *m);
-bool hs_model_is_last_stage(const hs_model *m);
-int hs_model_stage_first_layer(const hs_model *m);
-int hs_model_stage_num_layers(const hs_model *m);
-int hs_model_num_slots(const hs_model *m);
+ * Hand-over: a chunk without the embedding reads its input from
+ * hs_model_stage_input (the residual stream entering its first block, this
+ * rank's rows: hs_model_stage_numel elements of *dt), which the caller
+ * fills before forward; a chunk without the head leaves its output in
+ * hs_model_stage_output. In backward, a chunk without the head starts from
+ * d output in hs_model_stage_grad (fp32, filled by the caller), and a chunk
+ * without the embedding leaves d input there. */
+bool hs_model_is_first_stage(const hs_model *m); /* holds the embedding */
+bool hs_model_is_last_stage(const hs_model *m);  /* holds the norm and lm_head */
+int hs_model_num_chunks(const hs_model *m);
+/* Whether chunk k holds the embedding / the head. */
+bool hs_model_chunk_has_embedding(const hs_model *m, int chunk);
+bool hs_model_chunk_has_head(const hs_model *m, int chunk);
+/* The model's index of this model's block `local` (chunk order). */
+int hs_model_block_layer(const hs_model *m, int local);
+int hs_model_stage_num_layers(const hs_model *m); /* blocks over all chunks */
+int hs_model_num_slots(const hs_model *m);        /* per chunk */
 /* Elements of the hand-over tensor for batch b on this rank. */
 int64_t hs_model_stage_numel(const hs_model *m, const hs_batch *b);
-void *hs_model_stage_input(hs_model *m, int slot, hs_dtype *dt);
-const void *hs_model_stage_output(hs_model *m, int slot, hs_dtype *dt);
+void *hs_model_stage_input(hs_model *m, int chunk, int slot, hs_dtype *dt);
+const void *hs_model_stage_output(hs_model *m, int chunk, int slot, hs_dtype *dt);
 float *hs_model_stage_grad(hs_model *m);
-/* Forward of slot `slot`. train: the backward follows (the head then runs
- * in backward; MoE: the last stage computes the aux term with grad_scale,
- * *aux_loss gets it); else on the last stage the loss sum and logits
- * (either may be NULL) are computed here, as hs_model_forward does. */
-hs_status hs_model_stage_forward(hs_model *m, int slot, const hs_batch *b,
+/* Forward of (chunk, slot). train: the backward follows (the head then
+ * runs in backward; MoE: the head's chunk computes the aux term with
+ * grad_scale, *aux_loss gets it); else the head's chunk computes the loss
+ * sum and logits (either may be NULL) here, as hs_model_forward does. */
+hs_status hs_model_stage_forward(hs_model *m, int chunk, int slot, const hs_batch *b,
                                  const hs_model_hooks *hooks, bool train, float grad_scale,
                                  double *loss_sum, float *logits, double *aux_loss, hs_error *e);
+/* Backward of (chunk, slot) (its forward ran with train). On the head's
+ * chunk *loss_sum gets the micro-batch's loss sum (else 0). */
+hs_status hs_model_stage_backward(hs_model *m, int chunk, int slot, const hs_batch *b,
+                                  float grad_scale, const hs_model_hooks *hooks, double *loss_sum,
+                                  hs_error *e);
 /* MoE: the load-balancing term pools the router statistics of every layer
  * of a micro-batch, so they travel with the hand-over (0 values for a dense
- * model). Forward: hs_model_stage_aux holds the earlier stages' running
+ * model). Forward: hs_model_stage_aux holds the earlier chunks' running
  * statistics (hs_model_stage_aux_numel fp32 values) before a training
- * forward of a stage that is not the first, and this stage's sum after it
- * on a stage that is not the last. Backward: the last stage computes the
- * routers' aux gradient (hs_model_stage_aux_grad_numel values) in slot
- * `slot`; the others receive it there before the slot's backward and hand
- * it on unchanged. */
+ * forward of a chunk without the embedding, and the sum with this chunk's
+ * after it on a chunk without the head. Backward: the head's chunk
+ * computes the routers' aux gradient (hs_model_stage_aux_grad_numel values)
+ * in its slot; the others receive it there before the slot's backward and
+ * hand it on unchanged. */
 int64_t hs_model_stage_aux_numel(const hs_model *m);
 int64_t hs_model_stage_aux_grad_numel(const hs_model *m);
 float *hs_model_stage_aux(hs_model *m);
-float *hs_model_stage_aux_grad(hs_model *m, int slot);
-/* Backward of slot `slot` (its forward ran with train). On the last stage
- * *loss_sum gets the micro-batch's loss sum (else 0). */
-hs_status hs_model_stage_backward(hs_model *m, int slot, const hs_batch *b, float grad_scale,
-                                  const hs_model_hooks *hooks, double *loss_sum, hs_error *e);
+float *hs_model_stage_aux_grad(hs_model *m, int chunk, int slot);
 
 #endif

@@ -138,73 +138,88 @@ void hs_ep_reset_stats(hs_ep *p);
 
 /* --------------------------------------------------- pipeline parallel
  *
- * Stage s of pp holds blocks [first, first + count) (hs_config_pp_stages):
- * the first stage also the embedding, the last the final norm and lm_head.
- * Ranks are pp-major, so the ranks of one stage are a contiguous block of
- * the world and every FSDP/TP/CP group lies inside one stage.
+ * The model is cut into pp x V chunks of consecutive blocks
+ * (hs_config_pp_stages; V = pp_virtual_stages, 1 unless interleaved):
+ * chunk c runs on stage c % pp, so stage s holds chunks s, s + pp, ...
+ * (its local chunks v = 0 .. V-1). The first chunk also holds the
+ * embedding, the last the final norm and lm_head. Ranks are pp-major, so
+ * the ranks of one stage are a contiguous block of the world and every
+ * FSDP/TP/CP/EP group lies inside one stage.
  *
  * A schedule is the list of actions one stage runs in one optimizer step
- * over the step's M micro-batches: F(i), the forward of micro-batch i, and
- * B(i), its backward. gpipe: every forward, then every backward. 1f1b:
- * pp-1-s forwards to fill the pipe, then one forward and one backward in
- * turn, then the remaining backwards, so at most pp-s micro-batches are in
- * flight on stage s. Micro-batch i lives in activation slot i % slots.
+ * over the step's M micro-batches: F(v, i), the forward of micro-batch i
+ * through local chunk v, and B(v, i), its backward. gpipe: every forward,
+ * then every backward. 1f1b: pp-1-s forwards to fill the pipe, then one
+ * forward and one backward in turn, then the remaining backwards.
+ * interleaved_1f1b (V >= 2, M a multiple of pp): rounds of pp micro-batches
+ * go through the chunks in turn, 2 (pp-1-s) + (V-1) pp forwards fill the
+ * pipe, then 1F1B. Every schedule runs each chunk's backwards in
+ * micro-batch order. Micro-batch i of chunk v lives in activation slot
+ * i % slots of that chunk.
  *
- * Hand-over: activations travel stage s -> s+1 on a group bound to
- * HS_COMM_QUEUE_PP_FORWARD and gradients s+1 -> s on one bound to
- * HS_COMM_QUEUE_PP_BACKWARD, both in micro-batch order, so blocking sends
- * never wait in a cycle: on each queue a stage issues receive i, send i,
- * receive i+1, send i+1, ... (a receive posted ahead of the send before it
- * would hold that send until the previous stage's next forward, which
- * under 1F1B waits for this stage's backward). Receives land in staging
- * buffers, posted right after the previous micro-batch was handed on, so
- * they overlap the compute of the other direction in between; sends go
- * from staging copies, so the model's buffers are free at once. */
+ * Hand-over: activations travel chunk c -> c+1 (stage s -> s+1, the last
+ * stage's going round to stage 0) on the group "pp_forward", gradients back
+ * on "pp_backward", on the pipeline queues, which start sends and receives
+ * without blocking (comm.h). Every receive of a step is posted when the
+ * step starts, into a staging buffer of its own, tagged by the receiving
+ * (chunk, micro-batch); sends go from staging copies, so the model's
+ * buffers are free at once and no wait depends on the order of messages. */
 typedef enum hs_pp_kind { HS_PP_FORWARD = 0, HS_PP_BACKWARD } hs_pp_kind;
 
 typedef struct hs_pp_action {
     hs_pp_kind kind;
+    int chunk; /* local chunk v */
     int micro_batch;
 } hs_pp_action;
 
-typedef enum hs_pp_schedule_kind { HS_PP_GPIPE = 0, HS_PP_1F1B } hs_pp_schedule_kind;
+typedef enum hs_pp_schedule_kind {
+    HS_PP_GPIPE = 0,
+    HS_PP_1F1B,
+    HS_PP_INTERLEAVED
+} hs_pp_schedule_kind;
 
-/* "gpipe" / "1f1b"; false for anything else. */
+/* "gpipe" / "1f1b" / "interleaved_1f1b"; false for anything else. */
 bool hs_pp_schedule_parse(const char *name, hs_pp_schedule_kind *out);
-/* The 2*M actions of stage `stage` of pp in order into out (2*M entries). */
-void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, hs_pp_action *out);
-/* Micro-batches at most in flight on `stage` (activation slots it needs). */
-int hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M);
+/* The 2*M*V actions of stage `stage` of pp in order into out (V: local
+ * chunks, 1 but for interleaved). */
+void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V,
+                    hs_pp_action *out);
+/* Micro-batches at most in flight in one chunk of `stage` (the activation
+ * slots per chunk it needs). */
+int hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V);
 
 typedef struct hs_pp hs_pp;
 
 /* Collective over the world: the two hand-over groups of this rank's pp
  * coordinate line (same dp, cp, tp; ordered by stage), named
  * "<prefix>pp_forward" / "<prefix>pp_backward" (prefix NULL: none), with
- * staging for hand-over tensors of up to max_numel elements (fp32 or
+ * staging for `keys` messages per direction (keys >= M x V: one per
+ * receiving chunk and micro-batch) of up to max_numel elements (fp32 or
  * narrower) and second messages of up to max_extra fp32 values. */
 hs_status hs_pp_create(hs_comm *comm, const hs_topology *t, int world_rank, int64_t max_numel,
-                       int64_t max_extra, const char *prefix, hs_pp **out, hs_error *e);
+                       int64_t max_extra, int keys, const char *prefix, hs_pp **out,
+                       hs_error *e);
 void hs_pp_free(hs_pp *p);
 int hs_pp_stage(const hs_pp *p);
 int hs_pp_size(const hs_pp *p);
-/* Activations from the previous stage: post the receive of micro-batch mb
- * (numel elements of dt, and `extra` fp32 values in a second message: the
- * MoE statistics; 0 for none), then take them into dst and extra_dst.
- * Posts and takes go in micro-batch order; at most one is posted and not
- * yet taken. */
-void hs_pp_post_recv_forward(hs_pp *p, int mb, int64_t numel, hs_dtype dt, int64_t extra);
-hs_status hs_pp_take_forward(hs_pp *p, int mb, void *dst, float *extra_dst, hs_error *e);
-/* Activations (and extra_n fp32 values) to the next stage, copied at once. */
-hs_status hs_pp_send_forward(hs_pp *p, int mb, const void *src, int64_t numel, hs_dtype dt,
+/* Activations from the previous stage (stage - 1, or pp - 1 for stage 0):
+ * post the receive of message `key` (numel elements of dt, and `extra`
+ * fp32 values in a second message: the MoE statistics; 0 for none), then
+ * take them into dst and extra_dst. */
+void hs_pp_post_recv_forward(hs_pp *p, int key, int64_t numel, hs_dtype dt, int64_t extra);
+hs_status hs_pp_take_forward(hs_pp *p, int key, void *dst, float *extra_dst, hs_error *e);
+/* Activations (and extra_n fp32 values) to the next stage as its message
+ * `key`, copied at once. */
+hs_status hs_pp_send_forward(hs_pp *p, int key, const void *src, int64_t numel, hs_dtype dt,
                              const float *extra, int64_t extra_n, hs_error *e);
 /* Gradients (fp32) from the next stage / to the previous one, likewise
  * (the extra values: the MoE routers' aux gradient). */
-void hs_pp_post_recv_backward(hs_pp *p, int mb, int64_t numel, int64_t extra);
-hs_status hs_pp_take_backward(hs_pp *p, int mb, float *dst, float *extra_dst, hs_error *e);
-hs_status hs_pp_send_backward(hs_pp *p, int mb, const float *src, int64_t numel,
+void hs_pp_post_recv_backward(hs_pp *p, int key, int64_t numel, int64_t extra);
+hs_status hs_pp_take_backward(hs_pp *p, int key, float *dst, float *extra_dst, hs_error *e);
+hs_status hs_pp_send_backward(hs_pp *p, int key, const float *src, int64_t numel,
                               const float *extra, int64_t extra_n, hs_error *e);
-/* Wait for every send still in flight (end of a step). */
+/* Wait for every send still in flight (end of a step); every posted
+ * receive must have been taken. */
 hs_status hs_pp_flush(hs_pp *p, hs_error *e);
 /* Hand-over traffic since creation (or the last reset): seconds the
  * calling thread spent taking and sending, calls, bytes. */
@@ -218,25 +233,27 @@ void hs_pp_reset_stats(hs_pp *p);
 typedef struct hs_pp_step_io {
     void *ctx;
     /* micro-batch mb's batch as this rank runs it (called before each of
-     * its forward and backward) */
+     * its forwards and backwards) */
     hs_batch (*batch)(void *ctx, int mb);
-    /* before the backward of mb; last: the stage's last backward of the
-     * step (every schedule runs backwards in micro-batch order) */
-    void (*before_backward)(void *ctx, int mb, bool last);
+    /* before the backward of (chunk, mb); last: the chunk's last backward of
+     * the step (every schedule runs a chunk's backwards in micro-batch
+     * order) */
+    void (*before_backward)(void *ctx, int chunk, int mb, bool last);
     hs_trace *trace;          /* NULL or disabled: no spans */
     const char *schedule;     /* for the spans' args */
 } hs_pp_step_io;
 
-/* One optimizer step's 2*M actions (hs_pp_schedule) on stage model m
- * (created with hs_pp_slots slots): each forward and backward in its
- * micro-batch's slot, with the hand-over; a span "F<i>" / "B<i>" per
- * action on the compute lane. *loss_sum / *aux_sum: the last stage's loss
- * sums and MoE aux terms (0 elsewhere). Ends with every send gone out. */
+/* One optimizer step's actions (hs_pp_schedule) on stage model m (its
+ * chunks the stage's, created with hs_pp_slots slots per chunk): each
+ * forward and backward in its slot, with the hand-over; a span "F<i>" /
+ * "B<i>" (interleaved: "F<i>.<v>") per action on the compute lane.
+ * *loss_sum / *aux_sum: the head's loss sums and MoE aux terms (0
+ * elsewhere). Ends with every send gone out. */
 hs_status hs_pp_run_step(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
-                         const hs_pp_action *actions, int M, float grad_scale,
+                         const hs_pp_action *actions, int n_actions, int M, float grad_scale,
                          const hs_pp_step_io *io, double *loss_sum, double *aux_sum,
                          hs_error *e);
-/* Forward only through the stages on batch b (slot 0): the last stage's
+/* Forward only through every chunk on batch b (slot 0 of each): the head's
  * loss sum and logits (either may be NULL) stay on the last stage. */
 hs_status hs_pp_forward_only(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
                              const hs_batch *b, double *loss_sum, float *logits, hs_error *e);

@@ -26,7 +26,7 @@ static const hs_subcommand benches[] = {
     {"fsdp", hs_bench_fsdp, "bench fsdp   prefetch x comm fusion: step time, exposed comm, collectives, bytes (under mpiexec)"},
     {"cp", hs_bench_cp, "bench cp     FSDP vs CP 2/4 allgather and ring on long sequences: step time, exposed CP comm, memory (under mpiexec)"},
     {"moe", hs_bench_moe, "bench moe    EP 1/2/4 with experts on the EDP mesh: step time, exposed all-to-all, memory (under mpiexec)"},
-    {"pp", hs_bench_pp, "bench pp     PP 2/4 gpipe vs 1f1b: step time, measured bubble vs (p-1)/(M+p-1), memory (under mpiexec)"},
+    {"pp", hs_bench_pp, "bench pp     PP 2/4 gpipe vs 1f1b vs interleaved: step time, measured bubble vs the ideal, memory (under mpiexec)"},
     {"tp", hs_bench_tp, "bench tp     FSDP vs TP x FSDP (+ sequence parallel): step time, exposed TP comm (under mpiexec)"},
 };
 

@@ -81,7 +81,9 @@ static void dump_groups(const hs_topology *t, hs_mesh_dim dim, const char *name,
  * range is quoted so the block stays YAML that loads back. */
 static void dump_stages(const hs_config *c, const hs_topology *t, FILE *f) {
     int pp = t->pp, world = t->world;
-    int *first = malloc(sizeof(int) * (size_t)pp), *count = malloc(sizeof(int) * (size_t)pp);
+    int v = c->accelerator.pp_virtual_stages > 1 ? c->accelerator.pp_virtual_stages : 1;
+    size_t chunks = (size_t)pp * (size_t)v;
+    int *first = malloc(sizeof(int) * chunks), *count = malloc(sizeof(int) * chunks);
     int *start = calloc((size_t)pp + 1, sizeof(int)), *fill = malloc(sizeof(int) * (size_t)pp);
     int *stage = malloc(sizeof(int) * (size_t)world), *ranks = malloc(sizeof(int) * (size_t)world);
     if (!first || !count || !start || !fill || !stage || !ranks)
@@ -93,10 +95,16 @@ static void dump_stages(const hs_config *c, const hs_topology *t, FILE *f) {
     for (int s = 0; s < pp; s++) fill[s] = start[s];
     for (int r = 0; r < world; r++) ranks[fill[stage[r]]++] = r;
     fprintf(f, "  pp_schedule: %s\n", c->accelerator.pp_schedule);
+    if (v > 1) fprintf(f, "  pp_virtual_stages: %d\n", v);
     fputs("  pp_stages:\n", f);
     for (int s = 0; s < pp; s++) {
-        fprintf(f, "    - {stage: %d, layers: \"[%d, %d)\", ranks: [", s, first[s],
-                first[s] + count[s]);
+        /* stage s runs chunks s, s + pp, ...: one range each */
+        fprintf(f, "    - {stage: %d, layers: \"", s);
+        for (int k = 0; k < v; k++) {
+            int ch = k * pp + s;
+            fprintf(f, "%s[%d, %d)", k ? " " : "", first[ch], first[ch] + count[ch]);
+        }
+        fputs("\", ranks: [", f);
         for (int i = start[s]; i < start[s + 1]; i++)
             fprintf(f, "%s%d", i > start[s] ? ", " : "", ranks[i]);
         fputs("]}\n", f);

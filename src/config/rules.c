@@ -78,9 +78,15 @@ static void even_split(int total, int pp, int *count) {
     if (extra > 0) count[0]++;
 }
 
+/* Chunks of the pipeline: pp_size x pp_virtual_stages. */
+static int pp_chunks(const hs_config *c) {
+    int v = c->accelerator.pp_virtual_stages > 1 ? c->accelerator.pp_virtual_stages : 1;
+    return c->accelerator.pp_size * v;
+}
+
 void hs_config_pp_stages(const hs_config *c, int *first_layer, int *n_layers) {
     const hs_accel_config *a = &c->accelerator;
-    int pp = a->pp_size;
+    int pp = pp_chunks(c);
     if (pp < 1) return;
     if (a->n_pp_layers == pp) memcpy(n_layers, a->pp_layers, sizeof(int) * (size_t)pp);
     else even_split(c->model.n_layers, pp, n_layers);
@@ -99,9 +105,10 @@ static void int_list_text(const int *v, int n, char *out, size_t cap) {
  * of model.n_layers = 4), or [] for it"; when no even split exists, the sizes
  * to change. */
 static void even_split_fix(const hs_config *c, char *out, size_t cap) {
-    int pp = c->accelerator.pp_size, total = c->model.n_layers;
+    int pp = pp_chunks(c), total = c->model.n_layers;
     if (pp > total || pp > HS_PP_MAX_STAGES) {
-        snprintf(out, cap, "accelerator.pp_layers: [] with accelerator.pp_size <= %d",
+        snprintf(out, cap, "accelerator.pp_layers: [] with accelerator.pp_size%s <= %d",
+                 c->accelerator.pp_virtual_stages > 1 ? " x pp_virtual_stages" : "",
                  total < HS_PP_MAX_STAGES ? total : HS_PP_MAX_STAGES);
         return;
     }
@@ -117,7 +124,7 @@ static void even_split_fix(const hs_config *c, char *out, size_t cap) {
 /* accelerator.pp_layers: one count >= 1 per stage, all blocks exactly once. */
 static void check_pp_layers(const hs_config *c, hs_cfg_report *rep) {
     const hs_accel_config *a = &c->accelerator;
-    int pp = a->pp_size, n = a->n_pp_layers, total = c->model.n_layers;
+    int pp = pp_chunks(c), n = a->n_pp_layers, total = c->model.n_layers;
     if (n == 0 || pp < 1 || total < 1) return; /* bad sizes are reported by their bounds */
     char list[HS_PP_MAX_STAGES * 12 + 4], fix[HS_PP_MAX_STAGES * 12 + 96];
     int_list_text(a->pp_layers, n, list, sizeof list);
@@ -141,6 +148,14 @@ static void check_pp_layers(const hs_config *c, hs_cfg_report *rep) {
         return;
     }
     even_split_fix(c, fix, sizeof fix);
+    if (n != pp && a->pp_virtual_stages > 1) {
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_layers = %s has %d entries but accelerator.pp_size x "
+                          "pp_virtual_stages = %d x %d = %d: it lists the blocks of each virtual "
+                          "stage in model order, one entry each; set %s",
+                          list, n, a->pp_size, a->pp_virtual_stages, pp, fix);
+        return;
+    }
     if (n != pp) {
         hs_cfg_report_add(rep,
                           "accelerator.pp_layers = %s has %d entries but accelerator.pp_size = "
@@ -162,9 +177,41 @@ static void check_pp_layers(const hs_config *c, hs_cfg_report *rep) {
                           list, sum, total, fix);
 }
 
+/* Interleaved 1F1B and its virtual stages come together. */
+static void check_pp_virtual(const hs_config *c, hs_cfg_report *rep) {
+    const hs_accel_config *a = &c->accelerator;
+    bool inter = !strcmp(a->pp_schedule, "interleaved_1f1b");
+    int v = a->pp_virtual_stages, total = c->model.n_layers;
+    if (inter && v < 2)
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_schedule = interleaved_1f1b needs "
+                          "accelerator.pp_virtual_stages >= 2 model chunks per stage, got %d; set "
+                          "accelerator.pp_virtual_stages: 2, or accelerator.pp_schedule: 1f1b",
+                          v);
+    if (!inter && v > 1)
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_virtual_stages = %d needs accelerator.pp_schedule: "
+                          "interleaved_1f1b (%s runs one chunk per stage); set it, or "
+                          "accelerator.pp_virtual_stages: 1",
+                          v, a->pp_schedule);
+    if (v > HS_PP_MAX_VIRTUAL)
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_virtual_stages = %d: at most %d chunks per stage; set "
+                          "accelerator.pp_virtual_stages: %d or fewer",
+                          v, HS_PP_MAX_VIRTUAL, HS_PP_MAX_VIRTUAL);
+    if (inter && v >= 2 && a->pp_size >= 1 && total >= 1 && (long long)a->pp_size * v > total)
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_size x pp_virtual_stages = %d x %d = %lld chunks exceed "
+                          "model.n_layers = %d: every chunk needs at least one block; lower "
+                          "accelerator.pp_virtual_stages to %d",
+                          a->pp_size, v, (long long)a->pp_size * v, total,
+                          total / a->pp_size > 1 ? total / a->pp_size : 1);
+}
+
 void hs_cfg_check_pp(const hs_config *c, hs_cfg_report *rep) {
     const hs_accel_config *a = &c->accelerator;
     check_pp_layers(c, rep);
+    check_pp_virtual(c, rep);
     if (a->pp_size <= 1) return;
     if (c->model.tie_embeddings)
         hs_cfg_report_add(rep,
@@ -181,16 +228,29 @@ void hs_cfg_check_pp(const hs_config *c, hs_cfg_report *rep) {
 static void check_pp_schedule(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
     const hs_accel_config *a = &c->accelerator;
     long long g = hs_config_global_batch(c, t), mb = c->train.micro_batch_size, dp = t->dp;
-    if (a->pp_size <= 1 || strcmp(a->pp_schedule, "1f1b") || g < 1 || mb < 1 || dp < 1) return;
+    if (a->pp_size <= 1 || !strcmp(a->pp_schedule, "gpipe") || g < 1 || mb < 1 || dp < 1)
+        return;
     int m = hs_config_micro_batches(c, t);
+    bool inter = !strcmp(a->pp_schedule, "interleaved_1f1b");
+    if (inter && m >= a->pp_size && m % a->pp_size) {
+        long long up = ((long long)m + a->pp_size - 1) / a->pp_size * a->pp_size;
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_schedule = interleaved_1f1b needs the micro-batches "
+                          "per step to be a multiple of accelerator.pp_size = %d (each round "
+                          "runs one per stage through every chunk), got %d = "
+                          "train.global_batch_size / (train.micro_batch_size x dp_size) = %lld / "
+                          "(%lld x %lld); set train.global_batch_size: %lld",
+                          a->pp_size, m, g, mb, dp, up * mb * dp);
+        return;
+    }
     if (m >= a->pp_size) return;
     hs_cfg_report_add(rep,
-                      "accelerator.pp_schedule = 1f1b needs at least accelerator.pp_size = %d "
+                      "accelerator.pp_schedule = %s needs at least accelerator.pp_size = %d "
                       "micro-batches per step, got %d = train.global_batch_size / "
                       "(train.micro_batch_size x dp_size) = %lld / (%lld x %lld); set "
                       "train.global_batch_size: %lld (or null for that), or "
                       "accelerator.pp_schedule: gpipe",
-                      a->pp_size, m, g, mb, dp, (long long)a->pp_size * mb * dp);
+                      a->pp_schedule, a->pp_size, m, g, mb, dp, (long long)a->pp_size * mb * dp);
 }
 
 /* A model size that tensor parallelism splits into tp equal slices. */

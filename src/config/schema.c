@@ -73,14 +73,21 @@ static const hs_cfg_key keys[] = {
     KINT("accelerator.pp_size", accelerator.pp_size, "1", GE | RULE, 1,
          "pipeline-parallel stages (slowest-varying rank dim): each holds a contiguous run of "
          "blocks, the first also the embedding, the last the norm and lm_head"),
-    KENUM("accelerator.pp_schedule", accelerator.pp_schedule, "1f1b", "gpipe|1f1b",
-          "pipeline schedule: gpipe (every forward, then every backward) or 1f1b (one forward, "
-          "one backward in steady state; needs micro-batches per step >= pp_size)"),
+    KENUM("accelerator.pp_schedule", accelerator.pp_schedule, "1f1b",
+          "gpipe|1f1b|interleaved_1f1b",
+          "pipeline schedule: gpipe (every forward, then every backward), 1f1b (one forward, "
+          "one backward in steady state; needs micro-batches per step >= pp_size) or "
+          "interleaved_1f1b (1f1b over pp_virtual_stages chunks per stage; needs micro-batches "
+          "per step a multiple of pp_size)"),
+    KINT("accelerator.pp_virtual_stages", accelerator.pp_virtual_stages, "1", GE | RULE, 1,
+         "model chunks per pipeline stage (interleaved_1f1b: >= 2, at most 8; stage s holds "
+         "chunks s, s + pp_size, ...)"),
     {.path = "accelerator.pp_layers", .type = HS_CFG_INTLIST, .def = "[]", .bounds = GE | RULE,
      .min = 1, FIELD(accelerator.pp_layers),
      .count_offset = offsetof(hs_config, accelerator.n_pp_layers),
-     .doc = "transformer blocks of each pipeline stage, one entry per stage summing to "
-            "model.n_layers; []: the even split (extra blocks go to the middle stages)"},
+     .doc = "transformer blocks of each pipeline stage (of each virtual stage in model order "
+            "under interleaved_1f1b), one entry each, summing to model.n_layers; []: the even "
+            "split (extra blocks go to the middle stages)"},
     KSTR("accelerator.cp_rotate_method", accelerator.cp_rotate_method, "null", true,
          "allgather | ring | null",
          "how attention sees the other CP ranks' keys: allgather (null: the default) or ring"),

@@ -24,7 +24,7 @@ static hs_dtype output_of(const hs_model *m, hs_dtype computed) {
     return m->opt.cast_unit_outputs ? m->opt.unit_output_dtype : computed;
 }
 
-static void plan_block(hs_model *m, hs_unit_boundary *b, hs_dtype stream) {
+static void plan_block(const hs_model *m, hs_unit_boundary *b, hs_dtype stream) {
     b->float_input = true;
     b->input_stored = stream;
     b->input_read = m->opt.keep_unit_inputs ? stream : m->dt;
@@ -52,26 +52,33 @@ hs_status hs_model_boundary_plan(hs_model *m, hs_error *e) {
     root->input_stored = root->input_read = m->dt;
     root->output_computed = HS_DTYPE_F32;
     root->output_stored = output_of(m, HS_DTYPE_F32);
-    /* A pipeline stage's first block receives what the model's block l0-1
-     * hands on; every block has the same plan, so replay it. */
-    hs_dtype stream = m->dt;
-    for (int i = 0; i < m->l0; i++) {
-        hs_unit_boundary b;
-        plan_block(m, &b, stream);
-        stream = b.output_stored;
-    }
-    m->stream0 = stream;
-    for (int i = 0; i < m->L; i++) {
-        hs_unit_boundary *b = &m->bnd[m->blocks[i].unit];
-        plan_block(m, b, stream);
-        stream = b->output_stored;
-        if (m->blocks[i].expert_unit >= 0) plan_experts(m, &m->bnd[m->blocks[i].expert_unit]);
+    /* A chunk's first block receives what the model's block before it hands
+     * on; every block has the same plan, so replay it up to there. */
+    for (int k = 0; k < m->n_chunks; k++) {
+        hs_dtype stream = m->chunk_in_dt[k] = hs_model_stream_dtype_at(m, m->chunk_l0[k]);
+        for (int i = m->chunk_begin[k]; i < m->chunk_begin[k] + m->chunk_len[k]; i++) {
+            hs_unit_boundary *b = &m->bnd[m->blocks[i].unit];
+            plan_block(m, b, stream);
+            stream = b->output_stored;
+            if (m->blocks[i].expert_unit >= 0) plan_experts(m, &m->bnd[m->blocks[i].expert_unit]);
+        }
     }
     return HS_OK;
 }
 
-hs_dtype hs_model_stream_dtype(const hs_model *m, int i) {
-    return i == 0 ? m->stream0 : m->bnd[m->blocks[i - 1].unit].output_stored;
+hs_dtype hs_model_stream_dtype_at(const hs_model *m, int layer) {
+    hs_dtype stream = m->dt;
+    for (int i = 0; i < layer; i++) {
+        hs_unit_boundary b;
+        plan_block(m, &b, stream);
+        stream = b.output_stored;
+    }
+    return stream;
+}
+
+hs_dtype hs_model_chunk_stream_dtype(const hs_model *m, int chunk, int j) {
+    if (j == 0) return m->chunk_in_dt[chunk];
+    return m->bnd[m->blocks[m->chunk_begin[chunk] + j - 1].unit].output_stored;
 }
 
 bool hs_model_root_casts(const hs_model *m) {

@@ -75,13 +75,18 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
                         "accelerator.sequence_parallel: true, so that each token reaches its "
                         "experts from one TP rank only",
                         ep, tp);
-    int sl = o->stage_layers, s0 = o->stage_first_layer;
-    if (sl < 0 || s0 < 0 || (sl > 0 && c->n_layers >= 1 && s0 + sl > c->n_layers) ||
-        (sl == 0 && s0 != 0) || o->act_slots < 0)
+    const hs_model_stage *st = &o->stage;
+    bool chunks_ok = st->n_chunks >= 0 && st->n_chunks <= HS_MODEL_MAX_CHUNKS && o->act_slots >= 0;
+    for (int k = 0, end = 0; chunks_ok && k < st->n_chunks; k++) {
+        chunks_ok = st->n_layers[k] >= 1 && st->first_layer[k] >= end;
+        end = st->first_layer[k] + st->n_layers[k];
+        chunks_ok &= c->n_layers < 1 || end <= c->n_layers;
+    }
+    if (!chunks_ok)
         hs_error_append(e, HS_ERR_CONFIG,
-                        "model options: a stage of blocks [%d, %d) with %d activation slots "
-                        "does not fit model.n_layers=%d",
-                        s0, s0 + sl, o->act_slots, c->n_layers);
+                        "model options: %d stage chunks (at most %d, each of >= 1 blocks, in "
+                        "model order) with %d activation slots do not fit model.n_layers=%d",
+                        st->n_chunks, HS_MODEL_MAX_CHUNKS, o->act_slots, c->n_layers);
     if ((unsigned)o->compute_dtype >= HS_DTYPE_COUNT || (unsigned)o->grad_dtype >= HS_DTYPE_COUNT)
         hs_error_append(e, HS_ERR_CONFIG, "model options: compute_dtype=%d / grad_dtype=%d unknown",
                         (int)o->compute_dtype, (int)o->grad_dtype);
@@ -157,37 +162,47 @@ static void out_tmp_alloc(hs_model *m, int64_t BT) {
     m->out_tmp = any ? buf(m, BT * m->C, dt) : NULL;
 }
 
-/* One micro-batch's residual stream, block activations and final norm.
- * With activation checkpointing the block activations are recomputed in
- * backward, so every slot shares the first one's. */
-static void slot_alloc(hs_model *m, hs_act_slot *sl, int64_t BT) {
-    sl->resid = calloc((size_t)m->L + 1, sizeof *sl->resid);
-    if (!sl->resid) hs_panic("model: cannot allocate %d residual pointers", m->L + 1);
-    for (int i = 0; i <= m->L; i++) sl->resid[i] = buf(m, BT * m->C, hs_model_stream_dtype(m, i));
+/* One micro-batch's residual stream, block activations and final norm of
+ * one chunk. With activation checkpointing the block activations are
+ * recomputed in backward, so every slot shares the first one's (sized for
+ * every block). */
+static void slot_alloc(hs_model *m, hs_act_slot *sl, int chunk, int64_t BT) {
+    int len = m->chunk_len[chunk];
+    sl->chunk = chunk, sl->len = len;
+    sl->resid = calloc((size_t)len + 1, sizeof *sl->resid);
+    if (!sl->resid) hs_panic("model: cannot allocate %d residual pointers", len + 1);
+    for (int j = 0; j <= len; j++)
+        sl->resid[j] = buf(m, BT * m->C, hs_model_chunk_stream_dtype(m, chunk, j));
     bool shared = m->opt.activation_checkpointing && sl != m->slots;
-    sl->acts = shared ? m->slots[0].acts : calloc((size_t)m->n_acts, sizeof *sl->acts);
-    if (!sl->acts) hs_panic("model: cannot allocate %d activation sets", m->n_acts);
-    for (int i = 0; !shared && i < m->n_acts; i++) acts_alloc(m, &sl->acts[i], i, BT);
-    sl->rstdf = m->last_stage ? buf(m, BT, HS_DTYPE_F32) : NULL;
-    sl->lnf = m->last_stage ? buf(m, BT * m->C, m->dt) : NULL;
+    int n = m->opt.activation_checkpointing ? 1 : len;
+    sl->acts = shared ? m->slots[0].acts : calloc((size_t)n, sizeof *sl->acts);
+    if (!sl->acts) hs_panic("model: cannot allocate %d activation sets", n);
+    for (int j = 0; !shared && j < n; j++)
+        acts_alloc(m, &sl->acts[j], m->opt.activation_checkpointing ? 0 : m->chunk_begin[chunk] + j,
+                   BT);
+    bool head = hs_model_chunk_has_head(m, chunk);
+    sl->rstdf = head ? buf(m, BT, HS_DTYPE_F32) : NULL;
+    sl->lnf = head ? buf(m, BT * m->C, m->dt) : NULL;
     sl->aux_g = m->moe ? buf(m, m->moe_shapes.E, HS_DTYPE_F32) : NULL;
 }
 
 static void slot_free(hs_model *m, hs_act_slot *sl) {
     if (sl->resid)
-        for (int i = 0; i <= m->L; i++) hs_pool_free(m->pool, sl->resid[i]);
+        for (int j = 0; j <= sl->len; j++) hs_pool_free(m->pool, sl->resid[j]);
     free(sl->resid);
     bool shared = m->opt.activation_checkpointing && sl != m->slots;
-    for (int i = 0; !shared && sl->acts && i < m->n_acts; i++) acts_free(m, &sl->acts[i]);
+    int n = m->opt.activation_checkpointing ? 1 : sl->len;
+    for (int j = 0; !shared && sl->acts && j < n; j++) acts_free(m, &sl->acts[j]);
     if (!shared) free(sl->acts);
     hs_pool_free(m->pool, sl->rstdf);
     hs_pool_free(m->pool, sl->lnf);
     hs_pool_free(m->pool, sl->aux_g);
 }
 
-void hs_model_use_slot(hs_model *m, int slot) {
-    HS_ASSERT(slot >= 0 && slot < m->n_slots);
-    hs_act_slot *sl = &m->slots[slot];
+void hs_model_use_slot(hs_model *m, int chunk, int slot) {
+    HS_ASSERT(chunk >= 0 && chunk < m->n_chunks && slot >= 0 && slot < m->n_slots);
+    hs_act_slot *sl = &m->slots[chunk * m->n_slots + slot];
+    m->cur_chunk = chunk;
     m->resid = sl->resid;
     m->acts = sl->acts;
     m->rstdf = sl->rstdf;
@@ -203,10 +218,11 @@ static void buffers_alloc(hs_model *m) {
     int64_t kv = (int64_t)m->KVH * m->HD, F = m->moe ? 0 : m->F;
     m->n_acts = m->opt.activation_checkpointing ? 1 : m->L;
     m->n_slots = m->opt.act_slots > 0 ? m->opt.act_slots : 1;
-    m->slots = calloc((size_t)m->n_slots, sizeof *m->slots);
-    if (!m->slots) hs_panic("model: cannot allocate %d activation slots", m->n_slots);
-    for (int k = 0; k < m->n_slots; k++) slot_alloc(m, &m->slots[k], BT);
-    hs_model_use_slot(m, 0);
+    int total = m->n_chunks * m->n_slots;
+    m->slots = calloc((size_t)total, sizeof *m->slots);
+    if (!m->slots) hs_panic("model: cannot allocate %d activation slots", total);
+    for (int k = 0; k < total; k++) slot_alloc(m, &m->slots[k], k / m->n_slots, BT);
+    hs_model_use_slot(m, 0, 0);
     out_tmp_alloc(m, BT);
     /* Enough rows for an efficient GEMM, few enough that the chunk stays small. */
     m->head_rows = BT < HEAD_ROWS ? BT : HEAD_ROWS;
@@ -300,10 +316,22 @@ static void dims_set(hs_model *m) {
     m->NH /= m->tp, m->KVH /= m->tp, m->V /= m->tp;
     m->F = strcmp(c->arch, "llama") == 0 ? m->F / m->tp : m->F;
     m->v0 = (int64_t)m->V * m->tp_rank;
-    m->L = m->opt.stage_layers > 0 ? m->opt.stage_layers : c->n_layers;
-    m->l0 = m->opt.stage_layers > 0 ? m->opt.stage_first_layer : 0;
-    m->first_stage = m->l0 == 0;
-    m->last_stage = m->l0 + m->L == c->n_layers;
+    const hs_model_stage *st = &m->opt.stage;
+    m->n_chunks = st->n_chunks > 0 ? st->n_chunks : 1;
+    m->L = 0;
+    for (int k = 0; k < m->n_chunks; k++) {
+        m->chunk_l0[k] = st->n_chunks > 0 ? st->first_layer[k] : 0;
+        m->chunk_len[k] = st->n_chunks > 0 ? st->n_layers[k] : c->n_layers;
+        m->chunk_begin[k] = m->L;
+        m->L += m->chunk_len[k];
+    }
+    m->first_stage = m->chunk_l0[0] == 0;
+    int last = m->n_chunks - 1;
+    m->last_stage = m->chunk_l0[last] + m->chunk_len[last] == c->n_layers;
+    m->layer_of = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->layer_of);
+    if (!m->layer_of) hs_panic("model: cannot allocate %d block indices", m->L);
+    for (int k = 0; k < m->n_chunks; k++)
+        for (int j = 0; j < m->chunk_len[k]; j++) m->layer_of[m->chunk_begin[k] + j] = m->chunk_l0[k] + j;
     m->moe = strcmp(c->arch, "moe") == 0;
     m->ep = m->ops && m->ops->ep_size > 1 ? m->ops->ep_size : 1;
     m->ep_rank = m->ep > 1 ? m->ops->ep_rank : 0;
@@ -348,7 +376,7 @@ static void params_free(hs_model *m) {
 }
 
 static void buffers_free(hs_model *m) {
-    for (int k = 0; m->slots && k < m->n_slots; k++) slot_free(m, &m->slots[k]);
+    for (int k = 0; m->slots && k < m->n_chunks * m->n_slots; k++) slot_free(m, &m->slots[k]);
     free(m->slots);
     void *ptrs[] = {m->logits, m->cos_t,  m->sin_t,
                     m->dres,        m->dln,         m->dq,     m->dk,     m->dv,
@@ -372,6 +400,7 @@ void hs_model_free(hs_model *m) {
     buffers_free(m);
     hs_model_registry_free(m);
     free(m->bnd);
+    free(m->layer_of);
     free(m);
 }
 
@@ -388,6 +417,6 @@ void hs_model_expert_tokens_reset(hs_model *m) {
         memset(m->expert_tokens, 0, (size_t)m->L * (size_t)m->moe_shapes.E * sizeof(int64_t));
 }
 
-hs_block_acts *hs_model_acts_for(hs_model *m, int layer) {
-    return &m->acts[m->opt.activation_checkpointing ? 0 : layer];
+hs_block_acts *hs_model_acts_for(hs_model *m, int j) {
+    return &m->acts[m->opt.activation_checkpointing ? 0 : j];
 }

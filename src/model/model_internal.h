@@ -49,9 +49,12 @@ typedef struct hs_block_acts {
     void *moe_mem; /* the block hs_moe_act_bind lays moe out over */
 } hs_block_acts;
 
-/* One micro-batch's activations (hs_model_options.act_slots); the model's
- * resid / acts / rstdf / lnf point at the slot in use. */
+/* One micro-batch's activations of one chunk (hs_model_options.act_slots):
+ * resid[j] is the input of the chunk's block j (resid[len] its output),
+ * acts[j] what block j keeps for backward. The model's resid / acts /
+ * rstdf / lnf / aux_g point at the slot in use. */
 typedef struct hs_act_slot {
+    int chunk, len; /* the chunk and its block count */
     void **resid;
     hs_block_acts *acts;
     float *rstdf;
@@ -68,9 +71,14 @@ struct hs_model {
     /* NH, KVH, F, V are this TP rank's local counts (the global ones
      * without TP); NHg, KVHg, Fg, Vg the global ones the registry uses. */
     int C, NH, KVH, HD, F, V, L; /* F: dense ffn_dim; L: this stage's blocks */
-    int l0;                      /* global index of block 0 (pipeline stage) */
+    /* pipeline chunks: chunk k is local blocks [chunk_begin[k], + chunk_len[k]),
+     * model blocks from chunk_l0[k] on; layer_of[local] the model's index */
+    int n_chunks, chunk_begin[HS_MODEL_MAX_CHUNKS], chunk_len[HS_MODEL_MAX_CHUNKS];
+    int chunk_l0[HS_MODEL_MAX_CHUNKS];
+    hs_dtype chunk_in_dt[HS_MODEL_MAX_CHUNKS]; /* the stream entering each chunk */
+    int *layer_of;
+    int cur_chunk;               /* the chunk of the slot in use */
     bool first_stage, last_stage; /* holds the embedding / the norm and lm_head */
-    hs_dtype stream0;            /* dtype of the residual stream entering block 0 */
     int NHg, KVHg, Fg, Vg;
     const hs_model_ops *ops; /* NULL: one device */
     bool tp_on, cp_on;       /* tensor / context parallel ops in use */
@@ -93,14 +101,15 @@ struct hs_model {
     hs_unit_boundary *bnd; /* [n_units]: dtypes at each unit's boundaries */
 
     /* activations (capacity B = max_batch, T = seq_len) */
-    void **resid;        /* L+1 x [B,T,C]: input of block i; resid[L] feeds the final norm;
-                          * resid[i] is in hs_model_stream_dtype(m, i) */
+    void **resid;        /* chunk len+1 x [B,T,C]: input of the chunk's block j; resid[len]
+                          * its output (the final norm's input on the head's chunk);
+                          * resid[j] is in hs_model_chunk_stream_dtype(m, chunk, j) */
     void *out_tmp;       /* [B,T,C] a block's output before its output cast; NULL
                           * when no block casts its output */
     hs_block_acts *acts; /* L, or 1 shared set with activation checkpointing */
     int n_acts;
-    hs_act_slot *slots;   /* act_slots of them; the fields above point at one */
-    int n_slots;
+    hs_act_slot *slots;   /* n_chunks x n_slots; the fields above point at one */
+    int n_slots;          /* per chunk */
     float *rstdf;         /* [B,T] fp32 */
     void *lnf;            /* [B,T,C] */
     float *logits;        /* [head_rows,V] fp32 chunk; becomes dlogits in place */
@@ -156,15 +165,19 @@ hs_status hs_model_registry_build(hs_model *m, hs_error *e);
 void hs_model_registry_free(hs_model *m);
 
 /* model.c */
-hs_block_acts *hs_model_acts_for(hs_model *m, int layer);
-/* Point resid / acts / rstdf / lnf at activation slot `slot`. */
-void hs_model_use_slot(hs_model *m, int slot);
+/* What the current chunk's block j keeps (hs_model_use_slot). */
+hs_block_acts *hs_model_acts_for(hs_model *m, int j);
+/* Point resid / acts / rstdf / lnf / aux_g at (chunk, slot). */
+void hs_model_use_slot(hs_model *m, int chunk, int slot);
+/* Dtype of resid[j] of chunk k: its input for j = 0, else what the
+ * chunk's block j-1 hands on. */
+hs_dtype hs_model_chunk_stream_dtype(const hs_model *m, int chunk, int j);
 
 /* boundary.c */
 hs_status hs_model_boundary_plan(hs_model *m, hs_error *e);
-/* Dtype of resid[i]: the embedding output (compute dtype) for i = 0, else
- * what block i-1 hands on. */
-hs_dtype hs_model_stream_dtype(const hs_model *m, int i);
+/* The stream entering the model's block `layer` (the embedding output, in
+ * the compute dtype, for layer 0). */
+hs_dtype hs_model_stream_dtype_at(const hs_model *m, int layer);
 /* Whether the root casts its output (the logits) to a 16-bit output_dtype. */
 bool hs_model_root_casts(const hs_model *m);
 

@@ -116,7 +116,7 @@ static void block_moe_add(hs_model *m, hs_block_params *bp, int i) {
 /* Local block `local` is the model's block i = l0 + local (FQNs are global). */
 static void block_add(hs_model *m, int local) {
     hs_block_params *bp = &m->blocks[local];
-    int i = m->l0 + local;
+    int i = m->layer_of[local];
     char name[HS_FQN_MAX];
     snprintf(name, sizeof name, "model.layers.%d", i);
     bp->unit = m->n_units;

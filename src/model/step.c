@@ -85,33 +85,54 @@ static hs_status check_batch(const hs_model *m, const hs_batch *b, bool need_tar
     return HS_OK;
 }
 
-/* Embedding and every block; leaves the final hidden state in resid[L]. */
+/* The current chunk (hs_model_use_slot) holds the embedding / the head. */
+static bool has_embedding(const hs_model *m) { return m->first_stage && m->cur_chunk == 0; }
+static bool has_head(const hs_model *m) {
+    return m->last_stage && m->cur_chunk == m->n_chunks - 1;
+}
+
+/* The chunk whose forward and backward call the root's hooks: the one
+ * using the root's parameters (embedding or head), else chunk 0. */
+static bool root_chunk(const hs_model *m) {
+    int k = !m->first_stage && m->last_stage ? m->n_chunks - 1 : 0;
+    return m->cur_chunk == k;
+}
+
+/* Embedding (on its chunk) and the chunk's blocks; leaves the chunk's
+ * output in resid[len]. */
 static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
                           bool count_aux) {
     int64_t N = (int64_t)b->B * b->T;
-    if (!m->first_stage) { /* resid[0] holds what the previous stage handed on */
+    if (!has_embedding(m)) { /* resid[0] holds what the previous chunk handed on */
     } else if (m->tp_on) {
         hs_tp_embedding_forward(m, b->tokens, N);
     } else {
         hs_embedding_forward(m->resid[0], b->tokens, m->embed->data, m->dt, N, m->C);
     }
     if (m->moe) hs_moe_aux_reset(&m->aux);
-    /* The earlier stages' statistics of this micro-batch, to add ours to. */
-    if (m->moe && count_aux && !m->first_stage) (void)hs_moe_aux_unpack(&m->aux, m->aux_stage);
-    for (int i = 0; i < m->L; i++) {
-        int u = m->blocks[i].unit;
+    /* The earlier chunks' statistics of this micro-batch, to add ours to. */
+    if (m->moe && count_aux && !has_embedding(m)) (void)hs_moe_aux_unpack(&m->aux, m->aux_stage);
+    int k = m->cur_chunk, i0 = m->chunk_begin[k];
+    for (int j = 0; j < m->chunk_len[k]; j++) {
+        int u = m->blocks[i0 + j].unit;
         hs_hook_pre_forward(hooks, u);
-        hs_block_forward(m, i, hs_model_acts_for(m, i), m->resid[i], m->resid[i + 1], b->B, b->T,
-                         hooks, count_aux);
+        hs_block_forward(m, i0 + j, hs_model_acts_for(m, j), m->resid[j], m->resid[j + 1], b->B,
+                         b->T, hooks, count_aux);
         hs_hook_post_forward(hooks, u);
     }
+}
+
+/* The current chunk's output: resid[len], in the dtype its last block
+ * hands on. */
+static hs_dtype out_dtype(const hs_model *m) {
+    return hs_model_chunk_stream_dtype(m, m->cur_chunk, m->chunk_len[m->cur_chunk]);
 }
 
 /* The last block hands the stream on in its output dtype; the root's norm
  * reads it as it is (it is not a forward input of the root). */
 static void final_norm_forward(hs_model *m, int64_t N) {
-    hs_tp_norm_enter(m, m->lnf, m->rstdf, m->resid[m->L], hs_model_stream_dtype(m, m->L),
-                     m->norm->data, N);
+    int len = m->chunk_len[m->cur_chunk];
+    hs_tp_norm_enter(m, m->lnf, m->rstdf, m->resid[len], out_dtype(m), m->norm->data, N);
 }
 
 /* logits [rows, V] fp32 = lnf[r0 : r0+rows] @ head^T, cast to the root's
@@ -161,29 +182,30 @@ static int64_t count_valid(const int32_t *targets, int64_t N) {
     return v;
 }
 
-/* From d lnf (last stage), or from d output already in m->dres. */
+/* From d lnf (the head's chunk), or from d output already in m->dres. */
 static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
                            const float *dlnf) {
     int64_t N = (int64_t)b->B * b->T;
-    if (m->last_stage) {
+    int k = m->cur_chunk, i0 = m->chunk_begin[k], len = m->chunk_len[k];
+    if (has_head(m)) {
         memset(m->dres, 0, (size_t)(N * m->C) * sizeof(float));
-        hs_rmsnorm_backward_x(m->dres, m->norm->grad, m->norm->grad_dtype, dlnf, m->resid[m->L],
-                              hs_model_stream_dtype(m, m->L), m->norm->data, m->rstdf, m->dt,
-                              hs_tp_local_rows(m, N), m->C);
+        hs_rmsnorm_backward_x(m->dres, m->norm->grad, m->norm->grad_dtype, dlnf, m->resid[len],
+                              out_dtype(m), m->norm->data, m->rstdf, m->dt, hs_tp_local_rows(m, N),
+                              m->C);
     }
-    for (int i = m->L - 1; i >= 0; i--) {
-        int u = m->blocks[i].unit;
-        hs_block_acts *a = hs_model_acts_for(m, i);
+    for (int j = len - 1; j >= 0; j--) {
+        int i = i0 + j, u = m->blocks[i].unit;
+        hs_block_acts *a = hs_model_acts_for(m, j);
         hs_hook_pre_backward(hooks, u);
         if (m->opt.activation_checkpointing) {
             hs_hook_pre_forward(hooks, u);
-            hs_block_forward(m, i, a, m->resid[i], m->resid[i + 1], b->B, b->T, hooks, false);
+            hs_block_forward(m, i, a, m->resid[j], m->resid[j + 1], b->B, b->T, hooks, false);
             hs_hook_post_forward(hooks, u);
         }
-        hs_block_backward(m, i, a, m->resid[i], b->B, b->T, hooks, m->moe ? m->aux_g : NULL);
+        hs_block_backward(m, i, a, m->resid[j], b->B, b->T, hooks, m->moe ? m->aux_g : NULL);
         hs_hook_post_backward(hooks, u);
     }
-    if (!m->first_stage) return; /* m->dres holds d input for the previous stage */
+    if (!has_embedding(m)) return; /* m->dres holds d input for the previous chunk */
     if (m->tp_on)
         hs_tp_embedding_backward(m, b->tokens, N);
     else
@@ -236,7 +258,17 @@ static double head_forward(hs_model *m, const hs_batch *b, bool want_loss, float
 
 bool hs_model_is_first_stage(const hs_model *m) { return m->first_stage; }
 bool hs_model_is_last_stage(const hs_model *m) { return m->last_stage; }
-int hs_model_stage_first_layer(const hs_model *m) { return m->l0; }
+int hs_model_num_chunks(const hs_model *m) { return m->n_chunks; }
+bool hs_model_chunk_has_embedding(const hs_model *m, int chunk) {
+    return m->first_stage && chunk == 0;
+}
+bool hs_model_chunk_has_head(const hs_model *m, int chunk) {
+    return m->last_stage && chunk == m->n_chunks - 1;
+}
+int hs_model_block_layer(const hs_model *m, int local) {
+    HS_ASSERT(local >= 0 && local < m->L);
+    return m->layer_of[local];
+}
 int hs_model_stage_num_layers(const hs_model *m) { return m->L; }
 int hs_model_num_slots(const hs_model *m) { return m->n_slots; }
 
@@ -244,16 +276,20 @@ int64_t hs_model_stage_numel(const hs_model *m, const hs_batch *b) {
     return hs_tp_local_rows(m, (int64_t)b->B * b->T) * m->C;
 }
 
-void *hs_model_stage_input(hs_model *m, int slot, hs_dtype *dt) {
-    HS_ASSERT(slot >= 0 && slot < m->n_slots);
-    *dt = hs_model_stream_dtype(m, 0);
-    return m->slots[slot].resid[0];
+static hs_act_slot *slot_of(hs_model *m, int chunk, int slot) {
+    HS_ASSERT(chunk >= 0 && chunk < m->n_chunks && slot >= 0 && slot < m->n_slots);
+    return &m->slots[chunk * m->n_slots + slot];
 }
 
-const void *hs_model_stage_output(hs_model *m, int slot, hs_dtype *dt) {
-    HS_ASSERT(slot >= 0 && slot < m->n_slots);
-    *dt = hs_model_stream_dtype(m, m->L);
-    return m->slots[slot].resid[m->L];
+void *hs_model_stage_input(hs_model *m, int chunk, int slot, hs_dtype *dt) {
+    *dt = hs_model_chunk_stream_dtype(m, chunk, 0);
+    return slot_of(m, chunk, slot)->resid[0];
+}
+
+const void *hs_model_stage_output(hs_model *m, int chunk, int slot, hs_dtype *dt) {
+    hs_act_slot *sl = slot_of(m, chunk, slot);
+    *dt = hs_model_chunk_stream_dtype(m, chunk, sl->len);
+    return sl->resid[sl->len];
 }
 
 float *hs_model_stage_grad(hs_model *m) { return m->dres; }
@@ -266,53 +302,53 @@ int64_t hs_model_stage_aux_grad_numel(const hs_model *m) { return m->moe ? m->mo
 
 float *hs_model_stage_aux(hs_model *m) { return m->aux_stage; }
 
-float *hs_model_stage_aux_grad(hs_model *m, int slot) {
-    HS_ASSERT(slot >= 0 && slot < m->n_slots);
-    return m->slots[slot].aux_g;
+float *hs_model_stage_aux_grad(hs_model *m, int chunk, int slot) {
+    return slot_of(m, chunk, slot)->aux_g;
 }
 
-hs_status hs_model_stage_forward(hs_model *m, int slot, const hs_batch *b,
+hs_status hs_model_stage_forward(hs_model *m, int chunk, int slot, const hs_batch *b,
                                  const hs_model_hooks *hooks, bool train, float grad_scale,
                                  double *loss_sum, float *logits, double *aux_loss, hs_error *e) {
     if (check_batch(m, b, train || loss_sum != NULL, e) != HS_OK) return e->code;
-    HS_ASSERT(slot >= 0 && slot < m->n_slots);
-    hs_model_use_slot(m, slot);
+    hs_model_use_slot(m, chunk, slot);
     hs_cp_prepare(m, b->T);
     int64_t N = (int64_t)b->B * b->T;
-    hs_hook_pre_forward(hooks, 0);
+    bool root = root_chunk(m);
+    if (root) hs_hook_pre_forward(hooks, 0);
     trunk_forward(m, b, hooks, train);
     double loss = 0.0, aux = 0.0;
-    /* MoE: the last stage has every layer's statistics of its tokens; the
+    /* MoE: the head's chunk has every layer's statistics of its tokens; the
      * others hand theirs on. */
-    if (m->moe && train && m->last_stage) aux = moe_aux(m, b, grad_scale);
+    if (m->moe && train && has_head(m)) aux = moe_aux(m, b, grad_scale);
     else if (m->moe && train) hs_moe_aux_pack(&m->aux, 0, m->aux_stage);
-    if (m->last_stage) {
+    if (has_head(m)) {
         final_norm_forward(m, N);
         if (!train) loss = head_forward(m, b, loss_sum != NULL, logits);
     }
-    hs_hook_post_forward(hooks, 0);
+    if (root) hs_hook_post_forward(hooks, 0);
     if (loss_sum) *loss_sum = loss;
     if (aux_loss) *aux_loss = aux;
     return HS_OK;
 }
 
-hs_status hs_model_stage_backward(hs_model *m, int slot, const hs_batch *b, float grad_scale,
-                                  const hs_model_hooks *hooks, double *loss_sum, hs_error *e) {
+hs_status hs_model_stage_backward(hs_model *m, int chunk, int slot, const hs_batch *b,
+                                  float grad_scale, const hs_model_hooks *hooks, double *loss_sum,
+                                  hs_error *e) {
     if (check_batch(m, b, true, e) != HS_OK) return e->code;
-    HS_ASSERT(slot >= 0 && slot < m->n_slots);
-    hs_model_use_slot(m, slot);
+    hs_model_use_slot(m, chunk, slot);
     hs_cp_prepare(m, b->T);
     int64_t N = (int64_t)b->B * b->T;
-    hs_hook_pre_backward(hooks, 0);
+    bool root = root_chunk(m);
+    if (root) hs_hook_pre_backward(hooks, 0);
     const float *dlnf = NULL;
     double loss = 0.0;
-    if (m->last_stage) {
+    if (has_head(m)) {
         loss = head_forward_backward(m, b->targets, N, grad_scale, &dlnf);
         count_root_casts(m, false);
         count_root_casts(m, true);
     }
     trunk_backward(m, b, hooks, dlnf);
-    hs_hook_post_backward(hooks, 0);
+    if (root) hs_hook_post_backward(hooks, 0);
     hook_post_backward_final(hooks);
     if (loss_sum) *loss_sum = loss;
     return HS_OK;
@@ -321,9 +357,9 @@ hs_status hs_model_stage_backward(hs_model *m, int slot, const hs_batch *b, floa
 hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_scale,
                                     const hs_model_hooks *hooks, double *loss_sum, double *aux_loss,
                                     hs_error *e) {
-    HS_ASSERT(m->first_stage && m->last_stage);
+    HS_ASSERT(m->first_stage && m->last_stage && m->n_chunks == 1);
     if (check_batch(m, b, true, e) != HS_OK) return e->code;
-    hs_model_use_slot(m, 0);
+    hs_model_use_slot(m, 0, 0);
     int64_t N = (int64_t)b->B * b->T;
     hs_cp_prepare(m, b->T);
     hs_hook_pre_forward(hooks, 0);
@@ -331,13 +367,13 @@ hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_s
     double aux = m->moe ? moe_aux(m, b, grad_scale) : 0.0;
     final_norm_forward(m, N);
     hs_hook_post_forward(hooks, 0);
-    hs_status st = hs_model_stage_backward(m, 0, b, grad_scale, hooks, loss_sum, e);
+    hs_status st = hs_model_stage_backward(m, 0, 0, b, grad_scale, hooks, loss_sum, e);
     if (aux_loss) *aux_loss = aux;
     return st;
 }
 
 hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
                            double *loss_sum, float *logits, hs_error *e) {
-    HS_ASSERT(m->first_stage && m->last_stage);
-    return hs_model_stage_forward(m, 0, b, hooks, false, 0.0f, loss_sum, logits, NULL, e);
+    HS_ASSERT(m->first_stage && m->last_stage && m->n_chunks == 1);
+    return hs_model_stage_forward(m, 0, 0, b, hooks, false, 0.0f, loss_sum, logits, NULL, e);
 }

@@ -91,9 +91,10 @@ typedef struct hs_engine_env {
     hs_device *dev;
     const hs_log *log;
     int max_batch; /* sequences per forward (train.micro_batch_size) */
-    /* Pipeline stage of this rank (stage_layers 0: the whole model) and
-     * the activation slots its schedule needs (0: 1). */
-    int stage_first_layer, stage_layers, act_slots;
+    /* Pipeline stage of this rank (its chunks of blocks; none: the whole
+     * model) and the activation slots per chunk its schedule needs (0: 1). */
+    hs_model_stage stage;
+    int act_slots;
 } hs_engine_env;
 
 /* The one place the engine is chosen. */

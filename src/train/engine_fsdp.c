@@ -209,8 +209,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .activation_checkpointing = cfg->train.activation_checkpointing,
         .allocate_params = false,
         .pool = &env->dev->device_pool,
-        .stage_first_layer = env->stage_first_layer,
-        .stage_layers = env->stage_layers,
+        .stage = env->stage,
         .act_slots = env->act_slots,
         /* Unit boundaries as FSDP2 places them (docs/fsdp-policies.md):
          * outputs cast when output_dtype is set; inputs cast to param_dtype

@@ -122,17 +122,19 @@ static void pp_free(hs_engine *en)
     free(en);
 }
 
-/* The stage each catalog parameter lives on: its block's, the embedding on
- * the first, the final norm and lm_head on the last. */
+/* The stage each catalog parameter lives on: its block's chunk's (chunk c
+ * on stage c % pp), the embedding on the first, the final norm and lm_head
+ * on the last. */
 static int owner_stage(const hs_config *cfg, const hs_param *p, int pp)
 {
     int layer = -1;
     if (sscanf(p->fqn, "model.layers.%d.", &layer) != 1)
         return p->kind == HS_PARAM_EMBEDDING ? 0 : pp - 1;
     int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
+    int chunks = pp * (cfg->accelerator.pp_virtual_stages > 1 ? cfg->accelerator.pp_virtual_stages : 1);
     hs_config_pp_stages(cfg, first, count);
-    for (int s = 0; s < pp; s++)
-        if (layer >= first[s] && layer < first[s] + count[s]) return s;
+    for (int c = 0; c < chunks; c++)
+        if (layer >= first[c] && layer < first[c] + count[c]) return c % pp;
     return pp - 1;
 }
 

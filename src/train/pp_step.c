@@ -13,22 +13,29 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
     if (t->pp_size < 2) return HS_OK;
     if (!hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &t->pp_kind))
         return hs_error_set(e, HS_ERR_CONFIG, "accelerator.pp_schedule: unknown schedule '%s'; "
-                            "use gpipe or 1f1b", cfg->accelerator.pp_schedule);
+                            "use gpipe, 1f1b or interleaved_1f1b", cfg->accelerator.pp_schedule);
     t->pp_group = hs_mesh_group(t->mesh, HS_DIM_PP);
     t->pp_stage = hs_mesh_coords(t->mesh).pp;
+    int V = t->pp_virtual = t->pp_kind == HS_PP_INTERLEAVED ? cfg->accelerator.pp_virtual_stages : 1;
+    /* Stage s runs the model's chunks s, s + pp, ... */
     int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
     hs_config_pp_stages(cfg, first, count);
-    t->stage_first_layer = first[t->pp_stage];
-    t->stage_layers = count[t->pp_stage];
-    t->act_slots = hs_pp_slots(t->pp_kind, t->pp_size, t->pp_stage, t->M);
-    t->pp_actions = calloc((size_t)(2 * t->M), sizeof *t->pp_actions);
+    t->stage.n_chunks = V;
+    for (int v = 0; v < V; v++) {
+        t->stage.first_layer[v] = first[v * t->pp_size + t->pp_stage];
+        t->stage.n_layers[v] = count[v * t->pp_size + t->pp_stage];
+    }
+    t->act_slots = hs_pp_slots(t->pp_kind, t->pp_size, t->pp_stage, t->M, V);
+    t->n_pp_actions = 2 * t->M * V;
+    t->pp_actions = calloc((size_t)t->n_pp_actions, sizeof *t->pp_actions);
     if (!t->pp_actions) return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate the schedule");
-    hs_pp_schedule(t->pp_kind, t->pp_size, t->pp_stage, t->M, t->pp_actions);
+    hs_pp_schedule(t->pp_kind, t->pp_size, t->pp_stage, t->M, V, t->pp_actions);
     /* The hand-over holds this rank's rows of a micro-batch: T / cp of
      * each sequence, all of them (sequence parallel only ever has fewer). */
     int64_t numel = (int64_t)t->mbs * (t->T / t->cp) * cfg->model.dim;
     int64_t extra = strcmp(cfg->model.arch, "moe") ? 0 : 2 * (int64_t)cfg->model.moe.num_experts + 2;
-    return hs_pp_create(t->comm, t->topo, hs_comm_rank(t->comm), numel, extra, NULL, &t->pp, e);
+    return hs_pp_create(t->comm, t->topo, hs_comm_rank(t->comm), numel, extra, t->M * V, NULL,
+                        &t->pp, e);
 }
 
 void hs_pp_trainer_free(hs_trainer *t) {
@@ -50,9 +57,10 @@ static hs_batch micro_batch(void *ctx, int mb) {
     return hs_train_local_batch(t, t->tokens, t->targets, t->mbs);
 }
 
-/* spec 004 §2.3: the last micro-batch always syncs and reshards. */
-static void before_backward(void *ctx, int mb, bool last) {
-    (void)mb;
+/* spec 004 §2.3: the last micro-batch always syncs and reshards (per
+ * chunk: each chunk's units finish with their own last backward). */
+static void before_backward(void *ctx, int chunk, int mb, bool last) {
+    (void)chunk, (void)mb;
     step_ctx *c = ctx;
     const hs_fsdp_config *fc = &c->t->cfg->fsdp;
     c->t->engine->begin_micro_batch(c->t->engine, fc->requires_grad_sync || last,
@@ -66,8 +74,8 @@ hs_status hs_pp_run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, do
                         .trace = t->trace, .schedule = t->cfg->accelerator.pp_schedule};
     t->engine->begin_step(t->engine);
     double loss = 0.0, aux = 0.0;
-    hs_status s = hs_pp_run_step(t->pp, t->engine->model, t->hooks, t->pp_actions, t->M,
-                                 grad_scale, &io, &loss, &aux, e);
+    hs_status s = hs_pp_run_step(t->pp, t->engine->model, t->hooks, t->pp_actions,
+                                 t->n_pp_actions, t->M, grad_scale, &io, &loss, &aux, e);
     sums[0] += loss;
     sums[1] += aux;
     /* The schedule's own drain after the stage's last backward; the root's

@@ -59,9 +59,11 @@ static hs_status expert_tokens(hs_trainer *t, hs_step_result *r, hs_error *e) {
     int Ls = 0, E = 0, L = t->cfg->model.n_layers;
     const int64_t *c = hs_model_expert_tokens(t->engine->model, &Ls, &E);
     if (!c || !t->expert_tokens) return HS_OK;
-    int64_t off = (int64_t)hs_model_stage_first_layer(t->engine->model) * E;
     for (int i = 0; i < L * E; i++) t->expert_tokens[i] = 0.0;
-    for (int i = 0; i < Ls * E; i++) t->expert_tokens[off + i] = (double)c[i];
+    for (int j = 0; j < Ls; j++) {
+        int64_t off = (int64_t)hs_model_block_layer(t->engine->model, j) * E;
+        for (int x = 0; x < E; x++) t->expert_tokens[off + x] = (double)c[(int64_t)j * E + x];
+    }
     *r = (hs_step_result){.expert_tokens = t->expert_tokens, .expert_layers = L, .n_experts = E};
     hs_status s = hs_reduce_sum_f64(t->batch_group, t->expert_tokens, L * E, e);
     if (s == HS_OK && t->pp) s = hs_reduce_sum_f64(t->pp_group, t->expert_tokens, L * E, e);

@@ -9,9 +9,7 @@
 static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
     hs_engine_env env = {.cfg = t->cfg, .topo = t->topo, .comm = t->comm, .mesh = t->mesh,
                          .dev = t->dev, .log = t->log, .max_batch = t->mbs,
-                         .stage_first_layer = t->stage_first_layer,
-                         .stage_layers = t->pp ? t->stage_layers : 0,
-                         .act_slots = t->act_slots};
+                         .stage = t->stage, .act_slots = t->act_slots};
     hs_status s = hs_engine_create(&env, &t->engine, e);
     if (s != HS_OK) return s;
     hs_model *m = hs_engine_catalog(t->engine);

@@ -65,8 +65,10 @@ typedef struct hs_trainer {
     hs_pp *pp;
     hs_pg *pp_group;
     hs_pp_schedule_kind pp_kind;
-    hs_pp_action *pp_actions; /* this stage's 2*M actions of a step */
-    int stage_first_layer, stage_layers, act_slots;
+    hs_pp_action *pp_actions; /* this stage's actions of a step */
+    int n_pp_actions;         /* 2 x M x virtual stages */
+    hs_model_stage stage; /* this rank's chunks of blocks (none without pp) */
+    int act_slots, pp_virtual; /* slots per chunk; chunks per rank */
     bool rank0;
     FILE *metrics;
     double peak_flops;      /* whole job, measured at start-up */

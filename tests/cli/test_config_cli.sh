@@ -112,6 +112,30 @@ expect_in err "set train.global_batch_size: 32 (or null for that), or accelerato
 expect 0 "gpipe with one micro-batch" -- accelerator.pp_size=2 accelerator.pp_schedule=gpipe --world 4
 expect_in out "  pp_schedule: gpipe" "gpipe in the derived block"
 expect 0 "pp with moe" -- accelerator.pp_size=2 model.arch=moe --world 4
+il=(accelerator.pp_schedule=interleaved_1f1b accelerator.pp_virtual_stages=2)
+expect 0 "interleaved 1f1b" -- accelerator.pp_size=2 "${il[@]}" --world 4
+expect_in out '    - {stage: 0, layers: "[0, 1) [2, 3)", ranks: [0, 1]}' "stage 0 holds chunks 0 and 2"
+expect_in out "  pp_virtual_stages: 2" "derived block names the virtual stages"
+expect 2 "interleaved without virtual stages" -- accelerator.pp_size=2 \
+    accelerator.pp_schedule=interleaved_1f1b --world 4
+expect_in err "accelerator.pp_schedule = interleaved_1f1b needs accelerator.pp_virtual_stages >= 2" \
+    "interleaved needs V >= 2"
+expect 2 "virtual stages without interleaving" -- accelerator.pp_size=2 \
+    accelerator.pp_virtual_stages=2 --world 4
+expect_in err "accelerator.pp_virtual_stages = 2 needs accelerator.pp_schedule: interleaved_1f1b" \
+    "V > 1 needs interleaved"
+expect 2 "more chunks than blocks" -- accelerator.pp_size=2 accelerator.pp_schedule=interleaved_1f1b \
+    accelerator.pp_virtual_stages=4 model.n_layers=6 --world 4
+expect_in err "accelerator.pp_size x pp_virtual_stages = 2 x 4 = 8 chunks exceed model.n_layers = 6" \
+    "chunks need a block each"
+expect 2 "interleaved micro-batches not a multiple of pp" -- accelerator.pp_size=2 "${il[@]}" \
+    train.global_batch_size=48 --world 4
+expect_in err "needs the micro-batches per step to be a multiple of accelerator.pp_size = 2" \
+    "interleaved M % pp"
+expect 2 "pp_layers per virtual stage" -- accelerator.pp_size=2 "${il[@]}" \
+    'accelerator.pp_layers=[2,2]' --world 4
+expect_in err "accelerator.pp_layers = [2, 2] has 2 entries but accelerator.pp_size x pp_virtual_stages = 2 x 2 = 4" \
+    "pp_layers lists the virtual stages"
 expect 2 "pp with tied embeddings" -- accelerator.pp_size=2 model.tie_embeddings=true \
     train.global_batch_size=32 --world 4
 expect_in err "accelerator.pp_size = 2 with model.tie_embeddings = true" "pp refuses tied embeddings"

@@ -9,9 +9,11 @@
 # metrics.jsonl equal the one-process run's. The statistics are those of a
 # global micro-batch (micro_batch_size x dp sequences), so each layout is
 # compared with the one process whose micro-batch is that size. Layouts:
-# PP 2 with 1f1b and gpipe; PP 4 (8 micro-batches); PP 2 x FSDP 2; PP 2 x
-# EP 2 (the experts over each stage's EP group); PP 2 x TP 2 with sequence
-# parallel; PP 2 x EP 2 x TP 2 (W = 8).
+# PP 2 with 1f1b, gpipe and interleaved 1F1B (2 virtual stages: the
+# statistics go round the ring of chunks); PP 4 (8 micro-batches); PP 2 x
+# FSDP 2; PP 2 x EP 2 (the experts over each stage's EP group), also
+# interleaved; PP 2 x TP 2 with sequence parallel; PP 2 x EP 2 x TP 2
+# (W = 8).
 # HS_MPI_RANKS: 8
 # HS_TEST_TIMEOUT: 240
 set -euo pipefail
@@ -42,6 +44,9 @@ hs_train_dump pp2 2 "${pp2[@]}"
 compare one pp2
 hs_train_dump pp2_gpipe 2 "${pp2[@]}" accelerator.pp_schedule=gpipe
 compare one pp2_gpipe
+il=(accelerator.pp_schedule=interleaved_1f1b accelerator.pp_virtual_stages=2)
+hs_train_dump il2 2 "${pp2[@]}" "${il[@]}"
+compare one il2
 hs_train_dump pp4 4 accelerator.pp_size=4 train.micro_batch_size=1
 compare one1 pp4
 hs_train_dump pp2_fsdp2 4 "${pp2[@]}" fsdp_config.dp_shard_size=2
@@ -49,6 +54,9 @@ compare one4 pp2_fsdp2
 hs_train_dump pp2_ep2 4 "${pp2[@]}" accelerator.ep_size=2 fsdp_config.dp_shard_size=2 \
     fsdp_config.edp_shard_size=1
 compare one4 pp2_ep2
+hs_train_dump il2_ep2 4 "${pp2[@]}" "${il[@]}" accelerator.ep_size=2 fsdp_config.dp_shard_size=2 \
+    fsdp_config.edp_shard_size=1
+compare one4 il2_ep2
 hs_train_dump pp2_tp2_sp 4 "${pp2[@]}" accelerator.tp_size=2 accelerator.sequence_parallel=true
 compare one pp2_tp2_sp
 hs_train_dump pp2_ep2_tp2 8 "${pp2[@]}" accelerator.ep_size=2 accelerator.tp_size=2 \

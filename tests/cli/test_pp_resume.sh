@@ -2,7 +2,8 @@
 # Checkpoints across pipeline sizes (docs/checkpoint.md): parameters are
 # addressed by FQN and global offsets, not by stage, so a checkpoint saved
 # at PP 2 (each stage writing its own blocks) verifies, holds every
-# tensor, and resumes at PP 1, PP 4 and PP 2 x FSDP 2, each continuing the
+# tensor, and resumes at PP 1, PP 4, PP 2 x FSDP 2 and interleaved PP 2 x 2
+# virtual stages, each continuing the
 # uninterrupted PP 2 loss curve within 1e-5; one saved by one process
 # resumes at PP 2 the same way.
 # HS_MPI_RANKS: 4
@@ -26,7 +27,8 @@ hs_chunk_in "$work/inspect.log" lm_head.weight "0:256, 0:32" rank-1.bin
 hs_resume_layouts "$work/ck/step-2" "$work/u" \
     "1 pp1 accelerator.pp_size=1" \
     "4 pp4 accelerator.pp_size=4" \
-    "4 pp2_fsdp2 accelerator.pp_size=2 fsdp_config.dp_shard_size=2"
+    "4 pp2_fsdp2 accelerator.pp_size=2 fsdp_config.dp_shard_size=2" \
+    "2 il2 accelerator.pp_size=2 accelerator.pp_schedule=interleaved_1f1b accelerator.pp_virtual_stages=2"
 # saved by one process, resumed at PP 2
 hs_must_run 1 one_u train.steps=5 train.out_dir="$work/one_u"
 hs_must_run 1 one_s train.steps=2 train.out_dir="$work/one_s" checkpoint.dir="$work/one_ck"

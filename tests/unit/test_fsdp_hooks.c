@@ -310,11 +310,11 @@ static void test_micro_batches_in_flight_reduce_once_and_drain_idempotently(void
     hs_fsdp_begin_step(w.f);
     for (int k = 0; k < 2; k++)
         assert_int_equal(
-            hs_model_stage_forward(w.m, k, &b[k], h, true, scale, NULL, NULL, NULL, &e), HS_OK);
+            hs_model_stage_forward(w.m, 0, k, &b[k], h, true, scale, NULL, NULL, NULL, &e), HS_OK);
     for (int k = 0; k < 2; k++) {
         hs_fsdp_set_micro_batch(w.f, false, false, k == 1);
         double loss;
-        assert_int_equal(hs_model_stage_backward(w.m, k, &b[k], scale, h, &loss, &e), HS_OK);
+        assert_int_equal(hs_model_stage_backward(w.m, 0, k, &b[k], scale, h, &loss, &e), HS_OK);
         if (k == 0) assert_false(hs_fsdp_ctx_pending(w.ctx));
     }
     char story[1024];

@@ -161,7 +161,7 @@ static void test_bf16_output_f32_cast_inputs_true_widens_outputs_and_narrows_inp
     expect_root_uncast(m);
     expect_unit(m, 1, HS_DTYPE_BF16, HS_DTYPE_BF16, HS_DTYPE_BF16, HS_DTYPE_F32, 1);
     expect_unit(m, 2, HS_DTYPE_F32, HS_DTYPE_BF16, HS_DTYPE_BF16, HS_DTYPE_F32, 2);
-    assert_int_equal(hs_model_stream_dtype(m, 2), HS_DTYPE_F32);
+    assert_int_equal(hs_model_chunk_stream_dtype(m, 0, 2), HS_DTYPE_F32);
     assert_int_equal(non_bf16_values(m->resid[2], (int64_t)B * T * 16), 0);
     assert_true(loss == l_plain);
     hs_model_free(m);

@@ -1,0 +1,11 @@
+/* parallel/pp_internal.h — what the pipeline's step runner (pp_run.c)
+ * tells its hand-over context (pp.c). */
+#ifndef HS_PARALLEL_PP_INTERNAL_H
+#define HS_PARALLEL_PP_INTERNAL_H
+
+#include "hypershard/parallel.h"
+
+/* Time spent inside a stage forward or backward (hs_pp_busy_seconds). */
+void hs_pp_add_busy(hs_pp *p, double seconds);
+
+#endif

@@ -1,0 +1,68 @@
+/* Pipeline schedules: which forward and backward each stage runs when
+ * (parallel.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hypershard/parallel.h"
+
+bool hs_pp_schedule_parse(const char *name, hs_pp_schedule_kind *out) {
+    if (!strcmp(name, "gpipe")) return *out = HS_PP_GPIPE, true;
+    if (!strcmp(name, "1f1b")) return *out = HS_PP_1F1B, true;
+    if (!strcmp(name, "interleaved_1f1b")) return *out = HS_PP_INTERLEAVED, true;
+    return false;
+}
+
+static int imin(int a, int b) { return a < b ? a : b; }
+
+/* The k-th forward (or backward) of an interleaved stage: rounds of pp
+ * micro-batches go through the chunks in turn, forward in chunk order and
+ * backward in reverse (Narayanan et al. 2021; Megatron-LM's schedule). */
+static hs_pp_action interleaved_at(hs_pp_kind kind, int pp, int V, int k) {
+    int group = k / pp, v = group % V;
+    int mb = (group / V) * pp + k % pp;
+    return (hs_pp_action){kind, kind == HS_PP_FORWARD ? v : V - 1 - v, mb};
+}
+
+void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V,
+                    hs_pp_action *out) {
+    int n = 0;
+    if (kind == HS_PP_GPIPE) {
+        for (int i = 0; i < M; i++) out[n++] = (hs_pp_action){HS_PP_FORWARD, 0, i};
+        for (int i = 0; i < M; i++) out[n++] = (hs_pp_action){HS_PP_BACKWARD, 0, i};
+        return;
+    }
+    /* 1F1B: pp-1-s forwards fill the pipe; interleaved: 2 (pp-1-s) plus a
+     * round per further chunk. Then one forward and one backward in turn,
+     * then the remaining backwards. */
+    int total = M * (kind == HS_PP_INTERLEAVED ? V : 1);
+    int w = kind == HS_PP_INTERLEAVED ? 2 * (pp - 1 - stage) + (V - 1) * pp : pp - 1 - stage;
+    w = imin(w, total);
+    int f = 0, b = 0;
+    for (; f < total; f++) {
+        out[n++] = kind == HS_PP_INTERLEAVED ? interleaved_at(HS_PP_FORWARD, pp, V, f)
+                                             : (hs_pp_action){HS_PP_FORWARD, 0, f};
+        if (f < w) continue;
+        out[n++] = kind == HS_PP_INTERLEAVED ? interleaved_at(HS_PP_BACKWARD, pp, V, b)
+                                             : (hs_pp_action){HS_PP_BACKWARD, 0, b};
+        b++;
+    }
+    for (; b < total; b++)
+        out[n++] = kind == HS_PP_INTERLEAVED ? interleaved_at(HS_PP_BACKWARD, pp, V, b)
+                                             : (hs_pp_action){HS_PP_BACKWARD, 0, b};
+}
+
+int hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V) {
+    int n = 2 * M * V, most = 1;
+    hs_pp_action *a = malloc(sizeof *a * (size_t)n);
+    int *open = calloc((size_t)V, sizeof *open);
+    if (!a || !open) hs_panic("pipeline: cannot allocate a schedule of %d actions", n);
+    hs_pp_schedule(kind, pp, stage, M, V, a);
+    /* Micro-batches of one chunk forwarded and not yet backwarded. */
+    for (int k = 0; k < n; k++) {
+        open[a[k].chunk] += a[k].kind == HS_PP_FORWARD ? 1 : -1;
+        if (open[a[k].chunk] > most) most = open[a[k].chunk];
+    }
+    free(a);
+    free(open);
+    return most;
+}
