@@ -171,4 +171,32 @@ typedef struct hs_train_options {
 hs_status hs_train_run(const hs_config *cfg, const hs_topology *topo, hs_comm *comm,
                        const hs_train_options *opt, const hs_log *log, hs_error *e);
 
+/* Inference on trained weights (generate.c), on every rank of comm in the
+ * layout cfg gives: the weights come from opt->init_from (a run's or an
+ * export's model.safetensors) or from cfg->checkpoint.resume (a checkpoint
+ * of any layout, resharded on load). Nothing is written. */
+typedef struct hs_generate_options {
+    const int32_t *prompt; /* tokens (bytes for byte-level data) */
+    int prompt_len;        /* >= 1 */
+    int max_new_tokens;
+    double temperature;    /* 0: greedy */
+    int top_k;             /* 0: the whole vocabulary */
+    uint64_t seed;         /* of the sampling */
+    /* rank 0, each token as it is produced (may be NULL) */
+    void (*emit)(void *ctx, int32_t token);
+    void *emit_ctx;
+} hs_generate_options;
+
+/* The continuation, max_new_tokens of it, into out (on every rank). A
+ * prompt longer than train.seq_len keeps its last seq_len - 1 tokens; the
+ * context window slides as the text grows. */
+hs_status hs_train_generate(const hs_config *cfg, const hs_topology *topo, hs_comm *comm,
+                            const hs_train_options *opt, const hs_log *log,
+                            const hs_generate_options *g, int32_t *out, hs_error *e);
+/* Mean loss per token over the validation sequences the trainer evaluates
+ * on (data.* of cfg), the same value as a run's val loss. */
+hs_status hs_train_eval(const hs_config *cfg, const hs_topology *topo, hs_comm *comm,
+                        const hs_train_options *opt, const hs_log *log, double *val_loss,
+                        hs_error *e);
+
 #endif

@@ -44,8 +44,9 @@ static hs_status trainer_buffers(hs_trainer *t, hs_error *e) {
     return HS_OK;
 }
 
-/* Everything that can reject the inputs runs before out_dir exists. */
-static hs_status trainer_init(hs_trainer *t, hs_error *e) {
+/* Everything that can reject the inputs runs before out_dir exists
+ * (trainer.h). */
+hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     const hs_config *cfg = t->cfg;
     hs_device_kind kind;
     if (!hs_device_kind_parse(cfg->accelerator.device, &kind))
@@ -83,7 +84,7 @@ static hs_status trainer_init(hs_trainer *t, hs_error *e) {
     return s;
 }
 
-static void trainer_free(hs_trainer *t) {
+void hs_trainer_close(hs_trainer *t) {
     hs_train_ckpt_unlock(t);
     hs_metrics_close(t);
     hs_trace_hooks_free(&t->th);
@@ -192,7 +193,7 @@ hs_status hs_train_run(const hs_config *cfg, const hs_topology *topo, hs_comm *c
                        const hs_train_options *opt, const hs_log *log, hs_error *e) {
     hs_trainer t = {.cfg = cfg, .topo = topo, .opt = opt, .comm = comm, .log = log,
                     .trace = hs_comm_trace(comm), .rank0 = hs_comm_rank(comm) == 0};
-    hs_status s = trainer_init(&t, e);
+    hs_status s = hs_trainer_open(&t, e);
     if (s == HS_OK) {
         trainer_announce(&t);
         s = hs_metrics_open(&t, e);
@@ -213,6 +214,6 @@ hs_status hs_train_run(const hs_config *cfg, const hs_topology *topo, hs_comm *c
     if (s == HS_OK)
         hs_log_info(log, "done: %d steps in %.1f s; metrics, weights and config in %s",
                     cfg->train.steps, hs_now() - t.t_start, cfg->train.out_dir);
-    trainer_free(&t);
+    hs_trainer_close(&t);
     return s;
 }

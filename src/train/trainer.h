@@ -95,6 +95,13 @@ typedef struct hs_step_result {
 
 hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e);
 
+/* trainer.c: build everything a run needs from t->cfg, t->topo, t->comm,
+ * t->opt, t->log, t->trace (the mesh, data, engine and optimizer, the
+ * checkpoint resume), writing nothing; close frees what open built (also
+ * after a failed open). */
+hs_status hs_trainer_open(hs_trainer *t, hs_error *e);
+void hs_trainer_close(hs_trainer *t);
+
 /* --dump (dump.c): NULL when off; the check rejects an engine that cannot
  * gather gradients before anything is written. */
 const char *hs_dump_dir(const hs_trainer *t);

@@ -1,0 +1,228 @@
+/* `hypershard generate` and `hypershard eval`: inference on the weights of
+ * a finished run or of a checkpoint of any layout, on one process or under
+ * mpiexec. The run's config (its model, data and seq_len) is loaded, the
+ * parallel layout reset to plain data parallelism over the ranks, then the
+ * command's a.b.c=value overrides apply (a layout among them). */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "hypershard/ckpt.h"
+#include "hypershard/train.h"
+
+typedef struct infer_args {
+    const char *cmd;
+    const char *run, *ckpt;
+    const char *prompt;
+    int max_new;
+    double temperature;
+    int top_k;
+    long long seed;
+    const char **overrides;
+    int n_overrides;
+} infer_args;
+
+static void usage(const char *cmd, FILE *f) {
+    if (!strcmp(cmd, "generate"))
+        fprintf(f,
+                "usage: hypershard generate (--run RUN_DIR | --ckpt DIR) --prompt TEXT\n"
+                "           [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]\n"
+                "           [a.b.c=value ...]\n"
+                "  continues TEXT (bytes) with N tokens (default 64), streamed as they come;\n"
+                "  greedy at temperature 0 (the default), else sampled from the top K (0: all)\n");
+    else
+        fprintf(f,
+                "usage: hypershard eval (--run RUN_DIR | --ckpt DIR) [a.b.c=value ...]\n"
+                "  loss and perplexity on the validation split the trainer evaluates on\n"
+                "  (data.* overrides choose other data)\n");
+    fprintf(f,
+            "  RUN_DIR  a finished run (train.out_dir: config.yaml, model.safetensors)\n"
+            "  DIR      a checkpoint step directory, or a checkpoint.dir (follows `latest`)\n"
+            "  under mpiexec -n N the model runs data parallel over N ranks, or in any layout\n"
+            "  the overrides give (accelerator.tp_size=2, accelerator.pp_size=2, ...)\n");
+}
+
+static int bad(const infer_args *a, const char *what, const char *value) {
+    fprintf(stderr, "hypershard %s: %s '%s'\n", a->cmd, what, value);
+    usage(a->cmd, stderr);
+    return 2;
+}
+
+static int parse(int argc, char **argv, infer_args *a) {
+    a->overrides = calloc((size_t)argc + 1, sizeof(char *));
+    if (!a->overrides) return 1;
+    a->max_new = 64;
+    bool gen = !strcmp(a->cmd, "generate");
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) return usage(a->cmd, stdout), -1;
+        if (!strcmp(s, "--run") && v) a->run = argv[++i];
+        else if (!strcmp(s, "--ckpt") && v) a->ckpt = argv[++i];
+        else if (gen && !strcmp(s, "--prompt") && v) a->prompt = argv[++i];
+        else if (gen && !strcmp(s, "--max-new-tokens") && v) {
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || n < 1 || n > 1000000) return bad(a, "--max-new-tokens needs 1..1000000, got", v);
+            a->max_new = (int)n;
+        } else if (gen && !strcmp(s, "--temperature") && v) {
+            a->temperature = strtod(argv[++i], &end);
+            if (*end || !(a->temperature >= 0.0))
+                return bad(a, "--temperature needs a number >= 0, got", v);
+        } else if (gen && !strcmp(s, "--top-k") && v) {
+            long k = strtol(argv[++i], &end, 10);
+            if (*end || k < 0) return bad(a, "--top-k needs an integer >= 0, got", v);
+            a->top_k = (int)k;
+        } else if (gen && !strcmp(s, "--seed") && v) {
+            a->seed = strtoll(argv[++i], &end, 10);
+            if (*end) return bad(a, "--seed needs an integer, got", v);
+        } else if (s[0] == '-') {
+            return bad(a, "unknown option or missing value:", s);
+        } else if (strchr(s, '=')) {
+            a->overrides[a->n_overrides++] = s;
+        } else {
+            return bad(a, "unexpected argument", s);
+        }
+    }
+    if (!a->run == !a->ckpt) {
+        fprintf(stderr, "hypershard %s: give exactly one of --run RUN_DIR or --ckpt DIR\n", a->cmd);
+        return usage(a->cmd, stderr), 2;
+    }
+    if (gen && (!a->prompt || !a->prompt[0])) {
+        fprintf(stderr, "hypershard generate: --prompt TEXT is required (at least one byte)\n");
+        return usage(a->cmd, stderr), 2;
+    }
+    return 0;
+}
+
+/* Before the user's overrides: one process's layout, no run-side effects. */
+static const char *const RESET[] = {
+    "accelerator.tp_size=1", "accelerator.cp_size=1", "accelerator.ep_size=1",
+    "accelerator.pp_size=1", "accelerator.pp_virtual_stages=1", "accelerator.pp_schedule=1f1b",
+    "accelerator.pp_layers=[]", "accelerator.sequence_parallel=false",
+    "accelerator.loss_parallel=false", "fsdp_config.dp_shard_size=1",
+    "fsdp_config.edp_shard_size=1", "train.global_batch_size=null", "train.micro_batch_size=1",
+    "train.steps=1000000000", "train.activation_checkpointing=false", "trace.enabled=false",
+    "checkpoint.dir=null", "checkpoint.save_every=0"};
+#define N_RESET (int)(sizeof RESET / sizeof RESET[0])
+
+/* The run's config path and where the weights come from. */
+static hs_status locate(const infer_args *a, char *config, size_t cap, char *resume,
+                        size_t rcap, hs_error *e) {
+    if (a->run) {
+        snprintf(config, cap, "%s/config.yaml", a->run);
+        snprintf(resume, rcap, "none");
+        FILE *f = fopen(config, "r");
+        if (!f)
+            return hs_error_set(e, HS_ERR_USAGE, "--run %s: no config.yaml there; give a "
+                                "finished run's train.out_dir (config.yaml, model.safetensors)",
+                                a->run);
+        fclose(f);
+        return HS_OK;
+    }
+    hs_ckpt *c = NULL;
+    hs_status s = hs_ckpt_open(a->ckpt, &c, e);
+    if (s != HS_OK) {
+        hs_error inner = *e;
+        return hs_error_set(e, HS_ERR_USAGE, "--ckpt %s: %s", a->ckpt, inner.msg);
+    }
+    snprintf(config, cap, "%s/config.yaml", hs_ckpt_path(c));
+    snprintf(resume, rcap, "%s", hs_ckpt_path(c));
+    hs_ckpt_close(c);
+    FILE *f = fopen(config, "r");
+    if (!f)
+        return hs_error_set(e, HS_ERR_USAGE, "--ckpt %s: the checkpoint has no config.yaml, so "
+                            "its model is unknown; use the run's --run directory", a->ckpt);
+    fclose(f);
+    return HS_OK;
+}
+
+/* The prompt, once the model is loaded, then each byte as it comes. */
+static void emit_byte(void *ctx, int32_t token) {
+    const char **prompt = ctx;
+    if (*prompt) fputs(*prompt, stdout), *prompt = NULL;
+    if (token >= 0 && token < 256) fputc(token, stdout);
+    else fprintf(stdout, "<%d>", token);
+    fflush(stdout);
+}
+
+static hs_status run(const infer_args *a, const hs_config *cfg, const hs_topology *topo,
+                     const char *init_from, hs_log *log, int rank, hs_error *e) {
+    hs_comm_options co = {.timeout_s = cfg->comm.timeout_s, .log = log};
+    hs_comm *comm = NULL;
+    hs_status s = hs_comm_init(&comm, NULL, NULL, &co, e);
+    if (s != HS_OK) return s;
+    hs_comm_balance_blas_threads(comm);
+    hs_train_options opt = {.init_from = init_from};
+    if (!strcmp(a->cmd, "eval")) {
+        double loss = 0.0;
+        s = hs_train_eval(cfg, topo, comm, &opt, log, &loss, e);
+        if (s == HS_OK && rank == 0)
+            printf("val loss %.6f | perplexity %.4f\n", loss, exp(loss));
+    } else {
+        int n = (int)strlen(a->prompt);
+        int32_t *prompt = malloc(sizeof *prompt * (size_t)n), *out = malloc(sizeof *out * (size_t)a->max_new);
+        if (!prompt || !out) s = hs_error_set(e, HS_ERR_OOM, "generate: cannot allocate");
+        for (int i = 0; s == HS_OK && i < n; i++) prompt[i] = (unsigned char)a->prompt[i];
+        bool bytes = strcmp(cfg->data.source, "tokens") != 0;
+        const char *pending = a->prompt;
+        hs_generate_options g = {.prompt = prompt, .prompt_len = n, .max_new_tokens = a->max_new,
+                                 .temperature = a->temperature, .top_k = a->top_k,
+                                 .seed = (uint64_t)a->seed, .emit = bytes ? emit_byte : NULL,
+                                 .emit_ctx = &pending};
+        if (s == HS_OK) s = hs_train_generate(cfg, topo, comm, &opt, log, &g, out, e);
+        if (s == HS_OK && rank == 0 && !bytes)
+            for (int i = 0; i < a->max_new; i++) printf("%s%d", i ? " " : "", out[i]);
+        if (s == HS_OK && rank == 0) fputc('\n', stdout);
+        free(prompt);
+        free(out);
+    }
+    bool same = s == HS_ERR_CONFIG || s == HS_ERR_USAGE || s == HS_ERR_FORMAT;
+    if (s != HS_OK && !same && hs_comm_size(comm) > 1) hs_comm_abort(comm, e);
+    hs_comm_finalize(comm);
+    return s;
+}
+
+static int infer_main(const char *cmd, int argc, char **argv) {
+    infer_args a = {.cmd = cmd};
+    int rc = parse(argc, argv, &a);
+    if (rc != 0) {
+        free(a.overrides);
+        return rc < 0 ? 0 : rc;
+    }
+    int provided = 0, rank = 0, world = 1;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    hs_log log;
+    hs_log_init(&log, rank, world);
+    log.out = stderr; /* stdout carries the text (or the loss) alone */
+    hs_error e;
+    hs_error_clear(&e);
+    char config[HS_PATH_MAX + 16], resume[HS_PATH_MAX + 16], resume_ov[HS_PATH_MAX + 48];
+    hs_status s = locate(&a, config, sizeof config, resume, sizeof resume, &e);
+    const char **ov = calloc((size_t)(N_RESET + 1 + a.n_overrides), sizeof *ov);
+    int n = 0;
+    for (int i = 0; ov && i < N_RESET; i++) ov[n++] = RESET[i];
+    snprintf(resume_ov, sizeof resume_ov, "checkpoint.resume=%s", resume);
+    if (ov) ov[n++] = resume_ov;
+    for (int i = 0; ov && i < a.n_overrides; i++) ov[n++] = a.overrides[i];
+    hs_config cfg;
+    hs_topology topo;
+    hs_config_defaults(&cfg);
+    if (s == HS_OK && !ov) s = hs_error_set(&e, HS_ERR_OOM, "%s: cannot allocate", cmd);
+    if (s == HS_OK) s = hs_config_load(&cfg, config, ov, n, &e);
+    if (s == HS_OK) s = hs_config_validate(&cfg, world, &topo, rank == 0 ? &log : NULL, &e);
+    if (s == HS_OK) s = run(&a, &cfg, &topo, a.run, &log, rank, &e);
+    if (s != HS_OK && rank == 0) fprintf(stderr, "hypershard %s: %s\n", cmd, e.msg);
+    hs_config_free(&cfg);
+    free(ov);
+    free(a.overrides);
+    MPI_Finalize();
+    return s == HS_OK ? 0 : s == HS_ERR_IO ? 2 : hs_status_exit_code(s);
+}
+
+int hs_cmd_generate(int argc, char **argv) { return infer_main("generate", argc, argv); }
+int hs_cmd_eval(int argc, char **argv) { return infer_main("eval", argc, argv); }
