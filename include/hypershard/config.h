@@ -134,6 +134,10 @@ typedef struct hs_trace_config {
     char dir[HS_PATH_MAX]; /* "" when null: <out_dir>/trace */
 } hs_trace_config;
 
+typedef struct hs_metrics_config {
+    bool tensorboard; /* also write TensorBoard event files to train.out_dir */
+} hs_metrics_config;
+
 typedef struct hs_comm_config {
     double timeout_s;
 } hs_comm_config;
@@ -151,6 +155,7 @@ typedef struct hs_config {
     hs_data_config data;
     hs_ckpt_config checkpoint;
     hs_trace_config trace;
+    hs_metrics_config metrics;
     hs_comm_config comm;
     hs_compile_config compile;
     char source_path[HS_PATH_MAX]; /* the YAML file, "" for the built-in default */

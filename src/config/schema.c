@@ -210,6 +210,11 @@ static const hs_cfg_key keys[] = {
     KSTR("trace.dir", trace.dir, "null", true, NULL,
          "trace directory; null: <train.out_dir>/trace"),
 
+    /* metrics */
+    KBOOL("metrics.tensorboard", metrics.tensorboard, "false",
+          "also write TensorBoard events (events.out.tfevents.*) to train.out_dir: loss, val "
+          "loss, lr, grad norm, tokens/s, MFU and memory per step"),
+
     /* comm */
     KFLOAT("comm.timeout_s", comm.timeout_s, "600", GT, 0, 0,
            "seconds a collective may take before the run fails with a timeout"),

@@ -56,7 +56,7 @@ hs_status hs_metrics_open(hs_trainer *t, hs_error *e) {
     if (s != HS_OK) return s;
     t->metrics = hs_fopen(path, t->start_step > 0 ? "a" : "w",
                           "check that train.out_dir is writable", e);
-    return t->metrics ? HS_OK : e->code;
+    return t->metrics ? hs_tb_open(t, e) : e->code;
 }
 
 static double step_mfu(const hs_trainer *t, const hs_step_result *r) {
@@ -95,6 +95,7 @@ void hs_metrics_write(hs_trainer *t, const hs_step_result *r) {
     hs_json_end_object(&j);
     fputc('\n', t->metrics);
     fflush(t->metrics);
+    hs_tb_step(t, r, r->step_time_s > 0 ? r->tokens / r->step_time_s : 0, step_mfu(t, r));
 }
 
 static void format_eta(double s, char *buf, size_t cap) {
@@ -122,4 +123,5 @@ void hs_metrics_log(hs_trainer *t, const hs_step_result *r) {
 void hs_metrics_close(hs_trainer *t) {
     if (t->metrics) fclose(t->metrics);
     t->metrics = NULL;
+    hs_tb_close(t);
 }

@@ -71,6 +71,7 @@ typedef struct hs_trainer {
     int act_slots, pp_virtual; /* slots per chunk; chunks per rank */
     bool rank0;
     FILE *metrics;
+    FILE *tb; /* rank 0's TensorBoard events (metrics.tensorboard), else NULL */
     double peak_flops;      /* whole job, measured at start-up */
     double flops_per_token; /* hs_model_flops_per_token */
     double t_start;
@@ -138,6 +139,13 @@ hs_status hs_metrics_open(hs_trainer *t, hs_error *e);
 void hs_metrics_write(hs_trainer *t, const hs_step_result *r);
 void hs_metrics_log(hs_trainer *t, const hs_step_result *r);
 void hs_metrics_close(hs_trainer *t);
+
+/* tensorboard.c: rank 0's events.out.tfevents.* in out_dir when
+ * metrics.tensorboard is on (no-ops otherwise): the scalars of each step
+ * that metrics.jsonl holds. */
+hs_status hs_tb_open(hs_trainer *t, hs_error *e);
+void hs_tb_step(hs_trainer *t, const hs_step_result *r, double tokens_per_s, double mfu);
+void hs_tb_close(hs_trainer *t);
 
 /* Mean loss over a fixed set of validation sequences (same on every rank). */
 hs_status hs_evaluate(hs_trainer *t, double *val_loss, hs_error *e);
