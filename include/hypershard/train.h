@@ -68,13 +68,25 @@ void hs_data_sequence(const hs_dataset *ds, int64_t seq, int32_t *tokens, int32_
 void hs_data_micro_batch(hs_dataset *ds, int64_t g, int global_batch, int m, int mbs, int d, int D,
                          int32_t *tokens, int32_t *targets);
 
-/* Token files: "HSTK", uint32 version 1, uint64 count, count uint16 tokens,
- * all little-endian. Written atomically (temp file + rename). */
+/* Token files: "HSTK", uint32 version, uint64 count, then count tokens, all
+ * little-endian: version 1 holds uint16 tokens, version 2 uint32 tokens
+ * (vocabularies over 65,536, e.g. Llama 3's 128,256). Written atomically
+ * (temp file + rename), as version 1 when every token fits 16 bits. */
 #define HS_TOKENS_MAGIC "HSTK"
-#define HS_TOKENS_VERSION 1
-hs_status hs_tokens_write(const char *path, const uint16_t *tokens, int64_t n, hs_error *e);
-/* *out is malloc'd. */
-hs_status hs_tokens_read(const char *path, uint16_t **out, int64_t *n, hs_error *e);
+#define HS_TOKENS_VERSION_U16 1
+#define HS_TOKENS_VERSION_U32 2
+hs_status hs_tokens_write(const char *path, const uint32_t *tokens, int64_t n, hs_error *e);
+/* Either version; *out is malloc'd. */
+hs_status hs_tokens_read(const char *path, uint32_t **out, int64_t *n, hs_error *e);
+
+/* The Hugging Face tokenizer of a token file: tokenizer.json (and
+ * tokenizer_config.json, special_tokens_map.json) in data.path's
+ * directory. check: *vocab = its vocabulary (0 without one), an error
+ * naming model.vocab_size when the model's is smaller. dir: that directory
+ * (false without a tokenizer). copy: the files dir has into out_dir. */
+hs_status hs_tokenizer_check(const hs_config *cfg, int64_t *vocab, hs_error *e);
+bool hs_tokenizer_dir(const hs_config *cfg, char *out, size_t cap);
+hs_status hs_tokenizer_copy(const char *dir, const char *out_dir, int *copied, hs_error *e);
 
 /* ----------------------------------------------------------- safetensors */
 

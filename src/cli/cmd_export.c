@@ -70,11 +70,13 @@ static hs_status export_run(const char *run, const char *out, hs_dtype dt, hs_er
     if (s == HS_OK) s = held_create(&h, &mc, max_pos, e);
     if (s == HS_OK) s = hs_hf_load(h.m, run, held_set, &h, e);
     if (s == HS_OK) s = hs_hf_save(h.m, held_get, &h, dt, max_pos, out, true, e);
+    int copied = 0; /* the tokenizer the run was trained with, when it has one */
+    if (s == HS_OK) s = hs_tokenizer_copy(run, out, &copied, e);
     if (s == HS_OK)
         printf("exported %d parameters (%.2fM values, %s) from %s to %s/model.safetensors and "
-               "%s/config.json\n",
+               "%s/config.json%s\n",
                hs_model_num_params(h.m), (double)hs_model_param_count(h.m) / 1e6,
-               hs_dtype_name(dt), run, out, out);
+               hs_dtype_name(dt), run, out, out, copied ? " with the run's tokenizer" : "");
     hs_model_free(h.m);
     hs_config_free(&defaults);
     return s;

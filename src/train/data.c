@@ -7,7 +7,7 @@
 #include "hypershard/train.h"
 
 struct hs_dataset {
-    uint16_t *tokens; /* the whole stream */
+    uint32_t *tokens; /* the whole stream */
     int64_t n_tokens;
     int seq_len; /* T; a sequence holds T + 1 tokens */
     int64_t n_train, n_val;
@@ -23,7 +23,7 @@ static hs_status data_load_bytes(const hs_data_config *dc, hs_dataset *ds, hs_er
         if (!text) return hs_error_set(e, HS_ERR_OOM, "data.source builtin: cannot allocate %zu bytes",
                                        HS_CORPUS_BUILTIN_BYTES);
         hs_corpus_builtin(text, HS_CORPUS_BUILTIN_BYTES);
-        ds->tokens = malloc(sizeof(uint16_t) * (size_t)ds->n_tokens);
+        ds->tokens = malloc(sizeof(uint32_t) * (size_t)ds->n_tokens);
         if (!ds->tokens) {
             free(text);
             return hs_error_set(e, HS_ERR_OOM, "data.source builtin: cannot allocate tokens");
@@ -41,7 +41,7 @@ static hs_status data_load_bytes(const hs_data_config *dc, hs_dataset *ds, hs_er
     hs_status s = hs_read_file(dc->path, &text, &len, e);
     if (s != HS_OK) return s;
     ds->n_tokens = (int64_t)len;
-    ds->tokens = malloc(sizeof(uint16_t) * (len ? len : 1));
+    ds->tokens = malloc(sizeof(uint32_t) * (len ? len : 1));
     if (!ds->tokens) {
         free(text);
         return hs_error_set(e, HS_ERR_OOM, "data.path %s: cannot allocate %zu tokens", dc->path, len);
@@ -60,7 +60,7 @@ static hs_status data_load_tokens(const hs_data_config *dc, int vocab_size, hs_d
     hs_status s = hs_tokens_read(dc->path, &ds->tokens, &ds->n_tokens, e);
     if (s != HS_OK) return s;
     for (int64_t i = 0; i < ds->n_tokens; i++)
-        if (ds->tokens[i] >= vocab_size)
+        if (ds->tokens[i] >= (uint32_t)vocab_size)
             return hs_error_set(e, HS_ERR_CONFIG,
                                 "data.path %s: token %u at position %lld is >= model.vocab_size %d; "
                                 "raise model.vocab_size or re-tokenise",
@@ -164,7 +164,7 @@ int64_t hs_data_batch_sequence(hs_dataset *ds, int64_t g, int global_batch, int 
 void hs_data_sequence(const hs_dataset *ds, int64_t seq, int32_t *tokens, int32_t *targets) {
     HS_ASSERT(seq >= 0 && seq < ds->n_train + ds->n_val);
     int T = ds->seq_len;
-    const uint16_t *src = ds->tokens + seq * (T + 1);
+    const uint32_t *src = ds->tokens + seq * (T + 1);
     for (int t = 0; t < T; t++) {
         tokens[t] = src[t];
         targets[t] = src[t + 1];

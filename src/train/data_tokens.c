@@ -1,5 +1,6 @@
 /* HSTK token files: a 16-byte header (magic, version, count) before the
- * uint16 tokens, so a wrong or truncated file is caught before training. */
+ * tokens (uint16 in version 1, uint32 in version 2), so a wrong or
+ * truncated file is caught before training. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,19 +13,33 @@
 
 #define HEADER_BYTES 16
 
-hs_status hs_tokens_write(const char *path, const uint16_t *tokens, int64_t n, hs_error *e) {
+static size_t width_of(uint32_t version) { return version == HS_TOKENS_VERSION_U32 ? 4 : 2; }
+
+static bool write_tokens(FILE *f, const uint32_t *tokens, int64_t n, bool wide) {
+    if (wide) return fwrite(tokens, sizeof(uint32_t), (size_t)n, f) == (size_t)n;
+    uint16_t chunk[4096];
+    for (int64_t i = 0; i < n; i += 4096) {
+        int64_t k = n - i < 4096 ? n - i : 4096;
+        for (int64_t j = 0; j < k; j++) chunk[j] = (uint16_t)tokens[i + j];
+        if (fwrite(chunk, sizeof(uint16_t), (size_t)k, f) != (size_t)k) return false;
+    }
+    return true;
+}
+
+hs_status hs_tokens_write(const char *path, const uint32_t *tokens, int64_t n, hs_error *e) {
+    bool wide = false;
+    for (int64_t i = 0; i < n && !wide; i++) wide = tokens[i] > UINT16_MAX;
     char tmp[HS_PATH_MAX + 8];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = hs_fopen(tmp, "wb", "check that the directory exists and is writable", e);
     if (!f) return e->code;
     uint8_t header[HEADER_BYTES];
-    uint32_t version = HS_TOKENS_VERSION;
+    uint32_t version = wide ? HS_TOKENS_VERSION_U32 : HS_TOKENS_VERSION_U16;
     uint64_t count = (uint64_t)n;
     memcpy(header, HS_TOKENS_MAGIC, 4);
     memcpy(header + 4, &version, 4);
     memcpy(header + 8, &count, 8);
-    bool ok = fwrite(header, 1, HEADER_BYTES, f) == HEADER_BYTES &&
-              fwrite(tokens, sizeof(uint16_t), (size_t)n, f) == (size_t)n;
+    bool ok = fwrite(header, 1, HEADER_BYTES, f) == HEADER_BYTES && write_tokens(f, tokens, n, wide);
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);
@@ -35,7 +50,7 @@ hs_status hs_tokens_write(const char *path, const uint16_t *tokens, int64_t n, h
 }
 
 static hs_status tokens_check_header(const char *path, const char *buf, size_t len, int64_t *n,
-                                     hs_error *e) {
+                                     size_t *width, hs_error *e) {
     if (len < HEADER_BYTES)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "token file %s: %zu bytes is shorter than the %d-byte HSTK header; "
@@ -50,13 +65,14 @@ static hs_status tokens_check_header(const char *path, const char *buf, size_t l
     uint64_t count;
     memcpy(&version, buf + 4, 4);
     memcpy(&count, buf + 8, 8);
-    if (version != HS_TOKENS_VERSION)
+    if (version != HS_TOKENS_VERSION_U16 && version != HS_TOKENS_VERSION_U32)
         return hs_error_set(e, HS_ERR_FORMAT,
-                            "token file %s: version %u, this build reads version %d; re-create the "
-                            "file",
-                            path, version, HS_TOKENS_VERSION);
-    uint64_t have = (len - HEADER_BYTES) / sizeof(uint16_t);
-    if ((len - HEADER_BYTES) % sizeof(uint16_t) != 0 || have != count)
+                            "token file %s: version %u, this build reads versions %d (uint16 "
+                            "tokens) and %d (uint32 tokens); re-create the file",
+                            path, version, HS_TOKENS_VERSION_U16, HS_TOKENS_VERSION_U32);
+    *width = width_of(version);
+    uint64_t have = (len - HEADER_BYTES) / *width;
+    if ((len - HEADER_BYTES) % *width != 0 || have != count)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "token file %s: the header says %llu tokens but the file holds %zu "
                             "bytes of tokens (%llu tokens); the file is truncated or corrupt",
@@ -66,7 +82,7 @@ static hs_status tokens_check_header(const char *path, const char *buf, size_t l
     return HS_OK;
 }
 
-hs_status hs_tokens_read(const char *path, uint16_t **out, int64_t *n, hs_error *e) {
+hs_status hs_tokens_read(const char *path, uint32_t **out, int64_t *n, hs_error *e) {
     *out = NULL;
     *n = 0;
     char *buf = NULL;
@@ -74,11 +90,17 @@ hs_status hs_tokens_read(const char *path, uint16_t **out, int64_t *n, hs_error 
     hs_status s = hs_read_file(path, &buf, &len, e);
     if (s != HS_OK) return s;
     int64_t count = 0;
-    s = tokens_check_header(path, buf, len, &count, e);
+    size_t width = 2;
+    s = tokens_check_header(path, buf, len, &count, &width, e);
     if (s == HS_OK) {
-        *out = malloc(sizeof(uint16_t) * (size_t)(count ? count : 1));
+        *out = malloc(sizeof(uint32_t) * (size_t)(count ? count : 1));
         if (!*out) s = hs_error_set(e, HS_ERR_OOM, "token file %s: cannot allocate", path);
-        else memcpy(*out, buf + HEADER_BYTES, sizeof(uint16_t) * (size_t)count);
+        const char *src = buf + HEADER_BYTES;
+        for (int64_t i = 0; *out && i < count; i++) {
+            uint16_t h;
+            if (width == 4) memcpy(&(*out)[i], src + 4 * i, 4);
+            else memcpy(&h, src + 2 * i, 2), (*out)[i] = h;
+        }
         *n = count;
     }
     free(buf);

@@ -67,7 +67,11 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     t->mbs = cfg->train.micro_batch_size;
     t->T = cfg->train.seq_len;
     t->M = hs_config_micro_batches(cfg, t->topo);
-    s = hs_data_open(&cfg->data, t->T, cfg->model.vocab_size, (uint64_t)cfg->train.seed, &t->data, e);
+    int64_t tok_vocab = 0;
+    s = hs_tokenizer_check(cfg, &tok_vocab, e);
+    if (s == HS_OK)
+        s = hs_data_open(&cfg->data, t->T, cfg->model.vocab_size, (uint64_t)cfg->train.seed,
+                         &t->data, e);
     if (s == HS_OK) s = trainer_buffers(t, e);
     if (s == HS_OK) s = hs_cp_batch_init(t, e);
     if (s == HS_OK) s = hs_pp_trainer_init(t, e);
@@ -123,6 +127,17 @@ static bool eval_due(const hs_trainer *t, int step) {
     return step % every == 0 || step == t->cfg->train.steps;
 }
 
+/* The final weights, with the data's tokenizer beside them (rank 0). */
+static hs_status save_weights(hs_trainer *t, hs_error *e) {
+    hs_status s = hs_hf_save(hs_engine_catalog(t->engine), hs_engine_get_param, t->engine,
+                             HS_DTYPE_F32, t->T, t->cfg->train.out_dir, t->rank0, e);
+    char dir[HS_PATH_MAX];
+    int copied = 0;
+    if (s == HS_OK && t->rank0 && hs_tokenizer_dir(t->cfg, dir, sizeof dir))
+        s = hs_tokenizer_copy(dir, t->cfg->train.out_dir, &copied, e);
+    return s;
+}
+
 /* After a step that a signal asked to be the last: keep its work (a
  * checkpoint, or without checkpoint.dir the weights), say where, stop. */
 static hs_status trainer_stop(hs_trainer *t, int step, int sig, hs_error *e) {
@@ -130,8 +145,7 @@ static hs_status trainer_stop(hs_trainer *t, int step, int sig, hs_error *e) {
     hs_status s = HS_OK;
     if (dir[0] && t->ckpt_step != step) s = hs_train_ckpt_save(t, step, e);
     else if (!dir[0])
-        s = hs_hf_save(hs_engine_catalog(t->engine), hs_engine_get_param, t->engine,
-                       HS_DTYPE_F32, t->T, t->cfg->train.out_dir, t->rank0, e);
+        s = save_weights(t, e);
     if (s != HS_OK) return t->ckpt_failed = dir[0] != '\0', s;
     char where[HS_PATH_MAX + 64];
     if (dir[0]) snprintf(where, sizeof where, "checkpoint %s/step-%d", dir, step);
@@ -171,9 +185,7 @@ static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
 
 static hs_status trainer_finish(hs_trainer *t, hs_error *e) {
     hs_status s = hs_sample(t, e);
-    if (s == HS_OK)
-        s = hs_hf_save(hs_engine_catalog(t->engine), hs_engine_get_param, t->engine,
-                       HS_DTYPE_F32, t->T, t->cfg->train.out_dir, t->rank0, e);
+    if (s == HS_OK) s = save_weights(t, e);
     if (s != HS_OK || !hs_trace_enabled(t->trace)) return s;
     char dir[HS_PATH_MAX + 16], path[HS_PATH_MAX + 32];
     if (t->cfg->trace.dir[0]) snprintf(dir, sizeof dir, "%s", t->cfg->trace.dir);

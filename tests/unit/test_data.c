@@ -202,11 +202,11 @@ static void test_tokens_file_round_trips(void **state) {
     (void)state;
     char path[300];
     snprintf(path, sizeof path, "%s/t.bin", tmpdir);
-    uint16_t toks[50];
-    for (int i = 0; i < 50; i++) toks[i] = (uint16_t)(i * 997 % 1000);
+    uint32_t toks[50];
+    for (int i = 0; i < 50; i++) toks[i] = (uint32_t)(i * 997 % 1000);
     hs_error e;
     assert_int_equal(hs_tokens_write(path, toks, 50, &e), HS_OK);
-    uint16_t *back = NULL;
+    uint32_t *back = NULL;
     int64_t n = 0;
     assert_int_equal(hs_tokens_read(path, &back, &n, &e), HS_OK);
     assert_int_equal(n, 50);
@@ -227,11 +227,59 @@ static void test_tokens_file_round_trips(void **state) {
     assert_non_null(strstr(e.msg, "model.vocab_size"));
 }
 
+/* Ids over 65,535 (Llama 3's vocabulary) make a version 2 file of uint32
+ * tokens; ids that fit 16 bits keep version 1 (2 bytes per token). */
+static void test_tokens_file_holds_uint32_ids_as_version_2(void **state) {
+    (void)state;
+    char path[300];
+    snprintf(path, sizeof path, "%s/t32.bin", tmpdir);
+    uint32_t toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = (uint32_t)(128255 - i * 3001);
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_tokens_write(path, toks, 40, &e), HS_OK);
+    char *raw = NULL;
+    size_t len = 0;
+    assert_int_equal(hs_read_file(path, &raw, &len, &e), HS_OK);
+    uint32_t version;
+    memcpy(&version, raw + 4, 4);
+    assert_int_equal(version, HS_TOKENS_VERSION_U32);
+    assert_int_equal(len, 16 + 40 * 4);
+    free(raw);
+    uint32_t *back = NULL;
+    int64_t n = 0;
+    assert_int_equal(hs_tokens_read(path, &back, &n, &e), HS_OK);
+    assert_int_equal(n, 40);
+    assert_memory_equal(back, toks, sizeof toks);
+    free(back);
+    hs_data_config dc = {.source = "tokens", .val_fraction = 0.0};
+    snprintf(dc.path, sizeof dc.path, "%s", path);
+    hs_dataset *ds = NULL;
+    assert_int_equal(hs_data_open(&dc, 4, 128256, 1, &ds, &e), HS_OK);
+    int32_t tok[4], tgt[4];
+    hs_data_sequence(ds, 1, tok, tgt);
+    assert_int_equal(tok[0], (int32_t)toks[5]);
+    assert_int_equal(tgt[3], (int32_t)toks[9]);
+    hs_data_free(ds);
+    /* a vocabulary smaller than the ids is named */
+    hs_error_clear(&e);
+    assert_int_equal(hs_data_open(&dc, 4, 65536, 1, &ds, &e), HS_ERR_CONFIG);
+    assert_non_null(strstr(e.msg, "token 128255 at position 0 is >= model.vocab_size 65536"));
+    /* 16-bit ids stay version 1 */
+    uint32_t small[3] = {1, 65535, 7};
+    assert_int_equal(hs_tokens_write(path, small, 3, &e), HS_OK);
+    assert_int_equal(hs_read_file(path, &raw, &len, &e), HS_OK);
+    memcpy(&version, raw + 4, 4);
+    assert_int_equal(version, HS_TOKENS_VERSION_U16);
+    assert_int_equal(len, 16 + 3 * 2);
+    free(raw);
+}
+
 static void expect_format_error(const char *bytes, size_t n, const char *needle) {
     char path[300];
     snprintf(path, sizeof path, "%s/bad.bin", tmpdir);
     tu_write_file(path, bytes, n);
-    uint16_t *out = NULL;
+    uint32_t *out = NULL;
     int64_t count = 0;
     hs_error e;
     hs_error_clear(&e);
@@ -248,11 +296,14 @@ static void test_tokens_file_header_errors_name_the_file(void **state) {
     memcpy(buf, "ABCD", 4);
     expect_format_error(buf, 16, "magic");
     memcpy(buf, "HSTK", 4);
-    buf[4] = 2; /* version 2 */
-    expect_format_error(buf, 16, "version 2");
+    buf[4] = 3; /* version 3 */
+    expect_format_error(buf, 16, "version 3");
     buf[4] = 1;
     buf[8] = 5; /* 5 tokens declared, 3 present */
     expect_format_error(buf, 16 + 6, "truncated");
+    buf[4] = 2; /* 3 uint32 tokens declared, 7 bytes present */
+    buf[8] = 3;
+    expect_format_error(buf, 16 + 7, "truncated");
 }
 
 int main(void) {
@@ -268,6 +319,7 @@ int main(void) {
         cmocka_unit_test(test_byte_sources_need_vocab_256),
         cmocka_unit_test(test_too_little_data_for_a_train_sequence_is_a_config_error),
         cmocka_unit_test(test_tokens_file_round_trips),
+        cmocka_unit_test(test_tokens_file_holds_uint32_ids_as_version_2),
         cmocka_unit_test(test_tokens_file_header_errors_name_the_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,0 +1,104 @@
+/* The Hugging Face tokenizer that made a token file: its files sit beside
+ * the file (data.path's directory, as scripts/tokenize.py leaves them);
+ * train checks model.vocab_size against it, and the weights a run writes
+ * get a copy of them, so AutoTokenizer loads next to AutoModelForCausalLM
+ * (docs/data.md, "Tokenizers"). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hypershard/train.h"
+
+static const char *const FILES[] = {"tokenizer.json", "tokenizer_config.json",
+                                    "special_tokens_map.json"};
+#define N_FILES (int)(sizeof FILES / sizeof FILES[0])
+
+/* data.path's directory, or false when the data is not a token file. */
+static bool data_dir(const hs_data_config *dc, char *out, size_t cap) {
+    if (strcmp(dc->source, "tokens") || !dc->path[0]) return false;
+    snprintf(out, cap, "%s", dc->path);
+    char *slash = strrchr(out, '/');
+    if (slash) *slash = '\0';
+    else snprintf(out, cap, ".");
+    return true;
+}
+
+static bool exists(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+/* One past the largest id of model.vocab and added_tokens. */
+static int64_t vocab_of(json_t *root) {
+    int64_t n = 0;
+    json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab"), *v;
+    const char *k;
+    json_object_foreach(vocab, k, v) if (json_is_integer(v) && json_integer_value(v) >= n) n =
+        json_integer_value(v) + 1;
+    size_t i;
+    json_array_foreach(json_object_get(root, "added_tokens"), i, v) {
+        json_t *id = json_object_get(v, "id");
+        if (json_is_integer(id) && json_integer_value(id) >= n) n = json_integer_value(id) + 1;
+    }
+    return n;
+}
+
+hs_status hs_tokenizer_check(const hs_config *cfg, int64_t *vocab, hs_error *e) {
+    *vocab = 0;
+    char dir[HS_PATH_MAX], path[HS_PATH_MAX + 32];
+    if (!data_dir(&cfg->data, dir, sizeof dir)) return HS_OK;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (!exists(path)) return HS_OK;
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root)
+        return hs_error_set(e, HS_ERR_FORMAT, "%s:%d: %s (the tokenizer beside data.path %s)",
+                            path, jerr.line, jerr.text, cfg->data.path);
+    *vocab = vocab_of(root);
+    json_decref(root);
+    if (*vocab > cfg->model.vocab_size)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "model.vocab_size = %d is smaller than the %lld tokens of the tokenizer "
+                            "%s that made data.path %s; set model.vocab_size: %lld (or more)",
+                            cfg->model.vocab_size, (long long)*vocab, path, cfg->data.path,
+                            (long long)*vocab);
+    return HS_OK;
+}
+
+static hs_status copy_file(const char *from, const char *to, hs_error *e) {
+    char *buf = NULL;
+    size_t len = 0;
+    hs_status s = hs_read_file(from, &buf, &len, e);
+    if (s != HS_OK) return s;
+    FILE *f = hs_fopen(to, "wb", "check that the directory is writable", e);
+    if (!f) return free(buf), e->code;
+    bool ok = fwrite(buf, 1, len, f) == len;
+    ok = fclose(f) == 0 && ok;
+    free(buf);
+    return ok ? HS_OK : hs_error_set(e, HS_ERR_IO, "cannot write %s: %s", to, hs_strerror_errno());
+}
+
+bool hs_tokenizer_dir(const hs_config *cfg, char *out, size_t cap) {
+    char dir[HS_PATH_MAX], path[HS_PATH_MAX + 32];
+    if (!data_dir(&cfg->data, dir, sizeof dir)) return false;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    if (!exists(path)) return false;
+    snprintf(out, cap, "%s", dir);
+    return true;
+}
+
+hs_status hs_tokenizer_copy(const char *dir, const char *out_dir, int *copied, hs_error *e) {
+    *copied = 0;
+    char from[HS_PATH_MAX + 32], to[HS_PATH_MAX + 32];
+    hs_status s = HS_OK;
+    for (int i = 0; s == HS_OK && i < N_FILES; i++) {
+        snprintf(from, sizeof from, "%s/%s", dir, FILES[i]);
+        snprintf(to, sizeof to, "%s/%s", out_dir, FILES[i]);
+        if (!exists(from)) continue;
+        s = copy_file(from, to, e);
+        *copied += s == HS_OK;
+    }
+    return s;
+}
