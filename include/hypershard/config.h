@@ -114,6 +114,8 @@ typedef struct hs_train_config {
     int log_every;
     int eval_every; /* 0: no periodic eval */
     char out_dir[HS_PATH_MAX];
+    char **freeze; /* owned: FQN glob patterns of parameters without gradient */
+    int n_freeze;
 } hs_train_config;
 
 typedef struct hs_data_config {

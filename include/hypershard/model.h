@@ -79,6 +79,9 @@ typedef struct hs_param {
     void *grad;                        /* unsharded gradient (local shape), grad_dtype */
     hs_dtype grad_dtype;
     float init_std;                    /* normal(0, init_std); norms are ones */
+    /* train.freeze: backward computes no gradient for it (grad stays NULL;
+     * the kernels skip the weight-gradient work) */
+    bool frozen;
 } hs_param;
 
 typedef struct hs_unit_desc {
@@ -305,6 +308,9 @@ bool hs_param_place_ep(hs_param *p, int ep, int rank);
  * shapes and the fix. */
 hs_status hs_model_check_tp_layout(const hs_model *m, hs_error *e);
 void hs_model_zero_grads(hs_model *m);
+/* Freeze parameter i (before any backward): it gets no gradient; a model
+ * that allocated its gradient (allocate_params) releases it. */
+void hs_model_freeze(hs_model *m, int i);
 
 /* Forward + backward on one micro-batch. *loss_sum = sum of token
  * cross-entropy over valid targets (fp64); *aux_loss = the MoE aux term of

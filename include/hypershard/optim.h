@@ -61,6 +61,7 @@ typedef struct hs_optim_param {
                          * alone (experts [E,out,in]: rows=out, cols=in) */
     bool decay;         /* weight decay applies */
     bool muon;          /* Muon-eligible (hidden 2-D matrix) */
+    bool frozen;        /* train.freeze: no state, no update */
     hs_optim_gather gather; /* Muon on a row shard: numel == rows*cols, one
                              * matrix; the scale uses full_rows */
 } hs_optim_param;

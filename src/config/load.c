@@ -48,26 +48,35 @@ void hs_config_defaults(hs_config *c) {
     }
 }
 
-void hs_config_free(hs_config *c) {
-    if (!c) return;
-    for (int i = 0; i < c->fsdp.n_replicate_params; i++) free(c->fsdp.replicate_params[i]);
-    free(c->fsdp.replicate_params);
-    c->fsdp.replicate_params = NULL;
-    c->fsdp.n_replicate_params = 0;
+static void list_free(char ***list, int *n) {
+    for (int i = 0; i < *n; i++) free((*list)[i]);
+    free(*list);
+    *list = NULL;
+    *n = 0;
 }
 
-/* Everything but replicate_params is held by value (pp_layers too). */
+void hs_config_free(hs_config *c) {
+    if (!c) return;
+    list_free(&c->fsdp.replicate_params, &c->fsdp.n_replicate_params);
+    list_free(&c->train.freeze, &c->train.n_freeze);
+}
+
+static char **list_copy(char *const *src, int n) {
+    if (n == 0) return NULL;
+    char **dst = calloc((size_t)n, sizeof(char *));
+    if (!dst) hs_panic("out of memory copying the config");
+    for (int i = 0; i < n; i++) {
+        dst[i] = strdup(src[i]);
+        if (!dst[i]) hs_panic("out of memory copying the config");
+    }
+    return dst;
+}
+
+/* Everything but the string lists is held by value (pp_layers too). */
 void hs_config_copy(hs_config *dst, const hs_config *src) {
     *dst = *src;
-    int n = src->fsdp.n_replicate_params;
-    dst->fsdp.replicate_params = NULL;
-    if (n == 0) return;
-    dst->fsdp.replicate_params = calloc((size_t)n, sizeof(char *));
-    if (!dst->fsdp.replicate_params) hs_panic("out of memory copying the config");
-    for (int i = 0; i < n; i++) {
-        dst->fsdp.replicate_params[i] = strdup(src->fsdp.replicate_params[i]);
-        if (!dst->fsdp.replicate_params[i]) hs_panic("out of memory copying the config");
-    }
+    dst->fsdp.replicate_params = list_copy(src->fsdp.replicate_params, src->fsdp.n_replicate_params);
+    dst->train.freeze = list_copy(src->train.freeze, src->train.n_freeze);
 }
 
 hs_status hs_config_load_text(hs_config *c, const char *text, size_t len, const char *origin,

@@ -179,6 +179,12 @@ static const hs_cfg_key keys[] = {
      .doc = "seed of parameter init and data order"},
     KBOOL("train.activation_checkpointing", train.activation_checkpointing, "false",
           "recompute each block's forward in backward instead of keeping activations"),
+    {.path = "train.freeze", .type = HS_CFG_STRLIST, .def = "[]",
+     .offset = offsetof(hs_config, train.freeze), .size = sizeof(((hs_config *)0)->train.freeze),
+     .count_offset = offsetof(hs_config, train.n_freeze),
+     .allowed = "list of FQN glob patterns",
+     .doc = "parameters trained without gradient (fine-tuning), e.g. [model.embed_tokens.*]: no "
+            "gradient, no reduce-scatter or all-reduce, no optimizer state, no update"},
     KINT("train.log_every", train.log_every, "10", GE, 1, "steps between metric log lines"),
     KINT("train.eval_every", train.eval_every, "50", GE, 0,
          "steps between validation-loss evaluations; 0: no periodic eval"),

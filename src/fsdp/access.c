@@ -125,6 +125,7 @@ static void fill_optim(hs_fsdp *f)
         o->cols = expert ? p->shape[2] : fp->plan.row_numel;
         o->decay = p->kind != HS_PARAM_NORM;
         o->muon = (p->kind == HS_PARAM_LINEAR && p->ndim == 2) || expert;
+        o->frozen = p->frozen;
         /* A row shard or TP slice of a hidden matrix needs the others'
          * parts for Newton-Schulz; whole experts and unsharded params do
          * not. */

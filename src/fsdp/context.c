@@ -74,7 +74,8 @@ void hs_fsdp_ctx_reduce_unit(hs_fsdp_ctx *ctx, int ui)
     if (prev) wait_reduce_scatters(ctx, prev);
     if (u->fusion) hs_fsdp_fusion_reduce_issue(u->fusion, ctx->grad_prescale);
     for (int i = 0; i < u->n_params; i++)
-        if (!u->params[i]->fused) hs_fsdp_param_reduce_issue(u->params[i], ctx->grad_prescale);
+        if (!u->params[i]->fused && !u->params[i]->p->frozen)
+            hs_fsdp_param_reduce_issue(u->params[i], ctx->grad_prescale);
     if (prev) launch_all_reduces(prev);
     ctx->prev_unit = ui;
     HS_ASSERT(ctx->n_reduced < ctx->n_units);
@@ -95,7 +96,7 @@ static void tp_tail(hs_fsdp_ctx *ctx, hs_error *e)
         hs_fsdp_unit *u = &ctx->units[ctx->reduced[k]];
         for (int i = 0; i < u->n_params; i++) {
             hs_fsdp_param *fp = u->params[i];
-            if (!fp->tp_all_reduce) continue;
+            if (!fp->tp_all_reduce || fp->p->frozen) continue;
             hs_status st = hs_pg_all_reduce(fp->mi.tp_pg, fp->reduce_slot, fp->reduce_numel,
                                             fp->reduce_dtype, HS_REDUCE_AVG, e);
             if (st != HS_OK) hs_fsdp_ctx_fail(ctx, e);
@@ -126,7 +127,8 @@ void hs_fsdp_ctx_drain(hs_fsdp_ctx *ctx)
             }
         }
         for (int i = 0; i < u->n_params; i++)
-            if (!u->params[i]->tp_all_reduce) hs_fsdp_param_reduce_apply(u->params[i]);
+            if (!u->params[i]->tp_all_reduce && !u->params[i]->p->frozen)
+                hs_fsdp_param_reduce_apply(u->params[i]);
     }
     tp_tail(ctx, &e);
     ctx->n_reduced = 0;

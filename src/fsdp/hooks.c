@@ -98,7 +98,8 @@ void hs_fsdp_hook_post_backward(void *vctx, int ui)
     if (ctx->sync)
         hs_fsdp_ctx_reduce_unit(ctx, ui);
     else
-        for (int i = 0; i < u->n_params; i++) hs_fsdp_mp_grad_stash(u->params[i]);
+        for (int i = 0; i < u->n_params; i++)
+            if (!u->params[i]->p->frozen) hs_fsdp_mp_grad_stash(u->params[i]);
     /* Without sync the unsharded gradients stay alive and keep
      * accumulating until the micro-batch that syncs. */
     if (ctx->reshard) hs_fsdp_unit_reshard(u);

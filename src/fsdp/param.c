@@ -179,6 +179,10 @@ void hs_fsdp_param_reshard(hs_fsdp_param *fp)
 
 void hs_fsdp_param_grad_begin(hs_fsdp_param *fp)
 {
+    if (fp->p->frozen) { /* no gradient: nothing allocated, reduced or applied */
+        fp->p->grad = NULL;
+        return;
+    }
     if (!fp->unsharded_grad) {
         /* Padded rows: the reduce-scatter input is this buffer as is, and
          * its tail [D0, C*W) stays zero because the model never writes it. */

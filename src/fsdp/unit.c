@@ -30,6 +30,7 @@ void hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem)
     u->n_groups = 0;
     for (int i = 0; i < u->n_params; i++) {
         hs_fsdp_param *fp = u->params[i];
+        if (fp->p->frozen) continue; /* no gradient, no reduce slot */
         fp->reduce_numel =
             fp->needs_all_gather ? fp->plan.padded_sharded_numel : fp->plan.unpacked_numel;
         hs_pg *pg = fp->mi.replicate_size > 1 ? fp->mi.replicate_pg : NULL;

@@ -12,6 +12,7 @@ void hs_embedding_forward(void *out /* N,C */, const int32_t *tokens /* N */,
 
 void hs_embedding_backward(void *dwte /* V,C */, hs_dtype gdt, const float *dout /* N,C */,
                            const int32_t *tokens /* N */, int64_t N, int C) {
+    if (!dwte) return; /* frozen */
     for (int64_t n = 0; n < N; n++) {
         const float *d = dout + n * C;
         int64_t base = (int64_t)tokens[n] * C;

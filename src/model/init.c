@@ -59,6 +59,13 @@ void hs_model_init_weights(hs_model *m, uint64_t seed) {
     hs_model_zero_grads(m);
 }
 
+void hs_model_freeze(hs_model *m, int i) {
+    hs_param *p = hs_model_param(m, i);
+    p->frozen = true;
+    if (m->opt.allocate_params) hs_pool_free(m->pool, p->grad);
+    p->grad = NULL;
+}
+
 void hs_model_zero_grads(hs_model *m) {
     for (int i = 0; i < m->n_params; i++) {
         hs_param *p = &m->params[i];

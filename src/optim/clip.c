@@ -10,7 +10,8 @@ double hs_grad_sumsq(const hs_optim_param *params, int n)
 {
     double s = 0.0;
     for (int i = 0; i < n; i++)
-        if (params[i].numel > 0) s += hs_sumsq_f32(params[i].grad, params[i].numel);
+        if (params[i].numel > 0 && !params[i].frozen)
+            s += hs_sumsq_f32(params[i].grad, params[i].numel);
     return s;
 }
 
@@ -20,7 +21,7 @@ double hs_clip_grads(hs_optim_param *params, int n, double norm, double max_norm
     double coef = max_norm / (norm + 1e-6);
     if (!isnan(coef) && coef >= 1.0) return 1.0;
     for (int i = 0; i < n; i++) {
-        if (params[i].numel <= 0) continue;
+        if (params[i].numel <= 0 || params[i].frozen) continue;
         /* The optimizer only reads grads; clipping is the one writer, on
          * buffers the caller owns and handed over as mutable memory. */
         hs_scale_f32((float *)params[i].grad, (float)coef, params[i].numel);

@@ -95,7 +95,7 @@ static void check_param(const hs_optim_param *p, int i, bool muon, hs_error *e)
                         i, fqn, (long long)p->numel, (int)p->dtype);
         return;
     }
-    if (p->numel > 0 && (p->data == NULL || p->grad == NULL))
+    if (p->numel > 0 && (p->data == NULL || (p->grad == NULL && !p->frozen)))
         hs_error_append(e, HS_ERR_INTERNAL,
                         "optimizer param %d '%s': %lld elements but no %s buffer", i, fqn,
                         (long long)p->numel, p->data == NULL ? "data" : "grad");
@@ -118,7 +118,7 @@ static void slot_init(hs_optim *o, optim_slot *s, const hs_optim_param *p, bool 
     if (s->fqn_copy == NULL) hs_panic("out of memory copying optimizer param name");
     s->p.fqn = s->fqn_copy;
     s->rule = use_muon ? OPTIM_RULE_MUON : OPTIM_RULE_ADAMW;
-    s->n_states = use_muon ? 1 : 2;
+    s->n_states = p->frozen ? 0 : use_muon ? 1 : 2;
     for (int k = 0; k < s->n_states; k++)
         s->state[k] = hs_pool_calloc(o->pool, (size_t)p->numel * sizeof(float));
 }
@@ -146,7 +146,7 @@ hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *para
     int64_t work = 0;
     for (int i = 0; i < n; i++) {
         /* An empty shard keeps Muon's state names, like its other shards. */
-        bool use_muon = muon && params[i].muon;
+        bool use_muon = muon && params[i].muon && !params[i].frozen;
         slot_init(o, &slots[i], &params[i], use_muon);
         if (use_muon && hs_muon_work_floats(&params[i]) > work) work = hs_muon_work_floats(&params[i]);
     }
@@ -172,6 +172,7 @@ void hs_optim_step(hs_optim *o, double lr)
     o->step++;
     for (int i = 0; i < o->n; i++) {
         optim_slot *s = &o->slots[i];
+        if (s->p.frozen) continue; /* on every rank alike: no gather to join */
         /* An empty row shard still joins its matrix's gather. */
         if (s->p.numel == 0 && !(s->rule == OPTIM_RULE_MUON && s->p.gather.all_gather_rows))
             continue;

@@ -102,6 +102,13 @@ hs_status hs_engine_create(const hs_engine_env *env, hs_engine **out, hs_error *
 hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_error *e);
 void hs_engine_free(hs_engine *en);
 
+/* train.freeze (freeze.c). check: every pattern matches a parameter of the
+ * whole model (catalog), none of the MoE layer, and comm_fusion is off;
+ * else config errors naming the pattern. apply: freeze m's matching
+ * parameters before FSDP wraps it (their count). */
+hs_status hs_train_freeze_check(const hs_config *cfg, const hs_model *catalog, hs_error *e);
+int hs_train_freeze_apply(const hs_config *cfg, hs_model *m);
+
 /* The model whose parameters gather_full / set_full index. */
 hs_model *hs_engine_catalog(const hs_engine *en);
 /* Pipeline parallelism: wraps `inner` (which runs this rank's stage) so

@@ -235,6 +235,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
     hs_model *m = NULL;
     if (s == HS_OK) s = hs_model_create(&cfg->model, &mo, &m, e);
     if (s == HS_OK) s = mp_plans(fe, m, e);
+    if (s == HS_OK) hs_train_freeze_apply(cfg, m);
     if (s == HS_OK)
         s = hs_fsdp_wrap(cfg, env->mesh, env->comm, env->dev, m, (uint64_t)cfg->train.seed,
                          env->log, &fe->f, e);

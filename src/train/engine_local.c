@@ -58,7 +58,8 @@ static hs_status local_gather_full(hs_engine *en, int i, float *out, hs_error *e
 static hs_status local_gather_full_grad(hs_engine *en, int i, float *out, hs_error *e) {
     (void)e;
     const hs_param *p = hs_model_param(en->model, i);
-    memcpy(out, p->grad, sizeof(float) * (size_t)numel_of(p));
+    if (p->grad) memcpy(out, p->grad, sizeof(float) * (size_t)numel_of(p));
+    else memset(out, 0, sizeof(float) * (size_t)numel_of(p)); /* frozen: no gradient */
     return HS_OK;
 }
 
@@ -101,6 +102,7 @@ static void local_fill_params(local_ctx *c, hs_model *m) {
         o->cols = o->rows ? (expert ? p->shape[2] : o->numel / o->rows) : 0;
         o->decay = p->kind != HS_PARAM_NORM;
         o->muon = (p->kind == HS_PARAM_LINEAR && p->ndim == 2) || expert;
+        o->frozen = p->frozen;
     }
 }
 
@@ -139,6 +141,7 @@ hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_e
     hs_status s = hs_model_create(&cfg->model, &mo, &m, e);
     if (s != HS_OK) return s;
     hs_model_init_weights(m, (uint64_t)cfg->train.seed);
+    hs_train_freeze_apply(cfg, m);
     hs_engine *en = calloc(1, sizeof *en);
     local_ctx *c = calloc(1, sizeof *c);
     if (c) c->n = hs_model_num_params(m);

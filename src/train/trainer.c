@@ -19,6 +19,7 @@ static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
     for (int i = 0; i < n; i++) fqns[i] = hs_model_param(m, i)->fqn;
     s = hs_config_check_fqns(t->cfg, fqns, n, e);
     free(fqns);
+    if (s == HS_OK) s = hs_train_freeze_check(t->cfg, m, e);
     if (s == HS_OK && t->opt && t->opt->init_from) {
         s = hs_hf_load(m, t->opt->init_from, hs_engine_set_param, t->engine, e);
         if (s == HS_OK) hs_log_info(t->log, "loaded weights from %s", t->opt->init_from);
