@@ -73,6 +73,9 @@ typedef struct hs_pg_backend {
      * releases req once it is. */
     hs_status (*p2p_start)(void *ctx, const hs_coll_args *a, void **req, hs_error *e);
     hs_status (*p2p_test)(void *ctx, void *req, bool *done, hs_error *e);
+    /* Which algorithm runs op on this group ("intra-node", "ring", "mpi"),
+     * for the trace; NULL: not said. */
+    const char *(*path)(void *ctx, hs_comm_op op);
 } hs_pg_backend;
 
 typedef struct hs_queue hs_queue;

@@ -200,8 +200,17 @@ static hs_status mpi_p2p_test(void *ctx, void *req, bool *done, hs_error *e) {
     return rc == MPI_SUCCESS ? HS_OK : hs_mpi_fail(g, e, rc, "MPI_Test", "send/recv");
 }
 
+/* All-gather, reduce-scatter and all-reduce are hypershard's own: the
+ * direct reads of the shared segment on one node, else the ring; the rest
+ * are MPI's. */
+static const char *mpi_path(void *ctx, hs_comm_op op) {
+    hs_mpi_group *g = ctx;
+    if (op != HS_OP_ALL_GATHER && op != HS_OP_REDUCE_SCATTER && op != HS_OP_ALL_REDUCE) return "mpi";
+    return g->shm ? "intra-node" : "ring";
+}
+
 static const hs_pg_backend mpi_backend = {"mpi", mpi_exec, mpi_destroy, mpi_p2p_start,
-                                          mpi_p2p_test};
+                                          mpi_p2p_test, mpi_path};
 
 hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_error *e) {
     hs_pg *pg = calloc(1, sizeof *pg);

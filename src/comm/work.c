@@ -72,7 +72,10 @@ static void work_trace(hs_comm *c, const hs_work *w, double t0, double t1) {
                      w->pg->name, (long long)bytes, dt, (long long)w->seq,
                      hs_comm_queue_name(w->pg->queue->id));
     if (hs_comm_op_is_p2p(a->op) && n > 0 && (size_t)n < sizeof args)
-        snprintf(args + n, sizeof args - (size_t)n, ",\"peer\":%d", a->peer);
+        n += snprintf(args + n, sizeof args - (size_t)n, ",\"peer\":%d", a->peer);
+    const char *path = w->pg->backend->path ? w->pg->backend->path(w->pg->ctx, a->op) : NULL;
+    if (path && n > 0 && (size_t)n < sizeof args)
+        n += snprintf(args + n, sizeof args - (size_t)n, ",\"path\":\"%s\"", path);
     /* all_to_allv: the elements sent to and received from each peer. */
     for (int k = 0; a->op == HS_OP_ALL_TO_ALLV && k < 2; k++) {
         const int64_t *v = k ? a->recv_counts : a->send_counts;
