@@ -88,6 +88,19 @@ hs_status hs_tokenizer_check(const hs_config *cfg, int64_t *vocab, hs_error *e);
 bool hs_tokenizer_dir(const hs_config *cfg, char *out, size_t cap);
 hs_status hs_tokenizer_copy(const char *dir, const char *out_dir, int *copied, hs_error *e);
 
+/* A byte-level BPE tokenizer (GPT-2 style tokenizer.json: ByteLevel
+ * pre-tokenizer with its regex, BPE model) for text in and text out
+ * (bpe.c); other kinds are a config error naming the file. encode: *ids
+ * (malloc'd, *n of them) of UTF-8 text, exact for ASCII text (non-ASCII
+ * code points are split as letters). decode: the bytes of one token into
+ * out (at most cap), their count. */
+typedef struct hs_bpe hs_bpe;
+hs_status hs_bpe_load(const char *path, hs_bpe **out, hs_error *e);
+void hs_bpe_free(hs_bpe *b);
+int hs_bpe_vocab_size(const hs_bpe *b);
+hs_status hs_bpe_encode(const hs_bpe *b, const char *text, int32_t **ids, int *n, hs_error *e);
+int hs_bpe_decode(const hs_bpe *b, int32_t id, char *out, int cap);
+
 /* ----------------------------------------------------------- safetensors */
 
 #define HS_ST_NAME_MAX 256

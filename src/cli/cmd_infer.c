@@ -139,13 +139,77 @@ static hs_status locate(const infer_args *a, char *config, size_t cap, char *res
     return HS_OK;
 }
 
-/* The prompt, once the model is loaded, then each byte as it comes. */
-static void emit_byte(void *ctx, int32_t token) {
-    const char **prompt = ctx;
-    if (*prompt) fputs(*prompt, stdout), *prompt = NULL;
-    if (token >= 0 && token < 256) fputc(token, stdout);
+/* What the text goes out through: bytes (byte-level data), a tokenizer,
+ * or token ids (a token file without one). */
+typedef struct emitter {
+    const char *pending; /* the prompt, printed once the model is loaded */
+    const hs_bpe *bpe;
+    bool ids;
+    int count;
+} emitter;
+
+static void emit(void *ctx, int32_t token) {
+    emitter *x = ctx;
+    if (x->pending) fputs(x->pending, stdout), x->pending = NULL;
+    char buf[256];
+    if (x->ids) fprintf(stdout, "%s%d", x->count ? " " : "", token);
+    else if (x->bpe) fwrite(buf, 1, (size_t)hs_bpe_decode(x->bpe, token, buf, sizeof buf), stdout);
+    else if (token >= 0 && token < 256) fputc(token, stdout);
     else fprintf(stdout, "<%d>", token);
+    x->count++;
     fflush(stdout);
+}
+
+/* The tokenizer the run was trained with: beside its weights (--run), or
+ * beside the checkpoint's data.path. NULL path: none. */
+static bool tokenizer_path(const infer_args *a, const hs_config *cfg, char *out, size_t cap) {
+    char dir[HS_PATH_MAX];
+    if (a->run) snprintf(dir, sizeof dir, "%s", a->run);
+    else if (!hs_tokenizer_dir(cfg, dir, sizeof dir)) return false;
+    snprintf(out, cap, "%s/tokenizer.json", dir);
+    FILE *f = fopen(out, "r");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+/* The prompt as token ids: encoded by the tokenizer, else its bytes. */
+static hs_status prompt_ids(const infer_args *a, const hs_bpe *bpe, int32_t **ids, int *n,
+                            hs_error *e) {
+    if (bpe) return hs_bpe_encode(bpe, a->prompt, ids, n, e);
+    *n = (int)strlen(a->prompt);
+    *ids = malloc(sizeof **ids * (size_t)*n);
+    if (!*ids) return hs_error_set(e, HS_ERR_OOM, "generate: cannot allocate");
+    for (int i = 0; i < *n; i++) (*ids)[i] = (unsigned char)a->prompt[i];
+    return HS_OK;
+}
+
+static hs_status generate(const infer_args *a, const hs_config *cfg, const hs_topology *topo,
+                          hs_comm *comm, const hs_train_options *opt, hs_log *log, int rank,
+                          hs_error *e) {
+    char path[HS_PATH_MAX + 32];
+    hs_bpe *bpe = NULL;
+    bool tokens = !strcmp(cfg->data.source, "tokens");
+    hs_status s = tokens && tokenizer_path(a, cfg, path, sizeof path)
+                      ? hs_bpe_load(path, &bpe, e) : HS_OK;
+    int32_t *prompt = NULL, *out = malloc(sizeof *out * (size_t)a->max_new);
+    int n = 0;
+    if (s == HS_OK) s = prompt_ids(a, bpe, &prompt, &n, e);
+    if (s == HS_OK && !out) s = hs_error_set(e, HS_ERR_OOM, "generate: cannot allocate");
+    if (s == HS_OK && n < 1)
+        s = hs_error_set(e, HS_ERR_USAGE, "generate: --prompt '%s' is no token", a->prompt);
+    if (s == HS_OK && bpe)
+        hs_log_info(log, "prompt: %d tokens (tokenizer %s, %d tokens)", n, path,
+                    hs_bpe_vocab_size(bpe));
+    emitter x = {.pending = tokens && !bpe ? NULL : a->prompt, .bpe = bpe, .ids = tokens && !bpe};
+    hs_generate_options g = {.prompt = prompt, .prompt_len = n, .max_new_tokens = a->max_new,
+                             .temperature = a->temperature, .top_k = a->top_k,
+                             .seed = (uint64_t)a->seed, .emit = emit, .emit_ctx = &x};
+    if (s == HS_OK) s = hs_train_generate(cfg, topo, comm, opt, log, &g, out, e);
+    if (s == HS_OK && rank == 0) fputc('\n', stdout);
+    free(prompt);
+    free(out);
+    hs_bpe_free(bpe);
+    return s;
 }
 
 static hs_status run(const infer_args *a, const hs_config *cfg, const hs_topology *topo,
@@ -162,22 +226,7 @@ static hs_status run(const infer_args *a, const hs_config *cfg, const hs_topolog
         if (s == HS_OK && rank == 0)
             printf("val loss %.6f | perplexity %.4f\n", loss, exp(loss));
     } else {
-        int n = (int)strlen(a->prompt);
-        int32_t *prompt = malloc(sizeof *prompt * (size_t)n), *out = malloc(sizeof *out * (size_t)a->max_new);
-        if (!prompt || !out) s = hs_error_set(e, HS_ERR_OOM, "generate: cannot allocate");
-        for (int i = 0; s == HS_OK && i < n; i++) prompt[i] = (unsigned char)a->prompt[i];
-        bool bytes = strcmp(cfg->data.source, "tokens") != 0;
-        const char *pending = a->prompt;
-        hs_generate_options g = {.prompt = prompt, .prompt_len = n, .max_new_tokens = a->max_new,
-                                 .temperature = a->temperature, .top_k = a->top_k,
-                                 .seed = (uint64_t)a->seed, .emit = bytes ? emit_byte : NULL,
-                                 .emit_ctx = &pending};
-        if (s == HS_OK) s = hs_train_generate(cfg, topo, comm, &opt, log, &g, out, e);
-        if (s == HS_OK && rank == 0 && !bytes)
-            for (int i = 0; i < a->max_new; i++) printf("%s%d", i ? " " : "", out[i]);
-        if (s == HS_OK && rank == 0) fputc('\n', stdout);
-        free(prompt);
-        free(out);
+        s = generate(a, cfg, topo, comm, &opt, log, rank, e);
     }
     bool same = s == HS_ERR_CONFIG || s == HS_ERR_USAGE || s == HS_ERR_FORMAT;
     if (s != HS_OK && !same && hs_comm_size(comm) > 1) hs_comm_abort(comm, e);
@@ -226,3 +275,34 @@ static int infer_main(const char *cmd, int argc, char **argv) {
 
 int hs_cmd_generate(int argc, char **argv) { return infer_main("generate", argc, argv); }
 int hs_cmd_eval(int argc, char **argv) { return infer_main("eval", argc, argv); }
+
+/* `hypershard tokenize TOKENIZER_JSON TEXT`: the ids generate would feed
+ * the model, and the text they decode back to (one process, no model). */
+int hs_cmd_tokenize(int argc, char **argv) {
+    if (argc != 3 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        FILE *f = argc == 2 ? stdout : stderr;
+        fprintf(f, "usage: hypershard tokenize TOKENIZER_JSON TEXT\n"
+                   "  prints TEXT's token ids (one line) and their decoding (the next line)\n");
+        return argc == 2 ? 0 : 2;
+    }
+    hs_bpe *b = NULL;
+    hs_error e;
+    hs_error_clear(&e);
+    int32_t *ids = NULL;
+    int n = 0;
+    hs_status s = hs_bpe_load(argv[1], &b, &e);
+    if (s == HS_OK) s = hs_bpe_encode(b, argv[2], &ids, &n, &e);
+    if (s != HS_OK) {
+        fprintf(stderr, "hypershard tokenize: %s\n", e.msg);
+        hs_bpe_free(b);
+        return s == HS_ERR_IO ? 2 : hs_status_exit_code(s);
+    }
+    for (int i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
+    putchar('\n');
+    char buf[256];
+    for (int i = 0; i < n; i++) fwrite(buf, 1, (size_t)hs_bpe_decode(b, ids[i], buf, sizeof buf), stdout);
+    putchar('\n');
+    free(ids);
+    hs_bpe_free(b);
+    return 0;
+}

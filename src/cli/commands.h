@@ -10,6 +10,7 @@ int hs_cmd_mesh(int argc, char **argv);   /* src/cli/cmd_mesh.c   */
 int hs_cmd_export(int argc, char **argv); /* src/cli/cmd_export.c */
 int hs_cmd_generate(int argc, char **argv); /* src/cli/cmd_infer.c */
 int hs_cmd_eval(int argc, char **argv);     /* src/cli/cmd_infer.c */
+int hs_cmd_tokenize(int argc, char **argv); /* src/cli/cmd_infer.c */
 int hs_cmd_import(int argc, char **argv); /* src/cli/cmd_export.c */
 int hs_cmd_ckpt(int argc, char **argv);   /* src/cli/cmd_ckpt.c   */
 

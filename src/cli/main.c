@@ -17,6 +17,7 @@ static const hs_subcommand commands[] = {
     {"mesh", hs_cmd_mesh, "mesh --world N [key=value ...]   print rank coordinates and groups"},
     {"generate", hs_cmd_generate, "generate (--run DIR | --ckpt DIR) --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]   continue a prompt"},
     {"eval", hs_cmd_eval, "eval (--run DIR | --ckpt DIR) [data.* ...]   validation loss and perplexity"},
+    {"tokenize", hs_cmd_tokenize, "tokenize TOKENIZER_JSON TEXT   token ids of TEXT (byte-level BPE) and their decoding"},
     {"export", hs_cmd_export, "export --safetensors OUT_DIR (--run DIR | --ckpt DIR)   write Hugging Face weights"},
     {"ckpt", hs_cmd_ckpt, "ckpt inspect DIR | verify DIR | export DIR --safetensors OUT_DIR   look into a distributed checkpoint"},
     {"import", hs_cmd_import, "import SAFETENSORS_DIR ...   start from given weights"},

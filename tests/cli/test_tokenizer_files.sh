@@ -5,12 +5,16 @@
 # with one that fits, and the run's weights and `hypershard export --run`
 # carry a copy of tokenizer.json and tokenizer_config.json, so
 # AutoTokenizer loads beside the model. A uint32 (HSTK version 2) token
-# file with ids over 65,535 trains.
+# file with ids over 65,535 trains. With a byte-level BPE tokenizer (built
+# here by hand: GPT-2's byte symbols and 5 merges) `hypershard tokenize`
+# encodes text to the ids the merges give and decodes them back, and
+# `generate --run` takes the prompt as text through it (2 tokens for "the
+# cat") and answers in text.
 # HS_TEST_TIMEOUT: 120
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch tokenizer_files
-mkdir -p "$work/data"
+mkdir -p "$work/data/bpe"
 python3 - "$work/data" <<'PY'
 import json, struct, sys
 d = sys.argv[1]
@@ -22,6 +26,24 @@ json.dump({"model": {"type": "BPE", "vocab": vocab, "merges": []},
            "added_tokens": [{"id": 299, "content": "<|endoftext|>", "special": True}]},
           open(f"{d}/tokenizer.json", "w"))
 json.dump({"tokenizer_class": "PreTrainedTokenizerFast"}, open(f"{d}/tokenizer_config.json", "w"))
+# a byte-level BPE: GPT-2's bytes_to_unicode symbols, then 5 merges
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+sym = {b: chr(c) for b, c in zip(bs, cs)}
+vocab = {sym[b]: b for b in range(256)}
+merges = [["t", "h"], ["th", "e"], ["\u0120", "c"], ["\u0120c", "a"], ["\u0120ca", "t"]]
+for i, (l, r) in enumerate(merges):
+    vocab[l + r] = 256 + i
+json.dump({"model": {"type": "BPE", "vocab": vocab, "merges": merges},
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+           "decoder": {"type": "ByteLevel"}, "added_tokens": []},
+          open(f"{d}/bpe/tokenizer.json", "w"))
+ids = [(i * 11) % 261 for i in range(4000)]
+open(f"{d}/bpe/tokens.hstk", "wb").write(b"HSTK" + struct.pack("<IQ", 1, len(ids)) +
+                                         struct.pack(f"<{len(ids)}H", *ids))
 big = [70000 + (i * 13) % 1000 for i in range(2000)]
 open(f"{d}/big.hstk", "wb").write(b"HSTK" + struct.pack("<IQ", 2, len(big)) +
                                   struct.pack(f"<{len(big)}I", *big))
@@ -44,4 +66,18 @@ cmp -s "$work/data/tokenizer.json" "$work/hf/tokenizer.json" || fail "the export
 tiny=("${HS_TINY[@]}" data.source=tokens data.path="$work/data/big.hstk" train.steps=2
       train.eval_every=0 data.val_fraction=0)
 hs_must_run 1 big model.vocab_size=71040 train.out_dir="$work/big"
+
+"$HS_BIN" tokenize "$work/data/bpe/tokenizer.json" "the cat the" > "$work/tok.txt" 2>&1 ||
+    fail "tokenize failed: $(cat "$work/tok.txt")"
+# "the" merges whole, " cat" to Ġcat, " the" is Ġ (byte 32's symbol, id 32) then "the"
+[ "$(sed -n 1p "$work/tok.txt")" = "257 260 32 257" ] || fail "tokenize: $(sed -n 1p "$work/tok.txt")"
+[ "$(sed -n 2p "$work/tok.txt")" = "the cat the" ] || fail "decode: $(sed -n 2p "$work/tok.txt")"
+tiny=("${HS_TINY[@]}" data.source=tokens data.path="$work/data/bpe/tokens.hstk" train.steps=3
+      train.eval_every=0 model.vocab_size=320)
+hs_must_run 1 bpe train.out_dir="$work/bpe"
+"$HS_BIN" generate --run "$work/bpe" --prompt "the cat" --max-new-tokens 4 > "$work/gen.txt" 2> "$work/gen.err" ||
+    fail "generate with the tokenizer failed: $(tail -3 "$work/gen.err")"
+grep -q "prompt: 2 tokens (tokenizer $work/bpe/tokenizer.json" "$work/gen.err" ||
+    fail "generate did not encode the prompt with the tokenizer: $(cat "$work/gen.err")"
+grep -q "^the cat" "$work/gen.txt" || fail "generate's text does not start with the prompt: $(cat "$work/gen.txt")"
 hs_finish

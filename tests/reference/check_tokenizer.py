@@ -75,6 +75,21 @@ def main():
     print(f"tokenizer {len(tok)} tokens, sentence of {n}; loss transformers {loss_hf:.6f}, "
           f"hypershard eval {loss_hs:.6f}")
     assert abs(loss_hf - loss_hs) < 1e-4 * max(1, abs(loss_hf)), (loss_hf, loss_hs)
+    # hypershard's own encoder (generate's text in) gives transformers' ids
+    cases = [text, "the cat  sees\n the bird!! 42", "isn't it? The CAT's 1234567\n\n\n  x",
+             "   leading", "tabs\tand newlines  ", "punct!!!...  ,,x", "a'sb'tc're", "end "]
+    for t in cases:
+        out = run([args.bin, "tokenize", f"{work}/hf/tokenizer.json", t]).stdout
+        got = [int(x) for x in out.split("\n")[0].split()]
+        assert got == tok(t)["input_ids"], (t, got, tok(t)["input_ids"])
+    print(f"hypershard tokenize = transformers on {len(cases)} texts")
+    gen = run([args.bin, "generate", "--run", f"{work}/run", "--prompt", "the old bird",
+               "--max-new-tokens", "8"]).stdout
+    with torch.no_grad():
+        p = torch.tensor([tok("the old bird")["input_ids"]])
+        want = tok.decode(hf.generate(p, max_new_tokens=8, do_sample=False)[0])
+    assert gen.rstrip("\n") == want, (gen, want)
+    print(f"generate (text in, text out) = transformers: {want!r}")
     # ids over 65,535 make a uint32 token file that trains
     big = f"{work}/big"
     os.makedirs(big)

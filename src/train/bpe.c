@@ -1,0 +1,292 @@
+/* A byte-level BPE tokenizer read from a Hugging Face tokenizer.json (GPT-2
+ * style: ByteLevel pre-tokenizer with its regex, BPE merges, ByteLevel
+ * decoder), for generate's text in and text out (train.h).
+ *
+ * Encoding: the text is split as GPT-2's pattern does,
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * with letters = ASCII letters and every non-ASCII code point, numbers =
+ * ASCII digits (exact for ASCII text), each piece's bytes are mapped to
+ * GPT-2's printable code points, and the lowest-ranked merge of adjacent
+ * symbols is applied until none is left. Decoding maps a token's code
+ * points back to bytes. Other tokenizer kinds are refused by name. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hypershard/train.h"
+
+/* string -> int, open addressing (keys owned). */
+typedef struct smap {
+    char **key;
+    int *val;
+    size_t cap;
+} smap;
+
+static uint64_t fnv(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ULL;
+    return h;
+}
+
+static void smap_init(smap *m, size_t n) {
+    m->cap = 16;
+    while (m->cap < 2 * n + 16) m->cap *= 2;
+    m->key = calloc(m->cap, sizeof *m->key);
+    m->val = calloc(m->cap, sizeof *m->val);
+    if (!m->key || !m->val) hs_panic("tokenizer: cannot allocate a table of %zu", m->cap);
+}
+
+static size_t smap_slot(const smap *m, const char *k, size_t n) {
+    size_t i = (size_t)fnv(k, n) & (m->cap - 1);
+    while (m->key[i] && (strlen(m->key[i]) != n || memcmp(m->key[i], k, n)))
+        i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+static void smap_put(smap *m, const char *k, int v) {
+    size_t n = strlen(k), i = smap_slot(m, k, n);
+    if (!m->key[i] && !(m->key[i] = strdup(k))) hs_panic("tokenizer: out of memory");
+    m->val[i] = v;
+}
+
+static int smap_get(const smap *m, const char *k, size_t n) {
+    size_t i = smap_slot(m, k, n);
+    return m->key[i] ? m->val[i] : -1;
+}
+
+static void smap_free(smap *m) {
+    for (size_t i = 0; m->key && i < m->cap; i++) free(m->key[i]);
+    free(m->key);
+    free(m->val);
+}
+
+struct hs_bpe {
+    smap vocab;    /* token -> id */
+    smap merges;   /* "left right" -> rank */
+    char **tokens; /* id -> token (code points as UTF-8) */
+    int n_tokens;
+    int byte_cp[256]; /* GPT-2's bytes_to_unicode */
+    int cp_byte[512]; /* its inverse (-1: not a byte) */
+};
+
+static void byte_map(hs_bpe *b) {
+    int n = 0;
+    for (int i = 0; i < 512; i++) b->cp_byte[i] = -1;
+    for (int c = 0; c < 256; c++) {
+        bool printable = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE;
+        b->byte_cp[c] = printable ? c : 256 + n++;
+        b->cp_byte[b->byte_cp[c]] = c;
+    }
+}
+
+static int put_utf8(char *out, int cp) {
+    if (cp < 0x80) return out[0] = (char)cp, 1;
+    out[0] = (char)(0xC0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+}
+
+/* The next code point of s (at most 4 bytes), its length in *len. */
+static int next_cp(const unsigned char *s, int *len) {
+    if (s[0] < 0x80) return *len = 1, s[0];
+    if ((s[0] & 0xE0) == 0xC0 && s[1]) return *len = 2, ((s[0] & 0x1F) << 6) | (s[1] & 0x3F);
+    if ((s[0] & 0xF0) == 0xE0 && s[1] && s[2])
+        return *len = 3, ((s[0] & 0x0F) << 12) | ((s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+    if ((s[0] & 0xF8) == 0xF0 && s[1] && s[2] && s[3])
+        return *len = 4, ((s[0] & 0x07) << 18) | ((s[1] & 0x3F) << 12) | ((s[2] & 0x3F) << 6) |
+                             (s[3] & 0x3F);
+    return *len = 1, s[0];
+}
+
+static bool supported(json_t *root, char *why, size_t cap) {
+    json_t *model = json_object_get(root, "model"), *pre = json_object_get(root, "pre_tokenizer");
+    const char *mt = json_string_value(json_object_get(model, "type"));
+    const char *pt = json_string_value(json_object_get(pre, "type"));
+    json_t *rx = json_object_get(pre, "use_regex"), *aps = json_object_get(pre, "add_prefix_space");
+    if (!mt || strcmp(mt, "BPE"))
+        return snprintf(why, cap, "model type %s, not BPE", mt ? mt : "(none)"), false;
+    if (!pt || strcmp(pt, "ByteLevel"))
+        return snprintf(why, cap, "pre_tokenizer %s, not ByteLevel", pt ? pt : "(none)"), false;
+    if ((rx && !json_is_true(rx)) || json_is_true(aps))
+        return snprintf(why, cap, "ByteLevel without its regex or with add_prefix_space"), false;
+    return true;
+}
+
+static const char *merge_text(json_t *m, char *buf, size_t cap) {
+    if (json_is_string(m)) return json_string_value(m);
+    const char *a = json_string_value(json_array_get(m, 0)), *c = json_string_value(json_array_get(m, 1));
+    if (!a || !c) return NULL;
+    snprintf(buf, cap, "%s %s", a, c);
+    return buf;
+}
+
+hs_status hs_bpe_load(const char *path, hs_bpe **out, hs_error *e) {
+    *out = NULL;
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) return hs_error_set(e, HS_ERR_FORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
+    char why[160];
+    if (!supported(root, why, sizeof why)) {
+        json_decref(root);
+        return hs_error_set(e, HS_ERR_CONFIG, "tokenizer %s: %s; generate reads byte-level BPE "
+                            "tokenizers (GPT-2 style, as scripts/tokenize.py --train-bpe makes)",
+                            path, why);
+    }
+    hs_bpe *b = calloc(1, sizeof *b);
+    if (!b) hs_panic("tokenizer: out of memory");
+    byte_map(b);
+    json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab"), *v;
+    json_t *merges = json_object_get(json_object_get(root, "model"), "merges");
+    json_t *added = json_object_get(root, "added_tokens");
+    smap_init(&b->vocab, json_object_size(vocab) + json_array_size(added));
+    smap_init(&b->merges, json_array_size(merges));
+    const char *k;
+    json_object_foreach(vocab, k, v) {
+        int id = (int)json_integer_value(v);
+        smap_put(&b->vocab, k, id);
+        if (id + 1 > b->n_tokens) b->n_tokens = id + 1;
+    }
+    size_t i;
+    json_array_foreach(added, i, v) {
+        int id = (int)json_integer_value(json_object_get(v, "id"));
+        if (id + 1 > b->n_tokens) b->n_tokens = id + 1;
+    }
+    b->tokens = calloc((size_t)b->n_tokens + 1, sizeof *b->tokens);
+    if (!b->tokens) hs_panic("tokenizer: out of memory");
+    json_object_foreach(vocab, k, v) b->tokens[json_integer_value(v)] = strdup(k);
+    json_array_foreach(added, i, v) {
+        const char *c = json_string_value(json_object_get(v, "content"));
+        int id = (int)json_integer_value(json_object_get(v, "id"));
+        if (c && !b->tokens[id]) b->tokens[id] = strdup(c);
+    }
+    char buf[512];
+    json_array_foreach(merges, i, v) {
+        const char *m = merge_text(v, buf, sizeof buf);
+        if (m) smap_put(&b->merges, m, (int)i);
+    }
+    json_decref(root);
+    *out = b;
+    return HS_OK;
+}
+
+void hs_bpe_free(hs_bpe *b) {
+    if (!b) return;
+    smap_free(&b->vocab);
+    smap_free(&b->merges);
+    for (int i = 0; i < b->n_tokens; i++) free(b->tokens[i]);
+    free(b->tokens);
+    free(b);
+}
+
+int hs_bpe_vocab_size(const hs_bpe *b) { return b->n_tokens; }
+
+/* Code point classes of the pattern (ASCII-exact; non-ASCII is a letter). */
+static bool is_space(int c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+static bool is_num(int c) { return c >= '0' && c <= '9'; }
+static bool is_letter(int c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80;
+}
+
+/* Length in bytes of the next piece of the pattern at s. */
+static int piece_len(const unsigned char *s) {
+    static const char *const contractions[] = {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
+    for (int k = 0; k < 7; k++)
+        if (!strncmp((const char *)s, contractions[k], strlen(contractions[k])))
+            return (int)strlen(contractions[k]);
+    int l, c = next_cp(s, &l), i = 0;
+    int lead = c == ' ' ? 1 : 0, c1 = lead ? next_cp(s + 1, &l) : c;
+    if (!(lead && s[1] == 0)) {
+        bool (*cls)(int) = is_letter(c1) ? is_letter : is_num(c1) ? is_num : NULL;
+        if (cls || !is_space(c1)) {
+            i = lead;
+            for (;;) {
+                int cc = next_cp(s + i, &l);
+                if (!s[i]) break;
+                bool in = cls ? cls(cc) : !is_space(cc) && !is_letter(cc) && !is_num(cc);
+                if (!in) break;
+                i += l;
+            }
+            if (i > lead) return i;
+        }
+    }
+    /* whitespace: all of it at the end, else all but the last before a non-space */
+    i = 0;
+    while (s[i] && is_space(s[i])) i++;
+    if (s[i] && i > 1) return i - 1;
+    return i > 0 ? i : 1;
+}
+
+/* BPE over one piece's symbols (each a code point as UTF-8), ids appended. */
+static hs_status bpe_piece(const hs_bpe *b, const unsigned char *p, int n, int32_t **ids, int *len,
+                           int *cap, hs_error *e) {
+    char **sym = calloc((size_t)n + 1, sizeof *sym);
+    int ns = 0;
+    if (!sym) hs_panic("tokenizer: out of memory");
+    for (int i = 0; i < n; i++) {
+        char u[3] = {0};
+        put_utf8(u, b->byte_cp[p[i]]);
+        sym[ns++] = strdup(u);
+    }
+    for (;;) {
+        int best = -1, rank = 0;
+        char key[1024];
+        for (int i = 0; i + 1 < ns; i++) {
+            int kn = snprintf(key, sizeof key, "%s %s", sym[i], sym[i + 1]);
+            int r = kn < (int)sizeof key ? smap_get(&b->merges, key, (size_t)kn) : -1;
+            if (r >= 0 && (best < 0 || r < rank)) best = i, rank = r;
+        }
+        if (best < 0) break;
+        size_t l1 = strlen(sym[best]), l2 = strlen(sym[best + 1]);
+        char *m = malloc(l1 + l2 + 1);
+        if (!m) hs_panic("tokenizer: out of memory");
+        memcpy(m, sym[best], l1), memcpy(m + l1, sym[best + 1], l2 + 1);
+        free(sym[best]), free(sym[best + 1]);
+        sym[best] = m;
+        memmove(sym + best + 1, sym + best + 2, sizeof *sym * (size_t)(ns - best - 2));
+        ns--;
+    }
+    hs_status s = HS_OK;
+    for (int i = 0; i < ns; i++) {
+        int id = smap_get(&b->vocab, sym[i], strlen(sym[i]));
+        if (id < 0 && s == HS_OK)
+            s = hs_error_set(e, HS_ERR_FORMAT, "tokenizer: symbol '%s' is not in the vocabulary",
+                             sym[i]);
+        if (*len == *cap) {
+            *cap = *cap ? 2 * *cap : 64;
+            *ids = realloc(*ids, sizeof **ids * (size_t)*cap);
+            if (!*ids) hs_panic("tokenizer: out of memory");
+        }
+        (*ids)[(*len)++] = id;
+        free(sym[i]);
+    }
+    free(sym);
+    return s;
+}
+
+hs_status hs_bpe_encode(const hs_bpe *b, const char *text, int32_t **ids, int *n, hs_error *e) {
+    *ids = NULL;
+    *n = 0;
+    int cap = 0;
+    const unsigned char *s = (const unsigned char *)text;
+    hs_status st = HS_OK;
+    while (*s && st == HS_OK) {
+        int l = piece_len(s);
+        st = bpe_piece(b, s, l, ids, n, &cap, e);
+        s += l;
+    }
+    return st;
+}
+
+int hs_bpe_decode(const hs_bpe *b, int32_t id, char *out, int cap) {
+    if (id < 0 || id >= b->n_tokens || !b->tokens[id]) return snprintf(out, (size_t)cap, "<%d>", id);
+    const unsigned char *t = (const unsigned char *)b->tokens[id];
+    int n = 0, l;
+    while (*t && n < cap) {
+        int cp = next_cp(t, &l);
+        int byte = cp < 512 ? b->cp_byte[cp] : -1;
+        if (byte >= 0) out[n++] = (char)byte;
+        else for (int k = 0; k < l && n < cap; k++) out[n++] = (char)t[k]; /* an added token */
+        t += l;
+    }
+    return n;
+}
