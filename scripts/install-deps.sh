@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs every Debian package hypershard needs to build, test and run
 # (python3, standard library only, is for the tests' comparison scripts;
-# procps gives the tests pgrep, hostname the lock test the host name).
+# procps gives the tests pgrep, hostname the lock test the host name,
+# iproute2 and util-linux the multi-host test its network namespaces and
+# per-host hostnames).
 # Idempotent and quiet: does nothing when everything is present, otherwise
 # runs `apt-get update` once and installs what is missing.
 set -euo pipefail
@@ -16,6 +18,7 @@ packages=(
   libcmocka-dev
   python3
   procps hostname
+  iproute2 util-linux
 )
 
 missing=()

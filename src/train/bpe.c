@@ -1,9 +1,13 @@
-/* A byte-level BPE tokenizer read from a Hugging Face tokenizer.json (GPT-2
- * style: ByteLevel pre-tokenizer with its regex, BPE merges, ByteLevel
- * decoder), for generate's text in and text out (train.h).
+/* A byte-level BPE tokenizer read from a Hugging Face tokenizer.json, for
+ * generate's text in and text out (train.h): GPT-2 style (ByteLevel
+ * pre-tokenizer with its regex) or Llama 3 style (a Split with Llama 3's
+ * pattern, then ByteLevel without a regex), BPE merges, ByteLevel decoder.
  *
- * Encoding: the text is split as GPT-2's pattern does,
+ * Encoding: the text is split as the pattern does, GPT-2's
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * or Llama 3's
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  * with letters = ASCII letters and every non-ASCII code point, numbers =
  * ASCII digits (exact for ASCII text), each piece's bytes are mapped to
  * GPT-2's printable code points, and the lowest-ranked merge of adjacent
@@ -60,7 +64,14 @@ static void smap_free(smap *m) {
     free(m->val);
 }
 
+#define LLAMA3_PATTERN                                                                       \
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" \
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+typedef enum split_kind { SPLIT_GPT2 = 0, SPLIT_LLAMA3 } split_kind;
+
 struct hs_bpe {
+    split_kind split;
     smap vocab;    /* token -> id */
     smap merges;   /* "left right" -> rank */
     char **tokens; /* id -> token (code points as UTF-8) */
@@ -98,18 +109,40 @@ static int next_cp(const unsigned char *s, int *len) {
     return *len = 1, s[0];
 }
 
-static bool supported(json_t *root, char *why, size_t cap) {
+/* A ByteLevel pre-tokenizer: with its own regex (GPT-2) or without. */
+static bool byte_level(json_t *pre, bool regex) {
+    const char *t = json_string_value(json_object_get(pre, "type"));
+    json_t *rx = json_object_get(pre, "use_regex");
+    bool uses = !rx || json_is_true(rx);
+    return t && !strcmp(t, "ByteLevel") && uses == regex &&
+           !json_is_true(json_object_get(pre, "add_prefix_space"));
+}
+
+/* Llama 3's: Split(its pattern, isolated) then ByteLevel without a regex. */
+static bool llama3_split(json_t *pre) {
+    const char *t = json_string_value(json_object_get(pre, "type"));
+    json_t *seq = json_object_get(pre, "pretokenizers");
+    if (!t || strcmp(t, "Sequence") || json_array_size(seq) != 2) return false;
+    json_t *sp = json_array_get(seq, 0);
+    const char *st = json_string_value(json_object_get(sp, "type"));
+    const char *rx = json_string_value(json_object_get(json_object_get(sp, "pattern"), "Regex"));
+    const char *bh = json_string_value(json_object_get(sp, "behavior"));
+    return st && !strcmp(st, "Split") && rx && !strcmp(rx, LLAMA3_PATTERN) && bh &&
+           !strcmp(bh, "Isolated") && !json_is_true(json_object_get(sp, "invert")) &&
+           byte_level(json_array_get(seq, 1), false);
+}
+
+static bool supported(json_t *root, split_kind *split, char *why, size_t cap) {
     json_t *model = json_object_get(root, "model"), *pre = json_object_get(root, "pre_tokenizer");
     const char *mt = json_string_value(json_object_get(model, "type"));
     const char *pt = json_string_value(json_object_get(pre, "type"));
-    json_t *rx = json_object_get(pre, "use_regex"), *aps = json_object_get(pre, "add_prefix_space");
     if (!mt || strcmp(mt, "BPE"))
         return snprintf(why, cap, "model type %s, not BPE", mt ? mt : "(none)"), false;
-    if (!pt || strcmp(pt, "ByteLevel"))
-        return snprintf(why, cap, "pre_tokenizer %s, not ByteLevel", pt ? pt : "(none)"), false;
-    if ((rx && !json_is_true(rx)) || json_is_true(aps))
-        return snprintf(why, cap, "ByteLevel without its regex or with add_prefix_space"), false;
-    return true;
+    if (byte_level(pre, true)) return *split = SPLIT_GPT2, true;
+    if (llama3_split(pre)) return *split = SPLIT_LLAMA3, true;
+    snprintf(why, cap, "pre_tokenizer %s is neither ByteLevel (GPT-2's split) nor Llama 3's Split "
+             "+ ByteLevel", pt ? pt : "(none)");
+    return false;
 }
 
 static const char *merge_text(json_t *m, char *buf, size_t cap) {
@@ -126,14 +159,16 @@ hs_status hs_bpe_load(const char *path, hs_bpe **out, hs_error *e) {
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root) return hs_error_set(e, HS_ERR_FORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
     char why[160];
-    if (!supported(root, why, sizeof why)) {
+    split_kind split = SPLIT_GPT2;
+    if (!supported(root, &split, why, sizeof why)) {
         json_decref(root);
         return hs_error_set(e, HS_ERR_CONFIG, "tokenizer %s: %s; generate reads byte-level BPE "
-                            "tokenizers (GPT-2 style, as scripts/tokenize.py --train-bpe makes)",
+                            "tokenizers (GPT-2 or Llama 3 style)",
                             path, why);
     }
     hs_bpe *b = calloc(1, sizeof *b);
     if (!b) hs_panic("tokenizer: out of memory");
+    b->split = split;
     byte_map(b);
     json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab"), *v;
     json_t *merges = json_object_get(json_object_get(root, "model"), "merges");
@@ -216,6 +251,46 @@ static int piece_len(const unsigned char *s) {
     return i > 0 ? i : 1;
 }
 
+static bool is_other(int c) { return !is_space(c) && !is_letter(c) && !is_num(c); }
+static bool is_nl(int c) { return c == '\r' || c == '\n'; }
+
+/* Bytes of the run of letters at s. */
+static int letters(const unsigned char *s) {
+    int i = 0, l;
+    while (s[i] && is_letter(next_cp(s + i, &l))) i += l;
+    return i;
+}
+
+/* The next piece of Llama 3's pattern at s (see the file comment). */
+static int piece_len_llama3(const unsigned char *s) {
+    if (s[0] == '\'') {
+        int a = s[1] | 0x20, b2 = s[1] ? s[2] | 0x20 : 0;
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+        if ((a == 'r' && b2 == 'e') || (a == 'v' && b2 == 'e') || (a == 'l' && b2 == 'l')) return 3;
+    }
+    int l0, l1, c0 = next_cp(s, &l0);
+    if (is_letter(c0)) return letters(s);
+    if (!is_nl(c0) && !is_num(c0) && s[l0] && is_letter(next_cp(s + l0, &l1)))
+        return l0 + letters(s + l0);
+    if (is_num(c0)) {
+        int i = 0;
+        while (i < 3 && is_num(s[i])) i++;
+        return i;
+    }
+    int i = c0 == ' ' ? 1 : 0, j = i, l;
+    while (s[j] && is_other(next_cp(s + j, &l))) j += l;
+    if (j > i) {
+        while (is_nl(s[j])) j++;
+        return j;
+    }
+    if (!is_space(c0)) return l0;
+    int k = 0, last_nl = -1;
+    for (; s[k] && is_space(s[k]); k++)
+        if (is_nl(s[k])) last_nl = k;
+    if (last_nl >= 0) return last_nl + 1;
+    return s[k] && k > 1 ? k - 1 : k;
+}
+
 /* BPE over one piece's symbols (each a code point as UTF-8), ids appended. */
 static hs_status bpe_piece(const hs_bpe *b, const unsigned char *p, int n, int32_t **ids, int *len,
                            int *cap, hs_error *e) {
@@ -270,7 +345,7 @@ hs_status hs_bpe_encode(const hs_bpe *b, const char *text, int32_t **ids, int *n
     const unsigned char *s = (const unsigned char *)text;
     hs_status st = HS_OK;
     while (*s && st == HS_OK) {
-        int l = piece_len(s);
+        int l = b->split == SPLIT_LLAMA3 ? piece_len_llama3(s) : piece_len(s);
         st = bpe_piece(b, s, l, ids, n, &cap, e);
         s += l;
     }

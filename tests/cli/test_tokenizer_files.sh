@@ -6,8 +6,9 @@
 # carry a copy of tokenizer.json and tokenizer_config.json, so
 # AutoTokenizer loads beside the model. A uint32 (HSTK version 2) token
 # file with ids over 65,535 trains. With a byte-level BPE tokenizer (built
-# here by hand: GPT-2's byte symbols and 5 merges) `hypershard tokenize`
-# encodes text to the ids the merges give and decodes them back, and
+# here by hand: GPT-2's byte symbols and 7 merges, behind GPT-2's split and
+# behind Llama 3's) `hypershard tokenize` encodes text to the ids the merges
+# give and decodes them back, a WordPiece tokenizer is refused by name, and
 # `generate --run` takes the prompt as text through it (2 tokens for "the
 # cat") and answers in text.
 # HS_TEST_TIMEOUT: 120
@@ -34,14 +35,25 @@ for b in range(256):
         bs.append(b); cs.append(256 + n); n += 1
 sym = {b: chr(c) for b, c in zip(bs, cs)}
 vocab = {sym[b]: b for b in range(256)}
-merges = [["t", "h"], ["th", "e"], ["\u0120", "c"], ["\u0120c", "a"], ["\u0120ca", "t"]]
+merges = [["t", "h"], ["th", "e"], ["\u0120", "c"], ["\u0120c", "a"], ["\u0120ca", "t"],
+          ["1", "2"], ["3", "4"]]
 for i, (l, r) in enumerate(merges):
     vocab[l + r] = 256 + i
 json.dump({"model": {"type": "BPE", "vocab": vocab, "merges": merges},
            "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
            "decoder": {"type": "ByteLevel"}, "added_tokens": []},
           open(f"{d}/bpe/tokenizer.json", "w"))
-ids = [(i * 11) % 261 for i in range(4000)]
+# the same vocabulary behind Llama 3's split (digits in runs of at most 3)
+llama3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+          r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+json.dump({"model": {"type": "BPE", "vocab": vocab, "merges": merges},
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Split", "pattern": {"Regex": llama3}, "behavior": "Isolated", "invert": False},
+               {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]},
+           "decoder": {"type": "ByteLevel"}, "added_tokens": []},
+          open(f"{d}/llama3.json", "w"))
+json.dump({"model": {"type": "WordPiece", "vocab": vocab}}, open(f"{d}/wordpiece.json", "w"))
+ids = [(i * 11) % 263 for i in range(4000)]
 open(f"{d}/bpe/tokens.hstk", "wb").write(b"HSTK" + struct.pack("<IQ", 1, len(ids)) +
                                          struct.pack(f"<{len(ids)}H", *ids))
 big = [70000 + (i * 13) % 1000 for i in range(2000)]
@@ -72,6 +84,13 @@ hs_must_run 1 big model.vocab_size=71040 train.out_dir="$work/big"
 # "the" merges whole, " cat" to Ġcat, " the" is Ġ (byte 32's symbol, id 32) then "the"
 [ "$(sed -n 1p "$work/tok.txt")" = "257 260 32 257" ] || fail "tokenize: $(sed -n 1p "$work/tok.txt")"
 [ "$(sed -n 2p "$work/tok.txt")" = "the cat the" ] || fail "decode: $(sed -n 2p "$work/tok.txt")"
+# GPT-2's split keeps "12345" whole (12 34 5); Llama 3's cuts it 123|45 (12 3 4 5)
+[ "$("$HS_BIN" tokenize "$work/data/bpe/tokenizer.json" 12345 | sed -n 1p)" = "261 262 53" ] ||
+    fail "GPT-2 split of 12345: $("$HS_BIN" tokenize "$work/data/bpe/tokenizer.json" 12345)"
+[ "$("$HS_BIN" tokenize "$work/data/llama3.json" 12345 | sed -n 1p)" = "261 51 52 53" ] ||
+    fail "Llama 3 split of 12345: $("$HS_BIN" tokenize "$work/data/llama3.json" 12345)"
+"$HS_BIN" tokenize "$work/data/wordpiece.json" x > "$work/wp.txt" 2>&1 && fail "a WordPiece tokenizer was read"
+grep -q "model type WordPiece, not BPE" "$work/wp.txt" || fail "WordPiece refusal: $(cat "$work/wp.txt")"
 tiny=("${HS_TINY[@]}" data.source=tokens data.path="$work/data/bpe/tokens.hstk" train.steps=3
       train.eval_every=0 model.vocab_size=320)
 hs_must_run 1 bpe train.out_dir="$work/bpe"

@@ -83,6 +83,25 @@ def main():
         got = [int(x) for x in out.split("\n")[0].split()]
         assert got == tok(t)["input_ids"], (t, got, tok(t)["input_ids"])
     print(f"hypershard tokenize = transformers on {len(cases)} texts")
+    # Llama 3's split (a Split with its pattern, then ByteLevel without a regex)
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    pat = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    l3 = Tokenizer(models.BPE(unk_token=None))
+    l3.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pat), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    l3.decoder = decoders.ByteLevel()
+    l3.train_from_iterator(open(corpus).read().splitlines(keepends=True) + ["12345 DON'T x\n\n"] * 50,
+                           trainer=trainers.BpeTrainer(
+                               vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    l3.save(f"{work}/llama3_style.json")
+    cases += ["DON'T 1234567 x\n\n  y", "  \n\t z", "!!!\n\nabc", "12 345 6789"]
+    for t in cases:
+        out = run([args.bin, "tokenize", f"{work}/llama3_style.json", t]).stdout
+        got = [int(x) for x in out.split("\n")[0].split()]
+        assert got == l3.encode(t).ids, (t, got, l3.encode(t).ids)
+    print(f"Llama 3 split: hypershard tokenize = tokenizers on {len(cases)} texts")
     gen = run([args.bin, "generate", "--run", f"{work}/run", "--prompt", "the old bird",
                "--max-new-tokens", "8"]).stdout
     with torch.no_grad():
