@@ -89,16 +89,11 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
     if (s != HS_OK) return s;
     l->M = hs_config_micro_batches(&l->cfg, &l->topo);
     int stage = hs_mesh_coords(l->mesh).pp;
-    int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES], V = l->virtual_stages;
-    hs_config_pp_stages(&l->cfg, first, count);
+    int V = l->virtual_stages;
     hs_engine_env env = {.cfg = &l->cfg, .topo = &l->topo, .comm = c, .mesh = l->mesh,
                          .dev = l->dev, .max_batch = 1,
                          .act_slots = hs_pp_slots(l->kind, l->pp, stage, l->M, V)};
-    env.stage.n_chunks = V;
-    for (int v = 0; v < V; v++) {
-        env.stage.first_layer[v] = first[v * l->pp + stage];
-        env.stage.n_layers[v] = count[v * l->pp + stage];
-    }
+    hs_pp_stage_chunks(&l->cfg, stage, &env.stage);
     s = hs_engine_create(&env, &l->en, e);
     if (s != HS_OK) return s;
     l->n_params = l->en->optim_params(l->en, &l->params);

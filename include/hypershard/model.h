@@ -350,7 +350,6 @@ bool hs_model_chunk_has_embedding(const hs_model *m, int chunk);
 bool hs_model_chunk_has_head(const hs_model *m, int chunk);
 /* The model's index of this model's block `local` (chunk order). */
 int hs_model_block_layer(const hs_model *m, int local);
-int hs_model_stage_num_layers(const hs_model *m); /* blocks over all chunks */
 int hs_model_num_slots(const hs_model *m);        /* per chunk */
 /* Elements of the hand-over tensor for batch b on this rank. */
 int64_t hs_model_stage_numel(const hs_model *m, const hs_batch *b);

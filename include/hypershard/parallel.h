@@ -184,6 +184,10 @@ bool hs_pp_schedule_parse(const char *name, hs_pp_schedule_kind *out);
  * chunks, 1 but for interleaved). */
 void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V,
                     hs_pp_action *out);
+/* The chunks of stage `stage` (hs_config_pp_stages' chunks stage,
+ * stage + pp, ...; pp_virtual_stages of them, 1 without), as the stage's
+ * model holds them. */
+void hs_pp_stage_chunks(const hs_config *cfg, int stage, hs_model_stage *out);
 /* Micro-batches at most in flight in one chunk of `stage` (the activation
  * slots per chunk it needs). */
 int hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V);
@@ -221,11 +225,9 @@ hs_status hs_pp_send_backward(hs_pp *p, int key, const float *src, int64_t numel
 /* Wait for every send still in flight (end of a step); every posted
  * receive must have been taken. */
 hs_status hs_pp_flush(hs_pp *p, hs_error *e);
-/* Hand-over traffic since creation (or the last reset): seconds the
- * calling thread spent taking and sending, calls, bytes. */
-hs_parallel_stats hs_pp_get_stats(const hs_pp *p);
-/* Seconds inside the stage's forwards and backwards (hs_pp_run_step): a
- * step's wall time minus this is the stage's bubble and hand-over. */
+/* Seconds inside the stage's forwards and backwards (hs_pp_run_step) since
+ * creation or the last reset: a step's wall time minus this is the stage's
+ * bubble and hand-over. */
 double hs_pp_busy_seconds(const hs_pp *p);
 void hs_pp_reset_stats(hs_pp *p);
 

@@ -82,9 +82,11 @@ hs_status hs_tokens_read(const char *path, uint32_t **out, int64_t *n, hs_error 
 /* The Hugging Face tokenizer of a token file: tokenizer.json (and
  * tokenizer_config.json, special_tokens_map.json) in data.path's
  * directory. check: *vocab = its vocabulary (0 without one), an error
- * naming model.vocab_size when the model's is smaller. dir: that directory
- * (false without a tokenizer). copy: the files dir has into out_dir. */
+ * naming model.vocab_size when the model's is smaller. find: path =
+ * dir/tokenizer.json, whether it exists. dir: data.path's directory when it
+ * holds one (false otherwise). copy: the files dir has into out_dir. */
 hs_status hs_tokenizer_check(const hs_config *cfg, int64_t *vocab, hs_error *e);
+bool hs_tokenizer_find(const char *dir, char *path, size_t cap);
 bool hs_tokenizer_dir(const hs_config *cfg, char *out, size_t cap);
 hs_status hs_tokenizer_copy(const char *dir, const char *out_dir, int *copied, hs_error *e);
 

@@ -161,15 +161,12 @@ static void emit(void *ctx, int32_t token) {
 }
 
 /* The tokenizer the run was trained with: beside its weights (--run), or
- * beside the checkpoint's data.path. NULL path: none. */
+ * beside the checkpoint's data.path; false: none. */
 static bool tokenizer_path(const infer_args *a, const hs_config *cfg, char *out, size_t cap) {
     char dir[HS_PATH_MAX];
     if (a->run) snprintf(dir, sizeof dir, "%s", a->run);
     else if (!hs_tokenizer_dir(cfg, dir, sizeof dir)) return false;
-    snprintf(out, cap, "%s/tokenizer.json", dir);
-    FILE *f = fopen(out, "r");
-    if (f) fclose(f);
-    return f != NULL;
+    return hs_tokenizer_find(dir, out, cap);
 }
 
 /* The prompt as token ids: encoded by the tokenizer, else its bytes. */

@@ -269,7 +269,6 @@ int hs_model_block_layer(const hs_model *m, int local) {
     HS_ASSERT(local >= 0 && local < m->L);
     return m->layer_of[local];
 }
-int hs_model_stage_num_layers(const hs_model *m) { return m->L; }
 int hs_model_num_slots(const hs_model *m) { return m->n_slots; }
 
 int64_t hs_model_stage_numel(const hs_model *m, const hs_batch *b) {

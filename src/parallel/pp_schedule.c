@@ -1,5 +1,5 @@
-/* Pipeline schedules: which forward and backward each stage runs when
- * (parallel.h). */
+/* Pipeline schedules: which chunks each stage holds and which forward and
+ * backward it runs when (parallel.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +13,19 @@ bool hs_pp_schedule_parse(const char *name, hs_pp_schedule_kind *out) {
 }
 
 static int imin(int a, int b) { return a < b ? a : b; }
+
+void hs_pp_stage_chunks(const hs_config *cfg, int stage, hs_model_stage *out) {
+    int pp = cfg->accelerator.pp_size, V = cfg->accelerator.pp_virtual_stages;
+    V = V > 1 ? V : 1;
+    HS_ASSERT(V <= HS_MODEL_MAX_CHUNKS && stage >= 0 && stage < pp);
+    int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
+    hs_config_pp_stages(cfg, first, count);
+    *out = (hs_model_stage){.n_chunks = V};
+    for (int v = 0; v < V; v++) {
+        out->first_layer[v] = first[v * pp + stage];
+        out->n_layers[v] = count[v * pp + stage];
+    }
+}
 
 /* The k-th forward (or backward) of an interleaved stage: rounds of pp
  * micro-batches go through the chunks in turn, forward in chunk order and

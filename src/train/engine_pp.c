@@ -122,20 +122,15 @@ static void pp_free(hs_engine *en)
     free(en);
 }
 
-/* The stage each catalog parameter lives on: its block's chunk's (chunk c
- * on stage c % pp), the embedding on the first, the final norm and lm_head
- * on the last. */
-static int owner_stage(const hs_config *cfg, const hs_param *p, int pp)
+/* The stage each catalog parameter lives on: its block's (layer_stage),
+ * the embedding on the first, the final norm and lm_head on the last. */
+static int owner_stage(const int *layer_stage, int n_layers, const hs_param *p, int pp)
 {
     int layer = -1;
     if (sscanf(p->fqn, "model.layers.%d.", &layer) != 1)
         return p->kind == HS_PARAM_EMBEDDING ? 0 : pp - 1;
-    int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
-    int chunks = pp * (cfg->accelerator.pp_virtual_stages > 1 ? cfg->accelerator.pp_virtual_stages : 1);
-    hs_config_pp_stages(cfg, first, count);
-    for (int c = 0; c < chunks; c++)
-        if (layer >= first[c] && layer < first[c] + count[c]) return c % pp;
-    return pp - 1;
+    HS_ASSERT(layer >= 0 && layer < n_layers);
+    return layer_stage[layer];
 }
 
 hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_engine **out,
@@ -168,12 +163,23 @@ hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_eng
     pe->inner = inner;
     pe->pp = hs_mesh_group(env->mesh, HS_DIM_PP);
     pe->stage = hs_mesh_coords(env->mesh).pp;
+    /* which stage holds each block, from the stages' chunks */
+    int pp = env->topo->pp, L = env->cfg->model.n_layers;
+    int *layer_stage = calloc((size_t)L + 1, sizeof *layer_stage);
+    HS_ASSERT(layer_stage != NULL);
+    for (int st = 0; st < pp; st++) {
+        hs_model_stage ch;
+        hs_pp_stage_chunks(env->cfg, st, &ch);
+        for (int v = 0; v < ch.n_chunks; v++)
+            for (int j = 0; j < ch.n_layers[v]; j++) layer_stage[ch.first_layer[v] + j] = st;
+    }
     for (int i = 0; i < n; i++) {
         const hs_param *p = hs_model_param(catalog, i);
-        pe->owner[i] = owner_stage(env->cfg, p, env->topo->pp);
+        pe->owner[i] = owner_stage(layer_stage, L, p, pp);
         pe->local[i] = pe->owner[i] == pe->stage ? hs_model_find_param(inner->model, p->fqn) : -1;
         HS_ASSERT(pe->owner[i] != pe->stage || pe->local[i] >= 0);
     }
+    free(layer_stage);
     snprintf(pe->name, sizeof pe->name, "%s+pp", inner->name);
     *en = (hs_engine){
         .name = pe->name,

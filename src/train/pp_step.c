@@ -16,15 +16,9 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
                             "use gpipe, 1f1b or interleaved_1f1b", cfg->accelerator.pp_schedule);
     t->pp_group = hs_mesh_group(t->mesh, HS_DIM_PP);
     t->pp_stage = hs_mesh_coords(t->mesh).pp;
-    int V = t->pp_virtual = t->pp_kind == HS_PP_INTERLEAVED ? cfg->accelerator.pp_virtual_stages : 1;
     /* Stage s runs the model's chunks s, s + pp, ... */
-    int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
-    hs_config_pp_stages(cfg, first, count);
-    t->stage.n_chunks = V;
-    for (int v = 0; v < V; v++) {
-        t->stage.first_layer[v] = first[v * t->pp_size + t->pp_stage];
-        t->stage.n_layers[v] = count[v * t->pp_size + t->pp_stage];
-    }
+    hs_pp_stage_chunks(cfg, t->pp_stage, &t->stage);
+    int V = t->pp_virtual = t->stage.n_chunks;
     t->act_slots = hs_pp_slots(t->pp_kind, t->pp_size, t->pp_stage, t->M, V);
     t->n_pp_actions = 2 * t->M * V;
     t->pp_actions = calloc((size_t)t->n_pp_actions, sizeof *t->pp_actions);

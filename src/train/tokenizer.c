@@ -45,12 +45,21 @@ static int64_t vocab_of(json_t *root) {
     return n;
 }
 
+bool hs_tokenizer_find(const char *dir, char *path, size_t cap) {
+    snprintf(path, cap, "%s/tokenizer.json", dir);
+    return exists(path);
+}
+
+bool hs_tokenizer_dir(const hs_config *cfg, char *out, size_t cap) {
+    char path[HS_PATH_MAX + 32];
+    return data_dir(&cfg->data, out, cap) && hs_tokenizer_find(out, path, sizeof path);
+}
+
 hs_status hs_tokenizer_check(const hs_config *cfg, int64_t *vocab, hs_error *e) {
     *vocab = 0;
     char dir[HS_PATH_MAX], path[HS_PATH_MAX + 32];
-    if (!data_dir(&cfg->data, dir, sizeof dir)) return HS_OK;
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (!exists(path)) return HS_OK;
+    if (!hs_tokenizer_dir(cfg, dir, sizeof dir)) return HS_OK;
+    hs_tokenizer_find(dir, path, sizeof path);
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
     if (!root)
@@ -78,15 +87,6 @@ static hs_status copy_file(const char *from, const char *to, hs_error *e) {
     ok = fclose(f) == 0 && ok;
     free(buf);
     return ok ? HS_OK : hs_error_set(e, HS_ERR_IO, "cannot write %s: %s", to, hs_strerror_errno());
-}
-
-bool hs_tokenizer_dir(const hs_config *cfg, char *out, size_t cap) {
-    char dir[HS_PATH_MAX], path[HS_PATH_MAX + 32];
-    if (!data_dir(&cfg->data, dir, sizeof dir)) return false;
-    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (!exists(path)) return false;
-    snprintf(out, cap, "%s", dir);
-    return true;
 }
 
 hs_status hs_tokenizer_copy(const char *dir, const char *out_dir, int *copied, hs_error *e) {

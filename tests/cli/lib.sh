@@ -20,6 +20,16 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 hs_finish() { [ "$failures" -eq 0 ] || exit 1; echo "ok"; exit 0; }
 
+# hs_expect_exit CODE NAME PATTERN ARGS...: `hypershard ARGS` exits CODE
+# and its output (in $work/NAME.log) holds PATTERN (grep).
+hs_expect_exit() {
+    local code=$1 name=$2 pat=$3 rc=0
+    shift 3
+    "$HS_BIN" "$@" > "$work/$name.log" 2>&1 || rc=$?
+    [ "$rc" -eq "$code" ] || fail "$name: exit $rc, want $code"
+    grep -q -- "$pat" "$work/$name.log" || fail "$name: '$pat' not in $(head -3 "$work/$name.log")"
+}
+
 # run_logged LOG COMMAND...: COMMAND's output goes to LOG; when it fails,
 # the command and its log are shown and the test ends.
 run_logged() {

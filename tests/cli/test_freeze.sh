@@ -84,15 +84,10 @@ grep -q "optim.model.layers.0.\|optim.model.embed_tokens" "$work/inspect.log" &&
 hs_train init 2 fsdp_config.dp_shard_size=2 --init-from "$work/one" 'train.freeze=[model.embed_tokens.weight]'
 grep -q "loaded weights from $work/one" "$work/init.txt" || fail "--init-from was not used"
 
-expect_refused() { # NAME PATTERN OVERRIDES...
+expect_refused() { # NAME PATTERN OVERRIDES...: exit 2, nothing written
     local name=$1 pat=$2
     shift 2
-    set +e
-    "$HS_BIN" train "${HS_FSDP_TINY[@]}" train.out_dir="$work/$name" "$@" > "$work/$name.log" 2>&1
-    local rc=$?
-    set -e
-    [ "$rc" -eq 2 ] || fail "$name: exit $rc, want 2"
-    grep -q -- "$pat" "$work/$name.log" || fail "$name: '$pat' not in $(head -2 "$work/$name.log")"
+    hs_expect_exit 2 "$name" "$pat" train "${HS_FSDP_TINY[@]}" train.out_dir="$work/$name" "$@"
     [ ! -e "$work/$name" ] || fail "$name: out_dir written"
 }
 expect_refused nomatch "train.freeze\[0\] = 'model.layer.*' matches no parameter" 'train.freeze=[model.layer.*]'

@@ -56,18 +56,10 @@ for cmd in ([binary, "eval", "--run", f"{work}/run"],
     print(f"eval {' '.join(cmd[-3:])}: {got} (run: {want})")
 PY
 
-expect_exit() { # CODE NAME PATTERN ARGS...
-    local code=$1 name=$2 pat=$3
-    shift 3
-    "$HS_BIN" "$@" > "$work/$name.log" 2>&1
-    local rc=$?
-    [ "$rc" -eq "$code" ] || fail "$name: exit $rc, want $code"
-    grep -q -- "$pat" "$work/$name.log" || fail "$name: '$pat' not in $(head -3 "$work/$name.log")"
-}
-expect_exit 2 no_run "--run $work/nope: no config.yaml there" generate --run "$work/nope" --prompt x
-expect_exit 2 no_ckpt "--ckpt $work/nope" eval --ckpt "$work/nope"
-expect_exit 2 no_prompt "--prompt TEXT is required" generate --run "$work/run"
-expect_exit 2 both "exactly one of --run RUN_DIR or --ckpt DIR" eval --run "$work/run" --ckpt "$work/ck"
+hs_expect_exit 2 no_run "--run $work/nope: no config.yaml there" generate --run "$work/nope" --prompt x
+hs_expect_exit 2 no_ckpt "--ckpt $work/nope" eval --ckpt "$work/nope"
+hs_expect_exit 2 no_prompt "--prompt TEXT is required" generate --run "$work/run"
+hs_expect_exit 2 both "exactly one of --run RUN_DIR or --ckpt DIR" eval --run "$work/run" --ckpt "$work/ck"
 # weights that do not fit the model: a format error (exit 1), as for train --init-from
-expect_exit 1 mismatch "lm_head.weight has shape \[256, 32\] but parameter lm_head.weight needs \[256, 64\]" eval --run "$work/run" model.dim=64
+hs_expect_exit 1 mismatch "lm_head.weight has shape \[256, 32\] but parameter lm_head.weight needs \[256, 64\]" eval --run "$work/run" model.dim=64
 hs_finish
