@@ -173,6 +173,11 @@ void hs_rng_fill_normal(float *out, int64_t n, uint64_t seed, uint64_t stream, i
 
 /* Monotonic seconds. */
 double hs_now(void);
+
+/* Bytes the ranks of this node may still allocate: MemAvailable, capped by
+ * the cgroup v2 limit; HYPERSHARD_NODE_MEMORY (bytes) overrides both. -1
+ * when unknown. */
+int64_t hs_memory_available(void);
 /* Wall-clock seconds since the epoch (for trace alignment across ranks). */
 double hs_wall_now(void);
 

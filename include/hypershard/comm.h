@@ -96,6 +96,8 @@ hs_status hs_comm_init(hs_comm **out, int *argc, char ***argv, const hs_comm_opt
 void hs_comm_finalize(hs_comm *c);
 int hs_comm_rank(const hs_comm *c);
 int hs_comm_size(const hs_comm *c);
+/* Ranks of the world on this rank's node (MPI_COMM_TYPE_SHARED). */
+int hs_comm_local_ranks(const hs_comm *c);
 hs_trace *hs_comm_trace(hs_comm *c);
 void hs_comm_set_timeout(hs_comm *c, double timeout_s);
 /* Print the error on this rank and end every rank (exit code from the status). */

@@ -239,6 +239,10 @@ typedef struct hs_model_options {
      * and no parameter storage, so the model cannot run. A pipeline stage
      * keeps one of the whole model to name every parameter (export). */
     bool describe_only;
+    /* The registry, and the activation and scratch buffers sized but not
+     * allocated (hs_model_buffer_bytes): what a run of these options would
+     * take from `pool`, for the memory plan. The model cannot run. */
+    bool count_buffers;
 } hs_model_options;
 
 /* What one unit did at its boundaries in the last forward / backward. The
@@ -266,6 +270,9 @@ hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *op
                           hs_error *e);
 void hs_model_free(hs_model *m);
 const hs_model_config *hs_model_config_of(const hs_model *m);
+/* With count_buffers: the bytes the activation and scratch buffers would
+ * take (the same calls as the allocation, nothing allocated); else 0. */
+int64_t hs_model_buffer_bytes(const hs_model *m);
 
 int hs_model_num_params(const hs_model *m);
 hs_param *hs_model_param(hs_model *m, int i);

@@ -85,6 +85,11 @@ void hs_tp_reset_stats(hs_tp *t);
  * All errors are reported together. */
 hs_status hs_tp_apply_plan(hs_tp *t, hs_model *m, const hs_tp_rule *rules, int n_rules,
                            hs_error *e);
+/* The same placement for TP rank `rank` of `size`, without a group: what
+ * hs_tp_apply_plan does, for a model that only describes a rank (the
+ * memory plan). */
+hs_status hs_tp_place(hs_model *m, const hs_tp_rule *rules, int n_rules, int size, int rank,
+                      bool sequence_parallel, hs_error *e);
 
 /* The whole fp32 tensor of p (numel of p->shape) from every TP rank's
  * local fp32 tensor (numel of p->local_shape). Collective over tp. */
@@ -127,6 +132,8 @@ void hs_ep_fill_ops(hs_ep *p, hs_model_ops *ops);
  * the TP plan (which leaves parameters on the ep mesh alone and checks the
  * whole layout); without TP, check it with hs_model_check_tp_layout. */
 hs_status hs_ep_apply_plan(hs_ep *p, hs_model *m, hs_error *e);
+/* The same placement for EP rank `rank` of `size`, without a group. */
+hs_status hs_ep_place(hs_model *m, int size, int rank, hs_error *e);
 /* The whole fp32 tensor of q from every EP rank's local one (a plain copy
  * when q is not on the ep mesh). Collective over ep when it is. */
 hs_status hs_ep_gather_full(hs_ep *p, const hs_param *q, const float *local, float *full,

@@ -226,4 +226,78 @@ hs_status hs_train_eval(const hs_config *cfg, const hs_topology *topo, hs_comm *
                         const hs_train_options *opt, const hs_log *log, double *val_loss,
                         hs_error *e);
 
+/* ------------------------------------------------------------- the plan */
+
+/* What one rank of a role holds, in bytes (plan.c). The memory model is
+ * the code's: the model sizes its buffers with the allocation code
+ * (hs_model_options.count_buffers), FSDP's per-parameter sizes follow
+ * fsdp/param.c and the unshard / reduce events of one step are replayed in
+ * hook order (prefetch, reshard, reduce-scatter waits), as metrics.jsonl's
+ * peak_device_bytes counts them: the device pool's peak over a step. */
+typedef enum hs_plan_item {
+    HS_PLAN_PARAMS = 0,    /* sharded fp32 masters (whole parameters in one process) */
+    HS_PLAN_GRADS,         /* sharded fp32 gradients                                  */
+    HS_PLAN_MODEL_COPY,    /* fp32 main params: the param_dtype shard the model reads */
+    HS_PLAN_OPTIM,         /* optimizer state                                         */
+    HS_PLAN_REDUCE,        /* reduce-scatter / all-reduce output slots                */
+    HS_PLAN_ACTIVATIONS,   /* activations and scratch at the micro-batch              */
+    HS_PLAN_UNSHARDED,     /* all-gathered parameters alive at the peak               */
+    HS_PLAN_UNSHARDED_GRADS, /* unsharded gradients and reduce inputs at the peak     */
+    HS_PLAN_ITEM_COUNT
+} hs_plan_item;
+
+const char *hs_plan_item_name(hs_plan_item k); /* "params", "grads", ... */
+
+/* Per-step communication of one rank, summed over the step's calls. */
+typedef enum hs_plan_comm {
+    HS_PLAN_AG = 0, /* FSDP all-gather (fsdp_shard / edp_shard)     */
+    HS_PLAN_RS,     /* FSDP reduce-scatter                          */
+    HS_PLAN_AR,     /* HSDP / DDP all-reduce (fsdp_replicate, flat) */
+    HS_PLAN_TP,     /* tensor-parallel activations                  */
+    HS_PLAN_CP,     /* context-parallel K/V                         */
+    HS_PLAN_EP,     /* expert-parallel all-to-all                   */
+    HS_PLAN_PP,     /* pipeline hand-over                           */
+    HS_PLAN_COMM_COUNT
+} hs_plan_comm;
+
+const char *hs_plan_comm_name(hs_plan_comm k);
+
+#define HS_PLAN_MAX_ROLES 64
+
+typedef struct hs_plan_role {
+    char name[48];       /* "every rank", "stage 2" */
+    int n_ranks, first_rank;
+    int n_blocks;        /* blocks this role's model holds */
+    int64_t device[HS_PLAN_ITEM_COUNT];
+    int64_t host[HS_PLAN_ITEM_COUNT]; /* enable_offload: masters, grads, state */
+    /* activations had activation_checkpointing the other value */
+    int64_t activations_other;
+    int64_t peak_device_bytes, peak_host_bytes;
+    int64_t comm_bytes[HS_PLAN_COMM_COUNT];
+    int64_t comm_calls[HS_PLAN_COMM_COUNT];
+} hs_plan_role;
+
+typedef struct hs_plan {
+    const hs_topology *topo; /* the one it was built for */
+    int world, micro_batches;
+    const char *engine; /* "local" or "fsdp" (with the model parallel degrees) */
+    int n_roles;
+    hs_plan_role roles[HS_PLAN_MAX_ROLES];
+    int64_t max_peak_device_bytes, max_peak_host_bytes;
+    int64_t total_params;     /* of the whole model */
+    int64_t checkpoint_bytes; /* one checkpoint of the whole job, estimated */
+} hs_plan;
+
+/* The plan of cfg (validated for topo->world) without MPI and without
+ * allocating any of it; fast for any world size and depth. */
+hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *out, hs_error *e);
+/* The table a person reads (plan_print.c) and the same as one JSON object. */
+void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f);
+void hs_plan_json(const hs_plan *p, FILE *f);
+/* Exit-2 check before any allocation: the peak of the ranks one node runs
+ * (ranks_per_node of the busiest role) must fit `avail_bytes`; else an
+ * HS_ERR_CONFIG naming the biggest items and the keys that make it fit. */
+hs_status hs_plan_check_fit(const hs_plan *p, const hs_config *cfg, int ranks_per_node,
+                            int64_t avail_bytes, hs_error *e);
+
 #endif

@@ -1,12 +1,15 @@
 /* `hypershard config [CONFIG] [a.b.c=value ...] [--world N]`: load, override
  * and validate a config for a world size, then print the resolved YAML with
- * the derived topology. Exit 0, or 2 with every error listed. */
+ * the derived topology. `hypershard plan` takes the same arguments (and
+ * --json) and prints the memory and communication plan instead. Exit 0, or
+ * 2 with every error listed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "hypershard/config.h"
+#include "hypershard/train.h"
 
 static const char usage_text[] =
     "usage: hypershard config [CONFIG] [a.b.c=value ...] [--world N]\n"
@@ -15,12 +18,19 @@ static const char usage_text[] =
     "(default 1). Without CONFIG the built-in default is used. Exit 0 when valid, 2 with\n"
     "every error otherwise.\n";
 
+static const char plan_usage_text[] =
+    "usage: hypershard plan [CONFIG] [a.b.c=value ...] [--world N] [--json]\n"
+    "A dry run without MPI and without allocating: per-rank bytes of parameters, gradients,\n"
+    "optimizer state, fp32 main params, activations, communication buffers and the peak\n"
+    "(the peak_device_bytes metrics.jsonl reports), and per-step communication per group,\n"
+    "for N ranks (default 1). --json prints the same as one JSON object.\n";
+
 typedef struct config_args {
     const char *path;
     const char **overrides;
     int n_overrides;
     int world;
-    bool markdown;
+    bool markdown, json, plan;
 } config_args;
 
 #define MAX_WORLD (1 << 20)
@@ -36,43 +46,64 @@ static bool parse_world(const char *s, int *out) {
 /* Returns -1 to go on, otherwise the exit code. */
 static int parse_args(int argc, char **argv, config_args *a) {
     a->world = 1;
+    const char *cmd = a->plan ? "hypershard plan" : "hypershard config";
+    const char *usage = a->plan ? plan_usage_text : usage_text;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         const char *w = !strncmp(s, "--world=", 8) ? s + 8 : NULL;
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) return fputs(usage_text, stdout), 0;
-        if (!strcmp(s, "--schema-markdown")) {
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) return fputs(usage, stdout), 0;
+        if (a->plan && !strcmp(s, "--json")) {
+            a->json = true;
+        } else if (!a->plan && !strcmp(s, "--schema-markdown")) {
             a->markdown = true;
         } else if (!strcmp(s, "--world") || w) {
-            if (!w && i + 1 == argc)
-                return fputs("hypershard config: --world needs a value\n", stderr), 2;
+            if (!w && i + 1 == argc) return fprintf(stderr, "%s: --world needs a value\n", cmd), 2;
             if (!w) w = argv[++i];
             if (!parse_world(w, &a->world))
-                return fprintf(stderr, "hypershard config: --world %s: expected a rank count "
-                                       "from 1 to %d\n", w, MAX_WORLD), 2;
+                return fprintf(stderr, "%s: --world %s: expected a rank count from 1 to %d\n",
+                               cmd, w, MAX_WORLD), 2;
         } else if (s[0] == '-' && !strchr(s, '=')) {
-            return fprintf(stderr, "hypershard config: unknown option %s\n%s", s, usage_text), 2;
+            return fprintf(stderr, "%s: unknown option %s\n%s", cmd, s, usage), 2;
         } else if (strchr(s, '=')) {
             a->overrides[a->n_overrides++] = s;
         } else if (!a->path) {
             a->path = s;
         } else {
-            return fprintf(stderr, "hypershard config: a second config file '%s' (already have "
-                                   "'%s'); pass one file and key=value overrides\n", s, a->path), 2;
+            return fprintf(stderr, "%s: a second config file '%s' (already have '%s'); pass one "
+                                   "file and key=value overrides\n", cmd, s, a->path), 2;
         }
     }
     return -1;
 }
 
-static int print_errors(const char *what, const hs_error *e) {
-    fprintf(stderr, "hypershard config: %d error%s in %s:\n", e->lines, e->lines == 1 ? "" : "s",
-            what);
+static int print_errors(const config_args *a, const char *what, const hs_error *e) {
+    fprintf(stderr, "hypershard %s: %d error%s in %s:\n", a->plan ? "plan" : "config", e->lines,
+            e->lines == 1 ? "" : "s", what);
     fputs(e->msg, stderr);
     fputc('\n', stderr);
     return hs_status_exit_code(e->code);
 }
 
-int hs_cmd_config(int argc, char **argv) {
-    config_args a = {0};
+static int print_plan(const config_args *a, const hs_config *c, const hs_topology *topo) {
+    hs_plan *p = calloc(1, sizeof *p);
+    hs_error e;
+    if (!p) hs_panic("out of memory for the plan");
+    int rc = 0;
+    if (hs_plan_build(c, topo, p, &e) != HS_OK) {
+        rc = print_errors(a, "the plan", &e);
+    } else if (a->json) {
+        hs_plan_json(p, stdout);
+    } else {
+        printf("# planned from %s, world size %d\n", a->path ? a->path : "the built-in default",
+               a->world);
+        hs_plan_print(p, c, stdout);
+    }
+    free(p);
+    return rc;
+}
+
+static int config_or_plan(int argc, char **argv, bool plan) {
+    config_args a = {.plan = plan};
     a.overrides = calloc((size_t)argc + 1, sizeof *a.overrides);
     if (!a.overrides) hs_panic("out of memory parsing arguments");
     int rc = parse_args(argc, argv, &a);
@@ -87,13 +118,15 @@ int hs_cmd_config(int argc, char **argv) {
     hs_log log;
     hs_log_init(&log, 0, 1);
     if (hs_config_load(&c, a.path, a.overrides, a.n_overrides, &e) != HS_OK) {
-        rc = print_errors(a.path ? a.path : "the built-in default", &e);
+        rc = print_errors(&a, a.path ? a.path : "the built-in default", &e);
     } else if (hs_config_validate(&c, a.world, &topo, &log, &e) != HS_OK) {
         char what[HS_PATH_MAX + 64];
         snprintf(what, sizeof what, "%s%s for world size %d",
                  a.path ? a.path : "the built-in default", a.n_overrides ? " with overrides" : "",
                  a.world);
-        rc = print_errors(what, &e);
+        rc = print_errors(&a, what, &e);
+    } else if (plan) {
+        rc = print_plan(&a, &c, &topo);
     } else {
         printf("# resolved from %s, world size %d\n", a.path ? a.path : "the built-in default",
                a.world);
@@ -104,3 +137,6 @@ int hs_cmd_config(int argc, char **argv) {
     free(a.overrides);
     return rc;
 }
+
+int hs_cmd_config(int argc, char **argv) { return config_or_plan(argc, argv, false); }
+int hs_cmd_plan(int argc, char **argv) { return config_or_plan(argc, argv, true); }

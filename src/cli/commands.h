@@ -6,6 +6,7 @@
 
 int hs_cmd_train(int argc, char **argv);  /* src/cli/cmd_train.c  */
 int hs_cmd_config(int argc, char **argv); /* src/cli/cmd_config.c */
+int hs_cmd_plan(int argc, char **argv);   /* src/cli/cmd_config.c */
 int hs_cmd_mesh(int argc, char **argv);   /* src/cli/cmd_mesh.c   */
 int hs_cmd_export(int argc, char **argv); /* src/cli/cmd_export.c */
 int hs_cmd_generate(int argc, char **argv); /* src/cli/cmd_infer.c */

@@ -14,6 +14,7 @@ typedef struct hs_subcommand {
 static const hs_subcommand commands[] = {
     {"train", hs_cmd_train, "train [CONFIG] [a.b.c=value ...]   train a model (under mpiexec for several ranks)"},
     {"config", hs_cmd_config, "config [CONFIG] [a.b.c=value ...] [--world N]   print the resolved config"},
+    {"plan", hs_cmd_plan, "plan [CONFIG] [a.b.c=value ...] [--world N] [--json]   memory and comm plan"},
     {"mesh", hs_cmd_mesh, "mesh --world N [key=value ...]   print rank coordinates and groups"},
     {"generate", hs_cmd_generate, "generate (--run DIR | --ckpt DIR) --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]   continue a prompt"},
     {"eval", hs_cmd_eval, "eval (--run DIR | --ckpt DIR) [data.* ...]   validation loss and perplexity"},

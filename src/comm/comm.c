@@ -118,6 +118,7 @@ void hs_comm_finalize(hs_comm *c) {
 
 int hs_comm_rank(const hs_comm *c) { return c->rank; }
 int hs_comm_size(const hs_comm *c) { return c->size; }
+int hs_comm_local_ranks(const hs_comm *c) { return c->local_ranks > 0 ? c->local_ranks : 1; }
 hs_trace *hs_comm_trace(hs_comm *c) { return c->trace; }
 hs_pg *hs_comm_world(hs_comm *c) { return c->world; }
 

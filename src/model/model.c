@@ -93,8 +93,25 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
     return e->code;
 }
 
+/* Every buffer of the model comes from here. With count_buffers the bytes
+ * are only added up (hs_model_buffer_bytes): the plan's memory model is the
+ * allocation code itself. */
+static void *raw(hs_model *m, size_t bytes) {
+    if (m->opt.count_buffers) {
+        m->counted_bytes += (int64_t)bytes;
+        return NULL;
+    }
+    return hs_pool_alloc(m->pool, bytes);
+}
+
+static void *zeroed(hs_model *m, size_t bytes) {
+    void *p = raw(m, bytes);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
 static void *buf(hs_model *m, int64_t n, hs_dtype dt) {
-    return hs_pool_calloc(m->pool, (size_t)n * hs_dtype_size(dt));
+    return zeroed(m, (size_t)n * hs_dtype_size(dt));
 }
 
 /* The boundary dtypes activation set `set` must hold: one block's, or with
@@ -108,6 +125,16 @@ static void acts_dtypes(const hs_model *m, int set, hs_dtype *resid, bool *cast_
         if (b->output_computed != m->dt) *resid = b->output_computed;
         *cast_in |= b->input_read != b->input_stored;
     }
+}
+
+/* Expert parallelism's dropless row buffers grow to what arrives
+ * (moe_ep.c); the plan counts them at balanced routing, BT*K rows per
+ * rank: per activation set x, y, h1, h3, and once the call's scratch. */
+static int64_t ep_rows_bytes(const hs_model *m, bool per_set) {
+    const hs_moe_shapes *s = &m->moe_shapes;
+    int64_t R = (int64_t)s->BT * s->K / (m->sp ? m->tp : 1), es = (int64_t)hs_dtype_size(m->dt);
+    if (per_set) return R * (2 * (int64_t)s->C + 2 * (int64_t)s->F) * es;
+    return R * (2 * (int64_t)s->C * 4 + (int64_t)s->F * (es + 8));
 }
 
 static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
@@ -128,9 +155,10 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
     a->ln2 = buf(m, BT * m->C, dt);
     if (m->moe) {
         a->moe_out = buf(m, BT * m->C, dt);
-        a->moe_mem = hs_pool_alloc(m->pool, hs_moe_act_bytes(&m->moe_shapes, dt));
-        hs_moe_act_bind(&a->moe, &m->moe_shapes, dt, a->moe_mem);
+        a->moe_mem = raw(m, hs_moe_act_bytes(&m->moe_shapes, dt));
+        if (a->moe_mem) hs_moe_act_bind(&a->moe, &m->moe_shapes, dt, a->moe_mem);
         a->moe.ep = m->ep > 1 ? &m->moe_ep : NULL;
+        if (m->ep > 1 && m->opt.count_buffers) m->counted_bytes += ep_rows_bytes(m, true);
         a->moe.ep_x.pool = a->moe.ep_h1.pool = a->moe.ep_h3.pool = a->moe.ep_y.pool = m->pool;
         /* Every expert unit has the same boundary plan. */
         a->moe.out_dt = m->bnd[m->blocks[0].expert_unit].output_stored;
@@ -237,7 +265,7 @@ static void buffers_alloc(hs_model *m) {
     }
     m->cos_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     m->sin_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
-    hs_rope_tables(m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);
+    if (m->cos_t) hs_rope_tables(m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);
     m->rope_cos = m->cos_t, m->rope_sin = m->sin_t;
     if (m->cp_on) {
         int64_t nkv = (int64_t)m->opt.max_batch * T * kv;
@@ -277,12 +305,15 @@ static void buffers_alloc(hs_model *m) {
     }
     m->att_scratch = buf(m, hs_attention_scratch_floats(T), HS_DTYPE_F32);
     if (m->moe) {
-        m->moe_scratch = hs_pool_alloc(m->pool, hs_moe_scratch_bytes(&m->moe_shapes, dt));
-        hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->pool);
+        m->moe_scratch = raw(m, hs_moe_scratch_bytes(&m->moe_shapes, dt));
+        if (m->ep > 1 && m->opt.count_buffers) m->counted_bytes += ep_rows_bytes(m, false);
+        if (m->opt.count_buffers)
+            m->counted_bytes += (int64_t)m->moe_shapes.E * (int64_t)(sizeof(int64_t) + sizeof(double));
+        else
+            hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->pool);
         m->aux_buf = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
         m->aux_stage = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
-        m->expert_tokens =
-            hs_pool_calloc(m->pool, (size_t)m->L * (size_t)m->moe_shapes.E * sizeof(int64_t));
+        m->expert_tokens = zeroed(m, (size_t)m->L * (size_t)m->moe_shapes.E * sizeof(int64_t));
     }
 }
 
@@ -405,6 +436,8 @@ void hs_model_free(hs_model *m) {
 }
 
 const hs_model_config *hs_model_config_of(const hs_model *m) { return &m->cfg; }
+
+int64_t hs_model_buffer_bytes(const hs_model *m) { return m->counted_bytes; }
 
 const int64_t *hs_model_expert_tokens(const hs_model *m, int *n_layers, int *n_experts) {
     *n_layers = m->moe ? m->L : 0;

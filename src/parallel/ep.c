@@ -75,15 +75,19 @@ void hs_ep_fill_ops(hs_ep *p, hs_model_ops *ops) {
 }
 
 hs_status hs_ep_apply_plan(hs_ep *p, hs_model *m, hs_error *e) {
+    return hs_ep_place(m, p->size, p->rank, e);
+}
+
+hs_status hs_ep_place(hs_model *m, int size, int rank, hs_error *e) {
     hs_error_clear(e);
     for (int i = 0; i < hs_model_num_params(m); i++) {
         hs_param *q = hs_model_param(m, i);
         if (q->kind != HS_PARAM_EXPERT) continue;
-        if (!hs_param_place_ep(q, p->size, p->rank))
+        if (!hs_param_place_ep(q, size, rank))
             hs_error_append(e, HS_ERR_CONFIG,
                             "%s: Shard(0) over ep_size=%d does not divide its %lld experts; "
                             "choose an accelerator.ep_size that divides model.moe.num_experts",
-                            q->fqn, p->size, (long long)q->shape[0]);
+                            q->fqn, size, (long long)q->shape[0]);
     }
     return e->code;
 }

@@ -82,6 +82,11 @@ static void check_tied(const hs_model *m, const hs_tp_rule *rules, int n, hs_err
 
 hs_status hs_tp_apply_plan(hs_tp *t, hs_model *m, const hs_tp_rule *rules, int n_rules,
                            hs_error *e) {
+    return hs_tp_place(m, rules, n_rules, t->size, t->rank, t->ops.sequence_parallel, e);
+}
+
+hs_status hs_tp_place(hs_model *m, const hs_tp_rule *rules, int n_rules, int size, int rank,
+                      bool sequence_parallel, hs_error *e) {
     hs_error_clear(e);
     check_tied(m, rules, n_rules, e);
     int np = hs_model_num_params(m);
@@ -98,16 +103,16 @@ hs_status hs_tp_apply_plan(hs_tp *t, hs_model *m, const hs_tp_rule *rules, int n
             continue;
         }
         hs_placement pl = hs_tp_style_placement(r->style);
-        if (!hs_param_place_tp(p, pl, t->size, t->rank)) {
+        if (!hs_param_place_tp(p, pl, size, rank)) {
             char buf[32];
             hs_error_append(e, HS_ERR_CONFIG,
                             "%s: %s (%s) splits dim %d of size %lld over tp_size=%d, which "
                             "does not divide it; choose an accelerator.tp_size that divides it",
                             p->fqn, hs_tp_style_name(r->style), hs_placement_str(pl, buf, sizeof buf),
-                            pl.dim, (long long)(pl.dim < p->ndim ? p->shape[pl.dim] : 0), t->size);
+                            pl.dim, (long long)(pl.dim < p->ndim ? p->shape[pl.dim] : 0), size);
             continue;
         }
-        p->tp_grad_partial = t->ops.sequence_parallel && pl.kind == HS_PLACEMENT_REPLICATE;
+        p->tp_grad_partial = sequence_parallel && pl.kind == HS_PLACEMENT_REPLICATE;
     }
     if (e->code != HS_OK) return e->code;
     return hs_model_check_tp_layout(m, e);

@@ -45,6 +45,20 @@ static hs_status trainer_buffers(hs_trainer *t, hs_error *e) {
     return HS_OK;
 }
 
+/* The plan before anything is allocated: every rank computes the same
+ * one, so all refuse together a run whose ranks on a node would not fit. */
+static hs_status plan_fits(hs_trainer *t, hs_error *e) {
+    hs_plan *p = calloc(1, sizeof *p);
+    if (!p) return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate the plan");
+    hs_status s = hs_plan_build(t->cfg, t->topo, p, e);
+    if (s == HS_OK)
+        s = hs_plan_check_fit(p, t->cfg, hs_comm_local_ranks(t->comm), hs_memory_available(), e);
+    t->plan_peak_bytes = p->max_peak_device_bytes;
+    t->plan_ckpt_bytes = p->checkpoint_bytes;
+    free(p);
+    return s;
+}
+
 /* Everything that can reject the inputs runs before out_dir exists
  * (trainer.h). */
 hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
@@ -53,7 +67,8 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     if (!hs_device_kind_parse(cfg->accelerator.device, &kind))
         return hs_error_set(e, HS_ERR_CONFIG, "accelerator.device: unknown device '%s'; use cpu",
                             cfg->accelerator.device);
-    hs_status s = hs_device_create(kind, t->trace, &t->dev, e);
+    hs_status s = plan_fits(t, e);
+    if (s == HS_OK) s = hs_device_create(kind, t->trace, &t->dev, e);
     if (s == HS_OK) s = hs_mesh_create(t->comm, t->topo, &t->mesh, e);
     if (s != HS_OK) return s;
     hs_coords c = hs_mesh_coords(t->mesh);

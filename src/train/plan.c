@@ -1,0 +1,537 @@
+/* The plan (train.h): per-rank memory and per-step communication of a
+ * config, computed without MPI and without allocating any of it.
+ *
+ * Each distinct rank role (every rank, or each pipeline stage) gets a
+ * model that only describes it: the registry with the rank's TP / EP
+ * placement, and its activation buffers sized by the allocation code
+ * itself (count_buffers). FSDP's per-parameter sizes follow fsdp/param.c
+ * for the role's largest shard (shard rank 0 holds the ceiling rows), and
+ * one step's unshard / gradient / reduce events are replayed in the order
+ * the hooks run them (fsdp/hooks.c, prefetch.c, context.c), so the peak is
+ * the device pool's peak over a step, as metrics.jsonl's peak_device_bytes
+ * measures it. Deep models are described with one block per chunk and the
+ * blocks repeated, which keeps any depth a few milliseconds. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "hypershard/parallel.h"
+#include "hypershard/train.h"
+#include "train/engine.h"
+
+/* Roles whose chunks hold at most this many blocks are described exactly. */
+#define EXACT_BLOCKS 64
+
+static const char *const item_names[] = {"params",      "grads",     "model_copy",
+                                         "optimizer",   "reduce",    "activations",
+                                         "unsharded",   "unsharded_grads"};
+_Static_assert(sizeof item_names / sizeof item_names[0] == HS_PLAN_ITEM_COUNT,
+               "plan item names follow the enum");
+static const char *const comm_names[] = {"all_gather", "reduce_scatter", "all_reduce", "tp",
+                                         "cp",         "ep",             "pp"};
+_Static_assert(sizeof comm_names / sizeof comm_names[0] == HS_PLAN_COMM_COUNT,
+               "plan comm names follow the enum");
+
+const char *hs_plan_item_name(hs_plan_item k)
+{
+    return (unsigned)k < HS_PLAN_ITEM_COUNT ? item_names[k] : "?";
+}
+
+const char *hs_plan_comm_name(hs_plan_comm k)
+{
+    return (unsigned)k < HS_PLAN_COMM_COUNT ? comm_names[k] : "?";
+}
+
+/* One top-level unit (a block with its nested expert unit, or the root):
+ * what it keeps, and what each of its events allocates and frees. */
+typedef struct unit_sz {
+    int64_t dev[HS_PLAN_ITEM_COUNT], host[HS_PLAN_ITEM_COUNT]; /* kept between steps */
+    int64_t P;      /* unshard: all-gather outputs and cast copies           */
+    int64_t I;      /* all-gather input copies, freed at the wait            */
+    int64_t stage;  /* offload staging, alive inside the unshard only        */
+    int64_t G_ag;   /* unsharded grads released when their reduce-scatter ends */
+    int64_t G_loc;  /* unsharded grads of unsharded (degree-1) parameters     */
+    int64_t R;      /* reduce inputs in reduce_dtype (G_ag's and G_loc's)     */
+    int64_t R_loc;
+    int64_t A;      /* fp32 accumulators of no-sync micro-batches             */
+    int64_t comm[HS_PLAN_COMM_COUNT], calls[HS_PLAN_COMM_COUNT];
+    int64_t ag_fwd, ag_calls; /* one forward's all-gathers */
+} unit_sz;
+
+typedef struct plan_ctx {
+    const hs_config *cfg;
+    const hs_topology *topo;
+    hs_dtype cdt, rdt;
+    bool fsdp, offload, main, stashes;
+    int M;
+    hs_model_ops ops; /* sizes and flags only: the described model never runs */
+    bool any_ops;
+} plan_ctx;
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int n_states(const plan_ctx *c, const hs_param *p)
+{
+    if (p->frozen) return 0;
+    bool muon = !strcmp(c->cfg->optimizer.target, "muon") &&
+                ((p->kind == HS_PARAM_LINEAR && p->ndim == 2) || p->kind == HS_PARAM_EXPERT);
+    return muon ? 1 : 2;
+}
+
+/* fsdp/param.c's sizes for shard rank 0 of a degree-S shard group. */
+static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u)
+{
+    const hs_topology *t = c->topo;
+    bool rep = false;
+    for (int i = 0; i < c->cfg->fsdp.n_replicate_params && !rep; i++)
+        rep = !strcmp(c->cfg->fsdp.replicate_params[i], p->fqn);
+    int S = p->on_ep_mesh ? t->edp_shard : rep ? 1 : t->dp_shard;
+    int R = p->on_ep_mesh ? t->edp_replicate : rep ? t->fsdp_dp : t->dp_replicate;
+    int64_t numel = hs_param_local_numel(p), D0 = p->local_shape[0];
+    int64_t row = D0 > 0 ? numel / D0 : 0, chunk = cdiv(D0, S);
+    int64_t actual = (chunk < D0 ? chunk : D0) * row, padded_sh = chunk * row;
+    int64_t padded_un = chunk * S * row, storage = D0 % S == 0 ? actual : padded_sh;
+    bool ag = S > 1;
+    size_t cs = hs_dtype_size(c->cdt), rs = hs_dtype_size(c->rdt);
+    int64_t *master = c->offload ? u->host : u->dev;
+    master[HS_PLAN_PARAMS] += storage * 4;
+    master[HS_PLAN_GRADS] += actual * 4;
+    if (c->main) master[HS_PLAN_MODEL_COPY] += storage * (int64_t)cs;
+    (c->offload ? u->host : u->dev)[HS_PLAN_OPTIM] += n_states(c, p) * actual * 4;
+    bool direct = !c->offload && (c->main || c->cdt == HS_DTYPE_F32);
+    u->P += ag ? padded_un * (int64_t)cs : direct ? 0 : numel * (int64_t)cs;
+    u->I += ag && !direct ? padded_sh * (int64_t)cs : 0;
+    size_t src = c->main ? cs : 4;
+    if (c->offload && src != cs) u->stage += (ag ? storage : numel) * (int64_t)src;
+    if (ag) u->ag_fwd += padded_un * (int64_t)cs, u->ag_calls++;
+    if (p->frozen) return;
+    u->dev[HS_PLAN_REDUCE] += (ag ? padded_sh : numel) * (int64_t)rs;
+    int64_t G = padded_un * (int64_t)cs;
+    int64_t Rb = c->cdt != c->rdt && !(c->stashes && c->M > 1 && !c->cfg->fsdp.requires_grad_sync)
+                     ? padded_un * (int64_t)rs
+                     : 0;
+    if (ag) u->G_ag += G, u->R += Rb;
+    else u->G_loc += G, u->R_loc += Rb;
+    if (c->stashes) u->A += padded_un * 4;
+    if (ag) u->comm[HS_PLAN_RS] += padded_un * (int64_t)rs, u->calls[HS_PLAN_RS]++;
+    if (R > 1) u->comm[HS_PLAN_AR] += (ag ? padded_sh : numel) * (int64_t)rs, u->calls[HS_PLAN_AR]++;
+}
+
+static void add_local_param(const plan_ctx *c, const hs_param *p, unit_sz *u)
+{
+    int64_t n = hs_param_local_numel(p);
+    u->dev[HS_PLAN_PARAMS] += n * 4;
+    if (!p->frozen) u->dev[HS_PLAN_GRADS] += n * 4;
+    u->dev[HS_PLAN_OPTIM] += n_states(c, p) * n * 4;
+}
+
+/* The role's model: the registry placed for TP / EP rank 0 and its buffers
+ * counted. `blocks_per_chunk` > 0 describes every chunk with that many
+ * blocks instead of its real length. */
+static hs_status role_model(const plan_ctx *c, int stage, const hs_model_stage *st, int slots,
+                            int blocks_per_chunk, bool checkpointing, hs_model **out, hs_error *e)
+{
+    const hs_config *cfg = c->cfg;
+    const hs_topology *t = c->topo;
+    hs_model_config mc = cfg->model;
+    hs_model_stage s = *st;
+    if (blocks_per_chunk > 0 && s.n_chunks > 0) {
+        /* Chunk k of stage p is the model's chunk p + k*pp: with all chunks
+         * of one length the embedding and the head stay where they were. */
+        mc.n_layers = t->pp * s.n_chunks * blocks_per_chunk;
+        for (int k = 0; k < s.n_chunks; k++) {
+            s.first_layer[k] = (stage + k * t->pp) * blocks_per_chunk;
+            s.n_layers[k] = blocks_per_chunk;
+        }
+    } else if (blocks_per_chunk > 0) {
+        mc.n_layers = blocks_per_chunk;
+    }
+    int pd = cfg->fsdp.mix_precision.param_dtype, od = cfg->fsdp.mix_precision.output_dtype;
+    hs_model_options mo = {
+        .compute_dtype = c->cdt,
+        .grad_dtype = c->cdt,
+        .max_batch = cfg->train.micro_batch_size,
+        .seq_len = cfg->train.seq_len,
+        .activation_checkpointing = checkpointing,
+        .stage = s,
+        .act_slots = slots,
+        .cast_unit_outputs = c->fsdp && od != HS_MP_NULL,
+        .unit_output_dtype = od != HS_MP_NULL ? (hs_dtype)od : c->cdt,
+        .keep_unit_inputs =
+            !c->fsdp || pd == HS_MP_NULL || !cfg->fsdp.mix_precision.cast_forward_inputs,
+        .ops = c->any_ops ? &c->ops : NULL,
+        .count_buffers = true,
+    };
+    *out = NULL;
+    hs_model *m = NULL;
+    hs_status rc = hs_model_create(&mc, &mo, &m, e);
+    if (rc == HS_OK && t->ep > 1) rc = hs_ep_place(m, t->ep, 0, e);
+    if (rc == HS_OK && t->tp > 1) {
+        int n = 0;
+        const hs_tp_rule *rules = hs_tp_default_plan(&n);
+        rc = hs_tp_place(m, rules, n, t->tp, 0, cfg->accelerator.sequence_parallel, e);
+    }
+    if (rc != HS_OK) {
+        hs_model_free(m);
+        return rc;
+    }
+    hs_train_freeze_apply(cfg, m);
+    *out = m;
+    return HS_OK;
+}
+
+/* ------------------------------------------------------- one step's events */
+
+typedef struct sim {
+    const plan_ctx *c;
+    unit_sz **u;
+    int n;
+    bool *unsharded, *in_flight, *acc;
+    int64_t *held; /* unsharded gradient bytes a unit holds until its release */
+    int64_t peak, peak_p, peak_g, cur_p, cur_g;
+    int prev; /* unit whose reduce-scatter is in flight */
+} sim;
+
+static void mark(sim *s, int64_t extra)
+{
+    int64_t now = s->cur_p + s->cur_g + extra;
+    if (now > s->peak) s->peak = now, s->peak_p = s->cur_p + extra, s->peak_g = s->cur_g;
+}
+
+static void hold(sim *s, int k, int64_t bytes)
+{
+    s->held[k] += bytes;
+    s->cur_g += bytes;
+    mark(s, 0);
+}
+
+static void issue(sim *s, int k)
+{
+    if (s->unsharded[k]) return;
+    unit_sz *u = s->u[k];
+    s->cur_p += u->I;
+    mark(s, u->stage);
+    s->cur_p += u->P;
+    mark(s, 0);
+    s->unsharded[k] = s->in_flight[k] = true;
+}
+
+static void wait_unshard(sim *s, int k)
+{
+    if (!s->in_flight[k]) return;
+    s->cur_p -= s->u[k]->I;
+    s->in_flight[k] = false;
+}
+
+static void reshard(sim *s, int k)
+{
+    if (!s->unsharded[k]) return;
+    wait_unshard(s, k);
+    s->cur_p -= s->u[k]->P;
+    s->unsharded[k] = false;
+}
+
+static void release_grads(sim *s, int k)
+{
+    if (k < 0) return;
+    s->cur_g -= s->held[k];
+    s->held[k] = 0;
+    s->acc[k] = false;
+}
+
+/* context.c: wait the previous unit's reduce-scatters (releasing its
+ * gradients), then issue this unit's; degree-1 parameters copy into their
+ * slot and release at once. */
+static void reduce(sim *s, int k)
+{
+    unit_sz *u = s->u[k];
+    release_grads(s, s->prev);
+    hold(s, k, u->R + u->R_loc);
+    int64_t loc = u->G_loc + u->R_loc;
+    s->held[k] -= loc, s->cur_g -= loc;
+    s->prev = k;
+}
+
+static void grad_begin(sim *s, int k)
+{
+    if (s->held[k] == 0) hold(s, k, s->u[k]->G_ag + s->u[k]->G_loc);
+}
+
+static void stash(sim *s, int k)
+{
+    if (s->c->stashes && !s->acc[k]) hold(s, k, s->u[k]->A), s->acc[k] = true;
+}
+
+/* fsdp/hooks.c in order: forward root first, backward the root's head,
+ * then the blocks last to first, the root's own reduction at the end. */
+static void micro_batch(sim *s, bool sync, bool reshard_bwd)
+{
+    const hs_fsdp_config *f = &s->c->cfg->fsdp;
+    int n = s->n;
+    for (int k = 0; k < n; k++) {
+        issue(s, k);
+        for (int j = 1; j <= f->forward_prefetch_depth && k + j < n; j++) issue(s, k + j);
+        wait_unshard(s, k);
+        if (k > 0 && f->reshard_after_forward) reshard(s, k);
+    }
+    for (int pos = 0; pos < n; pos++) {
+        int k = pos == 0 ? 0 : n - pos;
+        issue(s, k);
+        for (int j = 1; j <= f->backward_prefetch_depth && pos + j < n; j++) issue(s, n - pos - j);
+        wait_unshard(s, k);
+        grad_begin(s, k);
+        if (k == 0) continue; /* the root's post-backward comes last */
+        if (sync) reduce(s, k);
+        else stash(s, k);
+        if (reshard_bwd) reshard(s, k);
+    }
+    if (sync) {
+        reduce(s, 0);
+        for (int k = 0; k < n; k++) release_grads(s, k); /* the drain */
+        s->prev = -1;
+    } else {
+        stash(s, 0);
+    }
+    if (reshard_bwd) reshard(s, 0);
+    for (int k = 0; k < n; k++) wait_unshard(s, k);
+}
+
+static void simulate(const plan_ctx *c, unit_sz **u, int n, int64_t *peak_p, int64_t *peak_g)
+{
+    sim s = {.c = c, .u = u, .n = n, .prev = -1};
+    bool *flags = calloc((size_t)n * 3 + 3, sizeof(bool));
+    s.held = calloc((size_t)n + 1, sizeof(int64_t));
+    if (!flags || !s.held) hs_panic("plan: cannot allocate the step replay of %d units", n);
+    s.unsharded = flags, s.in_flight = flags + n, s.acc = flags + 2 * n;
+    const hs_fsdp_config *f = &c->cfg->fsdp;
+    for (int mb = 0; mb < c->M; mb++) {
+        bool sync = f->requires_grad_sync || mb == c->M - 1;
+        micro_batch(&s, sync, f->reshard_after_backward || mb == c->M - 1);
+    }
+    free(flags);
+    free(s.held);
+    *peak_p = s.peak_p;
+    *peak_g = s.peak_g;
+}
+
+/* ------------------------------------------------------------ one role */
+
+/* The top-level unit of each of m's units: an expert unit counts with
+ * its block. */
+static int top_of(const hs_model *m, int ui, const int *top_index)
+{
+    while (ui > 0 && hs_model_unit(m, ui)->is_expert) ui = hs_model_unit(m, ui)->parent;
+    return top_index[ui];
+}
+
+/* Activation bytes of the role at its real depth. */
+static hs_status activation_bytes(const plan_ctx *c, int stage, const hs_model_stage *st,
+                                  int slots, bool exact, bool checkpointing, int n_blocks,
+                                  int64_t *out, hs_error *e)
+{
+    hs_model *m = NULL;
+    hs_status rc = role_model(c, stage, st, slots, exact ? 0 : 1, checkpointing, &m, e);
+    if (rc != HS_OK) return rc;
+    int64_t one = hs_model_buffer_bytes(m);
+    hs_model_free(m);
+    if (exact) return *out = one, HS_OK;
+    rc = role_model(c, stage, st, slots, 2, checkpointing, &m, e);
+    if (rc != HS_OK) return rc;
+    int64_t two = hs_model_buffer_bytes(m);
+    hs_model_free(m);
+    int nch = st->n_chunks > 0 ? st->n_chunks : 1;
+    *out = one + (two - one) / nch * (n_blocks - nch);
+    return HS_OK;
+}
+
+static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int stage, int n_blocks,
+                    hs_plan_role *r)
+{
+    const hs_config *cfg = c->cfg;
+    const hs_topology *t = c->topo;
+    const hs_model_config *mc = &cfg->model;
+    int64_t B = cfg->train.micro_batch_size, T = cfg->train.seq_len, M = c->M;
+    int64_t BT = B * (T / t->cp), C = mc->dim, cs = (int64_t)hs_dtype_size(c->cdt);
+    int64_t kv = (int64_t)(mc->n_kv_heads > 0 ? mc->n_kv_heads : mc->n_heads) *
+                 (mc->dim / mc->n_heads) / t->tp;
+    if (t->tp > 1) { /* two regions a block, each way: all-reduce (or SP's AG + RS) */
+        r->comm_bytes[HS_PLAN_TP] += M * n_blocks * 4 * BT * C * 4;
+        r->comm_calls[HS_PLAN_TP] += M * n_blocks * 4;
+        if (!cfg->accelerator.loss_parallel && st->n_chunks >= 0)
+            r->comm_bytes[HS_PLAN_TP] += M * BT * mc->vocab_size * 4, r->comm_calls[HS_PLAN_TP] += M;
+    }
+    if (t->cp > 1) { /* K and V gathered in forward, dK and dV reduced back */
+        r->comm_bytes[HS_PLAN_CP] += M * n_blocks * 2 * B * T * kv * (cs + 4);
+        r->comm_calls[HS_PLAN_CP] += M * n_blocks * (cfg->accelerator.cp_rotate_method[0] == 'r'
+                                                          ? 4 * (t->cp - 1)
+                                                          : 4);
+    }
+    if (t->ep > 1 && !strcmp(mc->arch, "moe")) { /* dispatch and combine, each way */
+        r->comm_bytes[HS_PLAN_EP] += M * n_blocks * 4 * BT * mc->moe.top_k * C * cs;
+        r->comm_calls[HS_PLAN_EP] += M * n_blocks * 6;
+    }
+    if (t->pp > 1) {
+        int nch = st->n_chunks > 0 ? st->n_chunks : 1;
+        for (int k = 0; k < nch; k++) {
+            bool last = st->first_layer[k] + st->n_layers[k] == mc->n_layers;
+            bool first = st->first_layer[k] == 0;
+            if (!last) r->comm_bytes[HS_PLAN_PP] += M * BT * C * cs, r->comm_calls[HS_PLAN_PP] += M;
+            if (!first) r->comm_bytes[HS_PLAN_PP] += M * BT * C * 4, r->comm_calls[HS_PLAN_PP] += M;
+        }
+    }
+    (void)stage;
+}
+
+static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *global_numel,
+                           hs_error *e)
+{
+    const hs_config *cfg = c->cfg;
+    const hs_topology *t = c->topo;
+    hs_model_stage st = {0};
+    int slots = 1;
+    if (t->pp > 1) {
+        hs_pp_schedule_kind kind = HS_PP_1F1B;
+        (void)hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &kind);
+        hs_pp_stage_chunks(cfg, stage, &st);
+        slots = hs_pp_slots(kind, t->pp, stage, c->M, st.n_chunks);
+    }
+    int n_blocks = cfg->model.n_layers;
+    if (st.n_chunks > 0) {
+        n_blocks = 0;
+        for (int k = 0; k < st.n_chunks; k++) n_blocks += st.n_layers[k];
+    }
+    r->n_blocks = n_blocks;
+    bool exact = n_blocks <= EXACT_BLOCKS, ac = cfg->train.activation_checkpointing;
+    hs_status rc = activation_bytes(c, stage, &st, slots, exact, ac, n_blocks,
+                                    &r->device[HS_PLAN_ACTIVATIONS], e);
+    if (rc == HS_OK)
+        rc = activation_bytes(c, stage, &st, slots, exact, !ac, n_blocks, &r->activations_other, e);
+    hs_model *m = NULL;
+    if (rc == HS_OK) rc = role_model(c, stage, &st, slots, exact ? 0 : 1, ac, &m, e);
+    if (rc != HS_OK) return rc;
+    int nu = hs_model_num_units(m), n_top = 0;
+    int *top_index = calloc((size_t)nu + 1, sizeof(int));
+    unit_sz *tops = calloc((size_t)nu + 1, sizeof *tops);
+    if (!top_index || !tops) {
+        free(top_index), free(tops), hs_model_free(m);
+        return hs_error_set(e, HS_ERR_OOM, "plan: cannot allocate %d unit sizes", nu);
+    }
+    for (int ui = 0; ui < nu; ui++)
+        if (ui == 0 || !hs_model_unit(m, ui)->is_expert) top_index[ui] = n_top++;
+    int64_t block_numel = 0, root_numel = 0;
+    for (int i = 0; i < hs_model_num_params(m); i++) {
+        hs_param *p = hs_model_param(m, i);
+        int k = top_of(m, p->unit, top_index);
+        if (c->fsdp) add_fsdp_param(c, p, &tops[k]);
+        else add_local_param(c, p, &tops[k]);
+        int64_t g = 1;
+        for (int d = 0; d < p->ndim; d++) g *= p->shape[d];
+        if (k == 0) root_numel += g;
+        else block_numel += g;
+    }
+    hs_model_free(m);
+    /* The step's units in order: the described ones, or the root and each
+     * chunk's block repeated to the chunk's real length. */
+    int n_seq = exact ? n_top : 1 + n_blocks;
+    unit_sz **seq = calloc((size_t)n_seq + 1, sizeof *seq);
+    if (!seq) {
+        free(top_index), free(tops);
+        return hs_error_set(e, HS_ERR_OOM, "plan: cannot allocate %d units", n_seq);
+    }
+    if (exact) {
+        for (int k = 0; k < n_top; k++) seq[k] = &tops[k];
+    } else {
+        int nch = st.n_chunks > 0 ? st.n_chunks : 1, at = 0;
+        seq[at++] = &tops[0];
+        for (int k = 0; k < nch; k++)
+            for (int j = 0; j < (st.n_chunks > 0 ? st.n_layers[k] : n_blocks); j++)
+                seq[at++] = &tops[1 + k];
+        block_numel = block_numel / nch * n_blocks;
+    }
+    *global_numel += root_numel + block_numel;
+    int64_t syncs = cfg->fsdp.requires_grad_sync ? c->M : 1;
+    for (int k = 0; k < n_seq; k++) {
+        unit_sz *u = seq[k];
+        for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++) r->device[i] += u->dev[i], r->host[i] += u->host[i];
+        int64_t gathers = c->M * (1 + (k > 0 && cfg->fsdp.reshard_after_forward));
+        r->comm_bytes[HS_PLAN_AG] += gathers * u->ag_fwd;
+        r->comm_calls[HS_PLAN_AG] += gathers * u->ag_calls;
+        for (int j = HS_PLAN_RS; j <= HS_PLAN_AR; j++)
+            r->comm_bytes[j] += syncs * u->comm[j], r->comm_calls[j] += syncs * u->calls[j];
+    }
+    if (c->fsdp) {
+        int64_t pp_ = 0, pg = 0;
+        rc = HS_OK;
+        simulate(c, seq, n_seq, &pp_, &pg);
+        r->device[HS_PLAN_UNSHARDED] = pp_;
+        r->device[HS_PLAN_UNSHARDED_GRADS] = pg;
+    }
+    mp_comm(c, &st, stage, n_blocks, r);
+    free(seq), free(top_index), free(tops);
+    for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++)
+        r->peak_device_bytes += r->device[i], r->peak_host_bytes += r->host[i];
+    return HS_OK;
+}
+
+/* ------------------------------------------------------------- the plan */
+
+static bool wants_policies(const hs_config *cfg)
+{
+    int pd = cfg->fsdp.mix_precision.param_dtype, od = cfg->fsdp.mix_precision.output_dtype;
+    return (pd != HS_MP_NULL && pd != HS_DTYPE_F32) || (od != HS_MP_NULL && od != HS_DTYPE_F32) ||
+           cfg->fsdp.enable_offload || cfg->optimizer.fp32_main_params;
+}
+
+hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *out, hs_error *e)
+{
+    memset(out, 0, sizeof *out);
+    hs_error_clear(e);
+    const hs_mix_precision *mp = &cfg->fsdp.mix_precision;
+    plan_ctx c = {.cfg = cfg, .topo = topo};
+    c.cdt = mp->param_dtype == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)mp->param_dtype;
+    c.rdt = mp->reduce_dtype == HS_MP_NULL ? c.cdt : (hs_dtype)mp->reduce_dtype;
+    char why[256];
+    bool active = hs_topology_fsdp_active(topo, why, sizeof why);
+    c.fsdp = active || topo->pp > 1 || topo->tp > 1 || topo->ep > 1 || wants_policies(cfg);
+    if (!c.fsdp) c.cdt = c.rdt = HS_DTYPE_F32;
+    c.offload = c.fsdp && cfg->fsdp.enable_offload;
+    c.main = c.fsdp && cfg->optimizer.fp32_main_params && c.cdt != HS_DTYPE_F32;
+    c.stashes = c.fsdp && c.cdt != HS_DTYPE_F32 && c.rdt == HS_DTYPE_F32;
+    c.M = hs_config_micro_batches(cfg, topo);
+    c.ops = (hs_model_ops){.tp_size = topo->tp,
+                           .sequence_parallel = cfg->accelerator.sequence_parallel,
+                           .loss_parallel = cfg->accelerator.loss_parallel,
+                           .cp_size = topo->cp,
+                           .cp_ring = !strcmp(cfg->accelerator.cp_rotate_method, "ring"),
+                           .ep_size = topo->ep};
+    c.any_ops = topo->tp > 1 || topo->cp > 1 || topo->ep > 1 ||
+                (!strcmp(cfg->model.arch, "moe") && topo->fsdp_dp > 1);
+    out->topo = topo;
+    out->world = topo->world;
+    out->micro_batches = c.M;
+    out->engine = c.fsdp ? "fsdp" : "local";
+    int roles = topo->pp > 1 ? topo->pp : 1;
+    if (roles > HS_PLAN_MAX_ROLES)
+        return hs_error_set(e, HS_ERR_CONFIG, "plan: %d pipeline stages; at most %d are planned",
+                            roles, HS_PLAN_MAX_ROLES);
+    out->n_roles = roles;
+    for (int s = 0; s < roles; s++) {
+        hs_plan_role *r = &out->roles[s];
+        if (roles == 1) snprintf(r->name, sizeof r->name, "every rank");
+        else snprintf(r->name, sizeof r->name, "stage %d", s);
+        r->n_ranks = topo->world / roles;
+        r->first_rank = -1;
+        for (int k = 0; k < topo->world && r->first_rank < 0; k++)
+            if (hs_topology_coords(topo, k).pp == s) r->first_rank = k;
+        hs_status rc = plan_role(&c, s, r, &out->total_params, e);
+        if (rc != HS_OK) return rc;
+        if (r->peak_device_bytes > out->max_peak_device_bytes)
+            out->max_peak_device_bytes = r->peak_device_bytes;
+        if (r->peak_host_bytes > out->max_peak_host_bytes)
+            out->max_peak_host_bytes = r->peak_host_bytes;
+    }
+    /* fp32 weights and optimizer state once each, and the model copy. */
+    int states = strcmp(cfg->optimizer.target, "muon") ? 2 : 1;
+    out->checkpoint_bytes = out->total_params * 4 * (1 + states) +
+                            (c.main ? out->total_params * (int64_t)hs_dtype_size(c.cdt) : 0);
+    return HS_OK;
+}

@@ -1,0 +1,149 @@
+/* The plan as a table a person reads, as one JSON object, and the fit
+ * check train runs before it allocates (train.h). */
+#include <string.h>
+
+#include "hypershard/train.h"
+
+static const char *human(int64_t b, char *buf, size_t cap)
+{
+    double v = (double)b;
+    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int k = 0;
+    while (v >= 1024.0 && k < 5) v /= 1024.0, k++;
+    if (k == 0) snprintf(buf, cap, "%lld B", (long long)b);
+    else snprintf(buf, cap, "%.1f %s", v, unit[k]);
+    return buf;
+}
+
+static const char *const item_help[HS_PLAN_ITEM_COUNT] = {
+    "fp32 masters (sharded)", "fp32 gradients (sharded)", "param_dtype copy (fp32_main_params)",
+    "optimizer state",        "reduce output slots",      "activations + scratch",
+    "unsharded params at the peak", "unsharded grads at the peak"};
+
+void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f)
+{
+    char a[32], b[32];
+    fprintf(f, "plan: world %d, engine %s, %d micro-batch%s of %d x %d tokens per rank\n",
+            p->world, p->engine, p->micro_batches, p->micro_batches == 1 ? "" : "es",
+            cfg->train.micro_batch_size, cfg->train.seq_len);
+    const hs_topology *t = p->topo;
+    fprintf(f, "layout: pp %d x dp %d x cp %d x tp %d; FSDP shard %d x replicate %d", t->pp, t->dp,
+            t->cp, t->tp, t->dp_shard, t->dp_replicate);
+    if (t->ep > 1) fprintf(f, "; experts ep %d, shard %d x replicate %d", t->ep, t->edp_shard, t->edp_replicate);
+    fputc('\n', f);
+    fprintf(f, "model: %lld parameters (%s fp32)\n", (long long)p->total_params,
+            human(p->total_params * 4, a, sizeof a));
+    for (int r = 0; r < p->n_roles; r++) {
+        const hs_plan_role *ro = &p->roles[r];
+        fprintf(f, "\n%s: %d rank%s from rank %d, %d block%s\n", ro->name, ro->n_ranks,
+                ro->n_ranks == 1 ? "" : "s", ro->first_rank, ro->n_blocks,
+                ro->n_blocks == 1 ? "" : "s");
+        fprintf(f, "  %-16s %12s %12s  %s\n", "memory per rank", "device", "host", "");
+        for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++) {
+            if (!ro->device[i] && !ro->host[i]) continue;
+            fprintf(f, "  %-16s %12s %12s  %s\n", hs_plan_item_name((hs_plan_item)i),
+                    human(ro->device[i], a, sizeof a), human(ro->host[i], b, sizeof b),
+                    item_help[i]);
+        }
+        fprintf(f, "  %-16s %12s %12s\n", "peak", human(ro->peak_device_bytes, a, sizeof a),
+                human(ro->peak_host_bytes, b, sizeof b));
+        fprintf(f, "  activations with train.activation_checkpointing=%s: %s\n",
+                cfg->train.activation_checkpointing ? "false" : "true",
+                human(ro->activations_other, a, sizeof a));
+        fprintf(f, "  %-16s %12s %8s\n", "comm per step", "bytes", "calls");
+        for (int k = 0; k < HS_PLAN_COMM_COUNT; k++) {
+            if (!ro->comm_calls[k]) continue;
+            fprintf(f, "  %-16s %12s %8lld\n", hs_plan_comm_name((hs_plan_comm)k),
+                    human(ro->comm_bytes[k], a, sizeof a), (long long)ro->comm_calls[k]);
+        }
+    }
+    fprintf(f, "\nmax peak per rank: device %s, host %s; one checkpoint about %s\n",
+            human(p->max_peak_device_bytes, a, sizeof a),
+            human(p->max_peak_host_bytes, b, sizeof b), human(p->checkpoint_bytes, a, sizeof a));
+}
+
+static void json_items(hs_json *j, const char *key, const int64_t *v)
+{
+    hs_json_key(j, key);
+    hs_json_begin_object(j);
+    for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++) hs_json_kv_int(j, hs_plan_item_name((hs_plan_item)i), v[i]);
+    hs_json_end_object(j);
+}
+
+void hs_plan_json(const hs_plan *p, FILE *f)
+{
+    hs_json j;
+    hs_json_init(&j, f);
+    hs_json_begin_object(&j);
+    hs_json_kv_int(&j, "world", p->world);
+    hs_json_kv_string(&j, "engine", p->engine);
+    hs_json_kv_int(&j, "micro_batches", p->micro_batches);
+    hs_json_kv_int(&j, "total_params", p->total_params);
+    hs_json_kv_int(&j, "checkpoint_bytes", p->checkpoint_bytes);
+    hs_json_kv_int(&j, "max_peak_device_bytes", p->max_peak_device_bytes);
+    hs_json_kv_int(&j, "max_peak_host_bytes", p->max_peak_host_bytes);
+    hs_json_key(&j, "ranks");
+    hs_json_begin_array(&j);
+    for (int r = 0; r < p->n_roles; r++) {
+        const hs_plan_role *ro = &p->roles[r];
+        hs_json_begin_object(&j);
+        hs_json_kv_string(&j, "role", ro->name);
+        hs_json_kv_int(&j, "n_ranks", ro->n_ranks);
+        hs_json_kv_int(&j, "first_rank", ro->first_rank);
+        hs_json_kv_int(&j, "blocks", ro->n_blocks);
+        hs_json_kv_int(&j, "peak_device_bytes", ro->peak_device_bytes);
+        hs_json_kv_int(&j, "peak_host_bytes", ro->peak_host_bytes);
+        json_items(&j, "device", ro->device);
+        json_items(&j, "host", ro->host);
+        hs_json_kv_int(&j, "activations_other_checkpointing", ro->activations_other);
+        hs_json_key(&j, "comm");
+        hs_json_begin_object(&j);
+        for (int k = 0; k < HS_PLAN_COMM_COUNT; k++) {
+            hs_json_key(&j, hs_plan_comm_name((hs_plan_comm)k));
+            hs_json_begin_object(&j);
+            hs_json_kv_int(&j, "bytes", ro->comm_bytes[k]);
+            hs_json_kv_int(&j, "calls", ro->comm_calls[k]);
+            hs_json_end_object(&j);
+        }
+        hs_json_end_object(&j);
+        hs_json_end_object(&j);
+    }
+    hs_json_end_array(&j);
+    hs_json_end_object(&j);
+    fputc('\n', f);
+}
+
+hs_status hs_plan_check_fit(const hs_plan *p, const hs_config *cfg, int ranks_per_node,
+                            int64_t avail_bytes, hs_error *e)
+{
+    int64_t need = (p->max_peak_device_bytes + p->max_peak_host_bytes) * ranks_per_node;
+    if (avail_bytes <= 0 || need <= avail_bytes) return HS_OK;
+    const hs_plan_role *worst = &p->roles[0];
+    for (int r = 1; r < p->n_roles; r++)
+        if (p->roles[r].peak_device_bytes > worst->peak_device_bytes) worst = &p->roles[r];
+    /* The three biggest items of the busiest role. */
+    int64_t v[HS_PLAN_ITEM_COUNT];
+    for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++) v[i] = worst->device[i] + worst->host[i];
+    char items[256] = "", a[32], b[32], c[32];
+    size_t used = 0;
+    for (int n = 0; n < 3; n++) {
+        int best = -1;
+        for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++)
+            if (v[i] > 0 && (best < 0 || v[i] > v[best])) best = i;
+        if (best < 0) break;
+        int k = snprintf(items + used, sizeof items - used, "%s%s %s", n ? ", " : "",
+                         hs_plan_item_name((hs_plan_item)best), human(v[best], c, sizeof c));
+        if (k > 0 && (size_t)k < sizeof items - used) used += (size_t)k;
+        v[best] = 0;
+    }
+    return hs_error_set(
+        e, HS_ERR_CONFIG,
+        "the plan needs %s per rank x %d rank%s on this node = %s, and %s is available "
+        "(largest: %s, for %s). Make it fit: more ranks or nodes, fsdp_config.dp_shard_size "
+        "(shards params, grads and optimizer state), train.activation_checkpointing: true%s, "
+        "fsdp_config.mix_precision.param_dtype: bfloat16, fsdp_config.enable_offload: true, "
+        "a smaller train.micro_batch_size or model; `hypershard plan` shows the items",
+        human(need / ranks_per_node, a, sizeof a), ranks_per_node, ranks_per_node == 1 ? "" : "s",
+        human(need, b, sizeof b), human(avail_bytes, c, sizeof c), items,
+        worst->name, cfg->train.activation_checkpointing ? " (already on)" : "");
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# hypershard plan: the planned peak per rank is within 10% of the
+# peak_device_bytes a real run measures (FSDP, HSDP, mixed precision,
+# offload, recompute and the model-parallel layouts at W <= 8); a model
+# that cannot fit is refused by train in well under 5 s with the plan's
+# numbers and nothing written; the plan of 1024 ranks is a readable table.
+set -u
+source "$(dirname "$0")/lib.sh"
+hs_scratch plan
+
+tiny=(model.dim=64 model.n_layers=3 model.n_heads=4 model.n_kv_heads=2 model.ffn_dim=136
+      train.seq_len=32 train.micro_batch_size=2 train.steps=2 train.eval_every=0)
+F2=(fsdp_config.dp_shard_size=2)
+BF=(fsdp_config.mix_precision.param_dtype=bfloat16 fsdp_config.mix_precision.reduce_dtype=float32)
+
+# check NAME RANKS ARGS...: plan --json and a 2-step run agree within 10%.
+check() {
+    local name=$1 n=$2
+    shift 2
+    "$HS_BIN" plan --world "$n" --json "${tiny[@]}" "$@" > "$work/$name.plan.json" 2> "$work/$name.plan.err" ||
+        { fail "$name: plan failed: $(cat "$work/$name.plan.err")"; return; }
+    hs_train "$name" "$n" "$@"
+    python3 - "$name" "$work/$name.plan.json" "$work/$name/metrics.jsonl" <<'PY' || fail "$1"
+import json, sys
+name, plan, metrics = sys.argv[1:]
+p = json.load(open(plan))
+want = p["max_peak_device_bytes"]
+assert want == max(r["peak_device_bytes"] for r in p["ranks"])
+got = max(json.loads(l)["peak_device_bytes"] for l in open(metrics))
+err = want / got - 1
+print("%-14s planned %10d measured %10d  %+.2f%%" % (name, want, got, 100 * err))
+sys.exit(0 if abs(err) < 0.10 else 1)
+PY
+}
+
+check one 1
+check fsdp2 2 "${F2[@]}"
+check ddp2 2
+check uneven3 3 fsdp_config.dp_shard_size=3 train.global_batch_size=6
+check hsdp4 4 "${F2[@]}" train.global_batch_size=8
+check bf16 2 "${F2[@]}" "${BF[@]}"
+check main_params 2 "${F2[@]}" "${BF[@]}" optimizer.fp32_main_params=true \
+    fsdp_config.mix_precision.fp32_main_grad=true
+check offload 2 "${F2[@]}" fsdp_config.enable_offload=true
+check offload_bf16 2 "${F2[@]}" "${BF[@]}" fsdp_config.enable_offload=true
+check recompute 2 "${F2[@]}" train.activation_checkpointing=true
+check prefetch2 4 fsdp_config.dp_shard_size=4 fsdp_config.forward_prefetch_depth=2 \
+    fsdp_config.backward_prefetch_depth=2 train.global_batch_size=8
+check no_sync 2 "${F2[@]}" "${BF[@]}" train.global_batch_size=8 fsdp_config.requires_grad_sync=false
+check tp2_fsdp2 4 "${F2[@]}" accelerator.tp_size=2
+check pp2_fsdp2 4 "${F2[@]}" accelerator.pp_size=2 train.global_batch_size=8
+check cp2 2 accelerator.cp_size=2
+check fsdp8 8 fsdp_config.dp_shard_size=8 train.global_batch_size=16 train.activation_checkpointing=true
+
+# The JSON lists each role; under PP one per stage.
+python3 - "$work/pp2_fsdp2.plan.json" <<'PY' || fail "pp2_fsdp2: roles"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert [r["role"] for r in p["ranks"]] == ["stage 0", "stage 1"], p["ranks"]
+assert all(r["n_ranks"] == 2 for r in p["ranks"])
+assert p["ranks"][0]["comm"]["pp"]["calls"] > 0
+PY
+
+# A model that cannot fit: refused before anything is allocated or written.
+t0=$(date +%s.%N)
+hs_expect_exit 2 huge "the plan needs .* activations" train model.n_layers=1000000 \
+    train.out_dir="$work/huge"
+python3 -c "import sys; sys.exit(0 if $(date +%s.%N) - $t0 < 5 else 1)" || fail "huge: took over 5 s"
+grep -q "train.activation_checkpointing: true" "$work/huge.log" || fail "huge: no fix named"
+[ ! -e "$work/huge" ] || fail "huge: the run left $work/huge behind"
+hs_expect_exit 2 wide "the plan needs" train model.dim=100000000 train.out_dir="$work/wide"
+hs_expect_exit 2 vocab "the plan needs" train model.vocab_size=2000000000 train.out_dir="$work/vocab"
+# The node's memory as the operator states it; the busiest rank times two.
+HYPERSHARD_NODE_MEMORY=1000000 hs_expect_exit 2 node "x 1 rank on this node" train \
+    "${tiny[@]}" train.out_dir="$work/node"
+need=$(python3 -c "import json; print(json.load(open('$work/fsdp2.plan.json'))['max_peak_device_bytes'])")
+HYPERSHARD_NODE_MEMORY=$((2 * need - 1)) timeout 120 "$MPIEXEC" -n 2 "$HS_BIN" train "${tiny[@]}" \
+    "${F2[@]}" train.out_dir="$work/node2" > "$work/node2.log" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "x 2 ranks on this node" "$work/node2.log" ||
+    fail "node2: exit $rc: $(tail -3 "$work/node2.log")"
+
+# 1024 ranks, tp 8 x pp 4 of an 8B Llama: a table, in milliseconds.
+hs_expect_exit 0 big "stage 3: 256 ranks" plan --world 1024 accelerator.tp_size=8 \
+    accelerator.pp_size=4 fsdp_config.dp_shard_size=32 model.n_layers=32 model.dim=4096 \
+    model.n_heads=32 model.n_kv_heads=8 model.ffn_dim=14336 model.vocab_size=128256 \
+    train.seq_len=8192 train.micro_batch_size=1
+for w in "all_gather" "reduce_scatter" "tp " "pp " "optimizer" "activations" "max peak per rank"; do
+    grep -q "$w" "$work/big.log" || fail "big: no '$w' in the table"
+done
+hs_expect_exit 2 bad_world "expected a rank count" plan --world 0
+hs_finish
