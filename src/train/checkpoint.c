@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "hypershard/ckpt.h"
@@ -306,7 +307,7 @@ hs_status hs_train_ckpt_resume(hs_trainer *t, hs_error *e) {
 /* The directory itself if it exists, else its nearest existing ancestor:
  * that must be a directory this rank can create files in. Nothing is left
  * behind: the probe file is removed, a missing checkpoint.dir not created. */
-static hs_status dir_usable(const char *dir, int rank, hs_error *e) {
+static hs_status dir_usable(const char *dir, int rank, int64_t need, hs_error *e) {
     char at[HS_PATH_MAX];
     snprintf(at, sizeof at, "%s", dir);
     struct stat st;
@@ -334,13 +335,25 @@ static hs_status dir_usable(const char *dir, int rank, hs_error *e) {
                             dir, at, hs_strerror_errno());
     fclose(f);
     remove(probe);
+    struct statvfs fs;
+    if (need > 0 && statvfs(at, &fs) == 0) {
+        int64_t room = (int64_t)fs.f_bavail * (int64_t)fs.f_frsize;
+        if (room < need)
+            return hs_error_set(e, HS_ERR_CONFIG,
+                                "checkpoint.dir = %s: %s has %.1f MiB free and one checkpoint of "
+                                "this run takes about %.1f MiB (the plan's estimate: fp32 weights "
+                                "and optimizer state); free space there or choose another "
+                                "checkpoint.dir",
+                                dir, at, (double)room / (1 << 20), (double)need / (1 << 20));
+    }
     return HS_OK;
 }
 
 hs_status hs_train_ckpt_dir_check(hs_trainer *t, hs_error *e) {
     const char *dir = t->cfg->checkpoint.dir;
     if (!dir[0]) return HS_OK;
-    return agree(t, dir_usable(dir, hs_comm_rank(t->comm), e), "checking checkpoint.dir", e);
+    return agree(t, dir_usable(dir, hs_comm_rank(t->comm), t->plan_ckpt_bytes, e),
+                 "checking checkpoint.dir", e);
 }
 
 /* ----------------------------------------------------------------- save */

@@ -53,4 +53,18 @@ hs_run 2 stale fsdp_config.dp_shard_size=2 checkpoint.dir="$work/held" train.out
 grep -q "removed the stale lock of pid $live" "$work/stale.log" || fail "stale lock recovery not logged"
 [ ! -e "$work/held/.lock" ] || fail "a finished run left its lock"
 [ -d "$work/held/step-2" ] || fail "the run after recovery saved nothing"
+# Room for one checkpoint by the plan's estimate, checked at start-up: a
+# 256 KiB file system cannot hold the tiny model's weights and AdamW state.
+mkdir -p "$work/small"
+if mount -t tmpfs -o size=256k tmpfs "$work/small" 2> /dev/null; then
+    hs_run 2 no_room fsdp_config.dp_shard_size=2 checkpoint.dir="$work/small/ck" \
+        train.out_dir="$work/no_room"
+    umount "$work/small"
+    [ "$rc" -eq 2 ] || fail "no room: exit $rc, want 2"
+    grep -q "checkpoint.dir = $work/small/ck: $work/small has .* MiB free and one checkpoint" \
+        "$work/no_room.log" || fail "no room: $(tail -3 "$work/no_room.log")"
+    [ ! -e "$work/no_room" ] || fail "no room: train.out_dir was written"
+else
+    echo "note: cannot mount a tmpfs here; the free-space check is not exercised"
+fi
 hs_finish
