@@ -11,6 +11,9 @@
  *   file, a bad config value) is returned as an hs_status with an hs_error
  *   whose message names the thing (config path, parameter FQN, file), the
  *   values, and how to fix it.
+ * - A third: memory the system will not give (hs_oom). What was being
+ *   allocated and how much is printed, and the process exits 1 at once
+ *   (no abort, no core dump); under mpiexec the launcher ends the job.
  * - Exit codes: 0 success, 2 configuration or usage error, 1 anything else.
  */
 #ifndef HYPERSHARD_BASE_H
@@ -66,6 +69,9 @@ hs_status hs_error_vappend(hs_error *e, hs_status code, const char *fmt, va_list
 _Noreturn void hs_panic_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 #define hs_panic(...) hs_panic_at(__FILE__, __LINE__, __VA_ARGS__)
+/* Out of memory: "hypershard: out of memory: <message>" with what to
+ * change, then _exit(1). */
+_Noreturn void hs_oom(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define HS_ASSERT(cond)                                                      \
     do {                                                                     \
         if (!(cond)) hs_panic_at(__FILE__, __LINE__, "assertion failed: %s", #cond); \

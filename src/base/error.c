@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "hypershard/base.h"
@@ -86,6 +87,21 @@ _Noreturn void hs_panic_at(const char *file, int line, const char *fmt, ...) {
     abort();
 }
 
+_Noreturn void hs_oom(const char *fmt, ...) {
+    fputs("hypershard: out of memory: ", stderr);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n  `hypershard plan` shows what each rank holds; more ranks, "
+          "fsdp_config.dp_shard_size, train.activation_checkpointing, mixed precision or "
+          "offload make a run smaller\n",
+          stderr);
+    fflush(stderr);
+    fflush(stdout);
+    _exit(1);
+}
+
 const char *hs_strerror_errno(void) { return strerror(errno); }
 
 FILE *hs_fopen(const char *path, const char *mode, const char *hint, hs_error *e) {
@@ -104,14 +120,14 @@ hs_status hs_read_file(const char *path, char **out, size_t *len, hs_error *e) {
     if (!f) return HS_ERR_IO;
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
-    if (!buf) hs_panic("out of memory reading %s", path);
+    if (!buf) hs_oom("reading %s", path);
     for (;;) {
         size_t got = fread(buf + n, 1, cap - n - 1, f);
         n += got;
         if (n + 1 < cap) break;
         cap *= 2;
         char *grown = realloc(buf, cap);
-        if (!grown) hs_panic("out of memory reading %s", path);
+        if (!grown) hs_oom("reading %s", path);
         buf = grown;
     }
     int failed = ferror(f);

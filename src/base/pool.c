@@ -30,10 +30,9 @@ static void pool_count(hs_pool *p, long long delta) {
 void *hs_pool_alloc(hs_pool *p, size_t bytes) {
     void *raw = NULL;
     if (posix_memalign(&raw, HS_ALIGN, bytes + HEADER_ROOM) != 0)
-        hs_panic("out of memory: pool '%s' could not allocate %zu bytes (in use %lld, peak %lld); "
-                 "use a smaller model or batch, or more ranks",
-                 p->name, bytes, (long long)atomic_load(&p->current),
-                 (long long)atomic_load(&p->peak));
+        hs_oom("the %s pool could not allocate %zu bytes (%.1f MiB; in use %lld, peak %lld)",
+               p->name, bytes, (double)bytes / (1 << 20), (long long)atomic_load(&p->current),
+               (long long)atomic_load(&p->peak));
     char *data = (char *)raw + HEADER_ROOM;
     block_header *h = (block_header *)(data - sizeof(block_header));
     h->bytes = bytes;

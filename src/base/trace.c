@@ -58,20 +58,20 @@ static void trace_unlock(const hs_trace *t) { HS_CHECK_PTHREAD(pthread_mutex_unl
 static void *grow(void *p, size_t *cap, size_t elem, const char *what) {
     size_t n = *cap ? *cap * 2 : 256;
     void *q = realloc(p, n * elem);
-    if (!q) hs_panic("out of memory growing the trace %s to %zu entries", what, n);
+    if (!q) hs_oom("growing the trace %s to %zu entries", what, n);
     *cap = n;
     return q;
 }
 
 static char *dup_or_panic(const char *s) {
     char *d = strdup(s ? s : "");
-    if (!d) hs_panic("out of memory copying a trace string");
+    if (!d) hs_oom("copying a trace string");
     return d;
 }
 
 hs_trace *hs_trace_create(int rank, bool enabled) {
     hs_trace *t = calloc(1, sizeof *t);
-    if (!t) hs_panic("out of memory creating the trace of rank %d", rank);
+    if (!t) hs_oom("creating the trace of rank %d", rank);
     t->rank = rank;
     t->enabled = enabled;
     HS_CHECK_PTHREAD(pthread_mutex_init(&t->mu, NULL));
@@ -99,7 +99,7 @@ static void trace_append(hs_trace *t, trace_event ev, const char *name, const ch
     size_t ln = strlen(name ? name : "") + 1, lc = strlen(cat ? cat : "") + 1;
     size_t la = args ? strlen(args) + 1 : 0;
     char *buf = malloc(ln + lc + la);
-    if (!buf) hs_panic("out of memory recording trace event '%s'", name ? name : "");
+    if (!buf) hs_oom("recording trace event '%s'", name ? name : "");
     memcpy(buf, name ? name : "", ln);
     memcpy(buf + ln, cat ? cat : "", lc);
     if (args) memcpy(buf + ln + lc, args, la);
@@ -281,7 +281,7 @@ hs_status hs_trace_write(const hs_trace *t, const char *path, hs_error *e) {
      * truncated trace where a good one is expected. */
     size_t plen = strlen(path) + 8;
     char *tmp = malloc(plen);
-    if (!tmp) hs_panic("out of memory writing trace %s", path);
+    if (!tmp) hs_oom("writing trace %s", path);
     snprintf(tmp, plen, "%s.tmp", path);
     FILE *f = hs_fopen(tmp, "wb", "check that the trace directory exists and is writable", e);
     if (!f) {

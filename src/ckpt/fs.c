@@ -166,7 +166,7 @@ hs_status hs_ckpt_prune(const char *dir, int keep_last, const char *keep, const 
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             steps = realloc(steps, sizeof(step_dir) * (size_t)cap);
-            if (!steps) hs_panic("out of memory listing %s", dir);
+            if (!steps) hs_oom("listing %s", dir);
         }
         steps[n].step = v;
         memcpy(steps[n++].name, de->d_name, strlen(de->d_name) + 1);

@@ -164,7 +164,7 @@ static hs_status read_chunk(hs_ckpt *c, const hs_ckpt_entry *t, const hs_ckpt_ch
         free(c->buf);
         c->buf_cap = (size_t)ch->length;
         c->buf = malloc(c->buf_cap);
-        if (!c->buf) hs_panic("out of memory reading %lld bytes of %s", (long long)ch->length, path);
+        if (!c->buf) hs_oom("reading %lld bytes of %s", (long long)ch->length, path);
     }
     int64_t got = 0;
     if (hs_ckpt_pread_all(c->fds[ch->file], c->buf, (size_t)ch->length, ch->byte_offset, path,

@@ -19,7 +19,7 @@ int hs_ckpt_meta_add_tensor(hs_ckpt_meta *m, const char *name, hs_dtype dt, int 
     if (m->n_tensors == m->cap_tensors) {
         m->cap_tensors = m->cap_tensors ? 2 * m->cap_tensors : 16;
         m->tensors = realloc(m->tensors, sizeof(hs_ckpt_entry) * (size_t)m->cap_tensors);
-        if (!m->tensors) hs_panic("out of memory growing the checkpoint tensor table");
+        if (!m->tensors) hs_oom("growing the checkpoint tensor table");
     }
     hs_ckpt_entry *t = &m->tensors[m->n_tensors];
     memset(t, 0, sizeof *t);
@@ -34,7 +34,7 @@ hs_ckpt_chunk *hs_ckpt_entry_add_chunk(hs_ckpt_entry *t) {
     if (t->n_chunks == t->cap_chunks) {
         t->cap_chunks = t->cap_chunks ? 2 * t->cap_chunks : 4;
         t->chunks = realloc(t->chunks, sizeof(hs_ckpt_chunk) * (size_t)t->cap_chunks);
-        if (!t->chunks) hs_panic("out of memory growing the chunk table of %s", t->name);
+        if (!t->chunks) hs_oom("growing the chunk table of %s", t->name);
     }
     hs_ckpt_chunk *c = &t->chunks[t->n_chunks++];
     memset(c, 0, sizeof *c);

@@ -24,7 +24,7 @@ hs_status hs_ckpt_all_gather_bytes(hs_pg *world, const void *mine, int64_t len, 
     max = (max + 7) / 8 * 8;
     char *send = calloc(1, (size_t)max);
     *all = calloc((size_t)w, (size_t)max);
-    if (!send || !*all) hs_panic("out of memory gathering %d x %lld bytes of checkpoint tables", w, (long long)max);
+    if (!send || !*all) hs_oom("gathering %d x %lld bytes of checkpoint tables", w, (long long)max);
     memcpy(send, mine, (size_t)len);
     s = hs_pg_all_gather(world, *all, send, max / 2, CARRIER, e);
     free(send);
@@ -87,7 +87,7 @@ static char *encode(const hs_ckpt_tensor *t, int n, int64_t *len) {
     size_t total = sizeof(int64_t);
     for (int i = 0; i < n; i++) total += sizeof(wire_row) + name_span(strlen(t[i].name));
     char *buf = calloc(1, total), *p = buf;
-    if (!buf) hs_panic("out of memory encoding %d checkpoint tensors", n);
+    if (!buf) hs_oom("encoding %d checkpoint tensors", n);
     int64_t count = n;
     memcpy(p, &count, sizeof count);
     p += sizeof count;

@@ -87,7 +87,7 @@ static int print_errors(const config_args *a, const char *what, const hs_error *
 static int print_plan(const config_args *a, const hs_config *c, const hs_topology *topo) {
     hs_plan *p = calloc(1, sizeof *p);
     hs_error e;
-    if (!p) hs_panic("out of memory for the plan");
+    if (!p) hs_oom("for the plan");
     int rc = 0;
     if (hs_plan_build(c, topo, p, &e) != HS_OK) {
         rc = print_errors(a, "the plan", &e);
@@ -105,7 +105,7 @@ static int print_plan(const config_args *a, const hs_config *c, const hs_topolog
 static int config_or_plan(int argc, char **argv, bool plan) {
     config_args a = {.plan = plan};
     a.overrides = calloc((size_t)argc + 1, sizeof *a.overrides);
-    if (!a.overrides) hs_panic("out of memory parsing arguments");
+    if (!a.overrides) hs_oom("parsing arguments");
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0 || a.markdown) {
         if (rc < 0) hs_config_schema_markdown(stdout), rc = 0;

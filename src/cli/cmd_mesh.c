@@ -101,7 +101,7 @@ static void print_stages(const hs_topology *t, int n_layers, FILE *f) {
     c.model.n_layers = n_layers;
     c.accelerator.pp_size = t->pp;
     int *first = malloc(sizeof(int) * (size_t)t->pp), *count = malloc(sizeof(int) * (size_t)t->pp);
-    if (!first || !count) hs_panic("out of memory printing %d stages", t->pp);
+    if (!first || !count) hs_oom("printing %d stages", t->pp);
     hs_config_pp_stages(&c, first, count);
     int per = t->world / t->pp;
     fprintf(f, "\npipeline: model.n_layers %d over pp %d (even split; accelerator.pp_layers sets "

@@ -69,7 +69,7 @@ hs_status hs_comm_init(hs_comm **out, int *argc, char ***argv, const hs_comm_opt
                        hs_error *e) {
     *out = NULL;
     hs_comm *c = calloc(1, sizeof *c);
-    if (!c) hs_panic("out of memory creating the communication context");
+    if (!c) hs_oom("creating the communication context");
     hs_status st = init_mpi(c, argc, argv, e);
     if (st != HS_OK) {
         free(c);

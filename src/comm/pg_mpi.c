@@ -215,7 +215,7 @@ static const hs_pg_backend mpi_backend = {"mpi", mpi_exec, mpi_destroy, mpi_p2p_
 hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_error *e) {
     hs_pg *pg = calloc(1, sizeof *pg);
     hs_mpi_group *g = calloc(1, sizeof *g);
-    if (!pg || !g) hs_panic("out of memory creating group '%s'", name);
+    if (!pg || !g) hs_oom("creating group '%s'", name);
     snprintf(pg->name, sizeof pg->name, "%s", name);
     pg->comm = c;
     pg->backend = &mpi_backend;
@@ -240,13 +240,13 @@ hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_
     g->shm = hs_shm_create(mc, g->pool, pg->name);
     g->vcounts = calloc((size_t)4 * (size_t)pg->size, sizeof(int));
     pg->world_ranks = calloc((size_t)pg->size, sizeof(int));
-    if (!g->vcounts || !pg->world_ranks) hs_panic("out of memory creating group '%s'", name);
+    if (!g->vcounts || !pg->world_ranks) hs_oom("creating group '%s'", name);
     /* World rank of each member, from the world communicator's group. */
     MPI_Group mine, world;
     MPI_Comm_group(mc, &mine);
     MPI_Comm_group(MPI_COMM_WORLD, &world);
     int *idx = calloc((size_t)pg->size, sizeof(int));
-    if (!idx) hs_panic("out of memory creating group '%s'", name);
+    if (!idx) hs_oom("creating group '%s'", name);
     for (int i = 0; i < pg->size; i++) idx[i] = i;
     MPI_Group_translate_ranks(mine, pg->size, idx, world, pg->world_ranks);
     free(idx);

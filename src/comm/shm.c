@@ -128,7 +128,7 @@ hs_shm *hs_shm_create(MPI_Comm coll, hs_pool *pool, const char *name) {
     if (!all_agree(coll, shm_wanted() && on_one_node(coll, size))) return NULL;
     hs_shm *s = calloc(1, sizeof *s);
     if (!s || !(s->slots = calloc((size_t)size, sizeof *s->slots)))
-        hs_panic("out of memory creating the shared segment of group '%s'", name);
+        hs_oom("creating the shared segment of group '%s'", name);
     s->name = name;
     s->pool = pool;
     s->rank = rank;

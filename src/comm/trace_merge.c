@@ -48,7 +48,7 @@ static void merge_append(merge_out *o, const char *body, size_t len) {
 static void merge_open(merge_out *o, const char *path) {
     size_t n = strlen(path) + 8;
     o->tmp = malloc(n);
-    if (!o->tmp) hs_panic("out of memory writing trace %s", path);
+    if (!o->tmp) hs_oom("writing trace %s", path);
     snprintf(o->tmp, n, "%s.tmp", path);
     o->f = hs_fopen(o->tmp, "wb", "check that the trace directory exists and is writable",
                     &o->err);
@@ -81,7 +81,7 @@ static hs_status merge_receive(hs_pg *world, const int64_t *sizes, merge_out *o,
     int64_t biggest = 0;
     for (int r = 1; r < n; r++) biggest = sizes[r] > biggest ? sizes[r] : biggest;
     char *buf = malloc((size_t)words_of(biggest) * 4 + 4);
-    if (!buf) hs_panic("out of memory receiving traces of %lld bytes", (long long)biggest);
+    if (!buf) hs_oom("receiving traces of %lld bytes", (long long)biggest);
     hs_status s = HS_OK;
     for (int r = 1; r < n && s == HS_OK; r++) {
         if (sizes[r] == 0) continue;
@@ -99,7 +99,7 @@ static hs_status merge_send(hs_pg *world, char *body, int64_t len, hs_error *e) 
     }
     /* The last word may run past the body: copy into a padded buffer. */
     char *padded = realloc(body, (size_t)words_of(len) * 4);
-    if (!padded) hs_panic("out of memory sending a trace of %lld bytes", (long long)len);
+    if (!padded) hs_oom("sending a trace of %lld bytes", (long long)len);
     hs_status s = hs_pg_send(world, padded, words_of(len), HS_DTYPE_F32, 0, TRACE_TAG, e);
     free(padded);
     return s;
@@ -132,7 +132,7 @@ hs_status hs_comm_write_merged_trace(hs_comm *c, const char *path, hs_error *e) 
     s = hs_trace_serialize(hs_comm_trace(c), offset, &body, &len, e);
     if (s != HS_OK) return s;
     int64_t *sizes = calloc((size_t)n, sizeof *sizes);
-    if (!sizes) hs_panic("out of memory gathering trace sizes of %d ranks", n);
+    if (!sizes) hs_oom("gathering trace sizes of %d ranks", n);
     int64_t mine = (int64_t)len;
     s = hs_pg_all_gather(world, sizes, &mine, 2, HS_DTYPE_F32, e);
     merge_out o = {0};

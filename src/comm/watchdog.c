@@ -99,7 +99,7 @@ static void sleep_s(double s) {
 static void ask_ranks(hs_watchdog *wd, int kind, int slot, const int *ranks, int n,
                       int64_t (*replies)[R_LEN], bool *answered) {
     MPI_Request *req = calloc((size_t)n, sizeof *req);
-    if (!req) hs_panic("out of memory in the comm watchdog");
+    if (!req) hs_oom("in the comm watchdog");
     int64_t ask[2] = {kind, slot};
     for (int i = 0; i < n; i++) {
         answered[i] = false;
@@ -171,7 +171,7 @@ static survey survey_take(hs_watchdog *wd, hs_comm_current cur, const hs_pg *g) 
     v.rep = calloc((size_t)g->size, sizeof *v.rep);
     v.answered = calloc((size_t)g->size, sizeof *v.answered);
     v.behind = calloc((size_t)g->size, sizeof *v.behind);
-    if (!v.ranks || !v.rep || !v.answered || !v.behind) hs_panic("out of memory in the comm watchdog");
+    if (!v.ranks || !v.rep || !v.answered || !v.behind) hs_oom("in the comm watchdog");
     const bool p2p = hs_comm_op_is_p2p(cur.op);
     if (p2p)
         v.ranks[v.n++] = cur.peer_world;
@@ -209,7 +209,7 @@ static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeou
     const hs_pg *g = c->groups[cur.slot].pg;
     survey v = survey_take(wd, cur, g);
     hs_error *e = malloc(sizeof *e);
-    if (!e) hs_panic("out of memory in the comm watchdog");
+    if (!e) hs_oom("in the comm watchdog");
     char missing[1024], arrived[1024], why[512];
     int nmissing = survey_list(&v, true, -1, missing, sizeof missing);
     int narrived = survey_list(&v, false, c->rank, arrived, sizeof arrived);
@@ -279,7 +279,7 @@ static void *watchdog_main(void *arg) {
 
 hs_status hs_watchdog_start(hs_comm *c, hs_error *e) {
     hs_watchdog *wd = calloc(1, sizeof *wd);
-    if (!wd) hs_panic("out of memory starting the comm watchdog");
+    if (!wd) hs_oom("starting the comm watchdog");
     wd->c = c;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &wd->comm);
     if (rc != MPI_SUCCESS) {

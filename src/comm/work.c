@@ -111,7 +111,7 @@ static void current_set(hs_queue *q, const hs_work *w) {
 static void work_finish(hs_queue *q, hs_work *w, hs_status st, const hs_error *err) {
     if (st != HS_OK) {
         w->err = malloc(sizeof *w->err);
-        if (!w->err) hs_panic("out of memory reporting a failed %s", hs_comm_op_name(w->args.op));
+        if (!w->err) hs_oom("reporting a failed %s", hs_comm_op_name(w->args.op));
         memcpy(w->err, err, sizeof *err);
     }
     w->status = st;
@@ -182,7 +182,7 @@ static void *queue_thread_main(void *arg) {
     hs_queue *q = arg;
     hs_comm *c = q->comm;
     hs_error *scratch = malloc(sizeof *scratch);
-    if (!scratch) hs_panic("out of memory starting the %s communication thread", hs_comm_queue_name(q->id));
+    if (!scratch) hs_oom("starting the %s communication thread", hs_comm_queue_name(q->id));
     pthread_mutex_lock(&q->mu);
     for (;;) {
         /* busy here means a blocking call runs inline on the issuing thread. */
@@ -248,7 +248,7 @@ static int64_t next_seq(hs_pg *g, const hs_coll_args *a) {
 hs_work *hs_comm_enqueue(hs_pg *g, const hs_coll_args *a) {
     hs_queue *q = g->queue;
     hs_work *w = calloc(1, sizeof *w);
-    if (!w) hs_panic("out of memory queueing %s on group '%s'", hs_comm_op_name(a->op), g->name);
+    if (!w) hs_oom("queueing %s on group '%s'", hs_comm_op_name(a->op), g->name);
     w->pg = g;
     w->args = *a;
     pthread_mutex_lock(&q->mu);

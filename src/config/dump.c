@@ -62,7 +62,7 @@ static void dump_keys(const hs_config *c, FILE *f) {
 /* "  name: [[0, 1], [2, 3]]": the world ranks of every `dim` group. */
 static void dump_groups(const hs_topology *t, hs_mesh_dim dim, const char *name, FILE *f) {
     int *ranks = malloc(sizeof(int) * (size_t)(t->world > 0 ? t->world : 1));
-    if (!ranks) hs_panic("config dump: cannot allocate %d ranks", t->world);
+    if (!ranks) hs_oom("config dump: cannot allocate %d ranks", t->world);
     fprintf(f, "  %s: [", name);
     int groups = hs_topology_group_count(t, dim), printed = 0;
     for (int r = 0; r < t->world && printed < groups; r++) {
@@ -87,7 +87,7 @@ static void dump_stages(const hs_config *c, const hs_topology *t, FILE *f) {
     int *start = calloc((size_t)pp + 1, sizeof(int)), *fill = malloc(sizeof(int) * (size_t)pp);
     int *stage = malloc(sizeof(int) * (size_t)world), *ranks = malloc(sizeof(int) * (size_t)world);
     if (!first || !count || !start || !fill || !stage || !ranks)
-        hs_panic("config dump: cannot allocate %d stages of %d ranks", pp, world);
+        hs_oom("config dump: cannot allocate %d stages of %d ranks", pp, world);
     hs_config_pp_stages(c, first, count);
     /* Bucket the ranks by stage, keeping rank order: O(world), not O(pp x world). */
     for (int r = 0; r < world; r++) start[(stage[r] = hs_topology_coords(t, r).pp) + 1]++;

@@ -64,10 +64,10 @@ void hs_config_free(hs_config *c) {
 static char **list_copy(char *const *src, int n) {
     if (n == 0) return NULL;
     char **dst = calloc((size_t)n, sizeof(char *));
-    if (!dst) hs_panic("out of memory copying the config");
+    if (!dst) hs_oom("copying the config");
     for (int i = 0; i < n; i++) {
         dst[i] = strdup(src[i]);
-        if (!dst[i]) hs_panic("out of memory copying the config");
+        if (!dst[i]) hs_oom("copying the config");
     }
     return dst;
 }

@@ -119,7 +119,7 @@ void hs_cfg_explain_path(const char *path, char *out, size_t cap) {
         return;
     }
     path_set *ps = malloc(sizeof *ps);
-    if (!ps) hs_panic("out of memory");
+    if (!ps) hs_oom("a small allocation");
     path_set_fill(ps);
     const char *near = nearest_path(ps, path);
     int shown = (int)strnlen(path, 120);

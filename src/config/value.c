@@ -271,10 +271,10 @@ static bool set_list(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *ite
             return snprintf(why, cap, "item %d: %s", i, sub), false;
     }
     char **list = n > 0 ? calloc((size_t)n, sizeof *list) : NULL;
-    if (n > 0 && !list) hs_panic("out of memory for %s", k->path);
+    if (n > 0 && !list) hs_oom("for %s", k->path);
     for (int i = 0; i < n; i++) {
         list[i] = strndup(items[i].text, items[i].len);
-        if (!list[i]) hs_panic("out of memory for %s", k->path);
+        if (!list[i]) hs_oom("for %s", k->path);
     }
     char ***field = hs_cfg_field(c, k);
     int *count = (int *)((char *)c + k->count_offset);

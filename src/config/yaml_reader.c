@@ -161,10 +161,10 @@ static void read_items(reader *r, const hs_cfg_key *k, yaml_event_t *start, hs_c
             if (n == cap) {
                 cap = cap ? 2 * cap : 8;
                 items = realloc(items, (size_t)cap * sizeof *items);
-                if (!items) hs_panic("out of memory reading %s", k->path);
+                if (!items) hs_oom("reading %s", k->path);
             }
             s.text = strndup(s.text, s.len);
-            if (!s.text) hs_panic("out of memory reading %s", k->path);
+            if (!s.text) hs_oom("reading %s", k->path);
             items[n++] = s;
         } else {
             ok = false;
@@ -356,7 +356,7 @@ static bool within_limits(reader *r) {
 void hs_cfg_read_yaml(hs_config *c, const char *text, size_t len, const char *origin,
                       hs_cfg_report *rep) {
     reader *r = calloc(1, sizeof *r);
-    if (!r) hs_panic("out of memory reading %s", origin);
+    if (!r) hs_oom("reading %s", origin);
     r->origin = origin, r->text = text, r->len = len, r->rep = rep;
     if (!within_limits(r)) {
         free(r);
@@ -387,7 +387,7 @@ void hs_cfg_read_yaml(hs_config *c, const char *text, size_t len, const char *or
 static void read_override_value(hs_config *c, const hs_cfg_key *k, const char *value,
                                 hs_cfg_report *rep) {
     reader *r = calloc(1, sizeof *r);
-    if (!r) hs_panic("out of memory reading an override of %s", k->path);
+    if (!r) hs_oom("reading an override of %s", k->path);
     r->text = value, r->len = strlen(value), r->rep = rep, r->path = k->path;
     if (!yaml_parser_initialize(&r->p)) hs_panic("yaml_parser_initialize failed");
     yaml_parser_set_input_string(&r->p, (const unsigned char *)value, r->len);

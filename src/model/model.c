@@ -198,13 +198,13 @@ static void slot_alloc(hs_model *m, hs_act_slot *sl, int chunk, int64_t BT) {
     int len = m->chunk_len[chunk];
     sl->chunk = chunk, sl->len = len;
     sl->resid = calloc((size_t)len + 1, sizeof *sl->resid);
-    if (!sl->resid) hs_panic("model: cannot allocate %d residual pointers", len + 1);
+    if (!sl->resid) hs_oom("model: cannot allocate %d residual pointers", len + 1);
     for (int j = 0; j <= len; j++)
         sl->resid[j] = buf(m, BT * m->C, hs_model_chunk_stream_dtype(m, chunk, j));
     bool shared = m->opt.activation_checkpointing && sl != m->slots;
     int n = m->opt.activation_checkpointing ? 1 : len;
     sl->acts = shared ? m->slots[0].acts : calloc((size_t)n, sizeof *sl->acts);
-    if (!sl->acts) hs_panic("model: cannot allocate %d activation sets", n);
+    if (!sl->acts) hs_oom("model: cannot allocate %d activation sets", n);
     for (int j = 0; !shared && j < n; j++)
         acts_alloc(m, &sl->acts[j], m->opt.activation_checkpointing ? 0 : m->chunk_begin[chunk] + j,
                    BT);
@@ -248,7 +248,7 @@ static void buffers_alloc(hs_model *m) {
     m->n_slots = m->opt.act_slots > 0 ? m->opt.act_slots : 1;
     int total = m->n_chunks * m->n_slots;
     m->slots = calloc((size_t)total, sizeof *m->slots);
-    if (!m->slots) hs_panic("model: cannot allocate %d activation slots", total);
+    if (!m->slots) hs_oom("model: cannot allocate %d activation slots", total);
     for (int k = 0; k < total; k++) slot_alloc(m, &m->slots[k], k / m->n_slots, BT);
     hs_model_use_slot(m, 0, 0);
     out_tmp_alloc(m, BT);
@@ -360,7 +360,7 @@ static void dims_set(hs_model *m) {
     int last = m->n_chunks - 1;
     m->last_stage = m->chunk_l0[last] + m->chunk_len[last] == c->n_layers;
     m->layer_of = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->layer_of);
-    if (!m->layer_of) hs_panic("model: cannot allocate %d block indices", m->L);
+    if (!m->layer_of) hs_oom("model: cannot allocate %d block indices", m->L);
     for (int k = 0; k < m->n_chunks; k++)
         for (int j = 0; j < m->chunk_len[k]; j++) m->layer_of[m->chunk_begin[k] + j] = m->chunk_l0[k] + j;
     m->moe = strcmp(c->arch, "moe") == 0;

@@ -43,7 +43,7 @@ void hs_rmsnorm_backward_x(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
                            int64_t N, int C) {
     /* fp64 column sums for dw, rounded once into dw at the end. */
     double *dwsum = dw ? calloc((size_t)C, sizeof(double)) : NULL;
-    if (dw && !dwsum) hs_panic("rmsnorm backward: cannot allocate %d doubles", C);
+    if (dw && !dwsum) hs_oom("rmsnorm backward: cannot allocate %d doubles", C);
     for (int64_t n = 0; n < N; n++) {
         int64_t o = n * C;
         const float *dy = dout + o;

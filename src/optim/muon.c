@@ -52,7 +52,7 @@ void hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, i
     if (scratch == NULL) {
         owned = malloc((size_t)hs_newton_schulz5_scratch_floats(rows, cols) * sizeof(float));
         if (owned == NULL)
-            hs_panic("Newton-Schulz: cannot allocate scratch for a %lldx%lld matrix",
+            hs_oom("Newton-Schulz: cannot allocate scratch for a %lldx%lld matrix",
                      (long long)rows, (long long)cols);
         scratch = owned;
     }

@@ -115,7 +115,7 @@ static void slot_init(hs_optim *o, optim_slot *s, const hs_optim_param *p, bool 
 {
     s->p = *p;
     s->fqn_copy = strdup(p->fqn ? p->fqn : "");
-    if (s->fqn_copy == NULL) hs_panic("out of memory copying optimizer param name");
+    if (s->fqn_copy == NULL) hs_oom("copying optimizer param name");
     s->p.fqn = s->fqn_copy;
     s->rule = use_muon ? OPTIM_RULE_MUON : OPTIM_RULE_ADAMW;
     s->n_states = p->frozen ? 0 : use_muon ? 1 : 2;

@@ -68,7 +68,7 @@ int hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V) {
     int n = 2 * M * V, most = 1;
     hs_pp_action *a = malloc(sizeof *a * (size_t)n);
     int *open = calloc((size_t)V, sizeof *open);
-    if (!a || !open) hs_panic("pipeline: cannot allocate a schedule of %d actions", n);
+    if (!a || !open) hs_oom("pipeline: cannot allocate a schedule of %d actions", n);
     hs_pp_schedule(kind, pp, stage, M, V, a);
     /* Micro-batches of one chunk forwarded and not yet backwarded. */
     for (int k = 0; k < n; k++) {

@@ -60,7 +60,7 @@ void hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
     if (c_dt != HS_DTYPE_F32) need += (size_t)(M * N);
     float *scratch = malloc(need * sizeof(float));
     if (scratch == NULL)
-        hs_panic("hs_gemm_ex: cannot allocate %zu bytes of fp32 scratch for a %lldx%lldx%lld GEMM",
+        hs_oom("hs_gemm_ex: cannot allocate %zu bytes of fp32 scratch for a %lldx%lldx%lld GEMM",
                  need * sizeof(float), (long long)M, (long long)N, (long long)K);
     float *next = scratch;
     const float *a32 = A, *b32 = B;

@@ -37,7 +37,7 @@ static void smap_init(smap *m, size_t n) {
     while (m->cap < 2 * n + 16) m->cap *= 2;
     m->key = calloc(m->cap, sizeof *m->key);
     m->val = calloc(m->cap, sizeof *m->val);
-    if (!m->key || !m->val) hs_panic("tokenizer: cannot allocate a table of %zu", m->cap);
+    if (!m->key || !m->val) hs_oom("tokenizer: cannot allocate a table of %zu", m->cap);
 }
 
 static size_t smap_slot(const smap *m, const char *k, size_t n) {
@@ -49,7 +49,7 @@ static size_t smap_slot(const smap *m, const char *k, size_t n) {
 
 static void smap_put(smap *m, const char *k, int v) {
     size_t n = strlen(k), i = smap_slot(m, k, n);
-    if (!m->key[i] && !(m->key[i] = strdup(k))) hs_panic("tokenizer: out of memory");
+    if (!m->key[i] && !(m->key[i] = strdup(k))) hs_oom("tokenizer tables");
     m->val[i] = v;
 }
 
@@ -167,7 +167,7 @@ hs_status hs_bpe_load(const char *path, hs_bpe **out, hs_error *e) {
                             path, why);
     }
     hs_bpe *b = calloc(1, sizeof *b);
-    if (!b) hs_panic("tokenizer: out of memory");
+    if (!b) hs_oom("tokenizer tables");
     b->split = split;
     byte_map(b);
     json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab"), *v;
@@ -187,7 +187,7 @@ hs_status hs_bpe_load(const char *path, hs_bpe **out, hs_error *e) {
         if (id + 1 > b->n_tokens) b->n_tokens = id + 1;
     }
     b->tokens = calloc((size_t)b->n_tokens + 1, sizeof *b->tokens);
-    if (!b->tokens) hs_panic("tokenizer: out of memory");
+    if (!b->tokens) hs_oom("tokenizer tables");
     json_object_foreach(vocab, k, v) b->tokens[json_integer_value(v)] = strdup(k);
     json_array_foreach(added, i, v) {
         const char *c = json_string_value(json_object_get(v, "content"));
@@ -296,7 +296,7 @@ static hs_status bpe_piece(const hs_bpe *b, const unsigned char *p, int n, int32
                            int *cap, hs_error *e) {
     char **sym = calloc((size_t)n + 1, sizeof *sym);
     int ns = 0;
-    if (!sym) hs_panic("tokenizer: out of memory");
+    if (!sym) hs_oom("tokenizer tables");
     for (int i = 0; i < n; i++) {
         char u[3] = {0};
         put_utf8(u, b->byte_cp[p[i]]);
@@ -313,7 +313,7 @@ static hs_status bpe_piece(const hs_bpe *b, const unsigned char *p, int n, int32
         if (best < 0) break;
         size_t l1 = strlen(sym[best]), l2 = strlen(sym[best + 1]);
         char *m = malloc(l1 + l2 + 1);
-        if (!m) hs_panic("tokenizer: out of memory");
+        if (!m) hs_oom("tokenizer tables");
         memcpy(m, sym[best], l1), memcpy(m + l1, sym[best + 1], l2 + 1);
         free(sym[best]), free(sym[best + 1]);
         sym[best] = m;
@@ -329,7 +329,7 @@ static hs_status bpe_piece(const hs_bpe *b, const unsigned char *p, int n, int32
         if (*len == *cap) {
             *cap = *cap ? 2 * *cap : 64;
             *ids = realloc(*ids, sizeof **ids * (size_t)*cap);
-            if (!*ids) hs_panic("tokenizer: out of memory");
+            if (!*ids) hs_oom("tokenizer tables");
         }
         (*ids)[(*len)++] = id;
         free(sym[i]);

@@ -300,7 +300,7 @@ static void simulate(const plan_ctx *c, unit_sz **u, int n, int64_t *peak_p, int
     sim s = {.c = c, .u = u, .n = n, .prev = -1};
     bool *flags = calloc((size_t)n * 3 + 3, sizeof(bool));
     s.held = calloc((size_t)n + 1, sizeof(int64_t));
-    if (!flags || !s.held) hs_panic("plan: cannot allocate the step replay of %d units", n);
+    if (!flags || !s.held) hs_oom("plan: cannot allocate the step replay of %d units", n);
     s.unsharded = flags, s.in_flight = flags + n, s.acc = flags + 2 * n;
     const hs_fsdp_config *f = &c->cfg->fsdp;
     for (int mb = 0; mb < c->M; mb++) {
