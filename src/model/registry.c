@@ -214,16 +214,17 @@ int64_t hs_model_param_count(const hs_model *m) {
  * tied) + 6 * L * T * C for the causal QK^T and PV products (2 GEMMs,
  * 2 FLOPs per MAC, x3 for forward + backward, halved by the causal mask). */
 double hs_model_flops_per_token(const hs_model *m, int seq_len) {
-    double n = 0.0;
+    double f = 0.0;
     for (int i = 0; i < m->n_params; i++) {
         const hs_param *p = &m->params[i];
         if (p->kind == HS_PARAM_EMBEDDING) continue;
         double k = (double)param_numel(p);
         if (p->kind == HS_PARAM_EXPERT) k *= (double)m->moe_shapes.K / m->moe_shapes.E;
-        n += k;
+        /* forward 2, input gradient 2, weight gradient 2 (none when frozen) */
+        f += (p->frozen ? 4.0 : 6.0) * k;
     }
-    if (m->cfg.tie_embeddings && m->last_stage) n += (double)m->Vg * m->C;
-    return 6.0 * n + 6.0 * m->L * (double)seq_len * m->C;
+    if (m->cfg.tie_embeddings && m->last_stage) f += 6.0 * (double)m->Vg * m->C;
+    return f + 6.0 * m->L * (double)seq_len * m->C;
 }
 
 int64_t hs_param_local_numel(const hs_param *p) {

@@ -6,9 +6,9 @@
 #include "train/trainer.h"
 
 /* The MFU denominator: what this process's BLAS achieves on a square fp32
- * GEMM of model-like size, measured once at start-up (docs/training.md). The
- * best of several short trials, since other processes on a shared machine
- * only ever make a trial slower. */
+ * GEMM of model-like size, measured once at start-up by every rank at the
+ * same time (docs/training.md). The best of several short trials, since
+ * other processes on a shared machine only ever make a trial slower. */
 static double sgemm_trial(const float *a, const float *b, float *c, int n) {
     int reps = 0;
     double t0 = hs_now(), dt = 0.0;

@@ -98,6 +98,11 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     t->hooks = hs_trace_hooks_init(&t->th, t->engine->hooks(t->engine), t->trace,
                                    t->engine->model, t->dev);
     t->flops_per_token = hs_model_flops_per_token(hs_engine_catalog(t->engine), t->T);
+    /* Every rank probes at once, after a barrier: a rank spinning in a
+     * collective while another measures would take the core from it and
+     * make the reference too low (an MFU above 100%). */
+    s = hs_pg_barrier(t->world_group, e);
+    if (s != HS_OK) return s;
     double peak = hs_measure_peak_flops();
     s = hs_reduce_sum_f64(t->world_group, &peak, 1, e);
     t->peak_flops = peak;

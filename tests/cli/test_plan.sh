@@ -52,6 +52,15 @@ check pp2_fsdp2 4 "${F2[@]}" accelerator.pp_size=2 train.global_batch_size=8
 check cp2 2 accelerator.cp_size=2
 check fsdp8 8 fsdp_config.dp_shard_size=8 train.global_batch_size=16 train.activation_checkpointing=true
 
+# The MFU reference is probed by all ranks at once, so no step reads above
+# 100% (8 ranks on 2 cores included).
+for m in "$work"/*/metrics.jsonl; do
+    python3 -c "
+import json, sys
+bad = [r['mfu'] for r in map(json.loads, open('$m')) if not 0 < r['mfu'] < 1]
+sys.exit(1 if bad else 0)" || fail "$m: MFU outside (0, 1)"
+done
+
 # The JSON lists each role; under PP one per stage.
 python3 - "$work/pp2_fsdp2.plan.json" <<'PY' || fail "pp2_fsdp2: roles"
 import json, sys
