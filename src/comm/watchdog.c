@@ -11,7 +11,10 @@
  *    first to ask), so a hang prints one message, not one per rank;
  *  - watches every queue: when one collective runs longer than the timeout,
  *    it asks rank 0 for the right to report, asks every member of the group
- *    how far it got, prints one message and calls MPI_Abort.
+ *    how far it got, prints one message and calls MPI_Abort;
+ *  - on world rank 0 (rank 1 when 0 is the one failing), prints the one line
+ *    that points at a rank ending the job with hs_comm_abort, which waits
+ *    for it (hs_watchdog_notify_failure) before MPI_Abort kills everyone.
  * Point-to-point messages are used rather than one-sided windows because
  * Open MPI's osc/rdma over the vader transport crashes on atomics with
  * MPI_THREAD_MULTIPLE, and this design works the same across nodes. */
@@ -23,8 +26,11 @@
 
 #define TAG_ASK 1
 #define TAG_REPLY 2
+#define TAG_ACK 3
 #define ASK_STATE 0
 #define ASK_CLAIM 1
+#define ASK_FAILED 2 /* "I am ending the job": print the one line pointing at me */
+#define NOTICE_WAIT_S 2.0
 #define POLL_S 0.02
 #define ANSWER_WAIT_S 3.0
 #define DENIED_WAIT_S 30.0
@@ -57,6 +63,13 @@ static hs_comm_queue slot_queue(const hs_comm *c, int slot) {
 static void answer(hs_watchdog *wd, int src) {
     hs_comm *c = wd->c;
     int64_t reply[R_LEN] = {0};
+    if (wd->ask_buf[0] == ASK_FAILED) {
+        fprintf(stderr, "hypershard: rank %d of %d: stopping: rank %lld failed (its message is "
+                        "above)\n", c->rank, c->size, (long long)wd->ask_buf[1]);
+        fflush(stderr);
+        MPI_Send(reply, 1, MPI_INT64_T, src, TAG_ACK, wd->comm);
+        return;
+    }
     if (wd->ask_buf[0] == ASK_CLAIM) {
         reply[0] = !wd->claimed;
         wd->claimed = true;
@@ -310,4 +323,26 @@ void hs_watchdog_stop(hs_comm *c) {
     MPI_Comm_free(&wd->comm);
     free(wd);
     c->watchdog = NULL;
+}
+
+void hs_watchdog_notify_failure(hs_comm *c)
+{
+    hs_watchdog *wd = c->watchdog;
+    if (!wd || c->size < 2) return;
+    int to = c->rank == 0 ? 1 : 0;
+    int64_t ask[2] = {ASK_FAILED, c->rank}, ack = 0;
+    MPI_Request req;
+    MPI_Irecv(&ack, 1, MPI_INT64_T, to, TAG_ACK, wd->comm, &req);
+    /* Two integers: sent eagerly, so a dead peer does not block it. */
+    MPI_Send(ask, 2, MPI_INT64_T, to, TAG_ASK, wd->comm);
+    int flag = 0;
+    double deadline = hs_now() + NOTICE_WAIT_S;
+    while (!flag && hs_now() < deadline) {
+        MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+        if (!flag) sleep_s(POLL_S / 4);
+    }
+    if (!flag) {
+        MPI_Cancel(&req);
+        MPI_Request_free(&req);
+    }
 }

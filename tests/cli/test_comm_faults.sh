@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # comm/: a hung collective and hs_comm_abort end every rank, non-zero, with
-# one message that names what went wrong; nothing hangs.
+# one message that names what went wrong (and one line from another rank
+# pointing at it); nothing hangs.
 # HS_MPI_RANKS: 3
 # HS_TEST_TIMEOUT: 120
 set -u
@@ -43,6 +44,12 @@ test_abort_on_one_rank_ends_all_ranks_with_its_exit_code() {
     [ "$rc" -eq 2 ] || fail "abort: exit code $rc (want 2, the config error's code)"
     [ "$secs" -lt 15 ] || fail "abort: took $secs s"
     expect_text "abort" "rank 2 of 3: train.steps = -1 must be >= 1"
+    # One other rank says, in one line, who ended the job.
+    expect_text "abort" "rank 0 of 3: stopping: rank 2 failed (its message is above)"
+    [ "$(grep -c "stopping: rank" <<<"$out")" -eq 1 ] || fail "abort: not exactly one pointing line"
+    run abort 0
+    expect_text "abort 0" "rank 0 of 3: train.steps = -1 must be >= 1"
+    expect_text "abort 0" "rank 1 of 3: stopping: rank 0 failed (its message is above)"
 }
 
 test_hang_on_world_ends_all_ranks_naming_op_group_seq_and_missing_rank
