@@ -22,7 +22,7 @@ static const char *const item_help[HS_PLAN_ITEM_COUNT] = {
 
 void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f)
 {
-    char a[32], b[32];
+    char a[32], b[32], c[32];
     fprintf(f, "plan: world %d, engine %s, %d micro-batch%s of %d x %d tokens per rank\n",
             p->world, p->engine, p->micro_batches, p->micro_batches == 1 ? "" : "es",
             cfg->train.micro_batch_size, cfg->train.seq_len);
@@ -59,7 +59,7 @@ void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f)
     }
     fprintf(f, "\nmax peak per rank: device %s, host %s; one checkpoint about %s\n",
             human(p->max_peak_device_bytes, a, sizeof a),
-            human(p->max_peak_host_bytes, b, sizeof b), human(p->checkpoint_bytes, a, sizeof a));
+            human(p->max_peak_host_bytes, b, sizeof b), human(p->checkpoint_bytes, c, sizeof c));
 }
 
 static void json_items(hs_json *j, const char *key, const int64_t *v)
