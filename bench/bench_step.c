@@ -21,7 +21,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include <cblas.h> /* openblas_get_corename: which kernels OpenBLAS chose */
 
 #include "bench_engine.h"
 #include "bench_util.h"
@@ -313,14 +312,8 @@ int hs_bench_step(int argc, char **argv) {
     int steps = o.steps ? o.steps : o.quick ? 2 : 5;
     char cpu[256];
     cpu_model(cpu, sizeof cpu);
-    const char *core = openblas_get_corename();
-    printf("machine: %s, %ld online CPUs | OpenBLAS %s kernels, %d thread(s)\n", cpu,
-           sysconf(_SC_NPROCESSORS_ONLN), core, hs_blas_get_threads());
-    /* OpenBLAS 0.3.21 does not know some newer x86 models and falls back to
-     * its SSE3 kernels, about 4x slower than its AVX-512 ones. */
-    if (!strcasecmp(core, "prescott") && __builtin_cpu_supports("avx512f"))
-        printf("note: this CPU has AVX-512 but OpenBLAS chose its Prescott (SSE3) kernels; "
-               "export OPENBLAS_CORETYPE=SkylakeX for its AVX-512 ones\n");
+    printf("machine: %s, %ld online CPUs | oneDNN %s kernels, %d thread(s)\n", cpu,
+           sysconf(_SC_NPROCESSORS_ONLN), hs_gemm_isa(), hs_blas_get_threads());
     print_load("before");
     sgemm_probe probe;
     int n = o.quick ? 1024 : 2048;

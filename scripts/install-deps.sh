@@ -11,7 +11,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config
   libopenmpi-dev openmpi-bin
-  libopenblas-dev
+  libdnnl-dev
   libyaml-dev
   zlib1g-dev
   libjansson-dev

@@ -91,15 +91,19 @@ const char *hs_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap);
 void hs_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
               int64_t ldc);
-/* The same with A, B, C each in its own dtype; accumulation in fp32. 16-bit
- * operands (and a 16-bit C when beta != 0) are widened into one malloc'd fp32
- * scratch per call; C is rounded once when stored. */
+/* The same with A, B, C each in its own dtype; accumulation in fp32, C
+ * rounded once when stored. Two 16-bit operands of one dtype run oneDNN's
+ * matmul (native bf16 dot products where the CPU has them); other mixes
+ * widen the 16-bit operands into one malloc'd fp32 scratch per call. */
 void hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
                 int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc);
-/* BLAS threads for this process (OpenBLAS). */
+/* GEMM threads of the calling thread (oneDNN's OpenMP team). */
 void hs_blas_set_threads(int n);
 int hs_blas_get_threads(void);
+/* The instruction set oneDNN's kernels use on this CPU: "avx512_core_amx",
+ * "avx512_core_bf16", "avx512_core", "avx2" or "sse41". */
+const char *hs_gemm_isa(void);
 
 /* ----------------------------------------------------- elementwise (fp32) */
 
