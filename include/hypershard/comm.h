@@ -175,7 +175,8 @@ hs_status hs_pg_agree(hs_pg *g, hs_status mine, const char *what, hs_error *e);
  * rank). Collective over the world. */
 hs_status hs_comm_write_merged_trace(hs_comm *c, const char *path, hs_error *e);
 
-/* Give each rank max(1, cores / ranks-on-this-node) BLAS threads. */
+/* Give each rank max(1, cores / ranks-on-this-node) GEMM threads, unless
+ * OMP_NUM_THREADS is set (then it is left as the user set it). */
 void hs_comm_balance_blas_threads(hs_comm *c);
 
 #endif

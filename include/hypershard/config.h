@@ -111,6 +111,7 @@ typedef struct hs_train_config {
     int seq_len;
     long long seed;
     bool activation_checkpointing;
+    int threads;    /* 0 (null): OMP_NUM_THREADS, else cores / ranks on the node */
     int log_every;
     int eval_every; /* 0: no periodic eval */
     char out_dir[HS_PATH_MAX];

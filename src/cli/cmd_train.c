@@ -75,6 +75,7 @@ static int run(int *argc, char ***argv, const hs_config *cfg, const hs_topology 
         return 1;
     }
     hs_comm_balance_blas_threads(comm);
+    if (cfg->train.threads > 0) hs_blas_set_threads(cfg->train.threads);
     hs_train_options opt = {.init_from = a->init_from, .dump_dir = a->dump_dir, .stop = a->stop};
     hs_status s = hs_train_run(cfg, topo, comm, &opt, log, &e);
     int code = hs_status_exit_code(s);

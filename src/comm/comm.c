@@ -212,8 +212,11 @@ hs_status hs_comm_split(hs_comm *c, const char *name, int colour, int key, hs_pg
 }
 
 /* A rank bound to a subset of the cores (mpiexec --bind-to) owns that subset;
- * an unbound rank shares the node's cores with the other ranks there. */
+ * an unbound rank shares the node's cores with the other ranks there.
+ * OMP_NUM_THREADS, when set, is the user's choice and stays. */
 void hs_comm_balance_blas_threads(hs_comm *c) {
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env && env[0]) return;
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     if (online < 1) online = 1;
     cpu_set_t set;

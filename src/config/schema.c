@@ -177,6 +177,9 @@ static const hs_cfg_key keys[] = {
     KINT("train.seq_len", train.seq_len, "64", GE, 1, "tokens per sequence"),
     {.path = "train.seed", .type = HS_CFG_INT64, .def = "1234", FIELD(train.seed),
      .doc = "seed of parameter init and data order"},
+    KINT_NULL("train.threads", train.threads, 1,
+              "compute threads per rank (GEMM and the threaded kernels); null: OMP_NUM_THREADS "
+              "when set, else the cores available to the rank / the ranks on its node"),
     KBOOL("train.activation_checkpointing", train.activation_checkpointing, "false",
           "recompute each block's forward in backward instead of keeping activations"),
     {.path = "train.freeze", .type = HS_CFG_STRLIST, .def = "[]",

@@ -137,9 +137,10 @@ static void trainer_announce(const hs_trainer *t) {
                 (long long)hs_data_num_val(t->data), t->T);
     hs_log_info(t->log,
                 "engine %s on %d rank(s) | global batch %d = %d micro-batch(es) x %d sequences x "
-                "%d data-parallel rank(s) | peak %.1f GFLOP/s (sgemm, all ranks) -> %s",
+                "%d data-parallel rank(s) | %d thread(s) per rank, oneDNN %s | peak %.1f GFLOP/s "
+                "(sgemm, all ranks) -> %s",
                 t->engine->name, t->topo->world, t->G, t->M, t->mbs, t->dp_size,
-                t->peak_flops / 1e9, cfg->train.out_dir);
+                hs_blas_get_threads(), hs_gemm_isa(), t->peak_flops / 1e9, cfg->train.out_dir);
 }
 
 static bool eval_due(const hs_trainer *t, int step) {
