@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "hypershard/base.h"
 
@@ -53,8 +54,27 @@ const char *hs_dtype_name(hs_dtype dt);
 /* Parses the YAML names (also "fp32"/"bf16"/"fp16"). false if unknown. */
 bool hs_dtype_parse(const char *s, hs_dtype *out);
 
-uint16_t hs_f32_to_bf16(float f);
-float hs_bf16_to_f32(uint16_t h);
+/* bfloat16 <-> fp32 inline, so that element loops over bf16 data
+ * vectorise: round to nearest even, NaN kept quiet with its top payload. */
+static inline uint16_t hs_f32_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((x >> 16) | 0x0040u);
+    /* Adding 0x7FFF plus the lowest kept bit rounds to nearest, ties to even;
+     * a carry out of the mantissa lands in the exponent, which is also how
+     * the largest finite values overflow to Inf. */
+    x += 0x7FFFu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static inline float hs_bf16_to_f32(uint16_t h)
+{
+    uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
 uint16_t hs_f32_to_f16(float f);
 float hs_f16_to_f32(uint16_t h);
 /* Round a float to the given dtype and back (identity for F32). */

@@ -40,13 +40,14 @@ static void adamw_update(float *p, int64_t off, int64_t n, const void *vctx)
 {
     const adamw_ctx *x = vctx;
     const adamw_coef *c = x->c;
-    const float *g = x->grad + off;
-    float *m = x->exp_avg + off, *v = x->exp_avg_sq + off;
+    const float *restrict g = x->grad + off;
+    float *restrict m = x->exp_avg + off, *restrict v = x->exp_avg_sq + off;
+    float *restrict q = p;
     for (int64_t i = 0; i < n; i++) {
         m[i] = c->beta1 * m[i] + c->one_minus_beta1 * g[i];
         v[i] = c->beta2 * v[i] + c->one_minus_beta2 * (g[i] * g[i]);
         float denom = sqrtf(v[i]) / c->bias2_sqrt + c->eps;
-        p[i] = p[i] * c->decay_factor - c->step_size * (m[i] / denom);
+        q[i] = q[i] * c->decay_factor - c->step_size * (m[i] / denom);
     }
 }
 

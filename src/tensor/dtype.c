@@ -54,18 +54,7 @@ static float f32_from_bits(uint32_t u)
     return f;
 }
 
-uint16_t hs_f32_to_bf16(float f)
-{
-    uint32_t x = f32_bits(f);
-    if ((x & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((x >> 16) | 0x0040u);
-    /* Adding 0x7FFF plus the lowest kept bit rounds to nearest, ties to even;
-     * a carry out of the mantissa lands in the exponent, which is also how
-     * the largest finite values overflow to Inf. */
-    x += 0x7FFFu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
-float hs_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+/* hs_f32_to_bf16 / hs_bf16_to_f32 are inline in tensor.h. */
 
 /* |x| below the smallest normal f16 (2^-14): produce a subnormal or zero. */
 static uint16_t f16_subnormal_from_bits(uint32_t x)
