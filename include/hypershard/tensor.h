@@ -124,6 +124,10 @@ int hs_blas_get_threads(void);
 /* The instruction set oneDNN's kernels use on this CPU: "avx512_core_amx",
  * "avx512_core_bf16", "avx512_core", "avx2" or "sse41". */
 const char *hs_gemm_isa(void);
+/* Whether hs_gemm_ex multiplies operands of 16-bit dtype dt into a C of
+ * c_dt natively here (oneDNN has that matmul on this CPU); else the
+ * operands are widened to fp32. */
+bool hs_gemm_native(hs_dtype dt, hs_dtype c_dt);
 
 /* ----------------------------------------------------- elementwise (fp32) */
 

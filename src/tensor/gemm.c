@@ -4,10 +4,12 @@
  * AVX-512, AVX512-BF16, AMX), with no environment variable to set; the
  * fp32 GEMM is dnnl_sgemm. Two 16-bit operands of one dtype run oneDNN's
  * matmul primitive with fp32 accumulation (native bf16 dot products where
- * the CPU has them) and C in fp32 or 16 bits, rounded once. Anything else
- * (mixed operand dtypes, a matmul oneDNN does not implement on this CPU)
- * widens each 16-bit operand to fp32 once per call, runs one sgemm and
- * rounds C once on the way out. oneDNN's engine and stream are created per
+ * the CPU has them) and C in fp32 or 16 bits, rounded once. One fp32 and
+ * one 16-bit operand (backward: an fp32 activation gradient against a bf16
+ * weight or activation) round the fp32 one to 16 bits first, as PyTorch's
+ * bf16 autograd holds it, and run the same matmul. Where oneDNN has no
+ * such matmul on this CPU, each 16-bit operand is widened to fp32 once per
+ * call, one sgemm runs, and C is rounded once on the way out. oneDNN's engine and stream are created per
  * call (0.15 us); its primitive cache makes a repeated shape cheap. */
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -107,6 +109,35 @@ static bool matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
     return ok;
 }
 
+/* One fp32 operand and one 16-bit: the fp32 one (in backward, the
+ * activation gradient) is rounded to the other's dtype, as a 16-bit
+ * autograd holds it, and the matmul runs natively. False when oneDNN has
+ * no such matmul here (the caller widens instead). */
+static bool narrowed_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                            float alpha, const void *A, hs_dtype a_dt, int64_t lda, int64_t a_rows,
+                            int64_t a_cols, const void *B, hs_dtype b_dt, int64_t ldb,
+                            int64_t b_rows, int64_t b_cols, float beta, void *C, hs_dtype c_dt,
+                            int64_t ldc)
+{
+    bool a32 = a_dt == HS_DTYPE_F32;
+    hs_dtype dt = a32 ? b_dt : a_dt;
+    int64_t rows = a32 ? a_rows : b_rows, cols = a32 ? a_cols : b_cols, ld = a32 ? lda : ldb;
+    const float *src = a32 ? A : B;
+    void *t = malloc((size_t)(rows * cols) * hs_dtype_size(dt) + 1);
+    if (t == NULL)
+        hs_oom("hs_gemm_ex: %lld bytes to round a %lldx%lld operand", (long long)(rows * cols * 2),
+               (long long)rows, (long long)cols);
+    for (int64_t r = 0; r < rows; r++)
+        hs_convert((char *)t + (size_t)(r * cols) * hs_dtype_size(dt), dt, src + r * ld,
+                   HS_DTYPE_F32, cols);
+    bool ok = a32 ? matmul(trans_a, trans_b, M, N, K, alpha, t, dt, cols, B, b_dt, ldb, beta, C,
+                           c_dt, ldc)
+                  : matmul(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, t, dt, cols, beta, C,
+                           c_dt, ldc);
+    free(t);
+    return ok;
+}
+
 /* Widen a rows x cols matrix with row stride ld into a packed fp32 copy. */
 static void widen_matrix(float *dst, const void *src, hs_dtype dt, int64_t rows, int64_t cols,
                          int64_t ld)
@@ -142,6 +173,10 @@ void hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
     /* Stored shapes: op(A) is M x K, so A itself is K x M when transposed. */
     int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
     int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+    if (K > 0 && (a_dt == HS_DTYPE_F32) != (b_dt == HS_DTYPE_F32) &&
+        narrowed_matmul(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, a_rows, a_cols, B, b_dt,
+                        ldb, b_rows, b_cols, beta, C, c_dt, ldc))
+        return;
     size_t need = 0;
     if (a_dt != HS_DTYPE_F32) need += (size_t)(a_rows * a_cols);
     if (b_dt != HS_DTYPE_F32) need += (size_t)(b_rows * b_cols);
@@ -191,4 +226,12 @@ const char *hs_gemm_isa(void)
     if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) return "avx512_core";
     if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2) return "avx2";
     return "sse41";
+}
+
+bool hs_gemm_native(hs_dtype dt, hs_dtype c_dt)
+{
+    if (dt == HS_DTYPE_F32) return false;
+    const uint16_t one[4] = {0}, two[4] = {0};
+    float c[4];
+    return matmul(false, false, 2, 2, 2, 1.0f, one, dt, 2, two, dt, 2, 0.0f, c, c_dt, 2);
 }
