@@ -9,20 +9,6 @@
 
 static char *at(void *base, int64_t elems, size_t es) { return (char *)base + (size_t)elems * es; }
 
-/* hs_fsdp_mem_alloc without its zero fill, for the staging buffers that
- * are written whole before anything reads them (all-gather output, unpacked
- * views, packed gradients): the fill would be a second pass over megabytes
- * per unit and step. Accounted exactly like hs_fsdp_mem_alloc. */
-static void *staging_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes)
-{
-    void *p = hs_device_alloc(m->dev, bytes ? bytes : 1);
-    HS_ASSERT(p != NULL);
-    m->current[k] += (int64_t)bytes;
-    m->allocs[k]++;
-    if (m->current[k] > m->peak[k]) m->peak[k] = m->current[k];
-    return p;
-}
-
 static hs_status check_members(const hs_fsdp_unit *u, hs_fsdp_param **ps, int n, hs_error *e)
 {
     for (int j = 1; j < n; j++) {
@@ -156,7 +142,7 @@ static const void *all_gather_input(hs_fsdp_fusion *fu)
     size_t es = hs_dtype_size(fu->ag_dtype);
     if (fu->zero_copy && fu->src_dtype == fu->ag_dtype) return fu->flat_src;
     fu->ag_in_bytes = (size_t)fu->numel * es;
-    fu->ag_in = staging_alloc(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_in_bytes);
+    fu->ag_in = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_in_bytes);
     if (fu->zero_copy) {
         hs_convert(fu->ag_in, fu->ag_dtype, fu->flat_src, fu->src_dtype, fu->numel);
         return fu->ag_in;
@@ -183,7 +169,7 @@ void hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu)
     if (!all_sharded) hs_fsdp_fusion_reshard(fu);
     const void *in = all_gather_input(fu);
     fu->ag_out_bytes = (size_t)fu->numel * (size_t)fu->world * hs_dtype_size(fu->ag_dtype);
-    fu->ag_out = staging_alloc(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_out_bytes);
+    fu->ag_out = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_out_bytes);
     fu->ag_work = hs_pg_all_gather_async(fu->pg, fu->ag_out, in, fu->numel, fu->ag_dtype);
     for (int j = 0; j < fu->n_params; j++) {
         hs_fsdp_param *fp = fu->params[j];
@@ -225,7 +211,7 @@ hs_status hs_fsdp_fusion_unshard_wait(hs_fsdp_fusion *fu, hs_error *e)
     fu->ag_in_bytes = 0;
     if (st == HS_OK) {
         fu->unsharded_bytes = fu->ag_out_bytes;
-        fu->unsharded = staging_alloc(fu->mem, HS_FSDP_MEM_PARAM, fu->unsharded_bytes);
+        fu->unsharded = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, fu->unsharded_bytes);
         unpack(fu);
     }
     hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_out, fu->ag_out_bytes);
@@ -252,7 +238,7 @@ void hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale)
     size_t es = hs_dtype_size(fu->rs_dtype);
     int64_t W = fu->world, S = fu->numel;
     fu->rs_in_bytes = (size_t)(W * S) * es;
-    fu->rs_in = staging_alloc(fu->mem, HS_FSDP_MEM_GRAD, fu->rs_in_bytes);
+    fu->rs_in = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_GRAD, fu->rs_in_bytes);
     for (int j = 0; j < fu->n_params; j++) {
         hs_fsdp_param *fp = fu->params[j];
         HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL);

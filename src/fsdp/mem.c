@@ -11,14 +11,19 @@ void hs_fsdp_mem_init(hs_fsdp_mem *m, hs_device *dev)
 
 void *hs_fsdp_mem_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes)
 {
-    HS_ASSERT((unsigned)k < HS_FSDP_MEM_KIND_COUNT);
     /* A zero-length shard still needs a distinct pointer so that views of it
-     * never alias another parameter's storage. */
+     * never alias another parameter's storage. The cpu device is RAM; a
+     * device without host-visible memory will need its own fill here. */
+    void *p = hs_fsdp_mem_alloc_uninit(m, k, bytes);
+    memset(p, 0, bytes ? bytes : 1);
+    return p;
+}
+
+void *hs_fsdp_mem_alloc_uninit(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes)
+{
+    HS_ASSERT((unsigned)k < HS_FSDP_MEM_KIND_COUNT);
     void *p = hs_device_alloc(m->dev, bytes ? bytes : 1);
     HS_ASSERT(p != NULL);
-    /* The cpu device is RAM; a device without host-visible memory will need
-     * its own fill here. */
-    memset(p, 0, bytes ? bytes : 1);
     m->current[k] += (int64_t)bytes;
     m->allocs[k]++;
     if (m->current[k] > m->peak[k]) m->peak[k] = m->current[k];

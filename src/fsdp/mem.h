@@ -33,6 +33,10 @@ typedef struct hs_fsdp_mem {
 void hs_fsdp_mem_init(hs_fsdp_mem *m, hs_device *dev);
 /* Zero-filled; bytes == 0 still returns a valid, unique block. */
 void *hs_fsdp_mem_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes);
+/* The same without the zero fill, for buffers written whole before anything
+ * reads them (all-gather outputs and inputs, cast copies, staging): the
+ * fill would be a second pass over them per unit and step. */
+void *hs_fsdp_mem_alloc_uninit(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes);
 /* `bytes` must be what was asked for at allocation. NULL is fine. */
 void hs_fsdp_mem_free(hs_fsdp_mem *m, hs_fsdp_mem_kind k, void *p, size_t bytes);
 void hs_fsdp_mem_reset_peak(hs_fsdp_mem *m);

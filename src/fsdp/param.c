@@ -90,7 +90,9 @@ static void *own(hs_fsdp_param *fp, hs_fsdp_storage_owner owner, int64_t numel)
 {
     fp->owner = owner;
     fp->owned_bytes = bytes_of(numel, fp->compute_dtype);
-    fp->owned = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_PARAM, fp->owned_bytes);
+    /* Written whole before it is read: the all-gather fills every row of
+     * every rank's chunk (padding included), the cast every element. */
+    fp->owned = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_PARAM, fp->owned_bytes);
     return fp->owned;
 }
 
@@ -110,7 +112,7 @@ void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp)
         const void *in = src;
         if (!direct) {
             fp->ag_input_bytes = bytes_of(pl->padded_sharded_numel, fp->compute_dtype);
-            fp->ag_input = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_PARAM, fp->ag_input_bytes);
+            fp->ag_input = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_PARAM, fp->ag_input_bytes);
             hs_fsdp_offload_to_compute(fp, fp->ag_input, fp->storage_numel);
             in = fp->ag_input;
         }
