@@ -66,8 +66,8 @@ static int usage(FILE *f, const char *why) {
     fprintf(f, "usage: hypershard bench step [--quick] [--threads N] [--steps N] [--model NAME]\n"
                "  --quick      seconds, not minutes: the demo model and a 2-layer, 128-token\n"
                "               GPT-2-width model; a smaller sgemm\n"
-               "  --threads N  BLAS threads for the sgemm and the steps (default: as configured,\n"
-               "               OPENBLAS_NUM_THREADS)\n"
+               "  --threads N  GEMM threads for the sgemm and the steps (default: OMP_NUM_THREADS,\n"
+               "               else every core)\n"
                "  --steps N    timed steps per model after one warm-up (default 5, quick 2;\n"
                "               the median of at most 64 counts)\n"
                "  --model M    demo or gpt2-small only\n");

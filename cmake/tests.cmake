@@ -24,7 +24,7 @@ set(HS_TEST_ENV
   OMPI_MCA_rmaps_base_oversubscribe=1
   OMPI_MCA_btl=self,vader
   OMPI_MCA_hwloc_base_binding_policy=none
-  OPENBLAS_NUM_THREADS=1
+  OMP_NUM_THREADS=1
   HS_BIN=$<TARGET_FILE:hypershard>
   HS_SRC=${CMAKE_SOURCE_DIR}
   HS_BUILD=${CMAKE_BINARY_DIR}

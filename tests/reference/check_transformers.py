@@ -98,7 +98,7 @@ def read_tokens(path):
 def run(cmd, log):
     with open(log, "w") as f:
         r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT,
-                           env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
     if r.returncode != 0:
         sys.stdout.write(open(log).read())
         sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}")

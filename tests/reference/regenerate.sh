@@ -12,7 +12,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 python=${HS_TORCH_PYTHON:-/usr/bin/python3}
 work=$(mktemp -d /tmp/hs_reference_XXXXXX)
 trap 'rm -rf "$work"' EXIT
-export OPENBLAS_NUM_THREADS=1
+export OMP_NUM_THREADS=1
 for model in llama moe; do
     for opt in adamw muon; do
         lr=$([ "$opt" = muon ] && echo 0.02 || echo 0.003)
