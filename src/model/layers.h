@@ -22,6 +22,10 @@
 
 /* ------------------------------------------------------- dtype load/store */
 
+/* Element counts from which a kernel splits its loop over the GEMM threads
+ * (OpenMP; one thread per rank under mpiexec runs it inline). */
+#define HS_PAR_MIN 32768
+
 static inline float hs_ld(const void *p, hs_dtype dt, int64_t i) {
     switch (dt) {
     case HS_DTYPE_BF16:

@@ -13,6 +13,7 @@ void hs_rmsnorm_forward(void *out /* N,C */, float *rstd /* N */, const void *x 
 void hs_rmsnorm_forward_x(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
                           hs_dtype xdt, const void *w /* C */, hs_dtype dt, int64_t N, int C,
                           float eps) {
+#pragma omp parallel for schedule(static) if (N * C >= HS_PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
         int64_t o = n * C;
         /* fp64 sum: the mean of C squares is then exact to fp32 rounding. */

@@ -22,6 +22,7 @@ void hs_rope_tables(float *cos_t /* T,HD/2 */, float *sin_t /* T,HD/2 */, int T,
 void hs_rope_forward(void *x /* B,T,H,HD */, hs_dtype dt, const float *cos_t, const float *sin_t,
                      int B, int T, int H, int HD) {
     int half = HD / 2;
+#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)B * T * H * HD >= HS_PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float *c = cos_t + t * half, *s = sin_t + t * half;

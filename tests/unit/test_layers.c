@@ -367,6 +367,36 @@ static void test_cross_entropy_of_uniform_logits_is_log_v(void **state) {
     assert_float_equal(hs_xent_forward_backward(NULL, l, t, 1, 5, 1.0f, NULL), log(5.0), 1e-6);
 }
 
+/* The threaded element kernels give the same bits on 1 and 2 threads. */
+static void run_elementwise(int threads, int64_t n, const float *g, const float *u, float *y,
+                            float *dg, float *du, float *xn, float *rstd, float *xr) {
+    hs_blas_set_threads(threads);
+    hs_swiglu_forward(y, g, u, HS_DTYPE_F32, n);
+    memset(dg, 0, (size_t)n * 4), memset(du, 0, (size_t)n * 4);
+    hs_swiglu_backward(dg, du, y, g, u, HS_DTYPE_F32, n);
+    hs_rmsnorm_forward(xn, rstd, g, u, HS_DTYPE_F32, n / 256, 256, 1e-5f);
+    memcpy(xr, g, (size_t)n * 4);
+    float cs[64 * 8], sn[64 * 8];
+    hs_rope_tables(cs, sn, 64, 16, 10000.0);
+    hs_rope_forward(xr, HS_DTYPE_F32, cs, sn, (int)(n / (64 * 4 * 16)), 64, 4, 16);
+}
+
+static void test_threaded_kernels_equal_one_thread_bitwise(void **state) {
+    (void)state;
+    enum { N = 1 << 17 };
+    float *buf = malloc(sizeof(float) * N * 14);
+    assert_non_null(buf);
+    float *g = buf, *u = buf + N;
+    for (int i = 0; i < N; i++) g[i] = sinf(0.01f * i) * 3.0f, u[i] = cosf(0.003f * i);
+    float *a = buf + 2 * N, *b = a + 6 * N; /* y, dg, du, xn, rstd, xr: < 6N each run */
+    int was = hs_blas_get_threads();
+    run_elementwise(1, N, g, u, a, a + N, a + 2 * N, a + 3 * N, a + 4 * N, a + 4 * N + N / 256);
+    run_elementwise(2, N, g, u, b, b + N, b + 2 * N, b + 3 * N, b + 4 * N, b + 4 * N + N / 256);
+    hs_blas_set_threads(was);
+    assert_memory_equal(a, b, sizeof(float) * (5 * N + N / 256));
+    free(buf);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rmsnorm_backward_matches_finite_differences),
@@ -377,6 +407,7 @@ int main(void) {
         cmocka_unit_test(test_attention_across_query_blocks_matches_finite_differences),
         cmocka_unit_test(test_attention_equals_naive_causal_softmax),
         cmocka_unit_test(test_swiglu_backward_matches_finite_differences),
+        cmocka_unit_test(test_threaded_kernels_equal_one_thread_bitwise),
         cmocka_unit_test(test_linear_backward_matches_finite_differences),
         cmocka_unit_test(test_linear_bf16_weight_gradient_accumulates_with_one_rounding),
         cmocka_unit_test(test_embedding_backward_sums_rows_of_repeated_tokens),
