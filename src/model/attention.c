@@ -55,11 +55,9 @@ static void att_softmax(float *S, float *lse, int64_t gq, int64_t gk, int rows, 
         }
         float mx = s[0];
         for (int j = 1; j < valid; j++) mx = s[j] > mx ? s[j] : mx;
+        for (int j = 0; j < valid; j++) s[j] = hs_expf(s[j] - mx); /* vectorises */
         double sum = 0.0;
-        for (int j = 0; j < valid; j++) {
-            s[j] = expf(s[j] - mx);
-            sum += s[j];
-        }
+        for (int j = 0; j < valid; j++) sum += s[j];
         float inv = (float)(1.0 / sum);
         for (int j = 0; j < valid; j++) s[j] *= inv;
         memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
@@ -121,7 +119,7 @@ static void att_probs(float *S, const float *lse, int64_t gq, int64_t gk, int ro
         float *s = S + (int64_t)i * nk;
         int valid = visible(gq, i, gk, nk);
         float l = lse[i];
-        for (int j = 0; j < valid; j++) s[j] = expf(s[j] - l);
+        for (int j = 0; j < valid; j++) s[j] = hs_expf(s[j] - l);
         memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
     }
 }

@@ -16,7 +16,9 @@
 #ifndef HS_MODEL_LAYERS_H
 #define HS_MODEL_LAYERS_H
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "hypershard/tensor.h"
 
@@ -25,6 +27,35 @@
 /* Element counts from which a kernel splits its loop over the GEMM threads
  * (OpenMP; one thread per rank under mpiexec runs it inline). */
 #define HS_PAR_MIN 32768
+
+/* e^x in fp32 that vectorises (no libm call): x = n ln2 + r with |r| <=
+ * ln2/2, e^r by Cephes' degree-6 polynomial, 2^n put into the exponent.
+ * Within 2 ulp of expf on [-87.3, 88.3] (tests/unit/test_layers.c sweeps
+ * it); below, 0 (no subnormals); above, +Inf; NaN stays NaN. The element
+ * kernels (SwiGLU, attention's softmax, cross-entropy) use it. */
+static inline float hs_expf(float x) {
+    const float lo = -87.3365447f, hi = 88.3762626f;
+    float xc = x < lo ? lo : x > hi ? hi : x;
+    /* round to nearest by the 1.5 * 2^23 shift: plain arithmetic, so the
+     * loop vectorises (rintf does not without -fno-trapping-math) */
+    float n = (xc * 1.44269504089f + 12582912.0f) - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float y = p * scale;
+    y = x < lo ? 0.0f : y;
+    y = x > hi ? INFINITY : y;
+    return x != x ? x : y;
+}
 
 static inline float hs_ld(const void *p, hs_dtype dt, int64_t i) {
     switch (dt) {

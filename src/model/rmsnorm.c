@@ -10,23 +10,42 @@ void hs_rmsnorm_forward(void *out /* N,C */, float *rstd /* N */, const void *x 
     hs_rmsnorm_forward_x(out, rstd, x, dt, w, dt, N, C, eps);
 }
 
+static inline __attribute__((always_inline)) void fwd_row(void *out, float *rstd, const void *x,
+                                                          hs_dtype xdt, const void *w,
+                                                          hs_dtype dt, int64_t n, int C,
+                                                          float eps) {
+    int64_t o = n * C;
+    /* fp64 sum: the mean of C squares is then exact to fp32 rounding. */
+    double ss = 0.0;
+    for (int i = 0; i < C; i++) {
+        float v = hs_ld(x, xdt, o + i);
+        ss += (double)v * v;
+    }
+    float r = 1.0f / sqrtf((float)(ss / C) + eps);
+    rstd[n] = r;
+    for (int i = 0; i < C; i++)
+        hs_st(out, dt, o + i, hs_ld(w, dt, i) * (hs_ld(x, xdt, o + i) * r));
+}
+
+/* One row, its loops inlined for the usual dtype pairs so that they
+ * vectorise. */
+static void fwd_row_any(void *out, float *rstd, const void *x, hs_dtype xdt, const void *w,
+                        hs_dtype dt, int64_t n, int C, float eps) {
+    if (xdt == HS_DTYPE_F32 && dt == HS_DTYPE_F32)
+        fwd_row(out, rstd, x, HS_DTYPE_F32, w, HS_DTYPE_F32, n, C, eps);
+    else if (xdt == HS_DTYPE_BF16 && dt == HS_DTYPE_BF16)
+        fwd_row(out, rstd, x, HS_DTYPE_BF16, w, HS_DTYPE_BF16, n, C, eps);
+    else if (xdt == HS_DTYPE_F32 && dt == HS_DTYPE_BF16)
+        fwd_row(out, rstd, x, HS_DTYPE_F32, w, HS_DTYPE_BF16, n, C, eps);
+    else
+        fwd_row(out, rstd, x, xdt, w, dt, n, C, eps);
+}
+
 void hs_rmsnorm_forward_x(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
                           hs_dtype xdt, const void *w /* C */, hs_dtype dt, int64_t N, int C,
                           float eps) {
 #pragma omp parallel for schedule(static) if (N * C >= HS_PAR_MIN)
-    for (int64_t n = 0; n < N; n++) {
-        int64_t o = n * C;
-        /* fp64 sum: the mean of C squares is then exact to fp32 rounding. */
-        double ss = 0.0;
-        for (int i = 0; i < C; i++) {
-            float v = hs_ld(x, xdt, o + i);
-            ss += (double)v * v;
-        }
-        float r = 1.0f / sqrtf((float)(ss / C) + eps);
-        rstd[n] = r;
-        for (int i = 0; i < C; i++)
-            hs_st(out, dt, o + i, hs_ld(w, dt, i) * (hs_ld(x, xdt, o + i) * r));
-    }
+    for (int64_t n = 0; n < N; n++) fwd_row_any(out, rstd, x, xdt, w, dt, n, C, eps);
 }
 
 /* y_i = w_i x_i r, r = (mean(x^2) + eps)^-1/2, dr/dx_i = -r^3 x_i / C:

@@ -1,27 +1,67 @@
-/* SwiGLU gate of the Llama MLP: silu(gate) * up, in fp32. Element loops,
- * split over the GEMM threads (OpenMP) when long enough: every element is
- * computed the same way whatever the split. */
+/* SwiGLU gate of the Llama MLP: silu(gate) * up, in fp32. The elements go
+ * in chunks split over the GEMM threads (OpenMP) when there are enough of
+ * them: every element is computed the same way whatever the split. Each
+ * chunk loop is inlined once per storage dtype (the switches below), so
+ * that its loads, stores and e^x vectorise. */
 #include <math.h>
 
 #include "model/layers.h"
 
-void hs_swiglu_forward(void *out /* N,F */, const void *gate /* N,F */, const void *up /* N,F */,
-                       hs_dtype dt, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= HS_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
+#define CHUNK 8192
+
+static inline __attribute__((always_inline)) void fwd(void *out, const void *gate,
+                                                      const void *up, hs_dtype dt, int64_t lo,
+                                                      int64_t hi) {
+    for (int64_t i = lo; i < hi; i++) {
         float g = hs_ld(gate, dt, i);
-        hs_st(out, dt, i, g / (1.0f + expf(-g)) * hs_ld(up, dt, i));
+        hs_st(out, dt, i, g / (1.0f + hs_expf(-g)) * hs_ld(up, dt, i));
     }
 }
 
-/* d silu(g)/dg = sig(g) * (1 + g * (1 - sig(g))). */
-void hs_swiglu_backward(float *dgate /* N,F */, float *dup /* N,F */, const float *dout /* N,F */,
-                        const void *gate, const void *up, hs_dtype dt, int64_t n) {
+static void fwd_chunk(void *out, const void *gate, const void *up, hs_dtype dt, int64_t lo,
+                      int64_t hi) {
+    switch (dt) {
+    case HS_DTYPE_F32: fwd(out, gate, up, HS_DTYPE_F32, lo, hi); break;
+    case HS_DTYPE_BF16: fwd(out, gate, up, HS_DTYPE_BF16, lo, hi); break;
+    default: fwd(out, gate, up, dt, lo, hi); break;
+    }
+}
+
+void hs_swiglu_forward(void *out /* N,F */, const void *gate /* N,F */, const void *up /* N,F */,
+                       hs_dtype dt, int64_t n) {
+    int64_t chunks = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(static) if (n >= HS_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t c = 0; c < chunks; c++)
+        fwd_chunk(out, gate, up, dt, c * CHUNK, c * CHUNK + CHUNK < n ? c * CHUNK + CHUNK : n);
+}
+
+/* d silu(g)/dg = sig(g) * (1 + g * (1 - sig(g))). */
+static inline __attribute__((always_inline)) void bwd(float *dgate, float *dup,
+                                                      const float *dout, const void *gate,
+                                                      const void *up, hs_dtype dt, int64_t lo,
+                                                      int64_t hi) {
+    for (int64_t i = lo; i < hi; i++) {
         float g = hs_ld(gate, dt, i), u = hs_ld(up, dt, i);
-        float sg = 1.0f / (1.0f + expf(-g));
+        float sg = 1.0f / (1.0f + hs_expf(-g));
         dgate[i] += dout[i] * u * sg * (1.0f + g * (1.0f - sg));
         dup[i] += dout[i] * g * sg;
     }
+}
+
+static void bwd_chunk(float *dgate, float *dup, const float *dout, const void *gate,
+                      const void *up, hs_dtype dt, int64_t lo, int64_t hi) {
+    switch (dt) {
+    case HS_DTYPE_F32: bwd(dgate, dup, dout, gate, up, HS_DTYPE_F32, lo, hi); break;
+    case HS_DTYPE_BF16: bwd(dgate, dup, dout, gate, up, HS_DTYPE_BF16, lo, hi); break;
+    default: bwd(dgate, dup, dout, gate, up, dt, lo, hi); break;
+    }
+}
+
+void hs_swiglu_backward(float *dgate /* N,F */, float *dup /* N,F */, const float *dout /* N,F */,
+                        const void *gate, const void *up, hs_dtype dt, int64_t n) {
+    int64_t chunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (n >= HS_PAR_MIN)
+    for (int64_t c = 0; c < chunks; c++)
+        bwd_chunk(dgate, dup, dout, gate, up, dt, c * CHUNK,
+                  c * CHUNK + CHUNK < n ? c * CHUNK + CHUNK : n);
 }

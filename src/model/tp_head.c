@@ -84,7 +84,7 @@ static double parallel_loss(hs_model *m, const int32_t *targets, int64_t rows, f
     for (int64_t i = 0; i < rows; i++) {
         const float *l = m->logits + i * V;
         double s = 0.0;
-        for (int j = 0; j < V; j++) s += expf(l[j] - mx[i]);
+        for (int j = 0; j < V; j++) s += hs_expf(l[j] - mx[i]);
         int64_t t = (int64_t)targets[i] - m->v0;
         sum[i] = (float)s;
         tl[i] = targets[i] >= 0 && t >= 0 && t < V ? l[t] : 0.0f;
@@ -101,7 +101,7 @@ static double parallel_loss(hs_model *m, const int32_t *targets, int64_t rows, f
         loss += (double)mx[i] + log((double)sum[i]) - (double)tl[i];
         if (!grad) continue;
         float k = (float)(scale / (double)sum[i]);
-        for (int j = 0; j < V; j++) l[j] = expf(l[j] - mx[i]) * k;
+        for (int j = 0; j < V; j++) l[j] = hs_expf(l[j] - mx[i]) * k;
         if (t >= 0 && t < V) l[t] -= scale;
     }
     return loss;

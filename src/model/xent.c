@@ -28,7 +28,7 @@ double hs_xent_forward_backward(float *dlogits /* N,V */, const float *logits /*
         if (d) {
             /* d may alias l: each exponential replaces the logit it came from. */
             for (int i = 0; i < V; i++) {
-                float ei = expf(l[i] - mx);
+                float ei = hs_expf(l[i] - mx);
                 d[i] = ei;
                 sum += ei;
             }
@@ -36,7 +36,7 @@ double hs_xent_forward_backward(float *dlogits /* N,V */, const float *logits /*
             for (int i = 0; i < V; i++) d[i] *= k;
             d[tgt] -= scale;
         } else {
-            for (int i = 0; i < V; i++) sum += expf(l[i] - mx);
+            for (int i = 0; i < V; i++) sum += hs_expf(l[i] - mx);
         }
         total += (double)mx + log(sum) - (double)lt;
         used++;

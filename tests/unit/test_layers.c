@@ -367,6 +367,28 @@ static void test_cross_entropy_of_uniform_logits_is_log_v(void **state) {
     assert_float_equal(hs_xent_forward_backward(NULL, l, t, 1, 5, 1.0f, NULL), log(5.0), 1e-6);
 }
 
+/* hs_expf against exp in fp64 rounded to fp32: at most 2 ulp apart over
+ * the normal range, and the ends and NaN as documented. */
+static void test_vectorised_expf_within_2_ulp(void **state) {
+    (void)state;
+    int worst = 0;
+    for (int i = 0; i <= 2000000; i++) {
+        float x = -87.3f + (88.3f + 87.3f) * (float)i / 2000000.0f;
+        float want = (float)exp((double)x), got = hs_expf(x);
+        int32_t a, b;
+        memcpy(&a, &want, 4), memcpy(&b, &got, 4);
+        int d = abs(a - b);
+        if (d > worst) worst = d;
+        if (d > 2) fail_msg("hs_expf(%.9g) = %.9g, exp = %.9g (%d ulp)", (double)x, (double)got,
+                            (double)want, d);
+    }
+    print_message("hs_expf      worst %d ulp on [-87.3, 88.3]\n", worst);
+    assert_true(hs_expf(0.0f) == 1.0f);
+    assert_true(hs_expf(-INFINITY) == 0.0f && hs_expf(-100.0f) == 0.0f);
+    assert_true(isinf(hs_expf(INFINITY)) && isinf(hs_expf(100.0f)));
+    assert_true(isnan(hs_expf(NAN)));
+}
+
 /* The threaded element kernels give the same bits on 1 and 2 threads. */
 static void run_elementwise(int threads, int64_t n, const float *g, const float *u, float *y,
                             float *dg, float *du, float *xn, float *rstd, float *xr) {
@@ -408,6 +430,7 @@ int main(void) {
         cmocka_unit_test(test_attention_equals_naive_causal_softmax),
         cmocka_unit_test(test_swiglu_backward_matches_finite_differences),
         cmocka_unit_test(test_threaded_kernels_equal_one_thread_bitwise),
+        cmocka_unit_test(test_vectorised_expf_within_2_ulp),
         cmocka_unit_test(test_linear_backward_matches_finite_differences),
         cmocka_unit_test(test_linear_bf16_weight_gradient_accumulates_with_one_rounding),
         cmocka_unit_test(test_embedding_backward_sums_rows_of_repeated_tokens),
