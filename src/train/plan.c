@@ -55,6 +55,7 @@ typedef struct unit_sz {
     int64_t A;      /* fp32 accumulators of no-sync micro-batches             */
     int64_t comm[HS_PLAN_COMM_COUNT], calls[HS_PLAN_COMM_COUNT];
     int64_t ag_fwd, ag_calls; /* one forward's all-gathers */
+    unsigned ar_groups;       /* replicate groups with an all-reduce: hsdp, flat, edp */
 } unit_sz;
 
 typedef struct plan_ctx {
@@ -113,7 +114,11 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u)
     else u->G_loc += G, u->R_loc += Rb;
     if (c->stashes) u->A += padded_un * 4;
     if (ag) u->comm[HS_PLAN_RS] += padded_un * (int64_t)rs, u->calls[HS_PLAN_RS]++;
-    if (R > 1) u->comm[HS_PLAN_AR] += (ag ? padded_sh : numel) * (int64_t)rs, u->calls[HS_PLAN_AR]++;
+    /* One all-reduce per unit and replicate group (context.c: a unit's
+     * reduce slots of one group are one buffer). */
+    unsigned group = p->on_ep_mesh ? 4u : rep ? 2u : 1u;
+    if (R > 1 && !(u->ar_groups & group)) u->ar_groups |= group, u->calls[HS_PLAN_AR]++;
+    if (R > 1) u->comm[HS_PLAN_AR] += (ag ? padded_sh : numel) * (int64_t)rs;
 }
 
 static void add_local_param(const plan_ctx *c, const hs_param *p, unit_sz *u)
@@ -343,8 +348,7 @@ static hs_status activation_bytes(const plan_ctx *c, int stage, const hs_model_s
     return HS_OK;
 }
 
-static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int stage, int n_blocks,
-                    hs_plan_role *r)
+static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, hs_plan_role *r)
 {
     const hs_config *cfg = c->cfg;
     const hs_topology *t = c->topo;
@@ -356,7 +360,10 @@ static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int stage, int 
     if (t->tp > 1) { /* two regions a block, each way: all-reduce (or SP's AG + RS) */
         r->comm_bytes[HS_PLAN_TP] += M * n_blocks * 4 * BT * C * 4;
         r->comm_calls[HS_PLAN_TP] += M * n_blocks * 4;
-        if (!cfg->accelerator.loss_parallel && st->n_chunks >= 0)
+        int last = st->n_chunks - 1;
+        bool head = st->n_chunks == 0 ||
+                    st->first_layer[last] + st->n_layers[last] == mc->n_layers;
+        if (!cfg->accelerator.loss_parallel && head) /* the logits gathered over tp */
             r->comm_bytes[HS_PLAN_TP] += M * BT * mc->vocab_size * 4, r->comm_calls[HS_PLAN_TP] += M;
     }
     if (t->cp > 1) { /* K and V gathered in forward, dK and dV reduced back */
@@ -378,7 +385,6 @@ static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int stage, int 
             if (!first) r->comm_bytes[HS_PLAN_PP] += M * BT * C * 4, r->comm_calls[HS_PLAN_PP] += M;
         }
     }
-    (void)stage;
 }
 
 static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *global_numel,
@@ -460,12 +466,11 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
     }
     if (c->fsdp) {
         int64_t pp_ = 0, pg = 0;
-        rc = HS_OK;
         simulate(c, seq, n_seq, &pp_, &pg);
         r->device[HS_PLAN_UNSHARDED] = pp_;
         r->device[HS_PLAN_UNSHARDED_GRADS] = pg;
     }
-    mp_comm(c, &st, stage, n_blocks, r);
+    mp_comm(c, &st, n_blocks, r);
     free(seq), free(top_index), free(tops);
     for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++)
         r->peak_device_bytes += r->device[i], r->peak_host_bytes += r->host[i];

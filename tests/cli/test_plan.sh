@@ -61,6 +61,44 @@ bad = [r['mfu'] for r in map(json.loads, open('$m')) if not 0 < r['mfu'] < 1]
 sys.exit(1 if bad else 0)" || fail "$m: MFU outside (0, 1)"
 done
 
+# The planned FSDP communication is what a step does: the trace of one
+# step (rank 0, inside its "step" span) has the plan's all-gathers and
+# reduce-scatters on fsdp_shard and all-reduces on fsdp_replicate, call for
+# call and byte for byte.
+comm_check() {
+    local name=$1 n=$2
+    shift 2
+    "$HS_BIN" plan --world "$n" --json "${tiny[@]}" train.steps=1 "$@" > "$work/$name.plan.json"
+    hs_train "$name" "$n" train.steps=1 trace.enabled=true "$@"
+    python3 - "$name" "$work/$name.plan.json" "$work/$name/trace/trace.json" <<'PY' || fail "$name: comm"
+import collections, json, sys
+name, plan, trace = sys.argv[1:]
+comm = json.load(open(plan))["ranks"][0]["comm"]
+d = json.load(open(trace))
+ev = d["traceEvents"] if isinstance(d, dict) else d
+step = [e for e in ev if e.get("name") == "step" and e.get("ph") == "X" and e.get("pid") == 0][0]
+t0, t1 = step["ts"], step["ts"] + step["dur"]
+calls, nbytes = collections.Counter(), collections.Counter()
+for e in ev:
+    a = e.get("args", {})
+    if e.get("pid") == 0 and e.get("ph") == "X" and "group" in a and t0 <= e["ts"] <= t1:
+        calls[(e["name"], a["group"])] += 1
+        nbytes[(e["name"], a["group"])] += int(a.get("bytes") or 0)
+ok = True
+for planned, key in (("all_gather", ("all_gather", "fsdp_shard")),
+                     ("reduce_scatter", ("reduce_scatter", "fsdp_shard")),
+                     ("all_reduce", ("all_reduce", "fsdp_replicate"))):
+    want = (comm[planned]["calls"], comm[planned]["bytes"])
+    got = (calls[key], nbytes[key])
+    print("%-10s %-14s planned %4d calls %9d B, traced %4d calls %9d B" % (name, planned, *want, *got))
+    ok &= want == got
+sys.exit(0 if ok else 1)
+PY
+}
+comm_check comm_fsdp2 2 "${F2[@]}"
+comm_check comm_hsdp4 4 "${F2[@]}" train.global_batch_size=8
+comm_check comm_bf16 2 "${F2[@]}" "${BF[@]}"
+
 # The JSON lists each role; under PP one per stage.
 python3 - "$work/pp2_fsdp2.plan.json" <<'PY' || fail "pp2_fsdp2: roles"
 import json, sys
