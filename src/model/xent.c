@@ -27,11 +27,8 @@ double hs_xent_forward_backward(float *dlogits /* N,V */, const float *logits /*
         double sum = 0.0;
         if (d) {
             /* d may alias l: each exponential replaces the logit it came from. */
-            for (int i = 0; i < V; i++) {
-                float ei = hs_expf(l[i] - mx);
-                d[i] = ei;
-                sum += ei;
-            }
+            for (int i = 0; i < V; i++) d[i] = hs_expf(l[i] - mx); /* vectorises */
+            for (int i = 0; i < V; i++) sum += d[i];
             float k = (float)(scale / sum);
             for (int i = 0; i < V; i++) d[i] *= k;
             d[tgt] -= scale;
