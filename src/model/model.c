@@ -127,14 +127,13 @@ static void acts_dtypes(const hs_model *m, int set, hs_dtype *resid, bool *cast_
     }
 }
 
-/* Expert parallelism's dropless row buffers grow to what arrives
- * (moe_ep.c); the plan counts them at balanced routing, BT*K rows per
- * rank: per activation set x, y, h1, h3, and once the call's scratch. */
+/* Expert parallelism's dropless row buffers grow to what arrives; the plan
+ * counts them at balanced routing: BT*K rows per rank (this rank's N/tp
+ * under sequence parallel). */
 static int64_t ep_rows_bytes(const hs_model *m, bool per_set) {
     const hs_moe_shapes *s = &m->moe_shapes;
-    int64_t R = (int64_t)s->BT * s->K / (m->sp ? m->tp : 1), es = (int64_t)hs_dtype_size(m->dt);
-    if (per_set) return R * (2 * (int64_t)s->C + 2 * (int64_t)s->F) * es;
-    return R * (2 * (int64_t)s->C * 4 + (int64_t)s->F * (es + 8));
+    int64_t R = (int64_t)s->BT * s->K / (m->sp ? m->tp : 1);
+    return (int64_t)hs_moe_ep_rows_bytes(s, m->dt, R, per_set);
 }
 
 static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
@@ -308,7 +307,7 @@ static void buffers_alloc(hs_model *m) {
         m->moe_scratch = raw(m, hs_moe_scratch_bytes(&m->moe_shapes, dt));
         if (m->ep > 1 && m->opt.count_buffers) m->counted_bytes += ep_rows_bytes(m, false);
         if (m->opt.count_buffers)
-            m->counted_bytes += (int64_t)m->moe_shapes.E * (int64_t)(sizeof(int64_t) + sizeof(double));
+            m->counted_bytes += (int64_t)hs_moe_aux_bytes(m->moe_shapes.E);
         else
             hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->pool);
         m->aux_buf = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);

@@ -103,6 +103,11 @@ typedef struct hs_moe_grow {
 
 void *hs_moe_grow_to(hs_moe_grow *g, size_t bytes);
 void hs_moe_grow_free(hs_moe_grow *g);
+/* What the expert-parallel row buffers grow to when R rows arrive (dropless:
+ * R is the routing's; balanced, BT*K per rank): per activation set x, y,
+ * h1, h3 (per_set), or once the call's shared scratch (stage, dy, a, dh1,
+ * dh3). The sizes hs_moe_ep_forward / _backward ask for. */
+size_t hs_moe_ep_rows_bytes(const hs_moe_shapes *s, hs_dtype dt, int64_t R, bool per_set);
 
 /* Expert parallelism of every MoE layer of a model (moe_ep.c): the ops and
  * the scratch of one call, shared by the layers. Fixed-size count arrays
@@ -189,6 +194,8 @@ typedef struct hs_moe_aux {
 } hs_moe_aux;
 
 void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_pool *pool);
+/* What hs_moe_aux_init takes from its pool. */
+size_t hs_moe_aux_bytes(int E);
 void hs_moe_aux_free(hs_moe_aux *a);
 void hs_moe_aux_reset(hs_moe_aux *a);
 /* The totals and the micro-batch's valid targets as 2E + 2 fp32 values

@@ -14,6 +14,8 @@
 
 #include "model/moe.h"
 
+size_t hs_moe_aux_bytes(int E) { return (size_t)E * (sizeof(int64_t) + sizeof(double)); }
+
 void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_pool *pool)
 {
     HS_ASSERT(E >= 1 && K >= 1 && K <= E);

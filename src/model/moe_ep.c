@@ -25,6 +25,15 @@ void *hs_moe_grow_to(hs_moe_grow *g, size_t bytes)
     return g->p;
 }
 
+size_t hs_moe_ep_rows_bytes(const hs_moe_shapes *s, hs_dtype dt, int64_t R, bool per_set)
+{
+    size_t es = hs_dtype_size(dt), C = (size_t)s->C, F = (size_t)s->F, rows = (size_t)R;
+    /* forward's x, y (C) and h1, h3 (F) in dt; backward's fp32 stage and dy
+     * (C), a in dt and fp32 dh1, dh3 (F) */
+    if (per_set) return rows * (2 * C + 2 * F) * es;
+    return rows * (2 * C * sizeof(float) + F * (es + 2 * sizeof(float)));
+}
+
 void hs_moe_grow_free(hs_moe_grow *g)
 {
     if (g->pool) hs_pool_free(g->pool, g->p);

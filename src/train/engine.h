@@ -99,6 +99,14 @@ typedef struct hs_engine_env {
 
 /* The one place the engine is chosen. */
 hs_status hs_engine_create(const hs_engine_env *env, hs_engine **out, hs_error *e);
+/* Whether the FSDP engine holds the parameters (an FSDP domain, model
+ * parallelism, or one process with mixed precision / offload / fp32 main
+ * params); else the local engine. */
+bool hs_engine_uses_fsdp(const hs_config *cfg, const hs_topology *topo);
+/* The options the chosen engine creates its model with, before its pool
+ * and ops: the trainer's and the plan's (plan.c) one source. */
+hs_model_options hs_engine_model_options(const hs_config *cfg, bool fsdp, int max_batch,
+                                         hs_model_stage stage, int act_slots);
 hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_error *e);
 void hs_engine_free(hs_engine *en);
 

@@ -198,26 +198,9 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
 {
     *out = NULL;
     const hs_config *cfg = env->cfg;
-    const hs_mix_precision *mp = &cfg->fsdp.mix_precision;
-    int pd = mp->param_dtype, od = mp->output_dtype;
-    hs_dtype compute = pd == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)pd;
-    hs_model_options mo = {
-        .compute_dtype = compute,
-        .grad_dtype = compute,
-        .max_batch = env->max_batch,
-        .seq_len = cfg->train.seq_len,
-        .activation_checkpointing = cfg->train.activation_checkpointing,
-        .allocate_params = false,
-        .pool = &env->dev->device_pool,
-        .stage = env->stage,
-        .act_slots = env->act_slots,
-        /* Unit boundaries as FSDP2 places them (docs/fsdp-policies.md):
-         * outputs cast when output_dtype is set; inputs cast to param_dtype
-         * only when it is set and cast_forward_inputs is on. */
-        .cast_unit_outputs = od != HS_MP_NULL,
-        .unit_output_dtype = od != HS_MP_NULL ? (hs_dtype)od : compute,
-        .keep_unit_inputs = pd == HS_MP_NULL || !mp->cast_forward_inputs,
-    };
+    hs_model_options mo =
+        hs_engine_model_options(cfg, true, env->max_batch, env->stage, env->act_slots);
+    mo.pool = &env->dev->device_pool;
     hs_engine *en = calloc(1, sizeof *en);
     fsdp_engine *fe = calloc(1, sizeof *fe);
     if (!en || !fe) {

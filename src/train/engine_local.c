@@ -112,31 +112,18 @@ static void local_fill_params(local_ctx *c, hs_model *m) {
  * process that asks for them gets the FSDP engine with every group of size
  * 1: no collective is issued, and the run computes with the same dtypes as
  * a multi-rank run of the same config. */
-static bool local_wants_policies(const hs_config *cfg) {
-    int pd = cfg->fsdp.mix_precision.param_dtype, od = cfg->fsdp.mix_precision.output_dtype;
-    return (pd != HS_MP_NULL && pd != HS_DTYPE_F32) || (od != HS_MP_NULL && od != HS_DTYPE_F32) ||
-           cfg->fsdp.enable_offload || cfg->optimizer.fp32_main_params;
-}
-
 hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_error *e) {
     *out = NULL;
     const hs_config *cfg = env->cfg;
-    if (local_wants_policies(cfg)) {
+    if (hs_engine_uses_fsdp(cfg, env->topo)) {
         if (env->log)
             hs_log_info(env->log,
                         "fsdp: one process with mix_precision / offload / fp32 main params: the "
                         "FSDP engine holds the parameters with every group of size 1");
         return hs_engine_fsdp_create(env, out, e);
     }
-    hs_model_options mo = {
-        .compute_dtype = HS_DTYPE_F32,
-        .grad_dtype = HS_DTYPE_F32,
-        .max_batch = env->max_batch,
-        .seq_len = cfg->train.seq_len,
-        .activation_checkpointing = cfg->train.activation_checkpointing,
-        .allocate_params = true,
-        .pool = &env->dev->device_pool,
-    };
+    hs_model_options mo = hs_engine_model_options(cfg, false, env->max_batch, env->stage, 0);
+    mo.pool = &env->dev->device_pool;
     hs_model *m = NULL;
     hs_status s = hs_model_create(&cfg->model, &mo, &m, e);
     if (s != HS_OK) return s;

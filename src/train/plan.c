@@ -150,22 +150,12 @@ static hs_status role_model(const plan_ctx *c, int stage, const hs_model_stage *
     } else if (blocks_per_chunk > 0) {
         mc.n_layers = blocks_per_chunk;
     }
-    int pd = cfg->fsdp.mix_precision.param_dtype, od = cfg->fsdp.mix_precision.output_dtype;
-    hs_model_options mo = {
-        .compute_dtype = c->cdt,
-        .grad_dtype = c->cdt,
-        .max_batch = cfg->train.micro_batch_size,
-        .seq_len = cfg->train.seq_len,
-        .activation_checkpointing = checkpointing,
-        .stage = s,
-        .act_slots = slots,
-        .cast_unit_outputs = c->fsdp && od != HS_MP_NULL,
-        .unit_output_dtype = od != HS_MP_NULL ? (hs_dtype)od : c->cdt,
-        .keep_unit_inputs =
-            !c->fsdp || pd == HS_MP_NULL || !cfg->fsdp.mix_precision.cast_forward_inputs,
-        .ops = c->any_ops ? &c->ops : NULL,
-        .count_buffers = true,
-    };
+    hs_model_options mo =
+        hs_engine_model_options(cfg, c->fsdp, cfg->train.micro_batch_size, s, slots);
+    mo.activation_checkpointing = checkpointing;
+    mo.allocate_params = false; /* parameters are counted by add_*_param */
+    mo.ops = c->any_ops ? &c->ops : NULL;
+    mo.count_buffers = true;
     *out = NULL;
     hs_model *m = NULL;
     hs_status rc = hs_model_create(&mc, &mo, &m, e);
@@ -328,18 +318,16 @@ static int top_of(const hs_model *m, int ui, const int *top_index)
     return top_index[ui];
 }
 
-/* Activation bytes of the role at its real depth. */
+/* Activation bytes of the role at its real depth, from `described` (its
+ * model as role_model described it: exactly, or one block a chunk). */
 static hs_status activation_bytes(const plan_ctx *c, int stage, const hs_model_stage *st,
                                   int slots, bool exact, bool checkpointing, int n_blocks,
-                                  int64_t *out, hs_error *e)
+                                  const hs_model *described, int64_t *out, hs_error *e)
 {
     hs_model *m = NULL;
-    hs_status rc = role_model(c, stage, st, slots, exact ? 0 : 1, checkpointing, &m, e);
-    if (rc != HS_OK) return rc;
-    int64_t one = hs_model_buffer_bytes(m);
-    hs_model_free(m);
+    int64_t one = hs_model_buffer_bytes(described);
     if (exact) return *out = one, HS_OK;
-    rc = role_model(c, stage, st, slots, 2, checkpointing, &m, e);
+    hs_status rc = role_model(c, stage, st, slots, 2, checkpointing, &m, e);
     if (rc != HS_OK) return rc;
     int64_t two = hs_model_buffer_bytes(m);
     hs_model_free(m);
@@ -407,13 +395,20 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
     }
     r->n_blocks = n_blocks;
     bool exact = n_blocks <= EXACT_BLOCKS, ac = cfg->train.activation_checkpointing;
-    hs_status rc = activation_bytes(c, stage, &st, slots, exact, ac, n_blocks,
-                                    &r->device[HS_PLAN_ACTIVATIONS], e);
+    hs_model *m = NULL, *other = NULL;
+    hs_status rc = role_model(c, stage, &st, slots, exact ? 0 : 1, ac, &m, e);
+    if (rc == HS_OK) rc = role_model(c, stage, &st, slots, exact ? 0 : 1, !ac, &other, e);
     if (rc == HS_OK)
-        rc = activation_bytes(c, stage, &st, slots, exact, !ac, n_blocks, &r->activations_other, e);
-    hs_model *m = NULL;
-    if (rc == HS_OK) rc = role_model(c, stage, &st, slots, exact ? 0 : 1, ac, &m, e);
-    if (rc != HS_OK) return rc;
+        rc = activation_bytes(c, stage, &st, slots, exact, ac, n_blocks, m,
+                              &r->device[HS_PLAN_ACTIVATIONS], e);
+    if (rc == HS_OK)
+        rc = activation_bytes(c, stage, &st, slots, exact, !ac, n_blocks, other,
+                              &r->activations_other, e);
+    hs_model_free(other);
+    if (rc != HS_OK) {
+        hs_model_free(m);
+        return rc;
+    }
     int nu = hs_model_num_units(m), n_top = 0;
     int *top_index = calloc((size_t)nu + 1, sizeof(int));
     unit_sz *tops = calloc((size_t)nu + 1, sizeof *tops);
@@ -479,13 +474,6 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
 
 /* ------------------------------------------------------------- the plan */
 
-static bool wants_policies(const hs_config *cfg)
-{
-    int pd = cfg->fsdp.mix_precision.param_dtype, od = cfg->fsdp.mix_precision.output_dtype;
-    return (pd != HS_MP_NULL && pd != HS_DTYPE_F32) || (od != HS_MP_NULL && od != HS_DTYPE_F32) ||
-           cfg->fsdp.enable_offload || cfg->optimizer.fp32_main_params;
-}
-
 hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *out, hs_error *e)
 {
     memset(out, 0, sizeof *out);
@@ -494,9 +482,7 @@ hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *
     plan_ctx c = {.cfg = cfg, .topo = topo};
     c.cdt = mp->param_dtype == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)mp->param_dtype;
     c.rdt = mp->reduce_dtype == HS_MP_NULL ? c.cdt : (hs_dtype)mp->reduce_dtype;
-    char why[256];
-    bool active = hs_topology_fsdp_active(topo, why, sizeof why);
-    c.fsdp = active || topo->pp > 1 || topo->tp > 1 || topo->ep > 1 || wants_policies(cfg);
+    c.fsdp = hs_engine_uses_fsdp(cfg, topo);
     if (!c.fsdp) c.cdt = c.rdt = HS_DTYPE_F32;
     c.offload = c.fsdp && cfg->fsdp.enable_offload;
     c.main = c.fsdp && cfg->optimizer.fp32_main_params && c.cdt != HS_DTYPE_F32;

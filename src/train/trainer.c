@@ -53,7 +53,6 @@ static hs_status plan_fits(hs_trainer *t, hs_error *e) {
     hs_status s = hs_plan_build(t->cfg, t->topo, p, e);
     if (s == HS_OK)
         s = hs_plan_check_fit(p, t->cfg, hs_comm_local_ranks(t->comm), hs_memory_available(), e);
-    t->plan_peak_bytes = p->max_peak_device_bytes;
     t->plan_ckpt_bytes = p->checkpoint_bytes;
     free(p);
     return s;

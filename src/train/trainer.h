@@ -31,8 +31,7 @@ typedef struct hs_trainer {
     const hs_config *cfg;
     const hs_topology *topo;
     const hs_train_options *opt;
-    int64_t plan_peak_bytes; /* hs_plan_build's max_peak_device_bytes          */
-    int64_t plan_ckpt_bytes; /* and its estimate of one checkpoint               */
+    int64_t plan_ckpt_bytes; /* hs_plan_build's estimate of one checkpoint */
     bool ckpt_failed;      /* a checkpoint save failed: the run still writes its weights */
     int last_step;         /* the last step trained and logged */
     /* rank 0's lock of checkpoint.dir (ckpt_lock.c) */
