@@ -109,6 +109,16 @@ static bool matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
     return ok;
 }
 
+/* A rows x cols matrix with row stride ld, converted into a packed copy. */
+static void pack_matrix(void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt,
+                        int64_t rows, int64_t cols, int64_t ld)
+{
+    size_t ds = hs_dtype_size(dst_dt), ss = hs_dtype_size(src_dt);
+    for (int64_t r = 0; r < rows; r++)
+        hs_convert((char *)dst + (size_t)(r * cols) * ds, dst_dt,
+                   (const char *)src + (size_t)(r * ld) * ss, src_dt, cols);
+}
+
 /* One fp32 operand and one 16-bit: the fp32 one (in backward, the
  * activation gradient) is rounded to the other's dtype, as a 16-bit
  * autograd holds it, and the matmul runs natively. False when oneDNN has
@@ -122,30 +132,18 @@ static bool narrowed_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, in
     bool a32 = a_dt == HS_DTYPE_F32;
     hs_dtype dt = a32 ? b_dt : a_dt;
     int64_t rows = a32 ? a_rows : b_rows, cols = a32 ? a_cols : b_cols, ld = a32 ? lda : ldb;
-    const float *src = a32 ? A : B;
-    void *t = malloc((size_t)(rows * cols) * hs_dtype_size(dt) + 1);
+    size_t bytes = (size_t)(rows * cols) * hs_dtype_size(dt);
+    void *t = malloc(bytes + 1);
     if (t == NULL)
-        hs_oom("hs_gemm_ex: %lld bytes to round a %lldx%lld operand", (long long)(rows * cols * 2),
-               (long long)rows, (long long)cols);
-    for (int64_t r = 0; r < rows; r++)
-        hs_convert((char *)t + (size_t)(r * cols) * hs_dtype_size(dt), dt, src + r * ld,
-                   HS_DTYPE_F32, cols);
+        hs_oom("hs_gemm_ex: %zu bytes to round a %lldx%lld operand", bytes, (long long)rows,
+               (long long)cols);
+    pack_matrix(t, dt, a32 ? A : B, HS_DTYPE_F32, rows, cols, ld);
     bool ok = a32 ? matmul(trans_a, trans_b, M, N, K, alpha, t, dt, cols, B, b_dt, ldb, beta, C,
                            c_dt, ldc)
                   : matmul(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, t, dt, cols, beta, C,
                            c_dt, ldc);
     free(t);
     return ok;
-}
-
-/* Widen a rows x cols matrix with row stride ld into a packed fp32 copy. */
-static void widen_matrix(float *dst, const void *src, hs_dtype dt, int64_t rows, int64_t cols,
-                         int64_t ld)
-{
-    const char *s = src;
-    size_t es = hs_dtype_size(dt);
-    for (int64_t r = 0; r < rows; r++)
-        hs_convert(dst + r * cols, HS_DTYPE_F32, s + (size_t)(r * ld) * es, dt, cols);
 }
 
 static void narrow_matrix(void *dst, hs_dtype dt, const float *src, int64_t rows, int64_t cols,
@@ -190,18 +188,18 @@ void hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
     float *c32 = C;
     int64_t lda32 = lda, ldb32 = ldb, ldc32 = ldc;
     if (a_dt != HS_DTYPE_F32) {
-        widen_matrix(next, A, a_dt, a_rows, a_cols, lda);
+        pack_matrix(next, HS_DTYPE_F32, A, a_dt, a_rows, a_cols, lda);
         a32 = next, lda32 = a_cols, next += a_rows * a_cols;
     }
     if (b_dt != HS_DTYPE_F32) {
-        widen_matrix(next, B, b_dt, b_rows, b_cols, ldb);
+        pack_matrix(next, HS_DTYPE_F32, B, b_dt, b_rows, b_cols, ldb);
         b32 = next, ldb32 = b_cols, next += b_rows * b_cols;
     }
     if (c_dt != HS_DTYPE_F32) {
         c32 = next, ldc32 = N;
         /* beta == 0 means C is not read (BLAS semantics): zeros, so no
          * uninitialised scratch can reach the result. */
-        if (beta != 0.0f) widen_matrix(c32, C, c_dt, M, N, ldc);
+        if (beta != 0.0f) pack_matrix(c32, HS_DTYPE_F32, C, c_dt, M, N, ldc);
         else hs_fill_f32(c32, M * N, 0.0f);
     }
     hs_sgemm(trans_a, trans_b, M, N, K, alpha, a32, lda32, b32, ldb32, beta, c32, ldc32);
