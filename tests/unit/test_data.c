@@ -198,30 +198,42 @@ static void test_too_little_data_for_a_train_sequence_is_a_config_error(void **s
     assert_non_null(strstr(e.msg, dc.path));
 }
 
+/* Write toks to path, read them back unchanged, and open them as a tokens
+ * dataset of 4-token sequences over `vocab`: sequence `seq` (5 tokens with
+ * its targets) starts at toks[5 seq] and its targets end at toks[5 seq + 4]. */
+static void check_tokens_round_trip(const char *path, const uint32_t *toks, int64_t n,
+                                    int vocab, int seq, hs_data_config *dc) {
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_tokens_write(path, toks, n, &e), HS_OK);
+    uint32_t *back = NULL;
+    int64_t got = 0;
+    assert_int_equal(hs_tokens_read(path, &back, &got, &e), HS_OK);
+    assert_int_equal(got, n);
+    assert_memory_equal(back, toks, (size_t)n * sizeof *toks);
+    free(back);
+    *dc = (hs_data_config){.source = "tokens", .val_fraction = 0.0};
+    snprintf(dc->path, sizeof dc->path, "%s", path);
+    hs_dataset *ds = NULL;
+    assert_int_equal(hs_data_open(dc, 4, vocab, 1, &ds, &e), HS_OK);
+    int32_t tok[4], tgt[4];
+    hs_data_sequence(ds, seq, tok, tgt);
+    assert_int_equal(tok[0], (int32_t)toks[5 * seq]);
+    assert_int_equal(tgt[3], (int32_t)toks[5 * seq + 4]);
+    hs_data_free(ds);
+}
+
 static void test_tokens_file_round_trips(void **state) {
     (void)state;
     char path[300];
     snprintf(path, sizeof path, "%s/t.bin", tmpdir);
     uint32_t toks[50];
     for (int i = 0; i < 50; i++) toks[i] = (uint32_t)(i * 997 % 1000);
-    hs_error e;
-    assert_int_equal(hs_tokens_write(path, toks, 50, &e), HS_OK);
-    uint32_t *back = NULL;
-    int64_t n = 0;
-    assert_int_equal(hs_tokens_read(path, &back, &n, &e), HS_OK);
-    assert_int_equal(n, 50);
-    assert_memory_equal(back, toks, sizeof toks);
-    free(back);
-    hs_data_config dc = {.source = "tokens", .val_fraction = 0.0};
-    snprintf(dc.path, sizeof dc.path, "%s", path);
-    hs_dataset *ds = NULL;
-    assert_int_equal(hs_data_open(&dc, 4, 1000, 1, &ds, &e), HS_OK);
-    int32_t tok[4], tgt[4];
-    hs_data_sequence(ds, 2, tok, tgt);
-    assert_int_equal(tok[0], toks[10]);
-    assert_int_equal(tgt[3], toks[14]);
-    hs_data_free(ds);
+    hs_data_config dc;
+    check_tokens_round_trip(path, toks, 50, 1000, 2, &dc);
     /* A token >= vocab_size is named with its position. */
+    hs_error e;
+    hs_dataset *ds = NULL;
     hs_error_clear(&e);
     assert_int_equal(hs_data_open(&dc, 4, 990, 1, &ds, &e), HS_ERR_CONFIG);
     assert_non_null(strstr(e.msg, "model.vocab_size"));
@@ -235,9 +247,10 @@ static void test_tokens_file_holds_uint32_ids_as_version_2(void **state) {
     snprintf(path, sizeof path, "%s/t32.bin", tmpdir);
     uint32_t toks[40];
     for (int i = 0; i < 40; i++) toks[i] = (uint32_t)(128255 - i * 3001);
+    hs_data_config dc;
+    check_tokens_round_trip(path, toks, 40, 128256, 1, &dc);
     hs_error e;
     hs_error_clear(&e);
-    assert_int_equal(hs_tokens_write(path, toks, 40, &e), HS_OK);
     char *raw = NULL;
     size_t len = 0;
     assert_int_equal(hs_read_file(path, &raw, &len, &e), HS_OK);
@@ -246,21 +259,7 @@ static void test_tokens_file_holds_uint32_ids_as_version_2(void **state) {
     assert_int_equal(version, HS_TOKENS_VERSION_U32);
     assert_int_equal(len, 16 + 40 * 4);
     free(raw);
-    uint32_t *back = NULL;
-    int64_t n = 0;
-    assert_int_equal(hs_tokens_read(path, &back, &n, &e), HS_OK);
-    assert_int_equal(n, 40);
-    assert_memory_equal(back, toks, sizeof toks);
-    free(back);
-    hs_data_config dc = {.source = "tokens", .val_fraction = 0.0};
-    snprintf(dc.path, sizeof dc.path, "%s", path);
     hs_dataset *ds = NULL;
-    assert_int_equal(hs_data_open(&dc, 4, 128256, 1, &ds, &e), HS_OK);
-    int32_t tok[4], tgt[4];
-    hs_data_sequence(ds, 1, tok, tgt);
-    assert_int_equal(tok[0], (int32_t)toks[5]);
-    assert_int_equal(tgt[3], (int32_t)toks[9]);
-    hs_data_free(ds);
     /* a vocabulary smaller than the ids is named */
     hs_error_clear(&e);
     assert_int_equal(hs_data_open(&dc, 4, 65536, 1, &ds, &e), HS_ERR_CONFIG);
