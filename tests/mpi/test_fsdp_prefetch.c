@@ -259,8 +259,11 @@ static int forward_overlaps(ov_run *r, int depth, double *gap, bool *early_out)
 static void next_all_gather_starts_during_compute(hs_comm *c, int depth)
 {
     /* Fusion makes each unshard one all-gather, so the k-th all-gather of
-     * the forward is unit k's (units are all-gathered in declaration order). */
-    ov_opts o = {.layers = LAYERS, .dim = 128, .seq = 256, .fwd = depth, .bwd = 0,
+     * the forward is unit k's (units are all-gathered in declaration order).
+     * A block's compute must last well beyond the scheduler's wake-up
+     * latency for the comm thread (milliseconds when every core is busy):
+     * at seq 256 the faster kernels left it ~1 ms and the check flaked. */
+    ov_opts o = {.layers = LAYERS, .dim = 128, .seq = 1024, .fwd = depth, .bwd = 0,
                  .fusion = true, .zero_copy = -1};
     ov_run r;
     ov_setup(&r, c, &o);
