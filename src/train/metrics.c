@@ -5,36 +5,48 @@
 
 #include "train/trainer.h"
 
-/* The MFU denominator: what this process's BLAS achieves on a square fp32
- * GEMM of model-like size, measured once at start-up by every rank at the
- * same time (docs/training.md). The best of several short trials, since
- * other processes on a shared machine only ever make a trial slower. */
-static double sgemm_trial(const float *a, const float *b, float *c, int n) {
+/* The MFU denominator: what this process's GEMM achieves on a square
+ * matrix of model-like size in the step's compute dtype (the 16-bit matmul
+ * with fp32 accumulation when param_dtype is bf16/fp16 and the CPU has it
+ * natively, else fp32 sgemm), measured once at start-up by every rank at
+ * the same time (docs/training.md). The best of several short trials,
+ * since other processes on a shared machine only ever make a trial
+ * slower. */
+static double gemm_trial(const void *a, const void *b, float *c, hs_dtype dt, int n) {
     int reps = 0;
-    double t0 = hs_now(), dt = 0.0;
-    while (dt < 0.03) {
-        hs_sgemm(false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    double t0 = hs_now(), dt_s = 0.0;
+    while (dt_s < 0.03) {
+        hs_gemm_ex(false, false, n, n, n, 1.0f, a, dt, n, b, dt, n, 0.0f, c, HS_DTYPE_F32, n);
         reps++;
-        dt = hs_now() - t0;
+        dt_s = hs_now() - t0;
     }
-    return 2.0 * n * n * (double)n * reps / dt;
+    return 2.0 * n * n * (double)n * reps / dt_s;
 }
 
-double hs_measure_peak_flops(void) {
+hs_dtype hs_peak_flops_dtype(hs_dtype compute) {
+    return compute != HS_DTYPE_F32 && hs_gemm_native(compute, HS_DTYPE_F32) ? compute
+                                                                            : HS_DTYPE_F32;
+}
+
+double hs_measure_peak_flops(hs_dtype dt) {
     enum { N = 384, TRIALS = 6 };
+    size_t es = hs_dtype_size(dt);
     float *a = malloc(sizeof(float) * N * N), *b = malloc(sizeof(float) * N * N),
           *c = malloc(sizeof(float) * N * N);
+    void *a16 = malloc(es * N * N), *b16 = malloc(es * N * N);
     double best = 0.0;
-    if (a && b && c) {
+    if (a && b && c && a16 && b16) {
         hs_rng_fill_uniform(a, N * N, 1, 1, 0, -1.0f, 1.0f);
         hs_rng_fill_uniform(b, N * N, 1, 2, 0, -1.0f, 1.0f);
-        hs_sgemm(false, false, N, N, N, 1.0f, a, N, b, N, 0.0f, c, N); /* warm-up */
+        hs_convert(a16, dt, a, HS_DTYPE_F32, N * N);
+        hs_convert(b16, dt, b, HS_DTYPE_F32, N * N);
+        gemm_trial(a16, b16, c, dt, N / 4); /* warm-up */
         for (int i = 0; i < TRIALS; i++) {
-            double f = sgemm_trial(a, b, c, N);
+            double f = gemm_trial(a16, b16, c, dt, N);
             if (f > best) best = f;
         }
     }
-    free(a), free(b), free(c);
+    free(a), free(b), free(c), free(a16), free(b16);
     return best;
 }
 

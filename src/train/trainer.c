@@ -102,7 +102,9 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
      * make the reference too low (an MFU above 100%). */
     s = hs_pg_barrier(t->world_group, e);
     if (s != HS_OK) return s;
-    double peak = hs_measure_peak_flops();
+    int pd = t->cfg->fsdp.mix_precision.param_dtype;
+    t->peak_dtype = hs_peak_flops_dtype(pd == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)pd);
+    double peak = hs_measure_peak_flops(t->peak_dtype);
     s = hs_reduce_sum_f64(t->world_group, &peak, 1, e);
     t->peak_flops = peak;
     return s;
@@ -137,9 +139,10 @@ static void trainer_announce(const hs_trainer *t) {
     hs_log_info(t->log,
                 "engine %s on %d rank(s) | global batch %d = %d micro-batch(es) x %d sequences x "
                 "%d data-parallel rank(s) | %d thread(s) per rank, oneDNN %s | peak %.1f GFLOP/s "
-                "(sgemm, all ranks) -> %s",
+                "(%s GEMM, all ranks) -> %s",
                 t->engine->name, t->topo->world, t->G, t->M, t->mbs, t->dp_size,
-                hs_blas_get_threads(), hs_gemm_isa(), t->peak_flops / 1e9, cfg->train.out_dir);
+                hs_blas_get_threads(), hs_gemm_isa(), t->peak_flops / 1e9,
+                hs_dtype_name(t->peak_dtype), cfg->train.out_dir);
 }
 
 static bool eval_due(const hs_trainer *t, int step) {

@@ -74,6 +74,7 @@ typedef struct hs_trainer {
     FILE *metrics;
     FILE *tb; /* rank 0's TensorBoard events (metrics.tensorboard), else NULL */
     double peak_flops;      /* whole job, measured at start-up */
+    hs_dtype peak_dtype;    /* the GEMM dtype peak_flops was measured in */
     double flops_per_token; /* hs_model_flops_per_token */
     double t_start;
     int start_step; /* optimizer steps already done (a resumed checkpoint's step) */
@@ -135,7 +136,10 @@ hs_status hs_train_ckpt_final(hs_trainer *t, hs_error *e);
  * run appends its own. A missing file is fine. */
 hs_status hs_train_metrics_keep_until(const char *path, int step, hs_error *e);
 
-double hs_measure_peak_flops(void);
+/* The MFU reference in the dtype hs_peak_flops_dtype gives for the
+ * step's compute dtype (fp32 unless the 16-bit matmul is native here). */
+hs_dtype hs_peak_flops_dtype(hs_dtype compute);
+double hs_measure_peak_flops(hs_dtype dt);
 hs_status hs_metrics_open(hs_trainer *t, hs_error *e);
 void hs_metrics_write(hs_trainer *t, const hs_step_result *r);
 void hs_metrics_log(hs_trainer *t, const hs_step_result *r);
