@@ -5,6 +5,10 @@
 
 #include "model/layers.h"
 
+/* Independent fp64 accumulators of a row's sums (forward sum of squares,
+ * backward dot product): one serial chain would not vectorise. */
+#define DOT_LANES 8
+
 void hs_rmsnorm_forward(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
                         const void *w /* C */, hs_dtype dt, int64_t N, int C, float eps) {
     hs_rmsnorm_forward_x(out, rstd, x, dt, w, dt, N, C, eps);
@@ -15,16 +19,24 @@ static inline __attribute__((always_inline)) void fwd_row(void *out, float *rstd
                                                           hs_dtype dt, int64_t n, int C,
                                                           float eps) {
     int64_t o = n * C;
-    /* fp64 sum: the mean of C squares is then exact to fp32 rounding. */
-    double ss = 0.0;
-    for (int i = 0; i < C; i++) {
+    /* fp64 sum: the mean of C squares is then exact to fp32 rounding;
+     * DOT_LANES chains so that it vectorises. */
+    double acc[DOT_LANES] = {0.0}, ss = 0.0;
+    int i = 0;
+    for (; i + DOT_LANES <= C; i += DOT_LANES)
+        for (int j = 0; j < DOT_LANES; j++) {
+            float v = hs_ld(x, xdt, o + i + j);
+            acc[j] += (double)v * v;
+        }
+    for (; i < C; i++) {
         float v = hs_ld(x, xdt, o + i);
         ss += (double)v * v;
     }
+    for (int j = 0; j < DOT_LANES; j++) ss += acc[j];
     float r = 1.0f / sqrtf((float)(ss / C) + eps);
     rstd[n] = r;
-    for (int i = 0; i < C; i++)
-        hs_st(out, dt, o + i, hs_ld(w, dt, i) * (hs_ld(x, xdt, o + i) * r));
+    for (int c = 0; c < C; c++)
+        hs_st(out, dt, o + c, hs_ld(w, dt, c) * (hs_ld(x, xdt, o + c) * r));
 }
 
 /* One row, its loops inlined for the usual dtype pairs so that they
@@ -57,28 +69,65 @@ void hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
     hs_rmsnorm_backward_x(dx, dw, gdt, dout, x, dt, w, rstd, dt, N, C);
 }
 
+/* Rows per backward chunk: the chunks go over the threads, each with its
+ * own fp64 partial dw sums, added in chunk order, so dw does not depend on
+ * the thread count. */
+#define BWD_ROWS 32
+
+static inline __attribute__((always_inline)) void bwd_rows(
+    float *dx, double *dwsum, const float *dout, const void *x, hs_dtype xdt, const void *w,
+    hs_dtype dt, const float *rstd, int64_t n0, int64_t n1, int C) {
+    for (int64_t n = n0; n < n1; n++) {
+        int64_t o = n * C;
+        const float *dy = dout + o;
+        float r = rstd[n];
+        /* sum_j w_j dy_j x_j in fp64, DOT_LANES chains so that it vectorises */
+        double acc[DOT_LANES] = {0.0}, dot = 0.0;
+        int i = 0;
+        for (; i + DOT_LANES <= C; i += DOT_LANES)
+            for (int j = 0; j < DOT_LANES; j++)
+                acc[j] += (double)hs_ld(w, dt, i + j) * dy[i + j] * hs_ld(x, xdt, o + i + j);
+        for (; i < C; i++) dot += (double)hs_ld(w, dt, i) * dy[i] * hs_ld(x, xdt, o + i);
+        for (int j = 0; j < DOT_LANES; j++) dot += acc[j];
+        if (dwsum)
+            for (int c = 0; c < C; c++) dwsum[c] += (double)dy[c] * (hs_ld(x, xdt, o + c) * r);
+        float k = (float)(dot * r * r * r / C);
+        for (int c = 0; c < C; c++)
+            dx[o + c] += r * hs_ld(w, dt, c) * dy[c] - k * hs_ld(x, xdt, o + c);
+    }
+}
+
+static void bwd_rows_any(float *dx, double *dwsum, const float *dout, const void *x,
+                         hs_dtype xdt, const void *w, hs_dtype dt, const float *rstd, int64_t n0,
+                         int64_t n1, int C) {
+    if (xdt == HS_DTYPE_F32 && dt == HS_DTYPE_F32)
+        bwd_rows(dx, dwsum, dout, x, HS_DTYPE_F32, w, HS_DTYPE_F32, rstd, n0, n1, C);
+    else if (xdt == HS_DTYPE_BF16 && dt == HS_DTYPE_BF16)
+        bwd_rows(dx, dwsum, dout, x, HS_DTYPE_BF16, w, HS_DTYPE_BF16, rstd, n0, n1, C);
+    else if (xdt == HS_DTYPE_F32 && dt == HS_DTYPE_BF16)
+        bwd_rows(dx, dwsum, dout, x, HS_DTYPE_F32, w, HS_DTYPE_BF16, rstd, n0, n1, C);
+    else
+        bwd_rows(dx, dwsum, dout, x, xdt, w, dt, rstd, n0, n1, C);
+}
+
 void hs_rmsnorm_backward_x(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
                            const float *dout /* N,C */, const void *x /* N,C */, hs_dtype xdt,
                            const void *w /* C */, const float *rstd /* N */, hs_dtype dt,
                            int64_t N, int C) {
-    /* fp64 column sums for dw, rounded once into dw at the end. */
-    double *dwsum = dw ? calloc((size_t)C, sizeof(double)) : NULL;
-    if (dw && !dwsum) hs_oom("rmsnorm backward: cannot allocate %d doubles", C);
-    for (int64_t n = 0; n < N; n++) {
-        int64_t o = n * C;
-        const float *dy = dout + o;
-        float r = rstd[n];
-        double dot = 0.0;
-        for (int i = 0; i < C; i++) {
-            float xi = hs_ld(x, xdt, o + i);
-            dot += (double)hs_ld(w, dt, i) * dy[i] * xi;
-            if (dwsum) dwsum[i] += (double)dy[i] * (xi * r);
-        }
-        float k = (float)(dot * r * r * r / C);
-        for (int i = 0; i < C; i++)
-            dx[o + i] += r * hs_ld(w, dt, i) * dy[i] - k * hs_ld(x, xdt, o + i);
+    int64_t chunks = (N + BWD_ROWS - 1) / BWD_ROWS;
+    /* fp64 column sums for dw, one row of C per chunk, rounded once into
+     * dw at the end. */
+    double *part = dw ? calloc((size_t)(chunks * C), sizeof(double)) : NULL;
+    if (dw && !part)
+        hs_oom("rmsnorm backward: cannot allocate %lld doubles", (long long)(chunks * C));
+#pragma omp parallel for schedule(static) if (N * C >= HS_PAR_MIN)
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t n0 = c * BWD_ROWS, n1 = n0 + BWD_ROWS < N ? n0 + BWD_ROWS : N;
+        bwd_rows_any(dx, part ? part + c * C : NULL, dout, x, xdt, w, dt, rstd, n0, n1, C);
     }
-    if (!dwsum) return;
-    for (int i = 0; i < C; i++) hs_acc(dw, gdt, i, (float)dwsum[i]);
-    free(dwsum);
+    if (!part) return;
+    for (int64_t c = 1; c < chunks; c++)
+        for (int i = 0; i < C; i++) part[i] += part[c * C + i];
+    for (int i = 0; i < C; i++) hs_acc(dw, gdt, i, (float)part[i]);
+    free(part);
 }

@@ -32,10 +32,41 @@ double hs_sum_f32(const float *x, int64_t n)
     return s;
 }
 
+/* Sum of squares of one chunk: SUM_LANES independent fp64 accumulators
+ * (the loop vectorises; one serial chain would cost an add latency per
+ * element), then the tail, then the lanes in order. */
+#define SUM_LANES 16
+#define SUM_CHUNK 65536
+#define SUM_GROUP 64
+
+static double sumsq_chunk(const float *x, int64_t n)
+{
+    double acc[SUM_LANES] = {0.0};
+    int64_t i = 0;
+    for (; i + SUM_LANES <= n; i += SUM_LANES)
+        for (int j = 0; j < SUM_LANES; j++) acc[j] += (double)x[i + j] * (double)x[i + j];
+    double s = 0.0;
+    for (; i < n; i++) s += (double)x[i] * (double)x[i];
+    for (int j = 0; j < SUM_LANES; j++) s += acc[j];
+    return s;
+}
+
+/* Chunks of SUM_CHUNK elements, summed in chunk order: the value depends
+ * on n only, not on the thread count that computed the chunks. */
 double hs_sumsq_f32(const float *x, int64_t n)
 {
+    int64_t chunks = (n + SUM_CHUNK - 1) / SUM_CHUNK;
     double s = 0.0;
-    for (int64_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+    for (int64_t g = 0; g < chunks; g += SUM_GROUP) {
+        double part[SUM_GROUP];
+        int m = chunks - g < SUM_GROUP ? (int)(chunks - g) : SUM_GROUP;
+#pragma omp parallel for schedule(static) if (m > 1)
+        for (int c = 0; c < m; c++) {
+            int64_t lo = (g + c) * SUM_CHUNK;
+            part[c] = sumsq_chunk(x + lo, n - lo < SUM_CHUNK ? n - lo : SUM_CHUNK);
+        }
+        for (int c = 0; c < m; c++) s += part[c];
+    }
     return s;
 }
 
