@@ -390,33 +390,46 @@ static void test_vectorised_expf_within_2_ulp(void **state) {
 }
 
 /* The threaded element kernels give the same bits on 1 and 2 threads. */
-static void run_elementwise(int threads, int64_t n, const float *g, const float *u, float *y,
-                            float *dg, float *du, float *xn, float *rstd, float *xr) {
+enum { EW_N = 1 << 17, EW_C = 256 };
+typedef struct ew_out {
+    float y[EW_N], dg[EW_N], du[EW_N], xn[EW_N], rstd[EW_N / EW_C], xr[EW_N], dx[EW_N], dw[EW_C];
+    double sumsq;
+} ew_out;
+
+static void run_elementwise(int threads, const float *g, const float *u, ew_out *o) {
+    int64_t n = EW_N;
     hs_blas_set_threads(threads);
-    hs_swiglu_forward(y, g, u, HS_DTYPE_F32, n);
-    memset(dg, 0, (size_t)n * 4), memset(du, 0, (size_t)n * 4);
-    hs_swiglu_backward(dg, du, y, g, u, HS_DTYPE_F32, n);
-    hs_rmsnorm_forward(xn, rstd, g, u, HS_DTYPE_F32, n / 256, 256, 1e-5f);
-    memcpy(xr, g, (size_t)n * 4);
+    hs_swiglu_forward(o->y, g, u, HS_DTYPE_F32, n);
+    hs_swiglu_backward(o->dg, o->du, o->y, g, u, HS_DTYPE_F32, n);
+    hs_rmsnorm_forward(o->xn, o->rstd, g, u, HS_DTYPE_F32, n / EW_C, EW_C, 1e-5f);
+    hs_rmsnorm_backward(o->dx, o->dw, HS_DTYPE_F32, o->y, g, u, o->rstd, HS_DTYPE_F32, n / EW_C,
+                        EW_C);
+    memcpy(o->xr, g, (size_t)n * 4);
     float cs[64 * 8], sn[64 * 8];
     hs_rope_tables(cs, sn, 64, 16, 10000.0);
-    hs_rope_forward(xr, HS_DTYPE_F32, cs, sn, (int)(n / (64 * 4 * 16)), 64, 4, 16);
+    hs_rope_forward(o->xr, HS_DTYPE_F32, cs, sn, (int)(n / (64 * 4 * 16)), 64, 4, 16);
+    /* more than one chunk of the fixed split (65536 elements) */
+    o->sumsq = hs_sumsq_f32(o->dg, n);
 }
 
 static void test_threaded_kernels_equal_one_thread_bitwise(void **state) {
     (void)state;
-    enum { N = 1 << 17 };
-    float *buf = malloc(sizeof(float) * N * 14);
-    assert_non_null(buf);
-    float *g = buf, *u = buf + N;
-    for (int i = 0; i < N; i++) g[i] = sinf(0.01f * i) * 3.0f, u[i] = cosf(0.003f * i);
-    float *a = buf + 2 * N, *b = a + 6 * N; /* y, dg, du, xn, rstd, xr: < 6N each run */
+    float *g = malloc(sizeof(float) * EW_N * 2);
+    ew_out *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
+    assert_non_null(g), assert_non_null(a), assert_non_null(b);
+    float *u = g + EW_N;
+    for (int i = 0; i < EW_N; i++) g[i] = sinf(0.01f * i) * 3.0f, u[i] = cosf(0.003f * i);
     int was = hs_blas_get_threads();
-    run_elementwise(1, N, g, u, a, a + N, a + 2 * N, a + 3 * N, a + 4 * N, a + 4 * N + N / 256);
-    run_elementwise(2, N, g, u, b, b + N, b + 2 * N, b + 3 * N, b + 4 * N, b + 4 * N + N / 256);
+    run_elementwise(1, g, u, a);
+    run_elementwise(2, g, u, b);
     hs_blas_set_threads(was);
-    assert_memory_equal(a, b, sizeof(float) * (5 * N + N / 256));
-    free(buf);
+    assert_memory_equal(a, b, sizeof *a);
+    /* the sum of squares in its fixed order is the serial fp64 sum to
+     * rounding */
+    double serial = 0.0;
+    for (int i = 0; i < EW_N; i++) serial += (double)a->dg[i] * a->dg[i];
+    assert_true(fabs(a->sumsq - serial) <= 1e-12 * serial);
+    free(g), free(a), free(b);
 }
 
 int main(void) {
