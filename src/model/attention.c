@@ -15,7 +15,12 @@
 
 static int att_rows(int T) { return T < ATT_ROWS ? T : ATT_ROWS; }
 
-int64_t hs_attention_scratch_floats(int T) { return 2 * (int64_t)att_rows(T) * T; }
+/* P and dP of one block in fp32, then one block of 16-bit values (P, then
+ * dS, rounded for the GEMMs of a 16-bit backward). */
+int64_t hs_attention_scratch_floats(int T) {
+    int64_t block = (int64_t)att_rows(T) * T;
+    return 2 * block + (block + 1) / 2;
+}
 
 /* Where one head of one sequence starts, and the row stride, of a [B,T,H*HD] buffer. */
 typedef struct head_view {
@@ -142,13 +147,49 @@ static void att_softmax_backward(float *dP, const float *P, const float *delta, 
     }
 }
 
-void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout, const void *q,
-                                const void *k, const void *v, const float *lse, const float *delta,
-                                hs_dtype dt, float *scratch, int B, int NH, int KVH, int HD,
-                                const hs_att_rows *r) {
+/* The GEMMs of one block's backward. With dO16 (dO rounded to dt, the
+ * 16-bit GEMM native) every product runs in dt: P and dS are rounded once
+ * into s16 for their two uses, as a 16-bit autograd holds them; without
+ * it the fp32 operands go to the mixed-dtype GEMM as they are. */
+typedef struct att_bwd_block {
+    const float *dO;   /* fp32, row stride ld */
+    const void *dO16;  /* dt, or NULL */
+    const void *kb, *vb, *qb; /* block operands, dt */
+    float *dq, *dk, *dv;
+    int64_t qld, kld;
+} att_bwd_block;
+
+static void att_backward_block(const att_bwd_block *b, float *P, float *dP, void *s16,
+                               const float *delta, hs_dtype dt, int rows, int nk, int HD,
+                               float scale) {
+    bool low = b->dO16 != NULL;
+    const void *dO = low ? b->dO16 : (const void *)b->dO;
+    hs_dtype odt = low ? dt : HS_DTYPE_F32;
+    /* dP = dO V^T;  dV += P^T dO */
+    hs_gemm_ex(false, true, rows, nk, HD, 1.0f, dO, odt, b->qld, b->vb, dt, b->kld, 0.0f, dP,
+               HS_DTYPE_F32, nk);
+    if (low) hs_convert(s16, dt, P, HS_DTYPE_F32, (int64_t)rows * nk);
+    hs_gemm_ex(true, false, nk, HD, rows, 1.0f, low ? s16 : (const void *)P, odt, nk, dO, odt,
+               b->qld, 1.0f, b->dv, HS_DTYPE_F32, b->kld);
+    att_softmax_backward(dP, P, delta, rows, nk);
+    if (low) hs_convert(s16, dt, dP, HS_DTYPE_F32, (int64_t)rows * nk);
+    const void *dS = low ? s16 : (const void *)dP;
+    /* dQ += scale dS K;  dK += scale dS^T Q */
+    hs_gemm_ex(false, false, rows, HD, nk, scale, dS, odt, nk, b->kb, dt, b->kld, 1.0f, b->dq,
+               HS_DTYPE_F32, b->qld);
+    hs_gemm_ex(true, false, nk, HD, rows, scale, dS, odt, nk, b->qb, dt, b->qld, 1.0f, b->dk,
+               HS_DTYPE_F32, b->kld);
+}
+
+void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout,
+                                const void *dout16, const void *q, const void *k, const void *v,
+                                const float *lse, const float *delta, hs_dtype dt, float *scratch,
+                                int B, int NH, int KVH, int HD, const hs_att_rows *r) {
     float scale = 1.0f / sqrtf((float)HD);
     int group = NH / KVH, tb = att_rows(r->nq);
     float *P = scratch, *dP = scratch + (int64_t)tb * r->nk;
+    void *s16 = scratch + 2 * (int64_t)tb * r->nk;
+    if (dt == HS_DTYPE_F32) dout16 = NULL;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             head_view qv = head_of(b, r->Tq, h, NH, HD), kv = head_of(b, r->Tk, h / group, KVH, HD);
@@ -157,34 +198,28 @@ void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *do
             const float *hl = lse + row0, *hd = delta ? delta + row0 : NULL;
             for (int r0 = 0; r0 < r->nq; r0 += tb) {
                 int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
-                int64_t gq = r->gq + r0;
+                int64_t gq = r->gq + r0, at = qv.off + qr * qv.ld;
                 int nk = block_keys(gq, rows, r->gk, r->nk);
                 if (nk == 0) continue;
-                const float *dO = dout + qv.off + qr * qv.ld;
                 att_scores(P, q, qv, k, kv, dt, qr, rows, nk, HD, scale);
                 att_probs(P, hl + r0, gq, r->gk, rows, nk);
-                /* dP = dO V^T;  dV += P^T dO */
-                hs_gemm_ex(false, true, rows, nk, HD, 1.0f, dO, HS_DTYPE_F32, qv.ld,
-                           hs_cat(v, dt, kv.off), dt, kv.ld, 0.0f, dP, HS_DTYPE_F32, nk);
-                hs_gemm_ex(true, false, nk, HD, rows, 1.0f, P, HS_DTYPE_F32, nk, dO, HS_DTYPE_F32,
-                           qv.ld, 1.0f, dv + kv.off, HS_DTYPE_F32, kv.ld);
-                att_softmax_backward(dP, P, hd ? hd + r0 : NULL, rows, nk);
-                /* dQ += scale dS K;  dK += scale dS^T Q */
-                hs_gemm_ex(false, false, rows, HD, nk, scale, dP, HS_DTYPE_F32, nk,
-                           hs_cat(k, dt, kv.off), dt, kv.ld, 1.0f, dq + qv.off + qr * qv.ld,
-                           HS_DTYPE_F32, qv.ld);
-                hs_gemm_ex(true, false, nk, HD, rows, scale, dP, HS_DTYPE_F32, nk,
-                           hs_cat(q, dt, qv.off + qr * qv.ld), dt, qv.ld, 1.0f, dk + kv.off,
-                           HS_DTYPE_F32, kv.ld);
+                att_bwd_block blk = {
+                    .dO = dout + at, .dO16 = dout16 ? hs_cat(dout16, dt, at) : NULL,
+                    .kb = hs_cat(k, dt, kv.off), .vb = hs_cat(v, dt, kv.off),
+                    .qb = hs_cat(q, dt, at), .dq = dq + at, .dk = dk + kv.off,
+                    .dv = dv + kv.off, .qld = qv.ld, .kld = kv.ld};
+                att_backward_block(&blk, P, dP, s16, hd ? hd + r0 : NULL, dt, rows, nk, HD,
+                                   scale);
             }
         }
 }
 
 void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
                            float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
-                           const void *q, const void *k, const void *v, const float *lse,
-                           hs_dtype dt, float *scratch, int B, int T, int NH, int KVH, int HD) {
+                           const void *dout16, const void *q, const void *k, const void *v,
+                           const float *lse, hs_dtype dt, float *scratch, int B, int T, int NH,
+                           int KVH, int HD) {
     hs_att_rows r = hs_att_rows_all(T);
-    hs_attention_backward_rows(dq, dk, dv, dout, q, k, v, lse, NULL, dt, scratch, B, NH, KVH, HD,
-                               &r);
+    hs_attention_backward_rows(dq, dk, dv, dout, dout16, q, k, v, lse, NULL, dt, scratch, B, NH,
+                               KVH, HD, &r);
 }

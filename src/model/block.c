@@ -138,8 +138,8 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
                                  int64_t N, const hs_model_hooks *hooks, const float *aux_g) {
     hs_dtype dt = m->dt;
     int C = m->C, F = m->F;
-    zero_f32(m->dln, N * C);
     if (m->moe) { /* token-wise: d(ln2) of the rows this rank routed */
+        zero_f32(m->dln, N * C);
         hs_hook_pre_backward(hooks, bp->expert_unit);
         hs_moe_weights w = moe_weights(bp);
         hs_moe_grads g = moe_grads(bp);
@@ -152,16 +152,13 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
     const float *dout = hs_tp_exit_grad(m, N);
     /* silu(gate) * up is cheaper to recompute than to keep per layer. */
     hs_swiglu_forward(m->hbuf, a->gate, a->up, dt, N * F);
-    zero_f32(m->dh, N * F);
-    hs_linear_backward(m->dh, bp->wd->grad, bp->wd->grad_dtype, dout, m->hbuf, bp->wd->data, dt, N,
-                       F, C);
-    zero_f32(m->dg, N * F);
-    zero_f32(m->du, N * F);
-    hs_swiglu_backward(m->dg, m->du, m->dh, a->gate, a->up, dt, N * F);
-    hs_linear_backward(m->dln, bp->wg->grad, bp->wg->grad_dtype, m->dg, a->ln2, bp->wg->data, dt, N,
-                       C, F);
-    hs_linear_backward(m->dln, bp->wu->grad, bp->wu->grad_dtype, m->du, a->ln2, bp->wu->data, dt, N,
-                       C, F);
+    hs_linear_backward_ex(m->dh, true, bp->wd->grad, bp->wd->grad_dtype, dout, m->dout16, m->hbuf,
+                          bp->wd->data, dt, N, F, C);
+    hs_swiglu_backward_ex(m->dg, m->du, true, m->dh, a->gate, a->up, dt, N * F);
+    hs_linear_backward_ex(m->dln, true, bp->wg->grad, bp->wg->grad_dtype, m->dg, m->dout16, a->ln2,
+                          bp->wg->data, dt, N, C, F);
+    hs_linear_backward_ex(m->dln, false, bp->wu->grad, bp->wu->grad_dtype, m->du, m->dout16,
+                          a->ln2, bp->wu->data, dt, N, C, F);
     return hs_tp_enter_grad(m, m->dln, N);
 }
 
@@ -172,26 +169,28 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
     int64_t N = (int64_t)B * T;
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
     const float *dout = hs_tp_exit_grad(m, N);
-    zero_f32(m->datt, N * qd);
-    hs_linear_backward(m->datt, bp->wo->grad, bp->wo->grad_dtype, dout, a->atty, bp->wo->data, dt,
-                       N, qd, C);
+    hs_linear_backward_ex(m->datt, true, bp->wo->grad, bp->wo->grad_dtype, dout, m->dout16, a->atty,
+                          bp->wo->data, dt, N, qd, C);
     zero_f32(m->dq, N * qd);
     zero_f32(m->dk, N * kvd);
     zero_f32(m->dv, N * kvd);
     if (m->cp_on)
         hs_cp_attention_backward(m, a, B, T);
-    else
-        hs_attention_backward(m->dq, m->dk, m->dv, m->datt, a->q, a->k, a->v, a->lse, dt,
-                              m->att_scratch, B, T, m->NH, m->KVH, m->HD);
+    else {
+        /* datt rounded once for the 16-bit products (m->dout16 is free
+         * until the q/k/v projections' backward) */
+        if (m->dout16) hs_convert(m->dout16, dt, m->datt, HS_DTYPE_F32, N * qd);
+        hs_attention_backward(m->dq, m->dk, m->dv, m->datt, m->dout16, a->q, a->k, a->v, a->lse,
+                              dt, m->att_scratch, B, T, m->NH, m->KVH, m->HD);
+    }
     hs_rope_backward(m->dq, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
     hs_rope_backward(m->dk, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
-    zero_f32(m->dln, N * C);
-    hs_linear_backward(m->dln, bp->wq->grad, bp->wq->grad_dtype, m->dq, a->ln1, bp->wq->data, dt, N,
-                       C, qd);
-    hs_linear_backward(m->dln, bp->wk->grad, bp->wk->grad_dtype, m->dk, a->ln1, bp->wk->data, dt, N,
-                       C, kvd);
-    hs_linear_backward(m->dln, bp->wv->grad, bp->wv->grad_dtype, m->dv, a->ln1, bp->wv->data, dt, N,
-                       C, kvd);
+    hs_linear_backward_ex(m->dln, true, bp->wq->grad, bp->wq->grad_dtype, m->dq, m->dout16, a->ln1,
+                          bp->wq->data, dt, N, C, qd);
+    hs_linear_backward_ex(m->dln, false, bp->wk->grad, bp->wk->grad_dtype, m->dk, m->dout16,
+                          a->ln1, bp->wk->data, dt, N, C, kvd);
+    hs_linear_backward_ex(m->dln, false, bp->wv->grad, bp->wv->grad_dtype, m->dv, m->dout16,
+                          a->ln1, bp->wv->data, dt, N, C, kvd);
     const float *dln = hs_tp_enter_grad(m, m->dln, N);
     hs_rmsnorm_backward_x(m->dres, bp->ln1->grad, bp->ln1->grad_dtype, dln, x, xdt, bp->ln1->data,
                           a->rstd1, dt, hs_tp_local_rows(m, N), C);

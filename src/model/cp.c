@@ -69,8 +69,9 @@ static void allgather_backward(hs_model *m, hs_block_acts *a, int B, int T) {
     memset(m->dvf, 0, (size_t)(n * m->cp) * sizeof(float));
     for (int c = 0; c < 2; c++) {
         hs_att_rows r = chunk_rows(m, T, c, Tw, 0, Tw, 0);
-        hs_attention_backward_rows(m->dq, m->dkf, m->dvf, m->datt, a->q, m->kf, m->vf, a->lse,
-                                   NULL, m->dt, m->att_scratch, B, m->NH, m->KVH, m->HD, &r);
+        hs_attention_backward_rows(m->dq, m->dkf, m->dvf, m->datt, NULL, a->q, m->kf, m->vf,
+                                   a->lse, NULL, m->dt, m->att_scratch, B, m->NH, m->KVH, m->HD,
+                                   &r);
     }
     const hs_model_ops *o = m->ops;
     hs_cp_whole_to_blocks(m->cp_fstage, m->dkf, m->cp, B, T, kvd, sizeof(float));
@@ -171,7 +172,7 @@ static void ring_backward(hs_model *m, hs_block_acts *a, int B, int T) {
         hs_att_rows r[4];
         ring_pairs(m, T, src, r);
         for (int k = 0; k < 4; k++)
-            hs_attention_backward_rows(m->dq, dcur, dcur + n, m->datt, a->q, cur,
+            hs_attention_backward_rows(m->dq, dcur, dcur + n, m->datt, NULL, a->q, cur,
                                        (const char *)cur + (size_t)n * es, a->lse, m->ring_delta,
                                        m->dt, m->att_scratch, B, m->NH, m->KVH, m->HD, &r[k]);
         if (step) o->cp_ring_wait(o->cp_ctx, step);

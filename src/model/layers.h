@@ -17,6 +17,7 @@
 #define HS_MODEL_LAYERS_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -156,10 +157,14 @@ void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
                           const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
                           const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch, int B, int T,
                           int NH, int KVH, int HD);
+/* dout16: dout rounded to a 16-bit dt whose GEMM is native, for 16-bit
+ * products throughout (P and dS rounded too); NULL: fp32 dout, P and dS go
+ * to the mixed-dtype GEMM. */
 void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
                            float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
-                           const void *q, const void *k, const void *v, const float *lse,
-                           hs_dtype dt, float *scratch, int B, int T, int NH, int KVH, int HD);
+                           const void *dout16, const void *q, const void *k, const void *v,
+                           const float *lse, hs_dtype dt, float *scratch, int B, int T, int NH,
+                           int KVH, int HD);
 
 /* The same on a row range, for context parallelism: query rows
  * [q0, q0+nq) of a [B, Tq, NH*HD] q, whose row q0 is at global position gq,
@@ -178,10 +183,10 @@ hs_att_rows hs_att_rows_all(int T);
 void hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
                                const void *v, hs_dtype dt, float *scratch, int B, int NH, int KVH,
                                int HD, const hs_att_rows *r);
-void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout, const void *q,
-                                const void *k, const void *v, const float *lse, const float *delta,
-                                hs_dtype dt, float *scratch, int B, int NH, int KVH, int HD,
-                                const hs_att_rows *r);
+void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout,
+                                const void *dout16, const void *q, const void *k, const void *v,
+                                const float *lse, const float *delta, hs_dtype dt, float *scratch,
+                                int B, int NH, int KVH, int HD, const hs_att_rows *r);
 
 /* ----------------------------------------------------------------- swiglu */
 
@@ -190,6 +195,11 @@ void hs_swiglu_forward(void *out /* N,F */, const void *gate /* N,F */, const vo
                        hs_dtype dt, int64_t n);
 void hs_swiglu_backward(float *dgate /* N,F */, float *dup /* N,F */, const float *dout /* N,F */,
                         const void *gate, const void *up, hs_dtype dt, int64_t n);
+/* The same, storing over dgate and dup instead when overwrite (their only
+ * contribution: no zero fill first). */
+void hs_swiglu_backward_ex(float *dgate /* N,F */, float *dup /* N,F */, bool overwrite,
+                           const float *dout /* N,F */, const void *gate, const void *up,
+                           hs_dtype dt, int64_t n);
 
 /* ----------------------------------------------------------------- linear */
 
@@ -204,6 +214,15 @@ void hs_linear_forward_to(void *out /* N,OC */, hs_dtype odt, const void *x /* N
 void hs_linear_backward(float *dx /* N,IC */, void *dw /* OC,IC */, hs_dtype gdt,
                         const float *dout /* N,OC */, const void *x /* N,IC */,
                         const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC);
+/* The same, with two savings for the model's own layers: dout rounded to
+ * dt once into dout16 (N*OC elements of dt, the caller's scratch) for both
+ * GEMMs, where the mixed-dtype GEMM would round it for each (NULL: as
+ * hs_linear_backward); and dx overwritten, not accumulated, when
+ * overwrite_dx (its only contribution: no zero fill first). */
+void hs_linear_backward_ex(float *dx /* N,IC */, bool overwrite_dx, void *dw /* OC,IC */,
+                           hs_dtype gdt, const float *dout /* N,OC */, void *dout16,
+                           const void *x /* N,IC */, const void *w /* OC,IC */, hs_dtype dt,
+                           int64_t N, int IC, int OC);
 
 /* ---------------------------------------------------------- cross-entropy */
 

@@ -17,10 +17,21 @@ void hs_linear_forward_to(void *out /* N,OC */, hs_dtype odt, const void *x /* N
 void hs_linear_backward(float *dx /* N,IC */, void *dw /* OC,IC */, hs_dtype gdt,
                         const float *dout /* N,OC */, const void *x /* N,IC */,
                         const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC) {
+    hs_linear_backward_ex(dx, false, dw, gdt, dout, NULL, x, w, dt, N, IC, OC);
+}
+
+void hs_linear_backward_ex(float *dx /* N,IC */, bool overwrite_dx, void *dw /* OC,IC */,
+                           hs_dtype gdt, const float *dout /* N,OC */, void *dout16,
+                           const void *x /* N,IC */, const void *w /* OC,IC */, hs_dtype dt,
+                           int64_t N, int IC, int OC) {
+    const void *dy = dout;
+    hs_dtype ydt = HS_DTYPE_F32;
+    if (dout16 && dt != HS_DTYPE_F32) {
+        hs_convert(dout16, dt, dout, HS_DTYPE_F32, N * OC);
+        dy = dout16, ydt = dt;
+    }
     if (dx)
-        hs_gemm_ex(false, false, N, IC, OC, 1.0f, dout, HS_DTYPE_F32, OC, w, dt, IC, 1.0f, dx,
-                   HS_DTYPE_F32, IC);
-    if (dw)
-        hs_gemm_ex(true, false, OC, IC, N, 1.0f, dout, HS_DTYPE_F32, OC, x, dt, IC, 1.0f, dw, gdt,
-                   IC);
+        hs_gemm_ex(false, false, N, IC, OC, 1.0f, dy, ydt, OC, w, dt, IC,
+                   overwrite_dx ? 0.0f : 1.0f, dx, HS_DTYPE_F32, IC);
+    if (dw) hs_gemm_ex(true, false, OC, IC, N, 1.0f, dy, ydt, OC, x, dt, IC, 1.0f, dw, gdt, IC);
 }

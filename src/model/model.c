@@ -303,6 +303,12 @@ static void buffers_alloc(hs_model *m) {
         m->hbuf = buf(m, BT * F, dt);
     }
     m->att_scratch = buf(m, hs_attention_scratch_floats(T), HS_DTYPE_F32);
+    if (dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32)) {
+        int64_t w = m->C > q ? m->C : q;
+        w = F > w ? F : w;
+        int64_t n = BT * w > m->head_rows * m->V ? BT * w : m->head_rows * m->V;
+        m->dout16 = buf(m, n, dt);
+    }
     if (m->moe) {
         m->moe_scratch = raw(m, hs_moe_scratch_bytes(&m->moe_shapes, dt));
         if (m->ep > 1 && m->opt.count_buffers) m->counted_bytes += ep_rows_bytes(m, false);

@@ -125,6 +125,9 @@ struct hs_model {
     float *dg, *du, *dh; /* [B,T,F] */
     void *hbuf;          /* [B,T,F] compute dtype: silu(gate)*up */
     float *att_scratch;  /* hs_attention_scratch_floats(T) */
+    void *dout16;        /* [B,T,max(C,q,F) or head_rows,V] compute dtype: a linear's
+                          * output gradient rounded once for its two GEMMs; NULL in
+                          * fp32 or where the 16-bit GEMM is not native */
 
     /* tensor parallelism (NULL without ops) */
     float *tp_part;    /* [B,T,C] fp32 partial sums of a row-parallel output */

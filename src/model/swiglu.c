@@ -35,33 +35,49 @@ void hs_swiglu_forward(void *out /* N,F */, const void *gate /* N,F */, const vo
         fwd_chunk(out, gate, up, dt, c * CHUNK, c * CHUNK + CHUNK < n ? c * CHUNK + CHUNK : n);
 }
 
-/* d silu(g)/dg = sig(g) * (1 + g * (1 - sig(g))). */
+/* d silu(g)/dg = sig(g) * (1 + g * (1 - sig(g))); added to dgate and dup,
+ * or stored over them when set (a constant once inlined). */
 static inline __attribute__((always_inline)) void bwd(float *dgate, float *dup,
                                                       const float *dout, const void *gate,
-                                                      const void *up, hs_dtype dt, int64_t lo,
-                                                      int64_t hi) {
+                                                      const void *up, hs_dtype dt, bool set,
+                                                      int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; i++) {
         float g = hs_ld(gate, dt, i), u = hs_ld(up, dt, i);
         float sg = 1.0f / (1.0f + hs_expf(-g));
-        dgate[i] += dout[i] * u * sg * (1.0f + g * (1.0f - sg));
-        dup[i] += dout[i] * g * sg;
+        float dg = dout[i] * u * sg * (1.0f + g * (1.0f - sg)), du = dout[i] * g * sg;
+        dgate[i] = set ? dg : dgate[i] + dg;
+        dup[i] = set ? du : dup[i] + du;
     }
 }
 
 static void bwd_chunk(float *dgate, float *dup, const float *dout, const void *gate,
-                      const void *up, hs_dtype dt, int64_t lo, int64_t hi) {
+                      const void *up, hs_dtype dt, bool set, int64_t lo, int64_t hi) {
+    if (set) {
+        switch (dt) {
+        case HS_DTYPE_F32: bwd(dgate, dup, dout, gate, up, HS_DTYPE_F32, true, lo, hi); break;
+        case HS_DTYPE_BF16: bwd(dgate, dup, dout, gate, up, HS_DTYPE_BF16, true, lo, hi); break;
+        default: bwd(dgate, dup, dout, gate, up, dt, true, lo, hi); break;
+        }
+        return;
+    }
     switch (dt) {
-    case HS_DTYPE_F32: bwd(dgate, dup, dout, gate, up, HS_DTYPE_F32, lo, hi); break;
-    case HS_DTYPE_BF16: bwd(dgate, dup, dout, gate, up, HS_DTYPE_BF16, lo, hi); break;
-    default: bwd(dgate, dup, dout, gate, up, dt, lo, hi); break;
+    case HS_DTYPE_F32: bwd(dgate, dup, dout, gate, up, HS_DTYPE_F32, false, lo, hi); break;
+    case HS_DTYPE_BF16: bwd(dgate, dup, dout, gate, up, HS_DTYPE_BF16, false, lo, hi); break;
+    default: bwd(dgate, dup, dout, gate, up, dt, false, lo, hi); break;
     }
 }
 
 void hs_swiglu_backward(float *dgate /* N,F */, float *dup /* N,F */, const float *dout /* N,F */,
                         const void *gate, const void *up, hs_dtype dt, int64_t n) {
+    hs_swiglu_backward_ex(dgate, dup, false, dout, gate, up, dt, n);
+}
+
+void hs_swiglu_backward_ex(float *dgate /* N,F */, float *dup /* N,F */, bool overwrite,
+                           const float *dout /* N,F */, const void *gate, const void *up,
+                           hs_dtype dt, int64_t n) {
     int64_t chunks = (n + CHUNK - 1) / CHUNK;
 #pragma omp parallel for schedule(static) if (n >= HS_PAR_MIN)
     for (int64_t c = 0; c < chunks; c++)
-        bwd_chunk(dgate, dup, dout, gate, up, dt, c * CHUNK,
+        bwd_chunk(dgate, dup, dout, gate, up, dt, overwrite, c * CHUNK,
                   c * CHUNK + CHUNK < n ? c * CHUNK + CHUNK : n);
 }

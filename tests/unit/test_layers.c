@@ -183,8 +183,8 @@ static void check_attention(att_case *c) {
     int64_t qn = att_qn(c), kn = att_kn(c);
     float *dq = calloc((size_t)qn, 4), *dk = calloc((size_t)kn, 4), *dv = calloc((size_t)kn, 4);
     att_f(c);
-    hs_attention_backward(dq, dk, dv, c->r, c->q, c->k, c->v, c->lse, HS_DTYPE_F32, c->scratch,
-                          c->B, c->T, c->NH, c->KVH, c->HD);
+    hs_attention_backward(dq, dk, dv, c->r, NULL, c->q, c->k, c->v, c->lse, HS_DTYPE_F32,
+                          c->scratch, c->B, c->T, c->NH, c->KVH, c->HD);
     check_grad("attention dq", c->q, dq, qn, att_f, c);
     check_grad("attention dk", c->k, dk, kn, att_f, c);
     check_grad("attention dv", c->v, dv, kn, att_f, c);
@@ -232,6 +232,52 @@ static void test_attention_equals_naive_causal_softmax(void **state) {
             assert_float_equal(c.lse[h * 200 + t], mx + log(sum), 1e-5);
         }
     assert_true(worst < 1e-5);
+    att_free(&c);
+}
+
+/* The 16-bit backward (dout rounded once, P and dS rounded for their
+ * GEMMs) against the fp32 backward of the same bf16 inputs: equal to bf16
+ * precision (normwise), and two query blocks deep. */
+static double rel_norm(const float *a, const float *b, int64_t n) {
+    double d = 0.0, r = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = (double)a[i] - b[i];
+        d += e * e, r += (double)b[i] * b[i];
+    }
+    return sqrt(d / r);
+}
+
+static void test_bf16_attention_backward_matches_fp32_of_rounded_inputs(void **state) {
+    (void)state;
+    att_case c = {.B = 2, .T = 160, .NH = 4, .KVH = 2, .HD = 16};
+    att_alloc(&c);
+    int64_t qn = att_qn(&c), kn = att_kn(&c);
+    uint16_t *q16 = malloc((size_t)qn * 2), *k16 = malloc((size_t)kn * 2);
+    uint16_t *v16 = malloc((size_t)kn * 2), *y16 = malloc((size_t)qn * 2);
+    uint16_t *r16 = malloc((size_t)qn * 2);
+    hs_convert(q16, HS_DTYPE_BF16, c.q, HS_DTYPE_F32, qn);
+    hs_convert(k16, HS_DTYPE_BF16, c.k, HS_DTYPE_F32, kn);
+    hs_convert(v16, HS_DTYPE_BF16, c.v, HS_DTYPE_F32, kn);
+    hs_convert(r16, HS_DTYPE_BF16, c.r, HS_DTYPE_F32, qn);
+    hs_convert(c.q, HS_DTYPE_F32, q16, HS_DTYPE_BF16, qn); /* the fp32 run reads the same values */
+    hs_convert(c.k, HS_DTYPE_F32, k16, HS_DTYPE_BF16, kn);
+    hs_convert(c.v, HS_DTYPE_F32, v16, HS_DTYPE_BF16, kn);
+    float *g = calloc((size_t)(2 * qn + 4 * kn), 4);
+    float *lse16 = calloc((size_t)(c.B * c.NH * c.T), 4);
+    float *dq = g, *dk = g + qn, *dv = dk + kn;
+    float *dq16 = dv + kn, *dk16 = dq16 + qn, *dv16 = dk16 + kn;
+    att_f(&c);
+    hs_attention_backward(dq, dk, dv, c.r, NULL, c.q, c.k, c.v, c.lse, HS_DTYPE_F32, c.scratch,
+                          c.B, c.T, c.NH, c.KVH, c.HD);
+    hs_attention_forward(y16, lse16, q16, k16, v16, HS_DTYPE_BF16, c.scratch, c.B, c.T, c.NH,
+                         c.KVH, c.HD);
+    hs_attention_backward(dq16, dk16, dv16, c.r, r16, q16, k16, v16, lse16, HS_DTYPE_BF16,
+                          c.scratch, c.B, c.T, c.NH, c.KVH, c.HD);
+    double eq = rel_norm(dq16, dq, qn), ek = rel_norm(dk16, dk, kn), ev = rel_norm(dv16, dv, kn);
+    print_message("bf16 attention backward vs fp32: dq %.2e dk %.2e dv %.2e\n", eq, ek, ev);
+    assert_true(eq < 2e-2 && ek < 2e-2 && ev < 2e-2);
+    assert_true(eq > 0.0); /* the 16-bit path did round */
+    free(q16), free(k16), free(v16), free(y16), free(r16), free(g), free(lse16);
     att_free(&c);
 }
 
@@ -441,6 +487,7 @@ int main(void) {
         cmocka_unit_test(test_gqa_attention_backward_matches_finite_differences),
         cmocka_unit_test(test_attention_across_query_blocks_matches_finite_differences),
         cmocka_unit_test(test_attention_equals_naive_causal_softmax),
+        cmocka_unit_test(test_bf16_attention_backward_matches_fp32_of_rounded_inputs),
         cmocka_unit_test(test_swiglu_backward_matches_finite_differences),
         cmocka_unit_test(test_threaded_kernels_equal_one_thread_bitwise),
         cmocka_unit_test(test_vectorised_expf_within_2_ulp),
