@@ -80,7 +80,8 @@ void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale)
         fp->rs_input_bytes = 0; /* borrowed */
     } else {
         fp->rs_input_bytes = (size_t)n * hs_dtype_size(fp->reduce_dtype);
-        fp->rs_input = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_GRAD, fp->rs_input_bytes);
+        /* every element is written by the conversion below: no zero fill */
+        fp->rs_input = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, fp->rs_input_bytes);
         /* Scale in the wider dtype so that narrowing rounds once. */
         if (fp->grad_dtype == HS_DTYPE_F32) {
             hs_scale_f32(fp->unsharded_grad, prescale, fp->plan.unpacked_numel);

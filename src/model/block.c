@@ -62,15 +62,14 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
     if (!m->moe) {
         hs_linear_forward(a->gate, a->ln2, bp->wg->data, dt, N, C, m->F, 0);
         hs_linear_forward(a->up, a->ln2, bp->wu->data, dt, N, C, m->F, 0);
-        hs_swiglu_forward(m->hbuf, a->gate, a->up, dt, N * m->F);
+        hs_swiglu_forward(a->h, a->gate, a->up, dt, N * m->F);
         if (m->tp_on) {
-            hs_linear_forward_to(m->tp_part, HS_DTYPE_F32, m->hbuf, bp->wd->data, dt, N, m->F, C,
-                                 0);
+            hs_linear_forward_to(m->tp_part, HS_DTYPE_F32, a->h, bp->wd->data, dt, N, m->F, C, 0);
             hs_tp_exit_add(m, x_out, rdt, a->x_mid, rdt, N);
             return;
         }
         copy_dt(x_out, a->x_mid, rdt, N * C);
-        hs_linear_forward_to(x_out, rdt, m->hbuf, bp->wd->data, dt, N, m->F, C, 1);
+        hs_linear_forward_to(x_out, rdt, a->h, bp->wd->data, dt, N, m->F, C, 1);
         return;
     }
     /* The MoE layer is token-wise: under sequence parallel each TP rank
@@ -150,9 +149,7 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
         return m->dln;
     }
     const float *dout = hs_tp_exit_grad(m, N);
-    /* silu(gate) * up is cheaper to recompute than to keep per layer. */
-    hs_swiglu_forward(m->hbuf, a->gate, a->up, dt, N * F);
-    hs_linear_backward_ex(m->dh, true, bp->wd->grad, bp->wd->grad_dtype, dout, m->dout16, m->hbuf,
+    hs_linear_backward_ex(m->dh, true, bp->wd->grad, bp->wd->grad_dtype, dout, m->dout16, a->h,
                           bp->wd->data, dt, N, F, C);
     hs_swiglu_backward_ex(m->dg, m->du, true, m->dh, a->gate, a->up, dt, N * F);
     hs_linear_backward_ex(m->dln, true, bp->wg->grad, bp->wg->grad_dtype, m->dg, m->dout16, a->ln2,

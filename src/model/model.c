@@ -164,6 +164,7 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
     } else {
         a->gate = buf(m, BT * m->F, dt);
         a->up = buf(m, BT * m->F, dt);
+        a->h = buf(m, BT * m->F, dt);
     }
 }
 
@@ -171,7 +172,7 @@ static void acts_free(hs_model *m, hs_block_acts *a) {
     if (m->moe) hs_moe_act_release(&a->moe);
     void *ptrs[] = {a->rstd1, a->ln1,   a->q,     a->k,     a->v,
                     a->lse,   a->atty,  a->x_cast, a->x_mid, a->rstd2,
-                    a->ln2,   a->gate,  a->up,    a->moe_out, a->moe_mem};
+                    a->ln2,   a->gate,  a->up,    a->h,     a->moe_out, a->moe_mem};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_pool_free(m->pool, ptrs[i]);
 }
 
@@ -300,7 +301,6 @@ static void buffers_alloc(hs_model *m) {
         m->dg = buf(m, BT * F, HS_DTYPE_F32);
         m->du = buf(m, BT * F, HS_DTYPE_F32);
         m->dh = buf(m, BT * F, HS_DTYPE_F32);
-        m->hbuf = buf(m, BT * F, dt);
     }
     m->att_scratch = buf(m, hs_attention_scratch_floats(T), HS_DTYPE_F32);
     if (dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32)) {
@@ -416,7 +416,7 @@ static void buffers_free(hs_model *m) {
     free(m->slots);
     void *ptrs[] = {m->logits, m->cos_t,  m->sin_t,
                     m->dres,        m->dln,         m->dq,     m->dk,     m->dv,
-                    m->datt,        m->dg,          m->du,     m->dh,     m->hbuf,
+                    m->datt,        m->dg,          m->du,     m->dh,     m->dout16,
                     m->att_scratch, m->moe_scratch, m->aux_stage, m->out_tmp, m->aux_buf,
                     m->tp_part,     m->tp_red,      m->sp_ln,  m->sp_dfull,
                     m->tp_stats,    m->logits_all,  m->cos_l,  m->sin_l,

@@ -44,6 +44,8 @@ typedef struct hs_block_acts {
     void *ln2;     /* [B,T,C] */
     void *gate;    /* [B,T,F] gate_proj output (dense) */
     void *up;      /* [B,T,F] up_proj output (dense) */
+    void *h;       /* [B,T,F] silu(gate) * up, down_proj's input (dense): kept,
+                    * as autograd keeps it, rather than recomputed in backward */
     void *moe_out; /* [B,T,C] MoE layer output (moe) */
     hs_moe_act moe;
     void *moe_mem; /* the block hs_moe_act_bind lays moe out over */
@@ -123,7 +125,6 @@ struct hs_model {
     float *dk, *dv;      /* [B,T,KVH*HD] */
     float *datt;         /* [B,T,NH*HD] */
     float *dg, *du, *dh; /* [B,T,F] */
-    void *hbuf;          /* [B,T,F] compute dtype: silu(gate)*up */
     float *att_scratch;  /* hs_attention_scratch_floats(T) */
     void *dout16;        /* [B,T,max(C,q,F) or head_rows,V] compute dtype: a linear's
                           * output gradient rounded once for its two GEMMs; NULL in
