@@ -58,11 +58,9 @@ static void att_softmax(float *S, float *lse, int64_t gq, int64_t gk, int rows, 
             lse[i] = -INFINITY;
             continue;
         }
-        float mx = s[0];
-        for (int j = 1; j < valid; j++) mx = s[j] > mx ? s[j] : mx;
+        float mx = hs_row_max(s, valid);
         for (int j = 0; j < valid; j++) s[j] = hs_expf(s[j] - mx); /* vectorises */
-        double sum = 0.0;
-        for (int j = 0; j < valid; j++) sum += s[j];
+        double sum = hs_row_sum(s, valid);
         float inv = (float)(1.0 / sum);
         for (int j = 0; j < valid; j++) s[j] *= inv;
         memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
@@ -139,9 +137,7 @@ static void att_softmax_backward(float *dP, const float *P, const float *delta, 
         if (delta) {
             fd = delta[i];
         } else {
-            double dot = 0.0;
-            for (int j = 0; j < nk; j++) dot += (double)p[j] * d[j];
-            fd = (float)dot;
+            fd = (float)hs_row_dot(p, d, nk);
         }
         for (int j = 0; j < nk; j++) d[j] = p[j] * (d[j] - fd);
     }

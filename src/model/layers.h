@@ -58,6 +58,48 @@ static inline float hs_expf(float x) {
     return x != x ? x : y;
 }
 
+/* Row reductions in HS_LANES independent lanes combined in lane order, so
+ * that the loops vectorise (one serial chain would not); the value depends
+ * on the row only. Sums and dot products accumulate in fp64. */
+#define HS_LANES 8
+
+/* The largest of x[0..n), n >= 1 (a NaN is kept only where a lane starts
+ * with it; a NaN row still gives a NaN loss through its exponentials). */
+static inline float hs_row_max(const float *x, int n) {
+    float mx = x[0];
+    int i = 1;
+    if (n >= 2 * HS_LANES) {
+        float acc[HS_LANES];
+        for (int j = 0; j < HS_LANES; j++) acc[j] = x[j];
+        for (i = HS_LANES; i + HS_LANES <= n; i += HS_LANES)
+            for (int j = 0; j < HS_LANES; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+        mx = acc[0];
+        for (int j = 1; j < HS_LANES; j++) mx = acc[j] > mx ? acc[j] : mx;
+    }
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+static inline double hs_row_sum(const float *x, int n) {
+    double acc[HS_LANES] = {0.0}, s = 0.0;
+    int i = 0;
+    for (; i + HS_LANES <= n; i += HS_LANES)
+        for (int j = 0; j < HS_LANES; j++) acc[j] += x[i + j];
+    for (; i < n; i++) s += x[i];
+    for (int j = 0; j < HS_LANES; j++) s += acc[j];
+    return s;
+}
+
+static inline double hs_row_dot(const float *x, const float *y, int n) {
+    double acc[HS_LANES] = {0.0}, s = 0.0;
+    int i = 0;
+    for (; i + HS_LANES <= n; i += HS_LANES)
+        for (int j = 0; j < HS_LANES; j++) acc[j] += (double)x[i + j] * y[i + j];
+    for (; i < n; i++) s += (double)x[i] * y[i];
+    for (int j = 0; j < HS_LANES; j++) s += acc[j];
+    return s;
+}
+
 static inline float hs_ld(const void *p, hs_dtype dt, int64_t i) {
     switch (dt) {
     case HS_DTYPE_BF16:

@@ -5,10 +5,6 @@
 
 #include "model/layers.h"
 
-/* Independent fp64 accumulators of a row's sums (forward sum of squares,
- * backward dot product): one serial chain would not vectorise. */
-#define DOT_LANES 8
-
 void hs_rmsnorm_forward(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
                         const void *w /* C */, hs_dtype dt, int64_t N, int C, float eps) {
     hs_rmsnorm_forward_x(out, rstd, x, dt, w, dt, N, C, eps);
@@ -20,11 +16,11 @@ static inline __attribute__((always_inline)) void fwd_row(void *out, float *rstd
                                                           float eps) {
     int64_t o = n * C;
     /* fp64 sum: the mean of C squares is then exact to fp32 rounding;
-     * DOT_LANES chains so that it vectorises. */
-    double acc[DOT_LANES] = {0.0}, ss = 0.0;
+     * HS_LANES chains so that it vectorises. */
+    double acc[HS_LANES] = {0.0}, ss = 0.0;
     int i = 0;
-    for (; i + DOT_LANES <= C; i += DOT_LANES)
-        for (int j = 0; j < DOT_LANES; j++) {
+    for (; i + HS_LANES <= C; i += HS_LANES)
+        for (int j = 0; j < HS_LANES; j++) {
             float v = hs_ld(x, xdt, o + i + j);
             acc[j] += (double)v * v;
         }
@@ -32,7 +28,7 @@ static inline __attribute__((always_inline)) void fwd_row(void *out, float *rstd
         float v = hs_ld(x, xdt, o + i);
         ss += (double)v * v;
     }
-    for (int j = 0; j < DOT_LANES; j++) ss += acc[j];
+    for (int j = 0; j < HS_LANES; j++) ss += acc[j];
     float r = 1.0f / sqrtf((float)(ss / C) + eps);
     rstd[n] = r;
     for (int c = 0; c < C; c++)
@@ -81,14 +77,14 @@ static inline __attribute__((always_inline)) void bwd_rows(
         int64_t o = n * C;
         const float *dy = dout + o;
         float r = rstd[n];
-        /* sum_j w_j dy_j x_j in fp64, DOT_LANES chains so that it vectorises */
-        double acc[DOT_LANES] = {0.0}, dot = 0.0;
+        /* sum_j w_j dy_j x_j in fp64, HS_LANES chains so that it vectorises */
+        double acc[HS_LANES] = {0.0}, dot = 0.0;
         int i = 0;
-        for (; i + DOT_LANES <= C; i += DOT_LANES)
-            for (int j = 0; j < DOT_LANES; j++)
+        for (; i + HS_LANES <= C; i += HS_LANES)
+            for (int j = 0; j < HS_LANES; j++)
                 acc[j] += (double)hs_ld(w, dt, i + j) * dy[i + j] * hs_ld(x, xdt, o + i + j);
         for (; i < C; i++) dot += (double)hs_ld(w, dt, i) * dy[i] * hs_ld(x, xdt, o + i);
-        for (int j = 0; j < DOT_LANES; j++) dot += acc[j];
+        for (int j = 0; j < HS_LANES; j++) dot += acc[j];
         if (dwsum)
             for (int c = 0; c < C; c++) dwsum[c] += (double)dy[c] * (hs_ld(x, xdt, o + c) * r);
         float k = (float)(dot * r * r * r / C);

@@ -74,12 +74,7 @@ static double parallel_loss(hs_model *m, const int32_t *targets, int64_t rows, f
                             bool grad) {
     int V = m->V;
     float *mx = m->tp_stats, *sum = mx + rows, *tl = sum + rows;
-    for (int64_t i = 0; i < rows; i++) {
-        const float *l = m->logits + i * V;
-        float x = l[0];
-        for (int j = 1; j < V; j++) x = l[j] > x ? l[j] : x;
-        mx[i] = x;
-    }
+    for (int64_t i = 0; i < rows; i++) mx[i] = hs_row_max(m->logits + i * V, V);
     m->ops->all_reduce_max(m->ops->ctx, mx, rows);
     for (int64_t i = 0; i < rows; i++) {
         const float *l = m->logits + i * V;

@@ -4,12 +4,6 @@
 
 #include "model/layers.h"
 
-static float row_max(const float *l, int V) {
-    float mx = l[0];
-    for (int i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;
-    return mx;
-}
-
 double hs_xent_forward_backward(float *dlogits /* N,V */, const float *logits /* N,V */,
                                 const int32_t *targets /* N */, int64_t N, int V, float scale,
                                 int64_t *valid) {
@@ -23,12 +17,12 @@ double hs_xent_forward_backward(float *dlogits /* N,V */, const float *logits /*
             if (d) memset(d, 0, (size_t)V * sizeof(float));
             continue;
         }
-        float mx = row_max(l, V), lt = l[tgt];
+        float mx = hs_row_max(l, V), lt = l[tgt];
         double sum = 0.0;
         if (d) {
             /* d may alias l: each exponential replaces the logit it came from. */
             for (int i = 0; i < V; i++) d[i] = hs_expf(l[i] - mx); /* vectorises */
-            for (int i = 0; i < V; i++) sum += d[i];
+            sum = hs_row_sum(d, V);
             float k = (float)(scale / sum);
             for (int i = 0; i < V; i++) d[i] *= k;
             d[tgt] -= scale;

@@ -435,6 +435,31 @@ static void test_vectorised_expf_within_2_ulp(void **state) {
     assert_true(isnan(hs_expf(NAN)));
 }
 
+/* The lane reductions: the serial max exactly, the serial fp64 sum and dot
+ * to rounding, for every length around the lane and tail boundaries, with
+ * the maximum anywhere. */
+static void test_row_reductions_match_serial_loops(void **state) {
+    (void)state;
+    float x[64], y[64];
+    fill(x, 64, 21, 1.0f);
+    fill(y, 64, 22, 1.0f);
+    for (int n = 1; n <= 64; n++)
+        for (int at = 0; at < n; at += 5) {
+            float saved = x[at];
+            x[at] = 9.0f;
+            float mx = x[0];
+            double sum = 0.0, dt = 0.0;
+            for (int i = 0; i < n; i++) {
+                mx = x[i] > mx ? x[i] : mx;
+                sum += x[i], dt += (double)x[i] * y[i];
+            }
+            assert_true(hs_row_max(x, n) == mx);
+            assert_true(fabs(hs_row_sum(x, n) - sum) <= 1e-13 * (1.0 + fabs(sum)));
+            assert_true(fabs(hs_row_dot(x, y, n) - dt) <= 1e-13 * (1.0 + fabs(dt)));
+            x[at] = saved;
+        }
+}
+
 /* The threaded element kernels give the same bits on 1 and 2 threads. */
 enum { EW_N = 1 << 17, EW_C = 256 };
 typedef struct ew_out {
@@ -489,6 +514,7 @@ int main(void) {
         cmocka_unit_test(test_attention_equals_naive_causal_softmax),
         cmocka_unit_test(test_bf16_attention_backward_matches_fp32_of_rounded_inputs),
         cmocka_unit_test(test_swiglu_backward_matches_finite_differences),
+        cmocka_unit_test(test_row_reductions_match_serial_loops),
         cmocka_unit_test(test_threaded_kernels_equal_one_thread_bitwise),
         cmocka_unit_test(test_vectorised_expf_within_2_ulp),
         cmocka_unit_test(test_linear_backward_matches_finite_differences),
