@@ -243,6 +243,9 @@ typedef struct hs_model_options {
      * allocated (hs_model_buffer_bytes): what a run of these options would
      * take from `pool`, for the memory plan. The model cannot run. */
     bool count_buffers;
+    /* Threads attention splits its heads over (each with its own scratch:
+     * hs_attention_forward); 0 means 1. */
+    int threads;
 } hs_model_options;
 
 /* What one unit did at its boundaries in the last forward / backward. The

@@ -7,6 +7,7 @@
  * instead of O(T^2), for one extra QK^T product. Heads are addressed in
  * place inside the [B, T, H*HD] projections through the GEMM row stride. */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "model/layers.h"
@@ -15,11 +16,15 @@
 
 static int att_rows(int T) { return T < ATT_ROWS ? T : ATT_ROWS; }
 
-/* P and dP of one block in fp32, then one block of 16-bit values (P, then
- * dS, rounded for the GEMMs of a 16-bit backward). */
-int64_t hs_attention_scratch_floats(int T) {
+/* Per thread: P and dP of one block in fp32, then one block of 16-bit
+ * values (P, then dS, rounded for the GEMMs of a 16-bit backward). */
+static int64_t scratch_per_thread(int T) {
     int64_t block = (int64_t)att_rows(T) * T;
     return 2 * block + (block + 1) / 2;
+}
+
+int64_t hs_attention_scratch_floats(int T, int threads) {
+    return scratch_per_thread(T) * (threads > 1 ? threads : 1);
 }
 
 /* Where one head of one sequence starts, and the row stride, of a [B,T,H*HD] buffer. */
@@ -78,42 +83,55 @@ hs_att_rows hs_att_rows_all(int T) {
     return (hs_att_rows){.Tq = T, .Tk = T, .q0 = 0, .nq = T, .k0 = 0, .nk = T, .gq = 0, .gk = 0};
 }
 
+/* One query head of one sequence, every query block. */
+static void forward_head(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
+                         const void *v, hs_dtype dt, float *scratch, int b, int h, int NH,
+                         int KVH, int HD, const hs_att_rows *r) {
+    float scale = 1.0f / sqrtf((float)HD);
+    int group = NH / KVH, tb = att_rows(r->nq);
+    head_view qv = head_of(b, r->Tq, h, NH, HD), kv = head_of(b, r->Tk, h / group, KVH, HD);
+    kv.off += (int64_t)r->k0 * kv.ld;
+    float *hl = lse + ((int64_t)b * NH + h) * r->Tq + r->q0;
+    for (int r0 = 0; r0 < r->nq; r0 += tb) {
+        int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
+        int64_t gq = r->gq + r0;
+        int nk = block_keys(gq, rows, r->gk, r->nk);
+        void *o = hs_at(out, odt, qv.off + qr * qv.ld);
+        if (nk == 0) { /* no key visible: a zero output, lse -inf */
+            for (int i = 0; i < rows; i++) {
+                memset(hs_at(o, odt, i * qv.ld), 0, (size_t)HD * hs_dtype_size(odt));
+                hl[r0 + i] = -INFINITY;
+            }
+            continue;
+        }
+        att_scores(scratch, q, qv, k, kv, dt, qr, rows, nk, HD, scale);
+        att_softmax(scratch, hl + r0, gq, r->gk, rows, nk);
+        hs_gemm_ex(false, false, rows, HD, nk, 1.0f, scratch, HS_DTYPE_F32, nk,
+                   hs_cat(v, dt, kv.off), dt, kv.ld, 0.0f, o, odt, qv.ld);
+    }
+}
+
 void hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
                                const void *v, hs_dtype dt, float *scratch, int B, int NH, int KVH,
                                int HD, const hs_att_rows *r) {
-    float scale = 1.0f / sqrtf((float)HD);
-    int group = NH / KVH, tb = att_rows(r->nq);
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            head_view qv = head_of(b, r->Tq, h, NH, HD), kv = head_of(b, r->Tk, h / group, KVH, HD);
-            kv.off += (int64_t)r->k0 * kv.ld;
-            float *hl = lse + ((int64_t)b * NH + h) * r->Tq + r->q0;
-            for (int r0 = 0; r0 < r->nq; r0 += tb) {
-                int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
-                int64_t gq = r->gq + r0;
-                int nk = block_keys(gq, rows, r->gk, r->nk);
-                void *o = hs_at(out, odt, qv.off + qr * qv.ld);
-                if (nk == 0) { /* no key visible: a zero output, lse -inf */
-                    for (int i = 0; i < rows; i++) {
-                        memset(hs_at(o, odt, i * qv.ld), 0, (size_t)HD * hs_dtype_size(odt));
-                        hl[r0 + i] = -INFINITY;
-                    }
-                    continue;
-                }
-                att_scores(scratch, q, qv, k, kv, dt, qr, rows, nk, HD, scale);
-                att_softmax(scratch, hl + r0, gq, r->gk, rows, nk);
-                hs_gemm_ex(false, false, rows, HD, nk, 1.0f, scratch, HS_DTYPE_F32, nk,
-                           hs_cat(v, dt, kv.off), dt, kv.ld, 0.0f, o, odt, qv.ld);
-            }
-        }
+        for (int h = 0; h < NH; h++)
+            forward_head(out, odt, lse, q, k, v, dt, scratch, b, h, NH, KVH, HD, r);
 }
 
+/* With threads > 1 the (sequence, head) pairs go over the threads, each
+ * with its own scratch and its GEMMs on one thread: every head is computed
+ * exactly as on one thread. */
 void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
                           const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
-                          const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch, int B, int T,
-                          int NH, int KVH, int HD) {
+                          const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch, int threads,
+                          int B, int T, int NH, int KVH, int HD) {
     hs_att_rows r = hs_att_rows_all(T);
-    hs_attention_forward_rows(out, dt, lse, q, k, v, dt, scratch, B, NH, KVH, HD, &r);
+    int64_t per = scratch_per_thread(T);
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int t = 0; t < B * NH; t++)
+        forward_head(out, dt, lse, q, k, v, dt, scratch + per * omp_get_thread_num(), t / NH,
+                     t % NH, NH, KVH, HD, &r);
 }
 
 /* P = exp(S - lse) on the causal part, 0 above the diagonal. */
@@ -177,45 +195,61 @@ static void att_backward_block(const att_bwd_block *b, float *P, float *dP, void
                HS_DTYPE_F32, b->kld);
 }
 
-void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout,
-                                const void *dout16, const void *q, const void *k, const void *v,
-                                const float *lse, const float *delta, hs_dtype dt, float *scratch,
-                                int B, int NH, int KVH, int HD, const hs_att_rows *r) {
+/* One query head of one sequence, every query block; dk/dv are its key
+ * head's, shared with the other heads of its group. */
+static void backward_head(float *dq, float *dk, float *dv, const float *dout,
+                          const void *dout16, const void *q, const void *k, const void *v,
+                          const float *lse, const float *delta, hs_dtype dt, float *scratch,
+                          int b, int h, int NH, int KVH, int HD, const hs_att_rows *r) {
     float scale = 1.0f / sqrtf((float)HD);
     int group = NH / KVH, tb = att_rows(r->nq);
     float *P = scratch, *dP = scratch + (int64_t)tb * r->nk;
     void *s16 = scratch + 2 * (int64_t)tb * r->nk;
-    if (dt == HS_DTYPE_F32) dout16 = NULL;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            head_view qv = head_of(b, r->Tq, h, NH, HD), kv = head_of(b, r->Tk, h / group, KVH, HD);
-            kv.off += (int64_t)r->k0 * kv.ld;
-            int64_t row0 = ((int64_t)b * NH + h) * r->Tq + r->q0;
-            const float *hl = lse + row0, *hd = delta ? delta + row0 : NULL;
-            for (int r0 = 0; r0 < r->nq; r0 += tb) {
-                int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
-                int64_t gq = r->gq + r0, at = qv.off + qr * qv.ld;
-                int nk = block_keys(gq, rows, r->gk, r->nk);
-                if (nk == 0) continue;
-                att_scores(P, q, qv, k, kv, dt, qr, rows, nk, HD, scale);
-                att_probs(P, hl + r0, gq, r->gk, rows, nk);
-                att_bwd_block blk = {
-                    .dO = dout + at, .dO16 = dout16 ? hs_cat(dout16, dt, at) : NULL,
-                    .kb = hs_cat(k, dt, kv.off), .vb = hs_cat(v, dt, kv.off),
-                    .qb = hs_cat(q, dt, at), .dq = dq + at, .dk = dk + kv.off,
-                    .dv = dv + kv.off, .qld = qv.ld, .kld = kv.ld};
-                att_backward_block(&blk, P, dP, s16, hd ? hd + r0 : NULL, dt, rows, nk, HD,
-                                   scale);
-            }
-        }
+    head_view qv = head_of(b, r->Tq, h, NH, HD), kv = head_of(b, r->Tk, h / group, KVH, HD);
+    kv.off += (int64_t)r->k0 * kv.ld;
+    int64_t row0 = ((int64_t)b * NH + h) * r->Tq + r->q0;
+    const float *hl = lse + row0, *hd = delta ? delta + row0 : NULL;
+    for (int r0 = 0; r0 < r->nq; r0 += tb) {
+        int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
+        int64_t gq = r->gq + r0, at = qv.off + qr * qv.ld;
+        int nk = block_keys(gq, rows, r->gk, r->nk);
+        if (nk == 0) continue;
+        att_scores(P, q, qv, k, kv, dt, qr, rows, nk, HD, scale);
+        att_probs(P, hl + r0, gq, r->gk, rows, nk);
+        att_bwd_block blk = {.dO = dout + at, .dO16 = dout16 ? hs_cat(dout16, dt, at) : NULL,
+                             .kb = hs_cat(k, dt, kv.off), .vb = hs_cat(v, dt, kv.off),
+                             .qb = hs_cat(q, dt, at), .dq = dq + at, .dk = dk + kv.off,
+                             .dv = dv + kv.off, .qld = qv.ld, .kld = kv.ld};
+        att_backward_block(&blk, P, dP, s16, hd ? hd + r0 : NULL, dt, rows, nk, HD, scale);
+    }
 }
 
+void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout,
+                                const void *dout16, const void *q, const void *k, const void *v,
+                                const float *lse, const float *delta, hs_dtype dt, float *scratch,
+                                int B, int NH, int KVH, int HD, const hs_att_rows *r) {
+    if (dt == HS_DTYPE_F32) dout16 = NULL;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            backward_head(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, b, h, NH,
+                          KVH, HD, r);
+}
+
+/* With threads > 1 the (sequence, key head) pairs go over the threads:
+ * each owns its dk/dv rows and runs its group's query heads in order, so
+ * every sum is accumulated as on one thread. */
 void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
                            float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
                            const void *dout16, const void *q, const void *k, const void *v,
-                           const float *lse, hs_dtype dt, float *scratch, int B, int T, int NH,
-                           int KVH, int HD) {
+                           const float *lse, hs_dtype dt, float *scratch, int threads, int B,
+                           int T, int NH, int KVH, int HD) {
     hs_att_rows r = hs_att_rows_all(T);
-    hs_attention_backward_rows(dq, dk, dv, dout, dout16, q, k, v, lse, NULL, dt, scratch, B, NH,
-                               KVH, HD, &r);
+    int64_t per = scratch_per_thread(T);
+    int group = NH / KVH;
+    if (dt == HS_DTYPE_F32) dout16 = NULL;
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+    for (int t = 0; t < B * KVH; t++)
+        for (int h = (t % KVH) * group; h < (t % KVH + 1) * group; h++)
+            backward_head(dq, dk, dv, dout, dout16, q, k, v, lse, NULL, dt,
+                          scratch + per * omp_get_thread_num(), t / KVH, h, NH, KVH, HD, &r);
 }

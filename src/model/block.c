@@ -41,8 +41,8 @@ static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_a
     if (m->cp_on)
         hs_cp_attention_forward(m, a, B, T);
     else
-        hs_attention_forward(a->atty, a->lse, a->q, a->k, a->v, dt, m->att_scratch, B, T, m->NH,
-                             m->KVH, m->HD);
+        hs_attention_forward(a->atty, a->lse, a->q, a->k, a->v, dt, m->att_scratch,
+                             m->att_threads, B, T, m->NH, m->KVH, m->HD);
     if (m->tp_on) { /* row-parallel: partial sums, reduced, then the residual */
         hs_linear_forward_to(m->tp_part, HS_DTYPE_F32, a->atty, bp->wo->data, dt, N, qd, C, 0);
         hs_tp_exit_add(m, a->x_mid, rdt, x, xdt, N);
@@ -178,7 +178,7 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
          * until the q/k/v projections' backward) */
         if (m->dout16) hs_convert(m->dout16, dt, m->datt, HS_DTYPE_F32, N * qd);
         hs_attention_backward(m->dq, m->dk, m->dv, m->datt, m->dout16, a->q, a->k, a->v, a->lse,
-                              dt, m->att_scratch, B, T, m->NH, m->KVH, m->HD);
+                              dt, m->att_scratch, m->att_threads, B, T, m->NH, m->KVH, m->HD);
     }
     hs_rope_backward(m->dq, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
     hs_rope_backward(m->dk, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);

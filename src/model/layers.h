@@ -193,20 +193,24 @@ void hs_rope_backward(float *dx /* B,T,H,HD */, const float *cos_t, const float 
 /* Causal grouped-query attention, scale 1/sqrt(HD); query head h reads
  * key/value head h / (NH/KVH). Saves the fp32 log-sum-exp of every score
  * row so backward recomputes probabilities instead of storing [T, T].
- * `scratch` holds hs_attention_scratch_floats(T) floats. */
-int64_t hs_attention_scratch_floats(int T);
+ * `scratch` holds hs_attention_scratch_floats(T, threads) floats. */
+int64_t hs_attention_scratch_floats(int T, int threads);
+/* threads: the (sequence, head) pairs of forward and the (sequence, key
+ * head) pairs of backward split over that many threads (OpenMP), each with
+ * its own slice of scratch and its GEMMs on one thread, so the result is
+ * the one-thread result bit for bit; scratch is sized for them. */
 void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
                           const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
-                          const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch, int B, int T,
-                          int NH, int KVH, int HD);
+                          const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch, int threads,
+                          int B, int T, int NH, int KVH, int HD);
 /* dout16: dout rounded to a 16-bit dt whose GEMM is native, for 16-bit
  * products throughout (P and dS rounded too); NULL: fp32 dout, P and dS go
  * to the mixed-dtype GEMM. */
 void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
                            float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
                            const void *dout16, const void *q, const void *k, const void *v,
-                           const float *lse, hs_dtype dt, float *scratch, int B, int T, int NH,
-                           int KVH, int HD);
+                           const float *lse, hs_dtype dt, float *scratch, int threads, int B,
+                           int T, int NH, int KVH, int HD);
 
 /* The same on a row range, for context parallelism: query rows
  * [q0, q0+nq) of a [B, Tq, NH*HD] q, whose row q0 is at global position gq,

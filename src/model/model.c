@@ -302,7 +302,8 @@ static void buffers_alloc(hs_model *m) {
         m->du = buf(m, BT * F, HS_DTYPE_F32);
         m->dh = buf(m, BT * F, HS_DTYPE_F32);
     }
-    m->att_scratch = buf(m, hs_attention_scratch_floats(T), HS_DTYPE_F32);
+    m->att_threads = m->opt.threads > 1 ? m->opt.threads : 1;
+    m->att_scratch = buf(m, hs_attention_scratch_floats(T, m->att_threads), HS_DTYPE_F32);
     if (dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32)) {
         int64_t w = m->C > q ? m->C : q;
         w = F > w ? F : w;

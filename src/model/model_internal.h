@@ -125,7 +125,8 @@ struct hs_model {
     float *dk, *dv;      /* [B,T,KVH*HD] */
     float *datt;         /* [B,T,NH*HD] */
     float *dg, *du, *dh; /* [B,T,F] */
-    float *att_scratch;  /* hs_attention_scratch_floats(T) */
+    float *att_scratch;  /* hs_attention_scratch_floats(T, att_threads) */
+    int att_threads;     /* hs_model_options.threads, at least 1 */
     void *dout16;        /* [B,T,max(C,q,F) or head_rows,V] compute dtype: a linear's
                           * output gradient rounded once for its two GEMMs; NULL in
                           * fp32 or where the 16-bit GEMM is not native */

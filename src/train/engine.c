@@ -51,6 +51,9 @@ hs_model_options hs_engine_model_options(const hs_config *cfg, bool fsdp, int ma
         .allocate_params = !fsdp, /* one process: the model owns data and grads */
         .stage = stage,
         .act_slots = act_slots,
+        /* the threads this process computes with (train.threads, else the
+         * OpenMP team: cmd_train balances it over the node's ranks) */
+        .threads = cfg->train.threads > 0 ? cfg->train.threads : hs_blas_get_threads(),
     };
     if (fsdp) {
         /* Unit boundaries as FSDP2 places them (docs/fsdp-policies.md):

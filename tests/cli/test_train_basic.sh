@@ -74,6 +74,29 @@ expect_config_error_any short_tokens "short.hstk" model.vocab_size=300 data.sour
 expect_config_error_any big_token "position" model.vocab_size=299 data.source=tokens \
     data.path="$work/data.hstk"
 
+# train.threads: two threads per rank (threaded kernels, attention's heads
+# split over the threads) train as one does, within fp32 rounding, and in
+# bf16 within its own; the start-up line names the count.
+thr=(model.dim=64 model.n_heads=4 model.n_kv_heads=2 model.ffn_dim=128 train.seq_len=32
+     train.global_batch_size=4 train.micro_batch_size=4 train.steps=3 train.eval_every=0)
+for dt in fp32 bf16; do
+    extra=()
+    [ "$dt" = bf16 ] && extra=(fsdp_config.mix_precision.param_dtype=bfloat16)
+    for n in 1 2; do
+        run_logged "$work/thr$dt$n.txt" "$HS_BIN" train "${HS_TINY[@]}" "${thr[@]}" "${extra[@]}" \
+            train.threads=$n train.out_dir="$work/thr$dt$n"
+    done
+    grep -q "| 2 thread(s) per rank" "$work/thr${dt}2.txt" || { echo "no thread count"; exit 1; }
+    python3 - "$work/thr${dt}1/metrics.jsonl" "$work/thr${dt}2/metrics.jsonl" "$dt" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:3])
+tol = 1e-5 if sys.argv[3] == "fp32" else 1e-2
+assert len(a) == len(b) == 3, (a, b)
+for x, y in zip(a, b):
+    assert abs(x - y) <= tol * abs(x), f"{sys.argv[3]}: 1 thread {a}, 2 threads {b}"
+PY
+done
+
 # Config errors: exit 2, the message names the key, nothing on disk.
 expect_config_error() {
     local name=$1 needle=$2; shift 2

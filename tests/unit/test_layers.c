@@ -157,7 +157,7 @@ static int64_t att_kn(const att_case *c) { return (int64_t)c->B * c->T * c->KVH 
 
 static double att_f(void *ctx) {
     att_case *c = ctx;
-    hs_attention_forward(c->y, c->lse, c->q, c->k, c->v, HS_DTYPE_F32, c->scratch, c->B, c->T,
+    hs_attention_forward(c->y, c->lse, c->q, c->k, c->v, HS_DTYPE_F32, c->scratch, 1, c->B, c->T,
                          c->NH, c->KVH, c->HD);
     return dot(c->r, c->y, att_qn(c));
 }
@@ -167,7 +167,7 @@ static void att_alloc(att_case *c) {
     c->q = calloc((size_t)qn, 4), c->y = calloc((size_t)qn, 4), c->r = calloc((size_t)qn, 4);
     c->k = calloc((size_t)kn, 4), c->v = calloc((size_t)kn, 4);
     c->lse = calloc((size_t)(c->B * c->NH * c->T), 4);
-    c->scratch = calloc((size_t)hs_attention_scratch_floats(c->T), 4);
+    c->scratch = calloc((size_t)hs_attention_scratch_floats(c->T, 2), 4);
     fill(c->q, qn, 6, 1.0f);
     fill(c->k, kn, 7, 1.0f);
     fill(c->v, kn, 8, 1.0f);
@@ -184,7 +184,7 @@ static void check_attention(att_case *c) {
     float *dq = calloc((size_t)qn, 4), *dk = calloc((size_t)kn, 4), *dv = calloc((size_t)kn, 4);
     att_f(c);
     hs_attention_backward(dq, dk, dv, c->r, NULL, c->q, c->k, c->v, c->lse, HS_DTYPE_F32,
-                          c->scratch, c->B, c->T, c->NH, c->KVH, c->HD);
+                          c->scratch, 1, c->B, c->T, c->NH, c->KVH, c->HD);
     check_grad("attention dq", c->q, dq, qn, att_f, c);
     check_grad("attention dk", c->k, dk, kn, att_f, c);
     check_grad("attention dv", c->v, dv, kn, att_f, c);
@@ -237,7 +237,8 @@ static void test_attention_equals_naive_causal_softmax(void **state) {
 
 /* The 16-bit backward (dout rounded once, P and dS rounded for their
  * GEMMs) against the fp32 backward of the same bf16 inputs: equal to bf16
- * precision (normwise), and two query blocks deep. */
+ * precision (normwise), and two query blocks deep; split over two threads,
+ * forward and backward give the one-thread bits. */
 static double rel_norm(const float *a, const float *b, int64_t n) {
     double d = 0.0, r = 0.0;
     for (int64_t i = 0; i < n; i++) {
@@ -267,12 +268,26 @@ static void test_bf16_attention_backward_matches_fp32_of_rounded_inputs(void **s
     float *dq = g, *dk = g + qn, *dv = dk + kn;
     float *dq16 = dv + kn, *dk16 = dq16 + qn, *dv16 = dk16 + kn;
     att_f(&c);
-    hs_attention_backward(dq, dk, dv, c.r, NULL, c.q, c.k, c.v, c.lse, HS_DTYPE_F32, c.scratch,
+    hs_attention_backward(dq, dk, dv, c.r, NULL, c.q, c.k, c.v, c.lse, HS_DTYPE_F32, c.scratch, 1,
                           c.B, c.T, c.NH, c.KVH, c.HD);
-    hs_attention_forward(y16, lse16, q16, k16, v16, HS_DTYPE_BF16, c.scratch, c.B, c.T, c.NH,
+    hs_attention_forward(y16, lse16, q16, k16, v16, HS_DTYPE_BF16, c.scratch, 1, c.B, c.T, c.NH,
                          c.KVH, c.HD);
     hs_attention_backward(dq16, dk16, dv16, c.r, r16, q16, k16, v16, lse16, HS_DTYPE_BF16,
-                          c.scratch, c.B, c.T, c.NH, c.KVH, c.HD);
+                          c.scratch, 1, c.B, c.T, c.NH, c.KVH, c.HD);
+    /* split over two threads (the scratch is sized for them): the same bits */
+    int was = hs_blas_get_threads();
+    hs_blas_set_threads(1);
+    uint16_t *y2 = malloc((size_t)qn * 2);
+    float *lse2 = calloc((size_t)(c.B * c.NH * c.T), 4), *g2 = calloc((size_t)(qn + 2 * kn), 4);
+    hs_attention_forward(y2, lse2, q16, k16, v16, HS_DTYPE_BF16, c.scratch, 2, c.B, c.T, c.NH,
+                         c.KVH, c.HD);
+    hs_attention_backward(g2, g2 + qn, g2 + qn + kn, c.r, r16, q16, k16, v16, lse2, HS_DTYPE_BF16,
+                          c.scratch, 2, c.B, c.T, c.NH, c.KVH, c.HD);
+    hs_blas_set_threads(was);
+    assert_memory_equal(y2, y16, (size_t)qn * 2);
+    assert_memory_equal(lse2, lse16, (size_t)(c.B * c.NH * c.T) * 4);
+    assert_memory_equal(g2, dq16, (size_t)(qn + 2 * kn) * 4);
+    free(y2), free(lse2), free(g2);
     double eq = rel_norm(dq16, dq, qn), ek = rel_norm(dk16, dk, kn), ev = rel_norm(dv16, dv, kn);
     print_message("bf16 attention backward vs fp32: dq %.2e dk %.2e dv %.2e\n", eq, ek, ev);
     assert_true(eq < 2e-2 && ek < 2e-2 && ev < 2e-2);
