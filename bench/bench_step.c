@@ -181,6 +181,7 @@ typedef struct step_times {
 
 typedef struct bench_run {
     hs_config cfg;
+    hs_topology topo;
     hs_device *dev;
     hs_engine *en;
     hs_optim *optim;
@@ -199,9 +200,10 @@ static hs_status run_open(bench_run *r, const bench_model *bm, hs_error *e) {
     snprintf(gbs, sizeof gbs, "train.global_batch_size=%d", bm->B);
     ov[n++] = seq, ov[n++] = mbs, ov[n++] = gbs;
     hs_status s = hs_config_load(&r->cfg, NULL, ov, n, e);
+    if (s == HS_OK) s = hs_config_validate(&r->cfg, 1, &r->topo, NULL, e);
     if (s == HS_OK) s = hs_device_create(HS_DEVICE_CPU, NULL, &r->dev, e);
     if (s != HS_OK) return s;
-    hs_engine_env env = {.cfg = &r->cfg, .dev = r->dev, .max_batch = bm->B};
+    hs_engine_env env = {.cfg = &r->cfg, .topo = &r->topo, .dev = r->dev, .max_batch = bm->B};
     s = hs_engine_local_create(&env, &r->en, e);
     if (s != HS_OK) return s;
     r->n_params = r->en->optim_params(r->en, &r->params);
