@@ -151,12 +151,7 @@ static void att_softmax_backward(float *dP, const float *P, const float *delta, 
     for (int i = 0; i < rows; i++) {
         const float *p = P + (int64_t)i * nk;
         float *d = dP + (int64_t)i * nk;
-        float fd;
-        if (delta) {
-            fd = delta[i];
-        } else {
-            fd = (float)hs_row_dot(p, d, nk);
-        }
+        float fd = delta ? delta[i] : (float)hs_row_dot(p, d, nk);
         for (int j = 0; j < nk; j++) d[j] = p[j] * (d[j] - fd);
     }
 }
@@ -166,11 +161,11 @@ static void att_softmax_backward(float *dP, const float *P, const float *delta, 
  * into s16 for their two uses, as a 16-bit autograd holds them; without
  * it the fp32 operands go to the mixed-dtype GEMM as they are. */
 typedef struct att_bwd_block {
-    const float *dO;   /* fp32, row stride ld */
-    const void *dO16;  /* dt, or NULL */
+    const float *dO;          /* fp32 */
+    const void *dO16;         /* dt, or NULL */
     const void *kb, *vb, *qb; /* block operands, dt */
     float *dq, *dk, *dv;
-    int64_t qld, kld;
+    int64_t qld, kld; /* row strides: dO, dO16, qb, dq; kb, vb, dk, dv */
 } att_bwd_block;
 
 static void att_backward_block(const att_bwd_block *b, float *P, float *dP, void *s16,
@@ -209,6 +204,7 @@ static void backward_head(float *dq, float *dk, float *dv, const float *dout,
     kv.off += (int64_t)r->k0 * kv.ld;
     int64_t row0 = ((int64_t)b * NH + h) * r->Tq + r->q0;
     const float *hl = lse + row0, *hd = delta ? delta + row0 : NULL;
+    if (dt == HS_DTYPE_F32) dout16 = NULL;
     for (int r0 = 0; r0 < r->nq; r0 += tb) {
         int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
         int64_t gq = r->gq + r0, at = qv.off + qr * qv.ld;
@@ -228,7 +224,6 @@ void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *do
                                 const void *dout16, const void *q, const void *k, const void *v,
                                 const float *lse, const float *delta, hs_dtype dt, float *scratch,
                                 int B, int NH, int KVH, int HD, const hs_att_rows *r) {
-    if (dt == HS_DTYPE_F32) dout16 = NULL;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             backward_head(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, b, h, NH,
@@ -246,7 +241,6 @@ void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */
     hs_att_rows r = hs_att_rows_all(T);
     int64_t per = scratch_per_thread(T);
     int group = NH / KVH;
-    if (dt == HS_DTYPE_F32) dout16 = NULL;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int t = 0; t < B * KVH; t++)
         for (int h = (t % KVH) * group; h < (t % KVH + 1) * group; h++)

@@ -9,8 +9,9 @@
  * weight or activation) round the fp32 one to 16 bits first, as PyTorch's
  * bf16 autograd holds it, and run the same matmul. Where oneDNN has no
  * such matmul on this CPU, each 16-bit operand is widened to fp32 once per
- * call, one sgemm runs, and C is rounded once on the way out. oneDNN's engine and stream are created per
- * call (0.15 us); its primitive cache makes a repeated shape cheap. */
+ * call, one sgemm runs, and C is rounded once on the way out. oneDNN's
+ * engine and stream are created per call (0.15 us); its primitive cache
+ * makes a repeated shape cheap. */
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdlib.h>
@@ -25,7 +26,8 @@ void hs_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
     if (M == 0 || N == 0) return;
     if (K == 0) { /* BLAS semantics, which dnnl_sgemm skips: C = beta C */
         for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+            for (int64_t j = 0; j < N; j++)
+                C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
         return;
     }
     dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A,
@@ -78,7 +80,8 @@ static bool matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
               dnnl_stream_create(&stream, eng, dnnl_stream_default_flags) == dnnl_success &&
               dnnl_primitive_attr_create(&attr) == dnnl_success &&
               dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) == dnnl_success;
-    if (ok && alpha != 1.0f) ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success;
+    if (ok && alpha != 1.0f)
+        ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success;
     if (ok && beta != 0.0f)
         ok = dnnl_post_ops_create(&post) == dnnl_success &&
              dnnl_post_ops_append_sum(post, beta) == dnnl_success &&
