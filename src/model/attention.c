@@ -17,7 +17,7 @@
 static int att_rows(int T) { return T < ATT_ROWS ? T : ATT_ROWS; }
 
 /* Per thread: P and dP of one block in fp32, then one block of 16-bit
- * values (P, then dS, rounded for the GEMMs of a 16-bit backward). */
+ * values (P, then dS, rounded for the 16-bit GEMMs). */
 static int64_t scratch_per_thread(int T) {
     int64_t block = (int64_t)att_rows(T) * T;
     return 2 * block + (block + 1) / 2;
@@ -83,15 +83,19 @@ hs_att_rows hs_att_rows_all(int T) {
     return (hs_att_rows){.Tq = T, .Tk = T, .q0 = 0, .nq = T, .k0 = 0, .nk = T, .gq = 0, .gk = 0};
 }
 
-/* One query head of one sequence, every query block. */
+/* One query head of one sequence, every query block. With low (a 16-bit
+ * dt whose GEMM is native) P is rounded once into the 16-bit block for
+ * P V, the value the mixed-dtype GEMM would round it to, without its
+ * allocation. */
 static void forward_head(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
-                         const void *v, hs_dtype dt, float *scratch, int b, int h, int NH,
-                         int KVH, int HD, const hs_att_rows *r) {
+                         const void *v, hs_dtype dt, bool low, float *scratch, int b, int h,
+                         int NH, int KVH, int HD, const hs_att_rows *r) {
     float scale = 1.0f / sqrtf((float)HD);
     int group = NH / KVH, tb = att_rows(r->nq);
     head_view qv = head_of(b, r->Tq, h, NH, HD), kv = head_of(b, r->Tk, h / group, KVH, HD);
     kv.off += (int64_t)r->k0 * kv.ld;
     float *hl = lse + ((int64_t)b * NH + h) * r->Tq + r->q0;
+    void *s16 = scratch + 2 * (int64_t)tb * r->nk;
     for (int r0 = 0; r0 < r->nq; r0 += tb) {
         int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
         int64_t gq = r->gq + r0;
@@ -106,17 +110,20 @@ static void forward_head(void *out, hs_dtype odt, float *lse, const void *q, con
         }
         att_scores(scratch, q, qv, k, kv, dt, qr, rows, nk, HD, scale);
         att_softmax(scratch, hl + r0, gq, r->gk, rows, nk);
-        hs_gemm_ex(false, false, rows, HD, nk, 1.0f, scratch, HS_DTYPE_F32, nk,
-                   hs_cat(v, dt, kv.off), dt, kv.ld, 0.0f, o, odt, qv.ld);
+        if (low) hs_convert(s16, dt, scratch, HS_DTYPE_F32, (int64_t)rows * nk);
+        hs_gemm_ex(false, false, rows, HD, nk, 1.0f, low ? s16 : (const void *)scratch,
+                   low ? dt : HS_DTYPE_F32, nk, hs_cat(v, dt, kv.off), dt, kv.ld, 0.0f, o, odt,
+                   qv.ld);
     }
 }
 
 void hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
                                const void *v, hs_dtype dt, float *scratch, int B, int NH, int KVH,
                                int HD, const hs_att_rows *r) {
+    bool low = dt != HS_DTYPE_F32 && hs_gemm_native(dt, odt);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            forward_head(out, odt, lse, q, k, v, dt, scratch, b, h, NH, KVH, HD, r);
+            forward_head(out, odt, lse, q, k, v, dt, low, scratch, b, h, NH, KVH, HD, r);
 }
 
 /* With threads > 1 the (sequence, head) pairs go over the threads, each
@@ -128,10 +135,11 @@ void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
                           int B, int T, int NH, int KVH, int HD) {
     hs_att_rows r = hs_att_rows_all(T);
     int64_t per = scratch_per_thread(T);
+    bool low = dt != HS_DTYPE_F32 && hs_gemm_native(dt, dt);
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int t = 0; t < B * NH; t++)
-        forward_head(out, dt, lse, q, k, v, dt, scratch + per * omp_get_thread_num(), t / NH,
-                     t % NH, NH, KVH, HD, &r);
+        forward_head(out, dt, lse, q, k, v, dt, low, scratch + per * omp_get_thread_num(),
+                     t / NH, t % NH, NH, KVH, HD, &r);
 }
 
 /* P = exp(S - lse) on the causal part, 0 above the diagonal. */

@@ -190,7 +190,7 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
                           a->ln1, bp->wv->data, dt, N, C, kvd);
     const float *dln = hs_tp_enter_grad(m, m->dln, N);
     hs_rmsnorm_backward_x(m->dres, bp->ln1->grad, bp->ln1->grad_dtype, dln, x, xdt, bp->ln1->data,
-                          a->rstd1, dt, hs_tp_local_rows(m, N), C);
+                          a->rstd1, dt, hs_tp_local_rows(m, N), C, m->norm_part);
 }
 
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
@@ -209,7 +209,8 @@ void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_i
     /* The residual gradient passes through unchanged, so the norm's input
      * gradient accumulates straight into it. */
     hs_rmsnorm_backward_x(m->dres, bp->ln2->grad, bp->ln2->grad_dtype, dln, a->x_mid,
-                          b->output_computed, bp->ln2->data, a->rstd2, m->dt, Nl, m->C);
+                          b->output_computed, bp->ln2->data, a->rstd2, m->dt, Nl, m->C,
+                          m->norm_part);
     bool cast_in = b->input_read != b->input_stored;
     attention_backward(m, bp, a, cast_in ? a->x_cast : x_in, b->input_read, B, T);
     if (!cast_in) return;

@@ -170,10 +170,14 @@ void hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
 void hs_rmsnorm_forward_x(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
                           hs_dtype xdt, const void *w /* C */, hs_dtype dt, int64_t N, int C,
                           float eps);
+/* part: hs_rmsnorm_backward_scratch(N, C) doubles of the caller's scratch
+ * for dw's partial sums (unused when dw is NULL); hs_rmsnorm_backward
+ * allocates its own. */
+int64_t hs_rmsnorm_backward_scratch(int64_t N, int C);
 void hs_rmsnorm_backward_x(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
                            const float *dout /* N,C */, const void *x /* N,C */, hs_dtype xdt,
                            const void *w /* C */, const float *rstd /* N */, hs_dtype dt,
-                           int64_t N, int C);
+                           int64_t N, int C, double *part);
 
 /* ------------------------------------------------------------------ rope */
 

@@ -304,6 +304,7 @@ static void buffers_alloc(hs_model *m) {
     }
     m->att_threads = m->opt.threads > 1 ? m->opt.threads : 1;
     m->att_scratch = buf(m, hs_attention_scratch_floats(T, m->att_threads), HS_DTYPE_F32);
+    m->norm_part = raw(m, (size_t)hs_rmsnorm_backward_scratch(BT, m->C) * sizeof(double));
     if (dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32)) {
         int64_t w = m->C > q ? m->C : q;
         w = F > w ? F : w;
@@ -418,7 +419,8 @@ static void buffers_free(hs_model *m) {
     void *ptrs[] = {m->logits, m->cos_t,  m->sin_t,
                     m->dres,        m->dln,         m->dq,     m->dk,     m->dv,
                     m->datt,        m->dg,          m->du,     m->dh,     m->dout16,
-                    m->att_scratch, m->moe_scratch, m->aux_stage, m->out_tmp, m->aux_buf,
+                    m->att_scratch, m->norm_part,   m->moe_scratch, m->aux_stage, m->out_tmp,
+                    m->aux_buf,
                     m->tp_part,     m->tp_red,      m->sp_ln,  m->sp_dfull,
                     m->tp_stats,    m->logits_all,  m->cos_l,  m->sin_l,
                     m->kf,          m->vf,          m->cp_stage, m->dkf,

@@ -126,6 +126,7 @@ struct hs_model {
     float *datt;         /* [B,T,NH*HD] */
     float *dg, *du, *dh; /* [B,T,F] */
     float *att_scratch;  /* hs_attention_scratch_floats(T, att_threads) */
+    double *norm_part;   /* hs_rmsnorm_backward_scratch(B*T, C): dw partial sums */
     int att_threads;     /* hs_model_options.threads, at least 1 */
     void *dout16;        /* [B,T,max(C,q,F) or head_rows,V] compute dtype: a linear's
                           * output gradient rounded once for its two GEMMs; NULL in

@@ -2,6 +2,7 @@
  * storage dtype, out = w * (x * rstd). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "model/layers.h"
 
@@ -62,13 +63,22 @@ void hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
                          const float *dout /* N,C */, const void *x /* N,C */,
                          const void *w /* C */, const float *rstd /* N */, hs_dtype dt, int64_t N,
                          int C) {
-    hs_rmsnorm_backward_x(dx, dw, gdt, dout, x, dt, w, rstd, dt, N, C);
+    double *part = dw ? malloc((size_t)hs_rmsnorm_backward_scratch(N, C) * sizeof(double)) : NULL;
+    if (dw && !part)
+        hs_oom("rmsnorm backward: cannot allocate %lld doubles",
+               (long long)hs_rmsnorm_backward_scratch(N, C));
+    hs_rmsnorm_backward_x(dx, dw, gdt, dout, x, dt, w, rstd, dt, N, C, part);
+    free(part);
 }
 
 /* Rows per backward chunk: the chunks go over the threads, each with its
  * own fp64 partial dw sums, added in chunk order, so dw does not depend on
  * the thread count. */
 #define BWD_ROWS 32
+
+int64_t hs_rmsnorm_backward_scratch(int64_t N, int C) {
+    return (N + BWD_ROWS - 1) / BWD_ROWS * C;
+}
 
 static inline __attribute__((always_inline)) void bwd_rows(
     float *dx, double *dwsum, const float *dout, const void *x, hs_dtype xdt, const void *w,
@@ -109,13 +119,13 @@ static void bwd_rows_any(float *dx, double *dwsum, const float *dout, const void
 void hs_rmsnorm_backward_x(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
                            const float *dout /* N,C */, const void *x /* N,C */, hs_dtype xdt,
                            const void *w /* C */, const float *rstd /* N */, hs_dtype dt,
-                           int64_t N, int C) {
+                           int64_t N, int C, double *part) {
     int64_t chunks = (N + BWD_ROWS - 1) / BWD_ROWS;
     /* fp64 column sums for dw, one row of C per chunk, rounded once into
      * dw at the end. */
-    double *part = dw ? calloc((size_t)(chunks * C), sizeof(double)) : NULL;
-    if (dw && !part)
-        hs_oom("rmsnorm backward: cannot allocate %lld doubles", (long long)(chunks * C));
+    if (!dw) part = NULL;
+    HS_ASSERT(!dw || part);
+    if (part) memset(part, 0, (size_t)(chunks * C) * sizeof(double));
 #pragma omp parallel for schedule(static) if (N * C >= HS_PAR_MIN)
     for (int64_t c = 0; c < chunks; c++) {
         int64_t n0 = c * BWD_ROWS, n1 = n0 + BWD_ROWS < N ? n0 + BWD_ROWS : N;
@@ -125,5 +135,4 @@ void hs_rmsnorm_backward_x(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
     for (int64_t c = 1; c < chunks; c++)
         for (int i = 0; i < C; i++) part[i] += part[c * C + i];
     for (int i = 0; i < C; i++) hs_acc(dw, gdt, i, (float)part[i]);
-    free(part);
 }

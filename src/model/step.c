@@ -191,7 +191,7 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
         memset(m->dres, 0, (size_t)(N * m->C) * sizeof(float));
         hs_rmsnorm_backward_x(m->dres, m->norm->grad, m->norm->grad_dtype, dlnf, m->resid[len],
                               out_dtype(m), m->norm->data, m->rstdf, m->dt, hs_tp_local_rows(m, N),
-                              m->C);
+                              m->C, m->norm_part);
     }
     for (int j = len - 1; j >= 0; j--) {
         int i = i0 + j, u = m->blocks[i].unit;
