@@ -1,11 +1,14 @@
-/* Causal grouped-query attention with every matrix product through BLAS.
- *
- * Queries are processed in blocks of ATT_ROWS rows; a block starting at r0
- * only needs keys 0..r1-1, so the masked upper triangle is (almost) never
- * computed. The forward saves one fp32 log-sum-exp per score row, and the
- * backward recomputes the probabilities from it: O(T) saved state per head
- * instead of O(T^2), for one extra QK^T product. Heads are addressed in
- * place inside the [B, T, H*HD] projections through the GEMM row stride. */
+/* Causal grouped-query attention with every matrix product through BLAS,
+ * tiled as flash attention: queries go in blocks of ATT_ROWS rows and keys
+ * in blocks of ATT_KEYS, a query block meets only the key blocks at or
+ * before its last row (the masked upper triangle is never computed past
+ * one tile), and the forward keeps each row's running maximum and sum
+ * (online softmax) with an fp32 output accumulator per query block. The
+ * forward saves one fp32 log-sum-exp per row; the backward recomputes each
+ * tile's probabilities from it and takes each row's D = dO . O from
+ * hs_attention_delta. Nothing is O(T^2): a thread's scratch is one tile
+ * and one query block, whatever T. Heads are addressed in place inside the
+ * [B, T, H*HD] projections through the GEMM row stride. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -13,18 +16,44 @@
 #include "model/layers.h"
 
 #define ATT_ROWS 128
+#define ATT_KEYS 256
 
 static int att_rows(int T) { return T < ATT_ROWS ? T : ATT_ROWS; }
+static int att_keys(int T) { return T < ATT_KEYS ? T : ATT_KEYS; }
 
-/* Per thread: P and dP of one block in fp32, then one block of 16-bit
- * values (P, then dS, rounded for the 16-bit GEMMs). */
-static int64_t scratch_per_thread(int T) {
-    int64_t block = (int64_t)att_rows(T) * T;
-    return 2 * block + (block + 1) / 2;
+/* One thread's scratch for a query block of tb rows and key tiles of kb:
+ * each row's running sum (fp64) and maximum, the block's fp32 output
+ * accumulator, P and dP of one tile in fp32, then one tile of 16-bit values
+ * (P, then dS, rounded for the 16-bit GEMMs). */
+typedef struct att_scratch {
+    double *l;
+    float *mx, *acc, *P, *dP;
+    void *s16;
+} att_scratch;
+
+static int64_t scratch_floats(int tb, int kb, int HD) {
+    int64_t tile = (int64_t)tb * kb;
+    int64_t n = 3 * (int64_t)tb + (int64_t)tb * HD + 2 * tile + (tile + 1) / 2;
+    return (n + 15) & ~(int64_t)15; /* every thread's slice starts 64-byte aligned */
 }
 
-int64_t hs_attention_scratch_floats(int T, int threads) {
-    return scratch_per_thread(T) * (threads > 1 ? threads : 1);
+static att_scratch scratch_at(float *base, int tb, int kb, int HD) {
+    int64_t tile = (int64_t)tb * kb;
+    att_scratch a = {.l = (double *)base};
+    a.mx = base + 2 * tb;
+    a.acc = a.mx + tb;
+    a.P = a.acc + (int64_t)tb * HD;
+    a.dP = a.P + tile;
+    a.s16 = a.dP + tile;
+    return a;
+}
+
+static int64_t scratch_per_thread(int T, int HD) {
+    return scratch_floats(att_rows(T), att_keys(T), HD);
+}
+
+int64_t hs_attention_scratch_floats(int T, int HD, int threads) {
+    return scratch_per_thread(T, HD) * (threads > 1 ? threads : 1);
 }
 
 /* Where one head of one sequence starts, and the row stride, of a [B,T,H*HD] buffer. */
@@ -52,24 +81,48 @@ static int visible(int64_t gq, int i, int64_t gk, int nk) {
     return v < 0 ? 0 : v > nk ? nk : (int)v;
 }
 
-/* Row-wise causal softmax of S in place; writes each row's log-sum-exp
- * (-inf, and a zero row, when no key is visible). */
-static void att_softmax(float *S, float *lse, int64_t gq, int64_t gk, int rows, int nk) {
+/* One key tile of the online softmax: S (rows x nk, scores) becomes
+ * exp(S - m) on each row's visible keys and 0 elsewhere, where m is the
+ * row's running maximum; the row's running sum l and its accumulated
+ * output acc (from earlier tiles) are rescaled to the new maximum first.
+ * A row that sees no key of this tile is left as it was (a zero P row). */
+static void att_online_softmax(float *S, att_scratch *a, int64_t gq, int64_t gk, int rows,
+                               int nk, int HD) {
     for (int i = 0; i < rows; i++) {
         float *s = S + (int64_t)i * nk;
         int valid = visible(gq, i, gk, nk);
         if (valid == 0) {
             memset(s, 0, (size_t)nk * sizeof(float));
+            continue;
+        }
+        float bm = hs_row_max(s, valid), mn = a->l[i] > 0.0 && a->mx[i] > bm ? a->mx[i] : bm;
+        for (int j = 0; j < valid; j++) s[j] = hs_expf(s[j] - mn); /* vectorises */
+        memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
+        if (a->l[i] > 0.0 && mn != a->mx[i]) {
+            float alpha = hs_expf(a->mx[i] - mn);
+            float *o = a->acc + (int64_t)i * HD;
+            a->l[i] *= alpha;
+            for (int d = 0; d < HD; d++) o[d] *= alpha;
+        }
+        a->l[i] += hs_row_sum(s, valid);
+        a->mx[i] = mn;
+    }
+}
+
+/* The query block's output acc / l in odt, and each row's log-sum-exp
+ * (-inf, and a zero row, when it saw no key). */
+static void att_finish(void *o, hs_dtype odt, int64_t ld, float *lse, const att_scratch *a,
+                       int rows, int HD) {
+    for (int i = 0; i < rows; i++) {
+        const float *acc = a->acc + (int64_t)i * HD;
+        if (a->l[i] == 0.0) {
+            memset(hs_at(o, odt, i * ld), 0, (size_t)HD * hs_dtype_size(odt));
             lse[i] = -INFINITY;
             continue;
         }
-        float mx = hs_row_max(s, valid);
-        for (int j = 0; j < valid; j++) s[j] = hs_expf(s[j] - mx); /* vectorises */
-        double sum = hs_row_sum(s, valid);
-        float inv = (float)(1.0 / sum);
-        for (int j = 0; j < valid; j++) s[j] *= inv;
-        memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
-        lse[i] = mx + (float)log(sum);
+        float inv = (float)(1.0 / a->l[i]);
+        for (int d = 0; d < HD; d++) hs_st(o, odt, i * ld + d, acc[d] * inv);
+        lse[i] = a->mx[i] + (float)log(a->l[i]);
     }
 }
 
@@ -83,44 +136,42 @@ hs_att_rows hs_att_rows_all(int T) {
     return (hs_att_rows){.Tq = T, .Tk = T, .q0 = 0, .nq = T, .k0 = 0, .nk = T, .gq = 0, .gk = 0};
 }
 
-/* One query head of one sequence, every query block. With low (a 16-bit
- * dt whose GEMM is native) P is rounded once into the 16-bit block for
- * P V, the value the mixed-dtype GEMM would round it to, without its
- * allocation. */
+/* One query head of one sequence, every query block, each over its key
+ * tiles in order. With low (a 16-bit dt whose GEMM is native) each tile's
+ * P is rounded once into the 16-bit tile for P V, as a 16-bit attention
+ * holds it. */
 static void forward_head(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
                          const void *v, hs_dtype dt, bool low, float *scratch, int b, int h,
                          int NH, int KVH, int HD, const hs_att_rows *r) {
     float scale = 1.0f / sqrtf((float)HD);
-    int group = NH / KVH, tb = att_rows(r->nq);
+    int group = NH / KVH, tb = att_rows(r->nq), kb = att_keys(r->nk);
+    att_scratch a = scratch_at(scratch, tb, kb, HD);
     head_view qv = head_of(b, r->Tq, h, NH, HD), kv = head_of(b, r->Tk, h / group, KVH, HD);
     kv.off += (int64_t)r->k0 * kv.ld;
     float *hl = lse + ((int64_t)b * NH + h) * r->Tq + r->q0;
-    void *s16 = scratch + 2 * (int64_t)tb * r->nk;
     for (int r0 = 0; r0 < r->nq; r0 += tb) {
         int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
         int64_t gq = r->gq + r0;
         int nk = block_keys(gq, rows, r->gk, r->nk);
-        void *o = hs_at(out, odt, qv.off + qr * qv.ld);
-        if (nk == 0) { /* no key visible: a zero output, lse -inf */
-            for (int i = 0; i < rows; i++) {
-                memset(hs_at(o, odt, i * qv.ld), 0, (size_t)HD * hs_dtype_size(odt));
-                hl[r0 + i] = -INFINITY;
-            }
-            continue;
+        for (int i = 0; i < rows; i++) a.l[i] = 0.0, a.mx[i] = -INFINITY;
+        for (int j0 = 0; j0 < nk; j0 += kb) {
+            int kn = nk - j0 < kb ? nk - j0 : kb;
+            head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
+            att_scores(a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
+            att_online_softmax(a.P, &a, gq, r->gk + j0, rows, kn, HD);
+            if (low) hs_convert(a.s16, dt, a.P, HS_DTYPE_F32, (int64_t)rows * kn);
+            hs_gemm_ex(false, false, rows, HD, kn, 1.0f, low ? a.s16 : (const void *)a.P,
+                       low ? dt : HS_DTYPE_F32, kn, hs_cat(v, dt, kj.off), dt, kv.ld,
+                       j0 == 0 ? 0.0f : 1.0f, a.acc, HS_DTYPE_F32, HD);
         }
-        att_scores(scratch, q, qv, k, kv, dt, qr, rows, nk, HD, scale);
-        att_softmax(scratch, hl + r0, gq, r->gk, rows, nk);
-        if (low) hs_convert(s16, dt, scratch, HS_DTYPE_F32, (int64_t)rows * nk);
-        hs_gemm_ex(false, false, rows, HD, nk, 1.0f, low ? s16 : (const void *)scratch,
-                   low ? dt : HS_DTYPE_F32, nk, hs_cat(v, dt, kv.off), dt, kv.ld, 0.0f, o, odt,
-                   qv.ld);
+        att_finish(hs_at(out, odt, qv.off + qr * qv.ld), odt, qv.ld, hl + r0, &a, rows, HD);
     }
 }
 
 void hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
                                const void *v, hs_dtype dt, float *scratch, int B, int NH, int KVH,
                                int HD, const hs_att_rows *r) {
-    bool low = dt != HS_DTYPE_F32 && hs_gemm_native(dt, odt);
+    bool low = dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             forward_head(out, odt, lse, q, k, v, dt, low, scratch, b, h, NH, KVH, HD, r);
@@ -134,12 +185,42 @@ void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
                           const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch, int threads,
                           int B, int T, int NH, int KVH, int HD) {
     hs_att_rows r = hs_att_rows_all(T);
-    int64_t per = scratch_per_thread(T);
-    bool low = dt != HS_DTYPE_F32 && hs_gemm_native(dt, dt);
+    int64_t per = scratch_per_thread(T, HD);
+    bool low = dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32);
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int t = 0; t < B * NH; t++)
         forward_head(out, dt, lse, q, k, v, dt, low, scratch + per * omp_get_thread_num(),
                      t / NH, t % NH, NH, KVH, HD, &r);
+}
+
+/* D = dO . O over the head dim, in fp64 lanes, for every query row. */
+static inline __attribute__((always_inline)) float row_delta(const float *dout, const void *out,
+                                                             hs_dtype dt, int64_t off, int HD) {
+    double acc[HS_LANES] = {0.0}, d = 0.0;
+    int i = 0;
+    for (; i + HS_LANES <= HD; i += HS_LANES)
+        for (int j = 0; j < HS_LANES; j++)
+            acc[j] += (double)dout[off + i + j] * hs_ld(out, dt, off + i + j);
+    for (; i < HD; i++) d += (double)dout[off + i] * hs_ld(out, dt, off + i);
+    for (int j = 0; j < HS_LANES; j++) d += acc[j];
+    return (float)d;
+}
+
+void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*HD */,
+                        const void *out /* B,T,NH*HD */, hs_dtype dt, int B, int T, int NH,
+                        int HD) {
+    int64_t q = (int64_t)NH * HD, rows = (int64_t)B * T;
+#pragma omp parallel for schedule(static) if (rows * q >= HS_PAR_MIN)
+    for (int64_t bt = 0; bt < rows; bt++) {
+        int64_t b = bt / T, t = bt % T;
+        for (int h = 0; h < NH; h++) {
+            int64_t off = bt * q + (int64_t)h * HD;
+            float *d = delta + (b * NH + h) * T + t;
+            if (dt == HS_DTYPE_BF16) *d = row_delta(dout, out, HS_DTYPE_BF16, off, HD);
+            else if (dt == HS_DTYPE_F32) *d = row_delta(dout, out, HS_DTYPE_F32, off, HD);
+            else *d = row_delta(dout, out, dt, off, HD);
+        }
+    }
 }
 
 /* P = exp(S - lse) on the causal part, 0 above the diagonal. */
@@ -153,18 +234,16 @@ static void att_probs(float *S, const float *lse, int64_t gq, int64_t gk, int ro
     }
 }
 
-/* dS = P * (dP - D), in place over dP: D = sum_j P dP over the block's keys,
- * or the given delta (rows' sum over all keys, when keys come in blocks). */
+/* dS = P * (dP - D), in place over dP. */
 static void att_softmax_backward(float *dP, const float *P, const float *delta, int rows, int nk) {
     for (int i = 0; i < rows; i++) {
         const float *p = P + (int64_t)i * nk;
-        float *d = dP + (int64_t)i * nk;
-        float fd = delta ? delta[i] : (float)hs_row_dot(p, d, nk);
+        float *d = dP + (int64_t)i * nk, fd = delta[i];
         for (int j = 0; j < nk; j++) d[j] = p[j] * (d[j] - fd);
     }
 }
 
-/* The GEMMs of one block's backward. With dO16 (dO rounded to dt, the
+/* The GEMMs of one tile's backward. With dO16 (dO rounded to dt, the
  * 16-bit GEMM native) every product runs in dt: P and dS are rounded once
  * into s16 for their two uses, as a 16-bit autograd holds them; without
  * it the fp32 operands go to the mixed-dtype GEMM as they are. */
@@ -176,21 +255,20 @@ typedef struct att_bwd_block {
     int64_t qld, kld; /* row strides: dO, dO16, qb, dq; kb, vb, dk, dv */
 } att_bwd_block;
 
-static void att_backward_block(const att_bwd_block *b, float *P, float *dP, void *s16,
-                               const float *delta, hs_dtype dt, int rows, int nk, int HD,
-                               float scale) {
+static void att_backward_block(const att_bwd_block *b, const att_scratch *a, const float *delta,
+                               hs_dtype dt, int rows, int nk, int HD, float scale) {
     bool low = b->dO16 != NULL;
     const void *dO = low ? b->dO16 : (const void *)b->dO;
     hs_dtype odt = low ? dt : HS_DTYPE_F32;
     /* dP = dO V^T;  dV += P^T dO */
-    hs_gemm_ex(false, true, rows, nk, HD, 1.0f, dO, odt, b->qld, b->vb, dt, b->kld, 0.0f, dP,
+    hs_gemm_ex(false, true, rows, nk, HD, 1.0f, dO, odt, b->qld, b->vb, dt, b->kld, 0.0f, a->dP,
                HS_DTYPE_F32, nk);
-    if (low) hs_convert(s16, dt, P, HS_DTYPE_F32, (int64_t)rows * nk);
-    hs_gemm_ex(true, false, nk, HD, rows, 1.0f, low ? s16 : (const void *)P, odt, nk, dO, odt,
-               b->qld, 1.0f, b->dv, HS_DTYPE_F32, b->kld);
-    att_softmax_backward(dP, P, delta, rows, nk);
-    if (low) hs_convert(s16, dt, dP, HS_DTYPE_F32, (int64_t)rows * nk);
-    const void *dS = low ? s16 : (const void *)dP;
+    if (low) hs_convert(a->s16, dt, a->P, HS_DTYPE_F32, (int64_t)rows * nk);
+    hs_gemm_ex(true, false, nk, HD, rows, 1.0f, low ? a->s16 : (const void *)a->P, odt, nk, dO,
+               odt, b->qld, 1.0f, b->dv, HS_DTYPE_F32, b->kld);
+    att_softmax_backward(a->dP, a->P, delta, rows, nk);
+    if (low) hs_convert(a->s16, dt, a->dP, HS_DTYPE_F32, (int64_t)rows * nk);
+    const void *dS = low ? a->s16 : (const void *)a->dP;
     /* dQ += scale dS K;  dK += scale dS^T Q */
     hs_gemm_ex(false, false, rows, HD, nk, scale, dS, odt, nk, b->kb, dt, b->kld, 1.0f, b->dq,
                HS_DTYPE_F32, b->qld);
@@ -198,33 +276,36 @@ static void att_backward_block(const att_bwd_block *b, float *P, float *dP, void
                HS_DTYPE_F32, b->kld);
 }
 
-/* One query head of one sequence, every query block; dk/dv are its key
- * head's, shared with the other heads of its group. */
+/* One query head of one sequence, every query block over its key tiles;
+ * dk/dv are its key head's, shared with the other heads of its group. */
 static void backward_head(float *dq, float *dk, float *dv, const float *dout,
                           const void *dout16, const void *q, const void *k, const void *v,
                           const float *lse, const float *delta, hs_dtype dt, float *scratch,
                           int b, int h, int NH, int KVH, int HD, const hs_att_rows *r) {
     float scale = 1.0f / sqrtf((float)HD);
-    int group = NH / KVH, tb = att_rows(r->nq);
-    float *P = scratch, *dP = scratch + (int64_t)tb * r->nk;
-    void *s16 = scratch + 2 * (int64_t)tb * r->nk;
+    int group = NH / KVH, tb = att_rows(r->nq), kb = att_keys(r->nk);
+    att_scratch a = scratch_at(scratch, tb, kb, HD);
     head_view qv = head_of(b, r->Tq, h, NH, HD), kv = head_of(b, r->Tk, h / group, KVH, HD);
     kv.off += (int64_t)r->k0 * kv.ld;
     int64_t row0 = ((int64_t)b * NH + h) * r->Tq + r->q0;
-    const float *hl = lse + row0, *hd = delta ? delta + row0 : NULL;
+    const float *hl = lse + row0, *hd = delta + row0;
     if (dt == HS_DTYPE_F32) dout16 = NULL;
     for (int r0 = 0; r0 < r->nq; r0 += tb) {
         int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
         int64_t gq = r->gq + r0, at = qv.off + qr * qv.ld;
         int nk = block_keys(gq, rows, r->gk, r->nk);
-        if (nk == 0) continue;
-        att_scores(P, q, qv, k, kv, dt, qr, rows, nk, HD, scale);
-        att_probs(P, hl + r0, gq, r->gk, rows, nk);
-        att_bwd_block blk = {.dO = dout + at, .dO16 = dout16 ? hs_cat(dout16, dt, at) : NULL,
-                             .kb = hs_cat(k, dt, kv.off), .vb = hs_cat(v, dt, kv.off),
-                             .qb = hs_cat(q, dt, at), .dq = dq + at, .dk = dk + kv.off,
-                             .dv = dv + kv.off, .qld = qv.ld, .kld = kv.ld};
-        att_backward_block(&blk, P, dP, s16, hd ? hd + r0 : NULL, dt, rows, nk, HD, scale);
+        for (int j0 = 0; j0 < nk; j0 += kb) {
+            int kn = nk - j0 < kb ? nk - j0 : kb;
+            head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
+            att_scores(a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
+            att_probs(a.P, hl + r0, gq, r->gk + j0, rows, kn);
+            att_bwd_block blk = {
+                .dO = dout + at, .dO16 = dout16 ? hs_cat(dout16, dt, at) : NULL,
+                .kb = hs_cat(k, dt, kj.off), .vb = hs_cat(v, dt, kj.off),
+                .qb = hs_cat(q, dt, at), .dq = dq + at, .dk = dk + kj.off, .dv = dv + kj.off,
+                .qld = qv.ld, .kld = kv.ld};
+            att_backward_block(&blk, &a, hd + r0, dt, rows, kn, HD, scale);
+        }
     }
 }
 
@@ -244,14 +325,14 @@ void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *do
 void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
                            float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
                            const void *dout16, const void *q, const void *k, const void *v,
-                           const float *lse, hs_dtype dt, float *scratch, int threads, int B,
-                           int T, int NH, int KVH, int HD) {
+                           const float *lse, const float *delta, hs_dtype dt, float *scratch,
+                           int threads, int B, int T, int NH, int KVH, int HD) {
     hs_att_rows r = hs_att_rows_all(T);
-    int64_t per = scratch_per_thread(T);
+    int64_t per = scratch_per_thread(T, HD);
     int group = NH / KVH;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (int t = 0; t < B * KVH; t++)
         for (int h = (t % KVH) * group; h < (t % KVH + 1) * group; h++)
-            backward_head(dq, dk, dv, dout, dout16, q, k, v, lse, NULL, dt,
+            backward_head(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt,
                           scratch + per * omp_get_thread_num(), t / KVH, h, NH, KVH, HD, &r);
 }

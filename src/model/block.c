@@ -177,8 +177,10 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
         /* datt rounded once for the 16-bit products (m->dout16 is free
          * until the q/k/v projections' backward) */
         if (m->dout16) hs_convert(m->dout16, dt, m->datt, HS_DTYPE_F32, N * qd);
+        hs_attention_delta(m->att_delta, m->datt, a->atty, dt, B, T, m->NH, m->HD);
         hs_attention_backward(m->dq, m->dk, m->dv, m->datt, m->dout16, a->q, a->k, a->v, a->lse,
-                              dt, m->att_scratch, m->att_threads, B, T, m->NH, m->KVH, m->HD);
+                              m->att_delta, dt, m->att_scratch, m->att_threads, B, T, m->NH,
+                              m->KVH, m->HD);
     }
     hs_rope_backward(m->dq, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
     hs_rope_backward(m->dk, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);

@@ -67,10 +67,11 @@ static void allgather_backward(hs_model *m, hs_block_acts *a, int B, int T) {
     int64_t kvd = (int64_t)m->KVH * m->HD, n = (int64_t)B * T * kvd;
     memset(m->dkf, 0, (size_t)(n * m->cp) * sizeof(float));
     memset(m->dvf, 0, (size_t)(n * m->cp) * sizeof(float));
+    hs_attention_delta(m->att_delta, m->datt, a->atty, m->dt, B, T, m->NH, m->HD);
     for (int c = 0; c < 2; c++) {
         hs_att_rows r = chunk_rows(m, T, c, Tw, 0, Tw, 0);
         hs_attention_backward_rows(m->dq, m->dkf, m->dvf, m->datt, NULL, a->q, m->kf, m->vf,
-                                   a->lse, NULL, m->dt, m->att_scratch, B, m->NH, m->KVH, m->HD,
+                                   a->lse, m->att_delta, m->dt, m->att_scratch, B, m->NH, m->KVH, m->HD,
                                    &r);
     }
     const hs_model_ops *o = m->ops;
@@ -142,24 +143,11 @@ static void ring_forward(hs_model *m, hs_block_acts *a, int B, int T) {
     memcpy(a->lse, m->ring_lse, (size_t)((int64_t)B * m->NH * T) * sizeof(float));
 }
 
-/* D = sum over the head dim of dO * O for every query row. */
-static void ring_delta(hs_model *m, const hs_block_acts *a, int B, int T) {
-    int64_t q = (int64_t)m->NH * m->HD;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < m->NH; h++)
-            for (int t = 0; t < T; t++) {
-                int64_t off = ((int64_t)b * T + t) * q + (int64_t)h * m->HD;
-                double d = 0.0;
-                for (int i = 0; i < m->HD; i++) d += (double)m->datt[off + i] * hs_ld(a->atty, m->dt, off + i);
-                m->ring_delta[((int64_t)b * m->NH + h) * T + t] = (float)d;
-            }
-}
-
 static void ring_backward(hs_model *m, hs_block_acts *a, int B, int T) {
     const hs_model_ops *o = m->ops;
     int64_t kvd = (int64_t)m->KVH * m->HD, n = (int64_t)B * T * kvd;
     size_t es = hs_dtype_size(m->dt);
-    ring_delta(m, a, B, T);
+    hs_attention_delta(m->att_delta, m->datt, a->atty, m->dt, B, T, m->NH, m->HD);
     ring_own_block(m, a, m->ring_kv[0], n);
     memset(m->ring_dkv[0], 0, (size_t)(2 * n) * sizeof(float));
     for (int s = 0; s < m->cp; s++) {
@@ -173,7 +161,7 @@ static void ring_backward(hs_model *m, hs_block_acts *a, int B, int T) {
         ring_pairs(m, T, src, r);
         for (int k = 0; k < 4; k++)
             hs_attention_backward_rows(m->dq, dcur, dcur + n, m->datt, NULL, a->q, cur,
-                                       (const char *)cur + (size_t)n * es, a->lse, m->ring_delta,
+                                       (const char *)cur + (size_t)n * es, a->lse, m->att_delta,
                                        m->dt, m->att_scratch, B, m->NH, m->KVH, m->HD, &r[k]);
         if (step) o->cp_ring_wait(o->cp_ctx, step);
         /* the accumulators move on with their block; the last move brings

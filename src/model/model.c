@@ -288,7 +288,6 @@ static void buffers_alloc(hs_model *m) {
             m->ring_out = buf(m, BT * q, HS_DTYPE_F32);
             m->ring_lse = buf(m, rows, HS_DTYPE_F32);
             m->ring_blse = buf(m, rows, HS_DTYPE_F32);
-            m->ring_delta = buf(m, rows, HS_DTYPE_F32);
         }
     }
     m->dres = buf(m, BT * m->C, HS_DTYPE_F32);
@@ -303,7 +302,8 @@ static void buffers_alloc(hs_model *m) {
         m->dh = buf(m, BT * F, HS_DTYPE_F32);
     }
     m->att_threads = m->opt.threads > 1 ? m->opt.threads : 1;
-    m->att_scratch = buf(m, hs_attention_scratch_floats(T, m->att_threads), HS_DTYPE_F32);
+    m->att_scratch = buf(m, hs_attention_scratch_floats(T, m->HD, m->att_threads), HS_DTYPE_F32);
+    m->att_delta = buf(m, BT * m->NH, HS_DTYPE_F32);
     m->norm_part = raw(m, (size_t)hs_rmsnorm_backward_scratch(BT, m->C) * sizeof(double));
     if (dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32)) {
         int64_t w = m->C > q ? m->C : q;
@@ -425,7 +425,7 @@ static void buffers_free(hs_model *m) {
                     m->tp_stats,    m->logits_all,  m->cos_l,  m->sin_l,
                     m->kf,          m->vf,          m->cp_stage, m->dkf,
                     m->dvf,         m->cp_fstage,   m->ring_out, m->ring_lse,
-                    m->ring_blse,   m->ring_delta,  m->ring_bout, m->ring_kv[0],
+                    m->ring_blse,   m->att_delta,   m->ring_bout, m->ring_kv[0],
                     m->ring_kv[1],  m->ring_dkv[0], m->ring_dkv[1]};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_pool_free(m->pool, ptrs[i]);
     hs_pool_free(m->pool, m->expert_tokens);

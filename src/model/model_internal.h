@@ -125,7 +125,8 @@ struct hs_model {
     float *dk, *dv;      /* [B,T,KVH*HD] */
     float *datt;         /* [B,T,NH*HD] */
     float *dg, *du, *dh; /* [B,T,F] */
-    float *att_scratch;  /* hs_attention_scratch_floats(T, att_threads) */
+    float *att_scratch;  /* hs_attention_scratch_floats(T, HD, att_threads) */
+    float *att_delta;    /* [B,NH,T_local]: each query row's dO . O */
     double *norm_part;   /* hs_rmsnorm_backward_scratch(B*T, C): dw partial sums */
     int att_threads;     /* hs_model_options.threads, at least 1 */
     void *dout16;        /* [B,T,max(C,q,F) or head_rows,V] compute dtype: a linear's
@@ -154,7 +155,7 @@ struct hs_model {
     float *ring_dkv[2];
     float *ring_bout;       /* [B,T_local,NH*HD] fp32 */
     float *ring_out;        /* [B,T_local,NH*HD] fp32 */
-    float *ring_lse, *ring_blse, *ring_delta; /* [B,NH,T_local] */
+    float *ring_lse, *ring_blse; /* [B,NH,T_local] */
 
     /* moe */
     void *moe_scratch; /* hs_moe_scratch_bytes */

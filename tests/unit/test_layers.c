@@ -149,7 +149,7 @@ static void test_rope_pairs_dim_i_with_i_plus_half_head_dim(void **state) {
 
 typedef struct att_case {
     int B, T, NH, KVH, HD;
-    float *q, *k, *v, *y, *r, *lse, *scratch;
+    float *q, *k, *v, *y, *r, *lse, *delta, *scratch;
 } att_case;
 
 static int64_t att_qn(const att_case *c) { return (int64_t)c->B * c->T * c->NH * c->HD; }
@@ -167,7 +167,8 @@ static void att_alloc(att_case *c) {
     c->q = calloc((size_t)qn, 4), c->y = calloc((size_t)qn, 4), c->r = calloc((size_t)qn, 4);
     c->k = calloc((size_t)kn, 4), c->v = calloc((size_t)kn, 4);
     c->lse = calloc((size_t)(c->B * c->NH * c->T), 4);
-    c->scratch = calloc((size_t)hs_attention_scratch_floats(c->T, 2), 4);
+    c->delta = calloc((size_t)(c->B * c->NH * c->T), 4);
+    c->scratch = calloc((size_t)hs_attention_scratch_floats(c->T, c->HD, 2), 4);
     fill(c->q, qn, 6, 1.0f);
     fill(c->k, kn, 7, 1.0f);
     fill(c->v, kn, 8, 1.0f);
@@ -175,7 +176,8 @@ static void att_alloc(att_case *c) {
 }
 
 static void att_free(att_case *c) {
-    free(c->q), free(c->k), free(c->v), free(c->y), free(c->r), free(c->lse), free(c->scratch);
+    free(c->q), free(c->k), free(c->v), free(c->y), free(c->r), free(c->lse), free(c->delta);
+    free(c->scratch);
 }
 
 static void check_attention(att_case *c) {
@@ -183,8 +185,9 @@ static void check_attention(att_case *c) {
     int64_t qn = att_qn(c), kn = att_kn(c);
     float *dq = calloc((size_t)qn, 4), *dk = calloc((size_t)kn, 4), *dv = calloc((size_t)kn, 4);
     att_f(c);
-    hs_attention_backward(dq, dk, dv, c->r, NULL, c->q, c->k, c->v, c->lse, HS_DTYPE_F32,
-                          c->scratch, 1, c->B, c->T, c->NH, c->KVH, c->HD);
+    hs_attention_delta(c->delta, c->r, c->y, HS_DTYPE_F32, c->B, c->T, c->NH, c->HD);
+    hs_attention_backward(dq, dk, dv, c->r, NULL, c->q, c->k, c->v, c->lse, c->delta,
+                          HS_DTYPE_F32, c->scratch, 1, c->B, c->T, c->NH, c->KVH, c->HD);
     check_grad("attention dq", c->q, dq, qn, att_f, c);
     check_grad("attention dk", c->k, dk, kn, att_f, c);
     check_grad("attention dv", c->v, dv, kn, att_f, c);
@@ -205,16 +208,27 @@ static void test_attention_across_query_blocks_matches_finite_differences(void *
     check_attention(&c);
 }
 
-/* The blocked kernel against softmax(QK^T/sqrt(HD) + causal mask) V in fp64. */
+/* T = 300: the last query block (rows 256..299) meets two key tiles, so
+ * its backward runs over tiles with the rows' D = dO . O. */
+static void test_attention_across_key_tiles_matches_finite_differences(void **state) {
+    (void)state;
+    att_case c = {.B = 1, .T = 300, .NH = 2, .KVH = 1, .HD = 2};
+    check_attention(&c);
+}
+
+/* The tiled kernel against softmax(QK^T/sqrt(HD) + causal mask) V in fp64:
+ * T = 600 takes query rows past the first two key tiles (256 keys each),
+ * so the online softmax rescales rows twice. */
 static void test_attention_equals_naive_causal_softmax(void **state) {
     (void)state;
-    att_case c = {.B = 1, .T = 200, .NH = 2, .KVH = 1, .HD = 8};
+    enum { T = 600 };
+    att_case c = {.B = 1, .T = T, .NH = 2, .KVH = 1, .HD = 8};
     att_alloc(&c);
     att_f(&c);
     double worst = 0.0;
     for (int h = 0; h < 2; h++)
-        for (int t = 0; t < 200; t += 7) {
-            double s[200], mx = -1e300, sum = 0.0;
+        for (int t = 0; t < T; t += 7) {
+            double s[T], mx = -1e300, sum = 0.0;
             for (int j = 0; j <= t; j++) {
                 s[j] = 0.0;
                 for (int d = 0; d < 8; d++)
@@ -229,16 +243,17 @@ static void test_attention_equals_naive_causal_softmax(void **state) {
                 double err = fabs(o - c.y[(t * 2 + h) * 8 + d]);
                 worst = err > worst ? err : worst;
             }
-            assert_float_equal(c.lse[h * 200 + t], mx + log(sum), 1e-5);
+            assert_float_equal(c.lse[h * T + t], mx + log(sum), 1e-5);
         }
+    print_message("tiled attention vs fp64 softmax: worst %.2e\n", worst);
     assert_true(worst < 1e-5);
     att_free(&c);
 }
 
 /* The 16-bit backward (dout rounded once, P and dS rounded for their
  * GEMMs) against the fp32 backward of the same bf16 inputs: equal to bf16
- * precision (normwise), and two query blocks deep; split over two threads,
- * forward and backward give the one-thread bits. */
+ * precision (normwise), three query blocks and two key tiles deep; split
+ * over two threads, forward and backward give the one-thread bits. */
 static double rel_norm(const float *a, const float *b, int64_t n) {
     double d = 0.0, r = 0.0;
     for (int64_t i = 0; i < n; i++) {
@@ -250,7 +265,7 @@ static double rel_norm(const float *a, const float *b, int64_t n) {
 
 static void test_bf16_attention_backward_matches_fp32_of_rounded_inputs(void **state) {
     (void)state;
-    att_case c = {.B = 2, .T = 160, .NH = 4, .KVH = 2, .HD = 16};
+    att_case c = {.B = 2, .T = 300, .NH = 4, .KVH = 2, .HD = 16};
     att_alloc(&c);
     int64_t qn = att_qn(&c), kn = att_kn(&c);
     uint16_t *q16 = malloc((size_t)qn * 2), *k16 = malloc((size_t)kn * 2);
@@ -268,12 +283,14 @@ static void test_bf16_attention_backward_matches_fp32_of_rounded_inputs(void **s
     float *dq = g, *dk = g + qn, *dv = dk + kn;
     float *dq16 = dv + kn, *dk16 = dq16 + qn, *dv16 = dk16 + kn;
     att_f(&c);
-    hs_attention_backward(dq, dk, dv, c.r, NULL, c.q, c.k, c.v, c.lse, HS_DTYPE_F32, c.scratch, 1,
-                          c.B, c.T, c.NH, c.KVH, c.HD);
+    hs_attention_delta(c.delta, c.r, c.y, HS_DTYPE_F32, c.B, c.T, c.NH, c.HD);
+    hs_attention_backward(dq, dk, dv, c.r, NULL, c.q, c.k, c.v, c.lse, c.delta, HS_DTYPE_F32,
+                          c.scratch, 1, c.B, c.T, c.NH, c.KVH, c.HD);
     hs_attention_forward(y16, lse16, q16, k16, v16, HS_DTYPE_BF16, c.scratch, 1, c.B, c.T, c.NH,
                          c.KVH, c.HD);
-    hs_attention_backward(dq16, dk16, dv16, c.r, r16, q16, k16, v16, lse16, HS_DTYPE_BF16,
-                          c.scratch, 1, c.B, c.T, c.NH, c.KVH, c.HD);
+    hs_attention_delta(c.delta, c.r, y16, HS_DTYPE_BF16, c.B, c.T, c.NH, c.HD);
+    hs_attention_backward(dq16, dk16, dv16, c.r, r16, q16, k16, v16, lse16, c.delta,
+                          HS_DTYPE_BF16, c.scratch, 1, c.B, c.T, c.NH, c.KVH, c.HD);
     /* split over two threads (the scratch is sized for them): the same bits */
     int was = hs_blas_get_threads();
     hs_blas_set_threads(1);
@@ -281,8 +298,8 @@ static void test_bf16_attention_backward_matches_fp32_of_rounded_inputs(void **s
     float *lse2 = calloc((size_t)(c.B * c.NH * c.T), 4), *g2 = calloc((size_t)(qn + 2 * kn), 4);
     hs_attention_forward(y2, lse2, q16, k16, v16, HS_DTYPE_BF16, c.scratch, 2, c.B, c.T, c.NH,
                          c.KVH, c.HD);
-    hs_attention_backward(g2, g2 + qn, g2 + qn + kn, c.r, r16, q16, k16, v16, lse2, HS_DTYPE_BF16,
-                          c.scratch, 2, c.B, c.T, c.NH, c.KVH, c.HD);
+    hs_attention_backward(g2, g2 + qn, g2 + qn + kn, c.r, r16, q16, k16, v16, lse2, c.delta,
+                          HS_DTYPE_BF16, c.scratch, 2, c.B, c.T, c.NH, c.KVH, c.HD);
     hs_blas_set_threads(was);
     assert_memory_equal(y2, y16, (size_t)qn * 2);
     assert_memory_equal(lse2, lse16, (size_t)(c.B * c.NH * c.T) * 4);
@@ -526,6 +543,7 @@ int main(void) {
         cmocka_unit_test(test_rope_pairs_dim_i_with_i_plus_half_head_dim),
         cmocka_unit_test(test_gqa_attention_backward_matches_finite_differences),
         cmocka_unit_test(test_attention_across_query_blocks_matches_finite_differences),
+        cmocka_unit_test(test_attention_across_key_tiles_matches_finite_differences),
         cmocka_unit_test(test_attention_equals_naive_causal_softmax),
         cmocka_unit_test(test_bf16_attention_backward_matches_fp32_of_rounded_inputs),
         cmocka_unit_test(test_swiglu_backward_matches_finite_differences),
