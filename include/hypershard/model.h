@@ -82,7 +82,18 @@ typedef struct hs_param {
     /* train.freeze: backward computes no gradient for it (grad stays NULL;
      * the kernels skip the weight-gradient work) */
     bool frozen;
+    /* grad_first_store (set by the model): the first write of every
+     * backward covers the whole gradient (a dense linear's weight GEMM), so
+     * the gradient's owner may hand out a buffer holding no value, with
+     * grad_unset, instead of zeroing it; that first write then stores over
+     * it (beta 0) and clears grad_unset. A buffer still unset when the
+     * gradient is consumed is zeroed then (hs_param_grad_settle). */
+    bool grad_first_store;
+    bool grad_unset;
 } hs_param;
+
+/* The gradient's value where no write came (grad_unset): zeros. */
+void hs_param_grad_settle(hs_param *p);
 
 typedef struct hs_unit_desc {
     char name[HS_FQN_MAX]; /* "" for the root, "model.layers.3", ... */
@@ -318,6 +329,10 @@ bool hs_param_place_ep(hs_param *p, int ep, int rank);
  * shapes and the fix. */
 hs_status hs_model_check_tp_layout(const hs_model *m, hs_error *e);
 void hs_model_zero_grads(hs_model *m);
+/* For the next backward: gradients whose first write stores over them
+ * (grad_first_store) are left unset, the others zeroed. A reader after that
+ * backward settles each one first (hs_param_grad_settle). */
+void hs_model_unset_grads(hs_model *m);
 /* Freeze parameter i (before any backward): it gets no gradient; a model
  * that allocated its gradient (allocate_params) releases it. */
 void hs_model_freeze(hs_model *m, int i);

@@ -55,17 +55,20 @@ static bool stashes(const hs_fsdp_param *fp)
 void hs_fsdp_mp_grad_stash(hs_fsdp_param *fp)
 {
     if (!stashes(fp) || !fp->unsharded_grad) return;
+    hs_param_grad_settle(fp->p);
     int64_t n = fp->plan.padded_unsharded_numel;
     if (!fp->acc_grad) {
         fp->acc_grad_bytes = (size_t)n * sizeof(float);
         fp->acc_grad = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_GRAD, fp->acc_grad_bytes);
     }
     hs_fsdp_mp_add_to_f32(fp->acc_grad, fp->unsharded_grad, fp->grad_dtype, n);
-    memset(fp->unsharded_grad, 0, fp->unsharded_grad_bytes);
+    if (fp->p->grad_first_store) fp->p->grad_unset = true; /* the tail stays zero */
+    else memset(fp->unsharded_grad, 0, fp->unsharded_grad_bytes);
 }
 
 void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale)
 {
+    hs_param_grad_settle(fp->p);
     int64_t n = fp->plan.padded_unsharded_numel;
     if (fp->acc_grad) {
         /* The accumulator already is fp32 = reduce dtype: add the last

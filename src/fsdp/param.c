@@ -187,9 +187,20 @@ void hs_fsdp_param_grad_begin(hs_fsdp_param *fp)
     }
     if (!fp->unsharded_grad) {
         /* Padded rows: the reduce-scatter input is this buffer as is, and
-         * its tail [D0, C*W) stays zero because the model never writes it. */
+         * its tail [D0, C*W) stays zero because the model never writes it.
+         * A gradient whose first write stores over it is handed out unset
+         * (no zero fill) but for that tail. */
         fp->unsharded_grad_bytes = bytes_of(fp->plan.padded_unsharded_numel, fp->grad_dtype);
-        fp->unsharded_grad = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_GRAD, fp->unsharded_grad_bytes);
+        if (fp->p->grad_first_store) {
+            size_t used = bytes_of(fp->plan.unpacked_numel, fp->grad_dtype);
+            fp->unsharded_grad =
+                hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, fp->unsharded_grad_bytes);
+            memset((char *)fp->unsharded_grad + used, 0, fp->unsharded_grad_bytes - used);
+            fp->p->grad_unset = true;
+        } else {
+            fp->unsharded_grad =
+                hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_GRAD, fp->unsharded_grad_bytes);
+        }
     }
     fp->p->grad = fp->unsharded_grad;
 }
@@ -208,6 +219,7 @@ void hs_fsdp_param_grad_release(hs_fsdp_param *fp)
     fp->unsharded_grad = NULL;
     fp->unsharded_grad_bytes = 0;
     fp->p->grad = NULL;
+    fp->p->grad_unset = false;
 }
 
 void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale)

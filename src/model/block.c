@@ -132,6 +132,17 @@ static hs_moe_grads moe_grads(const hs_block_params *bp) {
     return g;
 }
 
+/* A dense linear's backward: dx stored over or added to, and its weight
+ * gradient stored over while the buffer holds no value yet (grad_unset),
+ * added to after. */
+static void dense_backward(hs_model *m, float *dx, bool overwrite_dx, hs_param *w,
+                           const float *dout, const void *x, int64_t N, int IC, int OC) {
+    bool store = w->grad && w->grad_unset;
+    hs_linear_backward_ex(dx, overwrite_dx, w->grad, store, w->grad_dtype, dout, m->dout16, x,
+                          w->data, m->dt, N, IC, OC);
+    if (w->grad) w->grad_unset = false;
+}
+
 /* dres = d(x_out) in; returns d(ln2) of the local rows. */
 static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
                                  int64_t N, const hs_model_hooks *hooks, const float *aux_g) {
@@ -149,13 +160,10 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
         return m->dln;
     }
     const float *dout = hs_tp_exit_grad(m, N);
-    hs_linear_backward_ex(m->dh, true, bp->wd->grad, bp->wd->grad_dtype, dout, m->dout16, a->h,
-                          bp->wd->data, dt, N, F, C);
+    dense_backward(m, m->dh, true, bp->wd, dout, a->h, N, F, C);
     hs_swiglu_backward_ex(m->dg, m->du, true, m->dh, a->gate, a->up, dt, N * F);
-    hs_linear_backward_ex(m->dln, true, bp->wg->grad, bp->wg->grad_dtype, m->dg, m->dout16, a->ln2,
-                          bp->wg->data, dt, N, C, F);
-    hs_linear_backward_ex(m->dln, false, bp->wu->grad, bp->wu->grad_dtype, m->du, m->dout16,
-                          a->ln2, bp->wu->data, dt, N, C, F);
+    dense_backward(m, m->dln, true, bp->wg, m->dg, a->ln2, N, C, F);
+    dense_backward(m, m->dln, false, bp->wu, m->du, a->ln2, N, C, F);
     return hs_tp_enter_grad(m, m->dln, N);
 }
 
@@ -166,8 +174,7 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
     int64_t N = (int64_t)B * T;
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
     const float *dout = hs_tp_exit_grad(m, N);
-    hs_linear_backward_ex(m->datt, true, bp->wo->grad, bp->wo->grad_dtype, dout, m->dout16, a->atty,
-                          bp->wo->data, dt, N, qd, C);
+    dense_backward(m, m->datt, true, bp->wo, dout, a->atty, N, qd, C);
     zero_f32(m->dq, N * qd);
     zero_f32(m->dk, N * kvd);
     zero_f32(m->dv, N * kvd);
@@ -184,12 +191,9 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
     }
     hs_rope_backward(m->dq, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
     hs_rope_backward(m->dk, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
-    hs_linear_backward_ex(m->dln, true, bp->wq->grad, bp->wq->grad_dtype, m->dq, m->dout16, a->ln1,
-                          bp->wq->data, dt, N, C, qd);
-    hs_linear_backward_ex(m->dln, false, bp->wk->grad, bp->wk->grad_dtype, m->dk, m->dout16,
-                          a->ln1, bp->wk->data, dt, N, C, kvd);
-    hs_linear_backward_ex(m->dln, false, bp->wv->grad, bp->wv->grad_dtype, m->dv, m->dout16,
-                          a->ln1, bp->wv->data, dt, N, C, kvd);
+    dense_backward(m, m->dln, true, bp->wq, m->dq, a->ln1, N, C, qd);
+    dense_backward(m, m->dln, false, bp->wk, m->dk, a->ln1, N, C, kvd);
+    dense_backward(m, m->dln, false, bp->wv, m->dv, a->ln1, N, C, kvd);
     const float *dln = hs_tp_enter_grad(m, m->dln, N);
     hs_rmsnorm_backward_x(m->dres, bp->ln1->grad, bp->ln1->grad_dtype, dln, x, xdt, bp->ln1->data,
                           a->rstd1, dt, hs_tp_local_rows(m, N), C, m->norm_part);

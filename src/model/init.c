@@ -71,5 +71,22 @@ void hs_model_zero_grads(hs_model *m) {
         hs_param *p = &m->params[i];
         int64_t n = hs_param_local_numel(p);
         if (p->grad) memset(p->grad, 0, (size_t)n * hs_dtype_size(p->grad_dtype));
+        p->grad_unset = false;
     }
+}
+
+void hs_model_unset_grads(hs_model *m) {
+    for (int i = 0; i < m->n_params; i++) {
+        hs_param *p = &m->params[i];
+        if (!p->grad) continue;
+        if (p->grad_first_store) p->grad_unset = true;
+        else memset(p->grad, 0, (size_t)hs_param_local_numel(p) * hs_dtype_size(p->grad_dtype));
+    }
+}
+
+void hs_param_grad_settle(hs_param *p) {
+    if (!p->grad_unset) return;
+    if (p->grad)
+        memset(p->grad, 0, (size_t)hs_param_local_numel(p) * hs_dtype_size(p->grad_dtype));
+    p->grad_unset = false;
 }

@@ -274,10 +274,12 @@ void hs_linear_backward(float *dx /* N,IC */, void *dw /* OC,IC */, hs_dtype gdt
 /* The same, with two savings for the model's own layers: dout rounded to
  * dt once into dout16 (N*OC elements of dt, the caller's scratch) for both
  * GEMMs, where the mixed-dtype GEMM would round it for each (NULL: as
- * hs_linear_backward); and dx overwritten, not accumulated, when
- * overwrite_dx (its only contribution: no zero fill first). */
+ * hs_linear_backward); and dx or dw overwritten, not accumulated, when
+ * overwrite_dx / overwrite_dw (their only or first contribution: no zero
+ * fill first). */
 void hs_linear_backward_ex(float *dx /* N,IC */, bool overwrite_dx, void *dw /* OC,IC */,
-                           hs_dtype gdt, const float *dout /* N,OC */, void *dout16,
+                           bool overwrite_dw, hs_dtype gdt, const float *dout /* N,OC */,
+                           void *dout16,
                            const void *x /* N,IC */, const void *w /* OC,IC */, hs_dtype dt,
                            int64_t N, int IC, int OC);
 

@@ -17,11 +17,12 @@ void hs_linear_forward_to(void *out /* N,OC */, hs_dtype odt, const void *x /* N
 void hs_linear_backward(float *dx /* N,IC */, void *dw /* OC,IC */, hs_dtype gdt,
                         const float *dout /* N,OC */, const void *x /* N,IC */,
                         const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC) {
-    hs_linear_backward_ex(dx, false, dw, gdt, dout, NULL, x, w, dt, N, IC, OC);
+    hs_linear_backward_ex(dx, false, dw, false, gdt, dout, NULL, x, w, dt, N, IC, OC);
 }
 
 void hs_linear_backward_ex(float *dx /* N,IC */, bool overwrite_dx, void *dw /* OC,IC */,
-                           hs_dtype gdt, const float *dout /* N,OC */, void *dout16,
+                           bool overwrite_dw, hs_dtype gdt, const float *dout /* N,OC */,
+                           void *dout16,
                            const void *x /* N,IC */, const void *w /* OC,IC */, hs_dtype dt,
                            int64_t N, int IC, int OC) {
     const void *dy = dout;
@@ -33,5 +34,7 @@ void hs_linear_backward_ex(float *dx /* N,IC */, bool overwrite_dx, void *dw /* 
     if (dx)
         hs_gemm_ex(false, false, N, IC, OC, 1.0f, dy, ydt, OC, w, dt, IC,
                    overwrite_dx ? 0.0f : 1.0f, dx, HS_DTYPE_F32, IC);
-    if (dw) hs_gemm_ex(true, false, OC, IC, N, 1.0f, dy, ydt, OC, x, dt, IC, 1.0f, dw, gdt, IC);
+    if (dw)
+        hs_gemm_ex(true, false, OC, IC, N, 1.0f, dy, ydt, OC, x, dt, IC,
+                   overwrite_dw ? 0.0f : 1.0f, dw, gdt, IC);
 }

@@ -73,6 +73,11 @@ static hs_param *lin(hs_model *m, hs_param_kind kind, int unit, int64_t out, int
     return param_add(m, kind, unit, 2, s, LAYER "%s.weight", i, name);
 }
 
+/* Dense linears: block.c's weight GEMM is each gradient's first write. */
+static void first_store(hs_param *const *w, int n) {
+    for (int k = 0; k < n; k++) w[k]->grad_first_store = true;
+}
+
 static void block_attention_add(hs_model *m, hs_block_params *bp, int i) {
     int u = bp->unit;
     int64_t C = m->C, q = (int64_t)m->NHg * m->HD, kv = (int64_t)m->KVHg * m->HD;
@@ -81,6 +86,7 @@ static void block_attention_add(hs_model *m, hs_block_params *bp, int i) {
     bp->wk = split(m, lin(m, HS_PARAM_LINEAR, u, kv, C, i, "self_attn.k_proj"), 0);
     bp->wv = split(m, lin(m, HS_PARAM_LINEAR, u, kv, C, i, "self_attn.v_proj"), 0);
     bp->wo = split(m, lin(m, HS_PARAM_LINEAR, u, C, q, i, "self_attn.o_proj"), 1);
+    first_store((hs_param *[]){bp->wq, bp->wk, bp->wv, bp->wo}, 4);
 }
 
 static void block_mlp_add(hs_model *m, hs_block_params *bp, int i) {
@@ -89,6 +95,7 @@ static void block_mlp_add(hs_model *m, hs_block_params *bp, int i) {
     bp->wg = split(m, lin(m, HS_PARAM_LINEAR, u, m->Fg, m->C, i, "mlp.gate_proj"), 0);
     bp->wu = split(m, lin(m, HS_PARAM_LINEAR, u, m->Fg, m->C, i, "mlp.up_proj"), 0);
     bp->wd = split(m, lin(m, HS_PARAM_LINEAR, u, m->C, m->Fg, i, "mlp.down_proj"), 1);
+    first_store((hs_param *[]){bp->wg, bp->wu, bp->wd}, 3);
 }
 
 /* Mixtral names; the routed experts are stacked [E, out, in] per block and

@@ -31,6 +31,8 @@ static int local_optim_params(hs_engine *en, hs_optim_param **out) {
 static hs_status local_grad_norm(hs_engine *en, double *norm, hs_error *e) {
     local_ctx *c = en->ctx;
     (void)e;
+    /* after backward, before the clip and the update read the gradients */
+    for (int i = 0; i < c->n; i++) hs_param_grad_settle(hs_model_param(en->model, i));
     *norm = sqrt(hs_grad_sumsq(c->params, c->n));
     return HS_OK;
 }
@@ -40,7 +42,7 @@ static hs_status local_after_step(hs_engine *en, hs_error *e) {
     return HS_OK;
 }
 
-static void local_zero_grads(hs_engine *en) { hs_model_zero_grads(en->model); }
+static void local_zero_grads(hs_engine *en) { hs_model_unset_grads(en->model); }
 
 static int64_t numel_of(const hs_param *p) {
     int64_t n = 1;
@@ -57,7 +59,8 @@ static hs_status local_gather_full(hs_engine *en, int i, float *out, hs_error *e
 
 static hs_status local_gather_full_grad(hs_engine *en, int i, float *out, hs_error *e) {
     (void)e;
-    const hs_param *p = hs_model_param(en->model, i);
+    hs_param *p = hs_model_param(en->model, i);
+    hs_param_grad_settle(p);
     if (p->grad) memcpy(out, p->grad, sizeof(float) * (size_t)numel_of(p));
     else memset(out, 0, sizeof(float) * (size_t)numel_of(p)); /* frozen: no gradient */
     return HS_OK;
