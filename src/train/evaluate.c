@@ -69,13 +69,30 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
+/* Causal attention: the rows after position len-1 cannot change it, so a
+ * forward of the first len rows, rounded up to 64 (a multiple of tp_size
+ * for sequence parallel) and at most the whole sequence, gives its logits.
+ * Pipeline and context parallel layouts run whole sequences. */
+static int sample_rows(const hs_trainer *t, int len) {
+    if (t->pp || t->cp > 1) return t->T;
+    int g = 64 * t->cfg->accelerator.tp_size;
+    int rows = (len + g - 1) / g * g;
+    return rows < t->T ? rows : t->T;
+}
+
 static hs_status sample_generate(hs_trainer *t, int32_t *seq, int prompt, int total, hs_error *e) {
     int V = t->cfg->model.vocab_size;
     for (int i = 0; i < t->T; i++) t->targets[i] = -1;
     for (int len = prompt; len < total; len++) {
-        /* Causal attention: the padding after `len` cannot change position len-1. */
         double loss_sum = 0.0;
-        hs_status s = hs_train_forward(t, seq, t->targets, 1, &loss_sum, t->logits, e);
+        int rows = sample_rows(t, len);
+        hs_status s;
+        if (rows < t->T) {
+            hs_batch b = {.tokens = seq, .targets = t->targets, .B = 1, .T = rows};
+            s = hs_model_forward(t->engine->model, &b, t->hooks, &loss_sum, t->logits, e);
+        } else {
+            s = hs_train_forward(t, seq, t->targets, 1, &loss_sum, t->logits, e);
+        }
         if (s != HS_OK) return s;
         seq[len] = argmax(t->logits + (size_t)(len - 1) * V, V);
     }
