@@ -111,6 +111,42 @@ static void test_init_rows_3_to_7_equal_the_same_slice_of_the_full_init(void **s
     hs_model_free(m);
 }
 
+/* Gradients handed out unset (hs_model_unset_grads; the buffers hold
+ * NaN here) end two accumulated micro-batches bit for bit where zeroed
+ * ones do: each dense linear's first weight GEMM stores over its buffer.
+ * A gradient still unset when it is read settles to zero. */
+static void test_unset_gradients_equal_zeroed_ones(void **state) {
+    (void)state;
+    hs_model_config c = tiny_config();
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *a = mf_make(&c, &o, 7), *b = mf_make(&c, &o, 7);
+    hs_model_zero_grads(a);
+    hs_model_unset_grads(b);
+    int unset = 0;
+    for (int i = 0; i < hs_model_num_params(b); i++) {
+        hs_param *p = hs_model_param(b, i);
+        if (!p->grad_unset) continue;
+        assert_int_equal(p->kind, HS_PARAM_LINEAR);
+        memset(p->grad, 0xFF, (size_t)mf_numel(p) * sizeof(float)); /* NaN */
+        unset++;
+    }
+    assert_int_equal(unset, 7 * c.n_layers); /* q, k, v, o, gate, up, down */
+    for (int k = 0; k < 2; k++) step(a, 0.5f, NULL), step(b, 0.5f, NULL);
+    for (int i = 0; i < hs_model_num_params(b); i++) {
+        hs_param *p = hs_model_param(b, i);
+        assert_false(p->grad_unset);
+        assert_memory_equal(p->grad, hs_model_param(a, i)->grad,
+                            (size_t)mf_numel(p) * sizeof(float));
+    }
+    hs_param *w = hs_model_param(b, hs_model_find_param(b, "model.layers.0.mlp.up_proj.weight"));
+    memset(w->grad, 0xFF, (size_t)mf_numel(w) * sizeof(float));
+    w->grad_unset = true;
+    hs_param_grad_settle(w);
+    for (int64_t j = 0; j < mf_numel(w); j++) assert_float_equal(((float *)w->grad)[j], 0.0f, 0.0f);
+    hs_model_free(a);
+    hs_model_free(b);
+}
+
 static double loss_at(hs_model *m, float *w, float v, float scale) {
     w[0] = v;
     return eval_loss(m) * scale;
@@ -452,6 +488,7 @@ int main(void) {
         cmocka_unit_test(test_flops_per_token_is_6_n_plus_6_l_t_c),
         cmocka_unit_test(test_init_rows_3_to_7_equal_the_same_slice_of_the_full_init),
         cmocka_unit_test(test_whole_model_gradients_match_finite_differences),
+        cmocka_unit_test(test_unset_gradients_equal_zeroed_ones),
         cmocka_unit_test(test_tied_embeddings_have_no_lm_head_and_match_fd),
         cmocka_unit_test(test_tied_embedding_gradient_is_sum_of_both_uses),
         cmocka_unit_test(test_gqa_one_kv_head_equals_mha_with_duplicated_kv_weights),
