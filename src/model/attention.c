@@ -193,19 +193,6 @@ void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
                      t / NH, t % NH, NH, KVH, HD, &r);
 }
 
-/* D = dO . O over the head dim, in fp64 lanes, for every query row. */
-static inline __attribute__((always_inline)) float row_delta(const float *dout, const void *out,
-                                                             hs_dtype dt, int64_t off, int HD) {
-    double acc[HS_LANES] = {0.0}, d = 0.0;
-    int i = 0;
-    for (; i + HS_LANES <= HD; i += HS_LANES)
-        for (int j = 0; j < HS_LANES; j++)
-            acc[j] += (double)dout[off + i + j] * hs_ld(out, dt, off + i + j);
-    for (; i < HD; i++) d += (double)dout[off + i] * hs_ld(out, dt, off + i);
-    for (int j = 0; j < HS_LANES; j++) d += acc[j];
-    return (float)d;
-}
-
 void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*HD */,
                         const void *out /* B,T,NH*HD */, hs_dtype dt, int B, int T, int NH,
                         int HD) {
@@ -216,9 +203,10 @@ void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*H
         for (int h = 0; h < NH; h++) {
             int64_t off = bt * q + (int64_t)h * HD;
             float *d = delta + (b * NH + h) * T + t;
-            if (dt == HS_DTYPE_BF16) *d = row_delta(dout, out, HS_DTYPE_BF16, off, HD);
-            else if (dt == HS_DTYPE_F32) *d = row_delta(dout, out, HS_DTYPE_F32, off, HD);
-            else *d = row_delta(dout, out, dt, off, HD);
+            const float *g = dout + off; /* the dtype a constant in each call: it vectorises */
+            if (dt == HS_DTYPE_BF16) *d = (float)hs_row_dot_ld(g, out, HS_DTYPE_BF16, off, HD);
+            else if (dt == HS_DTYPE_F32) *d = (float)hs_row_dot_ld(g, out, HS_DTYPE_F32, off, HD);
+            else *d = (float)hs_row_dot_ld(g, out, dt, off, HD);
         }
     }
 }

@@ -71,8 +71,8 @@ static void allgather_backward(hs_model *m, hs_block_acts *a, int B, int T) {
     for (int c = 0; c < 2; c++) {
         hs_att_rows r = chunk_rows(m, T, c, Tw, 0, Tw, 0);
         hs_attention_backward_rows(m->dq, m->dkf, m->dvf, m->datt, NULL, a->q, m->kf, m->vf,
-                                   a->lse, m->att_delta, m->dt, m->att_scratch, B, m->NH, m->KVH, m->HD,
-                                   &r);
+                                   a->lse, m->att_delta, m->dt, m->att_scratch, B, m->NH, m->KVH,
+                                   m->HD, &r);
     }
     const hs_model_ops *o = m->ops;
     hs_cp_whole_to_blocks(m->cp_fstage, m->dkf, m->cp, B, T, kvd, sizeof(float));

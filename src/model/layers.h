@@ -90,15 +90,6 @@ static inline double hs_row_sum(const float *x, int n) {
     return s;
 }
 
-static inline double hs_row_dot(const float *x, const float *y, int n) {
-    double acc[HS_LANES] = {0.0}, s = 0.0;
-    int i = 0;
-    for (; i + HS_LANES <= n; i += HS_LANES)
-        for (int j = 0; j < HS_LANES; j++) acc[j] += (double)x[i + j] * y[i + j];
-    for (; i < n; i++) s += (double)x[i] * y[i];
-    for (int j = 0; j < HS_LANES; j++) s += acc[j];
-    return s;
-}
 
 static inline float hs_ld(const void *p, hs_dtype dt, int64_t i) {
     switch (dt) {
@@ -128,6 +119,24 @@ static inline void hs_st(void *p, hs_dtype dt, int64_t i, float v) {
 /* p[i] += v with one rounding to dt. */
 static inline void hs_acc(void *p, hs_dtype dt, int64_t i, float v) {
     hs_st(p, dt, i, hs_ld(p, dt, i) + v);
+}
+
+/* sum_i x[i] * y[off + i] over i < n, y read in dtype dt, in the fp64
+ * lanes of hs_row_sum; inlined per dtype where dt is a constant. */
+static inline __attribute__((always_inline)) double hs_row_dot_ld(const float *x, const void *y,
+                                                                 hs_dtype dt, int64_t off,
+                                                                 int n) {
+    double acc[HS_LANES] = {0.0}, s = 0.0;
+    int i = 0;
+    for (; i + HS_LANES <= n; i += HS_LANES)
+        for (int j = 0; j < HS_LANES; j++) acc[j] += (double)x[i + j] * hs_ld(y, dt, off + i + j);
+    for (; i < n; i++) s += (double)x[i] * hs_ld(y, dt, off + i);
+    for (int j = 0; j < HS_LANES; j++) s += acc[j];
+    return s;
+}
+
+static inline double hs_row_dot(const float *x, const float *y, int n) {
+    return hs_row_dot_ld(x, y, HS_DTYPE_F32, 0, n);
 }
 
 /* Element offset into a buffer of dtype dt. */
@@ -279,9 +288,8 @@ void hs_linear_backward(float *dx /* N,IC */, void *dw /* OC,IC */, hs_dtype gdt
  * fill first). */
 void hs_linear_backward_ex(float *dx /* N,IC */, bool overwrite_dx, void *dw /* OC,IC */,
                            bool overwrite_dw, hs_dtype gdt, const float *dout /* N,OC */,
-                           void *dout16,
-                           const void *x /* N,IC */, const void *w /* OC,IC */, hs_dtype dt,
-                           int64_t N, int IC, int OC);
+                           void *dout16, const void *x /* N,IC */, const void *w /* OC,IC */,
+                           hs_dtype dt, int64_t N, int IC, int OC);
 
 /* ---------------------------------------------------------- cross-entropy */
 

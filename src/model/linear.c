@@ -22,9 +22,8 @@ void hs_linear_backward(float *dx /* N,IC */, void *dw /* OC,IC */, hs_dtype gdt
 
 void hs_linear_backward_ex(float *dx /* N,IC */, bool overwrite_dx, void *dw /* OC,IC */,
                            bool overwrite_dw, hs_dtype gdt, const float *dout /* N,OC */,
-                           void *dout16,
-                           const void *x /* N,IC */, const void *w /* OC,IC */, hs_dtype dt,
-                           int64_t N, int IC, int OC) {
+                           void *dout16, const void *x /* N,IC */, const void *w /* OC,IC */,
+                           hs_dtype dt, int64_t N, int IC, int OC) {
     const void *dy = dout;
     hs_dtype ydt = HS_DTYPE_F32;
     if (dout16 && dt != HS_DTYPE_F32) {

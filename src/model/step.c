@@ -169,8 +169,9 @@ static double head_forward_backward(hs_model *m, const int32_t *targets, int64_t
                                              NULL);
         }
         hs_linear_backward_ex(m->dln + r0 * m->C, false, m->head->grad, false,
-                              m->head->grad_dtype, m->logits, m->dout16, hs_cat(m->lnf, m->dt, r0 * m->C),
-                              m->head->data, m->dt, rows, m->C, m->V);
+                              m->head->grad_dtype, m->logits, m->dout16,
+                              hs_cat(m->lnf, m->dt, r0 * m->C), m->head->data, m->dt, rows, m->C,
+                              m->V);
     }
     *dlnf = hs_tp_enter_grad(m, m->dln, N);
     return loss;
