@@ -83,6 +83,9 @@ float hs_round_to(hs_dtype dt, float f);
 /* dst[i] = convert(src[i]) for n elements; any pair of dtypes; vectorised.
  * src and dst may be the same pointer only when the dtypes are equal. */
 void hs_convert(void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt, int64_t n);
+/* dst[i] = a * (float)src[i]: the bits of hs_convert followed by
+ * hs_scale_f32, in one pass over memory. */
+void hs_convert_scaled_f32(float *dst, const void *src, hs_dtype src_dt, float a, int64_t n);
 
 #define HS_TENSOR_MAX_DIMS 4
 
@@ -133,6 +136,9 @@ bool hs_gemm_native(hs_dtype dt, hs_dtype c_dt);
 
 void hs_fill_f32(float *x, int64_t n, float v);
 void hs_add_f32(float *y, const float *x, int64_t n);           /* y += x       */
+/* y = 0 + x: the bits of hs_add_f32 into a zeroed y (-0 becomes +0),
+ * without the zero fill or reading y. */
+void hs_add_to_zero_f32(float *y, const float *x, int64_t n);
 void hs_axpy_f32(float *y, float a, const float *x, int64_t n); /* y += a*x     */
 void hs_scale_f32(float *x, float a, int64_t n);                /* x *= a       */
 double hs_sum_f32(const float *x, int64_t n);                   /* fp64 accum   */

@@ -21,6 +21,12 @@ void hs_add_f32(float *y, const float *x, int64_t n)
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+void hs_add_to_zero_f32(float *y, const float *x, int64_t n)
+{
+#pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) y[i] = 0.0f + x[i];
+}
+
 void hs_axpy_f32(float *y, float a, const float *x, int64_t n)
 {
 #pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN)

@@ -304,6 +304,48 @@ static void test_convert_same_dtype_copies_and_zero_length_is_noop(void **state)
     hs_convert(NULL, HS_DTYPE_BF16, NULL, HS_DTYPE_F32, 0);
 }
 
+/* hs_convert_scaled_f32 gives the bits of hs_convert then hs_scale_f32 for
+ * every 16-bit pattern (and fp32 input), across tile boundaries; and
+ * hs_add_to_zero_f32 the bits of adding into zeros (-0 becomes +0). */
+static void test_convert_scaled_equals_convert_then_scale(void **state)
+{
+    (void)state;
+    enum { N = 65536 + 2053 };
+    uint16_t *h = malloc(N * 2);
+    float *want = malloc(N * 4), *got = malloc(N * 4), *z = malloc(N * 4);
+    for (int i = 0; i < N; i++) h[i] = (uint16_t)((i * 40503u + (i >= 65536)) & 0xFFFF);
+    const float scales[] = {2.0f, 0.3f, 1.0f, -3.5f};
+    for (int k = 0; k < 2; k++) {
+        hs_dtype dt = k ? HS_DTYPE_F16 : HS_DTYPE_BF16;
+        for (size_t j = 0; j < sizeof scales / sizeof *scales; j++) {
+            hs_convert(want, HS_DTYPE_F32, h, dt, N);
+            hs_scale_f32(want, scales[j], N);
+            memset(got, 0xFF, N * 4);
+            hs_convert_scaled_f32(got, h, dt, scales[j], N);
+            for (int i = 0; i < N; i++)
+                if (bits_of(got[i]) != bits_of(want[i]) && !(isnan(got[i]) && isnan(want[i])))
+                    fail_msg("%s %04x * %g: %08x vs %08x", hs_dtype_name(dt), h[i],
+                             (double)scales[j], bits_of(got[i]), bits_of(want[i]));
+        }
+    }
+    hs_convert(z, HS_DTYPE_F32, h, HS_DTYPE_BF16, N); /* includes -0 and NaNs */
+    hs_convert_scaled_f32(got, z, HS_DTYPE_F32, 0.75f, N);
+    memcpy(want, z, N * 4);
+    hs_scale_f32(want, 0.75f, N);
+    for (int i = 0; i < N; i++)
+        assert_true(bits_of(got[i]) == bits_of(want[i]) || (isnan(got[i]) && isnan(want[i])));
+    memset(want, 0, N * 4);
+    hs_add_f32(want, z, N);
+    memset(got, 0xFF, N * 4);
+    hs_add_to_zero_f32(got, z, N);
+    for (int i = 0; i < N; i++)
+        assert_true(bits_of(got[i]) == bits_of(want[i]) || (isnan(got[i]) && isnan(want[i])));
+    float mz = -0.0f, out = 1.0f;
+    hs_add_to_zero_f32(&out, &mz, 1);
+    assert_true(bits_of(out) == 0u); /* as 0 + -0 */
+    free(h), free(want), free(got), free(z);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +360,7 @@ int main(void)
         cmocka_unit_test(test_convert_vector_equals_scalar_all_16bit_patterns),
         cmocka_unit_test(test_convert_vector_equals_scalar_random_f32_bits_with_nans),
         cmocka_unit_test(test_convert_same_dtype_copies_and_zero_length_is_noop),
+        cmocka_unit_test(test_convert_scaled_equals_convert_then_scale),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
