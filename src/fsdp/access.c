@@ -163,6 +163,7 @@ hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e)
     double by_kind[3] = {0.0, 0.0, 0.0};
     for (int i = 0; i < f->ctx.n_params; i++) {
         hs_fsdp_param *fp = &f->ctx.params[i];
+        hs_fsdp_param_settle_sharded_grad(fp);
         double s = hs_sumsq_f32(fp->sharded_grad, fp->plan.actual_sharded_numel);
         int kind = split_kind(fp);
         if (kind) split_pg[kind] = kind == 1 ? fp->mi.tp_pg : fp->mi.ep_pg;
@@ -211,8 +212,7 @@ hs_status hs_fsdp_after_step(hs_fsdp *f, hs_error *e)
 void hs_fsdp_zero_grads(hs_fsdp *f)
 {
     for (int i = 0; i < f->ctx.n_params; i++) {
-        hs_fsdp_param *fp = &f->ctx.params[i];
-        memset(fp->sharded_grad, 0, (size_t)fp->plan.actual_sharded_numel * sizeof(float));
+        hs_fsdp_param_zero_sharded_grad(&f->ctx.params[i]);
     }
 }
 
@@ -254,6 +254,7 @@ hs_status hs_fsdp_gather_full(hs_fsdp *f, int param_index, float *out, hs_error 
 hs_status hs_fsdp_gather_full_grad(hs_fsdp *f, int param_index, float *out, hs_error *e)
 {
     hs_fsdp_param *fp = param_at(f, param_index);
+    hs_fsdp_param_settle_sharded_grad(fp);
     return gather_rows(fp, fp->sharded_grad, out, e);
 }
 

@@ -132,4 +132,7 @@ void hs_fsdp_ctx_drain(hs_fsdp_ctx *ctx)
     }
     tp_tail(ctx, &e);
     ctx->n_reduced = 0;
+    /* A parameter no reduction reached this step (not used in the forward)
+     * reads as zeros, as after zero_grads. */
+    for (int i = 0; i < ctx->n_params; i++) hs_fsdp_param_settle_sharded_grad(&ctx->params[i]);
 }

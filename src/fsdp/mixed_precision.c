@@ -32,10 +32,11 @@ void hs_fsdp_mp_scale(void *x, hs_dtype dt, float a, int64_t n)
     }
 }
 
-void hs_fsdp_mp_add_to_f32(float *dst, const void *src, hs_dtype dt, int64_t n)
+void hs_fsdp_mp_add_to_f32(float *dst, const void *src, hs_dtype dt, int64_t n, bool fresh)
 {
+    void (*add)(float *, const float *, int64_t) = fresh ? hs_add_to_zero_f32 : hs_add_f32;
     if (dt == HS_DTYPE_F32) {
-        hs_add_f32(dst, src, n);
+        add(dst, src, n);
         return;
     }
     float buf[MP_CHUNK];
@@ -43,7 +44,7 @@ void hs_fsdp_mp_add_to_f32(float *dst, const void *src, hs_dtype dt, int64_t n)
     for (int64_t i = 0; i < n; i += MP_CHUNK) {
         int64_t k = n - i < MP_CHUNK ? n - i : MP_CHUNK;
         hs_convert(buf, HS_DTYPE_F32, (const char *)src + (size_t)i * es, dt, k);
-        hs_add_f32(dst + i, buf, k);
+        add(dst + i, buf, k);
     }
 }
 
@@ -57,11 +58,12 @@ void hs_fsdp_mp_grad_stash(hs_fsdp_param *fp)
     if (!stashes(fp) || !fp->unsharded_grad) return;
     hs_param_grad_settle(fp->p);
     int64_t n = fp->plan.padded_unsharded_numel;
-    if (!fp->acc_grad) {
+    bool fresh = !fp->acc_grad;
+    if (fresh) { /* written whole by the first add: no zero fill */
         fp->acc_grad_bytes = (size_t)n * sizeof(float);
-        fp->acc_grad = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_GRAD, fp->acc_grad_bytes);
+        fp->acc_grad = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, fp->acc_grad_bytes);
     }
-    hs_fsdp_mp_add_to_f32(fp->acc_grad, fp->unsharded_grad, fp->grad_dtype, n);
+    hs_fsdp_mp_add_to_f32(fp->acc_grad, fp->unsharded_grad, fp->grad_dtype, n, fresh);
     if (fp->p->grad_first_store) fp->p->grad_unset = true; /* the tail stays zero */
     else memset(fp->unsharded_grad, 0, fp->unsharded_grad_bytes);
 }
@@ -73,7 +75,7 @@ void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale)
     if (fp->acc_grad) {
         /* The accumulator already is fp32 = reduce dtype: add the last
          * micro-batch and hand the accumulator to the collective. */
-        hs_fsdp_mp_add_to_f32(fp->acc_grad, fp->unsharded_grad, fp->grad_dtype, n);
+        hs_fsdp_mp_add_to_f32(fp->acc_grad, fp->unsharded_grad, fp->grad_dtype, n, false);
         fp->rs_input = fp->acc_grad;
         fp->rs_input_bytes = fp->acc_grad_bytes;
         fp->acc_grad = NULL;
@@ -88,9 +90,15 @@ void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale)
         /* Scale in the wider dtype so that narrowing rounds once. */
         if (fp->grad_dtype == HS_DTYPE_F32) {
             hs_scale_f32(fp->unsharded_grad, prescale, fp->plan.unpacked_numel);
-            prescale = 1.0f;
+            hs_convert(fp->rs_input, fp->reduce_dtype, fp->unsharded_grad, fp->grad_dtype, n);
+        } else if (fp->reduce_dtype == HS_DTYPE_F32) {
+            /* Widened and scaled in one pass; the zero tail stays zero. */
+            hs_convert_scaled_f32(fp->rs_input, fp->unsharded_grad, fp->grad_dtype, prescale, n);
+        } else {
+            hs_convert(fp->rs_input, fp->reduce_dtype, fp->unsharded_grad, fp->grad_dtype, n);
+            hs_fsdp_mp_scale(fp->rs_input, fp->reduce_dtype, prescale, fp->plan.unpacked_numel);
         }
-        hs_convert(fp->rs_input, fp->reduce_dtype, fp->unsharded_grad, fp->grad_dtype, n);
+        return;
     }
     /* The padded tail is zero and stays zero under scaling. */
     hs_fsdp_mp_scale(fp->rs_input, fp->reduce_dtype, prescale, fp->plan.unpacked_numel);

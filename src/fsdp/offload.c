@@ -58,13 +58,16 @@ void hs_fsdp_offload_to_compute(hs_fsdp_param *fp, void *dst, int64_t n)
 void hs_fsdp_offload_apply_grad(hs_fsdp_param *fp)
 {
     int64_t n = fp->plan.actual_sharded_numel;
+    /* The first gradient since zero_grads is stored, not added to zeros. */
+    bool fresh = fp->sharded_grad_unset;
+    fp->sharded_grad_unset = false;
     if (!fp->offload) {
-        hs_fsdp_mp_add_to_f32(fp->sharded_grad, fp->reduce_slot, fp->reduce_dtype, n);
+        hs_fsdp_mp_add_to_f32(fp->sharded_grad, fp->reduce_slot, fp->reduce_dtype, n, fresh);
         return;
     }
     size_t bytes = (size_t)n * hs_dtype_size(fp->reduce_dtype);
     void *host = hs_fsdp_mem_host_alloc(fp->mem, HS_FSDP_MEM_GRAD, bytes);
     copy_counted(fp, host, fp->reduce_slot, bytes, HS_COPY_D2H);
-    hs_fsdp_mp_add_to_f32(fp->sharded_grad, host, fp->reduce_dtype, n);
+    hs_fsdp_mp_add_to_f32(fp->sharded_grad, host, fp->reduce_dtype, n, fresh);
     hs_fsdp_mem_host_free(fp->mem, HS_FSDP_MEM_GRAD, host, bytes);
 }

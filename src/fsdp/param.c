@@ -249,6 +249,23 @@ hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e)
     return st;
 }
 
+void hs_fsdp_param_zero_sharded_grad(hs_fsdp_param *fp)
+{
+    /* A frozen parameter's is never written by a reduction: zero it now. */
+    if (fp->p->frozen) {
+        memset(fp->sharded_grad, 0, bytes_of(fp->plan.actual_sharded_numel, HS_DTYPE_F32));
+        return;
+    }
+    fp->sharded_grad_unset = true;
+}
+
+void hs_fsdp_param_settle_sharded_grad(hs_fsdp_param *fp)
+{
+    if (!fp->sharded_grad_unset) return;
+    memset(fp->sharded_grad, 0, bytes_of(fp->plan.actual_sharded_numel, HS_DTYPE_F32));
+    fp->sharded_grad_unset = false;
+}
+
 void hs_fsdp_param_reduce_apply(hs_fsdp_param *fp)
 {
     /* The reduce slot is padded; only the actual rows reach the optimizer. */

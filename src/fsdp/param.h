@@ -118,6 +118,9 @@ typedef struct hs_fsdp_param {
     void *reduce_slot;    /* this param's slice of its unit's reduce buffer */
     int64_t reduce_numel;
     float *sharded_grad;  /* fp32 actual shard: what the optimizer reads */
+    /* zero_grads left sharded_grad unwritten: the next reduced gradient is
+     * stored into it, and a reader before that settles it to zeros. */
+    bool sharded_grad_unset;
 
     /* comm_fusion (fsdp/fusion.c): the unit all-gathers and reduce-scatters
      * this parameter together with its others; with zero-copy its local
@@ -152,6 +155,10 @@ void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale);
 hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e);
 /* sharded_grad += the actual rows of the reduce slot. */
 void hs_fsdp_param_reduce_apply(hs_fsdp_param *fp);
+/* zero_grads: sharded_grad reads as zeros from here on (set unset). */
+void hs_fsdp_param_zero_sharded_grad(hs_fsdp_param *fp);
+/* Zero a sharded_grad still unset, before anything reads it. */
+void hs_fsdp_param_settle_sharded_grad(hs_fsdp_param *fp);
 /* Drop the unsharded gradient without reducing it. */
 void hs_fsdp_param_grad_release(hs_fsdp_param *fp);
 

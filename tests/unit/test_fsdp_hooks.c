@@ -1,6 +1,7 @@
 /* The hook state machine (RFC 000 §3.3–§3.5, §8.2) driven by the real
  * model and by hand, the root drain, gradients through the FSDP path, and
  * two wrapped models in one process. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -251,6 +252,38 @@ static void test_gradients_through_fsdp_equal_the_single_process_model(void **s)
     world_down(&w);
 }
 
+/* After zero_grads the sharded gradients are unset, not zeroed: whatever
+ * they hold (NaN here) is never read. The next reduction stores over them,
+ * bit for bit what adding into zeros gives, and a reader before any
+ * reduction (the norm) sees zeros. */
+static void test_zeroed_sharded_grads_are_stored_over_and_read_as_zeros(void **s)
+{
+    (void)s;
+    world w;
+    world_up(&w, false);
+    hs_model *ref = world_reference(&w);
+    double l_ref, l_fsdp, norm = -1.0;
+    step_both(&w, ref, 3, 1.0f / (FX_B * FX_T), &l_ref, &l_fsdp);
+    hs_model_zero_grads(ref);
+    hs_fsdp_zero_grads(w.f);
+    for (int i = 0; i < w.ctx->n_params; i++) {
+        hs_fsdp_param *fp = &w.ctx->params[i];
+        assert_true(fp->sharded_grad_unset);
+        for (int64_t j = 0; j < fp->plan.actual_sharded_numel; j++) fp->sharded_grad[j] = NAN;
+    }
+    step_both(&w, ref, 4, 1.0f / (FX_B * FX_T), &l_ref, &l_fsdp);
+    assert_reduced_grads_match(&w, ref);
+    hs_fsdp_zero_grads(w.f);
+    for (int i = 0; i < w.ctx->n_params; i++)
+        w.ctx->params[i].sharded_grad[0] = NAN;
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_fsdp_grad_norm(w.f, &norm, &e), HS_OK);
+    assert_true(norm == 0.0);
+    hs_model_free(ref);
+    world_down(&w);
+}
+
 static void test_no_sync_micro_batches_accumulate_then_the_last_reduces_once(void **s)
 {
     (void)s;
@@ -379,6 +412,7 @@ int main(void)
         cmocka_unit_test(test_reentrant_recompute_runs_forward_pre_and_post_again_from_forward),
         cmocka_unit_test(test_post_backward_missed_by_a_unit_runs_from_the_root_then_drains),
         cmocka_unit_test(test_gradients_through_fsdp_equal_the_single_process_model),
+        cmocka_unit_test(test_zeroed_sharded_grads_are_stored_over_and_read_as_zeros),
         cmocka_unit_test(test_no_sync_micro_batches_accumulate_then_the_last_reduces_once),
         cmocka_unit_test(test_micro_batches_in_flight_reduce_once_and_drain_idempotently),
         cmocka_unit_test(test_two_wrapped_models_keep_their_queues_apart),
