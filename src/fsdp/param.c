@@ -110,13 +110,18 @@ void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp)
         /* Copy the padded storage, not the actual view: every rank must send
          * the same element count. */
         const void *in = src;
-        if (!direct) {
-            fp->ag_input_bytes = bytes_of(pl->padded_sharded_numel, fp->compute_dtype);
-            fp->ag_input = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_PARAM, fp->ag_input_bytes);
-            hs_fsdp_offload_to_compute(fp, fp->ag_input, fp->storage_numel);
-            in = fp->ag_input;
-        }
         void *out = own(fp, HS_FSDP_STORAGE_ALL_GATHER, pl->padded_unsharded_numel);
+        if (!direct) {
+            /* Cast (or bring from the host) straight into this rank's own
+             * block of the output: the all-gather runs in place, with no
+             * input copy to allocate and none for the comm thread to copy. */
+            HS_ASSERT(fp->storage_numel == pl->padded_sharded_numel);
+            void *slot = (char *)out + bytes_of((int64_t)hs_pg_rank(fp->mi.shard_pg) *
+                                                    pl->padded_sharded_numel,
+                                                fp->compute_dtype);
+            hs_fsdp_offload_to_compute(fp, slot, fp->storage_numel);
+            in = slot;
+        }
         fp->ag_work = hs_pg_all_gather_async(fp->mi.shard_pg, out, in, pl->padded_sharded_numel,
                                              fp->compute_dtype);
         fp->unsharded = out; /* rows [0, D0) are the logical tensor */
@@ -147,9 +152,6 @@ hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e)
         hs_status st = hs_fsdp_exposed_wait(fp->exposed, HS_FSDP_WAIT_ALL_GATHER, w, e);
         if (st != HS_OK) return st;
     }
-    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_PARAM, fp->ag_input, fp->ag_input_bytes);
-    fp->ag_input = NULL;
-    fp->ag_input_bytes = 0;
     fp->state = HS_FSDP_UNSHARDED;
     fp->p->data = fp->unsharded;
     return HS_OK;

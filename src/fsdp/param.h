@@ -103,8 +103,6 @@ typedef struct hs_fsdp_param {
     void *unsharded;             /* full logical view the model reads      */
     void *owned;                 /* what reshard frees (NULL for an alias) */
     size_t owned_bytes;
-    void *ag_input;              /* cast all-gather input, freed after wait */
-    size_t ag_input_bytes;
     hs_work *ag_work;
 
     /* gradients */

@@ -100,7 +100,9 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u)
     (c->offload ? u->host : u->dev)[HS_PLAN_OPTIM] += n_states(c, p) * actual * 4;
     bool direct = !c->offload && (c->main || c->cdt == HS_DTYPE_F32);
     u->P += ag ? padded_un * (int64_t)cs : direct ? 0 : numel * (int64_t)cs;
-    u->I += ag && !direct ? padded_sh * (int64_t)cs : 0;
+    /* Only comm_fusion stages a cast input; a parameter's own all-gather
+     * casts into its block of the output (fsdp/param.c). */
+    u->I += ag && !direct && c->cfg->fsdp.comm_fusion ? padded_sh * (int64_t)cs : 0;
     size_t src = c->main ? cs : 4;
     if (c->offload && src != cs) u->stage += (ag ? storage : numel) * (int64_t)src;
     if (ag) u->ag_fwd += padded_un * (int64_t)cs, u->ag_calls++;
