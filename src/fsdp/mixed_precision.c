@@ -91,14 +91,14 @@ void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale)
         if (fp->grad_dtype == HS_DTYPE_F32) {
             hs_scale_f32(fp->unsharded_grad, prescale, fp->plan.unpacked_numel);
             hs_convert(fp->rs_input, fp->reduce_dtype, fp->unsharded_grad, fp->grad_dtype, n);
+            prescale = 1.0f;
         } else if (fp->reduce_dtype == HS_DTYPE_F32) {
             /* Widened and scaled in one pass; the zero tail stays zero. */
             hs_convert_scaled_f32(fp->rs_input, fp->unsharded_grad, fp->grad_dtype, prescale, n);
+            prescale = 1.0f;
         } else {
             hs_convert(fp->rs_input, fp->reduce_dtype, fp->unsharded_grad, fp->grad_dtype, n);
-            hs_fsdp_mp_scale(fp->rs_input, fp->reduce_dtype, prescale, fp->plan.unpacked_numel);
         }
-        return;
     }
     /* The padded tail is zero and stays zero under scaling. */
     hs_fsdp_mp_scale(fp->rs_input, fp->reduce_dtype, prescale, fp->plan.unpacked_numel);

@@ -253,12 +253,9 @@ hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e)
 
 void hs_fsdp_param_zero_sharded_grad(hs_fsdp_param *fp)
 {
-    /* A frozen parameter's is never written by a reduction: zero it now. */
-    if (fp->p->frozen) {
-        memset(fp->sharded_grad, 0, bytes_of(fp->plan.actual_sharded_numel, HS_DTYPE_F32));
-        return;
-    }
     fp->sharded_grad_unset = true;
+    /* A frozen parameter's is never written by a reduction: zero it now. */
+    if (fp->p->frozen) hs_fsdp_param_settle_sharded_grad(fp);
 }
 
 void hs_fsdp_param_settle_sharded_grad(hs_fsdp_param *fp)

@@ -151,7 +151,8 @@ void hs_fsdp_param_grad_begin(hs_fsdp_param *fp);
 void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale);
 /* Wait the reduce-scatter and release the unsharded gradient. */
 hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e);
-/* sharded_grad += the actual rows of the reduce slot. */
+/* sharded_grad += the actual rows of the reduce slot (stored over it
+ * when unset). */
 void hs_fsdp_param_reduce_apply(hs_fsdp_param *fp);
 /* zero_grads: sharded_grad reads as zeros from here on (set unset). */
 void hs_fsdp_param_zero_sharded_grad(hs_fsdp_param *fp);

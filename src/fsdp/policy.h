@@ -59,7 +59,8 @@ bool hs_fsdp_local_source_is_compute(const hs_fsdp_param *fp);
 /* dst (device memory, compute_dtype) := the first n elements of the local
  * source: H2D under offload, then a cast when the dtypes differ. */
 void hs_fsdp_offload_to_compute(hs_fsdp_param *fp, void *dst, int64_t n);
-/* sharded_grad += the actual rows of the reduce slot (D2H under offload). */
+/* sharded_grad += the actual rows of the reduce slot (D2H under offload);
+ * stored over it when unset. */
 void hs_fsdp_offload_apply_grad(hs_fsdp_param *fp);
 
 #endif
