@@ -1,9 +1,11 @@
 /* comm/shm.c — set-up of the intra-node path, its barrier and its
  * cross-process reads (see shm.h). */
 #include <errno.h>
-#include <sched.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -12,13 +14,13 @@
 
 _Static_assert(sizeof(hs_shm_slot) == 128, "one slot per cache-line pair");
 
-/* A peer that is only a little behind (the usual case) is met by yielding
- * the core between checks, which costs nothing when nobody else wants the
- * core; a peer still computing may be seconds away, so after YIELD_NS of
- * yielding the waiter sleeps between checks instead, leaving the core to
- * that peer (ranks share cores on small nodes). */
-#define YIELD_NS 1000000LL
-#define SLEEP_NS 50000L
+/* A peer that is only a little behind is met by a short spin; past
+ * SPIN_NS the waiter sleeps in the kernel on the peer's futex word until
+ * the peer raises it (or WAIT_NS passes, to look again), so a rank waiting
+ * for a peer still computing takes none of the core that peer may share
+ * with it (ranks share cores on small nodes) and costs no wake-ups. */
+#define SPIN_NS 20000LL
+#define WAIT_NS 100000000L
 
 /* The user switch: HS_COMM_SHM=0 (or off/no/false) keeps every group on the ring. */
 static bool shm_wanted(void) {
@@ -71,16 +73,31 @@ static long long now_ns(void) {
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* One wait step; *since is 0 before the first. */
-static void shm_pause(long long *since) {
-    long long t = now_ns();
-    if (*since == 0) *since = t;
-    if (t - *since < YIELD_NS) {
-        sched_yield();
-        return;
+/* The segment is a shared mapping: process-shared futex operations. */
+static void futex_wait(atomic_int *word, int seen) {
+    struct timespec ts = {0, WAIT_NS};
+    syscall(SYS_futex, (int *)word, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+static void futex_wake_all(atomic_int *word) {
+    syscall(SYS_futex, (int *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Until peer q has entered barrier `epoch`. */
+static void wait_for(hs_shm_slot *q, long long epoch) {
+    long long since = 0;
+    while (atomic_load_explicit(&q->arrived, memory_order_acquire) < epoch) {
+        long long t = now_ns();
+        if (since == 0) since = t;
+        if (t - since < SPIN_NS) continue;
+        /* The word is read before the check: a raise after it makes the
+         * kernel's compare fail, so no wake is missed. */
+        int seen = atomic_load_explicit(&q->wake, memory_order_acquire);
+        if (atomic_load_explicit(&q->arrived, memory_order_acquire) >= epoch) break;
+        atomic_fetch_add_explicit(&q->sleepers, 1, memory_order_seq_cst);
+        futex_wait(&q->wake, seen);
+        atomic_fetch_sub_explicit(&q->sleepers, 1, memory_order_seq_cst);
     }
-    struct timespec ts = {0, SLEEP_NS};
-    nanosleep(&ts, NULL);
 }
 
 void hs_shm_publish(hs_shm *s, const void *addr) {
@@ -93,10 +110,10 @@ void hs_shm_barrier(hs_shm *s) {
     /* Release: a peer that sees the epoch also sees the published address,
      * and this rank's reads of the previous phase are complete. */
     atomic_store_explicit(&me->arrived, epoch, memory_order_release);
-    long long since = 0;
+    atomic_fetch_add_explicit(&me->wake, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(&me->sleepers, memory_order_seq_cst) > 0) futex_wake_all(&me->wake);
     for (int q = 0; q < s->size; q++)
-        while (atomic_load_explicit(&s->slots[q]->arrived, memory_order_acquire) < epoch)
-            shm_pause(&since);
+        if (q != s->rank) wait_for(s->slots[q], epoch);
 }
 
 /* Every rank reads a word from its right neighbour's memory: proof that
@@ -152,6 +169,8 @@ hs_shm *hs_shm_create(MPI_Comm coll, hs_pool *pool, const char *name) {
     }
     memset(mine, 0, sizeof *mine);
     atomic_init(&mine->arrived, 0);
+    atomic_init(&mine->wake, 0);
+    atomic_init(&mine->sleepers, 0);
     mine->pid = (long long)getpid();
     if (!probe_reads(s, coll)) {
         shm_release(s);
