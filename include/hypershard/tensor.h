@@ -121,6 +121,37 @@ void hs_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
 void hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
                 int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc);
+/* One GEMM's fixed part: everything of an hs_gemm_ex call but the
+ * operands' addresses. */
+typedef struct hs_gemm_shape {
+    bool trans_a, trans_b;
+    int64_t M, N, K;
+    float alpha, beta;
+    hs_dtype a_dt, b_dt, c_dt;
+    int64_t lda, ldb, ldc;
+} hs_gemm_shape;
+/* oneDNN's matmul for one shape of two 16-bit operands of one dtype
+ * (M, N, K > 0), built once: NULL when oneDNN has no such matmul here.
+ * Running it computes what hs_gemm_ex computes for that shape, to the bit,
+ * without rebuilding the matmul. A plan belongs to one thread at a time. */
+typedef struct hs_gemm_plan hs_gemm_plan;
+hs_gemm_plan *hs_gemm_plan_create(const hs_gemm_shape *s);
+void hs_gemm_plan_run(hs_gemm_plan *p, const void *A, const void *B, void *C);
+void hs_gemm_plan_free(hs_gemm_plan *p);
+/* The plans of up to HS_GEMM_CACHE_SIZE shapes, built at first use, owned
+ * by the caller (one thread at a time) and freed by it. */
+#define HS_GEMM_CACHE_SIZE 16
+typedef struct hs_gemm_cache {
+    int n;
+    hs_gemm_shape shapes[HS_GEMM_CACHE_SIZE];
+    hs_gemm_plan *plans[HS_GEMM_CACHE_SIZE]; /* NULL: no such matmul here */
+} hs_gemm_cache;
+void hs_gemm_cache_init(hs_gemm_cache *c);
+void hs_gemm_cache_free(hs_gemm_cache *c);
+/* hs_gemm_ex(s, A, B, C) through c's plan for s when it has or can build
+ * one; other shapes and dtypes (fp32, mixed) go to hs_gemm_ex. */
+void hs_gemm_cached(hs_gemm_cache *c, const hs_gemm_shape *s, const void *A, const void *B,
+                    void *C);
 /* GEMM threads of the calling thread (oneDNN's OpenMP team). */
 void hs_blas_set_threads(int n);
 int hs_blas_get_threads(void);

@@ -66,11 +66,22 @@ static head_view head_of(int b, int T, int h, int H, int HD) {
     return v;
 }
 
+/* One product of a tile, through the calling thread's plans: the tiles
+ * repeat a few shapes thousands of times a step. */
+static void att_gemm(hs_gemm_cache *gc, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                     float alpha, const void *A, hs_dtype a_dt, int64_t lda, const void *B,
+                     hs_dtype b_dt, int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc) {
+    hs_gemm_shape s = {.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K, .alpha = alpha,
+                       .a_dt = a_dt, .lda = lda, .b_dt = b_dt, .ldb = ldb, .beta = beta,
+                       .c_dt = c_dt, .ldc = ldc};
+    hs_gemm_cached(gc, &s, A, B, C);
+}
+
 /* S[rows, nk] = scale * Q[r0:r0+rows] K[0:nk]^T. */
-static void att_scores(float *S, const void *q, head_view qv, const void *k, head_view kv,
-                       hs_dtype dt, int r0, int rows, int nk, int HD, float scale) {
-    hs_gemm_ex(false, true, rows, nk, HD, scale, hs_cat(q, dt, qv.off + r0 * qv.ld), dt, qv.ld,
-               hs_cat(k, dt, kv.off), dt, kv.ld, 0.0f, S, HS_DTYPE_F32, nk);
+static void att_scores(hs_gemm_cache *gc, float *S, const void *q, head_view qv, const void *k,
+                       head_view kv, hs_dtype dt, int r0, int rows, int nk, int HD, float scale) {
+    att_gemm(gc, false, true, rows, nk, HD, scale, hs_cat(q, dt, qv.off + r0 * qv.ld), dt, qv.ld,
+             hs_cat(k, dt, kv.off), dt, kv.ld, 0.0f, S, HS_DTYPE_F32, nk);
 }
 
 /* Keys visible to query row i of a block whose first row is at global
@@ -140,9 +151,9 @@ hs_att_rows hs_att_rows_all(int T) {
  * tiles in order. With low (a 16-bit dt whose GEMM is native) each tile's
  * P is rounded once into the 16-bit tile for P V, as a 16-bit attention
  * holds it. */
-static void forward_head(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
-                         const void *v, hs_dtype dt, bool low, float *scratch, int b, int h,
-                         int NH, int KVH, int HD, const hs_att_rows *r) {
+static void forward_head(hs_gemm_cache *gc, void *out, hs_dtype odt, float *lse, const void *q,
+                         const void *k, const void *v, hs_dtype dt, bool low, float *scratch,
+                         int b, int h, int NH, int KVH, int HD, const hs_att_rows *r) {
     float scale = 1.0f / sqrtf((float)HD);
     int group = NH / KVH, tb = att_rows(r->nq), kb = att_keys(r->nk);
     att_scratch a = scratch_at(scratch, tb, kb, HD);
@@ -157,12 +168,12 @@ static void forward_head(void *out, hs_dtype odt, float *lse, const void *q, con
         for (int j0 = 0; j0 < nk; j0 += kb) {
             int kn = nk - j0 < kb ? nk - j0 : kb;
             head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
-            att_scores(a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
+            att_scores(gc, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
             att_online_softmax(a.P, &a, gq, r->gk + j0, rows, kn, HD);
             if (low) hs_convert(a.s16, dt, a.P, HS_DTYPE_F32, (int64_t)rows * kn);
-            hs_gemm_ex(false, false, rows, HD, kn, 1.0f, low ? a.s16 : (const void *)a.P,
-                       low ? dt : HS_DTYPE_F32, kn, hs_cat(v, dt, kj.off), dt, kv.ld,
-                       j0 == 0 ? 0.0f : 1.0f, a.acc, HS_DTYPE_F32, HD);
+            att_gemm(gc, false, false, rows, HD, kn, 1.0f, low ? a.s16 : (const void *)a.P,
+                     low ? dt : HS_DTYPE_F32, kn, hs_cat(v, dt, kj.off), dt, kv.ld,
+                     j0 == 0 ? 0.0f : 1.0f, a.acc, HS_DTYPE_F32, HD);
         }
         att_finish(hs_at(out, odt, qv.off + qr * qv.ld), odt, qv.ld, hl + r0, &a, rows, HD);
     }
@@ -172,14 +183,17 @@ void hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *
                                const void *v, hs_dtype dt, float *scratch, int B, int NH, int KVH,
                                int HD, const hs_att_rows *r) {
     bool low = dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32);
+    hs_gemm_cache gc;
+    hs_gemm_cache_init(&gc);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            forward_head(out, odt, lse, q, k, v, dt, low, scratch, b, h, NH, KVH, HD, r);
+            forward_head(&gc, out, odt, lse, q, k, v, dt, low, scratch, b, h, NH, KVH, HD, r);
+    hs_gemm_cache_free(&gc);
 }
 
 /* With threads > 1 the (sequence, head) pairs go over the threads, each
- * with its own scratch and its GEMMs on one thread: every head is computed
- * exactly as on one thread. */
+ * with its own scratch, its own plans and its GEMMs on one thread: every
+ * head is computed exactly as on one thread. */
 void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
                           const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
                           const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch, int threads,
@@ -187,10 +201,17 @@ void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
     hs_att_rows r = hs_att_rows_all(T);
     int64_t per = scratch_per_thread(T, HD);
     bool low = dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32);
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int t = 0; t < B * NH; t++)
-        forward_head(out, dt, lse, q, k, v, dt, low, scratch + per * omp_get_thread_num(),
-                     t / NH, t % NH, NH, KVH, HD, &r);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        hs_gemm_cache gc;
+        hs_gemm_cache_init(&gc);
+        float *mine = scratch + per * omp_get_thread_num();
+#pragma omp for schedule(static)
+        for (int t = 0; t < B * NH; t++)
+            forward_head(&gc, out, dt, lse, q, k, v, dt, low, mine, t / NH, t % NH, NH, KVH, HD,
+                         &r);
+        hs_gemm_cache_free(&gc);
+    }
 }
 
 void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*HD */,
@@ -243,30 +264,31 @@ typedef struct att_bwd_block {
     int64_t qld, kld; /* row strides: dO, dO16, qb, dq; kb, vb, dk, dv */
 } att_bwd_block;
 
-static void att_backward_block(const att_bwd_block *b, const att_scratch *a, const float *delta,
-                               hs_dtype dt, int rows, int nk, int HD, float scale) {
+static void att_backward_block(hs_gemm_cache *gc, const att_bwd_block *b, const att_scratch *a,
+                               const float *delta, hs_dtype dt, int rows, int nk, int HD,
+                               float scale) {
     bool low = b->dO16 != NULL;
     const void *dO = low ? b->dO16 : (const void *)b->dO;
     hs_dtype odt = low ? dt : HS_DTYPE_F32;
     /* dP = dO V^T;  dV += P^T dO */
-    hs_gemm_ex(false, true, rows, nk, HD, 1.0f, dO, odt, b->qld, b->vb, dt, b->kld, 0.0f, a->dP,
-               HS_DTYPE_F32, nk);
+    att_gemm(gc, false, true, rows, nk, HD, 1.0f, dO, odt, b->qld, b->vb, dt, b->kld, 0.0f, a->dP,
+             HS_DTYPE_F32, nk);
     if (low) hs_convert(a->s16, dt, a->P, HS_DTYPE_F32, (int64_t)rows * nk);
-    hs_gemm_ex(true, false, nk, HD, rows, 1.0f, low ? a->s16 : (const void *)a->P, odt, nk, dO,
-               odt, b->qld, 1.0f, b->dv, HS_DTYPE_F32, b->kld);
+    att_gemm(gc, true, false, nk, HD, rows, 1.0f, low ? a->s16 : (const void *)a->P, odt, nk, dO,
+             odt, b->qld, 1.0f, b->dv, HS_DTYPE_F32, b->kld);
     att_softmax_backward(a->dP, a->P, delta, rows, nk);
     if (low) hs_convert(a->s16, dt, a->dP, HS_DTYPE_F32, (int64_t)rows * nk);
     const void *dS = low ? a->s16 : (const void *)a->dP;
     /* dQ += scale dS K;  dK += scale dS^T Q */
-    hs_gemm_ex(false, false, rows, HD, nk, scale, dS, odt, nk, b->kb, dt, b->kld, 1.0f, b->dq,
-               HS_DTYPE_F32, b->qld);
-    hs_gemm_ex(true, false, nk, HD, rows, scale, dS, odt, nk, b->qb, dt, b->qld, 1.0f, b->dk,
-               HS_DTYPE_F32, b->kld);
+    att_gemm(gc, false, false, rows, HD, nk, scale, dS, odt, nk, b->kb, dt, b->kld, 1.0f, b->dq,
+             HS_DTYPE_F32, b->qld);
+    att_gemm(gc, true, false, nk, HD, rows, scale, dS, odt, nk, b->qb, dt, b->qld, 1.0f, b->dk,
+             HS_DTYPE_F32, b->kld);
 }
 
 /* One query head of one sequence, every query block over its key tiles;
  * dk/dv are its key head's, shared with the other heads of its group. */
-static void backward_head(float *dq, float *dk, float *dv, const float *dout,
+static void backward_head(hs_gemm_cache *gc, float *dq, float *dk, float *dv, const float *dout,
                           const void *dout16, const void *q, const void *k, const void *v,
                           const float *lse, const float *delta, hs_dtype dt, float *scratch,
                           int b, int h, int NH, int KVH, int HD, const hs_att_rows *r) {
@@ -285,14 +307,14 @@ static void backward_head(float *dq, float *dk, float *dv, const float *dout,
         for (int j0 = 0; j0 < nk; j0 += kb) {
             int kn = nk - j0 < kb ? nk - j0 : kb;
             head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
-            att_scores(a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
+            att_scores(gc, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
             att_probs(a.P, hl + r0, gq, r->gk + j0, rows, kn);
             att_bwd_block blk = {
                 .dO = dout + at, .dO16 = dout16 ? hs_cat(dout16, dt, at) : NULL,
                 .kb = hs_cat(k, dt, kj.off), .vb = hs_cat(v, dt, kj.off),
                 .qb = hs_cat(q, dt, at), .dq = dq + at, .dk = dk + kj.off, .dv = dv + kj.off,
                 .qld = qv.ld, .kld = kv.ld};
-            att_backward_block(&blk, &a, hd + r0, dt, rows, kn, HD, scale);
+            att_backward_block(gc, &blk, &a, hd + r0, dt, rows, kn, HD, scale);
         }
     }
 }
@@ -301,10 +323,13 @@ void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *do
                                 const void *dout16, const void *q, const void *k, const void *v,
                                 const float *lse, const float *delta, hs_dtype dt, float *scratch,
                                 int B, int NH, int KVH, int HD, const hs_att_rows *r) {
+    hs_gemm_cache gc;
+    hs_gemm_cache_init(&gc);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            backward_head(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, b, h, NH,
-                          KVH, HD, r);
+            backward_head(&gc, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, b, h,
+                          NH, KVH, HD, r);
+    hs_gemm_cache_free(&gc);
 }
 
 /* With threads > 1 the (sequence, key head) pairs go over the threads:
@@ -318,9 +343,16 @@ void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */
     hs_att_rows r = hs_att_rows_all(T);
     int64_t per = scratch_per_thread(T, HD);
     int group = NH / KVH;
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int t = 0; t < B * KVH; t++)
-        for (int h = (t % KVH) * group; h < (t % KVH + 1) * group; h++)
-            backward_head(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt,
-                          scratch + per * omp_get_thread_num(), t / KVH, h, NH, KVH, HD, &r);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        hs_gemm_cache gc;
+        hs_gemm_cache_init(&gc);
+        float *mine = scratch + per * omp_get_thread_num();
+#pragma omp for schedule(static)
+        for (int t = 0; t < B * KVH; t++)
+            for (int h = (t % KVH) * group; h < (t % KVH + 1) * group; h++)
+                backward_head(&gc, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, mine,
+                              t / KVH, h, NH, KVH, HD, &r);
+        hs_gemm_cache_free(&gc);
+    }
 }

@@ -9,9 +9,9 @@
  * weight or activation) round the fp32 one to 16 bits first, as PyTorch's
  * bf16 autograd holds it, and run the same matmul. Where oneDNN has no
  * such matmul on this CPU, each 16-bit operand is widened to fp32 once per
- * call, one sgemm runs, and C is rounded once on the way out. oneDNN's
- * engine and stream are created per call (0.15 us); its primitive cache
- * makes a repeated shape cheap. */
+ * call, one sgemm runs, and C is rounded once on the way out. Each call
+ * builds its matmul (about 5 us); a caller that repeats a few shapes many
+ * times keeps them built in a plan cache (gemm_plan.c). */
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdlib.h>
@@ -38,78 +38,20 @@ void hs_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
                  (long long)K, (long long)lda, (long long)ldb, (long long)ldc, (int)st);
 }
 
-static dnnl_data_type_t dnnl_dt(hs_dtype dt)
-{
-    switch (dt) {
-    case HS_DTYPE_BF16: return dnnl_bf16;
-    case HS_DTYPE_F16: return dnnl_f16;
-    default: return dnnl_f32;
-    }
-}
-
-/* A row-major rows x cols operand with row stride ld, read transposed or
- * not, as the dims {d0, d1} the matmul sees. */
-static dnnl_status_t operand_desc(dnnl_memory_desc_t *md, int64_t d0, int64_t d1, bool trans,
-                                  int64_t ld, hs_dtype dt)
-{
-    dnnl_dims_t dims = {d0, d1};
-    dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
-    return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_dt(dt), strides);
-}
-
-/* C = alpha op(A) op(B) + beta C by oneDNN's matmul; false (nothing
- * written) when oneDNN has no such matmul here. */
+/* C = alpha op(A) op(B) + beta C by oneDNN's matmul, built for this one
+ * call; false (nothing written) when oneDNN has no such matmul here. */
 static bool matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                    const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
                    int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc)
 {
-    dnnl_memory_desc_t a, b, c;
-    if (operand_desc(&a, M, K, trans_a, lda, a_dt) != dnnl_success ||
-        operand_desc(&b, K, N, trans_b, ldb, b_dt) != dnnl_success ||
-        operand_desc(&c, M, N, false, ldc, c_dt) != dnnl_success)
-        return false;
-    dnnl_engine_t eng = NULL;
-    dnnl_stream_t stream = NULL;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t post = NULL;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_t prim = NULL;
-    dnnl_memory_t ma = NULL, mb = NULL, mc = NULL;
-    dnnl_matmul_desc_t md;
-    bool ok = dnnl_engine_create(&eng, dnnl_cpu, 0) == dnnl_success &&
-              dnnl_stream_create(&stream, eng, dnnl_stream_default_flags) == dnnl_success &&
-              dnnl_primitive_attr_create(&attr) == dnnl_success &&
-              dnnl_matmul_desc_init(&md, &a, &b, NULL, &c) == dnnl_success;
-    if (ok && alpha != 1.0f)
-        ok = dnnl_primitive_attr_set_output_scales(attr, 1, 0, &alpha) == dnnl_success;
-    if (ok && beta != 0.0f)
-        ok = dnnl_post_ops_create(&post) == dnnl_success &&
-             dnnl_post_ops_append_sum(post, beta) == dnnl_success &&
-             dnnl_primitive_attr_set_post_ops(attr, post) == dnnl_success;
-    ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, eng, NULL) == dnnl_success &&
-         dnnl_primitive_create(&prim, pd) == dnnl_success &&
-         dnnl_memory_create(&ma, &a, eng, (void *)A) == dnnl_success &&
-         dnnl_memory_create(&mb, &b, eng, (void *)B) == dnnl_success &&
-         dnnl_memory_create(&mc, &c, eng, C) == dnnl_success;
-    if (ok) {
-        dnnl_exec_arg_t args[3] = {
-            {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
-        /* Past creation a failure is a broken call, not a missing kernel. */
-        if (dnnl_primitive_execute(prim, stream, 3, args) != dnnl_success ||
-            dnnl_stream_wait(stream) != dnnl_success)
-            hs_panic("oneDNN matmul %lldx%lldx%lld failed to execute", (long long)M,
-                     (long long)N, (long long)K);
-    }
-    dnnl_memory_destroy(ma);
-    dnnl_memory_destroy(mb);
-    dnnl_memory_destroy(mc);
-    dnnl_primitive_destroy(prim);
-    dnnl_primitive_desc_destroy(pd);
-    dnnl_post_ops_destroy(post);
-    dnnl_primitive_attr_destroy(attr);
-    dnnl_stream_destroy(stream);
-    dnnl_engine_destroy(eng);
-    return ok;
+    hs_gemm_shape s = {.trans_a = trans_a, .trans_b = trans_b, .M = M, .N = N, .K = K,
+                       .alpha = alpha, .a_dt = a_dt, .lda = lda, .b_dt = b_dt, .ldb = ldb,
+                       .beta = beta, .c_dt = c_dt, .ldc = ldc};
+    hs_gemm_plan *p = hs_gemm_plan_create(&s);
+    if (!p) return false;
+    hs_gemm_plan_run(p, A, B, C);
+    hs_gemm_plan_free(p);
+    return true;
 }
 
 /* A rows x cols matrix with row stride ld, converted into a packed copy. */

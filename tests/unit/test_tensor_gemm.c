@@ -182,6 +182,72 @@ static void test_gemm_ex_strided_f16_c_leaves_padding_untouched(void **state)
         }
 }
 
+/* A cached product has hs_gemm_ex's bits for every shape, whether its
+ * plan is built, reused, refused (fp32 operands go to hs_gemm_ex) or
+ * beyond the cache's capacity; a repeated shape builds nothing more. */
+static void test_gemm_cache_matches_gemm_ex_bit_for_bit(void **state)
+{
+    (void)state;
+    enum { M = 24, N = 40, K = 33, LDC = N + 3, CASES = 20 };
+    float A[M * K], B[K * N], C0[M * LDC];
+    fill_random(A, M * K, 11), fill_random(B, K * N, 12), fill_random(C0, M * LDC, 13);
+    uint16_t a16[M * K], b16[K * N];
+    hs_convert(a16, HS_DTYPE_BF16, A, HS_DTYPE_F32, M * K);
+    hs_convert(b16, HS_DTYPE_BF16, B, HS_DTYPE_F32, K * N);
+    hs_gemm_cache gc;
+    hs_gemm_cache_init(&gc);
+    /* 20 distinct shapes (M = 24 .. 5), two of them fp32: 18 plans for 16
+     * slots, so the last two run uncached. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < CASES; i++) {
+            bool ta = i & 1, tb = i & 2, f32 = i % 7 == 6;
+            hs_dtype dt = f32 ? HS_DTYPE_F32 : HS_DTYPE_BF16;
+            hs_dtype c_dt = i % 5 == 4 ? HS_DTYPE_BF16 : HS_DTYPE_F32;
+            int m = M - i;
+            hs_gemm_shape s = {.trans_a = ta, .trans_b = tb, .M = m, .N = N, .K = K,
+                               .alpha = i % 3 ? 0.75f : 1.0f, .beta = i % 4 ? 0.5f : 0.0f,
+                               .a_dt = dt, .b_dt = dt, .c_dt = c_dt,
+                               .lda = ta ? m : K, .ldb = tb ? K : N, .ldc = LDC};
+            const void *a = f32 ? (const void *)A : a16, *b = f32 ? (const void *)B : b16;
+            float want[M * LDC], got[M * LDC];
+            hs_convert(want, c_dt, C0, HS_DTYPE_F32, M * LDC); /* packed at the front */
+            hs_convert(got, c_dt, C0, HS_DTYPE_F32, M * LDC);
+            hs_gemm_ex(ta, tb, m, N, K, s.alpha, a, dt, s.lda, b, dt, s.ldb, s.beta, want, c_dt,
+                       LDC);
+            int before = gc.n;
+            hs_gemm_cached(&gc, &s, a, b, got);
+            if (memcmp(want, got, (size_t)(M * LDC) * hs_dtype_size(c_dt)))
+                fail_msg("case %d pass %d: bits differ from hs_gemm_ex", i, pass);
+            if (pass == 1) assert_int_equal(gc.n, before);
+        }
+    assert_int_equal(gc.n, HS_GEMM_CACHE_SIZE);
+    for (int i = 0; i < gc.n; i++) {
+        assert_int_equal(gc.shapes[i].a_dt, HS_DTYPE_BF16); /* fp32 never takes a slot */
+        if (!strncmp(hs_gemm_isa(), "avx512", 6)) assert_non_null(gc.plans[i]);
+    }
+    hs_gemm_cache_free(&gc);
+    assert_int_equal(gc.n, 0);
+    /* Shapes that differ only in a scale, a stride or a transpose are
+     * different plans: each must give its own hs_gemm_ex result. */
+    hs_gemm_cache_init(&gc);
+    hs_gemm_shape base = {.M = 8, .N = 8, .K = 8, .alpha = 1.0f, .beta = 0.0f,
+                          .a_dt = HS_DTYPE_BF16, .b_dt = HS_DTYPE_BF16, .c_dt = HS_DTYPE_F32,
+                          .lda = 8, .ldb = 8, .ldc = 8};
+    hs_gemm_shape v[6] = {base, base, base, base, base, base};
+    v[1].alpha = 0.5f, v[2].beta = 1.0f, v[3].trans_a = true, v[4].ldb = 9, v[5].trans_b = true;
+    for (int rep = 0; rep < 2; rep++)
+        for (int i = 0; i < 6; i++) {
+            float want[64], got[64];
+            for (int j = 0; j < 64; j++) want[j] = got[j] = (float)j;
+            hs_gemm_ex(v[i].trans_a, v[i].trans_b, 8, 8, 8, v[i].alpha, a16, HS_DTYPE_BF16,
+                       v[i].lda, b16, HS_DTYPE_BF16, v[i].ldb, v[i].beta, want, HS_DTYPE_F32, 8);
+            hs_gemm_cached(&gc, &v[i], a16, b16, got);
+            if (memcmp(want, got, sizeof want)) fail_msg("variant %d rep %d differs", i, rep);
+        }
+    assert_int_equal(gc.n, 6);
+    hs_gemm_cache_free(&gc);
+}
+
 static void test_blas_threads_set_then_get(void **state)
 {
     (void)state;
@@ -200,6 +266,7 @@ int main(void)
         cmocka_unit_test(test_gemm_ex_16bit_operands_equal_fp32_gemm_of_rounded_inputs),
         cmocka_unit_test(test_gemm_ex_beta_zero_ignores_nan_in_bf16_c),
         cmocka_unit_test(test_gemm_ex_strided_f16_c_leaves_padding_untouched),
+        cmocka_unit_test(test_gemm_cache_matches_gemm_ex_bit_for_bit),
         cmocka_unit_test(test_blas_threads_set_then_get),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
