@@ -19,7 +19,7 @@ _Static_assert(sizeof(hs_shm_slot) == 128, "one slot per cache-line pair");
  * the peer raises it (or WAIT_NS passes, to look again), so a rank waiting
  * for a peer still computing takes none of the core that peer may share
  * with it (ranks share cores on small nodes) and costs no wake-ups. */
-#define SPIN_NS 20000LL
+#define SPIN_NS 5000LL
 #define WAIT_NS 100000000L
 
 /* The user switch: HS_COMM_SHM=0 (or off/no/false) keeps every group on the ring. */
@@ -86,7 +86,8 @@ static void futex_wake_all(atomic_int *word) {
 /* Until peer q has entered barrier `epoch`. */
 static void wait_for(hs_shm_slot *q, long long epoch) {
     long long since = 0;
-    while (atomic_load_explicit(&q->arrived, memory_order_acquire) < epoch) {
+    for (unsigned spins = 0; atomic_load_explicit(&q->arrived, memory_order_acquire) < epoch;) {
+        if (++spins % 64) continue; /* the clock every 64 looks */
         long long t = now_ns();
         if (since == 0) since = t;
         if (t - since < SPIN_NS) continue;
