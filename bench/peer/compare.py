@@ -7,7 +7,11 @@ same model, batch, optimizer (AdamW, betas 0.9/0.95, eps 1e-8, weight decay
 prints per case the median step time of each (median over rounds of the
 median after warm-up), tokens/s, the largest peak RSS of any rank and the
 speed ratio (PyTorch step / hypershard step: > 1 means hypershard is
-faster).
+faster). Next to them, the model FLOP utilisation: hypershard's MFU as its
+trainer reports it (model FLOPs over the GEMM peak of the compute dtype,
+measured by every rank at start-up, docs/training.md), PyTorch's on the same
+FLOPs and the same peak (hypershard's MFU x hypershard step / PyTorch step),
+and the MFU a 2x speed ratio would take (twice PyTorch's).
 
 It installs nothing. Give it a Python with torch and transformers:
     python3 -m venv /tmp/peer && /tmp/peer/bin/pip install torch transformers
@@ -53,12 +57,14 @@ def peer(a, shape, dtype, world, env):
     return r["median_step_s"], r["max_rss_kib"]
 
 
-def ours(a, shape, dtype, world, env, out_dir):
+def train_args(shape, dtype, world, steps, out_dir):
+    """`hypershard train` overrides for one case: the peer's model, batch
+    (SHAPES' sequences per rank), optimizer and schedule."""
     d, L, h, kv, f, v, t, b = SHAPES[shape]
     args = [f"model.dim={d}", f"model.n_layers={L}", f"model.n_heads={h}",
             f"model.n_kv_heads={kv}", f"model.ffn_dim={f}", f"model.vocab_size={v}",
             f"train.seq_len={t}", f"train.micro_batch_size={b}",
-            f"train.global_batch_size={b * world}", f"train.steps={a.warmup + a.steps}",
+            f"train.global_batch_size={b * world}", f"train.steps={steps}",
             "train.eval_every=0", "optimizer._target_=adamw", "optimizer.lr=3e-4",
             "optimizer.betas=[0.9,0.95]", "optimizer.eps=1e-8", "optimizer.weight_decay=0.1",
             "optimizer.clip_grad_norm=1.0", "optimizer.schedule.warmup_steps=0",
@@ -67,6 +73,11 @@ def ours(a, shape, dtype, world, env, out_dir):
     if dtype == "bf16":
         args += ["fsdp_config.mix_precision.param_dtype=bfloat16",
                  "fsdp_config.mix_precision.reduce_dtype=float32"]
+    return args
+
+
+def ours(a, shape, dtype, world, env, out_dir):
+    args = train_args(shape, dtype, world, a.warmup + a.steps, out_dir)
     launch = [] if world == 1 else [a.mpiexec, "-n", str(world)]
     # each rank's peak RSS (KiB) into its own file: rss.<rank>
     timed = ['/usr/bin/time -f %M -o "$0/rss.${OMPI_COMM_WORLD_RANK:-0}" "$@"', out_dir]
@@ -75,8 +86,9 @@ def ours(a, shape, dtype, world, env, out_dir):
     rss = max(int(open(os.path.join(out_dir, f"rss.{r}")).read().split()[-1])
               for r in range(world))
     steps = [json.loads(l) for l in open(os.path.join(out_dir, "metrics.jsonl"))]
-    times = [s["step_time_s"] for s in steps if s["step"] > a.warmup]
-    return statistics.median(times), rss
+    timed_steps = [s for s in steps if s["step"] > a.warmup]
+    return (statistics.median(s["step_time_s"] for s in timed_steps), rss,
+            statistics.median(s["mfu"] for s in timed_steps))
 
 
 def main():
@@ -108,18 +120,22 @@ def main():
                     tokens = b * t * world
                     ps = statistics.median(x[0] for x in pt)
                     hss = statistics.median(x[0] for x in hs)
+                    mfu = statistics.median(x[2] for x in hs)
                     rows.append((shape, dtype, world, ps, hss, tokens / ps, tokens / hss,
-                                 max(x[1] for x in pt) / 1024, max(x[1] for x in hs) / 1024))
+                                 max(x[1] for x in pt) / 1024, max(x[1] for x in hs) / 1024,
+                                 mfu, mfu * hss / ps))
                     print(f"{shape} {dtype} W={world}: PyTorch {ps:.3f} s, hypershard {hss:.3f} s",
                           file=sys.stderr)
     print(f"threads per rank {a.threads}; medians over {a.rounds} alternating rounds of the "
           f"median of {a.steps} steps after {a.warmup} warm-up steps")
     print("| shape | dtype | W | PyTorch step s | hypershard step s | speed ratio | PyTorch tok/s "
-          "| hypershard tok/s | PyTorch peak RSS MiB | hypershard peak RSS MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for s, dt, w, ps, hss, pt_tok, hs_tok, prss, hrss in rows:
+          "| hypershard tok/s | PyTorch peak RSS MiB | hypershard peak RSS MiB "
+          "| hypershard MFU | PyTorch MFU | MFU for 2x |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for s, dt, w, ps, hss, pt_tok, hs_tok, prss, hrss, mfu, pt_mfu in rows:
         print(f"| {s} | {dt} | {w} | {ps:.3f} | {hss:.3f} | {ps / hss:.2f}x | {pt_tok:.0f} | "
-              f"{hs_tok:.0f} | {prss:.0f} | {hrss:.0f} |")
+              f"{hs_tok:.0f} | {prss:.0f} | {hrss:.0f} | {100 * mfu:.1f}% | "
+              f"{100 * pt_mfu:.1f}% | {200 * pt_mfu:.1f}% |")
 
 
 if __name__ == "__main__":
