@@ -90,7 +90,6 @@ static inline double hs_row_sum(const float *x, int n) {
     return s;
 }
 
-
 static inline float hs_ld(const void *p, hs_dtype dt, int64_t i) {
     switch (dt) {
     case HS_DTYPE_BF16:
