@@ -100,6 +100,33 @@ hs_status hs_read_file(const char *path, char **out, size_t *len, hs_error *e);
 /* mkdir -p. */
 hs_status hs_mkdirs(const char *path, hs_error *e);
 
+/* ------------------------------------------------------ checked arithmetic */
+
+/* Every byte count, element count, offset and schedule length derived from a
+ * config, a file or the network is computed through these, so a value that
+ * does not fit int64 becomes an error naming its inputs instead of a wrapped
+ * number. The plain forms return false on overflow and leave *out unset. */
+static inline bool hs_mul_i64(int64_t a, int64_t b, int64_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool hs_add_i64(int64_t a, int64_t b, int64_t *out) {
+    return !__builtin_add_overflow(a, b, out);
+}
+/* The product of n factors; false when any partial product overflows. */
+bool hs_prod_i64(const int64_t *factors, int n, int64_t *out);
+
+/* A sticky form for long formulas (memory plans, schedule sizes): each call
+ * returns the exact result while everything fits and INT64_MAX once anything
+ * has overflowed, and sets `overflow`; the caller checks the flag once at the
+ * end and reports the inputs. */
+typedef struct hs_checked {
+    bool overflow;
+} hs_checked;
+int64_t hs_ck_mul(hs_checked *c, int64_t a, int64_t b);
+int64_t hs_ck_add(hs_checked *c, int64_t a, int64_t b);
+/* a * b * c ... for n factors. */
+int64_t hs_ck_prod(hs_checked *c, const int64_t *factors, int n);
+
 /* ----------------------------------------------------------------- logging */
 
 typedef enum hs_log_level {

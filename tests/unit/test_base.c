@@ -168,9 +168,33 @@ static void test_mkdirs_creates_nested_directories(void **state) {
     assert_int_equal(system(cmd), 0);
 }
 
+static void test_checked_arithmetic_reports_int64_overflow_and_sticks(void **state) {
+    (void)state;
+    int64_t r = 0;
+    assert_true(hs_mul_i64(INT64_C(1) << 31, INT64_C(1) << 31, &r));
+    assert_int_equal(r, INT64_C(1) << 62);
+    assert_false(hs_mul_i64(INT64_C(1) << 32, INT64_C(1) << 32, &r));
+    assert_false(hs_add_i64(INT64_MAX, 1, &r));
+    assert_true(hs_add_i64(INT64_MAX - 1, 1, &r));
+    assert_int_equal(r, INT64_MAX);
+    const int64_t ok[3] = {1024, 1024, 1024}, big[3] = {INT64_C(1) << 40, 1 << 20, 1 << 10};
+    assert_true(hs_prod_i64(ok, 3, &r));
+    assert_int_equal(r, INT64_C(1) << 30);
+    assert_false(hs_prod_i64(big, 3, &r));
+    hs_checked c = {0};
+    assert_int_equal(hs_ck_add(&c, hs_ck_mul(&c, 3, 4), 5), 17);
+    assert_false(c.overflow);
+    assert_int_equal(hs_ck_prod(&c, big, 3), INT64_MAX);
+    assert_true(c.overflow);
+    /* once overflowed, later small steps do not look exact again */
+    assert_int_equal(hs_ck_add(&c, 1, 1), INT64_MAX);
+    assert_true(c.overflow);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exit_codes_are_2_for_config_and_usage_1_otherwise),
+        cmocka_unit_test(test_checked_arithmetic_reports_int64_overflow_and_sticks),
         cmocka_unit_test(test_error_append_keeps_first_code_and_every_line),
         cmocka_unit_test(test_error_overflow_is_cut_not_overrun),
         cmocka_unit_test(test_fopen_error_names_path_and_hint),
