@@ -99,6 +99,31 @@ FILE *hs_fopen(const char *path, const char *mode, const char *hint, hs_error *e
 hs_status hs_read_file(const char *path, char **out, size_t *len, hs_error *e);
 /* mkdir -p. */
 hs_status hs_mkdirs(const char *path, hs_error *e);
+/* fclose of a file written to: an error "cannot write PATH: REASON; HINT"
+ * when any write to f failed (ferror) or the close's own flush did. */
+hs_status hs_fclose_written(FILE *f, const char *path, const char *hint, hs_error *e);
+
+/* A directory a command is about to write into. `what` names where the
+ * path came from: a flag ("--safetensors") or a config key
+ * ("train.out_dir"). `files` are the names the command creates in it
+ * (NULL-terminated; may be NULL). `bytes` is about what it writes there
+ * (0: not estimated) and `bytes_what` says what that is, for the message
+ * ("the final model.safetensors takes about 3.1 MiB"). */
+typedef struct hs_out_dir {
+    const char *what;
+    const char *path;
+    const char *const *files;
+    int64_t bytes;
+    const char *bytes_what;
+} hs_out_dir;
+
+/* Before any work, creating nothing: every path is non-empty; it, or its
+ * nearest existing ancestor, is a directory this process can create files
+ * in (a probe file is made and removed); none of its files is an existing
+ * directory; and the dirs on one file system fit in its free space
+ * together. Else an error naming the flag or key, the path and a fix:
+ * HS_ERR_USAGE for a flag, HS_ERR_CONFIG for a key (both exit 2). */
+hs_status hs_out_dirs_check(const hs_out_dir *dirs, int n, hs_error *e);
 
 /* ------------------------------------------------------ checked arithmetic */
 

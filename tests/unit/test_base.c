@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "hypershard/base.h"
 
@@ -191,6 +193,140 @@ static void test_checked_arithmetic_reports_int64_overflow_and_sticks(void **sta
     assert_true(c.overflow);
 }
 
+/* A fresh scratch directory, removed by scratch_rm. */
+static void scratch(char *dir, size_t cap) {
+    snprintf(dir, cap, "/tmp/hs_test_out_XXXXXX");
+    assert_non_null(mkdtemp(dir));
+}
+
+static void scratch_rm(const char *dir) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static bool dir_is_empty(const char *dir) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "[ -z \"$(ls -A %s)\" ]", dir);
+    return system(cmd) == 0;
+}
+
+static void test_out_dir_empty_path_is_refused_naming_the_flag_or_key(void **state) {
+    (void)state;
+    hs_error e;
+    hs_out_dir flag = {.what = "--safetensors", .path = ""};
+    assert_int_equal(hs_out_dirs_check(&flag, 1, &e), HS_ERR_USAGE);
+    assert_non_null(strstr(e.msg, "--safetensors: empty path; give the directory"));
+    hs_out_dir key = {.what = "train.out_dir", .path = NULL};
+    assert_int_equal(hs_out_dirs_check(&key, 1, &e), HS_ERR_CONFIG);
+    assert_non_null(strstr(e.msg, "train.out_dir: empty path"));
+    assert_int_equal(hs_status_exit_code(e.code), 2);
+}
+
+static void test_out_dir_under_or_at_a_file_is_refused_naming_the_file(void **state) {
+    (void)state;
+    char dir[64], file[128], under[160];
+    scratch(dir, sizeof dir);
+    snprintf(file, sizeof file, "%s/a_file", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(under, sizeof under, "%s/sub/deeper", file);
+    hs_error e;
+    const char *paths[] = {file, under};
+    for (int i = 0; i < 2; i++) {
+        hs_out_dir d = {.what = "train.out_dir", .path = paths[i]};
+        assert_int_equal(hs_out_dirs_check(&d, 1, &e), HS_ERR_CONFIG);
+        char want[300];
+        snprintf(want, sizeof want, "train.out_dir = %s: %s is not a directory", paths[i], file);
+        assert_non_null(strstr(e.msg, want));
+    }
+    scratch_rm(dir);
+}
+
+static void test_out_dir_whose_file_name_is_a_directory_is_refused(void **state) {
+    (void)state;
+    char dir[64], sub[128];
+    scratch(dir, sizeof dir);
+    snprintf(sub, sizeof sub, "%s/model.safetensors", dir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    const char *files[] = {"config.json", "model.safetensors", NULL};
+    hs_out_dir d = {.what = "--out", .path = dir, .files = files};
+    hs_error e;
+    assert_int_equal(hs_out_dirs_check(&d, 1, &e), HS_ERR_USAGE);
+    assert_non_null(strstr(e.msg, sub));
+    assert_non_null(strstr(e.msg, "is a directory, where this writes the file model.safetensors"));
+    scratch_rm(dir);
+}
+
+static void test_out_dir_unwritable_parent_is_refused_with_the_reason(void **state) {
+    (void)state;
+    /* /proc takes no new files, even from root */
+    hs_out_dir d = {.what = "--dump", .path = "/proc/hs_no_such_dir/x"};
+    hs_error e;
+    assert_int_equal(hs_out_dirs_check(&d, 1, &e), HS_ERR_USAGE);
+    assert_non_null(strstr(e.msg, "--dump /proc/hs_no_such_dir/x: cannot create files in /proc ("));
+    assert_non_null(strstr(e.msg, "choose another --dump"));
+}
+
+static void test_out_dir_missing_is_accepted_and_nothing_is_created(void **state) {
+    (void)state;
+    char dir[64], path[128];
+    scratch(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/a/b/c", dir);
+    const char *files[] = {"metrics.jsonl", NULL};
+    hs_out_dir d[2] = {{.what = "train.out_dir", .path = path, .files = files, .bytes = 1024},
+                       {.what = "checkpoint.dir", .path = dir}};
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_out_dirs_check(d, 2, &e), HS_OK);
+    assert_true(dir_is_empty(dir)); /* no probe file, no directory */
+    scratch_rm(dir);
+}
+
+static void test_out_dirs_on_one_file_system_must_fit_its_free_space_together(void **state) {
+    (void)state;
+    char dir[64], a[128], b[128];
+    scratch(dir, sizeof dir);
+    struct statvfs fs;
+    assert_int_equal(statvfs(dir, &fs), 0);
+    int64_t room = (int64_t)fs.f_bavail * (int64_t)fs.f_frsize;
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    /* each alone fits, both do not */
+    int64_t part = room / 10 * 6;
+    hs_out_dir d[2] = {{.what = "train.out_dir", .path = a, .bytes = part,
+                        .bytes_what = "the weights take 60%"},
+                       {.what = "checkpoint.dir", .path = b, .bytes = part,
+                        .bytes_what = "one checkpoint takes 60%"}};
+    hs_error e;
+    assert_int_equal(hs_out_dirs_check(&d[0], 1, &e), HS_OK);
+    assert_int_equal(hs_out_dirs_check(&d[1], 1, &e), HS_OK);
+    assert_int_equal(hs_out_dirs_check(d, 2, &e), HS_ERR_CONFIG);
+    char want[300];
+    snprintf(want, sizeof want, "train.out_dir = %s: %s has ", a, dir);
+    assert_non_null(strstr(e.msg, want));
+    assert_non_null(strstr(e.msg, "MiB free and the weights take 60%; on the same file system, "
+                                  "checkpoint.dir = "));
+    snprintf(want, sizeof want, "(%lld bytes needed in all, ", (long long)(2 * part));
+    assert_non_null(strstr(e.msg, want));
+    assert_non_null(strstr(e.msg, "put one of these on another file system"));
+    /* a size past int64 is refused, not wrapped */
+    d[0].bytes = INT64_MAX;
+    assert_int_equal(hs_out_dirs_check(d, 2, &e), HS_ERR_CONFIG);
+    scratch_rm(dir);
+}
+
+static void test_fclose_written_reports_a_failed_write_naming_the_file(void **state) {
+    (void)state;
+    FILE *f = fopen("/dev/full", "w");
+    assert_non_null(f);
+    fputs("a line that cannot be stored\n", f);
+    hs_error e;
+    assert_int_equal(hs_fclose_written(f, "/dev/full", "free space", &e), HS_ERR_IO);
+    assert_string_equal(e.msg, "cannot write /dev/full: No space left on device; free space");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exit_codes_are_2_for_config_and_usage_1_otherwise),
@@ -205,6 +341,13 @@ int main(void) {
         cmocka_unit_test(test_crc32_of_check_string_is_cbf43926),
         cmocka_unit_test(test_json_writer_nests_escapes_and_nulls_nonfinite),
         cmocka_unit_test(test_mkdirs_creates_nested_directories),
+        cmocka_unit_test(test_out_dir_empty_path_is_refused_naming_the_flag_or_key),
+        cmocka_unit_test(test_out_dir_under_or_at_a_file_is_refused_naming_the_file),
+        cmocka_unit_test(test_out_dir_whose_file_name_is_a_directory_is_refused),
+        cmocka_unit_test(test_out_dir_unwritable_parent_is_refused_with_the_reason),
+        cmocka_unit_test(test_out_dir_missing_is_accepted_and_nothing_is_created),
+        cmocka_unit_test(test_out_dirs_on_one_file_system_must_fit_its_free_space_together),
+        cmocka_unit_test(test_fclose_written_reports_a_failed_write_naming_the_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
