@@ -99,6 +99,8 @@ static hs_status export_run(const char *dir, const char *out, hs_dtype dt, hs_er
                            .max_batch = 1, .seq_len = cfg.train.seq_len > 0 ? cfg.train.seq_len : 1,
                            .allocate_params = false, .pool = &pool};
     if (s == HS_OK) s = hs_model_create(&cfg.model, &mo, &x.model, e);
+    if (s == HS_OK)
+        s = hs_cli_hf_out_check("--safetensors", out, hs_model_param_count(x.model), dt, e);
     if (s == HS_OK) s = hs_hf_save(x.model, export_get, &x, dt, cfg.train.seq_len, out, true, e);
     if (s == HS_OK)
         printf("exported %d parameters (%.2fM values, %s) of %s (step %lld) to "
@@ -138,6 +140,7 @@ static int run_export(int argc, char **argv) {
     }
     hs_error e;
     hs_error_clear(&e);
+    if (hs_cli_hf_out_check("--safetensors", out, 0, dt, &e) != HS_OK) return fail(&e);
     return export_run(dir, out, dt, &e) == HS_OK ? 0 : fail(&e);
 }
 

@@ -47,6 +47,19 @@ static int fail(const char *cmd, const hs_error *e) {
     return hs_status_exit_code(e->code);
 }
 
+hs_status hs_cli_hf_out_check(const char *flag, const char *dir, int64_t values, hs_dtype dt,
+                              hs_error *e) {
+    static const char *const files[] = {"model.safetensors", "config.json", "tokenizer.json",
+                                        "tokenizer_config.json", "special_tokens_map.json", NULL};
+    int64_t bytes = 0;
+    if (!hs_mul_i64(values, (int64_t)hs_dtype_size(dt), &bytes)) bytes = INT64_MAX;
+    char what[96];
+    snprintf(what, sizeof what, "model.safetensors takes about %.1f MiB (%lld %s values)",
+             (double)bytes / (1 << 20), (long long)values, hs_dtype_name(dt));
+    hs_out_dir d = {.what = flag, .path = dir, .files = files, .bytes = bytes, .bytes_what = what};
+    return hs_out_dirs_check(&d, 1, e);
+}
+
 /* ------------------------------------------------------------------ export */
 
 static void export_usage(FILE *f) {
@@ -68,6 +81,7 @@ static hs_status export_run(const char *run, const char *out, hs_dtype dt, hs_er
     hs_status s = hs_hf_config_read(path, &mc, &max_pos, e);
     held_model h = {0};
     if (s == HS_OK) s = held_create(&h, &mc, max_pos, e);
+    if (s == HS_OK) s = hs_cli_hf_out_check("--safetensors", out, hs_model_param_count(h.m), dt, e);
     if (s == HS_OK) s = hs_hf_load(h.m, run, held_set, &h, e);
     if (s == HS_OK) s = hs_hf_save(h.m, held_get, &h, dt, max_pos, out, true, e);
     int copied = 0; /* the tokenizer the run was trained with, when it has one */
@@ -112,9 +126,10 @@ int hs_cmd_export(int argc, char **argv) {
                         "or --ckpt DIR\n");
         return export_usage(stderr), 2;
     }
-    if (ckpt) return export_ckpt(ckpt, out, hs_dtype_name(dt));
     hs_error e;
     hs_error_clear(&e);
+    if (hs_cli_hf_out_check("--safetensors", out, 0, dt, &e) != HS_OK) return fail("export", &e);
+    if (ckpt) return export_ckpt(ckpt, out, hs_dtype_name(dt));
     return export_run(run, out, dt, &e) == HS_OK ? 0 : fail("export", &e);
 }
 
@@ -177,6 +192,8 @@ static hs_status import_run(const import_args *a, hs_error *e) {
     s = import_model_config(a, &mc, &max_pos, what, sizeof what, e);
     held_model h = {0};
     if (s == HS_OK) s = held_create(&h, &mc, max_pos, e);
+    if (s == HS_OK && a->out)
+        s = hs_cli_hf_out_check("--out", a->out, hs_model_param_count(h.m), HS_DTYPE_F32, e);
     if (s == HS_OK) s = hs_hf_load(h.m, a->dir, held_set, &h, e);
     if (s == HS_OK)
         printf("matches %s: %s model, %d parameters, %.2fM values\n", what, mc.arch,
@@ -205,11 +222,11 @@ int hs_cmd_import(int argc, char **argv) {
     }
     if (rc < 0 && !a.dir) fprintf(stderr, "hypershard import: need a safetensors DIR\n"), rc = 2;
     if (rc == 2) import_usage(stderr);
-    if (rc < 0) {
-        hs_error e;
-        hs_error_clear(&e);
-        rc = import_run(&a, &e) == HS_OK ? 0 : fail("import", &e);
-    }
+    hs_error e;
+    hs_error_clear(&e);
+    if (rc < 0 && a.out && hs_cli_hf_out_check("--out", a.out, 0, HS_DTYPE_F32, &e) != HS_OK)
+        rc = fail("import", &e);
+    if (rc < 0) rc = import_run(&a, &e) == HS_OK ? 0 : fail("import", &e);
     free(a.overrides);
     return rc;
 }

@@ -23,6 +23,13 @@ int hs_cmd_ckpt(int argc, char **argv);   /* src/cli/cmd_ckpt.c   */
  * `cmd`) when V is not a dtype name. */
 bool hs_cli_dtype_arg(const char *cmd, const char *v, hs_dtype *dt); /* src/cli/cmd_ckpt.c */
 
+/* OUT_DIR of a command that writes Hugging Face weights (`flag` names it:
+ * "--safetensors", "--out"), before any work: hs_out_dirs_check with the
+ * files such a directory holds, and room for `values` parameter values of
+ * dtype dt (0: not known yet, the path alone is checked). */
+hs_status hs_cli_hf_out_check(const char *flag, const char *dir, int64_t values, hs_dtype dt,
+                              hs_error *e); /* src/cli/cmd_export.c */
+
 int hs_bench_comm(int argc, char **argv); /* bench/bench_comm.c   */
 int hs_bench_step(int argc, char **argv); /* bench/bench_step.c   */
 int hs_bench_fsdp(int argc, char **argv); /* bench/bench_fsdp.c   */

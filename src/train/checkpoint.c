@@ -8,13 +8,11 @@
  * "optim.<fqn>.<state>". A load takes the fp32 value from "main.<fqn>" when
  * the checkpoint has it, else from "<fqn>", so a run may switch fp32 main
  * params on or off across a resume. */
+#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
 
 #include "hypershard/ckpt.h"
 #include "train/trainer.h"
@@ -304,56 +302,40 @@ hs_status hs_train_ckpt_resume(hs_trainer *t, hs_error *e) {
 
 /* ------------------------------------------------------------ the dir */
 
-/* The directory itself if it exists, else its nearest existing ancestor:
- * that must be a directory this rank can create files in. Nothing is left
- * behind: the probe file is removed, a missing checkpoint.dir not created. */
-static hs_status dir_usable(const char *dir, int rank, int64_t need, hs_error *e) {
-    char at[HS_PATH_MAX];
-    snprintf(at, sizeof at, "%s", dir);
-    struct stat st;
-    while (stat(at, &st) != 0) {
-        char *slash = strrchr(at, '/');
-        if (!slash) {
-            snprintf(at, sizeof at, ".");
-            break;
-        }
-        if (slash == at) slash[1] = '\0';
-        else *slash = '\0';
-    }
-    if (stat(at, &st) != 0 || !S_ISDIR(st.st_mode))
-        return hs_error_set(e, HS_ERR_CONFIG,
-                            "checkpoint.dir = %s: %s is not a directory, so no checkpoint can be "
-                            "saved there; point checkpoint.dir at a directory (or set it to null)",
-                            dir, at);
-    char probe[HS_PATH_MAX + 64];
-    snprintf(probe, sizeof probe, "%s/.hs-write-probe-%d-%ld", at, rank, (long)getpid());
-    FILE *f = fopen(probe, "w");
-    if (!f)
-        return hs_error_set(e, HS_ERR_CONFIG,
-                            "checkpoint.dir = %s: cannot create files in %s (%s); make it "
-                            "writable or choose another checkpoint.dir",
-                            dir, at, hs_strerror_errno());
-    fclose(f);
-    remove(probe);
-    struct statvfs fs;
-    if (need > 0 && statvfs(at, &fs) == 0) {
-        int64_t room = (int64_t)fs.f_bavail * (int64_t)fs.f_frsize;
-        if (room < need)
-            return hs_error_set(e, HS_ERR_CONFIG,
-                                "checkpoint.dir = %s: %s has %.1f MiB free and one checkpoint of "
-                                "this run takes about %.1f MiB (the plan's estimate: fp32 weights "
-                                "and optimizer state); free space there or choose another "
-                                "checkpoint.dir",
-                                dir, at, (double)room / (1 << 20), (double)need / (1 << 20));
-    }
-    return HS_OK;
+/* The step-<N> directories checkpoint.dir holds already. */
+static int ckpt_steps_present(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *de = d ? readdir(d) : NULL; de; de = readdir(d))
+        n += !strncmp(de->d_name, "step-", 5) && de->d_name[5] >= '0' && de->d_name[5] <= '9';
+    if (d) closedir(d);
+    return n;
 }
 
-hs_status hs_train_ckpt_dir_check(hs_trainer *t, hs_error *e) {
+/* How many checkpoints this run adds to the disk at the most: each save
+ * writes a new step before pruning to keep_last, so a fresh directory
+ * peaks at keep_last + 1 of this run's (fewer when the run saves fewer),
+ * and one that holds k already gains keep_last + 1 - k, at least one. */
+static int ckpt_new_at_peak(const hs_trainer *t) {
+    const hs_ckpt_config *c = &t->cfg->checkpoint;
+    int steps = t->cfg->train.steps, saves = c->save_every > 0 ? steps / c->save_every : 0;
+    if (c->save_every <= 0 || steps % c->save_every != 0) saves++; /* the final save */
+    int room = c->keep_last + 1 - ckpt_steps_present(c->dir);
+    if (room < 1) room = 1;
+    return saves < room ? saves : room;
+}
+
+bool hs_train_ckpt_out_dir(const hs_trainer *t, hs_out_dir *d, char *what, size_t cap) {
     const char *dir = t->cfg->checkpoint.dir;
-    if (!dir[0]) return HS_OK;
-    return agree(t, dir_usable(dir, hs_comm_rank(t->comm), t->plan_ckpt_bytes, e),
-                 "checking checkpoint.dir", e);
+    if (!dir[0]) return false;
+    int n = ckpt_new_at_peak(t);
+    int64_t bytes = 0;
+    if (!hs_mul_i64(t->plan_ckpt_bytes, n, &bytes)) bytes = INT64_MAX;
+    snprintf(what, cap, "one checkpoint of this run takes about %.1f MiB (the plan's estimate: "
+             "fp32 weights and optimizer state), %d of them at once with checkpoint.keep_last = "
+             "%d", (double)t->plan_ckpt_bytes / (1 << 20), n, t->cfg->checkpoint.keep_last);
+    *d = (hs_out_dir){.what = "checkpoint.dir", .path = dir, .bytes = bytes, .bytes_what = what};
+    return true;
 }
 
 /* ----------------------------------------------------------------- save */
@@ -403,8 +385,10 @@ hs_status hs_train_metrics_keep_until(const char *path, int step, hs_error *e) {
         if (!line_past(line, step)) fputs(line, out);
     free(line);
     fclose(in);
-    if (fclose(out) != 0 || rename(tmp, path) != 0)
-        return hs_error_set(e, HS_ERR_IO, "cannot rewrite %s for the resumed run: %s", path,
-                            hs_strerror_errno());
-    return HS_OK;
+    hs_status s = hs_fclose_written(out, tmp, "check the free space of train.out_dir", e);
+    if (s == HS_OK && rename(tmp, path) != 0)
+        s = hs_error_set(e, HS_ERR_IO, "cannot rewrite %s for the resumed run: %s", path,
+                         hs_strerror_errno());
+    if (s != HS_OK) remove(tmp);
+    return s;
 }

@@ -31,6 +31,22 @@ hs_status hs_dump_check(const hs_trainer *t, hs_error *e) {
                         hs_dump_dir(t), t->engine->name);
 }
 
+bool hs_dump_out_dir(const hs_trainer *t, hs_out_dir *d, char *what, size_t cap) {
+    if (!hs_dump_dir(t)) return false;
+    /* rank 0 writes the tensors: weights-step0, then weights and grads of
+     * every step, and one sequence's logits */
+    hs_checked ck = {0};
+    int64_t steps = t->cfg->train.steps, values = t->plan_params;
+    int64_t per_step = hs_ck_add(&ck, hs_ck_mul(&ck, 2, values),
+                                 hs_ck_mul(&ck, t->T, t->cfg->model.vocab_size));
+    int64_t bytes = hs_ck_mul(&ck, 4, hs_ck_add(&ck, values, hs_ck_mul(&ck, steps, per_step)));
+    snprintf(what, cap, "the fp32 dumps of %lld steps take about %.1f MiB", (long long)steps,
+             (double)bytes / (1 << 20));
+    *d = (hs_out_dir){.what = "--dump", .path = hs_dump_dir(t), .bytes = t->rank0 ? bytes : 0,
+                      .bytes_what = what};
+    return true;
+}
+
 static int64_t param_numel(const hs_param *p) {
     int64_t n = 1;
     for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
@@ -106,8 +122,7 @@ hs_status hs_dump_units(hs_trainer *t, int rank, hs_error *e) {
     if (s == HS_OK && !f) return hs_error_set(e, HS_ERR_IO, "--dump: cannot write %s", path);
     if (s != HS_OK) return s;
     t->engine->write_units(t->engine, f);
-    if (fclose(f) != 0) return hs_error_set(e, HS_ERR_IO, "--dump: cannot write %s", path);
-    return HS_OK;
+    return hs_fclose_written(f, path, "check the free space of the --dump directory", e);
 }
 
 hs_status hs_dump_weights(hs_trainer *t, int step, hs_error *e) {

@@ -1,7 +1,10 @@
 /* Metrics: one JSON object per optimizer step in <out_dir>/metrics.jsonl,
  * one human log line per train.log_every steps, and the MFU reference. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "train/trainer.h"
 
@@ -60,15 +63,18 @@ hs_status hs_metrics_open(hs_trainer *t, hs_error *e) {
     FILE *f = hs_fopen(path, "w", "check that train.out_dir is writable", e);
     if (!f) return e->code;
     hs_config_dump(t->cfg, t->topo, f);
-    if (fclose(f) != 0)
-        return hs_error_set(e, HS_ERR_IO, "cannot write %s: %s", path, hs_strerror_errno());
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    /* A resumed run continues the curve of the run it resumes. */
-    if (t->start_step > 0) s = hs_train_metrics_keep_until(path, t->start_step, e);
+    s = hs_fclose_written(f, path, "check the free space of train.out_dir", e);
     if (s != HS_OK) return s;
-    t->metrics = hs_fopen(path, t->start_step > 0 ? "a" : "w",
-                          "check that train.out_dir is writable", e);
-    return t->metrics ? hs_tb_open(t, e) : e->code;
+    char *mp = t->metrics_path;
+    snprintf(mp, sizeof t->metrics_path, "%s/metrics.jsonl", dir);
+    /* A resumed run continues the curve of the run it resumes. */
+    if (t->start_step > 0) s = hs_train_metrics_keep_until(mp, t->start_step, e);
+    if (s != HS_OK) return s;
+    t->metrics = hs_fopen(mp, t->start_step > 0 ? "a" : "w", "check that train.out_dir is writable",
+                          e);
+    if (!t->metrics) return e->code;
+    t->metrics_good = fseeko(t->metrics, 0, SEEK_END) == 0 ? hs_metrics_offset(t->metrics) : 0;
+    return hs_tb_open(t, e);
 }
 
 static double step_mfu(const hs_trainer *t, const hs_step_result *r) {
@@ -106,7 +112,12 @@ void hs_metrics_write(hs_trainer *t, const hs_step_result *r) {
     }
     hs_json_end_object(&j);
     fputc('\n', t->metrics);
-    fflush(t->metrics);
+    /* Every write of the line lands in the stream's error flag; the flush
+     * makes the line reach the file now. */
+    if (fflush(t->metrics) != 0 || ferror(t->metrics))
+        hs_metrics_lost(t, &t->metrics, t->metrics_path, t->metrics_good, errno, r->step);
+    else
+        t->metrics_good = hs_metrics_offset(t->metrics);
     hs_tb_step(t, r, r->step_time_s > 0 ? r->tokens / r->step_time_s : 0, step_mfu(t, r));
 }
 
@@ -132,8 +143,27 @@ void hs_metrics_log(hs_trainer *t, const hs_step_result *r) {
                 (double)r->peak_device_bytes / (1 << 20), eta);
 }
 
+int64_t hs_metrics_offset(FILE *f) {
+    off_t at = ftello(f);
+    return at > 0 ? (int64_t)at : 0;
+}
+
+void hs_metrics_lost(hs_trainer *t, FILE **f, const char *path, int64_t good, int err,
+                     int64_t step) {
+    fclose(*f); /* fails as the write did; what it could not flush is dropped */
+    *f = NULL;
+    /* The file keeps its whole lines (records), so whatever reads it parses. */
+    struct stat st;
+    bool cut = stat(path, &st) == 0 && S_ISREG(st.st_mode) && truncate(path, (off_t)good) != 0;
+    hs_log_warn(t->log, "cannot write %s at step %lld: %s; it keeps the steps before%s, and the "
+                "run goes on without it (checkpoints and the final weights are written as usual)",
+                path, (long long)step, strerror(err), cut ? " (the last one cut short)" : "");
+}
+
 void hs_metrics_close(hs_trainer *t) {
-    if (t->metrics) fclose(t->metrics);
+    hs_error fe;
+    if (t->metrics && hs_fclose_written(t->metrics, t->metrics_path, NULL, &fe) != HS_OK)
+        hs_log_warn(t->log, "%s", fe.msg);
     t->metrics = NULL;
     hs_tb_close(t);
 }

@@ -7,6 +7,7 @@
  *   Summary { repeated Value value = 1; }
  *   Value   { string tag = 1; float simple_value = 2; }
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,11 +86,11 @@ static void event_head(pb *e, double wall, int64_t step) {
 
 hs_status hs_tb_open(hs_trainer *t, hs_error *e) {
     if (!t->rank0 || !t->cfg->metrics.tensorboard) return HS_OK;
-    char host[64] = "host", path[HS_PATH_MAX + 160];
+    char host[64] = "host", *path = t->tb_path;
     gethostname(host, sizeof host - 1);
     double wall = wall_time();
-    snprintf(path, sizeof path, "%s/events.out.tfevents.%lld.%s.%d.0", t->cfg->train.out_dir,
-             (long long)wall, host, (int)getpid());
+    snprintf(path, sizeof t->tb_path, "%s/events.out.tfevents.%lld.%s.%d.0",
+             t->cfg->train.out_dir, (long long)wall, host, (int)getpid());
     t->tb = hs_fopen(path, "wb", "check that train.out_dir is writable", e);
     if (!t->tb) return e->code;
     pb ev = {.n = 0};
@@ -97,6 +98,7 @@ hs_status hs_tb_open(hs_trainer *t, hs_error *e) {
     bytes_field(&ev, 3, "brain.Event:2", 13);
     if (!write_record(t->tb, &ev) || fflush(t->tb) != 0)
         return hs_error_set(e, HS_ERR_IO, "cannot write %s: %s", path, hs_strerror_errno());
+    t->tb_good = hs_metrics_offset(t->tb);
     return HS_OK;
 }
 
@@ -118,8 +120,9 @@ static void tb_write(hs_trainer *t, int64_t step, const tb_value *vals, int n) {
     event_head(&ev, wall_time(), step);
     bytes_field(&ev, 5, sum.buf, sum.n);
     if (!write_record(t->tb, &ev) || fflush(t->tb) != 0)
-        hs_log_warn(t->log, "tensorboard: cannot write step %lld: %s", (long long)step,
-                    hs_strerror_errno());
+        hs_metrics_lost(t, &t->tb, t->tb_path, t->tb_good, errno, step);
+    else
+        t->tb_good = hs_metrics_offset(t->tb);
 }
 
 void hs_tb_step(hs_trainer *t, const hs_step_result *r, double tokens_per_s, double mfu) {
@@ -139,6 +142,8 @@ void hs_tb_step(hs_trainer *t, const hs_step_result *r, double tokens_per_s, dou
 }
 
 void hs_tb_close(hs_trainer *t) {
-    if (t->tb) fclose(t->tb);
+    hs_error fe;
+    if (t->tb && hs_fclose_written(t->tb, t->tb_path, NULL, &fe) != HS_OK)
+        hs_log_warn(t->log, "%s", fe.msg);
     t->tb = NULL;
 }

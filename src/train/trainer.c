@@ -54,8 +54,45 @@ static hs_status plan_fits(hs_trainer *t, hs_error *e) {
     if (s == HS_OK)
         s = hs_plan_check_fit(p, t->cfg, hs_comm_local_ranks(t->comm), hs_memory_available(), e);
     t->plan_ckpt_bytes = p->checkpoint_bytes;
+    t->plan_params = p->total_params;
     free(p);
     return s;
+}
+
+/* The trace's directory: trace.dir, else <train.out_dir>/trace. */
+static void trace_dir(const hs_trainer *t, char *dir, size_t cap) {
+    if (t->cfg->trace.dir[0]) snprintf(dir, cap, "%s", t->cfg->trace.dir);
+    else snprintf(dir, cap, "%s/trace", t->cfg->train.out_dir);
+}
+
+/* Every directory the run writes, before anything is built: rank 0's
+ * train.out_dir and trace directory, every rank's checkpoint.dir and
+ * --dump, with room for what goes there (hs_out_dirs_check); the ranks
+ * agree, so all refuse together. */
+static hs_status outputs_check(hs_trainer *t, hs_error *e) {
+    static const char *const out_files[] = {
+        "config.yaml", "metrics.jsonl", "model.safetensors", "config.json", "tokenizer.json",
+        "tokenizer_config.json", "special_tokens_map.json", NULL};
+    static const char *const trace_files[] = {"trace.json", NULL};
+    const hs_config *cfg = t->cfg;
+    hs_out_dir d[4];
+    char what[3][256], trace[HS_PATH_MAX + 16];
+    int n = 0;
+    if (t->rank0) {
+        int64_t bytes = 0;
+        if (!hs_mul_i64(t->plan_params, 4, &bytes)) bytes = INT64_MAX;
+        snprintf(what[0], sizeof what[0], "the final model.safetensors takes about %.1f MiB "
+                 "(%lld fp32 values)", (double)bytes / (1 << 20), (long long)t->plan_params);
+        d[n++] = (hs_out_dir){.what = "train.out_dir", .path = cfg->train.out_dir,
+                              .files = out_files, .bytes = bytes, .bytes_what = what[0]};
+        trace_dir(t, trace, sizeof trace);
+        if (cfg->trace.enabled)
+            d[n++] = (hs_out_dir){.what = "trace.dir", .path = trace, .files = trace_files};
+    }
+    n += hs_train_ckpt_out_dir(t, &d[n], what[1], sizeof what[1]);
+    n += hs_dump_out_dir(t, &d[n], what[2], sizeof what[2]);
+    return hs_pg_agree(hs_comm_world(t->comm), hs_out_dirs_check(d, n, e),
+                       "checking the output directories", e);
 }
 
 /* Everything that can reject the inputs runs before out_dir exists
@@ -67,6 +104,7 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
         return hs_error_set(e, HS_ERR_CONFIG, "accelerator.device: unknown device '%s'; use cpu",
                             cfg->accelerator.device);
     hs_status s = plan_fits(t, e);
+    if (s == HS_OK) s = outputs_check(t, e);
     if (s == HS_OK) s = hs_device_create(kind, t->trace, &t->dev, e);
     if (s == HS_OK) s = hs_mesh_create(t->comm, t->topo, &t->mesh, e);
     if (s != HS_OK) return s;
@@ -75,8 +113,7 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     t->dp_size = t->topo->dp;
     t->batch_group = hs_mesh_group(t->mesh, HS_DIM_DP_CP);
     t->world_group = hs_comm_world(t->comm);
-    s = hs_train_ckpt_dir_check(t, e);
-    if (s == HS_OK) s = hs_train_ckpt_lock(t, e);
+    s = hs_train_ckpt_lock(t, e);
     if (s != HS_OK) return s;
     t->G = (int)hs_config_global_batch(cfg, t->topo);
     t->mbs = cfg->train.micro_batch_size;
@@ -207,21 +244,30 @@ static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
     return s;
 }
 
+/* The merged trace. Like the metrics, a trace that cannot be written costs
+ * the run nothing else (the weights are saved already): rank 0 says why;
+ * only a failed collective is an error. Every rank enters the collective
+ * even if rank 0 could not make the directory. */
+static hs_status trainer_trace(hs_trainer *t, hs_error *e) {
+    char dir[HS_PATH_MAX + 16], path[HS_PATH_MAX + 32];
+    trace_dir(t, dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/trace.json", dir);
+    hs_error fe, ce;
+    hs_error_clear(&fe);
+    hs_error_clear(&ce);
+    hs_status fs = t->rank0 ? hs_mkdirs(dir, &fe) : HS_OK;
+    hs_status cs = hs_comm_write_merged_trace(t->comm, path, &ce);
+    if (cs != HS_OK && cs != HS_ERR_IO) return *e = ce, cs;
+    if (fs == HS_OK && cs != HS_OK) fe = ce, fs = cs;
+    if (fs == HS_OK) hs_log_info(t->log, "trace: %s", path);
+    else if (t->rank0) hs_log_warn(t->log, "trace: %s; the run goes on without it", fe.msg);
+    return HS_OK;
+}
+
 static hs_status trainer_finish(hs_trainer *t, hs_error *e) {
     hs_status s = hs_sample(t, e);
     if (s == HS_OK) s = save_weights(t, e);
-    if (s != HS_OK || !hs_trace_enabled(t->trace)) return s;
-    char dir[HS_PATH_MAX + 16], path[HS_PATH_MAX + 32];
-    if (t->cfg->trace.dir[0]) snprintf(dir, sizeof dir, "%s", t->cfg->trace.dir);
-    else snprintf(dir, sizeof dir, "%s/trace", t->cfg->train.out_dir);
-    snprintf(path, sizeof path, "%s/trace.json", dir);
-    if (t->rank0) s = hs_mkdirs(dir, e);
-    /* Every rank must enter the collective even if rank 0 failed to mkdir. */
-    hs_error e2;
-    hs_error_clear(&e2);
-    hs_status s2 = hs_comm_write_merged_trace(t->comm, path, &e2);
-    if (s == HS_OK && s2 != HS_OK) *e = e2, s = s2;
-    if (s == HS_OK) hs_log_info(t->log, "trace: %s", path);
+    if (s == HS_OK && hs_trace_enabled(t->trace)) s = trainer_trace(t, e);
     return s;
 }
 

@@ -32,6 +32,7 @@ typedef struct hs_trainer {
     const hs_topology *topo;
     const hs_train_options *opt;
     int64_t plan_ckpt_bytes; /* hs_plan_build's estimate of one checkpoint */
+    int64_t plan_params;     /* parameter values of the whole model */
     bool ckpt_failed;      /* a checkpoint save failed: the run still writes its weights */
     int last_step;         /* the last step trained and logged */
     /* rank 0's lock of checkpoint.dir (ckpt_lock.c) */
@@ -71,8 +72,14 @@ typedef struct hs_trainer {
     hs_model_stage stage; /* this rank's chunks of blocks (none without pp) */
     int act_slots, pp_virtual; /* slots per chunk; chunks per rank */
     bool rank0;
+    /* rank 0's metrics files; a file whose write failed is closed and
+     * set to NULL (hs_metrics_lost) */
     FILE *metrics;
-    FILE *tb; /* rank 0's TensorBoard events (metrics.tensorboard), else NULL */
+    char metrics_path[HS_PATH_MAX + 32];
+    int64_t metrics_good; /* bytes of metrics.jsonl up to its last whole line */
+    FILE *tb; /* TensorBoard events (metrics.tensorboard), else NULL */
+    char tb_path[HS_PATH_MAX + 160];
+    int64_t tb_good; /* bytes of the events file up to its last whole record */
     double peak_flops;      /* whole job, measured at start-up */
     hs_dtype peak_dtype;    /* the GEMM dtype peak_flops was measured in */
     double flops_per_token; /* hs_model_flops_per_token */
@@ -109,6 +116,9 @@ void hs_trainer_close(hs_trainer *t);
  * gather gradients before anything is written. */
 const char *hs_dump_dir(const hs_trainer *t);
 hs_status hs_dump_check(const hs_trainer *t, hs_error *e);
+/* The dump directory as an output of the run (every rank writes there;
+ * rank 0 the tensors, whose size it estimates); false without --dump. */
+bool hs_dump_out_dir(const hs_trainer *t, hs_out_dir *d, char *what, size_t cap);
 hs_status hs_dump_weights(hs_trainer *t, int step, hs_error *e);
 /* units-rank<rank>.json: this rank's FSDP unit listing (no-op elsewhere). */
 hs_status hs_dump_units(hs_trainer *t, int rank, hs_error *e);
@@ -119,10 +129,11 @@ hs_status hs_dump_logits(hs_trainer *t, int step, hs_error *e);
  * before anything is written: it sets start_step and the loaded state, or
  * leaves a fresh start. Save is collective over the world. */
 hs_status hs_train_ckpt_resume(hs_trainer *t, hs_error *e);
-/* At start-up, on every rank: checkpoint.dir (when set) is, or can become,
- * a directory this rank can write into; else a config error naming it
- * (exit 2), before anything is allocated or written. */
-hs_status hs_train_ckpt_dir_check(hs_trainer *t, hs_error *e);
+/* checkpoint.dir as an output of the run, for the start-up check of every
+ * output directory (trainer.c): every rank writes there, up to the
+ * checkpoints the run holds at once before pruning to keep_last; false
+ * when checkpoint.dir is null. */
+bool hs_train_ckpt_out_dir(const hs_trainer *t, hs_out_dir *d, char *what, size_t cap);
 /* Rank 0 locks checkpoint.dir for the run (ckpt_lock.c): a directory
  * another live run holds is a config error naming that run; a dead run's
  * lock is recovered. Unlock at exit (idempotent). */
@@ -144,6 +155,13 @@ hs_status hs_metrics_open(hs_trainer *t, hs_error *e);
 void hs_metrics_write(hs_trainer *t, const hs_step_result *r);
 void hs_metrics_log(hs_trainer *t, const hs_step_result *r);
 void hs_metrics_close(hs_trainer *t);
+/* A metrics file (*f, at path) whose write of `step` failed with errno
+ * err: said once, closed, set to NULL and cut back to its `good` bytes
+ * of whole records; the run goes on, its checkpoints and weights written
+ * as usual (docs/training.md). offset: where f stands (0 when unknown). */
+void hs_metrics_lost(hs_trainer *t, FILE **f, const char *path, int64_t good, int err,
+                     int64_t step);
+int64_t hs_metrics_offset(FILE *f);
 
 /* tensorboard.c: rank 0's events.out.tfevents.* in out_dir when
  * metrics.tensorboard is on (no-ops otherwise): the scalars of each step
