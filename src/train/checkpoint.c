@@ -332,8 +332,9 @@ bool hs_train_ckpt_out_dir(const hs_trainer *t, hs_out_dir *d, char *what, size_
     int64_t bytes = 0;
     if (!hs_mul_i64(t->plan_ckpt_bytes, n, &bytes)) bytes = INT64_MAX;
     snprintf(what, cap, "one checkpoint of this run takes about %.1f MiB (the plan's estimate: "
-             "fp32 weights and optimizer state), %d of them at once with checkpoint.keep_last = "
-             "%d", (double)t->plan_ckpt_bytes / (1 << 20), n, t->cfg->checkpoint.keep_last);
+             "fp32 weights and optimizer state) and the run adds up to %d there at once "
+             "(checkpoint.keep_last = %d)", (double)t->plan_ckpt_bytes / (1 << 20), n,
+             t->cfg->checkpoint.keep_last);
     *d = (hs_out_dir){.what = "checkpoint.dir", .path = dir, .bytes = bytes, .bytes_what = what};
     return true;
 }

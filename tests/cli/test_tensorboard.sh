@@ -7,7 +7,9 @@
 # metrics.jsonl: loss, grad norm, lr, tokens/s, MFU, memory of every step
 # and the val loss of the evaluated ones (within 1e-5: fp32 in the events,
 # 6 digits of the perf fields in metrics.jsonl). Off (the
-# default), no events file is written.
+# default), no events file is written. When the files stop taking writes
+# (here past a file size limit) each failure is said once, both files keep
+# their whole records up to it, and the run finishes with its weights.
 # HS_TEST_TIMEOUT: 120
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -19,7 +21,11 @@ ls "$work/off" | grep -q tfevents && fail "metrics.tensorboard: false wrote an e
 n=$(ls "$work/on" | grep -c '^events\.out\.tfevents\.')
 [ "$n" -eq 1 ] || fail "expected one events file in the run directory, found $n"
 
-python3 - "$work/on" <<'PY' || fail "the events do not read back to metrics.jsonl"
+# decode_events RUN STEPS: RUN's events hold whole records of steps 1..K,
+# equal to metrics.jsonl's (K = STEPS unless STEPS is 0), and every line
+# of metrics.jsonl is whole.
+decode_events() {
+python3 - "$@" <<'PY'
 import glob, json, struct, sys
 
 def crc32c(data):
@@ -58,7 +64,7 @@ def fields(b):
             raise ValueError(f"wire type {w}")
         yield f, v
 
-run = sys.argv[1]
+run, want = sys.argv[1], int(sys.argv[2])
 raw = open(glob.glob(f"{run}/events.out.tfevents.*")[0], "rb").read()
 i, events = 0, []
 while i < len(raw):
@@ -77,10 +83,15 @@ for ev in events[1:]:
     for f, val in fields(e[5]):
         v = dict(fields(val))
         got[(v[1].decode(), e[2])] = struct.unpack("<f", v[2])[0]
+steps = sorted({s for _, s in got})
+assert steps == list(range(1, len(steps) + 1)) and steps, steps
+assert want in (0, steps[-1]), (want, steps[-1])
 names = {"train/loss": "loss", "train/grad_norm": "grad_norm", "train/lr": "lr",
          "perf/tokens_per_s": "tokens_per_s", "perf/mfu": "mfu",
          "memory/peak_device_bytes": "peak_device_bytes", "val/loss": "val_loss"}
 rows = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
+assert [r["step"] for r in rows] == list(range(1, len(rows) + 1)), "metrics.jsonl steps"
+rows = [r for r in rows if r["step"] <= steps[-1]]
 checked = 0
 for r in rows:
     for tag, key in names.items():
@@ -93,6 +104,8 @@ for r in rows:
         checked += 1
 print(f"{len(events)} records, {checked} scalars equal to metrics.jsonl")
 PY
+}
+decode_events "$work/on" 12 || fail "the events do not read back to metrics.jsonl"
 
 tb_python=${HS_TB_PYTHON:-python3}
 if "$tb_python" -c "import tensorboard" 2>/dev/null; then
@@ -114,4 +127,21 @@ PY
 else
     echo "skip EventAccumulator: no tensorboard package for $tb_python (set HS_TB_PYTHON)"
 fi
+
+# Files that stop taking writes: a 48 KiB size limit (SIGXFSZ ignored, so
+# a write past it fails with EFBIG) stops both near step 250 of 300, while
+# the 43 KiB weights of this smaller model still fit. One process without
+# shared-memory transports, whose files the limit would stop too.
+small=(model.dim=16 model.n_layers=1 model.n_heads=2 model.n_kv_heads=1 model.ffn_dim=32
+       train.seq_len=16 train.global_batch_size=2 train.micro_batch_size=2 train.eval_every=0)
+(trap '' XFSZ; ulimit -f 48; PMIX_MCA_gds=hash OMPI_MCA_btl=self exec "$HS_BIN" train \
+    "${small[@]}" train.steps=300 metrics.tensorboard=true train.out_dir="$work/limit") \
+    > "$work/limit.log" 2>&1 || fail "files past a size limit ended the run: $(tail -3 "$work/limit.log")"
+for f in metrics.jsonl events.out.tfevents; do
+    n=$(grep -c "warning: cannot write $work/limit/$f.* at step [0-9]*: File too large" "$work/limit.log")
+    [ "$n" -eq 1 ] || fail "$f: the failure was said $n times, want once: $(head -8 "$work/limit.log")"
+done
+grep -q "done: 300 steps" "$work/limit.log" || fail "the run did not finish: $(tail -3 "$work/limit.log")"
+[ -s "$work/limit/model.safetensors" ] || fail "no weights after the metrics failed"
+decode_events "$work/limit" 0 || fail "the files past the limit do not hold whole records"
 hs_finish
