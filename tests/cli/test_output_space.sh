@@ -3,8 +3,9 @@
 # there are refused before any work, exit 2, naming the key or flag, the
 # path, the bytes needed and available, and a fix; nothing is written.
 # train.out_dir is checked for the final weights (the plan's parameter
-# count), train.out_dir and checkpoint.dir on one file system for both
-# together, export --safetensors for the exported weights. The small file
+# count), checkpoint.dir for the checkpoints the run holds at once,
+# train.out_dir and checkpoint.dir on one file system for both together,
+# export --safetensors for the exported weights. The small file
 # systems are tmpfs mounts in a private mount namespace; where none can be
 # made (not root, no unshare) the test is skipped (exit 77).
 # HS_MPI_RANKS: 2
@@ -55,6 +56,12 @@ in_tiny_fs 512k both "$HS_BIN" train "${tiny[@]}" train.out_dir="$work/tiny/run"
 refused both "train.out_dir = $work/tiny/run: $work/tiny has 0.5 MiB free and the final model.safetensors takes about 0.1 MiB (34976 fp32 values); on the same file system, checkpoint.dir = $work/tiny/ck: one checkpoint of this run takes about 0.4 MiB (the plan's estimate: fp32 weights and optimizer state) and the run adds up to 1 there at once (checkpoint.keep_last = 2)"
 grep -q "(559616 bytes needed in all, 524288 available); free space there or put one of these on another file system" \
     "$work/both.log" || fail "both: the sum is not given: $(tail -3 "$work/both.log")"
+# saving every step, the run holds keep_last + 1 checkpoints at once (the
+# new one is written before the oldest is pruned): 3 of 410 KiB on 1 MiB
+in_tiny_fs 1m keep "$HS_BIN" train "${tiny[@]}" train.steps=4 checkpoint.save_every=1 \
+    checkpoint.keep_last=2 checkpoint.dir="$work/tiny/ck" train.out_dir="$work/keep_out"
+refused keep "checkpoint.dir = $work/tiny/ck: $work/tiny has 1.0 MiB free and one checkpoint of this run takes about 0.4 MiB (the plan's estimate: fp32 weights and optimizer state) and the run adds up to 3 there at once (checkpoint.keep_last = 2) (1259136 bytes needed, 1048576 available)"
+[ ! -e "$work/keep_out" ] || fail "keep: train.out_dir was written"
 # export of a finished run
 hs_train run 1
 in_tiny_fs 64k export "$HS_BIN" export --safetensors "$work/tiny/out" --run "$work/run"
