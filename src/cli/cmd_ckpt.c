@@ -138,6 +138,7 @@ static int run_export(int argc, char **argv) {
         fprintf(stderr, "hypershard ckpt export: need DIR and --safetensors OUT_DIR\n");
         return ckpt_usage(stderr), 2;
     }
+    if (hs_cli_empty_path("ckpt export", "DIR", dir, HS_CLI_CKPT_DIR)) return 2;
     hs_error e;
     hs_error_clear(&e);
     if (hs_cli_hf_out_check("--safetensors", out, 0, dt, &e) != HS_OK) return fail(&e);
@@ -147,9 +148,14 @@ static int run_export(int argc, char **argv) {
 int hs_cmd_ckpt(int argc, char **argv) {
     const char *sub = argc >= 2 ? argv[1] : "";
     if (!strcmp(sub, "-h") || !strcmp(sub, "--help")) return ckpt_usage(stdout), 0;
-    if ((!strcmp(sub, "inspect") || !strcmp(sub, "verify")) && argc == 3)
-        return run_inspect(argv[2], !strcmp(sub, "verify"));
+    bool look = !strcmp(sub, "inspect") || !strcmp(sub, "verify");
+    if (look && argc == 3)
+        return hs_cli_empty_path("ckpt", sub, argv[2], HS_CLI_CKPT_DIR)
+                   ? 2
+                   : run_inspect(argv[2], !strcmp(sub, "verify"));
     if (!strcmp(sub, "export")) return run_export(argc, argv);
+    if (sub[0] && !look && strcmp(sub, "export"))
+        fprintf(stderr, "hypershard ckpt: unknown subcommand '%s'\n", sub);
     fprintf(stderr, "hypershard ckpt: expected inspect DIR, verify DIR or export DIR "
                     "--safetensors OUT_DIR\n");
     ckpt_usage(stderr);

@@ -126,6 +126,9 @@ int hs_cmd_export(int argc, char **argv) {
                         "or --ckpt DIR\n");
         return export_usage(stderr), 2;
     }
+    if (hs_cli_empty_path("export", "--run", run, HS_CLI_RUN_DIR) ||
+        hs_cli_empty_path("export", "--ckpt", ckpt, HS_CLI_CKPT_DIR))
+        return 2;
     hs_error e;
     hs_error_clear(&e);
     if (hs_cli_hf_out_check("--safetensors", out, 0, dt, &e) != HS_OK) return fail("export", &e);
@@ -221,6 +224,9 @@ int hs_cmd_import(int argc, char **argv) {
         else fprintf(stderr, "hypershard import: unexpected argument '%s'\n", s), rc = 2;
     }
     if (rc < 0 && !a.dir) fprintf(stderr, "hypershard import: need a safetensors DIR\n"), rc = 2;
+    if (rc < 0 && hs_cli_empty_path("import", "DIR", a.dir,
+                                    "the directory of a model.safetensors and its config.json"))
+        rc = 2;
     if (rc == 2) import_usage(stderr);
     hs_error e;
     hs_error_clear(&e);

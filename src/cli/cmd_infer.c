@@ -90,6 +90,9 @@ static int parse(int argc, char **argv, infer_args *a) {
         fprintf(stderr, "hypershard %s: give exactly one of --run RUN_DIR or --ckpt DIR\n", a->cmd);
         return usage(a->cmd, stderr), 2;
     }
+    if (hs_cli_empty_path(a->cmd, "--run", a->run, HS_CLI_RUN_DIR) ||
+        hs_cli_empty_path(a->cmd, "--ckpt", a->ckpt, HS_CLI_CKPT_DIR))
+        return 2;
     if (gen && (!a->prompt || !a->prompt[0])) {
         fprintf(stderr, "hypershard generate: --prompt TEXT is required (at least one byte)\n");
         return usage(a->cmd, stderr), 2;
@@ -282,6 +285,9 @@ int hs_cmd_tokenize(int argc, char **argv) {
                    "  prints TEXT's token ids (one line) and their decoding (the next line)\n");
         return argc == 2 ? 0 : 2;
     }
+    if (hs_cli_empty_path("tokenize", "TOKENIZER_JSON", argv[1],
+                          "the path of a Hugging Face tokenizer.json"))
+        return 2;
     hs_bpe *b = NULL;
     hs_error e;
     hs_error_clear(&e);

@@ -29,13 +29,6 @@ static void train_usage(FILE *f) {
             "Writes <train.out_dir>/{config.yaml,metrics.jsonl,model.safetensors,config.json}.\n");
 }
 
-/* A path flag given as "" would name the root directory's files. */
-static bool empty_path(const char *flag, const char *path, const char *fix) {
-    if (!path || path[0]) return false;
-    fprintf(stderr, "hypershard train: %s: empty path given; give %s\n", flag, fix);
-    return true;
-}
-
 static int parse_args(int argc, char **argv, train_args *a) {
     a->overrides = calloc((size_t)argc + 1, sizeof(char *));
     if (!a->overrides) return 1;
@@ -57,9 +50,10 @@ static int parse_args(int argc, char **argv, train_args *a) {
             return train_usage(stderr), 2;
         }
     }
-    if (empty_path("--init-from", a->init_from, "the directory of the model.safetensors to "
-                   "start from (a finished run's train.out_dir, or an `import --out` directory)") ||
-        empty_path("--dump", a->dump_dir, "the directory to dump into"))
+    if (hs_cli_empty_path("train", "--init-from", a->init_from,
+                          "the directory of the model.safetensors to start from (a finished "
+                          "run's train.out_dir, or an `import --out` directory)") ||
+        hs_cli_empty_path("train", "--dump", a->dump_dir, "the directory to dump into"))
         return 2;
     return 0;
 }

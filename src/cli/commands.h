@@ -23,6 +23,14 @@ int hs_cmd_ckpt(int argc, char **argv);   /* src/cli/cmd_ckpt.c   */
  * `cmd`) when V is not a dtype name. */
 bool hs_cli_dtype_arg(const char *cmd, const char *v, hs_dtype *dt); /* src/cli/cmd_ckpt.c */
 
+/* A path argument given as "" would name the current or the root
+ * directory's files: true (after printing which flag is empty, naming `cmd`,
+ * and `fix`, what to give) when `path` is empty; NULL is not given. */
+bool hs_cli_empty_path(const char *cmd, const char *flag, const char *path,
+                       const char *fix); /* src/cli/args.c */
+#define HS_CLI_RUN_DIR "a finished run's train.out_dir (config.yaml, model.safetensors)"
+#define HS_CLI_CKPT_DIR "a checkpoint's step-N directory, or its checkpoint.dir"
+
 /* OUT_DIR of a command that writes Hugging Face weights (`flag` names it:
  * "--safetensors", "--out"), before any work: hs_out_dirs_check with the
  * files such a directory holds, and room for `values` parameter values of

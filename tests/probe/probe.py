@@ -471,7 +471,35 @@ def output_cases():
              want=["--init-from"]),
         Case(o, "train out_dir under /proc", [*train, "train.out_dir=/proc/hs_probe"],
              want=["/proc/hs_probe"]),
+    ] + [Case("inputs", f"{' '.join(a)} ''", [*a, "", *rest], want=[w + ": empty path"],
+              outputs=["out"])
+         for a, rest, w in [
+             (["export", "--safetensors", "{box}/out", "--run"], [], "--run"),
+             (["export", "--safetensors", "{box}/out", "--ckpt"], [], "--ckpt"),
+             (["generate", "--prompt", "x", "--run"], [], "--run"),
+             (["eval", "--ckpt"], [], "--ckpt"),
+             (["import"], [], "DIR"),
+             (["ckpt", "verify"], [], "verify"),
+             (["ckpt", "export"], ["--safetensors", "{box}/out"], "DIR"),
+             (["tokenize"], ["abc"], "TOKENIZER_JSON")]]
+
+
+def infer_cases():
+    g = ["generate", "--run", "{run}", "--prompt", "the"]
+    i = "infer"
+    rows = [
+        ("generate --max-new-tokens -1", [*g, "--max-new-tokens", "-1"], "--max-new-tokens"),
+        ("generate --max-new-tokens 1e11", [*g, "--max-new-tokens", "99999999999"],
+         "--max-new-tokens"),
+        ("generate --top-k -5", [*g, "--top-k", "-5"], "--top-k"),
+        ("generate --temperature nan", [*g, "--temperature", "nan"], "--temperature"),
+        ("generate --seed abc", [*g, "--seed", "abc"], "--seed"),
+        ("generate empty prompt", ["generate", "--run", "{run}", "--prompt", ""], "--prompt"),
+        ("generate --run missing", ["generate", "--run", "{box}/none", "--prompt", "x"], "none"),
+        ("eval val_fraction 2", ["eval", "--run", "{run}", "data.val_fraction=2"],
+         "data.val_fraction"),
     ]
+    return [Case(i, name, args, want=[w]) for name, args, w in rows]
 
 
 def metrics_cases():
@@ -633,7 +661,8 @@ def main():
     hs = os.path.abspath(sys.argv[1])
     only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
     cases = (cli_cases() + config_cases() + tokenizer_cases() + hstk_cases() +
-             safetensors_cases() + ckpt_cases() + output_cases() + metrics_cases())
+             safetensors_cases() + ckpt_cases() + output_cases() + infer_cases() +
+             metrics_cases())
     if "--faults" in sys.argv:
         cases += fault_cases()
     if only:
