@@ -1,53 +1,222 @@
-/* hypershard/device.h — where tensors live and how bytes move between the
- * host and the compute device.
+/* hypershard/device.h — the compute seam: where tensor memory lives, how
+ * bytes move, and the kernels that compute on it.
  *
- * Contract of this layer:
- * - A device is a struct of function pointers with a `ctx` (ggml-style
- *   backends): `cpu` now, `cuda` later, with no #ifdef above this layer.
- * - Every device has two accounted pools: `device` (where compute reads
- *   parameters and activations) and `host` (pinned host memory on a GPU; the
- *   offload target). On the cpu device both are RAM; the split is accounting
- *   only, and copies between them are real memcpy's so that the offload path
- *   is exercised and traced the same way it will be on a GPU.
- * - Streams and events exist in the interface; on the cpu device they are
- *   no-ops that complete immediately.
+ * Contract of this layer (as built; docs/device.md):
+ * - A device is a backend, ggml-backend style: a table of memory members
+ *   (hs_device_ops), a table of kernels (hs_device_kernels) and a `ctx`,
+ *   with no #ifdef above this layer. Backends: `cpu` (oneDNN and the
+ *   threaded, vectorised kernels: the numbers the trainer produces) and
+ *   `reference` (plain C, one thread, fp64 accumulation: the oracle);
+ *   `cuda` later. A backend is new files src/device/<name>*.c and one line
+ *   in device.c's registry.
+ * - Memory: two accounted pools, `device` (what compute reads) and `host`
+ *   (pinned host memory on a GPU; the offload target). On cpu and reference
+ *   both are RAM: the split is accounting only, and copies between them are
+ *   real memmove's so the offload path is exercised and traced the way it
+ *   will be on a GPU. hs_mem_cache is the caching allocator (size classes,
+ *   reuse across frees) a GPU pool goes through; its `peak` is what
+ *   hs_pool_peak means. The device pools do not go through it yet.
+ * - Streams and events: every copy, memset and kernel takes a stream. On
+ *   cpu and reference each call has finished when it returns, so a stream
+ *   is only a name, an event is complete once recorded, and waits and
+ *   synchronizes return at once; callers still issue them where a GPU needs
+ *   them.
+ * - Kernels take raw pointers, dtypes and dimensions in llm.c order
+ *   (stream, outputs, inputs, weights, dims). Storage dtypes are fp32, bf16
+ *   and fp16; arithmetic is fp32, each stored output rounded once;
+ *   activation gradients are fp32; every backward ACCUMULATES (+=) into
+ *   its gradient outputs unless it says otherwise. An entry a backend does
+ *   not have is NULL; tests/unit/test_device_conformance.c holds every
+ *   non-NULL entry of every compiled backend to `reference`.
+ * - Not yet on the seam: model/, optim/ and fsdp/ still call most kernels
+ *   and all memory directly (docs/device.md lists what).
  */
 #ifndef HYPERSHARD_DEVICE_H
 #define HYPERSHARD_DEVICE_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "hypershard/base.h"
+#include "hypershard/tensor.h"
 
-typedef enum hs_device_kind { HS_DEVICE_CPU = 0, HS_DEVICE_CUDA, HS_DEVICE_KIND_COUNT } hs_device_kind;
+typedef enum hs_device_kind {
+    HS_DEVICE_CPU = 0,
+    HS_DEVICE_CUDA,
+    HS_DEVICE_REFERENCE,
+    HS_DEVICE_KIND_COUNT
+} hs_device_kind;
 
 typedef enum hs_copy_kind { HS_COPY_H2D = 0, HS_COPY_D2H, HS_COPY_D2D, HS_COPY_KIND_COUNT } hs_copy_kind;
 
 typedef struct hs_device hs_device;
+
+/* An ordered queue of work on one device; `ctx` is the backend's. */
+typedef struct hs_stream {
+    hs_device *dev;
+    void *ctx;
+} hs_stream;
+
+/* A point in a stream's work that another stream or the host can wait on. */
+typedef struct hs_event {
+    hs_device *dev;
+    void *ctx;
+} hs_event;
+
+/* ------------------------------------------------------------------ memory */
 
 typedef struct hs_device_ops {
     void *(*alloc)(hs_device *d, size_t bytes);         /* device pool */
     void (*free)(hs_device *d, void *p);
     void *(*host_alloc)(hs_device *d, size_t bytes);    /* host pool   */
     void (*host_free)(hs_device *d, void *p);
-    void (*copy)(hs_device *d, void *dst, const void *src, size_t bytes, hs_copy_kind kind);
-    void (*synchronize)(hs_device *d);
+    void (*memset)(hs_stream *s, void *p, int value, size_t bytes);
+    void (*copy)(hs_stream *s, void *dst, const void *src, size_t bytes, hs_copy_kind kind);
+    void *(*stream_create)(hs_device *d);               /* returns the stream's ctx */
+    void (*stream_destroy)(hs_device *d, void *ctx);
+    void *(*event_create)(hs_device *d);                /* returns the event's ctx */
+    void (*event_destroy)(hs_device *d, void *ctx);
+    void (*event_record)(hs_event *e, hs_stream *s);
+    void (*stream_wait)(hs_stream *s, hs_event *e);     /* s waits for e, the host does not */
+    void (*event_synchronize)(hs_event *e);             /* the host waits for e */
+    void (*stream_synchronize)(hs_stream *s);
+    void (*synchronize)(hs_device *d);                  /* every stream */
 } hs_device_ops;
+
+/* ----------------------------------------------------------------- kernels */
+
+/* The per-step AdamW scalars (torch.optim.AdamW, formed in double by the
+ * optimizer and used in fp32). */
+typedef struct hs_adamw_hparams {
+    float beta1, beta2, one_minus_beta1, one_minus_beta2;
+    float step_size;    /* lr / (1 - beta1^t) */
+    float bias2_sqrt;   /* sqrt(1 - beta2^t) */
+    float eps;
+    float decay_factor; /* 1 - lr * wd, or 1 when the param is excluded */
+} hs_adamw_hparams;
+
+/* Attention on a row range, for context parallelism: query rows
+ * [q0, q0+nq) of a [B, Tq, NH*HD] q, whose row q0 is at global position gq,
+ * against key rows [k0, k0+nk) of a [B, Tk, KVH*HD] k/v, key row k0 at
+ * global position gk; query at position p sees keys at positions <= p. */
+typedef struct hs_att_rows {
+    int Tq, Tk, q0, nq;
+    int k0, nk;     /* key rows [k0, k0+nk) of k/v take part */
+    int64_t gq, gk; /* gk: global position of key row k0 */
+} hs_att_rows;
+
+/* Dimension letters: N rows, C model dim, F MLP dim, V vocabulary, B batch,
+ * T time, H heads, NH/KVH query/key-value heads, HD head dim, E experts,
+ * K experts per token. */
+typedef struct hs_device_kernels {
+    /* tensor level: C = alpha op(A) op(B) + beta C as hs_gemm_ex (fp32
+     * accumulation, C rounded once) */
+    void (*gemm)(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g);
+    void (*convert)(hs_stream *s, void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt,
+                    int64_t n);
+    /* dst = a * (float)src */
+    void (*convert_scaled)(hs_stream *s, float *dst, const void *src, hs_dtype src_dt, float a,
+                           int64_t n);
+    void (*fill)(hs_stream *s, float *x, float v, int64_t n);
+    void (*axpy)(hs_stream *s, float *y, const float *x, float a, int64_t n); /* y += a x */
+    void (*scale)(hs_stream *s, float *x, float a, int64_t n);                /* x *= a */
+    void (*add)(hs_stream *s, float *y, const float *x, int64_t n);           /* y += x */
+    void (*sumsq)(hs_stream *s, double *out, const float *x, int64_t n);      /* fp64 */
+
+    /* out = w * x * rstd, rstd = 1/sqrt(mean(x^2) + eps) per row, saved in
+     * fp32; x in xdt, out and w in dt. Backward: dx += ..., dw (gdt; NULL
+     * when frozen) += sum over rows. */
+    void (*rmsnorm_fwd)(hs_stream *s, void *out, float *rstd, const void *x, hs_dtype xdt,
+                        const void *w, hs_dtype dt, int64_t N, int C, float eps);
+    void (*rmsnorm_bwd)(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const float *dout,
+                        const void *x, hs_dtype xdt, const void *w, const float *rstd,
+                        hs_dtype dt, int64_t N, int C);
+    /* Hugging Face rotate_half layout; tables [T, HD/2] fp32; in place on
+     * x [B,T,H*HD] (dt) and on the fp32 gradient (inverse rotation). */
+    void (*rope_tables)(hs_stream *s, float *cos_t, float *sin_t, int T, int HD, double theta);
+    void (*rope_fwd)(hs_stream *s, void *x, hs_dtype dt, const float *cos_t, const float *sin_t,
+                     int B, int T, int H, int HD);
+    void (*rope_bwd)(hs_stream *s, float *dx, const float *cos_t, const float *sin_t, int B,
+                     int T, int H, int HD);
+    /* out = silu(gate) * up; backward stores over dgate/dup when overwrite */
+    void (*swiglu_fwd)(hs_stream *s, void *out, const void *gate, const void *up, hs_dtype dt,
+                       int64_t n);
+    void (*swiglu_bwd)(hs_stream *s, float *dgate, float *dup, bool overwrite, const float *dout,
+                       const void *gate, const void *up, hs_dtype dt, int64_t n);
+    /* Causal GQA with scale 1/sqrt(HD) on the rows of r; lse [B, NH, Tq]
+     * fp32; out in odt. Backward accumulates dq, dk, dv (fp32). */
+    void (*attention_fwd)(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
+                          const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
+                          int HD, const hs_att_rows *r);
+    void (*attention_bwd)(hs_stream *s, float *dq, float *dk, float *dv, const float *dout,
+                          const void *out, hs_dtype odt, const void *q, const void *k,
+                          const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
+                          int HD, const hs_att_rows *r);
+    /* Softmax cross-entropy: *loss = sum over rows with target >= 0 of
+     * logsumexp - logit[target] (fp64), *valid those rows; dlogits (may
+     * alias logits; NULL: loss only) = (softmax - onehot) * scale, 0 on
+     * ignored rows. */
+    void (*xent)(hs_stream *s, double *loss, int64_t *valid, float *dlogits, const float *logits,
+                 const int32_t *targets, int64_t N, int V, float scale);
+    /* Vocab-parallel pieces over a shard of V columns starting at column v0:
+     * each row's max, then its sum of exp(l - gmax) and target logit (0 when
+     * the target is not in the shard) once the max is reduced. */
+    void (*xent_shard_max)(hs_stream *s, float *row_max, const float *logits, int64_t N, int V);
+    void (*xent_shard_sums)(hs_stream *s, double *row_sumexp, float *row_target,
+                            const float *logits, const float *gmax, const int32_t *targets,
+                            int64_t N, int V, int64_t v0);
+    /* out[n] = wte[tokens[n]]; dwte[tokens[n]] += dout[n] */
+    void (*embedding_fwd)(hs_stream *s, void *out, const int32_t *tokens, const void *wte,
+                          hs_dtype dt, int64_t N, int C);
+    void (*embedding_bwd)(hs_stream *s, void *dwte, hs_dtype gdt, const float *dout,
+                          const int32_t *tokens, int64_t N, int C);
+    /* MoE: top-K of softmax(logits) per row (ties to the lower expert),
+     * weights renormalised to sum 1 when renorm; rows gathered to their
+     * expert order (dst[i] = src[idx[i]]); and combined back
+     * (dst[idx[i]] += w[i] * src[i]). */
+    void (*moe_route)(hs_stream *s, int32_t *expert, float *weight, const float *logits,
+                      int64_t N, int E, int K, bool renorm);
+    void (*moe_permute)(hs_stream *s, void *dst, const void *src, const int32_t *idx,
+                        hs_dtype dt, int64_t n, int C);
+    void (*moe_unpermute)(hs_stream *s, float *dst, const float *src, const int32_t *idx,
+                          const float *w, int64_t n, int C);
+    /* AdamW on n fp32 values: p, m, v updated in place from g. */
+    void (*adamw)(hs_stream *s, float *p, float *m, float *v, const float *g,
+                  const hs_adamw_hparams *h, int64_t n);
+    /* Muon: buf = mu buf + g; dir = g + mu buf (nesterov) or buf; then
+     * out = NS5(g) of a [rows, cols] matrix: g / (|g|_F + 1e-7), then
+     * `steps` times X <- aX + (bA + cA^2)X, A = XX^T on the wide
+     * orientation, (a, b, c) = (3.4445, -4.7750, 2.0315). */
+    void (*muon_momentum)(hs_stream *s, float *dir, float *buf, const float *g, float mu,
+                          bool nesterov, int64_t n);
+    void (*muon_newton_schulz)(hs_stream *s, float *out, const float *g, int64_t rows,
+                               int64_t cols, int steps);
+    /* FSDP shard pack/unpack: `rows` rows of row_bytes between strided
+     * buffers (a 2-D copy; dst and src do not overlap). */
+    void (*copy_2d)(hs_stream *s, void *dst, size_t dst_stride, const void *src,
+                    size_t src_stride, int64_t rows, size_t row_bytes);
+} hs_device_kernels;
 
 struct hs_device {
     hs_device_kind kind;
     const char *name;
     const hs_device_ops *ops;
+    const hs_device_kernels *k;
     void *ctx;
+    hs_stream *stream; /* the default stream */
     hs_pool device_pool;
     hs_pool host_pool;
     hs_trace *trace; /* may be NULL; copies are recorded on HS_LANE_COPY */
 };
 
 const char *hs_device_kind_name(hs_device_kind k);
-/* "cpu" or "cuda". */
+/* "cpu", "cuda" or "reference". */
 bool hs_device_kind_parse(const char *s, hs_device_kind *out);
+/* Whether this build has the backend (cpu and reference always). */
+bool hs_device_kind_compiled(hs_device_kind k);
 
 /* Create the device. `cuda` returns HS_ERR_CONFIG with a clear message in a
  * build without CUDA. */
@@ -58,7 +227,197 @@ static inline void *hs_device_alloc(hs_device *d, size_t bytes) { return d->ops-
 static inline void hs_device_free_mem(hs_device *d, void *p) { d->ops->free(d, p); }
 static inline void *hs_host_alloc(hs_device *d, size_t bytes) { return d->ops->host_alloc(d, bytes); }
 static inline void hs_host_free(hs_device *d, void *p) { d->ops->host_free(d, p); }
-/* Records a span on the trace's copy lane with the byte count. */
+/* On stream s; records a span on the trace's copy lane with the byte count.
+ * hs_device_copy is the same on the default stream, then waits for it. */
+void hs_device_copy_async(hs_stream *s, void *dst, const void *src, size_t bytes,
+                          hs_copy_kind kind);
 void hs_device_copy(hs_device *d, void *dst, const void *src, size_t bytes, hs_copy_kind kind);
+static inline void hs_device_memset(hs_stream *s, void *p, int value, size_t bytes)
+{
+    s->dev->ops->memset(s, p, value, bytes);
+}
+static inline void hs_device_synchronize(hs_device *d) { d->ops->synchronize(d); }
+
+/* Streams and events; creation aborts (hs_oom) only when memory runs out. */
+hs_stream *hs_stream_create(hs_device *d);
+void hs_stream_free(hs_stream *s);
+hs_event *hs_event_create(hs_device *d);
+void hs_event_free(hs_event *e);
+static inline void hs_event_record(hs_event *e, hs_stream *s) { s->dev->ops->event_record(e, s); }
+static inline void hs_stream_wait(hs_stream *s, hs_event *e) { s->dev->ops->stream_wait(s, e); }
+static inline void hs_event_synchronize(hs_event *e) { e->dev->ops->event_synchronize(e); }
+static inline void hs_stream_synchronize(hs_stream *s) { s->dev->ops->stream_synchronize(s); }
+
+/* ------------------------------------------------------- caching allocator */
+
+/* Blocks come from `raw_alloc` rounded up to a size class and go back to a
+ * free list of their class when freed, for the next request of that class;
+ * hs_mem_cache_trim hands the free lists back to `raw_free`. Thread safe.
+ * When raw_alloc fails the free lists are handed back and it is tried once
+ * more. Size classes: 512 bytes and below round to 512; above, four classes
+ * per power of two (640, 768, 896, 1024, 1280, ...), so a block wastes
+ * under a fifth of itself. */
+typedef void *(*hs_raw_alloc_fn)(void *ctx, size_t bytes);
+typedef void (*hs_raw_free_fn)(void *ctx, void *p);
+typedef struct hs_mem_cache hs_mem_cache;
+
+typedef struct hs_mem_cache_stats {
+    int64_t in_use;        /* bytes the callers asked for, live: hs_pool_current */
+    int64_t peak;          /* the most in_use has been: hs_pool_peak */
+    int64_t reserved;      /* class bytes taken from raw_alloc and not trimmed */
+    int64_t reserved_peak;
+    int64_t hits, misses;  /* requests served from a free list / by raw_alloc */
+} hs_mem_cache_stats;
+
+size_t hs_mem_cache_class(size_t bytes);
+hs_mem_cache *hs_mem_cache_create(const char *name, hs_raw_alloc_fn raw_alloc,
+                                  hs_raw_free_fn raw_free, void *ctx);
+/* Frees every cached block; live blocks must have been freed. */
+void hs_mem_cache_free_all(hs_mem_cache *c);
+void *hs_mem_cache_alloc(hs_mem_cache *c, size_t bytes);
+/* NULL is fine; p must come from c. */
+void hs_mem_cache_free(hs_mem_cache *c, void *p);
+void hs_mem_cache_trim(hs_mem_cache *c);
+hs_mem_cache_stats hs_mem_cache_stats_get(hs_mem_cache *c);
+/* Peak := in use; for measuring one phase. */
+void hs_mem_cache_reset_peak(hs_mem_cache *c);
+
+/* -------------------------------------------------- element access helpers */
+
+/* Shared by the kernels below the seam and those not yet moved onto it. */
+
+/* Element counts from which a cpu kernel splits its loop over the GEMM
+ * threads (OpenMP; one thread per rank under mpiexec runs it inline). */
+#define HS_PAR_MIN 32768
+/* e^x in fp32 that vectorises (no libm call): x = n ln2 + r with |r| <=
+ * ln2/2, e^r by Cephes' degree-6 polynomial, 2^n put into the exponent.
+ * Within 2 ulp of expf on [-87.3, 88.3] (tests/unit/test_layers.c sweeps
+ * it); below, 0 (no subnormals); above, +Inf; NaN stays NaN. The element
+ * kernels (SwiGLU, attention's softmax, cross-entropy) use it. */
+static inline float hs_expf(float x) {
+    const float lo = -87.3365447f, hi = 88.3762626f;
+    float xc = x < lo ? lo : x > hi ? hi : x;
+    /* round to nearest by the 1.5 * 2^23 shift: plain arithmetic, so the
+     * loop vectorises (rintf does not without -fno-trapping-math) */
+    float n = (xc * 1.44269504089f + 12582912.0f) - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    float y = p * scale;
+    y = x < lo ? 0.0f : y;
+    y = x > hi ? INFINITY : y;
+    return x != x ? x : y;
+}
+
+/* Row reductions in HS_LANES independent lanes combined in lane order, so
+ * that the loops vectorise (one serial chain would not); the value depends
+ * on the row only. Sums and dot products accumulate in fp64. */
+#define HS_LANES 8
+
+/* The largest of x[0..n), n >= 1 (a NaN is kept only where a lane starts
+ * with it; a NaN row still gives a NaN loss through its exponentials). */
+static inline float hs_row_max(const float *x, int n) {
+    float mx = x[0];
+    int i = 1;
+    if (n >= 2 * HS_LANES) {
+        float acc[HS_LANES];
+        for (int j = 0; j < HS_LANES; j++) acc[j] = x[j];
+        for (i = HS_LANES; i + HS_LANES <= n; i += HS_LANES)
+            for (int j = 0; j < HS_LANES; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+        mx = acc[0];
+        for (int j = 1; j < HS_LANES; j++) mx = acc[j] > mx ? acc[j] : mx;
+    }
+    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
+static inline double hs_row_sum(const float *x, int n) {
+    double acc[HS_LANES] = {0.0}, s = 0.0;
+    int i = 0;
+    for (; i + HS_LANES <= n; i += HS_LANES)
+        for (int j = 0; j < HS_LANES; j++) acc[j] += x[i + j];
+    for (; i < n; i++) s += x[i];
+    for (int j = 0; j < HS_LANES; j++) s += acc[j];
+    return s;
+}
+
+static inline float hs_ld(const void *p, hs_dtype dt, int64_t i) {
+    switch (dt) {
+    case HS_DTYPE_BF16:
+        return hs_bf16_to_f32(((const uint16_t *)p)[i]);
+    case HS_DTYPE_F16:
+        return hs_f16_to_f32(((const uint16_t *)p)[i]);
+    default:
+        return ((const float *)p)[i];
+    }
+}
+
+static inline void hs_st(void *p, hs_dtype dt, int64_t i, float v) {
+    switch (dt) {
+    case HS_DTYPE_BF16:
+        ((uint16_t *)p)[i] = hs_f32_to_bf16(v);
+        break;
+    case HS_DTYPE_F16:
+        ((uint16_t *)p)[i] = hs_f32_to_f16(v);
+        break;
+    default:
+        ((float *)p)[i] = v;
+        break;
+    }
+}
+
+/* p[i] += v with one rounding to dt. */
+static inline void hs_acc(void *p, hs_dtype dt, int64_t i, float v) {
+    hs_st(p, dt, i, hs_ld(p, dt, i) + v);
+}
+
+/* sum_i x[i] * y[off + i] over i < n, y read in dtype dt, in the fp64
+ * lanes of hs_row_sum; inlined per dtype where dt is a constant. */
+static inline __attribute__((always_inline)) double hs_row_dot_ld(const float *x, const void *y,
+                                                                 hs_dtype dt, int64_t off,
+                                                                 int n) {
+    double acc[HS_LANES] = {0.0}, s = 0.0;
+    int i = 0;
+    for (; i + HS_LANES <= n; i += HS_LANES)
+        for (int j = 0; j < HS_LANES; j++) acc[j] += (double)x[i + j] * hs_ld(y, dt, off + i + j);
+    for (; i < n; i++) s += (double)x[i] * hs_ld(y, dt, off + i);
+    for (int j = 0; j < HS_LANES; j++) s += acc[j];
+    return s;
+}
+
+static inline double hs_row_dot(const float *x, const float *y, int n) {
+    return hs_row_dot_ld(x, y, HS_DTYPE_F32, 0, n);
+}
+
+/* Element offset into a buffer of dtype dt. */
+static inline void *hs_at(void *p, hs_dtype dt, int64_t i) {
+    return (char *)p + (size_t)i * (dt == HS_DTYPE_F32 ? 4u : 2u);
+}
+static inline const void *hs_cat(const void *p, hs_dtype dt, int64_t i) {
+    return (const char *)p + (size_t)i * (dt == HS_DTYPE_F32 ? 4u : 2u);
+}
+
+/* x[i] := (float)(dt)x[i] for n fp32 values: the value a cast to dt and
+ * back would give. A no-op for fp32. */
+static inline void hs_round_f32(float *x, hs_dtype dt, int64_t n) {
+    if (dt == HS_DTYPE_BF16)
+        for (int64_t i = 0; i < n; i++) x[i] = hs_bf16_to_f32(hs_f32_to_bf16(x[i]));
+    else if (dt == HS_DTYPE_F16)
+        for (int64_t i = 0; i < n; i++) x[i] = hs_f16_to_f32(hs_f32_to_f16(x[i]));
+}
+
+/* ----------------------------------------------------------- cpu kernels */
+
+/* The cpu backend's kernels, also called directly by the layers above that
+ * are not on the table yet (same code, same bits). */
 
 #endif

@@ -1,44 +1,58 @@
-/* The cpu backend: both pools are RAM, kept apart for accounting only, and
- * copies are real memcpy's so the offload path costs and traces the way it
- * will on a GPU. Streams and events need nothing: everything is complete
- * when the call returns. */
-#include <string.h>
-
+/* The cpu backend: host RAM memory (ram.c) and the fast kernels: tensor/'s
+ * oneDNN GEMM and vectorised element loops, and the threaded model and
+ * optimizer kernels of cpu_*.c. */
 #include "device/device_backend.h"
 
-static void *cpu_alloc(hs_device *d, size_t bytes) { return hs_pool_alloc(&d->device_pool, bytes); }
-
-static void cpu_free(hs_device *d, void *p) { hs_pool_free(&d->device_pool, p); }
-
-static void *cpu_host_alloc(hs_device *d, size_t bytes)
+static void cpu_gemm(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g)
 {
-    return hs_pool_alloc(&d->host_pool, bytes);
+    hs_gemm_ex(g->trans_a, g->trans_b, g->M, g->N, g->K, g->alpha, A, g->a_dt, g->lda, B,
+               g->b_dt, g->ldb, g->beta, C, g->c_dt, g->ldc);
 }
 
-static void cpu_host_free(hs_device *d, void *p) { hs_pool_free(&d->host_pool, p); }
-
-static void cpu_copy(hs_device *d, void *dst, const void *src, size_t bytes, hs_copy_kind kind)
+static void cpu_convert(hs_stream *s, void *dst, hs_dtype dst_dt, const void *src,
+                        hs_dtype src_dt, int64_t n)
 {
-    if (bytes == 0) return;
-    /* memmove: an in-place D2D within one buffer is legal on CUDA too. */
-    memmove(dst, src, bytes);
+    hs_convert(dst, dst_dt, src, src_dt, n);
 }
 
-static void cpu_synchronize(hs_device *d) {}
+static void cpu_convert_scaled(hs_stream *s, float *dst, const void *src, hs_dtype src_dt,
+                               float a, int64_t n)
+{
+    hs_convert_scaled_f32(dst, src, src_dt, a, n);
+}
 
-static const hs_device_ops cpu_ops = {
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .host_alloc = cpu_host_alloc,
-    .host_free = cpu_host_free,
-    .copy = cpu_copy,
-    .synchronize = cpu_synchronize,
+static void cpu_fill(hs_stream *s, float *x, float v, int64_t n) { hs_fill_f32(x, n, v); }
+
+static void cpu_axpy(hs_stream *s, float *y, const float *x, float a, int64_t n)
+{
+    hs_axpy_f32(y, a, x, n);
+}
+
+static void cpu_scale(hs_stream *s, float *x, float a, int64_t n) { hs_scale_f32(x, a, n); }
+
+static void cpu_add(hs_stream *s, float *y, const float *x, int64_t n) { hs_add_f32(y, x, n); }
+
+static void cpu_sumsq(hs_stream *s, double *out, const float *x, int64_t n)
+{
+    *out = hs_sumsq_f32(x, n);
+}
+
+static const hs_device_kernels cpu_kernels = {
+    .gemm = cpu_gemm,
+    .convert = cpu_convert,
+    .convert_scaled = cpu_convert_scaled,
+    .fill = cpu_fill,
+    .axpy = cpu_axpy,
+    .scale = cpu_scale,
+    .add = cpu_add,
+    .sumsq = cpu_sumsq,
 };
 
 void hs_device_cpu_init(hs_device *d)
 {
     d->kind = HS_DEVICE_CPU;
     d->name = "cpu";
-    d->ops = &cpu_ops;
+    d->ops = &hs_ram_ops;
+    d->k = &cpu_kernels;
     d->ctx = NULL;
 }

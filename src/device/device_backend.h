@@ -4,7 +4,15 @@
 
 #include "hypershard/device.h"
 
-/* Fills ops/ctx/name of an already zeroed device whose pools are set up. */
+/* Fills name/ops/k/ctx of an already zeroed device whose pools are set up;
+ * device.c creates the default stream afterwards. */
+typedef void (*hs_device_init_fn)(hs_device *d);
 void hs_device_cpu_init(hs_device *d);
+void hs_device_reference_init(hs_device *d);
+
+/* The memory members of a backend whose device memory is host RAM (cpu,
+ * reference): the two accounted pools, memmove copies, and streams and
+ * events that complete at once. */
+extern const hs_device_ops hs_ram_ops;
 
 #endif

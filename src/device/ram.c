@@ -1,0 +1,58 @@
+/* Memory, streams and events of the backends that compute in host RAM (cpu
+ * and reference). Both pools are RAM, kept apart for accounting only, and
+ * copies are real memmove's, so the offload path costs and traces the way
+ * it will on a GPU. Every call has finished when it returns: a stream has
+ * no state, an event is complete once recorded, waits return at once. */
+#include <string.h>
+
+#include "device/device_backend.h"
+
+static void *ram_alloc(hs_device *d, size_t bytes) { return hs_pool_alloc(&d->device_pool, bytes); }
+
+static void ram_free(hs_device *d, void *p) { hs_pool_free(&d->device_pool, p); }
+
+static void *ram_host_alloc(hs_device *d, size_t bytes)
+{
+    return hs_pool_alloc(&d->host_pool, bytes);
+}
+
+static void ram_host_free(hs_device *d, void *p) { hs_pool_free(&d->host_pool, p); }
+
+static void ram_memset(hs_stream *s, void *p, int value, size_t bytes)
+{
+    if (bytes) memset(p, value, bytes);
+}
+
+static void ram_copy(hs_stream *s, void *dst, const void *src, size_t bytes, hs_copy_kind kind)
+{
+    if (bytes == 0) return;
+    /* memmove: an in-place D2D within one buffer is legal on CUDA too. */
+    memmove(dst, src, bytes);
+}
+
+/* A stream or event needs no state of its own: any non-NULL ctx will do. */
+static void *ram_no_ctx(hs_device *d) { return d; }
+static void ram_ctx_destroy(hs_device *d, void *ctx) {}
+static void ram_event_record(hs_event *e, hs_stream *s) {}
+static void ram_stream_wait(hs_stream *s, hs_event *e) {}
+static void ram_event_synchronize(hs_event *e) {}
+static void ram_stream_synchronize(hs_stream *s) {}
+static void ram_synchronize(hs_device *d) {}
+
+const hs_device_ops hs_ram_ops = {
+    .alloc = ram_alloc,
+    .free = ram_free,
+    .host_alloc = ram_host_alloc,
+    .host_free = ram_host_free,
+    .memset = ram_memset,
+    .copy = ram_copy,
+    .stream_create = ram_no_ctx,
+    .stream_destroy = ram_ctx_destroy,
+    .event_create = ram_no_ctx,
+    .event_destroy = ram_ctx_destroy,
+    .event_record = ram_event_record,
+    .stream_wait = ram_stream_wait,
+    .event_synchronize = ram_event_synchronize,
+    .stream_synchronize = ram_stream_synchronize,
+    .synchronize = ram_synchronize,
+};

@@ -1,0 +1,46 @@
+/* The reference backend: host RAM memory (ram.c) and plain one-thread
+ * kernels (reference_*.c), the oracle the conformance suite holds every
+ * other backend to. */
+#include "device/device_backend.h"
+#include "device/reference.h"
+
+static const hs_device_kernels reference_kernels = {
+    .gemm = hs_ref_gemm,
+    .convert = hs_ref_convert,
+    .convert_scaled = hs_ref_convert_scaled,
+    .fill = hs_ref_fill,
+    .axpy = hs_ref_axpy,
+    .scale = hs_ref_scale,
+    .add = hs_ref_add,
+    .sumsq = hs_ref_sumsq,
+    .rmsnorm_fwd = hs_ref_rmsnorm_fwd,
+    .rmsnorm_bwd = hs_ref_rmsnorm_bwd,
+    .rope_tables = hs_ref_rope_tables,
+    .rope_fwd = hs_ref_rope_fwd,
+    .rope_bwd = hs_ref_rope_bwd,
+    .swiglu_fwd = hs_ref_swiglu_fwd,
+    .swiglu_bwd = hs_ref_swiglu_bwd,
+    .attention_fwd = hs_ref_attention_fwd,
+    .attention_bwd = hs_ref_attention_bwd,
+    .xent = hs_ref_xent,
+    .xent_shard_max = hs_ref_xent_shard_max,
+    .xent_shard_sums = hs_ref_xent_shard_sums,
+    .embedding_fwd = hs_ref_embedding_fwd,
+    .embedding_bwd = hs_ref_embedding_bwd,
+    .moe_route = hs_ref_moe_route,
+    .moe_permute = hs_ref_moe_permute,
+    .moe_unpermute = hs_ref_moe_unpermute,
+    .adamw = hs_ref_adamw,
+    .muon_momentum = hs_ref_muon_momentum,
+    .muon_newton_schulz = hs_ref_muon_newton_schulz,
+    .copy_2d = hs_ref_copy_2d,
+};
+
+void hs_device_reference_init(hs_device *d)
+{
+    d->kind = HS_DEVICE_REFERENCE;
+    d->name = "reference";
+    d->ops = &hs_ram_ops;
+    d->k = &reference_kernels;
+    d->ctx = NULL;
+}

@@ -1,0 +1,68 @@
+/* Reference AdamW and Muon pieces, in fp64 with each state rounded once. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "device/reference.h"
+
+void hs_ref_adamw(hs_stream *s, float *p, float *m, float *v, const float *g,
+                  const hs_adamw_hparams *h, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        m[i] = (float)((double)h->beta1 * m[i] + (double)h->one_minus_beta1 * g[i]);
+        v[i] = (float)((double)h->beta2 * v[i] + (double)h->one_minus_beta2 * g[i] * g[i]);
+        double denom = sqrt((double)v[i]) / h->bias2_sqrt + h->eps;
+        p[i] = (float)((double)p[i] * h->decay_factor - (double)h->step_size * m[i] / denom);
+    }
+}
+
+void hs_ref_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, float mu,
+                          bool nesterov, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        buf[i] = (float)((double)mu * buf[i] + g[i]);
+        dir[i] = nesterov ? (float)(g[i] + (double)mu * buf[i]) : buf[i];
+    }
+}
+
+/* x (n x m, n <= m) <- a x + (b A + c A^2) x, A = x x^T, in fp64. */
+static void ns_step(double *x, double *A, double *A2, double *y, int64_t n, int64_t m)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) {
+            A[i * n + j] = 0.0;
+            for (int64_t k = 0; k < m; k++) A[i * n + j] += x[i * m + k] * x[j * m + k];
+        }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double a2 = 0.0;
+            for (int64_t k = 0; k < n; k++) a2 += A[i * n + k] * A[k * n + j];
+            A2[i * n + j] = -4.7750 * A[i * n + j] + 2.0315 * a2;
+        }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < m; j++) {
+            double acc = 3.4445 * x[i * m + j];
+            for (int64_t k = 0; k < n; k++) acc += A2[i * n + k] * x[k * m + j];
+            y[i * m + j] = acc;
+        }
+    memcpy(x, y, (size_t)(n * m) * sizeof *x);
+}
+
+void hs_ref_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows,
+                               int64_t cols, int steps)
+{
+    bool tall = rows > cols;
+    int64_t n = tall ? cols : rows, m = tall ? rows : cols;
+    double *x = malloc((size_t)(2 * n * m + 2 * n * n) * sizeof *x);
+    if (x == NULL) hs_oom("reference Newton-Schulz: no room for a %lldx%lld matrix",
+                          (long long)rows, (long long)cols);
+    double norm = 0.0;
+    for (int64_t i = 0; i < n * m; i++) norm += (double)g[i] * g[i];
+    norm = sqrt(norm) + 1e-7;
+    for (int64_t r = 0; r < rows; r++) /* the wide orientation: x is n x m */
+        for (int64_t c = 0; c < cols; c++)
+            x[tall ? c * rows + r : r * cols + c] = g[r * cols + c] / norm;
+    for (int k = 0; k < steps; k++) ns_step(x, x + 2 * n * m, x + 2 * n * m + n * n, x + n * m, n, m);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) out[r * cols + c] = (float)x[tall ? c * rows + r : r * cols + c];
+    free(x);
+}

@@ -1,0 +1,386 @@
+/* Every compiled backend against `reference`, op by op (after ggml's
+ * tests/test-backend-ops): one table of ops, each with the dtypes it
+ * applies to, its shapes (odd sizes, zero lengths, tails past a vector or
+ * chunk width, strided and transposed operands) and its tolerance per dtype
+ * written beside it. A case runs the op on both backends from the same
+ * seeded inputs and compares every output: max |got - want| over
+ * max(max |want|, 1e-30), NaN where `want` has none failing. An entry the
+ * backend does not have (NULL) is counted as not provided, not checked.
+ * HS_DEVICE_TEST_VERBOSE=1 prints each case's error. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hypershard/device.h"
+
+enum { F32 = 1 << HS_DTYPE_F32, BF16 = 1 << HS_DTYPE_BF16, F16 = 1 << HS_DTYPE_F16 };
+#define ALL_DT (F32 | BF16 | F16)
+#define MAX_OUT 4
+#define MAX_SHAPES 8
+
+/* ----------------------------------------------------------- buffers */
+
+typedef struct outs {
+    int n;
+    float *v[MAX_OUT];
+    int64_t len[MAX_OUT];
+} outs;
+
+/* A copy of n values of p (dtype dt) as fp32, kept as one output. */
+static void put(outs *o, const void *p, hs_dtype dt, int64_t n)
+{
+    HS_ASSERT(o->n < MAX_OUT);
+    float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    hs_convert(v, HS_DTYPE_F32, p, dt, n);
+    o->v[o->n] = v, o->len[o->n++] = n;
+}
+
+static void outs_free(outs *o)
+{
+    for (int i = 0; i < o->n; i++) free(o->v[i]);
+    o->n = 0;
+}
+
+/* n values in [-scale, scale] from `seed`, stored in dt. */
+static void *rnd(hs_dtype dt, int64_t n, uint64_t seed, float scale)
+{
+    void *p = malloc((size_t)(n ? n : 1) * hs_dtype_size(dt));
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        float u = (float)((x >> 40) * (1.0 / (1 << 24))) * 2.0f - 1.0f;
+        hs_st(p, dt, i, u * scale);
+    }
+    return p;
+}
+
+static int32_t *ids(int64_t n, int V, uint64_t seed)
+{
+    int32_t *t = malloc((size_t)(n ? n : 1) * sizeof *t);
+    for (int64_t i = 0; i < n; i++) t[i] = (int32_t)((i * 7 + (int64_t)seed) % V);
+    return t;
+}
+
+/* ----------------------------------------------------------------- ops */
+
+typedef struct kcase {
+    const hs_device_kernels *k;
+    hs_stream *s;
+    hs_dtype dt;
+    const int64_t *d; /* the shape, read per op */
+} kcase;
+
+typedef struct op_def {
+    const char *name;
+    size_t entry;      /* offsetof the kernel in hs_device_kernels */
+    unsigned dtypes;
+    float tol[HS_DTYPE_COUNT];
+    int64_t shapes[MAX_SHAPES][6];
+    int n_shapes;
+    void (*run)(const kcase *c, outs *o);
+} op_def;
+
+/* d = {M, N, K, trans_a, trans_b, pad}; A, B, C stored in dt with row
+ * strides `pad` past their minimum; C = 0.5 op(A) op(B) + C. */
+static void run_gemm(const kcase *c, outs *o)
+{
+    const int64_t *d = c->d;
+    bool ta = d[3], tb = d[4];
+    int64_t lda = (ta ? d[0] : d[2]) + d[5], ldb = (tb ? d[2] : d[1]) + d[5], ldc = d[1] + d[5];
+    int64_t na = (ta ? d[2] : d[0]) * lda, nb = (tb ? d[1] : d[2]) * ldb, nc = d[0] * ldc;
+    void *A = rnd(c->dt, na, 1, 1.0f), *B = rnd(c->dt, nb, 2, 1.0f), *C = rnd(c->dt, nc, 3, 1.0f);
+    hs_gemm_shape g = {.trans_a = ta, .trans_b = tb, .M = d[0], .N = d[1], .K = d[2],
+                       .alpha = 0.5f, .beta = 1.0f, .a_dt = c->dt, .b_dt = c->dt,
+                       .c_dt = c->dt, .lda = lda, .ldb = ldb, .ldc = ldc};
+    c->k->gemm(c->s, C, A, B, &g);
+    put(o, C, c->dt, nc);
+    free(A), free(B), free(C);
+}
+
+/* d = {n}: dt -> fp32, fp32 -> dt, and dt -> fp32 scaled by 0.75. */
+static void run_convert(const kcase *c, outs *o)
+{
+    int64_t n = c->d[0];
+    void *x = rnd(c->dt, n, 4, 3.0f), *y = rnd(HS_DTYPE_F32, n, 5, 3.0f);
+    float *f = malloc((size_t)(n ? n : 1) * 4);
+    void *h = malloc((size_t)(n ? n : 1) * 4);
+    c->k->convert(c->s, f, HS_DTYPE_F32, x, c->dt, n);
+    put(o, f, HS_DTYPE_F32, n);
+    c->k->convert(c->s, h, c->dt, y, HS_DTYPE_F32, n);
+    put(o, h, c->dt, n);
+    c->k->convert_scaled(c->s, f, x, c->dt, 0.75f, n);
+    put(o, f, HS_DTYPE_F32, n);
+    free(x), free(y), free(f), free(h);
+}
+
+/* d = {n}: fill, then y += 0.5 x, x *= -2, y += x, and sum(y^2). */
+static void run_elementwise(const kcase *c, outs *o)
+{
+    int64_t n = c->d[0];
+    float *x = rnd(HS_DTYPE_F32, n, 6, 1.0f), *y = rnd(HS_DTYPE_F32, n, 7, 1.0f);
+    float *z = malloc((size_t)(n ? n : 1) * 4);
+    c->k->fill(c->s, z, 1.25f, n);
+    put(o, z, HS_DTYPE_F32, n);
+    c->k->axpy(c->s, y, x, 0.5f, n);
+    c->k->scale(c->s, x, -2.0f, n);
+    c->k->add(c->s, y, x, n);
+    put(o, y, HS_DTYPE_F32, n);
+    double ss = -1.0;
+    c->k->sumsq(c->s, &ss, y, n);
+    float f = (float)ss;
+    put(o, &f, HS_DTYPE_F32, 1);
+    free(x), free(y), free(z);
+}
+
+/* d = {N, C}: forward (out, rstd), then backward into dx and dw. */
+static void run_rmsnorm(const kcase *c, outs *o)
+{
+    int64_t N = c->d[0];
+    int C = (int)c->d[1];
+    void *x = rnd(c->dt, N * C, 8, 2.0f), *w = rnd(c->dt, C, 9, 1.5f), *out = rnd(c->dt, N * C, 0, 0);
+    float *rstd = rnd(HS_DTYPE_F32, N, 0, 0), *dout = rnd(HS_DTYPE_F32, N * C, 10, 1.0f);
+    float *dx = rnd(HS_DTYPE_F32, N * C, 11, 0.1f), *dw = rnd(HS_DTYPE_F32, C, 12, 0.1f);
+    c->k->rmsnorm_fwd(c->s, out, rstd, x, c->dt, w, c->dt, N, C, 1e-5f);
+    put(o, out, c->dt, N * C), put(o, rstd, HS_DTYPE_F32, N);
+    c->k->rmsnorm_bwd(c->s, dx, dw, HS_DTYPE_F32, dout, x, c->dt, w, rstd, c->dt, N, C);
+    put(o, dx, HS_DTYPE_F32, N * C), put(o, dw, HS_DTYPE_F32, C);
+    free(x), free(w), free(out), free(rstd), free(dout), free(dx), free(dw);
+}
+
+/* d = {B, T, H, HD}: forward on x (dt) and backward on an fp32 gradient,
+ * with tables of any values (the kernels do not assume cos^2 + sin^2 = 1). */
+static void run_rope(const kcase *c, outs *o)
+{
+    int B = (int)c->d[0], T = (int)c->d[1], H = (int)c->d[2], HD = (int)c->d[3];
+    int64_t n = (int64_t)B * T * H * HD, nt = (int64_t)T * (HD / 2);
+    float *ct = rnd(HS_DTYPE_F32, nt, 27, 1.0f), *st = rnd(HS_DTYPE_F32, nt, 28, 1.0f);
+    void *x = rnd(c->dt, n, 13, 2.0f);
+    float *dx = rnd(HS_DTYPE_F32, n, 14, 1.0f);
+    c->k->rope_fwd(c->s, x, c->dt, ct, st, B, T, H, HD);
+    c->k->rope_bwd(c->s, dx, ct, st, B, T, H, HD);
+    put(o, x, c->dt, n), put(o, dx, HS_DTYPE_F32, n);
+    free(ct), free(st), free(x), free(dx);
+}
+
+/* d = {T, HD, theta}. */
+static void run_rope_tables(const kcase *c, outs *o)
+{
+    int T = (int)c->d[0], HD = (int)c->d[1];
+    int64_t nt = (int64_t)T * (HD / 2);
+    float *ct = rnd(HS_DTYPE_F32, nt, 0, 0), *st = rnd(HS_DTYPE_F32, nt, 0, 0);
+    c->k->rope_tables(c->s, ct, st, T, HD, (double)c->d[2]);
+    put(o, ct, HS_DTYPE_F32, nt), put(o, st, HS_DTYPE_F32, nt);
+    free(ct), free(st);
+}
+
+/* d = {n}: forward, backward accumulating, backward overwriting. */
+static void run_swiglu(const kcase *c, outs *o)
+{
+    int64_t n = c->d[0];
+    void *g = rnd(c->dt, n, 15, 6.0f), *u = rnd(c->dt, n, 16, 2.0f), *out = rnd(c->dt, n, 0, 0);
+    float *dout = rnd(HS_DTYPE_F32, n, 17, 1.0f);
+    float *dg = rnd(HS_DTYPE_F32, n, 18, 0.5f), *du = rnd(HS_DTYPE_F32, n, 19, 0.5f);
+    c->k->swiglu_fwd(c->s, out, g, u, c->dt, n);
+    put(o, out, c->dt, n);
+    c->k->swiglu_bwd(c->s, dg, du, false, dout, g, u, c->dt, n);
+    put(o, dg, HS_DTYPE_F32, n), put(o, du, HS_DTYPE_F32, n);
+    c->k->swiglu_bwd(c->s, dg, du, true, dout, g, u, c->dt, n);
+    put(o, dg, HS_DTYPE_F32, n);
+    free(g), free(u), free(out), free(dout), free(dg), free(du);
+}
+
+/* d = {N, V}: loss, valid rows and the gradient in place of the logits;
+ * every third target is ignored (-1). */
+static void run_xent(const kcase *c, outs *o)
+{
+    int64_t N = c->d[0];
+    int V = (int)c->d[1];
+    float *l = rnd(HS_DTYPE_F32, N * V, 20, 8.0f);
+    int32_t *t = ids(N, V, 3);
+    for (int64_t i = 0; i < N; i += 3) t[i] = -1;
+    double loss = -1.0;
+    int64_t valid = -1;
+    c->k->xent(c->s, &loss, &valid, NULL, l, t, N, V, 0.5f);
+    float lv[2] = {(float)loss, (float)valid};
+    put(o, lv, HS_DTYPE_F32, 2);
+    c->k->xent(c->s, &loss, &valid, l, l, t, N, V, 0.5f);
+    lv[0] = (float)loss, lv[1] = (float)valid;
+    put(o, lv, HS_DTYPE_F32, 2), put(o, l, HS_DTYPE_F32, N * V);
+    free(l), free(t);
+}
+
+/* d = {N, C, V}: gather, then scatter-add with repeated tokens. */
+static void run_embedding(const kcase *c, outs *o)
+{
+    int64_t N = c->d[0];
+    int C = (int)c->d[1], V = (int)c->d[2];
+    void *wte = rnd(c->dt, (int64_t)V * C, 21, 1.0f), *out = rnd(c->dt, N * C, 0, 0);
+    void *dwte = rnd(c->dt, (int64_t)V * C, 22, 0.1f);
+    float *dout = rnd(HS_DTYPE_F32, N * C, 23, 1.0f);
+    int32_t *t = ids(N, V, 1);
+    c->k->embedding_fwd(c->s, out, t, wte, c->dt, N, C);
+    c->k->embedding_bwd(c->s, dwte, c->dt, dout, t, N, C);
+    put(o, out, c->dt, N * C), put(o, dwte, c->dt, (int64_t)V * C);
+    free(wte), free(out), free(dwte), free(dout), free(t);
+}
+
+/* d = {n}: three AdamW steps with weight decay. */
+static void run_adamw(const kcase *c, outs *o)
+{
+    int64_t n = c->d[0];
+    float *p = rnd(HS_DTYPE_F32, n, 24, 1.0f), *g = rnd(HS_DTYPE_F32, n, 25, 0.1f);
+    float *m = rnd(HS_DTYPE_F32, n, 26, 0.01f), *v = rnd(HS_DTYPE_F32, n, 0, 0);
+    for (int step = 1; step <= 3; step++) {
+        double lr = 1e-2, bc1 = 1.0 - pow(0.9, step), bc2 = 1.0 - pow(0.999, step);
+        hs_adamw_hparams h = {.beta1 = 0.9f, .beta2 = 0.999f, .one_minus_beta1 = 0.1f,
+                              .one_minus_beta2 = (float)(1.0 - 0.999),
+                              .step_size = (float)(lr / bc1), .bias2_sqrt = (float)sqrt(bc2),
+                              .eps = 1e-8f, .decay_factor = (float)(1.0 - lr * 0.1)};
+        c->k->adamw(c->s, p, m, v, g, &h, n);
+    }
+    put(o, p, HS_DTYPE_F32, n), put(o, m, HS_DTYPE_F32, n), put(o, v, HS_DTYPE_F32, n);
+    free(p), free(g), free(m), free(v);
+}
+
+#define K(member) offsetof(hs_device_kernels, member)
+
+/* Tolerances {fp32, bf16, fp16}: fp32 outputs are a few fp32 roundings
+ * from the fp64 reference; a 16-bit output is one rounding of its dtype
+ * (bf16 2^-8, fp16 2^-11 relative to the largest element) plus inputs the
+ * fast path rounded on the way. */
+static const op_def ops[] = {
+    {"gemm", K(gemm), ALL_DT, {2e-6f, 1.6e-2f, 2e-3f},
+     {{1, 1, 1, 0, 0, 0}, {7, 5, 3, 0, 0, 0}, {33, 17, 65, 0, 0, 0}, {13, 9, 11, 1, 0, 0},
+      {13, 9, 11, 0, 1, 3}, {19, 23, 29, 1, 1, 5}, {0, 4, 5, 0, 0, 0}, {4, 4, 0, 0, 0, 1}},
+     8, run_gemm},
+    {"convert", K(convert), ALL_DT, {0, 4e-3f, 5e-4f}, {{0}, {1}, {7}, {1000}, {40001}}, 5,
+     run_convert},
+    {"elementwise", K(fill), F32, {1e-6f, 0, 0}, {{0}, {1}, {7}, {1000}, {40001}}, 5,
+     run_elementwise},
+    {"rmsnorm", K(rmsnorm_fwd), ALL_DT, {2e-6f, 8e-3f, 1e-3f},
+     {{1, 1}, {3, 7}, {5, 64}, {33, 257}, {70, 33}, {0, 16}}, 6, run_rmsnorm},
+    {"rope", K(rope_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f},
+     {{1, 1, 1, 2}, {2, 5, 3, 8}, {1, 7, 2, 64}, {2, 3, 4, 18}, {0, 3, 2, 4}}, 5, run_rope},
+    {"rope_tables", K(rope_tables), F32, {0, 0, 0},
+     {{1, 2, 10000}, {7, 8, 10000}, {300, 64, 500000}, {0, 4, 10000}}, 4, run_rope_tables},
+    {"swiglu", K(swiglu_fwd), ALL_DT, {2e-6f, 8e-3f, 1e-3f},
+     {{0}, {1}, {7}, {8193}, {40001}}, 5, run_swiglu},
+    {"xent", K(xent), F32, {2e-6f, 0, 0}, {{1, 1}, {3, 7}, {4, 1000}, {7, 33}, {0, 5}}, 5,
+     run_xent},
+    {"embedding", K(embedding_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f},
+     {{1, 1, 1}, {5, 7, 3}, {9, 33, 4}, {0, 4, 4}}, 4, run_embedding},
+    {"adamw", K(adamw), F32, {2e-6f, 0, 0}, {{0}, {1}, {7}, {1000}, {4099}}, 5, run_adamw},
+};
+
+/* ------------------------------------------------------------ the driver */
+
+static bool has(const hs_device_kernels *k, size_t entry)
+{
+    void (*fn)(void);
+    memcpy(&fn, (const char *)k + entry, sizeof fn);
+    return fn != NULL;
+}
+
+/* Normalised max error of got against want; INFINITY where got has a NaN
+ * that want does not, or the lengths differ. */
+static double norm_err(const outs *got, const outs *want)
+{
+    if (got->n != want->n) return INFINITY;
+    double worst = 0.0;
+    for (int j = 0; j < got->n; j++) {
+        if (got->len[j] != want->len[j]) return INFINITY;
+        double mx = 1e-30, diff = 0.0;
+        for (int64_t i = 0; i < got->len[j]; i++) {
+            double a = got->v[j][i], b = want->v[j][i];
+            if (isnan(a) != isnan(b)) return INFINITY;
+            if (isnan(b)) continue;
+            mx = fabs(b) > mx ? fabs(b) : mx;
+            diff = fabs(a - b) > diff ? fabs(a - b) : diff;
+        }
+        worst = diff / mx > worst ? diff / mx : worst;
+    }
+    return worst;
+}
+
+typedef struct tally {
+    int checked, failed, not_provided, ops_checked;
+} tally;
+
+static void run_op(const op_def *op, hs_device *dev, hs_device *ref, tally *t, bool verbose)
+{
+    if (!has(dev->k, op->entry)) {
+        t->not_provided++;
+        printf("  %-12s not provided by %s\n", op->name, dev->name);
+        return;
+    }
+    t->ops_checked++;
+    for (int dt = 0; dt < HS_DTYPE_COUNT; dt++) {
+        if (!(op->dtypes & (1u << dt))) continue;
+        for (int i = 0; i < op->n_shapes; i++) {
+            outs got = {0}, want = {0};
+            kcase cg = {dev->k, dev->stream, (hs_dtype)dt, op->shapes[i]};
+            kcase cw = {ref->k, ref->stream, (hs_dtype)dt, op->shapes[i]};
+            op->run(&cg, &got);
+            op->run(&cw, &want);
+            double err = norm_err(&got, &want);
+            bool ok = err <= op->tol[dt];
+            t->checked++;
+            if (!ok) t->failed++;
+            if (!ok || verbose)
+                printf("  %s %-12s %-9s shape #%d {%lld, %lld, %lld, %lld}: error %.3g (tolerance "
+                       "%.3g)\n", ok ? "ok  " : "FAIL", op->name, hs_dtype_name((hs_dtype)dt), i,
+                       (long long)op->shapes[i][0], (long long)op->shapes[i][1],
+                       (long long)op->shapes[i][2], (long long)op->shapes[i][3], err,
+                       (double)op->tol[dt]);
+            outs_free(&got), outs_free(&want);
+        }
+    }
+}
+
+static hs_device *make(hs_device_kind kind)
+{
+    hs_device *d = NULL;
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_device_create(kind, NULL, &d, &e), HS_OK);
+    return d;
+}
+
+/* reference itself is the oracle, so it is not run against itself. */
+static void test_every_compiled_backend_matches_reference_op_by_op(void **state)
+{
+    (void)state;
+    bool verbose = getenv("HS_DEVICE_TEST_VERBOSE") != NULL;
+    hs_device *ref = make(HS_DEVICE_REFERENCE);
+    int backends = 0;
+    for (int kind = 0; kind < HS_DEVICE_KIND_COUNT; kind++) {
+        if (kind == HS_DEVICE_REFERENCE || !hs_device_kind_compiled((hs_device_kind)kind)) continue;
+        hs_device *dev = make((hs_device_kind)kind);
+        tally t = {0};
+        printf("%s against reference:\n", dev->name);
+        for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) run_op(&ops[i], dev, ref, &t, verbose);
+        printf("%s: %d cases (op x dtype x shape) over %d ops checked, %d failed; %d ops not "
+               "provided\n", dev->name, t.checked, t.ops_checked, t.failed, t.not_provided);
+        assert_int_equal(t.failed, 0);
+        assert_true(t.checked > 0);
+        hs_device_free(dev);
+        backends++;
+    }
+    assert_true(backends > 0);
+    hs_device_free(ref);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_compiled_backend_matches_reference_op_by_op),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
