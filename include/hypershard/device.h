@@ -420,4 +420,54 @@ static inline void hs_round_f32(float *x, hs_dtype dt, int64_t n) {
 /* The cpu backend's kernels, also called directly by the layers above that
  * are not on the table yet (same code, same bits). */
 
+/* --------------------------------------------------------------- rmsnorm */
+
+/* out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) per row (fp32, saved). */
+void hs_rmsnorm_forward(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
+                        const void *w /* C */, hs_dtype dt, int64_t N, int C, float eps);
+void hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
+                         const float *dout /* N,C */, const void *x /* N,C */,
+                         const void *w /* C */, const float *rstd /* N */, hs_dtype dt, int64_t N,
+                         int C);
+/* The same with the input x in its own dtype xdt (a unit boundary may hand
+ * a block its input in another dtype than the compute dtype dt). */
+void hs_rmsnorm_forward_x(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
+                          hs_dtype xdt, const void *w /* C */, hs_dtype dt, int64_t N, int C,
+                          float eps);
+/* part: hs_rmsnorm_backward_scratch(N, C) doubles of the caller's scratch
+ * for dw's partial sums (unused when dw is NULL); hs_rmsnorm_backward
+ * allocates its own. */
+int64_t hs_rmsnorm_backward_scratch(int64_t N, int C);
+void hs_rmsnorm_backward_x(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
+                           const float *dout /* N,C */, const void *x /* N,C */, hs_dtype xdt,
+                           const void *w /* C */, const float *rstd /* N */, hs_dtype dt,
+                           int64_t N, int C, double *part);
+
+/* ------------------------------------------------------------------ rope */
+
+/* Hugging Face layout: within each head, dims i and i+HD/2 rotate together
+ * by angle pos * theta^(-2i/HD). Tables are [T, HD/2] fp32. */
+void hs_rope_tables(float *cos_t /* T,HD/2 */, float *sin_t /* T,HD/2 */, int T, int HD,
+                    double theta);
+/* In place on x [B,T,H*HD] in dtype dt (rounded once per element). */
+void hs_rope_forward(void *x /* B,T,H,HD */, hs_dtype dt, const float *cos_t, const float *sin_t,
+                     int B, int T, int H, int HD);
+/* In place on the fp32 gradient: applies the inverse rotation. */
+void hs_rope_backward(float *dx /* B,T,H,HD */, const float *cos_t, const float *sin_t, int B,
+                      int T, int H, int HD);
+
+/* ----------------------------------------------------------------- swiglu */
+
+/* out = silu(gate) * up. */
+void hs_swiglu_forward(void *out /* N,F */, const void *gate /* N,F */, const void *up /* N,F */,
+                       hs_dtype dt, int64_t n);
+void hs_swiglu_backward(float *dgate /* N,F */, float *dup /* N,F */, const float *dout /* N,F */,
+                        const void *gate, const void *up, hs_dtype dt, int64_t n);
+/* The same, storing over dgate and dup instead when overwrite (their only
+ * contribution: no zero fill first). */
+void hs_swiglu_backward_ex(float *dgate /* N,F */, float *dup /* N,F */, bool overwrite,
+                           const float *dout /* N,F */, const void *gate, const void *up,
+                           hs_dtype dt, int64_t n);
+
+
 #endif

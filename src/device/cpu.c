@@ -1,6 +1,7 @@
 /* The cpu backend: host RAM memory (ram.c) and the fast kernels: tensor/'s
  * oneDNN GEMM and vectorised element loops, and the threaded model and
  * optimizer kernels of cpu_*.c. */
+#include "device/cpu.h"
 #include "device/device_backend.h"
 
 static void cpu_gemm(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g)
@@ -46,6 +47,13 @@ static const hs_device_kernels cpu_kernels = {
     .scale = cpu_scale,
     .add = cpu_add,
     .sumsq = cpu_sumsq,
+    .rmsnorm_fwd = hs_cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = hs_cpu_rmsnorm_bwd,
+    .rope_tables = hs_cpu_rope_tables,
+    .rope_fwd = hs_cpu_rope_fwd,
+    .rope_bwd = hs_cpu_rope_bwd,
+    .swiglu_fwd = hs_cpu_swiglu_fwd,
+    .swiglu_bwd = hs_cpu_swiglu_bwd,
 };
 
 void hs_device_cpu_init(hs_device *d)

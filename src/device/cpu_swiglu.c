@@ -5,7 +5,7 @@
  * that its loads, stores and e^x vectorise. */
 #include <math.h>
 
-#include "model/layers.h"
+#include "device/cpu.h"
 
 #define CHUNK 8192
 
@@ -75,4 +75,14 @@ void hs_swiglu_backward_ex(float *dgate /* N,F */, float *dup /* N,F */, bool ov
     for (int64_t c = 0; c < chunks; c++)
         bwd_chunk(dgate, dup, dout, gate, up, dt, overwrite, c * CHUNK,
                   c * CHUNK + CHUNK < n ? c * CHUNK + CHUNK : n);
+}
+
+void hs_cpu_swiglu_fwd(hs_stream *s, void *out, const void *gate, const void *up, hs_dtype dt,
+                       int64_t n) {
+    hs_swiglu_forward(out, gate, up, dt, n);
+}
+
+void hs_cpu_swiglu_bwd(hs_stream *s, float *dgate, float *dup, bool overwrite, const float *dout,
+                       const void *gate, const void *up, hs_dtype dt, int64_t n) {
+    hs_swiglu_backward_ex(dgate, dup, overwrite, dout, gate, up, dt, n);
 }

@@ -2,7 +2,7 @@
  * dim i with dim i + HD/2 of the same head; positions 0..T-1). */
 #include <math.h>
 
-#include "model/layers.h"
+#include "device/cpu.h"
 
 /* Mirrors LlamaRotaryEmbedding in fp32: inv_freq = 1 / theta^(2i/HD)
  * computed in float, angle = float(pos) * inv_freq, cos/sin in float. */
@@ -68,4 +68,18 @@ void hs_rope_backward(float *dx /* B,T,H,HD */, const float *cos_t, const float 
                 }
             }
         }
+}
+
+void hs_cpu_rope_tables(hs_stream *s, float *cos_t, float *sin_t, int T, int HD, double theta) {
+    hs_rope_tables(cos_t, sin_t, T, HD, theta);
+}
+
+void hs_cpu_rope_fwd(hs_stream *s, void *x, hs_dtype dt, const float *cos_t, const float *sin_t,
+                     int B, int T, int H, int HD) {
+    hs_rope_forward(x, dt, cos_t, sin_t, B, T, H, HD);
+}
+
+void hs_cpu_rope_bwd(hs_stream *s, float *dx, const float *cos_t, const float *sin_t, int B,
+                     int T, int H, int HD) {
+    hs_rope_backward(dx, cos_t, sin_t, B, T, H, HD);
 }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/layers.h"
+#include "device/cpu.h"
 
 void hs_rmsnorm_forward(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
                         const void *w /* C */, hs_dtype dt, int64_t N, int C, float eps) {
@@ -63,11 +63,23 @@ void hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
                          const float *dout /* N,C */, const void *x /* N,C */,
                          const void *w /* C */, const float *rstd /* N */, hs_dtype dt, int64_t N,
                          int C) {
+    hs_cpu_rmsnorm_bwd(NULL, dx, dw, gdt, dout, x, dt, w, rstd, dt, N, C);
+}
+
+void hs_cpu_rmsnorm_fwd(hs_stream *s, void *out, float *rstd, const void *x, hs_dtype xdt,
+                        const void *w, hs_dtype dt, int64_t N, int C, float eps) {
+    hs_rmsnorm_forward_x(out, rstd, x, xdt, w, dt, N, C, eps);
+}
+
+/* With its own scratch for dw's partial sums. */
+void hs_cpu_rmsnorm_bwd(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const float *dout,
+                        const void *x, hs_dtype xdt, const void *w, const float *rstd,
+                        hs_dtype dt, int64_t N, int C) {
     double *part = dw ? malloc((size_t)hs_rmsnorm_backward_scratch(N, C) * sizeof(double)) : NULL;
     if (dw && !part)
         hs_oom("rmsnorm backward: cannot allocate %lld doubles",
                (long long)hs_rmsnorm_backward_scratch(N, C));
-    hs_rmsnorm_backward_x(dx, dw, gdt, dout, x, dt, w, rstd, dt, N, C, part);
+    hs_rmsnorm_backward_x(dx, dw, gdt, dout, x, xdt, w, rstd, dt, N, C, part);
     free(part);
 }
 
@@ -131,7 +143,7 @@ void hs_rmsnorm_backward_x(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
         int64_t n0 = c * BWD_ROWS, n1 = n0 + BWD_ROWS < N ? n0 + BWD_ROWS : N;
         bwd_rows_any(dx, part ? part + c * C : NULL, dout, x, xdt, w, dt, rstd, n0, n1, C);
     }
-    if (!part) return;
+    if (!part || chunks == 0) return; /* no rows: dw += 0, and part has no row to read */
     for (int64_t c = 1; c < chunks; c++)
         for (int i = 0; i < C; i++) part[i] += part[c * C + i];
     for (int i = 0; i < C; i++) hs_acc(dw, gdt, i, (float)part[i]);

@@ -1,0 +1,25 @@
+/* Private to src/device/: the cpu backend's table entries, one file per
+ * family (cpu_rmsnorm.c, cpu_rope.c, cpu_swiglu.c, ...); each entry runs
+ * the kernel that the layers not yet on the table call by its own name
+ * (device.h), so both reach the same code. */
+#ifndef HS_DEVICE_CPU_H
+#define HS_DEVICE_CPU_H
+
+#include "hypershard/device.h"
+
+void hs_cpu_rmsnorm_fwd(hs_stream *s, void *out, float *rstd, const void *x, hs_dtype xdt,
+                        const void *w, hs_dtype dt, int64_t N, int C, float eps);
+void hs_cpu_rmsnorm_bwd(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const float *dout,
+                        const void *x, hs_dtype xdt, const void *w, const float *rstd,
+                        hs_dtype dt, int64_t N, int C);
+void hs_cpu_rope_tables(hs_stream *s, float *cos_t, float *sin_t, int T, int HD, double theta);
+void hs_cpu_rope_fwd(hs_stream *s, void *x, hs_dtype dt, const float *cos_t, const float *sin_t,
+                     int B, int T, int H, int HD);
+void hs_cpu_rope_bwd(hs_stream *s, float *dx, const float *cos_t, const float *sin_t, int B,
+                     int T, int H, int HD);
+void hs_cpu_swiglu_fwd(hs_stream *s, void *out, const void *gate, const void *up, hs_dtype dt,
+                       int64_t n);
+void hs_cpu_swiglu_bwd(hs_stream *s, float *dgate, float *dup, bool overwrite, const float *dout,
+                       const void *gate, const void *up, hs_dtype dt, int64_t n);
+
+#endif
