@@ -420,6 +420,15 @@ static inline void hs_round_f32(float *x, hs_dtype dt, int64_t n) {
 /* The cpu backend's kernels, also called directly by the layers above that
  * are not on the table yet (same code, same bits). */
 
+/* ------------------------------------------------------------- embedding */
+
+/* out[n,:] = wte[tokens[n],:]. Tokens must already be checked in [0, V). */
+void hs_embedding_forward(void *out /* N,C */, const int32_t *tokens /* N */,
+                          const void *wte /* V,C */, hs_dtype dt, int64_t N, int C);
+/* dwte[tokens[n],:] += dout[n,:]. */
+void hs_embedding_backward(void *dwte /* V,C */, hs_dtype gdt, const float *dout /* N,C */,
+                           const int32_t *tokens /* N */, int64_t N, int C);
+
 /* --------------------------------------------------------------- rmsnorm */
 
 /* out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) per row (fp32, saved). */
@@ -469,5 +478,22 @@ void hs_swiglu_backward_ex(float *dgate /* N,F */, float *dup /* N,F */, bool ov
                            const float *dout /* N,F */, const void *gate, const void *up,
                            hs_dtype dt, int64_t n);
 
+/* ---------------------------------------------------------- cross-entropy */
+
+/* Sum over rows with target >= 0 of logsumexp(logits) - logits[target], in
+ * fp64. With dlogits == logits (allowed) the logits are replaced, in
+ * place, by the gradient (softmax - onehot) * scale on valid rows and 0 on
+ * ignored rows. dlogits may be NULL (loss only). *valid counts rows used. */
+double hs_xent_forward_backward(float *dlogits /* N,V */, const float *logits /* N,V */,
+                                const int32_t *targets /* N */, int64_t N, int V, float scale,
+                                int64_t *valid);
+
+/* --------------------------------------------------------------- adamw */
+
+/* AdamW on n fp32 values (torch.optim.AdamW, non-fused):
+ * p = p * decay_factor - step_size * m / (sqrt(v) / bias2_sqrt + eps)
+ * after m and v take g. */
+void hs_adamw_update_f32(float *restrict p, float *restrict m, float *restrict v,
+                         const float *restrict g, const hs_adamw_hparams *h, int64_t n);
 
 #endif

@@ -54,6 +54,10 @@ static const hs_device_kernels cpu_kernels = {
     .rope_bwd = hs_cpu_rope_bwd,
     .swiglu_fwd = hs_cpu_swiglu_fwd,
     .swiglu_bwd = hs_cpu_swiglu_bwd,
+    .xent = hs_cpu_xent,
+    .embedding_fwd = hs_cpu_embedding_fwd,
+    .embedding_bwd = hs_cpu_embedding_bwd,
+    .adamw = hs_cpu_adamw,
 };
 
 void hs_device_cpu_init(hs_device *d)

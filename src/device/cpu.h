@@ -21,5 +21,13 @@ void hs_cpu_swiglu_fwd(hs_stream *s, void *out, const void *gate, const void *up
                        int64_t n);
 void hs_cpu_swiglu_bwd(hs_stream *s, float *dgate, float *dup, bool overwrite, const float *dout,
                        const void *gate, const void *up, hs_dtype dt, int64_t n);
+void hs_cpu_embedding_fwd(hs_stream *s, void *out, const int32_t *tokens, const void *wte,
+                          hs_dtype dt, int64_t N, int C);
+void hs_cpu_embedding_bwd(hs_stream *s, void *dwte, hs_dtype gdt, const float *dout,
+                          const int32_t *tokens, int64_t N, int C);
+void hs_cpu_xent(hs_stream *s, double *loss, int64_t *valid, float *dlogits, const float *logits,
+                 const int32_t *targets, int64_t N, int V, float scale);
+void hs_cpu_adamw(hs_stream *s, float *p, float *m, float *v, const float *g,
+                  const hs_adamw_hparams *h, int64_t n);
 
 #endif

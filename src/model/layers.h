@@ -23,15 +23,6 @@
 
 #include "hypershard/device.h"
 
-/* ------------------------------------------------------------- embedding */
-
-/* out[n,:] = wte[tokens[n],:]. Tokens must already be checked in [0, V). */
-void hs_embedding_forward(void *out /* N,C */, const int32_t *tokens /* N */,
-                          const void *wte /* V,C */, hs_dtype dt, int64_t N, int C);
-/* dwte[tokens[n],:] += dout[n,:]. */
-void hs_embedding_backward(void *dwte /* V,C */, hs_dtype gdt, const float *dout /* N,C */,
-                           const int32_t *tokens /* N */, int64_t N, int C);
-
 /* -------------------------------------------------------------- attention */
 
 /* Causal grouped-query attention, scale 1/sqrt(HD); query head h reads
@@ -103,15 +94,5 @@ void hs_linear_backward_ex(float *dx /* N,IC */, bool overwrite_dx, void *dw /* 
                            bool overwrite_dw, hs_dtype gdt, const float *dout /* N,OC */,
                            void *dout16, const void *x /* N,IC */, const void *w /* OC,IC */,
                            hs_dtype dt, int64_t N, int IC, int OC);
-
-/* ---------------------------------------------------------- cross-entropy */
-
-/* Sum over rows with target >= 0 of logsumexp(logits) - logits[target], in
- * fp64. With dlogits == logits (allowed) the logits are replaced, in
- * place, by the gradient (softmax - onehot) * scale on valid rows and 0 on
- * ignored rows. dlogits may be NULL (loss only). *valid counts rows used. */
-double hs_xent_forward_backward(float *dlogits /* N,V */, const float *logits /* N,V */,
-                                const int32_t *targets /* N */, int64_t N, int V, float scale,
-                                int64_t *valid);
 
 #endif

@@ -39,16 +39,7 @@ typedef struct adamw_ctx {
 static void adamw_update(float *p, int64_t off, int64_t n, const void *vctx)
 {
     const adamw_ctx *x = vctx;
-    const adamw_coef *c = x->c;
-    const float *restrict g = x->grad + off;
-    float *restrict m = x->exp_avg + off, *restrict v = x->exp_avg_sq + off;
-    float *restrict q = p;
-    for (int64_t i = 0; i < n; i++) {
-        m[i] = c->beta1 * m[i] + c->one_minus_beta1 * g[i];
-        v[i] = c->beta2 * v[i] + c->one_minus_beta2 * (g[i] * g[i]);
-        float denom = sqrtf(v[i]) / c->bias2_sqrt + c->eps;
-        q[i] = q[i] * c->decay_factor - c->step_size * (m[i] / denom);
-    }
+    hs_adamw_update_f32(p, x->exp_avg + off, x->exp_avg_sq + off, x->grad + off, x->c, n);
 }
 
 void hs_adamw_step_param(const hs_optim_param *p, float *exp_avg, float *exp_avg_sq,

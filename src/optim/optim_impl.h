@@ -2,6 +2,7 @@
 #ifndef HS_OPTIM_IMPL_H
 #define HS_OPTIM_IMPL_H
 
+#include "hypershard/device.h"
 #include "hypershard/optim.h"
 
 #define HS_OPTIM_MAX_STATES 2
@@ -27,14 +28,8 @@ struct hs_optim {
 };
 
 /* Per-step AdamW scalars, computed once per step in double as torch does
- * with Python floats. */
-typedef struct adamw_coef {
-    float beta1, beta2, one_minus_beta1, one_minus_beta2;
-    float step_size;        /* lr / (1 - beta1^t) */
-    float bias2_sqrt;       /* sqrt(1 - beta2^t) */
-    float eps;
-    float decay_factor;     /* 1 - lr * wd, or 1 when the param is excluded */
-} adamw_coef;
+ * with Python floats; the element loop is the device layer's. */
+typedef hs_adamw_hparams adamw_coef;
 
 adamw_coef hs_adamw_coef(const hs_optim_config *cfg, int64_t step, double lr, bool decay);
 void hs_adamw_step_param(const hs_optim_param *p, float *exp_avg, float *exp_avg_sq,

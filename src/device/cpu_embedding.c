@@ -1,7 +1,7 @@
 /* Token embedding: a row gather forward, a row scatter-add backward. */
 #include <string.h>
 
-#include "model/layers.h"
+#include "device/cpu.h"
 
 void hs_embedding_forward(void *out /* N,C */, const int32_t *tokens /* N */,
                           const void *wte /* V,C */, hs_dtype dt, int64_t N, int C) {
@@ -23,4 +23,14 @@ void hs_embedding_backward(void *dwte /* V,C */, hs_dtype gdt, const float *dout
             for (int i = 0; i < C; i++) hs_acc(dwte, gdt, base + i, d[i]);
         }
     }
+}
+
+void hs_cpu_embedding_fwd(hs_stream *s, void *out, const int32_t *tokens, const void *wte,
+                          hs_dtype dt, int64_t N, int C) {
+    hs_embedding_forward(out, tokens, wte, dt, N, C);
+}
+
+void hs_cpu_embedding_bwd(hs_stream *s, void *dwte, hs_dtype gdt, const float *dout,
+                          const int32_t *tokens, int64_t N, int C) {
+    hs_embedding_backward(dwte, gdt, dout, tokens, N, C);
 }
