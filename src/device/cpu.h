@@ -29,5 +29,12 @@ void hs_cpu_xent(hs_stream *s, double *loss, int64_t *valid, float *dlogits, con
                  const int32_t *targets, int64_t N, int V, float scale);
 void hs_cpu_adamw(hs_stream *s, float *p, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n);
+void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
+                          const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
+                          int HD, const hs_att_rows *r);
+void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const float *dout,
+                          const void *out, hs_dtype odt, const void *q, const void *k,
+                          const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
+                          int HD, const hs_att_rows *r);
 
 #endif

@@ -23,54 +23,6 @@
 
 #include "hypershard/device.h"
 
-/* -------------------------------------------------------------- attention */
-
-/* Causal grouped-query attention, scale 1/sqrt(HD); query head h reads
- * key/value head h / (NH/KVH). Tiled over query and key blocks with an
- * online softmax; saves the fp32 log-sum-exp of every score row so that
- * backward recomputes probabilities instead of storing [T, T].
- * `scratch` holds hs_attention_scratch_floats(T, HD, threads) floats: one
- * tile and one query block per thread, bounded whatever T. */
-int64_t hs_attention_scratch_floats(int T, int HD, int threads);
-/* threads: the (sequence, head) pairs of forward and the (sequence, key
- * head) pairs of backward split over that many threads (OpenMP), each with
- * its own slice of scratch and its GEMMs on one thread, so the result is
- * the one-thread result bit for bit; scratch is sized for them. */
-void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
-                          const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
-                          const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch, int threads,
-                          int B, int T, int NH, int KVH, int HD);
-/* Each query row's D = sum over its head dim of dO * O (O the forward's
- * output in dt), which the backward of every key tile needs. */
-void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*HD */,
-                        const void *out /* B,T,NH*HD */, hs_dtype dt, int B, int T, int NH,
-                        int HD);
-/* delta: from hs_attention_delta. dout16: dout rounded to a 16-bit dt
- * whose GEMM is native, for 16-bit products throughout (P and dS rounded
- * too); NULL: fp32 dout, P and dS go to the mixed-dtype GEMM. */
-void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
-                           float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
-                           const void *dout16, const void *q, const void *k, const void *v,
-                           const float *lse, const float *delta, hs_dtype dt, float *scratch,
-                           int threads, int B, int T, int NH, int KVH, int HD);
-
-/* The same on a row range, for context parallelism: query rows
- * [q0, q0+nq) of a [B, Tq, NH*HD] q, whose row q0 is at global position gq,
- * against a [B, Tk, KVH*HD] k/v whose row 0 is at global position gk;
- * query at position p sees keys at positions <= p. lse is [B, NH, Tq]; a
- * row that sees no key gets a zero output and lse -inf. The output is in
- * odt (fp32 for the ring's online-softmax merge). Backward accumulates dq
- * (local rows) and dk/dv ([B, Tk]); `delta` ([B, NH, Tq]) is each row's
- * sum of dO * O over all keys, so the keys may come in blocks. */
-hs_att_rows hs_att_rows_all(int T);
-void hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
-                               const void *v, hs_dtype dt, float *scratch, int B, int NH, int KVH,
-                               int HD, const hs_att_rows *r);
-void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout,
-                                const void *dout16, const void *q, const void *k, const void *v,
-                                const float *lse, const float *delta, hs_dtype dt, float *scratch,
-                                int B, int NH, int KVH, int HD, const hs_att_rows *r);
-
 /* ----------------------------------------------------------------- linear */
 
 /* out = x @ w^T (+ out when accumulate): w is nn.Linear [OC, IC]. */

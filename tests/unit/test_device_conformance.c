@@ -22,7 +22,7 @@
 
 enum { F32 = 1 << HS_DTYPE_F32, BF16 = 1 << HS_DTYPE_BF16, F16 = 1 << HS_DTYPE_F16 };
 #define ALL_DT (F32 | BF16 | F16)
-#define MAX_OUT 4
+#define MAX_OUT 6
 #define MAX_SHAPES 8
 
 /* ----------------------------------------------------------- buffers */
@@ -197,6 +197,39 @@ static void run_swiglu(const kcase *c, outs *o)
     free(g), free(u), free(out), free(dout), free(dg), free(du);
 }
 
+/* d = {B, NH, KVH, HD, T, variant}: variant 0 all rows; 1 a context-
+ * parallel range (query rows [T/3, T) at global position 2T, key rows
+ * [1, T) at T + T/2); 2 one where the first query rows see no key (keys
+ * start at a global position past theirs). Forward into an odt = dt
+ * output, then backward accumulating into dq, dk, dv. */
+static hs_att_rows att_variant(int T, int variant)
+{
+    hs_att_rows r = {.Tq = T, .Tk = T, .q0 = 0, .nq = T, .k0 = 0, .nk = T, .gq = 0, .gk = 0};
+    if (variant == 1) r.q0 = T / 3, r.nq = T - T / 3, r.gq = 2 * T, r.k0 = T > 0, r.nk = T - (T > 0),
+                      r.gk = T + T / 2;
+    if (variant == 2) r.gk = T / 2;
+    return r;
+}
+
+static void run_attention(const kcase *c, outs *o)
+{
+    const int64_t *d = c->d;
+    int B = (int)d[0], NH = (int)d[1], KVH = (int)d[2], HD = (int)d[3], T = (int)d[4];
+    hs_att_rows r = att_variant(T, (int)d[5]);
+    int64_t nq = (int64_t)B * T * NH * HD, nk = (int64_t)B * T * KVH * HD;
+    void *q = rnd(c->dt, nq, 29, 1.5f), *k = rnd(c->dt, nk, 30, 1.5f), *v = rnd(c->dt, nk, 31, 1.0f);
+    void *out = rnd(c->dt, nq, 32, 1.0f);
+    float *lse = rnd(HS_DTYPE_F32, (int64_t)B * NH * T, 33, 1.0f);
+    float *dout = rnd(HS_DTYPE_F32, nq, 34, 1.0f), *dq = rnd(HS_DTYPE_F32, nq, 35, 0.1f);
+    float *dk = rnd(HS_DTYPE_F32, nk, 36, 0.1f), *dv = rnd(HS_DTYPE_F32, nk, 37, 0.1f);
+    c->k->attention_fwd(c->s, out, c->dt, lse, q, k, v, c->dt, B, NH, KVH, HD, &r);
+    put(o, out, c->dt, nq), put(o, lse, HS_DTYPE_F32, (int64_t)B * NH * T);
+    c->k->attention_bwd(c->s, dq, dk, dv, dout, out, c->dt, q, k, v, lse, c->dt, B, NH, KVH, HD,
+                        &r);
+    put(o, dq, HS_DTYPE_F32, nq), put(o, dk, HS_DTYPE_F32, nk), put(o, dv, HS_DTYPE_F32, nk);
+    free(q), free(k), free(v), free(out), free(lse), free(dout), free(dq), free(dk), free(dv);
+}
+
 /* d = {N, V}: loss, valid rows and the gradient in place of the logits;
  * every third target is ignored (-1). */
 static void run_xent(const kcase *c, outs *o)
@@ -276,6 +309,10 @@ static const op_def ops[] = {
      {{1, 2, 10000}, {7, 8, 10000}, {300, 64, 500000}, {0, 4, 10000}}, 4, run_rope_tables},
     {"swiglu", K(swiglu_fwd), ALL_DT, {2e-6f, 8e-3f, 1e-3f}, 1e-30,
      {{0}, {1}, {7}, {8193}, {40001}}, 5, run_swiglu},
+    {"attention", K(attention_fwd), ALL_DT, {1e-5f, 2e-2f, 4e-3f}, 1e-30,
+     {{1, 1, 1, 2, 1, 0}, {2, 4, 2, 8, 7, 0}, {1, 4, 1, 16, 33, 0}, {1, 2, 2, 8, 300, 0},
+      {2, 4, 2, 8, 9, 1}, {1, 2, 1, 4, 300, 1}, {1, 2, 1, 4, 10, 2}, {1, 2, 1, 4, 0, 0}},
+     8, run_attention},
     {"xent", K(xent), F32, {2e-6f, 0, 0}, 1e-30, {{1, 1}, {3, 7}, {4, 1000}, {7, 33}, {0, 5}}, 5,
      run_xent},
     {"embedding", K(embedding_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,

@@ -11,9 +11,10 @@
  * [B, T, H*HD] projections through the GEMM row stride. */
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "model/layers.h"
+#include "device/cpu.h"
 
 #define ATT_ROWS 128
 #define ATT_KEYS 256
@@ -355,4 +356,35 @@ void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */
                               t / KVH, h, NH, KVH, HD, &r);
         hs_gemm_cache_free(&gc);
     }
+}
+
+/* The table's entries: one thread, scratch for this row range, and
+ * backward's delta from the forward's output. */
+static float *rows_scratch(const hs_att_rows *r, int HD) {
+    int64_t n = scratch_floats(att_rows(r->nq), att_keys(r->nk), HD);
+    float *s = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    if (s == NULL) hs_oom("attention: cannot allocate %lld floats of scratch", (long long)n);
+    return s;
+}
+
+void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
+                          const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
+                          int HD, const hs_att_rows *r) {
+    float *scratch = rows_scratch(r, HD);
+    hs_attention_forward_rows(out, odt, lse, q, k, v, dt, scratch, B, NH, KVH, HD, r);
+    free(scratch);
+}
+
+void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const float *dout,
+                          const void *out, hs_dtype odt, const void *q, const void *k,
+                          const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
+                          int HD, const hs_att_rows *r) {
+    float *scratch = rows_scratch(r, HD);
+    float *delta = malloc((size_t)((int64_t)B * NH * r->Tq + 1) * sizeof(float));
+    if (delta == NULL) hs_oom("attention: cannot allocate %d x %d x %d deltas", B, NH, r->Tq);
+    hs_attention_delta(delta, dout, out, odt, B, r->Tq, NH, HD);
+    hs_attention_backward_rows(dq, dk, dv, dout, NULL, q, k, v, lse, delta, dt, scratch, B, NH,
+                               KVH, HD, r);
+    free(delta);
+    free(scratch);
 }
