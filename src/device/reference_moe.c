@@ -7,8 +7,8 @@
 void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, const float *logits,
                       int64_t N, int E, int K, bool renorm)
 {
-    double *p = malloc((size_t)E * sizeof *p);
-    if (p == NULL) hs_oom("reference moe route: cannot allocate %d probabilities", E);
+    double *p = malloc((size_t)(E + K) * sizeof *p), *taken = p + E;
+    if (p == NULL) hs_oom("reference moe route: cannot allocate %d probabilities", E + K);
     for (int64_t n = 0; n < N; n++) {
         const float *l = logits + n * E;
         double mx = l[0], sum = 0.0, chosen = 0.0;
@@ -19,12 +19,11 @@ void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, const float 
             for (int e = 0; e < E; e++)
                 if (p[e] >= 0.0 && (best < 0 || p[e] > p[best])) best = e;
             expert[n * K + j] = best;
-            weight[n * K + j] = (float)(p[best] / sum);
-            chosen += p[best] / sum;
+            chosen += (taken[j] = p[best] / sum);
             p[best] = -1.0;
         }
-        for (int j = 0; renorm && j < K; j++)
-            weight[n * K + j] = (float)(weight[n * K + j] / chosen);
+        for (int j = 0; j < K; j++)
+            weight[n * K + j] = (float)(renorm ? taken[j] / chosen : taken[j]);
     }
     free(p);
 }
@@ -33,7 +32,8 @@ void hs_ref_moe_permute(hs_stream *s, void *dst, const void *src, const int32_t 
                         hs_dtype dt, int64_t n, int C)
 {
     for (int64_t i = 0; i < n; i++)
-        for (int c = 0; c < C; c++) hs_st(dst, dt, i * C + c, hs_ld(src, dt, (int64_t)idx[i] * C + c));
+        for (int c = 0; c < C; c++)
+            hs_st(dst, dt, i * C + c, hs_ld(src, dt, (int64_t)idx[i] * C + c));
 }
 
 void hs_ref_moe_unpermute(hs_stream *s, float *dst, const float *src, const int32_t *idx,

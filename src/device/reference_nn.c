@@ -8,7 +8,10 @@ void hs_ref_rmsnorm_fwd(hs_stream *s, void *out, float *rstd, const void *x, hs_
 {
     for (int64_t n = 0; n < N; n++) {
         double ss = 0.0;
-        for (int c = 0; c < C; c++) ss += (double)hs_ld(x, xdt, n * C + c) * hs_ld(x, xdt, n * C + c);
+        for (int c = 0; c < C; c++) {
+            double v = hs_ld(x, xdt, n * C + c);
+            ss += v * v;
+        }
         double r = 1.0 / sqrt(ss / C + eps);
         rstd[n] = (float)r;
         for (int c = 0; c < C; c++)

@@ -1,6 +1,7 @@
 /* Reference AdamW and Muon pieces, in fp64 with each state rounded once. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "device/reference.h"
 
@@ -61,8 +62,10 @@ void hs_ref_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t
     for (int64_t r = 0; r < rows; r++) /* the wide orientation: x is n x m */
         for (int64_t c = 0; c < cols; c++)
             x[tall ? c * rows + r : r * cols + c] = g[r * cols + c] / norm;
-    for (int k = 0; k < steps; k++) ns_step(x, x + 2 * n * m, x + 2 * n * m + n * n, x + n * m, n, m);
+    double *A = x + 2 * n * m, *A2 = A + n * n, *y = x + n * m;
+    for (int k = 0; k < steps; k++) ns_step(x, A, A2, y, n, m);
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) out[r * cols + c] = (float)x[tall ? c * rows + r : r * cols + c];
+        for (int64_t c = 0; c < cols; c++)
+            out[r * cols + c] = (float)x[tall ? c * rows + r : r * cols + c];
     free(x);
 }

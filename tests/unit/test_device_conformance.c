@@ -145,7 +145,8 @@ static void run_rmsnorm(const kcase *c, outs *o)
 {
     int64_t N = c->d[0];
     int C = (int)c->d[1];
-    void *x = rnd(c->dt, N * C, 8, 2.0f), *w = rnd(c->dt, C, 9, 1.5f), *out = rnd(c->dt, N * C, 0, 0);
+    void *x = rnd(c->dt, N * C, 8, 2.0f), *w = rnd(c->dt, C, 9, 1.5f);
+    void *out = rnd(c->dt, N * C, 0, 0);
     float *rstd = rnd(HS_DTYPE_F32, N, 0, 0), *dout = rnd(HS_DTYPE_F32, N * C, 10, 1.0f);
     float *dx = rnd(HS_DTYPE_F32, N * C, 11, 0.1f), *dw = rnd(HS_DTYPE_F32, C, 12, 0.1f);
     c->k->rmsnorm_fwd(c->s, out, rstd, x, c->dt, w, c->dt, N, C, 1e-5f);
@@ -205,8 +206,10 @@ static void run_swiglu(const kcase *c, outs *o)
 static hs_att_rows att_variant(int T, int variant)
 {
     hs_att_rows r = {.Tq = T, .Tk = T, .q0 = 0, .nq = T, .k0 = 0, .nk = T, .gq = 0, .gk = 0};
-    if (variant == 1) r.q0 = T / 3, r.nq = T - T / 3, r.gq = 2 * T, r.k0 = T > 0, r.nk = T - (T > 0),
-                      r.gk = T + T / 2;
+    if (variant == 1) {
+        r.q0 = T / 3, r.nq = T - T / 3, r.gq = 2 * T;
+        r.k0 = T > 0, r.nk = T - (T > 0), r.gk = T + T / 2;
+    }
     if (variant == 2) r.gk = T / 2;
     return r;
 }
@@ -217,7 +220,8 @@ static void run_attention(const kcase *c, outs *o)
     int B = (int)d[0], NH = (int)d[1], KVH = (int)d[2], HD = (int)d[3], T = (int)d[4];
     hs_att_rows r = att_variant(T, (int)d[5]);
     int64_t nq = (int64_t)B * T * NH * HD, nk = (int64_t)B * T * KVH * HD;
-    void *q = rnd(c->dt, nq, 29, 1.5f), *k = rnd(c->dt, nk, 30, 1.5f), *v = rnd(c->dt, nk, 31, 1.0f);
+    void *q = rnd(c->dt, nq, 29, 1.5f), *k = rnd(c->dt, nk, 30, 1.5f);
+    void *v = rnd(c->dt, nk, 31, 1.0f);
     void *out = rnd(c->dt, nq, 32, 1.0f);
     float *lse = rnd(HS_DTYPE_F32, (int64_t)B * NH * T, 33, 1.0f);
     float *dout = rnd(HS_DTYPE_F32, nq, 34, 1.0f), *dq = rnd(HS_DTYPE_F32, nq, 35, 0.1f);
@@ -406,7 +410,8 @@ static void test_every_compiled_backend_matches_reference_op_by_op(void **state)
         hs_device *dev = make((hs_device_kind)kind);
         tally t = {0};
         printf("%s against reference:\n", dev->name);
-        for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) run_op(&ops[i], dev, ref, &t, verbose);
+        for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+            run_op(&ops[i], dev, ref, &t, verbose);
         printf("%s: %d cases (op x dtype x shape) over %d ops checked, %d failed; %d ops not "
                "provided\n", dev->name, t.checked, t.ops_checked, t.failed, t.not_provided);
         assert_int_equal(t.failed, 0);
