@@ -113,7 +113,9 @@ typedef struct hs_att_rows {
  * K experts per token. */
 typedef struct hs_device_kernels {
     /* tensor level: C = alpha op(A) op(B) + beta C as hs_gemm_ex (fp32
-     * accumulation, C rounded once) */
+     * accumulation, C rounded once; beta == 0 does not read C). With one
+     * 16-bit and one fp32 operand a backend may round the fp32 one to the
+     * other's dtype (cpu does where oneDNN has that matmul natively). */
     void (*gemm)(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g);
     void (*convert)(hs_stream *s, void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt,
                     int64_t n);

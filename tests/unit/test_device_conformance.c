@@ -83,25 +83,31 @@ typedef struct op_def {
     unsigned dtypes;
     float tol[HS_DTYPE_COUNT];
     double floor; /* errors are relative to max(max |want|, floor) */
-    int64_t shapes[MAX_SHAPES][6];
+    int64_t shapes[MAX_SHAPES][8];
     int n_shapes;
     void (*run)(const kcase *c, outs *o);
 } op_def;
 
-/* d = {M, N, K, trans_a, trans_b, pad}; A, B, C stored in dt with row
- * strides `pad` past their minimum; C = 0.5 op(A) op(B) + C. */
+/* d = {M, N, K, trans_a, trans_b, pad, beta0, mixed}: A, B, C with row
+ * strides `pad` past their minimum; C = 0.5 op(A) op(B) + C, or with
+ * beta0 C = 0.5 op(A) op(B) over a C of NaNs (BLAS: C is not read); all
+ * in dt, or with mixed B and C in fp32. */
 static void run_gemm(const kcase *c, outs *o)
 {
     const int64_t *d = c->d;
     bool ta = d[3], tb = d[4];
+    hs_dtype bc_dt = d[7] ? HS_DTYPE_F32 : c->dt;
     int64_t lda = (ta ? d[0] : d[2]) + d[5], ldb = (tb ? d[2] : d[1]) + d[5], ldc = d[1] + d[5];
     int64_t na = (ta ? d[2] : d[0]) * lda, nb = (tb ? d[1] : d[2]) * ldb, nc = d[0] * ldc;
-    void *A = rnd(c->dt, na, 1, 1.0f), *B = rnd(c->dt, nb, 2, 1.0f), *C = rnd(c->dt, nc, 3, 1.0f);
+    void *A = rnd(c->dt, na, 1, 1.0f), *B = rnd(bc_dt, nb, 2, 1.0f), *C = rnd(bc_dt, nc, 3, 1.0f);
+    for (int64_t i = 0; d[6] && i < nc; i++) hs_st(C, bc_dt, i, NAN);
     hs_gemm_shape g = {.trans_a = ta, .trans_b = tb, .M = d[0], .N = d[1], .K = d[2],
-                       .alpha = 0.5f, .beta = 1.0f, .a_dt = c->dt, .b_dt = c->dt,
-                       .c_dt = c->dt, .lda = lda, .ldb = ldb, .ldc = ldc};
+                       .alpha = 0.5f, .beta = d[6] ? 0.0f : 1.0f, .a_dt = c->dt, .b_dt = bc_dt,
+                       .c_dt = bc_dt, .lda = lda, .ldb = ldb, .ldc = ldc};
     c->k->gemm(c->s, C, A, B, &g);
-    put(o, C, c->dt, nc);
+    for (int64_t i = 0; d[6] && i < d[0]; i++) /* the padding past N is no output */
+        for (int64_t j = d[1]; j < ldc; j++) hs_st(C, bc_dt, i * ldc + j, 0.0f);
+    put(o, C, bc_dt, nc);
     free(A), free(B), free(C);
 }
 
@@ -140,18 +146,20 @@ static void run_elementwise(const kcase *c, outs *o)
     free(x), free(y), free(z);
 }
 
-/* d = {N, C}: forward (out, rstd), then backward into dx and dw. */
+/* d = {N, C, x32}: forward (out, rstd), then backward into dx and dw; x
+ * in dt, or in fp32 with x32 (a block's input at a unit boundary). */
 static void run_rmsnorm(const kcase *c, outs *o)
 {
     int64_t N = c->d[0];
     int C = (int)c->d[1];
-    void *x = rnd(c->dt, N * C, 8, 2.0f), *w = rnd(c->dt, C, 9, 1.5f);
+    hs_dtype xdt = c->d[2] ? HS_DTYPE_F32 : c->dt;
+    void *x = rnd(xdt, N * C, 8, 2.0f), *w = rnd(c->dt, C, 9, 1.5f);
     void *out = rnd(c->dt, N * C, 0, 0);
     float *rstd = rnd(HS_DTYPE_F32, N, 0, 0), *dout = rnd(HS_DTYPE_F32, N * C, 10, 1.0f);
     float *dx = rnd(HS_DTYPE_F32, N * C, 11, 0.1f), *dw = rnd(HS_DTYPE_F32, C, 12, 0.1f);
-    c->k->rmsnorm_fwd(c->s, out, rstd, x, c->dt, w, c->dt, N, C, 1e-5f);
+    c->k->rmsnorm_fwd(c->s, out, rstd, x, xdt, w, c->dt, N, C, 1e-5f);
     put(o, out, c->dt, N * C), put(o, rstd, HS_DTYPE_F32, N);
-    c->k->rmsnorm_bwd(c->s, dx, dw, HS_DTYPE_F32, dout, x, c->dt, w, rstd, c->dt, N, C);
+    c->k->rmsnorm_bwd(c->s, dx, dw, HS_DTYPE_F32, dout, x, xdt, w, rstd, c->dt, N, C);
     put(o, dx, HS_DTYPE_F32, N * C), put(o, dw, HS_DTYPE_F32, C);
     free(x), free(w), free(out), free(rstd), free(dout), free(dx), free(dw);
 }
@@ -301,12 +309,21 @@ static const op_def ops[] = {
      {{1, 1, 1, 0, 0, 0}, {7, 5, 3, 0, 0, 0}, {33, 17, 65, 0, 0, 0}, {13, 9, 11, 1, 0, 0},
       {13, 9, 11, 0, 1, 3}, {19, 23, 29, 1, 1, 5}, {0, 4, 5, 0, 0, 0}, {4, 4, 0, 0, 0, 1}},
      8, run_gemm},
+    {"gemm_beta0", K(gemm), ALL_DT, {2e-6f, 1.6e-2f, 2e-3f}, 1e-30,
+     {{7, 5, 3, 0, 0, 0, 1}, {33, 17, 65, 1, 0, 2, 1}, {4, 4, 0, 0, 0, 0, 1}}, 3, run_gemm},
+    /* One 16-bit operand and one fp32: where oneDNN has the native matmul
+     * the fast path rounds the fp32 operand to the other's dtype (as a
+     * 16-bit autograd holds it), so the bound is one 16-bit rounding. */
+    {"gemm_mixed", K(gemm), BF16 | F16, {0, 1.6e-2f, 2e-3f}, 1e-30,
+     {{7, 5, 3, 0, 0, 0, 0, 1}, {33, 17, 65, 0, 1, 0, 0, 1}, {19, 23, 29, 1, 0, 3, 1, 1}}, 3,
+     run_gemm},
     {"convert", K(convert), ALL_DT, {0, 4e-3f, 5e-4f}, 1e-30, {{0}, {1}, {7}, {1000}, {40001}}, 5,
      run_convert},
     {"elementwise", K(fill), F32, {1e-6f, 0, 0}, 1e-30, {{0}, {1}, {7}, {1000}, {40001}}, 5,
      run_elementwise},
     {"rmsnorm", K(rmsnorm_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1.0,
-     {{1, 1}, {3, 7}, {5, 64}, {33, 257}, {70, 33}, {0, 16}}, 6, run_rmsnorm},
+     {{1, 1}, {3, 7}, {5, 64}, {33, 257}, {70, 33}, {0, 16}, {5, 64, 1}, {70, 33, 1}}, 8,
+     run_rmsnorm},
     {"rope", K(rope_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,
      {{1, 1, 1, 2}, {2, 5, 3, 8}, {1, 7, 2, 64}, {2, 3, 4, 18}, {0, 3, 2, 4}}, 5, run_rope},
     {"rope_tables", K(rope_tables), F32, {0, 0, 0}, 1e-30,
