@@ -274,7 +274,8 @@ typedef struct hs_mem_cache_stats {
 size_t hs_mem_cache_class(size_t bytes);
 hs_mem_cache *hs_mem_cache_create(const char *name, hs_raw_alloc_fn raw_alloc,
                                   hs_raw_free_fn raw_free, void *ctx);
-/* Frees every cached block; live blocks must have been freed. */
+/* Hands every cached block back and frees the cache; every block must have
+ * been freed first. */
 void hs_mem_cache_free_all(hs_mem_cache *c);
 void *hs_mem_cache_alloc(hs_mem_cache *c, size_t bytes);
 /* NULL is fine; p must come from c. */
