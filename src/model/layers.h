@@ -12,6 +12,11 @@
  * each stored output is rounded once. Activation gradients are always fp32.
  * Weight gradients are in their own dtype (`gdt`) and accumulate as
  * read-convert-add-round.
+ *
+ * The per-layer kernels (embedding, RMSNorm, RoPE, attention, SwiGLU,
+ * cross-entropy) and the element helpers (hs_ld, hs_st, hs_expf, ...) live
+ * in the device layer (hypershard/device.h, src/device/cpu_*.c), which
+ * follows the same conventions; the linear layers stay here.
  */
 #ifndef HS_MODEL_LAYERS_H
 #define HS_MODEL_LAYERS_H
