@@ -76,6 +76,11 @@ hs_coords hs_topology_coords(const hs_topology *t, int world_rank);
 /* The world ranks of the `dim` group that contains `world_rank`, in group
  * rank order; returns the count (out must hold t->world). */
 int hs_topology_group_ranks(const hs_topology *t, hs_mesh_dim dim, int world_rank, int *out);
+/* Every `dim` group's world ranks in one pass over the world (O(world), where
+ * a hs_topology_group_ranks call per group would be O(world^2)):
+ * out[index * size + rank in group] = world rank, size = t->world /
+ * hs_topology_group_count (out must hold t->world). */
+void hs_topology_groups(const hs_topology *t, hs_mesh_dim dim, int *out);
 /* This rank's index within its `dim` group. */
 int hs_topology_group_rank(const hs_topology *t, hs_mesh_dim dim, int world_rank);
 /* Which of the `dim` groups holds `world_rank`: 0 .. hs_topology_group_count-1

@@ -59,17 +59,19 @@ static void dump_keys(const hs_config *c, FILE *f) {
     }
 }
 
-/* "  name: [[0, 1], [2, 3]]": the world ranks of every `dim` group. */
+/* "  name: [[0, 1], [2, 3]]": the world ranks of every `dim` group, the
+ * groups in the order of their first ranks. */
 static void dump_groups(const hs_topology *t, hs_mesh_dim dim, const char *name, FILE *f) {
     int *ranks = malloc(sizeof(int) * (size_t)(t->world > 0 ? t->world : 1));
     if (!ranks) hs_oom("config dump: cannot allocate %d ranks", t->world);
+    hs_topology_groups(t, dim, ranks);
+    int size = t->world / hs_topology_group_count(t, dim), printed = 0;
     fprintf(f, "  %s: [", name);
-    int groups = hs_topology_group_count(t, dim), printed = 0;
-    for (int r = 0; r < t->world && printed < groups; r++) {
-        if (hs_topology_group_rank(t, dim, r) != 0) continue; /* one line per group, at its first rank */
-        int n = hs_topology_group_ranks(t, dim, r, ranks);
+    for (int r = 0; r < t->world; r++) {
+        if (hs_topology_group_rank(t, dim, r) != 0) continue; /* one group, at its first rank */
+        const int *g = ranks + (int64_t)hs_topology_group_index(t, dim, r) * size;
         fprintf(f, "%s[", printed++ ? ", " : "");
-        for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", ranks[i]);
+        for (int i = 0; i < size; i++) fprintf(f, "%s%d", i ? ", " : "", g[i]);
         fputc(']', f);
     }
     fputs("]\n", f);

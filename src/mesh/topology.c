@@ -280,3 +280,11 @@ int hs_topology_group_ranks(const hs_topology *t, hs_mesh_dim dim, int world_ran
     HS_ASSERT(n == group_size(t, dim));
     return n;
 }
+
+void hs_topology_groups(const hs_topology *t, hs_mesh_dim dim, int *out) {
+    int size = group_size(t, dim);
+    for (int r = 0; r < t->world; r++) {
+        group_pos p = group_position(t, dim, r);
+        out[(int64_t)p.index * size + p.key] = r;
+    }
+}

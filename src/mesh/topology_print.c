@@ -29,15 +29,13 @@ static void print_coords(const hs_topology *t, FILE *f) {
 }
 
 /* One line per dim: its groups in index order, members in group-rank order. */
-static void print_dim(const hs_topology *t, hs_mesh_dim d, int *leader, int *members, FILE *f) {
-    int groups = hs_topology_group_count(t, d);
-    for (int r = 0; r < t->world; r++)
-        if (hs_topology_group_rank(t, d, r) == 0) leader[hs_topology_group_index(t, d, r)] = r;
-    fprintf(f, "%-15s %5d × %-4d", hs_mesh_dim_name(d), groups, t->world / groups);
+static void print_dim(const hs_topology *t, hs_mesh_dim d, int *members, FILE *f) {
+    int groups = hs_topology_group_count(t, d), size = t->world / groups;
+    hs_topology_groups(t, d, members);
+    fprintf(f, "%-15s %5d × %-4d", hs_mesh_dim_name(d), groups, size);
     for (int g = 0; g < groups; g++) {
-        int n = hs_topology_group_ranks(t, d, leader[g], members);
         fputs(" [", f);
-        for (int i = 0; i < n; i++) fprintf(f, i ? " %d" : "%d", members[i]);
+        for (int i = 0; i < size; i++) fprintf(f, i ? " %d" : "%d", members[g * size + i]);
         fputc(']', f);
     }
     fputc('\n', f);
@@ -46,11 +44,9 @@ static void print_dim(const hs_topology *t, hs_mesh_dim d, int *leader, int *mem
 void hs_topology_print(const hs_topology *t, FILE *f) {
     print_sizes(t, f);
     print_coords(t, f);
-    int *leader = malloc(sizeof(int) * (size_t)t->world);
     int *members = malloc(sizeof(int) * (size_t)t->world);
-    if (!leader || !members) hs_oom("printing a topology of %d ranks", t->world);
+    if (!members) hs_oom("printing a topology of %d ranks", t->world);
     fprintf(f, "\n%-15s %s  %s\n", "group", "count × size", "members (world ranks, group-rank order)");
-    for (int d = 0; d < HS_DIM_COUNT; d++) print_dim(t, (hs_mesh_dim)d, leader, members, f);
-    free(leader);
+    for (int d = 0; d < HS_DIM_COUNT; d++) print_dim(t, (hs_mesh_dim)d, members, f);
     free(members);
 }

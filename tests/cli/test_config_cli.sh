@@ -41,6 +41,12 @@ expect_in err "99999999999 is beyond the integer range" "out-of-range integers n
 expect 2 "an empty override value" -- train.steps=
 expect_in err "train.steps: expected an integer, got ''" "an empty value is a type error"
 if grep -q "more than one YAML document" "$work/err"; then fail "empty value: a false second-document error"; fi
+# The dump's group lists are linear in the world size (they were quadratic:
+# over a minute at 65536 ranks).
+timeout 10 "$HS_BIN" config accelerator.tp_size=2 --world 65536 >"$work/out" 2>"$work/err"
+rc=$?
+[ "$rc" = 0 ] || fail "config --world 65536: exit $rc (124: over 10 s)"
+expect_in out "tp_groups: [[0, 1], [2, 3], " "world 65536 lists the tp groups"
 expect 2 "a world beyond the limit" -- --world 1000000000
 expect_in err "--world 1000000000: expected a rank count from 1 to 1048576" "world limit named"
 

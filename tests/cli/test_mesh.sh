@@ -74,4 +74,13 @@ for args in "tp=2" "--world 4 bogus=1" "--world 4 tp=two" "--world"; do
   grep -qF "usage: hypershard mesh" "$err" || die "'mesh $args' printed no usage"
 done
 "$HS_BIN" mesh --help | grep -qF "usage: hypershard mesh" || die "--help"
+
+# The table is linear in the world size: 65536 ranks take well under a
+# second (one group listing per dim was quadratic, over a minute).
+set +e
+timeout 10 "$HS_BIN" mesh --world 65536 tp=8 pp=4 ep=2 dp_shard=8 >"$out" 2>"$err"; rc=$?
+set -e
+[ "$rc" -eq 0 ] || die "mesh --world 65536 exited $rc (124: over 10 s)"
+grep -qE '^tp +8192 × 8 +\[0 1 2 3 4 5 6 7\] ' "$out" || die "world 65536: tp groups wrong"
+grep -qE '^pp +16384 × 4 +\[0 16384 32768 49152\] ' "$out" || die "world 65536: pp groups wrong"
 echo "ok"

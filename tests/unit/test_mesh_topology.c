@@ -126,6 +126,19 @@ static void check_indices(const hs_topology *t, const ref_coords *ref, hs_mesh_d
     }
 }
 
+/* hs_topology_groups lists every group at once, as the per-rank calls do. */
+static void check_all_groups(const hs_topology *t, hs_mesh_dim d, int *all, int *one) {
+    int size = t->world / hs_topology_group_count(t, d);
+    for (int r = 0; r < t->world; r++) all[r] = -1;
+    hs_topology_groups(t, d, all);
+    for (int r = 0; r < t->world; r++) {
+        int n = hs_topology_group_ranks(t, d, r, one);
+        assert_int_equal(n, size);
+        const int *g = all + hs_topology_group_index(t, d, r) * size;
+        for (int i = 0; i < n; i++) assert_int_equal(g[i], one[i]);
+    }
+}
+
 static void check_layout(const hs_topology *t) {
     ref_coords *ref = ref_table(t);
     int *got = calloc((size_t)t->world, sizeof *got);
@@ -134,6 +147,7 @@ static void check_layout(const hs_topology *t) {
     for (int d = 0; d < HS_DIM_COUNT; d++) {
         for (int r = 0; r < t->world; r++) check_group(t, ref, (hs_mesh_dim)d, r, got, want);
         check_indices(t, ref, (hs_mesh_dim)d);
+        check_all_groups(t, (hs_mesh_dim)d, got, want);
     }
     free(got);
     free(want);
