@@ -28,6 +28,9 @@
 #define HS_NAME_MAX 64
 #define HS_PP_MAX_STAGES 64  /* pp_size x pp_virtual_stages */
 #define HS_PP_MAX_VIRTUAL 8  /* pp_virtual_stages */
+/* Actions of one stage's schedule, 2 x micro-batches x virtual stages: the
+ * stage holds them all and the plan replays them. */
+#define HS_PP_MAX_ACTIONS (1 << 20)
 
 typedef struct hs_moe_config {
     int num_experts;

@@ -35,6 +35,13 @@ void hs_cfg_check_run(const hs_config *c, hs_cfg_report *rep) {
         hs_cfg_report_add(rep, "data.path is required when data.source = %s; set data.path to the "
                                "input file (or data.source: builtin)",
                           c->data.source);
+    /* The same words as hs_data_open's, which `train` would reach later. */
+    bool bytes = !strcmp(c->data.source, "builtin") || !strcmp(c->data.source, "text");
+    if (bytes && c->model.vocab_size >= 1 && c->model.vocab_size < 256)
+        hs_cfg_report_add(rep,
+                          "model.vocab_size: %d is too small for data.source %s, which uses byte "
+                          "tokens; set model.vocab_size >= 256",
+                          c->model.vocab_size, c->data.source);
     if (c->train.eval_every > 0 && c->data.val_fraction <= 0)
         hs_cfg_report_add(rep,
                           "train.eval_every = %d needs validation data but data.val_fraction = 0; "

@@ -240,6 +240,7 @@ hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, c
     check_duplicates(c, &rep);
     hs_cfg_check_model(c, &rep);
     hs_cfg_check_run(c, &rep);
+    hs_cfg_check_sizes(c, topo_ok ? &t : NULL, &rep);
     if (topo_ok) {
         check_compile(c, &t, log, &rep);
         hs_cfg_check_parallel(c, &t, &rep);

@@ -15,6 +15,10 @@ void hs_cfg_check_pp(const hs_config *c, hs_cfg_report *rep);
 /* Rules that need the topology: batch split, TP/CP/EP/PP vs model shape,
  * micro-batches for the 1F1B schedule. */
 void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_report *rep);
+/* The products of the sizes (parameters, activations, a step's traffic,
+ * the pipeline schedule) against the int64 counts that hold them; `t` NULL
+ * when the topology is invalid (the per-step products are then skipped). */
+void hs_cfg_check_sizes(const hs_config *c, const hs_topology *t, hs_cfg_report *rep);
 /* Spec §4.2: one warning per key that is set but can have no effect. */
 void hs_cfg_warn(const hs_config *c, const hs_topology *t, const hs_log *log);
 

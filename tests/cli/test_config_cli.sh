@@ -47,6 +47,16 @@ timeout 10 "$HS_BIN" config accelerator.tp_size=2 --world 65536 >"$work/out" 2>"
 rc=$?
 [ "$rc" = 0 ] || fail "config --world 65536: exit $rc (124: over 10 s)"
 expect_in out "tp_groups: [[0, 1], [2, 3], " "world 65536 lists the tp groups"
+expect 2 "a vocabulary below the byte tokens" -- model.vocab_size=100
+expect_in err "model.vocab_size: 100 is too small for data.source builtin, which uses byte tokens" \
+    "config refuses the vocabulary train would refuse"
+expect 2 "sizes whose product overflows int64" -- model.dim=2097152 model.n_heads=64 \
+    model.ffn_dim=2000000000 model.n_layers=100000
+expect_in err "model.dim x model.ffn_dim x model.n_layers = 2097152 x 2000000000 x 100000" \
+    "the overflowing product is named"
+expect 2 "a pipeline schedule beyond its bound" -- accelerator.pp_size=2 train.micro_batch_size=1 \
+    train.global_batch_size=2000000000 --world 2
+expect_in err "2 x 2000000000 x 1 = 4000000000 actions per stage" "the schedule's size is named"
 expect 2 "a world beyond the limit" -- --world 1000000000
 expect_in err "--world 1000000000: expected a rank count from 1 to 1048576" "world limit named"
 

@@ -248,6 +248,76 @@ static void test_text_and_token_data_need_a_path(void **state) {
     expect_ok(check(1, OV("data.source=tokens", "data.path=corpus.bin")));
 }
 
+static void test_vocab_below_256_with_byte_data_is_refused_as_train_would(void **state) {
+    (void)state;
+    expect_only_error(check(1, OV("model.vocab_size=100")),
+                      "model.vocab_size: 100 is too small for data.source builtin, which uses "
+                      "byte tokens; set model.vocab_size >= 256");
+    expect_error(check(1, OV("model.vocab_size=255", "data.source=text", "data.path=a.txt")),
+                 "model.vocab_size: 255 is too small for data.source text");
+    expect_ok(check(1, OV("model.vocab_size=100", "data.source=tokens", "data.path=corpus.bin")));
+    expect_ok(check(1, OV("model.vocab_size=256")));
+}
+
+/* ------------------------------------------------------------- size products */
+
+static void test_dim_x_ffn_dim_x_layers_overflow_is_refused_naming_the_keys(void **state) {
+    (void)state;
+    checked *r = check(1, OV("model.dim=2097152", "model.n_heads=64", "model.ffn_dim=2000000000",
+                             "model.n_layers=100000"));
+    /* The attention product overflows too: each term is its own line. */
+    assert_int_equal(r->e.lines, 2);
+    expect_error(r, "the model's MLP parameters: model.dim x model.ffn_dim x model.n_layers = "
+                    "2097152 x 2000000000 x 100000, times 192 bytes");
+    expect_error(check(1, OV("model.arch=moe", "model.dim=65536", "model.n_heads=64",
+                             "model.moe.num_experts=65536", "model.moe.expert_ffn_dim=65536",
+                             "model.n_layers=100000")),
+                 "model.moe.num_experts x model.moe.expert_ffn_dim x model.dim x model.n_layers "
+                 "= 65536 x 65536 x 65536 x 100000");
+    /* A model this large whose bytes still fit int64 passes (the memory
+     * check refuses it later). */
+    expect_ok(check(1, OV("model.dim=100000000")));
+}
+
+static void test_micro_batch_x_seq_len_overflow_is_refused_naming_the_keys(void **state) {
+    (void)state;
+    /* 2^30 x 2^30 tokens: every buffer wrapped to a multiple of 2^64, so
+     * the plan's peak was 0 and passed the memory check. */
+    expect_only_error(check(1, OV("train.micro_batch_size=1073741824",
+                                  "train.seq_len=1073741824",
+                                  "train.activation_checkpointing=true")),
+                      "a micro-batch's activations: train.micro_batch_size x train.seq_len x "
+                      "(model.n_layers + 2) x model.ffn_dim = 1073741824 x 1073741824 x 6 x 384, "
+                      "times 256 bytes, overflows a 64-bit count (at most 9223372036854775807); "
+                      "lower train.micro_batch_size or train.seq_len (or the model sizes)");
+    expect_error(check(1, OV("model.arch=moe", "train.micro_batch_size=65536",
+                             "train.seq_len=65536")),
+                 "train.micro_batch_size x train.seq_len x model.moe.top_k = 65536 x 65536 x 2 "
+                 "exceed 2147483647");
+    expect_error(check(2, OV("train.micro_batch_size=1", "train.global_batch_size=2000000000",
+                             "model.vocab_size=2000000000")),
+                 "a step's logits: train.micro_batch_size x train.seq_len x model.vocab_size x "
+                 "micro-batches per step = 1 x 64 x 2000000000 x 1000000000");
+}
+
+static void test_pp_schedule_actions_are_bounded_naming_the_batch(void **state) {
+    (void)state;
+    /* 2 x M x V wrapped int: a schedule of -294967296 actions. */
+    expect_only_error(check(2, OV("accelerator.pp_size=2", "train.micro_batch_size=1",
+                                  "train.global_batch_size=2000000000")),
+                      "the pipeline schedule has 2 x micro-batches per step x "
+                      "accelerator.pp_virtual_stages = 2 x 2000000000 x 1 = 4000000000 actions "
+                      "per stage, more than 1048576 (micro-batches = train.global_batch_size / "
+                      "(train.micro_batch_size x dp_size) = 2000000000 / (1 x 1)); set "
+                      "train.global_batch_size: 524288 or less");
+    expect_error(check(4, OV("accelerator.pp_size=2", "accelerator.pp_schedule=interleaved_1f1b",
+                             "accelerator.pp_virtual_stages=2", "train.micro_batch_size=1",
+                             "train.global_batch_size=1000000")),
+                 "2 x 500000 x 2 = 2000000 actions per stage, more than 1048576");
+    expect_ok(check(2, OV("accelerator.pp_size=2", "train.micro_batch_size=1",
+                          "train.global_batch_size=524288")));
+}
+
 static void test_eval_needs_validation_data(void **state) {
     (void)state;
     expect_error(check(1, OV("data.val_fraction=0")),
@@ -295,10 +365,10 @@ static void test_tp_must_divide_the_mlp_and_the_vocabulary(void **state) {
                       "model.ffn_dim = 385 is not divisible by accelerator.tp_size = 2: the MLP's "
                       "gate/up columns and down rows are split over the TP group; valid tp_size: "
                       "1 (or keep tp_size 2 with model.ffn_dim: 386)");
-    expect_only_error(check(2, OV("accelerator.tp_size=2", "model.vocab_size=255")),
-                      "model.vocab_size = 255 is not divisible by accelerator.tp_size = 2: the "
+    expect_only_error(check(2, OV("accelerator.tp_size=2", "model.vocab_size=257")),
+                      "model.vocab_size = 257 is not divisible by accelerator.tp_size = 2: the "
                       "token embedding and lm_head are split over the vocabulary; valid "
-                      "tp_size: 1 (or keep tp_size 2 with model.vocab_size: 256)");
+                      "tp_size: 1 (or keep tp_size 2 with model.vocab_size: 258)");
     /* The valid sizes also fit the world (rule 4) and every other split. */
     expect_error(check(8, OV("accelerator.tp_size=8", "model.n_heads=8", "model.n_kv_heads=8",
                              "model.ffn_dim=12", "train.global_batch_size=8")),
@@ -606,6 +676,10 @@ int main(void) {
         cmocka_unit_test(test_model_shape_rules_name_both_values),
         cmocka_unit_test(test_positive_sizes_are_required),
         cmocka_unit_test(test_text_and_token_data_need_a_path),
+        cmocka_unit_test(test_vocab_below_256_with_byte_data_is_refused_as_train_would),
+        cmocka_unit_test(test_dim_x_ffn_dim_x_layers_overflow_is_refused_naming_the_keys),
+        cmocka_unit_test(test_micro_batch_x_seq_len_overflow_is_refused_naming_the_keys),
+        cmocka_unit_test(test_pp_schedule_actions_are_bounded_naming_the_batch),
         cmocka_unit_test(test_eval_needs_validation_data),
         cmocka_unit_test(test_resume_auto_needs_a_checkpoint_dir),
         cmocka_unit_test(test_replicate_params_listed_twice_is_an_error),
