@@ -1,6 +1,7 @@
 /* hs_model_create / hs_model_free: validate the architecture, build the
  * registry, and allocate every activation and scratch buffer once for the
  * capacity (max_batch, seq_len), so a step never allocates. */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,6 +63,12 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
                         "train.seq_len=%d must be a multiple of 2 x accelerator.cp_size = %d "
                         "(each CP rank holds two of 2 x cp_size equal chunks)",
                         o->seq_len, 2 * cp);
+    if (strcmp(c->arch, "moe") == 0 && o->max_batch >= 1 && o->seq_len >= 1 &&
+        (int64_t)o->max_batch * o->seq_len * (c->moe.top_k > 1 ? c->moe.top_k : 1) > INT_MAX)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "train.micro_batch_size x train.seq_len x model.moe.top_k = %d x %d x %d "
+                        "routed rows exceed %d; lower train.micro_batch_size or train.seq_len",
+                        o->max_batch, o->seq_len, c->moe.top_k, INT_MAX);
     int ep = o->ops && o->ops->ep_size > 1 ? o->ops->ep_size : 1;
     if (ep > 1 && (strcmp(c->arch, "moe") != 0 || c->moe.num_experts % ep ||
                    ep > HS_MOE_EP_MAX_RANKS || c->moe.num_experts / ep > HS_MOE_EP_MAX_LOCAL))
@@ -95,10 +102,16 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
 
 /* Every buffer of the model comes from here. With count_buffers the bytes
  * are only added up (hs_model_buffer_bytes): the plan's memory model is the
- * allocation code itself. */
+ * allocation code itself. A count that would overflow sticks at INT64_MAX,
+ * which the plan reports as an error instead of a wrapped figure. */
+static void count(hs_model *m, int64_t bytes) {
+    hs_checked ck = {0};
+    m->counted_bytes = bytes < 0 ? INT64_MAX : hs_ck_add(&ck, m->counted_bytes, bytes);
+}
+
 static void *raw(hs_model *m, size_t bytes) {
     if (m->opt.count_buffers) {
-        m->counted_bytes += (int64_t)bytes;
+        count(m, bytes > (size_t)INT64_MAX ? -1 : (int64_t)bytes);
         return NULL;
     }
     return hs_pool_alloc(m->pool, bytes);
@@ -111,7 +124,11 @@ static void *zeroed(hs_model *m, size_t bytes) {
 }
 
 static void *buf(hs_model *m, int64_t n, hs_dtype dt) {
-    return zeroed(m, (size_t)n * hs_dtype_size(dt));
+    int64_t bytes;
+    if (n >= 0 && hs_mul_i64(n, (int64_t)hs_dtype_size(dt), &bytes)) return zeroed(m, (size_t)bytes);
+    if (!m->opt.count_buffers) hs_oom("model: a buffer of %lld elements of %s", (long long)n, hs_dtype_name(dt));
+    count(m, -1);
+    return NULL;
 }
 
 /* The boundary dtypes activation set `set` must hold: one block's, or with
@@ -157,7 +174,7 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
         a->moe_mem = raw(m, hs_moe_act_bytes(&m->moe_shapes, dt));
         if (a->moe_mem) hs_moe_act_bind(&a->moe, &m->moe_shapes, dt, a->moe_mem);
         a->moe.ep = m->ep > 1 ? &m->moe_ep : NULL;
-        if (m->ep > 1 && m->opt.count_buffers) m->counted_bytes += ep_rows_bytes(m, true);
+        if (m->ep > 1 && m->opt.count_buffers) count(m, ep_rows_bytes(m, true));
         a->moe.ep_x.pool = a->moe.ep_h1.pool = a->moe.ep_h3.pool = a->moe.ep_y.pool = m->pool;
         /* Every expert unit has the same boundary plan. */
         a->moe.out_dt = m->bnd[m->blocks[0].expert_unit].output_stored;
@@ -238,12 +255,29 @@ void hs_model_use_slot(hs_model *m, int chunk, int slot) {
     m->aux_g = sl->aux_g;
 }
 
+/* Whether every buffer size below is an int64 without overflow: each is at
+ * most a few times the (max_batch x seq_len) rows by the widest row (or the
+ * head's <= HEAD_ROWS rows by the vocabulary, which always fits). */
+static bool buffer_sizes_fit(const hs_model *m, int64_t q, int64_t kv) {
+    int64_t w = m->C > q ? m->C : q, out;
+    w = kv > w ? kv : w;
+    w = m->F > w ? m->F : w;
+    return hs_prod_i64((const int64_t[]){m->opt.max_batch, m->opt.seq_len, w, 16}, 4, &out);
+}
+
 static void buffers_alloc(hs_model *m) {
     hs_dtype dt = m->dt;
     int T = m->opt.seq_len;
     /* Activations hold this rank's rows: under CP T/cp of each sequence. */
     int64_t BT = (int64_t)m->opt.max_batch * (T / m->cp), q = (int64_t)m->NH * m->HD;
     int64_t kv = (int64_t)m->KVH * m->HD, F = m->moe ? 0 : m->F;
+    if (!buffer_sizes_fit(m, q, kv)) {
+        if (!m->opt.count_buffers)
+            hs_oom("model: %d x %d tokens of rows up to %lld wide", m->opt.max_batch, T,
+                   (long long)(q > m->F ? q : m->F));
+        count(m, -1);
+        return;
+    }
     m->n_acts = m->opt.activation_checkpointing ? 1 : m->L;
     m->n_slots = m->opt.act_slots > 0 ? m->opt.act_slots : 1;
     int total = m->n_chunks * m->n_slots;
@@ -313,9 +347,9 @@ static void buffers_alloc(hs_model *m) {
     }
     if (m->moe) {
         m->moe_scratch = raw(m, hs_moe_scratch_bytes(&m->moe_shapes, dt));
-        if (m->ep > 1 && m->opt.count_buffers) m->counted_bytes += ep_rows_bytes(m, false);
+        if (m->ep > 1 && m->opt.count_buffers) count(m, ep_rows_bytes(m, false));
         if (m->opt.count_buffers)
-            m->counted_bytes += (int64_t)hs_moe_aux_bytes(m->moe_shapes.E);
+            count(m, (int64_t)hs_moe_aux_bytes(m->moe_shapes.E));
         else
             hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->pool);
         m->aux_buf = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);

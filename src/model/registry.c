@@ -234,9 +234,11 @@ double hs_model_flops_per_token(const hs_model *m, int seq_len) {
     return f + 6.0 * m->L * (double)seq_len * m->C;
 }
 
+/* INT64_MAX when the product overflows: the plan reports it as an error. */
 int64_t hs_param_local_numel(const hs_param *p) {
+    hs_checked ck = {0};
     int64_t n = 1;
-    for (int d = 0; d < p->ndim; d++) n *= p->local_shape[d];
+    for (int d = 0; d < p->ndim; d++) n = hs_ck_mul(&ck, n, p->local_shape[d]);
     return n;
 }
 

@@ -65,7 +65,11 @@ void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V,
 }
 
 int hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V) {
-    int n = 2 * M * V, most = 1;
+    /* hs_config_validate bounds the schedule (HS_PP_MAX_ACTIONS). */
+    int64_t actions;
+    HS_ASSERT(M >= 1 && V >= 1 && hs_prod_i64((const int64_t[]){2, M, V}, 3, &actions) &&
+              actions <= HS_PP_MAX_ACTIONS);
+    int n = (int)actions, most = 1;
     hs_pp_action *a = malloc(sizeof *a * (size_t)n);
     int *open = calloc((size_t)V, sizeof *open);
     if (!a || !open) hs_oom("pipeline: cannot allocate a schedule of %d actions", n);

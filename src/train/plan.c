@@ -10,7 +10,10 @@
  * the hooks run them (fsdp/hooks.c, prefetch.c, context.c), so the peak is
  * the device pool's peak over a step, as metrics.jsonl's peak_device_bytes
  * measures it. Deep models are described with one block per chunk and the
- * blocks repeated, which keeps any depth a few milliseconds. */
+ * blocks repeated, which keeps any depth a few milliseconds. Every figure is
+ * summed with the sticky checked int64 arithmetic of base.h: a config whose
+ * bytes overflow (hs_config_validate refuses those) is an error, never a
+ * wrapped number. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,9 +69,18 @@ typedef struct plan_ctx {
     int M;
     hs_model_ops ops; /* sizes and flags only: the described model never runs */
     bool any_ops;
+    hs_checked *ck; /* set once any figure overflows */
 } plan_ctx;
 
-static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* The product of the arguments, and *to += it, on the plan's checked count. */
+#define PROD(c, ...)                                                                              \
+    hs_ck_prod((c)->ck, (const int64_t[]){__VA_ARGS__},                                          \
+               (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define ACC(c, to, ...) add_to((c), (to), PROD((c), __VA_ARGS__))
+
+static void add_to(const plan_ctx *c, int64_t *to, int64_t v) { *to = hs_ck_add(c->ck, *to, v); }
+
+static int64_t cdiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 static int n_states(const plan_ctx *c, const hs_param *p)
 {
@@ -89,46 +101,46 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u)
     int R = p->on_ep_mesh ? t->edp_replicate : rep ? t->fsdp_dp : t->dp_replicate;
     int64_t numel = hs_param_local_numel(p), D0 = p->local_shape[0];
     int64_t row = D0 > 0 ? numel / D0 : 0, chunk = cdiv(D0, S);
-    int64_t actual = (chunk < D0 ? chunk : D0) * row, padded_sh = chunk * row;
-    int64_t padded_un = chunk * S * row, storage = D0 % S == 0 ? actual : padded_sh;
+    int64_t actual = PROD(c, chunk < D0 ? chunk : D0, row), padded_sh = PROD(c, chunk, row);
+    int64_t padded_un = PROD(c, chunk, S, row), storage = D0 % S == 0 ? actual : padded_sh;
     bool ag = S > 1;
-    size_t cs = hs_dtype_size(c->cdt), rs = hs_dtype_size(c->rdt);
+    int64_t cs = (int64_t)hs_dtype_size(c->cdt), rs = (int64_t)hs_dtype_size(c->rdt);
     int64_t *master = c->offload ? u->host : u->dev;
-    master[HS_PLAN_PARAMS] += storage * 4;
-    master[HS_PLAN_GRADS] += actual * 4;
-    if (c->main) master[HS_PLAN_MODEL_COPY] += storage * (int64_t)cs;
-    (c->offload ? u->host : u->dev)[HS_PLAN_OPTIM] += n_states(c, p) * actual * 4;
+    ACC(c, &master[HS_PLAN_PARAMS], storage, 4);
+    ACC(c, &master[HS_PLAN_GRADS], actual, 4);
+    if (c->main) ACC(c, &master[HS_PLAN_MODEL_COPY], storage, cs);
+    ACC(c, &(c->offload ? u->host : u->dev)[HS_PLAN_OPTIM], n_states(c, p), actual, 4);
     bool direct = !c->offload && (c->main || c->cdt == HS_DTYPE_F32);
-    u->P += ag ? padded_un * (int64_t)cs : direct ? 0 : numel * (int64_t)cs;
+    ACC(c, &u->P, ag ? padded_un : direct ? 0 : numel, cs);
     /* Only comm_fusion stages a cast input; a parameter's own all-gather
      * casts into its block of the output (fsdp/param.c). */
-    u->I += ag && !direct && c->cfg->fsdp.comm_fusion ? padded_sh * (int64_t)cs : 0;
-    size_t src = c->main ? cs : 4;
-    if (c->offload && src != cs) u->stage += (ag ? storage : numel) * (int64_t)src;
-    if (ag) u->ag_fwd += padded_un * (int64_t)cs, u->ag_calls++;
+    if (ag && !direct && c->cfg->fsdp.comm_fusion) ACC(c, &u->I, padded_sh, cs);
+    int64_t src = c->main ? cs : 4;
+    if (c->offload && src != cs) ACC(c, &u->stage, ag ? storage : numel, src);
+    if (ag) ACC(c, &u->ag_fwd, padded_un, cs), u->ag_calls++;
     if (p->frozen) return;
-    u->dev[HS_PLAN_REDUCE] += (ag ? padded_sh : numel) * (int64_t)rs;
-    int64_t G = padded_un * (int64_t)cs;
+    ACC(c, &u->dev[HS_PLAN_REDUCE], ag ? padded_sh : numel, rs);
+    int64_t G = PROD(c, padded_un, cs);
     int64_t Rb = c->cdt != c->rdt && !(c->stashes && c->M > 1 && !c->cfg->fsdp.requires_grad_sync)
-                     ? padded_un * (int64_t)rs
+                     ? PROD(c, padded_un, rs)
                      : 0;
-    if (ag) u->G_ag += G, u->R += Rb;
-    else u->G_loc += G, u->R_loc += Rb;
-    if (c->stashes) u->A += padded_un * 4;
-    if (ag) u->comm[HS_PLAN_RS] += padded_un * (int64_t)rs, u->calls[HS_PLAN_RS]++;
+    add_to(c, ag ? &u->G_ag : &u->G_loc, G);
+    add_to(c, ag ? &u->R : &u->R_loc, Rb);
+    if (c->stashes) ACC(c, &u->A, padded_un, 4);
+    if (ag) ACC(c, &u->comm[HS_PLAN_RS], padded_un, rs), u->calls[HS_PLAN_RS]++;
     /* One all-reduce per unit and replicate group (context.c: a unit's
      * reduce slots of one group are one buffer). */
     unsigned group = p->on_ep_mesh ? 4u : rep ? 2u : 1u;
     if (R > 1 && !(u->ar_groups & group)) u->ar_groups |= group, u->calls[HS_PLAN_AR]++;
-    if (R > 1) u->comm[HS_PLAN_AR] += (ag ? padded_sh : numel) * (int64_t)rs;
+    if (R > 1) ACC(c, &u->comm[HS_PLAN_AR], ag ? padded_sh : numel, rs);
 }
 
 static void add_local_param(const plan_ctx *c, const hs_param *p, unit_sz *u)
 {
     int64_t n = hs_param_local_numel(p);
-    u->dev[HS_PLAN_PARAMS] += n * 4;
-    if (!p->frozen) u->dev[HS_PLAN_GRADS] += n * 4;
-    u->dev[HS_PLAN_OPTIM] += n_states(c, p) * n * 4;
+    ACC(c, &u->dev[HS_PLAN_PARAMS], n, 4);
+    if (!p->frozen) ACC(c, &u->dev[HS_PLAN_GRADS], n, 4);
+    ACC(c, &u->dev[HS_PLAN_OPTIM], n_states(c, p), n, 4);
 }
 
 /* The role's model: the registry placed for TP / EP rank 0 and its buffers
@@ -190,14 +202,14 @@ typedef struct sim {
 
 static void mark(sim *s, int64_t extra)
 {
-    int64_t now = s->cur_p + s->cur_g + extra;
-    if (now > s->peak) s->peak = now, s->peak_p = s->cur_p + extra, s->peak_g = s->cur_g;
+    int64_t p = hs_ck_add(s->c->ck, s->cur_p, extra), now = hs_ck_add(s->c->ck, p, s->cur_g);
+    if (now > s->peak) s->peak = now, s->peak_p = p, s->peak_g = s->cur_g;
 }
 
 static void hold(sim *s, int k, int64_t bytes)
 {
-    s->held[k] += bytes;
-    s->cur_g += bytes;
+    add_to(s->c, &s->held[k], bytes);
+    add_to(s->c, &s->cur_g, bytes);
     mark(s, 0);
 }
 
@@ -205,9 +217,9 @@ static void issue(sim *s, int k)
 {
     if (s->unsharded[k]) return;
     unit_sz *u = s->u[k];
-    s->cur_p += u->I;
+    add_to(s->c, &s->cur_p, u->I);
     mark(s, u->stage);
-    s->cur_p += u->P;
+    add_to(s->c, &s->cur_p, u->P);
     mark(s, 0);
     s->unsharded[k] = s->in_flight[k] = true;
 }
@@ -242,15 +254,15 @@ static void reduce(sim *s, int k)
 {
     unit_sz *u = s->u[k];
     release_grads(s, s->prev);
-    hold(s, k, u->R + u->R_loc);
-    int64_t loc = u->G_loc + u->R_loc;
+    hold(s, k, hs_ck_add(s->c->ck, u->R, u->R_loc));
+    int64_t loc = hs_ck_add(s->c->ck, u->G_loc, u->R_loc);
     s->held[k] -= loc, s->cur_g -= loc;
     s->prev = k;
 }
 
 static void grad_begin(sim *s, int k)
 {
-    if (s->held[k] == 0) hold(s, k, s->u[k]->G_ag + s->u[k]->G_loc);
+    if (s->held[k] == 0) hold(s, k, hs_ck_add(s->c->ck, s->u[k]->G_ag, s->u[k]->G_loc));
 }
 
 static void stash(sim *s, int k)
@@ -292,18 +304,45 @@ static void micro_batch(sim *s, bool sync, bool reshard_bwd)
     for (int k = 0; k < n; k++) wait_unshard(s, k);
 }
 
+/* What a micro-batch starts from: its flags, held bytes and counters. */
+typedef struct sim_state {
+    bool *flags;
+    int64_t *held, cur[3];
+} sim_state;
+
+static void sim_save(const sim *s, sim_state *to)
+{
+    memcpy(to->flags, s->unsharded, (size_t)s->n * 3 * sizeof(bool));
+    memcpy(to->held, s->held, (size_t)s->n * sizeof(int64_t));
+    to->cur[0] = s->cur_p, to->cur[1] = s->cur_g, to->cur[2] = s->prev;
+}
+
+static bool sim_same(const sim *s, const sim_state *st)
+{
+    return st->cur[0] == s->cur_p && st->cur[1] == s->cur_g && st->cur[2] == s->prev &&
+           !memcmp(st->flags, s->unsharded, (size_t)s->n * 3 * sizeof(bool)) &&
+           !memcmp(st->held, s->held, (size_t)s->n * sizeof(int64_t));
+}
+
+/* The micro-batches but the last run alike: once one ends where it began,
+ * the ones after it repeat it exactly (same state, same events, same peak)
+ * and are skipped, so a step of any number of micro-batches replays in a
+ * few. */
 static void simulate(const plan_ctx *c, unit_sz **u, int n, int64_t *peak_p, int64_t *peak_g)
 {
     sim s = {.c = c, .u = u, .n = n, .prev = -1};
-    bool *flags = calloc((size_t)n * 3 + 3, sizeof(bool));
-    s.held = calloc((size_t)n + 1, sizeof(int64_t));
+    bool *flags = calloc((size_t)n * 6 + 6, sizeof(bool));
+    s.held = calloc((size_t)n * 2 + 2, sizeof(int64_t));
     if (!flags || !s.held) hs_oom("plan: cannot allocate the step replay of %d units", n);
     s.unsharded = flags, s.in_flight = flags + n, s.acc = flags + 2 * n;
+    sim_state before = {.flags = flags + 3 * n, .held = s.held + n};
     const hs_fsdp_config *f = &c->cfg->fsdp;
-    for (int mb = 0; mb < c->M; mb++) {
-        bool sync = f->requires_grad_sync || mb == c->M - 1;
-        micro_batch(&s, sync, f->reshard_after_backward || mb == c->M - 1);
+    for (int mb = 0; mb < c->M - 1; mb++) {
+        sim_save(&s, &before);
+        micro_batch(&s, f->requires_grad_sync, f->reshard_after_backward);
+        if (sim_same(&s, &before)) break;
     }
+    micro_batch(&s, true, true);
     free(flags);
     free(s.held);
     *peak_p = s.peak_p;
@@ -327,14 +366,18 @@ static hs_status activation_bytes(const plan_ctx *c, int stage, const hs_model_s
                                   const hs_model *described, int64_t *out, hs_error *e)
 {
     hs_model *m = NULL;
+    /* A count the model could not hold sticks at INT64_MAX. */
     int64_t one = hs_model_buffer_bytes(described);
+    c->ck->overflow |= one == INT64_MAX;
     if (exact) return *out = one, HS_OK;
     hs_status rc = role_model(c, stage, st, slots, 2, checkpointing, &m, e);
     if (rc != HS_OK) return rc;
     int64_t two = hs_model_buffer_bytes(m);
     hs_model_free(m);
+    c->ck->overflow |= two == INT64_MAX;
     int nch = st->n_chunks > 0 ? st->n_chunks : 1;
-    *out = one + (two - one) / nch * (n_blocks - nch);
+    *out = one;
+    ACC(c, out, (two - one) / nch, n_blocks - nch);
     return HS_OK;
 }
 
@@ -344,35 +387,35 @@ static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, h
     const hs_topology *t = c->topo;
     const hs_model_config *mc = &cfg->model;
     int64_t B = cfg->train.micro_batch_size, T = cfg->train.seq_len, M = c->M;
-    int64_t BT = B * (T / t->cp), C = mc->dim, cs = (int64_t)hs_dtype_size(c->cdt);
+    int64_t BT = PROD(c, B, T / t->cp), C = mc->dim, cs = (int64_t)hs_dtype_size(c->cdt);
     int64_t kv = (int64_t)(mc->n_kv_heads > 0 ? mc->n_kv_heads : mc->n_heads) *
                  (mc->dim / mc->n_heads) / t->tp;
+    int64_t *bytes = r->comm_bytes, *calls = r->comm_calls;
     if (t->tp > 1) { /* two regions a block, each way: all-reduce (or SP's AG + RS) */
-        r->comm_bytes[HS_PLAN_TP] += M * n_blocks * 4 * BT * C * 4;
-        r->comm_calls[HS_PLAN_TP] += M * n_blocks * 4;
+        ACC(c, &bytes[HS_PLAN_TP], M, n_blocks, 4, BT, C, 4);
+        ACC(c, &calls[HS_PLAN_TP], M, n_blocks, 4);
         int last = st->n_chunks - 1;
         bool head = st->n_chunks == 0 ||
                     st->first_layer[last] + st->n_layers[last] == mc->n_layers;
         if (!cfg->accelerator.loss_parallel && head) /* the logits gathered over tp */
-            r->comm_bytes[HS_PLAN_TP] += M * BT * mc->vocab_size * 4, r->comm_calls[HS_PLAN_TP] += M;
+            ACC(c, &bytes[HS_PLAN_TP], M, BT, mc->vocab_size, 4), add_to(c, &calls[HS_PLAN_TP], M);
     }
     if (t->cp > 1) { /* K and V gathered in forward, dK and dV reduced back */
-        r->comm_bytes[HS_PLAN_CP] += M * n_blocks * 2 * B * T * kv * (cs + 4);
-        r->comm_calls[HS_PLAN_CP] += M * n_blocks * (cfg->accelerator.cp_rotate_method[0] == 'r'
-                                                          ? 4 * (t->cp - 1)
-                                                          : 4);
+        ACC(c, &bytes[HS_PLAN_CP], M, n_blocks, 2, B, T, kv, cs + 4);
+        ACC(c, &calls[HS_PLAN_CP], M, n_blocks,
+            cfg->accelerator.cp_rotate_method[0] == 'r' ? 4 * (t->cp - 1) : 4);
     }
     if (t->ep > 1 && !strcmp(mc->arch, "moe")) { /* dispatch and combine, each way */
-        r->comm_bytes[HS_PLAN_EP] += M * n_blocks * 4 * BT * mc->moe.top_k * C * cs;
-        r->comm_calls[HS_PLAN_EP] += M * n_blocks * 6;
+        ACC(c, &bytes[HS_PLAN_EP], M, n_blocks, 4, BT, mc->moe.top_k, C, cs);
+        ACC(c, &calls[HS_PLAN_EP], M, n_blocks, 6);
     }
     if (t->pp > 1) {
         int nch = st->n_chunks > 0 ? st->n_chunks : 1;
         for (int k = 0; k < nch; k++) {
             bool last = st->first_layer[k] + st->n_layers[k] == mc->n_layers;
             bool first = st->first_layer[k] == 0;
-            if (!last) r->comm_bytes[HS_PLAN_PP] += M * BT * C * cs, r->comm_calls[HS_PLAN_PP] += M;
-            if (!first) r->comm_bytes[HS_PLAN_PP] += M * BT * C * 4, r->comm_calls[HS_PLAN_PP] += M;
+            if (!last) ACC(c, &bytes[HS_PLAN_PP], M, BT, C, cs), add_to(c, &calls[HS_PLAN_PP], M);
+            if (!first) ACC(c, &bytes[HS_PLAN_PP], M, BT, C, 4), add_to(c, &calls[HS_PLAN_PP], M);
         }
     }
 }
@@ -426,10 +469,8 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
         int k = top_of(m, p->unit, top_index);
         if (c->fsdp) add_fsdp_param(c, p, &tops[k]);
         else add_local_param(c, p, &tops[k]);
-        int64_t g = 1;
-        for (int d = 0; d < p->ndim; d++) g *= p->shape[d];
-        if (k == 0) root_numel += g;
-        else block_numel += g;
+        int64_t g = hs_ck_prod(c->ck, p->shape, p->ndim);
+        add_to(c, k == 0 ? &root_numel : &block_numel, g);
     }
     hs_model_free(m);
     /* The step's units in order: the described ones, or the root and each
@@ -448,18 +489,19 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
         for (int k = 0; k < nch; k++)
             for (int j = 0; j < (st.n_chunks > 0 ? st.n_layers[k] : n_blocks); j++)
                 seq[at++] = &tops[1 + k];
-        block_numel = block_numel / nch * n_blocks;
+        block_numel = PROD(c, block_numel / nch, n_blocks);
     }
-    *global_numel += root_numel + block_numel;
+    add_to(c, global_numel, hs_ck_add(c->ck, root_numel, block_numel));
     int64_t syncs = cfg->fsdp.requires_grad_sync ? c->M : 1;
     for (int k = 0; k < n_seq; k++) {
         unit_sz *u = seq[k];
-        for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++) r->device[i] += u->dev[i], r->host[i] += u->host[i];
-        int64_t gathers = c->M * (1 + (k > 0 && cfg->fsdp.reshard_after_forward));
-        r->comm_bytes[HS_PLAN_AG] += gathers * u->ag_fwd;
-        r->comm_calls[HS_PLAN_AG] += gathers * u->ag_calls;
+        for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++)
+            add_to(c, &r->device[i], u->dev[i]), add_to(c, &r->host[i], u->host[i]);
+        int64_t gathers = (int64_t)c->M * (1 + (k > 0 && cfg->fsdp.reshard_after_forward));
+        ACC(c, &r->comm_bytes[HS_PLAN_AG], gathers, u->ag_fwd);
+        ACC(c, &r->comm_calls[HS_PLAN_AG], gathers, u->ag_calls);
         for (int j = HS_PLAN_RS; j <= HS_PLAN_AR; j++)
-            r->comm_bytes[j] += syncs * u->comm[j], r->comm_calls[j] += syncs * u->calls[j];
+            ACC(c, &r->comm_bytes[j], syncs, u->comm[j]), ACC(c, &r->comm_calls[j], syncs, u->calls[j]);
     }
     if (c->fsdp) {
         int64_t pp_ = 0, pg = 0;
@@ -470,18 +512,36 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
     mp_comm(c, &st, n_blocks, r);
     free(seq), free(top_index), free(tops);
     for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++)
-        r->peak_device_bytes += r->device[i], r->peak_host_bytes += r->host[i];
+        add_to(c, &r->peak_device_bytes, r->device[i]), add_to(c, &r->peak_host_bytes, r->host[i]);
     return HS_OK;
 }
 
 /* ------------------------------------------------------------- the plan */
+
+/* hs_config_validate refuses the configs whose products overflow; one
+ * that reaches here anyway gets an error naming the sizes, not a table of
+ * wrapped numbers. */
+static hs_status plan_overflow(const hs_config *cfg, const plan_ctx *c, hs_plan *out, hs_error *e)
+{
+    const hs_model_config *m = &cfg->model;
+    memset(out, 0, sizeof *out);
+    return hs_error_set(e, HS_ERR_CONFIG,
+                        "plan: a byte count overflows 64 bits with model.dim = %d, "
+                        "model.ffn_dim = %d, model.n_layers = %d, model.vocab_size = %d, "
+                        "train.micro_batch_size = %d, train.seq_len = %d and %d micro-batches "
+                        "per step; lower these sizes (`hypershard config` names the product "
+                        "that overflows)",
+                        m->dim, m->ffn_dim, m->n_layers, m->vocab_size,
+                        cfg->train.micro_batch_size, cfg->train.seq_len, c->M);
+}
 
 hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *out, hs_error *e)
 {
     memset(out, 0, sizeof *out);
     hs_error_clear(e);
     const hs_mix_precision *mp = &cfg->fsdp.mix_precision;
-    plan_ctx c = {.cfg = cfg, .topo = topo};
+    hs_checked ck = {0};
+    plan_ctx c = {.cfg = cfg, .topo = topo, .ck = &ck};
     c.cdt = mp->param_dtype == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)mp->param_dtype;
     c.rdt = mp->reduce_dtype == HS_MP_NULL ? c.cdt : (hs_dtype)mp->reduce_dtype;
     c.fsdp = hs_engine_uses_fsdp(cfg, topo);
@@ -524,7 +584,8 @@ hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *
     }
     /* fp32 weights and optimizer state once each, and the model copy. */
     int states = strcmp(cfg->optimizer.target, "muon") ? 2 : 1;
-    out->checkpoint_bytes = out->total_params * 4 * (1 + states) +
-                            (c.main ? out->total_params * (int64_t)hs_dtype_size(c.cdt) : 0);
+    ACC(&c, &out->checkpoint_bytes, out->total_params, 4, 1 + states);
+    if (c.main) ACC(&c, &out->checkpoint_bytes, out->total_params, (int64_t)hs_dtype_size(c.cdt));
+    if (ck.overflow) return plan_overflow(cfg, &c, out, e);
     return HS_OK;
 }

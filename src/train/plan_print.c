@@ -116,7 +116,10 @@ void hs_plan_json(const hs_plan *p, FILE *f)
 hs_status hs_plan_check_fit(const hs_plan *p, const hs_config *cfg, int ranks_per_node,
                             int64_t avail_bytes, hs_error *e)
 {
-    int64_t need = (p->max_peak_device_bytes + p->max_peak_host_bytes) * ranks_per_node;
+    /* A node's need beyond int64 does not fit any memory: it sticks at INT64_MAX. */
+    hs_checked ck = {0};
+    int64_t per_rank = hs_ck_add(&ck, p->max_peak_device_bytes, p->max_peak_host_bytes);
+    int64_t need = hs_ck_mul(&ck, per_rank, ranks_per_node);
     if (avail_bytes <= 0 || need <= avail_bytes) return HS_OK;
     const hs_plan_role *worst = &p->roles[0];
     for (int r = 1; r < p->n_roles; r++)
@@ -143,7 +146,7 @@ hs_status hs_plan_check_fit(const hs_plan *p, const hs_config *cfg, int ranks_pe
         "(shards params, grads and optimizer state), train.activation_checkpointing: true%s, "
         "fsdp_config.mix_precision.param_dtype: bfloat16, fsdp_config.enable_offload: true, "
         "a smaller train.micro_batch_size or model; `hypershard plan` shows the items",
-        human(need / ranks_per_node, a, sizeof a), ranks_per_node, ranks_per_node == 1 ? "" : "s",
+        human(per_rank, a, sizeof a), ranks_per_node, ranks_per_node == 1 ? "" : "s",
         human(need, b, sizeof b), human(avail_bytes, c, sizeof c), items,
         worst->name, cfg->train.activation_checkpointing ? " (already on)" : "");
 }

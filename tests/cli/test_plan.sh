@@ -117,6 +117,36 @@ grep -q "train.activation_checkpointing: true" "$work/huge.log" || fail "huge: n
 [ ! -e "$work/huge" ] || fail "huge: the run left $work/huge behind"
 hs_expect_exit 2 wide "the plan needs" train model.dim=100000000 train.out_dir="$work/wide"
 hs_expect_exit 2 vocab "the plan needs" train model.vocab_size=2000000000 train.out_dir="$work/vocab"
+# Sizes whose products overflow int64 are refused by the config rules,
+# naming the product, before anything is allocated; no wrapped figure is
+# printed. (2^30 x 2^19 tokens wrapped the peak to 0 bytes, which passed the
+# memory check, and train died allocating its batch.)
+wrap=(train.micro_batch_size=1073741824 train.seq_len=524288 train.activation_checkpointing=true)
+hs_expect_exit 2 wrap_train "train.micro_batch_size x train.seq_len x" train "${wrap[@]}" \
+    train.out_dir="$work/wrap"
+[ ! -e "$work/wrap" ] || fail "wrap_train: the run left $work/wrap behind"
+hs_expect_exit 2 wrap_plan "train.micro_batch_size x train.seq_len x" plan "${wrap[@]}"
+hs_expect_exit 2 wrap_json "train.micro_batch_size x train.seq_len x" plan --json "${wrap[@]}"
+hs_expect_exit 2 wrap_params "model.dim x model.ffn_dim x model.n_layers = 2097152 x 2000000000 x 100000" \
+    plan model.dim=2097152 model.n_heads=64 model.ffn_dim=2000000000 model.n_layers=100000
+for f in wrap_plan wrap_json wrap_params; do
+    ! grep -qE '(^|[ :])-[0-9]' "$work/$f.log" || fail "$f: a negative figure: $(head -3 "$work/$f.log")"
+done
+# The pipeline schedule (2 x micro-batches x virtual stages actions) is
+# bounded: its size wrapped int (-294967296 actions), or the plan spun for
+# minutes. Any number of micro-batches otherwise plans in milliseconds.
+hs_expect_exit 2 pp_wrap "2 x 2000000000 x 1 = 4000000000 actions per stage" plan \
+    accelerator.pp_size=2 train.micro_batch_size=1 train.global_batch_size=2000000000 --world 2
+timeout 10 "$HS_BIN" plan accelerator.pp_size=2 train.micro_batch_size=1 \
+    train.global_batch_size=100000000 --world 2 > "$work/pp_long.log" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] && grep -q "more than 1048576" "$work/pp_long.log" ||
+    fail "pp_long: exit $rc (124: over 10 s): $(head -3 "$work/pp_long.log")"
+timeout 10 "$HS_BIN" plan train.micro_batch_size=1 train.global_batch_size=2000000000 --world 2 \
+    > "$work/many_mb.log" 2>&1
+rc=$?
+[ "$rc" -eq 0 ] && grep -q "1000000000 micro-batches" "$work/many_mb.log" ||
+    fail "many_mb: exit $rc (124: over 10 s): $(head -3 "$work/many_mb.log")"
 # The node's memory as the operator states it; the busiest rank times two.
 HYPERSHARD_NODE_MEMORY=1000000 hs_expect_exit 2 node "x 1 rank on this node" train \
     "${tiny[@]}" train.out_dir="$work/node"
