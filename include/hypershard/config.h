@@ -31,6 +31,8 @@
 /* Actions of one stage's schedule, 2 x micro-batches x virtual stages: the
  * stage holds them all and the plan replays them. */
 #define HS_PP_MAX_ACTIONS (1 << 20)
+/* model.n_layers: the plan replays a step unit by unit. */
+#define HS_MODEL_MAX_LAYERS (1 << 20)
 
 typedef struct hs_moe_config {
     int num_experts;

@@ -216,6 +216,13 @@ void hs_cfg_check_sizes(const hs_config *c, const hs_topology *t, hs_cfg_report 
     if (m->dim < 1 || m->n_layers < 1 || m->vocab_size < 1 || c->train.micro_batch_size < 1 ||
         c->train.seq_len < 1)
         return; /* reported by the bounds check */
+    if (m->n_layers > HS_MODEL_MAX_LAYERS) {
+        hs_cfg_report_add(rep,
+                          "model.n_layers = %d is more than %d blocks, the most the plan (and "
+                          "train's memory check) replays a step over; lower model.n_layers",
+                          m->n_layers, HS_MODEL_MAX_LAYERS);
+        return;
+    }
     int shard = t && t->dp_shard > 0 ? t->dp_shard : 1;
     int64_t params = 0;
     if (!check_params(c, shard, &params, rep)) return;

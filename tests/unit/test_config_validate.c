@@ -277,6 +277,11 @@ static void test_dim_x_ffn_dim_x_layers_overflow_is_refused_naming_the_keys(void
     /* A model this large whose bytes still fit int64 passes (the memory
      * check refuses it later). */
     expect_ok(check(1, OV("model.dim=100000000")));
+    /* The plan's step replay is bounded too (1 + n_layers units wrapped int). */
+    expect_only_error(check(1, OV("model.n_layers=2147483647")),
+                      "model.n_layers = 2147483647 is more than 1048576 blocks, the most the plan "
+                      "(and train's memory check) replays a step over; lower model.n_layers");
+    expect_ok(check(1, OV("model.n_layers=1048576")));
 }
 
 static void test_micro_batch_x_seq_len_overflow_is_refused_naming_the_keys(void **state) {
