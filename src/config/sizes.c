@@ -64,8 +64,8 @@ static int widest(const hs_model_config *m, factor w[2]) {
         return n;
     }
     const hs_moe_config *e = &m->moe;
-    factor row = e->expert_ffn_dim > m->dim ? (factor){"model.moe.expert_ffn_dim", e->expert_ffn_dim}
-                                            : w[0];
+    factor row = w[0];
+    if (e->expert_ffn_dim > m->dim) row = (factor){"model.moe.expert_ffn_dim", e->expert_ffn_dim};
     if (e->top_k > 1) w[0] = (factor){"model.moe.top_k", e->top_k}, w[1] = row, n = 2;
     else w[0] = row;
     int64_t most = n == 2 ? w[0].v * w[1].v : w[0].v;
@@ -97,9 +97,10 @@ static bool check_params(const hs_config *c, int shard, int64_t *params, hs_cfg_
     int64_t kv = (m->n_kv_heads >= 1 ? m->n_kv_heads : heads) * (C / heads);
     factor emb[] = {{"model.vocab_size", V}, {"model.dim", C}};
     /* q and o are dim x dim, k and v dim x (n_kv_heads x head dim). */
-    factor att[] = {{"model.dim", C},
-                    {"2 x (model.dim + model.n_kv_heads x model.dim / model.n_heads)", 2 * (C + kv)},
-                    {"model.n_layers", L}};
+    factor att[] = {
+        {"model.dim", C},
+        {"2 x (model.dim + model.n_kv_heads x model.dim / model.n_heads)", 2 * (C + kv)},
+        {"model.n_layers", L}};
     factor mlp[] = {{"model.dim", C}, {"model.ffn_dim", m->ffn_dim}, {"model.n_layers", L}};
     factor exp[] = {{"model.moe.num_experts", E},
                     {"model.moe.expert_ffn_dim", m->moe.expert_ffn_dim},
@@ -130,7 +131,8 @@ static bool check_params(const hs_config *c, int shard, int64_t *params, hs_cfg_
     hs_checked ck = {0};
     int64_t mlp_width = moe ? E * m->moe.expert_ffn_dim + m->moe.shared_expert_ffn_dim + E
                             : m->ffn_dim;
-    int64_t block = hs_ck_add(&ck, hs_ck_mul(&ck, C, 2 * (C + kv + 1)), hs_ck_mul(&ck, 3 * C, mlp_width));
+    int64_t block =
+        hs_ck_add(&ck, hs_ck_mul(&ck, C, 2 * (C + kv + 1)), hs_ck_mul(&ck, 3 * C, mlp_width));
     int64_t pad = hs_ck_prod(&ck, (const int64_t[]){16, shard, widest_param_row(m)}, 3);
     int64_t blocks = hs_ck_mul(&ck, hs_ck_add(&ck, block, pad), L);
     int64_t ends = hs_ck_prod(&ck, (const int64_t[]){4, V + shard, C}, 3);

@@ -125,8 +125,10 @@ static void *zeroed(hs_model *m, size_t bytes) {
 
 static void *buf(hs_model *m, int64_t n, hs_dtype dt) {
     int64_t bytes;
-    if (n >= 0 && hs_mul_i64(n, (int64_t)hs_dtype_size(dt), &bytes)) return zeroed(m, (size_t)bytes);
-    if (!m->opt.count_buffers) hs_oom("model: a buffer of %lld elements of %s", (long long)n, hs_dtype_name(dt));
+    if (n >= 0 && hs_mul_i64(n, (int64_t)hs_dtype_size(dt), &bytes))
+        return zeroed(m, (size_t)bytes);
+    if (!m->opt.count_buffers)
+        hs_oom("model: a buffer of %lld elements of %s", (long long)n, hs_dtype_name(dt));
     count(m, -1);
     return NULL;
 }

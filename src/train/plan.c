@@ -501,7 +501,8 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
         ACC(c, &r->comm_bytes[HS_PLAN_AG], gathers, u->ag_fwd);
         ACC(c, &r->comm_calls[HS_PLAN_AG], gathers, u->ag_calls);
         for (int j = HS_PLAN_RS; j <= HS_PLAN_AR; j++)
-            ACC(c, &r->comm_bytes[j], syncs, u->comm[j]), ACC(c, &r->comm_calls[j], syncs, u->calls[j]);
+            ACC(c, &r->comm_bytes[j], syncs, u->comm[j]),
+                ACC(c, &r->comm_calls[j], syncs, u->calls[j]);
     }
     if (c->fsdp) {
         int64_t pp_ = 0, pg = 0;

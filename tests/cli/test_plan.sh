@@ -127,10 +127,12 @@ hs_expect_exit 2 wrap_train "train.micro_batch_size x train.seq_len x" train "${
 [ ! -e "$work/wrap" ] || fail "wrap_train: the run left $work/wrap behind"
 hs_expect_exit 2 wrap_plan "train.micro_batch_size x train.seq_len x" plan "${wrap[@]}"
 hs_expect_exit 2 wrap_json "train.micro_batch_size x train.seq_len x" plan --json "${wrap[@]}"
-hs_expect_exit 2 wrap_params "model.dim x model.ffn_dim x model.n_layers = 2097152 x 2000000000 x 100000" \
-    plan model.dim=2097152 model.n_heads=64 model.ffn_dim=2000000000 model.n_layers=100000
+hs_expect_exit 2 wrap_params \
+    "model.dim x model.ffn_dim x model.n_layers = 2097152 x 2000000000 x 100000" plan \
+    model.dim=2097152 model.n_heads=64 model.ffn_dim=2000000000 model.n_layers=100000
 for f in wrap_plan wrap_json wrap_params; do
-    ! grep -qE '(^|[ :])-[0-9]' "$work/$f.log" || fail "$f: a negative figure: $(head -3 "$work/$f.log")"
+    ! grep -qE '(^|[ :])-[0-9]' "$work/$f.log" ||
+        fail "$f: a negative figure: $(head -3 "$work/$f.log")"
 done
 # The pipeline schedule (2 x micro-batches x virtual stages actions) is
 # bounded: its size wrapped int (-294967296 actions), or the plan spun for
