@@ -79,8 +79,9 @@ static int widest(const hs_model_config *m, factor w[2]) {
 /* The widest row of a block's parameter tensors ([E, F, C] experts: F x C),
  * which FSDP pads by up to dp_shard_size - 1 rows. */
 static int64_t widest_param_row(const hs_model_config *m) {
-    int64_t v[] = {m->dim, m->ffn_dim, (int64_t)m->moe.expert_ffn_dim * m->dim,
-                   m->moe.shared_expert_ffn_dim, m->moe.num_experts};
+    bool moe = !strcmp(m->arch, "moe");
+    int64_t v[] = {m->dim, moe ? (int64_t)m->moe.expert_ffn_dim * m->dim : m->ffn_dim,
+                   moe ? m->moe.shared_expert_ffn_dim : 0, moe ? m->moe.num_experts : 0};
     int64_t most = 1;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) most = v[i] > most ? v[i] : most;
     return most;
