@@ -83,7 +83,10 @@ static hs_status parse_args(mesh_args *a, int argc, char **argv, hs_error *e) {
         if (!strcmp(arg, "--world") || !strncmp(arg, "--world=", 8)) {
             const char *v = arg[7] == '=' ? arg + 8 : (i + 1 < argc ? argv[++i] : NULL);
             if (!v || !parse_int(v, &a->world))
-                hs_error_append(e, HS_ERR_USAGE, "--world needs an integer, e.g. --world 8");
+                hs_error_append(e, HS_ERR_USAGE,
+                                "--world needs an integer in [1, 2^31), e.g. --world 8; got "
+                                "'%s'",
+                                v ? v : "nothing");
             a->have_world = true;
         } else {
             parse_pair(a, arg, e);
