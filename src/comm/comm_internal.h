@@ -108,9 +108,11 @@ struct hs_work {
 };
 
 /* What a queue's communication thread (or an inline blocking call on that
- * queue) is executing now (read by the watchdog). */
+ * queue) is executing now, or a send / recv it started and still polls
+ * (in_flight; read by the watchdog). */
 typedef struct hs_comm_current {
-    bool busy;
+    bool busy; /* false: nothing outstanding on the queue */
+    bool in_flight;
     hs_comm_op op;
     int slot;
     int64_t seq;
@@ -181,7 +183,8 @@ const char *hs_comm_queue_name(hs_comm_queue q);
 hs_work *hs_comm_enqueue(hs_pg *g, const hs_coll_args *a);
 /* A blocking collective: inline when g's queue is idle, else queued + waited. */
 hs_status hs_comm_run(hs_pg *g, const hs_coll_args *a, hs_error *e);
-/* Copy of what queue q is executing now. */
+/* The oldest operation outstanding on queue q: the one executing or a
+ * send / recv in flight (busy false: none). */
 hs_comm_current hs_comm_current_get(hs_comm *c, hs_comm_queue q);
 /* The group name of a slot ("?" when unknown). */
 const char *hs_comm_slot_name(const hs_comm *c, int slot);

@@ -25,19 +25,26 @@
 #include "comm/comm_internal.h"
 
 #define TAG_ASK 1
-#define TAG_REPLY 2
 #define TAG_ACK 3
+/* Replies to each kind of question carry a tag of their own, so a reply
+ * that comes after its asker gave up never answers a later question. */
+#define TAG_REPLY(kind) (10 + (kind))
 #define ASK_STATE 0
 #define ASK_CLAIM 1
 #define ASK_FAILED 2 /* "I am ending the job": print the one line pointing at me */
-#define NOTICE_WAIT_S 2.0
 #define POLL_S 0.02
-#define ANSWER_WAIT_S 3.0
+/* The job must end within 2 s of the timeout: the claim, the survey and the
+ * notice share that budget with MPI_Abort's own teardown. A live watchdog
+ * answers within one poll (plus scheduling on a loaded node); a rank that
+ * is silent for longer is stopped, dead or starved, and is reported so. */
+#define CLAIM_WAIT_S 0.4
+#define SURVEY_WAIT_S 0.8 /* from the timeout, the claim included */
+#define NOTICE_WAIT_S 0.4
 #define DENIED_WAIT_S 30.0
 
 /* A reply to ASK_STATE: entered seq on the slot, the queue of the slot's
  * group, then that queue's current work. */
-enum { R_ENTERED, R_QUEUE, R_BUSY, R_OP, R_SLOT, R_SEQ, R_PEER, R_ELAPSED_MS, R_LEN };
+enum { R_ENTERED, R_QUEUE, R_BUSY, R_OP, R_SLOT, R_SEQ, R_PEER, R_ELAPSED_MS, R_IN_FLIGHT, R_LEN };
 
 struct hs_watchdog {
     hs_comm *c;
@@ -85,9 +92,10 @@ static void answer(hs_watchdog *wd, int src) {
         reply[R_SEQ] = cur.seq;
         reply[R_PEER] = cur.peer_world;
         reply[R_ELAPSED_MS] = cur.busy ? (int64_t)((hs_now() - cur.started) * 1000) : 0;
+        reply[R_IN_FLIGHT] = cur.in_flight;
     }
     /* A few bytes: sent eagerly, never blocks on the asker. */
-    MPI_Send(reply, R_LEN, MPI_INT64_T, src, TAG_REPLY, wd->comm);
+    MPI_Send(reply, R_LEN, MPI_INT64_T, src, TAG_REPLY(wd->ask_buf[0]), wd->comm);
 }
 
 /* Answer every pending question. */
@@ -107,19 +115,19 @@ static void sleep_s(double s) {
     nanosleep(&ts, NULL);
 }
 
-/* Send `kind` questions to `n` ranks and collect the replies, serving other
- * ranks' questions meanwhile. answered[i] tells who replied in time. */
-static void ask_ranks(hs_watchdog *wd, int kind, int slot, const int *ranks, int n,
+/* Send `kind` questions to `n` ranks and collect the replies until
+ * `deadline`, serving other ranks' questions meanwhile. answered[i] tells
+ * who replied in time. */
+static void ask_ranks(hs_watchdog *wd, int kind, int slot, const int *ranks, int n, double deadline,
                       int64_t (*replies)[R_LEN], bool *answered) {
     MPI_Request *req = calloc((size_t)n, sizeof *req);
     if (!req) hs_oom("in the comm watchdog");
     int64_t ask[2] = {kind, slot};
     for (int i = 0; i < n; i++) {
         answered[i] = false;
-        MPI_Irecv(replies[i], R_LEN, MPI_INT64_T, ranks[i], TAG_REPLY, wd->comm, &req[i]);
+        MPI_Irecv(replies[i], R_LEN, MPI_INT64_T, ranks[i], TAG_REPLY(kind), wd->comm, &req[i]);
         MPI_Send(ask, 2, MPI_INT64_T, ranks[i], TAG_ASK, wd->comm);
     }
-    double deadline = hs_now() + ANSWER_WAIT_S;
     int left = n;
     while (left > 0 && hs_now() < deadline) {
         serve(wd);
@@ -140,7 +148,7 @@ static void ask_ranks(hs_watchdog *wd, int kind, int slot, const int *ranks, int
 }
 
 /* Whether this rank reports the hang. World rank 0 decides locally. */
-static bool claim_report(hs_watchdog *wd) {
+static bool claim_report(hs_watchdog *wd, double deadline) {
     if (wd->c->rank == 0) {
         bool mine = !wd->claimed;
         wd->claimed = true;
@@ -149,17 +157,31 @@ static bool claim_report(hs_watchdog *wd) {
     int zero = 0;
     int64_t reply[1][R_LEN];
     bool answered;
-    ask_ranks(wd, ASK_CLAIM, 0, &zero, 1, reply, &answered);
+    ask_ranks(wd, ASK_CLAIM, 0, &zero, 1, deadline, reply, &answered);
     return !answered || reply[0][0] != 0; /* rank 0 silent: report anyway */
 }
 
-static void describe_rank(const hs_comm *c, char *buf, size_t cap, const int64_t *rep, bool answered) {
+/* What the asked rank is doing; `cur` is the hung operation on this rank. */
+static void describe_rank(const hs_comm *c, char *buf, size_t cap, const int64_t *rep, bool answered,
+                          hs_comm_current cur) {
     if (!answered) {
-        snprintf(buf, cap, "did not answer the watchdog (hung inside MPI or dead)");
+        snprintf(buf, cap, "did not answer the watchdog (stopped, hung inside MPI or dead)");
+    } else if (!rep[R_BUSY] && hs_comm_op_is_p2p(cur.op)) {
+        snprintf(buf, cap, "its communication thread (%s queue) is idle: the program has not "
+                           "issued the matching %s (still computing, or it skipped or reordered a "
+                           "hand-over)", hs_comm_queue_name((hs_comm_queue)rep[R_QUEUE]),
+                 cur.op == HS_OP_SEND ? "recv" : "send");
     } else if (!rep[R_BUSY]) {
         snprintf(buf, cap, "its communication thread (%s queue) is idle: the program has not "
                            "issued this collective (still computing, or it skipped or reordered a "
                            "collective)", hs_comm_queue_name((hs_comm_queue)rep[R_QUEUE]));
+    } else if (rep[R_IN_FLIGHT]) {
+        snprintf(buf, cap, "its %s queue has had %s %s world rank %lld on group '%s' (send/recv "
+                           "number %lld) in flight for %.1f s",
+                 hs_comm_queue_name((hs_comm_queue)rep[R_QUEUE]), hs_comm_op_name((hs_comm_op)rep[R_OP]),
+                 rep[R_OP] == HS_OP_SEND ? "to" : "from", (long long)rep[R_PEER],
+                 hs_comm_slot_name(c, (int)rep[R_SLOT]), (long long)rep[R_SEQ],
+                 (double)rep[R_ELAPSED_MS] / 1000.0);
     } else {
         snprintf(buf, cap, "its communication thread (%s queue) has been in %s on group '%s' "
                            "(sequence %lld) for %.1f s",
@@ -178,7 +200,7 @@ typedef struct survey {
     bool *behind;        /* has not arrived at the hung collective */
 } survey;
 
-static survey survey_take(hs_watchdog *wd, hs_comm_current cur, const hs_pg *g) {
+static survey survey_take(hs_watchdog *wd, hs_comm_current cur, const hs_pg *g, double deadline) {
     survey v = {0};
     v.ranks = calloc((size_t)g->size, sizeof *v.ranks);
     v.rep = calloc((size_t)g->size, sizeof *v.rep);
@@ -191,7 +213,7 @@ static survey survey_take(hs_watchdog *wd, hs_comm_current cur, const hs_pg *g) 
     else
         for (int i = 0; i < g->size; i++)
             if (g->world_ranks[i] != wd->c->rank) v.ranks[v.n++] = g->world_ranks[i];
-    ask_ranks(wd, ASK_STATE, cur.slot, v.ranks, v.n, v.rep, v.answered);
+    ask_ranks(wd, ASK_STATE, cur.slot, v.ranks, v.n, deadline, v.rep, v.answered);
     for (int i = 0; i < v.n; i++) v.behind[i] = p2p || !v.answered[i] || v.rep[i][R_ENTERED] < cur.seq;
     return v;
 }
@@ -216,26 +238,29 @@ static int survey_list(const survey *v, bool which, int self, char *buf, size_t 
     return count;
 }
 
-static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeout) {
+static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeout, double deadline) {
     hs_comm *c = wd->c;
     const bool p2p = hs_comm_op_is_p2p(cur.op);
     const hs_pg *g = c->groups[cur.slot].pg;
-    survey v = survey_take(wd, cur, g);
+    survey v = survey_take(wd, cur, g, deadline);
     hs_error *e = malloc(sizeof *e);
     if (!e) hs_oom("in the comm watchdog");
-    char missing[1024], arrived[1024], why[512];
+    char missing[1024], arrived[1024], why[512], peer[64] = "";
     int nmissing = survey_list(&v, true, -1, missing, sizeof missing);
     int narrived = survey_list(&v, false, c->rank, arrived, sizeof arrived);
+    if (p2p)
+        snprintf(peer, sizeof peer, " %s world rank %d", cur.op == HS_OP_SEND ? "to" : "from",
+                 cur.peer_world);
     hs_error_clear(e);
     hs_error_set(e, HS_ERR_TIMEOUT,
-                 "comm timeout: %s on group '%s' (%s %lld) did not finish within comm.timeout_s = "
+                 "comm timeout: %s%s on group '%s' (%s %lld) did not finish within comm.timeout_s = "
                  "%g s on world rank %d; not arrived: %s%s",
-                 hs_comm_op_name(cur.op), g->name, p2p ? "send/recv number" : "sequence",
+                 hs_comm_op_name(cur.op), peer, g->name, p2p ? "send/recv number" : "sequence",
                  (long long)cur.seq, timeout, c->rank,
                  nmissing == 1 ? "world rank" : "world ranks", nmissing ? missing : " none");
     for (int i = 0; i < v.n; i++) {
         if (!v.behind[i]) continue;
-        describe_rank(c, why, sizeof why, v.rep[i], v.answered[i]);
+        describe_rank(c, why, sizeof why, v.rep[i], v.answered[i], cur);
         if (v.answered[i] && !p2p)
             hs_error_append(e, HS_ERR_TIMEOUT, "  world rank %d: last entered sequence %lld on '%s'; %s",
                             v.ranks[i], (long long)v.rep[i][R_ENTERED], g->name, why);
@@ -244,14 +269,16 @@ static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeou
     }
     if (!p2p)
         hs_error_append(e, HS_ERR_TIMEOUT, "  arrived: world rank%s%s", narrived > 1 ? "s" : "", arrived);
-    hs_error_append(e, HS_ERR_TIMEOUT,
-                    "  fix: every rank of a group must issue the same collectives in the same "
-                    "order; if the wait is legitimate, raise comm.timeout_s");
+    hs_error_append(e, HS_ERR_TIMEOUT, "  fix: %s; if the wait is legitimate, raise comm.timeout_s",
+                    p2p ? "every send needs the peer's matching recv (same group, tag and size), "
+                          "in an order that cannot wait in a cycle"
+                        : "every rank of a group must issue the same collectives in the same order");
     hs_comm_abort(c, e); /* ends the process: the survey needs no freeing */
 }
 
 static void on_timeout(hs_watchdog *wd, hs_comm_current cur, double timeout) {
-    if (claim_report(wd)) report_and_abort(wd, cur, timeout);
+    double now = hs_now();
+    if (claim_report(wd, now + CLAIM_WAIT_S)) report_and_abort(wd, cur, timeout, now + SURVEY_WAIT_S);
     /* Another rank reports and aborts the job; keep answering its questions. */
     double until = hs_now() + DENIED_WAIT_S;
     while (hs_now() < until) {

@@ -98,14 +98,17 @@ static hs_status work_exec(hs_comm *c, const hs_work *w, hs_error *err) {
     return st;
 }
 
-/* Under q->mu: mark the queue busy with w. */
-static void current_set(hs_queue *q, const hs_work *w) {
+/* What the watchdog is told about w, outstanding since `started`. */
+static hs_comm_current current_of(const hs_work *w, double started, bool in_flight) {
     const hs_coll_args *a = &w->args;
-    q->current = (hs_comm_current){
-        .busy = true, .op = a->op, .slot = w->pg->slot, .seq = w->seq,
+    return (hs_comm_current){
+        .busy = true, .in_flight = in_flight, .op = a->op, .slot = w->pg->slot, .seq = w->seq,
         .peer_world = hs_comm_op_is_p2p(a->op) ? w->pg->world_ranks[a->peer] : -1,
-        .started = hs_now()};
+        .started = started};
 }
+
+/* Under q->mu: mark the queue busy with w. */
+static void current_set(hs_queue *q, const hs_work *w) { q->current = current_of(w, hs_now(), false); }
 
 /* Under q->mu: publish w's outcome. */
 static void work_finish(hs_queue *q, hs_work *w, hs_status st, const hs_error *err) {
@@ -291,11 +294,16 @@ hs_status hs_comm_run(hs_pg *g, const hs_coll_args *a, hs_error *e) {
     return st;
 }
 
+/* The oldest of what the queue executes and what it has in flight: the
+ * first to exceed the timeout. A send / recv in flight counts from its
+ * start like a blocking one, although the thread has gone on. */
 hs_comm_current hs_comm_current_get(hs_comm *c, hs_comm_queue id) {
     HS_ASSERT(id >= 0 && id < HS_COMM_QUEUE_COUNT);
     hs_queue *q = &c->queues[id];
     pthread_mutex_lock(&q->mu);
     hs_comm_current cur = q->current;
+    for (const hs_work *w = q->inflight; w; w = w->next_inflight)
+        if (!cur.busy || w->started < cur.started) cur = current_of(w, w->started, true);
     pthread_mutex_unlock(&q->mu);
     return cur;
 }

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# comm/: a hung collective and hs_comm_abort end every rank, non-zero, with
-# one message that names what went wrong (and one line from another rank
-# pointing at it); nothing hangs.
+# comm/: a hung collective, a pipeline send or recv whose peer never posts
+# its match, and hs_comm_abort end every rank, non-zero, with one message
+# that names what went wrong (and one line from another rank pointing at
+# it); nothing hangs. A watchdog timeout ends the job within
+# comm.timeout_s + 2 s of the hung operation's start, also when the missing
+# rank is stopped (SIGSTOP) and cannot answer.
 # HS_MPI_RANKS: 3
 # HS_TEST_TIMEOUT: 120
 set -u
@@ -10,12 +13,23 @@ PROG="$HS_BUILD/test_comm_faults"
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
-# run NAME ARGS...: runs the program on 3 ranks; sets rc, secs, out.
+# run ARGS...: runs the program on 3 ranks; sets rc, secs, out and, when a
+# rank printed "hang-start T" before the hung operation, late: the seconds
+# from T to the job's end.
 run() {
     local start=$SECONDS
     out=$(timeout 60 "$MPIEXEC" -n 3 "$PROG" "$@" 2>&1)
     rc=$?
     secs=$((SECONDS - start))
+    late=$(awk -v end="$(date +%s.%N)" '/^hang-start /{printf "%.2f", end - $2; exit}' <<<"$out")
+}
+
+# ends_in_time WHAT: the job ended within the 2 s timeout + 2 s of the
+# hung operation's start (the watchdog's poll, its questions to the other
+# ranks and MPI_Abort's teardown share the 2 s).
+ends_in_time() {
+    if [ -z "$late" ]; then fail "$1: no hang-start line"; return; fi
+    awk -v l="$late" 'BEGIN { exit !(l <= 4.0) }' || fail "$1: ended $late s after the hung operation began (want <= 4 s)"
 }
 
 expect_text() { # what text
@@ -26,6 +40,7 @@ test_hang_on_world_ends_all_ranks_naming_op_group_seq_and_missing_rank() {
     run hang 1 20 world
     [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "hang world: exit code $rc (want non-zero, no timeout)"
     [ "$secs" -lt 15 ] || fail "hang world: took $secs s with a 2 s watchdog"
+    ends_in_time "hang world"
     expect_text "hang world" "comm timeout: all_reduce on group 'world' (sequence 3)"
     expect_text "hang world" "not arrived: world rank 1"
     expect_text "hang world" "arrived: world ranks "
@@ -37,6 +52,31 @@ test_hang_on_subgroup_names_the_subgroup() {
     [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "hang pair: exit code $rc"
     expect_text "hang pair" "all_reduce on group 'pair' (sequence 3)"
     expect_text "hang pair" "not arrived: world rank 1"
+}
+
+test_hang_with_the_missing_rank_stopped_ends_all_within_timeout_plus_2s() {
+    run hang 1 stop world
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "hang stopped: exit code $rc"
+    ends_in_time "hang stopped"
+    expect_text "hang stopped" "comm timeout: all_reduce on group 'world' (sequence 3)"
+    expect_text "hang stopped" "world rank 1: did not answer the watchdog (stopped"
+    [ "$(grep -c 'comm timeout' <<<"$out")" -eq 1 ] || fail "hang stopped: want exactly one timeout message"
+}
+
+# p2p OP: rank 0 starts OP with rank 1 on a pipeline queue, where it stays
+# in flight (the thread goes on) while rank 1 never posts the match.
+test_p2p_in_flight_without_match_ends_all_naming_op_peer_group_and_number() {
+    local op peer
+    for op in recv send; do
+        run p2p 1 20 "$op"
+        [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "p2p $op: exit code $rc (want non-zero, no timeout)"
+        ends_in_time "p2p $op"
+        [ "$op" = send ] && peer="to" || peer="from"
+        expect_text "p2p $op" "comm timeout: $op $peer world rank 1 on group 'pp' (send/recv number 2)"
+        expect_text "p2p $op" "not arrived: world rank 1"
+        expect_text "p2p $op" "world rank 1: its communication thread (pp_forward queue) is idle: the program has not issued the matching"
+        [ "$(grep -c 'comm timeout' <<<"$out")" -eq 1 ] || fail "p2p $op: want exactly one timeout message"
+    done
 }
 
 test_abort_on_one_rank_ends_all_ranks_with_its_exit_code() {
@@ -54,6 +94,8 @@ test_abort_on_one_rank_ends_all_ranks_with_its_exit_code() {
 
 test_hang_on_world_ends_all_ranks_naming_op_group_seq_and_missing_rank
 test_hang_on_subgroup_names_the_subgroup
+test_hang_with_the_missing_rank_stopped_ends_all_within_timeout_plus_2s
+test_p2p_in_flight_without_match_ends_all_naming_op_peer_group_and_number
 test_abort_on_one_rank_ends_all_ranks_with_its_exit_code
 if pgrep -f "$PROG" >/dev/null; then fail "processes of $PROG are still running"; fi
 [ "$failures" -eq 0 ] || { echo "$out"; exit 1; }

@@ -10,9 +10,18 @@
  * runs under mpiexec and expects to end every rank:
  *   hang RANK SECONDS GROUP   RANK sleeps before an all_reduce on GROUP
  *                             ("world" or "pair": ranks {0,1}) with a 2 s
+ *                             timeout; SECONDS "stop": RANK stops itself
+ *                             (SIGSTOP) instead, so its watchdog is silent
+ *   p2p RANK SECONDS OP       on a pipeline-queue group of ranks {0,1}, the
+ *                             other rank starts OP ("send": 4 MiB, more than
+ *                             goes out eagerly; "recv") with RANK, which
+ *                             sleeps instead of posting its match; 2 s
  *                             timeout
+ * The waiting side prints "hang-start T" (T: seconds since the epoch) just
+ * before the operation that hangs, so the script can time the watchdog.
  *   abort RANK                RANK calls hs_comm_abort with a config error
  *                             while the others wait in a barrier */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +62,21 @@ static int run_quiet(hs_comm *c) {
     return 0;
 }
 
+static void print_hang_start(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    printf("hang-start %lld.%09ld\n", (long long)ts.tv_sec, ts.tv_nsec);
+    fflush(stdout);
+}
+
+/* seconds < 0: stop the whole process, as a debugger or a frozen node would. */
+static void stall(double seconds) {
+    if (seconds < 0)
+        raise(SIGSTOP);
+    else
+        sleep_s(seconds);
+}
+
 static void run_hang(hs_comm *c, int who, double seconds, const char *group) {
     hs_error e;
     hs_pg *g = hs_comm_world(c);
@@ -64,10 +88,42 @@ static void run_hang(hs_comm *c, int who, double seconds, const char *group) {
     /* Two good collectives first, so the hang is at sequence 3. */
     for (int k = 0; k < 2 && g; k++)
         if (hs_pg_all_reduce(g, x, 1024, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK) hs_comm_abort(c, &e);
-    if (rank == who) sleep_s(seconds);
+    if (rank == who) stall(seconds);
+    if (g && rank == (who == 0 ? 1 : 0)) print_hang_start();
     if (g && hs_pg_all_reduce(g, x, 1024, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK) hs_comm_abort(c, &e);
     /* Ranks outside the group wait where the watchdog cannot see them. */
-    if (!g) sleep_s(seconds);
+    if (!g) sleep_s(seconds < 0 ? 30 : seconds);
+}
+
+static void run_p2p(hs_comm *c, int who, double seconds, const char *op) {
+    hs_error e;
+    hs_pg *g = NULL;
+    int rank = hs_comm_rank(c);
+    if (hs_comm_split_queue(c, "pp", rank < 2 ? 0 : -1, 0, HS_COMM_QUEUE_PP_FORWARD, &g, &e) != HS_OK)
+        hs_comm_abort(c, &e);
+    hs_comm_set_timeout(c, 2.0);
+    const int64_t n = 1 << 20; /* 4 MiB of F32 */
+    float *x = calloc((size_t)n, sizeof *x);
+    if (!x) abort();
+    if (g) {
+        /* One good hand-over first, so the hang is at send/recv number 2. */
+        int other = 1 - hs_pg_rank(g);
+        hs_work *w = rank == 0 ? hs_pg_send_async(g, x, 16, HS_DTYPE_F32, other, 7)
+                               : hs_pg_recv_async(g, x, 16, HS_DTYPE_F32, other, 7);
+        if (hs_work_wait(w, &e) != HS_OK) hs_comm_abort(c, &e);
+        if (rank == who) {
+            sleep_s(seconds);
+        } else {
+            bool send = !strcmp(op, "send");
+            print_hang_start();
+            w = send ? hs_pg_send_async(g, x, n, HS_DTYPE_F32, other, 8)
+                     : hs_pg_recv_async(g, x, n, HS_DTYPE_F32, other, 8);
+            if (hs_work_wait(w, &e) != HS_OK) hs_comm_abort(c, &e);
+        }
+    } else {
+        sleep_s(seconds); /* outside the pair: waits where the watchdog cannot see it */
+    }
+    free(x);
 }
 
 static void run_abort(hs_comm *c, int who) {
@@ -86,7 +142,9 @@ int main(int argc, char **argv) {
     if (hs_comm_init(&c, &argc, &argv, &opt, &e) != HS_OK) return fail("hs_comm_init", &e);
     int rc = 0;
     if (argc >= 5 && !strcmp(argv[1], "hang"))
-        run_hang(c, atoi(argv[2]), atof(argv[3]), argv[4]);
+        run_hang(c, atoi(argv[2]), strcmp(argv[3], "stop") ? atof(argv[3]) : -1.0, argv[4]);
+    else if (argc >= 5 && !strcmp(argv[1], "p2p"))
+        run_p2p(c, atoi(argv[2]), atof(argv[3]), argv[4]);
     else if (argc >= 3 && !strcmp(argv[1], "abort"))
         run_abort(c, atoi(argv[2]));
     else
