@@ -136,7 +136,7 @@ _Noreturn void hs_comm_abort(hs_comm *c, const hs_error *e) {
     }
     fprintf(stderr, "hypershard: rank %d of %d: %s\n", c->rank, c->size, msg);
     fflush(stderr);
-    hs_watchdog_notify_failure(c);
+    hs_watchdog_notify_failure(c, exit_code);
     MPI_Abort(MPI_COMM_WORLD, exit_code);
     _Exit(exit_code); /* MPI_Abort does not return; this keeps _Noreturn honest */
 }

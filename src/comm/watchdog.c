@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "comm/comm_internal.h"
 
@@ -32,6 +33,7 @@
 #define ASK_STATE 0
 #define ASK_CLAIM 1
 #define ASK_FAILED 2 /* "I am ending the job": print the one line pointing at me */
+#define ASK_END 3    /* "the job ends with this exit code": exit now, silently */
 #define POLL_S 0.02
 /* The job must end within 2 s of the timeout: the claim, the survey and the
  * notice share that budget with MPI_Abort's own teardown. A live watchdog
@@ -41,6 +43,7 @@
 #define SURVEY_WAIT_S 0.8 /* from the timeout, the claim included */
 #define NOTICE_WAIT_S 0.4
 #define DENIED_WAIT_S 30.0
+#define RESUMED_GAP_S 1.0 /* a watchdog tick this late: the process was frozen */
 
 /* A reply to ASK_STATE: entered seq on the slot, the queue of the slot's
  * group, then that queue's current work. */
@@ -70,6 +73,11 @@ static hs_comm_queue slot_queue(const hs_comm *c, int slot) {
 static void answer(hs_watchdog *wd, int src) {
     hs_comm *c = wd->c;
     int64_t reply[R_LEN] = {0};
+    /* Exit at once rather than wait for MPI_Abort's teardown: it ends ranks
+     * with SIGTERM, which a program may take as a request to finish its
+     * step (hypershard train does), and then waits a second before
+     * SIGKILL. A rank stopped meanwhile exits when it is continued. */
+    if (wd->ask_buf[0] == ASK_END) _exit((int)wd->ask_buf[1]);
     if (wd->ask_buf[0] == ASK_FAILED) {
         fprintf(stderr, "hypershard: rank %d of %d: stopping: rank %lld failed (its message is "
                         "above)\n", c->rank, c->size, (long long)wd->ask_buf[1]);
@@ -200,21 +208,48 @@ typedef struct survey {
     bool *behind;        /* has not arrived at the hung collective */
 } survey;
 
+static bool survey_has(const survey *v, int rank) {
+    for (int i = 0; i < v->n; i++)
+        if (v->ranks[i] == rank) return true;
+    return false;
+}
+
+/* A send / recv: ask the peer, and while the rank asked is itself waiting
+ * on a send / recv with another rank, ask that one too, so a chain of
+ * pipeline stages waiting on each other ends at the rank that holds it up. */
+static void survey_chain(hs_watchdog *wd, survey *v, hs_comm_current cur, double deadline) {
+    int slot = cur.slot;
+    v->ranks[v->n++] = cur.peer_world;
+    for (;;) {
+        int i = v->n - 1;
+        ask_ranks(wd, ASK_STATE, slot, &v->ranks[i], 1, deadline, &v->rep[i], &v->answered[i]);
+        const int64_t *r = v->rep[i];
+        int next = (int)r[R_PEER];
+        if (!v->answered[i] || !r[R_BUSY] || !hs_comm_op_is_p2p((hs_comm_op)r[R_OP]) ||
+            next == wd->c->rank || survey_has(v, next) || v->n == wd->c->size)
+            return;
+        slot = (int)r[R_SLOT];
+        v->ranks[v->n++] = next;
+    }
+}
+
 static survey survey_take(hs_watchdog *wd, hs_comm_current cur, const hs_pg *g, double deadline) {
     survey v = {0};
-    v.ranks = calloc((size_t)g->size, sizeof *v.ranks);
-    v.rep = calloc((size_t)g->size, sizeof *v.rep);
-    v.answered = calloc((size_t)g->size, sizeof *v.answered);
-    v.behind = calloc((size_t)g->size, sizeof *v.behind);
+    size_t cap = (size_t)(g->size > wd->c->size ? g->size : wd->c->size);
+    v.ranks = calloc(cap, sizeof *v.ranks);
+    v.rep = calloc(cap, sizeof *v.rep);
+    v.answered = calloc(cap, sizeof *v.answered);
+    v.behind = calloc(cap, sizeof *v.behind);
     if (!v.ranks || !v.rep || !v.answered || !v.behind) hs_oom("in the comm watchdog");
-    const bool p2p = hs_comm_op_is_p2p(cur.op);
-    if (p2p)
-        v.ranks[v.n++] = cur.peer_world;
-    else
-        for (int i = 0; i < g->size; i++)
-            if (g->world_ranks[i] != wd->c->rank) v.ranks[v.n++] = g->world_ranks[i];
+    if (hs_comm_op_is_p2p(cur.op)) {
+        survey_chain(wd, &v, cur, deadline);
+        v.behind[0] = true; /* the peer; the rest of the chain is context */
+        return v;
+    }
+    for (int i = 0; i < g->size; i++)
+        if (g->world_ranks[i] != wd->c->rank) v.ranks[v.n++] = g->world_ranks[i];
     ask_ranks(wd, ASK_STATE, cur.slot, v.ranks, v.n, deadline, v.rep, v.answered);
-    for (int i = 0; i < v.n; i++) v.behind[i] = p2p || !v.answered[i] || v.rep[i][R_ENTERED] < cur.seq;
+    for (int i = 0; i < v.n; i++) v.behind[i] = !v.answered[i] || v.rep[i][R_ENTERED] < cur.seq;
     return v;
 }
 
@@ -259,7 +294,7 @@ static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeou
                  (long long)cur.seq, timeout, c->rank,
                  nmissing == 1 ? "world rank" : "world ranks", nmissing ? missing : " none");
     for (int i = 0; i < v.n; i++) {
-        if (!v.behind[i]) continue;
+        if (!v.behind[i] && !p2p) continue;
         describe_rank(c, why, sizeof why, v.rep[i], v.answered[i], cur);
         if (v.answered[i] && !p2p)
             hs_error_append(e, HS_ERR_TIMEOUT, "  world rank %d: last entered sequence %lld on '%s'; %s",
@@ -304,12 +339,20 @@ static void *watchdog_main(void *arg) {
     hs_watchdog *wd = arg;
     hs_comm *c = wd->c;
     MPI_Irecv(wd->ask_buf, 2, MPI_INT64_T, MPI_ANY_SOURCE, TAG_ASK, wd->comm, &wd->ask_req);
+    double tick = hs_now(), since = tick;
     while (wait_tick(wd)) {
         serve(wd);
-        double timeout = atomic_load(&c->timeout_s);
+        double now = hs_now(), timeout = atomic_load(&c->timeout_s);
+        /* A tick this late means this process was frozen (SIGSTOP, a
+         * debugger, a suspended VM): what it waited on meanwhile is not its
+         * peers' fault, and when MPI_Abort's teardown continues a stopped
+         * rank it must not report a second time. Time from here. */
+        if (now - tick > RESUMED_GAP_S) since = now;
+        tick = now;
         for (int q = 0; q < HS_COMM_QUEUE_COUNT; q++) {
             hs_comm_current cur = hs_comm_current_get(c, (hs_comm_queue)q);
-            if (cur.busy && hs_now() - cur.started > timeout) on_timeout(wd, cur, timeout);
+            double from = cur.started > since ? cur.started : since;
+            if (cur.busy && now - from > timeout) on_timeout(wd, cur, timeout);
         }
     }
     MPI_Cancel(&wd->ask_req);
@@ -352,7 +395,14 @@ void hs_watchdog_stop(hs_comm *c) {
     c->watchdog = NULL;
 }
 
-void hs_watchdog_notify_failure(hs_comm *c)
+/* Tell every other rank's watchdog to end its process with exit_code. */
+static void tell_end(hs_watchdog *wd, int exit_code) {
+    int64_t ask[2] = {ASK_END, exit_code};
+    for (int r = 0; r < wd->c->size; r++)
+        if (r != wd->c->rank) MPI_Send(ask, 2, MPI_INT64_T, r, TAG_ASK, wd->comm); /* eager */
+}
+
+void hs_watchdog_notify_failure(hs_comm *c, int exit_code)
 {
     hs_watchdog *wd = c->watchdog;
     if (!wd || c->size < 2) return;
@@ -372,4 +422,5 @@ void hs_watchdog_notify_failure(hs_comm *c)
         MPI_Cancel(&req);
         MPI_Request_free(&req);
     }
+    tell_end(wd, exit_code);
 }
