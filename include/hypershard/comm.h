@@ -40,9 +40,11 @@
  *   depend on the order of the ranks: any NaN gives NaN (the default quiet
  *   NaN), +0 counts as larger than -0, so both paths give the same bits.
  *   Whatever the op, every rank gets the same bits.
- * - Failure: a collective not finished within timeout_s makes every rank exit
- *   non-zero with one message naming op, group, sequence number and the ranks
- *   that had not arrived. hs_comm_abort() ends all ranks with an error
+ * - Failure: a collective, or a send / recv in flight on a pipeline queue,
+ *   not finished within timeout_s of its start makes every rank exit
+ *   non-zero, within timeout_s + 2 s, with one message naming op, group,
+ *   sequence number (send/recv number and peer) and the ranks that had not
+ *   arrived. hs_comm_abort() ends all ranks with an error
  *   (MPI_Abort) — an error on one rank never leaves the others hanging.
  * - Every executed collective is counted in the trace (hs_trace_count) with
  *   op names "all_gather", "reduce_scatter", "all_reduce", "broadcast",

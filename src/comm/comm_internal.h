@@ -207,7 +207,7 @@ const char *hs_mpi_strerror(int rc, char *buf, size_t cap);
 /* --------------------------------------------------- watchdog (watchdog.c) */
 hs_status hs_watchdog_start(hs_comm *c, hs_error *e);
 /* Tell one other rank (world rank 0, or 1) that this rank ends the job, so
- * that it prints the line pointing here (waits at most 0.4 s for it), then
+ * that it prints the line pointing here (waits at most 0.25 s for it), then
  * every other rank to exit with exit_code. */
 void hs_watchdog_notify_failure(hs_comm *c, int exit_code);
 void hs_watchdog_stop(hs_comm *c);

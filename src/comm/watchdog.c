@@ -39,9 +39,10 @@
  * notice share that budget with MPI_Abort's own teardown. A live watchdog
  * answers within one poll (plus scheduling on a loaded node); a rank that
  * is silent for longer is stopped, dead or starved, and is reported so. */
-#define CLAIM_WAIT_S 0.4
-#define SURVEY_WAIT_S 0.8 /* from the timeout, the claim included */
-#define NOTICE_WAIT_S 0.4
+#define CLAIM_ARBITERS 2
+#define CLAIM_WAIT_S 0.3 /* per arbiter */
+#define SURVEY_WAIT_S 1.0 /* from the timeout, the claim included */
+#define NOTICE_WAIT_S 0.25
 #define DENIED_WAIT_S 30.0
 #define RESUMED_GAP_S 1.0 /* a watchdog tick this late: the process was frozen */
 
@@ -155,18 +156,23 @@ static void ask_ranks(hs_watchdog *wd, int kind, int slot, const int *ranks, int
     free(req);
 }
 
-/* Whether this rank reports the hang. World rank 0 decides locally. */
-static bool claim_report(hs_watchdog *wd, double deadline) {
-    if (wd->c->rank == 0) {
-        bool mine = !wd->claimed;
-        wd->claimed = true;
-        return mine;
+/* Whether this rank reports the hang. World rank 0 arbitrates; when it
+ * does not answer (stopped or dead, often the very rank that hangs), rank 1
+ * does, so that hang still gets one message. An arbiter decides its own
+ * claim locally. */
+static bool claim_report(hs_watchdog *wd) {
+    for (int arbiter = 0; arbiter < CLAIM_ARBITERS && arbiter < wd->c->size; arbiter++) {
+        if (wd->c->rank == arbiter) {
+            bool mine = !wd->claimed;
+            wd->claimed = true;
+            return mine;
+        }
+        int64_t reply[1][R_LEN];
+        bool answered;
+        ask_ranks(wd, ASK_CLAIM, 0, &arbiter, 1, hs_now() + CLAIM_WAIT_S, reply, &answered);
+        if (answered) return reply[0][0] != 0;
     }
-    int zero = 0;
-    int64_t reply[1][R_LEN];
-    bool answered;
-    ask_ranks(wd, ASK_CLAIM, 0, &zero, 1, deadline, reply, &answered);
-    return !answered || reply[0][0] != 0; /* rank 0 silent: report anyway */
+    return true; /* no arbiter answers: report anyway */
 }
 
 /* What the asked rank is doing; `cur` is the hung operation on this rank. */
@@ -313,7 +319,7 @@ static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeou
 
 static void on_timeout(hs_watchdog *wd, hs_comm_current cur, double timeout) {
     double now = hs_now();
-    if (claim_report(wd, now + CLAIM_WAIT_S)) report_and_abort(wd, cur, timeout, now + SURVEY_WAIT_S);
+    if (claim_report(wd)) report_and_abort(wd, cur, timeout, now + SURVEY_WAIT_S);
     /* Another rank reports and aborts the job; keep answering its questions. */
     double until = hs_now() + DENIED_WAIT_S;
     while (hs_now() < until) {
