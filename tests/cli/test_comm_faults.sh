@@ -54,6 +54,15 @@ test_hang_on_subgroup_names_the_subgroup() {
     expect_text "hang pair" "not arrived: world rank 1"
 }
 
+test_hang_in_all_to_allv_on_the_critical_queue_names_it() {
+    run hang 2 20 ep
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "hang ep: exit code $rc"
+    ends_in_time "hang ep"
+    expect_text "hang ep" "comm timeout: all_to_allv on group 'ep' (sequence 3)"
+    expect_text "hang ep" "not arrived: world rank 2"
+    expect_text "hang ep" "its communication thread (critical queue) is idle"
+}
+
 # Rank 0, which grants the right to report, stopped: rank 1 grants it.
 test_hang_with_the_missing_rank_stopped_ends_all_within_timeout_plus_2s() {
     local who
@@ -98,6 +107,7 @@ test_abort_on_one_rank_ends_all_ranks_with_its_exit_code() {
 
 test_hang_on_world_ends_all_ranks_naming_op_group_seq_and_missing_rank
 test_hang_on_subgroup_names_the_subgroup
+test_hang_in_all_to_allv_on_the_critical_queue_names_it
 test_hang_with_the_missing_rank_stopped_ends_all_within_timeout_plus_2s
 test_p2p_in_flight_without_match_ends_all_naming_op_peer_group_and_number
 test_abort_on_one_rank_ends_all_ranks_with_its_exit_code

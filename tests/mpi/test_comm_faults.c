@@ -11,7 +11,9 @@
  *   hang RANK SECONDS GROUP   RANK sleeps before an all_reduce on GROUP
  *                             ("world" or "pair": ranks {0,1}) with a 2 s
  *                             timeout; SECONDS "stop": RANK stops itself
- *                             (SIGSTOP) instead, so its watchdog is silent
+ *                             (SIGSTOP) instead, so its watchdog is silent;
+ *                             GROUP "ep": an all_to_allv on every rank, on
+ *                             the critical queue (as the mesh puts ep)
  *   p2p RANK SECONDS OP       on a pipeline-queue group of ranks {0,1}, the
  *                             other rank starts OP ("send": 4 MiB, more than
  *                             goes out eagerly; "recv") with RANK, which
@@ -77,20 +79,36 @@ static void stall(double seconds) {
         sleep_s(seconds);
 }
 
+/* One collective of the hang's kind on g: all_reduce, or all_to_allv (one
+ * element to and from each rank) when ep. */
+static void collective(hs_comm *c, hs_pg *g, bool ep, float *x) {
+    hs_error e;
+    int64_t counts[64], displs[64];
+    int w = hs_pg_size(g);
+    if (w > 64) abort();
+    for (int i = 0; i < w; i++) counts[i] = 1, displs[i] = i;
+    hs_status s = ep ? hs_work_wait(hs_pg_all_to_allv_async(g, x + 64, counts, displs, x, counts,
+                                                            displs, HS_DTYPE_F32), &e)
+                     : hs_pg_all_reduce(g, x, 1024, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
+    if (s != HS_OK) hs_comm_abort(c, &e);
+}
+
 static void run_hang(hs_comm *c, int who, double seconds, const char *group) {
     hs_error e;
     hs_pg *g = hs_comm_world(c);
     int rank = hs_comm_rank(c);
+    bool ep = !strcmp(group, "ep");
     if (!strcmp(group, "pair") && hs_comm_split(c, "pair", rank < 2 ? 0 : -1, 0, &g, &e) != HS_OK)
+        hs_comm_abort(c, &e);
+    if (ep && hs_comm_split_queue(c, "ep", 0, rank, HS_COMM_QUEUE_CRITICAL, &g, &e) != HS_OK)
         hs_comm_abort(c, &e);
     hs_comm_set_timeout(c, 2.0);
     float x[1024] = {0};
     /* Two good collectives first, so the hang is at sequence 3. */
-    for (int k = 0; k < 2 && g; k++)
-        if (hs_pg_all_reduce(g, x, 1024, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK) hs_comm_abort(c, &e);
+    for (int k = 0; k < 2 && g; k++) collective(c, g, ep, x);
     if (rank == who) stall(seconds);
     if (g && rank == (who == 0 ? 1 : 0)) print_hang_start();
-    if (g && hs_pg_all_reduce(g, x, 1024, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK) hs_comm_abort(c, &e);
+    if (g) collective(c, g, ep, x);
     /* Ranks outside the group wait where the watchdog cannot see them. */
     if (!g) sleep_s(seconds < 0 ? 30 : seconds);
 }
