@@ -12,7 +12,8 @@
  *  - watches every queue: when one collective runs longer than the timeout,
  *    it asks rank 0 for the right to report, asks every member of the group
  *    how far it got, prints one message and calls MPI_Abort;
- *  - on world rank 0 (rank 1 when 0 is the one failing), prints the one line
+ *  - on world rank 0 (the next rank when 0 is the one failing or has not
+ *    answered a question of this rank's watchdog), prints the one line
  *    that points at a rank ending the job with hs_comm_abort, which waits
  *    for it (hs_watchdog_notify_failure) before MPI_Abort kills everyone.
  * Point-to-point messages are used rather than one-sided windows because
@@ -40,8 +41,8 @@
  * answers within one poll (plus scheduling on a loaded node); a rank that
  * is silent for longer is stopped, dead or starved, and is reported so. */
 #define CLAIM_ARBITERS 2
-#define CLAIM_WAIT_S 0.3 /* per arbiter */
-#define SURVEY_WAIT_S 1.0 /* from the timeout, the claim included */
+#define CLAIM_WAIT_S 0.25 /* per arbiter */
+#define SURVEY_WAIT_S 0.7 /* from the timeout, the claim included */
 #define NOTICE_WAIT_S 0.25
 #define DENIED_WAIT_S 30.0
 #define RESUMED_GAP_S 1.0 /* a watchdog tick this late: the process was frozen */
@@ -60,6 +61,7 @@ struct hs_watchdog {
     MPI_Request ask_req;
     int64_t ask_buf[2];
     bool claimed; /* world rank 0: a rank already reports */
+    atomic_bool *silent; /* [world size] did not answer this watchdog in time */
 };
 
 /* The queue of the group in `slot` on this rank (the default queue when
@@ -150,6 +152,7 @@ static void ask_ranks(hs_watchdog *wd, int kind, int slot, const int *ranks, int
     }
     for (int i = 0; i < n; i++)
         if (!answered[i]) {
+            atomic_store(&wd->silent[ranks[i]], true);
             MPI_Cancel(&req[i]);
             MPI_Request_free(&req[i]);
         }
@@ -370,8 +373,11 @@ hs_status hs_watchdog_start(hs_comm *c, hs_error *e) {
     hs_watchdog *wd = calloc(1, sizeof *wd);
     if (!wd) hs_oom("starting the comm watchdog");
     wd->c = c;
+    wd->silent = calloc((size_t)c->size, sizeof *wd->silent);
+    if (!wd->silent) hs_oom("starting the comm watchdog");
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &wd->comm);
     if (rc != MPI_SUCCESS) {
+        free(wd->silent);
         free(wd);
         return hs_error_set(e, HS_ERR_COMM, "starting the comm watchdog: MPI_Comm_dup failed (code %d)", rc);
     }
@@ -397,6 +403,7 @@ void hs_watchdog_stop(hs_comm *c) {
     pthread_cond_destroy(&wd->cv);
     pthread_mutex_destroy(&wd->mu);
     MPI_Comm_free(&wd->comm);
+    free(wd->silent);
     free(wd);
     c->watchdog = NULL;
 }
@@ -408,11 +415,20 @@ static void tell_end(hs_watchdog *wd, int exit_code) {
         if (r != wd->c->rank) MPI_Send(ask, 2, MPI_INT64_T, r, TAG_ASK, wd->comm); /* eager */
 }
 
+/* Who prints the line pointing at this rank: the lowest other rank that
+ * has not been silent to this watchdog (no use waiting on a stopped rank). */
+static int notice_target(const hs_watchdog *wd) {
+    const hs_comm *c = wd->c;
+    for (int r = 0; r < c->size; r++)
+        if (r != c->rank && !atomic_load(&wd->silent[r])) return r;
+    return c->rank == 0 ? 1 : 0;
+}
+
 void hs_watchdog_notify_failure(hs_comm *c, int exit_code)
 {
     hs_watchdog *wd = c->watchdog;
     if (!wd || c->size < 2) return;
-    int to = c->rank == 0 ? 1 : 0;
+    int to = notice_target(wd);
     int64_t ask[2] = {ASK_FAILED, c->rank}, ack = 0;
     MPI_Request req;
     MPI_Irecv(&ack, 1, MPI_INT64_T, to, TAG_ACK, wd->comm, &req);
