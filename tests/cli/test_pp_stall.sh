@@ -18,16 +18,18 @@ hs_scratch pp_stall
 timeout_s=4
 tiny=("${HS_TINY[@]}" model.n_layers=4 accelerator.pp_size=4 train.micro_batch_size=1
       train.global_batch_size=4 train.steps=100000 train.eval_every=0 train.log_every=1
-      comm.timeout_s=$timeout_s)
+      "comm.timeout_s=$timeout_s")
 # The limit: timeout + 2 s, plus 0.5 s because the operation that hangs
 # may begin after the stop (a peer first finishes the work in hand: a step
 # here is well under 0.1 s) and the two timestamps are the shell's, on two
 # cores that the four ranks keep busy.
 limit=$(awk -v t=$timeout_s 'BEGIN { print t + 2 + 0.5 }')
 
-stopped=""
+stopped="" running=""
+# shellcheck disable=SC2154 # work is lib.sh's
 cleanup() { # nothing stays stopped or running, however the test ends
     [ -n "$stopped" ] && kill -CONT "$stopped" 2>/dev/null && kill -KILL "$stopped" 2>/dev/null
+    [ -n "$running" ] && kill "$running" 2>/dev/null && wait "$running"
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -47,12 +49,12 @@ rank_pid() {
 # waits for the job to end (60 s guard); sets rc, late (seconds from the
 # stop to the end) and log.
 stall() {
-    local name=$1 rank=$2 bg t0 pid=""
+    local name=$1 rank=$2 t0 pid=""
     shift 2
     log="$work/$name.log"
     timeout 60 "$MPIEXEC" -n 4 "$HS_BIN" train "${tiny[@]}" "$@" train.out_dir="$work/$name" \
         > "$log" 2>&1 &
-    bg=$!
+    running=$!
     for _ in $(seq 1200); do
         [ -f "$work/$name/metrics.jsonl" ] && [ "$(wc -l < "$work/$name/metrics.jsonl")" -ge 20 ] && break
         sleep 0.05
@@ -62,8 +64,9 @@ stall() {
     kill -STOP "$pid"
     stopped=$pid
     t0=$(date +%s.%N)
-    wait "$bg"
+    wait "$running"
     rc=$?
+    running=""
     late=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
     kill -CONT "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
     stopped=""
