@@ -4,7 +4,8 @@
  *
  * Without arguments (as ctest runs it) this pins the quiet side: a 2.5 s
  * watchdog never fires on collectives that finish in time, even when one
- * rank arrives 0.6 s late to each of them, on the world and on a subgroup.
+ * rank arrives 0.6 s late to each of them, on the world and on a subgroup,
+ * nor on pipeline-queue receives in flight 0.6 s each (4 s in all).
  *
  * With arguments it is the faulty program that tests/cli/test_comm_faults.sh
  * runs under mpiexec and expects to end every rank:
@@ -60,6 +61,18 @@ static int run_quiet(hs_comm *c) {
             return 1;
         }
         if (pair && hs_pg_barrier(pair, &e) != HS_OK) return fail("barrier", &e);
+    }
+    hs_pg *pp = NULL;
+    if (hs_comm_split_queue(c, "pp", rank < 2 ? 0 : -1, 0, HS_COMM_QUEUE_PP_FORWARD, &pp, &e) != HS_OK)
+        return fail("split pp", &e);
+    for (int k = 0; pp && k < 6; k++) {
+        x[0] = (float)k;
+        hs_work *w = rank == 0 ? hs_pg_recv_async(pp, x, 16, HS_DTYPE_F32, 1, k) : NULL;
+        if (rank == 1) {
+            sleep_s(0.6);
+            w = hs_pg_send_async(pp, x, 16, HS_DTYPE_F32, 0, k);
+        }
+        if (hs_work_wait(w, &e) != HS_OK) return fail("send/recv", &e);
     }
     return 0;
 }
