@@ -76,7 +76,7 @@ stall() {
 # stages wait in a collective at the end of a step (reported as such, and
 # checked alike); up to 4 tries until one lands among the hand-overs.
 stage_stall_ends_the_job() {
-    local sched=$1 rank=$2 try name msg
+    local sched=$1 rank=$2 try name msg p2p
     for try in 1 2 3 4; do
         name="${sched}_r${rank}_$try"
         stall "$name" "$rank" accelerator.pp_schedule="$sched"
@@ -89,7 +89,9 @@ stage_stall_ends_the_job() {
         grep -q "^  world rank $rank: did not answer the watchdog (stopped" "$log" ||
             fail "$name: the stopped rank $rank is not named: $(grep -A4 'comm timeout' "$log")"
         msg=$(grep -o "comm timeout: [a-z_]* .* did not finish" "$log")
-        if grep -qE "^comm timeout: (send to|recv from) world rank [0-3] on group 'pp_(forward|backward)' \(send/recv number [0-9]+\)" <<<"$msg"; then
+        p2p="^comm timeout: (send to|recv from) world rank [0-3] on group"
+        p2p+=" 'pp_(forward|backward)' \(send/recv number [0-9]+\)"
+        if grep -qE "$p2p" <<<"$msg"; then
             echo "$name: $msg"
             return
         fi
