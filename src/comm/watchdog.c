@@ -223,23 +223,64 @@ static bool survey_has(const survey *v, int rank) {
     return false;
 }
 
-/* A send / recv: ask the peer, and while the rank asked is itself waiting
- * on a send / recv with another rank, ask that one too, so a chain of
- * pipeline stages waiting on each other ends at the rank that holds it up. */
-static void survey_chain(hs_watchdog *wd, survey *v, hs_comm_current cur, double deadline) {
-    int slot = cur.slot;
-    v->ranks[v->n++] = cur.peer_world;
-    for (;;) {
-        int i = v->n - 1;
-        ask_ranks(wd, ASK_STATE, slot, &v->ranks[i], 1, deadline, &v->rep[i], &v->answered[i]);
-        const int64_t *r = v->rep[i];
-        int next = (int)r[R_PEER];
-        if (!v->answered[i] || !r[R_BUSY] || !hs_comm_op_is_p2p((hs_comm_op)r[R_OP]) ||
-            next == wd->c->rank || survey_has(v, next) || v->n == wd->c->size)
-            return;
-        slot = (int)r[R_SLOT];
-        v->ranks[v->n++] = next;
+/* The index of world rank `rank` in ranks[n], or -1. */
+static int index_of(const int *ranks, int n, int rank) {
+    for (int i = 0; i < n; i++)
+        if (ranks[i] == rank) return i;
+    return -1;
+}
+
+/* Entry i of v: what world rank v->ranks[i] says about `slot`. The first
+ * round (every member asked about the hung slot at once) answers for that
+ * slot; a rank silent to this watchdog is not asked again; other slots
+ * take one more question. */
+static void survey_hop(hs_watchdog *wd, survey *v, int i, int slot, int hung_slot, const int *asked,
+                       int nasked, int64_t (*rep)[R_LEN], const bool *ok) {
+    int k = index_of(asked, nasked, v->ranks[i]);
+    if (slot == hung_slot && k >= 0) {
+        memcpy(v->rep[i], rep[k], sizeof v->rep[i]);
+        v->answered[i] = ok[k];
+    } else if (atomic_load(&wd->silent[v->ranks[i]])) {
+        v->answered[i] = false;
+    } else {
+        ask_ranks(wd, ASK_STATE, slot, &v->ranks[i], 1, hs_now() + CLAIM_WAIT_S, &v->rep[i],
+                  &v->answered[i]);
     }
+}
+
+/* A send / recv. Every other member of the group is asked at once, so the
+ * ranks that cannot answer are known by the deadline. The report starts at
+ * the peer and, while the rank asked is itself waiting on a send / recv
+ * with another rank, goes on to that one: a chain of pipeline stages
+ * waiting on each other, up to the rank that holds it up. Members that did
+ * not answer and are not on the chain come last, so a stopped or dead
+ * stage is named even when the waits the chain follows run in a circle. */
+static void survey_p2p(hs_watchdog *wd, survey *v, hs_comm_current cur, const hs_pg *g, double deadline) {
+    const int self = wd->c->rank;
+    int *asked = calloc((size_t)g->size, sizeof *asked);
+    int64_t (*rep)[R_LEN] = calloc((size_t)g->size, sizeof *rep);
+    bool *ok = calloc((size_t)g->size, sizeof *ok);
+    if (!asked || !rep || !ok) hs_oom("in the comm watchdog");
+    int nasked = 0;
+    for (int i = 0; i < g->size; i++)
+        if (g->world_ranks[i] != self) asked[nasked++] = g->world_ranks[i];
+    ask_ranks(wd, ASK_STATE, cur.slot, asked, nasked, deadline, rep, ok);
+    int slot = cur.slot, next = cur.peer_world;
+    while (next != self && !survey_has(v, next) && v->n < wd->c->size) {
+        int i = v->n++;
+        v->ranks[i] = next;
+        survey_hop(wd, v, i, slot, cur.slot, asked, nasked, rep, ok);
+        const int64_t *r = v->rep[i];
+        if (!v->answered[i] || !r[R_BUSY] || !hs_comm_op_is_p2p((hs_comm_op)r[R_OP])) break;
+        slot = (int)r[R_SLOT];
+        next = (int)r[R_PEER];
+    }
+    v->behind[0] = true; /* the peer; the rest is context */
+    for (int k = 0; k < nasked; k++)
+        if (!ok[k] && !survey_has(v, asked[k]) && v->n < wd->c->size) v->ranks[v->n++] = asked[k];
+    free(asked);
+    free(rep);
+    free(ok);
 }
 
 static survey survey_take(hs_watchdog *wd, hs_comm_current cur, const hs_pg *g, double deadline) {
@@ -251,8 +292,7 @@ static survey survey_take(hs_watchdog *wd, hs_comm_current cur, const hs_pg *g, 
     v.behind = calloc(cap, sizeof *v.behind);
     if (!v.ranks || !v.rep || !v.answered || !v.behind) hs_oom("in the comm watchdog");
     if (hs_comm_op_is_p2p(cur.op)) {
-        survey_chain(wd, &v, cur, deadline);
-        v.behind[0] = true; /* the peer; the rest of the chain is context */
+        survey_p2p(wd, &v, cur, g, deadline);
         return v;
     }
     for (int i = 0; i < g->size; i++)

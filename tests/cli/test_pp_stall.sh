@@ -3,8 +3,8 @@
 # suspended node) in the middle of a PP 4 `hypershard train` run ends the
 # job: every rank exits non-zero within comm.timeout_s + 2 s of the stop,
 # with one message naming the pipeline send or recv that waited (op, peer,
-# group, send/recv number) and the stopped rank as the end of the chain of
-# stages waiting on each other. Stopped: rank 2 under gpipe, rank 3 (the
+# group, send/recv number) and the stopped rank (at the end of the chain of
+# stages waiting on each other, or after it). Stopped: rank 2 under gpipe, rank 3 (the
 # last stage) under 1f1b. The sends and receives between stages are in
 # flight on their queues while the threads go on, so this pins that the
 # watchdog times them as it times a running collective.
@@ -14,10 +14,12 @@ set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch pp_stall
 # Steps take milliseconds: the stop lands mid-run, and a step never comes
-# near the timeout on a loaded machine.
+# near the timeout on a loaded machine. 16 micro-batches a step keep the
+# stages among their hand-overs most of the time, rather than in the
+# collectives that close a step.
 timeout_s=4
 tiny=("${HS_TINY[@]}" model.n_layers=4 accelerator.pp_size=4 train.micro_batch_size=1
-      train.global_batch_size=4 train.steps=100000 train.eval_every=0 train.log_every=1
+      train.global_batch_size=16 train.steps=100000 train.eval_every=0 train.log_every=1
       "comm.timeout_s=$timeout_s")
 # The limit: timeout + 2 s, plus 0.5 s because the operation that hangs
 # may begin after the stop (a peer first finishes the work in hand: a step
