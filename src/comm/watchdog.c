@@ -1,17 +1,20 @@
-/* comm/watchdog.c — ends every rank when a collective hangs, naming who is
- * missing.
+/* comm/watchdog.c — ends every rank when a collective or a send / recv
+ * hangs, naming who is missing.
  *
  * Each rank runs a watchdog thread with a communicator of its own. It
  *  - answers queries from other ranks: "how far did you get on group slot
- *    s, and what is the communication thread of that group's queue doing
+ *    s, and what is the oldest operation outstanding on that group's queue
  *    now?" (answered from this rank's published state, so it works while
  *    the program sleeps or computes and while the communication threads are
  *    blocked in MPI);
- *  - arbitrates, on world rank 0, which timed-out rank gets to report (the
- *    first to ask), so a hang prints one message, not one per rank;
- *  - watches every queue: when one collective runs longer than the timeout,
- *    it asks rank 0 for the right to report, asks every member of the group
- *    how far it got, prints one message and calls MPI_Abort;
+ *  - arbitrates, on world rank 0 (rank 1 when 0 does not answer), which
+ *    timed-out rank gets to report (the first to ask), so a hang prints one
+ *    message, not one per rank;
+ *  - watches every queue: when its oldest outstanding operation (a running
+ *    collective, or a pipeline send / recv in flight) is older than the
+ *    timeout, it claims the report, asks the members of the group how far
+ *    they got, prints one message, tells every rank to exit and calls
+ *    MPI_Abort, all within 2 s;
  *  - on world rank 0 (the next rank when 0 is the one failing or has not
  *    answered a question of this rank's watchdog), prints the one line
  *    that points at a rank ending the job with hs_comm_abort, which waits
