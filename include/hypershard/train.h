@@ -89,6 +89,10 @@ hs_status hs_tokenizer_check(const hs_config *cfg, int64_t *vocab, hs_error *e);
 bool hs_tokenizer_find(const char *dir, char *path, size_t cap);
 bool hs_tokenizer_dir(const hs_config *cfg, char *out, size_t cap);
 hs_status hs_tokenizer_copy(const char *dir, const char *out_dir, int *copied, hs_error *e);
+/* One past the largest token id of tokenizer.json's model.vocab and
+ * added_tokens, every id checked (an integer in [0, HS_BPE_ID_MAX), no id
+ * shared by two vocab tokens); errors name the file and the field. */
+hs_status hs_tokenizer_vocab(const char *path, int64_t *n, hs_error *e);
 
 /* A byte-level BPE tokenizer (GPT-2 style tokenizer.json: ByteLevel
  * pre-tokenizer with its regex, BPE model) for text in and text out
@@ -97,7 +101,13 @@ hs_status hs_tokenizer_copy(const char *dir, const char *out_dir, int *copied, h
  * code points are split as letters). decode: the bytes of one token into
  * out (at most cap), their count. */
 typedef struct hs_bpe hs_bpe;
+/* Token ids at or above this are refused: 16M is 64 times the largest
+ * vocabulary in use, and the id -> token table is as long as the largest id. */
+#define HS_BPE_ID_MAX (1 << 24)
 hs_status hs_bpe_load(const char *path, hs_bpe **out, hs_error *e);
+/* The same from len bytes of tokenizer.json text; path names it in errors. */
+hs_status hs_bpe_load_text(const char *path, const char *text, size_t len, hs_bpe **out,
+                           hs_error *e);
 void hs_bpe_free(hs_bpe *b);
 int hs_bpe_vocab_size(const hs_bpe *b);
 hs_status hs_bpe_encode(const hs_bpe *b, const char *text, int32_t **ids, int *n, hs_error *e);

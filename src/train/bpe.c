@@ -148,16 +148,153 @@ static bool supported(json_t *root, split_kind *split, char *why, size_t cap) {
 static const char *merge_text(json_t *m, char *buf, size_t cap) {
     if (json_is_string(m)) return json_string_value(m);
     const char *a = json_string_value(json_array_get(m, 0)), *c = json_string_value(json_array_get(m, 1));
-    if (!a || !c) return NULL;
-    snprintf(buf, cap, "%s %s", a, c);
-    return buf;
+    if (!a || !c || json_array_size(m) != 2) return NULL;
+    int n = snprintf(buf, cap, "%s %s", a, c);
+    return n >= 0 && (size_t)n < cap ? buf : NULL;
 }
 
-hs_status hs_bpe_load(const char *path, hs_bpe **out, hs_error *e) {
-    *out = NULL;
+/* An id of the file must be an integer in [0, HS_BPE_ID_MAX): the id ->
+ * token table is as long as the largest id, and a negative or wrapped id
+ * would index outside it. `field` names it as the file spells it. */
+static hs_status check_id(json_t *v, const char *path, const char *field, int *id, hs_error *e) {
+    if (!json_is_integer(v))
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "tokenizer %s: %s is %s; token ids must be integers (re-save the "
+                            "tokenizer with transformers)",
+                            path, field, json_is_string(v) ? "a string" : v ? "not a number" : "missing");
+    json_int_t x = json_integer_value(v);
+    if (x < 0 || x >= HS_BPE_ID_MAX)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "tokenizer %s: %s is %lld; token ids must lie in [0, %d)", path, field,
+                            (long long)x, HS_BPE_ID_MAX);
+    *id = (int)x;
+    return HS_OK;
+}
+
+/* model.vocab (token -> id) and added_tokens ([{id, content}]), checked:
+ * *n = one past the largest id, and, when table is given, (*table)[id] =
+ * the token's text (owned by root; NULL for ids nobody uses). Two vocab
+ * tokens with one id are refused (decode could not tell them apart); an
+ * added token may repeat a vocab entry, as Hugging Face files do. */
+static hs_status vocab_ids(json_t *root, const char *path, int *n, const char ***table,
+                           hs_error *e) {
+    *n = 0;
+    json_t *model = json_object_get(root, "model");
+    json_t *vocab = json_object_get(model, "vocab"), *added = json_object_get(root, "added_tokens");
+    if (!json_is_object(vocab))
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "tokenizer %s: model.vocab is %s; it must be an object of token -> id",
+                            path, json_is_array(vocab) ? "a list" : vocab ? "not an object" : "missing");
+    if (added && !json_is_array(added))
+        return hs_error_set(e, HS_ERR_FORMAT, "tokenizer %s: added_tokens is not a list", path);
+    char field[96];
+    const char *k;
+    json_t *v;
+    size_t i;
+    int id;
+    json_object_foreach(vocab, k, v) {
+        snprintf(field, sizeof field, "model.vocab[\"%.60s\"]", k);
+        if (check_id(v, path, field, &id, e) != HS_OK) return e->code;
+        if (id >= *n) *n = id + 1;
+    }
+    json_array_foreach(added, i, v) {
+        snprintf(field, sizeof field, "added_tokens[%zu].id", i);
+        if (check_id(json_object_get(v, "id"), path, field, &id, e) != HS_OK) return e->code;
+        if (!json_is_string(json_object_get(v, "content")))
+            return hs_error_set(e, HS_ERR_FORMAT, "tokenizer %s: added_tokens[%zu].content is not a "
+                                "string", path, i);
+        if (id >= *n) *n = id + 1;
+    }
+    const char **t = calloc((size_t)*n + 1, sizeof *t);
+    if (!t) hs_oom("tokenizer %s: an id table of %d", path, *n);
+    hs_status s = HS_OK;
+    json_object_foreach(vocab, k, v) {
+        id = (int)json_integer_value(v);
+        if (t[id] && s == HS_OK)
+            s = hs_error_set(e, HS_ERR_FORMAT,
+                             "tokenizer %s: model.vocab[\"%.60s\"] and model.vocab[\"%.60s\"] both "
+                             "have id %d; every id names one token",
+                             path, t[id], k, id);
+        t[id] = k;
+    }
+    json_array_foreach(added, i, v) {
+        id = (int)json_integer_value(json_object_get(v, "id"));
+        if (!t[id]) t[id] = json_string_value(json_object_get(v, "content"));
+    }
+    if (s != HS_OK || !table) free(t);
+    else *table = t;
+    return s;
+}
+
+/* The JSON of tokenizer.json: an object, duplicate keys refused (a second
+ * entry would silently replace the first). */
+static json_t *load_json(const char *path, const char *text, size_t len, hs_error *e) {
     json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root) return hs_error_set(e, HS_ERR_FORMAT, "%s:%d: %s", path, jerr.line, jerr.text);
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        hs_error_set(e, HS_ERR_FORMAT, "tokenizer %s: line %d column %d: %s", path, jerr.line,
+                     jerr.column, jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        hs_error_set(e, HS_ERR_FORMAT, "tokenizer %s: not a JSON object", path);
+        return NULL;
+    }
+    return root;
+}
+
+hs_status hs_tokenizer_vocab(const char *path, int64_t *n, hs_error *e) {
+    *n = 0;
+    char *text = NULL;
+    size_t len = 0;
+    if (hs_read_file(path, &text, &len, e) != HS_OK) return e->code;
+    json_t *root = load_json(path, text, len, e);
+    free(text);
+    if (!root) return e->code;
+    int ids = 0;
+    hs_status s = vocab_ids(root, path, &ids, NULL, e);
+    json_decref(root);
+    *n = ids;
+    return s;
+}
+
+static hs_status bpe_build(hs_bpe *b, json_t *root, const char *path, hs_error *e) {
+    const char **table = NULL;
+    if (vocab_ids(root, path, &b->n_tokens, &table, e) != HS_OK) return e->code;
+    json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab"), *v;
+    json_t *merges = json_object_get(json_object_get(root, "model"), "merges");
+    json_t *added = json_object_get(root, "added_tokens");
+    smap_init(&b->vocab, json_object_size(vocab) + json_array_size(added));
+    smap_init(&b->merges, json_array_size(merges));
+    b->tokens = calloc((size_t)b->n_tokens + 1, sizeof *b->tokens);
+    if (!b->tokens) hs_oom("tokenizer tables");
+    for (int id = 0; id < b->n_tokens; id++)
+        if (table[id] && !(b->tokens[id] = strdup(table[id]))) hs_oom("tokenizer tables");
+    free(table);
+    const char *k;
+    json_object_foreach(vocab, k, v) smap_put(&b->vocab, k, (int)json_integer_value(v));
+    if (merges && !json_is_array(merges))
+        return hs_error_set(e, HS_ERR_FORMAT, "tokenizer %s: model.merges is not a list", path);
+    char buf[512];
+    size_t i;
+    json_array_foreach(merges, i, v) {
+        const char *m = merge_text(v, buf, sizeof buf);
+        if (!m)
+            return hs_error_set(e, HS_ERR_FORMAT,
+                                "tokenizer %s: model.merges[%zu] is neither \"left right\" nor "
+                                "[left, right] (of at most %zu bytes)",
+                                path, i, sizeof buf - 2);
+        if (i < INT32_MAX) smap_put(&b->merges, m, (int)i);
+    }
+    return HS_OK;
+}
+
+hs_status hs_bpe_load_text(const char *path, const char *text, size_t len, hs_bpe **out,
+                           hs_error *e) {
+    *out = NULL;
+    json_t *root = load_json(path, text, len, e);
+    if (!root) return e->code;
     char why[160];
     split_kind split = SPLIT_GPT2;
     if (!supported(root, &split, why, sizeof why)) {
@@ -170,45 +307,31 @@ hs_status hs_bpe_load(const char *path, hs_bpe **out, hs_error *e) {
     if (!b) hs_oom("tokenizer tables");
     b->split = split;
     byte_map(b);
-    json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab"), *v;
-    json_t *merges = json_object_get(json_object_get(root, "model"), "merges");
-    json_t *added = json_object_get(root, "added_tokens");
-    smap_init(&b->vocab, json_object_size(vocab) + json_array_size(added));
-    smap_init(&b->merges, json_array_size(merges));
-    const char *k;
-    json_object_foreach(vocab, k, v) {
-        int id = (int)json_integer_value(v);
-        smap_put(&b->vocab, k, id);
-        if (id + 1 > b->n_tokens) b->n_tokens = id + 1;
-    }
-    size_t i;
-    json_array_foreach(added, i, v) {
-        int id = (int)json_integer_value(json_object_get(v, "id"));
-        if (id + 1 > b->n_tokens) b->n_tokens = id + 1;
-    }
-    b->tokens = calloc((size_t)b->n_tokens + 1, sizeof *b->tokens);
-    if (!b->tokens) hs_oom("tokenizer tables");
-    json_object_foreach(vocab, k, v) b->tokens[json_integer_value(v)] = strdup(k);
-    json_array_foreach(added, i, v) {
-        const char *c = json_string_value(json_object_get(v, "content"));
-        int id = (int)json_integer_value(json_object_get(v, "id"));
-        if (c && !b->tokens[id]) b->tokens[id] = strdup(c);
-    }
-    char buf[512];
-    json_array_foreach(merges, i, v) {
-        const char *m = merge_text(v, buf, sizeof buf);
-        if (m) smap_put(&b->merges, m, (int)i);
-    }
+    hs_status s = bpe_build(b, root, path, e);
     json_decref(root);
+    if (s != HS_OK) {
+        hs_bpe_free(b);
+        return s;
+    }
     *out = b;
     return HS_OK;
+}
+
+hs_status hs_bpe_load(const char *path, hs_bpe **out, hs_error *e) {
+    *out = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    if (hs_read_file(path, &text, &len, e) != HS_OK) return e->code;
+    hs_status s = hs_bpe_load_text(path, text, len, out, e);
+    free(text);
+    return s;
 }
 
 void hs_bpe_free(hs_bpe *b) {
     if (!b) return;
     smap_free(&b->vocab);
     smap_free(&b->merges);
-    for (int i = 0; i < b->n_tokens; i++) free(b->tokens[i]);
+    for (int i = 0; b->tokens && i < b->n_tokens; i++) free(b->tokens[i]);
     free(b->tokens);
     free(b);
 }
@@ -353,7 +476,10 @@ hs_status hs_bpe_encode(const hs_bpe *b, const char *text, int32_t **ids, int *n
 }
 
 int hs_bpe_decode(const hs_bpe *b, int32_t id, char *out, int cap) {
-    if (id < 0 || id >= b->n_tokens || !b->tokens[id]) return snprintf(out, (size_t)cap, "<%d>", id);
+    if (id < 0 || id >= b->n_tokens || !b->tokens[id]) {
+        int n = snprintf(out, (size_t)cap, "<%d>", id);
+        return n < cap ? n : cap > 0 ? cap - 1 : 0; /* what was written, not what was cut */
+    }
     const unsigned char *t = (const unsigned char *)b->tokens[id];
     int n = 0, l;
     while (*t && n < cap) {

@@ -3,7 +3,6 @@
  * train checks model.vocab_size against it, and the weights a run writes
  * get a copy of them, so AutoTokenizer loads next to AutoModelForCausalLM
  * (docs/data.md, "Tokenizers"). */
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,21 +29,6 @@ static bool exists(const char *path) {
     return f != NULL;
 }
 
-/* One past the largest id of model.vocab and added_tokens. */
-static int64_t vocab_of(json_t *root) {
-    int64_t n = 0;
-    json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab"), *v;
-    const char *k;
-    json_object_foreach(vocab, k, v) if (json_is_integer(v) && json_integer_value(v) >= n) n =
-        json_integer_value(v) + 1;
-    size_t i;
-    json_array_foreach(json_object_get(root, "added_tokens"), i, v) {
-        json_t *id = json_object_get(v, "id");
-        if (json_is_integer(id) && json_integer_value(id) >= n) n = json_integer_value(id) + 1;
-    }
-    return n;
-}
-
 bool hs_tokenizer_find(const char *dir, char *path, size_t cap) {
     snprintf(path, cap, "%s/tokenizer.json", dir);
     return exists(path);
@@ -60,13 +44,8 @@ hs_status hs_tokenizer_check(const hs_config *cfg, int64_t *vocab, hs_error *e) 
     char dir[HS_PATH_MAX], path[HS_PATH_MAX + 32];
     if (!hs_tokenizer_dir(cfg, dir, sizeof dir)) return HS_OK;
     hs_tokenizer_find(dir, path, sizeof path);
-    json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root)
-        return hs_error_set(e, HS_ERR_FORMAT, "%s:%d: %s (the tokenizer beside data.path %s)",
-                            path, jerr.line, jerr.text, cfg->data.path);
-    *vocab = vocab_of(root);
-    json_decref(root);
+    if (hs_tokenizer_vocab(path, vocab, e) != HS_OK)
+        return hs_error_append(e, e->code, "(the tokenizer beside data.path %s)", cfg->data.path);
     if (*vocab > cfg->model.vocab_size)
         return hs_error_set(e, HS_ERR_CONFIG,
                             "model.vocab_size = %d is smaller than the %lld tokens of the tokenizer "
