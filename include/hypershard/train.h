@@ -140,7 +140,13 @@ hs_status hs_safetensors_write(const char *path, const hs_st_tensor *tensors, in
 
 typedef struct hs_st_file hs_st_file;
 
+/* Every tensor is checked: dtype, shape, data_offsets inside the data
+ * region and matching the shape, no two tensors sharing bytes, no name
+ * twice; errors name the file and the tensor. */
 hs_status hs_safetensors_open(const char *path, hs_st_file **out, hs_error *e);
+/* The same from a whole file's len bytes in memory; path names it in errors. */
+hs_status hs_safetensors_open_mem(const char *path, const void *buf, size_t len,
+                                  hs_st_file **out, hs_error *e);
 void hs_safetensors_close(hs_st_file *f);
 int hs_safetensors_count(const hs_st_file *f);
 const hs_st_tensor *hs_safetensors_tensor(const hs_st_file *f, int i);

@@ -1,6 +1,7 @@
 /* Model weights <-> a Hugging Face safetensors directory. Names are the
  * model's FQNs; stacked routed experts [E, out, in] are split into E
  * per-expert tensors on save and stacked back on load. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -159,6 +160,20 @@ static hs_status hf_check_all(hs_model *m, const hs_st_file *f, const char *path
     return e->code;
 }
 
+/* Imported weights must be finite: a NaN or Inf would train into NaN
+ * everywhere, steps later and far from its cause. */
+static hs_status hf_check_finite(const char *path, const char *name, const float *v, int64_t n,
+                                 hs_error *e) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return hs_error_set(e, HS_ERR_FORMAT,
+                                "%s: tensor %s holds %s at element %lld (the first); the weights "
+                                "are corrupt or come from a diverged run, so they are not loaded",
+                                path, name, isnan(v[i]) ? "NaN" : v[i] > 0 ? "+Inf" : "-Inf",
+                                (long long)i);
+    return HS_OK;
+}
+
 hs_status hs_hf_load(hs_model *m, const char *dir, hs_param_set_fn set, void *ctx, hs_error *e) {
     char path[HS_PATH_MAX + 32];
     struct stat st;
@@ -179,11 +194,13 @@ hs_status hs_hf_load(hs_model *m, const char *dir, hs_param_set_fn set, void *ct
             s = hs_error_set(e, HS_ERR_OOM, "%s: cannot allocate %s", path, p->fqn);
             break;
         }
-        for (int j = 0; j < parts; j++) {
+        for (int j = 0; s == HS_OK && j < parts; j++) {
             hs_hf_tensor_name(p, j, name, sizeof name);
-            hs_st_to_f32(hs_safetensors_find(f, name), full + j * (numel / parts));
+            float *part = full + j * (numel / parts);
+            hs_st_to_f32(hs_safetensors_find(f, name), part);
+            s = hf_check_finite(path, name, part, numel / parts, e);
         }
-        s = set(ctx, i, full, e);
+        if (s == HS_OK) s = set(ctx, i, full, e);
         free(full);
     }
     hs_safetensors_close(f);

@@ -47,6 +47,14 @@ int64_t hs_st_numel(const hs_st_tensor *t) {
     return n;
 }
 
+/* The bytes a tensor's shape and dtype need; false when that overflows
+ * (a file's shape is untrusted until its data_offsets agree with it). */
+static bool st_bytes_of(const hs_st_tensor *t, int64_t *bytes) {
+    int64_t numel;
+    return hs_prod_i64(t->shape, t->ndim, &numel) &&
+           hs_mul_i64(numel, (int64_t)hs_dtype_size(t->dtype), bytes);
+}
+
 /* ---------------------------------------------------------------- writer */
 
 static char *st_header_json(const hs_st_tensor *tensors, int n, const hs_st_meta *meta, int n_meta,
@@ -168,20 +176,59 @@ static hs_status st_parse_tensor(hs_st_file *f, const char *name, json_t *obj, h
                             "safetensors %s: tensor %s: \"data_offsets\" must be [begin, end]", path,
                             name);
     json_int_t begin = json_integer_value(b), end = json_integer_value(en);
-    size_t want = (size_t)hs_st_numel(t) * hs_dtype_size(t->dtype);
+    int64_t want = 0;
+    if (!st_bytes_of(t, &want))
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "safetensors %s: tensor %s: shape has more elements than fit 64 bits; "
+                            "the file is corrupt",
+                            path, name);
     if (begin < 0 || end < begin || (uint64_t)end > f->data_bytes)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "safetensors %s: tensor %s: data_offsets [%lld, %lld] lie outside the "
                             "%zu-byte data region; the file is truncated or corrupt",
                             path, name, (long long)begin, (long long)end, f->data_bytes);
-    if ((size_t)(end - begin) != want)
+    if (end - begin != want)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "safetensors %s: tensor %s: data_offsets span %lld bytes but %s of "
-                            "that shape needs %zu",
-                            path, name, (long long)(end - begin), hs_st_dtype_name(t->dtype), want);
+                            "that shape needs %lld",
+                            path, name, (long long)(end - begin), hs_st_dtype_name(t->dtype),
+                            (long long)want);
     t->data = (const char *)f->data + begin;
-    t->bytes = want;
+    t->bytes = (size_t)want;
     return HS_OK;
+}
+
+static int st_by_offset(const void *a, const void *b) {
+    const hs_st_tensor *x = *(const hs_st_tensor *const *)a, *y = *(const hs_st_tensor *const *)b;
+    if (x->data != y->data) return (const char *)x->data < (const char *)y->data ? -1 : 1;
+    return (x->bytes > y->bytes) - (x->bytes < y->bytes);
+}
+
+/* No two tensors may share bytes: writing one would change the other, and
+ * a crafted file could alias every weight onto one region. */
+static hs_status st_check_overlaps(hs_st_file *f, hs_error *e) {
+    const hs_st_tensor **order = malloc(sizeof *order * (size_t)(f->n ? f->n : 1));
+    if (!order) return hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate", f->path);
+    for (int i = 0; i < f->n; i++) order[i] = &f->tensors[i];
+    qsort(order, (size_t)f->n, sizeof *order, st_by_offset);
+    hs_status s = HS_OK;
+    const hs_st_tensor *prev = NULL;
+    for (int i = 0; i < f->n && s == HS_OK; i++) {
+        const hs_st_tensor *t = order[i];
+        if (t->bytes == 0) continue;
+        if (prev && (const char *)prev->data + prev->bytes > (const char *)t->data) {
+            long long pb = (const char *)prev->data - (const char *)f->data;
+            long long tb = (const char *)t->data - (const char *)f->data;
+            s = hs_error_set(e, HS_ERR_FORMAT,
+                             "safetensors %s: tensors %s (data_offsets [%lld, %lld]) and %s "
+                             "([%lld, %lld]) overlap; the file is corrupt",
+                             f->path, prev->name, pb, pb + (long long)prev->bytes, t->name, tb,
+                             tb + (long long)t->bytes);
+        }
+        prev = t;
+    }
+    free(order);
+    return s;
 }
 
 static hs_status st_parse_meta(hs_st_file *f, json_t *meta, hs_error *e) {
@@ -208,7 +255,8 @@ static hs_status st_parse_meta(hs_st_file *f, json_t *meta, hs_error *e) {
 
 static hs_status st_parse_header(hs_st_file *f, const char *text, size_t len, hs_error *e) {
     json_error_t jerr;
-    json_t *root = json_loadb(text, len, 0, &jerr);
+    /* A repeated tensor name would otherwise silently replace the first. */
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return hs_error_set(e, HS_ERR_FORMAT, "safetensors %s: header JSON line %d column %d: %s",
                             f->path, jerr.line, jerr.column, jerr.text);
@@ -228,39 +276,59 @@ static hs_status st_parse_header(hs_st_file *f, const char *text, size_t len, hs
                                  f->path, key);
             else s = st_parse_tensor(f, key, v, &f->tensors[f->n++], e);
         }
+        if (s == HS_OK) s = st_check_overlaps(f, e);
     }
     json_decref(root);
     return s;
 }
 
+/* The 8-byte header length of a file of `size` bytes, checked. */
+static hs_status st_header_len(const hs_st_file *f, const void *first8, uint64_t size,
+                               uint64_t *hlen, hs_error *e) {
+    if (size < 8)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "safetensors %s: %llu bytes is shorter than the 8-byte header length; "
+                            "the file is truncated or not safetensors",
+                            f->path, (unsigned long long)size);
+    memcpy(hlen, first8, 8);
+    if (*hlen > ST_HEADER_MAX)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "safetensors %s: the header is %llu bytes, larger than the limit of "
+                            "%llu bytes this reader accepts; the file is corrupt or not safetensors",
+                            f->path, (unsigned long long)*hlen, (unsigned long long)ST_HEADER_MAX);
+    if (*hlen > size - 8)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "safetensors %s: header length %llu does not fit the %llu-byte file; "
+                            "the file is truncated or not safetensors",
+                            f->path, (unsigned long long)*hlen, (unsigned long long)size);
+    return HS_OK;
+}
+
+/* Room for the data region (aligned, never empty). */
+static hs_status st_alloc_data(hs_st_file *f, uint64_t bytes, hs_error *e) {
+    f->data_bytes = (size_t)bytes;
+    f->data = aligned_alloc(HS_ALIGN, (f->data_bytes / HS_ALIGN + 1) * HS_ALIGN);
+    return f->data ? HS_OK
+                   : hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate %zu bytes",
+                                  f->path, f->data_bytes);
+}
+
 static hs_status st_read_all(hs_st_file *f, FILE *fp, hs_error *e) {
-    if (fseek(fp, 0, SEEK_END) != 0)
+    long size = fseek(fp, 0, SEEK_END) == 0 ? ftell(fp) : -1;
+    if (size < 0)
         return hs_error_set(e, HS_ERR_IO, "safetensors %s: cannot seek: %s", f->path,
                             hs_strerror_errno());
-    long size = ftell(fp);
     rewind(fp);
     uint64_t hlen = 0;
-    if (size < 8 || fread(&hlen, 8, 1, fp) != 1)
-        return hs_error_set(e, HS_ERR_FORMAT,
-                            "safetensors %s: %ld bytes is shorter than the 8-byte header length; "
-                            "the file is truncated or not safetensors",
-                            f->path, size);
-    if (hlen > ST_HEADER_MAX || hlen > (uint64_t)size - 8)
-        return hs_error_set(e, HS_ERR_FORMAT,
-                            "safetensors %s: header length %llu does not fit the %ld-byte file; the "
-                            "file is truncated or not safetensors",
-                            f->path, (unsigned long long)hlen, size);
+    char first8[8] = {0};
+    size_t got = fread(first8, 1, 8, fp);
+    hs_status s = st_header_len(f, first8, got == 8 ? (uint64_t)size : got, &hlen, e);
+    if (s != HS_OK) return s;
     char *header = malloc(hlen ? hlen : 1);
-    f->data_bytes = (size_t)((uint64_t)size - 8 - hlen);
-    f->data = aligned_alloc(HS_ALIGN, (f->data_bytes / HS_ALIGN + 1) * HS_ALIGN);
-    if (!header || !f->data) {
-        free(header);
-        return hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate %zu bytes", f->path,
-                            f->data_bytes);
-    }
-    hs_status s = HS_OK;
-    if (fread(header, 1, hlen, fp) != hlen ||
-        (f->data_bytes && fread(f->data, 1, f->data_bytes, fp) != f->data_bytes))
+    if (!header) return hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate", f->path);
+    s = st_alloc_data(f, (uint64_t)size - 8 - hlen, e);
+    if (s == HS_OK && (fread(header, 1, hlen, fp) != hlen ||
+                       (f->data_bytes && fread(f->data, 1, f->data_bytes, fp) != f->data_bytes)))
         s = hs_error_set(e, HS_ERR_IO, "safetensors %s: read failed: %s", f->path,
                          hs_strerror_errno());
     if (s == HS_OK) s = st_parse_header(f, header, hlen, e);
@@ -268,11 +336,23 @@ static hs_status st_read_all(hs_st_file *f, FILE *fp, hs_error *e) {
     return s;
 }
 
+static hs_st_file *st_new(const char *path, hs_error *e) {
+    hs_st_file *f = calloc(1, sizeof *f);
+    if (!f) hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate", path);
+    else snprintf(f->path, sizeof f->path, "%s", path);
+    return f;
+}
+
+static hs_status st_finish(hs_st_file *f, hs_status s, hs_st_file **out) {
+    if (s != HS_OK) hs_safetensors_close(f);
+    else *out = f;
+    return s;
+}
+
 hs_status hs_safetensors_open(const char *path, hs_st_file **out, hs_error *e) {
     *out = NULL;
-    hs_st_file *f = calloc(1, sizeof *f);
-    if (!f) return hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate", path);
-    snprintf(f->path, sizeof f->path, "%s", path);
+    hs_st_file *f = st_new(path, e);
+    if (!f) return e->code;
     FILE *fp = hs_fopen(path, "rb", "check the path (a directory needs /model.safetensors)", e);
     if (!fp) {
         free(f);
@@ -280,12 +360,24 @@ hs_status hs_safetensors_open(const char *path, hs_st_file **out, hs_error *e) {
     }
     hs_status s = st_read_all(f, fp, e);
     fclose(fp);
-    if (s != HS_OK) {
-        hs_safetensors_close(f);
-        return s;
+    return st_finish(f, s, out);
+}
+
+hs_status hs_safetensors_open_mem(const char *path, const void *buf, size_t len,
+                                  hs_st_file **out, hs_error *e) {
+    *out = NULL;
+    hs_st_file *f = st_new(path, e);
+    if (!f) return e->code;
+    uint64_t hlen = 0;
+    char first8[8] = {0};
+    memcpy(first8, buf, len < 8 ? len : 8);
+    hs_status s = st_header_len(f, first8, len, &hlen, e);
+    if (s == HS_OK) s = st_alloc_data(f, len - 8 - hlen, e);
+    if (s == HS_OK) {
+        memcpy(f->data, (const char *)buf + 8 + hlen, f->data_bytes);
+        s = st_parse_header(f, (const char *)buf + 8, hlen, e);
     }
-    *out = f;
-    return HS_OK;
+    return st_finish(f, s, out);
 }
 
 void hs_safetensors_close(hs_st_file *f) {

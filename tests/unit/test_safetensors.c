@@ -151,7 +151,57 @@ static void test_bad_headers_name_the_tensor_and_the_problem(void **state) {
     const char *huge = tmp_path("len.st");
     uint64_t big = (uint64_t)1 << 40;
     tu_write_file(huge, &big, 8);
-    expect_open_error(huge, "header length", NULL);
+    expect_open_error(huge, "larger than the limit", "1099511627776");
+}
+
+static void test_a_tensor_name_given_twice_is_refused(void **state) {
+    (void)state;
+    expect_open_error(craft("twice.st",
+                            "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                            "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+                            8),
+                      "duplicate", "\"w\"");
+}
+
+static void test_overlapping_data_offsets_are_refused_naming_both_tensors(void **state) {
+    (void)state;
+    expect_open_error(craft("ovl.st",
+                            "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+                            "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                            16),
+                      "tensors a (data_offsets [0, 16]) and b ([8, 16]) overlap", NULL);
+    /* the same bytes under two names overlap too */
+    expect_open_error(craft("alias.st",
+                            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                            "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+                            8),
+                      "overlap", NULL);
+}
+
+static void test_a_shape_whose_byte_count_overflows_is_refused(void **state) {
+    (void)state;
+    /* 2^62 + 1 rows of 4 F16: 2^64 + 4 elements wrap to 4, i.e. 8 bytes */
+    expect_open_error(craft("wrap.st",
+                            "{\"x\":{\"dtype\":\"F16\",\"shape\":[4611686018427387905,4],"
+                            "\"data_offsets\":[0,8]}}",
+                            8),
+                      "tensor x", "64 bits");
+}
+
+/* A header just over the 100 MiB limit, in a file long enough to hold it
+ * (sparse): the refusal says the header is too large, with both numbers,
+ * not that the length does not fit the file. */
+static void test_a_header_over_the_limit_is_refused_saying_so(void **state) {
+    (void)state;
+    const char *path = tmp_path("big_header.st");
+    uint64_t hlen = ((uint64_t)100 << 20) + 8;
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(&hlen, 8, 1, f), 1);
+    assert_int_equal(ftruncate(fileno(f), (off_t)(8 + hlen)), 0);
+    fclose(f);
+    expect_open_error(path, "the header is 104857608 bytes, larger than the limit of 104857600",
+                      NULL);
 }
 
 static void test_unaligned_tensors_of_other_writers_convert_exactly(void **state) {
@@ -185,6 +235,10 @@ int main(void) {
         cmocka_unit_test(test_header_length_is_a_multiple_of_8_and_data_follows_in_order),
         cmocka_unit_test(test_truncated_files_are_errors_naming_the_file),
         cmocka_unit_test(test_bad_headers_name_the_tensor_and_the_problem),
+        cmocka_unit_test(test_a_tensor_name_given_twice_is_refused),
+        cmocka_unit_test(test_overlapping_data_offsets_are_refused_naming_both_tensors),
+        cmocka_unit_test(test_a_shape_whose_byte_count_overflows_is_refused),
+        cmocka_unit_test(test_a_header_over_the_limit_is_refused_saying_so),
         cmocka_unit_test(test_unaligned_tensors_of_other_writers_convert_exactly),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
