@@ -176,6 +176,11 @@ hs_status hs_hf_config_write(const hs_model_config *mc, int max_position, const 
  * transformers (other fields of *mc are left as they are). */
 hs_status hs_hf_config_read(const char *path, hs_model_config *mc, int *max_position,
                             hs_error *e);
+/* The same from len bytes of config.json text; path names it in errors.
+ * Every integer is checked to fit (sizes >= 1), numbers to be finite, the
+ * heads to divide; errors name the file and the key. */
+hs_status hs_hf_config_parse(const char *path, const char *text, size_t len, hs_model_config *mc,
+                             int *max_position, hs_error *e);
 /* Write <dir>/model.safetensors and <dir>/config.json from the model's
  * parameters in dtype dt. Every rank calls it (get may be collective); only
  * a rank with write == true creates files. */

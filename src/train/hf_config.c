@@ -3,7 +3,10 @@
  * same network, and the reverse mapping so a directory written by
  * transformers (or by us) can be checked against and loaded into a model. */
 #include <jansson.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "hypershard/train.h"
@@ -65,27 +68,71 @@ hs_status hs_hf_config_write(const hs_model_config *mc, int max_position, const 
     return HS_OK;
 }
 
-/* Reads an integer field; `required` false keeps *out when absent. */
-static hs_status hf_int(json_t *root, const char *path, const char *key, bool required, int *out,
-                        hs_error *e) {
+/* Reads an integer field in [lo, INT_MAX]; `required` false keeps *out
+ * when absent. */
+static hs_status hf_int(json_t *root, const char *path, const char *key, bool required, int lo,
+                        int *out, hs_error *e) {
     json_t *v = json_object_get(root, key);
     if (!v && !required) return HS_OK;
     if (!json_is_integer(v))
         return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\" is %s; it must be an integer", path, key,
-                            v ? "not an integer" : "missing");
-    *out = (int)json_integer_value(v);
+                            !v ? "missing" : json_is_string(v) ? "a string" : "not an integer");
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > INT_MAX)
+        return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\" is %lld; it must lie in [%d, %d]", path,
+                            key, (long long)x, lo, INT_MAX);
+    *out = (int)x;
     return HS_OK;
 }
 
-static void hf_double(json_t *root, const char *key, double *out) {
+/* An optional number; present, it must be a finite number > 0 (or >= 0
+ * when zero_ok). */
+static hs_status hf_double(json_t *root, const char *path, const char *key, bool zero_ok,
+                           double *out, hs_error *e) {
     json_t *v = json_object_get(root, key);
-    if (json_is_number(v)) *out = json_number_value(v);
+    if (!v || json_is_null(v)) return HS_OK;
+    double x = json_is_number(v) ? json_number_value(v) : -1.0;
+    if (!json_is_number(v) || !(zero_ok ? x >= 0 : x > 0) || !isfinite(x))
+        return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\" must be a %s number", path, key,
+                            zero_ok ? "non-negative" : "positive");
+    *out = x;
+    return HS_OK;
+}
+
+static hs_status hf_bool(json_t *root, const char *path, const char *key, bool *out,
+                         hs_error *e) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return HS_OK;
+    if (!json_is_boolean(v))
+        return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\" must be true or false", path, key);
+    *out = json_is_true(v);
+    return HS_OK;
+}
+
+/* What the model could not be built from, said in config.json's terms. */
+static hs_status hf_check_shape(const char *path, const hs_model_config *mc, bool moe,
+                                hs_error *e) {
+    if (mc->dim % mc->n_heads != 0)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"hidden_size\" %d is not a multiple of \"num_attention_heads\" "
+                            "%d",
+                            path, mc->dim, mc->n_heads);
+    if (mc->n_heads % mc->n_kv_heads != 0)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"num_attention_heads\" %d is not a multiple of "
+                            "\"num_key_value_heads\" %d",
+                            path, mc->n_heads, mc->n_kv_heads);
+    if (moe && mc->moe.top_k > mc->moe.num_experts)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"num_experts_per_tok\" %d is more than \"num_local_experts\" %d",
+                            path, mc->moe.top_k, mc->moe.num_experts);
+    return HS_OK;
 }
 
 static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config *mc,
                                 int *max_position, hs_error *e) {
     json_t *type = json_object_get(root, "model_type");
-    const char *t = json_is_string(type) ? json_string_value(type) : "";
+    const char *t = json_is_string(type) ? json_string_value(type) : "(missing)";
     bool moe = !strcmp(t, "mixtral");
     if (!moe && strcmp(t, "llama"))
         return hs_error_set(e, HS_ERR_FORMAT,
@@ -95,39 +142,39 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
     snprintf(mc->arch, sizeof mc->arch, "%s", moe ? "moe" : "llama");
     hs_status s = HS_OK;
     int ffn = 0;
-    if (s == HS_OK) s = hf_int(root, path, "vocab_size", true, &mc->vocab_size, e);
-    if (s == HS_OK) s = hf_int(root, path, "hidden_size", true, &mc->dim, e);
-    if (s == HS_OK) s = hf_int(root, path, "intermediate_size", true, &ffn, e);
-    if (s == HS_OK) s = hf_int(root, path, "num_hidden_layers", true, &mc->n_layers, e);
-    if (s == HS_OK) s = hf_int(root, path, "num_attention_heads", true, &mc->n_heads, e);
+    if (s == HS_OK) s = hf_int(root, path, "vocab_size", true, 1, &mc->vocab_size, e);
+    if (s == HS_OK) s = hf_int(root, path, "hidden_size", true, 1, &mc->dim, e);
+    if (s == HS_OK) s = hf_int(root, path, "intermediate_size", true, 1, &ffn, e);
+    if (s == HS_OK) s = hf_int(root, path, "num_hidden_layers", true, 1, &mc->n_layers, e);
+    if (s == HS_OK) s = hf_int(root, path, "num_attention_heads", true, 1, &mc->n_heads, e);
     mc->n_kv_heads = mc->n_heads; /* transformers' default */
-    if (s == HS_OK) s = hf_int(root, path, "num_key_value_heads", false, &mc->n_kv_heads, e);
-    if (s == HS_OK) s = hf_int(root, path, "max_position_embeddings", false, max_position, e);
+    if (s == HS_OK) s = hf_int(root, path, "num_key_value_heads", false, 1, &mc->n_kv_heads, e);
+    if (s == HS_OK) s = hf_int(root, path, "max_position_embeddings", false, 1, max_position, e);
+    if (s == HS_OK) s = hf_double(root, path, "rms_norm_eps", false, &mc->norm_eps, e);
+    if (s == HS_OK) s = hf_double(root, path, "rope_theta", false, &mc->rope_theta, e);
+    if (s == HS_OK) s = hf_double(root, path, "initializer_range", true, &mc->init_std, e);
+    mc->tie_embeddings = false; /* transformers' Llama default */
+    if (s == HS_OK) s = hf_bool(root, path, "tie_word_embeddings", &mc->tie_embeddings, e);
     if (s != HS_OK) return s;
     mc->ffn_dim = ffn;
-    hf_double(root, "rms_norm_eps", &mc->norm_eps);
-    hf_double(root, "rope_theta", &mc->rope_theta);
-    hf_double(root, "initializer_range", &mc->init_std);
-    json_t *tie = json_object_get(root, "tie_word_embeddings");
-    mc->tie_embeddings = json_is_true(tie);
-    if (!moe) return HS_OK;
+    if (!moe) return hf_check_shape(path, mc, false, e);
     mc->moe.expert_ffn_dim = ffn;
     mc->moe.shared_expert_ffn_dim = 0;
-    if (s == HS_OK) s = hf_int(root, path, "num_local_experts", true, &mc->moe.num_experts, e);
-    if (s == HS_OK) s = hf_int(root, path, "num_experts_per_tok", true, &mc->moe.top_k, e);
+    if (s == HS_OK) s = hf_int(root, path, "num_local_experts", true, 1, &mc->moe.num_experts, e);
+    if (s == HS_OK) s = hf_int(root, path, "num_experts_per_tok", true, 1, &mc->moe.top_k, e);
     if (s == HS_OK)
-        s = hf_int(root, path, "shared_expert_intermediate_size", false,
+        s = hf_int(root, path, "shared_expert_intermediate_size", false, 0,
                    &mc->moe.shared_expert_ffn_dim, e);
-    hf_double(root, "router_aux_loss_coef", &mc->moe.aux_loss_coef);
-    return s;
+    if (s == HS_OK)
+        s = hf_double(root, path, "router_aux_loss_coef", true, &mc->moe.aux_loss_coef, e);
+    return s == HS_OK ? hf_check_shape(path, mc, true, e) : s;
 }
 
-hs_status hs_hf_config_read(const char *path, hs_model_config *mc, int *max_position,
-                            hs_error *e) {
+hs_status hs_hf_config_parse(const char *path, const char *text, size_t len, hs_model_config *mc,
+                             int *max_position, hs_error *e) {
     json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
-    if (!root && jerr.line < 0) /* not a syntax error: the file could not be read */
-        return hs_error_set(e, HS_ERR_IO, "%s: %s", path, jerr.text);
+    /* A repeated key would silently replace the first. */
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return hs_error_set(e, HS_ERR_FORMAT, "%s: line %d column %d: %s", path, jerr.line,
                             jerr.column, jerr.text);
@@ -137,5 +184,15 @@ hs_status hs_hf_config_read(const char *path, hs_model_config *mc, int *max_posi
                       : hs_error_set(e, HS_ERR_FORMAT, "%s: not a JSON object", path);
     if (max_position) *max_position = maxpos;
     json_decref(root);
+    return s;
+}
+
+hs_status hs_hf_config_read(const char *path, hs_model_config *mc, int *max_position,
+                            hs_error *e) {
+    char *text = NULL;
+    size_t len = 0;
+    if (hs_read_file(path, &text, &len, e) != HS_OK) return e->code;
+    hs_status s = hs_hf_config_parse(path, text, len, mc, max_position, e);
+    free(text);
     return s;
 }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,12 +152,79 @@ static void test_loading_into_another_shape_names_parameter_and_shapes(void **st
     hs_model_free(b.m);
 }
 
+/* An expert weight poisoned with NaN at element 5 (and +Inf later) is
+ * refused by the load, naming the per-expert tensor and the first bad
+ * element; nothing reaches the model. */
+static void test_nan_in_imported_weights_is_refused_naming_tensor_and_index(void **state) {
+    (void)state;
+    hs_model_config mc = tiny_config("moe");
+    held a, b;
+    held_create(&a, &mc, 1);
+    held_create(&b, &mc, 2);
+    int victim = -1;
+    for (int i = 0; i < hs_model_num_params(a.m) && victim < 0; i++)
+        if (hs_model_param(a.m, i)->kind == HS_PARAM_EXPERT) victim = i;
+    assert_true(victim >= 0);
+    hs_param *p = hs_model_param(a.m, victim);
+    int64_t per_expert = numel(p) / p->shape[0];
+    float *w = p->data;
+    w[per_expert + 5] = NAN; /* expert 1, element 5 */
+    w[per_expert + 9] = INFINITY;
+    char dir[300], name[HS_ST_NAME_MAX], want[HS_ST_NAME_MAX + 64];
+    save_hf(&a, HS_DTYPE_BF16, "nan", dir, sizeof dir);
+    hs_hf_tensor_name(p, 1, name, sizeof name);
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_hf_load(b.m, dir, set, &b, &e), HS_ERR_FORMAT);
+    snprintf(want, sizeof want, "tensor %s holds NaN at element 5", name);
+    if (!strstr(e.msg, want)) fail_msg("'%s' lacks '%s'", e.msg, want);
+    assert_non_null(strstr(e.msg, dir));
+    float *got = hs_model_param(b.m, victim)->data;
+    assert_false(isnan(got[per_expert + 5]));
+    hs_model_free(a.m);
+    hs_model_free(b.m);
+}
+
+/* config.json written by hand or by another tool: a value that does not
+ * fit, a string where a number belongs, a repeated key and heads that do
+ * not divide are refused naming the file and the key. */
+static void expect_config_refused(const char *name, const char *json, const char *needle) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    tu_write_file(path, json, strlen(json));
+    hs_model_config mc = tiny_config("llama");
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_hf_config_read(path, &mc, NULL, &e), HS_ERR_FORMAT);
+    if (!strstr(e.msg, path) || !strstr(e.msg, needle))
+        fail_msg("'%s' does not name %s and '%s'", e.msg, path, needle);
+}
+
+#define LLAMA_JSON(extra)                                                                   \
+    "{\"model_type\": \"llama\", \"vocab_size\": 256, \"hidden_size\": 16, "                \
+    "\"intermediate_size\": 24, \"num_hidden_layers\": 2, \"num_attention_heads\": 2" extra "}"
+
+static void test_hf_config_values_out_of_range_are_refused_naming_the_key(void **state) {
+    (void)state;
+    expect_config_refused("c1.json", LLAMA_JSON(", \"num_key_value_heads\": 4294967297"),
+                          "\"num_key_value_heads\" is 4294967297");
+    expect_config_refused("c2.json", LLAMA_JSON(", \"max_position_embeddings\": -8"),
+                          "\"max_position_embeddings\" is -8");
+    expect_config_refused("c3.json", LLAMA_JSON(", \"rms_norm_eps\": \"1e-6\""),
+                          "\"rms_norm_eps\"");
+    expect_config_refused("c4.json", LLAMA_JSON(", \"hidden_size\": 32"), "duplicate");
+    expect_config_refused("c5.json", LLAMA_JSON(", \"num_key_value_heads\": 3"),
+                          "\"num_key_value_heads\" 3");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stacked_experts_become_one_tensor_per_expert),
         cmocka_unit_test(test_config_json_round_trips_llama_and_mixtral),
         cmocka_unit_test(test_moe_weights_save_and_load_bitwise),
         cmocka_unit_test(test_loading_into_another_shape_names_parameter_and_shapes),
+        cmocka_unit_test(test_nan_in_imported_weights_is_refused_naming_tensor_and_index),
+        cmocka_unit_test(test_hf_config_values_out_of_range_are_refused_naming_the_key),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
