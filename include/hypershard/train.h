@@ -78,6 +78,9 @@ void hs_data_micro_batch(hs_dataset *ds, int64_t g, int global_batch, int m, int
 hs_status hs_tokens_write(const char *path, const uint32_t *tokens, int64_t n, hs_error *e);
 /* Either version; *out is malloc'd. */
 hs_status hs_tokens_read(const char *path, uint32_t **out, int64_t *n, hs_error *e);
+/* The same from a whole file's len bytes in memory; path names it in errors. */
+hs_status hs_tokens_parse(const char *path, const void *data, size_t len, uint32_t **out,
+                          int64_t *n, hs_error *e);
 
 /* The Hugging Face tokenizer of a token file: tokenizer.json (and
  * tokenizer_config.json, special_tokens_map.json) in data.path's

@@ -71,14 +71,40 @@ static hs_status tokens_check_header(const char *path, const char *buf, size_t l
                             "tokens) and %d (uint32 tokens); re-create the file",
                             path, version, HS_TOKENS_VERSION_U16, HS_TOKENS_VERSION_U32);
     *width = width_of(version);
-    uint64_t have = (len - HEADER_BYTES) / *width;
-    if ((len - HEADER_BYTES) % *width != 0 || have != count)
+    /* The count is the file's word: check that count * width fits before
+     * comparing it with the bytes there are. */
+    int64_t want = 0;
+    bool fits = count <= (uint64_t)INT64_MAX && hs_mul_i64((int64_t)count, (int64_t)*width, &want) &&
+                hs_add_i64(want, HEADER_BYTES, &want);
+    if (!fits || (uint64_t)want != len)
         return hs_error_set(e, HS_ERR_FORMAT,
-                            "token file %s: the header says %llu tokens but the file holds %zu "
-                            "bytes of tokens (%llu tokens); the file is truncated or corrupt",
-                            path, (unsigned long long)count, len - HEADER_BYTES,
-                            (unsigned long long)have);
+                            "token file %s: the header's count field says %llu tokens (%zu bytes "
+                            "each, version %u) but the file holds %zu bytes after the header; the "
+                            "file is truncated or corrupt",
+                            path, (unsigned long long)count, *width, version, len - HEADER_BYTES);
     *n = (int64_t)count;
+    return HS_OK;
+}
+
+hs_status hs_tokens_parse(const char *path, const void *data, size_t len, uint32_t **out,
+                          int64_t *n, hs_error *e) {
+    *out = NULL;
+    *n = 0;
+    const char *buf = data;
+    int64_t count = 0;
+    size_t width = 2;
+    hs_status s = tokens_check_header(path, buf, len, &count, &width, e);
+    if (s != HS_OK) return s;
+    *out = malloc(sizeof(uint32_t) * (size_t)(count ? count : 1));
+    if (!*out) return hs_error_set(e, HS_ERR_OOM, "token file %s: cannot allocate %lld tokens", path,
+                                   (long long)count);
+    const char *src = buf + HEADER_BYTES;
+    for (int64_t i = 0; i < count; i++) {
+        uint16_t h;
+        if (width == 4) memcpy(&(*out)[i], src + 4 * i, 4);
+        else memcpy(&h, src + 2 * i, 2), (*out)[i] = h;
+    }
+    *n = count;
     return HS_OK;
 }
 
@@ -89,20 +115,7 @@ hs_status hs_tokens_read(const char *path, uint32_t **out, int64_t *n, hs_error 
     size_t len = 0;
     hs_status s = hs_read_file(path, &buf, &len, e);
     if (s != HS_OK) return s;
-    int64_t count = 0;
-    size_t width = 2;
-    s = tokens_check_header(path, buf, len, &count, &width, e);
-    if (s == HS_OK) {
-        *out = malloc(sizeof(uint32_t) * (size_t)(count ? count : 1));
-        if (!*out) s = hs_error_set(e, HS_ERR_OOM, "token file %s: cannot allocate", path);
-        const char *src = buf + HEADER_BYTES;
-        for (int64_t i = 0; *out && i < count; i++) {
-            uint16_t h;
-            if (width == 4) memcpy(&(*out)[i], src + 4 * i, 4);
-            else memcpy(&h, src + 2 * i, 2), (*out)[i] = h;
-        }
-        *n = count;
-    }
+    s = hs_tokens_parse(path, buf, len, out, n, e);
     free(buf);
     return s;
 }

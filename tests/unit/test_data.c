@@ -305,6 +305,20 @@ static void test_tokens_file_header_errors_name_the_file(void **state) {
     expect_format_error(buf, 16 + 7, "truncated");
 }
 
+/* A count whose byte size does not fit 64 bits is refused by the field's
+ * name, with the count and the bytes there are. */
+static void test_tokens_file_count_beyond_64_bits_names_the_count_field(void **state) {
+    (void)state;
+    char buf[16 + 8] = {0};
+    memcpy(buf, "HSTK", 4);
+    buf[4] = 2;
+    memset(buf + 8, 0xff, 8); /* count 2^64 - 1 */
+    expect_format_error(buf, sizeof buf, "count field says 18446744073709551615 tokens");
+    memset(buf + 8, 0, 8);
+    buf[15] = 0x40; /* count 2^62: times 4 bytes wraps to 0 */
+    expect_format_error(buf, 16, "count field says 4611686018427387904 tokens");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builtin_corpus_is_deterministic_and_prefix_stable),
@@ -320,6 +334,7 @@ int main(void) {
         cmocka_unit_test(test_tokens_file_round_trips),
         cmocka_unit_test(test_tokens_file_holds_uint32_ids_as_version_2),
         cmocka_unit_test(test_tokens_file_header_errors_name_the_file),
+        cmocka_unit_test(test_tokens_file_count_beyond_64_bits_names_the_count_field),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
