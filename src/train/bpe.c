@@ -97,16 +97,27 @@ static int put_utf8(char *out, int cp) {
     return 2;
 }
 
-/* The next code point of s (at most 4 bytes), its length in *len. */
+/* The next code point of s (at most 4 bytes), its length in *len. A byte
+ * that does not start a well-formed shortest-form sequence stands alone as
+ * its own value (>= 0x80, so a letter): every multi-byte code point is then
+ * >= 0x80, and only ASCII bytes are spaces, digits or newlines, as the
+ * splitters' byte-wise loops assume (C0 20 read as a space made Llama 3's
+ * splitter cut a piece of no bytes, and encode looped on it). */
 static int next_cp(const unsigned char *s, int *len) {
-    if (s[0] < 0x80) return *len = 1, s[0];
-    if ((s[0] & 0xE0) == 0xC0 && s[1]) return *len = 2, ((s[0] & 0x1F) << 6) | (s[1] & 0x3F);
-    if ((s[0] & 0xF0) == 0xE0 && s[1] && s[2])
-        return *len = 3, ((s[0] & 0x0F) << 12) | ((s[1] & 0x3F) << 6) | (s[2] & 0x3F);
-    if ((s[0] & 0xF8) == 0xF0 && s[1] && s[2] && s[3])
-        return *len = 4, ((s[0] & 0x07) << 18) | ((s[1] & 0x3F) << 12) | ((s[2] & 0x3F) << 6) |
-                             (s[3] & 0x3F);
-    return *len = 1, s[0];
+    static const int shortest[5] = {0, 0, 0x80, 0x800, 0x10000};
+    int n = s[0] < 0x80                 ? 1
+            : (s[0] & 0xE0) == 0xC0 ? 2
+            : (s[0] & 0xF0) == 0xE0 ? 3
+            : (s[0] & 0xF8) == 0xF0 ? 4
+                                    : 0;
+    if (n == 1) return *len = 1, s[0];
+    int cp = s[0] & (0x7F >> n);
+    for (int k = 1; k < n; k++) { /* stops at the NUL: it is no continuation byte */
+        if ((s[k] & 0xC0) != 0x80) return *len = 1, s[0];
+        cp = (cp << 6) | (s[k] & 0x3F);
+    }
+    if (n == 0 || cp < shortest[n]) return *len = 1, s[0];
+    return *len = n, cp;
 }
 
 /* A ByteLevel pre-tokenizer: with its own regex (GPT-2) or without. */

@@ -20,20 +20,35 @@ static char tmpdir[256];
 static int setup(void **s) { (void)s; return tu_tmpdir_make(tmpdir, sizeof tmpdir, "tok"); }
 static int teardown(void **s) { (void)s; return tu_tmpdir_remove(tmpdir); }
 
-/* A GPT-2 style tokenizer.json whose model.vocab is `vocab` (JSON text) and
- * whose added_tokens is `added`; returns its path. */
-static const char *write_tokenizer(const char *name, const char *vocab, const char *added) {
+#define GPT2_SPLIT \
+    "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}"
+
+/* Llama 3's split (bpe.c's pattern, each backslash doubled for JSON). */
+#define LLAMA3_SPLIT                                                                             \
+    "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": "   \
+    "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "          \
+    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}, "                \
+    "\"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", "                     \
+    "\"add_prefix_space\": false, \"use_regex\": false}]}"
+
+/* A tokenizer.json with pre_tokenizer `pre`, model.vocab `vocab` (JSON
+ * text), the merge "a b" and added_tokens `added`; returns its path. */
+static const char *write_tokenizer_pre(const char *name, const char *pre, const char *vocab,
+                                       const char *added) {
     static char path[300];
     snprintf(path, sizeof path, "%s/%s", tmpdir, name);
     char text[4096];
     int n = snprintf(text, sizeof text,
                      "{\"model\": {\"type\": \"BPE\", \"vocab\": %s, \"merges\": [\"a b\"]},\n"
-                     " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false,"
-                     " \"use_regex\": true},\n"
-                     " \"added_tokens\": %s}\n",
-                     vocab, added);
+                     " \"pre_tokenizer\": %s,\n \"added_tokens\": %s}\n",
+                     vocab, pre, added);
     tu_write_file(path, text, (size_t)n);
     return path;
+}
+
+/* The same behind GPT-2's split. */
+static const char *write_tokenizer(const char *name, const char *vocab, const char *added) {
+    return write_tokenizer_pre(name, GPT2_SPLIT, vocab, added);
 }
 
 /* hs_bpe_load refuses the file with a message holding the path and both needles. */
@@ -141,6 +156,30 @@ static void test_ids_in_range_load_and_encode_and_decode(void **state) {
     hs_bpe_free(b);
 }
 
+/* C0 20 was read as a space: before a digit it made Llama 3's splitter cut
+ * a piece of no bytes and encode never advanced. Each invalid byte now
+ * stands alone, as the byte-level symbol of that byte. */
+static void test_invalid_utf8_before_a_space_is_one_byte_and_encode_advances(void **state) {
+    (void)state;
+    /* U+00C0 is byte 0xC0's symbol, U+0120 the space's */
+    const char *path = write_tokenizer_pre("l3.json", LLAMA3_SPLIT,
+                                           "{\"\\u00c0\": 0, \"\\u0120\": 1, \"1\": 2}", "[]");
+    hs_bpe *b = NULL;
+    hs_error e;
+    assert_int_equal(hs_bpe_load(path, &b, &e), HS_OK);
+    int32_t *ids = NULL;
+    int n = 0;
+    hs_error_clear(&e);
+    hs_status s = hs_bpe_encode(b, "\xc0 1", &ids, &n, &e);
+    if (s != HS_OK) fail_msg("%s", e.msg);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], 0);
+    assert_int_equal(ids[1], 1);
+    assert_int_equal(ids[2], 2);
+    free(ids);
+    hs_bpe_free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vocab_id_minus_5_is_refused_naming_file_and_token),
@@ -153,6 +192,7 @@ int main(void) {
         cmocka_unit_test(test_a_repeated_vocab_key_is_refused),
         cmocka_unit_test(test_tokenizer_check_refuses_a_list_vocab_naming_the_file),
         cmocka_unit_test(test_ids_in_range_load_and_encode_and_decode),
+        cmocka_unit_test(test_invalid_utf8_before_a_space_is_one_byte_and_encode_advances),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
