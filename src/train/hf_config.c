@@ -109,9 +109,29 @@ static hs_status hf_bool(json_t *root, const char *path, const char *key, bool *
     return HS_OK;
 }
 
+/* Fields transformers reads that this model has no choice in: a value
+ * other than the one it builds would load into a different network. */
+static hs_status hf_check_fixed(json_t *root, const char *path, hs_error *e) {
+    json_t *act = json_object_get(root, "hidden_act");
+    if (act && !json_is_null(act) && !(json_is_string(act) && !strcmp(json_string_value(act), "silu")))
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"hidden_act\" is not \"silu\"; hypershard builds SwiGLU MLPs",
+                            path);
+    static const char *const biases[] = {"attention_bias", "mlp_bias"};
+    for (int i = 0; i < 2; i++) {
+        bool bias = false;
+        if (hf_bool(root, path, biases[i], &bias, e) != HS_OK) return e->code;
+        if (bias)
+            return hs_error_set(e, HS_ERR_FORMAT,
+                                "%s: \"%s\" is true; hypershard builds layers without biases",
+                                path, biases[i]);
+    }
+    return HS_OK;
+}
+
 /* What the model could not be built from, said in config.json's terms. */
-static hs_status hf_check_shape(const char *path, const hs_model_config *mc, bool moe,
-                                hs_error *e) {
+static hs_status hf_check_shape(const char *path, const hs_model_config *mc, int head_dim,
+                                bool moe, hs_error *e) {
     if (mc->dim % mc->n_heads != 0)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: \"hidden_size\" %d is not a multiple of \"num_attention_heads\" "
@@ -122,6 +142,11 @@ static hs_status hf_check_shape(const char *path, const hs_model_config *mc, boo
                             "%s: \"num_attention_heads\" %d is not a multiple of "
                             "\"num_key_value_heads\" %d",
                             path, mc->n_heads, mc->n_kv_heads);
+    if (head_dim && head_dim != mc->dim / mc->n_heads)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"head_dim\" %d is not \"hidden_size\" / \"num_attention_heads\" "
+                            "= %d, the only head size hypershard builds",
+                            path, head_dim, mc->dim / mc->n_heads);
     if (moe && mc->moe.top_k > mc->moe.num_experts)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: \"num_experts_per_tok\" %d is more than \"num_local_experts\" %d",
@@ -155,9 +180,12 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
     if (s == HS_OK) s = hf_double(root, path, "initializer_range", true, &mc->init_std, e);
     mc->tie_embeddings = false; /* transformers' Llama default */
     if (s == HS_OK) s = hf_bool(root, path, "tie_word_embeddings", &mc->tie_embeddings, e);
+    int head_dim = 0;
+    if (s == HS_OK) s = hf_int(root, path, "head_dim", false, 1, &head_dim, e);
+    if (s == HS_OK) s = hf_check_fixed(root, path, e);
     if (s != HS_OK) return s;
     mc->ffn_dim = ffn;
-    if (!moe) return hf_check_shape(path, mc, false, e);
+    if (!moe) return hf_check_shape(path, mc, head_dim, false, e);
     mc->moe.expert_ffn_dim = ffn;
     mc->moe.shared_expert_ffn_dim = 0;
     if (s == HS_OK) s = hf_int(root, path, "num_local_experts", true, 1, &mc->moe.num_experts, e);
@@ -167,7 +195,7 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
                    &mc->moe.shared_expert_ffn_dim, e);
     if (s == HS_OK)
         s = hf_double(root, path, "router_aux_loss_coef", true, &mc->moe.aux_loss_coef, e);
-    return s == HS_OK ? hf_check_shape(path, mc, true, e) : s;
+    return s == HS_OK ? hf_check_shape(path, mc, head_dim, true, e) : s;
 }
 
 hs_status hs_hf_config_parse(const char *path, const char *text, size_t len, hs_model_config *mc,

@@ -217,6 +217,18 @@ static void test_hf_config_values_out_of_range_are_refused_naming_the_key(void *
                           "\"num_key_value_heads\" 3");
 }
 
+/* Values transformers would build a different network from are refused
+ * instead of ignored. */
+static void test_hf_config_fields_hypershard_cannot_build_are_refused(void **state) {
+    (void)state;
+    expect_config_refused("d1.json", LLAMA_JSON(", \"head_dim\": 16"), "\"head_dim\" 16");
+    expect_config_refused("d2.json", LLAMA_JSON(", \"hidden_act\": \"gelu\""), "\"hidden_act\"");
+    expect_config_refused("d3.json", LLAMA_JSON(", \"attention_bias\": true"),
+                          "\"attention_bias\" is true");
+    expect_config_refused("d4.json", LLAMA_JSON(", \"tie_word_embeddings\": \"yes\""),
+                          "\"tie_word_embeddings\" must be true or false");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stacked_experts_become_one_tensor_per_expert),
@@ -225,6 +237,7 @@ int main(void) {
         cmocka_unit_test(test_loading_into_another_shape_names_parameter_and_shapes),
         cmocka_unit_test(test_nan_in_imported_weights_is_refused_naming_tensor_and_index),
         cmocka_unit_test(test_hf_config_values_out_of_range_are_refused_naming_the_key),
+        cmocka_unit_test(test_hf_config_fields_hypershard_cannot_build_are_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
