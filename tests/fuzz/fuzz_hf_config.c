@@ -1,0 +1,41 @@
+/* libFuzzer target for Hugging Face config.json (hf_config.c).
+ *
+ * Input: config.json text. Every input must read or fail with a message
+ * naming the file; one that reads must give a model config whose sizes are
+ * positive and whose heads divide, as the model builder expects. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hypershard/train.h"
+
+static void check(const hs_model_config *mc, int max_position) {
+    bool moe = !strcmp(mc->arch, "moe");
+    bool ok = mc->vocab_size > 0 && mc->dim > 0 && mc->n_layers > 0 && mc->n_heads > 0 &&
+              mc->n_kv_heads > 0 && mc->dim % mc->n_heads == 0 &&
+              mc->n_heads % mc->n_kv_heads == 0 && max_position >= 0 &&
+              (!moe || (mc->moe.num_experts > 0 && mc->moe.top_k > 0 &&
+                        mc->moe.top_k <= mc->moe.num_experts && mc->moe.shared_expert_ffn_dim >= 0));
+    if (!ok) {
+        fprintf(stderr, "config.json read into an unusable model config (dim %d, heads %d/%d)\n",
+                mc->dim, mc->n_heads, mc->n_kv_heads);
+        abort();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    hs_config defaults;
+    hs_config_defaults(&defaults);
+    hs_model_config mc = defaults.model;
+    int max_position = 0;
+    hs_error e;
+    if (hs_hf_config_parse("fuzz.json", (const char *)data, size, &mc, &max_position, &e) == HS_OK)
+        check(&mc, max_position);
+    else if (!strstr(e.msg, "fuzz.json")) {
+        fprintf(stderr, "the refusal does not name the file: %s\n", e.msg);
+        abort();
+    }
+    hs_config_free(&defaults);
+    return 0;
+}
