@@ -10,7 +10,9 @@
 # behind Llama 3's) `hypershard tokenize` encodes text to the ids the merges
 # give and decodes them back, a WordPiece tokenizer is refused by name, and
 # `generate --run` takes the prompt as text through it (2 tokens for "the
-# cat") and answers in text.
+# cat") and answers in text. Hostile ids (a vocab id of -5 to tokenize, a
+# list model.vocab beside data.path to train) are refused naming the file
+# and the field, exit 1, no crash, no out_dir.
 # HS_TEST_TIMEOUT: 120
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -91,6 +93,30 @@ hs_must_run 1 big model.vocab_size=71040 train.out_dir="$work/big"
     fail "Llama 3 split of 12345: $("$HS_BIN" tokenize "$work/data/llama3.json" 12345)"
 "$HS_BIN" tokenize "$work/data/wordpiece.json" x > "$work/wp.txt" 2>&1 && fail "a WordPiece tokenizer was read"
 grep -q "model type WordPiece, not BPE" "$work/wp.txt" || fail "WordPiece refusal: $(cat "$work/wp.txt")"
+# hostile ids: refused naming the file and the field, never a crash
+python3 - "$work/data" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+bpe = json.load(open(f"{d}/bpe/tokenizer.json"))
+bpe["model"]["vocab"]["t"] = -5
+json.dump(bpe, open(f"{d}/minus5.json", "w"))
+os.makedirs(f"{d}/listvocab", exist_ok=True)
+json.dump({"model": {"type": "BPE", "vocab": ["a", "b"], "merges": []}},
+          open(f"{d}/listvocab/tokenizer.json", "w"))
+open(f"{d}/listvocab/tokens.hstk", "wb").write(open(f"{d}/tokens.hstk", "rb").read())
+PY
+"$HS_BIN" tokenize "$work/data/minus5.json" x > "$work/m5.txt" 2>&1
+rc=$?
+[ "$rc" -eq 1 ] || fail "a vocab id of -5: exit $rc, want 1 ($(tail -2 "$work/m5.txt"))"
+grep -q "$work/data/minus5.json: model.vocab\[\"t\"\] is -5" "$work/m5.txt" ||
+    fail "the -5 refusal does not name the file and the token: $(cat "$work/m5.txt")"
+tiny=("${HS_TINY[@]}" data.source=tokens data.path="$work/data/listvocab/tokens.hstk" train.steps=3
+      train.eval_every=0)
+hs_run 1 listvocab model.vocab_size=320 train.out_dir="$work/listvocab"
+[ "$rc" -eq 1 ] || fail "a list model.vocab beside data.path: exit $rc, want 1"
+grep -q "$work/data/listvocab/tokenizer.json: model.vocab is a list" "$work/listvocab.log" ||
+    fail "the list vocab refusal does not name the file: $(head -3 "$work/listvocab.log")"
+[ ! -e "$work/listvocab" ] || fail "the refused run created its out_dir"
 tiny=("${HS_TINY[@]}" data.source=tokens data.path="$work/data/bpe/tokens.hstk" train.steps=3
       train.eval_every=0 model.vocab_size=320)
 hs_must_run 1 bpe train.out_dir="$work/bpe"
