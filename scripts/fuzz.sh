@@ -22,7 +22,9 @@ build=${FUZZ_BUILD:-build-fuzz}
 artifacts=${FUZZ_ARTIFACTS:-$build/artifacts}
 jobs=${FUZZ_JOBS:-2}
 
-# clang and its libFuzzer / sanitizer runtimes, installed when missing.
+# The build's own packages, then clang and its libFuzzer / sanitizer
+# runtimes, installed when missing.
+bash scripts/install-deps.sh
 fuzzer_links() {
   local probe
   probe=$(mktemp -d)
