@@ -270,6 +270,20 @@ hs_status hs_tokenizer_vocab(const char *path, int64_t *n, hs_error *e) {
     return s;
 }
 
+/* As Hugging Face's BPE builder requires: both sides of merge "left right"
+ * and the token they make are in the vocabulary; NULL when they are, else
+ * the first one missing (in `buf`). */
+static const char *merge_missing(const hs_bpe *b, const char *m, char *buf, size_t cap) {
+    const char *sp = strchr(m, ' ');
+    size_t nl = sp ? (size_t)(sp - m) : strlen(m), nr = sp ? strlen(sp + 1) : 0;
+    if (!sp || nl + nr >= cap) return m;
+    snprintf(buf, cap, "%.*s", (int)nl, m);
+    if (smap_get(&b->vocab, m, nl) < 0) return buf;
+    if (smap_get(&b->vocab, sp + 1, nr) < 0) return sp + 1;
+    snprintf(buf, cap, "%.*s%s", (int)nl, m, sp + 1);
+    return smap_get(&b->vocab, buf, nl + nr) < 0 ? buf : NULL;
+}
+
 static hs_status bpe_build(hs_bpe *b, json_t *root, const char *path, hs_error *e) {
     const char **table = NULL;
     if (vocab_ids(root, path, &b->n_tokens, &table, e) != HS_OK) return e->code;
@@ -296,6 +310,14 @@ static hs_status bpe_build(hs_bpe *b, json_t *root, const char *path, hs_error *
                                 "tokenizer %s: model.merges[%zu] is neither \"left right\" nor "
                                 "[left, right] (of at most %zu bytes)",
                                 path, i, sizeof buf - 2);
+        char tok[512];
+        const char *miss = merge_missing(b, m, tok, sizeof tok);
+        if (miss)
+            return hs_error_set(e, HS_ERR_FORMAT,
+                                "tokenizer %s: model.merges[%zu] (\"%s\") needs token \"%s\", "
+                                "which model.vocab lacks; every merge's two sides and its "
+                                "result must be in the vocabulary",
+                                path, i, m, miss);
         if (i < INT32_MAX) smap_put(&b->merges, m, (int)i);
     }
     return HS_OK;

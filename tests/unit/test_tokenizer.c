@@ -133,6 +133,14 @@ static void test_tokenizer_check_refuses_a_list_vocab_naming_the_file(void **sta
     hs_config_free(&c);
 }
 
+/* Hugging Face's BPE builder refuses a merge whose sides or result are not
+ * in the vocabulary; so does hs_bpe_load, naming the merge and the token. */
+static void test_merge_of_a_token_not_in_the_vocab_is_refused_naming_it(void **state) {
+    (void)state;
+    expect_refused(write_tokenizer("merge.json", "{\"a\": 0, \"b\": 1}", "[]"),
+                   "model.merges[0]", "\"ab\"");
+}
+
 static void test_ids_in_range_load_and_encode_and_decode(void **state) {
     (void)state;
     const char *path = write_tokenizer("ok.json", "{\"a\": 0, \"b\": 1, \"ab\": 2}",
@@ -163,7 +171,9 @@ static void test_invalid_utf8_before_a_space_is_one_byte_and_encode_advances(voi
     (void)state;
     /* U+00C0 is byte 0xC0's symbol, U+0120 the space's */
     const char *path = write_tokenizer_pre("l3.json", LLAMA3_SPLIT,
-                                           "{\"\\u00c0\": 0, \"\\u0120\": 1, \"1\": 2}", "[]");
+                                           "{\"\\u00c0\": 0, \"\\u0120\": 1, \"1\": 2, "
+                                           "\"a\": 3, \"b\": 4, \"ab\": 5}",
+                                           "[]");
     hs_bpe *b = NULL;
     hs_error e;
     assert_int_equal(hs_bpe_load(path, &b, &e), HS_OK);
@@ -192,6 +202,7 @@ int main(void) {
         cmocka_unit_test(test_a_repeated_vocab_key_is_refused),
         cmocka_unit_test(test_tokenizer_check_refuses_a_list_vocab_naming_the_file),
         cmocka_unit_test(test_ids_in_range_load_and_encode_and_decode),
+        cmocka_unit_test(test_merge_of_a_token_not_in_the_vocab_is_refused_naming_it),
         cmocka_unit_test(test_invalid_utf8_before_a_space_is_one_byte_and_encode_advances),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
