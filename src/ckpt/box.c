@@ -63,9 +63,18 @@ const char *hs_ckpt_box_str(int ndim, const int64_t *off, const int64_t *size, c
                             size_t cap) {
     size_t n = 0;
     n += (size_t)snprintf(buf + n, cap > n ? cap - n : 0, "[");
-    for (int d = 0; d < ndim; d++)
-        n += (size_t)snprintf(buf + n, cap > n ? cap - n : 0, "%s%lld:%lld", d ? ", " : "",
-                              (long long)off[d], (long long)(off[d] + size[d]));
+    /* Also used to name the chunks of a damaged metadata file, whose end
+     * may not fit in int64: those print as start:+size. */
+    for (int d = 0; d < ndim; d++) {
+        int64_t end;
+        const char *sep = d ? ", " : "";
+        if (hs_add_i64(off[d], size[d], &end))
+            n += (size_t)snprintf(buf + n, cap > n ? cap - n : 0, "%s%lld:%lld", sep,
+                                  (long long)off[d], (long long)end);
+        else
+            n += (size_t)snprintf(buf + n, cap > n ? cap - n : 0, "%s%lld:+%lld", sep,
+                                  (long long)off[d], (long long)size[d]);
+    }
     snprintf(buf + n, cap > n ? cap - n : 0, "]");
     return buf;
 }

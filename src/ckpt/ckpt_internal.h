@@ -6,6 +6,7 @@
 #include "hypershard/ckpt.h"
 
 #define HS_CKPT_DIMS HS_TENSOR_MAX_DIMS
+#define HS_CKPT_WORLD_MAX (1 << 20) /* a larger world_size is a damaged file */
 
 /* One stored chunk: a box of the global tensor, where its bytes are. */
 typedef struct hs_ckpt_chunk {
@@ -91,7 +92,11 @@ hs_status hs_ckpt_remove_dir(const char *path, hs_error *e);
 /* Write `text` to <dir>/<name> atomically: temp file, fsync, rename, fsync dir. */
 hs_status hs_ckpt_write_atomic(const char *dir, const char *name, const char *text,
                                hs_error *e);
-/* Contents of <dir>/latest without the newline; *found false when absent. */
+/* step-<N> -> N, else -1. */
+int64_t hs_ckpt_step_of(const char *name);
+/* The step directory name <dir>/latest holds, without the newline; *found
+ * false when there is no `latest`. Anything but a small regular file
+ * holding step-<N> is an error naming the path. */
 hs_status hs_ckpt_latest_read(const char *dir, char *name, size_t cap, bool *found, hs_error *e);
 bool hs_ckpt_is_dir(const char *path);
 bool hs_ckpt_is_file(const char *path);

@@ -3,6 +3,7 @@
  * directory is synced), the `latest` pointer, and pruning old checkpoints.
  * Directories removed here are flat ones this layer created; anything else
  * inside them (a subdirectory) stops the removal rather than being lost. */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +14,8 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt_internal.h"
+
+#define LATEST_MAX 255 /* bytes: "step-<N>\n" is far shorter */
 
 hs_status hs_ckpt_write_all(int fd, const void *buf, size_t n, const char *path, hs_error *e) {
     const char *p = buf;
@@ -104,31 +107,60 @@ hs_status hs_ckpt_write_atomic(const char *dir, const char *name, const char *te
     return s;
 }
 
-hs_status hs_ckpt_latest_read(const char *dir, char *name, size_t cap, bool *found, hs_error *e) {
-    char path[HS_PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, HS_CKPT_LATEST);
-    *found = false;
-    if (!hs_ckpt_is_file(path)) return HS_OK;
-    char *text = NULL;
-    size_t len = 0;
-    if (hs_read_file(path, &text, &len, e) != HS_OK) return e->code;
-    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' ')) text[--len] = '\0';
-    hs_status s = HS_OK;
-    if (len == 0 || len >= cap || strchr(text, '/') || text[0] == '.')
-        s = hs_error_set(e, HS_ERR_FORMAT, "%s should hold one step directory name such as "
-                         "step-100, found '%.64s'; fix or delete it", path, text);
-    else
-        snprintf(name, cap, "%s", text), *found = true;
-    free(text);
-    return s;
-}
-
-/* step-<N> -> N, else -1. */
-static int64_t step_of(const char *name) {
+int64_t hs_ckpt_step_of(const char *name) {
     if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9') return -1;
     char *end = NULL;
+    errno = 0;
     long long v = strtoll(name + 5, &end, 10);
-    return *end ? -1 : (int64_t)v;
+    return *end || errno == ERANGE ? -1 : (int64_t)v;
+}
+
+/* Bytes that may be shown back in a message: a directory-name-like word. */
+static bool name_like(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.') return false;
+    return n > 0;
+}
+
+/* `latest` is a small regular file the save writes. Anything else there (a
+ * link, a device, a large file) is refused without reading it, and its
+ * content is shown back only when it looks like a directory name: the file
+ * may be something other than a checkpoint's, and its bytes are not ours
+ * to print. */
+hs_status hs_ckpt_latest_read(const char *dir, char *name, size_t cap, bool *found, hs_error *e) {
+    char path[HS_PATH_MAX + 64], text[LATEST_MAX + 1];
+    snprintf(path, sizeof path, "%s/%s", dir, HS_CKPT_LATEST);
+    *found = false;
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return HS_OK;
+        return hs_error_set(e, HS_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size > LATEST_MAX)
+        return hs_error_set(e, HS_ERR_FORMAT, "%s is %s; it should be a small regular file "
+                            "holding one step directory name such as step-100 (the save writes "
+                            "it): delete it, or write the name of an existing step directory "
+                            "into it", path, S_ISLNK(st.st_mode) ? "a symbolic link"
+                            : !S_ISREG(st.st_mode) ? "not a regular file" : "too large");
+    int fd = open(path, O_RDONLY | O_NOFOLLOW);
+    if (fd < 0) return hs_error_set(e, HS_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    int64_t got = 0;
+    hs_status s = hs_ckpt_pread_all(fd, text, LATEST_MAX, 0, path, &got, e);
+    close(fd);
+    if (s != HS_OK) return s;
+    size_t len = (size_t)got;
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' ')) len--;
+    text[len] = '\0';
+    if (len < cap && name_like(text, len) && hs_ckpt_step_of(text) >= 0) {
+        memcpy(name, text, len + 1);
+        return *found = true, HS_OK;
+    }
+    if (name_like(text, len))
+        return hs_error_set(e, HS_ERR_FORMAT, "%s names '%s'; it should name a step directory "
+                            "such as step-100: fix or delete it", path, text);
+    return hs_error_set(e, HS_ERR_FORMAT, "%s holds %lld bytes that are not a step directory "
+                        "name; it should hold one such as step-100: fix or delete it", path,
+                        (long long)got);
 }
 
 typedef struct step_dir {
@@ -161,7 +193,7 @@ hs_status hs_ckpt_prune(const char *dir, int keep_last, const char *keep, const 
             if (s == HS_OK) s = remove_named(dir, de->d_name, log, e);
             continue;
         }
-        int64_t v = step_of(de->d_name);
+        int64_t v = hs_ckpt_step_of(de->d_name);
         if (v < 0 || strlen(de->d_name) >= sizeof steps->name) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 16;

@@ -85,6 +85,24 @@ static hs_status resolve_dir(const char *path, char *out, size_t cap, hs_error *
     return HS_OK;
 }
 
+/* A directory named step-<N> holds the metadata of step N: one renamed or
+ * refilled by hand would otherwise resume at a step its name does not say,
+ * and `latest` would point at the wrong save. */
+static hs_status check_step_name(const hs_ckpt *c, const char *mpath, hs_error *e) {
+    size_t n = strlen(c->path);
+    while (n > 1 && c->path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && c->path[b - 1] != '/') b--;
+    char base[HS_PATH_MAX];
+    snprintf(base, sizeof base, "%.*s", (int)(n - b), c->path + b);
+    int64_t named = hs_ckpt_step_of(base);
+    if (named < 0 || named == c->meta.state.step) return HS_OK;
+    return hs_error_set(e, HS_ERR_FORMAT, "%s: state.step is %lld but the directory is %s; the "
+                        "metadata belongs to another save — restore the directory's own "
+                        "metadata, or rename the directory step-%lld", mpath,
+                        (long long)c->meta.state.step, base, (long long)c->meta.state.step);
+}
+
 hs_status hs_ckpt_open(const char *path, hs_ckpt **out, hs_error *e) {
     *out = NULL;
     hs_ckpt *c = calloc(1, sizeof *c);
@@ -97,6 +115,7 @@ hs_status hs_ckpt_open(const char *path, hs_ckpt **out, hs_error *e) {
     if (s == HS_OK) s = hs_ckpt_meta_parse(text, len, mpath, &c->meta, e);
     free(text);
     if (s != HS_OK) return free(c), s;
+    if (check_step_name(c, mpath, e) != HS_OK) return hs_ckpt_meta_free(&c->meta), free(c), e->code;
     c->fds = malloc(sizeof(int) * (size_t)(c->meta.n_files > 0 ? c->meta.n_files : 1));
     for (int f = 0; f < c->meta.n_files; f++) c->fds[f] = -1;
     for (int f = 0; f < c->meta.n_files && s == HS_OK; f++) s = check_file_length(c, f, e);
@@ -204,7 +223,7 @@ static hs_status check_target(const hs_ckpt *c, const hs_ckpt_tensor *tg, int *i
                             "or precision policy", c->path, tg->name, hs_dtype_name(t->dtype), s1,
                             hs_dtype_name(tg->dtype), s2);
     for (int d = 0; d < tg->ndim; d++)
-        if (tg->offset[d] < 0 || tg->size[d] < 0 || tg->offset[d] + tg->size[d] > tg->shape[d])
+        if (tg->offset[d] < 0 || tg->size[d] < 0 || tg->offset[d] > tg->shape[d] - tg->size[d])
             return hs_error_set(e, HS_ERR_INTERNAL, "checkpoint load: target chunk %s of '%s' %s "
                                 "lies outside the tensor", hs_ckpt_box_str(tg->ndim, tg->offset,
                                 tg->size, box, sizeof box), tg->name, s2);

@@ -139,32 +139,50 @@ hs_status hs_ckpt_meta_write(const hs_ckpt_meta *m, FILE *f, const char *path, h
 
 /* ---------------------------------------------------------------- check */
 
+/* Every extent, offset and length here may come from a damaged or hostile
+ * metadata file, so each comparison is written so that it cannot overflow
+ * (x > limit - size rather than x + size > limit, with both sides already
+ * known non-negative) and every product is checked. */
+
+/* Elements and bytes of a chunk or tensor box; false when either overflows. */
+static bool box_bytes(const hs_ckpt_entry *t, const int64_t *size, int64_t *numel,
+                      int64_t *bytes) {
+    return hs_prod_i64(size, t->ndim, numel) &&
+           hs_mul_i64(*numel, (int64_t)hs_dtype_size(t->dtype), bytes);
+}
+
 static hs_status check_chunk(const hs_ckpt_meta *m, const hs_ckpt_entry *t, const hs_ckpt_chunk *c,
                              const char *where, hs_error *e) {
     char box[160], shape[96];
     hs_ckpt_box_str(t->ndim, c->offset, c->size, box, sizeof box);
     hs_shape_str(t->ndim, t->shape, shape, sizeof shape);
     for (int d = 0; d < t->ndim; d++)
-        if (c->offset[d] < 0 || c->size[d] <= 0 || c->offset[d] + c->size[d] > t->shape[d])
+        if (c->offset[d] < 0 || c->size[d] <= 0 || c->offset[d] > t->shape[d] - c->size[d])
             return hs_error_set(e, HS_ERR_FORMAT,
-                                "%s: tensor '%s' %s: chunk %s is empty or outside the tensor; "
-                                "the metadata is damaged", where, t->name, shape, box);
-    int64_t want = hs_ckpt_box_numel(t->ndim, c->size) * (int64_t)hs_dtype_size(t->dtype);
+                                "%s: tensor '%s' %s: chunk %s is empty or outside the tensor "
+                                "(dim %d: offset %lld, size %lld, extent %lld); the metadata is "
+                                "damaged", where, t->name, shape, box, d, (long long)c->offset[d],
+                                (long long)c->size[d], (long long)t->shape[d]);
+    /* Inside the tensor, whose byte count check_tensor proved fits. */
+    int64_t numel = 0, want = 0;
+    bool fits = box_bytes(t, c->size, &numel, &want);
+    HS_ASSERT(fits);
     if (c->length != want)
         return hs_error_set(e, HS_ERR_FORMAT,
-                            "%s: tensor '%s' chunk %s: length %lld bytes, expected %lld (%s); "
-                            "the metadata is damaged", where, t->name, box, (long long)c->length,
-                            (long long)want, hs_dtype_name(t->dtype));
+                            "%s: tensor '%s' chunk %s: length %lld bytes, expected %lld (%lld "
+                            "elements of %s); the metadata is damaged", where, t->name, box,
+                            (long long)c->length, (long long)want, (long long)numel,
+                            hs_dtype_name(t->dtype));
     if (c->file < 0 || c->file >= m->n_files)
         return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' chunk %s names no listed file",
                             where, t->name, box);
     const hs_ckpt_file *f = &m->files[c->file];
-    if (c->byte_offset < 0 || c->byte_offset + c->length > f->bytes)
+    if (c->byte_offset < 0 || c->byte_offset > f->bytes - c->length)
         return hs_error_set(e, HS_ERR_FORMAT,
-                            "%s: tensor '%s' chunk %s: bytes [%lld, %lld) lie outside %s "
-                            "(%lld bytes); the metadata is damaged", where, t->name, box,
-                            (long long)c->byte_offset, (long long)(c->byte_offset + c->length),
-                            f->name, (long long)f->bytes);
+                            "%s: tensor '%s' chunk %s: %lld bytes at byte_offset %lld lie outside "
+                            "%s (%lld bytes); the metadata is damaged", where, t->name, box,
+                            (long long)c->length, (long long)c->byte_offset, f->name,
+                            (long long)f->bytes);
     return HS_OK;
 }
 
@@ -213,8 +231,12 @@ static hs_status check_tiling(const hs_ckpt_entry *t, const char *where, hs_erro
                             hs_ckpt_box_str(t->ndim, t->chunks[i].offset, t->chunks[i].size, a, sizeof a),
                             hs_ckpt_box_str(t->ndim, t->chunks[j].offset, t->chunks[j].size, b, sizeof b));
     }
+    /* Disjoint chunks inside the tensor: the sum is at most its numel. */
     int64_t covered = 0;
-    for (int k = 0; k < t->n_chunks; k++) covered += hs_ckpt_box_numel(t->ndim, t->chunks[k].size);
+    hs_checked ck = {false};
+    for (int k = 0; k < t->n_chunks; k++)
+        covered = hs_ck_add(&ck, covered, hs_ckpt_box_numel(t->ndim, t->chunks[k].size));
+    HS_ASSERT(!ck.overflow);
     if (covered != hs_ckpt_entry_numel(t))
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: tensor '%s' %s: its chunks cover %lld of %lld elements; every "
@@ -230,8 +252,16 @@ static hs_status check_tensor(const hs_ckpt_meta *m, const hs_ckpt_entry *t, con
                             where, t->name, t->ndim);
     for (int d = 0; d < t->ndim; d++)
         if (t->shape[d] < 0)
-            return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' has a negative extent", where,
-                                t->name);
+            return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' has extent %lld in dim %d; "
+                                "extents are never negative, the metadata is damaged", where,
+                                t->name, (long long)t->shape[d], d);
+    char shape[96];
+    int64_t numel, bytes;
+    if (!box_bytes(t, t->shape, &numel, &bytes))
+        return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' %s %s has more elements or bytes "
+                            "than a 64-bit count holds; the metadata is damaged", where, t->name,
+                            hs_dtype_name(t->dtype), hs_shape_str(t->ndim, t->shape, shape,
+                            sizeof shape));
     for (int k = 0; k < t->n_chunks; k++)
         if (check_chunk(m, t, &t->chunks[k], where, e) != HS_OK) return e->code;
     return check_tiling(t, where, e);
@@ -292,7 +322,31 @@ static hs_status check_files(const hs_ckpt_meta *m, const char *where, hs_error 
     return s;
 }
 
+/* The file table: safe unique names, byte counts that are not negative
+ * and whose total (the checkpoint's size, which inspect and verify add up)
+ * fits in 64 bits. */
+static hs_status check_file_table(const hs_ckpt_meta *m, const char *where, hs_error *e) {
+    hs_checked total = {false};
+    int64_t sum = 0;
+    for (int i = 0; i < m->n_files; i++) {
+        const hs_ckpt_file *f = &m->files[i];
+        if (f->bytes < 0)
+            return hs_error_set(e, HS_ERR_FORMAT, "%s: data file %s has %lld bytes; the "
+                                "metadata is damaged", where, f->name, (long long)f->bytes);
+        sum = hs_ck_add(&total, sum, f->bytes);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(m->files[j].name, f->name))
+                return hs_error_set(e, HS_ERR_FORMAT, "%s: data file %s is listed twice; the "
+                                    "metadata is damaged", where, f->name);
+    }
+    if (total.overflow)
+        return hs_error_set(e, HS_ERR_FORMAT, "%s: the %d data files add up to more bytes than "
+                            "a 64-bit count holds; the metadata is damaged", where, m->n_files);
+    return HS_OK;
+}
+
 hs_status hs_ckpt_meta_check(const hs_ckpt_meta *m, const char *where, hs_error *e) {
+    if (check_file_table(m, where, e) != HS_OK) return e->code;
     for (int i = 0; i < m->n_tensors; i++)
         if (check_tensor(m, &m->tensors[i], where, e) != HS_OK) return e->code;
     if (check_names(m, where, e) != HS_OK) return e->code;

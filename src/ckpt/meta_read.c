@@ -61,6 +61,8 @@ static hs_status parse_state(const parser *p, json_t *root, hs_ckpt_state *s) {
     hs_status r = get_int(p, st, "step", "state", &s->step);
     if (r == HS_OK) r = get_int(p, st, "data_position", "state", &s->data_position);
     if (r == HS_OK) r = get_int(p, st, "optim_step", "state", &s->optim_step);
+    if (r == HS_OK && (s->step < 0 || s->data_position < 0 || s->optim_step < 0))
+        r = bad(p, "state", "has a negative step, data_position or optim_step");
     if (r == HS_OK) r = get_hex(p, st, "rng_seed", "state", &s->rng_seed);
     if (r == HS_OK) r = get_hex(p, st, "rng_counter", "state", &s->rng_counter);
     if (r == HS_OK) r = get_hex(p, st, "config_hash", "state", &s->config_hash);
@@ -152,9 +154,14 @@ static hs_status parse_root(const parser *p, json_t *root, hs_ckpt_meta *m) {
                             (long long)version, HS_CKPT_VERSION);
     m->version = (int)version;
     if (get_int(p, root, "world_size", "root", &world) != HS_OK) return p->e->code;
+    if (world < 1 || world > HS_CKPT_WORLD_MAX)
+        return bad(p, "root.world_size", "is not between 1 and 1048576");
     m->world_size = (int)world;
+    /* Optional; a time before 1970 or past the year 5000 is no save time. */
     json_t *created = json_object_get(root, "created_unix");
     m->created_unix = json_is_number(created) ? json_number_value(created) : 0;
+    if (created && (!json_is_number(created) || !(m->created_unix >= 0 && m->created_unix < 1e11)))
+        return bad(p, "root.created_unix", "is not a time in seconds since 1970");
     if (parse_state(p, root, &m->state) != HS_OK || parse_files(p, root, m) != HS_OK)
         return p->e->code;
     json_t *ta = json_object_get(root, "tensors");

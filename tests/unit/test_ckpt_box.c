@@ -118,6 +118,14 @@ static void test_box_str_prints_half_open_ranges(void **s) {
     assert_string_equal(hs_ckpt_box_str(2, off, size, buf, sizeof buf), "[3:5, 0:4]");
 }
 
+static void test_box_str_of_an_end_past_int64_prints_start_and_size(void **s) {
+    (void)s;
+    char buf[96];
+    /* a damaged metadata file's chunk is named in the error, not wrapped */
+    hs_ckpt_box_str(2, (int64_t[]){INT64_MAX - 1, 0}, (int64_t[]){2, 3}, buf, sizeof buf);
+    assert_string_equal(buf, "[9223372036854775806:+2, 0:3]");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_w2_chunks_of_5_rows_against_w4_targets_give_2_2_1_0_rows),
@@ -128,6 +136,7 @@ int main(void) {
         cmocka_unit_test(test_copy_interior_2d_block_between_column_chunks),
         cmocka_unit_test(test_copy_3d_box_with_16_bit_elements),
         cmocka_unit_test(test_box_str_prints_half_open_ranges),
+        cmocka_unit_test(test_box_str_of_an_end_past_int64_prints_start_and_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

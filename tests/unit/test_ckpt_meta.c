@@ -206,6 +206,51 @@ static void test_duplicate_tensor_names_are_rejected(void **state) {
     expect_rejected(f, "\"format\"", "\"format\"", "'w' is listed twice");
 }
 
+static void test_chunk_offset_near_int64_max_is_rejected_naming_tensor_and_dim(void **state) {
+    fixture *f = *state;
+    /* offset + size wraps negative: it used to pass as "inside [5, 3]" and
+     * then abort the load, whose rows [3, 5) were never filled */
+    expect_rejected(f, "\"offsets\":[3,0]", "\"offsets\":[9223372036854775806,0]",
+                    "dim 0: offset 9223372036854775806, size 2, extent 5");
+    expect_rejected(f, "\"offsets\":[3,0]", "\"offsets\":[3,9223372036854775807]",
+                    "outside the tensor");
+}
+
+static void test_element_count_that_wraps_to_zero_is_rejected(void **state) {
+    fixture *f = *state;
+    /* [2^32, 2^32] has 2^64 elements: an unchecked product is 0, which
+     * its zero chunks "covered" */
+    hs_ckpt_meta_add_tensor(&f->m, "huge", HS_DTYPE_F32, 2, (int64_t[]){1ll << 32, 1ll << 32});
+    expect_rejected(f, "\"format\"", "\"format\"",
+                    "tensor 'huge' float32 [4294967296, 4294967296] has more elements or bytes");
+    /* 2^62 elements fit, their 2^64 bytes do not */
+    f->m.tensors[2].shape[0] = f->m.tensors[2].shape[1] = 1ll << 31;
+    expect_rejected(f, "\"format\"", "\"format\"", "'huge' float32 [2147483648, 2147483648] has");
+}
+
+static void test_byte_offset_past_the_file_end_is_rejected_without_overflow(void **state) {
+    fixture *f = *state;
+    expect_rejected(f, "\"byte_offset\":36", "\"byte_offset\":9223372036854775800",
+                    "8 bytes at byte_offset 9223372036854775800 lie outside rank-0.bin (44 bytes)");
+    expect_rejected(f, "\"bytes\":24", "\"bytes\":-24", "rank-1.bin has -24 bytes");
+}
+
+static void test_duplicate_files_negative_state_and_bad_world_are_rejected(void **state) {
+    fixture *f = *state;
+    snprintf(f->m.files[1].name, sizeof f->m.files[1].name, "rank-0.bin");
+    expect_rejected(f, "\"format\"", "\"format\"", "rank-0.bin is listed twice");
+    snprintf(f->m.files[1].name, sizeof f->m.files[1].name, "rank-1.bin");
+    expect_rejected(f, "\"step\":7", "\"step\":-7", "negative step");
+    expect_rejected(f, "\"world_size\":2", "\"world_size\":0", "root.world_size");
+    expect_rejected(f, "\"world_size\":2", "\"world_size\":4294967298", "root.world_size");
+    expect_rejected(f, "\"created_unix\":1700000000.5", "\"created_unix\":1e300",
+                    "root.created_unix");
+    /* a duplicated chunk overlaps itself */
+    hs_ckpt_chunk *c = hs_ckpt_entry_add_chunk(&f->m.tensors[1]);
+    *c = f->m.tensors[1].chunks[0];
+    expect_rejected(f, "\"format\"", "\"format\"", "'b' [4]: two chunks overlap");
+}
+
 static void target_rows(hs_ckpt_tensor *t, float *buf, int64_t row0, int64_t rows, int64_t storage) {
     hs_ckpt_tensor_full(t, "w", HS_DTYPE_F32, 2, (int64_t[]){5, 3}, buf);
     t->offset[0] = row0;
@@ -328,6 +373,72 @@ static void test_latest_is_followed_and_a_plain_dir_is_a_usage_error(void **stat
     assert_int_equal(hs_ckpt_remove_dir(parent, &e), HS_OK);
 }
 
+static void test_metadata_of_another_step_inside_step_3_is_refused(void **state) {
+    fixture *f = *state;
+    char parent[64], step[160];
+    snprintf(parent, sizeof parent, "/tmp/hs_ckpt_parent_XXXXXX");
+    assert_non_null(mkdtemp(parent));
+    snprintf(step, sizeof step, "%s/step-3", parent); /* the metadata says step 7 */
+    assert_int_equal(rename(f->dir, step), 0);
+    hs_ckpt *c = NULL;
+    hs_error e;
+    assert_int_equal(hs_ckpt_open(step, &c, &e), HS_ERR_FORMAT);
+    assert_null(c);
+    if (!strstr(e.msg, "step-3/metadata.json: state.step is 7 but the directory is step-3"))
+        fail_msg("unexpected message: %s", e.msg);
+    assert_int_equal(hs_ckpt_write_atomic(parent, HS_CKPT_LATEST, "step-3\n", &e), HS_OK);
+    assert_int_equal(hs_ckpt_open(parent, &c, &e), HS_ERR_FORMAT); /* through latest too */
+    assert_non_null(strstr(e.msg, "state.step is 7"));
+    char seven[160];
+    snprintf(seven, sizeof seven, "%s/step-7/", parent); /* a trailing slash is the same dir */
+    assert_int_equal(rename(step, seven), 0);
+    assert_int_equal(hs_ckpt_open(seven, &c, &e), HS_OK);
+    hs_ckpt_close(c);
+    assert_int_equal(rename(seven, f->dir), 0);
+    assert_int_equal(hs_ckpt_remove_dir(parent, &e), HS_OK);
+}
+
+/* `latest` must be a small regular file naming step-<N>: a link to another
+ * file (here one holding a fake password line), binary bytes or a name
+ * with a NUL after it are refused naming the path, and the foreign bytes
+ * never appear in the message. */
+static void test_latest_that_is_a_link_or_garbage_is_refused_without_echoing_it(void **state) {
+    (void)state;
+    char parent[64], latest[128], secret[128];
+    snprintf(parent, sizeof parent, "/tmp/hs_ckpt_latest_XXXXXX");
+    assert_non_null(mkdtemp(parent));
+    snprintf(latest, sizeof latest, "%s/latest", parent);
+    snprintf(secret, sizeof secret, "%s/secret", parent);
+    FILE *fp = fopen(secret, "w");
+    fputs("root:x:0:0:root:/root:/bin/bash\n", fp);
+    fclose(fp);
+    assert_int_equal(symlink(secret, latest), 0);
+    hs_ckpt *c = NULL;
+    hs_error e;
+    char name[64];
+    bool found = true;
+    assert_int_equal(hs_ckpt_open(parent, &c, &e), HS_ERR_FORMAT);
+    if (!strstr(e.msg, latest) || !strstr(e.msg, "is a symbolic link") ||
+        !strstr(e.msg, "step-100") || strstr(e.msg, "root:"))
+        fail_msg("unexpected message: %s", e.msg);
+    assert_int_equal(unlink(latest), 0);
+    assert_int_equal(rename(secret, latest), 0); /* the same bytes as a plain file */
+    assert_int_equal(hs_ckpt_latest_read(parent, name, sizeof name, &found, &e), HS_ERR_FORMAT);
+    assert_false(found);
+    if (!strstr(e.msg, "holds 32 bytes that are not a step directory name") || strstr(e.msg, "root:"))
+        fail_msg("unexpected message: %s", e.msg);
+    write_bytes(latest, "step-3\0x\n", 9, NULL, 0);
+    assert_int_equal(hs_ckpt_latest_read(parent, name, sizeof name, &found, &e), HS_ERR_FORMAT);
+    write_bytes(latest, "step-3x\n", 8, NULL, 0); /* name-like: shown, to fix it by hand */
+    assert_int_equal(hs_ckpt_latest_read(parent, name, sizeof name, &found, &e), HS_ERR_FORMAT);
+    assert_non_null(strstr(e.msg, "names 'step-3x'"));
+    write_bytes(latest, "step-3\n", 7, NULL, 0);
+    assert_int_equal(hs_ckpt_latest_read(parent, name, sizeof name, &found, &e), HS_OK);
+    assert_true(found);
+    assert_string_equal(name, "step-3");
+    assert_int_equal(hs_ckpt_remove_dir(parent, &e), HS_OK);
+}
+
 static void test_resume_auto_in_an_empty_dir_starts_fresh(void **state) {
     (void)state;
     hs_ckpt_config cfg = {.keep_last = 2};
@@ -355,6 +466,12 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_flipped_byte_names_file_tensor_and_both_crcs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated_file_names_file_lengths_and_tensor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_latest_is_followed_and_a_plain_dir_is_a_usage_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chunk_offset_near_int64_max_is_rejected_naming_tensor_and_dim, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_element_count_that_wraps_to_zero_is_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_byte_offset_past_the_file_end_is_rejected_without_overflow, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_duplicate_files_negative_state_and_bad_world_are_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_metadata_of_another_step_inside_step_3_is_refused, setup, teardown),
+        cmocka_unit_test(test_latest_that_is_a_link_or_garbage_is_refused_without_echoing_it),
         cmocka_unit_test(test_resume_auto_in_an_empty_dir_starts_fresh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
