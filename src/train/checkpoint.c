@@ -138,8 +138,52 @@ static uint64_t compat_hash(const hs_config *c) {
     return hs_hash64(buf);
 }
 
-/* Appends "key: checkpoint X, this run Y" for each differing line. */
-static void compat_explain(const hs_config *mine, const char *step_dir, hs_error *e) {
+/* The value of `key` in compat_lines text (copied into val), or false. */
+static bool compat_value(const char *lines, const char *key, char *val, size_t cap) {
+    size_t n = strlen(key);
+    for (const char *l = lines; *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t len = nl ? (size_t)(nl - l) : strlen(l);
+        if (len > n && !strncmp(l, key, n) && l[n] == '=') {
+            snprintf(val, cap, "%.*s", (int)(len - n - 1), l + n + 1);
+            return true;
+        }
+        l += len + (nl ? 1 : 0);
+    }
+    return false;
+}
+
+/* Appends "key: checkpoint X, this run Y" for each key of `a` (the
+ * checkpoint's) whose value in `b` (this run's) differs or is absent, and
+ * each key only `b` has; returns how many. */
+static int compat_diff(const char *a, const char *b, bool a_is_ckpt, hs_error *e) {
+    int n = 0;
+    for (const char *l = a; *l;) {
+        const char *nl = strchr(l, '\n'), *eq = strchr(l, '=');
+        size_t len = nl ? (size_t)(nl - l) : strlen(l);
+        char key[128], va[256], vb[256] = "(not set)";
+        if (eq && eq < l + len) {
+            snprintf(key, sizeof key, "%.*s", (int)(eq - l), l);
+            snprintf(va, sizeof va, "%.*s", (int)(len - (size_t)(eq - l) - 1), eq + 1);
+            bool in_b = compat_value(b, key, vb, sizeof vb);
+            if (a_is_ckpt && (!in_b || strcmp(va, vb) != 0))
+                n++, hs_error_append(e, HS_ERR_CONFIG, "  %s: checkpoint %s, this run %s", key, va, vb);
+            else if (!a_is_ckpt && !in_b)
+                n++, hs_error_append(e, HS_ERR_CONFIG, "  %s: checkpoint (not set), this run %s",
+                                     key, va);
+        }
+        l += len + (nl ? 1 : 0);
+    }
+    return n;
+}
+
+/* Lists the keys that differ between the checkpoint's config.yaml and this
+ * run. config.yaml is only a copy: the hash in the metadata is what the
+ * tensors were saved with, so when config.yaml no longer hashes to it, it
+ * was edited after the save and the message says so instead of listing
+ * nothing (or differences from an edited file) without comment. */
+static void compat_explain(const hs_config *mine, const char *step_dir, uint64_t saved_hash,
+                           hs_error *e) {
     char path[HS_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.yaml", step_dir);
     hs_config saved;
@@ -155,19 +199,21 @@ static void compat_explain(const hs_config *mine, const char *step_dir, hs_error
     char a[1024], b[1024];
     compat_lines(&saved, a, sizeof a);
     compat_lines(mine, b, sizeof b);
+    uint64_t file_hash = compat_hash(&saved);
     hs_config_free(&saved);
-    for (char *sa = a, *sb = b; *sa && *sb;) {
-        char *ea = strchr(sa, '\n'), *eb = strchr(sb, '\n');
-        if (!ea || !eb) break;
-        *ea = *eb = '\0';
-        char *va = strchr(sa, '='), *vb = strchr(sb, '=');
-        if (va && vb && strcmp(sa, sb) != 0) {
-            *va = '\0';
-            hs_error_append(e, HS_ERR_CONFIG, "  %s: checkpoint %s, this run %s", sa, va + 1,
-                            vb + 1);
-        }
-        sa = ea + 1, sb = eb + 1;
-    }
+    int n = compat_diff(a, b, true, e) + compat_diff(b, a, false, e);
+    if (file_hash == saved_hash) return;
+    if (n == 0)
+        hs_error_append(e, HS_ERR_CONFIG, "  none against %s, which agrees with this run on "
+                        "every such key: it was edited after the save (its settings hash to "
+                        "0x%016llx, the metadata records 0x%016llx; layout and comments do not "
+                        "count). The tensors follow the metadata: resume with the settings the "
+                        "checkpoint was trained with, or start fresh", path,
+                        (unsigned long long)file_hash, (unsigned long long)saved_hash);
+    else
+        hs_error_append(e, HS_ERR_CONFIG, "  (against %s, which was edited after the save: its "
+                        "settings hash to 0x%016llx, the metadata records 0x%016llx)", path,
+                        (unsigned long long)file_hash, (unsigned long long)saved_hash);
 }
 
 static hs_status check_state(const hs_trainer *t, const char *path, const hs_ckpt_state *st,
@@ -181,7 +227,7 @@ static hs_status check_state(const hs_trainer *t, const char *path, const hs_ckp
                      "fresh with checkpoint.resume: none. Differences:",
                      path, (unsigned long long)st->config_hash,
                      (unsigned long long)compat_hash(cfg), path);
-        compat_explain(cfg, path, e);
+        compat_explain(cfg, path, st->config_hash, e);
         return HS_ERR_CONFIG;
     }
     if (st->step < 0)
