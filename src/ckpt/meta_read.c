@@ -69,6 +69,17 @@ static hs_status parse_state(const parser *p, json_t *root, hs_ckpt_state *s) {
     return r;
 }
 
+/* "rank-<r>.bin" with 0 <= r < world: the only names a save writes. Any
+ * other (metadata.json, config.yaml, a dot file) could alias a file of the
+ * step directory that is not a data file. */
+static bool rank_file_name(const char *s, int world) {
+    if (strncmp(s, "rank-", 5) != 0 || s[5] < '0' || s[5] > '9' || (s[5] == '0' && s[6] != '.'))
+        return false;
+    char *end = NULL;
+    long r = strtol(s + 5, &end, 10);
+    return !strcmp(end, ".bin") && r < world;
+}
+
 static hs_status parse_files(const parser *p, json_t *root, hs_ckpt_meta *m) {
     json_t *fa = json_object_get(root, "files");
     if (!json_is_array(fa)) return bad(p, "files", "is missing or not an array");
@@ -80,8 +91,9 @@ static hs_status parse_files(const parser *p, json_t *root, hs_ckpt_meta *m) {
         snprintf(w, sizeof w, "files[%d]", i);
         json_t *name = json_object_get(f, "name");
         if (!json_is_string(name) || strlen(json_string_value(name)) >= sizeof m->files[i].name ||
-            strchr(json_string_value(name), '/') || json_string_value(name)[0] == '.')
-            return bad(p, w, "has a missing or unsafe file name");
+            !rank_file_name(json_string_value(name), m->world_size))
+            return bad(p, w, "has a missing or unsafe file name (want rank-<r>.bin, r below "
+                       "world_size)");
         snprintf(m->files[i].name, sizeof m->files[i].name, "%s", json_string_value(name));
         if (get_int(p, f, "bytes", w, &m->files[i].bytes) != HS_OK) return p->e->code;
     }

@@ -251,6 +251,16 @@ static void test_duplicate_files_negative_state_and_bad_world_are_rejected(void 
     expect_rejected(f, "\"format\"", "\"format\"", "'b' [4]: two chunks overlap");
 }
 
+static void test_data_file_not_named_rank_r_bin_is_refused(void **state) {
+    fixture *f = *state;
+    /* metadata.json or config.yaml as a "data file" would alias the step
+     * directory's own files; rank-2.bin cannot come from a 2-rank save */
+    expect_rejected(f, "\"name\":\"rank-0.bin\"", "\"name\":\"metadata.json\"",
+                    "files[0] has a missing or unsafe file name (want rank-<r>.bin");
+    expect_rejected(f, "\"name\":\"rank-1.bin\"", "\"name\":\"rank-2.bin\"", "files[1]");
+    expect_rejected(f, "\"name\":\"rank-1.bin\"", "\"name\":\"rank-01.bin\"", "files[1]");
+}
+
 static void target_rows(hs_ckpt_tensor *t, float *buf, int64_t row0, int64_t rows, int64_t storage) {
     hs_ckpt_tensor_full(t, "w", HS_DTYPE_F32, 2, (int64_t[]){5, 3}, buf);
     t->offset[0] = row0;
@@ -470,6 +480,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_element_count_that_wraps_to_zero_is_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_byte_offset_past_the_file_end_is_rejected_without_overflow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_files_negative_state_and_bad_world_are_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_data_file_not_named_rank_r_bin_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metadata_of_another_step_inside_step_3_is_refused, setup, teardown),
         cmocka_unit_test(test_latest_that_is_a_link_or_garbage_is_refused_without_echoing_it),
         cmocka_unit_test(test_resume_auto_in_an_empty_dir_starts_fresh),
