@@ -194,6 +194,7 @@ static int cmp_dim0(const void *a, const void *b) {
 }
 
 static bool chunks_overlap(const hs_ckpt_entry *t, int *i_out, int *j_out) {
+    if (t->n_chunks < 2) return false; /* and t->chunks may be NULL */
     bool dim0 = true;
     for (int k = 0; k < t->n_chunks && dim0; k++)
         for (int d = 1; d < t->ndim; d++)

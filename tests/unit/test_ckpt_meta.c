@@ -261,6 +261,15 @@ static void test_data_file_not_named_rank_r_bin_is_refused(void **state) {
     expect_rejected(f, "\"name\":\"rank-1.bin\"", "\"name\":\"rank-01.bin\"", "files[1]");
 }
 
+static void test_tensor_with_no_elements_and_no_chunks_is_accepted(void **state) {
+    fixture *f = *state;
+    /* its chunk list is empty (NULL): the overlap check must not touch it */
+    hs_ckpt_meta_add_tensor(&f->m, "none", HS_DTYPE_F32, 2, (int64_t[]){0, 8});
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(parse_edited(f, "\"format\"", "\"format\"", &e), HS_OK);
+}
+
 static void target_rows(hs_ckpt_tensor *t, float *buf, int64_t row0, int64_t rows, int64_t storage) {
     hs_ckpt_tensor_full(t, "w", HS_DTYPE_F32, 2, (int64_t[]){5, 3}, buf);
     t->offset[0] = row0;
@@ -481,6 +490,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_byte_offset_past_the_file_end_is_rejected_without_overflow, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_files_negative_state_and_bad_world_are_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_data_file_not_named_rank_r_bin_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tensor_with_no_elements_and_no_chunks_is_accepted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metadata_of_another_step_inside_step_3_is_refused, setup, teardown),
         cmocka_unit_test(test_latest_that_is_a_link_or_garbage_is_refused_without_echoing_it),
         cmocka_unit_test(test_resume_auto_in_an_empty_dir_starts_fresh),
