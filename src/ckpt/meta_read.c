@@ -55,14 +55,21 @@ static hs_status get_dims(const parser *p, json_t *obj, const char *key, const c
     return HS_OK;
 }
 
+/* A count of steps or batches in the state: an integer, never negative. */
+static hs_status get_count(const parser *p, json_t *st, const char *key, int64_t *out) {
+    if (get_int(p, st, key, "state", out) != HS_OK) return p->e->code;
+    if (*out < 0)
+        return hs_error_set(p->e, HS_ERR_FORMAT, "%s: state.%s %lld is negative; the checkpoint "
+                            "is damaged (load another step)", p->path, key, (long long)*out);
+    return HS_OK;
+}
+
 static hs_status parse_state(const parser *p, json_t *root, hs_ckpt_state *s) {
     json_t *st = json_object_get(root, "state");
     if (!json_is_object(st)) return bad(p, "state", "is missing");
-    hs_status r = get_int(p, st, "step", "state", &s->step);
-    if (r == HS_OK) r = get_int(p, st, "data_position", "state", &s->data_position);
-    if (r == HS_OK) r = get_int(p, st, "optim_step", "state", &s->optim_step);
-    if (r == HS_OK && (s->step < 0 || s->data_position < 0 || s->optim_step < 0))
-        r = bad(p, "state", "has a negative step, data_position or optim_step");
+    hs_status r = get_count(p, st, "step", &s->step);
+    if (r == HS_OK) r = get_count(p, st, "data_position", &s->data_position);
+    if (r == HS_OK) r = get_count(p, st, "optim_step", &s->optim_step);
     if (r == HS_OK) r = get_hex(p, st, "rng_seed", "state", &s->rng_seed);
     if (r == HS_OK) r = get_hex(p, st, "rng_counter", "state", &s->rng_counter);
     if (r == HS_OK) r = get_hex(p, st, "config_hash", "state", &s->config_hash);

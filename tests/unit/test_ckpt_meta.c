@@ -240,7 +240,8 @@ static void test_duplicate_files_negative_state_and_bad_world_are_rejected(void 
     snprintf(f->m.files[1].name, sizeof f->m.files[1].name, "rank-0.bin");
     expect_rejected(f, "\"format\"", "\"format\"", "rank-0.bin is listed twice");
     snprintf(f->m.files[1].name, sizeof f->m.files[1].name, "rank-1.bin");
-    expect_rejected(f, "\"step\":7", "\"step\":-7", "negative step");
+    expect_rejected(f, "\"step\":7", "\"step\":-7", "state.step -7 is negative");
+    expect_rejected(f, "\"optim_step\":7", "\"optim_step\":-1", "state.optim_step -1 is negative");
     expect_rejected(f, "\"world_size\":2", "\"world_size\":0", "root.world_size");
     expect_rejected(f, "\"world_size\":2", "\"world_size\":4294967298", "root.world_size");
     expect_rejected(f, "\"created_unix\":1700000000.5", "\"created_unix\":1e300",
