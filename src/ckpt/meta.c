@@ -256,13 +256,17 @@ static hs_status check_tensor(const hs_ckpt_meta *m, const hs_ckpt_entry *t, con
             return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' has extent %lld in dim %d; "
                                 "extents are never negative, the metadata is damaged", where,
                                 t->name, (long long)t->shape[d], d);
+    /* Zero extents count as 1: a tensor with no elements must not hide
+     * others whose product overflows, since a load computes row sizes from
+     * the extents of dims 1.. and FSDP shard rows from dim 0. */
     char shape[96];
-    int64_t numel, bytes;
-    if (!box_bytes(t, t->shape, &numel, &bytes))
+    int64_t nonzero[HS_CKPT_DIMS], numel, bytes;
+    for (int d = 0; d < t->ndim; d++) nonzero[d] = t->shape[d] > 0 ? t->shape[d] : 1;
+    if (!box_bytes(t, nonzero, &numel, &bytes))
         return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' %s %s has more elements or bytes "
-                            "than a 64-bit count holds; the metadata is damaged", where, t->name,
-                            hs_dtype_name(t->dtype), hs_shape_str(t->ndim, t->shape, shape,
-                            sizeof shape));
+                            "than a 64-bit count holds (zero extents counted as 1); the metadata "
+                            "is damaged", where, t->name, hs_dtype_name(t->dtype),
+                            hs_shape_str(t->ndim, t->shape, shape, sizeof shape));
     for (int k = 0; k < t->n_chunks; k++)
         if (check_chunk(m, t, &t->chunks[k], where, e) != HS_OK) return e->code;
     return check_tiling(t, where, e);

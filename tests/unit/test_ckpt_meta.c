@@ -226,6 +226,16 @@ static void test_element_count_that_wraps_to_zero_is_rejected(void **state) {
     /* 2^62 elements fit, their 2^64 bytes do not */
     f->m.tensors[2].shape[0] = f->m.tensors[2].shape[1] = 1ll << 31;
     expect_rejected(f, "\"format\"", "\"format\"", "'huge' float32 [2147483648, 2147483648] has");
+    /* no elements, but extents no row size or shard offset can be
+     * computed from (found by fuzz_ckpt_meta: an FSDP dim-0 read of it
+     * overflowed in hs_fsdp_row_offset) */
+    f->m.tensors[2].ndim = 4;
+    memcpy(f->m.tensors[2].shape, (int64_t[]){INT64_MAX, 0, 1, INT64_MAX}, 4 * sizeof(int64_t));
+    expect_rejected(f, "\"format\"", "\"format\"",
+                    "[9223372036854775807, 0, 1, 9223372036854775807] has more elements");
+    f->m.tensors[2].ndim = 2;
+    memcpy(f->m.tensors[2].shape, (int64_t[]){0, INT64_MAX / 2}, 2 * sizeof(int64_t));
+    expect_rejected(f, "\"format\"", "\"format\"", "zero extents counted as 1");
 }
 
 static void test_byte_offset_past_the_file_end_is_rejected_without_overflow(void **state) {
