@@ -182,6 +182,18 @@ static void test_damaged_metadata_is_rejected_naming_file_and_field(void **state
     expect_rejected(f, "{\"format\"", "[{\"format\"", "not valid JSON");
 }
 
+static void test_metadata_that_is_not_json_is_refused_without_quoting_it(void **state) {
+    (void)state;
+    const char *text = "root:x:0:0:root:/root:/bin/bash\n";
+    hs_ckpt_meta m;
+    hs_error e;
+    assert_int_equal(hs_ckpt_meta_parse(text, strlen(text), "x/metadata.json", &m, &e),
+                     HS_ERR_FORMAT);
+    if (!strstr(e.msg, "x/metadata.json:1:") || !strstr(e.msg, "not valid JSON") ||
+        strstr(e.msg, "root"))
+        fail_msg("unexpected message: %s", e.msg);
+}
+
 static void test_overlapping_or_missing_chunks_are_rejected(void **state) {
     fixture *f = *state;
     /* second chunk of w starting at row 2 overlaps the first */
@@ -488,6 +500,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_metadata_round_trips_every_field, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damaged_metadata_is_rejected_naming_file_and_field, setup, teardown),
+        cmocka_unit_test(test_metadata_that_is_not_json_is_refused_without_quoting_it),
         cmocka_unit_test_setup_teardown(test_overlapping_or_missing_chunks_are_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bytes_outside_every_chunk_are_rejected_as_padding, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_tensor_names_are_rejected, setup, teardown),
