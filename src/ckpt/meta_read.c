@@ -195,15 +195,16 @@ hs_status hs_ckpt_meta_parse(const char *text, size_t len, const char *path, hs_
     memset(m, 0, sizeof *m);
     json_error_t je;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-    /* Jansson quotes the token it stopped at ("... near 'root:x'"); the
-     * file may be something other than metadata (a link to any file), so
-     * only the position is given. */
-    char *near = strstr(je.text, " near '");
-    if (!root && near) *near = '\0';
-    if (!root)
+    if (!root) {
+        /* Jansson quotes the token it stopped at ("... near 'root:x'"); the
+         * file may be something other than metadata (a link to any file),
+         * so only the position is given. */
+        char *near = strstr(je.text, " near '");
+        if (near) *near = '\0';
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s:%d:%d: not valid JSON (%s); the metadata is damaged — load an "
                             "earlier checkpoint", path, je.line, je.column, je.text);
+    }
     parser p = {path, e};
     hs_status s = json_is_object(root) ? parse_root(&p, root, m)
                                        : bad(&p, "the top level", "is not an object");
