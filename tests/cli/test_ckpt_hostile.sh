@@ -6,7 +6,8 @@
 # whose element count wraps to 0, the metadata of step 2 inside step-3/, and
 # a `latest` that links to a system file (refused without printing that
 # file). A config.yaml edited after the save to match this run no longer
-# gives an empty list of differences: it is named as edited, with both hashes.
+# gives an empty list of differences: it is named as edited, with both hashes;
+# keys only one side has (MoE against dense) are listed.
 # HS_MPI_RANKS: 2
 # HS_TEST_TIMEOUT: 120
 set -u
@@ -94,6 +95,13 @@ test_config_yaml_edited_to_match_the_run_is_named_as_edited() {
     grep -q "  model.dim: checkpoint 48, this run 64" "$work/edited2.log" \
         || fail "difference not listed: $(tail -3 "$work/edited2.log")"
     grep -q "which was edited after the save" "$work/edited2.log" || fail "edit not noted"
+    # keys only one side has (a MoE run against a dense checkpoint) are listed too
+    hs_run 1 moe train.steps=4 model.arch=moe checkpoint.resume="$work/ck/step-2" \
+        checkpoint.dir="$work/ck_m" train.out_dir="$work/out_m"
+    [ "$rc" -eq 2 ] || fail "MoE against dense: exit $rc, want 2"
+    grep -q "  model.moe.num_experts: checkpoint (not set), this run [0-9]" "$work/moe.log" \
+        || fail "MoE-only key not listed: $(tail -4 "$work/moe.log")"
+    ! grep -q "edited after the save" "$work/moe.log" || fail "an unedited config.yaml called edited"
 }
 
 test_chunk_offset_near_int64_max_is_refused_everywhere
