@@ -170,40 +170,89 @@ int hs_ckpt_find(const hs_ckpt *c, const char *name) {
 
 /* ------------------------------------------------------------ read */
 
-/* Read saved chunk k of tensor t into c->buf and check it. */
-static hs_status read_chunk(hs_ckpt *c, const hs_ckpt_entry *t, const hs_ckpt_chunk *ch,
+/* The data file of a chunk, opened on first use; `path` gets its path. */
+static hs_status chunk_file(hs_ckpt *c, const hs_ckpt_chunk *ch, char *path, size_t cap,
                             hs_error *e) {
-    char path[HS_PATH_MAX + 128], box[160];
-    snprintf(path, sizeof path, "%s/%s", c->path, c->meta.files[ch->file].name);
-    hs_ckpt_box_str(t->ndim, ch->offset, ch->size, box, sizeof box);
+    snprintf(path, cap, "%s/%s", c->path, c->meta.files[ch->file].name);
     if (c->fds[ch->file] < 0 && (c->fds[ch->file] = open(path, O_RDONLY)) < 0)
         return hs_error_set(e, HS_ERR_IO, "cannot open checkpoint data file %s: %s", path,
                             strerror(errno));
-    if ((size_t)ch->length > c->buf_cap) {
-        free(c->buf);
-        c->buf_cap = (size_t)ch->length;
-        c->buf = malloc(c->buf_cap);
-        if (!c->buf) hs_oom("reading %lld bytes of %s", (long long)ch->length, path);
-    }
+    return HS_OK;
+}
+
+/* c->buf holds at least n bytes. A chunk too large for memory is an error
+ * naming it, not an abort. */
+static hs_status chunk_buffer(hs_ckpt *c, const hs_ckpt_entry *t, const char *box, size_t n,
+                              const char *path, hs_error *e) {
+    if (n <= c->buf_cap) return HS_OK;
+    free(c->buf);
+    c->buf = malloc(n);
+    c->buf_cap = c->buf ? n : 0;
+    if (!c->buf)
+        return hs_error_set(e, HS_ERR_OOM, "cannot allocate %zu bytes to read tensor '%s' chunk "
+                            "%s from %s", n, t->name, box, path);
+    return HS_OK;
+}
+
+/* Read `n` bytes of the chunk at `done` into c->buf; short is truncation. */
+static hs_status chunk_piece(hs_ckpt *c, const hs_ckpt_entry *t, const hs_ckpt_chunk *ch,
+                             const char *box, const char *path, int64_t done, size_t n,
+                             hs_error *e) {
     int64_t got = 0;
-    if (hs_ckpt_pread_all(c->fds[ch->file], c->buf, (size_t)ch->length, ch->byte_offset, path,
-                          &got, e) != HS_OK)
+    if (hs_ckpt_pread_all(c->fds[ch->file], c->buf, n, ch->byte_offset + done, path, &got, e) !=
+        HS_OK)
         return e->code;
-    if (got != ch->length)
+    if (got != (int64_t)n)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "checkpoint data file %s is truncated: tensor '%s' chunk %s needs "
                             "bytes [%lld, %lld), the file ends at %lld; load an earlier checkpoint",
                             path, t->name, box, (long long)ch->byte_offset,
                             (long long)(ch->byte_offset + ch->length),
-                            (long long)(ch->byte_offset + got));
-    uint32_t crc = hs_crc32(0, c->buf, (size_t)ch->length);
-    if (crc != ch->crc32)
-        return hs_error_set(e, HS_ERR_FORMAT,
-                            "checkpoint data file %s is corrupted: tensor '%s' chunk %s (bytes "
-                            "[%lld, %lld)) has CRC32 0x%08x, the metadata expects 0x%08x; load an "
-                            "earlier checkpoint", path, t->name, box, (long long)ch->byte_offset,
-                            (long long)(ch->byte_offset + ch->length), crc, ch->crc32);
+                            (long long)(ch->byte_offset + done + got));
     return HS_OK;
+}
+
+static hs_status chunk_crc(const hs_ckpt_entry *t, const hs_ckpt_chunk *ch, const char *box,
+                           const char *path, uint32_t crc, hs_error *e) {
+    if (crc == ch->crc32) return HS_OK;
+    return hs_error_set(e, HS_ERR_FORMAT,
+                        "checkpoint data file %s is corrupted: tensor '%s' chunk %s (bytes "
+                        "[%lld, %lld)) has CRC32 0x%08x, the metadata expects 0x%08x; load an "
+                        "earlier checkpoint", path, t->name, box, (long long)ch->byte_offset,
+                        (long long)(ch->byte_offset + ch->length), crc, ch->crc32);
+}
+
+/* Read a saved chunk of tensor t whole into c->buf and check it. */
+static hs_status read_chunk(hs_ckpt *c, const hs_ckpt_entry *t, const hs_ckpt_chunk *ch,
+                            hs_error *e) {
+    char path[HS_PATH_MAX + 128], box[160];
+    hs_ckpt_box_str(t->ndim, ch->offset, ch->size, box, sizeof box);
+    if (chunk_file(c, ch, path, sizeof path, e) != HS_OK ||
+        chunk_buffer(c, t, box, (size_t)ch->length, path, e) != HS_OK ||
+        chunk_piece(c, t, ch, box, path, 0, (size_t)ch->length, e) != HS_OK)
+        return e->code;
+    return chunk_crc(t, ch, box, path, hs_crc32(0, c->buf, (size_t)ch->length), e);
+}
+
+/* Check a saved chunk's length and CRC32 reading it in pieces, so verify
+ * needs no memory in proportion to the largest chunk. */
+#define VERIFY_PIECE ((int64_t)16 << 20)
+
+static hs_status verify_chunk(hs_ckpt *c, const hs_ckpt_entry *t, const hs_ckpt_chunk *ch,
+                              hs_error *e) {
+    char path[HS_PATH_MAX + 128], box[160];
+    hs_ckpt_box_str(t->ndim, ch->offset, ch->size, box, sizeof box);
+    int64_t piece = ch->length < VERIFY_PIECE ? ch->length : VERIFY_PIECE;
+    if (chunk_file(c, ch, path, sizeof path, e) != HS_OK ||
+        chunk_buffer(c, t, box, (size_t)piece, path, e) != HS_OK)
+        return e->code;
+    uint32_t crc = 0;
+    for (int64_t done = 0; done < ch->length; done += piece) {
+        size_t n = (size_t)(ch->length - done < piece ? ch->length - done : piece);
+        if (chunk_piece(c, t, ch, box, path, done, n, e) != HS_OK) return e->code;
+        crc = hs_crc32(crc, c->buf, n);
+    }
+    return chunk_crc(t, ch, box, path, crc, e);
 }
 
 static hs_status check_target(const hs_ckpt *c, const hs_ckpt_tensor *tg, int *idx, hs_error *e) {
@@ -269,8 +318,8 @@ hs_status hs_ckpt_verify(hs_ckpt *c, int64_t *bytes, hs_error *e) {
     for (int i = 0; i < c->meta.n_tensors; i++)
         for (int k = 0; k < c->meta.tensors[i].n_chunks; k++) {
             const hs_ckpt_chunk *ch = &c->meta.tensors[i].chunks[k];
-            if (read_chunk(c, &c->meta.tensors[i], ch, e) != HS_OK) return e->code;
-            *bytes += ch->length;
+            if (verify_chunk(c, &c->meta.tensors[i], ch, e) != HS_OK) return e->code;
+            *bytes += ch->length; /* the checks proved the total fits */
         }
     return HS_OK;
 }

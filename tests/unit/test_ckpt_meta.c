@@ -481,6 +481,57 @@ static void test_latest_that_is_a_link_or_garbage_is_refused_without_echoing_it(
     assert_int_equal(hs_ckpt_remove_dir(parent, &e), HS_OK);
 }
 
+/* verify reads a chunk in 16 MiB pieces: an 18 MiB chunk is checked whole
+ * (CRC chained over the pieces), and damage in its second piece is found
+ * with the byte range and both CRCs, or as truncation with the file's end. */
+static void test_verify_checks_an_18_mib_chunk_piece_by_piece(void **state) {
+    (void)state;
+    char dir[64], path[128];
+    snprintf(dir, sizeof dir, "/tmp/hs_ckpt_big_XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    const int64_t n = 18 << 18, bytes = n * 4; /* 18 MiB of float32 */
+    unsigned char *data = malloc((size_t)bytes);
+    for (int64_t i = 0; i < bytes; i++) data[i] = (unsigned char)(i * 7 + (i >> 12));
+    hs_ckpt_meta m = {.version = HS_CKPT_VERSION, .world_size = 1, .n_files = 1};
+    m.files = calloc(1, sizeof(hs_ckpt_file));
+    snprintf(m.files[0].name, sizeof m.files[0].name, "rank-0.bin");
+    m.files[0].bytes = bytes;
+    int t = hs_ckpt_meta_add_tensor(&m, "big", HS_DTYPE_F32, 1, (int64_t[]){n});
+    hs_ckpt_chunk *c = hs_ckpt_entry_add_chunk(&m.tensors[t]);
+    c->size[0] = n;
+    c->length = bytes;
+    c->crc32 = hs_crc32(0, data, (size_t)bytes);
+    snprintf(path, sizeof path, "%s/rank-0.bin", dir);
+    data[17 << 20] ^= 1; /* in the second piece */
+    write_bytes(path, data, (size_t)bytes, NULL, 0);
+    snprintf(path, sizeof path, "%s/%s", dir, HS_CKPT_METADATA);
+    FILE *fp = fopen(path, "w");
+    hs_error e;
+    assert_int_equal(hs_ckpt_meta_write(&m, fp, path, &e), HS_OK);
+    fclose(fp);
+    hs_ckpt *ck = NULL;
+    int64_t verified = 0;
+    assert_int_equal(hs_ckpt_open(dir, &ck, &e), HS_OK);
+    assert_int_equal(hs_ckpt_verify(ck, &verified, &e), HS_ERR_FORMAT);
+    char want[128];
+    snprintf(want, sizeof want, "bytes [0, %lld)) has CRC32 0x%08x, the metadata expects 0x%08x",
+             (long long)bytes, hs_crc32(0, data, (size_t)bytes), c->crc32);
+    if (!strstr(e.msg, want)) fail_msg("unexpected message: %s", e.msg);
+    snprintf(path, sizeof path, "%s/rank-0.bin", dir);
+    data[17 << 20] ^= 1;
+    write_bytes(path, data, (size_t)bytes, NULL, 0);
+    assert_int_equal(hs_ckpt_verify(ck, &verified, &e), HS_OK);
+    assert_int_equal(verified, bytes);
+    assert_int_equal(truncate(path, 17 << 20), 0); /* after open: only the read sees it */
+    assert_int_equal(hs_ckpt_verify(ck, &verified, &e), HS_ERR_FORMAT);
+    if (!strstr(e.msg, "is truncated") || !strstr(e.msg, "the file ends at 17825792"))
+        fail_msg("unexpected message: %s", e.msg);
+    hs_ckpt_close(ck);
+    hs_ckpt_meta_free(&m);
+    free(data);
+    assert_int_equal(hs_ckpt_remove_dir(dir, &e), HS_OK);
+}
+
 static void test_resume_auto_in_an_empty_dir_starts_fresh(void **state) {
     (void)state;
     hs_ckpt_config cfg = {.keep_last = 2};
@@ -517,6 +568,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_tensor_with_no_elements_and_no_chunks_is_accepted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metadata_of_another_step_inside_step_3_is_refused, setup, teardown),
         cmocka_unit_test(test_latest_that_is_a_link_or_garbage_is_refused_without_echoing_it),
+        cmocka_unit_test(test_verify_checks_an_18_mib_chunk_piece_by_piece),
         cmocka_unit_test(test_resume_auto_in_an_empty_dir_starts_fresh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
