@@ -222,6 +222,13 @@ typedef struct hs_train_options {
 hs_status hs_train_run(const hs_config *cfg, const hs_topology *topo, hs_comm *comm,
                        const hs_train_options *opt, const hs_log *log, hs_error *e);
 
+/* A checkpoint's config.yaml is a copy for people and for `--ckpt`
+ * commands; the metadata's config_hash is what its tensors were saved with.
+ * HS_ERR_FORMAT naming the file and both hashes when config.yaml cannot be
+ * read or no longer hashes to `saved_hash` (it was edited after the save);
+ * a checkpoint saved without one (the ckpt library alone) passes. */
+hs_status hs_train_ckpt_config_check(const char *step_dir, uint64_t saved_hash, hs_error *e);
+
 /* Inference on trained weights (generate.c), on every rank of comm in the
  * layout cfg gives: the weights come from opt->init_from (a run's or an
  * export's model.safetensors) or from cfg->checkpoint.resume (a checkpoint

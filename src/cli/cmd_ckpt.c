@@ -40,7 +40,10 @@ static int run_inspect(const char *dir, bool verify) {
     } else {
         int64_t bytes = 0;
         double t0 = hs_now();
-        if (hs_ckpt_verify(c, &bytes, &e) != HS_OK) rc = fail(&e);
+        if (hs_ckpt_verify(c, &bytes, &e) != HS_OK ||
+            hs_train_ckpt_config_check(hs_ckpt_path(c), hs_ckpt_get_state(c)->config_hash, &e) !=
+                HS_OK)
+            rc = fail(&e);
         else
             printf("%s: all %d tensors verified (%lld bytes, CRC32 ok) in %.2f s\n",
                    hs_ckpt_path(c), hs_ckpt_num_tensors(c), (long long)bytes, hs_now() - t0);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hypershard/ckpt.h"
 #include "train/trainer.h"
@@ -214,6 +215,31 @@ static void compat_explain(const hs_config *mine, const char *step_dir, uint64_t
         hs_error_append(e, HS_ERR_CONFIG, "  (against %s, which was edited after the save: its "
                         "settings hash to 0x%016llx, the metadata records 0x%016llx)", path,
                         (unsigned long long)file_hash, (unsigned long long)saved_hash);
+}
+
+hs_status hs_train_ckpt_config_check(const char *step_dir, uint64_t saved_hash, hs_error *e) {
+    char path[HS_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/config.yaml", step_dir);
+    if (access(path, F_OK) != 0) return HS_OK; /* a checkpoint saved without a config */
+    hs_config saved;
+    hs_config_defaults(&saved);
+    hs_error e2;
+    hs_error_clear(&e2);
+    hs_status s = hs_config_load(&saved, path, NULL, 0, &e2);
+    uint64_t file_hash = s == HS_OK ? compat_hash(&saved) : 0;
+    hs_config_free(&saved);
+    if (s != HS_OK)
+        return hs_error_set(e, HS_ERR_FORMAT, "checkpoint %s: its config.yaml cannot be read: %s",
+                            step_dir, e2.msg);
+    if (file_hash != saved_hash)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "checkpoint %s: config.yaml was edited after the save: its model and "
+                            "optimizer settings hash to 0x%016llx, the metadata records "
+                            "0x%016llx, so `--ckpt` commands would build another model than the "
+                            "tensors were saved from; restore the file (the tensors and "
+                            "metadata verify on their own)",
+                            path, (unsigned long long)file_hash, (unsigned long long)saved_hash);
+    return HS_OK;
 }
 
 static hs_status check_state(const hs_trainer *t, const char *path, const hs_ckpt_state *st,

@@ -95,6 +95,11 @@ test_config_yaml_edited_to_match_the_run_is_named_as_edited() {
     grep -q "  model.dim: checkpoint 48, this run 64" "$work/edited2.log" \
         || fail "difference not listed: $(tail -3 "$work/edited2.log")"
     grep -q "which was edited after the save" "$work/edited2.log" || fail "edit not noted"
+    # ckpt verify checks config.yaml against the metadata too, not only the tensors
+    "$HS_BIN" ckpt verify "$work/edited/step-2" > "$work/edited_verify.log" 2>&1
+    [ $? -eq 1 ] || fail "verify of an edited config.yaml: want exit 1"
+    grep -q "config.yaml was edited after the save" "$work/edited_verify.log" ||
+        fail "verify does not name the edit: $(cat "$work/edited_verify.log")"
     # keys only one side has (a MoE run against a dense checkpoint) are listed too
     hs_run 1 moe train.steps=4 model.arch=moe checkpoint.resume="$work/ck/step-2" \
         checkpoint.dir="$work/ck_m" train.out_dir="$work/out_m"

@@ -433,8 +433,11 @@ def ckpt_cases():
              outputs=["out", "ck"]),
         Case(k, "resume: latest points outside the directory", resume, codes=(1, 2),
              setup=latest("../../../../etc"), want=["latest"], outputs=["out", "ck"]),
-        Case(k, "resume: config.yaml edited", resume, codes=(1, 2), setup=edit_config,
-             want=["dim"], outputs=["out", "ck"]),
+        Case(k, "verify: config.yaml edited", verify, codes=(1,), setup=edit_config,
+             want=["config.yaml", "edited"]),
+        # the run's own settings match the metadata: the tensors load as saved
+        Case(k, "resume: config.yaml edited", resume, codes=(0,), setup=edit_config,
+             outputs=["out", "ck"]),
         Case(k, "inspect: element count wraps to 0", ["ckpt", "inspect", "{box}/ck/step-2"],
              codes=(0, 1, 2), setup=meta(wrap_zero)),
     ]
