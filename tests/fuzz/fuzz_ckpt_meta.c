@@ -17,6 +17,7 @@
  * checks directly, with extents drawn from small values and from the edges
  * of int64 (2^31, 2^32, 2^62, INT64_MAX). What the check accepts must load
  * like an accepted metadata file. */
+#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,13 +29,24 @@
 
 #define MAX_DATA_BYTES (256 << 10)
 
-static char g_dir[64]; /* scratch: <g_dir>/latest and <g_dir>/step-0/ */
-static char g_step[96];
+static char g_dir[256]; /* scratch: <g_dir>/latest and <g_dir>/step-0/ */
+static char g_step[288];
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* The scratch directory goes when the run ends (libFuzzer exits through
+ * exit() at -max_total_time and -runs); a crash leaves it for the replay. */
+static void remove_scratch(void) { nftw(g_dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS); }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    snprintf(g_dir, sizeof g_dir, "/tmp/hs_fuzz_ckpt_XXXXXX");
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/hs_fuzz_ckpt_XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(g_dir)) abort();
+    atexit(remove_scratch);
     snprintf(g_step, sizeof g_step, "%s/step-0", g_dir);
     return 0;
 }
