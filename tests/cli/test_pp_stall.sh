@@ -97,7 +97,9 @@ stage_stall_ends_the_job() {
             echo "$name: $msg"
             return
         fi
-        grep -q "not arrived: world rank $rank\$" "$log" || fail "$name: $msg does not miss rank $rank"
+        # a stop in a collective: the stopped rank may have arrived before it
+        # stopped, and a peer held up behind it is then the one missing; the
+        # stopped rank is still named above (it does not answer)
         echo "$name: the stop landed in a collective ($msg); again"
     done
     fail "$sched: no stop of rank $rank landed among the pipeline hand-overs in 4 tries"
