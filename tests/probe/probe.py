@@ -645,7 +645,7 @@ def run_case(hs, fx, c, top):
             problems.append(f"prints '{f}'")
     if c.fault and detect is not None:
         rank, sig, after, limit = c.fault
-        if sig == "STOP" and detect > limit + 2 + 3:
+        if sig == "STOP" and detect > limit + 2.5:
             problems.append(f"detected {detect:.1f} s after the stop (timeout {limit} s)")
     stray = sorted(snapshot(watch) - before - {box})
     new_box = sandbox_files(box) - before_box
