@@ -156,7 +156,7 @@ static hs_status setup_make(const fsdp_bench *b, const combo *k, const hs_fsdp_d
     if (st != HS_OK) return st;
     hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
                            .max_batch = b->batch, .seq_len = b->seq, .allocate_params = false,
-                           .pool = &s->dev->device_pool};
+                           .dev = s->dev};
     st = hs_model_create(&s->cfg.model, &mo, &s->m, e);
     if (st == HS_OK)
         st = hs_fsdp_wrap_groups(&s->cfg, g, b->comm, s->dev, s->m, 1234, NULL, &s->f, e);

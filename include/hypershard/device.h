@@ -108,6 +108,21 @@ typedef struct hs_att_rows {
     int64_t gq, gk; /* gk: global position of key row k0 */
 } hs_att_rows;
 
+/* Workspace and hints an attention call may take from its caller (NULL, or
+ * any member zero: the backend does without it or allocates its own), as a
+ * GPU attention takes its workspace. scratch: hs_attention_scratch_floats
+ * (Tq, HD, threads) floats; threads: split the heads over that many
+ * threads; delta ([B, NH, Tq]): backward's per-row dO . O, computed into it
+ * unless delta_ready (the keys of one query range come in several calls);
+ * dout16: dout rounded to dt, for 16-bit products. */
+typedef struct hs_att_work {
+    float *scratch;
+    int threads;
+    float *delta;
+    bool delta_ready;
+    const void *dout16;
+} hs_att_work;
+
 /* Dimension letters: N rows, C model dim, F MLP dim, V vocabulary, B batch,
  * T time, H heads, NH/KVH query/key-value heads, HD head dim, E experts,
  * K experts per token. */
@@ -130,12 +145,13 @@ typedef struct hs_device_kernels {
 
     /* out = w * x * rstd, rstd = 1/sqrt(mean(x^2) + eps) per row, saved in
      * fp32; x in xdt, out and w in dt. Backward: dx += ..., dw (gdt; NULL
-     * when frozen) += sum over rows. */
+     * when frozen) += sum over rows; ws: hs_rmsnorm_backward_scratch(N, C)
+     * doubles of workspace for dw's partial sums, or NULL. */
     void (*rmsnorm_fwd)(hs_stream *s, void *out, float *rstd, const void *x, hs_dtype xdt,
                         const void *w, hs_dtype dt, int64_t N, int C, float eps);
     void (*rmsnorm_bwd)(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const float *dout,
                         const void *x, hs_dtype xdt, const void *w, const float *rstd,
-                        hs_dtype dt, int64_t N, int C);
+                        hs_dtype dt, int64_t N, int C, double *ws);
     /* Hugging Face rotate_half layout; tables [T, HD/2] fp32; in place on
      * x [B,T,H*HD] (dt) and on the fp32 gradient (inverse rotation). */
     void (*rope_tables)(hs_stream *s, float *cos_t, float *sin_t, int T, int HD, double theta);
@@ -149,14 +165,15 @@ typedef struct hs_device_kernels {
     void (*swiglu_bwd)(hs_stream *s, float *dgate, float *dup, bool overwrite, const float *dout,
                        const void *gate, const void *up, hs_dtype dt, int64_t n);
     /* Causal GQA with scale 1/sqrt(HD) on the rows of r; lse [B, NH, Tq]
-     * fp32; out in odt. Backward accumulates dq, dk, dv (fp32). */
+     * fp32; out in odt. Backward accumulates dq, dk, dv (fp32). w: NULL or
+     * the caller's workspace (hs_att_work). */
     void (*attention_fwd)(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
                           const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
-                          int HD, const hs_att_rows *r);
+                          int HD, const hs_att_rows *r, const hs_att_work *w);
     void (*attention_bwd)(hs_stream *s, float *dq, float *dk, float *dv, const float *dout,
                           const void *out, hs_dtype odt, const void *q, const void *k,
                           const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
-                          int HD, const hs_att_rows *r);
+                          int HD, const hs_att_rows *r, const hs_att_work *w);
     /* Softmax cross-entropy: *loss = sum over rows with target >= 0 of
      * logsumexp - logit[target] (fp64), *valid those rows; dlogits (may
      * alias logits; NULL: loss only) = (softmax - onehot) * scale, 0 on
@@ -239,6 +256,63 @@ static inline void hs_device_memset(hs_stream *s, void *p, int value, size_t byt
     s->dev->ops->memset(s, p, value, bytes);
 }
 static inline void hs_device_synchronize(hs_device *d) { d->ops->synchronize(d); }
+
+/* The tensor-level entries of d's table on its default stream, in the
+ * argument order of tensor/'s calls, for the layers above the seam. */
+static inline void hs_dev_gemm(hs_device *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                               float alpha, const void *A, hs_dtype a_dt, int64_t lda,
+                               const void *B, hs_dtype b_dt, int64_t ldb, float beta, void *C,
+                               hs_dtype c_dt, int64_t ldc)
+{
+    hs_gemm_shape g = {.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K, .alpha = alpha,
+                       .beta = beta, .a_dt = a_dt, .b_dt = b_dt, .c_dt = c_dt, .lda = lda,
+                       .ldb = ldb, .ldc = ldc};
+    d->k->gemm(d->stream, C, A, B, &g);
+}
+static inline void hs_dev_convert(hs_device *d, void *dst, hs_dtype dst_dt, const void *src,
+                                  hs_dtype src_dt, int64_t n)
+{
+    d->k->convert(d->stream, dst, dst_dt, src, src_dt, n);
+}
+static inline void hs_dev_convert_scaled(hs_device *d, float *dst, const void *src,
+                                         hs_dtype src_dt, float a, int64_t n)
+{
+    d->k->convert_scaled(d->stream, dst, src, src_dt, a, n);
+}
+static inline void hs_dev_fill(hs_device *d, float *x, int64_t n, float v)
+{
+    d->k->fill(d->stream, x, v, n);
+}
+static inline void hs_dev_axpy(hs_device *d, float *y, float a, const float *x, int64_t n)
+{
+    d->k->axpy(d->stream, y, x, a, n);
+}
+static inline void hs_dev_scale(hs_device *d, float *x, float a, int64_t n)
+{
+    d->k->scale(d->stream, x, a, n);
+}
+static inline void hs_dev_add(hs_device *d, float *y, const float *x, int64_t n)
+{
+    d->k->add(d->stream, y, x, n);
+}
+static inline double hs_dev_sumsq(hs_device *d, const float *x, int64_t n)
+{
+    double s = 0.0;
+    d->k->sumsq(d->stream, &s, x, n);
+    return s;
+}
+/* hs_xent_forward_backward through the table: the loss, *valid (may be
+ * NULL) the rows used. */
+static inline double hs_dev_xent(hs_device *d, float *dlogits, const float *logits,
+                                 const int32_t *targets, int64_t N, int V, float scale,
+                                 int64_t *valid)
+{
+    double loss = 0.0;
+    int64_t used = 0;
+    d->k->xent(d->stream, &loss, &used, dlogits, logits, targets, N, V, scale);
+    if (valid) *valid = used;
+    return loss;
+}
 
 /* Streams and events; creation aborts (hs_oom) only when memory runs out. */
 hs_stream *hs_stream_create(hs_device *d);

@@ -38,6 +38,7 @@
 
 #include "hypershard/base.h"
 #include "hypershard/config.h"
+#include "hypershard/device.h"
 #include "hypershard/tensor.h"
 
 #define HS_FQN_MAX 128
@@ -221,7 +222,11 @@ typedef struct hs_model_options {
     int seq_len;                   /* T */
     bool activation_checkpointing;
     bool allocate_params;          /* single process: model owns data/grad */
-    hs_pool *pool;                 /* activations (and params if allocated) */
+    /* The device the model computes on: every kernel goes through its
+     * table (dev->k) on its default stream, and the activations (and the
+     * params if allocated) come from its device pool. NULL: a cpu device of
+     * the model's own. Must outlive the model. */
+    hs_device *dev;
     /* Unit boundaries (FSDP2 MixedPrecisionPolicy, docs/model.md "Unit
      * boundaries"). All zero: no cast anywhere, every activation in
      * compute_dtype. cast_unit_outputs: every unit's outputs are cast to

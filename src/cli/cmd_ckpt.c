@@ -96,11 +96,9 @@ static hs_status export_run(const char *dir, const char *out, hs_dtype dt, hs_er
             fclose(probe);
     }
     if (s == HS_OK) s = hs_config_load(&cfg, path, NULL, 0, e);
-    hs_pool pool;
-    hs_pool_init(&pool, "ckpt-export");
     hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
                            .max_batch = 1, .seq_len = cfg.train.seq_len > 0 ? cfg.train.seq_len : 1,
-                           .allocate_params = false, .pool = &pool};
+                           .allocate_params = false};
     if (s == HS_OK) s = hs_model_create(&cfg.model, &mo, &x.model, e);
     if (s == HS_OK)
         s = hs_cli_hf_out_check("--safetensors", out, hs_model_param_count(x.model), dt, e);

@@ -10,15 +10,13 @@
 
 /* A model that owns full fp32 weights, for moving tensors in and out. */
 typedef struct held_model {
-    hs_pool pool;
     hs_model *m;
 } held_model;
 
 static hs_status held_create(held_model *h, const hs_model_config *mc, int seq_len, hs_error *e) {
-    hs_pool_init(&h->pool, "export");
     hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
                            .max_batch = 1, .seq_len = seq_len > 0 ? seq_len : 1,
-                           .allocate_params = true, .pool = &h->pool};
+                           .allocate_params = true};
     return hs_model_create(mc, &mo, &h->m, e);
 }
 

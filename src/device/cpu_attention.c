@@ -358,8 +358,10 @@ void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */
     }
 }
 
-/* The table's entries: one thread, scratch for this row range, and
- * backward's delta from the forward's output. */
+/* The table's entries: the caller's workspace (hs_att_work) where it gives
+ * one, else scratch for this row range on one thread and backward's delta
+ * from the forward's output. A whole sequence with the caller's scratch
+ * goes to the threaded whole-sequence kernels. */
 static float *rows_scratch(const hs_att_rows *r, int HD) {
     int64_t n = scratch_floats(att_rows(r->nq), att_keys(r->nk), HD);
     float *s = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
@@ -367,24 +369,40 @@ static float *rows_scratch(const hs_att_rows *r, int HD) {
     return s;
 }
 
+static bool whole(const hs_att_rows *r) {
+    return r->Tq == r->Tk && r->q0 == 0 && r->nq == r->Tq && r->k0 == 0 && r->nk == r->Tk &&
+           r->gq == r->gk;
+}
+
 void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
                           const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
-                          int HD, const hs_att_rows *r) {
-    float *scratch = rows_scratch(r, HD);
-    hs_attention_forward_rows(out, odt, lse, q, k, v, dt, scratch, B, NH, KVH, HD, r);
-    free(scratch);
+                          int HD, const hs_att_rows *r, const hs_att_work *w) {
+    float *scratch = w && w->scratch ? w->scratch : rows_scratch(r, HD);
+    if (w && w->scratch && whole(r) && odt == dt)
+        hs_attention_forward(out, lse, q, k, v, dt, scratch, w->threads > 1 ? w->threads : 1, B,
+                             r->Tq, NH, KVH, HD);
+    else
+        hs_attention_forward_rows(out, odt, lse, q, k, v, dt, scratch, B, NH, KVH, HD, r);
+    if (!(w && w->scratch)) free(scratch);
 }
 
 void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const float *dout,
                           const void *out, hs_dtype odt, const void *q, const void *k,
                           const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
-                          int HD, const hs_att_rows *r) {
-    float *scratch = rows_scratch(r, HD);
-    float *delta = malloc((size_t)((int64_t)B * NH * r->Tq + 1) * sizeof(float));
+                          int HD, const hs_att_rows *r, const hs_att_work *w) {
+    float *scratch = w && w->scratch ? w->scratch : rows_scratch(r, HD);
+    float *delta = w && w->delta ? w->delta
+                                 : malloc((size_t)((int64_t)B * NH * r->Tq + 1) * sizeof(float));
     if (delta == NULL) hs_oom("attention: cannot allocate %d x %d x %d deltas", B, NH, r->Tq);
-    hs_attention_delta(delta, dout, out, odt, B, r->Tq, NH, HD);
-    hs_attention_backward_rows(dq, dk, dv, dout, NULL, q, k, v, lse, delta, dt, scratch, B, NH,
-                               KVH, HD, r);
-    free(delta);
-    free(scratch);
+    if (!(w && w->delta && w->delta_ready))
+        hs_attention_delta(delta, dout, out, odt, B, r->Tq, NH, HD);
+    const void *dout16 = w ? w->dout16 : NULL;
+    if (w && w->scratch && whole(r))
+        hs_attention_backward(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch,
+                              w->threads > 1 ? w->threads : 1, B, r->Tq, NH, KVH, HD);
+    else
+        hs_attention_backward_rows(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, B,
+                                   NH, KVH, HD, r);
+    if (!(w && w->delta)) free(delta);
+    if (!(w && w->scratch)) free(scratch);
 }

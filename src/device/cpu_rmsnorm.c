@@ -63,7 +63,7 @@ void hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
                          const float *dout /* N,C */, const void *x /* N,C */,
                          const void *w /* C */, const float *rstd /* N */, hs_dtype dt, int64_t N,
                          int C) {
-    hs_cpu_rmsnorm_bwd(NULL, dx, dw, gdt, dout, x, dt, w, rstd, dt, N, C);
+    hs_cpu_rmsnorm_bwd(NULL, dx, dw, gdt, dout, x, dt, w, rstd, dt, N, C, NULL);
 }
 
 void hs_cpu_rmsnorm_fwd(hs_stream *s, void *out, float *rstd, const void *x, hs_dtype xdt,
@@ -71,10 +71,14 @@ void hs_cpu_rmsnorm_fwd(hs_stream *s, void *out, float *rstd, const void *x, hs_
     hs_rmsnorm_forward_x(out, rstd, x, xdt, w, dt, N, C, eps);
 }
 
-/* With its own scratch for dw's partial sums. */
+/* With the caller's workspace for dw's partial sums, or its own. */
 void hs_cpu_rmsnorm_bwd(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const float *dout,
                         const void *x, hs_dtype xdt, const void *w, const float *rstd,
-                        hs_dtype dt, int64_t N, int C) {
+                        hs_dtype dt, int64_t N, int C, double *ws) {
+    if (ws || !dw) {
+        hs_rmsnorm_backward_x(dx, dw, gdt, dout, x, xdt, w, rstd, dt, N, C, ws);
+        return;
+    }
     double *part = dw ? malloc((size_t)hs_rmsnorm_backward_scratch(N, C) * sizeof(double)) : NULL;
     if (dw && !part)
         hs_oom("rmsnorm backward: cannot allocate %lld doubles",

@@ -24,7 +24,7 @@ void hs_ref_rmsnorm_fwd(hs_stream *s, void *out, float *rstd, const void *x, hs_
                         const void *w, hs_dtype dt, int64_t N, int C, float eps);
 void hs_ref_rmsnorm_bwd(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const float *dout,
                         const void *x, hs_dtype xdt, const void *w, const float *rstd,
-                        hs_dtype dt, int64_t N, int C);
+                        hs_dtype dt, int64_t N, int C, double *ws);
 void hs_ref_rope_tables(hs_stream *s, float *cos_t, float *sin_t, int T, int HD, double theta);
 void hs_ref_rope_fwd(hs_stream *s, void *x, hs_dtype dt, const float *cos_t, const float *sin_t,
                      int B, int T, int H, int HD);
@@ -47,11 +47,11 @@ void hs_ref_embedding_bwd(hs_stream *s, void *dwte, hs_dtype gdt, const float *d
 
 void hs_ref_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
                           const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
-                          int HD, const hs_att_rows *r);
+                          int HD, const hs_att_rows *r, const hs_att_work *w);
 void hs_ref_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const float *dout,
                           const void *out, hs_dtype odt, const void *q, const void *k,
                           const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
-                          int HD, const hs_att_rows *r);
+                          int HD, const hs_att_rows *r, const hs_att_work *w);
 
 void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, const float *logits,
                       int64_t N, int E, int K, bool renorm);

@@ -43,7 +43,7 @@ static double *score_row(const hs_att_rows *r)
 
 void hs_ref_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
                           const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
-                          int HD, const hs_att_rows *r)
+                          int HD, const hs_att_rows *r, const hs_att_work *w)
 {
     double *p = score_row(r);
     for (int b = 0; b < B; b++)
@@ -69,7 +69,7 @@ void hs_ref_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, con
 void hs_ref_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const float *dout,
                           const void *out, hs_dtype odt, const void *q, const void *k,
                           const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
-                          int HD, const hs_att_rows *r)
+                          int HD, const hs_att_rows *r, const hs_att_work *w)
 {
     double *p = score_row(r), sc = 1.0 / sqrt((double)HD);
     for (int b = 0; b < B; b++)

@@ -22,7 +22,7 @@ void hs_ref_rmsnorm_fwd(hs_stream *s, void *out, float *rstd, const void *x, hs_
 /* dx_i = r w_i dy_i - x_i r^3 / C * sum_j(w_j dy_j x_j); dw_i = sum_n dy_i x_i r */
 void hs_ref_rmsnorm_bwd(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const float *dout,
                         const void *x, hs_dtype xdt, const void *w, const float *rstd,
-                        hs_dtype dt, int64_t N, int C)
+                        hs_dtype dt, int64_t N, int C, double *ws)
 {
     for (int c = 0; dw && c < C; c++) {
         double acc = 0.0;

@@ -33,25 +33,29 @@ static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_a
     int64_t N = (int64_t)B * T;
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
     hs_tp_norm_enter(m, a->ln1, a->rstd1, x, xdt, bp->ln1->data, N);
-    hs_linear_forward(a->q, a->ln1, bp->wq->data, dt, N, C, qd, 0);
-    hs_linear_forward(a->k, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
-    hs_linear_forward(a->v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
-    hs_rope_forward(a->q, dt, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
-    hs_rope_forward(a->k, dt, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
+    hs_linear_forward(m->dev, a->q, a->ln1, bp->wq->data, dt, N, C, qd, 0);
+    hs_linear_forward(m->dev, a->k, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
+    hs_linear_forward(m->dev, a->v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
+    m->k->rope_fwd(m->s, a->q, dt, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
+    m->k->rope_fwd(m->s, a->k, dt, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
     if (m->cp_on)
         hs_cp_attention_forward(m, a, B, T);
-    else
-        hs_attention_forward(a->atty, a->lse, a->q, a->k, a->v, dt, m->att_scratch,
-                             m->att_threads, B, T, m->NH, m->KVH, m->HD);
+    else {
+        hs_att_rows r = hs_att_rows_all(T);
+        hs_att_work w = {.scratch = m->att_scratch, .threads = m->att_threads};
+        m->k->attention_fwd(m->s, a->atty, dt, a->lse, a->q, a->k, a->v, dt, B, m->NH, m->KVH,
+                            m->HD, &r, &w);
+    }
     if (m->tp_on) { /* row-parallel: partial sums, reduced, then the residual */
-        hs_linear_forward_to(m->tp_part, HS_DTYPE_F32, a->atty, bp->wo->data, dt, N, qd, C, 0);
+        hs_linear_forward_to(m->dev, m->tp_part, HS_DTYPE_F32, a->atty, bp->wo->data, dt, N, qd, C,
+                             0);
         hs_tp_exit_add(m, a->x_mid, rdt, x, xdt, N);
         return;
     }
     /* Residual folded into the GEMM (beta = 1): one rounding for the sum.
      * xdt differs from rdt only when rdt is fp32, so the copy is exact. */
-    hs_convert(a->x_mid, rdt, x, xdt, N * C);
-    hs_linear_forward_to(a->x_mid, rdt, a->atty, bp->wo->data, dt, N, qd, C, 1);
+    hs_dev_convert(m->dev, a->x_mid, rdt, x, xdt, N * C);
+    hs_linear_forward_to(m->dev, a->x_mid, rdt, a->atty, bp->wo->data, dt, N, qd, C, 1);
 }
 
 /* x_out (in rdt, the block's residual dtype) = x_mid + mlp(ln2). */
@@ -60,16 +64,17 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
     hs_dtype dt = m->dt;
     int C = m->C;
     if (!m->moe) {
-        hs_linear_forward(a->gate, a->ln2, bp->wg->data, dt, N, C, m->F, 0);
-        hs_linear_forward(a->up, a->ln2, bp->wu->data, dt, N, C, m->F, 0);
-        hs_swiglu_forward(a->h, a->gate, a->up, dt, N * m->F);
+        hs_linear_forward(m->dev, a->gate, a->ln2, bp->wg->data, dt, N, C, m->F, 0);
+        hs_linear_forward(m->dev, a->up, a->ln2, bp->wu->data, dt, N, C, m->F, 0);
+        m->k->swiglu_fwd(m->s, a->h, a->gate, a->up, dt, N * m->F);
         if (m->tp_on) {
-            hs_linear_forward_to(m->tp_part, HS_DTYPE_F32, a->h, bp->wd->data, dt, N, m->F, C, 0);
+            hs_linear_forward_to(m->dev, m->tp_part, HS_DTYPE_F32, a->h, bp->wd->data, dt, N, m->F,
+                                 C, 0);
             hs_tp_exit_add(m, x_out, rdt, a->x_mid, rdt, N);
             return;
         }
         copy_dt(x_out, a->x_mid, rdt, N * C);
-        hs_linear_forward_to(x_out, rdt, a->h, bp->wd->data, dt, N, m->F, C, 1);
+        hs_linear_forward_to(m->dev, x_out, rdt, a->h, bp->wd->data, dt, N, m->F, C, 1);
         return;
     }
     /* The MoE layer is token-wise: under sequence parallel each TP rank
@@ -93,10 +98,10 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
 
 /* The block input as the block reads it: cast to the compute dtype into
  * a->x_cast (cast_forward_inputs), or as it is stored. */
-static const void *block_input(hs_block_acts *a, hs_unit_boundary *b, const void *x_in,
+static const void *block_input(hs_model *m, hs_block_acts *a, hs_unit_boundary *b, const void *x_in,
                                int64_t n) {
     if (b->input_read == b->input_stored) return x_in;
-    hs_convert(a->x_cast, b->input_read, x_in, b->input_stored, n);
+    hs_dev_convert(m->dev, a->x_cast, b->input_read, x_in, b->input_stored, n);
     b->forward_casts++;
     return a->x_cast;
 }
@@ -107,16 +112,16 @@ void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in
     hs_unit_boundary *b = &m->bnd[bp->unit];
     hs_dtype rdt = b->output_computed;
     int64_t N = (int64_t)B * T, Nl = hs_tp_local_rows(m, N);
-    attention_forward(m, bp, a, block_input(a, b, x_in, Nl * m->C), b->input_read, rdt, B, T);
+    attention_forward(m, bp, a, block_input(m, a, b, x_in, Nl * m->C), b->input_read, rdt, B, T);
     if (m->moe && m->sp) /* the MoE layer runs on the local rows */
-        hs_rmsnorm_forward_x(a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, m->dt, Nl, m->C,
-                             (float)m->cfg.norm_eps);
+        m->k->rmsnorm_fwd(m->s, a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, m->dt, Nl, m->C,
+                          (float)m->cfg.norm_eps);
     else
         hs_tp_norm_enter(m, a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, N);
     bool cast_out = b->output_stored != rdt;
     mlp_forward(m, bp, a, cast_out ? m->out_tmp : x_out, rdt, N, hooks, count_aux);
     if (!cast_out) return;
-    hs_convert(x_out, b->output_stored, m->out_tmp, rdt, Nl * m->C);
+    hs_dev_convert(m->dev, x_out, b->output_stored, m->out_tmp, rdt, Nl * m->C);
     b->forward_casts++;
 }
 
@@ -138,8 +143,8 @@ static hs_moe_grads moe_grads(const hs_block_params *bp) {
 static void dense_backward(hs_model *m, float *dx, bool overwrite_dx, hs_param *w,
                            const float *dout, const void *x, int64_t N, int IC, int OC) {
     bool store = w->grad && w->grad_unset;
-    hs_linear_backward_ex(dx, overwrite_dx, w->grad, store, w->grad_dtype, dout, m->dout16, x,
-                          w->data, m->dt, N, IC, OC);
+    hs_linear_backward_ex(m->dev, dx, overwrite_dx, w->grad, store, w->grad_dtype, dout, m->dout16,
+                          x, w->data, m->dt, N, IC, OC);
     if (w->grad) w->grad_unset = false;
 }
 
@@ -161,7 +166,7 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
     }
     const float *dout = hs_tp_exit_grad(m, N);
     dense_backward(m, m->dh, true, bp->wd, dout, a->h, N, F, C);
-    hs_swiglu_backward_ex(m->dg, m->du, true, m->dh, a->gate, a->up, dt, N * F);
+    m->k->swiglu_bwd(m->s, m->dg, m->du, true, m->dh, a->gate, a->up, dt, N * F);
     dense_backward(m, m->dln, true, bp->wg, m->dg, a->ln2, N, C, F);
     dense_backward(m, m->dln, false, bp->wu, m->du, a->ln2, N, C, F);
     return hs_tp_enter_grad(m, m->dln, N);
@@ -183,20 +188,23 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
     else {
         /* datt rounded once for the 16-bit products (m->dout16 is free
          * until the q/k/v projections' backward) */
-        if (m->dout16) hs_convert(m->dout16, dt, m->datt, HS_DTYPE_F32, N * qd);
-        hs_attention_delta(m->att_delta, m->datt, a->atty, dt, B, T, m->NH, m->HD);
-        hs_attention_backward(m->dq, m->dk, m->dv, m->datt, m->dout16, a->q, a->k, a->v, a->lse,
-                              m->att_delta, dt, m->att_scratch, m->att_threads, B, T, m->NH,
-                              m->KVH, m->HD);
+        if (m->dout16) hs_dev_convert(m->dev, m->dout16, dt, m->datt, HS_DTYPE_F32, N * qd);
+        hs_att_rows r = hs_att_rows_all(T);
+        hs_att_work w = {.scratch = m->att_scratch,
+                         .threads = m->att_threads,
+                         .delta = m->att_delta,
+                         .dout16 = m->dout16};
+        m->k->attention_bwd(m->s, m->dq, m->dk, m->dv, m->datt, a->atty, dt, a->q, a->k, a->v,
+                            a->lse, dt, B, m->NH, m->KVH, m->HD, &r, &w);
     }
-    hs_rope_backward(m->dq, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
-    hs_rope_backward(m->dk, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
+    m->k->rope_bwd(m->s, m->dq, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
+    m->k->rope_bwd(m->s, m->dk, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
     dense_backward(m, m->dln, true, bp->wq, m->dq, a->ln1, N, C, qd);
     dense_backward(m, m->dln, false, bp->wk, m->dk, a->ln1, N, C, kvd);
     dense_backward(m, m->dln, false, bp->wv, m->dv, a->ln1, N, C, kvd);
     const float *dln = hs_tp_enter_grad(m, m->dln, N);
-    hs_rmsnorm_backward_x(m->dres, bp->ln1->grad, bp->ln1->grad_dtype, dln, x, xdt, bp->ln1->data,
-                          a->rstd1, dt, hs_tp_local_rows(m, N), C, m->norm_part);
+    m->k->rmsnorm_bwd(m->s, m->dres, bp->ln1->grad, bp->ln1->grad_dtype, dln, x, xdt, bp->ln1->data,
+                      a->rstd1, dt, hs_tp_local_rows(m, N), C, m->norm_part);
 }
 
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
@@ -214,9 +222,8 @@ void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_i
     const float *dln = mlp_backward(m, bp, a, N, hooks, aux_g);
     /* The residual gradient passes through unchanged, so the norm's input
      * gradient accumulates straight into it. */
-    hs_rmsnorm_backward_x(m->dres, bp->ln2->grad, bp->ln2->grad_dtype, dln, a->x_mid,
-                          b->output_computed, bp->ln2->data, a->rstd2, m->dt, Nl, m->C,
-                          m->norm_part);
+    m->k->rmsnorm_bwd(m->s, m->dres, bp->ln2->grad, bp->ln2->grad_dtype, dln, a->x_mid,
+                      b->output_computed, bp->ln2->data, a->rstd2, m->dt, Nl, m->C, m->norm_part);
     bool cast_in = b->input_read != b->input_stored;
     attention_backward(m, bp, a, cast_in ? a->x_cast : x_in, b->input_read, B, T);
     if (!cast_in) return;

@@ -39,6 +39,23 @@ static hs_att_rows chunk_rows(const hs_model *m, int T, int c, int Tk, int k0, i
                          .gq = hs_cp_global_position(m->cp, m->cp_rank, T, c * C), .gk = gk};
 }
 
+/* Attention on the rows of r through the device's table, with the model's
+ * scratch; backward's per-row D goes to m->att_delta on the first call over
+ * the local rows (delta_ready false) and is reused by the later ones. */
+static void att_fwd(hs_model *m, void *out, hs_dtype odt, float *lse, const hs_block_acts *a,
+                    const void *k, const void *v, int B, const hs_att_rows *r) {
+    hs_att_work w = {.scratch = m->att_scratch, .threads = 1};
+    m->k->attention_fwd(m->s, out, odt, lse, a->q, k, v, m->dt, B, m->NH, m->KVH, m->HD, r, &w);
+}
+
+static void att_bwd(hs_model *m, float *dk, float *dv, const hs_block_acts *a, const void *k,
+                    const void *v, int B, const hs_att_rows *r, bool delta_ready) {
+    hs_att_work w = {
+        .scratch = m->att_scratch, .threads = 1, .delta = m->att_delta, .delta_ready = delta_ready};
+    m->k->attention_bwd(m->s, m->dq, dk, dv, m->datt, a->atty, m->dt, a->q, k, v, a->lse, m->dt, B,
+                        m->NH, m->KVH, m->HD, r, &w);
+}
+
 static void gather_kv(hs_model *m, const hs_block_acts *a, int B, int T) {
     int64_t kvd = (int64_t)m->KVH * m->HD, n = (int64_t)B * T * kvd;
     size_t es = hs_dtype_size(m->dt);
@@ -56,8 +73,7 @@ static void allgather_forward(hs_model *m, hs_block_acts *a, int B, int T) {
     int Tw = T * m->cp;
     for (int c = 0; c < 2; c++) {
         hs_att_rows r = chunk_rows(m, T, c, Tw, 0, Tw, 0);
-        hs_attention_forward_rows(a->atty, m->dt, a->lse, a->q, m->kf, m->vf, m->dt,
-                                  m->att_scratch, B, m->NH, m->KVH, m->HD, &r);
+        att_fwd(m, a->atty, m->dt, a->lse, a, m->kf, m->vf, B, &r);
     }
 }
 
@@ -67,12 +83,9 @@ static void allgather_backward(hs_model *m, hs_block_acts *a, int B, int T) {
     int64_t kvd = (int64_t)m->KVH * m->HD, n = (int64_t)B * T * kvd;
     memset(m->dkf, 0, (size_t)(n * m->cp) * sizeof(float));
     memset(m->dvf, 0, (size_t)(n * m->cp) * sizeof(float));
-    hs_attention_delta(m->att_delta, m->datt, a->atty, m->dt, B, T, m->NH, m->HD);
     for (int c = 0; c < 2; c++) {
         hs_att_rows r = chunk_rows(m, T, c, Tw, 0, Tw, 0);
-        hs_attention_backward_rows(m->dq, m->dkf, m->dvf, m->datt, NULL, a->q, m->kf, m->vf,
-                                   a->lse, m->att_delta, m->dt, m->att_scratch, B, m->NH, m->KVH,
-                                   m->HD, &r);
+        att_bwd(m, m->dkf, m->dvf, a, m->kf, m->vf, B, &r, c > 0);
     }
     const hs_model_ops *o = m->ops;
     hs_cp_whole_to_blocks(m->cp_fstage, m->dkf, m->cp, B, T, kvd, sizeof(float));
@@ -132,14 +145,13 @@ static void ring_forward(hs_model *m, hs_block_acts *a, int B, int T) {
         hs_att_rows r[4];
         ring_pairs(m, T, src, r);
         for (int k = 0; k < 4; k++) {
-            hs_attention_forward_rows(m->ring_bout, HS_DTYPE_F32, m->ring_blse, a->q, cur,
-                                      (const char *)cur + (size_t)n * es, m->dt, m->att_scratch,
-                                      B, m->NH, m->KVH, m->HD, &r[k]);
+            att_fwd(m, m->ring_bout, HS_DTYPE_F32, m->ring_blse, a, cur,
+                    (const char *)cur + (size_t)n * es, B, &r[k]);
             ring_merge(m, B, T, &r[k]);
         }
         if (step) o->cp_ring_wait(o->cp_ctx, step);
     }
-    hs_convert(a->atty, m->dt, m->ring_out, HS_DTYPE_F32, (int64_t)B * T * q);
+    hs_dev_convert(m->dev, a->atty, m->dt, m->ring_out, HS_DTYPE_F32, (int64_t)B * T * q);
     memcpy(a->lse, m->ring_lse, (size_t)((int64_t)B * m->NH * T) * sizeof(float));
 }
 
@@ -147,7 +159,6 @@ static void ring_backward(hs_model *m, hs_block_acts *a, int B, int T) {
     const hs_model_ops *o = m->ops;
     int64_t kvd = (int64_t)m->KVH * m->HD, n = (int64_t)B * T * kvd;
     size_t es = hs_dtype_size(m->dt);
-    hs_attention_delta(m->att_delta, m->datt, a->atty, m->dt, B, T, m->NH, m->HD);
     ring_own_block(m, a, m->ring_kv[0], n);
     memset(m->ring_dkv[0], 0, (size_t)(2 * n) * sizeof(float));
     for (int s = 0; s < m->cp; s++) {
@@ -160,9 +171,8 @@ static void ring_backward(hs_model *m, hs_block_acts *a, int B, int T) {
         hs_att_rows r[4];
         ring_pairs(m, T, src, r);
         for (int k = 0; k < 4; k++)
-            hs_attention_backward_rows(m->dq, dcur, dcur + n, m->datt, NULL, a->q, cur,
-                                       (const char *)cur + (size_t)n * es, a->lse, m->att_delta,
-                                       m->dt, m->att_scratch, B, m->NH, m->KVH, m->HD, &r[k]);
+            att_bwd(m, dcur, dcur + n, a, cur, (const char *)cur + (size_t)n * es, B, &r[k],
+                    s > 0 || k > 0);
         if (step) o->cp_ring_wait(o->cp_ctx, step);
         /* the accumulators move on with their block; the last move brings
          * every rank its own rows' dK/dV */

@@ -14,8 +14,8 @@ static int64_t local_row_numel(const hs_param *p) {
 }
 
 /* Elements [first, first + n) of the global tensor, normal or ones. */
-static void init_span(const hs_param *p, uint64_t seed, uint64_t stream, int64_t first, int64_t n,
-                      char *dst, hs_dtype dt) {
+static void init_span(hs_device *d, const hs_param *p, uint64_t seed, uint64_t stream,
+                      int64_t first, int64_t n, char *dst, hs_dtype dt) {
     float buf[INIT_CHUNK];
     for (int64_t i = 0; i < n; i += INIT_CHUNK) {
         int64_t k = n - i < INIT_CHUNK ? n - i : INIT_CHUNK;
@@ -23,7 +23,7 @@ static void init_span(const hs_param *p, uint64_t seed, uint64_t stream, int64_t
             hs_fill_f32(buf, k, 1.0f);
         else
             hs_rng_fill_normal(buf, k, seed, stream, first + i, 0.0f, p->init_std);
-        hs_convert(dst + (size_t)i * hs_dtype_size(dt), dt, buf, HS_DTYPE_F32, k);
+        hs_dev_convert(d, dst + (size_t)i * hs_dtype_size(dt), dt, buf, HS_DTYPE_F32, k);
     }
 }
 
@@ -33,7 +33,6 @@ static void init_span(const hs_param *p, uint64_t seed, uint64_t stream, int64_t
  * global tensor unless dim 1 is split, when each of its dim-1 slices is. */
 void hs_model_init_param_rows(const hs_model *m, const hs_param *p, uint64_t seed, void *dst,
                               hs_dtype dt, int64_t row_start, int64_t rows) {
-    (void)m;
     HS_ASSERT(row_start >= 0 && rows >= 0 && row_start + rows <= p->local_shape[0]);
     uint64_t stream = hs_hash64(p->fqn);
     int64_t lrn = local_row_numel(p), grn = 1, inner = 1;
@@ -42,12 +41,12 @@ void hs_model_init_param_rows(const hs_model *m, const hs_param *p, uint64_t see
     bool col_split = p->ndim > 1 && p->local_shape[1] != p->shape[1];
     int64_t g0 = p->local_offset[0] + row_start;
     if (!col_split) {
-        init_span(p, seed, stream, g0 * grn, rows * lrn, dst, dt);
+        init_span(m->dev, p, seed, stream, g0 * grn, rows * lrn, dst, dt);
         return;
     }
     size_t es = hs_dtype_size(dt);
     for (int64_t r = 0; r < rows; r++)
-        init_span(p, seed, stream, (g0 + r) * grn + p->local_offset[1] * inner, lrn,
+        init_span(m->dev, p, seed, stream, (g0 + r) * grn + p->local_offset[1] * inner, lrn,
                   (char *)dst + (size_t)(r * lrn) * es, dt);
 }
 

@@ -30,15 +30,17 @@
 
 /* ----------------------------------------------------------------- linear */
 
-/* out = x @ w^T (+ out when accumulate): w is nn.Linear [OC, IC]. */
-void hs_linear_forward(void *out /* N,OC */, const void *x /* N,IC */, const void *w /* OC,IC */,
-                       hs_dtype dt, int64_t N, int IC, int OC, int accumulate);
+/* On device d's table (gemm, convert). out = x @ w^T (+ out when
+ * accumulate): w is nn.Linear [OC, IC]. */
+void hs_linear_forward(hs_device *d, void *out /* N,OC */, const void *x /* N,IC */,
+                       const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC,
+                       int accumulate);
 /* The same with out in its own dtype odt (a residual wider than dt). */
-void hs_linear_forward_to(void *out /* N,OC */, hs_dtype odt, const void *x /* N,IC */,
-                          const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC,
-                          int accumulate);
+void hs_linear_forward_to(hs_device *d, void *out /* N,OC */, hs_dtype odt,
+                          const void *x /* N,IC */, const void *w /* OC,IC */, hs_dtype dt,
+                          int64_t N, int IC, int OC, int accumulate);
 /* dx += dout @ w; dw += dout^T @ x (dw in gdt, skipped when NULL). */
-void hs_linear_backward(float *dx /* N,IC */, void *dw /* OC,IC */, hs_dtype gdt,
+void hs_linear_backward(hs_device *d, float *dx /* N,IC */, void *dw /* OC,IC */, hs_dtype gdt,
                         const float *dout /* N,OC */, const void *x /* N,IC */,
                         const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC);
 /* The same, with two savings for the model's own layers: dout rounded to
@@ -47,9 +49,9 @@ void hs_linear_backward(float *dx /* N,IC */, void *dw /* OC,IC */, hs_dtype gdt
  * hs_linear_backward); and dx or dw overwritten, not accumulated, when
  * overwrite_dx / overwrite_dw (their only or first contribution: no zero
  * fill first). */
-void hs_linear_backward_ex(float *dx /* N,IC */, bool overwrite_dx, void *dw /* OC,IC */,
-                           bool overwrite_dw, hs_dtype gdt, const float *dout /* N,OC */,
-                           void *dout16, const void *x /* N,IC */, const void *w /* OC,IC */,
-                           hs_dtype dt, int64_t N, int IC, int OC);
+void hs_linear_backward_ex(hs_device *d, float *dx /* N,IC */, bool overwrite_dx,
+                           void *dw /* OC,IC */, bool overwrite_dw, hs_dtype gdt,
+                           const float *dout /* N,OC */, void *dout16, const void *x /* N,IC */,
+                           const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC);
 
 #endif

@@ -174,7 +174,7 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
     if (m->moe) {
         a->moe_out = buf(m, BT * m->C, dt);
         a->moe_mem = raw(m, hs_moe_act_bytes(&m->moe_shapes, dt));
-        if (a->moe_mem) hs_moe_act_bind(&a->moe, &m->moe_shapes, dt, a->moe_mem);
+        if (a->moe_mem) hs_moe_act_bind(&a->moe, m->dev, &m->moe_shapes, dt, a->moe_mem);
         a->moe.ep = m->ep > 1 ? &m->moe_ep : NULL;
         if (m->ep > 1 && m->opt.count_buffers) count(m, ep_rows_bytes(m, true));
         a->moe.ep_x.pool = a->moe.ep_h1.pool = a->moe.ep_h3.pool = a->moe.ep_y.pool = m->pool;
@@ -301,7 +301,7 @@ static void buffers_alloc(hs_model *m) {
     }
     m->cos_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     m->sin_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
-    if (m->cos_t) hs_rope_tables(m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);
+    if (m->cos_t) m->k->rope_tables(m->s, m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);
     m->rope_cos = m->cos_t, m->rope_sin = m->sin_t;
     if (m->cp_on) {
         int64_t nkv = (int64_t)m->opt.max_batch * T * kv;
@@ -428,8 +428,13 @@ hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *op
     if (!m) return hs_error_set(e, HS_ERR_OOM, "model: cannot allocate the model struct");
     m->cfg = *cfg;
     m->opt = *opt;
-    hs_pool_init(&m->own_pool, "model");
-    m->pool = opt->pool ? opt->pool : &m->own_pool;
+    m->dev = opt->dev;
+    if (!m->dev && hs_device_create(HS_DEVICE_CPU, NULL, &m->own_dev, e) != HS_OK) {
+        free(m);
+        return e->code;
+    }
+    if (!m->dev) m->dev = m->own_dev;
+    m->k = m->dev->k, m->s = m->dev->stream, m->pool = &m->dev->device_pool;
     dims_set(m);
     if (hs_model_registry_build(m, e) != HS_OK || hs_model_boundary_plan(m, e) != HS_OK) {
         hs_model_free(m);
@@ -476,6 +481,7 @@ void hs_model_free(hs_model *m) {
     hs_model_registry_free(m);
     free(m->bnd);
     free(m->layer_of);
+    hs_device_free(m->own_dev);
     free(m);
 }
 

@@ -67,8 +67,11 @@ typedef struct hs_act_slot {
 struct hs_model {
     hs_model_config cfg;
     hs_model_options opt;
-    hs_pool own_pool; /* used when opt.pool is NULL */
-    hs_pool *pool;
+    hs_device *own_dev; /* created when opt.dev is NULL */
+    hs_device *dev;
+    const hs_device_kernels *k; /* dev->k */
+    hs_stream *s;               /* dev->stream */
+    hs_pool *pool;              /* &dev->device_pool */
     hs_dtype dt;
     /* NH, KVH, F, V are this TP rank's local counts (the global ones
      * without TP); NHg, KVHg, Fg, Vg the global ones the registry uses. */

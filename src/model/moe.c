@@ -69,12 +69,14 @@ size_t hs_moe_act_bytes(const hs_moe_shapes *s, hs_dtype dt)
     return act_layout(&a, s, dt, NULL);
 }
 
-void hs_moe_act_bind(hs_moe_act *act, const hs_moe_shapes *s, hs_dtype dt, void *mem)
+void hs_moe_act_bind(hs_moe_act *act, hs_device *dev, const hs_moe_shapes *s, hs_dtype dt,
+                     void *mem)
 {
     shapes_check(s);
     HS_ASSERT(mem != NULL && ((uintptr_t)mem % HS_ALIGN) == 0);
     memset(act, 0, sizeof(*act));
     act->cap = *s;
+    act->dev = dev;
     act->dt = dt;
     act->out_dt = dt;
     act_layout(act, s, dt, mem);
@@ -141,7 +143,7 @@ static void experts_forward(hs_moe_act *act, const hs_moe_weights *w, moe_scratc
         hs_moe_ep_forward(act, w, m->xg);
         return;
     }
-    hs_moe_rows r = {act->cap.E, act->offset, m->xg, act->h1, act->h3, act->y};
+    hs_moe_rows r = {act->dev, act->cap.E, act->offset, m->xg, act->h1, act->h3, act->y};
     hs_moe_experts_forward(&r, w, m->a, act->dt, act->cap.C, act->cap.F);
 }
 
@@ -154,9 +156,9 @@ static void expert_output_cast(const hs_moe_act *act, float *row)
     if (act->out_dt == act->dt || act->out_dt == HS_DTYPE_F32) return;
     for (int64_t r = 0; r < (int64_t)act->BT * act->cap.K; r++) {
         void *y = hs_moe_at(act->y, act->dt, r * C);
-        hs_convert(row, HS_DTYPE_F32, y, act->dt, C);
+        hs_dev_convert(act->dev, row, HS_DTYPE_F32, y, act->dt, C);
         hs_round_f32(row, act->out_dt, C);
-        hs_convert(y, act->dt, row, HS_DTYPE_F32, C);
+        hs_dev_convert(act->dev, y, act->dt, row, HS_DTYPE_F32, C);
     }
 }
 
@@ -166,9 +168,9 @@ static void combine(float *acc, float *row, const hs_moe_act *act)
     const int C = act->cap.C, K = act->cap.K;
     memset(acc, 0, (size_t)act->BT * (size_t)C * sizeof(float));
     for (int64_t pr = 0; pr < (int64_t)act->BT * K; pr++) {
-        hs_convert(row, HS_DTYPE_F32, hs_moe_at(act->y, act->dt, (int64_t)act->pair_row[pr] * C),
-                   act->dt, C);
-        hs_axpy_f32(acc + (pr / K) * C, act->weight[pr], row, C);
+        hs_dev_convert(act->dev, row, HS_DTYPE_F32,
+                       hs_moe_at(act->y, act->dt, (int64_t)act->pair_row[pr] * C), act->dt, C);
+        hs_dev_axpy(act->dev, acc + (pr / K) * C, act->weight[pr], row, C);
     }
 }
 
@@ -186,9 +188,9 @@ void hs_moe_forward(void *out, hs_moe_act *act, const void *x, const hs_moe_weig
     expert_output_cast(act, m.row);
     combine(m.acc, m.row, act);
     if (s->FS > 0)
-        hs_moe_swiglu_forward(m.acc, HS_DTYPE_F32, 1.0f, act->sh1, act->sh3, m.a, x, w->sh_gate,
-                              w->sh_up, w->sh_down, act->dt, BT, s->C, s->FS);
-    hs_convert(out, act->dt, m.acc, HS_DTYPE_F32, (int64_t)BT * s->C);
+        hs_moe_swiglu_forward(act->dev, m.acc, HS_DTYPE_F32, 1.0f, act->sh1, act->sh3, m.a, x,
+                              w->sh_gate, w->sh_up, w->sh_down, act->dt, BT, s->C, s->FS);
+    hs_dev_convert(act->dev, out, act->dt, m.acc, HS_DTYPE_F32, (int64_t)BT * s->C);
 }
 
 /* dyg[row of (t,k)] = weight[t,k] * dout[t]; dw[t,k] = dout[t] . y[row]. */
@@ -199,7 +201,8 @@ static void combine_backward(moe_scratch *m, const float *dout, const hs_moe_act
         int64_t r = act->pair_row[pr];
         const float *g = dout + (pr / K) * C;
         float *dy = m->dyg + r * C, wt = act->weight[pr];
-        hs_convert(m->row, HS_DTYPE_F32, hs_moe_at(act->y, act->dt, r * C), act->dt, C);
+        hs_dev_convert(act->dev, m->row, HS_DTYPE_F32, hs_moe_at(act->y, act->dt, r * C), act->dt,
+                       C);
         float dot = 0.0f;
         for (int c = 0; c < C; c++) {
             dy[c] = wt * g[c];
@@ -216,7 +219,7 @@ static void experts_backward(const hs_moe_grads *gr, const hs_moe_act *act,
         hs_moe_ep_backward(act, gr, w, m->dyg);
         return;
     }
-    hs_moe_rows r = {act->cap.E, act->offset, m->xg, act->h1, act->h3, act->y};
+    hs_moe_rows r = {act->dev, act->cap.E, act->offset, m->xg, act->h1, act->h3, act->y};
     hs_moe_experts_backward(&r, m->dyg, gr, w, m->a, m->dh1, m->dh3, act->dt, act->cap.C,
                             act->cap.F);
 }
@@ -235,10 +238,10 @@ void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr,
     experts_backward(gr, act, w, &m);
     /* Scatter-add in grouped order: fixed for a given routing. */
     for (int64_t r = 0; r < (int64_t)act->BT * K; r++)
-        hs_add_f32(dx + (act->row_pair[r] / K) * C, m.dyg + r * C, C);
+        hs_dev_add(act->dev, dx + (act->row_pair[r] / K) * C, m.dyg + r * C, C);
     if (s->FS > 0)
-        hs_moe_swiglu_backward(dx, 1.0f, gr->sh_gate, gr->sh_up, gr->sh_down, gr->dt, dout, x,
-                               act->sh1, act->sh3, w->sh_gate, w->sh_up, w->sh_down, act->dt, m.a,
-                               m.dh1, m.dh3, act->BT, C, s->FS);
+        hs_moe_swiglu_backward(act->dev, dx, 1.0f, gr->sh_gate, gr->sh_up, gr->sh_down, gr->dt,
+                               dout, x, act->sh1, act->sh3, w->sh_gate, w->sh_up, w->sh_down,
+                               act->dt, m.a, m.dh1, m.dh3, act->BT, C, s->FS);
     hs_moe_route_backward(dx, gr->gate, gr->dt, m.dw, aux_grad, act, x, w->gate, m.dp);
 }

@@ -63,6 +63,7 @@
 
 #include "hypershard/base.h"
 #include "hypershard/config.h"
+#include "hypershard/device.h"
 #include "hypershard/model.h"
 #include "hypershard/tensor.h"
 
@@ -133,6 +134,7 @@ typedef struct hs_moe_ep {
  * 0, then 1, ...), and y receives the outputs back in grouped order. */
 typedef struct hs_moe_act {
     hs_moe_shapes cap; /* the shapes it was laid out for (BT = capacity) */
+    hs_device *dev;    /* computes on this device's table */
     hs_dtype dt;       /* compute dtype */
     hs_dtype out_dt;   /* the expert unit's output dtype (dt unless
                         * output_dtype is set): y is cast to it in forward,
@@ -162,7 +164,8 @@ size_t hs_moe_act_bytes(const hs_moe_shapes *s, hs_dtype dt);
 /* Lay act out over `mem` (64-byte aligned, hs_moe_act_bytes(s, dt) long).
  * With s->ep > 1, set act->ep and the pool of act's ep_* grow buffers (the
  * received rows) before the first forward. */
-void hs_moe_act_bind(hs_moe_act *act, const hs_moe_shapes *s, hs_dtype dt, void *mem);
+void hs_moe_act_bind(hs_moe_act *act, hs_device *dev, const hs_moe_shapes *s, hs_dtype dt,
+                     void *mem);
 /* Free the expert-parallel rows act grew (none without EP). */
 void hs_moe_act_release(hs_moe_act *act);
 /* Bytes of scratch hs_moe_forward and hs_moe_backward need (the larger). */
@@ -229,6 +232,7 @@ void hs_moe_dispatch_gather(void *xg, const void *x, const hs_moe_act *act);
 /* Rows grouped by expert for n experts of a weight set: expert e owns rows
  * [offset[e], offset[e+1]) of x, h1, h3 and y. */
 typedef struct hs_moe_rows {
+    hs_device *dev;
     int n;
     const int32_t *offset;
     const void *x;
@@ -257,17 +261,17 @@ void hs_moe_ep_free(hs_moe_ep *ep);
 
 /* One SwiGLU expert over n rows: h1 = xin @ w1^T, h3 = xin @ w3^T (dt),
  * a = silu(h1) * h3 (dt, scratch), y = beta * y + a @ w2^T (y in y_dt). */
-void hs_moe_swiglu_forward(void *y, hs_dtype y_dt, float beta, void *h1, void *h3, void *a,
-                           const void *xin, const void *w1, const void *w3, const void *w2,
+void hs_moe_swiglu_forward(hs_device *d, void *y, hs_dtype y_dt, float beta, void *h1, void *h3,
+                           void *a, const void *xin, const void *w1, const void *w3, const void *w2,
                            hs_dtype dt, int64_t n, int C, int F);
 /* dxin = dxin_beta * dxin + (gradient w.r.t. xin) (fp32 [n, C]); dxin may
  * be dy itself (dy is dead by then). dw1/dw3/dw2 += (in gdt; NULL skips).
  * Scratch: a (dt [n, F]), dh1 and dh3 (fp32 [n, F]). */
-void hs_moe_swiglu_backward(float *dxin, float dxin_beta, void *dw1, void *dw3, void *dw2,
-                            hs_dtype gdt, const float *dy, const void *xin, const void *h1,
-                            const void *h3, const void *w1, const void *w3, const void *w2,
-                            hs_dtype dt, void *a, float *dh1, float *dh3, int64_t n, int C,
-                            int F);
+void hs_moe_swiglu_backward(hs_device *d, float *dxin, float dxin_beta, void *dw1, void *dw3,
+                            void *dw2, hs_dtype gdt, const float *dy, const void *xin,
+                            const void *h1, const void *h3, const void *w1, const void *w3,
+                            const void *w2, hs_dtype dt, void *a, float *dh1, float *dh3, int64_t n,
+                            int C, int F);
 
 /* Element i of a buffer of dtype dt. */
 static inline void *hs_moe_at(const void *p, hs_dtype dt, int64_t i)

@@ -120,7 +120,7 @@ void hs_moe_ep_forward(hs_moe_act *act, const hs_moe_weights *w, const void *xg)
     void *a = hs_moe_grow_to(&ep->a, (size_t)R * (size_t)F * es);
     ops->ep_all_to_allv(ops->ep_ctx, stage, recv, xg, send, dt);
     reorder(x, stage, act, row_bytes, true);
-    hs_moe_rows r = {act->cap.EL, act->ep_off, x, h1, h3, y};
+    hs_moe_rows r = {act->dev, act->cap.EL, act->ep_off, x, h1, h3, y};
     hs_moe_experts_forward(&r, w, a, dt, C, F);
     reorder(stage, y, act, row_bytes, false);
     ops->ep_all_to_allv(ops->ep_ctx, act->y, send, stage, recv, dt);
@@ -144,8 +144,8 @@ void hs_moe_ep_backward(const hs_moe_act *act, const hs_moe_grads *gr, const hs_
     float *dh3 = hs_moe_grow_to(&ep->dh3, (size_t)R * (size_t)F * sizeof(float));
     ops->ep_all_to_allv(ops->ep_ctx, stage, recv, dyg, send, HS_DTYPE_F32);
     reorder(dy, stage, act, row_bytes, true);
-    hs_moe_rows r = {act->cap.EL, act->ep_off, act->ep_x.p, act->ep_h1.p, act->ep_h3.p,
-                     act->ep_y.p};
+    hs_moe_rows r = {act->dev,     act->cap.EL,  act->ep_off, act->ep_x.p,
+                     act->ep_h1.p, act->ep_h3.p, act->ep_y.p};
     hs_moe_experts_backward(&r, dy, gr, w, a, dh1, dh3, dt, C, F);
     reorder(stage, dy, act, row_bytes, false);
     ops->ep_all_to_allv(ops->ep_ctx, dyg, send, stage, recv, HS_DTYPE_F32);

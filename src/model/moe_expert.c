@@ -15,38 +15,39 @@
 static float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
 
 /* a = silu(h1) * h3 over n elements, all in dt. */
-static void swiglu_act(void *a, const void *h1, const void *h3, hs_dtype dt, int64_t n)
+static void swiglu_act(hs_device *d, void *a, const void *h1, const void *h3, hs_dtype dt,
+                       int64_t n)
 {
     float g[CHUNK], u[CHUNK];
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
         int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        hs_convert(g, HS_DTYPE_F32, hs_moe_at(h1, dt, i0), dt, m);
-        hs_convert(u, HS_DTYPE_F32, hs_moe_at(h3, dt, i0), dt, m);
+        hs_dev_convert(d, g, HS_DTYPE_F32, hs_moe_at(h1, dt, i0), dt, m);
+        hs_dev_convert(d, u, HS_DTYPE_F32, hs_moe_at(h3, dt, i0), dt, m);
         for (int64_t i = 0; i < m; i++) g[i] = g[i] * sigmoidf(g[i]) * u[i];
-        hs_convert(hs_moe_at(a, dt, i0), dt, g, HS_DTYPE_F32, m);
+        hs_dev_convert(d, hs_moe_at(a, dt, i0), dt, g, HS_DTYPE_F32, m);
     }
 }
 
-void hs_moe_swiglu_forward(void *y, hs_dtype y_dt, float beta, void *h1, void *h3, void *a,
-                           const void *xin, const void *w1, const void *w3, const void *w2,
+void hs_moe_swiglu_forward(hs_device *d, void *y, hs_dtype y_dt, float beta, void *h1, void *h3,
+                           void *a, const void *xin, const void *w1, const void *w3, const void *w2,
                            hs_dtype dt, int64_t n, int C, int F)
 {
     if (n == 0) return;
-    hs_gemm_ex(false, true, n, F, C, 1.0f, xin, dt, C, w1, dt, C, 0.0f, h1, dt, F);
-    hs_gemm_ex(false, true, n, F, C, 1.0f, xin, dt, C, w3, dt, C, 0.0f, h3, dt, F);
-    swiglu_act(a, h1, h3, dt, n * F);
-    hs_gemm_ex(false, true, n, C, F, 1.0f, a, dt, F, w2, dt, F, beta, y, y_dt, C);
+    hs_dev_gemm(d, false, true, n, F, C, 1.0f, xin, dt, C, w1, dt, C, 0.0f, h1, dt, F);
+    hs_dev_gemm(d, false, true, n, F, C, 1.0f, xin, dt, C, w3, dt, C, 0.0f, h3, dt, F);
+    swiglu_act(d, a, h1, h3, dt, n * F);
+    hs_dev_gemm(d, false, true, n, C, F, 1.0f, a, dt, F, w2, dt, F, beta, y, y_dt, C);
 }
 
 /* On entry dh1 holds d loss / d a; on exit dh1 = d/d h1, dh3 = d/d h3. */
-static void swiglu_act_backward(float *dh1, float *dh3, const void *h1, const void *h3,
-                                hs_dtype dt, int64_t n)
+static void swiglu_act_backward(hs_device *d, float *dh1, float *dh3, const void *h1,
+                                const void *h3, hs_dtype dt, int64_t n)
 {
     float g[CHUNK], u[CHUNK];
     for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
         int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        hs_convert(g, HS_DTYPE_F32, hs_moe_at(h1, dt, i0), dt, m);
-        hs_convert(u, HS_DTYPE_F32, hs_moe_at(h3, dt, i0), dt, m);
+        hs_dev_convert(d, g, HS_DTYPE_F32, hs_moe_at(h1, dt, i0), dt, m);
+        hs_dev_convert(d, u, HS_DTYPE_F32, hs_moe_at(h3, dt, i0), dt, m);
         for (int64_t i = 0; i < m; i++) {
             float da = dh1[i0 + i], s = sigmoidf(g[i]);
             dh1[i0 + i] = da * u[i] * s * (1.0f + g[i] * (1.0f - s));
@@ -55,23 +56,23 @@ static void swiglu_act_backward(float *dh1, float *dh3, const void *h1, const vo
     }
 }
 
-void hs_moe_swiglu_backward(float *dxin, float dxin_beta, void *dw1, void *dw3, void *dw2,
-                            hs_dtype gdt, const float *dy, const void *xin, const void *h1,
-                            const void *h3, const void *w1, const void *w3, const void *w2,
-                            hs_dtype dt, void *a, float *dh1, float *dh3, int64_t n, int C,
-                            int F)
+void hs_moe_swiglu_backward(hs_device *d, float *dxin, float dxin_beta, void *dw1, void *dw3,
+                            void *dw2, hs_dtype gdt, const float *dy, const void *xin,
+                            const void *h1, const void *h3, const void *w1, const void *w3,
+                            const void *w2, hs_dtype dt, void *a, float *dh1, float *dh3, int64_t n,
+                            int C, int F)
 {
     if (n == 0) return;
     const hs_dtype f32 = HS_DTYPE_F32;
-    swiglu_act(a, h1, h3, dt, n * F);
-    hs_gemm_ex(false, false, n, F, C, 1.0f, dy, f32, C, w2, dt, F, 0.0f, dh1, f32, F);
-    if (dw2) hs_gemm_ex(true, false, C, F, n, 1.0f, dy, f32, C, a, dt, F, 1.0f, dw2, gdt, F);
-    swiglu_act_backward(dh1, dh3, h1, h3, dt, n * F);
+    swiglu_act(d, a, h1, h3, dt, n * F);
+    hs_dev_gemm(d, false, false, n, F, C, 1.0f, dy, f32, C, w2, dt, F, 0.0f, dh1, f32, F);
+    if (dw2) hs_dev_gemm(d, true, false, C, F, n, 1.0f, dy, f32, C, a, dt, F, 1.0f, dw2, gdt, F);
+    swiglu_act_backward(d, dh1, dh3, h1, h3, dt, n * F);
     /* dy is dead from here on, so dxin may alias it. */
-    hs_gemm_ex(false, false, n, C, F, 1.0f, dh1, f32, F, w1, dt, C, dxin_beta, dxin, f32, C);
-    hs_gemm_ex(false, false, n, C, F, 1.0f, dh3, f32, F, w3, dt, C, 1.0f, dxin, f32, C);
-    if (dw1) hs_gemm_ex(true, false, F, C, n, 1.0f, dh1, f32, F, xin, dt, C, 1.0f, dw1, gdt, C);
-    if (dw3) hs_gemm_ex(true, false, F, C, n, 1.0f, dh3, f32, F, xin, dt, C, 1.0f, dw3, gdt, C);
+    hs_dev_gemm(d, false, false, n, C, F, 1.0f, dh1, f32, F, w1, dt, C, dxin_beta, dxin, f32, C);
+    hs_dev_gemm(d, false, false, n, C, F, 1.0f, dh3, f32, F, w3, dt, C, 1.0f, dxin, f32, C);
+    if (dw1) hs_dev_gemm(d, true, false, F, C, n, 1.0f, dh1, f32, F, xin, dt, C, 1.0f, dw1, gdt, C);
+    if (dw3) hs_dev_gemm(d, true, false, F, C, n, 1.0f, dh3, f32, F, xin, dt, C, 1.0f, dw3, gdt, C);
 }
 
 void hs_moe_experts_forward(const hs_moe_rows *r, const hs_moe_weights *w, void *a, hs_dtype dt,
@@ -80,10 +81,11 @@ void hs_moe_experts_forward(const hs_moe_rows *r, const hs_moe_weights *w, void 
     for (int e = 0; e < r->n; e++) {
         int64_t r0 = r->offset[e], n = r->offset[e + 1] - r0;
         int64_t wo = (int64_t)e * F * C;
-        hs_moe_swiglu_forward(hs_moe_at(r->y, dt, r0 * C), dt, 0.0f, hs_moe_at(r->h1, dt, r0 * F),
-                              hs_moe_at(r->h3, dt, r0 * F), hs_moe_at(a, dt, r0 * F),
-                              hs_moe_at(r->x, dt, r0 * C), hs_moe_at(w->w1, dt, wo),
-                              hs_moe_at(w->w3, dt, wo), hs_moe_at(w->w2, dt, wo), dt, n, C, F);
+        hs_moe_swiglu_forward(r->dev, hs_moe_at(r->y, dt, r0 * C), dt, 0.0f,
+                              hs_moe_at(r->h1, dt, r0 * F), hs_moe_at(r->h3, dt, r0 * F),
+                              hs_moe_at(a, dt, r0 * F), hs_moe_at(r->x, dt, r0 * C),
+                              hs_moe_at(w->w1, dt, wo), hs_moe_at(w->w3, dt, wo),
+                              hs_moe_at(w->w2, dt, wo), dt, n, C, F);
     }
 }
 
@@ -101,11 +103,11 @@ void hs_moe_experts_backward(const hs_moe_rows *r, float *dy, const hs_moe_grads
         int64_t r0 = r->offset[e], n = r->offset[e + 1] - r0;
         int64_t wo = (int64_t)e * F * C;
         float *d = dy + r0 * C;
-        hs_moe_swiglu_backward(d, 0.0f, grad_slice(gr->w1, gdt, wo), grad_slice(gr->w3, gdt, wo),
-                               grad_slice(gr->w2, gdt, wo), gdt, d, hs_moe_at(r->x, dt, r0 * C),
-                               hs_moe_at(r->h1, dt, r0 * F), hs_moe_at(r->h3, dt, r0 * F),
-                               hs_moe_at(w->w1, dt, wo), hs_moe_at(w->w3, dt, wo),
-                               hs_moe_at(w->w2, dt, wo), dt, hs_moe_at(a, dt, r0 * F),
-                               dh1 + r0 * F, dh3 + r0 * F, n, C, F);
+        hs_moe_swiglu_backward(r->dev, d, 0.0f, grad_slice(gr->w1, gdt, wo),
+                               grad_slice(gr->w3, gdt, wo), grad_slice(gr->w2, gdt, wo), gdt, d,
+                               hs_moe_at(r->x, dt, r0 * C), hs_moe_at(r->h1, dt, r0 * F),
+                               hs_moe_at(r->h3, dt, r0 * F), hs_moe_at(w->w1, dt, wo),
+                               hs_moe_at(w->w3, dt, wo), hs_moe_at(w->w2, dt, wo), dt,
+                               hs_moe_at(a, dt, r0 * F), dh1 + r0 * F, dh3 + r0 * F, n, C, F);
     }
 }

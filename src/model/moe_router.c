@@ -47,8 +47,8 @@ void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int 
 {
     const int C = act->cap.C, E = act->cap.E, K = act->cap.K;
     const hs_dtype dt = act->dt;
-    hs_gemm_ex(false, true, BT, E, C, 1.0f, x, dt, C, gate, dt, C, 0.0f, act->probs,
-               HS_DTYPE_F32, E);
+    hs_dev_gemm(act->dev, false, true, BT, E, C, 1.0f, x, dt, C, gate, dt, C, 0.0f, act->probs,
+                HS_DTYPE_F32, E);
     memset(act->count, 0, (size_t)E * sizeof(int64_t));
     memset(act->prob_sum, 0, (size_t)E * sizeof(double));
     for (int64_t t = 0; t < BT; t++) {
@@ -96,9 +96,9 @@ void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw
         for (int e = 0; e < E; e++) g[e] = aux_grad ? aux_grad[e] : 0.0f;
         route_token_backward(g, act->probs + t * E, act->sel + t * K, dw + t * K, E, K);
     }
-    hs_gemm_ex(false, false, BT, C, E, 1.0f, dp, HS_DTYPE_F32, E, gate, act->dt, C, 1.0f, dx,
-               HS_DTYPE_F32, C);
+    hs_dev_gemm(act->dev, false, false, BT, C, E, 1.0f, dp, HS_DTYPE_F32, E, gate, act->dt, C, 1.0f,
+                dx, HS_DTYPE_F32, C);
     if (dgate)
-        hs_gemm_ex(true, false, E, C, BT, 1.0f, dp, HS_DTYPE_F32, E, x, act->dt, C, 1.0f, dgate,
-                   gdt, C);
+        hs_dev_gemm(act->dev, true, false, E, C, BT, 1.0f, dp, HS_DTYPE_F32, E, x, act->dt, C, 1.0f,
+                    dgate, gdt, C);
 }

@@ -107,7 +107,7 @@ static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *
     } else if (m->tp_on) {
         hs_tp_embedding_forward(m, b->tokens, N);
     } else {
-        hs_embedding_forward(m->resid[0], b->tokens, m->embed->data, m->dt, N, m->C);
+        m->k->embedding_fwd(m->s, m->resid[0], b->tokens, m->embed->data, m->dt, N, m->C);
     }
     if (m->moe) hs_moe_aux_reset(&m->aux);
     /* The earlier chunks' statistics of this micro-batch, to add ours to. */
@@ -138,8 +138,8 @@ static void final_norm_forward(hs_model *m, int64_t N) {
 /* logits [rows, V] fp32 = lnf[r0 : r0+rows] @ head^T, cast to the root's
  * output dtype (held in fp32: the loss reads it in fp32). */
 static void head_logits(hs_model *m, float *logits, int64_t r0, int64_t rows) {
-    hs_gemm_ex(false, true, rows, m->V, m->C, 1.0f, hs_cat(m->lnf, m->dt, r0 * m->C), m->dt, m->C,
-               m->head->data, m->dt, m->C, 0.0f, logits, HS_DTYPE_F32, m->V);
+    hs_dev_gemm(m->dev, false, true, rows, m->V, m->C, 1.0f, hs_cat(m->lnf, m->dt, r0 * m->C),
+                m->dt, m->C, m->head->data, m->dt, m->C, 0.0f, logits, HS_DTYPE_F32, m->V);
     if (hs_model_root_casts(m)) hs_round_f32(logits, m->bnd[0].output_stored, rows * m->V);
 }
 
@@ -165,13 +165,12 @@ static double head_forward_backward(hs_model *m, const int32_t *targets, int64_t
             loss += hs_tp_head_chunk(m, targets, r0, rows, scale, true, NULL);
         } else {
             head_logits(m, m->logits, r0, rows);
-            loss += hs_xent_forward_backward(m->logits, m->logits, targets + r0, rows, m->V, scale,
-                                             NULL);
+            loss +=
+                hs_dev_xent(m->dev, m->logits, m->logits, targets + r0, rows, m->V, scale, NULL);
         }
-        hs_linear_backward_ex(m->dln + r0 * m->C, false, m->head->grad, false,
-                              m->head->grad_dtype, m->logits, m->dout16,
-                              hs_cat(m->lnf, m->dt, r0 * m->C), m->head->data, m->dt, rows, m->C,
-                              m->V);
+        hs_linear_backward_ex(
+            m->dev, m->dln + r0 * m->C, false, m->head->grad, false, m->head->grad_dtype, m->logits,
+            m->dout16, hs_cat(m->lnf, m->dt, r0 * m->C), m->head->data, m->dt, rows, m->C, m->V);
     }
     *dlnf = hs_tp_enter_grad(m, m->dln, N);
     return loss;
@@ -190,9 +189,9 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
     int k = m->cur_chunk, i0 = m->chunk_begin[k], len = m->chunk_len[k];
     if (has_head(m)) {
         memset(m->dres, 0, (size_t)(N * m->C) * sizeof(float));
-        hs_rmsnorm_backward_x(m->dres, m->norm->grad, m->norm->grad_dtype, dlnf, m->resid[len],
-                              out_dtype(m), m->norm->data, m->rstdf, m->dt, hs_tp_local_rows(m, N),
-                              m->C, m->norm_part);
+        m->k->rmsnorm_bwd(m->s, m->dres, m->norm->grad, m->norm->grad_dtype, dlnf, m->resid[len],
+                          out_dtype(m), m->norm->data, m->rstdf, m->dt, hs_tp_local_rows(m, N),
+                          m->C, m->norm_part);
     }
     for (int j = len - 1; j >= 0; j--) {
         int i = i0 + j, u = m->blocks[i].unit;
@@ -210,7 +209,8 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
     if (m->tp_on)
         hs_tp_embedding_backward(m, b->tokens, N);
     else
-        hs_embedding_backward(m->embed->grad, m->embed->grad_dtype, m->dres, b->tokens, N, m->C);
+        m->k->embedding_bwd(m->s, m->embed->grad, m->embed->grad_dtype, m->dres, b->tokens, N,
+                            m->C);
 }
 
 /* The MoE load-balancing term of the micro-batch just forwarded: its
@@ -251,7 +251,7 @@ static double head_forward(hs_model *m, const hs_batch *b, bool want_loss, float
         float *out = logits ? logits + r0 * m->V : m->logits;
         head_logits(m, out, r0, rows);
         if (want_loss)
-            loss += hs_xent_forward_backward(NULL, out, b->targets + r0, rows, m->V, 0.0f, NULL);
+            loss += hs_dev_xent(m->dev, NULL, out, b->targets + r0, rows, m->V, 0.0f, NULL);
     }
     count_root_casts(m, false);
     return loss;

@@ -19,7 +19,7 @@ void hs_tp_norm_enter(hs_model *m, void *full, float *rstd, const void *x, hs_dt
                       const void *w, int64_t N) {
     int64_t Nl = hs_tp_local_rows(m, N);
     void *local = m->sp ? m->sp_ln : full;
-    hs_rmsnorm_forward_x(local, rstd, x, xdt, w, m->dt, Nl, m->C, (float)m->cfg.norm_eps);
+    m->k->rmsnorm_fwd(m->s, local, rstd, x, xdt, w, m->dt, Nl, m->C, (float)m->cfg.norm_eps);
     if (m->sp) m->ops->sp_all_gather(m->ops->ctx, full, local, Nl * m->C, m->dt);
 }
 

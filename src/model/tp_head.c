@@ -23,14 +23,15 @@ void hs_tp_embedding_forward(hs_model *m, const int32_t *tokens, int64_t N) {
         int64_t t = (int64_t)tokens[n] - m->v0;
         float *row = m->tp_part + n * C;
         if (t >= 0 && t < m->V)
-            hs_convert(row, HS_DTYPE_F32, hs_cat(m->embed->data, m->dt, t * C), m->dt, C);
+            hs_dev_convert(m->dev, row, HS_DTYPE_F32, hs_cat(m->embed->data, m->dt, t * C), m->dt,
+                           C);
         else
             memset(row, 0, (size_t)C * sizeof(float));
     }
     int64_t n = hs_tp_local_rows(m, N) * C;
     float *red = m->sp ? m->tp_red : m->tp_part;
     m->ops->reduce_partial(m->ops->ctx, red, m->tp_part, n);
-    hs_convert(m->resid[0], m->dt, red, HS_DTYPE_F32, n);
+    hs_dev_convert(m->dev, m->resid[0], m->dt, red, HS_DTYPE_F32, n);
 }
 
 void hs_tp_embedding_backward(hs_model *m, const int32_t *tokens, int64_t N) {
@@ -38,14 +39,15 @@ void hs_tp_embedding_backward(hs_model *m, const int32_t *tokens, int64_t N) {
     for (int64_t n = 0; n < N; n++) {
         int32_t t = (int32_t)(tokens[n] - m->v0);
         if (t >= 0 && t < m->V)
-            hs_embedding_backward(m->embed->grad, m->embed->grad_dtype, d + n * m->C, &t, 1, m->C);
+            m->k->embedding_bwd(m->s, m->embed->grad, m->embed->grad_dtype, d + n * m->C, &t, 1,
+                                m->C);
     }
 }
 
 /* Local logits [rows, V] of rows [r0, r0 + rows) into m->logits. */
 static void local_logits(hs_model *m, int64_t r0, int64_t rows) {
-    hs_gemm_ex(false, true, rows, m->V, m->C, 1.0f, hs_cat(m->lnf, m->dt, r0 * m->C), m->dt, m->C,
-               m->head->data, m->dt, m->C, 0.0f, m->logits, HS_DTYPE_F32, m->V);
+    hs_dev_gemm(m->dev, false, true, rows, m->V, m->C, 1.0f, hs_cat(m->lnf, m->dt, r0 * m->C),
+                m->dt, m->C, m->head->data, m->dt, m->C, 0.0f, m->logits, HS_DTYPE_F32, m->V);
     if (hs_model_root_casts(m)) hs_round_f32(m->logits, m->bnd[0].output_stored, rows * m->V);
 }
 
@@ -64,7 +66,7 @@ static double gathered_loss(hs_model *m, const int32_t *targets, int64_t rows, f
     float *all = full ? full : m->logits_all + m->head_rows * m->Vg;
     gather_logits(m, all, rows);
     if (!targets) return 0.0;
-    double loss = hs_xent_forward_backward(grad ? all : NULL, all, targets, rows, m->Vg, scale, NULL);
+    double loss = hs_dev_xent(m->dev, grad ? all : NULL, all, targets, rows, m->Vg, scale, NULL);
     for (int64_t i = 0; grad && i < rows; i++)
         memcpy(m->logits + i * m->V, all + i * m->Vg + m->v0, (size_t)m->V * sizeof(float));
     return loss;

@@ -200,7 +200,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
     const hs_config *cfg = env->cfg;
     hs_model_options mo =
         hs_engine_model_options(cfg, true, env->max_batch, env->stage, env->act_slots);
-    mo.pool = &env->dev->device_pool;
+    mo.dev = env->dev;
     hs_engine *en = calloc(1, sizeof *en);
     fsdp_engine *fe = calloc(1, sizeof *fe);
     if (!en || !fe) {

@@ -99,7 +99,7 @@ static inline void ov_setup(ov_run *r, hs_comm *c, const ov_opts *o)
                       r->flat_name);
     hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
                            .max_batch = OV_PER_RANK, .seq_len = r->T, .allocate_params = false,
-                           .activation_checkpointing = o->ckpt, .pool = &r->dev->device_pool};
+                           .activation_checkpointing = o->ckpt, .dev = r->dev};
     mt_fsdp_build(c, &r->cfg, &mo, &r->g, r->dev, 1234, &r->m, &r->f, &r->opt);
     r->G = OV_PER_RANK * r->g.flat_size;
     r->tok = malloc(sizeof(int32_t) * (size_t)(r->G * r->T));

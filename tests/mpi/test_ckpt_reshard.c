@@ -430,11 +430,9 @@ static int run_model(ctx *c, const char *dir, const char *ref) {
     const char *ov[] = {"model.dim=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=1",
                         "model.ffn_dim=64", "train.seq_len=16"};
     hs_error e;
-    hs_pool pool;
-    hs_pool_init(&pool, "test");
     hs_model *m = NULL;
     hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32, .max_batch = 1,
-                           .seq_len = 16, .allocate_params = false, .pool = &pool};
+                           .seq_len = 16, .allocate_params = false};
     hs_status s = hs_config_load(&cfg, NULL, ov, 6, &e);
     if (s == HS_OK) s = hs_model_create(&cfg.model, &mo, &m, &e);
     int n = s == HS_OK ? hs_model_num_params(m) : 0;

@@ -80,7 +80,7 @@ static void side_init(run *r, mt_side *s, const hs_fsdp_dp_groups *g, int max_ba
     config_for(&s->cfg, r->mc);
     hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
                            .max_batch = max_batch, .seq_len = SEQ, .allocate_params = false,
-                           .pool = &r->dev->device_pool};
+                           .dev = r->dev};
     mt_fsdp_build(r->c, &s->cfg, &mo, g, r->dev, SEED, &s->m, &s->f, &s->opt);
 }
 

@@ -99,7 +99,7 @@ static hs_model_options model_options(run *r, bool allocate, int max_batch)
     return (hs_model_options){.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
                               .max_batch = max_batch, .seq_len = SEQ, .allocate_params = allocate,
                               .activation_checkpointing = r->cfg.train.activation_checkpointing,
-                              .pool = &r->dev->device_pool};
+                              .dev = r->dev};
 }
 
 static hs_model *model(run *r, bool allocate, int max_batch)

@@ -104,7 +104,7 @@ static void side_init(run *r, mt_side *s, bool policies, const hs_fsdp_dp_groups
     hs_model_options mo = {.compute_dtype = compute, .grad_dtype = compute,
                            .max_batch = max_batch, .seq_len = SEQ, .allocate_params = false,
                            .activation_checkpointing = r->pc->ckpt,
-                           .pool = &r->dev->device_pool};
+                           .dev = r->dev};
     mt_fsdp_build(r->c, &s->cfg, &mo, g, r->dev, SEED, &s->m, &s->f, &s->opt);
     hs_optim_param *op;
     int n = hs_fsdp_optim_params(s->f, &op);

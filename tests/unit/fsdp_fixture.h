@@ -38,7 +38,7 @@ static inline hs_model *fx_model(const hs_config *cfg, hs_device *dev, bool allo
         .seq_len = FX_T,
         .activation_checkpointing = ckpt,
         .allocate_params = allocate,
-        .pool = &dev->device_pool,
+        .dev = dev,
     };
     hs_model *m = NULL;
     hs_error e;

@@ -23,7 +23,7 @@
 enum { F32 = 1 << HS_DTYPE_F32, BF16 = 1 << HS_DTYPE_BF16, F16 = 1 << HS_DTYPE_F16 };
 #define ALL_DT (F32 | BF16 | F16)
 #define MAX_OUT 6
-#define MAX_SHAPES 8
+#define MAX_SHAPES 12
 
 /* ----------------------------------------------------------- buffers */
 
@@ -159,7 +159,7 @@ static void run_rmsnorm(const kcase *c, outs *o)
     float *dx = rnd(HS_DTYPE_F32, N * C, 11, 0.1f), *dw = rnd(HS_DTYPE_F32, C, 12, 0.1f);
     c->k->rmsnorm_fwd(c->s, out, rstd, x, xdt, w, c->dt, N, C, 1e-5f);
     put(o, out, c->dt, N * C), put(o, rstd, HS_DTYPE_F32, N);
-    c->k->rmsnorm_bwd(c->s, dx, dw, HS_DTYPE_F32, dout, x, xdt, w, rstd, c->dt, N, C);
+    c->k->rmsnorm_bwd(c->s, dx, dw, HS_DTYPE_F32, dout, x, xdt, w, rstd, c->dt, N, C, NULL);
     put(o, dx, HS_DTYPE_F32, N * C), put(o, dw, HS_DTYPE_F32, C);
     free(x), free(w), free(out), free(rstd), free(dout), free(dx), free(dw);
 }
@@ -234,12 +234,26 @@ static void run_attention(const kcase *c, outs *o)
     float *lse = rnd(HS_DTYPE_F32, (int64_t)B * NH * T, 33, 1.0f);
     float *dout = rnd(HS_DTYPE_F32, nq, 34, 1.0f), *dq = rnd(HS_DTYPE_F32, nq, 35, 0.1f);
     float *dk = rnd(HS_DTYPE_F32, nk, 36, 0.1f), *dv = rnd(HS_DTYPE_F32, nk, 37, 0.1f);
-    c->k->attention_fwd(c->s, out, c->dt, lse, q, k, v, c->dt, B, NH, KVH, HD, &r);
+    /* d[6] = 1: the caller's workspace as the model gives it (scratch for
+     * two threads, a delta buffer, dout rounded to a 16-bit dt) */
+    hs_att_work w = {0}, *wp = d[6] ? &w : NULL;
+    if (wp) {
+        w.threads = 2;
+        w.scratch = calloc((size_t)hs_attention_scratch_floats(T, HD, 2) + 1, sizeof(float));
+        w.delta = calloc((size_t)((int64_t)B * NH * T + 1), sizeof(float));
+        if (c->dt != HS_DTYPE_F32) {
+            void *d16 = rnd(c->dt, nq, 38, 0.0f);
+            hs_convert(d16, c->dt, dout, HS_DTYPE_F32, nq);
+            w.dout16 = d16;
+        }
+    }
+    c->k->attention_fwd(c->s, out, c->dt, lse, q, k, v, c->dt, B, NH, KVH, HD, &r, wp);
     put(o, out, c->dt, nq), put(o, lse, HS_DTYPE_F32, (int64_t)B * NH * T);
     c->k->attention_bwd(c->s, dq, dk, dv, dout, out, c->dt, q, k, v, lse, c->dt, B, NH, KVH, HD,
-                        &r);
+                        &r, wp);
     put(o, dq, HS_DTYPE_F32, nq), put(o, dk, HS_DTYPE_F32, nk), put(o, dv, HS_DTYPE_F32, nk);
     free(q), free(k), free(v), free(out), free(lse), free(dout), free(dq), free(dk), free(dv);
+    free(w.scratch), free(w.delta), free((void *)w.dout16);
 }
 
 /* d = {N, V}: loss, valid rows and the gradient in place of the logits;
@@ -332,8 +346,9 @@ static const op_def ops[] = {
      {{0}, {1}, {7}, {8193}, {40001}}, 5, run_swiglu},
     {"attention", K(attention_fwd), ALL_DT, {1e-5f, 2e-2f, 4e-3f}, 1e-30,
      {{1, 1, 1, 2, 1, 0}, {2, 4, 2, 8, 7, 0}, {1, 4, 1, 16, 33, 0}, {1, 2, 2, 8, 300, 0},
-      {2, 4, 2, 8, 9, 1}, {1, 2, 1, 4, 300, 1}, {1, 2, 1, 4, 10, 2}, {1, 2, 1, 4, 0, 0}},
-     8, run_attention},
+      {2, 4, 2, 8, 9, 1}, {1, 2, 1, 4, 300, 1}, {1, 2, 1, 4, 10, 2}, {1, 2, 1, 4, 0, 0},
+      {2, 4, 2, 8, 33, 0, 1}, {1, 2, 1, 4, 300, 0, 1}, {2, 4, 2, 8, 9, 1, 1}},
+     11, run_attention},
     {"xent", K(xent), F32, {2e-6f, 0, 0}, 1e-30, {{1, 1}, {3, 7}, {4, 1000}, {7, 33}, {0, 5}}, 5,
      run_xent},
     {"embedding", K(embedding_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,

@@ -320,7 +320,7 @@ static void test_micro_batches_in_flight_reduce_once_and_drain_idempotently(void
     fx_config(&w.cfg);
     w.dev = fx_device();
     hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
-                           .max_batch = FX_B, .seq_len = FX_T, .pool = &w.dev->device_pool,
+                           .max_batch = FX_B, .seq_len = FX_T, .dev = w.dev,
                            .act_slots = 2};
     hs_error e;
     hs_error_clear(&e);

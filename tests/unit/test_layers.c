@@ -12,6 +12,14 @@
 
 #include "model/layers.h"
 
+/* The cpu device the layers compute on, created once for the whole run. */
+static hs_device *cpu_dev(void) {
+    static hs_device *d;
+    hs_error e;
+    if (!d && hs_device_create(HS_DEVICE_CPU, NULL, &d, &e) != HS_OK) fail_msg("%s", e.msg);
+    return d;
+}
+
 #define FD_H 1e-2f
 #define FD_TOL 5e-3
 
@@ -348,7 +356,7 @@ typedef struct lin_case {
 
 static double lin_f(void *ctx) {
     lin_case *c = ctx;
-    hs_linear_forward(c->y, c->x, c->w, HS_DTYPE_F32, 6, 5, 4, 0);
+    hs_linear_forward(cpu_dev(), c->y, c->x, c->w, HS_DTYPE_F32, 6, 5, 4, 0);
     return dot(c->r, c->y, 24);
 }
 
@@ -359,7 +367,7 @@ static void test_linear_backward_matches_finite_differences(void **state) {
     fill(c.w, 20, 14, 1.0f);
     fill(c.r, 24, 15, 1.0f);
     float dx[30] = {0}, dw[20] = {0};
-    hs_linear_backward(dx, dw, HS_DTYPE_F32, c.r, c.x, c.w, HS_DTYPE_F32, 6, 5, 4);
+    hs_linear_backward(cpu_dev(), dx, dw, HS_DTYPE_F32, c.r, c.x, c.w, HS_DTYPE_F32, 6, 5, 4);
     check_grad("linear dx", c.x, dx, 30, lin_f, &c);
     check_grad("linear dw", c.w, dw, 20, lin_f, &c);
     /* y = x W^T with W [out, in]: y[0][1] = sum_i x[0][i] w[1][i] */
@@ -368,7 +376,7 @@ static void test_linear_backward_matches_finite_differences(void **state) {
     for (int i = 0; i < 5; i++) want += (double)c.x[i] * c.w[5 + i];
     assert_float_equal(c.y[1], want, 1e-6);
     float before = c.y[1];
-    hs_linear_forward(c.y, c.x, c.w, HS_DTYPE_F32, 6, 5, 4, 1); /* accumulate */
+    hs_linear_forward(cpu_dev(), c.y, c.x, c.w, HS_DTYPE_F32, 6, 5, 4, 1); /* accumulate */
     assert_float_equal(c.y[1], 2 * before, 1e-6);
 }
 
@@ -378,7 +386,7 @@ static void test_linear_bf16_weight_gradient_accumulates_with_one_rounding(void 
     uint16_t w[2] = {hs_f32_to_bf16(1.0f), hs_f32_to_bf16(1.0f)};
     uint16_t xb[2] = {hs_f32_to_bf16(x[0]), hs_f32_to_bf16(x[1])};
     uint16_t dw[2] = {hs_f32_to_bf16(256.0f), hs_f32_to_bf16(0.5f)};
-    hs_linear_backward(NULL, dw, HS_DTYPE_BF16, dy, xb, w, HS_DTYPE_BF16, 1, 2, 1);
+    hs_linear_backward(cpu_dev(), NULL, dw, HS_DTYPE_BF16, dy, xb, w, HS_DTYPE_BF16, 1, 2, 1);
     assert_float_equal(hs_bf16_to_f32(dw[0]), hs_round_to(HS_DTYPE_BF16, 257.0f), 0.0f);
     assert_float_equal(hs_bf16_to_f32(dw[1]), 2.5f, 0.0f);
 }

@@ -272,20 +272,23 @@ static void test_activation_checkpointing_is_bitwise_identical(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
     hs_model_options o = mf_options(HS_DTYPE_F32, false);
-    hs_pool pa, pb;
-    hs_pool_init(&pa, "plain");
-    hs_pool_init(&pb, "recompute");
-    o.pool = &pa;
+    hs_device *da = NULL, *db = NULL;
+    hs_error e = {0};
+    assert_int_equal(hs_device_create(HS_DEVICE_CPU, NULL, &da, &e), HS_OK);
+    assert_int_equal(hs_device_create(HS_DEVICE_CPU, NULL, &db, &e), HS_OK);
+    o.dev = da;
     hs_model *a = mf_make(&c, &o, 9);
     o.activation_checkpointing = true;
-    o.pool = &pb;
+    o.dev = db;
     hs_model *b = mf_make(&c, &o, 9);
     double la = step(a, 0.1f, NULL), lb = step(b, 0.1f, NULL);
     assert_memory_equal(&la, &lb, sizeof la);
     mf_assert_grads_equal(a, b);
-    assert_true(hs_pool_peak(&pb) < hs_pool_peak(&pa));
+    assert_true(hs_pool_peak(&db->device_pool) < hs_pool_peak(&da->device_pool));
     hs_model_free(a);
     hs_model_free(b);
+    hs_device_free(da);
+    hs_device_free(db);
 }
 
 static float grad_at(const hs_param *p, int64_t j) {

@@ -13,6 +13,15 @@
 #include "hypershard/tensor.h"
 #include "model/moe.h"
 
+/* The cpu device the layers compute on, created once for the whole run. */
+static hs_device *cpu_dev(void)
+{
+    static hs_device *d;
+    hs_error e;
+    if (!d && hs_device_create(HS_DEVICE_CPU, NULL, &d, &e) != HS_OK) fail_msg("%s", e.msg);
+    return d;
+}
+
 enum { P_GATE, P_W1, P_W3, P_W2, P_SG, P_SU, P_SD, P_X, P_COUNT };
 
 /* One problem: fp32 master values of every input and parameter. */
@@ -68,7 +77,7 @@ static void runner_init(runner *r, const problem *p, hs_dtype dt)
                             p->s.FS ? r->v[P_SG] : NULL, p->s.FS ? r->v[P_SU] : NULL,
                             p->s.FS ? r->v[P_SD] : NULL};
     r->act_mem = hs_pool_calloc(&r->pool, hs_moe_act_bytes(&p->s, dt));
-    hs_moe_act_bind(&r->act, &p->s, dt, r->act_mem);
+    hs_moe_act_bind(&r->act, cpu_dev(), &p->s, dt, r->act_mem);
     r->scratch = hs_pool_calloc(&r->pool, hs_moe_scratch_bytes(&p->s, dt));
     r->out = hs_pool_calloc(&r->pool, (size_t)p->n[P_X] * hs_dtype_size(dt));
     r->dx = hs_pool_calloc(&r->pool, (size_t)p->n[P_X] * sizeof(float));

@@ -74,7 +74,6 @@ static void test_config_json_round_trips_llama_and_mixtral(void **state) {
 }
 
 typedef struct held {
-    hs_pool pool;
     hs_model *m;
 } held;
 
@@ -99,10 +98,8 @@ static hs_status set(void *ctx, int i, const float *full, hs_error *e) {
 }
 
 static void held_create(held *h, const hs_model_config *mc, uint64_t seed) {
-    hs_pool_init(&h->pool, "test");
     hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
-                           .max_batch = 1, .seq_len = 8, .allocate_params = true,
-                           .pool = &h->pool};
+                           .max_batch = 1, .seq_len = 8, .allocate_params = true};
     hs_error e;
     assert_int_equal(hs_model_create(mc, &mo, &h->m, &e), HS_OK);
     hs_model_init_weights(h->m, seed);
