@@ -38,7 +38,7 @@ static inline hs_status hs_bench_engine_step(hs_engine *en, hs_optim *optim,
     if (t_fb) *t_fb = hs_now() - t0;
     if (s == HS_OK) s = en->grad_norm(en, &norm, e);
     if (s != HS_OK) return s;
-    hs_clip_grads(params, n_params, norm, oc->clip_grad_norm);
+    hs_clip_grads(hs_model_device(en->model), params, n_params, norm, oc->clip_grad_norm);
     hs_optim_step(optim, oc->lr);
     s = en->after_step(en, e);
     en->zero_grads(en);

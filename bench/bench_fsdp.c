@@ -163,7 +163,7 @@ static hs_status setup_make(const fsdp_bench *b, const combo *k, const hs_fsdp_d
     if (st != HS_OK) return st;
     hs_optim_param *op;
     int n = hs_fsdp_optim_params(s->f, &op);
-    st = hs_optim_create(&s->cfg.optimizer, op, n, &s->dev->device_pool, &s->opt, e);
+    st = hs_optim_create(&s->cfg.optimizer, op, n, s->dev, &s->dev->device_pool, &s->opt, e);
     size_t ntok = (size_t)(b->batch * b->seq);
     s->tok = malloc(sizeof(int32_t) * ntok);
     s->tgt = malloc(sizeof(int32_t) * ntok);

@@ -56,7 +56,7 @@ hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_la
     s = hs_engine_create(&env, &l->en, e);
     if (s != HS_OK) return s;
     l->n_params = l->en->optim_params(l->en, &l->params);
-    s = hs_optim_create(&l->cfg.optimizer, l->params, l->n_params, &l->dev->device_pool,
+    s = hs_optim_create(&l->cfg.optimizer, l->params, l->n_params, l->dev, &l->dev->device_pool,
                         &l->optim, e);
     size_t bt = (size_t)l->mbs * (size_t)bm->seq;
     l->tokens = malloc(bt * sizeof(int32_t));

@@ -97,7 +97,7 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
     s = hs_engine_create(&env, &l->en, e);
     if (s != HS_OK) return s;
     l->n_params = l->en->optim_params(l->en, &l->params);
-    s = hs_optim_create(&l->cfg.optimizer, l->params, l->n_params, &l->dev->device_pool,
+    s = hs_optim_create(&l->cfg.optimizer, l->params, l->n_params, l->dev, &l->dev->device_pool,
                         &l->optim, e);
     char prefix[48];
     snprintf(prefix, sizeof prefix, "%s.", l->prefix);
@@ -162,7 +162,8 @@ static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e)
     if (s == HS_OK) l->en->drain(l->en);
     if (s == HS_OK) s = l->en->grad_norm(l->en, &norm, e);
     if (s != HS_OK) return s;
-    hs_clip_grads(l->params, l->n_params, norm, l->cfg.optimizer.clip_grad_norm);
+    hs_clip_grads(hs_model_device(l->en->model), l->params, l->n_params, norm,
+                  l->cfg.optimizer.clip_grad_norm);
     hs_optim_step(l->optim, l->cfg.optimizer.lr);
     s = l->en->after_step(l->en, e);
     l->en->zero_grads(l->en);

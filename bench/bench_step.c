@@ -207,7 +207,7 @@ static hs_status run_open(bench_run *r, const bench_model *bm, hs_error *e) {
     s = hs_engine_local_create(&env, &r->en, e);
     if (s != HS_OK) return s;
     r->n_params = r->en->optim_params(r->en, &r->params);
-    s = hs_optim_create(&r->cfg.optimizer, r->params, r->n_params, &r->dev->device_pool,
+    s = hs_optim_create(&r->cfg.optimizer, r->params, r->n_params, r->dev, &r->dev->device_pool,
                         &r->optim, e);
     size_t bt = (size_t)bm->B * (size_t)bm->T;
     r->tokens = malloc(bt * sizeof(int32_t));

@@ -208,11 +208,13 @@ typedef struct hs_device_kernels {
     /* Muon: buf = mu buf + g; dir = g + mu buf (nesterov) or buf; then
      * out = NS5(g) of a [rows, cols] matrix: g / (|g|_F + 1e-7), then
      * `steps` times X <- aX + (bA + cA^2)X, A = XX^T on the wide
-     * orientation, (a, b, c) = (3.4445, -4.7750, 2.0315). */
+     * orientation, (a, b, c) = (3.4445, -4.7750, 2.0315); ws:
+     * hs_newton_schulz5_scratch_floats(rows, cols) floats of workspace, or
+     * NULL. */
     void (*muon_momentum)(hs_stream *s, float *dir, float *buf, const float *g, float mu,
                           bool nesterov, int64_t n);
     void (*muon_newton_schulz)(hs_stream *s, float *out, const float *g, int64_t rows,
-                               int64_t cols, int steps);
+                               int64_t cols, int steps, float *ws);
     /* FSDP shard pack/unpack: `rows` rows of row_bytes between strided
      * buffers (a 2-D copy; dst and src do not overlap). */
     void (*copy_2d)(hs_stream *s, void *dst, size_t dst_stride, const void *src,
@@ -621,5 +623,15 @@ double hs_xent_forward_backward(float *dlogits /* N,V */, const float *logits /*
  * after m and v take g. */
 void hs_adamw_update_f32(float *restrict p, float *restrict m, float *restrict v,
                          const float *restrict g, const hs_adamw_hparams *h, int64_t n);
+
+/* ------------------------------------------------------------------ muon */
+
+/* Muon's orthogonalisation: X <- NS5(G) (rows x cols, fp32), `steps`
+ * iterations with coefficients (3.4445, -4.7750, 2.0315), its matmuls on
+ * BLAS; the cpu table's muon_newton_schulz. */
+void hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, int steps,
+                       float *scratch);
+/* Floats `scratch` must hold (NULL scratch: the call mallocs its own). */
+int64_t hs_newton_schulz5_scratch_floats(int64_t rows, int64_t cols);
 
 #endif

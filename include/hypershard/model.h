@@ -289,6 +289,9 @@ hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *op
                           hs_error *e);
 void hs_model_free(hs_model *m);
 const hs_model_config *hs_model_config_of(const hs_model *m);
+/* The device the model computes on (its own cpu device when created
+ * without one). */
+hs_device *hs_model_device(const hs_model *m);
 /* With count_buffers: the bytes the activation and scratch buffers would
  * take (the same calls as the allocation, nothing allocated); else 0. */
 int64_t hs_model_buffer_bytes(const hs_model *m);

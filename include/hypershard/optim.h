@@ -30,6 +30,7 @@
 
 #include "hypershard/base.h"
 #include "hypershard/config.h"
+#include "hypershard/device.h"
 #include "hypershard/tensor.h"
 
 /* How a Muon param that holds the box rows [row_offset, row_offset + rows)
@@ -68,8 +69,11 @@ typedef struct hs_optim_param {
 
 typedef struct hs_optim hs_optim;
 
+/* The optimizer computes on dev's table (NULL: a cpu device of its own)
+ * and takes its states from pool (NULL: a pool of its own; the trainer
+ * passes dev's device pool, or its host pool under offload). */
 hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *params, int n,
-                          hs_pool *pool, hs_optim **out, hs_error *e);
+                          hs_device *dev, hs_pool *pool, hs_optim **out, hs_error *e);
 void hs_optim_free(hs_optim *o);
 /* One step with learning rate lr (step counter increments first). */
 void hs_optim_step(hs_optim *o, double lr);
@@ -86,22 +90,16 @@ float *hs_optim_state_data(hs_optim *o, int param_index, int k);
 /* Sum of squares over the given gradients (fp64 accumulation); the norm is
  * its sqrt. Under FSDP the caller all-reduces the sum of squares; this is the
  * local part. */
-double hs_grad_sumsq(const hs_optim_param *params, int n);
+double hs_grad_sumsq(hs_device *dev, const hs_optim_param *params, int n);
 /* Scale all grads by min(1, max_norm / (norm + 1e-6)) (torch semantics);
  * returns the clip coefficient applied. max_norm <= 0: no-op, returns 1.
  * Writes through `grad` (the caller's buffers must be mutable). */
-double hs_clip_grads(hs_optim_param *params, int n, double norm, double max_norm);
+double hs_clip_grads(hs_device *dev, hs_optim_param *params, int n, double norm,
+                     double max_norm);
 
 /* LR at 1-based optimizer step `step` of `total`: linear warmup over
  * warmup_steps (lr * step / warmup), then constant / linear / cosine decay
  * from lr to lr * min_lr_ratio at step `total`. */
 double hs_lr_at(const hs_optim_config *cfg, int step, int total);
-
-/* Muon's orthogonalisation, exposed for tests: X <- NS5(G) (rows x cols,
- * fp32), `steps` iterations with coefficients (3.4445, -4.7750, 2.0315). */
-void hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, int steps,
-                       float *scratch);
-/* Floats `scratch` must hold (NULL scratch: the call mallocs its own). */
-int64_t hs_newton_schulz5_scratch_floats(int64_t rows, int64_t cols);
 
 #endif

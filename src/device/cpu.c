@@ -60,6 +60,8 @@ static const hs_device_kernels cpu_kernels = {
     .embedding_fwd = hs_cpu_embedding_fwd,
     .embedding_bwd = hs_cpu_embedding_bwd,
     .adamw = hs_cpu_adamw,
+    .muon_momentum = hs_cpu_muon_momentum,
+    .muon_newton_schulz = hs_cpu_muon_newton_schulz,
 };
 
 void hs_device_cpu_init(hs_device *d)

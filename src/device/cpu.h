@@ -29,6 +29,10 @@ void hs_cpu_xent(hs_stream *s, double *loss, int64_t *valid, float *dlogits, con
                  const int32_t *targets, int64_t N, int V, float scale);
 void hs_cpu_adamw(hs_stream *s, float *p, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n);
+void hs_cpu_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, float mu,
+                          bool nesterov, int64_t n);
+void hs_cpu_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows,
+                               int64_t cols, int steps, float *ws);
 void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
                           const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
                           int HD, const hs_att_rows *r, const hs_att_work *w);

@@ -65,6 +65,6 @@ void hs_ref_adamw(hs_stream *s, float *p, float *m, float *v, const float *g,
 void hs_ref_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, float mu,
                           bool nesterov, int64_t n);
 void hs_ref_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows,
-                               int64_t cols, int steps);
+                               int64_t cols, int steps, float *ws);
 
 #endif

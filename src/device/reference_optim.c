@@ -49,7 +49,7 @@ static void ns_step(double *x, double *A, double *A2, double *y, int64_t n, int6
 }
 
 void hs_ref_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows,
-                               int64_t cols, int steps)
+                               int64_t cols, int steps, float *ws)
 {
     bool tall = rows > cols;
     int64_t n = tall ? cols : rows, m = tall ? rows : cols;

@@ -487,6 +487,8 @@ void hs_model_free(hs_model *m) {
 
 const hs_model_config *hs_model_config_of(const hs_model *m) { return &m->cfg; }
 
+hs_device *hs_model_device(const hs_model *m) { return m->dev; }
+
 int64_t hs_model_buffer_bytes(const hs_model *m) { return m->counted_bytes; }
 
 const int64_t *hs_model_expert_tokens(const hs_model *m, int *n_layers, int *n_experts) {

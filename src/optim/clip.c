@@ -6,16 +6,16 @@
 
 #include "optim/optim_impl.h"
 
-double hs_grad_sumsq(const hs_optim_param *params, int n)
+double hs_grad_sumsq(hs_device *dev, const hs_optim_param *params, int n)
 {
     double s = 0.0;
     for (int i = 0; i < n; i++)
         if (params[i].numel > 0 && !params[i].frozen)
-            s += hs_sumsq_f32(params[i].grad, params[i].numel);
+            s += hs_dev_sumsq(dev, params[i].grad, params[i].numel);
     return s;
 }
 
-double hs_clip_grads(hs_optim_param *params, int n, double norm, double max_norm)
+double hs_clip_grads(hs_device *dev, hs_optim_param *params, int n, double norm, double max_norm)
 {
     if (max_norm <= 0.0) return 1.0;
     double coef = max_norm / (norm + 1e-6);
@@ -24,7 +24,7 @@ double hs_clip_grads(hs_optim_param *params, int n, double norm, double max_norm
         if (params[i].numel <= 0 || params[i].frozen) continue;
         /* The optimizer only reads grads; clipping is the one writer, on
          * buffers the caller owns and handed over as mutable memory. */
-        hs_scale_f32((float *)params[i].grad, (float)coef, params[i].numel);
+        hs_dev_scale(dev, (float *)params[i].grad, (float)coef, params[i].numel);
     }
     return coef;
 }

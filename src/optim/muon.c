@@ -11,68 +11,13 @@
  *
  * A row shard (hs_optim_gather) keeps its momentum local and all-gathers u.
  *
- * NS5 runs in fp32 (the reference uses bf16 on GPUs); its matmuls go to BLAS. */
+ * NS5 runs in fp32 (the reference uses bf16 on GPUs) on the device's
+ * muon_newton_schulz; the momentum on its muon_momentum. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "optim/optim_impl.h"
-
-#define NS_A 3.4445f
-#define NS_B (-4.7750f)
-#define NS_C 2.0315f
-
-int64_t hs_newton_schulz5_scratch_floats(int64_t rows, int64_t cols)
-{
-    int64_t n = rows < cols ? rows : cols;
-    return 2 * rows * cols + 2 * n * n;
-}
-
-static void transpose(float *dst, const float *src, int64_t rows, int64_t cols)
-{
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
-}
-
-/* One iteration on X (n x m, n <= m): X <- a X + (b A + c A^2) X, A = X X^T. */
-static void ns_iterate(float *x_next, const float *x, float *gram, float *poly, int64_t n, int64_t m)
-{
-    hs_sgemm(false, true, n, n, m, 1.0f, x, m, x, m, 0.0f, gram, n);
-    memcpy(poly, gram, (size_t)(n * n) * sizeof(float));
-    hs_sgemm(false, false, n, n, n, NS_C, gram, n, gram, n, NS_B, poly, n);
-    memcpy(x_next, x, (size_t)(n * m) * sizeof(float));
-    hs_sgemm(false, false, n, m, n, 1.0f, poly, n, x, m, NS_A, x_next, m);
-}
-
-void hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, int steps,
-                       float *scratch)
-{
-    HS_ASSERT(rows > 0 && cols > 0 && steps >= 0);
-    float *owned = NULL;
-    if (scratch == NULL) {
-        owned = malloc((size_t)hs_newton_schulz5_scratch_floats(rows, cols) * sizeof(float));
-        if (owned == NULL)
-            hs_oom("Newton-Schulz: cannot allocate scratch for a %lldx%lld matrix",
-                     (long long)rows, (long long)cols);
-        scratch = owned;
-    }
-    /* Iterate on the wide orientation so the Gram matrix is the small one. */
-    bool tall = rows > cols;
-    int64_t n = tall ? cols : rows, m = tall ? rows : cols, numel = rows * cols;
-    float *x = scratch, *x_next = scratch + numel, *gram = x_next + numel, *poly = gram + n * n;
-    if (tall) transpose(x, g, rows, cols);
-    else memcpy(x, g, (size_t)numel * sizeof(float));
-    double norm = sqrt(hs_sumsq_f32(x, numel));
-    hs_scale_f32(x, (float)(1.0 / (norm + 1e-7)), numel);
-    for (int s = 0; s < steps; s++) {
-        ns_iterate(x_next, x, gram, poly, n, m);
-        float *t = x;
-        x = x_next, x_next = t;
-    }
-    if (tall) transpose(out, x, cols, rows);
-    else memcpy(out, x, (size_t)numel * sizeof(float));
-    free(owned);
-}
 
 int64_t hs_muon_work_floats(const hs_optim_param *p)
 {
@@ -95,29 +40,21 @@ typedef struct muon_apply_ctx {
     float step; /* lr * scale */
 } muon_apply_ctx;
 
-static void muon_apply(float *p, int64_t off, int64_t n, const void *vctx)
+/* p = p * decay_factor - step * o as the table's scale and axpy: the same
+ * two roundings and the same subtraction (p + (-step o) == p - step o). */
+static void muon_apply(hs_device *d, float *p, int64_t off, int64_t n, const void *vctx)
 {
     const muon_apply_ctx *x = vctx;
-    const float *o = x->update + off;
-    for (int64_t i = 0; i < n; i++) p[i] = p[i] * x->decay_factor - x->step * o[i];
-}
-
-static void muon_direction(const hs_optim_config *cfg, const hs_optim_param *p, float *momentum,
-                           float *u)
-{
-    float mu = (float)cfg->muon.momentum;
-    for (int64_t i = 0; i < p->numel; i++) {
-        momentum[i] = mu * momentum[i] + p->grad[i];
-        u[i] = cfg->muon.nesterov ? p->grad[i] + mu * momentum[i] : momentum[i];
-    }
+    hs_dev_scale(d, p, x->decay_factor, n);
+    hs_dev_axpy(d, p, -x->step, x->update + off, n);
 }
 
 /* The box of a sharded matrix: gather the direction, run NS on the whole
  * matrix (every holder computes the same bits from the same input) and keep
  * this shard's box of it. Returns it (rows x cols, contiguous) inside
  * `work`. */
-static const float *muon_orthogonalise_shard(const hs_optim_config *cfg, const hs_optim_param *p,
-                                             const float *u, float *work)
+static const float *muon_orthogonalise_shard(hs_device *d, const hs_optim_config *cfg,
+                                             const hs_optim_param *p, const float *u, float *work)
 {
     const hs_optim_gather *g = &p->gather;
     int64_t fc = g->full_cols ? g->full_cols : p->cols;
@@ -127,7 +64,7 @@ static const float *muon_orthogonalise_shard(const hs_optim_config *cfg, const h
     if (g->all_gather_rows(g->ctx, u, full, &e) != HS_OK)
         hs_panic("Muon step of '%s': gathering the %lldx%lld update failed: %s", p->fqn,
                  (long long)g->full_rows, (long long)fc, e.msg);
-    hs_newton_schulz5(o, full, g->full_rows, fc, cfg->muon.ns_steps, ns);
+    d->k->muon_newton_schulz(d->stream, o, full, g->full_rows, fc, cfg->muon.ns_steps, ns);
     if (fc == p->cols) return o + g->row_offset * p->cols;
     /* a column slice: its rows into the (no longer needed) gather buffer */
     for (int64_t r = 0; r < p->rows; r++)
@@ -136,17 +73,18 @@ static const float *muon_orthogonalise_shard(const hs_optim_config *cfg, const h
     return full;
 }
 
-void hs_muon_step_param(const hs_optim_config *cfg, const hs_optim_param *p, float *momentum,
-                        double lr, float *work)
+void hs_muon_step_param(hs_device *d, const hs_optim_config *cfg, const hs_optim_param *p,
+                        float *momentum, double lr, float *work)
 {
     bool sharded = p->gather.all_gather_rows != NULL;
     if (p->numel == 0 && !sharded) return;
     float *u = work;
-    muon_direction(cfg, p, momentum, u);
+    d->k->muon_momentum(d->stream, u, momentum, p->grad, (float)cfg->muon.momentum,
+                        cfg->muon.nesterov, p->numel);
     const float *o = work + p->numel;
     int64_t rows = p->rows, cols = p->cols;
     if (sharded) {
-        o = muon_orthogonalise_shard(cfg, p, u, work + p->numel);
+        o = muon_orthogonalise_shard(d, cfg, p, u, work + p->numel);
         rows = p->gather.full_rows;
         cols = p->gather.full_cols ? p->gather.full_cols : p->cols;
     } else {
@@ -154,8 +92,8 @@ void hs_muon_step_param(const hs_optim_config *cfg, const hs_optim_param *p, flo
         float *ns = work + 2 * p->numel;
         int64_t mat = p->rows * p->cols;
         for (int64_t off = 0; off < p->numel; off += mat)
-            hs_newton_schulz5(work + p->numel + off, u + off, p->rows, p->cols,
-                              cfg->muon.ns_steps, ns);
+            d->k->muon_newton_schulz(d->stream, work + p->numel + off, u + off, p->rows, p->cols,
+                                     cfg->muon.ns_steps, ns);
     }
     if (p->numel == 0) return;
     /* The shape scale is the whole matrix's, also for a row shard. */
@@ -165,5 +103,5 @@ void hs_muon_step_param(const hs_optim_config *cfg, const hs_optim_param *p, flo
         .decay_factor = p->decay ? (float)(1.0 - lr * cfg->weight_decay) : 1.0f,
         .step = (float)(lr * scale),
     };
-    hs_optim_update_data(p->data, p->dtype, p->numel, muon_apply, &x);
+    hs_optim_update_data(d, p->data, p->dtype, p->numel, muon_apply, &x);
 }

@@ -15,8 +15,8 @@ static const char *const muon_state_names[] = {"momentum_buffer"};
 #define UPDATE_CHUNK 1024
 #define UPDATE_PAR_MIN 65536
 
-void hs_optim_update_data(void *data, hs_dtype dt, int64_t numel, hs_optim_update_fn fn,
-                          const void *ctx)
+void hs_optim_update_data(hs_device *d, void *data, hs_dtype dt, int64_t numel,
+                          hs_optim_update_fn fn, const void *ctx)
 {
     int64_t chunks = (numel + UPDATE_CHUNK - 1) / UPDATE_CHUNK;
     char *bytes = data;
@@ -25,13 +25,13 @@ void hs_optim_update_data(void *data, hs_dtype dt, int64_t numel, hs_optim_updat
     for (int64_t c = 0; c < chunks; c++) {
         int64_t off = c * UPDATE_CHUNK, n = numel - off < UPDATE_CHUNK ? numel - off : UPDATE_CHUNK;
         if (dt == HS_DTYPE_F32) {
-            fn((float *)data + off, off, n, ctx);
+            fn(d, (float *)data + off, off, n, ctx);
             continue;
         }
         float buf[UPDATE_CHUNK];
-        hs_convert(buf, HS_DTYPE_F32, bytes + (size_t)off * es, dt, n);
-        fn(buf, off, n, ctx);
-        hs_convert(bytes + (size_t)off * es, dt, buf, HS_DTYPE_F32, n);
+        hs_dev_convert(d, buf, HS_DTYPE_F32, bytes + (size_t)off * es, dt, n);
+        fn(d, buf, off, n, ctx);
+        hs_dev_convert(d, bytes + (size_t)off * es, dt, buf, HS_DTYPE_F32, n);
     }
 }
 
@@ -131,7 +131,7 @@ static void slot_init(hs_optim *o, optim_slot *s, const hs_optim_param *p, bool 
 }
 
 hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *params, int n,
-                          hs_pool *pool, hs_optim **out, hs_error *e)
+                          hs_device *dev, hs_pool *pool, hs_optim **out, hs_error *e)
 {
     *out = NULL;
     hs_error_clear(e);
@@ -146,6 +146,11 @@ hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *para
         return hs_error_set(e, HS_ERR_OOM, "cannot allocate the optimizer for %d params", n);
     }
     o->cfg = *cfg;
+    if (dev == NULL && hs_device_create(HS_DEVICE_CPU, NULL, &o->own_dev, e) != HS_OK) {
+        free(o), free(slots);
+        return e->code;
+    }
+    o->dev = dev ? dev : o->own_dev;
     hs_pool_init(&o->own_pool, "optimizer");
     o->pool = pool ? pool : &o->own_pool;
     o->n = n;
@@ -171,6 +176,7 @@ void hs_optim_free(hs_optim *o)
     }
     hs_pool_free(o->pool, o->muon_work);
     free(o->slots);
+    hs_device_free(o->own_dev);
     free(o);
 }
 
@@ -184,10 +190,10 @@ void hs_optim_step(hs_optim *o, double lr)
         if (s->p.numel == 0 && !(s->rule == OPTIM_RULE_MUON && s->p.gather.all_gather_rows))
             continue;
         if (s->rule == OPTIM_RULE_MUON) {
-            hs_muon_step_param(&o->cfg, &s->p, s->state[0], lr, o->muon_work);
+            hs_muon_step_param(o->dev, &o->cfg, &s->p, s->state[0], lr, o->muon_work);
         } else {
             adamw_coef c = hs_adamw_coef(&o->cfg, o->step, lr, s->p.decay);
-            hs_adamw_step_param(&s->p, s->state[0], s->state[1], &c);
+            hs_adamw_step_param(o->dev, &s->p, s->state[0], s->state[1], &c);
         }
     }
 }

@@ -19,6 +19,8 @@ typedef struct optim_slot {
 
 struct hs_optim {
     hs_optim_config cfg;
+    hs_device *dev;
+    hs_device *own_dev; /* created when the caller passes no device */
     hs_pool *pool;
     hs_pool own_pool; /* used when the caller passes no pool */
     int n;
@@ -32,20 +34,20 @@ struct hs_optim {
 typedef hs_adamw_hparams adamw_coef;
 
 adamw_coef hs_adamw_coef(const hs_optim_config *cfg, int64_t step, double lr, bool decay);
-void hs_adamw_step_param(const hs_optim_param *p, float *exp_avg, float *exp_avg_sq,
+void hs_adamw_step_param(hs_device *d, const hs_optim_param *p, float *exp_avg, float *exp_avg_sq,
                          const adamw_coef *c);
 
 /* Floats of work space one Muon step of this param needs. */
 int64_t hs_muon_work_floats(const hs_optim_param *p);
-void hs_muon_step_param(const hs_optim_config *cfg, const hs_optim_param *p, float *momentum,
-                        double lr, float *work);
+void hs_muon_step_param(hs_device *d, const hs_optim_config *cfg, const hs_optim_param *p,
+                        float *momentum, double lr, float *work);
 
-/* Runs `fn` over the parameter's values as fp32, in chunks of 1024 split
+/* Runs `fn` (with d) over the parameter's values as fp32, in chunks of 1024 split
  * over the threads (fn must be elementwise): in place when `data` is fp32,
  * else through a widened copy of each chunk that is rounded back once
  * (round to nearest even). `off` is the chunk's first element. */
-typedef void (*hs_optim_update_fn)(float *p, int64_t off, int64_t n, const void *ctx);
-void hs_optim_update_data(void *data, hs_dtype dt, int64_t numel, hs_optim_update_fn fn,
-                          const void *ctx);
+typedef void (*hs_optim_update_fn)(hs_device *d, float *p, int64_t off, int64_t n, const void *ctx);
+void hs_optim_update_data(hs_device *d, void *data, hs_dtype dt, int64_t numel,
+                          hs_optim_update_fn fn, const void *ctx);
 
 #endif

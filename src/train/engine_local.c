@@ -33,7 +33,7 @@ static hs_status local_grad_norm(hs_engine *en, double *norm, hs_error *e) {
     (void)e;
     /* after backward, before the clip and the update read the gradients */
     for (int i = 0; i < c->n; i++) hs_param_grad_settle(hs_model_param(en->model, i));
-    *norm = sqrt(hs_grad_sumsq(c->params, c->n));
+    *norm = sqrt(hs_grad_sumsq(hs_model_device(en->model), c->params, c->n));
     return HS_OK;
 }
 

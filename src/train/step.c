@@ -43,7 +43,7 @@ static hs_status optimizer_update(hs_trainer *t, int step, hs_step_result *r, hs
     hs_status s = t->engine->grad_norm(t->engine, &r->grad_norm, e);
     if (s != HS_OK) return s;
     double t0 = hs_now();
-    hs_clip_grads(t->oparams, t->n_oparams, r->grad_norm, t->cfg->optimizer.clip_grad_norm);
+    hs_clip_grads(t->dev, t->oparams, t->n_oparams, r->grad_norm, t->cfg->optimizer.clip_grad_norm);
     r->lr = hs_lr_at(&t->cfg->optimizer, step, t->cfg->train.steps);
     hs_optim_step(t->optim, r->lr);
     s = t->engine->after_step(t->engine, e);

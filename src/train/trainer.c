@@ -29,7 +29,8 @@ static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
     /* Under offload the optimizer steps on the host copies of the shards,
      * so its state lives in the host pool with them. */
     hs_pool *opool = t->cfg->fsdp.enable_offload ? &t->dev->host_pool : &t->dev->device_pool;
-    return hs_optim_create(&t->cfg->optimizer, t->oparams, t->n_oparams, opool, &t->optim, e);
+    return hs_optim_create(&t->cfg->optimizer, t->oparams, t->n_oparams, t->dev, opool, &t->optim,
+                           e);
 }
 
 static hs_status trainer_buffers(hs_trainer *t, hs_error *e) {

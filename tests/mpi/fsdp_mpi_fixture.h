@@ -104,8 +104,8 @@ static inline void mt_fsdp_build(hs_comm *c, const hs_config *cfg, const hs_mode
     CHECK(c, hs_fsdp_wrap_groups(cfg, g, c, dev, *m, seed, NULL, f, &e) == HS_OK, "%s", e.msg);
     hs_optim_param *op;
     int n = hs_fsdp_optim_params(*f, &op);
-    CHECK(c, hs_optim_create(&cfg->optimizer, op, n, &dev->device_pool, opt, &e) == HS_OK, "%s",
-          e.msg);
+    CHECK(c, hs_optim_create(&cfg->optimizer, op, n, dev, &dev->device_pool, opt, &e) == HS_OK,
+          "%s", e.msg);
 }
 
 /* One side of a comparison: a model wrapped with FSDP over some groups and

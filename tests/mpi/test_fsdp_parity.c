@@ -138,8 +138,9 @@ static void ref_optim(run *r)
     }
     hs_error e;
     hs_error_clear(&e);
-    CHECK(r->c, hs_optim_create(&r->cfg.optimizer, r->ref_params, n, &r->dev->device_pool,
-                                &r->ref_opt, &e) == HS_OK,
+    CHECK(r->c,
+          hs_optim_create(&r->cfg.optimizer, r->ref_params, n, r->dev, &r->dev->device_pool,
+                          &r->ref_opt, &e) == HS_OK,
           "%s", e.msg);
 }
 
@@ -462,7 +463,8 @@ static void run_case(hs_comm *c, const tcase *tc)
         CHECK(c, rel <= TOL, "%s step %d: loss %.8g vs single-process %.8g (rel %.3g)", tc->name,
               step, (double)l, ref_loss, rel);
         if (step == 1) check_shards(&r, true, step);
-        double norm, ref_norm = sqrt(hs_grad_sumsq(r.ref_params, hs_model_num_params(r.ref)));
+        double norm,
+            ref_norm = sqrt(hs_grad_sumsq(r.dev, r.ref_params, hs_model_num_params(r.ref)));
         CHECK(c, hs_fsdp_grad_norm(r.f, &norm, &e) == HS_OK, "%s", e.msg);
         CHECK(c, fabs(norm - ref_norm) <= 1e-5 * ref_norm, "%s: grad norm %.8g vs %.8g", tc->name,
               norm, ref_norm);

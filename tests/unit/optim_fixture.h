@@ -36,7 +36,7 @@ static inline hs_optim *of_create(const hs_optim_config *cfg, const hs_optim_par
 {
     hs_optim *o = NULL;
     hs_error e;
-    assert_int_equal(hs_optim_create(cfg, params, n, pool, &o, &e), HS_OK);
+    assert_int_equal(hs_optim_create(cfg, params, n, NULL, pool, &o, &e), HS_OK);
     return o;
 }
 

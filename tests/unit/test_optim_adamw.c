@@ -167,7 +167,7 @@ static void test_bad_config_names_every_key(void **state)
     strcpy(cfg.schedule.decay, "step");
     hs_optim *o = NULL;
     hs_error e;
-    assert_int_equal(hs_optim_create(&cfg, NULL, 0, NULL, &o, &e), HS_ERR_CONFIG);
+    assert_int_equal(hs_optim_create(&cfg, NULL, 0, NULL, NULL, &o, &e), HS_ERR_CONFIG);
     assert_null(o);
     assert_non_null(strstr(e.msg, "optimizer.target: 'sgd'"));
     assert_non_null(strstr(e.msg, "optimizer.lr"));

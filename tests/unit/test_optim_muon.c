@@ -300,7 +300,7 @@ static void test_muon_param_with_wrong_shape_is_rejected_naming_fqn(void **state
     p.numel = 10;
     hs_optim *o = NULL;
     hs_error e;
-    assert_int_not_equal(hs_optim_create(&cfg, &p, 1, NULL, &o, &e), HS_OK);
+    assert_int_not_equal(hs_optim_create(&cfg, &p, 1, NULL, NULL, &o, &e), HS_OK);
     assert_null(o);
     assert_non_null(strstr(e.msg, "model.layers.1.mlp.up_proj.weight"));
     assert_non_null(strstr(e.msg, "3 x 3"));
@@ -375,7 +375,7 @@ static void test_row_shard_outside_its_matrix_is_rejected_naming_fqn(void **stat
                                  .all_gather_rows = fake_all_gather_rows};
     hs_optim *o = NULL;
     hs_error e;
-    assert_int_not_equal(hs_optim_create(&cfg, &p, 1, NULL, &o, &e), HS_OK);
+    assert_int_not_equal(hs_optim_create(&cfg, &p, 1, NULL, NULL, &o, &e), HS_OK);
     assert_null(o);
     assert_non_null(strstr(e.msg, "model.layers.0.self_attn.q_proj.weight"));
     assert_non_null(strstr(e.msg, "rows [4, +2) inside the 5 full rows"));

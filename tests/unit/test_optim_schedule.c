@@ -10,6 +10,15 @@
 
 #include "hypershard/optim.h"
 
+/* The cpu device clipping computes on, created once for the whole run. */
+static hs_device *cpu_dev(void)
+{
+    static hs_device *d;
+    hs_error e;
+    if (!d && hs_device_create(HS_DEVICE_CPU, NULL, &d, &e) != HS_OK) fail_msg("%s", e.msg);
+    return d;
+}
+
 static hs_optim_config sched(const char *decay, int warmup, double min_ratio)
 {
     hs_optim_config c;
@@ -78,12 +87,12 @@ static void test_clip_norm_5_to_1_scales_by_1_over_5(void **state)
     (void)state;
     float g1[1] = {3}, g2[1] = {4};
     hs_optim_param ps[2] = {{.fqn = "a", .grad = g1, .numel = 1}, {.fqn = "b", .grad = g2, .numel = 1}};
-    double sumsq = hs_grad_sumsq(ps, 2);
+    double sumsq = hs_grad_sumsq(cpu_dev(), ps, 2);
     assert_true(sumsq == 25.0);
-    double coef = hs_clip_grads(ps, 2, sqrt(sumsq), 1.0);
+    double coef = hs_clip_grads(cpu_dev(), ps, 2, sqrt(sumsq), 1.0);
     near(coef, 1.0 / (5.0 + 1e-6));
     assert_true(g1[0] == (float)(3 * (float)coef) && g2[0] == 4 * (float)coef);
-    assert_true(fabs(sqrt(hs_grad_sumsq(ps, 2)) - 1.0) < 1e-6);
+    assert_true(fabs(sqrt(hs_grad_sumsq(cpu_dev(), ps, 2)) - 1.0) < 1e-6);
 }
 
 static void test_clip_below_max_norm_or_disabled_leaves_grads(void **state)
@@ -91,12 +100,12 @@ static void test_clip_below_max_norm_or_disabled_leaves_grads(void **state)
     (void)state;
     float g[2] = {3, 4};
     hs_optim_param p = {.fqn = "a", .grad = g, .numel = 2};
-    assert_true(hs_clip_grads(&p, 1, 5.0, 10.0) == 1.0);
-    assert_true(hs_clip_grads(&p, 1, 5.0, 0.0) == 1.0);
-    assert_true(hs_clip_grads(&p, 1, 5.0, -1.0) == 1.0);
+    assert_true(hs_clip_grads(cpu_dev(), &p, 1, 5.0, 10.0) == 1.0);
+    assert_true(hs_clip_grads(cpu_dev(), &p, 1, 5.0, 0.0) == 1.0);
+    assert_true(hs_clip_grads(cpu_dev(), &p, 1, 5.0, -1.0) == 1.0);
     assert_true(g[0] == 3 && g[1] == 4);
     hs_optim_param empty = {.fqn = "e", .grad = NULL, .numel = 0};
-    assert_true(hs_grad_sumsq(&empty, 1) == 0.0);
+    assert_true(hs_grad_sumsq(cpu_dev(), &empty, 1) == 0.0);
 }
 
 static void test_clip_with_nan_norm_propagates_nan_like_torch(void **state)
@@ -104,7 +113,7 @@ static void test_clip_with_nan_norm_propagates_nan_like_torch(void **state)
     (void)state;
     float g[2] = {1, 2};
     hs_optim_param p = {.fqn = "a", .grad = g, .numel = 2};
-    assert_true(isnan(hs_clip_grads(&p, 1, NAN, 1.0)));
+    assert_true(isnan(hs_clip_grads(cpu_dev(), &p, 1, NAN, 1.0)));
     assert_true(isnan(g[0]) && isnan(g[1]));
 }
 
