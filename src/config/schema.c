@@ -59,8 +59,9 @@ static const hs_cfg_key keys[] = {
            "weight of the router load-balancing loss"),
 
     /* accelerator */
-    KENUM("accelerator.device", accelerator.device, "cpu", "cpu|cuda",
-          "where compute runs: cpu (MPI) or cuda (NCCL, bootstrapped by MPI)"),
+    KENUM("accelerator.device", accelerator.device, "cpu", "cpu|cuda|reference",
+          "where compute runs: cpu (MPI), cuda (NCCL, bootstrapped by MPI) or reference (plain "
+          "C kernels in fp64 on one thread: the oracle the cpu kernels are held to; slow)"),
     KINT("accelerator.tp_size", accelerator.tp_size, "1", GE | RULE, 1,
          "tensor-parallel degree (fastest-varying rank dim); must divide the heads, kv heads, "
          "dense MLP and vocabulary"),
