@@ -303,6 +303,21 @@ static inline double hs_dev_sumsq(hs_device *d, const float *x, int64_t n)
     d->k->sumsq(d->stream, &s, x, n);
     return s;
 }
+/* dst <- src, `bytes` of device memory (no overlap): the table's copy_2d
+ * of one row; and p <- 0 by the memory table's memset. */
+static inline void hs_dev_copy(hs_device *d, void *dst, const void *src, size_t bytes)
+{
+    d->k->copy_2d(d->stream, dst, bytes, src, bytes, 1, bytes);
+}
+static inline void hs_dev_copy_2d(hs_device *d, void *dst, size_t dst_stride, const void *src,
+                                  size_t src_stride, int64_t rows, size_t row_bytes)
+{
+    d->k->copy_2d(d->stream, dst, dst_stride, src, src_stride, rows, row_bytes);
+}
+static inline void hs_dev_zero(hs_device *d, void *p, size_t bytes)
+{
+    d->ops->memset(d->stream, p, 0, bytes);
+}
 /* hs_xent_forward_backward through the table: the loss, *valid (may be
  * NULL) the rows used. */
 static inline double hs_dev_xent(hs_device *d, float *dlogits, const float *logits,

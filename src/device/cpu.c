@@ -62,6 +62,7 @@ static const hs_device_kernels cpu_kernels = {
     .adamw = hs_cpu_adamw,
     .muon_momentum = hs_cpu_muon_momentum,
     .muon_newton_schulz = hs_cpu_muon_newton_schulz,
+    .copy_2d = hs_cpu_copy_2d,
 };
 
 void hs_device_cpu_init(hs_device *d)

@@ -33,6 +33,8 @@ void hs_cpu_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, 
                           bool nesterov, int64_t n);
 void hs_cpu_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows,
                                int64_t cols, int steps, float *ws);
+void hs_cpu_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src,
+                    size_t src_stride, int64_t rows, size_t row_bytes);
 void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
                           const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
                           int HD, const hs_att_rows *r, const hs_att_work *w);

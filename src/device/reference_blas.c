@@ -60,7 +60,7 @@ void hs_ref_sumsq(hs_stream *s, double *out, const float *x, int64_t n)
 void hs_ref_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src,
                     size_t src_stride, int64_t rows, size_t row_bytes)
 {
-    for (int64_t r = 0; r < rows; r++)
+    for (int64_t r = 0; r < rows && row_bytes; r++)
         memcpy((char *)dst + (size_t)r * dst_stride, (const char *)src + (size_t)r * src_stride,
                row_bytes);
 }

@@ -9,10 +9,12 @@
 #include "model/layers.h"
 #include "model/model_internal.h"
 
-static void zero_f32(float *x, int64_t n) { memset(x, 0, (size_t)n * sizeof(float)); }
+static void zero_f32(hs_model *m, float *x, int64_t n) {
+    hs_dev_zero(m->dev, x, (size_t)n * sizeof(float));
+}
 
-static void copy_dt(void *dst, const void *src, hs_dtype dt, int64_t n) {
-    memcpy(dst, src, (size_t)n * hs_dtype_size(dt));
+static void copy_dt(hs_model *m, void *dst, const void *src, hs_dtype dt, int64_t n) {
+    hs_dev_copy(m->dev, dst, src, (size_t)n * hs_dtype_size(dt));
 }
 
 static hs_moe_weights moe_weights(const hs_block_params *bp) {
@@ -73,7 +75,7 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
             hs_tp_exit_add(m, x_out, rdt, a->x_mid, rdt, N);
             return;
         }
-        copy_dt(x_out, a->x_mid, rdt, N * C);
+        copy_dt(m, x_out, a->x_mid, rdt, N * C);
         hs_linear_forward_to(m->dev, x_out, rdt, a->h, bp->wd->data, dt, N, m->F, C, 1);
         return;
     }
@@ -154,7 +156,7 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
     hs_dtype dt = m->dt;
     int C = m->C, F = m->F;
     if (m->moe) { /* token-wise: d(ln2) of the rows this rank routed */
-        zero_f32(m->dln, N * C);
+        zero_f32(m, m->dln, N * C);
         hs_hook_pre_backward(hooks, bp->expert_unit);
         hs_moe_weights w = moe_weights(bp);
         hs_moe_grads g = moe_grads(bp);
@@ -180,9 +182,9 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
     const float *dout = hs_tp_exit_grad(m, N);
     dense_backward(m, m->datt, true, bp->wo, dout, a->atty, N, qd, C);
-    zero_f32(m->dq, N * qd);
-    zero_f32(m->dk, N * kvd);
-    zero_f32(m->dv, N * kvd);
+    zero_f32(m, m->dq, N * qd);
+    zero_f32(m, m->dk, N * kvd);
+    zero_f32(m, m->dv, N * kvd);
     if (m->cp_on)
         hs_cp_attention_backward(m, a, B, T);
     else {

@@ -24,8 +24,10 @@ void hs_cp_prepare(hs_model *m, int T_local) {
     int half = m->HD / 2;
     for (int t = 0; t < T_local; t++) {
         int64_t g = hs_cp_global_position(m->cp, m->cp_rank, T_local, t);
-        memcpy(m->cos_l + (int64_t)t * half, m->cos_t + g * half, (size_t)half * sizeof(float));
-        memcpy(m->sin_l + (int64_t)t * half, m->sin_t + g * half, (size_t)half * sizeof(float));
+        hs_dev_copy(m->dev, m->cos_l + (int64_t)t * half, m->cos_t + g * half,
+                    (size_t)half * sizeof(float));
+        hs_dev_copy(m->dev, m->sin_l + (int64_t)t * half, m->sin_t + g * half,
+                    (size_t)half * sizeof(float));
     }
     m->rope_cos = m->cos_l, m->rope_sin = m->sin_l;
 }
@@ -81,8 +83,8 @@ static void allgather_backward(hs_model *m, hs_block_acts *a, int B, int T) {
     gather_kv(m, a, B, T);
     int Tw = T * m->cp;
     int64_t kvd = (int64_t)m->KVH * m->HD, n = (int64_t)B * T * kvd;
-    memset(m->dkf, 0, (size_t)(n * m->cp) * sizeof(float));
-    memset(m->dvf, 0, (size_t)(n * m->cp) * sizeof(float));
+    hs_dev_zero(m->dev, m->dkf, (size_t)(n * m->cp) * sizeof(float));
+    hs_dev_zero(m->dev, m->dvf, (size_t)(n * m->cp) * sizeof(float));
     for (int c = 0; c < 2; c++) {
         hs_att_rows r = chunk_rows(m, T, c, Tw, 0, Tw, 0);
         att_bwd(m, m->dkf, m->dvf, a, m->kf, m->vf, B, &r, c > 0);
@@ -127,15 +129,15 @@ static void ring_merge(hs_model *m, int B, int T, const hs_att_rows *r) {
 /* The block's [K | V] (n elements each) from the local k and v. */
 static void ring_own_block(hs_model *m, const hs_block_acts *a, void *kv, int64_t n) {
     size_t bytes = (size_t)n * hs_dtype_size(m->dt);
-    memcpy(kv, a->k, bytes);
-    memcpy((char *)kv + bytes, a->v, bytes);
+    hs_dev_copy(m->dev, kv, a->k, bytes);
+    hs_dev_copy(m->dev, (char *)kv + bytes, a->v, bytes);
 }
 
 static void ring_forward(hs_model *m, hs_block_acts *a, int B, int T) {
     const hs_model_ops *o = m->ops;
     int64_t q = (int64_t)m->NH * m->HD, kvd = (int64_t)m->KVH * m->HD, n = (int64_t)B * T * kvd;
     size_t es = hs_dtype_size(m->dt);
-    memset(m->ring_out, 0, (size_t)((int64_t)B * T * q) * sizeof(float));
+    hs_dev_zero(m->dev, m->ring_out, (size_t)((int64_t)B * T * q) * sizeof(float));
     for (int64_t i = 0; i < (int64_t)B * m->NH * T; i++) m->ring_lse[i] = -INFINITY;
     ring_own_block(m, a, m->ring_kv[0], n);
     for (int s = 0; s < m->cp; s++) {
@@ -152,7 +154,7 @@ static void ring_forward(hs_model *m, hs_block_acts *a, int B, int T) {
         if (step) o->cp_ring_wait(o->cp_ctx, step);
     }
     hs_dev_convert(m->dev, a->atty, m->dt, m->ring_out, HS_DTYPE_F32, (int64_t)B * T * q);
-    memcpy(a->lse, m->ring_lse, (size_t)((int64_t)B * m->NH * T) * sizeof(float));
+    hs_dev_copy(m->dev, a->lse, m->ring_lse, (size_t)((int64_t)B * m->NH * T) * sizeof(float));
 }
 
 static void ring_backward(hs_model *m, hs_block_acts *a, int B, int T) {
@@ -160,7 +162,7 @@ static void ring_backward(hs_model *m, hs_block_acts *a, int B, int T) {
     int64_t kvd = (int64_t)m->KVH * m->HD, n = (int64_t)B * T * kvd;
     size_t es = hs_dtype_size(m->dt);
     ring_own_block(m, a, m->ring_kv[0], n);
-    memset(m->ring_dkv[0], 0, (size_t)(2 * n) * sizeof(float));
+    hs_dev_zero(m->dev, m->ring_dkv[0], (size_t)(2 * n) * sizeof(float));
     for (int s = 0; s < m->cp; s++) {
         void *cur = m->ring_kv[s & 1], *next = m->ring_kv[(s + 1) & 1];
         float *dcur = m->ring_dkv[s & 1], *dnext = m->ring_dkv[(s + 1) & 1];
@@ -180,8 +182,8 @@ static void ring_backward(hs_model *m, hs_block_acts *a, int B, int T) {
         o->cp_ring_wait(o->cp_ctx, dstep);
     }
     float *mine = m->ring_dkv[m->cp & 1];
-    memcpy(m->dk, mine, (size_t)n * sizeof(float));
-    memcpy(m->dv, mine + n, (size_t)n * sizeof(float));
+    hs_dev_copy(m->dev, m->dk, mine, (size_t)n * sizeof(float));
+    hs_dev_copy(m->dev, m->dv, mine + n, (size_t)n * sizeof(float));
 }
 
 void hs_cp_attention_forward(hs_model *m, hs_block_acts *a, int B, int T) {

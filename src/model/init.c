@@ -69,7 +69,7 @@ void hs_model_zero_grads(hs_model *m) {
     for (int i = 0; i < m->n_params; i++) {
         hs_param *p = &m->params[i];
         int64_t n = hs_param_local_numel(p);
-        if (p->grad) memset(p->grad, 0, (size_t)n * hs_dtype_size(p->grad_dtype));
+        if (p->grad) hs_dev_zero(m->dev, p->grad, (size_t)n * hs_dtype_size(p->grad_dtype));
         p->grad_unset = false;
     }
 }
@@ -79,7 +79,9 @@ void hs_model_unset_grads(hs_model *m) {
         hs_param *p = &m->params[i];
         if (!p->grad) continue;
         if (p->grad_first_store) p->grad_unset = true;
-        else memset(p->grad, 0, (size_t)hs_param_local_numel(p) * hs_dtype_size(p->grad_dtype));
+        else
+            hs_dev_zero(m->dev, p->grad,
+                        (size_t)hs_param_local_numel(p) * hs_dtype_size(p->grad_dtype));
     }
 }
 

@@ -119,7 +119,7 @@ static void *raw(hs_model *m, size_t bytes) {
 
 static void *zeroed(hs_model *m, size_t bytes) {
     void *p = raw(m, bytes);
-    if (p) memset(p, 0, bytes);
+    if (p) hs_dev_zero(m->dev, p, bytes);
     return p;
 }
 

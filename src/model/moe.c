@@ -74,7 +74,7 @@ void hs_moe_act_bind(hs_moe_act *act, hs_device *dev, const hs_moe_shapes *s, hs
 {
     shapes_check(s);
     HS_ASSERT(mem != NULL && ((uintptr_t)mem % HS_ALIGN) == 0);
-    memset(act, 0, sizeof(*act));
+    *act = (hs_moe_act){0};
     act->cap = *s;
     act->dev = dev;
     act->dt = dt;
@@ -166,7 +166,7 @@ static void expert_output_cast(const hs_moe_act *act, float *row)
 static void combine(float *acc, float *row, const hs_moe_act *act)
 {
     const int C = act->cap.C, K = act->cap.K;
-    memset(acc, 0, (size_t)act->BT * (size_t)C * sizeof(float));
+    hs_dev_zero(act->dev, acc, (size_t)act->BT * (size_t)C * sizeof(float));
     for (int64_t pr = 0; pr < (int64_t)act->BT * K; pr++) {
         hs_dev_convert(act->dev, row, HS_DTYPE_F32,
                        hs_moe_at(act->y, act->dt, (int64_t)act->pair_row[pr] * C), act->dt, C);

@@ -34,6 +34,7 @@ void hs_moe_dispatch_gather(void *xg, const void *x, const hs_moe_act *act)
     const size_t row_bytes = (size_t)C * hs_dtype_size(act->dt);
     for (int64_t r = 0; r < pairs; r++) {
         int64_t t = act->row_pair[r] / K;
-        memcpy(hs_moe_at(xg, act->dt, r * C), hs_moe_at(x, act->dt, t * C), row_bytes);
+        hs_dev_copy(act->dev, hs_moe_at(xg, act->dt, r * C), hs_moe_at(x, act->dt, t * C),
+                    row_bytes);
     }
 }

@@ -68,7 +68,7 @@ static void reorder(void *dst, const void *src, const hs_moe_act *act, size_t ro
             int64_t n = (int64_t)act->ep_recv[s * EL + j];
             const char *from = (const char *)src + (size_t)(to_expert ? at : next[j]) * row_bytes;
             char *to = (char *)dst + (size_t)(to_expert ? next[j] : at) * row_bytes;
-            memcpy(to, from, (size_t)n * row_bytes);
+            hs_dev_copy(act->dev, to, from, (size_t)n * row_bytes);
             at += n;
             next[j] += n;
         }

@@ -158,7 +158,7 @@ static void count_root_casts(hs_model *m, bool backward) {
 static double head_forward_backward(hs_model *m, const int32_t *targets, int64_t N, float scale,
                                     const float **dlnf) {
     double loss = 0.0;
-    memset(m->dln, 0, (size_t)(N * m->C) * sizeof(float));
+    hs_dev_zero(m->dev, m->dln, (size_t)(N * m->C) * sizeof(float));
     for (int64_t r0 = 0; r0 < N; r0 += m->head_rows) {
         int64_t rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
         if (m->tp_on) {
@@ -188,7 +188,7 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
     int64_t N = (int64_t)b->B * b->T;
     int k = m->cur_chunk, i0 = m->chunk_begin[k], len = m->chunk_len[k];
     if (has_head(m)) {
-        memset(m->dres, 0, (size_t)(N * m->C) * sizeof(float));
+        hs_dev_zero(m->dev, m->dres, (size_t)(N * m->C) * sizeof(float));
         m->k->rmsnorm_bwd(m->s, m->dres, m->norm->grad, m->norm->grad_dtype, dlnf, m->resid[len],
                           out_dtype(m), m->norm->data, m->rstdf, m->dt, hs_tp_local_rows(m, N),
                           m->C, m->norm_part);

@@ -26,7 +26,7 @@ void hs_tp_embedding_forward(hs_model *m, const int32_t *tokens, int64_t N) {
             hs_dev_convert(m->dev, row, HS_DTYPE_F32, hs_cat(m->embed->data, m->dt, t * C), m->dt,
                            C);
         else
-            memset(row, 0, (size_t)C * sizeof(float));
+            hs_dev_zero(m->dev, row, (size_t)C * sizeof(float));
     }
     int64_t n = hs_tp_local_rows(m, N) * C;
     float *red = m->sp ? m->tp_red : m->tp_part;
@@ -55,10 +55,10 @@ static void local_logits(hs_model *m, int64_t r0, int64_t rows) {
 static void gather_logits(hs_model *m, float *dst, int64_t rows) {
     float *blocks = m->logits_all;
     m->ops->gather_logits(m->ops->ctx, blocks, m->logits, rows * m->V);
+    size_t vb = (size_t)m->V * sizeof(float);
     for (int r = 0; r < m->tp; r++)
-        for (int64_t i = 0; i < rows; i++)
-            memcpy(dst + i * m->Vg + (int64_t)r * m->V, blocks + ((int64_t)r * rows + i) * m->V,
-                   (size_t)m->V * sizeof(float));
+        hs_dev_copy_2d(m->dev, dst + (int64_t)r * m->V, (size_t)m->Vg * sizeof(float),
+                       blocks + (int64_t)r * rows * m->V, vb, rows, vb);
 }
 
 static double gathered_loss(hs_model *m, const int32_t *targets, int64_t rows, float scale,
@@ -67,8 +67,9 @@ static double gathered_loss(hs_model *m, const int32_t *targets, int64_t rows, f
     gather_logits(m, all, rows);
     if (!targets) return 0.0;
     double loss = hs_dev_xent(m->dev, grad ? all : NULL, all, targets, rows, m->Vg, scale, NULL);
-    for (int64_t i = 0; grad && i < rows; i++)
-        memcpy(m->logits + i * m->V, all + i * m->Vg + m->v0, (size_t)m->V * sizeof(float));
+    if (grad)
+        hs_dev_copy_2d(m->dev, m->logits, (size_t)m->V * sizeof(float), all + m->v0,
+                       (size_t)m->Vg * sizeof(float), rows, (size_t)m->V * sizeof(float));
     return loss;
 }
 
@@ -92,7 +93,7 @@ static double parallel_loss(hs_model *m, const int32_t *targets, int64_t rows, f
         float *l = m->logits + i * V;
         int64_t t = (int64_t)targets[i] - m->v0;
         if (targets[i] < 0) {
-            if (grad) memset(l, 0, (size_t)V * sizeof(float));
+            if (grad) hs_dev_zero(m->dev, l, (size_t)V * sizeof(float));
             continue;
         }
         loss += (double)mx[i] + log((double)sum[i]) - (double)tl[i];

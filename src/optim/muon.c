@@ -67,9 +67,8 @@ static const float *muon_orthogonalise_shard(hs_device *d, const hs_optim_config
     d->k->muon_newton_schulz(d->stream, o, full, g->full_rows, fc, cfg->muon.ns_steps, ns);
     if (fc == p->cols) return o + g->row_offset * p->cols;
     /* a column slice: its rows into the (no longer needed) gather buffer */
-    for (int64_t r = 0; r < p->rows; r++)
-        memcpy(full + r * p->cols, o + (g->row_offset + r) * fc + g->col_offset,
-               (size_t)p->cols * sizeof(float));
+    hs_dev_copy_2d(d, full, (size_t)p->cols * sizeof(float), o + g->row_offset * fc + g->col_offset,
+                   (size_t)fc * sizeof(float), p->rows, (size_t)p->cols * sizeof(float));
     return full;
 }
 
