@@ -1,0 +1,142 @@
+# The compute seam (docs/device.md): above device/ and tensor/, the layers
+# that compute on tensors (src/model, src/optim, src/fsdp, src/parallel)
+# reach tensor memory and kernels through a device's tables, not by
+# themselves. A line of theirs breaks the seam when it calls
+#   memcpy / memset / memmove,
+#   a tensor/ kernel (hs_gemm_ex, hs_sgemm, hs_convert, hs_axpy_f32, ...), or
+#   an element helper of device.h (hs_ld, hs_st, hs_expf, hs_row_max,
+#   hs_round_f32, ...), the mark of an element loop.
+#
+#   1. The tree passes: a file with such a line is on the list below, with
+#      the reason it cannot move yet, and every file on the list still has
+#      one (an entry that is no longer needed fails, so the list shrinks).
+#   2. Planted in a copy of the tree, a memcpy in model/linear.c, a tensor/
+#      call in optim/adamw.c and an element loop in parallel/tp_plan.c are
+#      each refused, naming the file and the line.
+#
+# Run by ctest with -DHS_SRC=<source> -DHS_BUILD=<build> -DHS_CC=<compiler>.
+cmake_minimum_required(VERSION 3.20)
+
+# file | why it still reaches memory or kernels itself
+set(allowed
+  "src/model/block.c|the MoE block's residual sum and the unit boundary's in-place rounding of the gradient: no table entry for a mixed-dtype add or an in-place round yet"
+  "src/model/cp_layout.c|hs_cp_take_local / blocks_to_whole are also called by train/ on host batches and take no device"
+  "src/model/init.c|hs_param_grad_settle takes a bare hs_param (no device) from engine_local and fsdp"
+  "src/model/model.c|the per-expert token counters are host statistics, not tensor data"
+  "src/model/moe.c|the expert output cast rounds y and its gradient in place: no table entry for an in-place round"
+  "src/model/moe_aux.c|the load-balancing counters are host statistics, not tensor data"
+  "src/model/moe_router.c|routing (rounded logits, softmax, top-k, rounded weights) is not moved down: the table's moe_route has no dtype rounding or saved probabilities yet"
+  "src/model/registry.c|zeroes a parameter descriptor, not tensor data (file under concurrent edit)"
+  "src/model/step.c|the root's output cast rounds the logits in place: no table entry for an in-place round"
+  "src/model/tp.c|the TP exit's residual add in two dtypes: no table entry for a mixed-dtype add"
+  "src/model/tp_head.c|the vocab-parallel loss computes its own shard maxima and sums: not moved onto xent_shard_* yet"
+  "src/fsdp/access.c|state-dict gather/scatter and clipping's sum of squares run on host copies without the device yet"
+  "src/fsdp/fusion.c|fused buffer packing and casts: not yet on copy_2d / convert"
+  "src/fsdp/main_params.c|the fp32 main params' cast to the compute dtype: not yet on convert"
+  "src/fsdp/manager.c|zeroes a unit-info struct, not tensor data"
+  "src/fsdp/mem.c|zero fills of fresh device/host buffers: not yet on the memory table's memset"
+  "src/fsdp/mixed_precision.c|gradient scaling, casts and fp32 accumulation around the collectives: no table entry for add-to-zero yet"
+  "src/fsdp/offload.c|the compute-dtype cast after the H2D copy: not yet on convert"
+  "src/fsdp/param.c|struct init and gradient zero/copy of the reduce slot: not yet on the device"
+  "src/fsdp/plan.c|zeroes a plan struct and the padding tail of the unsharded buffer"
+  "src/fsdp/unit.c|zeroes a unit struct, not tensor data"
+  "src/parallel/ep.c|expert-parallel state-dict gather/scatter on host copies (no device handle in parallel/)"
+  "src/parallel/pp.c|pipeline messages copied into and out of their send buffers (no device handle in parallel/)"
+  "src/parallel/tp_layout.c|tensor-parallel state-dict slicing on host copies (no device handle in parallel/)"
+)
+
+set(pattern_mem "(^|[^A-Za-z0-9_])(memcpy|memset|memmove)[ ]*\\(")
+set(pattern_tensor "(^|[^A-Za-z0-9_])hs_(gemm_ex|gemm_cached|sgemm|convert|convert_scaled_f32|fill_f32|axpy_f32|scale_f32|add_f32|add_to_zero_f32|sumsq_f32)[ ]*\\(")
+set(pattern_elem "(^|[^A-Za-z0-9_])hs_(ld|st|acc|expf|row_max|row_sum|row_dot|row_dot_ld|round_f32|round_to)[ ]*\\(")
+
+set(failures 0)
+function(fail what)
+  message(SEND_ERROR "${what}")
+  math(EXPR n "${failures} + 1")
+  set(failures ${n} PARENT_SCOPE)
+endfunction()
+
+# seam_check(ROOT OUT): OUT gets one line per offending line of a file not
+# on the list, "file:line: what", and one per list entry with no hit.
+function(seam_check root out)
+  set(report "")
+  set(listed "")
+  foreach(entry IN LISTS allowed)
+    string(REGEX REPLACE "\\|.*" "" f "${entry}")
+    list(APPEND listed "${f}")
+  endforeach()
+  set(hit_files "")
+  file(GLOB files ${root}/src/model/*.c ${root}/src/optim/*.c ${root}/src/fsdp/*.c
+                  ${root}/src/parallel/*.c)
+  foreach(path IN LISTS files)
+    file(RELATIVE_PATH rel ${root} ${path})
+    file(READ ${path} text)
+    string(REPLACE ";" "<semicolon>" text "${text}")
+    string(REPLACE "\n" ";" lines "${text}")
+    set(n 0)
+    foreach(line IN LISTS lines)
+      math(EXPR n "${n} + 1")
+      set(what "")
+      if(line MATCHES "${pattern_mem}")
+        set(what "${CMAKE_MATCH_2} over memory")
+      elseif(line MATCHES "${pattern_tensor}")
+        set(what "calls tensor/ directly (hs_${CMAKE_MATCH_2})")
+      elseif(line MATCHES "${pattern_elem}")
+        set(what "an element loop (hs_${CMAKE_MATCH_2})")
+      endif()
+      if(what)
+        list(APPEND hit_files "${rel}")
+        list(FIND listed "${rel}" at)
+        if(at LESS 0)
+          string(APPEND report "${rel}:${n}: ${what} above the device seam\n")
+        endif()
+      endif()
+    endforeach()
+  endforeach()
+  foreach(f IN LISTS listed)
+    list(FIND hit_files "${f}" at)
+    if(at LESS 0)
+      string(APPEND report "${f}: on the allowed list but reaches no memory or kernel itself: drop it\n")
+    endif()
+  endforeach()
+  set(${out} "${report}" PARENT_SCOPE)
+endfunction()
+
+# 1. the tree as it is
+seam_check(${HS_SRC} report)
+if(report)
+  fail("the device seam is broken:\n${report}")
+endif()
+
+# 2. planted breaks, one at a time, each on a fresh copy
+set(fixture ${HS_BUILD}/device-seam-fixture)
+function(expect_refused name file line regex)
+  file(REMOVE_RECURSE ${fixture})
+  file(MAKE_DIRECTORY ${fixture}/src)
+  file(COPY ${HS_SRC}/src/model ${HS_SRC}/src/optim ${HS_SRC}/src/fsdp ${HS_SRC}/src/parallel
+       DESTINATION ${fixture}/src)
+  file(APPEND ${fixture}/${file} "${line}\n")
+  seam_check(${fixture} report)
+  if(NOT report)
+    fail("${name}: accepted")
+  elseif(NOT report MATCHES "${regex}")
+    fail("${name}: refused, but the report does not match '${regex}':\n${report}")
+  else()
+    message(STATUS "refused as expected: ${name}")
+  endif()
+  set(failures ${failures} PARENT_SCOPE)
+endfunction()
+expect_refused("a memcpy in the model" src/model/linear.c
+               "static void cp(void *d, const void *s) { memcpy(d, s, 4); }"
+               "src/model/linear.c:[0-9]+: memcpy over memory")
+expect_refused("a tensor/ call in the optimizer" src/optim/adamw.c
+               "static void sc(float *x) { hs_scale_f32(x, 2.0f, 1); }"
+               "src/optim/adamw.c:[0-9]+: calls tensor/ directly \\(hs_scale_f32\\)")
+expect_refused("an element loop in parallel/" src/parallel/tp_plan.c
+               "static float ld0(const void *p) { return hs_ld(p, HS_DTYPE_F32, 0); }"
+               "src/parallel/tp_plan.c:[0-9]+: an element loop \\(hs_ld\\)")
+file(REMOVE_RECURSE ${fixture})
+
+if(failures GREATER 0)
+  message(FATAL_ERROR "${failures} device-seam check(s) failed")
+endif()
