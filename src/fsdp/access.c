@@ -39,9 +39,10 @@ static hs_status muon_gather_rows(void *ctx, const float *local, float *full, hs
     hs_fsdp_param *fp = ctx;
     const hs_fsdp_plan *pl = &fp->plan;
     float *mine = full + fp->mi.shard_rank * pl->padded_sharded_numel;
-    memcpy(mine, local, (size_t)pl->actual_sharded_numel * sizeof(float));
-    memset(mine + pl->actual_sharded_numel, 0,
-           (size_t)(pl->padded_sharded_numel - pl->actual_sharded_numel) * sizeof(float));
+    hs_device *d = fp->mem->dev;
+    hs_dev_copy(d, mine, local, (size_t)pl->actual_sharded_numel * sizeof(float));
+    hs_dev_zero(d, mine + pl->actual_sharded_numel,
+                (size_t)(pl->padded_sharded_numel - pl->actual_sharded_numel) * sizeof(float));
     return hs_pg_all_gather(fp->mi.shard_pg, full, mine, pl->padded_sharded_numel, HS_DTYPE_F32,
                             e);
 }
@@ -70,15 +71,15 @@ static hs_status muon_gather_tp(void *ctx, const float *local, float *full, hs_e
     if (fp->needs_all_gather)
         st = muon_gather_rows(fp, local, staged, e);
     else
-        memcpy(staged, local, (size_t)ln * sizeof(float));
+        hs_dev_copy(fp->mem->dev, staged, local, (size_t)ln * sizeof(float));
     if (st != HS_OK) return st;
     if (p->tp.dim == 0) return hs_pg_all_gather(fp->mi.tp_pg, full, staged, ln, HS_DTYPE_F32, e);
     st = hs_pg_all_gather(fp->mi.tp_pg, blocks, staged, ln, HS_DTYPE_F32, e);
     int64_t rows = p->shape[0], lc = p->local_shape[1];
+    size_t lb = (size_t)lc * sizeof(float);
     for (int r = 0; st == HS_OK && r < fp->mi.tp_size; r++)
-        for (int64_t i = 0; i < rows; i++)
-            memcpy(full + i * p->shape[1] + r * lc, blocks + r * ln + i * lc,
-                   (size_t)lc * sizeof(float));
+        hs_dev_copy_2d(fp->mem->dev, full + r * lc, (size_t)p->shape[1] * sizeof(float),
+                       blocks + r * ln, lb, rows, lb);
     return st;
 }
 
@@ -164,7 +165,7 @@ hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e)
     for (int i = 0; i < f->ctx.n_params; i++) {
         hs_fsdp_param *fp = &f->ctx.params[i];
         hs_fsdp_param_settle_sharded_grad(fp);
-        double s = hs_sumsq_f32(fp->sharded_grad, fp->plan.actual_sharded_numel);
+        double s = hs_dev_sumsq(fp->mem->dev, fp->sharded_grad, fp->plan.actual_sharded_numel);
         int kind = split_kind(fp);
         if (kind) split_pg[kind] = kind == 1 ? fp->mi.tp_pg : fp->mi.ep_pg;
         if (!fp->needs_all_gather) {
@@ -229,7 +230,7 @@ static hs_status gather_rows(hs_fsdp_param *fp, const float *src, float *out, hs
 {
     const hs_fsdp_plan *pl = &fp->plan;
     if (!fp->needs_all_gather) {
-        memcpy(out, src, (size_t)pl->unpacked_numel * sizeof(float));
+        hs_dev_copy(fp->mem->dev, out, src, (size_t)pl->unpacked_numel * sizeof(float));
         return HS_OK;
     }
     size_t shard = (size_t)pl->padded_sharded_numel, full = (size_t)pl->padded_unsharded_numel;
@@ -237,10 +238,11 @@ static hs_status gather_rows(hs_fsdp_param *fp, const float *src, float *out, hs
     if (!buf)
         return hs_error_set(e, HS_ERR_OOM, "fsdp: cannot allocate %zu floats to gather %s",
                             shard + full, fp->p->fqn);
-    memcpy(buf, src, (size_t)pl->actual_sharded_numel * sizeof(float));
+    hs_dev_copy(fp->mem->dev, buf, src, (size_t)pl->actual_sharded_numel * sizeof(float));
     hs_status st = hs_pg_all_gather(fp->mi.shard_pg, buf + shard, buf, pl->padded_sharded_numel,
                                     HS_DTYPE_F32, e);
-    if (st == HS_OK) memcpy(out, buf + shard, (size_t)pl->unpacked_numel * sizeof(float));
+    if (st == HS_OK)
+        hs_dev_copy(fp->mem->dev, out, buf + shard, (size_t)pl->unpacked_numel * sizeof(float));
     free(buf);
     return st;
 }
@@ -265,8 +267,8 @@ hs_status hs_fsdp_set_full(hs_fsdp *f, int param_index, const float *full, hs_er
     const hs_fsdp_plan *pl = &fp->plan;
     /* A live compute copy would keep the old values. */
     if (fp->state != HS_FSDP_SHARDED && fp->ag_work == NULL) hs_fsdp_param_reshard(fp);
-    memcpy(fp->sharded, full + pl->layout.row_offset * pl->row_numel,
-           (size_t)pl->actual_sharded_numel * sizeof(float));
+    hs_dev_copy(fp->mem->dev, fp->sharded, full + pl->layout.row_offset * pl->row_numel,
+                (size_t)pl->actual_sharded_numel * sizeof(float));
     hs_fsdp_main_write_back(fp);
     return HS_OK;
 }
@@ -287,7 +289,7 @@ void hs_fsdp_shard_view_get(hs_fsdp *f, int param_index, hs_fsdp_shard_view *out
 
 void hs_fsdp_get_stats(const hs_fsdp *f, hs_fsdp_stats *out)
 {
-    memset(out, 0, sizeof *out);
+    *out = (hs_fsdp_stats){0};
     out->param_bytes = f->ctx.mem.current[HS_FSDP_MEM_PARAM];
     out->param_peak_bytes = f->ctx.mem.peak[HS_FSDP_MEM_PARAM];
     out->grad_bytes = f->ctx.mem.current[HS_FSDP_MEM_GRAD];

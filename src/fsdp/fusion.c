@@ -56,12 +56,12 @@ static void rehome_sources(hs_fsdp_fusion *fu)
         void *view = at(fu->flat_src, fu->offset[j], es);
         HS_ASSERT(fp->storage_numel == fp->plan.padded_sharded_numel);
         if (fp->lp_shard) {
-            memcpy(view, fp->lp_shard, fp->lp_shard_bytes);
+            hs_dev_copy(fu->mem->dev, view, fp->lp_shard, fp->lp_shard_bytes);
             hs_fsdp_mem_master_free(fu->mem, HS_FSDP_MEM_PARAM, fp->lp_shard, fp->lp_shard_bytes);
             fp->lp_shard = view;
         } else {
             size_t bytes = (size_t)fp->storage_numel * sizeof(float);
-            memcpy(view, fp->storage, bytes);
+            hs_dev_copy(fu->mem->dev, view, fp->storage, bytes);
             hs_fsdp_mem_master_free(fu->mem, HS_FSDP_MEM_PARAM, fp->storage, bytes);
             fp->storage = fp->sharded = view;
         }
@@ -144,7 +144,8 @@ static const void *all_gather_input(hs_fsdp_fusion *fu)
     fu->ag_in_bytes = (size_t)fu->numel * es;
     fu->ag_in = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_in_bytes);
     if (fu->zero_copy) {
-        hs_convert(fu->ag_in, fu->ag_dtype, fu->flat_src, fu->src_dtype, fu->numel);
+        hs_dev_convert(fu->mem->dev, fu->ag_in, fu->ag_dtype, fu->flat_src, fu->src_dtype,
+                       fu->numel);
         return fu->ag_in;
     }
     /* Copy-in: each padded local shard (zero tail included) into its slot. */
@@ -191,9 +192,8 @@ static void unpack(hs_fsdp_fusion *fu)
         hs_fsdp_param *fp = fu->params[j];
         int64_t P = fp->plan.padded_sharded_numel;
         char *view = at(fu->unsharded, W * fu->offset[j], es);
-        for (int64_t r = 0; r < W; r++)
-            memcpy(view + (size_t)(r * P) * es, at(fu->ag_out, r * S + fu->offset[j], es),
-                   (size_t)P * es);
+        hs_dev_copy_2d(fu->mem->dev, view, (size_t)P * es, at(fu->ag_out, fu->offset[j], es),
+                       (size_t)S * es, W, (size_t)P * es);
         fp->unsharded = view; /* rows [0, D0) are the logical tensor */
         fp->state = HS_FSDP_UNSHARDED;
         fp->p->data = view;
@@ -245,9 +245,8 @@ void hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale)
         /* The same scaled reduce-dtype input the unfused path sends. */
         hs_fsdp_mp_reduce_input(fp, prescale * fp->grad_factor);
         int64_t P = fp->plan.padded_sharded_numel;
-        for (int64_t r = 0; r < W; r++)
-            memcpy(at(fu->rs_in, r * S + fu->offset[j], es),
-                   (const char *)fp->rs_input + (size_t)(r * P) * es, (size_t)P * es);
+        hs_dev_copy_2d(fu->mem->dev, at(fu->rs_in, fu->offset[j], es), (size_t)S * es, fp->rs_input,
+                       (size_t)P * es, W, (size_t)P * es);
         hs_fsdp_param_grad_release(fp);
     }
     fu->rs_work = hs_pg_reduce_scatter_async(fu->pg, fu->rs_group->buf, fu->rs_in, S, fu->rs_dtype,

@@ -19,7 +19,8 @@ void hs_fsdp_main_write_back(hs_fsdp_param *fp)
     /* The padded tail of storage is zero, so the model shard's is too and
      * every rank sends the same element count. */
     if (fp->lp_shard)
-        hs_convert(fp->lp_shard, fp->compute_dtype, fp->storage, HS_DTYPE_F32, fp->storage_numel);
+        hs_dev_convert(fp->mem->dev, fp->lp_shard, fp->compute_dtype, fp->storage, HS_DTYPE_F32,
+                       fp->storage_numel);
 }
 
 void hs_fsdp_main_free(hs_fsdp_param *fp)

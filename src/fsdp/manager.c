@@ -52,8 +52,7 @@ static void set_sharded(hs_fsdp_mesh_info *mi, hs_pg *shard, int shard_size, int
  * x edp before averaging over edp, i.e. domain_factor = edp / (dp*cp). */
 static hs_fsdp_mesh_info expert_mesh_info(const hs_fsdp_dp_groups *g)
 {
-    hs_fsdp_mesh_info mi;
-    memset(&mi, 0, sizeof mi);
+    hs_fsdp_mesh_info mi = {0};
     set_sharded(&mi, g->edp_shard, g->edp_shard_size, g->edp_shard_rank, g->edp_replicate,
                 g->edp_replicate_size, g->edp_replicate_rank);
     mi.tp_size = 1;
@@ -68,8 +67,7 @@ static hs_fsdp_mesh_info expert_mesh_info(const hs_fsdp_dp_groups *g)
  * domain, never over the R dim alone. */
 static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicate)
 {
-    hs_fsdp_mesh_info mi;
-    memset(&mi, 0, sizeof mi);
+    hs_fsdp_mesh_info mi = {0};
     mi.shard_size = 1;
     mi.tp_pg = g->tp;
     mi.tp_size = g->tp_size > 0 ? g->tp_size : 1;

@@ -5,17 +5,15 @@
 
 void hs_fsdp_mem_init(hs_fsdp_mem *m, hs_device *dev)
 {
-    memset(m, 0, sizeof *m);
-    m->dev = dev;
+    *m = (hs_fsdp_mem){.dev = dev};
 }
 
 void *hs_fsdp_mem_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes)
 {
     /* A zero-length shard still needs a distinct pointer so that views of it
-     * never alias another parameter's storage. The cpu device is RAM; a
-     * device without host-visible memory will need its own fill here. */
+     * never alias another parameter's storage. Filled by the device. */
     void *p = hs_fsdp_mem_alloc_uninit(m, k, bytes);
-    memset(p, 0, bytes ? bytes : 1);
+    hs_dev_zero(m->dev, p, bytes ? bytes : 1);
     return p;
 }
 
@@ -52,7 +50,7 @@ void *hs_fsdp_mem_host_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes)
     HS_ASSERT((unsigned)k < HS_FSDP_MEM_KIND_COUNT);
     void *p = hs_host_alloc(m->dev, bytes ? bytes : 1);
     HS_ASSERT(p != NULL);
-    memset(p, 0, bytes ? bytes : 1);
+    hs_dev_zero(m->dev, p, bytes ? bytes : 1);
     m->host_current[k] += (int64_t)bytes;
     if (m->host_current[k] > m->host_peak[k]) m->host_peak[k] = m->host_current[k];
     return p;

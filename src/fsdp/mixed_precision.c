@@ -14,11 +14,11 @@ hs_dtype hs_fsdp_mp_reduce_dtype(const hs_mix_precision *mp, hs_dtype compute)
     return mp->reduce_dtype == HS_MP_NULL ? compute : (hs_dtype)mp->reduce_dtype;
 }
 
-void hs_fsdp_mp_scale(void *x, hs_dtype dt, float a, int64_t n)
+void hs_fsdp_mp_scale(hs_device *d, void *x, hs_dtype dt, float a, int64_t n)
 {
     if (a == 1.0f) return;
     if (dt == HS_DTYPE_F32) {
-        hs_scale_f32(x, a, n);
+        hs_dev_scale(d, x, a, n);
         return;
     }
     float buf[MP_CHUNK];
@@ -26,25 +26,33 @@ void hs_fsdp_mp_scale(void *x, hs_dtype dt, float a, int64_t n)
     for (int64_t i = 0; i < n; i += MP_CHUNK) {
         int64_t k = n - i < MP_CHUNK ? n - i : MP_CHUNK;
         char *p = (char *)x + (size_t)i * es;
-        hs_convert(buf, HS_DTYPE_F32, p, dt, k);
-        hs_scale_f32(buf, a, k);
-        hs_convert(p, dt, buf, HS_DTYPE_F32, k);
+        hs_dev_convert(d, buf, HS_DTYPE_F32, p, dt, k);
+        hs_dev_scale(d, buf, a, k);
+        hs_dev_convert(d, p, dt, buf, HS_DTYPE_F32, k);
     }
 }
 
-void hs_fsdp_mp_add_to_f32(float *dst, const void *src, hs_dtype dt, int64_t n, bool fresh)
+/* dst += src, or dst = 0 + src when fresh (hs_add_to_zero_f32: no table
+ * entry yet, so a fresh accumulator is filled on the host path). */
+static void add_f32(hs_device *d, float *dst, const float *src, int64_t n, bool fresh)
 {
-    void (*add)(float *, const float *, int64_t) = fresh ? hs_add_to_zero_f32 : hs_add_f32;
+    if (fresh) hs_add_to_zero_f32(dst, src, n);
+    else hs_dev_add(d, dst, src, n);
+}
+
+void hs_fsdp_mp_add_to_f32(hs_device *d, float *dst, const void *src, hs_dtype dt, int64_t n,
+                           bool fresh)
+{
     if (dt == HS_DTYPE_F32) {
-        add(dst, src, n);
+        add_f32(d, dst, src, n, fresh);
         return;
     }
     float buf[MP_CHUNK];
     size_t es = hs_dtype_size(dt);
     for (int64_t i = 0; i < n; i += MP_CHUNK) {
         int64_t k = n - i < MP_CHUNK ? n - i : MP_CHUNK;
-        hs_convert(buf, HS_DTYPE_F32, (const char *)src + (size_t)i * es, dt, k);
-        add(dst + i, buf, k);
+        hs_dev_convert(d, buf, HS_DTYPE_F32, (const char *)src + (size_t)i * es, dt, k);
+        add_f32(d, dst + i, buf, k, fresh);
     }
 }
 
@@ -63,19 +71,21 @@ void hs_fsdp_mp_grad_stash(hs_fsdp_param *fp)
         fp->acc_grad_bytes = (size_t)n * sizeof(float);
         fp->acc_grad = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, fp->acc_grad_bytes);
     }
-    hs_fsdp_mp_add_to_f32(fp->acc_grad, fp->unsharded_grad, fp->grad_dtype, n, fresh);
+    hs_fsdp_mp_add_to_f32(fp->mem->dev, fp->acc_grad, fp->unsharded_grad, fp->grad_dtype, n, fresh);
     if (fp->p->grad_first_store) fp->p->grad_unset = true; /* the tail stays zero */
-    else memset(fp->unsharded_grad, 0, fp->unsharded_grad_bytes);
+    else hs_dev_zero(fp->mem->dev, fp->unsharded_grad, fp->unsharded_grad_bytes);
 }
 
 void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale)
 {
+    hs_device *d = fp->mem->dev;
     hs_param_grad_settle(fp->p);
     int64_t n = fp->plan.padded_unsharded_numel;
     if (fp->acc_grad) {
         /* The accumulator already is fp32 = reduce dtype: add the last
          * micro-batch and hand the accumulator to the collective. */
-        hs_fsdp_mp_add_to_f32(fp->acc_grad, fp->unsharded_grad, fp->grad_dtype, n, false);
+        hs_fsdp_mp_add_to_f32(fp->mem->dev, fp->acc_grad, fp->unsharded_grad, fp->grad_dtype, n,
+                              false);
         fp->rs_input = fp->acc_grad;
         fp->rs_input_bytes = fp->acc_grad_bytes;
         fp->acc_grad = NULL;
@@ -89,17 +99,19 @@ void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale)
         fp->rs_input = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, fp->rs_input_bytes);
         /* Scale in the wider dtype so that narrowing rounds once. */
         if (fp->grad_dtype == HS_DTYPE_F32) {
-            hs_scale_f32(fp->unsharded_grad, prescale, fp->plan.unpacked_numel);
-            hs_convert(fp->rs_input, fp->reduce_dtype, fp->unsharded_grad, fp->grad_dtype, n);
+            hs_dev_scale(d, fp->unsharded_grad, prescale, fp->plan.unpacked_numel);
+            hs_dev_convert(d, fp->rs_input, fp->reduce_dtype, fp->unsharded_grad, fp->grad_dtype,
+                           n);
             prescale = 1.0f;
         } else if (fp->reduce_dtype == HS_DTYPE_F32) {
             /* Widened and scaled in one pass; the zero tail stays zero. */
-            hs_convert_scaled_f32(fp->rs_input, fp->unsharded_grad, fp->grad_dtype, prescale, n);
+            hs_dev_convert_scaled(d, fp->rs_input, fp->unsharded_grad, fp->grad_dtype, prescale, n);
             prescale = 1.0f;
         } else {
-            hs_convert(fp->rs_input, fp->reduce_dtype, fp->unsharded_grad, fp->grad_dtype, n);
+            hs_dev_convert(d, fp->rs_input, fp->reduce_dtype, fp->unsharded_grad, fp->grad_dtype,
+                           n);
         }
     }
     /* The padded tail is zero and stays zero under scaling. */
-    hs_fsdp_mp_scale(fp->rs_input, fp->reduce_dtype, prescale, fp->plan.unpacked_numel);
+    hs_fsdp_mp_scale(d, fp->rs_input, fp->reduce_dtype, prescale, fp->plan.unpacked_numel);
 }

@@ -41,7 +41,7 @@ void hs_fsdp_offload_to_compute(hs_fsdp_param *fp, void *dst, int64_t n)
     const void *src = hs_fsdp_local_source(fp, &sdt);
     size_t sbytes = (size_t)n * hs_dtype_size(sdt);
     if (!fp->offload) {
-        hs_convert(dst, fp->compute_dtype, src, sdt, n);
+        hs_dev_convert(fp->mem->dev, dst, fp->compute_dtype, src, sdt, n);
         return;
     }
     if (sdt == fp->compute_dtype) {
@@ -51,7 +51,7 @@ void hs_fsdp_offload_to_compute(hs_fsdp_param *fp, void *dst, int64_t n)
     /* Copy as stored, cast on the device: the cast is where the compute is. */
     void *stage = hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_PARAM, sbytes);
     copy_counted(fp, stage, src, sbytes, HS_COPY_H2D);
-    hs_convert(dst, fp->compute_dtype, stage, sdt, n);
+    hs_dev_convert(fp->mem->dev, dst, fp->compute_dtype, stage, sdt, n);
     hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_PARAM, stage, sbytes);
 }
 
@@ -62,12 +62,13 @@ void hs_fsdp_offload_apply_grad(hs_fsdp_param *fp)
     bool fresh = fp->sharded_grad_unset;
     fp->sharded_grad_unset = false;
     if (!fp->offload) {
-        hs_fsdp_mp_add_to_f32(fp->sharded_grad, fp->reduce_slot, fp->reduce_dtype, n, fresh);
+        hs_fsdp_mp_add_to_f32(fp->mem->dev, fp->sharded_grad, fp->reduce_slot, fp->reduce_dtype, n,
+                              fresh);
         return;
     }
     size_t bytes = (size_t)n * hs_dtype_size(fp->reduce_dtype);
     void *host = hs_fsdp_mem_host_alloc(fp->mem, HS_FSDP_MEM_GRAD, bytes);
     copy_counted(fp, host, fp->reduce_slot, bytes, HS_COPY_D2H);
-    hs_fsdp_mp_add_to_f32(fp->sharded_grad, host, fp->reduce_dtype, n, fresh);
+    hs_fsdp_mp_add_to_f32(fp->mem->dev, fp->sharded_grad, host, fp->reduce_dtype, n, fresh);
     hs_fsdp_mem_host_free(fp->mem, HS_FSDP_MEM_GRAD, host, bytes);
 }

@@ -28,7 +28,7 @@ hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool
                              const hs_fsdp_mesh_info *mi, hs_dtype compute_dtype,
                              hs_fsdp_mem *mem, uint64_t seed, hs_error *e)
 {
-    memset(fp, 0, sizeof *fp);
+    *fp = (hs_fsdp_param){0};
     hs_param *p = hs_model_param(model, index);
     fp->p = p;
     fp->index = index;
@@ -197,7 +197,8 @@ void hs_fsdp_param_grad_begin(hs_fsdp_param *fp)
             size_t used = bytes_of(fp->plan.unpacked_numel, fp->grad_dtype);
             fp->unsharded_grad =
                 hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, fp->unsharded_grad_bytes);
-            memset((char *)fp->unsharded_grad + used, 0, fp->unsharded_grad_bytes - used);
+            hs_dev_zero(fp->mem->dev, (char *)fp->unsharded_grad + used,
+                        fp->unsharded_grad_bytes - used);
             fp->p->grad_unset = true;
         } else {
             fp->unsharded_grad =
@@ -237,7 +238,8 @@ void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale)
         return;
     }
     HS_ASSERT(fp->reduce_numel == pl->unpacked_numel);
-    memcpy(fp->reduce_slot, fp->rs_input, bytes_of(pl->unpacked_numel, fp->reduce_dtype));
+    hs_dev_copy(fp->mem->dev, fp->reduce_slot, fp->rs_input,
+                bytes_of(pl->unpacked_numel, fp->reduce_dtype));
     hs_fsdp_param_grad_release(fp);
 }
 
@@ -261,7 +263,8 @@ void hs_fsdp_param_zero_sharded_grad(hs_fsdp_param *fp)
 void hs_fsdp_param_settle_sharded_grad(hs_fsdp_param *fp)
 {
     if (!fp->sharded_grad_unset) return;
-    memset(fp->sharded_grad, 0, bytes_of(fp->plan.actual_sharded_numel, HS_DTYPE_F32));
+    hs_dev_zero(fp->mem->dev, fp->sharded_grad,
+                bytes_of(fp->plan.actual_sharded_numel, HS_DTYPE_F32));
     fp->sharded_grad_unset = false;
 }
 

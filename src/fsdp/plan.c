@@ -48,7 +48,7 @@ hs_status hs_fsdp_plan_build(hs_fsdp_plan *plan, const char *fqn, int ndim, cons
                              int shard_dim, int world, int rank, hs_error *e)
 {
     HS_ASSERT(world >= 1 && rank >= 0 && rank < world);
-    memset(plan, 0, sizeof *plan);
+    *plan = (hs_fsdp_plan){0};
     hs_status st = check_shard_dim(fqn, ndim, shape, shard_dim, world, e);
     if (st != HS_OK) return st;
 

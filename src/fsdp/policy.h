@@ -25,10 +25,11 @@
  * it is null (FSDP2 MixedPrecisionPolicy semantics). */
 hs_dtype hs_fsdp_mp_reduce_dtype(const hs_mix_precision *mp, hs_dtype compute);
 /* x *= a for n elements of any float dtype (16-bit through fp32). */
-void hs_fsdp_mp_scale(void *x, hs_dtype dt, float a, int64_t n);
+void hs_fsdp_mp_scale(hs_device *d, void *x, hs_dtype dt, float a, int64_t n);
 /* dst += src for n elements, src of any float dtype. With `fresh`, dst is
  * unwritten and becomes what it would be zeroed first: 0 + src. */
-void hs_fsdp_mp_add_to_f32(float *dst, const void *src, hs_dtype dt, int64_t n, bool fresh);
+void hs_fsdp_mp_add_to_f32(hs_device *d, float *dst, const void *src, hs_dtype dt, int64_t n,
+                           bool fresh);
 /* No-sync micro-batch: a 16-bit gradient reduced in fp32 is moved into an
  * fp32 accumulator and the model's buffer zeroed, so accumulation over
  * micro-batches loses nothing to 16-bit rounding. Otherwise a no-op (the

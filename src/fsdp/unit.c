@@ -72,7 +72,7 @@ void hs_fsdp_unit_free(hs_fsdp_unit *u, hs_fsdp_mem *mem)
     free(u->params);
     free(u->fwd_prefetch);
     free(u->bwd_prefetch);
-    memset(u, 0, sizeof *u);
+    *u = (hs_fsdp_unit){0};
 }
 
 void hs_fsdp_unit_unshard_issue(hs_fsdp_unit *u)
