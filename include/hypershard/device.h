@@ -181,12 +181,19 @@ typedef struct hs_device_kernels {
     void (*xent)(hs_stream *s, double *loss, int64_t *valid, float *dlogits, const float *logits,
                  const int32_t *targets, int64_t N, int V, float scale);
     /* Vocab-parallel pieces over a shard of V columns starting at column v0:
-     * each row's max, then its sum of exp(l - gmax) and target logit (0 when
-     * the target is not in the shard) once the max is reduced. */
+     * each row's max; once the max is reduced (gmax), each row's sum of
+     * exp(l - gmax) (accumulated in fp64, stored rounded to fp32: it travels
+     * in an fp32 all-reduce) and its target logit (0 when the target is not
+     * in the shard or is ignored); once the sums are reduced, the shard's
+     * gradient in place of its logits: (softmax - onehot) * scale, 0 on
+     * rows whose target is < 0. */
     void (*xent_shard_max)(hs_stream *s, float *row_max, const float *logits, int64_t N, int V);
-    void (*xent_shard_sums)(hs_stream *s, double *row_sumexp, float *row_target,
+    void (*xent_shard_sums)(hs_stream *s, float *row_sumexp, float *row_target,
                             const float *logits, const float *gmax, const int32_t *targets,
                             int64_t N, int V, int64_t v0);
+    void (*xent_shard_grad)(hs_stream *s, float *logits, const float *gmax,
+                            const float *row_sumexp, const int32_t *targets, int64_t N, int V,
+                            int64_t v0, float scale);
     /* out[n] = wte[tokens[n]]; dwte[tokens[n]] += dout[n] */
     void (*embedding_fwd)(hs_stream *s, void *out, const int32_t *tokens, const void *wte,
                           hs_dtype dt, int64_t N, int C);

@@ -40,3 +40,39 @@ void hs_cpu_xent(hs_stream *s, double *loss, int64_t *valid, float *dlogits, con
                  const int32_t *targets, int64_t N, int V, float scale) {
     *loss = hs_xent_forward_backward(dlogits, logits, targets, N, V, scale, valid);
 }
+
+/* The vocab-parallel pieces (model/tp_head.c's loss over vocab-sharded
+ * logits): fp32 exponentials summed in fp64, the sum rounded to fp32 for
+ * the all-reduce. */
+void hs_cpu_xent_shard_max(hs_stream *s, float *row_max, const float *logits, int64_t N, int V) {
+    for (int64_t i = 0; i < N; i++) row_max[i] = hs_row_max(logits + i * V, V);
+}
+
+void hs_cpu_xent_shard_sums(hs_stream *s, float *row_sumexp, float *row_target,
+                            const float *logits, const float *gmax, const int32_t *targets,
+                            int64_t N, int V, int64_t v0) {
+    for (int64_t i = 0; i < N; i++) {
+        const float *l = logits + i * V;
+        double sum = 0.0;
+        for (int j = 0; j < V; j++) sum += hs_expf(l[j] - gmax[i]);
+        int64_t t = (int64_t)targets[i] - v0;
+        row_sumexp[i] = (float)sum;
+        row_target[i] = targets[i] >= 0 && t >= 0 && t < V ? l[t] : 0.0f;
+    }
+}
+
+void hs_cpu_xent_shard_grad(hs_stream *s, float *logits, const float *gmax,
+                            const float *row_sumexp, const int32_t *targets, int64_t N, int V,
+                            int64_t v0, float scale) {
+    for (int64_t i = 0; i < N; i++) {
+        float *l = logits + i * V;
+        int64_t t = (int64_t)targets[i] - v0;
+        if (targets[i] < 0) {
+            memset(l, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        float k = (float)(scale / (double)row_sumexp[i]);
+        for (int j = 0; j < V; j++) l[j] = hs_expf(l[j] - gmax[i]) * k;
+        if (t >= 0 && t < V) l[t] -= scale;
+    }
+}

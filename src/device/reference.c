@@ -25,6 +25,7 @@ static const hs_device_kernels reference_kernels = {
     .xent = hs_ref_xent,
     .xent_shard_max = hs_ref_xent_shard_max,
     .xent_shard_sums = hs_ref_xent_shard_sums,
+    .xent_shard_grad = hs_ref_xent_shard_grad,
     .embedding_fwd = hs_ref_embedding_fwd,
     .embedding_bwd = hs_ref_embedding_bwd,
     .moe_route = hs_ref_moe_route,

@@ -37,9 +37,12 @@ void hs_ref_swiglu_bwd(hs_stream *s, float *dgate, float *dup, bool overwrite, c
 void hs_ref_xent(hs_stream *s, double *loss, int64_t *valid, float *dlogits, const float *logits,
                  const int32_t *targets, int64_t N, int V, float scale);
 void hs_ref_xent_shard_max(hs_stream *s, float *row_max, const float *logits, int64_t N, int V);
-void hs_ref_xent_shard_sums(hs_stream *s, double *row_sumexp, float *row_target,
+void hs_ref_xent_shard_sums(hs_stream *s, float *row_sumexp, float *row_target,
                             const float *logits, const float *gmax, const int32_t *targets,
                             int64_t N, int V, int64_t v0);
+void hs_ref_xent_shard_grad(hs_stream *s, float *logits, const float *gmax,
+                            const float *row_sumexp, const int32_t *targets, int64_t N, int V,
+                            int64_t v0, float scale);
 void hs_ref_embedding_fwd(hs_stream *s, void *out, const int32_t *tokens, const void *wte,
                           hs_dtype dt, int64_t N, int C);
 void hs_ref_embedding_bwd(hs_stream *s, void *dwte, hs_dtype gdt, const float *dout,

@@ -139,7 +139,7 @@ void hs_ref_xent_shard_max(hs_stream *s, float *row_max_out, const float *logits
     for (int64_t n = 0; n < N; n++) row_max_out[n] = (float)row_max(logits + n * V, V);
 }
 
-void hs_ref_xent_shard_sums(hs_stream *s, double *row_sumexp, float *row_target,
+void hs_ref_xent_shard_sums(hs_stream *s, float *row_sumexp, float *row_target,
                             const float *logits, const float *gmax, const int32_t *targets,
                             int64_t N, int V, int64_t v0)
 {
@@ -147,9 +147,23 @@ void hs_ref_xent_shard_sums(hs_stream *s, double *row_sumexp, float *row_target,
         const float *l = logits + n * V;
         double sum = 0.0;
         for (int i = 0; i < V; i++) sum += exp((double)l[i] - gmax[n]);
-        row_sumexp[n] = sum;
+        row_sumexp[n] = (float)sum;
         int64_t t = targets[n] - v0;
-        row_target[n] = t >= 0 && t < V ? l[t] : 0.0f;
+        row_target[n] = targets[n] >= 0 && t >= 0 && t < V ? l[t] : 0.0f;
+    }
+}
+
+void hs_ref_xent_shard_grad(hs_stream *s, float *logits, const float *gmax,
+                            const float *row_sumexp, const int32_t *targets, int64_t N, int V,
+                            int64_t v0, float scale)
+{
+    for (int64_t n = 0; n < N; n++) {
+        float *l = logits + n * V;
+        int64_t t = targets[n] - v0;
+        for (int i = 0; i < V; i++)
+            l[i] = targets[n] < 0 ? 0.0f
+                                  : (float)((exp((double)l[i] - gmax[n]) / row_sumexp[n] -
+                                             (i == t)) * scale);
     }
 }
 

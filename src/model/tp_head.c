@@ -77,31 +77,14 @@ static double parallel_loss(hs_model *m, const int32_t *targets, int64_t rows, f
                             bool grad) {
     int V = m->V;
     float *mx = m->tp_stats, *sum = mx + rows, *tl = sum + rows;
-    for (int64_t i = 0; i < rows; i++) mx[i] = hs_row_max(m->logits + i * V, V);
+    m->k->xent_shard_max(m->s, mx, m->logits, rows, V);
     m->ops->all_reduce_max(m->ops->ctx, mx, rows);
-    for (int64_t i = 0; i < rows; i++) {
-        const float *l = m->logits + i * V;
-        double s = 0.0;
-        for (int j = 0; j < V; j++) s += hs_expf(l[j] - mx[i]);
-        int64_t t = (int64_t)targets[i] - m->v0;
-        sum[i] = (float)s;
-        tl[i] = targets[i] >= 0 && t >= 0 && t < V ? l[t] : 0.0f;
-    }
+    m->k->xent_shard_sums(m->s, sum, tl, m->logits, mx, targets, rows, V, m->v0);
     m->ops->all_reduce_sum(m->ops->ctx, sum, 2 * rows); /* sum and tl together */
     double loss = 0.0;
-    for (int64_t i = 0; i < rows; i++) {
-        float *l = m->logits + i * V;
-        int64_t t = (int64_t)targets[i] - m->v0;
-        if (targets[i] < 0) {
-            if (grad) hs_dev_zero(m->dev, l, (size_t)V * sizeof(float));
-            continue;
-        }
-        loss += (double)mx[i] + log((double)sum[i]) - (double)tl[i];
-        if (!grad) continue;
-        float k = (float)(scale / (double)sum[i]);
-        for (int j = 0; j < V; j++) l[j] = hs_expf(l[j] - mx[i]) * k;
-        if (t >= 0 && t < V) l[t] -= scale;
-    }
+    for (int64_t i = 0; i < rows; i++)
+        if (targets[i] >= 0) loss += (double)mx[i] + log((double)sum[i]) - (double)tl[i];
+    if (grad) m->k->xent_shard_grad(m->s, m->logits, mx, sum, targets, rows, V, m->v0, scale);
     return loss;
 }
 

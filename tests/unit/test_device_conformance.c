@@ -276,6 +276,28 @@ static void run_xent(const kcase *c, outs *o)
     free(l), free(t);
 }
 
+/* d = {N, V, v0}: the vocab-parallel pieces on one shard of V columns
+ * starting at v0 of a 2V vocabulary, with the shard's own maxima as the
+ * reduced ones: maxima, fp32 sums and target logits, then the gradient in
+ * place; every third target is ignored, the others fall in and out of the
+ * shard. */
+static void run_xent_shard(const kcase *c, outs *o)
+{
+    int64_t N = c->d[0], v0 = c->d[2];
+    int V = (int)c->d[1];
+    float *l = rnd(HS_DTYPE_F32, N * V, 23, 8.0f);
+    float *mx = calloc((size_t)N + 1, sizeof(float)), *sum = calloc((size_t)N + 1, sizeof(float));
+    float *tl = calloc((size_t)N + 1, sizeof(float));
+    int32_t *t = ids(N, 2 * V, 3);
+    for (int64_t i = 0; i < N; i += 3) t[i] = -1;
+    c->k->xent_shard_max(c->s, mx, l, N, V);
+    c->k->xent_shard_sums(c->s, sum, tl, l, mx, t, N, V, v0);
+    put(o, mx, HS_DTYPE_F32, N), put(o, sum, HS_DTYPE_F32, N), put(o, tl, HS_DTYPE_F32, N);
+    c->k->xent_shard_grad(c->s, l, mx, sum, t, N, V, v0, 0.5f);
+    put(o, l, HS_DTYPE_F32, N * V);
+    free(l), free(mx), free(sum), free(tl), free(t);
+}
+
 /* d = {N, C, V}: gather, then scatter-add with repeated tokens. */
 static void run_embedding(const kcase *c, outs *o)
 {
@@ -351,6 +373,8 @@ static const op_def ops[] = {
      11, run_attention},
     {"xent", K(xent), F32, {2e-6f, 0, 0}, 1e-30, {{1, 1}, {3, 7}, {4, 1000}, {7, 33}, {0, 5}}, 5,
      run_xent},
+    {"xent_shard", K(xent_shard_sums), F32, {2e-6f, 0, 0}, 1e-30,
+     {{1, 1, 0}, {3, 7, 0}, {4, 1000, 1000}, {7, 33, 20}, {0, 5, 0}}, 5, run_xent_shard},
     {"embedding", K(embedding_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,
      {{1, 1, 1}, {5, 7, 3}, {9, 33, 4}, {0, 4, 4}}, 4, run_embedding},
     {"adamw", K(adamw), F32, {2e-6f, 0, 0}, 1e-30, {{0}, {1}, {7}, {1000}, {4099}}, 5, run_adamw},

@@ -113,15 +113,16 @@ static void test_vocab_shard_pieces_give_the_one_device_loss(void **state)
     d->k->xent_shard_max(d->stream, mx0, s0, N, V0);
     d->k->xent_shard_max(d->stream, mx1, s1, N, V - V0);
     for (int n = 0; n < N; n++) gmax[n] = mx0[n] > mx1[n] ? mx0[n] : mx1[n];
-    double e0[N], e1[N], loss = 0.0, want = 0.0;
+    float e0[N], e1[N];
+    double loss = 0.0, want = 0.0;
     d->k->xent_shard_sums(d->stream, e0, t0, s0, gmax, tgt, N, V0, 0);
     d->k->xent_shard_sums(d->stream, e1, t1, s1, gmax, tgt, N, V - V0, V0);
     for (int n = 0; n < N; n++)
-        if (tgt[n] >= 0) loss += gmax[n] + log(e0[n] + e1[n]) - (t0[n] + t1[n]);
+        if (tgt[n] >= 0) loss += gmax[n] + log((double)e0[n] + e1[n]) - (t0[n] + t1[n]);
     int64_t valid = 0;
     d->k->xent(d->stream, &want, &valid, NULL, l, tgt, N, V, 1.0f);
     assert_int_equal(valid, 4);
-    assert_float_equal(loss, want, 1e-12 * fabs(want));
+    assert_float_equal(loss, want, 1e-6 * fabs(want)); /* the sums travel in fp32 */
     hs_device_free(d);
 }
 
