@@ -53,6 +53,7 @@ typedef enum hs_device_kind {
 typedef enum hs_copy_kind { HS_COPY_H2D = 0, HS_COPY_D2H, HS_COPY_D2D, HS_COPY_KIND_COUNT } hs_copy_kind;
 
 typedef struct hs_device hs_device;
+typedef struct hs_mem_cache hs_mem_cache;
 
 /* An ordered queue of work on one device; `ctx` is the backend's. */
 typedef struct hs_stream {
@@ -238,6 +239,12 @@ struct hs_device {
     hs_pool device_pool;
     hs_pool host_pool;
     hs_trace *trace; /* may be NULL; copies are recorded on HS_LANE_COPY */
+    /* The caching allocator device memory (hs_device_alloc) goes through:
+     * a buffer freed and asked for again (FSDP's all-gather and
+     * reduce-scatter buffers, every unshard) is served from its free list
+     * without a raw allocation. device_pool still counts the bytes asked
+     * for, so hs_pool_peak means what it did. */
+    hs_mem_cache *cache;
 };
 
 const char *hs_device_kind_name(hs_device_kind k);
@@ -359,7 +366,6 @@ static inline void hs_stream_synchronize(hs_stream *s) { s->dev->ops->stream_syn
  * under a fifth of itself. */
 typedef void *(*hs_raw_alloc_fn)(void *ctx, size_t bytes);
 typedef void (*hs_raw_free_fn)(void *ctx, void *p);
-typedef struct hs_mem_cache hs_mem_cache;
 
 typedef struct hs_mem_cache_stats {
     int64_t in_use;        /* bytes the callers asked for, live: hs_pool_current */
@@ -376,12 +382,16 @@ hs_mem_cache *hs_mem_cache_create(const char *name, hs_raw_alloc_fn raw_alloc,
  * been freed first. */
 void hs_mem_cache_free_all(hs_mem_cache *c);
 void *hs_mem_cache_alloc(hs_mem_cache *c, size_t bytes);
-/* NULL is fine; p must come from c. */
-void hs_mem_cache_free(hs_mem_cache *c, void *p);
+/* NULL is fine (returns 0); p must come from c. Returns the bytes p was
+ * asked for. */
+size_t hs_mem_cache_free(hs_mem_cache *c, void *p);
 void hs_mem_cache_trim(hs_mem_cache *c);
 hs_mem_cache_stats hs_mem_cache_stats_get(hs_mem_cache *c);
 /* Peak := in use; for measuring one phase. */
 void hs_mem_cache_reset_peak(hs_mem_cache *c);
+/* The stats of d's device memory cache (hits and misses count the
+ * allocations served from a free list and by a raw allocation). */
+hs_mem_cache_stats hs_device_mem_stats(hs_device *d);
 
 /* -------------------------------------------------- element access helpers */
 

@@ -75,4 +75,5 @@ void hs_device_cpu_init(hs_device *d)
     d->ops = &hs_ram_ops;
     d->k = &cpu_kernels;
     d->ctx = NULL;
+    hs_ram_memory_init(d);
 }

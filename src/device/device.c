@@ -70,8 +70,11 @@ void hs_device_free(hs_device *d)
 {
     if (d == NULL) return;
     hs_stream_free(d->stream);
+    hs_mem_cache_free_all(d->cache);
     free(d);
 }
+
+hs_mem_cache_stats hs_device_mem_stats(hs_device *d) { return hs_mem_cache_stats_get(d->cache); }
 
 hs_stream *hs_stream_create(hs_device *d)
 {

@@ -14,5 +14,7 @@ void hs_device_reference_init(hs_device *d);
  * reference): the two accounted pools, memmove copies, and streams and
  * events that complete at once. */
 extern const hs_device_ops hs_ram_ops;
+/* Sets up d->cache over aligned RAM; the RAM backends' init calls it. */
+void hs_ram_memory_init(hs_device *d);
 
 #endif

@@ -171,14 +171,15 @@ void *hs_mem_cache_alloc(hs_mem_cache *c, size_t bytes)
     return p;
 }
 
-void hs_mem_cache_free(hs_mem_cache *c, void *p)
+size_t hs_mem_cache_free(hs_mem_cache *c, void *p)
 {
-    if (p == NULL) return;
+    if (p == NULL) return 0;
     HS_CHECK_PTHREAD(pthread_mutex_lock(&c->mu));
     live_block b = live_take(c, p);
     c->st.in_use -= (int64_t)b.bytes;
     list_push(c, &c->lists[b.cls], p);
     HS_CHECK_PTHREAD(pthread_mutex_unlock(&c->mu));
+    return b.bytes;
 }
 
 void hs_mem_cache_trim(hs_mem_cache *c)

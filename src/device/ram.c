@@ -3,13 +3,46 @@
  * copies are real memmove's, so the offload path costs and traces the way
  * it will on a GPU. Every call has finished when it returns: a stream has
  * no state, an event is complete once recorded, waits return at once. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "device/device_backend.h"
 
-static void *ram_alloc(hs_device *d, size_t bytes) { return hs_pool_alloc(&d->device_pool, bytes); }
+/* Device memory: 64-byte aligned RAM under the device's caching allocator,
+ * counted in device_pool by the bytes asked for (as hs_pool counts). */
+static void *ram_raw_alloc(void *ctx, size_t bytes)
+{
+    void *p = NULL;
+    return posix_memalign(&p, HS_ALIGN, bytes) == 0 ? p : NULL;
+}
 
-static void ram_free(hs_device *d, void *p) { hs_pool_free(&d->device_pool, p); }
+static void ram_raw_free(void *ctx, void *p) { free(p); }
+
+static void pool_count(hs_pool *p, long long delta)
+{
+    long long now = atomic_fetch_add(&p->current, delta) + delta;
+    long long peak = atomic_load(&p->peak);
+    while (now > peak && !atomic_compare_exchange_weak(&p->peak, &peak, now)) {
+    }
+}
+
+static void *ram_alloc(hs_device *d, size_t bytes)
+{
+    void *p = hs_mem_cache_alloc(d->cache, bytes); /* aborts when RAM runs out */
+    atomic_fetch_add(&d->device_pool.allocs, 1);
+    pool_count(&d->device_pool, (long long)bytes);
+    return p;
+}
+
+static void ram_free(hs_device *d, void *p)
+{
+    pool_count(&d->device_pool, -(long long)hs_mem_cache_free(d->cache, p));
+}
+
+void hs_ram_memory_init(hs_device *d)
+{
+    d->cache = hs_mem_cache_create(d->name, ram_raw_alloc, ram_raw_free, d);
+}
 
 static void *ram_host_alloc(hs_device *d, size_t bytes)
 {

@@ -44,4 +44,5 @@ void hs_device_reference_init(hs_device *d)
     d->ops = &hs_ram_ops;
     d->k = &reference_kernels;
     d->ctx = NULL;
+    hs_ram_memory_init(d);
 }

@@ -39,6 +39,7 @@ void hs_fsdp_ctx_free(hs_fsdp_ctx *ctx)
     ctx->units = NULL;
     ctx->params = NULL;
     ctx->reduced = NULL;
+    hs_fsdp_mem_release(&ctx->mem);
 }
 
 _Noreturn void hs_fsdp_ctx_fail(hs_fsdp_ctx *ctx, const hs_error *e)

@@ -282,6 +282,7 @@ hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, 
     f->model = model;
     f->groups = *g;
     hs_fsdp_mem_init(&f->ctx.mem, dev);
+    hs_fsdp_mem_open_streams(&f->ctx.mem);
     f->ctx.mem.offload = cfg->fsdp.enable_offload;
     hs_status st = check_fqns(cfg, model, e);
     if (st == HS_OK) st = build_params(f, cfg, g, seed, e);

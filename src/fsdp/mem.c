@@ -8,6 +8,19 @@ void hs_fsdp_mem_init(hs_fsdp_mem *m, hs_device *dev)
     *m = (hs_fsdp_mem){.dev = dev};
 }
 
+void hs_fsdp_mem_open_streams(hs_fsdp_mem *m)
+{
+    m->ag_stream = hs_stream_create(m->dev);
+    m->rs_stream = hs_stream_create(m->dev);
+}
+
+void hs_fsdp_mem_release(hs_fsdp_mem *m)
+{
+    hs_stream_free(m->ag_stream);
+    hs_stream_free(m->rs_stream);
+    m->ag_stream = m->rs_stream = NULL;
+}
+
 void *hs_fsdp_mem_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes)
 {
     /* A zero-length shard still needs a distinct pointer so that views of it

@@ -20,6 +20,12 @@ typedef enum hs_fsdp_mem_kind {
 
 typedef struct hs_fsdp_mem {
     hs_device *dev;
+    /* The all-gathers' and the reduce-scatters' streams: an unsharded
+     * buffer is written on ag_stream and read on the device's default
+     * (compute) stream, a gradient written on the compute stream is reduced
+     * on rs_stream, and events order them (fsdp/param.c). On cpu every
+     * call completes at once and the waits return at once. */
+    hs_stream *ag_stream, *rs_stream;
     int64_t current[HS_FSDP_MEM_KIND_COUNT];
     int64_t peak[HS_FSDP_MEM_KIND_COUNT];
     int64_t allocs[HS_FSDP_MEM_KIND_COUNT];
@@ -31,6 +37,11 @@ typedef struct hs_fsdp_mem {
 } hs_fsdp_mem;
 
 void hs_fsdp_mem_init(hs_fsdp_mem *m, hs_device *dev);
+/* Creates ag_stream and rs_stream (a wrap does; without them, as in the
+ * layer's unit tests, nothing is ordered). */
+void hs_fsdp_mem_open_streams(hs_fsdp_mem *m);
+/* Frees the streams; the buffers must be freed already. */
+void hs_fsdp_mem_release(hs_fsdp_mem *m);
 /* Zero-filled; bytes == 0 still returns a valid, unique block. */
 void *hs_fsdp_mem_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes);
 /* The same without the zero fill, for buffers written whole before anything

@@ -29,6 +29,10 @@ hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool
                              hs_fsdp_mem *mem, uint64_t seed, hs_error *e)
 {
     *fp = (hs_fsdp_param){0};
+    if (mem->ag_stream) {
+        fp->ag_done = hs_event_create(mem->dev), fp->last_use = hs_event_create(mem->dev);
+        fp->grad_ready = hs_event_create(mem->dev), fp->rs_done = hs_event_create(mem->dev);
+    }
     hs_param *p = hs_model_param(model, index);
     fp->p = p;
     fp->index = index;
@@ -69,9 +73,27 @@ hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool
     return HS_OK;
 }
 
+/* `to` waits for `from`'s work so far (no-op without FSDP's streams). */
+static void order(hs_event *e, hs_stream *from, hs_stream *to)
+{
+    if (!e) return;
+    hs_event_record(e, from);
+    hs_stream_wait(to, e);
+}
+
+static void free_events(hs_fsdp_param *fp)
+{
+    hs_event_free(fp->ag_done), hs_event_free(fp->last_use);
+    hs_event_free(fp->grad_ready), hs_event_free(fp->rs_done);
+    fp->ag_done = fp->last_use = fp->grad_ready = fp->rs_done = NULL;
+}
+
 void hs_fsdp_param_free(hs_fsdp_param *fp)
 {
-    if (!fp->p) return;
+    if (!fp->p) {
+        free_events(fp);
+        return;
+    }
     HS_ASSERT(fp->ag_work == NULL && fp->rs_work == NULL);
     hs_fsdp_param_reshard(fp);
     hs_fsdp_param_grad_release(fp);
@@ -82,6 +104,7 @@ void hs_fsdp_param_free(hs_fsdp_param *fp)
                             bytes_of(fp->plan.actual_sharded_numel, HS_DTYPE_F32));
     fp->storage = fp->sharded = fp->sharded_grad = NULL;
     fp->p = NULL;
+    free_events(fp);
 }
 
 /* ---------------------------------------------------------------- unshard */
@@ -151,6 +174,8 @@ hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e)
         fp->ag_work = NULL;
         hs_status st = hs_fsdp_exposed_wait(fp->exposed, HS_FSDP_WAIT_ALL_GATHER, w, e);
         if (st != HS_OK) return st;
+        /* the compute stream reads the output only once it is complete */
+        order(fp->ag_done, fp->mem->ag_stream, fp->mem->dev->stream);
     }
     fp->state = HS_FSDP_UNSHARDED;
     fp->p->data = fp->unsharded;
@@ -170,6 +195,10 @@ void hs_fsdp_param_reshard(hs_fsdp_param *fp)
     } else {
         HS_ASSERT(fp->owned != NULL && fp->owned != (void *)fp->storage &&
                   fp->owned != fp->lp_shard);
+        /* The buffer goes back to the cache for the next unshard, which
+         * writes it on the all-gather stream: that stream waits for the
+         * compute stream's last read of it first. */
+        order(fp->last_use, fp->mem->dev->stream, fp->mem->ag_stream);
         hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_PARAM, fp->owned, fp->owned_bytes);
     }
     fp->owned = NULL;
@@ -232,6 +261,8 @@ void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale)
     hs_fsdp_mp_reduce_input(fp, prescale * fp->grad_factor);
     if (fp->needs_all_gather) {
         HS_ASSERT(fp->reduce_numel == pl->padded_sharded_numel);
+        /* the reduction reads the gradient once backward has written it */
+        order(fp->grad_ready, fp->mem->dev->stream, fp->mem->rs_stream);
         fp->rs_work = hs_pg_reduce_scatter_async(fp->mi.shard_pg, fp->reduce_slot, fp->rs_input,
                                                  pl->padded_sharded_numel, fp->reduce_dtype,
                                                  HS_REDUCE_AVG);
@@ -249,6 +280,8 @@ hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e)
     hs_work *w = fp->rs_work;
     fp->rs_work = NULL;
     hs_status st = hs_fsdp_exposed_wait(fp->exposed, HS_FSDP_WAIT_REDUCE_SCATTER, w, e);
+    /* its input goes back to the cache once the reduction has read it */
+    order(fp->rs_done, fp->mem->rs_stream, fp->mem->dev->stream);
     hs_fsdp_param_grad_release(fp);
     return st;
 }

@@ -104,6 +104,14 @@ typedef struct hs_fsdp_param {
     void *owned;                 /* what reshard frees (NULL for an alias) */
     size_t owned_bytes;
     hs_work *ag_work;
+    /* ag_done: the all-gather's output is complete (ag_stream); last_use:
+     * the compute stream's last read of the unsharded buffer, which the
+     * all-gather stream waits for before the buffer goes back to the
+     * device's cache for the next unshard; grad_ready: backward wrote the
+     * gradient (compute stream), which the reduce-scatter waits for;
+     * rs_done: the reduction read its input (rs_stream), before the
+     * gradient buffers are freed. */
+    hs_event *ag_done, *last_use, *grad_ready, *rs_done;
 
     /* gradients */
     void *unsharded_grad; /* padded unsharded, grad dtype; alive in backward */

@@ -83,6 +83,32 @@ static void step(world *w, int salt)
                      HS_OK);
 }
 
+/* From the second step on, every buffer FSDP asks the device for (each
+ * unshard's parameters, each backward's gradients and reduce input) comes
+ * back from the device's caching allocator: as many allocations as step 2
+ * in step 3, none of them a raw allocation. */
+static void test_steps_after_the_first_make_no_raw_device_allocation(void **s)
+{
+    (void)s;
+    world w;
+    world_up(&w, false);
+    step(&w, 0);
+    hs_mem_cache_stats a = hs_device_mem_stats(w.dev);
+    step(&w, 1);
+    hs_mem_cache_stats b = hs_device_mem_stats(w.dev);
+    step(&w, 2);
+    hs_mem_cache_stats c = hs_device_mem_stats(w.dev);
+    print_message("device allocations per step after the first: %lld (%lld raw)\n",
+                  (long long)(c.hits + c.misses - b.hits - b.misses),
+                  (long long)(c.misses - b.misses));
+    assert_true(b.hits > a.hits);
+    assert_int_equal(b.misses, a.misses);
+    assert_int_equal(c.misses, b.misses);
+    assert_int_equal(c.hits - b.hits, b.hits - a.hits);
+    assert_int_equal(c.in_use, b.in_use);
+    world_down(&w);
+}
+
 static void test_forward_backward_follows_rfc_3_3_for_blocks_and_root(void **s)
 {
     (void)s;
@@ -408,6 +434,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_backward_follows_rfc_3_3_for_blocks_and_root),
+        cmocka_unit_test(test_steps_after_the_first_make_no_raw_device_allocation),
         cmocka_unit_test(test_checkpoint_recompute_reenters_pre_forward_as_a_no_op),
         cmocka_unit_test(test_reentrant_recompute_runs_forward_pre_and_post_again_from_forward),
         cmocka_unit_test(test_post_backward_missed_by_a_unit_runs_from_the_root_then_drains),
