@@ -40,6 +40,7 @@ hs_status hs_cli_hf_out_check(const char *flag, const char *dir, int64_t values,
 
 int hs_bench_comm(int argc, char **argv); /* bench/bench_comm.c   */
 int hs_bench_step(int argc, char **argv); /* bench/bench_step.c   */
+int hs_bench_ops(int argc, char **argv);  /* bench/bench_ops.c    */
 int hs_bench_fsdp(int argc, char **argv); /* bench/bench_fsdp.c   */
 int hs_bench_tp(int argc, char **argv);   /* bench/bench_tp.c     */
 int hs_bench_cp(int argc, char **argv);   /* bench/bench_cp.c     */

@@ -27,6 +27,7 @@ static const hs_subcommand commands[] = {
 static const hs_subcommand benches[] = {
     {"comm", hs_bench_comm, "bench comm   collective bandwidth vs MPI built-ins (under mpiexec)"},
     {"step", hs_bench_step, "bench step   single-process training throughput and MFU"},
+    {"ops", hs_bench_ops, "bench ops    each device kernel's time and GFLOP/s or GB/s per compiled backend"},
     {"fsdp", hs_bench_fsdp, "bench fsdp   prefetch x comm fusion: step time, exposed comm, collectives, bytes (under mpiexec)"},
     {"cp", hs_bench_cp, "bench cp     FSDP vs CP 2/4 allgather and ring on long sequences: step time, exposed CP comm, memory (under mpiexec)"},
     {"moe", hs_bench_moe, "bench moe    EP 1/2/4 with experts on the EDP mesh: step time, exposed all-to-all, memory (under mpiexec)"},

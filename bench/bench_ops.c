@@ -1,0 +1,279 @@
+/* hypershard bench ops: each kernel of the device table on every compiled
+ * backend, on one shape per op: the best time of a few runs, and GFLOP/s
+ * (GEMM-like ops, attention, Newton-Schulz) or GB/s (bytes read and written
+ * once, for the element and copy ops). An entry a backend lacks is "n/a". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "hypershard/base.h"
+#include "hypershard/device.h"
+
+typedef struct ops_bufs {
+    float *a, *b, *c, *d, *e, *f; /* fp32 scratch, `cap` floats each */
+    uint16_t *h1, *h2, *h3;       /* bf16 scratch */
+    int32_t *ids;
+    int64_t cap;
+    bool quick;
+} ops_bufs;
+
+typedef struct op_size {
+    int64_t N, C, F, V, T, HD, NH, M; /* per-op meaning below */
+} op_size;
+
+/* One op: runs once on d; work is its FLOPs (rate in GFLOP/s) or, when
+ * `bytes` is set, its bytes moved (GB/s). */
+typedef struct op_def {
+    const char *name;
+    const char *shape;
+    bool (*has)(const hs_device_kernels *k);
+    void (*run)(hs_device *d, ops_bufs *b);
+    double (*work)(const ops_bufs *b);
+    bool bytes;
+} op_def;
+
+#define SZ(b) ((b)->quick ? 1 : 2) /* the full run doubles the sizes */
+
+static int64_t g_n(const ops_bufs *b) { return 256 * SZ(b); }
+
+static bool has_gemm(const hs_device_kernels *k) { return k->gemm != NULL; }
+static void run_gemm32(hs_device *d, ops_bufs *b)
+{
+    int64_t n = g_n(b);
+    hs_dev_gemm(d, false, true, n, n, n, 1.0f, b->a, HS_DTYPE_F32, n, b->b, HS_DTYPE_F32, n, 0.0f,
+                b->c, HS_DTYPE_F32, n);
+}
+static void run_gemm16(hs_device *d, ops_bufs *b)
+{
+    int64_t n = g_n(b);
+    hs_dev_gemm(d, false, true, n, n, n, 1.0f, b->h1, HS_DTYPE_BF16, n, b->h2, HS_DTYPE_BF16, n,
+                0.0f, b->h3, HS_DTYPE_BF16, n);
+}
+static double w_gemm(const ops_bufs *b) { return 2.0 * g_n(b) * g_n(b) * g_n(b); }
+
+static int64_t e_n(const ops_bufs *b) { return (int64_t)1 << (b->quick ? 20 : 22); }
+static bool has_convert(const hs_device_kernels *k) { return k->convert != NULL; }
+static void run_convert(hs_device *d, ops_bufs *b)
+{
+    hs_dev_convert(d, b->h1, HS_DTYPE_BF16, b->a, HS_DTYPE_F32, e_n(b));
+}
+static double w_convert(const ops_bufs *b) { return 6.0 * e_n(b); }
+static bool has_axpy(const hs_device_kernels *k) { return k->axpy != NULL; }
+static void run_axpy(hs_device *d, ops_bufs *b) { hs_dev_axpy(d, b->c, 0.5f, b->a, e_n(b)); }
+static double w_axpy(const ops_bufs *b) { return 12.0 * e_n(b); }
+static bool has_copy(const hs_device_kernels *k) { return k->copy_2d != NULL; }
+static void run_copy(hs_device *d, ops_bufs *b)
+{
+    /* every other 1 KiB row of a into c: FSDP's strided pack */
+    int64_t rows = e_n(b) / 512;
+    hs_dev_copy_2d(d, b->c, 1024, b->a, 2048, rows, 1024);
+}
+static double w_copy(const ops_bufs *b) { return 2.0 * (double)(e_n(b) / 512) * 1024; }
+
+static int64_t r_rows(const ops_bufs *b) { return 1024 * SZ(b); }
+#define R_C 768
+static bool has_rms(const hs_device_kernels *k) { return k->rmsnorm_fwd && k->rmsnorm_bwd; }
+static void run_rms_fwd(hs_device *d, ops_bufs *b)
+{
+    d->k->rmsnorm_fwd(d->stream, b->c, b->f, b->a, HS_DTYPE_F32, b->b, HS_DTYPE_F32, r_rows(b),
+                      R_C, 1e-5f);
+}
+static void run_rms_bwd(hs_device *d, ops_bufs *b)
+{
+    d->k->rmsnorm_bwd(d->stream, b->d, b->e, HS_DTYPE_F32, b->c, b->a, HS_DTYPE_F32, b->b, b->f,
+                      HS_DTYPE_F32, r_rows(b), R_C, NULL);
+}
+static double w_rms(const ops_bufs *b) { return 8.0 * r_rows(b) * R_C; }
+static double w_rms_bwd(const ops_bufs *b) { return 16.0 * r_rows(b) * R_C; }
+
+static bool has_swiglu(const hs_device_kernels *k) { return k->swiglu_fwd && k->swiglu_bwd; }
+static void run_swiglu_fwd(hs_device *d, ops_bufs *b)
+{
+    d->k->swiglu_fwd(d->stream, b->c, b->a, b->b, HS_DTYPE_F32, e_n(b));
+}
+static void run_swiglu_bwd(hs_device *d, ops_bufs *b)
+{
+    d->k->swiglu_bwd(d->stream, b->d, b->e, true, b->c, b->a, b->b, HS_DTYPE_F32, e_n(b));
+}
+static double w_swiglu(const ops_bufs *b) { return 12.0 * e_n(b); }
+static double w_swiglu_bwd(const ops_bufs *b) { return 20.0 * e_n(b); }
+
+static bool has_rope(const hs_device_kernels *k) { return k->rope_fwd && k->rope_tables; }
+static void run_rope(hs_device *d, ops_bufs *b)
+{
+    int T = 512 * SZ(b);
+    d->k->rope_tables(d->stream, b->e, b->f, T, 64, 10000.0);
+    d->k->rope_fwd(d->stream, b->c, HS_DTYPE_F32, b->e, b->f, 1, T, 12, 64);
+}
+static double w_rope(const ops_bufs *b) { return 8.0 * 512 * SZ(b) * 12 * 64; }
+
+static int a_T(const ops_bufs *b) { return b->quick ? 256 : 512; }
+#define A_NH 8
+#define A_HD 64
+static bool has_att(const hs_device_kernels *k) { return k->attention_fwd && k->attention_bwd; }
+static void run_att_fwd(hs_device *d, ops_bufs *b)
+{
+    hs_att_rows r = hs_att_rows_all(a_T(b));
+    d->k->attention_fwd(d->stream, b->c, HS_DTYPE_F32, b->f, b->a, b->b, b->d, HS_DTYPE_F32, 1,
+                        A_NH, A_NH, A_HD, &r, NULL);
+}
+static void run_att_bwd(hs_device *d, ops_bufs *b)
+{
+    hs_att_rows r = hs_att_rows_all(a_T(b));
+    d->k->attention_bwd(d->stream, b->e, b->e, b->e, b->c, b->c, HS_DTYPE_F32, b->a, b->b, b->d,
+                        b->f, HS_DTYPE_F32, 1, A_NH, A_NH, A_HD, &r, NULL);
+}
+/* causal: half of the T x T scores, QK^T and PV */
+static double w_att(const ops_bufs *b) { return 2.0 * a_T(b) * a_T(b) * A_HD * A_NH; }
+static double w_att_bwd(const ops_bufs *b) { return 2.5 * w_att(b); }
+
+static int64_t x_rows(const ops_bufs *b) { return 256 * SZ(b); }
+#define X_V 8192
+static bool has_xent(const hs_device_kernels *k) { return k->xent != NULL; }
+static void run_xent(hs_device *d, ops_bufs *b)
+{
+    double loss;
+    int64_t valid;
+    d->k->xent(d->stream, &loss, &valid, b->c, b->a, b->ids, x_rows(b), X_V, 1.0f);
+}
+static double w_xent(const ops_bufs *b) { return 8.0 * x_rows(b) * X_V; }
+
+static bool has_emb(const hs_device_kernels *k) { return k->embedding_fwd != NULL; }
+static void run_emb(hs_device *d, ops_bufs *b)
+{
+    d->k->embedding_fwd(d->stream, b->c, b->ids, b->a, HS_DTYPE_F32, x_rows(b) * 4, R_C);
+}
+static double w_emb(const ops_bufs *b) { return 8.0 * x_rows(b) * 4 * R_C; }
+
+static bool has_adamw(const hs_device_kernels *k) { return k->adamw != NULL; }
+static void run_adamw(hs_device *d, ops_bufs *b)
+{
+    hs_adamw_hparams h = {0.9f, 0.95f, 0.1f, 0.05f, 1e-3f, 0.99f, 1e-8f, 1.0f};
+    d->k->adamw(d->stream, b->c, b->d, b->e, b->a, &h, e_n(b));
+}
+static double w_adamw(const ops_bufs *b) { return 28.0 * e_n(b); }
+
+static bool has_ns(const hs_device_kernels *k) { return k->muon_newton_schulz != NULL; }
+static void run_ns(hs_device *d, ops_bufs *b)
+{
+    int64_t n = 128 * SZ(b);
+    d->k->muon_newton_schulz(d->stream, b->c, b->a, n, 3 * n, 5, NULL);
+}
+/* per step: X X^T (2 n n 3n), A A (2 n^3), P X (2 n n 3n) */
+static double w_ns(const ops_bufs *b)
+{
+    double n = 128.0 * SZ(b);
+    return 5.0 * (6.0 * n * n * n + 2.0 * n * n * n + 6.0 * n * n * n);
+}
+
+static bool has_moe(const hs_device_kernels *k) { return k->moe_route && k->moe_permute; }
+static void run_moe(hs_device *d, ops_bufs *b)
+{
+    int64_t n = 1024 * SZ(b);
+    d->k->moe_route(d->stream, b->ids, b->f, b->a, n, 8, 2, true);
+    for (int64_t i = 0; i < 2 * n; i++) b->ids[i] = (int32_t)(i / 2);
+    d->k->moe_permute(d->stream, b->c, b->b, b->ids, HS_DTYPE_F32, 2 * n, 256);
+}
+static double w_moe(const ops_bufs *b) { return 2.0 * 2 * 1024 * SZ(b) * 256 * 4; }
+
+static const op_def ops[] = {
+    {"gemm fp32", "M=N=K 256|512", has_gemm, run_gemm32, w_gemm, false},
+    {"gemm bf16", "M=N=K 256|512", has_gemm, run_gemm16, w_gemm, false},
+    {"convert f32->bf16", "1M|4M", has_convert, run_convert, w_convert, true},
+    {"axpy", "1M|4M", has_axpy, run_axpy, w_axpy, true},
+    {"copy_2d", "2K|8K rows x 1 KiB", has_copy, run_copy, w_copy, true},
+    {"rmsnorm fwd", "1K|2K x 768", has_rms, run_rms_fwd, w_rms, true},
+    {"rmsnorm bwd", "1K|2K x 768", has_rms, run_rms_bwd, w_rms_bwd, true},
+    {"swiglu fwd", "1M|4M", has_swiglu, run_swiglu_fwd, w_swiglu, true},
+    {"swiglu bwd", "1M|4M", has_swiglu, run_swiglu_bwd, w_swiglu_bwd, true},
+    {"rope fwd", "T 512|1K, 12 x 64", has_rope, run_rope, w_rope, true},
+    {"attention fwd", "T 256|512, 8 x 64", has_att, run_att_fwd, w_att, false},
+    {"attention bwd", "T 256|512, 8 x 64", has_att, run_att_bwd, w_att_bwd, false},
+    {"xent", "256|512 x 8192", has_xent, run_xent, w_xent, true},
+    {"embedding fwd", "1K|2K x 768", has_emb, run_emb, w_emb, true},
+    {"adamw", "1M|4M", has_adamw, run_adamw, w_adamw, true},
+    {"muon newton-schulz", "128x384|256x768", has_ns, run_ns, w_ns, false},
+    {"moe route+permute", "1K|2K x 8, k 2, 256", has_moe, run_moe, w_moe, true},
+};
+
+static float *rnd(int64_t n, uint64_t seed)
+{
+    float *p = malloc((size_t)n * sizeof *p);
+    if (!p) hs_oom("bench ops: cannot allocate %lld floats", (long long)n);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (float)((x >> 40) * (1.0 / (1 << 24))) - 0.5f;
+    }
+    return p;
+}
+
+static int usage(FILE *f, const char *why)
+{
+    if (why) fprintf(f, "hypershard bench ops: %s\n", why);
+    fprintf(f, "usage: hypershard bench ops [--quick] [--reps N]\n"
+               "  --quick   the smaller shape of each op (the first of the two listed)\n"
+               "  --reps N  timed runs per op and backend after one warm-up; the best counts\n"
+               "            (default 5, quick 3)\n");
+    return 2;
+}
+
+int hs_bench_ops(int argc, char **argv)
+{
+    ops_bufs b = {0};
+    int reps = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return usage(stdout, NULL), 0;
+        if (!strcmp(argv[i], "--quick")) b.quick = true;
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else return usage(stderr, "unknown option or missing value");
+    }
+    if (reps == 0) reps = b.quick ? 3 : 5;
+    if (reps < 1 || reps > 1000) return usage(stderr, "--reps takes a whole number 1..1000");
+    b.cap = (int64_t)1 << 23;
+    b.a = rnd(b.cap, 1), b.b = rnd(b.cap, 2), b.c = rnd(b.cap, 3);
+    b.d = rnd(b.cap, 4), b.e = rnd(b.cap, 5), b.f = rnd(b.cap, 6);
+    for (int64_t i = 0; i < b.cap; i++) b.e[i] = b.e[i] * b.e[i]; /* adamw's v >= 0 */
+    b.h1 = calloc((size_t)b.cap, 2), b.h2 = calloc((size_t)b.cap, 2);
+    b.h3 = calloc((size_t)b.cap, 2);
+    b.ids = calloc((size_t)b.cap, sizeof *b.ids);
+    if (!b.h1 || !b.h2 || !b.h3 || !b.ids) hs_oom("bench ops: scratch");
+    hs_convert(b.h1, HS_DTYPE_BF16, b.a, HS_DTYPE_F32, b.cap);
+    hs_convert(b.h2, HS_DTYPE_BF16, b.b, HS_DTYPE_F32, b.cap);
+    printf("%-20s %-22s %-10s %12s %14s\n", "op", "shape (quick|full)", "backend", "best ms",
+           "rate");
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        for (int k = 0; k < HS_DEVICE_KIND_COUNT; k++) {
+            if (!hs_device_kind_compiled((hs_device_kind)k)) continue;
+            hs_device *d = NULL;
+            hs_error e;
+            hs_error_clear(&e);
+            if (hs_device_create((hs_device_kind)k, NULL, &d, &e) != HS_OK) continue;
+            const op_def *op = &ops[o];
+            if (!op->has(d->k)) {
+                printf("%-20s %-22s %-10s %12s %14s\n", op->name, op->shape, d->name, "n/a", "");
+                hs_device_free(d);
+                continue;
+            }
+            for (int64_t i = 0; i < b.cap; i++) b.ids[i] = (int32_t)(i % 8);
+            op->run(d, &b); /* warm-up */
+            double best = 1e30;
+            for (int r = 0; r < reps; r++) {
+                for (int64_t i = 0; i < b.cap; i++) b.ids[i] = (int32_t)(i % 8);
+                double t0 = hs_now();
+                op->run(d, &b);
+                hs_device_synchronize(d);
+                double t = hs_now() - t0;
+                best = t < best ? t : best;
+            }
+            double rate = op->work(&b) / best / 1e9;
+            printf("%-20s %-22s %-10s %12.3f %9.2f %s\n", op->name, op->shape, d->name,
+                   best * 1e3, rate, op->bytes ? "GB/s" : "GFLOP/s");
+            hs_device_free(d);
+        }
+    }
+    free(b.a), free(b.b), free(b.c), free(b.d), free(b.e), free(b.f);
+    free(b.h1), free(b.h2), free(b.h3), free(b.ids);
+    return 0;
+}
