@@ -135,7 +135,7 @@ static void trim_locked(hs_mem_cache *c)
     }
 }
 
-static void *take_block(hs_mem_cache *c, int cls)
+static void *take_block(hs_mem_cache *c, int cls, size_t bytes)
 {
     free_list *l = &c->lists[cls];
     if (l->n > 0) {
@@ -149,8 +149,9 @@ static void *take_block(hs_mem_cache *c, int cls)
         p = c->raw_alloc(c->ctx, cb);
     }
     if (p == NULL)
-        hs_oom("the %s caching allocator could not allocate %zu bytes (in use %lld, reserved "
-               "%lld)", c->name, cb, (long long)c->st.in_use, (long long)c->st.reserved);
+        hs_oom("the %s could not allocate %zu bytes (a %zu-byte block of its cache; in use "
+               "%lld, reserved %lld)", c->name, bytes, cb, (long long)c->st.in_use,
+               (long long)c->st.reserved);
     c->st.misses++;
     c->st.reserved += (int64_t)cb;
     if (c->st.reserved > c->st.reserved_peak) c->st.reserved_peak = c->st.reserved;
@@ -163,7 +164,7 @@ void *hs_mem_cache_alloc(hs_mem_cache *c, size_t bytes)
         hs_oom("the %s caching allocator cannot allocate %zu bytes", c->name, bytes);
     int cls = class_of(bytes);
     HS_CHECK_PTHREAD(pthread_mutex_lock(&c->mu));
-    void *p = take_block(c, cls);
+    void *p = take_block(c, cls, bytes);
     live_put(c, (live_block){.p = p, .bytes = bytes, .cls = cls});
     c->st.in_use += (int64_t)bytes;
     if (c->st.in_use > c->st.peak) c->st.peak = c->st.in_use;

@@ -41,7 +41,7 @@ static void ram_free(hs_device *d, void *p)
 
 void hs_ram_memory_init(hs_device *d)
 {
-    d->cache = hs_mem_cache_create(d->name, ram_raw_alloc, ram_raw_free, d);
+    d->cache = hs_mem_cache_create("device pool", ram_raw_alloc, ram_raw_free, d);
 }
 
 static void *ram_host_alloc(hs_device *d, size_t bytes)

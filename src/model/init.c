@@ -61,7 +61,7 @@ void hs_model_init_weights(hs_model *m, uint64_t seed) {
 void hs_model_freeze(hs_model *m, int i) {
     hs_param *p = hs_model_param(m, i);
     p->frozen = true;
-    if (m->opt.allocate_params) hs_pool_free(m->pool, p->grad);
+    if (m->opt.allocate_params) hs_device_free_mem(m->dev, p->grad);
     p->grad = NULL;
 }
 

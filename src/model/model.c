@@ -114,7 +114,7 @@ static void *raw(hs_model *m, size_t bytes) {
         count(m, bytes > (size_t)INT64_MAX ? -1 : (int64_t)bytes);
         return NULL;
     }
-    return hs_pool_alloc(m->pool, bytes);
+    return hs_device_alloc(m->dev, bytes);
 }
 
 static void *zeroed(hs_model *m, size_t bytes) {
@@ -177,7 +177,7 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
         if (a->moe_mem) hs_moe_act_bind(&a->moe, m->dev, &m->moe_shapes, dt, a->moe_mem);
         a->moe.ep = m->ep > 1 ? &m->moe_ep : NULL;
         if (m->ep > 1 && m->opt.count_buffers) count(m, ep_rows_bytes(m, true));
-        a->moe.ep_x.pool = a->moe.ep_h1.pool = a->moe.ep_h3.pool = a->moe.ep_y.pool = m->pool;
+        a->moe.ep_x.dev = a->moe.ep_h1.dev = a->moe.ep_h3.dev = a->moe.ep_y.dev = m->dev;
         /* Every expert unit has the same boundary plan. */
         a->moe.out_dt = m->bnd[m->blocks[0].expert_unit].output_stored;
     } else {
@@ -192,7 +192,7 @@ static void acts_free(hs_model *m, hs_block_acts *a) {
     void *ptrs[] = {a->rstd1, a->ln1,   a->q,     a->k,     a->v,
                     a->lse,   a->atty,  a->x_cast, a->x_mid, a->rstd2,
                     a->ln2,   a->gate,  a->up,    a->h,     a->moe_out, a->moe_mem};
-    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_pool_free(m->pool, ptrs[i]);
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_device_free_mem(m->dev, ptrs[i]);
 }
 
 /* One scratch for a block output awaiting its output cast, in the widest
@@ -235,15 +235,15 @@ static void slot_alloc(hs_model *m, hs_act_slot *sl, int chunk, int64_t BT) {
 
 static void slot_free(hs_model *m, hs_act_slot *sl) {
     if (sl->resid)
-        for (int j = 0; j <= sl->len; j++) hs_pool_free(m->pool, sl->resid[j]);
+        for (int j = 0; j <= sl->len; j++) hs_device_free_mem(m->dev, sl->resid[j]);
     free(sl->resid);
     bool shared = m->opt.activation_checkpointing && sl != m->slots;
     int n = m->opt.activation_checkpointing ? 1 : sl->len;
     for (int j = 0; !shared && sl->acts && j < n; j++) acts_free(m, &sl->acts[j]);
     if (!shared) free(sl->acts);
-    hs_pool_free(m->pool, sl->rstdf);
-    hs_pool_free(m->pool, sl->lnf);
-    hs_pool_free(m->pool, sl->aux_g);
+    hs_device_free_mem(m->dev, sl->rstdf);
+    hs_device_free_mem(m->dev, sl->lnf);
+    hs_device_free_mem(m->dev, sl->aux_g);
 }
 
 void hs_model_use_slot(hs_model *m, int chunk, int slot) {
@@ -413,9 +413,9 @@ static void dims_set(hs_model *m) {
         m->moe_shapes = hs_moe_shapes_make(&c->moe, m->opt.max_batch * m->opt.seq_len, m->C);
         m->moe_shapes.ep = m->ep;
         m->moe_shapes.EL = m->moe_shapes.E / m->ep;
-        hs_moe_grow g = {.pool = m->pool};
+        hs_moe_grow g = {.dev = m->dev};
         m->moe_ep = (hs_moe_ep){.ops = m->ops, .size = m->ep, .rank = m->ep_rank,
-                                .pool = m->pool, .stage = g, .dy = g, .a = g, .dh1 = g,
+                                .dev = m->dev, .stage = g, .dy = g, .a = g, .dh1 = g,
                                 .dh3 = g};
     }
 }
@@ -449,8 +449,8 @@ hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *op
 static void params_free(hs_model *m) {
     if (!m->opt.allocate_params || m->opt.describe_only) return;
     for (int i = 0; i < m->n_params; i++) {
-        hs_pool_free(m->pool, m->params[i].data);
-        hs_pool_free(m->pool, m->params[i].grad);
+        hs_device_free_mem(m->dev, m->params[i].data);
+        hs_device_free_mem(m->dev, m->params[i].grad);
     }
 }
 
@@ -468,8 +468,8 @@ static void buffers_free(hs_model *m) {
                     m->dvf,         m->cp_fstage,   m->ring_out, m->ring_lse,
                     m->ring_blse,   m->att_delta,   m->ring_bout, m->ring_kv[0],
                     m->ring_kv[1],  m->ring_dkv[0], m->ring_dkv[1]};
-    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_pool_free(m->pool, ptrs[i]);
-    hs_pool_free(m->pool, m->expert_tokens);
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_device_free_mem(m->dev, ptrs[i]);
+    hs_device_free_mem(m->dev, m->expert_tokens);
     if (m->moe && m->aux.count) hs_moe_aux_free(&m->aux);
     hs_moe_ep_free(&m->moe_ep);
 }

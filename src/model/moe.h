@@ -94,10 +94,10 @@ typedef struct hs_moe_grads {
     hs_dtype dt;
 } hs_moe_grads;
 
-/* A buffer from a pool that only grows (expert-parallel rows, whose number
- * is known only after the counts arrive); contents are not kept. */
+/* A buffer of device memory that only grows (expert-parallel rows, whose
+ * number is known only after the counts arrive); contents are not kept. */
 typedef struct hs_moe_grow {
-    hs_pool *pool;
+    hs_device *dev;
     void *p;
     size_t bytes;
 } hs_moe_grow;
@@ -119,7 +119,7 @@ size_t hs_moe_ep_rows_bytes(const hs_moe_shapes *s, hs_dtype dt, int64_t R, bool
 typedef struct hs_moe_ep {
     const hs_model_ops *ops;
     int size, rank;
-    hs_pool *pool; /* of every grow buffer: the model's (device) pool */
+    hs_device *dev; /* of every grow buffer: the model's */
     hs_moe_grow stage, dy, a, dh1, dh3;
 } hs_moe_ep;
 
@@ -162,7 +162,7 @@ typedef struct hs_moe_act {
 
 size_t hs_moe_act_bytes(const hs_moe_shapes *s, hs_dtype dt);
 /* Lay act out over `mem` (64-byte aligned, hs_moe_act_bytes(s, dt) long).
- * With s->ep > 1, set act->ep and the pool of act's ep_* grow buffers (the
+ * With s->ep > 1, set act->ep and the device of act's ep_* grow buffers (the
  * received rows) before the first forward. */
 void hs_moe_act_bind(hs_moe_act *act, hs_device *dev, const hs_moe_shapes *s, hs_dtype dt,
                      void *mem);

@@ -18,10 +18,10 @@
 void *hs_moe_grow_to(hs_moe_grow *g, size_t bytes)
 {
     if (bytes <= g->bytes && g->p) return g->p;
-    HS_ASSERT(g->pool != NULL);
-    hs_pool_free(g->pool, g->p);
+    HS_ASSERT(g->dev != NULL);
+    hs_device_free_mem(g->dev, g->p);
     g->bytes = bytes > HS_ALIGN ? bytes : HS_ALIGN;
-    g->p = hs_pool_alloc(g->pool, g->bytes);
+    g->p = hs_device_alloc(g->dev, g->bytes);
     return g->p;
 }
 
@@ -36,7 +36,7 @@ size_t hs_moe_ep_rows_bytes(const hs_moe_shapes *s, hs_dtype dt, int64_t R, bool
 
 void hs_moe_grow_free(hs_moe_grow *g)
 {
-    if (g->pool) hs_pool_free(g->pool, g->p);
+    if (g->dev) hs_device_free_mem(g->dev, g->p);
     g->p = NULL;
     g->bytes = 0;
 }
