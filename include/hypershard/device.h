@@ -15,7 +15,8 @@
  *   real memmove's so the offload path is exercised and traced the way it
  *   will be on a GPU. hs_mem_cache is the caching allocator (size classes,
  *   reuse across frees) a GPU pool goes through; its `peak` is what
- *   hs_pool_peak means. The device pools do not go through it yet.
+ *   hs_pool_peak means. Device memory (hs_device_alloc) goes through it;
+ *   device_pool counts the bytes asked for.
  * - Streams and events: every copy, memset and kernel takes a stream. On
  *   cpu and reference each call has finished when it returns, so a stream
  *   is only a name, an event is complete once recorded, and waits and
@@ -28,8 +29,9 @@
  *   its gradient outputs unless it says otherwise. An entry a backend does
  *   not have is NULL; tests/unit/test_device_conformance.c holds every
  *   non-NULL entry of every compiled backend to `reference`.
- * - Not yet on the seam: model/, optim/ and fsdp/ still call most kernels
- *   and all memory directly (docs/device.md lists what).
+ * - The model, the optimizer and FSDP compute through a device's tables;
+ *   what does not yet is listed in docs/device.md and, per file, in
+ *   tests/build/test_device_seam.cmake.
  */
 #ifndef HYPERSHARD_DEVICE_H
 #define HYPERSHARD_DEVICE_H
