@@ -145,6 +145,14 @@ typedef struct hs_device_kernels {
     void (*scale)(hs_stream *s, float *x, float a, int64_t n);                /* x *= a */
     void (*add)(hs_stream *s, float *y, const float *x, int64_t n);           /* y += x */
     void (*sumsq)(hs_stream *s, double *out, const float *x, int64_t n);      /* fp64 */
+    /* x[i] := (float)(dt)x[i] on n fp32 values, the value a cast to dt and
+     * back gives (the backward of a cast; a cast on fp32-held data); a
+     * no-op for fp32. */
+    void (*round)(hs_stream *s, float *x, hs_dtype dt, int64_t n);
+    /* out[i] = a[i] + b[i], each read in its own dtype, the fp32 sum stored
+     * in odt (a residual add across dtypes; out may be a or b). */
+    void (*add_cast)(hs_stream *s, void *out, hs_dtype odt, const void *a, hs_dtype adt,
+                     const void *b, hs_dtype bdt, int64_t n);
 
     /* out = w * x * rstd, rstd = 1/sqrt(mean(x^2) + eps) per row, saved in
      * fp32; x in xdt, out and w in dt. Backward: dx += ..., dw (gdt; NULL
@@ -312,6 +320,15 @@ static inline void hs_dev_scale(hs_device *d, float *x, float a, int64_t n)
 static inline void hs_dev_add(hs_device *d, float *y, const float *x, int64_t n)
 {
     d->k->add(d->stream, y, x, n);
+}
+static inline void hs_dev_round(hs_device *d, float *x, hs_dtype dt, int64_t n)
+{
+    d->k->round(d->stream, x, dt, n);
+}
+static inline void hs_dev_add_cast(hs_device *d, void *out, hs_dtype odt, const void *a,
+                                   hs_dtype adt, const void *b, hs_dtype bdt, int64_t n)
+{
+    d->k->add_cast(d->stream, out, odt, a, adt, b, bdt, n);
 }
 static inline double hs_dev_sumsq(hs_device *d, const float *x, int64_t n)
 {

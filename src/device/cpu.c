@@ -38,6 +38,15 @@ static void cpu_sumsq(hs_stream *s, double *out, const float *x, int64_t n)
     *out = hs_sumsq_f32(x, n);
 }
 
+static void cpu_round(hs_stream *s, float *x, hs_dtype dt, int64_t n) { hs_round_f32(x, dt, n); }
+
+/* The residual adds the model kept before the table had them. */
+static void cpu_add_cast(hs_stream *s, void *out, hs_dtype odt, const void *a, hs_dtype adt,
+                         const void *b, hs_dtype bdt, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) hs_st(out, odt, i, hs_ld(a, adt, i) + hs_ld(b, bdt, i));
+}
+
 static const hs_device_kernels cpu_kernels = {
     .gemm = cpu_gemm,
     .convert = cpu_convert,
@@ -47,6 +56,8 @@ static const hs_device_kernels cpu_kernels = {
     .scale = cpu_scale,
     .add = cpu_add,
     .sumsq = cpu_sumsq,
+    .round = cpu_round,
+    .add_cast = cpu_add_cast,
     .rmsnorm_fwd = hs_cpu_rmsnorm_fwd,
     .rmsnorm_bwd = hs_cpu_rmsnorm_bwd,
     .rope_tables = hs_cpu_rope_tables,

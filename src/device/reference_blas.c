@@ -50,6 +50,21 @@ void hs_ref_add(hs_stream *s, float *y, const float *x, int64_t n)
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+void hs_ref_round(hs_stream *s, float *x, hs_dtype dt, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == HS_DTYPE_BF16) x[i] = hs_bf16_to_f32(hs_f32_to_bf16(x[i]));
+        if (dt == HS_DTYPE_F16) x[i] = hs_f16_to_f32(hs_f32_to_f16(x[i]));
+    }
+}
+
+void hs_ref_add_cast(hs_stream *s, void *out, hs_dtype odt, const void *a, hs_dtype adt,
+                     const void *b, hs_dtype bdt, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        hs_st(out, odt, i, (float)((double)hs_ld(a, adt, i) + hs_ld(b, bdt, i)));
+}
+
 void hs_ref_sumsq(hs_stream *s, double *out, const float *x, int64_t n)
 {
     double acc = 0.0;

@@ -94,8 +94,7 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
         int64_t *tok = m->expert_tokens + (int64_t)(bp - m->blocks) * m->moe_shapes.E;
         for (int e = 0; e < m->moe_shapes.E; e++) tok[e] += a->moe.count[e];
     }
-    for (int64_t i = 0; i < Nl * C; i++)
-        hs_st(x_out, rdt, i, hs_ld(a->x_mid, rdt, i) + hs_ld(a->moe_out, dt, i));
+    hs_dev_add_cast(m->dev, x_out, rdt, a->x_mid, rdt, a->moe_out, dt, Nl * C);
 }
 
 /* The block input as the block reads it: cast to the compute dtype into
@@ -218,7 +217,7 @@ void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_i
      * dtype; activation gradients are held in fp32 (layers.h), so that is
      * a rounding to it. */
     if (b->output_stored != b->output_computed) {
-        hs_round_f32(m->dres, b->output_computed, Nl * m->C);
+        hs_dev_round(m->dev, m->dres, b->output_computed, Nl * m->C);
         b->backward_casts++;
     }
     const float *dln = mlp_backward(m, bp, a, N, hooks, aux_g);
@@ -229,6 +228,6 @@ void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_i
     bool cast_in = b->input_read != b->input_stored;
     attention_backward(m, bp, a, cast_in ? a->x_cast : x_in, b->input_read, B, T);
     if (!cast_in) return;
-    hs_round_f32(m->dres, b->input_stored, Nl * m->C);
+    hs_dev_round(m->dev, m->dres, b->input_stored, Nl * m->C);
     b->backward_casts++;
 }

@@ -157,7 +157,7 @@ static void expert_output_cast(const hs_moe_act *act, float *row)
     for (int64_t r = 0; r < (int64_t)act->BT * act->cap.K; r++) {
         void *y = hs_moe_at(act->y, act->dt, r * C);
         hs_dev_convert(act->dev, row, HS_DTYPE_F32, y, act->dt, C);
-        hs_round_f32(row, act->out_dt, C);
+        hs_dev_round(act->dev, row, act->out_dt, C);
         hs_dev_convert(act->dev, y, act->dt, row, HS_DTYPE_F32, C);
     }
 }
@@ -234,7 +234,7 @@ void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr,
     if (!act->ep) hs_moe_dispatch_gather(m.xg, x, act); /* EP keeps its received rows */
     combine_backward(&m, dout, act);
     /* The backward of the output cast: the gradient back to dt. */
-    if (act->out_dt != act->dt) hs_round_f32(m.dyg, act->dt, (int64_t)act->BT * K * C);
+    if (act->out_dt != act->dt) hs_dev_round(act->dev, m.dyg, act->dt, (int64_t)act->BT * K * C);
     experts_backward(gr, act, w, &m);
     /* Scatter-add in grouped order: fixed for a given routing. */
     for (int64_t r = 0; r < (int64_t)act->BT * K; r++)

@@ -140,7 +140,7 @@ static void final_norm_forward(hs_model *m, int64_t N) {
 static void head_logits(hs_model *m, float *logits, int64_t r0, int64_t rows) {
     hs_dev_gemm(m->dev, false, true, rows, m->V, m->C, 1.0f, hs_cat(m->lnf, m->dt, r0 * m->C),
                 m->dt, m->C, m->head->data, m->dt, m->C, 0.0f, logits, HS_DTYPE_F32, m->V);
-    if (hs_model_root_casts(m)) hs_round_f32(logits, m->bnd[0].output_stored, rows * m->V);
+    if (hs_model_root_casts(m)) hs_dev_round(m->dev, logits, m->bnd[0].output_stored, rows * m->V);
 }
 
 /* The backward of the logits cast casts their gradient back to fp32, the

@@ -28,7 +28,7 @@ void hs_tp_exit_add(hs_model *m, void *out, hs_dtype odt, const void *resid, hs_
     int64_t n = hs_tp_local_rows(m, N) * m->C;
     float *red = m->sp ? m->tp_red : m->tp_part;
     m->ops->reduce_partial(m->ops->ctx, red, m->tp_part, n);
-    for (int64_t i = 0; i < n; i++) hs_st(out, odt, i, hs_ld(resid, rdt, i) + red[i]);
+    hs_dev_add_cast(m->dev, out, odt, resid, rdt, red, HS_DTYPE_F32, n);
 }
 
 const float *hs_tp_exit_grad(hs_model *m, int64_t N) {

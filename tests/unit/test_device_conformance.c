@@ -146,6 +146,22 @@ static void run_elementwise(const kcase *c, outs *o)
     free(x), free(y), free(z);
 }
 
+/* d = {n}: the in-place round to dt, and the residual add of a dt and an
+ * fp32 operand stored in dt and in fp32. */
+static void run_round_add(const kcase *c, outs *o)
+{
+    int64_t n = c->d[0];
+    float *x = rnd(HS_DTYPE_F32, n, 8, 3.0f), *y = rnd(HS_DTYPE_F32, n, 9, 1.0f);
+    void *a = rnd(c->dt, n, 10, 2.0f), *out = rnd(c->dt, n, 0, 0.0f);
+    c->k->round(c->s, x, c->dt, n);
+    put(o, x, HS_DTYPE_F32, n);
+    c->k->add_cast(c->s, out, c->dt, a, c->dt, y, HS_DTYPE_F32, n);
+    put(o, out, c->dt, n);
+    c->k->add_cast(c->s, y, HS_DTYPE_F32, a, c->dt, y, HS_DTYPE_F32, n);
+    put(o, y, HS_DTYPE_F32, n);
+    free(x), free(y), free(a), free(out);
+}
+
 /* d = {N, C, x32}: forward (out, rstd), then backward into dx and dw; x
  * in dt, or in fp32 with x32 (a block's input at a unit boundary). */
 static void run_rmsnorm(const kcase *c, outs *o)
@@ -357,6 +373,8 @@ static const op_def ops[] = {
      run_convert},
     {"elementwise", K(fill), F32, {1e-6f, 0, 0}, 1e-30, {{0}, {1}, {7}, {1000}, {40001}}, 5,
      run_elementwise},
+    {"round_add_cast", K(round), ALL_DT, {0, 4e-3f, 5e-4f}, 1e-30, {{0}, {1}, {7}, {40001}}, 4,
+     run_round_add},
     {"rmsnorm", K(rmsnorm_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1.0,
      {{1, 1}, {3, 7}, {5, 64}, {33, 257}, {70, 33}, {0, 16}, {5, 64, 1}, {70, 33, 1}}, 8,
      run_rmsnorm},
