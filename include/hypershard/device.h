@@ -210,12 +210,15 @@ typedef struct hs_device_kernels {
                           hs_dtype dt, int64_t N, int C);
     void (*embedding_bwd)(hs_stream *s, void *dwte, hs_dtype gdt, const float *dout,
                           const int32_t *tokens, int64_t N, int C);
-    /* MoE: top-K of softmax(logits) per row (ties to the lower expert),
-     * weights renormalised to sum 1 when renorm; rows gathered to their
-     * expert order (dst[i] = src[idx[i]]); and combined back
-     * (dst[idx[i]] += w[i] * src[i]). */
-    void (*moe_route)(hs_stream *s, int32_t *expert, float *weight, const float *logits,
-                      int64_t N, int E, int K, bool renorm);
+    /* MoE: per row of probs (on entry the router's fp32 logits [N, E],
+     * rounded to dt, the gate's output dtype, then replaced by their fp32
+     * softmax, kept for backward) the top K experts in descending order
+     * (ties to the lower expert) and their weights, renormalised to sum 1
+     * when renorm and rounded to dt; rows gathered to their expert order
+     * (dst[i] = src[idx[i]]); and combined back (dst[idx[i]] += w[i] *
+     * src[i]). */
+    void (*moe_route)(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N,
+                      int E, int K, bool renorm, hs_dtype dt);
     void (*moe_permute)(hs_stream *s, void *dst, const void *src, const int32_t *idx,
                         hs_dtype dt, int64_t n, int C);
     void (*moe_unpermute)(hs_stream *s, float *dst, const float *src, const int32_t *idx,
@@ -395,6 +398,8 @@ typedef struct hs_mem_cache_stats {
 } hs_mem_cache_stats;
 
 size_t hs_mem_cache_class(size_t bytes);
+/* name: what an out-of-memory message calls it ("the <name> could not
+ * allocate N bytes"). */
 hs_mem_cache *hs_mem_cache_create(const char *name, hs_raw_alloc_fn raw_alloc,
                                   hs_raw_free_fn raw_free, void *ctx);
 /* Hands every cached block back and frees the cache; every block must have

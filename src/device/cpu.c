@@ -77,6 +77,7 @@ static const hs_device_kernels cpu_kernels = {
     .muon_momentum = hs_cpu_muon_momentum,
     .muon_newton_schulz = hs_cpu_muon_newton_schulz,
     .copy_2d = hs_cpu_copy_2d,
+    .moe_route = hs_cpu_moe_route,
 };
 
 void hs_device_cpu_init(hs_device *d)

@@ -40,6 +40,8 @@ void hs_cpu_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, 
                           bool nesterov, int64_t n);
 void hs_cpu_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows,
                                int64_t cols, int steps, float *ws);
+void hs_cpu_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N,
+                      int E, int K, bool renorm, hs_dtype dt);
 void hs_cpu_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src,
                     size_t src_stride, int64_t rows, size_t row_bytes);
 void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,

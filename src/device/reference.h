@@ -59,8 +59,8 @@ void hs_ref_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
                           const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
                           int HD, const hs_att_rows *r, const hs_att_work *w);
 
-void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, const float *logits,
-                      int64_t N, int E, int K, bool renorm);
+void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N,
+                      int E, int K, bool renorm, hs_dtype dt);
 void hs_ref_moe_permute(hs_stream *s, void *dst, const void *src, const int32_t *idx,
                         hs_dtype dt, int64_t n, int C);
 void hs_ref_moe_unpermute(hs_stream *s, float *dst, const float *src, const int32_t *idx,

@@ -4,16 +4,18 @@
 
 #include "device/reference.h"
 
-void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, const float *logits,
-                      int64_t N, int E, int K, bool renorm)
+void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N,
+                      int E, int K, bool renorm, hs_dtype dt)
 {
     double *p = malloc((size_t)(E + K) * sizeof *p), *taken = p + E;
     if (p == NULL) hs_oom("reference moe route: cannot allocate %d probabilities", E + K);
     for (int64_t n = 0; n < N; n++) {
-        const float *l = logits + n * E;
+        float *l = probs + n * E;
+        for (int e = 0; e < E; e++) l[e] = hs_round_to(dt, l[e]);
         double mx = l[0], sum = 0.0, chosen = 0.0;
         for (int e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
         for (int e = 0; e < E; e++) sum += (p[e] = exp(l[e] - mx));
+        for (int e = 0; e < E; e++) l[e] = (float)(p[e] / sum);
         for (int j = 0; j < K; j++) { /* the largest left, the lower expert on a tie */
             int best = -1;
             for (int e = 0; e < E; e++)
@@ -23,7 +25,7 @@ void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, const float 
             p[best] = -1.0;
         }
         for (int j = 0; j < K; j++)
-            weight[n * K + j] = (float)(renorm ? taken[j] / chosen : taken[j]);
+            weight[n * K + j] = hs_round_to(dt, (float)(renorm ? taken[j] / chosen : taken[j]));
     }
     free(p);
 }

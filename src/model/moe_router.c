@@ -2,46 +2,16 @@
  * weights and the per-layer statistics the aux loss needs; and its backward
  * through the renormalisation and the softmax.
  *
- * Rounding points follow Mixtral in a low-precision run: the logits are
- * rounded to the compute dtype (the gate nn.Linear's output dtype) before
- * the fp32 softmax, and the renormalised weights are rounded to the compute
- * dtype ("routing_weights.to(hidden_states.dtype)"). Backward treats both
+ * The routing itself is the device's moe_route. Rounding points follow
+ * Mixtral in a low-precision run: the logits are rounded to the compute
+ * dtype (the gate nn.Linear's output dtype) before the fp32 softmax, and the
+ * renormalised weights are rounded to the compute dtype
+ * ("routing_weights.to(hidden_states.dtype)"). Backward treats both
  * roundings as the identity. */
 #include <math.h>
 #include <string.h>
 
 #include "model/moe.h"
-
-static void softmax_row(float *row, int E)
-{
-    float mx = row[0];
-    for (int e = 1; e < E; e++)
-        if (row[e] > mx) mx = row[e];
-    double sum = 0.0;
-    for (int e = 0; e < E; e++) {
-        row[e] = expf(row[e] - mx);
-        sum += row[e];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int e = 0; e < E; e++) row[e] *= inv;
-}
-
-/* K passes of an arg-max over the experts not yet taken. A strict '>'
- * keeps the earlier (lower) index on a tie, so equal probabilities pick the
- * lower expert first; torch.topk leaves ties unspecified. */
-static void topk_row(int32_t *sel, const float *p, int E, int K)
-{
-    for (int k = 0; k < K; k++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            bool taken = false;
-            for (int j = 0; j < k; j++) taken = taken || sel[j] == e;
-            if (taken) continue;
-            if (best < 0 || p[e] > p[best]) best = e;
-        }
-        sel[k] = best;
-    }
-}
 
 void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int BT)
 {
@@ -49,21 +19,14 @@ void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int 
     const hs_dtype dt = act->dt;
     hs_dev_gemm(act->dev, false, true, BT, E, C, 1.0f, x, dt, C, gate, dt, C, 0.0f, act->probs,
                 HS_DTYPE_F32, E);
-    memset(act->count, 0, (size_t)E * sizeof(int64_t));
-    memset(act->prob_sum, 0, (size_t)E * sizeof(double));
+    hs_dev_zero(act->dev, act->count, (size_t)E * sizeof(int64_t));
+    hs_dev_zero(act->dev, act->prob_sum, (size_t)E * sizeof(double));
+    act->dev->k->moe_route(act->dev->stream, act->sel, act->weight, act->probs, BT, E, K, true,
+                           dt);
+    /* the layer's statistics for the load-balancing loss */
     for (int64_t t = 0; t < BT; t++) {
-        float *p = act->probs + t * E;
-        int32_t *sel = act->sel + t * K;
-        float *w = act->weight + t * K;
-        for (int e = 0; e < E; e++) p[e] = hs_round_to(dt, p[e]);
-        softmax_row(p, E);
-        topk_row(sel, p, E, K);
-        float z = 0.0f;
-        for (int k = 0; k < K; k++) z += p[sel[k]];
-        for (int k = 0; k < K; k++) {
-            w[k] = hs_round_to(dt, p[sel[k]] / z);
-            act->count[sel[k]]++;
-        }
+        const float *p = act->probs + t * E;
+        for (int k = 0; k < K; k++) act->count[act->sel[t * K + k]]++;
         for (int e = 0; e < E; e++) act->prob_sum[e] += p[e];
     }
 }

@@ -23,7 +23,6 @@ set(allowed
   "src/model/init.c|hs_param_grad_settle takes a bare hs_param (no device) from engine_local and fsdp"
   "src/model/model.c|the per-expert token counters are host statistics, not tensor data"
   "src/model/moe_aux.c|the load-balancing counters are host statistics, not tensor data"
-  "src/model/moe_router.c|routing (rounded logits, softmax, top-k, rounded weights) is not moved down: the table's moe_route has no dtype rounding or saved probabilities yet"
   "src/model/registry.c|zeroes a parameter descriptor, not tensor data (file under concurrent edit)"
   "src/fsdp/mixed_precision.c|a fresh fp32 accumulator is written by hs_add_to_zero_f32 (0 + g, which a copy is not for -0): no table entry for it yet"
   "src/fsdp/plan.c|hs_fsdp_plan_zero_tail, a layout helper without a device (only its unit test calls it)"

@@ -314,6 +314,23 @@ static void run_xent_shard(const kcase *c, outs *o)
     free(l), free(mx), free(sum), free(tl), free(t);
 }
 
+/* d = {N, E, K}: MoE routing of random logits rounded to dt: the chosen
+ * experts (compared as numbers: one swapped choice fails), their weights in
+ * dt's values and the softmax left in place. */
+static void run_moe_route(const kcase *c, outs *o)
+{
+    int64_t N = c->d[0];
+    int E = (int)c->d[1], K = (int)c->d[2];
+    float *p = rnd(HS_DTYPE_F32, N * E, 24, 4.0f), *w = calloc((size_t)(N * K) + 1, 4);
+    int32_t *ex = calloc((size_t)(N * K) + 1, sizeof *ex);
+    float *exf = calloc((size_t)(N * K) + 1, 4);
+    c->k->moe_route(c->s, ex, w, p, N, E, K, true, c->dt);
+    for (int64_t i = 0; i < N * K; i++) exf[i] = (float)ex[i];
+    put(o, exf, HS_DTYPE_F32, N * K), put(o, w, HS_DTYPE_F32, N * K);
+    put(o, p, HS_DTYPE_F32, N * E);
+    free(p), free(w), free(ex), free(exf);
+}
+
 /* d = {N, C, V}: gather, then scatter-add with repeated tokens. */
 static void run_embedding(const kcase *c, outs *o)
 {
@@ -393,6 +410,8 @@ static const op_def ops[] = {
      run_xent},
     {"xent_shard", K(xent_shard_sums), F32, {2e-6f, 0, 0}, 1e-30,
      {{1, 1, 0}, {3, 7, 0}, {4, 1000, 1000}, {7, 33, 20}, {0, 5, 0}}, 5, run_xent_shard},
+    {"moe_route", K(moe_route), ALL_DT, {1e-6f, 4e-3f, 5e-4f}, 1.0,
+     {{1, 4, 2}, {7, 8, 2}, {33, 16, 4}, {5, 3, 3}, {0, 4, 1}}, 5, run_moe_route},
     {"embedding", K(embedding_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,
      {{1, 1, 1}, {5, 7, 3}, {9, 33, 4}, {0, 4, 4}}, 4, run_embedding},
     {"adamw", K(adamw), F32, {2e-6f, 0, 0}, 1e-30, {{0}, {1}, {7}, {1000}, {4099}}, 5, run_adamw},

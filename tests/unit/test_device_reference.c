@@ -64,15 +64,19 @@ static void test_route_takes_the_top_k_of_the_softmax_lower_expert_first_on_a_ti
     (void)state;
     hs_device *d = ref();
     const float logits[4] = {1.0f, 2.0f, 2.0f, 0.0f};
+    float p[4];
     int32_t ex[2];
     float w[2];
     double z = exp(1.0) + 2 * exp(2.0) + 1.0;
-    d->k->moe_route(d->stream, ex, w, logits, 1, 4, 2, false);
+    memcpy(p, logits, sizeof p);
+    d->k->moe_route(d->stream, ex, w, p, 1, 4, 2, false, HS_DTYPE_F32);
     assert_int_equal(ex[0], 1);
     assert_int_equal(ex[1], 2);
     assert_float_equal(w[0], exp(2.0) / z, 1e-7);
     assert_float_equal(w[1], exp(2.0) / z, 1e-7);
-    d->k->moe_route(d->stream, ex, w, logits, 1, 4, 2, true);
+    assert_float_equal(p[3], 1.0 / z, 1e-7); /* the softmax, in place */
+    memcpy(p, logits, sizeof p);
+    d->k->moe_route(d->stream, ex, w, p, 1, 4, 2, true, HS_DTYPE_F32);
     assert_float_equal(w[0], 0.5, 1e-7);
     assert_float_equal(w[1], 0.5, 1e-7);
     hs_device_free(d);
