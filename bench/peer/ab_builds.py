@@ -1,0 +1,58 @@
+"""Two hypershard builds side by side, in one run: compare.py's hypershard
+side (same shapes, batch, optimizer and launch) for build A and build B,
+alternating A, B, A, B, ... --rounds times per case, so both see the same
+machine. Prints per case each build's median step time (median over rounds
+of the median after warm-up), the ratio B / A (< 1: B is faster) and each
+round's pair, for checking that a change costs no speed.
+
+    python3 bench/peer/ab_builds.py --a /tmp/before/build/hypershard \
+        --b build/hypershard --world 1 2 --dtype fp32 bf16
+
+It needs no PyTorch. MPI runs need the usual Open MPI environment.
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare import SHAPES, ours  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--a", required=True, help="the hypershard binary of build A (before)")
+    p.add_argument("--b", required=True, help="the hypershard binary of build B (after)")
+    p.add_argument("--mpiexec", default="mpiexec")
+    p.add_argument("--world", type=int, nargs="+", default=[2])
+    p.add_argument("--shape", nargs="+", default=["512"], choices=sorted(SHAPES))
+    p.add_argument("--dtype", nargs="+", default=["fp32", "bf16"], choices=("fp32", "bf16"))
+    p.add_argument("--threads", type=int, default=1, help="threads per rank")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=5, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=2)
+    a = p.parse_args()
+    env = dict(os.environ)
+    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[k] = str(a.threads)
+    print("| shape | dtype | W | A step s | B step s | B / A | rounds (A/B) |")
+    print("|---|---|---|---|---|---|---|")
+    for shape in a.shape:
+        for dtype in a.dtype:
+            for world in a.world:
+                times = {"a": [], "b": []}
+                with tempfile.TemporaryDirectory() as tmp:
+                    for r in range(a.rounds):
+                        for side in ("a", "b"):
+                            a.hypershard = getattr(a, side)
+                            out = os.path.join(tmp, f"{side}{r}")
+                            times[side].append(ours(a, shape, dtype, world, env, out)[0])
+                ma, mb = statistics.median(times["a"]), statistics.median(times["b"])
+                pairs = ", ".join(f"{x:.3f}/{y:.3f}" for x, y in zip(times["a"], times["b"]))
+                print(f"| {shape} | {dtype} | {world} | {ma:.3f} | {mb:.3f} | {mb / ma:.3f} | "
+                      f"{pairs} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
