@@ -214,15 +214,31 @@ typedef struct hs_device_kernels {
      * rounded to dt, the gate's output dtype, then replaced by their fp32
      * softmax, kept for backward) the top K experts in descending order
      * (ties to the lower expert) and their weights, renormalised to sum 1
-     * when renorm and rounded to dt; rows gathered to their expert order
-     * (dst[i] = src[idx[i]]); and combined back (dst[idx[i]] += w[i] *
-     * src[i]). */
+     * when renorm and rounded to dt.
+     * Dispatch and combine go by (token, slot) pair p = t * K + k of N
+     * tokens; row r of the grouped (expert) order holds pair row_pair[r],
+     * and pair p sits at row pair_row[p]. moe_permute: xg[r] = x[row_pair[r]
+     * / K] for the N * K rows of C values of dt. moe_unpermute (the
+     * combine): out[t] = sum of weight[t * K + k] * y[pair_row[t * K + k]]
+     * (y in dt, read as fp32) from 0, slots in order k = 0..K-1, into fp32;
+     * ws: C floats of workspace. moe_combine_bwd, its backward from dout
+     * [N, C]: dyg[pair_row[p]] = weight[p] * dout[t] and dw[p] = dout[t] .
+     * y[pair_row[p]] (fp32, in column order). moe_route_bwd, the router's
+     * from dw: per token, dp = aux_grad (or 0) plus d loss / d probs
+     * through the renormalisation over the chosen (the unrounded weights
+     * rebuilt from probs), then through the softmax: d loss / d logits. */
     void (*moe_route)(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N,
                       int E, int K, bool renorm, hs_dtype dt);
-    void (*moe_permute)(hs_stream *s, void *dst, const void *src, const int32_t *idx,
-                        hs_dtype dt, int64_t n, int C);
-    void (*moe_unpermute)(hs_stream *s, float *dst, const float *src, const int32_t *idx,
-                          const float *w, int64_t n, int C);
+    void (*moe_permute)(hs_stream *s, void *xg, const void *x, const int32_t *row_pair,
+                        hs_dtype dt, int64_t N, int K, int C);
+    void (*moe_unpermute)(hs_stream *s, float *out, const void *y, hs_dtype dt,
+                          const int32_t *pair_row, const float *weight, int64_t N, int K, int C,
+                          float *ws);
+    void (*moe_combine_bwd)(hs_stream *s, float *dyg, float *dw, const float *dout, const void *y,
+                            hs_dtype dt, const int32_t *pair_row, const float *weight, int64_t N,
+                            int K, int C, float *ws);
+    void (*moe_route_bwd)(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
+                          const float *dw, const float *aux_grad, int64_t N, int E, int K);
     /* AdamW on n fp32 values: p, m, v updated in place from g. */
     void (*adamw)(hs_stream *s, float *p, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n);

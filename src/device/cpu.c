@@ -78,6 +78,10 @@ static const hs_device_kernels cpu_kernels = {
     .muon_newton_schulz = hs_cpu_muon_newton_schulz,
     .copy_2d = hs_cpu_copy_2d,
     .moe_route = hs_cpu_moe_route,
+    .moe_permute = hs_cpu_moe_permute,
+    .moe_unpermute = hs_cpu_moe_unpermute,
+    .moe_combine_bwd = hs_cpu_moe_combine_bwd,
+    .moe_route_bwd = hs_cpu_moe_route_bwd,
 };
 
 void hs_device_cpu_init(hs_device *d)

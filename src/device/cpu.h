@@ -42,6 +42,16 @@ void hs_cpu_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t
                                int64_t cols, int steps, float *ws);
 void hs_cpu_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N,
                       int E, int K, bool renorm, hs_dtype dt);
+void hs_cpu_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *row_pair,
+                        hs_dtype dt, int64_t N, int K, int C);
+void hs_cpu_moe_unpermute(hs_stream *s, float *out, const void *y, hs_dtype dt,
+                          const int32_t *pair_row, const float *weight, int64_t N, int K, int C,
+                          float *ws);
+void hs_cpu_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *dout, const void *y,
+                            hs_dtype dt, const int32_t *pair_row, const float *weight, int64_t N,
+                            int K, int C, float *ws);
+void hs_cpu_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
+                          const float *dw, const float *aux_grad, int64_t N, int E, int K);
 void hs_cpu_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src,
                     size_t src_stride, int64_t rows, size_t row_bytes);
 void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,

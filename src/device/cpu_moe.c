@@ -1,9 +1,14 @@
-/* The cpu backend's MoE routing (moved from model/moe_router.c: the same
- * code): the router logits rounded to the compute dtype, an fp32 softmax in
- * place (libm expf, fp64 sum), K passes of an arg-max, and the weights
- * renormalised over the chosen and rounded to the compute dtype. */
+/* The cpu backend's MoE routing, dispatch and combine (moved from
+ * model/moe_router.c, moe_dispatch.c and moe.c: the same code): the router
+ * logits rounded to the compute dtype, an fp32 softmax in place (libm expf,
+ * fp64 sum), K passes of an arg-max, and the weights renormalised over the
+ * chosen and rounded to the compute dtype; token rows copied to grouped
+ * order; each token's slots summed in slot order with tensor/'s axpy; and
+ * the backward of the combine and of the router (moved from model/moe.c and
+ * model/moe_router.c). */
 #include <math.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "device/cpu.h"
 
@@ -51,5 +56,74 @@ void hs_cpu_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs
         float z = 0.0f;
         for (int k = 0; renorm && k < K; k++) z += p[sel[k]];
         for (int k = 0; k < K; k++) w[k] = hs_round_to(dt, renorm ? p[sel[k]] / z : p[sel[k]]);
+    }
+}
+
+void hs_cpu_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *row_pair,
+                        hs_dtype dt, int64_t N, int K, int C)
+{
+    const size_t row = (size_t)C * hs_dtype_size(dt);
+    for (int64_t r = 0; r < N * K; r++)
+        memcpy((char *)xg + (size_t)r * row, (const char *)x + (size_t)(row_pair[r] / K) * row,
+               row);
+}
+
+void hs_cpu_moe_unpermute(hs_stream *s, float *out, const void *y, hs_dtype dt,
+                          const int32_t *pair_row, const float *weight, int64_t N, int K, int C,
+                          float *ws)
+{
+    const size_t es = hs_dtype_size(dt);
+    memset(out, 0, (size_t)N * (size_t)C * sizeof(float));
+    for (int64_t pr = 0; pr < N * K; pr++) {
+        hs_convert(ws, HS_DTYPE_F32, (const char *)y + (size_t)pair_row[pr] * (size_t)C * es, dt,
+                   C);
+        hs_axpy_f32(out + (pr / K) * C, weight[pr], ws, C);
+    }
+}
+
+void hs_cpu_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *dout, const void *y,
+                            hs_dtype dt, const int32_t *pair_row, const float *weight, int64_t N,
+                            int K, int C, float *ws)
+{
+    const size_t es = hs_dtype_size(dt);
+    for (int64_t pr = 0; pr < N * K; pr++) {
+        int64_t r = pair_row[pr];
+        const float *g = dout + (pr / K) * C;
+        float *dy = dyg + r * C, wt = weight[pr];
+        hs_convert(ws, HS_DTYPE_F32, (const char *)y + (size_t)r * (size_t)C * es, dt, C);
+        float dot = 0.0f;
+        for (int c = 0; c < C; c++) {
+            dy[c] = wt * g[c];
+            dot += g[c] * ws[c];
+        }
+        dw[pr] = dot;
+    }
+}
+
+/* d loss / d logits of one token, in place over g (which holds d loss /
+ * d probs on entry). */
+static void route_token_backward(float *g, const float *p, const int32_t *sel, const float *dw,
+                                 int E, int K)
+{
+    /* Renormalisation w_k = p_k / Z, Z = sum_j p_j over the selected:
+     * d/dp_j = (dw_j - sum_k dw_k w_k) / Z. The unrounded w is rebuilt
+     * from the saved fp32 probabilities. */
+    float z = 0.0f;
+    for (int k = 0; k < K; k++) z += p[sel[k]];
+    double wdot = 0.0;
+    for (int k = 0; k < K; k++) wdot += (double)dw[k] * (p[sel[k]] / z);
+    for (int k = 0; k < K; k++) g[sel[k]] += (float)((dw[k] - wdot) / z);
+    double pdot = 0.0;
+    for (int e = 0; e < E; e++) pdot += (double)p[e] * g[e];
+    for (int e = 0; e < E; e++) g[e] = p[e] * (float)(g[e] - pdot);
+}
+
+void hs_cpu_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
+                          const float *dw, const float *aux_grad, int64_t N, int E, int K)
+{
+    for (int64_t t = 0; t < N; t++) {
+        float *g = dp + t * E;
+        for (int e = 0; e < E; e++) g[e] = aux_grad ? aux_grad[e] : 0.0f;
+        route_token_backward(g, probs + t * E, expert + t * K, dw + t * K, E, K);
     }
 }

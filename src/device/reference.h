@@ -61,10 +61,16 @@ void hs_ref_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
 
 void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N,
                       int E, int K, bool renorm, hs_dtype dt);
-void hs_ref_moe_permute(hs_stream *s, void *dst, const void *src, const int32_t *idx,
-                        hs_dtype dt, int64_t n, int C);
-void hs_ref_moe_unpermute(hs_stream *s, float *dst, const float *src, const int32_t *idx,
-                          const float *w, int64_t n, int C);
+void hs_ref_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *row_pair,
+                        hs_dtype dt, int64_t N, int K, int C);
+void hs_ref_moe_unpermute(hs_stream *s, float *out, const void *y, hs_dtype dt,
+                          const int32_t *pair_row, const float *weight, int64_t N, int K, int C,
+                          float *ws);
+void hs_ref_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *dout, const void *y,
+                            hs_dtype dt, const int32_t *pair_row, const float *weight, int64_t N,
+                            int K, int C, float *ws);
+void hs_ref_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
+                          const float *dw, const float *aux_grad, int64_t N, int E, int K);
 
 void hs_ref_adamw(hs_stream *s, float *p, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n);

@@ -1,4 +1,4 @@
-/* Reference MoE routing, permute and unpermute. */
+/* Reference MoE routing, dispatch, combine and their backward. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -30,18 +30,62 @@ void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs
     free(p);
 }
 
-void hs_ref_moe_permute(hs_stream *s, void *dst, const void *src, const int32_t *idx,
-                        hs_dtype dt, int64_t n, int C)
+void hs_ref_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *row_pair,
+                        hs_dtype dt, int64_t N, int K, int C)
 {
-    for (int64_t i = 0; i < n; i++)
+    for (int64_t r = 0; r < N * K; r++)
         for (int c = 0; c < C; c++)
-            hs_st(dst, dt, i * C + c, hs_ld(src, dt, (int64_t)idx[i] * C + c));
+            hs_st(xg, dt, r * C + c, hs_ld(x, dt, (int64_t)(row_pair[r] / K) * C + c));
 }
 
-void hs_ref_moe_unpermute(hs_stream *s, float *dst, const float *src, const int32_t *idx,
-                          const float *w, int64_t n, int C)
+/* fp64 sums over the slots in slot order, one rounding per output. */
+void hs_ref_moe_unpermute(hs_stream *s, float *out, const void *y, hs_dtype dt,
+                          const int32_t *pair_row, const float *weight, int64_t N, int K, int C,
+                          float *ws)
 {
-    for (int64_t i = 0; i < n; i++)
-        for (int c = 0; c < C; c++)
-            dst[(int64_t)idx[i] * C + c] += (w ? w[i] : 1.0f) * src[i * C + c];
+    for (int64_t t = 0; t < N; t++)
+        for (int c = 0; c < C; c++) {
+            double acc = 0.0;
+            for (int k = 0; k < K; k++)
+                acc += (double)weight[t * K + k] *
+                       hs_ld(y, dt, (int64_t)pair_row[t * K + k] * C + c);
+            out[t * C + c] = (float)acc;
+        }
+}
+
+void hs_ref_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *dout, const void *y,
+                            hs_dtype dt, const int32_t *pair_row, const float *weight, int64_t N,
+                            int K, int C, float *ws)
+{
+    for (int64_t p = 0; p < N * K; p++) {
+        int64_t r = pair_row[p], t = p / K;
+        double dot = 0.0;
+        for (int c = 0; c < C; c++) {
+            dyg[r * C + c] = (float)((double)weight[p] * dout[t * C + c]);
+            dot += (double)dout[t * C + c] * hs_ld(y, dt, r * C + c);
+        }
+        dw[p] = (float)dot;
+    }
+}
+
+/* All in fp64: w_k = p_k / Z over the chosen; d/dp_j gets (dw_j - sum_k
+ * dw_k w_k) / Z; then the softmax's backward p_e (g_e - p . g). */
+void hs_ref_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
+                          const float *dw, const float *aux_grad, int64_t N, int E, int K)
+{
+    double *g = malloc((size_t)E * sizeof *g);
+    if (g == NULL) hs_oom("reference moe route backward: cannot allocate %d gradients", E);
+    for (int64_t t = 0; t < N; t++) {
+        const float *p = probs + t * E;
+        const int32_t *sel = expert + t * K;
+        const float *d = dw + t * K;
+        double z = 0.0, wdot = 0.0, pdot = 0.0;
+        for (int e = 0; e < E; e++) g[e] = aux_grad ? aux_grad[e] : 0.0;
+        for (int k = 0; k < K; k++) z += p[sel[k]];
+        for (int k = 0; k < K; k++) wdot += (double)d[k] * (p[sel[k]] / z);
+        for (int k = 0; k < K; k++) g[sel[k]] += (d[k] - wdot) / z;
+        for (int e = 0; e < E; e++) pdot += (double)p[e] * g[e];
+        for (int e = 0; e < E; e++) dp[t * E + e] = (float)(p[e] * (g[e] - pdot));
+    }
+    free(g);
 }

@@ -165,13 +165,8 @@ static void expert_output_cast(const hs_moe_act *act, float *row)
 /* acc[t] = sum_k weight[t,k] * y[row of (t,k)], slots in order k = 0..K-1. */
 static void combine(float *acc, float *row, const hs_moe_act *act)
 {
-    const int C = act->cap.C, K = act->cap.K;
-    hs_dev_zero(act->dev, acc, (size_t)act->BT * (size_t)C * sizeof(float));
-    for (int64_t pr = 0; pr < (int64_t)act->BT * K; pr++) {
-        hs_dev_convert(act->dev, row, HS_DTYPE_F32,
-                       hs_moe_at(act->y, act->dt, (int64_t)act->pair_row[pr] * C), act->dt, C);
-        hs_dev_axpy(act->dev, acc + (pr / K) * C, act->weight[pr], row, C);
-    }
+    act->dev->k->moe_unpermute(act->dev->stream, acc, act->y, act->dt, act->pair_row,
+                               act->weight, act->BT, act->cap.K, act->cap.C, row);
 }
 
 void hs_moe_forward(void *out, hs_moe_act *act, const void *x, const hs_moe_weights *w, int BT,
@@ -196,20 +191,9 @@ void hs_moe_forward(void *out, hs_moe_act *act, const void *x, const hs_moe_weig
 /* dyg[row of (t,k)] = weight[t,k] * dout[t]; dw[t,k] = dout[t] . y[row]. */
 static void combine_backward(moe_scratch *m, const float *dout, const hs_moe_act *act)
 {
-    const int C = act->cap.C, K = act->cap.K;
-    for (int64_t pr = 0; pr < (int64_t)act->BT * K; pr++) {
-        int64_t r = act->pair_row[pr];
-        const float *g = dout + (pr / K) * C;
-        float *dy = m->dyg + r * C, wt = act->weight[pr];
-        hs_dev_convert(act->dev, m->row, HS_DTYPE_F32, hs_moe_at(act->y, act->dt, r * C), act->dt,
-                       C);
-        float dot = 0.0f;
-        for (int c = 0; c < C; c++) {
-            dy[c] = wt * g[c];
-            dot += g[c] * m->row[c];
-        }
-        m->dw[pr] = dot;
-    }
+    act->dev->k->moe_combine_bwd(act->dev->stream, m->dyg, m->dw, dout, act->y, act->dt,
+                                 act->pair_row, act->weight, act->BT, act->cap.K, act->cap.C,
+                                 m->row);
 }
 
 static void experts_backward(const hs_moe_grads *gr, const hs_moe_act *act,

@@ -3,8 +3,6 @@
  * GEMM over a contiguous block of rows instead of one matrix-vector product
  * per token. Within an expert the rows keep token order, which makes every
  * sum over them deterministic. */
-#include <string.h>
-
 #include "model/moe.h"
 
 void hs_moe_dispatch_plan(hs_moe_act *act)
@@ -29,12 +27,6 @@ void hs_moe_dispatch_plan(hs_moe_act *act)
 
 void hs_moe_dispatch_gather(void *xg, const void *x, const hs_moe_act *act)
 {
-    const int C = act->cap.C, K = act->cap.K;
-    const int64_t pairs = (int64_t)act->BT * K;
-    const size_t row_bytes = (size_t)C * hs_dtype_size(act->dt);
-    for (int64_t r = 0; r < pairs; r++) {
-        int64_t t = act->row_pair[r] / K;
-        hs_dev_copy(act->dev, hs_moe_at(xg, act->dt, r * C), hs_moe_at(x, act->dt, t * C),
-                    row_bytes);
-    }
+    act->dev->k->moe_permute(act->dev->stream, xg, x, act->row_pair, act->dt, act->BT,
+                             act->cap.K, act->cap.C);
 }

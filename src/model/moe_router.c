@@ -2,15 +2,13 @@
  * weights and the per-layer statistics the aux loss needs; and its backward
  * through the renormalisation and the softmax.
  *
- * The routing itself is the device's moe_route. Rounding points follow
+ * The routing itself is the device's moe_route, its backward (through the
+ * renormalisation and the softmax) the device's moe_route_bwd. Rounding points follow
  * Mixtral in a low-precision run: the logits are rounded to the compute
  * dtype (the gate nn.Linear's output dtype) before the fp32 softmax, and the
  * renormalised weights are rounded to the compute dtype
  * ("routing_weights.to(hidden_states.dtype)"). Backward treats both
  * roundings as the identity. */
-#include <math.h>
-#include <string.h>
-
 #include "model/moe.h"
 
 void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int BT)
@@ -31,34 +29,13 @@ void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int 
     }
 }
 
-/* d loss / d logits of one token, in place over g (which holds d loss /
- * d probs on entry). */
-static void route_token_backward(float *g, const float *p, const int32_t *sel, const float *dw,
-                                 int E, int K)
-{
-    /* Renormalisation w_k = p_k / Z, Z = sum_j p_j over the selected:
-     * d/dp_j = (dw_j - sum_k dw_k w_k) / Z. The unrounded w is rebuilt
-     * from the saved fp32 probabilities. */
-    float z = 0.0f;
-    for (int k = 0; k < K; k++) z += p[sel[k]];
-    double wdot = 0.0;
-    for (int k = 0; k < K; k++) wdot += (double)dw[k] * (p[sel[k]] / z);
-    for (int k = 0; k < K; k++) g[sel[k]] += (float)((dw[k] - wdot) / z);
-    double pdot = 0.0;
-    for (int e = 0; e < E; e++) pdot += (double)p[e] * g[e];
-    for (int e = 0; e < E; e++) g[e] = p[e] * (float)(g[e] - pdot);
-}
-
 void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw,
                            const float *aux_grad, const hs_moe_act *act, const void *x,
                            const void *gate, float *dp)
 {
     const int C = act->cap.C, E = act->cap.E, K = act->cap.K, BT = act->BT;
-    for (int64_t t = 0; t < BT; t++) {
-        float *g = dp + t * E;
-        for (int e = 0; e < E; e++) g[e] = aux_grad ? aux_grad[e] : 0.0f;
-        route_token_backward(g, act->probs + t * E, act->sel + t * K, dw + t * K, E, K);
-    }
+    act->dev->k->moe_route_bwd(act->dev->stream, dp, act->probs, act->sel, dw, aux_grad, BT, E,
+                               K);
     hs_dev_gemm(act->dev, false, false, BT, C, E, 1.0f, dp, HS_DTYPE_F32, E, gate, act->dt, C, 1.0f,
                 dx, HS_DTYPE_F32, C);
     if (dgate)

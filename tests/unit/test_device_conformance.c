@@ -331,6 +331,60 @@ static void run_moe_route(const kcase *c, outs *o)
     free(p), free(w), free(ex), free(exf);
 }
 
+/* d = {N, K, C, E}: MoE dispatch and combine of N tokens with K slots
+ * each on E experts (pair p's expert (p * 5 + p / 3) % E, grouped by a
+ * stable counting sort as the model plans them): x rows to grouped order,
+ * then random grouped rows y summed back per token with random weights. */
+static void run_moe_permute(const kcase *c, outs *o)
+{
+    int64_t N = c->d[0], P = N * c->d[1];
+    int K = (int)c->d[1], C = (int)c->d[2], E = (int)c->d[3];
+    int32_t *row_pair = calloc((size_t)P + 1, sizeof *row_pair);
+    int32_t *pair_row = calloc((size_t)P + 1, sizeof *pair_row);
+    int64_t r = 0;
+    for (int e = 0; e < E; e++)
+        for (int64_t p = 0; p < P; p++)
+            if ((p * 5 + p / 3) % E == e) row_pair[r] = (int32_t)p, pair_row[p] = (int32_t)r++;
+    void *x = rnd(c->dt, N * C, 40, 2.0f), *xg = rnd(c->dt, P * C, 0, 0);
+    void *y = rnd(c->dt, P * C, 41, 2.0f);
+    float *w = rnd(HS_DTYPE_F32, P, 42, 1.0f), *out = rnd(HS_DTYPE_F32, N * C, 43, 1.0f);
+    float *ws = calloc((size_t)C + 1, sizeof *ws);
+    c->k->moe_permute(c->s, xg, x, row_pair, c->dt, N, K, C);
+    c->k->moe_unpermute(c->s, out, y, c->dt, pair_row, w, N, K, C, ws);
+    put(o, xg, c->dt, P * C), put(o, out, HS_DTYPE_F32, N * C);
+    free(row_pair), free(pair_row), free(x), free(xg), free(y), free(w), free(out), free(ws);
+}
+
+/* d = {N, K, C, E, aux}: the combine's backward (grouped rows in reverse
+ * pair order) and the router's from probabilities that sum to 1 per token,
+ * token t choosing experts t, t + 1, ... (mod E), with the aux-loss
+ * gradient when aux. */
+static void run_moe_bwd(const kcase *c, outs *o)
+{
+    int64_t N = c->d[0], P = N * c->d[1];
+    int K = (int)c->d[1], C = (int)c->d[2], E = (int)c->d[3];
+    int32_t *pair_row = calloc((size_t)P + 1, sizeof *pair_row);
+    int32_t *sel = calloc((size_t)P + 1, sizeof *sel);
+    for (int64_t p = 0; p < P; p++)
+        pair_row[p] = (int32_t)(P - 1 - p), sel[p] = (int32_t)((p / K + p % K) % E);
+    float *dout = rnd(HS_DTYPE_F32, N * C, 44, 1.0f), *w = rnd(HS_DTYPE_F32, P, 45, 1.0f);
+    void *y = rnd(c->dt, P * C, 46, 2.0f);
+    float *dyg = rnd(HS_DTYPE_F32, P * C, 0, 0), *dw = rnd(HS_DTYPE_F32, P, 0, 0);
+    float *ws = calloc((size_t)C + 1, sizeof *ws), *probs = rnd(HS_DTYPE_F32, N * E, 47, 1.0f);
+    float *aux = c->d[4] ? rnd(HS_DTYPE_F32, E, 48, 0.1f) : NULL;
+    float *dp = rnd(HS_DTYPE_F32, N * E, 49, 1.0f);
+    for (int64_t t = 0; t < N; t++) {
+        float sum = 0.0f;
+        for (int e = 0; e < E; e++) sum += (probs[t * E + e] = 1.5f + probs[t * E + e]);
+        for (int e = 0; e < E; e++) probs[t * E + e] /= sum;
+    }
+    c->k->moe_combine_bwd(c->s, dyg, dw, dout, y, c->dt, pair_row, w, N, K, C, ws);
+    c->k->moe_route_bwd(c->s, dp, probs, sel, dw, aux, N, E, K);
+    put(o, dyg, HS_DTYPE_F32, P * C), put(o, dw, HS_DTYPE_F32, P), put(o, dp, HS_DTYPE_F32, N * E);
+    free(pair_row), free(sel), free(dout), free(w), free(y), free(dyg), free(dw), free(ws);
+    free(probs), free(aux), free(dp);
+}
+
 /* d = {N, C, V}: gather, then scatter-add with repeated tokens. */
 static void run_embedding(const kcase *c, outs *o)
 {
@@ -412,6 +466,12 @@ static const op_def ops[] = {
      {{1, 1, 0}, {3, 7, 0}, {4, 1000, 1000}, {7, 33, 20}, {0, 5, 0}}, 5, run_xent_shard},
     {"moe_route", K(moe_route), ALL_DT, {1e-6f, 4e-3f, 5e-4f}, 1.0,
      {{1, 4, 2}, {7, 8, 2}, {33, 16, 4}, {5, 3, 3}, {0, 4, 1}}, 5, run_moe_route},
+    {"moe_permute", K(moe_permute), ALL_DT, {1e-6f, 1e-6f, 1e-6f}, 1e-30,
+     {{1, 1, 1, 1}, {7, 2, 5, 4}, {33, 4, 17, 8}, {5, 3, 64, 3}, {0, 2, 8, 4}}, 5,
+     run_moe_permute},
+    {"moe_bwd", K(moe_combine_bwd), ALL_DT, {1e-6f, 1e-6f, 1e-6f}, 1e-30,
+     {{1, 1, 1, 1, 0}, {7, 2, 5, 4, 1}, {33, 4, 17, 8, 0}, {5, 3, 64, 3, 1}, {0, 2, 8, 4, 1}}, 5,
+     run_moe_bwd},
     {"embedding", K(embedding_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,
      {{1, 1, 1}, {5, 7, 3}, {9, 33, 4}, {0, 4, 4}}, 4, run_embedding},
     {"adamw", K(adamw), F32, {2e-6f, 0, 0}, 1e-30, {{0}, {1}, {7}, {1000}, {4099}}, 5, run_adamw},

@@ -82,20 +82,23 @@ static void test_route_takes_the_top_k_of_the_softmax_lower_expert_first_on_a_ti
     hs_device_free(d);
 }
 
-static void test_permute_gathers_rows_and_unpermute_adds_them_back_weighted(void **state)
+/* Two tokens, two slots each: pairs (0,0) (0,1) (1,0) (1,1) in grouped
+ * order 2, 0, 3, 1. */
+static void test_permute_gathers_token_rows_and_unpermute_sums_slots_in_order(void **state)
 {
     (void)state;
     hs_device *d = ref();
-    const float src[6] = {1, 2, 3, 4, 5, 6}; /* 3 rows of 2 */
-    const int32_t idx[3] = {2, 0, 2};
-    float perm[6], back[6] = {0};
-    d->k->moe_permute(d->stream, perm, src, idx, HS_DTYPE_F32, 3, 2);
-    const float want_perm[6] = {5, 6, 1, 2, 5, 6};
-    assert_memory_equal(perm, want_perm, sizeof perm);
-    const float w[3] = {0.5f, 1.0f, 0.25f};
-    d->k->moe_unpermute(d->stream, back, perm, idx, w, 3, 2);
-    const float want_back[6] = {1, 2, 0, 0, 0.5f * 5 + 0.25f * 5, 0.5f * 6 + 0.25f * 6};
-    assert_memory_equal(back, want_back, sizeof back);
+    const float x[4] = {1, 2, 3, 4}; /* 2 tokens of 2 */
+    const int32_t row_pair[4] = {2, 0, 3, 1}, pair_row[4] = {1, 3, 0, 2};
+    float xg[8], out[4], ws[2];
+    d->k->moe_permute(d->stream, xg, x, row_pair, HS_DTYPE_F32, 2, 2, 2);
+    const float want_xg[8] = {3, 4, 1, 2, 3, 4, 1, 2};
+    assert_memory_equal(xg, want_xg, sizeof xg);
+    const float y[8] = {10, 20, 30, 40, 50, 60, 70, 80}, w[4] = {0.5f, 0.25f, 1.0f, 2.0f};
+    d->k->moe_unpermute(d->stream, out, y, HS_DTYPE_F32, pair_row, w, 2, 2, 2, ws);
+    const float want_out[4] = {0.5f * 30 + 0.25f * 70, 0.5f * 40 + 0.25f * 80, 10 + 2.0f * 50,
+                               20 + 2.0f * 60};
+    assert_memory_equal(out, want_out, sizeof out);
     hs_device_free(d);
 }
 
@@ -150,7 +153,7 @@ int main(void)
         cmocka_unit_test(test_newton_schulz_matches_the_optimizers_in_both_orientations),
         cmocka_unit_test(test_muon_momentum_plain_and_nesterov),
         cmocka_unit_test(test_route_takes_the_top_k_of_the_softmax_lower_expert_first_on_a_tie),
-        cmocka_unit_test(test_permute_gathers_rows_and_unpermute_adds_them_back_weighted),
+        cmocka_unit_test(test_permute_gathers_token_rows_and_unpermute_sums_slots_in_order),
         cmocka_unit_test(test_vocab_shard_pieces_give_the_one_device_loss),
         cmocka_unit_test(test_copy_2d_moves_each_row_between_strides),
     };
