@@ -144,6 +144,9 @@ typedef struct hs_device_kernels {
     void (*axpy)(hs_stream *s, float *y, const float *x, float a, int64_t n); /* y += a x */
     void (*scale)(hs_stream *s, float *x, float a, int64_t n);                /* x *= a */
     void (*add)(hs_stream *s, float *y, const float *x, int64_t n);           /* y += x */
+    /* y = 0 + x: a fresh fp32 accumulator takes the bits adding into zeros
+     * gives (-0 becomes +0), which a copy does not. */
+    void (*add_to_zero)(hs_stream *s, float *y, const float *x, int64_t n);
     void (*sumsq)(hs_stream *s, double *out, const float *x, int64_t n);      /* fp64 */
     /* x[i] := (float)(dt)x[i] on n fp32 values, the value a cast to dt and
      * back gives (the backward of a cast; a cast on fp32-held data); a
@@ -339,6 +342,10 @@ static inline void hs_dev_scale(hs_device *d, float *x, float a, int64_t n)
 static inline void hs_dev_add(hs_device *d, float *y, const float *x, int64_t n)
 {
     d->k->add(d->stream, y, x, n);
+}
+static inline void hs_dev_add_to_zero(hs_device *d, float *y, const float *x, int64_t n)
+{
+    d->k->add_to_zero(d->stream, y, x, n);
 }
 static inline void hs_dev_round(hs_device *d, float *x, hs_dtype dt, int64_t n)
 {

@@ -33,6 +33,11 @@ static void cpu_scale(hs_stream *s, float *x, float a, int64_t n) { hs_scale_f32
 
 static void cpu_add(hs_stream *s, float *y, const float *x, int64_t n) { hs_add_f32(y, x, n); }
 
+static void cpu_add_to_zero(hs_stream *s, float *y, const float *x, int64_t n)
+{
+    hs_add_to_zero_f32(y, x, n);
+}
+
 static void cpu_sumsq(hs_stream *s, double *out, const float *x, int64_t n)
 {
     *out = hs_sumsq_f32(x, n);
@@ -55,6 +60,7 @@ static const hs_device_kernels cpu_kernels = {
     .axpy = cpu_axpy,
     .scale = cpu_scale,
     .add = cpu_add,
+    .add_to_zero = cpu_add_to_zero,
     .sumsq = cpu_sumsq,
     .round = cpu_round,
     .add_cast = cpu_add_cast,

@@ -12,6 +12,7 @@ static const hs_device_kernels reference_kernels = {
     .axpy = hs_ref_axpy,
     .scale = hs_ref_scale,
     .add = hs_ref_add,
+    .add_to_zero = hs_ref_add_to_zero,
     .sumsq = hs_ref_sumsq,
     .round = hs_ref_round,
     .add_cast = hs_ref_add_cast,

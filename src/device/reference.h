@@ -16,6 +16,7 @@ void hs_ref_fill(hs_stream *s, float *x, float v, int64_t n);
 void hs_ref_axpy(hs_stream *s, float *y, const float *x, float a, int64_t n);
 void hs_ref_scale(hs_stream *s, float *x, float a, int64_t n);
 void hs_ref_add(hs_stream *s, float *y, const float *x, int64_t n);
+void hs_ref_add_to_zero(hs_stream *s, float *y, const float *x, int64_t n);
 void hs_ref_round(hs_stream *s, float *x, hs_dtype dt, int64_t n);
 void hs_ref_add_cast(hs_stream *s, void *out, hs_dtype odt, const void *a, hs_dtype adt,
                      const void *b, hs_dtype bdt, int64_t n);

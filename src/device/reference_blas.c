@@ -50,6 +50,11 @@ void hs_ref_add(hs_stream *s, float *y, const float *x, int64_t n)
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+void hs_ref_add_to_zero(hs_stream *s, float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] = 0.0f + x[i];
+}
+
 void hs_ref_round(hs_stream *s, float *x, hs_dtype dt, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {

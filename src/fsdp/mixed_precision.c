@@ -32,11 +32,10 @@ void hs_fsdp_mp_scale(hs_device *d, void *x, hs_dtype dt, float a, int64_t n)
     }
 }
 
-/* dst += src, or dst = 0 + src when fresh (hs_add_to_zero_f32: no table
- * entry yet, so a fresh accumulator is filled on the host path). */
+/* dst += src, or dst = 0 + src when fresh (not a copy: -0 becomes +0). */
 static void add_f32(hs_device *d, float *dst, const float *src, int64_t n, bool fresh)
 {
-    if (fresh) hs_add_to_zero_f32(dst, src, n);
+    if (fresh) hs_dev_add_to_zero(d, dst, src, n);
     else hs_dev_add(d, dst, src, n);
 }
 

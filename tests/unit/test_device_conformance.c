@@ -127,13 +127,20 @@ static void run_convert(const kcase *c, outs *o)
     free(x), free(y), free(f), free(h);
 }
 
-/* d = {n}: fill, then y += 0.5 x, x *= -2, y += x, and sum(y^2). */
+/* d = {n}: fill; 0 + x with -0s (values and signs); then y += 0.5 x,
+ * x *= -2, y += x, and sum(y^2). */
 static void run_elementwise(const kcase *c, outs *o)
 {
     int64_t n = c->d[0];
     float *x = rnd(HS_DTYPE_F32, n, 6, 1.0f), *y = rnd(HS_DTYPE_F32, n, 7, 1.0f);
     float *z = malloc((size_t)(n ? n : 1) * 4);
     c->k->fill(c->s, z, 1.25f, n);
+    put(o, z, HS_DTYPE_F32, n);
+    /* 0 + x over every fifth value -0: the sign bits are an output too */
+    for (int64_t i = 0; i < n; i += 5) x[i] = -0.0f;
+    c->k->add_to_zero(c->s, z, x, n);
+    put(o, z, HS_DTYPE_F32, n);
+    for (int64_t i = 0; i < n; i++) z[i] = signbit(z[i]) ? -1.0f : 1.0f;
     put(o, z, HS_DTYPE_F32, n);
     c->k->axpy(c->s, y, x, 0.5f, n);
     c->k->scale(c->s, x, -2.0f, n);
