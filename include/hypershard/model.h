@@ -94,7 +94,7 @@ typedef struct hs_param {
 } hs_param;
 
 /* The gradient's value where no write came (grad_unset): zeros. */
-void hs_param_grad_settle(hs_param *p);
+void hs_param_grad_settle(hs_device *d, hs_param *p);
 
 typedef struct hs_unit_desc {
     char name[HS_FQN_MAX]; /* "" for the root, "model.layers.3", ... */
@@ -194,15 +194,15 @@ typedef struct hs_model_ops {
 int64_t hs_cp_global_position(int cp, int rank, int T_local, int t);
 /* Rank `rank`'s local rows [B, T_local, row] out of the whole [B, T, row]
  * (T = cp * T_local), elements of `es` bytes. */
-void hs_cp_take_local(void *local, const void *whole, int cp, int rank, int B, int T_local,
-                      int64_t row, size_t es);
+void hs_cp_take_local(hs_device *d, void *local, const void *whole, int cp, int rank, int B,
+                      int T_local, int64_t row, size_t es);
 /* The whole [B, T, row] from every CP rank's local rows, blocks[r] being
  * rank r's [B, T_local, row] (what an all-gather over cp gives). */
-void hs_cp_blocks_to_whole(void *whole, const void *blocks, int cp, int B, int T_local,
-                           int64_t row, size_t es);
+void hs_cp_blocks_to_whole(hs_device *d, void *whole, const void *blocks, int cp, int B,
+                           int T_local, int64_t row, size_t es);
 /* The inverse: every rank's local rows of `whole`, in rank order. */
-void hs_cp_whole_to_blocks(void *blocks, const void *whole, int cp, int B, int T_local,
-                           int64_t row, size_t es);
+void hs_cp_whole_to_blocks(hs_device *d, void *blocks, const void *whole, int cp, int B,
+                           int T_local, int64_t row, size_t es);
 
 /* A pipeline rank's part of the model: chunks of consecutive blocks, chunk
  * k being blocks [first_layer[k], first_layer[k] + n_layers[k]), in model

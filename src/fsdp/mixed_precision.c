@@ -63,7 +63,7 @@ static bool stashes(const hs_fsdp_param *fp)
 void hs_fsdp_mp_grad_stash(hs_fsdp_param *fp)
 {
     if (!stashes(fp) || !fp->unsharded_grad) return;
-    hs_param_grad_settle(fp->p);
+    hs_param_grad_settle(fp->mem->dev, fp->p);
     int64_t n = fp->plan.padded_unsharded_numel;
     bool fresh = !fp->acc_grad;
     if (fresh) { /* written whole by the first add: no zero fill */
@@ -78,7 +78,7 @@ void hs_fsdp_mp_grad_stash(hs_fsdp_param *fp)
 void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale)
 {
     hs_device *d = fp->mem->dev;
-    hs_param_grad_settle(fp->p);
+    hs_param_grad_settle(d, fp->p);
     int64_t n = fp->plan.padded_unsharded_numel;
     if (fp->acc_grad) {
         /* The accumulator already is fp32 = reduce dtype: add the last

@@ -63,9 +63,9 @@ static void gather_kv(hs_model *m, const hs_block_acts *a, int B, int T) {
     size_t es = hs_dtype_size(m->dt);
     const hs_model_ops *o = m->ops;
     o->cp_all_gather(o->cp_ctx, m->cp_stage, a->k, n, m->dt);
-    hs_cp_blocks_to_whole(m->kf, m->cp_stage, m->cp, B, T, kvd, es);
+    hs_cp_blocks_to_whole(m->dev, m->kf, m->cp_stage, m->cp, B, T, kvd, es);
     o->cp_all_gather(o->cp_ctx, m->cp_stage, a->v, n, m->dt);
-    hs_cp_blocks_to_whole(m->vf, m->cp_stage, m->cp, B, T, kvd, es);
+    hs_cp_blocks_to_whole(m->dev, m->vf, m->cp_stage, m->cp, B, T, kvd, es);
 }
 
 /* ------------------------------------------------------------ allgather */
@@ -90,9 +90,9 @@ static void allgather_backward(hs_model *m, hs_block_acts *a, int B, int T) {
         att_bwd(m, m->dkf, m->dvf, a, m->kf, m->vf, B, &r, c > 0);
     }
     const hs_model_ops *o = m->ops;
-    hs_cp_whole_to_blocks(m->cp_fstage, m->dkf, m->cp, B, T, kvd, sizeof(float));
+    hs_cp_whole_to_blocks(m->dev, m->cp_fstage, m->dkf, m->cp, B, T, kvd, sizeof(float));
     o->cp_reduce_scatter(o->cp_ctx, m->dk, m->cp_fstage, n);
-    hs_cp_whole_to_blocks(m->cp_fstage, m->dvf, m->cp, B, T, kvd, sizeof(float));
+    hs_cp_whole_to_blocks(m->dev, m->cp_fstage, m->dvf, m->cp, B, T, kvd, sizeof(float));
     o->cp_reduce_scatter(o->cp_ctx, m->dv, m->cp_fstage, n);
 }
 

@@ -1,7 +1,6 @@
 /* Deterministic, shard-independent initialisation: element j of a
  * parameter is normal(0, init_std) drawn at counter j of the Philox stream
  * hs_hash64(FQN), so any dim-0 slice can be initialised alone. */
-#include <string.h>
 
 #include "model/model_internal.h"
 
@@ -85,9 +84,9 @@ void hs_model_unset_grads(hs_model *m) {
     }
 }
 
-void hs_param_grad_settle(hs_param *p) {
+void hs_param_grad_settle(hs_device *d, hs_param *p) {
     if (!p->grad_unset) return;
     if (p->grad)
-        memset(p->grad, 0, (size_t)hs_param_local_numel(p) * hs_dtype_size(p->grad_dtype));
+        hs_dev_zero(d, p->grad, (size_t)hs_param_local_numel(p) * hs_dtype_size(p->grad_dtype));
     p->grad_unset = false;
 }

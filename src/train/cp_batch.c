@@ -31,8 +31,8 @@ void hs_cp_batch_free(hs_trainer *t) {
 hs_batch hs_train_local_batch(hs_trainer *t, const int32_t *tokens, const int32_t *targets, int B) {
     if (t->cp < 2) return (hs_batch){.tokens = tokens, .targets = targets, .B = B, .T = t->T};
     int Tl = t->T / t->cp;
-    hs_cp_take_local(t->ltokens, tokens, t->cp, t->cp_rank, B, Tl, 1, sizeof(int32_t));
-    hs_cp_take_local(t->ltargets, targets, t->cp, t->cp_rank, B, Tl, 1, sizeof(int32_t));
+    hs_cp_take_local(t->dev, t->ltokens, tokens, t->cp, t->cp_rank, B, Tl, 1, sizeof(int32_t));
+    hs_cp_take_local(t->dev, t->ltargets, targets, t->cp, t->cp_rank, B, Tl, 1, sizeof(int32_t));
     return (hs_batch){.tokens = t->ltokens, .targets = t->ltargets, .B = B, .T = Tl};
 }
 
@@ -59,6 +59,6 @@ hs_status hs_train_forward(hs_trainer *t, const int32_t *tokens, const int32_t *
     if (s != HS_OK || !logits) return s;
     int64_t V = t->cfg->model.vocab_size, n = (int64_t)b.T * V;
     s = hs_pg_all_gather(t->cp_group, t->cp_blocks, t->llogits, n, HS_DTYPE_F32, e);
-    if (s == HS_OK) hs_cp_blocks_to_whole(logits, t->cp_blocks, t->cp, 1, b.T, V, sizeof(float));
+    if (s == HS_OK) hs_cp_blocks_to_whole(t->dev, logits, t->cp_blocks, t->cp, 1, b.T, V, sizeof(float));
     return s;
 }

@@ -32,7 +32,7 @@ static hs_status local_grad_norm(hs_engine *en, double *norm, hs_error *e) {
     local_ctx *c = en->ctx;
     (void)e;
     /* after backward, before the clip and the update read the gradients */
-    for (int i = 0; i < c->n; i++) hs_param_grad_settle(hs_model_param(en->model, i));
+    for (int i = 0; i < c->n; i++) hs_param_grad_settle(hs_model_device(en->model), hs_model_param(en->model, i));
     *norm = sqrt(hs_grad_sumsq(hs_model_device(en->model), c->params, c->n));
     return HS_OK;
 }
@@ -60,7 +60,7 @@ static hs_status local_gather_full(hs_engine *en, int i, float *out, hs_error *e
 static hs_status local_gather_full_grad(hs_engine *en, int i, float *out, hs_error *e) {
     (void)e;
     hs_param *p = hs_model_param(en->model, i);
-    hs_param_grad_settle(p);
+    hs_param_grad_settle(hs_model_device(en->model), p);
     if (p->grad) memcpy(out, p->grad, sizeof(float) * (size_t)numel_of(p));
     else memset(out, 0, sizeof(float) * (size_t)numel_of(p)); /* frozen: no gradient */
     return HS_OK;

@@ -141,7 +141,7 @@ static void test_unset_gradients_equal_zeroed_ones(void **state) {
     hs_param *w = hs_model_param(b, hs_model_find_param(b, "model.layers.0.mlp.up_proj.weight"));
     memset(w->grad, 0xFF, (size_t)mf_numel(w) * sizeof(float));
     w->grad_unset = true;
-    hs_param_grad_settle(w);
+    hs_param_grad_settle(hs_model_device(b), w);
     for (int64_t j = 0; j < mf_numel(w); j++) assert_float_equal(((float *)w->grad)[j], 0.0f, 0.0f);
     hs_model_free(a);
     hs_model_free(b);
