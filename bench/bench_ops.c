@@ -174,7 +174,8 @@ static void run_moe(hs_device *d, ops_bufs *b)
     memcpy(b->e, b->a, (size_t)n * 8 * sizeof(float)); /* the logits become probabilities */
     d->k->moe_route(d->stream, b->ids, b->f, b->e, n, 8, 2, true, HS_DTYPE_F32);
     for (int64_t i = 0; i < 2 * n; i++) b->ids[i] = (int32_t)i;
-    if (d->k->moe_permute) d->k->moe_permute(d->stream, b->c, b->b, b->ids, HS_DTYPE_F32, n, 2, 256);
+    if (d->k->moe_permute)
+        d->k->moe_permute(d->stream, b->c, b->b, b->ids, HS_DTYPE_F32, n, 2, 256);
 }
 static double w_moe(const ops_bufs *b) { return 2.0 * 2 * 1024 * SZ(b) * 256 * 4; }
 

@@ -102,7 +102,7 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
     char prefix[48];
     snprintf(prefix, sizeof prefix, "%s.", l->prefix);
     if (s == HS_OK)
-        s = hs_pp_create(c, &l->topo, rank, (int64_t)o->seq * o->dim, 0, l->M * V, prefix,
+        s = hs_pp_create(c, l->dev, &l->topo, rank, (int64_t)o->seq * o->dim, 0, l->M * V, prefix,
                          &l->pp_ctx, e);
     size_t n = (size_t)l->M * (size_t)o->seq;
     l->tokens = malloc(n * sizeof(int32_t));

@@ -92,11 +92,12 @@ hs_status hs_tp_place(hs_model *m, const hs_tp_rule *rules, int n_rules, int siz
                       bool sequence_parallel, hs_error *e);
 
 /* The whole fp32 tensor of p (numel of p->shape) from every TP rank's
- * local fp32 tensor (numel of p->local_shape). Collective over tp. */
-hs_status hs_tp_gather_full(hs_tp *t, const hs_param *p, const float *local, float *full,
-                            hs_error *e);
-/* This TP rank's local slice of the whole fp32 tensor of p. */
-void hs_tp_local_slice(const hs_param *p, const float *full, float *local);
+ * local fp32 tensor (numel of p->local_shape), the pieces placed by d's
+ * copies. Collective over tp. */
+hs_status hs_tp_gather_full(hs_device *d, hs_tp *t, const hs_param *p, const float *local,
+                            float *full, hs_error *e);
+/* This TP rank's local slice of the whole fp32 tensor of p (d's copies). */
+void hs_tp_local_slice(hs_device *d, const hs_param *p, const float *full, float *local);
 
 /* ---------------------------------------------------- context parallel
  *
@@ -136,10 +137,10 @@ hs_status hs_ep_apply_plan(hs_ep *p, hs_model *m, hs_error *e);
 hs_status hs_ep_place(hs_model *m, int size, int rank, hs_error *e);
 /* The whole fp32 tensor of q from every EP rank's local one (a plain copy
  * when q is not on the ep mesh). Collective over ep when it is. */
-hs_status hs_ep_gather_full(hs_ep *p, const hs_param *q, const float *local, float *full,
-                            hs_error *e);
-/* This EP rank's slice of the whole fp32 tensor of q. */
-void hs_ep_local_slice(const hs_param *q, const float *full, float *local);
+hs_status hs_ep_gather_full(hs_device *d, hs_ep *p, const hs_param *q, const float *local,
+                            float *full, hs_error *e);
+/* This EP rank's slice of the whole fp32 tensor of q (d's copies). */
+void hs_ep_local_slice(hs_device *d, const hs_param *q, const float *full, float *local);
 hs_parallel_stats hs_ep_get_stats(const hs_ep *p);
 void hs_ep_reset_stats(hs_ep *p);
 
@@ -206,10 +207,11 @@ typedef struct hs_pp hs_pp;
  * "<prefix>pp_forward" / "<prefix>pp_backward" (prefix NULL: none), with
  * staging for `keys` messages per direction (keys >= M x V: one per
  * receiving chunk and micro-batch) of up to max_numel elements (fp32 or
- * narrower) and second messages of up to max_extra fp32 values. */
-hs_status hs_pp_create(hs_comm *comm, const hs_topology *t, int world_rank, int64_t max_numel,
-                       int64_t max_extra, int keys, const char *prefix, hs_pp **out,
-                       hs_error *e);
+ * narrower) and second messages of up to max_extra fp32 values. Messages
+ * are copied into and out of the staging buffers by dev's copies. */
+hs_status hs_pp_create(hs_comm *comm, hs_device *dev, const hs_topology *t, int world_rank,
+                       int64_t max_numel, int64_t max_extra, int keys, const char *prefix,
+                       hs_pp **out, hs_error *e);
 void hs_pp_free(hs_pp *p);
 int hs_pp_stage(const hs_pp *p);
 int hs_pp_size(const hs_pp *p);

@@ -3,7 +3,6 @@
  * the model's ops table, and whole expert tensors from the EP pieces. The
  * exchanges sit on the compute path, so a failure ends every rank. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "hypershard/parallel.h"
 
@@ -93,20 +92,21 @@ hs_status hs_ep_place(hs_model *m, int size, int rank, hs_error *e) {
 }
 
 /* Shard(0): the EP ranks' blocks in rank order are the whole tensor. */
-hs_status hs_ep_gather_full(hs_ep *p, const hs_param *q, const float *local, float *full,
-                            hs_error *e) {
+hs_status hs_ep_gather_full(hs_device *d, hs_ep *p, const hs_param *q, const float *local,
+                            float *full, hs_error *e) {
     int64_t n = hs_param_local_numel(q);
     if (!q->on_ep_mesh) {
-        memcpy(full, local, (size_t)n * sizeof(float));
+        hs_dev_copy(d, full, local, (size_t)n * sizeof(float));
         return HS_OK;
     }
     return hs_pg_all_gather(p->group, full, local, n, HS_DTYPE_F32, e);
 }
 
-void hs_ep_local_slice(const hs_param *q, const float *full, float *local) {
+void hs_ep_local_slice(hs_device *d, const hs_param *q, const float *full, float *local) {
     int64_t n = hs_param_local_numel(q);
     int64_t row = n / q->local_shape[0];
-    memcpy(local, full + (q->on_ep_mesh ? q->local_offset[0] * row : 0), (size_t)n * sizeof(float));
+    hs_dev_copy(d, local, full + (q->on_ep_mesh ? q->local_offset[0] * row : 0),
+                (size_t)n * sizeof(float));
 }
 
 hs_parallel_stats hs_ep_get_stats(const hs_ep *p) { return p->stats; }

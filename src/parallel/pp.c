@@ -2,7 +2,6 @@
  * stages, one staging buffer per message of a step (parallel.h). */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "parallel/pp_internal.h"
 
@@ -28,6 +27,7 @@ typedef struct pp_lane {
 
 struct hs_pp {
     hs_comm *comm;
+    hs_device *dev; /* copies messages into and out of the staging buffers */
     int stage, size, keys;
     pp_lane fwd, bwd;
     size_t cap;   /* bytes of each staging buffer */
@@ -58,9 +58,9 @@ static hs_status lane_init(hs_pp *p, pp_lane *l, const char *name, int colour, i
     return s;
 }
 
-hs_status hs_pp_create(hs_comm *comm, const hs_topology *t, int world_rank, int64_t max_numel,
-                       int64_t max_extra, int keys, const char *prefix, hs_pp **out,
-                       hs_error *e) {
+hs_status hs_pp_create(hs_comm *comm, hs_device *dev, const hs_topology *t, int world_rank,
+                       int64_t max_numel, int64_t max_extra, int keys, const char *prefix,
+                       hs_pp **out, hs_error *e) {
     *out = NULL;
     if (keys < 1 || keys > PP_KEYS_MAX)
         return hs_error_set(e, HS_ERR_CONFIG, "pipeline: %d messages per step and direction "
@@ -70,6 +70,7 @@ hs_status hs_pp_create(hs_comm *comm, const hs_topology *t, int world_rank, int6
     if (!p) return hs_error_set(e, HS_ERR_OOM, "pipeline: cannot allocate its context");
     int colour = hs_topology_group_index(t, HS_DIM_PP, world_rank);
     p->comm = comm;
+    p->dev = dev;
     p->stage = hs_topology_coords(t, world_rank).pp;
     p->size = t->pp;
     p->keys = keys;
@@ -147,8 +148,8 @@ static hs_status take(hs_pp *p, pp_lane *l, int key, void *dst, float *xdst, hs_
     s = wait_work(&m->xw, s, e);
     /* a failed hand-over leaves the neighbours waiting: end every rank */
     if (s != HS_OK) hs_comm_abort(p->comm, e);
-    memcpy(dst, m->buf, (size_t)m->bytes);
-    if (m->xn) memcpy(xdst, m->xbuf, (size_t)m->xn * sizeof(float));
+    hs_dev_copy(p->dev, dst, m->buf, (size_t)m->bytes);
+    if (m->xn) hs_dev_copy(p->dev, xdst, m->xbuf, (size_t)m->xn * sizeof(float));
     return s;
 }
 
@@ -159,10 +160,10 @@ static hs_status send(hs_pp *p, pp_lane *l, int key, const void *src, int64_t nu
     pp_msg *m = msg_at(p, l->send, key, numel, dt, xn);
     /* a key is sent once per step: its previous send went out at the flush */
     HS_ASSERT(m->w == NULL && m->xw == NULL);
-    memcpy(m->buf, src, (size_t)m->bytes);
+    hs_dev_copy(p->dev, m->buf, src, (size_t)m->bytes);
     m->w = hs_pg_send_async(l->group, m->buf, numel, dt, l->to, l->tag + key);
     if (xn) {
-        memcpy(m->xbuf, extra, (size_t)xn * sizeof(float));
+        hs_dev_copy(p->dev, m->xbuf, extra, (size_t)xn * sizeof(float));
         m->xw = hs_pg_send_async(l->group, m->xbuf, xn, HS_DTYPE_F32, l->to, l->tag + key);
     }
     return HS_OK;

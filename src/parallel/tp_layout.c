@@ -1,7 +1,6 @@
 /* Whole tensors from TP-local ones and back (export, import, dumps): a
  * Shard(d) local tensor is the torch.chunk slice d of the whole one. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "parallel/tp_internal.h"
 
@@ -19,25 +18,25 @@ static bool is_split(const hs_param *p) {
     return p->on_tp_mesh && p->tp.kind == HS_PLACEMENT_SHARD;
 }
 
-void hs_tp_local_slice(const hs_param *p, const float *full, float *local) {
+void hs_tp_local_slice(hs_device *d, const hs_param *p, const float *full, float *local) {
     int64_t n = hs_param_local_numel(p);
     if (!is_split(p)) {
-        memcpy(local, full, (size_t)n * sizeof(float));
+        hs_dev_copy(d, local, full, (size_t)n * sizeof(float));
         return;
     }
     int64_t outer, run;
     split_view(p, &outer, &run);
     int64_t tp = p->shape[p->tp.dim] / p->local_shape[p->tp.dim];
     int64_t rank = p->local_offset[p->tp.dim] / p->local_shape[p->tp.dim];
-    for (int64_t o = 0; o < outer; o++)
-        memcpy(local + o * run, full + (o * tp + rank) * run, (size_t)run * sizeof(float));
+    size_t rb = (size_t)run * sizeof(float);
+    hs_dev_copy_2d(d, local, rb, full + rank * run, (size_t)tp * rb, outer, rb);
 }
 
-hs_status hs_tp_gather_full(hs_tp *t, const hs_param *p, const float *local, float *full,
-                            hs_error *e) {
+hs_status hs_tp_gather_full(hs_device *d, hs_tp *t, const hs_param *p, const float *local,
+                            float *full, hs_error *e) {
     int64_t n = hs_param_local_numel(p);
     if (!is_split(p)) {
-        memcpy(full, local, (size_t)n * sizeof(float));
+        hs_dev_copy(d, full, local, (size_t)n * sizeof(float));
         return HS_OK;
     }
     int64_t outer, run;
@@ -47,10 +46,10 @@ hs_status hs_tp_gather_full(hs_tp *t, const hs_param *p, const float *local, flo
     float *blocks = malloc((size_t)(n * t->size) * sizeof(float));
     if (!blocks) return hs_error_set(e, HS_ERR_OOM, "tp: cannot allocate to gather %s", p->fqn);
     hs_status st = hs_pg_all_gather(t->group, blocks, local, n, HS_DTYPE_F32, e);
+    size_t rb = (size_t)run * sizeof(float);
     for (int r = 0; st == HS_OK && r < t->size; r++)
-        for (int64_t o = 0; o < outer; o++)
-            memcpy(full + (o * t->size + r) * run, blocks + (int64_t)r * n + o * run,
-                   (size_t)run * sizeof(float));
+        hs_dev_copy_2d(d, full + r * run, (size_t)t->size * rb, blocks + (int64_t)r * n, rb,
+                       outer, rb);
     free(blocks);
     return st;
 }

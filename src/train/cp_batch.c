@@ -59,6 +59,7 @@ hs_status hs_train_forward(hs_trainer *t, const int32_t *tokens, const int32_t *
     if (s != HS_OK || !logits) return s;
     int64_t V = t->cfg->model.vocab_size, n = (int64_t)b.T * V;
     s = hs_pg_all_gather(t->cp_group, t->cp_blocks, t->llogits, n, HS_DTYPE_F32, e);
-    if (s == HS_OK) hs_cp_blocks_to_whole(t->dev, logits, t->cp_blocks, t->cp, 1, b.T, V, sizeof(float));
+    if (s == HS_OK)
+        hs_cp_blocks_to_whole(t->dev, logits, t->cp_blocks, t->cp, 1, b.T, V, sizeof(float));
     return s;
 }

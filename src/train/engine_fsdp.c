@@ -69,8 +69,8 @@ static hs_status gather_whole(hs_engine *en, gather_fn g, int i, float *out, hs_
     if (!local) return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate to gather %s", p->fqn);
     hs_status s = g(fe->f, i, local, e);
     if (s == HS_OK)
-        s = on_ep ? hs_ep_gather_full(fe->ep, p, local, out, e)
-                  : hs_tp_gather_full(fe->tp, p, local, out, e);
+        s = on_ep ? hs_ep_gather_full(hs_model_device(en->model), fe->ep, p, local, out, e)
+                  : hs_tp_gather_full(hs_model_device(en->model), fe->tp, p, local, out, e);
     free(local);
     return s;
 }
@@ -94,9 +94,9 @@ static hs_status fsdp_set_full(hs_engine *en, int i, const float *full, hs_error
     float *local = malloc((size_t)hs_param_local_numel(p) * sizeof(float) + 1);
     if (!local) return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate to set %s", p->fqn);
     if (on_ep)
-        hs_ep_local_slice(p, full, local);
+        hs_ep_local_slice(hs_model_device(en->model), p, full, local);
     else
-        hs_tp_local_slice(p, full, local);
+        hs_tp_local_slice(hs_model_device(en->model), p, full, local);
     hs_status s = hs_fsdp_set_full(fe->f, i, local, e);
     free(local);
     return s;

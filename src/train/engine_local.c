@@ -32,8 +32,9 @@ static hs_status local_grad_norm(hs_engine *en, double *norm, hs_error *e) {
     local_ctx *c = en->ctx;
     (void)e;
     /* after backward, before the clip and the update read the gradients */
-    for (int i = 0; i < c->n; i++) hs_param_grad_settle(hs_model_device(en->model), hs_model_param(en->model, i));
-    *norm = sqrt(hs_grad_sumsq(hs_model_device(en->model), c->params, c->n));
+    hs_device *d = hs_model_device(en->model);
+    for (int i = 0; i < c->n; i++) hs_param_grad_settle(d, hs_model_param(en->model, i));
+    *norm = sqrt(hs_grad_sumsq(d, c->params, c->n));
     return HS_OK;
 }
 

@@ -28,8 +28,8 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
      * each sequence, all of them (sequence parallel only ever has fewer). */
     int64_t numel = (int64_t)t->mbs * (t->T / t->cp) * cfg->model.dim;
     int64_t extra = strcmp(cfg->model.arch, "moe") ? 0 : 2 * (int64_t)cfg->model.moe.num_experts + 2;
-    return hs_pp_create(t->comm, t->topo, hs_comm_rank(t->comm), numel, extra, t->M * V, NULL,
-                        &t->pp, e);
+    return hs_pp_create(t->comm, t->dev, t->topo, hs_comm_rank(t->comm), numel, extra, t->M * V,
+                        NULL, &t->pp, e);
 }
 
 void hs_pp_trainer_free(hs_trainer *t) {

@@ -100,7 +100,7 @@ static void test_local_init_is_the_slice_of_the_whole(void **state)
         float *s = calloc((size_t)nl, sizeof(float));
         hs_model_init_param_rows(m, &whole, 7, w, HS_DTYPE_F32, 0, p->shape[0]);
         hs_model_init_param_rows(m, p, 7, l, HS_DTYPE_F32, 0, p->local_shape[0]);
-        hs_tp_local_slice(p, w, s);
+        hs_tp_local_slice(hs_model_device(m), p, w, s);
         assert_memory_equal(l, s, (size_t)nl * sizeof(float));
         /* rows 1.. of the local tensor alone: the same values */
         hs_model_init_param_rows(m, p, 7, s, HS_DTYPE_F32, 1, p->local_shape[0] - 1);
