@@ -70,8 +70,10 @@ typedef struct hs_optim_param {
 typedef struct hs_optim hs_optim;
 
 /* The optimizer computes on dev's table (NULL: a cpu device of its own)
- * and takes its states from pool (NULL: a pool of its own; the trainer
- * passes dev's device pool, or its host pool under offload). */
+ * and takes its states from pool (NULL: a pool of its own): dev's device
+ * pool means dev's device memory (hs_device_alloc, the caching allocator),
+ * its host pool dev's host memory (offload: the trainer passes one of the
+ * two); either way the pool counts the bytes. dev outlives the optimizer. */
 hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *params, int n,
                           hs_device *dev, hs_pool *pool, hs_optim **out, hs_error *e);
 void hs_optim_free(hs_optim *o);

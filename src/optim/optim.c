@@ -118,6 +118,24 @@ static void check_param(const hs_optim_param *p, int i, bool muon, hs_error *e)
                         i, fqn, (long long)p->numel, (long long)p->rows, (long long)p->cols);
 }
 
+/* The states' memory: the device's (its caching allocator) when pool is
+ * its device pool, its host allocator when pool is its host pool (offload),
+ * else pool itself (a caller counting the bytes, or the optimizer's own).
+ * Every way counts the bytes asked for in that pool. */
+static void *state_alloc(hs_optim *o, size_t bytes)
+{
+    if (o->pool == &o->dev->device_pool) return hs_device_alloc(o->dev, bytes);
+    if (o->pool == &o->dev->host_pool) return hs_host_alloc(o->dev, bytes);
+    return hs_pool_alloc(o->pool, bytes);
+}
+
+static void state_free(hs_optim *o, void *p)
+{
+    if (o->pool == &o->dev->device_pool) hs_device_free_mem(o->dev, p);
+    else if (o->pool == &o->dev->host_pool) hs_host_free(o->dev, p);
+    else hs_pool_free(o->pool, p);
+}
+
 static void slot_init(hs_optim *o, optim_slot *s, const hs_optim_param *p, bool use_muon)
 {
     s->p = *p;
@@ -126,8 +144,10 @@ static void slot_init(hs_optim *o, optim_slot *s, const hs_optim_param *p, bool 
     s->p.fqn = s->fqn_copy;
     s->rule = use_muon ? OPTIM_RULE_MUON : OPTIM_RULE_ADAMW;
     s->n_states = p->frozen ? 0 : use_muon ? 1 : 2;
-    for (int k = 0; k < s->n_states; k++)
-        s->state[k] = hs_pool_calloc(o->pool, (size_t)p->numel * sizeof(float));
+    for (int k = 0; k < s->n_states; k++) {
+        s->state[k] = state_alloc(o, (size_t)p->numel * sizeof(float));
+        hs_dev_zero(o->dev, s->state[k], (size_t)p->numel * sizeof(float));
+    }
 }
 
 hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *params, int n,
@@ -162,7 +182,7 @@ hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *para
         slot_init(o, &slots[i], &params[i], use_muon);
         if (use_muon && hs_muon_work_floats(&params[i]) > work) work = hs_muon_work_floats(&params[i]);
     }
-    if (work > 0) o->muon_work = hs_pool_alloc(o->pool, (size_t)work * sizeof(float));
+    if (work > 0) o->muon_work = state_alloc(o, (size_t)work * sizeof(float));
     *out = o;
     return HS_OK;
 }
@@ -171,10 +191,10 @@ void hs_optim_free(hs_optim *o)
 {
     if (o == NULL) return;
     for (int i = 0; i < o->n; i++) {
-        for (int k = 0; k < o->slots[i].n_states; k++) hs_pool_free(o->pool, o->slots[i].state[k]);
+        for (int k = 0; k < o->slots[i].n_states; k++) state_free(o, o->slots[i].state[k]);
         free(o->slots[i].fqn_copy);
     }
-    hs_pool_free(o->pool, o->muon_work);
+    if (o->muon_work) state_free(o, o->muon_work);
     free(o->slots);
     hs_device_free(o->own_dev);
     free(o);

@@ -175,6 +175,30 @@ static void test_bad_config_names_every_key(void **state)
     assert_non_null(strstr(e.msg, "optimizer.schedule.decay: 'step'"));
 }
 
+/* Given a device's device pool, the two moments are device memory: served
+ * by its caching allocator (in use: their bytes), counted in the pool the
+ * same, zeroed, and handed back on free. */
+static void test_states_on_a_device_pool_come_from_the_devices_allocator(void **state)
+{
+    (void)state;
+    hs_device *d = NULL;
+    hs_error e;
+    assert_int_equal(hs_device_create(HS_DEVICE_CPU, NULL, &d, &e), HS_OK);
+    hs_optim_config cfg = adamw_config(0.1, 0.1);
+    float p[5] = {1, 2, 3, 4, 5}, g[5] = {0};
+    hs_optim_param prm = f32_param("w", p, g, 5, true);
+    hs_optim *o = NULL;
+    assert_int_equal(hs_optim_create(&cfg, &prm, 1, d, &d->device_pool, &o, &e), HS_OK);
+    assert_int_equal(hs_device_mem_stats(d).in_use, 2 * 5 * sizeof(float));
+    assert_int_equal(hs_pool_current(&d->device_pool), 2 * 5 * sizeof(float));
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 5; i++) assert_true(hs_optim_state_data(o, 0, k)[i] == 0.0f);
+    hs_optim_free(o);
+    assert_int_equal(hs_device_mem_stats(d).in_use, 0);
+    assert_int_equal(hs_pool_current(&d->device_pool), 0);
+    hs_device_free(d);
+}
+
 static void test_empty_shard_param_is_skipped(void **state)
 {
     (void)state;
@@ -195,6 +219,7 @@ int main(void)
         cmocka_unit_test(test_bf16_param_is_updated_in_fp32_and_rounded_once),
         cmocka_unit_test(test_state_restore_continues_bit_identically),
         cmocka_unit_test(test_bad_config_names_every_key),
+        cmocka_unit_test(test_states_on_a_device_pool_come_from_the_devices_allocator),
         cmocka_unit_test(test_empty_shard_param_is_skipped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
