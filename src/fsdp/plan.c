@@ -1,8 +1,6 @@
 /* The per-parameter AG/RS layout plan (RFC 000 §5.9, §7.6). */
 #include "fsdp/plan.h"
 
-#include <string.h>
-
 static const char *const pack_kind_names[] = {"dim0_even", "dim0_padded"};
 _Static_assert(sizeof pack_kind_names / sizeof pack_kind_names[0] == HS_FSDP_PACK_KIND_COUNT,
                "pack kind names follow the enum");
@@ -76,10 +74,11 @@ hs_status hs_fsdp_plan_build(hs_fsdp_plan *plan, const char *fqn, int ndim, cons
     return HS_OK;
 }
 
-void hs_fsdp_plan_zero_tail(const hs_fsdp_plan *plan, void *padded_unsharded, hs_dtype dt)
+void hs_fsdp_plan_zero_tail(hs_device *d, const hs_fsdp_plan *plan, void *padded_unsharded,
+                            hs_dtype dt)
 {
     int64_t tail = plan->padded_unsharded_numel - plan->unpacked_numel;
     if (tail <= 0) return;
     size_t es = hs_dtype_size(dt);
-    memset((char *)padded_unsharded + (size_t)plan->unpacked_numel * es, 0, (size_t)tail * es);
+    hs_dev_zero(d, (char *)padded_unsharded + (size_t)plan->unpacked_numel * es, (size_t)tail * es);
 }

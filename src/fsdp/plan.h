@@ -17,6 +17,7 @@
 
 #include "fsdp/layout.h"
 #include "hypershard/base.h"
+#include "hypershard/device.h"
 #include "hypershard/tensor.h"
 
 typedef enum hs_fsdp_pack_kind {
@@ -50,7 +51,9 @@ typedef struct hs_fsdp_plan {
 hs_status hs_fsdp_plan_build(hs_fsdp_plan *plan, const char *fqn, int ndim, const int64_t *shape,
                              int shard_dim, int world, int rank, hs_error *e);
 
-/* Zero rows [D0, C*W) of a padded unsharded buffer (no-op when even). */
-void hs_fsdp_plan_zero_tail(const hs_fsdp_plan *plan, void *padded_unsharded, hs_dtype dt);
+/* Zero rows [D0, C*W) of a padded unsharded buffer in d's memory (no-op
+ * when even). */
+void hs_fsdp_plan_zero_tail(hs_device *d, const hs_fsdp_plan *plan, void *padded_unsharded,
+                            hs_dtype dt);
 
 #endif

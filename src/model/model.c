@@ -499,7 +499,8 @@ const int64_t *hs_model_expert_tokens(const hs_model *m, int *n_layers, int *n_e
 
 void hs_model_expert_tokens_reset(hs_model *m) {
     if (m->moe)
-        memset(m->expert_tokens, 0, (size_t)m->L * (size_t)m->moe_shapes.E * sizeof(int64_t));
+        hs_dev_zero(m->dev, m->expert_tokens,
+                    (size_t)m->L * (size_t)m->moe_shapes.E * sizeof(int64_t));
 }
 
 hs_block_acts *hs_model_acts_for(hs_model *m, int j) {

@@ -166,7 +166,10 @@ static void test_zero_tail_clears_only_the_padding_rows(void **s)
     assert_int_equal(hs_fsdp_plan_build(&p, "w", 2, (int64_t[]){5, 3}, 0, 2, 0, &e), HS_OK);
     float buf[18];
     for (int i = 0; i < 18; i++) buf[i] = 1.0f + (float)i;
-    hs_fsdp_plan_zero_tail(&p, buf, HS_DTYPE_F32);
+    hs_device *d = NULL;
+    assert_int_equal(hs_device_create(HS_DEVICE_CPU, NULL, &d, &e), HS_OK);
+    hs_fsdp_plan_zero_tail(d, &p, buf, HS_DTYPE_F32);
+    hs_device_free(d);
     for (int i = 0; i < 15; i++) assert_true(buf[i] == 1.0f + (float)i);
     for (int i = 15; i < 18; i++) assert_true(buf[i] == 0.0f);
 }
