@@ -353,7 +353,7 @@ static void buffers_alloc(hs_model *m) {
         if (m->opt.count_buffers)
             count(m, (int64_t)hs_moe_aux_bytes(m->moe_shapes.E));
         else
-            hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->pool);
+            hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->dev);
         m->aux_buf = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
         m->aux_stage = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
         m->expert_tokens = zeroed(m, (size_t)m->L * (size_t)m->moe_shapes.E * sizeof(int64_t));
@@ -434,7 +434,7 @@ hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *op
         return e->code;
     }
     if (!m->dev) m->dev = m->own_dev;
-    m->k = m->dev->k, m->s = m->dev->stream, m->pool = &m->dev->device_pool;
+    m->k = m->dev->k, m->s = m->dev->stream;
     dims_set(m);
     if (hs_model_registry_build(m, e) != HS_OK || hs_model_boundary_plan(m, e) != HS_OK) {
         hs_model_free(m);

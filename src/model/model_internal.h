@@ -71,7 +71,6 @@ struct hs_model {
     hs_device *dev;
     const hs_device_kernels *k; /* dev->k */
     hs_stream *s;               /* dev->stream */
-    hs_pool *pool;              /* &dev->device_pool */
     hs_dtype dt;
     /* NH, KVH, F, V are this TP rank's local counts (the global ones
      * without TP); NHg, KVHg, Fg, Vg the global ones the registry uses. */

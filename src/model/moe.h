@@ -193,11 +193,11 @@ typedef struct hs_moe_aux {
     int64_t rows;     /* tokens summed over layers */
     int64_t *count;   /* [E] */
     double *prob_sum; /* [E] */
-    hs_pool *pool;
+    hs_device *dev;   /* count and prob_sum are its memory */
 } hs_moe_aux;
 
-void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_pool *pool);
-/* What hs_moe_aux_init takes from its pool. */
+void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_device *dev);
+/* What hs_moe_aux_init takes from dev's device memory. */
 size_t hs_moe_aux_bytes(int E);
 void hs_moe_aux_free(hs_moe_aux *a);
 void hs_moe_aux_reset(hs_moe_aux *a);

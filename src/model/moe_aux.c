@@ -10,35 +10,33 @@
  * Hugging Face concatenates the layers' router logits before taking the
  * means, so this is not the sum of per-layer losses; running totals keep it
  * exact. f_e counts selections, so only P carries a gradient. */
-#include <string.h>
-
 #include "model/moe.h"
 
 size_t hs_moe_aux_bytes(int E) { return (size_t)E * (sizeof(int64_t) + sizeof(double)); }
 
-void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_pool *pool)
+void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_device *dev)
 {
     HS_ASSERT(E >= 1 && K >= 1 && K <= E);
     a->E = E;
     a->K = K;
-    a->pool = pool;
-    a->count = hs_pool_calloc(pool, (size_t)E * sizeof(int64_t));
-    a->prob_sum = hs_pool_calloc(pool, (size_t)E * sizeof(double));
-    a->rows = 0;
+    a->dev = dev;
+    a->count = hs_device_alloc(dev, (size_t)E * sizeof(int64_t));
+    a->prob_sum = hs_device_alloc(dev, (size_t)E * sizeof(double));
+    hs_moe_aux_reset(a);
 }
 
 void hs_moe_aux_free(hs_moe_aux *a)
 {
-    hs_pool_free(a->pool, a->count);
-    hs_pool_free(a->pool, a->prob_sum);
+    hs_device_free_mem(a->dev, a->count);
+    hs_device_free_mem(a->dev, a->prob_sum);
     a->count = NULL;
     a->prob_sum = NULL;
 }
 
 void hs_moe_aux_reset(hs_moe_aux *a)
 {
-    memset(a->count, 0, (size_t)a->E * sizeof(int64_t));
-    memset(a->prob_sum, 0, (size_t)a->E * sizeof(double));
+    hs_dev_zero(a->dev, a->count, (size_t)a->E * sizeof(int64_t));
+    hs_dev_zero(a->dev, a->prob_sum, (size_t)a->E * sizeof(double));
     a->rows = 0;
 }
 

@@ -114,7 +114,7 @@ static double test_loss(runner *r, const float *R, double lam)
     double L = 0.0;
     for (int64_t i = 0; i < (int64_t)r->act.cap.BT * r->act.cap.C; i++) L += (double)R[i] * out[i];
     hs_moe_aux aux;
-    hs_moe_aux_init(&aux, r->act.cap.E, r->act.cap.K, &r->pool);
+    hs_moe_aux_init(&aux, r->act.cap.E, r->act.cap.K, cpu_dev());
     hs_moe_aux_add(&aux, &r->act);
     L += lam * hs_moe_aux_value(&aux);
     hs_moe_aux_free(&aux);
@@ -127,7 +127,7 @@ static void runner_forward_backward(runner *r, const float *R, double lam)
     runner_forward(r);
     hs_moe_aux aux;
     float *g = calloc((size_t)r->act.cap.E, sizeof(float));
-    hs_moe_aux_init(&aux, r->act.cap.E, r->act.cap.K, &r->pool);
+    hs_moe_aux_init(&aux, r->act.cap.E, r->act.cap.K, cpu_dev());
     hs_moe_aux_add(&aux, &r->act);
     hs_moe_aux_prob_grad(&aux, lam, g);
     hs_moe_grads gr = runner_grads(r);
@@ -224,7 +224,7 @@ static void test_aux_loss_one_layer_is_1_25_two_layers_concatenated_is_1_0(void 
     runner_init(&r, &p, HS_DTYPE_F32);
     const float l3 = logf(3.0f);
     hs_moe_aux aux;
-    hs_moe_aux_init(&aux, 2, 1, &r.pool);
+    hs_moe_aux_init(&aux, 2, 1, cpu_dev());
     /* Layer 1: probs (.5,.5) (tie -> expert 0) and (.75,.25): f = (1, 0),
      * P = (.625, .375), value = 2 * .625 = 1.25. */
     const float x1[4] = {0.0f, 0.0f, l3, 0.0f};
@@ -407,7 +407,7 @@ static void test_two_layer_aux_gradient_matches_finite_differences(void **st)
     runner_init(&l1, &p1, HS_DTYPE_F32);
     runner_init(&l2, &p2, HS_DTYPE_F32);
     hs_moe_aux aux;
-    hs_moe_aux_init(&aux, 4, 2, &l1.pool);
+    hs_moe_aux_init(&aux, 4, 2, cpu_dev());
     two_layer_loss(&l1, &l2, R, lam, &aux);
     float g[4];
     hs_moe_aux_prob_grad(&aux, lam, g);
