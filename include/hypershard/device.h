@@ -141,6 +141,11 @@ typedef struct hs_device_kernels {
     void (*convert_scaled)(hs_stream *s, float *dst, const void *src, hs_dtype src_dt, float a,
                            int64_t n);
     void (*fill)(hs_stream *s, float *x, float v, int64_t n);
+    /* x[i] = mean + std * the standard normal at counter offset + i of the
+     * Philox stream (seed, stream) (hs_rng_normal): counter-based, so any
+     * slice of a tensor is drawn alone (the initialisation). */
+    void (*rng_normal)(hs_stream *s, float *x, int64_t n, uint64_t seed, uint64_t stream,
+                       int64_t offset, float mean, float std);
     void (*axpy)(hs_stream *s, float *y, const float *x, float a, int64_t n); /* y += a x */
     void (*scale)(hs_stream *s, float *x, float a, int64_t n);                /* x *= a */
     void (*add)(hs_stream *s, float *y, const float *x, int64_t n);           /* y += x */
@@ -326,6 +331,11 @@ static inline void hs_dev_convert_scaled(hs_device *d, float *dst, const void *s
                                          hs_dtype src_dt, float a, int64_t n)
 {
     d->k->convert_scaled(d->stream, dst, src, src_dt, a, n);
+}
+static inline void hs_dev_rng_normal(hs_device *d, float *x, int64_t n, uint64_t seed,
+                                     uint64_t stream, int64_t offset, float mean, float std)
+{
+    d->k->rng_normal(d->stream, x, n, seed, stream, offset, mean, std);
 }
 static inline void hs_dev_fill(hs_device *d, float *x, int64_t n, float v)
 {

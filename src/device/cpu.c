@@ -24,6 +24,12 @@ static void cpu_convert_scaled(hs_stream *s, float *dst, const void *src, hs_dty
 
 static void cpu_fill(hs_stream *s, float *x, float v, int64_t n) { hs_fill_f32(x, n, v); }
 
+static void cpu_rng_normal(hs_stream *s, float *x, int64_t n, uint64_t seed, uint64_t stream,
+                           int64_t offset, float mean, float std)
+{
+    hs_rng_fill_normal(x, n, seed, stream, offset, mean, std);
+}
+
 static void cpu_axpy(hs_stream *s, float *y, const float *x, float a, int64_t n)
 {
     hs_axpy_f32(y, a, x, n);
@@ -57,6 +63,7 @@ static const hs_device_kernels cpu_kernels = {
     .convert = cpu_convert,
     .convert_scaled = cpu_convert_scaled,
     .fill = cpu_fill,
+    .rng_normal = cpu_rng_normal,
     .axpy = cpu_axpy,
     .scale = cpu_scale,
     .add = cpu_add,

@@ -9,6 +9,7 @@ static const hs_device_kernels reference_kernels = {
     .convert = hs_ref_convert,
     .convert_scaled = hs_ref_convert_scaled,
     .fill = hs_ref_fill,
+    .rng_normal = hs_ref_rng_normal,
     .axpy = hs_ref_axpy,
     .scale = hs_ref_scale,
     .add = hs_ref_add,

@@ -13,6 +13,8 @@ void hs_ref_convert(hs_stream *s, void *dst, hs_dtype dst_dt, const void *src, h
 void hs_ref_convert_scaled(hs_stream *s, float *dst, const void *src, hs_dtype src_dt, float a,
                            int64_t n);
 void hs_ref_fill(hs_stream *s, float *x, float v, int64_t n);
+void hs_ref_rng_normal(hs_stream *s, float *x, int64_t n, uint64_t seed, uint64_t stream,
+                       int64_t offset, float mean, float std);
 void hs_ref_axpy(hs_stream *s, float *y, const float *x, float a, int64_t n);
 void hs_ref_scale(hs_stream *s, float *x, float a, int64_t n);
 void hs_ref_add(hs_stream *s, float *y, const float *x, int64_t n);

@@ -50,6 +50,16 @@ void hs_ref_add(hs_stream *s, float *y, const float *x, int64_t n)
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+/* The draw is the definition (base/'s Philox and Box-Muller); the affine
+ * map in fp64, one rounding. */
+void hs_ref_rng_normal(hs_stream *s, float *x, int64_t n, uint64_t seed, uint64_t stream,
+                       int64_t offset, float mean, float std)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)((double)mean +
+                       (double)std * hs_rng_normal(seed, stream, (uint64_t)(offset + i)));
+}
+
 void hs_ref_add_to_zero(hs_stream *s, float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] = 0.0f + x[i];

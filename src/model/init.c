@@ -12,16 +12,16 @@ static int64_t local_row_numel(const hs_param *p) {
     return n;
 }
 
-/* Elements [first, first + n) of the global tensor, normal or ones. */
+/* Elements [first, first + n) of the global tensor, normal or ones, drawn
+ * by the device into buf (INIT_CHUNK fp32 values of its memory) and cast. */
 static void init_span(hs_device *d, const hs_param *p, uint64_t seed, uint64_t stream,
-                      int64_t first, int64_t n, char *dst, hs_dtype dt) {
-    float buf[INIT_CHUNK];
+                      int64_t first, int64_t n, char *dst, hs_dtype dt, float *buf) {
     for (int64_t i = 0; i < n; i += INIT_CHUNK) {
         int64_t k = n - i < INIT_CHUNK ? n - i : INIT_CHUNK;
         if (p->kind == HS_PARAM_NORM)
-            hs_fill_f32(buf, k, 1.0f);
+            hs_dev_fill(d, buf, k, 1.0f);
         else
-            hs_rng_fill_normal(buf, k, seed, stream, first + i, 0.0f, p->init_std);
+            hs_dev_rng_normal(d, buf, k, seed, stream, first + i, 0.0f, p->init_std);
         hs_dev_convert(d, dst + (size_t)i * hs_dtype_size(dt), dt, buf, HS_DTYPE_F32, k);
     }
 }
@@ -39,14 +39,15 @@ void hs_model_init_param_rows(const hs_model *m, const hs_param *p, uint64_t see
     for (int d = 2; d < p->ndim; d++) inner *= p->shape[d];
     bool col_split = p->ndim > 1 && p->local_shape[1] != p->shape[1];
     int64_t g0 = p->local_offset[0] + row_start;
-    if (!col_split) {
-        init_span(m->dev, p, seed, stream, g0 * grn, rows * lrn, dst, dt);
-        return;
-    }
+    float *buf = hs_device_alloc(m->dev, INIT_CHUNK * sizeof(float));
     size_t es = hs_dtype_size(dt);
-    for (int64_t r = 0; r < rows; r++)
-        init_span(m->dev, p, seed, stream, (g0 + r) * grn + p->local_offset[1] * inner, lrn,
-                  (char *)dst + (size_t)(r * lrn) * es, dt);
+    if (!col_split)
+        init_span(m->dev, p, seed, stream, g0 * grn, rows * lrn, dst, dt, buf);
+    else
+        for (int64_t r = 0; r < rows; r++)
+            init_span(m->dev, p, seed, stream, (g0 + r) * grn + p->local_offset[1] * inner, lrn,
+                      (char *)dst + (size_t)(r * lrn) * es, dt, buf);
+    hs_device_free_mem(m->dev, buf);
 }
 
 void hs_model_init_weights(hs_model *m, uint64_t seed) {

@@ -127,7 +127,8 @@ static void run_convert(const kcase *c, outs *o)
     free(x), free(y), free(f), free(h);
 }
 
-/* d = {n}: fill; 0 + x with -0s (values and signs); then y += 0.5 x,
+/* d = {n}: fill; 0 + x with -0s (values and signs); normal draws from
+ * counter 3 of a Philox stream, mean 0.5, std 0.02; then y += 0.5 x,
  * x *= -2, y += x, and sum(y^2). */
 static void run_elementwise(const kcase *c, outs *o)
 {
@@ -141,6 +142,8 @@ static void run_elementwise(const kcase *c, outs *o)
     c->k->add_to_zero(c->s, z, x, n);
     put(o, z, HS_DTYPE_F32, n);
     for (int64_t i = 0; i < n; i++) z[i] = signbit(z[i]) ? -1.0f : 1.0f;
+    put(o, z, HS_DTYPE_F32, n);
+    c->k->rng_normal(c->s, z, n, 7, 11, 3, 0.5f, 0.02f);
     put(o, z, HS_DTYPE_F32, n);
     c->k->axpy(c->s, y, x, 0.5f, n);
     c->k->scale(c->s, x, -2.0f, n);
