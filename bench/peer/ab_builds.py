@@ -17,25 +17,16 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import SHAPES, ours  # noqa: E402
+from compare import case_args, ours, thread_env  # noqa: E402
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--a", required=True, help="the hypershard binary of build A (before)")
     p.add_argument("--b", required=True, help="the hypershard binary of build B (after)")
-    p.add_argument("--mpiexec", default="mpiexec")
-    p.add_argument("--world", type=int, nargs="+", default=[2])
-    p.add_argument("--shape", nargs="+", default=["512"], choices=sorted(SHAPES))
-    p.add_argument("--dtype", nargs="+", default=["fp32", "bf16"], choices=("fp32", "bf16"))
-    p.add_argument("--threads", type=int, default=1, help="threads per rank")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=5, help="timed steps per run")
-    p.add_argument("--warmup", type=int, default=2)
+    case_args(p, ["512"])
     a = p.parse_args()
-    env = dict(os.environ)
-    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[k] = str(a.threads)
+    env = thread_env(a)
     print("| shape | dtype | W | A step s | B step s | B / A | rounds (A/B) |")
     print("|---|---|---|---|---|---|---|")
     for shape in a.shape:

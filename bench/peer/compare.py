@@ -91,22 +91,33 @@ def ours(a, shape, dtype, world, env, out_dir):
             statistics.median(s["mfu"] for s in timed_steps))
 
 
+def case_args(p, shapes):
+    """The arguments naming the cases and how each is run (ab_builds.py
+    shares them)."""
+    p.add_argument("--mpiexec", default="mpiexec")
+    p.add_argument("--world", type=int, nargs="+", default=[2])
+    p.add_argument("--shape", nargs="+", default=shapes, choices=sorted(SHAPES))
+    p.add_argument("--dtype", nargs="+", default=["fp32", "bf16"], choices=("fp32", "bf16"))
+    p.add_argument("--threads", type=int, default=1, help="threads per rank")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=5, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=2)
+
+
+def thread_env(a):
+    env = dict(os.environ)
+    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[k] = str(a.threads)
+    return env
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--python", required=True, help="a Python with torch and transformers")
     p.add_argument("--hypershard", default=os.path.join(ROOT, "build", "hypershard"))
-    p.add_argument("--mpiexec", default="mpiexec")
-    p.add_argument("--world", type=int, nargs="+", default=[2])
-    p.add_argument("--shape", nargs="+", default=["512", "demo"], choices=sorted(SHAPES))
-    p.add_argument("--dtype", nargs="+", default=["fp32", "bf16"], choices=("fp32", "bf16"))
-    p.add_argument("--threads", type=int, default=1, help="threads per rank (both sides)")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=5, help="timed steps per run")
-    p.add_argument("--warmup", type=int, default=2)
+    case_args(p, ["512", "demo"])
     a = p.parse_args()
-    env = dict(os.environ)
-    for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env[k] = str(a.threads)
+    env = thread_env(a)
     rows = []
     with tempfile.TemporaryDirectory(prefix="hs_peer_") as tmp:
         for shape in a.shape:
