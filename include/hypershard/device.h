@@ -247,6 +247,18 @@ typedef struct hs_device_kernels {
                             int K, int C, float *ws);
     void (*moe_route_bwd)(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
                           const float *dw, const float *aux_grad, int64_t N, int E, int K);
+    /* The router's statistics for the load-balancing loss, ACCUMULATED
+     * (+=; the caller zeroes): count[e] (int64) += the selections of
+     * expert e in expert [N, K]; and, unless prob_sum is NULL, prob_sum[e]
+     * (fp64) += probs[t, e] (fp32 [N, E]) token by token in order t = 0..
+     * N-1, one fp64 rounding per addition, so the sums are the same bits
+     * on every backend. moe_stats_add: running totals of such statistics,
+     * count[e] += count_in[e] and (prob_sum non-NULL) prob_sum[e] +=
+     * prob_sum_in[e], for e < E. */
+    void (*moe_stats)(hs_stream *s, int64_t *count, double *prob_sum, const int32_t *expert,
+                      const float *probs, int64_t N, int E, int K);
+    void (*moe_stats_add)(hs_stream *s, int64_t *count, double *prob_sum, const int64_t *count_in,
+                          const double *prob_sum_in, int E);
     /* AdamW on n fp32 values: p, m, v updated in place from g. */
     void (*adamw)(hs_stream *s, float *p, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n);

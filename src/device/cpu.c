@@ -95,6 +95,8 @@ static const hs_device_kernels cpu_kernels = {
     .moe_unpermute = hs_cpu_moe_unpermute,
     .moe_combine_bwd = hs_cpu_moe_combine_bwd,
     .moe_route_bwd = hs_cpu_moe_route_bwd,
+    .moe_stats = hs_cpu_moe_stats,
+    .moe_stats_add = hs_cpu_moe_stats_add,
 };
 
 void hs_device_cpu_init(hs_device *d)

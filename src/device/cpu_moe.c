@@ -5,7 +5,8 @@
  * chosen and rounded to the compute dtype; token rows copied to grouped
  * order; each token's slots summed in slot order with tensor/'s axpy; and
  * the backward of the combine and of the router (moved from model/moe.c and
- * model/moe_router.c). */
+ * model/moe_router.c); the router's statistics for the aux loss and their
+ * running totals (moved from model/moe_router.c and model/moe_aux.c). */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -126,4 +127,25 @@ void hs_cpu_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int
         for (int e = 0; e < E; e++) g[e] = aux_grad ? aux_grad[e] : 0.0f;
         route_token_backward(g, probs + t * E, expert + t * K, dw + t * K, E, K);
     }
+}
+
+/* Token-major, as the router summed them before the table had this entry:
+ * each expert's probabilities added in token order in fp64 (the inner loop
+ * over experts vectorises across experts, not along one sum). */
+void hs_cpu_moe_stats(hs_stream *s, int64_t *count, double *prob_sum, const int32_t *expert,
+                      const float *probs, int64_t N, int E, int K)
+{
+    for (int64_t t = 0; t < N; t++) {
+        for (int k = 0; k < K; k++) count[expert[t * K + k]]++;
+        if (!prob_sum) continue;
+        const float *p = probs + t * E;
+        for (int e = 0; e < E; e++) prob_sum[e] += p[e];
+    }
+}
+
+void hs_cpu_moe_stats_add(hs_stream *s, int64_t *count, double *prob_sum, const int64_t *count_in,
+                          const double *prob_sum_in, int E)
+{
+    for (int e = 0; e < E; e++) count[e] += count_in[e];
+    for (int e = 0; prob_sum && e < E; e++) prob_sum[e] += prob_sum_in[e];
 }

@@ -74,6 +74,10 @@ void hs_ref_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *do
                             int K, int C, float *ws);
 void hs_ref_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
                           const float *dw, const float *aux_grad, int64_t N, int E, int K);
+void hs_ref_moe_stats(hs_stream *s, int64_t *count, double *prob_sum, const int32_t *expert,
+                      const float *probs, int64_t N, int E, int K);
+void hs_ref_moe_stats_add(hs_stream *s, int64_t *count, double *prob_sum, const int64_t *count_in,
+                          const double *prob_sum_in, int E);
 
 void hs_ref_adamw(hs_stream *s, float *p, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n);

@@ -89,3 +89,31 @@ void hs_ref_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int
     }
     free(g);
 }
+
+/* Expert by expert: its selections counted, then its probabilities summed
+ * in token order (the order the table fixes). */
+void hs_ref_moe_stats(hs_stream *s, int64_t *count, double *prob_sum, const int32_t *expert,
+                      const float *probs, int64_t N, int E, int K)
+{
+    for (int e = 0; e < E; e++) {
+        int64_t n = 0;
+        for (int64_t p = 0; p < N * K; p++) {
+            HS_ASSERT(expert[p] >= 0 && expert[p] < E);
+            n += expert[p] == e;
+        }
+        count[e] += n;
+        if (!prob_sum) continue;
+        double sum = prob_sum[e];
+        for (int64_t t = 0; t < N; t++) sum += (double)probs[t * E + e];
+        prob_sum[e] = sum;
+    }
+}
+
+void hs_ref_moe_stats_add(hs_stream *s, int64_t *count, double *prob_sum, const int64_t *count_in,
+                          const double *prob_sum_in, int E)
+{
+    for (int e = 0; e < E; e++) {
+        count[e] += count_in[e];
+        if (prob_sum) prob_sum[e] += prob_sum_in[e];
+    }
+}

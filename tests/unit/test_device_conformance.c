@@ -395,6 +395,67 @@ static void run_moe_bwd(const kcase *c, outs *o)
     free(probs), free(aux), free(dp);
 }
 
+/* Counts and fp64 sums as fp32 outputs: exact for counts below 2^24 and
+ * sums to fp32's precision, which the tolerance asks for. */
+static void put_stats(outs *o, const int64_t *count, const double *prob_sum, int E)
+{
+    float *v = calloc((size_t)E + 1, sizeof *v);
+    for (int e = 0; e < E; e++) v[e] = (float)count[e];
+    put(o, v, HS_DTYPE_F32, E);
+    for (int e = 0; prob_sum && e < E; e++) v[e] = (float)prob_sum[e];
+    if (prob_sum) put(o, v, HS_DTYPE_F32, E);
+    free(v);
+}
+
+/* Statistics that do not start at zero, so that a store in place of += fails. */
+static void stats_start(int64_t *count, double *prob_sum, int E, uint64_t seed)
+{
+    float *r = rnd(HS_DTYPE_F32, E, seed, 1.0f);
+    for (int e = 0; e < E; e++) count[e] = 3 * e + 1, prob_sum[e] = 2.0 + r[e];
+    free(r);
+}
+
+/* d = {N, E, K, no_sums}: the router's statistics accumulated from K
+ * distinct experts per token (token t: (t * 3 + k * 5) % E, ..., the next
+ * free one up) and softmax-like probabilities; with no_sums, counts only. */
+static void run_moe_stats(const kcase *c, outs *o)
+{
+    int64_t N = c->d[0];
+    int E = (int)c->d[1], K = (int)c->d[2];
+    int32_t *sel = calloc((size_t)(N * K) + 1, sizeof *sel);
+    for (int64_t t = 0; t < N; t++)
+        for (int k = 0; k < K; k++) {
+            int32_t e = (int32_t)((t * 3 + k * 5) % E);
+            for (int j = 0; j < k; j++) /* taken: the next one, from the start */
+                if (sel[t * K + j] == e) e = (e + 1) % E, j = -1;
+            sel[t * K + k] = e;
+        }
+    float *probs = rnd(HS_DTYPE_F32, N * E, 50, 0.5f);
+    for (int64_t i = 0; i < N * E; i++) probs[i] += 0.5f;
+    int64_t *count = calloc((size_t)E, sizeof *count);
+    double *prob_sum = calloc((size_t)E, sizeof *prob_sum);
+    stats_start(count, prob_sum, E, 51);
+    double *sums = c->d[3] ? NULL : prob_sum;
+    c->k->moe_stats(c->s, count, sums, sel, probs, N, E, K);
+    put_stats(o, count, sums, E);
+    free(sel), free(probs), free(count), free(prob_sum);
+}
+
+/* d = {E, no_sums}: running totals += a layer's statistics. */
+static void run_moe_stats_add(const kcase *c, outs *o)
+{
+    int E = (int)c->d[0];
+    int64_t *count = calloc((size_t)E + 1, sizeof *count), *in = calloc((size_t)E + 1, sizeof *in);
+    double *sum = calloc((size_t)E + 1, sizeof *sum), *sum_in = calloc((size_t)E + 1, sizeof *sum);
+    stats_start(count, sum, E, 52);
+    stats_start(in, sum_in, E, 53);
+    for (int e = 0; e < E; e++) in[e] *= 7, sum_in[e] *= 1000.0;
+    double *sums = c->d[1] ? NULL : sum;
+    c->k->moe_stats_add(c->s, count, sums, in, sum_in, E);
+    put_stats(o, count, sums, E);
+    free(count), free(in), free(sum), free(sum_in);
+}
+
 /* d = {N, C, V}: gather, then scatter-add with repeated tokens. */
 static void run_embedding(const kcase *c, outs *o)
 {
@@ -482,6 +543,14 @@ static const op_def ops[] = {
     {"moe_bwd", K(moe_combine_bwd), ALL_DT, {1e-6f, 1e-6f, 1e-6f}, 1e-30,
      {{1, 1, 1, 1, 0}, {7, 2, 5, 4, 1}, {33, 4, 17, 8, 0}, {5, 3, 64, 3, 1}, {0, 2, 8, 4, 1}}, 5,
      run_moe_bwd},
+    /* The statistics are one fp64 rounding per addition in an order the
+     * table fixes: fp32's precision of the outputs is all they may lose. */
+    {"moe_stats", K(moe_stats), F32, {1e-7f, 0, 0}, 1e-30,
+     {{0, 4, 2}, {1, 1, 1}, {1, 4, 2}, {7, 3, 3}, {33, 8, 2}, {5, 1, 1}, {9, 16, 4, 1},
+      {4099, 64, 6}, {40001, 8, 2}, {40001, 8, 2, 1}},
+     10, run_moe_stats},
+    {"moe_stats_add", K(moe_stats_add), F32, {1e-7f, 0, 0}, 1e-30, {{1}, {3}, {64}, {7, 1}}, 4,
+     run_moe_stats_add},
     {"embedding", K(embedding_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,
      {{1, 1, 1}, {5, 7, 3}, {9, 33, 4}, {0, 4, 4}}, 4, run_embedding},
     {"adamw", K(adamw), F32, {2e-6f, 0, 0}, 1e-30, {{0}, {1}, {7}, {1000}, {4099}}, 5, run_adamw},
