@@ -179,6 +179,18 @@ static void run_moe(hs_device *d, ops_bufs *b)
 }
 static double w_moe(const ops_bufs *b) { return 2.0 * 2 * 1024 * SZ(b) * 256 * 4; }
 
+/* The router's statistics of 16K|32K tokens over 8 experts, k 2: the
+ * selections (ids, i % 8) counted and the probabilities summed. */
+static int64_t s_n(const ops_bufs *b) { return 16384 * SZ(b); }
+static bool has_moe_stats(const hs_device_kernels *k) { return k->moe_stats != NULL; }
+static void run_moe_stats(hs_device *d, ops_bufs *b)
+{
+    memset(b->d, 0, 8 * sizeof(int64_t)); /* the statistics accumulate */
+    memset(b->c, 0, 8 * sizeof(double));
+    d->k->moe_stats(d->stream, (int64_t *)b->d, (double *)b->c, b->ids, b->a, s_n(b), 8, 2);
+}
+static double w_moe_stats(const ops_bufs *b) { return (8.0 + 2.0) * 4 * s_n(b); }
+
 static const op_def ops[] = {
     {"gemm fp32", "M=N=K 256|512", has_gemm, run_gemm32, w_gemm, false},
     {"gemm bf16", "M=N=K 256|512", has_gemm, run_gemm16, w_gemm, false},
@@ -197,6 +209,7 @@ static const op_def ops[] = {
     {"adamw", "1M|4M", has_adamw, run_adamw, w_adamw, true},
     {"muon newton-schulz", "128x384|256x768", has_ns, run_ns, w_ns, false},
     {"moe route(+permute)", "1K|2K x 8, k 2, 256", has_moe, run_moe, w_moe, true},
+    {"moe stats", "16K|32K x 8, k 2", has_moe_stats, run_moe_stats, w_moe_stats, true},
 };
 
 static float *rnd(int64_t n, uint64_t seed)
