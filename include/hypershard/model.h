@@ -307,7 +307,8 @@ const hs_unit_boundary *hs_model_unit_boundary(const hs_model *m, int u);
 int64_t hs_model_param_count(const hs_model *m); /* total elements */
 /* MoE: the (token, slot) rows each routed expert of each layer received
  * from this rank's tokens in training forwards since the last reset,
- * [n_layers x num_experts] (NULL for a dense model). */
+ * [n_layers x num_experts], copied to host memory the model owns (valid
+ * until the next call; NULL for a dense model). */
 const int64_t *hs_model_expert_tokens(const hs_model *m, int *n_layers, int *n_experts);
 void hs_model_expert_tokens_reset(hs_model *m);
 /* Forward + backward FLOPs per token (for MFU): 6*N_active + attention. */

@@ -92,7 +92,7 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
     if (count_aux) {
         hs_moe_aux_add(&m->aux, &a->moe);
         int64_t *tok = m->expert_tokens + (int64_t)(bp - m->blocks) * m->moe_shapes.E;
-        for (int e = 0; e < m->moe_shapes.E; e++) tok[e] += a->moe.count[e];
+        m->k->moe_stats_add(m->s, tok, NULL, a->moe.count, NULL, m->moe_shapes.E);
     }
     hs_dev_add_cast(m->dev, x_out, rdt, a->x_mid, rdt, a->moe_out, dt, Nl * C);
 }

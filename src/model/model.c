@@ -356,7 +356,12 @@ static void buffers_alloc(hs_model *m) {
             hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->dev);
         m->aux_buf = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
         m->aux_stage = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
-        m->expert_tokens = zeroed(m, (size_t)m->L * (size_t)m->moe_shapes.E * sizeof(int64_t));
+        size_t tokens = (size_t)m->L * (size_t)m->moe_shapes.E;
+        m->expert_tokens = zeroed(m, tokens * sizeof(int64_t));
+        if (m->expert_tokens) {
+            m->expert_tokens_host = calloc(tokens, sizeof(int64_t));
+            if (!m->expert_tokens_host) hs_oom("model: cannot allocate %zu expert counts", tokens);
+        }
     }
 }
 
@@ -413,10 +418,7 @@ static void dims_set(hs_model *m) {
         m->moe_shapes = hs_moe_shapes_make(&c->moe, m->opt.max_batch * m->opt.seq_len, m->C);
         m->moe_shapes.ep = m->ep;
         m->moe_shapes.EL = m->moe_shapes.E / m->ep;
-        hs_moe_grow g = {.dev = m->dev};
-        m->moe_ep = (hs_moe_ep){.ops = m->ops, .size = m->ep, .rank = m->ep_rank,
-                                .dev = m->dev, .stage = g, .dy = g, .a = g, .dh1 = g,
-                                .dh3 = g};
+        hs_moe_ep_init(&m->moe_ep, m->ops, m->ep, m->ep_rank, m->dev, m->moe_shapes.E);
     }
 }
 
@@ -470,6 +472,7 @@ static void buffers_free(hs_model *m) {
                     m->ring_kv[1],  m->ring_dkv[0], m->ring_dkv[1]};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_device_free_mem(m->dev, ptrs[i]);
     hs_device_free_mem(m->dev, m->expert_tokens);
+    free(m->expert_tokens_host);
     if (m->moe && m->aux.count) hs_moe_aux_free(&m->aux);
     hs_moe_ep_free(&m->moe_ep);
 }
@@ -494,7 +497,10 @@ int64_t hs_model_buffer_bytes(const hs_model *m) { return m->counted_bytes; }
 const int64_t *hs_model_expert_tokens(const hs_model *m, int *n_layers, int *n_experts) {
     *n_layers = m->moe ? m->L : 0;
     *n_experts = m->moe ? m->moe_shapes.E : 0;
-    return m->moe ? m->expert_tokens : NULL;
+    if (!m->moe || !m->expert_tokens) return NULL;
+    hs_device_copy(m->dev, m->expert_tokens_host, m->expert_tokens,
+                   (size_t)m->L * (size_t)m->moe_shapes.E * sizeof(int64_t), HS_COPY_D2H);
+    return m->expert_tokens_host;
 }
 
 void hs_model_expert_tokens_reset(hs_model *m) {

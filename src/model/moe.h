@@ -121,7 +121,17 @@ typedef struct hs_moe_ep {
     int size, rank;
     hs_device *dev; /* of every grow buffer: the model's */
     hs_moe_grow stage, dy, a, dh1, dh3;
+    /* Host memory (size > 1; init's allocations): a layer's counts as
+     * copied across, which size its exchange and reorder its rows: the
+     * routing's counts [E], its ep_send and ep_recv [E] and ep_off [EL+1]. */
+    int64_t *count_h;
+    float *send_h, *recv_h;
+    int32_t *off_h;
 } hs_moe_ep;
+
+/* An exchange over `size` ranks of E experts (EL = E / size per rank). */
+void hs_moe_ep_init(hs_moe_ep *ep, const hs_model_ops *ops, int size, int rank, hs_device *dev,
+                    int E);
 
 /* What forward saves for backward: pointers into one caller-owned block of
  * hs_moe_act_bytes(). "Grouped rows" are the BT*K (token, slot) pairs
@@ -194,6 +204,12 @@ typedef struct hs_moe_aux {
     int64_t *count;   /* [E] */
     double *prob_sum; /* [E] */
     hs_device *dev;   /* count and prob_sum are its memory */
+    /* Host memory (init's allocations): the totals as last copied across
+     * and 2E + 2 floats of staging, for the arithmetic that finishes the
+     * loss on the host (pack, unpack, value, prob_grad). */
+    int64_t *host_count;
+    double *host_prob_sum;
+    float *host_buf;
 } hs_moe_aux;
 
 void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_device *dev);
@@ -202,16 +218,17 @@ size_t hs_moe_aux_bytes(int E);
 void hs_moe_aux_free(hs_moe_aux *a);
 void hs_moe_aux_reset(hs_moe_aux *a);
 /* The totals and the micro-batch's valid targets as 2E + 2 fp32 values
- * (counts and rows are exact below 2^24), for a sum over the ranks of one
- * global micro-batch; unpack returns the summed valid count. */
+ * (counts and rows are exact below 2^24) into buf (device memory), for a
+ * sum over the ranks of one global micro-batch; unpack sets the totals from
+ * buf and returns the summed valid count. */
 void hs_moe_aux_pack(const hs_moe_aux *a, int64_t valid, float *buf);
 int64_t hs_moe_aux_unpack(hs_moe_aux *a, const float *buf);
 void hs_moe_aux_add(hs_moe_aux *a, const hs_moe_act *act);
 /* E * sum_e (count_e / rows) * (prob_sum_e / rows), without aux_loss_coef;
  * 0 before any layer was added. */
 double hs_moe_aux_value(const hs_moe_aux *a);
-/* g[e] = scale * d value / d p_{t,e} = scale * E * count_e / rows^2, the same
- * for every token t of every layer. */
+/* g[e] (device memory) = scale * d value / d p_{t,e} = scale * E * count_e
+ * / rows^2, the same for every token t of every layer. */
 void hs_moe_aux_prob_grad(const hs_moe_aux *a, double scale, float *g);
 
 /* ------------------------------------------ building blocks (moe_*.c) */

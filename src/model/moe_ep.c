@@ -11,6 +11,7 @@
  * receiver holds the runs source-major as they arrive and reorders them
  * expert-major (expert j: source 0's rows, then source 1's, ...) so that
  * each expert is one GEMM, as in the one-device path. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/moe.h"
@@ -53,19 +54,20 @@ static void per_rank(int64_t *out, const float *counts, int ranks, int EL, int64
 }
 
 /* Between the source-major rows as received (source s: its rows of local
- * expert 0, 1, ...) and expert-major ones (ep_off). to_expert: src is
- * source-major. */
+ * expert 0, 1, ...) and expert-major ones (ep_off), by the host's copies of
+ * the layer's counts. to_expert: src is source-major. */
 static void reorder(void *dst, const void *src, const hs_moe_act *act, size_t row_bytes,
                     bool to_expert)
 {
-    const int EL = act->cap.EL, ranks = act->ep->size;
+    const hs_moe_ep *ep = act->ep;
+    const int EL = act->cap.EL, ranks = ep->size;
     int64_t at = 0; /* source-major row */
     int64_t next[HS_MOE_EP_MAX_LOCAL];
     HS_ASSERT(EL <= HS_MOE_EP_MAX_LOCAL);
-    for (int j = 0; j < EL; j++) next[j] = act->ep_off[j];
+    for (int j = 0; j < EL; j++) next[j] = ep->off_h[j];
     for (int s = 0; s < ranks; s++)
         for (int j = 0; j < EL; j++) {
-            int64_t n = (int64_t)act->ep_recv[s * EL + j];
+            int64_t n = (int64_t)ep->recv_h[s * EL + j];
             const char *from = (const char *)src + (size_t)(to_expert ? at : next[j]) * row_bytes;
             char *to = (char *)dst + (size_t)(to_expert ? next[j] : at) * row_bytes;
             hs_dev_copy(act->dev, to, from, (size_t)n * row_bytes);
@@ -77,27 +79,47 @@ static void reorder(void *dst, const void *src, const hs_moe_act *act, size_t ro
 /* d -> (send, recv) element counts per rank for rows of `row` elements. */
 static void exchange_counts(const hs_moe_act *act, int64_t *send, int64_t *recv, int64_t row)
 {
-    per_rank(send, act->ep_send, act->ep->size, act->cap.EL, row);
-    per_rank(recv, act->ep_recv, act->ep->size, act->cap.EL, row);
+    per_rank(send, act->ep->send_h, act->ep->size, act->cap.EL, row);
+    per_rank(recv, act->ep->recv_h, act->ep->size, act->cap.EL, row);
 }
 
-static void plan_received(hs_moe_act *act)
+/* The counts sent and received and the offsets act saved in forward,
+ * copied across to the host again for its backward. */
+static void fetch_counts(const hs_moe_act *act)
 {
     const hs_moe_ep *ep = act->ep;
+    const size_t E = (size_t)act->cap.E;
+    hs_device_copy(act->dev, ep->send_h, act->ep_send, E * sizeof(float), HS_COPY_D2H);
+    hs_device_copy(act->dev, ep->recv_h, act->ep_recv, E * sizeof(float), HS_COPY_D2H);
+    hs_device_copy(act->dev, ep->off_h, act->ep_off,
+                   ((size_t)act->cap.EL + 1) * sizeof(int32_t), HS_COPY_D2H);
+}
+
+/* The routing's counts go to the experts' ranks (an all-to-all of the
+ * device's ep_send into ep_recv); the host sizes the exchange from copies
+ * of both, and act keeps them, with the offsets, for backward. */
+static void plan_received(hs_moe_act *act)
+{
+    hs_moe_ep *ep = act->ep;
     const int E = act->cap.E, EL = act->cap.EL;
+    hs_device_copy(act->dev, ep->count_h, act->count, (size_t)E * sizeof(int64_t), HS_COPY_D2H);
     for (int e = 0; e < E; e++) {
-        HS_ASSERT(act->count[e] < (1 << 24)); /* exact in the fp32 exchange */
-        act->ep_send[e] = (float)act->count[e];
+        HS_ASSERT(ep->count_h[e] < (1 << 24)); /* exact in the fp32 exchange */
+        ep->send_h[e] = (float)ep->count_h[e];
     }
+    hs_device_copy(act->dev, act->ep_send, ep->send_h, (size_t)E * sizeof(float), HS_COPY_H2D);
     ep->ops->ep_all_to_all(ep->ops->ep_ctx, act->ep_recv, act->ep_send, EL);
-    act->ep_off[0] = 0;
+    hs_device_copy(act->dev, ep->recv_h, act->ep_recv, (size_t)E * sizeof(float), HS_COPY_D2H);
+    ep->off_h[0] = 0;
     for (int j = 0; j < EL; j++) {
         int64_t n = 0;
-        for (int s = 0; s < ep->size; s++) n += (int64_t)act->ep_recv[s * EL + j];
-        HS_ASSERT(act->ep_off[j] + n < INT32_MAX);
-        act->ep_off[j + 1] = act->ep_off[j] + (int32_t)n;
+        for (int s = 0; s < ep->size; s++) n += (int64_t)ep->recv_h[s * EL + j];
+        HS_ASSERT(ep->off_h[j] + n < INT32_MAX);
+        ep->off_h[j + 1] = ep->off_h[j] + (int32_t)n;
     }
-    act->ep_rows = act->ep_off[EL];
+    hs_device_copy(act->dev, act->ep_off, ep->off_h, ((size_t)EL + 1) * sizeof(int32_t),
+                   HS_COPY_H2D);
+    act->ep_rows = ep->off_h[EL];
 }
 
 void hs_moe_ep_forward(hs_moe_act *act, const hs_moe_weights *w, const void *xg)
@@ -120,7 +142,7 @@ void hs_moe_ep_forward(hs_moe_act *act, const hs_moe_weights *w, const void *xg)
     void *a = hs_moe_grow_to(&ep->a, (size_t)R * (size_t)F * es);
     ops->ep_all_to_allv(ops->ep_ctx, stage, recv, xg, send, dt);
     reorder(x, stage, act, row_bytes, true);
-    hs_moe_rows r = {act->dev, act->cap.EL, act->ep_off, x, h1, h3, y};
+    hs_moe_rows r = {act->dev, act->cap.EL, ep->off_h, x, h1, h3, y};
     hs_moe_experts_forward(&r, w, a, dt, C, F);
     reorder(stage, y, act, row_bytes, false);
     ops->ep_all_to_allv(ops->ep_ctx, act->y, send, stage, recv, dt);
@@ -136,6 +158,7 @@ void hs_moe_ep_backward(const hs_moe_act *act, const hs_moe_grads *gr, const hs_
     const size_t row_bytes = (size_t)C * sizeof(float), es = hs_dtype_size(dt);
     const int64_t R = act->ep_rows;
     int64_t send[HS_MOE_EP_MAX_RANKS], recv[HS_MOE_EP_MAX_RANKS];
+    fetch_counts(act);
     exchange_counts(act, send, recv, C);
     float *stage = hs_moe_grow_to(&ep->stage, (size_t)R * row_bytes);
     float *dy = hs_moe_grow_to(&ep->dy, (size_t)R * row_bytes);
@@ -144,11 +167,27 @@ void hs_moe_ep_backward(const hs_moe_act *act, const hs_moe_grads *gr, const hs_
     float *dh3 = hs_moe_grow_to(&ep->dh3, (size_t)R * (size_t)F * sizeof(float));
     ops->ep_all_to_allv(ops->ep_ctx, stage, recv, dyg, send, HS_DTYPE_F32);
     reorder(dy, stage, act, row_bytes, true);
-    hs_moe_rows r = {act->dev,     act->cap.EL,  act->ep_off, act->ep_x.p,
+    hs_moe_rows r = {act->dev,     act->cap.EL,  ep->off_h, act->ep_x.p,
                      act->ep_h1.p, act->ep_h3.p, act->ep_y.p};
     hs_moe_experts_backward(&r, dy, gr, w, a, dh1, dh3, dt, C, F);
     reorder(stage, dy, act, row_bytes, false);
     ops->ep_all_to_allv(ops->ep_ctx, dyg, send, stage, recv, HS_DTYPE_F32);
+}
+
+void hs_moe_ep_init(hs_moe_ep *ep, const hs_model_ops *ops, int size, int rank, hs_device *dev,
+                    int E)
+{
+    hs_moe_grow g = {.dev = dev};
+    *ep = (hs_moe_ep){.ops = ops, .size = size, .rank = rank, .dev = dev,
+                      .stage = g, .dy = g, .a = g, .dh1 = g, .dh3 = g};
+    if (size <= 1) return;
+    HS_ASSERT(E >= size && E % size == 0);
+    ep->count_h = malloc((size_t)E * sizeof *ep->count_h);
+    ep->send_h = malloc((size_t)E * sizeof *ep->send_h);
+    ep->recv_h = malloc((size_t)E * sizeof *ep->recv_h);
+    ep->off_h = malloc(((size_t)(E / size) + 1) * sizeof *ep->off_h);
+    if (!ep->count_h || !ep->send_h || !ep->recv_h || !ep->off_h)
+        hs_oom("moe ep: cannot allocate the host copies of %d experts' counts", E);
 }
 
 void hs_moe_ep_free(hs_moe_ep *ep)
@@ -158,4 +197,11 @@ void hs_moe_ep_free(hs_moe_ep *ep)
     hs_moe_grow_free(&ep->a);
     hs_moe_grow_free(&ep->dh1);
     hs_moe_grow_free(&ep->dh3);
+    free(ep->count_h);
+    free(ep->send_h);
+    free(ep->recv_h);
+    free(ep->off_h);
+    ep->count_h = NULL;
+    ep->send_h = ep->recv_h = NULL;
+    ep->off_h = NULL;
 }

@@ -2,13 +2,13 @@
  * weights and the per-layer statistics the aux loss needs; and its backward
  * through the renormalisation and the softmax.
  *
- * The routing itself is the device's moe_route, its backward (through the
- * renormalisation and the softmax) the device's moe_route_bwd. Rounding points follow
- * Mixtral in a low-precision run: the logits are rounded to the compute
- * dtype (the gate nn.Linear's output dtype) before the fp32 softmax, and the
- * renormalised weights are rounded to the compute dtype
- * ("routing_weights.to(hidden_states.dtype)"). Backward treats both
- * roundings as the identity. */
+ * The routing itself is the device's moe_route, the statistics its
+ * moe_stats, the backward (through the renormalisation and the softmax)
+ * its moe_route_bwd. Rounding points follow Mixtral in a low-precision
+ * run: the logits are rounded to the compute dtype (the gate nn.Linear's
+ * output dtype) before the fp32 softmax, and the renormalised weights are
+ * rounded to the compute dtype ("routing_weights.to(hidden_states.dtype)").
+ * Backward treats both roundings as the identity. */
 #include "model/moe.h"
 
 void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int BT)
@@ -22,11 +22,8 @@ void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int 
     act->dev->k->moe_route(act->dev->stream, act->sel, act->weight, act->probs, BT, E, K, true,
                            dt);
     /* the layer's statistics for the load-balancing loss */
-    for (int64_t t = 0; t < BT; t++) {
-        const float *p = act->probs + t * E;
-        for (int k = 0; k < K; k++) act->count[act->sel[t * K + k]]++;
-        for (int e = 0; e < E; e++) act->prob_sum[e] += p[e];
-    }
+    act->dev->k->moe_stats(act->dev->stream, act->count, act->prob_sum, act->sel, act->probs, BT,
+                           E, K);
 }
 
 void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw,
