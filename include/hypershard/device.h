@@ -250,11 +250,12 @@ typedef struct hs_device_kernels {
     /* The router's statistics for the load-balancing loss, ACCUMULATED
      * (+=; the caller zeroes): count[e] (int64) += the selections of
      * expert e in expert [N, K]; and, unless prob_sum is NULL, prob_sum[e]
-     * (fp64) += probs[t, e] (fp32 [N, E]) token by token in order t = 0..
-     * N-1, one fp64 rounding per addition, so the sums are the same bits
-     * on every backend. moe_stats_add: running totals of such statistics,
-     * count[e] += count_in[e] and (prob_sum non-NULL) prob_sum[e] +=
-     * prob_sum_in[e], for e < E. */
+     * (fp64) += probs[t, e] (fp32 [N, E]), on cpu and reference token by
+     * token in order t = 0..N-1 (the same bits on both; another backend
+     * may sum in another order to fp32's precision of the result).
+     * moe_stats_add: running totals of such statistics, count[e] +=
+     * count_in[e] and (prob_sum non-NULL) prob_sum[e] += prob_sum_in[e],
+     * for e < E. */
     void (*moe_stats)(hs_stream *s, int64_t *count, double *prob_sum, const int32_t *expert,
                       const float *probs, int64_t N, int E, int K);
     void (*moe_stats_add)(hs_stream *s, int64_t *count, double *prob_sum, const int64_t *count_in,
