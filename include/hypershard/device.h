@@ -260,6 +260,14 @@ typedef struct hs_device_kernels {
                       const float *probs, int64_t N, int E, int K);
     void (*moe_stats_add)(hs_stream *s, int64_t *count, double *prob_sum, const int64_t *count_in,
                           const double *prob_sum_in, int E);
+    /* The grouped order of the N * K pairs of expert [N, K] (ids < E),
+     * with count [E] their selections per expert (moe_stats's): a stable
+     * sort by expert, so offset [E + 1] holds each expert's first grouped
+     * row (offset[E] = N * K), row_pair [N * K] the pair at each grouped row
+     * and pair_row [N * K] its inverse; an expert's pairs keep pair order.
+     * The only right answer: every backend gives the same integers. */
+    void (*moe_dispatch)(hs_stream *s, int32_t *offset, int32_t *row_pair, int32_t *pair_row,
+                         const int32_t *expert, const int64_t *count, int64_t N, int E, int K);
     /* AdamW on n fp32 values: p, m, v updated in place from g. */
     void (*adamw)(hs_stream *s, float *p, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n);

@@ -97,6 +97,7 @@ static const hs_device_kernels cpu_kernels = {
     .moe_route_bwd = hs_cpu_moe_route_bwd,
     .moe_stats = hs_cpu_moe_stats,
     .moe_stats_add = hs_cpu_moe_stats_add,
+    .moe_dispatch = hs_cpu_moe_dispatch,
 };
 
 void hs_device_cpu_init(hs_device *d)

@@ -56,6 +56,8 @@ void hs_cpu_moe_stats(hs_stream *s, int64_t *count, double *prob_sum, const int3
                       const float *probs, int64_t N, int E, int K);
 void hs_cpu_moe_stats_add(hs_stream *s, int64_t *count, double *prob_sum, const int64_t *count_in,
                           const double *prob_sum_in, int E);
+void hs_cpu_moe_dispatch(hs_stream *s, int32_t *offset, int32_t *row_pair, int32_t *pair_row,
+                       const int32_t *expert, const int64_t *count, int64_t N, int E, int K);
 void hs_cpu_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src,
                     size_t src_stride, int64_t rows, size_t row_bytes);
 void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,

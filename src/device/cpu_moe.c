@@ -149,3 +149,23 @@ void hs_cpu_moe_stats_add(hs_stream *s, int64_t *count, double *prob_sum, const 
     for (int e = 0; e < E; e++) count[e] += count_in[e];
     for (int e = 0; prob_sum && e < E; e++) prob_sum[e] += prob_sum_in[e];
 }
+
+/* A counting sort: offset[e + 1] first holds the start of expert e and is
+ * advanced as its rows are placed, ending at the start of e + 1. */
+void hs_cpu_moe_dispatch(hs_stream *s, int32_t *offset, int32_t *row_pair, int32_t *pair_row,
+                         const int32_t *expert, const int64_t *count, int64_t N, int E, int K)
+{
+    const int64_t pairs = N * K;
+    int64_t start = 0;
+    offset[0] = 0;
+    for (int e = 0; e < E; e++) {
+        offset[e + 1] = (int32_t)start;
+        start += count[e];
+    }
+    HS_ASSERT(start == pairs);
+    for (int64_t p = 0; p < pairs; p++) {
+        int32_t row = offset[expert[p] + 1]++;
+        row_pair[row] = (int32_t)p;
+        pair_row[p] = row;
+    }
+}

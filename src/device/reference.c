@@ -39,6 +39,7 @@ static const hs_device_kernels reference_kernels = {
     .moe_route_bwd = hs_ref_moe_route_bwd,
     .moe_stats = hs_ref_moe_stats,
     .moe_stats_add = hs_ref_moe_stats_add,
+    .moe_dispatch = hs_ref_moe_dispatch,
     .adamw = hs_ref_adamw,
     .muon_momentum = hs_ref_muon_momentum,
     .muon_newton_schulz = hs_ref_muon_newton_schulz,

@@ -78,6 +78,8 @@ void hs_ref_moe_stats(hs_stream *s, int64_t *count, double *prob_sum, const int3
                       const float *probs, int64_t N, int E, int K);
 void hs_ref_moe_stats_add(hs_stream *s, int64_t *count, double *prob_sum, const int64_t *count_in,
                           const double *prob_sum_in, int E);
+void hs_ref_moe_dispatch(hs_stream *s, int32_t *offset, int32_t *row_pair, int32_t *pair_row,
+                       const int32_t *expert, const int64_t *count, int64_t N, int E, int K);
 
 void hs_ref_adamw(hs_stream *s, float *p, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n);

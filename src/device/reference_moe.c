@@ -117,3 +117,22 @@ void hs_ref_moe_stats_add(hs_stream *s, int64_t *count, double *prob_sum, const 
         if (prob_sum) prob_sum[e] += prob_sum_in[e];
     }
 }
+
+/* Expert by expert, each scanning every pair in order: the rows it gets
+ * follow those of the experts before it. The counts are checked, not used. */
+void hs_ref_moe_dispatch(hs_stream *s, int32_t *offset, int32_t *row_pair, int32_t *pair_row,
+                         const int32_t *expert, const int64_t *count, int64_t N, int E, int K)
+{
+    int64_t row = 0;
+    for (int e = 0; e < E; e++) {
+        offset[e] = (int32_t)row;
+        for (int64_t p = 0; p < N * K; p++) {
+            HS_ASSERT(expert[p] >= 0 && expert[p] < E);
+            if (expert[p] != e) continue;
+            row_pair[row] = (int32_t)p;
+            pair_row[p] = (int32_t)row++;
+        }
+        HS_ASSERT(row - offset[e] == count[e]);
+    }
+    offset[E] = (int32_t)row;
+}

@@ -176,6 +176,7 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
         a->moe_mem = raw(m, hs_moe_act_bytes(&m->moe_shapes, dt));
         if (a->moe_mem) hs_moe_act_bind(&a->moe, m->dev, &m->moe_shapes, dt, a->moe_mem);
         a->moe.ep = m->ep > 1 ? &m->moe_ep : NULL;
+        a->moe.offset_h = m->moe_offset_h;
         if (m->ep > 1 && m->opt.count_buffers) count(m, ep_rows_bytes(m, true));
         a->moe.ep_x.dev = a->moe.ep_h1.dev = a->moe.ep_h3.dev = a->moe.ep_y.dev = m->dev;
         /* Every expert unit has the same boundary plan. */
@@ -419,6 +420,9 @@ static void dims_set(hs_model *m) {
         m->moe_shapes.ep = m->ep;
         m->moe_shapes.EL = m->moe_shapes.E / m->ep;
         hs_moe_ep_init(&m->moe_ep, m->ops, m->ep, m->ep_rank, m->dev, m->moe_shapes.E);
+        m->moe_offset_h = malloc(((size_t)m->moe_shapes.E + 1) * sizeof *m->moe_offset_h);
+        if (!m->moe_offset_h)
+            hs_oom("moe: cannot allocate the host copy of %d experts' offsets", m->moe_shapes.E);
     }
 }
 
@@ -475,6 +479,7 @@ static void buffers_free(hs_model *m) {
     free(m->expert_tokens_host);
     if (m->moe && m->aux.count) hs_moe_aux_free(&m->aux);
     hs_moe_ep_free(&m->moe_ep);
+    free(m->moe_offset_h);
 }
 
 void hs_model_free(hs_model *m) {

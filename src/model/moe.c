@@ -143,7 +143,8 @@ static void experts_forward(hs_moe_act *act, const hs_moe_weights *w, moe_scratc
         hs_moe_ep_forward(act, w, m->xg);
         return;
     }
-    hs_moe_rows r = {act->dev, act->cap.E, act->offset, m->xg, act->h1, act->h3, act->y};
+    hs_moe_rows r = {act->dev, act->cap.E, hs_moe_dispatch_offsets(act), m->xg, act->h1,
+                     act->h3, act->y};
     hs_moe_experts_forward(&r, w, m->a, act->dt, act->cap.C, act->cap.F);
 }
 
@@ -203,7 +204,8 @@ static void experts_backward(const hs_moe_grads *gr, const hs_moe_act *act,
         hs_moe_ep_backward(act, gr, w, m->dyg);
         return;
     }
-    hs_moe_rows r = {act->dev, act->cap.E, act->offset, m->xg, act->h1, act->h3, act->y};
+    hs_moe_rows r = {act->dev, act->cap.E, hs_moe_dispatch_offsets(act), m->xg, act->h1,
+                     act->h3, act->y};
     hs_moe_experts_backward(&r, m->dyg, gr, w, m->a, m->dh1, m->dh3, act->dt, act->cap.C,
                             act->cap.F);
 }

@@ -154,6 +154,7 @@ typedef struct hs_moe_act {
     int32_t *sel;      /* [BT, K] selected experts, descending probability */
     float *weight;     /* [BT, K] renormalised weights, rounded to dt */
     int32_t *offset;   /* [E+1] first grouped row of each expert */
+    int32_t *offset_h; /* [E+1] host memory, the model's: offset as copied back */
     int32_t *row_pair; /* [BT*K] grouped row -> pair t*K + k */
     int32_t *pair_row; /* [BT*K] pair t*K + k -> grouped row */
     void *h1, *h3;     /* [BT*K, F] dt: w1 x, w3 x per grouped row */
@@ -172,8 +173,9 @@ typedef struct hs_moe_act {
 
 size_t hs_moe_act_bytes(const hs_moe_shapes *s, hs_dtype dt);
 /* Lay act out over `mem` (64-byte aligned, hs_moe_act_bytes(s, dt) long).
- * With s->ep > 1, set act->ep and the device of act's ep_* grow buffers (the
- * received rows) before the first forward. */
+ * Set act->offset_h (host memory of E + 1 int32, may be shared by the
+ * layers) and, with s->ep > 1, act->ep and the device of act's ep_* grow
+ * buffers (the received rows) before the first forward. */
 void hs_moe_act_bind(hs_moe_act *act, hs_device *dev, const hs_moe_shapes *s, hs_dtype dt,
                      void *mem);
 /* Free the expert-parallel rows act grew (none without EP). */
@@ -241,8 +243,12 @@ void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int 
 void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw,
                            const float *aux_grad, const hs_moe_act *act, const void *x,
                            const void *gate, float *dp);
-/* Counting sort of the BT*K pairs by expert into offset/row_pair/pair_row. */
+/* Counting sort of the BT*K pairs by expert into offset/row_pair/pair_row
+ * (the device's moe_dispatch). */
 void hs_moe_dispatch_plan(hs_moe_act *act);
+/* The experts' first grouped rows [E + 1], copied to the host (offset_h)
+ * for the per-expert GEMMs' row ranges. */
+const int32_t *hs_moe_dispatch_offsets(const hs_moe_act *act);
 /* xg [BT*K, C] (dt) = x rows in grouped order. */
 void hs_moe_dispatch_gather(void *xg, const void *x, const hs_moe_act *act);
 

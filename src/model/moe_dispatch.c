@@ -7,22 +7,15 @@
 
 void hs_moe_dispatch_plan(hs_moe_act *act)
 {
-    const int E = act->cap.E, K = act->cap.K;
-    const int64_t pairs = (int64_t)act->BT * K;
-    /* offset[e + 1] first holds the start of expert e and is advanced as
-     * its rows are placed, ending at the start of e + 1. */
-    int64_t start = 0;
-    act->offset[0] = 0;
-    for (int e = 0; e < E; e++) {
-        act->offset[e + 1] = (int32_t)start;
-        start += act->count[e];
-    }
-    HS_ASSERT(start == pairs);
-    for (int64_t pr = 0; pr < pairs; pr++) {
-        int32_t row = act->offset[act->sel[pr] + 1]++;
-        act->row_pair[row] = (int32_t)pr;
-        act->pair_row[pr] = row;
-    }
+    act->dev->k->moe_dispatch(act->dev->stream, act->offset, act->row_pair, act->pair_row,
+                              act->sel, act->count, act->BT, act->cap.E, act->cap.K);
+}
+
+const int32_t *hs_moe_dispatch_offsets(const hs_moe_act *act)
+{
+    hs_device_copy(act->dev, act->offset_h, act->offset, ((size_t)act->cap.E + 1) * sizeof(int32_t),
+                   HS_COPY_D2H);
+    return act->offset_h;
 }
 
 void hs_moe_dispatch_gather(void *xg, const void *x, const hs_moe_act *act)

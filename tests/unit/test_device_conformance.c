@@ -418,10 +418,8 @@ static void stats_start(int64_t *count, double *prob_sum, int E, uint64_t seed)
 /* d = {N, E, K, no_sums}: the router's statistics accumulated from K
  * distinct experts per token (token t: (t * 3 + k * 5) % E, ..., the next
  * free one up) and softmax-like probabilities; with no_sums, counts only. */
-static void run_moe_stats(const kcase *c, outs *o)
+static int32_t *distinct_sel(int64_t N, int E, int K)
 {
-    int64_t N = c->d[0];
-    int E = (int)c->d[1], K = (int)c->d[2];
     int32_t *sel = calloc((size_t)(N * K) + 1, sizeof *sel);
     for (int64_t t = 0; t < N; t++)
         for (int k = 0; k < K; k++) {
@@ -430,6 +428,14 @@ static void run_moe_stats(const kcase *c, outs *o)
                 if (sel[t * K + j] == e) e = (e + 1) % E, j = -1;
             sel[t * K + k] = e;
         }
+    return sel;
+}
+
+static void run_moe_stats(const kcase *c, outs *o)
+{
+    int64_t N = c->d[0];
+    int E = (int)c->d[1], K = (int)c->d[2];
+    int32_t *sel = distinct_sel(N, E, K);
     float *probs = rnd(HS_DTYPE_F32, N * E, 50, 0.5f);
     for (int64_t i = 0; i < N * E; i++) probs[i] += 0.5f;
     int64_t *count = calloc((size_t)E, sizeof *count);
@@ -454,6 +460,34 @@ static void run_moe_stats_add(const kcase *c, outs *o)
     c->k->moe_stats_add(c->s, count, sums, in, sum_in, E);
     put_stats(o, count, sums, E);
     free(count), free(in), free(sum), free(sum_in);
+}
+
+/* Integers as fp32 outputs: exact below 2^24. */
+static void put_ints(outs *o, const int32_t *v, int64_t n)
+{
+    float *f = calloc((size_t)n + 1, sizeof *f);
+    for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
+    put(o, f, HS_DTYPE_F32, n);
+    free(f);
+}
+
+/* d = {N, E, K}: the grouped order of distinct per-token experts, with the
+ * counts moe_stats gives them. */
+static void run_moe_dispatch(const kcase *c, outs *o)
+{
+    int64_t N = c->d[0];
+    int E = (int)c->d[1], K = (int)c->d[2];
+    int32_t *sel = distinct_sel(N, E, K);
+    int64_t *count = calloc((size_t)E, sizeof *count);
+    for (int64_t p = 0; p < N * K; p++) count[sel[p]]++;
+    int32_t *offset = calloc((size_t)E + 1, sizeof *offset);
+    int32_t *row_pair = calloc((size_t)(N * K) + 1, sizeof *row_pair);
+    int32_t *pair_row = calloc((size_t)(N * K) + 1, sizeof *pair_row);
+    c->k->moe_dispatch(c->s, offset, row_pair, pair_row, sel, count, N, E, K);
+    put_ints(o, offset, E + 1);
+    put_ints(o, row_pair, N * K);
+    put_ints(o, pair_row, N * K);
+    free(sel), free(count), free(offset), free(row_pair), free(pair_row);
 }
 
 /* d = {N, C, V}: gather, then scatter-add with repeated tokens. */
@@ -551,6 +585,10 @@ static const op_def ops[] = {
      10, run_moe_stats},
     {"moe_stats_add", K(moe_stats_add), F32, {1e-7f, 0, 0}, 1e-30, {{1}, {3}, {64}, {7, 1}}, 4,
      run_moe_stats_add},
+    /* Integers: exact. */
+    {"moe_dispatch", K(moe_dispatch), F32, {0, 0, 0}, 1e-30,
+     {{0, 4, 2}, {1, 1, 1}, {1, 4, 2}, {7, 3, 3}, {33, 8, 2}, {4099, 64, 6}, {40001, 8, 2}}, 7,
+     run_moe_dispatch},
     {"embedding", K(embedding_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,
      {{1, 1, 1}, {5, 7, 3}, {9, 33, 4}, {0, 4, 4}}, 4, run_embedding},
     {"adamw", K(adamw), F32, {2e-6f, 0, 0}, 1e-30, {{0}, {1}, {7}, {1000}, {4099}}, 5, run_adamw},

@@ -78,6 +78,7 @@ static void runner_init(runner *r, const problem *p, hs_dtype dt)
                             p->s.FS ? r->v[P_SD] : NULL};
     r->act_mem = hs_pool_calloc(&r->pool, hs_moe_act_bytes(&p->s, dt));
     hs_moe_act_bind(&r->act, cpu_dev(), &p->s, dt, r->act_mem);
+    r->act.offset_h = hs_pool_calloc(&r->pool, ((size_t)p->s.E + 1) * sizeof(int32_t));
     r->scratch = hs_pool_calloc(&r->pool, hs_moe_scratch_bytes(&p->s, dt));
     r->out = hs_pool_calloc(&r->pool, (size_t)p->n[P_X] * hs_dtype_size(dt));
     r->dx = hs_pool_calloc(&r->pool, (size_t)p->n[P_X] * sizeof(float));
@@ -88,6 +89,7 @@ static void runner_free(runner *r)
     for (int i = 0; i < P_COUNT; i++) hs_pool_free(&r->pool, r->v[i]);
     for (int i = 0; i < P_X; i++) hs_pool_free(&r->pool, r->g[i]);
     hs_pool_free(&r->pool, r->act_mem);
+    hs_pool_free(&r->pool, r->act.offset_h);
     hs_pool_free(&r->pool, r->scratch);
     hs_pool_free(&r->pool, r->out);
     hs_pool_free(&r->pool, r->dx);
