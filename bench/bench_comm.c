@@ -48,19 +48,20 @@ static void run_once(bench *b, bench_op op, bool mpi, int64_t n) {
         if (mpi)
             MPI_Allgather(b->in, cnt, MPI_FLOAT, b->out, cnt, MPI_FLOAT, MPI_COMM_WORLD);
         else
-            st = hs_pg_all_gather(b->world, b->out, b->in, n, HS_DTYPE_F32, &e);
+            st = hs_pg_all_gather(b->world, NULL, b->out, b->in, n, HS_DTYPE_F32, &e);
         break;
     case B_RS:
         if (mpi)
             MPI_Reduce_scatter_block(b->in, b->out, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         else
-            st = hs_pg_reduce_scatter(b->world, b->out, b->in, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
+            st = hs_pg_reduce_scatter(b->world, NULL, b->out, b->in, n, HS_DTYPE_F32,
+                                      HS_REDUCE_SUM, &e);
         break;
     default:
         if (mpi)
             MPI_Allreduce(MPI_IN_PLACE, b->in, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         else
-            st = hs_pg_all_reduce(b->world, b->in, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
+            st = hs_pg_all_reduce(b->world, NULL, b->in, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
     }
     if (st != HS_OK) hs_comm_abort(b->comm, &e);
 }

@@ -169,7 +169,7 @@ static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e)
     l->en->zero_grads(l->en);
     double dt = hs_now() - t0;
     float sum = (float)(hs_pp_busy_seconds(l->pp_ctx) / dt);
-    if (s == HS_OK) s = hs_pg_all_reduce(world, &sum, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);
+    if (s == HS_OK) s = hs_pg_all_reduce(world, NULL, &sum, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);
     double slowest = hs_bench_max_over(world, dt);
     double peak = hs_bench_max_over(world, (double)hs_pool_peak(&l->dev->device_pool));
     if (i < 0 || s != HS_OK) return s;

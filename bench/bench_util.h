@@ -26,7 +26,8 @@ static inline double hs_bench_max_over(hs_pg *g, double v)
 {
     float all[64], x = (float)v;
     hs_error e;
-    if (hs_pg_size(g) > 64 || hs_pg_all_gather(g, all, &x, 1, HS_DTYPE_F32, &e) != HS_OK) return v;
+    if (hs_pg_size(g) > 64 || hs_pg_all_gather(g, NULL, all, &x, 1, HS_DTYPE_F32, &e) != HS_OK)
+        return v;
     for (int r = 0; r < hs_pg_size(g); r++) x = all[r] > x ? all[r] : x;
     return x;
 }

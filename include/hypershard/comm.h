@@ -29,6 +29,18 @@
  *   on different queues need no agreed order between them: a collective on
  *   one queue may wait for a peer that first has to finish work on the
  *   other queue.
+ * - Streams: every data-moving collective takes the hs_stream its buffers
+ *   belong to, right after the group. The collective reads its input only
+ *   after all work issued on s before the call, and its result is ordered
+ *   before work issued on s after hs_work_wait_stream(w, s). s == NULL
+ *   means host memory the host has ready now (control plane: checkpoint
+ *   agreement, plans, metrics). barrier and hs_pg_agree take no stream
+ *   (host). Blocking forms = async on s + hs_work_wait_stream on s.
+ *   NCCL: the collective runs on a comm stream that first waits for an
+ *   event recorded on s; wait_stream = s waits on the completion event, the
+ *   host does not. mpi (host-staged): issue synchronizes s before the
+ *   communication thread may touch the buffers; wait_stream waits on the
+ *   host.
  * - Buffers passed to an async collective must stay valid and untouched
  *   until the work completes. Staging buffers are owned by the group and
  *   reused: no allocation per collective on the hot path.
@@ -59,6 +71,7 @@
 #include <stdint.h>
 
 #include "hypershard/base.h"
+#include "hypershard/device.h"
 #include "hypershard/tensor.h"
 
 typedef enum hs_reduce_op {
@@ -132,38 +145,53 @@ int hs_pg_world_rank(const hs_pg *g, int r);
  * `count` is in elements of `dt`. */
 
 /* out[r*count .. ) = in of group rank r. In place when in == out + rank*count. */
-hs_work *hs_pg_all_gather_async(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt);
+hs_work *hs_pg_all_gather_async(hs_pg *g, hs_stream *s, void *out, const void *in, int64_t count,
+                                hs_dtype dt);
 /* in holds size*count elements (chunk r goes to rank r); out gets count. */
-hs_work *hs_pg_reduce_scatter_async(hs_pg *g, void *out, const void *in, int64_t count,
-                                    hs_dtype dt, hs_reduce_op op);
+hs_work *hs_pg_reduce_scatter_async(hs_pg *g, hs_stream *s, void *out, const void *in,
+                                    int64_t count, hs_dtype dt, hs_reduce_op op);
 /* In place. */
-hs_work *hs_pg_all_reduce_async(hs_pg *g, void *buf, int64_t count, hs_dtype dt, hs_reduce_op op);
-hs_work *hs_pg_broadcast_async(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int root);
+hs_work *hs_pg_all_reduce_async(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype dt,
+                                hs_reduce_op op);
+hs_work *hs_pg_broadcast_async(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype dt,
+                               int root);
 /* Block r of `in` (count elements) goes to rank r; out block r comes from rank r. */
-hs_work *hs_pg_all_to_all_async(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt);
-hs_work *hs_pg_all_to_allv_async(hs_pg *g, void *out, const int64_t *recv_counts,
+hs_work *hs_pg_all_to_all_async(hs_pg *g, hs_stream *s, void *out, const void *in, int64_t count,
+                                hs_dtype dt);
+hs_work *hs_pg_all_to_allv_async(hs_pg *g, hs_stream *s, void *out, const int64_t *recv_counts,
                                  const int64_t *recv_displs, const void *in,
                                  const int64_t *send_counts, const int64_t *send_displs,
                                  hs_dtype dt);
-hs_work *hs_pg_send_async(hs_pg *g, const void *buf, int64_t count, hs_dtype dt, int peer, int tag);
-hs_work *hs_pg_recv_async(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int peer, int tag);
+hs_work *hs_pg_send_async(hs_pg *g, hs_stream *s, const void *buf, int64_t count, hs_dtype dt,
+                          int peer, int tag);
+hs_work *hs_pg_recv_async(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype dt, int peer,
+                          int tag);
 hs_work *hs_pg_barrier_async(hs_pg *g);
 
 /* Wait for completion and release the handle. Errors on the comm thread
  * (timeouts abort all ranks directly) come back here. */
 hs_status hs_work_wait(hs_work *w, hs_error *e);
+/* Release the handle like hs_work_wait; afterwards work issued on s sees
+ * the result (s == NULL: the same as hs_work_wait). */
+hs_status hs_work_wait_stream(hs_work *w, hs_stream *s, hs_error *e);
 /* true when done (the handle must still be waited on to be released). */
 bool hs_work_test(hs_work *w);
 
-/* Blocking forms. */
-hs_status hs_pg_all_gather(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt, hs_error *e);
-hs_status hs_pg_reduce_scatter(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt,
-                               hs_reduce_op op, hs_error *e);
-hs_status hs_pg_all_reduce(hs_pg *g, void *buf, int64_t count, hs_dtype dt, hs_reduce_op op, hs_error *e);
-hs_status hs_pg_broadcast(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int root, hs_error *e);
-hs_status hs_pg_all_to_all(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt, hs_error *e);
-hs_status hs_pg_send(hs_pg *g, const void *buf, int64_t count, hs_dtype dt, int peer, int tag, hs_error *e);
-hs_status hs_pg_recv(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int peer, int tag, hs_error *e);
+/* Blocking forms: async on s, then hs_work_wait_stream on s. */
+hs_status hs_pg_all_gather(hs_pg *g, hs_stream *s, void *out, const void *in, int64_t count,
+                           hs_dtype dt, hs_error *e);
+hs_status hs_pg_reduce_scatter(hs_pg *g, hs_stream *s, void *out, const void *in, int64_t count,
+                               hs_dtype dt, hs_reduce_op op, hs_error *e);
+hs_status hs_pg_all_reduce(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype dt,
+                           hs_reduce_op op, hs_error *e);
+hs_status hs_pg_broadcast(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype dt, int root,
+                          hs_error *e);
+hs_status hs_pg_all_to_all(hs_pg *g, hs_stream *s, void *out, const void *in, int64_t count,
+                           hs_dtype dt, hs_error *e);
+hs_status hs_pg_send(hs_pg *g, hs_stream *s, const void *buf, int64_t count, hs_dtype dt, int peer,
+                     int tag, hs_error *e);
+hs_status hs_pg_recv(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype dt, int peer,
+                     int tag, hs_error *e);
 hs_status hs_pg_barrier(hs_pg *g, hs_error *e);
 /* Collective agreement: every rank of g passes its own status (and, when
  * it failed, its message in e). Returns HS_OK on all ranks, or the first

@@ -57,9 +57,11 @@ const hs_tp_rule *hs_tp_default_plan(int *n);
 typedef struct hs_tp hs_tp;
 
 /* Tensor parallelism over `group` (the "tp" dim of the mesh; size >= 2).
- * `comm` is what a failing collective aborts. */
-hs_status hs_tp_create(hs_comm *comm, hs_pg *group, bool sequence_parallel, bool loss_parallel,
-                       hs_tp **out, hs_error *e);
+ * `comm` is what a failing collective aborts; the collectives run on
+ * dev's compute stream (dev->stream), where the model's buffers are
+ * written and read. */
+hs_status hs_tp_create(hs_comm *comm, hs_device *dev, hs_pg *group, bool sequence_parallel,
+                       bool loss_parallel, hs_tp **out, hs_error *e);
 void hs_tp_free(hs_tp *t);
 /* The ops table to create the model with (hs_model_options.ops). */
 const hs_model_ops *hs_tp_ops(const hs_tp *t);
@@ -108,7 +110,9 @@ void hs_tp_local_slice(hs_device *d, const hs_param *p, const float *full, float
  * rank. The sequence layout itself is the model's (hs_cp_take_local). */
 typedef struct hs_cp hs_cp;
 
-hs_status hs_cp_create(hs_comm *comm, hs_pg *group, bool ring, hs_cp **out, hs_error *e);
+/* The collectives and ring steps run on dev's compute stream. */
+hs_status hs_cp_create(hs_comm *comm, hs_device *dev, hs_pg *group, bool ring, hs_cp **out,
+                       hs_error *e);
 void hs_cp_free(hs_cp *c);
 /* Set ops' cp_* members (the rest of the table is left as it is). */
 void hs_cp_fill_ops(hs_cp *c, hs_model_ops *ops);
@@ -125,7 +129,8 @@ void hs_cp_reset_stats(hs_cp *c);
  * EP-local expert tensor over the EDP mesh (fsdp_moe_mesh). */
 typedef struct hs_ep hs_ep;
 
-hs_status hs_ep_create(hs_comm *comm, hs_pg *group, hs_ep **out, hs_error *e);
+/* The exchanges run on dev's compute stream. */
+hs_status hs_ep_create(hs_comm *comm, hs_device *dev, hs_pg *group, hs_ep **out, hs_error *e);
 void hs_ep_free(hs_ep *p);
 /* Set ops' ep_* members (the rest of the table is left as it is). */
 void hs_ep_fill_ops(hs_ep *p, hs_model_ops *ops);
@@ -208,10 +213,20 @@ typedef struct hs_pp hs_pp;
  * staging for `keys` messages per direction (keys >= M x V: one per
  * receiving chunk and micro-batch) of up to max_numel elements (fp32 or
  * narrower) and second messages of up to max_extra fp32 values. Messages
- * are copied into and out of the staging buffers by dev's copies. */
+ * are copied into and out of the staging buffers by dev's copies; the
+ * buffers are dev's memory (hs_pp_staging_bytes of them, which the memory
+ * plan counts) and the sends and receives run on dev's compute stream. */
 hs_status hs_pp_create(hs_comm *comm, hs_device *dev, const hs_topology *t, int world_rank,
                        int64_t max_numel, int64_t max_extra, int keys, const char *prefix,
                        hs_pp **out, hs_error *e);
+/* The largest hand-over messages of cfg at context-parallel degree cp:
+ * this rank's rows of a micro-batch (T / cp of each sequence, all of them;
+ * sequence parallel only ever has fewer) and the MoE statistics (0
+ * without MoE). */
+void hs_pp_message_numel(const hs_config *cfg, int cp, int64_t *numel, int64_t *extra);
+/* The device bytes of hs_pp_create's staging for those sizes (the memory
+ * plan counts them); products checked into ck. */
+int64_t hs_pp_staging_bytes(hs_checked *ck, int64_t max_numel, int64_t max_extra, int keys);
 void hs_pp_free(hs_pp *p);
 int hs_pp_stage(const hs_pp *p);
 int hs_pp_size(const hs_pp *p);

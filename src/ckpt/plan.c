@@ -17,7 +17,7 @@
 hs_status hs_ckpt_all_gather_bytes(hs_pg *world, const void *mine, int64_t len, char **all,
                                    int64_t *stride, int64_t *lens, hs_error *e) {
     int w = hs_pg_size(world);
-    hs_status s = hs_pg_all_gather(world, lens, &len, 4, CARRIER, e);
+    hs_status s = hs_pg_all_gather(world, NULL, lens, &len, 4, CARRIER, e);
     if (s != HS_OK) return s;
     int64_t max = 2;
     for (int r = 0; r < w; r++) max = lens[r] > max ? lens[r] : max;
@@ -26,7 +26,7 @@ hs_status hs_ckpt_all_gather_bytes(hs_pg *world, const void *mine, int64_t len, 
     *all = calloc((size_t)w, (size_t)max);
     if (!send || !*all) hs_oom("gathering %d x %lld bytes of checkpoint tables", w, (long long)max);
     memcpy(send, mine, (size_t)len);
-    s = hs_pg_all_gather(world, *all, send, max / 2, CARRIER, e);
+    s = hs_pg_all_gather(world, NULL, *all, send, max / 2, CARRIER, e);
     free(send);
     *stride = max;
     return s;

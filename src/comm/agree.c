@@ -17,7 +17,7 @@ hs_status hs_pg_agree(hs_pg *g, hs_status mine, const char *what, hs_error *e) {
     HS_ASSERT(codes != NULL);
     int64_t me = (int64_t)mine;
     hs_error ce;
-    hs_status s = hs_pg_all_gather(g, codes, &me, 4, CARRIER, &ce);
+    hs_status s = hs_pg_all_gather(g, NULL, codes, &me, 4, CARRIER, &ce);
     if (s != HS_OK) {
         free(codes);
         if (mine != HS_OK) return mine;
@@ -33,7 +33,7 @@ hs_status hs_pg_agree(hs_pg *g, hs_status mine, const char *what, hs_error *e) {
     char msg[sizeof e->msg];
     memset(msg, 0, sizeof msg);
     if (hs_pg_rank(g) == bad) snprintf(msg, sizeof msg, "%s", e->msg);
-    s = hs_pg_broadcast(g, msg, (int64_t)sizeof msg / 2, CARRIER, bad, &ce);
+    s = hs_pg_broadcast(g, NULL, msg, (int64_t)sizeof msg / 2, CARRIER, bad, &ce);
     msg[sizeof msg - 1] = '\0';
     if (mine != HS_OK) return mine;
     if (s != HS_OK) return hs_error_set(e, out, "%s failed on rank %d", what, bad);

@@ -3,6 +3,28 @@
  * behave as async + wait). */
 #include "comm/comm_internal.h"
 
+/* The mpi backend moves bytes from the host (its communication thread, or
+ * the caller's inline), so before it may read or write a collective's
+ * buffers the work issued on s before the call must be done: the host
+ * waits for s. On cpu and reference that returns at once; on a GPU stream
+ * with host-staged MPI it is what makes the collective read what s
+ * computed. (An nccl backend records an event on s instead.) */
+static void stream_ready(hs_stream *s) {
+    if (s) hs_stream_synchronize(s);
+}
+
+static hs_work *enqueue_on(hs_pg *g, hs_stream *s, const hs_coll_args *a) {
+    stream_ready(s);
+    return hs_comm_enqueue(g, a);
+}
+
+/* async on s + hs_work_wait_stream on s, which for this backend is a host
+ * wait (work.c): the inline run of hs_comm_run is that. */
+static hs_status run_on(hs_pg *g, hs_stream *s, const hs_coll_args *a, hs_error *e) {
+    stream_ready(s);
+    return hs_comm_run(g, a, e);
+}
+
 static void check_common(const hs_pg *g, int64_t count, hs_dtype dt) {
     HS_ASSERT(g != NULL);
     HS_ASSERT(count >= 0);
@@ -61,33 +83,37 @@ static hs_coll_args args_barrier(hs_pg *g) {
     return (hs_coll_args){.op = HS_OP_BARRIER, .dt = HS_DTYPE_F32};
 }
 
-hs_work *hs_pg_all_gather_async(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt) {
+hs_work *hs_pg_all_gather_async(hs_pg *g, hs_stream *s, void *out, const void *in, int64_t count,
+                                hs_dtype dt) {
     hs_coll_args a = args_all_gather(g, out, in, count, dt);
-    return hs_comm_enqueue(g, &a);
+    return enqueue_on(g, s, &a);
 }
 
-hs_work *hs_pg_reduce_scatter_async(hs_pg *g, void *out, const void *in, int64_t count,
-                                    hs_dtype dt, hs_reduce_op op) {
+hs_work *hs_pg_reduce_scatter_async(hs_pg *g, hs_stream *s, void *out, const void *in,
+                                    int64_t count, hs_dtype dt, hs_reduce_op op) {
     hs_coll_args a = args_reduce_scatter(g, out, in, count, dt, op);
-    return hs_comm_enqueue(g, &a);
+    return enqueue_on(g, s, &a);
 }
 
-hs_work *hs_pg_all_reduce_async(hs_pg *g, void *buf, int64_t count, hs_dtype dt, hs_reduce_op op) {
+hs_work *hs_pg_all_reduce_async(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype dt,
+                                hs_reduce_op op) {
     hs_coll_args a = args_all_reduce(g, buf, count, dt, op);
-    return hs_comm_enqueue(g, &a);
+    return enqueue_on(g, s, &a);
 }
 
-hs_work *hs_pg_broadcast_async(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int root) {
+hs_work *hs_pg_broadcast_async(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype dt,
+                               int root) {
     hs_coll_args a = args_broadcast(g, buf, count, dt, root);
-    return hs_comm_enqueue(g, &a);
+    return enqueue_on(g, s, &a);
 }
 
-hs_work *hs_pg_all_to_all_async(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt) {
+hs_work *hs_pg_all_to_all_async(hs_pg *g, hs_stream *s, void *out, const void *in, int64_t count,
+                                hs_dtype dt) {
     hs_coll_args a = args_all_to_all(g, out, in, count, dt);
-    return hs_comm_enqueue(g, &a);
+    return enqueue_on(g, s, &a);
 }
 
-hs_work *hs_pg_all_to_allv_async(hs_pg *g, void *out, const int64_t *recv_counts,
+hs_work *hs_pg_all_to_allv_async(hs_pg *g, hs_stream *s, void *out, const int64_t *recv_counts,
                                  const int64_t *recv_displs, const void *in,
                                  const int64_t *send_counts, const int64_t *send_displs,
                                  hs_dtype dt) {
@@ -96,18 +122,20 @@ hs_work *hs_pg_all_to_allv_async(hs_pg *g, void *out, const int64_t *recv_counts
     hs_coll_args a = {.op = HS_OP_ALL_TO_ALLV, .dt = dt, .out = out, .in = in,
                       .recv_counts = recv_counts, .recv_displs = recv_displs,
                       .send_counts = send_counts, .send_displs = send_displs};
-    return hs_comm_enqueue(g, &a);
+    return enqueue_on(g, s, &a);
 }
 
 /* The buffer of a send is only read. */
-hs_work *hs_pg_send_async(hs_pg *g, const void *buf, int64_t count, hs_dtype dt, int peer, int tag) {
+hs_work *hs_pg_send_async(hs_pg *g, hs_stream *s, const void *buf, int64_t count, hs_dtype dt,
+                          int peer, int tag) {
     hs_coll_args a = args_p2p(g, HS_OP_SEND, (void *)buf, count, dt, peer, tag);
-    return hs_comm_enqueue(g, &a);
+    return enqueue_on(g, s, &a);
 }
 
-hs_work *hs_pg_recv_async(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int peer, int tag) {
+hs_work *hs_pg_recv_async(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype dt, int peer,
+                          int tag) {
     hs_coll_args a = args_p2p(g, HS_OP_RECV, buf, count, dt, peer, tag);
-    return hs_comm_enqueue(g, &a);
+    return enqueue_on(g, s, &a);
 }
 
 hs_work *hs_pg_barrier_async(hs_pg *g) {
@@ -115,45 +143,46 @@ hs_work *hs_pg_barrier_async(hs_pg *g) {
     return hs_comm_enqueue(g, &a);
 }
 
-hs_status hs_pg_all_gather(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt,
-                           hs_error *e) {
+hs_status hs_pg_all_gather(hs_pg *g, hs_stream *s, void *out, const void *in, int64_t count,
+                           hs_dtype dt, hs_error *e) {
     hs_coll_args a = args_all_gather(g, out, in, count, dt);
-    return hs_comm_run(g, &a, e);
+    return run_on(g, s, &a, e);
 }
 
-hs_status hs_pg_reduce_scatter(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt,
-                               hs_reduce_op op, hs_error *e) {
+hs_status hs_pg_reduce_scatter(hs_pg *g, hs_stream *s, void *out, const void *in, int64_t count,
+                               hs_dtype dt, hs_reduce_op op, hs_error *e) {
     hs_coll_args a = args_reduce_scatter(g, out, in, count, dt, op);
-    return hs_comm_run(g, &a, e);
+    return run_on(g, s, &a, e);
 }
 
-hs_status hs_pg_all_reduce(hs_pg *g, void *buf, int64_t count, hs_dtype dt, hs_reduce_op op,
-                           hs_error *e) {
+hs_status hs_pg_all_reduce(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype dt,
+                           hs_reduce_op op, hs_error *e) {
     hs_coll_args a = args_all_reduce(g, buf, count, dt, op);
-    return hs_comm_run(g, &a, e);
+    return run_on(g, s, &a, e);
 }
 
-hs_status hs_pg_broadcast(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int root, hs_error *e) {
+hs_status hs_pg_broadcast(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype dt, int root,
+                          hs_error *e) {
     hs_coll_args a = args_broadcast(g, buf, count, dt, root);
-    return hs_comm_run(g, &a, e);
+    return run_on(g, s, &a, e);
 }
 
-hs_status hs_pg_all_to_all(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt,
-                           hs_error *e) {
+hs_status hs_pg_all_to_all(hs_pg *g, hs_stream *s, void *out, const void *in, int64_t count,
+                           hs_dtype dt, hs_error *e) {
     hs_coll_args a = args_all_to_all(g, out, in, count, dt);
-    return hs_comm_run(g, &a, e);
+    return run_on(g, s, &a, e);
 }
 
-hs_status hs_pg_send(hs_pg *g, const void *buf, int64_t count, hs_dtype dt, int peer, int tag,
-                     hs_error *e) {
+hs_status hs_pg_send(hs_pg *g, hs_stream *s, const void *buf, int64_t count, hs_dtype dt, int peer,
+                     int tag, hs_error *e) {
     hs_coll_args a = args_p2p(g, HS_OP_SEND, (void *)buf, count, dt, peer, tag);
-    return hs_comm_run(g, &a, e);
+    return run_on(g, s, &a, e);
 }
 
-hs_status hs_pg_recv(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int peer, int tag,
-                     hs_error *e) {
+hs_status hs_pg_recv(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype dt, int peer,
+                     int tag, hs_error *e) {
     hs_coll_args a = args_p2p(g, HS_OP_RECV, buf, count, dt, peer, tag);
-    return hs_comm_run(g, &a, e);
+    return run_on(g, s, &a, e);
 }
 
 hs_status hs_pg_barrier(hs_pg *g, hs_error *e) {

@@ -33,7 +33,7 @@ static hs_status merge_clock_offset(hs_pg *world, double *offset, hs_error *e) {
     if (s != HS_OK) return s;
     double wall = hs_wall_now(), mono = hs_now();
     double mine = wall - mono, ref = mine;
-    s = hs_pg_broadcast(world, &ref, 2, HS_DTYPE_F32, 0, e);
+    s = hs_pg_broadcast(world, NULL, &ref, 2, HS_DTYPE_F32, 0, e);
     *offset = mine - ref;
     return s;
 }
@@ -85,7 +85,7 @@ static hs_status merge_receive(hs_pg *world, const int64_t *sizes, merge_out *o,
     hs_status s = HS_OK;
     for (int r = 1; r < n && s == HS_OK; r++) {
         if (sizes[r] == 0) continue;
-        s = hs_pg_recv(world, buf, words_of(sizes[r]), HS_DTYPE_F32, r, TRACE_TAG, e);
+        s = hs_pg_recv(world, NULL, buf, words_of(sizes[r]), HS_DTYPE_F32, r, TRACE_TAG, e);
         if (s == HS_OK) merge_append(o, buf, (size_t)sizes[r]);
     }
     free(buf);
@@ -100,7 +100,7 @@ static hs_status merge_send(hs_pg *world, char *body, int64_t len, hs_error *e) 
     /* The last word may run past the body: copy into a padded buffer. */
     char *padded = realloc(body, (size_t)words_of(len) * 4);
     if (!padded) hs_oom("sending a trace of %lld bytes", (long long)len);
-    hs_status s = hs_pg_send(world, padded, words_of(len), HS_DTYPE_F32, 0, TRACE_TAG, e);
+    hs_status s = hs_pg_send(world, NULL, padded, words_of(len), HS_DTYPE_F32, 0, TRACE_TAG, e);
     free(padded);
     return s;
 }
@@ -109,7 +109,7 @@ static hs_status merge_send(hs_pg *world, char *body, int64_t len, hs_error *e) 
  * trace that was not written. */
 static hs_status merge_agree(hs_pg *world, merge_out *o, hs_error *e) {
     int32_t code[2] = {o->err.code, 0};
-    hs_status s = hs_pg_broadcast(world, code, 2, HS_DTYPE_F32, 0, e);
+    hs_status s = hs_pg_broadcast(world, NULL, code, 2, HS_DTYPE_F32, 0, e);
     if (s != HS_OK) return s;
     if (hs_pg_rank(world) == 0 && o->err.code != HS_OK) {
         *e = o->err;
@@ -134,7 +134,7 @@ hs_status hs_comm_write_merged_trace(hs_comm *c, const char *path, hs_error *e) 
     int64_t *sizes = calloc((size_t)n, sizeof *sizes);
     if (!sizes) hs_oom("gathering trace sizes of %d ranks", n);
     int64_t mine = (int64_t)len;
-    s = hs_pg_all_gather(world, sizes, &mine, 2, HS_DTYPE_F32, e);
+    s = hs_pg_all_gather(world, NULL, sizes, &mine, 2, HS_DTYPE_F32, e);
     merge_out o = {0};
     hs_error_clear(&o.err);
     if (s == HS_OK && rank == 0) {

@@ -43,8 +43,8 @@ static hs_status muon_gather_rows(void *ctx, const float *local, float *full, hs
     hs_dev_copy(d, mine, local, (size_t)pl->actual_sharded_numel * sizeof(float));
     hs_dev_zero(d, mine + pl->actual_sharded_numel,
                 (size_t)(pl->padded_sharded_numel - pl->actual_sharded_numel) * sizeof(float));
-    return hs_pg_all_gather(fp->mi.shard_pg, full, mine, pl->padded_sharded_numel, HS_DTYPE_F32,
-                            e);
+    return hs_pg_all_gather(fp->mi.shard_pg, d->stream, full, mine, pl->padded_sharded_numel,
+                            HS_DTYPE_F32, e);
 }
 
 /* A matrix TP splits (Shard(0) or Shard(1) on a tp mesh > 1): Muon needs
@@ -73,8 +73,9 @@ static hs_status muon_gather_tp(void *ctx, const float *local, float *full, hs_e
     else
         hs_dev_copy(fp->mem->dev, staged, local, (size_t)ln * sizeof(float));
     if (st != HS_OK) return st;
-    if (p->tp.dim == 0) return hs_pg_all_gather(fp->mi.tp_pg, full, staged, ln, HS_DTYPE_F32, e);
-    st = hs_pg_all_gather(fp->mi.tp_pg, blocks, staged, ln, HS_DTYPE_F32, e);
+    hs_stream *s = fp->mem->dev->stream;
+    if (p->tp.dim == 0) return hs_pg_all_gather(fp->mi.tp_pg, s, full, staged, ln, HS_DTYPE_F32, e);
+    st = hs_pg_all_gather(fp->mi.tp_pg, s, blocks, staged, ln, HS_DTYPE_F32, e);
     int64_t rows = p->shape[0], lc = p->local_shape[1];
     size_t lb = (size_t)lc * sizeof(float);
     for (int r = 0; st == HS_OK && r < fp->mi.tp_size; r++)
@@ -183,7 +184,8 @@ hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e)
         sums[g][kind] += (float)s;
     }
     for (int g = 0; g < n_groups; g++) {
-        hs_status st = hs_pg_all_reduce(groups[g], sums[g], 3, HS_DTYPE_F32, HS_REDUCE_SUM, e);
+        hs_status st =
+            hs_pg_all_reduce(groups[g], NULL, sums[g], 3, HS_DTYPE_F32, HS_REDUCE_SUM, e);
         if (st != HS_OK) return st;
         for (int k = 0; k < 3; k++) by_kind[k] += sums[g][k];
     }
@@ -191,7 +193,8 @@ hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e)
     for (int k = 1; k < 3; k++) {
         if (!split_pg[k]) continue;
         float s = (float)by_kind[k];
-        hs_status st = hs_pg_all_reduce(split_pg[k], &s, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);
+        hs_status st = hs_pg_all_reduce(split_pg[k], NULL, &s, 1, HS_DTYPE_F32, HS_REDUCE_SUM,
+                                        e);
         if (st != HS_OK) return st;
         by_kind[k] = s;
     }
@@ -225,7 +228,10 @@ static hs_fsdp_param *param_at(hs_fsdp *f, int i)
 
 /* The full tensor from every rank's actual rows (fp32, `src` holding this
  * rank's actual shard). Export / dump time only: a one-off padded buffer,
- * not the training buffers. */
+ * not the training buffers. It is device memory, as a collective's buffers
+ * must be on a GPU: a dump inside a step counts it in that step's device
+ * peak, which stays below the forward / backward peak it comes after
+ * (plan = measured holds, tests/cli/test_plan.sh). */
 static hs_status gather_rows(hs_fsdp_param *fp, const float *src, float *out, hs_error *e)
 {
     const hs_fsdp_plan *pl = &fp->plan;
@@ -233,17 +239,19 @@ static hs_status gather_rows(hs_fsdp_param *fp, const float *src, float *out, hs
         hs_dev_copy(fp->mem->dev, out, src, (size_t)pl->unpacked_numel * sizeof(float));
         return HS_OK;
     }
+    hs_device *d = fp->mem->dev;
     size_t shard = (size_t)pl->padded_sharded_numel, full = (size_t)pl->padded_unsharded_numel;
-    float *buf = calloc(shard + full + 1, sizeof(float));
+    size_t actual = (size_t)pl->actual_sharded_numel;
+    float *buf = hs_device_alloc(d, (shard + full + 1) * sizeof(float));
     if (!buf)
         return hs_error_set(e, HS_ERR_OOM, "fsdp: cannot allocate %zu floats to gather %s",
                             shard + full, fp->p->fqn);
-    hs_dev_copy(fp->mem->dev, buf, src, (size_t)pl->actual_sharded_numel * sizeof(float));
-    hs_status st = hs_pg_all_gather(fp->mi.shard_pg, buf + shard, buf, pl->padded_sharded_numel,
-                                    HS_DTYPE_F32, e);
-    if (st == HS_OK)
-        hs_dev_copy(fp->mem->dev, out, buf + shard, (size_t)pl->unpacked_numel * sizeof(float));
-    free(buf);
+    hs_dev_copy(d, buf, src, actual * sizeof(float));
+    hs_dev_zero(d, buf + actual, (shard - actual) * sizeof(float));
+    hs_status st = hs_pg_all_gather(fp->mi.shard_pg, d->stream, buf + shard, buf,
+                                    pl->padded_sharded_numel, HS_DTYPE_F32, e);
+    if (st == HS_OK) hs_dev_copy(d, out, buf + shard, (size_t)pl->unpacked_numel * sizeof(float));
+    hs_device_free_mem(d, buf);
     return st;
 }
 

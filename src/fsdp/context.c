@@ -57,14 +57,20 @@ static void wait_reduce_scatters(hs_fsdp_ctx *ctx, hs_fsdp_unit *u)
         if (hs_fsdp_param_reduce_wait(u->params[i], &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
 }
 
-static void launch_all_reduces(hs_fsdp_unit *u)
+/* The HSDP all-reduces run on the reduce-scatter stream, after the
+ * reduce-scatters that filled their slots; the compute stream wrote the
+ * slots of parameters that need none (hs_fsdp_param_reduce_issue). */
+static void launch_all_reduces(hs_fsdp_ctx *ctx, hs_fsdp_unit *u)
 {
+    hs_stream *rs = hs_fsdp_mem_rs(&ctx->mem);
+    hs_fsdp_mem_tie(&ctx->mem, ctx->mem.dev->stream, rs);
     /* Stable group order, identical on every rank (comm.h ordering rule). */
     for (int g = 0; g < u->n_groups; g++) {
         hs_fsdp_reduce_group *grp = &u->groups[g];
         if (!grp->pg) continue;
         HS_ASSERT(grp->ar_work == NULL);
-        grp->ar_work = hs_pg_all_reduce_async(grp->pg, grp->buf, grp->numel, grp->dtype, grp->op);
+        grp->ar_work =
+            hs_pg_all_reduce_async(grp->pg, rs, grp->buf, grp->numel, grp->dtype, grp->op);
     }
 }
 
@@ -77,7 +83,7 @@ void hs_fsdp_ctx_reduce_unit(hs_fsdp_ctx *ctx, int ui)
     for (int i = 0; i < u->n_params; i++)
         if (!u->params[i]->fused && !u->params[i]->p->frozen)
             hs_fsdp_param_reduce_issue(u->params[i], ctx->grad_prescale);
-    if (prev) launch_all_reduces(prev);
+    if (prev) launch_all_reduces(ctx, prev);
     ctx->prev_unit = ui;
     HS_ASSERT(ctx->n_reduced < ctx->n_units);
     ctx->reduced[ctx->n_reduced++] = ui;
@@ -93,14 +99,20 @@ bool hs_fsdp_ctx_pending(const hs_fsdp_ctx *ctx) { return ctx->n_reduced > 0; }
  * same sequence on every TP rank. A no-op without TP. */
 static void tp_tail(hs_fsdp_ctx *ctx, hs_error *e)
 {
+    /* On the reduce-scatter stream, like the reductions that filled the
+     * slots; hs_fsdp_param_reduce_apply reads the result on the compute
+     * stream. The compute stream wrote the slots of unsharded parameters. */
+    hs_stream *rs = hs_fsdp_mem_rs(&ctx->mem);
+    hs_fsdp_mem_tie(&ctx->mem, ctx->mem.dev->stream, rs);
     for (int k = 0; k < ctx->n_reduced; k++) {
         hs_fsdp_unit *u = &ctx->units[ctx->reduced[k]];
         for (int i = 0; i < u->n_params; i++) {
             hs_fsdp_param *fp = u->params[i];
             if (!fp->tp_all_reduce || fp->p->frozen) continue;
-            hs_status st = hs_pg_all_reduce(fp->mi.tp_pg, fp->reduce_slot, fp->reduce_numel,
+            hs_status st = hs_pg_all_reduce(fp->mi.tp_pg, rs, fp->reduce_slot, fp->reduce_numel,
                                             fp->reduce_dtype, HS_REDUCE_AVG, e);
             if (st != HS_OK) hs_fsdp_ctx_fail(ctx, e);
+            hs_fsdp_mem_tie(&ctx->mem, rs, ctx->mem.dev->stream);
             hs_fsdp_param_reduce_apply(fp);
         }
     }
@@ -113,7 +125,7 @@ void hs_fsdp_ctx_drain(hs_fsdp_ctx *ctx)
     if (ctx->prev_unit >= 0) {
         hs_fsdp_unit *prev = &ctx->units[ctx->prev_unit];
         wait_reduce_scatters(ctx, prev);
-        launch_all_reduces(prev);
+        launch_all_reduces(ctx, prev);
         ctx->prev_unit = -1;
     }
     for (int k = 0; k < ctx->n_reduced; k++) {
@@ -127,6 +139,8 @@ void hs_fsdp_ctx_drain(hs_fsdp_ctx *ctx)
                     hs_fsdp_ctx_fail(ctx, &e);
             }
         }
+        /* the compute stream applies what the all-reduces produced */
+        hs_fsdp_mem_tie(&ctx->mem, hs_fsdp_mem_rs(&ctx->mem), ctx->mem.dev->stream);
         for (int i = 0; i < u->n_params; i++)
             if (!u->params[i]->tp_all_reduce && !u->params[i]->p->frozen)
                 hs_fsdp_param_reduce_apply(u->params[i]);

@@ -171,7 +171,11 @@ void hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu)
     const void *in = all_gather_input(fu);
     fu->ag_out_bytes = (size_t)fu->numel * (size_t)fu->world * hs_dtype_size(fu->ag_dtype);
     fu->ag_out = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_out_bytes);
-    fu->ag_work = hs_pg_all_gather_async(fu->pg, fu->ag_out, in, fu->numel, fu->ag_dtype);
+    /* The all-gather stream waits for the compute stream: it wrote the
+     * input, and last read the cached buffers the output reuses. */
+    hs_stream *ag = hs_fsdp_mem_ag(fu->mem);
+    hs_fsdp_mem_tie(fu->mem, fu->mem->dev->stream, ag);
+    fu->ag_work = hs_pg_all_gather_async(fu->pg, ag, fu->ag_out, in, fu->numel, fu->ag_dtype);
     for (int j = 0; j < fu->n_params; j++) {
         hs_fsdp_param *fp = fu->params[j];
         fp->state = HS_FSDP_UNSHARDING;
@@ -206,6 +210,8 @@ hs_status hs_fsdp_fusion_unshard_wait(hs_fsdp_fusion *fu, hs_error *e)
     hs_work *w = fu->ag_work;
     fu->ag_work = NULL;
     hs_status st = hs_fsdp_exposed_wait(fu->exposed, HS_FSDP_WAIT_ALL_GATHER, w, e);
+    /* the compute stream unpacks the output once it is complete */
+    hs_fsdp_mem_tie(fu->mem, hs_fsdp_mem_ag(fu->mem), fu->mem->dev->stream);
     hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_in, fu->ag_in_bytes);
     fu->ag_in = NULL;
     fu->ag_in_bytes = 0;
@@ -249,8 +255,11 @@ void hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale)
                        (size_t)P * es, W, (size_t)P * es);
         hs_fsdp_param_grad_release(fp);
     }
-    fu->rs_work = hs_pg_reduce_scatter_async(fu->pg, fu->rs_group->buf, fu->rs_in, S, fu->rs_dtype,
-                                             fu->rs_group->op);
+    /* the reduction reads the input the compute stream packed */
+    hs_stream *rs = hs_fsdp_mem_rs(fu->mem);
+    hs_fsdp_mem_tie(fu->mem, fu->mem->dev->stream, rs);
+    fu->rs_work = hs_pg_reduce_scatter_async(fu->pg, rs, fu->rs_group->buf, fu->rs_in, S,
+                                             fu->rs_dtype, fu->rs_group->op);
 }
 
 hs_status hs_fsdp_fusion_reduce_wait(hs_fsdp_fusion *fu, hs_error *e)
@@ -259,6 +268,8 @@ hs_status hs_fsdp_fusion_reduce_wait(hs_fsdp_fusion *fu, hs_error *e)
     hs_work *w = fu->rs_work;
     fu->rs_work = NULL;
     hs_status st = hs_fsdp_exposed_wait(fu->exposed, HS_FSDP_WAIT_REDUCE_SCATTER, w, e);
+    /* its input goes back to the cache once the reduction has read it */
+    hs_fsdp_mem_tie(fu->mem, hs_fsdp_mem_rs(fu->mem), fu->mem->dev->stream);
     hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_GRAD, fu->rs_in, fu->rs_in_bytes);
     fu->rs_in = NULL;
     fu->rs_in_bytes = 0;

@@ -12,13 +12,33 @@ void hs_fsdp_mem_open_streams(hs_fsdp_mem *m)
 {
     m->ag_stream = hs_stream_create(m->dev);
     m->rs_stream = hs_stream_create(m->dev);
+    m->tie = hs_event_create(m->dev);
 }
 
 void hs_fsdp_mem_release(hs_fsdp_mem *m)
 {
     hs_stream_free(m->ag_stream);
     hs_stream_free(m->rs_stream);
+    hs_event_free(m->tie);
     m->ag_stream = m->rs_stream = NULL;
+    m->tie = NULL;
+}
+
+hs_stream *hs_fsdp_mem_ag(const hs_fsdp_mem *m)
+{
+    return m->ag_stream ? m->ag_stream : m->dev->stream;
+}
+
+hs_stream *hs_fsdp_mem_rs(const hs_fsdp_mem *m)
+{
+    return m->rs_stream ? m->rs_stream : m->dev->stream;
+}
+
+void hs_fsdp_mem_tie(hs_fsdp_mem *m, hs_stream *from, hs_stream *to)
+{
+    if (!m->tie || from == to) return;
+    hs_event_record(m->tie, from);
+    hs_stream_wait(to, m->tie);
 }
 
 void *hs_fsdp_mem_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes)

@@ -26,6 +26,9 @@ typedef struct hs_fsdp_mem {
      * on rs_stream, and events order them (fsdp/param.c). On cpu every
      * call completes at once and the waits return at once. */
     hs_stream *ag_stream, *rs_stream;
+    /* Recorded on one stream and waited on by another at once
+     * (hs_fsdp_mem_tie), so one event serves every such hand-over. */
+    hs_event *tie;
     int64_t current[HS_FSDP_MEM_KIND_COUNT];
     int64_t peak[HS_FSDP_MEM_KIND_COUNT];
     int64_t allocs[HS_FSDP_MEM_KIND_COUNT];
@@ -40,6 +43,18 @@ void hs_fsdp_mem_init(hs_fsdp_mem *m, hs_device *dev);
 /* Creates ag_stream and rs_stream (a wrap does; without them, as in the
  * layer's unit tests, nothing is ordered). */
 void hs_fsdp_mem_open_streams(hs_fsdp_mem *m);
+/* The streams FSDP's all-gathers and reductions are issued on (comm.h's
+ * stream argument): ag_stream / rs_stream, or the device's default stream
+ * when none were opened. */
+hs_stream *hs_fsdp_mem_ag(const hs_fsdp_mem *m);
+hs_stream *hs_fsdp_mem_rs(const hs_fsdp_mem *m);
+/* `to` waits for the work issued on `from` so far (no-op without the
+ * streams, when both are the default stream). A collective on a side
+ * stream whose input the compute stream wrote, or whose output reuses a
+ * buffer the compute stream last read, is issued after
+ * tie(m, dev->stream, side); the compute stream reads a result after
+ * tie(m, side, dev->stream). */
+void hs_fsdp_mem_tie(hs_fsdp_mem *m, hs_stream *from, hs_stream *to);
 /* Frees the streams; the buffers must be freed already. */
 void hs_fsdp_mem_release(hs_fsdp_mem *m);
 /* Zero-filled; bytes == 0 still returns a valid, unique block. */

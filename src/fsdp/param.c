@@ -145,8 +145,12 @@ void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp)
             hs_fsdp_offload_to_compute(fp, slot, fp->storage_numel);
             in = slot;
         }
-        fp->ag_work = hs_pg_all_gather_async(fp->mi.shard_pg, out, in, pl->padded_sharded_numel,
-                                             fp->compute_dtype);
+        /* The input was written on the compute stream (the cast, or the
+         * optimizer's last update of the master). */
+        hs_stream *ag = hs_fsdp_mem_ag(fp->mem);
+        hs_fsdp_mem_tie(fp->mem, fp->mem->dev->stream, ag);
+        fp->ag_work = hs_pg_all_gather_async(fp->mi.shard_pg, ag, out, in,
+                                             pl->padded_sharded_numel, fp->compute_dtype);
         fp->unsharded = out; /* rows [0, D0) are the logical tensor */
         fp->state = HS_FSDP_UNSHARDING;
         return;
@@ -263,7 +267,8 @@ void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale)
         HS_ASSERT(fp->reduce_numel == pl->padded_sharded_numel);
         /* the reduction reads the gradient once backward has written it */
         order(fp->grad_ready, fp->mem->dev->stream, fp->mem->rs_stream);
-        fp->rs_work = hs_pg_reduce_scatter_async(fp->mi.shard_pg, fp->reduce_slot, fp->rs_input,
+        fp->rs_work = hs_pg_reduce_scatter_async(fp->mi.shard_pg, hs_fsdp_mem_rs(fp->mem),
+                                                 fp->reduce_slot, fp->rs_input,
                                                  pl->padded_sharded_numel, fp->reduce_dtype,
                                                  HS_REDUCE_AVG);
         return;

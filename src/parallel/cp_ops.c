@@ -9,6 +9,7 @@
 
 struct hs_cp {
     hs_comm *comm;
+    hs_stream *stream; /* the device's compute stream: every collective's */
     hs_pg *group;
     int size, rank;
     bool ring;
@@ -27,7 +28,7 @@ static void cp_all_gather(void *ctx, void *out, const void *in, int64_t numel, h
     hs_cp *c = ctx;
     hs_error e;
     double t0 = hs_now();
-    hs_status st = hs_pg_all_gather(c->group, out, in, numel, dt, &e);
+    hs_status st = hs_pg_all_gather(c->group, c->stream, out, in, numel, dt, &e);
     done(c, t0, numel * c->size * (int64_t)hs_dtype_size(dt), st, &e);
 }
 
@@ -35,7 +36,8 @@ static void cp_reduce_scatter(void *ctx, float *out, const float *in, int64_t nu
     hs_cp *c = ctx;
     hs_error e;
     double t0 = hs_now();
-    hs_status st = hs_pg_reduce_scatter(c->group, out, in, numel, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
+    hs_status st = hs_pg_reduce_scatter(c->group, c->stream, out, in, numel, HS_DTYPE_F32,
+                                        HS_REDUCE_SUM, &e);
     done(c, t0, numel * c->size * (int64_t)sizeof(float), st, &e);
 }
 
@@ -46,11 +48,11 @@ static void *cp_ring_start(void *ctx, void *recv, const void *send, int64_t nume
     HS_ASSERT(!c->busy);
     int next = (c->rank + 1) % c->size, prev = (c->rank - 1 + c->size) % c->size;
     if (c->rank % 2 == 0) {
-        c->send = hs_pg_send_async(c->group, send, numel, dt, next, RING_TAG);
-        c->recv = hs_pg_recv_async(c->group, recv, numel, dt, prev, RING_TAG);
+        c->send = hs_pg_send_async(c->group, c->stream, send, numel, dt, next, RING_TAG);
+        c->recv = hs_pg_recv_async(c->group, c->stream, recv, numel, dt, prev, RING_TAG);
     } else {
-        c->recv = hs_pg_recv_async(c->group, recv, numel, dt, prev, RING_TAG);
-        c->send = hs_pg_send_async(c->group, send, numel, dt, next, RING_TAG);
+        c->recv = hs_pg_recv_async(c->group, c->stream, recv, numel, dt, prev, RING_TAG);
+        c->send = hs_pg_send_async(c->group, c->stream, send, numel, dt, next, RING_TAG);
     }
     c->step_bytes = numel * (int64_t)hs_dtype_size(dt);
     c->busy = true;
@@ -63,19 +65,20 @@ static void cp_ring_wait(void *ctx, void *step) {
     hs_error e;
     hs_error_clear(&e);
     double t0 = hs_now();
-    hs_status st = hs_work_wait(c->send, &e);
-    if (st == HS_OK) st = hs_work_wait(c->recv, &e);
+    hs_status st = hs_work_wait_stream(c->send, c->stream, &e);
+    if (st == HS_OK) st = hs_work_wait_stream(c->recv, c->stream, &e);
     c->busy = false;
     done(c, t0, c->step_bytes, st, &e);
 }
 
-hs_status hs_cp_create(hs_comm *comm, hs_pg *group, bool ring, hs_cp **out, hs_error *e) {
+hs_status hs_cp_create(hs_comm *comm, hs_device *dev, hs_pg *group, bool ring, hs_cp **out,
+                       hs_error *e) {
     *out = NULL;
     if (!group || hs_pg_size(group) < 2)
         return hs_error_set(e, HS_ERR_INTERNAL, "cp: context parallelism needs a cp group of >= 2 ranks");
     hs_cp *c = calloc(1, sizeof *c);
     if (!c) return hs_error_set(e, HS_ERR_OOM, "cp: cannot allocate the CP context");
-    *c = (hs_cp){.comm = comm, .group = group, .size = hs_pg_size(group),
+    *c = (hs_cp){.comm = comm, .stream = dev->stream, .group = group, .size = hs_pg_size(group),
                  .rank = hs_pg_rank(group), .ring = ring};
     *out = c;
     return HS_OK;

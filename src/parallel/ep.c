@@ -8,6 +8,7 @@
 
 struct hs_ep {
     hs_comm *comm;
+    hs_stream *stream; /* the device's compute stream: every exchange's */
     hs_pg *group;
     int size, rank;
     hs_parallel_stats stats;
@@ -22,7 +23,7 @@ static void ep_all_to_all(void *ctx, float *out, const float *in, int64_t per_ra
     hs_ep *p = ctx;
     hs_error e;
     double t0 = hs_now();
-    hs_status st = hs_pg_all_to_all(p->group, out, in, per_rank, HS_DTYPE_F32, &e);
+    hs_status st = hs_pg_all_to_all(p->group, p->stream, out, in, per_rank, HS_DTYPE_F32, &e);
     done(p, t0, per_rank * p->size * (int64_t)sizeof(float), st, &e);
 }
 
@@ -38,19 +39,20 @@ static void ep_all_to_allv(void *ctx, void *out, const int64_t *recv_counts, con
     }
     int64_t sent = so;
     double t0 = hs_now();
-    hs_work *w = hs_pg_all_to_allv_async(p->group, out, recv_counts, d + p->size, in, send_counts,
-                                         d, dt);
-    hs_status st = hs_work_wait(w, &e);
+    hs_work *w = hs_pg_all_to_allv_async(p->group, p->stream, out, recv_counts, d + p->size, in,
+                                         send_counts, d, dt);
+    hs_status st = hs_work_wait_stream(w, p->stream, &e);
     done(p, t0, sent * (int64_t)hs_dtype_size(dt), st, &e);
 }
 
-hs_status hs_ep_create(hs_comm *comm, hs_pg *group, hs_ep **out, hs_error *e) {
+hs_status hs_ep_create(hs_comm *comm, hs_device *dev, hs_pg *group, hs_ep **out, hs_error *e) {
     *out = NULL;
     if (!group || hs_pg_size(group) < 2)
         return hs_error_set(e, HS_ERR_INTERNAL, "ep: expert parallelism needs an ep group of >= 2 ranks");
     hs_ep *p = calloc(1, sizeof *p);
     if (!p) return hs_error_set(e, HS_ERR_OOM, "ep: cannot allocate the EP context");
-    *p = (hs_ep){.comm = comm, .group = group, .size = hs_pg_size(group), .rank = hs_pg_rank(group)};
+    *p = (hs_ep){.comm = comm, .stream = dev->stream, .group = group, .size = hs_pg_size(group),
+                 .rank = hs_pg_rank(group)};
     p->displs = malloc(sizeof(int64_t) * 2 * (size_t)p->size);
     if (!p->displs) {
         free(p);
@@ -99,7 +101,7 @@ hs_status hs_ep_gather_full(hs_device *d, hs_ep *p, const hs_param *q, const flo
         hs_dev_copy(d, full, local, (size_t)n * sizeof(float));
         return HS_OK;
     }
-    return hs_pg_all_gather(p->group, full, local, n, HS_DTYPE_F32, e);
+    return hs_pg_all_gather(p->group, d->stream, full, local, n, HS_DTYPE_F32, e);
 }
 
 void hs_ep_local_slice(hs_device *d, const hs_param *q, const float *full, float *local) {

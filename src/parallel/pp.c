@@ -1,7 +1,10 @@
 /* Pipeline hand-over: activations and gradients between neighbouring
- * stages, one staging buffer per message of a step (parallel.h). */
+ * stages, one staging buffer per message of a step (parallel.h). The
+ * staging buffers are device memory and the sends and receives run on the
+ * device's compute stream, which copies messages into and out of them. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "parallel/pp_internal.h"
 
@@ -27,7 +30,7 @@ typedef struct pp_lane {
 
 struct hs_pp {
     hs_comm *comm;
-    hs_device *dev; /* copies messages into and out of the staging buffers */
+    hs_device *dev; /* owns the staging buffers and copies messages through them */
     int stage, size, keys;
     pp_lane fwd, bwd;
     size_t cap;   /* bytes of each staging buffer */
@@ -35,13 +38,30 @@ struct hs_pp {
     double busy_s; /* inside stage forwards and backwards (pp_run.c) */
 };
 
-static hs_status msgs_alloc(pp_msg **out, int keys, size_t cap, int64_t xcap, hs_error *e) {
+/* Bytes of one second-message buffer. */
+static size_t xbuf_bytes(int64_t xcap) { return (size_t)(xcap > 0 ? xcap : 1) * sizeof(float); }
+
+void hs_pp_message_numel(const hs_config *cfg, int cp, int64_t *numel, int64_t *extra) {
+    const hs_model_config *m = &cfg->model;
+    *numel = (int64_t)cfg->train.micro_batch_size * (cfg->train.seq_len / cp) * m->dim;
+    *extra = strcmp(m->arch, "moe") ? 0 : 2 * (int64_t)m->moe.num_experts + 2;
+}
+
+int64_t hs_pp_staging_bytes(hs_checked *ck, int64_t max_numel, int64_t max_extra, int keys) {
+    /* two lanes, each with a receive and a send per key */
+    int64_t cap = hs_ck_mul(ck, max_numel > 0 ? max_numel : 1, (int64_t)sizeof(float));
+    int64_t one = hs_ck_add(ck, cap, (int64_t)xbuf_bytes(max_extra));
+    return hs_ck_prod(ck, (const int64_t[]){4, keys, one}, 3);
+}
+
+static hs_status msgs_alloc(hs_device *d, pp_msg **out, int keys, size_t cap, int64_t xcap,
+                            hs_error *e) {
     pp_msg *m = *out = calloc((size_t)keys, sizeof *m);
     if (!m) return hs_error_set(e, HS_ERR_OOM, "pipeline: cannot allocate %d messages", keys);
-    size_t xb = (size_t)(xcap > 0 ? xcap : 1) * sizeof(float);
+    size_t xb = xbuf_bytes(xcap);
     for (int k = 0; k < keys; k++) {
-        m[k].buf = malloc(cap);
-        m[k].xbuf = malloc(xb);
+        m[k].buf = hs_device_alloc(d, cap);
+        m[k].xbuf = hs_device_alloc(d, xb);
         if (!m[k].buf || !m[k].xbuf)
             return hs_error_set(e, HS_ERR_OOM, "pipeline: cannot allocate %d x %zu bytes of "
                                 "staging", keys, cap + xb);
@@ -53,8 +73,8 @@ static hs_status lane_init(hs_pp *p, pp_lane *l, const char *name, int colour, i
                            int to, hs_comm_queue q, hs_error *e) {
     *l = (pp_lane){.tag = tag, .from = from, .to = to};
     hs_status s = hs_comm_split_queue(p->comm, name, colour, p->stage, q, &l->group, e);
-    if (s == HS_OK) s = msgs_alloc(&l->recv, p->keys, p->cap, p->xcap, e);
-    if (s == HS_OK) s = msgs_alloc(&l->send, p->keys, p->cap, p->xcap, e);
+    if (s == HS_OK) s = msgs_alloc(p->dev, &l->recv, p->keys, p->cap, p->xcap, e);
+    if (s == HS_OK) s = msgs_alloc(p->dev, &l->send, p->keys, p->cap, p->xcap, e);
     return s;
 }
 
@@ -93,8 +113,11 @@ hs_status hs_pp_create(hs_comm *comm, hs_device *dev, const hs_topology *t, int 
     return HS_OK;
 }
 
-static void msgs_free(pp_msg *m, int keys) {
-    for (int k = 0; m && k < keys; k++) free(m[k].buf), free(m[k].xbuf);
+static void msgs_free(hs_device *d, pp_msg *m, int keys) {
+    for (int k = 0; m && k < keys; k++) {
+        if (m[k].buf) hs_device_free_mem(d, m[k].buf);
+        if (m[k].xbuf) hs_device_free_mem(d, m[k].xbuf);
+    }
     free(m);
 }
 
@@ -103,10 +126,10 @@ void hs_pp_free(hs_pp *p) {
     hs_error e;
     hs_error_clear(&e);
     (void)hs_pp_flush(p, &e);
-    msgs_free(p->fwd.recv, p->keys);
-    msgs_free(p->fwd.send, p->keys);
-    msgs_free(p->bwd.recv, p->keys);
-    msgs_free(p->bwd.send, p->keys);
+    msgs_free(p->dev, p->fwd.recv, p->keys);
+    msgs_free(p->dev, p->fwd.send, p->keys);
+    msgs_free(p->dev, p->bwd.recv, p->keys);
+    msgs_free(p->dev, p->bwd.send, p->keys);
     free(p);
 }
 
@@ -125,16 +148,18 @@ static pp_msg *msg_at(const hs_pp *p, pp_msg *m, int key, int64_t numel, hs_dtyp
 static void post_recv(hs_pp *p, pp_lane *l, int key, int64_t numel, hs_dtype dt, int64_t xn) {
     pp_msg *m = msg_at(p, l->recv, key, numel, dt, xn);
     HS_ASSERT(m->w == NULL);
-    m->w = hs_pg_recv_async(l->group, m->buf, numel, dt, l->from, l->tag + key);
-    if (xn) m->xw = hs_pg_recv_async(l->group, m->xbuf, xn, HS_DTYPE_F32, l->from, l->tag + key);
+    hs_stream *s = p->dev->stream;
+    m->w = hs_pg_recv_async(l->group, s, m->buf, numel, dt, l->from, l->tag + key);
+    if (xn)
+        m->xw = hs_pg_recv_async(l->group, s, m->xbuf, xn, HS_DTYPE_F32, l->from, l->tag + key);
 }
 
-/* Wait for *w (if any); the first failure wins. */
-static hs_status wait_work(hs_work **w, hs_status s, hs_error *e) {
+/* Wait for *w (if any) on the compute stream; the first failure wins. */
+static hs_status wait_work(const hs_pp *p, hs_work **w, hs_status s, hs_error *e) {
     if (!*w) return s;
     hs_error we;
     hs_error_clear(&we);
-    hs_status ws = hs_work_wait(*w, &we);
+    hs_status ws = hs_work_wait_stream(*w, p->dev->stream, &we);
     *w = NULL;
     if (s == HS_OK && ws != HS_OK) *e = we, s = ws;
     return s;
@@ -144,8 +169,8 @@ static hs_status take(hs_pp *p, pp_lane *l, int key, void *dst, float *xdst, hs_
     HS_ASSERT(key >= 0 && key < p->keys);
     pp_msg *m = &l->recv[key];
     HS_ASSERT(m->w != NULL && (!m->xn || xdst));
-    hs_status s = wait_work(&m->w, HS_OK, e);
-    s = wait_work(&m->xw, s, e);
+    hs_status s = wait_work(p, &m->w, HS_OK, e);
+    s = wait_work(p, &m->xw, s, e);
     /* a failed hand-over leaves the neighbours waiting: end every rank */
     if (s != HS_OK) hs_comm_abort(p->comm, e);
     hs_dev_copy(p->dev, dst, m->buf, (size_t)m->bytes);
@@ -161,10 +186,11 @@ static hs_status send(hs_pp *p, pp_lane *l, int key, const void *src, int64_t nu
     /* a key is sent once per step: its previous send went out at the flush */
     HS_ASSERT(m->w == NULL && m->xw == NULL);
     hs_dev_copy(p->dev, m->buf, src, (size_t)m->bytes);
-    m->w = hs_pg_send_async(l->group, m->buf, numel, dt, l->to, l->tag + key);
+    hs_stream *s = p->dev->stream;
+    m->w = hs_pg_send_async(l->group, s, m->buf, numel, dt, l->to, l->tag + key);
     if (xn) {
         hs_dev_copy(p->dev, m->xbuf, extra, (size_t)xn * sizeof(float));
-        m->xw = hs_pg_send_async(l->group, m->xbuf, xn, HS_DTYPE_F32, l->to, l->tag + key);
+        m->xw = hs_pg_send_async(l->group, s, m->xbuf, xn, HS_DTYPE_F32, l->to, l->tag + key);
     }
     return HS_OK;
 }
@@ -197,8 +223,8 @@ hs_status hs_pp_send_backward(hs_pp *p, int key, const float *src, int64_t numel
 
 static hs_status lane_flush(const hs_pp *p, pp_lane *l, hs_status s, hs_error *e) {
     for (int k = 0; l->send && k < p->keys; k++) {
-        s = wait_work(&l->send[k].w, s, e);
-        s = wait_work(&l->send[k].xw, s, e);
+        s = wait_work(p, &l->send[k].w, s, e);
+        s = wait_work(p, &l->send[k].xw, s, e);
     }
     for (int k = 0; l->recv && k < p->keys; k++) HS_ASSERT(l->recv[k].w == NULL);
     return s;

@@ -8,6 +8,7 @@
 
 struct hs_tp {
     hs_comm *comm;
+    hs_stream *stream; /* the device's compute stream: every collective's */
     hs_pg *group;
     int size, rank;
     hs_model_ops ops; /* ops.ctx == this */

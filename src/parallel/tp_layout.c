@@ -42,14 +42,15 @@ hs_status hs_tp_gather_full(hs_device *d, hs_tp *t, const hs_param *p, const flo
     int64_t outer, run;
     split_view(p, &outer, &run);
     if (outer == 1) /* Shard(0): the blocks in rank order are the tensor */
-        return hs_pg_all_gather(t->group, full, local, n, HS_DTYPE_F32, e);
-    float *blocks = malloc((size_t)(n * t->size) * sizeof(float));
+        return hs_pg_all_gather(t->group, d->stream, full, local, n, HS_DTYPE_F32, e);
+    /* Device memory, as a collective's buffers are on a GPU. */
+    float *blocks = hs_device_alloc(d, (size_t)(n * t->size) * sizeof(float));
     if (!blocks) return hs_error_set(e, HS_ERR_OOM, "tp: cannot allocate to gather %s", p->fqn);
-    hs_status st = hs_pg_all_gather(t->group, blocks, local, n, HS_DTYPE_F32, e);
+    hs_status st = hs_pg_all_gather(t->group, d->stream, blocks, local, n, HS_DTYPE_F32, e);
     size_t rb = (size_t)run * sizeof(float);
     for (int r = 0; st == HS_OK && r < t->size; r++)
         hs_dev_copy_2d(d, full + r * run, (size_t)t->size * rb, blocks + (int64_t)r * n, rb,
                        outer, rb);
-    free(blocks);
+    hs_device_free_mem(d, blocks);
     return st;
 }

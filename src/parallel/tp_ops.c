@@ -14,7 +14,7 @@ static void sp_all_gather(void *ctx, void *full, const void *local, int64_t nume
     hs_tp *t = ctx;
     hs_error e;
     double t0 = hs_now();
-    hs_status st = hs_pg_all_gather(t->group, full, local, numel, dt, &e);
+    hs_status st = hs_pg_all_gather(t->group, t->stream, full, local, numel, dt, &e);
     done(t, t0, numel * t->size * (int64_t)hs_dtype_size(dt), st, &e);
 }
 
@@ -23,9 +23,10 @@ static void reduce_partial(void *ctx, float *local, float *full, int64_t numel) 
     hs_error e;
     double t0 = hs_now();
     hs_status st = t->ops.sequence_parallel
-                       ? hs_pg_reduce_scatter(t->group, local, full, numel, HS_DTYPE_F32,
-                                              HS_REDUCE_SUM, &e)
-                       : hs_pg_all_reduce(t->group, full, numel, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
+                       ? hs_pg_reduce_scatter(t->group, t->stream, local, full, numel,
+                                              HS_DTYPE_F32, HS_REDUCE_SUM, &e)
+                       : hs_pg_all_reduce(t->group, t->stream, full, numel, HS_DTYPE_F32,
+                                          HS_REDUCE_SUM, &e);
     int64_t n = t->ops.sequence_parallel ? numel * t->size : numel;
     done(t, t0, n * (int64_t)sizeof(float), st, &e);
 }
@@ -38,7 +39,7 @@ static void all_reduce(void *ctx, float *buf, int64_t n, hs_reduce_op op) {
     hs_tp *t = ctx;
     hs_error e;
     double t0 = hs_now();
-    hs_status st = hs_pg_all_reduce(t->group, buf, n, HS_DTYPE_F32, op, &e);
+    hs_status st = hs_pg_all_reduce(t->group, t->stream, buf, n, HS_DTYPE_F32, op, &e);
     done(t, t0, n * (int64_t)sizeof(float), st, &e);
 }
 
@@ -49,14 +50,15 @@ static void gather_logits(void *ctx, float *out, const float *in, int64_t numel)
     sp_all_gather(ctx, out, in, numel, HS_DTYPE_F32);
 }
 
-hs_status hs_tp_create(hs_comm *comm, hs_pg *group, bool sequence_parallel, bool loss_parallel,
-                       hs_tp **out, hs_error *e) {
+hs_status hs_tp_create(hs_comm *comm, hs_device *dev, hs_pg *group, bool sequence_parallel,
+                       bool loss_parallel, hs_tp **out, hs_error *e) {
     *out = NULL;
     if (!group || hs_pg_size(group) < 2)
         return hs_error_set(e, HS_ERR_INTERNAL, "tp: tensor parallelism needs a tp group of >= 2 ranks");
     hs_tp *t = calloc(1, sizeof *t);
     if (!t) return hs_error_set(e, HS_ERR_OOM, "tp: cannot allocate the TP context");
     t->comm = comm;
+    t->stream = dev->stream;
     t->group = group;
     t->size = hs_pg_size(group);
     t->rank = hs_pg_rank(group);

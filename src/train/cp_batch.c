@@ -58,7 +58,9 @@ hs_status hs_train_forward(hs_trainer *t, const int32_t *tokens, const int32_t *
     hs_status s = forward(t, &b, loss_sum, logits ? t->llogits : NULL, e);
     if (s != HS_OK || !logits) return s;
     int64_t V = t->cfg->model.vocab_size, n = (int64_t)b.T * V;
-    s = hs_pg_all_gather(t->cp_group, t->cp_blocks, t->llogits, n, HS_DTYPE_F32, e);
+    /* The logits come from the device's copies: gathered on its stream. */
+    s = hs_pg_all_gather(t->cp_group, t->dev->stream, t->cp_blocks, t->llogits, n, HS_DTYPE_F32,
+                         e);
     if (s == HS_OK)
         hs_cp_blocks_to_whole(t->dev, logits, t->cp_blocks, t->cp, 1, b.T, V, sizeof(float));
     return s;

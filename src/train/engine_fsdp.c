@@ -13,6 +13,7 @@
 typedef struct fsdp_engine {
     hs_fsdp *f;
     hs_comm *comm;
+    hs_stream *stream; /* the device's compute stream, where the model's buffers live */
     hs_pg *batch; /* dp x cp: the MoE aux statistics' group, NULL when unneeded */
     hs_tp *tp;        /* NULL without tensor parallelism */
     hs_cp *cp;        /* NULL without context parallelism */
@@ -130,14 +131,14 @@ static hs_status cp_create(const hs_engine_env *env, hs_cp **out, hs_error *e)
     if (env->topo->cp < 2) return HS_OK;
     const char *how = env->cfg->accelerator.cp_rotate_method;
     bool ring = how[0] && !strcmp(how, "ring");
-    return hs_cp_create(env->comm, hs_mesh_group(env->mesh, HS_DIM_CP), ring, out, e);
+    return hs_cp_create(env->comm, env->dev, hs_mesh_group(env->mesh, HS_DIM_CP), ring, out, e);
 }
 
 static void batch_all_reduce(void *ctx, float *buf, int64_t n)
 {
     fsdp_engine *fe = ctx;
     hs_error e;
-    if (hs_pg_all_reduce(fe->batch, buf, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK)
+    if (hs_pg_all_reduce(fe->batch, fe->stream, buf, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK)
         hs_comm_abort(fe->comm, &e);
 }
 
@@ -161,7 +162,7 @@ static hs_status tp_create(const hs_engine_env *env, hs_tp **out, hs_error *e)
     *out = NULL;
     const hs_config *cfg = env->cfg; /* config validation refused what TP cannot run */
     if (env->topo->tp < 2) return HS_OK;
-    return hs_tp_create(env->comm, hs_mesh_group(env->mesh, HS_DIM_TP),
+    return hs_tp_create(env->comm, env->dev, hs_mesh_group(env->mesh, HS_DIM_TP),
                         cfg->accelerator.sequence_parallel, cfg->accelerator.loss_parallel, out, e);
 }
 
@@ -170,7 +171,7 @@ static hs_status ep_create(const hs_engine_env *env, hs_ep **out, hs_error *e)
 {
     *out = NULL;
     if (env->topo->ep < 2) return HS_OK;
-    return hs_ep_create(env->comm, hs_mesh_group(env->mesh, HS_DIM_EP), out, e);
+    return hs_ep_create(env->comm, env->dev, hs_mesh_group(env->mesh, HS_DIM_EP), out, e);
 }
 
 /* The EP plan (experts to the ep mesh), then the TP plan for the rest,
@@ -212,6 +213,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
     if (s == HS_OK) s = cp_create(env, &fe->cp, e);
     if (s == HS_OK) s = ep_create(env, &fe->ep, e);
     fe->comm = env->comm;
+    fe->stream = env->dev->stream;
     hs_pg *batch = hs_mesh_group(env->mesh, HS_DIM_DP_CP);
     if (!strcmp(cfg->model.arch, "moe") && batch && hs_pg_size(batch) > 1) fe->batch = batch;
     mo.ops = ops_for(fe);

@@ -454,6 +454,13 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
         hs_model_free(m);
         return rc;
     }
+    if (t->pp > 1) { /* the hand-over's staging buffers, device memory for the whole run */
+        int64_t numel, extra;
+        hs_pp_message_numel(cfg, t->cp, &numel, &extra);
+        int64_t staging = hs_pp_staging_bytes(c->ck, numel, extra, c->M * st.n_chunks);
+        add_to(c, &r->device[HS_PLAN_ACTIVATIONS], staging);
+        add_to(c, &r->activations_other, staging);
+    }
     int nu = hs_model_num_units(m), n_top = 0;
     int *top_index = calloc((size_t)nu + 1, sizeof(int));
     unit_sz *tops = calloc((size_t)nu + 1, sizeof *tops);

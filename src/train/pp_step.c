@@ -24,10 +24,8 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
     t->pp_actions = calloc((size_t)t->n_pp_actions, sizeof *t->pp_actions);
     if (!t->pp_actions) return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate the schedule");
     hs_pp_schedule(t->pp_kind, t->pp_size, t->pp_stage, t->M, V, t->pp_actions);
-    /* The hand-over holds this rank's rows of a micro-batch: T / cp of
-     * each sequence, all of them (sequence parallel only ever has fewer). */
-    int64_t numel = (int64_t)t->mbs * (t->T / t->cp) * cfg->model.dim;
-    int64_t extra = strcmp(cfg->model.arch, "moe") ? 0 : 2 * (int64_t)cfg->model.moe.num_experts + 2;
+    int64_t numel, extra;
+    hs_pp_message_numel(cfg, t->cp, &numel, &extra);
     return hs_pp_create(t->comm, t->dev, t->topo, hs_comm_rank(t->comm), numel, extra, t->M * V,
                         NULL, &t->pp, e);
 }
@@ -89,6 +87,7 @@ hs_status hs_pp_forward(hs_trainer *t, const hs_batch *b, double *loss_sum, floa
     if (loss_sum) *loss_sum = loss;
     int64_t n = (int64_t)b->B * b->T * t->cfg->model.vocab_size;
     if (s == HS_OK && logits)
-        s = hs_pg_broadcast(t->pp_group, logits, n, HS_DTYPE_F32, t->pp_size - 1, e);
+        s = hs_pg_broadcast(t->pp_group, t->dev->stream, logits, n, HS_DTYPE_F32,
+                            t->pp_size - 1, e);
     return s;
 }

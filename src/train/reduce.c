@@ -14,7 +14,7 @@ static hs_status gather_words(hs_pg *g, const void *vals, int n, void **all, hs_
     uint64_t *mine = (uint64_t *)*all + (size_t)hs_pg_rank(g) * (size_t)n;
     memcpy(mine, vals, sizeof(uint64_t) * (size_t)n);
     /* In place: this rank's block already sits at out + rank*count. */
-    return hs_pg_all_gather(g, *all, mine, 2 * (int64_t)n, HS_DTYPE_F32, e);
+    return hs_pg_all_gather(g, NULL, *all, mine, 2 * (int64_t)n, HS_DTYPE_F32, e);
 }
 
 hs_status hs_reduce_sum_f64(hs_pg *g, double *vals, int n, hs_error *e) {

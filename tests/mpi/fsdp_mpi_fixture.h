@@ -133,7 +133,7 @@ static inline double mt_flat_sum(hs_comm *c, hs_pg *flat, double local)
     hs_error e;
     hs_error_clear(&e);
     if (flat)
-        CHECK(c, hs_pg_all_reduce(flat, &l, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s",
+        CHECK(c, hs_pg_all_reduce(flat, NULL, &l, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s",
               e.msg);
     return l;
 }
@@ -165,7 +165,7 @@ static inline void mt_replicas_check_equal(hs_comm *c, hs_fsdp *f, const hs_fsdp
         float *all = malloc(sizeof(float) * (size_t)(n * R + 1));
         hs_error e;
         hs_error_clear(&e);
-        CHECK(c, hs_pg_all_gather(g->replicate, all, fp->storage, n, HS_DTYPE_F32, &e) == HS_OK,
+        CHECK(c, hs_pg_all_gather(g->replicate, NULL, all, fp->storage, n, HS_DTYPE_F32, &e) == HS_OK,
               "%s", e.msg);
         for (int k = 1; k < R; k++)
             CHECK(c, memcmp(all, all + k * n, sizeof(float) * (size_t)n) == 0,
@@ -183,7 +183,7 @@ static inline float mt_worst_over(hs_comm *c, hs_pg *pg, int size, double worst)
     hs_error e;
     hs_error_clear(&e);
     if (pg)
-        CHECK(c, hs_pg_all_gather(pg, all, &w, 1, HS_DTYPE_F32, &e) == HS_OK, "%s", e.msg);
+        CHECK(c, hs_pg_all_gather(pg, NULL, all, &w, 1, HS_DTYPE_F32, &e) == HS_OK, "%s", e.msg);
     for (int k = 0; pg && k < size; k++) w = all[k] > w ? all[k] : w;
     return w;
 }

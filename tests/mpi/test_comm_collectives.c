@@ -14,7 +14,10 @@
  * The reductions run on three groups: the world and a reversed world (the
  * intra-node path, as every rank of a test runs on one node, unless the
  * kernel refuses cross-process reads here) and a world created under
- * HS_COMM_SHM=0 (the ring path). */
+ * HS_COMM_SHM=0 (the ring path).
+ *
+ * The stream forms (a cpu device's stream, hs_work_wait_stream) give the
+ * bits of the NULL-stream forms, and issuing on a stream synchronizes it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,7 +112,7 @@ static void test_all_gather_out_of_place_matches_concatenation(ctx *t) {
             void *in = make_input(t->grank, n, dt, 1);
             void *out = calloc((size_t)(n * t->gsize), hs_dtype_size(dt));
             hs_error e;
-            CHECK(t, hs_pg_all_gather(t->g, out, in, n, dt, &e) == HS_OK, "%s", e.msg);
+            CHECK(t, hs_pg_all_gather(t->g, NULL, out, in, n, dt, &e) == HS_OK, "%s", e.msg);
             int bad = 0;
             for (int r = 0; r < t->gsize; r++)
                 for (int64_t i = 0; i < n; i++) bad += load(out, dt, r * n + i) != input_value(r, i, dt, 1);
@@ -129,7 +132,7 @@ static void test_all_gather_in_place_when_in_is_own_block(ctx *t) {
         void *mine = make_input(t->grank, n, dt, 2);
         memcpy(out + (size_t)(t->grank * n) * es, mine, (size_t)n * es);
         hs_error e;
-        CHECK(t, hs_pg_all_gather(t->g, out, out + (size_t)(t->grank * n) * es, n, dt, &e) == HS_OK, "%s", e.msg);
+        CHECK(t, hs_pg_all_gather(t->g, NULL, out, out + (size_t)(t->grank * n) * es, n, dt, &e) == HS_OK, "%s", e.msg);
         int bad = 0;
         for (int r = 0; r < t->gsize; r++)
             for (int64_t i = 0; i < n; i++) bad += load(out, dt, r * n + i) != input_value(r, i, dt, 2);
@@ -147,7 +150,7 @@ static void check_reduce_scatter(ctx *t, hs_dtype dt, hs_reduce_op op, int64_t n
     char *in = make_input(t->grank, n * t->gsize, dt, 3);
     char *out = in_place ? in + (size_t)(t->grank * n) * es : calloc((size_t)n, es);
     hs_error e;
-    CHECK(t, hs_pg_reduce_scatter(t->g, out, in, n, dt, op, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_pg_reduce_scatter(t->g, NULL, out, in, n, dt, op, &e) == HS_OK, "%s", e.msg);
     int bad = 0;
     for (int64_t i = 0; i < n; i++)
         bad += load(out, dt, i) != reference(t, t->grank, t->grank * n + i, dt, op, 3);
@@ -185,7 +188,7 @@ static void test_all_reduce_uneven_counts_match_reference_bitwise(ctx *t) {
                 int64_t n = counts[k];
                 void *buf = make_input(t->grank, n, dt, 4);
                 hs_error e;
-                CHECK(t, hs_pg_all_reduce(t->g, buf, n, dt, (hs_reduce_op)op, &e) == HS_OK, "%s", e.msg);
+                CHECK(t, hs_pg_all_reduce(t->g, NULL, buf, n, dt, (hs_reduce_op)op, &e) == HS_OK, "%s", e.msg);
                 int bad = 0;
                 for (int64_t i = 0; i < n; i++)
                     bad += load(buf, dt, i) != reference(t, chunk_of(n, t->gsize, i), i, dt, (hs_reduce_op)op, 4);
@@ -201,7 +204,7 @@ static void test_all_reduce_bf16_integers_is_exact_sum(ctx *t) {
     uint16_t *buf = malloc(n * sizeof *buf);
     for (int64_t i = 0; i < n; i++) buf[i] = hs_f32_to_bf16((float)((i + t->grank) % 7));
     hs_error e;
-    CHECK(t, hs_pg_all_reduce(t->g, buf, n, HS_DTYPE_BF16, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_pg_all_reduce(t->g, NULL, buf, n, HS_DTYPE_BF16, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         int want = 0;
@@ -261,14 +264,14 @@ static void test_max_edge_values_bitwise(ctx *t) {
         size_t es = hs_dtype_size(dt);
         hs_error e;
         void *buf = max_edge_buffer(0, n, t->grank, t->gsize, dt), *want = max_edge_buffer(0, n, -1, t->gsize, dt);
-        CHECK(t, hs_pg_all_reduce(t->g, buf, n, dt, HS_REDUCE_MAX, &e) == HS_OK, "%s", e.msg);
+        CHECK(t, hs_pg_all_reduce(t->g, NULL, buf, n, dt, HS_REDUCE_MAX, &e) == HS_OK, "%s", e.msg);
         CHECK(t, !memcmp(buf, want, (size_t)n * es), "%s all_reduce max edge values %s differ", t->path,
               hs_dtype_name(dt));
         free(buf);
         free(want);
         void *in = max_edge_buffer(0, n * t->gsize, t->grank, t->gsize, dt), *out = malloc((size_t)n * es);
         want = max_edge_buffer((int64_t)t->grank * n, n, -1, t->gsize, dt);
-        CHECK(t, hs_pg_reduce_scatter(t->g, out, in, n, dt, HS_REDUCE_MAX, &e) == HS_OK, "%s", e.msg);
+        CHECK(t, hs_pg_reduce_scatter(t->g, NULL, out, in, n, dt, HS_REDUCE_MAX, &e) == HS_OK, "%s", e.msg);
         CHECK(t, !memcmp(out, want, (size_t)n * es), "%s reduce_scatter max edge values %s differ", t->path,
               hs_dtype_name(dt));
         free(in);
@@ -341,7 +344,7 @@ static void test_broadcast_from_last_rank_reaches_everyone(ctx *t) {
         int root = t->size - 1;
         void *buf = make_input(t->rank == root ? root : 1000 + t->rank, n, dt, 5);
         hs_error e;
-        CHECK(t, hs_pg_broadcast(t->world, buf, n, dt, root, &e) == HS_OK, "%s", e.msg);
+        CHECK(t, hs_pg_broadcast(t->world, NULL, buf, n, dt, root, &e) == HS_OK, "%s", e.msg);
         int bad = 0;
         for (int64_t i = 0; i < n; i++) bad += load(buf, dt, i) != input_value(root, i, dt, 5);
         CHECK(t, bad == 0, "broadcast %s from %d: %d wrong elements", hs_dtype_name(dt), root, bad);
@@ -358,7 +361,7 @@ static void test_all_to_all_transposes_blocks(ctx *t) {
     for (int j = 0; j < t->size; j++)
         for (int64_t i = 0; i < n; i++) in[j * n + i] = a2a_value(t->rank, j, i);
     hs_error e;
-    CHECK(t, hs_pg_all_to_all(t->world, out, in, n, HS_DTYPE_F32, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_pg_all_to_all(t->world, NULL, out, in, n, HS_DTYPE_F32, &e) == HS_OK, "%s", e.msg);
     int bad = 0;
     for (int r = 0; r < t->size; r++)
         for (int64_t i = 0; i < n; i++) bad += out[r * n + i] != a2a_value(r, t->rank, i);
@@ -380,7 +383,7 @@ static void test_all_to_allv_uneven_counts_land_at_displacements(ctx *t) {
     uint16_t *in = malloc(stot * 2), *out = calloc(rtot, 2);
     for (int j = 0; j < w; j++)
         for (int64_t i = 0; i < sc[j]; i++) in[sd[j] + i] = hs_f32_to_bf16(a2a_value(t->rank, j, i));
-    hs_work *wk = hs_pg_all_to_allv_async(t->world, out, rc, rd, in, sc, sd, HS_DTYPE_BF16);
+    hs_work *wk = hs_pg_all_to_allv_async(t->world, NULL, out, rc, rd, in, sc, sd, HS_DTYPE_BF16);
     hs_error e;
     CHECK(t, hs_work_wait(wk, &e) == HS_OK, "%s", e.msg);
     int bad = 0;
@@ -400,11 +403,11 @@ static void test_send_recv_ring_pass(ctx *t) {
     for (int64_t i = 0; i < n; i++) sb[i] = (float)(t->rank * 7 + i % 100);
     hs_work *w1, *w2;
     if (t->rank % 2 == 0) {
-        w1 = hs_pg_send_async(t->world, sb, n, HS_DTYPE_F32, right, 5);
-        w2 = hs_pg_recv_async(t->world, rb, n, HS_DTYPE_F32, left, 5);
+        w1 = hs_pg_send_async(t->world, NULL, sb, n, HS_DTYPE_F32, right, 5);
+        w2 = hs_pg_recv_async(t->world, NULL, rb, n, HS_DTYPE_F32, left, 5);
     } else {
-        w1 = hs_pg_recv_async(t->world, rb, n, HS_DTYPE_F32, left, 5);
-        w2 = hs_pg_send_async(t->world, sb, n, HS_DTYPE_F32, right, 5);
+        w1 = hs_pg_recv_async(t->world, NULL, rb, n, HS_DTYPE_F32, left, 5);
+        w2 = hs_pg_send_async(t->world, NULL, sb, n, HS_DTYPE_F32, right, 5);
     }
     hs_error e;
     CHECK(t, hs_work_wait(w1, &e) == HS_OK, "%s", e.msg);
@@ -414,6 +417,131 @@ static void test_send_recv_ring_pass(ctx *t) {
     CHECK(t, bad == 0, "recv from %d: %d wrong elements", left, bad);
     free(sb);
     free(rb);
+}
+
+/* ------------------------------------------------- the stream forms
+ * comm.h's stream argument on a cpu device's own stream: inputs copied in
+ * on the stream, the collective issued on it and waited with
+ * hs_work_wait_stream, results copied out on it. Each must give the bits
+ * of its NULL-stream form on host buffers, and every issue on a stream
+ * synchronizes that stream first (counted through the device's table). */
+static int stream_syncs;
+static void (*cpu_stream_synchronize)(hs_stream *s);
+
+static void counting_stream_synchronize(hs_stream *s) {
+    stream_syncs++;
+    cpu_stream_synchronize(s);
+}
+
+static void *to_device(hs_stream *s, const void *host, size_t bytes) {
+    void *p = hs_device_alloc(s->dev, bytes);
+    hs_device_copy_async(s, p, host, bytes, HS_COPY_H2D);
+    return p;
+}
+
+/* The device buffer's bytes equal ref's, read back on s. */
+static void check_device_bits(ctx *t, hs_stream *s, const void *dev, const void *ref, size_t bytes,
+                              const char *what) {
+    void *got = malloc(bytes);
+    hs_device_copy_async(s, got, dev, bytes, HS_COPY_D2H);
+    hs_stream_synchronize(s);
+    CHECK(t, memcmp(got, ref, bytes) == 0, "%s on a stream differs from the NULL-stream form", what);
+    free(got);
+}
+
+/* Issue w with `issue`; it must have synchronized s once, then wait on s. */
+#define ISSUED_ON(t, s, issue, what)                                                      \
+    do {                                                                                  \
+        int before_ = stream_syncs;                                                       \
+        hs_work *w_ = (issue);                                                            \
+        CHECK(t, stream_syncs == before_ + 1, "%s: issue synchronized its stream %d times", \
+              what, stream_syncs - before_);                                              \
+        hs_error we_;                                                                     \
+        CHECK(t, hs_work_wait_stream(w_, s, &we_) == HS_OK, "%s: %s", what, we_.msg);     \
+    } while (0)
+
+static void stream_ring_pass(ctx *t, hs_stream *s, void *rb, const void *sb, int64_t n) {
+    int right = (t->rank + 1) % t->size, left = (t->rank + t->size - 1) % t->size;
+    hs_error e;
+    hs_work *w1, *w2;
+    if (t->rank % 2 == 0) {
+        w1 = hs_pg_send_async(t->world, s, sb, n, HS_DTYPE_F32, right, 6);
+        w2 = hs_pg_recv_async(t->world, s, rb, n, HS_DTYPE_F32, left, 6);
+    } else {
+        w1 = hs_pg_recv_async(t->world, s, rb, n, HS_DTYPE_F32, left, 6);
+        w2 = hs_pg_send_async(t->world, s, sb, n, HS_DTYPE_F32, right, 6);
+    }
+    CHECK(t, hs_work_wait_stream(w1, s, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_work_wait_stream(w2, s, &e) == HS_OK, "%s", e.msg);
+}
+
+static void test_stream_forms_match_null_stream_bitwise(ctx *t) {
+    hs_device *d = NULL;
+    hs_error e;
+    CHECK(t, hs_device_create(HS_DEVICE_CPU, NULL, &d, &e) == HS_OK, "%s", e.msg);
+    if (!d) return;
+    const hs_device_ops *cpu_ops = d->ops;
+    hs_device_ops counting = *cpu_ops;
+    cpu_stream_synchronize = cpu_ops->stream_synchronize;
+    counting.stream_synchronize = counting_stream_synchronize;
+    d->ops = &counting;
+    hs_stream *s = hs_stream_create(d);
+    const int64_t n = 1000, W = t->size;
+
+    /* all-gather, fp32, async */
+    void *in = make_input(t->rank, n, HS_DTYPE_F32, 81);
+    void *ref = malloc((size_t)(W * n) * sizeof(float));
+    CHECK(t, hs_pg_all_gather(t->world, NULL, ref, in, n, HS_DTYPE_F32, &e) == HS_OK, "%s", e.msg);
+    void *din = to_device(s, in, (size_t)n * sizeof(float));
+    void *dout = hs_device_alloc(d, (size_t)(W * n) * sizeof(float));
+    ISSUED_ON(t, s, hs_pg_all_gather_async(t->world, s, dout, din, n, HS_DTYPE_F32), "all_gather");
+    check_device_bits(t, s, dout, ref, (size_t)(W * n) * sizeof(float), "all_gather");
+    hs_device_free_mem(d, din), hs_device_free_mem(d, dout), free(in), free(ref);
+
+    /* reduce-scatter, bf16 AVG (the rounding shows in the bits), blocking on s */
+    size_t es = hs_dtype_size(HS_DTYPE_BF16);
+    in = make_input(t->rank, W * n, HS_DTYPE_BF16, 82);
+    ref = malloc((size_t)n * es);
+    hs_work *w = hs_pg_reduce_scatter_async(t->world, NULL, ref, in, n, HS_DTYPE_BF16, HS_REDUCE_AVG);
+    CHECK(t, hs_work_wait_stream(w, NULL, &e) == HS_OK, "%s", e.msg);
+    din = to_device(s, in, (size_t)(W * n) * es);
+    dout = hs_device_alloc(d, (size_t)n * es);
+    int before = stream_syncs;
+    CHECK(t, hs_pg_reduce_scatter(t->world, s, dout, din, n, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) ==
+                 HS_OK, "%s", e.msg);
+    CHECK(t, stream_syncs == before + 1, "reduce_scatter synchronized its stream %d times",
+          stream_syncs - before);
+    check_device_bits(t, s, dout, ref, (size_t)n * es, "reduce_scatter");
+    hs_device_free_mem(d, din), hs_device_free_mem(d, dout), free(in), free(ref);
+
+    /* all-reduce, f16 SUM, in place, async */
+    es = hs_dtype_size(HS_DTYPE_F16);
+    in = make_input(t->rank, n, HS_DTYPE_F16, 83);
+    din = to_device(s, in, (size_t)n * es);
+    CHECK(t, hs_pg_all_reduce(t->world, NULL, in, n, HS_DTYPE_F16, HS_REDUCE_SUM, &e) == HS_OK,
+          "%s", e.msg);
+    ISSUED_ON(t, s, hs_pg_all_reduce_async(t->world, s, din, n, HS_DTYPE_F16, HS_REDUCE_SUM),
+              "all_reduce");
+    check_device_bits(t, s, din, in, (size_t)n * es, "all_reduce");
+    hs_device_free_mem(d, din), free(in);
+
+    /* send / recv around the ring */
+    if (t->size >= 2) {
+        in = make_input(t->rank, n, HS_DTYPE_F32, 84);
+        ref = calloc((size_t)n, sizeof(float));
+        stream_ring_pass(t, NULL, ref, in, n);
+        din = to_device(s, in, (size_t)n * sizeof(float));
+        dout = hs_device_alloc(d, (size_t)n * sizeof(float));
+        before = stream_syncs;
+        stream_ring_pass(t, s, dout, din, n);
+        CHECK(t, stream_syncs == before + 2, "send + recv synchronized their stream %d times",
+              stream_syncs - before);
+        check_device_bits(t, s, dout, ref, (size_t)n * sizeof(float), "send/recv");
+        hs_device_free_mem(d, din), hs_device_free_mem(d, dout), free(in), free(ref);
+    }
+    hs_stream_free(s);
+    d->ops = cpu_ops;
+    hs_device_free(d);
 }
 
 static void test_barrier_and_work_test_complete(ctx *t) {
@@ -444,7 +572,7 @@ static void test_split_orders_by_key_and_caches_by_name(ctx *t) {
     CHECK(t, hs_comm_world(t->comm) == t->world && !strcmp(hs_pg_name(t->world), "world"), "world");
     if (none) {
         float evens = 1.0f;
-        CHECK(t, hs_pg_all_reduce(none, &evens, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
+        CHECK(t, hs_pg_all_reduce(none, NULL, &evens, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
         CHECK(t, evens == (float)((t->size + 1) / 2), "even ranks counted %g", evens);
     }
 }
@@ -470,9 +598,9 @@ static void test_groups_interleaved_async(ctx *t) {
         in[k] = malloc(sizeof(float) * N * (size_t)gw);
         out[k] = calloc((size_t)N * (size_t)gw, sizeof(float));
         for (int64_t i = 0; i < N * gw; i++) in[k][i] = interleave_value(t->rank, k, i);
-        if (k / 3 == 0) w[k] = hs_pg_all_reduce_async(g, in[k], N, HS_DTYPE_F32, HS_REDUCE_SUM);
-        else if (k / 3 == 1) w[k] = hs_pg_reduce_scatter_async(g, out[k], in[k], N, HS_DTYPE_F32, HS_REDUCE_SUM);
-        else w[k] = hs_pg_all_gather_async(g, out[k], in[k] + (size_t)gr * N, N, HS_DTYPE_F32);
+        if (k / 3 == 0) w[k] = hs_pg_all_reduce_async(g, NULL, in[k], N, HS_DTYPE_F32, HS_REDUCE_SUM);
+        else if (k / 3 == 1) w[k] = hs_pg_reduce_scatter_async(g, NULL, out[k], in[k], N, HS_DTYPE_F32, HS_REDUCE_SUM);
+        else w[k] = hs_pg_all_gather_async(g, NULL, out[k], in[k] + (size_t)gr * N, N, HS_DTYPE_F32);
     }
     for (int k = ROUNDS - 1; k >= 0; k--) CHECK(t, hs_work_wait(w[k], &e) == HS_OK, "%s", e.msg);
     int bad = 0;
@@ -503,9 +631,9 @@ static void test_every_collective_is_counted_in_the_trace(ctx *t) {
     hs_trace_reset_counters(tr);
     float x[64] = {0}, y[64 * 8] = {0};
     hs_error e;
-    hs_pg_all_reduce(t->world, x, 64, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
-    hs_pg_all_reduce(t->world, x, 32, HS_DTYPE_BF16, HS_REDUCE_AVG, &e);
-    hs_pg_all_gather(t->world, y, x, 64 / t->size, HS_DTYPE_F32, &e);
+    hs_pg_all_reduce(t->world, NULL, x, 64, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
+    hs_pg_all_reduce(t->world, NULL, x, 32, HS_DTYPE_BF16, HS_REDUCE_AVG, &e);
+    hs_pg_all_gather(t->world, NULL, y, x, 64 / t->size, HS_DTYPE_F32, &e);
     hs_pg_barrier(t->world, &e);
     CHECK(t, hs_trace_collectives(tr, "all_reduce", "world") == 2, "all_reduce count %lld",
           (long long)hs_trace_collectives(tr, "all_reduce", "world"));
@@ -526,8 +654,8 @@ static void test_second_context_traces_span_with_group_bytes_dtype_seq(ctx *t, i
     CHECK(t, hs_comm_init(&c2, argc, argv, &opt, &e) == HS_OK, "%s", e.msg);
     if (!c2) return;
     uint16_t x[48] = {0};
-    CHECK(t, hs_pg_all_reduce(hs_comm_world(c2), x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) == HS_OK, "%s", e.msg);
-    CHECK(t, hs_pg_all_reduce(hs_comm_world(c2), x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_pg_all_reduce(hs_comm_world(c2), NULL, x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_pg_all_reduce(hs_comm_world(c2), NULL, x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) == HS_OK, "%s", e.msg);
     char *body = NULL;
     size_t len = 0;
     CHECK(t, hs_trace_serialize(tr, 0.0, &body, &len, &e) == HS_OK, "%s", e.msg);
@@ -538,7 +666,7 @@ static void test_second_context_traces_span_with_group_bytes_dtype_seq(ctx *t, i
     hs_trace_free(tr);
     /* The first context still works after the second is gone. */
     float one = 1.0f;
-    CHECK(t, hs_pg_all_reduce(t->world, &one, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_pg_all_reduce(t->world, NULL, &one, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
     CHECK(t, one == (float)t->size, "all_reduce after second context: %g", one);
 }
 
@@ -558,6 +686,7 @@ int main(int argc, char **argv) {
     test_all_to_all_transposes_blocks(&t);
     test_all_to_allv_uneven_counts_land_at_displacements(&t);
     test_send_recv_ring_pass(&t);
+    test_stream_forms_match_null_stream_bitwise(&t);
     test_barrier_and_work_test_complete(&t);
     test_split_orders_by_key_and_caches_by_name(&t);
     test_groups_interleaved_async(&t);

@@ -54,7 +54,7 @@ static int run_quiet(hs_comm *c) {
     for (int k = 0; k < 3; k++) {
         if (rank == k % hs_comm_size(c)) sleep_s(0.6);
         for (int i = 0; i < 16; i++) x[i] = 1.0f;
-        if (hs_pg_all_reduce(hs_comm_world(c), x, 16, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK)
+        if (hs_pg_all_reduce(hs_comm_world(c), NULL, x, 16, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK)
             return fail("all_reduce", &e);
         if (x[0] != (float)hs_comm_size(c)) {
             fprintf(stderr, "all_reduce gave %g\n", x[0]);
@@ -67,10 +67,10 @@ static int run_quiet(hs_comm *c) {
         return fail("split pp", &e);
     for (int k = 0; pp && k < 6; k++) {
         x[0] = (float)k;
-        hs_work *w = rank == 0 ? hs_pg_recv_async(pp, x, 16, HS_DTYPE_F32, 1, k) : NULL;
+        hs_work *w = rank == 0 ? hs_pg_recv_async(pp, NULL, x, 16, HS_DTYPE_F32, 1, k) : NULL;
         if (rank == 1) {
             sleep_s(0.6);
-            w = hs_pg_send_async(pp, x, 16, HS_DTYPE_F32, 0, k);
+            w = hs_pg_send_async(pp, NULL, x, 16, HS_DTYPE_F32, 0, k);
         }
         if (hs_work_wait(w, &e) != HS_OK) return fail("send/recv", &e);
     }
@@ -100,9 +100,9 @@ static void collective(hs_comm *c, hs_pg *g, bool ep, float *x) {
     int w = hs_pg_size(g);
     if (w > 64) abort();
     for (int i = 0; i < w; i++) counts[i] = 1, displs[i] = i;
-    hs_status s = ep ? hs_work_wait(hs_pg_all_to_allv_async(g, x + 64, counts, displs, x, counts,
+    hs_status s = ep ? hs_work_wait(hs_pg_all_to_allv_async(g, NULL, x + 64, counts, displs, x, counts,
                                                             displs, HS_DTYPE_F32), &e)
-                     : hs_pg_all_reduce(g, x, 1024, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
+                     : hs_pg_all_reduce(g, NULL, x, 1024, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
     if (s != HS_OK) hs_comm_abort(c, &e);
 }
 
@@ -139,16 +139,16 @@ static void run_p2p(hs_comm *c, int who, double seconds, const char *op) {
     if (g) {
         /* One good hand-over first, so the hang is at send/recv number 2. */
         int other = 1 - hs_pg_rank(g);
-        hs_work *w = rank == 0 ? hs_pg_send_async(g, x, 16, HS_DTYPE_F32, other, 7)
-                               : hs_pg_recv_async(g, x, 16, HS_DTYPE_F32, other, 7);
+        hs_work *w = rank == 0 ? hs_pg_send_async(g, NULL, x, 16, HS_DTYPE_F32, other, 7)
+                               : hs_pg_recv_async(g, NULL, x, 16, HS_DTYPE_F32, other, 7);
         if (hs_work_wait(w, &e) != HS_OK) hs_comm_abort(c, &e);
         if (rank == who) {
             sleep_s(seconds);
         } else {
             bool send = !strcmp(op, "send");
             print_hang_start();
-            w = send ? hs_pg_send_async(g, x, n, HS_DTYPE_F32, other, 8)
-                     : hs_pg_recv_async(g, x, n, HS_DTYPE_F32, other, 8);
+            w = send ? hs_pg_send_async(g, NULL, x, n, HS_DTYPE_F32, other, 8)
+                     : hs_pg_recv_async(g, NULL, x, n, HS_DTYPE_F32, other, 8);
             if (hs_work_wait(w, &e) != HS_OK) hs_comm_abort(c, &e);
         }
     } else {

@@ -77,12 +77,12 @@ int main(int argc, char **argv) {
         x[r] = malloc(sizeof(float) * N);
         fill(x[r], rank);
     }
-    hs_pg_all_reduce(w, x[0], N, HS_DTYPE_F32, HS_REDUCE_SUM, &e); /* warm the staging buffers */
+    hs_pg_all_reduce(w, NULL, x[0], N, HS_DTYPE_F32, HS_REDUCE_SUM, &e); /* warm the staging buffers */
     for (int k = 0; k < TRIES; k++) {
         for (int r = 0; r < REPS; r++) fill(x[r], rank);
         hs_pg_barrier(w, &e);
         double t0 = hs_now();
-        for (int r = 0; r < REPS; r++) hs_pg_all_reduce(w, x[r], N, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
+        for (int r = 0; r < REPS; r++) hs_pg_all_reduce(w, NULL, x[r], N, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
         double t_comm = max_over_ranks(hs_now() - t0);
         double t_work = t_comm;
         t0 = hs_now();
@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
         hs_pg_barrier(w, &e);
         t0 = hs_now();
         for (int r = 0; r < REPS; r++)
-            wk[r] = hs_pg_all_reduce_async(w, x[r], N, HS_DTYPE_F32, HS_REDUCE_SUM);
+            wk[r] = hs_pg_all_reduce_async(w, NULL, x[r], N, HS_DTYPE_F32, HS_REDUCE_SUM);
         sleep_s(t_work);
         for (int r = 0; r < REPS; r++) {
             if (hs_work_wait(wk[r], &e) != HS_OK) {

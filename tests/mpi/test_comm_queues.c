@@ -52,8 +52,8 @@ static float critical_sum(hs_comm *c, const queue_pair *p, float v, bool blockin
     hs_error_clear(&e);
     hs_status st =
         blocking
-            ? hs_pg_all_reduce(p->crit, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e)
-            : hs_work_wait(hs_pg_all_reduce_async(p->crit, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM), &e);
+            ? hs_pg_all_reduce(p->crit, NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e)
+            : hs_work_wait(hs_pg_all_reduce_async(p->crit, NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM), &e);
     CHECK(c, st == HS_OK, "%s", e.msg);
     return v;
 }
@@ -67,7 +67,7 @@ static void check_critical_overtakes_pending_default(hs_comm *c, const queue_pai
     hs_trace_reset_counters(tr);
     float *in = malloc(sizeof(float) * N), *out = calloc((size_t)N * (size_t)w, sizeof(float));
     for (int64_t i = 0; i < N; i++) in[i] = ag_value(me, i);
-    hs_work *ag = me == LATE ? NULL : hs_pg_all_gather_async(p->dflt, out, in, N, HS_DTYPE_F32);
+    hs_work *ag = me == LATE ? NULL : hs_pg_all_gather_async(p->dflt, NULL, out, in, N, HS_DTYPE_F32);
 
     float ranks = critical_sum(c, p, 1.0f, blocking);
     CHECK(c, ranks == (float)w, "%s %s critical all_reduce gave %g, want %d", p->path, form, ranks,
@@ -79,7 +79,7 @@ static void check_critical_overtakes_pending_default(hs_comm *c, const queue_pai
           "the critical all_reduce; want all of them (rank %d has not issued it yet)",
           p->path, form, all_pending, w - 1, LATE);
 
-    if (me == LATE) ag = hs_pg_all_gather_async(p->dflt, out, in, N, HS_DTYPE_F32);
+    if (me == LATE) ag = hs_pg_all_gather_async(p->dflt, NULL, out, in, N, HS_DTYPE_F32);
     hs_error e;
     hs_error_clear(&e);
     CHECK(c, hs_work_wait(ag, &e) == HS_OK, "%s", e.msg);
@@ -120,7 +120,7 @@ static void check_each_queue_keeps_issue_order(hs_comm *c, const queue_pair *a,
         buf[k] = malloc(sizeof(float) * M);
         for (int64_t i = 0; i < M; i++) buf[k][i] = order_value(me, k, i);
         hs_reduce_op op = k % 2 ? HS_REDUCE_MAX : HS_REDUCE_SUM;
-        wk[k] = hs_pg_all_reduce_async(grp[k], buf[k], M, HS_DTYPE_F32, op);
+        wk[k] = hs_pg_all_reduce_async(grp[k], NULL, buf[k], M, HS_DTYPE_F32, op);
         CHECK(c, hs_pg_queue(grp[k]) == (k % 2 ? HS_COMM_QUEUE_CRITICAL : HS_COMM_QUEUE_DEFAULT),
               "group '%s' is on the wrong queue", hs_pg_name(grp[k]));
     }
@@ -242,11 +242,11 @@ static void check_mesh_puts_model_parallel_dims_on_critical(hs_comm *c) {
     /* A TP-style step: the max over the tp group, then a sum over fsdp. */
     float v = (float)hs_comm_rank(c);
     CHECK(c,
-          hs_pg_all_reduce(hs_mesh_group(m, HS_DIM_TP), &v, 1, HS_DTYPE_F32, HS_REDUCE_MAX, &e) ==
+          hs_pg_all_reduce(hs_mesh_group(m, HS_DIM_TP), NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_MAX, &e) ==
               HS_OK,
           "%s", e.msg);
     CHECK(c,
-          hs_pg_all_reduce(hs_mesh_group(m, HS_DIM_FSDP), &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) ==
+          hs_pg_all_reduce(hs_mesh_group(m, HS_DIM_FSDP), NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) ==
               HS_OK,
           "%s", e.msg);
     float want = 0;

@@ -230,7 +230,7 @@ static void check_shard_degree(run *r)
         hs_error e;
         hs_error_clear(&e);
         if (r->g.shard && !fp->replicate)
-            CHECK(r->c, hs_pg_all_reduce(r->g.shard, &rows, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) ==
+            CHECK(r->c, hs_pg_all_reduce(r->g.shard, NULL, &rows, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) ==
                             HS_OK,
                   "%s", e.msg);
         CHECK(r->c, (int64_t)rows == fp->p->shape[0], "%s: %s shards hold %g rows of %lld",
@@ -457,7 +457,7 @@ static void run_case(hs_comm *c, const tcase *tc)
         if (!tc->accumulate && !tc->keep_after_forward) check_memory(&r);
         float l = (float)loss;
         if (r.g.flat)
-            CHECK(c, hs_pg_all_reduce(r.g.flat, &l, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK,
+            CHECK(c, hs_pg_all_reduce(r.g.flat, NULL, &l, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK,
                   "%s", e.msg);
         double rel = fabs((double)l - ref_loss) / fabs(ref_loss);
         CHECK(c, rel <= TOL, "%s step %d: loss %.8g vs single-process %.8g (rel %.3g)", tc->name,

@@ -283,7 +283,7 @@ static void next_all_gather_starts_during_compute(hs_comm *c, int depth)
         for (int i = 0; i < units; i++) mine[i] = early[i] ? 1.0f : 0.0f;
         hs_error e;
         hs_error_clear(&e);
-        CHECK(c, hs_pg_all_gather(hs_comm_world(c), all, mine, units, HS_DTYPE_F32, &e) == HS_OK,
+        CHECK(c, hs_pg_all_gather(hs_comm_world(c), NULL, all, mine, units, HS_DTYPE_F32, &e) == HS_OK,
               "%s", e.msg);
         ok = true;
         for (int i = 1; i + 1 < units; i++) {

@@ -48,7 +48,7 @@ static void check_dim(hs_comm *c, const hs_mesh *m, hs_mesh_dim d, int *members)
     float v = (float)rank;
     hs_error e;
     hs_error_clear(&e);
-    CHECK(c, hs_pg_all_reduce(g, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
+    CHECK(c, hs_pg_all_reduce(g, NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
     CHECK(c, v == (float)want_sum, "dim %s on rank %d: all-reduce of world ranks gave %g, "
           "expected %d", name, rank, (double)v, want_sum);
     CHECK(c, hs_trace_collectives(hs_comm_trace(c), "all_reduce", name) == 1,
