@@ -56,6 +56,7 @@ typedef enum hs_copy_kind { HS_COPY_H2D = 0, HS_COPY_D2H, HS_COPY_D2D, HS_COPY_K
 
 typedef struct hs_device hs_device;
 typedef struct hs_mem_cache hs_mem_cache;
+typedef struct hs_device_guard hs_device_guard;
 
 /* An ordered queue of work on one device; `ctx` is the backend's. */
 typedef struct hs_stream {
@@ -303,6 +304,9 @@ struct hs_device {
      * without a raw allocation. device_pool still counts the bytes asked
      * for, so hs_pool_peak means what it did. */
     hs_mem_cache *cache;
+    /* HS_DEVICE_GUARD=1 at creation: device memory the host cannot touch
+     * outside the device's members (src/device/guard.c); NULL otherwise. */
+    hs_device_guard *guard;
 };
 
 const char *hs_device_kind_name(hs_device_kind k);

@@ -61,6 +61,8 @@ hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out
     hs_pool_init(&d->host_pool, "host");
     d->trace = trace;
     backends[kind](d);
+    const char *guard = getenv("HS_DEVICE_GUARD");
+    if (guard && strcmp(guard, "1") == 0 && d->ops == &hs_ram_ops) hs_device_guard_install(d);
     d->stream = hs_stream_create(d);
     *out = d;
     return HS_OK;
@@ -71,6 +73,7 @@ void hs_device_free(hs_device *d)
     if (d == NULL) return;
     hs_stream_free(d->stream);
     hs_mem_cache_free_all(d->cache);
+    hs_device_guard_free(d);
     free(d);
 }
 

@@ -17,4 +17,10 @@ extern const hs_device_ops hs_ram_ops;
 /* Sets up d->cache over aligned RAM; the RAM backends' init calls it. */
 void hs_ram_memory_init(hs_device *d);
 
+/* The guard (guard.c): wraps d's members and moves its device memory into
+ * mappings the host cannot touch outside them. Install right after the
+ * backend's init, before anything is allocated; free after the cache. */
+void hs_device_guard_install(hs_device *d);
+void hs_device_guard_free(hs_device *d);
+
 #endif
