@@ -54,7 +54,8 @@ static int64_t numel_of(const hs_param *p) {
 static hs_status local_gather_full(hs_engine *en, int i, float *out, hs_error *e) {
     (void)e;
     const hs_param *p = hs_model_param(en->model, i);
-    memcpy(out, p->data, sizeof(float) * (size_t)numel_of(p));
+    hs_device_copy(hs_model_device(en->model), out, p->data, sizeof(float) * (size_t)numel_of(p),
+                   HS_COPY_D2H);
     return HS_OK;
 }
 
@@ -62,15 +63,17 @@ static hs_status local_gather_full_grad(hs_engine *en, int i, float *out, hs_err
     (void)e;
     hs_param *p = hs_model_param(en->model, i);
     hs_param_grad_settle(hs_model_device(en->model), p);
-    if (p->grad) memcpy(out, p->grad, sizeof(float) * (size_t)numel_of(p));
-    else memset(out, 0, sizeof(float) * (size_t)numel_of(p)); /* frozen: no gradient */
+    size_t bytes = sizeof(float) * (size_t)numel_of(p);
+    if (p->grad) hs_device_copy(hs_model_device(en->model), out, p->grad, bytes, HS_COPY_D2H);
+    else memset(out, 0, bytes); /* frozen: no gradient */
     return HS_OK;
 }
 
 static hs_status local_set_full(hs_engine *en, int i, const float *full, hs_error *e) {
     (void)e;
     hs_param *p = hs_model_param(en->model, i);
-    memcpy(p->data, full, sizeof(float) * (size_t)numel_of(p));
+    hs_device_copy(hs_model_device(en->model), p->data, full, sizeof(float) * (size_t)numel_of(p),
+                   HS_COPY_H2D);
     return HS_OK;
 }
 
