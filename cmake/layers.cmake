@@ -21,7 +21,7 @@
 # hs_layer_check target) and by cmake/check_layers.cmake (ctest, by hand:
 # cmake -DHS_ROOT=. -P cmake/check_layers.cmake).
 
-set(HS_LAYERS base tensor device comm mesh config model optim parallel fsdp ckpt train cli)
+set(HS_LAYERS base tensor device comm mesh config model optim parallel fsdp ckpt data train cli)
 
 # Private headers of a higher layer that a file may include anyway, as
 # "file|header". Each one costs an extra include root on that one source

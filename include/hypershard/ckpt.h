@@ -1,7 +1,8 @@
 /* hypershard/ckpt.h — distributed checkpoints: an atomic, verified save of
  * sharded tensors plus a small trainer-state record, and a load into any
- * other world size or sharding layout. docs/checkpoint.md is the reference
- * for the on-disk format.
+ * other world size or sharding layout; safetensors files and Hugging Face
+ * directories (config.json + model.safetensors) for export and import.
+ * docs/checkpoint.md is the reference for the on-disk format.
  *
  * Contract of this layer (RFC 000 §7.8, §8.4):
  * - The caller describes each tensor it holds as an hs_ckpt_tensor: a name
@@ -31,6 +32,13 @@
  *   a truncated file, a checksum that does not match — is an error that
  *   names the checkpoint file, the tensor and both values. Nothing is ever
  *   loaded silently wrong.
+ * - Safetensors files follow the published format: 8-byte little-endian
+ *   header length, a JSON header (dtype, shape, data_offsets per tensor,
+ *   optional "__metadata__" of string values), raw little-endian data.
+ *   Dtypes F32, BF16 and F16. Reading parses the header with Jansson and
+ *   checks every offset against the file before any byte is used.
+ * - Hugging Face names are the model's FQNs, except stacked routed experts
+ *   [E, out, in], which become E tensors "...experts.<j>.<proj>.weight".
  *
  * Test hook (documented in docs/checkpoint.md): HS_CKPT_TEST_KILL_AFTER_BYTES=N
  * makes the rank HS_CKPT_TEST_KILL_RANK (default 1) _exit(9) after writing N
@@ -46,6 +54,7 @@
 #include "hypershard/base.h"
 #include "hypershard/comm.h"
 #include "hypershard/config.h"
+#include "hypershard/model.h"
 #include "hypershard/tensor.h"
 
 #define HS_CKPT_FORMAT "hypershard-checkpoint"
@@ -154,5 +163,83 @@ hs_status hs_ckpt_load(hs_comm *comm, const char *path, const hs_ckpt_tensor *ta
  * `latest`). */
 hs_status hs_ckpt_resolve_resume(const hs_ckpt_config *cfg, char *path, size_t cap, bool *found,
                                  hs_error *e);
+
+/* ----------------------------------------------------------- safetensors */
+
+#define HS_ST_NAME_MAX 256
+
+typedef struct hs_st_tensor {
+    char name[HS_ST_NAME_MAX];
+    hs_dtype dtype;
+    int ndim;
+    int64_t shape[HS_TENSOR_MAX_DIMS];
+    const void *data; /* may be unaligned when read from another writer's file */
+    size_t bytes;
+} hs_st_tensor;
+
+typedef struct hs_st_meta {
+    const char *key;
+    const char *value;
+} hs_st_meta;
+
+/* "F32", "BF16", "F16". */
+const char *hs_st_dtype_name(hs_dtype dt);
+/* Write atomically (temp file + rename); the header is padded with spaces to
+ * a multiple of 8 bytes so that every tensor of this writer is aligned. */
+hs_status hs_safetensors_write(const char *path, const hs_st_tensor *tensors, int n,
+                               const hs_st_meta *meta, int n_meta, hs_error *e);
+
+typedef struct hs_st_file hs_st_file;
+
+/* Every tensor is checked: dtype, shape, data_offsets inside the data
+ * region and matching the shape, no two tensors sharing bytes, no name
+ * twice; errors name the file and the tensor. */
+hs_status hs_safetensors_open(const char *path, hs_st_file **out, hs_error *e);
+/* The same from a whole file's len bytes in memory; path names it in errors. */
+hs_status hs_safetensors_open_mem(const char *path, const void *buf, size_t len,
+                                  hs_st_file **out, hs_error *e);
+void hs_safetensors_close(hs_st_file *f);
+int hs_safetensors_count(const hs_st_file *f);
+const hs_st_tensor *hs_safetensors_tensor(const hs_st_file *f, int i);
+/* NULL if absent. */
+const hs_st_tensor *hs_safetensors_find(const hs_st_file *f, const char *name);
+const char *hs_safetensors_meta(const hs_st_file *f, const char *key);
+int64_t hs_st_numel(const hs_st_tensor *t);
+/* Convert the tensor to fp32 (handles unaligned data). */
+void hs_st_to_f32(const hs_st_tensor *t, float *out);
+
+/* ------------------------------------------------------- Hugging Face I/O */
+
+/* The full fp32 tensor of model parameter i: get (gather) or set (scatter).
+ * Under FSDP these are collective, so every rank calls them in the same order. */
+typedef hs_status (*hs_param_get_fn)(void *ctx, int param_index, float *out, hs_error *e);
+typedef hs_status (*hs_param_set_fn)(void *ctx, int param_index, const float *full, hs_error *e);
+
+/* Number of HF tensors parameter p becomes (E for stacked experts, else 1)
+ * and the name of the j-th. */
+int hs_hf_tensor_count(const hs_param *p);
+void hs_hf_tensor_name(const hs_param *p, int j, char *buf, size_t cap);
+
+/* config.json of LlamaForCausalLM (arch llama) / MixtralForCausalLM (moe). */
+hs_status hs_hf_config_write(const hs_model_config *mc, int max_position, const char *dtype_name,
+                             const char *path, hs_error *e);
+/* Fill the model fields of *mc from a config.json written by us or by
+ * transformers (other fields of *mc are left as they are). */
+hs_status hs_hf_config_read(const char *path, hs_model_config *mc, int *max_position,
+                            hs_error *e);
+/* The same from len bytes of config.json text; path names it in errors.
+ * Every integer is checked to fit (sizes >= 1), numbers to be finite, the
+ * heads to divide; errors name the file and the key. */
+hs_status hs_hf_config_parse(const char *path, const char *text, size_t len, hs_model_config *mc,
+                             int *max_position, hs_error *e);
+/* Write <dir>/model.safetensors and <dir>/config.json from the model's
+ * parameters in dtype dt. Every rank calls it (get may be collective); only
+ * a rank with write == true creates files. */
+hs_status hs_hf_save(hs_model *m, hs_param_get_fn get, void *ctx, hs_dtype dt, int max_position,
+                     const char *dir, bool write, hs_error *e);
+/* Load <dir>/model.safetensors into the model: every parameter must be
+ * present with its shape (errors name the FQN / tensor name, both shapes);
+ * tensors the model does not have are errors too. */
+hs_status hs_hf_load(hs_model *m, const char *dir, hs_param_set_fn set, void *ctx, hs_error *e);
 
 #endif

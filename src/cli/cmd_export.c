@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "cli/commands.h"
-#include "hypershard/train.h"
+#include "hypershard/ckpt.h"
+#include "hypershard/data.h"
 
 /* A model that owns full fp32 weights, for moving tensors in and out. */
 typedef struct held_model {

@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "hypershard/ckpt.h"
+#include "hypershard/data.h"
 #include "hypershard/train.h"
 
 typedef struct infer_args {

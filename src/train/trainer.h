@@ -7,6 +7,8 @@
 
 #include <stdio.h>
 
+#include "hypershard/ckpt.h"
+#include "hypershard/data.h"
 #include "hypershard/train.h"
 #include "train/engine.h"
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hypershard/train.h"
+#include "hypershard/ckpt.h"
 
 static void check(const hs_model_config *mc, int max_position) {
     bool moe = !strcmp(mc->arch, "moe");

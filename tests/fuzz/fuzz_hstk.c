@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hypershard/train.h"
+#include "hypershard/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint32_t *tokens = NULL;

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hypershard/train.h"
+#include "hypershard/ckpt.h"
 
 static void exercise(const hs_st_file *f, size_t size) {
     size_t total = 0;

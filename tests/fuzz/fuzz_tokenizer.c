@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hypershard/train.h"
+#include "hypershard/data.h"
 
 #define TEXT_MAX 64
 

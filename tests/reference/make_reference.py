@@ -86,7 +86,7 @@ def write_safetensors(path, tensors, meta):
 
 
 def read_tokens(path):
-    """src/train/data_tokens.c: "HSTK", uint32 version 1, uint64 count, then
+    """src/data/data_tokens.c: "HSTK", uint32 version 1, uint64 count, then
     count uint16 tokens, all little-endian, nothing after them."""
     with open(path, "rb") as f:
         raw = f.read()

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "hypershard/config.h"
-#include "hypershard/train.h"
+#include "hypershard/data.h"
 #include "test_util.h"
 
 static char tmpdir[256];

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "hypershard/train.h"
+#include "hypershard/ckpt.h"
 #include "test_util.h"
 
 static char tmpdir[256];

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hypershard/train.h"
+#include "hypershard/ckpt.h"
 
 static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_position,
                             const char *dtype_name) {

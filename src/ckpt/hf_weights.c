@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "hypershard/train.h"
+#include "hypershard/ckpt.h"
 
 #define EXPERTS_TAG ".experts."
 

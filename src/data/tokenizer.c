@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hypershard/train.h"
+#include "hypershard/data.h"
 
 static const char *const FILES[] = {"tokenizer.json", "tokenizer_config.json",
                                     "special_tokens_map.json"};

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hypershard/train.h"
+#include "hypershard/data.h"
 
 struct hs_dataset {
     uint32_t *tokens; /* the whole stream */

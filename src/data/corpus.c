@@ -6,7 +6,7 @@
  * and sentence shape (capital, clause, full stop, paragraphs). */
 #include <string.h>
 
-#include "hypershard/train.h"
+#include "hypershard/data.h"
 
 /* Fixed: the corpus is a constant of the program, not of the run. */
 #define CORPUS_SEED 0x5eed0c0a7ull

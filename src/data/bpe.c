@@ -1,5 +1,5 @@
 /* A byte-level BPE tokenizer read from a Hugging Face tokenizer.json, for
- * generate's text in and text out (train.h): GPT-2 style (ByteLevel
+ * generate's text in and text out (data.h): GPT-2 style (ByteLevel
  * pre-tokenizer with its regex) or Llama 3 style (a Split with Llama 3's
  * pattern, then ByteLevel without a regex), BPE merges, ByteLevel decoder.
  *
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hypershard/train.h"
+#include "hypershard/data.h"
 
 /* string -> int, open addressing (keys owned). */
 typedef struct smap {
