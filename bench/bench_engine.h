@@ -1,7 +1,7 @@
 /* bench/bench_engine.h — what the benchmarks that drive an engine share
- * (bench_step.c, bench_tp.c: the layer exceptions that may include the
- * train-private engine, cmake/layers.cmake): a random batch and one
- * optimizer step as the trainer runs it. */
+ * (bench_step.c, bench_layouts.c, bench_pp.c, through the engine calls of
+ * hypershard/train.h): a random batch and one optimizer step as the
+ * trainer runs it. */
 #ifndef HS_BENCH_ENGINE_H
 #define HS_BENCH_ENGINE_H
 
@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "hypershard/optim.h"
-#include "train/engine.h"
+#include "hypershard/train.h"
 
 /* Random tokens and targets in [0, vocab): speed does not depend on the
  * text. Ranks that must see the same batch pass the same seed. */
@@ -33,15 +33,16 @@ static inline hs_status hs_bench_engine_step(hs_engine *en, hs_optim *optim,
                                              float grad_scale, double *t_fb, hs_error *e)
 {
     double t0 = hs_now(), loss = 0.0, aux = 0.0, norm = 0.0;
-    en->begin_micro_batch(en, true, true, true);
-    hs_status s = hs_model_forward_backward(en->model, b, grad_scale, en->hooks(en), &loss, &aux, e);
+    hs_engine_begin_micro_batch(en, true, true, true);
+    hs_status s = hs_model_forward_backward(hs_engine_model(en), b, grad_scale, hs_engine_hooks(en),
+                                            &loss, &aux, e);
     if (t_fb) *t_fb = hs_now() - t0;
-    if (s == HS_OK) s = en->grad_norm(en, &norm, e);
+    if (s == HS_OK) s = hs_engine_grad_norm(en, &norm, e);
     if (s != HS_OK) return s;
-    hs_clip_grads(hs_model_device(en->model), params, n_params, norm, oc->clip_grad_norm);
+    hs_clip_grads(hs_model_device(hs_engine_model(en)), params, n_params, norm, oc->clip_grad_norm);
     hs_optim_step(optim, oc->lr);
-    s = en->after_step(en, e);
-    en->zero_grads(en);
+    s = hs_engine_after_step(en, e);
+    hs_engine_zero_grads(en);
     return s;
 }
 

@@ -10,7 +10,7 @@
  *                (forward + backward + AdamW + after_step)
  *   exposed ms   the time the compute thread sat blocked in hs_work_wait on
  *                FSDP's all-gathers, reduce-scatters and all-reduces
- *                (fsdp/exposed.h), summed over the step; the slowest rank,
+ *                (hs_fsdp_get_exposed), summed over the step; the slowest rank,
  *                median over steps. Communication the comm thread finished
  *                while compute ran is not exposed.
  *   colls        all-gathers + reduce-scatters + all-reduces executed per
@@ -35,9 +35,8 @@
 
 #include "bench_util.h"
 #include "cli/commands.h"
-#include "fsdp/fusion.h"
-#include "fsdp/manager.h"
 #include "hypershard/comm.h"
+#include "hypershard/fsdp.h"
 #include "hypershard/optim.h"
 
 #define MAX_STEPS 64
@@ -123,14 +122,11 @@ static void config_for(const fsdp_bench *b, const combo *k, hs_config *cfg)
 /* The per-unit minimum of collectives and of payload bytes per step. */
 static void minimum_of(hs_fsdp *f, measure *m)
 {
-    hs_fsdp_ctx *ctx = hs_fsdp_context(f);
+    hs_fsdp_stats st;
+    hs_fsdp_get_stats(f, &st);
     m->min_colls = m->min_bytes = 0;
-    for (int u = 0; u < ctx->n_units; u++) {
-        hs_fsdp_unit *un = &ctx->units[u];
-        int64_t logical = 0;
-        for (int i = 0; i < un->n_params; i++)
-            if (un->params[i]->needs_all_gather)
-                logical += un->params[i]->plan.unpacked_numel * (int64_t)sizeof(float);
+    for (int u = 0; u < st.units; u++) {
+        int64_t logical = hs_fsdp_unit_gathered_numel(f, u) * (int64_t)sizeof(float);
         if (logical == 0) continue;
         int unshards = u == 0 ? 1 : 2; /* the root stays unsharded through the step */
         m->min_colls += unshards + 1;
@@ -147,8 +143,8 @@ typedef struct setup {
     int32_t *tok, *tgt;
 } setup;
 
-static hs_status setup_make(const fsdp_bench *b, const combo *k, const hs_fsdp_dp_groups *g,
-                            setup *s, hs_error *e)
+static hs_status setup_make(const fsdp_bench *b, const combo *k, hs_pg *pg, setup *s,
+                            hs_error *e)
 {
     memset(s, 0, sizeof *s);
     config_for(b, k, &s->cfg);
@@ -159,7 +155,7 @@ static hs_status setup_make(const fsdp_bench *b, const combo *k, const hs_fsdp_d
                            .dev = s->dev};
     st = hs_model_create(&s->cfg.model, &mo, &s->m, e);
     if (st == HS_OK)
-        st = hs_fsdp_wrap_groups(&s->cfg, g, b->comm, s->dev, s->m, 1234, NULL, &s->f, e);
+        st = hs_fsdp_wrap_group(&s->cfg, pg, b->comm, s->dev, s->m, 1234, NULL, &s->f, e);
     if (st != HS_OK) return st;
     hs_optim_param *op;
     int n = hs_fsdp_optim_params(s->f, &op);
@@ -206,15 +202,14 @@ typedef struct samples {
 } samples;
 
 /* One timed step of one combination, its collectives and exposed waits. */
-static hs_status timed_step(const fsdp_bench *b, setup *s, const hs_fsdp_dp_groups *g,
-                            measure *out, samples *sm, int i, hs_error *e)
+static hs_status timed_step(const fsdp_bench *b, setup *s, hs_pg *pg, measure *out,
+                            samples *sm, int i, hs_error *e)
 {
     hs_trace *tr = hs_comm_trace(b->comm);
-    hs_fsdp_ctx *ctx = hs_fsdp_context(s->f);
-    hs_status st = hs_pg_barrier(g->shard, e);
+    hs_status st = hs_pg_barrier(pg, e);
     if (st != HS_OK) return st;
     hs_trace_reset_counters(tr);
-    memset(&ctx->exposed, 0, sizeof ctx->exposed);
+    hs_fsdp_reset_exposed(s->f);
     double t0 = hs_now();
     st = one_step(b, s, e);
     double t = hs_now() - t0;
@@ -223,19 +218,21 @@ static hs_status timed_step(const fsdp_bench *b, setup *s, const hs_fsdp_dp_grou
                  hs_trace_collectives(tr, "all_reduce", NULL);
     out->bytes = hs_trace_collective_bytes(tr, "all_gather", NULL) +
                  hs_trace_collective_bytes(tr, "reduce_scatter", NULL);
-    sm->step[i] = hs_bench_max_over(g->shard, t) * 1e3;
-    sm->exposed[i] = hs_bench_max_over(g->shard, hs_fsdp_exposed_total(&ctx->exposed)) * 1e3;
-    sm->ag[i] = hs_bench_max_over(g->shard, ctx->exposed.seconds[HS_FSDP_WAIT_ALL_GATHER]) * 1e3;
-    sm->rs[i] = hs_bench_max_over(g->shard, ctx->exposed.seconds[HS_FSDP_WAIT_REDUCE_SCATTER]) * 1e3;
-    sm->ar[i] = hs_bench_max_over(g->shard, ctx->exposed.seconds[HS_FSDP_WAIT_ALL_REDUCE]) * 1e3;
+    hs_fsdp_exposed_stats x;
+    hs_fsdp_get_exposed(s->f, &x);
+    sm->step[i] = hs_bench_max_over(pg, t) * 1e3;
+    sm->exposed[i] = hs_bench_max_over(pg, x.total) * 1e3;
+    sm->ag[i] = hs_bench_max_over(pg, x.all_gather) * 1e3;
+    sm->rs[i] = hs_bench_max_over(pg, x.reduce_scatter) * 1e3;
+    sm->ar[i] = hs_bench_max_over(pg, x.all_reduce) * 1e3;
     return st;
 }
 
 /* All combinations live side by side and take their timed steps in turn
  * (round r: one step of each), so a burst of outside load on this shared
  * machine slows every combination alike instead of one of them. */
-static hs_status measure_all(const fsdp_bench *b, const combo *ks, int n,
-                             const hs_fsdp_dp_groups *g, measure *ms, hs_error *e)
+static hs_status measure_all(const fsdp_bench *b, const combo *ks, int n, hs_pg *pg,
+                             measure *ms, hs_error *e)
 {
     setup *ss = calloc((size_t)n, sizeof *ss);
     samples *sm = calloc((size_t)n, sizeof *sm);
@@ -247,12 +244,12 @@ static hs_status measure_all(const fsdp_bench *b, const combo *ks, int n,
     hs_status st = HS_OK;
     int made = 0;
     for (; st == HS_OK && made < n; made++) {
-        st = setup_make(b, &ks[made], g, &ss[made], e);
+        st = setup_make(b, &ks[made], pg, &ss[made], e);
         if (st == HS_OK) st = one_step(b, &ss[made], e); /* warm-up: first-touch pages */
     }
     for (int i = 0; st == HS_OK && i < b->steps; i++)
         for (int c = 0; st == HS_OK && c < n; c++)
-            st = timed_step(b, &ss[c], g, &ms[c], &sm[c], i, e);
+            st = timed_step(b, &ss[c], pg, &ms[c], &sm[c], i, e);
     for (int c = 0; st == HS_OK && c < n; c++) {
         minimum_of(ss[c].f, &ms[c]);
         ms[c].step_ms = hs_bench_median(sm[c].step, b->steps);
@@ -324,9 +321,6 @@ static hs_status bench_world_size(fsdp_bench *b, int W, hs_error *e)
         world_sync_sleeping();
         return HS_OK;
     }
-    hs_fsdp_dp_groups g = {.shard = pg, .shard_size = W, .shard_rank = hs_pg_rank(pg),
-                           .replicate_size = 1, .flat = pg, .flat_size = W,
-                           .flat_rank = hs_pg_rank(pg)};
     combo ks[9];
     measure ms[9];
     memset(ms, 0, sizeof ms);
@@ -340,7 +334,7 @@ static hs_status bench_world_size(fsdp_bench *b, int W, hs_error *e)
         printf("%-8s %-10s %9s %11s %26s %13s %19s\n", "prefetch", "fusion", "step ms",
                "exposed ms", "(all-gather/RS/AR ms)", "colls (min)", "MB/step (min)");
     }
-    st = measure_all(b, ks, n, &g, ms, e);
+    st = measure_all(b, ks, n, pg, ms, e);
     for (int i = 0; st == HS_OK && i < n; i++) {
         if (b->rank == 0) {
             printf("%-8d %-10s %9.1f %11.2f %10.2f /%6.2f /%6.2f %6lld (%4lld) %9.2f (%7.2f)\n",

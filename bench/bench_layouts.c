@@ -7,7 +7,7 @@
 
 #include "bench_engine.h"
 #include "bench_util.h"
-#include "train/engine.h"
+#include "hypershard/train.h"
 
 static void config_for(const hs_bench_model *bm, hs_bench_layout *l, int world)
 {
@@ -55,7 +55,7 @@ hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_la
                          .dev = l->dev, .max_batch = l->mbs};
     s = hs_engine_create(&env, &l->en, e);
     if (s != HS_OK) return s;
-    l->n_params = l->en->optim_params(l->en, &l->params);
+    l->n_params = hs_engine_optim_params(l->en, &l->params);
     s = hs_optim_create(&l->cfg.optimizer, l->params, l->n_params, l->dev, &l->dev->device_pool,
                         &l->optim, e);
     size_t bt = (size_t)l->mbs * (size_t)bm->seq;
@@ -116,9 +116,9 @@ static void counts(hs_trace *t, const hs_bench_layout *l, bool mp, int64_t *coll
 /* Seconds inside the model-parallel collectives since the last call. */
 static double mp_seconds(hs_bench_layout *l)
 {
-    hs_tp *tp = l->en->tp ? l->en->tp(l->en) : NULL;
-    hs_cp *cp = l->en->cp ? l->en->cp(l->en) : NULL;
-    hs_ep *ep = l->en->ep ? l->en->ep(l->en) : NULL;
+    hs_tp *tp = hs_engine_tp(l->en);
+    hs_cp *cp = hs_engine_cp(l->en);
+    hs_ep *ep = hs_engine_ep(l->en);
     double s = 0.0;
     if (ep && !strcmp(l->mp_dim, "ep")) s = hs_ep_get_stats(ep).seconds, hs_ep_reset_stats(ep);
     if (tp && !strcmp(l->mp_dim, "tp")) s = hs_tp_get_stats(tp).seconds, hs_tp_reset_stats(tp);

@@ -12,8 +12,7 @@
 #include "hypershard/device.h"
 #include "hypershard/mesh.h"
 #include "hypershard/optim.h"
-
-typedef struct hs_engine hs_engine; /* train-private: only bench_layouts.c looks inside */
+#include "hypershard/train.h"
 
 #define HS_BENCH_MAX_STEPS 64
 

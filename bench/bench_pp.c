@@ -28,7 +28,7 @@
 #include "bench_util.h"
 #include "cli/commands.h"
 #include "hypershard/parallel.h"
-#include "train/engine.h"
+#include "hypershard/train.h"
 
 #define MAX_LAYOUTS 6
 #define MAX_STEPS 64
@@ -96,7 +96,7 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
     hs_pp_stage_chunks(&l->cfg, stage, &env.stage);
     s = hs_engine_create(&env, &l->en, e);
     if (s != HS_OK) return s;
-    l->n_params = l->en->optim_params(l->en, &l->params);
+    l->n_params = hs_engine_optim_params(l->en, &l->params);
     s = hs_optim_create(&l->cfg.optimizer, l->params, l->n_params, l->dev, &l->dev->device_pool,
                         &l->optim, e);
     char prefix[48];
@@ -143,7 +143,7 @@ static void before_backward(void *ctx, int chunk, int mb, bool last)
 {
     (void)chunk, (void)mb;
     pp_layout *l = ctx;
-    l->en->begin_micro_batch(l->en, last, last, last);
+    hs_engine_begin_micro_batch(l->en, last, last, last);
 }
 
 static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e)
@@ -156,17 +156,17 @@ static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e)
     hs_pp_step_io io = {.ctx = l, .batch = batch_of, .before_backward = before_backward};
     float scale = 1.0f / (float)((int64_t)l->cfg.train.global_batch_size * l->T);
     double t0 = hs_now(), loss = 0.0, aux = 0.0, norm = 0.0;
-    l->en->begin_step(l->en);
-    s = hs_pp_run_step(l->pp_ctx, l->en->model, l->en->hooks(l->en), l->actions, l->n_actions,
-                       l->M, scale, &io, &loss, &aux, e);
-    if (s == HS_OK) l->en->drain(l->en);
-    if (s == HS_OK) s = l->en->grad_norm(l->en, &norm, e);
+    hs_engine_begin_step(l->en);
+    s = hs_pp_run_step(l->pp_ctx, hs_engine_model(l->en), hs_engine_hooks(l->en), l->actions,
+                       l->n_actions, l->M, scale, &io, &loss, &aux, e);
+    if (s == HS_OK) hs_engine_drain(l->en);
+    if (s == HS_OK) s = hs_engine_grad_norm(l->en, &norm, e);
     if (s != HS_OK) return s;
-    hs_clip_grads(hs_model_device(l->en->model), l->params, l->n_params, norm,
+    hs_clip_grads(hs_model_device(hs_engine_model(l->en)), l->params, l->n_params, norm,
                   l->cfg.optimizer.clip_grad_norm);
     hs_optim_step(l->optim, l->cfg.optimizer.lr);
-    s = l->en->after_step(l->en, e);
-    l->en->zero_grads(l->en);
+    s = hs_engine_after_step(l->en, e);
+    hs_engine_zero_grads(l->en);
     double dt = hs_now() - t0;
     float sum = (float)(hs_pp_busy_seconds(l->pp_ctx) / dt);
     if (s == HS_OK) s = hs_pg_all_reduce(world, NULL, &sum, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);

@@ -28,7 +28,7 @@
 #include "hypershard/config.h"
 #include "hypershard/device.h"
 #include "hypershard/optim.h"
-#include "train/engine.h"
+#include "hypershard/train.h"
 
 #define MAX_OVERRIDES 16
 
@@ -206,7 +206,7 @@ static hs_status run_open(bench_run *r, const bench_model *bm, hs_error *e) {
     hs_engine_env env = {.cfg = &r->cfg, .topo = &r->topo, .dev = r->dev, .max_batch = bm->B};
     s = hs_engine_local_create(&env, &r->en, e);
     if (s != HS_OK) return s;
-    r->n_params = r->en->optim_params(r->en, &r->params);
+    r->n_params = hs_engine_optim_params(r->en, &r->params);
     s = hs_optim_create(&r->cfg.optimizer, r->params, r->n_params, r->dev, &r->dev->device_pool,
                         &r->optim, e);
     size_t bt = (size_t)bm->B * (size_t)bm->T;
@@ -247,7 +247,7 @@ static hs_status time_model(const bench_model *bm, int steps, const sgemm_probe 
     double tstep[MAX_STEPS], tfb[MAX_STEPS], topt[MAX_STEPS], rate[MAX_STEPS], mfu[MAX_STEPS];
     if (steps > MAX_STEPS) steps = MAX_STEPS;
     hs_status s = run_open(r, bm, e);
-    double fpt = s == HS_OK ? hs_model_flops_per_token(r->en->model, bm->T) : 0.0;
+    double fpt = s == HS_OK ? hs_model_flops_per_token(hs_engine_model(r->en), bm->T) : 0.0;
     double flops = fpt * bm->B * bm->T;
     for (int i = -1; s == HS_OK && i < steps; i++) { /* i = -1: warm-up */
         double fb = 0.0, op = 0.0, before = i >= 0 ? probe_rate(probe, window) : 0.0;
@@ -288,10 +288,10 @@ static int bench_one(const bench_model *bm, int steps, const sgemm_probe *probe,
     const step_times *t = &res->t;
     res->name = bm->name;
     res->tokens = (int64_t)bm->B * bm->T;
-    res->flops_per_token = hs_model_flops_per_token(r.en->model, bm->T);
+    res->flops_per_token = hs_model_flops_per_token(hs_engine_model(r.en), bm->T);
     printf("%-16s %6.1fM  dim %3d L %2d H %2d/%2d F %4d V %5d  B %d T %3d | step %7.3f s "
            "(fwd+bwd %.3f, optim %.3f; best %.3f)\n",
-           bm->name, (double)hs_model_param_count(r.en->model) / 1e6, mc->dim, mc->n_layers,
+           bm->name, (double)hs_model_param_count(hs_engine_model(r.en)) / 1e6, mc->dim, mc->n_layers,
            mc->n_heads, mc->n_kv_heads, mc->ffn_dim, mc->vocab_size, bm->B, bm->T, t->step,
            t->fwd_bwd, t->optim, t->best);
     fflush(stdout);

@@ -13,32 +13,15 @@
 #     another folder), and any private include in a public header;
 #   - any include path with "..";
 #   - a folder under src/ that is not in HS_LAYERS.
-# bench/*.c belongs to the cli layer (it is linked into the hypershard
-# executable). tests/ is not checked: a test may reach into the private
-# headers of the layer it tests.
+# bench/*.c and bench/*.h belong to the cli layer (they are linked into the
+# hypershard executable). tests/ is not checked: a test may reach into the
+# private headers of the layer it tests.
 #
 # This file is read both by CMakeLists.txt (configure time, and the build's
 # hs_layer_check target) and by cmake/check_layers.cmake (ctest, by hand:
 # cmake -DHS_ROOT=. -P cmake/check_layers.cmake).
 
 set(HS_LAYERS base tensor device comm mesh config model optim parallel fsdp ckpt data train cli)
-
-# Private headers of a higher layer that a file may include anyway, as
-# "file|header". Each one costs an extra include root on that one source
-# file (CMakeLists.txt) and must still be in use.
-set(HS_LAYER_EXCEPTIONS
-  # The FSDP benchmark counts collectives and exposed wait time per unit: it
-  # walks the context's units and parameters and resets the exposed-time
-  # counters, which the public FSDP handle does not show.
-  "bench/bench_fsdp.c|fsdp/fusion.h"
-  "bench/bench_fsdp.c|fsdp/manager.h"
-  # The step benchmark and the layout benchmarks (bench tp, bench cp) drive an engine exactly as the trainer does
-  # (its whole vtable), which is private to train/.
-  "bench/bench_step.c|train/engine.h"
-  "bench/bench_layouts.c|train/engine.h"
-  # The pipeline benchmark runs each stage's schedule on an engine, as the
-  # trainer's pp_step.c does.
-  "bench/bench_pp.c|train/engine.h")
 
 # The files of one layer, relative to `root`.
 function(hs_layer_files root layer out)
@@ -47,7 +30,7 @@ function(hs_layer_files root layer out)
     list(APPEND files include/hypershard/${layer}.h)
   endif()
   if(layer STREQUAL "cli")
-    file(GLOB bench RELATIVE ${root} ${root}/bench/*.c)
+    file(GLOB bench RELATIVE ${root} ${root}/bench/*.c ${root}/bench/*.h)
     list(APPEND files ${bench})
   endif()
   list(SORT files)
@@ -57,7 +40,6 @@ endfunction()
 # Sets `out` to the list of violations in the tree at `root` (empty: none).
 function(hs_check_layers root out)
   set(problems "")
-  set(used "")
 
   file(GLOB entries RELATIVE ${root}/src ${root}/src/*)
   foreach(d IN LISTS entries)
@@ -115,28 +97,19 @@ function(hs_check_layers root out)
           if(public)
             list(APPEND problems "${at}: public header includes private header \"${inc}\" of layer ${other}")
           elseif(NOT other STREQUAL layer)
-            if("${f}|${inc}" IN_LIST HS_LAYER_EXCEPTIONS)
-              list(APPEND used "${f}|${inc}")
+            list(FIND HS_LAYERS "${other}" oi)
+            if(oi GREATER li)
+              set(why "a private header of layer ${other}, which comes after ${layer} in the layer order")
             else()
-              list(FIND HS_LAYERS "${other}" oi)
-              if(oi GREATER li)
-                set(why "a private header of layer ${other}, which comes after ${layer} in the layer order")
-              else()
-                set(why "a private header of layer ${other} (use include/hypershard/${other}.h)")
-              endif()
-              list(APPEND problems "${at}: layer ${layer} includes \"${inc}\", ${why}")
+              set(why "a private header of layer ${other} (use include/hypershard/${other}.h)")
             endif()
+            list(APPEND problems "${at}: layer ${layer} includes \"${inc}\", ${why}")
           endif()
         endif()
       endforeach()
     endforeach()
   endforeach()
 
-  foreach(x IN LISTS HS_LAYER_EXCEPTIONS)
-    if(NOT x IN_LIST used)
-      list(APPEND problems "cmake/layers.cmake: exception \"${x}\" is no longer used, remove it")
-    endif()
-  endforeach()
   set(${out} "${problems}" PARENT_SCOPE)
 endfunction()
 

@@ -147,4 +147,26 @@ void hs_fsdp_write_units(const hs_fsdp *f, FILE *out);
 /* Peak := current, to measure one phase. */
 void hs_fsdp_reset_peak(hs_fsdp *f);
 
+/* For measuring FSDP on its own (bench fsdp, measure.c). wrap_group: as
+ * hs_fsdp_wrap, pure sharding over the one group `shard` (no replicate
+ * group, no model parallelism, no mesh), so a benchmark can wrap over part
+ * of the world. unit_gathered_numel: the logical (unpadded) elements of
+ * unit `unit`'s parameters that are all-gathered, 0 <= unit <
+ * hs_fsdp_stats.units (0 is the root). exposed: the seconds the compute
+ * thread sat blocked waiting on FSDP's own collectives since the wrap or
+ * the last reset; communication that finished while compute ran is not
+ * counted. */
+hs_status hs_fsdp_wrap_group(const hs_config *cfg, hs_pg *shard, hs_comm *comm, hs_device *dev,
+                             hs_model *model, uint64_t seed, const hs_log *log, hs_fsdp **out,
+                             hs_error *e);
+int64_t hs_fsdp_unit_gathered_numel(const hs_fsdp *f, int unit);
+
+typedef struct hs_fsdp_exposed_stats {
+    double all_gather, reduce_scatter, all_reduce;
+    double total; /* their sum */
+} hs_fsdp_exposed_stats;
+
+void hs_fsdp_get_exposed(const hs_fsdp *f, hs_fsdp_exposed_stats *out);
+void hs_fsdp_reset_exposed(hs_fsdp *f);
+
 #endif

@@ -3,8 +3,10 @@
  *
  * Contract of this layer:
  * - The trainer runs on every rank of an initialised hs_comm; rank 0 alone
- *   writes files and prints. Where parameters live (one process, or FSDP
- *   shards) is hidden behind a private engine (src/train/engine.h).
+ *   writes files and prints. Where parameters live (one process, FSDP
+ *   shards, a pipeline stage) is an opaque engine: what a step needs of it
+ *   is public (a benchmark runs the trainer's step with it), the rest is
+ *   private (src/train/engine.h).
  * - It reads its data through data.h and writes and reads weights
  *   (checkpoints, safetensors, Hugging Face directories) through ckpt.h.
  */
@@ -18,8 +20,11 @@
 #include "hypershard/base.h"
 #include "hypershard/comm.h"
 #include "hypershard/config.h"
+#include "hypershard/device.h"
 #include "hypershard/mesh.h"
 #include "hypershard/model.h"
+#include "hypershard/optim.h"
+#include "hypershard/parallel.h"
 #include "hypershard/tensor.h"
 
 /* --------------------------------------------------------------- trainer */
@@ -84,6 +89,69 @@ hs_status hs_train_generate(const hs_config *cfg, const hs_topology *topo, hs_co
 hs_status hs_train_eval(const hs_config *cfg, const hs_topology *topo, hs_comm *comm,
                         const hs_train_options *opt, const hs_log *log, double *val_loss,
                         hs_error *e);
+
+/* --------------------------------------------------------------- engines */
+
+/* Where this rank's parameters live and how one step runs on them: one
+ * process (the local engine), FSDP shards with the model parallel contexts,
+ * or a pipeline stage. The trainer drives it; the rest of it (checkpoint
+ * views, whole-tensor gather and set) is private to this layer
+ * (src/train/engine.h). One optimizer step of one micro-batch, as
+ * src/train/step.c runs it:
+ *
+ *   hs_engine_begin_micro_batch(en, true, true, true);
+ *   hs_model_forward_backward(hs_engine_model(en), batch, scale, hs_engine_hooks(en), ...);
+ *   hs_engine_grad_norm(en, &norm, e);
+ *   hs_clip_grads(...) and hs_optim_step(...) over hs_engine_optim_params(en, ...);
+ *   hs_engine_after_step(en, e);
+ *   hs_engine_zero_grads(en);
+ */
+typedef struct hs_engine hs_engine;
+
+/* What an engine needs to build the model and place its parameters. */
+typedef struct hs_engine_env {
+    const hs_config *cfg;
+    const hs_topology *topo;
+    hs_comm *comm;
+    hs_mesh *mesh;
+    hs_device *dev;
+    const hs_log *log;
+    int max_batch; /* sequences per forward (train.micro_batch_size) */
+    /* Pipeline stage of this rank (its chunks of blocks; none: the whole
+     * model) and the activation slots per chunk its schedule needs (0: 1). */
+    hs_model_stage stage;
+    int act_slots;
+} hs_engine_env;
+
+/* The one place the engine is chosen. */
+hs_status hs_engine_create(const hs_engine_env *env, hs_engine **out, hs_error *e);
+/* The local engine whatever the config asks (one process; comm and mesh
+ * unused): the model owns full parameters and gradients. */
+hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_error *e);
+void hs_engine_free(hs_engine *en);
+
+/* The model this rank runs (a pipeline stage's holds its own blocks) and
+ * the hooks to run it with. */
+hs_model *hs_engine_model(hs_engine *en);
+const hs_model_hooks *hs_engine_hooks(hs_engine *en);
+/* The parameters the optimizer updates (*out owned by the engine), their count. */
+int hs_engine_optim_params(hs_engine *en, hs_optim_param **out);
+/* sync: reduce gradients after this micro-batch; reshard: free unsharded
+ * params after its backward; last: the step's last micro-batch. */
+void hs_engine_begin_micro_batch(hs_engine *en, bool sync, bool reshard, bool last);
+hs_status hs_engine_grad_norm(hs_engine *en, double *norm, hs_error *e);
+/* After the optimizer's update: rebuild what derives from the masters. */
+hs_status hs_engine_after_step(hs_engine *en, hs_error *e);
+void hs_engine_zero_grads(hs_engine *en);
+/* For pipeline schedules (hs_pp_run_step): a training step starts; and the
+ * forced drain of the gradient reductions after the stage's last backward.
+ * Nothing for an engine that has neither. */
+void hs_engine_begin_step(hs_engine *en);
+void hs_engine_drain(hs_engine *en);
+/* The tensor-, context- and expert-parallel contexts, NULL without one. */
+hs_tp *hs_engine_tp(hs_engine *en);
+hs_cp *hs_engine_cp(hs_engine *en);
+hs_ep *hs_engine_ep(hs_engine *en);
 
 /* ------------------------------------------------------------- the plan */
 

@@ -21,8 +21,10 @@
 #include "hypershard/model.h"
 #include "hypershard/optim.h"
 #include "hypershard/parallel.h"
+#include "hypershard/train.h"
 
-typedef struct hs_engine hs_engine;
+/* hs_engine, hs_engine_env and the calls a step makes are public (train.h);
+ * the vtable behind them is this. */
 
 /* One parameter as a checkpoint sees it (train/checkpoint.c): this rank's
  * dim-0 chunk of the logical tensor, rows [row_offset, row_offset + rows),
@@ -82,23 +84,6 @@ struct hs_engine {
     void (*free)(hs_engine *en);
 };
 
-/* What an engine needs to build the model and place its parameters. */
-typedef struct hs_engine_env {
-    const hs_config *cfg;
-    const hs_topology *topo;
-    hs_comm *comm;
-    hs_mesh *mesh;
-    hs_device *dev;
-    const hs_log *log;
-    int max_batch; /* sequences per forward (train.micro_batch_size) */
-    /* Pipeline stage of this rank (its chunks of blocks; none: the whole
-     * model) and the activation slots per chunk its schedule needs (0: 1). */
-    hs_model_stage stage;
-    int act_slots;
-} hs_engine_env;
-
-/* The one place the engine is chosen. */
-hs_status hs_engine_create(const hs_engine_env *env, hs_engine **out, hs_error *e);
 /* Whether the FSDP engine holds the parameters (an FSDP domain, model
  * parallelism, or one process with mixed precision / offload / fp32 main
  * params); else the local engine. */
@@ -107,8 +92,6 @@ bool hs_engine_uses_fsdp(const hs_config *cfg, const hs_topology *topo);
  * and ops: the trainer's and the plan's (plan.c) one source. */
 hs_model_options hs_engine_model_options(const hs_config *cfg, bool fsdp, int max_batch,
                                          hs_model_stage stage, int act_slots);
-hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_error *e);
-void hs_engine_free(hs_engine *en);
 
 /* train.freeze (freeze.c). check: every pattern matches a parameter of the
  * whole model (catalog), none of the MoE layer, and comm_fusion is off;
