@@ -12,6 +12,8 @@
 #   - "<folder>/..." where <folder> is another layer (a private header of
 #     another folder), and any private include in a public header;
 #   - any include path with "..";
+#   - <mpi.h> outside comm/ (HS_MPI_INCLUDERS): the other layers reach MPI
+#     through include/hypershard/comm.h;
 #   - a folder under src/ that is not in HS_LAYERS.
 # bench/*.c and bench/*.h belong to the cli layer (they are linked into the
 # hypershard executable). tests/ is not checked: a test may reach into the
@@ -22,6 +24,12 @@
 # cmake -DHS_ROOT=. -P cmake/check_layers.cmake).
 
 set(HS_LAYERS base tensor device comm mesh config model optim parallel fsdp ckpt data train cli)
+
+# The files that may include <mpi.h> (regexes on the path): comm/, and the
+# benchmarks, whose baselines are MPI's own collectives (bench comm) and
+# whose idle ranks wait in MPI_Ibarrier (bench fsdp). The commands in
+# src/cli/ start and end MPI through comm.h (hs_comm_boot).
+set(HS_MPI_INCLUDERS "^src/comm/" "^bench/[^/]*\\.c$")
 
 # The files of one layer, relative to `root`.
 function(hs_layer_files root layer out)
@@ -73,6 +81,18 @@ function(hs_check_layers root out)
         set(form "${CMAKE_MATCH_1}")
         set(inc "${CMAKE_MATCH_2}")
         set(at "${f}:${n}")
+        if(inc STREQUAL "mpi.h")
+          set(allowed OFF)
+          foreach(re IN LISTS HS_MPI_INCLUDERS)
+            if(f MATCHES "${re}")
+              set(allowed ON)
+            endif()
+          endforeach()
+          if(NOT allowed)
+            list(APPEND problems "${at}: layer ${layer} includes <mpi.h>: only comm/ talks to MPI, use include/hypershard/comm.h")
+          endif()
+          continue()
+        endif()
         if(inc MATCHES "(^|/)\\.\\.(/|$)")
           list(APPEND problems "${at}: \"${inc}\" climbs out of its folder, include \"hypershard/X.h\" or \"${layer}/...\"")
           continue()

@@ -209,4 +209,18 @@ hs_status hs_comm_write_merged_trace(hs_comm *c, const char *path, hs_error *e);
  * OMP_NUM_THREADS is set (then it is left as the user set it). */
 void hs_comm_balance_blas_threads(hs_comm *c);
 
+/* ---------------------------------------------------------- process start */
+
+/* For a command that must know its rank and the world size before it builds
+ * a context (configs are validated for the world first): start MPI with
+ * MPI_THREAD_MULTIPLE requested (hs_comm_init checks what was provided) and
+ * read this process's world rank and the world size. hs_comm_init then finds
+ * MPI started and leaves its end to hs_comm_boot_end, which the command
+ * calls last, after hs_comm_finalize. */
+void hs_comm_boot(int *argc, char ***argv, int *rank, int *world);
+void hs_comm_boot_end(void);
+/* End every rank of the world with exit code `code`, where no context
+ * exists to abort (hs_comm_init failed on this rank). */
+void hs_comm_boot_abort(int code);
+
 #endif

@@ -4,13 +4,13 @@
  * parallel layout reset to plain data parallelism over the ranks, then the
  * command's a.b.c=value overrides apply (a layout among them). */
 #include <math.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "hypershard/ckpt.h"
+#include "hypershard/comm.h"
 #include "hypershard/data.h"
 #include "hypershard/train.h"
 
@@ -242,10 +242,8 @@ static int infer_main(const char *cmd, int argc, char **argv) {
         free(a.overrides);
         return rc < 0 ? 0 : rc;
     }
-    int provided = 0, rank = 0, world = 1;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    int rank = 0, world = 1;
+    hs_comm_boot(&argc, &argv, &rank, &world);
     hs_log log;
     hs_log_init(&log, rank, world);
     log.out = stderr; /* stdout carries the text (or the loss) alone */
@@ -270,7 +268,7 @@ static int infer_main(const char *cmd, int argc, char **argv) {
     hs_config_free(&cfg);
     free(ov);
     free(a.overrides);
-    MPI_Finalize();
+    hs_comm_boot_end();
     return s == HS_OK ? 0 : s == HS_ERR_IO ? 2 : hs_status_exit_code(s);
 }
 

@@ -1,12 +1,12 @@
 /* `hypershard train [CONFIG] [a.b.c=value ...] [--init-from DIR] [--dump DIR]`: load and
  * validate the config on every rank (errors printed once, exit 2), start
  * communication, then train. */
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/commands.h"
+#include "hypershard/comm.h"
 #include "hypershard/train.h"
 
 typedef struct train_args {
@@ -62,7 +62,7 @@ static int parse_args(int argc, char **argv, train_args *a) {
  * unreadable CONFIG file is a usage error like any other bad argument. */
 static int config_failure(int rank, const hs_error *e) {
     if (rank == 0) fprintf(stderr, "hypershard train: %s\n", e->msg);
-    MPI_Finalize();
+    hs_comm_boot_end();
     return e->code == HS_ERR_IO ? 2 : hs_status_exit_code(e->code);
 }
 
@@ -76,7 +76,7 @@ static int run(int *argc, char ***argv, const hs_config *cfg, const hs_topology 
     if (hs_comm_init(&comm, argc, argv, &co, &e) != HS_OK) {
         fprintf(stderr, "hypershard train: %s\n", e.msg);
         hs_trace_free(trace);
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        hs_comm_boot_abort(1);
         return 1;
     }
     hs_comm_balance_blas_threads(comm);
@@ -92,7 +92,7 @@ static int run(int *argc, char ***argv, const hs_config *cfg, const hs_topology 
     if (s != HS_OK && rank == 0) fprintf(stderr, "hypershard train: %s\n", e.msg);
     hs_comm_finalize(comm);
     hs_trace_free(trace);
-    MPI_Finalize();
+    hs_comm_boot_end();
     return code;
 }
 
@@ -103,12 +103,10 @@ int hs_cmd_train(int argc, char **argv) {
         free(a.overrides);
         return rc < 0 ? 0 : rc;
     }
-    int provided = 0, rank = 0, world = 1;
+    int rank = 0, world = 1;
     /* Before MPI starts any thread, so that every thread inherits the mask. */
     a.stop = hs_stop_start();
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    hs_comm_boot(&argc, &argv, &rank, &world);
     hs_log log;
     hs_log_init(&log, rank, world);
     hs_config cfg;

@@ -5,8 +5,8 @@
 #      the file, the line and both layers: upward public includes (from a
 #      source and from a public header), another folder's private header
 #      (higher and lower layer, "..", a public header including a private
-#      one, from a benchmark source or header) and a folder outside the
-#      order (layer_order_cases.txt).
+#      one, from a benchmark source or header), a folder outside the order,
+#      and <mpi.h> outside comm/ (layer_order_cases.txt).
 #   3. A layer's include roots resolve its own private headers and not
 #      another folder's: "fsdp/param.h" does not compile in the model layer.
 #
