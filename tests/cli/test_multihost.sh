@@ -8,23 +8,22 @@
 # shows the paths: FSDP 4's shard group spans both hosts and runs the ring;
 # under HSDP each host's shard group runs the intra-node path and the
 # replicate groups between the hosts run the ring. Skips, saying why, where
-# namespaces cannot be made (not root, no iproute2 or unshare).
+# namespaces cannot be made (not root, no iproute2 or unshare): exit 77.
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 240
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch multihost
-skip() { echo "skip: $*"; exit 0; }
-command -v ip > /dev/null || skip "no ip (iproute2) to make network namespaces"
-command -v unshare > /dev/null || skip "no unshare to give each host its hostname"
+command -v ip > /dev/null || hs_skip "no ip (iproute2) to make network namespaces"
+command -v unshare > /dev/null || hs_skip "no unshare to give each host its hostname"
 ns="hs$$"
 a="${ns}a" b="${ns}b"
 cleanup() { ip netns del "$a" 2> /dev/null; ip netns del "$b" 2> /dev/null; rm -rf "$work"; }
 trap cleanup EXIT
-ip netns add "$a" 2> /dev/null || skip "cannot create a network namespace (needs root)"
-ip netns add "$b" || skip "cannot create a second network namespace"
-ip link add "${a}v" type veth peer name "${b}v" || skip "cannot create a veth pair"
-ip link set "${a}v" netns "$a" && ip link set "${b}v" netns "$b" || skip "cannot move the veth ends"
+ip netns add "$a" 2> /dev/null || hs_skip "cannot create a network namespace (needs root)"
+ip netns add "$b" || hs_skip "cannot create a second network namespace"
+ip link add "${a}v" type veth peer name "${b}v" || hs_skip "cannot create a veth pair"
+ip link set "${a}v" netns "$a" && ip link set "${b}v" netns "$b" || hs_skip "cannot move the veth ends"
 ip netns exec "$a" ip addr add 10.77.0.1/24 dev "${a}v"
 ip netns exec "$b" ip addr add 10.77.0.2/24 dev "${b}v"
 for n in "$a" "$b"; do

@@ -13,7 +13,6 @@
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch output_space
-skip() { echo "skip: $*"; exit 77; }
 tiny=("${HS_TINY[@]}" train.global_batch_size=4 train.micro_batch_size=2 train.eval_every=0
       train.steps=2)
 mkdir -p "$work/tiny"
@@ -34,7 +33,7 @@ in_tiny_fs() {
     rc=$?
 }
 in_tiny_fs 64k probe true
-[ "$rc" -eq 0 ] || skip "cannot mount a tmpfs in a private mount namespace: $(cat "$work/probe.log")"
+[ "$rc" -eq 0 ] || hs_skip "cannot mount a tmpfs in a private mount namespace: $(cat "$work/probe.log")"
 
 # refused LOG PATTERN: exit 2, PATTERN in the message, nothing written
 refused() {
