@@ -1,8 +1,6 @@
 /* What a benchmark measures FSDP with on its own (bench fsdp): a wrap over
  * one process group without a mesh, each unit's all-gathered size, and the
  * exposed communication time (fsdp/exposed.h). */
-#include <string.h>
-
 #include "fsdp/manager.h"
 
 hs_status hs_fsdp_wrap_group(const hs_config *cfg, hs_pg *shard, hs_comm *comm, hs_device *dev,
@@ -32,4 +30,4 @@ void hs_fsdp_get_exposed(const hs_fsdp *f, hs_fsdp_exposed_stats *out) {
     };
 }
 
-void hs_fsdp_reset_exposed(hs_fsdp *f) { memset(&f->ctx.exposed, 0, sizeof f->ctx.exposed); }
+void hs_fsdp_reset_exposed(hs_fsdp *f) { f->ctx.exposed = (hs_fsdp_exposed){0}; }
