@@ -73,8 +73,8 @@ hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_la
         int32_t *tgt = malloc(bt / (size_t)l->cp * sizeof(int32_t));
         if (!tok || !tgt) s = hs_error_set(e, HS_ERR_OOM, "bench: cannot allocate the CP batch");
         if (s == HS_OK) {
-            hs_cp_take_local(l->dev, tok, l->tokens, l->cp, r, l->mbs, Tl, 1, sizeof(int32_t));
-            hs_cp_take_local(l->dev, tgt, l->targets, l->cp, r, l->mbs, Tl, 1, sizeof(int32_t));
+            hs_cp_take_local_ids(tok, l->tokens, l->cp, r, l->mbs, Tl);
+            hs_cp_take_local_ids(tgt, l->targets, l->cp, r, l->mbs, Tl);
         }
         free(l->tokens);
         free(l->targets);

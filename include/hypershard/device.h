@@ -179,7 +179,8 @@ typedef struct hs_device_kernels {
                      int B, int T, int H, int HD);
     void (*rope_bwd)(hs_stream *s, float *dx, const float *cos_t, const float *sin_t, int B,
                      int T, int H, int HD);
-    /* out = silu(gate) * up; backward stores over dgate/dup when overwrite */
+    /* out = silu(gate) * up; backward stores over dgate/dup when overwrite;
+     * dout may be dgate (each element is read before it is written) */
     void (*swiglu_fwd)(hs_stream *s, void *out, const void *gate, const void *up, hs_dtype dt,
                        int64_t n);
     void (*swiglu_bwd)(hs_stream *s, float *dgate, float *dup, bool overwrite, const float *dout,
@@ -240,6 +241,10 @@ typedef struct hs_device_kernels {
                       int E, int K, bool renorm, hs_dtype dt);
     void (*moe_permute)(hs_stream *s, void *xg, const void *x, const int32_t *row_pair,
                         hs_dtype dt, int64_t N, int K, int C);
+    /* moe_permute's backward: dx[row_pair[r] / K] += dxg[r] (fp32 rows of
+     * C), grouped rows r = 0..N*K-1 added in that order. */
+    void (*moe_permute_bwd)(hs_stream *s, float *dx, const float *dxg, const int32_t *row_pair,
+                            int64_t N, int K, int C);
     void (*moe_unpermute)(hs_stream *s, float *out, const void *y, hs_dtype dt,
                           const int32_t *pair_row, const float *weight, int64_t N, int K, int C,
                           float *ws);
@@ -324,6 +329,13 @@ static inline void *hs_device_alloc(hs_device *d, size_t bytes) { return d->ops-
 static inline void hs_device_free_mem(hs_device *d, void *p) { d->ops->free(d, p); }
 static inline void *hs_host_alloc(hs_device *d, size_t bytes) { return d->ops->host_alloc(d, bytes); }
 static inline void hs_host_free(hs_device *d, void *p) { d->ops->host_free(d, p); }
+/* The host reads or writes d's device memory itself between these two
+ * calls: only the mpi process group does, for the buffers of a collective
+ * issued on a stream of d (host-staged MPI, which on a GPU needs CUDA-aware
+ * MPI; NCCL takes device pointers). Nests; without the guard (guard.c) it
+ * does nothing. */
+void hs_device_host_access_begin(hs_device *d);
+void hs_device_host_access_end(hs_device *d);
 /* On stream s; records a span on the trace's copy lane with the byte count.
  * hs_device_copy is the same on the default stream, then waits for it. */
 void hs_device_copy_async(hs_stream *s, void *dst, const void *src, size_t bytes,

@@ -85,8 +85,9 @@ void hs_fsdp_zero_grads(hs_fsdp *f);
 
 /* The full TP-local tensor of model parameter `param_index` (its whole
  * logical tensor without TP; parallel/ assembles TP pieces) as fp32 into
- * `out` (numel of hs_param.local_shape) on every rank of its data-parallel
- * domain. Collective over that domain. */
+ * `out` (numel of hs_param.local_shape, device memory of the device FSDP
+ * wraps on) on every rank of its data-parallel domain. Collective over
+ * that domain. */
 hs_status hs_fsdp_gather_full(hs_fsdp *f, int param_index, float *out, hs_error *e);
 
 /* Model-parallel source layout of one parameter, as the TP/EP planner sets
@@ -106,11 +107,13 @@ hs_status hs_fsdp_check_unit_sources(const char *unit_name, const char *const *f
 
 /* The full reduced fp32 gradient of parameter `param_index` so far (after
  * the step's last micro-batch, before clipping), on every rank of its
- * data-parallel domain. Collective over that domain (train --dump). */
+ * data-parallel domain, into device memory. Collective over that domain
+ * (train --dump). */
 hs_status hs_fsdp_gather_full_grad(hs_fsdp *f, int param_index, float *out, hs_error *e);
 
 /* Inverse of hs_fsdp_gather_full: every rank passes the same full fp32
- * tensor and keeps its own rows (checkpoint import, --init-from). */
+ * tensor (device memory) and keeps its own rows (checkpoint import,
+ * --init-from). */
 hs_status hs_fsdp_set_full(hs_fsdp *f, int param_index, const float *full, hs_error *e);
 
 /* This rank's part of parameter `param_index` for distributed checkpoints:

@@ -192,10 +192,10 @@ typedef struct hs_model_ops {
  * holds chunk r then chunk 2*cp-1-r: local position t < T_local/2 is global
  * r*C + t, the others (2*cp-1-r)*C + t - C, with C = T_local / 2. */
 int64_t hs_cp_global_position(int cp, int rank, int T_local, int t);
-/* Rank `rank`'s local rows [B, T_local, row] out of the whole [B, T, row]
- * (T = cp * T_local), elements of `es` bytes. */
-void hs_cp_take_local(hs_device *d, void *local, const void *whole, int cp, int rank, int B,
-                      int T_local, int64_t row, size_t es);
+/* Rank `rank`'s local rows of a batch's token ids, [B, T_local] out of
+ * [B, T] (T = cp * T_local); host memory, as hs_batch is. */
+void hs_cp_take_local_ids(int32_t *local, const int32_t *whole, int cp, int rank, int B,
+                          int T_local);
 /* The whole [B, T, row] from every CP rank's local rows, blocks[r] being
  * rank r's [B, T_local, row] (what an all-gather over cp gives). */
 void hs_cp_blocks_to_whole(hs_device *d, void *whole, const void *blocks, int cp, int B,

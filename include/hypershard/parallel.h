@@ -95,7 +95,7 @@ hs_status hs_tp_place(hs_model *m, const hs_tp_rule *rules, int n_rules, int siz
 
 /* The whole fp32 tensor of p (numel of p->shape) from every TP rank's
  * local fp32 tensor (numel of p->local_shape), the pieces placed by d's
- * copies. Collective over tp. */
+ * copies; both in d's memory. Collective over tp. */
 hs_status hs_tp_gather_full(hs_device *d, hs_tp *t, const hs_param *p, const float *local,
                             float *full, hs_error *e);
 /* This TP rank's local slice of the whole fp32 tensor of p (d's copies). */
@@ -141,7 +141,8 @@ hs_status hs_ep_apply_plan(hs_ep *p, hs_model *m, hs_error *e);
 /* The same placement for EP rank `rank` of `size`, without a group. */
 hs_status hs_ep_place(hs_model *m, int size, int rank, hs_error *e);
 /* The whole fp32 tensor of q from every EP rank's local one (a plain copy
- * when q is not on the ep mesh). Collective over ep when it is. */
+ * when q is not on the ep mesh), both in d's memory. Collective over ep
+ * when it is. */
 hs_status hs_ep_gather_full(hs_device *d, hs_ep *p, const hs_param *q, const float *local,
                             float *full, hs_error *e);
 /* This EP rank's slice of the whole fp32 tensor of q (d's copies). */

@@ -15,14 +15,18 @@ static void stream_ready(hs_stream *s) {
 
 static hs_work *enqueue_on(hs_pg *g, hs_stream *s, const hs_coll_args *a) {
     stream_ready(s);
-    return hs_comm_enqueue(g, a);
+    hs_coll_args on = *a;
+    on.dev = s ? s->dev : NULL;
+    return hs_comm_enqueue(g, &on);
 }
 
 /* async on s + hs_work_wait_stream on s, which for this backend is a host
  * wait (work.c): the inline run of hs_comm_run is that. */
 static hs_status run_on(hs_pg *g, hs_stream *s, const hs_coll_args *a, hs_error *e) {
     stream_ready(s);
-    return hs_comm_run(g, a, e);
+    hs_coll_args on = *a;
+    on.dev = s ? s->dev : NULL;
+    return hs_comm_run(g, &on, e);
 }
 
 static void check_common(const hs_pg *g, int64_t count, hs_dtype dt) {

@@ -60,6 +60,7 @@ typedef struct hs_coll_args {
     int peer; /* broadcast root, send/recv peer (group ranks) */
     int tag;
     const int64_t *recv_counts, *recv_displs, *send_counts, *send_displs;
+    hs_device *dev; /* the device of the stream it was issued on (NULL: host buffers) */
 } hs_coll_args;
 
 /* The backend of a group. `exec` runs one collective to completion on the

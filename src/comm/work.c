@@ -93,7 +93,9 @@ static hs_status work_exec(hs_comm *c, const hs_work *w, hs_error *err) {
     if (!hs_comm_op_is_p2p(w->args.op)) atomic_store(&c->entered[g->slot], w->seq);
     hs_error_clear(err);
     double t0 = hs_now();
+    if (w->args.dev) hs_device_host_access_begin(w->args.dev);
     hs_status st = g->backend->exec(g->ctx, &w->args, err);
+    if (w->args.dev) hs_device_host_access_end(w->args.dev);
     work_trace(c, w, t0, hs_now());
     return st;
 }
@@ -130,7 +132,10 @@ static bool p2p_start(hs_queue *q, hs_work *w, hs_error *err) {
     hs_error_clear(err);
     w->started = hs_now();
     void *req = NULL;
+    /* MPI reads or writes the buffer until the request completes */
+    if (w->args.dev) hs_device_host_access_begin(w->args.dev);
     hs_status st = g->backend->p2p_start(g->ctx, &w->args, &req, err);
+    if ((st != HS_OK || !req) && w->args.dev) hs_device_host_access_end(w->args.dev);
     if (st == HS_OK && !req) return false;
     pthread_mutex_lock(&q->mu);
     if (st != HS_OK) {
@@ -158,6 +163,7 @@ static void poll_inflight(hs_queue *q, hs_error *err) {
             continue;
         }
         *link = w->next_inflight;
+        if (w->args.dev) hs_device_host_access_end(w->args.dev);
         work_trace(q->comm, w, w->started, hs_now());
         work_finish(q, w, st, err);
     }

@@ -92,6 +92,7 @@ static const hs_device_kernels cpu_kernels = {
     .copy_2d = hs_cpu_copy_2d,
     .moe_route = hs_cpu_moe_route,
     .moe_permute = hs_cpu_moe_permute,
+    .moe_permute_bwd = hs_cpu_moe_permute_bwd,
     .moe_unpermute = hs_cpu_moe_unpermute,
     .moe_combine_bwd = hs_cpu_moe_combine_bwd,
     .moe_route_bwd = hs_cpu_moe_route_bwd,

@@ -44,6 +44,8 @@ void hs_cpu_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs
                       int E, int K, bool renorm, hs_dtype dt);
 void hs_cpu_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *row_pair,
                         hs_dtype dt, int64_t N, int K, int C);
+void hs_cpu_moe_permute_bwd(hs_stream *s, float *dx, const float *dxg, const int32_t *row_pair,
+                           int64_t N, int K, int C);
 void hs_cpu_moe_unpermute(hs_stream *s, float *out, const void *y, hs_dtype dt,
                           const int32_t *pair_row, const float *weight, int64_t N, int K, int C,
                           float *ws);

@@ -69,6 +69,14 @@ void hs_cpu_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *ro
                row);
 }
 
+/* A scatter-add in grouped order: fixed for a given routing. */
+void hs_cpu_moe_permute_bwd(hs_stream *s, float *dx, const float *dxg, const int32_t *row_pair,
+                            int64_t N, int K, int C)
+{
+    for (int64_t r = 0; r < N * K; r++)
+        hs_add_f32(dx + (int64_t)(row_pair[r] / K) * C, dxg + r * C, C);
+}
+
 void hs_cpu_moe_unpermute(hs_stream *s, float *out, const void *y, hs_dtype dt,
                           const int32_t *pair_row, const float *weight, int64_t N, int K, int C,
                           float *ws)

@@ -107,17 +107,20 @@ static void guard_raw_free(void *ctx, void *p)
     pthread_mutex_unlock(&g->mu);
 }
 
-/* Whether p lies in a live mapping of device memory, or in host-pool memory
- * (pinned on a GPU, where kernels may read it: the offloaded optimizer). */
-static bool in_device(hs_device_guard *g, const void *p)
+static bool in_any(const region *r, size_t n, const char *c)
 {
-    const char *c = p;
-    bool found = false;
+    for (size_t i = 0; i < n; i++)
+        if (c >= (const char *)r[i].p && c < (const char *)r[i].p + r[i].bytes) return true;
+    return false;
+}
+
+/* Whether p lies in a live mapping of device memory, or (with pinned) in
+ * host-pool memory, which a GPU's kernels may read as pinned memory (the
+ * offloaded optimizer). */
+static bool in_device(hs_device_guard *g, const void *p, bool pinned)
+{
     pthread_mutex_lock(&g->mu);
-    for (size_t i = 0; i < g->n && !found; i++)
-        found = c >= (const char *)g->r[i].p && c < (const char *)g->r[i].p + g->r[i].bytes;
-    for (size_t i = 0; i < g->n_host && !found; i++)
-        found = c >= (const char *)g->host[i].p && c < (const char *)g->host[i].p + g->host[i].bytes;
+    bool found = in_any(g->r, g->n, p) || (pinned && in_any(g->host, g->n_host, p));
     pthread_mutex_unlock(&g->mu);
     return found;
 }
@@ -127,7 +130,7 @@ static void need_device(hs_device_guard *g, const char *op, const char *names,
                         const void *const *p, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (p[i] && !in_device(g, p[i]))
+        if (p[i] && !in_device(g, p[i], true))
             hs_panic("device guard: %s: argument %zu of %s is host memory (%p), not device "
                      "memory: copy it across with hs_device_copy first",
                      op, i + 1, names, p[i]);
@@ -155,7 +158,7 @@ static void guarded_host_free(hs_device *d, void *p)
 static void guarded_memset(hs_stream *s, void *p, int value, size_t bytes)
 {
     hs_device_guard *g = s->dev->guard;
-    if (bytes && !in_device(g, p)) hs_panic("device guard: memset of %zu bytes of host memory", bytes);
+    if (bytes && !in_device(g, p, true)) hs_panic("device guard: memset of %zu bytes of host memory", bytes);
     open_memory(g);
     g->ops->memset(s, p, value, bytes);
     close_memory(g);
@@ -165,11 +168,12 @@ static void guarded_copy(hs_stream *s, void *dst, const void *src, size_t bytes,
 {
     hs_device_guard *g = s->dev->guard;
     static const char *const kinds[] = {"H2D", "D2H", "D2D"};
-    bool dst_ok = in_device(g, dst) == (kind != HS_COPY_D2H);
-    bool src_ok = in_device(g, src) == (kind != HS_COPY_H2D);
+    bool dst_ok = in_device(g, dst, false) == (kind != HS_COPY_D2H);
+    bool src_ok = in_device(g, src, false) == (kind != HS_COPY_H2D);
     if (bytes && (!dst_ok || !src_ok))
         hs_panic("device guard: a %s copy of %zu bytes from %s memory to %s memory", kinds[kind],
-                 bytes, in_device(g, src) ? "device" : "host", in_device(g, dst) ? "device" : "host");
+                 bytes, in_device(g, src, false) ? "device" : "host",
+                 in_device(g, dst, false) ? "device" : "host");
     open_memory(g);
     g->ops->copy(s, dst, src, bytes, kind);
     close_memory(g);
@@ -210,6 +214,7 @@ static void guarded_copy(hs_stream *s, void *dst, const void *src, size_t bytes,
     X(embedding_bwd, (hs_stream *s, void *dwte, hs_dtype gdt, const float *dout, const int32_t *tokens, int64_t N, int C), (s, dwte, gdt, dout, tokens, N, C), (dwte, dout, tokens)) \
     X(moe_route, (hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N, int E, int K, bool renorm, hs_dtype dt), (s, expert, weight, probs, N, E, K, renorm, dt), (expert, weight, probs)) \
     X(moe_permute, (hs_stream *s, void *xg, const void *x, const int32_t *row_pair, hs_dtype dt, int64_t N, int K, int C), (s, xg, x, row_pair, dt, N, K, C), (xg, x, row_pair)) \
+    X(moe_permute_bwd, (hs_stream *s, float *dx, const float *dxg, const int32_t *row_pair, int64_t N, int K, int C), (s, dx, dxg, row_pair, N, K, C), (dx, dxg, row_pair)) \
     X(moe_unpermute, (hs_stream *s, float *out, const void *y, hs_dtype dt, const int32_t *pair_row, const float *weight, int64_t N, int K, int C, float *ws), (s, out, y, dt, pair_row, weight, N, K, C, ws), (out, y, pair_row, weight, ws)) \
     X(moe_combine_bwd, (hs_stream *s, float *dyg, float *dw, const float *dout, const void *y, hs_dtype dt, const int32_t *pair_row, const float *weight, int64_t N, int K, int C, float *ws), (s, dyg, dw, dout, y, dt, pair_row, weight, N, K, C, ws), (dyg, dw, dout, y, pair_row, weight, ws)) \
     X(moe_route_bwd, (hs_stream *s, float *dp, const float *probs, const int32_t *expert, const float *dw, const float *aux_grad, int64_t N, int E, int K), (s, dp, probs, expert, dw, aux_grad, N, E, K), (dp, probs, expert, dw, aux_grad)) \
@@ -239,6 +244,16 @@ HS_GUARDED_KERNELS(GUARDED)
 _Static_assert(0 HS_GUARDED_KERNELS(ONE) == sizeof(hs_device_kernels) / sizeof(void (*)(void)),
                "the guard wraps every member of hs_device_kernels");
 #undef ONE
+
+void hs_device_host_access_begin(hs_device *d)
+{
+    if (d->guard) open_memory(d->guard);
+}
+
+void hs_device_host_access_end(hs_device *d)
+{
+    if (d->guard) close_memory(d->guard);
+}
 
 void hs_device_guard_install(hs_device *d)
 {

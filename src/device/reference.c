@@ -34,6 +34,7 @@ static const hs_device_kernels reference_kernels = {
     .embedding_bwd = hs_ref_embedding_bwd,
     .moe_route = hs_ref_moe_route,
     .moe_permute = hs_ref_moe_permute,
+    .moe_permute_bwd = hs_ref_moe_permute_bwd,
     .moe_unpermute = hs_ref_moe_unpermute,
     .moe_combine_bwd = hs_ref_moe_combine_bwd,
     .moe_route_bwd = hs_ref_moe_route_bwd,

@@ -38,6 +38,14 @@ void hs_ref_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *ro
             hs_st(xg, dt, r * C + c, hs_ld(x, dt, (int64_t)(row_pair[r] / K) * C + c));
 }
 
+/* fp32 adds in grouped-row order, as the table fixes it. */
+void hs_ref_moe_permute_bwd(hs_stream *s, float *dx, const float *dxg, const int32_t *row_pair,
+                            int64_t N, int K, int C)
+{
+    for (int64_t r = 0; r < N * K; r++)
+        for (int c = 0; c < C; c++) dx[(int64_t)(row_pair[r] / K) * C + c] += dxg[r * C + c];
+}
+
 /* fp64 sums over the slots in slot order, one rounding per output. */
 void hs_ref_moe_unpermute(hs_stream *s, float *out, const void *y, hs_dtype dt,
                           const int32_t *pair_row, const float *weight, int64_t N, int K, int C,

@@ -29,9 +29,12 @@ static void move_rank(hs_device *d, void *local, void *whole, bool to_local, int
     }
 }
 
-void hs_cp_take_local(hs_device *d, void *local, const void *whole, int cp, int rank, int B,
-                      int T_local, int64_t row, size_t es) {
-    move_rank(d, local, (void *)whole, true, cp, rank, B, T_local, row, es);
+void hs_cp_take_local_ids(int32_t *local, const int32_t *whole, int cp, int rank, int B,
+                          int T_local) {
+    int64_t T = (int64_t)cp * T_local;
+    for (int64_t b = 0; b < B; b++)
+        for (int t = 0; t < T_local; t++)
+            local[b * T_local + t] = whole[b * T + hs_cp_global_position(cp, rank, T_local, t)];
 }
 
 void hs_cp_blocks_to_whole(hs_device *d, void *whole, const void *blocks, int cp, int B,

@@ -292,6 +292,9 @@ static void buffers_alloc(hs_model *m) {
     /* Enough rows for an efficient GEMM, few enough that the chunk stays small. */
     m->head_rows = BT < HEAD_ROWS ? BT : HEAD_ROWS;
     m->logits = buf(m, m->head_rows * m->V, HS_DTYPE_F32);
+    size_t batch_bytes = (size_t)m->opt.max_batch * (size_t)m->opt.seq_len * sizeof(int32_t);
+    if (m->first_stage) m->batch_tokens = raw(m, batch_bytes);
+    if (m->last_stage) m->batch_targets = raw(m, batch_bytes);
     if (m->tp_on) {
         m->tp_part = buf(m, BT * m->C, HS_DTYPE_F32);
         m->tp_red = buf(m, BT * m->C, HS_DTYPE_F32);
@@ -467,7 +470,7 @@ static void buffers_free(hs_model *m) {
                     m->dres,        m->dln,         m->dq,     m->dk,     m->dv,
                     m->datt,        m->dg,          m->du,     m->dh,     m->dout16,
                     m->att_scratch, m->norm_part,   m->moe_scratch, m->aux_stage, m->out_tmp,
-                    m->aux_buf,
+                    m->aux_buf,     m->batch_tokens, m->batch_targets,
                     m->tp_part,     m->tp_red,      m->sp_ln,  m->sp_dfull,
                     m->tp_stats,    m->logits_all,  m->cos_l,  m->sin_l,
                     m->kf,          m->vf,          m->cp_stage, m->dkf,

@@ -117,6 +117,9 @@ struct hs_model {
     float *rstdf;         /* [B,T] fp32 */
     void *lnf;            /* [B,T,C] */
     float *logits;        /* [head_rows,V] fp32 chunk; becomes dlogits in place */
+    /* [max_batch, seq_len] int32: the batch's tokens (first stage) and
+     * targets (last stage), copied across from the caller's host arrays */
+    int32_t *batch_tokens, *batch_targets;
     int64_t head_rows;    /* rows of the head per chunk */
     float *cos_t, *sin_t; /* [T,HD/2] fp32 */
 

@@ -222,9 +222,7 @@ void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr,
     /* The backward of the output cast: the gradient back to dt. */
     if (act->out_dt != act->dt) hs_dev_round(act->dev, m.dyg, act->dt, (int64_t)act->BT * K * C);
     experts_backward(gr, act, w, &m);
-    /* Scatter-add in grouped order: fixed for a given routing. */
-    for (int64_t r = 0; r < (int64_t)act->BT * K; r++)
-        hs_dev_add(act->dev, dx + (act->row_pair[r] / K) * C, m.dyg + r * C, C);
+    act->dev->k->moe_permute_bwd(act->dev->stream, dx, m.dyg, act->row_pair, act->BT, K, C);
     if (s->FS > 0)
         hs_moe_swiglu_backward(act->dev, dx, 1.0f, gr->sh_gate, gr->sh_up, gr->sh_down, gr->dt,
                                dout, x, act->sh1, act->sh3, w->sh_gate, w->sh_up, w->sh_down,

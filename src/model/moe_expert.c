@@ -5,28 +5,9 @@
  * Rounding points in a 16-bit compute dtype: w1 x and w3 x are rounded when
  * stored (saved for backward), silu(h1) * h3 is rounded once (Hugging Face
  * also rounds silu(h1) alone), and the output is rounded by the caller's
- * choice of y dtype. Gradients are fp32 throughout. */
-#include <math.h>
-
+ * choice of y dtype. Gradients are fp32 throughout. The gate is the
+ * device's swiglu_fwd / swiglu_bwd, as in the dense MLP. */
 #include "model/moe.h"
-
-#define CHUNK 256
-
-static float sigmoidf(float v) { return 1.0f / (1.0f + expf(-v)); }
-
-/* a = silu(h1) * h3 over n elements, all in dt. */
-static void swiglu_act(hs_device *d, void *a, const void *h1, const void *h3, hs_dtype dt,
-                       int64_t n)
-{
-    float g[CHUNK], u[CHUNK];
-    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
-        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        hs_dev_convert(d, g, HS_DTYPE_F32, hs_moe_at(h1, dt, i0), dt, m);
-        hs_dev_convert(d, u, HS_DTYPE_F32, hs_moe_at(h3, dt, i0), dt, m);
-        for (int64_t i = 0; i < m; i++) g[i] = g[i] * sigmoidf(g[i]) * u[i];
-        hs_dev_convert(d, hs_moe_at(a, dt, i0), dt, g, HS_DTYPE_F32, m);
-    }
-}
 
 void hs_moe_swiglu_forward(hs_device *d, void *y, hs_dtype y_dt, float beta, void *h1, void *h3,
                            void *a, const void *xin, const void *w1, const void *w3, const void *w2,
@@ -35,25 +16,8 @@ void hs_moe_swiglu_forward(hs_device *d, void *y, hs_dtype y_dt, float beta, voi
     if (n == 0) return;
     hs_dev_gemm(d, false, true, n, F, C, 1.0f, xin, dt, C, w1, dt, C, 0.0f, h1, dt, F);
     hs_dev_gemm(d, false, true, n, F, C, 1.0f, xin, dt, C, w3, dt, C, 0.0f, h3, dt, F);
-    swiglu_act(d, a, h1, h3, dt, n * F);
+    d->k->swiglu_fwd(d->stream, a, h1, h3, dt, n * F);
     hs_dev_gemm(d, false, true, n, C, F, 1.0f, a, dt, F, w2, dt, F, beta, y, y_dt, C);
-}
-
-/* On entry dh1 holds d loss / d a; on exit dh1 = d/d h1, dh3 = d/d h3. */
-static void swiglu_act_backward(hs_device *d, float *dh1, float *dh3, const void *h1,
-                                const void *h3, hs_dtype dt, int64_t n)
-{
-    float g[CHUNK], u[CHUNK];
-    for (int64_t i0 = 0; i0 < n; i0 += CHUNK) {
-        int64_t m = n - i0 < CHUNK ? n - i0 : CHUNK;
-        hs_dev_convert(d, g, HS_DTYPE_F32, hs_moe_at(h1, dt, i0), dt, m);
-        hs_dev_convert(d, u, HS_DTYPE_F32, hs_moe_at(h3, dt, i0), dt, m);
-        for (int64_t i = 0; i < m; i++) {
-            float da = dh1[i0 + i], s = sigmoidf(g[i]);
-            dh1[i0 + i] = da * u[i] * s * (1.0f + g[i] * (1.0f - s));
-            dh3[i0 + i] = da * g[i] * s;
-        }
-    }
 }
 
 void hs_moe_swiglu_backward(hs_device *d, float *dxin, float dxin_beta, void *dw1, void *dw3,
@@ -64,10 +28,11 @@ void hs_moe_swiglu_backward(hs_device *d, float *dxin, float dxin_beta, void *dw
 {
     if (n == 0) return;
     const hs_dtype f32 = HS_DTYPE_F32;
-    swiglu_act(d, a, h1, h3, dt, n * F);
+    d->k->swiglu_fwd(d->stream, a, h1, h3, dt, n * F);
     hs_dev_gemm(d, false, false, n, F, C, 1.0f, dy, f32, C, w2, dt, F, 0.0f, dh1, f32, F);
     if (dw2) hs_dev_gemm(d, true, false, C, F, n, 1.0f, dy, f32, C, a, dt, F, 1.0f, dw2, gdt, F);
-    swiglu_act_backward(d, dh1, dh3, h1, h3, dt, n * F);
+    /* dh1 holds d loss / d a: overwritten by d/d h1, and dh3 set to d/d h3 */
+    d->k->swiglu_bwd(d->stream, dh1, dh3, true, dh1, h1, h3, dt, n * F);
     /* dy is dead from here on, so dxin may alias it. */
     hs_dev_gemm(d, false, false, n, C, F, 1.0f, dh1, f32, F, w1, dt, C, dxin_beta, dxin, f32, C);
     hs_dev_gemm(d, false, false, n, C, F, 1.0f, dh3, f32, F, w3, dt, C, 1.0f, dxin, f32, C);

@@ -73,7 +73,7 @@ static hs_status check_batch(const hs_model *m, const hs_batch *b, bool need_tar
         return hs_error_set(e, HS_ERR_CONFIG,
                             "batch of T=%d tokens per sequence is not a context-parallel local "
                             "batch: each of cp_size=%d ranks holds two equal chunks of a "
-                            "sequence of at most seq_len=%d (pass hs_cp_take_local's rows)",
+                            "sequence of at most seq_len=%d (pass hs_cp_take_local_ids's rows)",
                             b->T, m->cp, m->opt.seq_len);
     if (!b->tokens) return hs_error_set(e, HS_ERR_INTERNAL, "batch: tokens is NULL");
     if (need_targets && !b->targets)
@@ -83,6 +83,24 @@ static hs_status check_batch(const hs_model *m, const hs_batch *b, bool need_tar
     if (b->targets && check_ids(b->targets, N, b->T, m->Vg, true, "targets", e) != HS_OK)
         return e->code;
     return HS_OK;
+}
+
+/* The batch as the kernels read it: its tokens (on the embedding's stage)
+ * and targets (on the head's) copied across into the model's device
+ * buffers. The caller's arrays stay host memory, read on the host by the
+ * checks and the aux loss's valid count. */
+static hs_batch on_device(hs_model *m, const hs_batch *b) {
+    size_t bytes = (size_t)b->B * (size_t)b->T * sizeof(int32_t);
+    hs_batch d = {.B = b->B, .T = b->T};
+    if (m->batch_tokens) {
+        hs_device_copy(m->dev, m->batch_tokens, b->tokens, bytes, HS_COPY_H2D);
+        d.tokens = m->batch_tokens;
+    }
+    if (m->batch_targets && b->targets) {
+        hs_device_copy(m->dev, m->batch_targets, b->targets, bytes, HS_COPY_H2D);
+        d.targets = m->batch_targets;
+    }
+    return d;
 }
 
 /* The current chunk (hs_model_use_slot) holds the embedding / the head. */
@@ -248,10 +266,12 @@ static double head_forward(hs_model *m, const hs_batch *b, bool want_loss, float
                                      logits ? logits + r0 * m->Vg : NULL);
             continue;
         }
-        float *out = logits ? logits + r0 * m->V : m->logits;
-        head_logits(m, out, r0, rows);
+        head_logits(m, m->logits, r0, rows);
         if (want_loss)
-            loss += hs_dev_xent(m->dev, NULL, out, b->targets + r0, rows, m->V, 0.0f, NULL);
+            loss += hs_dev_xent(m->dev, NULL, m->logits, b->targets + r0, rows, m->V, 0.0f, NULL);
+        if (logits) /* the caller's host array */
+            hs_device_copy(m->dev, logits + r0 * m->V, m->logits,
+                           (size_t)(rows * m->V) * sizeof(float), HS_COPY_D2H);
     }
     count_root_casts(m, false);
     return loss;
@@ -314,8 +334,9 @@ hs_status hs_model_stage_forward(hs_model *m, int chunk, int slot, const hs_batc
     hs_cp_prepare(m, b->T);
     int64_t N = (int64_t)b->B * b->T;
     bool root = root_chunk(m);
+    hs_batch db = on_device(m, b);
     if (root) hs_hook_pre_forward(hooks, 0);
-    trunk_forward(m, b, hooks, train);
+    trunk_forward(m, &db, hooks, train);
     double loss = 0.0, aux = 0.0;
     /* MoE: the head's chunk has every layer's statistics of its tokens; the
      * others hand theirs on. */
@@ -323,7 +344,7 @@ hs_status hs_model_stage_forward(hs_model *m, int chunk, int slot, const hs_batc
     else if (m->moe && train) hs_moe_aux_pack(&m->aux, 0, m->aux_stage);
     if (has_head(m)) {
         final_norm_forward(m, N);
-        if (!train) loss = head_forward(m, b, loss_sum != NULL, logits);
+        if (!train) loss = head_forward(m, &db, loss_sum != NULL, logits);
     }
     if (root) hs_hook_post_forward(hooks, 0);
     if (loss_sum) *loss_sum = loss;
@@ -339,15 +360,16 @@ hs_status hs_model_stage_backward(hs_model *m, int chunk, int slot, const hs_bat
     hs_cp_prepare(m, b->T);
     int64_t N = (int64_t)b->B * b->T;
     bool root = root_chunk(m);
+    hs_batch db = on_device(m, b);
     if (root) hs_hook_pre_backward(hooks, 0);
     const float *dlnf = NULL;
     double loss = 0.0;
     if (has_head(m)) {
-        loss = head_forward_backward(m, b->targets, N, grad_scale, &dlnf);
+        loss = head_forward_backward(m, db.targets, N, grad_scale, &dlnf);
         count_root_casts(m, false);
         count_root_casts(m, true);
     }
-    trunk_backward(m, b, hooks, dlnf);
+    trunk_backward(m, &db, hooks, dlnf);
     if (root) hs_hook_post_backward(hooks, 0);
     hook_post_backward_final(hooks);
     if (loss_sum) *loss_sum = loss;
@@ -362,8 +384,9 @@ hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_s
     hs_model_use_slot(m, 0, 0);
     int64_t N = (int64_t)b->B * b->T;
     hs_cp_prepare(m, b->T);
+    hs_batch db = on_device(m, b);
     hs_hook_pre_forward(hooks, 0);
-    trunk_forward(m, b, hooks, true);
+    trunk_forward(m, &db, hooks, true);
     double aux = m->moe ? moe_aux(m, b, grad_scale) : 0.0;
     final_norm_forward(m, N);
     hs_hook_post_forward(hooks, 0);

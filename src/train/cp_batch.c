@@ -1,8 +1,9 @@
 /* The model as the trainer calls it: on whole sequences, or under context
  * parallelism on this rank's CP rows of each (chunks r and 2*cp-1-r;
- * model.h hs_cp_take_local). The loss sums of the CP ranks add up to the
+ * model.h hs_cp_take_local_ids). The loss sums of the CP ranks add up to the
  * sequences' (the trainer sums over dp x cp); logits come back whole. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "train/trainer.h"
 
@@ -31,8 +32,8 @@ void hs_cp_batch_free(hs_trainer *t) {
 hs_batch hs_train_local_batch(hs_trainer *t, const int32_t *tokens, const int32_t *targets, int B) {
     if (t->cp < 2) return (hs_batch){.tokens = tokens, .targets = targets, .B = B, .T = t->T};
     int Tl = t->T / t->cp;
-    hs_cp_take_local(t->dev, t->ltokens, tokens, t->cp, t->cp_rank, B, Tl, 1, sizeof(int32_t));
-    hs_cp_take_local(t->dev, t->ltargets, targets, t->cp, t->cp_rank, B, Tl, 1, sizeof(int32_t));
+    hs_cp_take_local_ids(t->ltokens, tokens, t->cp, t->cp_rank, B, Tl);
+    hs_cp_take_local_ids(t->ltargets, targets, t->cp, t->cp_rank, B, Tl);
     return (hs_batch){.tokens = t->ltokens, .targets = t->ltargets, .B = B, .T = Tl};
 }
 
@@ -58,10 +59,11 @@ hs_status hs_train_forward(hs_trainer *t, const int32_t *tokens, const int32_t *
     hs_status s = forward(t, &b, loss_sum, logits ? t->llogits : NULL, e);
     if (s != HS_OK || !logits) return s;
     int64_t V = t->cfg->model.vocab_size, n = (int64_t)b.T * V;
-    /* The logits come from the device's copies: gathered on its stream. */
-    s = hs_pg_all_gather(t->cp_group, t->dev->stream, t->cp_blocks, t->llogits, n, HS_DTYPE_F32,
-                         e);
-    if (s == HS_OK)
-        hs_cp_blocks_to_whole(t->dev, logits, t->cp_blocks, t->cp, 1, b.T, V, sizeof(float));
+    /* host arrays: the model copied its logits across */
+    s = hs_pg_all_gather(t->cp_group, NULL, t->cp_blocks, t->llogits, n, HS_DTYPE_F32, e);
+    for (int r = 0; s == HS_OK && r < t->cp; r++)
+        for (int i = 0; i < b.T; i++)
+            memcpy(logits + hs_cp_global_position(t->cp, r, b.T, i) * V,
+                   t->cp_blocks + ((int64_t)r * b.T + i) * V, (size_t)V * sizeof(float));
     return s;
 }

@@ -58,21 +58,53 @@ static void fsdp_write_units(hs_engine *en, FILE *out) { hs_fsdp_write_units(fsd
 
 typedef hs_status (*gather_fn)(hs_fsdp *f, int i, float *out, hs_error *e);
 
-/* The whole tensor: FSDP gathers the TP/EP-local one, parallel/ the TP or
- * EP pieces (a routed expert under EP is on the ep mesh only). */
+static size_t whole_bytes(const hs_param *p)
+{
+    size_t n = sizeof(float);
+    for (int d = 0; d < p->ndim; d++) n *= (size_t)p->shape[d];
+    return n;
+}
+
+/* Device buffers for one whole tensor's way across: the TP/EP-local one
+ * and, with TP or EP pieces, the whole one. */
+typedef struct whole_bufs {
+    hs_device *dev;
+    float *local, *whole;
+} whole_bufs;
+
+static hs_status whole_bufs_get(hs_engine *en, const hs_param *p, bool pieces, whole_bufs *b,
+                                hs_error *e)
+{
+    b->dev = hs_model_device(en->model);
+    b->local = hs_device_alloc(b->dev, (size_t)hs_param_local_numel(p) * sizeof(float) + 1);
+    b->whole = pieces ? hs_device_alloc(b->dev, whole_bytes(p)) : b->local;
+    if (b->local && b->whole) return HS_OK;
+    return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate %zu bytes of device memory for %s",
+                        whole_bytes(p), p->fqn);
+}
+
+static void whole_bufs_put(whole_bufs *b)
+{
+    if (b->whole != b->local) hs_device_free_mem(b->dev, b->whole);
+    hs_device_free_mem(b->dev, b->local);
+}
+
+/* The whole tensor into the caller's host `out`: FSDP gathers the
+ * TP/EP-local one and parallel/ the TP or EP pieces (a routed expert under
+ * EP is on the ep mesh only) in device memory; the whole crosses once. */
 static hs_status gather_whole(hs_engine *en, gather_fn g, int i, float *out, hs_error *e)
 {
     fsdp_engine *fe = eng_of(en);
     const hs_param *p = hs_model_param(en->model, i);
-    bool on_ep = fe->ep && p->on_ep_mesh;
-    if (!fe->tp && !on_ep) return g(fe->f, i, out, e);
-    float *local = malloc((size_t)hs_param_local_numel(p) * sizeof(float) + 1);
-    if (!local) return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate to gather %s", p->fqn);
-    hs_status s = g(fe->f, i, local, e);
-    if (s == HS_OK)
-        s = on_ep ? hs_ep_gather_full(hs_model_device(en->model), fe->ep, p, local, out, e)
-                  : hs_tp_gather_full(hs_model_device(en->model), fe->tp, p, local, out, e);
-    free(local);
+    bool on_ep = fe->ep && p->on_ep_mesh, pieces = fe->tp || on_ep;
+    whole_bufs b = {0};
+    hs_status s = whole_bufs_get(en, p, pieces, &b, e);
+    if (s == HS_OK) s = g(fe->f, i, b.local, e);
+    if (s == HS_OK && pieces)
+        s = on_ep ? hs_ep_gather_full(b.dev, fe->ep, p, b.local, b.whole, e)
+                  : hs_tp_gather_full(b.dev, fe->tp, p, b.local, b.whole, e);
+    if (s == HS_OK) hs_device_copy(b.dev, out, b.whole, whole_bytes(p), HS_COPY_D2H);
+    whole_bufs_put(&b);
     return s;
 }
 
@@ -90,16 +122,14 @@ static hs_status fsdp_set_full(hs_engine *en, int i, const float *full, hs_error
 {
     fsdp_engine *fe = eng_of(en);
     const hs_param *p = hs_model_param(en->model, i);
-    bool on_ep = fe->ep && p->on_ep_mesh;
-    if (!fe->tp && !on_ep) return hs_fsdp_set_full(fe->f, i, full, e);
-    float *local = malloc((size_t)hs_param_local_numel(p) * sizeof(float) + 1);
-    if (!local) return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate to set %s", p->fqn);
-    if (on_ep)
-        hs_ep_local_slice(hs_model_device(en->model), p, full, local);
-    else
-        hs_tp_local_slice(hs_model_device(en->model), p, full, local);
-    hs_status s = hs_fsdp_set_full(fe->f, i, local, e);
-    free(local);
+    bool on_ep = fe->ep && p->on_ep_mesh, pieces = fe->tp || on_ep;
+    whole_bufs b = {0};
+    hs_status s = whole_bufs_get(en, p, pieces, &b, e);
+    if (s == HS_OK) hs_device_copy(b.dev, b.whole, full, whole_bytes(p), HS_COPY_H2D);
+    if (s == HS_OK && on_ep) hs_ep_local_slice(b.dev, p, b.whole, b.local);
+    else if (s == HS_OK && pieces) hs_tp_local_slice(b.dev, p, b.whole, b.local);
+    if (s == HS_OK) s = hs_fsdp_set_full(fe->f, i, b.local, e);
+    whole_bufs_put(&b);
     return s;
 }
 

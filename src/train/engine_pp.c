@@ -72,8 +72,8 @@ static hs_status broadcast_from_owner(hs_engine *en, gather_fn inner_g, int i, f
     /* Every rank reaches the broadcast: a failed gather is reported after it. */
     hs_error be;
     hs_error_clear(&be);
-    /* The owner's gather filled `out` with the device's copies: on its stream. */
-    hs_status bs = hs_pg_broadcast(pe->pp, hs_model_device(en->model)->stream, out,
+    /* `out` is the caller's host array, which the owner's gather filled. */
+    hs_status bs = hs_pg_broadcast(pe->pp, NULL, out,
                                    full_numel(hs_model_param(en->catalog, i)), HS_DTYPE_F32,
                                    pe->owner[i], &be);
     if (s == HS_OK && bs != HS_OK) *e = be, s = bs;

@@ -345,16 +345,21 @@ static void run_moe_route(const kcase *c, outs *o)
  * each on E experts (pair p's expert (p * 5 + p / 3) % E, grouped by a
  * stable counting sort as the model plans them): x rows to grouped order,
  * then random grouped rows y summed back per token with random weights. */
+static void group_pairs(int64_t P, int E, int32_t *row_pair, int32_t *pair_row)
+{
+    int64_t r = 0;
+    for (int e = 0; e < E; e++)
+        for (int64_t p = 0; p < P; p++)
+            if ((p * 5 + p / 3) % E == e) row_pair[r] = (int32_t)p, pair_row[p] = (int32_t)r++;
+}
+
 static void run_moe_permute(const kcase *c, outs *o)
 {
     int64_t N = c->d[0], P = N * c->d[1];
     int K = (int)c->d[1], C = (int)c->d[2], E = (int)c->d[3];
     int32_t *row_pair = calloc((size_t)P + 1, sizeof *row_pair);
     int32_t *pair_row = calloc((size_t)P + 1, sizeof *pair_row);
-    int64_t r = 0;
-    for (int e = 0; e < E; e++)
-        for (int64_t p = 0; p < P; p++)
-            if ((p * 5 + p / 3) % E == e) row_pair[r] = (int32_t)p, pair_row[p] = (int32_t)r++;
+    group_pairs(P, E, row_pair, pair_row);
     void *x = rnd(c->dt, N * C, 40, 2.0f), *xg = rnd(c->dt, P * C, 0, 0);
     void *y = rnd(c->dt, P * C, 41, 2.0f);
     float *w = rnd(HS_DTYPE_F32, P, 42, 1.0f), *out = rnd(HS_DTYPE_F32, N * C, 43, 1.0f);
@@ -363,6 +368,21 @@ static void run_moe_permute(const kcase *c, outs *o)
     c->k->moe_unpermute(c->s, out, y, c->dt, pair_row, w, N, K, C, ws);
     put(o, xg, c->dt, P * C), put(o, out, HS_DTYPE_F32, N * C);
     free(row_pair), free(pair_row), free(x), free(xg), free(y), free(w), free(out), free(ws);
+}
+
+/* d = {N, K, C, E}: the dispatch's backward, grouped rows added back onto
+ * their tokens' rows (which do not start at zero). */
+static void run_moe_permute_bwd(const kcase *c, outs *o)
+{
+    int64_t N = c->d[0], P = N * c->d[1];
+    int K = (int)c->d[1], C = (int)c->d[2], E = (int)c->d[3];
+    int32_t *row_pair = calloc((size_t)P + 1, sizeof *row_pair);
+    int32_t *pair_row = calloc((size_t)P + 1, sizeof *pair_row);
+    group_pairs(P, E, row_pair, pair_row);
+    float *dxg = rnd(HS_DTYPE_F32, P * C, 44, 1.0f), *dx = rnd(HS_DTYPE_F32, N * C, 45, 1.0f);
+    c->k->moe_permute_bwd(c->s, dx, dxg, row_pair, N, K, C);
+    put(o, dx, HS_DTYPE_F32, N * C);
+    free(row_pair), free(pair_row), free(dxg), free(dx);
 }
 
 /* d = {N, K, C, E, aux}: the combine's backward (grouped rows in reverse
@@ -574,6 +594,9 @@ static const op_def ops[] = {
     {"moe_permute", K(moe_permute), ALL_DT, {1e-6f, 1e-6f, 1e-6f}, 1e-30,
      {{1, 1, 1, 1}, {7, 2, 5, 4}, {33, 4, 17, 8}, {5, 3, 64, 3}, {0, 2, 8, 4}}, 5,
      run_moe_permute},
+    {"moe_permute_bwd", K(moe_permute_bwd), F32, {1e-7f, 0, 0}, 1e-30,
+     {{1, 1, 1, 1}, {7, 2, 5, 4}, {33, 4, 17, 8}, {5, 3, 64, 3}, {0, 2, 8, 4}}, 5,
+     run_moe_permute_bwd},
     {"moe_bwd", K(moe_combine_bwd), ALL_DT, {1e-6f, 1e-6f, 1e-6f}, 1e-30,
      {{1, 1, 1, 1, 0}, {7, 2, 5, 4, 1}, {33, 4, 17, 8, 0}, {5, 3, 64, 3, 1}, {0, 2, 8, 4, 1}}, 5,
      run_moe_bwd},
