@@ -5,11 +5,10 @@
  * read or write of device memory from above the seam (a host loop, a
  * memcpy, a tensor/ call) then faults at once, where on a GPU it would read
  * garbage or crash later; what passes under the guard runs unchanged on a
- * backend whose memory the host cannot address. One process only: the mpi
- * group reads device buffers on its communication thread, as host-staged
- * MPI cannot on a GPU (NCCL's groups will take device pointers). Slow
- * (every call re-protects every live mapping): a test tool, not a mode to
- * train in. */
+ * backend whose memory the host cannot address. Device memory comes from
+ * one reserved arena, so opening and closing it is one mprotect each; the
+ * mpi group opens it while it moves a stream's buffers
+ * (hs_device_host_access_begin). A test tool, not a mode to train in. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -29,17 +28,23 @@ struct hs_device_guard {
     hs_device_kernels guarded_k;
     pthread_mutex_t mu;
     int depth; /* nested members: the mappings close when the outermost returns */
-    region *r; /* device mappings */
+    char *arena;       /* ARENA_BYTES reserved, PROT_NONE while closed */
+    size_t arena_used; /* bytes handed out from the arena's start */
+    region *r;         /* live device blocks */
     size_t n, cap;
+    region *spare;     /* freed blocks, reused first fit */
+    size_t n_spare, cap_spare;
     region *host; /* host-pool blocks */
     size_t n_host, cap_host;
 };
 
+/* Address space only (MAP_NORESERVE): pages exist once written. */
+#define ARENA_BYTES ((size_t)1 << 38)
+
 static void protect_all(hs_device_guard *g, int prot)
 {
-    for (size_t i = 0; i < g->n; i++)
-        if (mprotect(g->r[i].p, g->r[i].bytes, prot) != 0)
-            hs_panic("device guard: mprotect of %zu bytes failed", g->r[i].bytes);
+    if (g->arena_used && mprotect(g->arena, g->arena_used, prot) != 0)
+        hs_panic("device guard: mprotect of %zu bytes failed", g->arena_used);
 }
 
 static void open_memory(hs_device_guard *g)
@@ -85,25 +90,46 @@ static size_t page_round(size_t bytes)
     return (bytes + page - 1) / page * page;
 }
 
+/* Under g->mu: a freed block of at least len bytes (its length in *len),
+ * or the arena's next pages. */
+static void *take(hs_device_guard *g, size_t *len)
+{
+    for (size_t i = 0; i < g->n_spare; i++) {
+        if (g->spare[i].bytes < *len) continue;
+        region b = g->spare[i];
+        g->spare[i] = g->spare[--g->n_spare];
+        *len = b.bytes;
+        return b.p;
+    }
+    if (*len > ARENA_BYTES - g->arena_used) return NULL;
+    char *p = g->arena + g->arena_used;
+    g->arena_used += *len;
+    if (g->depth > 0 && mprotect(p, *len, PROT_READ | PROT_WRITE) != 0)
+        hs_panic("device guard: mprotect of %zu bytes failed", *len);
+    return p;
+}
+
 static void *guard_raw_alloc(void *ctx, size_t bytes)
 {
     hs_device_guard *g = ((hs_device *)ctx)->guard;
     size_t len = page_round(bytes ? bytes : 1);
     pthread_mutex_lock(&g->mu);
-    int prot = g->depth > 0 ? PROT_READ | PROT_WRITE : PROT_NONE;
-    void *p = mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) p = NULL;
+    void *p = take(g, &len);
     if (p) record(&g->r, &g->n, &g->cap, p, len);
     pthread_mutex_unlock(&g->mu);
     return p;
 }
 
+/* The pages go back to the system; the addresses stay reserved. */
 static void guard_raw_free(void *ctx, void *p)
 {
     hs_device_guard *g = ((hs_device *)ctx)->guard;
     pthread_mutex_lock(&g->mu);
     size_t len = forget(g->r, &g->n, p);
-    if (len) munmap(p, len);
+    if (len) {
+        madvise(p, len, MADV_DONTNEED);
+        record(&g->spare, &g->n_spare, &g->cap_spare, p, len);
+    }
     pthread_mutex_unlock(&g->mu);
 }
 
@@ -260,6 +286,9 @@ void hs_device_guard_install(hs_device *d)
     hs_device_guard *g = calloc(1, sizeof *g);
     if (!g) hs_oom("device guard: its state");
     pthread_mutex_init(&g->mu, NULL);
+    g->arena = mmap(NULL, ARENA_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                    0);
+    if (g->arena == MAP_FAILED) hs_oom("device guard: %zu bytes of address space", ARENA_BYTES);
     g->ops = d->ops, g->k = d->k;
     g->guarded_ops = *d->ops;
     g->guarded_ops.memset = guarded_memset;
@@ -282,7 +311,9 @@ void hs_device_guard_free(hs_device *d)
 {
     hs_device_guard *g = d->guard;
     if (!g) return;
+    munmap(g->arena, ARENA_BYTES);
     free(g->r);
+    free(g->spare);
     free(g->host);
     pthread_mutex_destroy(&g->mu);
     free(g);
