@@ -142,7 +142,8 @@ static double w_xent(const ops_bufs *b) { return 8.0 * x_rows(b) * X_V; }
 static bool has_emb(const hs_device_kernels *k) { return k->embedding_fwd != NULL; }
 static void run_emb(hs_device *d, ops_bufs *b)
 {
-    d->k->embedding_fwd(d->stream, b->c, b->ids, b->a, HS_DTYPE_F32, x_rows(b) * 4, R_C);
+    d->k->embedding_fwd(d->stream, b->c, HS_DTYPE_F32, b->ids, b->a, HS_DTYPE_F32, x_rows(b) * 4,
+                        R_C, 0, X_V);
 }
 static double w_emb(const ops_bufs *b) { return 8.0 * x_rows(b) * 4 * R_C; }
 

@@ -215,11 +215,21 @@ typedef struct hs_device_kernels {
     void (*xent_shard_grad)(hs_stream *s, float *logits, const float *gmax,
                             const float *row_sumexp, const int32_t *targets, int64_t N, int V,
                             int64_t v0, float scale);
-    /* out[n] = wte[tokens[n]]; dwte[tokens[n]] += dout[n] */
-    void (*embedding_fwd)(hs_stream *s, void *out, const int32_t *tokens, const void *wte,
-                          hs_dtype dt, int64_t N, int C);
+    /* The vocab-parallel loss once the sums are reduced: *loss = sum over
+     * rows with target >= 0 of gmax + log(row_sumexp) - row_target, added
+     * in row order in fp64 (a host scalar, as xent's). */
+    void (*xent_shard_loss)(hs_stream *s, double *loss, const float *gmax,
+                            const float *row_sumexp, const float *row_target,
+                            const int32_t *targets, int64_t N);
+    /* Over the vocabulary rows [v0, v0 + V) that wte (V rows of C) holds:
+     * out[n] = wte[tokens[n] - v0] stored as odt, zeros where tokens[n] is
+     * outside the range; dwte[tokens[n] - v0] += dout[n] for the tokens
+     * inside it (in row order), nothing for the others. One device passes
+     * v0 = 0 and its whole vocabulary. */
+    void (*embedding_fwd)(hs_stream *s, void *out, hs_dtype odt, const int32_t *tokens,
+                          const void *wte, hs_dtype dt, int64_t N, int C, int64_t v0, int V);
     void (*embedding_bwd)(hs_stream *s, void *dwte, hs_dtype gdt, const float *dout,
-                          const int32_t *tokens, int64_t N, int C);
+                          const int32_t *tokens, int64_t N, int C, int64_t v0, int V);
     /* MoE: per row of probs (on entry the router's fp32 logits [N, E],
      * rounded to dt, the gate's output dtype, then replaced by their fp32
      * softmax, kept for backward) the top K experts in descending order

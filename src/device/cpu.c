@@ -84,6 +84,7 @@ static const hs_device_kernels cpu_kernels = {
     .xent_shard_max = hs_cpu_xent_shard_max,
     .xent_shard_sums = hs_cpu_xent_shard_sums,
     .xent_shard_grad = hs_cpu_xent_shard_grad,
+    .xent_shard_loss = hs_cpu_xent_shard_loss,
     .embedding_fwd = hs_cpu_embedding_fwd,
     .embedding_bwd = hs_cpu_embedding_bwd,
     .adamw = hs_cpu_adamw,

@@ -21,10 +21,10 @@ void hs_cpu_swiglu_fwd(hs_stream *s, void *out, const void *gate, const void *up
                        int64_t n);
 void hs_cpu_swiglu_bwd(hs_stream *s, float *dgate, float *dup, bool overwrite, const float *dout,
                        const void *gate, const void *up, hs_dtype dt, int64_t n);
-void hs_cpu_embedding_fwd(hs_stream *s, void *out, const int32_t *tokens, const void *wte,
-                          hs_dtype dt, int64_t N, int C);
+void hs_cpu_embedding_fwd(hs_stream *s, void *out, hs_dtype odt, const int32_t *tokens,
+                          const void *wte, hs_dtype dt, int64_t N, int C, int64_t v0, int V);
 void hs_cpu_embedding_bwd(hs_stream *s, void *dwte, hs_dtype gdt, const float *dout,
-                          const int32_t *tokens, int64_t N, int C);
+                          const int32_t *tokens, int64_t N, int C, int64_t v0, int V);
 void hs_cpu_xent(hs_stream *s, double *loss, int64_t *valid, float *dlogits, const float *logits,
                  const int32_t *targets, int64_t N, int V, float scale);
 void hs_cpu_xent_shard_max(hs_stream *s, float *row_max, const float *logits, int64_t N, int V);
@@ -34,6 +34,9 @@ void hs_cpu_xent_shard_sums(hs_stream *s, float *row_sumexp, float *row_target,
 void hs_cpu_xent_shard_grad(hs_stream *s, float *logits, const float *gmax,
                             const float *row_sumexp, const int32_t *targets, int64_t N, int V,
                             int64_t v0, float scale);
+void hs_cpu_xent_shard_loss(hs_stream *s, double *loss, const float *gmax,
+                            const float *row_sumexp, const float *row_target,
+                            const int32_t *targets, int64_t N);
 void hs_cpu_adamw(hs_stream *s, float *p, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n);
 void hs_cpu_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, float mu,

@@ -76,3 +76,13 @@ void hs_cpu_xent_shard_grad(hs_stream *s, float *logits, const float *gmax,
         if (t >= 0 && t < V) l[t] -= scale;
     }
 }
+
+void hs_cpu_xent_shard_loss(hs_stream *s, double *loss, const float *gmax,
+                            const float *row_sumexp, const float *row_target,
+                            const int32_t *targets, int64_t N) {
+    double total = 0.0;
+    for (int64_t i = 0; i < N; i++)
+        if (targets[i] >= 0)
+            total += (double)gmax[i] + log((double)row_sumexp[i]) - (double)row_target[i];
+    *loss = total;
+}

@@ -208,8 +208,8 @@ static void guarded_copy(hs_stream *s, void *dst, const void *src, size_t bytes,
 /* Every kernel of the table, as (name, parameters, arguments, the
  * arguments that are device memory). The others are host values: shapes,
  * hyperparameters and workspaces described by host structs, and the scalar
- * results of reductions (xent's loss and valid count, sumsq's sum), which a
- * backend hands back in host memory. */
+ * results of reductions (xent's loss and valid count, xent_shard_loss's
+ * loss, sumsq's sum), which a backend hands back in host memory. */
 #define HS_GUARDED_KERNELS(X) \
     X(gemm, (hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g), (s, C, A, B, g), (C, A, B)) \
     X(convert, (hs_stream *s, void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt, int64_t n), (s, dst, dst_dt, src, src_dt, n), (dst, src)) \
@@ -236,8 +236,9 @@ static void guarded_copy(hs_stream *s, void *dst, const void *src, size_t bytes,
     X(xent_shard_max, (hs_stream *s, float *row_max, const float *logits, int64_t N, int V), (s, row_max, logits, N, V), (row_max, logits)) \
     X(xent_shard_sums, (hs_stream *s, float *row_sumexp, float *row_target, const float *logits, const float *gmax, const int32_t *targets, int64_t N, int V, int64_t v0), (s, row_sumexp, row_target, logits, gmax, targets, N, V, v0), (row_sumexp, row_target, logits, gmax, targets)) \
     X(xent_shard_grad, (hs_stream *s, float *logits, const float *gmax, const float *row_sumexp, const int32_t *targets, int64_t N, int V, int64_t v0, float scale), (s, logits, gmax, row_sumexp, targets, N, V, v0, scale), (logits, gmax, row_sumexp, targets)) \
-    X(embedding_fwd, (hs_stream *s, void *out, const int32_t *tokens, const void *wte, hs_dtype dt, int64_t N, int C), (s, out, tokens, wte, dt, N, C), (out, tokens, wte)) \
-    X(embedding_bwd, (hs_stream *s, void *dwte, hs_dtype gdt, const float *dout, const int32_t *tokens, int64_t N, int C), (s, dwte, gdt, dout, tokens, N, C), (dwte, dout, tokens)) \
+    X(xent_shard_loss, (hs_stream *s, double *loss, const float *gmax, const float *row_sumexp, const float *row_target, const int32_t *targets, int64_t N), (s, loss, gmax, row_sumexp, row_target, targets, N), (gmax, row_sumexp, row_target, targets)) \
+    X(embedding_fwd, (hs_stream *s, void *out, hs_dtype odt, const int32_t *tokens, const void *wte, hs_dtype dt, int64_t N, int C, int64_t v0, int V), (s, out, odt, tokens, wte, dt, N, C, v0, V), (out, tokens, wte)) \
+    X(embedding_bwd, (hs_stream *s, void *dwte, hs_dtype gdt, const float *dout, const int32_t *tokens, int64_t N, int C, int64_t v0, int V), (s, dwte, gdt, dout, tokens, N, C, v0, V), (dwte, dout, tokens)) \
     X(moe_route, (hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N, int E, int K, bool renorm, hs_dtype dt), (s, expert, weight, probs, N, E, K, renorm, dt), (expert, weight, probs)) \
     X(moe_permute, (hs_stream *s, void *xg, const void *x, const int32_t *row_pair, hs_dtype dt, int64_t N, int K, int C), (s, xg, x, row_pair, dt, N, K, C), (xg, x, row_pair)) \
     X(moe_permute_bwd, (hs_stream *s, float *dx, const float *dxg, const int32_t *row_pair, int64_t N, int K, int C), (s, dx, dxg, row_pair, N, K, C), (dx, dxg, row_pair)) \

@@ -30,6 +30,7 @@ static const hs_device_kernels reference_kernels = {
     .xent_shard_max = hs_ref_xent_shard_max,
     .xent_shard_sums = hs_ref_xent_shard_sums,
     .xent_shard_grad = hs_ref_xent_shard_grad,
+    .xent_shard_loss = hs_ref_xent_shard_loss,
     .embedding_fwd = hs_ref_embedding_fwd,
     .embedding_bwd = hs_ref_embedding_bwd,
     .moe_route = hs_ref_moe_route,

@@ -49,10 +49,13 @@ void hs_ref_xent_shard_sums(hs_stream *s, float *row_sumexp, float *row_target,
 void hs_ref_xent_shard_grad(hs_stream *s, float *logits, const float *gmax,
                             const float *row_sumexp, const int32_t *targets, int64_t N, int V,
                             int64_t v0, float scale);
-void hs_ref_embedding_fwd(hs_stream *s, void *out, const int32_t *tokens, const void *wte,
-                          hs_dtype dt, int64_t N, int C);
+void hs_ref_xent_shard_loss(hs_stream *s, double *loss, const float *gmax,
+                            const float *row_sumexp, const float *row_target,
+                            const int32_t *targets, int64_t N);
+void hs_ref_embedding_fwd(hs_stream *s, void *out, hs_dtype odt, const int32_t *tokens,
+                          const void *wte, hs_dtype dt, int64_t N, int C, int64_t v0, int V);
 void hs_ref_embedding_bwd(hs_stream *s, void *dwte, hs_dtype gdt, const float *dout,
-                          const int32_t *tokens, int64_t N, int C);
+                          const int32_t *tokens, int64_t N, int C, int64_t v0, int V);
 
 void hs_ref_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
                           const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,

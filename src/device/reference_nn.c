@@ -167,17 +167,35 @@ void hs_ref_xent_shard_grad(hs_stream *s, float *logits, const float *gmax,
     }
 }
 
-void hs_ref_embedding_fwd(hs_stream *s, void *out, const int32_t *tokens, const void *wte,
-                          hs_dtype dt, int64_t N, int C)
+/* In fp64, rows in order. */
+void hs_ref_xent_shard_loss(hs_stream *s, double *loss, const float *gmax,
+                            const float *row_sumexp, const float *row_target,
+                            const int32_t *targets, int64_t N)
+{
+    double total = 0.0;
+    for (int64_t n = 0; n < N; n++)
+        if (targets[n] >= 0) total += gmax[n] + log(row_sumexp[n]) - row_target[n];
+    *loss = total;
+}
+
+static bool in_vocab(int32_t tok, int64_t v0, int V)
+{
+    return tok >= v0 && tok < v0 + V;
+}
+
+void hs_ref_embedding_fwd(hs_stream *s, void *out, hs_dtype odt, const int32_t *tokens,
+                          const void *wte, hs_dtype dt, int64_t N, int C, int64_t v0, int V)
 {
     for (int64_t n = 0; n < N; n++)
         for (int c = 0; c < C; c++)
-            hs_st(out, dt, n * C + c, hs_ld(wte, dt, (int64_t)tokens[n] * C + c));
+            hs_st(out, odt, n * C + c,
+                  in_vocab(tokens[n], v0, V) ? hs_ld(wte, dt, (tokens[n] - v0) * C + c) : 0.0f);
 }
 
 void hs_ref_embedding_bwd(hs_stream *s, void *dwte, hs_dtype gdt, const float *dout,
-                          const int32_t *tokens, int64_t N, int C)
+                          const int32_t *tokens, int64_t N, int C, int64_t v0, int V)
 {
     for (int64_t n = 0; dwte && n < N; n++)
-        for (int c = 0; c < C; c++) hs_acc(dwte, gdt, (int64_t)tokens[n] * C + c, dout[n * C + c]);
+        for (int c = 0; in_vocab(tokens[n], v0, V) && c < C; c++)
+            hs_acc(dwte, gdt, (tokens[n] - v0) * C + c, dout[n * C + c]);
 }

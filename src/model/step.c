@@ -125,7 +125,8 @@ static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *
     } else if (m->tp_on) {
         hs_tp_embedding_forward(m, b->tokens, N);
     } else {
-        m->k->embedding_fwd(m->s, m->resid[0], b->tokens, m->embed->data, m->dt, N, m->C);
+        m->k->embedding_fwd(m->s, m->resid[0], m->dt, b->tokens, m->embed->data, m->dt, N, m->C,
+                            0, m->V);
     }
     if (m->moe) hs_moe_aux_reset(&m->aux);
     /* The earlier chunks' statistics of this micro-batch, to add ours to. */
@@ -228,7 +229,7 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
         hs_tp_embedding_backward(m, b->tokens, N);
     else
         m->k->embedding_bwd(m->s, m->embed->grad, m->embed->grad_dtype, m->dres, b->tokens, N,
-                            m->C);
+                            m->C, 0, m->V);
 }
 
 /* The MoE load-balancing term of the micro-batch just forwarded: its

@@ -11,23 +11,13 @@
  * gradient softmax - onehot is formed on the local columns. Without
  * loss_parallel the [rows, V] logits are gathered and the one-device
  * cross-entropy runs on them; both give the same numbers. */
-#include <math.h>
-#include <string.h>
-
 #include "model/layers.h"
 #include "model/model_internal.h"
 
 void hs_tp_embedding_forward(hs_model *m, const int32_t *tokens, int64_t N) {
     int C = m->C;
-    for (int64_t n = 0; n < N; n++) {
-        int64_t t = (int64_t)tokens[n] - m->v0;
-        float *row = m->tp_part + n * C;
-        if (t >= 0 && t < m->V)
-            hs_dev_convert(m->dev, row, HS_DTYPE_F32, hs_cat(m->embed->data, m->dt, t * C), m->dt,
-                           C);
-        else
-            hs_dev_zero(m->dev, row, (size_t)C * sizeof(float));
-    }
+    m->k->embedding_fwd(m->s, m->tp_part, HS_DTYPE_F32, tokens, m->embed->data, m->dt, N, C, m->v0,
+                        m->V);
     int64_t n = hs_tp_local_rows(m, N) * C;
     float *red = m->sp ? m->tp_red : m->tp_part;
     m->ops->reduce_partial(m->ops->ctx, red, m->tp_part, n);
@@ -36,12 +26,8 @@ void hs_tp_embedding_forward(hs_model *m, const int32_t *tokens, int64_t N) {
 
 void hs_tp_embedding_backward(hs_model *m, const int32_t *tokens, int64_t N) {
     const float *d = hs_tp_exit_grad(m, N);
-    for (int64_t n = 0; n < N; n++) {
-        int32_t t = (int32_t)(tokens[n] - m->v0);
-        if (t >= 0 && t < m->V)
-            m->k->embedding_bwd(m->s, m->embed->grad, m->embed->grad_dtype, d + n * m->C, &t, 1,
-                                m->C);
-    }
+    m->k->embedding_bwd(m->s, m->embed->grad, m->embed->grad_dtype, d, tokens, N, m->C, m->v0,
+                        m->V);
 }
 
 /* Local logits [rows, V] of rows [r0, r0 + rows) into m->logits. */
@@ -61,10 +47,14 @@ static void gather_logits(hs_model *m, float *dst, int64_t rows) {
                        blocks + (int64_t)r * rows * m->V, vb, rows, vb);
 }
 
+/* The gathered [rows, Vg] logits are assembled in the model's own buffer;
+ * `full`, where given, is the caller's host buffer and gets a copy. */
 static double gathered_loss(hs_model *m, const int32_t *targets, int64_t rows, float scale,
                             bool grad, float *full) {
-    float *all = full ? full : m->logits_all + m->head_rows * m->Vg;
+    float *all = m->logits_all + m->head_rows * m->Vg;
     gather_logits(m, all, rows);
+    if (full)
+        hs_device_copy(m->dev, full, all, (size_t)(rows * m->Vg) * sizeof(float), HS_COPY_D2H);
     if (!targets) return 0.0;
     double loss = hs_dev_xent(m->dev, grad ? all : NULL, all, targets, rows, m->Vg, scale, NULL);
     if (grad)
@@ -82,8 +72,7 @@ static double parallel_loss(hs_model *m, const int32_t *targets, int64_t rows, f
     m->k->xent_shard_sums(m->s, sum, tl, m->logits, mx, targets, rows, V, m->v0);
     m->ops->all_reduce_sum(m->ops->ctx, sum, 2 * rows); /* sum and tl together */
     double loss = 0.0;
-    for (int64_t i = 0; i < rows; i++)
-        if (targets[i] >= 0) loss += (double)mx[i] + log((double)sum[i]) - (double)tl[i];
+    m->k->xent_shard_loss(m->s, &loss, mx, sum, tl, targets, rows);
     if (grad) m->k->xent_shard_grad(m->s, m->logits, mx, sum, targets, rows, V, m->v0, scale);
     return loss;
 }

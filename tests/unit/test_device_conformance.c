@@ -510,19 +510,44 @@ static void run_moe_dispatch(const kcase *c, outs *o)
     free(sel), free(count), free(offset), free(row_pair), free(pair_row);
 }
 
-/* d = {N, C, V}: gather, then scatter-add with repeated tokens. */
+/* d = {N, C, V, v0, f32}: a table of V rows holding the vocabulary rows
+ * [v0, v0 + V) of a 2 v0 + V vocabulary: gather (into fp32 rows with f32,
+ * else into dt), then scatter-add with repeated tokens; with v0 > 0 the
+ * tokens fall below, inside and above the range. */
 static void run_embedding(const kcase *c, outs *o)
 {
-    int64_t N = c->d[0];
+    int64_t N = c->d[0], v0 = c->d[3];
     int C = (int)c->d[1], V = (int)c->d[2];
-    void *wte = rnd(c->dt, (int64_t)V * C, 21, 1.0f), *out = rnd(c->dt, N * C, 0, 0);
+    hs_dtype odt = c->d[4] ? HS_DTYPE_F32 : c->dt;
+    void *wte = rnd(c->dt, (int64_t)V * C, 21, 1.0f), *out = rnd(odt, N * C, 0, 0);
     void *dwte = rnd(c->dt, (int64_t)V * C, 22, 0.1f);
     float *dout = rnd(HS_DTYPE_F32, N * C, 23, 1.0f);
-    int32_t *t = ids(N, V, 1);
-    c->k->embedding_fwd(c->s, out, t, wte, c->dt, N, C);
-    c->k->embedding_bwd(c->s, dwte, c->dt, dout, t, N, C);
-    put(o, out, c->dt, N * C), put(o, dwte, c->dt, (int64_t)V * C);
+    for (int64_t i = 0; i < N * C; i++) hs_st(out, odt, i, NAN); /* rows outside must be written */
+    int32_t *t = ids(N, (int)(2 * v0 + V), 1);
+    c->k->embedding_fwd(c->s, out, odt, t, wte, c->dt, N, C, v0, V);
+    c->k->embedding_bwd(c->s, dwte, c->dt, dout, t, N, C, v0, V);
+    put(o, out, odt, N * C), put(o, dwte, c->dt, (int64_t)V * C);
     free(wte), free(out), free(dwte), free(dout), free(t);
+}
+
+/* d = {N, all_ignored}: the vocab-parallel loss from reduced row maxima,
+ * sums and target logits; every third target is ignored (all with
+ * all_ignored). The fp64 loss is compared as its fp32 rounding and the
+ * fp32 rounding of the rest, so an error in its low bits shows. */
+static void run_xent_shard_loss(const kcase *c, outs *o)
+{
+    int64_t N = c->d[0];
+    float *mx = rnd(HS_DTYPE_F32, N, 27, 8.0f), *sum = rnd(HS_DTYPE_F32, N, 28, 50.0f);
+    float *tl = rnd(HS_DTYPE_F32, N, 29, 8.0f);
+    for (int64_t i = 0; i < N; i++) sum[i] = fabsf(sum[i]) + 1.0f;
+    int32_t *t = ids(N, 1000, 5);
+    for (int64_t i = 0; i < N; i++)
+        if (c->d[1] || i % 3 == 1) t[i] = -1 - (int32_t)(i % 2); /* -1 and -2 */
+    double loss = NAN;
+    c->k->xent_shard_loss(c->s, &loss, mx, sum, tl, t, N);
+    float hi = (float)loss, lo = (float)(loss - hi);
+    put(o, &hi, HS_DTYPE_F32, 1), put(o, &lo, HS_DTYPE_F32, 1);
+    free(mx), free(sum), free(tl), free(t);
 }
 
 /* d = {n}: three AdamW steps with weight decay. */
@@ -589,6 +614,9 @@ static const op_def ops[] = {
      run_xent},
     {"xent_shard", K(xent_shard_sums), F32, {2e-6f, 0, 0}, 1e-30,
      {{1, 1, 0}, {3, 7, 0}, {4, 1000, 1000}, {7, 33, 20}, {0, 5, 0}}, 5, run_xent_shard},
+    /* The same fp64 additions in row order: the low bits are compared too. */
+    {"xent_shard_loss", K(xent_shard_loss), F32, {1e-6f, 0, 0}, 1e-30,
+     {{0}, {1}, {2}, {7}, {1000}, {4099}, {5, 1}}, 7, run_xent_shard_loss},
     {"moe_route", K(moe_route), ALL_DT, {1e-6f, 4e-3f, 5e-4f}, 1.0,
      {{1, 4, 2}, {7, 8, 2}, {33, 16, 4}, {5, 3, 3}, {0, 4, 1}}, 5, run_moe_route},
     {"moe_permute", K(moe_permute), ALL_DT, {1e-6f, 1e-6f, 1e-6f}, 1e-30,
@@ -613,7 +641,9 @@ static const op_def ops[] = {
      {{0, 4, 2}, {1, 1, 1}, {1, 4, 2}, {7, 3, 3}, {33, 8, 2}, {4099, 64, 6}, {40001, 8, 2}}, 7,
      run_moe_dispatch},
     {"embedding", K(embedding_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,
-     {{1, 1, 1}, {5, 7, 3}, {9, 33, 4}, {0, 4, 4}}, 4, run_embedding},
+     {{1, 1, 1}, {5, 7, 3}, {9, 33, 4}, {0, 4, 4}, {9, 33, 4, 3}, {40, 16, 8, 5},
+      {1, 1, 1, 0, 1}, {9, 33, 4, 3, 1}, {40, 16, 8, 5, 1}, {0, 4, 4, 2, 1}},
+     10, run_embedding},
     {"adamw", K(adamw), F32, {2e-6f, 0, 0}, 1e-30, {{0}, {1}, {7}, {1000}, {4099}}, 5, run_adamw},
 };
 
