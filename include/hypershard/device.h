@@ -195,6 +195,14 @@ typedef struct hs_device_kernels {
                           const void *out, hs_dtype odt, const void *q, const void *k,
                           const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
                           int HD, const hs_att_rows *r, const hs_att_work *w);
+    /* Ring attention's online softmax: on the query rows [r->q0, r->q0 +
+     * r->nq) of r->Tq, the accumulated output out [B, Tq, NH * HD] and
+     * log-sum-exp lse [B, NH, Tq] (fp32) take in a block's bout and blse:
+     * l = max + log(e^(lse - max) + e^(blse - max)), out = out e^(lse - l) +
+     * bout e^(blse - l), lse = l; a row whose blse is -inf (it saw no key)
+     * is left as it is. */
+    void (*attention_merge)(hs_stream *s, float *out, float *lse, const float *bout,
+                            const float *blse, int B, int NH, int HD, const hs_att_rows *r);
     /* Softmax cross-entropy: *loss = sum over rows with target >= 0 of
      * logsumexp - logit[target] (fp64), *valid those rows; dlogits (may
      * alias logits; NULL: loss only) = (softmax - onehot) * scale, 0 on

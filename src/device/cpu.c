@@ -80,6 +80,7 @@ static const hs_device_kernels cpu_kernels = {
     .swiglu_bwd = hs_cpu_swiglu_bwd,
     .attention_fwd = hs_cpu_attention_fwd,
     .attention_bwd = hs_cpu_attention_bwd,
+    .attention_merge = hs_cpu_attention_merge,
     .xent = hs_cpu_xent,
     .xent_shard_max = hs_cpu_xent_shard_max,
     .xent_shard_sums = hs_cpu_xent_shard_sums,

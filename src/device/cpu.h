@@ -68,6 +68,8 @@ void hs_cpu_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src,
 void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
                           const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
                           int HD, const hs_att_rows *r, const hs_att_work *w);
+void hs_cpu_attention_merge(hs_stream *s, float *out, float *lse, const float *bout,
+                          const float *blse, int B, int NH, int HD, const hs_att_rows *r);
 void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const float *dout,
                           const void *out, hs_dtype odt, const void *q, const void *k,
                           const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,

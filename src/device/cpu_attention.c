@@ -406,3 +406,26 @@ void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
     if (!(w && w->delta)) free(delta);
     if (!(w && w->scratch)) free(scratch);
 }
+
+/* The merge the ring's model code did before the table had it, in fp32
+ * with expf / logf. */
+void hs_cpu_attention_merge(hs_stream *s, float *out, float *lse, const float *bout,
+                            const float *blse, int B, int NH, int HD, const hs_att_rows *r)
+{
+    int T = r->Tq;
+    int64_t q = (int64_t)NH * HD;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = r->q0; t < r->q0 + r->nq; t++) {
+                int64_t row = ((int64_t)b * NH + h) * T + t;
+                float lb = blse[row], la = lse[row];
+                if (lb == -INFINITY) continue;
+                float mx = la > lb ? la : lb;
+                float l = mx + logf(expf(la - mx) + expf(lb - mx));
+                float wa = expf(la - l), wb = expf(lb - l);
+                float *o = out + ((int64_t)b * T + t) * q + (int64_t)h * HD;
+                const float *ob = bout + ((int64_t)b * T + t) * q + (int64_t)h * HD;
+                for (int i = 0; i < HD; i++) o[i] = o[i] * wa + ob[i] * wb;
+                lse[row] = l;
+            }
+}

@@ -26,6 +26,7 @@ static const hs_device_kernels reference_kernels = {
     .swiglu_bwd = hs_ref_swiglu_bwd,
     .attention_fwd = hs_ref_attention_fwd,
     .attention_bwd = hs_ref_attention_bwd,
+    .attention_merge = hs_ref_attention_merge,
     .xent = hs_ref_xent,
     .xent_shard_max = hs_ref_xent_shard_max,
     .xent_shard_sums = hs_ref_xent_shard_sums,

@@ -94,3 +94,23 @@ void hs_ref_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
             }
     free(p);
 }
+
+/* In fp64: both weights from one log-sum-exp, one rounding per output. */
+void hs_ref_attention_merge(hs_stream *s, float *out, float *lse, const float *bout,
+                            const float *blse, int B, int NH, int HD, const hs_att_rows *r)
+{
+    int T = r->Tq;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = r->q0; t < r->q0 + r->nq; t++) {
+                int64_t row = ((int64_t)b * NH + h) * T + t;
+                double la = lse[row], lb = blse[row];
+                if (blse[row] == -INFINITY) continue;
+                double mx = la > lb ? la : lb, l = mx + log(exp(la - mx) + exp(lb - mx));
+                for (int i = 0; i < HD; i++) {
+                    int64_t at = ((int64_t)b * T + t) * NH * HD + (int64_t)h * HD + i;
+                    out[at] = (float)(out[at] * exp(la - l) + bout[at] * exp(lb - l));
+                }
+                lse[row] = (float)l;
+            }
+}

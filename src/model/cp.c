@@ -107,23 +107,10 @@ static void ring_pairs(const hs_model *m, int T, int src, hs_att_rows out[4]) {
 }
 
 /* acc (out, lse) := merge of acc and the block's (bout, blse) on the query
- * rows [r->q0, r->q0 + r->nq) the block's attention just wrote. */
-static void ring_merge(hs_model *m, int B, int T, const hs_att_rows *r) {
-    int64_t q = (int64_t)m->NH * m->HD;
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < m->NH; h++)
-            for (int t = r->q0; t < r->q0 + r->nq; t++) {
-                int64_t row = ((int64_t)b * m->NH + h) * T + t;
-                float lb = m->ring_blse[row], la = m->ring_lse[row];
-                if (lb == -INFINITY) continue;
-                float mx = la > lb ? la : lb;
-                float l = mx + logf(expf(la - mx) + expf(lb - mx));
-                float wa = expf(la - l), wb = expf(lb - l);
-                float *o = m->ring_out + ((int64_t)b * T + t) * q + (int64_t)h * m->HD;
-                const float *ob = m->ring_bout + ((int64_t)b * T + t) * q + (int64_t)h * m->HD;
-                for (int i = 0; i < m->HD; i++) o[i] = o[i] * wa + ob[i] * wb;
-                m->ring_lse[row] = l;
-            }
+ * rows of r the block's attention just wrote. */
+static void ring_merge(hs_model *m, int B, const hs_att_rows *r) {
+    m->k->attention_merge(m->s, m->ring_out, m->ring_lse, m->ring_bout, m->ring_blse, B, m->NH,
+                          m->HD, r);
 }
 
 /* The block's [K | V] (n elements each) from the local k and v. */
@@ -138,7 +125,7 @@ static void ring_forward(hs_model *m, hs_block_acts *a, int B, int T) {
     int64_t q = (int64_t)m->NH * m->HD, kvd = (int64_t)m->KVH * m->HD, n = (int64_t)B * T * kvd;
     size_t es = hs_dtype_size(m->dt);
     hs_dev_zero(m->dev, m->ring_out, (size_t)((int64_t)B * T * q) * sizeof(float));
-    for (int64_t i = 0; i < (int64_t)B * m->NH * T; i++) m->ring_lse[i] = -INFINITY;
+    m->k->fill(m->s, m->ring_lse, -INFINITY, (int64_t)B * m->NH * T);
     ring_own_block(m, a, m->ring_kv[0], n);
     for (int s = 0; s < m->cp; s++) {
         void *cur = m->ring_kv[s & 1], *next = m->ring_kv[(s + 1) & 1];
@@ -149,7 +136,7 @@ static void ring_forward(hs_model *m, hs_block_acts *a, int B, int T) {
         for (int k = 0; k < 4; k++) {
             att_fwd(m, m->ring_bout, HS_DTYPE_F32, m->ring_blse, a, cur,
                     (const char *)cur + (size_t)n * es, B, &r[k]);
-            ring_merge(m, B, T, &r[k]);
+            ring_merge(m, B, &r[k]);
         }
         if (step) o->cp_ring_wait(o->cp_ctx, step);
     }

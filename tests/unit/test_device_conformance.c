@@ -282,6 +282,23 @@ static void run_attention(const kcase *c, outs *o)
     free(w.scratch), free(w.delta), free((void *)w.dout16);
 }
 
+/* d = {B, NH, HD, T, variant}: a ring block merged into an accumulated
+ * output on att_variant's query rows; every fifth row of the block saw no
+ * key (its lse -inf) and must stay as it was. */
+static void run_attention_merge(const kcase *c, outs *o)
+{
+    const int64_t *d = c->d;
+    int B = (int)d[0], NH = (int)d[1], HD = (int)d[2], T = (int)d[3];
+    hs_att_rows r = att_variant(T, (int)d[4]);
+    int64_t n = (int64_t)B * T * NH * HD, rows = (int64_t)B * NH * T;
+    float *out = rnd(HS_DTYPE_F32, n, 46, 1.0f), *bout = rnd(HS_DTYPE_F32, n, 47, 1.0f);
+    float *lse = rnd(HS_DTYPE_F32, rows, 48, 3.0f), *blse = rnd(HS_DTYPE_F32, rows, 49, 3.0f);
+    for (int64_t i = 0; i < rows; i += 5) blse[i] = -INFINITY;
+    c->k->attention_merge(c->s, out, lse, bout, blse, B, NH, HD, &r);
+    put(o, out, HS_DTYPE_F32, n), put(o, lse, HS_DTYPE_F32, rows);
+    free(out), free(bout), free(lse), free(blse);
+}
+
 /* d = {N, V}: loss, valid rows and the gradient in place of the logits;
  * every third target is ignored (-1). */
 static void run_xent(const kcase *c, outs *o)
@@ -610,6 +627,9 @@ static const op_def ops[] = {
       {2, 4, 2, 8, 9, 1}, {1, 2, 1, 4, 300, 1}, {1, 2, 1, 4, 10, 2}, {1, 2, 1, 4, 0, 0},
       {2, 4, 2, 8, 33, 0, 1}, {1, 2, 1, 4, 300, 0, 1}, {2, 4, 2, 8, 9, 1, 1}},
      11, run_attention},
+    {"attention_merge", K(attention_merge), F32, {1e-6f, 0, 0}, 1e-30,
+     {{1, 1, 1, 1, 0}, {2, 3, 8, 7, 0}, {1, 4, 64, 33, 1}, {2, 2, 16, 12, 2}, {1, 2, 8, 0, 0}}, 5,
+     run_attention_merge},
     {"xent", K(xent), F32, {2e-6f, 0, 0}, 1e-30, {{1, 1}, {3, 7}, {4, 1000}, {7, 33}, {0, 5}}, 5,
      run_xent},
     {"xent_shard", K(xent_shard_sums), F32, {2e-6f, 0, 0}, 1e-30,
