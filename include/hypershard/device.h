@@ -29,9 +29,12 @@
  *   its gradient outputs unless it says otherwise. An entry a backend does
  *   not have is NULL; tests/unit/test_device_conformance.c holds every
  *   non-NULL entry of every compiled backend to `reference`.
- * - The model, the optimizer and FSDP compute through a device's tables;
- *   what does not yet is listed in docs/device.md and, per file, in
- *   tests/build/test_device_seam.cmake.
+ * - Nothing above this layer reads or writes device memory on the host or
+ *   hands host memory to a kernel: it calls the tables, and the host's
+ *   arrays (batches, logits, weight files, checkpoints) cross by
+ *   hs_device_copy. The build check tests/build/test_device_seam.cmake
+ *   finds element loops and memcpy's in the source; HS_DEVICE_GUARD=1
+ *   (guard.c) finds every host access at run time (docs/device.md).
  */
 #ifndef HYPERSHARD_DEVICE_H
 #define HYPERSHARD_DEVICE_H
