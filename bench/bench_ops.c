@@ -148,12 +148,29 @@ static void run_emb(hs_device *d, ops_bufs *b)
 static double w_emb(const ops_bufs *b) { return 8.0 * x_rows(b) * 4 * R_C; }
 
 static bool has_adamw(const hs_device_kernels *k) { return k->adamw != NULL; }
-static void run_adamw(hs_device *d, ops_bufs *b)
+static void adamw_on(hs_device *d, ops_bufs *b, void *p, hs_dtype pdt)
 {
     hs_adamw_hparams h = {0.9f, 0.95f, 0.1f, 0.05f, 1e-3f, 0.99f, 1e-8f, 1.0f};
-    d->k->adamw(d->stream, b->c, b->d, b->e, b->a, &h, e_n(b));
+    d->k->adamw(d->stream, p, pdt, b->d, b->e, b->a, &h, e_n(b));
 }
+static void run_adamw(hs_device *d, ops_bufs *b) { adamw_on(d, b, b->c, HS_DTYPE_F32); }
 static double w_adamw(const ops_bufs *b) { return 28.0 * e_n(b); }
+/* bf16 parameters (h3, the bf16 GEMM's output) with fp32 states */
+static void run_adamw16(hs_device *d, ops_bufs *b) { adamw_on(d, b, b->h3, HS_DTYPE_BF16); }
+static double w_adamw16(const ops_bufs *b) { return 24.0 * e_n(b); }
+static bool has_muon_update(const hs_device_kernels *k) { return k->muon_update != NULL; }
+static void run_muon_update(hs_device *d, ops_bufs *b)
+{
+    d->k->muon_update(d->stream, b->h3, HS_DTYPE_BF16, b->a, 0.99f, 1e-3f, e_n(b));
+}
+static double w_muon_update(const ops_bufs *b) { return 8.0 * e_n(b); }
+/* x = -x: the values stay put over the runs */
+static bool has_scale_cast(const hs_device_kernels *k) { return k->scale_cast != NULL; }
+static void run_scale_cast(hs_device *d, ops_bufs *b)
+{
+    d->k->scale_cast(d->stream, b->h3, HS_DTYPE_BF16, -1.0f, e_n(b));
+}
+static double w_scale_cast(const ops_bufs *b) { return 4.0 * e_n(b); }
 
 static bool has_ns(const hs_device_kernels *k) { return k->muon_newton_schulz != NULL; }
 static void run_ns(hs_device *d, ops_bufs *b)
@@ -208,6 +225,9 @@ static const op_def ops[] = {
     {"xent", "256|512 x 8192", has_xent, run_xent, w_xent, true},
     {"embedding fwd", "1K|2K x 768", has_emb, run_emb, w_emb, true},
     {"adamw", "1M|4M", has_adamw, run_adamw, w_adamw, true},
+    {"adamw bf16 param", "1M|4M", has_adamw, run_adamw16, w_adamw16, true},
+    {"muon update bf16", "1M|4M", has_muon_update, run_muon_update, w_muon_update, true},
+    {"scale_cast bf16", "1M|4M", has_scale_cast, run_scale_cast, w_scale_cast, true},
     {"muon newton-schulz", "128x384|256x768", has_ns, run_ns, w_ns, false},
     {"moe route(+permute)", "1K|2K x 8, k 2, 256", has_moe, run_moe, w_moe, true},
     {"moe stats", "16K|32K x 8, k 2", has_moe_stats, run_moe_stats, w_moe_stats, true},

@@ -165,6 +165,9 @@ typedef struct hs_device_kernels {
      * in odt (a residual add across dtypes; out may be a or b). */
     void (*add_cast)(hs_stream *s, void *out, hs_dtype odt, const void *a, hs_dtype adt,
                      const void *b, hs_dtype bdt, int64_t n);
+    /* x[i] = (dt)(a * (float)x[i]) in place: one fp32 product, one
+     * rounding to dt (a 16-bit gradient's scaling). */
+    void (*scale_cast)(hs_stream *s, void *x, hs_dtype dt, float a, int64_t n);
 
     /* out = w * x * rstd, rstd = 1/sqrt(mean(x^2) + eps) per row, saved in
      * fp32; x in xdt, out and w in dt. Backward: dx += ..., dw (gdt; NULL
@@ -295,8 +298,11 @@ typedef struct hs_device_kernels {
      * The only right answer: every backend gives the same integers. */
     void (*moe_dispatch)(hs_stream *s, int32_t *offset, int32_t *row_pair, int32_t *pair_row,
                          const int32_t *expert, const int64_t *count, int64_t N, int E, int K);
-    /* AdamW on n fp32 values: p, m, v updated in place from g. */
-    void (*adamw)(hs_stream *s, float *p, float *m, float *v, const float *g,
+    /* AdamW on n values: m, v (fp32) and p (held in pdt) updated in place
+     * from g, in fp32 arithmetic with p read as fp32 and its result
+     * rounded once to pdt (fp32 states, 16-bit params, as a fused GPU
+     * AdamW keeps them). */
+    void (*adamw)(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n);
     /* Muon: buf = mu buf + g; dir = g + mu buf (nesterov) or buf; then
      * out = NS5(g) of a [rows, cols] matrix: g / (|g|_F + 1e-7), then
@@ -308,6 +314,10 @@ typedef struct hs_device_kernels {
                           bool nesterov, int64_t n);
     void (*muon_newton_schulz)(hs_stream *s, float *out, const float *g, int64_t rows,
                                int64_t cols, int steps, float *ws);
+    /* Muon's update: p = p * decay_factor - step * u in fp32 (torch's
+     * mul_ then add_), p read in pdt and the result rounded once to it. */
+    void (*muon_update)(hs_stream *s, void *p, hs_dtype pdt, const float *u, float decay_factor,
+                        float step, int64_t n);
     /* FSDP shard pack/unpack: `rows` rows of row_bytes between strided
      * buffers (a 2-D copy; dst and src do not overlap). */
     void (*copy_2d)(hs_stream *s, void *dst, size_t dst_stride, const void *src,

@@ -37,12 +37,15 @@ void hs_cpu_xent_shard_grad(hs_stream *s, float *logits, const float *gmax,
 void hs_cpu_xent_shard_loss(hs_stream *s, double *loss, const float *gmax,
                             const float *row_sumexp, const float *row_target,
                             const int32_t *targets, int64_t N);
-void hs_cpu_adamw(hs_stream *s, float *p, float *m, float *v, const float *g,
+void hs_cpu_adamw(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n);
 void hs_cpu_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, float mu,
                           bool nesterov, int64_t n);
 void hs_cpu_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows,
                                int64_t cols, int steps, float *ws);
+void hs_cpu_muon_update(hs_stream *s, void *p, hs_dtype pdt, const float *u, float decay_factor,
+                        float step, int64_t n);
+void hs_cpu_scale_cast(hs_stream *s, void *x, hs_dtype dt, float a, int64_t n);
 void hs_cpu_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N,
                       int E, int K, bool renorm, hs_dtype dt);
 void hs_cpu_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *row_pair,

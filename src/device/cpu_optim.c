@@ -1,12 +1,43 @@
-/* The cpu optimizer kernels: AdamW's element loop (the optimizer keeps the
- * per-step scalars, the chunking over threads and the widening of 16-bit
- * parameters), and Muon's momentum and Newton-Schulz orthogonalisation
- * (its matmuls on BLAS). */
+/* The cpu optimizer kernels: AdamW's and Muon's element updates of a
+ * parameter in its own dtype (the optimizer keeps the per-step scalars),
+ * the in-place scaling of 16-bit data, and Muon's momentum and
+ * Newton-Schulz orthogonalisation (its matmuls on BLAS). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "device/cpu.h"
+
+/* Elements per chunk: the unit the threads share out, and a 16-bit
+ * tensor's widened copy on the stack (each element is updated the same way
+ * whatever the split). */
+#define UPDATE_CHUNK 1024
+#define UPDATE_PAR_MIN 65536
+
+/* Updates n fp32 values x, the tensor's elements [off, off + n). */
+typedef void (*update_fn)(float *x, int64_t off, int64_t n, const void *ctx);
+
+/* Runs fn over x's values as fp32, in chunks split over the threads: in
+ * place when x is fp32, else through a widened copy of each chunk that is
+ * rounded back once (round to nearest even). */
+static void update_in_dtype(void *x, hs_dtype dt, int64_t n, update_fn fn, const void *ctx)
+{
+    int64_t chunks = (n + UPDATE_CHUNK - 1) / UPDATE_CHUNK;
+    size_t es = hs_dtype_size(dt);
+#pragma omp parallel for schedule(static) if (n >= UPDATE_PAR_MIN)
+    for (int64_t c = 0; c < chunks; c++) {
+        int64_t off = c * UPDATE_CHUNK, k = n - off < UPDATE_CHUNK ? n - off : UPDATE_CHUNK;
+        char *xc = (char *)x + (size_t)off * es;
+        if (dt == HS_DTYPE_F32) {
+            fn((float *)xc, off, k, ctx);
+            continue;
+        }
+        float buf[UPDATE_CHUNK];
+        hs_convert(buf, HS_DTYPE_F32, xc, dt, k);
+        fn(buf, off, k, ctx);
+        hs_convert(xc, dt, buf, HS_DTYPE_F32, k);
+    }
+}
 
 void hs_adamw_update_f32(float *restrict p, float *restrict m, float *restrict v,
                          const float *restrict g, const hs_adamw_hparams *h, int64_t n)
@@ -19,10 +50,54 @@ void hs_adamw_update_f32(float *restrict p, float *restrict m, float *restrict v
     }
 }
 
-void hs_cpu_adamw(hs_stream *s, float *p, float *m, float *v, const float *g,
+typedef struct adamw_ctx {
+    float *m, *v;
+    const float *g;
+    const hs_adamw_hparams *h;
+} adamw_ctx;
+
+static void adamw_chunk(float *p, int64_t off, int64_t n, const void *vctx)
+{
+    const adamw_ctx *x = vctx;
+    hs_adamw_update_f32(p, x->m + off, x->v + off, x->g + off, x->h, n);
+}
+
+void hs_cpu_adamw(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n)
 {
-    hs_adamw_update_f32(p, m, v, g, h, n);
+    adamw_ctx x = {.m = m, .v = v, .g = g, .h = h};
+    update_in_dtype(p, pdt, n, adamw_chunk, &x);
+}
+
+typedef struct muon_ctx {
+    const float *u;
+    float decay_factor, step;
+} muon_ctx;
+
+/* p * decay_factor rounded, then step * u subtracted: the bits of torch's
+ * mul_ then add_(u, alpha=-step). */
+static void muon_chunk(float *p, int64_t off, int64_t n, const void *vctx)
+{
+    const muon_ctx *x = vctx;
+    const float *u = x->u + off;
+    for (int64_t i = 0; i < n; i++) p[i] = p[i] * x->decay_factor - x->step * u[i];
+}
+
+void hs_cpu_muon_update(hs_stream *s, void *p, hs_dtype pdt, const float *u, float decay_factor,
+                        float step, int64_t n)
+{
+    muon_ctx x = {.u = u, .decay_factor = decay_factor, .step = step};
+    update_in_dtype(p, pdt, n, muon_chunk, &x);
+}
+
+static void scale_chunk(float *x, int64_t off, int64_t n, const void *vctx)
+{
+    hs_scale_f32(x, *(const float *)vctx, n);
+}
+
+void hs_cpu_scale_cast(hs_stream *s, void *x, hs_dtype dt, float a, int64_t n)
+{
+    update_in_dtype(x, dt, n, scale_chunk, &a);
 }
 
 #define NS_A 3.4445f

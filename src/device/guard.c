@@ -223,6 +223,7 @@ static void guarded_copy(hs_stream *s, void *dst, const void *src, size_t bytes,
     X(sumsq, (hs_stream *s, double *out, const float *x, int64_t n), (s, out, x, n), (x)) \
     X(round, (hs_stream *s, float *x, hs_dtype dt, int64_t n), (s, x, dt, n), (x)) \
     X(add_cast, (hs_stream *s, void *out, hs_dtype odt, const void *a, hs_dtype adt, const void *b, hs_dtype bdt, int64_t n), (s, out, odt, a, adt, b, bdt, n), (out, a, b)) \
+    X(scale_cast, (hs_stream *s, void *x, hs_dtype dt, float a, int64_t n), (s, x, dt, a, n), (x)) \
     X(rmsnorm_fwd, (hs_stream *s, void *out, float *rstd, const void *x, hs_dtype xdt, const void *w, hs_dtype dt, int64_t N, int C, float eps), (s, out, rstd, x, xdt, w, dt, N, C, eps), (out, rstd, x, w)) \
     X(rmsnorm_bwd, (hs_stream *s, float *dx, void *dw, hs_dtype gdt, const float *dout, const void *x, hs_dtype xdt, const void *w, const float *rstd, hs_dtype dt, int64_t N, int C, double *ws), (s, dx, dw, gdt, dout, x, xdt, w, rstd, dt, N, C, ws), (dx, dw, dout, x, w, rstd, ws)) \
     X(rope_tables, (hs_stream *s, float *cos_t, float *sin_t, int T, int HD, double theta), (s, cos_t, sin_t, T, HD, theta), (cos_t, sin_t)) \
@@ -249,9 +250,10 @@ static void guarded_copy(hs_stream *s, void *dst, const void *src, size_t bytes,
     X(moe_stats, (hs_stream *s, int64_t *count, double *prob_sum, const int32_t *expert, const float *probs, int64_t N, int E, int K), (s, count, prob_sum, expert, probs, N, E, K), (count, prob_sum, expert, probs)) \
     X(moe_stats_add, (hs_stream *s, int64_t *count, double *prob_sum, const int64_t *count_in, const double *prob_sum_in, int E), (s, count, prob_sum, count_in, prob_sum_in, E), (count, prob_sum, count_in, prob_sum_in)) \
     X(moe_dispatch, (hs_stream *s, int32_t *offset, int32_t *row_pair, int32_t *pair_row, const int32_t *expert, const int64_t *count, int64_t N, int E, int K), (s, offset, row_pair, pair_row, expert, count, N, E, K), (offset, row_pair, pair_row, expert, count)) \
-    X(adamw, (hs_stream *s, float *p, float *m, float *v, const float *g, const hs_adamw_hparams *h, int64_t n), (s, p, m, v, g, h, n), (p, m, v, g)) \
+    X(adamw, (hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const float *g, const hs_adamw_hparams *h, int64_t n), (s, p, pdt, m, v, g, h, n), (p, m, v, g)) \
     X(muon_momentum, (hs_stream *s, float *dir, float *buf, const float *g, float mu, bool nesterov, int64_t n), (s, dir, buf, g, mu, nesterov, n), (dir, buf, g)) \
     X(muon_newton_schulz, (hs_stream *s, float *out, const float *g, int64_t rows, int64_t cols, int steps, float *ws), (s, out, g, rows, cols, steps, ws), (out, g, ws)) \
+    X(muon_update, (hs_stream *s, void *p, hs_dtype pdt, const float *u, float decay_factor, float step, int64_t n), (s, p, pdt, u, decay_factor, step, n), (p, u)) \
     X(copy_2d, (hs_stream *s, void *dst, size_t dst_stride, const void *src, size_t src_stride, int64_t rows, size_t row_bytes), (s, dst, dst_stride, src, src_stride, rows, row_bytes), (dst, src))
 
 #define DEVICE_ARGS(...) ((const void *const[]){__VA_ARGS__}), \

@@ -17,6 +17,7 @@ static const hs_device_kernels reference_kernels = {
     .sumsq = hs_ref_sumsq,
     .round = hs_ref_round,
     .add_cast = hs_ref_add_cast,
+    .scale_cast = hs_ref_scale_cast,
     .rmsnorm_fwd = hs_ref_rmsnorm_fwd,
     .rmsnorm_bwd = hs_ref_rmsnorm_bwd,
     .rope_tables = hs_ref_rope_tables,
@@ -46,6 +47,7 @@ static const hs_device_kernels reference_kernels = {
     .adamw = hs_ref_adamw,
     .muon_momentum = hs_ref_muon_momentum,
     .muon_newton_schulz = hs_ref_muon_newton_schulz,
+    .muon_update = hs_ref_muon_update,
     .copy_2d = hs_ref_copy_2d,
 };
 

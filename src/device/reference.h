@@ -88,11 +88,14 @@ void hs_ref_moe_stats_add(hs_stream *s, int64_t *count, double *prob_sum, const 
 void hs_ref_moe_dispatch(hs_stream *s, int32_t *offset, int32_t *row_pair, int32_t *pair_row,
                        const int32_t *expert, const int64_t *count, int64_t N, int E, int K);
 
-void hs_ref_adamw(hs_stream *s, float *p, float *m, float *v, const float *g,
+void hs_ref_adamw(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n);
 void hs_ref_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, float mu,
                           bool nesterov, int64_t n);
 void hs_ref_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows,
                                int64_t cols, int steps, float *ws);
+void hs_ref_muon_update(hs_stream *s, void *p, hs_dtype pdt, const float *u, float decay_factor,
+                        float step, int64_t n);
+void hs_ref_scale_cast(hs_stream *s, void *x, hs_dtype dt, float a, int64_t n);
 
 #endif

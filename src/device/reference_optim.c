@@ -1,19 +1,35 @@
-/* Reference AdamW and Muon pieces, in fp64 with each state rounded once. */
+/* Reference AdamW and Muon pieces and the in-place scaling of 16-bit data,
+ * in fp64 with each state rounded once. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "device/reference.h"
 
-void hs_ref_adamw(hs_stream *s, float *p, float *m, float *v, const float *g,
+/* p is read and stored in pdt: a 16-bit parameter's one rounding is the
+ * store's. */
+void hs_ref_adamw(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         m[i] = (float)((double)h->beta1 * m[i] + (double)h->one_minus_beta1 * g[i]);
         v[i] = (float)((double)h->beta2 * v[i] + (double)h->one_minus_beta2 * g[i] * g[i]);
         double denom = sqrt((double)v[i]) / h->bias2_sqrt + h->eps;
-        p[i] = (float)((double)p[i] * h->decay_factor - (double)h->step_size * m[i] / denom);
+        double pi = hs_ld(p, pdt, i);
+        hs_st(p, pdt, i, (float)(pi * h->decay_factor - (double)h->step_size * m[i] / denom));
     }
+}
+
+void hs_ref_muon_update(hs_stream *s, void *p, hs_dtype pdt, const float *u, float decay_factor,
+                        float step, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        hs_st(p, pdt, i, (float)((double)hs_ld(p, pdt, i) * decay_factor - (double)step * u[i]));
+}
+
+void hs_ref_scale_cast(hs_stream *s, void *x, hs_dtype dt, float a, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) hs_st(x, dt, i, (float)((double)a * hs_ld(x, dt, i)));
 }
 
 void hs_ref_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, float mu,

@@ -5,10 +5,6 @@
 
 #include "fsdp/policy.h"
 
-/* Conversions go through a small fp32 window so that no full-size fp32
- * temporary is ever allocated for a 16-bit tensor. */
-#define MP_CHUNK 1024
-
 hs_dtype hs_fsdp_mp_reduce_dtype(const hs_mix_precision *mp, hs_dtype compute)
 {
     return mp->reduce_dtype == HS_MP_NULL ? compute : (hs_dtype)mp->reduce_dtype;
@@ -17,41 +13,23 @@ hs_dtype hs_fsdp_mp_reduce_dtype(const hs_mix_precision *mp, hs_dtype compute)
 void hs_fsdp_mp_scale(hs_device *d, void *x, hs_dtype dt, float a, int64_t n)
 {
     if (a == 1.0f) return;
-    if (dt == HS_DTYPE_F32) {
-        hs_dev_scale(d, x, a, n);
-        return;
-    }
-    float buf[MP_CHUNK];
-    size_t es = hs_dtype_size(dt);
-    for (int64_t i = 0; i < n; i += MP_CHUNK) {
-        int64_t k = n - i < MP_CHUNK ? n - i : MP_CHUNK;
-        char *p = (char *)x + (size_t)i * es;
-        hs_dev_convert(d, buf, HS_DTYPE_F32, p, dt, k);
-        hs_dev_scale(d, buf, a, k);
-        hs_dev_convert(d, p, dt, buf, HS_DTYPE_F32, k);
-    }
+    d->k->scale_cast(d->stream, x, dt, a, n);
 }
 
-/* dst += src, or dst = 0 + src when fresh (not a copy: -0 becomes +0). */
-static void add_f32(hs_device *d, float *dst, const float *src, int64_t n, bool fresh)
-{
-    if (fresh) hs_dev_add_to_zero(d, dst, src, n);
-    else hs_dev_add(d, dst, src, n);
-}
-
+/* dst += src, or dst = 0 + src when fresh (not a copy: -0 becomes +0), src
+ * widened exactly to fp32 first: the table's add, add_to_zero and add_cast
+ * (fp32 sum of the two values read in their dtypes). */
 void hs_fsdp_mp_add_to_f32(hs_device *d, float *dst, const void *src, hs_dtype dt, int64_t n,
                            bool fresh)
 {
     if (dt == HS_DTYPE_F32) {
-        add_f32(d, dst, src, n, fresh);
-        return;
-    }
-    float buf[MP_CHUNK];
-    size_t es = hs_dtype_size(dt);
-    for (int64_t i = 0; i < n; i += MP_CHUNK) {
-        int64_t k = n - i < MP_CHUNK ? n - i : MP_CHUNK;
-        hs_dev_convert(d, buf, HS_DTYPE_F32, (const char *)src + (size_t)i * es, dt, k);
-        add_f32(d, dst + i, buf, k, fresh);
+        if (fresh) hs_dev_add_to_zero(d, dst, src, n);
+        else hs_dev_add(d, dst, src, n);
+    } else if (fresh) { /* widened into dst, then 0 + dst in place */
+        hs_dev_convert(d, dst, HS_DTYPE_F32, src, dt, n);
+        hs_dev_add_to_zero(d, dst, dst, n);
+    } else {
+        hs_dev_add_cast(d, dst, HS_DTYPE_F32, dst, HS_DTYPE_F32, src, dt, n);
     }
 }
 

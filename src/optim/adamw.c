@@ -30,21 +30,8 @@ adamw_coef hs_adamw_coef(const hs_optim_config *cfg, int64_t step, double lr, bo
     return c;
 }
 
-typedef struct adamw_ctx {
-    const float *grad;
-    float *exp_avg, *exp_avg_sq;
-    const adamw_coef *c;
-} adamw_ctx;
-
-static void adamw_update(hs_device *d, float *p, int64_t off, int64_t n, const void *vctx)
-{
-    const adamw_ctx *x = vctx;
-    d->k->adamw(d->stream, p, x->exp_avg + off, x->exp_avg_sq + off, x->grad + off, x->c, n);
-}
-
 void hs_adamw_step_param(hs_device *d, const hs_optim_param *p, float *exp_avg, float *exp_avg_sq,
                          const adamw_coef *c)
 {
-    adamw_ctx x = {.grad = p->grad, .exp_avg = exp_avg, .exp_avg_sq = exp_avg_sq, .c = c};
-    hs_optim_update_data(d, p->data, p->dtype, p->numel, adamw_update, &x);
+    d->k->adamw(d->stream, p->data, p->dtype, exp_avg, exp_avg_sq, p->grad, c, p->numel);
 }

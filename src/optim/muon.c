@@ -12,7 +12,8 @@
  * A row shard (hs_optim_gather) keeps its momentum local and all-gathers u.
  *
  * NS5 runs in fp32 (the reference uses bf16 on GPUs) on the device's
- * muon_newton_schulz; the momentum on its muon_momentum. */
+ * muon_newton_schulz; the momentum on its muon_momentum, and the update of
+ * p (in its own dtype) on its muon_update. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,21 +33,6 @@ int64_t hs_muon_work_floats(const hs_optim_param *p)
     if (p->numel == 0) return 0;
     /* direction u, orthogonalised O, NS scratch for one matrix */
     return 2 * p->numel + hs_newton_schulz5_scratch_floats(p->rows, p->cols);
-}
-
-typedef struct muon_apply_ctx {
-    const float *update;
-    float decay_factor;
-    float step; /* lr * scale */
-} muon_apply_ctx;
-
-/* p = p * decay_factor - step * o as the table's scale and axpy: the same
- * two roundings and the same subtraction (p + (-step o) == p - step o). */
-static void muon_apply(hs_device *d, float *p, int64_t off, int64_t n, const void *vctx)
-{
-    const muon_apply_ctx *x = vctx;
-    hs_dev_scale(d, p, x->decay_factor, n);
-    hs_dev_axpy(d, p, -x->step, x->update + off, n);
 }
 
 /* The box of a sharded matrix: gather the direction, run NS on the whole
@@ -97,10 +83,6 @@ void hs_muon_step_param(hs_device *d, const hs_optim_config *cfg, const hs_optim
     if (p->numel == 0) return;
     /* The shape scale is the whole matrix's, also for a row shard. */
     double scale = sqrt(fmax(1.0, (double)rows / (double)cols));
-    muon_apply_ctx x = {
-        .update = o,
-        .decay_factor = p->decay ? (float)(1.0 - lr * cfg->weight_decay) : 1.0f,
-        .step = (float)(lr * scale),
-    };
-    hs_optim_update_data(d, p->data, p->dtype, p->numel, muon_apply, &x);
+    float decay_factor = p->decay ? (float)(1.0 - lr * cfg->weight_decay) : 1.0f;
+    d->k->muon_update(d->stream, p->data, p->dtype, o, decay_factor, (float)(lr * scale), p->numel);
 }

@@ -9,32 +9,6 @@
 static const char *const adamw_state_names[] = {"exp_avg", "exp_avg_sq"};
 static const char *const muon_state_names[] = {"momentum_buffer"};
 
-/* Elements per chunk: a 16-bit parameter's widened copy on the stack, and
- * the unit the threads share out (each element is updated the same way
- * whatever the split). */
-#define UPDATE_CHUNK 1024
-#define UPDATE_PAR_MIN 65536
-
-void hs_optim_update_data(hs_device *d, void *data, hs_dtype dt, int64_t numel,
-                          hs_optim_update_fn fn, const void *ctx)
-{
-    int64_t chunks = (numel + UPDATE_CHUNK - 1) / UPDATE_CHUNK;
-    char *bytes = data;
-    size_t es = hs_dtype_size(dt);
-#pragma omp parallel for schedule(static) if (numel >= UPDATE_PAR_MIN)
-    for (int64_t c = 0; c < chunks; c++) {
-        int64_t off = c * UPDATE_CHUNK, n = numel - off < UPDATE_CHUNK ? numel - off : UPDATE_CHUNK;
-        if (dt == HS_DTYPE_F32) {
-            fn(d, (float *)data + off, off, n, ctx);
-            continue;
-        }
-        float buf[UPDATE_CHUNK];
-        hs_dev_convert(d, buf, HS_DTYPE_F32, bytes + (size_t)off * es, dt, n);
-        fn(d, buf, off, n, ctx);
-        hs_dev_convert(d, bytes + (size_t)off * es, dt, buf, HS_DTYPE_F32, n);
-    }
-}
-
 static hs_status check_config(const hs_optim_config *c, hs_error *e)
 {
     if (strcmp(c->target, "adamw") != 0 && strcmp(c->target, "muon") != 0)

@@ -42,12 +42,4 @@ int64_t hs_muon_work_floats(const hs_optim_param *p);
 void hs_muon_step_param(hs_device *d, const hs_optim_config *cfg, const hs_optim_param *p,
                         float *momentum, double lr, float *work);
 
-/* Runs `fn` (with d) over the parameter's values as fp32, in chunks of 1024 split
- * over the threads (fn must be elementwise): in place when `data` is fp32,
- * else through a widened copy of each chunk that is rounded back once
- * (round to nearest even). `off` is the chunk's first element. */
-typedef void (*hs_optim_update_fn)(hs_device *d, float *p, int64_t off, int64_t n, const void *ctx);
-void hs_optim_update_data(hs_device *d, void *data, hs_dtype dt, int64_t numel,
-                          hs_optim_update_fn fn, const void *ctx);
-
 #endif

@@ -567,11 +567,13 @@ static void run_xent_shard_loss(const kcase *c, outs *o)
     free(mx), free(sum), free(tl), free(t);
 }
 
-/* d = {n}: three AdamW steps with weight decay. */
+/* d = {n}: three AdamW steps with weight decay, p held in dt (fp32
+ * states). */
 static void run_adamw(const kcase *c, outs *o)
 {
     int64_t n = c->d[0];
-    float *p = rnd(HS_DTYPE_F32, n, 24, 1.0f), *g = rnd(HS_DTYPE_F32, n, 25, 0.1f);
+    void *p = rnd(c->dt, n, 24, 1.0f);
+    float *g = rnd(HS_DTYPE_F32, n, 25, 0.1f);
     float *m = rnd(HS_DTYPE_F32, n, 26, 0.01f), *v = rnd(HS_DTYPE_F32, n, 0, 0);
     for (int step = 1; step <= 3; step++) {
         double lr = 1e-2, bc1 = 1.0 - pow(0.9, step), bc2 = 1.0 - pow(0.999, step);
@@ -579,10 +581,33 @@ static void run_adamw(const kcase *c, outs *o)
                               .one_minus_beta2 = (float)(1.0 - 0.999),
                               .step_size = (float)(lr / bc1), .bias2_sqrt = (float)sqrt(bc2),
                               .eps = 1e-8f, .decay_factor = (float)(1.0 - lr * 0.1)};
-        c->k->adamw(c->s, p, m, v, g, &h, n);
+        c->k->adamw(c->s, p, c->dt, m, v, g, &h, n);
     }
-    put(o, p, HS_DTYPE_F32, n), put(o, m, HS_DTYPE_F32, n), put(o, v, HS_DTYPE_F32, n);
+    put(o, p, c->dt, n), put(o, m, HS_DTYPE_F32, n), put(o, v, HS_DTYPE_F32, n);
     free(p), free(g), free(m), free(v);
+}
+
+/* d = {n}: three Muon updates p = 0.99 p - 0.02 u, p held in dt. */
+static void run_muon_update(const kcase *c, outs *o)
+{
+    int64_t n = c->d[0];
+    void *p = rnd(c->dt, n, 30, 1.0f);
+    float *u = rnd(HS_DTYPE_F32, n, 31, 1.0f);
+    for (int step = 0; step < 3; step++) c->k->muon_update(c->s, p, c->dt, u, 0.99f, 0.02f, n);
+    put(o, p, c->dt, n);
+    free(p), free(u);
+}
+
+/* d = {n}: x *= -0.75 and then x *= 3 in place, x held in dt. */
+static void run_scale_cast(const kcase *c, outs *o)
+{
+    int64_t n = c->d[0];
+    void *x = rnd(c->dt, n, 32, 2.0f);
+    c->k->scale_cast(c->s, x, c->dt, -0.75f, n);
+    put(o, x, c->dt, n);
+    c->k->scale_cast(c->s, x, c->dt, 3.0f, n);
+    put(o, x, c->dt, n);
+    free(x);
 }
 
 #define K(member) offsetof(hs_device_kernels, member)
@@ -664,7 +689,14 @@ static const op_def ops[] = {
      {{1, 1, 1}, {5, 7, 3}, {9, 33, 4}, {0, 4, 4}, {9, 33, 4, 3}, {40, 16, 8, 5},
       {1, 1, 1, 0, 1}, {9, 33, 4, 3, 1}, {40, 16, 8, 5, 1}, {0, 4, 4, 2, 1}},
      10, run_embedding},
-    {"adamw", K(adamw), F32, {2e-6f, 0, 0}, 1e-30, {{0}, {1}, {7}, {1000}, {4099}}, 5, run_adamw},
+    /* A 16-bit parameter: one rounding of its dtype per step; 70001 is
+     * past the fast path's threading threshold. */
+    {"adamw", K(adamw), ALL_DT, {2e-6f, 8e-3f, 1e-3f}, 1e-30,
+     {{0}, {1}, {7}, {1000}, {4099}, {70001}}, 6, run_adamw},
+    {"muon_update", K(muon_update), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,
+     {{0}, {1}, {7}, {1000}, {4099}, {70001}}, 6, run_muon_update},
+    {"scale_cast", K(scale_cast), ALL_DT, {1e-7f, 4e-3f, 5e-4f}, 1e-30,
+     {{0}, {1}, {7}, {1025}, {70001}}, 5, run_scale_cast},
 };
 
 /* ------------------------------------------------------------ the driver */
