@@ -28,6 +28,10 @@
  *   chunk's length and CRC32, and copies the overlap. A target may also
  *   name a padded storage (storage_rows > rows): its tail is zero-filled,
  *   as RFC §7.4 asks of the communication storage after a load.
+ * - Tensor bytes cross the compute seam explicitly (docs/device.md): a
+ *   chunk whose `dev` is set is device memory, read and written only
+ *   through hs_device_copy / the device's memset; CRCs are computed on the
+ *   host copies. The files are the same bytes either way.
  * - Every inconsistency — a missing tensor, a shape or dtype that differs,
  *   a truncated file, a checksum that does not match — is an error that
  *   names the checkpoint file, the tensor and both values. Nothing is ever
@@ -54,6 +58,7 @@
 #include "hypershard/base.h"
 #include "hypershard/comm.h"
 #include "hypershard/config.h"
+#include "hypershard/device.h"
 #include "hypershard/model.h"
 #include "hypershard/tensor.h"
 
@@ -73,11 +78,16 @@ typedef struct hs_ckpt_tensor {
     int64_t offset[HS_TENSOR_MAX_DIMS]; /* this rank's chunk: global start per dim */
     int64_t size[HS_TENSOR_MAX_DIMS];   /* this rank's chunk: extent per dim (0 ok) */
     void *data;                         /* the chunk, contiguous row-major */
+    hs_device *dev; /* NULL: `data` is host memory; else it is dev's device
+                     * memory, which this layer never touches itself: a save
+                     * copies it D2H piece by piece into a host bounce buffer,
+                     * a load reads into host memory and copies it H2D */
     int64_t storage_rows; /* load only: dim-0 rows of the buffer behind `data`
                            * (padded communication storage); 0 = size[0] */
 } hs_ckpt_tensor;
 
-/* A whole tensor held by this rank (unsharded, or replicated). */
+/* A whole tensor held by this rank (unsharded, or replicated), in host
+ * memory (`dev` NULL; set it after for device memory). */
 void hs_ckpt_tensor_full(hs_ckpt_tensor *t, const char *name, hs_dtype dt, int ndim,
                          const int64_t *shape, void *data);
 /* The torch.chunk dim-0 shard of rank r of w (FSDP): offsets and sizes from

@@ -35,28 +35,51 @@ static int64_t chunk_index(int ndim, const int64_t *pos, const int64_t *off, con
     return idx;
 }
 
-void hs_ckpt_box_copy(int ndim, const int64_t *off, const int64_t *size, size_t es,
+/* The first dim of the runs: every dim after it the box spans whole in
+ * both chunks, so for each index of the dims before it the box is one
+ * contiguous run in both. */
+static int run_dim(int ndim, const int64_t *size, const int64_t *src_size,
+                   const int64_t *dst_size) {
+    int d = ndim - 1;
+    while (d > 0 && size[d] == src_size[d] && size[d] == dst_size[d]) d--;
+    return d;
+}
+
+void hs_ckpt_box_move(int ndim, const int64_t *off, const int64_t *size, size_t es,
                       const void *src, const int64_t *src_off, const int64_t *src_size, void *dst,
-                      const int64_t *dst_off, const int64_t *dst_size) {
+                      const int64_t *dst_off, const int64_t *dst_size, hs_ckpt_move_fn move,
+                      void *ctx) {
     HS_ASSERT(ndim >= 1 && ndim <= HS_CKPT_DIMS);
     for (int d = 0; d < ndim; d++) {
         HS_ASSERT(off[d] >= src_off[d] && off[d] + size[d] <= src_off[d] + src_size[d]);
         HS_ASSERT(off[d] >= dst_off[d] && off[d] + size[d] <= dst_off[d] + dst_size[d]);
     }
     if (hs_ckpt_box_numel(ndim, size) == 0) return;
-    /* Rows of the last dim are contiguous in both chunks; walk the outer
-     * dims like an odometer and copy one row at a time. */
+    /* Walk the dims before the runs like an odometer, one run each. */
+    int rd = run_dim(ndim, size, src_size, dst_size);
     int64_t pos[HS_CKPT_DIMS];
     memcpy(pos, off, sizeof(int64_t) * (size_t)ndim);
-    size_t row = (size_t)size[ndim - 1] * es;
+    size_t run = (size_t)hs_ckpt_box_numel(ndim - rd, size + rd) * es;
     for (;;) {
         int64_t si = chunk_index(ndim, pos, src_off, src_size);
         int64_t di = chunk_index(ndim, pos, dst_off, dst_size);
-        memcpy((char *)dst + (size_t)di * es, (const char *)src + (size_t)si * es, row);
-        int d = ndim - 2;
+        move(ctx, (char *)dst + (size_t)di * es, (const char *)src + (size_t)si * es, run);
+        int d = rd - 1;
         while (d >= 0 && ++pos[d] == off[d] + size[d]) pos[d] = off[d], d--;
         if (d < 0) break;
     }
+}
+
+static void host_move(void *ctx, void *dst, const void *src, size_t bytes) {
+    (void)ctx;
+    memcpy(dst, src, bytes);
+}
+
+void hs_ckpt_box_copy(int ndim, const int64_t *off, const int64_t *size, size_t es,
+                      const void *src, const int64_t *src_off, const int64_t *src_size, void *dst,
+                      const int64_t *dst_off, const int64_t *dst_size) {
+    hs_ckpt_box_move(ndim, off, size, es, src, src_off, src_size, dst, dst_off, dst_size,
+                     host_move, NULL);
 }
 
 const char *hs_ckpt_box_str(int ndim, const int64_t *off, const int64_t *size, char *buf,

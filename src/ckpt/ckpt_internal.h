@@ -75,6 +75,14 @@ bool hs_ckpt_box_intersect(int ndim, const int64_t *a_off, const int64_t *a_size
 void hs_ckpt_box_copy(int ndim, const int64_t *off, const int64_t *size, size_t es,
                       const void *src, const int64_t *src_off, const int64_t *src_size, void *dst,
                       const int64_t *dst_off, const int64_t *dst_size);
+/* The same, moving each contiguous run with move(ctx, dst, src, bytes):
+ * the box's rows, merged into one run per outer index wherever the box
+ * spans the trailing dims of both chunks (a dim-0 box: one run). */
+typedef void (*hs_ckpt_move_fn)(void *ctx, void *dst, const void *src, size_t bytes);
+void hs_ckpt_box_move(int ndim, const int64_t *off, const int64_t *size, size_t es,
+                      const void *src, const int64_t *src_off, const int64_t *src_size, void *dst,
+                      const int64_t *dst_off, const int64_t *dst_size, hs_ckpt_move_fn move,
+                      void *ctx);
 /* "[3:5, 0:4]" into buf. */
 const char *hs_ckpt_box_str(int ndim, const int64_t *off, const int64_t *size, char *buf,
                             size_t cap);

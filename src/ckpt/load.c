@@ -4,7 +4,12 @@
  * intersection of the two boxes. A saved chunk that overlaps is read whole
  * (pread of its byte range only, never the whole file), its length and
  * CRC32 checked, and the intersection copied. Each saved chunk is read at
- * most once per target, so a rank reads only what it needs. */
+ * most once per target, so a rank reads only what it needs.
+ *
+ * The chunk is read into c->buf, host memory reused from chunk to chunk
+ * (as large as the largest saved chunk read): its CRC is checked there,
+ * and a target in device memory gets the overlap by H2D copies from it,
+ * so no host staging beyond that buffer is needed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -282,25 +287,41 @@ static hs_status check_target(const hs_ckpt *c, const hs_ckpt_tensor *tg, int *i
     return HS_OK;
 }
 
+static void move_h2d(void *ctx, void *dst, const void *src, size_t bytes) {
+    hs_device_copy(ctx, dst, src, bytes, HS_COPY_H2D);
+}
+
+/* RFC §7.4: the padded communication storage is rebuilt with a zero tail,
+ * never left with whatever it held before the load. */
+static void zero_tail(const hs_ckpt_tensor *tg, size_t es) {
+    if (tg->storage_rows <= tg->size[0]) return;
+    int64_t row = hs_ckpt_box_numel(tg->ndim - 1, tg->size + 1);
+    char *tail = (char *)tg->data + (size_t)(tg->size[0] * row) * es;
+    size_t bytes = (size_t)((tg->storage_rows - tg->size[0]) * row) * es;
+    if (tg->dev) hs_dev_zero(tg->dev, tail, bytes);
+    else memset(tail, 0, bytes);
+}
+
 static hs_status read_target(hs_ckpt *c, const hs_ckpt_tensor *tg, hs_error *e) {
     int idx;
     if (check_target(c, tg, &idx, e) != HS_OK) return e->code;
     const hs_ckpt_entry *t = &c->meta.tensors[idx];
     size_t es = hs_dtype_size(t->dtype);
-    int64_t row = hs_ckpt_box_numel(tg->ndim - 1, tg->size + 1);
-    /* RFC §7.4: the padded communication storage is rebuilt with a zero
-     * tail, never left with whatever it held before the load. */
-    if (tg->storage_rows > tg->size[0])
-        memset((char *)tg->data + (size_t)(tg->size[0] * row) * es, 0,
-               (size_t)((tg->storage_rows - tg->size[0]) * row) * es);
+    zero_tail(tg, es);
     int64_t off[HS_CKPT_DIMS], size[HS_CKPT_DIMS], filled = 0;
     for (int k = 0; k < t->n_chunks; k++) {
         const hs_ckpt_chunk *ch = &t->chunks[k];
         if (!hs_ckpt_box_intersect(t->ndim, ch->offset, ch->size, tg->offset, tg->size, off, size))
             continue;
         if (read_chunk(c, t, ch, e) != HS_OK) return e->code;
-        hs_ckpt_box_copy(t->ndim, off, size, es, c->buf, ch->offset, ch->size, tg->data,
-                         tg->offset, tg->size);
+        /* c->buf holds the checked chunk on the host; a device target
+         * takes the overlap H2D, one copy per contiguous run. */
+        if (tg->dev)
+            hs_ckpt_box_move(t->ndim, off, size, es, c->buf, ch->offset, ch->size, tg->data,
+                             tg->offset, tg->size, move_h2d, tg->dev);
+        else
+            hs_ckpt_box_copy(t->ndim, off, size, es, c->buf, ch->offset, ch->size, tg->data,
+                             tg->offset, tg->size);
         filled += hs_ckpt_box_numel(t->ndim, size);
     }
     HS_ASSERT(filled == hs_ckpt_tensor_numel(tg)); /* the saved chunks tile the tensor */

@@ -38,6 +38,13 @@ typedef struct saver {
     int64_t written, my_bytes;
     double last_report;
     bool report;
+    /* The host bounce buffer device chunks cross into: one, reused for
+     * every piece, of PIECE bytes or the largest device chunk when that is
+     * smaller. A fixed size, not the largest tensor's, keeps the host
+     * memory of a save flat however large the model (the write goes in
+     * PIECE pieces anyway); NULL when this rank writes no device chunk. */
+    char *stage;
+    size_t piece;
 } saver;
 
 static void kill_hook_init(saver *sv, int rank) {
@@ -59,26 +66,52 @@ static void progress(saver *sv, bool last) {
                 (double)sv->written / dt / 1e6);
 }
 
-/* One chunk to the open file, in pieces (progress, the kill hook). */
-static hs_status write_chunk(saver *sv, int fd, const char *path, const void *data, size_t n,
-                             uint32_t *crc, hs_error *e) {
-    const char *p = data;
+/* One chunk to the open file, in pieces (progress, the kill hook). A
+ * chunk in device memory crosses piece by piece into sv->stage, and the
+ * CRC and the write take the host copy. */
+static hs_status write_chunk(saver *sv, int fd, const char *path, const hs_ckpt_tensor *t,
+                             size_t n, uint32_t *crc, hs_error *e) {
+    const char *data = t->data;
     *crc = 0;
     for (size_t done = 0; done < n;) {
-        size_t k = n - done < PIECE ? n - done : PIECE;
+        size_t k = n - done < sv->piece ? n - done : sv->piece;
+        const char *p = data + done;
+        if (t->dev) {
+            hs_device_copy(t->dev, sv->stage, p, k, HS_COPY_D2H);
+            p = sv->stage;
+        }
         if (sv->kill_after >= 0 && sv->written + (int64_t)k > sv->kill_after) {
             size_t part = (size_t)(sv->kill_after - sv->written);
-            if (hs_ckpt_write_all(fd, p + done, part, path, e) == HS_OK) fsync(fd);
+            if (hs_ckpt_write_all(fd, p, part, path, e) == HS_OK) fsync(fd);
             fprintf(stderr, "HS_CKPT_TEST_KILL_AFTER_BYTES: exiting after %lld bytes of %s\n",
                     (long long)sv->kill_after, path);
             _exit(9);
         }
-        if (hs_ckpt_write_all(fd, p + done, k, path, e) != HS_OK) return e->code;
-        *crc = hs_crc32(*crc, p + done, k);
+        if (hs_ckpt_write_all(fd, p, k, path, e) != HS_OK) return e->code;
+        *crc = hs_crc32(*crc, p, k);
         done += k;
         sv->written += (int64_t)k;
         progress(sv, false);
     }
+    return HS_OK;
+}
+
+/* sv->stage for the device chunks this rank writes. */
+static hs_status stage_alloc(saver *sv, const hs_ckpt_tensor *t, int n, const char *path,
+                             hs_error *e) {
+    hs_ckpt_plan *p = &sv->plan;
+    size_t need = 0;
+    for (int i = 0; i < n; i++) {
+        if (!t[i].dev || p->row_entry[p->rank_base[p->rank] + i] < 0) continue;
+        size_t bytes = (size_t)hs_ckpt_tensor_numel(&t[i]) * hs_dtype_size(t[i].dtype);
+        if (bytes > need) need = bytes;
+    }
+    if (need == 0) return HS_OK;
+    sv->piece = need < PIECE ? need : PIECE;
+    sv->stage = malloc(sv->piece);
+    if (!sv->stage)
+        return hs_error_set(e, HS_ERR_OOM, "cannot allocate the %zu-byte host buffer to write "
+                            "device tensors to %s", sv->piece, path);
     return HS_OK;
 }
 
@@ -89,6 +122,7 @@ static hs_status write_data(saver *sv, const hs_ckpt_tensor *t, int n, uint32_t 
     if (p->rank_file[p->rank] < 0) return HS_OK;
     char path[HS_PATH_MAX + 128];
     snprintf(path, sizeof path, "%s/%s", sv->tmp, p->meta.files[p->rank_file[p->rank]].name);
+    if (stage_alloc(sv, t, n, path, e) != HS_OK) return e->code;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0) return hs_error_set(e, HS_ERR_IO, "cannot create %s: %s", path, strerror(errno));
     hs_status s = HS_OK;
@@ -96,7 +130,7 @@ static hs_status write_data(saver *sv, const hs_ckpt_tensor *t, int n, uint32_t 
     for (int i = 0; i < n && s == HS_OK; i++) {
         if (p->row_entry[p->rank_base[p->rank] + i] < 0) continue;
         size_t bytes = (size_t)hs_ckpt_tensor_numel(&t[i]) * hs_dtype_size(t[i].dtype);
-        s = write_chunk(sv, fd, path, t[i].data, bytes, &crcs[k++], e);
+        s = write_chunk(sv, fd, path, &t[i], bytes, &crcs[k++], e);
     }
     if (s == HS_OK && fsync(fd) != 0)
         s = hs_error_set(e, HS_ERR_IO, "cannot sync %s to disk: %s", path, strerror(errno));
@@ -223,7 +257,7 @@ hs_status hs_ckpt_save(hs_comm *comm, const hs_ckpt_save_options *opt,
     if (!opt->dir || !opt->dir[0] || strlen(opt->dir) >= HS_PATH_MAX)
         return hs_error_set(e, HS_ERR_CONFIG, "checkpoint.dir is empty or too long; set it to a "
                             "directory all ranks can write");
-    saver sv = {.opt = opt, .state = state, .t0 = hs_now()};
+    saver sv = {.opt = opt, .state = state, .t0 = hs_now(), .piece = PIECE};
     sv.last_report = sv.t0; /* the first progress line after a second */
     snprintf(sv.step_name, sizeof sv.step_name, "step-%lld", (long long)state->step);
     snprintf(sv.tmp, sizeof sv.tmp, "%s/.tmp-%s", opt->dir, sv.step_name);
@@ -239,5 +273,6 @@ hs_status hs_ckpt_save(hs_comm *comm, const hs_ckpt_save_options *opt,
                     (double)sv.plan.total_bytes / 1048576.0, sv.plan.meta.n_files, dt,
                     (double)sv.plan.total_bytes / (dt > 1e-9 ? dt : 1e-9) / 1e6);
     hs_ckpt_plan_free(&sv.plan);
+    free(sv.stage);
     return s;
 }

@@ -22,13 +22,23 @@ typedef struct ckpt_list {
     hs_ckpt_tensor *t;
     char **names; /* owned, one per tensor */
     int n, cap;
+    hs_device *dev; /* where the tensors' data is (NULL: host memory) */
 } ckpt_list;
+
+/* The memory the checkpoint's tensors are in. The masters, the model's own
+ * copies and the optimizer state are the device's memory, except under
+ * offload, where FSDP keeps the shards and the trainer the optimizer state
+ * in the host pool (trainer.c): host memory, which the checkpoint reads
+ * and writes as it is. */
+static ckpt_list list_new(const hs_trainer *t) {
+    return (ckpt_list){.dev = t->cfg->fsdp.enable_offload ? NULL : t->dev};
+}
 
 static void list_free(ckpt_list *l) {
     for (int i = 0; i < l->n; i++) free(l->names[i]);
     free(l->names);
     free(l->t);
-    *l = (ckpt_list){0};
+    *l = (ckpt_list){.dev = l->dev};
 }
 
 /* Appends this rank's chunk of parameter p (rows of v of its TP-local
@@ -52,6 +62,7 @@ static hs_status list_add(ckpt_list *l, const char *prefix, const hs_param *p, c
     snprintf(name, len, "%s%s%s", prefix, p->fqn, suffix);
     hs_ckpt_tensor *t = &l->t[l->n];
     hs_ckpt_tensor_full(t, name, dt, p->ndim, p->shape, data);
+    t->dev = l->dev;
     /* The box of the global tensor this rank holds: its TP-local slice
      * (local_offset / local_shape), of which FSDP keeps dim-0 rows. */
     for (int d = 0; d < p->ndim; d++) {
@@ -310,7 +321,7 @@ static hs_status resume_check(hs_trainer *t, const char *path, hs_ckpt_state *st
 
 static hs_status resume_load(hs_trainer *t, const char *path, hs_ckpt_state *st, hs_error *e) {
     hs_ckpt *c = NULL;
-    ckpt_list l = {0};
+    ckpt_list l = list_new(t);
     hs_status s = hs_ckpt_open(path, &c, e);
     if (s == HS_OK) s = list_for_load(t, c, &l, e);
     hs_ckpt_close(c);
@@ -419,7 +430,7 @@ bool hs_train_ckpt_due(const hs_trainer *t, int step) {
 }
 
 hs_status hs_train_ckpt_save(hs_trainer *t, int step, hs_error *e) {
-    ckpt_list l = {0};
+    ckpt_list l = list_new(t);
     hs_status s = agree(t, list_for_save(t, &l, e), "building the checkpoint", e);
     hs_ckpt_state st = trainer_state(t, step);
     hs_ckpt_save_options opt = {.dir = t->cfg->checkpoint.dir,
