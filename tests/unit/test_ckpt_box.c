@@ -111,6 +111,44 @@ static void test_copy_3d_box_with_16_bit_elements(void **s) {
             }
 }
 
+/* Records each run hs_ckpt_box_move hands over, and copies it. */
+typedef struct runs {
+    int n;
+    size_t bytes[8];
+} runs;
+
+static void record_run(void *ctx, void *dst, const void *src, size_t bytes) {
+    runs *r = ctx;
+    if (r->n < 8) r->bytes[r->n] = bytes;
+    r->n++;
+    memcpy(dst, src, bytes);
+}
+
+static void test_move_merges_rows_into_one_run_per_contiguous_block(void **s) {
+    (void)s;
+    /* a dim-0 overlap of [4, 3, 5] chunks spanning dims 1 and 2: one run */
+    uint16_t src[4 * 3 * 5], dst[2 * 3 * 5];
+    for (int k = 0; k < 60; k++) src[k] = (uint16_t)k;
+    runs r = {0};
+    int64_t so[3] = {0, 0, 0}, ss[3] = {4, 3, 5}, to[3] = {1, 0, 0}, ts[3] = {2, 3, 5};
+    hs_ckpt_box_move(3, to, ts, sizeof(uint16_t), src, so, ss, dst, to, ts, record_run, &r);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(r.bytes[0], sizeof dst);
+    assert_memory_equal(dst, src + 15, sizeof dst);
+    /* a column block [1:3, 2:5] of [4, 8] chunks: one run per row, and the
+     * same bytes as hs_ckpt_box_copy */
+    float a[4 * 8], b[2 * 3], c[2 * 3];
+    for (int k = 0; k < 32; k++) a[k] = (float)k;
+    int64_t ao[2] = {0, 0}, as[2] = {4, 8}, bo[2] = {1, 2}, bs[2] = {2, 3};
+    r = (runs){0};
+    hs_ckpt_box_move(2, bo, bs, sizeof(float), a, ao, as, b, bo, bs, record_run, &r);
+    hs_ckpt_box_copy(2, bo, bs, sizeof(float), a, ao, as, c, bo, bs);
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.bytes[0], 3 * sizeof(float));
+    assert_memory_equal(b, c, sizeof b);
+    assert_true(b[0] == 10.0f && b[3] == 18.0f);
+}
+
 static void test_box_str_prints_half_open_ranges(void **s) {
     (void)s;
     char buf[64];
@@ -135,6 +173,7 @@ int main(void) {
         cmocka_unit_test(test_copy_dim0_overlap_moves_whole_rows),
         cmocka_unit_test(test_copy_interior_2d_block_between_column_chunks),
         cmocka_unit_test(test_copy_3d_box_with_16_bit_elements),
+        cmocka_unit_test(test_move_merges_rows_into_one_run_per_contiguous_block),
         cmocka_unit_test(test_box_str_prints_half_open_ranges),
         cmocka_unit_test(test_box_str_of_an_end_past_int64_prints_start_and_size),
     };

@@ -2,7 +2,8 @@
  * rejected with a message naming the file and the field; and the load path
  * on a checkpoint built here (two data files, uneven dim-0 chunks) reads
  * overlaps bitwise, zeroes a padded tail, and names the file, the tensor
- * and both checksums or lengths when a data file is corrupted or truncated. */
+ * and both checksums or lengths when a data file is corrupted or truncated;
+ * a target in (guarded) device memory gets the same bytes across the seam. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -328,6 +329,40 @@ static void test_read_overlap_across_two_files_is_bitwise_and_tail_zero(void **s
     hs_ckpt_close(c);
 }
 
+/* A target in guarded device memory (HS_DEVICE_GUARD: the host cannot
+ * touch it) is filled by H2D copies and its padded tail zeroed by the
+ * device: the same bytes a host target gets, read back D2H. */
+static void test_read_into_guarded_device_memory_is_bitwise_with_zero_tail(void **state) {
+    fixture *f = *state;
+    setenv("HS_DEVICE_GUARD", "1", 1);
+    hs_device *d = NULL;
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_device_create(HS_DEVICE_CPU, NULL, &d, &e), HS_OK);
+    unsetenv("HS_DEVICE_GUARD");
+    assert_non_null(d->guard);
+    float *dw = hs_device_alloc(d, 9 * sizeof(float)), host[9];
+    uint16_t *db = hs_device_alloc(d, sizeof f->b), b[4];
+    for (int k = 0; k < 9; k++) host[k] = 123.0f;
+    hs_device_copy(d, dw, host, sizeof host, HS_COPY_H2D);
+    hs_ckpt *c = NULL;
+    assert_int_equal(hs_ckpt_open(f->dir, &c, &e), HS_OK);
+    hs_ckpt_tensor t[2];
+    target_rows(&t[0], dw, 2, 2, 3); /* rows [2,4) from both files, 3 rows of storage */
+    hs_ckpt_tensor_full(&t[1], "b", HS_DTYPE_BF16, 1, (int64_t[]){4}, db);
+    t[0].dev = t[1].dev = d;
+    assert_int_equal(hs_ckpt_read(c, t, 2, &e), HS_OK);
+    hs_ckpt_close(c);
+    hs_device_copy(d, host, dw, sizeof host, HS_COPY_D2H);
+    hs_device_copy(d, b, db, sizeof b, HS_COPY_D2H);
+    assert_memory_equal(host, f->w + 6, 6 * sizeof(float));
+    for (int k = 6; k < 9; k++) assert_true(host[k] == 0.0f);
+    assert_memory_equal(b, f->b, sizeof b);
+    hs_device_free_mem(d, dw);
+    hs_device_free_mem(d, db);
+    hs_device_free(d);
+}
+
 static void test_missing_tensor_and_shape_mismatch_name_the_fqn_and_shapes(void **state) {
     fixture *f = *state;
     hs_ckpt *c = NULL;
@@ -556,6 +591,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_bytes_outside_every_chunk_are_rejected_as_padding, setup, teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_tensor_names_are_rejected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_overlap_across_two_files_is_bitwise_and_tail_zero, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_into_guarded_device_memory_is_bitwise_with_zero_tail,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_tensor_and_shape_mismatch_name_the_fqn_and_shapes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flipped_byte_names_file_tensor_and_both_crcs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated_file_names_file_lengths_and_tensor, setup, teardown),
