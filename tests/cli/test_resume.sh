@@ -20,33 +20,6 @@ fsdp2=(fsdp_config.dp_shard_size=2)
 mixed=(fsdp_config.mix_precision.param_dtype=bfloat16 optimizer.fp32_main_params=true
        fsdp_config.mix_precision.fp32_main_grad=true fsdp_config.mix_precision.reduce_dtype=float32)
 
-# same_curve A B FIRST LAST: steps FIRST..LAST appear once each in B and their
-# loss, grad_norm and lr strings equal A's.
-same_curve() {
-    python3 - "$@" <<'PY' || fail "curves differ: $*"
-import re, sys
-def rows(path):
-    out = {}
-    for line in open(path):
-        step = int(re.search(r'"step":(\d+)', line).group(1))
-        vals = tuple(re.search(r'"%s":([^,}]+)' % k, line).group(1) for k in ("loss", "grad_norm", "lr"))
-        out.setdefault(step, []).append(vals)
-    return out
-a, b = rows(sys.argv[1]), rows(sys.argv[2])
-first, last = int(sys.argv[3]), int(sys.argv[4])
-bad = []
-for s in range(first, last + 1):
-    if len(b.get(s, [])) != 1:
-        bad.append(f"step {s} appears {len(b.get(s, []))} times in {sys.argv[2]}")
-    elif a[s][0] != b[s][0]:
-        bad.append(f"step {s}: uninterrupted {a[s][0]} vs resumed {b[s][0]}")
-extra = sorted(s for s in b if s > last)
-if extra:
-    bad.append(f"steps past {last}: {extra}")
-if bad:
-    sys.exit("\n".join(bad))
-PY
-}
 latest_is() { # DIR STEP
     local got
     got=$(cat "$1/latest" 2>/dev/null)
