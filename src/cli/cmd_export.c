@@ -29,15 +29,19 @@ static int64_t numel_of(const hs_param *p) {
 
 static hs_status held_get(void *ctx, int i, float *out, hs_error *e) {
     (void)e;
-    const hs_param *p = hs_model_param(((held_model *)ctx)->m, i);
-    memcpy(out, p->data, sizeof(float) * (size_t)numel_of(p));
+    hs_model *m = ((held_model *)ctx)->m;
+    const hs_param *p = hs_model_param(m, i);
+    hs_device_copy(hs_model_device(m), out, p->data, sizeof(float) * (size_t)numel_of(p),
+                   HS_COPY_D2H);
     return HS_OK;
 }
 
 static hs_status held_set(void *ctx, int i, const float *full, hs_error *e) {
     (void)e;
-    hs_param *p = hs_model_param(((held_model *)ctx)->m, i);
-    memcpy(p->data, full, sizeof(float) * (size_t)numel_of(p));
+    hs_model *m = ((held_model *)ctx)->m;
+    hs_param *p = hs_model_param(m, i);
+    hs_device_copy(hs_model_device(m), p->data, full, sizeof(float) * (size_t)numel_of(p),
+                   HS_COPY_H2D);
     return HS_OK;
 }
 

@@ -10,6 +10,7 @@
  * mpi group opens it while it moves a stream's buffers
  * (hs_device_host_access_begin). A test tool, not a mode to train in. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -28,7 +29,8 @@ struct hs_device_guard {
     hs_device_kernels guarded_k;
     pthread_mutex_t mu;
     int depth; /* nested members: the mappings close when the outermost returns */
-    char *arena;       /* ARENA_BYTES reserved, PROT_NONE while closed */
+    char *arena;       /* arena_bytes reserved, PROT_NONE while closed */
+    size_t arena_bytes;
     size_t arena_used; /* bytes handed out from the arena's start */
     region *r;         /* live device blocks */
     size_t n, cap;
@@ -101,7 +103,7 @@ static void *take(hs_device_guard *g, size_t *len)
         *len = b.bytes;
         return b.p;
     }
-    if (*len > ARENA_BYTES - g->arena_used) return NULL;
+    if (*len > g->arena_bytes - g->arena_used) return NULL;
     char *p = g->arena + g->arena_used;
     g->arena_used += *len;
     if (g->depth > 0 && mprotect(p, *len, PROT_READ | PROT_WRITE) != 0)
@@ -290,9 +292,13 @@ void hs_device_guard_install(hs_device *d)
     hs_device_guard *g = calloc(1, sizeof *g);
     if (!g) hs_oom("device guard: its state");
     pthread_mutex_init(&g->mu, NULL);
-    g->arena = mmap(NULL, ARENA_BYTES, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
-                    0);
-    if (g->arena == MAP_FAILED) hs_oom("device guard: %zu bytes of address space", ARENA_BYTES);
+    /* The largest reservation the address-space limit (ulimit -v) allows. */
+    for (g->arena_bytes = ARENA_BYTES; g->arena_bytes >= ((size_t)1 << 24); g->arena_bytes /= 2) {
+        g->arena = mmap(NULL, g->arena_bytes, PROT_NONE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (g->arena != MAP_FAILED) break;
+    }
+    if (g->arena == MAP_FAILED) hs_oom("device guard: 16 MiB of address space");
     g->ops = d->ops, g->k = d->k;
     g->guarded_ops = *d->ops;
     g->guarded_ops.memset = guarded_memset;
@@ -308,14 +314,16 @@ void hs_device_guard_install(hs_device *d)
     d->ops = &g->guarded_ops;
     d->k = &g->guarded_k;
     hs_mem_cache_free_all(d->cache);
-    d->cache = hs_mem_cache_create("device pool (guarded)", guard_raw_alloc, guard_raw_free, d);
+    d->cache = hs_mem_cache_create("device pool", guard_raw_alloc, guard_raw_free, d);
+    fprintf(stderr, "device guard: the %s device's memory is closed to the host outside its calls\n",
+            d->name);
 }
 
 void hs_device_guard_free(hs_device *d)
 {
     hs_device_guard *g = d->guard;
     if (!g) return;
-    munmap(g->arena, ARENA_BYTES);
+    munmap(g->arena, g->arena_bytes);
     free(g->r);
     free(g->spare);
     free(g->host);
