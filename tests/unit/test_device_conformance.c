@@ -610,6 +610,45 @@ static void run_scale_cast(const kcase *c, outs *o)
     free(x);
 }
 
+/* d = {n, nesterov}: Muon's momentum from a buffer that does not start at
+ * zero, twice. */
+static void run_muon_momentum(const kcase *c, outs *o)
+{
+    int64_t n = c->d[0];
+    float *dir = rnd(HS_DTYPE_F32, n, 0, 0), *buf = rnd(HS_DTYPE_F32, n, 60, 1.0f);
+    float *g = rnd(HS_DTYPE_F32, n, 61, 1.0f);
+    for (int i = 0; i < 2; i++) c->k->muon_momentum(c->s, dir, buf, g, 0.95f, c->d[1] != 0, n);
+    put(o, dir, HS_DTYPE_F32, n), put(o, buf, HS_DTYPE_F32, n);
+    free(dir), free(buf), free(g);
+}
+
+/* d = {rows, cols, steps, workspace}: Newton-Schulz of a random matrix,
+ * with the caller's workspace or the kernel's own. */
+static void run_muon_newton_schulz(const kcase *c, outs *o)
+{
+    int64_t rows = c->d[0], cols = c->d[1];
+    float *g = rnd(HS_DTYPE_F32, rows * cols, 62, 1.0f), *out = rnd(HS_DTYPE_F32, rows * cols, 0, 0);
+    float *ws = c->d[3] ? calloc((size_t)hs_newton_schulz5_scratch_floats(rows, cols) + 1, 4)
+                        : NULL;
+    c->k->muon_newton_schulz(c->s, out, g, rows, cols, (int)c->d[2], ws);
+    put(o, out, HS_DTYPE_F32, rows * cols);
+    free(g), free(out), free(ws);
+}
+
+/* d = {rows, row_bytes, pad}: rows between strides row_bytes + pad and
+ * row_bytes + 2 pad; the gaps of the destination keep their bytes. */
+static void run_copy_2d(const kcase *c, outs *o)
+{
+    int64_t rows = c->d[0];
+    size_t rb = (size_t)c->d[1] * 4, ss = rb + (size_t)c->d[2] * 4, ds = rb + 2 * (size_t)c->d[2] * 4;
+    int64_t nd = (int64_t)(rows * (int64_t)ds / 4);
+    float *src = rnd(HS_DTYPE_F32, (int64_t)(rows * (int64_t)ss / 4), 63, 1.0f);
+    float *dst = rnd(HS_DTYPE_F32, nd, 64, 1.0f);
+    c->k->copy_2d(c->s, dst, ds, src, ss, rows, rb);
+    put(o, dst, HS_DTYPE_F32, nd);
+    free(src), free(dst);
+}
+
 #define K(member) offsetof(hs_device_kernels, member)
 
 /* Tolerances {fp32, bf16, fp16}: fp32 outputs are a few fp32 roundings
@@ -691,6 +730,14 @@ static const op_def ops[] = {
      10, run_embedding},
     /* A 16-bit parameter: one rounding of its dtype per step; 70001 is
      * past the fast path's threading threshold. */
+    {"muon_momentum", K(muon_momentum), F32, {1e-6f, 0, 0}, 1e-30,
+     {{0, 0}, {1, 0}, {7, 1}, {4099, 0}, {4099, 1}}, 5, run_muon_momentum},
+    /* Five iterations of fp32 GEMMs against fp64 ones. */
+    {"muon_newton_schulz", K(muon_newton_schulz), F32, {2e-5f, 0, 0}, 1e-30,
+     {{1, 1, 5, 0}, {3, 7, 5, 1}, {16, 9, 5, 0}, {32, 64, 5, 1}, {64, 32, 3, 0}}, 5,
+     run_muon_newton_schulz},
+    {"copy_2d", K(copy_2d), F32, {0, 0, 0}, 1e-30, {{0, 4, 1}, {1, 1, 0}, {7, 5, 3}, {33, 64, 1}}, 4,
+     run_copy_2d},
     {"adamw", K(adamw), ALL_DT, {2e-6f, 8e-3f, 1e-3f}, 1e-30,
      {{0}, {1}, {7}, {1000}, {4099}, {70001}}, 6, run_adamw},
     {"muon_update", K(muon_update), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,

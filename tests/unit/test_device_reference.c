@@ -1,7 +1,8 @@
-/* The reference kernels no cpu entry checks yet (the cpu table has NULL
- * there): Muon's pieces against the optimizer's own Newton-Schulz, MoE
- * routing and permutation and the vocab-parallel loss pieces against hand
- * values and the one-device loss, and the 2-D copy. */
+/* The reference kernels against something other than the cpu backend:
+ * Muon's pieces against the optimizer's own Newton-Schulz, MoE routing and
+ * permutation and the vocab-parallel loss pieces against hand values and
+ * the one-device loss, and the 2-D copy against hand values (the
+ * conformance suite holds cpu to these). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
