@@ -25,16 +25,16 @@ typedef struct bench {
     hs_comm *comm;
     hs_pg *world;
     int rank, size;
-    int iters; /* timed calls per size, op and implementation; 0: by size */
-    float *in, *out;       /* W * largest size each */
+    int iters;       /* timed calls per size, op and implementation; 0: by size */
+    float *in, *out; /* W * largest size each */
 } bench;
 
 static int usage(FILE *f, const char *why) {
     if (why) fprintf(f, "hypershard bench comm: %s\n", why);
     fprintf(f, "usage: mpiexec -n W hypershard bench comm [--quick] [--iters N]\n"
-                    "  --quick    1 MiB and 4 MiB per rank only, few iterations\n"
-                    "  --iters N  timed calls per size, op and implementation; the median\n"
-                    "             counts (default: 9 to 41 by size, quick 7)\n");
+               "  --quick    1 MiB and 4 MiB per rank only, few iterations\n"
+               "  --iters N  timed calls per size, op and implementation; the median\n"
+               "             counts (default: 9 to 41 by size, quick 7)\n");
     return 2;
 }
 
@@ -45,23 +45,18 @@ static void run_once(bench *b, bench_op op, bool mpi, int64_t n) {
     int cnt = (int)n;
     switch (op) {
     case B_AG:
-        if (mpi)
-            MPI_Allgather(b->in, cnt, MPI_FLOAT, b->out, cnt, MPI_FLOAT, MPI_COMM_WORLD);
-        else
-            st = hs_pg_all_gather(b->world, NULL, b->out, b->in, n, HS_DTYPE_F32, &e);
+        if (mpi) MPI_Allgather(b->in, cnt, MPI_FLOAT, b->out, cnt, MPI_FLOAT, MPI_COMM_WORLD);
+        else st = hs_pg_all_gather(b->world, NULL, b->out, b->in, n, HS_DTYPE_F32, &e);
         break;
     case B_RS:
-        if (mpi)
-            MPI_Reduce_scatter_block(b->in, b->out, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (mpi) MPI_Reduce_scatter_block(b->in, b->out, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         else
-            st = hs_pg_reduce_scatter(b->world, NULL, b->out, b->in, n, HS_DTYPE_F32,
-                                      HS_REDUCE_SUM, &e);
+            st = hs_pg_reduce_scatter(b->world, NULL, b->out, b->in, n, HS_DTYPE_F32, HS_REDUCE_SUM,
+                                      &e);
         break;
     default:
-        if (mpi)
-            MPI_Allreduce(MPI_IN_PLACE, b->in, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        else
-            st = hs_pg_all_reduce(b->world, NULL, b->in, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
+        if (mpi) MPI_Allreduce(MPI_IN_PLACE, b->in, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else st = hs_pg_all_reduce(b->world, NULL, b->in, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
     }
     if (st != HS_OK) hs_comm_abort(b->comm, &e);
 }
@@ -119,13 +114,12 @@ static int iters_for(const bench *b, int64_t bytes) {
 
 static void print_row(int64_t bytes, double r[B_OPS][2]) {
     char size[32];
-    if (bytes >= MIB)
-        snprintf(size, sizeof size, "%lld MiB", (long long)(bytes / MIB));
-    else
-        snprintf(size, sizeof size, "%lld KiB", (long long)(bytes / KIB));
+    if (bytes >= MIB) snprintf(size, sizeof size, "%lld MiB", (long long)(bytes / MIB));
+    else snprintf(size, sizeof size, "%lld KiB", (long long)(bytes / KIB));
     printf("| %-8s |", size);
     for (int op = 0; op < B_OPS; op++)
-        printf(" %6.2f | %6.2f | %5.2fx |", r[op][0], r[op][1], r[op][1] > 0 ? r[op][0] / r[op][1] : 0);
+        printf(" %6.2f | %6.2f | %5.2fx |", r[op][0], r[op][1],
+               r[op][1] > 0 ? r[op][0] / r[op][1] : 0);
     printf("\n");
 }
 
@@ -151,7 +145,8 @@ static int run(bench *b, bool quick) {
     b->in = calloc((size_t)(max_n * b->size), sizeof(float));
     b->out = calloc((size_t)(max_n * b->size), sizeof(float));
     if (!b->in || !b->out) {
-        fprintf(stderr, "hypershard bench comm: out of memory for %lld floats\n", (long long)max_n * b->size);
+        fprintf(stderr, "hypershard bench comm: out of memory for %lld floats\n",
+                (long long)max_n * b->size);
         return 1;
     }
     /* Real values on every page: untouched pages all map the kernel's zero
@@ -159,7 +154,8 @@ static int run(bench *b, bool quick) {
     for (int64_t i = 0; i < max_n * b->size; i++) b->in[i] = b->out[i] = (float)(i % 7) * 0.25f;
     if (b->rank == 0) {
         printf("hypershard bench comm: %d ranks, float32, bus bandwidth in GB/s (nccl-tests "
-               "definition) of the median call\n\n", b->size);
+               "definition) of the median call\n\n",
+               b->size);
         printf("| size/rank | AG ours | MPI_Allgather | ratio | RS ours | MPI_Reduce_scatter_block "
                "| ratio | AR ours | MPI_Allreduce | ratio |\n");
         printf("|---|---|---|---|---|---|---|---|---|---|\n");
@@ -190,7 +186,8 @@ int hs_bench_comm(int argc, char **argv) {
             long v = strtol(argv[++i], &end, 10);
             if (*end || v < 1 || v > 100000) {
                 char why[128];
-                snprintf(why, sizeof why, "--iters wants a whole number from 1 to 100000, got '%s'", argv[i]);
+                snprintf(why, sizeof why, "--iters wants a whole number from 1 to 100000, got '%s'",
+                         argv[i]);
                 return usage(stderr, why);
             }
             b.iters = (int)v;

@@ -23,32 +23,42 @@
 #include "cli/commands.h"
 
 /* FSDP W, then for cp = 2, 4 dividing the world: allgather and ring. */
-static int layouts_for(int world, hs_bench_layout *ls)
-{
-    static const char *const names[] = {"CP 2 allgather", "CP 2 ring", "CP 4 allgather", "CP 4 ring"};
+static int layouts_for(int world, hs_bench_layout *ls) {
+    static const char *const names[] = {"CP 2 allgather", "CP 2 ring", "CP 4 allgather",
+                                        "CP 4 ring"};
     static const char *const prefixes[] = {"cp2ag", "cp2ring", "cp4ag", "cp4ring"};
     int n = 0;
-    ls[n++] = (hs_bench_layout){.name = "FSDP W", .prefix = "fsdp", .mp_dim = "cp", .tp = 1,
-                                .cp = 1, .shard = world, .mbs = 1};
+    ls[n++] = (hs_bench_layout){.name = "FSDP W",
+                                .prefix = "fsdp",
+                                .mp_dim = "cp",
+                                .tp = 1,
+                                .cp = 1,
+                                .shard = world,
+                                .mbs = 1};
     for (int k = 0; k < 4; k++) {
         int cp = k < 2 ? 2 : 4;
         if (world % cp) continue;
-        ls[n++] = (hs_bench_layout){.name = names[k], .prefix = prefixes[k], .mp_dim = "cp",
-                                    .tp = 1, .cp = cp, .shard = world, .mbs = 1,
+        ls[n++] = (hs_bench_layout){.name = names[k],
+                                    .prefix = prefixes[k],
+                                    .mp_dim = "cp",
+                                    .tp = 1,
+                                    .cp = cp,
+                                    .shard = world,
+                                    .mbs = 1,
                                     .ring = k % 2 == 1};
     }
     return n;
 }
 
-static void print_table(const hs_bench_opts *b, hs_bench_layout *ls, int n, int world)
-{
+static void print_table(const hs_bench_opts *b, hs_bench_layout *ls, int n, int world) {
     const hs_config *c = &ls[0].cfg;
     printf("\n%d ranks, Llama dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, seq %d, one "
            "sequence per data-parallel rank, fp32 AdamW; medians of %d steps, slowest rank\n",
            world, b->m.dim, b->m.layers, c->model.n_heads, c->model.n_kv_heads, c->model.ffn_dim,
            b->m.vocab, b->m.seq, b->steps);
-    printf("| layout | sequences/step | step ms | CP ms (exposed) | CP share | CP colls/step | "
-           "CP MB/step | device peak MiB/rank | tokens/s |\n|---|---|---|---|---|---|---|---|---|\n");
+    printf(
+        "| layout | sequences/step | step ms | CP ms (exposed) | CP share | CP colls/step | "
+        "CP MB/step | device peak MiB/rank | tokens/s |\n|---|---|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < n; k++) {
         hs_bench_layout *l = &ls[k];
         double step = hs_bench_median(l->step, b->steps), cp = hs_bench_median(l->mp_s, b->steps);
@@ -60,8 +70,7 @@ static void print_table(const hs_bench_opts *b, hs_bench_layout *ls, int n, int 
     }
 }
 
-int hs_bench_cp(int argc, char **argv)
-{
+int hs_bench_cp(int argc, char **argv) {
     static const hs_bench_spec spec = {
         .name = "cp",
         .usage = "usage: mpiexec -n 4 hypershard bench cp [--quick] [--steps N] [--layers L] "

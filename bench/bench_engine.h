@@ -14,8 +14,7 @@
 /* Random tokens and targets in [0, vocab): speed does not depend on the
  * text. Ranks that must see the same batch pass the same seed. */
 static inline void hs_bench_random_batch(int32_t *tokens, int32_t *targets, size_t n, int vocab,
-                                         uint64_t seed)
-{
+                                         uint64_t seed) {
     uint64_t x = seed;
     for (size_t i = 0; i < n; i++) {
         x = x * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -27,11 +26,10 @@ static inline void hs_bench_random_batch(int32_t *tokens, int32_t *targets, size
 /* One optimizer step of one micro-batch as src/train/step.c runs it:
  * forward + backward, grad norm, clipping, the update, after_step, zeroed
  * gradients. *t_fb gets the forward + backward seconds (may be NULL). */
-static inline hs_status hs_bench_engine_step(hs_engine *en, hs_optim *optim,
-                                             hs_optim_param *params, int n_params,
-                                             const hs_optim_config *oc, const hs_batch *b,
-                                             float grad_scale, double *t_fb, hs_error *e)
-{
+static inline hs_status hs_bench_engine_step(hs_engine *en, hs_optim *optim, hs_optim_param *params,
+                                             int n_params, const hs_optim_config *oc,
+                                             const hs_batch *b, float grad_scale, double *t_fb,
+                                             hs_error *e) {
     double t0 = hs_now(), loss = 0.0, aux = 0.0, norm = 0.0;
     hs_engine_begin_micro_batch(en, true, true, true);
     hs_status s = hs_model_forward_backward(hs_engine_model(en), b, grad_scale, hs_engine_hooks(en),

@@ -59,8 +59,7 @@ typedef struct measure {
     int64_t colls, min_colls, bytes, min_bytes;
 } measure;
 
-static int usage(FILE *f, const char *why)
-{
+static int usage(FILE *f, const char *why) {
     if (why) fprintf(f, "hypershard bench fsdp: %s\n", why);
     fprintf(f, "usage: mpiexec -n 4 hypershard bench fsdp [--quick] [--steps N] [--layers L] "
                "[--dim D]\n"
@@ -72,8 +71,7 @@ static int usage(FILE *f, const char *why)
     return 2;
 }
 
-static int parse(int argc, char **argv, fsdp_bench *b)
-{
+static int parse(int argc, char **argv, fsdp_bench *b) {
     b->steps = 7;
     b->layers = 8;
     b->dim = 256;
@@ -102,8 +100,7 @@ static int parse(int argc, char **argv, fsdp_bench *b)
     return 0;
 }
 
-static void config_for(const fsdp_bench *b, const combo *k, hs_config *cfg)
-{
+static void config_for(const fsdp_bench *b, const combo *k, hs_config *cfg) {
     hs_config_defaults(cfg);
     strcpy(cfg->model.arch, "llama");
     cfg->model.vocab_size = 512;
@@ -120,8 +117,7 @@ static void config_for(const fsdp_bench *b, const combo *k, hs_config *cfg)
 }
 
 /* The per-unit minimum of collectives and of payload bytes per step. */
-static void minimum_of(hs_fsdp *f, measure *m)
-{
+static void minimum_of(hs_fsdp *f, measure *m) {
     hs_fsdp_stats st;
     hs_fsdp_get_stats(f, &st);
     m->min_colls = m->min_bytes = 0;
@@ -143,15 +139,16 @@ typedef struct setup {
     int32_t *tok, *tgt;
 } setup;
 
-static hs_status setup_make(const fsdp_bench *b, const combo *k, hs_pg *pg, setup *s,
-                            hs_error *e)
-{
+static hs_status setup_make(const fsdp_bench *b, const combo *k, hs_pg *pg, setup *s, hs_error *e) {
     memset(s, 0, sizeof *s);
     config_for(b, k, &s->cfg);
     hs_status st = hs_device_create(HS_DEVICE_CPU, hs_comm_trace(b->comm), &s->dev, e);
     if (st != HS_OK) return st;
-    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
-                           .max_batch = b->batch, .seq_len = b->seq, .allocate_params = false,
+    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32,
+                           .grad_dtype = HS_DTYPE_F32,
+                           .max_batch = b->batch,
+                           .seq_len = b->seq,
+                           .allocate_params = false,
                            .dev = s->dev};
     st = hs_model_create(&s->cfg.model, &mo, &s->m, e);
     if (st == HS_OK)
@@ -172,8 +169,7 @@ static hs_status setup_make(const fsdp_bench *b, const combo *k, hs_pg *pg, setu
     return st;
 }
 
-static void setup_free(setup *s)
-{
+static void setup_free(setup *s) {
     hs_optim_free(s->opt);
     hs_fsdp_free(s->f);
     hs_model_free(s->m);
@@ -183,8 +179,7 @@ static void setup_free(setup *s)
     free(s->tgt);
 }
 
-static hs_status one_step(const fsdp_bench *b, setup *s, hs_error *e)
-{
+static hs_status one_step(const fsdp_bench *b, setup *s, hs_error *e) {
     hs_batch batch = {s->tok, s->tgt, b->batch, b->seq};
     double loss, aux;
     hs_fsdp_set_micro_batch(s->f, true, true, true);
@@ -202,9 +197,8 @@ typedef struct samples {
 } samples;
 
 /* One timed step of one combination, its collectives and exposed waits. */
-static hs_status timed_step(const fsdp_bench *b, setup *s, hs_pg *pg, measure *out,
-                            samples *sm, int i, hs_error *e)
-{
+static hs_status timed_step(const fsdp_bench *b, setup *s, hs_pg *pg, measure *out, samples *sm,
+                            int i, hs_error *e) {
     hs_trace *tr = hs_comm_trace(b->comm);
     hs_status st = hs_pg_barrier(pg, e);
     if (st != HS_OK) return st;
@@ -231,9 +225,8 @@ static hs_status timed_step(const fsdp_bench *b, setup *s, hs_pg *pg, measure *o
 /* All combinations live side by side and take their timed steps in turn
  * (round r: one step of each), so a burst of outside load on this shared
  * machine slows every combination alike instead of one of them. */
-static hs_status measure_all(const fsdp_bench *b, const combo *ks, int n, hs_pg *pg,
-                             measure *ms, hs_error *e)
-{
+static hs_status measure_all(const fsdp_bench *b, const combo *ks, int n, hs_pg *pg, measure *ms,
+                             hs_error *e) {
     setup *ss = calloc((size_t)n, sizeof *ss);
     samples *sm = calloc((size_t)n, sizeof *sm);
     if (!ss || !sm) {
@@ -264,15 +257,13 @@ static hs_status measure_all(const fsdp_bench *b, const combo *ks, int n, hs_pg 
     return st;
 }
 
-static const char *fusion_name(const combo *k)
-{
+static const char *fusion_name(const combo *k) {
     return !k->fusion ? "off" : k->zero_copy ? "zero-copy" : "copy-in";
 }
 
 /* Ranks outside the W being measured wait here without spinning a core:
  * the measured ranks need both of this machine's few cores. */
-static void world_sync_sleeping(void)
-{
+static void world_sync_sleeping(void) {
     MPI_Request req;
     MPI_Ibarrier(MPI_COMM_WORLD, &req);
     int done = 0;
@@ -285,16 +276,14 @@ static void world_sync_sleeping(void)
     }
 }
 
-static void print_load(const fsdp_bench *b, const char *when)
-{
+static void print_load(const fsdp_bench *b, const char *when) {
     double l[3];
     if (b->rank == 0 && getloadavg(l, 3) == 3)
         printf("load average %s: %.2f %.2f %.2f\n", when, l[0], l[1], l[2]);
 }
 
 /* The acceptance targets of this benchmark, checked on the table itself. */
-static void print_verdicts(int W, const combo *ks, const measure *ms, int n)
-{
+static void print_verdicts(int W, const combo *ks, const measure *ms, int n) {
     bool colls_ok = true, bytes_ok = true;
     for (int i = 0; i < n; i++) {
         if (ks[i].fusion) colls_ok &= ms[i].colls == ms[i].min_colls;
@@ -310,8 +299,7 @@ static void print_verdicts(int W, const combo *ks, const measure *ms, int n)
     }
 }
 
-static hs_status bench_world_size(fsdp_bench *b, int W, hs_error *e)
-{
+static hs_status bench_world_size(fsdp_bench *b, int W, hs_error *e) {
     char name[32];
     snprintf(name, sizeof name, "bench_fsdp_w%d", W);
     hs_pg *pg = NULL;
@@ -350,8 +338,7 @@ static hs_status bench_world_size(fsdp_bench *b, int W, hs_error *e)
     return st;
 }
 
-int hs_bench_fsdp(int argc, char **argv)
-{
+int hs_bench_fsdp(int argc, char **argv) {
     fsdp_bench b;
     memset(&b, 0, sizeof b);
     int rc = parse(argc, argv, &b);

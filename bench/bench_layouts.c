@@ -9,8 +9,7 @@
 #include "bench_util.h"
 #include "hypershard/train.h"
 
-static void config_for(const hs_bench_model *bm, hs_bench_layout *l, int world)
-{
+static void config_for(const hs_bench_model *bm, hs_bench_layout *l, int world) {
     hs_config *c = &l->cfg;
     hs_config_defaults(c);
     strcpy(c->model.arch, bm->experts > 0 ? "moe" : "llama");
@@ -42,8 +41,7 @@ static void config_for(const hs_bench_model *bm, hs_bench_layout *l, int world)
 }
 
 hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_layout *l,
-                               hs_error *e)
-{
+                               hs_error *e) {
     int world = hs_comm_size(c);
     config_for(bm, l, world);
     hs_status s = hs_topology_derive(&l->topo, world, l->tp, l->cp, l->cfg.accelerator.ep_size, 1,
@@ -51,8 +49,12 @@ hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_la
     if (s == HS_OK) s = hs_mesh_create_named(c, &l->topo, l->prefix, &l->mesh, e);
     if (s == HS_OK) s = hs_device_create(HS_DEVICE_CPU, NULL, &l->dev, e);
     if (s != HS_OK) return s;
-    hs_engine_env env = {.cfg = &l->cfg, .topo = &l->topo, .comm = c, .mesh = l->mesh,
-                         .dev = l->dev, .max_batch = l->mbs};
+    hs_engine_env env = {.cfg = &l->cfg,
+                         .topo = &l->topo,
+                         .comm = c,
+                         .mesh = l->mesh,
+                         .dev = l->dev,
+                         .max_batch = l->mbs};
     s = hs_engine_create(&env, &l->en, e);
     if (s != HS_OK) return s;
     l->n_params = hs_engine_optim_params(l->en, &l->params);
@@ -83,8 +85,7 @@ hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_la
     return s;
 }
 
-void hs_bench_layout_close(hs_bench_layout *l)
-{
+void hs_bench_layout_close(hs_bench_layout *l) {
     hs_optim_free(l->optim);
     hs_engine_free(l->en);
     hs_mesh_free(l->mesh);
@@ -96,8 +97,7 @@ void hs_bench_layout_close(hs_bench_layout *l)
 
 /* Collectives and bytes so far of the layout's model-parallel group (mp)
  * or of its FSDP groups. */
-static void counts(hs_trace *t, const hs_bench_layout *l, bool mp, int64_t *colls, int64_t *bytes)
-{
+static void counts(hs_trace *t, const hs_bench_layout *l, bool mp, int64_t *colls, int64_t *bytes) {
     static const char *const ops[] = {"all_gather", "reduce_scatter", "all_reduce",
                                       "send",       "all_to_all",     "all_to_allv"};
     static const char *const dp_dims[] = {"fsdp_shard", "fsdp_replicate", "fsdp", "edp_shard",
@@ -114,8 +114,7 @@ static void counts(hs_trace *t, const hs_bench_layout *l, bool mp, int64_t *coll
 }
 
 /* Seconds inside the model-parallel collectives since the last call. */
-static double mp_seconds(hs_bench_layout *l)
-{
+static double mp_seconds(hs_bench_layout *l) {
     hs_tp *tp = hs_engine_tp(l->en);
     hs_cp *cp = hs_engine_cp(l->en);
     hs_ep *ep = hs_engine_ep(l->en);
@@ -127,42 +126,41 @@ static double mp_seconds(hs_bench_layout *l)
 }
 
 hs_status hs_bench_layout_step(hs_comm *c, const hs_bench_model *bm, hs_bench_layout *l, int i,
-                               hs_error *e)
-{
+                               hs_error *e) {
     hs_trace *tr = hs_comm_trace(c);
     int64_t c0, b0, d0, db0, c1, b1, d1, db1;
     mp_seconds(l);
     counts(tr, l, true, &c0, &b0);
     counts(tr, l, false, &d0, &db0);
     hs_pool_reset_peak(&l->dev->device_pool);
-    hs_batch batch = {.tokens = l->tokens, .targets = l->targets, .B = l->mbs,
-                      .T = bm->seq / l->cp};
+    hs_batch batch = {
+        .tokens = l->tokens, .targets = l->targets, .B = l->mbs, .T = bm->seq / l->cp};
     double t0 = hs_now();
     float scale = 1.0f / (float)((int64_t)l->global_batch * bm->seq);
-    hs_status s = hs_bench_engine_step(l->en, l->optim, l->params, l->n_params,
-                                       &l->cfg.optimizer, &batch, scale, NULL, e);
+    hs_status s = hs_bench_engine_step(l->en, l->optim, l->params, l->n_params, &l->cfg.optimizer,
+                                       &batch, scale, NULL, e);
     if (s != HS_OK) return s;
     hs_pg *world = hs_comm_world(c);
-    double dt = hs_bench_max_over(world, hs_now() - t0), mps = hs_bench_max_over(world, mp_seconds(l));
+    double dt = hs_bench_max_over(world, hs_now() - t0),
+           mps = hs_bench_max_over(world, mp_seconds(l));
     double peak = hs_bench_max_over(world, (double)hs_pool_peak(&l->dev->device_pool));
     if (i < 0) return s;
     counts(tr, l, true, &c1, &b1);
     counts(tr, l, false, &d1, &db1);
     l->step[i] = dt, l->mp_s[i] = mps;
     if ((int64_t)peak > l->peak_bytes) l->peak_bytes = (int64_t)peak;
-    l->mp_colls += c1 - c0, l->mp_bytes += b1 - b0, l->dp_colls += d1 - d0, l->dp_bytes += db1 - db0;
+    l->mp_colls += c1 - c0, l->mp_bytes += b1 - b0, l->dp_colls += d1 - d0,
+        l->dp_bytes += db1 - db0;
     return s;
 }
 
-static int usage(const hs_bench_spec *sp, FILE *f, const char *why)
-{
+static int usage(const hs_bench_spec *sp, FILE *f, const char *why) {
     if (why) fprintf(f, "hypershard bench %s: %s\n", sp->name, why);
     fputs(sp->usage, f);
     return 2;
 }
 
-static int parse(const hs_bench_spec *sp, int argc, char **argv, hs_bench_opts *o)
-{
+static int parse(const hs_bench_spec *sp, int argc, char **argv, hs_bench_opts *o) {
     *o = sp->defaults;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
@@ -182,8 +180,7 @@ static int parse(const hs_bench_spec *sp, int argc, char **argv, hs_bench_opts *
     return 0;
 }
 
-int hs_bench_layouts_run(const hs_bench_spec *sp, int argc, char **argv)
-{
+int hs_bench_layouts_run(const hs_bench_spec *sp, int argc, char **argv) {
     hs_bench_opts o;
     int rc = parse(sp, argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;

@@ -65,7 +65,7 @@ typedef struct hs_bench_opts {
 typedef struct hs_bench_spec {
     const char *name, *usage;
     hs_bench_opts defaults, quick;
-    int seq_multiple; /* --seq must be a multiple of it */
+    int seq_multiple;                                /* --seq must be a multiple of it */
     int (*layouts)(int world, hs_bench_layout *out); /* at most HS_BENCH_MAX_LAYOUTS */
     void (*print)(const hs_bench_opts *o, hs_bench_layout *ls, int n, int world);
 } hs_bench_spec;

@@ -25,23 +25,27 @@
 #include "bench_util.h"
 #include "cli/commands.h"
 
-static int layouts(int world, hs_bench_layout *ls)
-{
+static int layouts(int world, hs_bench_layout *ls) {
     static const char *const names[] = {"EP 1 (FSDP W experts)", "EP 2 x EDP shard W/2",
                                         "EP 4 x EDP shard W/4"};
     static const char *const prefixes[] = {"moe_ep1", "moe_ep2", "moe_ep4"};
     int n = 0;
     for (int k = 0, ep = 1; k < 3; k++, ep *= 2) {
         if (world % ep) continue;
-        ls[n++] = (hs_bench_layout){.name = names[k], .prefix = prefixes[k], .mp_dim = "ep",
-                                    .tp = 1, .cp = 1, .shard = world, .mbs = 2, .ep = ep,
+        ls[n++] = (hs_bench_layout){.name = names[k],
+                                    .prefix = prefixes[k],
+                                    .mp_dim = "ep",
+                                    .tp = 1,
+                                    .cp = 1,
+                                    .shard = world,
+                                    .mbs = 2,
+                                    .ep = ep,
                                     .edp_shard = world / ep};
     }
     return n;
 }
 
-static void print_table(const hs_bench_opts *o, hs_bench_layout *ls, int n, int world)
-{
+static void print_table(const hs_bench_opts *o, hs_bench_layout *ls, int n, int world) {
     const hs_config *c = &ls[0].cfg;
     printf("\n%d ranks, MoE dim %d, %d layers, %d/%d heads, %d experts top %d, expert ffn %d, "
            "vocab %d, seq %d, global batch %d sequences, fp32 AdamW; medians of %d steps, "
@@ -56,15 +60,14 @@ static void print_table(const hs_bench_opts *o, hs_bench_layout *ls, int n, int 
         hs_bench_layout *l = &ls[k];
         double step = hs_bench_median(l->step, o->steps), a2a = hs_bench_median(l->mp_s, o->steps);
         double s = o->steps;
-        printf("| %s | %.1f | %.1f | %.0f%% | %.0f | %.1f | %.0f | %.1f | %.0f | %.0f |\n",
-               l->name, 1e3 * step, 1e3 * a2a, 100.0 * a2a / step, l->mp_colls / s,
-               l->mp_bytes / s / 1e6, l->dp_colls / s, l->dp_bytes / s / 1e6,
-               (double)l->peak_bytes / (1 << 20), (double)l->global_batch * o->m.seq / step);
+        printf("| %s | %.1f | %.1f | %.0f%% | %.0f | %.1f | %.0f | %.1f | %.0f | %.0f |\n", l->name,
+               1e3 * step, 1e3 * a2a, 100.0 * a2a / step, l->mp_colls / s, l->mp_bytes / s / 1e6,
+               l->dp_colls / s, l->dp_bytes / s / 1e6, (double)l->peak_bytes / (1 << 20),
+               (double)l->global_batch * o->m.seq / step);
     }
 }
 
-int hs_bench_moe(int argc, char **argv)
-{
+int hs_bench_moe(int argc, char **argv) {
     static const hs_bench_spec spec = {
         .name = "moe",
         .usage = "usage: mpiexec -n 4 hypershard bench moe [--quick] [--steps N] [--layers L] "
@@ -75,10 +78,9 @@ int hs_bench_moe(int argc, char **argv)
                  "  --layers L  transformer blocks (default 4)\n"
                  "  --dim D     model width (default 512; a multiple of 64)\n"
                  "  --seq T     sequence length (default 256)\n",
-        .defaults = {5, {.layers = 4, .dim = 512, .seq = 256, .vocab = 4096, .experts = 8,
-                         .top_k = 2}},
-        .quick = {2, {.layers = 2, .dim = 128, .seq = 64, .vocab = 4096, .experts = 8,
-                      .top_k = 2}},
+        .defaults =
+            {5, {.layers = 4, .dim = 512, .seq = 256, .vocab = 4096, .experts = 8, .top_k = 2}},
+        .quick = {2, {.layers = 2, .dim = 128, .seq = 64, .vocab = 4096, .experts = 8, .top_k = 2}},
         .seq_multiple = 2,
         .layouts = layouts,
         .print = print_table,

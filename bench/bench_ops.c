@@ -38,14 +38,12 @@ typedef struct op_def {
 static int64_t g_n(const ops_bufs *b) { return 256 * SZ(b); }
 
 static bool has_gemm(const hs_device_kernels *k) { return k->gemm != NULL; }
-static void run_gemm32(hs_device *d, ops_bufs *b)
-{
+static void run_gemm32(hs_device *d, ops_bufs *b) {
     int64_t n = g_n(b);
     hs_dev_gemm(d, false, true, n, n, n, 1.0f, b->a, HS_DTYPE_F32, n, b->b, HS_DTYPE_F32, n, 0.0f,
                 b->c, HS_DTYPE_F32, n);
 }
-static void run_gemm16(hs_device *d, ops_bufs *b)
-{
+static void run_gemm16(hs_device *d, ops_bufs *b) {
     int64_t n = g_n(b);
     hs_dev_gemm(d, false, true, n, n, n, 1.0f, b->h1, HS_DTYPE_BF16, n, b->h2, HS_DTYPE_BF16, n,
                 0.0f, b->h3, HS_DTYPE_BF16, n);
@@ -54,8 +52,7 @@ static double w_gemm(const ops_bufs *b) { return 2.0 * g_n(b) * g_n(b) * g_n(b);
 
 static int64_t e_n(const ops_bufs *b) { return (int64_t)1 << (b->quick ? 20 : 22); }
 static bool has_convert(const hs_device_kernels *k) { return k->convert != NULL; }
-static void run_convert(hs_device *d, ops_bufs *b)
-{
+static void run_convert(hs_device *d, ops_bufs *b) {
     hs_dev_convert(d, b->h1, HS_DTYPE_BF16, b->a, HS_DTYPE_F32, e_n(b));
 }
 static double w_convert(const ops_bufs *b) { return 6.0 * e_n(b); }
@@ -63,8 +60,7 @@ static bool has_axpy(const hs_device_kernels *k) { return k->axpy != NULL; }
 static void run_axpy(hs_device *d, ops_bufs *b) { hs_dev_axpy(d, b->c, 0.5f, b->a, e_n(b)); }
 static double w_axpy(const ops_bufs *b) { return 12.0 * e_n(b); }
 static bool has_copy(const hs_device_kernels *k) { return k->copy_2d != NULL; }
-static void run_copy(hs_device *d, ops_bufs *b)
-{
+static void run_copy(hs_device *d, ops_bufs *b) {
     /* every other 1 KiB row of a into c: FSDP's strided pack */
     int64_t rows = e_n(b) / 512;
     hs_dev_copy_2d(d, b->c, 1024, b->a, 2048, rows, 1024);
@@ -74,13 +70,11 @@ static double w_copy(const ops_bufs *b) { return 2.0 * (double)(e_n(b) / 512) * 
 static int64_t r_rows(const ops_bufs *b) { return 1024 * SZ(b); }
 #define R_C 768
 static bool has_rms(const hs_device_kernels *k) { return k->rmsnorm_fwd && k->rmsnorm_bwd; }
-static void run_rms_fwd(hs_device *d, ops_bufs *b)
-{
-    d->k->rmsnorm_fwd(d->stream, b->c, b->f, b->a, HS_DTYPE_F32, b->b, HS_DTYPE_F32, r_rows(b),
-                      R_C, 1e-5f);
+static void run_rms_fwd(hs_device *d, ops_bufs *b) {
+    d->k->rmsnorm_fwd(d->stream, b->c, b->f, b->a, HS_DTYPE_F32, b->b, HS_DTYPE_F32, r_rows(b), R_C,
+                      1e-5f);
 }
-static void run_rms_bwd(hs_device *d, ops_bufs *b)
-{
+static void run_rms_bwd(hs_device *d, ops_bufs *b) {
     d->k->rmsnorm_bwd(d->stream, b->d, b->e, HS_DTYPE_F32, b->c, b->a, HS_DTYPE_F32, b->b, b->f,
                       HS_DTYPE_F32, r_rows(b), R_C, NULL);
 }
@@ -88,20 +82,17 @@ static double w_rms(const ops_bufs *b) { return 8.0 * r_rows(b) * R_C; }
 static double w_rms_bwd(const ops_bufs *b) { return 16.0 * r_rows(b) * R_C; }
 
 static bool has_swiglu(const hs_device_kernels *k) { return k->swiglu_fwd && k->swiglu_bwd; }
-static void run_swiglu_fwd(hs_device *d, ops_bufs *b)
-{
+static void run_swiglu_fwd(hs_device *d, ops_bufs *b) {
     d->k->swiglu_fwd(d->stream, b->c, b->a, b->b, HS_DTYPE_F32, e_n(b));
 }
-static void run_swiglu_bwd(hs_device *d, ops_bufs *b)
-{
+static void run_swiglu_bwd(hs_device *d, ops_bufs *b) {
     d->k->swiglu_bwd(d->stream, b->d, b->e, true, b->c, b->a, b->b, HS_DTYPE_F32, e_n(b));
 }
 static double w_swiglu(const ops_bufs *b) { return 12.0 * e_n(b); }
 static double w_swiglu_bwd(const ops_bufs *b) { return 20.0 * e_n(b); }
 
 static bool has_rope(const hs_device_kernels *k) { return k->rope_fwd && k->rope_tables; }
-static void run_rope(hs_device *d, ops_bufs *b)
-{
+static void run_rope(hs_device *d, ops_bufs *b) {
     int T = 512 * SZ(b);
     d->k->rope_tables(d->stream, b->e, b->f, T, 64, 10000.0);
     d->k->rope_fwd(d->stream, b->c, HS_DTYPE_F32, b->e, b->f, 1, T, 12, 64);
@@ -112,14 +103,12 @@ static int a_T(const ops_bufs *b) { return b->quick ? 256 : 512; }
 #define A_NH 8
 #define A_HD 64
 static bool has_att(const hs_device_kernels *k) { return k->attention_fwd && k->attention_bwd; }
-static void run_att_fwd(hs_device *d, ops_bufs *b)
-{
+static void run_att_fwd(hs_device *d, ops_bufs *b) {
     hs_att_rows r = hs_att_rows_all(a_T(b));
     d->k->attention_fwd(d->stream, b->c, HS_DTYPE_F32, b->f, b->a, b->b, b->d, HS_DTYPE_F32, 1,
                         A_NH, A_NH, A_HD, &r, NULL);
 }
-static void run_att_bwd(hs_device *d, ops_bufs *b)
-{
+static void run_att_bwd(hs_device *d, ops_bufs *b) {
     hs_att_rows r = hs_att_rows_all(a_T(b));
     d->k->attention_bwd(d->stream, b->e, b->e, b->e, b->c, b->c, HS_DTYPE_F32, b->a, b->b, b->d,
                         b->f, HS_DTYPE_F32, 1, A_NH, A_NH, A_HD, &r, NULL);
@@ -131,8 +120,7 @@ static double w_att_bwd(const ops_bufs *b) { return 2.5 * w_att(b); }
 static int64_t x_rows(const ops_bufs *b) { return 256 * SZ(b); }
 #define X_V 8192
 static bool has_xent(const hs_device_kernels *k) { return k->xent != NULL; }
-static void run_xent(hs_device *d, ops_bufs *b)
-{
+static void run_xent(hs_device *d, ops_bufs *b) {
     double loss;
     int64_t valid;
     d->k->xent(d->stream, &loss, &valid, b->c, b->a, b->ids, x_rows(b), X_V, 1.0f);
@@ -140,16 +128,14 @@ static void run_xent(hs_device *d, ops_bufs *b)
 static double w_xent(const ops_bufs *b) { return 8.0 * x_rows(b) * X_V; }
 
 static bool has_emb(const hs_device_kernels *k) { return k->embedding_fwd != NULL; }
-static void run_emb(hs_device *d, ops_bufs *b)
-{
+static void run_emb(hs_device *d, ops_bufs *b) {
     d->k->embedding_fwd(d->stream, b->c, HS_DTYPE_F32, b->ids, b->a, HS_DTYPE_F32, x_rows(b) * 4,
                         R_C, 0, X_V);
 }
 static double w_emb(const ops_bufs *b) { return 8.0 * x_rows(b) * 4 * R_C; }
 
 static bool has_adamw(const hs_device_kernels *k) { return k->adamw != NULL; }
-static void adamw_on(hs_device *d, ops_bufs *b, void *p, hs_dtype pdt)
-{
+static void adamw_on(hs_device *d, ops_bufs *b, void *p, hs_dtype pdt) {
     hs_adamw_hparams h = {0.9f, 0.95f, 0.1f, 0.05f, 1e-3f, 0.99f, 1e-8f, 1.0f};
     d->k->adamw(d->stream, p, pdt, b->d, b->e, b->a, &h, e_n(b));
 }
@@ -159,35 +145,30 @@ static double w_adamw(const ops_bufs *b) { return 28.0 * e_n(b); }
 static void run_adamw16(hs_device *d, ops_bufs *b) { adamw_on(d, b, b->h3, HS_DTYPE_BF16); }
 static double w_adamw16(const ops_bufs *b) { return 24.0 * e_n(b); }
 static bool has_muon_update(const hs_device_kernels *k) { return k->muon_update != NULL; }
-static void run_muon_update(hs_device *d, ops_bufs *b)
-{
+static void run_muon_update(hs_device *d, ops_bufs *b) {
     d->k->muon_update(d->stream, b->h3, HS_DTYPE_BF16, b->a, 0.99f, 1e-3f, e_n(b));
 }
 static double w_muon_update(const ops_bufs *b) { return 8.0 * e_n(b); }
 /* x = -x: the values stay put over the runs */
 static bool has_scale_cast(const hs_device_kernels *k) { return k->scale_cast != NULL; }
-static void run_scale_cast(hs_device *d, ops_bufs *b)
-{
+static void run_scale_cast(hs_device *d, ops_bufs *b) {
     d->k->scale_cast(d->stream, b->h3, HS_DTYPE_BF16, -1.0f, e_n(b));
 }
 static double w_scale_cast(const ops_bufs *b) { return 4.0 * e_n(b); }
 
 static bool has_ns(const hs_device_kernels *k) { return k->muon_newton_schulz != NULL; }
-static void run_ns(hs_device *d, ops_bufs *b)
-{
+static void run_ns(hs_device *d, ops_bufs *b) {
     int64_t n = 128 * SZ(b);
     d->k->muon_newton_schulz(d->stream, b->c, b->a, n, 3 * n, 5, NULL);
 }
 /* per step: X X^T (2 n n 3n), A A (2 n^3), P X (2 n n 3n) */
-static double w_ns(const ops_bufs *b)
-{
+static double w_ns(const ops_bufs *b) {
     double n = 128.0 * SZ(b);
     return 5.0 * (6.0 * n * n * n + 2.0 * n * n * n + 6.0 * n * n * n);
 }
 
 static bool has_moe(const hs_device_kernels *k) { return k->moe_route != NULL; }
-static void run_moe(hs_device *d, ops_bufs *b)
-{
+static void run_moe(hs_device *d, ops_bufs *b) {
     int64_t n = 1024 * SZ(b);
     memcpy(b->e, b->a, (size_t)n * 8 * sizeof(float)); /* the logits become probabilities */
     d->k->moe_route(d->stream, b->ids, b->f, b->e, n, 8, 2, true, HS_DTYPE_F32);
@@ -201,8 +182,7 @@ static double w_moe(const ops_bufs *b) { return 2.0 * 2 * 1024 * SZ(b) * 256 * 4
  * selections (ids, i % 8) counted and the probabilities summed. */
 static int64_t s_n(const ops_bufs *b) { return 16384 * SZ(b); }
 static bool has_moe_stats(const hs_device_kernels *k) { return k->moe_stats != NULL; }
-static void run_moe_stats(hs_device *d, ops_bufs *b)
-{
+static void run_moe_stats(hs_device *d, ops_bufs *b) {
     memset(b->d, 0, 8 * sizeof(int64_t)); /* the statistics accumulate */
     memset(b->c, 0, 8 * sizeof(double));
     d->k->moe_stats(d->stream, (int64_t *)b->d, (double *)b->c, b->ids, b->a, s_n(b), 8, 2);
@@ -233,8 +213,7 @@ static const op_def ops[] = {
     {"moe stats", "16K|32K x 8, k 2", has_moe_stats, run_moe_stats, w_moe_stats, true},
 };
 
-static float *rnd(int64_t n, uint64_t seed)
-{
+static float *rnd(int64_t n, uint64_t seed) {
     float *p = malloc((size_t)n * sizeof *p);
     if (!p) hs_oom("bench ops: cannot allocate %lld floats", (long long)n);
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -245,8 +224,7 @@ static float *rnd(int64_t n, uint64_t seed)
     return p;
 }
 
-static int usage(FILE *f, const char *why)
-{
+static int usage(FILE *f, const char *why) {
     if (why) fprintf(f, "hypershard bench ops: %s\n", why);
     fprintf(f, "usage: hypershard bench ops [--quick] [--reps N]\n"
                "  --quick   the smaller shape of each op (the first of the two listed)\n"
@@ -255,8 +233,7 @@ static int usage(FILE *f, const char *why)
     return 2;
 }
 
-int hs_bench_ops(int argc, char **argv)
-{
+int hs_bench_ops(int argc, char **argv) {
     ops_bufs b = {0};
     int reps = 0;
     for (int i = 1; i < argc; i++) {
@@ -304,8 +281,8 @@ int hs_bench_ops(int argc, char **argv)
                 best = t < best ? t : best;
             }
             double rate = op->work(&b) / best / 1e9;
-            printf("%-20s %-22s %-10s %12.3f %9.2f %s\n", op->name, op->shape, d->name,
-                   best * 1e3, rate, op->bytes ? "GB/s" : "GFLOP/s");
+            printf("%-20s %-22s %-10s %12.3f %9.2f %s\n", op->name, op->shape, d->name, best * 1e3,
+                   rate, op->bytes ? "GB/s" : "GFLOP/s");
             hs_device_free(d);
         }
     }

@@ -58,8 +58,7 @@ typedef struct opts {
     int steps, layers, dim, seq, micro;
 } opts;
 
-static void config_for(const opts *o, pp_layout *l, int world)
-{
+static void config_for(const opts *o, pp_layout *l, int world) {
     hs_config *c = &l->cfg;
     hs_config_defaults(c);
     c->model.vocab_size = 4096;
@@ -78,8 +77,7 @@ static void config_for(const opts *o, pp_layout *l, int world)
     strcpy(c->optimizer.target, "adamw");
 }
 
-static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *e)
-{
+static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *e) {
     int world = hs_comm_size(c), rank = hs_comm_rank(c);
     config_for(o, l, world);
     l->T = o->seq;
@@ -90,8 +88,12 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
     l->M = hs_config_micro_batches(&l->cfg, &l->topo);
     int stage = hs_mesh_coords(l->mesh).pp;
     int V = l->virtual_stages;
-    hs_engine_env env = {.cfg = &l->cfg, .topo = &l->topo, .comm = c, .mesh = l->mesh,
-                         .dev = l->dev, .max_batch = 1,
+    hs_engine_env env = {.cfg = &l->cfg,
+                         .topo = &l->topo,
+                         .comm = c,
+                         .mesh = l->mesh,
+                         .dev = l->dev,
+                         .max_batch = 1,
                          .act_slots = hs_pp_slots(l->kind, l->pp, stage, l->M, V)};
     hs_pp_stage_chunks(&l->cfg, stage, &env.stage);
     s = hs_engine_create(&env, &l->en, e);
@@ -119,8 +121,7 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
     return HS_OK;
 }
 
-static void close_layout(pp_layout *l)
-{
+static void close_layout(pp_layout *l) {
     hs_pp_free(l->pp_ctx);
     hs_optim_free(l->optim);
     hs_engine_free(l->en);
@@ -132,22 +133,19 @@ static void close_layout(pp_layout *l)
     free(l->actions);
 }
 
-static hs_batch batch_of(void *ctx, int mb)
-{
+static hs_batch batch_of(void *ctx, int mb) {
     pp_layout *l = ctx;
     size_t off = (size_t)mb * (size_t)l->T;
     return (hs_batch){.tokens = l->tokens + off, .targets = l->targets + off, .B = 1, .T = l->T};
 }
 
-static void before_backward(void *ctx, int chunk, int mb, bool last)
-{
+static void before_backward(void *ctx, int chunk, int mb, bool last) {
     (void)chunk, (void)mb;
     pp_layout *l = ctx;
     hs_engine_begin_micro_batch(l->en, last, last, last);
 }
 
-static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e)
-{
+static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e) {
     hs_pg *world = hs_comm_world(c);
     hs_status s = hs_pg_barrier(world, e);
     if (s != HS_OK) return s;
@@ -179,8 +177,7 @@ static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e)
     return s;
 }
 
-static void print_table(const opts *o, pp_layout *ls, int n, int world)
-{
+static void print_table(const opts *o, pp_layout *ls, int n, int world) {
     printf("\n%d ranks, Llama dim %d, %d layers, seq %d, vocab %d, %d micro-batches of 1 "
            "sequence per data-parallel rank and step, fp32 AdamW; medians of %d steps\n",
            world, o->dim, o->layers, o->seq, ls[0].cfg.model.vocab_size, o->micro, o->steps);
@@ -192,31 +189,30 @@ static void print_table(const opts *o, pp_layout *ls, int n, int world)
         /* interleaving V chunks divides the fill and drain by V */
         double theory = (double)(l->pp - 1) / (double)(l->virtual_stages * l->M + l->pp - 1);
         printf("| PP %d x FSDP %d | %s%s | %d | %.1f | %.2f | %.2f | %.2f | %.1f |\n", l->pp,
-               world / l->pp, l->schedule, l->virtual_stages > 1 ? " V=2" : "", l->M, step * 1e3, busy, 1.0 - busy, theory,
-               (double)l->peak / (1 << 20));
+               world / l->pp, l->schedule, l->virtual_stages > 1 ? " V=2" : "", l->M, step * 1e3,
+               busy, 1.0 - busy, theory, (double)l->peak / (1 << 20));
     }
 }
 
-static int usage(FILE *f, const char *why)
-{
+static int usage(FILE *f, const char *why) {
     if (why) fprintf(f, "hypershard bench pp: %s\n", why);
     fputs("usage: mpiexec -n 4 hypershard bench pp [--quick] [--steps N] [--layers L] [--dim D]\n"
           "           [--seq T] [--micro M]\n"
           "PP 2 and PP 4 (x FSDP over the rest of the ranks), gpipe and 1f1b side by side:\n"
           "step time, measured bubble next to (p-1)/(M+p-1), device peak.\n"
           "Defaults: 8 steps, 8 layers, dim 256, seq 128, 8 micro-batches; --quick: 2 steps,\n"
-          "4 layers, dim 128, seq 32, 4 micro-batches.\n", f);
+          "4 layers, dim 128, seq 32, 4 micro-batches.\n",
+          f);
     return 2;
 }
 
-int hs_bench_pp(int argc, char **argv)
-{
+int hs_bench_pp(int argc, char **argv) {
     opts o = {.steps = 8, .layers = 8, .dim = 256, .seq = 128, .micro = 8};
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) return usage(stdout, NULL), 0;
-        if (!strcmp(s, "--quick")) o = (opts){.steps = 2, .layers = 4, .dim = 128, .seq = 32,
-                                             .micro = 4};
+        if (!strcmp(s, "--quick"))
+            o = (opts){.steps = 2, .layers = 4, .dim = 128, .seq = 32, .micro = 4};
         else if (!strcmp(s, "--steps") && i + 1 < argc) o.steps = atoi(argv[++i]);
         else if (!strcmp(s, "--layers") && i + 1 < argc) o.layers = atoi(argv[++i]);
         else if (!strcmp(s, "--dim") && i + 1 < argc) o.dim = atoi(argv[++i]);
@@ -238,7 +234,8 @@ int hs_bench_pp(int argc, char **argv)
     }
     int world = hs_comm_size(c), rank = hs_comm_rank(c);
     if (world < 2 || world % 2) {
-        if (rank == 0) fprintf(stderr, "hypershard bench pp: run under mpiexec -n 4 (an even world)\n");
+        if (rank == 0)
+            fprintf(stderr, "hypershard bench pp: run under mpiexec -n 4 (an even world)\n");
         hs_comm_finalize(c);
         return 2;
     }

@@ -21,7 +21,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-
 #include "bench_engine.h"
 #include "bench_util.h"
 #include "cli/commands.h"
@@ -50,27 +49,35 @@ typedef struct bench_opts {
  * and vocabulary but cuts depth, context and batch so a smoke run takes
  * seconds. */
 static const bench_model MODELS[] = {
-    {"demo", {"model.dim=128", "model.n_layers=4", "model.n_heads=4", "model.n_kv_heads=2",
-              "model.ffn_dim=384", "model.vocab_size=256", NULL}, 8, 64},
-    {"gpt2-small", {"model.dim=768", "model.n_layers=12", "model.n_heads=12",
-                    "model.n_kv_heads=12", "model.ffn_dim=2048", "model.vocab_size=50304", NULL},
-     4, 512},
+    {"demo",
+     {"model.dim=128", "model.n_layers=4", "model.n_heads=4", "model.n_kv_heads=2",
+      "model.ffn_dim=384", "model.vocab_size=256", NULL},
+     8,
+     64},
+    {"gpt2-small",
+     {"model.dim=768", "model.n_layers=12", "model.n_heads=12", "model.n_kv_heads=12",
+      "model.ffn_dim=2048", "model.vocab_size=50304", NULL},
+     4,
+     512},
 };
-static const bench_model GPT2_QUICK = {
-    "gpt2-small-quick", {"model.dim=768", "model.n_layers=2", "model.n_heads=12",
-                         "model.n_kv_heads=12", "model.ffn_dim=2048", "model.vocab_size=50304",
-                         NULL}, 1, 128};
+static const bench_model GPT2_QUICK = {"gpt2-small-quick",
+                                       {"model.dim=768", "model.n_layers=2", "model.n_heads=12",
+                                        "model.n_kv_heads=12", "model.ffn_dim=2048",
+                                        "model.vocab_size=50304", NULL},
+                                       1,
+                                       128};
 
 static int usage(FILE *f, const char *why) {
     if (why) fprintf(f, "hypershard bench step: %s\n", why);
-    fprintf(f, "usage: hypershard bench step [--quick] [--threads N] [--steps N] [--model NAME]\n"
-               "  --quick      seconds, not minutes: the demo model and a 2-layer, 128-token\n"
-               "               GPT-2-width model; a smaller sgemm\n"
-               "  --threads N  GEMM threads for the sgemm and the steps (default: OMP_NUM_THREADS,\n"
-               "               else every core)\n"
-               "  --steps N    timed steps per model after one warm-up (default 5, quick 2;\n"
-               "               the median of at most 64 counts)\n"
-               "  --model M    demo or gpt2-small only\n");
+    fprintf(f,
+            "usage: hypershard bench step [--quick] [--threads N] [--steps N] [--model NAME]\n"
+            "  --quick      seconds, not minutes: the demo model and a 2-layer, 128-token\n"
+            "               GPT-2-width model; a smaller sgemm\n"
+            "  --threads N  GEMM threads for the sgemm and the steps (default: OMP_NUM_THREADS,\n"
+            "               else every core)\n"
+            "  --steps N    timed steps per model after one warm-up (default 5, quick 2;\n"
+            "               the median of at most 64 counts)\n"
+            "  --model M    demo or gpt2-small only\n");
     return 2;
 }
 
@@ -233,9 +240,8 @@ static hs_status run_step(bench_run *r, const bench_model *bm, double *t_fb, dou
                           hs_error *e) {
     hs_batch b = {.tokens = r->tokens, .targets = r->targets, .B = bm->B, .T = bm->T};
     double t0 = hs_now();
-    hs_status s = hs_bench_engine_step(r->en, r->optim, r->params, r->n_params,
-                                       &r->cfg.optimizer, &b, 1.0f / (float)(bm->B * bm->T),
-                                       t_fb, e);
+    hs_status s = hs_bench_engine_step(r->en, r->optim, r->params, r->n_params, &r->cfg.optimizer,
+                                       &b, 1.0f / (float)(bm->B * bm->T), t_fb, e);
     *t_opt = hs_now() - t0 - *t_fb;
     return s;
 }
@@ -258,8 +264,10 @@ static hs_status time_model(const bench_model *bm, int steps, const sgemm_probe 
         mfu[i] = flops / tstep[i] / rate[i];
     }
     if (s != HS_OK) return s;
-    *out = (step_times){.step = hs_bench_median(tstep, steps), .fwd_bwd = hs_bench_median(tfb, steps),
-                        .optim = hs_bench_median(topt, steps), .sgemm = hs_bench_median(rate, steps),
+    *out = (step_times){.step = hs_bench_median(tstep, steps),
+                        .fwd_bwd = hs_bench_median(tfb, steps),
+                        .optim = hs_bench_median(topt, steps),
+                        .sgemm = hs_bench_median(rate, steps),
                         .mfu = hs_bench_median(mfu, steps)};
     out->best = tstep[0]; /* hs_bench_median() sorted it */
     return HS_OK;
@@ -291,9 +299,9 @@ static int bench_one(const bench_model *bm, int steps, const sgemm_probe *probe,
     res->flops_per_token = hs_model_flops_per_token(hs_engine_model(r.en), bm->T);
     printf("%-16s %6.1fM  dim %3d L %2d H %2d/%2d F %4d V %5d  B %d T %3d | step %7.3f s "
            "(fwd+bwd %.3f, optim %.3f; best %.3f)\n",
-           bm->name, (double)hs_model_param_count(hs_engine_model(r.en)) / 1e6, mc->dim, mc->n_layers,
-           mc->n_heads, mc->n_kv_heads, mc->ffn_dim, mc->vocab_size, bm->B, bm->T, t->step,
-           t->fwd_bwd, t->optim, t->best);
+           bm->name, (double)hs_model_param_count(hs_engine_model(r.en)) / 1e6, mc->dim,
+           mc->n_layers, mc->n_heads, mc->n_kv_heads, mc->ffn_dim, mc->vocab_size, bm->B, bm->T,
+           t->step, t->fwd_bwd, t->optim, t->best);
     fflush(stdout);
     run_close(&r);
     return 0;
@@ -302,8 +310,8 @@ static int bench_one(const bench_model *bm, int steps, const sgemm_probe *probe,
 static void print_summary(const bench_result *r) {
     const step_times *t = &r->t;
     double tps = (double)r->tokens / t->step;
-    printf("%-16s %8.0f tok/s | model %6.1f GFLOP/s | sgemm %6.1f GFLOP/s | MFU %5.1f%%\n",
-           r->name, tps, r->flops_per_token * tps / 1e9, t->sgemm / 1e9, 100.0 * t->mfu);
+    printf("%-16s %8.0f tok/s | model %6.1f GFLOP/s | sgemm %6.1f GFLOP/s | MFU %5.1f%%\n", r->name,
+           tps, r->flops_per_token * tps / 1e9, t->sgemm / 1e9, 100.0 * t->mfu);
 }
 
 int hs_bench_step(int argc, char **argv) {

@@ -22,20 +22,33 @@
 #include "bench_util.h"
 #include "cli/commands.h"
 
-static int layouts(int world, hs_bench_layout *ls)
-{
-    ls[0] = (hs_bench_layout){.name = "FSDP W", .prefix = "fsdp", .mp_dim = "tp", .tp = 1,
-                              .cp = 1, .shard = world, .mbs = 2};
-    ls[1] = (hs_bench_layout){.name = "TP 2 x FSDP W/2", .prefix = "tp2", .mp_dim = "tp",
-                              .tp = 2, .cp = 1, .shard = world / 2, .mbs = 4};
-    ls[2] = (hs_bench_layout){.name = "TP 2 x FSDP W/2, SP + loss parallel", .prefix = "tp2sp",
-                              .mp_dim = "tp", .tp = 2, .cp = 1, .shard = world / 2, .mbs = 4,
+static int layouts(int world, hs_bench_layout *ls) {
+    ls[0] = (hs_bench_layout){.name = "FSDP W",
+                              .prefix = "fsdp",
+                              .mp_dim = "tp",
+                              .tp = 1,
+                              .cp = 1,
+                              .shard = world,
+                              .mbs = 2};
+    ls[1] = (hs_bench_layout){.name = "TP 2 x FSDP W/2",
+                              .prefix = "tp2",
+                              .mp_dim = "tp",
+                              .tp = 2,
+                              .cp = 1,
+                              .shard = world / 2,
+                              .mbs = 4};
+    ls[2] = (hs_bench_layout){.name = "TP 2 x FSDP W/2, SP + loss parallel",
+                              .prefix = "tp2sp",
+                              .mp_dim = "tp",
+                              .tp = 2,
+                              .cp = 1,
+                              .shard = world / 2,
+                              .mbs = 4,
                               .sp = true};
     return 3;
 }
 
-static void print_table(const hs_bench_opts *o, hs_bench_layout *ls, int n, int world)
-{
+static void print_table(const hs_bench_opts *o, hs_bench_layout *ls, int n, int world) {
     const hs_config *c = &ls[0].cfg;
     printf("\n%d ranks, Llama dim %d, %d layers, %d/%d heads, ffn %d, vocab %d, seq %d, global "
            "batch %d sequences, fp32 AdamW; medians of %d steps, slowest rank\n",
@@ -53,8 +66,7 @@ static void print_table(const hs_bench_opts *o, hs_bench_layout *ls, int n, int 
     }
 }
 
-int hs_bench_tp(int argc, char **argv)
-{
+int hs_bench_tp(int argc, char **argv) {
     static const hs_bench_spec spec = {
         .name = "tp",
         .usage = "usage: mpiexec -n 4 hypershard bench tp [--quick] [--steps N] [--layers L] "

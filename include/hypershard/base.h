@@ -72,24 +72,25 @@ _Noreturn void hs_panic_at(const char *file, int line, const char *fmt, ...)
 /* Out of memory: "hypershard: out of memory: <message>" with what to
  * change, then _exit(1). */
 _Noreturn void hs_oom(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-#define HS_ASSERT(cond)                                                      \
-    do {                                                                     \
-        if (!(cond)) hs_panic_at(__FILE__, __LINE__, "assertion failed: %s", #cond); \
+#define HS_ASSERT(cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond)) hs_panic_at(__FILE__, __LINE__, "assertion failed: %s", #cond);               \
     } while (0)
 
 /* Checked libc calls for things that cannot fail in a healthy process
  * (e.g. pthread_create). A failure aborts naming file, line, the call,
  * strerror and a hint. For user-caused failures use the status-returning
  * helpers below. */
-#define HS_CHECK_ERRNO(call, hint)                                           \
-    do {                                                                     \
-        if ((call) != 0) hs_panic_at(__FILE__, __LINE__, "%s failed: %s (%s)", #call, \
-                                     hs_strerror_errno(), (hint));           \
+#define HS_CHECK_ERRNO(call, hint)                                                                 \
+    do {                                                                                           \
+        if ((call) != 0)                                                                           \
+            hs_panic_at(__FILE__, __LINE__, "%s failed: %s (%s)", #call, hs_strerror_errno(),      \
+                        (hint));                                                                   \
     } while (0)
-#define HS_CHECK_PTHREAD(call)                                               \
-    do {                                                                     \
-        int hs__rc = (call);                                                 \
-        if (hs__rc != 0) hs_panic_at(__FILE__, __LINE__, "%s failed: error %d", #call, hs__rc); \
+#define HS_CHECK_PTHREAD(call)                                                                     \
+    do {                                                                                           \
+        int hs__rc = (call);                                                                       \
+        if (hs__rc != 0) hs_panic_at(__FILE__, __LINE__, "%s failed: error %d", #call, hs__rc);    \
     } while (0)
 const char *hs_strerror_errno(void);
 

@@ -73,16 +73,16 @@
 typedef struct hs_ckpt_tensor {
     const char *name;
     hs_dtype dtype;
-    int ndim; /* 1..HS_TENSOR_MAX_DIMS */
+    int ndim;                           /* 1..HS_TENSOR_MAX_DIMS */
     int64_t shape[HS_TENSOR_MAX_DIMS];  /* logical global shape */
     int64_t offset[HS_TENSOR_MAX_DIMS]; /* this rank's chunk: global start per dim */
     int64_t size[HS_TENSOR_MAX_DIMS];   /* this rank's chunk: extent per dim (0 ok) */
     void *data;                         /* the chunk, contiguous row-major */
-    hs_device *dev; /* NULL: `data` is host memory; else it is dev's device
+    hs_device *dev;                     /* NULL: `data` is host memory; else it is dev's device
                      * memory, which this layer never touches itself: a save
                      * copies it D2H piece by piece into a host bounce buffer,
                      * a load reads into host memory and copies it H2D */
-    int64_t storage_rows; /* load only: dim-0 rows of the buffer behind `data`
+    int64_t storage_rows;               /* load only: dim-0 rows of the buffer behind `data`
                            * (padded communication storage); 0 = size[0] */
 } hs_ckpt_tensor;
 
@@ -206,8 +206,8 @@ typedef struct hs_st_file hs_st_file;
  * twice; errors name the file and the tensor. */
 hs_status hs_safetensors_open(const char *path, hs_st_file **out, hs_error *e);
 /* The same from a whole file's len bytes in memory; path names it in errors. */
-hs_status hs_safetensors_open_mem(const char *path, const void *buf, size_t len,
-                                  hs_st_file **out, hs_error *e);
+hs_status hs_safetensors_open_mem(const char *path, const void *buf, size_t len, hs_st_file **out,
+                                  hs_error *e);
 void hs_safetensors_close(hs_st_file *f);
 int hs_safetensors_count(const hs_st_file *f);
 const hs_st_tensor *hs_safetensors_tensor(const hs_st_file *f, int i);
@@ -235,8 +235,7 @@ hs_status hs_hf_config_write(const hs_model_config *mc, int max_position, const 
                              const char *path, hs_error *e);
 /* Fill the model fields of *mc from a config.json written by us or by
  * transformers (other fields of *mc are left as they are). */
-hs_status hs_hf_config_read(const char *path, hs_model_config *mc, int *max_position,
-                            hs_error *e);
+hs_status hs_hf_config_read(const char *path, hs_model_config *mc, int *max_position, hs_error *e);
 /* The same from len bytes of config.json text; path names it in errors.
  * Every integer is checked to fit (sizes >= 1), numbers to be finite, the
  * heads to divide; errors name the file and the key. */

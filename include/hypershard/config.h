@@ -26,8 +26,8 @@
 #define HS_MP_NULL (-1)
 #define HS_PATH_MAX 1024
 #define HS_NAME_MAX 64
-#define HS_PP_MAX_STAGES 64  /* pp_size x pp_virtual_stages */
-#define HS_PP_MAX_VIRTUAL 8  /* pp_virtual_stages */
+#define HS_PP_MAX_STAGES 64 /* pp_size x pp_virtual_stages */
+#define HS_PP_MAX_VIRTUAL 8 /* pp_virtual_stages */
 /* Actions of one stage's schedule, 2 x micro-batches x virtual stages: the
  * stage holds them all and the plan replays them. */
 #define HS_PP_MAX_ACTIONS (1 << 20)
@@ -116,7 +116,7 @@ typedef struct hs_train_config {
     int seq_len;
     long long seed;
     bool activation_checkpointing;
-    int threads;    /* 0 (null): OMP_NUM_THREADS, else cores / ranks on the node */
+    int threads; /* 0 (null): OMP_NUM_THREADS, else cores / ranks on the node */
     int log_every;
     int eval_every; /* 0: no periodic eval */
     char out_dir[HS_PATH_MAX];
@@ -131,9 +131,9 @@ typedef struct hs_data_config {
 } hs_data_config;
 
 typedef struct hs_ckpt_config {
-    char dir[HS_PATH_MAX];     /* "" when null: no checkpoints */
-    int save_every;            /* 0: only at the end (if dir set) */
-    char resume[HS_PATH_MAX];  /* "none" | "auto" | a path */
+    char dir[HS_PATH_MAX];    /* "" when null: no checkpoints */
+    int save_every;           /* 0: only at the end (if dir set) */
+    char resume[HS_PATH_MAX]; /* "none" | "auto" | a path */
     int keep_last;
 } hs_ckpt_config;
 

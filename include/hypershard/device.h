@@ -55,7 +55,12 @@ typedef enum hs_device_kind {
     HS_DEVICE_KIND_COUNT
 } hs_device_kind;
 
-typedef enum hs_copy_kind { HS_COPY_H2D = 0, HS_COPY_D2H, HS_COPY_D2D, HS_COPY_KIND_COUNT } hs_copy_kind;
+typedef enum hs_copy_kind {
+    HS_COPY_H2D = 0,
+    HS_COPY_D2H,
+    HS_COPY_D2D,
+    HS_COPY_KIND_COUNT
+} hs_copy_kind;
 
 typedef struct hs_device hs_device;
 typedef struct hs_mem_cache hs_mem_cache;
@@ -76,21 +81,21 @@ typedef struct hs_event {
 /* ------------------------------------------------------------------ memory */
 
 typedef struct hs_device_ops {
-    void *(*alloc)(hs_device *d, size_t bytes);         /* device pool */
+    void *(*alloc)(hs_device *d, size_t bytes); /* device pool */
     void (*free)(hs_device *d, void *p);
-    void *(*host_alloc)(hs_device *d, size_t bytes);    /* host pool   */
+    void *(*host_alloc)(hs_device *d, size_t bytes); /* host pool   */
     void (*host_free)(hs_device *d, void *p);
     void (*memset)(hs_stream *s, void *p, int value, size_t bytes);
     void (*copy)(hs_stream *s, void *dst, const void *src, size_t bytes, hs_copy_kind kind);
-    void *(*stream_create)(hs_device *d);               /* returns the stream's ctx */
+    void *(*stream_create)(hs_device *d); /* returns the stream's ctx */
     void (*stream_destroy)(hs_device *d, void *ctx);
-    void *(*event_create)(hs_device *d);                /* returns the event's ctx */
+    void *(*event_create)(hs_device *d); /* returns the event's ctx */
     void (*event_destroy)(hs_device *d, void *ctx);
     void (*event_record)(hs_event *e, hs_stream *s);
-    void (*stream_wait)(hs_stream *s, hs_event *e);     /* s waits for e, the host does not */
-    void (*event_synchronize)(hs_event *e);             /* the host waits for e */
+    void (*stream_wait)(hs_stream *s, hs_event *e); /* s waits for e, the host does not */
+    void (*event_synchronize)(hs_event *e);         /* the host waits for e */
     void (*stream_synchronize)(hs_stream *s);
-    void (*synchronize)(hs_device *d);                  /* every stream */
+    void (*synchronize)(hs_device *d); /* every stream */
 } hs_device_ops;
 
 /* ----------------------------------------------------------------- kernels */
@@ -99,8 +104,8 @@ typedef struct hs_device_ops {
  * optimizer and used in fp32). */
 typedef struct hs_adamw_hparams {
     float beta1, beta2, one_minus_beta1, one_minus_beta2;
-    float step_size;    /* lr / (1 - beta1^t) */
-    float bias2_sqrt;   /* sqrt(1 - beta2^t) */
+    float step_size;  /* lr / (1 - beta1^t) */
+    float bias2_sqrt; /* sqrt(1 - beta2^t) */
     float eps;
     float decay_factor; /* 1 - lr * wd, or 1 when the param is excluded */
 } hs_adamw_hparams;
@@ -156,7 +161,7 @@ typedef struct hs_device_kernels {
     /* y = 0 + x: a fresh fp32 accumulator takes the bits adding into zeros
      * gives (-0 becomes +0), which a copy does not. */
     void (*add_to_zero)(hs_stream *s, float *y, const float *x, int64_t n);
-    void (*sumsq)(hs_stream *s, double *out, const float *x, int64_t n);      /* fp64 */
+    void (*sumsq)(hs_stream *s, double *out, const float *x, int64_t n); /* fp64 */
     /* x[i] := (float)(dt)x[i] on n fp32 values, the value a cast to dt and
      * back gives (the backward of a cast; a cast on fp32-held data); a
      * no-op for fp32. */
@@ -176,15 +181,15 @@ typedef struct hs_device_kernels {
     void (*rmsnorm_fwd)(hs_stream *s, void *out, float *rstd, const void *x, hs_dtype xdt,
                         const void *w, hs_dtype dt, int64_t N, int C, float eps);
     void (*rmsnorm_bwd)(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const float *dout,
-                        const void *x, hs_dtype xdt, const void *w, const float *rstd,
-                        hs_dtype dt, int64_t N, int C, double *ws);
+                        const void *x, hs_dtype xdt, const void *w, const float *rstd, hs_dtype dt,
+                        int64_t N, int C, double *ws);
     /* Hugging Face rotate_half layout; tables [T, HD/2] fp32; in place on
      * x [B,T,H*HD] (dt) and on the fp32 gradient (inverse rotation). */
     void (*rope_tables)(hs_stream *s, float *cos_t, float *sin_t, int T, int HD, double theta);
     void (*rope_fwd)(hs_stream *s, void *x, hs_dtype dt, const float *cos_t, const float *sin_t,
                      int B, int T, int H, int HD);
-    void (*rope_bwd)(hs_stream *s, float *dx, const float *cos_t, const float *sin_t, int B,
-                     int T, int H, int HD);
+    void (*rope_bwd)(hs_stream *s, float *dx, const float *cos_t, const float *sin_t, int B, int T,
+                     int H, int HD);
     /* out = silu(gate) * up; backward stores over dgate/dup when overwrite;
      * dout may be dgate (each element is read before it is written) */
     void (*swiglu_fwd)(hs_stream *s, void *out, const void *gate, const void *up, hs_dtype dt,
@@ -195,8 +200,8 @@ typedef struct hs_device_kernels {
      * fp32; out in odt. Backward accumulates dq, dk, dv (fp32). w: NULL or
      * the caller's workspace (hs_att_work). */
     void (*attention_fwd)(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
-                          const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
-                          int HD, const hs_att_rows *r, const hs_att_work *w);
+                          const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH, int HD,
+                          const hs_att_rows *r, const hs_att_work *w);
     void (*attention_bwd)(hs_stream *s, float *dq, float *dk, float *dv, const float *dout,
                           const void *out, hs_dtype odt, const void *q, const void *k,
                           const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
@@ -223,18 +228,16 @@ typedef struct hs_device_kernels {
      * gradient in place of its logits: (softmax - onehot) * scale, 0 on
      * rows whose target is < 0. */
     void (*xent_shard_max)(hs_stream *s, float *row_max, const float *logits, int64_t N, int V);
-    void (*xent_shard_sums)(hs_stream *s, float *row_sumexp, float *row_target,
-                            const float *logits, const float *gmax, const int32_t *targets,
-                            int64_t N, int V, int64_t v0);
-    void (*xent_shard_grad)(hs_stream *s, float *logits, const float *gmax,
-                            const float *row_sumexp, const int32_t *targets, int64_t N, int V,
-                            int64_t v0, float scale);
+    void (*xent_shard_sums)(hs_stream *s, float *row_sumexp, float *row_target, const float *logits,
+                            const float *gmax, const int32_t *targets, int64_t N, int V,
+                            int64_t v0);
+    void (*xent_shard_grad)(hs_stream *s, float *logits, const float *gmax, const float *row_sumexp,
+                            const int32_t *targets, int64_t N, int V, int64_t v0, float scale);
     /* The vocab-parallel loss once the sums are reduced: *loss = sum over
      * rows with target >= 0 of gmax + log(row_sumexp) - row_target, added
      * in row order in fp64 (a host scalar, as xent's). */
-    void (*xent_shard_loss)(hs_stream *s, double *loss, const float *gmax,
-                            const float *row_sumexp, const float *row_target,
-                            const int32_t *targets, int64_t N);
+    void (*xent_shard_loss)(hs_stream *s, double *loss, const float *gmax, const float *row_sumexp,
+                            const float *row_target, const int32_t *targets, int64_t N);
     /* Over the vocabulary rows [v0, v0 + V) that wte (V rows of C) holds:
      * out[n] = wte[tokens[n] - v0] stored as odt, zeros where tokens[n] is
      * outside the range; dwte[tokens[n] - v0] += dout[n] for the tokens
@@ -261,10 +264,10 @@ typedef struct hs_device_kernels {
      * from dw: per token, dp = aux_grad (or 0) plus d loss / d probs
      * through the renormalisation over the chosen (the unrounded weights
      * rebuilt from probs), then through the softmax: d loss / d logits. */
-    void (*moe_route)(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N,
-                      int E, int K, bool renorm, hs_dtype dt);
-    void (*moe_permute)(hs_stream *s, void *xg, const void *x, const int32_t *row_pair,
-                        hs_dtype dt, int64_t N, int K, int C);
+    void (*moe_route)(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N, int E,
+                      int K, bool renorm, hs_dtype dt);
+    void (*moe_permute)(hs_stream *s, void *xg, const void *x, const int32_t *row_pair, hs_dtype dt,
+                        int64_t N, int K, int C);
     /* moe_permute's backward: dx[row_pair[r] / K] += dxg[r] (fp32 rows of
      * C), grouped rows r = 0..N*K-1 added in that order. */
     void (*moe_permute_bwd)(hs_stream *s, float *dx, const float *dxg, const int32_t *row_pair,
@@ -312,16 +315,16 @@ typedef struct hs_device_kernels {
      * NULL. */
     void (*muon_momentum)(hs_stream *s, float *dir, float *buf, const float *g, float mu,
                           bool nesterov, int64_t n);
-    void (*muon_newton_schulz)(hs_stream *s, float *out, const float *g, int64_t rows,
-                               int64_t cols, int steps, float *ws);
+    void (*muon_newton_schulz)(hs_stream *s, float *out, const float *g, int64_t rows, int64_t cols,
+                               int steps, float *ws);
     /* Muon's update: p = p * decay_factor - step * u in fp32 (torch's
      * mul_ then add_), p read in pdt and the result rounded once to it. */
     void (*muon_update)(hs_stream *s, void *p, hs_dtype pdt, const float *u, float decay_factor,
                         float step, int64_t n);
     /* FSDP shard pack/unpack: `rows` rows of row_bytes between strided
      * buffers (a 2-D copy; dst and src do not overlap). */
-    void (*copy_2d)(hs_stream *s, void *dst, size_t dst_stride, const void *src,
-                    size_t src_stride, int64_t rows, size_t row_bytes);
+    void (*copy_2d)(hs_stream *s, void *dst, size_t dst_stride, const void *src, size_t src_stride,
+                    int64_t rows, size_t row_bytes);
 } hs_device_kernels;
 
 struct hs_device {
@@ -358,7 +361,9 @@ void hs_device_free(hs_device *d);
 
 static inline void *hs_device_alloc(hs_device *d, size_t bytes) { return d->ops->alloc(d, bytes); }
 static inline void hs_device_free_mem(hs_device *d, void *p) { d->ops->free(d, p); }
-static inline void *hs_host_alloc(hs_device *d, size_t bytes) { return d->ops->host_alloc(d, bytes); }
+static inline void *hs_host_alloc(hs_device *d, size_t bytes) {
+    return d->ops->host_alloc(d, bytes);
+}
 static inline void hs_host_free(hs_device *d, void *p) { d->ops->host_free(d, p); }
 /* The host reads or writes d's device memory itself between these two
  * calls: only the mpi process group does, for the buffers of a collective
@@ -372,8 +377,7 @@ void hs_device_host_access_end(hs_device *d);
 void hs_device_copy_async(hs_stream *s, void *dst, const void *src, size_t bytes,
                           hs_copy_kind kind);
 void hs_device_copy(hs_device *d, void *dst, const void *src, size_t bytes, hs_copy_kind kind);
-static inline void hs_device_memset(hs_stream *s, void *p, int value, size_t bytes)
-{
+static inline void hs_device_memset(hs_stream *s, void *p, int value, size_t bytes) {
     s->dev->ops->memset(s, p, value, bytes);
 }
 static inline void hs_device_synchronize(hs_device *d) { d->ops->synchronize(d); }
@@ -383,84 +387,78 @@ static inline void hs_device_synchronize(hs_device *d) { d->ops->synchronize(d);
 static inline void hs_dev_gemm(hs_device *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                                float alpha, const void *A, hs_dtype a_dt, int64_t lda,
                                const void *B, hs_dtype b_dt, int64_t ldb, float beta, void *C,
-                               hs_dtype c_dt, int64_t ldc)
-{
-    hs_gemm_shape g = {.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K, .alpha = alpha,
-                       .beta = beta, .a_dt = a_dt, .b_dt = b_dt, .c_dt = c_dt, .lda = lda,
-                       .ldb = ldb, .ldc = ldc};
+                               hs_dtype c_dt, int64_t ldc) {
+    hs_gemm_shape g = {.trans_a = ta,
+                       .trans_b = tb,
+                       .M = M,
+                       .N = N,
+                       .K = K,
+                       .alpha = alpha,
+                       .beta = beta,
+                       .a_dt = a_dt,
+                       .b_dt = b_dt,
+                       .c_dt = c_dt,
+                       .lda = lda,
+                       .ldb = ldb,
+                       .ldc = ldc};
     d->k->gemm(d->stream, C, A, B, &g);
 }
 static inline void hs_dev_convert(hs_device *d, void *dst, hs_dtype dst_dt, const void *src,
-                                  hs_dtype src_dt, int64_t n)
-{
+                                  hs_dtype src_dt, int64_t n) {
     d->k->convert(d->stream, dst, dst_dt, src, src_dt, n);
 }
-static inline void hs_dev_convert_scaled(hs_device *d, float *dst, const void *src,
-                                         hs_dtype src_dt, float a, int64_t n)
-{
+static inline void hs_dev_convert_scaled(hs_device *d, float *dst, const void *src, hs_dtype src_dt,
+                                         float a, int64_t n) {
     d->k->convert_scaled(d->stream, dst, src, src_dt, a, n);
 }
 static inline void hs_dev_rng_normal(hs_device *d, float *x, int64_t n, uint64_t seed,
-                                     uint64_t stream, int64_t offset, float mean, float std)
-{
+                                     uint64_t stream, int64_t offset, float mean, float std) {
     d->k->rng_normal(d->stream, x, n, seed, stream, offset, mean, std);
 }
-static inline void hs_dev_fill(hs_device *d, float *x, int64_t n, float v)
-{
+static inline void hs_dev_fill(hs_device *d, float *x, int64_t n, float v) {
     d->k->fill(d->stream, x, v, n);
 }
-static inline void hs_dev_axpy(hs_device *d, float *y, float a, const float *x, int64_t n)
-{
+static inline void hs_dev_axpy(hs_device *d, float *y, float a, const float *x, int64_t n) {
     d->k->axpy(d->stream, y, x, a, n);
 }
-static inline void hs_dev_scale(hs_device *d, float *x, float a, int64_t n)
-{
+static inline void hs_dev_scale(hs_device *d, float *x, float a, int64_t n) {
     d->k->scale(d->stream, x, a, n);
 }
-static inline void hs_dev_add(hs_device *d, float *y, const float *x, int64_t n)
-{
+static inline void hs_dev_add(hs_device *d, float *y, const float *x, int64_t n) {
     d->k->add(d->stream, y, x, n);
 }
-static inline void hs_dev_add_to_zero(hs_device *d, float *y, const float *x, int64_t n)
-{
+static inline void hs_dev_add_to_zero(hs_device *d, float *y, const float *x, int64_t n) {
     d->k->add_to_zero(d->stream, y, x, n);
 }
-static inline void hs_dev_round(hs_device *d, float *x, hs_dtype dt, int64_t n)
-{
+static inline void hs_dev_round(hs_device *d, float *x, hs_dtype dt, int64_t n) {
     d->k->round(d->stream, x, dt, n);
 }
 static inline void hs_dev_add_cast(hs_device *d, void *out, hs_dtype odt, const void *a,
-                                   hs_dtype adt, const void *b, hs_dtype bdt, int64_t n)
-{
+                                   hs_dtype adt, const void *b, hs_dtype bdt, int64_t n) {
     d->k->add_cast(d->stream, out, odt, a, adt, b, bdt, n);
 }
-static inline double hs_dev_sumsq(hs_device *d, const float *x, int64_t n)
-{
+static inline double hs_dev_sumsq(hs_device *d, const float *x, int64_t n) {
     double s = 0.0;
     d->k->sumsq(d->stream, &s, x, n);
     return s;
 }
 /* dst <- src, `bytes` of device memory (no overlap): the table's copy_2d
  * of one row; and p <- 0 by the memory table's memset. */
-static inline void hs_dev_copy(hs_device *d, void *dst, const void *src, size_t bytes)
-{
+static inline void hs_dev_copy(hs_device *d, void *dst, const void *src, size_t bytes) {
     d->k->copy_2d(d->stream, dst, bytes, src, bytes, 1, bytes);
 }
 static inline void hs_dev_copy_2d(hs_device *d, void *dst, size_t dst_stride, const void *src,
-                                  size_t src_stride, int64_t rows, size_t row_bytes)
-{
+                                  size_t src_stride, int64_t rows, size_t row_bytes) {
     d->k->copy_2d(d->stream, dst, dst_stride, src, src_stride, rows, row_bytes);
 }
-static inline void hs_dev_zero(hs_device *d, void *p, size_t bytes)
-{
+static inline void hs_dev_zero(hs_device *d, void *p, size_t bytes) {
     d->ops->memset(d->stream, p, 0, bytes);
 }
 /* hs_xent_forward_backward through the table: the loss, *valid (may be
  * NULL) the rows used. */
 static inline double hs_dev_xent(hs_device *d, float *dlogits, const float *logits,
                                  const int32_t *targets, int64_t N, int V, float scale,
-                                 int64_t *valid)
-{
+                                 int64_t *valid) {
     double loss = 0.0;
     int64_t used = 0;
     d->k->xent(d->stream, &loss, &used, dlogits, logits, targets, N, V, scale);
@@ -491,11 +489,11 @@ typedef void *(*hs_raw_alloc_fn)(void *ctx, size_t bytes);
 typedef void (*hs_raw_free_fn)(void *ctx, void *p);
 
 typedef struct hs_mem_cache_stats {
-    int64_t in_use;        /* bytes the callers asked for, live: hs_pool_current */
-    int64_t peak;          /* the most in_use has been: hs_pool_peak */
-    int64_t reserved;      /* class bytes taken from raw_alloc and not trimmed */
+    int64_t in_use;   /* bytes the callers asked for, live: hs_pool_current */
+    int64_t peak;     /* the most in_use has been: hs_pool_peak */
+    int64_t reserved; /* class bytes taken from raw_alloc and not trimmed */
     int64_t reserved_peak;
-    int64_t hits, misses;  /* requests served from a free list / by raw_alloc */
+    int64_t hits, misses; /* requests served from a free list / by raw_alloc */
 } hs_mem_cache_stats;
 
 size_t hs_mem_cache_class(size_t bytes);
@@ -588,26 +586,17 @@ static inline double hs_row_sum(const float *x, int n) {
 
 static inline float hs_ld(const void *p, hs_dtype dt, int64_t i) {
     switch (dt) {
-    case HS_DTYPE_BF16:
-        return hs_bf16_to_f32(((const uint16_t *)p)[i]);
-    case HS_DTYPE_F16:
-        return hs_f16_to_f32(((const uint16_t *)p)[i]);
-    default:
-        return ((const float *)p)[i];
+    case HS_DTYPE_BF16: return hs_bf16_to_f32(((const uint16_t *)p)[i]);
+    case HS_DTYPE_F16: return hs_f16_to_f32(((const uint16_t *)p)[i]);
+    default: return ((const float *)p)[i];
     }
 }
 
 static inline void hs_st(void *p, hs_dtype dt, int64_t i, float v) {
     switch (dt) {
-    case HS_DTYPE_BF16:
-        ((uint16_t *)p)[i] = hs_f32_to_bf16(v);
-        break;
-    case HS_DTYPE_F16:
-        ((uint16_t *)p)[i] = hs_f32_to_f16(v);
-        break;
-    default:
-        ((float *)p)[i] = v;
-        break;
+    case HS_DTYPE_BF16: ((uint16_t *)p)[i] = hs_f32_to_bf16(v); break;
+    case HS_DTYPE_F16: ((uint16_t *)p)[i] = hs_f32_to_f16(v); break;
+    default: ((float *)p)[i] = v; break;
     }
 }
 
@@ -619,8 +608,7 @@ static inline void hs_acc(void *p, hs_dtype dt, int64_t i, float v) {
 /* sum_i x[i] * y[off + i] over i < n, y read in dtype dt, in the fp64
  * lanes of hs_row_sum; inlined per dtype where dt is a constant. */
 static inline __attribute__((always_inline)) double hs_row_dot_ld(const float *x, const void *y,
-                                                                 hs_dtype dt, int64_t off,
-                                                                 int n) {
+                                                                  hs_dtype dt, int64_t off, int n) {
     double acc[HS_LANES] = {0.0}, s = 0.0;
     int i = 0;
     for (; i + HS_LANES <= n; i += HS_LANES)
@@ -685,8 +673,8 @@ void hs_rmsnorm_forward_x(void *out /* N,C */, float *rstd /* N */, const void *
 int64_t hs_rmsnorm_backward_scratch(int64_t N, int C);
 void hs_rmsnorm_backward_x(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
                            const float *dout /* N,C */, const void *x /* N,C */, hs_dtype xdt,
-                           const void *w /* C */, const float *rstd /* N */, hs_dtype dt,
-                           int64_t N, int C, double *part);
+                           const void *w /* C */, const float *rstd /* N */, hs_dtype dt, int64_t N,
+                           int C, double *part);
 
 /* ------------------------------------------------------------------ rope */
 
@@ -721,8 +709,7 @@ void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
 /* Each query row's D = sum over its head dim of dO * O (O the forward's
  * output in dt), which the backward of every key tile needs. */
 void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*HD */,
-                        const void *out /* B,T,NH*HD */, hs_dtype dt, int B, int T, int NH,
-                        int HD);
+                        const void *out /* B,T,NH*HD */, hs_dtype dt, int B, int T, int NH, int HD);
 /* delta: from hs_attention_delta. dout16: dout rounded to a 16-bit dt
  * whose GEMM is native, for 16-bit products throughout (P and dS rounded
  * too); NULL: fp32 dout, P and dS go to the mixed-dtype GEMM. */

@@ -37,9 +37,9 @@
 #include "hypershard/optim.h"
 
 /* torch.chunk shard of dim-0 length d0 over w ranks: rows held by rank r. */
-int64_t hs_fsdp_chunk_rows(int64_t d0, int w);              /* C = ceil(d0/w) */
-int64_t hs_fsdp_actual_rows(int64_t d0, int w, int r);      /* actual(r)      */
-int64_t hs_fsdp_row_offset(int64_t d0, int w, int r);       /* min(r*C, d0)   */
+int64_t hs_fsdp_chunk_rows(int64_t d0, int w);         /* C = ceil(d0/w) */
+int64_t hs_fsdp_actual_rows(int64_t d0, int w, int r); /* actual(r)      */
+int64_t hs_fsdp_row_offset(int64_t d0, int w, int r);  /* min(r*C, d0)   */
 
 typedef struct hs_fsdp hs_fsdp;
 

@@ -54,10 +54,10 @@ typedef enum hs_mesh_dim {
     HS_DIM_DP_CP,          /* flattened dp x cp (loss / batch averaging)   */
     HS_DIM_FSDP_REPLICATE, /* fsdp_non_moe_mesh dims                       */
     HS_DIM_FSDP_SHARD,
-    HS_DIM_FSDP,           /* flattened replicate x shard (= DP_CP ranks)  */
-    HS_DIM_EDP_REPLICATE,  /* fsdp_moe_mesh dims                           */
+    HS_DIM_FSDP,          /* flattened replicate x shard (= DP_CP ranks)  */
+    HS_DIM_EDP_REPLICATE, /* fsdp_moe_mesh dims                           */
     HS_DIM_EDP_SHARD,
-    HS_DIM_EDP,            /* flattened edp_replicate x edp_shard          */
+    HS_DIM_EDP, /* flattened edp_replicate x edp_shard          */
     HS_DIM_EP,
     HS_DIM_COUNT
 } hs_mesh_dim;
@@ -96,8 +96,8 @@ typedef struct hs_mesh hs_mesh;
 hs_status hs_mesh_create(hs_comm *c, const hs_topology *t, hs_mesh **out, hs_error *e);
 /* The same with groups named "<prefix>.<dim>", so meshes of several layouts
  * live in one process (benchmarks); prefix NULL or "": hs_mesh_create. */
-hs_status hs_mesh_create_named(hs_comm *c, const hs_topology *t, const char *prefix,
-                               hs_mesh **out, hs_error *e);
+hs_status hs_mesh_create_named(hs_comm *c, const hs_topology *t, const char *prefix, hs_mesh **out,
+                               hs_error *e);
 void hs_mesh_free(hs_mesh *m);
 const hs_topology *hs_mesh_topology(const hs_mesh *m);
 hs_coords hs_mesh_coords(const hs_mesh *m);

@@ -75,11 +75,11 @@ typedef struct hs_param {
     bool on_ep_mesh;
     int64_t local_shape[HS_TENSOR_MAX_DIMS];
     int64_t local_offset[HS_TENSOR_MAX_DIMS];
-    int unit;                          /* owning unit (0 = root) */
-    void *data;                        /* unsharded compute view (local shape), compute_dtype */
-    void *grad;                        /* unsharded gradient (local shape), grad_dtype */
+    int unit;   /* owning unit (0 = root) */
+    void *data; /* unsharded compute view (local shape), compute_dtype */
+    void *grad; /* unsharded gradient (local shape), grad_dtype */
     hs_dtype grad_dtype;
-    float init_std;                    /* normal(0, init_std); norms are ones */
+    float init_std; /* normal(0, init_std); norms are ones */
     /* train.freeze: backward computes no gradient for it (grad stays NULL;
      * the kernels skip the weight-gradient work) */
     bool frozen;
@@ -216,12 +216,12 @@ typedef struct hs_model_stage {
 } hs_model_stage;
 
 typedef struct hs_model_options {
-    hs_dtype compute_dtype;        /* params and activations */
-    hs_dtype grad_dtype;           /* unsharded gradients */
-    int max_batch;                 /* B: sequences per forward */
-    int seq_len;                   /* T */
+    hs_dtype compute_dtype; /* params and activations */
+    hs_dtype grad_dtype;    /* unsharded gradients */
+    int max_batch;          /* B: sequences per forward */
+    int seq_len;            /* T */
     bool activation_checkpointing;
-    bool allocate_params;          /* single process: model owns data/grad */
+    bool allocate_params; /* single process: model owns data/grad */
     /* The device the model computes on: every kernel goes through its
      * table (dev->k) on its default stream, and the activations (and the
      * params if allocated) come from its device pool. NULL: a cpu device of
@@ -351,8 +351,8 @@ void hs_model_freeze(hs_model *m, int i);
  * this micro-batch (0 for dense). Gradients of
  * (loss_sum + aux_loss * (valid tokens)) * grad_scale are accumulated. */
 hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_scale,
-                                    const hs_model_hooks *hooks, double *loss_sum,
-                                    double *aux_loss, hs_error *e);
+                                    const hs_model_hooks *hooks, double *loss_sum, double *aux_loss,
+                                    hs_error *e);
 /* Forward only (eval). logits may be NULL; else [B, T, V] fp32. */
 hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
                            double *loss_sum, float *logits, hs_error *e);
@@ -384,7 +384,7 @@ bool hs_model_chunk_has_embedding(const hs_model *m, int chunk);
 bool hs_model_chunk_has_head(const hs_model *m, int chunk);
 /* The model's index of this model's block `local` (chunk order). */
 int hs_model_block_layer(const hs_model *m, int local);
-int hs_model_num_slots(const hs_model *m);        /* per chunk */
+int hs_model_num_slots(const hs_model *m); /* per chunk */
 /* Elements of the hand-over tensor for batch b on this rank. */
 int64_t hs_model_stage_numel(const hs_model *m, const hs_batch *b);
 void *hs_model_stage_input(hs_model *m, int chunk, int slot, hs_dtype *dt);

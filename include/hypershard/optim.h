@@ -57,12 +57,12 @@ typedef struct hs_optim_param {
     hs_dtype dtype;
     const float *grad;
     int64_t numel;
-    int64_t rows, cols; /* Muon matrix shape; numel is a multiple of rows*cols:
+    int64_t rows, cols;     /* Muon matrix shape; numel is a multiple of rows*cols:
                          * numel / (rows*cols) matrices, each orthogonalised
                          * alone (experts [E,out,in]: rows=out, cols=in) */
-    bool decay;         /* weight decay applies */
-    bool muon;          /* Muon-eligible (hidden 2-D matrix) */
-    bool frozen;        /* train.freeze: no state, no update */
+    bool decay;             /* weight decay applies */
+    bool muon;              /* Muon-eligible (hidden 2-D matrix) */
+    bool frozen;            /* train.freeze: no state, no update */
     hs_optim_gather gather; /* Muon on a row shard: numel == rows*cols, one
                              * matrix; the scale uses full_rows */
 } hs_optim_param;
@@ -96,8 +96,7 @@ double hs_grad_sumsq(hs_device *dev, const hs_optim_param *params, int n);
 /* Scale all grads by min(1, max_norm / (norm + 1e-6)) (torch semantics);
  * returns the clip coefficient applied. max_norm <= 0: no-op, returns 1.
  * Writes through `grad` (the caller's buffers must be mutable). */
-double hs_clip_grads(hs_device *dev, hs_optim_param *params, int n, double norm,
-                     double max_norm);
+double hs_clip_grads(hs_device *dev, hs_optim_param *params, int n, double norm, double max_norm);
 
 /* LR at 1-based optimizer step `step` of `total`: linear warmup over
  * warmup_steps (lr * step / warmup), then constant / linear / cosine decay

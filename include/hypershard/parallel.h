@@ -196,8 +196,7 @@ typedef enum hs_pp_schedule_kind {
 bool hs_pp_schedule_parse(const char *name, hs_pp_schedule_kind *out);
 /* The 2*M*V actions of stage `stage` of pp in order into out (V: local
  * chunks, 1 but for interleaved). */
-void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V,
-                    hs_pp_action *out);
+void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, hs_pp_action *out);
 /* The chunks of stage `stage` (hs_config_pp_stages' chunks stage,
  * stage + pp, ...; pp_virtual_stages of them, 1 without), as the stage's
  * model holds them. */
@@ -266,8 +265,8 @@ typedef struct hs_pp_step_io {
      * the step (every schedule runs a chunk's backwards in micro-batch
      * order) */
     void (*before_backward)(void *ctx, int chunk, int mb, bool last);
-    hs_trace *trace;          /* NULL or disabled: no spans */
-    const char *schedule;     /* for the spans' args */
+    hs_trace *trace;      /* NULL or disabled: no spans */
+    const char *schedule; /* for the spans' args */
 } hs_pp_step_io;
 
 /* One optimizer step's actions (hs_pp_schedule) on stage model m (its
@@ -278,11 +277,10 @@ typedef struct hs_pp_step_io {
  * elsewhere). Ends with every send gone out. */
 hs_status hs_pp_run_step(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
                          const hs_pp_action *actions, int n_actions, int M, float grad_scale,
-                         const hs_pp_step_io *io, double *loss_sum, double *aux_sum,
-                         hs_error *e);
+                         const hs_pp_step_io *io, double *loss_sum, double *aux_sum, hs_error *e);
 /* Forward only through every chunk on batch b (slot 0 of each): the head's
  * loss sum and logits (either may be NULL) stay on the last stage. */
-hs_status hs_pp_forward_only(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
-                             const hs_batch *b, double *loss_sum, float *logits, hs_error *e);
+hs_status hs_pp_forward_only(hs_pp *p, hs_model *m, const hs_model_hooks *hooks, const hs_batch *b,
+                             double *loss_sum, float *logits, hs_error *e);
 
 #endif

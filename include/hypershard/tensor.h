@@ -22,12 +22,7 @@
 
 #include "hypershard/base.h"
 
-typedef enum hs_dtype {
-    HS_DTYPE_F32 = 0,
-    HS_DTYPE_BF16,
-    HS_DTYPE_F16,
-    HS_DTYPE_COUNT
-} hs_dtype;
+typedef enum hs_dtype { HS_DTYPE_F32 = 0, HS_DTYPE_BF16, HS_DTYPE_F16, HS_DTYPE_COUNT } hs_dtype;
 
 size_t hs_dtype_size(hs_dtype dt);
 
@@ -56,8 +51,7 @@ bool hs_dtype_parse(const char *s, hs_dtype *out);
 
 /* bfloat16 <-> fp32 inline, so that element loops over bf16 data
  * vectorise: round to nearest even, NaN kept quiet with its top payload. */
-static inline uint16_t hs_f32_to_bf16(float f)
-{
+static inline uint16_t hs_f32_to_bf16(float f) {
     uint32_t x;
     memcpy(&x, &f, sizeof x);
     if ((x & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((x >> 16) | 0x0040u);
@@ -68,8 +62,7 @@ static inline uint16_t hs_f32_to_bf16(float f)
     return (uint16_t)(x >> 16);
 }
 
-static inline float hs_bf16_to_f32(uint16_t h)
-{
+static inline float hs_bf16_to_f32(uint16_t h) {
     uint32_t x = (uint32_t)h << 16;
     float f;
     memcpy(&f, &x, sizeof f);
@@ -166,7 +159,7 @@ bool hs_gemm_native(hs_dtype dt, hs_dtype c_dt);
 /* ----------------------------------------------------- elementwise (fp32) */
 
 void hs_fill_f32(float *x, int64_t n, float v);
-void hs_add_f32(float *y, const float *x, int64_t n);           /* y += x       */
+void hs_add_f32(float *y, const float *x, int64_t n); /* y += x       */
 /* y = 0 + x: the bits of hs_add_f32 into a zeroed y (-0 becomes +0),
  * without the zero fill or reading y. */
 void hs_add_to_zero_f32(float *y, const float *x, int64_t n);

@@ -70,9 +70,9 @@ typedef struct hs_generate_options {
     const int32_t *prompt; /* tokens (bytes for byte-level data) */
     int prompt_len;        /* >= 1 */
     int max_new_tokens;
-    double temperature;    /* 0: greedy */
-    int top_k;             /* 0: the whole vocabulary */
-    uint64_t seed;         /* of the sampling */
+    double temperature; /* 0: greedy */
+    int top_k;          /* 0: the whole vocabulary */
+    uint64_t seed;      /* of the sampling */
     /* rank 0, each token as it is produced (may be NULL) */
     void (*emit)(void *ctx, int32_t token);
     void *emit_ctx;
@@ -162,13 +162,13 @@ hs_ep *hs_engine_ep(hs_engine *en);
  * hook order (prefetch, reshard, reduce-scatter waits), as metrics.jsonl's
  * peak_device_bytes counts them: the device pool's peak over a step. */
 typedef enum hs_plan_item {
-    HS_PLAN_PARAMS = 0,    /* sharded fp32 masters (whole parameters in one process) */
-    HS_PLAN_GRADS,         /* sharded fp32 gradients                                  */
-    HS_PLAN_MODEL_COPY,    /* fp32 main params: the param_dtype shard the model reads */
-    HS_PLAN_OPTIM,         /* optimizer state                                         */
-    HS_PLAN_REDUCE,        /* reduce-scatter / all-reduce output slots                */
-    HS_PLAN_ACTIVATIONS,   /* activations and scratch at the micro-batch              */
-    HS_PLAN_UNSHARDED,     /* all-gathered parameters alive at the peak               */
+    HS_PLAN_PARAMS = 0,      /* sharded fp32 masters (whole parameters in one process) */
+    HS_PLAN_GRADS,           /* sharded fp32 gradients                                  */
+    HS_PLAN_MODEL_COPY,      /* fp32 main params: the param_dtype shard the model reads */
+    HS_PLAN_OPTIM,           /* optimizer state                                         */
+    HS_PLAN_REDUCE,          /* reduce-scatter / all-reduce output slots                */
+    HS_PLAN_ACTIVATIONS,     /* activations and scratch at the micro-batch              */
+    HS_PLAN_UNSHARDED,       /* all-gathered parameters alive at the peak               */
     HS_PLAN_UNSHARDED_GRADS, /* unsharded gradients and reduce inputs at the peak     */
     HS_PLAN_ITEM_COUNT
 } hs_plan_item;
@@ -192,9 +192,9 @@ const char *hs_plan_comm_name(hs_plan_comm k);
 #define HS_PLAN_MAX_ROLES 64
 
 typedef struct hs_plan_role {
-    char name[48];       /* "every rank", "stage 2" */
+    char name[48]; /* "every rank", "stage 2" */
     int n_ranks, first_rank;
-    int n_blocks;        /* blocks this role's model holds */
+    int n_blocks; /* blocks this role's model holds */
     int64_t device[HS_PLAN_ITEM_COUNT];
     int64_t host[HS_PLAN_ITEM_COUNT]; /* enable_offload: masters, grads, state */
     /* activations had activation_checkpointing the other value */

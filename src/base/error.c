@@ -155,7 +155,8 @@ hs_status hs_mkdirs(const char *path, hs_error *e) {
         char saved = buf[i];
         buf[i] = '\0';
         if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-            return hs_error_set(e, HS_ERR_IO, "cannot create directory %s: %s", buf, strerror(errno));
+            return hs_error_set(e, HS_ERR_IO, "cannot create directory %s: %s", buf,
+                                strerror(errno));
         buf[i] = saved;
     }
     struct stat st;
@@ -179,7 +180,7 @@ hs_status hs_fclose_written(FILE *f, const char *path, const char *hint, hs_erro
 
 /* What the checks learn of one output dir. */
 typedef struct out_at {
-    char label[4200]; /* "--flag PATH" or "key = PATH" */
+    char label[4200];  /* "--flag PATH" or "key = PATH" */
     char anchor[4096]; /* the dir itself, or its nearest existing ancestor */
     dev_t dev;
     bool counted; /* already part of a file system's total */
@@ -216,15 +217,19 @@ static hs_status out_anchor(const hs_out_dir *d, out_at *at, hs_error *e) {
         else *slash = '\0';
     }
     if (stat(at->anchor, &st) != 0 || !S_ISDIR(st.st_mode))
-        return out_fail(d, e, "%s: %s is not a directory; point %s at a directory (or move %s "
-                        "away)", at->label, at->anchor, d->what, at->anchor);
+        return out_fail(d, e,
+                        "%s: %s is not a directory; point %s at a directory (or move %s "
+                        "away)",
+                        at->label, at->anchor, d->what, at->anchor);
     at->dev = st.st_dev;
     char probe[4200];
     snprintf(probe, sizeof probe, "%s/.hs-write-probe-XXXXXX", at->anchor);
     int fd = mkstemp(probe);
     if (fd < 0)
-        return out_fail(d, e, "%s: cannot create files in %s (%s); make it writable or choose "
-                        "another %s", at->label, at->anchor, strerror(errno), d->what);
+        return out_fail(d, e,
+                        "%s: cannot create files in %s (%s); make it writable or choose "
+                        "another %s",
+                        at->label, at->anchor, strerror(errno), d->what);
     close(fd);
     unlink(probe);
     return HS_OK;
@@ -237,9 +242,10 @@ static hs_status out_files(const hs_out_dir *d, const out_at *at, hs_error *e) {
         snprintf(path, sizeof path, "%s/%s", d->path, d->files[i]);
         struct stat st;
         if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-            return out_fail(d, e, "%s: %s is a directory, where this writes the file %s; remove "
-                            "or rename it, or choose another %s", at->label, path, d->files[i],
-                            d->what);
+            return out_fail(d, e,
+                            "%s: %s is a directory, where this writes the file %s; remove "
+                            "or rename it, or choose another %s",
+                            at->label, path, d->files[i], d->what);
     }
     return HS_OK;
 }
@@ -265,8 +271,8 @@ static hs_status out_space(const hs_out_dir *dirs, out_at *at, int n, int i, hs_
     if (!hs_mul_i64((int64_t)fs.f_bavail, (int64_t)fs.f_frsize, &room)) room = INT64_MAX;
     if (!ck.overflow && room >= need) return HS_OK;
     const hs_out_dir *d = &dirs[members[0]];
-    out_fail(d, e, "%s: %s has %.1f MiB free and %s", at[members[0]].label, at[i].anchor,
-             mib(room), d->bytes_what ? d->bytes_what : "more is written there");
+    out_fail(d, e, "%s: %s has %.1f MiB free and %s", at[members[0]].label, at[i].anchor, mib(room),
+             d->bytes_what ? d->bytes_what : "more is written there");
     size_t cap = sizeof e->msg;
     for (int k = 1; k < m; k++) {
         const hs_out_dir *o = &dirs[members[k]];
@@ -277,9 +283,9 @@ static hs_status out_space(const hs_out_dir *dirs, out_at *at, int n, int i, hs_
     size_t used = strlen(e->msg);
     snprintf(e->msg + used, cap - used,
              " (%lld bytes needed%s, %lld available); free space there or %s%s on another "
-             "file system", ck.overflow ? (long long)INT64_MAX : (long long)need,
-             m > 1 ? " in all" : "", (long long)room, m > 1 ? "put one of " : "choose another ",
-             m > 1 ? "these" : d->what);
+             "file system",
+             ck.overflow ? (long long)INT64_MAX : (long long)need, m > 1 ? " in all" : "",
+             (long long)room, m > 1 ? "put one of " : "choose another ", m > 1 ? "these" : d->what);
     return e->code;
 }
 
@@ -289,12 +295,14 @@ hs_status hs_out_dirs_check(const hs_out_dir *dirs, int n, hs_error *e) {
     for (int i = 0; i < n; i++) {
         const hs_out_dir *d = &dirs[i];
         const char *path = d->path ? d->path : "";
-        snprintf(at[i].label, sizeof at[i].label, d->what[0] == '-' ? "%s %s" : "%s = %s",
-                 d->what, path);
+        snprintf(at[i].label, sizeof at[i].label, d->what[0] == '-' ? "%s %s" : "%s = %s", d->what,
+                 path);
         at[i].counted = false;
         if (!path[0])
-            return out_fail(d, e, "%s: empty path; give the directory to write into (\".\" "
-                            "for the current one)", d->what);
+            return out_fail(d, e,
+                            "%s: empty path; give the directory to write into (\".\" "
+                            "for the current one)",
+                            d->what);
         hs_status s = out_anchor(d, &at[i], e);
         if (s == HS_OK) s = out_files(d, &at[i], e);
         if (s != HS_OK) return s;

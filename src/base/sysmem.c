@@ -5,8 +5,7 @@
 
 #include "hypershard/base.h"
 
-static int64_t meminfo_available(void)
-{
+static int64_t meminfo_available(void) {
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return -1;
     char line[256];
@@ -17,8 +16,7 @@ static int64_t meminfo_available(void)
     return kb < 0 ? -1 : (int64_t)kb * 1024;
 }
 
-static int64_t read_number(const char *path)
-{
+static int64_t read_number(const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     char buf[64] = "";
@@ -30,8 +28,7 @@ static int64_t read_number(const char *path)
     return end == buf ? -1 : (int64_t)v;
 }
 
-int64_t hs_memory_available(void)
-{
+int64_t hs_memory_available(void) {
     const char *env = getenv("HYPERSHARD_NODE_MEMORY");
     if (env && env[0]) {
         char *end;

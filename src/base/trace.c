@@ -15,13 +15,13 @@
 #define TRACE_MAX_EVENTS (1 << 22)
 
 typedef struct trace_event {
-    char ph;         /* 'X' span, 'C' counter sample */
-    int lane;        /* tid */
-    double ts, dur;  /* hs_now() seconds */
-    int64_t value;   /* counters */
-    char *name;      /* one allocation holds name, cat and args */
+    char ph;        /* 'X' span, 'C' counter sample */
+    int lane;       /* tid */
+    double ts, dur; /* hs_now() seconds */
+    int64_t value;  /* counters */
+    char *name;     /* one allocation holds name, cat and args */
     char *cat;
-    char *args;      /* NULL when none */
+    char *args; /* NULL when none */
 } trace_event;
 
 typedef struct trace_counter {
@@ -52,8 +52,12 @@ _Static_assert(sizeof(lane_names) / sizeof(lane_names[0]) == HS_LANE_COUNT,
 
 /* The lock is not part of the trace's logical state, so readers taking it
  * through a const pointer is fine. */
-static void trace_lock(const hs_trace *t) { HS_CHECK_PTHREAD(pthread_mutex_lock((pthread_mutex_t *)&t->mu)); }
-static void trace_unlock(const hs_trace *t) { HS_CHECK_PTHREAD(pthread_mutex_unlock((pthread_mutex_t *)&t->mu)); }
+static void trace_lock(const hs_trace *t) {
+    HS_CHECK_PTHREAD(pthread_mutex_lock((pthread_mutex_t *)&t->mu));
+}
+static void trace_unlock(const hs_trace *t) {
+    HS_CHECK_PTHREAD(pthread_mutex_unlock((pthread_mutex_t *)&t->mu));
+}
 
 static void *grow(void *p, size_t *cap, size_t elem, const char *what) {
     size_t n = *cap ? *cap * 2 : 256;
@@ -162,9 +166,8 @@ void hs_trace_count(hs_trace *t, const char *op, const char *group, int64_t byte
     }
     if (t->n_counters == t->cap_counters)
         t->counters = grow(t->counters, &t->cap_counters, sizeof *t->counters, "counter table");
-    t->counters[t->n_counters++] =
-        (trace_counter){.op = dup_or_panic(op), .group = dup_or_panic(group), .count = 1,
-                        .bytes = bytes};
+    t->counters[t->n_counters++] = (trace_counter){
+        .op = dup_or_panic(op), .group = dup_or_panic(group), .count = 1, .bytes = bytes};
     trace_unlock(t);
 }
 
@@ -215,14 +218,16 @@ static void put_header(const hs_trace *t, FILE *f) {
     char label[64];
     snprintf(label, sizeof label, "rank %d", t->rank);
     put_metadata(f, t->rank, 0, "process_name", "name", label);
-    fprintf(f, ",{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
-               "\"args\":{\"sort_index\":%d}}",
+    fprintf(f,
+            ",{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+            "\"args\":{\"sort_index\":%d}}",
             t->rank, t->rank);
     for (int lane = 0; lane < HS_LANE_COUNT; lane++) {
         fputc(',', f);
         put_metadata(f, t->rank, lane, "thread_name", "name", lane_names[lane]);
-        fprintf(f, ",{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-                   "\"args\":{\"sort_index\":%d}}",
+        fprintf(f,
+                ",{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                "\"args\":{\"sort_index\":%d}}",
                 t->rank, lane, lane);
     }
     if (t->dropped > 0) {
@@ -237,8 +242,8 @@ static void put_header(const hs_trace *t, FILE *f) {
 static void put_event(const hs_trace *t, const trace_event *ev, double offset, FILE *f) {
     fputs(",{\"name\":", f);
     put_string(f, ev->name);
-    fprintf(f, ",\"ph\":\"%c\",\"ts\":%.3f,\"pid\":%d,\"tid\":%d", ev->ph,
-            (ev->ts + offset) * 1e6, t->rank, ev->lane);
+    fprintf(f, ",\"ph\":\"%c\",\"ts\":%.3f,\"pid\":%d,\"tid\":%d", ev->ph, (ev->ts + offset) * 1e6,
+            t->rank, ev->lane);
     if (ev->ph == 'X') {
         fputs(",\"cat\":", f);
         put_string(f, ev->cat);
@@ -296,8 +301,10 @@ hs_status hs_trace_write(const hs_trace *t, const char *path, hs_error *e) {
     bool bad = ferror(f) != 0;
     bad = (fclose(f) != 0) || bad;
     if (bad || rename(tmp, path) != 0) {
-        s = hs_error_set(e, HS_ERR_IO, "cannot write trace %s: %s; check free disk space and "
-                                       "permissions", path, hs_strerror_errno());
+        s = hs_error_set(e, HS_ERR_IO,
+                         "cannot write trace %s: %s; check free disk space and "
+                         "permissions",
+                         path, hs_strerror_errno());
         remove(tmp);
     }
     free(tmp);

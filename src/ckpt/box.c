@@ -45,8 +45,8 @@ static int run_dim(int ndim, const int64_t *size, const int64_t *src_size,
     return d;
 }
 
-void hs_ckpt_box_move(int ndim, const int64_t *off, const int64_t *size, size_t es,
-                      const void *src, const int64_t *src_off, const int64_t *src_size, void *dst,
+void hs_ckpt_box_move(int ndim, const int64_t *off, const int64_t *size, size_t es, const void *src,
+                      const int64_t *src_off, const int64_t *src_size, void *dst,
                       const int64_t *dst_off, const int64_t *dst_size, hs_ckpt_move_fn move,
                       void *ctx) {
     HS_ASSERT(ndim >= 1 && ndim <= HS_CKPT_DIMS);
@@ -75,11 +75,11 @@ static void host_move(void *ctx, void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
 }
 
-void hs_ckpt_box_copy(int ndim, const int64_t *off, const int64_t *size, size_t es,
-                      const void *src, const int64_t *src_off, const int64_t *src_size, void *dst,
+void hs_ckpt_box_copy(int ndim, const int64_t *off, const int64_t *size, size_t es, const void *src,
+                      const int64_t *src_off, const int64_t *src_size, void *dst,
                       const int64_t *dst_off, const int64_t *dst_size) {
-    hs_ckpt_box_move(ndim, off, size, es, src, src_off, src_size, dst, dst_off, dst_size,
-                     host_move, NULL);
+    hs_ckpt_box_move(ndim, off, size, es, src, src_off, src_size, dst, dst_off, dst_size, host_move,
+                     NULL);
 }
 
 const char *hs_ckpt_box_str(int ndim, const int64_t *off, const int64_t *size, char *buf,

@@ -72,15 +72,15 @@ bool hs_ckpt_box_intersect(int ndim, const int64_t *a_off, const int64_t *a_size
 /* Copy box (off, size), in global coordinates, from the row-major chunk
  * `src` at src_off/src_size to the row-major chunk `dst` at dst_off/dst_size.
  * The box must lie inside both. `es` is the element size in bytes. */
-void hs_ckpt_box_copy(int ndim, const int64_t *off, const int64_t *size, size_t es,
-                      const void *src, const int64_t *src_off, const int64_t *src_size, void *dst,
+void hs_ckpt_box_copy(int ndim, const int64_t *off, const int64_t *size, size_t es, const void *src,
+                      const int64_t *src_off, const int64_t *src_size, void *dst,
                       const int64_t *dst_off, const int64_t *dst_size);
 /* The same, moving each contiguous run with move(ctx, dst, src, bytes):
  * the box's rows, merged into one run per outer index wherever the box
  * spans the trailing dims of both chunks (a dim-0 box: one run). */
 typedef void (*hs_ckpt_move_fn)(void *ctx, void *dst, const void *src, size_t bytes);
-void hs_ckpt_box_move(int ndim, const int64_t *off, const int64_t *size, size_t es,
-                      const void *src, const int64_t *src_off, const int64_t *src_size, void *dst,
+void hs_ckpt_box_move(int ndim, const int64_t *off, const int64_t *size, size_t es, const void *src,
+                      const int64_t *src_off, const int64_t *src_size, void *dst,
                       const int64_t *dst_off, const int64_t *dst_size, hs_ckpt_move_fn move,
                       void *ctx);
 /* "[3:5, 0:4]" into buf. */
@@ -98,8 +98,7 @@ hs_status hs_ckpt_fsync_path(const char *path, bool is_dir, hs_error *e);
 /* Remove a flat directory of our own making (regular files only). Absent is fine. */
 hs_status hs_ckpt_remove_dir(const char *path, hs_error *e);
 /* Write `text` to <dir>/<name> atomically: temp file, fsync, rename, fsync dir. */
-hs_status hs_ckpt_write_atomic(const char *dir, const char *name, const char *text,
-                               hs_error *e);
+hs_status hs_ckpt_write_atomic(const char *dir, const char *name, const char *text, hs_error *e);
 /* step-<N> -> N, else -1. */
 int64_t hs_ckpt_step_of(const char *name);
 /* The step directory name <dir>/latest holds, without the newline; *found

@@ -23,8 +23,10 @@ hs_status hs_ckpt_write_all(int fd, const void *buf, size_t n, const char *path,
         ssize_t w = write(fd, p, n);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0)
-            return hs_error_set(e, HS_ERR_IO, "cannot write %s: %s; check free space in its "
-                                "file system", path, w < 0 ? strerror(errno) : "no progress");
+            return hs_error_set(e, HS_ERR_IO,
+                                "cannot write %s: %s; check free space in its "
+                                "file system",
+                                path, w < 0 ? strerror(errno) : "no progress");
         p += w;
         n -= (size_t)w;
     }
@@ -47,11 +49,13 @@ hs_status hs_ckpt_pread_all(int fd, void *buf, size_t n, int64_t off, const char
 
 hs_status hs_ckpt_fsync_path(const char *path, bool is_dir, hs_error *e) {
     int fd = open(path, is_dir ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
-    if (fd < 0) return hs_error_set(e, HS_ERR_IO, "cannot open %s to sync it: %s", path, strerror(errno));
+    if (fd < 0)
+        return hs_error_set(e, HS_ERR_IO, "cannot open %s to sync it: %s", path, strerror(errno));
     int rc = fsync(fd);
     int err = errno;
     close(fd);
-    if (rc != 0) return hs_error_set(e, HS_ERR_IO, "cannot sync %s to disk: %s", path, strerror(err));
+    if (rc != 0)
+        return hs_error_set(e, HS_ERR_IO, "cannot sync %s to disk: %s", path, strerror(err));
     return HS_OK;
 }
 
@@ -78,8 +82,10 @@ hs_status hs_ckpt_remove_dir(const char *path, hs_error *e) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         snprintf(child, sizeof child, "%s/%s", path, de->d_name);
         if (hs_ckpt_is_dir(child))
-            s = hs_error_set(e, HS_ERR_IO, "will not delete %s: it holds a subdirectory %s that "
-                             "a checkpoint never has; remove it by hand", path, de->d_name);
+            s = hs_error_set(e, HS_ERR_IO,
+                             "will not delete %s: it holds a subdirectory %s that "
+                             "a checkpoint never has; remove it by hand",
+                             path, de->d_name);
         else if (unlink(child) != 0)
             s = hs_error_set(e, HS_ERR_IO, "cannot delete %s: %s", child, strerror(errno));
     }
@@ -89,8 +95,7 @@ hs_status hs_ckpt_remove_dir(const char *path, hs_error *e) {
     return s;
 }
 
-hs_status hs_ckpt_write_atomic(const char *dir, const char *name, const char *text,
-                               hs_error *e) {
+hs_status hs_ckpt_write_atomic(const char *dir, const char *name, const char *text, hs_error *e) {
     char tmp[HS_PATH_MAX + 64], dst[HS_PATH_MAX + 64];
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
     snprintf(dst, sizeof dst, "%s/%s", dir, name);
@@ -118,7 +123,8 @@ int64_t hs_ckpt_step_of(const char *name) {
 /* Bytes that may be shown back in a message: a directory-name-like word. */
 static bool name_like(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.') return false;
+        if (!isalnum((unsigned char)s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.')
+            return false;
     return n > 0;
 }
 
@@ -137,11 +143,15 @@ hs_status hs_ckpt_latest_read(const char *dir, char *name, size_t cap, bool *fou
         return hs_error_set(e, HS_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
     }
     if (!S_ISREG(st.st_mode) || st.st_size > LATEST_MAX)
-        return hs_error_set(e, HS_ERR_FORMAT, "%s is %s; it should be a small regular file "
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s is %s; it should be a small regular file "
                             "holding one step directory name such as step-100 (the save writes "
                             "it): delete it, or write the name of an existing step directory "
-                            "into it", path, S_ISLNK(st.st_mode) ? "a symbolic link"
-                            : !S_ISREG(st.st_mode) ? "not a regular file" : "too large");
+                            "into it",
+                            path,
+                            S_ISLNK(st.st_mode)    ? "a symbolic link"
+                            : !S_ISREG(st.st_mode) ? "not a regular file"
+                                                   : "too large");
     int fd = open(path, O_RDONLY | O_NOFOLLOW);
     if (fd < 0) return hs_error_set(e, HS_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     int64_t got = 0;
@@ -156,11 +166,14 @@ hs_status hs_ckpt_latest_read(const char *dir, char *name, size_t cap, bool *fou
         return *found = true, HS_OK;
     }
     if (name_like(text, len))
-        return hs_error_set(e, HS_ERR_FORMAT, "%s names '%s'; it should name a step directory "
-                            "such as step-100: fix or delete it", path, text);
-    return hs_error_set(e, HS_ERR_FORMAT, "%s holds %lld bytes that are not a step directory "
-                        "name; it should hold one such as step-100: fix or delete it", path,
-                        (long long)got);
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s names '%s'; it should name a step directory "
+                            "such as step-100: fix or delete it",
+                            path, text);
+    return hs_error_set(e, HS_ERR_FORMAT,
+                        "%s holds %lld bytes that are not a step directory "
+                        "name; it should hold one such as step-100: fix or delete it",
+                        path, (long long)got);
 }
 
 typedef struct step_dir {

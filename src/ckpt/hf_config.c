@@ -76,7 +76,9 @@ static hs_status hf_int(json_t *root, const char *path, const char *key, bool re
     if (!v && !required) return HS_OK;
     if (!json_is_integer(v))
         return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\" is %s; it must be an integer", path, key,
-                            !v ? "missing" : json_is_string(v) ? "a string" : "not an integer");
+                            !v                  ? "missing"
+                            : json_is_string(v) ? "a string"
+                                                : "not an integer");
     json_int_t x = json_integer_value(v);
     if (x < lo || x > INT_MAX)
         return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\" is %lld; it must lie in [%d, %d]", path,
@@ -99,8 +101,7 @@ static hs_status hf_double(json_t *root, const char *path, const char *key, bool
     return HS_OK;
 }
 
-static hs_status hf_bool(json_t *root, const char *path, const char *key, bool *out,
-                         hs_error *e) {
+static hs_status hf_bool(json_t *root, const char *path, const char *key, bool *out, hs_error *e) {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return HS_OK;
     if (!json_is_boolean(v))
@@ -113,7 +114,8 @@ static hs_status hf_bool(json_t *root, const char *path, const char *key, bool *
  * other than the one it builds would load into a different network. */
 static hs_status hf_check_fixed(json_t *root, const char *path, hs_error *e) {
     json_t *act = json_object_get(root, "hidden_act");
-    if (act && !json_is_null(act) && !(json_is_string(act) && !strcmp(json_string_value(act), "silu")))
+    if (act && !json_is_null(act) &&
+        !(json_is_string(act) && !strcmp(json_string_value(act), "silu")))
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: \"hidden_act\" is not \"silu\"; hypershard builds SwiGLU MLPs",
                             path);
@@ -123,15 +125,15 @@ static hs_status hf_check_fixed(json_t *root, const char *path, hs_error *e) {
         if (hf_bool(root, path, biases[i], &bias, e) != HS_OK) return e->code;
         if (bias)
             return hs_error_set(e, HS_ERR_FORMAT,
-                                "%s: \"%s\" is true; hypershard builds layers without biases",
-                                path, biases[i]);
+                                "%s: \"%s\" is true; hypershard builds layers without biases", path,
+                                biases[i]);
     }
     return HS_OK;
 }
 
 /* What the model could not be built from, said in config.json's terms. */
-static hs_status hf_check_shape(const char *path, const hs_model_config *mc, int head_dim,
-                                bool moe, hs_error *e) {
+static hs_status hf_check_shape(const char *path, const hs_model_config *mc, int head_dim, bool moe,
+                                hs_error *e) {
     if (mc->dim % mc->n_heads != 0)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: \"hidden_size\" %d is not a multiple of \"num_attention_heads\" "
@@ -215,8 +217,7 @@ hs_status hs_hf_config_parse(const char *path, const char *text, size_t len, hs_
     return s;
 }
 
-hs_status hs_hf_config_read(const char *path, hs_model_config *mc, int *max_position,
-                            hs_error *e) {
+hs_status hs_hf_config_read(const char *path, hs_model_config *mc, int *max_position, hs_error *e) {
     char *text = NULL;
     size_t len = 0;
     if (hs_read_file(path, &text, &len, e) != HS_OK) return e->code;

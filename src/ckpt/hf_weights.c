@@ -40,7 +40,8 @@ static int64_t param_numel(const hs_param *p) {
 
 static int hf_total_tensors(hs_model *m) {
     int total = 0;
-    for (int i = 0; i < hs_model_num_params(m); i++) total += hs_hf_tensor_count(hs_model_param(m, i));
+    for (int i = 0; i < hs_model_num_params(m); i++)
+        total += hs_hf_tensor_count(hs_model_param(m, i));
     return total;
 }
 
@@ -169,7 +170,10 @@ static hs_status hf_check_finite(const char *path, const char *name, const float
             return hs_error_set(e, HS_ERR_FORMAT,
                                 "%s: tensor %s holds %s at element %lld (the first); the weights "
                                 "are corrupt or come from a diverged run, so they are not loaded",
-                                path, name, isnan(v[i]) ? "NaN" : v[i] > 0 ? "+Inf" : "-Inf",
+                                path, name,
+                                isnan(v[i]) ? "NaN"
+                                : v[i] > 0  ? "+Inf"
+                                            : "-Inf",
                                 (long long)i);
     return HS_OK;
 }

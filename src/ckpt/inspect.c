@@ -18,7 +18,8 @@ static void print_header(const hs_ckpt *c, const hs_ckpt_meta *m, FILE *f) {
     char when[64] = "unknown", hx[3][24];
     time_t t = (time_t)m->created_unix;
     struct tm tm;
-    if (m->created_unix > 0 && gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    if (m->created_unix > 0 && gmtime_r(&t, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
     fprintf(f, "checkpoint %s\n", hs_ckpt_path(c));
     fprintf(f, "  format    %s version %d, saved by %d rank%s at %s\n", HS_CKPT_FORMAT, m->version,
             m->world_size, m->world_size == 1 ? "" : "s", when);
@@ -37,7 +38,8 @@ static void print_files(const hs_ckpt_meta *m, FILE *f) {
     for (int i = 0; i < m->n_files; i++) total += m->files[i].bytes;
     fprintf(f, "  files     %d, %s\n", m->n_files, human_bytes(total, b, sizeof b));
     for (int i = 0; i < m->n_files; i++)
-        fprintf(f, "            %-16s %12lld bytes\n", m->files[i].name, (long long)m->files[i].bytes);
+        fprintf(f, "            %-16s %12lld bytes\n", m->files[i].name,
+                (long long)m->files[i].bytes);
 }
 
 static int name_width(const hs_ckpt_meta *m) {

@@ -22,9 +22,9 @@
 struct hs_ckpt {
     char path[HS_PATH_MAX];
     hs_ckpt_meta meta;
-    int *fds;           /* per file, opened on first use; -1 before */
-    int *by_name;       /* tensor indices sorted by name */
-    void *buf;          /* one saved chunk */
+    int *fds;     /* per file, opened on first use; -1 before */
+    int *by_name; /* tensor indices sorted by name */
+    void *buf;    /* one saved chunk */
     size_t buf_cap;
 };
 
@@ -43,9 +43,10 @@ static hs_status check_file_length(const hs_ckpt *c, int f, hs_error *e) {
     snprintf(path, sizeof path, "%s/%s", c->path, file->name);
     struct stat st;
     if (stat(path, &st) != 0)
-        return hs_error_set(e, HS_ERR_IO, "checkpoint %s: data file %s is missing (%s); the "
-                            "checkpoint is incomplete — load an earlier one", c->path, path,
-                            strerror(errno));
+        return hs_error_set(e, HS_ERR_IO,
+                            "checkpoint %s: data file %s is missing (%s); the "
+                            "checkpoint is incomplete — load an earlier one",
+                            c->path, path, strerror(errno));
     if ((int64_t)st.st_size == file->bytes) return HS_OK;
     const char *tensor = "(none)";
     for (int i = 0; i < c->meta.n_tensors && (int64_t)st.st_size < file->bytes; i++)
@@ -72,21 +73,25 @@ static hs_status resolve_dir(const char *path, char *out, size_t cap, hs_error *
     char name[HS_PATH_MAX];
     bool found = false;
     if (!hs_ckpt_is_dir(path))
-        return hs_error_set(e, HS_ERR_USAGE, "%s is not a checkpoint directory (it does not exist "
-                            "or is not a directory)", path);
+        return hs_error_set(e, HS_ERR_USAGE,
+                            "%s is not a checkpoint directory (it does not exist "
+                            "or is not a directory)",
+                            path);
     if (hs_ckpt_latest_read(path, name, sizeof name, &found, e) != HS_OK) return e->code;
     if (!found)
-        return hs_error_set(e, HS_ERR_USAGE, "%s is not a checkpoint: it holds neither %s (a "
-                            "step directory) nor %s (a checkpoint.dir)", path, HS_CKPT_METADATA,
-                            HS_CKPT_LATEST);
+        return hs_error_set(e, HS_ERR_USAGE,
+                            "%s is not a checkpoint: it holds neither %s (a "
+                            "step directory) nor %s (a checkpoint.dir)",
+                            path, HS_CKPT_METADATA, HS_CKPT_LATEST);
     int len = snprintf(out, cap, "%s/%s", path, name);
     if (len < 0 || (size_t)len >= cap)
         return hs_error_set(e, HS_ERR_USAGE, "checkpoint path %s/%s is too long", path, name);
     snprintf(probe, sizeof probe, "%s/%s", out, HS_CKPT_METADATA);
     if (!hs_ckpt_is_file(probe))
-        return hs_error_set(e, HS_ERR_IO, "%s/%s names %s, which has no %s; the directory was "
-                            "changed by hand — point %s at an existing step directory", path,
-                            HS_CKPT_LATEST, out, HS_CKPT_METADATA, HS_CKPT_LATEST);
+        return hs_error_set(e, HS_ERR_IO,
+                            "%s/%s names %s, which has no %s; the directory was "
+                            "changed by hand — point %s at an existing step directory",
+                            path, HS_CKPT_LATEST, out, HS_CKPT_METADATA, HS_CKPT_LATEST);
     return HS_OK;
 }
 
@@ -102,10 +107,11 @@ static hs_status check_step_name(const hs_ckpt *c, const char *mpath, hs_error *
     snprintf(base, sizeof base, "%.*s", (int)(n - b), c->path + b);
     int64_t named = hs_ckpt_step_of(base);
     if (named < 0 || named == c->meta.state.step) return HS_OK;
-    return hs_error_set(e, HS_ERR_FORMAT, "%s: state.step is %lld but the directory is %s; the "
+    return hs_error_set(e, HS_ERR_FORMAT,
+                        "%s: state.step is %lld but the directory is %s; the "
                         "metadata belongs to another save — restore the directory's own "
-                        "metadata, or rename the directory step-%lld", mpath,
-                        (long long)c->meta.state.step, base, (long long)c->meta.state.step);
+                        "metadata, or rename the directory step-%lld",
+                        mpath, (long long)c->meta.state.step, base, (long long)c->meta.state.step);
 }
 
 hs_status hs_ckpt_open(const char *path, hs_ckpt **out, hs_error *e) {
@@ -194,8 +200,10 @@ static hs_status chunk_buffer(hs_ckpt *c, const hs_ckpt_entry *t, const char *bo
     c->buf = malloc(n);
     c->buf_cap = c->buf ? n : 0;
     if (!c->buf)
-        return hs_error_set(e, HS_ERR_OOM, "cannot allocate %zu bytes to read tensor '%s' chunk "
-                            "%s from %s", n, t->name, box, path);
+        return hs_error_set(e, HS_ERR_OOM,
+                            "cannot allocate %zu bytes to read tensor '%s' chunk "
+                            "%s from %s",
+                            n, t->name, box, path);
     return HS_OK;
 }
 
@@ -223,7 +231,8 @@ static hs_status chunk_crc(const hs_ckpt_entry *t, const hs_ckpt_chunk *ch, cons
     return hs_error_set(e, HS_ERR_FORMAT,
                         "checkpoint data file %s is corrupted: tensor '%s' chunk %s (bytes "
                         "[%lld, %lld)) has CRC32 0x%08x, the metadata expects 0x%08x; load an "
-                        "earlier checkpoint", path, t->name, box, (long long)ch->byte_offset,
+                        "earlier checkpoint",
+                        path, t->name, box, (long long)ch->byte_offset,
                         (long long)(ch->byte_offset + ch->length), crc, ch->crc32);
 }
 
@@ -263,27 +272,34 @@ static hs_status verify_chunk(hs_ckpt *c, const hs_ckpt_entry *t, const hs_ckpt_
 static hs_status check_target(const hs_ckpt *c, const hs_ckpt_tensor *tg, int *idx, hs_error *e) {
     *idx = hs_ckpt_find(c, tg->name);
     if (*idx < 0)
-        return hs_error_set(e, HS_ERR_FORMAT, "checkpoint %s has no tensor '%s' (it holds %d "
-                            "tensors; `hypershard ckpt inspect %s` lists them)", c->path, tg->name,
-                            c->meta.n_tensors, c->path);
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "checkpoint %s has no tensor '%s' (it holds %d "
+                            "tensors; `hypershard ckpt inspect %s` lists them)",
+                            c->path, tg->name, c->meta.n_tensors, c->path);
     const hs_ckpt_entry *t = &c->meta.tensors[*idx];
     char s1[96], s2[96], box[160];
     hs_shape_str(t->ndim, t->shape, s1, sizeof s1);
     hs_shape_str(tg->ndim, tg->shape, s2, sizeof s2);
     if (t->ndim != tg->ndim || memcmp(t->shape, tg->shape, sizeof(int64_t) * (size_t)t->ndim) ||
         t->dtype != tg->dtype)
-        return hs_error_set(e, HS_ERR_FORMAT, "checkpoint %s: tensor '%s' is %s %s there, the "
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "checkpoint %s: tensor '%s' is %s %s there, the "
                             "model expects %s %s; the checkpoint was saved from a different model "
-                            "or precision policy", c->path, tg->name, hs_dtype_name(t->dtype), s1,
+                            "or precision policy",
+                            c->path, tg->name, hs_dtype_name(t->dtype), s1,
                             hs_dtype_name(tg->dtype), s2);
     for (int d = 0; d < tg->ndim; d++)
         if (tg->offset[d] < 0 || tg->size[d] < 0 || tg->offset[d] > tg->shape[d] - tg->size[d])
-            return hs_error_set(e, HS_ERR_INTERNAL, "checkpoint load: target chunk %s of '%s' %s "
-                                "lies outside the tensor", hs_ckpt_box_str(tg->ndim, tg->offset,
-                                tg->size, box, sizeof box), tg->name, s2);
+            return hs_error_set(e, HS_ERR_INTERNAL,
+                                "checkpoint load: target chunk %s of '%s' %s "
+                                "lies outside the tensor",
+                                hs_ckpt_box_str(tg->ndim, tg->offset, tg->size, box, sizeof box),
+                                tg->name, s2);
     if (tg->storage_rows != 0 && tg->storage_rows < tg->size[0])
-        return hs_error_set(e, HS_ERR_INTERNAL, "checkpoint load: '%s' storage_rows %lld < chunk "
-                            "rows %lld", tg->name, (long long)tg->storage_rows, (long long)tg->size[0]);
+        return hs_error_set(e, HS_ERR_INTERNAL,
+                            "checkpoint load: '%s' storage_rows %lld < chunk "
+                            "rows %lld",
+                            tg->name, (long long)tg->storage_rows, (long long)tg->size[0]);
     return HS_OK;
 }
 

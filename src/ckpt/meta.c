@@ -133,7 +133,8 @@ hs_status hs_ckpt_meta_write(const hs_ckpt_meta *m, FILE *f, const char *path, h
     hs_json_end_array(&j);
     hs_json_end_object(&j);
     fputc('\n', f);
-    if (ferror(f)) return hs_error_set(e, HS_ERR_IO, "cannot write %s: %s", path, hs_strerror_errno());
+    if (ferror(f))
+        return hs_error_set(e, HS_ERR_IO, "cannot write %s: %s", path, hs_strerror_errno());
     return HS_OK;
 }
 
@@ -145,8 +146,7 @@ hs_status hs_ckpt_meta_write(const hs_ckpt_meta *m, FILE *f, const char *path, h
  * known non-negative) and every product is checked. */
 
 /* Elements and bytes of a chunk or tensor box; false when either overflows. */
-static bool box_bytes(const hs_ckpt_entry *t, const int64_t *size, int64_t *numel,
-                      int64_t *bytes) {
+static bool box_bytes(const hs_ckpt_entry *t, const int64_t *size, int64_t *numel, int64_t *bytes) {
     return hs_prod_i64(size, t->ndim, numel) &&
            hs_mul_i64(*numel, (int64_t)hs_dtype_size(t->dtype), bytes);
 }
@@ -161,7 +161,8 @@ static hs_status check_chunk(const hs_ckpt_meta *m, const hs_ckpt_entry *t, cons
             return hs_error_set(e, HS_ERR_FORMAT,
                                 "%s: tensor '%s' %s: chunk %s is empty or outside the tensor "
                                 "(dim %d: offset %lld, size %lld, extent %lld); the metadata is "
-                                "damaged", where, t->name, shape, box, d, (long long)c->offset[d],
+                                "damaged",
+                                where, t->name, shape, box, d, (long long)c->offset[d],
                                 (long long)c->size[d], (long long)t->shape[d]);
     /* Inside the tensor, whose byte count check_tensor proved fits. */
     int64_t numel = 0, want = 0;
@@ -170,9 +171,9 @@ static hs_status check_chunk(const hs_ckpt_meta *m, const hs_ckpt_entry *t, cons
     if (c->length != want)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: tensor '%s' chunk %s: length %lld bytes, expected %lld (%lld "
-                            "elements of %s); the metadata is damaged", where, t->name, box,
-                            (long long)c->length, (long long)want, (long long)numel,
-                            hs_dtype_name(t->dtype));
+                            "elements of %s); the metadata is damaged",
+                            where, t->name, box, (long long)c->length, (long long)want,
+                            (long long)numel, hs_dtype_name(t->dtype));
     if (c->file < 0 || c->file >= m->n_files)
         return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' chunk %s names no listed file",
                             where, t->name, box);
@@ -180,9 +181,9 @@ static hs_status check_chunk(const hs_ckpt_meta *m, const hs_ckpt_entry *t, cons
     if (c->byte_offset < 0 || c->byte_offset > f->bytes - c->length)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: tensor '%s' chunk %s: %lld bytes at byte_offset %lld lie outside "
-                            "%s (%lld bytes); the metadata is damaged", where, t->name, box,
-                            (long long)c->length, (long long)c->byte_offset, f->name,
-                            (long long)f->bytes);
+                            "%s (%lld bytes); the metadata is damaged",
+                            where, t->name, box, (long long)c->length, (long long)c->byte_offset,
+                            f->name, (long long)f->bytes);
     return HS_OK;
 }
 
@@ -201,7 +202,8 @@ static bool chunks_overlap(const hs_ckpt_entry *t, int *i_out, int *j_out) {
             if (t->chunks[k].offset[d] != 0 || t->chunks[k].size[d] != t->shape[d]) dim0 = false;
     int64_t off[HS_CKPT_DIMS], size[HS_CKPT_DIMS];
     if (dim0) {
-        hs_ckpt_chunk *s = malloc(sizeof(hs_ckpt_chunk) * (size_t)(t->n_chunks > 0 ? t->n_chunks : 1));
+        hs_ckpt_chunk *s =
+            malloc(sizeof(hs_ckpt_chunk) * (size_t)(t->n_chunks > 0 ? t->n_chunks : 1));
         memcpy(s, t->chunks, sizeof(hs_ckpt_chunk) * (size_t)t->n_chunks);
         qsort(s, (size_t)t->n_chunks, sizeof *s, cmp_dim0);
         bool bad = false;
@@ -227,10 +229,10 @@ static hs_status check_tiling(const hs_ckpt_entry *t, const char *where, hs_erro
         if (i < 0)
             return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' %s: two chunks overlap on dim 0",
                                 where, t->name, shape);
-        return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' %s: chunks %s and %s overlap",
-                            where, t->name, shape,
-                            hs_ckpt_box_str(t->ndim, t->chunks[i].offset, t->chunks[i].size, a, sizeof a),
-                            hs_ckpt_box_str(t->ndim, t->chunks[j].offset, t->chunks[j].size, b, sizeof b));
+        return hs_error_set(
+            e, HS_ERR_FORMAT, "%s: tensor '%s' %s: chunks %s and %s overlap", where, t->name, shape,
+            hs_ckpt_box_str(t->ndim, t->chunks[i].offset, t->chunks[i].size, a, sizeof a),
+            hs_ckpt_box_str(t->ndim, t->chunks[j].offset, t->chunks[j].size, b, sizeof b));
     }
     /* Disjoint chunks inside the tensor: the sum is at most its numel. */
     int64_t covered = 0;
@@ -241,21 +243,23 @@ static hs_status check_tiling(const hs_ckpt_entry *t, const char *where, hs_erro
     if (covered != hs_ckpt_entry_numel(t))
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: tensor '%s' %s: its chunks cover %lld of %lld elements; every "
-                            "element must be held by some rank", where, t->name, shape,
-                            (long long)covered, (long long)hs_ckpt_entry_numel(t));
+                            "element must be held by some rank",
+                            where, t->name, shape, (long long)covered,
+                            (long long)hs_ckpt_entry_numel(t));
     return HS_OK;
 }
 
 static hs_status check_tensor(const hs_ckpt_meta *m, const hs_ckpt_entry *t, const char *where,
                               hs_error *e) {
     if (t->ndim < 1 || t->ndim > HS_CKPT_DIMS || t->dtype < 0 || t->dtype >= HS_DTYPE_COUNT)
-        return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' has %d dims or a bad dtype",
-                            where, t->name, t->ndim);
+        return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' has %d dims or a bad dtype", where,
+                            t->name, t->ndim);
     for (int d = 0; d < t->ndim; d++)
         if (t->shape[d] < 0)
-            return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' has extent %lld in dim %d; "
-                                "extents are never negative, the metadata is damaged", where,
-                                t->name, (long long)t->shape[d], d);
+            return hs_error_set(e, HS_ERR_FORMAT,
+                                "%s: tensor '%s' has extent %lld in dim %d; "
+                                "extents are never negative, the metadata is damaged",
+                                where, t->name, (long long)t->shape[d], d);
     /* Zero extents count as 1: a tensor with no elements must not hide
      * others whose product overflows, since a load computes row sizes from
      * the extents of dims 1.. and FSDP shard rows from dim 0. */
@@ -263,9 +267,11 @@ static hs_status check_tensor(const hs_ckpt_meta *m, const hs_ckpt_entry *t, con
     int64_t nonzero[HS_CKPT_DIMS], numel, bytes;
     for (int d = 0; d < t->ndim; d++) nonzero[d] = t->shape[d] > 0 ? t->shape[d] : 1;
     if (!box_bytes(t, nonzero, &numel, &bytes))
-        return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' %s %s has more elements or bytes "
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: tensor '%s' %s %s has more elements or bytes "
                             "than a 64-bit count holds (zero extents counted as 1); the metadata "
-                            "is damaged", where, t->name, hs_dtype_name(t->dtype),
+                            "is damaged",
+                            where, t->name, hs_dtype_name(t->dtype),
                             hs_shape_str(t->ndim, t->shape, shape, sizeof shape));
     for (int k = 0; k < t->n_chunks; k++)
         if (check_chunk(m, t, &t->chunks[k], where, e) != HS_OK) return e->code;
@@ -273,7 +279,8 @@ static hs_status check_tensor(const hs_ckpt_meta *m, const hs_ckpt_entry *t, con
 }
 
 static int cmp_name(const void *a, const void *b) {
-    return strcmp((*(const hs_ckpt_entry *const *)a)->name, (*(const hs_ckpt_entry *const *)b)->name);
+    return strcmp((*(const hs_ckpt_entry *const *)a)->name,
+                  (*(const hs_ckpt_entry *const *)b)->name);
 }
 
 static hs_status check_names(const hs_ckpt_meta *m, const char *where, hs_error *e) {
@@ -283,7 +290,8 @@ static hs_status check_names(const hs_ckpt_meta *m, const char *where, hs_error 
     hs_status s = HS_OK;
     for (int i = 1; i < m->n_tensors && s == HS_OK; i++)
         if (!strcmp(v[i]->name, v[i - 1]->name))
-            s = hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' is listed twice", where, v[i]->name);
+            s = hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' is listed twice", where,
+                             v[i]->name);
     free(v);
     return s;
 }
@@ -320,8 +328,8 @@ static hs_status check_files(const hs_ckpt_meta *m, const char *where, hs_error 
         if (at != m->files[f].bytes || (k < n && r[k].file == f))
             s = hs_error_set(e, HS_ERR_FORMAT,
                              "%s: the chunks of %s do not tile its %lld bytes (gap or overlap "
-                             "at byte %lld); the metadata is damaged", where, m->files[f].name,
-                             (long long)m->files[f].bytes, (long long)at);
+                             "at byte %lld); the metadata is damaged",
+                             where, m->files[f].name, (long long)m->files[f].bytes, (long long)at);
     }
     free(r);
     return s;
@@ -339,14 +347,17 @@ static hs_status check_file_table(const hs_ckpt_meta *m, const char *where, hs_e
     int64_t sum = 0;
     for (int i = 0; i < m->n_files; i++) {
         if (m->files[i].bytes < 0)
-            return hs_error_set(e, HS_ERR_FORMAT, "%s: data file %s has %lld bytes; the "
-                                "metadata is damaged", where, m->files[i].name,
-                                (long long)m->files[i].bytes);
+            return hs_error_set(e, HS_ERR_FORMAT,
+                                "%s: data file %s has %lld bytes; the "
+                                "metadata is damaged",
+                                where, m->files[i].name, (long long)m->files[i].bytes);
         sum = hs_ck_add(&total, sum, m->files[i].bytes);
     }
     if (total.overflow)
-        return hs_error_set(e, HS_ERR_FORMAT, "%s: the %d data files add up to more bytes than "
-                            "a 64-bit count holds; the metadata is damaged", where, m->n_files);
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: the %d data files add up to more bytes than "
+                            "a 64-bit count holds; the metadata is damaged",
+                            where, m->n_files);
     const hs_ckpt_file **v = malloc(sizeof(*v) * (size_t)(m->n_files > 0 ? m->n_files : 1));
     if (!v) hs_oom("checking %d data file names", m->n_files);
     for (int i = 0; i < m->n_files; i++) v[i] = &m->files[i];
@@ -354,8 +365,10 @@ static hs_status check_file_table(const hs_ckpt_meta *m, const char *where, hs_e
     hs_status s = HS_OK;
     for (int i = 1; i < m->n_files && s == HS_OK; i++)
         if (!strcmp(v[i]->name, v[i - 1]->name))
-            s = hs_error_set(e, HS_ERR_FORMAT, "%s: data file %s is listed twice; the metadata "
-                             "is damaged", where, v[i]->name);
+            s = hs_error_set(e, HS_ERR_FORMAT,
+                             "%s: data file %s is listed twice; the metadata "
+                             "is damaged",
+                             where, v[i]->name);
     free(v);
     return s;
 }

@@ -59,8 +59,10 @@ static hs_status get_dims(const parser *p, json_t *obj, const char *key, const c
 static hs_status get_count(const parser *p, json_t *st, const char *key, int64_t *out) {
     if (get_int(p, st, key, "state", out) != HS_OK) return p->e->code;
     if (*out < 0)
-        return hs_error_set(p->e, HS_ERR_FORMAT, "%s: state.%s %lld is negative; the checkpoint "
-                            "is damaged (load another step)", p->path, key, (long long)*out);
+        return hs_error_set(p->e, HS_ERR_FORMAT,
+                            "%s: state.%s %lld is negative; the checkpoint "
+                            "is damaged (load another step)",
+                            p->path, key, (long long)*out);
     return HS_OK;
 }
 
@@ -99,7 +101,8 @@ static hs_status parse_files(const parser *p, json_t *root, hs_ckpt_meta *m) {
         json_t *name = json_object_get(f, "name");
         if (!json_is_string(name) || strlen(json_string_value(name)) >= sizeof m->files[i].name ||
             !rank_file_name(json_string_value(name), m->world_size))
-            return bad(p, w, "has a missing or unsafe file name (want rank-<r>.bin, r below "
+            return bad(p, w,
+                       "has a missing or unsafe file name (want rank-<r>.bin, r below "
                        "world_size)");
         snprintf(m->files[i].name, sizeof m->files[i].name, "%s", json_string_value(name));
         if (get_int(p, f, "bytes", w, &m->files[i].bytes) != HS_OK) return p->e->code;
@@ -169,8 +172,8 @@ static hs_status parse_root(const parser *p, json_t *root, hs_ckpt_meta *m) {
     if (version != HS_CKPT_VERSION)
         return hs_error_set(p->e, HS_ERR_FORMAT,
                             "%s: checkpoint format version %lld, this build reads version %d; "
-                            "load it with the hypershard release that wrote it", p->path,
-                            (long long)version, HS_CKPT_VERSION);
+                            "load it with the hypershard release that wrote it",
+                            p->path, (long long)version, HS_CKPT_VERSION);
     m->version = (int)version;
     if (get_int(p, root, "world_size", "root", &world) != HS_OK) return p->e->code;
     if (world < 1 || world > HS_CKPT_WORLD_MAX)
@@ -203,7 +206,8 @@ hs_status hs_ckpt_meta_parse(const char *text, size_t len, const char *path, hs_
         if (near) *near = '\0';
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s:%d:%d: not valid JSON (%s); the metadata is damaged — load an "
-                            "earlier checkpoint", path, je.line, je.column, je.text);
+                            "earlier checkpoint",
+                            path, je.line, je.column, je.text);
     }
     parser p = {path, e};
     hs_status s = json_is_object(root) ? parse_root(&p, root, m)

@@ -41,18 +41,24 @@ static int cmp_name(const void *a, const void *b) {
 static hs_status check_one(const hs_ckpt_tensor *t, hs_error *e) {
     char shape[96], box[160];
     if (!t->name || !t->name[0] || strlen(t->name) >= HS_CKPT_NAME_MAX)
-        return hs_error_set(e, HS_ERR_INTERNAL, "checkpoint tensor name is empty or longer than "
-                            "%d bytes: '%.64s'", HS_CKPT_NAME_MAX - 1, t->name ? t->name : "");
+        return hs_error_set(e, HS_ERR_INTERNAL,
+                            "checkpoint tensor name is empty or longer than "
+                            "%d bytes: '%.64s'",
+                            HS_CKPT_NAME_MAX - 1, t->name ? t->name : "");
     if (t->ndim < 1 || t->ndim > HS_CKPT_DIMS || t->dtype < 0 || t->dtype >= HS_DTYPE_COUNT)
-        return hs_error_set(e, HS_ERR_INTERNAL, "checkpoint tensor '%s': %d dims (want 1..%d) "
-                            "or a bad dtype", t->name, t->ndim, HS_CKPT_DIMS);
+        return hs_error_set(e, HS_ERR_INTERNAL,
+                            "checkpoint tensor '%s': %d dims (want 1..%d) "
+                            "or a bad dtype",
+                            t->name, t->ndim, HS_CKPT_DIMS);
     hs_shape_str(t->ndim, t->shape, shape, sizeof shape);
     hs_ckpt_box_str(t->ndim, t->offset, t->size, box, sizeof box);
     for (int d = 0; d < t->ndim; d++)
         if (t->shape[d] < 0 || t->offset[d] < 0 || t->size[d] < 0 ||
             t->offset[d] + t->size[d] > t->shape[d])
-            return hs_error_set(e, HS_ERR_INTERNAL, "checkpoint tensor '%s' %s: chunk %s lies "
-                                "outside the tensor (dim %d)", t->name, shape, box, d);
+            return hs_error_set(e, HS_ERR_INTERNAL,
+                                "checkpoint tensor '%s' %s: chunk %s lies "
+                                "outside the tensor (dim %d)",
+                                t->name, shape, box, d);
     if (!t->data && hs_ckpt_tensor_numel(t) > 0)
         return hs_error_set(e, HS_ERR_INTERNAL, "checkpoint tensor '%s' chunk %s has no data",
                             t->name, box);
@@ -68,8 +74,10 @@ hs_status hs_ckpt_check_local(const hs_ckpt_tensor *t, int n, hs_error *e) {
     hs_status s = HS_OK;
     for (int i = 1; i < n && s == HS_OK; i++)
         if (!strcmp(names[i], names[i - 1]))
-            s = hs_error_set(e, HS_ERR_INTERNAL, "checkpoint tensor '%s' is listed twice by one "
-                             "rank; each rank lists a tensor once", names[i]);
+            s = hs_error_set(e, HS_ERR_INTERNAL,
+                             "checkpoint tensor '%s' is listed twice by one "
+                             "rank; each rank lists a tensor once",
+                             names[i]);
     free(names);
     return s;
 }
@@ -92,7 +100,8 @@ static char *encode(const hs_ckpt_tensor *t, int n, int64_t *len) {
     memcpy(p, &count, sizeof count);
     p += sizeof count;
     for (int i = 0; i < n; i++) {
-        wire_row r = {.name_len = (int32_t)strlen(t[i].name), .dtype = t[i].dtype, .ndim = t[i].ndim};
+        wire_row r = {
+            .name_len = (int32_t)strlen(t[i].name), .dtype = t[i].dtype, .ndim = t[i].ndim};
         for (int d = 0; d < t[i].ndim; d++)
             r.shape[d] = t[i].shape[d], r.offset[d] = t[i].offset[d], r.size[d] = t[i].size[d];
         memcpy(p, &r, sizeof r);
@@ -163,15 +172,16 @@ static hs_status mismatch(builder *b, int entry, const wire_row *r, const char *
     hs_shape_str(r->ndim, r->shape, s2, sizeof s2);
     return hs_error_set(b->e, HS_ERR_INTERNAL,
                         "checkpoint save: tensor '%s' is %s %s on rank %d but %s %s on rank %d; "
-                        "every rank must describe the same global tensor", name,
-                        hs_dtype_name(t->dtype), s1, b->entry_rank[entry],
+                        "every rank must describe the same global tensor",
+                        name, hs_dtype_name(t->dtype), s1, b->entry_rank[entry],
                         hs_dtype_name((hs_dtype)r->dtype), s2, rank);
 }
 
 static int find_chunk(const hs_ckpt_entry *t, const wire_row *r) {
     size_t bytes = sizeof(int64_t) * (size_t)t->ndim;
     for (int k = 0; k < t->n_chunks; k++)
-        if (!memcmp(t->chunks[k].offset, r->offset, bytes) && !memcmp(t->chunks[k].size, r->size, bytes))
+        if (!memcmp(t->chunks[k].offset, r->offset, bytes) &&
+            !memcmp(t->chunks[k].size, r->size, bytes))
             return k;
     return -1;
 }
@@ -251,7 +261,8 @@ hs_status hs_ckpt_plan_build(hs_pg *world, const hs_ckpt_tensor *t, int n, hs_ck
     if (s != HS_OK) return free(lens), free(all), s;
     row_view **views = calloc((size_t)p->world, sizeof(row_view *));
     int *counts = calloc((size_t)p->world, sizeof(int)), rows = 0;
-    for (int r = 0; r < p->world; r++) rows += counts[r] = decode(all + r * stride, lens[r], &views[r]);
+    for (int r = 0; r < p->world; r++)
+        rows += counts[r] = decode(all + r * stride, lens[r], &views[r]);
     plan_alloc(p, counts);
     builder b = {.p = p, .e = e};
     index_init(&b.index, rows);

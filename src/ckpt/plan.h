@@ -14,10 +14,10 @@
 typedef struct hs_ckpt_plan {
     hs_ckpt_meta meta; /* crc32 fields are filled after the writes */
     int world, rank;
-    int *rank_base;    /* [world + 1] */
+    int *rank_base; /* [world + 1] */
     int *row_entry, *row_chunk;
-    int *rank_file;    /* [world]: index into meta.files, -1 when rank writes nothing */
-    int *rank_chunks;  /* [world]: chunks rank r writes */
+    int *rank_file;   /* [world]: index into meta.files, -1 when rank writes nothing */
+    int *rank_chunks; /* [world]: chunks rank r writes */
     int64_t total_bytes;
 } hs_ckpt_plan;
 
@@ -34,6 +34,5 @@ void hs_ckpt_plan_free(hs_ckpt_plan *p);
  * *all holds world slots of *stride bytes; lens[r] is rank r's length. */
 hs_status hs_ckpt_all_gather_bytes(hs_pg *world, const void *mine, int64_t len, char **all,
                                    int64_t *stride, int64_t *lens, hs_error *e);
-
 
 #endif

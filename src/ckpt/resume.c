@@ -23,7 +23,9 @@ void hs_ckpt_tensor_dim0(hs_ckpt_tensor *t, const char *name, hs_dtype dt, int n
     t->size[0] = hs_fsdp_actual_rows(shape[0], w, r);
 }
 
-int64_t hs_ckpt_tensor_numel(const hs_ckpt_tensor *t) { return hs_ckpt_box_numel(t->ndim, t->size); }
+int64_t hs_ckpt_tensor_numel(const hs_ckpt_tensor *t) {
+    return hs_ckpt_box_numel(t->ndim, t->size);
+}
 
 static hs_status load_local(const char *path, const hs_ckpt_tensor *targets, int n,
                             hs_ckpt_state *state, hs_error *e) {
@@ -49,7 +51,8 @@ hs_status hs_ckpt_resolve_resume(const hs_ckpt_config *cfg, char *path, size_t c
         hs_ckpt *c = NULL;
         hs_status s = hs_ckpt_open(cfg->resume, &c, e);
         if (s != HS_OK)
-            return hs_error_append(e, HS_ERR_CONFIG, "checkpoint.resume = %s: not a loadable "
+            return hs_error_append(e, HS_ERR_CONFIG,
+                                   "checkpoint.resume = %s: not a loadable "
                                    "checkpoint (see above); use none, auto or a step directory",
                                    cfg->resume);
         snprintf(path, cap, "%s", hs_ckpt_path(c));
@@ -57,7 +60,8 @@ hs_status hs_ckpt_resolve_resume(const hs_ckpt_config *cfg, char *path, size_t c
         return *found = true, HS_OK;
     }
     if (!cfg->dir[0])
-        return hs_error_set(e, HS_ERR_CONFIG, "checkpoint.resume = auto needs checkpoint.dir "
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "checkpoint.resume = auto needs checkpoint.dir "
                             "(it is null); set checkpoint.dir or checkpoint.resume: none");
     char name[HS_PATH_MAX];
     bool have = false;
@@ -70,9 +74,10 @@ hs_status hs_ckpt_resolve_resume(const hs_ckpt_config *cfg, char *path, size_t c
     char probe[HS_PATH_MAX * 2 + 64];
     snprintf(probe, sizeof probe, "%s/%s", path, HS_CKPT_METADATA);
     if (!hs_ckpt_is_file(probe))
-        return hs_error_set(e, HS_ERR_IO, "checkpoint.resume = auto: %s/%s names %s, which has "
+        return hs_error_set(e, HS_ERR_IO,
+                            "checkpoint.resume = auto: %s/%s names %s, which has "
                             "no %s; point `latest` at an existing step directory or use "
-                            "checkpoint.resume: none", cfg->dir, HS_CKPT_LATEST, path,
-                            HS_CKPT_METADATA);
+                            "checkpoint.resume: none",
+                            cfg->dir, HS_CKPT_LATEST, path, HS_CKPT_METADATA);
     return *found = true, HS_OK;
 }

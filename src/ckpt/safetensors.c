@@ -103,14 +103,14 @@ hs_status hs_safetensors_write(const char *path, const hs_st_tensor *tensors, in
                                const hs_st_meta *meta, int n_meta, hs_error *e) {
     for (int i = 0; i < n; i++)
         if ((size_t)hs_st_numel(&tensors[i]) * hs_dtype_size(tensors[i].dtype) != tensors[i].bytes)
-            return hs_error_set(e, HS_ERR_INTERNAL,
-                                "safetensors %s: tensor %s has %zu bytes, its shape needs %lld", path,
-                                tensors[i].name, tensors[i].bytes,
-                                (long long)(hs_st_numel(&tensors[i]) *
-                                            (int64_t)hs_dtype_size(tensors[i].dtype)));
+            return hs_error_set(
+                e, HS_ERR_INTERNAL, "safetensors %s: tensor %s has %zu bytes, its shape needs %lld",
+                path, tensors[i].name, tensors[i].bytes,
+                (long long)(hs_st_numel(&tensors[i]) * (int64_t)hs_dtype_size(tensors[i].dtype)));
     size_t hlen = 0;
     char *header = st_header_json(tensors, n, meta, n_meta, &hlen);
-    if (!header) return hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot build the header", path);
+    if (!header)
+        return hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot build the header", path);
     char tmp[HS_PATH_MAX + 8];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = hs_fopen(tmp, "wb", "check that the output directory exists and is writable", e);
@@ -121,7 +121,8 @@ hs_status hs_safetensors_write(const char *path, const hs_st_tensor *tensors, in
     uint64_t n64 = hlen;
     bool ok = fwrite(&n64, 8, 1, f) == 1 && fwrite(header, 1, hlen, f) == hlen;
     for (int i = 0; ok && i < n; i++)
-        ok = tensors[i].bytes == 0 || fwrite(tensors[i].data, 1, tensors[i].bytes, f) == tensors[i].bytes;
+        ok = tensors[i].bytes == 0 ||
+             fwrite(tensors[i].data, 1, tensors[i].bytes, f) == tensors[i].bytes;
     free(header);
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
@@ -145,9 +146,10 @@ static hs_status st_parse_shape(const char *path, const char *name, json_t *shap
     for (int d = 0; d < t->ndim; d++) {
         json_t *v = json_array_get(shape, (size_t)d);
         if (!json_is_integer(v) || json_integer_value(v) < 0)
-            return hs_error_set(e, HS_ERR_FORMAT,
-                                "safetensors %s: tensor %s: shape[%d] is not a non-negative integer",
-                                path, name, d);
+            return hs_error_set(
+                e, HS_ERR_FORMAT,
+                "safetensors %s: tensor %s: shape[%d] is not a non-negative integer", path, name,
+                d);
         t->shape[d] = json_integer_value(v);
     }
     return HS_OK;
@@ -157,15 +159,17 @@ static hs_status st_parse_tensor(hs_st_file *f, const char *name, json_t *obj, h
                                  hs_error *e) {
     const char *path = f->path;
     if (strlen(name) >= HS_ST_NAME_MAX)
-        return hs_error_set(e, HS_ERR_FORMAT, "safetensors %s: tensor name %.60s... is longer than %d",
-                            path, name, HS_ST_NAME_MAX - 1);
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "safetensors %s: tensor name %.60s... is longer than %d", path, name,
+                            HS_ST_NAME_MAX - 1);
     snprintf(t->name, sizeof t->name, "%s", name);
     json_t *dtype = json_object_get(obj, "dtype");
     if (!json_is_string(dtype) || !st_dtype_parse(json_string_value(dtype), &t->dtype))
         return hs_error_set(e, HS_ERR_FORMAT,
                             "safetensors %s: tensor %s has dtype %s; hypershard reads F32, BF16 "
                             "and F16",
-                            path, name, json_is_string(dtype) ? json_string_value(dtype) : "(none)");
+                            path, name,
+                            json_is_string(dtype) ? json_string_value(dtype) : "(none)");
     hs_status s = st_parse_shape(path, name, json_object_get(obj, "shape"), t, e);
     if (s != HS_OK) return s;
     json_t *off = json_object_get(obj, "data_offsets");
@@ -173,8 +177,8 @@ static hs_status st_parse_tensor(hs_st_file *f, const char *name, json_t *obj, h
     if (!json_is_array(off) || json_array_size(off) != 2 || !json_is_integer(b) ||
         !json_is_integer(en))
         return hs_error_set(e, HS_ERR_FORMAT,
-                            "safetensors %s: tensor %s: \"data_offsets\" must be [begin, end]", path,
-                            name);
+                            "safetensors %s: tensor %s: \"data_offsets\" must be [begin, end]",
+                            path, name);
     json_int_t begin = json_integer_value(b), end = json_integer_value(en);
     int64_t want = 0;
     if (!st_bytes_of(t, &want))
@@ -244,8 +248,8 @@ static hs_status st_parse_meta(hs_st_file *f, json_t *meta, hs_error *e) {
     json_t *v;
     json_object_foreach(meta, key, v) {
         if (!json_is_string(v))
-            return hs_error_set(e, HS_ERR_FORMAT,
-                                "safetensors %s: __metadata__.%s is not a string", f->path, key);
+            return hs_error_set(e, HS_ERR_FORMAT, "safetensors %s: __metadata__.%s is not a string",
+                                f->path, key);
         f->meta_keys[f->n_meta] = strdup(key);
         f->meta_values[f->n_meta] = strdup(json_string_value(v));
         f->n_meta++;
@@ -265,7 +269,8 @@ static hs_status st_parse_header(hs_st_file *f, const char *text, size_t len, hs
         s = hs_error_set(e, HS_ERR_FORMAT, "safetensors %s: header is not a JSON object", f->path);
     } else {
         f->tensors = calloc(json_object_size(root) + 1, sizeof(hs_st_tensor));
-        if (!f->tensors) s = hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate", f->path);
+        if (!f->tensors)
+            s = hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate", f->path);
         const char *key;
         json_t *v;
         json_object_foreach(root, key, v) {
@@ -292,10 +297,11 @@ static hs_status st_header_len(const hs_st_file *f, const void *first8, uint64_t
                             f->path, (unsigned long long)size);
     memcpy(hlen, first8, 8);
     if (*hlen > ST_HEADER_MAX)
-        return hs_error_set(e, HS_ERR_FORMAT,
-                            "safetensors %s: the header is %llu bytes, larger than the limit of "
-                            "%llu bytes this reader accepts; the file is corrupt or not safetensors",
-                            f->path, (unsigned long long)*hlen, (unsigned long long)ST_HEADER_MAX);
+        return hs_error_set(
+            e, HS_ERR_FORMAT,
+            "safetensors %s: the header is %llu bytes, larger than the limit of "
+            "%llu bytes this reader accepts; the file is corrupt or not safetensors",
+            f->path, (unsigned long long)*hlen, (unsigned long long)ST_HEADER_MAX);
     if (*hlen > size - 8)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "safetensors %s: header length %llu does not fit the %llu-byte file; "
@@ -363,8 +369,8 @@ hs_status hs_safetensors_open(const char *path, hs_st_file **out, hs_error *e) {
     return st_finish(f, s, out);
 }
 
-hs_status hs_safetensors_open_mem(const char *path, const void *buf, size_t len,
-                                  hs_st_file **out, hs_error *e) {
+hs_status hs_safetensors_open_mem(const char *path, const void *buf, size_t len, hs_st_file **out,
+                                  hs_error *e) {
     *out = NULL;
     hs_st_file *f = st_new(path, e);
     if (!f) return e->code;

@@ -69,8 +69,8 @@ static void progress(saver *sv, bool last) {
 /* One chunk to the open file, in pieces (progress, the kill hook). A
  * chunk in device memory crosses piece by piece into sv->stage, and the
  * CRC and the write take the host copy. */
-static hs_status write_chunk(saver *sv, int fd, const char *path, const hs_ckpt_tensor *t,
-                             size_t n, uint32_t *crc, hs_error *e) {
+static hs_status write_chunk(saver *sv, int fd, const char *path, const hs_ckpt_tensor *t, size_t n,
+                             uint32_t *crc, hs_error *e) {
     const char *data = t->data;
     *crc = 0;
     for (size_t done = 0; done < n;) {
@@ -110,14 +110,17 @@ static hs_status stage_alloc(saver *sv, const hs_ckpt_tensor *t, int n, const ch
     sv->piece = need < PIECE ? need : PIECE;
     sv->stage = malloc(sv->piece);
     if (!sv->stage)
-        return hs_error_set(e, HS_ERR_OOM, "cannot allocate the %zu-byte host buffer to write "
-                            "device tensors to %s", sv->piece, path);
+        return hs_error_set(e, HS_ERR_OOM,
+                            "cannot allocate the %zu-byte host buffer to write "
+                            "device tensors to %s",
+                            sv->piece, path);
     return HS_OK;
 }
 
 /* Phase 3 on this rank: its data file, and the CRC of each chunk in the
  * order of its tensors. */
-static hs_status write_data(saver *sv, const hs_ckpt_tensor *t, int n, uint32_t *crcs, hs_error *e) {
+static hs_status write_data(saver *sv, const hs_ckpt_tensor *t, int n, uint32_t *crcs,
+                            hs_error *e) {
     hs_ckpt_plan *p = &sv->plan;
     if (p->rank_file[p->rank] < 0) return HS_OK;
     char path[HS_PATH_MAX + 128];
@@ -145,9 +148,8 @@ static hs_status gather_crcs(saver *sv, hs_pg *world, const uint32_t *mine, hs_e
     hs_ckpt_plan *p = &sv->plan;
     char *all = NULL;
     int64_t stride = 0, *lens = calloc((size_t)p->world, sizeof(int64_t));
-    hs_status s = hs_ckpt_all_gather_bytes(world, mine,
-                                           (int64_t)sizeof(uint32_t) * p->rank_chunks[p->rank],
-                                           &all, &stride, lens, e);
+    hs_status s = hs_ckpt_all_gather_bytes(
+        world, mine, (int64_t)sizeof(uint32_t) * p->rank_chunks[p->rank], &all, &stride, lens, e);
     for (int r = 0; s == HS_OK && r < p->world; r++) {
         const uint32_t *crc = (const uint32_t *)(all + r * stride);
         for (int row = p->rank_base[r]; row < p->rank_base[r + 1]; row++)
@@ -197,8 +199,10 @@ static hs_status publish(saver *sv, hs_error *e) {
         return HS_OK;
     }
     if (renameat2(AT_FDCWD, sv->tmp, AT_FDCWD, sv->final, RENAME_EXCHANGE) != 0)
-        return hs_error_set(e, HS_ERR_IO, "cannot replace the existing %s with %s: %s; delete "
-                            "it or choose another checkpoint.dir", sv->final, sv->tmp, strerror(errno));
+        return hs_error_set(e, HS_ERR_IO,
+                            "cannot replace the existing %s with %s: %s; delete "
+                            "it or choose another checkpoint.dir",
+                            sv->final, sv->tmp, strerror(errno));
     return hs_ckpt_remove_dir(sv->tmp, e);
 }
 
@@ -216,14 +220,14 @@ static hs_status finish_rank0(saver *sv, hs_error *e) {
     if (s == HS_OK) s = hs_ckpt_fsync_path(sv->opt->dir, true, e);
     snprintf(latest, sizeof latest, "%s\n", sv->step_name);
     if (s == HS_OK) s = hs_ckpt_write_atomic(sv->opt->dir, HS_CKPT_LATEST, latest, e);
-    if (s == HS_OK) s = hs_ckpt_prune(sv->opt->dir, sv->opt->keep_last, sv->step_name, sv->opt->log, e);
+    if (s == HS_OK)
+        s = hs_ckpt_prune(sv->opt->dir, sv->opt->keep_last, sv->step_name, sv->opt->log, e);
     return s;
 }
 
 /* ------------------------------------------------------------ driver */
 
-static hs_status save_phases(saver *sv, hs_pg *world, const hs_ckpt_tensor *t, int n,
-                             hs_error *e) {
+static hs_status save_phases(saver *sv, hs_pg *world, const hs_ckpt_tensor *t, int n, hs_error *e) {
     hs_ckpt_plan *p = &sv->plan;
     hs_status s = hs_ckpt_plan_build(world, t, n, p, e);
     if (s != HS_OK) return s;
@@ -240,7 +244,7 @@ static hs_status save_phases(saver *sv, hs_pg *world, const hs_ckpt_tensor *t, i
     free(crcs);
     if (s == HS_OK)
         s = hs_pg_agree(world, p->rank == 0 ? finish_rank0(sv, e) : HS_OK,
-                          "checkpoint save: publishing", e);
+                        "checkpoint save: publishing", e);
     if (s != HS_OK && p->rank == 0) {
         /* Every rank has stopped writing (the agreement came after its
          * writes); leave no partial directory behind. */
@@ -255,7 +259,8 @@ hs_status hs_ckpt_save(hs_comm *comm, const hs_ckpt_save_options *opt,
                        char *saved_path, size_t cap, hs_error *e) {
     hs_pg *world = hs_comm_world(comm);
     if (!opt->dir || !opt->dir[0] || strlen(opt->dir) >= HS_PATH_MAX)
-        return hs_error_set(e, HS_ERR_CONFIG, "checkpoint.dir is empty or too long; set it to a "
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "checkpoint.dir is empty or too long; set it to a "
                             "directory all ranks can write");
     saver sv = {.opt = opt, .state = state, .t0 = hs_now(), .piece = PIECE};
     sv.last_report = sv.t0; /* the first progress line after a second */
@@ -268,9 +273,11 @@ hs_status hs_ckpt_save(hs_comm *comm, const hs_ckpt_save_options *opt,
     if (s == HS_OK && saved_path) snprintf(saved_path, cap, "%s", sv.final);
     double dt = hs_now() - sv.t0;
     if (s == HS_OK && opt->log)
-        hs_log_info(opt->log, "checkpoint: saved %s (%d tensors, %.2f MiB in %d files) in %.2f s, "
-                    "%.1f MB/s", sv.final, sv.plan.meta.n_tensors,
-                    (double)sv.plan.total_bytes / 1048576.0, sv.plan.meta.n_files, dt,
+        hs_log_info(opt->log,
+                    "checkpoint: saved %s (%d tensors, %.2f MiB in %d files) in %.2f s, "
+                    "%.1f MB/s",
+                    sv.final, sv.plan.meta.n_tensors, (double)sv.plan.total_bytes / 1048576.0,
+                    sv.plan.meta.n_files, dt,
                     (double)sv.plan.total_bytes / (dt > 1e-9 ? dt : 1e-9) / 1e6);
     hs_ckpt_plan_free(&sv.plan);
     free(sv.stage);

@@ -12,16 +12,17 @@
 #include "hypershard/train.h"
 
 static void ckpt_usage(FILE *f) {
-    fprintf(f, "usage: hypershard ckpt inspect DIR\n"
-               "       hypershard ckpt verify DIR\n"
-               "       hypershard ckpt export DIR --safetensors OUT_DIR [--dtype DTYPE]\n"
-               "  DIR     a checkpoint step directory, or a checkpoint.dir (follows `latest`)\n"
-               "  inspect prints the trainer state, the data files and every tensor with its\n"
-               "          dtype, shape, size and chunk layout (global offsets, file, bytes, CRC32)\n"
-               "  verify  reads every stored chunk and checks its length and CRC32\n"
-               "  export  writes OUT_DIR/model.safetensors + config.json from the model's\n"
-               "          parameters (DTYPE float32 by default, bfloat16 or float16), as\n"
-               "          `hypershard export` does for a finished run\n");
+    fprintf(f,
+            "usage: hypershard ckpt inspect DIR\n"
+            "       hypershard ckpt verify DIR\n"
+            "       hypershard ckpt export DIR --safetensors OUT_DIR [--dtype DTYPE]\n"
+            "  DIR     a checkpoint step directory, or a checkpoint.dir (follows `latest`)\n"
+            "  inspect prints the trainer state, the data files and every tensor with its\n"
+            "          dtype, shape, size and chunk layout (global offsets, file, bytes, CRC32)\n"
+            "  verify  reads every stored chunk and checks its length and CRC32\n"
+            "  export  writes OUT_DIR/model.safetensors + config.json from the model's\n"
+            "          parameters (DTYPE float32 by default, bfloat16 or float16), as\n"
+            "          `hypershard export` does for a finished run\n");
 }
 
 static int fail(const hs_error *e) {
@@ -66,15 +67,18 @@ static hs_status export_get(void *ctx, int i, float *out, hs_error *e) {
     const hs_param *p = hs_model_param(x->model, i);
     int idx = hs_ckpt_find(x->ckpt, p->fqn);
     if (idx < 0)
-        return hs_error_set(e, HS_ERR_FORMAT, "checkpoint %s has no parameter '%s' that its "
-                            "config.yaml's model needs", hs_ckpt_path(x->ckpt), p->fqn);
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "checkpoint %s has no parameter '%s' that its "
+                            "config.yaml's model needs",
+                            hs_ckpt_path(x->ckpt), p->fqn);
     hs_ckpt_info info;
     hs_ckpt_tensor_info(x->ckpt, idx, &info);
     hs_ckpt_tensor t;
     void *buf = info.dtype == HS_DTYPE_F32 ? (void *)out : malloc((size_t)info.bytes + 1);
     hs_ckpt_tensor_full(&t, p->fqn, info.dtype, p->ndim, p->shape, buf);
     hs_status s = hs_ckpt_read(x->ckpt, &t, 1, e);
-    if (s == HS_OK && buf != out) hs_convert(out, HS_DTYPE_F32, buf, info.dtype, hs_ckpt_tensor_numel(&t));
+    if (s == HS_OK && buf != out)
+        hs_convert(out, HS_DTYPE_F32, buf, info.dtype, hs_ckpt_tensor_numel(&t));
     if (buf != out) free(buf);
     return s;
 }
@@ -89,15 +93,18 @@ static hs_status export_run(const char *dir, const char *out, hs_dtype dt, hs_er
         snprintf(path, sizeof path, "%s/config.yaml", hs_ckpt_path(x.ckpt));
         FILE *probe = fopen(path, "r");
         if (!probe)
-            s = hs_error_set(e, HS_ERR_USAGE, "checkpoint %s has no config.yaml (it was saved "
+            s = hs_error_set(e, HS_ERR_USAGE,
+                             "checkpoint %s has no config.yaml (it was saved "
                              "without the run's config), so its model is unknown; export the "
-                             "run's weights with `hypershard export --run`", hs_ckpt_path(x.ckpt));
-        else
-            fclose(probe);
+                             "run's weights with `hypershard export --run`",
+                             hs_ckpt_path(x.ckpt));
+        else fclose(probe);
     }
     if (s == HS_OK) s = hs_config_load(&cfg, path, NULL, 0, e);
-    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
-                           .max_batch = 1, .seq_len = cfg.train.seq_len > 0 ? cfg.train.seq_len : 1,
+    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32,
+                           .grad_dtype = HS_DTYPE_F32,
+                           .max_batch = 1,
+                           .seq_len = cfg.train.seq_len > 0 ? cfg.train.seq_len : 1,
                            .allocate_params = false};
     if (s == HS_OK) s = hs_model_create(&cfg.model, &mo, &x.model, e);
     if (s == HS_OK)
@@ -105,9 +112,10 @@ static hs_status export_run(const char *dir, const char *out, hs_dtype dt, hs_er
     if (s == HS_OK) s = hs_hf_save(x.model, export_get, &x, dt, cfg.train.seq_len, out, true, e);
     if (s == HS_OK)
         printf("exported %d parameters (%.2fM values, %s) of %s (step %lld) to "
-               "%s/model.safetensors and %s/config.json\n", hs_model_num_params(x.model),
-               (double)hs_model_param_count(x.model) / 1e6, hs_dtype_name(dt),
-               hs_ckpt_path(x.ckpt), (long long)hs_ckpt_get_state(x.ckpt)->step, out, out);
+               "%s/model.safetensors and %s/config.json\n",
+               hs_model_num_params(x.model), (double)hs_model_param_count(x.model) / 1e6,
+               hs_dtype_name(dt), hs_ckpt_path(x.ckpt), (long long)hs_ckpt_get_state(x.ckpt)->step,
+               out, out);
     if (x.model) hs_model_free(x.model);
     hs_ckpt_close(x.ckpt);
     hs_config_free(&cfg);

@@ -60,8 +60,9 @@ static int parse_args(int argc, char **argv, config_args *a) {
             if (!w && i + 1 == argc) return fprintf(stderr, "%s: --world needs a value\n", cmd), 2;
             if (!w) w = argv[++i];
             if (!parse_world(w, &a->world))
-                return fprintf(stderr, "%s: --world %s: expected a rank count from 1 to %d\n",
-                               cmd, w, MAX_WORLD), 2;
+                return fprintf(stderr, "%s: --world %s: expected a rank count from 1 to %d\n", cmd,
+                               w, MAX_WORLD),
+                       2;
         } else if (s[0] == '-' && !strchr(s, '=')) {
             return fprintf(stderr, "%s: unknown option %s\n%s", cmd, s, usage), 2;
         } else if (strchr(s, '=')) {
@@ -69,8 +70,11 @@ static int parse_args(int argc, char **argv, config_args *a) {
         } else if (!a->path) {
             a->path = s;
         } else {
-            return fprintf(stderr, "%s: a second config file '%s' (already have '%s'); pass one "
-                                   "file and key=value overrides\n", cmd, s, a->path), 2;
+            return fprintf(stderr,
+                           "%s: a second config file '%s' (already have '%s'); pass one "
+                           "file and key=value overrides\n",
+                           cmd, s, a->path),
+                   2;
         }
     }
     return -1;

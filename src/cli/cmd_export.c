@@ -15,8 +15,10 @@ typedef struct held_model {
 } held_model;
 
 static hs_status held_create(held_model *h, const hs_model_config *mc, int seq_len, hs_error *e) {
-    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
-                           .max_batch = 1, .seq_len = seq_len > 0 ? seq_len : 1,
+    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32,
+                           .grad_dtype = HS_DTYPE_F32,
+                           .max_batch = 1,
+                           .seq_len = seq_len > 0 ? seq_len : 1,
                            .allocate_params = true};
     return hs_model_create(mc, &mo, &h->m, e);
 }
@@ -52,8 +54,9 @@ static int fail(const char *cmd, const hs_error *e) {
 
 hs_status hs_cli_hf_out_check(const char *flag, const char *dir, int64_t values, hs_dtype dt,
                               hs_error *e) {
-    static const char *const files[] = {"model.safetensors", "config.json", "tokenizer.json",
-                                        "tokenizer_config.json", "special_tokens_map.json", NULL};
+    static const char *const files[] = {"model.safetensors",       "config.json",
+                                        "tokenizer.json",          "tokenizer_config.json",
+                                        "special_tokens_map.json", NULL};
     int64_t bytes = 0;
     if (!hs_mul_i64(values, (int64_t)hs_dtype_size(dt), &bytes)) bytes = INT64_MAX;
     char what[96];
@@ -92,8 +95,8 @@ static hs_status export_run(const char *run, const char *out, hs_dtype dt, hs_er
     if (s == HS_OK)
         printf("exported %d parameters (%.2fM values, %s) from %s to %s/model.safetensors and "
                "%s/config.json%s\n",
-               hs_model_num_params(h.m), (double)hs_model_param_count(h.m) / 1e6,
-               hs_dtype_name(dt), run, out, out, copied ? " with the run's tokenizer" : "");
+               hs_model_num_params(h.m), (double)hs_model_param_count(h.m) / 1e6, hs_dtype_name(dt),
+               run, out, out, copied ? " with the run's tokenizer" : "");
     hs_model_free(h.m);
     hs_config_free(&defaults);
     return s;
@@ -101,8 +104,8 @@ static hs_status export_run(const char *run, const char *out, hs_dtype dt, hs_er
 
 /* A checkpoint is consolidated exactly as `hypershard ckpt export` does it. */
 static int export_ckpt(const char *ckpt, const char *out, const char *dtype) {
-    char *args[] = {"ckpt", "export", (char *)ckpt, "--safetensors", (char *)out,
-                    "--dtype", (char *)dtype, NULL};
+    char *args[] = {"ckpt",      "export",  (char *)ckpt,  "--safetensors",
+                    (char *)out, "--dtype", (char *)dtype, NULL};
     return hs_cmd_ckpt(7, args);
 }
 
@@ -117,8 +120,7 @@ int hs_cmd_export(int argc, char **argv) {
         else if (!strcmp(a, "--dtype") && v) {
             if (!hs_cli_dtype_arg("export", v, &dt)) return 2;
             i++;
-        }
-        else if (!strcmp(a, "--ckpt") && v) ckpt = v, i++;
+        } else if (!strcmp(a, "--ckpt") && v) ckpt = v, i++;
         else {
             fprintf(stderr, "hypershard export: unexpected argument '%s'\n", a);
             return export_usage(stderr), 2;
@@ -220,7 +222,8 @@ int hs_cmd_import(int argc, char **argv) {
         const char *s = argv[i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) import_usage(stdout), rc = 0;
         else if (!strcmp(s, "--out") && i + 1 < argc) a.out = argv[++i];
-        else if (s[0] == '-') fprintf(stderr, "hypershard import: unknown option '%s'\n", s), rc = 2;
+        else if (s[0] == '-')
+            fprintf(stderr, "hypershard import: unknown option '%s'\n", s), rc = 2;
         else if (strchr(s, '=')) a.overrides[a.n_overrides++] = s;
         else if (!a.dir) a.dir = s;
         else if (!a.config) a.config = s;

@@ -35,15 +35,13 @@ static void usage(const char *cmd, FILE *f) {
                 "  continues TEXT (bytes) with N tokens (default 64), streamed as they come;\n"
                 "  greedy at temperature 0 (the default), else sampled from the top K (0: all)\n");
     else
-        fprintf(f,
-                "usage: hypershard eval (--run RUN_DIR | --ckpt DIR) [a.b.c=value ...]\n"
-                "  loss and perplexity on the validation split the trainer evaluates on\n"
-                "  (data.* overrides choose other data)\n");
-    fprintf(f,
-            "  RUN_DIR  a finished run (train.out_dir: config.yaml, model.safetensors)\n"
-            "  DIR      a checkpoint step directory, or a checkpoint.dir (follows `latest`)\n"
-            "  under mpiexec -n N the model runs data parallel over N ranks, or in any layout\n"
-            "  the overrides give (accelerator.tp_size=2, accelerator.pp_size=2, ...)\n");
+        fprintf(f, "usage: hypershard eval (--run RUN_DIR | --ckpt DIR) [a.b.c=value ...]\n"
+                   "  loss and perplexity on the validation split the trainer evaluates on\n"
+                   "  (data.* overrides choose other data)\n");
+    fprintf(f, "  RUN_DIR  a finished run (train.out_dir: config.yaml, model.safetensors)\n"
+               "  DIR      a checkpoint step directory, or a checkpoint.dir (follows `latest`)\n"
+               "  under mpiexec -n N the model runs data parallel over N ranks, or in any layout\n"
+               "  the overrides give (accelerator.tp_size=2, accelerator.pp_size=2, ...)\n");
 }
 
 static int bad(const infer_args *a, const char *what, const char *value) {
@@ -66,7 +64,8 @@ static int parse(int argc, char **argv, infer_args *a) {
         else if (gen && !strcmp(s, "--prompt") && v) a->prompt = argv[++i];
         else if (gen && !strcmp(s, "--max-new-tokens") && v) {
             long n = strtol(argv[++i], &end, 10);
-            if (*end || n < 1 || n > 1000000) return bad(a, "--max-new-tokens needs 1..1000000, got", v);
+            if (*end || n < 1 || n > 1000000)
+                return bad(a, "--max-new-tokens needs 1..1000000, got", v);
             a->max_new = (int)n;
         } else if (gen && !strcmp(s, "--temperature") && v) {
             a->temperature = strtod(argv[++i], &end);
@@ -102,25 +101,36 @@ static int parse(int argc, char **argv, infer_args *a) {
 }
 
 /* Before the user's overrides: one process's layout, no run-side effects. */
-static const char *const RESET[] = {
-    "accelerator.tp_size=1", "accelerator.cp_size=1", "accelerator.ep_size=1",
-    "accelerator.pp_size=1", "accelerator.pp_virtual_stages=1", "accelerator.pp_schedule=1f1b",
-    "accelerator.pp_layers=[]", "accelerator.sequence_parallel=false",
-    "accelerator.loss_parallel=false", "fsdp_config.dp_shard_size=1",
-    "fsdp_config.edp_shard_size=1", "train.global_batch_size=null", "train.micro_batch_size=1",
-    "train.steps=1000000000", "train.activation_checkpointing=false", "trace.enabled=false",
-    "checkpoint.dir=null", "checkpoint.save_every=0"};
+static const char *const RESET[] = {"accelerator.tp_size=1",
+                                    "accelerator.cp_size=1",
+                                    "accelerator.ep_size=1",
+                                    "accelerator.pp_size=1",
+                                    "accelerator.pp_virtual_stages=1",
+                                    "accelerator.pp_schedule=1f1b",
+                                    "accelerator.pp_layers=[]",
+                                    "accelerator.sequence_parallel=false",
+                                    "accelerator.loss_parallel=false",
+                                    "fsdp_config.dp_shard_size=1",
+                                    "fsdp_config.edp_shard_size=1",
+                                    "train.global_batch_size=null",
+                                    "train.micro_batch_size=1",
+                                    "train.steps=1000000000",
+                                    "train.activation_checkpointing=false",
+                                    "trace.enabled=false",
+                                    "checkpoint.dir=null",
+                                    "checkpoint.save_every=0"};
 #define N_RESET (int)(sizeof RESET / sizeof RESET[0])
 
 /* The run's config path and where the weights come from. */
-static hs_status locate(const infer_args *a, char *config, size_t cap, char *resume,
-                        size_t rcap, hs_error *e) {
+static hs_status locate(const infer_args *a, char *config, size_t cap, char *resume, size_t rcap,
+                        hs_error *e) {
     if (a->run) {
         snprintf(config, cap, "%s/config.yaml", a->run);
         snprintf(resume, rcap, "none");
         FILE *f = fopen(config, "r");
         if (!f)
-            return hs_error_set(e, HS_ERR_USAGE, "--run %s: no config.yaml there; give a "
+            return hs_error_set(e, HS_ERR_USAGE,
+                                "--run %s: no config.yaml there; give a "
                                 "finished run's train.out_dir (config.yaml, model.safetensors)",
                                 a->run);
         fclose(f);
@@ -137,8 +147,10 @@ static hs_status locate(const infer_args *a, char *config, size_t cap, char *res
     hs_ckpt_close(c);
     FILE *f = fopen(config, "r");
     if (!f)
-        return hs_error_set(e, HS_ERR_USAGE, "--ckpt %s: the checkpoint has no config.yaml, so "
-                            "its model is unknown; use the run's --run directory", a->ckpt);
+        return hs_error_set(e, HS_ERR_USAGE,
+                            "--ckpt %s: the checkpoint has no config.yaml, so "
+                            "its model is unknown; use the run's --run directory",
+                            a->ckpt);
     fclose(f);
     return HS_OK;
 }
@@ -190,8 +202,8 @@ static hs_status generate(const infer_args *a, const hs_config *cfg, const hs_to
     char path[HS_PATH_MAX + 32];
     hs_bpe *bpe = NULL;
     bool tokens = !strcmp(cfg->data.source, "tokens");
-    hs_status s = tokens && tokenizer_path(a, cfg, path, sizeof path)
-                      ? hs_bpe_load(path, &bpe, e) : HS_OK;
+    hs_status s = tokens && tokenizer_path(a, cfg, path, sizeof path) ? hs_bpe_load(path, &bpe, e)
+                                                                      : HS_OK;
     int32_t *prompt = NULL, *out = malloc(sizeof *out * (size_t)a->max_new);
     int n = 0;
     if (s == HS_OK) s = prompt_ids(a, bpe, &prompt, &n, e);
@@ -202,9 +214,14 @@ static hs_status generate(const infer_args *a, const hs_config *cfg, const hs_to
         hs_log_info(log, "prompt: %d tokens (tokenizer %s, %d tokens)", n, path,
                     hs_bpe_vocab_size(bpe));
     emitter x = {.pending = tokens && !bpe ? NULL : a->prompt, .bpe = bpe, .ids = tokens && !bpe};
-    hs_generate_options g = {.prompt = prompt, .prompt_len = n, .max_new_tokens = a->max_new,
-                             .temperature = a->temperature, .top_k = a->top_k,
-                             .seed = (uint64_t)a->seed, .emit = emit, .emit_ctx = &x};
+    hs_generate_options g = {.prompt = prompt,
+                             .prompt_len = n,
+                             .max_new_tokens = a->max_new,
+                             .temperature = a->temperature,
+                             .top_k = a->top_k,
+                             .seed = (uint64_t)a->seed,
+                             .emit = emit,
+                             .emit_ctx = &x};
     if (s == HS_OK) s = hs_train_generate(cfg, topo, comm, opt, log, &g, out, e);
     if (s == HS_OK && rank == 0) fputc('\n', stdout);
     free(prompt);
@@ -224,8 +241,7 @@ static hs_status run(const infer_args *a, const hs_config *cfg, const hs_topolog
     if (!strcmp(a->cmd, "eval")) {
         double loss = 0.0;
         s = hs_train_eval(cfg, topo, comm, &opt, log, &loss, e);
-        if (s == HS_OK && rank == 0)
-            printf("val loss %.6f | perplexity %.4f\n", loss, exp(loss));
+        if (s == HS_OK && rank == 0) printf("val loss %.6f | perplexity %.4f\n", loss, exp(loss));
     } else {
         s = generate(a, cfg, topo, comm, &opt, log, rank, e);
     }
@@ -302,7 +318,8 @@ int hs_cmd_tokenize(int argc, char **argv) {
     for (int i = 0; i < n; i++) printf("%s%d", i ? " " : "", ids[i]);
     putchar('\n');
     char buf[256];
-    for (int i = 0; i < n; i++) fwrite(buf, 1, (size_t)hs_bpe_decode(b, ids[i], buf, sizeof buf), stdout);
+    for (int i = 0; i < n; i++)
+        fwrite(buf, 1, (size_t)hs_bpe_decode(b, ids[i], buf, sizeof buf), stdout);
     putchar('\n');
     free(ids);
     hs_bpe_free(b);

@@ -34,12 +34,11 @@ static const mesh_key mesh_keys[] = {
 #define MESH_KEY_COUNT ((int)(sizeof(mesh_keys) / sizeof(mesh_keys[0])))
 
 static void mesh_usage(FILE *f) {
-    fprintf(f,
-            "usage: hypershard mesh --world N [key=value ...]\n"
-            "  keys (default 1): tp cp ep pp dp_shard edp_shard, or their config paths\n"
-            "  (accelerator.tp_size, fsdp_config.dp_shard_size, ...); n_layers (default 4)\n"
-            "  splits the blocks over the pipeline stages\n"
-            "  example: hypershard mesh --world 16 pp=2 cp=2 tp=2 ep=2 dp_shard=2\n");
+    fprintf(f, "usage: hypershard mesh --world N [key=value ...]\n"
+               "  keys (default 1): tp cp ep pp dp_shard edp_shard, or their config paths\n"
+               "  (accelerator.tp_size, fsdp_config.dp_shard_size, ...); n_layers (default 4)\n"
+               "  splits the blocks over the pipeline stages\n"
+               "  example: hypershard mesh --world 16 pp=2 cp=2 tp=2 ep=2 dp_shard=2\n");
 }
 
 static bool parse_int(const char *s, int *out) {
@@ -53,8 +52,7 @@ static bool parse_int(const char *s, int *out) {
 
 static hs_status parse_pair(mesh_args *a, const char *arg, hs_error *e) {
     const char *eq = strchr(arg, '=');
-    if (!eq)
-        return hs_error_append(e, HS_ERR_USAGE, "argument '%s' is not key=value", arg);
+    if (!eq) return hs_error_append(e, HS_ERR_USAGE, "argument '%s' is not key=value", arg);
     size_t klen = (size_t)(eq - arg);
     for (int i = 0; i < MESH_KEY_COUNT; i++) {
         const mesh_key *k = &mesh_keys[i];
@@ -75,7 +73,12 @@ static hs_status parse_pair(mesh_args *a, const char *arg, hs_error *e) {
 static hs_status parse_args(mesh_args *a, int argc, char **argv, hs_error *e) {
     hs_config d;
     hs_config_defaults(&d);
-    *a = (mesh_args){.tp = 1, .cp = 1, .ep = 1, .pp = 1, .dp_shard = 1, .edp_shard = 1,
+    *a = (mesh_args){.tp = 1,
+                     .cp = 1,
+                     .ep = 1,
+                     .pp = 1,
+                     .dp_shard = 1,
+                     .edp_shard = 1,
                      .n_layers = d.model.n_layers};
     hs_config_free(&d);
     for (int i = 1; i < argc; i++) {
@@ -107,8 +110,9 @@ static void print_stages(const hs_topology *t, int n_layers, FILE *f) {
     if (!first || !count) hs_oom("printing %d stages", t->pp);
     hs_config_pp_stages(&c, first, count);
     int per = t->world / t->pp;
-    fprintf(f, "\npipeline: model.n_layers %d over pp %d (even split; accelerator.pp_layers sets "
-               "its own)\n",
+    fprintf(f,
+            "\npipeline: model.n_layers %d over pp %d (even split; accelerator.pp_layers sets "
+            "its own)\n",
             n_layers, t->pp);
     for (int s = 0; s < t->pp; s++)
         fprintf(f, "stage %-4d layers [%d, %d)  ranks %d-%d\n", s, first[s], first[s] + count[s],

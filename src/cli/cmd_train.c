@@ -19,14 +19,14 @@ typedef struct train_args {
 } train_args;
 
 static void train_usage(FILE *f) {
-    fprintf(f,
-            "usage: hypershard train [CONFIG] [a.b.c=value ...] [--init-from DIR] [--dump DIR]\n"
-            "  CONFIG         YAML file (default: the built-in small Llama on the builtin corpus)\n"
-            "  a.b.c=value    override one config key (last one wins)\n"
-            "  --init-from D  start from the weights in D/model.safetensors (Hugging Face names)\n"
-            "  --dump D       write D/weights-step0.safetensors and, for every step N,\n"
-            "                 D/{logits,grads,weights}-stepN.safetensors (fp32, for parity checks)\n"
-            "Writes <train.out_dir>/{config.yaml,metrics.jsonl,model.safetensors,config.json}.\n");
+    fprintf(
+        f, "usage: hypershard train [CONFIG] [a.b.c=value ...] [--init-from DIR] [--dump DIR]\n"
+           "  CONFIG         YAML file (default: the built-in small Llama on the builtin corpus)\n"
+           "  a.b.c=value    override one config key (last one wins)\n"
+           "  --init-from D  start from the weights in D/model.safetensors (Hugging Face names)\n"
+           "  --dump D       write D/weights-step0.safetensors and, for every step N,\n"
+           "                 D/{logits,grads,weights}-stepN.safetensors (fp32, for parity checks)\n"
+           "Writes <train.out_dir>/{config.yaml,metrics.jsonl,model.safetensors,config.json}.\n");
 }
 
 static int parse_args(int argc, char **argv, train_args *a) {
@@ -86,8 +86,8 @@ static int run(int *argc, char ***argv, const hs_config *cfg, const hs_topology 
     int code = hs_status_exit_code(s);
     /* Input errors are the same on every rank; anything else may be on one
      * rank only, and must not leave the others waiting in a collective. */
-    bool same_everywhere =
-        s == HS_ERR_CONFIG || s == HS_ERR_USAGE || s == HS_ERR_FORMAT || s == HS_STOPPED;
+    bool same_everywhere = s == HS_ERR_CONFIG || s == HS_ERR_USAGE || s == HS_ERR_FORMAT ||
+                           s == HS_STOPPED;
     if (s != HS_OK && !same_everywhere && hs_comm_size(comm) > 1) hs_comm_abort(comm, &e);
     if (s != HS_OK && rank == 0) fprintf(stderr, "hypershard train: %s\n", e.msg);
     hs_comm_finalize(comm);

@@ -4,16 +4,16 @@
 #ifndef HYPERSHARD_CLI_COMMANDS_H
 #define HYPERSHARD_CLI_COMMANDS_H
 
-int hs_cmd_train(int argc, char **argv);  /* src/cli/cmd_train.c  */
-int hs_cmd_config(int argc, char **argv); /* src/cli/cmd_config.c */
-int hs_cmd_plan(int argc, char **argv);   /* src/cli/cmd_config.c */
-int hs_cmd_mesh(int argc, char **argv);   /* src/cli/cmd_mesh.c   */
-int hs_cmd_export(int argc, char **argv); /* src/cli/cmd_export.c */
+int hs_cmd_train(int argc, char **argv);    /* src/cli/cmd_train.c  */
+int hs_cmd_config(int argc, char **argv);   /* src/cli/cmd_config.c */
+int hs_cmd_plan(int argc, char **argv);     /* src/cli/cmd_config.c */
+int hs_cmd_mesh(int argc, char **argv);     /* src/cli/cmd_mesh.c   */
+int hs_cmd_export(int argc, char **argv);   /* src/cli/cmd_export.c */
 int hs_cmd_generate(int argc, char **argv); /* src/cli/cmd_infer.c */
 int hs_cmd_eval(int argc, char **argv);     /* src/cli/cmd_infer.c */
 int hs_cmd_tokenize(int argc, char **argv); /* src/cli/cmd_infer.c */
-int hs_cmd_import(int argc, char **argv); /* src/cli/cmd_export.c */
-int hs_cmd_ckpt(int argc, char **argv);   /* src/cli/cmd_ckpt.c   */
+int hs_cmd_import(int argc, char **argv);   /* src/cli/cmd_export.c */
+int hs_cmd_ckpt(int argc, char **argv);     /* src/cli/cmd_ckpt.c   */
 
 #include <stdbool.h>
 

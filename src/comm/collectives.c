@@ -41,7 +41,8 @@ static void check_peer(const hs_pg *g, int peer, const char *what) {
                  g->size);
 }
 
-static hs_coll_args args_all_gather(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt) {
+static hs_coll_args args_all_gather(hs_pg *g, void *out, const void *in, int64_t count,
+                                    hs_dtype dt) {
     check_common(g, count, dt);
     return (hs_coll_args){.op = HS_OP_ALL_GATHER, .dt = dt, .out = out, .in = in, .count = count};
 }
@@ -50,25 +51,27 @@ static hs_coll_args args_reduce_scatter(hs_pg *g, void *out, const void *in, int
                                         hs_dtype dt, hs_reduce_op op) {
     check_common(g, count, dt);
     HS_ASSERT(op >= 0 && op < HS_REDUCE_OP_COUNT);
-    return (hs_coll_args){.op = HS_OP_REDUCE_SCATTER, .dt = dt, .reduce = op, .out = out,
-                          .in = in, .count = count};
+    return (hs_coll_args){
+        .op = HS_OP_REDUCE_SCATTER, .dt = dt, .reduce = op, .out = out, .in = in, .count = count};
 }
 
-static hs_coll_args args_all_reduce(hs_pg *g, void *buf, int64_t count, hs_dtype dt, hs_reduce_op op) {
+static hs_coll_args args_all_reduce(hs_pg *g, void *buf, int64_t count, hs_dtype dt,
+                                    hs_reduce_op op) {
     check_common(g, count, dt);
     HS_ASSERT(op >= 0 && op < HS_REDUCE_OP_COUNT);
-    return (hs_coll_args){.op = HS_OP_ALL_REDUCE, .dt = dt, .reduce = op, .out = buf, .in = buf,
-                          .count = count};
+    return (hs_coll_args){
+        .op = HS_OP_ALL_REDUCE, .dt = dt, .reduce = op, .out = buf, .in = buf, .count = count};
 }
 
 static hs_coll_args args_broadcast(hs_pg *g, void *buf, int64_t count, hs_dtype dt, int root) {
     check_common(g, count, dt);
     check_peer(g, root, "broadcast");
-    return (hs_coll_args){.op = HS_OP_BROADCAST, .dt = dt, .out = buf, .in = buf, .count = count,
-                          .peer = root};
+    return (hs_coll_args){
+        .op = HS_OP_BROADCAST, .dt = dt, .out = buf, .in = buf, .count = count, .peer = root};
 }
 
-static hs_coll_args args_all_to_all(hs_pg *g, void *out, const void *in, int64_t count, hs_dtype dt) {
+static hs_coll_args args_all_to_all(hs_pg *g, void *out, const void *in, int64_t count,
+                                    hs_dtype dt) {
     check_common(g, count, dt);
     return (hs_coll_args){.op = HS_OP_ALL_TO_ALL, .dt = dt, .out = out, .in = in, .count = count};
 }
@@ -78,8 +81,8 @@ static hs_coll_args args_p2p(hs_pg *g, hs_comm_op op, void *buf, int64_t count, 
     check_common(g, count, dt);
     check_peer(g, peer, hs_comm_op_name(op));
     HS_ASSERT(tag >= 0);
-    return (hs_coll_args){.op = op, .dt = dt, .out = buf, .in = buf, .count = count, .peer = peer,
-                          .tag = tag};
+    return (hs_coll_args){
+        .op = op, .dt = dt, .out = buf, .in = buf, .count = count, .peer = peer, .tag = tag};
 }
 
 static hs_coll_args args_barrier(hs_pg *g) {
@@ -123,9 +126,14 @@ hs_work *hs_pg_all_to_allv_async(hs_pg *g, hs_stream *s, void *out, const int64_
                                  hs_dtype dt) {
     check_common(g, 0, dt);
     HS_ASSERT(recv_counts && recv_displs && send_counts && send_displs);
-    hs_coll_args a = {.op = HS_OP_ALL_TO_ALLV, .dt = dt, .out = out, .in = in,
-                      .recv_counts = recv_counts, .recv_displs = recv_displs,
-                      .send_counts = send_counts, .send_displs = send_displs};
+    hs_coll_args a = {.op = HS_OP_ALL_TO_ALLV,
+                      .dt = dt,
+                      .out = out,
+                      .in = in,
+                      .recv_counts = recv_counts,
+                      .recv_displs = recv_displs,
+                      .send_counts = send_counts,
+                      .send_displs = send_displs};
     return enqueue_on(g, s, &a);
 }
 

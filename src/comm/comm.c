@@ -15,8 +15,9 @@ static hs_status init_mpi(hs_comm *c, int *argc, char ***argv, hs_error *e) {
     MPI_Initialized(&inited);
     if (!inited) {
         if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
-            return hs_error_set(e, HS_ERR_COMM, "MPI_Init_thread failed; check the MPI installation "
-                                                "and that the program runs under mpiexec");
+            return hs_error_set(e, HS_ERR_COMM,
+                                "MPI_Init_thread failed; check the MPI installation "
+                                "and that the program runs under mpiexec");
         c->owns_mpi = true;
     } else {
         MPI_Query_thread(&provided);
@@ -26,7 +27,8 @@ static hs_status init_mpi(hs_comm *c, int *argc, char ***argv, hs_error *e) {
                             "MPI provides thread level %d but the communication thread needs "
                             "MPI_THREAD_MULTIPLE (%d); use an MPI built with thread support%s",
                             provided, MPI_THREAD_MULTIPLE,
-                            inited ? ", or initialise MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE)" : "");
+                            inited ? ", or initialise MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE)"
+                                   : "");
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size);
     return HS_OK;
@@ -56,7 +58,8 @@ static hs_status create_world(hs_comm *c, hs_error *e) {
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(MPI_COMM_WORLD, &c->mgmt);
     if (rc != MPI_SUCCESS)
-        return hs_error_set(e, HS_ERR_COMM, "creating the world group: MPI_Comm_dup failed (code %d)", rc);
+        return hs_error_set(e, HS_ERR_COMM,
+                            "creating the world group: MPI_Comm_dup failed (code %d)", rc);
     MPI_Comm_set_errhandler(c->mgmt, MPI_ERRORS_RETURN);
     c->world = hs_pg_mpi_create(c, dup, "world", 0, e);
     if (!c->world) return e->code;
@@ -150,8 +153,10 @@ static hs_status queue_agreed(MPI_Comm nc, const char *name, hs_comm_queue q, hs
     int rc = MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, nc);
     if (rc != MPI_SUCCESS) {
         char why[MPI_MAX_ERROR_STRING];
-        return hs_error_set(e, HS_ERR_COMM, "creating group '%s': agreeing on its queue: "
-                            "MPI_Allreduce failed: %s", name, hs_mpi_strerror(rc, why, sizeof why));
+        return hs_error_set(e, HS_ERR_COMM,
+                            "creating group '%s': agreeing on its queue: "
+                            "MPI_Allreduce failed: %s",
+                            name, hs_mpi_strerror(rc, why, sizeof why));
     }
     if (all[0] == -all[1]) return HS_OK;
     return hs_error_set(e, HS_ERR_INTERNAL,
@@ -171,7 +176,8 @@ hs_status hs_comm_split_queue(hs_comm *c, const char *name, int colour, int key,
     if (q < 0 || q >= HS_COMM_QUEUE_COUNT)
         return hs_error_set(e, HS_ERR_INTERNAL,
                             "hs_comm_split_queue: group '%s': queue %d is not one of the %d "
-                            "hs_comm_queue values", name, (int)q, HS_COMM_QUEUE_COUNT);
+                            "hs_comm_queue values",
+                            name, (int)q, HS_COMM_QUEUE_COUNT);
     for (int i = 0; i < c->ngroups; i++)
         if (!strcmp(c->groups[i].name, name)) {
             *out = c->groups[i].pg;
@@ -180,14 +186,16 @@ hs_status hs_comm_split_queue(hs_comm *c, const char *name, int colour, int key,
     if (c->ngroups == HS_COMM_MAX_GROUPS)
         return hs_error_set(e, HS_ERR_INTERNAL,
                             "hs_comm_split: cannot create group '%s': all %d group slots are used; "
-                            "reuse groups by name", name, HS_COMM_MAX_GROUPS);
+                            "reuse groups by name",
+                            name, HS_COMM_MAX_GROUPS);
     MPI_Comm nc = MPI_COMM_NULL;
     int rc = MPI_Comm_split(c->mgmt, colour < 0 ? MPI_UNDEFINED : colour, key, &nc);
     if (rc != MPI_SUCCESS) {
         char why[MPI_MAX_ERROR_STRING];
-        return hs_error_set(e, HS_ERR_COMM, "creating group '%s' (colour %d, key %d): "
-                            "MPI_Comm_split failed: %s", name, colour, key,
-                            hs_mpi_strerror(rc, why, sizeof why));
+        return hs_error_set(e, HS_ERR_COMM,
+                            "creating group '%s' (colour %d, key %d): "
+                            "MPI_Comm_split failed: %s",
+                            name, colour, key, hs_mpi_strerror(rc, why, sizeof why));
     }
     hs_pg *pg = NULL;
     if (nc != MPI_COMM_NULL) {
@@ -223,7 +231,6 @@ void hs_comm_balance_blas_threads(hs_comm *c) {
     int n;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < online)
         n = CPU_COUNT(&set);
-    else
-        n = (int)online / (c->local_ranks > 0 ? c->local_ranks : 1);
+    else n = (int)online / (c->local_ranks > 0 ? c->local_ranks : 1);
     hs_blas_set_threads(n > 1 ? n : 1);
 }

@@ -49,26 +49,31 @@ void hs_mpi_group_stage(hs_mpi_group *g, size_t bytes) {
 int hs_mpi_sendrecv_bytes(const void *sbuf, size_t sbytes, int dst, void *rbuf, size_t rbytes,
                           int src, MPI_Comm comm) {
     if (sbytes <= PIECE_BYTES && rbytes <= PIECE_BYTES)
-        return MPI_Sendrecv(sbuf, (int)sbytes, MPI_BYTE, dst, HS_RING_TAG, rbuf, (int)rbytes, MPI_BYTE,
-                            src, HS_RING_TAG, comm, MPI_STATUS_IGNORE);
+        return MPI_Sendrecv(sbuf, (int)sbytes, MPI_BYTE, dst, HS_RING_TAG, rbuf, (int)rbytes,
+                            MPI_BYTE, src, HS_RING_TAG, comm, MPI_STATUS_IGNORE);
     const char *s = sbuf;
     char *r = rbuf;
-    size_t ns = (sbytes + PIECE_BYTES - 1) / PIECE_BYTES, nr = (rbytes + PIECE_BYTES - 1) / PIECE_BYTES;
+    size_t ns = (sbytes + PIECE_BYTES - 1) / PIECE_BYTES,
+           nr = (rbytes + PIECE_BYTES - 1) / PIECE_BYTES;
     if (ns == 0) ns = 1; /* an empty chunk still travels, as an empty message */
     if (nr == 0) nr = 1;
     for (size_t k = 0; k < ns || k < nr; k++) {
         MPI_Request req[2];
         int n = 0, rc;
         if (k < nr) {
-            size_t len = rbytes - k * PIECE_BYTES < PIECE_BYTES ? rbytes - k * PIECE_BYTES : PIECE_BYTES;
+            size_t len = rbytes - k * PIECE_BYTES < PIECE_BYTES ? rbytes - k * PIECE_BYTES
+                                                                : PIECE_BYTES;
             if (rbytes == 0) len = 0;
-            rc = MPI_Irecv(r + k * PIECE_BYTES, (int)len, MPI_BYTE, src, HS_RING_TAG, comm, &req[n++]);
+            rc = MPI_Irecv(r + k * PIECE_BYTES, (int)len, MPI_BYTE, src, HS_RING_TAG, comm,
+                           &req[n++]);
             if (rc != MPI_SUCCESS) return rc;
         }
         if (k < ns) {
-            size_t len = sbytes - k * PIECE_BYTES < PIECE_BYTES ? sbytes - k * PIECE_BYTES : PIECE_BYTES;
+            size_t len = sbytes - k * PIECE_BYTES < PIECE_BYTES ? sbytes - k * PIECE_BYTES
+                                                                : PIECE_BYTES;
             if (sbytes == 0) len = 0;
-            rc = MPI_Isend(s + k * PIECE_BYTES, (int)len, MPI_BYTE, dst, HS_RING_TAG, comm, &req[n++]);
+            rc = MPI_Isend(s + k * PIECE_BYTES, (int)len, MPI_BYTE, dst, HS_RING_TAG, comm,
+                           &req[n++]);
             if (rc != MPI_SUCCESS) return rc;
         }
         rc = MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
@@ -144,7 +149,8 @@ static hs_status mpi_exec(void *ctx, const hs_coll_args *a, hs_error *e) {
         if (g->shm) return hs_shm_all_gather(g->shm, a->out, a->in, a->count, a->dt, e);
         return hs_ring_all_gather(g, a->out, a->in, a->count, a->dt, e);
     case HS_OP_REDUCE_SCATTER:
-        if (g->shm) return hs_shm_reduce_scatter(g->shm, a->out, a->in, a->count, a->dt, a->reduce, e);
+        if (g->shm)
+            return hs_shm_reduce_scatter(g->shm, a->out, a->in, a->count, a->dt, a->reduce, e);
         return hs_ring_reduce_scatter(g, a->out, a->in, a->count, a->dt, a->reduce, e);
     case HS_OP_ALL_REDUCE:
         if (g->shm) return hs_shm_all_reduce(g->shm, a->out, a->count, a->dt, a->reduce, e);
@@ -205,12 +211,13 @@ static hs_status mpi_p2p_test(void *ctx, void *req, bool *done, hs_error *e) {
  * are MPI's. */
 static const char *mpi_path(void *ctx, hs_comm_op op) {
     hs_mpi_group *g = ctx;
-    if (op != HS_OP_ALL_GATHER && op != HS_OP_REDUCE_SCATTER && op != HS_OP_ALL_REDUCE) return "mpi";
+    if (op != HS_OP_ALL_GATHER && op != HS_OP_REDUCE_SCATTER && op != HS_OP_ALL_REDUCE)
+        return "mpi";
     return g->shm ? "intra-node" : "ring";
 }
 
-static const hs_pg_backend mpi_backend = {"mpi", mpi_exec, mpi_destroy, mpi_p2p_start,
-                                          mpi_p2p_test, mpi_path};
+static const hs_pg_backend mpi_backend = {"mpi",         mpi_exec,     mpi_destroy,
+                                          mpi_p2p_start, mpi_p2p_test, mpi_path};
 
 hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_error *e) {
     hs_pg *pg = calloc(1, sizeof *pg);
@@ -231,7 +238,8 @@ hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_
     MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN);
     int rc = MPI_Comm_dup(mc, &g->p2p);
     if (rc != MPI_SUCCESS) {
-        hs_error_set(e, HS_ERR_COMM, "creating group '%s': MPI_Comm_dup failed (code %d)", name, rc);
+        hs_error_set(e, HS_ERR_COMM, "creating group '%s': MPI_Comm_dup failed (code %d)", name,
+                     rc);
         MPI_Comm_free(&g->coll);
         free(g);
         free(pg);

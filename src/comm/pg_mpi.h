@@ -30,8 +30,7 @@ typedef struct hs_mpi_group {
 void hs_mpi_group_stage(hs_mpi_group *g, size_t bytes);
 
 /* An MPI failure as HS_ERR_COMM naming the call, the op and the group. */
-hs_status hs_mpi_fail(const hs_mpi_group *g, hs_error *e, int rc, const char *call,
-                      const char *op);
+hs_status hs_mpi_fail(const hs_mpi_group *g, hs_error *e, int rc, const char *call, const char *op);
 
 /* MPI_Sendrecv of byte ranges of any length (split below INT_MAX). */
 int hs_mpi_sendrecv_bytes(const void *sbuf, size_t sbytes, int dst, void *rbuf, size_t rbytes,
@@ -42,7 +41,7 @@ hs_status hs_ring_reduce_scatter(hs_mpi_group *g, void *out, const void *in, int
                                  hs_dtype dt, hs_reduce_op op, hs_error *e);
 hs_status hs_ring_all_reduce(hs_mpi_group *g, void *buf, int64_t count, hs_dtype dt,
                              hs_reduce_op op, hs_error *e);
-hs_status hs_ring_all_gather(hs_mpi_group *g, void *out, const void *in, int64_t count,
-                             hs_dtype dt, hs_error *e);
+hs_status hs_ring_all_gather(hs_mpi_group *g, void *out, const void *in, int64_t count, hs_dtype dt,
+                             hs_error *e);
 
 #endif

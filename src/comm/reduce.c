@@ -74,10 +74,8 @@ static void max_f32(float *dst, const float *a, const float *b, int64_t n) {
 
 static void reduce_f32(float *dst, const float *a, const float *b, int64_t n, hs_reduce_op op,
                        int divisor) {
-    if (op == HS_REDUCE_MAX)
-        max_f32(dst, a, b, n);
-    else
-        add_f32(dst, a, b, n, divisor);
+    if (op == HS_REDUCE_MAX) max_f32(dst, a, b, n);
+    else add_f32(dst, a, b, n, divisor);
 }
 
 static void reduce_16(void *dst, const void *a, const void *b, int64_t n, hs_dtype dt,
@@ -98,8 +96,6 @@ void hs_comm_reduce(void *dst, const void *a, const void *b, int64_t n, hs_dtype
                     hs_reduce_op op, int divisor) {
     HS_ASSERT(divisor >= 1 && dst != a);
     HS_ASSERT(op >= 0 && op < HS_REDUCE_OP_COUNT && (op == HS_REDUCE_AVG || divisor == 1));
-    if (dt == HS_DTYPE_F32)
-        reduce_f32(dst, a, b, n, op, divisor);
-    else
-        reduce_16(dst, a, b, n, dt, op, divisor);
+    if (dt == HS_DTYPE_F32) reduce_f32(dst, a, b, n, op, divisor);
+    else reduce_16(dst, a, b, n, dt, op, divisor);
 }

@@ -94,14 +94,14 @@ hs_status hs_ring_all_reduce(hs_mpi_group *g, void *buf, int64_t count, hs_dtype
     const size_t es = hs_dtype_size(dt);
     ring_layout l = {count / g->size, count % g->size};
     char *b = buf;
-    hs_status st = ring_rs_phase(g, b + chunk_off(l, g->rank) * es, buf, buf, l, dt, op, e,
-                                 "all_reduce");
+    hs_status st =
+        ring_rs_phase(g, b + chunk_off(l, g->rank) * es, buf, buf, l, dt, op, e, "all_reduce");
     if (st != HS_OK) return st;
     return ring_ag_phase(g, b, NULL, l, es, e, "all_reduce");
 }
 
-hs_status hs_ring_all_gather(hs_mpi_group *g, void *out, const void *in, int64_t count,
-                             hs_dtype dt, hs_error *e) {
+hs_status hs_ring_all_gather(hs_mpi_group *g, void *out, const void *in, int64_t count, hs_dtype dt,
+                             hs_error *e) {
     if (count == 0) return HS_OK;
     const size_t es = hs_dtype_size(dt);
     char *slot = (char *)out + (size_t)g->rank * (size_t)count * es;

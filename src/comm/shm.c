@@ -58,7 +58,8 @@ hs_status hs_shm_read(hs_shm *s, int peer, void *dst, uintptr_t remote, size_t b
                                 "%s on group '%s' (rank %d of %d): reading %zu bytes from group "
                                 "rank %d (pid %d) failed: %s; set HS_COMM_SHM=0 to use the ring "
                                 "path instead",
-                                op, s->name, s->rank, s->size, bytes, peer, (int)pid, strerror(err));
+                                op, s->name, s->rank, s->size, bytes, peer, (int)pid,
+                                strerror(err));
         }
         d += got;
         remote += (uintptr_t)got;
@@ -101,9 +102,7 @@ static void wait_for(hs_shm_slot *q, long long epoch) {
     }
 }
 
-void hs_shm_publish(hs_shm *s, const void *addr) {
-    s->slots[s->rank]->addr = (uintptr_t)addr;
-}
+void hs_shm_publish(hs_shm *s, const void *addr) { s->slots[s->rank]->addr = (uintptr_t)addr; }
 
 void hs_shm_barrier(hs_shm *s) {
     hs_shm_slot *me = s->slots[s->rank];
@@ -125,7 +124,8 @@ static bool probe_reads(hs_shm *s, MPI_Comm coll) {
     MPI_Barrier(coll);
     int right = (s->rank + 1) % s->size;
     hs_error e;
-    bool ok = hs_shm_read(s, right, &got, s->slots[right]->addr, sizeof got, "probe", &e) == HS_OK &&
+    bool ok = hs_shm_read(s, right, &got, s->slots[right]->addr, sizeof got, "probe", &e) ==
+                  HS_OK &&
               got == 0x5eedLL + right;
     MPI_Barrier(coll); /* `word` leaves scope only after every read */
     return all_agree(coll, ok);

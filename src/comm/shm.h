@@ -24,9 +24,9 @@
 typedef struct hs_shm_slot {
     atomic_llong arrived; /* the last barrier epoch this rank entered */
     long long pid;
-    uintptr_t addr;       /* the buffer of the current collective */
-    atomic_int wake;      /* futex word: raised after each `arrived` */
-    atomic_int sleepers;  /* peers asleep on `wake` */
+    uintptr_t addr;      /* the buffer of the current collective */
+    atomic_int wake;     /* futex word: raised after each `arrived` */
+    atomic_int sleepers; /* peers asleep on `wake` */
     char pad[128 - sizeof(atomic_llong) - sizeof(long long) - sizeof(uintptr_t) -
              2 * sizeof(atomic_int)];
 } hs_shm_slot;

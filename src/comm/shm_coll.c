@@ -57,8 +57,8 @@ static hs_status accumulate(hs_shm *s, int peer, uintptr_t remote, int64_t m, hs
 
 /* out = round((acc (op) own) / divisor): the only rounding of a 16-bit
  * reduction. out may alias own. */
-static void finish(hs_shm *s, void *out, const void *own, int64_t m, hs_dtype dt,
-                   hs_reduce_op op, int divisor) {
+static void finish(hs_shm *s, void *out, const void *own, int64_t m, hs_dtype dt, hs_reduce_op op,
+                   int divisor) {
     if (dt == HS_DTYPE_F32) {
         hs_comm_reduce(out, s->acc, own, m, dt, op, divisor);
         return;
@@ -84,16 +84,16 @@ static hs_status reduce_own_chunk(hs_shm *s, void *out, const void *own, size_t 
             st = accumulate(s, peer, s->slots[peer]->addr + at, m, dt, op, k == 1, opname, e);
         }
         if (st == HS_OK)
-            finish(s, (char *)out + (size_t)i * es, (const char *)own + (size_t)i * es, m, dt,
-                   op, divisor);
+            finish(s, (char *)out + (size_t)i * es, (const char *)own + (size_t)i * es, m, dt, op,
+                   divisor);
     }
     return st;
 }
 
 /* Read block q (offset and length from l) of every peer's published
  * buffer into the same place of `buf`. */
-static hs_status gather_blocks(hs_shm *s, char *buf, shm_layout l, size_t es,
-                               const char *opname, hs_error *e) {
+static hs_status gather_blocks(hs_shm *s, char *buf, shm_layout l, size_t es, const char *opname,
+                               hs_error *e) {
     for (int k = 1; k < s->size; k++) {
         int q = (s->rank + k) % s->size;
         size_t off = (size_t)chunk_off(l, q) * es;
@@ -110,8 +110,8 @@ hs_status hs_shm_reduce_scatter(hs_shm *s, void *out, const void *in, int64_t co
     const size_t off = (size_t)s->rank * (size_t)count * hs_dtype_size(dt);
     hs_shm_publish(s, in);
     hs_shm_barrier(s);
-    hs_status st = reduce_own_chunk(s, out, (const char *)in + off, off, count, dt, op,
-                                    "reduce_scatter", e);
+    hs_status st =
+        reduce_own_chunk(s, out, (const char *)in + off, off, count, dt, op, "reduce_scatter", e);
     /* Even after a failed read: the peers still wait for this rank. */
     hs_shm_barrier(s);
     return st;

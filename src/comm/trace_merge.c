@@ -50,8 +50,7 @@ static void merge_open(merge_out *o, const char *path) {
     o->tmp = malloc(n);
     if (!o->tmp) hs_oom("writing trace %s", path);
     snprintf(o->tmp, n, "%s.tmp", path);
-    o->f = hs_fopen(o->tmp, "wb", "check that the trace directory exists and is writable",
-                    &o->err);
+    o->f = hs_fopen(o->tmp, "wb", "check that the trace directory exists and is writable", &o->err);
     if (o->f) fputs("{\"traceEvents\":[", o->f);
 }
 
@@ -66,8 +65,10 @@ static void merge_close(merge_out *o, const char *path, bool complete) {
         bool bad = ferror(o->f) != 0;
         bad = (fclose(o->f) != 0) || bad;
         if (bad || rename(o->tmp, path) != 0) {
-            hs_error_set(&o->err, HS_ERR_IO, "cannot write trace %s: %s; check free disk space "
-                                             "and permissions", path, hs_strerror_errno());
+            hs_error_set(&o->err, HS_ERR_IO,
+                         "cannot write trace %s: %s; check free disk space "
+                         "and permissions",
+                         path, hs_strerror_errno());
             remove(o->tmp);
         }
     }
@@ -116,8 +117,9 @@ static hs_status merge_agree(hs_pg *world, merge_out *o, hs_error *e) {
         return e->code;
     }
     if (code[0] != HS_OK)
-        return hs_error_set(e, (hs_status)code[0], "world rank 0 could not write the merged "
-                                                   "trace (see its message)");
+        return hs_error_set(e, (hs_status)code[0],
+                            "world rank 0 could not write the merged "
+                            "trace (see its message)");
     return HS_OK;
 }
 

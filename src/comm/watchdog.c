@@ -63,7 +63,7 @@ struct hs_watchdog {
     bool stop;
     MPI_Request ask_req;
     int64_t ask_buf[2];
-    bool claimed; /* world rank 0: a rank already reports */
+    bool claimed;        /* world rank 0: a rank already reports */
     atomic_bool *silent; /* [world size] did not answer this watchdog in time */
 };
 
@@ -85,8 +85,10 @@ static void answer(hs_watchdog *wd, int src) {
      * SIGKILL. A rank stopped meanwhile exits when it is continued. */
     if (wd->ask_buf[0] == ASK_END) _exit((int)wd->ask_buf[1]);
     if (wd->ask_buf[0] == ASK_FAILED) {
-        fprintf(stderr, "hypershard: rank %d of %d: stopping: rank %lld failed (its message is "
-                        "above)\n", c->rank, c->size, (long long)wd->ask_buf[1]);
+        fprintf(stderr,
+                "hypershard: rank %d of %d: stopping: rank %lld failed (its message is "
+                "above)\n",
+                c->rank, c->size, (long long)wd->ask_buf[1]);
         fflush(stderr);
         MPI_Send(reply, 1, MPI_INT64_T, src, TAG_ACK, wd->comm);
         return;
@@ -98,7 +100,8 @@ static void answer(hs_watchdog *wd, int src) {
         int slot = (int)wd->ask_buf[1];
         hs_comm_queue q = slot_queue(c, slot);
         hs_comm_current cur = hs_comm_current_get(c, q);
-        reply[R_ENTERED] = slot >= 0 && slot < HS_COMM_MAX_GROUPS ? atomic_load(&c->entered[slot]) : -1;
+        reply[R_ENTERED] = slot >= 0 && slot < HS_COMM_MAX_GROUPS ? atomic_load(&c->entered[slot])
+                                                                  : -1;
         reply[R_QUEUE] = q;
         reply[R_BUSY] = cur.busy;
         reply[R_OP] = cur.op;
@@ -182,42 +185,48 @@ static bool claim_report(hs_watchdog *wd) {
 }
 
 /* What the asked rank is doing; `cur` is the hung operation on this rank. */
-static void describe_rank(const hs_comm *c, char *buf, size_t cap, const int64_t *rep, bool answered,
-                          hs_comm_current cur) {
+static void describe_rank(const hs_comm *c, char *buf, size_t cap, const int64_t *rep,
+                          bool answered, hs_comm_current cur) {
     if (!answered) {
         snprintf(buf, cap, "did not answer the watchdog (stopped, hung inside MPI or dead)");
     } else if (!rep[R_BUSY] && hs_comm_op_is_p2p(cur.op)) {
-        snprintf(buf, cap, "its communication thread (%s queue) is idle: the program has not "
-                           "issued the matching %s (still computing, or it skipped or reordered a "
-                           "hand-over)", hs_comm_queue_name((hs_comm_queue)rep[R_QUEUE]),
+        snprintf(buf, cap,
+                 "its communication thread (%s queue) is idle: the program has not "
+                 "issued the matching %s (still computing, or it skipped or reordered a "
+                 "hand-over)",
+                 hs_comm_queue_name((hs_comm_queue)rep[R_QUEUE]),
                  cur.op == HS_OP_SEND ? "recv" : "send");
     } else if (!rep[R_BUSY]) {
-        snprintf(buf, cap, "its communication thread (%s queue) is idle: the program has not "
-                           "issued this collective (still computing, or it skipped or reordered a "
-                           "collective)", hs_comm_queue_name((hs_comm_queue)rep[R_QUEUE]));
+        snprintf(buf, cap,
+                 "its communication thread (%s queue) is idle: the program has not "
+                 "issued this collective (still computing, or it skipped or reordered a "
+                 "collective)",
+                 hs_comm_queue_name((hs_comm_queue)rep[R_QUEUE]));
     } else if (rep[R_IN_FLIGHT]) {
-        snprintf(buf, cap, "its %s queue has had %s %s world rank %lld on group '%s' (send/recv "
-                           "number %lld) in flight for %.1f s",
-                 hs_comm_queue_name((hs_comm_queue)rep[R_QUEUE]), hs_comm_op_name((hs_comm_op)rep[R_OP]),
-                 rep[R_OP] == HS_OP_SEND ? "to" : "from", (long long)rep[R_PEER],
-                 hs_comm_slot_name(c, (int)rep[R_SLOT]), (long long)rep[R_SEQ],
-                 (double)rep[R_ELAPSED_MS] / 1000.0);
+        snprintf(buf, cap,
+                 "its %s queue has had %s %s world rank %lld on group '%s' (send/recv "
+                 "number %lld) in flight for %.1f s",
+                 hs_comm_queue_name((hs_comm_queue)rep[R_QUEUE]),
+                 hs_comm_op_name((hs_comm_op)rep[R_OP]), rep[R_OP] == HS_OP_SEND ? "to" : "from",
+                 (long long)rep[R_PEER], hs_comm_slot_name(c, (int)rep[R_SLOT]),
+                 (long long)rep[R_SEQ], (double)rep[R_ELAPSED_MS] / 1000.0);
     } else {
-        snprintf(buf, cap, "its communication thread (%s queue) has been in %s on group '%s' "
-                           "(sequence %lld) for %.1f s",
-                 hs_comm_queue_name((hs_comm_queue)rep[R_QUEUE]), hs_comm_op_name((hs_comm_op)rep[R_OP]),
-                 hs_comm_slot_name(c, (int)rep[R_SLOT]), (long long)rep[R_SEQ],
-                 (double)rep[R_ELAPSED_MS] / 1000.0);
+        snprintf(buf, cap,
+                 "its communication thread (%s queue) has been in %s on group '%s' "
+                 "(sequence %lld) for %.1f s",
+                 hs_comm_queue_name((hs_comm_queue)rep[R_QUEUE]),
+                 hs_comm_op_name((hs_comm_op)rep[R_OP]), hs_comm_slot_name(c, (int)rep[R_SLOT]),
+                 (long long)rep[R_SEQ], (double)rep[R_ELAPSED_MS] / 1000.0);
     }
 }
 
 /* What the other ranks of a hung collective answered. */
 typedef struct survey {
-    int n;               /* ranks asked */
-    int *ranks;          /* their world ranks */
+    int n;      /* ranks asked */
+    int *ranks; /* their world ranks */
     int64_t (*rep)[R_LEN];
     bool *answered;
-    bool *behind;        /* has not arrived at the hung collective */
+    bool *behind; /* has not arrived at the hung collective */
 } survey;
 
 static bool survey_has(const survey *v, int rank) {
@@ -258,10 +267,11 @@ static void survey_hop(hs_watchdog *wd, survey *v, int i, int slot, int hung_slo
  * waiting on each other, up to the rank that holds it up. Members that did
  * not answer and are not on the chain come last, so a stopped or dead
  * stage is named even when the waits the chain follows run in a circle. */
-static void survey_p2p(hs_watchdog *wd, survey *v, hs_comm_current cur, const hs_pg *g, double deadline) {
+static void survey_p2p(hs_watchdog *wd, survey *v, hs_comm_current cur, const hs_pg *g,
+                       double deadline) {
     const int self = wd->c->rank;
     int *asked = calloc((size_t)g->size, sizeof *asked);
-    int64_t (*rep)[R_LEN] = calloc((size_t)g->size, sizeof *rep);
+    int64_t(*rep)[R_LEN] = calloc((size_t)g->size, sizeof *rep);
     bool *ok = calloc((size_t)g->size, sizeof *ok);
     if (!asked || !rep || !ok) hs_oom("in the comm watchdog");
     int nasked = 0;
@@ -325,7 +335,8 @@ static int survey_list(const survey *v, bool which, int self, char *buf, size_t 
     return count;
 }
 
-static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeout, double deadline) {
+static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeout,
+                             double deadline) {
     hs_comm *c = wd->c;
     const bool p2p = hs_comm_op_is_p2p(cur.op);
     const hs_pg *g = c->groups[cur.slot].pg;
@@ -339,27 +350,30 @@ static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeou
         snprintf(peer, sizeof peer, " %s world rank %d", cur.op == HS_OP_SEND ? "to" : "from",
                  cur.peer_world);
     hs_error_clear(e);
-    hs_error_set(e, HS_ERR_TIMEOUT,
-                 "comm timeout: %s%s on group '%s' (%s %lld) did not finish within comm.timeout_s = "
-                 "%g s on world rank %d; not arrived: %s%s",
-                 hs_comm_op_name(cur.op), peer, g->name, p2p ? "send/recv number" : "sequence",
-                 (long long)cur.seq, timeout, c->rank,
-                 nmissing == 1 ? "world rank" : "world ranks", nmissing ? missing : " none");
+    hs_error_set(
+        e, HS_ERR_TIMEOUT,
+        "comm timeout: %s%s on group '%s' (%s %lld) did not finish within comm.timeout_s = "
+        "%g s on world rank %d; not arrived: %s%s",
+        hs_comm_op_name(cur.op), peer, g->name, p2p ? "send/recv number" : "sequence",
+        (long long)cur.seq, timeout, c->rank, nmissing == 1 ? "world rank" : "world ranks",
+        nmissing ? missing : " none");
     for (int i = 0; i < v.n; i++) {
         if (!v.behind[i] && !p2p) continue;
         describe_rank(c, why, sizeof why, v.rep[i], v.answered[i], cur);
         if (v.answered[i] && !p2p)
-            hs_error_append(e, HS_ERR_TIMEOUT, "  world rank %d: last entered sequence %lld on '%s'; %s",
-                            v.ranks[i], (long long)v.rep[i][R_ENTERED], g->name, why);
-        else
-            hs_error_append(e, HS_ERR_TIMEOUT, "  world rank %d: %s", v.ranks[i], why);
+            hs_error_append(e, HS_ERR_TIMEOUT,
+                            "  world rank %d: last entered sequence %lld on '%s'; %s", v.ranks[i],
+                            (long long)v.rep[i][R_ENTERED], g->name, why);
+        else hs_error_append(e, HS_ERR_TIMEOUT, "  world rank %d: %s", v.ranks[i], why);
     }
     if (!p2p)
-        hs_error_append(e, HS_ERR_TIMEOUT, "  arrived: world rank%s%s", narrived > 1 ? "s" : "", arrived);
-    hs_error_append(e, HS_ERR_TIMEOUT, "  fix: %s; if the wait is legitimate, raise comm.timeout_s",
-                    p2p ? "every send needs the peer's matching recv (same group, tag and size), "
-                          "in an order that cannot wait in a cycle"
-                        : "every rank of a group must issue the same collectives in the same order");
+        hs_error_append(e, HS_ERR_TIMEOUT, "  arrived: world rank%s%s", narrived > 1 ? "s" : "",
+                        arrived);
+    hs_error_append(
+        e, HS_ERR_TIMEOUT, "  fix: %s; if the wait is legitimate, raise comm.timeout_s",
+        p2p ? "every send needs the peer's matching recv (same group, tag and size), "
+              "in an order that cannot wait in a cycle"
+            : "every rank of a group must issue the same collectives in the same order");
     hs_comm_abort(c, e); /* ends the process: the survey needs no freeing */
 }
 
@@ -422,7 +436,8 @@ hs_status hs_watchdog_start(hs_comm *c, hs_error *e) {
     if (rc != MPI_SUCCESS) {
         free(wd->silent);
         free(wd);
-        return hs_error_set(e, HS_ERR_COMM, "starting the comm watchdog: MPI_Comm_dup failed (code %d)", rc);
+        return hs_error_set(e, HS_ERR_COMM,
+                            "starting the comm watchdog: MPI_Comm_dup failed (code %d)", rc);
     }
     pthread_condattr_t attr;
     HS_CHECK_PTHREAD(pthread_condattr_init(&attr));
@@ -467,8 +482,7 @@ static int notice_target(const hs_watchdog *wd) {
     return c->rank == 0 ? 1 : 0;
 }
 
-void hs_watchdog_notify_failure(hs_comm *c, int exit_code)
-{
+void hs_watchdog_notify_failure(hs_comm *c, int exit_code) {
     hs_watchdog *wd = c->watchdog;
     if (!wd || c->size < 2) return;
     int to = notice_target(wd);

@@ -17,7 +17,7 @@
 #include "comm/comm_internal.h"
 
 static const char *const queue_names[HS_COMM_QUEUE_COUNT] = {"default", "critical", "pp_forward",
-                                                                 "pp_backward"};
+                                                             "pp_backward"};
 _Static_assert(sizeof queue_names / sizeof queue_names[0] == HS_COMM_QUEUE_COUNT,
                "queue_names follows hs_comm_queue");
 
@@ -26,8 +26,8 @@ const char *hs_comm_queue_name(hs_comm_queue q) {
 }
 
 static const char *const op_names[HS_OP_COUNT] = {
-    "all_gather", "reduce_scatter", "all_reduce", "broadcast", "all_to_all",
-    "all_to_allv", "send", "recv", "barrier",
+    "all_gather",  "reduce_scatter", "all_reduce", "broadcast", "all_to_all",
+    "all_to_allv", "send",           "recv",       "barrier",
 };
 _Static_assert(sizeof op_names / sizeof op_names[0] == HS_OP_COUNT, "op_names follows hs_comm_op");
 
@@ -67,10 +67,10 @@ static void work_trace(hs_comm *c, const hs_work *w, double t0, double t1) {
     if (!hs_trace_enabled(c->trace)) return;
     char args[1024];
     const char *dt = a->op == HS_OP_BARRIER ? "none" : hs_dtype_name(a->dt);
-    int n = snprintf(args, sizeof args,
-                     "\"group\":\"%s\",\"bytes\":%lld,\"dtype\":\"%s\",\"seq\":%lld,\"queue\":\"%s\"",
-                     w->pg->name, (long long)bytes, dt, (long long)w->seq,
-                     hs_comm_queue_name(w->pg->queue->id));
+    int n = snprintf(
+        args, sizeof args,
+        "\"group\":\"%s\",\"bytes\":%lld,\"dtype\":\"%s\",\"seq\":%lld,\"queue\":\"%s\"",
+        w->pg->name, (long long)bytes, dt, (long long)w->seq, hs_comm_queue_name(w->pg->queue->id));
     if (hs_comm_op_is_p2p(a->op) && n > 0 && (size_t)n < sizeof args)
         n += snprintf(args + n, sizeof args - (size_t)n, ",\"peer\":%d", a->peer);
     const char *path = w->pg->backend->path ? w->pg->backend->path(w->pg->ctx, a->op) : NULL;
@@ -81,7 +81,9 @@ static void work_trace(hs_comm *c, const hs_work *w, double t0, double t1) {
         const int64_t *v = k ? a->recv_counts : a->send_counts;
         for (int i = 0; i < w->pg->size && n > 0 && (size_t)n + 24 < sizeof args; i++)
             n += snprintf(args + n, sizeof args - (size_t)n, "%s%lld%s",
-                          i ? "," : k ? ",\"recv_counts\":[" : ",\"send_counts\":[",
+                          i   ? ","
+                          : k ? ",\"recv_counts\":["
+                              : ",\"send_counts\":[",
                           (long long)v[i], i == w->pg->size - 1 ? "]" : "");
     }
     hs_trace_span(c->trace, HS_LANE_COMM, op, "comm", t0, t1, args);
@@ -103,14 +105,20 @@ static hs_status work_exec(hs_comm *c, const hs_work *w, hs_error *err) {
 /* What the watchdog is told about w, outstanding since `started`. */
 static hs_comm_current current_of(const hs_work *w, double started, bool in_flight) {
     const hs_coll_args *a = &w->args;
-    return (hs_comm_current){
-        .busy = true, .in_flight = in_flight, .op = a->op, .slot = w->pg->slot, .seq = w->seq,
-        .peer_world = hs_comm_op_is_p2p(a->op) ? w->pg->world_ranks[a->peer] : -1,
-        .started = started};
+    return (hs_comm_current){.busy = true,
+                             .in_flight = in_flight,
+                             .op = a->op,
+                             .slot = w->pg->slot,
+                             .seq = w->seq,
+                             .peer_world = hs_comm_op_is_p2p(a->op) ? w->pg->world_ranks[a->peer]
+                                                                    : -1,
+                             .started = started};
 }
 
 /* Under q->mu: mark the queue busy with w. */
-static void current_set(hs_queue *q, const hs_work *w) { q->current = current_of(w, hs_now(), false); }
+static void current_set(hs_queue *q, const hs_work *w) {
+    q->current = current_of(w, hs_now(), false);
+}
 
 /* Under q->mu: publish w's outcome. */
 static void work_finish(hs_queue *q, hs_work *w, hs_status st, const hs_error *err) {
@@ -261,12 +269,11 @@ hs_work *hs_comm_enqueue(hs_pg *g, const hs_coll_args *a) {
     w->pg = g;
     w->args = *a;
     pthread_mutex_lock(&q->mu);
-    if (q->stopping) hs_panic("%s issued on group '%s' after hs_comm_finalize", hs_comm_op_name(a->op), g->name);
+    if (q->stopping)
+        hs_panic("%s issued on group '%s' after hs_comm_finalize", hs_comm_op_name(a->op), g->name);
     w->seq = next_seq(g, a);
-    if (q->tail)
-        q->tail->next = w;
-    else
-        q->head = w;
+    if (q->tail) q->tail->next = w;
+    else q->head = w;
     q->tail = w;
     pthread_cond_signal(&q->queue_cv);
     pthread_mutex_unlock(&q->mu);

@@ -132,8 +132,8 @@ static void dump_derived(const hs_config *c, const hs_topology *t, FILE *f) {
     fprintf(f, "  edp_replicate_size: %d\n", t->edp_replicate);
     fprintf(f, "  global_batch_size: %lld%s\n", hs_config_global_batch(c, t),
             c->train.global_batch_size > 0 ? ""
-            : t->pp > 1                      ? "   # micro_batch_size x dp_size x pp_size"
-                                             : "   # micro_batch_size x dp_size");
+            : t->pp > 1                    ? "   # micro_batch_size x dp_size x pp_size"
+                                           : "   # micro_batch_size x dp_size");
     fprintf(f, "  micro_batches_per_step: %d\n", hs_config_micro_batches(c, t));
     if (t->pp > 1) {
         dump_stages(c, t, f);
@@ -202,8 +202,7 @@ static void write_allowed(const hs_cfg_key *k, FILE *f) {
         bool open_lo = k->bounds & HS_CFG_MIN_OPEN, open_hi = k->bounds & HS_CFG_MAX_OPEN;
         if ((k->bounds & HS_CFG_MIN) && (k->bounds & HS_CFG_MAX))
             fprintf(f, " in %c%s, %s%c", open_lo ? '(' : '[', lo, hi, open_hi ? ')' : ']');
-        else if (k->bounds & HS_CFG_MIN)
-            fprintf(f, " %s %s", open_lo ? ">" : "≥", lo);
+        else if (k->bounds & HS_CFG_MIN) fprintf(f, " %s %s", open_lo ? ">" : "≥", lo);
         if (k->nullable) fputs(" or null", f);
     }
 }

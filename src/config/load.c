@@ -75,7 +75,8 @@ static char **list_copy(char *const *src, int n) {
 /* Everything but the string lists is held by value (pp_layers too). */
 void hs_config_copy(hs_config *dst, const hs_config *src) {
     *dst = *src;
-    dst->fsdp.replicate_params = list_copy(src->fsdp.replicate_params, src->fsdp.n_replicate_params);
+    dst->fsdp.replicate_params =
+        list_copy(src->fsdp.replicate_params, src->fsdp.n_replicate_params);
     dst->train.freeze = list_copy(src->train.freeze, src->train.n_freeze);
 }
 
@@ -88,8 +89,7 @@ hs_status hs_config_load_text(hs_config *c, const char *text, size_t len, const 
     if (origin && strlen(origin) >= sizeof tmp.source_path)
         hs_cfg_report_add(&rep, "%.200s...: config path longer than %zu bytes; move the file",
                           origin, sizeof tmp.source_path - 1);
-    else if (origin)
-        strcpy(tmp.source_path, origin);
+    else if (origin) strcpy(tmp.source_path, origin);
     if (text) hs_cfg_read_yaml(&tmp, text, len, origin ? origin : "<config>", &rep);
     for (int i = 0; i < n_overrides; i++) hs_cfg_apply_override(&tmp, overrides[i], &rep);
     hs_cfg_report_finish(&rep);

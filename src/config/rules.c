@@ -32,8 +32,9 @@ void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {
 
 void hs_cfg_check_run(const hs_config *c, hs_cfg_report *rep) {
     if (strcmp(c->data.source, "builtin") && !c->data.path[0])
-        hs_cfg_report_add(rep, "data.path is required when data.source = %s; set data.path to the "
-                               "input file (or data.source: builtin)",
+        hs_cfg_report_add(rep,
+                          "data.path is required when data.source = %s; set data.path to the "
+                          "input file (or data.source: builtin)",
                           c->data.source);
     /* The same words as hs_data_open's, which `train` would reach later. */
     bool bytes = !strcmp(c->data.source, "builtin") || !strcmp(c->data.source, "text");
@@ -65,8 +66,7 @@ static void check_batch(const hs_config *c, const hs_topology *t, hs_cfg_report 
     for (long long m = mb - 1; m >= 1 && !best_mb; m--)
         if (g % (m * dp) == 0) best_mb = m;
     char alt[96] = "";
-    if (best_mb)
-        snprintf(alt, sizeof alt, ", or train.micro_batch_size: %lld", best_mb);
+    if (best_mb) snprintf(alt, sizeof alt, ", or train.micro_batch_size: %lld", best_mb);
     hs_cfg_report_add(rep,
                       "train.global_batch_size = %lld is not a multiple of "
                       "train.micro_batch_size x dp_size = %lld x %lld = %lld, so micro-batches per "
@@ -235,8 +235,7 @@ void hs_cfg_check_pp(const hs_config *c, hs_cfg_report *rep) {
 static void check_pp_schedule(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
     const hs_accel_config *a = &c->accelerator;
     long long g = hs_config_global_batch(c, t), mb = c->train.micro_batch_size, dp = t->dp;
-    if (a->pp_size <= 1 || !strcmp(a->pp_schedule, "gpipe") || g < 1 || mb < 1 || dp < 1)
-        return;
+    if (a->pp_size <= 1 || !strcmp(a->pp_schedule, "gpipe") || g < 1 || mb < 1 || dp < 1) return;
     int m = hs_config_micro_batches(c, t);
     bool inter = !strcmp(a->pp_schedule, "interleaved_1f1b");
     if (inter && m >= a->pp_size && m % a->pp_size) {
@@ -349,8 +348,7 @@ void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_repo
                           : a->sequence_parallel ? "accelerator.tp_size (sequence_parallel)"
                                                  : "2 x accelerator.cp_size (context parallelism "
                                                    "holds two chunks of each sequence per rank)",
-                          seq_split, seq_split,
-                          (c->train.seq_len / seq_split + 1) * seq_split);
+                          seq_split, seq_split, (c->train.seq_len / seq_split + 1) * seq_split);
     const char *how = a->cp_rotate_method;
     if (how[0] && strcmp(how, "allgather") && strcmp(how, "ring"))
         hs_cfg_report_add(rep,

@@ -8,23 +8,32 @@
 
 #define FIELD(m) .offset = offsetof(hs_config, m), .size = sizeof(((hs_config *)0)->m)
 
-#define KINT(p, m, d, b, lo, doc_) \
-    {.path = p, .type = HS_CFG_INT, .def = d, .bounds = b, .min = lo, FIELD(m), .doc = doc_}
-#define KINT_NULL(p, m, lo, doc_)                                                           \
-    {.path = p, .type = HS_CFG_INT, .def = "null", .nullable = true, .bounds = GE, .min = lo, \
-     FIELD(m), .doc = doc_}
-#define KFLOAT(p, m, d, b, lo, hi, doc_) \
-    {.path = p, .type = HS_CFG_FLOAT, .def = d, .bounds = b, .min = lo, .max = hi, FIELD(m), \
-     .doc = doc_}
-#define KBOOL(p, m, d, doc_) {.path = p, .type = HS_CFG_BOOL, .def = d, FIELD(m), .doc = doc_}
-#define KENUM(p, m, d, ch, doc_) \
-    {.path = p, .type = HS_CFG_ENUM, .def = d, .choices = ch, FIELD(m), .doc = doc_}
-#define KSTR(p, m, d, null_, allowed_, doc_)                                                  \
-    {.path = p, .type = HS_CFG_STRING, .def = d, .nullable = null_, FIELD(m), .allowed = allowed_, \
-     .doc = doc_}
-#define KDTYPE(p, m, doc_)                                                                  \
-    {.path = p, .type = HS_CFG_DTYPE, .def = "null", .choices = "float16|bfloat16|float32", \
-     FIELD(m), .doc = doc_}
+#define KINT(p, m, d, b, lo, doc_)                                                                 \
+    { .path = p, .type = HS_CFG_INT, .def = d, .bounds = b, .min = lo, FIELD(m), .doc = doc_ }
+#define KINT_NULL(p, m, lo, doc_)                                                                  \
+    {                                                                                              \
+        .path = p, .type = HS_CFG_INT, .def = "null", .nullable = true, .bounds = GE, .min = lo,   \
+        FIELD(m), .doc = doc_                                                                      \
+    }
+#define KFLOAT(p, m, d, b, lo, hi, doc_)                                                           \
+    {                                                                                              \
+        .path = p, .type = HS_CFG_FLOAT, .def = d, .bounds = b, .min = lo, .max = hi, FIELD(m),    \
+        .doc = doc_                                                                                \
+    }
+#define KBOOL(p, m, d, doc_)                                                                       \
+    { .path = p, .type = HS_CFG_BOOL, .def = d, FIELD(m), .doc = doc_ }
+#define KENUM(p, m, d, ch, doc_)                                                                   \
+    { .path = p, .type = HS_CFG_ENUM, .def = d, .choices = ch, FIELD(m), .doc = doc_ }
+#define KSTR(p, m, d, null_, allowed_, doc_)                                                       \
+    {                                                                                              \
+        .path = p, .type = HS_CFG_STRING, .def = d, .nullable = null_, FIELD(m),                   \
+        .allowed = allowed_, .doc = doc_                                                           \
+    }
+#define KDTYPE(p, m, doc_)                                                                         \
+    {                                                                                              \
+        .path = p, .type = HS_CFG_DTYPE, .def = "null", .choices = "float16|bfloat16|float32",     \
+        FIELD(m), .doc = doc_                                                                      \
+    }
 
 enum { GE = HS_CFG_MIN, GT = HS_CFG_MIN | HS_CFG_MIN_OPEN, RULE = HS_CFG_BY_RULE };
 #define UNIT_OPEN (HS_CFG_MIN | HS_CFG_MAX | HS_CFG_MAX_OPEN) /* [0, 1) */
@@ -74,8 +83,7 @@ static const hs_cfg_key keys[] = {
     KINT("accelerator.pp_size", accelerator.pp_size, "1", GE | RULE, 1,
          "pipeline-parallel stages (slowest-varying rank dim): each holds a contiguous run of "
          "blocks, the first also the embedding, the last the norm and lm_head"),
-    KENUM("accelerator.pp_schedule", accelerator.pp_schedule, "1f1b",
-          "gpipe|1f1b|interleaved_1f1b",
+    KENUM("accelerator.pp_schedule", accelerator.pp_schedule, "1f1b", "gpipe|1f1b|interleaved_1f1b",
           "pipeline schedule: gpipe (every forward, then every backward), 1f1b (one forward, "
           "one backward in steady state; needs micro-batches per step >= pp_size) or "
           "interleaved_1f1b (1f1b over pp_virtual_stages chunks per stage; needs micro-batches "
@@ -83,8 +91,12 @@ static const hs_cfg_key keys[] = {
     KINT("accelerator.pp_virtual_stages", accelerator.pp_virtual_stages, "1", GE | RULE, 1,
          "model chunks per pipeline stage (interleaved_1f1b: >= 2, at most 8; stage s holds "
          "chunks s, s + pp_size, ...)"),
-    {.path = "accelerator.pp_layers", .type = HS_CFG_INTLIST, .def = "[]", .bounds = GE | RULE,
-     .min = 1, FIELD(accelerator.pp_layers),
+    {.path = "accelerator.pp_layers",
+     .type = HS_CFG_INTLIST,
+     .def = "[]",
+     .bounds = GE | RULE,
+     .min = 1,
+     FIELD(accelerator.pp_layers),
      .count_offset = offsetof(hs_config, accelerator.n_pp_layers),
      .doc = "transformer blocks of each pipeline stage (of each virtual stage in model order "
             "under interleaved_1f1b), one entry each, summing to model.n_layers; []: the even "
@@ -102,7 +114,9 @@ static const hs_cfg_key keys[] = {
          "FSDP shard degree of dense parameters; the rest of the dp x cp domain replicates (HSDP)"),
     KINT("fsdp_config.edp_shard_size", fsdp.edp_shard_size, "1", GE | RULE, 1,
          "shard degree of routed-expert parameters inside the EDP domain (needs ep_size > 1)"),
-    {.path = "fsdp_config.replicate_params", .type = HS_CFG_STRLIST, .def = "[]",
+    {.path = "fsdp_config.replicate_params",
+     .type = HS_CFG_STRLIST,
+     .def = "[]",
      .offset = offsetof(hs_config, fsdp.replicate_params),
      .size = sizeof(((hs_config *)0)->fsdp.replicate_params),
      .count_offset = offsetof(hs_config, fsdp.n_replicate_params),
@@ -135,7 +149,9 @@ static const hs_cfg_key keys[] = {
          "units whose all-gather is issued ahead in backward; 0: no backward prefetch"),
     KBOOL("fsdp_config.comm_fusion", fsdp.comm_fusion, "false",
           "one all-gather and one reduce-scatter per unit over a fused buffer"),
-    {.path = "fsdp_config.comm_fusion_zero_copy", .type = HS_CFG_TRIBOOL, .def = "null",
+    {.path = "fsdp_config.comm_fusion_zero_copy",
+     .type = HS_CFG_TRIBOOL,
+     .def = "null",
      FIELD(fsdp.comm_fusion_zero_copy),
      .doc = "parameters as views into the fused buffer; null: on when comm_fusion is true, "
             "false: copy-in path (needs comm_fusion)"},
@@ -143,8 +159,13 @@ static const hs_cfg_key keys[] = {
     /* optimizer */
     KENUM("optimizer._target_", optimizer.target, "adamw", "adamw|muon", "optimizer"),
     KFLOAT("optimizer.lr", optimizer.lr, "0.003", GT, 0, 0, "peak learning rate"),
-    {.path = "optimizer.betas", .type = HS_CFG_FLOAT_PAIR, .def = "[0.9, 0.95]",
-     .bounds = UNIT_OPEN, .min = 0, .max = 1, FIELD(optimizer.betas),
+    {.path = "optimizer.betas",
+     .type = HS_CFG_FLOAT_PAIR,
+     .def = "[0.9, 0.95]",
+     .bounds = UNIT_OPEN,
+     .min = 0,
+     .max = 1,
+     FIELD(optimizer.betas),
      .doc = "AdamW moment decay rates (also used by Muon for 1-D parameters)"},
     KFLOAT("optimizer.eps", optimizer.eps, "1e-08", GT, 0, 0, "AdamW epsilon"),
     KFLOAT("optimizer.weight_decay", optimizer.weight_decay, "0.1", GE, 0, 0,
@@ -154,8 +175,14 @@ static const hs_cfg_key keys[] = {
           "fsdp_config.mix_precision.fp32_main_grad)"),
     KFLOAT("optimizer.clip_grad_norm", optimizer.clip_grad_norm, "1.0", 0, 0, 0,
            "clip the global gradient norm to this value; <= 0: no clipping"),
-    {.path = "optimizer.muon.momentum", .type = HS_CFG_FLOAT, .def = "0.95", .bounds = UNIT_OPEN,
-     .min = 0, .max = 1, FIELD(optimizer.muon.momentum), .doc = "Muon momentum"},
+    {.path = "optimizer.muon.momentum",
+     .type = HS_CFG_FLOAT,
+     .def = "0.95",
+     .bounds = UNIT_OPEN,
+     .min = 0,
+     .max = 1,
+     FIELD(optimizer.muon.momentum),
+     .doc = "Muon momentum"},
     KBOOL("optimizer.muon.nesterov", optimizer.muon.nesterov, "true", "Nesterov momentum in Muon"),
     KINT("optimizer.muon.ns_steps", optimizer.muon.ns_steps, "5", GE, 1,
          "Newton-Schulz orthogonalisation iterations"),
@@ -163,8 +190,13 @@ static const hs_cfg_key keys[] = {
          "linear warm-up steps from 0 to lr"),
     KENUM("optimizer.schedule.decay", optimizer.schedule.decay, "cosine", "constant|linear|cosine",
           "decay after warm-up, down to min_lr_ratio x lr at the last step"),
-    {.path = "optimizer.schedule.min_lr_ratio", .type = HS_CFG_FLOAT, .def = "0.1", .bounds = UNIT,
-     .min = 0, .max = 1, FIELD(optimizer.schedule.min_lr_ratio),
+    {.path = "optimizer.schedule.min_lr_ratio",
+     .type = HS_CFG_FLOAT,
+     .def = "0.1",
+     .bounds = UNIT,
+     .min = 0,
+     .max = 1,
+     FIELD(optimizer.schedule.min_lr_ratio),
      .doc = "final learning rate as a fraction of lr"},
 
     /* train */
@@ -176,15 +208,21 @@ static const hs_cfg_key keys[] = {
     KINT("train.micro_batch_size", train.micro_batch_size, "8", GE, 1,
          "sequences per data-parallel rank per micro-batch"),
     KINT("train.seq_len", train.seq_len, "64", GE, 1, "tokens per sequence"),
-    {.path = "train.seed", .type = HS_CFG_INT64, .def = "1234", FIELD(train.seed),
+    {.path = "train.seed",
+     .type = HS_CFG_INT64,
+     .def = "1234",
+     FIELD(train.seed),
      .doc = "seed of parameter init and data order"},
     KINT_NULL("train.threads", train.threads, 1,
               "compute threads per rank (GEMM and the threaded kernels); null: OMP_NUM_THREADS "
               "when set, else the cores available to the rank / the ranks on its node"),
     KBOOL("train.activation_checkpointing", train.activation_checkpointing, "false",
           "recompute each block's forward in backward instead of keeping activations"),
-    {.path = "train.freeze", .type = HS_CFG_STRLIST, .def = "[]",
-     .offset = offsetof(hs_config, train.freeze), .size = sizeof(((hs_config *)0)->train.freeze),
+    {.path = "train.freeze",
+     .type = HS_CFG_STRLIST,
+     .def = "[]",
+     .offset = offsetof(hs_config, train.freeze),
+     .size = sizeof(((hs_config *)0)->train.freeze),
      .count_offset = offsetof(hs_config, train.n_freeze),
      .allowed = "list of FQN glob patterns",
      .doc = "parameters trained without gradient (fine-tuning), e.g. [model.embed_tokens.*]: no "
@@ -200,8 +238,13 @@ static const hs_cfg_key keys[] = {
           "builtin: generated corpus; text: a UTF-8 file (byte tokens); "
           "tokens: a uint16 token file"),
     KSTR("data.path", data.path, "null", true, NULL, "input file (required for text and tokens)"),
-    {.path = "data.val_fraction", .type = HS_CFG_FLOAT, .def = "0.05", .bounds = UNIT_OPEN,
-     .min = 0, .max = 1, FIELD(data.val_fraction),
+    {.path = "data.val_fraction",
+     .type = HS_CFG_FLOAT,
+     .def = "0.05",
+     .bounds = UNIT_OPEN,
+     .min = 0,
+     .max = 1,
+     FIELD(data.val_fraction),
      .doc = "fraction of the data held out for validation"},
 
     /* checkpoint */

@@ -31,8 +31,8 @@ typedef enum hs_cfg_type {
 
 /* Bounds on numbers (each element of a float pair or an integer list). */
 enum {
-    HS_CFG_MIN = 1,      /* value >= min (> min with HS_CFG_MIN_OPEN) */
-    HS_CFG_MAX = 2,      /* value <= max (< max with HS_CFG_MAX_OPEN) */
+    HS_CFG_MIN = 1, /* value >= min (> min with HS_CFG_MIN_OPEN) */
+    HS_CFG_MAX = 2, /* value <= max (< max with HS_CFG_MAX_OPEN) */
     HS_CFG_MIN_OPEN = 4,
     HS_CFG_MAX_OPEN = 8,
     /* The bound is checked by a numbered spec rule with its own message

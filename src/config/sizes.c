@@ -115,14 +115,13 @@ static bool check_params(const hs_config *c, int shard, int64_t *params, hs_cfg_
     const char *mats = "bytes (3 matrices, 64 B a parameter)";
     bool ok = fits(rep, "the model's embedding and lm_head", emb, 2, 2 * PARAM_BYTES,
                    "bytes (2 tables, 64 B a parameter)", fix);
-    ok &= fits(rep, "the model's attention parameters", att, 3, PARAM_BYTES,
-               "bytes a parameter", fix);
+    ok &= fits(rep, "the model's attention parameters", att, 3, PARAM_BYTES, "bytes a parameter",
+               fix);
     if (!moe) {
         ok &= fits(rep, "the model's MLP parameters", mlp, 3, 3 * PARAM_BYTES, mats, fix);
     } else {
         ok &= fits(rep, "the model's expert parameters", exp, 4, 3 * PARAM_BYTES, mats, fix);
-        ok &= fits(rep, "the model's shared-expert parameters", shr, 3, 3 * PARAM_BYTES, mats,
-                   fix);
+        ok &= fits(rep, "the model's shared-expert parameters", shr, 3, 3 * PARAM_BYTES, mats, fix);
     }
     if (!ok) return false;
     /* Each term fits, so these sums and the products below are checked only
@@ -147,8 +146,8 @@ static bool check_params(const hs_config *c, int shard, int64_t *params, hs_cfg_
         return false;
     }
     factor all[] = {{"the parameters with their padding", *params}};
-    return fits(rep, "the model's parameters together", all, 1, PARAM_BYTES,
-                "bytes a parameter", fix);
+    return fits(rep, "the model's parameters together", all, 1, PARAM_BYTES, "bytes a parameter",
+                fix);
 }
 
 /* hs_moe_shapes counts a micro-batch's routed rows in int. */

@@ -136,8 +136,7 @@ void hs_cfg_explain_path(const char *path, char *out, size_t cap) {
         if (!hs_cfg_is_section(parent)) parent[0] = '\0';
         children(ps, parent, list, sizeof list);
         snprintf(out, cap, "unknown key %.*s%s; valid keys %s%s: %s", shown, path,
-                 path[shown] ? "..." : "", parent[0] ? "under " : "at the top level",
-                 parent, list);
+                 path[shown] ? "..." : "", parent[0] ? "under " : "at the top level", parent, list);
     }
     free(ps);
 }

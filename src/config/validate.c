@@ -118,8 +118,9 @@ static void check_compile(const hs_config *c, const hs_topology *t, const hs_log
                           "set compile.fullgraph: false [rule 10]",
                           why);
     else if (log)
-        hs_log_warn(log, "compile.fullgraph = true has no effect: FSDP2Manager is skipped (%s) "
-                         "and there is no graph compiler",
+        hs_log_warn(log,
+                    "compile.fullgraph = true has no effect: FSDP2Manager is skipped (%s) "
+                    "and there is no graph compiler",
                     why);
 }
 

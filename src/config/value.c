@@ -14,8 +14,8 @@
 static void reason(char *why, size_t cap, const char *expected, hs_cfg_scalar s) {
     int n = s.len > SHOWN ? SHOWN : (int)s.len;
     snprintf(why, cap, "expected %s, got %s%.*s%s%s", expected,
-             s.plain ? "'" : "the quoted string \"",
-             n, s.text, s.len > SHOWN ? "..." : "", s.plain ? "'" : "\"");
+             s.plain ? "'" : "the quoted string \"", n, s.text, s.len > SHOWN ? "..." : "",
+             s.plain ? "'" : "\"");
 }
 
 static bool is_null(hs_cfg_scalar s) {
@@ -254,8 +254,7 @@ bool hs_cfg_set_scalar(hs_config *c, const hs_cfg_key *k, hs_cfg_scalar s, char 
         if (null) return hs_cfg_set_items(c, k, NULL, 0, why, cap);
         break;
     case HS_CFG_FLOAT_PAIR:
-    case HS_CFG_TYPE_COUNT:
-        break;
+    case HS_CFG_TYPE_COUNT: break;
     }
     reason(why, cap, hs_cfg_type_name(k->type), s);
     return false;

@@ -31,8 +31,8 @@ static bool changed_under(const hs_config *c, const hs_config *d, const char *se
     for (int i = 0; i < n && used < cap; i++)
         if (!strncmp(keys[i].path, section, len) && keys[i].path[len] == '.' &&
             differs(c, d, keys[i].path))
-            used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? ", " : "",
-                                     keys[i].path);
+            used +=
+                (size_t)snprintf(out + used, cap - used, "%s%s", used ? ", " : "", keys[i].path);
     return used > 0;
 }
 
@@ -40,27 +40,31 @@ static void warn_fsdp(const hs_config *c, const hs_topology *t, const hs_log *lo
     const hs_fsdp_config *f = &c->fsdp;
     bool moe = !strcmp(c->model.arch, "moe");
     if (f->edp_shard_size != 1 && !(t->ep > 1 && moe))
-        hs_log_warn(log, "fsdp_config.edp_shard_size = %d has no effect: it needs "
-                         "accelerator.ep_size > 1 (got %d) and a model with routed experts "
-                         "(model.arch = %s)",
+        hs_log_warn(log,
+                    "fsdp_config.edp_shard_size = %d has no effect: it needs "
+                    "accelerator.ep_size > 1 (got %d) and a model with routed experts "
+                    "(model.arch = %s)",
                     f->edp_shard_size, t->ep, c->model.arch);
     if (!f->mix_precision.cast_forward_inputs && f->mix_precision.param_dtype == HS_MP_NULL)
         hs_log_warn(log, "fsdp_config.mix_precision.cast_forward_inputs = false has no effect: "
                          "it needs fsdp_config.mix_precision.param_dtype to be set (got null)");
     if (f->comm_fusion_zero_copy >= 0 && !f->comm_fusion)
-        hs_log_warn(log, "fsdp_config.comm_fusion_zero_copy = %s has no effect: it needs "
-                         "fsdp_config.comm_fusion = true",
+        hs_log_warn(log,
+                    "fsdp_config.comm_fusion_zero_copy = %s has no effect: it needs "
+                    "fsdp_config.comm_fusion = true",
                     f->comm_fusion_zero_copy ? "true" : "false");
     if (hs_config_micro_batches(c, t) == 1) {
         if (!f->reshard_after_backward)
-            hs_log_warn(log, "fsdp_config.reshard_after_backward = false has no effect: a step "
-                             "has one micro-batch (train.global_batch_size = %lld = "
-                             "micro_batch_size %d x dp_size %d), and the last one always reshards",
+            hs_log_warn(log,
+                        "fsdp_config.reshard_after_backward = false has no effect: a step "
+                        "has one micro-batch (train.global_batch_size = %lld = "
+                        "micro_batch_size %d x dp_size %d), and the last one always reshards",
                         hs_config_global_batch(c, t), c->train.micro_batch_size, t->dp);
         if (!f->requires_grad_sync)
-            hs_log_warn(log, "fsdp_config.requires_grad_sync = false has no effect: a step has "
-                             "one micro-batch (train.global_batch_size = %lld = micro_batch_size "
-                             "%d x dp_size %d), and the last one always syncs",
+            hs_log_warn(log,
+                        "fsdp_config.requires_grad_sync = false has no effect: a step has "
+                        "one micro-batch (train.global_batch_size = %lld = micro_batch_size "
+                        "%d x dp_size %d), and the last one always syncs",
                         hs_config_global_batch(c, t), c->train.micro_batch_size, t->dp);
     }
 }
@@ -70,8 +74,8 @@ static void warn_fsdp(const hs_config *c, const hs_topology *t, const hs_log *lo
 static void warn_fsdp_skipped(const hs_config *c, const hs_config *d, const hs_topology *t,
                               const hs_log *log) {
     static const char *const unit_keys[] = {
-        "fsdp_config.replicate_params",      "fsdp_config.enable_offload",
-        "fsdp_config.reshard_after_forward", "fsdp_config.forward_prefetch_depth",
+        "fsdp_config.replicate_params",        "fsdp_config.enable_offload",
+        "fsdp_config.reshard_after_forward",   "fsdp_config.forward_prefetch_depth",
         "fsdp_config.backward_prefetch_depth", "fsdp_config.comm_fusion",
     };
     char why[256], list[512];
@@ -95,12 +99,14 @@ static void warn_trainer(const hs_config *c, const hs_config *d, const hs_topolo
         hs_log_warn(log, "%s: no effect with model.arch = %s (no routed experts)", list,
                     c->model.arch);
     if (t->cp == 1 && c->accelerator.cp_rotate_method[0])
-        hs_log_warn(log, "accelerator.cp_rotate_method = %s has no effect: it needs "
-                         "accelerator.cp_size > 1",
+        hs_log_warn(log,
+                    "accelerator.cp_rotate_method = %s has no effect: it needs "
+                    "accelerator.cp_size > 1",
                     c->accelerator.cp_rotate_method);
     if (t->pp == 1 && strcmp(c->accelerator.pp_schedule, d->accelerator.pp_schedule))
-        hs_log_warn(log, "accelerator.pp_schedule = %s has no effect: it needs "
-                         "accelerator.pp_size > 1",
+        hs_log_warn(log,
+                    "accelerator.pp_schedule = %s has no effect: it needs "
+                    "accelerator.pp_size > 1",
                     c->accelerator.pp_schedule);
     if (t->tp == 1 && c->accelerator.sequence_parallel)
         hs_log_warn(log, "accelerator.sequence_parallel = true has no effect: it needs "
@@ -112,13 +118,14 @@ static void warn_trainer(const hs_config *c, const hs_config *d, const hs_topolo
         changed_under(c, d, "optimizer.muon", list, sizeof list))
         hs_log_warn(log, "%s: no effect with optimizer._target_ = %s", list, c->optimizer.target);
     if (c->optimizer.schedule.warmup_steps >= c->train.steps)
-        hs_log_warn(log, "optimizer.schedule.warmup_steps = %d >= train.steps = %d: the learning "
-                         "rate never reaches optimizer.lr",
+        hs_log_warn(log,
+                    "optimizer.schedule.warmup_steps = %d >= train.steps = %d: the learning "
+                    "rate never reaches optimizer.lr",
                     c->optimizer.schedule.warmup_steps, c->train.steps);
     if (!strcmp(c->data.source, "builtin") && c->data.path[0])
         hs_log_warn(log, "data.path = %s has no effect with data.source = builtin", c->data.path);
-    if (!c->checkpoint.dir[0] && (differs(c, d, "checkpoint.save_every") ||
-                                  differs(c, d, "checkpoint.keep_last")))
+    if (!c->checkpoint.dir[0] &&
+        (differs(c, d, "checkpoint.save_every") || differs(c, d, "checkpoint.keep_last")))
         hs_log_warn(log, "checkpoint.save_every / checkpoint.keep_last have no effect: "
                          "checkpoint.dir is null (no checkpoints are written)");
     if (!c->trace.enabled && c->trace.dir[0])

@@ -24,9 +24,9 @@ typedef struct reader {
     const char *origin; /* file name; NULL for an override value */
     const char *text;   /* the input, to turn byte offsets into line:column */
     size_t len;
-    const char *path;   /* override: the key being set */
+    const char *path; /* override: the key being set */
     hs_cfg_report *rep;
-    bool broken;        /* after a syntax error libyaml cannot go on */
+    bool broken; /* after a syntax error libyaml cannot go on */
     char seen[SEEN_MAX][96];
     size_t seen_line[SEEN_MAX];
     int n_seen;
@@ -151,8 +151,9 @@ static void read_items(reader *r, const hs_cfg_key *k, yaml_event_t *start, hs_c
         }
         hs_cfg_scalar s;
         if (ev.type != YAML_SCALAR_EVENT) {
-            if (ok) REPORT(r, ev.start_mark, "%s: list items must be plain values, got %s", k->path,
-                           node_kind(&ev));
+            if (ok)
+                REPORT(r, ev.start_mark, "%s: list items must be plain values, got %s", k->path,
+                       node_kind(&ev));
             ok = false;
             skip_node(r, &ev);
             continue;
@@ -243,8 +244,8 @@ static bool is_null_event(const yaml_event_t *ev) {
            !strcmp(v, "NULL");
 }
 
-static void read_entry(reader *r, const char *path, yaml_mark_t km, yaml_event_t *val,
-                       hs_config *c, bool top) {
+static void read_entry(reader *r, const char *path, yaml_mark_t km, yaml_event_t *val, hs_config *c,
+                       bool top) {
     const hs_cfg_key *k = hs_cfg_key_find(path);
     if (k) {
         if (first_time(r, path, km)) read_value(r, k, val, c);
@@ -322,8 +323,8 @@ static size_t too_deep_at(const char *t, size_t len) {
         } else if (quote) {
             if (quote == '"' && ch == '\\') i++;
             else if (ch == quote) quote = 0;
-        } else if (ch == '#' && (i == 0 || t[i - 1] == ' ' || t[i - 1] == '\t' ||
-                                 t[i - 1] == '\n')) {
+        } else if (ch == '#' &&
+                   (i == 0 || t[i - 1] == ' ' || t[i - 1] == '\t' || t[i - 1] == '\n')) {
             comment = true;
         } else if (ch == '"' || ch == '\'') {
             quote = ch;
@@ -338,8 +339,8 @@ static size_t too_deep_at(const char *t, size_t len) {
 
 static bool within_limits(reader *r) {
     if (r->len > HS_CFG_MAX_BYTES) {
-        report_at(r, 1, 1, "the input is %zu bytes; a config may hold at most %zu (64 MiB)",
-                  r->len, HS_CFG_MAX_BYTES);
+        report_at(r, 1, 1, "the input is %zu bytes; a config may hold at most %zu (64 MiB)", r->len,
+                  HS_CFG_MAX_BYTES);
         return false;
     }
     size_t at = too_deep_at(r->text, r->len);
@@ -424,8 +425,10 @@ void hs_cfg_apply_override(hs_config *c, const char *a, hs_cfg_report *rep) {
     const char *eq = strchr(a, '=');
     size_t plen = eq ? (size_t)(eq - a) : 0;
     if (!eq || plen == 0 || plen >= PATH_CAP) {
-        hs_cfg_report_add(rep, "override '%.200s': expected KEY=VALUE, e.g. "
-                               "fsdp_config.dp_shard_size=2", a);
+        hs_cfg_report_add(rep,
+                          "override '%.200s': expected KEY=VALUE, e.g. "
+                          "fsdp_config.dp_shard_size=2",
+                          a);
         return;
     }
     char path[PATH_CAP];
@@ -435,8 +438,10 @@ void hs_cfg_apply_override(hs_config *c, const char *a, hs_cfg_report *rep) {
     if (!k) {
         char why[1400];
         if (hs_cfg_is_section(path))
-            snprintf(why, sizeof why, "%s is a section; override its keys one by one "
-                                      "(e.g. %s.<key>=value)", path, path);
+            snprintf(why, sizeof why,
+                     "%s is a section; override its keys one by one "
+                     "(e.g. %s.<key>=value)",
+                     path, path);
         else hs_cfg_explain_path(path, why, sizeof why);
         hs_cfg_report_add(rep, "override: %s", why);
         return;

@@ -64,7 +64,7 @@ static void smap_free(smap *m) {
     free(m->val);
 }
 
-#define LLAMA3_PATTERN                                                                       \
+#define LLAMA3_PATTERN                                                                                       \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" \
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
@@ -105,7 +105,7 @@ static int put_utf8(char *out, int cp) {
  * splitter cut a piece of no bytes, and encode looped on it). */
 static int next_cp(const unsigned char *s, int *len) {
     static const int shortest[5] = {0, 0, 0x80, 0x800, 0x10000};
-    int n = s[0] < 0x80                 ? 1
+    int n = s[0] < 0x80             ? 1
             : (s[0] & 0xE0) == 0xC0 ? 2
             : (s[0] & 0xF0) == 0xE0 ? 3
             : (s[0] & 0xF8) == 0xF0 ? 4
@@ -151,14 +151,17 @@ static bool supported(json_t *root, split_kind *split, char *why, size_t cap) {
         return snprintf(why, cap, "model type %s, not BPE", mt ? mt : "(none)"), false;
     if (byte_level(pre, true)) return *split = SPLIT_GPT2, true;
     if (llama3_split(pre)) return *split = SPLIT_LLAMA3, true;
-    snprintf(why, cap, "pre_tokenizer %s is neither ByteLevel (GPT-2's split) nor Llama 3's Split "
-             "+ ByteLevel", pt ? pt : "(none)");
+    snprintf(why, cap,
+             "pre_tokenizer %s is neither ByteLevel (GPT-2's split) nor Llama 3's Split "
+             "+ ByteLevel",
+             pt ? pt : "(none)");
     return false;
 }
 
 static const char *merge_text(json_t *m, char *buf, size_t cap) {
     if (json_is_string(m)) return json_string_value(m);
-    const char *a = json_string_value(json_array_get(m, 0)), *c = json_string_value(json_array_get(m, 1));
+    const char *a = json_string_value(json_array_get(m, 0)),
+               *c = json_string_value(json_array_get(m, 1));
     if (!a || !c || json_array_size(m) != 2) return NULL;
     int n = snprintf(buf, cap, "%s %s", a, c);
     return n >= 0 && (size_t)n < cap ? buf : NULL;
@@ -172,7 +175,10 @@ static hs_status check_id(json_t *v, const char *path, const char *field, int *i
         return hs_error_set(e, HS_ERR_FORMAT,
                             "tokenizer %s: %s is %s; token ids must be integers (re-save the "
                             "tokenizer with transformers)",
-                            path, field, json_is_string(v) ? "a string" : v ? "not a number" : "missing");
+                            path, field,
+                            json_is_string(v) ? "a string"
+                            : v               ? "not a number"
+                                              : "missing");
     json_int_t x = json_integer_value(v);
     if (x < 0 || x >= HS_BPE_ID_MAX)
         return hs_error_set(e, HS_ERR_FORMAT,
@@ -195,7 +201,10 @@ static hs_status vocab_ids(json_t *root, const char *path, int *n, const char **
     if (!json_is_object(vocab))
         return hs_error_set(e, HS_ERR_FORMAT,
                             "tokenizer %s: model.vocab is %s; it must be an object of token -> id",
-                            path, json_is_array(vocab) ? "a list" : vocab ? "not an object" : "missing");
+                            path,
+                            json_is_array(vocab) ? "a list"
+                            : vocab              ? "not an object"
+                                                 : "missing");
     if (added && !json_is_array(added))
         return hs_error_set(e, HS_ERR_FORMAT, "tokenizer %s: added_tokens is not a list", path);
     char field[96];
@@ -212,8 +221,10 @@ static hs_status vocab_ids(json_t *root, const char *path, int *n, const char **
         snprintf(field, sizeof field, "added_tokens[%zu].id", i);
         if (check_id(json_object_get(v, "id"), path, field, &id, e) != HS_OK) return e->code;
         if (!json_is_string(json_object_get(v, "content")))
-            return hs_error_set(e, HS_ERR_FORMAT, "tokenizer %s: added_tokens[%zu].content is not a "
-                                "string", path, i);
+            return hs_error_set(e, HS_ERR_FORMAT,
+                                "tokenizer %s: added_tokens[%zu].content is not a "
+                                "string",
+                                path, i);
         if (id >= *n) *n = id + 1;
     }
     const char **t = calloc((size_t)*n + 1, sizeof *t);
@@ -332,7 +343,8 @@ hs_status hs_bpe_load_text(const char *path, const char *text, size_t len, hs_bp
     split_kind split = SPLIT_GPT2;
     if (!supported(root, &split, why, sizeof why)) {
         json_decref(root);
-        return hs_error_set(e, HS_ERR_CONFIG, "tokenizer %s: %s; generate reads byte-level BPE "
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "tokenizer %s: %s; generate reads byte-level BPE "
                             "tokenizers (GPT-2 or Llama 3 style)",
                             path, why);
     }
@@ -519,7 +531,8 @@ int hs_bpe_decode(const hs_bpe *b, int32_t id, char *out, int cap) {
         int cp = next_cp(t, &l);
         int byte = cp < 512 ? b->cp_byte[cp] : -1;
         if (byte >= 0) out[n++] = (char)byte;
-        else for (int k = 0; k < l && n < cap; k++) out[n++] = (char)t[k]; /* an added token */
+        else
+            for (int k = 0; k < l && n < cap; k++) out[n++] = (char)t[k]; /* an added token */
         t += l;
     }
     return n;

@@ -27,15 +27,15 @@ static const pair nouns[] = {
 };
 
 static const pair verbs_transitive[] = {
-    {"sees", "see"},       {"likes", "like"},       {"chases", "chase"},   {"finds", "find"},
-    {"watches", "watch"},  {"helps", "help"},       {"carries", "carry"},  {"follows", "follow"},
-    {"paints", "paint"},   {"builds", "build"},     {"reads", "read"},     {"knows", "know"},
-    {"feeds", "feed"},     {"visits", "visit"},     {"hears", "hear"},     {"loves", "love"},
+    {"sees", "see"},      {"likes", "like"},   {"chases", "chase"},  {"finds", "find"},
+    {"watches", "watch"}, {"helps", "help"},   {"carries", "carry"}, {"follows", "follow"},
+    {"paints", "paint"},  {"builds", "build"}, {"reads", "read"},    {"knows", "know"},
+    {"feeds", "feed"},    {"visits", "visit"}, {"hears", "hear"},    {"loves", "love"},
 };
 
 static const pair verbs_intransitive[] = {
-    {"sleeps", "sleep"}, {"runs", "run"},     {"sings", "sing"},   {"waits", "wait"},
-    {"laughs", "laugh"}, {"swims", "swim"},   {"dances", "dance"}, {"falls", "fall"},
+    {"sleeps", "sleep"}, {"runs", "run"},       {"sings", "sing"},   {"waits", "wait"},
+    {"laughs", "laugh"}, {"swims", "swim"},     {"dances", "dance"}, {"falls", "fall"},
     {"smiles", "smile"}, {"listens", "listen"},
 };
 

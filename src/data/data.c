@@ -20,8 +20,9 @@ static hs_status data_load_bytes(const hs_data_config *dc, hs_dataset *ds, hs_er
     if (!strcmp(dc->source, "builtin")) {
         ds->n_tokens = (int64_t)HS_CORPUS_BUILTIN_BYTES;
         uint8_t *text = malloc(HS_CORPUS_BUILTIN_BYTES);
-        if (!text) return hs_error_set(e, HS_ERR_OOM, "data.source builtin: cannot allocate %zu bytes",
-                                       HS_CORPUS_BUILTIN_BYTES);
+        if (!text)
+            return hs_error_set(e, HS_ERR_OOM, "data.source builtin: cannot allocate %zu bytes",
+                                HS_CORPUS_BUILTIN_BYTES);
         hs_corpus_builtin(text, HS_CORPUS_BUILTIN_BYTES);
         ds->tokens = malloc(sizeof(uint32_t) * (size_t)ds->n_tokens);
         if (!ds->tokens) {
@@ -44,7 +45,8 @@ static hs_status data_load_bytes(const hs_data_config *dc, hs_dataset *ds, hs_er
     ds->tokens = malloc(sizeof(uint32_t) * (len ? len : 1));
     if (!ds->tokens) {
         free(text);
-        return hs_error_set(e, HS_ERR_OOM, "data.path %s: cannot allocate %zu tokens", dc->path, len);
+        return hs_error_set(e, HS_ERR_OOM, "data.path %s: cannot allocate %zu tokens", dc->path,
+                            len);
     }
     for (size_t i = 0; i < len; i++) ds->tokens[i] = (uint8_t)text[i];
     free(text);
@@ -61,10 +63,11 @@ static hs_status data_load_tokens(const hs_data_config *dc, int vocab_size, hs_d
     if (s != HS_OK) return s;
     for (int64_t i = 0; i < ds->n_tokens; i++)
         if (ds->tokens[i] >= (uint32_t)vocab_size)
-            return hs_error_set(e, HS_ERR_CONFIG,
-                                "data.path %s: token %u at position %lld is >= model.vocab_size %d; "
-                                "raise model.vocab_size or re-tokenise",
-                                dc->path, ds->tokens[i], (long long)i, vocab_size);
+            return hs_error_set(
+                e, HS_ERR_CONFIG,
+                "data.path %s: token %u at position %lld is >= model.vocab_size %d; "
+                "raise model.vocab_size or re-tokenise",
+                dc->path, ds->tokens[i], (long long)i, vocab_size);
     return HS_OK;
 }
 
@@ -76,12 +79,13 @@ static hs_status data_split(const hs_data_config *dc, hs_dataset *ds, hs_error *
         if (n_val < 1) n_val = 1;
     }
     if (n_seq - n_val < 1)
-        return hs_error_set(e, HS_ERR_CONFIG,
-                            "data (%s%s%s): %lld tokens make %lld sequences of train.seq_len + 1 = %d "
-                            "tokens, %lld of them for validation (data.val_fraction %g), leaving no "
-                            "train sequence; use more data or a smaller train.seq_len",
-                            dc->source, dc->path[0] ? " " : "", dc->path, (long long)ds->n_tokens,
-                            (long long)n_seq, ds->seq_len + 1, (long long)n_val, dc->val_fraction);
+        return hs_error_set(
+            e, HS_ERR_CONFIG,
+            "data (%s%s%s): %lld tokens make %lld sequences of train.seq_len + 1 = %d "
+            "tokens, %lld of them for validation (data.val_fraction %g), leaving no "
+            "train sequence; use more data or a smaller train.seq_len",
+            dc->source, dc->path[0] ? " " : "", dc->path, (long long)ds->n_tokens, (long long)n_seq,
+            ds->seq_len + 1, (long long)n_val, dc->val_fraction);
     ds->n_val = n_val;
     ds->n_train = n_seq - n_val;
     return HS_OK;

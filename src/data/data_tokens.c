@@ -39,7 +39,8 @@ hs_status hs_tokens_write(const char *path, const uint32_t *tokens, int64_t n, h
     memcpy(header, HS_TOKENS_MAGIC, 4);
     memcpy(header + 4, &version, 4);
     memcpy(header + 8, &count, 8);
-    bool ok = fwrite(header, 1, HEADER_BYTES, f) == HEADER_BYTES && write_tokens(f, tokens, n, wide);
+    bool ok = fwrite(header, 1, HEADER_BYTES, f) == HEADER_BYTES &&
+              write_tokens(f, tokens, n, wide);
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);
@@ -74,7 +75,8 @@ static hs_status tokens_check_header(const char *path, const char *buf, size_t l
     /* The count is the file's word: check that count * width fits before
      * comparing it with the bytes there are. */
     int64_t want = 0;
-    bool fits = count <= (uint64_t)INT64_MAX && hs_mul_i64((int64_t)count, (int64_t)*width, &want) &&
+    bool fits = count <= (uint64_t)INT64_MAX &&
+                hs_mul_i64((int64_t)count, (int64_t)*width, &want) &&
                 hs_add_i64(want, HEADER_BYTES, &want);
     if (!fits || (uint64_t)want != len)
         return hs_error_set(e, HS_ERR_FORMAT,
@@ -96,8 +98,9 @@ hs_status hs_tokens_parse(const char *path, const void *data, size_t len, uint32
     hs_status s = tokens_check_header(path, buf, len, &count, &width, e);
     if (s != HS_OK) return s;
     *out = malloc(sizeof(uint32_t) * (size_t)(count ? count : 1));
-    if (!*out) return hs_error_set(e, HS_ERR_OOM, "token file %s: cannot allocate %lld tokens", path,
-                                   (long long)count);
+    if (!*out)
+        return hs_error_set(e, HS_ERR_OOM, "token file %s: cannot allocate %lld tokens", path,
+                            (long long)count);
     const char *src = buf + HEADER_BYTES;
     for (int64_t i = 0; i < count; i++) {
         uint16_t h;

@@ -47,11 +47,11 @@ hs_status hs_tokenizer_check(const hs_config *cfg, int64_t *vocab, hs_error *e) 
     if (hs_tokenizer_vocab(path, vocab, e) != HS_OK)
         return hs_error_append(e, e->code, "(the tokenizer beside data.path %s)", cfg->data.path);
     if (*vocab > cfg->model.vocab_size)
-        return hs_error_set(e, HS_ERR_CONFIG,
-                            "model.vocab_size = %d is smaller than the %lld tokens of the tokenizer "
-                            "%s that made data.path %s; set model.vocab_size: %lld (or more)",
-                            cfg->model.vocab_size, (long long)*vocab, path, cfg->data.path,
-                            (long long)*vocab);
+        return hs_error_set(
+            e, HS_ERR_CONFIG,
+            "model.vocab_size = %d is smaller than the %lld tokens of the tokenizer "
+            "%s that made data.path %s; set model.vocab_size: %lld (or more)",
+            cfg->model.vocab_size, (long long)*vocab, path, cfg->data.path, (long long)*vocab);
     return HS_OK;
 }
 

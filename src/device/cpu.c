@@ -4,34 +4,29 @@
 #include "device/cpu.h"
 #include "device/device_backend.h"
 
-static void cpu_gemm(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g)
-{
-    hs_gemm_ex(g->trans_a, g->trans_b, g->M, g->N, g->K, g->alpha, A, g->a_dt, g->lda, B,
-               g->b_dt, g->ldb, g->beta, C, g->c_dt, g->ldc);
+static void cpu_gemm(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g) {
+    hs_gemm_ex(g->trans_a, g->trans_b, g->M, g->N, g->K, g->alpha, A, g->a_dt, g->lda, B, g->b_dt,
+               g->ldb, g->beta, C, g->c_dt, g->ldc);
 }
 
-static void cpu_convert(hs_stream *s, void *dst, hs_dtype dst_dt, const void *src,
-                        hs_dtype src_dt, int64_t n)
-{
+static void cpu_convert(hs_stream *s, void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt,
+                        int64_t n) {
     hs_convert(dst, dst_dt, src, src_dt, n);
 }
 
-static void cpu_convert_scaled(hs_stream *s, float *dst, const void *src, hs_dtype src_dt,
-                               float a, int64_t n)
-{
+static void cpu_convert_scaled(hs_stream *s, float *dst, const void *src, hs_dtype src_dt, float a,
+                               int64_t n) {
     hs_convert_scaled_f32(dst, src, src_dt, a, n);
 }
 
 static void cpu_fill(hs_stream *s, float *x, float v, int64_t n) { hs_fill_f32(x, n, v); }
 
 static void cpu_rng_normal(hs_stream *s, float *x, int64_t n, uint64_t seed, uint64_t stream,
-                           int64_t offset, float mean, float std)
-{
+                           int64_t offset, float mean, float std) {
     hs_rng_fill_normal(x, n, seed, stream, offset, mean, std);
 }
 
-static void cpu_axpy(hs_stream *s, float *y, const float *x, float a, int64_t n)
-{
+static void cpu_axpy(hs_stream *s, float *y, const float *x, float a, int64_t n) {
     hs_axpy_f32(y, a, x, n);
 }
 
@@ -39,13 +34,11 @@ static void cpu_scale(hs_stream *s, float *x, float a, int64_t n) { hs_scale_f32
 
 static void cpu_add(hs_stream *s, float *y, const float *x, int64_t n) { hs_add_f32(y, x, n); }
 
-static void cpu_add_to_zero(hs_stream *s, float *y, const float *x, int64_t n)
-{
+static void cpu_add_to_zero(hs_stream *s, float *y, const float *x, int64_t n) {
     hs_add_to_zero_f32(y, x, n);
 }
 
-static void cpu_sumsq(hs_stream *s, double *out, const float *x, int64_t n)
-{
+static void cpu_sumsq(hs_stream *s, double *out, const float *x, int64_t n) {
     *out = hs_sumsq_f32(x, n);
 }
 
@@ -53,8 +46,7 @@ static void cpu_round(hs_stream *s, float *x, hs_dtype dt, int64_t n) { hs_round
 
 /* The residual adds the model kept before the table had them. */
 static void cpu_add_cast(hs_stream *s, void *out, hs_dtype odt, const void *a, hs_dtype adt,
-                         const void *b, hs_dtype bdt, int64_t n)
-{
+                         const void *b, hs_dtype bdt, int64_t n) {
     for (int64_t i = 0; i < n; i++) hs_st(out, odt, i, hs_ld(a, adt, i) + hs_ld(b, bdt, i));
 }
 
@@ -105,8 +97,7 @@ static const hs_device_kernels cpu_kernels = {
     .moe_dispatch = hs_cpu_moe_dispatch,
 };
 
-void hs_device_cpu_init(hs_device *d)
-{
+void hs_device_cpu_init(hs_device *d) {
     d->kind = HS_DEVICE_CPU;
     d->name = "cpu";
     d->ops = &hs_ram_ops;

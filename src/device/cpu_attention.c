@@ -72,9 +72,19 @@ static head_view head_of(int b, int T, int h, int H, int HD) {
 static void att_gemm(hs_gemm_cache *gc, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                      float alpha, const void *A, hs_dtype a_dt, int64_t lda, const void *B,
                      hs_dtype b_dt, int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc) {
-    hs_gemm_shape s = {.trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K, .alpha = alpha,
-                       .a_dt = a_dt, .lda = lda, .b_dt = b_dt, .ldb = ldb, .beta = beta,
-                       .c_dt = c_dt, .ldc = ldc};
+    hs_gemm_shape s = {.trans_a = ta,
+                       .trans_b = tb,
+                       .M = M,
+                       .N = N,
+                       .K = K,
+                       .alpha = alpha,
+                       .a_dt = a_dt,
+                       .lda = lda,
+                       .b_dt = b_dt,
+                       .ldb = ldb,
+                       .beta = beta,
+                       .c_dt = c_dt,
+                       .ldc = ldc};
     hs_gemm_cached(gc, &s, A, B, C);
 }
 
@@ -98,8 +108,8 @@ static int visible(int64_t gq, int i, int64_t gk, int nk) {
  * row's running maximum; the row's running sum l and its accumulated
  * output acc (from earlier tiles) are rescaled to the new maximum first.
  * A row that sees no key of this tile is left as it was (a zero P row). */
-static void att_online_softmax(float *S, att_scratch *a, int64_t gq, int64_t gk, int rows,
-                               int nk, int HD) {
+static void att_online_softmax(float *S, att_scratch *a, int64_t gq, int64_t gk, int rows, int nk,
+                               int HD) {
     for (int i = 0; i < rows; i++) {
         float *s = S + (int64_t)i * nk;
         int valid = visible(gq, i, gk, nk);
@@ -153,8 +163,8 @@ hs_att_rows hs_att_rows_all(int T) {
  * P is rounded once into the 16-bit tile for P V, as a 16-bit attention
  * holds it. */
 static void forward_head(hs_gemm_cache *gc, void *out, hs_dtype odt, float *lse, const void *q,
-                         const void *k, const void *v, hs_dtype dt, bool low, float *scratch,
-                         int b, int h, int NH, int KVH, int HD, const hs_att_rows *r) {
+                         const void *k, const void *v, hs_dtype dt, bool low, float *scratch, int b,
+                         int h, int NH, int KVH, int HD, const hs_att_rows *r) {
     float scale = 1.0f / sqrtf((float)HD);
     int group = NH / KVH, tb = att_rows(r->nq), kb = att_keys(r->nk);
     att_scratch a = scratch_at(scratch, tb, kb, HD);
@@ -291,8 +301,8 @@ static void att_backward_block(hs_gemm_cache *gc, const att_bwd_block *b, const 
  * dk/dv are its key head's, shared with the other heads of its group. */
 static void backward_head(hs_gemm_cache *gc, float *dq, float *dk, float *dv, const float *dout,
                           const void *dout16, const void *q, const void *k, const void *v,
-                          const float *lse, const float *delta, hs_dtype dt, float *scratch,
-                          int b, int h, int NH, int KVH, int HD, const hs_att_rows *r) {
+                          const float *lse, const float *delta, hs_dtype dt, float *scratch, int b,
+                          int h, int NH, int KVH, int HD, const hs_att_rows *r) {
     float scale = 1.0f / sqrtf((float)HD);
     int group = NH / KVH, tb = att_rows(r->nq), kb = att_keys(r->nk);
     att_scratch a = scratch_at(scratch, tb, kb, HD);
@@ -310,11 +320,16 @@ static void backward_head(hs_gemm_cache *gc, float *dq, float *dk, float *dv, co
             head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
             att_scores(gc, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
             att_probs(a.P, hl + r0, gq, r->gk + j0, rows, kn);
-            att_bwd_block blk = {
-                .dO = dout + at, .dO16 = dout16 ? hs_cat(dout16, dt, at) : NULL,
-                .kb = hs_cat(k, dt, kj.off), .vb = hs_cat(v, dt, kj.off),
-                .qb = hs_cat(q, dt, at), .dq = dq + at, .dk = dk + kj.off, .dv = dv + kj.off,
-                .qld = qv.ld, .kld = kv.ld};
+            att_bwd_block blk = {.dO = dout + at,
+                                 .dO16 = dout16 ? hs_cat(dout16, dt, at) : NULL,
+                                 .kb = hs_cat(k, dt, kj.off),
+                                 .vb = hs_cat(v, dt, kj.off),
+                                 .qb = hs_cat(q, dt, at),
+                                 .dq = dq + at,
+                                 .dk = dk + kj.off,
+                                 .dv = dv + kj.off,
+                                 .qld = qv.ld,
+                                 .kld = kv.ld};
             att_backward_block(gc, &blk, &a, hd + r0, dt, rows, kn, HD, scale);
         }
     }
@@ -328,8 +343,8 @@ void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *do
     hs_gemm_cache_init(&gc);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            backward_head(&gc, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, b, h,
-                          NH, KVH, HD, r);
+            backward_head(&gc, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, b, h, NH,
+                          KVH, HD, r);
     hs_gemm_cache_free(&gc);
 }
 
@@ -352,8 +367,8 @@ void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */
 #pragma omp for schedule(static)
         for (int t = 0; t < B * KVH; t++)
             for (int h = (t % KVH) * group; h < (t % KVH + 1) * group; h++)
-                backward_head(&gc, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, mine,
-                              t / KVH, h, NH, KVH, HD, &r);
+                backward_head(&gc, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, mine, t / KVH,
+                              h, NH, KVH, HD, &r);
         hs_gemm_cache_free(&gc);
     }
 }
@@ -375,14 +390,13 @@ static bool whole(const hs_att_rows *r) {
 }
 
 void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
-                          const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
-                          int HD, const hs_att_rows *r, const hs_att_work *w) {
+                          const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH, int HD,
+                          const hs_att_rows *r, const hs_att_work *w) {
     float *scratch = w && w->scratch ? w->scratch : rows_scratch(r, HD);
     if (w && w->scratch && whole(r) && odt == dt)
         hs_attention_forward(out, lse, q, k, v, dt, scratch, w->threads > 1 ? w->threads : 1, B,
                              r->Tq, NH, KVH, HD);
-    else
-        hs_attention_forward_rows(out, odt, lse, q, k, v, dt, scratch, B, NH, KVH, HD, r);
+    else hs_attention_forward_rows(out, odt, lse, q, k, v, dt, scratch, B, NH, KVH, HD, r);
     if (!(w && w->scratch)) free(scratch);
 }
 
@@ -410,8 +424,7 @@ void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
 /* The merge the ring's model code did before the table had it, in fp32
  * with expf / logf. */
 void hs_cpu_attention_merge(hs_stream *s, float *out, float *lse, const float *bout,
-                            const float *blse, int B, int NH, int HD, const hs_att_rows *r)
-{
+                            const float *blse, int B, int NH, int HD, const hs_att_rows *r) {
     int T = r->Tq;
     int64_t q = (int64_t)NH * HD;
     for (int b = 0; b < B; b++)

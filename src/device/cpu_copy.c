@@ -5,9 +5,8 @@
 
 #include "device/cpu.h"
 
-void hs_cpu_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src,
-                    size_t src_stride, int64_t rows, size_t row_bytes)
-{
+void hs_cpu_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src, size_t src_stride,
+                    int64_t rows, size_t row_bytes) {
     if (rows <= 0 || row_bytes == 0) return;
     if (rows == 1 || (dst_stride == row_bytes && src_stride == row_bytes)) {
         memcpy(dst, src, (size_t)rows * row_bytes);

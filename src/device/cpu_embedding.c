@@ -18,12 +18,9 @@ static void gather_rows(void *out, hs_dtype odt, const int32_t *tokens, const vo
     for (int64_t n = 0; n < N; n++) {
         int64_t t = held_row(tokens[n], v0, V);
         void *o = hs_at(out, odt, n * C);
-        if (t < 0)
-            memset(o, 0, row);
-        else if (odt == dt)
-            memcpy(o, hs_cat(wte, dt, t * C), row);
-        else
-            hs_convert(o, odt, hs_cat(wte, dt, t * C), dt, C);
+        if (t < 0) memset(o, 0, row);
+        else if (odt == dt) memcpy(o, hs_cat(wte, dt, t * C), row);
+        else hs_convert(o, odt, hs_cat(wte, dt, t * C), dt, C);
     }
 }
 

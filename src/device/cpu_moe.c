@@ -13,8 +13,7 @@
 
 #include "device/cpu.h"
 
-static void softmax_row(float *row, int E)
-{
+static void softmax_row(float *row, int E) {
     float mx = row[0];
     for (int e = 1; e < E; e++)
         if (row[e] > mx) mx = row[e];
@@ -30,8 +29,7 @@ static void softmax_row(float *row, int E)
 /* K passes of an arg-max over the experts not yet taken. A strict '>'
  * keeps the earlier (lower) index on a tie, so equal probabilities pick the
  * lower expert first; torch.topk leaves ties unspecified. */
-static void topk_row(int32_t *sel, const float *p, int E, int K)
-{
+static void topk_row(int32_t *sel, const float *p, int E, int K) {
     for (int k = 0; k < K; k++) {
         int best = -1;
         for (int e = 0; e < E; e++) {
@@ -44,9 +42,8 @@ static void topk_row(int32_t *sel, const float *p, int E, int K)
     }
 }
 
-void hs_cpu_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N,
-                      int E, int K, bool renorm, hs_dtype dt)
-{
+void hs_cpu_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N, int E,
+                      int K, bool renorm, hs_dtype dt) {
     for (int64_t t = 0; t < N; t++) {
         float *p = probs + t * E;
         int32_t *sel = expert + t * K;
@@ -60,9 +57,8 @@ void hs_cpu_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs
     }
 }
 
-void hs_cpu_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *row_pair,
-                        hs_dtype dt, int64_t N, int K, int C)
-{
+void hs_cpu_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *row_pair, hs_dtype dt,
+                        int64_t N, int K, int C) {
     const size_t row = (size_t)C * hs_dtype_size(dt);
     for (int64_t r = 0; r < N * K; r++)
         memcpy((char *)xg + (size_t)r * row, (const char *)x + (size_t)(row_pair[r] / K) * row,
@@ -71,16 +67,14 @@ void hs_cpu_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *ro
 
 /* A scatter-add in grouped order: fixed for a given routing. */
 void hs_cpu_moe_permute_bwd(hs_stream *s, float *dx, const float *dxg, const int32_t *row_pair,
-                            int64_t N, int K, int C)
-{
+                            int64_t N, int K, int C) {
     for (int64_t r = 0; r < N * K; r++)
         hs_add_f32(dx + (int64_t)(row_pair[r] / K) * C, dxg + r * C, C);
 }
 
 void hs_cpu_moe_unpermute(hs_stream *s, float *out, const void *y, hs_dtype dt,
                           const int32_t *pair_row, const float *weight, int64_t N, int K, int C,
-                          float *ws)
-{
+                          float *ws) {
     const size_t es = hs_dtype_size(dt);
     memset(out, 0, (size_t)N * (size_t)C * sizeof(float));
     for (int64_t pr = 0; pr < N * K; pr++) {
@@ -92,8 +86,7 @@ void hs_cpu_moe_unpermute(hs_stream *s, float *out, const void *y, hs_dtype dt,
 
 void hs_cpu_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *dout, const void *y,
                             hs_dtype dt, const int32_t *pair_row, const float *weight, int64_t N,
-                            int K, int C, float *ws)
-{
+                            int K, int C, float *ws) {
     const size_t es = hs_dtype_size(dt);
     for (int64_t pr = 0; pr < N * K; pr++) {
         int64_t r = pair_row[pr];
@@ -112,8 +105,7 @@ void hs_cpu_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *do
 /* d loss / d logits of one token, in place over g (which holds d loss /
  * d probs on entry). */
 static void route_token_backward(float *g, const float *p, const int32_t *sel, const float *dw,
-                                 int E, int K)
-{
+                                 int E, int K) {
     /* Renormalisation w_k = p_k / Z, Z = sum_j p_j over the selected:
      * d/dp_j = (dw_j - sum_k dw_k w_k) / Z. The unrounded w is rebuilt
      * from the saved fp32 probabilities. */
@@ -128,8 +120,7 @@ static void route_token_backward(float *g, const float *p, const int32_t *sel, c
 }
 
 void hs_cpu_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
-                          const float *dw, const float *aux_grad, int64_t N, int E, int K)
-{
+                          const float *dw, const float *aux_grad, int64_t N, int E, int K) {
     for (int64_t t = 0; t < N; t++) {
         float *g = dp + t * E;
         for (int e = 0; e < E; e++) g[e] = aux_grad ? aux_grad[e] : 0.0f;
@@ -141,8 +132,7 @@ void hs_cpu_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int
  * each expert's probabilities added in token order in fp64 (the inner loop
  * over experts vectorises across experts, not along one sum). */
 void hs_cpu_moe_stats(hs_stream *s, int64_t *count, double *prob_sum, const int32_t *expert,
-                      const float *probs, int64_t N, int E, int K)
-{
+                      const float *probs, int64_t N, int E, int K) {
     for (int64_t t = 0; t < N; t++) {
         for (int k = 0; k < K; k++) count[expert[t * K + k]]++;
         if (!prob_sum) continue;
@@ -152,8 +142,7 @@ void hs_cpu_moe_stats(hs_stream *s, int64_t *count, double *prob_sum, const int3
 }
 
 void hs_cpu_moe_stats_add(hs_stream *s, int64_t *count, double *prob_sum, const int64_t *count_in,
-                          const double *prob_sum_in, int E)
-{
+                          const double *prob_sum_in, int E) {
     for (int e = 0; e < E; e++) count[e] += count_in[e];
     for (int e = 0; prob_sum && e < E; e++) prob_sum[e] += prob_sum_in[e];
 }
@@ -161,8 +150,7 @@ void hs_cpu_moe_stats_add(hs_stream *s, int64_t *count, double *prob_sum, const 
 /* A counting sort: offset[e + 1] first holds the start of expert e and is
  * advanced as its rows are placed, ending at the start of e + 1. */
 void hs_cpu_moe_dispatch(hs_stream *s, int32_t *offset, int32_t *row_pair, int32_t *pair_row,
-                         const int32_t *expert, const int64_t *count, int64_t N, int E, int K)
-{
+                         const int32_t *expert, const int64_t *count, int64_t N, int E, int K) {
     const int64_t pairs = N * K;
     int64_t start = 0;
     offset[0] = 0;

@@ -20,8 +20,7 @@ typedef void (*update_fn)(float *x, int64_t off, int64_t n, const void *ctx);
 /* Runs fn over x's values as fp32, in chunks split over the threads: in
  * place when x is fp32, else through a widened copy of each chunk that is
  * rounded back once (round to nearest even). */
-static void update_in_dtype(void *x, hs_dtype dt, int64_t n, update_fn fn, const void *ctx)
-{
+static void update_in_dtype(void *x, hs_dtype dt, int64_t n, update_fn fn, const void *ctx) {
     int64_t chunks = (n + UPDATE_CHUNK - 1) / UPDATE_CHUNK;
     size_t es = hs_dtype_size(dt);
 #pragma omp parallel for schedule(static) if (n >= UPDATE_PAR_MIN)
@@ -40,8 +39,7 @@ static void update_in_dtype(void *x, hs_dtype dt, int64_t n, update_fn fn, const
 }
 
 void hs_adamw_update_f32(float *restrict p, float *restrict m, float *restrict v,
-                         const float *restrict g, const hs_adamw_hparams *h, int64_t n)
-{
+                         const float *restrict g, const hs_adamw_hparams *h, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         m[i] = h->beta1 * m[i] + h->one_minus_beta1 * g[i];
         v[i] = h->beta2 * v[i] + h->one_minus_beta2 * (g[i] * g[i]);
@@ -56,15 +54,13 @@ typedef struct adamw_ctx {
     const hs_adamw_hparams *h;
 } adamw_ctx;
 
-static void adamw_chunk(float *p, int64_t off, int64_t n, const void *vctx)
-{
+static void adamw_chunk(float *p, int64_t off, int64_t n, const void *vctx) {
     const adamw_ctx *x = vctx;
     hs_adamw_update_f32(p, x->m + off, x->v + off, x->g + off, x->h, n);
 }
 
 void hs_cpu_adamw(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const float *g,
-                  const hs_adamw_hparams *h, int64_t n)
-{
+                  const hs_adamw_hparams *h, int64_t n) {
     adamw_ctx x = {.m = m, .v = v, .g = g, .h = h};
     update_in_dtype(p, pdt, n, adamw_chunk, &x);
 }
@@ -76,27 +72,23 @@ typedef struct muon_ctx {
 
 /* p * decay_factor rounded, then step * u subtracted: the bits of torch's
  * mul_ then add_(u, alpha=-step). */
-static void muon_chunk(float *p, int64_t off, int64_t n, const void *vctx)
-{
+static void muon_chunk(float *p, int64_t off, int64_t n, const void *vctx) {
     const muon_ctx *x = vctx;
     const float *u = x->u + off;
     for (int64_t i = 0; i < n; i++) p[i] = p[i] * x->decay_factor - x->step * u[i];
 }
 
 void hs_cpu_muon_update(hs_stream *s, void *p, hs_dtype pdt, const float *u, float decay_factor,
-                        float step, int64_t n)
-{
+                        float step, int64_t n) {
     muon_ctx x = {.u = u, .decay_factor = decay_factor, .step = step};
     update_in_dtype(p, pdt, n, muon_chunk, &x);
 }
 
-static void scale_chunk(float *x, int64_t off, int64_t n, const void *vctx)
-{
+static void scale_chunk(float *x, int64_t off, int64_t n, const void *vctx) {
     hs_scale_f32(x, *(const float *)vctx, n);
 }
 
-void hs_cpu_scale_cast(hs_stream *s, void *x, hs_dtype dt, float a, int64_t n)
-{
+void hs_cpu_scale_cast(hs_stream *s, void *x, hs_dtype dt, float a, int64_t n) {
     update_in_dtype(x, dt, n, scale_chunk, &a);
 }
 
@@ -104,21 +96,19 @@ void hs_cpu_scale_cast(hs_stream *s, void *x, hs_dtype dt, float a, int64_t n)
 #define NS_B (-4.7750f)
 #define NS_C 2.0315f
 
-int64_t hs_newton_schulz5_scratch_floats(int64_t rows, int64_t cols)
-{
+int64_t hs_newton_schulz5_scratch_floats(int64_t rows, int64_t cols) {
     int64_t n = rows < cols ? rows : cols;
     return 2 * rows * cols + 2 * n * n;
 }
 
-static void transpose(float *dst, const float *src, int64_t rows, int64_t cols)
-{
+static void transpose(float *dst, const float *src, int64_t rows, int64_t cols) {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) dst[c * rows + r] = src[r * cols + c];
 }
 
 /* One iteration on X (n x m, n <= m): X <- a X + (b A + c A^2) X, A = X X^T. */
-static void ns_iterate(float *x_next, const float *x, float *gram, float *poly, int64_t n, int64_t m)
-{
+static void ns_iterate(float *x_next, const float *x, float *gram, float *poly, int64_t n,
+                       int64_t m) {
     hs_sgemm(false, true, n, n, m, 1.0f, x, m, x, m, 0.0f, gram, n);
     memcpy(poly, gram, (size_t)(n * n) * sizeof(float));
     hs_sgemm(false, false, n, n, n, NS_C, gram, n, gram, n, NS_B, poly, n);
@@ -127,15 +117,14 @@ static void ns_iterate(float *x_next, const float *x, float *gram, float *poly, 
 }
 
 void hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, int steps,
-                       float *scratch)
-{
+                       float *scratch) {
     HS_ASSERT(rows > 0 && cols > 0 && steps >= 0);
     float *owned = NULL;
     if (scratch == NULL) {
         owned = malloc((size_t)hs_newton_schulz5_scratch_floats(rows, cols) * sizeof(float));
         if (owned == NULL)
-            hs_oom("Newton-Schulz: cannot allocate scratch for a %lldx%lld matrix",
-                     (long long)rows, (long long)cols);
+            hs_oom("Newton-Schulz: cannot allocate scratch for a %lldx%lld matrix", (long long)rows,
+                   (long long)cols);
         scratch = owned;
     }
     /* Iterate on the wide orientation so the Gram matrix is the small one. */
@@ -157,16 +146,14 @@ void hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, i
 }
 
 void hs_cpu_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, float mu,
-                          bool nesterov, int64_t n)
-{
+                          bool nesterov, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         buf[i] = mu * buf[i] + g[i];
         dir[i] = nesterov ? g[i] + mu * buf[i] : buf[i];
     }
 }
 
-void hs_cpu_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows,
-                               int64_t cols, int steps, float *ws)
-{
+void hs_cpu_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows, int64_t cols,
+                               int steps, float *ws) {
     hs_newton_schulz5(out, g, rows, cols, steps, ws);
 }

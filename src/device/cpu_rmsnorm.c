@@ -12,9 +12,8 @@ void hs_rmsnorm_forward(void *out /* N,C */, float *rstd /* N */, const void *x 
 }
 
 static inline __attribute__((always_inline)) void fwd_row(void *out, float *rstd, const void *x,
-                                                          hs_dtype xdt, const void *w,
-                                                          hs_dtype dt, int64_t n, int C,
-                                                          float eps) {
+                                                          hs_dtype xdt, const void *w, hs_dtype dt,
+                                                          int64_t n, int C, float eps) {
     int64_t o = n * C;
     /* fp64 sum: the mean of C squares is then exact to fp32 rounding;
      * HS_LANES chains so that it vectorises. */
@@ -32,8 +31,7 @@ static inline __attribute__((always_inline)) void fwd_row(void *out, float *rstd
     for (int j = 0; j < HS_LANES; j++) ss += acc[j];
     float r = 1.0f / sqrtf((float)(ss / C) + eps);
     rstd[n] = r;
-    for (int c = 0; c < C; c++)
-        hs_st(out, dt, o + c, hs_ld(w, dt, c) * (hs_ld(x, xdt, o + c) * r));
+    for (int c = 0; c < C; c++) hs_st(out, dt, o + c, hs_ld(w, dt, c) * (hs_ld(x, xdt, o + c) * r));
 }
 
 /* One row, its loops inlined for the usual dtype pairs so that they
@@ -46,8 +44,7 @@ static void fwd_row_any(void *out, float *rstd, const void *x, hs_dtype xdt, con
         fwd_row(out, rstd, x, HS_DTYPE_BF16, w, HS_DTYPE_BF16, n, C, eps);
     else if (xdt == HS_DTYPE_F32 && dt == HS_DTYPE_BF16)
         fwd_row(out, rstd, x, HS_DTYPE_F32, w, HS_DTYPE_BF16, n, C, eps);
-    else
-        fwd_row(out, rstd, x, xdt, w, dt, n, C, eps);
+    else fwd_row(out, rstd, x, xdt, w, dt, n, C, eps);
 }
 
 void hs_rmsnorm_forward_x(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
@@ -73,8 +70,8 @@ void hs_cpu_rmsnorm_fwd(hs_stream *s, void *out, float *rstd, const void *x, hs_
 
 /* With the caller's workspace for dw's partial sums, or its own. */
 void hs_cpu_rmsnorm_bwd(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const float *dout,
-                        const void *x, hs_dtype xdt, const void *w, const float *rstd,
-                        hs_dtype dt, int64_t N, int C, double *ws) {
+                        const void *x, hs_dtype xdt, const void *w, const float *rstd, hs_dtype dt,
+                        int64_t N, int C, double *ws) {
     if (ws || !dw) {
         hs_rmsnorm_backward_x(dx, dw, gdt, dout, x, xdt, w, rstd, dt, N, C, ws);
         return;
@@ -92,13 +89,11 @@ void hs_cpu_rmsnorm_bwd(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const f
  * the thread count. */
 #define BWD_ROWS 32
 
-int64_t hs_rmsnorm_backward_scratch(int64_t N, int C) {
-    return (N + BWD_ROWS - 1) / BWD_ROWS * C;
-}
+int64_t hs_rmsnorm_backward_scratch(int64_t N, int C) { return (N + BWD_ROWS - 1) / BWD_ROWS * C; }
 
-static inline __attribute__((always_inline)) void bwd_rows(
-    float *dx, double *dwsum, const float *dout, const void *x, hs_dtype xdt, const void *w,
-    hs_dtype dt, const float *rstd, int64_t n0, int64_t n1, int C) {
+static inline __attribute__((always_inline)) void
+bwd_rows(float *dx, double *dwsum, const float *dout, const void *x, hs_dtype xdt, const void *w,
+         hs_dtype dt, const float *rstd, int64_t n0, int64_t n1, int C) {
     for (int64_t n = n0; n < n1; n++) {
         int64_t o = n * C;
         const float *dy = dout + o;
@@ -119,23 +114,22 @@ static inline __attribute__((always_inline)) void bwd_rows(
     }
 }
 
-static void bwd_rows_any(float *dx, double *dwsum, const float *dout, const void *x,
-                         hs_dtype xdt, const void *w, hs_dtype dt, const float *rstd, int64_t n0,
-                         int64_t n1, int C) {
+static void bwd_rows_any(float *dx, double *dwsum, const float *dout, const void *x, hs_dtype xdt,
+                         const void *w, hs_dtype dt, const float *rstd, int64_t n0, int64_t n1,
+                         int C) {
     if (xdt == HS_DTYPE_F32 && dt == HS_DTYPE_F32)
         bwd_rows(dx, dwsum, dout, x, HS_DTYPE_F32, w, HS_DTYPE_F32, rstd, n0, n1, C);
     else if (xdt == HS_DTYPE_BF16 && dt == HS_DTYPE_BF16)
         bwd_rows(dx, dwsum, dout, x, HS_DTYPE_BF16, w, HS_DTYPE_BF16, rstd, n0, n1, C);
     else if (xdt == HS_DTYPE_F32 && dt == HS_DTYPE_BF16)
         bwd_rows(dx, dwsum, dout, x, HS_DTYPE_F32, w, HS_DTYPE_BF16, rstd, n0, n1, C);
-    else
-        bwd_rows(dx, dwsum, dout, x, xdt, w, dt, rstd, n0, n1, C);
+    else bwd_rows(dx, dwsum, dout, x, xdt, w, dt, rstd, n0, n1, C);
 }
 
 void hs_rmsnorm_backward_x(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
                            const float *dout /* N,C */, const void *x /* N,C */, hs_dtype xdt,
-                           const void *w /* C */, const float *rstd /* N */, hs_dtype dt,
-                           int64_t N, int C, double *part) {
+                           const void *w /* C */, const float *rstd /* N */, hs_dtype dt, int64_t N,
+                           int C, double *part) {
     int64_t chunks = (N + BWD_ROWS - 1) / BWD_ROWS;
     /* fp64 column sums for dw, one row of C per chunk, rounded once into
      * dw at the end. */

@@ -21,9 +21,8 @@ void hs_rope_tables(float *cos_t /* T,HD/2 */, float *sin_t /* T,HD/2 */, int T,
 
 /* One (sequence, position) row of H heads, inlined per storage dtype so
  * that the loads, stores and products vectorise. */
-static inline __attribute__((always_inline)) void rotate_row(void *x, hs_dtype dt, int64_t o,
-                                                             const float *c, const float *s,
-                                                             int H, int HD) {
+static inline __attribute__((always_inline)) void
+rotate_row(void *x, hs_dtype dt, int64_t o, const float *c, const float *s, int H, int HD) {
     int half = HD / 2;
     for (int h = 0; h < H; h++, o += HD)
         for (int i = 0; i < half; i++) {
@@ -48,8 +47,8 @@ void hs_rope_forward(void *x /* B,T,H,HD */, hs_dtype dt, const float *cos_t, co
 #pragma omp parallel for collapse(2) schedule(static) if ((int64_t)B * T * H * HD >= HS_PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
-            rotate_row_dt(x, dt, ((int64_t)b * T + t) * H * HD, cos_t + t * half,
-                          sin_t + t * half, H, HD);
+            rotate_row_dt(x, dt, ((int64_t)b * T + t) * H * HD, cos_t + t * half, sin_t + t * half,
+                          H, HD);
 }
 
 /* The rotation is orthogonal, so its gradient is the rotation by -angle. */
@@ -79,7 +78,7 @@ void hs_cpu_rope_fwd(hs_stream *s, void *x, hs_dtype dt, const float *cos_t, con
     hs_rope_forward(x, dt, cos_t, sin_t, B, T, H, HD);
 }
 
-void hs_cpu_rope_bwd(hs_stream *s, float *dx, const float *cos_t, const float *sin_t, int B,
-                     int T, int H, int HD) {
+void hs_cpu_rope_bwd(hs_stream *s, float *dx, const float *cos_t, const float *sin_t, int B, int T,
+                     int H, int HD) {
     hs_rope_backward(dx, cos_t, sin_t, B, T, H, HD);
 }

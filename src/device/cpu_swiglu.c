@@ -9,9 +9,8 @@
 
 #define CHUNK 8192
 
-static inline __attribute__((always_inline)) void fwd(void *out, const void *gate,
-                                                      const void *up, hs_dtype dt, int64_t lo,
-                                                      int64_t hi) {
+static inline __attribute__((always_inline)) void fwd(void *out, const void *gate, const void *up,
+                                                      hs_dtype dt, int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; i++) {
         float g = hs_ld(gate, dt, i);
         hs_st(out, dt, i, g / (1.0f + hs_expf(-g)) * hs_ld(up, dt, i));
@@ -37,10 +36,9 @@ void hs_swiglu_forward(void *out /* N,F */, const void *gate /* N,F */, const vo
 
 /* d silu(g)/dg = sig(g) * (1 + g * (1 - sig(g))); added to dgate and dup,
  * or stored over them when set (a constant once inlined). */
-static inline __attribute__((always_inline)) void bwd(float *dgate, float *dup,
-                                                      const float *dout, const void *gate,
-                                                      const void *up, hs_dtype dt, bool set,
-                                                      int64_t lo, int64_t hi) {
+static inline __attribute__((always_inline)) void bwd(float *dgate, float *dup, const float *dout,
+                                                      const void *gate, const void *up, hs_dtype dt,
+                                                      bool set, int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; i++) {
         float g = hs_ld(gate, dt, i), u = hs_ld(up, dt, i);
         float sg = 1.0f / (1.0f + hs_expf(-g));
@@ -52,8 +50,8 @@ static inline __attribute__((always_inline)) void bwd(float *dgate, float *dup,
 
 /* The usual dtypes and both modes inlined as constants, so that each loop
  * vectorises (GCC does not unswitch it on a run-time `set`). */
-static void bwd_chunk(float *dgate, float *dup, const float *dout, const void *gate,
-                      const void *up, hs_dtype dt, bool set, int64_t lo, int64_t hi) {
+static void bwd_chunk(float *dgate, float *dup, const float *dout, const void *gate, const void *up,
+                      hs_dtype dt, bool set, int64_t lo, int64_t hi) {
     if (dt == HS_DTYPE_F32 && set) bwd(dgate, dup, dout, gate, up, HS_DTYPE_F32, true, lo, hi);
     else if (dt == HS_DTYPE_F32) bwd(dgate, dup, dout, gate, up, HS_DTYPE_F32, false, lo, hi);
     else if (dt == HS_DTYPE_BF16 && set)

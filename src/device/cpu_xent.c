@@ -48,9 +48,9 @@ void hs_cpu_xent_shard_max(hs_stream *s, float *row_max, const float *logits, in
     for (int64_t i = 0; i < N; i++) row_max[i] = hs_row_max(logits + i * V, V);
 }
 
-void hs_cpu_xent_shard_sums(hs_stream *s, float *row_sumexp, float *row_target,
-                            const float *logits, const float *gmax, const int32_t *targets,
-                            int64_t N, int V, int64_t v0) {
+void hs_cpu_xent_shard_sums(hs_stream *s, float *row_sumexp, float *row_target, const float *logits,
+                            const float *gmax, const int32_t *targets, int64_t N, int V,
+                            int64_t v0) {
     for (int64_t i = 0; i < N; i++) {
         const float *l = logits + i * V;
         double sum = 0.0;
@@ -61,9 +61,8 @@ void hs_cpu_xent_shard_sums(hs_stream *s, float *row_sumexp, float *row_target,
     }
 }
 
-void hs_cpu_xent_shard_grad(hs_stream *s, float *logits, const float *gmax,
-                            const float *row_sumexp, const int32_t *targets, int64_t N, int V,
-                            int64_t v0, float scale) {
+void hs_cpu_xent_shard_grad(hs_stream *s, float *logits, const float *gmax, const float *row_sumexp,
+                            const int32_t *targets, int64_t N, int V, int64_t v0, float scale) {
     for (int64_t i = 0; i < N; i++) {
         float *l = logits + i * V;
         int64_t t = (int64_t)targets[i] - v0;
@@ -77,9 +76,8 @@ void hs_cpu_xent_shard_grad(hs_stream *s, float *logits, const float *gmax,
     }
 }
 
-void hs_cpu_xent_shard_loss(hs_stream *s, double *loss, const float *gmax,
-                            const float *row_sumexp, const float *row_target,
-                            const int32_t *targets, int64_t N) {
+void hs_cpu_xent_shard_loss(hs_stream *s, double *loss, const float *gmax, const float *row_sumexp,
+                            const float *row_target, const int32_t *targets, int64_t N) {
     double total = 0.0;
     for (int64_t i = 0; i < N; i++)
         if (targets[i] >= 0)

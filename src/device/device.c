@@ -20,14 +20,12 @@ static const hs_device_init_fn backends[HS_DEVICE_KIND_COUNT] = {
     [HS_DEVICE_REFERENCE] = hs_device_reference_init,
 };
 
-const char *hs_device_kind_name(hs_device_kind k)
-{
+const char *hs_device_kind_name(hs_device_kind k) {
     if (k < 0 || k >= HS_DEVICE_KIND_COUNT) return "unknown";
     return kind_names[k];
 }
 
-bool hs_device_kind_parse(const char *s, hs_device_kind *out)
-{
+bool hs_device_kind_parse(const char *s, hs_device_kind *out) {
     if (s == NULL) return false;
     for (int i = 0; i < HS_DEVICE_KIND_COUNT; i++) {
         if (strcmp(s, kind_names[i]) == 0) {
@@ -38,13 +36,11 @@ bool hs_device_kind_parse(const char *s, hs_device_kind *out)
     return false;
 }
 
-bool hs_device_kind_compiled(hs_device_kind k)
-{
+bool hs_device_kind_compiled(hs_device_kind k) {
     return k >= 0 && k < HS_DEVICE_KIND_COUNT && backends[k] != NULL;
 }
 
-hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out, hs_error *e)
-{
+hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out, hs_error *e) {
     *out = NULL;
     if (kind == HS_DEVICE_CUDA && !hs_device_kind_compiled(kind))
         return hs_error_set(e, HS_ERR_CONFIG,
@@ -68,8 +64,7 @@ hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out
     return HS_OK;
 }
 
-void hs_device_free(hs_device *d)
-{
+void hs_device_free(hs_device *d) {
     if (d == NULL) return;
     hs_stream_free(d->stream);
     hs_mem_cache_free_all(d->cache);
@@ -79,8 +74,7 @@ void hs_device_free(hs_device *d)
 
 hs_mem_cache_stats hs_device_mem_stats(hs_device *d) { return hs_mem_cache_stats_get(d->cache); }
 
-hs_stream *hs_stream_create(hs_device *d)
-{
+hs_stream *hs_stream_create(hs_device *d) {
     hs_stream *s = malloc(sizeof *s);
     if (s == NULL) hs_oom("cannot allocate a stream of the %s device", d->name);
     s->dev = d;
@@ -88,15 +82,13 @@ hs_stream *hs_stream_create(hs_device *d)
     return s;
 }
 
-void hs_stream_free(hs_stream *s)
-{
+void hs_stream_free(hs_stream *s) {
     if (s == NULL) return;
     s->dev->ops->stream_destroy(s->dev, s->ctx);
     free(s);
 }
 
-hs_event *hs_event_create(hs_device *d)
-{
+hs_event *hs_event_create(hs_device *d) {
     hs_event *ev = malloc(sizeof *ev);
     if (ev == NULL) hs_oom("cannot allocate an event of the %s device", d->name);
     ev->dev = d;
@@ -104,16 +96,14 @@ hs_event *hs_event_create(hs_device *d)
     return ev;
 }
 
-void hs_event_free(hs_event *ev)
-{
+void hs_event_free(hs_event *ev) {
     if (ev == NULL) return;
     ev->dev->ops->event_destroy(ev->dev, ev->ctx);
     free(ev);
 }
 
 void hs_device_copy_async(hs_stream *s, void *dst, const void *src, size_t bytes,
-                          hs_copy_kind kind)
-{
+                          hs_copy_kind kind) {
     HS_ASSERT(kind >= 0 && kind < HS_COPY_KIND_COUNT);
     hs_device *d = s->dev;
     if (!hs_trace_enabled(d->trace)) {
@@ -128,8 +118,7 @@ void hs_device_copy_async(hs_stream *s, void *dst, const void *src, size_t bytes
     hs_trace_span(d->trace, HS_LANE_COPY, copy_names[kind], "copy", t0, t1, args);
 }
 
-void hs_device_copy(hs_device *d, void *dst, const void *src, size_t bytes, hs_copy_kind kind)
-{
+void hs_device_copy(hs_device *d, void *dst, const void *src, size_t bytes, hs_copy_kind kind) {
     hs_device_copy_async(d->stream, dst, src, bytes, kind);
     d->ops->stream_synchronize(d->stream);
 }

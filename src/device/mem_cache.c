@@ -40,8 +40,7 @@ struct hs_mem_cache {
  * 1280, ... */
 static size_t class_bytes(int c) { return (size_t)(4 + c % 4) << (MIN_SHIFT + c / 4); }
 
-static int class_of(size_t bytes)
-{
+static int class_of(size_t bytes) {
     if (bytes <= MIN_CLASS) return 0;
     int top = 63 - __builtin_clzll((unsigned long long)(bytes - 1)); /* 2^top <= bytes-1 */
     int e = top - 2;
@@ -50,15 +49,13 @@ static int class_of(size_t bytes)
     return (e - MIN_SHIFT) * 4 + (int)(m - 4);
 }
 
-size_t hs_mem_cache_class(size_t bytes)
-{
+size_t hs_mem_cache_class(size_t bytes) {
     HS_ASSERT(bytes <= MAX_BYTES);
     return class_bytes(class_of(bytes));
 }
 
 hs_mem_cache *hs_mem_cache_create(const char *name, hs_raw_alloc_fn raw_alloc,
-                                  hs_raw_free_fn raw_free, void *ctx)
-{
+                                  hs_raw_free_fn raw_free, void *ctx) {
     hs_mem_cache *c = calloc(1, sizeof *c);
     if (c == NULL) hs_oom("cannot allocate the %s caching allocator", name);
     c->name = name, c->raw_alloc = raw_alloc, c->raw_free = raw_free, c->ctx = ctx;
@@ -66,16 +63,14 @@ hs_mem_cache *hs_mem_cache_create(const char *name, hs_raw_alloc_fn raw_alloc,
     return c;
 }
 
-static size_t slot_of(const hs_mem_cache *c, const void *p)
-{
+static size_t slot_of(const hs_mem_cache *c, const void *p) {
     uint64_t h = (uint64_t)(uintptr_t)p * 0x9E3779B97F4A7C15ull;
     return (size_t)(h >> 32) & (c->live_cap - 1);
 }
 
 static void live_put(hs_mem_cache *c, live_block b);
 
-static void live_grow(hs_mem_cache *c)
-{
+static void live_grow(hs_mem_cache *c) {
     live_block *old = c->live;
     size_t old_cap = c->live_cap;
     c->live_cap = old_cap ? 2 * old_cap : 64;
@@ -87,8 +82,7 @@ static void live_grow(hs_mem_cache *c)
     free(old);
 }
 
-static void live_put(hs_mem_cache *c, live_block b)
-{
+static void live_put(hs_mem_cache *c, live_block b) {
     if (2 * (c->live_n + 1) > c->live_cap) live_grow(c);
     size_t i = slot_of(c, b.p);
     while (c->live[i].p) i = (i + 1) & (c->live_cap - 1);
@@ -97,8 +91,7 @@ static void live_put(hs_mem_cache *c, live_block b)
 }
 
 /* Removes p's entry (backward-shift deletion keeps every probe chain whole). */
-static live_block live_take(hs_mem_cache *c, void *p)
-{
+static live_block live_take(hs_mem_cache *c, void *p) {
     size_t mask = c->live_cap - 1, i = c->live_cap ? slot_of(c, p) : 0;
     while (c->live_cap && c->live[i].p && c->live[i].p != p) i = (i + 1) & mask;
     HS_ASSERT(c->live_cap && c->live[i].p == p && "block not from this caching allocator");
@@ -113,8 +106,7 @@ static live_block live_take(hs_mem_cache *c, void *p)
     return b;
 }
 
-static void list_push(hs_mem_cache *c, free_list *l, void *p)
-{
+static void list_push(hs_mem_cache *c, free_list *l, void *p) {
     if (l->n == l->cap) {
         int64_t cap = l->cap ? 2 * l->cap : 16;
         void **v = realloc(l->v, (size_t)cap * sizeof *v);
@@ -124,8 +116,7 @@ static void list_push(hs_mem_cache *c, free_list *l, void *p)
     l->v[l->n++] = p;
 }
 
-static void trim_locked(hs_mem_cache *c)
-{
+static void trim_locked(hs_mem_cache *c) {
     for (int k = 0; k < N_CLASSES; k++) {
         free_list *l = &c->lists[k];
         if (l->n == 0) continue;
@@ -135,8 +126,7 @@ static void trim_locked(hs_mem_cache *c)
     }
 }
 
-static void *take_block(hs_mem_cache *c, int cls, size_t bytes)
-{
+static void *take_block(hs_mem_cache *c, int cls, size_t bytes) {
     free_list *l = &c->lists[cls];
     if (l->n > 0) {
         c->st.hits++;
@@ -150,16 +140,15 @@ static void *take_block(hs_mem_cache *c, int cls, size_t bytes)
     }
     if (p == NULL)
         hs_oom("the %s could not allocate %zu bytes (a %zu-byte block of its cache; in use "
-               "%lld, reserved %lld)", c->name, bytes, cb, (long long)c->st.in_use,
-               (long long)c->st.reserved);
+               "%lld, reserved %lld)",
+               c->name, bytes, cb, (long long)c->st.in_use, (long long)c->st.reserved);
     c->st.misses++;
     c->st.reserved += (int64_t)cb;
     if (c->st.reserved > c->st.reserved_peak) c->st.reserved_peak = c->st.reserved;
     return p;
 }
 
-void *hs_mem_cache_alloc(hs_mem_cache *c, size_t bytes)
-{
+void *hs_mem_cache_alloc(hs_mem_cache *c, size_t bytes) {
     if (bytes > MAX_BYTES)
         hs_oom("the %s caching allocator cannot allocate %zu bytes", c->name, bytes);
     int cls = class_of(bytes);
@@ -172,8 +161,7 @@ void *hs_mem_cache_alloc(hs_mem_cache *c, size_t bytes)
     return p;
 }
 
-size_t hs_mem_cache_free(hs_mem_cache *c, void *p)
-{
+size_t hs_mem_cache_free(hs_mem_cache *c, void *p) {
     if (p == NULL) return 0;
     HS_CHECK_PTHREAD(pthread_mutex_lock(&c->mu));
     live_block b = live_take(c, p);
@@ -183,30 +171,26 @@ size_t hs_mem_cache_free(hs_mem_cache *c, void *p)
     return b.bytes;
 }
 
-void hs_mem_cache_trim(hs_mem_cache *c)
-{
+void hs_mem_cache_trim(hs_mem_cache *c) {
     HS_CHECK_PTHREAD(pthread_mutex_lock(&c->mu));
     trim_locked(c);
     HS_CHECK_PTHREAD(pthread_mutex_unlock(&c->mu));
 }
 
-hs_mem_cache_stats hs_mem_cache_stats_get(hs_mem_cache *c)
-{
+hs_mem_cache_stats hs_mem_cache_stats_get(hs_mem_cache *c) {
     HS_CHECK_PTHREAD(pthread_mutex_lock(&c->mu));
     hs_mem_cache_stats st = c->st;
     HS_CHECK_PTHREAD(pthread_mutex_unlock(&c->mu));
     return st;
 }
 
-void hs_mem_cache_reset_peak(hs_mem_cache *c)
-{
+void hs_mem_cache_reset_peak(hs_mem_cache *c) {
     HS_CHECK_PTHREAD(pthread_mutex_lock(&c->mu));
     c->st.peak = c->st.in_use;
     HS_CHECK_PTHREAD(pthread_mutex_unlock(&c->mu));
 }
 
-void hs_mem_cache_free_all(hs_mem_cache *c)
-{
+void hs_mem_cache_free_all(hs_mem_cache *c) {
     if (c == NULL) return;
     HS_ASSERT(c->live_n == 0 && "blocks still live at hs_mem_cache_free_all");
     trim_locked(c);

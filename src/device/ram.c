@@ -10,54 +10,46 @@
 
 /* Device memory: 64-byte aligned RAM under the device's caching allocator,
  * counted in device_pool by the bytes asked for (as hs_pool counts). */
-static void *ram_raw_alloc(void *ctx, size_t bytes)
-{
+static void *ram_raw_alloc(void *ctx, size_t bytes) {
     void *p = NULL;
     return posix_memalign(&p, HS_ALIGN, bytes) == 0 ? p : NULL;
 }
 
 static void ram_raw_free(void *ctx, void *p) { free(p); }
 
-static void pool_count(hs_pool *p, long long delta)
-{
+static void pool_count(hs_pool *p, long long delta) {
     long long now = atomic_fetch_add(&p->current, delta) + delta;
     long long peak = atomic_load(&p->peak);
     while (now > peak && !atomic_compare_exchange_weak(&p->peak, &peak, now)) {
     }
 }
 
-static void *ram_alloc(hs_device *d, size_t bytes)
-{
+static void *ram_alloc(hs_device *d, size_t bytes) {
     void *p = hs_mem_cache_alloc(d->cache, bytes); /* aborts when RAM runs out */
     atomic_fetch_add(&d->device_pool.allocs, 1);
     pool_count(&d->device_pool, (long long)bytes);
     return p;
 }
 
-static void ram_free(hs_device *d, void *p)
-{
+static void ram_free(hs_device *d, void *p) {
     pool_count(&d->device_pool, -(long long)hs_mem_cache_free(d->cache, p));
 }
 
-void hs_ram_memory_init(hs_device *d)
-{
+void hs_ram_memory_init(hs_device *d) {
     d->cache = hs_mem_cache_create("device pool", ram_raw_alloc, ram_raw_free, d);
 }
 
-static void *ram_host_alloc(hs_device *d, size_t bytes)
-{
+static void *ram_host_alloc(hs_device *d, size_t bytes) {
     return hs_pool_alloc(&d->host_pool, bytes);
 }
 
 static void ram_host_free(hs_device *d, void *p) { hs_pool_free(&d->host_pool, p); }
 
-static void ram_memset(hs_stream *s, void *p, int value, size_t bytes)
-{
+static void ram_memset(hs_stream *s, void *p, int value, size_t bytes) {
     if (bytes) memset(p, value, bytes);
 }
 
-static void ram_copy(hs_stream *s, void *dst, const void *src, size_t bytes, hs_copy_kind kind)
-{
+static void ram_copy(hs_stream *s, void *dst, const void *src, size_t bytes, hs_copy_kind kind) {
     if (bytes == 0) return;
     /* memmove: an in-place D2D within one buffer is legal on CUDA too. */
     memmove(dst, src, bytes);

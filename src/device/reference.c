@@ -51,8 +51,7 @@ static const hs_device_kernels reference_kernels = {
     .copy_2d = hs_ref_copy_2d,
 };
 
-void hs_device_reference_init(hs_device *d)
-{
+void hs_device_reference_init(hs_device *d) {
     d->kind = HS_DEVICE_REFERENCE;
     d->name = "reference";
     d->ops = &hs_ram_ops;

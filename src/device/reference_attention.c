@@ -6,14 +6,13 @@
 #include "device/reference.h"
 
 typedef struct att_row {
-    int64_t qo, ko;     /* element offsets of the query row and key row 0 of this (b, kv head) */
-    int64_t qs, ks;     /* row strides of q/out and k/v */
-    int n;              /* keys this row sees: key rows k0 .. k0+n-1 */
+    int64_t qo, ko; /* element offsets of the query row and key row 0 of this (b, kv head) */
+    int64_t qs, ks; /* row strides of q/out and k/v */
+    int n;          /* keys this row sees: key rows k0 .. k0+n-1 */
 } att_row;
 
 /* Query row i (of r's range) of sequence b, head h. */
-static att_row row_of(int b, int h, int i, int NH, int KVH, int HD, const hs_att_rows *r)
-{
+static att_row row_of(int b, int h, int i, int NH, int KVH, int HD, const hs_att_rows *r) {
     att_row a;
     a.qs = (int64_t)NH * HD, a.ks = (int64_t)KVH * HD;
     a.qo = ((int64_t)b * r->Tq + i) * a.qs + (int64_t)h * HD;
@@ -24,8 +23,7 @@ static att_row row_of(int b, int h, int i, int NH, int KVH, int HD, const hs_att
 }
 
 /* p[j] = q . k_j / sqrt(HD) for the row's keys. */
-static void scores(double *p, const att_row *a, const void *q, const void *k, hs_dtype dt, int HD)
-{
+static void scores(double *p, const att_row *a, const void *q, const void *k, hs_dtype dt, int HD) {
     for (int j = 0; j < a->n; j++) {
         double dot = 0.0;
         for (int d = 0; d < HD; d++)
@@ -34,17 +32,15 @@ static void scores(double *p, const att_row *a, const void *q, const void *k, hs
     }
 }
 
-static double *score_row(const hs_att_rows *r)
-{
+static double *score_row(const hs_att_rows *r) {
     double *p = malloc((size_t)(r->nk > 0 ? r->nk : 1) * sizeof *p);
     if (p == NULL) hs_oom("reference attention: cannot allocate %d scores", r->nk);
     return p;
 }
 
 void hs_ref_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
-                          const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
-                          int HD, const hs_att_rows *r, const hs_att_work *w)
-{
+                          const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH, int HD,
+                          const hs_att_rows *r, const hs_att_work *w) {
     double *p = score_row(r);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -69,8 +65,7 @@ void hs_ref_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, con
 void hs_ref_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const float *dout,
                           const void *out, hs_dtype odt, const void *q, const void *k,
                           const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
-                          int HD, const hs_att_rows *r, const hs_att_work *w)
-{
+                          int HD, const hs_att_rows *r, const hs_att_work *w) {
     double *p = score_row(r), sc = 1.0 / sqrt((double)HD);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -97,8 +92,7 @@ void hs_ref_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
 
 /* In fp64: both weights from one log-sum-exp, one rounding per output. */
 void hs_ref_attention_merge(hs_stream *s, float *out, float *lse, const float *bout,
-                            const float *blse, int B, int NH, int HD, const hs_att_rows *r)
-{
+                            const float *blse, int B, int NH, int HD, const hs_att_rows *r) {
     int T = r->Tq;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)

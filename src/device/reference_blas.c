@@ -1,8 +1,7 @@
 /* Reference GEMM, casts and fp32 element-wise kernels. */
 #include "device/reference.h"
 
-void hs_ref_gemm(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g)
-{
+void hs_ref_gemm(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g) {
     for (int64_t i = 0; i < g->M; i++)
         for (int64_t j = 0; j < g->N; j++) {
             double acc = 0.0;
@@ -19,54 +18,45 @@ void hs_ref_gemm(hs_stream *s, void *C, const void *A, const void *B, const hs_g
 }
 
 void hs_ref_convert(hs_stream *s, void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt,
-                    int64_t n)
-{
+                    int64_t n) {
     for (int64_t i = 0; i < n; i++) hs_st(dst, dst_dt, i, hs_ld(src, src_dt, i));
 }
 
 void hs_ref_convert_scaled(hs_stream *s, float *dst, const void *src, hs_dtype src_dt, float a,
-                           int64_t n)
-{
+                           int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = a * hs_ld(src, src_dt, i);
 }
 
-void hs_ref_fill(hs_stream *s, float *x, float v, int64_t n)
-{
+void hs_ref_fill(hs_stream *s, float *x, float v, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] = v;
 }
 
-void hs_ref_axpy(hs_stream *s, float *y, const float *x, float a, int64_t n)
-{
+void hs_ref_axpy(hs_stream *s, float *y, const float *x, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-void hs_ref_scale(hs_stream *s, float *x, float a, int64_t n)
-{
+void hs_ref_scale(hs_stream *s, float *x, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] *= a;
 }
 
-void hs_ref_add(hs_stream *s, float *y, const float *x, int64_t n)
-{
+void hs_ref_add(hs_stream *s, float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
 /* The draw is the definition (base/'s Philox and Box-Muller); the affine
  * map in fp64, one rounding. */
 void hs_ref_rng_normal(hs_stream *s, float *x, int64_t n, uint64_t seed, uint64_t stream,
-                       int64_t offset, float mean, float std)
-{
+                       int64_t offset, float mean, float std) {
     for (int64_t i = 0; i < n; i++)
         x[i] = (float)((double)mean +
                        (double)std * hs_rng_normal(seed, stream, (uint64_t)(offset + i)));
 }
 
-void hs_ref_add_to_zero(hs_stream *s, float *y, const float *x, int64_t n)
-{
+void hs_ref_add_to_zero(hs_stream *s, float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = 0.0f + x[i];
 }
 
-void hs_ref_round(hs_stream *s, float *x, hs_dtype dt, int64_t n)
-{
+void hs_ref_round(hs_stream *s, float *x, hs_dtype dt, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         if (dt == HS_DTYPE_BF16) x[i] = hs_bf16_to_f32(hs_f32_to_bf16(x[i]));
         if (dt == HS_DTYPE_F16) x[i] = hs_f16_to_f32(hs_f32_to_f16(x[i]));
@@ -74,22 +64,19 @@ void hs_ref_round(hs_stream *s, float *x, hs_dtype dt, int64_t n)
 }
 
 void hs_ref_add_cast(hs_stream *s, void *out, hs_dtype odt, const void *a, hs_dtype adt,
-                     const void *b, hs_dtype bdt, int64_t n)
-{
+                     const void *b, hs_dtype bdt, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         hs_st(out, odt, i, (float)((double)hs_ld(a, adt, i) + hs_ld(b, bdt, i)));
 }
 
-void hs_ref_sumsq(hs_stream *s, double *out, const float *x, int64_t n)
-{
+void hs_ref_sumsq(hs_stream *s, double *out, const float *x, int64_t n) {
     double acc = 0.0;
     for (int64_t i = 0; i < n; i++) acc += (double)x[i] * x[i];
     *out = acc;
 }
 
-void hs_ref_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src,
-                    size_t src_stride, int64_t rows, size_t row_bytes)
-{
+void hs_ref_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src, size_t src_stride,
+                    int64_t rows, size_t row_bytes) {
     for (int64_t r = 0; r < rows && row_bytes; r++)
         memcpy((char *)dst + (size_t)r * dst_stride, (const char *)src + (size_t)r * src_stride,
                row_bytes);

@@ -4,9 +4,8 @@
 
 #include "device/reference.h"
 
-void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N,
-                      int E, int K, bool renorm, hs_dtype dt)
-{
+void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N, int E,
+                      int K, bool renorm, hs_dtype dt) {
     double *p = malloc((size_t)(E + K) * sizeof *p), *taken = p + E;
     if (p == NULL) hs_oom("reference moe route: cannot allocate %d probabilities", E + K);
     for (int64_t n = 0; n < N; n++) {
@@ -30,9 +29,8 @@ void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs
     free(p);
 }
 
-void hs_ref_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *row_pair,
-                        hs_dtype dt, int64_t N, int K, int C)
-{
+void hs_ref_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *row_pair, hs_dtype dt,
+                        int64_t N, int K, int C) {
     for (int64_t r = 0; r < N * K; r++)
         for (int c = 0; c < C; c++)
             hs_st(xg, dt, r * C + c, hs_ld(x, dt, (int64_t)(row_pair[r] / K) * C + c));
@@ -40,8 +38,7 @@ void hs_ref_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *ro
 
 /* fp32 adds in grouped-row order, as the table fixes it. */
 void hs_ref_moe_permute_bwd(hs_stream *s, float *dx, const float *dxg, const int32_t *row_pair,
-                            int64_t N, int K, int C)
-{
+                            int64_t N, int K, int C) {
     for (int64_t r = 0; r < N * K; r++)
         for (int c = 0; c < C; c++) dx[(int64_t)(row_pair[r] / K) * C + c] += dxg[r * C + c];
 }
@@ -49,8 +46,7 @@ void hs_ref_moe_permute_bwd(hs_stream *s, float *dx, const float *dxg, const int
 /* fp64 sums over the slots in slot order, one rounding per output. */
 void hs_ref_moe_unpermute(hs_stream *s, float *out, const void *y, hs_dtype dt,
                           const int32_t *pair_row, const float *weight, int64_t N, int K, int C,
-                          float *ws)
-{
+                          float *ws) {
     for (int64_t t = 0; t < N; t++)
         for (int c = 0; c < C; c++) {
             double acc = 0.0;
@@ -63,8 +59,7 @@ void hs_ref_moe_unpermute(hs_stream *s, float *out, const void *y, hs_dtype dt,
 
 void hs_ref_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *dout, const void *y,
                             hs_dtype dt, const int32_t *pair_row, const float *weight, int64_t N,
-                            int K, int C, float *ws)
-{
+                            int K, int C, float *ws) {
     for (int64_t p = 0; p < N * K; p++) {
         int64_t r = pair_row[p], t = p / K;
         double dot = 0.0;
@@ -79,8 +74,7 @@ void hs_ref_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *do
 /* All in fp64: w_k = p_k / Z over the chosen; d/dp_j gets (dw_j - sum_k
  * dw_k w_k) / Z; then the softmax's backward p_e (g_e - p . g). */
 void hs_ref_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
-                          const float *dw, const float *aux_grad, int64_t N, int E, int K)
-{
+                          const float *dw, const float *aux_grad, int64_t N, int E, int K) {
     double *g = malloc((size_t)E * sizeof *g);
     if (g == NULL) hs_oom("reference moe route backward: cannot allocate %d gradients", E);
     for (int64_t t = 0; t < N; t++) {
@@ -101,8 +95,7 @@ void hs_ref_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int
 /* Expert by expert: its selections counted, then its probabilities summed
  * in token order (the order the table fixes). */
 void hs_ref_moe_stats(hs_stream *s, int64_t *count, double *prob_sum, const int32_t *expert,
-                      const float *probs, int64_t N, int E, int K)
-{
+                      const float *probs, int64_t N, int E, int K) {
     for (int e = 0; e < E; e++) {
         int64_t n = 0;
         for (int64_t p = 0; p < N * K; p++) {
@@ -118,8 +111,7 @@ void hs_ref_moe_stats(hs_stream *s, int64_t *count, double *prob_sum, const int3
 }
 
 void hs_ref_moe_stats_add(hs_stream *s, int64_t *count, double *prob_sum, const int64_t *count_in,
-                          const double *prob_sum_in, int E)
-{
+                          const double *prob_sum_in, int E) {
     for (int e = 0; e < E; e++) {
         count[e] += count_in[e];
         if (prob_sum) prob_sum[e] += prob_sum_in[e];
@@ -129,8 +121,7 @@ void hs_ref_moe_stats_add(hs_stream *s, int64_t *count, double *prob_sum, const 
 /* Expert by expert, each scanning every pair in order: the rows it gets
  * follow those of the experts before it. The counts are checked, not used. */
 void hs_ref_moe_dispatch(hs_stream *s, int32_t *offset, int32_t *row_pair, int32_t *pair_row,
-                         const int32_t *expert, const int64_t *count, int64_t N, int E, int K)
-{
+                         const int32_t *expert, const int64_t *count, int64_t N, int E, int K) {
     int64_t row = 0;
     for (int e = 0; e < E; e++) {
         offset[e] = (int32_t)row;

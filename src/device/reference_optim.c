@@ -9,8 +9,7 @@
 /* p is read and stored in pdt: a 16-bit parameter's one rounding is the
  * store's. */
 void hs_ref_adamw(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const float *g,
-                  const hs_adamw_hparams *h, int64_t n)
-{
+                  const hs_adamw_hparams *h, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         m[i] = (float)((double)h->beta1 * m[i] + (double)h->one_minus_beta1 * g[i]);
         v[i] = (float)((double)h->beta2 * v[i] + (double)h->one_minus_beta2 * g[i] * g[i]);
@@ -21,20 +20,17 @@ void hs_ref_adamw(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const
 }
 
 void hs_ref_muon_update(hs_stream *s, void *p, hs_dtype pdt, const float *u, float decay_factor,
-                        float step, int64_t n)
-{
+                        float step, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         hs_st(p, pdt, i, (float)((double)hs_ld(p, pdt, i) * decay_factor - (double)step * u[i]));
 }
 
-void hs_ref_scale_cast(hs_stream *s, void *x, hs_dtype dt, float a, int64_t n)
-{
+void hs_ref_scale_cast(hs_stream *s, void *x, hs_dtype dt, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) hs_st(x, dt, i, (float)((double)a * hs_ld(x, dt, i)));
 }
 
 void hs_ref_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, float mu,
-                          bool nesterov, int64_t n)
-{
+                          bool nesterov, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         buf[i] = (float)((double)mu * buf[i] + g[i]);
         dir[i] = nesterov ? (float)(g[i] + (double)mu * buf[i]) : buf[i];
@@ -42,8 +38,7 @@ void hs_ref_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, 
 }
 
 /* x (n x m, n <= m) <- a x + (b A + c A^2) x, A = x x^T, in fp64. */
-static void ns_step(double *x, double *A, double *A2, double *y, int64_t n, int64_t m)
-{
+static void ns_step(double *x, double *A, double *A2, double *y, int64_t n, int64_t m) {
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < n; j++) {
             A[i * n + j] = 0.0;
@@ -64,14 +59,14 @@ static void ns_step(double *x, double *A, double *A2, double *y, int64_t n, int6
     memcpy(x, y, (size_t)(n * m) * sizeof *x);
 }
 
-void hs_ref_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows,
-                               int64_t cols, int steps, float *ws)
-{
+void hs_ref_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows, int64_t cols,
+                               int steps, float *ws) {
     bool tall = rows > cols;
     int64_t n = tall ? cols : rows, m = tall ? rows : cols;
     double *x = malloc((size_t)(2 * n * m + 2 * n * n) * sizeof *x);
-    if (x == NULL) hs_oom("reference Newton-Schulz: no room for a %lldx%lld matrix",
-                          (long long)rows, (long long)cols);
+    if (x == NULL)
+        hs_oom("reference Newton-Schulz: no room for a %lldx%lld matrix", (long long)rows,
+               (long long)cols);
     double norm = 0.0;
     for (int64_t i = 0; i < n * m; i++) norm += (double)g[i] * g[i];
     norm = sqrt(norm) + 1e-7;

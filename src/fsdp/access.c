@@ -12,30 +12,24 @@
 const hs_model_hooks *hs_fsdp_hooks(hs_fsdp *f) { return &f->ctx.hooks; }
 
 void hs_fsdp_set_micro_batch(hs_fsdp *f, bool requires_grad_sync, bool reshard_after_backward,
-                             bool is_last)
-{
+                             bool is_last) {
     /* spec 004 §2.3: the last micro-batch always syncs and reshards. */
     f->ctx.sync = requires_grad_sync || is_last;
     f->ctx.reshard = reshard_after_backward || is_last;
 }
 
-void hs_fsdp_begin_step(hs_fsdp *f)
-{
+void hs_fsdp_begin_step(hs_fsdp *f) {
     for (int u = 0; u < f->ctx.n_units; u++) f->ctx.units[u].fwd_outstanding = 0;
 }
 
-void hs_fsdp_drain(hs_fsdp *f)
-{
-    hs_fsdp_ctx_drain(&f->ctx);
-}
+void hs_fsdp_drain(hs_fsdp *f) { hs_fsdp_ctx_drain(&f->ctx); }
 
 /* Muon's whole-matrix view of a row shard (hs_optim_gather): this shard's
  * rows go to their torch.chunk slot of the padded unsharded buffer and one
  * in-place all-gather over the shard group fills the rest, so rows [0, D0)
  * are the whole matrix. The optimizer issues these in its parameter order,
  * the same on every rank of the group, as comm.h's ordering rule needs. */
-static hs_status muon_gather_rows(void *ctx, const float *local, float *full, hs_error *e)
-{
+static hs_status muon_gather_rows(void *ctx, const float *local, float *full, hs_error *e) {
     hs_fsdp_param *fp = ctx;
     const hs_fsdp_plan *pl = &fp->plan;
     float *mine = full + fp->mi.shard_rank * pl->padded_sharded_numel;
@@ -49,8 +43,7 @@ static hs_status muon_gather_rows(void *ctx, const float *local, float *full, hs
 
 /* A matrix TP splits (Shard(0) or Shard(1) on a tp mesh > 1): Muon needs
  * the whole global matrix. */
-static bool tp_split(const hs_fsdp_param *fp)
-{
+static bool tp_split(const hs_fsdp_param *fp) {
     return fp->mi.tp_size > 1 && fp->p->on_tp_mesh && fp->p->tp.kind == HS_PLACEMENT_SHARD;
 }
 
@@ -60,18 +53,15 @@ static bool tp_split(const hs_fsdp_param *fp)
  * TP rank's local matrix gathered over the FSDP shard group (padded rows).
  * Collective over the shard group, then the tp group, in the optimizer's
  * parameter order. */
-static hs_status muon_gather_tp(void *ctx, const float *local, float *full, hs_error *e)
-{
+static hs_status muon_gather_tp(void *ctx, const float *local, float *full, hs_error *e) {
     hs_fsdp_param *fp = ctx;
     const hs_param *p = fp->p;
     const hs_fsdp_plan *pl = &fp->plan;
     int64_t whole = p->shape[0] * p->shape[1], ln = pl->unpacked_numel;
     float *blocks = full + whole, *staged = blocks + whole;
     hs_status st = HS_OK;
-    if (fp->needs_all_gather)
-        st = muon_gather_rows(fp, local, staged, e);
-    else
-        hs_dev_copy(fp->mem->dev, staged, local, (size_t)ln * sizeof(float));
+    if (fp->needs_all_gather) st = muon_gather_rows(fp, local, staged, e);
+    else hs_dev_copy(fp->mem->dev, staged, local, (size_t)ln * sizeof(float));
     if (st != HS_OK) return st;
     hs_stream *s = fp->mem->dev->stream;
     if (p->tp.dim == 0) return hs_pg_all_gather(fp->mi.tp_pg, s, full, staged, ln, HS_DTYPE_F32, e);
@@ -84,8 +74,7 @@ static hs_status muon_gather_tp(void *ctx, const float *local, float *full, hs_e
     return st;
 }
 
-static void set_muon_gather(hs_fsdp_param *fp, hs_optim_param *o)
-{
+static void set_muon_gather(hs_fsdp_param *fp, hs_optim_param *o) {
     const hs_param *p = fp->p;
     const hs_fsdp_layout *l = &fp->plan.layout;
     if (!tp_split(fp)) {
@@ -106,8 +95,7 @@ static void set_muon_gather(hs_fsdp_param *fp, hs_optim_param *o)
                                   .all_gather_rows = muon_gather_tp};
 }
 
-static void fill_optim(hs_fsdp *f)
-{
+static void fill_optim(hs_fsdp *f) {
     f->optim = calloc((size_t)f->ctx.n_params + 1, sizeof *f->optim);
     HS_ASSERT(f->optim != NULL);
     for (int i = 0; i < f->ctx.n_params; i++) {
@@ -135,8 +123,7 @@ static void fill_optim(hs_fsdp *f)
     }
 }
 
-int hs_fsdp_optim_params(hs_fsdp *f, hs_optim_param **out)
-{
+int hs_fsdp_optim_params(hs_fsdp *f, hs_optim_param **out) {
     if (!f->optim) fill_optim(f);
     *out = f->optim;
     return f->ctx.n_params;
@@ -151,14 +138,12 @@ int hs_fsdp_optim_params(hs_fsdp *f, hs_optim_param **out)
 /* Which model-parallel group a parameter's local tensors are distinct
  * pieces over: 0 none (replicated), 1 tp (TP-split), 2 ep (routed experts
  * under EP). */
-static int split_kind(const hs_fsdp_param *fp)
-{
+static int split_kind(const hs_fsdp_param *fp) {
     if (fp->p->on_ep_mesh && fp->mi.ep_size > 1) return 2;
     return fp->mi.tp_size > 1 && fp->p->on_tp_mesh && fp->p->tp.kind == HS_PLACEMENT_SHARD;
 }
 
-hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e)
-{
+hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e) {
     hs_pg *groups[8], *split_pg[3] = {NULL, NULL, NULL};
     float sums[8][3];
     int n_groups = 0;
@@ -193,8 +178,7 @@ hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e)
     for (int k = 1; k < 3; k++) {
         if (!split_pg[k]) continue;
         float s = (float)by_kind[k];
-        hs_status st = hs_pg_all_reduce(split_pg[k], NULL, &s, 1, HS_DTYPE_F32, HS_REDUCE_SUM,
-                                        e);
+        hs_status st = hs_pg_all_reduce(split_pg[k], NULL, &s, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);
         if (st != HS_OK) return st;
         by_kind[k] = s;
     }
@@ -202,8 +186,7 @@ hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e)
     return HS_OK;
 }
 
-hs_status hs_fsdp_after_step(hs_fsdp *f, hs_error *e)
-{
+hs_status hs_fsdp_after_step(hs_fsdp *f, hs_error *e) {
     (void)e;
     if (hs_fsdp_ctx_pending(&f->ctx)) hs_fsdp_ctx_drain(&f->ctx);
     hs_fsdp_prefetch_settle(&f->ctx);
@@ -213,16 +196,15 @@ hs_status hs_fsdp_after_step(hs_fsdp *f, hs_error *e)
     return HS_OK;
 }
 
-void hs_fsdp_zero_grads(hs_fsdp *f)
-{
+void hs_fsdp_zero_grads(hs_fsdp *f) {
     for (int i = 0; i < f->ctx.n_params; i++) {
         hs_fsdp_param_zero_sharded_grad(&f->ctx.params[i]);
     }
 }
 
-static hs_fsdp_param *param_at(hs_fsdp *f, int i)
-{
-    if (i < 0 || i >= f->ctx.n_params) hs_panic("fsdp: parameter index %d of %d", i, f->ctx.n_params);
+static hs_fsdp_param *param_at(hs_fsdp *f, int i) {
+    if (i < 0 || i >= f->ctx.n_params)
+        hs_panic("fsdp: parameter index %d of %d", i, f->ctx.n_params);
     return &f->ctx.params[i];
 }
 
@@ -232,8 +214,7 @@ static hs_fsdp_param *param_at(hs_fsdp *f, int i)
  * must be on a GPU: a dump inside a step counts it in that step's device
  * peak, which stays below the forward / backward peak it comes after
  * (plan = measured holds, tests/cli/test_plan.sh). */
-static hs_status gather_rows(hs_fsdp_param *fp, const float *src, float *out, hs_error *e)
-{
+static hs_status gather_rows(hs_fsdp_param *fp, const float *src, float *out, hs_error *e) {
     const hs_fsdp_plan *pl = &fp->plan;
     if (!fp->needs_all_gather) {
         hs_dev_copy(fp->mem->dev, out, src, (size_t)pl->unpacked_numel * sizeof(float));
@@ -255,21 +236,18 @@ static hs_status gather_rows(hs_fsdp_param *fp, const float *src, float *out, hs
     return st;
 }
 
-hs_status hs_fsdp_gather_full(hs_fsdp *f, int param_index, float *out, hs_error *e)
-{
+hs_status hs_fsdp_gather_full(hs_fsdp *f, int param_index, float *out, hs_error *e) {
     hs_fsdp_param *fp = param_at(f, param_index);
     return gather_rows(fp, fp->sharded, out, e);
 }
 
-hs_status hs_fsdp_gather_full_grad(hs_fsdp *f, int param_index, float *out, hs_error *e)
-{
+hs_status hs_fsdp_gather_full_grad(hs_fsdp *f, int param_index, float *out, hs_error *e) {
     hs_fsdp_param *fp = param_at(f, param_index);
     hs_fsdp_param_settle_sharded_grad(fp);
     return gather_rows(fp, fp->sharded_grad, out, e);
 }
 
-hs_status hs_fsdp_set_full(hs_fsdp *f, int param_index, const float *full, hs_error *e)
-{
+hs_status hs_fsdp_set_full(hs_fsdp *f, int param_index, const float *full, hs_error *e) {
     (void)e;
     hs_fsdp_param *fp = param_at(f, param_index);
     const hs_fsdp_plan *pl = &fp->plan;
@@ -281,8 +259,7 @@ hs_status hs_fsdp_set_full(hs_fsdp *f, int param_index, const float *full, hs_er
     return HS_OK;
 }
 
-void hs_fsdp_shard_view_get(hs_fsdp *f, int param_index, hs_fsdp_shard_view *out)
-{
+void hs_fsdp_shard_view_get(hs_fsdp *f, int param_index, hs_fsdp_shard_view *out) {
     hs_fsdp_param *fp = param_at(f, param_index);
     const hs_fsdp_plan *pl = &fp->plan;
     *out = (hs_fsdp_shard_view){
@@ -295,8 +272,7 @@ void hs_fsdp_shard_view_get(hs_fsdp *f, int param_index, hs_fsdp_shard_view *out
     };
 }
 
-void hs_fsdp_get_stats(const hs_fsdp *f, hs_fsdp_stats *out)
-{
+void hs_fsdp_get_stats(const hs_fsdp *f, hs_fsdp_stats *out) {
     *out = (hs_fsdp_stats){0};
     out->param_bytes = f->ctx.mem.current[HS_FSDP_MEM_PARAM];
     out->param_peak_bytes = f->ctx.mem.peak[HS_FSDP_MEM_PARAM];

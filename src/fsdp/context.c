@@ -8,8 +8,7 @@
 #include "fsdp/fusion.h"
 #include "fsdp/prefetch.h"
 
-void hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log)
-{
+void hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log) {
     ctx->comm = comm;
     ctx->log = log;
     ctx->sync = true;
@@ -27,8 +26,7 @@ void hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log)
     ctx->hooks.post_backward_final = hs_fsdp_hook_post_backward_final;
 }
 
-void hs_fsdp_ctx_free(hs_fsdp_ctx *ctx)
-{
+void hs_fsdp_ctx_free(hs_fsdp_ctx *ctx) {
     if (hs_fsdp_ctx_pending(ctx)) hs_fsdp_ctx_drain(ctx);
     hs_fsdp_prefetch_settle(ctx);
     for (int u = 0; u < ctx->n_units; u++) hs_fsdp_unit_free(&ctx->units[u], &ctx->mem);
@@ -42,14 +40,12 @@ void hs_fsdp_ctx_free(hs_fsdp_ctx *ctx)
     hs_fsdp_mem_release(&ctx->mem);
 }
 
-_Noreturn void hs_fsdp_ctx_fail(hs_fsdp_ctx *ctx, const hs_error *e)
-{
+_Noreturn void hs_fsdp_ctx_fail(hs_fsdp_ctx *ctx, const hs_error *e) {
     if (ctx->comm) hs_comm_abort(ctx->comm, e);
     hs_panic("fsdp: %s", e->msg);
 }
 
-static void wait_reduce_scatters(hs_fsdp_ctx *ctx, hs_fsdp_unit *u)
-{
+static void wait_reduce_scatters(hs_fsdp_ctx *ctx, hs_fsdp_unit *u) {
     hs_error e;
     hs_error_clear(&e);
     if (u->fusion && hs_fsdp_fusion_reduce_wait(u->fusion, &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
@@ -60,8 +56,7 @@ static void wait_reduce_scatters(hs_fsdp_ctx *ctx, hs_fsdp_unit *u)
 /* The HSDP all-reduces run on the reduce-scatter stream, after the
  * reduce-scatters that filled their slots; the compute stream wrote the
  * slots of parameters that need none (hs_fsdp_param_reduce_issue). */
-static void launch_all_reduces(hs_fsdp_ctx *ctx, hs_fsdp_unit *u)
-{
+static void launch_all_reduces(hs_fsdp_ctx *ctx, hs_fsdp_unit *u) {
     hs_stream *rs = hs_fsdp_mem_rs(&ctx->mem);
     hs_fsdp_mem_tie(&ctx->mem, ctx->mem.dev->stream, rs);
     /* Stable group order, identical on every rank (comm.h ordering rule). */
@@ -74,8 +69,7 @@ static void launch_all_reduces(hs_fsdp_ctx *ctx, hs_fsdp_unit *u)
     }
 }
 
-void hs_fsdp_ctx_reduce_unit(hs_fsdp_ctx *ctx, int ui)
-{
+void hs_fsdp_ctx_reduce_unit(hs_fsdp_ctx *ctx, int ui) {
     hs_fsdp_unit *u = &ctx->units[ui];
     hs_fsdp_unit *prev = ctx->prev_unit >= 0 ? &ctx->units[ctx->prev_unit] : NULL;
     if (prev) wait_reduce_scatters(ctx, prev);
@@ -97,8 +91,7 @@ bool hs_fsdp_ctx_pending(const hs_fsdp_ctx *ctx) { return ctx->n_reduced > 0; }
  * second scaling, and only then added into the optimizer's gradient (and
  * offloaded). Units in reduction order, parameters in unit order: the
  * same sequence on every TP rank. A no-op without TP. */
-static void tp_tail(hs_fsdp_ctx *ctx, hs_error *e)
-{
+static void tp_tail(hs_fsdp_ctx *ctx, hs_error *e) {
     /* On the reduce-scatter stream, like the reductions that filled the
      * slots; hs_fsdp_param_reduce_apply reads the result on the compute
      * stream. The compute stream wrote the slots of unsharded parameters. */
@@ -118,8 +111,7 @@ static void tp_tail(hs_fsdp_ctx *ctx, hs_error *e)
     }
 }
 
-void hs_fsdp_ctx_drain(hs_fsdp_ctx *ctx)
-{
+void hs_fsdp_ctx_drain(hs_fsdp_ctx *ctx) {
     hs_error e;
     hs_error_clear(&e);
     if (ctx->prev_unit >= 0) {

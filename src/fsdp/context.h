@@ -36,12 +36,12 @@ typedef struct hs_fsdp_ctx {
     const hs_log *log;
 
     /* micro-batch flags (spec 004 §2.3) */
-    bool sync;    /* reduce gradients in this micro-batch */
-    bool reshard; /* reshard after backward in this micro-batch */
+    bool sync;           /* reduce gradients in this micro-batch */
+    bool reshard;        /* reshard after backward in this micro-batch */
     float grad_prescale; /* applied once, before the first gradient collective */
 
-    int prev_unit;   /* reduce-scatters issued, all-reduces not yet: -1 none */
-    int *reduced;    /* units whose reductions await the drain, in order */
+    int prev_unit; /* reduce-scatters issued, all-reduces not yet: -1 none */
+    int *reduced;  /* units whose reductions await the drain, in order */
     int n_reduced;
 
     /* Time the compute thread spent blocked on FSDP collectives

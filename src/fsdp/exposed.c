@@ -1,8 +1,7 @@
 /* Timing of the compute thread's waits on FSDP collectives. */
 #include "fsdp/exposed.h"
 
-hs_status hs_fsdp_exposed_wait(hs_fsdp_exposed *x, hs_fsdp_wait_kind k, hs_work *w, hs_error *e)
-{
+hs_status hs_fsdp_exposed_wait(hs_fsdp_exposed *x, hs_fsdp_wait_kind k, hs_work *w, hs_error *e) {
     if (!x) return hs_work_wait(w, e);
     HS_ASSERT((unsigned)k < HS_FSDP_WAIT_KIND_COUNT);
     double t0 = hs_now();
@@ -12,8 +11,7 @@ hs_status hs_fsdp_exposed_wait(hs_fsdp_exposed *x, hs_fsdp_wait_kind k, hs_work 
     return st;
 }
 
-double hs_fsdp_exposed_total(const hs_fsdp_exposed *x)
-{
+double hs_fsdp_exposed_total(const hs_fsdp_exposed *x) {
     double s = 0.0;
     for (int k = 0; k < HS_FSDP_WAIT_KIND_COUNT; k++) s += x->seconds[k];
     return s;

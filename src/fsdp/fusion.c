@@ -9,8 +9,7 @@
 
 static char *at(void *base, int64_t elems, size_t es) { return (char *)base + (size_t)elems * es; }
 
-static hs_status check_members(const hs_fsdp_unit *u, hs_fsdp_param **ps, int n, hs_error *e)
-{
+static hs_status check_members(const hs_fsdp_unit *u, hs_fsdp_param **ps, int n, hs_error *e) {
     for (int j = 1; j < n; j++) {
         const hs_fsdp_param *a = ps[0], *b = ps[j];
         if (a->mi.shard_pg != b->mi.shard_pg || a->compute_dtype != b->compute_dtype ||
@@ -29,8 +28,7 @@ static hs_status check_members(const hs_fsdp_unit *u, hs_fsdp_param **ps, int n,
 
 /* The reduce-scatter writes its S-element output straight into the reduce
  * group whose slots are exactly the fused parameters, in the same order. */
-static hs_fsdp_reduce_group *output_group(hs_fsdp_unit *u, hs_fsdp_fusion *fu)
-{
+static hs_fsdp_reduce_group *output_group(hs_fsdp_unit *u, hs_fsdp_fusion *fu) {
     for (int g = 0; g < u->n_groups; g++) {
         hs_fsdp_reduce_group *grp = &u->groups[g];
         if (grp->n_params != fu->n_params || grp->numel != fu->numel) continue;
@@ -44,8 +42,7 @@ static hs_fsdp_reduce_group *output_group(hs_fsdp_unit *u, hs_fsdp_fusion *fu)
 /* Zero-copy: move each local shard into one flat buffer and point the
  * parameter at its slice, so the all-gather reads the parameters in place
  * and the optimizer writes the flat buffer through the views. */
-static void rehome_sources(hs_fsdp_fusion *fu)
-{
+static void rehome_sources(hs_fsdp_fusion *fu) {
     hs_fsdp_param *p0 = fu->params[0];
     fu->src_dtype = p0->lp_shard ? p0->compute_dtype : HS_DTYPE_F32;
     size_t es = hs_dtype_size(fu->src_dtype);
@@ -69,8 +66,7 @@ static void rehome_sources(hs_fsdp_fusion *fu)
 }
 
 hs_status hs_fsdp_fusion_build(hs_fsdp_unit *u, bool zero_copy, hs_fsdp_mem *mem,
-                               hs_fsdp_exposed *exposed, hs_error *e)
-{
+                               hs_fsdp_exposed *exposed, hs_error *e) {
     u->fusion = NULL;
     int n = 0;
     for (int i = 0; i < u->n_params; i++) n += u->params[i]->needs_all_gather;
@@ -110,8 +106,7 @@ hs_status hs_fsdp_fusion_build(hs_fsdp_unit *u, bool zero_copy, hs_fsdp_mem *mem
     return HS_OK;
 }
 
-void hs_fsdp_fusion_free(hs_fsdp_unit *u)
-{
+void hs_fsdp_fusion_free(hs_fsdp_unit *u) {
     hs_fsdp_fusion *fu = u->fusion;
     if (!fu) return;
     HS_ASSERT(fu->ag_work == NULL && fu->rs_work == NULL);
@@ -121,10 +116,8 @@ void hs_fsdp_fusion_free(hs_fsdp_unit *u)
          * freeing the parameters frees nothing twice. */
         for (int j = 0; j < fu->n_params; j++) {
             hs_fsdp_param *fp = fu->params[j];
-            if (fp->lp_shard)
-                fp->lp_shard = NULL;
-            else
-                fp->storage = fp->sharded = NULL;
+            if (fp->lp_shard) fp->lp_shard = NULL;
+            else fp->storage = fp->sharded = NULL;
         }
         hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_PARAM, fu->flat_src, fu->flat_src_bytes);
     }
@@ -137,8 +130,7 @@ void hs_fsdp_fusion_free(hs_fsdp_unit *u)
 
 /* ---------------------------------------------------------------- unshard */
 
-static const void *all_gather_input(hs_fsdp_fusion *fu)
-{
+static const void *all_gather_input(hs_fsdp_fusion *fu) {
     size_t es = hs_dtype_size(fu->ag_dtype);
     if (fu->zero_copy && fu->src_dtype == fu->ag_dtype) return fu->flat_src;
     fu->ag_in_bytes = (size_t)fu->numel * es;
@@ -157,8 +149,7 @@ static const void *all_gather_input(hs_fsdp_fusion *fu)
     return fu->ag_in;
 }
 
-void hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu)
-{
+void hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu) {
     if (fu->ag_work) return;
     bool all_sharded = true, all_unsharded = true;
     for (int j = 0; j < fu->n_params; j++) {
@@ -188,8 +179,7 @@ void hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu)
 
 /* Rank-major (r, j) chunks to parameter-major: parameter j's padded
  * unsharded tensor is its W chunks back to back. */
-static void unpack(hs_fsdp_fusion *fu)
-{
+static void unpack(hs_fsdp_fusion *fu) {
     size_t es = hs_dtype_size(fu->ag_dtype);
     int64_t W = fu->world, S = fu->numel;
     for (int j = 0; j < fu->n_params; j++) {
@@ -204,8 +194,7 @@ static void unpack(hs_fsdp_fusion *fu)
     }
 }
 
-hs_status hs_fsdp_fusion_unshard_wait(hs_fsdp_fusion *fu, hs_error *e)
-{
+hs_status hs_fsdp_fusion_unshard_wait(hs_fsdp_fusion *fu, hs_error *e) {
     if (!fu->ag_work) return HS_OK;
     hs_work *w = fu->ag_work;
     fu->ag_work = NULL;
@@ -226,8 +215,7 @@ hs_status hs_fsdp_fusion_unshard_wait(hs_fsdp_fusion *fu, hs_error *e)
     return st;
 }
 
-void hs_fsdp_fusion_reshard(hs_fsdp_fusion *fu)
-{
+void hs_fsdp_fusion_reshard(hs_fsdp_fusion *fu) {
     /* Freeing under an in-flight all-gather would hand its output away. */
     HS_ASSERT(fu->ag_work == NULL);
     for (int j = 0; j < fu->n_params; j++) hs_fsdp_param_reshard(fu->params[j]);
@@ -238,8 +226,7 @@ void hs_fsdp_fusion_reshard(hs_fsdp_fusion *fu)
 
 /* ---------------------------------------------------------------- reduce */
 
-void hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale)
-{
+void hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale) {
     HS_ASSERT(fu->rs_work == NULL && fu->rs_in == NULL);
     size_t es = hs_dtype_size(fu->rs_dtype);
     int64_t W = fu->world, S = fu->numel;
@@ -262,8 +249,7 @@ void hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale)
                                              fu->rs_dtype, fu->rs_group->op);
 }
 
-hs_status hs_fsdp_fusion_reduce_wait(hs_fsdp_fusion *fu, hs_error *e)
-{
+hs_status hs_fsdp_fusion_reduce_wait(hs_fsdp_fusion *fu, hs_error *e) {
     if (!fu->rs_work) return HS_OK;
     hs_work *w = fu->rs_work;
     fu->rs_work = NULL;

@@ -40,8 +40,8 @@ typedef struct hs_fsdp_fusion {
     int world;
     hs_fsdp_param **params; /* the unit's all-gathered parameters, unit order */
     int n_params;
-    int64_t *offset; /* padded offset of each in the flat shard (elements) */
-    int64_t numel;   /* S */
+    int64_t *offset;   /* padded offset of each in the flat shard (elements) */
+    int64_t numel;     /* S */
     hs_dtype ag_dtype; /* compute dtype: the all-gather payload   */
     hs_dtype rs_dtype; /* reduce dtype: the reduce-scatter payload */
     bool zero_copy;

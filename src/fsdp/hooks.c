@@ -7,8 +7,7 @@
 #include "fsdp/policy.h"
 
 static void transition(hs_fsdp_ctx *ctx, hs_fsdp_unit *u, const char *event,
-                       hs_fsdp_unit_state to)
-{
+                       hs_fsdp_unit_state to) {
     hs_fsdp_unit_state from = u->state;
     u->state = to;
     if (ctx->log)
@@ -17,28 +16,24 @@ static void transition(hs_fsdp_ctx *ctx, hs_fsdp_unit *u, const char *event,
     if (ctx->on_transition) ctx->on_transition(ctx->transition_arg, u->index, event, from, to);
 }
 
-static hs_fsdp_unit *unit_at(hs_fsdp_ctx *ctx, int ui)
-{
+static hs_fsdp_unit *unit_at(hs_fsdp_ctx *ctx, int ui) {
     if (ui < 0 || ui >= ctx->n_units) hs_panic("fsdp hook for unit %d of %d", ui, ctx->n_units);
     return &ctx->units[ui];
 }
 
-static _Noreturn void bad_order(const hs_fsdp_unit *u, const char *event)
-{
+static _Noreturn void bad_order(const hs_fsdp_unit *u, const char *event) {
     hs_panic("fsdp unit %d (%s): hook %s called in state %s; the model must call pre/post "
              "forward and backward in order",
              u->index, u->name[0] ? u->name : "root", event, hs_fsdp_unit_state_name(u->state));
 }
 
-static void unshard_or_fail(hs_fsdp_ctx *ctx, hs_fsdp_unit *u)
-{
+static void unshard_or_fail(hs_fsdp_ctx *ctx, hs_fsdp_unit *u) {
     hs_error e;
     hs_error_clear(&e);
     if (hs_fsdp_unit_unshard(u, &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
 }
 
-void hs_fsdp_hook_pre_forward(void *vctx, int ui)
-{
+void hs_fsdp_hook_pre_forward(void *vctx, int ui) {
     hs_fsdp_ctx *ctx = vctx;
     hs_fsdp_unit *u = unit_at(ctx, ui);
     if (u->state == HS_FSDP_STATE_PRE_BACKWARD) {
@@ -56,8 +51,7 @@ void hs_fsdp_hook_pre_forward(void *vctx, int ui)
     transition(ctx, u, "forward_pre", HS_FSDP_STATE_PRE_FORWARD);
 }
 
-void hs_fsdp_hook_post_forward(void *vctx, int ui)
-{
+void hs_fsdp_hook_post_forward(void *vctx, int ui) {
     hs_fsdp_ctx *ctx = vctx;
     hs_fsdp_unit *u = unit_at(ctx, ui);
     if (u->state == HS_FSDP_STATE_PRE_BACKWARD) {
@@ -72,8 +66,7 @@ void hs_fsdp_hook_post_forward(void *vctx, int ui)
     transition(ctx, u, "forward", HS_FSDP_STATE_FORWARD);
 }
 
-void hs_fsdp_hook_pre_backward(void *vctx, int ui)
-{
+void hs_fsdp_hook_pre_backward(void *vctx, int ui) {
     hs_fsdp_ctx *ctx = vctx;
     hs_fsdp_unit *u = unit_at(ctx, ui);
     if (u->state == HS_FSDP_STATE_PRE_BACKWARD) return; /* several output grads */
@@ -88,15 +81,13 @@ void hs_fsdp_hook_pre_backward(void *vctx, int ui)
     transition(ctx, u, "backward_pre", HS_FSDP_STATE_PRE_BACKWARD);
 }
 
-void hs_fsdp_hook_post_backward(void *vctx, int ui)
-{
+void hs_fsdp_hook_post_backward(void *vctx, int ui) {
     hs_fsdp_ctx *ctx = vctx;
     hs_fsdp_unit *u = unit_at(ctx, ui);
     if (u->state == HS_FSDP_STATE_BACKWARD) return; /* already run by the root */
     if (u->state != HS_FSDP_STATE_PRE_BACKWARD) bad_order(u, "backward");
     if (u->fwd_outstanding > 0) u->fwd_outstanding--;
-    if (ctx->sync)
-        hs_fsdp_ctx_reduce_unit(ctx, ui);
+    if (ctx->sync) hs_fsdp_ctx_reduce_unit(ctx, ui);
     else
         for (int i = 0; i < u->n_params; i++)
             if (!u->params[i]->p->frozen) hs_fsdp_mp_grad_stash(u->params[i]);
@@ -106,8 +97,7 @@ void hs_fsdp_hook_post_backward(void *vctx, int ui)
     transition(ctx, u, "backward", HS_FSDP_STATE_BACKWARD);
 }
 
-void hs_fsdp_hook_post_backward_final(void *vctx)
-{
+void hs_fsdp_hook_post_backward_final(void *vctx) {
     hs_fsdp_ctx *ctx = vctx;
     hs_fsdp_unit *root = &ctx->units[0];
     transition(ctx, root, "root_backward_enter", root->state);

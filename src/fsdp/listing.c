@@ -6,8 +6,7 @@
  * parameter's shard and replicate groups (a pipeline stage's are its own). */
 #include "fsdp/manager.h"
 
-static void shape(hs_json *j, const char *key, int ndim, const int64_t *s)
-{
+static void shape(hs_json *j, const char *key, int ndim, const int64_t *s) {
     hs_json_key(j, key);
     hs_json_begin_array(j);
     for (int d = 0; d < ndim; d++) hs_json_int(j, s[d]);
@@ -15,16 +14,14 @@ static void shape(hs_json *j, const char *key, int ndim, const int64_t *s)
 }
 
 /* The world ranks of a group in group-rank order ([] without one). */
-static void members(hs_json *j, const char *key, hs_pg *g)
-{
+static void members(hs_json *j, const char *key, hs_pg *g) {
     hs_json_key(j, key);
     hs_json_begin_array(j);
     for (int r = 0; g && r < hs_pg_size(g); r++) hs_json_int(j, hs_pg_world_rank(g, r));
     hs_json_end_array(j);
 }
 
-static void param(hs_json *j, const hs_fsdp_param *fp)
-{
+static void param(hs_json *j, const hs_fsdp_param *fp) {
     const hs_param *p = fp->p;
     hs_json_begin_object(j);
     hs_json_kv_string(j, "fqn", p->fqn);
@@ -44,8 +41,7 @@ static void param(hs_json *j, const hs_fsdp_param *fp)
     hs_json_end_object(j);
 }
 
-void hs_fsdp_write_units(const hs_fsdp *f, FILE *out)
-{
+void hs_fsdp_write_units(const hs_fsdp *f, FILE *out) {
     hs_json j;
     hs_json_init(&j, out);
     hs_json_begin_object(&j);

@@ -6,16 +6,14 @@
  * all-gather then sends as is: no per-unshard cast. */
 #include "fsdp/policy.h"
 
-void hs_fsdp_main_init(hs_fsdp_param *fp, bool enabled)
-{
+void hs_fsdp_main_init(hs_fsdp_param *fp, bool enabled) {
     if (!enabled || fp->compute_dtype == HS_DTYPE_F32) return;
     fp->lp_shard_bytes = (size_t)fp->storage_numel * hs_dtype_size(fp->compute_dtype);
     fp->lp_shard = hs_fsdp_mem_master_alloc(fp->mem, HS_FSDP_MEM_PARAM, fp->lp_shard_bytes);
     hs_fsdp_main_write_back(fp);
 }
 
-void hs_fsdp_main_write_back(hs_fsdp_param *fp)
-{
+void hs_fsdp_main_write_back(hs_fsdp_param *fp) {
     /* The padded tail of storage is zero, so the model shard's is too and
      * every rank sends the same element count. */
     if (fp->lp_shard)
@@ -23,8 +21,7 @@ void hs_fsdp_main_write_back(hs_fsdp_param *fp)
                        fp->storage_numel);
 }
 
-void hs_fsdp_main_free(hs_fsdp_param *fp)
-{
+void hs_fsdp_main_free(hs_fsdp_param *fp) {
     hs_fsdp_mem_master_free(fp->mem, HS_FSDP_MEM_PARAM, fp->lp_shard, fp->lp_shard_bytes);
     fp->lp_shard = NULL;
     fp->lp_shard_bytes = 0;

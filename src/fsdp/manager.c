@@ -9,16 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static hs_pg *group_or_null(hs_mesh *mesh, hs_mesh_dim d, int *size, int *rank)
-{
+static hs_pg *group_or_null(hs_mesh *mesh, hs_mesh_dim d, int *size, int *rank) {
     hs_pg *g = hs_mesh_group(mesh, d);
     *size = g ? hs_pg_size(g) : 1;
     *rank = g ? hs_pg_rank(g) : 0;
     return *size > 1 ? g : NULL;
 }
 
-static hs_fsdp_dp_groups dp_groups_of(hs_mesh *mesh)
-{
+static hs_fsdp_dp_groups dp_groups_of(hs_mesh *mesh) {
     hs_fsdp_dp_groups g;
     g.shard = group_or_null(mesh, HS_DIM_FSDP_SHARD, &g.shard_size, &g.shard_rank);
     g.replicate = group_or_null(mesh, HS_DIM_FSDP_REPLICATE, &g.replicate_size, &g.replicate_rank);
@@ -34,8 +32,7 @@ static hs_fsdp_dp_groups dp_groups_of(hs_mesh *mesh)
 
 /* Sharded over `shard`, replicated over `rep` (HSDP when it is > 1). */
 static void set_sharded(hs_fsdp_mesh_info *mi, hs_pg *shard, int shard_size, int shard_rank,
-                        hs_pg *rep, int rep_size, int rep_rank)
-{
+                        hs_pg *rep, int rep_size, int rep_rank) {
     mi->kind = rep_size > 1 ? HS_FSDP_MESH_HSDP : HS_FSDP_MESH_FSDP;
     mi->shard_pg = shard;
     mi->shard_size = shard_size;
@@ -50,8 +47,7 @@ static void set_sharded(hs_fsdp_mesh_info *mi, hs_pg *shard, int shard_size, int
  * sums the rows of every EP peer's tokens, so the EDP domain's reduction
  * must SUM what the dense domain's pre-scale (x dp*cp) and average would:
  * x edp before averaging over edp, i.e. domain_factor = edp / (dp*cp). */
-static hs_fsdp_mesh_info expert_mesh_info(const hs_fsdp_dp_groups *g)
-{
+static hs_fsdp_mesh_info expert_mesh_info(const hs_fsdp_dp_groups *g) {
     hs_fsdp_mesh_info mi = {0};
     set_sharded(&mi, g->edp_shard, g->edp_shard_size, g->edp_shard_rank, g->edp_replicate,
                 g->edp_replicate_size, g->edp_replicate_rank);
@@ -65,8 +61,7 @@ static hs_fsdp_mesh_info expert_mesh_info(const hs_fsdp_dp_groups *g)
 
 /* RFC §5.5: replicate_params all-reduce over the whole flattened R x S
  * domain, never over the R dim alone. */
-static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicate)
-{
+static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicate) {
     hs_fsdp_mesh_info mi = {0};
     mi.shard_size = 1;
     mi.tp_pg = g->tp;
@@ -84,8 +79,7 @@ static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicat
     return mi;
 }
 
-static bool is_replicate_param(const hs_config *cfg, const char *fqn)
-{
+static bool is_replicate_param(const hs_config *cfg, const char *fqn) {
     for (int i = 0; i < cfg->fsdp.n_replicate_params; i++)
         if (strcmp(cfg->fsdp.replicate_params[i], fqn) == 0) return true;
     return false;
@@ -93,8 +87,7 @@ static bool is_replicate_param(const hs_config *cfg, const char *fqn)
 
 /* A pipeline stage holds some of the FQNs only; the trainer checks the
  * names against the whole model's. */
-static hs_status check_fqns(const hs_config *cfg, hs_model *model, hs_error *e)
-{
+static hs_status check_fqns(const hs_config *cfg, hs_model *model, hs_error *e) {
     if (!hs_model_is_first_stage(model) || !hs_model_is_last_stage(model)) return HS_OK;
     int n = hs_model_num_params(model);
     const char **fqns = calloc((size_t)n + 1, sizeof *fqns);
@@ -108,8 +101,7 @@ static hs_status check_fqns(const hs_config *cfg, hs_model *model, hs_error *e)
 /* Declaration order is the forward order; backward visits the root first
  * (head), then the blocks last to first. Each unit prefetches the next
  * `depth` units of its own pass. */
-static void set_prefetch(hs_fsdp_ctx *ctx, int fwd_depth, int bwd_depth)
-{
+static void set_prefetch(hs_fsdp_ctx *ctx, int fwd_depth, int bwd_depth) {
     int n = ctx->n_units;
     int *bwd_order = malloc(sizeof(int) * (size_t)n);
     HS_ASSERT(bwd_order != NULL);
@@ -134,8 +126,7 @@ static void set_prefetch(hs_fsdp_ctx *ctx, int fwd_depth, int bwd_depth)
 
 /* The one parameter-kind check per unit (RFC §4.1), on the source layouts
  * the TP planner set (hs_param.on_tp_mesh / tp). */
-static hs_status check_unit_sources(hs_fsdp_unit *u, hs_error *e)
-{
+static hs_status check_unit_sources(hs_fsdp_unit *u, hs_error *e) {
     const char **fqns = calloc((size_t)u->n_params + 1, sizeof *fqns);
     const hs_source_layout **layouts = calloc((size_t)u->n_params + 1, sizeof *layouts);
     hs_source_layout *tp = calloc((size_t)u->n_params + 1, sizeof *tp);
@@ -160,8 +151,7 @@ static hs_status check_unit_sources(hs_fsdp_unit *u, hs_error *e)
     return st;
 }
 
-static hs_status build_units(hs_fsdp *f, const hs_config *cfg, hs_error *e)
-{
+static hs_status build_units(hs_fsdp *f, const hs_config *cfg, hs_error *e) {
     hs_fsdp_ctx *ctx = &f->ctx;
     ctx->n_units = hs_model_num_units(f->model);
     ctx->units = calloc((size_t)ctx->n_units, sizeof *ctx->units);
@@ -179,8 +169,8 @@ static hs_status build_units(hs_fsdp *f, const hs_config *cfg, hs_error *e)
     for (int i = 0; i < ctx->n_params; i++) {
         hs_fsdp_param *fp = &ctx->params[i];
         if (fp->p->unit < 0 || fp->p->unit >= ctx->n_units)
-            return hs_error_set(e, HS_ERR_INTERNAL, "parameter %s names unit %d of %d",
-                                fp->p->fqn, fp->p->unit, ctx->n_units);
+            return hs_error_set(e, HS_ERR_INTERNAL, "parameter %s names unit %d of %d", fp->p->fqn,
+                                fp->p->unit, ctx->n_units);
         hs_fsdp_unit *u = &ctx->units[fp->p->unit];
         u->params[u->n_params++] = fp;
     }
@@ -206,8 +196,7 @@ static hs_status build_units(hs_fsdp *f, const hs_config *cfg, hs_error *e)
 }
 
 static hs_status build_params(hs_fsdp *f, const hs_config *cfg, const hs_fsdp_dp_groups *g,
-                              uint64_t seed, hs_error *e)
-{
+                              uint64_t seed, hs_error *e) {
     hs_fsdp_ctx *ctx = &f->ctx;
     ctx->n_params = hs_model_num_params(f->model);
     ctx->params = calloc((size_t)ctx->n_params + 1, sizeof *ctx->params);
@@ -230,8 +219,8 @@ static hs_status build_params(hs_fsdp *f, const hs_config *cfg, const hs_fsdp_dp
                                 "the list (experts follow fsdp_config.edp_shard_size)",
                                 p->fqn);
         hs_fsdp_mesh_info mi = p->on_ep_mesh ? expert_mesh_info(g) : mesh_info_for(g, rep);
-        hs_status st = hs_fsdp_param_init(&ctx->params[i], f->model, i, rep, &mi, compute,
-                                          &ctx->mem, seed, e);
+        hs_status st =
+            hs_fsdp_param_init(&ctx->params[i], f->model, i, rep, &mi, compute, &ctx->mem, seed, e);
         if (st != HS_OK) return st;
         /* Before the units group gradients by reduce dtype. */
         ctx->params[i].reduce_dtype = hs_fsdp_mp_reduce_dtype(&cfg->fsdp.mix_precision, compute);
@@ -243,8 +232,7 @@ static hs_status build_params(hs_fsdp *f, const hs_config *cfg, const hs_fsdp_dp
     return HS_OK;
 }
 
-static void log_wrapped(const hs_fsdp *f, const hs_config *cfg)
-{
+static void log_wrapped(const hs_fsdp *f, const hs_config *cfg) {
     int experts = 0;
     for (int u = 0; u < f->ctx.n_units; u++) experts += f->ctx.units[u].is_expert;
     if (!f->ctx.log) return;
@@ -255,8 +243,7 @@ static void log_wrapped(const hs_fsdp *f, const hs_config *cfg)
                  "degree %d)",
                  experts, f->groups.ep_size, f->groups.edp_shard_size,
                  f->groups.edp_replicate_size);
-    else if (experts)
-        snprintf(extra, sizeof extra, " + %d expert units", experts);
+    else if (experts) snprintf(extra, sizeof extra, " + %d expert units", experts);
     hs_log_info(f->ctx.log,
                 "fsdp: wrapped %d transformer blocks%s and the root (%d units); shard degree "
                 "%d, replicate degree %d; %d replicate_params; reshard_after_forward=%s",
@@ -273,8 +260,7 @@ static void log_wrapped(const hs_fsdp *f, const hs_config *cfg)
 
 hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, hs_comm *comm,
                               hs_device *dev, hs_model *model, uint64_t seed, const hs_log *log,
-                              hs_fsdp **out, hs_error *e)
-{
+                              hs_fsdp **out, hs_error *e) {
     *out = NULL;
     hs_error_clear(e);
     hs_fsdp *f = calloc(1, sizeof *f);
@@ -304,8 +290,7 @@ hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, 
 
 hs_status hs_fsdp_wrap(const hs_config *cfg, hs_mesh *mesh, hs_comm *comm, hs_device *dev,
                        hs_model *model, uint64_t seed, const hs_log *log, hs_fsdp **out,
-                       hs_error *e)
-{
+                       hs_error *e) {
     *out = NULL;
     hs_error_clear(e);
     const hs_topology *t = hs_mesh_topology(mesh);
@@ -315,8 +300,7 @@ hs_status hs_fsdp_wrap(const hs_config *cfg, hs_mesh *mesh, hs_comm *comm, hs_de
     return hs_fsdp_wrap_groups(cfg, &g, comm, dev, model, seed, log, out, e);
 }
 
-void hs_fsdp_free(hs_fsdp *f)
-{
+void hs_fsdp_free(hs_fsdp *f) {
     if (!f) return;
     hs_fsdp_ctx_free(&f->ctx);
     free(f->optim);

@@ -7,8 +7,13 @@ hs_status hs_fsdp_wrap_group(const hs_config *cfg, hs_pg *shard, hs_comm *comm, 
                              hs_model *model, uint64_t seed, const hs_log *log, hs_fsdp **out,
                              hs_error *e) {
     int w = hs_pg_size(shard), r = hs_pg_rank(shard);
-    hs_fsdp_dp_groups g = {.shard = shard, .shard_size = w, .shard_rank = r, .replicate_size = 1,
-                           .flat = shard, .flat_size = w, .flat_rank = r};
+    hs_fsdp_dp_groups g = {.shard = shard,
+                           .shard_size = w,
+                           .shard_rank = r,
+                           .replicate_size = 1,
+                           .flat = shard,
+                           .flat_size = w,
+                           .flat_rank = r};
     return hs_fsdp_wrap_groups(cfg, &g, comm, dev, model, seed, log, out, e);
 }
 

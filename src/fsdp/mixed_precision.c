@@ -5,13 +5,11 @@
 
 #include "fsdp/policy.h"
 
-hs_dtype hs_fsdp_mp_reduce_dtype(const hs_mix_precision *mp, hs_dtype compute)
-{
+hs_dtype hs_fsdp_mp_reduce_dtype(const hs_mix_precision *mp, hs_dtype compute) {
     return mp->reduce_dtype == HS_MP_NULL ? compute : (hs_dtype)mp->reduce_dtype;
 }
 
-void hs_fsdp_mp_scale(hs_device *d, void *x, hs_dtype dt, float a, int64_t n)
-{
+void hs_fsdp_mp_scale(hs_device *d, void *x, hs_dtype dt, float a, int64_t n) {
     if (a == 1.0f) return;
     d->k->scale_cast(d->stream, x, dt, a, n);
 }
@@ -20,8 +18,7 @@ void hs_fsdp_mp_scale(hs_device *d, void *x, hs_dtype dt, float a, int64_t n)
  * widened exactly to fp32 first: the table's add, add_to_zero and add_cast
  * (fp32 sum of the two values read in their dtypes). */
 void hs_fsdp_mp_add_to_f32(hs_device *d, float *dst, const void *src, hs_dtype dt, int64_t n,
-                           bool fresh)
-{
+                           bool fresh) {
     if (dt == HS_DTYPE_F32) {
         if (fresh) hs_dev_add_to_zero(d, dst, src, n);
         else hs_dev_add(d, dst, src, n);
@@ -33,13 +30,11 @@ void hs_fsdp_mp_add_to_f32(hs_device *d, float *dst, const void *src, hs_dtype d
     }
 }
 
-static bool stashes(const hs_fsdp_param *fp)
-{
+static bool stashes(const hs_fsdp_param *fp) {
     return fp->grad_dtype != HS_DTYPE_F32 && fp->reduce_dtype == HS_DTYPE_F32;
 }
 
-void hs_fsdp_mp_grad_stash(hs_fsdp_param *fp)
-{
+void hs_fsdp_mp_grad_stash(hs_fsdp_param *fp) {
     if (!stashes(fp) || !fp->unsharded_grad) return;
     hs_param_grad_settle(fp->mem->dev, fp->p);
     int64_t n = fp->plan.padded_unsharded_numel;
@@ -53,8 +48,7 @@ void hs_fsdp_mp_grad_stash(hs_fsdp_param *fp)
     else hs_dev_zero(fp->mem->dev, fp->unsharded_grad, fp->unsharded_grad_bytes);
 }
 
-void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale)
-{
+void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale) {
     hs_device *d = fp->mem->dev;
     hs_param_grad_settle(d, fp->p);
     int64_t n = fp->plan.padded_unsharded_numel;

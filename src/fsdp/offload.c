@@ -11,15 +11,13 @@
 #include "fsdp/policy.h"
 
 static void copy_counted(hs_fsdp_param *fp, void *dst, const void *src, size_t bytes,
-                         hs_copy_kind kind)
-{
+                         hs_copy_kind kind) {
     hs_device *dev = fp->mem->dev;
     hs_device_copy(dev, dst, src, bytes, kind);
     hs_trace_count(dev->trace, kind == HS_COPY_H2D ? "h2d" : "d2h", NULL, (int64_t)bytes);
 }
 
-const void *hs_fsdp_local_source(const hs_fsdp_param *fp, hs_dtype *dt)
-{
+const void *hs_fsdp_local_source(const hs_fsdp_param *fp, hs_dtype *dt) {
     if (fp->lp_shard) {
         *dt = fp->compute_dtype;
         return fp->lp_shard;
@@ -28,15 +26,13 @@ const void *hs_fsdp_local_source(const hs_fsdp_param *fp, hs_dtype *dt)
     return fp->storage;
 }
 
-bool hs_fsdp_local_source_is_compute(const hs_fsdp_param *fp)
-{
+bool hs_fsdp_local_source_is_compute(const hs_fsdp_param *fp) {
     hs_dtype dt;
     (void)hs_fsdp_local_source(fp, &dt);
     return !fp->offload && dt == fp->compute_dtype;
 }
 
-void hs_fsdp_offload_to_compute(hs_fsdp_param *fp, void *dst, int64_t n)
-{
+void hs_fsdp_offload_to_compute(hs_fsdp_param *fp, void *dst, int64_t n) {
     hs_dtype sdt;
     const void *src = hs_fsdp_local_source(fp, &sdt);
     size_t sbytes = (size_t)n * hs_dtype_size(sdt);
@@ -55,8 +51,7 @@ void hs_fsdp_offload_to_compute(hs_fsdp_param *fp, void *dst, int64_t n)
     hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_PARAM, stage, sbytes);
 }
 
-void hs_fsdp_offload_apply_grad(hs_fsdp_param *fp)
-{
+void hs_fsdp_offload_apply_grad(hs_fsdp_param *fp) {
     int64_t n = fp->plan.actual_sharded_numel;
     /* The first gradient since zero_grads is stored, not added to zeros. */
     bool fresh = fp->sharded_grad_unset;

@@ -12,22 +12,19 @@ static const char *const owner_names[] = {"sharded", "cast", "all_gather", "fuse
 _Static_assert(sizeof owner_names / sizeof owner_names[0] == HS_FSDP_STORAGE_OWNER_COUNT,
                "storage owner names follow the enum");
 
-const char *hs_fsdp_mesh_kind_name(hs_fsdp_mesh_kind k)
-{
+const char *hs_fsdp_mesh_kind_name(hs_fsdp_mesh_kind k) {
     return (unsigned)k < HS_FSDP_MESH_KIND_COUNT ? mesh_kind_names[k] : "?";
 }
 
-const char *hs_fsdp_storage_owner_name(hs_fsdp_storage_owner o)
-{
+const char *hs_fsdp_storage_owner_name(hs_fsdp_storage_owner o) {
     return (unsigned)o < HS_FSDP_STORAGE_OWNER_COUNT ? owner_names[o] : "?";
 }
 
 static size_t bytes_of(int64_t numel, hs_dtype dt) { return (size_t)numel * hs_dtype_size(dt); }
 
 hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool replicate,
-                             const hs_fsdp_mesh_info *mi, hs_dtype compute_dtype,
-                             hs_fsdp_mem *mem, uint64_t seed, hs_error *e)
-{
+                             const hs_fsdp_mesh_info *mi, hs_dtype compute_dtype, hs_fsdp_mem *mem,
+                             uint64_t seed, hs_error *e) {
     *fp = (hs_fsdp_param){0};
     if (mem->ag_stream) {
         fp->ag_done = hs_event_create(mem->dev), fp->last_use = hs_event_create(mem->dev);
@@ -58,7 +55,7 @@ hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool
     /* Padding only when uneven: the even shard is its own comm storage. */
     const hs_fsdp_plan *pl = &fp->plan;
     fp->storage_numel = pl->kind == HS_FSDP_PACK_DIM0_EVEN ? pl->actual_sharded_numel
-                                                            : pl->padded_sharded_numel;
+                                                           : pl->padded_sharded_numel;
     fp->storage =
         hs_fsdp_mem_master_alloc(mem, HS_FSDP_MEM_PARAM, bytes_of(fp->storage_numel, HS_DTYPE_F32));
     fp->sharded = fp->storage;
@@ -74,22 +71,19 @@ hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool
 }
 
 /* `to` waits for `from`'s work so far (no-op without FSDP's streams). */
-static void order(hs_event *e, hs_stream *from, hs_stream *to)
-{
+static void order(hs_event *e, hs_stream *from, hs_stream *to) {
     if (!e) return;
     hs_event_record(e, from);
     hs_stream_wait(to, e);
 }
 
-static void free_events(hs_fsdp_param *fp)
-{
+static void free_events(hs_fsdp_param *fp) {
     hs_event_free(fp->ag_done), hs_event_free(fp->last_use);
     hs_event_free(fp->grad_ready), hs_event_free(fp->rs_done);
     fp->ag_done = fp->last_use = fp->grad_ready = fp->rs_done = NULL;
 }
 
-void hs_fsdp_param_free(hs_fsdp_param *fp)
-{
+void hs_fsdp_param_free(hs_fsdp_param *fp) {
     if (!fp->p) {
         free_events(fp);
         return;
@@ -109,8 +103,7 @@ void hs_fsdp_param_free(hs_fsdp_param *fp)
 
 /* ---------------------------------------------------------------- unshard */
 
-static void *own(hs_fsdp_param *fp, hs_fsdp_storage_owner owner, int64_t numel)
-{
+static void *own(hs_fsdp_param *fp, hs_fsdp_storage_owner owner, int64_t numel) {
     fp->owner = owner;
     fp->owned_bytes = bytes_of(numel, fp->compute_dtype);
     /* Written whole before it is read: the all-gather fills every row of
@@ -119,8 +112,7 @@ static void *own(hs_fsdp_param *fp, hs_fsdp_storage_owner owner, int64_t numel)
     return fp->owned;
 }
 
-void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp)
-{
+void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp) {
     if (fp->state != HS_FSDP_SHARDED) return;
     const hs_fsdp_plan *pl = &fp->plan;
     /* The local source is the fp32 master, or the model's own 16-bit shard
@@ -139,9 +131,9 @@ void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp)
              * block of the output: the all-gather runs in place, with no
              * input copy to allocate and none for the comm thread to copy. */
             HS_ASSERT(fp->storage_numel == pl->padded_sharded_numel);
-            void *slot = (char *)out + bytes_of((int64_t)hs_pg_rank(fp->mi.shard_pg) *
-                                                    pl->padded_sharded_numel,
-                                                fp->compute_dtype);
+            void *slot = (char *)out +
+                         bytes_of((int64_t)hs_pg_rank(fp->mi.shard_pg) * pl->padded_sharded_numel,
+                                  fp->compute_dtype);
             hs_fsdp_offload_to_compute(fp, slot, fp->storage_numel);
             in = slot;
         }
@@ -149,8 +141,8 @@ void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp)
          * optimizer's last update of the master). */
         hs_stream *ag = hs_fsdp_mem_ag(fp->mem);
         hs_fsdp_mem_tie(fp->mem, fp->mem->dev->stream, ag);
-        fp->ag_work = hs_pg_all_gather_async(fp->mi.shard_pg, ag, out, in,
-                                             pl->padded_sharded_numel, fp->compute_dtype);
+        fp->ag_work = hs_pg_all_gather_async(fp->mi.shard_pg, ag, out, in, pl->padded_sharded_numel,
+                                             fp->compute_dtype);
         fp->unsharded = out; /* rows [0, D0) are the logical tensor */
         fp->state = HS_FSDP_UNSHARDING;
         return;
@@ -170,8 +162,7 @@ void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp)
     fp->state = HS_FSDP_UNSHARDING;
 }
 
-hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e)
-{
+hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e) {
     if (fp->state != HS_FSDP_UNSHARDING) return HS_OK;
     if (fp->ag_work) {
         hs_work *w = fp->ag_work;
@@ -186,8 +177,7 @@ hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e)
     return HS_OK;
 }
 
-void hs_fsdp_param_reshard(hs_fsdp_param *fp)
-{
+void hs_fsdp_param_reshard(hs_fsdp_param *fp) {
     if (fp->state == HS_FSDP_SHARDED) return;
     /* Resharding an in-flight all-gather would free its output under the
      * comm thread. */
@@ -214,8 +204,7 @@ void hs_fsdp_param_reshard(hs_fsdp_param *fp)
 
 /* ------------------------------------------------------------- gradients */
 
-void hs_fsdp_param_grad_begin(hs_fsdp_param *fp)
-{
+void hs_fsdp_param_grad_begin(hs_fsdp_param *fp) {
     if (fp->p->frozen) { /* no gradient: nothing allocated, reduced or applied */
         fp->p->grad = NULL;
         return;
@@ -241,8 +230,7 @@ void hs_fsdp_param_grad_begin(hs_fsdp_param *fp)
     fp->p->grad = fp->unsharded_grad;
 }
 
-void hs_fsdp_param_grad_release(hs_fsdp_param *fp)
-{
+void hs_fsdp_param_grad_release(hs_fsdp_param *fp) {
     HS_ASSERT(fp->rs_work == NULL);
     if (fp->rs_input && fp->rs_input != fp->unsharded_grad)
         hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, fp->rs_input, fp->rs_input_bytes);
@@ -258,8 +246,7 @@ void hs_fsdp_param_grad_release(hs_fsdp_param *fp)
     fp->p->grad_unset = false;
 }
 
-void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale)
-{
+void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale) {
     HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL && fp->reduce_slot != NULL);
     const hs_fsdp_plan *pl = &fp->plan;
     hs_fsdp_mp_reduce_input(fp, prescale * fp->grad_factor);
@@ -267,10 +254,9 @@ void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale)
         HS_ASSERT(fp->reduce_numel == pl->padded_sharded_numel);
         /* the reduction reads the gradient once backward has written it */
         order(fp->grad_ready, fp->mem->dev->stream, fp->mem->rs_stream);
-        fp->rs_work = hs_pg_reduce_scatter_async(fp->mi.shard_pg, hs_fsdp_mem_rs(fp->mem),
-                                                 fp->reduce_slot, fp->rs_input,
-                                                 pl->padded_sharded_numel, fp->reduce_dtype,
-                                                 HS_REDUCE_AVG);
+        fp->rs_work = hs_pg_reduce_scatter_async(
+            fp->mi.shard_pg, hs_fsdp_mem_rs(fp->mem), fp->reduce_slot, fp->rs_input,
+            pl->padded_sharded_numel, fp->reduce_dtype, HS_REDUCE_AVG);
         return;
     }
     HS_ASSERT(fp->reduce_numel == pl->unpacked_numel);
@@ -279,8 +265,7 @@ void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale)
     hs_fsdp_param_grad_release(fp);
 }
 
-hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e)
-{
+hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e) {
     if (!fp->rs_work) return HS_OK;
     hs_work *w = fp->rs_work;
     fp->rs_work = NULL;
@@ -291,23 +276,20 @@ hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e)
     return st;
 }
 
-void hs_fsdp_param_zero_sharded_grad(hs_fsdp_param *fp)
-{
+void hs_fsdp_param_zero_sharded_grad(hs_fsdp_param *fp) {
     fp->sharded_grad_unset = true;
     /* A frozen parameter's is never written by a reduction: zero it now. */
     if (fp->p->frozen) hs_fsdp_param_settle_sharded_grad(fp);
 }
 
-void hs_fsdp_param_settle_sharded_grad(hs_fsdp_param *fp)
-{
+void hs_fsdp_param_settle_sharded_grad(hs_fsdp_param *fp) {
     if (!fp->sharded_grad_unset) return;
     hs_dev_zero(fp->mem->dev, fp->sharded_grad,
                 bytes_of(fp->plan.actual_sharded_numel, HS_DTYPE_F32));
     fp->sharded_grad_unset = false;
 }
 
-void hs_fsdp_param_reduce_apply(hs_fsdp_param *fp)
-{
+void hs_fsdp_param_reduce_apply(hs_fsdp_param *fp) {
     /* The reduce slot is padded; only the actual rows reach the optimizer. */
     hs_fsdp_offload_apply_grad(fp);
 }

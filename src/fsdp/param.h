@@ -79,8 +79,8 @@ typedef struct hs_fsdp_param {
     hs_fsdp_mesh_info mi;
     hs_fsdp_plan plan;
     bool needs_all_gather;
-    bool tp_all_reduce; /* TP-Replicate on a tp mesh > 1: AR(tp) in the root tail */
-    float grad_factor;  /* x tp for a TP-partial gradient, else 1; folded into
+    bool tp_all_reduce;     /* TP-Replicate on a tp mesh > 1: AR(tp) in the root tail */
+    float grad_factor;      /* x tp for a TP-partial gradient, else 1; folded into
                          * the one pre-scale before the first collective */
     hs_dtype compute_dtype; /* what the model reads (param_dtype or fp32) */
     hs_dtype grad_dtype;    /* what the model accumulates into */
@@ -116,14 +116,14 @@ typedef struct hs_fsdp_param {
     /* gradients */
     void *unsharded_grad; /* padded unsharded, grad dtype; alive in backward */
     size_t unsharded_grad_bytes;
-    void *rs_input;       /* reduce_dtype; a copy when the grad dtype differs */
+    void *rs_input; /* reduce_dtype; a copy when the grad dtype differs */
     size_t rs_input_bytes;
-    void *acc_grad;       /* no-sync accumulator in fp32 for 16-bit grads */
+    void *acc_grad; /* no-sync accumulator in fp32 for 16-bit grads */
     size_t acc_grad_bytes;
     hs_work *rs_work;
-    void *reduce_slot;    /* this param's slice of its unit's reduce buffer */
+    void *reduce_slot; /* this param's slice of its unit's reduce buffer */
     int64_t reduce_numel;
-    float *sharded_grad;  /* fp32 actual shard: what the optimizer reads */
+    float *sharded_grad; /* fp32 actual shard: what the optimizer reads */
     /* zero_grads left sharded_grad unwritten: the next reduced gradient is
      * stored into it, and a reader before that settles it to zeros. */
     bool sharded_grad_unset;
@@ -138,8 +138,8 @@ typedef struct hs_fsdp_param {
 /* Build the plan, allocate the sharded storage and fill it from `seed` so
  * that it equals the same rows of the single-process init. */
 hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool replicate,
-                             const hs_fsdp_mesh_info *mi, hs_dtype compute_dtype,
-                             hs_fsdp_mem *mem, uint64_t seed, hs_error *e);
+                             const hs_fsdp_mesh_info *mi, hs_dtype compute_dtype, hs_fsdp_mem *mem,
+                             uint64_t seed, hs_error *e);
 void hs_fsdp_param_free(hs_fsdp_param *fp);
 
 /* Unshard in two phases so that all-gathers of a unit (or of prefetched

@@ -5,14 +5,12 @@ static const char *const pack_kind_names[] = {"dim0_even", "dim0_padded"};
 _Static_assert(sizeof pack_kind_names / sizeof pack_kind_names[0] == HS_FSDP_PACK_KIND_COUNT,
                "pack kind names follow the enum");
 
-const char *hs_fsdp_pack_kind_name(hs_fsdp_pack_kind k)
-{
+const char *hs_fsdp_pack_kind_name(hs_fsdp_pack_kind k) {
     return (unsigned)k < HS_FSDP_PACK_KIND_COUNT ? pack_kind_names[k] : "?";
 }
 
 static hs_status check_shard_dim(const char *fqn, int ndim, const int64_t *shape, int shard_dim,
-                                 int world, hs_error *e)
-{
+                                 int world, hs_error *e) {
     char sbuf[96];
     if (ndim < 1)
         return hs_error_set(e, HS_ERR_CONFIG,
@@ -20,8 +18,9 @@ static hs_status check_shard_dim(const char *fqn, int ndim, const int64_t *shape
                             "none; keep it out of the model or give it shape [1]",
                             fqn);
     if (ndim > HS_TENSOR_MAX_DIMS)
-        return hs_error_set(e, HS_ERR_INTERNAL, "parameter %s has %d dims; at most %d are supported",
-                            fqn, ndim, HS_TENSOR_MAX_DIMS);
+        return hs_error_set(e, HS_ERR_INTERNAL,
+                            "parameter %s has %d dims; at most %d are supported", fqn, ndim,
+                            HS_TENSOR_MAX_DIMS);
     if (shard_dim < 0 || shard_dim >= ndim)
         return hs_error_set(e, HS_ERR_INTERNAL, "parameter %s %s: shard dim %d out of range", fqn,
                             hs_shape_str(ndim, shape, sbuf, sizeof sbuf), shard_dim);
@@ -31,9 +30,8 @@ static hs_status check_shard_dim(const char *fqn, int ndim, const int64_t *shape
                                 "parameter %s %s: uneven sharding of dim %d over %d ranks "
                                 "(%lld %% %d != 0) is not supported; only dim 0 may be uneven. "
                                 "Shard dim 0 instead or pick a shard degree dividing %lld",
-                                fqn, hs_shape_str(ndim, shape, sbuf, sizeof sbuf), shard_dim,
-                                world, (long long)shape[shard_dim], world,
-                                (long long)shape[shard_dim]);
+                                fqn, hs_shape_str(ndim, shape, sbuf, sizeof sbuf), shard_dim, world,
+                                (long long)shape[shard_dim], world, (long long)shape[shard_dim]);
         return hs_error_set(e, HS_ERR_CONFIG,
                             "parameter %s %s: FSDP shards dim 0 only, dim %d was requested "
                             "(world size %d)",
@@ -43,8 +41,7 @@ static hs_status check_shard_dim(const char *fqn, int ndim, const int64_t *shape
 }
 
 hs_status hs_fsdp_plan_build(hs_fsdp_plan *plan, const char *fqn, int ndim, const int64_t *shape,
-                             int shard_dim, int world, int rank, hs_error *e)
-{
+                             int shard_dim, int world, int rank, hs_error *e) {
     HS_ASSERT(world >= 1 && rank >= 0 && rank < world);
     *plan = (hs_fsdp_plan){0};
     hs_status st = check_shard_dim(fqn, ndim, shape, shard_dim, world, e);
@@ -75,8 +72,7 @@ hs_status hs_fsdp_plan_build(hs_fsdp_plan *plan, const char *fqn, int ndim, cons
 }
 
 void hs_fsdp_plan_zero_tail(hs_device *d, const hs_fsdp_plan *plan, void *padded_unsharded,
-                            hs_dtype dt)
-{
+                            hs_dtype dt) {
     int64_t tail = plan->padded_unsharded_numel - plan->unpacked_numel;
     if (tail <= 0) return;
     size_t es = hs_dtype_size(dt);

@@ -1,15 +1,13 @@
 /* Forward and backward prefetch of unit all-gathers. */
 #include "fsdp/prefetch.h"
 
-static bool in_flight(const hs_fsdp_unit *u)
-{
+static bool in_flight(const hs_fsdp_unit *u) {
     for (int i = 0; i < u->n_params; i++)
         if (u->params[i]->state == HS_FSDP_UNSHARDING) return true;
     return false;
 }
 
-void hs_fsdp_prefetch_forward(hs_fsdp_ctx *ctx, const hs_fsdp_unit *u)
-{
+void hs_fsdp_prefetch_forward(hs_fsdp_ctx *ctx, const hs_fsdp_unit *u) {
     for (int k = 0; k < u->n_fwd_prefetch; k++) {
         hs_fsdp_unit *t = &ctx->units[u->fwd_prefetch[k]];
         /* A target inside its backward already holds what it needs. */
@@ -19,16 +17,14 @@ void hs_fsdp_prefetch_forward(hs_fsdp_ctx *ctx, const hs_fsdp_unit *u)
     }
 }
 
-void hs_fsdp_prefetch_backward(hs_fsdp_ctx *ctx, const hs_fsdp_unit *u)
-{
+void hs_fsdp_prefetch_backward(hs_fsdp_ctx *ctx, const hs_fsdp_unit *u) {
     for (int k = 0; k < u->n_bwd_prefetch; k++) {
         hs_fsdp_unit *t = &ctx->units[u->bwd_prefetch[k]];
         if (t->state == HS_FSDP_STATE_FORWARD) hs_fsdp_unit_unshard_issue(t);
     }
 }
 
-void hs_fsdp_prefetch_settle(hs_fsdp_ctx *ctx)
-{
+void hs_fsdp_prefetch_settle(hs_fsdp_ctx *ctx) {
     if (!ctx->units) return;
     for (int ui = 0; ui < ctx->n_units; ui++) {
         hs_fsdp_unit *u = &ctx->units[ui];

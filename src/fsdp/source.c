@@ -7,8 +7,7 @@
 static const char *kind_of(const hs_source_layout *l) { return l ? l->mesh : "plain"; }
 
 static void list_kinds(const char *const *fqns, const hs_source_layout *const *layouts, int n,
-                       char *buf, size_t cap)
-{
+                       char *buf, size_t cap) {
     size_t used = 0;
     buf[0] = '\0';
     for (int i = 0; i < n && used + 1 < cap; i++) {
@@ -20,8 +19,7 @@ static void list_kinds(const char *const *fqns, const hs_source_layout *const *l
 }
 
 hs_status hs_fsdp_check_unit_sources(const char *unit_name, const char *const *fqns,
-                                     const hs_source_layout *const *layouts, int n, hs_error *e)
-{
+                                     const hs_source_layout *const *layouts, int n, hs_error *e) {
     const char *uname = unit_name && unit_name[0] ? unit_name : "root";
     for (int i = 0; i < n; i++) {
         const hs_source_layout *l = layouts[i];

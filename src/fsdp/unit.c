@@ -11,28 +11,25 @@ static const char *const state_names[] = {"None", "PRE_FORWARD", "FORWARD", "PRE
 _Static_assert(sizeof state_names / sizeof state_names[0] == HS_FSDP_STATE_COUNT,
                "state names follow the enum");
 
-const char *hs_fsdp_unit_state_name(hs_fsdp_unit_state s)
-{
+const char *hs_fsdp_unit_state_name(hs_fsdp_unit_state s) {
     return (unsigned)s < HS_FSDP_STATE_COUNT ? state_names[s] : "?";
 }
 
-static int group_of(hs_fsdp_unit *u, hs_pg *pg, hs_dtype dt)
-{
+static int group_of(hs_fsdp_unit *u, hs_pg *pg, hs_dtype dt) {
     for (int g = 0; g < u->n_groups; g++)
         if (u->groups[g].pg == pg && u->groups[g].dtype == dt) return g;
     return -1;
 }
 
-void hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem)
-{
+void hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem) {
     u->groups = calloc((size_t)(u->n_params ? u->n_params : 1), sizeof *u->groups);
     HS_ASSERT(u->groups != NULL);
     u->n_groups = 0;
     for (int i = 0; i < u->n_params; i++) {
         hs_fsdp_param *fp = u->params[i];
         if (fp->p->frozen) continue; /* no gradient, no reduce slot */
-        fp->reduce_numel =
-            fp->needs_all_gather ? fp->plan.padded_sharded_numel : fp->plan.unpacked_numel;
+        fp->reduce_numel = fp->needs_all_gather ? fp->plan.padded_sharded_numel
+                                                : fp->plan.unpacked_numel;
         hs_pg *pg = fp->mi.replicate_size > 1 ? fp->mi.replicate_pg : NULL;
         int g = group_of(u, pg, fp->reduce_dtype);
         if (g < 0) {
@@ -59,8 +56,7 @@ void hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem)
     }
 }
 
-void hs_fsdp_unit_free(hs_fsdp_unit *u, hs_fsdp_mem *mem)
-{
+void hs_fsdp_unit_free(hs_fsdp_unit *u, hs_fsdp_mem *mem) {
     hs_fsdp_fusion_free(u);
     for (int g = 0; g < u->n_groups; g++) {
         HS_ASSERT(u->groups[g].ar_work == NULL);
@@ -75,22 +71,19 @@ void hs_fsdp_unit_free(hs_fsdp_unit *u, hs_fsdp_mem *mem)
     *u = (hs_fsdp_unit){0};
 }
 
-void hs_fsdp_unit_unshard_issue(hs_fsdp_unit *u)
-{
+void hs_fsdp_unit_unshard_issue(hs_fsdp_unit *u) {
     /* The fused all-gather marks its parameters in flight, so the
      * per-parameter issue below skips them. */
     if (u->fusion) hs_fsdp_fusion_unshard_issue(u->fusion);
     for (int i = 0; i < u->n_params; i++) hs_fsdp_param_unshard_issue(u->params[i]);
 }
 
-hs_status hs_fsdp_unit_unshard(hs_fsdp_unit *u, hs_error *e)
-{
+hs_status hs_fsdp_unit_unshard(hs_fsdp_unit *u, hs_error *e) {
     hs_fsdp_unit_unshard_issue(u);
     return hs_fsdp_unit_unshard_wait(u, e);
 }
 
-hs_status hs_fsdp_unit_unshard_wait(hs_fsdp_unit *u, hs_error *e)
-{
+hs_status hs_fsdp_unit_unshard_wait(hs_fsdp_unit *u, hs_error *e) {
     hs_status first = u->fusion ? hs_fsdp_fusion_unshard_wait(u->fusion, e) : HS_OK;
     for (int i = 0; i < u->n_params; i++) {
         hs_status st = hs_fsdp_param_unshard_wait(u->params[i], e);
@@ -99,14 +92,12 @@ hs_status hs_fsdp_unit_unshard_wait(hs_fsdp_unit *u, hs_error *e)
     return first;
 }
 
-void hs_fsdp_unit_reshard(hs_fsdp_unit *u)
-{
+void hs_fsdp_unit_reshard(hs_fsdp_unit *u) {
     if (u->fusion) hs_fsdp_fusion_reshard(u->fusion);
     for (int i = 0; i < u->n_params; i++) hs_fsdp_param_reshard(u->params[i]);
 }
 
-bool hs_fsdp_unit_is_unsharded(const hs_fsdp_unit *u)
-{
+bool hs_fsdp_unit_is_unsharded(const hs_fsdp_unit *u) {
     for (int i = 0; i < u->n_params; i++)
         if (u->params[i]->state != HS_FSDP_UNSHARDED) return false;
     return true;

@@ -46,8 +46,8 @@ static hs_status mesh_group_check(const hs_mesh *m, hs_mesh_dim d, int key, hs_e
                         "mesh group '%s' on rank %d has size %d and rank %d, expected size %d "
                         "and rank %d; a group of that name was created earlier with another "
                         "layout",
-                        hs_mesh_dim_name(d), m->rank, g ? hs_pg_size(g) : 0,
-                        g ? hs_pg_rank(g) : -1, want, key);
+                        hs_mesh_dim_name(d), m->rank, g ? hs_pg_size(g) : 0, g ? hs_pg_rank(g) : -1,
+                        want, key);
 }
 
 /* Every rank calls split for every dim in the same order: each split is
@@ -58,12 +58,10 @@ static hs_status mesh_split_all(hs_comm *c, hs_mesh *m, hs_error *e) {
         int colour = hs_topology_group_index(&m->topo, d, m->rank);
         int key = hs_topology_group_rank(&m->topo, d, m->rank);
         char name[96];
-        if (m->prefix[0])
-            snprintf(name, sizeof name, "%s.%s", m->prefix, hs_mesh_dim_name(d));
-        else
-            snprintf(name, sizeof name, "%s", hs_mesh_dim_name(d));
-        hs_status s = hs_comm_split_queue(c, name, colour, key, mesh_dim_queue(d), &m->groups[d],
-                                          e);
+        if (m->prefix[0]) snprintf(name, sizeof name, "%s.%s", m->prefix, hs_mesh_dim_name(d));
+        else snprintf(name, sizeof name, "%s", hs_mesh_dim_name(d));
+        hs_status s =
+            hs_comm_split_queue(c, name, colour, key, mesh_dim_queue(d), &m->groups[d], e);
         if (s == HS_OK) s = mesh_group_check(m, d, key, e);
         if (s != HS_OK) return s;
     }
@@ -74,8 +72,8 @@ hs_status hs_mesh_create(hs_comm *c, const hs_topology *t, hs_mesh **out, hs_err
     return hs_mesh_create_named(c, t, NULL, out, e);
 }
 
-hs_status hs_mesh_create_named(hs_comm *c, const hs_topology *t, const char *prefix,
-                               hs_mesh **out, hs_error *e) {
+hs_status hs_mesh_create_named(hs_comm *c, const hs_topology *t, const char *prefix, hs_mesh **out,
+                               hs_error *e) {
     *out = NULL;
     int world = hs_comm_size(c);
     if (t->world != world)

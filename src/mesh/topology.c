@@ -122,16 +122,21 @@ static void check_expert(const hs_topology *t, hs_error *e) {
 
 hs_status hs_topology_derive(hs_topology *t, int world, int tp, int cp, int ep, int pp,
                              int dp_shard, int edp_shard, hs_error *e) {
-    *t = (hs_topology){.world = world, .tp = tp, .cp = cp, .ep = ep, .pp = pp,
-                       .dp_shard = dp_shard, .edp_shard = edp_shard};
+    *t = (hs_topology){.world = world,
+                       .tp = tp,
+                       .cp = cp,
+                       .ep = ep,
+                       .pp = pp,
+                       .dp_shard = dp_shard,
+                       .edp_shard = edp_shard};
     /* Collected apart from `e` so the caller's earlier lines (other config
      * rules) are kept and this call still knows whether it found anything. */
     hs_error local;
     hs_error_clear(&local);
     bool sizes = world >= 1;
     if (!sizes)
-        hs_error_append(&local, HS_ERR_CONFIG, "world size %d must be >= 1; start at least one rank",
-                        world);
+        hs_error_append(&local, HS_ERR_CONFIG,
+                        "world size %d must be >= 1; start at least one rank", world);
     sizes &= check_size(tp, "accelerator.tp_size", "use 1 for no tensor parallelism", &local);
     sizes &= check_size(cp, "accelerator.cp_size", "use 1 for no context parallelism", &local);
     sizes &= check_size(ep, "accelerator.ep_size", "use 1 for no expert parallelism", &local);
@@ -163,8 +168,9 @@ bool hs_topology_fsdp_active(const hs_topology *t, char *why, size_t cap) {
         snprintf(buf, sizeof buf, "skipped: world size 1");
     } else if (t->fsdp_dp == 1 && !expert_active(t)) {
         if (t->pp > 1)
-            snprintf(buf, sizeof buf, "skipped: no FSDP domain (dp×cp = 1; tp=%d × pp=%d uses every rank)",
-                     t->tp, t->pp);
+            snprintf(buf, sizeof buf,
+                     "skipped: no FSDP domain (dp×cp = 1; tp=%d × pp=%d uses every rank)", t->tp,
+                     t->pp);
         else
             snprintf(buf, sizeof buf, "skipped: no FSDP domain (dp×cp = 1; tp=%d uses every rank)",
                      t->tp);

@@ -46,7 +46,8 @@ void hs_topology_print(const hs_topology *t, FILE *f) {
     print_coords(t, f);
     int *members = malloc(sizeof(int) * (size_t)t->world);
     if (!members) hs_oom("printing a topology of %d ranks", t->world);
-    fprintf(f, "\n%-15s %s  %s\n", "group", "count × size", "members (world ranks, group-rank order)");
+    fprintf(f, "\n%-15s %s  %s\n", "group", "count × size",
+            "members (world ranks, group-rank order)");
     for (int d = 0; d < HS_DIM_COUNT; d++) print_dim(t, (hs_mesh_dim)d, members, f);
     free(members);
 }

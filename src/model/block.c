@@ -40,8 +40,7 @@ static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_a
     hs_linear_forward(m->dev, a->v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
     m->k->rope_fwd(m->s, a->q, dt, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
     m->k->rope_fwd(m->s, a->k, dt, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
-    if (m->cp_on)
-        hs_cp_attention_forward(m, a, B, T);
+    if (m->cp_on) hs_cp_attention_forward(m, a, B, T);
     else {
         hs_att_rows r = hs_att_rows_all(T);
         hs_att_work w = {.scratch = m->att_scratch, .threads = m->att_threads};
@@ -117,8 +116,7 @@ void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in
     if (m->moe && m->sp) /* the MoE layer runs on the local rows */
         m->k->rmsnorm_fwd(m->s, a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, m->dt, Nl, m->C,
                           (float)m->cfg.norm_eps);
-    else
-        hs_tp_norm_enter(m, a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, N);
+    else hs_tp_norm_enter(m, a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, N);
     bool cast_out = b->output_stored != rdt;
     mlp_forward(m, bp, a, cast_out ? m->out_tmp : x_out, rdt, N, hooks, count_aux);
     if (!cast_out) return;
@@ -184,8 +182,7 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
     zero_f32(m, m->dq, N * qd);
     zero_f32(m, m->dk, N * kvd);
     zero_f32(m, m->dv, N * kvd);
-    if (m->cp_on)
-        hs_cp_attention_backward(m, a, B, T);
+    if (m->cp_on) hs_cp_attention_backward(m, a, B, T);
     else {
         /* datt rounded once for the 16-bit products (m->dout16 is free
          * until the q/k/v projections' backward) */

@@ -37,8 +37,14 @@ void hs_cp_prepare(hs_model *m, int T_local) {
  * sequence, k0 = the chunk's global start; ring: the block, local rows). */
 static hs_att_rows chunk_rows(const hs_model *m, int T, int c, int Tk, int k0, int nk, int64_t gk) {
     int C = T / 2;
-    return (hs_att_rows){.Tq = T, .Tk = Tk, .q0 = c * C, .nq = C, .k0 = k0, .nk = nk,
-                         .gq = hs_cp_global_position(m->cp, m->cp_rank, T, c * C), .gk = gk};
+    return (hs_att_rows){.Tq = T,
+                         .Tk = Tk,
+                         .q0 = c * C,
+                         .nq = C,
+                         .k0 = k0,
+                         .nk = nk,
+                         .gq = hs_cp_global_position(m->cp, m->cp_rank, T, c * C),
+                         .gk = gk};
 }
 
 /* Attention on the rows of r through the device's table, with the model's
@@ -103,7 +109,8 @@ static void ring_pairs(const hs_model *m, int T, int src, hs_att_rows out[4]) {
     int C = T / 2, k = 0;
     for (int c = 0; c < 2; c++)
         for (int d = 0; d < 2; d++)
-            out[k++] = chunk_rows(m, T, c, T, d * C, C, hs_cp_global_position(m->cp, src, T, d * C));
+            out[k++] =
+                chunk_rows(m, T, c, T, d * C, C, hs_cp_global_position(m->cp, src, T, d * C));
 }
 
 /* acc (out, lse) := merge of acc and the block's (bout, blse) on the query
@@ -174,15 +181,11 @@ static void ring_backward(hs_model *m, hs_block_acts *a, int B, int T) {
 }
 
 void hs_cp_attention_forward(hs_model *m, hs_block_acts *a, int B, int T) {
-    if (m->ops->cp_ring)
-        ring_forward(m, a, B, T);
-    else
-        allgather_forward(m, a, B, T);
+    if (m->ops->cp_ring) ring_forward(m, a, B, T);
+    else allgather_forward(m, a, B, T);
 }
 
 void hs_cp_attention_backward(hs_model *m, hs_block_acts *a, int B, int T) {
-    if (m->ops->cp_ring)
-        ring_backward(m, a, B, T);
-    else
-        allgather_backward(m, a, B, T);
+    if (m->ops->cp_ring) ring_backward(m, a, B, T);
+    else allgather_backward(m, a, B, T);
 }

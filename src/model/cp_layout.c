@@ -22,10 +22,8 @@ static void move_rank(hs_device *d, void *local, void *whole, bool to_local, int
     for (int c = 0; c < 2; c++) {
         char *l = (char *)local + (size_t)c * C * rb;
         char *w = (char *)whole + (size_t)chunk_of(cp, rank, c) * C * rb;
-        if (to_local)
-            hs_dev_copy_2d(d, l, l_stride, w, w_stride, B, chunk);
-        else
-            hs_dev_copy_2d(d, w, w_stride, l, l_stride, B, chunk);
+        if (to_local) hs_dev_copy_2d(d, l, l_stride, w, w_stride, B, chunk);
+        else hs_dev_copy_2d(d, w, w_stride, l, l_stride, B, chunk);
     }
 }
 

@@ -18,10 +18,8 @@ static void init_span(hs_device *d, const hs_param *p, uint64_t seed, uint64_t s
                       int64_t first, int64_t n, char *dst, hs_dtype dt, float *buf) {
     for (int64_t i = 0; i < n; i += INIT_CHUNK) {
         int64_t k = n - i < INIT_CHUNK ? n - i : INIT_CHUNK;
-        if (p->kind == HS_PARAM_NORM)
-            hs_dev_fill(d, buf, k, 1.0f);
-        else
-            hs_dev_rng_normal(d, buf, k, seed, stream, first + i, 0.0f, p->init_std);
+        if (p->kind == HS_PARAM_NORM) hs_dev_fill(d, buf, k, 1.0f);
+        else hs_dev_rng_normal(d, buf, k, seed, stream, first + i, 0.0f, p->init_std);
         hs_dev_convert(d, dst + (size_t)i * hs_dtype_size(dt), dt, buf, HS_DTYPE_F32, k);
     }
 }
@@ -41,8 +39,7 @@ void hs_model_init_param_rows(const hs_model *m, const hs_param *p, uint64_t see
     int64_t g0 = p->local_offset[0] + row_start;
     float *buf = hs_device_alloc(m->dev, INIT_CHUNK * sizeof(float));
     size_t es = hs_dtype_size(dt);
-    if (!col_split)
-        init_span(m->dev, p, seed, stream, g0 * grn, rows * lrn, dst, dt, buf);
+    if (!col_split) init_span(m->dev, p, seed, stream, g0 * grn, rows * lrn, dst, dt, buf);
     else
         for (int64_t r = 0; r < rows; r++)
             init_span(m->dev, p, seed, stream, (g0 + r) * grn + p->local_offset[1] * inner, lrn,

@@ -190,9 +190,8 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
 
 static void acts_free(hs_model *m, hs_block_acts *a) {
     if (m->moe) hs_moe_act_release(&a->moe);
-    void *ptrs[] = {a->rstd1, a->ln1,   a->q,     a->k,     a->v,
-                    a->lse,   a->atty,  a->x_cast, a->x_mid, a->rstd2,
-                    a->ln2,   a->gate,  a->up,    a->h,     a->moe_out, a->moe_mem};
+    void *ptrs[] = {a->rstd1, a->ln1,   a->q,   a->k,    a->v,  a->lse, a->atty,    a->x_cast,
+                    a->x_mid, a->rstd2, a->ln2, a->gate, a->up, a->h,   a->moe_out, a->moe_mem};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_device_free_mem(m->dev, ptrs[i]);
 }
 
@@ -354,10 +353,8 @@ static void buffers_alloc(hs_model *m) {
     if (m->moe) {
         m->moe_scratch = raw(m, hs_moe_scratch_bytes(&m->moe_shapes, dt));
         if (m->ep > 1 && m->opt.count_buffers) count(m, ep_rows_bytes(m, false));
-        if (m->opt.count_buffers)
-            count(m, (int64_t)hs_moe_aux_bytes(m->moe_shapes.E));
-        else
-            hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->dev);
+        if (m->opt.count_buffers) count(m, (int64_t)hs_moe_aux_bytes(m->moe_shapes.E));
+        else hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->dev);
         m->aux_buf = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
         m->aux_stage = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
         size_t tokens = (size_t)m->L * (size_t)m->moe_shapes.E;
@@ -414,7 +411,8 @@ static void dims_set(hs_model *m) {
     m->layer_of = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->layer_of);
     if (!m->layer_of) hs_oom("model: cannot allocate %d block indices", m->L);
     for (int k = 0; k < m->n_chunks; k++)
-        for (int j = 0; j < m->chunk_len[k]; j++) m->layer_of[m->chunk_begin[k] + j] = m->chunk_l0[k] + j;
+        for (int j = 0; j < m->chunk_len[k]; j++)
+            m->layer_of[m->chunk_begin[k] + j] = m->chunk_l0[k] + j;
     m->moe = strcmp(c->arch, "moe") == 0;
     m->ep = m->ops && m->ops->ep_size > 1 ? m->ops->ep_size : 1;
     m->ep_rank = m->ep > 1 ? m->ops->ep_rank : 0;
@@ -466,17 +464,17 @@ static void params_free(hs_model *m) {
 static void buffers_free(hs_model *m) {
     for (int k = 0; m->slots && k < m->n_chunks * m->n_slots; k++) slot_free(m, &m->slots[k]);
     free(m->slots);
-    void *ptrs[] = {m->logits, m->cos_t,  m->sin_t,
-                    m->dres,        m->dln,         m->dq,     m->dk,     m->dv,
-                    m->datt,        m->dg,          m->du,     m->dh,     m->dout16,
-                    m->att_scratch, m->norm_part,   m->moe_scratch, m->aux_stage, m->out_tmp,
-                    m->aux_buf,     m->batch_tokens, m->batch_targets,
-                    m->tp_part,     m->tp_red,      m->sp_ln,  m->sp_dfull,
-                    m->tp_stats,    m->logits_all,  m->cos_l,  m->sin_l,
-                    m->kf,          m->vf,          m->cp_stage, m->dkf,
-                    m->dvf,         m->cp_fstage,   m->ring_out, m->ring_lse,
-                    m->ring_blse,   m->att_delta,   m->ring_bout, m->ring_kv[0],
-                    m->ring_kv[1],  m->ring_dkv[0], m->ring_dkv[1]};
+    void *ptrs[] = {m->logits,        m->cos_t,       m->sin_t,       m->dres,
+                    m->dln,           m->dq,          m->dk,          m->dv,
+                    m->datt,          m->dg,          m->du,          m->dh,
+                    m->dout16,        m->att_scratch, m->norm_part,   m->moe_scratch,
+                    m->aux_stage,     m->out_tmp,     m->aux_buf,     m->batch_tokens,
+                    m->batch_targets, m->tp_part,     m->tp_red,      m->sp_ln,
+                    m->sp_dfull,      m->tp_stats,    m->logits_all,  m->cos_l,
+                    m->sin_l,         m->kf,          m->vf,          m->cp_stage,
+                    m->dkf,           m->dvf,         m->cp_fstage,   m->ring_out,
+                    m->ring_lse,      m->ring_blse,   m->att_delta,   m->ring_bout,
+                    m->ring_kv[0],    m->ring_kv[1],  m->ring_dkv[0], m->ring_dkv[1]};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_device_free_mem(m->dev, ptrs[i]);
     hs_device_free_mem(m->dev, m->expert_tokens);
     free(m->expert_tokens_host);

@@ -81,19 +81,19 @@ struct hs_model {
     int chunk_l0[HS_MODEL_MAX_CHUNKS];
     hs_dtype chunk_in_dt[HS_MODEL_MAX_CHUNKS]; /* the stream entering each chunk */
     int *layer_of;
-    int cur_chunk;               /* the chunk of the slot in use */
+    int cur_chunk;                /* the chunk of the slot in use */
     bool first_stage, last_stage; /* holds the embedding / the norm and lm_head */
     int NHg, KVHg, Fg, Vg;
     const hs_model_ops *ops; /* NULL: one device */
     bool tp_on, cp_on;       /* tensor / context parallel ops in use */
     int tp, tp_rank;
     int cp, cp_rank;
-    bool sp;                 /* sequence parallel: residual rows split over tp */
-    int64_t v0;              /* first vocabulary row of this TP rank */
-    int8_t *want_split;      /* [n_params]: tensor dim the model splits over tp, -1 none */
+    bool sp;            /* sequence parallel: residual rows split over tp */
+    int64_t v0;         /* first vocabulary row of this TP rank */
+    int8_t *want_split; /* [n_params]: tensor dim the model splits over tp, -1 none */
     bool moe;
     hs_moe_shapes moe_shapes;
-    int ep, ep_rank;         /* expert parallelism (1: every expert local) */
+    int ep, ep_rank; /* expert parallelism (1: every expert local) */
 
     hs_param *params;
     int n_params;
@@ -112,11 +112,11 @@ struct hs_model {
                           * when no block casts its output */
     hs_block_acts *acts; /* L, or 1 shared set with activation checkpointing */
     int n_acts;
-    hs_act_slot *slots;   /* n_chunks x n_slots; the fields above point at one */
-    int n_slots;          /* per chunk */
-    float *rstdf;         /* [B,T] fp32 */
-    void *lnf;            /* [B,T,C] */
-    float *logits;        /* [head_rows,V] fp32 chunk; becomes dlogits in place */
+    hs_act_slot *slots; /* n_chunks x n_slots; the fields above point at one */
+    int n_slots;        /* per chunk */
+    float *rstdf;       /* [B,T] fp32 */
+    void *lnf;          /* [B,T,C] */
+    float *logits;      /* [head_rows,V] fp32 chunk; becomes dlogits in place */
     /* [max_batch, seq_len] int32: the batch's tokens (first stage) and
      * targets (last stage), copied across from the caller's host arrays */
     int32_t *batch_tokens, *batch_targets;
@@ -148,31 +148,31 @@ struct hs_model {
 
     /* context parallelism (NULL without CP); T = seq_len, the whole sequence */
     const float *rope_cos, *rope_sin; /* the tables of this batch's positions */
-    float *cos_l, *sin_l;   /* [T, HD/2] rows of the local positions */
+    float *cos_l, *sin_l;             /* [T, HD/2] rows of the local positions */
     /* allgather */
-    void *kf, *vf;          /* [B,T,KVH*HD] whole-sequence K/V */
-    void *cp_stage;         /* [B,T,KVH*HD] the all-gathered blocks */
-    float *dkf, *dvf;       /* [B,T,KVH*HD] fp32 dK/dV of the whole sequence */
-    float *cp_fstage;       /* [B,T,KVH*HD] fp32 blocks to reduce-scatter */
+    void *kf, *vf;    /* [B,T,KVH*HD] whole-sequence K/V */
+    void *cp_stage;   /* [B,T,KVH*HD] the all-gathered blocks */
+    float *dkf, *dvf; /* [B,T,KVH*HD] fp32 dK/dV of the whole sequence */
+    float *cp_fstage; /* [B,T,KVH*HD] fp32 blocks to reduce-scatter */
     /* ring: [K | V] of a block (local rows) in hand and arriving, their
      * fp32 [dK | dV], a block's output and the online-softmax state */
     void *ring_kv[2];
     float *ring_dkv[2];
-    float *ring_bout;       /* [B,T_local,NH*HD] fp32 */
-    float *ring_out;        /* [B,T_local,NH*HD] fp32 */
+    float *ring_bout;            /* [B,T_local,NH*HD] fp32 */
+    float *ring_out;             /* [B,T_local,NH*HD] fp32 */
     float *ring_lse, *ring_blse; /* [B,NH,T_local] */
 
     /* moe */
     void *moe_scratch; /* hs_moe_scratch_bytes */
     hs_moe_aux aux;
-    float *aux_g;   /* [E] the slot in use's */
-    float *aux_stage; /* [2E + 2] pipeline stages: the running statistics handed on */
-    float *aux_buf; /* [2E + 2] the totals summed over a global micro-batch */
-    hs_moe_ep moe_ep;       /* ep > 1: the exchange's ops and scratch */
-    int32_t *moe_offset_h;  /* [E+1] host: a layer's grouped-row offsets, copied back */
-    int64_t *expert_tokens; /* [L x E] rows routed to each expert since the reset */
+    float *aux_g;                /* [E] the slot in use's */
+    float *aux_stage;            /* [2E + 2] pipeline stages: the running statistics handed on */
+    float *aux_buf;              /* [2E + 2] the totals summed over a global micro-batch */
+    hs_moe_ep moe_ep;            /* ep > 1: the exchange's ops and scratch */
+    int32_t *moe_offset_h;       /* [E+1] host: a layer's grouped-row offsets, copied back */
+    int64_t *expert_tokens;      /* [L x E] rows routed to each expert since the reset */
     int64_t *expert_tokens_host; /* [L x E] host memory: hs_model_expert_tokens' copy */
-    int64_t counted_bytes;  /* count_buffers: what the buffers would take */
+    int64_t counted_bytes;       /* count_buffers: what the buffers would take */
 };
 
 /* registry.c */

@@ -6,15 +6,19 @@
 #include "model/layers.h"
 #include "model/moe.h"
 
-hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C)
-{
-    hs_moe_shapes s = {BT, C, mc->num_experts, mc->top_k, mc->expert_ffn_dim,
-                       mc->shared_expert_ffn_dim, 1, mc->num_experts};
+hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C) {
+    hs_moe_shapes s = {BT,
+                       C,
+                       mc->num_experts,
+                       mc->top_k,
+                       mc->expert_ffn_dim,
+                       mc->shared_expert_ffn_dim,
+                       1,
+                       mc->num_experts};
     return s;
 }
 
-static void shapes_check(const hs_moe_shapes *s)
-{
+static void shapes_check(const hs_moe_shapes *s) {
     HS_ASSERT(s->BT >= 0 && s->C > 0 && s->E > 0 && s->F > 0 && s->FS >= 0);
     HS_ASSERT(s->K >= 1 && s->K <= s->E);
     HS_ASSERT(s->ep >= 1 && s->EL * s->ep == s->E);
@@ -28,15 +32,13 @@ typedef struct carver {
     size_t off;
 } carver;
 
-static void *carve(carver *c, size_t bytes)
-{
+static void *carve(carver *c, size_t bytes) {
     void *p = c->base ? c->base + c->off : NULL;
     c->off += (bytes + HS_ALIGN - 1) / HS_ALIGN * HS_ALIGN;
     return p;
 }
 
-static size_t act_layout(hs_moe_act *a, const hs_moe_shapes *s, hs_dtype dt, void *mem)
-{
+static size_t act_layout(hs_moe_act *a, const hs_moe_shapes *s, hs_dtype dt, void *mem) {
     carver c = {mem, 0};
     const size_t es = hs_dtype_size(dt), bt = (size_t)s->BT, pairs = bt * (size_t)s->K;
     /* Under EP the experts' hidden rows are those received (ep_h1/ep_h3). */
@@ -62,16 +64,14 @@ static size_t act_layout(hs_moe_act *a, const hs_moe_shapes *s, hs_dtype dt, voi
     return c.off;
 }
 
-size_t hs_moe_act_bytes(const hs_moe_shapes *s, hs_dtype dt)
-{
+size_t hs_moe_act_bytes(const hs_moe_shapes *s, hs_dtype dt) {
     hs_moe_act a;
     shapes_check(s);
     return act_layout(&a, s, dt, NULL);
 }
 
 void hs_moe_act_bind(hs_moe_act *act, hs_device *dev, const hs_moe_shapes *s, hs_dtype dt,
-                     void *mem)
-{
+                     void *mem) {
     shapes_check(s);
     HS_ASSERT(mem != NULL && ((uintptr_t)mem % HS_ALIGN) == 0);
     *act = (hs_moe_act){0};
@@ -82,8 +82,7 @@ void hs_moe_act_bind(hs_moe_act *act, hs_device *dev, const hs_moe_shapes *s, hs
     act_layout(act, s, dt, mem);
 }
 
-void hs_moe_act_release(hs_moe_act *act)
-{
+void hs_moe_act_release(hs_moe_act *act) {
     hs_moe_grow_free(&act->ep_x);
     hs_moe_grow_free(&act->ep_h1);
     hs_moe_grow_free(&act->ep_h3);
@@ -104,8 +103,7 @@ typedef struct moe_scratch {
     float *row; /* [C] */
 } moe_scratch;
 
-static size_t scratch_layout(moe_scratch *m, const hs_moe_shapes *s, hs_dtype dt, void *mem)
-{
+static size_t scratch_layout(moe_scratch *m, const hs_moe_shapes *s, hs_dtype dt, void *mem) {
     carver c = {mem, 0};
     const size_t es = hs_dtype_size(dt), bt = (size_t)s->BT, pairs = bt * (size_t)s->K;
     size_t hidden = s->ep > 1 ? 0 : pairs * (size_t)s->F; /* EP: hs_moe_ep's own */
@@ -122,37 +120,33 @@ static size_t scratch_layout(moe_scratch *m, const hs_moe_shapes *s, hs_dtype dt
     return c.off;
 }
 
-size_t hs_moe_scratch_bytes(const hs_moe_shapes *s, hs_dtype dt)
-{
+size_t hs_moe_scratch_bytes(const hs_moe_shapes *s, hs_dtype dt) {
     moe_scratch m;
     shapes_check(s);
     return scratch_layout(&m, s, dt, NULL);
 }
 
-static moe_scratch scratch_bind(const hs_moe_act *act, void *mem)
-{
+static moe_scratch scratch_bind(const hs_moe_act *act, void *mem) {
     moe_scratch m;
     HS_ASSERT(mem != NULL && ((uintptr_t)mem % HS_ALIGN) == 0);
     scratch_layout(&m, &act->cap, act->dt, mem);
     return m;
 }
 
-static void experts_forward(hs_moe_act *act, const hs_moe_weights *w, moe_scratch *m)
-{
+static void experts_forward(hs_moe_act *act, const hs_moe_weights *w, moe_scratch *m) {
     if (act->ep) {
         hs_moe_ep_forward(act, w, m->xg);
         return;
     }
     hs_moe_rows r = {act->dev, act->cap.E, hs_moe_dispatch_offsets(act), m->xg, act->h1,
-                     act->h3, act->y};
+                     act->h3,  act->y};
     hs_moe_experts_forward(&r, w, m->a, act->dt, act->cap.C, act->cap.F);
 }
 
 /* The expert unit's output cast: y (held in dt) takes the values of y cast
  * to out_dt. Widening to fp32 changes no value (the combine reads y into
  * fp32 anyway), so only a narrower out_dt does work. */
-static void expert_output_cast(const hs_moe_act *act, float *row)
-{
+static void expert_output_cast(const hs_moe_act *act, float *row) {
     const int C = act->cap.C;
     if (act->out_dt == act->dt || act->out_dt == HS_DTYPE_F32) return;
     for (int64_t r = 0; r < (int64_t)act->BT * act->cap.K; r++) {
@@ -164,15 +158,13 @@ static void expert_output_cast(const hs_moe_act *act, float *row)
 }
 
 /* acc[t] = sum_k weight[t,k] * y[row of (t,k)], slots in order k = 0..K-1. */
-static void combine(float *acc, float *row, const hs_moe_act *act)
-{
-    act->dev->k->moe_unpermute(act->dev->stream, acc, act->y, act->dt, act->pair_row,
-                               act->weight, act->BT, act->cap.K, act->cap.C, row);
+static void combine(float *acc, float *row, const hs_moe_act *act) {
+    act->dev->k->moe_unpermute(act->dev->stream, acc, act->y, act->dt, act->pair_row, act->weight,
+                               act->BT, act->cap.K, act->cap.C, row);
 }
 
 void hs_moe_forward(void *out, hs_moe_act *act, const void *x, const hs_moe_weights *w, int BT,
-                    void *scratch)
-{
+                    void *scratch) {
     HS_ASSERT(BT >= 0 && BT <= act->cap.BT);
     const hs_moe_shapes *s = &act->cap;
     moe_scratch m = scratch_bind(act, scratch);
@@ -190,30 +182,26 @@ void hs_moe_forward(void *out, hs_moe_act *act, const void *x, const hs_moe_weig
 }
 
 /* dyg[row of (t,k)] = weight[t,k] * dout[t]; dw[t,k] = dout[t] . y[row]. */
-static void combine_backward(moe_scratch *m, const float *dout, const hs_moe_act *act)
-{
+static void combine_backward(moe_scratch *m, const float *dout, const hs_moe_act *act) {
     act->dev->k->moe_combine_bwd(act->dev->stream, m->dyg, m->dw, dout, act->y, act->dt,
                                  act->pair_row, act->weight, act->BT, act->cap.K, act->cap.C,
                                  m->row);
 }
 
-static void experts_backward(const hs_moe_grads *gr, const hs_moe_act *act,
-                             const hs_moe_weights *w, moe_scratch *m)
-{
+static void experts_backward(const hs_moe_grads *gr, const hs_moe_act *act, const hs_moe_weights *w,
+                             moe_scratch *m) {
     if (act->ep) {
         hs_moe_ep_backward(act, gr, w, m->dyg);
         return;
     }
     hs_moe_rows r = {act->dev, act->cap.E, hs_moe_dispatch_offsets(act), m->xg, act->h1,
-                     act->h3, act->y};
+                     act->h3,  act->y};
     hs_moe_experts_backward(&r, m->dyg, gr, w, m->a, m->dh1, m->dh3, act->dt, act->cap.C,
                             act->cap.F);
 }
 
-void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr,
-                     const hs_moe_act *act, const void *x, const hs_moe_weights *w,
-                     const float *aux_grad, void *scratch)
-{
+void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr, const hs_moe_act *act,
+                     const void *x, const hs_moe_weights *w, const float *aux_grad, void *scratch) {
     const hs_moe_shapes *s = &act->cap;
     const int C = s->C, K = s->K;
     moe_scratch m = scratch_bind(act, scratch);

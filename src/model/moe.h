@@ -164,10 +164,10 @@ typedef struct hs_moe_act {
     double *prob_sum;  /* [E] sum over tokens of probs (this layer) */
     /* expert parallelism (NULL: every expert is local) */
     hs_moe_ep *ep;
-    float *ep_send;    /* [E] rows for (rank d, local expert j) at d*EL + j */
-    float *ep_recv;    /* [E] rows from (source s, local expert j) at s*EL + j */
-    int32_t *ep_off;   /* [EL+1] expert-major offsets of the received rows */
-    int64_t ep_rows;   /* received rows */
+    float *ep_send;                       /* [E] rows for (rank d, local expert j) at d*EL + j */
+    float *ep_recv;                       /* [E] rows from (source s, local expert j) at s*EL + j */
+    int32_t *ep_off;                      /* [EL+1] expert-major offsets of the received rows */
+    int64_t ep_rows;                      /* received rows */
     hs_moe_grow ep_x, ep_h1, ep_h3, ep_y; /* [ep_rows, C | F | F | C] dt */
 } hs_moe_act;
 
@@ -190,9 +190,8 @@ void hs_moe_forward(void *out, hs_moe_act *act, const void *x, const hs_moe_weig
 /* dx [BT, C] fp32 += d out/d x . dout; grads += likewise. aux_grad [E]
  * (from hs_moe_aux_prob_grad) is added to d loss / d probs of every token;
  * NULL means no aux term. BT is that of the last forward on act. */
-void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr,
-                     const hs_moe_act *act, const void *x, const hs_moe_weights *w,
-                     const float *aux_grad, void *scratch);
+void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr, const hs_moe_act *act,
+                     const void *x, const hs_moe_weights *w, const float *aux_grad, void *scratch);
 
 /* -------------------------------------------------------------- aux loss */
 
@@ -270,8 +269,8 @@ void hs_moe_experts_forward(const hs_moe_rows *r, const hs_moe_weights *w, void 
  * expert weight gradients accumulate. a (dt), dh1, dh3 (fp32): offset[n]
  * * F elements of scratch. */
 void hs_moe_experts_backward(const hs_moe_rows *r, float *dy, const hs_moe_grads *gr,
-                             const hs_moe_weights *w, void *a, float *dh1, float *dh3,
-                             hs_dtype dt, int C, int F);
+                             const hs_moe_weights *w, void *a, float *dh1, float *dh3, hs_dtype dt,
+                             int C, int F);
 
 /* Expert parallelism (moe_ep.c). Forward: from xg (grouped rows, dt), the
  * counts and rows exchanged, this rank's experts run, y filled in grouped
@@ -297,8 +296,7 @@ void hs_moe_swiglu_backward(hs_device *d, float *dxin, float dxin_beta, void *dw
                             int C, int F);
 
 /* Element i of a buffer of dtype dt. */
-static inline void *hs_moe_at(const void *p, hs_dtype dt, int64_t i)
-{
+static inline void *hs_moe_at(const void *p, hs_dtype dt, int64_t i) {
     return (char *)p + (size_t)i * hs_dtype_size(dt);
 }
 

@@ -16,8 +16,7 @@
 
 size_t hs_moe_aux_bytes(int E) { return (size_t)E * (sizeof(int64_t) + sizeof(double)); }
 
-void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_device *dev)
-{
+void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_device *dev) {
     HS_ASSERT(E >= 1 && K >= 1 && K <= E);
     a->E = E;
     a->K = K;
@@ -32,8 +31,7 @@ void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_device *dev)
     hs_moe_aux_reset(a);
 }
 
-void hs_moe_aux_free(hs_moe_aux *a)
-{
+void hs_moe_aux_free(hs_moe_aux *a) {
     hs_device_free_mem(a->dev, a->count);
     hs_device_free_mem(a->dev, a->prob_sum);
     free(a->host_count);
@@ -46,16 +44,14 @@ void hs_moe_aux_free(hs_moe_aux *a)
     a->host_buf = NULL;
 }
 
-void hs_moe_aux_reset(hs_moe_aux *a)
-{
+void hs_moe_aux_reset(hs_moe_aux *a) {
     hs_dev_zero(a->dev, a->count, (size_t)a->E * sizeof(int64_t));
     hs_dev_zero(a->dev, a->prob_sum, (size_t)a->E * sizeof(double));
     a->rows = 0;
 }
 
 /* The totals copied across to the host, where the loss is finished. */
-static void fetch(const hs_moe_aux *a)
-{
+static void fetch(const hs_moe_aux *a) {
     hs_device_copy(a->dev, a->host_count, a->count, (size_t)a->E * sizeof(int64_t), HS_COPY_D2H);
     hs_device_copy(a->dev, a->host_prob_sum, a->prob_sum, (size_t)a->E * sizeof(double),
                    HS_COPY_D2H);
@@ -65,16 +61,14 @@ static size_t buf_bytes(const hs_moe_aux *a) { return (2 * (size_t)a->E + 2) * s
 
 /* The layer's sums added to the totals (a sum of per-layer sums, not one
  * sum over every token: the bits the loss has always had). */
-void hs_moe_aux_add(hs_moe_aux *a, const hs_moe_act *act)
-{
+void hs_moe_aux_add(hs_moe_aux *a, const hs_moe_act *act) {
     HS_ASSERT(act->cap.E == a->E && act->cap.K == a->K);
     a->dev->k->moe_stats_add(a->dev->stream, a->count, a->prob_sum, act->count, act->prob_sum,
                              a->E);
     a->rows += act->BT;
 }
 
-void hs_moe_aux_pack(const hs_moe_aux *a, int64_t valid, float *buf)
-{
+void hs_moe_aux_pack(const hs_moe_aux *a, int64_t valid, float *buf) {
     float *h = a->host_buf;
     fetch(a);
     for (int e = 0; e < a->E; e++) {
@@ -86,8 +80,7 @@ void hs_moe_aux_pack(const hs_moe_aux *a, int64_t valid, float *buf)
     hs_device_copy(a->dev, buf, h, buf_bytes(a), HS_COPY_H2D);
 }
 
-int64_t hs_moe_aux_unpack(hs_moe_aux *a, const float *buf)
-{
+int64_t hs_moe_aux_unpack(hs_moe_aux *a, const float *buf) {
     const float *h = a->host_buf;
     hs_device_copy(a->dev, a->host_buf, buf, buf_bytes(a), HS_COPY_D2H);
     for (int e = 0; e < a->E; e++) {
@@ -101,8 +94,7 @@ int64_t hs_moe_aux_unpack(hs_moe_aux *a, const float *buf)
     return (int64_t)h[2 * a->E + 1];
 }
 
-double hs_moe_aux_value(const hs_moe_aux *a)
-{
+double hs_moe_aux_value(const hs_moe_aux *a) {
     if (a->rows == 0) return 0.0;
     fetch(a);
     double r = (double)a->rows, sum = 0.0;
@@ -111,8 +103,7 @@ double hs_moe_aux_value(const hs_moe_aux *a)
     return a->E * sum;
 }
 
-void hs_moe_aux_prob_grad(const hs_moe_aux *a, double scale, float *g)
-{
+void hs_moe_aux_prob_grad(const hs_moe_aux *a, double scale, float *g) {
     double r = (double)a->rows;
     float *h = a->host_buf;
     fetch(a);

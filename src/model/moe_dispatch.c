@@ -5,21 +5,18 @@
  * sum over them deterministic. */
 #include "model/moe.h"
 
-void hs_moe_dispatch_plan(hs_moe_act *act)
-{
-    act->dev->k->moe_dispatch(act->dev->stream, act->offset, act->row_pair, act->pair_row,
-                              act->sel, act->count, act->BT, act->cap.E, act->cap.K);
+void hs_moe_dispatch_plan(hs_moe_act *act) {
+    act->dev->k->moe_dispatch(act->dev->stream, act->offset, act->row_pair, act->pair_row, act->sel,
+                              act->count, act->BT, act->cap.E, act->cap.K);
 }
 
-const int32_t *hs_moe_dispatch_offsets(const hs_moe_act *act)
-{
+const int32_t *hs_moe_dispatch_offsets(const hs_moe_act *act) {
     hs_device_copy(act->dev, act->offset_h, act->offset, ((size_t)act->cap.E + 1) * sizeof(int32_t),
                    HS_COPY_D2H);
     return act->offset_h;
 }
 
-void hs_moe_dispatch_gather(void *xg, const void *x, const hs_moe_act *act)
-{
-    act->dev->k->moe_permute(act->dev->stream, xg, x, act->row_pair, act->dt, act->BT,
-                             act->cap.K, act->cap.C);
+void hs_moe_dispatch_gather(void *xg, const void *x, const hs_moe_act *act) {
+    act->dev->k->moe_permute(act->dev->stream, xg, x, act->row_pair, act->dt, act->BT, act->cap.K,
+                             act->cap.C);
 }

@@ -16,8 +16,7 @@
 
 #include "model/moe.h"
 
-void *hs_moe_grow_to(hs_moe_grow *g, size_t bytes)
-{
+void *hs_moe_grow_to(hs_moe_grow *g, size_t bytes) {
     if (bytes <= g->bytes && g->p) return g->p;
     HS_ASSERT(g->dev != NULL);
     hs_device_free_mem(g->dev, g->p);
@@ -26,8 +25,7 @@ void *hs_moe_grow_to(hs_moe_grow *g, size_t bytes)
     return g->p;
 }
 
-size_t hs_moe_ep_rows_bytes(const hs_moe_shapes *s, hs_dtype dt, int64_t R, bool per_set)
-{
+size_t hs_moe_ep_rows_bytes(const hs_moe_shapes *s, hs_dtype dt, int64_t R, bool per_set) {
     size_t es = hs_dtype_size(dt), C = (size_t)s->C, F = (size_t)s->F, rows = (size_t)R;
     /* forward's x, y (C) and h1, h3 (F) in dt; backward's fp32 stage and dy
      * (C), a in dt and fp32 dh1, dh3 (F) */
@@ -35,8 +33,7 @@ size_t hs_moe_ep_rows_bytes(const hs_moe_shapes *s, hs_dtype dt, int64_t R, bool
     return rows * (2 * C * sizeof(float) + F * (es + 2 * sizeof(float)));
 }
 
-void hs_moe_grow_free(hs_moe_grow *g)
-{
+void hs_moe_grow_free(hs_moe_grow *g) {
     if (g->dev) hs_device_free_mem(g->dev, g->p);
     g->p = NULL;
     g->bytes = 0;
@@ -44,8 +41,7 @@ void hs_moe_grow_free(hs_moe_grow *g)
 
 /* Elements per rank of a row exchange: counts [ranks x EL] of rows of
  * `row` elements each. */
-static void per_rank(int64_t *out, const float *counts, int ranks, int EL, int64_t row)
-{
+static void per_rank(int64_t *out, const float *counts, int ranks, int EL, int64_t row) {
     for (int r = 0; r < ranks; r++) {
         int64_t rows = 0;
         for (int j = 0; j < EL; j++) rows += (int64_t)counts[r * EL + j];
@@ -57,8 +53,7 @@ static void per_rank(int64_t *out, const float *counts, int ranks, int EL, int64
  * expert 0, 1, ...) and expert-major ones (ep_off), by the host's copies of
  * the layer's counts. to_expert: src is source-major. */
 static void reorder(void *dst, const void *src, const hs_moe_act *act, size_t row_bytes,
-                    bool to_expert)
-{
+                    bool to_expert) {
     const hs_moe_ep *ep = act->ep;
     const int EL = act->cap.EL, ranks = ep->size;
     int64_t at = 0; /* source-major row */
@@ -77,29 +72,26 @@ static void reorder(void *dst, const void *src, const hs_moe_act *act, size_t ro
 }
 
 /* d -> (send, recv) element counts per rank for rows of `row` elements. */
-static void exchange_counts(const hs_moe_act *act, int64_t *send, int64_t *recv, int64_t row)
-{
+static void exchange_counts(const hs_moe_act *act, int64_t *send, int64_t *recv, int64_t row) {
     per_rank(send, act->ep->send_h, act->ep->size, act->cap.EL, row);
     per_rank(recv, act->ep->recv_h, act->ep->size, act->cap.EL, row);
 }
 
 /* The counts sent and received and the offsets act saved in forward,
  * copied across to the host again for its backward. */
-static void fetch_counts(const hs_moe_act *act)
-{
+static void fetch_counts(const hs_moe_act *act) {
     const hs_moe_ep *ep = act->ep;
     const size_t E = (size_t)act->cap.E;
     hs_device_copy(act->dev, ep->send_h, act->ep_send, E * sizeof(float), HS_COPY_D2H);
     hs_device_copy(act->dev, ep->recv_h, act->ep_recv, E * sizeof(float), HS_COPY_D2H);
-    hs_device_copy(act->dev, ep->off_h, act->ep_off,
-                   ((size_t)act->cap.EL + 1) * sizeof(int32_t), HS_COPY_D2H);
+    hs_device_copy(act->dev, ep->off_h, act->ep_off, ((size_t)act->cap.EL + 1) * sizeof(int32_t),
+                   HS_COPY_D2H);
 }
 
 /* The routing's counts go to the experts' ranks (an all-to-all of the
  * device's ep_send into ep_recv); the host sizes the exchange from copies
  * of both, and act keeps them, with the offsets, for backward. */
-static void plan_received(hs_moe_act *act)
-{
+static void plan_received(hs_moe_act *act) {
     hs_moe_ep *ep = act->ep;
     const int E = act->cap.E, EL = act->cap.EL;
     hs_device_copy(act->dev, ep->count_h, act->count, (size_t)E * sizeof(int64_t), HS_COPY_D2H);
@@ -122,8 +114,7 @@ static void plan_received(hs_moe_act *act)
     act->ep_rows = ep->off_h[EL];
 }
 
-void hs_moe_ep_forward(hs_moe_act *act, const hs_moe_weights *w, const void *xg)
-{
+void hs_moe_ep_forward(hs_moe_act *act, const hs_moe_weights *w, const void *xg) {
     hs_moe_ep *ep = act->ep;
     const hs_model_ops *ops = ep->ops;
     const int C = act->cap.C, F = act->cap.F;
@@ -149,8 +140,7 @@ void hs_moe_ep_forward(hs_moe_act *act, const hs_moe_weights *w, const void *xg)
 }
 
 void hs_moe_ep_backward(const hs_moe_act *act, const hs_moe_grads *gr, const hs_moe_weights *w,
-                        float *dyg)
-{
+                        float *dyg) {
     hs_moe_ep *ep = act->ep;
     const hs_model_ops *ops = ep->ops;
     const int C = act->cap.C, F = act->cap.F;
@@ -167,7 +157,7 @@ void hs_moe_ep_backward(const hs_moe_act *act, const hs_moe_grads *gr, const hs_
     float *dh3 = hs_moe_grow_to(&ep->dh3, (size_t)R * (size_t)F * sizeof(float));
     ops->ep_all_to_allv(ops->ep_ctx, stage, recv, dyg, send, HS_DTYPE_F32);
     reorder(dy, stage, act, row_bytes, true);
-    hs_moe_rows r = {act->dev,     act->cap.EL,  ep->off_h, act->ep_x.p,
+    hs_moe_rows r = {act->dev,     act->cap.EL,  ep->off_h,  act->ep_x.p,
                      act->ep_h1.p, act->ep_h3.p, act->ep_y.p};
     hs_moe_experts_backward(&r, dy, gr, w, a, dh1, dh3, dt, C, F);
     reorder(stage, dy, act, row_bytes, false);
@@ -175,11 +165,17 @@ void hs_moe_ep_backward(const hs_moe_act *act, const hs_moe_grads *gr, const hs_
 }
 
 void hs_moe_ep_init(hs_moe_ep *ep, const hs_model_ops *ops, int size, int rank, hs_device *dev,
-                    int E)
-{
+                    int E) {
     hs_moe_grow g = {.dev = dev};
-    *ep = (hs_moe_ep){.ops = ops, .size = size, .rank = rank, .dev = dev,
-                      .stage = g, .dy = g, .a = g, .dh1 = g, .dh3 = g};
+    *ep = (hs_moe_ep){.ops = ops,
+                      .size = size,
+                      .rank = rank,
+                      .dev = dev,
+                      .stage = g,
+                      .dy = g,
+                      .a = g,
+                      .dh1 = g,
+                      .dh3 = g};
     if (size <= 1) return;
     HS_ASSERT(E >= size && E % size == 0);
     ep->count_h = malloc((size_t)E * sizeof *ep->count_h);
@@ -190,8 +186,7 @@ void hs_moe_ep_init(hs_moe_ep *ep, const hs_model_ops *ops, int size, int rank, 
         hs_oom("moe ep: cannot allocate the host copies of %d experts' counts", E);
 }
 
-void hs_moe_ep_free(hs_moe_ep *ep)
-{
+void hs_moe_ep_free(hs_moe_ep *ep) {
     hs_moe_grow_free(&ep->stage);
     hs_moe_grow_free(&ep->dy);
     hs_moe_grow_free(&ep->a);

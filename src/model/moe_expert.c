@@ -11,8 +11,7 @@
 
 void hs_moe_swiglu_forward(hs_device *d, void *y, hs_dtype y_dt, float beta, void *h1, void *h3,
                            void *a, const void *xin, const void *w1, const void *w3, const void *w2,
-                           hs_dtype dt, int64_t n, int C, int F)
-{
+                           hs_dtype dt, int64_t n, int C, int F) {
     if (n == 0) return;
     hs_dev_gemm(d, false, true, n, F, C, 1.0f, xin, dt, C, w1, dt, C, 0.0f, h1, dt, F);
     hs_dev_gemm(d, false, true, n, F, C, 1.0f, xin, dt, C, w3, dt, C, 0.0f, h3, dt, F);
@@ -24,8 +23,7 @@ void hs_moe_swiglu_backward(hs_device *d, float *dxin, float dxin_beta, void *dw
                             void *dw2, hs_dtype gdt, const float *dy, const void *xin,
                             const void *h1, const void *h3, const void *w1, const void *w3,
                             const void *w2, hs_dtype dt, void *a, float *dh1, float *dh3, int64_t n,
-                            int C, int F)
-{
+                            int C, int F) {
     if (n == 0) return;
     const hs_dtype f32 = HS_DTYPE_F32;
     d->k->swiglu_fwd(d->stream, a, h1, h3, dt, n * F);
@@ -41,8 +39,7 @@ void hs_moe_swiglu_backward(hs_device *d, float *dxin, float dxin_beta, void *dw
 }
 
 void hs_moe_experts_forward(const hs_moe_rows *r, const hs_moe_weights *w, void *a, hs_dtype dt,
-                            int C, int F)
-{
+                            int C, int F) {
     for (int e = 0; e < r->n; e++) {
         int64_t r0 = r->offset[e], n = r->offset[e + 1] - r0;
         int64_t wo = (int64_t)e * F * C;
@@ -54,15 +51,13 @@ void hs_moe_experts_forward(const hs_moe_rows *r, const hs_moe_weights *w, void 
     }
 }
 
-static void *grad_slice(void *g, hs_dtype gdt, int64_t off)
-{
+static void *grad_slice(void *g, hs_dtype gdt, int64_t off) {
     return g ? hs_moe_at(g, gdt, off) : NULL;
 }
 
 void hs_moe_experts_backward(const hs_moe_rows *r, float *dy, const hs_moe_grads *gr,
-                             const hs_moe_weights *w, void *a, float *dh1, float *dh3,
-                             hs_dtype dt, int C, int F)
-{
+                             const hs_moe_weights *w, void *a, float *dh1, float *dh3, hs_dtype dt,
+                             int C, int F) {
     const hs_dtype gdt = gr->dt;
     for (int e = 0; e < r->n; e++) {
         int64_t r0 = r->offset[e], n = r->offset[e + 1] - r0;

@@ -11,28 +11,24 @@
  * Backward treats both roundings as the identity. */
 #include "model/moe.h"
 
-void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int BT)
-{
+void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int BT) {
     const int C = act->cap.C, E = act->cap.E, K = act->cap.K;
     const hs_dtype dt = act->dt;
     hs_dev_gemm(act->dev, false, true, BT, E, C, 1.0f, x, dt, C, gate, dt, C, 0.0f, act->probs,
                 HS_DTYPE_F32, E);
     hs_dev_zero(act->dev, act->count, (size_t)E * sizeof(int64_t));
     hs_dev_zero(act->dev, act->prob_sum, (size_t)E * sizeof(double));
-    act->dev->k->moe_route(act->dev->stream, act->sel, act->weight, act->probs, BT, E, K, true,
-                           dt);
+    act->dev->k->moe_route(act->dev->stream, act->sel, act->weight, act->probs, BT, E, K, true, dt);
     /* the layer's statistics for the load-balancing loss */
-    act->dev->k->moe_stats(act->dev->stream, act->count, act->prob_sum, act->sel, act->probs, BT,
-                           E, K);
+    act->dev->k->moe_stats(act->dev->stream, act->count, act->prob_sum, act->sel, act->probs, BT, E,
+                           K);
 }
 
 void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw,
                            const float *aux_grad, const hs_moe_act *act, const void *x,
-                           const void *gate, float *dp)
-{
+                           const void *gate, float *dp) {
     const int C = act->cap.C, E = act->cap.E, K = act->cap.K, BT = act->BT;
-    act->dev->k->moe_route_bwd(act->dev->stream, dp, act->probs, act->sel, dw, aux_grad, BT, E,
-                               K);
+    act->dev->k->moe_route_bwd(act->dev->stream, dp, act->probs, act->sel, dw, aux_grad, BT, E, K);
     hs_dev_gemm(act->dev, false, false, BT, C, E, 1.0f, dp, HS_DTYPE_F32, E, gate, act->dt, C, 1.0f,
                 dx, HS_DTYPE_F32, C);
     if (dgate)

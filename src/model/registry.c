@@ -135,10 +135,8 @@ static void block_add(hs_model *m, int local) {
         unit_add(m, bp->unit, true, name);
     }
     block_attention_add(m, bp, i);
-    if (m->moe)
-        block_moe_add(m, bp, i);
-    else
-        block_mlp_add(m, bp, i);
+    if (m->moe) block_moe_add(m, bp, i);
+    else block_mlp_add(m, bp, i);
     int64_t c[1] = {m->C};
     bp->ln1 = param_add(m, HS_PARAM_NORM, bp->unit, 1, c, LAYER "input_layernorm.weight", i);
     bp->ln2 =
@@ -305,8 +303,12 @@ hs_status hs_model_check_tp_layout(const hs_model *m, hs_error *e) {
                         "%s: the tensor-parallel plan gives a local shape %s but the model "
                         "computes with %s on tp_size=%d (%s); give it %s",
                         p->fqn, a, b, m->tp,
-                        sd < 0 ? "a whole tensor" : sd == 0 ? "column-parallel" : "row-parallel",
-                        sd < 0 ? "Replicate()" : sd == 0 ? "Shard(0)" : "Shard(1)");
+                        sd < 0    ? "a whole tensor"
+                        : sd == 0 ? "column-parallel"
+                                  : "row-parallel",
+                        sd < 0    ? "Replicate()"
+                        : sd == 0 ? "Shard(0)"
+                                  : "Shard(1)");
     }
     return e->code;
 }

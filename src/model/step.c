@@ -105,9 +105,7 @@ static hs_batch on_device(hs_model *m, const hs_batch *b) {
 
 /* The current chunk (hs_model_use_slot) holds the embedding / the head. */
 static bool has_embedding(const hs_model *m) { return m->first_stage && m->cur_chunk == 0; }
-static bool has_head(const hs_model *m) {
-    return m->last_stage && m->cur_chunk == m->n_chunks - 1;
-}
+static bool has_head(const hs_model *m) { return m->last_stage && m->cur_chunk == m->n_chunks - 1; }
 
 /* The chunk whose forward and backward call the root's hooks: the one
  * using the root's parameters (embedding or head), else chunk 0. */
@@ -125,8 +123,8 @@ static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *
     } else if (m->tp_on) {
         hs_tp_embedding_forward(m, b->tokens, N);
     } else {
-        m->k->embedding_fwd(m->s, m->resid[0], m->dt, b->tokens, m->embed->data, m->dt, N, m->C,
-                            0, m->V);
+        m->k->embedding_fwd(m->s, m->resid[0], m->dt, b->tokens, m->embed->data, m->dt, N, m->C, 0,
+                            m->V);
     }
     if (m->moe) hs_moe_aux_reset(&m->aux);
     /* The earlier chunks' statistics of this micro-batch, to add ours to. */
@@ -166,10 +164,8 @@ static void head_logits(hs_model *m, float *logits, int64_t r0, int64_t rows) {
  * dtype the cast started from: nothing to round, but it is a cast. */
 static void count_root_casts(hs_model *m, bool backward) {
     if (!hs_model_root_casts(m)) return;
-    if (backward)
-        m->bnd[0].backward_casts++;
-    else
-        m->bnd[0].forward_casts++;
+    if (backward) m->bnd[0].backward_casts++;
+    else m->bnd[0].forward_casts++;
 }
 
 /* Loss of all rows; *dlnf = d loss / d lnf of the local rows; head
@@ -225,11 +221,10 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
         hs_hook_post_backward(hooks, u);
     }
     if (!has_embedding(m)) return; /* m->dres holds d input for the previous chunk */
-    if (m->tp_on)
-        hs_tp_embedding_backward(m, b->tokens, N);
+    if (m->tp_on) hs_tp_embedding_backward(m, b->tokens, N);
     else
-        m->k->embedding_bwd(m->s, m->embed->grad, m->embed->grad_dtype, m->dres, b->tokens, N,
-                            m->C, 0, m->V);
+        m->k->embedding_bwd(m->s, m->embed->grad, m->embed->grad_dtype, m->dres, b->tokens, N, m->C,
+                            0, m->V);
 }
 
 /* The MoE load-balancing term of the micro-batch just forwarded: its

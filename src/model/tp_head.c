@@ -34,7 +34,8 @@ void hs_tp_embedding_backward(hs_model *m, const int32_t *tokens, int64_t N) {
 static void local_logits(hs_model *m, int64_t r0, int64_t rows) {
     hs_dev_gemm(m->dev, false, true, rows, m->V, m->C, 1.0f, hs_cat(m->lnf, m->dt, r0 * m->C),
                 m->dt, m->C, m->head->data, m->dt, m->C, 0.0f, m->logits, HS_DTYPE_F32, m->V);
-    if (hs_model_root_casts(m)) hs_dev_round(m->dev, m->logits, m->bnd[0].output_stored, rows * m->V);
+    if (hs_model_root_casts(m))
+        hs_dev_round(m->dev, m->logits, m->bnd[0].output_stored, rows * m->V);
 }
 
 /* All ranks' logits of the chunk as one [rows, Vg] matrix in `dst`. */

@@ -12,8 +12,7 @@
 
 #include "optim/optim_impl.h"
 
-adamw_coef hs_adamw_coef(const hs_optim_config *cfg, int64_t step, double lr, bool decay)
-{
+adamw_coef hs_adamw_coef(const hs_optim_config *cfg, int64_t step, double lr, bool decay) {
     double b1 = cfg->betas[0], b2 = cfg->betas[1];
     double bc1 = 1.0 - pow(b1, (double)step);
     double bc2 = 1.0 - pow(b2, (double)step);
@@ -31,7 +30,6 @@ adamw_coef hs_adamw_coef(const hs_optim_config *cfg, int64_t step, double lr, bo
 }
 
 void hs_adamw_step_param(hs_device *d, const hs_optim_param *p, float *exp_avg, float *exp_avg_sq,
-                         const adamw_coef *c)
-{
+                         const adamw_coef *c) {
     d->k->adamw(d->stream, p->data, p->dtype, exp_avg, exp_avg_sq, p->grad, c, p->numel);
 }

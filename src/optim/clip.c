@@ -6,8 +6,7 @@
 
 #include "optim/optim_impl.h"
 
-double hs_grad_sumsq(hs_device *dev, const hs_optim_param *params, int n)
-{
+double hs_grad_sumsq(hs_device *dev, const hs_optim_param *params, int n) {
     double s = 0.0;
     for (int i = 0; i < n; i++)
         if (params[i].numel > 0 && !params[i].frozen)
@@ -15,8 +14,7 @@ double hs_grad_sumsq(hs_device *dev, const hs_optim_param *params, int n)
     return s;
 }
 
-double hs_clip_grads(hs_device *dev, hs_optim_param *params, int n, double norm, double max_norm)
-{
+double hs_clip_grads(hs_device *dev, hs_optim_param *params, int n, double norm, double max_norm) {
     if (max_norm <= 0.0) return 1.0;
     double coef = max_norm / (norm + 1e-6);
     if (!isnan(coef) && coef >= 1.0) return 1.0;

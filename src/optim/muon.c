@@ -20,8 +20,7 @@
 
 #include "optim/optim_impl.h"
 
-int64_t hs_muon_work_floats(const hs_optim_param *p)
-{
+int64_t hs_muon_work_floats(const hs_optim_param *p) {
     const hs_optim_gather *g = &p->gather;
     if (g->all_gather_rows) {
         /* local direction, gathered (padded) direction, orthogonalised
@@ -40,8 +39,7 @@ int64_t hs_muon_work_floats(const hs_optim_param *p)
  * this shard's box of it. Returns it (rows x cols, contiguous) inside
  * `work`. */
 static const float *muon_orthogonalise_shard(hs_device *d, const hs_optim_config *cfg,
-                                             const hs_optim_param *p, const float *u, float *work)
-{
+                                             const hs_optim_param *p, const float *u, float *work) {
     const hs_optim_gather *g = &p->gather;
     int64_t fc = g->full_cols ? g->full_cols : p->cols;
     float *full = work, *o = full + g->buffer_rows * fc, *ns = o + g->full_rows * fc;
@@ -59,8 +57,7 @@ static const float *muon_orthogonalise_shard(hs_device *d, const hs_optim_config
 }
 
 void hs_muon_step_param(hs_device *d, const hs_optim_config *cfg, const hs_optim_param *p,
-                        float *momentum, double lr, float *work)
-{
+                        float *momentum, double lr, float *work) {
     bool sharded = p->gather.all_gather_rows != NULL;
     if (p->numel == 0 && !sharded) return;
     float *u = work;

@@ -9,8 +9,7 @@
 static const char *const adamw_state_names[] = {"exp_avg", "exp_avg_sq"};
 static const char *const muon_state_names[] = {"momentum_buffer"};
 
-static hs_status check_config(const hs_optim_config *c, hs_error *e)
-{
+static hs_status check_config(const hs_optim_config *c, hs_error *e) {
     if (strcmp(c->target, "adamw") != 0 && strcmp(c->target, "muon") != 0)
         hs_error_append(e, HS_ERR_CONFIG,
                         "optimizer.target: '%s' is not an optimizer; use 'adamw' or 'muon'",
@@ -23,8 +22,7 @@ static hs_status check_config(const hs_optim_config *c, hs_error *e)
                             "optimizer.betas[%d]: %g must be in [0, 1) (typical: 0.9, 0.95)", i,
                             c->betas[i]);
     if (!(c->eps >= 0.0))
-        hs_error_append(e, HS_ERR_CONFIG, "optimizer.eps: %g must be >= 0 (typical: 1e-8)",
-                        c->eps);
+        hs_error_append(e, HS_ERR_CONFIG, "optimizer.eps: %g must be >= 0 (typical: 1e-8)", c->eps);
     if (!(c->weight_decay >= 0.0))
         hs_error_append(e, HS_ERR_CONFIG, "optimizer.weight_decay: %g must be >= 0",
                         c->weight_decay);
@@ -52,8 +50,7 @@ static hs_status check_config(const hs_optim_config *c, hs_error *e)
     return e->code;
 }
 
-static void check_gathered(const hs_optim_param *p, int i, const char *fqn, hs_error *e)
-{
+static void check_gathered(const hs_optim_param *p, int i, const char *fqn, hs_error *e) {
     const hs_optim_gather *g = &p->gather;
     int64_t fc = g->full_cols ? g->full_cols : p->cols;
     if (p->rows < 0 || p->cols <= 0 || g->full_rows < 1 || p->numel != p->rows * p->cols ||
@@ -68,8 +65,7 @@ static void check_gathered(const hs_optim_param *p, int i, const char *fqn, hs_e
                         (long long)g->buffer_rows);
 }
 
-static void check_param(const hs_optim_param *p, int i, bool muon, hs_error *e)
-{
+static void check_param(const hs_optim_param *p, int i, bool muon, hs_error *e) {
     const char *fqn = p->fqn ? p->fqn : "(unnamed)";
     if (p->numel < 0 || p->dtype < 0 || p->dtype >= HS_DTYPE_COUNT) {
         hs_error_append(e, HS_ERR_INTERNAL, "optimizer param %d '%s': numel %lld, dtype %d invalid",
@@ -96,22 +92,19 @@ static void check_param(const hs_optim_param *p, int i, bool muon, hs_error *e)
  * its device pool, its host allocator when pool is its host pool (offload),
  * else pool itself (a caller counting the bytes, or the optimizer's own).
  * Every way counts the bytes asked for in that pool. */
-static void *state_alloc(hs_optim *o, size_t bytes)
-{
+static void *state_alloc(hs_optim *o, size_t bytes) {
     if (o->pool == &o->dev->device_pool) return hs_device_alloc(o->dev, bytes);
     if (o->pool == &o->dev->host_pool) return hs_host_alloc(o->dev, bytes);
     return hs_pool_alloc(o->pool, bytes);
 }
 
-static void state_free(hs_optim *o, void *p)
-{
+static void state_free(hs_optim *o, void *p) {
     if (o->pool == &o->dev->device_pool) hs_device_free_mem(o->dev, p);
     else if (o->pool == &o->dev->host_pool) hs_host_free(o->dev, p);
     else hs_pool_free(o->pool, p);
 }
 
-static void slot_init(hs_optim *o, optim_slot *s, const hs_optim_param *p, bool use_muon)
-{
+static void slot_init(hs_optim *o, optim_slot *s, const hs_optim_param *p, bool use_muon) {
     s->p = *p;
     s->fqn_copy = strdup(p->fqn ? p->fqn : "");
     if (s->fqn_copy == NULL) hs_oom("copying optimizer param name");
@@ -125,8 +118,7 @@ static void slot_init(hs_optim *o, optim_slot *s, const hs_optim_param *p, bool 
 }
 
 hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *params, int n,
-                          hs_device *dev, hs_pool *pool, hs_optim **out, hs_error *e)
-{
+                          hs_device *dev, hs_pool *pool, hs_optim **out, hs_error *e) {
     *out = NULL;
     hs_error_clear(e);
     if (check_config(cfg, e) != HS_OK) return e->code;
@@ -154,15 +146,15 @@ hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *para
         /* An empty shard keeps Muon's state names, like its other shards. */
         bool use_muon = muon && params[i].muon && !params[i].frozen;
         slot_init(o, &slots[i], &params[i], use_muon);
-        if (use_muon && hs_muon_work_floats(&params[i]) > work) work = hs_muon_work_floats(&params[i]);
+        if (use_muon && hs_muon_work_floats(&params[i]) > work)
+            work = hs_muon_work_floats(&params[i]);
     }
     if (work > 0) o->muon_work = state_alloc(o, (size_t)work * sizeof(float));
     *out = o;
     return HS_OK;
 }
 
-void hs_optim_free(hs_optim *o)
-{
+void hs_optim_free(hs_optim *o) {
     if (o == NULL) return;
     for (int i = 0; i < o->n; i++) {
         for (int k = 0; k < o->slots[i].n_states; k++) state_free(o, o->slots[i].state[k]);
@@ -174,8 +166,7 @@ void hs_optim_free(hs_optim *o)
     free(o);
 }
 
-void hs_optim_step(hs_optim *o, double lr)
-{
+void hs_optim_step(hs_optim *o, double lr) {
     o->step++;
     for (int i = 0; i < o->n; i++) {
         optim_slot *s = &o->slots[i];
@@ -194,27 +185,23 @@ void hs_optim_step(hs_optim *o, double lr)
 
 int64_t hs_optim_step_count(const hs_optim *o) { return o->step; }
 
-void hs_optim_set_step_count(hs_optim *o, int64_t step)
-{
+void hs_optim_set_step_count(hs_optim *o, int64_t step) {
     HS_ASSERT(step >= 0);
     o->step = step;
 }
 
-int hs_optim_state_count(const hs_optim *o, int param_index)
-{
+int hs_optim_state_count(const hs_optim *o, int param_index) {
     HS_ASSERT(param_index >= 0 && param_index < o->n);
     return o->slots[param_index].n_states;
 }
 
-const char *hs_optim_state_name(const hs_optim *o, int param_index, int k)
-{
+const char *hs_optim_state_name(const hs_optim *o, int param_index, int k) {
     HS_ASSERT(k >= 0 && k < hs_optim_state_count(o, param_index));
     const optim_slot *s = &o->slots[param_index];
     return s->rule == OPTIM_RULE_MUON ? muon_state_names[k] : adamw_state_names[k];
 }
 
-float *hs_optim_state_data(hs_optim *o, int param_index, int k)
-{
+float *hs_optim_state_data(hs_optim *o, int param_index, int k) {
     HS_ASSERT(k >= 0 && k < hs_optim_state_count(o, param_index));
     return o->slots[param_index].state[k];
 }

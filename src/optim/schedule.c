@@ -5,8 +5,7 @@
 
 #include "optim/optim_impl.h"
 
-double hs_lr_at(const hs_optim_config *cfg, int step, int total)
-{
+double hs_lr_at(const hs_optim_config *cfg, int step, int total) {
     const hs_schedule_config *s = &cfg->schedule;
     double lr = cfg->lr, min_lr = cfg->lr * s->min_lr_ratio;
     int warmup = s->warmup_steps > 0 ? s->warmup_steps : 0;
@@ -20,5 +19,6 @@ double hs_lr_at(const hs_optim_config *cfg, int step, int total)
     if (strcmp(s->decay, "cosine") == 0)
         return min_lr + (lr - min_lr) * 0.5 * (1.0 + cos(M_PI * progress));
     hs_panic("optimizer.schedule.decay '%s' reached hs_lr_at unvalidated; use constant, linear "
-             "or cosine", s->decay);
+             "or cosine",
+             s->decay);
 }

@@ -36,8 +36,8 @@ static void cp_reduce_scatter(void *ctx, float *out, const float *in, int64_t nu
     hs_cp *c = ctx;
     hs_error e;
     double t0 = hs_now();
-    hs_status st = hs_pg_reduce_scatter(c->group, c->stream, out, in, numel, HS_DTYPE_F32,
-                                        HS_REDUCE_SUM, &e);
+    hs_status st =
+        hs_pg_reduce_scatter(c->group, c->stream, out, in, numel, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
     done(c, t0, numel * c->size * (int64_t)sizeof(float), st, &e);
 }
 
@@ -75,11 +75,16 @@ hs_status hs_cp_create(hs_comm *comm, hs_device *dev, hs_pg *group, bool ring, h
                        hs_error *e) {
     *out = NULL;
     if (!group || hs_pg_size(group) < 2)
-        return hs_error_set(e, HS_ERR_INTERNAL, "cp: context parallelism needs a cp group of >= 2 ranks");
+        return hs_error_set(e, HS_ERR_INTERNAL,
+                            "cp: context parallelism needs a cp group of >= 2 ranks");
     hs_cp *c = calloc(1, sizeof *c);
     if (!c) return hs_error_set(e, HS_ERR_OOM, "cp: cannot allocate the CP context");
-    *c = (hs_cp){.comm = comm, .stream = dev->stream, .group = group, .size = hs_pg_size(group),
-                 .rank = hs_pg_rank(group), .ring = ring};
+    *c = (hs_cp){.comm = comm,
+                 .stream = dev->stream,
+                 .group = group,
+                 .size = hs_pg_size(group),
+                 .rank = hs_pg_rank(group),
+                 .ring = ring};
     *out = c;
     return HS_OK;
 }

@@ -48,10 +48,14 @@ static void ep_all_to_allv(void *ctx, void *out, const int64_t *recv_counts, con
 hs_status hs_ep_create(hs_comm *comm, hs_device *dev, hs_pg *group, hs_ep **out, hs_error *e) {
     *out = NULL;
     if (!group || hs_pg_size(group) < 2)
-        return hs_error_set(e, HS_ERR_INTERNAL, "ep: expert parallelism needs an ep group of >= 2 ranks");
+        return hs_error_set(e, HS_ERR_INTERNAL,
+                            "ep: expert parallelism needs an ep group of >= 2 ranks");
     hs_ep *p = calloc(1, sizeof *p);
     if (!p) return hs_error_set(e, HS_ERR_OOM, "ep: cannot allocate the EP context");
-    *p = (hs_ep){.comm = comm, .stream = dev->stream, .group = group, .size = hs_pg_size(group),
+    *p = (hs_ep){.comm = comm,
+                 .stream = dev->stream,
+                 .group = group,
+                 .size = hs_pg_size(group),
                  .rank = hs_pg_rank(group)};
     p->displs = malloc(sizeof(int64_t) * 2 * (size_t)p->size);
     if (!p->displs) {

@@ -33,8 +33,8 @@ struct hs_pp {
     hs_device *dev; /* owns the staging buffers and copies messages through them */
     int stage, size, keys;
     pp_lane fwd, bwd;
-    size_t cap;   /* bytes of each staging buffer */
-    int64_t xcap; /* fp32 values of each second-message buffer */
+    size_t cap;    /* bytes of each staging buffer */
+    int64_t xcap;  /* fp32 values of each second-message buffer */
     double busy_s; /* inside stage forwards and backwards (pp_run.c) */
 };
 
@@ -63,8 +63,10 @@ static hs_status msgs_alloc(hs_device *d, pp_msg **out, int keys, size_t cap, in
         m[k].buf = hs_device_alloc(d, cap);
         m[k].xbuf = hs_device_alloc(d, xb);
         if (!m[k].buf || !m[k].xbuf)
-            return hs_error_set(e, HS_ERR_OOM, "pipeline: cannot allocate %d x %zu bytes of "
-                                "staging", keys, cap + xb);
+            return hs_error_set(e, HS_ERR_OOM,
+                                "pipeline: cannot allocate %d x %zu bytes of "
+                                "staging",
+                                keys, cap + xb);
     }
     return HS_OK;
 }
@@ -83,9 +85,11 @@ hs_status hs_pp_create(hs_comm *comm, hs_device *dev, const hs_topology *t, int 
                        hs_pp **out, hs_error *e) {
     *out = NULL;
     if (keys < 1 || keys > PP_KEYS_MAX)
-        return hs_error_set(e, HS_ERR_CONFIG, "pipeline: %d messages per step and direction "
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "pipeline: %d messages per step and direction "
                             "(micro-batches x virtual stages) is more than %d; use fewer "
-                            "micro-batches per step", keys, PP_KEYS_MAX);
+                            "micro-batches per step",
+                            keys, PP_KEYS_MAX);
     hs_pp *p = calloc(1, sizeof *p);
     if (!p) return hs_error_set(e, HS_ERR_OOM, "pipeline: cannot allocate its context");
     int colour = hs_topology_group_index(t, HS_DIM_PP, world_rank);
@@ -100,11 +104,11 @@ hs_status hs_pp_create(hs_comm *comm, hs_device *dev, const hs_topology *t, int 
     char fname[96], bname[96];
     snprintf(fname, sizeof fname, "%spp_forward", prefix ? prefix : "");
     snprintf(bname, sizeof bname, "%spp_backward", prefix ? prefix : "");
-    hs_status s = lane_init(p, &p->fwd, fname, colour, PP_FWD_TAG, prev, next,
-                            HS_COMM_QUEUE_PP_FORWARD, e);
+    hs_status s =
+        lane_init(p, &p->fwd, fname, colour, PP_FWD_TAG, prev, next, HS_COMM_QUEUE_PP_FORWARD, e);
     if (s == HS_OK)
-        s = lane_init(p, &p->bwd, bname, colour, PP_BWD_TAG, next, prev,
-                      HS_COMM_QUEUE_PP_BACKWARD, e);
+        s = lane_init(p, &p->bwd, bname, colour, PP_BWD_TAG, next, prev, HS_COMM_QUEUE_PP_BACKWARD,
+                      e);
     if (s != HS_OK) {
         hs_pp_free(p);
         return s;
@@ -136,8 +140,7 @@ void hs_pp_free(hs_pp *p) {
 int hs_pp_stage(const hs_pp *p) { return p->stage; }
 int hs_pp_size(const hs_pp *p) { return p->size; }
 
-static pp_msg *msg_at(const hs_pp *p, pp_msg *m, int key, int64_t numel, hs_dtype dt,
-                      int64_t xn) {
+static pp_msg *msg_at(const hs_pp *p, pp_msg *m, int key, int64_t numel, hs_dtype dt, int64_t xn) {
     size_t n = (size_t)numel * hs_dtype_size(dt);
     HS_ASSERT(key >= 0 && key < p->keys && numel >= 0 && n <= p->cap && xn >= 0 && xn <= p->xcap);
     m[key].bytes = (int64_t)n;
@@ -150,8 +153,7 @@ static void post_recv(hs_pp *p, pp_lane *l, int key, int64_t numel, hs_dtype dt,
     HS_ASSERT(m->w == NULL);
     hs_stream *s = p->dev->stream;
     m->w = hs_pg_recv_async(l->group, s, m->buf, numel, dt, l->from, l->tag + key);
-    if (xn)
-        m->xw = hs_pg_recv_async(l->group, s, m->xbuf, xn, HS_DTYPE_F32, l->from, l->tag + key);
+    if (xn) m->xw = hs_pg_recv_async(l->group, s, m->xbuf, xn, HS_DTYPE_F32, l->from, l->tag + key);
 }
 
 /* Wait for *w (if any) on the compute stream; the first failure wins. */

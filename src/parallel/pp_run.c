@@ -23,10 +23,8 @@ static void span(const hs_pp_step_io *io, const hs_pp *p, const hs_model *m, hs_
     char kind = a.kind == HS_PP_FORWARD ? 'F' : 'B';
     if (hs_model_num_chunks(m) > 1)
         snprintf(name, sizeof name, "%c%d.%d", kind, a.micro_batch, a.chunk);
-    else
-        snprintf(name, sizeof name, "%c%d", kind, a.micro_batch);
-    snprintf(args, sizeof args,
-             "\"stage\":%d,\"chunk\":%d,\"micro_batch\":%d,\"schedule\":\"%s\"",
+    else snprintf(name, sizeof name, "%c%d", kind, a.micro_batch);
+    snprintf(args, sizeof args, "\"stage\":%d,\"chunk\":%d,\"micro_batch\":%d,\"schedule\":\"%s\"",
              hs_pp_stage(p), a.chunk, a.micro_batch, io->schedule ? io->schedule : "");
     hs_trace_span(io->trace, HS_LANE_COMPUTE, name,
                   a.kind == HS_PP_FORWARD ? "pp_forward" : "pp_backward", t0, hs_now(), args);
@@ -58,9 +56,9 @@ static hs_status run_forward(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
     return s;
 }
 
-static hs_status run_backward(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
-                              hs_pp_action a, int M, float grad_scale, const hs_pp_step_io *io,
-                              double *loss, hs_error *e) {
+static hs_status run_backward(hs_pp *p, hs_model *m, const hs_model_hooks *hooks, hs_pp_action a,
+                              int M, float grad_scale, const hs_pp_step_io *io, double *loss,
+                              hs_error *e) {
     int v = a.chunk, mb = a.micro_batch, slot = mb % hs_model_num_slots(m);
     hs_batch b = io->batch(io->ctx, mb);
     int64_t numel = hs_model_stage_numel(m, &b), xn = hs_model_stage_aux_grad_numel(m);
@@ -74,8 +72,8 @@ static hs_status run_backward(hs_pp *p, hs_model *m, const hs_model_hooks *hooks
     hs_pp_add_busy(p, hs_now() - t0);
     span(io, p, m, a, t0);
     if (s == HS_OK && !hs_model_chunk_has_embedding(m, v))
-        s = hs_pp_send_backward(p, key_of(backward_dest_chunk(p, v), mb, M),
-                                hs_model_stage_grad(m), numel, aux_g, xn, e);
+        s = hs_pp_send_backward(p, key_of(backward_dest_chunk(p, v), mb, M), hs_model_stage_grad(m),
+                                numel, aux_g, xn, e);
     return s;
 }
 
@@ -97,8 +95,7 @@ static void post_receives(hs_pp *p, hs_model *m, const hs_pp_action *actions, in
 
 hs_status hs_pp_run_step(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
                          const hs_pp_action *actions, int n_actions, int M, float grad_scale,
-                         const hs_pp_step_io *io, double *loss_sum, double *aux_sum,
-                         hs_error *e) {
+                         const hs_pp_step_io *io, double *loss_sum, double *aux_sum, hs_error *e) {
     hs_batch b0 = io->batch(io->ctx, 0);
     post_receives(p, m, actions, n_actions, M, hs_model_stage_numel(m, &b0));
     hs_status s = HS_OK;
@@ -114,8 +111,8 @@ hs_status hs_pp_run_step(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
     return s == HS_OK ? hs_pp_flush(p, e) : s;
 }
 
-hs_status hs_pp_forward_only(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
-                             const hs_batch *b, double *loss_sum, float *logits, hs_error *e) {
+hs_status hs_pp_forward_only(hs_pp *p, hs_model *m, const hs_model_hooks *hooks, const hs_batch *b,
+                             double *loss_sum, float *logits, hs_error *e) {
     int64_t numel = hs_model_stage_numel(m, b);
     hs_status s = HS_OK;
     if (loss_sum) *loss_sum = 0.0;
@@ -133,8 +130,8 @@ hs_status hs_pp_forward_only(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
         if (s == HS_OK && !head) {
             hs_dtype dt;
             const void *out = hs_model_stage_output(m, v, 0, &dt);
-            s = hs_pp_send_forward(p, key_of(forward_dest_chunk(p, v), 0, 1), out, numel, dt,
-                                   NULL, 0, e);
+            s = hs_pp_send_forward(p, key_of(forward_dest_chunk(p, v), 0, 1), out, numel, dt, NULL,
+                                   0, e);
         }
     }
     return s == HS_OK ? hs_pp_flush(p, e) : s;

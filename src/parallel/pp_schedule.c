@@ -36,8 +36,7 @@ static hs_pp_action interleaved_at(hs_pp_kind kind, int pp, int V, int k) {
     return (hs_pp_action){kind, kind == HS_PP_FORWARD ? v : V - 1 - v, mb};
 }
 
-void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V,
-                    hs_pp_action *out) {
+void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, hs_pp_action *out) {
     int n = 0;
     if (kind == HS_PP_GPIPE) {
         for (int i = 0; i < M; i++) out[n++] = (hs_pp_action){HS_PP_FORWARD, 0, i};

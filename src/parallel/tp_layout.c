@@ -49,8 +49,8 @@ hs_status hs_tp_gather_full(hs_device *d, hs_tp *t, const hs_param *p, const flo
     hs_status st = hs_pg_all_gather(t->group, d->stream, blocks, local, n, HS_DTYPE_F32, e);
     size_t rb = (size_t)run * sizeof(float);
     for (int r = 0; st == HS_OK && r < t->size; r++)
-        hs_dev_copy_2d(d, full + r * run, (size_t)t->size * rb, blocks + (int64_t)r * n, rb,
-                       outer, rb);
+        hs_dev_copy_2d(d, full + r * run, (size_t)t->size * rb, blocks + (int64_t)r * n, rb, outer,
+                       rb);
     hs_device_free_mem(d, blocks);
     return st;
 }

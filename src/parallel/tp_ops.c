@@ -22,11 +22,11 @@ static void reduce_partial(void *ctx, float *local, float *full, int64_t numel) 
     hs_tp *t = ctx;
     hs_error e;
     double t0 = hs_now();
-    hs_status st = t->ops.sequence_parallel
-                       ? hs_pg_reduce_scatter(t->group, t->stream, local, full, numel,
-                                              HS_DTYPE_F32, HS_REDUCE_SUM, &e)
-                       : hs_pg_all_reduce(t->group, t->stream, full, numel, HS_DTYPE_F32,
-                                          HS_REDUCE_SUM, &e);
+    hs_status st =
+        t->ops.sequence_parallel
+            ? hs_pg_reduce_scatter(t->group, t->stream, local, full, numel, HS_DTYPE_F32,
+                                   HS_REDUCE_SUM, &e)
+            : hs_pg_all_reduce(t->group, t->stream, full, numel, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
     int64_t n = t->ops.sequence_parallel ? numel * t->size : numel;
     done(t, t0, n * (int64_t)sizeof(float), st, &e);
 }
@@ -43,8 +43,12 @@ static void all_reduce(void *ctx, float *buf, int64_t n, hs_reduce_op op) {
     done(t, t0, n * (int64_t)sizeof(float), st, &e);
 }
 
-static void all_reduce_max(void *ctx, float *buf, int64_t n) { all_reduce(ctx, buf, n, HS_REDUCE_MAX); }
-static void all_reduce_sum(void *ctx, float *buf, int64_t n) { all_reduce(ctx, buf, n, HS_REDUCE_SUM); }
+static void all_reduce_max(void *ctx, float *buf, int64_t n) {
+    all_reduce(ctx, buf, n, HS_REDUCE_MAX);
+}
+static void all_reduce_sum(void *ctx, float *buf, int64_t n) {
+    all_reduce(ctx, buf, n, HS_REDUCE_SUM);
+}
 
 static void gather_logits(void *ctx, float *out, const float *in, int64_t numel) {
     sp_all_gather(ctx, out, in, numel, HS_DTYPE_F32);
@@ -54,7 +58,8 @@ hs_status hs_tp_create(hs_comm *comm, hs_device *dev, hs_pg *group, bool sequenc
                        bool loss_parallel, hs_tp **out, hs_error *e) {
     *out = NULL;
     if (!group || hs_pg_size(group) < 2)
-        return hs_error_set(e, HS_ERR_INTERNAL, "tp: tensor parallelism needs a tp group of >= 2 ranks");
+        return hs_error_set(e, HS_ERR_INTERNAL,
+                            "tp: tensor parallelism needs a tp group of >= 2 ranks");
     hs_tp *t = calloc(1, sizeof *t);
     if (!t) return hs_error_set(e, HS_ERR_OOM, "tp: cannot allocate the TP context");
     t->comm = comm;

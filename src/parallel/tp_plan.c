@@ -108,8 +108,9 @@ hs_status hs_tp_place(hs_model *m, const hs_tp_rule *rules, int n_rules, int siz
             hs_error_append(e, HS_ERR_CONFIG,
                             "%s: %s (%s) splits dim %d of size %lld over tp_size=%d, which "
                             "does not divide it; choose an accelerator.tp_size that divides it",
-                            p->fqn, hs_tp_style_name(r->style), hs_placement_str(pl, buf, sizeof buf),
-                            pl.dim, (long long)(pl.dim < p->ndim ? p->shape[pl.dim] : 0), size);
+                            p->fqn, hs_tp_style_name(r->style),
+                            hs_placement_str(pl, buf, sizeof buf), pl.dim,
+                            (long long)(pl.dim < p->ndim ? p->shape[pl.dim] : 0), size);
             continue;
         }
         p->tp_grad_partial = sequence_parallel && pl.kind == HS_PLACEMENT_REPLICATE;

@@ -17,8 +17,7 @@
 
 #if HS_CONVERT_SIMD
 /* Same integer recipe as hs_f32_to_bf16, eight lanes wide. */
-static __m128i bf16x8_from_f32(__m256 v)
-{
+static __m128i bf16x8_from_f32(__m256 v) {
     const __m256i x = _mm256_castps_si256(v);
     const __m256i abs = _mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF));
     const __m256i is_nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000));
@@ -32,8 +31,7 @@ static __m128i bf16x8_from_f32(__m256 v)
 }
 #endif
 
-static void f32_to_bf16(uint16_t *dst, const float *src, int64_t n)
-{
+static void f32_to_bf16(uint16_t *dst, const float *src, int64_t n) {
     int64_t i = 0;
 #if HS_CONVERT_SIMD
     for (; i + 8 <= n; i += 8)
@@ -42,8 +40,7 @@ static void f32_to_bf16(uint16_t *dst, const float *src, int64_t n)
     for (; i < n; i++) dst[i] = hs_f32_to_bf16(src[i]);
 }
 
-static void bf16_to_f32(float *dst, const uint16_t *src, int64_t n)
-{
+static void bf16_to_f32(float *dst, const uint16_t *src, int64_t n) {
     int64_t i = 0;
 #if HS_CONVERT_SIMD
     for (; i + 8 <= n; i += 8) {
@@ -54,8 +51,7 @@ static void bf16_to_f32(float *dst, const uint16_t *src, int64_t n)
     for (; i < n; i++) dst[i] = hs_bf16_to_f32(src[i]);
 }
 
-static void f32_to_f16(uint16_t *dst, const float *src, int64_t n)
-{
+static void f32_to_f16(uint16_t *dst, const float *src, int64_t n) {
     int64_t i = 0;
 #if HS_CONVERT_SIMD
     for (; i + 8 <= n; i += 8) {
@@ -67,8 +63,7 @@ static void f32_to_f16(uint16_t *dst, const float *src, int64_t n)
     for (; i < n; i++) dst[i] = hs_f32_to_f16(src[i]);
 }
 
-static void f16_to_f32(float *dst, const uint16_t *src, int64_t n)
-{
+static void f16_to_f32(float *dst, const uint16_t *src, int64_t n) {
     int64_t i = 0;
 #if HS_CONVERT_SIMD
     for (; i + 8 <= n; i += 8)
@@ -77,8 +72,7 @@ static void f16_to_f32(float *dst, const uint16_t *src, int64_t n)
     for (; i < n; i++) dst[i] = hs_f16_to_f32(src[i]);
 }
 
-static void to_f32(float *dst, const void *src, hs_dtype src_dt, int64_t n)
-{
+static void to_f32(float *dst, const void *src, hs_dtype src_dt, int64_t n) {
     switch (src_dt) {
     case HS_DTYPE_F32: memmove(dst, src, (size_t)n * sizeof(float)); break;
     case HS_DTYPE_BF16: bf16_to_f32(dst, src, n); break;
@@ -87,8 +81,7 @@ static void to_f32(float *dst, const void *src, hs_dtype src_dt, int64_t n)
     }
 }
 
-static void from_f32(void *dst, hs_dtype dst_dt, const float *src, int64_t n)
-{
+static void from_f32(void *dst, hs_dtype dst_dt, const float *src, int64_t n) {
     switch (dst_dt) {
     case HS_DTYPE_F32: memmove(dst, src, (size_t)n * sizeof(float)); break;
     case HS_DTYPE_BF16: f32_to_bf16(dst, src, n); break;
@@ -99,8 +92,7 @@ static void from_f32(void *dst, hs_dtype dst_dt, const float *src, int64_t n)
 
 /* Widened in L1-sized tiles, then scaled while the tile is hot: one IEEE
  * multiply per element, the same as hs_scale_f32 after hs_convert. */
-void hs_convert_scaled_f32(float *dst, const void *src, hs_dtype src_dt, float a, int64_t n)
-{
+void hs_convert_scaled_f32(float *dst, const void *src, hs_dtype src_dt, float a, int64_t n) {
     enum { TILE = 2048 };
     HS_ASSERT(n >= 0 && (const void *)dst != src);
     const size_t es = hs_dtype_size(src_dt);
@@ -113,8 +105,7 @@ void hs_convert_scaled_f32(float *dst, const void *src, hs_dtype src_dt, float a
     }
 }
 
-void hs_convert(void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt, int64_t n)
-{
+void hs_convert(void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt, int64_t n) {
     HS_ASSERT(n >= 0);
     if (n == 0) return;
     if (dst_dt == src_dt) {

@@ -16,20 +16,17 @@ static const char *const hs_dtype_short_names[] = {"fp32", "bf16", "fp16"};
 _Static_assert(sizeof(hs_dtype_short_names) / sizeof(hs_dtype_short_names[0]) == HS_DTYPE_COUNT,
                "hs_dtype_short_names must follow hs_dtype");
 
-size_t hs_dtype_size(hs_dtype dt)
-{
+size_t hs_dtype_size(hs_dtype dt) {
     HS_ASSERT(dt >= 0 && dt < HS_DTYPE_COUNT);
     return dt == HS_DTYPE_F32 ? 4 : 2;
 }
 
-const char *hs_dtype_name(hs_dtype dt)
-{
+const char *hs_dtype_name(hs_dtype dt) {
     if (dt < 0 || dt >= HS_DTYPE_COUNT) return "unknown";
     return hs_dtype_names[dt];
 }
 
-bool hs_dtype_parse(const char *s, hs_dtype *out)
-{
+bool hs_dtype_parse(const char *s, hs_dtype *out) {
     if (s == NULL) return false;
     for (int i = 0; i < HS_DTYPE_COUNT; i++) {
         if (strcmp(s, hs_dtype_names[i]) == 0 || strcmp(s, hs_dtype_short_names[i]) == 0) {
@@ -40,15 +37,13 @@ bool hs_dtype_parse(const char *s, hs_dtype *out)
     return false;
 }
 
-static uint32_t f32_bits(float f)
-{
+static uint32_t f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static float f32_from_bits(uint32_t u)
-{
+static float f32_from_bits(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
@@ -57,8 +52,7 @@ static float f32_from_bits(uint32_t u)
 /* hs_f32_to_bf16 / hs_bf16_to_f32 are inline in tensor.h. */
 
 /* |x| below the smallest normal f16 (2^-14): produce a subnormal or zero. */
-static uint16_t f16_subnormal_from_bits(uint32_t x)
-{
+static uint16_t f16_subnormal_from_bits(uint32_t x) {
     int e = (int)(x >> 23);
     int shift = 126 - e; /* value / 2^-24 == m * 2^(e-126) */
     if (shift > 24) return 0;
@@ -70,8 +64,7 @@ static uint16_t f16_subnormal_from_bits(uint32_t x)
     return (uint16_t)r; /* r == 0x400 is the smallest normal: still correct */
 }
 
-uint16_t hs_f32_to_f16(float f)
-{
+uint16_t hs_f32_to_f16(float f) {
     uint32_t x = f32_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     x &= 0x7FFFFFFFu;
@@ -84,8 +77,7 @@ uint16_t hs_f32_to_f16(float f)
     return (uint16_t)(sign | (x >> 13));
 }
 
-float hs_f16_to_f32(uint16_t h)
-{
+float hs_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1Fu;
     uint32_t m = h & 0x3FFu;
@@ -107,8 +99,7 @@ float hs_f16_to_f32(uint16_t h)
     return f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
 }
 
-float hs_round_to(hs_dtype dt, float f)
-{
+float hs_round_to(hs_dtype dt, float f) {
     switch (dt) {
     case HS_DTYPE_BF16: return hs_bf16_to_f32(hs_f32_to_bf16(f));
     case HS_DTYPE_F16: return hs_f16_to_f32(hs_f32_to_f16(f));

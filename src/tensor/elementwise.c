@@ -9,38 +9,32 @@
  * each element is computed the same way whatever the split. */
 #define EW_PAR_MIN 65536
 
-void hs_fill_f32(float *x, int64_t n, float v)
-{
+void hs_fill_f32(float *x, int64_t n, float v) {
 #pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN)
     for (int64_t i = 0; i < n; i++) x[i] = v;
 }
 
-void hs_add_f32(float *y, const float *x, int64_t n)
-{
+void hs_add_f32(float *y, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN)
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
-void hs_add_to_zero_f32(float *y, const float *x, int64_t n)
-{
+void hs_add_to_zero_f32(float *y, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN)
     for (int64_t i = 0; i < n; i++) y[i] = 0.0f + x[i];
 }
 
-void hs_axpy_f32(float *y, float a, const float *x, int64_t n)
-{
+void hs_axpy_f32(float *y, float a, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN)
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-void hs_scale_f32(float *x, float a, int64_t n)
-{
+void hs_scale_f32(float *x, float a, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN)
     for (int64_t i = 0; i < n; i++) x[i] *= a;
 }
 
-double hs_sum_f32(const float *x, int64_t n)
-{
+double hs_sum_f32(const float *x, int64_t n) {
     double s = 0.0;
     for (int64_t i = 0; i < n; i++) s += x[i];
     return s;
@@ -53,8 +47,7 @@ double hs_sum_f32(const float *x, int64_t n)
 #define SUM_CHUNK 65536
 #define SUM_GROUP 64
 
-static double sumsq_chunk(const float *x, int64_t n)
-{
+static double sumsq_chunk(const float *x, int64_t n) {
     double acc[SUM_LANES] = {0.0};
     int64_t i = 0;
     for (; i + SUM_LANES <= n; i += SUM_LANES)
@@ -67,8 +60,7 @@ static double sumsq_chunk(const float *x, int64_t n)
 
 /* Chunks of SUM_CHUNK elements, summed in chunk order: the value depends
  * on n only, not on the thread count that computed the chunks. */
-double hs_sumsq_f32(const float *x, int64_t n)
-{
+double hs_sumsq_f32(const float *x, int64_t n) {
     int64_t chunks = (n + SUM_CHUNK - 1) / SUM_CHUNK;
     double s = 0.0;
     for (int64_t g = 0; g < chunks; g += SUM_GROUP) {
@@ -84,8 +76,7 @@ double hs_sumsq_f32(const float *x, int64_t n)
     return s;
 }
 
-float hs_max_abs_f32(const float *x, int64_t n)
-{
+float hs_max_abs_f32(const float *x, int64_t n) {
     float m = 0.0f;
     for (int64_t i = 0; i < n; i++) {
         float a = fabsf(x[i]);
@@ -99,8 +90,7 @@ float hs_max_abs_f32(const float *x, int64_t n)
 /* NaN on either side counts as an infinite difference: a parity check must
  * never pass because a comparison with NaN is false. Equal values (equal
  * infinities included) differ by 0. */
-double hs_max_rel_diff_f32(const float *a, const float *b, int64_t n, double floor)
-{
+double hs_max_rel_diff_f32(const float *a, const float *b, int64_t n, double floor) {
     double worst = 0.0;
     for (int64_t i = 0; i < n; i++) {
         if (isnan(a[i]) || isnan(b[i])) return INFINITY;

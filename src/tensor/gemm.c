@@ -20,8 +20,7 @@
 
 void hs_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-              int64_t ldc)
-{
+              int64_t ldc) {
     HS_ASSERT(M >= 0 && N >= 0 && K >= 0);
     if (M == 0 || N == 0) return;
     if (K == 0) { /* BLAS semantics, which dnnl_sgemm skips: C = beta C */
@@ -30,23 +29,32 @@ void hs_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
                 C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
         return;
     }
-    dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A,
-                                  lda, B, ldb, beta, C, ldc);
+    dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda,
+                                  B, ldb, beta, C, ldc);
     if (st != dnnl_success)
         hs_panic("dnnl_sgemm(%c, %c, %lld, %lld, %lld, lda %lld, ldb %lld, ldc %lld) failed: %d",
-                 trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', (long long)M, (long long)N,
-                 (long long)K, (long long)lda, (long long)ldb, (long long)ldc, (int)st);
+                 trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', (long long)M, (long long)N, (long long)K,
+                 (long long)lda, (long long)ldb, (long long)ldc, (int)st);
 }
 
 /* C = alpha op(A) op(B) + beta C by oneDNN's matmul, built for this one
  * call; false (nothing written) when oneDNN has no such matmul here. */
 static bool matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                    const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
-                   int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc)
-{
-    hs_gemm_shape s = {.trans_a = trans_a, .trans_b = trans_b, .M = M, .N = N, .K = K,
-                       .alpha = alpha, .a_dt = a_dt, .lda = lda, .b_dt = b_dt, .ldb = ldb,
-                       .beta = beta, .c_dt = c_dt, .ldc = ldc};
+                   int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc) {
+    hs_gemm_shape s = {.trans_a = trans_a,
+                       .trans_b = trans_b,
+                       .M = M,
+                       .N = N,
+                       .K = K,
+                       .alpha = alpha,
+                       .a_dt = a_dt,
+                       .lda = lda,
+                       .b_dt = b_dt,
+                       .ldb = ldb,
+                       .beta = beta,
+                       .c_dt = c_dt,
+                       .ldc = ldc};
     hs_gemm_plan *p = hs_gemm_plan_create(&s);
     if (!p) return false;
     hs_gemm_plan_run(p, A, B, C);
@@ -55,9 +63,8 @@ static bool matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
 }
 
 /* A rows x cols matrix with row stride ld, converted into a packed copy. */
-static void pack_matrix(void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt,
-                        int64_t rows, int64_t cols, int64_t ld)
-{
+static void pack_matrix(void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt, int64_t rows,
+                        int64_t cols, int64_t ld) {
     size_t ds = hs_dtype_size(dst_dt), ss = hs_dtype_size(src_dt);
     for (int64_t r = 0; r < rows; r++)
         hs_convert((char *)dst + (size_t)(r * cols) * ds, dst_dt,
@@ -72,8 +79,7 @@ static bool narrowed_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, in
                             float alpha, const void *A, hs_dtype a_dt, int64_t lda, int64_t a_rows,
                             int64_t a_cols, const void *B, hs_dtype b_dt, int64_t ldb,
                             int64_t b_rows, int64_t b_cols, float beta, void *C, hs_dtype c_dt,
-                            int64_t ldc)
-{
+                            int64_t ldc) {
     bool a32 = a_dt == HS_DTYPE_F32;
     hs_dtype dt = a32 ? b_dt : a_dt;
     int64_t rows = a32 ? a_rows : b_rows, cols = a32 ? a_cols : b_cols, ld = a32 ? lda : ldb;
@@ -92,8 +98,7 @@ static bool narrowed_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, in
 }
 
 static void narrow_matrix(void *dst, hs_dtype dt, const float *src, int64_t rows, int64_t cols,
-                          int64_t ld)
-{
+                          int64_t ld) {
     char *d = dst;
     size_t es = hs_dtype_size(dt);
     for (int64_t r = 0; r < rows; r++)
@@ -102,8 +107,7 @@ static void narrow_matrix(void *dst, hs_dtype dt, const float *src, int64_t rows
 
 void hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                 const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
-                int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc)
-{
+                int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc) {
     if (a_dt == HS_DTYPE_F32 && b_dt == HS_DTYPE_F32 && c_dt == HS_DTYPE_F32) {
         hs_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
@@ -127,7 +131,7 @@ void hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
     float *scratch = malloc(need * sizeof(float));
     if (scratch == NULL)
         hs_oom("hs_gemm_ex: cannot allocate %zu bytes of fp32 scratch for a %lldx%lldx%lld GEMM",
-                 need * sizeof(float), (long long)M, (long long)N, (long long)K);
+               need * sizeof(float), (long long)M, (long long)N, (long long)K);
     float *next = scratch;
     const float *a32 = A, *b32 = B;
     float *c32 = C;
@@ -153,26 +157,25 @@ void hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
 }
 
 /* oneDNN runs on OpenMP: the calling thread's team size. */
-void hs_blas_set_threads(int n)
-{
+void hs_blas_set_threads(int n) {
     HS_ASSERT(n >= 1);
     omp_set_num_threads(n);
 }
 
 int hs_blas_get_threads(void) { return omp_get_max_threads(); }
 
-const char *hs_gemm_isa(void)
-{
+const char *hs_gemm_isa(void) {
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-    if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx) return "avx512_core_amx";
-    if ((isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16) return "avx512_core_bf16";
+    if ((isa & dnnl_cpu_isa_avx512_core_amx) == dnnl_cpu_isa_avx512_core_amx)
+        return "avx512_core_amx";
+    if ((isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16)
+        return "avx512_core_bf16";
     if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core) return "avx512_core";
     if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2) return "avx2";
     return "sse41";
 }
 
-bool hs_gemm_native(hs_dtype dt, hs_dtype c_dt)
-{
+bool hs_gemm_native(hs_dtype dt, hs_dtype c_dt) {
     if (dt == HS_DTYPE_F32) return false;
     const uint16_t one[4] = {0}, two[4] = {0};
     float c[4];

@@ -22,8 +22,7 @@ struct hs_gemm_plan {
     int64_t M, N, K;
 };
 
-static dnnl_data_type_t dnnl_dt(hs_dtype dt)
-{
+static dnnl_data_type_t dnnl_dt(hs_dtype dt) {
     switch (dt) {
     case HS_DTYPE_BF16: return dnnl_bf16;
     case HS_DTYPE_F16: return dnnl_f16;
@@ -34,15 +33,13 @@ static dnnl_data_type_t dnnl_dt(hs_dtype dt)
 /* A row-major operand with row stride ld, read transposed or not, as the
  * dims {d0, d1} the matmul sees. */
 static dnnl_status_t operand_desc(dnnl_memory_desc_t *md, int64_t d0, int64_t d1, bool trans,
-                                  int64_t ld, hs_dtype dt)
-{
+                                  int64_t ld, hs_dtype dt) {
     dnnl_dims_t dims = {d0, d1};
     dnnl_dims_t strides = {trans ? 1 : ld, trans ? ld : 1};
     return dnnl_memory_desc_init_by_strides(md, 2, dims, dnnl_dt(dt), strides);
 }
 
-static bool build(hs_gemm_plan *p, const hs_gemm_shape *s)
-{
+static bool build(hs_gemm_plan *p, const hs_gemm_shape *s) {
     dnnl_memory_desc_t a, b, c;
     if (operand_desc(&a, s->M, s->K, s->trans_a, s->lda, s->a_dt) != dnnl_success ||
         operand_desc(&b, s->K, s->N, s->trans_b, s->ldb, s->b_dt) != dnnl_success ||
@@ -74,8 +71,7 @@ static bool build(hs_gemm_plan *p, const hs_gemm_shape *s)
     return ok;
 }
 
-hs_gemm_plan *hs_gemm_plan_create(const hs_gemm_shape *s)
-{
+hs_gemm_plan *hs_gemm_plan_create(const hs_gemm_shape *s) {
     HS_ASSERT(s->M > 0 && s->N > 0 && s->K > 0);
     hs_gemm_plan *p = calloc(1, sizeof *p);
     if (!p) hs_oom("hs_gemm_plan_create: %zu bytes", sizeof *p);
@@ -87,23 +83,22 @@ hs_gemm_plan *hs_gemm_plan_create(const hs_gemm_shape *s)
     return p;
 }
 
-void hs_gemm_plan_run(hs_gemm_plan *p, const void *A, const void *B, void *C)
-{
+void hs_gemm_plan_run(hs_gemm_plan *p, const void *A, const void *B, void *C) {
     /* Past creation a failure is a broken call, not a missing kernel. */
     if (dnnl_memory_set_data_handle(p->a, (void *)A) != dnnl_success ||
         dnnl_memory_set_data_handle(p->b, (void *)B) != dnnl_success ||
         dnnl_memory_set_data_handle(p->c, C) != dnnl_success)
         hs_panic("oneDNN matmul %lldx%lldx%lld: cannot set its operands", (long long)p->M,
                  (long long)p->N, (long long)p->K);
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}};
+    dnnl_exec_arg_t args[3] = {
+        {DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}};
     if (dnnl_primitive_execute(p->prim, p->stream, 3, args) != dnnl_success ||
         dnnl_stream_wait(p->stream) != dnnl_success)
-        hs_panic("oneDNN matmul %lldx%lldx%lld failed to execute", (long long)p->M,
-                 (long long)p->N, (long long)p->K);
+        hs_panic("oneDNN matmul %lldx%lldx%lld failed to execute", (long long)p->M, (long long)p->N,
+                 (long long)p->K);
 }
 
-void hs_gemm_plan_free(hs_gemm_plan *p)
-{
+void hs_gemm_plan_free(hs_gemm_plan *p) {
     if (!p) return;
     dnnl_memory_destroy(p->a);
     dnnl_memory_destroy(p->b);
@@ -116,11 +111,10 @@ void hs_gemm_plan_free(hs_gemm_plan *p)
 
 /* ------------------------------------------------------------------ cache */
 
-static bool same_shape(const hs_gemm_shape *x, const hs_gemm_shape *y)
-{
-    return x->trans_a == y->trans_a && x->trans_b == y->trans_b && x->M == y->M &&
-           x->N == y->N && x->K == y->K && x->lda == y->lda && x->ldb == y->ldb &&
-           x->ldc == y->ldc && x->a_dt == y->a_dt && x->b_dt == y->b_dt && x->c_dt == y->c_dt &&
+static bool same_shape(const hs_gemm_shape *x, const hs_gemm_shape *y) {
+    return x->trans_a == y->trans_a && x->trans_b == y->trans_b && x->M == y->M && x->N == y->N &&
+           x->K == y->K && x->lda == y->lda && x->ldb == y->ldb && x->ldc == y->ldc &&
+           x->a_dt == y->a_dt && x->b_dt == y->b_dt && x->c_dt == y->c_dt &&
            /* bitwise: a scale is part of the primitive */
            !memcmp(&x->alpha, &y->alpha, sizeof x->alpha) &&
            !memcmp(&x->beta, &y->beta, sizeof x->beta);
@@ -128,15 +122,13 @@ static bool same_shape(const hs_gemm_shape *x, const hs_gemm_shape *y)
 
 void hs_gemm_cache_init(hs_gemm_cache *c) { memset(c, 0, sizeof *c); }
 
-void hs_gemm_cache_free(hs_gemm_cache *c)
-{
+void hs_gemm_cache_free(hs_gemm_cache *c) {
     for (int i = 0; i < c->n; i++) hs_gemm_plan_free(c->plans[i]);
     memset(c, 0, sizeof *c);
 }
 
 void hs_gemm_cached(hs_gemm_cache *c, const hs_gemm_shape *s, const void *A, const void *B,
-                    void *C)
-{
+                    void *C) {
     /* Only two 16-bit operands of one dtype have a plan (hs_gemm_ex's
      * native matmul); everything else goes to hs_gemm_ex as it is. */
     bool planned = s->a_dt == s->b_dt && s->a_dt != HS_DTYPE_F32 && s->M > 0 && s->N > 0 &&

@@ -3,8 +3,7 @@
 
 #include "hypershard/tensor.h"
 
-hs_tensor hs_tensor_make(void *data, hs_dtype dt, int ndim, const int64_t *shape)
-{
+hs_tensor hs_tensor_make(void *data, hs_dtype dt, int ndim, const int64_t *shape) {
     HS_ASSERT(ndim >= 0 && ndim <= HS_TENSOR_MAX_DIMS);
     HS_ASSERT(dt >= 0 && dt < HS_DTYPE_COUNT);
     hs_tensor t = {.data = data, .dtype = dt, .ndim = ndim};
@@ -15,27 +14,23 @@ hs_tensor hs_tensor_make(void *data, hs_dtype dt, int ndim, const int64_t *shape
     return t;
 }
 
-int64_t hs_tensor_numel(const hs_tensor *t)
-{
+int64_t hs_tensor_numel(const hs_tensor *t) {
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;
 }
 
-size_t hs_tensor_bytes(const hs_tensor *t)
-{
+size_t hs_tensor_bytes(const hs_tensor *t) {
     return (size_t)hs_tensor_numel(t) * hs_dtype_size(t->dtype);
 }
 
-int64_t hs_tensor_row_numel(const hs_tensor *t)
-{
+int64_t hs_tensor_row_numel(const hs_tensor *t) {
     int64_t n = 1;
     for (int i = 1; i < t->ndim; i++) n *= t->shape[i];
     return n;
 }
 
-hs_tensor hs_tensor_narrow0(const hs_tensor *t, int64_t start, int64_t len)
-{
+hs_tensor hs_tensor_narrow0(const hs_tensor *t, int64_t start, int64_t len) {
     HS_ASSERT(t->ndim >= 1);
     HS_ASSERT(start >= 0 && len >= 0 && start + len <= t->shape[0]);
     hs_tensor r = *t;
@@ -47,8 +42,7 @@ hs_tensor hs_tensor_narrow0(const hs_tensor *t, int64_t start, int64_t len)
     return r;
 }
 
-const char *hs_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap)
-{
+const char *hs_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap) {
     if (cap == 0) return buf;
     size_t used = 0;
     buf[0] = '\0';

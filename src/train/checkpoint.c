@@ -179,7 +179,8 @@ static int compat_diff(const char *a, const char *b, bool a_is_ckpt, hs_error *e
             snprintf(va, sizeof va, "%.*s", (int)(len - (size_t)(eq - l) - 1), eq + 1);
             bool in_b = compat_value(b, key, vb, sizeof vb);
             if (a_is_ckpt && (!in_b || strcmp(va, vb) != 0))
-                n++, hs_error_append(e, HS_ERR_CONFIG, "  %s: checkpoint %s, this run %s", key, va, vb);
+                n++, hs_error_append(e, HS_ERR_CONFIG, "  %s: checkpoint %s, this run %s", key, va,
+                                     vb);
             else if (!a_is_ckpt && !in_b)
                 n++, hs_error_append(e, HS_ERR_CONFIG, "  %s: checkpoint (not set), this run %s",
                                      key, va);
@@ -216,16 +217,18 @@ static void compat_explain(const hs_config *mine, const char *step_dir, uint64_t
     int n = compat_diff(a, b, true, e) + compat_diff(b, a, false, e);
     if (file_hash == saved_hash) return;
     if (n == 0)
-        hs_error_append(e, HS_ERR_CONFIG, "  none against %s, which agrees with this run on "
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "  none against %s, which agrees with this run on "
                         "every such key: it was edited after the save (its settings hash to "
                         "0x%016llx, the metadata records 0x%016llx; layout and comments do not "
                         "count). The tensors follow the metadata: resume with the settings the "
-                        "checkpoint was trained with, or start fresh", path,
-                        (unsigned long long)file_hash, (unsigned long long)saved_hash);
+                        "checkpoint was trained with, or start fresh",
+                        path, (unsigned long long)file_hash, (unsigned long long)saved_hash);
     else
-        hs_error_append(e, HS_ERR_CONFIG, "  (against %s, which was edited after the save: its "
-                        "settings hash to 0x%016llx, the metadata records 0x%016llx)", path,
-                        (unsigned long long)file_hash, (unsigned long long)saved_hash);
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "  (against %s, which was edited after the save: its "
+                        "settings hash to 0x%016llx, the metadata records 0x%016llx)",
+                        path, (unsigned long long)file_hash, (unsigned long long)saved_hash);
 }
 
 hs_status hs_train_ckpt_config_check(const char *step_dir, uint64_t saved_hash, hs_error *e) {
@@ -334,9 +337,11 @@ static hs_status resume_load(hs_trainer *t, const char *path, hs_ckpt_state *st,
 /* The data order continues with the seed the checkpoint was trained on. */
 static hs_status resume_data_seed(hs_trainer *t, uint64_t seed, hs_error *e) {
     if (seed == t->data_seed) return HS_OK;
-    hs_log_warn(t->log, "train.seed %llu differs from the checkpoint's %llu: the data order "
-                "continues with %llu", (unsigned long long)t->data_seed,
-                (unsigned long long)seed, (unsigned long long)seed);
+    hs_log_warn(t->log,
+                "train.seed %llu differs from the checkpoint's %llu: the data order "
+                "continues with %llu",
+                (unsigned long long)t->data_seed, (unsigned long long)seed,
+                (unsigned long long)seed);
     hs_data_free(t->data);
     t->data = NULL;
     t->data_seed = seed;
@@ -363,8 +368,10 @@ hs_status hs_train_ckpt_resume(hs_trainer *t, hs_error *e) {
     if (s != HS_OK) return s;
     if (!found) {
         if (!strcmp(t->cfg->checkpoint.resume, "auto"))
-            hs_log_info(t->log, "checkpoint.resume = auto: no checkpoint in %s yet; starting "
-                        "fresh", t->cfg->checkpoint.dir);
+            hs_log_info(t->log,
+                        "checkpoint.resume = auto: no checkpoint in %s yet; starting "
+                        "fresh",
+                        t->cfg->checkpoint.dir);
         return HS_OK;
     }
     hs_ckpt_state st;
@@ -377,9 +384,11 @@ hs_status hs_train_ckpt_resume(hs_trainer *t, hs_error *e) {
     if (s != HS_OK) return s;
     t->start_step = (int)st.step;
     if (is_own_step(t, path, st.step)) t->ckpt_step = t->start_step;
-    hs_log_info(t->log, "resumed from %s: step %lld of %d, optimizer step %lld, next global "
-                "batch %lld", path, (long long)st.step, t->cfg->train.steps,
-                (long long)st.optim_step, (long long)st.data_position);
+    hs_log_info(t->log,
+                "resumed from %s: step %lld of %d, optimizer step %lld, next global "
+                "batch %lld",
+                path, (long long)st.step, t->cfg->train.steps, (long long)st.optim_step,
+                (long long)st.data_position);
     return HS_OK;
 }
 
@@ -414,10 +423,11 @@ bool hs_train_ckpt_out_dir(const hs_trainer *t, hs_out_dir *d, char *what, size_
     int n = ckpt_new_at_peak(t);
     int64_t bytes = 0;
     if (!hs_mul_i64(t->plan_ckpt_bytes, n, &bytes)) bytes = INT64_MAX;
-    snprintf(what, cap, "one checkpoint of this run takes about %.1f MiB (the plan's estimate: "
+    snprintf(what, cap,
+             "one checkpoint of this run takes about %.1f MiB (the plan's estimate: "
              "fp32 weights and optimizer state) and the run adds up to %d there at once "
-             "(checkpoint.keep_last = %d)", (double)t->plan_ckpt_bytes / (1 << 20), n,
-             t->cfg->checkpoint.keep_last);
+             "(checkpoint.keep_last = %d)",
+             (double)t->plan_ckpt_bytes / (1 << 20), n, t->cfg->checkpoint.keep_last);
     *d = (hs_out_dir){.what = "checkpoint.dir", .path = dir, .bytes = bytes, .bytes_what = what};
     return true;
 }

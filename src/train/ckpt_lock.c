@@ -61,7 +61,8 @@ static hs_status try_create(hs_trainer *t, bool *exists, hs_error *e) {
     int fd = open(t->lock_path, O_WRONLY | O_CREAT | O_EXCL, 0644);
     *exists = fd < 0 && errno == EEXIST;
     if (fd < 0 && !*exists)
-        return hs_error_set(e, HS_ERR_CONFIG, "checkpoint.dir = %s: cannot create its lock %s "
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "checkpoint.dir = %s: cannot create its lock %s "
                             "(%s); make the directory writable or choose another checkpoint.dir",
                             t->cfg->checkpoint.dir, t->lock_path, hs_strerror_errno());
     if (fd < 0) return HS_OK;
@@ -70,8 +71,8 @@ static hs_status try_create(hs_trainer *t, bool *exists, hs_error *e) {
     time_t now = time(NULL);
     struct tm tm;
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
-    int n = snprintf(text, sizeof text, "pid %ld\nhost %s\nstarted %s\n", (long)getpid(), host,
-                     when);
+    int n =
+        snprintf(text, sizeof text, "pid %ld\nhost %s\nstarted %s\n", (long)getpid(), host, when);
     bool ok = write(fd, text, (size_t)n) == n;
     ok = close(fd) == 0 && ok;
     if (!ok) {
@@ -107,12 +108,16 @@ static hs_status acquire(hs_trainer *t, hs_error *e) {
                                 "checkpoint.dir = %s: its lock %s names no run (pid, host, start "
                                 "time); if no run uses the directory, remove the lock",
                                 dir, t->lock_path);
-        hs_log_info(t->log, "checkpoint.dir: removed the stale lock of pid %ld on %s (started "
-                    "%s), which is not running", h.pid, h.host, h.started);
+        hs_log_info(t->log,
+                    "checkpoint.dir: removed the stale lock of pid %ld on %s (started "
+                    "%s), which is not running",
+                    h.pid, h.host, h.started);
         unlink(t->lock_path);
     }
-    return hs_error_set(e, HS_ERR_CONFIG, "checkpoint.dir = %s: another run keeps taking its "
-                        "lock %s", dir, t->lock_path);
+    return hs_error_set(e, HS_ERR_CONFIG,
+                        "checkpoint.dir = %s: another run keeps taking its "
+                        "lock %s",
+                        dir, t->lock_path);
 }
 
 hs_status hs_train_ckpt_lock(hs_trainer *t, hs_error *e) {

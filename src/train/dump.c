@@ -37,12 +37,14 @@ bool hs_dump_out_dir(const hs_trainer *t, hs_out_dir *d, char *what, size_t cap)
      * every step, and one sequence's logits */
     hs_checked ck = {0};
     int64_t steps = t->cfg->train.steps, values = t->plan_params;
-    int64_t per_step = hs_ck_add(&ck, hs_ck_mul(&ck, 2, values),
-                                 hs_ck_mul(&ck, t->T, t->cfg->model.vocab_size));
+    int64_t per_step =
+        hs_ck_add(&ck, hs_ck_mul(&ck, 2, values), hs_ck_mul(&ck, t->T, t->cfg->model.vocab_size));
     int64_t bytes = hs_ck_mul(&ck, 4, hs_ck_add(&ck, values, hs_ck_mul(&ck, steps, per_step)));
     snprintf(what, cap, "the fp32 dumps of %lld steps take about %.1f MiB", (long long)steps,
              (double)bytes / (1 << 20));
-    *d = (hs_out_dir){.what = "--dump", .path = hs_dump_dir(t), .bytes = t->rank0 ? bytes : 0,
+    *d = (hs_out_dir){.what = "--dump",
+                      .path = hs_dump_dir(t),
+                      .bytes = t->rank0 ? bytes : 0,
                       .bytes_what = what};
     return true;
 }
@@ -141,8 +143,11 @@ hs_status hs_dump_logits(hs_trainer *t, int step, hs_error *e) {
     double loss_sum = 0.0;
     hs_status s = hs_train_forward(t, t->tokens, t->targets, 1, &loss_sum, t->logits, e);
     if (s != HS_OK || !t->rank0) return s;
-    hs_st_tensor x = {.name = "logits", .dtype = HS_DTYPE_F32, .ndim = 2,
-                      .shape = {t->T, t->cfg->model.vocab_size}, .data = t->logits};
+    hs_st_tensor x = {.name = "logits",
+                      .dtype = HS_DTYPE_F32,
+                      .ndim = 2,
+                      .shape = {t->T, t->cfg->model.vocab_size},
+                      .data = t->logits};
     x.bytes = sizeof(float) * (size_t)t->T * (size_t)t->cfg->model.vocab_size;
     char seq_str[24], step_str[24];
     snprintf(seq_str, sizeof seq_str, "%lld", (long long)seq);

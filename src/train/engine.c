@@ -33,8 +33,8 @@ static bool wants_policies(const hs_config *cfg) {
 }
 
 bool hs_engine_uses_fsdp(const hs_config *cfg, const hs_topology *topo) {
-    return topo->pp > 1 || hs_topology_fsdp_active(topo, NULL, 0) || topo->tp > 1 ||
-           topo->ep > 1 || wants_policies(cfg);
+    return topo->pp > 1 || hs_topology_fsdp_active(topo, NULL, 0) || topo->tp > 1 || topo->ep > 1 ||
+           wants_policies(cfg);
 }
 
 hs_model_options hs_engine_model_options(const hs_config *cfg, bool fsdp, int max_batch,

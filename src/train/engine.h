@@ -38,7 +38,7 @@ typedef struct hs_engine_ckpt_param {
     int64_t storage_rows; /* rows of the buffer behind `master` (padded
                            * communication storage: its tail is zeroed on
                            * load); 0 = rows */
-    void *model_copy; /* NULL, or the model's own shard in model_dtype
+    void *model_copy;     /* NULL, or the model's own shard in model_dtype
                              * kept apart from the master (fp32 main params) */
     hs_dtype model_dtype;
 } hs_engine_ckpt_param;

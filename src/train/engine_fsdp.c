@@ -14,11 +14,11 @@ typedef struct fsdp_engine {
     hs_fsdp *f;
     hs_comm *comm;
     hs_stream *stream; /* the device's compute stream, where the model's buffers live */
-    hs_pg *batch; /* dp x cp: the MoE aux statistics' group, NULL when unneeded */
-    hs_tp *tp;        /* NULL without tensor parallelism */
-    hs_cp *cp;        /* NULL without context parallelism */
-    hs_ep *ep;        /* NULL without expert parallelism */
-    hs_model_ops ops; /* the model's: TP's table with CP's members set */
+    hs_pg *batch;      /* dp x cp: the MoE aux statistics' group, NULL when unneeded */
+    hs_tp *tp;         /* NULL without tensor parallelism */
+    hs_cp *cp;         /* NULL without context parallelism */
+    hs_ep *ep;         /* NULL without expert parallelism */
+    hs_model_ops ops;  /* the model's: TP's table with CP's members set */
 } fsdp_engine;
 
 static fsdp_engine *eng_of(hs_engine *en) { return en->ctx; }
@@ -26,23 +26,19 @@ static hs_fsdp *fsdp_of(hs_engine *en) { return eng_of(en)->f; }
 
 static const hs_model_hooks *fsdp_hooks(hs_engine *en) { return hs_fsdp_hooks(fsdp_of(en)); }
 
-static void fsdp_begin_micro_batch(hs_engine *en, bool sync, bool reshard, bool last)
-{
+static void fsdp_begin_micro_batch(hs_engine *en, bool sync, bool reshard, bool last) {
     hs_fsdp_set_micro_batch(fsdp_of(en), sync, reshard, last);
 }
 
-static int fsdp_optim_params(hs_engine *en, hs_optim_param **out)
-{
+static int fsdp_optim_params(hs_engine *en, hs_optim_param **out) {
     return hs_fsdp_optim_params(fsdp_of(en), out);
 }
 
-static hs_status fsdp_grad_norm(hs_engine *en, double *norm, hs_error *e)
-{
+static hs_status fsdp_grad_norm(hs_engine *en, double *norm, hs_error *e) {
     return hs_fsdp_grad_norm(fsdp_of(en), norm, e);
 }
 
-static hs_status fsdp_after_step(hs_engine *en, hs_error *e)
-{
+static hs_status fsdp_after_step(hs_engine *en, hs_error *e) {
     return hs_fsdp_after_step(fsdp_of(en), e);
 }
 
@@ -58,8 +54,7 @@ static void fsdp_write_units(hs_engine *en, FILE *out) { hs_fsdp_write_units(fsd
 
 typedef hs_status (*gather_fn)(hs_fsdp *f, int i, float *out, hs_error *e);
 
-static size_t whole_bytes(const hs_param *p)
-{
+static size_t whole_bytes(const hs_param *p) {
     size_t n = sizeof(float);
     for (int d = 0; d < p->ndim; d++) n *= (size_t)p->shape[d];
     return n;
@@ -73,8 +68,7 @@ typedef struct whole_bufs {
 } whole_bufs;
 
 static hs_status whole_bufs_get(hs_engine *en, const hs_param *p, bool pieces, whole_bufs *b,
-                                hs_error *e)
-{
+                                hs_error *e) {
     b->dev = hs_model_device(en->model);
     b->local = hs_device_alloc(b->dev, (size_t)hs_param_local_numel(p) * sizeof(float) + 1);
     b->whole = pieces ? hs_device_alloc(b->dev, whole_bytes(p)) : b->local;
@@ -83,8 +77,7 @@ static hs_status whole_bufs_get(hs_engine *en, const hs_param *p, bool pieces, w
                         whole_bytes(p), p->fqn);
 }
 
-static void whole_bufs_put(whole_bufs *b)
-{
+static void whole_bufs_put(whole_bufs *b) {
     if (b->whole != b->local) hs_device_free_mem(b->dev, b->whole);
     hs_device_free_mem(b->dev, b->local);
 }
@@ -92,8 +85,7 @@ static void whole_bufs_put(whole_bufs *b)
 /* The whole tensor into the caller's host `out`: FSDP gathers the
  * TP/EP-local one and parallel/ the TP or EP pieces (a routed expert under
  * EP is on the ep mesh only) in device memory; the whole crosses once. */
-static hs_status gather_whole(hs_engine *en, gather_fn g, int i, float *out, hs_error *e)
-{
+static hs_status gather_whole(hs_engine *en, gather_fn g, int i, float *out, hs_error *e) {
     fsdp_engine *fe = eng_of(en);
     const hs_param *p = hs_model_param(en->model, i);
     bool on_ep = fe->ep && p->on_ep_mesh, pieces = fe->tp || on_ep;
@@ -108,18 +100,15 @@ static hs_status gather_whole(hs_engine *en, gather_fn g, int i, float *out, hs_
     return s;
 }
 
-static hs_status fsdp_gather_full(hs_engine *en, int i, float *out, hs_error *e)
-{
+static hs_status fsdp_gather_full(hs_engine *en, int i, float *out, hs_error *e) {
     return gather_whole(en, hs_fsdp_gather_full, i, out, e);
 }
 
-static hs_status fsdp_gather_full_grad(hs_engine *en, int i, float *out, hs_error *e)
-{
+static hs_status fsdp_gather_full_grad(hs_engine *en, int i, float *out, hs_error *e) {
     return gather_whole(en, hs_fsdp_gather_full_grad, i, out, e);
 }
 
-static hs_status fsdp_set_full(hs_engine *en, int i, const float *full, hs_error *e)
-{
+static hs_status fsdp_set_full(hs_engine *en, int i, const float *full, hs_error *e) {
     fsdp_engine *fe = eng_of(en);
     const hs_param *p = hs_model_param(en->model, i);
     bool on_ep = fe->ep && p->on_ep_mesh, pieces = fe->tp || on_ep;
@@ -133,17 +122,18 @@ static hs_status fsdp_set_full(hs_engine *en, int i, const float *full, hs_error
     return s;
 }
 
-static void fsdp_ckpt_param(hs_engine *en, int i, hs_engine_ckpt_param *out)
-{
+static void fsdp_ckpt_param(hs_engine *en, int i, hs_engine_ckpt_param *out) {
     hs_fsdp_shard_view v;
     hs_fsdp_shard_view_get(fsdp_of(en), i, &v);
-    *out = (hs_engine_ckpt_param){.row_offset = v.row_offset, .rows = v.rows, .master = v.master,
-                                  .storage_rows = v.storage_rows, .model_copy = v.model_copy,
+    *out = (hs_engine_ckpt_param){.row_offset = v.row_offset,
+                                  .rows = v.rows,
+                                  .master = v.master,
+                                  .storage_rows = v.storage_rows,
+                                  .model_copy = v.model_copy,
                                   .model_dtype = v.model_dtype};
 }
 
-static void fsdp_free(hs_engine *en)
-{
+static void fsdp_free(hs_engine *en) {
     fsdp_engine *fe = eng_of(en);
     hs_fsdp_free(fe->f);
     hs_model_free(en->model);
@@ -155,8 +145,7 @@ static void fsdp_free(hs_engine *en)
 }
 
 /* Context parallelism over the mesh's cp dim, when it is > 1. */
-static hs_status cp_create(const hs_engine_env *env, hs_cp **out, hs_error *e)
-{
+static hs_status cp_create(const hs_engine_env *env, hs_cp **out, hs_error *e) {
     *out = NULL;
     if (env->topo->cp < 2) return HS_OK;
     const char *how = env->cfg->accelerator.cp_rotate_method;
@@ -164,8 +153,7 @@ static hs_status cp_create(const hs_engine_env *env, hs_cp **out, hs_error *e)
     return hs_cp_create(env->comm, env->dev, hs_mesh_group(env->mesh, HS_DIM_CP), ring, out, e);
 }
 
-static void batch_all_reduce(void *ctx, float *buf, int64_t n)
-{
+static void batch_all_reduce(void *ctx, float *buf, int64_t n) {
     fsdp_engine *fe = ctx;
     hs_error e;
     if (hs_pg_all_reduce(fe->batch, fe->stream, buf, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK)
@@ -175,8 +163,7 @@ static void batch_all_reduce(void *ctx, float *buf, int64_t n)
 /* The model's ops: NULL for plain dense FSDP, else TP's table (or an empty
  * one of tp_size 1) with CP's members and, for MoE over several data
  * ranks, the micro-batch reduction of the load-balancing statistics. */
-static const hs_model_ops *ops_for(fsdp_engine *fe)
-{
+static const hs_model_ops *ops_for(fsdp_engine *fe) {
     if (!fe->tp && !fe->cp && !fe->ep && !fe->batch) return NULL;
     if (fe->tp) fe->ops = *hs_tp_ops(fe->tp);
     else fe->ops = (hs_model_ops){.tp_size = 1};
@@ -187,8 +174,7 @@ static const hs_model_ops *ops_for(fsdp_engine *fe)
 }
 
 /* Tensor parallelism over the mesh's tp dim, when it is > 1. */
-static hs_status tp_create(const hs_engine_env *env, hs_tp **out, hs_error *e)
-{
+static hs_status tp_create(const hs_engine_env *env, hs_tp **out, hs_error *e) {
     *out = NULL;
     const hs_config *cfg = env->cfg; /* config validation refused what TP cannot run */
     if (env->topo->tp < 2) return HS_OK;
@@ -197,8 +183,7 @@ static hs_status tp_create(const hs_engine_env *env, hs_tp **out, hs_error *e)
 }
 
 /* Expert parallelism over the mesh's ep dim, when it is > 1. */
-static hs_status ep_create(const hs_engine_env *env, hs_ep **out, hs_error *e)
-{
+static hs_status ep_create(const hs_engine_env *env, hs_ep **out, hs_error *e) {
     *out = NULL;
     if (env->topo->ep < 2) return HS_OK;
     return hs_ep_create(env->comm, env->dev, hs_mesh_group(env->mesh, HS_DIM_EP), out, e);
@@ -206,8 +191,7 @@ static hs_status ep_create(const hs_engine_env *env, hs_ep **out, hs_error *e)
 
 /* The EP plan (experts to the ep mesh), then the TP plan for the rest,
  * which checks the whole layout. */
-static hs_status mp_plans(fsdp_engine *fe, hs_model *m, hs_error *e)
-{
+static hs_status mp_plans(fsdp_engine *fe, hs_model *m, hs_error *e) {
     hs_status s = HS_OK;
     if (fe->ep) s = hs_ep_apply_plan(fe->ep, m, e);
     if (s != HS_OK) return s;
@@ -218,15 +202,13 @@ static hs_status mp_plans(fsdp_engine *fe, hs_model *m, hs_error *e)
 }
 
 /* "fsdp", "fsdp+tp", "fsdp+tp+cp+ep", ... */
-static const char *engine_name(const fsdp_engine *fe)
-{
-    static const char *names[8] = {"fsdp",       "fsdp+tp",    "fsdp+cp",    "fsdp+tp+cp",
-                                   "fsdp+ep",    "fsdp+tp+ep", "fsdp+cp+ep", "fsdp+tp+cp+ep"};
+static const char *engine_name(const fsdp_engine *fe) {
+    static const char *names[8] = {"fsdp",    "fsdp+tp",    "fsdp+cp",    "fsdp+tp+cp",
+                                   "fsdp+ep", "fsdp+tp+ep", "fsdp+cp+ep", "fsdp+tp+cp+ep"};
     return names[(fe->tp != NULL) | (fe->cp != NULL) << 1 | (fe->ep != NULL) << 2];
 }
 
-hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_error *e)
-{
+hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_error *e) {
     *out = NULL;
     const hs_config *cfg = env->cfg;
     hs_model_options mo =

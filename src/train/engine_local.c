@@ -81,8 +81,8 @@ static hs_status local_set_full(hs_engine *en, int i, const float *full, hs_erro
  * optimizer's master. */
 static void local_ckpt_param(hs_engine *en, int i, hs_engine_ckpt_param *out) {
     hs_param *p = hs_model_param(en->model, i);
-    *out = (hs_engine_ckpt_param){.row_offset = 0, .rows = p->shape[0], .master = p->data,
-                                  .model_dtype = HS_DTYPE_F32};
+    *out = (hs_engine_ckpt_param){
+        .row_offset = 0, .rows = p->shape[0], .master = p->data, .model_dtype = HS_DTYPE_F32};
 }
 
 static void local_free(hs_engine *en) {

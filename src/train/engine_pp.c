@@ -14,10 +14,10 @@
 
 typedef struct pp_engine {
     hs_engine *inner;
-    hs_pg *pp;      /* the mesh's pp group: group rank = stage */
+    hs_pg *pp; /* the mesh's pp group: group rank = stage */
     int stage;
-    int *owner;     /* per catalog parameter: its stage */
-    int *local;     /* per catalog parameter: index in the stage model, -1 elsewhere */
+    int *owner; /* per catalog parameter: its stage */
+    int *local; /* per catalog parameter: index in the stage model, -1 elsewhere */
     char name[48];
 } pp_engine;
 
@@ -26,19 +26,16 @@ static hs_engine *inner_of(hs_engine *en) { return pe_of(en)->inner; }
 
 static const hs_model_hooks *pp_hooks(hs_engine *en) { return inner_of(en)->hooks(inner_of(en)); }
 
-static void pp_begin_micro_batch(hs_engine *en, bool sync, bool reshard, bool last)
-{
+static void pp_begin_micro_batch(hs_engine *en, bool sync, bool reshard, bool last) {
     inner_of(en)->begin_micro_batch(inner_of(en), sync, reshard, last);
 }
 
-static int pp_optim_params(hs_engine *en, hs_optim_param **out)
-{
+static int pp_optim_params(hs_engine *en, hs_optim_param **out) {
     return inner_of(en)->optim_params(inner_of(en), out);
 }
 
 /* The stage's norm, then the squares of every stage summed. */
-static hs_status pp_grad_norm(hs_engine *en, double *norm, hs_error *e)
-{
+static hs_status pp_grad_norm(hs_engine *en, double *norm, hs_error *e) {
     double local = 0.0;
     hs_status s = inner_of(en)->grad_norm(inner_of(en), &local, e);
     double sq = local * local;
@@ -47,8 +44,7 @@ static hs_status pp_grad_norm(hs_engine *en, double *norm, hs_error *e)
     return s;
 }
 
-static hs_status pp_after_step(hs_engine *en, hs_error *e)
-{
+static hs_status pp_after_step(hs_engine *en, hs_error *e) {
     return inner_of(en)->after_step(inner_of(en), e);
 }
 
@@ -56,16 +52,14 @@ static void pp_zero_grads(hs_engine *en) { inner_of(en)->zero_grads(inner_of(en)
 
 typedef hs_status (*gather_fn)(hs_engine *en, int i, float *out, hs_error *e);
 
-static int64_t full_numel(const hs_param *p)
-{
+static int64_t full_numel(const hs_param *p) {
     int64_t n = 1;
     for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
     return n;
 }
 
 static hs_status broadcast_from_owner(hs_engine *en, gather_fn inner_g, int i, float *out,
-                                      hs_error *e)
-{
+                                      hs_error *e) {
     pp_engine *pe = pe_of(en);
     hs_status s = HS_OK;
     if (pe->local[i] >= 0) s = inner_g(pe->inner, pe->local[i], out, e);
@@ -73,48 +67,41 @@ static hs_status broadcast_from_owner(hs_engine *en, gather_fn inner_g, int i, f
     hs_error be;
     hs_error_clear(&be);
     /* `out` is the caller's host array, which the owner's gather filled. */
-    hs_status bs = hs_pg_broadcast(pe->pp, NULL, out,
-                                   full_numel(hs_model_param(en->catalog, i)), HS_DTYPE_F32,
-                                   pe->owner[i], &be);
+    hs_status bs = hs_pg_broadcast(pe->pp, NULL, out, full_numel(hs_model_param(en->catalog, i)),
+                                   HS_DTYPE_F32, pe->owner[i], &be);
     if (s == HS_OK && bs != HS_OK) *e = be, s = bs;
     return s;
 }
 
-static hs_status pp_gather_full(hs_engine *en, int i, float *out, hs_error *e)
-{
+static hs_status pp_gather_full(hs_engine *en, int i, float *out, hs_error *e) {
     return broadcast_from_owner(en, inner_of(en)->gather_full, i, out, e);
 }
 
-static hs_status pp_gather_full_grad(hs_engine *en, int i, float *out, hs_error *e)
-{
+static hs_status pp_gather_full_grad(hs_engine *en, int i, float *out, hs_error *e) {
     return broadcast_from_owner(en, inner_of(en)->gather_full_grad, i, out, e);
 }
 
 /* Every rank holds the whole tensor (it read the file); the owner takes it. */
-static hs_status pp_set_full(hs_engine *en, int i, const float *full, hs_error *e)
-{
+static hs_status pp_set_full(hs_engine *en, int i, const float *full, hs_error *e) {
     pp_engine *pe = pe_of(en);
     if (pe->local[i] < 0) return HS_OK;
     return pe->inner->set_full(pe->inner, pe->local[i], full, e);
 }
 
-static void pp_ckpt_param(hs_engine *en, int i, hs_engine_ckpt_param *out)
-{
+static void pp_ckpt_param(hs_engine *en, int i, hs_engine_ckpt_param *out) {
     inner_of(en)->ckpt_param(inner_of(en), i, out);
 }
 
 static hs_tp *pp_tp(hs_engine *en) { return inner_of(en)->tp(inner_of(en)); }
 static hs_cp *pp_cp(hs_engine *en) { return inner_of(en)->cp(inner_of(en)); }
 static hs_ep *pp_ep(hs_engine *en) { return inner_of(en)->ep(inner_of(en)); }
-static void pp_write_units(hs_engine *en, FILE *out)
-{
+static void pp_write_units(hs_engine *en, FILE *out) {
     inner_of(en)->write_units(inner_of(en), out);
 }
 static void pp_begin_step(hs_engine *en) { inner_of(en)->begin_step(inner_of(en)); }
 static void pp_drain(hs_engine *en) { inner_of(en)->drain(inner_of(en)); }
 
-static void pp_free(hs_engine *en)
-{
+static void pp_free(hs_engine *en) {
     pp_engine *pe = pe_of(en);
     hs_engine_free(pe->inner);
     hs_model_free(en->catalog);
@@ -126,8 +113,7 @@ static void pp_free(hs_engine *en)
 
 /* The stage each catalog parameter lives on: its block's (layer_stage),
  * the embedding on the first, the final norm and lm_head on the last. */
-static int owner_stage(const int *layer_stage, int n_layers, const hs_param *p, int pp)
-{
+static int owner_stage(const int *layer_stage, int n_layers, const hs_param *p, int pp) {
     int layer = -1;
     if (sscanf(p->fqn, "model.layers.%d.", &layer) != 1)
         return p->kind == HS_PARAM_EMBEDDING ? 0 : pp - 1;
@@ -136,13 +122,14 @@ static int owner_stage(const int *layer_stage, int n_layers, const hs_param *p, 
 }
 
 hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_engine **out,
-                              hs_error *e)
-{
+                              hs_error *e) {
     *out = NULL;
     hs_engine *en = calloc(1, sizeof *en);
     pp_engine *pe = calloc(1, sizeof *pe);
-    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
-                           .max_batch = 1, .seq_len = env->cfg->train.seq_len,
+    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32,
+                           .grad_dtype = HS_DTYPE_F32,
+                           .max_batch = 1,
+                           .seq_len = env->cfg->train.seq_len,
                            .describe_only = true};
     hs_model *catalog = NULL;
     hs_status s = en && pe ? hs_model_create(&env->cfg->model, &mo, &catalog, e)

@@ -46,7 +46,8 @@ hs_status hs_evaluate(hs_trainer *t, double *val_loss, hs_error *e) {
 /* Start the prompt at a sentence boundary when the text has one nearby. */
 static int prompt_start(const int32_t *tok, int T) {
     for (int i = 0; i + 1 < T / 2; i++)
-        if ((tok[i] == '.' && tok[i + 1] == ' ') || tok[i] == '\n') return i + (tok[i] == '.' ? 2 : 1);
+        if ((tok[i] == '.' && tok[i + 1] == ' ') || tok[i] == '\n')
+            return i + (tok[i] == '.' ? 2 : 1);
     return 0;
 }
 

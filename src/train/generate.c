@@ -11,8 +11,13 @@
 static hs_status open_trainer(hs_trainer *t, const hs_config *cfg, const hs_topology *topo,
                               hs_comm *comm, const hs_train_options *opt, const hs_log *log,
                               hs_error *e) {
-    *t = (hs_trainer){.cfg = cfg, .topo = topo, .opt = opt, .comm = comm, .log = log,
-                      .trace = hs_comm_trace(comm), .rank0 = hs_comm_rank(comm) == 0};
+    *t = (hs_trainer){.cfg = cfg,
+                      .topo = topo,
+                      .opt = opt,
+                      .comm = comm,
+                      .log = log,
+                      .trace = hs_comm_trace(comm),
+                      .rank0 = hs_comm_rank(comm) == 0};
     return hs_trainer_open(t, e);
 }
 
@@ -88,8 +93,10 @@ hs_status hs_train_eval(const hs_config *cfg, const hs_topology *topo, hs_comm *
     hs_trainer t;
     hs_status s = open_trainer(&t, cfg, topo, comm, opt, log, e);
     if (s == HS_OK && hs_data_num_val(t.data) == 0)
-        s = hs_error_set(e, HS_ERR_CONFIG, "eval: the data has no validation sequences; set "
-                         "data.val_fraction > 0 (data.source %s)", cfg->data.source);
+        s = hs_error_set(e, HS_ERR_CONFIG,
+                         "eval: the data has no validation sequences; set "
+                         "data.val_fraction > 0 (data.source %s)",
+                         cfg->data.source);
     if (s == HS_OK) s = hs_evaluate(&t, val_loss, e);
     hs_trainer_close(&t);
     return s;

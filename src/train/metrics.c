@@ -70,8 +70,8 @@ hs_status hs_metrics_open(hs_trainer *t, hs_error *e) {
     /* A resumed run continues the curve of the run it resumes. */
     if (t->start_step > 0) s = hs_train_metrics_keep_until(mp, t->start_step, e);
     if (s != HS_OK) return s;
-    t->metrics = hs_fopen(mp, t->start_step > 0 ? "a" : "w", "check that train.out_dir is writable",
-                          e);
+    t->metrics =
+        hs_fopen(mp, t->start_step > 0 ? "a" : "w", "check that train.out_dir is writable", e);
     if (!t->metrics) return e->code;
     t->metrics_good = fseeko(t->metrics, 0, SEEK_END) == 0 ? hs_metrics_offset(t->metrics) : 0;
     return hs_tb_open(t, e);
@@ -116,8 +116,7 @@ void hs_metrics_write(hs_trainer *t, const hs_step_result *r) {
      * makes the line reach the file now. */
     if (fflush(t->metrics) != 0 || ferror(t->metrics))
         hs_metrics_lost(t, &t->metrics, t->metrics_path, t->metrics_good, errno, r->step);
-    else
-        t->metrics_good = hs_metrics_offset(t->metrics);
+    else t->metrics_good = hs_metrics_offset(t->metrics);
     hs_tb_step(t, r, r->step_time_s > 0 ? r->tokens / r->step_time_s : 0, step_mfu(t, r));
 }
 
@@ -155,7 +154,8 @@ void hs_metrics_lost(hs_trainer *t, FILE **f, const char *path, int64_t good, in
     /* The file keeps its whole lines (records), so whatever reads it parses. */
     struct stat st;
     bool cut = stat(path, &st) == 0 && S_ISREG(st.st_mode) && truncate(path, (off_t)good) != 0;
-    hs_log_warn(t->log, "cannot write %s at step %lld: %s; it keeps the steps before%s, and the "
+    hs_log_warn(t->log,
+                "cannot write %s at step %lld: %s; it keeps the steps before%s, and the "
                 "run goes on without it (checkpoints and the final weights are written as usual)",
                 path, (long long)step, strerror(err), cut ? " (the last one cut short)" : "");
 }

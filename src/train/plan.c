@@ -24,23 +24,20 @@
 /* Roles whose chunks hold at most this many blocks are described exactly. */
 #define EXACT_BLOCKS 64
 
-static const char *const item_names[] = {"params",      "grads",     "model_copy",
-                                         "optimizer",   "reduce",    "activations",
-                                         "unsharded",   "unsharded_grads"};
+static const char *const item_names[] = {"params", "grads",       "model_copy", "optimizer",
+                                         "reduce", "activations", "unsharded",  "unsharded_grads"};
 _Static_assert(sizeof item_names / sizeof item_names[0] == HS_PLAN_ITEM_COUNT,
                "plan item names follow the enum");
-static const char *const comm_names[] = {"all_gather", "reduce_scatter", "all_reduce", "tp",
-                                         "cp",         "ep",             "pp"};
+static const char *const comm_names[] = {
+    "all_gather", "reduce_scatter", "all_reduce", "tp", "cp", "ep", "pp"};
 _Static_assert(sizeof comm_names / sizeof comm_names[0] == HS_PLAN_COMM_COUNT,
                "plan comm names follow the enum");
 
-const char *hs_plan_item_name(hs_plan_item k)
-{
+const char *hs_plan_item_name(hs_plan_item k) {
     return (unsigned)k < HS_PLAN_ITEM_COUNT ? item_names[k] : "?";
 }
 
-const char *hs_plan_comm_name(hs_plan_comm k)
-{
+const char *hs_plan_comm_name(hs_plan_comm k) {
     return (unsigned)k < HS_PLAN_COMM_COUNT ? comm_names[k] : "?";
 }
 
@@ -48,14 +45,14 @@ const char *hs_plan_comm_name(hs_plan_comm k)
  * what it keeps, and what each of its events allocates and frees. */
 typedef struct unit_sz {
     int64_t dev[HS_PLAN_ITEM_COUNT], host[HS_PLAN_ITEM_COUNT]; /* kept between steps */
-    int64_t P;      /* unshard: all-gather outputs and cast copies           */
-    int64_t I;      /* all-gather input copies, freed at the wait            */
-    int64_t stage;  /* offload staging, alive inside the unshard only        */
-    int64_t G_ag;   /* unsharded grads released when their reduce-scatter ends */
-    int64_t G_loc;  /* unsharded grads of unsharded (degree-1) parameters     */
-    int64_t R;      /* reduce inputs in reduce_dtype (G_ag's and G_loc's)     */
+    int64_t P;     /* unshard: all-gather outputs and cast copies           */
+    int64_t I;     /* all-gather input copies, freed at the wait            */
+    int64_t stage; /* offload staging, alive inside the unshard only        */
+    int64_t G_ag;  /* unsharded grads released when their reduce-scatter ends */
+    int64_t G_loc; /* unsharded grads of unsharded (degree-1) parameters     */
+    int64_t R;     /* reduce inputs in reduce_dtype (G_ag's and G_loc's)     */
     int64_t R_loc;
-    int64_t A;      /* fp32 accumulators of no-sync micro-batches             */
+    int64_t A; /* fp32 accumulators of no-sync micro-batches             */
     int64_t comm[HS_PLAN_COMM_COUNT], calls[HS_PLAN_COMM_COUNT];
     int64_t ag_fwd, ag_calls; /* one forward's all-gathers */
     unsigned ar_groups;       /* replicate groups with an all-reduce: hsdp, flat, edp */
@@ -73,8 +70,8 @@ typedef struct plan_ctx {
 } plan_ctx;
 
 /* The product of the arguments, and *to += it, on the plan's checked count. */
-#define PROD(c, ...)                                                                              \
-    hs_ck_prod((c)->ck, (const int64_t[]){__VA_ARGS__},                                          \
+#define PROD(c, ...)                                                                               \
+    hs_ck_prod((c)->ck, (const int64_t[]){__VA_ARGS__},                                            \
                (int)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
 #define ACC(c, to, ...) add_to((c), (to), PROD((c), __VA_ARGS__))
 
@@ -82,8 +79,7 @@ static void add_to(const plan_ctx *c, int64_t *to, int64_t v) { *to = hs_ck_add(
 
 static int64_t cdiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
-static int n_states(const plan_ctx *c, const hs_param *p)
-{
+static int n_states(const plan_ctx *c, const hs_param *p) {
     if (p->frozen) return 0;
     bool muon = !strcmp(c->cfg->optimizer.target, "muon") &&
                 ((p->kind == HS_PARAM_LINEAR && p->ndim == 2) || p->kind == HS_PARAM_EXPERT);
@@ -91,8 +87,7 @@ static int n_states(const plan_ctx *c, const hs_param *p)
 }
 
 /* fsdp/param.c's sizes for shard rank 0 of a degree-S shard group. */
-static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u)
-{
+static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u) {
     const hs_topology *t = c->topo;
     bool rep = false;
     for (int i = 0; i < c->cfg->fsdp.n_replicate_params && !rep; i++)
@@ -135,8 +130,7 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u)
     if (R > 1) ACC(c, &u->comm[HS_PLAN_AR], ag ? padded_sh : numel, rs);
 }
 
-static void add_local_param(const plan_ctx *c, const hs_param *p, unit_sz *u)
-{
+static void add_local_param(const plan_ctx *c, const hs_param *p, unit_sz *u) {
     int64_t n = hs_param_local_numel(p);
     ACC(c, &u->dev[HS_PLAN_PARAMS], n, 4);
     if (!p->frozen) ACC(c, &u->dev[HS_PLAN_GRADS], n, 4);
@@ -147,8 +141,7 @@ static void add_local_param(const plan_ctx *c, const hs_param *p, unit_sz *u)
  * counted. `blocks_per_chunk` > 0 describes every chunk with that many
  * blocks instead of its real length. */
 static hs_status role_model(const plan_ctx *c, int stage, const hs_model_stage *st, int slots,
-                            int blocks_per_chunk, bool checkpointing, hs_model **out, hs_error *e)
-{
+                            int blocks_per_chunk, bool checkpointing, hs_model **out, hs_error *e) {
     const hs_config *cfg = c->cfg;
     const hs_topology *t = c->topo;
     hs_model_config mc = cfg->model;
@@ -200,21 +193,18 @@ typedef struct sim {
     int prev; /* unit whose reduce-scatter is in flight */
 } sim;
 
-static void mark(sim *s, int64_t extra)
-{
+static void mark(sim *s, int64_t extra) {
     int64_t p = hs_ck_add(s->c->ck, s->cur_p, extra), now = hs_ck_add(s->c->ck, p, s->cur_g);
     if (now > s->peak) s->peak = now, s->peak_p = p, s->peak_g = s->cur_g;
 }
 
-static void hold(sim *s, int k, int64_t bytes)
-{
+static void hold(sim *s, int k, int64_t bytes) {
     add_to(s->c, &s->held[k], bytes);
     add_to(s->c, &s->cur_g, bytes);
     mark(s, 0);
 }
 
-static void issue(sim *s, int k)
-{
+static void issue(sim *s, int k) {
     if (s->unsharded[k]) return;
     unit_sz *u = s->u[k];
     add_to(s->c, &s->cur_p, u->I);
@@ -224,23 +214,20 @@ static void issue(sim *s, int k)
     s->unsharded[k] = s->in_flight[k] = true;
 }
 
-static void wait_unshard(sim *s, int k)
-{
+static void wait_unshard(sim *s, int k) {
     if (!s->in_flight[k]) return;
     s->cur_p -= s->u[k]->I;
     s->in_flight[k] = false;
 }
 
-static void reshard(sim *s, int k)
-{
+static void reshard(sim *s, int k) {
     if (!s->unsharded[k]) return;
     wait_unshard(s, k);
     s->cur_p -= s->u[k]->P;
     s->unsharded[k] = false;
 }
 
-static void release_grads(sim *s, int k)
-{
+static void release_grads(sim *s, int k) {
     if (k < 0) return;
     s->cur_g -= s->held[k];
     s->held[k] = 0;
@@ -250,8 +237,7 @@ static void release_grads(sim *s, int k)
 /* context.c: wait the previous unit's reduce-scatters (releasing its
  * gradients), then issue this unit's; degree-1 parameters copy into their
  * slot and release at once. */
-static void reduce(sim *s, int k)
-{
+static void reduce(sim *s, int k) {
     unit_sz *u = s->u[k];
     release_grads(s, s->prev);
     hold(s, k, hs_ck_add(s->c->ck, u->R, u->R_loc));
@@ -260,20 +246,17 @@ static void reduce(sim *s, int k)
     s->prev = k;
 }
 
-static void grad_begin(sim *s, int k)
-{
+static void grad_begin(sim *s, int k) {
     if (s->held[k] == 0) hold(s, k, hs_ck_add(s->c->ck, s->u[k]->G_ag, s->u[k]->G_loc));
 }
 
-static void stash(sim *s, int k)
-{
+static void stash(sim *s, int k) {
     if (s->c->stashes && !s->acc[k]) hold(s, k, s->u[k]->A), s->acc[k] = true;
 }
 
 /* fsdp/hooks.c in order: forward root first, backward the root's head,
  * then the blocks last to first, the root's own reduction at the end. */
-static void micro_batch(sim *s, bool sync, bool reshard_bwd)
-{
+static void micro_batch(sim *s, bool sync, bool reshard_bwd) {
     const hs_fsdp_config *f = &s->c->cfg->fsdp;
     int n = s->n;
     for (int k = 0; k < n; k++) {
@@ -310,15 +293,13 @@ typedef struct sim_state {
     int64_t *held, cur[3];
 } sim_state;
 
-static void sim_save(const sim *s, sim_state *to)
-{
+static void sim_save(const sim *s, sim_state *to) {
     memcpy(to->flags, s->unsharded, (size_t)s->n * 3 * sizeof(bool));
     memcpy(to->held, s->held, (size_t)s->n * sizeof(int64_t));
     to->cur[0] = s->cur_p, to->cur[1] = s->cur_g, to->cur[2] = s->prev;
 }
 
-static bool sim_same(const sim *s, const sim_state *st)
-{
+static bool sim_same(const sim *s, const sim_state *st) {
     return st->cur[0] == s->cur_p && st->cur[1] == s->cur_g && st->cur[2] == s->prev &&
            !memcmp(st->flags, s->unsharded, (size_t)s->n * 3 * sizeof(bool)) &&
            !memcmp(st->held, s->held, (size_t)s->n * sizeof(int64_t));
@@ -328,8 +309,7 @@ static bool sim_same(const sim *s, const sim_state *st)
  * the ones after it repeat it exactly (same state, same events, same peak)
  * and are skipped, so a step of any number of micro-batches replays in a
  * few. */
-static void simulate(const plan_ctx *c, unit_sz **u, int n, int64_t *peak_p, int64_t *peak_g)
-{
+static void simulate(const plan_ctx *c, unit_sz **u, int n, int64_t *peak_p, int64_t *peak_g) {
     sim s = {.c = c, .u = u, .n = n, .prev = -1};
     bool *flags = calloc((size_t)n * 6 + 6, sizeof(bool));
     s.held = calloc((size_t)n * 2 + 2, sizeof(int64_t));
@@ -353,18 +333,16 @@ static void simulate(const plan_ctx *c, unit_sz **u, int n, int64_t *peak_p, int
 
 /* The top-level unit of each of m's units: an expert unit counts with
  * its block. */
-static int top_of(const hs_model *m, int ui, const int *top_index)
-{
+static int top_of(const hs_model *m, int ui, const int *top_index) {
     while (ui > 0 && hs_model_unit(m, ui)->is_expert) ui = hs_model_unit(m, ui)->parent;
     return top_index[ui];
 }
 
 /* Activation bytes of the role at its real depth, from `described` (its
  * model as role_model described it: exactly, or one block a chunk). */
-static hs_status activation_bytes(const plan_ctx *c, int stage, const hs_model_stage *st,
-                                  int slots, bool exact, bool checkpointing, int n_blocks,
-                                  const hs_model *described, int64_t *out, hs_error *e)
-{
+static hs_status activation_bytes(const plan_ctx *c, int stage, const hs_model_stage *st, int slots,
+                                  bool exact, bool checkpointing, int n_blocks,
+                                  const hs_model *described, int64_t *out, hs_error *e) {
     hs_model *m = NULL;
     /* A count the model could not hold sticks at INT64_MAX. */
     int64_t one = hs_model_buffer_bytes(described);
@@ -381,8 +359,7 @@ static hs_status activation_bytes(const plan_ctx *c, int stage, const hs_model_s
     return HS_OK;
 }
 
-static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, hs_plan_role *r)
-{
+static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, hs_plan_role *r) {
     const hs_config *cfg = c->cfg;
     const hs_topology *t = c->topo;
     const hs_model_config *mc = &cfg->model;
@@ -395,8 +372,7 @@ static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, h
         ACC(c, &bytes[HS_PLAN_TP], M, n_blocks, 4, BT, C, 4);
         ACC(c, &calls[HS_PLAN_TP], M, n_blocks, 4);
         int last = st->n_chunks - 1;
-        bool head = st->n_chunks == 0 ||
-                    st->first_layer[last] + st->n_layers[last] == mc->n_layers;
+        bool head = st->n_chunks == 0 || st->first_layer[last] + st->n_layers[last] == mc->n_layers;
         if (!cfg->accelerator.loss_parallel && head) /* the logits gathered over tp */
             ACC(c, &bytes[HS_PLAN_TP], M, BT, mc->vocab_size, 4), add_to(c, &calls[HS_PLAN_TP], M);
     }
@@ -421,8 +397,7 @@ static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, h
 }
 
 static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *global_numel,
-                           hs_error *e)
-{
+                           hs_error *e) {
     const hs_config *cfg = c->cfg;
     const hs_topology *t = c->topo;
     hs_model_stage st = {0};
@@ -529,8 +504,7 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
 /* hs_config_validate refuses the configs whose products overflow; one
  * that reaches here anyway gets an error naming the sizes, not a table of
  * wrapped numbers. */
-static hs_status plan_overflow(const hs_config *cfg, const plan_ctx *c, hs_plan *out, hs_error *e)
-{
+static hs_status plan_overflow(const hs_config *cfg, const plan_ctx *c, hs_plan *out, hs_error *e) {
     const hs_model_config *m = &cfg->model;
     memset(out, 0, sizeof *out);
     return hs_error_set(e, HS_ERR_CONFIG,
@@ -539,12 +513,11 @@ static hs_status plan_overflow(const hs_config *cfg, const plan_ctx *c, hs_plan 
                         "train.micro_batch_size = %d, train.seq_len = %d and %d micro-batches "
                         "per step; lower these sizes (`hypershard config` names the product "
                         "that overflows)",
-                        m->dim, m->ffn_dim, m->n_layers, m->vocab_size,
-                        cfg->train.micro_batch_size, cfg->train.seq_len, c->M);
+                        m->dim, m->ffn_dim, m->n_layers, m->vocab_size, cfg->train.micro_batch_size,
+                        cfg->train.seq_len, c->M);
 }
 
-hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *out, hs_error *e)
-{
+hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *out, hs_error *e) {
     memset(out, 0, sizeof *out);
     hs_error_clear(e);
     const hs_mix_precision *mp = &cfg->fsdp.mix_precision;

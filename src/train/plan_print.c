@@ -4,8 +4,7 @@
 
 #include "hypershard/train.h"
 
-static const char *human(int64_t b, char *buf, size_t cap)
-{
+static const char *human(int64_t b, char *buf, size_t cap) {
     double v = (double)b;
     const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     int k = 0;
@@ -15,21 +14,26 @@ static const char *human(int64_t b, char *buf, size_t cap)
     return buf;
 }
 
-static const char *const item_help[HS_PLAN_ITEM_COUNT] = {
-    "fp32 masters (sharded)", "fp32 gradients (sharded)", "param_dtype copy (fp32_main_params)",
-    "optimizer state",        "reduce output slots",      "activations + scratch",
-    "unsharded params at the peak", "unsharded grads at the peak"};
+static const char *const item_help[HS_PLAN_ITEM_COUNT] = {"fp32 masters (sharded)",
+                                                          "fp32 gradients (sharded)",
+                                                          "param_dtype copy (fp32_main_params)",
+                                                          "optimizer state",
+                                                          "reduce output slots",
+                                                          "activations + scratch",
+                                                          "unsharded params at the peak",
+                                                          "unsharded grads at the peak"};
 
-void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f)
-{
+void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f) {
     char a[32], b[32], c[32];
-    fprintf(f, "plan: world %d, engine %s, %d micro-batch%s of %d x %d tokens per rank\n",
-            p->world, p->engine, p->micro_batches, p->micro_batches == 1 ? "" : "es",
+    fprintf(f, "plan: world %d, engine %s, %d micro-batch%s of %d x %d tokens per rank\n", p->world,
+            p->engine, p->micro_batches, p->micro_batches == 1 ? "" : "es",
             cfg->train.micro_batch_size, cfg->train.seq_len);
     const hs_topology *t = p->topo;
     fprintf(f, "layout: pp %d x dp %d x cp %d x tp %d; FSDP shard %d x replicate %d", t->pp, t->dp,
             t->cp, t->tp, t->dp_shard, t->dp_replicate);
-    if (t->ep > 1) fprintf(f, "; experts ep %d, shard %d x replicate %d", t->ep, t->edp_shard, t->edp_replicate);
+    if (t->ep > 1)
+        fprintf(f, "; experts ep %d, shard %d x replicate %d", t->ep, t->edp_shard,
+                t->edp_replicate);
     fputc('\n', f);
     fprintf(f, "model: %lld parameters (%s fp32)\n", (long long)p->total_params,
             human(p->total_params * 4, a, sizeof a));
@@ -62,16 +66,15 @@ void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f)
             human(p->max_peak_host_bytes, b, sizeof b), human(p->checkpoint_bytes, c, sizeof c));
 }
 
-static void json_items(hs_json *j, const char *key, const int64_t *v)
-{
+static void json_items(hs_json *j, const char *key, const int64_t *v) {
     hs_json_key(j, key);
     hs_json_begin_object(j);
-    for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++) hs_json_kv_int(j, hs_plan_item_name((hs_plan_item)i), v[i]);
+    for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++)
+        hs_json_kv_int(j, hs_plan_item_name((hs_plan_item)i), v[i]);
     hs_json_end_object(j);
 }
 
-void hs_plan_json(const hs_plan *p, FILE *f)
-{
+void hs_plan_json(const hs_plan *p, FILE *f) {
     hs_json j;
     hs_json_init(&j, f);
     hs_json_begin_object(&j);
@@ -114,8 +117,7 @@ void hs_plan_json(const hs_plan *p, FILE *f)
 }
 
 hs_status hs_plan_check_fit(const hs_plan *p, const hs_config *cfg, int ranks_per_node,
-                            int64_t avail_bytes, hs_error *e)
-{
+                            int64_t avail_bytes, hs_error *e) {
     /* A node's need beyond int64 does not fit any memory: it sticks at INT64_MAX. */
     hs_checked ck = {0};
     int64_t per_rank = hs_ck_add(&ck, p->max_peak_device_bytes, p->max_peak_host_bytes);
@@ -147,6 +149,6 @@ hs_status hs_plan_check_fit(const hs_plan *p, const hs_config *cfg, int ranks_pe
         "fsdp_config.mix_precision.param_dtype: bfloat16, fsdp_config.enable_offload: true, "
         "a smaller train.micro_batch_size or model; `hypershard plan` shows the items",
         human(per_rank, a, sizeof a), ranks_per_node, ranks_per_node == 1 ? "" : "s",
-        human(need, b, sizeof b), human(avail_bytes, c, sizeof c), items,
-        worst->name, cfg->train.activation_checkpointing ? " (already on)" : "");
+        human(need, b, sizeof b), human(avail_bytes, c, sizeof c), items, worst->name,
+        cfg->train.activation_checkpointing ? " (already on)" : "");
 }

@@ -12,8 +12,10 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
     t->pp_size = t->topo->pp;
     if (t->pp_size < 2) return HS_OK;
     if (!hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &t->pp_kind))
-        return hs_error_set(e, HS_ERR_CONFIG, "accelerator.pp_schedule: unknown schedule '%s'; "
-                            "use gpipe, 1f1b or interleaved_1f1b", cfg->accelerator.pp_schedule);
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "accelerator.pp_schedule: unknown schedule '%s'; "
+                            "use gpipe, 1f1b or interleaved_1f1b",
+                            cfg->accelerator.pp_schedule);
     t->pp_group = hs_mesh_group(t->mesh, HS_DIM_PP);
     t->pp_stage = hs_mesh_coords(t->mesh).pp;
     /* Stage s runs the model's chunks s, s + pp, ... */
@@ -62,12 +64,15 @@ static void before_backward(void *ctx, int chunk, int mb, bool last) {
 hs_status hs_pp_run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, double sums[2],
                                   hs_error *e) {
     step_ctx c = {.t = t, .g = g};
-    hs_pp_step_io io = {.ctx = &c, .batch = micro_batch, .before_backward = before_backward,
-                        .trace = t->trace, .schedule = t->cfg->accelerator.pp_schedule};
+    hs_pp_step_io io = {.ctx = &c,
+                        .batch = micro_batch,
+                        .before_backward = before_backward,
+                        .trace = t->trace,
+                        .schedule = t->cfg->accelerator.pp_schedule};
     t->engine->begin_step(t->engine);
     double loss = 0.0, aux = 0.0;
-    hs_status s = hs_pp_run_step(t->pp, t->engine->model, t->hooks, t->pp_actions,
-                                 t->n_pp_actions, t->M, grad_scale, &io, &loss, &aux, e);
+    hs_status s = hs_pp_run_step(t->pp, t->engine->model, t->hooks, t->pp_actions, t->n_pp_actions,
+                                 t->M, grad_scale, &io, &loss, &aux, e);
     sums[0] += loss;
     sums[1] += aux;
     /* The schedule's own drain after the stage's last backward; the root's
@@ -80,14 +85,14 @@ hs_status hs_pp_run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, do
 hs_status hs_pp_forward(hs_trainer *t, const hs_batch *b, double *loss_sum, float *logits,
                         hs_error *e) {
     double loss = 0.0;
-    hs_status s = hs_pp_forward_only(t->pp, t->engine->model, t->hooks, b,
-                                     loss_sum ? &loss : NULL, logits, e);
+    hs_status s = hs_pp_forward_only(t->pp, t->engine->model, t->hooks, b, loss_sum ? &loss : NULL,
+                                     logits, e);
     /* Only the last stage computed a loss: the sum over stages is its own. */
     if (s == HS_OK && loss_sum) s = hs_reduce_sum_f64(t->pp_group, &loss, 1, e);
     if (loss_sum) *loss_sum = loss;
     int64_t n = (int64_t)b->B * b->T * t->cfg->model.vocab_size;
     if (s == HS_OK && logits)
-        s = hs_pg_broadcast(t->pp_group, t->dev->stream, logits, n, HS_DTYPE_F32,
-                            t->pp_size - 1, e);
+        s = hs_pg_broadcast(t->pp_group, t->dev->stream, logits, n, HS_DTYPE_F32, t->pp_size - 1,
+                            e);
     return s;
 }

@@ -116,8 +116,8 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
     r->stop_signal = (int)peaks[2];
     double clip = t->cfg->optimizer.clip_grad_norm;
     if (!isfinite(r->loss) && s == HS_OK)
-        s = hs_error_set(e, HS_ERR_INTERNAL, "step %d: the loss is %g; lower optimizer.lr%s",
-                         step, r->loss,
+        s = hs_error_set(e, HS_ERR_INTERNAL, "step %d: the loss is %g; lower optimizer.lr%s", step,
+                         r->loss,
                          clip > 0 ? " (gradients are already clipped to optimizer.clip_grad_norm)"
                                   : " or enable optimizer.clip_grad_norm");
     return s;

@@ -32,8 +32,10 @@ static void *watch(void *arg) {
         int expected = 0;
         if (atomic_compare_exchange_strong(&s->signal, &expected, sig)) {
             char msg[160];
-            snprintf(msg, sizeof msg, "hypershard train: %s received: stopping after this step "
-                     "(a second signal ends the run at once)\n", strsignal(sig));
+            snprintf(msg, sizeof msg,
+                     "hypershard train: %s received: stopping after this step "
+                     "(a second signal ends the run at once)\n",
+                     strsignal(sig));
             say(msg);
             continue;
         }

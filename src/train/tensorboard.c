@@ -89,8 +89,8 @@ hs_status hs_tb_open(hs_trainer *t, hs_error *e) {
     char host[64] = "host", *path = t->tb_path;
     gethostname(host, sizeof host - 1);
     double wall = wall_time();
-    snprintf(path, sizeof t->tb_path, "%s/events.out.tfevents.%lld.%s.%d.0",
-             t->cfg->train.out_dir, (long long)wall, host, (int)getpid());
+    snprintf(path, sizeof t->tb_path, "%s/events.out.tfevents.%lld.%s.%d.0", t->cfg->train.out_dir,
+             (long long)wall, host, (int)getpid());
     t->tb = hs_fopen(path, "wb", "check that train.out_dir is writable", e);
     if (!t->tb) return e->code;
     pb ev = {.n = 0};
@@ -121,8 +121,7 @@ static void tb_write(hs_trainer *t, int64_t step, const tb_value *vals, int n) {
     bytes_field(&ev, 5, sum.buf, sum.n);
     if (!write_record(t->tb, &ev) || fflush(t->tb) != 0)
         hs_metrics_lost(t, &t->tb, t->tb_path, t->tb_good, errno, step);
-    else
-        t->tb_good = hs_metrics_offset(t->tb);
+    else t->tb_good = hs_metrics_offset(t->tb);
 }
 
 void hs_tb_step(hs_trainer *t, const hs_step_result *r, double tokens_per_s, double mfu) {

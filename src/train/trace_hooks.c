@@ -42,7 +42,8 @@ static void th_post_backward_final(void *ctx) {
     hs_trace_hooks *th = ctx;
     double t0 = hs_now();
     th->inner->post_backward_final(th->inner->ctx);
-    hs_trace_span(th->trace, HS_LANE_COMPUTE, "post_backward_final", "backward", t0, hs_now(), NULL);
+    hs_trace_span(th->trace, HS_LANE_COMPUTE, "post_backward_final", "backward", t0, hs_now(),
+                  NULL);
 }
 
 const hs_model_hooks *hs_trace_hooks_init(hs_trace_hooks *th, const hs_model_hooks *inner,
@@ -56,8 +57,12 @@ const hs_model_hooks *hs_trace_hooks_init(hs_trace_hooks *th, const hs_model_hoo
         hs_trace_hooks_free(th);
         return inner; /* tracing is best effort; training goes on untraced */
     }
-    th->outer = (hs_model_hooks){th, th_pre_forward, th_post_forward, th_pre_backward,
-                                 th_post_backward, th_post_backward_final};
+    th->outer = (hs_model_hooks){th,
+                                 th_pre_forward,
+                                 th_post_forward,
+                                 th_pre_backward,
+                                 th_post_backward,
+                                 th_post_backward_final};
     return &th->outer;
 }
 

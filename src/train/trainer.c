@@ -7,9 +7,15 @@
 #include "train/trainer.h"
 
 static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
-    hs_engine_env env = {.cfg = t->cfg, .topo = t->topo, .comm = t->comm, .mesh = t->mesh,
-                         .dev = t->dev, .log = t->log, .max_batch = t->mbs,
-                         .stage = t->stage, .act_slots = t->act_slots};
+    hs_engine_env env = {.cfg = t->cfg,
+                         .topo = t->topo,
+                         .comm = t->comm,
+                         .mesh = t->mesh,
+                         .dev = t->dev,
+                         .log = t->log,
+                         .max_batch = t->mbs,
+                         .stage = t->stage,
+                         .act_slots = t->act_slots};
     hs_status s = hs_engine_create(&env, &t->engine, e);
     if (s != HS_OK) return s;
     hs_model *m = hs_engine_catalog(t->engine);
@@ -39,8 +45,8 @@ static hs_status trainer_buffers(hs_trainer *t, hs_error *e) {
     t->targets = calloc(n, sizeof(int32_t));
     t->logits = calloc((size_t)t->T * (size_t)t->cfg->model.vocab_size, sizeof(float));
     if (!strcmp(t->cfg->model.arch, "moe"))
-        t->expert_tokens = calloc((size_t)t->cfg->model.n_layers *
-                                      (size_t)t->cfg->model.moe.num_experts, sizeof(double));
+        t->expert_tokens = calloc(
+            (size_t)t->cfg->model.n_layers * (size_t)t->cfg->model.moe.num_experts, sizeof(double));
     if (!t->tokens || !t->targets || !t->logits)
         return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate batch buffers");
     return HS_OK;
@@ -72,8 +78,8 @@ static void trace_dir(const hs_trainer *t, char *dir, size_t cap) {
  * agree, so all refuse together. */
 static hs_status outputs_check(hs_trainer *t, hs_error *e) {
     static const char *const out_files[] = {
-        "config.yaml", "metrics.jsonl", "model.safetensors", "config.json", "tokenizer.json",
-        "tokenizer_config.json", "special_tokens_map.json", NULL};
+        "config.yaml",    "metrics.jsonl",         "model.safetensors",       "config.json",
+        "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", NULL};
     static const char *const trace_files[] = {"trace.json", NULL};
     const hs_config *cfg = t->cfg;
     hs_out_dir d[4];
@@ -82,10 +88,15 @@ static hs_status outputs_check(hs_trainer *t, hs_error *e) {
     if (t->rank0) {
         int64_t bytes = 0;
         if (!hs_mul_i64(t->plan_params, 4, &bytes)) bytes = INT64_MAX;
-        snprintf(what[0], sizeof what[0], "the final model.safetensors takes about %.1f MiB "
-                 "(%lld fp32 values)", (double)bytes / (1 << 20), (long long)t->plan_params);
-        d[n++] = (hs_out_dir){.what = "train.out_dir", .path = cfg->train.out_dir,
-                              .files = out_files, .bytes = bytes, .bytes_what = what[0]};
+        snprintf(what[0], sizeof what[0],
+                 "the final model.safetensors takes about %.1f MiB "
+                 "(%lld fp32 values)",
+                 (double)bytes / (1 << 20), (long long)t->plan_params);
+        d[n++] = (hs_out_dir){.what = "train.out_dir",
+                              .path = cfg->train.out_dir,
+                              .files = out_files,
+                              .bytes = bytes,
+                              .bytes_what = what[0]};
         trace_dir(t, trace, sizeof trace);
         if (cfg->trace.enabled)
             d[n++] = (hs_out_dir){.what = "trace.dir", .path = trace, .files = trace_files};
@@ -132,8 +143,8 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     if (s == HS_OK) s = hs_dump_check(t, e);
     if (s == HS_OK) s = hs_train_ckpt_resume(t, e);
     if (s != HS_OK) return s;
-    t->hooks = hs_trace_hooks_init(&t->th, t->engine->hooks(t->engine), t->trace,
-                                   t->engine->model, t->dev);
+    t->hooks = hs_trace_hooks_init(&t->th, t->engine->hooks(t->engine), t->trace, t->engine->model,
+                                   t->dev);
     t->flops_per_token = hs_model_flops_per_token(hs_engine_catalog(t->engine), t->T);
     /* Every rank probes at once, after a barrier: a rank spinning in a
      * collective while another measures would take the core from it and
@@ -206,15 +217,13 @@ static hs_status trainer_stop(hs_trainer *t, int step, int sig, hs_error *e) {
     const char *dir = t->cfg->checkpoint.dir;
     hs_status s = HS_OK;
     if (dir[0] && t->ckpt_step != step) s = hs_train_ckpt_save(t, step, e);
-    else if (!dir[0])
-        s = save_weights(t, e);
+    else if (!dir[0]) s = save_weights(t, e);
     if (s != HS_OK) return t->ckpt_failed = dir[0] != '\0', s;
     char where[HS_PATH_MAX + 64];
     if (dir[0]) snprintf(where, sizeof where, "checkpoint %s/step-%d", dir, step);
     else snprintf(where, sizeof where, "weights %s/model.safetensors", t->cfg->train.out_dir);
-    return hs_error_set(e, HS_STOPPED,
-                        "stopped by %s after step %d of %d; saved the %s%s", strsignal(sig), step,
-                        t->cfg->train.steps, where,
+    return hs_error_set(e, HS_STOPPED, "stopped by %s after step %d of %d; saved the %s%s",
+                        strsignal(sig), step, t->cfg->train.steps, where,
                         dir[0] ? " (resume with checkpoint.resume: auto)" : "");
 }
 
@@ -274,8 +283,13 @@ static hs_status trainer_finish(hs_trainer *t, hs_error *e) {
 
 hs_status hs_train_run(const hs_config *cfg, const hs_topology *topo, hs_comm *comm,
                        const hs_train_options *opt, const hs_log *log, hs_error *e) {
-    hs_trainer t = {.cfg = cfg, .topo = topo, .opt = opt, .comm = comm, .log = log,
-                    .trace = hs_comm_trace(comm), .rank0 = hs_comm_rank(comm) == 0};
+    hs_trainer t = {.cfg = cfg,
+                    .topo = topo,
+                    .opt = opt,
+                    .comm = comm,
+                    .log = log,
+                    .trace = hs_comm_trace(comm),
+                    .rank0 = hs_comm_rank(comm) == 0};
     hs_status s = hs_trainer_open(&t, e);
     if (s == HS_OK) {
         trainer_announce(&t);
@@ -288,7 +302,8 @@ hs_status hs_train_run(const hs_config *cfg, const hs_topology *topo, hs_comm *c
         hs_error fe;
         hs_error_clear(&fe);
         if (trainer_finish(&t, &fe) == HS_OK)
-            hs_log_info(log, "the checkpoint save failed (below); the weights after step %d "
+            hs_log_info(log,
+                        "the checkpoint save failed (below); the weights after step %d "
                         "are in %s/model.safetensors",
                         t.last_step, cfg->train.out_dir);
     } else if (s == HS_OK) {

@@ -35,8 +35,8 @@ typedef struct hs_trainer {
     const hs_train_options *opt;
     int64_t plan_ckpt_bytes; /* hs_plan_build's estimate of one checkpoint */
     int64_t plan_params;     /* parameter values of the whole model */
-    bool ckpt_failed;      /* a checkpoint save failed: the run still writes its weights */
-    int last_step;         /* the last step trained and logged */
+    bool ckpt_failed;        /* a checkpoint save failed: the run still writes its weights */
+    int last_step;           /* the last step trained and logged */
     /* rank 0's lock of checkpoint.dir (ckpt_lock.c) */
     char lock_path[HS_PATH_MAX + 16];
     bool lock_held, lock_made_dir;
@@ -55,8 +55,8 @@ typedef struct hs_trainer {
     int n_oparams;
     hs_trace_hooks th;
     const hs_model_hooks *hooks;
-    int dp_rank, dp_size;     /* data-parallel coordinate of this rank */
-    int G, mbs, M, T;         /* global batch, micro batch, micro-batches, seq_len */
+    int dp_rank, dp_size;      /* data-parallel coordinate of this rank */
+    int G, mbs, M, T;          /* global batch, micro batch, micro-batches, seq_len */
     int32_t *tokens, *targets; /* [mbs, T] */
     float *logits;             /* [1, T, V] for the sample */
     /* context parallelism: this rank's rows of each sequence (cp_batch.c) */
@@ -69,9 +69,9 @@ typedef struct hs_trainer {
     hs_pp *pp;
     hs_pg *pp_group;
     hs_pp_schedule_kind pp_kind;
-    hs_pp_action *pp_actions; /* this stage's actions of a step */
-    int n_pp_actions;         /* 2 x M x virtual stages */
-    hs_model_stage stage; /* this rank's chunks of blocks (none without pp) */
+    hs_pp_action *pp_actions;  /* this stage's actions of a step */
+    int n_pp_actions;          /* 2 x M x virtual stages */
+    hs_model_stage stage;      /* this rank's chunks of blocks (none without pp) */
     int act_slots, pp_virtual; /* slots per chunk; chunks per rank */
     bool rank0;
     /* rank 0's metrics files; a file whose write failed is closed and
@@ -79,15 +79,15 @@ typedef struct hs_trainer {
     FILE *metrics;
     char metrics_path[HS_PATH_MAX + 32];
     int64_t metrics_good; /* bytes of metrics.jsonl up to its last whole line */
-    FILE *tb; /* TensorBoard events (metrics.tensorboard), else NULL */
+    FILE *tb;             /* TensorBoard events (metrics.tensorboard), else NULL */
     char tb_path[HS_PATH_MAX + 160];
-    int64_t tb_good; /* bytes of the events file up to its last whole record */
+    int64_t tb_good;        /* bytes of the events file up to its last whole record */
     double peak_flops;      /* whole job, measured at start-up */
     hs_dtype peak_dtype;    /* the GEMM dtype peak_flops was measured in */
     double flops_per_token; /* hs_model_flops_per_token */
     double t_start;
-    int start_step; /* optimizer steps already done (a resumed checkpoint's step) */
-    int ckpt_step;  /* step of the checkpoint this run has in checkpoint.dir, -1 none */
+    int start_step;     /* optimizer steps already done (a resumed checkpoint's step) */
+    int ckpt_step;      /* step of the checkpoint this run has in checkpoint.dir, -1 none */
     uint64_t data_seed; /* of the data order: train.seed, or a resumed checkpoint's */
 } hs_trainer;
 

@@ -174,8 +174,8 @@ static unsigned next(reader *r) {
 
 /* A small value, or (high bit set) one at the edge of int64. */
 static int64_t value(reader *r) {
-    static const int64_t edge[8] = {0, -1, 1ll << 31, 1ll << 32, 1ll << 62, INT64_MAX - 1,
-                                    INT64_MAX, INT64_MIN};
+    static const int64_t edge[8] = {
+        0, -1, 1ll << 31, 1ll << 32, 1ll << 62, INT64_MAX - 1, INT64_MAX, INT64_MIN};
     unsigned b = next(r);
     return b & 0x80 ? edge[b & 7] : (int64_t)(b % 16);
 }
@@ -205,8 +205,8 @@ static void from_boxes(reader *r, hs_ckpt_meta *m) {
             for (int d = 0; d < ndim; d++) c->offset[d] = value(r), c->size[d] = value(r);
             c->file = (int)(next(r) % (unsigned)m->n_files);
             hs_checked ck = {false};
-            int64_t want = hs_ck_mul(&ck, hs_ck_prod(&ck, c->size, ndim),
-                                     (int64_t)hs_dtype_size(dt));
+            int64_t want =
+                hs_ck_mul(&ck, hs_ck_prod(&ck, c->size, ndim), (int64_t)hs_dtype_size(dt));
             hs_ckpt_file *f = &m->files[c->file];
             c->byte_offset = hs_ck_add(&ck, f->bytes, value(r));
             c->length = hs_ck_add(&ck, want, value(r));

@@ -12,11 +12,12 @@
 
 static void check(const hs_model_config *mc, int max_position) {
     bool moe = !strcmp(mc->arch, "moe");
-    bool ok = mc->vocab_size > 0 && mc->dim > 0 && mc->n_layers > 0 && mc->n_heads > 0 &&
-              mc->n_kv_heads > 0 && mc->dim % mc->n_heads == 0 &&
-              mc->n_heads % mc->n_kv_heads == 0 && max_position >= 0 &&
-              (!moe || (mc->moe.num_experts > 0 && mc->moe.top_k > 0 &&
-                        mc->moe.top_k <= mc->moe.num_experts && mc->moe.shared_expert_ffn_dim >= 0));
+    bool ok =
+        mc->vocab_size > 0 && mc->dim > 0 && mc->n_layers > 0 && mc->n_heads > 0 &&
+        mc->n_kv_heads > 0 && mc->dim % mc->n_heads == 0 && mc->n_heads % mc->n_kv_heads == 0 &&
+        max_position >= 0 &&
+        (!moe || (mc->moe.num_experts > 0 && mc->moe.top_k > 0 &&
+                  mc->moe.top_k <= mc->moe.num_experts && mc->moe.shared_expert_ffn_dim >= 0));
     if (!ok) {
         fprintf(stderr, "config.json read into an unusable model config (dim %d, heads %d/%d)\n",
                 mc->dim, mc->n_heads, mc->n_kv_heads);

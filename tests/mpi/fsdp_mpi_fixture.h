@@ -28,8 +28,7 @@
  * are handed to FSDP (a NULL group means "no collective"). */
 static inline hs_pg *mt_group_split(hs_comm *c, const hs_topology *t, hs_mesh_dim d,
                                     const char *test, const char *layout, char *name, int *size,
-                                    int *grank)
-{
+                                    int *grank) {
     int rank = hs_comm_rank(c);
     int members[64];
     int n = hs_topology_group_ranks(t, d, rank, members);
@@ -41,8 +40,8 @@ static inline hs_pg *mt_group_split(hs_comm *c, const hs_topology *t, hs_mesh_di
     hs_pg *pg = NULL;
     hs_error e;
     hs_error_clear(&e);
-    CHECK(c, hs_comm_split(c, name, members[0], hs_topology_group_rank(t, d, rank), &pg, &e) ==
-                 HS_OK,
+    CHECK(c,
+          hs_comm_split(c, name, members[0], hs_topology_group_rank(t, d, rank), &pg, &e) == HS_OK,
           "%s", e.msg);
     *size = n;
     *grank = hs_pg_rank(pg);
@@ -54,8 +53,7 @@ static inline hs_pg *mt_group_split(hs_comm *c, const hs_topology *t, hs_mesh_di
  * buffers. */
 static inline void mt_dp_groups_make(hs_comm *c, int shard, const char *test, const char *layout,
                                      hs_fsdp_dp_groups *g, char *shard_name, char *rep_name,
-                                     char *flat_name)
-{
+                                     char *flat_name) {
     hs_topology t;
     hs_error e;
     hs_error_clear(&e);
@@ -72,8 +70,7 @@ static inline void mt_dp_groups_make(hs_comm *c, int shard, const char *test, co
 /* The n tokens and targets of the global batch of `step`: a hash of the
  * position and the step, so every step sees new data and every run the
  * same data, over a vocabulary of 37. */
-static inline void mt_global_batch(int32_t *tok, int32_t *tgt, int n, int step)
-{
+static inline void mt_global_batch(int32_t *tok, int32_t *tgt, int n, int step) {
     for (int i = 0; i < n; i++) {
         uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(step * 40503u + 17u);
         tok[i] = (int32_t)(h % 37u);
@@ -82,8 +79,7 @@ static inline void mt_global_batch(int32_t *tok, int32_t *tgt, int n, int step)
 }
 
 /* A CPU device whose copies and spans go to `trace`. */
-static inline hs_device *mt_device_cpu(hs_comm *c, hs_trace *trace)
-{
+static inline hs_device *mt_device_cpu(hs_comm *c, hs_trace *trace) {
     hs_device *dev = NULL;
     hs_error e;
     hs_error_clear(&e);
@@ -96,8 +92,7 @@ static inline hs_device *mt_device_cpu(hs_comm *c, hs_trace *trace)
  * optimizer over its sharded params. */
 static inline void mt_fsdp_build(hs_comm *c, const hs_config *cfg, const hs_model_options *mo,
                                  const hs_fsdp_dp_groups *g, hs_device *dev, uint64_t seed,
-                                 hs_model **m, hs_fsdp **f, hs_optim **opt)
-{
+                                 hs_model **m, hs_fsdp **f, hs_optim **opt) {
     hs_error e;
     hs_error_clear(&e);
     CHECK(c, hs_model_create(&cfg->model, mo, m, &e) == HS_OK, "%s", e.msg);
@@ -117,8 +112,7 @@ typedef struct mt_side {
     hs_optim *opt;
 } mt_side;
 
-static inline void mt_side_free(mt_side *s)
-{
+static inline void mt_side_free(mt_side *s) {
     hs_optim_free(s->opt);
     hs_fsdp_free(s->f);
     hs_model_free(s->m);
@@ -127,21 +121,19 @@ static inline void mt_side_free(mt_side *s)
 
 /* The summed loss over the flat data-parallel group (NULL: this rank's
  * own), in fp32 as the trainer reduces it. */
-static inline double mt_flat_sum(hs_comm *c, hs_pg *flat, double local)
-{
+static inline double mt_flat_sum(hs_comm *c, hs_pg *flat, double local) {
     float l = (float)local;
     hs_error e;
     hs_error_clear(&e);
     if (flat)
-        CHECK(c, hs_pg_all_reduce(flat, NULL, &l, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s",
-              e.msg);
+        CHECK(c, hs_pg_all_reduce(flat, NULL, &l, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK,
+              "%s", e.msg);
     return l;
 }
 
 /* The optimizer step as the trainer takes it: update the shards, let FSDP
  * refresh what it derives from them, clear the gradients. */
-static inline void mt_side_optim_step(hs_comm *c, mt_side *s, double lr)
-{
+static inline void mt_side_optim_step(hs_comm *c, mt_side *s, double lr) {
     hs_error e;
     hs_error_clear(&e);
     hs_optim_step(s->opt, lr);
@@ -153,8 +145,7 @@ static inline void mt_side_optim_step(hs_comm *c, mt_side *s, double lr)
  * skip_replicated every not replicate_params) master of `f` against
  * replica 0's over the replicate group, when there is one. */
 static inline void mt_replicas_check_equal(hs_comm *c, hs_fsdp *f, const hs_fsdp_dp_groups *g,
-                                           bool skip_replicated, const char *what, int step)
-{
+                                           bool skip_replicated, const char *what, int step) {
     if (!g->replicate) return;
     hs_fsdp_ctx *ctx = hs_fsdp_context(f);
     int R = g->replicate_size;
@@ -165,20 +156,19 @@ static inline void mt_replicas_check_equal(hs_comm *c, hs_fsdp *f, const hs_fsdp
         float *all = malloc(sizeof(float) * (size_t)(n * R + 1));
         hs_error e;
         hs_error_clear(&e);
-        CHECK(c, hs_pg_all_gather(g->replicate, NULL, all, fp->storage, n, HS_DTYPE_F32, &e) == HS_OK,
+        CHECK(c,
+              hs_pg_all_gather(g->replicate, NULL, all, fp->storage, n, HS_DTYPE_F32, &e) == HS_OK,
               "%s", e.msg);
         for (int k = 1; k < R; k++)
             CHECK(c, memcmp(all, all + k * n, sizeof(float) * (size_t)n) == 0,
-                  "%s step %d: replica %d of %s differs from replica 0", what, step, k,
-                  fp->p->fqn);
+                  "%s step %d: replica %d of %s differs from replica 0", what, step, k, fp->p->fqn);
         free(all);
     }
 }
 
 /* The largest of every rank's `worst` over `pg` of `size` ranks (NULL:
  * this rank's own), for the one line rank 0 prints per case. */
-static inline float mt_worst_over(hs_comm *c, hs_pg *pg, int size, double worst)
-{
+static inline float mt_worst_over(hs_comm *c, hs_pg *pg, int size, double worst) {
     float w = (float)worst, all[64];
     hs_error e;
     hs_error_clear(&e);

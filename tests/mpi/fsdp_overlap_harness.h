@@ -58,8 +58,7 @@ typedef struct ov_run {
     int G, T;
 } ov_run;
 
-static inline void ov_config(hs_config *cfg, const ov_opts *o)
-{
+static inline void ov_config(hs_config *cfg, const ov_opts *o) {
     hs_config_defaults(cfg);
     strcpy(cfg->model.arch, "llama");
     cfg->model.vocab_size = 37; /* odd: uneven shards on every W > 1 */
@@ -82,8 +81,7 @@ static inline void ov_config(hs_config *cfg, const ov_opts *o)
     cfg->optimizer.weight_decay = 0.1;
 }
 
-static inline void ov_setup(ov_run *r, hs_comm *c, const ov_opts *o)
-{
+static inline void ov_setup(ov_run *r, hs_comm *c, const ov_opts *o) {
     memset(r, 0, sizeof *r);
     r->c = c;
     r->o = *o;
@@ -97,17 +95,20 @@ static inline void ov_setup(ov_run *r, hs_comm *c, const ov_opts *o)
     snprintf(layout, sizeof layout, "s%d", r->o.shard);
     mt_dp_groups_make(c, r->o.shard, "overlap", layout, &r->g, r->shard_name, r->rep_name,
                       r->flat_name);
-    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
-                           .max_batch = OV_PER_RANK, .seq_len = r->T, .allocate_params = false,
-                           .activation_checkpointing = o->ckpt, .dev = r->dev};
+    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32,
+                           .grad_dtype = HS_DTYPE_F32,
+                           .max_batch = OV_PER_RANK,
+                           .seq_len = r->T,
+                           .allocate_params = false,
+                           .activation_checkpointing = o->ckpt,
+                           .dev = r->dev};
     mt_fsdp_build(c, &r->cfg, &mo, &r->g, r->dev, 1234, &r->m, &r->f, &r->opt);
     r->G = OV_PER_RANK * r->g.flat_size;
     r->tok = malloc(sizeof(int32_t) * (size_t)(r->G * r->T));
     r->tgt = malloc(sizeof(int32_t) * (size_t)(r->G * r->T));
 }
 
-static inline void ov_teardown(ov_run *r)
-{
+static inline void ov_teardown(ov_run *r) {
     hs_optim_free(r->opt);
     hs_fsdp_free(r->f);
     hs_model_free(r->m);
@@ -118,15 +119,13 @@ static inline void ov_teardown(ov_run *r)
 }
 
 /* This rank's micro-batch of the global batch of `step`. */
-static inline hs_batch ov_batch(ov_run *r, int step)
-{
+static inline hs_batch ov_batch(ov_run *r, int step) {
     mt_global_batch(r->tok, r->tgt, r->G * r->T, step);
     int off = r->g.flat_rank * OV_PER_RANK * r->T;
     return (hs_batch){r->tok + off, r->tgt + off, OV_PER_RANK, r->T};
 }
 
-static inline float *ov_snapshot(ov_run *r, bool grads, int64_t *n)
-{
+static inline float *ov_snapshot(ov_run *r, bool grads, int64_t *n) {
     hs_fsdp_ctx *ctx = hs_fsdp_context(r->f);
     int64_t total = 0;
     for (int i = 0; i < ctx->n_params; i++) total += ctx->params[i].plan.actual_sharded_numel;
@@ -142,8 +141,7 @@ static inline float *ov_snapshot(ov_run *r, bool grads, int64_t *n)
 }
 
 /* One optimizer step per iteration; `hooks` NULL means FSDP's own. */
-static inline void ov_train(ov_run *r, ov_result *res, const hs_model_hooks *hooks)
-{
+static inline void ov_train(ov_run *r, ov_result *res, const hs_model_hooks *hooks) {
     memset(res, 0, sizeof *res);
     hs_trace *tr = hs_comm_trace(r->c);
     hs_error e;
@@ -154,8 +152,9 @@ static inline void ov_train(ov_run *r, ov_result *res, const hs_model_hooks *hoo
         double loss, aux;
         hs_trace_reset_counters(tr);
         hs_fsdp_set_micro_batch(r->f, true, true, true);
-        CHECK(r->c, hs_model_forward_backward(r->m, &b, scale, hooks ? hooks : hs_fsdp_hooks(r->f),
-                                              &loss, &aux, &e) == HS_OK,
+        CHECK(r->c,
+              hs_model_forward_backward(r->m, &b, scale, hooks ? hooks : hs_fsdp_hooks(r->f), &loss,
+                                        &aux, &e) == HS_OK,
               "%s", e.msg);
         res->loss[s] = loss;
         res->ag = hs_trace_collectives(tr, "all_gather", NULL);
@@ -171,16 +170,14 @@ static inline void ov_train(ov_run *r, ov_result *res, const hs_model_hooks *hoo
     }
 }
 
-static inline void ov_result_free(ov_result *res)
-{
+static inline void ov_result_free(ov_result *res) {
     free(res->grads);
     for (int s = 0; s < OV_STEPS; s++) free(res->weights[s]);
 }
 
 /* Bitwise: every loss, the step-1 gradients, the weights after every step. */
 static inline void ov_expect_identical(hs_comm *c, const char *what, const ov_result *a,
-                                       const ov_result *b)
-{
+                                       const ov_result *b) {
     CHECK(c, a->n == b->n, "%s: %lld vs %lld shard elements", what, (long long)a->n,
           (long long)b->n);
     for (int s = 0; s < OV_STEPS; s++)

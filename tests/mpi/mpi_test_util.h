@@ -14,20 +14,18 @@
 
 /* A failed check on one rank must end all of them, or the others would
  * wait in their next collective until the timeout. */
-#define CHECK(comm, cond, ...)                                                          \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            hs_error ce_;                                                               \
-            hs_error_set(&ce_, HS_ERR_INTERNAL, __VA_ARGS__);                           \
-            fprintf(stderr, "%s:%d: check failed: %s: %s\n", __FILE__, __LINE__, #cond, \
-                    ce_.msg);                                                           \
-            hs_comm_abort((comm), &ce_);                                                \
-        }                                                                               \
+#define CHECK(comm, cond, ...)                                                                     \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            hs_error ce_;                                                                          \
+            hs_error_set(&ce_, HS_ERR_INTERNAL, __VA_ARGS__);                                      \
+            fprintf(stderr, "%s:%d: check failed: %s: %s\n", __FILE__, __LINE__, #cond, ce_.msg);  \
+            hs_comm_abort((comm), &ce_);                                                           \
+        }                                                                                          \
     } while (0)
 
 /* hs_comm_init, or the error on stderr and exit status 1. */
-static inline hs_comm *mt_comm_init(int *argc, char ***argv, const hs_comm_options *opt)
-{
+static inline hs_comm *mt_comm_init(int *argc, char ***argv, const hs_comm_options *opt) {
     hs_comm *c = NULL;
     hs_error e;
     hs_error_clear(&e);
@@ -41,8 +39,7 @@ static inline hs_comm *mt_comm_init(int *argc, char ***argv, const hs_comm_optio
 /* MPI comes up first so the trace knows its rank before hs_comm_init
  * records into it. */
 static inline hs_comm *mt_traced_init(int *argc, char ***argv, double timeout_s, bool trace_on,
-                                      hs_trace **trace)
-{
+                                      hs_trace **trace) {
     int provided, rank;
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -51,8 +48,7 @@ static inline hs_comm *mt_traced_init(int *argc, char ***argv, double timeout_s,
     return mt_comm_init(argc, argv, &opt);
 }
 
-static inline void mt_traced_finalize(hs_comm *c, hs_trace *trace)
-{
+static inline void mt_traced_finalize(hs_comm *c, hs_trace *trace) {
     hs_comm_finalize(c);
     hs_trace_free(trace);
     MPI_Finalize();

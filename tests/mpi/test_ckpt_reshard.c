@@ -46,15 +46,15 @@ typedef struct ctx {
     char root[128]; /* shared scratch directory */
 } ctx;
 
-#define CHECK(t, cond, ...)                                                                  \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            fprintf(stderr, "[rank %d] %s:%d: CHECK(%s) failed: ", (t)->rank, __FILE__,    \
-                    __LINE__, #cond);                                                        \
-            fprintf(stderr, __VA_ARGS__);                                                    \
-            fprintf(stderr, "\n");                                                           \
-            (t)->failures++;                                                                 \
-        }                                                                                    \
+#define CHECK(t, cond, ...)                                                                        \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "[rank %d] %s:%d: CHECK(%s) failed: ", (t)->rank, __FILE__, __LINE__,  \
+                    #cond);                                                                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            (t)->failures++;                                                                       \
+        }                                                                                          \
     } while (0)
 
 /* ------------------------------------------------------------ the tensors */
@@ -77,7 +77,11 @@ static const spec specs[] = {
     {"optim.model.embed_tokens.weight.exp_avg", HS_DTYPE_F32, 2, {10, 4}, false},
     {"optim.model.embed_tokens.weight.exp_avg_sq", HS_DTYPE_F32, 2, {10, 4}, false},
     {"main.model.layers.0.self_attn.q_proj.weight", HS_DTYPE_F32, 2, {5, 3}, false},
-    {"optim.model.layers.0.self_attn.q_proj.weight.momentum_buffer", HS_DTYPE_F32, 2, {5, 3}, false},
+    {"optim.model.layers.0.self_attn.q_proj.weight.momentum_buffer",
+     HS_DTYPE_F32,
+     2,
+     {5, 3},
+     false},
 };
 #define N_SPECS ((int)(sizeof specs / sizeof specs[0]))
 
@@ -86,7 +90,8 @@ static int64_t spec_row(const spec *s) { return hs_ckpt_box_numel(s->ndim - 1, s
 
 static int64_t actual_bytes(void) {
     int64_t b = 0;
-    for (int i = 0; i < N_SPECS; i++) b += spec_numel(&specs[i]) * (int64_t)hs_dtype_size(specs[i].dt);
+    for (int i = 0; i < N_SPECS; i++)
+        b += spec_numel(&specs[i]) * (int64_t)hs_dtype_size(specs[i].dt);
     return b;
 }
 
@@ -104,7 +109,8 @@ typedef struct layout {
 static bool layout_of(const char *name, int rank, int world, layout *l) {
     if (!strcmp(name, "fsdp")) return *l = (layout){world, rank}, true;
     if (!strcmp(name, "full")) return *l = (layout){1, 0}, true;
-    if (!strcmp(name, "hsdp") && world % 2 == 0) return *l = (layout){world / 2, rank % (world / 2)}, true;
+    if (!strcmp(name, "hsdp") && world % 2 == 0)
+        return *l = (layout){world / 2, rank % (world / 2)}, true;
     return false;
 }
 
@@ -122,7 +128,8 @@ static void make_tensors(layout l, int64_t step, bool save, hs_ckpt_tensor *t, v
         hs_ckpt_tensor_dim0(&t[i], s->name, s->dt, s->ndim, s->shape, li.w, li.r, bufs[i]);
         t[i].storage_rows = cap_rows;
         int64_t n = hs_ckpt_tensor_numel(&t[i]), g0 = t[i].offset[0] * spec_row(s);
-        for (int64_t k = 0; save && k < n; k++) value(s, step, g0 + k, (char *)bufs[i] + (size_t)k * es);
+        for (int64_t k = 0; save && k < n; k++)
+            value(s, step, g0 + k, (char *)bufs[i] + (size_t)k * es);
     }
 }
 
@@ -155,8 +162,11 @@ static hs_status save(ctx *c, const char *dir, int64_t step, layout l, int keep_
     hs_ckpt_tensor t[N_SPECS];
     void *bufs[N_SPECS];
     make_tensors(l, step, true, t, bufs);
-    hs_ckpt_state st = {.step = step, .data_position = step * 4, .optim_step = step,
-                        .rng_seed = 0x9e3779b97f4a7c15ull, .rng_counter = (uint64_t)step * 1000,
+    hs_ckpt_state st = {.step = step,
+                        .data_position = step * 4,
+                        .optim_step = step,
+                        .rng_seed = 0x9e3779b97f4a7c15ull,
+                        .rng_counter = (uint64_t)step * 1000,
                         .config_hash = 0xabcdef0123456789ull};
     hs_ckpt_save_options opt = {.dir = dir, .keep_last = keep_last};
     hs_status s = hs_ckpt_save(c->comm, &opt, t, N_SPECS, &st, NULL, 0, e);
@@ -174,11 +184,12 @@ static int load_check(ctx *c, const char *path, int64_t step, layout l, const ch
     int bad = -1;
     if (hs_ckpt_load(c->comm, path, t, N_SPECS, &st, &e) != HS_OK)
         fprintf(stderr, "[rank %d] %s: %s\n", c->rank, what, e.msg);
-    else if (st.step != step || st.data_position != step * 4 || st.rng_counter != (uint64_t)step * 1000 ||
-             st.rng_seed != 0x9e3779b97f4a7c15ull || st.config_hash != 0xabcdef0123456789ull)
-        fprintf(stderr, "[rank %d] %s: trainer state differs (step %lld)\n", c->rank, what, (long long)st.step);
-    else
-        bad = check_tensors(t, step, what, c->rank);
+    else if (st.step != step || st.data_position != step * 4 ||
+             st.rng_counter != (uint64_t)step * 1000 || st.rng_seed != 0x9e3779b97f4a7c15ull ||
+             st.config_hash != 0xabcdef0123456789ull)
+        fprintf(stderr, "[rank %d] %s: trainer state differs (step %lld)\n", c->rank, what,
+                (long long)st.step);
+    else bad = check_tensors(t, step, what, c->rank);
     free_bufs(bufs);
     return bad;
 }
@@ -199,7 +210,8 @@ static void check_files(ctx *c, const char *step_dir, int n_files, const char *w
     for (int r = 0; r < c->size; r++) {
         snprintf(path, sizeof path, "%s/rank-%d.bin", step_dir, r);
         int64_t b = file_size(path);
-        CHECK(c, (r < n_files) == (b >= 0), "%s: %s %s", what, path, b >= 0 ? "exists" : "is missing");
+        CHECK(c, (r < n_files) == (b >= 0), "%s: %s %s", what, path,
+              b >= 0 ? "exists" : "is missing");
         if (b > 0) total += b;
     }
     CHECK(c, total == actual_bytes(), "%s: data files hold %lld bytes, the tensors %lld", what,
@@ -251,7 +263,8 @@ static void test_hsdp_replicas_are_written_once_and_load_into_fsdp(ctx *c) {
     CHECK(c, save(c, dir, 3, hsdp, 0, &e) == HS_OK, "hsdp save: %s", e.msg);
     snprintf(step, sizeof step, "%s/step-3", dir);
     check_files(c, step, c->size / 2, "hsdp files");
-    CHECK(c, load_check(c, dir, 3, (layout){c->size, c->rank}, "hsdp->fsdp") == 0, "hsdp -> fsdp differs");
+    CHECK(c, load_check(c, dir, 3, (layout){c->size, c->rank}, "hsdp->fsdp") == 0,
+          "hsdp -> fsdp differs");
     CHECK(c, load_check(c, dir, 3, hsdp, "hsdp->hsdp") == 0, "hsdp -> hsdp differs");
 }
 
@@ -266,12 +279,14 @@ static void test_keep_last_prunes_and_latest_names_the_newest(ctx *c) {
     snprintf(dir, sizeof dir, "%s/keep", c->root);
     hs_error e;
     layout l = {c->size, c->rank};
-    for (int s = 1; s <= 3; s++) CHECK(c, save(c, dir, s, l, 2, &e) == HS_OK, "save %d: %s", s, e.msg);
+    for (int s = 1; s <= 3; s++)
+        CHECK(c, save(c, dir, s, l, 2, &e) == HS_OK, "save %d: %s", s, e.msg);
     /* the same step again replaces it whole */
     CHECK(c, save(c, dir, 3, l, 2, &e) == HS_OK, "save 3 again: %s", e.msg);
     if (c->rank == 0) {
         bool found = false;
-        CHECK(c, hs_ckpt_latest_read(dir, latest, sizeof latest, &found, &e) == HS_OK && found, "latest");
+        CHECK(c, hs_ckpt_latest_read(dir, latest, sizeof latest, &found, &e) == HS_OK && found,
+              "latest");
         CHECK(c, !strcmp(latest, "step-3"), "latest is '%s'", latest);
         CHECK(c, !exists(dir, "step-1") && exists(dir, "step-2") && exists(dir, "step-3"),
               "keep_last 2 should leave step-2 and step-3 only");
@@ -301,7 +316,8 @@ static void test_mismatched_tables_fail_on_every_rank_naming_the_tensor(ctx *c) 
     hs_error_clear(&e);
     CHECK(c, hs_ckpt_save(c->comm, &opt, &t, 1, &st, NULL, 0, &e) != HS_OK, "hole saved");
     CHECK(c, strstr(e.msg, "'model.y' [8]: its chunks cover") != NULL, "message: %s", e.msg);
-    if (c->rank == 0) CHECK(c, !exists(dir, "step-1") && !exists(dir, "latest"), "a failed save left files");
+    if (c->rank == 0)
+        CHECK(c, !exists(dir, "step-1") && !exists(dir, "latest"), "a failed save left files");
 }
 
 static void test_missing_tensor_fails_the_collective_load_on_every_rank(ctx *c) {
@@ -313,8 +329,10 @@ static void test_missing_tensor_fails_the_collective_load_on_every_rank(ctx *c) 
                         HS_DTYPE_F32, 1, (int64_t[]){3}, buf);
     hs_error e;
     hs_error_clear(&e);
-    CHECK(c, hs_ckpt_load(c->comm, dir, &t, 1, NULL, &e) != HS_OK, "load of a missing tensor passed");
-    const char *want = c->rank == c->size - 1 ? "has no tensor 'model.absent'" : "checkpoint load failed on rank";
+    CHECK(c, hs_ckpt_load(c->comm, dir, &t, 1, NULL, &e) != HS_OK,
+          "load of a missing tensor passed");
+    const char *want = c->rank == c->size - 1 ? "has no tensor 'model.absent'"
+                                              : "checkpoint load failed on rank";
     CHECK(c, strstr(e.msg, want) != NULL, "message: %s", e.msg);
 }
 
@@ -331,8 +349,10 @@ static void test_failed_publish_leaves_latest_and_no_temporary_dir(ctx *c) {
     MPI_Barrier(MPI_COMM_WORLD);
     hs_error e;
     hs_error_clear(&e);
-    CHECK(c, save(c, dir, 7, (layout){c->size, c->rank}, 2, &e) != HS_OK, "save over a file passed");
-    const char *want = c->rank == 0 ? "cannot rename" : "checkpoint save: publishing failed on rank 0";
+    CHECK(c, save(c, dir, 7, (layout){c->size, c->rank}, 2, &e) != HS_OK,
+          "save over a file passed");
+    const char *want = c->rank == 0 ? "cannot rename"
+                                    : "checkpoint save: publishing failed on rank 0";
     CHECK(c, strstr(e.msg, want) != NULL, "message: %s", e.msg);
     if (c->rank == 0) {
         bool found = false;
@@ -357,14 +377,16 @@ static void test_rank0_reports_progress_bytes_and_rate(ctx *c) {
     hs_ckpt_save_options opt = {.dir = dir, .keep_last = 1, .log = &log, .progress_bytes = 1};
     hs_error e;
     char saved[300] = "";
-    CHECK(c, hs_ckpt_save(c->comm, &opt, t, N_SPECS, &st, saved, sizeof saved, &e) == HS_OK, "%s", e.msg);
+    CHECK(c, hs_ckpt_save(c->comm, &opt, t, N_SPECS, &st, saved, sizeof saved, &e) == HS_OK, "%s",
+          e.msg);
     char text[4096] = "";
     rewind(log.out);
     size_t n = fread(text, 1, sizeof text - 1, log.out);
     text[n] = '\0';
     fclose(log.out);
     if (c->rank == 0) {
-        CHECK(c, strstr(text, "checkpoint: step-9 rank 0 wrote") && strstr(text, "MB/s"), "log: %s", text);
+        CHECK(c, strstr(text, "checkpoint: step-9 rank 0 wrote") && strstr(text, "MB/s"), "log: %s",
+              text);
         CHECK(c, strstr(text, "checkpoint: saved ") && strstr(text, "10 tensors"), "log: %s", text);
     }
     CHECK(c, strstr(saved, "/progress/step-9") != NULL, "saved path '%s'", saved);
@@ -397,7 +419,8 @@ static int run_suite(ctx *c) {
 static int run_tool(ctx *c, int argc, char **argv) {
     layout l;
     if (argc < 5 || !layout_of(argv[4], c->rank, c->size, &l)) {
-        fprintf(stderr, "usage: %s save|load DIR STEP fsdp|hsdp|full (hsdp needs an even world)\n", argv[0]);
+        fprintf(stderr, "usage: %s save|load DIR STEP fsdp|hsdp|full (hsdp needs an even world)\n",
+                argv[0]);
         return 2;
     }
     int64_t step = atoll(argv[3]);
@@ -427,12 +450,15 @@ static hs_status ref_get(void *ctx_, int i, float *out, hs_error *e) {
 static int run_model(ctx *c, const char *dir, const char *ref) {
     hs_config cfg;
     hs_config_defaults(&cfg);
-    const char *ov[] = {"model.dim=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads=1",
-                        "model.ffn_dim=64", "train.seq_len=16"};
+    const char *ov[] = {"model.dim=32",       "model.n_layers=2", "model.n_heads=2",
+                        "model.n_kv_heads=1", "model.ffn_dim=64", "train.seq_len=16"};
     hs_error e;
     hs_model *m = NULL;
-    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32, .max_batch = 1,
-                           .seq_len = 16, .allocate_params = false};
+    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32,
+                           .grad_dtype = HS_DTYPE_F32,
+                           .max_batch = 1,
+                           .seq_len = 16,
+                           .allocate_params = false};
     hs_status s = hs_config_load(&cfg, NULL, ov, 6, &e);
     if (s == HS_OK) s = hs_model_create(&cfg.model, &mo, &m, &e);
     int n = s == HS_OK ? hs_model_num_params(m) : 0;
@@ -445,11 +471,13 @@ static int run_model(ctx *c, const char *dir, const char *ref) {
         hs_ckpt_tensor_dim0(&t[i], p->fqn, HS_DTYPE_F32, p->ndim, p->shape, c->size, c->rank, buf);
         hs_model_init_param_rows(m, p, 7, buf, HS_DTYPE_F32, t[i].offset[0], rows);
     }
-    hs_ckpt_state st = {.step = 4, .data_position = 4, .optim_step = 4, .config_hash = hs_config_hash(&cfg)};
+    hs_ckpt_state st = {
+        .step = 4, .data_position = 4, .optim_step = 4, .config_hash = hs_config_hash(&cfg)};
     hs_ckpt_save_options opt = {.dir = dir, .keep_last = 1, .config = &cfg};
     if (s == HS_OK) s = hs_ckpt_save(c->comm, &opt, t, n, &st, NULL, 0, &e);
     full_params fp = {m, 7};
-    if (s == HS_OK) s = hs_hf_save(m, ref_get, &fp, HS_DTYPE_F32, cfg.train.seq_len, ref, c->rank == 0, &e);
+    if (s == HS_OK)
+        s = hs_hf_save(m, ref_get, &fp, HS_DTYPE_F32, cfg.train.seq_len, ref, c->rank == 0, &e);
     if (s != HS_OK) fprintf(stderr, "[rank %d] model: %s\n", c->rank, e.msg);
     for (int i = 0; i < n; i++) free(t[i].data);
     free(t);
@@ -471,10 +499,8 @@ int main(int argc, char **argv) {
     int rc;
     if (argc >= 2 && (!strcmp(argv[1], "save") || !strcmp(argv[1], "load")))
         rc = run_tool(&c, argc, argv);
-    else if (argc >= 4 && !strcmp(argv[1], "model"))
-        rc = run_model(&c, argv[2], argv[3]);
-    else
-        rc = run_suite(&c);
+    else if (argc >= 4 && !strcmp(argv[1], "model")) rc = run_model(&c, argv[2], argv[3]);
+    else rc = run_suite(&c);
     int total = 0;
     MPI_Allreduce(&rc, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (c.rank == 0) printf("%s\n", total ? "FAIL" : "OK");

@@ -41,14 +41,15 @@ typedef struct ctx {
     const char *path;
 } ctx;
 
-#define CHECK(t, cond, ...)                                                   \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            fprintf(stderr, "[rank %d] %s:%d: CHECK(%s) failed: ", (t)->rank, __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                     \
-            fprintf(stderr, "\n");                                            \
-            (t)->failures++;                                                  \
-        }                                                                     \
+#define CHECK(t, cond, ...)                                                                        \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "[rank %d] %s:%d: CHECK(%s) failed: ", (t)->rank, __FILE__, __LINE__,  \
+                    #cond);                                                                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            (t)->failures++;                                                                       \
+        }                                                                                          \
     } while (0)
 
 static const hs_dtype dtypes[3] = {HS_DTYPE_F32, HS_DTYPE_BF16, HS_DTYPE_F16};
@@ -61,7 +62,9 @@ _Static_assert(HS_REDUCE_OP_COUNT == 3, "reduce_name follows hs_reduce_op");
 static float input_value(int r, int64_t i, hs_dtype dt, uint64_t salt) {
     const int spread = dt == HS_DTYPE_F16 ? 8 : 12;
     float u = hs_rng_uniform(1234 + salt, (uint64_t)r, (uint64_t)i) * 2.0f - 1.0f;
-    int ex = (int)(hs_rng_uniform(4321 + salt, (uint64_t)r, (uint64_t)i) * (float)(2 * spread + 1)) - spread;
+    int ex =
+        (int)(hs_rng_uniform(4321 + salt, (uint64_t)r, (uint64_t)i) * (float)(2 * spread + 1)) -
+        spread;
     return hs_round_to(dt, ldexpf(u, ex));
 }
 
@@ -82,7 +85,8 @@ static float load(const void *buf, hs_dtype dt, int64_t i) {
 
 /* The documented reduction of element i of chunk c: the ring rounds after
  * every hop, the intra-node path once at the end; MAX never rounds. */
-static float reference(const ctx *t, int c, int64_t i, hs_dtype dt, hs_reduce_op op, uint64_t salt) {
+static float reference(const ctx *t, int c, int64_t i, hs_dtype dt, hs_reduce_op op,
+                       uint64_t salt) {
     const int w = t->gsize;
     if (w == 1) return input_value(0, i, dt, salt);
     if (op == HS_REDUCE_MAX) {
@@ -115,9 +119,10 @@ static void test_all_gather_out_of_place_matches_concatenation(ctx *t) {
             CHECK(t, hs_pg_all_gather(t->g, NULL, out, in, n, dt, &e) == HS_OK, "%s", e.msg);
             int bad = 0;
             for (int r = 0; r < t->gsize; r++)
-                for (int64_t i = 0; i < n; i++) bad += load(out, dt, r * n + i) != input_value(r, i, dt, 1);
-            CHECK(t, bad == 0, "%s all_gather %s count %lld: %d wrong elements", t->path, hs_dtype_name(dt),
-                  (long long)n, bad);
+                for (int64_t i = 0; i < n; i++)
+                    bad += load(out, dt, r * n + i) != input_value(r, i, dt, 1);
+            CHECK(t, bad == 0, "%s all_gather %s count %lld: %d wrong elements", t->path,
+                  hs_dtype_name(dt), (long long)n, bad);
             free(in);
             free(out);
         }
@@ -132,11 +137,16 @@ static void test_all_gather_in_place_when_in_is_own_block(ctx *t) {
         void *mine = make_input(t->grank, n, dt, 2);
         memcpy(out + (size_t)(t->grank * n) * es, mine, (size_t)n * es);
         hs_error e;
-        CHECK(t, hs_pg_all_gather(t->g, NULL, out, out + (size_t)(t->grank * n) * es, n, dt, &e) == HS_OK, "%s", e.msg);
+        CHECK(t,
+              hs_pg_all_gather(t->g, NULL, out, out + (size_t)(t->grank * n) * es, n, dt, &e) ==
+                  HS_OK,
+              "%s", e.msg);
         int bad = 0;
         for (int r = 0; r < t->gsize; r++)
-            for (int64_t i = 0; i < n; i++) bad += load(out, dt, r * n + i) != input_value(r, i, dt, 2);
-        CHECK(t, bad == 0, "%s in-place all_gather %s: %d wrong elements", t->path, hs_dtype_name(dt), bad);
+            for (int64_t i = 0; i < n; i++)
+                bad += load(out, dt, r * n + i) != input_value(r, i, dt, 2);
+        CHECK(t, bad == 0, "%s in-place all_gather %s: %d wrong elements", t->path,
+              hs_dtype_name(dt), bad);
         free(mine);
         free(out);
     }
@@ -164,12 +174,14 @@ static void test_reduce_scatter_matches_reference_bitwise(ctx *t) {
     const int64_t counts[] = {1, 513, 3000, 70001};
     for (int d = 0; d < 3; d++)
         for (int op = 0; op < HS_REDUCE_OP_COUNT; op++)
-            for (int k = 0; k < 4; k++) check_reduce_scatter(t, dtypes[d], (hs_reduce_op)op, counts[k], false);
+            for (int k = 0; k < 4; k++)
+                check_reduce_scatter(t, dtypes[d], (hs_reduce_op)op, counts[k], false);
 }
 
 static void test_reduce_scatter_in_place_matches_reference_bitwise(ctx *t) {
     for (int d = 0; d < 3; d++)
-        for (int op = 0; op < HS_REDUCE_OP_COUNT; op++) check_reduce_scatter(t, dtypes[d], (hs_reduce_op)op, 1027, true);
+        for (int op = 0; op < HS_REDUCE_OP_COUNT; op++)
+            check_reduce_scatter(t, dtypes[d], (hs_reduce_op)op, 1027, true);
 }
 
 /* Chunk c of an all-reduce of n elements over w ranks (n/w, first n%w one more). */
@@ -188,10 +200,12 @@ static void test_all_reduce_uneven_counts_match_reference_bitwise(ctx *t) {
                 int64_t n = counts[k];
                 void *buf = make_input(t->grank, n, dt, 4);
                 hs_error e;
-                CHECK(t, hs_pg_all_reduce(t->g, NULL, buf, n, dt, (hs_reduce_op)op, &e) == HS_OK, "%s", e.msg);
+                CHECK(t, hs_pg_all_reduce(t->g, NULL, buf, n, dt, (hs_reduce_op)op, &e) == HS_OK,
+                      "%s", e.msg);
                 int bad = 0;
                 for (int64_t i = 0; i < n; i++)
-                    bad += load(buf, dt, i) != reference(t, chunk_of(n, t->gsize, i), i, dt, (hs_reduce_op)op, 4);
+                    bad += load(buf, dt, i) !=
+                           reference(t, chunk_of(n, t->gsize, i), i, dt, (hs_reduce_op)op, 4);
                 CHECK(t, bad == 0, "%s all_reduce %s %s count %lld: %d wrong elements", t->path,
                       hs_dtype_name(dt), reduce_name[op], (long long)n, bad);
                 free(buf);
@@ -204,7 +218,8 @@ static void test_all_reduce_bf16_integers_is_exact_sum(ctx *t) {
     uint16_t *buf = malloc(n * sizeof *buf);
     for (int64_t i = 0; i < n; i++) buf[i] = hs_f32_to_bf16((float)((i + t->grank) % 7));
     hs_error e;
-    CHECK(t, hs_pg_all_reduce(t->g, NULL, buf, n, HS_DTYPE_BF16, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_pg_all_reduce(t->g, NULL, buf, n, HS_DTYPE_BF16, HS_REDUCE_SUM, &e) == HS_OK, "%s",
+          e.msg);
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         int want = 0;
@@ -248,7 +263,8 @@ static float max_edge_expected(int64_t j) {
 static void *max_edge_buffer(int64_t first, int64_t n, int r, int w, hs_dtype dt) {
     float *f = malloc((size_t)n * sizeof(float));
     void *out = malloc((size_t)n * hs_dtype_size(dt));
-    for (int64_t i = 0; i < n; i++) f[i] = r < 0 ? max_edge_expected(first + i) : max_edge_value(first + i, r, w);
+    for (int64_t i = 0; i < n; i++)
+        f[i] = r < 0 ? max_edge_expected(first + i) : max_edge_value(first + i, r, w);
     hs_convert(out, dt, f, HS_DTYPE_F32, n);
     free(f);
     return out;
@@ -263,17 +279,20 @@ static void test_max_edge_values_bitwise(ctx *t) {
         hs_dtype dt = dtypes[d];
         size_t es = hs_dtype_size(dt);
         hs_error e;
-        void *buf = max_edge_buffer(0, n, t->grank, t->gsize, dt), *want = max_edge_buffer(0, n, -1, t->gsize, dt);
+        void *buf = max_edge_buffer(0, n, t->grank, t->gsize, dt),
+             *want = max_edge_buffer(0, n, -1, t->gsize, dt);
         CHECK(t, hs_pg_all_reduce(t->g, NULL, buf, n, dt, HS_REDUCE_MAX, &e) == HS_OK, "%s", e.msg);
-        CHECK(t, !memcmp(buf, want, (size_t)n * es), "%s all_reduce max edge values %s differ", t->path,
-              hs_dtype_name(dt));
+        CHECK(t, !memcmp(buf, want, (size_t)n * es), "%s all_reduce max edge values %s differ",
+              t->path, hs_dtype_name(dt));
         free(buf);
         free(want);
-        void *in = max_edge_buffer(0, n * t->gsize, t->grank, t->gsize, dt), *out = malloc((size_t)n * es);
+        void *in = max_edge_buffer(0, n * t->gsize, t->grank, t->gsize, dt),
+             *out = malloc((size_t)n * es);
         want = max_edge_buffer((int64_t)t->grank * n, n, -1, t->gsize, dt);
-        CHECK(t, hs_pg_reduce_scatter(t->g, NULL, out, in, n, dt, HS_REDUCE_MAX, &e) == HS_OK, "%s", e.msg);
-        CHECK(t, !memcmp(out, want, (size_t)n * es), "%s reduce_scatter max edge values %s differ", t->path,
-              hs_dtype_name(dt));
+        CHECK(t, hs_pg_reduce_scatter(t->g, NULL, out, in, n, dt, HS_REDUCE_MAX, &e) == HS_OK, "%s",
+              e.msg);
+        CHECK(t, !memcmp(out, want, (size_t)n * es), "%s reduce_scatter max edge values %s differ",
+              t->path, hs_dtype_name(dt));
         free(in);
         free(out);
         free(want);
@@ -291,11 +310,13 @@ static void test_paths_differ_only_in_16bit_roundings(ctx *t) {
         for (int64_t i = 0; i < n; i++) {
             ctx ring = *t, shm = *t;
             ring.ring = true, shm.ring = false;
-            differ[d] += reference(&ring, 0, i, dt, HS_REDUCE_SUM, 3) != reference(&shm, 0, i, dt, HS_REDUCE_SUM, 3);
+            differ[d] += reference(&ring, 0, i, dt, HS_REDUCE_SUM, 3) !=
+                         reference(&shm, 0, i, dt, HS_REDUCE_SUM, 3);
         }
     }
     CHECK(t, differ[0] == 0, "f32 references differ in %d elements", differ[0]);
-    CHECK(t, differ[1] > 0, "bf16 references agree everywhere: the test cannot tell the paths apart");
+    CHECK(t, differ[1] > 0,
+          "bf16 references agree everywhere: the test cannot tell the paths apart");
 }
 
 /* Every reduction test on one group. */
@@ -329,9 +350,11 @@ static void test_reductions_on_both_paths(ctx *t) {
     unsetenv("HS_COMM_SHM");
     if (!rev || !ring) return;
     CHECK(t, takes_ring(ring), "a group created under HS_COMM_SHM=0 must take the ring path");
-    CHECK(t, takes_ring(rev) == takes_ring(t->world), "world and reversed world chose different paths");
+    CHECK(t, takes_ring(rev) == takes_ring(t->world),
+          "world and reversed world chose different paths");
     if (t->size > 1 && takes_ring(t->world) && t->rank == 0)
-        printf("note: cross-process reads are refused here; the intra-node tests run on the ring\n");
+        printf(
+            "note: cross-process reads are refused here; the intra-node tests run on the ring\n");
     run_group_tests(t, t->world, takes_ring(t->world), "world");
     run_group_tests(t, rev, takes_ring(rev), "reversed world");
     run_group_tests(t, ring, true, "ring world");
@@ -353,7 +376,9 @@ static void test_broadcast_from_last_rank_reaches_everyone(ctx *t) {
 }
 
 /* Element i of block j sent by rank r: encodes (r, j, i). */
-static float a2a_value(int r, int j, int64_t i) { return (float)(r * 1000 + j * 10) + (float)(i % 10); }
+static float a2a_value(int r, int j, int64_t i) {
+    return (float)(r * 1000 + j * 10) + (float)(i % 10);
+}
 
 static void test_all_to_all_transposes_blocks(ctx *t) {
     const int64_t n = 300;
@@ -382,13 +407,16 @@ static void test_all_to_allv_uneven_counts_land_at_displacements(ctx *t) {
     }
     uint16_t *in = malloc(stot * 2), *out = calloc(rtot, 2);
     for (int j = 0; j < w; j++)
-        for (int64_t i = 0; i < sc[j]; i++) in[sd[j] + i] = hs_f32_to_bf16(a2a_value(t->rank, j, i));
+        for (int64_t i = 0; i < sc[j]; i++)
+            in[sd[j] + i] = hs_f32_to_bf16(a2a_value(t->rank, j, i));
     hs_work *wk = hs_pg_all_to_allv_async(t->world, NULL, out, rc, rd, in, sc, sd, HS_DTYPE_BF16);
     hs_error e;
     CHECK(t, hs_work_wait(wk, &e) == HS_OK, "%s", e.msg);
     int bad = 0;
     for (int r = 0; r < w; r++)
-        for (int64_t i = 0; i < rc[r]; i++) bad += hs_bf16_to_f32(out[rd[r] + i]) != hs_round_to(HS_DTYPE_BF16, a2a_value(r, t->rank, i));
+        for (int64_t i = 0; i < rc[r]; i++)
+            bad += hs_bf16_to_f32(out[rd[r] + i]) !=
+                   hs_round_to(HS_DTYPE_BF16, a2a_value(r, t->rank, i));
     CHECK(t, bad == 0, "all_to_allv: %d wrong elements", bad);
     free(in), free(out), free(sc), free(sd), free(rc), free(rd);
 }
@@ -445,19 +473,20 @@ static void check_device_bits(ctx *t, hs_stream *s, const void *dev, const void 
     void *got = malloc(bytes);
     hs_device_copy_async(s, got, dev, bytes, HS_COPY_D2H);
     hs_stream_synchronize(s);
-    CHECK(t, memcmp(got, ref, bytes) == 0, "%s on a stream differs from the NULL-stream form", what);
+    CHECK(t, memcmp(got, ref, bytes) == 0, "%s on a stream differs from the NULL-stream form",
+          what);
     free(got);
 }
 
 /* Issue w with `issue`; it must have synchronized s once, then wait on s. */
-#define ISSUED_ON(t, s, issue, what)                                                      \
-    do {                                                                                  \
-        int before_ = stream_syncs;                                                       \
-        hs_work *w_ = (issue);                                                            \
-        CHECK(t, stream_syncs == before_ + 1, "%s: issue synchronized its stream %d times", \
-              what, stream_syncs - before_);                                              \
-        hs_error we_;                                                                     \
-        CHECK(t, hs_work_wait_stream(w_, s, &we_) == HS_OK, "%s: %s", what, we_.msg);     \
+#define ISSUED_ON(t, s, issue, what)                                                               \
+    do {                                                                                           \
+        int before_ = stream_syncs;                                                                \
+        hs_work *w_ = (issue);                                                                     \
+        CHECK(t, stream_syncs == before_ + 1, "%s: issue synchronized its stream %d times", what,  \
+              stream_syncs - before_);                                                             \
+        hs_error we_;                                                                              \
+        CHECK(t, hs_work_wait_stream(w_, s, &we_) == HS_OK, "%s: %s", what, we_.msg);              \
     } while (0)
 
 static void stream_ring_pass(ctx *t, hs_stream *s, void *rb, const void *sb, int64_t n) {
@@ -502,13 +531,16 @@ static void test_stream_forms_match_null_stream_bitwise(ctx *t) {
     size_t es = hs_dtype_size(HS_DTYPE_BF16);
     in = make_input(t->rank, W * n, HS_DTYPE_BF16, 82);
     ref = malloc((size_t)n * es);
-    hs_work *w = hs_pg_reduce_scatter_async(t->world, NULL, ref, in, n, HS_DTYPE_BF16, HS_REDUCE_AVG);
+    hs_work *w =
+        hs_pg_reduce_scatter_async(t->world, NULL, ref, in, n, HS_DTYPE_BF16, HS_REDUCE_AVG);
     CHECK(t, hs_work_wait_stream(w, NULL, &e) == HS_OK, "%s", e.msg);
     din = to_device(s, in, (size_t)(W * n) * es);
     dout = hs_device_alloc(d, (size_t)n * es);
     int before = stream_syncs;
-    CHECK(t, hs_pg_reduce_scatter(t->world, s, dout, din, n, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) ==
-                 HS_OK, "%s", e.msg);
+    CHECK(t,
+          hs_pg_reduce_scatter(t->world, s, dout, din, n, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) ==
+              HS_OK,
+          "%s", e.msg);
     CHECK(t, stream_syncs == before + 1, "reduce_scatter synchronized its stream %d times",
           stream_syncs - before);
     check_device_bits(t, s, dout, ref, (size_t)n * es, "reduce_scatter");
@@ -559,26 +591,32 @@ static void test_split_orders_by_key_and_caches_by_name(ctx *t) {
     /* One group, keyed in reverse: group rank = size-1-world rank. */
     CHECK(t, hs_comm_split(t->comm, "reversed", 7, -t->rank, &rev, &e) == HS_OK, "%s", e.msg);
     CHECK(t, rev && hs_pg_size(rev) == t->size, "reversed group size");
-    CHECK(t, rev && hs_pg_rank(rev) == t->size - 1 - t->rank, "group rank %d", rev ? hs_pg_rank(rev) : -1);
+    CHECK(t, rev && hs_pg_rank(rev) == t->size - 1 - t->rank, "group rank %d",
+          rev ? hs_pg_rank(rev) : -1);
     CHECK(t, rev && hs_pg_world_rank(rev, 0) == t->size - 1, "world rank of group rank 0");
     CHECK(t, !strcmp(hs_pg_name(rev), "reversed"), "name %s", hs_pg_name(rev));
     /* The same name again: the cached group, whatever the arguments. */
     CHECK(t, hs_comm_split(t->comm, "reversed", 99, 0, &again, &e) == HS_OK, "%s", e.msg);
     CHECK(t, again == rev, "cached group differs");
     /* Colour < 0 on odd ranks: no group there, twice. */
-    CHECK(t, hs_comm_split(t->comm, "evens_only", t->rank % 2 ? -1 : 0, 0, &none, &e) == HS_OK, "%s", e.msg);
-    CHECK(t, hs_comm_split(t->comm, "evens_only", t->rank % 2 ? -1 : 0, 0, &none2, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_comm_split(t->comm, "evens_only", t->rank % 2 ? -1 : 0, 0, &none, &e) == HS_OK,
+          "%s", e.msg);
+    CHECK(t, hs_comm_split(t->comm, "evens_only", t->rank % 2 ? -1 : 0, 0, &none2, &e) == HS_OK,
+          "%s", e.msg);
     CHECK(t, (t->rank % 2 != 0) == (none == NULL) && none == none2, "colour < 0 must give NULL");
     CHECK(t, hs_comm_world(t->comm) == t->world && !strcmp(hs_pg_name(t->world), "world"), "world");
     if (none) {
         float evens = 1.0f;
-        CHECK(t, hs_pg_all_reduce(none, NULL, &evens, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
+        CHECK(t, hs_pg_all_reduce(none, NULL, &evens, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK,
+              "%s", e.msg);
         CHECK(t, evens == (float)((t->size + 1) / 2), "even ranks counted %g", evens);
     }
 }
 
 /* Small integers: every order of summation gives the same float. */
-static float interleave_value(int world_rank, int k, int64_t i) { return (float)(world_rank + k + i % 3); }
+static float interleave_value(int world_rank, int k, int64_t i) {
+    return (float)(world_rank + k + i % 3);
+}
 
 /* Rounds alternate between the world, the parity groups and the ring-path
  * world, and between all-reduce, reduce-scatter and all-gather, all async;
@@ -586,7 +624,8 @@ static float interleave_value(int world_rank, int k, int64_t i) { return (float)
 static void test_groups_interleaved_async(ctx *t) {
     hs_pg *par = NULL, *ring = NULL;
     hs_error e;
-    CHECK(t, hs_comm_split(t->comm, "parity", t->rank % 2, t->rank, &par, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_comm_split(t->comm, "parity", t->rank % 2, t->rank, &par, &e) == HS_OK, "%s",
+          e.msg);
     CHECK(t, hs_comm_split(t->comm, "ring_world", 3, t->rank, &ring, &e) == HS_OK, "%s", e.msg);
     enum { ROUNDS = 9, N = 2000 };
     hs_pg *groups[3] = {t->world, par, ring};
@@ -598,9 +637,13 @@ static void test_groups_interleaved_async(ctx *t) {
         in[k] = malloc(sizeof(float) * N * (size_t)gw);
         out[k] = calloc((size_t)N * (size_t)gw, sizeof(float));
         for (int64_t i = 0; i < N * gw; i++) in[k][i] = interleave_value(t->rank, k, i);
-        if (k / 3 == 0) w[k] = hs_pg_all_reduce_async(g, NULL, in[k], N, HS_DTYPE_F32, HS_REDUCE_SUM);
-        else if (k / 3 == 1) w[k] = hs_pg_reduce_scatter_async(g, NULL, out[k], in[k], N, HS_DTYPE_F32, HS_REDUCE_SUM);
-        else w[k] = hs_pg_all_gather_async(g, NULL, out[k], in[k] + (size_t)gr * N, N, HS_DTYPE_F32);
+        if (k / 3 == 0)
+            w[k] = hs_pg_all_reduce_async(g, NULL, in[k], N, HS_DTYPE_F32, HS_REDUCE_SUM);
+        else if (k / 3 == 1)
+            w[k] =
+                hs_pg_reduce_scatter_async(g, NULL, out[k], in[k], N, HS_DTYPE_F32, HS_REDUCE_SUM);
+        else
+            w[k] = hs_pg_all_gather_async(g, NULL, out[k], in[k] + (size_t)gr * N, N, HS_DTYPE_F32);
     }
     for (int k = ROUNDS - 1; k >= 0; k--) CHECK(t, hs_work_wait(w[k], &e) == HS_OK, "%s", e.msg);
     int bad = 0;
@@ -613,11 +656,13 @@ static void test_groups_interleaved_async(ctx *t) {
                 for (int r = 0; r < gw; r++) want += interleave_value(hs_pg_world_rank(g, r), k, i);
                 bad += in[k][i] != want;
             } else if (k / 3 == 1) {
-                for (int r = 0; r < gw; r++) want += interleave_value(hs_pg_world_rank(g, r), k, gr * N + i);
+                for (int r = 0; r < gw; r++)
+                    want += interleave_value(hs_pg_world_rank(g, r), k, gr * N + i);
                 bad += out[k][i] != want;
             } else {
                 for (int r = 0; r < gw; r++)
-                    bad += out[k][r * N + i] != interleave_value(hs_pg_world_rank(g, r), k, r * N + i);
+                    bad += out[k][r * N + i] !=
+                           interleave_value(hs_pg_world_rank(g, r), k, r * N + i);
             }
         }
         free(in[k]);
@@ -637,8 +682,10 @@ static void test_every_collective_is_counted_in_the_trace(ctx *t) {
     hs_pg_barrier(t->world, &e);
     CHECK(t, hs_trace_collectives(tr, "all_reduce", "world") == 2, "all_reduce count %lld",
           (long long)hs_trace_collectives(tr, "all_reduce", "world"));
-    CHECK(t, hs_trace_collective_bytes(tr, "all_reduce", "world") == 64 * 4 + 32 * 2, "all_reduce bytes");
-    CHECK(t, hs_trace_collective_bytes(tr, "all_gather", "world") == (64 / t->size) * t->size * 4, "all_gather bytes");
+    CHECK(t, hs_trace_collective_bytes(tr, "all_reduce", "world") == 64 * 4 + 32 * 2,
+          "all_reduce bytes");
+    CHECK(t, hs_trace_collective_bytes(tr, "all_gather", "world") == (64 / t->size) * t->size * 4,
+          "all_gather bytes");
     CHECK(t, hs_trace_collectives(tr, "barrier", NULL) == 1, "barrier count");
     CHECK(t, hs_trace_collectives(tr, NULL, NULL) == 4, "total count");
 }
@@ -646,7 +693,8 @@ static void test_every_collective_is_counted_in_the_trace(ctx *t) {
 /* A second context in the same process (MPI is reused, not re-initialised)
  * with tracing on: the span of a collective carries group, bytes, dtype and
  * sequence number. */
-static void test_second_context_traces_span_with_group_bytes_dtype_seq(ctx *t, int *argc, char ***argv) {
+static void test_second_context_traces_span_with_group_bytes_dtype_seq(ctx *t, int *argc,
+                                                                       char ***argv) {
     hs_trace *tr = hs_trace_create(t->rank, true);
     hs_comm_options opt = {.timeout_s = 60, .trace = tr};
     hs_comm *c2 = NULL;
@@ -654,19 +702,27 @@ static void test_second_context_traces_span_with_group_bytes_dtype_seq(ctx *t, i
     CHECK(t, hs_comm_init(&c2, argc, argv, &opt, &e) == HS_OK, "%s", e.msg);
     if (!c2) return;
     uint16_t x[48] = {0};
-    CHECK(t, hs_pg_all_reduce(hs_comm_world(c2), NULL, x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) == HS_OK, "%s", e.msg);
-    CHECK(t, hs_pg_all_reduce(hs_comm_world(c2), NULL, x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) == HS_OK, "%s", e.msg);
+    CHECK(t,
+          hs_pg_all_reduce(hs_comm_world(c2), NULL, x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) ==
+              HS_OK,
+          "%s", e.msg);
+    CHECK(t,
+          hs_pg_all_reduce(hs_comm_world(c2), NULL, x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) ==
+              HS_OK,
+          "%s", e.msg);
     char *body = NULL;
     size_t len = 0;
     CHECK(t, hs_trace_serialize(tr, 0.0, &body, &len, &e) == HS_OK, "%s", e.msg);
     const char *want = "\"group\":\"world\",\"bytes\":96,\"dtype\":\"bfloat16\",\"seq\":2";
-    CHECK(t, body && strstr(body, want) && strstr(body, "all_reduce"), "trace lacks %s: %.300s", want, body ? body : "");
+    CHECK(t, body && strstr(body, want) && strstr(body, "all_reduce"), "trace lacks %s: %.300s",
+          want, body ? body : "");
     free(body);
     hs_comm_finalize(c2);
     hs_trace_free(tr);
     /* The first context still works after the second is gone. */
     float one = 1.0f;
-    CHECK(t, hs_pg_all_reduce(t->world, NULL, &one, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
+    CHECK(t, hs_pg_all_reduce(t->world, NULL, &one, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK,
+          "%s", e.msg);
     CHECK(t, one == (float)t->size, "all_reduce after second context: %g", one);
 }
 
@@ -694,7 +750,8 @@ int main(int argc, char **argv) {
     test_second_context_traces_span_with_group_bytes_dtype_seq(&t, &argc, &argv);
     int total = 0;
     MPI_Allreduce(&t.failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (t.rank == 0) printf("%s: %d failed checks on %d ranks\n", total ? "FAIL" : "OK", total, t.size);
+    if (t.rank == 0)
+        printf("%s: %d failed checks on %d ranks\n", total ? "FAIL" : "OK", total, t.size);
     hs_comm_finalize(t.comm);
     return total ? 1 : 0;
 }

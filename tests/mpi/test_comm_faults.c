@@ -48,13 +48,15 @@ static int run_quiet(hs_comm *c) {
     hs_error e;
     hs_pg *pair = NULL;
     int rank = hs_comm_rank(c);
-    if (hs_comm_split(c, "pair", rank < 2 ? 0 : -1, 0, &pair, &e) != HS_OK) return fail("split", &e);
+    if (hs_comm_split(c, "pair", rank < 2 ? 0 : -1, 0, &pair, &e) != HS_OK)
+        return fail("split", &e);
     hs_comm_set_timeout(c, 2.5);
     float x[16];
     for (int k = 0; k < 3; k++) {
         if (rank == k % hs_comm_size(c)) sleep_s(0.6);
         for (int i = 0; i < 16; i++) x[i] = 1.0f;
-        if (hs_pg_all_reduce(hs_comm_world(c), NULL, x, 16, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK)
+        if (hs_pg_all_reduce(hs_comm_world(c), NULL, x, 16, HS_DTYPE_F32, HS_REDUCE_SUM, &e) !=
+            HS_OK)
             return fail("all_reduce", &e);
         if (x[0] != (float)hs_comm_size(c)) {
             fprintf(stderr, "all_reduce gave %g\n", x[0]);
@@ -63,7 +65,8 @@ static int run_quiet(hs_comm *c) {
         if (pair && hs_pg_barrier(pair, &e) != HS_OK) return fail("barrier", &e);
     }
     hs_pg *pp = NULL;
-    if (hs_comm_split_queue(c, "pp", rank < 2 ? 0 : -1, 0, HS_COMM_QUEUE_PP_FORWARD, &pp, &e) != HS_OK)
+    if (hs_comm_split_queue(c, "pp", rank < 2 ? 0 : -1, 0, HS_COMM_QUEUE_PP_FORWARD, &pp, &e) !=
+        HS_OK)
         return fail("split pp", &e);
     for (int k = 0; pp && k < 6; k++) {
         x[0] = (float)k;
@@ -86,10 +89,8 @@ static void print_hang_start(void) {
 
 /* seconds < 0: stop the whole process, as a debugger or a frozen node would. */
 static void stall(double seconds) {
-    if (seconds < 0)
-        raise(SIGSTOP);
-    else
-        sleep_s(seconds);
+    if (seconds < 0) raise(SIGSTOP);
+    else sleep_s(seconds);
 }
 
 /* One collective of the hang's kind on g: all_reduce, or all_to_allv (one
@@ -100,8 +101,9 @@ static void collective(hs_comm *c, hs_pg *g, bool ep, float *x) {
     int w = hs_pg_size(g);
     if (w > 64) abort();
     for (int i = 0; i < w; i++) counts[i] = 1, displs[i] = i;
-    hs_status s = ep ? hs_work_wait(hs_pg_all_to_allv_async(g, NULL, x + 64, counts, displs, x, counts,
-                                                            displs, HS_DTYPE_F32), &e)
+    hs_status s = ep ? hs_work_wait(hs_pg_all_to_allv_async(g, NULL, x + 64, counts, displs, x,
+                                                            counts, displs, HS_DTYPE_F32),
+                                    &e)
                      : hs_pg_all_reduce(g, NULL, x, 1024, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
     if (s != HS_OK) hs_comm_abort(c, &e);
 }
@@ -130,7 +132,8 @@ static void run_p2p(hs_comm *c, int who, double seconds, const char *op) {
     hs_error e;
     hs_pg *g = NULL;
     int rank = hs_comm_rank(c);
-    if (hs_comm_split_queue(c, "pp", rank < 2 ? 0 : -1, 0, HS_COMM_QUEUE_PP_FORWARD, &g, &e) != HS_OK)
+    if (hs_comm_split_queue(c, "pp", rank < 2 ? 0 : -1, 0, HS_COMM_QUEUE_PP_FORWARD, &g, &e) !=
+        HS_OK)
         hs_comm_abort(c, &e);
     hs_comm_set_timeout(c, 2.0);
     const int64_t n = 1 << 20; /* 4 MiB of F32 */
@@ -160,7 +163,8 @@ static void run_p2p(hs_comm *c, int who, double seconds, const char *op) {
 static void run_abort(hs_comm *c, int who) {
     hs_error e;
     if (hs_comm_rank(c) == who) {
-        hs_error_set(&e, HS_ERR_CONFIG, "train.steps = -1 must be >= 1 (injected failure on rank %d)", who);
+        hs_error_set(&e, HS_ERR_CONFIG,
+                     "train.steps = -1 must be >= 1 (injected failure on rank %d)", who);
         hs_comm_abort(c, &e);
     }
     hs_pg_barrier(hs_comm_world(c), &e);
@@ -176,10 +180,8 @@ int main(int argc, char **argv) {
         run_hang(c, atoi(argv[2]), strcmp(argv[3], "stop") ? atof(argv[3]) : -1.0, argv[4]);
     else if (argc >= 5 && !strcmp(argv[1], "p2p"))
         run_p2p(c, atoi(argv[2]), atof(argv[3]), argv[4]);
-    else if (argc >= 3 && !strcmp(argv[1], "abort"))
-        run_abort(c, atoi(argv[2]));
-    else
-        rc = run_quiet(c);
+    else if (argc >= 3 && !strcmp(argv[1], "abort")) run_abort(c, atoi(argv[2]));
+    else rc = run_quiet(c);
     int total = 0;
     MPI_Allreduce(&rc, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (hs_comm_rank(c) == 0) printf("%s\n", total ? "FAIL" : "OK");

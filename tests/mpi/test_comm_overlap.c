@@ -77,12 +77,14 @@ int main(int argc, char **argv) {
         x[r] = malloc(sizeof(float) * N);
         fill(x[r], rank);
     }
-    hs_pg_all_reduce(w, NULL, x[0], N, HS_DTYPE_F32, HS_REDUCE_SUM, &e); /* warm the staging buffers */
+    hs_pg_all_reduce(w, NULL, x[0], N, HS_DTYPE_F32, HS_REDUCE_SUM,
+                     &e); /* warm the staging buffers */
     for (int k = 0; k < TRIES; k++) {
         for (int r = 0; r < REPS; r++) fill(x[r], rank);
         hs_pg_barrier(w, &e);
         double t0 = hs_now();
-        for (int r = 0; r < REPS; r++) hs_pg_all_reduce(w, NULL, x[r], N, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
+        for (int r = 0; r < REPS; r++)
+            hs_pg_all_reduce(w, NULL, x[r], N, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
         double t_comm = max_over_ranks(hs_now() - t0);
         double t_work = t_comm;
         t0 = hs_now();
@@ -103,7 +105,9 @@ int main(int argc, char **argv) {
         double t_both = max_over_ranks(hs_now() - t0);
         for (int r = 0; r < REPS; r++) {
             int bad = count_wrong(x[r], size);
-            if (bad) fprintf(stderr, "[rank %d] overlapped all_reduce %d: %d wrong elements\n", rank, r, bad);
+            if (bad)
+                fprintf(stderr, "[rank %d] overlapped all_reduce %d: %d wrong elements\n", rank, r,
+                        bad);
             failures += bad != 0;
         }
         ratio[k] = t_both / (t_comm + t_work);

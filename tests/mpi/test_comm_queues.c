@@ -53,7 +53,8 @@ static float critical_sum(hs_comm *c, const queue_pair *p, float v, bool blockin
     hs_status st =
         blocking
             ? hs_pg_all_reduce(p->crit, NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e)
-            : hs_work_wait(hs_pg_all_reduce_async(p->crit, NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM), &e);
+            : hs_work_wait(
+                  hs_pg_all_reduce_async(p->crit, NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM), &e);
     CHECK(c, st == HS_OK, "%s", e.msg);
     return v;
 }
@@ -67,7 +68,8 @@ static void check_critical_overtakes_pending_default(hs_comm *c, const queue_pai
     hs_trace_reset_counters(tr);
     float *in = malloc(sizeof(float) * N), *out = calloc((size_t)N * (size_t)w, sizeof(float));
     for (int64_t i = 0; i < N; i++) in[i] = ag_value(me, i);
-    hs_work *ag = me == LATE ? NULL : hs_pg_all_gather_async(p->dflt, NULL, out, in, N, HS_DTYPE_F32);
+    hs_work *ag = me == LATE ? NULL
+                             : hs_pg_all_gather_async(p->dflt, NULL, out, in, N, HS_DTYPE_F32);
 
     float ranks = critical_sum(c, p, 1.0f, blocking);
     CHECK(c, ranks == (float)w, "%s %s critical all_reduce gave %g, want %d", p->path, form, ranks,
@@ -242,12 +244,12 @@ static void check_mesh_puts_model_parallel_dims_on_critical(hs_comm *c) {
     /* A TP-style step: the max over the tp group, then a sum over fsdp. */
     float v = (float)hs_comm_rank(c);
     CHECK(c,
-          hs_pg_all_reduce(hs_mesh_group(m, HS_DIM_TP), NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_MAX, &e) ==
-              HS_OK,
+          hs_pg_all_reduce(hs_mesh_group(m, HS_DIM_TP), NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_MAX,
+                           &e) == HS_OK,
           "%s", e.msg);
     CHECK(c,
-          hs_pg_all_reduce(hs_mesh_group(m, HS_DIM_FSDP), NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) ==
-              HS_OK,
+          hs_pg_all_reduce(hs_mesh_group(m, HS_DIM_FSDP), NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM,
+                           &e) == HS_OK,
           "%s", e.msg);
     float want = 0;
     for (int r = 1; r < w; r += 2) want += (float)r; /* tp pairs (2k, 2k+1): max is the odd one */

@@ -13,8 +13,7 @@
 
 /* Units that all-gather, and their all-gathers in one forward+backward:
  * the root once (it stays unsharded), every block twice. */
-static void fused_counts(hs_fsdp *f, int64_t *units_ag, int64_t *ag)
-{
+static void fused_counts(hs_fsdp *f, int64_t *units_ag, int64_t *ag) {
     hs_fsdp_ctx *ctx = hs_fsdp_context(f);
     *units_ag = *ag = 0;
     for (int u = 0; u < ctx->n_units; u++) {
@@ -26,16 +25,15 @@ static void fused_counts(hs_fsdp *f, int64_t *units_ag, int64_t *ag)
 
 /* Zero-copy: each fused parameter's shard is the slice of the unit's flat
  * buffer at its padded offset, and the optimizer updates exactly that. */
-static void check_layout(ov_run *r, bool zero_copy)
-{
+static void check_layout(ov_run *r, bool zero_copy) {
     hs_fsdp_ctx *ctx = hs_fsdp_context(r->f);
     hs_optim_param *op;
     hs_fsdp_optim_params(r->f, &op);
     for (int u = 0; u < ctx->n_units; u++) {
         hs_fsdp_fusion *fu = ctx->units[u].fusion;
         if (!fu) continue;
-        CHECK(r->c, fu->zero_copy == zero_copy, "unit %d: zero_copy %d, want %d", u,
-              fu->zero_copy, zero_copy);
+        CHECK(r->c, fu->zero_copy == zero_copy, "unit %d: zero_copy %d, want %d", u, fu->zero_copy,
+              zero_copy);
         CHECK(r->c, (fu->flat_src != NULL) == zero_copy, "unit %d: flat buffer %p", u,
               fu->flat_src);
         int64_t off = 0;
@@ -46,8 +44,9 @@ static void check_layout(ov_run *r, bool zero_copy)
             off += fp->plan.padded_sharded_numel;
             float *slot = zero_copy ? (float *)fu->flat_src + fu->offset[j] : NULL;
             if (zero_copy)
-                CHECK(r->c, fp->storage == slot && fp->sharded == slot &&
-                                (float *)op[fp->index].data == slot,
+                CHECK(r->c,
+                      fp->storage == slot && fp->sharded == slot &&
+                          (float *)op[fp->index].data == slot,
                       "%s: not a view of its unit's flat buffer", fp->p->fqn);
             else
                 CHECK(r->c, fp->storage != NULL && (float *)op[fp->index].data == fp->sharded,
@@ -58,15 +57,13 @@ static void check_layout(ov_run *r, bool zero_copy)
     }
 }
 
-static int64_t at_rest_param_bytes(ov_run *r)
-{
+static int64_t at_rest_param_bytes(ov_run *r) {
     hs_fsdp_stats st;
     hs_fsdp_get_stats(r->f, &st);
     return st.param_bytes;
 }
 
-static void run_layout(hs_comm *c, const char *name, const ov_opts *base_o)
-{
+static void run_layout(hs_comm *c, const char *name, const ov_opts *base_o) {
     ov_run r;
     ov_result base;
     ov_setup(&r, c, base_o);
@@ -77,8 +74,10 @@ static void run_layout(hs_comm *c, const char *name, const ov_opts *base_o)
     struct {
         const char *label;
         int zero_copy, fwd, bwd;
-    } modes[] = {{"copy-in", 0, 0, 0}, {"zero-copy (null)", -1, 0, 0},
-                 {"zero-copy (true)", 1, 0, 0}, {"zero-copy + prefetch 1", -1, 1, 1},
+    } modes[] = {{"copy-in", 0, 0, 0},
+                 {"zero-copy (null)", -1, 0, 0},
+                 {"zero-copy (true)", 1, 0, 0},
+                 {"zero-copy + prefetch 1", -1, 1, 1},
                  {"copy-in + prefetch 2", 0, 2, 2}};
     for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
         ov_opts o = *base_o;
@@ -122,15 +121,15 @@ static void run_layout(hs_comm *c, const char *name, const ov_opts *base_o)
     ov_result_free(&base);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     hs_comm_options opt = {.timeout_s = 120};
     hs_comm *c = mt_comm_init(&argc, &argv, &opt);
     int W = hs_comm_size(c);
     ov_opts fsdp = {.layers = 2, .zero_copy = -1};
     run_layout(c, "fsdp", &fsdp);
     if (W == 2 || W == 4) {
-        ov_opts mixed = {.layers = 2, .zero_copy = -1,
+        ov_opts mixed = {.layers = 2,
+                         .zero_copy = -1,
                          .rep = {"model.layers.0.input_layernorm.weight", "model.norm.weight",
                                  "model.layers.1.self_attn.q_proj.weight"},
                          .n_rep = 3};
@@ -143,8 +142,11 @@ int main(int argc, char **argv)
     if (W == 4) {
         ov_opts hsdp = {.shard = 2, .layers = 2, .zero_copy = -1};
         run_layout(c, "hsdp 2x2", &hsdp);
-        ov_opts hsdp_rep = {.shard = 2, .layers = 2, .zero_copy = -1,
-                            .rep = {"model.layers.1.mlp.down_proj.weight"}, .n_rep = 1};
+        ov_opts hsdp_rep = {.shard = 2,
+                            .layers = 2,
+                            .zero_copy = -1,
+                            .rep = {"model.layers.1.mlp.down_proj.weight"},
+                            .n_rep = 1};
         run_layout(c, "hsdp 2x2 replicate_params", &hsdp_rep);
     }
     hs_comm_finalize(c);

@@ -50,8 +50,7 @@ typedef struct run {
     double worst;
 } run;
 
-static void config_for(hs_config *cfg, const mcase *mc)
-{
+static void config_for(hs_config *cfg, const mcase *mc) {
     hs_config_defaults(cfg);
     strcpy(cfg->model.arch, mc->moe ? "moe" : "llama");
     cfg->model.vocab_size = 37;
@@ -75,36 +74,34 @@ static void config_for(hs_config *cfg, const mcase *mc)
     cfg->optimizer.eps = 1e-6;
 }
 
-static void side_init(run *r, mt_side *s, const hs_fsdp_dp_groups *g, int max_batch)
-{
+static void side_init(run *r, mt_side *s, const hs_fsdp_dp_groups *g, int max_batch) {
     config_for(&s->cfg, r->mc);
-    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
-                           .max_batch = max_batch, .seq_len = SEQ, .allocate_params = false,
+    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32,
+                           .grad_dtype = HS_DTYPE_F32,
+                           .max_batch = max_batch,
+                           .seq_len = SEQ,
+                           .allocate_params = false,
                            .dev = r->dev};
     mt_fsdp_build(r->c, &s->cfg, &mo, g, r->dev, SEED, &s->m, &s->f, &s->opt);
 }
 
-static void global_batch(run *r, int step)
-{
-    mt_global_batch(r->tok, r->tgt, r->G * SEQ, step);
-}
+static void global_batch(run *r, int step) { mt_global_batch(r->tok, r->tgt, r->G * SEQ, step); }
 
-static double side_step(run *r, mt_side *s, int first, int seqs)
-{
+static double side_step(run *r, mt_side *s, int first, int seqs) {
     double loss = 0.0, aux = 0.0;
     hs_error e;
     hs_error_clear(&e);
     hs_batch b = {r->tok + first * SEQ, r->tgt + first * SEQ, seqs, SEQ};
     hs_fsdp_set_micro_batch(s->f, true, true, true);
-    CHECK(r->c, hs_model_forward_backward(s->m, &b, 1.0f / (float)(r->G * SEQ), hs_fsdp_hooks(s->f),
-                                          &loss, &aux, &e) == HS_OK,
+    CHECK(r->c,
+          hs_model_forward_backward(s->m, &b, 1.0f / (float)(r->G * SEQ), hs_fsdp_hooks(s->f),
+                                    &loss, &aux, &e) == HS_OK,
           "%s", e.msg);
     return loss;
 }
 
 /* Gradients, or weights (all, or only the Muon ones when muon_only). */
-static void check_against_ref(run *r, bool grads, bool muon_only, int step)
-{
+static void check_against_ref(run *r, bool grads, bool muon_only, int step) {
     hs_fsdp_ctx *d = hs_fsdp_context(r->dist.f), *ref = hs_fsdp_context(r->ref.f);
     hs_optim_param *op;
     hs_fsdp_optim_params(r->dist.f, &op);
@@ -126,8 +123,7 @@ static void check_against_ref(run *r, bool grads, bool muon_only, int step)
 /* The optimizer's collectives: one all-gather of the update per sharded
  * hidden matrix, padded shard sized, on the shard group; every param on
  * Muon's or AdamW's state as the model marks it, empty shards included. */
-static void check_gathers(run *r, int64_t ags, int64_t ag_bytes)
-{
+static void check_gathers(run *r, int64_t ags, int64_t ag_bytes) {
     hs_fsdp_ctx *d = hs_fsdp_context(r->dist.f);
     hs_optim_param *op;
     hs_fsdp_optim_params(r->dist.f, &op);
@@ -153,8 +149,7 @@ static void check_gathers(run *r, int64_t ags, int64_t ag_bytes)
         CHECK(r->c, empty > 0, "%s: no zero-row shard on the last rank", r->mc->name);
 }
 
-static void run_steps(run *r)
-{
+static void run_steps(run *r) {
     int first = r->g.flat_rank * PER_RANK;
     for (int step = 1; step <= STEPS; step++) {
         global_batch(r, step);
@@ -182,8 +177,7 @@ static void run_steps(run *r)
     }
 }
 
-static void run_case(hs_comm *c, const mcase *mc)
-{
+static void run_case(hs_comm *c, const mcase *mc) {
     run r;
     memset(&r, 0, sizeof r);
     r.c = c;
@@ -208,12 +202,11 @@ static void run_case(hs_comm *c, const mcase *mc)
     free(r.tgt);
     float worst = mt_worst_over(c, hs_comm_world(c), r.world, r.worst);
     if (r.rank == 0)
-        printf("ok %s: worst normwise relative error %.3g (tol %.3g)\n", mc->name,
-               (double)worst, TOL);
+        printf("ok %s: worst normwise relative error %.3g (tol %.3g)\n", mc->name, (double)worst,
+               TOL);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     hs_comm_options opt = {.timeout_s = 120};
     hs_comm *c = mt_comm_init(&argc, &argv, &opt);
     int W = hs_comm_size(c);

@@ -30,9 +30,9 @@
 
 typedef struct tcase {
     const char *name;
-    int shard;            /* dp_shard_size */
+    int shard; /* dp_shard_size */
     bool moe;
-    const char *rep[4];   /* replicate_params */
+    const char *rep[4]; /* replicate_params */
     int n_rep;
     bool keep_after_forward; /* reshard_after_forward = false */
     bool ckpt;               /* activation checkpointing (recompute in backward) */
@@ -56,8 +56,7 @@ typedef struct run {
     double worst_err; /* largest rel_err seen in this case, for the summary line */
 } run;
 
-static void config_for(hs_config *cfg, const tcase *tc)
-{
+static void config_for(hs_config *cfg, const tcase *tc) {
     hs_config_defaults(cfg);
     strcpy(cfg->model.arch, tc->moe ? "moe" : "llama");
     cfg->model.vocab_size = 37; /* odd: uneven on every W > 1 */
@@ -94,16 +93,17 @@ static void config_for(hs_config *cfg, const tcase *tc)
     cfg->optimizer.eps = 1e-6;
 }
 
-static hs_model_options model_options(run *r, bool allocate, int max_batch)
-{
-    return (hs_model_options){.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
-                              .max_batch = max_batch, .seq_len = SEQ, .allocate_params = allocate,
+static hs_model_options model_options(run *r, bool allocate, int max_batch) {
+    return (hs_model_options){.compute_dtype = HS_DTYPE_F32,
+                              .grad_dtype = HS_DTYPE_F32,
+                              .max_batch = max_batch,
+                              .seq_len = SEQ,
+                              .allocate_params = allocate,
                               .activation_checkpointing = r->cfg.train.activation_checkpointing,
                               .dev = r->dev};
 }
 
-static hs_model *model(run *r, bool allocate, int max_batch)
-{
+static hs_model *model(run *r, bool allocate, int max_batch) {
     hs_model_options mo = model_options(r, allocate, max_batch);
     hs_model *m = NULL;
     hs_error e;
@@ -112,15 +112,13 @@ static hs_model *model(run *r, bool allocate, int max_batch)
     return m;
 }
 
-static int64_t numel_of(const hs_param *p)
-{
+static int64_t numel_of(const hs_param *p) {
     int64_t n = 1;
     for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
     return n;
 }
 
-static void ref_optim(run *r)
-{
+static void ref_optim(run *r) {
     int n = hs_model_num_params(r->ref);
     CHECK(r->c, n <= 256, "too many params");
     for (int i = 0; i < n; i++) {
@@ -144,8 +142,7 @@ static void ref_optim(run *r)
           "%s", e.msg);
 }
 
-static void setup(run *r, const tcase *tc)
-{
+static void setup(run *r, const tcase *tc) {
     r->tc = tc;
     config_for(&r->cfg, tc);
     r->dev = mt_device_cpu(r->c, hs_comm_trace(r->c));
@@ -161,8 +158,7 @@ static void setup(run *r, const tcase *tc)
     r->tgt = malloc(sizeof(int32_t) * (size_t)(r->G * SEQ));
 }
 
-static void teardown(run *r)
-{
+static void teardown(run *r) {
     hs_optim_free(r->opt);
     hs_optim_free(r->ref_opt);
     hs_fsdp_free(r->f);
@@ -174,24 +170,19 @@ static void teardown(run *r)
     free(r->tgt);
 }
 
-static void global_batch(run *r, int step)
-{
-    mt_global_batch(r->tok, r->tgt, r->G * SEQ, step);
-}
+static void global_batch(run *r, int step) { mt_global_batch(r->tok, r->tgt, r->G * SEQ, step); }
 
 /* Normwise relative error of a tensor, max|a - b| / max|b|: a sum over
  * ranks and a sum in one GEMM round differently, so elements that cancel to
  * ~0 are compared at the tensor's scale, not digit by digit. */
-static double rel_err(run *r, const float *a, const float *b, int64_t n)
-{
+static double rel_err(run *r, const float *a, const float *b, int64_t n) {
     float floor = hs_max_abs_f32(b, n);
     double err = hs_max_rel_diff_f32(a, b, n, floor > 1e-30f ? floor : 1e-30f);
     if (err > r->worst_err) r->worst_err = err;
     return err;
 }
 
-static void check_shards(run *r, bool grads, int step)
-{
+static void check_shards(run *r, bool grads, int step) {
     hs_fsdp_ctx *ctx = hs_fsdp_context(r->f);
     for (int i = 0; i < ctx->n_params; i++) {
         hs_fsdp_param *fp = &ctx->params[i];
@@ -208,8 +199,7 @@ static void check_shards(run *r, bool grads, int step)
     }
 }
 
-static void check_shard_degree(run *r)
-{
+static void check_shard_degree(run *r) {
     hs_fsdp_ctx *ctx = hs_fsdp_context(r->f);
     int padded = 0, empty = 0;
     for (int i = 0; i < ctx->n_params; i++) {
@@ -230,13 +220,15 @@ static void check_shard_degree(run *r)
         hs_error e;
         hs_error_clear(&e);
         if (r->g.shard && !fp->replicate)
-            CHECK(r->c, hs_pg_all_reduce(r->g.shard, NULL, &rows, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) ==
-                            HS_OK,
+            CHECK(r->c,
+                  hs_pg_all_reduce(r->g.shard, NULL, &rows, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) ==
+                      HS_OK,
                   "%s", e.msg);
         CHECK(r->c, (int64_t)rows == fp->p->shape[0], "%s: %s shards hold %g rows of %lld",
               r->tc->name, fp->p->fqn, rows, (long long)fp->p->shape[0]);
-        CHECK(r->c, fp->plan.actual_sharded_numel <= (fp->p->shape[0] + want - 1) / want *
-                                                         fp->plan.row_numel,
+        CHECK(r->c,
+              fp->plan.actual_sharded_numel <=
+                  (fp->p->shape[0] + want - 1) / want * fp->plan.row_numel,
               "%s: %s shard larger than ceil(D0/S) rows", r->tc->name, fp->p->fqn);
     }
 }
@@ -253,24 +245,21 @@ typedef struct unit_probe {
     char why[256];
 } unit_probe;
 
-static int64_t needs_ag(const run *r, int u)
-{
+static int64_t needs_ag(const run *r, int u) {
     hs_fsdp_unit *un = &hs_fsdp_context(r->f)->units[u];
     int64_t n = 0;
     for (int i = 0; i < un->n_params; i++) n += un->params[i]->needs_all_gather;
     return n;
 }
 
-static void probe_expect(unit_probe *p, int u, const char *hook, int64_t got, int64_t want)
-{
+static void probe_expect(unit_probe *p, int u, const char *hook, int64_t got, int64_t want) {
     if (got == want || p->bad) return;
     p->bad = true;
     snprintf(p->why, sizeof p->why, "unit %d %s issued %lld all-gathers, want %lld", u, hook,
              (long long)got, (long long)want);
 }
 
-static void probe_pre_forward(void *ctx, int u)
-{
+static void probe_pre_forward(void *ctx, int u) {
     unit_probe *p = ctx;
     hs_fsdp_unit_state st = hs_fsdp_context(p->r->f)->units[u].state;
     int64_t before = hs_trace_collectives(p->tr, "all_gather", NULL);
@@ -280,8 +269,7 @@ static void probe_pre_forward(void *ctx, int u)
                  want);
 }
 
-static void probe_pre_backward(void *ctx, int u)
-{
+static void probe_pre_backward(void *ctx, int u) {
     unit_probe *p = ctx;
     int64_t before = hs_trace_collectives(p->tr, "all_gather", NULL);
     p->inner->pre_backward(p->inner->ctx, u);
@@ -291,20 +279,17 @@ static void probe_pre_backward(void *ctx, int u)
                  kept ? 0 : needs_ag(p->r, u));
 }
 
-static void probe_post_forward(void *ctx, int u)
-{
+static void probe_post_forward(void *ctx, int u) {
     unit_probe *p = ctx;
     p->inner->post_forward(p->inner->ctx, u);
 }
 
-static void probe_post_backward(void *ctx, int u)
-{
+static void probe_post_backward(void *ctx, int u) {
     unit_probe *p = ctx;
     p->inner->post_backward(p->inner->ctx, u);
 }
 
-static void probe_final(void *ctx)
-{
+static void probe_final(void *ctx) {
     unit_probe *p = ctx;
     int64_t before = hs_trace_collectives(p->tr, "all_gather", NULL);
     p->inner->post_backward_final(p->inner->ctx);
@@ -312,14 +297,14 @@ static void probe_final(void *ctx)
                  hs_trace_collectives(p->tr, "all_gather", NULL) - before, 0);
 }
 
-static const hs_model_hooks *probe_init(unit_probe *p, run *r, hs_trace *tr)
-{
+static const hs_model_hooks *probe_init(unit_probe *p, run *r, hs_trace *tr) {
     memset(p, 0, sizeof *p);
     p->inner = hs_fsdp_hooks(r->f);
     p->r = r;
     p->tr = tr;
-    p->outer = (hs_model_hooks){p, probe_pre_forward, probe_post_forward, probe_pre_backward,
-                                probe_post_backward, probe_final};
+    p->outer = (hs_model_hooks){
+        p,          probe_pre_forward, probe_post_forward, probe_pre_backward, probe_post_backward,
+        probe_final};
     return &p->outer;
 }
 
@@ -328,8 +313,7 @@ static const hs_model_hooks *probe_init(unit_probe *p, run *r, hs_trace *tr)
  * reduce-scatter per sharded param, all-reduces only on the HSDP replicate
  * group (one per unit holding such params) and the flat DP group (one per
  * unit holding replicate_params). */
-static void check_counts(run *r, hs_trace *tr)
-{
+static void check_counts(run *r, hs_trace *tr) {
     hs_fsdp_ctx *ctx = hs_fsdp_context(r->f);
     int64_t ag = 0, rs = 0, ar_rep = 0, ar_flat = 0;
     for (int u = 0; u < ctx->n_units; u++) {
@@ -347,8 +331,8 @@ static void check_counts(run *r, hs_trace *tr)
     const char *sn = r->shard_name, *rn = r->rep_name, *fn = r->flat_name;
     CHECK(r->c, hs_trace_collectives(tr, "all_gather", sn) == ag, "%s: %lld all-gathers, want %lld",
           r->tc->name, (long long)hs_trace_collectives(tr, "all_gather", sn), (long long)ag);
-    CHECK(r->c, hs_trace_collectives(tr, "all_gather", NULL) == ag, "%s: all-gathers off the shard group",
-          r->tc->name);
+    CHECK(r->c, hs_trace_collectives(tr, "all_gather", NULL) == ag,
+          "%s: all-gathers off the shard group", r->tc->name);
     CHECK(r->c, hs_trace_collectives(tr, "reduce_scatter", sn) == rs,
           "%s: %lld reduce-scatters, want %lld", r->tc->name,
           (long long)hs_trace_collectives(tr, "reduce_scatter", sn), (long long)rs);
@@ -365,8 +349,7 @@ static void check_counts(run *r, hs_trace *tr)
 
 /* Parameter bytes: total/S sharded plus at most two units unsharded (the
  * root stays unsharded through the step, one block at a time besides). */
-static void check_memory(run *r)
-{
+static void check_memory(run *r) {
     hs_fsdp_ctx *ctx = hs_fsdp_context(r->f);
     hs_fsdp_stats st;
     hs_fsdp_get_stats(r->f, &st);
@@ -395,8 +378,8 @@ static void check_memory(run *r)
      * beyond the model itself is ever allocated */
     if (S == 1)
         CHECK(r->c, st.param_peak_bytes == st.total_param_bytes,
-              "%s: shard size 1 peaked at %lld parameter bytes for a %lld-byte model",
-              r->tc->name, (long long)st.param_peak_bytes, (long long)st.total_param_bytes);
+              "%s: shard size 1 peaked at %lld parameter bytes for a %lld-byte model", r->tc->name,
+              (long long)st.param_peak_bytes, (long long)st.total_param_bytes);
     CHECK(r->c, (double)st.param_peak_bytes <= 1.05 * bound,
           "%s: peak parameter bytes %lld above total/S + two largest units = %.0f (rank %d)",
           r->tc->name, (long long)st.param_peak_bytes, bound, r->rank);
@@ -405,8 +388,7 @@ static void check_memory(run *r)
                (long long)st.param_peak_bytes, bound, (long long)st.total_param_bytes, S);
 }
 
-static void run_case(hs_comm *c, const tcase *tc)
-{
+static void run_case(hs_comm *c, const tcase *tc) {
     run r;
     memset(&r, 0, sizeof r);
     r.c = c;
@@ -439,14 +421,14 @@ static void run_case(hs_comm *c, const tcase *tc)
             double ls;
             hs_fsdp_set_micro_batch(r.f, r.cfg.fsdp.requires_grad_sync,
                                     r.cfg.fsdp.reshard_after_backward, last);
-            CHECK(c, hs_model_forward_backward(r.m, &mbb, scale, hooks, &ls, &aux,
-                                               &e) == HS_OK,
+            CHECK(c, hs_model_forward_backward(r.m, &mbb, scale, hooks, &ls, &aux, &e) == HS_OK,
                   "%s", e.msg);
             loss += ls;
             /* without sync nothing is reduced before the last micro-batch */
             if (!last)
-                CHECK(c, hs_trace_collectives(tr, "reduce_scatter", NULL) == 0 &&
-                             hs_trace_collectives(tr, "all_reduce", NULL) == 0,
+                CHECK(c,
+                      hs_trace_collectives(tr, "reduce_scatter", NULL) == 0 &&
+                          hs_trace_collectives(tr, "all_reduce", NULL) == 0,
                       "%s: gradients reduced in a no-sync micro-batch", tc->name);
         }
         if (!tc->accumulate) {
@@ -457,7 +439,8 @@ static void run_case(hs_comm *c, const tcase *tc)
         if (!tc->accumulate && !tc->keep_after_forward) check_memory(&r);
         float l = (float)loss;
         if (r.g.flat)
-            CHECK(c, hs_pg_all_reduce(r.g.flat, NULL, &l, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK,
+            CHECK(c,
+                  hs_pg_all_reduce(r.g.flat, NULL, &l, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK,
                   "%s", e.msg);
         double rel = fabs((double)l - ref_loss) / fabs(ref_loss);
         CHECK(c, rel <= TOL, "%s step %d: loss %.8g vs single-process %.8g (rel %.3g)", tc->name,
@@ -491,7 +474,9 @@ static void run_case(hs_comm *c, const tcase *tc)
         CHECK(c, hs_fsdp_set_full(r.f, i, full, &e) == HS_OK, "%s", e.msg);
         hs_fsdp_param *fp = &hs_fsdp_context(r.f)->params[i];
         int64_t off = fp->plan.layout.row_offset * fp->plan.row_numel;
-        CHECK(c, memcmp(fp->sharded, full + off, sizeof(float) * (size_t)fp->plan.actual_sharded_numel) == 0,
+        CHECK(c,
+              memcmp(fp->sharded, full + off,
+                     sizeof(float) * (size_t)fp->plan.actual_sharded_numel) == 0,
               "%s: set_full of %s kept the wrong rows", tc->name, rp->fqn);
         for (int64_t k = fp->plan.actual_sharded_numel; k < fp->storage_numel; k++)
             CHECK(c, fp->storage[k] == 0.0f, "%s: padding of %s is not zero", tc->name, rp->fqn);
@@ -503,8 +488,7 @@ static void run_case(hs_comm *c, const tcase *tc)
         printf("ok %s: worst normwise relative error over ranks %.3g\n", tc->name, (double)worst);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     hs_comm_options opt = {.timeout_s = 120};
     hs_comm *c = mt_comm_init(&argc, &argv, &opt);
     int W = hs_comm_size(c);
@@ -521,8 +505,10 @@ int main(int argc, char **argv)
         run_case(c, &mixed);
     }
     if (W == 2 || W == 3) {
-        const tcase keep = {.name = "keep_after_forward_ckpt", .shard = W,
-                            .keep_after_forward = true, .ckpt = true};
+        const tcase keep = {.name = "keep_after_forward_ckpt",
+                            .shard = W,
+                            .keep_after_forward = true,
+                            .ckpt = true};
         const tcase accum = {.name = "no_sync_accumulation", .shard = W, .accumulate = true};
         run_case(c, &keep);
         run_case(c, &accum);
@@ -530,10 +516,12 @@ int main(int argc, char **argv)
     if (W == 4) {
         const tcase hsdp = {.name = "hsdp_2x2", .shard = 2};
         const tcase moe = {.name = "moe_fsdp", .shard = 4, .moe = true};
-        const tcase hsdp_rep = {.name = "hsdp_2x2_replicate_params", .shard = 2,
-                                .rep = {"model.layers.1.mlp.down_proj.weight"}, .n_rep = 1};
-        const tcase hsdp_ckpt = {.name = "hsdp_2x2_ckpt_no_sync", .shard = 2, .ckpt = true,
-                                 .accumulate = true};
+        const tcase hsdp_rep = {.name = "hsdp_2x2_replicate_params",
+                                .shard = 2,
+                                .rep = {"model.layers.1.mlp.down_proj.weight"},
+                                .n_rep = 1};
+        const tcase hsdp_ckpt = {
+            .name = "hsdp_2x2_ckpt_no_sync", .shard = 2, .ckpt = true, .accumulate = true};
         run_case(c, &hsdp);
         run_case(c, &moe);
         run_case(c, &hsdp_rep);

@@ -68,8 +68,7 @@ typedef struct run {
     double worst;
 } run;
 
-static void config_for(hs_config *cfg, const pcase *pc, bool policies)
-{
+static void config_for(hs_config *cfg, const pcase *pc, bool policies) {
     hs_config_defaults(cfg);
     strcpy(cfg->model.arch, "llama");
     cfg->model.vocab_size = 37;
@@ -97,31 +96,29 @@ static void config_for(hs_config *cfg, const pcase *pc, bool policies)
 }
 
 static void side_init(run *r, mt_side *s, bool policies, const hs_fsdp_dp_groups *g,
-                      int max_batch)
-{
+                      int max_batch) {
     config_for(&s->cfg, r->pc, policies);
     hs_dtype compute = r->pc->param_dt == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)r->pc->param_dt;
-    hs_model_options mo = {.compute_dtype = compute, .grad_dtype = compute,
-                           .max_batch = max_batch, .seq_len = SEQ, .allocate_params = false,
+    hs_model_options mo = {.compute_dtype = compute,
+                           .grad_dtype = compute,
+                           .max_batch = max_batch,
+                           .seq_len = SEQ,
+                           .allocate_params = false,
                            .activation_checkpointing = r->pc->ckpt,
                            .dev = r->dev};
     mt_fsdp_build(r->c, &s->cfg, &mo, g, r->dev, SEED, &s->m, &s->f, &s->opt);
     hs_optim_param *op;
     int n = hs_fsdp_optim_params(s->f, &op);
     for (int i = 0; i < n; i++)
-        CHECK(r->c, op[i].dtype == HS_DTYPE_F32, "%s: optimizer param %s is not fp32",
-              r->pc->name, op[i].fqn);
+        CHECK(r->c, op[i].dtype == HS_DTYPE_F32, "%s: optimizer param %s is not fp32", r->pc->name,
+              op[i].fqn);
 }
 
-static void global_batch(run *r, int step)
-{
-    mt_global_batch(r->tok, r->tgt, r->G * SEQ, step);
-}
+static void global_batch(run *r, int step) { mt_global_batch(r->tok, r->tgt, r->G * SEQ, step); }
 
 /* The fp32 masters are only written by the optimizer: a checksum taken
  * before the forward/backward must hold after it. */
-static uint32_t masters_crc(mt_side *s)
-{
+static uint32_t masters_crc(mt_side *s) {
     hs_fsdp_ctx *ctx = hs_fsdp_context(s->f);
     uint32_t crc = 0;
     for (int i = 0; i < ctx->n_params; i++)
@@ -132,8 +129,7 @@ static uint32_t masters_crc(mt_side *s)
 
 /* Forward/backward of `seqs` sequences starting at `first`, in `micro`
  * micro-batches; returns the summed token loss. */
-static double side_step(run *r, mt_side *s, int first, int seqs, hs_trace *tr)
-{
+static double side_step(run *r, mt_side *s, int first, int seqs, hs_trace *tr) {
     double loss = 0.0, aux;
     hs_error e;
     hs_error_clear(&e);
@@ -146,13 +142,15 @@ static double side_step(run *r, mt_side *s, int first, int seqs, hs_trace *tr)
         hs_fsdp_set_micro_batch(s->f, s->cfg.fsdp.requires_grad_sync,
                                 s->cfg.fsdp.reshard_after_backward, last);
         double ls;
-        CHECK(r->c, hs_model_forward_backward(s->m, &b, 1.0f / (float)(r->G * SEQ),
-                                              hs_fsdp_hooks(s->f), &ls, &aux, &e) == HS_OK,
+        CHECK(r->c,
+              hs_model_forward_backward(s->m, &b, 1.0f / (float)(r->G * SEQ), hs_fsdp_hooks(s->f),
+                                        &ls, &aux, &e) == HS_OK,
               "%s", e.msg);
         loss += ls;
         if (tr && !last && r->pc->no_sync)
-            CHECK(r->c, hs_trace_collectives(tr, "reduce_scatter", NULL) == 0 &&
-                            hs_trace_collectives(tr, "all_reduce", NULL) == 0,
+            CHECK(r->c,
+                  hs_trace_collectives(tr, "reduce_scatter", NULL) == 0 &&
+                      hs_trace_collectives(tr, "all_reduce", NULL) == 0,
                   "%s: gradients reduced in a no-sync micro-batch", r->pc->name);
     }
     CHECK(r->c, masters_crc(s) == crc, "%s: a master changed outside the optimizer step",
@@ -160,16 +158,14 @@ static double side_step(run *r, mt_side *s, int first, int seqs, hs_trace *tr)
     return loss;
 }
 
-static double rel_err(run *r, const float *a, const float *b, int64_t n)
-{
+static double rel_err(run *r, const float *a, const float *b, int64_t n) {
     float floor = hs_max_abs_f32(b, n);
     double err = hs_max_rel_diff_f32(a, b, n, floor > 1e-30f ? floor : 1e-30f);
     if (err > r->worst) r->worst = err;
     return err;
 }
 
-static void check_against_ref(run *r, bool grads, int step)
-{
+static void check_against_ref(run *r, bool grads, int step) {
     hs_fsdp_ctx *d = hs_fsdp_context(r->dist.f), *ref = hs_fsdp_context(r->ref.f);
     for (int i = 0; i < d->n_params; i++) {
         hs_fsdp_param *fp = &d->params[i], *rp = &ref->params[i];
@@ -184,19 +180,18 @@ static void check_against_ref(run *r, bool grads, int step)
 
 /* Bitwise: the twin differs only in where bytes live or which copy the
  * all-gather reads, never in arithmetic. */
-static void check_twin(run *r, int step)
-{
+static void check_twin(run *r, int step) {
     if (!r->twin.f) return;
     hs_fsdp_ctx *d = hs_fsdp_context(r->dist.f), *t = hs_fsdp_context(r->twin.f);
     for (int i = 0; i < d->n_params; i++)
-        CHECK(r->c, memcmp(d->params[i].storage, t->params[i].storage,
-                           (size_t)d->params[i].storage_numel * sizeof(float)) == 0,
+        CHECK(r->c,
+              memcmp(d->params[i].storage, t->params[i].storage,
+                     (size_t)d->params[i].storage_numel * sizeof(float)) == 0,
               "%s step %d: %s differs from the run without main params / offload", r->pc->name,
               step, d->params[i].p->fqn);
 }
 
-static void check_main_params(run *r)
-{
+static void check_main_params(run *r) {
     hs_fsdp_ctx *d = hs_fsdp_context(r->dist.f);
     for (int i = 0; i < d->n_params; i++) {
         hs_fsdp_param *fp = &d->params[i];
@@ -216,8 +211,7 @@ static void check_main_params(run *r)
 }
 
 /* Expected collectives of one step, from the unit layout and the policy. */
-static void check_trace(run *r, hs_trace *tr)
-{
+static void check_trace(run *r, hs_trace *tr) {
     const pcase *pc = r->pc;
     hs_fsdp_ctx *d = hs_fsdp_context(r->dist.f);
     int M = pc->micro;
@@ -227,7 +221,8 @@ static void check_trace(run *r, hs_trace *tr)
         hs_fsdp_unit *un = &d->units[u];
         /* a kept unit skips the next micro-batch's forward all-gather; the
          * root never reshards after forward */
-        int per = u == 0 ? (pc->keep_backward ? 1 : M) : (pc->keep_backward ? 2 * M - (M - 1) : 2 * M);
+        int per = u == 0 ? (pc->keep_backward ? 1 : M)
+                         : (pc->keep_backward ? 2 * M - (M - 1) : 2 * M);
         for (int i = 0; i < un->n_params; i++) {
             hs_fsdp_param *fp = un->params[i];
             if (fp->needs_all_gather) {
@@ -240,7 +235,7 @@ static void check_trace(run *r, hs_trace *tr)
             }
             if (pc->offload) {
                 h2d += per; /* one per unshard, all-gathered or not */
-                d2h += 1; /* one D2H per reduced shard, at the drain */
+                d2h += 1;   /* one D2H per reduced shard, at the drain */
             }
         }
         for (int k = 0; k < un->n_groups; k++)
@@ -283,8 +278,7 @@ static void check_trace(run *r, hs_trace *tr)
 
 /* Between steps nothing of FSDP but the reduce buffers stays on the device
  * under offload; the masters are all in the host pool. */
-static void check_offload_memory(run *r, int64_t dist_peak, int64_t twin_peak)
-{
+static void check_offload_memory(run *r, int64_t dist_peak, int64_t twin_peak) {
     hs_fsdp_ctx *d = hs_fsdp_context(r->dist.f);
     int64_t masters = 0;
     for (int i = 0; i < d->n_params; i++)
@@ -303,8 +297,7 @@ static void check_offload_memory(run *r, int64_t dist_peak, int64_t twin_peak)
                r->pc->name, (long long)dist_peak, (long long)twin_peak, (long long)masters);
 }
 
-static void run_case(hs_comm *c, const pcase *pc)
-{
+static void run_case(hs_comm *c, const pcase *pc) {
     run r;
     memset(&r, 0, sizeof r);
     r.c = c;
@@ -365,51 +358,122 @@ static void run_case(hs_comm *c, const pcase *pc)
     free(r.tgt);
     float worst = mt_worst_over(c, r.g.flat, r.g.flat_size, r.worst);
     if (r.rank == 0)
-        printf("ok %s: worst normwise relative error %.3g (tol %.3g)\n", pc->name,
-               (double)worst, pc->tol);
+        printf("ok %s: worst normwise relative error %.3g (tol %.3g)\n", pc->name, (double)worst,
+               pc->tol);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     hs_comm_options opt = {.timeout_s = 120};
     hs_comm *c = mt_comm_init(&argc, &argv, &opt);
     int W = hs_comm_size(c);
     const int NUL = HS_MP_NULL, F32 = HS_DTYPE_F32, BF16 = HS_DTYPE_BF16, F16 = HS_DTYPE_F16;
     const pcase cases[] = {
-        {.name = "fp32_null_dtypes", .shard = W, .param_dt = NUL, .reduce_dt = NUL, .micro = 1,
+        {.name = "fp32_null_dtypes",
+         .shard = W,
+         .param_dt = NUL,
+         .reduce_dt = NUL,
+         .micro = 1,
          .tol = 1e-5},
-        {.name = "bf16_params_fp32_reduce", .shard = W, .param_dt = BF16, .reduce_dt = F32,
-         .micro = 1, .tol = 1.5e-2},
-        {.name = "bf16_params_bf16_reduce", .shard = W, .param_dt = BF16, .reduce_dt = NUL,
-         .micro = 1, .tol = 2e-2},
-        {.name = "f16_params_f16_reduce", .shard = W, .param_dt = F16, .reduce_dt = F16,
-         .micro = 1, .tol = 5e-3},
-        {.name = "fp32_params_bf16_reduce", .shard = W, .param_dt = F32, .reduce_dt = BF16,
-         .micro = 1, .tol = 2e-2},
-        {.name = "bf16_main_params", .shard = W, .param_dt = BF16, .reduce_dt = F32,
-         .main_params = true, .micro = 1, .twin = true, .tol = 1.5e-2},
-        {.name = "fp32_offload", .shard = W, .param_dt = NUL, .reduce_dt = NUL, .offload = true,
-         .micro = 1, .twin = true, .tol = 1e-5},
-        {.name = "fp32_sync_every_micro_batch", .shard = W, .param_dt = NUL, .reduce_dt = NUL,
-         .micro = 2, .tol = 1e-5},
-        {.name = "fp32_no_sync_keep_unsharded", .shard = W, .param_dt = NUL, .reduce_dt = NUL,
-         .micro = 2, .no_sync = true, .keep_backward = true, .tol = 1e-5},
-        {.name = "combo_bf16_main_offload_no_sync_ckpt", .shard = W, .param_dt = BF16,
-         .reduce_dt = F32, .main_params = true, .offload = true, .ckpt = true, .micro = 2,
-         .no_sync = true, .keep_backward = true, .twin = true, .tol = 1.5e-2},
+        {.name = "bf16_params_fp32_reduce",
+         .shard = W,
+         .param_dt = BF16,
+         .reduce_dt = F32,
+         .micro = 1,
+         .tol = 1.5e-2},
+        {.name = "bf16_params_bf16_reduce",
+         .shard = W,
+         .param_dt = BF16,
+         .reduce_dt = NUL,
+         .micro = 1,
+         .tol = 2e-2},
+        {.name = "f16_params_f16_reduce",
+         .shard = W,
+         .param_dt = F16,
+         .reduce_dt = F16,
+         .micro = 1,
+         .tol = 5e-3},
+        {.name = "fp32_params_bf16_reduce",
+         .shard = W,
+         .param_dt = F32,
+         .reduce_dt = BF16,
+         .micro = 1,
+         .tol = 2e-2},
+        {.name = "bf16_main_params",
+         .shard = W,
+         .param_dt = BF16,
+         .reduce_dt = F32,
+         .main_params = true,
+         .micro = 1,
+         .twin = true,
+         .tol = 1.5e-2},
+        {.name = "fp32_offload",
+         .shard = W,
+         .param_dt = NUL,
+         .reduce_dt = NUL,
+         .offload = true,
+         .micro = 1,
+         .twin = true,
+         .tol = 1e-5},
+        {.name = "fp32_sync_every_micro_batch",
+         .shard = W,
+         .param_dt = NUL,
+         .reduce_dt = NUL,
+         .micro = 2,
+         .tol = 1e-5},
+        {.name = "fp32_no_sync_keep_unsharded",
+         .shard = W,
+         .param_dt = NUL,
+         .reduce_dt = NUL,
+         .micro = 2,
+         .no_sync = true,
+         .keep_backward = true,
+         .tol = 1e-5},
+        {.name = "combo_bf16_main_offload_no_sync_ckpt",
+         .shard = W,
+         .param_dt = BF16,
+         .reduce_dt = F32,
+         .main_params = true,
+         .offload = true,
+         .ckpt = true,
+         .micro = 2,
+         .no_sync = true,
+         .keep_backward = true,
+         .twin = true,
+         .tol = 1.5e-2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(c, &cases[i]);
     if (W == 4) {
         const pcase hsdp[] = {
-            {.name = "hsdp_fp32_no_sync", .shard = 2, .param_dt = NUL, .reduce_dt = NUL,
-             .micro = 2, .no_sync = true, .tol = 1e-5},
-            {.name = "hsdp_fp32_sync", .shard = 2, .param_dt = NUL, .reduce_dt = NUL, .micro = 2,
+            {.name = "hsdp_fp32_no_sync",
+             .shard = 2,
+             .param_dt = NUL,
+             .reduce_dt = NUL,
+             .micro = 2,
+             .no_sync = true,
              .tol = 1e-5},
-            {.name = "hsdp_combo_bf16_main_offload_no_sync", .shard = 2, .param_dt = BF16,
-             .reduce_dt = F32, .main_params = true, .offload = true, .micro = 2, .no_sync = true,
-             .keep_backward = true, .twin = true, .tol = 1.5e-2},
-            {.name = "hsdp_bf16_reduce", .shard = 2, .param_dt = BF16, .reduce_dt = BF16,
-             .micro = 1, .tol = 2e-2},
+            {.name = "hsdp_fp32_sync",
+             .shard = 2,
+             .param_dt = NUL,
+             .reduce_dt = NUL,
+             .micro = 2,
+             .tol = 1e-5},
+            {.name = "hsdp_combo_bf16_main_offload_no_sync",
+             .shard = 2,
+             .param_dt = BF16,
+             .reduce_dt = F32,
+             .main_params = true,
+             .offload = true,
+             .micro = 2,
+             .no_sync = true,
+             .keep_backward = true,
+             .twin = true,
+             .tol = 1.5e-2},
+            {.name = "hsdp_bf16_reduce",
+             .shard = 2,
+             .param_dt = BF16,
+             .reduce_dt = BF16,
+             .micro = 1,
+             .tol = 2e-2},
         };
         for (size_t i = 0; i < sizeof hsdp / sizeof hsdp[0]; i++) run_case(c, &hsdp[i]);
     }

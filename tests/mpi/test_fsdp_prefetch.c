@@ -15,8 +15,7 @@
 
 /* ------------------------------------------------------------- numerics */
 
-static void same_training_with_depths(hs_comm *c, bool ckpt)
-{
+static void same_training_with_depths(hs_comm *c, bool ckpt) {
     ov_opts base_o = {.layers = LAYERS, .fwd = 0, .bwd = 0, .zero_copy = -1, .ckpt = ckpt};
     ov_run r;
     ov_result base;
@@ -51,8 +50,7 @@ typedef struct mem_probe {
     int max_fwd, max_bwd; /* blocks (not the root) unsharded or in flight */
 } mem_probe;
 
-static int blocks_unsharded(hs_fsdp *f)
-{
+static int blocks_unsharded(hs_fsdp *f) {
     hs_fsdp_ctx *ctx = hs_fsdp_context(f);
     int n = 0;
     for (int u = 1; u < ctx->n_units; u++) {
@@ -64,43 +62,37 @@ static int blocks_unsharded(hs_fsdp *f)
     return n;
 }
 
-static void mp_pre_forward(void *v, int u)
-{
+static void mp_pre_forward(void *v, int u) {
     mem_probe *p = v;
     p->inner->pre_forward(p->inner->ctx, u);
     int n = blocks_unsharded(p->f);
     if (n > p->max_fwd) p->max_fwd = n;
 }
 
-static void mp_post_forward(void *v, int u)
-{
+static void mp_post_forward(void *v, int u) {
     mem_probe *p = v;
     p->inner->post_forward(p->inner->ctx, u);
 }
 
-static void mp_pre_backward(void *v, int u)
-{
+static void mp_pre_backward(void *v, int u) {
     mem_probe *p = v;
     p->inner->pre_backward(p->inner->ctx, u);
     int n = blocks_unsharded(p->f);
     if (n > p->max_bwd) p->max_bwd = n;
 }
 
-static void mp_post_backward(void *v, int u)
-{
+static void mp_post_backward(void *v, int u) {
     mem_probe *p = v;
     p->inner->post_backward(p->inner->ctx, u);
 }
 
-static void mp_final(void *v)
-{
+static void mp_final(void *v) {
     mem_probe *p = v;
     p->inner->post_backward_final(p->inner->ctx);
 }
 
 /* Bytes of one unit's all-gather outputs. */
-static int64_t unit_full_bytes(hs_fsdp *f, int u)
-{
+static int64_t unit_full_bytes(hs_fsdp *f, int u) {
     hs_fsdp_unit *un = &hs_fsdp_context(f)->units[u];
     int64_t b = 0;
     for (int i = 0; i < un->n_params; i++)
@@ -108,8 +100,7 @@ static int64_t unit_full_bytes(hs_fsdp *f, int u)
     return b;
 }
 
-static void at_most_depth_plus_one_blocks_unsharded(hs_comm *c, int depth)
-{
+static void at_most_depth_plus_one_blocks_unsharded(hs_comm *c, int depth) {
     ov_opts o = {.layers = LAYERS, .fwd = depth, .bwd = depth, .zero_copy = -1};
     ov_run r;
     ov_setup(&r, c, &o);
@@ -117,8 +108,8 @@ static void at_most_depth_plus_one_blocks_unsharded(hs_comm *c, int depth)
     hs_error_clear(&e);
     hs_batch b = ov_batch(&r, 1);
     mem_probe p = {.inner = hs_fsdp_hooks(r.f), .f = r.f};
-    p.outer = (hs_model_hooks){&p, mp_pre_forward, mp_post_forward, mp_pre_backward,
-                               mp_post_backward, mp_final};
+    p.outer = (hs_model_hooks){
+        &p, mp_pre_forward, mp_post_forward, mp_pre_backward, mp_post_backward, mp_final};
     hs_fsdp_stats st;
     hs_fsdp_get_stats(r.f, &st);
     int64_t at_rest = st.param_bytes; /* the shards alone */
@@ -144,8 +135,8 @@ static void at_most_depth_plus_one_blocks_unsharded(hs_comm *c, int depth)
     hs_fsdp_reset_peak(r.f);
     CHECK(c, hs_model_forward_backward(r.m, &b, scale, &p.outer, &loss, &aux, &e) == HS_OK, "%s",
           e.msg);
-    CHECK(c, p.max_bwd == want, "depth %d: %d blocks unsharded at once in backward, want %d",
-          depth, p.max_bwd, want);
+    CHECK(c, p.max_bwd == want, "depth %d: %d blocks unsharded at once in backward, want %d", depth,
+          p.max_bwd, want);
     CHECK(c, hs_fsdp_after_step(r.f, &e) == HS_OK, "%s", e.msg);
     if (hs_comm_rank(c) == 0)
         printf("ok depth %d: at most %d blocks unsharded (forward peak %lld bytes)\n", depth, want,
@@ -162,43 +153,37 @@ typedef struct time_probe {
     double fwd_end;            /* the first backward hook */
 } time_probe;
 
-static void tp_pre_forward(void *v, int u)
-{
+static void tp_pre_forward(void *v, int u) {
     time_probe *p = v;
     p->inner->pre_forward(p->inner->ctx, u);
     p->begin[u] = hs_now();
 }
 
-static void tp_post_forward(void *v, int u)
-{
+static void tp_post_forward(void *v, int u) {
     time_probe *p = v;
     p->end[u] = hs_now();
     p->inner->post_forward(p->inner->ctx, u);
 }
 
-static void tp_pre_backward(void *v, int u)
-{
+static void tp_pre_backward(void *v, int u) {
     time_probe *p = v;
     if (p->fwd_end == 0.0) p->fwd_end = hs_now();
     p->inner->pre_backward(p->inner->ctx, u);
 }
 
-static void tp_post_backward(void *v, int u)
-{
+static void tp_post_backward(void *v, int u) {
     time_probe *p = v;
     p->inner->post_backward(p->inner->ctx, u);
 }
 
-static void tp_final(void *v)
-{
+static void tp_final(void *v) {
     time_probe *p = v;
     p->inner->post_backward_final(p->inner->ctx);
 }
 
 /* Start times (s) of the all-gathers this rank executed in [t0, t1], in
  * execution order, read back from the serialised trace. */
-static int all_gather_starts(hs_comm *c, double t0, double t1, double *out, int cap)
-{
+static int all_gather_starts(hs_comm *c, double t0, double t1, double *out, int cap) {
     char *buf;
     size_t len;
     hs_error e;
@@ -224,14 +209,13 @@ static int all_gather_starts(hs_comm *c, double t0, double t1, double *out, int 
 /* One forward: early[i] says whether block i's successor started its
  * all-gather before block i's compute ended (1 <= i < units - 1); `gap`
  * gets the margin at unit 2. Returns the number of units. */
-static int forward_overlaps(ov_run *r, int depth, double *gap, bool *early_out)
-{
+static int forward_overlaps(ov_run *r, int depth, double *gap, bool *early_out) {
     hs_error e;
     hs_error_clear(&e);
     hs_batch b = ov_batch(r, 1);
     time_probe p = {.inner = hs_fsdp_hooks(r->f)};
-    p.outer = (hs_model_hooks){&p, tp_pre_forward, tp_post_forward, tp_pre_backward,
-                               tp_post_backward, tp_final};
+    p.outer = (hs_model_hooks){
+        &p, tp_pre_forward, tp_post_forward, tp_pre_backward, tp_post_backward, tp_final};
     float scale = 1.0f / (float)(r->G * r->T);
     double loss, aux, t0 = hs_now();
     CHECK(r->c, hs_model_forward_backward(r->m, &b, scale, &p.outer, &loss, &aux, &e) == HS_OK,
@@ -240,31 +224,36 @@ static int forward_overlaps(ov_run *r, int depth, double *gap, bool *early_out)
     double starts[64];
     int n = all_gather_starts(r->c, t0, p.fwd_end, starts, 64);
     int units = hs_fsdp_context(r->f)->n_units;
-    CHECK(r->c, n == units, "depth %d: %d all-gathers in forward, want one per unit (%d)", depth,
-          n, units);
+    CHECK(r->c, n == units, "depth %d: %d all-gathers in forward, want one per unit (%d)", depth, n,
+          units);
     for (int i = 1; i + 1 < units; i++) {
         bool early = starts[i + 1] < p.end[i];
         early_out[i] = early;
         /* Without prefetch the next all-gather is issued only after this
          * compute ended: it can never start earlier. */
         if (depth == 0)
-            CHECK(r->c, !early, "depth 0: unit %d's all-gather started before unit %d's compute "
-                                "ended",
+            CHECK(r->c, !early,
+                  "depth 0: unit %d's all-gather started before unit %d's compute "
+                  "ended",
                   i + 1, i);
     }
     *gap = (p.end[1] - starts[2]) * 1e6;
     return units;
 }
 
-static void next_all_gather_starts_during_compute(hs_comm *c, int depth)
-{
+static void next_all_gather_starts_during_compute(hs_comm *c, int depth) {
     /* Fusion makes each unshard one all-gather, so the k-th all-gather of
      * the forward is unit k's (units are all-gathered in declaration order).
      * A block's compute must last well beyond the scheduler's wake-up
      * latency for the comm thread (milliseconds when every core is busy):
      * at seq 256 the faster kernels left it ~1 ms and the check flaked. */
-    ov_opts o = {.layers = LAYERS, .dim = 128, .seq = 1024, .fwd = depth, .bwd = 0,
-                 .fusion = true, .zero_copy = -1};
+    ov_opts o = {.layers = LAYERS,
+                 .dim = 128,
+                 .seq = 1024,
+                 .fwd = depth,
+                 .bwd = 0,
+                 .fusion = true,
+                 .zero_copy = -1};
     ov_run r;
     ov_setup(&r, c, &o);
     /* With prefetch the all-gather is queued before the compute starts, but
@@ -283,7 +272,8 @@ static void next_all_gather_starts_during_compute(hs_comm *c, int depth)
         for (int i = 0; i < units; i++) mine[i] = early[i] ? 1.0f : 0.0f;
         hs_error e;
         hs_error_clear(&e);
-        CHECK(c, hs_pg_all_gather(hs_comm_world(c), NULL, all, mine, units, HS_DTYPE_F32, &e) == HS_OK,
+        CHECK(c,
+              hs_pg_all_gather(hs_comm_world(c), NULL, all, mine, units, HS_DTYPE_F32, &e) == HS_OK,
               "%s", e.msg);
         ok = true;
         for (int i = 1; i + 1 < units; i++) {
@@ -306,8 +296,7 @@ static void next_all_gather_starts_during_compute(hs_comm *c, int depth)
     ov_teardown(&r);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     /* The trace must record spans for the timestamp check. */
     hs_trace *tr = NULL;
     hs_comm *c = mt_traced_init(&argc, &argv, 120, true, &tr);

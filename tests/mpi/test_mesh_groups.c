@@ -37,20 +37,27 @@ static void check_dim(hs_comm *c, const hs_mesh *m, hs_mesh_dim d, int *members)
     CHECK(c, g == hs_mesh_group(m, d), "dim %s: two lookups gave two groups", name);
     int n = hs_topology_group_ranks(t, d, rank, members);
     CHECK(c, hs_pg_size(g) == n, "dim %s: group size %d, expected %d", name, hs_pg_size(g), n);
-    CHECK(c, hs_pg_rank(g) == hs_topology_group_rank(t, d, rank), "dim %s: rank %d in group, "
-          "expected %d", name, hs_pg_rank(g), hs_topology_group_rank(t, d, rank));
+    CHECK(c, hs_pg_rank(g) == hs_topology_group_rank(t, d, rank),
+          "dim %s: rank %d in group, "
+          "expected %d",
+          name, hs_pg_rank(g), hs_topology_group_rank(t, d, rank));
     int want_sum = 0;
     for (int i = 0; i < n; i++) {
-        CHECK(c, hs_pg_world_rank(g, i) == members[i], "dim %s: group rank %d is world rank %d, "
-              "expected %d", name, i, hs_pg_world_rank(g, i), members[i]);
+        CHECK(c, hs_pg_world_rank(g, i) == members[i],
+              "dim %s: group rank %d is world rank %d, "
+              "expected %d",
+              name, i, hs_pg_world_rank(g, i), members[i]);
         want_sum += members[i];
     }
     float v = (float)rank;
     hs_error e;
     hs_error_clear(&e);
-    CHECK(c, hs_pg_all_reduce(g, NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
-    CHECK(c, v == (float)want_sum, "dim %s on rank %d: all-reduce of world ranks gave %g, "
-          "expected %d", name, rank, (double)v, want_sum);
+    CHECK(c, hs_pg_all_reduce(g, NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s",
+          e.msg);
+    CHECK(c, v == (float)want_sum,
+          "dim %s on rank %d: all-reduce of world ranks gave %g, "
+          "expected %d",
+          name, rank, (double)v, want_sum);
     CHECK(c, hs_trace_collectives(hs_comm_trace(c), "all_reduce", name) == 1,
           "dim %s: the all-reduce was not counted under the group's name", name);
 }
@@ -91,8 +98,9 @@ int main(int argc, char **argv) {
     hs_mesh *m = NULL;
     CHECK(c, hs_mesh_create(c, &t, &m, &e) == HS_OK, "%s", e.msg);
     hs_coords want = hs_topology_coords(&t, rank), got = hs_mesh_coords(m);
-    CHECK(c, got.pp == want.pp && got.tp == want.tp && got.ep == want.ep &&
-             got.fsdp_shard == want.fsdp_shard && got.edp_shard == want.edp_shard,
+    CHECK(c,
+          got.pp == want.pp && got.tp == want.tp && got.ep == want.ep &&
+              got.fsdp_shard == want.fsdp_shard && got.edp_shard == want.edp_shard,
           "mesh coords of rank %d differ from the topology's", rank);
     int *members = malloc(sizeof(int) * (size_t)t.world);
     for (int d = 0; d < HS_DIM_COUNT; d++) check_dim(c, m, (hs_mesh_dim)d, members);

@@ -62,7 +62,8 @@ static void run_merge(hs_comm *c, hs_trace *trace) {
     snprintf(name, sizeof name, "step.rank%d", hs_comm_rank(c));
     hs_trace_span(trace, HS_LANE_COMPUTE, name, "compute", t0, t0 + 1e-3, "\"step\":1");
     float v = 1.0f;
-    CHECK(c, hs_pg_all_reduce(world, NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s", e.msg);
+    CHECK(c, hs_pg_all_reduce(world, NULL, &v, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK, "%s",
+          e.msg);
 
     /* Rank 0 picks the file name; everyone needs it for the collective call. */
     char path[256] = {0};
@@ -72,8 +73,8 @@ static void run_merge(hs_comm *c, hs_trace *trace) {
         CHECK(c, fd >= 0, "mkstemp failed");
         close(fd);
     }
-    CHECK(c, hs_pg_broadcast(world, NULL, path, sizeof path / 4, HS_DTYPE_F32, 0, &e) == HS_OK, "%s",
-          e.msg);
+    CHECK(c, hs_pg_broadcast(world, NULL, path, sizeof path / 4, HS_DTYPE_F32, 0, &e) == HS_OK,
+          "%s", e.msg);
     CHECK(c, hs_comm_write_merged_trace(c, path, &e) == HS_OK, "%s", e.msg);
     if (hs_comm_rank(c) == 0) {
         char *text = NULL;

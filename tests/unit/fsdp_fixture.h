@@ -15,8 +15,7 @@
 #define FX_B 2
 #define FX_T 8
 
-static inline void fx_config(hs_config *cfg)
-{
+static inline void fx_config(hs_config *cfg) {
     hs_config_defaults(cfg);
     cfg->model.vocab_size = 37; /* odd on purpose: uneven over most W */
     cfg->model.dim = 16;
@@ -29,8 +28,7 @@ static inline void fx_config(hs_config *cfg)
 }
 
 static inline hs_model *fx_model(const hs_config *cfg, hs_device *dev, bool allocate,
-                                 hs_dtype compute, bool ckpt)
-{
+                                 hs_dtype compute, bool ckpt) {
     hs_model_options mo = {
         .compute_dtype = compute,
         .grad_dtype = compute,
@@ -47,8 +45,7 @@ static inline hs_model *fx_model(const hs_config *cfg, hs_device *dev, bool allo
     return m;
 }
 
-static inline hs_fsdp *fx_wrap(const hs_config *cfg, hs_device *dev, hs_model *m, uint64_t seed)
-{
+static inline hs_fsdp *fx_wrap(const hs_config *cfg, hs_device *dev, hs_model *m, uint64_t seed) {
     hs_fsdp_dp_groups g;
     memset(&g, 0, sizeof g);
     g.shard_size = g.replicate_size = g.flat_size = 1;
@@ -60,8 +57,7 @@ static inline hs_fsdp *fx_wrap(const hs_config *cfg, hs_device *dev, hs_model *m
     return f;
 }
 
-static inline hs_device *fx_device(void)
-{
+static inline hs_device *fx_device(void) {
     hs_device *d = NULL;
     hs_error e;
     hs_error_clear(&e);
@@ -70,8 +66,7 @@ static inline hs_device *fx_device(void)
 }
 
 /* Deterministic tokens and next-token targets. */
-static inline void fx_batch(int32_t *tok, int32_t *tgt, int V, int salt)
-{
+static inline void fx_batch(int32_t *tok, int32_t *tgt, int V, int salt) {
     for (int i = 0; i < FX_B * FX_T; i++) {
         tok[i] = (int32_t)((i * 7 + salt * 13 + 3) % V);
         tgt[i] = (int32_t)((i * 5 + salt * 11 + 1) % V);

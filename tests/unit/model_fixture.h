@@ -20,8 +20,7 @@ static const int32_t TOKENS[10] = {1, 5, 2, 9, 3, 0, 10, 4, 4, 7};
 static const int32_t TARGETS[10] = {5, 2, 9, 3, 6, 10, 4, -1, 7, 8};
 
 /* The tiny decoder every model test starts from: V=11, C=8, L=2, 2 heads. */
-static inline hs_model_config mf_config(const char *arch, int n_kv_heads)
-{
+static inline hs_model_config mf_config(const char *arch, int n_kv_heads) {
     hs_model_config c;
     memset(&c, 0, sizeof c);
     snprintf(c.arch, sizeof c.arch, "%s", arch);
@@ -38,8 +37,7 @@ static inline hs_model_config mf_config(const char *arch, int n_kv_heads)
 }
 
 /* Room for the TOKENS/TARGETS batch (B=2, T=5), parameters allocated. */
-static inline hs_model_options mf_options(hs_dtype dt, bool ckpt)
-{
+static inline hs_model_options mf_options(hs_dtype dt, bool ckpt) {
     hs_model_options o;
     memset(&o, 0, sizeof o);
     o.compute_dtype = dt;
@@ -52,8 +50,7 @@ static inline hs_model_options mf_options(hs_dtype dt, bool ckpt)
 }
 
 static inline hs_model *mf_make(const hs_model_config *c, const hs_model_options *o,
-                                uint64_t seed)
-{
+                                uint64_t seed) {
     hs_model *m = NULL;
     hs_error e;
     if (hs_model_create(c, o, &m, &e) != HS_OK) fail_msg("hs_model_create: %s", e.msg);
@@ -61,8 +58,7 @@ static inline hs_model *mf_make(const hs_model_config *c, const hs_model_options
     return m;
 }
 
-static inline int64_t mf_numel(const hs_param *p)
-{
+static inline int64_t mf_numel(const hs_param *p) {
     int64_t n = 1;
     for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
     return n;
@@ -70,8 +66,7 @@ static inline int64_t mf_numel(const hs_param *p)
 
 /* One forward+backward of the TOKENS/TARGETS batch; fails the test on error. */
 static inline void mf_step(hs_model *m, float scale, const hs_model_hooks *hooks, double *loss,
-                           double *aux)
-{
+                           double *aux) {
     hs_batch b = {TOKENS, TARGETS, 2, 5};
     hs_error e;
     *loss = 0.0;
@@ -81,8 +76,7 @@ static inline void mf_step(hs_model *m, float scale, const hs_model_hooks *hooks
 }
 
 /* Every fp32 gradient of a and b, bit for bit. */
-static inline void mf_assert_grads_equal(hs_model *a, hs_model *b)
-{
+static inline void mf_assert_grads_equal(hs_model *a, hs_model *b) {
     for (int i = 0; i < hs_model_num_params(a); i++)
         assert_memory_equal(hs_model_param(a, i)->grad, hs_model_param(b, i)->grad,
                             (size_t)mf_numel(hs_model_param(a, i)) * sizeof(float));
@@ -97,8 +91,7 @@ typedef struct mf_recorder {
     hs_model *shadow; /* owns the real buffers; params are NULL outside hooks */
 } mf_recorder;
 
-static inline void mf_rec(mf_recorder *r, const char *what, int u)
-{
+static inline void mf_rec(mf_recorder *r, const char *what, int u) {
     char buf[16];
     snprintf(buf, sizeof buf, u < 0 ? "%s " : "%s%d ", what, u);
     strncat(r->log, buf, sizeof r->log - strlen(r->log) - 1);
@@ -106,8 +99,7 @@ static inline void mf_rec(mf_recorder *r, const char *what, int u)
 
 /* Point (or unpoint) a unit's params at the shadow model's buffers, as FSDP
  * does: the model must read pointers only after the unit's hook. */
-static inline void mf_bind(mf_recorder *r, int u, bool on)
-{
+static inline void mf_bind(mf_recorder *r, int u, bool on) {
     for (int i = 0; i < hs_model_num_params(r->m); i++) {
         hs_param *p = hs_model_param(r->m, i), *s = hs_model_param(r->shadow, i);
         if (p->unit != u) continue;
@@ -118,29 +110,25 @@ static inline void mf_bind(mf_recorder *r, int u, bool on)
 
 /* Like FSDP, the forward hooks re-entered by recompute inside a unit's
  * backward keep its parameters in place. */
-static inline void mf_pre_fwd(void *ctx, int u)
-{
+static inline void mf_pre_fwd(void *ctx, int u) {
     mf_rec(ctx, "F", u);
     mf_bind(ctx, u, true);
 }
 
-static inline void mf_post_fwd(void *ctx, int u)
-{
+static inline void mf_post_fwd(void *ctx, int u) {
     mf_recorder *r = ctx;
     mf_rec(r, "f", u);
     if (!r->in_backward[u]) mf_bind(r, u, false);
 }
 
-static inline void mf_pre_bwd(void *ctx, int u)
-{
+static inline void mf_pre_bwd(void *ctx, int u) {
     mf_recorder *r = ctx;
     mf_rec(r, "B", u);
     mf_bind(r, u, true);
     r->in_backward[u] = true;
 }
 
-static inline void mf_post_bwd(void *ctx, int u)
-{
+static inline void mf_post_bwd(void *ctx, int u) {
     mf_recorder *r = ctx;
     mf_rec(r, "b", u);
     mf_bind(r, u, false);
@@ -154,8 +142,7 @@ static inline void mf_final(void *ctx) { mf_rec(ctx, "END", -1); }
  * hook log must read `want`, and loss, aux loss and every gradient must
  * equal the reference's bit for bit. */
 static inline void mf_check_hooks(const hs_model_config *c, hs_model_options o, uint64_t seed,
-                                  float scale, const char *want)
-{
+                                  float scale, const char *want) {
     hs_model *ref = mf_make(c, &o, seed);
     mf_recorder r;
     memset(&r, 0, sizeof r);

@@ -15,8 +15,7 @@
 #include "hypershard/optim.h"
 
 static inline hs_optim_config of_config(const char *target, double lr, double beta2, double wd,
-                                        const char *decay)
-{
+                                        const char *decay) {
     hs_optim_config c;
     memset(&c, 0, sizeof c);
     snprintf(c.target, sizeof c.target, "%s", target);
@@ -32,8 +31,7 @@ static inline hs_optim_config of_config(const char *target, double lr, double be
 /* hs_optim_create over n params (state from the heap when pool is NULL);
  * the test fails if it is refused. */
 static inline hs_optim *of_create(const hs_optim_config *cfg, const hs_optim_param *params, int n,
-                                  hs_pool *pool)
-{
+                                  hs_pool *pool) {
     hs_optim *o = NULL;
     hs_error e;
     assert_int_equal(hs_optim_create(cfg, params, n, NULL, pool, &o, &e), HS_OK);

@@ -151,7 +151,8 @@ static void test_json_writer_nests_escapes_and_nulls_nonfinite(void **state) {
     hs_json_end_array(&j);
     hs_json_end_object(&j);
     fclose(f);
-    assert_string_equal(buf, "{\"step\":3,\"loss\":2.5,\"bad\":null,\"s\":\"a\\\"b\\n\",\"list\":[true,null,{}]}");
+    assert_string_equal(
+        buf, "{\"step\":3,\"loss\":2.5,\"bad\":null,\"s\":\"a\\\"b\\n\",\"list\":[true,null,{}]}");
     free(buf);
 }
 
@@ -295,10 +296,12 @@ static void test_out_dirs_on_one_file_system_must_fit_its_free_space_together(vo
     snprintf(b, sizeof b, "%s/b", dir);
     /* each alone fits, both do not */
     int64_t part = room / 10 * 6;
-    hs_out_dir d[2] = {{.what = "train.out_dir", .path = a, .bytes = part,
-                        .bytes_what = "the weights take 60%"},
-                       {.what = "checkpoint.dir", .path = b, .bytes = part,
-                        .bytes_what = "one checkpoint takes 60%"}};
+    hs_out_dir d[2] = {
+        {.what = "train.out_dir", .path = a, .bytes = part, .bytes_what = "the weights take 60%"},
+        {.what = "checkpoint.dir",
+         .path = b,
+         .bytes = part,
+         .bytes_what = "one checkpoint takes 60%"}};
     hs_error e;
     assert_int_equal(hs_out_dirs_check(&d[0], 1, &e), HS_OK);
     assert_int_equal(hs_out_dirs_check(&d[1], 1, &e), HS_OK);

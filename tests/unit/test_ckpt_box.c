@@ -20,8 +20,10 @@ static void test_w2_chunks_of_5_rows_against_w4_targets_give_2_2_1_0_rows(void *
     int64_t want[4][2] = {{2, 0}, {1, 1}, {0, 1}, {0, 0}}; /* rows from saved chunk 0, 1 */
     for (int t = 0; t < 4; t++)
         for (int k = 0; k < 2; k++) {
-            int64_t so[2] = {hs_fsdp_row_offset(5, 2, k), 0}, ss[2] = {hs_fsdp_actual_rows(5, 2, k), 3};
-            int64_t to[2] = {hs_fsdp_row_offset(5, 4, t), 0}, ts[2] = {hs_fsdp_actual_rows(5, 4, t), 3};
+            int64_t so[2] = {hs_fsdp_row_offset(5, 2, k), 0},
+                    ss[2] = {hs_fsdp_actual_rows(5, 2, k), 3};
+            int64_t to[2] = {hs_fsdp_row_offset(5, 4, t), 0},
+                    ts[2] = {hs_fsdp_actual_rows(5, 4, t), 3};
             int64_t oo[2], os[2];
             bool any = hs_ckpt_box_intersect(2, so, ss, to, ts, oo, os);
             assert_int_equal(any, want[t][k] > 0);
@@ -98,9 +100,11 @@ static void test_copy_3d_box_with_16_bit_elements(void **s) {
     uint16_t src[2 * 4 * 5], dst[3 * 2 * 5];
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 4; b++)
-            for (int c = 0; c < 5; c++) src[(a * 4 + b) * 5 + c] = (uint16_t)((1 + a) * 100 + b * 10 + c);
+            for (int c = 0; c < 5; c++)
+                src[(a * 4 + b) * 5 + c] = (uint16_t)((1 + a) * 100 + b * 10 + c);
     memset(dst, 0xff, sizeof dst);
-    int64_t so[3] = {1, 0, 0}, ss[3] = {2, 4, 5}, to[3] = {0, 1, 0}, ts[3] = {3, 2, 5}, oo[3], os[3];
+    int64_t so[3] = {1, 0, 0}, ss[3] = {2, 4, 5}, to[3] = {0, 1, 0}, ts[3] = {3, 2, 5}, oo[3],
+            os[3];
     assert_true(hs_ckpt_box_intersect(3, so, ss, to, ts, oo, os));
     hs_ckpt_box_copy(3, oo, os, sizeof(uint16_t), src, so, ss, dst, to, ts);
     for (int a = 0; a < 3; a++)

@@ -33,8 +33,11 @@ static void build_meta(fixture *f) {
     m->version = HS_CKPT_VERSION;
     m->world_size = 2;
     m->created_unix = 1700000000.5;
-    m->state = (hs_ckpt_state){.step = 7, .data_position = 8, .optim_step = 7,
-                               .rng_seed = 0xfedcba9876543210ull, .rng_counter = 42,
+    m->state = (hs_ckpt_state){.step = 7,
+                               .data_position = 8,
+                               .optim_step = 7,
+                               .rng_seed = 0xfedcba9876543210ull,
+                               .rng_counter = 42,
                                .config_hash = 0x8000000000000001ull};
     m->n_files = 2;
     m->files = calloc(2, sizeof(hs_ckpt_file));
@@ -294,7 +297,8 @@ static void test_tensor_with_no_elements_and_no_chunks_is_accepted(void **state)
     assert_int_equal(parse_edited(f, "\"format\"", "\"format\"", &e), HS_OK);
 }
 
-static void target_rows(hs_ckpt_tensor *t, float *buf, int64_t row0, int64_t rows, int64_t storage) {
+static void target_rows(hs_ckpt_tensor *t, float *buf, int64_t row0, int64_t rows,
+                        int64_t storage) {
     hs_ckpt_tensor_full(t, "w", HS_DTYPE_F32, 2, (int64_t[]){5, 3}, buf);
     t->offset[0] = row0;
     t->size[0] = rows;
@@ -502,7 +506,8 @@ static void test_latest_that_is_a_link_or_garbage_is_refused_without_echoing_it(
     assert_int_equal(rename(secret, latest), 0); /* the same bytes as a plain file */
     assert_int_equal(hs_ckpt_latest_read(parent, name, sizeof name, &found, &e), HS_ERR_FORMAT);
     assert_false(found);
-    if (!strstr(e.msg, "holds 32 bytes that are not a step directory name") || strstr(e.msg, "root:"))
+    if (!strstr(e.msg, "holds 32 bytes that are not a step directory name") ||
+        strstr(e.msg, "root:"))
         fail_msg("unexpected message: %s", e.msg);
     write_bytes(latest, "step-3\0x\n", 9, NULL, 0);
     assert_int_equal(hs_ckpt_latest_read(parent, name, sizeof name, &found, &e), HS_ERR_FORMAT);
@@ -585,25 +590,40 @@ static void test_resume_auto_in_an_empty_dir_starts_fresh(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_metadata_round_trips_every_field, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_damaged_metadata_is_rejected_naming_file_and_field, setup, teardown),
-        cmocka_unit_test(test_metadata_that_is_not_json_is_refused_without_quoting_it),
-        cmocka_unit_test_setup_teardown(test_overlapping_or_missing_chunks_are_rejected, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bytes_outside_every_chunk_are_rejected_as_padding, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_duplicate_tensor_names_are_rejected, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_read_overlap_across_two_files_is_bitwise_and_tail_zero, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_read_into_guarded_device_memory_is_bitwise_with_zero_tail,
+        cmocka_unit_test_setup_teardown(test_damaged_metadata_is_rejected_naming_file_and_field,
                                         setup, teardown),
-        cmocka_unit_test_setup_teardown(test_missing_tensor_and_shape_mismatch_name_the_fqn_and_shapes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_flipped_byte_names_file_tensor_and_both_crcs, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_truncated_file_names_file_lengths_and_tensor, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_latest_is_followed_and_a_plain_dir_is_a_usage_error, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_chunk_offset_near_int64_max_is_rejected_naming_tensor_and_dim, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_element_count_that_wraps_to_zero_is_rejected, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_byte_offset_past_the_file_end_is_rejected_without_overflow, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_duplicate_files_negative_state_and_bad_world_are_rejected, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_data_file_not_named_rank_r_bin_is_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_tensor_with_no_elements_and_no_chunks_is_accepted, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_metadata_of_another_step_inside_step_3_is_refused, setup, teardown),
+        cmocka_unit_test(test_metadata_that_is_not_json_is_refused_without_quoting_it),
+        cmocka_unit_test_setup_teardown(test_overlapping_or_missing_chunks_are_rejected, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_bytes_outside_every_chunk_are_rejected_as_padding,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_duplicate_tensor_names_are_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_overlap_across_two_files_is_bitwise_and_tail_zero,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_read_into_guarded_device_memory_is_bitwise_with_zero_tail, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_missing_tensor_and_shape_mismatch_name_the_fqn_and_shapes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flipped_byte_names_file_tensor_and_both_crcs, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_truncated_file_names_file_lengths_and_tensor, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_latest_is_followed_and_a_plain_dir_is_a_usage_error,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_chunk_offset_near_int64_max_is_rejected_naming_tensor_and_dim, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_element_count_that_wraps_to_zero_is_rejected, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(
+            test_byte_offset_past_the_file_end_is_rejected_without_overflow, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_duplicate_files_negative_state_and_bad_world_are_rejected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_data_file_not_named_rank_r_bin_is_refused, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_tensor_with_no_elements_and_no_chunks_is_accepted,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_metadata_of_another_step_inside_step_3_is_refused,
+                                        setup, teardown),
         cmocka_unit_test(test_latest_that_is_a_link_or_garbage_is_refused_without_echoing_it),
         cmocka_unit_test(test_verify_checks_an_18_mib_chunk_piece_by_piece),
         cmocka_unit_test(test_resume_auto_in_an_empty_dir_starts_fresh),

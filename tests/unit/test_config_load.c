@@ -152,14 +152,15 @@ static void test_no_path_loads_the_builtin_default_with_overrides(void **state) 
 
 static void test_nested_file_values_are_read_with_their_types(void **state) {
     (void)state;
-    loaded *l = load_yaml("model:\n  arch: moe\n  norm_eps: 1.0e-6\n  moe:\n    top_k: 1\n"
-                          "fsdp_config:\n  dp_shard_size: 4\n  replicate_params: [model.norm.weight]\n"
-                          "  mix_precision:\n    param_dtype: bfloat16\n    reduce_dtype: float32\n"
-                          "  comm_fusion_zero_copy: false\n"
-                          "optimizer:\n  _target_: muon\n  betas: [0.8, 0.99]\n"
-                          "train:\n  seed: 123456789012\n  out_dir: 'runs/x y'\n"
-                          "data:\n  path: ~\n",
-                          NULL, 0);
+    loaded *l =
+        load_yaml("model:\n  arch: moe\n  norm_eps: 1.0e-6\n  moe:\n    top_k: 1\n"
+                  "fsdp_config:\n  dp_shard_size: 4\n  replicate_params: [model.norm.weight]\n"
+                  "  mix_precision:\n    param_dtype: bfloat16\n    reduce_dtype: float32\n"
+                  "  comm_fusion_zero_copy: false\n"
+                  "optimizer:\n  _target_: muon\n  betas: [0.8, 0.99]\n"
+                  "train:\n  seed: 123456789012\n  out_dir: 'runs/x y'\n"
+                  "data:\n  path: ~\n",
+                  NULL, 0);
     assert_ok(l);
     assert_string_equal(l->c.model.arch, "moe");
     assert_true(l->c.model.norm_eps == 1e-6);
@@ -181,7 +182,8 @@ static void test_nested_file_values_are_read_with_their_types(void **state) {
 static void test_override_beats_the_file(void **state) {
     (void)state;
     const char *ov[] = {"fsdp_config.dp_shard_size=8", "train.out_dir=runs/over # not a comment"};
-    loaded *l = load_yaml("fsdp_config:\n  dp_shard_size: 2\ntrain:\n  out_dir: runs/file\n", ov, 2);
+    loaded *l =
+        load_yaml("fsdp_config:\n  dp_shard_size: 2\ntrain:\n  out_dir: runs/file\n", ov, 2);
     assert_ok(l);
     assert_int_equal(l->c.fsdp.dp_shard_size, 8);
     assert_string_equal(l->c.train.out_dir, "runs/over # not a comment");
@@ -248,8 +250,7 @@ static void test_pp_layers_is_a_list_of_integers(void **state) {
                                   "integer range [-2147483648, 2147483647]"));
     assert_int_equal(hs_config_override(&c, "accelerator.pp_layers=[2, x]", &e), HS_ERR_CONFIG);
     assert_non_null(strstr(e.msg, "accelerator.pp_layers: item 1: expected an integer, got 'x'"));
-    assert_int_equal(hs_config_override(&c, "accelerator.pp_layers=[2, \"3\"]", &e),
-                     HS_ERR_CONFIG);
+    assert_int_equal(hs_config_override(&c, "accelerator.pp_layers=[2, \"3\"]", &e), HS_ERR_CONFIG);
     assert_non_null(strstr(e.msg, "item 1: expected an integer, got the quoted string \"3\""));
     assert_int_equal(hs_config_override(&c, "accelerator.pp_layers=3", &e), HS_ERR_CONFIG);
     assert_non_null(strstr(e.msg, "accelerator.pp_layers: expected a list of integers like "
@@ -276,8 +277,8 @@ static void test_pp_schedule_is_gpipe_1f1b_or_interleaved(void **state) {
     assert_error_has(l, "accelerator.pp_schedule: expected one of gpipe | 1f1b | "
                         "interleaved_1f1b, got '1f1c'; did you mean 1f1b?");
     loaded_free(l);
-    l = load_yaml("accelerator:\n  pp_schedule: interleaved_1f1b\n  pp_virtual_stages: 2\n",
-                  NULL, 0);
+    l = load_yaml("accelerator:\n  pp_schedule: interleaved_1f1b\n  pp_virtual_stages: 2\n", NULL,
+                  0);
     assert_ok(l);
     assert_string_equal(l->c.accelerator.pp_schedule, "interleaved_1f1b");
     assert_int_equal(l->c.accelerator.pp_virtual_stages, 2);
@@ -350,7 +351,8 @@ static void test_deep_flow_nesting_is_refused_before_parsing(void **state) {
     char quoted[512] = "checkpoint:\n  dir: \"";
     n = strlen(quoted);
     for (int i = 0; i < 100; i++) quoted[n++] = '[';
-    strcpy(quoted + n, "\"   # {{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{\n");
+    strcpy(quoted + n,
+           "\"   # {{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{{\n");
     loaded *q = load_yaml(quoted, NULL, 0);
     assert_ok(q);
     assert_int_equal(strlen(q->c.checkpoint.dir), 100);
@@ -597,9 +599,19 @@ static void test_dump_loads_back_to_the_same_config(void **state) {
                         "accelerator.pp_layers=[3, 1]"};
     loaded *l = load_yaml("model:\n  arch: moe\n", ov, 10);
     assert_ok(l);
-    hs_topology t = {.world = 4, .tp = 1, .cp = 1, .ep = 1, .pp = 1, .dp_shard = 2,
-                     .edp_shard = 1, .dp = 4, .fsdp_dp = 4, .dp_replicate = 2,
-                     .expert_domain = 4, .edp = 4, .edp_replicate = 4};
+    hs_topology t = {.world = 4,
+                     .tp = 1,
+                     .cp = 1,
+                     .ep = 1,
+                     .pp = 1,
+                     .dp_shard = 2,
+                     .edp_shard = 1,
+                     .dp = 4,
+                     .fsdp_dp = 4,
+                     .dp_replicate = 2,
+                     .expert_domain = 4,
+                     .edp = 4,
+                     .edp_replicate = 4};
     char *first = dump_to_string(&l->c, &t);
     assert_non_null(strstr(first, "derived:\n"));
     assert_non_null(strstr(first, "  dp_replicate_size: 2\n"));

@@ -43,8 +43,8 @@ static checked *check(int world, const char *const *ov, int n) {
 }
 
 /* A literal list of overrides and its length. */
-#define OV(...)                              \
-    (const char *const[]){__VA_ARGS__},      \
+#define OV(...)                                                                                    \
+    (const char *const[]){__VA_ARGS__},                                                            \
         (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *))
 
 static void expect_error(checked *r, const char *needle) {
@@ -96,8 +96,8 @@ static void test_rule3_negative_prefetch_depth_fails(void **state) {
                  "fsdp_config.forward_prefetch_depth = -1 must be >= 0");
     expect_error(check(1, OV("fsdp_config.backward_prefetch_depth=-2")),
                  "fsdp_config.backward_prefetch_depth = -2 must be >= 0");
-    expect_ok(check(1, OV("fsdp_config.forward_prefetch_depth=0",
-                          "fsdp_config.backward_prefetch_depth=3")));
+    expect_ok(check(
+        1, OV("fsdp_config.forward_prefetch_depth=0", "fsdp_config.backward_prefetch_depth=3")));
 }
 
 /* A derivation checked on its own, as spec 004 §2.1 has the topology rules. */
@@ -116,13 +116,13 @@ static void test_rule4_world_not_divisible_by_tp_cp_pp_fails(void **state) {
     expect_error(check(6, OV("accelerator.tp_size=4")), "accelerator.tp_size");
     expect_error(check(2, OV("accelerator.tp_size=4", "accelerator.pp_size=4")),
                  "accelerator.tp_size");
-    expect_error(check(12, OV("accelerator.tp_size=2", "accelerator.pp_size=2",
-                              "accelerator.cp_size=2")),
-                 "world size 12 is not divisible by accelerator.tp_size × cp_size × pp_size = 8");
+    expect_error(
+        check(12, OV("accelerator.tp_size=2", "accelerator.pp_size=2", "accelerator.cp_size=2")),
+        "world size 12 is not divisible by accelerator.tp_size × cp_size × pp_size = 8");
     expect_ok(check(8, OV("accelerator.tp_size=2", "train.global_batch_size=32")));
     /* Rule 4 holds for tp 2 x pp 2 on 8 ranks. */
-    expect_ok(check(8, OV("accelerator.tp_size=2", "accelerator.pp_size=2",
-                          "train.global_batch_size=32")));
+    expect_ok(check(
+        8, OV("accelerator.tp_size=2", "accelerator.pp_size=2", "train.global_batch_size=32")));
     hs_topology t = derive_ok(8, 2, 1, 1, 2, 1, 1);
     assert_int_equal(t.dp, 2);
 }
@@ -137,8 +137,8 @@ static void test_rule6_expert_domain_not_divisible_by_ep_fails(void **state) {
     (void)state;
     expect_error(check(4, OV("accelerator.ep_size=3", "model.arch=moe")),
                  "accelerator.ep_size=3 does not divide the expert domain");
-    expect_ok(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
-                          "train.global_batch_size=32")));
+    expect_ok(
+        check(4, OV("accelerator.ep_size=2", "model.arch=moe", "train.global_batch_size=32")));
     hs_topology t = derive_ok(4, 1, 1, 2, 1, 1, 1);
     assert_int_equal(t.expert_domain, 4);
     assert_int_equal(t.edp, 2);
@@ -149,8 +149,8 @@ static void test_rule7_edp_not_divisible_by_edp_shard_fails(void **state) {
     expect_error(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
                              "fsdp_config.edp_shard_size=3", "train.global_batch_size=32")),
                  "fsdp_config.edp_shard_size");
-    expect_ok(check(4, OV("accelerator.ep_size=2", "model.arch=moe",
-                          "fsdp_config.edp_shard_size=2", "train.global_batch_size=32")));
+    expect_ok(check(4, OV("accelerator.ep_size=2", "model.arch=moe", "fsdp_config.edp_shard_size=2",
+                          "train.global_batch_size=32")));
     hs_topology t = derive_ok(4, 1, 1, 2, 1, 1, 2);
     assert_int_equal(t.edp_replicate, 1);
 }
@@ -184,7 +184,8 @@ static void test_rule10_fullgraph_with_fsdp_fails_and_without_warns(void **state
     (void)state;
     expect_error(check(2, OV("compile.fullgraph=true", "fsdp_config.dp_shard_size=2")),
                  "compile.fullgraph = true is not supported while FSDP is active");
-    expect_warning(check(1, OV("compile.fullgraph=true")), "compile.fullgraph = true has no effect");
+    expect_warning(check(1, OV("compile.fullgraph=true")),
+                   "compile.fullgraph = true has no effect");
 }
 
 static void test_rule11_unknown_replicate_param_names_the_nearest_fqn(void **state) {
@@ -223,7 +224,8 @@ static void test_global_batch_must_split_into_whole_micro_batches(void **state) 
 
 static void test_model_shape_rules_name_both_values(void **state) {
     (void)state;
-    expect_error(check(1, OV("model.n_heads=3")), "model.dim = 128 is not divisible by model.n_heads = 3");
+    expect_error(check(1, OV("model.n_heads=3")),
+                 "model.dim = 128 is not divisible by model.n_heads = 3");
     expect_error(check(1, OV("model.n_kv_heads=3")),
                  "model.n_heads = 4 is not divisible by model.n_kv_heads = 3");
     expect_error(check(1, OV("model.dim=12", "model.n_heads=4", "model.n_kv_heads=1")),
@@ -238,7 +240,8 @@ static void test_positive_sizes_are_required(void **state) {
     expect_error(check(1, OV("train.steps=0")), "train.steps = 0 is out of range: it must be >= 1");
     expect_error(check(1, OV("train.seq_len=-4")), "train.seq_len = -4");
     expect_error(check(1, OV("model.dim=0")), "model.dim = 0");
-    expect_error(check(1, OV("optimizer.lr=0")), "optimizer.lr = 0.0 is out of range: it must be > 0");
+    expect_error(check(1, OV("optimizer.lr=0")),
+                 "optimizer.lr = 0.0 is out of range: it must be > 0");
     expect_error(check(1, OV("optimizer.betas=[0.9, 1.0]")), "optimizer.betas[1] = 1.0");
 }
 
@@ -288,17 +291,16 @@ static void test_micro_batch_x_seq_len_overflow_is_refused_naming_the_keys(void 
     (void)state;
     /* 2^30 x 2^30 tokens: every buffer wrapped to a multiple of 2^64, so
      * the plan's peak was 0 and passed the memory check. */
-    expect_only_error(check(1, OV("train.micro_batch_size=1073741824",
-                                  "train.seq_len=1073741824",
+    expect_only_error(check(1, OV("train.micro_batch_size=1073741824", "train.seq_len=1073741824",
                                   "train.activation_checkpointing=true")),
                       "a micro-batch's activations: train.micro_batch_size x train.seq_len x "
                       "(model.n_layers + 2) x model.ffn_dim = 1073741824 x 1073741824 x 6 x 384, "
                       "times 256 bytes, overflows a 64-bit count (at most 9223372036854775807); "
                       "lower train.micro_batch_size or train.seq_len (or the model sizes)");
-    expect_error(check(1, OV("model.arch=moe", "train.micro_batch_size=65536",
-                             "train.seq_len=65536")),
-                 "train.micro_batch_size x train.seq_len x model.moe.top_k = 65536 x 65536 x 2 "
-                 "exceed 2147483647");
+    expect_error(
+        check(1, OV("model.arch=moe", "train.micro_batch_size=65536", "train.seq_len=65536")),
+        "train.micro_batch_size x train.seq_len x model.moe.top_k = 65536 x 65536 x 2 "
+        "exceed 2147483647");
     expect_error(check(2, OV("train.micro_batch_size=1", "train.global_batch_size=2000000000",
                              "model.vocab_size=2000000000")),
                  "a step's logits: train.micro_batch_size x train.seq_len x model.vocab_size x "
@@ -345,10 +347,10 @@ static void test_replicate_params_listed_twice_is_an_error(void **state) {
 
 static void test_tp_must_divide_the_heads_naming_each_key(void **state) {
     (void)state;
-    expect_only_error(check(4, OV("accelerator.tp_size=4", "model.n_kv_heads=2",
-                                  "train.global_batch_size=8")),
-                      "model.n_kv_heads = 2 is not divisible by accelerator.tp_size = 4: each TP "
-                      "rank holds whole key/value heads; valid tp_size: 1, 2");
+    expect_only_error(
+        check(4, OV("accelerator.tp_size=4", "model.n_kv_heads=2", "train.global_batch_size=8")),
+        "model.n_kv_heads = 2 is not divisible by accelerator.tp_size = 4: each TP "
+        "rank holds whole key/value heads; valid tp_size: 1, 2");
     checked *r = check(8, OV("accelerator.tp_size=4", "model.dim=96", "model.n_heads=6",
                              "model.n_kv_heads=2", "train.global_batch_size=16"));
     const char *lines[] = {
@@ -390,8 +392,8 @@ static void test_tp_with_moe_keeps_the_moe_layer_whole(void **state) {
      * divide; under sequence parallel it runs on each TP rank's rows. */
     expect_ok(check(2, OV("model.arch=moe", "accelerator.tp_size=2", "model.ffn_dim=385",
                           "model.moe.expert_ffn_dim=33", "model.moe.shared_expert_ffn_dim=33")));
-    expect_ok(check(2, OV("model.arch=moe", "accelerator.tp_size=2",
-                          "accelerator.sequence_parallel=true")));
+    expect_ok(check(
+        2, OV("model.arch=moe", "accelerator.tp_size=2", "accelerator.sequence_parallel=true")));
 }
 
 static void test_sequence_parallel_needs_seq_len_split_over_tp(void **state) {
@@ -413,11 +415,11 @@ static void test_cp_needs_two_chunks_per_rank(void **state) {
     expect_ok(check(2, OV("accelerator.cp_size=2", "train.global_batch_size=8")));
     expect_ok(check(4, OV("accelerator.cp_size=2", "fsdp_config.dp_shard_size=2",
                           "accelerator.cp_rotate_method=ring")));
-    expect_only_error(check(2, OV("accelerator.cp_size=2", "train.seq_len=66",
-                                  "train.global_batch_size=8")),
-                      "train.seq_len = 66 is not divisible by 2 x accelerator.cp_size (context "
-                      "parallelism holds two chunks of each sequence per rank) = 4; choose a "
-                      "multiple of 4, e.g. train.seq_len: 68");
+    expect_only_error(
+        check(2, OV("accelerator.cp_size=2", "train.seq_len=66", "train.global_batch_size=8")),
+        "train.seq_len = 66 is not divisible by 2 x accelerator.cp_size (context "
+        "parallelism holds two chunks of each sequence per rank) = 4; choose a "
+        "multiple of 4, e.g. train.seq_len: 68");
     expect_only_error(check(4, OV("accelerator.cp_size=2", "accelerator.tp_size=2",
                                   "accelerator.sequence_parallel=true", "train.seq_len=36",
                                   "train.global_batch_size=8")),
@@ -581,8 +583,8 @@ static void test_pp_refuses_what_stages_do_not_share(void **state) {
                       "accelerator.pp_size: 1");
     expect_ok(check(1, OV("model.arch=moe", "model.tie_embeddings=true")));
     /* The topology rules are reported first, and the PP rules still run. */
-    checked *r = check(3, OV("accelerator.cp_size=2", "accelerator.pp_size=2",
-                             "model.tie_embeddings=true"));
+    checked *r =
+        check(3, OV("accelerator.cp_size=2", "accelerator.pp_size=2", "model.tie_embeddings=true"));
     assert_int_equal(r->st, HS_ERR_CONFIG);
     const char *rule4 = strstr(r->e.msg, "[rule 4]"), *tie = strstr(r->e.msg, "tie_embeddings");
     assert_non_null(rule4);
@@ -597,8 +599,12 @@ static void test_all_violated_rules_are_reported_together(void **state) {
                              "fsdp_config.mix_precision.fp32_main_grad=true", "model.n_heads=3",
                              "train.steps=0"));
     assert_int_equal(r->st, HS_ERR_CONFIG);
-    const char *paths[] = {"fsdp_config.dp_shard_size", "fsdp_config.forward_prefetch_depth",
-                           "[rule 8]", "[rule 9]", "model.n_heads", "train.steps"};
+    const char *paths[] = {"fsdp_config.dp_shard_size",
+                           "fsdp_config.forward_prefetch_depth",
+                           "[rule 8]",
+                           "[rule 9]",
+                           "model.n_heads",
+                           "train.steps"};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
         if (!strstr(r->e.msg, paths[i])) fail_msg("'%s' not in:\n%s", paths[i], r->e.msg);
     assert_true(r->e.lines >= 6);
@@ -632,12 +638,15 @@ static void test_warn_zero_copy_without_comm_fusion(void **state) {
 
 static void test_warn_micro_batch_knobs_with_one_micro_batch(void **state) {
     (void)state;
-    expect_warning(check(2, OV("fsdp_config.dp_shard_size=2", "fsdp_config.requires_grad_sync=false")),
-                   "fsdp_config.requires_grad_sync = false has no effect: a step has one micro-batch");
-    expect_warning(check(2, OV("fsdp_config.dp_shard_size=2", "fsdp_config.reshard_after_backward=false")),
-                   "fsdp_config.reshard_after_backward = false has no effect");
-    expect_no_warning(check(2, OV("fsdp_config.dp_shard_size=2", "fsdp_config.requires_grad_sync=false",
-                                  "train.micro_batch_size=4", "train.global_batch_size=16")));
+    expect_warning(
+        check(2, OV("fsdp_config.dp_shard_size=2", "fsdp_config.requires_grad_sync=false")),
+        "fsdp_config.requires_grad_sync = false has no effect: a step has one micro-batch");
+    expect_warning(
+        check(2, OV("fsdp_config.dp_shard_size=2", "fsdp_config.reshard_after_backward=false")),
+        "fsdp_config.reshard_after_backward = false has no effect");
+    expect_no_warning(
+        check(2, OV("fsdp_config.dp_shard_size=2", "fsdp_config.requires_grad_sync=false",
+                    "train.micro_batch_size=4", "train.global_batch_size=16")));
 }
 
 static void test_warn_tp_switches_without_tp(void **state) {

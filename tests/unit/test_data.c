@@ -15,8 +15,14 @@
 
 static char tmpdir[256];
 
-static int setup(void **s) { (void)s; return tu_tmpdir_make(tmpdir, sizeof tmpdir, "data"); }
-static int teardown(void **s) { (void)s; return tu_tmpdir_remove(tmpdir); }
+static int setup(void **s) {
+    (void)s;
+    return tu_tmpdir_make(tmpdir, sizeof tmpdir, "data");
+}
+static int teardown(void **s) {
+    (void)s;
+    return tu_tmpdir_remove(tmpdir);
+}
 
 /* A text file of n bytes where byte i is 'A' + i % 26. */
 static void text_config(hs_data_config *dc, int n, double val_fraction) {
@@ -139,7 +145,8 @@ static void test_order_depends_on_the_seed_only(void **state) {
     int differ = 0;
     for (int g = 5; g >= 0; g--) /* any visiting order gives the same answer */
         for (int k = 0; k < 16; k++) {
-            assert_int_equal(hs_data_batch_sequence(a, g, 16, k), hs_data_batch_sequence(b, g, 16, k));
+            assert_int_equal(hs_data_batch_sequence(a, g, 16, k),
+                             hs_data_batch_sequence(b, g, 16, k));
             differ += hs_data_batch_sequence(a, g, 16, k) != hs_data_batch_sequence(c, g, 16, k);
         }
     assert_true(differ > 0);
@@ -201,8 +208,8 @@ static void test_too_little_data_for_a_train_sequence_is_a_config_error(void **s
 /* Write toks to path, read them back unchanged, and open them as a tokens
  * dataset of 4-token sequences over `vocab`: sequence `seq` (5 tokens with
  * its targets) starts at toks[5 seq] and its targets end at toks[5 seq + 4]. */
-static void check_tokens_round_trip(const char *path, const uint32_t *toks, int64_t n,
-                                    int vocab, int seq, hs_data_config *dc) {
+static void check_tokens_round_trip(const char *path, const uint32_t *toks, int64_t n, int vocab,
+                                    int seq, hs_data_config *dc) {
     hs_error e;
     hs_error_clear(&e);
     assert_int_equal(hs_tokens_write(path, toks, n, &e), HS_OK);

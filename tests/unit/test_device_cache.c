@@ -17,23 +17,20 @@ typedef struct raw_counter {
     int64_t allocs, frees, out, budget;
 } raw_counter;
 
-static void *raw_alloc(void *ctx, size_t bytes)
-{
+static void *raw_alloc(void *ctx, size_t bytes) {
     raw_counter *r = ctx;
     if (r->budget && r->out >= r->budget) return NULL;
     r->allocs++, r->out++;
     return malloc(bytes);
 }
 
-static void raw_free(void *ctx, void *p)
-{
+static void raw_free(void *ctx, void *p) {
     raw_counter *r = ctx;
     r->frees++, r->out--;
     free(p);
 }
 
-static void test_size_classes_round_up_by_under_a_fifth_and_are_stable(void **state)
-{
+static void test_size_classes_round_up_by_under_a_fifth_and_are_stable(void **state) {
     (void)state;
     assert_int_equal(hs_mem_cache_class(0), 512);
     assert_int_equal(hs_mem_cache_class(512), 512);
@@ -52,8 +49,7 @@ static void test_size_classes_round_up_by_under_a_fifth_and_are_stable(void **st
     }
 }
 
-static void test_a_freed_block_serves_the_next_request_of_its_class(void **state)
-{
+static void test_a_freed_block_serves_the_next_request_of_its_class(void **state) {
     (void)state;
     raw_counter r = {0};
     hs_mem_cache *c = hs_mem_cache_create("test", raw_alloc, raw_free, &r);
@@ -76,8 +72,7 @@ static void test_a_freed_block_serves_the_next_request_of_its_class(void **state
 
 /* The same allocations and frees through an hs_pool and the cache: in use
  * and peak agree at every step, also after a peak reset. */
-static void test_in_use_and_peak_follow_hs_pool_for_the_same_sequence(void **state)
-{
+static void test_in_use_and_peak_follow_hs_pool_for_the_same_sequence(void **state) {
     (void)state;
     raw_counter r = {0};
     hs_mem_cache *c = hs_mem_cache_create("test", raw_alloc, raw_free, &r);
@@ -110,8 +105,7 @@ static void test_in_use_and_peak_follow_hs_pool_for_the_same_sequence(void **sta
     assert_int_equal(r.out, 0);
 }
 
-static void test_trim_hands_cached_blocks_back_and_reserved_drops(void **state)
-{
+static void test_trim_hands_cached_blocks_back_and_reserved_drops(void **state) {
     (void)state;
     raw_counter r = {0};
     hs_mem_cache *c = hs_mem_cache_create("test", raw_alloc, raw_free, &r);
@@ -126,13 +120,12 @@ static void test_trim_hands_cached_blocks_back_and_reserved_drops(void **state)
     assert_int_equal(r.out, 0);
 }
 
-static void test_a_refused_raw_allocation_trims_the_cache_and_retries(void **state)
-{
+static void test_a_refused_raw_allocation_trims_the_cache_and_retries(void **state) {
     (void)state;
     raw_counter r = {.budget = 1};
     hs_mem_cache *c = hs_mem_cache_create("test", raw_alloc, raw_free, &r);
     hs_mem_cache_free(c, hs_mem_cache_alloc(c, 1000)); /* one block cached in class 1024 */
-    void *b = hs_mem_cache_alloc(c, 3000); /* refused at first: the budget is used */
+    void *b = hs_mem_cache_alloc(c, 3000);             /* refused at first: the budget is used */
     assert_non_null(b);
     assert_int_equal(r.frees, 1);
     assert_int_equal(hs_mem_cache_stats_get(c).reserved, 3072);
@@ -142,8 +135,7 @@ static void test_a_refused_raw_allocation_trims_the_cache_and_retries(void **sta
 
 /* Enough live blocks to grow the address table several times, freed in
  * another order than allocated, each found again. */
-static void test_thousands_of_live_blocks_are_each_found_when_freed(void **state)
-{
+static void test_thousands_of_live_blocks_are_each_found_when_freed(void **state) {
     (void)state;
     raw_counter r = {0};
     hs_mem_cache *c = hs_mem_cache_create("test", raw_alloc, raw_free, &r);
@@ -160,8 +152,7 @@ static void test_thousands_of_live_blocks_are_each_found_when_freed(void **state
     assert_int_equal(r.out, 0);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_size_classes_round_up_by_under_a_fifth_and_are_stable),
         cmocka_unit_test(test_a_freed_block_serves_the_next_request_of_its_class),

@@ -34,23 +34,20 @@ typedef struct outs {
 } outs;
 
 /* A copy of n values of p (dtype dt) as fp32, kept as one output. */
-static void put(outs *o, const void *p, hs_dtype dt, int64_t n)
-{
+static void put(outs *o, const void *p, hs_dtype dt, int64_t n) {
     HS_ASSERT(o->n < MAX_OUT);
     float *v = malloc((size_t)(n ? n : 1) * sizeof *v);
     hs_convert(v, HS_DTYPE_F32, p, dt, n);
     o->v[o->n] = v, o->len[o->n++] = n;
 }
 
-static void outs_free(outs *o)
-{
+static void outs_free(outs *o) {
     for (int i = 0; i < o->n; i++) free(o->v[i]);
     o->n = 0;
 }
 
 /* n values in [-scale, scale] from `seed`, stored in dt. */
-static void *rnd(hs_dtype dt, int64_t n, uint64_t seed, float scale)
-{
+static void *rnd(hs_dtype dt, int64_t n, uint64_t seed, float scale) {
     void *p = malloc((size_t)(n ? n : 1) * hs_dtype_size(dt));
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
     for (int64_t i = 0; i < n; i++) {
@@ -61,8 +58,7 @@ static void *rnd(hs_dtype dt, int64_t n, uint64_t seed, float scale)
     return p;
 }
 
-static int32_t *ids(int64_t n, int V, uint64_t seed)
-{
+static int32_t *ids(int64_t n, int V, uint64_t seed) {
     int32_t *t = malloc((size_t)(n ? n : 1) * sizeof *t);
     for (int64_t i = 0; i < n; i++) t[i] = (int32_t)((i * 7 + (int64_t)seed) % V);
     return t;
@@ -79,7 +75,7 @@ typedef struct kcase {
 
 typedef struct op_def {
     const char *name;
-    size_t entry;      /* offsetof the kernel in hs_device_kernels */
+    size_t entry; /* offsetof the kernel in hs_device_kernels */
     unsigned dtypes;
     float tol[HS_DTYPE_COUNT];
     double floor; /* errors are relative to max(max |want|, floor) */
@@ -92,8 +88,7 @@ typedef struct op_def {
  * strides `pad` past their minimum; C = 0.5 op(A) op(B) + C, or with
  * beta0 C = 0.5 op(A) op(B) over a C of NaNs (BLAS: C is not read); all
  * in dt, or with mixed B and C in fp32. */
-static void run_gemm(const kcase *c, outs *o)
-{
+static void run_gemm(const kcase *c, outs *o) {
     const int64_t *d = c->d;
     bool ta = d[3], tb = d[4];
     hs_dtype bc_dt = d[7] ? HS_DTYPE_F32 : c->dt;
@@ -101,9 +96,19 @@ static void run_gemm(const kcase *c, outs *o)
     int64_t na = (ta ? d[2] : d[0]) * lda, nb = (tb ? d[1] : d[2]) * ldb, nc = d[0] * ldc;
     void *A = rnd(c->dt, na, 1, 1.0f), *B = rnd(bc_dt, nb, 2, 1.0f), *C = rnd(bc_dt, nc, 3, 1.0f);
     for (int64_t i = 0; d[6] && i < nc; i++) hs_st(C, bc_dt, i, NAN);
-    hs_gemm_shape g = {.trans_a = ta, .trans_b = tb, .M = d[0], .N = d[1], .K = d[2],
-                       .alpha = 0.5f, .beta = d[6] ? 0.0f : 1.0f, .a_dt = c->dt, .b_dt = bc_dt,
-                       .c_dt = bc_dt, .lda = lda, .ldb = ldb, .ldc = ldc};
+    hs_gemm_shape g = {.trans_a = ta,
+                       .trans_b = tb,
+                       .M = d[0],
+                       .N = d[1],
+                       .K = d[2],
+                       .alpha = 0.5f,
+                       .beta = d[6] ? 0.0f : 1.0f,
+                       .a_dt = c->dt,
+                       .b_dt = bc_dt,
+                       .c_dt = bc_dt,
+                       .lda = lda,
+                       .ldb = ldb,
+                       .ldc = ldc};
     c->k->gemm(c->s, C, A, B, &g);
     for (int64_t i = 0; d[6] && i < d[0]; i++) /* the padding past N is no output */
         for (int64_t j = d[1]; j < ldc; j++) hs_st(C, bc_dt, i * ldc + j, 0.0f);
@@ -112,8 +117,7 @@ static void run_gemm(const kcase *c, outs *o)
 }
 
 /* d = {n}: dt -> fp32, fp32 -> dt, and dt -> fp32 scaled by 0.75. */
-static void run_convert(const kcase *c, outs *o)
-{
+static void run_convert(const kcase *c, outs *o) {
     int64_t n = c->d[0];
     void *x = rnd(c->dt, n, 4, 3.0f), *y = rnd(HS_DTYPE_F32, n, 5, 3.0f);
     float *f = malloc((size_t)(n ? n : 1) * 4);
@@ -130,8 +134,7 @@ static void run_convert(const kcase *c, outs *o)
 /* d = {n}: fill; 0 + x with -0s (values and signs); normal draws from
  * counter 3 of a Philox stream, mean 0.5, std 0.02; then y += 0.5 x,
  * x *= -2, y += x, and sum(y^2). */
-static void run_elementwise(const kcase *c, outs *o)
-{
+static void run_elementwise(const kcase *c, outs *o) {
     int64_t n = c->d[0];
     float *x = rnd(HS_DTYPE_F32, n, 6, 1.0f), *y = rnd(HS_DTYPE_F32, n, 7, 1.0f);
     float *z = malloc((size_t)(n ? n : 1) * 4);
@@ -158,8 +161,7 @@ static void run_elementwise(const kcase *c, outs *o)
 
 /* d = {n}: the in-place round to dt, and the residual add of a dt and an
  * fp32 operand stored in dt and in fp32. */
-static void run_round_add(const kcase *c, outs *o)
-{
+static void run_round_add(const kcase *c, outs *o) {
     int64_t n = c->d[0];
     float *x = rnd(HS_DTYPE_F32, n, 8, 3.0f), *y = rnd(HS_DTYPE_F32, n, 9, 1.0f);
     void *a = rnd(c->dt, n, 10, 2.0f), *out = rnd(c->dt, n, 0, 0.0f);
@@ -174,8 +176,7 @@ static void run_round_add(const kcase *c, outs *o)
 
 /* d = {N, C, x32}: forward (out, rstd), then backward into dx and dw; x
  * in dt, or in fp32 with x32 (a block's input at a unit boundary). */
-static void run_rmsnorm(const kcase *c, outs *o)
-{
+static void run_rmsnorm(const kcase *c, outs *o) {
     int64_t N = c->d[0];
     int C = (int)c->d[1];
     hs_dtype xdt = c->d[2] ? HS_DTYPE_F32 : c->dt;
@@ -192,8 +193,7 @@ static void run_rmsnorm(const kcase *c, outs *o)
 
 /* d = {B, T, H, HD}: forward on x (dt) and backward on an fp32 gradient,
  * with tables of any values (the kernels do not assume cos^2 + sin^2 = 1). */
-static void run_rope(const kcase *c, outs *o)
-{
+static void run_rope(const kcase *c, outs *o) {
     int B = (int)c->d[0], T = (int)c->d[1], H = (int)c->d[2], HD = (int)c->d[3];
     int64_t n = (int64_t)B * T * H * HD, nt = (int64_t)T * (HD / 2);
     float *ct = rnd(HS_DTYPE_F32, nt, 27, 1.0f), *st = rnd(HS_DTYPE_F32, nt, 28, 1.0f);
@@ -206,8 +206,7 @@ static void run_rope(const kcase *c, outs *o)
 }
 
 /* d = {T, HD, theta}. */
-static void run_rope_tables(const kcase *c, outs *o)
-{
+static void run_rope_tables(const kcase *c, outs *o) {
     int T = (int)c->d[0], HD = (int)c->d[1];
     int64_t nt = (int64_t)T * (HD / 2);
     float *ct = rnd(HS_DTYPE_F32, nt, 0, 0), *st = rnd(HS_DTYPE_F32, nt, 0, 0);
@@ -217,8 +216,7 @@ static void run_rope_tables(const kcase *c, outs *o)
 }
 
 /* d = {n}: forward, backward accumulating, backward overwriting. */
-static void run_swiglu(const kcase *c, outs *o)
-{
+static void run_swiglu(const kcase *c, outs *o) {
     int64_t n = c->d[0];
     void *g = rnd(c->dt, n, 15, 6.0f), *u = rnd(c->dt, n, 16, 2.0f), *out = rnd(c->dt, n, 0, 0);
     float *dout = rnd(HS_DTYPE_F32, n, 17, 1.0f);
@@ -237,8 +235,7 @@ static void run_swiglu(const kcase *c, outs *o)
  * [1, T) at T + T/2); 2 one where the first query rows see no key (keys
  * start at a global position past theirs). Forward into an odt = dt
  * output, then backward accumulating into dq, dk, dv. */
-static hs_att_rows att_variant(int T, int variant)
-{
+static hs_att_rows att_variant(int T, int variant) {
     hs_att_rows r = {.Tq = T, .Tk = T, .q0 = 0, .nq = T, .k0 = 0, .nk = T, .gq = 0, .gk = 0};
     if (variant == 1) {
         r.q0 = T / 3, r.nq = T - T / 3, r.gq = 2 * T;
@@ -248,8 +245,7 @@ static hs_att_rows att_variant(int T, int variant)
     return r;
 }
 
-static void run_attention(const kcase *c, outs *o)
-{
+static void run_attention(const kcase *c, outs *o) {
     const int64_t *d = c->d;
     int B = (int)d[0], NH = (int)d[1], KVH = (int)d[2], HD = (int)d[3], T = (int)d[4];
     hs_att_rows r = att_variant(T, (int)d[5]);
@@ -275,8 +271,8 @@ static void run_attention(const kcase *c, outs *o)
     }
     c->k->attention_fwd(c->s, out, c->dt, lse, q, k, v, c->dt, B, NH, KVH, HD, &r, wp);
     put(o, out, c->dt, nq), put(o, lse, HS_DTYPE_F32, (int64_t)B * NH * T);
-    c->k->attention_bwd(c->s, dq, dk, dv, dout, out, c->dt, q, k, v, lse, c->dt, B, NH, KVH, HD,
-                        &r, wp);
+    c->k->attention_bwd(c->s, dq, dk, dv, dout, out, c->dt, q, k, v, lse, c->dt, B, NH, KVH, HD, &r,
+                        wp);
     put(o, dq, HS_DTYPE_F32, nq), put(o, dk, HS_DTYPE_F32, nk), put(o, dv, HS_DTYPE_F32, nk);
     free(q), free(k), free(v), free(out), free(lse), free(dout), free(dq), free(dk), free(dv);
     free(w.scratch), free(w.delta), free((void *)w.dout16);
@@ -285,8 +281,7 @@ static void run_attention(const kcase *c, outs *o)
 /* d = {B, NH, HD, T, variant}: a ring block merged into an accumulated
  * output on att_variant's query rows; every fifth row of the block saw no
  * key (its lse -inf) and must stay as it was. */
-static void run_attention_merge(const kcase *c, outs *o)
-{
+static void run_attention_merge(const kcase *c, outs *o) {
     const int64_t *d = c->d;
     int B = (int)d[0], NH = (int)d[1], HD = (int)d[2], T = (int)d[3];
     hs_att_rows r = att_variant(T, (int)d[4]);
@@ -301,8 +296,7 @@ static void run_attention_merge(const kcase *c, outs *o)
 
 /* d = {N, V}: loss, valid rows and the gradient in place of the logits;
  * every third target is ignored (-1). */
-static void run_xent(const kcase *c, outs *o)
-{
+static void run_xent(const kcase *c, outs *o) {
     int64_t N = c->d[0];
     int V = (int)c->d[1];
     float *l = rnd(HS_DTYPE_F32, N * V, 20, 8.0f);
@@ -324,8 +318,7 @@ static void run_xent(const kcase *c, outs *o)
  * reduced ones: maxima, fp32 sums and target logits, then the gradient in
  * place; every third target is ignored, the others fall in and out of the
  * shard. */
-static void run_xent_shard(const kcase *c, outs *o)
-{
+static void run_xent_shard(const kcase *c, outs *o) {
     int64_t N = c->d[0], v0 = c->d[2];
     int V = (int)c->d[1];
     float *l = rnd(HS_DTYPE_F32, N * V, 23, 8.0f);
@@ -344,8 +337,7 @@ static void run_xent_shard(const kcase *c, outs *o)
 /* d = {N, E, K}: MoE routing of random logits rounded to dt: the chosen
  * experts (compared as numbers: one swapped choice fails), their weights in
  * dt's values and the softmax left in place. */
-static void run_moe_route(const kcase *c, outs *o)
-{
+static void run_moe_route(const kcase *c, outs *o) {
     int64_t N = c->d[0];
     int E = (int)c->d[1], K = (int)c->d[2];
     float *p = rnd(HS_DTYPE_F32, N * E, 24, 4.0f), *w = calloc((size_t)(N * K) + 1, 4);
@@ -362,16 +354,14 @@ static void run_moe_route(const kcase *c, outs *o)
  * each on E experts (pair p's expert (p * 5 + p / 3) % E, grouped by a
  * stable counting sort as the model plans them): x rows to grouped order,
  * then random grouped rows y summed back per token with random weights. */
-static void group_pairs(int64_t P, int E, int32_t *row_pair, int32_t *pair_row)
-{
+static void group_pairs(int64_t P, int E, int32_t *row_pair, int32_t *pair_row) {
     int64_t r = 0;
     for (int e = 0; e < E; e++)
         for (int64_t p = 0; p < P; p++)
             if ((p * 5 + p / 3) % E == e) row_pair[r] = (int32_t)p, pair_row[p] = (int32_t)r++;
 }
 
-static void run_moe_permute(const kcase *c, outs *o)
-{
+static void run_moe_permute(const kcase *c, outs *o) {
     int64_t N = c->d[0], P = N * c->d[1];
     int K = (int)c->d[1], C = (int)c->d[2], E = (int)c->d[3];
     int32_t *row_pair = calloc((size_t)P + 1, sizeof *row_pair);
@@ -389,8 +379,7 @@ static void run_moe_permute(const kcase *c, outs *o)
 
 /* d = {N, K, C, E}: the dispatch's backward, grouped rows added back onto
  * their tokens' rows (which do not start at zero). */
-static void run_moe_permute_bwd(const kcase *c, outs *o)
-{
+static void run_moe_permute_bwd(const kcase *c, outs *o) {
     int64_t N = c->d[0], P = N * c->d[1];
     int K = (int)c->d[1], C = (int)c->d[2], E = (int)c->d[3];
     int32_t *row_pair = calloc((size_t)P + 1, sizeof *row_pair);
@@ -406,8 +395,7 @@ static void run_moe_permute_bwd(const kcase *c, outs *o)
  * pair order) and the router's from probabilities that sum to 1 per token,
  * token t choosing experts t, t + 1, ... (mod E), with the aux-loss
  * gradient when aux. */
-static void run_moe_bwd(const kcase *c, outs *o)
-{
+static void run_moe_bwd(const kcase *c, outs *o) {
     int64_t N = c->d[0], P = N * c->d[1];
     int K = (int)c->d[1], C = (int)c->d[2], E = (int)c->d[3];
     int32_t *pair_row = calloc((size_t)P + 1, sizeof *pair_row);
@@ -434,8 +422,7 @@ static void run_moe_bwd(const kcase *c, outs *o)
 
 /* Counts and fp64 sums as fp32 outputs: exact for counts below 2^24 and
  * sums to fp32's precision, which the tolerance asks for. */
-static void put_stats(outs *o, const int64_t *count, const double *prob_sum, int E)
-{
+static void put_stats(outs *o, const int64_t *count, const double *prob_sum, int E) {
     float *v = calloc((size_t)E + 1, sizeof *v);
     for (int e = 0; e < E; e++) v[e] = (float)count[e];
     put(o, v, HS_DTYPE_F32, E);
@@ -445,8 +432,7 @@ static void put_stats(outs *o, const int64_t *count, const double *prob_sum, int
 }
 
 /* Statistics that do not start at zero, so that a store in place of += fails. */
-static void stats_start(int64_t *count, double *prob_sum, int E, uint64_t seed)
-{
+static void stats_start(int64_t *count, double *prob_sum, int E, uint64_t seed) {
     float *r = rnd(HS_DTYPE_F32, E, seed, 1.0f);
     for (int e = 0; e < E; e++) count[e] = 3 * e + 1, prob_sum[e] = 2.0 + r[e];
     free(r);
@@ -455,8 +441,7 @@ static void stats_start(int64_t *count, double *prob_sum, int E, uint64_t seed)
 /* d = {N, E, K, no_sums}: the router's statistics accumulated from K
  * distinct experts per token (token t: (t * 3 + k * 5) % E, ..., the next
  * free one up) and softmax-like probabilities; with no_sums, counts only. */
-static int32_t *distinct_sel(int64_t N, int E, int K)
-{
+static int32_t *distinct_sel(int64_t N, int E, int K) {
     int32_t *sel = calloc((size_t)(N * K) + 1, sizeof *sel);
     for (int64_t t = 0; t < N; t++)
         for (int k = 0; k < K; k++) {
@@ -468,8 +453,7 @@ static int32_t *distinct_sel(int64_t N, int E, int K)
     return sel;
 }
 
-static void run_moe_stats(const kcase *c, outs *o)
-{
+static void run_moe_stats(const kcase *c, outs *o) {
     int64_t N = c->d[0];
     int E = (int)c->d[1], K = (int)c->d[2];
     int32_t *sel = distinct_sel(N, E, K);
@@ -485,8 +469,7 @@ static void run_moe_stats(const kcase *c, outs *o)
 }
 
 /* d = {E, no_sums}: running totals += a layer's statistics. */
-static void run_moe_stats_add(const kcase *c, outs *o)
-{
+static void run_moe_stats_add(const kcase *c, outs *o) {
     int E = (int)c->d[0];
     int64_t *count = calloc((size_t)E + 1, sizeof *count), *in = calloc((size_t)E + 1, sizeof *in);
     double *sum = calloc((size_t)E + 1, sizeof *sum), *sum_in = calloc((size_t)E + 1, sizeof *sum);
@@ -500,8 +483,7 @@ static void run_moe_stats_add(const kcase *c, outs *o)
 }
 
 /* Integers as fp32 outputs: exact below 2^24. */
-static void put_ints(outs *o, const int32_t *v, int64_t n)
-{
+static void put_ints(outs *o, const int32_t *v, int64_t n) {
     float *f = calloc((size_t)n + 1, sizeof *f);
     for (int64_t i = 0; i < n; i++) f[i] = (float)v[i];
     put(o, f, HS_DTYPE_F32, n);
@@ -510,8 +492,7 @@ static void put_ints(outs *o, const int32_t *v, int64_t n)
 
 /* d = {N, E, K}: the grouped order of distinct per-token experts, with the
  * counts moe_stats gives them. */
-static void run_moe_dispatch(const kcase *c, outs *o)
-{
+static void run_moe_dispatch(const kcase *c, outs *o) {
     int64_t N = c->d[0];
     int E = (int)c->d[1], K = (int)c->d[2];
     int32_t *sel = distinct_sel(N, E, K);
@@ -531,8 +512,7 @@ static void run_moe_dispatch(const kcase *c, outs *o)
  * [v0, v0 + V) of a 2 v0 + V vocabulary: gather (into fp32 rows with f32,
  * else into dt), then scatter-add with repeated tokens; with v0 > 0 the
  * tokens fall below, inside and above the range. */
-static void run_embedding(const kcase *c, outs *o)
-{
+static void run_embedding(const kcase *c, outs *o) {
     int64_t N = c->d[0], v0 = c->d[3];
     int C = (int)c->d[1], V = (int)c->d[2];
     hs_dtype odt = c->d[4] ? HS_DTYPE_F32 : c->dt;
@@ -551,8 +531,7 @@ static void run_embedding(const kcase *c, outs *o)
  * sums and target logits; every third target is ignored (all with
  * all_ignored). The fp64 loss is compared as its fp32 rounding and the
  * fp32 rounding of the rest, so an error in its low bits shows. */
-static void run_xent_shard_loss(const kcase *c, outs *o)
-{
+static void run_xent_shard_loss(const kcase *c, outs *o) {
     int64_t N = c->d[0];
     float *mx = rnd(HS_DTYPE_F32, N, 27, 8.0f), *sum = rnd(HS_DTYPE_F32, N, 28, 50.0f);
     float *tl = rnd(HS_DTYPE_F32, N, 29, 8.0f);
@@ -569,18 +548,21 @@ static void run_xent_shard_loss(const kcase *c, outs *o)
 
 /* d = {n}: three AdamW steps with weight decay, p held in dt (fp32
  * states). */
-static void run_adamw(const kcase *c, outs *o)
-{
+static void run_adamw(const kcase *c, outs *o) {
     int64_t n = c->d[0];
     void *p = rnd(c->dt, n, 24, 1.0f);
     float *g = rnd(HS_DTYPE_F32, n, 25, 0.1f);
     float *m = rnd(HS_DTYPE_F32, n, 26, 0.01f), *v = rnd(HS_DTYPE_F32, n, 0, 0);
     for (int step = 1; step <= 3; step++) {
         double lr = 1e-2, bc1 = 1.0 - pow(0.9, step), bc2 = 1.0 - pow(0.999, step);
-        hs_adamw_hparams h = {.beta1 = 0.9f, .beta2 = 0.999f, .one_minus_beta1 = 0.1f,
+        hs_adamw_hparams h = {.beta1 = 0.9f,
+                              .beta2 = 0.999f,
+                              .one_minus_beta1 = 0.1f,
                               .one_minus_beta2 = (float)(1.0 - 0.999),
-                              .step_size = (float)(lr / bc1), .bias2_sqrt = (float)sqrt(bc2),
-                              .eps = 1e-8f, .decay_factor = (float)(1.0 - lr * 0.1)};
+                              .step_size = (float)(lr / bc1),
+                              .bias2_sqrt = (float)sqrt(bc2),
+                              .eps = 1e-8f,
+                              .decay_factor = (float)(1.0 - lr * 0.1)};
         c->k->adamw(c->s, p, c->dt, m, v, g, &h, n);
     }
     put(o, p, c->dt, n), put(o, m, HS_DTYPE_F32, n), put(o, v, HS_DTYPE_F32, n);
@@ -588,8 +570,7 @@ static void run_adamw(const kcase *c, outs *o)
 }
 
 /* d = {n}: three Muon updates p = 0.99 p - 0.02 u, p held in dt. */
-static void run_muon_update(const kcase *c, outs *o)
-{
+static void run_muon_update(const kcase *c, outs *o) {
     int64_t n = c->d[0];
     void *p = rnd(c->dt, n, 30, 1.0f);
     float *u = rnd(HS_DTYPE_F32, n, 31, 1.0f);
@@ -599,8 +580,7 @@ static void run_muon_update(const kcase *c, outs *o)
 }
 
 /* d = {n}: x *= -0.75 and then x *= 3 in place, x held in dt. */
-static void run_scale_cast(const kcase *c, outs *o)
-{
+static void run_scale_cast(const kcase *c, outs *o) {
     int64_t n = c->d[0];
     void *x = rnd(c->dt, n, 32, 2.0f);
     c->k->scale_cast(c->s, x, c->dt, -0.75f, n);
@@ -612,8 +592,7 @@ static void run_scale_cast(const kcase *c, outs *o)
 
 /* d = {n, nesterov}: Muon's momentum from a buffer that does not start at
  * zero, twice. */
-static void run_muon_momentum(const kcase *c, outs *o)
-{
+static void run_muon_momentum(const kcase *c, outs *o) {
     int64_t n = c->d[0];
     float *dir = rnd(HS_DTYPE_F32, n, 0, 0), *buf = rnd(HS_DTYPE_F32, n, 60, 1.0f);
     float *g = rnd(HS_DTYPE_F32, n, 61, 1.0f);
@@ -624,10 +603,10 @@ static void run_muon_momentum(const kcase *c, outs *o)
 
 /* d = {rows, cols, steps, workspace}: Newton-Schulz of a random matrix,
  * with the caller's workspace or the kernel's own. */
-static void run_muon_newton_schulz(const kcase *c, outs *o)
-{
+static void run_muon_newton_schulz(const kcase *c, outs *o) {
     int64_t rows = c->d[0], cols = c->d[1];
-    float *g = rnd(HS_DTYPE_F32, rows * cols, 62, 1.0f), *out = rnd(HS_DTYPE_F32, rows * cols, 0, 0);
+    float *g = rnd(HS_DTYPE_F32, rows * cols, 62, 1.0f),
+          *out = rnd(HS_DTYPE_F32, rows * cols, 0, 0);
     float *ws = c->d[3] ? calloc((size_t)hs_newton_schulz5_scratch_floats(rows, cols) + 1, 4)
                         : NULL;
     c->k->muon_newton_schulz(c->s, out, g, rows, cols, (int)c->d[2], ws);
@@ -637,10 +616,10 @@ static void run_muon_newton_schulz(const kcase *c, outs *o)
 
 /* d = {rows, row_bytes, pad}: rows between strides row_bytes + pad and
  * row_bytes + 2 pad; the gaps of the destination keep their bytes. */
-static void run_copy_2d(const kcase *c, outs *o)
-{
+static void run_copy_2d(const kcase *c, outs *o) {
     int64_t rows = c->d[0];
-    size_t rb = (size_t)c->d[1] * 4, ss = rb + (size_t)c->d[2] * 4, ds = rb + 2 * (size_t)c->d[2] * 4;
+    size_t rb = (size_t)c->d[1] * 4, ss = rb + (size_t)c->d[2] * 4,
+           ds = rb + 2 * (size_t)c->d[2] * 4;
     int64_t nd = (int64_t)(rows * (int64_t)ds / 4);
     float *src = rnd(HS_DTYPE_F32, (int64_t)(rows * (int64_t)ss / 4), 63, 1.0f);
     float *dst = rnd(HS_DTYPE_F32, nd, 64, 1.0f);
@@ -659,97 +638,288 @@ static void run_copy_2d(const kcase *c, outs *o)
  * nearly equal terms of the inputs' size (the fp32 fast path loses its
  * low bits to cancellation there, as any fp32 code would). */
 static const op_def ops[] = {
-    {"gemm", K(gemm), ALL_DT, {2e-6f, 1.6e-2f, 2e-3f}, 1e-30,
-     {{1, 1, 1, 0, 0, 0}, {7, 5, 3, 0, 0, 0}, {33, 17, 65, 0, 0, 0}, {13, 9, 11, 1, 0, 0},
-      {13, 9, 11, 0, 1, 3}, {19, 23, 29, 1, 1, 5}, {0, 4, 5, 0, 0, 0}, {4, 4, 0, 0, 0, 1}},
-     8, run_gemm},
-    {"gemm_beta0", K(gemm), ALL_DT, {2e-6f, 1.6e-2f, 2e-3f}, 1e-30,
-     {{7, 5, 3, 0, 0, 0, 1}, {33, 17, 65, 1, 0, 2, 1}, {4, 4, 0, 0, 0, 0, 1}}, 3, run_gemm},
+    {"gemm",
+     K(gemm),
+     ALL_DT,
+     {2e-6f, 1.6e-2f, 2e-3f},
+     1e-30,
+     {{1, 1, 1, 0, 0, 0},
+      {7, 5, 3, 0, 0, 0},
+      {33, 17, 65, 0, 0, 0},
+      {13, 9, 11, 1, 0, 0},
+      {13, 9, 11, 0, 1, 3},
+      {19, 23, 29, 1, 1, 5},
+      {0, 4, 5, 0, 0, 0},
+      {4, 4, 0, 0, 0, 1}},
+     8,
+     run_gemm},
+    {"gemm_beta0",
+     K(gemm),
+     ALL_DT,
+     {2e-6f, 1.6e-2f, 2e-3f},
+     1e-30,
+     {{7, 5, 3, 0, 0, 0, 1}, {33, 17, 65, 1, 0, 2, 1}, {4, 4, 0, 0, 0, 0, 1}},
+     3,
+     run_gemm},
     /* One 16-bit operand and one fp32: where oneDNN has the native matmul
      * the fast path rounds the fp32 operand to the other's dtype (as a
      * 16-bit autograd holds it), so the bound is one 16-bit rounding. */
-    {"gemm_mixed", K(gemm), BF16 | F16, {0, 1.6e-2f, 2e-3f}, 1e-30,
-     {{7, 5, 3, 0, 0, 0, 0, 1}, {33, 17, 65, 0, 1, 0, 0, 1}, {19, 23, 29, 1, 0, 3, 1, 1}}, 3,
+    {"gemm_mixed",
+     K(gemm),
+     BF16 | F16,
+     {0, 1.6e-2f, 2e-3f},
+     1e-30,
+     {{7, 5, 3, 0, 0, 0, 0, 1}, {33, 17, 65, 0, 1, 0, 0, 1}, {19, 23, 29, 1, 0, 3, 1, 1}},
+     3,
      run_gemm},
-    {"convert", K(convert), ALL_DT, {0, 4e-3f, 5e-4f}, 1e-30, {{0}, {1}, {7}, {1000}, {40001}}, 5,
+    {"convert",
+     K(convert),
+     ALL_DT,
+     {0, 4e-3f, 5e-4f},
+     1e-30,
+     {{0}, {1}, {7}, {1000}, {40001}},
+     5,
      run_convert},
-    {"elementwise", K(fill), F32, {1e-6f, 0, 0}, 1e-30, {{0}, {1}, {7}, {1000}, {40001}}, 5,
+    {"elementwise",
+     K(fill),
+     F32,
+     {1e-6f, 0, 0},
+     1e-30,
+     {{0}, {1}, {7}, {1000}, {40001}},
+     5,
      run_elementwise},
-    {"round_add_cast", K(round), ALL_DT, {0, 4e-3f, 5e-4f}, 1e-30, {{0}, {1}, {7}, {40001}}, 4,
+    {"round_add_cast",
+     K(round),
+     ALL_DT,
+     {0, 4e-3f, 5e-4f},
+     1e-30,
+     {{0}, {1}, {7}, {40001}},
+     4,
      run_round_add},
-    {"rmsnorm", K(rmsnorm_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1.0,
-     {{1, 1}, {3, 7}, {5, 64}, {33, 257}, {70, 33}, {0, 16}, {5, 64, 1}, {70, 33, 1}}, 8,
+    {"rmsnorm",
+     K(rmsnorm_fwd),
+     ALL_DT,
+     {1e-6f, 8e-3f, 1e-3f},
+     1.0,
+     {{1, 1}, {3, 7}, {5, 64}, {33, 257}, {70, 33}, {0, 16}, {5, 64, 1}, {70, 33, 1}},
+     8,
      run_rmsnorm},
-    {"rope", K(rope_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,
-     {{1, 1, 1, 2}, {2, 5, 3, 8}, {1, 7, 2, 64}, {2, 3, 4, 18}, {0, 3, 2, 4}}, 5, run_rope},
-    {"rope_tables", K(rope_tables), F32, {0, 0, 0}, 1e-30,
-     {{1, 2, 10000}, {7, 8, 10000}, {300, 64, 500000}, {0, 4, 10000}}, 4, run_rope_tables},
-    {"swiglu", K(swiglu_fwd), ALL_DT, {2e-6f, 8e-3f, 1e-3f}, 1e-30,
-     {{0}, {1}, {7}, {8193}, {40001}}, 5, run_swiglu},
-    {"attention", K(attention_fwd), ALL_DT, {1e-5f, 2e-2f, 4e-3f}, 1e-30,
-     {{1, 1, 1, 2, 1, 0}, {2, 4, 2, 8, 7, 0}, {1, 4, 1, 16, 33, 0}, {1, 2, 2, 8, 300, 0},
-      {2, 4, 2, 8, 9, 1}, {1, 2, 1, 4, 300, 1}, {1, 2, 1, 4, 10, 2}, {1, 2, 1, 4, 0, 0},
-      {2, 4, 2, 8, 33, 0, 1}, {1, 2, 1, 4, 300, 0, 1}, {2, 4, 2, 8, 9, 1, 1}},
-     11, run_attention},
-    {"attention_merge", K(attention_merge), F32, {1e-6f, 0, 0}, 1e-30,
-     {{1, 1, 1, 1, 0}, {2, 3, 8, 7, 0}, {1, 4, 64, 33, 1}, {2, 2, 16, 12, 2}, {1, 2, 8, 0, 0}}, 5,
+    {"rope",
+     K(rope_fwd),
+     ALL_DT,
+     {1e-6f, 8e-3f, 1e-3f},
+     1e-30,
+     {{1, 1, 1, 2}, {2, 5, 3, 8}, {1, 7, 2, 64}, {2, 3, 4, 18}, {0, 3, 2, 4}},
+     5,
+     run_rope},
+    {"rope_tables",
+     K(rope_tables),
+     F32,
+     {0, 0, 0},
+     1e-30,
+     {{1, 2, 10000}, {7, 8, 10000}, {300, 64, 500000}, {0, 4, 10000}},
+     4,
+     run_rope_tables},
+    {"swiglu",
+     K(swiglu_fwd),
+     ALL_DT,
+     {2e-6f, 8e-3f, 1e-3f},
+     1e-30,
+     {{0}, {1}, {7}, {8193}, {40001}},
+     5,
+     run_swiglu},
+    {"attention",
+     K(attention_fwd),
+     ALL_DT,
+     {1e-5f, 2e-2f, 4e-3f},
+     1e-30,
+     {{1, 1, 1, 2, 1, 0},
+      {2, 4, 2, 8, 7, 0},
+      {1, 4, 1, 16, 33, 0},
+      {1, 2, 2, 8, 300, 0},
+      {2, 4, 2, 8, 9, 1},
+      {1, 2, 1, 4, 300, 1},
+      {1, 2, 1, 4, 10, 2},
+      {1, 2, 1, 4, 0, 0},
+      {2, 4, 2, 8, 33, 0, 1},
+      {1, 2, 1, 4, 300, 0, 1},
+      {2, 4, 2, 8, 9, 1, 1}},
+     11,
+     run_attention},
+    {"attention_merge",
+     K(attention_merge),
+     F32,
+     {1e-6f, 0, 0},
+     1e-30,
+     {{1, 1, 1, 1, 0}, {2, 3, 8, 7, 0}, {1, 4, 64, 33, 1}, {2, 2, 16, 12, 2}, {1, 2, 8, 0, 0}},
+     5,
      run_attention_merge},
-    {"xent", K(xent), F32, {2e-6f, 0, 0}, 1e-30, {{1, 1}, {3, 7}, {4, 1000}, {7, 33}, {0, 5}}, 5,
+    {"xent",
+     K(xent),
+     F32,
+     {2e-6f, 0, 0},
+     1e-30,
+     {{1, 1}, {3, 7}, {4, 1000}, {7, 33}, {0, 5}},
+     5,
      run_xent},
-    {"xent_shard", K(xent_shard_sums), F32, {2e-6f, 0, 0}, 1e-30,
-     {{1, 1, 0}, {3, 7, 0}, {4, 1000, 1000}, {7, 33, 20}, {0, 5, 0}}, 5, run_xent_shard},
+    {"xent_shard",
+     K(xent_shard_sums),
+     F32,
+     {2e-6f, 0, 0},
+     1e-30,
+     {{1, 1, 0}, {3, 7, 0}, {4, 1000, 1000}, {7, 33, 20}, {0, 5, 0}},
+     5,
+     run_xent_shard},
     /* The same fp64 additions in row order: the low bits are compared too. */
-    {"xent_shard_loss", K(xent_shard_loss), F32, {1e-6f, 0, 0}, 1e-30,
-     {{0}, {1}, {2}, {7}, {1000}, {4099}, {5, 1}}, 7, run_xent_shard_loss},
-    {"moe_route", K(moe_route), ALL_DT, {1e-6f, 4e-3f, 5e-4f}, 1.0,
-     {{1, 4, 2}, {7, 8, 2}, {33, 16, 4}, {5, 3, 3}, {0, 4, 1}}, 5, run_moe_route},
-    {"moe_permute", K(moe_permute), ALL_DT, {1e-6f, 1e-6f, 1e-6f}, 1e-30,
-     {{1, 1, 1, 1}, {7, 2, 5, 4}, {33, 4, 17, 8}, {5, 3, 64, 3}, {0, 2, 8, 4}}, 5,
+    {"xent_shard_loss",
+     K(xent_shard_loss),
+     F32,
+     {1e-6f, 0, 0},
+     1e-30,
+     {{0}, {1}, {2}, {7}, {1000}, {4099}, {5, 1}},
+     7,
+     run_xent_shard_loss},
+    {"moe_route",
+     K(moe_route),
+     ALL_DT,
+     {1e-6f, 4e-3f, 5e-4f},
+     1.0,
+     {{1, 4, 2}, {7, 8, 2}, {33, 16, 4}, {5, 3, 3}, {0, 4, 1}},
+     5,
+     run_moe_route},
+    {"moe_permute",
+     K(moe_permute),
+     ALL_DT,
+     {1e-6f, 1e-6f, 1e-6f},
+     1e-30,
+     {{1, 1, 1, 1}, {7, 2, 5, 4}, {33, 4, 17, 8}, {5, 3, 64, 3}, {0, 2, 8, 4}},
+     5,
      run_moe_permute},
-    {"moe_permute_bwd", K(moe_permute_bwd), F32, {1e-7f, 0, 0}, 1e-30,
-     {{1, 1, 1, 1}, {7, 2, 5, 4}, {33, 4, 17, 8}, {5, 3, 64, 3}, {0, 2, 8, 4}}, 5,
+    {"moe_permute_bwd",
+     K(moe_permute_bwd),
+     F32,
+     {1e-7f, 0, 0},
+     1e-30,
+     {{1, 1, 1, 1}, {7, 2, 5, 4}, {33, 4, 17, 8}, {5, 3, 64, 3}, {0, 2, 8, 4}},
+     5,
      run_moe_permute_bwd},
-    {"moe_bwd", K(moe_combine_bwd), ALL_DT, {1e-6f, 1e-6f, 1e-6f}, 1e-30,
-     {{1, 1, 1, 1, 0}, {7, 2, 5, 4, 1}, {33, 4, 17, 8, 0}, {5, 3, 64, 3, 1}, {0, 2, 8, 4, 1}}, 5,
+    {"moe_bwd",
+     K(moe_combine_bwd),
+     ALL_DT,
+     {1e-6f, 1e-6f, 1e-6f},
+     1e-30,
+     {{1, 1, 1, 1, 0}, {7, 2, 5, 4, 1}, {33, 4, 17, 8, 0}, {5, 3, 64, 3, 1}, {0, 2, 8, 4, 1}},
+     5,
      run_moe_bwd},
     /* The statistics are one fp64 rounding per addition in an order the
      * table fixes: fp32's precision of the outputs is all they may lose. */
-    {"moe_stats", K(moe_stats), F32, {1e-7f, 0, 0}, 1e-30,
-     {{0, 4, 2}, {1, 1, 1}, {1, 4, 2}, {7, 3, 3}, {33, 8, 2}, {5, 1, 1}, {9, 16, 4, 1},
-      {4099, 64, 6}, {40001, 8, 2}, {40001, 8, 2, 1}},
-     10, run_moe_stats},
-    {"moe_stats_add", K(moe_stats_add), F32, {1e-7f, 0, 0}, 1e-30, {{1}, {3}, {64}, {7, 1}}, 4,
+    {"moe_stats",
+     K(moe_stats),
+     F32,
+     {1e-7f, 0, 0},
+     1e-30,
+     {{0, 4, 2},
+      {1, 1, 1},
+      {1, 4, 2},
+      {7, 3, 3},
+      {33, 8, 2},
+      {5, 1, 1},
+      {9, 16, 4, 1},
+      {4099, 64, 6},
+      {40001, 8, 2},
+      {40001, 8, 2, 1}},
+     10,
+     run_moe_stats},
+    {"moe_stats_add",
+     K(moe_stats_add),
+     F32,
+     {1e-7f, 0, 0},
+     1e-30,
+     {{1}, {3}, {64}, {7, 1}},
+     4,
      run_moe_stats_add},
     /* Integers: exact. */
-    {"moe_dispatch", K(moe_dispatch), F32, {0, 0, 0}, 1e-30,
-     {{0, 4, 2}, {1, 1, 1}, {1, 4, 2}, {7, 3, 3}, {33, 8, 2}, {4099, 64, 6}, {40001, 8, 2}}, 7,
+    {"moe_dispatch",
+     K(moe_dispatch),
+     F32,
+     {0, 0, 0},
+     1e-30,
+     {{0, 4, 2}, {1, 1, 1}, {1, 4, 2}, {7, 3, 3}, {33, 8, 2}, {4099, 64, 6}, {40001, 8, 2}},
+     7,
      run_moe_dispatch},
-    {"embedding", K(embedding_fwd), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,
-     {{1, 1, 1}, {5, 7, 3}, {9, 33, 4}, {0, 4, 4}, {9, 33, 4, 3}, {40, 16, 8, 5},
-      {1, 1, 1, 0, 1}, {9, 33, 4, 3, 1}, {40, 16, 8, 5, 1}, {0, 4, 4, 2, 1}},
-     10, run_embedding},
+    {"embedding",
+     K(embedding_fwd),
+     ALL_DT,
+     {1e-6f, 8e-3f, 1e-3f},
+     1e-30,
+     {{1, 1, 1},
+      {5, 7, 3},
+      {9, 33, 4},
+      {0, 4, 4},
+      {9, 33, 4, 3},
+      {40, 16, 8, 5},
+      {1, 1, 1, 0, 1},
+      {9, 33, 4, 3, 1},
+      {40, 16, 8, 5, 1},
+      {0, 4, 4, 2, 1}},
+     10,
+     run_embedding},
     /* A 16-bit parameter: one rounding of its dtype per step; 70001 is
      * past the fast path's threading threshold. */
-    {"muon_momentum", K(muon_momentum), F32, {1e-6f, 0, 0}, 1e-30,
-     {{0, 0}, {1, 0}, {7, 1}, {4099, 0}, {4099, 1}}, 5, run_muon_momentum},
+    {"muon_momentum",
+     K(muon_momentum),
+     F32,
+     {1e-6f, 0, 0},
+     1e-30,
+     {{0, 0}, {1, 0}, {7, 1}, {4099, 0}, {4099, 1}},
+     5,
+     run_muon_momentum},
     /* Five iterations of fp32 GEMMs against fp64 ones. */
-    {"muon_newton_schulz", K(muon_newton_schulz), F32, {2e-5f, 0, 0}, 1e-30,
-     {{1, 1, 5, 0}, {3, 7, 5, 1}, {16, 9, 5, 0}, {32, 64, 5, 1}, {64, 32, 3, 0}}, 5,
+    {"muon_newton_schulz",
+     K(muon_newton_schulz),
+     F32,
+     {2e-5f, 0, 0},
+     1e-30,
+     {{1, 1, 5, 0}, {3, 7, 5, 1}, {16, 9, 5, 0}, {32, 64, 5, 1}, {64, 32, 3, 0}},
+     5,
      run_muon_newton_schulz},
-    {"copy_2d", K(copy_2d), F32, {0, 0, 0}, 1e-30, {{0, 4, 1}, {1, 1, 0}, {7, 5, 3}, {33, 64, 1}}, 4,
+    {"copy_2d",
+     K(copy_2d),
+     F32,
+     {0, 0, 0},
+     1e-30,
+     {{0, 4, 1}, {1, 1, 0}, {7, 5, 3}, {33, 64, 1}},
+     4,
      run_copy_2d},
-    {"adamw", K(adamw), ALL_DT, {2e-6f, 8e-3f, 1e-3f}, 1e-30,
-     {{0}, {1}, {7}, {1000}, {4099}, {70001}}, 6, run_adamw},
-    {"muon_update", K(muon_update), ALL_DT, {1e-6f, 8e-3f, 1e-3f}, 1e-30,
-     {{0}, {1}, {7}, {1000}, {4099}, {70001}}, 6, run_muon_update},
-    {"scale_cast", K(scale_cast), ALL_DT, {1e-7f, 4e-3f, 5e-4f}, 1e-30,
-     {{0}, {1}, {7}, {1025}, {70001}}, 5, run_scale_cast},
+    {"adamw",
+     K(adamw),
+     ALL_DT,
+     {2e-6f, 8e-3f, 1e-3f},
+     1e-30,
+     {{0}, {1}, {7}, {1000}, {4099}, {70001}},
+     6,
+     run_adamw},
+    {"muon_update",
+     K(muon_update),
+     ALL_DT,
+     {1e-6f, 8e-3f, 1e-3f},
+     1e-30,
+     {{0}, {1}, {7}, {1000}, {4099}, {70001}},
+     6,
+     run_muon_update},
+    {"scale_cast",
+     K(scale_cast),
+     ALL_DT,
+     {1e-7f, 4e-3f, 5e-4f},
+     1e-30,
+     {{0}, {1}, {7}, {1025}, {70001}},
+     5,
+     run_scale_cast},
 };
 
 /* ------------------------------------------------------------ the driver */
 
-static bool has(const hs_device_kernels *k, size_t entry)
-{
+static bool has(const hs_device_kernels *k, size_t entry) {
     void (*fn)(void);
     memcpy(&fn, (const char *)k + entry, sizeof fn);
     return fn != NULL;
@@ -757,8 +927,7 @@ static bool has(const hs_device_kernels *k, size_t entry)
 
 /* Normalised max error of got against want; INFINITY where got has a NaN
  * that want does not, or the lengths differ. */
-static double norm_err(const outs *got, const outs *want, double floor)
-{
+static double norm_err(const outs *got, const outs *want, double floor) {
     if (got->n != want->n) return INFINITY;
     double worst = 0.0;
     for (int j = 0; j < got->n; j++) {
@@ -780,8 +949,7 @@ typedef struct tally {
     int checked, failed, not_provided, ops_checked;
 } tally;
 
-static void run_op(const op_def *op, hs_device *dev, hs_device *ref, tally *t, bool verbose)
-{
+static void run_op(const op_def *op, hs_device *dev, hs_device *ref, tally *t, bool verbose) {
     if (!has(dev->k, op->entry)) {
         t->not_provided++;
         printf("  %-12s not provided by %s\n", op->name, dev->name);
@@ -802,7 +970,8 @@ static void run_op(const op_def *op, hs_device *dev, hs_device *ref, tally *t, b
             if (!ok) t->failed++;
             if (!ok || verbose)
                 printf("  %s %-12s %-9s shape #%d {%lld, %lld, %lld, %lld}: error %.3g (tolerance "
-                       "%.3g)\n", ok ? "ok  " : "FAIL", op->name, hs_dtype_name((hs_dtype)dt), i,
+                       "%.3g)\n",
+                       ok ? "ok  " : "FAIL", op->name, hs_dtype_name((hs_dtype)dt), i,
                        (long long)op->shapes[i][0], (long long)op->shapes[i][1],
                        (long long)op->shapes[i][2], (long long)op->shapes[i][3], err,
                        (double)op->tol[dt]);
@@ -811,8 +980,7 @@ static void run_op(const op_def *op, hs_device *dev, hs_device *ref, tally *t, b
     }
 }
 
-static hs_device *make(hs_device_kind kind)
-{
+static hs_device *make(hs_device_kind kind) {
     hs_device *d = NULL;
     hs_error e;
     hs_error_clear(&e);
@@ -821,8 +989,7 @@ static hs_device *make(hs_device_kind kind)
 }
 
 /* reference itself is the oracle, so it is not run against itself. */
-static void test_every_compiled_backend_matches_reference_op_by_op(void **state)
-{
+static void test_every_compiled_backend_matches_reference_op_by_op(void **state) {
     (void)state;
     bool verbose = getenv("HS_DEVICE_TEST_VERBOSE") != NULL;
     hs_device *ref = make(HS_DEVICE_REFERENCE);
@@ -835,7 +1002,8 @@ static void test_every_compiled_backend_matches_reference_op_by_op(void **state)
         for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
             run_op(&ops[i], dev, ref, &t, verbose);
         printf("%s: %d cases (op x dtype x shape) over %d ops checked, %d failed; %d ops not "
-               "provided\n", dev->name, t.checked, t.ops_checked, t.failed, t.not_provided);
+               "provided\n",
+               dev->name, t.checked, t.ops_checked, t.failed, t.not_provided);
         assert_int_equal(t.failed, 0);
         assert_true(t.checked > 0);
         hs_device_free(dev);
@@ -845,8 +1013,7 @@ static void test_every_compiled_backend_matches_reference_op_by_op(void **state)
     hs_device_free(ref);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_compiled_backend_matches_reference_op_by_op),
     };

@@ -11,8 +11,7 @@
 
 #include "hypershard/device.h"
 
-static hs_device *make_cpu(hs_trace *trace)
-{
+static hs_device *make_cpu(hs_trace *trace) {
     hs_device *d = NULL;
     hs_error e;
     hs_error_clear(&e);
@@ -21,8 +20,7 @@ static hs_device *make_cpu(hs_trace *trace)
     return d;
 }
 
-static void test_kind_names_and_parse(void **state)
-{
+static void test_kind_names_and_parse(void **state) {
     (void)state;
     hs_device_kind k;
     assert_string_equal(hs_device_kind_name(HS_DEVICE_CPU), "cpu");
@@ -33,8 +31,7 @@ static void test_kind_names_and_parse(void **state)
     assert_false(hs_device_kind_parse(NULL, &k));
 }
 
-static void test_cuda_in_cpu_build_is_config_error_pointing_to_cpu(void **state)
-{
+static void test_cuda_in_cpu_build_is_config_error_pointing_to_cpu(void **state) {
     (void)state;
     hs_device *d = (hs_device *)(uintptr_t)1;
     hs_error e;
@@ -47,8 +44,7 @@ static void test_cuda_in_cpu_build_is_config_error_pointing_to_cpu(void **state)
     assert_int_equal(hs_status_exit_code(e.code), 2);
 }
 
-static void test_device_and_host_pools_count_current_and_peak_separately(void **state)
-{
+static void test_device_and_host_pools_count_current_and_peak_separately(void **state) {
     (void)state;
     hs_device *d = make_cpu(NULL);
     assert_string_equal(d->name, "cpu");
@@ -74,8 +70,7 @@ static void test_device_and_host_pools_count_current_and_peak_separately(void **
     hs_device_free(d);
 }
 
-static void test_h2d_d2h_d2d_copies_move_every_byte(void **state)
-{
+static void test_h2d_d2h_d2d_copies_move_every_byte(void **state) {
     (void)state;
     hs_device *d = make_cpu(NULL);
     enum { N = 4099 };
@@ -94,8 +89,7 @@ static void test_h2d_d2h_d2d_copies_move_every_byte(void **state)
     hs_device_free(d);
 }
 
-static void test_copies_are_traced_on_copy_lane_with_byte_count(void **state)
-{
+static void test_copies_are_traced_on_copy_lane_with_byte_count(void **state) {
     (void)state;
     hs_trace *t = hs_trace_create(0, true);
     hs_device *d = make_cpu(t);
@@ -122,8 +116,7 @@ static void test_copies_are_traced_on_copy_lane_with_byte_count(void **state)
     hs_trace_free(t);
 }
 
-static void test_disabled_trace_records_no_copy_span(void **state)
-{
+static void test_disabled_trace_records_no_copy_span(void **state) {
     (void)state;
     hs_trace *t = hs_trace_create(0, false);
     hs_device *d = make_cpu(t);
@@ -140,8 +133,7 @@ static void test_disabled_trace_records_no_copy_span(void **state)
     hs_trace_free(t);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kind_names_and_parse),
         cmocka_unit_test(test_cuda_in_cpu_build_is_config_error_pointing_to_cpu),

@@ -17,8 +17,7 @@
 
 #include "hypershard/device.h"
 
-static hs_device *make(hs_device_kind kind)
-{
+static hs_device *make(hs_device_kind kind) {
     setenv("HS_DEVICE_GUARD", "1", 1);
     hs_device *d = NULL;
     hs_error e;
@@ -30,8 +29,7 @@ static hs_device *make(hs_device_kind kind)
 
 /* The signal that ended a child running act on a guarded device of kind,
  * or 0 if it exited. */
-static int child_signal(void (*act)(hs_device *d), hs_device_kind kind)
-{
+static int child_signal(void (*act)(hs_device *d), hs_device_kind kind) {
     fflush(stdout), fflush(stderr);
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -48,52 +46,44 @@ static int child_signal(void (*act)(hs_device *d), hs_device_kind kind)
     return WIFSIGNALED(status) ? WTERMSIG(status) : 0;
 }
 
-static void host_reads_device(hs_device *d)
-{
+static void host_reads_device(hs_device *d) {
     volatile float *x = hs_device_alloc(d, 64 * sizeof(float));
     float v = x[3];
     (void)v;
 }
 
-static void host_writes_device(hs_device *d)
-{
+static void host_writes_device(hs_device *d) {
     float *x = hs_device_alloc(d, 64 * sizeof(float));
     memset(x, 0, 64 * sizeof(float));
 }
 
-static void kernel_gets_host_memory(hs_device *d)
-{
+static void kernel_gets_host_memory(hs_device *d) {
     float host[8] = {0};
     d->k->fill(d->stream, host, 1.0f, 8);
 }
 
-static void h2d_copy_into_host_memory(hs_device *d)
-{
+static void h2d_copy_into_host_memory(hs_device *d) {
     float a[8] = {0}, b[8] = {0};
     hs_device_copy(d, a, b, sizeof a, HS_COPY_H2D);
 }
 
-static void test_host_read_of_device_memory_faults(void **state)
-{
+static void test_host_read_of_device_memory_faults(void **state) {
     (void)state;
     assert_int_equal(child_signal(host_reads_device, HS_DEVICE_CPU), SIGSEGV);
     assert_int_equal(child_signal(host_reads_device, HS_DEVICE_REFERENCE), SIGSEGV);
 }
 
-static void test_host_memset_of_device_memory_faults(void **state)
-{
+static void test_host_memset_of_device_memory_faults(void **state) {
     (void)state;
     assert_int_equal(child_signal(host_writes_device, HS_DEVICE_CPU), SIGSEGV);
 }
 
-static void test_host_array_passed_to_a_kernel_aborts(void **state)
-{
+static void test_host_array_passed_to_a_kernel_aborts(void **state) {
     (void)state;
     assert_int_equal(child_signal(kernel_gets_host_memory, HS_DEVICE_CPU), SIGABRT);
 }
 
-static void test_copy_whose_ends_contradict_its_kind_aborts(void **state)
-{
+static void test_copy_whose_ends_contradict_its_kind_aborts(void **state) {
     (void)state;
     assert_int_equal(child_signal(h2d_copy_into_host_memory, HS_DEVICE_CPU), SIGABRT);
 }
@@ -101,8 +91,7 @@ static void test_copy_whose_ends_contradict_its_kind_aborts(void **state)
 /* What the seam allows: kernels and copies on device memory, the host's
  * arrays crossing by copies, host-pool memory read by a kernel; the values
  * come back through a D2H copy. */
-static void test_kernels_and_copies_work_under_the_guard(void **state)
-{
+static void test_kernels_and_copies_work_under_the_guard(void **state) {
     (void)state;
     hs_device *d = make(HS_DEVICE_CPU);
     float host[64], back[64];
@@ -122,8 +111,7 @@ static void test_kernels_and_copies_work_under_the_guard(void **state)
     hs_device_free(d);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_read_of_device_memory_faults),
         cmocka_unit_test(test_host_memset_of_device_memory_faults),

@@ -16,8 +16,7 @@
 #include "hypershard/device.h"
 #include "hypershard/optim.h"
 
-static hs_device *ref(void)
-{
+static hs_device *ref(void) {
     hs_device *d = NULL;
     hs_error e;
     hs_error_clear(&e);
@@ -29,8 +28,7 @@ static float wave(int64_t i) { return sinf(0.7f * (float)i + 0.3f) + 0.1f * (flo
 
 /* Tall (7 x 5) and wide (4 x 9): the fp64 reference and the optimizer's
  * fp32 NS5 agree to fp32 accuracy after five steps. */
-static void test_newton_schulz_matches_the_optimizers_in_both_orientations(void **state)
-{
+static void test_newton_schulz_matches_the_optimizers_in_both_orientations(void **state) {
     (void)state;
     hs_device *d = ref();
     const int64_t shapes[2][2] = {{7, 5}, {4, 9}};
@@ -45,8 +43,7 @@ static void test_newton_schulz_matches_the_optimizers_in_both_orientations(void 
     hs_device_free(d);
 }
 
-static void test_muon_momentum_plain_and_nesterov(void **state)
-{
+static void test_muon_momentum_plain_and_nesterov(void **state) {
     (void)state;
     hs_device *d = ref();
     float buf[2] = {1.0f, -2.0f}, g[2] = {0.5f, 0.25f}, dir[2];
@@ -60,8 +57,7 @@ static void test_muon_momentum_plain_and_nesterov(void **state)
 }
 
 /* Logits {1, 2, 2, 0}: experts 1 and 2 tie; the lower comes first. */
-static void test_route_takes_the_top_k_of_the_softmax_lower_expert_first_on_a_tie(void **state)
-{
+static void test_route_takes_the_top_k_of_the_softmax_lower_expert_first_on_a_tie(void **state) {
     (void)state;
     hs_device *d = ref();
     const float logits[4] = {1.0f, 2.0f, 2.0f, 0.0f};
@@ -85,8 +81,7 @@ static void test_route_takes_the_top_k_of_the_softmax_lower_expert_first_on_a_ti
 
 /* Two tokens, two slots each: pairs (0,0) (0,1) (1,0) (1,1) in grouped
  * order 2, 0, 3, 1. */
-static void test_permute_gathers_token_rows_and_unpermute_sums_slots_in_order(void **state)
-{
+static void test_permute_gathers_token_rows_and_unpermute_sums_slots_in_order(void **state) {
     (void)state;
     hs_device *d = ref();
     const float x[4] = {1, 2, 3, 4}; /* 2 tokens of 2 */
@@ -106,8 +101,7 @@ static void test_permute_gathers_token_rows_and_unpermute_sums_slots_in_order(vo
 /* Two vocabulary shards (7 + 5 columns): the global max of the shard
  * maxima, the summed shard sums and the one shard's target logit give the
  * one-device loss. */
-static void test_vocab_shard_pieces_give_the_one_device_loss(void **state)
-{
+static void test_vocab_shard_pieces_give_the_one_device_loss(void **state) {
     (void)state;
     hs_device *d = ref();
     enum { N = 5, V = 12, V0 = 7 };
@@ -134,8 +128,7 @@ static void test_vocab_shard_pieces_give_the_one_device_loss(void **state)
     hs_device_free(d);
 }
 
-static void test_copy_2d_moves_each_row_between_strides(void **state)
-{
+static void test_copy_2d_moves_each_row_between_strides(void **state) {
     (void)state;
     hs_device *d = ref();
     const char src[12] = "abcdefghijk";
@@ -148,8 +141,7 @@ static void test_copy_2d_moves_each_row_between_strides(void **state)
     hs_device_free(d);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_newton_schulz_matches_the_optimizers_in_both_orientations),
         cmocka_unit_test(test_muon_momentum_plain_and_nesterov),

@@ -12,8 +12,7 @@
 
 #include "hypershard/device.h"
 
-static void test_reference_is_a_compiled_kind_with_its_name(void **state)
-{
+static void test_reference_is_a_compiled_kind_with_its_name(void **state) {
     (void)state;
     hs_device_kind k;
     assert_true(hs_device_kind_parse("reference", &k) && k == HS_DEVICE_REFERENCE);
@@ -33,8 +32,7 @@ static void test_reference_is_a_compiled_kind_with_its_name(void **state)
 
 /* Work on one stream, an event recorded after it, a second stream waiting
  * on the event: on these backends every step is done on return. */
-static void run_ordered_work(hs_device_kind kind)
-{
+static void run_ordered_work(hs_device_kind kind) {
     hs_device *d = NULL;
     hs_error e;
     hs_error_clear(&e);
@@ -57,20 +55,17 @@ static void run_ordered_work(hs_device_kind kind)
     hs_device_free(d);
 }
 
-static void test_cpu_stream_work_has_finished_when_each_call_returns(void **state)
-{
+static void test_cpu_stream_work_has_finished_when_each_call_returns(void **state) {
     (void)state;
     run_ordered_work(HS_DEVICE_CPU);
 }
 
-static void test_reference_stream_work_has_finished_when_each_call_returns(void **state)
-{
+static void test_reference_stream_work_has_finished_when_each_call_returns(void **state) {
     (void)state;
     run_ordered_work(HS_DEVICE_REFERENCE);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_is_a_compiled_kind_with_its_name),
         cmocka_unit_test(test_cpu_stream_work_has_finished_when_each_call_returns),

@@ -14,22 +14,19 @@
 
 #include "hypershard/tensor.h"
 
-static uint32_t bits_of(float f)
-{
+static uint32_t bits_of(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
 }
 
-static float float_of(uint32_t u)
-{
+static float float_of(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
-static uint64_t splitmix64(uint64_t *s)
-{
+static uint64_t splitmix64(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -42,15 +39,13 @@ static bool f16_is_nan(uint16_t h) { return (h & 0x7C00) == 0x7C00 && (h & 0x3FF
 /* Independent decoders: value from the IEEE fields with ldexp. The all-ones
  * exponent with a zero mantissa decodes to 2^(emax+1), which is exactly the
  * "Inf" candidate the IEEE overflow rule measures distance to. */
-static double bf16_decode_ref(uint16_t h)
-{
+static double bf16_decode_ref(uint16_t h) {
     int e = (h >> 7) & 0xFF, m = h & 0x7F;
     double v = e == 0 ? ldexp(m, -133) : ldexp(128 + m, e - 134);
     return (h & 0x8000) ? -v : v;
 }
 
-static double f16_decode_ref(uint16_t h)
-{
+static double f16_decode_ref(uint16_t h) {
     int e = (h >> 10) & 0x1F, m = h & 0x3FF;
     double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
     return (h & 0x8000) ? -v : v;
@@ -59,8 +54,7 @@ static double f16_decode_ref(uint16_t h)
 /* Nearest non-negative pattern for |x| among patterns [0, top] (top is the
  * Inf pattern), ties to the even pattern; binary search over the monotone
  * decode. */
-static uint16_t nearest_pattern(double ax, uint16_t top, double (*decode)(uint16_t))
-{
+static uint16_t nearest_pattern(double ax, uint16_t top, double (*decode)(uint16_t)) {
     uint32_t lo = 0, hi = top;
     if (ax >= decode(top)) return top;
     while (hi - lo > 1) {
@@ -74,20 +68,17 @@ static uint16_t nearest_pattern(double ax, uint16_t top, double (*decode)(uint16
     return (uint16_t)((lo & 1) ? hi : lo);
 }
 
-static uint16_t bf16_ref(float f)
-{
+static uint16_t bf16_ref(float f) {
     uint16_t s = signbit(f) ? 0x8000 : 0;
     return (uint16_t)(s | nearest_pattern(fabs((double)f), 0x7F80, bf16_decode_ref));
 }
 
-static uint16_t f16_ref(float f)
-{
+static uint16_t f16_ref(float f) {
     uint16_t s = signbit(f) ? 0x8000 : 0;
     return (uint16_t)(s | nearest_pattern(fabs((double)f), 0x7C00, f16_decode_ref));
 }
 
-static void test_dtype_names_parse_and_sizes(void **state)
-{
+static void test_dtype_names_parse_and_sizes(void **state) {
     (void)state;
     hs_dtype dt;
     assert_string_equal(hs_dtype_name(HS_DTYPE_F32), "float32");
@@ -106,8 +97,7 @@ static void test_dtype_names_parse_and_sizes(void **state)
     assert_int_equal(hs_dtype_size(HS_DTYPE_F16), 2);
 }
 
-static void test_bf16_all_65536_patterns_decode_and_round_trip(void **state)
-{
+static void test_bf16_all_65536_patterns_decode_and_round_trip(void **state) {
     (void)state;
     for (uint32_t h = 0; h < 65536; h++) {
         float f = hs_bf16_to_f32((uint16_t)h);
@@ -122,8 +112,7 @@ static void test_bf16_all_65536_patterns_decode_and_round_trip(void **state)
     }
 }
 
-static void test_f16_all_65536_patterns_decode_and_round_trip(void **state)
-{
+static void test_f16_all_65536_patterns_decode_and_round_trip(void **state) {
     (void)state;
     for (uint32_t h = 0; h < 65536; h++) {
         float f = hs_f16_to_f32((uint16_t)h);
@@ -139,8 +128,7 @@ static void test_f16_all_65536_patterns_decode_and_round_trip(void **state)
     }
 }
 
-static void test_bf16_ties_round_to_even_and_overflow_to_inf(void **state)
-{
+static void test_bf16_ties_round_to_even_and_overflow_to_inf(void **state) {
     (void)state;
     assert_int_equal(hs_f32_to_bf16(float_of(0x3F808000)), 0x3F80); /* 1 + 2^-8: tie, down */
     assert_int_equal(hs_f32_to_bf16(float_of(0x3F818000)), 0x3F82); /* tie, up to even */
@@ -154,11 +142,10 @@ static void test_bf16_ties_round_to_even_and_overflow_to_inf(void **state)
     assert_int_equal(hs_f32_to_bf16(-0.0f), 0x8000);
 }
 
-static void test_f16_ties_subnormals_and_overflow(void **state)
-{
+static void test_f16_ties_subnormals_and_overflow(void **state) {
     (void)state;
-    assert_int_equal(hs_f32_to_f16(1.0f + 0x1p-11f), 0x3C00);        /* tie, down to even */
-    assert_int_equal(hs_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3C02);    /* tie, up to even */
+    assert_int_equal(hs_f32_to_f16(1.0f + 0x1p-11f), 0x3C00);     /* tie, down to even */
+    assert_int_equal(hs_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3C02); /* tie, up to even */
     assert_int_equal(hs_f32_to_f16(65504.0f), 0x7BFF);
     assert_int_equal(hs_f32_to_f16(65519.996f), 0x7BFF);
     assert_int_equal(hs_f32_to_f16(65520.0f), 0x7C00); /* tie at max: odd, so Inf */
@@ -167,15 +154,14 @@ static void test_f16_ties_subnormals_and_overflow(void **state)
     assert_int_equal(hs_f32_to_f16(0x1p-24f), 0x0001);
     assert_int_equal(hs_f32_to_f16(0x1p-25f), 0x0000); /* tie between 0 and 2^-24 */
     assert_int_equal(hs_f32_to_f16(0x1.8p-25f), 0x0001);
-    assert_int_equal(hs_f32_to_f16(3 * 0x1p-25f), 0x0002); /* tie 1|2 -> 2 */
-    assert_int_equal(hs_f32_to_f16(5 * 0x1p-25f), 0x0002); /* tie 2|3 -> 2 */
+    assert_int_equal(hs_f32_to_f16(3 * 0x1p-25f), 0x0002);        /* tie 1|2 -> 2 */
+    assert_int_equal(hs_f32_to_f16(5 * 0x1p-25f), 0x0002);        /* tie 2|3 -> 2 */
     assert_int_equal(hs_f32_to_f16(0x1p-14f - 0x1p-30f), 0x0400); /* rounds up to normal */
     assert_int_equal(hs_f32_to_f16(-0x1p-26f), 0x8000);
     assert_int_equal(hs_f32_to_f16(1e-45f), 0x0000);
 }
 
-static void test_nan_stays_nan_and_becomes_quiet(void **state)
-{
+static void test_nan_stays_nan_and_becomes_quiet(void **state) {
     (void)state;
     float snan = float_of(0x7F800001), neg_nan = float_of(0xFFC12345);
     assert_int_equal(hs_f32_to_bf16(snan), 0x7FC0);
@@ -187,20 +173,19 @@ static void test_nan_stays_nan_and_becomes_quiet(void **state)
     assert_true(isnan(hs_round_to(HS_DTYPE_BF16, NAN)));
     assert_true(isnan(hs_round_to(HS_DTYPE_F16, NAN)));
     assert_true(hs_round_to(HS_DTYPE_F32, 1.2345678f) == 1.2345678f);
-    assert_true(hs_round_to(HS_DTYPE_BF16, 1.2345678f) == hs_bf16_to_f32(hs_f32_to_bf16(1.2345678f)));
+    assert_true(hs_round_to(HS_DTYPE_BF16, 1.2345678f) ==
+                hs_bf16_to_f32(hs_f32_to_bf16(1.2345678f)));
 }
 
 /* Random finite f32 over the whole exponent range. */
-static float random_finite(uint64_t *s)
-{
+static float random_finite(uint64_t *s) {
     for (;;) {
         uint32_t u = (uint32_t)splitmix64(s);
         if ((u & 0x7F800000u) != 0x7F800000u) return float_of(u);
     }
 }
 
-static void test_random_f32_match_double_reference(void **state)
-{
+static void test_random_f32_match_double_reference(void **state) {
     (void)state;
     uint64_t s = 42;
     enum { N = 200003 };
@@ -208,7 +193,8 @@ static void test_random_f32_match_double_reference(void **state)
     uint16_t *hb = malloc(N * sizeof *hb), *hh = malloc(N * sizeof *hh);
     for (int i = 0; i < N; i++) {
         /* Half the values near 1 (dense ties at the bottom bits), half anywhere. */
-        x[i] = (i & 1) ? random_finite(&s) : float_of(0x3F800000u | ((uint32_t)splitmix64(&s) & 0x7FFFFF));
+        x[i] = (i & 1) ? random_finite(&s)
+                       : float_of(0x3F800000u | ((uint32_t)splitmix64(&s) & 0x7FFFFF));
     }
     hs_convert(hb, HS_DTYPE_BF16, x, HS_DTYPE_F32, N);
     hs_convert(hh, HS_DTYPE_F16, x, HS_DTYPE_F32, N);
@@ -216,15 +202,15 @@ static void test_random_f32_match_double_reference(void **state)
         uint16_t rb = bf16_ref(x[i]), rh = f16_ref(x[i]);
         if (hs_f32_to_bf16(x[i]) != rb || hb[i] != rb || hs_f32_to_f16(x[i]) != rh || hh[i] != rh)
             fail_msg("x=%a (0x%08x): bf16 ref %04x scalar %04x vector %04x; f16 ref %04x scalar "
-                     "%04x vector %04x", (double)x[i], bits_of(x[i]), rb, hs_f32_to_bf16(x[i]),
-                     hb[i], rh, hs_f32_to_f16(x[i]), hh[i]);
+                     "%04x vector %04x",
+                     (double)x[i], bits_of(x[i]), rb, hs_f32_to_bf16(x[i]), hb[i], rh,
+                     hs_f32_to_f16(x[i]), hh[i]);
     }
     free(x), free(hb), free(hh);
 }
 
 /* Tie points of both formats: exact halfway values, and one f32 ulp either side. */
-static void test_every_bf16_and_f16_tie_matches_reference(void **state)
-{
+static void test_every_bf16_and_f16_tie_matches_reference(void **state) {
     (void)state;
     for (uint32_t h = 0; h < 0x7F80; h++) {
         double mid = (bf16_decode_ref((uint16_t)h) + bf16_decode_ref((uint16_t)(h + 1))) / 2;
@@ -243,8 +229,7 @@ static void test_every_bf16_and_f16_tie_matches_reference(void **state)
 /* hs_convert (vectorised body + scalar tail) equals the scalar routine, bit
  * for bit, for every 16-bit pattern in both directions. Length 65536+5 puts
  * some patterns in the tail too. */
-static void test_convert_vector_equals_scalar_all_16bit_patterns(void **state)
-{
+static void test_convert_vector_equals_scalar_all_16bit_patterns(void **state) {
     (void)state;
     enum { N = 65536 + 5 };
     uint16_t *h = malloc(N * 2), *back = malloc(N * 2), *other = malloc(N * 2);
@@ -261,8 +246,9 @@ static void test_convert_vector_equals_scalar_all_16bit_patterns(void **state)
             uint16_t so = k ? hs_f32_to_bf16(sf) : hs_f32_to_f16(sf);
             if (bits_of(f[i]) != bits_of(sf) || back[i] != sb || other[i] != so)
                 fail_msg("%s pattern %04x at %d: widen %08x vs %08x, narrow %04x vs %04x, "
-                         "cross %04x vs %04x", hs_dtype_name(dt), h[i], i, bits_of(f[i]),
-                         bits_of(sf), back[i], sb, other[i], so);
+                         "cross %04x vs %04x",
+                         hs_dtype_name(dt), h[i], i, bits_of(f[i]), bits_of(sf), back[i], sb,
+                         other[i], so);
         }
     }
     free(h), free(back), free(other), free(f);
@@ -270,8 +256,7 @@ static void test_convert_vector_equals_scalar_all_16bit_patterns(void **state)
 
 /* Random f32 bit patterns including NaNs with random payloads, signalling
  * NaNs and Infs: vector narrowing equals scalar narrowing. */
-static void test_convert_vector_equals_scalar_random_f32_bits_with_nans(void **state)
-{
+static void test_convert_vector_equals_scalar_random_f32_bits_with_nans(void **state) {
     (void)state;
     enum { N = 100007 };
     uint64_t s = 7;
@@ -293,8 +278,7 @@ static void test_convert_vector_equals_scalar_random_f32_bits_with_nans(void **s
     free(x), free(b), free(h);
 }
 
-static void test_convert_same_dtype_copies_and_zero_length_is_noop(void **state)
-{
+static void test_convert_same_dtype_copies_and_zero_length_is_noop(void **state) {
     (void)state;
     float a[3] = {1, 2, 3}, c[3] = {0};
     hs_convert(c, HS_DTYPE_F32, a, HS_DTYPE_F32, 3);
@@ -307,8 +291,7 @@ static void test_convert_same_dtype_copies_and_zero_length_is_noop(void **state)
 /* hs_convert_scaled_f32 gives the bits of hs_convert then hs_scale_f32 for
  * every 16-bit pattern (and fp32 input), across tile boundaries; and
  * hs_add_to_zero_f32 the bits of adding into zeros (-0 becomes +0). */
-static void test_convert_scaled_equals_convert_then_scale(void **state)
-{
+static void test_convert_scaled_equals_convert_then_scale(void **state) {
     (void)state;
     enum { N = 65536 + 2053 };
     uint16_t *h = malloc(N * 2);
@@ -346,8 +329,7 @@ static void test_convert_scaled_equals_convert_then_scale(void **state)
     free(h), free(want), free(got), free(z);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dtype_names_parse_and_sizes),
         cmocka_unit_test(test_bf16_all_65536_patterns_decode_and_round_trip),

@@ -27,8 +27,7 @@ typedef struct sharded_unit {
 } sharded_unit;
 
 /* Block 0's parameters, each sharded over W ranks as rank `rank` sees it. */
-static void su_make(sharded_unit *s, int rank, hs_pg *fake_pg_for_second)
-{
+static void su_make(sharded_unit *s, int rank, hs_pg *fake_pg_for_second) {
     memset(s, 0, sizeof *s);
     fx_config(&s->cfg);
     s->cfg.model.ffn_dim = 26; /* 26 rows over 4: 7, 7, 7, 5 — uneven */
@@ -44,21 +43,20 @@ static void su_make(sharded_unit *s, int rank, hs_pg *fake_pg_for_second)
         if (hs_model_param(s->m, i)->unit != 1) continue;
         int k = s->u.n_params;
         assert_true(k < 32);
-        hs_fsdp_mesh_info mi = {.kind = HS_FSDP_MESH_FSDP, .shard_size = W, .shard_rank = rank,
-                                .replicate_size = 1};
+        hs_fsdp_mesh_info mi = {
+            .kind = HS_FSDP_MESH_FSDP, .shard_size = W, .shard_rank = rank, .replicate_size = 1};
         if (k == 1) mi.shard_pg = fake_pg_for_second;
         hs_error e;
         hs_error_clear(&e);
-        assert_int_equal(hs_fsdp_param_init(&s->params[k], s->m, i, false, &mi, HS_DTYPE_F32,
-                                            &s->mem, 7, &e),
-                         HS_OK);
+        assert_int_equal(
+            hs_fsdp_param_init(&s->params[k], s->m, i, false, &mi, HS_DTYPE_F32, &s->mem, 7, &e),
+            HS_OK);
         s->u.params[s->u.n_params++] = &s->params[k];
     }
     hs_fsdp_unit_build_groups(&s->u, &s->mem);
 }
 
-static void su_free(sharded_unit *s)
-{
+static void su_free(sharded_unit *s) {
     hs_fsdp_unit_free(&s->u, &s->mem); /* frees the fusion first */
     for (int k = 0; k < 32; k++) hs_fsdp_param_free(&s->params[k]);
     assert_int_equal(s->mem.current[HS_FSDP_MEM_PARAM], 0);
@@ -71,8 +69,7 @@ static void su_free(sharded_unit *s)
 
 /* The actual shard equals the same rows of the one-process init and the
  * padding after it is zero. */
-static void expect_shard_values(sharded_unit *s, const hs_fsdp_param *fp)
-{
+static void expect_shard_values(sharded_unit *s, const hs_fsdp_param *fp) {
     const hs_param *rp = hs_model_param(s->ref, fp->index);
     const float *want = (const float *)rp->data + fp->plan.layout.row_offset * fp->plan.row_numel;
     assert_memory_equal(fp->sharded, want, sizeof(float) * (size_t)fp->plan.actual_sharded_numel);
@@ -80,8 +77,7 @@ static void expect_shard_values(sharded_unit *s, const hs_fsdp_param *fp)
         assert_true(fp->storage[k] == 0.0f);
 }
 
-static void test_zero_copy_shards_are_views_at_padded_offsets_with_the_same_values(void **st)
-{
+static void test_zero_copy_shards_are_views_at_padded_offsets_with_the_same_values(void **st) {
     (void)st;
     for (int rank = 0; rank < W; rank++) {
         sharded_unit s;
@@ -118,8 +114,7 @@ static void test_zero_copy_shards_are_views_at_padded_offsets_with_the_same_valu
     }
 }
 
-static void test_copy_in_keeps_each_parameter_its_own_storage(void **st)
-{
+static void test_copy_in_keeps_each_parameter_its_own_storage(void **st) {
     (void)st;
     sharded_unit s;
     su_make(&s, 3, NULL);
@@ -138,8 +133,7 @@ static void test_copy_in_keeps_each_parameter_its_own_storage(void **st)
     su_free(&s);
 }
 
-static void test_parameters_on_different_shard_groups_are_refused_naming_both(void **st)
-{
+static void test_parameters_on_different_shard_groups_are_refused_naming_both(void **st) {
     (void)st;
     sharded_unit s;
     /* any distinct non-NULL pointer stands for another group: the build
@@ -158,8 +152,7 @@ static void test_parameters_on_different_shard_groups_are_refused_naming_both(vo
     su_free(&s);
 }
 
-static void test_comm_fusion_with_shard_size_1_fuses_nothing_and_trains_the_same(void **st)
-{
+static void test_comm_fusion_with_shard_size_1_fuses_nothing_and_trains_the_same(void **st) {
     (void)st;
     hs_config cfg;
     fx_config(&cfg);
@@ -179,9 +172,9 @@ static void test_comm_fusion_with_shard_size_1_fuses_nothing_and_trains_the_same
         double aux;
         hs_error e;
         hs_error_clear(&e);
-        assert_int_equal(hs_model_forward_backward(m[k], &b, 0.01f, hs_fsdp_hooks(f[k]), &loss[k],
-                                                   &aux, &e),
-                         HS_OK);
+        assert_int_equal(
+            hs_model_forward_backward(m[k], &b, 0.01f, hs_fsdp_hooks(f[k]), &loss[k], &aux, &e),
+            HS_OK);
     }
     assert_memory_equal(&loss[0], &loss[1], sizeof(double));
     for (int k = 0; k < 2; k++) {
@@ -192,8 +185,7 @@ static void test_comm_fusion_with_shard_size_1_fuses_nothing_and_trains_the_same
     hs_config_free(&cfg);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zero_copy_shards_are_views_at_padded_offsets_with_the_same_values),
         cmocka_unit_test(test_copy_in_keeps_each_parameter_its_own_storage),

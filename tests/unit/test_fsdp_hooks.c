@@ -20,8 +20,7 @@ typedef struct rec {
 } rec;
 
 static void record(void *arg, int unit, const char *event, hs_fsdp_unit_state from,
-                   hs_fsdp_unit_state to)
-{
+                   hs_fsdp_unit_state to) {
     rec *r = arg;
     if (r->n < LOG_MAX)
         snprintf(r->line[r->n++], 80, "%d %s: %s -> %s", unit, event, hs_fsdp_unit_state_name(from),
@@ -29,8 +28,7 @@ static void record(void *arg, int unit, const char *event, hs_fsdp_unit_state fr
 }
 
 /* The transitions of one unit, in order, joined by '|'. */
-static void unit_story(const rec *r, int unit, char *out, size_t cap)
-{
+static void unit_story(const rec *r, int unit, char *out, size_t cap) {
     out[0] = '\0';
     char prefix[8];
     snprintf(prefix, sizeof prefix, "%d ", unit);
@@ -50,8 +48,7 @@ typedef struct world {
     rec r;
 } world;
 
-static void world_up(world *w, bool ckpt)
-{
+static void world_up(world *w, bool ckpt) {
     memset(w, 0, sizeof *w);
     fx_config(&w->cfg);
     w->dev = fx_device();
@@ -62,24 +59,22 @@ static void world_up(world *w, bool ckpt)
     w->ctx->transition_arg = &w->r;
 }
 
-static void world_down(world *w)
-{
+static void world_down(world *w) {
     hs_fsdp_free(w->f);
     hs_model_free(w->m);
     hs_device_free(w->dev);
     hs_config_free(&w->cfg);
 }
 
-static void step(world *w, int salt)
-{
+static void step(world *w, int salt) {
     int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
     fx_batch(tok, tgt, w->cfg.model.vocab_size, salt);
     hs_batch b = {tok, tgt, FX_B, FX_T};
     double loss, aux;
     hs_error e;
     hs_error_clear(&e);
-    assert_int_equal(hs_model_forward_backward(w->m, &b, 1.0f / (FX_B * FX_T),
-                                               hs_fsdp_hooks(w->f), &loss, &aux, &e),
+    assert_int_equal(hs_model_forward_backward(w->m, &b, 1.0f / (FX_B * FX_T), hs_fsdp_hooks(w->f),
+                                               &loss, &aux, &e),
                      HS_OK);
 }
 
@@ -87,8 +82,7 @@ static void step(world *w, int salt)
  * unshard's parameters, each backward's gradients and reduce input) comes
  * back from the device's caching allocator: as many allocations as step 2
  * in step 3, none of them a raw allocation. */
-static void test_steps_after_the_first_make_no_raw_device_allocation(void **s)
-{
+static void test_steps_after_the_first_make_no_raw_device_allocation(void **s) {
     (void)s;
     world w;
     world_up(&w, false);
@@ -109,8 +103,7 @@ static void test_steps_after_the_first_make_no_raw_device_allocation(void **s)
     world_down(&w);
 }
 
-static void test_forward_backward_follows_rfc_3_3_for_blocks_and_root(void **s)
-{
+static void test_forward_backward_follows_rfc_3_3_for_blocks_and_root(void **s) {
     (void)s;
     world w;
     world_up(&w, false);
@@ -131,14 +124,14 @@ static void test_forward_backward_follows_rfc_3_3_for_blocks_and_root(void **s)
     w.r.n = 0;
     step(&w, 1);
     unit_story(&w.r, 2, story, sizeof story);
-    assert_string_equal(story, "forward_pre: BACKWARD -> PRE_FORWARD|forward: PRE_FORWARD -> FORWARD|"
-                               "backward_pre: FORWARD -> PRE_BACKWARD|"
-                               "backward: PRE_BACKWARD -> BACKWARD");
+    assert_string_equal(story,
+                        "forward_pre: BACKWARD -> PRE_FORWARD|forward: PRE_FORWARD -> FORWARD|"
+                        "backward_pre: FORWARD -> PRE_BACKWARD|"
+                        "backward: PRE_BACKWARD -> BACKWARD");
     world_down(&w);
 }
 
-static void test_checkpoint_recompute_reenters_pre_forward_as_a_no_op(void **s)
-{
+static void test_checkpoint_recompute_reenters_pre_forward_as_a_no_op(void **s) {
     (void)s;
     world w;
     world_up(&w, true);
@@ -153,8 +146,7 @@ static void test_checkpoint_recompute_reenters_pre_forward_as_a_no_op(void **s)
     world_down(&w);
 }
 
-static void test_reentrant_recompute_runs_forward_pre_and_post_again_from_forward(void **s)
-{
+static void test_reentrant_recompute_runs_forward_pre_and_post_again_from_forward(void **s) {
     (void)s;
     world w;
     world_up(&w, false);
@@ -163,7 +155,7 @@ static void test_reentrant_recompute_runs_forward_pre_and_post_again_from_forwar
     hs_fsdp_hook_pre_forward(c, 1);
     hs_fsdp_hook_post_forward(c, 1);
     assert_null(c->units[1].params[0]->p->data); /* resharded after forward */
-    hs_fsdp_hook_pre_forward(c, 1); /* recompute under backward */
+    hs_fsdp_hook_pre_forward(c, 1);              /* recompute under backward */
     assert_true(hs_fsdp_unit_is_unsharded(&c->units[1]));
     hs_fsdp_hook_post_forward(c, 1);
     hs_fsdp_hook_pre_backward(c, 1);
@@ -179,8 +171,7 @@ static void test_reentrant_recompute_runs_forward_pre_and_post_again_from_forwar
     world_down(&w);
 }
 
-static void test_post_backward_missed_by_a_unit_runs_from_the_root_then_drains(void **s)
-{
+static void test_post_backward_missed_by_a_unit_runs_from_the_root_then_drains(void **s) {
     (void)s;
     world w;
     world_up(&w, false);
@@ -219,8 +210,7 @@ static void test_post_backward_missed_by_a_unit_runs_from_the_root_then_drains(v
 }
 
 /* The same model allocated the single-process way, with the wrap's seed. */
-static hs_model *world_reference(world *w)
-{
+static hs_model *world_reference(world *w) {
     hs_model *ref = fx_model(&w->cfg, w->dev, true, HS_DTYPE_F32, false);
     hs_model_init_weights(ref, 11);
     return ref;
@@ -229,8 +219,7 @@ static hs_model *world_reference(world *w)
 /* One micro-batch (fx_batch with `salt`) through the reference and then
  * through the wrapped model; their losses come back in l_ref and l_fsdp. */
 static void step_both(world *w, hs_model *ref, int salt, float scale, double *l_ref,
-                      double *l_fsdp)
-{
+                      double *l_fsdp) {
     int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
     fx_batch(tok, tgt, w->cfg.model.vocab_size, salt);
     hs_batch b = {tok, tgt, FX_B, FX_T};
@@ -244,8 +233,7 @@ static void step_both(world *w, hs_model *ref, int salt, float scale, double *l_
 
 /* Every reduced gradient equals the reference's bit for bit, and the
  * unsharded gradient buffers are released after the reduction. */
-static void assert_reduced_grads_match(world *w, hs_model *ref)
-{
+static void assert_reduced_grads_match(world *w, hs_model *ref) {
     hs_optim_param *op;
     int n = hs_fsdp_optim_params(w->f, &op);
     for (int i = 0; i < n; i++) {
@@ -255,8 +243,7 @@ static void assert_reduced_grads_match(world *w, hs_model *ref)
     }
 }
 
-static void test_gradients_through_fsdp_equal_the_single_process_model(void **s)
-{
+static void test_gradients_through_fsdp_equal_the_single_process_model(void **s) {
     (void)s;
     world w;
     world_up(&w, false);
@@ -282,8 +269,7 @@ static void test_gradients_through_fsdp_equal_the_single_process_model(void **s)
  * they hold (NaN here) is never read. The next reduction stores over them,
  * bit for bit what adding into zeros gives, and a reader before any
  * reduction (the norm) sees zeros. */
-static void test_zeroed_sharded_grads_are_stored_over_and_read_as_zeros(void **s)
-{
+static void test_zeroed_sharded_grads_are_stored_over_and_read_as_zeros(void **s) {
     (void)s;
     world w;
     world_up(&w, false);
@@ -300,8 +286,7 @@ static void test_zeroed_sharded_grads_are_stored_over_and_read_as_zeros(void **s
     step_both(&w, ref, 4, 1.0f / (FX_B * FX_T), &l_ref, &l_fsdp);
     assert_reduced_grads_match(&w, ref);
     hs_fsdp_zero_grads(w.f);
-    for (int i = 0; i < w.ctx->n_params; i++)
-        w.ctx->params[i].sharded_grad[0] = NAN;
+    for (int i = 0; i < w.ctx->n_params; i++) w.ctx->params[i].sharded_grad[0] = NAN;
     hs_error e;
     hs_error_clear(&e);
     assert_int_equal(hs_fsdp_grad_norm(w.f, &norm, &e), HS_OK);
@@ -310,8 +295,7 @@ static void test_zeroed_sharded_grads_are_stored_over_and_read_as_zeros(void **s
     world_down(&w);
 }
 
-static void test_no_sync_micro_batches_accumulate_then_the_last_reduces_once(void **s)
-{
+static void test_no_sync_micro_batches_accumulate_then_the_last_reduces_once(void **s) {
     (void)s;
     world w;
     world_up(&w, false);
@@ -338,15 +322,17 @@ static void test_no_sync_micro_batches_accumulate_then_the_last_reduces_once(voi
  * their activation slots before either backward (F0 F1 B0 B1), reduced
  * once after the last backward; the schedule's forced drains after the
  * root's natural one apply nothing again. */
-static void test_micro_batches_in_flight_reduce_once_and_drain_idempotently(void **s)
-{
+static void test_micro_batches_in_flight_reduce_once_and_drain_idempotently(void **s) {
     (void)s;
     world w;
     memset(&w, 0, sizeof w);
     fx_config(&w.cfg);
     w.dev = fx_device();
-    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
-                           .max_batch = FX_B, .seq_len = FX_T, .dev = w.dev,
+    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32,
+                           .grad_dtype = HS_DTYPE_F32,
+                           .max_batch = FX_B,
+                           .seq_len = FX_T,
+                           .dev = w.dev,
                            .act_slots = 2};
     hs_error e;
     hs_error_clear(&e);
@@ -363,7 +349,8 @@ static void test_micro_batches_in_flight_reduce_once_and_drain_idempotently(void
         fx_batch(tok[k], tgt[k], w.cfg.model.vocab_size, 21 + k);
         b[k] = (hs_batch){tok[k], tgt[k], FX_B, FX_T};
         double loss, aux;
-        assert_int_equal(hs_model_forward_backward(ref, &b[k], scale, NULL, &loss, &aux, &e), HS_OK);
+        assert_int_equal(hs_model_forward_backward(ref, &b[k], scale, NULL, &loss, &aux, &e),
+                         HS_OK);
     }
     const hs_model_hooks *h = hs_fsdp_hooks(w.f);
     hs_fsdp_begin_step(w.f);
@@ -378,12 +365,13 @@ static void test_micro_batches_in_flight_reduce_once_and_drain_idempotently(void
     }
     char story[1024];
     unit_story(&w.r, 1, story, sizeof story);
-    assert_string_equal(story, "forward_pre: None -> PRE_FORWARD|forward: PRE_FORWARD -> FORWARD|"
-                               "forward_pre: FORWARD -> PRE_FORWARD|forward: PRE_FORWARD -> FORWARD|"
-                               "backward_pre: FORWARD -> PRE_BACKWARD|"
-                               "backward: PRE_BACKWARD -> BACKWARD|"
-                               "backward_pre: BACKWARD -> PRE_BACKWARD|"
-                               "backward: PRE_BACKWARD -> BACKWARD");
+    assert_string_equal(story,
+                        "forward_pre: None -> PRE_FORWARD|forward: PRE_FORWARD -> FORWARD|"
+                        "forward_pre: FORWARD -> PRE_FORWARD|forward: PRE_FORWARD -> FORWARD|"
+                        "backward_pre: FORWARD -> PRE_BACKWARD|"
+                        "backward: PRE_BACKWARD -> BACKWARD|"
+                        "backward_pre: BACKWARD -> PRE_BACKWARD|"
+                        "backward: PRE_BACKWARD -> BACKWARD");
     assert_reduced_grads_match(&w, ref);
     hs_fsdp_drain(w.f);
     hs_fsdp_drain(w.f);
@@ -392,8 +380,7 @@ static void test_micro_batches_in_flight_reduce_once_and_drain_idempotently(void
     world_down(&w);
 }
 
-static void test_two_wrapped_models_keep_their_queues_apart(void **s)
-{
+static void test_two_wrapped_models_keep_their_queues_apart(void **s) {
     (void)s;
     world a, b;
     world_up(&a, false);
@@ -430,8 +417,7 @@ static void test_two_wrapped_models_keep_their_queues_apart(void **s)
     world_down(&b);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_forward_backward_follows_rfc_3_3_for_blocks_and_root),
         cmocka_unit_test(test_steps_after_the_first_make_no_raw_device_allocation),

@@ -12,43 +12,37 @@
 #include "fsdp/plan.h"
 #include "hypershard/fsdp.h"
 
-static void expect_rows(int64_t d0, int w, const int64_t *rows, const int64_t *offs)
-{
+static void expect_rows(int64_t d0, int w, const int64_t *rows, const int64_t *offs) {
     for (int r = 0; r < w; r++) {
         assert_int_equal(hs_fsdp_actual_rows(d0, w, r), rows[r]);
         assert_int_equal(hs_fsdp_row_offset(d0, w, r), offs[r]);
     }
 }
 
-static void test_uneven_shard_10_rows_4_ranks_is_3_3_3_1(void **s)
-{
+static void test_uneven_shard_10_rows_4_ranks_is_3_3_3_1(void **s) {
     (void)s;
     assert_int_equal(hs_fsdp_chunk_rows(10, 4), 3);
     expect_rows(10, 4, (int64_t[]){3, 3, 3, 1}, (int64_t[]){0, 3, 6, 9});
 }
 
-static void test_chunk_5_rows_2_ranks_is_3_2_offsets_0_3(void **s)
-{
+static void test_chunk_5_rows_2_ranks_is_3_2_offsets_0_3(void **s) {
     (void)s;
     expect_rows(5, 2, (int64_t[]){3, 2}, (int64_t[]){0, 3});
 }
 
-static void test_chunk_2_rows_4_ranks_has_empty_shards_at_offset_2(void **s)
-{
+static void test_chunk_2_rows_4_ranks_has_empty_shards_at_offset_2(void **s) {
     (void)s;
     expect_rows(2, 4, (int64_t[]){1, 1, 0, 0}, (int64_t[]){0, 1, 2, 2});
 }
 
-static void test_chunk_skips_a_rank_when_ceil_overshoots(void **s)
-{
+static void test_chunk_skips_a_rank_when_ceil_overshoots(void **s) {
     (void)s;
     /* 5 rows over 4 ranks: C = 2, so 2/2/1/0 — torch.chunk leaves rank 3
      * empty even though a balanced split would give it a row. */
     expect_rows(5, 4, (int64_t[]){2, 2, 1, 0}, (int64_t[]){0, 2, 4, 5});
 }
 
-static void test_actual_rows_sum_to_d0_for_every_shape(void **s)
-{
+static void test_actual_rows_sum_to_d0_for_every_shape(void **s) {
     (void)s;
     for (int64_t d0 = 0; d0 <= 40; d0++)
         for (int w = 1; w <= 9; w++) {
@@ -80,8 +74,7 @@ static const table_row rfc_table[] = {
     {8, 3, 2, {4, 4}, {0, 4}, 4, HS_FSDP_PACK_DIM0_EVEN},
 };
 
-static void test_rfc_8_3_1_table_shapes_offsets_and_logical_meta(void **s)
-{
+static void test_rfc_8_3_1_table_shapes_offsets_and_logical_meta(void **s) {
     (void)s;
     hs_error e;
     for (size_t k = 0; k < sizeof rfc_table / sizeof rfc_table[0]; k++) {
@@ -108,8 +101,7 @@ static void test_rfc_8_3_1_table_shapes_offsets_and_logical_meta(void **s)
     }
 }
 
-static void test_even_8x3_over_2_has_actual_equal_padded(void **s)
-{
+static void test_even_8x3_over_2_has_actual_equal_padded(void **s) {
     (void)s;
     hs_error e;
     hs_fsdp_plan p;
@@ -119,14 +111,13 @@ static void test_even_8x3_over_2_has_actual_equal_padded(void **s)
     assert_int_equal(p.padded_unsharded_numel, p.unpacked_numel);
 }
 
-static void test_non_dim0_uneven_is_rejected_naming_fqn_shape_dim_world(void **s)
-{
+static void test_non_dim0_uneven_is_rejected_naming_fqn_shape_dim_world(void **s) {
     (void)s;
     hs_error e;
     hs_error_clear(&e);
     hs_fsdp_plan p;
-    hs_status st = hs_fsdp_plan_build(&p, "model.layers.0.mlp.up_proj.weight", 2,
-                                      (int64_t[]){8, 5}, 1, 2, 0, &e);
+    hs_status st = hs_fsdp_plan_build(&p, "model.layers.0.mlp.up_proj.weight", 2, (int64_t[]){8, 5},
+                                      1, 2, 0, &e);
     assert_int_equal(st, HS_ERR_CONFIG);
     assert_non_null(strstr(e.msg, "model.layers.0.mlp.up_proj.weight"));
     assert_non_null(strstr(e.msg, "[8, 5]"));
@@ -134,8 +125,7 @@ static void test_non_dim0_uneven_is_rejected_naming_fqn_shape_dim_world(void **s
     assert_non_null(strstr(e.msg, "over 2 ranks"));
 }
 
-static void test_scalar_parameter_is_rejected(void **s)
-{
+static void test_scalar_parameter_is_rejected(void **s) {
     (void)s;
     hs_error e;
     hs_error_clear(&e);
@@ -146,8 +136,7 @@ static void test_scalar_parameter_is_rejected(void **s)
     assert_non_null(strstr(e.msg, "scalar"));
 }
 
-static void test_zero_row_parameter_has_a_fixed_empty_contract(void **s)
-{
+static void test_zero_row_parameter_has_a_fixed_empty_contract(void **s) {
     (void)s;
     hs_error e;
     hs_fsdp_plan p;
@@ -158,8 +147,7 @@ static void test_zero_row_parameter_has_a_fixed_empty_contract(void **s)
     assert_int_equal(p.padded_sharded_numel, 0);
 }
 
-static void test_zero_tail_clears_only_the_padding_rows(void **s)
-{
+static void test_zero_tail_clears_only_the_padding_rows(void **s) {
     (void)s;
     hs_error e;
     hs_fsdp_plan p;
@@ -174,8 +162,7 @@ static void test_zero_tail_clears_only_the_padding_rows(void **s)
     for (int i = 15; i < 18; i++) assert_true(buf[i] == 0.0f);
 }
 
-static void test_tp_then_fsdp_on_dim0_is_strided_example_c(void **s)
-{
+static void test_tp_then_fsdp_on_dim0_is_strided_example_c(void **s) {
     (void)s;
     /* global (10, 2), tp = 2, fsdp = 2: (dp, tp) -> rows / global offset */
     const int64_t want_rows[2][2] = {{3, 3}, {2, 2}};
@@ -183,14 +170,12 @@ static void test_tp_then_fsdp_on_dim0_is_strided_example_c(void **s)
     for (int dp = 0; dp < 2; dp++)
         for (int tp = 0; tp < 2; tp++) {
             int64_t rows;
-            assert_int_equal(hs_fsdp_strided_row_offset(10, 2, tp, 2, dp, &rows),
-                             want_off[dp][tp]);
+            assert_int_equal(hs_fsdp_strided_row_offset(10, 2, tp, 2, dp, &rows), want_off[dp][tp]);
             assert_int_equal(rows, want_rows[dp][tp]);
         }
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_uneven_shard_10_rows_4_ranks_is_3_3_3_1),
         cmocka_unit_test(test_chunk_5_rows_2_ranks_is_3_2_offsets_0_3),

@@ -22,30 +22,26 @@ typedef struct built {
 
 /* Over b->cfg, which the test has filled; wraps with every group of size 1
  * and seed 7 when `wrap`. */
-static void build(built *b, hs_dtype compute, bool wrap)
-{
+static void build(built *b, hs_dtype compute, bool wrap) {
     b->dev = fx_device();
     b->m = fx_model(&b->cfg, b->dev, false, compute, false);
     b->f = wrap ? fx_wrap(&b->cfg, b->dev, b->m, 7) : NULL;
     b->ctx = wrap ? hs_fsdp_context(b->f) : NULL;
 }
 
-static void build_default(built *b)
-{
+static void build_default(built *b) {
     fx_config(&b->cfg);
     build(b, HS_DTYPE_F32, true);
 }
 
-static void release(built *b)
-{
+static void release(built *b) {
     hs_fsdp_free(b->f);
     hs_model_free(b->m);
     hs_device_free(b->dev);
     hs_config_free(&b->cfg);
 }
 
-static void test_shard_size_1_without_cast_aliases_the_sharded_storage(void **s)
-{
+static void test_shard_size_1_without_cast_aliases_the_sharded_storage(void **s) {
     (void)s;
     built b;
     build_default(&b);
@@ -76,8 +72,7 @@ static void test_shard_size_1_without_cast_aliases_the_sharded_storage(void **s)
     release(&b);
 }
 
-static void test_shard_size_1_with_cast_uses_a_cast_buffer_and_keeps_the_master(void **s)
-{
+static void test_shard_size_1_with_cast_uses_a_cast_buffer_and_keeps_the_master(void **s) {
     (void)s;
     built b;
     fx_config(&b.cfg);
@@ -111,12 +106,11 @@ static void test_shard_size_1_with_cast_uses_a_cast_buffer_and_keeps_the_master(
 }
 
 /* Storage of one rank of a W-way shard, without any collective: init only. */
-static void check_storage(hs_model *m, hs_device *dev, int index, int w, int r)
-{
+static void check_storage(hs_model *m, hs_device *dev, int index, int w, int r) {
     hs_fsdp_mem mem;
     hs_fsdp_mem_init(&mem, dev);
-    hs_fsdp_mesh_info mi = {.kind = HS_FSDP_MESH_FSDP, .shard_size = w, .shard_rank = r,
-                            .replicate_size = 1};
+    hs_fsdp_mesh_info mi = {
+        .kind = HS_FSDP_MESH_FSDP, .shard_size = w, .shard_rank = r, .replicate_size = 1};
     hs_fsdp_param fp;
     hs_error e;
     hs_error_clear(&e);
@@ -143,13 +137,12 @@ static void check_storage(hs_model *m, hs_device *dev, int index, int w, int r)
     assert_int_equal(mem.current[HS_FSDP_MEM_GRAD], 0);
 }
 
-static void test_uneven_storage_is_padded_with_a_zero_tail_and_even_is_not(void **s)
-{
+static void test_uneven_storage_is_padded_with_a_zero_tail_and_even_is_not(void **s) {
     (void)s;
     built b;
     fx_config(&b.cfg);
     build(&b, HS_DTYPE_F32, false);
-    int emb = hs_model_find_param(b.m, "model.embed_tokens.weight"); /* [37, 16] */
+    int emb = hs_model_find_param(b.m, "model.embed_tokens.weight");            /* [37, 16] */
     int q = hs_model_find_param(b.m, "model.layers.0.self_attn.q_proj.weight"); /* [16, 16] */
     assert_true(emb >= 0 && q >= 0);
     for (int w = 1; w <= 8; w++)
@@ -166,8 +159,7 @@ static void test_uneven_storage_is_padded_with_a_zero_tail_and_even_is_not(void 
     release(&b);
 }
 
-static void test_replicate_params_get_the_ddp_mesh_and_never_all_gather(void **s)
-{
+static void test_replicate_params_get_the_ddp_mesh_and_never_all_gather(void **s) {
     (void)s;
     built b;
     fx_config(&b.cfg);
@@ -187,8 +179,7 @@ static void test_replicate_params_get_the_ddp_mesh_and_never_all_gather(void **s
     release(&b);
 }
 
-static void test_unknown_replicate_param_fails_rule_11_naming_it(void **s)
-{
+static void test_unknown_replicate_param_fails_rule_11_naming_it(void **s) {
     (void)s;
     built b;
     fx_config(&b.cfg);
@@ -203,13 +194,11 @@ static void test_unknown_replicate_param_fails_rule_11_naming_it(void **s)
                      HS_ERR_CONFIG);
     assert_null(b.f);
     assert_non_null(strstr(e.msg, "model.layers.9.mlp.up_proj.weight"));
-    for (int i = 0; i < hs_model_num_params(b.m); i++)
-        assert_null(hs_model_param(b.m, i)->data);
+    for (int i = 0; i < hs_model_num_params(b.m); i++) assert_null(hs_model_param(b.m, i)->data);
     release(&b);
 }
 
-static void test_every_param_sits_in_its_deepest_unit_and_only_the_root_skips_reshard(void **s)
-{
+static void test_every_param_sits_in_its_deepest_unit_and_only_the_root_skips_reshard(void **s) {
     (void)s;
     built b;
     build_default(&b);
@@ -228,8 +217,7 @@ static void test_every_param_sits_in_its_deepest_unit_and_only_the_root_skips_re
     release(&b);
 }
 
-static void test_prefetch_targets_follow_declaration_order_and_depth_0_sets_none(void **s)
-{
+static void test_prefetch_targets_follow_declaration_order_and_depth_0_sets_none(void **s) {
     (void)s;
     built b;
     fx_config(&b.cfg);
@@ -259,8 +247,7 @@ static void test_prefetch_targets_follow_declaration_order_and_depth_0_sets_none
     release(&b);
 }
 
-static void test_unit_mixing_plain_and_tp_params_is_rejected_listing_fqns(void **s)
-{
+static void test_unit_mixing_plain_and_tp_params_is_rejected_listing_fqns(void **s) {
     (void)s;
     hs_source_layout tp = {.mesh = "tp", .ndim = 1, .placements = {{HS_PLACEMENT_SHARD, 0}}};
     const char *fqns[] = {"a.weight", "b.weight"};
@@ -284,8 +271,7 @@ static void test_unit_mixing_plain_and_tp_params_is_rejected_listing_fqns(void *
     assert_non_null(strstr(e.msg, "a.weight"));
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shard_size_1_without_cast_aliases_the_sharded_storage),
         cmocka_unit_test(test_shard_size_1_with_cast_uses_a_cast_buffer_and_keeps_the_master),

@@ -21,8 +21,7 @@ typedef struct wrapped {
     hs_fsdp *f;
 } wrapped;
 
-static void wrapped_init(wrapped *w, hs_dtype param, int reduce, bool main_params, bool offload)
-{
+static void wrapped_init(wrapped *w, hs_dtype param, int reduce, bool main_params, bool offload) {
     fx_config(&w->cfg);
     w->cfg.fsdp.mix_precision.param_dtype = param == HS_DTYPE_F32 ? HS_MP_NULL : (int)param;
     w->cfg.fsdp.mix_precision.reduce_dtype = reduce;
@@ -37,8 +36,7 @@ static void wrapped_init(wrapped *w, hs_dtype param, int reduce, bool main_param
     w->f = fx_wrap(&w->cfg, w->dev, w->m, 11);
 }
 
-static void wrapped_free(wrapped *w)
-{
+static void wrapped_free(wrapped *w) {
     hs_fsdp_free(w->f);
     hs_model_free(w->m);
     hs_device_free(w->dev);
@@ -46,8 +44,7 @@ static void wrapped_free(wrapped *w)
     hs_config_free(&w->cfg);
 }
 
-static void micro_batch(wrapped *w, int salt, bool sync, bool last)
-{
+static void micro_batch(wrapped *w, int salt, bool sync, bool last) {
     int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
     fx_batch(tok, tgt, w->cfg.model.vocab_size, salt);
     hs_batch b = {tok, tgt, FX_B, FX_T};
@@ -60,11 +57,12 @@ static void micro_batch(wrapped *w, int salt, bool sync, bool last)
                      HS_OK);
 }
 
-static void test_null_reduce_dtype_follows_the_compute_dtype(void **s)
-{
+static void test_null_reduce_dtype_follows_the_compute_dtype(void **s) {
     (void)s;
-    hs_mix_precision mp = {.param_dtype = HS_DTYPE_BF16, .reduce_dtype = HS_MP_NULL,
-                           .output_dtype = HS_MP_NULL, .cast_forward_inputs = true};
+    hs_mix_precision mp = {.param_dtype = HS_DTYPE_BF16,
+                           .reduce_dtype = HS_MP_NULL,
+                           .output_dtype = HS_MP_NULL,
+                           .cast_forward_inputs = true};
     assert_int_equal(hs_fsdp_mp_reduce_dtype(&mp, HS_DTYPE_BF16), HS_DTYPE_BF16);
     mp.reduce_dtype = HS_DTYPE_F32;
     assert_int_equal(hs_fsdp_mp_reduce_dtype(&mp, HS_DTYPE_BF16), HS_DTYPE_F32);
@@ -72,8 +70,7 @@ static void test_null_reduce_dtype_follows_the_compute_dtype(void **s)
     assert_int_equal(hs_fsdp_mp_reduce_dtype(&mp, HS_DTYPE_F32), HS_DTYPE_F16);
 }
 
-static void test_reduce_buffers_are_allocated_in_the_reduce_dtype(void **s)
-{
+static void test_reduce_buffers_are_allocated_in_the_reduce_dtype(void **s) {
     (void)s;
     wrapped w;
     wrapped_init(&w, HS_DTYPE_BF16, HS_MP_NULL, false, false);
@@ -89,8 +86,7 @@ static void test_reduce_buffers_are_allocated_in_the_reduce_dtype(void **s)
 /* Synced every micro-batch, each bf16 gradient is widened and summed in
  * fp32; without sync the fp32 accumulator must give exactly that sum, not
  * a bf16 running sum. */
-static void test_no_sync_bf16_accumulation_is_bitwise_the_synced_fp32_sum(void **s)
-{
+static void test_no_sync_bf16_accumulation_is_bitwise_the_synced_fp32_sum(void **s) {
     (void)s;
     wrapped a, b;
     wrapped_init(&a, HS_DTYPE_BF16, HS_DTYPE_F32, false, false);
@@ -120,8 +116,7 @@ static void test_no_sync_bf16_accumulation_is_bitwise_the_synced_fp32_sum(void *
     wrapped_free(&b);
 }
 
-static void test_main_params_keep_a_bf16_model_shard_that_the_unshard_aliases(void **s)
-{
+static void test_main_params_keep_a_bf16_model_shard_that_the_unshard_aliases(void **s) {
     (void)s;
     wrapped w;
     wrapped_init(&w, HS_DTYPE_BF16, HS_DTYPE_F32, true, false);
@@ -153,8 +148,7 @@ static void test_main_params_keep_a_bf16_model_shard_that_the_unshard_aliases(vo
     wrapped_free(&w);
 }
 
-static void test_offload_keeps_masters_on_the_host_and_copies_around_compute(void **s)
-{
+static void test_offload_keeps_masters_on_the_host_and_copies_around_compute(void **s) {
     (void)s;
     wrapped w;
     wrapped_init(&w, HS_DTYPE_F32, HS_MP_NULL, false, true);
@@ -184,8 +178,7 @@ static void test_offload_keeps_masters_on_the_host_and_copies_around_compute(voi
     wrapped_free(&w);
 }
 
-static void test_output_dtype_and_uncast_inputs_are_accepted_by_the_manager(void **s)
-{
+static void test_output_dtype_and_uncast_inputs_are_accepted_by_the_manager(void **s) {
     (void)s;
     hs_config cfg;
     fx_config(&cfg);
@@ -206,8 +199,7 @@ static void test_output_dtype_and_uncast_inputs_are_accepted_by_the_manager(void
     hs_config_free(&cfg);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_null_reduce_dtype_follows_the_compute_dtype),
         cmocka_unit_test(test_reduce_buffers_are_allocated_in_the_reduce_dtype),

@@ -194,8 +194,8 @@ static void check_attention(att_case *c) {
     float *dq = calloc((size_t)qn, 4), *dk = calloc((size_t)kn, 4), *dv = calloc((size_t)kn, 4);
     att_f(c);
     hs_attention_delta(c->delta, c->r, c->y, HS_DTYPE_F32, c->B, c->T, c->NH, c->HD);
-    hs_attention_backward(dq, dk, dv, c->r, NULL, c->q, c->k, c->v, c->lse, c->delta,
-                          HS_DTYPE_F32, c->scratch, 1, c->B, c->T, c->NH, c->KVH, c->HD);
+    hs_attention_backward(dq, dk, dv, c->r, NULL, c->q, c->k, c->v, c->lse, c->delta, HS_DTYPE_F32,
+                          c->scratch, 1, c->B, c->T, c->NH, c->KVH, c->HD);
     check_grad("attention dq", c->q, dq, qn, att_f, c);
     check_grad("attention dk", c->k, dk, kn, att_f, c);
     check_grad("attention dv", c->v, dv, kn, att_f, c);
@@ -297,8 +297,8 @@ static void test_bf16_attention_backward_matches_fp32_of_rounded_inputs(void **s
     hs_attention_forward(y16, lse16, q16, k16, v16, HS_DTYPE_BF16, c.scratch, 1, c.B, c.T, c.NH,
                          c.KVH, c.HD);
     hs_attention_delta(c.delta, c.r, y16, HS_DTYPE_BF16, c.B, c.T, c.NH, c.HD);
-    hs_attention_backward(dq16, dk16, dv16, c.r, r16, q16, k16, v16, lse16, c.delta,
-                          HS_DTYPE_BF16, c.scratch, 1, c.B, c.T, c.NH, c.KVH, c.HD);
+    hs_attention_backward(dq16, dk16, dv16, c.r, r16, q16, k16, v16, lse16, c.delta, HS_DTYPE_BF16,
+                          c.scratch, 1, c.B, c.T, c.NH, c.KVH, c.HD);
     /* split over two threads (the scratch is sized for them): the same bits */
     int was = hs_blas_get_threads();
     hs_blas_set_threads(1);
@@ -465,8 +465,9 @@ static void test_vectorised_expf_within_2_ulp(void **state) {
         memcpy(&a, &want, 4), memcpy(&b, &got, 4);
         int d = abs(a - b);
         if (d > worst) worst = d;
-        if (d > 2) fail_msg("hs_expf(%.9g) = %.9g, exp = %.9g (%d ulp)", (double)x, (double)got,
-                            (double)want, d);
+        if (d > 2)
+            fail_msg("hs_expf(%.9g) = %.9g, exp = %.9g (%d ulp)", (double)x, (double)got,
+                     (double)want, d);
     }
     print_message("hs_expf      worst %d ulp on [-87.3, 88.3]\n", worst);
     assert_true(hs_expf(0.0f) == 1.0f);

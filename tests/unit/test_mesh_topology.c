@@ -99,8 +99,8 @@ static void check_coords(const hs_topology *t, const ref_coords *ref) {
 }
 
 /* Members of r's group: every s in the same group, placed at its key. */
-static void check_group(const hs_topology *t, const ref_coords *ref, hs_mesh_dim d, int r,
-                        int *got, int *want) {
+static void check_group(const hs_topology *t, const ref_coords *ref, hs_mesh_dim d, int r, int *got,
+                        int *want) {
     int n_want = 0;
     for (int s = 0; s < t->world; s++) {
         if (!ref_same_group(d, &ref[r], &ref[s])) continue;
@@ -197,12 +197,18 @@ static void test_world16_groups_of_rank_13_by_hand(void **state) {
         int n;
         int members[4];
     } cases[] = {
-        {HS_DIM_PP, 2, {5, 13}},         {HS_DIM_DP, 2, {9, 13}},
-        {HS_DIM_CP, 2, {13, 15}},        {HS_DIM_TP, 2, {12, 13}},
-        {HS_DIM_DP_CP, 4, {9, 11, 13, 15}}, {HS_DIM_FSDP, 4, {9, 11, 13, 15}},
-        {HS_DIM_FSDP_SHARD, 2, {13, 15}}, {HS_DIM_FSDP_REPLICATE, 2, {9, 13}},
-        {HS_DIM_EP, 2, {12, 13}},        {HS_DIM_EDP, 4, {9, 11, 13, 15}},
-        {HS_DIM_EDP_SHARD, 1, {13}},     {HS_DIM_EDP_REPLICATE, 4, {9, 11, 13, 15}},
+        {HS_DIM_PP, 2, {5, 13}},
+        {HS_DIM_DP, 2, {9, 13}},
+        {HS_DIM_CP, 2, {13, 15}},
+        {HS_DIM_TP, 2, {12, 13}},
+        {HS_DIM_DP_CP, 4, {9, 11, 13, 15}},
+        {HS_DIM_FSDP, 4, {9, 11, 13, 15}},
+        {HS_DIM_FSDP_SHARD, 2, {13, 15}},
+        {HS_DIM_FSDP_REPLICATE, 2, {9, 13}},
+        {HS_DIM_EP, 2, {12, 13}},
+        {HS_DIM_EDP, 4, {9, 11, 13, 15}},
+        {HS_DIM_EDP_SHARD, 1, {13}},
+        {HS_DIM_EDP_REPLICATE, 4, {9, 11, 13, 15}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int n = hs_topology_group_ranks(&t, cases[i].d, 13, out);
@@ -462,10 +468,12 @@ static void test_invalid_topology_is_never_active(void **state) {
 
 static void test_dim_names_follow_the_enum(void **state) {
     (void)state;
-    static const char *want[] = {"pp",   "dp",        "cp",        "tp",
-                                 "dp_cp", "fsdp_replicate", "fsdp_shard", "fsdp",
-                                 "edp_replicate", "edp_shard", "edp", "ep"};
-    for (int d = 0; d < HS_DIM_COUNT; d++) assert_string_equal(hs_mesh_dim_name((hs_mesh_dim)d), want[d]);
+    static const char *want[] = {"pp",         "dp",    "cp",
+                                 "tp",         "dp_cp", "fsdp_replicate",
+                                 "fsdp_shard", "fsdp",  "edp_replicate",
+                                 "edp_shard",  "edp",   "ep"};
+    for (int d = 0; d < HS_DIM_COUNT; d++)
+        assert_string_equal(hs_mesh_dim_name((hs_mesh_dim)d), want[d]);
 }
 
 static void test_print_shows_coords_and_members(void **state) {
@@ -482,7 +490,8 @@ static void test_print_shows_coords_and_members(void **state) {
     assert_contains(buf, "fsdp_shard          4 × 2    [0 2] [4 6] [1 3] [5 7]");
     assert_contains(buf, "tp                  4 × 2    [0 1] [2 3] [4 5] [6 7]");
     /* rank 5: pp 0, dp 2, cp 0, tp 1, replicate 1, shard 0, edp_rep 5 */
-    assert_contains(buf, "    5   0   2   0   1              1          0             5         0   0");
+    assert_contains(buf,
+                    "    5   0   2   0   1              1          0             5         0   0");
     free(buf);
 }
 

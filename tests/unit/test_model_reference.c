@@ -124,8 +124,11 @@ static void test_fp32_logits_match_naive_fp64_llama_to_1e_5(void **state) {
     snprintf(c.arch, sizeof c.arch, "llama");
     c.vocab_size = V, c.dim = C, c.n_layers = L, c.n_heads = NH, c.n_kv_heads = KVH;
     c.ffn_dim = F, c.norm_eps = 1e-6, c.rope_theta = 500.0, c.init_std = 0.2;
-    hs_model_options o = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32, .max_batch = 1,
-                          .seq_len = T, .allocate_params = true};
+    hs_model_options o = {.compute_dtype = HS_DTYPE_F32,
+                          .grad_dtype = HS_DTYPE_F32,
+                          .max_batch = 1,
+                          .seq_len = T,
+                          .allocate_params = true};
     hs_model *m = NULL;
     hs_error e;
     assert_int_equal(hs_model_create(&c, &o, &m, &e), HS_OK);

@@ -14,8 +14,7 @@
 #include "model/moe.h"
 
 /* The cpu device the layers compute on, created once for the whole run. */
-static hs_device *cpu_dev(void)
-{
+static hs_device *cpu_dev(void) {
     static hs_device *d;
     hs_error e;
     if (!d && hs_device_create(HS_DEVICE_CPU, NULL, &d, &e) != HS_OK) fail_msg("%s", e.msg);
@@ -31,8 +30,7 @@ typedef struct problem {
     int64_t n[P_COUNT];
 } problem;
 
-static void problem_init(problem *p, hs_moe_shapes s, uint64_t seed, float gate_std)
-{
+static void problem_init(problem *p, hs_moe_shapes s, uint64_t seed, float gate_std) {
     memset(p, 0, sizeof *p);
     p->s = s;
     int64_t E = s.E, C = s.C, F = s.F, FS = s.FS;
@@ -47,8 +45,7 @@ static void problem_init(problem *p, hs_moe_shapes s, uint64_t seed, float gate_
     }
 }
 
-static void problem_free(problem *p)
-{
+static void problem_free(problem *p) {
     for (int i = 0; i < P_COUNT; i++) free(p->v[i]);
 }
 
@@ -63,8 +60,7 @@ typedef struct runner {
     float *dx, *g[P_X];
 } runner;
 
-static void runner_init(runner *r, const problem *p, hs_dtype dt)
-{
+static void runner_init(runner *r, const problem *p, hs_dtype dt) {
     memset(r, 0, sizeof *r);
     r->dt = dt;
     hs_pool_init(&r->pool, "test");
@@ -73,8 +69,12 @@ static void runner_init(runner *r, const problem *p, hs_dtype dt)
         hs_convert(r->v[i], dt, p->v[i], HS_DTYPE_F32, p->n[i]);
         if (i < P_X) r->g[i] = hs_pool_calloc(&r->pool, (size_t)(p->n[i] + 1) * sizeof(float));
     }
-    r->w = (hs_moe_weights){r->v[P_GATE], r->v[P_W1], r->v[P_W3], r->v[P_W2],
-                            p->s.FS ? r->v[P_SG] : NULL, p->s.FS ? r->v[P_SU] : NULL,
+    r->w = (hs_moe_weights){r->v[P_GATE],
+                            r->v[P_W1],
+                            r->v[P_W3],
+                            r->v[P_W2],
+                            p->s.FS ? r->v[P_SG] : NULL,
+                            p->s.FS ? r->v[P_SU] : NULL,
                             p->s.FS ? r->v[P_SD] : NULL};
     r->act_mem = hs_pool_calloc(&r->pool, hs_moe_act_bytes(&p->s, dt));
     hs_moe_act_bind(&r->act, cpu_dev(), &p->s, dt, r->act_mem);
@@ -84,8 +84,7 @@ static void runner_init(runner *r, const problem *p, hs_dtype dt)
     r->dx = hs_pool_calloc(&r->pool, (size_t)p->n[P_X] * sizeof(float));
 }
 
-static void runner_free(runner *r)
-{
+static void runner_free(runner *r) {
     for (int i = 0; i < P_COUNT; i++) hs_pool_free(&r->pool, r->v[i]);
     for (int i = 0; i < P_X; i++) hs_pool_free(&r->pool, r->g[i]);
     hs_pool_free(&r->pool, r->act_mem);
@@ -96,21 +95,23 @@ static void runner_free(runner *r)
     assert_int_equal(hs_pool_current(&r->pool), 0);
 }
 
-static void runner_forward(runner *r)
-{
+static void runner_forward(runner *r) {
     hs_moe_forward(r->out, &r->act, r->v[P_X], &r->w, r->act.cap.BT, r->scratch);
 }
 
-static hs_moe_grads runner_grads(runner *r)
-{
-    return (hs_moe_grads){r->g[P_GATE], r->g[P_W1], r->g[P_W3], r->g[P_W2],
-                          r->act.cap.FS ? r->g[P_SG] : NULL, r->act.cap.FS ? r->g[P_SU] : NULL,
-                          r->act.cap.FS ? r->g[P_SD] : NULL, HS_DTYPE_F32};
+static hs_moe_grads runner_grads(runner *r) {
+    return (hs_moe_grads){r->g[P_GATE],
+                          r->g[P_W1],
+                          r->g[P_W3],
+                          r->g[P_W2],
+                          r->act.cap.FS ? r->g[P_SG] : NULL,
+                          r->act.cap.FS ? r->g[P_SU] : NULL,
+                          r->act.cap.FS ? r->g[P_SD] : NULL,
+                          HS_DTYPE_F32};
 }
 
 /* Loss of the tests on an fp32 run: sum(out * R) + lam * aux (one layer). */
-static double test_loss(runner *r, const float *R, double lam)
-{
+static double test_loss(runner *r, const float *R, double lam) {
     HS_ASSERT(r->dt == HS_DTYPE_F32);
     const float *out = r->out;
     double L = 0.0;
@@ -124,8 +125,7 @@ static double test_loss(runner *r, const float *R, double lam)
 }
 
 /* Forward, then backward of test_loss into r->g / r->dx. */
-static void runner_forward_backward(runner *r, const float *R, double lam)
-{
+static void runner_forward_backward(runner *r, const float *R, double lam) {
     runner_forward(r);
     hs_moe_aux aux;
     float *g = calloc((size_t)r->act.cap.E, sizeof(float));
@@ -138,8 +138,7 @@ static void runner_forward_backward(runner *r, const float *R, double lam)
     free(g);
 }
 
-static hs_moe_shapes shapes(int BT, int C, int E, int K, int F, int FS)
-{
+static hs_moe_shapes shapes(int BT, int C, int E, int K, int F, int FS) {
     return (hs_moe_shapes){BT, C, E, K, F, FS, 1, E};
 }
 
@@ -147,14 +146,12 @@ static hs_moe_shapes shapes(int BT, int C, int E, int K, int F, int FS)
 
 /* C == E and gate == I make the logits equal to x, so a test can write the
  * router input directly. */
-static void identity_gate(problem *p)
-{
+static void identity_gate(problem *p) {
     memset(p->v[P_GATE], 0, (size_t)p->n[P_GATE] * sizeof(float));
     for (int e = 0; e < p->s.E; e++) p->v[P_GATE][e * p->s.C + e] = 1.0f;
 }
 
-static void test_top2_of_probs_1_2_2_4_picks_3_then_tied_lower_1_weights_2_3_and_1_3(void **st)
-{
+static void test_top2_of_probs_1_2_2_4_picks_3_then_tied_lower_1_weights_2_3_and_1_3(void **st) {
     (void)st;
     problem p;
     problem_init(&p, shapes(2, 4, 4, 2, 3, 0), 1, 1.0f);
@@ -183,8 +180,7 @@ static void test_top2_of_probs_1_2_2_4_picks_3_then_tied_lower_1_weights_2_3_and
     problem_free(&p);
 }
 
-static void test_grouped_rows_are_sorted_by_expert_then_token(void **st)
-{
+static void test_grouped_rows_are_sorted_by_expert_then_token(void **st) {
     (void)st;
     problem p;
     problem_init(&p, shapes(3, 3, 3, 2, 2, 0), 2, 1.0f);
@@ -210,14 +206,12 @@ static void test_grouped_rows_are_sorted_by_expert_then_token(void **st)
 
 /* ---------------------------------------------------------------- aux loss */
 
-static void aux_case_layer(runner *r, const float *x)
-{
+static void aux_case_layer(runner *r, const float *x) {
     memcpy(r->v[P_X], x, 4 * sizeof(float));
     runner_forward(r);
 }
 
-static void test_aux_loss_one_layer_is_1_25_two_layers_concatenated_is_1_0(void **st)
-{
+static void test_aux_loss_one_layer_is_1_25_two_layers_concatenated_is_1_0(void **st) {
     (void)st;
     problem p;
     problem_init(&p, shapes(2, 2, 2, 1, 2, 0), 3, 1.0f);
@@ -261,8 +255,7 @@ static double silu_d(double v) { return v / (1.0 + exp(-v)); }
 
 /* y[C] += wt * w2_e(silu(w1_e x) * (w3_e x)) in fp64, one token. */
 static void ref_expert(double *y, double wt, const float *x, const float *w1, const float *w3,
-                       const float *w2, int C, int F)
-{
+                       const float *w2, int C, int F) {
     for (int f = 0; f < F; f++) {
         double h1 = 0.0, h3 = 0.0;
         for (int c = 0; c < C; c++) {
@@ -275,8 +268,7 @@ static void ref_expert(double *y, double wt, const float *x, const float *w1, co
 }
 
 /* Mixtral, one token at a time, fp64, no grouping. */
-static void ref_forward(double *out, const problem *p, const int32_t *sel)
-{
+static void ref_forward(double *out, const problem *p, const int32_t *sel) {
     const int C = p->s.C, E = p->s.E, K = p->s.K, F = p->s.F, FS = p->s.FS;
     double prob[64];
     for (int t = 0; t < p->s.BT; t++) {
@@ -301,8 +293,7 @@ static void ref_forward(double *out, const problem *p, const int32_t *sel)
     }
 }
 
-static void test_forward_matches_per_token_fp64_reference_with_shared_expert(void **st)
-{
+static void test_forward_matches_per_token_fp64_reference_with_shared_expert(void **st) {
     (void)st;
     problem p;
     problem_init(&p, shapes(9, 8, 5, 2, 6, 7), 4, 1.0f);
@@ -329,13 +320,11 @@ static void test_forward_matches_per_token_fp64_reference_with_shared_expert(voi
 
 /* -------------------------------------------------------------- gradients */
 
-static bool same_routing(const runner *r, const int32_t *sel)
-{
+static bool same_routing(const runner *r, const int32_t *sel) {
     return memcmp(r->act.sel, sel, (size_t)r->act.cap.BT * r->act.cap.K * sizeof(int32_t)) == 0;
 }
 
-static void test_finite_differences_match_backward_router_experts_shared_and_aux(void **st)
-{
+static void test_finite_differences_match_backward_router_experts_shared_and_aux(void **st) {
     (void)st;
     problem p;
     problem_init(&p, shapes(6, 8, 4, 2, 5, 3), 5, 0.7f);
@@ -381,8 +370,7 @@ static void test_finite_differences_match_backward_router_experts_shared_and_aux
 
 /* Two stacked layers (x -> l1 -> l2): loss = sum(out2 * R) + lam * aux over
  * both layers' concatenated statistics. */
-static double two_layer_loss(runner *l1, runner *l2, const float *R, double lam, hs_moe_aux *aux)
-{
+static double two_layer_loss(runner *l1, runner *l2, const float *R, double lam, hs_moe_aux *aux) {
     runner_forward(l1);
     memcpy(l2->v[P_X], l1->out, (size_t)l1->act.cap.BT * l1->act.cap.C * sizeof(float));
     runner_forward(l2);
@@ -396,8 +384,7 @@ static double two_layer_loss(runner *l1, runner *l2, const float *R, double lam,
     return L;
 }
 
-static void test_two_layer_aux_gradient_matches_finite_differences(void **st)
-{
+static void test_two_layer_aux_gradient_matches_finite_differences(void **st) {
     (void)st;
     problem p1, p2;
     problem_init(&p1, shapes(8, 6, 4, 2, 4, 0), 10, 0.8f);
@@ -419,9 +406,12 @@ static void test_two_layer_aux_gradient_matches_finite_differences(void **st)
     int32_t sel1[16], sel2[16];
     memcpy(sel1, l1.act.sel, sizeof sel1);
     memcpy(sel2, l2.act.sel, sizeof sel2);
-    struct { float *v, *an; int64_t n; } checks[3] = {{l1.v[P_GATE], l1.g[P_GATE], p1.n[P_GATE]},
-                                                     {l2.v[P_GATE], l2.g[P_GATE], p2.n[P_GATE]},
-                                                     {l1.v[P_X], l1.dx, p1.n[P_X]}};
+    struct {
+        float *v, *an;
+        int64_t n;
+    } checks[3] = {{l1.v[P_GATE], l1.g[P_GATE], p1.n[P_GATE]},
+                   {l2.v[P_GATE], l2.g[P_GATE], p2.n[P_GATE]},
+                   {l1.v[P_X], l1.dx, p1.n[P_X]}};
     int checked = 0;
     for (int c = 0; c < 3; c++)
         for (int64_t j = 0; j < checks[c].n; j++) {
@@ -450,8 +440,7 @@ static void test_two_layer_aux_gradient_matches_finite_differences(void **st)
     problem_free(&p1);
 }
 
-static void test_aux_only_gradient_reaches_router_not_experts(void **st)
-{
+static void test_aux_only_gradient_reaches_router_not_experts(void **st) {
     (void)st;
     problem p;
     problem_init(&p, shapes(5, 6, 4, 2, 3, 0), 6, 1.0f);
@@ -467,8 +456,7 @@ static void test_aux_only_gradient_reaches_router_not_experts(void **st)
     problem_free(&p);
 }
 
-static void test_expert_with_no_tokens_has_zero_grad_and_no_effect_on_output(void **st)
-{
+static void test_expert_with_no_tokens_has_zero_grad_and_no_effect_on_output(void **st) {
     (void)st;
     problem p;
     problem_init(&p, shapes(6, 4, 4, 1, 3, 0), 7, 1.0f);
@@ -508,8 +496,7 @@ static void test_expert_with_no_tokens_has_zero_grad_and_no_effect_on_output(voi
     problem_free(&p);
 }
 
-static void test_backward_accumulates_into_dx_and_grads(void **st)
-{
+static void test_backward_accumulates_into_dx_and_grads(void **st) {
     (void)st;
     problem p;
     problem_init(&p, shapes(4, 6, 3, 2, 4, 2), 8, 1.0f);
@@ -539,8 +526,7 @@ static void test_backward_accumulates_into_dx_and_grads(void **st)
 /* ----------------------------------------------------------- 16-bit vs fp32 */
 
 /* max |a - b| over max |b|: one number per tensor. */
-static double rel_err(const float *a, const float *b, int64_t n)
-{
+static double rel_err(const float *a, const float *b, int64_t n) {
     double d = 0.0, m = 0.0;
     for (int64_t i = 0; i < n; i++) {
         if (fabs(a[i] - b[i]) > d) d = fabs(a[i] - b[i]);
@@ -549,8 +535,7 @@ static double rel_err(const float *a, const float *b, int64_t n)
     return d / (m > 0 ? m : 1);
 }
 
-static void half_vs_fp32(hs_dtype dt, double tol)
-{
+static void half_vs_fp32(hs_dtype dt, double tol) {
     problem p;
     problem_init(&p, shapes(16, 32, 4, 2, 24, 16), 9, 1.0f);
     /* Both runs see the same 16-bit-representable inputs. */
@@ -585,20 +570,17 @@ static void half_vs_fp32(hs_dtype dt, double tol)
     problem_free(&p);
 }
 
-static void test_bf16_within_2_percent_of_fp32(void **st)
-{
+static void test_bf16_within_2_percent_of_fp32(void **st) {
     (void)st;
     half_vs_fp32(HS_DTYPE_BF16, 2e-2);
 }
 
-static void test_f16_within_half_percent_of_fp32(void **st)
-{
+static void test_f16_within_half_percent_of_fp32(void **st) {
     (void)st;
     half_vs_fp32(HS_DTYPE_F16, 5e-3);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_top2_of_probs_1_2_2_4_picks_3_then_tied_lower_1_weights_2_3_and_1_3),
         cmocka_unit_test(test_grouped_rows_are_sorted_by_expert_then_token),

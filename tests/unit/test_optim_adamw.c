@@ -13,20 +13,23 @@
 #include "hypershard/optim.h"
 #include "optim_fixture.h"
 
-static hs_optim_config adamw_config(double lr, double wd)
-{
+static hs_optim_config adamw_config(double lr, double wd) {
     return of_config("adamw", lr, 0.999, wd, "constant");
 }
 
-static hs_optim_param f32_param(const char *fqn, float *data, float *grad, int64_t n, bool decay)
-{
-    hs_optim_param p = {.fqn = fqn, .data = data, .dtype = HS_DTYPE_F32, .grad = grad,
-                        .numel = n, .rows = n, .cols = 1, .decay = decay};
+static hs_optim_param f32_param(const char *fqn, float *data, float *grad, int64_t n, bool decay) {
+    hs_optim_param p = {.fqn = fqn,
+                        .data = data,
+                        .dtype = HS_DTYPE_F32,
+                        .grad = grad,
+                        .numel = n,
+                        .rows = n,
+                        .cols = 1,
+                        .decay = decay};
     return p;
 }
 
-static void assert_close(double got, double want, double rel)
-{
+static void assert_close(double got, double want, double rel) {
     if (fabs(got - want) > rel * fmax(fabs(want), 1e-30))
         fail_msg("got %.9g want %.9g (rel tol %g)", got, want, rel);
 }
@@ -34,8 +37,7 @@ static void assert_close(double got, double want, double rel)
 /* lr 0.1, betas (0.9, 0.999), eps 1e-8, wd 0.01; two steps with different
  * grads. Step 1's Adam direction is g/|g| exactly (both corrected moments
  * see one sample); step 2 is written out term by term. */
-static void test_two_steps_match_hand_computed_double_values(void **state)
-{
+static void test_two_steps_match_hand_computed_double_values(void **state) {
     (void)state;
     float p[3] = {1.0f, -2.0f, 0.5f}, g[3] = {0.5f, 0.25f, -1.0f};
     hs_optim_config cfg = adamw_config(0.1, 0.01);
@@ -68,8 +70,7 @@ static void test_two_steps_match_hand_computed_double_values(void **state)
 
 /* With |g| == eps the torch rule gives g / (|g| + eps) = 1/2 per unit lr;
  * eps inside the sqrt would give about 1e-4. */
-static void test_eps_is_added_after_the_sqrt_of_corrected_v(void **state)
-{
+static void test_eps_is_added_after_the_sqrt_of_corrected_v(void **state) {
     (void)state;
     float p[2] = {1.0f, 1.0f}, g[2] = {1e-8f, -1e-8f};
     hs_optim_config cfg = adamw_config(0.1, 0.0);
@@ -82,8 +83,7 @@ static void test_eps_is_added_after_the_sqrt_of_corrected_v(void **state)
     hs_optim_free(o);
 }
 
-static void test_no_decay_param_keeps_value_under_zero_grad_while_decayed_shrinks(void **state)
-{
+static void test_no_decay_param_keeps_value_under_zero_grad_while_decayed_shrinks(void **state) {
     (void)state;
     float a[4] = {1, 2, -3, 4}, b[4] = {1, 2, -3, 4}, g[4] = {0};
     hs_optim_config cfg = adamw_config(0.01, 0.1);
@@ -102,8 +102,7 @@ static void test_no_decay_param_keeps_value_under_zero_grad_while_decayed_shrink
 /* p = 1 in bf16, lr 1e-3, wd 1: decay alone gives 0.999 and the Adam step
  * another -0.001. Rounded once, 0.998 -> 0.99609375; rounding after the
  * decay would give 1.0 and then 1.0 again. */
-static void test_bf16_param_is_updated_in_fp32_and_rounded_once(void **state)
-{
+static void test_bf16_param_is_updated_in_fp32_and_rounded_once(void **state) {
     (void)state;
     enum { N = 257 };
     uint16_t p[N];
@@ -114,8 +113,14 @@ static void test_bf16_param_is_updated_in_fp32_and_rounded_once(void **state)
         p[i] = hs_f32_to_bf16(p32[i]);
     }
     hs_optim_config cfg = adamw_config(1e-3, 1.0);
-    hs_optim_param prm = {.fqn = "w", .data = p, .dtype = HS_DTYPE_BF16, .grad = g, .numel = N,
-                          .rows = N, .cols = 1, .decay = true};
+    hs_optim_param prm = {.fqn = "w",
+                          .data = p,
+                          .dtype = HS_DTYPE_BF16,
+                          .grad = g,
+                          .numel = N,
+                          .rows = N,
+                          .cols = 1,
+                          .decay = true};
     hs_optim *o = of_create(&cfg, &prm, 1, NULL);
     hs_optim_step(o, 1e-3);
     assert_int_equal(p[0], hs_f32_to_bf16(0.99609375f));
@@ -133,8 +138,7 @@ static void test_bf16_param_is_updated_in_fp32_and_rounded_once(void **state)
 }
 
 /* Restoring moments and the step count reproduces the uninterrupted run. */
-static void test_state_restore_continues_bit_identically(void **state)
-{
+static void test_state_restore_continues_bit_identically(void **state) {
     (void)state;
     float a[5] = {1, 2, 3, 4, 5}, b[5], g[5] = {0.1f, -0.2f, 0.3f, -0.4f, 0.5f};
     hs_optim_config cfg = adamw_config(0.05, 0.1);
@@ -158,8 +162,7 @@ static void test_state_restore_continues_bit_identically(void **state)
     assert_int_equal(hs_pool_current(&pool), 0);
 }
 
-static void test_bad_config_names_every_key(void **state)
-{
+static void test_bad_config_names_every_key(void **state) {
     (void)state;
     hs_optim_config cfg = adamw_config(-1.0, 0.0);
     cfg.betas[1] = 1.0;
@@ -178,8 +181,7 @@ static void test_bad_config_names_every_key(void **state)
 /* Given a device's device pool, the two moments are device memory: served
  * by its caching allocator (in use: their bytes), counted in the pool the
  * same, zeroed, and handed back on free. */
-static void test_states_on_a_device_pool_come_from_the_devices_allocator(void **state)
-{
+static void test_states_on_a_device_pool_come_from_the_devices_allocator(void **state) {
     (void)state;
     hs_device *d = NULL;
     hs_error e;
@@ -199,8 +201,7 @@ static void test_states_on_a_device_pool_come_from_the_devices_allocator(void **
     hs_device_free(d);
 }
 
-static void test_empty_shard_param_is_skipped(void **state)
-{
+static void test_empty_shard_param_is_skipped(void **state) {
     (void)state;
     hs_optim_config cfg = adamw_config(0.1, 0.1);
     hs_optim_param prm = f32_param("w", NULL, NULL, 0, true);
@@ -210,8 +211,7 @@ static void test_empty_shard_param_is_skipped(void **state)
     hs_optim_free(o);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_steps_match_hand_computed_double_values),
         cmocka_unit_test(test_eps_is_added_after_the_sqrt_of_corrected_v),

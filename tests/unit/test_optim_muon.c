@@ -16,16 +16,14 @@
 #include "hypershard/optim.h"
 #include "optim_fixture.h"
 
-static void fill_gauss(float *x, int64_t n, uint64_t seed)
-{
+static void fill_gauss(float *x, int64_t n, uint64_t seed) {
     hs_rng_fill_normal(x, n, seed, 99, 0, 0.0f, 1.0f);
 }
 
 /* NS5 written independently: element loops in double on the matrix as
  * given, using X^T X (cols x cols) when tall; a poly in the small Gram
  * matrix applied from the matching side gives the same iterate. */
-static void ns5_reference(double *x, const float *g, int r, int c, int steps)
-{
+static void ns5_reference(double *x, const float *g, int r, int c, int steps) {
     double fro = 0;
     for (int i = 0; i < r * c; i++) fro += (double)g[i] * g[i];
     for (int i = 0; i < r * c; i++) x[i] = g[i] / (sqrt(fro) + 1e-7);
@@ -60,8 +58,7 @@ static void ns5_reference(double *x, const float *g, int r, int c, int steps)
 }
 
 /* Eigenvalues of a symmetric n x n matrix (cyclic Jacobi), into w. */
-static void jacobi_eigenvalues(double *a, int n, double *w)
-{
+static void jacobi_eigenvalues(double *a, int n, double *w) {
     for (int sweep = 0; sweep < 100; sweep++) {
         double off = 0;
         for (int i = 0; i < n; i++)
@@ -89,15 +86,15 @@ static void jacobi_eigenvalues(double *a, int n, double *w)
 }
 
 /* Singular values of a rows x cols fp32 matrix via the small Gram matrix. */
-static void singular_range(const float *x, int r, int c, double *lo, double *hi)
-{
+static void singular_range(const float *x, int r, int c, double *lo, double *hi) {
     int n = r < c ? r : c;
     double *gram = calloc((size_t)(n * n), sizeof *gram), *w = calloc((size_t)n, sizeof *w);
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++) {
             double acc = 0;
             for (int k = 0; k < (r < c ? c : r); k++)
-                acc += r < c ? (double)x[i * c + k] * x[j * c + k] : (double)x[k * c + i] * x[k * c + j];
+                acc += r < c ? (double)x[i * c + k] * x[j * c + k]
+                             : (double)x[k * c + i] * x[k * c + j];
             gram[i * n + j] = acc;
         }
     jacobi_eigenvalues(gram, n, w);
@@ -109,8 +106,7 @@ static void singular_range(const float *x, int r, int c, double *lo, double *hi)
     free(gram), free(w);
 }
 
-static void test_ns5_matches_double_reference_wide_and_tall(void **state)
-{
+static void test_ns5_matches_double_reference_wide_and_tall(void **state) {
     (void)state;
     const int shapes[][2] = {{5, 9}, {9, 5}, {6, 6}};
     for (int s = 0; s < 3; s++) {
@@ -126,8 +122,7 @@ static void test_ns5_matches_double_reference_wide_and_tall(void **state)
     }
 }
 
-static void test_ns5_singular_values_of_random_32x64_lie_in_0_6_to_1_2(void **state)
-{
+static void test_ns5_singular_values_of_random_32x64_lie_in_0_6_to_1_2(void **state) {
     (void)state;
     enum { R = 32, C = 64 };
     float *g = malloc(R * C * sizeof *g), *o = malloc(R * C * sizeof *o);
@@ -150,25 +145,28 @@ static void test_ns5_singular_values_of_random_32x64_lie_in_0_6_to_1_2(void **st
     free(g), free(o), free(gt), free(ot), free(scratch);
 }
 
-static hs_optim_config muon_config(double wd, bool nesterov)
-{
+static hs_optim_config muon_config(double wd, bool nesterov) {
     hs_optim_config c = of_config("muon", 0.02, 0.95, wd, "cosine");
     c.muon.nesterov = nesterov;
     return c;
 }
 
-static hs_optim_param matrix(const char *fqn, void *data, float *grad, int r, int c, bool decay)
-{
-    hs_optim_param p = {.fqn = fqn, .data = data, .dtype = HS_DTYPE_F32, .grad = grad,
-                        .numel = (int64_t)r * c, .rows = r, .cols = c, .decay = decay,
+static hs_optim_param matrix(const char *fqn, void *data, float *grad, int r, int c, bool decay) {
+    hs_optim_param p = {.fqn = fqn,
+                        .data = data,
+                        .dtype = HS_DTYPE_F32,
+                        .grad = grad,
+                        .numel = (int64_t)r * c,
+                        .rows = r,
+                        .cols = c,
+                        .decay = decay,
                         .muon = true};
     return p;
 }
 
 /* Two steps: m1 = g1, m2 = mu*g1 + g2; the second update is
  * -lr * scale * NS5(g2 + mu*m2) with Nesterov, -lr * scale * NS5(m2) without. */
-static void check_momentum(bool nesterov)
-{
+static void check_momentum(bool nesterov) {
     enum { R = 8, C = 4 }; /* tall: scale sqrt(2) */
     float p[R * C], g1[R * C], g2[R * C], g[R * C], before[R * C], u[R * C];
     double ref[R * C];
@@ -197,8 +195,7 @@ static void check_momentum(bool nesterov)
     hs_optim_free(o);
 }
 
-static void test_momentum_and_nesterov_directions(void **state)
-{
+static void test_momentum_and_nesterov_directions(void **state) {
     (void)state;
     check_momentum(true);
     check_momentum(false);
@@ -206,8 +203,7 @@ static void test_momentum_and_nesterov_directions(void **state)
 
 /* A wide matrix gets scale 1, a tall one sqrt(rows/cols); decay multiplies
  * by 1 - lr*wd first. With one step, m = g and u = g(1 + mu): same NS5. */
-static void test_scale_is_sqrt_max_1_rows_over_cols_and_decay_is_decoupled(void **state)
-{
+static void test_scale_is_sqrt_max_1_rows_over_cols_and_decay_is_decoupled(void **state) {
     (void)state;
     float wide[2 * 8], tall[8 * 2], gw[16], gt[16], w0[16], t0[16], ow[16], ot[16];
     fill_gauss(wide, 16, 4), fill_gauss(tall, 16, 5), fill_gauss(gw, 16, 6);
@@ -215,7 +211,8 @@ static void test_scale_is_sqrt_max_1_rows_over_cols_and_decay_is_decoupled(void 
         for (int j = 0; j < 8; j++) gt[j * 2 + i] = gw[i * 8 + j];
     memcpy(w0, wide, sizeof w0), memcpy(t0, tall, sizeof t0);
     hs_optim_config cfg = muon_config(0.5, true);
-    hs_optim_param ps[2] = {matrix("wide", wide, gw, 2, 8, true), matrix("tall", tall, gt, 8, 2, true)};
+    hs_optim_param ps[2] = {matrix("wide", wide, gw, 2, 8, true),
+                            matrix("tall", tall, gt, 8, 2, true)};
     hs_optim *o = of_create(&cfg, ps, 2, NULL);
     hs_optim_step(o, 0.02);
     hs_newton_schulz5(ow, gw, 2, 8, 5, NULL);
@@ -229,15 +226,21 @@ static void test_scale_is_sqrt_max_1_rows_over_cols_and_decay_is_decoupled(void 
 
 /* In a Muon optimizer a norm weight (muon = false) follows AdamW with the
  * config's betas and eps, bit for bit what an AdamW optimizer does. */
-static void test_non_matrix_params_use_adamw_with_config_betas(void **state)
-{
+static void test_non_matrix_params_use_adamw_with_config_betas(void **state) {
     (void)state;
     float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 2, 3, 4, 5, 6};
     float g[6] = {0.3f, -0.1f, 0.2f, 0.5f, -0.7f, 0.05f};
     hs_optim_config mc = muon_config(0.1, true), ac = mc;
     strcpy(ac.target, "adamw");
-    hs_optim_param pa = {.fqn = "model.norm.weight", .data = a, .dtype = HS_DTYPE_F32, .grad = g,
-                         .numel = 6, .rows = 6, .cols = 1, .decay = false, .muon = false};
+    hs_optim_param pa = {.fqn = "model.norm.weight",
+                         .data = a,
+                         .dtype = HS_DTYPE_F32,
+                         .grad = g,
+                         .numel = 6,
+                         .rows = 6,
+                         .cols = 1,
+                         .decay = false,
+                         .muon = false};
     hs_optim_param pb = pa;
     pb.data = b;
     hs_optim *om = of_create(&mc, &pa, 1, NULL);
@@ -251,8 +254,7 @@ static void test_non_matrix_params_use_adamw_with_config_betas(void **state)
 
 /* An [E=3, 4, 6] expert tensor with rows=4, cols=6: each expert matrix is
  * orthogonalised on its own, as if it were a separate param. */
-static void test_expert_tensor_orthogonalises_each_matrix_alone(void **state)
-{
+static void test_expert_tensor_orthogonalises_each_matrix_alone(void **state) {
     (void)state;
     enum { E = 3, R = 4, C = 6, M = R * C };
     float all[E * M], g[E * M], single[E][M];
@@ -272,8 +274,7 @@ static void test_expert_tensor_orthogonalises_each_matrix_alone(void **state)
 
 /* A bf16 matrix takes the same fp32 update as an fp32 copy and is rounded
  * once at the end. */
-static void test_bf16_matrix_is_rounded_once_from_the_fp32_update(void **state)
-{
+static void test_bf16_matrix_is_rounded_once_from_the_fp32_update(void **state) {
     (void)state;
     enum { R = 6, C = 10 };
     float p32[R * C], g[R * C];
@@ -291,8 +292,7 @@ static void test_bf16_matrix_is_rounded_once_from_the_fp32_update(void **state)
     hs_optim_free(oa), hs_optim_free(ob);
 }
 
-static void test_muon_param_with_wrong_shape_is_rejected_naming_fqn(void **state)
-{
+static void test_muon_param_with_wrong_shape_is_rejected_naming_fqn(void **state) {
     (void)state;
     float d[10] = {0}, g[10] = {0};
     hs_optim_config cfg = muon_config(0.0, true);
@@ -316,14 +316,13 @@ typedef struct fake_gather {
     bool local_matches;
 } fake_gather;
 
-static hs_status fake_all_gather_rows(void *ctx, const float *local, float *full, hs_error *e)
-{
+static hs_status fake_all_gather_rows(void *ctx, const float *local, float *full, hs_error *e) {
     (void)e;
     fake_gather *g = ctx;
     g->calls++;
     int64_t c = g->cols;
-    g->local_matches = memcmp(local, g->whole_u + g->offset * c,
-                              (size_t)(g->rows * c) * sizeof(float)) == 0;
+    g->local_matches =
+        memcmp(local, g->whole_u + g->offset * c, (size_t)(g->rows * c) * sizeof(float)) == 0;
     memcpy(full, g->whole_u, (size_t)(5 * c) * sizeof(float));
     memcpy(full + g->offset * c, local, (size_t)(g->rows * c) * sizeof(float));
     return HS_OK;
@@ -334,8 +333,7 @@ static hs_status fake_all_gather_rows(void *ctx, const float *local, float *full
  * its rows of the whole-matrix step bit for bit (scale sqrt(5/3) from the
  * full shape, decay on the local rows); the empty shard still gathers and
  * keeps Muon's state. */
-static void test_row_shards_with_gather_match_the_whole_matrix_bit_for_bit(void **state)
-{
+static void test_row_shards_with_gather_match_the_whole_matrix_bit_for_bit(void **state) {
     (void)state;
     enum { R = 5, C = 3, W = 4, CHUNK = 2 };
     float whole[R * C], g[R * C], u[R * C], shard[R * C];
@@ -351,7 +349,9 @@ static void test_row_shards_with_gather_match_the_whole_matrix_bit_for_bit(void 
         int64_t off = r * CHUNK < R ? r * CHUNK : R, rows = R - off < CHUNK ? R - off : CHUNK;
         fake_gather fg = {.whole_u = u, .rows = rows, .cols = C, .offset = off};
         hs_optim_param sp = matrix("w", shard + off * C, g + off * C, (int)rows, C, true);
-        sp.gather = (hs_optim_gather){.ctx = &fg, .full_rows = R, .row_offset = off,
+        sp.gather = (hs_optim_gather){.ctx = &fg,
+                                      .full_rows = R,
+                                      .row_offset = off,
                                       .buffer_rows = W * CHUNK,
                                       .all_gather_rows = fake_all_gather_rows};
         hs_optim *os = of_create(&cfg, &sp, 1, NULL);
@@ -365,14 +365,13 @@ static void test_row_shards_with_gather_match_the_whole_matrix_bit_for_bit(void 
     hs_optim_free(ow);
 }
 
-static void test_row_shard_outside_its_matrix_is_rejected_naming_fqn(void **state)
-{
+static void test_row_shard_outside_its_matrix_is_rejected_naming_fqn(void **state) {
     (void)state;
     float d[6] = {0}, g[6] = {0};
     hs_optim_config cfg = muon_config(0.0, true);
     hs_optim_param p = matrix("model.layers.0.self_attn.q_proj.weight", d, g, 2, 3, true);
-    p.gather = (hs_optim_gather){.full_rows = 5, .row_offset = 4, .buffer_rows = 6,
-                                 .all_gather_rows = fake_all_gather_rows};
+    p.gather = (hs_optim_gather){
+        .full_rows = 5, .row_offset = 4, .buffer_rows = 6, .all_gather_rows = fake_all_gather_rows};
     hs_optim *o = NULL;
     hs_error e;
     assert_int_not_equal(hs_optim_create(&cfg, &p, 1, NULL, NULL, &o, &e), HS_OK);
@@ -381,8 +380,7 @@ static void test_row_shard_outside_its_matrix_is_rejected_naming_fqn(void **stat
     assert_non_null(strstr(e.msg, "rows [4, +2) inside the 5 full rows"));
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ns5_matches_double_reference_wide_and_tall),
         cmocka_unit_test(test_ns5_singular_values_of_random_32x64_lie_in_0_6_to_1_2),

@@ -11,16 +11,14 @@
 #include "hypershard/optim.h"
 
 /* The cpu device clipping computes on, created once for the whole run. */
-static hs_device *cpu_dev(void)
-{
+static hs_device *cpu_dev(void) {
     static hs_device *d;
     hs_error e;
     if (!d && hs_device_create(HS_DEVICE_CPU, NULL, &d, &e) != HS_OK) fail_msg("%s", e.msg);
     return d;
 }
 
-static hs_optim_config sched(const char *decay, int warmup, double min_ratio)
-{
+static hs_optim_config sched(const char *decay, int warmup, double min_ratio) {
     hs_optim_config c;
     memset(&c, 0, sizeof c);
     strcpy(c.target, "adamw");
@@ -33,8 +31,7 @@ static hs_optim_config sched(const char *decay, int warmup, double min_ratio)
 
 static void near(double got, double want) { assert_true(fabs(got - want) < 1e-12); }
 
-static void test_warmup_10_rises_from_lr_over_10_to_lr(void **state)
-{
+static void test_warmup_10_rises_from_lr_over_10_to_lr(void **state) {
     (void)state;
     hs_optim_config c = sched("cosine", 10, 0.1);
     near(hs_lr_at(&c, 1, 110), 0.2);
@@ -42,8 +39,7 @@ static void test_warmup_10_rises_from_lr_over_10_to_lr(void **state)
     near(hs_lr_at(&c, 10, 110), 2.0);
 }
 
-static void test_cosine_halfway_is_mean_of_lr_and_min_and_last_is_min(void **state)
-{
+static void test_cosine_halfway_is_mean_of_lr_and_min_and_last_is_min(void **state) {
     (void)state;
     hs_optim_config c = sched("cosine", 10, 0.1);
     near(hs_lr_at(&c, 60, 110), (2.0 + 0.2) / 2);
@@ -52,8 +48,7 @@ static void test_cosine_halfway_is_mean_of_lr_and_min_and_last_is_min(void **sta
     near(hs_lr_at(&c, 500, 110), 0.2); /* past the end: stays at the floor */
 }
 
-static void test_linear_decay_quarter_and_end(void **state)
-{
+static void test_linear_decay_quarter_and_end(void **state) {
     (void)state;
     hs_optim_config c = sched("linear", 0, 0.0);
     near(hs_lr_at(&c, 25, 100), 1.5);
@@ -64,8 +59,7 @@ static void test_linear_decay_quarter_and_end(void **state)
     near(hs_lr_at(&c, 100, 100), 1.0);
 }
 
-static void test_constant_after_warmup_stays_at_lr(void **state)
-{
+static void test_constant_after_warmup_stays_at_lr(void **state) {
     (void)state;
     hs_optim_config c = sched("constant", 4, 0.1);
     near(hs_lr_at(&c, 2, 100), 1.0);
@@ -73,8 +67,7 @@ static void test_constant_after_warmup_stays_at_lr(void **state)
     near(hs_lr_at(&c, 100, 100), 2.0);
 }
 
-static void test_run_shorter_than_warmup_never_decays_past_min(void **state)
-{
+static void test_run_shorter_than_warmup_never_decays_past_min(void **state) {
     (void)state;
     hs_optim_config c = sched("cosine", 10, 0.1);
     near(hs_lr_at(&c, 3, 5), 0.6);
@@ -82,11 +75,11 @@ static void test_run_shorter_than_warmup_never_decays_past_min(void **state)
     near(hs_lr_at(&d, 1, 1), 0.2);
 }
 
-static void test_clip_norm_5_to_1_scales_by_1_over_5(void **state)
-{
+static void test_clip_norm_5_to_1_scales_by_1_over_5(void **state) {
     (void)state;
     float g1[1] = {3}, g2[1] = {4};
-    hs_optim_param ps[2] = {{.fqn = "a", .grad = g1, .numel = 1}, {.fqn = "b", .grad = g2, .numel = 1}};
+    hs_optim_param ps[2] = {{.fqn = "a", .grad = g1, .numel = 1},
+                            {.fqn = "b", .grad = g2, .numel = 1}};
     double sumsq = hs_grad_sumsq(cpu_dev(), ps, 2);
     assert_true(sumsq == 25.0);
     double coef = hs_clip_grads(cpu_dev(), ps, 2, sqrt(sumsq), 1.0);
@@ -95,8 +88,7 @@ static void test_clip_norm_5_to_1_scales_by_1_over_5(void **state)
     assert_true(fabs(sqrt(hs_grad_sumsq(cpu_dev(), ps, 2)) - 1.0) < 1e-6);
 }
 
-static void test_clip_below_max_norm_or_disabled_leaves_grads(void **state)
-{
+static void test_clip_below_max_norm_or_disabled_leaves_grads(void **state) {
     (void)state;
     float g[2] = {3, 4};
     hs_optim_param p = {.fqn = "a", .grad = g, .numel = 2};
@@ -108,8 +100,7 @@ static void test_clip_below_max_norm_or_disabled_leaves_grads(void **state)
     assert_true(hs_grad_sumsq(cpu_dev(), &empty, 1) == 0.0);
 }
 
-static void test_clip_with_nan_norm_propagates_nan_like_torch(void **state)
-{
+static void test_clip_with_nan_norm_propagates_nan_like_torch(void **state) {
     (void)state;
     float g[2] = {1, 2};
     hs_optim_param p = {.fqn = "a", .grad = g, .numel = 2};
@@ -117,8 +108,7 @@ static void test_clip_with_nan_norm_propagates_nan_like_torch(void **state)
     assert_true(isnan(g[0]) && isnan(g[1]));
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_warmup_10_rises_from_lr_over_10_to_lr),
         cmocka_unit_test(test_cosine_halfway_is_mean_of_lr_and_min_and_last_is_min),

@@ -15,8 +15,14 @@
 
 static char tmpdir[256];
 
-static int setup(void **s) { (void)s; return tu_tmpdir_make(tmpdir, sizeof tmpdir, "st"); }
-static int teardown(void **s) { (void)s; return tu_tmpdir_remove(tmpdir); }
+static int setup(void **s) {
+    (void)s;
+    return tu_tmpdir_make(tmpdir, sizeof tmpdir, "st");
+}
+static int teardown(void **s) {
+    (void)s;
+    return tu_tmpdir_remove(tmpdir);
+}
 
 static char *tmp_path(const char *name) {
     static char buf[4][300];
@@ -40,11 +46,23 @@ static void test_round_trip_is_bitwise_in_f32_bf16_f16(void **state) {
     for (int i = 0; i < 5; i++) b[i] = hs_f32_to_bf16(0.1f * (float)i - 0.2f);
     for (int i = 0; i < 12; i++) h[i] = hs_f32_to_f16((float)i / 3.0f);
     hs_st_tensor t[3] = {
-        {.name = "model.embed_tokens.weight", .dtype = HS_DTYPE_F32, .ndim = 2, .shape = {2, 3},
-         .data = a, .bytes = sizeof a},
-        {.name = "model.norm.weight", .dtype = HS_DTYPE_BF16, .ndim = 1, .shape = {5}, .data = b,
+        {.name = "model.embed_tokens.weight",
+         .dtype = HS_DTYPE_F32,
+         .ndim = 2,
+         .shape = {2, 3},
+         .data = a,
+         .bytes = sizeof a},
+        {.name = "model.norm.weight",
+         .dtype = HS_DTYPE_BF16,
+         .ndim = 1,
+         .shape = {5},
+         .data = b,
          .bytes = sizeof b},
-        {.name = "experts", .dtype = HS_DTYPE_F16, .ndim = 3, .shape = {3, 2, 2}, .data = h,
+        {.name = "experts",
+         .dtype = HS_DTYPE_F16,
+         .ndim = 3,
+         .shape = {3, 2, 2},
+         .data = h,
          .bytes = sizeof h},
     };
     hs_st_meta meta[] = {{"format", "pt"}, {"note", "a \"quoted\" value"}};
@@ -109,7 +127,11 @@ static void test_truncated_files_are_errors_naming_the_file(void **state) {
     (void)state;
     float a[64];
     for (int i = 0; i < 64; i++) a[i] = (float)i;
-    hs_st_tensor t = {.name = "w", .dtype = HS_DTYPE_F32, .ndim = 2, .shape = {8, 8}, .data = a,
+    hs_st_tensor t = {.name = "w",
+                      .dtype = HS_DTYPE_F32,
+                      .ndim = 2,
+                      .shape = {8, 8},
+                      .data = a,
                       .bytes = sizeof a};
     hs_error e;
     const char *full = tmp_path("full.safetensors");
@@ -141,13 +163,16 @@ static const char *craft(const char *name, const char *header, size_t data_bytes
 
 static void test_bad_headers_name_the_tensor_and_the_problem(void **state) {
     (void)state;
-    expect_open_error(craft("dt.st", "{\"x\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8),
-                      "tensor x", "I64");
-    expect_open_error(craft("sz.st", "{\"y\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8),
-                      "tensor y", "needs 12");
+    expect_open_error(
+        craft("dt.st", "{\"x\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8),
+        "tensor x", "I64");
+    expect_open_error(
+        craft("sz.st", "{\"y\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8),
+        "tensor y", "needs 12");
     expect_open_error(craft("js.st", "{\"z\":{\"dtype\":", 0), "line 1", NULL);
-    expect_open_error(craft("sh.st", "{\"s\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,0]}}", 0),
-                      "tensor s", "shape[0]");
+    expect_open_error(
+        craft("sh.st", "{\"s\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,0]}}", 0),
+        "tensor s", "shape[0]");
     const char *huge = tmp_path("len.st");
     uint64_t big = (uint64_t)1 << 40;
     tu_write_file(huge, &big, 8);

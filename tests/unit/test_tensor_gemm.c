@@ -13,21 +13,18 @@
 
 #include "hypershard/tensor.h"
 
-static float uniform(uint64_t *s)
-{
+static float uniform(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((*s >> 40) & 0xFFFFFF) / 16777216.0f * 2.0f - 1.0f;
 }
 
-static void fill_random(float *x, int64_t n, uint64_t seed)
-{
+static void fill_random(float *x, int64_t n, uint64_t seed) {
     for (int64_t i = 0; i < n; i++) x[i] = uniform(&seed);
 }
 
 /* C = alpha * op(A) op(B) + beta * C with element access written out. */
 static void gemm_naive(bool ta, bool tb, int M, int N, int K, double alpha, const float *A, int lda,
-                       const float *B, int ldb, double beta, double *C, int ldc)
-{
+                       const float *B, int ldb, double beta, double *C, int ldc) {
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
             double acc = 0;
@@ -40,8 +37,7 @@ static void gemm_naive(bool ta, bool tb, int M, int N, int K, double alpha, cons
         }
 }
 
-static void test_sgemm_all_transpose_combos_with_padded_strides_match_naive(void **state)
-{
+static void test_sgemm_all_transpose_combos_with_padded_strides_match_naive(void **state) {
     (void)state;
     enum { M = 13, N = 7, K = 19, PAD = 3 };
     for (int combo = 0; combo < 4; combo++) {
@@ -59,14 +55,14 @@ static void test_sgemm_all_transpose_combos_with_padded_strides_match_naive(void
         for (int i = 0; i < M; i++)
             for (int j = 0; j < ldc; j++) {
                 double d = fabs(C[i * ldc + j] - R[i * ldc + j]);
-                if (d > 1e-5) fail_msg("trans_a=%d trans_b=%d C[%d,%d]=%g naive %g", ta, tb, i, j,
-                                       (double)C[i * ldc + j], R[i * ldc + j]);
+                if (d > 1e-5)
+                    fail_msg("trans_a=%d trans_b=%d C[%d,%d]=%g naive %g", ta, tb, i, j,
+                             (double)C[i * ldc + j], R[i * ldc + j]);
             }
     }
 }
 
-static void test_sgemm_k0_scales_c_by_beta_and_empty_m_is_noop(void **state)
-{
+static void test_sgemm_k0_scales_c_by_beta_and_empty_m_is_noop(void **state) {
     (void)state;
     float C[4] = {1, 2, 3, 4}, dummy = 0;
     hs_sgemm(false, false, 2, 2, 0, 1.0f, &dummy, 1, &dummy, 2, 2.0f, C, 2);
@@ -76,13 +72,11 @@ static void test_sgemm_k0_scales_c_by_beta_and_empty_m_is_noop(void **state)
 }
 
 /* Round a packed matrix in place to dt (what the kernel sees). */
-static void round_all(float *x, int64_t n, hs_dtype dt)
-{
+static void round_all(float *x, int64_t n, hs_dtype dt) {
     for (int64_t i = 0; i < n; i++) x[i] = hs_round_to(dt, x[i]);
 }
 
-static void *narrowed(const float *x, int64_t n, hs_dtype dt)
-{
+static void *narrowed(const float *x, int64_t n, hs_dtype dt) {
     void *p = malloc((size_t)n * hs_dtype_size(dt));
     hs_convert(p, dt, x, HS_DTYPE_F32, n);
     return p;
@@ -95,8 +89,8 @@ static void *narrowed(const float *x, int64_t n, hs_dtype dt)
  * accumulates in fp32 in its own order, so there C is within fp32 rounding
  * of the sum, and a 16-bit C within one unit of its last place (the
  * rounding may fall on the other side). */
-static void check_gemm_ex(hs_dtype a_dt, hs_dtype b_dt, hs_dtype c_dt, bool ta, bool tb, float beta)
-{
+static void check_gemm_ex(hs_dtype a_dt, hs_dtype b_dt, hs_dtype c_dt, bool ta, bool tb,
+                          float beta) {
     enum { M = 24, N = 40, K = 33 };
     float A[M * K], B[K * N], C0[M * N], R[M * N], got[M * N];
     int lda = ta ? M : K, ldb = tb ? K : N;
@@ -114,7 +108,8 @@ static void check_gemm_ex(hs_dtype a_dt, hs_dtype b_dt, hs_dtype c_dt, bool ta, 
     if (native && a_dt == HS_DTYPE_F32) round_all(Ar, M * K, half);
     if (native && b_dt == HS_DTYPE_F32) round_all(Br, K * N, half);
     hs_sgemm(ta, tb, M, N, K, 1.25f, Ar, lda, Br, ldb, beta, R, N);
-    void *a = narrowed(A, M * K, a_dt), *b = narrowed(B, K * N, b_dt), *c = narrowed(C0, M * N, c_dt);
+    void *a = narrowed(A, M * K, a_dt), *b = narrowed(B, K * N, b_dt),
+         *c = narrowed(C0, M * N, c_dt);
     hs_gemm_ex(ta, tb, M, N, K, 1.25f, a, a_dt, lda, b, b_dt, ldb, beta, c, c_dt, N);
     hs_convert(got, HS_DTYPE_F32, c, c_dt, M * N);
     for (int i = 0; i < M * N; i++) {
@@ -122,15 +117,14 @@ static void check_gemm_ex(hs_dtype a_dt, hs_dtype b_dt, hs_dtype c_dt, bool ta, 
         double ulp = c_dt == HS_DTYPE_BF16 ? 0x1p-7 : c_dt == HS_DTYPE_F16 ? 0x1p-10 : 0.0;
         double tol = native ? 1e-5 * (1.0 + fabs(want)) + ulp * fabs(want) : 0.0;
         if (fabs((double)got[i] - want) > tol)
-            fail_msg("A %s B %s C %s ta=%d tb=%d beta=%g: C[%d]=%.9g want %.9g", hs_dtype_name(a_dt),
-                     hs_dtype_name(b_dt), hs_dtype_name(c_dt), ta, tb, (double)beta, i,
-                     (double)got[i], (double)want);
+            fail_msg("A %s B %s C %s ta=%d tb=%d beta=%g: C[%d]=%.9g want %.9g",
+                     hs_dtype_name(a_dt), hs_dtype_name(b_dt), hs_dtype_name(c_dt), ta, tb,
+                     (double)beta, i, (double)got[i], (double)want);
     }
     free(a), free(b), free(c);
 }
 
-static void test_gemm_ex_16bit_operands_equal_fp32_gemm_of_rounded_inputs(void **state)
-{
+static void test_gemm_ex_16bit_operands_equal_fp32_gemm_of_rounded_inputs(void **state) {
     (void)state;
     /* oneDNN runs bf16 matmuls wherever it uses AVX-512 kernels (natively
      * with AVX512-BF16, else by conversion inside them); below that (an
@@ -149,8 +143,7 @@ static void test_gemm_ex_16bit_operands_equal_fp32_gemm_of_rounded_inputs(void *
 }
 
 /* beta == 0 must not read C (it may hold NaN or garbage). */
-static void test_gemm_ex_beta_zero_ignores_nan_in_bf16_c(void **state)
-{
+static void test_gemm_ex_beta_zero_ignores_nan_in_bf16_c(void **state) {
     (void)state;
     uint16_t A[4], B[4], C[4];
     float one[4] = {1, 0, 0, 1}, out[4];
@@ -164,8 +157,7 @@ static void test_gemm_ex_beta_zero_ignores_nan_in_bf16_c(void **state)
 }
 
 /* Strided 16-bit C: only the M x N window is written. */
-static void test_gemm_ex_strided_f16_c_leaves_padding_untouched(void **state)
-{
+static void test_gemm_ex_strided_f16_c_leaves_padding_untouched(void **state) {
     (void)state;
     enum { M = 3, N = 2, K = 4, LDC = 5 };
     float A[M * K], B[K * N], R[M * N] = {0};
@@ -185,8 +177,7 @@ static void test_gemm_ex_strided_f16_c_leaves_padding_untouched(void **state)
 /* A cached product has hs_gemm_ex's bits for every shape, whether its
  * plan is built, reused, refused (fp32 operands go to hs_gemm_ex) or
  * beyond the cache's capacity; a repeated shape builds nothing more. */
-static void test_gemm_cache_matches_gemm_ex_bit_for_bit(void **state)
-{
+static void test_gemm_cache_matches_gemm_ex_bit_for_bit(void **state) {
     (void)state;
     enum { M = 24, N = 40, K = 33, LDC = N + 3, CASES = 20 };
     float A[M * K], B[K * N], C0[M * LDC];
@@ -204,10 +195,19 @@ static void test_gemm_cache_matches_gemm_ex_bit_for_bit(void **state)
             hs_dtype dt = f32 ? HS_DTYPE_F32 : HS_DTYPE_BF16;
             hs_dtype c_dt = i % 5 == 4 ? HS_DTYPE_BF16 : HS_DTYPE_F32;
             int m = M - i;
-            hs_gemm_shape s = {.trans_a = ta, .trans_b = tb, .M = m, .N = N, .K = K,
-                               .alpha = i % 3 ? 0.75f : 1.0f, .beta = i % 4 ? 0.5f : 0.0f,
-                               .a_dt = dt, .b_dt = dt, .c_dt = c_dt,
-                               .lda = ta ? m : K, .ldb = tb ? K : N, .ldc = LDC};
+            hs_gemm_shape s = {.trans_a = ta,
+                               .trans_b = tb,
+                               .M = m,
+                               .N = N,
+                               .K = K,
+                               .alpha = i % 3 ? 0.75f : 1.0f,
+                               .beta = i % 4 ? 0.5f : 0.0f,
+                               .a_dt = dt,
+                               .b_dt = dt,
+                               .c_dt = c_dt,
+                               .lda = ta ? m : K,
+                               .ldb = tb ? K : N,
+                               .ldc = LDC};
             const void *a = f32 ? (const void *)A : a16, *b = f32 ? (const void *)B : b16;
             float want[M * LDC], got[M * LDC];
             hs_convert(want, c_dt, C0, HS_DTYPE_F32, M * LDC); /* packed at the front */
@@ -230,9 +230,17 @@ static void test_gemm_cache_matches_gemm_ex_bit_for_bit(void **state)
     /* Shapes that differ only in a scale, a stride or a transpose are
      * different plans: each must give its own hs_gemm_ex result. */
     hs_gemm_cache_init(&gc);
-    hs_gemm_shape base = {.M = 8, .N = 8, .K = 8, .alpha = 1.0f, .beta = 0.0f,
-                          .a_dt = HS_DTYPE_BF16, .b_dt = HS_DTYPE_BF16, .c_dt = HS_DTYPE_F32,
-                          .lda = 8, .ldb = 8, .ldc = 8};
+    hs_gemm_shape base = {.M = 8,
+                          .N = 8,
+                          .K = 8,
+                          .alpha = 1.0f,
+                          .beta = 0.0f,
+                          .a_dt = HS_DTYPE_BF16,
+                          .b_dt = HS_DTYPE_BF16,
+                          .c_dt = HS_DTYPE_F32,
+                          .lda = 8,
+                          .ldb = 8,
+                          .ldc = 8};
     hs_gemm_shape v[6] = {base, base, base, base, base, base};
     v[1].alpha = 0.5f, v[2].beta = 1.0f, v[3].trans_a = true, v[4].ldb = 9, v[5].trans_b = true;
     for (int rep = 0; rep < 2; rep++)
@@ -248,8 +256,7 @@ static void test_gemm_cache_matches_gemm_ex_bit_for_bit(void **state)
     hs_gemm_cache_free(&gc);
 }
 
-static void test_blas_threads_set_then_get(void **state)
-{
+static void test_blas_threads_set_then_get(void **state) {
     (void)state;
     int before = hs_blas_get_threads();
     assert_true(before >= 1);
@@ -258,8 +265,7 @@ static void test_blas_threads_set_then_get(void **state)
     hs_blas_set_threads(before);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgemm_all_transpose_combos_with_padded_strides_match_naive),
         cmocka_unit_test(test_sgemm_k0_scales_c_by_beta_and_empty_m_is_noop),

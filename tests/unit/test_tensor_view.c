@@ -11,8 +11,7 @@
 
 #include "hypershard/tensor.h"
 
-static void test_tensor_numel_bytes_and_row_numel(void **state)
-{
+static void test_tensor_numel_bytes_and_row_numel(void **state) {
     (void)state;
     uint16_t buf[2 * 3 * 4];
     int64_t shape[3] = {2, 3, 4};
@@ -26,8 +25,7 @@ static void test_tensor_numel_bytes_and_row_numel(void **state)
     assert_int_equal(hs_tensor_numel(&s), 1); /* a scalar */
 }
 
-static void test_narrow0_rows_2_to_4_of_5x3_bf16_points_at_row_2(void **state)
-{
+static void test_narrow0_rows_2_to_4_of_5x3_bf16_points_at_row_2(void **state) {
     (void)state;
     uint16_t buf[5 * 3];
     hs_tensor t = hs_tensor_make(buf, HS_DTYPE_BF16, 2, (int64_t[]){5, 3});
@@ -41,8 +39,7 @@ static void test_narrow0_rows_2_to_4_of_5x3_bf16_points_at_row_2(void **state)
     assert_int_equal(hs_tensor_numel(&e), 0);
 }
 
-static void test_shape_str_formats_and_truncates_safely(void **state)
-{
+static void test_shape_str_formats_and_truncates_safely(void **state) {
     (void)state;
     char buf[32], tiny[5];
     assert_string_equal(hs_shape_str(2, (int64_t[]){4, 16}, buf, sizeof buf), "[4, 16]");
@@ -52,20 +49,18 @@ static void test_shape_str_formats_and_truncates_safely(void **state)
     assert_int_equal(strlen(tiny), 4);
 }
 
-static void test_elementwise_fill_add_axpy_scale(void **state)
-{
+static void test_elementwise_fill_add_axpy_scale(void **state) {
     (void)state;
     float y[9], x[9];
     hs_fill_f32(y, 9, 2.0f);
     for (int i = 0; i < 9; i++) x[i] = (float)i;
-    hs_add_f32(y, x, 9);   /* 2 + i */
+    hs_add_f32(y, x, 9);         /* 2 + i */
     hs_axpy_f32(y, -0.5f, x, 9); /* 2 + i/2 */
     hs_scale_f32(y, 4.0f, 9);    /* 8 + 2i */
     for (int i = 0; i < 9; i++) assert_true(y[i] == 8.0f + 2.0f * (float)i);
 }
 
-static void test_reductions_accumulate_in_double(void **state)
-{
+static void test_reductions_accumulate_in_double(void **state) {
     (void)state;
     /* 2^24 + 1 + 1 + ...: an fp32 accumulator would lose every 1. */
     float x[1001];
@@ -78,8 +73,7 @@ static void test_reductions_accumulate_in_double(void **state)
     assert_true(hs_sum_f32(y, 0) == 0.0);
 }
 
-static void test_max_abs_and_rel_diff_do_not_hide_nan(void **state)
-{
+static void test_max_abs_and_rel_diff_do_not_hide_nan(void **state) {
     (void)state;
     float a[3] = {1, NAN, 2}, b[3] = {1, 1, 2}, c[3] = {1.1f, 1, 2};
     assert_true(isnan(hs_max_abs_f32(a, 3)));
@@ -93,8 +87,7 @@ static void test_max_abs_and_rel_diff_do_not_hide_nan(void **state)
     assert_true(hs_max_rel_diff_f32(inf1, inf1, 1, 1e-6) == 0.0);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tensor_numel_bytes_and_row_numel),
         cmocka_unit_test(test_narrow0_rows_2_to_4_of_5x3_bf16_points_at_row_2),

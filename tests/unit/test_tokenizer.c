@@ -17,18 +17,23 @@
 
 static char tmpdir[256];
 
-static int setup(void **s) { (void)s; return tu_tmpdir_make(tmpdir, sizeof tmpdir, "tok"); }
-static int teardown(void **s) { (void)s; return tu_tmpdir_remove(tmpdir); }
+static int setup(void **s) {
+    (void)s;
+    return tu_tmpdir_make(tmpdir, sizeof tmpdir, "tok");
+}
+static int teardown(void **s) {
+    (void)s;
+    return tu_tmpdir_remove(tmpdir);
+}
 
-#define GPT2_SPLIT \
-    "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}"
+#define GPT2_SPLIT "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}"
 
 /* Llama 3's split (bpe.c's pattern, each backslash doubled for JSON). */
-#define LLAMA3_SPLIT                                                                             \
-    "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": "   \
-    "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "          \
-    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}, "                \
-    "\"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", "                     \
+#define LLAMA3_SPLIT                                                                               \
+    "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": " \
+    "\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| "       \
+    "?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"}, "      \
+    "\"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", "                   \
     "\"add_prefix_space\": false, \"use_regex\": false}]}"
 
 /* A tokenizer.json with pre_tokenizer `pre`, model.vocab `vocab` (JSON
@@ -65,8 +70,8 @@ static void expect_refused(const char *path, const char *needle1, const char *ne
 
 static void test_vocab_id_minus_5_is_refused_naming_file_and_token(void **state) {
     (void)state;
-    expect_refused(write_tokenizer("m5.json", "{\"a\": 0, \"b\": -5}", "[]"),
-                   "model.vocab[\"b\"]", "-5");
+    expect_refused(write_tokenizer("m5.json", "{\"a\": 0, \"b\": -5}", "[]"), "model.vocab[\"b\"]",
+                   "-5");
 }
 
 static void test_vocab_id_2_pow_32_is_refused(void **state) {
@@ -111,8 +116,8 @@ static void test_two_vocab_tokens_with_one_id_are_refused_naming_both(void **sta
 
 static void test_a_repeated_vocab_key_is_refused(void **state) {
     (void)state;
-    expect_refused(write_tokenizer("key.json", "{\"a\": 0, \"b\": 1, \"a\": 2}", "[]"),
-                   "duplicate", NULL);
+    expect_refused(write_tokenizer("key.json", "{\"a\": 0, \"b\": 1, \"a\": 2}", "[]"), "duplicate",
+                   NULL);
 }
 
 /* train's check of model.vocab_size against the tokenizer beside the token
@@ -137,8 +142,8 @@ static void test_tokenizer_check_refuses_a_list_vocab_naming_the_file(void **sta
  * in the vocabulary; so does hs_bpe_load, naming the merge and the token. */
 static void test_merge_of_a_token_not_in_the_vocab_is_refused_naming_it(void **state) {
     (void)state;
-    expect_refused(write_tokenizer("merge.json", "{\"a\": 0, \"b\": 1}", "[]"),
-                   "model.merges[0]", "\"ab\"");
+    expect_refused(write_tokenizer("merge.json", "{\"a\": 0, \"b\": 1}", "[]"), "model.merges[0]",
+                   "\"ab\"");
 }
 
 static void test_ids_in_range_load_and_encode_and_decode(void **state) {

@@ -11,8 +11,7 @@
 #include "parallel/tp_internal.h"
 
 /* A TP context of 2 ranks as this rank `rank`; no collective is called. */
-static hs_tp tp_of(int rank)
-{
+static hs_tp tp_of(int rank) {
     hs_tp t;
     memset(&t, 0, sizeof t);
     t.size = 2;
@@ -21,8 +20,7 @@ static hs_tp tp_of(int rank)
     return t;
 }
 
-static hs_model *tp_model(hs_tp *t, bool tie, int n_kv_heads)
-{
+static hs_model *tp_model(hs_tp *t, bool tie, int n_kv_heads) {
     hs_model_config c = mf_config("llama", n_kv_heads);
     c.vocab_size = 12;
     c.tie_embeddings = tie;
@@ -36,8 +34,7 @@ static hs_model *tp_model(hs_tp *t, bool tie, int n_kv_heads)
 }
 
 /* A model of TP rank `rank` with the default plan applied. */
-static hs_model *planned_model(hs_tp *t)
-{
+static hs_model *planned_model(hs_tp *t) {
     hs_model *m = tp_model(t, false, 2);
     int n;
     const hs_tp_rule *rules = hs_tp_default_plan(&n);
@@ -46,15 +43,13 @@ static hs_model *planned_model(hs_tp *t)
     return m;
 }
 
-static const hs_param *param(hs_model *m, const char *fqn)
-{
+static const hs_param *param(hs_model *m, const char *fqn) {
     int i = hs_model_find_param(m, fqn);
     assert_true(i >= 0);
     return hs_model_param(m, i);
 }
 
-static void test_default_plan_places_every_parameter(void **state)
-{
+static void test_default_plan_places_every_parameter(void **state) {
     (void)state;
     hs_tp t = tp_of(1);
     hs_model *m = planned_model(&t);
@@ -81,8 +76,7 @@ static void test_default_plan_places_every_parameter(void **state)
 
 /* A row-parallel local tensor is its column slice of the whole init, row
  * by row; a column-parallel one its row slice. */
-static void test_local_init_is_the_slice_of_the_whole(void **state)
-{
+static void test_local_init_is_the_slice_of_the_whole(void **state) {
     (void)state;
     hs_tp t = tp_of(1);
     hs_model *m = planned_model(&t);
@@ -114,15 +108,13 @@ static void test_local_init_is_the_slice_of_the_whole(void **state)
 }
 
 static void expect_plan_error(hs_tp *t, hs_model *m, const hs_tp_rule *rules, int n,
-                              const char *want)
-{
+                              const char *want) {
     hs_error e;
     assert_int_equal(hs_tp_apply_plan(t, m, rules, n, &e), HS_ERR_CONFIG);
     if (!strstr(e.msg, want)) fail_msg("'%s' not in: %s", want, e.msg);
 }
 
-static void test_plan_errors_name_the_parameters(void **state)
-{
+static void test_plan_errors_name_the_parameters(void **state) {
     (void)state;
     int n;
     const hs_tp_rule *def = hs_tp_default_plan(&n);
@@ -158,8 +150,7 @@ static void test_plan_errors_name_the_parameters(void **state)
     free(rules);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_plan_places_every_parameter),
         cmocka_unit_test(test_local_init_is_the_slice_of_the_whole),

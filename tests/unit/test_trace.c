@@ -57,7 +57,8 @@ static bool jr_number(jr *r) {
     const char *s = r->p;
     if (*r->p == '-') r->p++;
     if (*r->p == '0') r->p++;
-    else if (*r->p >= '1' && *r->p <= '9') while (*r->p >= '0' && *r->p <= '9') r->p++;
+    else if (*r->p >= '1' && *r->p <= '9')
+        while (*r->p >= '0' && *r->p <= '9') r->p++;
     else return false;
     if (*r->p == '.') {
         r->p++;

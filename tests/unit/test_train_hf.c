@@ -17,18 +17,28 @@
 
 static char tmpdir[256];
 
-static int setup(void **s) { (void)s; return tu_tmpdir_make(tmpdir, sizeof tmpdir, "hf"); }
-static int teardown(void **s) { (void)s; return tu_tmpdir_remove(tmpdir); }
+static int setup(void **s) {
+    (void)s;
+    return tu_tmpdir_make(tmpdir, sizeof tmpdir, "hf");
+}
+static int teardown(void **s) {
+    (void)s;
+    return tu_tmpdir_remove(tmpdir);
+}
 
 static void test_stacked_experts_become_one_tensor_per_expert(void **state) {
     (void)state;
     hs_param p = {.fqn = "model.layers.2.block_sparse_moe.experts.w2.weight",
-                  .kind = HS_PARAM_EXPERT, .ndim = 3, .shape = {4, 8, 16}};
+                  .kind = HS_PARAM_EXPERT,
+                  .ndim = 3,
+                  .shape = {4, 8, 16}};
     char name[HS_ST_NAME_MAX];
     assert_int_equal(hs_hf_tensor_count(&p), 4);
     hs_hf_tensor_name(&p, 3, name, sizeof name);
     assert_string_equal(name, "model.layers.2.block_sparse_moe.experts.3.w2.weight");
-    hs_param q = {.fqn = "model.layers.0.mlp.up_proj.weight", .kind = HS_PARAM_LINEAR, .ndim = 2,
+    hs_param q = {.fqn = "model.layers.0.mlp.up_proj.weight",
+                  .kind = HS_PARAM_LINEAR,
+                  .ndim = 2,
                   .shape = {8, 4}};
     assert_int_equal(hs_hf_tensor_count(&q), 1);
     hs_hf_tensor_name(&q, 0, name, sizeof name);
@@ -98,8 +108,11 @@ static hs_status set(void *ctx, int i, const float *full, hs_error *e) {
 }
 
 static void held_create(held *h, const hs_model_config *mc, uint64_t seed) {
-    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32, .grad_dtype = HS_DTYPE_F32,
-                           .max_batch = 1, .seq_len = 8, .allocate_params = true};
+    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32,
+                           .grad_dtype = HS_DTYPE_F32,
+                           .max_batch = 1,
+                           .seq_len = 8,
+                           .allocate_params = true};
     hs_error e;
     assert_int_equal(hs_model_create(mc, &mo, &h->m, &e), HS_OK);
     hs_model_init_weights(h->m, seed);
@@ -197,8 +210,8 @@ static void expect_config_refused(const char *name, const char *json, const char
         fail_msg("'%s' does not name %s and '%s'", e.msg, path, needle);
 }
 
-#define LLAMA_JSON(extra)                                                                   \
-    "{\"model_type\": \"llama\", \"vocab_size\": 256, \"hidden_size\": 16, "                \
+#define LLAMA_JSON(extra)                                                                          \
+    "{\"model_type\": \"llama\", \"vocab_size\": 256, \"hidden_size\": 16, "                       \
     "\"intermediate_size\": 24, \"num_hidden_layers\": 2, \"num_attention_heads\": 2" extra "}"
 
 static void test_hf_config_values_out_of_range_are_refused_naming_the_key(void **state) {
