@@ -112,7 +112,7 @@ typedef struct hs_model_hooks {
 } hs_model_hooks;
 
 /* The model-parallel seam (DESIGN.md §1): the calls a block makes at the
- * edges of its tensor-parallel regions, filled by parallel/ (tp.c) over the
+ * edges of its tensor-parallel regions, filled by parallel/ (tp_ops.c) over the
  * tp group. NULL ops: one device, today's path, nothing called. With ops,
  * q/k/v and gate/up are column-parallel (local heads / ffn columns),
  * o_proj and down_proj row-parallel, the embedding and lm_head split over
