@@ -107,7 +107,7 @@ void hs_tp_local_slice(hs_device *d, const hs_param *p, const float *full, float
  * cp group: all-gather of K/V and reduce-scatter of dK/dV (allgather), or
  * the ring's send/recv steps, issued on the comm thread so a transfer
  * overlaps the attention of the block in hand (ring). Failures end every
- * rank. The sequence layout itself is the model's (hs_cp_take_local). */
+ * rank. The sequence layout itself is the model's (hs_cp_take_local_ids). */
 typedef struct hs_cp hs_cp;
 
 /* The collectives and ring steps run on dev's compute stream. */
