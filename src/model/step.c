@@ -348,27 +348,33 @@ hs_status hs_model_stage_forward(hs_model *m, int chunk, int slot, const hs_batc
     return HS_OK;
 }
 
+/* Backward of the current chunk from the batch already on the device. */
+static void backward_on_device(hs_model *m, const hs_batch *db, float grad_scale,
+                               const hs_model_hooks *hooks, double *loss_sum) {
+    int64_t N = (int64_t)db->B * db->T;
+    bool root = root_chunk(m);
+    if (root) hs_hook_pre_backward(hooks, 0);
+    const float *dlnf = NULL;
+    double loss = 0.0;
+    if (has_head(m)) {
+        loss = head_forward_backward(m, db->targets, N, grad_scale, &dlnf);
+        count_root_casts(m, false);
+        count_root_casts(m, true);
+    }
+    trunk_backward(m, db, hooks, dlnf);
+    if (root) hs_hook_post_backward(hooks, 0);
+    hook_post_backward_final(hooks);
+    if (loss_sum) *loss_sum = loss;
+}
+
 hs_status hs_model_stage_backward(hs_model *m, int chunk, int slot, const hs_batch *b,
                                   float grad_scale, const hs_model_hooks *hooks, double *loss_sum,
                                   hs_error *e) {
     if (check_batch(m, b, true, e) != HS_OK) return e->code;
     hs_model_use_slot(m, chunk, slot);
     hs_cp_prepare(m, b->T);
-    int64_t N = (int64_t)b->B * b->T;
-    bool root = root_chunk(m);
     hs_batch db = on_device(m, b);
-    if (root) hs_hook_pre_backward(hooks, 0);
-    const float *dlnf = NULL;
-    double loss = 0.0;
-    if (has_head(m)) {
-        loss = head_forward_backward(m, db.targets, N, grad_scale, &dlnf);
-        count_root_casts(m, false);
-        count_root_casts(m, true);
-    }
-    trunk_backward(m, &db, hooks, dlnf);
-    if (root) hs_hook_post_backward(hooks, 0);
-    hook_post_backward_final(hooks);
-    if (loss_sum) *loss_sum = loss;
+    backward_on_device(m, &db, grad_scale, hooks, loss_sum);
     return HS_OK;
 }
 
@@ -386,9 +392,10 @@ hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_s
     double aux = m->moe ? moe_aux(m, b, grad_scale) : 0.0;
     final_norm_forward(m, N);
     hs_hook_post_forward(hooks, 0);
-    hs_status st = hs_model_stage_backward(m, 0, 0, b, grad_scale, hooks, loss_sum, e);
+    /* the batch crossed once: backward reads the same device copy */
+    backward_on_device(m, &db, grad_scale, hooks, loss_sum);
     if (aux_loss) *aux_loss = aux;
-    return st;
+    return HS_OK;
 }
 
 hs_status hs_model_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
