@@ -324,6 +324,8 @@ void hs_model_init_param_rows(const hs_model *m, const hs_param *p, uint64_t see
 void hs_model_init_weights(hs_model *m, uint64_t seed);
 /* Elements of p's TP-local tensor. */
 int64_t hs_param_local_numel(const hs_param *p);
+/* Elements of the whole (logical) tensor: the product of p->shape. */
+int64_t hs_param_numel(const hs_param *p);
 /* Give p placement `pl` on a tp mesh of `tp` ranks (this rank `rank`):
  * local_shape / local_offset become the torch.chunk slice. Replicate keeps
  * the whole tensor. Returns false if a Shard dim does not divide evenly. */

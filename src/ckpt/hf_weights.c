@@ -32,12 +32,6 @@ static void hf_tensor_shape(const hs_param *p, int *ndim, int64_t *shape) {
     for (int d = skip; d < p->ndim; d++) shape[d - skip] = p->shape[d];
 }
 
-static int64_t param_numel(const hs_param *p) {
-    int64_t n = 1;
-    for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
-    return n;
-}
-
 static int hf_total_tensors(hs_model *m) {
     int total = 0;
     for (int i = 0; i < hs_model_num_params(m); i++)
@@ -66,7 +60,7 @@ hs_status hs_hf_save(hs_model *m, hs_param_get_fn get, void *ctx, hs_dtype dt, i
     hs_status s = HS_OK;
     for (int i = 0; s == HS_OK && i < hs_model_num_params(m); i++) {
         const hs_param *p = hs_model_param(m, i);
-        int64_t numel = param_numel(p);
+        int64_t numel = hs_param_numel(p);
         float *full = malloc(sizeof(float) * (size_t)(numel ? numel : 1));
         if (!full) {
             s = hs_error_set(e, HS_ERR_OOM, "export: cannot allocate %s", p->fqn);
@@ -191,7 +185,7 @@ hs_status hs_hf_load(hs_model *m, const char *dir, hs_param_set_fn set, void *ct
     char name[HS_ST_NAME_MAX];
     for (int i = 0; s == HS_OK && i < hs_model_num_params(m); i++) {
         const hs_param *p = hs_model_param(m, i);
-        int64_t numel = param_numel(p);
+        int64_t numel = hs_param_numel(p);
         int parts = hs_hf_tensor_count(p);
         float *full = malloc(sizeof(float) * (size_t)(numel ? numel : 1));
         if (!full) {

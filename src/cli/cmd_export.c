@@ -23,17 +23,11 @@ static hs_status held_create(held_model *h, const hs_model_config *mc, int seq_l
     return hs_model_create(mc, &mo, &h->m, e);
 }
 
-static int64_t numel_of(const hs_param *p) {
-    int64_t n = 1;
-    for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
-    return n;
-}
-
 static hs_status held_get(void *ctx, int i, float *out, hs_error *e) {
     (void)e;
     hs_model *m = ((held_model *)ctx)->m;
     const hs_param *p = hs_model_param(m, i);
-    hs_device_copy(hs_model_device(m), out, p->data, sizeof(float) * (size_t)numel_of(p),
+    hs_device_copy(hs_model_device(m), out, p->data, sizeof(float) * (size_t)hs_param_numel(p),
                    HS_COPY_D2H);
     return HS_OK;
 }
@@ -42,7 +36,7 @@ static hs_status held_set(void *ctx, int i, const float *full, hs_error *e) {
     (void)e;
     hs_model *m = ((held_model *)ctx)->m;
     hs_param *p = hs_model_param(m, i);
-    hs_device_copy(hs_model_device(m), p->data, full, sizeof(float) * (size_t)numel_of(p),
+    hs_device_copy(hs_model_device(m), p->data, full, sizeof(float) * (size_t)hs_param_numel(p),
                    HS_COPY_H2D);
     return HS_OK;
 }

@@ -202,7 +202,7 @@ const hs_unit_desc *hs_model_unit(const hs_model *m, int u) {
     return &m->units[u];
 }
 
-static int64_t param_numel(const hs_param *p) {
+int64_t hs_param_numel(const hs_param *p) {
     int64_t n = 1;
     for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
     return n;
@@ -210,7 +210,7 @@ static int64_t param_numel(const hs_param *p) {
 
 int64_t hs_model_param_count(const hs_model *m) {
     int64_t n = 0;
-    for (int i = 0; i < m->n_params; i++) n += param_numel(&m->params[i]);
+    for (int i = 0; i < m->n_params; i++) n += hs_param_numel(&m->params[i]);
     return n;
 }
 
@@ -223,7 +223,7 @@ double hs_model_flops_per_token(const hs_model *m, int seq_len) {
     for (int i = 0; i < m->n_params; i++) {
         const hs_param *p = &m->params[i];
         if (p->kind == HS_PARAM_EMBEDDING) continue;
-        double k = (double)param_numel(p);
+        double k = (double)hs_param_numel(p);
         if (p->kind == HS_PARAM_EXPERT) k *= (double)m->moe_shapes.K / m->moe_shapes.E;
         /* forward 2, input gradient 2, weight gradient 2 (none when frozen) */
         f += (p->frozen ? 4.0 : 6.0) * k;

@@ -49,12 +49,6 @@ bool hs_dump_out_dir(const hs_trainer *t, hs_out_dir *d, char *what, size_t cap)
     return true;
 }
 
-static int64_t param_numel(const hs_param *p) {
-    int64_t n = 1;
-    for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
-    return n;
-}
-
 static int dump_tensor_total(hs_model *m) {
     int n = 0;
     for (int i = 0; i < hs_model_num_params(m); i++) n += hs_hf_tensor_count(hs_model_param(m, i));
@@ -74,7 +68,7 @@ static hs_status dump_write(const hs_trainer *t, const char *kind, int step, hs_
  * pointing into `full`. */
 static void dump_describe(const hs_param *p, float *full, hs_st_tensor *ts) {
     int parts = hs_hf_tensor_count(p), skip = p->kind == HS_PARAM_EXPERT ? 1 : 0;
-    int64_t part = param_numel(p) / parts;
+    int64_t part = hs_param_numel(p) / parts;
     for (int j = 0; j < parts; j++) {
         hs_st_tensor *x = &ts[j];
         hs_hf_tensor_name(p, j, x->name, sizeof x->name);
@@ -96,7 +90,7 @@ static hs_status dump_params(hs_trainer *t, const char *kind, int step, dump_get
                              : hs_error_set(e, HS_ERR_OOM, "--dump %s: cannot allocate", kind);
     for (int i = 0; s == HS_OK && i < np; i++) {
         const hs_param *p = hs_model_param(m, i);
-        bufs[i] = malloc(sizeof(float) * (size_t)(param_numel(p) ? param_numel(p) : 1));
+        bufs[i] = malloc(sizeof(float) * (size_t)(hs_param_numel(p) ? hs_param_numel(p) : 1));
         if (!bufs[i]) {
             s = hs_error_set(e, HS_ERR_OOM, "--dump %s: cannot allocate %s", kind, p->fqn);
             break;

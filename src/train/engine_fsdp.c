@@ -54,11 +54,7 @@ static void fsdp_write_units(hs_engine *en, FILE *out) { hs_fsdp_write_units(fsd
 
 typedef hs_status (*gather_fn)(hs_fsdp *f, int i, float *out, hs_error *e);
 
-static size_t whole_bytes(const hs_param *p) {
-    size_t n = sizeof(float);
-    for (int d = 0; d < p->ndim; d++) n *= (size_t)p->shape[d];
-    return n;
-}
+static size_t whole_bytes(const hs_param *p) { return (size_t)hs_param_numel(p) * sizeof(float); }
 
 /* Device buffers for one whole tensor's way across: the TP/EP-local one
  * and, with TP or EP pieces, the whole one. */

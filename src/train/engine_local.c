@@ -45,17 +45,11 @@ static hs_status local_after_step(hs_engine *en, hs_error *e) {
 
 static void local_zero_grads(hs_engine *en) { hs_model_unset_grads(en->model); }
 
-static int64_t numel_of(const hs_param *p) {
-    int64_t n = 1;
-    for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
-    return n;
-}
-
 static hs_status local_gather_full(hs_engine *en, int i, float *out, hs_error *e) {
     (void)e;
     const hs_param *p = hs_model_param(en->model, i);
-    hs_device_copy(hs_model_device(en->model), out, p->data, sizeof(float) * (size_t)numel_of(p),
-                   HS_COPY_D2H);
+    hs_device_copy(hs_model_device(en->model), out, p->data,
+                   sizeof(float) * (size_t)hs_param_numel(p), HS_COPY_D2H);
     return HS_OK;
 }
 
@@ -63,7 +57,7 @@ static hs_status local_gather_full_grad(hs_engine *en, int i, float *out, hs_err
     (void)e;
     hs_param *p = hs_model_param(en->model, i);
     hs_param_grad_settle(hs_model_device(en->model), p);
-    size_t bytes = sizeof(float) * (size_t)numel_of(p);
+    size_t bytes = sizeof(float) * (size_t)hs_param_numel(p);
     if (p->grad) hs_device_copy(hs_model_device(en->model), out, p->grad, bytes, HS_COPY_D2H);
     else memset(out, 0, bytes); /* frozen: no gradient */
     return HS_OK;
@@ -72,8 +66,8 @@ static hs_status local_gather_full_grad(hs_engine *en, int i, float *out, hs_err
 static hs_status local_set_full(hs_engine *en, int i, const float *full, hs_error *e) {
     (void)e;
     hs_param *p = hs_model_param(en->model, i);
-    hs_device_copy(hs_model_device(en->model), p->data, full, sizeof(float) * (size_t)numel_of(p),
-                   HS_COPY_H2D);
+    hs_device_copy(hs_model_device(en->model), p->data, full,
+                   sizeof(float) * (size_t)hs_param_numel(p), HS_COPY_H2D);
     return HS_OK;
 }
 
@@ -101,7 +95,7 @@ static void local_fill_params(local_ctx *c, hs_model *m) {
         o->data = p->data;
         o->dtype = HS_DTYPE_F32;
         o->grad = p->grad;
-        o->numel = numel_of(p);
+        o->numel = hs_param_numel(p);
         /* Muon orthogonalises each routed expert's [out, in] matrix on its
          * own (docs/optimizers.md), so its matrix is the last two dims. */
         bool expert = p->kind == HS_PARAM_EXPERT && p->ndim == 3;

@@ -52,12 +52,6 @@ static void pp_zero_grads(hs_engine *en) { inner_of(en)->zero_grads(inner_of(en)
 
 typedef hs_status (*gather_fn)(hs_engine *en, int i, float *out, hs_error *e);
 
-static int64_t full_numel(const hs_param *p) {
-    int64_t n = 1;
-    for (int d = 0; d < p->ndim; d++) n *= p->shape[d];
-    return n;
-}
-
 static hs_status broadcast_from_owner(hs_engine *en, gather_fn inner_g, int i, float *out,
                                       hs_error *e) {
     pp_engine *pe = pe_of(en);
@@ -67,8 +61,9 @@ static hs_status broadcast_from_owner(hs_engine *en, gather_fn inner_g, int i, f
     hs_error be;
     hs_error_clear(&be);
     /* `out` is the caller's host array, which the owner's gather filled. */
-    hs_status bs = hs_pg_broadcast(pe->pp, NULL, out, full_numel(hs_model_param(en->catalog, i)),
-                                   HS_DTYPE_F32, pe->owner[i], &be);
+    hs_status bs = hs_pg_broadcast(pe->pp, NULL, out,
+                                   hs_param_numel(hs_model_param(en->catalog, i)), HS_DTYPE_F32,
+                                   pe->owner[i], &be);
     if (s == HS_OK && bs != HS_OK) *e = be, s = bs;
     return s;
 }
