@@ -111,98 +111,135 @@ typedef struct hs_model_hooks {
     void (*post_backward_final)(void *ctx);
 } hs_model_hooks;
 
-/* The model-parallel seam (DESIGN.md §1): the calls a block makes at the
- * edges of its tensor-parallel regions, filled by parallel/ (tp_ops.c) over the
- * tp group. NULL ops: one device, today's path, nothing called. With ops,
- * q/k/v and gate/up are column-parallel (local heads / ffn columns),
- * o_proj and down_proj row-parallel, the embedding and lm_head split over
- * the vocabulary, as Megatron's ColumnParallelLinear / RowParallelLinear
- * and VocabParallelEmbedding.
+/* What a seam sizes its buffers by and computes with (hs_model_par.bind):
+ * the model's device, compute dtype and this rank's counts. */
+typedef struct hs_model_dims {
+    hs_device *dev;
+    hs_dtype dt;
+    int max_batch, seq_len; /* capacity; seq_len is the whole sequence */
+    int C, HD, NH, KVH, V;  /* NH, KVH, V: this rank's heads and vocabulary rows */
+    int Vg;                 /* the whole vocabulary */
+    int64_t rows;           /* this rank's rows at capacity: max_batch * seq_len / cp */
+    int64_t head_rows;      /* rows of the head per chunk */
+    float norm_eps;
+    const float *cos_t, *sin_t; /* the model's RoPE tables, [seq_len, HD/2] fp32 */
+} hs_model_dims;
+
+/* The model's allocator, which the seam's buffers come from, so the plan
+ * counts them with the model's (hs_model_buffer_bytes): n elements of dt,
+ * zeroed; NULL when the model only counts. */
+typedef void *(*hs_model_alloc_fn)(void *actx, int64_t n, hs_dtype dt);
+
+/* One attention call's tensors: this rank's B x T query rows (T local
+ * positions per sequence, at the global positions the seam's layout
+ * gives), its heads, the saved q/k/v after RoPE; forward writes out and
+ * lse; backward reads dout and accumulates into dq, dk, dv (zeroed by the
+ * model), with the model's attention workspace. */
+typedef struct hs_attn_io {
+    int B, T, NH, KVH, HD;
+    hs_dtype dt;
+    const void *q, *k, *v;
+    void *out;  /* [B,T,NH*HD] dt */
+    float *lse; /* [B,NH,T] */
+    const float *dout;
+    float *dq, *dk, *dv;
+    float *scratch; /* hs_attention_scratch_floats(seq_len, HD, threads) */
+    int threads;
+    float *delta; /* [B,NH,T] */
+    void *dout16; /* where dout may be rounded to dt once, or NULL */
+} hs_attn_io;
+
+/* The model-parallel seam (DESIGN.md §1): the layer-level calls the model
+ * makes wherever a layer may be split over ranks — a norm entering a
+ * region, a row-parallel linear leaving it, the vocabulary ends, attention,
+ * the MoE statistics — and the layout they compute with. The model keeps
+ * the one-device math and fills this table with it when created without
+ * one (hs_model_options.par NULL); parallel/ fills it for TP, CP and EP
+ * (hs_parallel) and owns those implementations and their buffers. Every
+ * call goes through the table: the model has no branch on a parallel
+ * dimension.
  *
- * Rows: a region works on all N = B*T rows. Under sequence_parallel the
- * residual stream and the norms hold only this TP rank's contiguous
- * N / tp_size rows (rank r: rows [r*N/tp, (r+1)*N/tp)); otherwise every TP
- * rank holds all N rows. `numel` below counts the local rows' elements. */
-typedef struct hs_model_ops {
+ * Rows: a region works on all N = B*T rows. Under sequence parallelism the
+ * residual stream and the norms hold only this rank's contiguous N /
+ * row_split rows (row_rank's); otherwise every rank holds all N rows. */
+typedef struct hs_model_par {
     void *ctx;
-    int tp_size, tp_rank;
-    bool sequence_parallel;
-    bool loss_parallel; /* vocab-sharded cross-entropy, logits never gathered */
-    /* Sequence parallel only: entering a column-parallel region, the local
-     * rows (compute dtype) are all-gathered into all N rows. */
-    void (*sp_all_gather)(void *ctx, void *full, const void *local, int64_t numel, hs_dtype dt);
-    /* Leaving a region with partial sums (fp32, all N rows): all-reduce in
-     * place (local == full), or under sequence parallel reduce-scatter the
-     * sums of this rank's rows into `local`. Used by the row-parallel exit
-     * in forward and the column-parallel entry in backward. */
-    void (*reduce_partial)(void *ctx, float *local, float *full, int64_t numel);
-    /* Sequence parallel only: backward of the row-parallel exit, the local
-     * rows' fp32 gradient all-gathered into all N rows. */
-    void (*sp_all_gather_grad)(void *ctx, float *full, const float *local, int64_t numel);
-    /* Vocab-parallel loss: elementwise MAX / SUM of n fp32 values over TP. */
-    void (*all_reduce_max)(void *ctx, float *buf, int64_t n);
-    void (*all_reduce_sum)(void *ctx, float *buf, int64_t n);
-    /* loss_parallel off: every rank's [rows, V/tp] logits, out = tp blocks
-     * in rank order (numel = rows * V/tp). */
-    void (*gather_logits)(void *ctx, float *out, const float *in, int64_t numel);
-
-    /* Context parallelism (cp_size > 1, over cp_ctx): each sequence of a
-     * batch is this CP rank's chunks r and 2*cp-1-r of 2*cp equal chunks
-     * along T (causal load balance; hs_cp_* below), so the model runs on
-     * B x T/cp tokens at their global positions. Only attention crosses
-     * CP ranks. allgather: K/V are all-gathered over cp for the local
-     * queries, dK/dV reduce-scattered back; ring: K/V blocks travel the CP
-     * ring one step at a time, dK/dV likewise. */
-    void *cp_ctx;
-    int cp_size, cp_rank;
-    bool cp_ring;
-    void (*cp_all_gather)(void *cp_ctx, void *out, const void *in, int64_t numel, hs_dtype dt);
-    void (*cp_reduce_scatter)(void *cp_ctx, float *out, const float *in, int64_t numel);
-    /* Ring step: start sending `send` to CP rank + 1 and receiving into
-     * `recv` from CP rank - 1 (numel elements of dt each); the model
-     * computes on the block in hand meanwhile and waits before it reads
-     * `recv` or reuses `send`. */
-    void *(*cp_ring_start)(void *cp_ctx, void *recv, const void *send, int64_t numel, hs_dtype dt);
-    void (*cp_ring_wait)(void *cp_ctx, void *step);
-
-    /* MoE load balancing over the global micro-batch (NULL: this rank's
-     * tokens are the whole micro-batch): elementwise SUM of n fp32 values
-     * over the ranks whose tokens together make one micro-batch (dp x cp;
-     * TP ranks hold the same tokens and are not in it). */
-    void *batch_ctx;
-    void (*batch_all_reduce)(void *batch_ctx, float *buf, int64_t n);
-
-    /* Expert parallelism (ep_size > 1, over ep_ctx): EP rank r computes the
-     * routed experts [r*E/ep, (r+1)*E/ep) of every block. Each rank routes
-     * its own tokens; the rows of each (token, slot) pair travel to their
-     * expert's rank and the expert outputs back (dropless: every routed
-     * row is computed), and the reverse in backward. */
-    void *ep_ctx;
-    int ep_size, ep_rank;
-    /* Block r of `in` (per_rank fp32 values) goes to EP rank r; out block r
-     * comes from rank r (the per-expert row counts). */
-    void (*ep_all_to_all)(void *ep_ctx, float *out, const float *in, int64_t per_rank);
-    /* in holds send_counts[r] elements for each rank r back to back; out
-     * receives recv_counts[r] from each rank r likewise. */
-    void (*ep_all_to_allv)(void *ep_ctx, void *out, const int64_t *recv_counts, const void *in,
+    /* The layout, decided by parallel/: placements (place), the row split
+     * of the residual stream, the CP ranks of a sequence and the EP ranks
+     * of the experts. */
+    int row_split, row_rank; /* 1, 0 without sequence parallelism */
+    int cp_size;             /* ranks a sequence is split over */
+    int ep_size, ep_rank;    /* the experts: EP rank r computes [r*E/ep, (r+1)*E/ep) */
+    /* Give parameter p (registered with its global shape) its placement
+     * and local shape (hs_param_place_*); called once per parameter as the
+     * model registers it. The model then computes with the local shapes it
+     * finds: heads from q/k/v_proj, ffn columns from gate_proj, vocabulary
+     * rows from the embedding. false with e set: a placement the layout
+     * cannot give (it names the FQN). */
+    bool (*place)(void *ctx, hs_param *p, hs_error *e);
+    /* The seam's buffers, once, from the model's allocator; unbind frees
+     * them. */
+    void (*bind)(void *ctx, const hs_model_dims *d, hs_model_alloc_fn alloc, void *actx);
+    void (*unbind)(void *ctx);
+    /* Layers are told their style by their parameter's placement (a
+     * region's first linear, a row-parallel linear, the embedding, the
+     * head), as Megatron's Column/RowParallelLinear are by their class.
+     *
+     * norm_enter: rmsnorm of this rank's rows of x (xdt) into `full`, the
+     * input of the region whose first linear is `first`; rstd of the local
+     * rows. Returns the rows the region computes on: all N (gathered under
+     * sequence parallelism) when `first` is split over its output
+     * features, else this rank's rows (a replicated region is token-wise:
+     * it runs on the rows the rank holds). */
+    int64_t (*norm_enter)(void *ctx, void *full, float *rstd, const void *x, hs_dtype xdt,
+                          const void *w, const hs_param *first, int64_t N);
+    /* The region's last linear and the residual: out (odt, local rows) =
+     * resid (rdt) + x @ w^T, x [rows, IC] (the region's rows); a
+     * row-parallel w (split over its input features) gives partial sums,
+     * reduced over the ranks. */
+    void (*rowwise_add)(void *ctx, void *out, hs_dtype odt, const void *resid, hs_dtype rdt,
+                        const void *x, const hs_param *w, int64_t N, int IC, int OC);
+    /* Backward of rowwise_add's exit: the gradient of the region's rows
+     * from the local rows' dres (dres itself when they are the same). */
+    const float *(*exit_grad)(void *ctx, const float *dres, const hs_param *w, int64_t N);
+    /* Backward of norm_enter: dfull (the region's rows; partial sums when
+     * split) reduced to the local rows' gradient (dfull itself when nothing
+     * is to reduce). */
+    const float *(*enter_grad)(void *ctx, float *dfull, const hs_param *first, int64_t N);
+    /* The embedding of N tokens into out (local rows, dt) and its
+     * backward from the local rows' gradient into w->grad. */
+    void (*embedding_fwd)(void *ctx, void *out, const int32_t *tokens, const hs_param *w,
+                          int64_t N);
+    void (*embedding_bwd)(void *ctx, const float *dres, const int32_t *tokens, hs_param *w,
+                          int64_t N);
+    /* The head on `rows` rows of lnf (dt) into logits (fp32 [rows, this
+     * rank's vocabulary], rounded to round_dt when that is 16-bit) and
+     * their cross-entropy against targets (NULL: no loss, 0 returned) with
+     * `scale`; with grad, logits becomes d loss / d logits in place. `full`
+     * (NULL or host memory) gets the whole [rows, Vg] logits. */
+    double (*head_chunk)(void *ctx, float *logits, const void *lnf, const hs_param *w,
+                         const int32_t *targets, int64_t rows, float scale, bool grad, float *full,
+                         hs_dtype round_dt);
+    /* The RoPE tables of this rank's T_local positions of a sequence. */
+    void (*rope_tables)(void *ctx, int T_local, const float **cos, const float **sin);
+    void (*attention_fwd)(void *ctx, const hs_attn_io *io);
+    void (*attention_bwd)(void *ctx, const hs_attn_io *io);
+    /* MoE load balancing: SUM of n fp32 router statistics over the ranks
+     * whose tokens make one micro-batch (and the row split); NULL: this
+     * rank's tokens are the whole micro-batch. */
+    void (*stats_sum)(void *ctx, float *buf, int64_t n);
+    /* Expert parallelism (ep_size > 1): block r of `in` (per_rank fp32
+     * values) goes to EP rank r and out block r comes from it; then the
+     * rows, send_counts[r] elements to rank r, recv_counts[r] from it. */
+    void (*ep_all_to_all)(void *ctx, float *out, const float *in, int64_t per_rank);
+    void (*ep_all_to_allv)(void *ctx, void *out, const int64_t *recv_counts, const void *in,
                            const int64_t *send_counts, hs_dtype dt);
-} hs_model_ops;
+} hs_model_par;
 
-/* The CP sequence layout. Of 2*cp chunks of T/(2*cp) positions, CP rank r
- * holds chunk r then chunk 2*cp-1-r: local position t < T_local/2 is global
- * r*C + t, the others (2*cp-1-r)*C + t - C, with C = T_local / 2. */
-int64_t hs_cp_global_position(int cp, int rank, int T_local, int t);
-/* Rank `rank`'s local rows of a batch's token ids, [B, T_local] out of
- * [B, T] (T = cp * T_local); host memory, as hs_batch is. */
-void hs_cp_take_local_ids(int32_t *local, const int32_t *whole, int cp, int rank, int B,
-                          int T_local);
-/* The whole [B, T, row] from every CP rank's local rows, blocks[r] being
- * rank r's [B, T_local, row] (what an all-gather over cp gives). */
-void hs_cp_blocks_to_whole(hs_device *d, void *whole, const void *blocks, int cp, int B,
-                           int T_local, int64_t row, size_t es);
-/* The inverse: every rank's local rows of `whole`, in rank order. */
-void hs_cp_whole_to_blocks(hs_device *d, void *blocks, const void *whole, int cp, int B,
-                           int T_local, int64_t row, size_t es);
+/* The one-device table: every layer whole, all rows. Its functions take an
+ * hs_model_dims as ctx (the model gives its own); parallel/ calls them for
+ * what its plan leaves whole. place, bind and unbind do nothing. */
+const hs_model_par *hs_model_one_device_par(void);
 
 /* A pipeline rank's part of the model: chunks of consecutive blocks, chunk
  * k being blocks [first_layer[k], first_layer[k] + n_layers[k]), in model
@@ -236,11 +273,9 @@ typedef struct hs_model_options {
     bool cast_unit_outputs;
     hs_dtype unit_output_dtype;
     bool keep_unit_inputs;
-    /* Tensor parallelism (NULL: none). The model computes with its TP-local
-     * heads, ffn columns and vocabulary rows; parallel/ sets each
-     * parameter's placement to match (hs_model_check_tp_layout). Must
+    /* The model-parallel seam (NULL: one device, the model's own). Must
      * outlive the model. */
-    const hs_model_ops *ops;
+    const hs_model_par *par;
     /* Pipeline stage: the chunks of blocks this model holds. The chunk that
      * starts at block 0 holds the embedding, the one that ends at the last
      * block the final norm and lm_head; FQNs stay global
@@ -334,11 +369,6 @@ bool hs_param_place_tp(hs_param *p, hs_placement pl, int tp, int rank);
  * Shard(0), local_shape[0] = E / ep, off the tp mesh. Returns false if ep
  * does not divide E. */
 bool hs_param_place_ep(hs_param *p, int ep, int rank);
-/* After parallel/ placed every parameter: each local shape must be the one
- * the model computes with for its ops (heads, ffn columns, vocabulary
- * rows split over tp, routed experts over ep). Errors name the FQN, both
- * shapes and the fix. */
-hs_status hs_model_check_tp_layout(const hs_model *m, hs_error *e);
 void hs_model_zero_grads(hs_model *m);
 /* For the next backward: gradients whose first write stores over them
  * (grad_first_store) are left unset, the others zeroed. A reader after that

@@ -1,26 +1,32 @@
-/* hypershard/parallel.h — model-parallel plans: tensor, context, expert
- * and pipeline parallelism.
+/* hypershard/parallel.h — model parallelism: the style table, tensor,
+ * context and expert parallelism behind the model's seam, and pipeline
+ * parallelism.
  *
  * Contract of this layer (DESIGN.md §1, spec 004 §3 steps 1-2, RFC 000 §4):
- * - A TP plan is a table of FQN suffix -> style, as torchtitan's
- *   parallelize plans: colwise (Shard(0): output features split, q/k/v,
- *   gate/up), rowwise (Shard(1): input features split, o_proj, down_proj),
- *   vocab (Shard(0) over the vocabulary: embedding and lm_head) and
- *   replicate (norm weights, the MoE router and experts). Applying it sets
- *   every parameter's placement on the "tp" mesh and its TP-local shape
- *   before FSDP wraps; FSDP then shards the TP-local tensor on dim 0.
- * - The plan's errors name the parameter FQNs: a parameter no rule matches,
- *   tied parameters given different placements, a local shape the model
- *   does not compute with (hs_model_check_tp_layout).
- * - hs_tp fills the model's ops table (model.h hs_model_ops) with the
- *   collectives of the TP regions on the tp group: all-reduce after
- *   row-parallel layers; with sequence_parallel all-gather before
- *   column-parallel and reduce-scatter after row-parallel layers; MAX and
- *   SUM for the vocab-parallel loss. A failed collective ends every rank
- *   (hs_comm_abort): a half-run region would leave the others hanging.
- * - Under sequence parallel a Replicate parameter's gradient on one TP rank
- *   covers only its rows: the plan marks it (hs_param.tp_grad_partial) and
- *   FSDP's root TP tail completes it.
+ * - One style table says how every parameter is parallelized, as
+ *   torchtitan's parallelize plans and Megatron's layer classes do: each
+ *   rule maps an FQN suffix to a style carrying both the placement and the
+ *   region behaviour. colwise (Shard(0) on tp: output features split; the
+ *   region it opens gathers its input rows under sequence parallelism),
+ *   rowwise (Shard(1): input features split; the region's partial sums are
+ *   all-reduced, or reduce-scattered under sequence parallelism), vocab
+ *   (Shard(0) over the vocabulary: the embedding's partial rows reduced,
+ *   the head's loss vocab-parallel), norm (Replicate; a sequence-parallel
+ *   norm runs on the rank's rows and its gradient is a partial sum),
+ *   replicate (whole on every rank; a replicated region is token-wise and
+ *   runs on the rows the rank holds), expert (Shard(0) on ep: the routed
+ *   experts). Context parallelism has no parameters: it is the style of
+ *   every attention call when cp > 1.
+ * - hs_parallel applies the table, TP -> CP -> EP in that order (spec 004
+ *   §3), and is the model's seam (model.h hs_model_par): the model asks it
+ *   to place each parameter as it registers it and computes with the local
+ *   shapes it gets; the region code (tp_region.c, cp_attention.c) and its
+ *   buffers live here. FSDP then shards each local tensor on dim 0.
+ * - The table's errors name the parameter FQNs: no matching rule, tied
+ *   parameters given different placements, a split that does not divide.
+ *   A collective of a region runs on the compute path: a failure ends
+ *   every rank (hs_comm_abort), a half-run region would leave the others
+ *   hanging.
  */
 #ifndef HYPERSHARD_PARALLEL_H
 #define HYPERSHARD_PARALLEL_H
@@ -33,38 +39,35 @@
 #include "hypershard/mesh.h"
 #include "hypershard/model.h"
 
-typedef enum hs_tp_style {
-    HS_TP_COLWISE = 0,
-    HS_TP_ROWWISE,
-    HS_TP_VOCAB,
-    HS_TP_REPLICATE,
-    HS_TP_STYLE_COUNT
-} hs_tp_style;
+typedef enum hs_style {
+    HS_STYLE_COLWISE = 0,
+    HS_STYLE_ROWWISE,
+    HS_STYLE_VOCAB,
+    HS_STYLE_NORM,
+    HS_STYLE_REPLICATE,
+    HS_STYLE_EXPERT,
+    HS_STYLE_COUNT
+} hs_style;
 
-/* "colwise", "rowwise", "vocab", "replicate". */
-const char *hs_tp_style_name(hs_tp_style s);
-/* The placement a style gives a parameter. */
-hs_placement hs_tp_style_placement(hs_tp_style s);
+/* "colwise", "rowwise", "vocab", "norm", "replicate", "expert". */
+const char *hs_style_name(hs_style s);
+/* The placement a style gives a parameter on the tp mesh (expert:
+ * Replicate there; its Shard(0) is on the ep mesh). */
+hs_placement hs_style_placement(hs_style s);
 
-typedef struct hs_tp_rule {
+typedef struct hs_style_rule {
     const char *suffix; /* matches an FQN that ends with ".<suffix>" or is <suffix> */
-    hs_tp_style style;
-} hs_tp_rule;
+    hs_style style;
+} hs_style_rule;
 
-/* The plan of the Llama and MoE (Mixtral) models; *n gets its length. */
-const hs_tp_rule *hs_tp_default_plan(int *n);
+/* The plan of the Llama and MoE (Mixtral) models (Megatron's: attention
+ * and MLP split, norms sequence-parallel, the MoE layer replicated over TP
+ * and its experts over EP); *n gets its length. */
+const hs_style_rule *hs_style_default_plan(int *n);
 
 typedef struct hs_tp hs_tp;
-
-/* Tensor parallelism over `group` (the "tp" dim of the mesh; size >= 2).
- * `comm` is what a failing collective aborts; the collectives run on
- * dev's compute stream (dev->stream), where the model's buffers are
- * written and read. */
-hs_status hs_tp_create(hs_comm *comm, hs_device *dev, hs_pg *group, bool sequence_parallel,
-                       bool loss_parallel, hs_tp **out, hs_error *e);
-void hs_tp_free(hs_tp *t);
-/* The ops table to create the model with (hs_model_options.ops). */
-const hs_model_ops *hs_tp_ops(const hs_tp *t);
+typedef struct hs_cp hs_cp;
+typedef struct hs_ep hs_ep;
 
 /* Time the calling thread spent in a model-parallel context's collectives
  * (and, for CP, ring waits) — all of it exposed: they sit on the compute
@@ -75,23 +78,52 @@ typedef struct hs_parallel_stats {
     int64_t calls, bytes;
 } hs_parallel_stats;
 
-/* What every TP / CP collective ends with: a failure ends every rank (it
- * cannot be returned through the model), else it is added to `stats`. */
+/* What every TP / CP / EP collective ends with: a failure ends every rank
+ * (it cannot be returned through the model), else it is added to `stats`. */
 void hs_parallel_done(hs_comm *comm, hs_parallel_stats *stats, double t0, int64_t bytes,
                       hs_status st, const hs_error *e);
+
+/* ----------------------------------------------------------- hs_parallel */
+
+typedef struct hs_parallel hs_parallel;
+
+/* The degrees and this rank's coordinates; sizes of 1 switch a dimension
+ * off. */
+typedef struct hs_parallel_layout {
+    int tp, tp_rank;
+    bool sequence_parallel, loss_parallel;
+    int cp, cp_rank;
+    bool cp_ring;
+    int ep, ep_rank;
+} hs_parallel_layout;
+
+/* TP -> CP -> EP for cfg over the mesh's tp, cp and ep groups (and, for a
+ * MoE model over several data ranks, the dp_cp group its router statistics
+ * are summed over), with `rules` (NULL: the default plan). Collectives run
+ * on dev's compute stream; `comm` is what a failing one aborts. */
+hs_status hs_parallel_create(const hs_config *cfg, const hs_mesh *mesh, hs_comm *comm,
+                             hs_device *dev, const hs_style_rule *rules, int n_rules,
+                             hs_parallel **out, hs_error *e);
+/* The same placements and buffers for a layout without groups (the memory
+ * plan, a test): a model created with it may be described and counted,
+ * not run across ranks. */
+hs_status hs_parallel_describe(const hs_config *cfg, const hs_parallel_layout *l,
+                               const hs_style_rule *rules, int n_rules, hs_parallel **out,
+                               hs_error *e);
+void hs_parallel_free(hs_parallel *p);
+/* The seam to create the model with (hs_model_options.par); one model per
+ * hs_parallel. */
+const hs_model_par *hs_parallel_seam(const hs_parallel *p);
+const hs_parallel_layout *hs_parallel_layout_of(const hs_parallel *p);
+/* The contexts of the dimensions in use (NULL where the degree is 1). */
+hs_tp *hs_parallel_tp(const hs_parallel *p);
+hs_cp *hs_parallel_cp(const hs_parallel *p);
+hs_ep *hs_parallel_ep(const hs_parallel *p);
+
+/* ------------------------------------------------------- tensor parallel */
+
 hs_parallel_stats hs_tp_get_stats(const hs_tp *t);
 void hs_tp_reset_stats(hs_tp *t);
-
-/* Apply `rules` (first match wins) to every parameter of m, which was
- * created with hs_tp_ops(t), except those the EP plan put on the ep mesh.
- * All errors are reported together. */
-hs_status hs_tp_apply_plan(hs_tp *t, hs_model *m, const hs_tp_rule *rules, int n_rules,
-                           hs_error *e);
-/* The same placement for TP rank `rank` of `size`, without a group: what
- * hs_tp_apply_plan does, for a model that only describes a rank (the
- * memory plan). */
-hs_status hs_tp_place(hs_model *m, const hs_tp_rule *rules, int n_rules, int size, int rank,
-                      bool sequence_parallel, hs_error *e);
 
 /* The whole fp32 tensor of p (numel of p->shape) from every TP rank's
  * local fp32 tensor (numel of p->local_shape), the pieces placed by d's
@@ -103,43 +135,40 @@ void hs_tp_local_slice(hs_device *d, const hs_param *p, const float *full, float
 
 /* ---------------------------------------------------- context parallel
  *
- * hs_cp fills the context-parallel part of a model's ops table over the
- * cp group: all-gather of K/V and reduce-scatter of dK/dV (allgather), or
- * the ring's send/recv steps, issued on the comm thread so a transfer
- * overlaps the attention of the block in hand (ring). Failures end every
- * rank. The sequence layout itself is the model's (hs_cp_take_local_ids). */
-typedef struct hs_cp hs_cp;
+ * Each sequence of a batch is this CP rank's chunks r and 2*cp-1-r of
+ * 2*cp equal chunks along T (causal load balance), so the model runs on
+ * B x T/cp tokens at their global positions. Only attention crosses CP
+ * ranks: allgather gathers K/V over cp for the local queries and
+ * reduce-scatters dK/dV back; ring passes K/V blocks round the CP ring one
+ * step at a time (issued on the comm thread, so a transfer overlaps the
+ * attention of the block in hand), dK/dV likewise. */
 
-/* The collectives and ring steps run on dev's compute stream. */
-hs_status hs_cp_create(hs_comm *comm, hs_device *dev, hs_pg *group, bool ring, hs_cp **out,
-                       hs_error *e);
-void hs_cp_free(hs_cp *c);
-/* Set ops' cp_* members (the rest of the table is left as it is). */
-void hs_cp_fill_ops(hs_cp *c, hs_model_ops *ops);
-/* Time the calling thread spent in CP collectives and waits, and counts. */
+/* Of 2*cp chunks of T/(2*cp) positions, CP rank r holds chunk r then chunk
+ * 2*cp-1-r: local position t < T_local/2 is global r*C + t, the others
+ * (2*cp-1-r)*C + t - C, with C = T_local / 2. */
+int64_t hs_cp_global_position(int cp, int rank, int T_local, int t);
+/* Rank `rank`'s local rows of a batch's token ids, [B, T_local] out of
+ * [B, T] (T = cp * T_local); host memory, as hs_batch is. */
+void hs_cp_take_local_ids(int32_t *local, const int32_t *whole, int cp, int rank, int B,
+                          int T_local);
+/* The whole [B, T, row] from every CP rank's local rows, blocks[r] being
+ * rank r's [B, T_local, row] (what an all-gather over cp gives). */
+void hs_cp_blocks_to_whole(hs_device *d, void *whole, const void *blocks, int cp, int B,
+                           int T_local, int64_t row, size_t es);
+/* The inverse: every rank's local rows of `whole`, in rank order. */
+void hs_cp_whole_to_blocks(hs_device *d, void *blocks, const void *whole, int cp, int B,
+                           int T_local, int64_t row, size_t es);
 hs_parallel_stats hs_cp_get_stats(const hs_cp *c);
 void hs_cp_reset_stats(hs_cp *c);
 
 /* ----------------------------------------------------- expert parallel
  *
- * hs_ep places every routed expert tensor Shard(0) on the "ep" mesh (EP
- * rank r holds experts [r*E/ep, (r+1)*E/ep)) and fills the ep_* members of
- * the model's ops table: the per-expert row counts as an all-to-all, then
- * the rows as an all-to-all-v, on the ep group. FSDP then shards each
- * EP-local expert tensor over the EDP mesh (fsdp_moe_mesh). */
-typedef struct hs_ep hs_ep;
+ * EP rank r holds the routed experts [r*E/ep, (r+1)*E/ep) of every block
+ * (style expert); the MoE layer's exchanges — the per-expert row counts as
+ * an all-to-all, then the rows as an all-to-all-v — run on the ep group.
+ * FSDP then shards each EP-local expert tensor over the EDP mesh
+ * (fsdp_moe_mesh). */
 
-/* The exchanges run on dev's compute stream. */
-hs_status hs_ep_create(hs_comm *comm, hs_device *dev, hs_pg *group, hs_ep **out, hs_error *e);
-void hs_ep_free(hs_ep *p);
-/* Set ops' ep_* members (the rest of the table is left as it is). */
-void hs_ep_fill_ops(hs_ep *p, hs_model_ops *ops);
-/* Place the routed experts of m (created with the filled ops) on ep, before
- * the TP plan (which leaves parameters on the ep mesh alone and checks the
- * whole layout); without TP, check it with hs_model_check_tp_layout. */
-hs_status hs_ep_apply_plan(hs_ep *p, hs_model *m, hs_error *e);
-/* The same placement for EP rank `rank` of `size`, without a group. */
-hs_status hs_ep_place(hs_model *m, int size, int rank, hs_error *e);
 /* The whole fp32 tensor of q from every EP rank's local one (a plain copy
  * when q is not on the ep mesh), both in d's memory. Collective over ep
  * when it is. */

@@ -13,10 +13,6 @@ static void zero_f32(hs_model *m, float *x, int64_t n) {
     hs_dev_zero(m->dev, x, (size_t)n * sizeof(float));
 }
 
-static void copy_dt(hs_model *m, void *dst, const void *src, hs_dtype dt, int64_t n) {
-    hs_dev_copy(m->dev, dst, src, (size_t)n * hs_dtype_size(dt));
-}
-
 static hs_moe_weights moe_weights(const hs_block_params *bp) {
     hs_moe_weights w = {bp->router->data,
                         bp->w1->data,
@@ -28,63 +24,67 @@ static hs_moe_weights moe_weights(const hs_block_params *bp) {
     return w;
 }
 
-/* x (in xdt) is the block input as the block reads it; x_mid is in rdt. */
+/* This block's attention tensors for the seam. */
+static hs_attn_io attn_io(hs_model *m, hs_block_acts *a, int B, int T) {
+    return (hs_attn_io){.B = B,
+                        .T = T,
+                        .NH = m->NH,
+                        .KVH = m->KVH,
+                        .HD = m->HD,
+                        .dt = m->dt,
+                        .q = a->q,
+                        .k = a->k,
+                        .v = a->v,
+                        .out = a->atty,
+                        .lse = a->lse,
+                        .dout = m->datt,
+                        .dq = m->dq,
+                        .dk = m->dk,
+                        .dv = m->dv,
+                        .scratch = m->att_scratch,
+                        .threads = m->att_threads,
+                        .delta = m->att_delta,
+                        .dout16 = m->dout16};
+}
+
+/* x (in xdt) is the block input as the block reads it; x_mid is in rdt.
+ * Attention needs every row of a sequence: its region is always all N. */
 static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
                               const void *x, hs_dtype xdt, hs_dtype rdt, int B, int T) {
+    const hs_model_par *par = m->par;
     hs_dtype dt = m->dt;
     int64_t N = (int64_t)B * T;
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
-    hs_tp_norm_enter(m, a->ln1, a->rstd1, x, xdt, bp->ln1->data, N);
+    par->norm_enter(par->ctx, a->ln1, a->rstd1, x, xdt, bp->ln1->data, bp->wq, N);
     hs_linear_forward(m->dev, a->q, a->ln1, bp->wq->data, dt, N, C, qd, 0);
     hs_linear_forward(m->dev, a->k, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
     hs_linear_forward(m->dev, a->v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
     m->k->rope_fwd(m->s, a->q, dt, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
     m->k->rope_fwd(m->s, a->k, dt, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
-    if (m->cp_on) hs_cp_attention_forward(m, a, B, T);
-    else {
-        hs_att_rows r = hs_att_rows_all(T);
-        hs_att_work w = {.scratch = m->att_scratch, .threads = m->att_threads};
-        m->k->attention_fwd(m->s, a->atty, dt, a->lse, a->q, a->k, a->v, dt, B, m->NH, m->KVH,
-                            m->HD, &r, &w);
-    }
-    if (m->tp_on) { /* row-parallel: partial sums, reduced, then the residual */
-        hs_linear_forward_to(m->dev, m->tp_part, HS_DTYPE_F32, a->atty, bp->wo->data, dt, N, qd, C,
-                             0);
-        hs_tp_exit_add(m, a->x_mid, rdt, x, xdt, N);
-        return;
-    }
-    /* Residual folded into the GEMM (beta = 1): one rounding for the sum.
-     * xdt differs from rdt only when rdt is fp32, so the copy is exact. */
-    hs_dev_convert(m->dev, a->x_mid, rdt, x, xdt, N * C);
-    hs_linear_forward_to(m->dev, a->x_mid, rdt, a->atty, bp->wo->data, dt, N, qd, C, 1);
+    hs_attn_io io = attn_io(m, a, B, T);
+    par->attention_fwd(par->ctx, &io);
+    par->rowwise_add(par->ctx, a->x_mid, rdt, x, xdt, a->atty, bp->wo, N, qd, C);
 }
 
-/* x_out (in rdt, the block's residual dtype) = x_mid + mlp(ln2). */
+/* x_out (in rdt, the block's residual dtype) = x_mid + mlp(ln2) on the
+ * MLP region's `rows`. */
 static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a, void *x_out,
-                        hs_dtype rdt, int64_t N, const hs_model_hooks *hooks, bool count_aux) {
+                        hs_dtype rdt, int64_t rows, const hs_model_hooks *hooks, bool count_aux) {
+    const hs_model_par *par = m->par;
     hs_dtype dt = m->dt;
     int C = m->C;
     if (!m->moe) {
-        hs_linear_forward(m->dev, a->gate, a->ln2, bp->wg->data, dt, N, C, m->F, 0);
-        hs_linear_forward(m->dev, a->up, a->ln2, bp->wu->data, dt, N, C, m->F, 0);
-        m->k->swiglu_fwd(m->s, a->h, a->gate, a->up, dt, N * m->F);
-        if (m->tp_on) {
-            hs_linear_forward_to(m->dev, m->tp_part, HS_DTYPE_F32, a->h, bp->wd->data, dt, N, m->F,
-                                 C, 0);
-            hs_tp_exit_add(m, x_out, rdt, a->x_mid, rdt, N);
-            return;
-        }
-        copy_dt(m, x_out, a->x_mid, rdt, N * C);
-        hs_linear_forward_to(m->dev, x_out, rdt, a->h, bp->wd->data, dt, N, m->F, C, 1);
+        hs_linear_forward(m->dev, a->gate, a->ln2, bp->wg->data, dt, rows, C, m->F, 0);
+        hs_linear_forward(m->dev, a->up, a->ln2, bp->wu->data, dt, rows, C, m->F, 0);
+        m->k->swiglu_fwd(m->s, a->h, a->gate, a->up, dt, rows * m->F);
+        par->rowwise_add(par->ctx, x_out, rdt, a->x_mid, rdt, a->h, bp->wd, rows, m->F, C);
         return;
     }
-    /* The MoE layer is token-wise: under sequence parallel each TP rank
-     * routes its own rows (no all-gather), so every token reaches its
-     * experts once; otherwise every TP rank runs all N. */
-    int64_t Nl = hs_tp_local_rows(m, N);
+    /* The MoE layer is token-wise (its region is replicated): each rank
+     * routes the rows it holds. */
     hs_hook_pre_forward(hooks, bp->expert_unit);
     hs_moe_weights w = moe_weights(bp);
-    hs_moe_forward(a->moe_out, &a->moe, a->ln2, &w, (int)Nl, m->moe_scratch);
+    hs_moe_forward(a->moe_out, &a->moe, a->ln2, &w, (int)rows, m->moe_scratch);
     hs_unit_boundary *eb = &m->bnd[bp->expert_unit];
     eb->forward_casts += eb->output_stored != eb->output_computed;
     hs_hook_post_forward(hooks, bp->expert_unit);
@@ -93,8 +93,12 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
         int64_t *tok = m->expert_tokens + (int64_t)(bp - m->blocks) * m->moe_shapes.E;
         m->k->moe_stats_add(m->s, tok, NULL, a->moe.count, NULL, m->moe_shapes.E);
     }
-    hs_dev_add_cast(m->dev, x_out, rdt, a->x_mid, rdt, a->moe_out, dt, Nl * C);
+    hs_dev_add_cast(m->dev, x_out, rdt, a->x_mid, rdt, a->moe_out, dt, rows * C);
 }
+
+/* The first parameter of the block's MLP region: its style decides the
+ * region's rows. */
+static const hs_param *mlp_first(const hs_block_params *bp) { return bp->wg ? bp->wg : bp->router; }
 
 /* The block input as the block reads it: cast to the compute dtype into
  * a->x_cast (cast_forward_inputs), or as it is stored. */
@@ -111,14 +115,12 @@ void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in
     const hs_block_params *bp = &m->blocks[layer];
     hs_unit_boundary *b = &m->bnd[bp->unit];
     hs_dtype rdt = b->output_computed;
-    int64_t N = (int64_t)B * T, Nl = hs_tp_local_rows(m, N);
+    int64_t N = (int64_t)B * T, Nl = hs_model_local_rows(m, N);
     attention_forward(m, bp, a, block_input(m, a, b, x_in, Nl * m->C), b->input_read, rdt, B, T);
-    if (m->moe && m->sp) /* the MoE layer runs on the local rows */
-        m->k->rmsnorm_fwd(m->s, a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, m->dt, Nl, m->C,
-                          (float)m->cfg.norm_eps);
-    else hs_tp_norm_enter(m, a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data, N);
+    a->mlp_rows = m->par->norm_enter(m->par->ctx, a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data,
+                                     mlp_first(bp), N);
     bool cast_out = b->output_stored != rdt;
-    mlp_forward(m, bp, a, cast_out ? m->out_tmp : x_out, rdt, N, hooks, count_aux);
+    mlp_forward(m, bp, a, cast_out ? m->out_tmp : x_out, rdt, a->mlp_rows, hooks, count_aux);
     if (!cast_out) return;
     hs_dev_convert(m->dev, x_out, b->output_stored, m->out_tmp, rdt, Nl * m->C);
     b->forward_casts++;
@@ -147,13 +149,16 @@ static void dense_backward(hs_model *m, float *dx, bool overwrite_dx, hs_param *
     if (w->grad) w->grad_unset = false;
 }
 
-/* dres = d(x_out) in; returns d(ln2) of the local rows. */
+/* dres = d(x_out) in (local rows); returns d(ln2) of the local rows. The
+ * region's rows are those its forward ran on. */
 static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
                                  int64_t N, const hs_model_hooks *hooks, const float *aux_g) {
+    const hs_model_par *par = m->par;
     hs_dtype dt = m->dt;
     int C = m->C, F = m->F;
+    int64_t rows = a->mlp_rows;
     if (m->moe) { /* token-wise: d(ln2) of the rows this rank routed */
-        zero_f32(m, m->dln, N * C);
+        zero_f32(m, m->dln, rows * C);
         hs_hook_pre_backward(hooks, bp->expert_unit);
         hs_moe_weights w = moe_weights(bp);
         hs_moe_grads g = moe_grads(bp);
@@ -163,53 +168,43 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
         hs_hook_post_backward(hooks, bp->expert_unit);
         return m->dln;
     }
-    const float *dout = hs_tp_exit_grad(m, N);
-    dense_backward(m, m->dh, true, bp->wd, dout, a->h, N, F, C);
-    m->k->swiglu_bwd(m->s, m->dg, m->du, true, m->dh, a->gate, a->up, dt, N * F);
-    dense_backward(m, m->dln, true, bp->wg, m->dg, a->ln2, N, C, F);
-    dense_backward(m, m->dln, false, bp->wu, m->du, a->ln2, N, C, F);
-    return hs_tp_enter_grad(m, m->dln, N);
+    const float *dout = par->exit_grad(par->ctx, m->dres, bp->wd, N);
+    dense_backward(m, m->dh, true, bp->wd, dout, a->h, rows, F, C);
+    m->k->swiglu_bwd(m->s, m->dg, m->du, true, m->dh, a->gate, a->up, dt, rows * F);
+    dense_backward(m, m->dln, true, bp->wg, m->dg, a->ln2, rows, C, F);
+    dense_backward(m, m->dln, false, bp->wu, m->du, a->ln2, rows, C, F);
+    return par->enter_grad(par->ctx, m->dln, bp->wg, N);
 }
 
 /* dres = d(x_mid) in; d(x) out, x the block input as read (in xdt). */
 static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
                                const void *x, hs_dtype xdt, int B, int T) {
+    const hs_model_par *par = m->par;
     hs_dtype dt = m->dt;
     int64_t N = (int64_t)B * T;
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
-    const float *dout = hs_tp_exit_grad(m, N);
+    const float *dout = par->exit_grad(par->ctx, m->dres, bp->wo, N);
     dense_backward(m, m->datt, true, bp->wo, dout, a->atty, N, qd, C);
     zero_f32(m, m->dq, N * qd);
     zero_f32(m, m->dk, N * kvd);
     zero_f32(m, m->dv, N * kvd);
-    if (m->cp_on) hs_cp_attention_backward(m, a, B, T);
-    else {
-        /* datt rounded once for the 16-bit products (m->dout16 is free
-         * until the q/k/v projections' backward) */
-        if (m->dout16) hs_dev_convert(m->dev, m->dout16, dt, m->datt, HS_DTYPE_F32, N * qd);
-        hs_att_rows r = hs_att_rows_all(T);
-        hs_att_work w = {.scratch = m->att_scratch,
-                         .threads = m->att_threads,
-                         .delta = m->att_delta,
-                         .dout16 = m->dout16};
-        m->k->attention_bwd(m->s, m->dq, m->dk, m->dv, m->datt, a->atty, dt, a->q, a->k, a->v,
-                            a->lse, dt, B, m->NH, m->KVH, m->HD, &r, &w);
-    }
+    hs_attn_io io = attn_io(m, a, B, T);
+    par->attention_bwd(par->ctx, &io);
     m->k->rope_bwd(m->s, m->dq, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
     m->k->rope_bwd(m->s, m->dk, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
     dense_backward(m, m->dln, true, bp->wq, m->dq, a->ln1, N, C, qd);
     dense_backward(m, m->dln, false, bp->wk, m->dk, a->ln1, N, C, kvd);
     dense_backward(m, m->dln, false, bp->wv, m->dv, a->ln1, N, C, kvd);
-    const float *dln = hs_tp_enter_grad(m, m->dln, N);
+    const float *dln = par->enter_grad(par->ctx, m->dln, bp->wq, N);
     m->k->rmsnorm_bwd(m->s, m->dres, bp->ln1->grad, bp->ln1->grad_dtype, dln, x, xdt, bp->ln1->data,
-                      a->rstd1, dt, hs_tp_local_rows(m, N), C, m->norm_part);
+                      a->rstd1, dt, hs_model_local_rows(m, N), C, m->norm_part);
 }
 
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
                        const hs_model_hooks *hooks, const float *aux_g) {
     const hs_block_params *bp = &m->blocks[layer];
     hs_unit_boundary *b = &m->bnd[bp->unit];
-    int64_t N = (int64_t)B * T, Nl = hs_tp_local_rows(m, N);
+    int64_t N = (int64_t)B * T, Nl = hs_model_local_rows(m, N);
     /* The backward of a cast casts the gradient back to the cast's input
      * dtype; activation gradients are held in fp32 (layers.h), so that is
      * a rounding to it. */

@@ -48,40 +48,31 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
                         "model options: max_batch=%d and seq_len=%d must be >= 1 (set "
                         "train.micro_batch_size and train.seq_len)",
                         o->max_batch, o->seq_len);
-    int tp = o->ops && o->ops->tp_size > 1 ? o->ops->tp_size : 1;
-    if (tp > 1 && (c->n_heads % tp || kvh % tp || c->vocab_size % tp ||
-                   (strcmp(c->arch, "llama") == 0 && c->ffn_dim % tp) ||
-                   (o->ops->sequence_parallel && o->seq_len % tp)))
-        hs_error_append(e, HS_ERR_CONFIG,
-                        "accelerator.tp_size=%d must divide model.n_heads=%d, n_kv_heads=%d, "
-                        "vocab_size=%d, ffn_dim=%d (and train.seq_len=%d under "
-                        "sequence_parallel); choose a tp_size that divides them all",
-                        tp, c->n_heads, kvh, c->vocab_size, c->ffn_dim, o->seq_len);
-    int cp = o->ops && o->ops->cp_size > 1 ? o->ops->cp_size : 1;
+    int cp = o->par ? o->par->cp_size : 1;
     if (cp > 1 && o->seq_len % (2 * cp))
         hs_error_append(e, HS_ERR_CONFIG,
                         "train.seq_len=%d must be a multiple of 2 x accelerator.cp_size = %d "
                         "(each CP rank holds two of 2 x cp_size equal chunks)",
                         o->seq_len, 2 * cp);
+    int split = o->par ? o->par->row_split : 1;
+    if (split > 1 && o->seq_len % split)
+        hs_error_append(e, HS_ERR_CONFIG,
+                        "train.seq_len=%d must be a multiple of tp_size=%d under "
+                        "accelerator.sequence_parallel (each TP rank holds its share of the rows)",
+                        o->seq_len, split);
     if (strcmp(c->arch, "moe") == 0 && o->max_batch >= 1 && o->seq_len >= 1 &&
         (int64_t)o->max_batch * o->seq_len * (c->moe.top_k > 1 ? c->moe.top_k : 1) > INT_MAX)
         hs_error_append(e, HS_ERR_CONFIG,
                         "train.micro_batch_size x train.seq_len x model.moe.top_k = %d x %d x %d "
                         "routed rows exceed %d; lower train.micro_batch_size or train.seq_len",
                         o->max_batch, o->seq_len, c->moe.top_k, INT_MAX);
-    int ep = o->ops && o->ops->ep_size > 1 ? o->ops->ep_size : 1;
+    int ep = o->par ? o->par->ep_size : 1;
     if (ep > 1 && (strcmp(c->arch, "moe") != 0 || c->moe.num_experts % ep ||
                    ep > HS_MOE_EP_MAX_RANKS || c->moe.num_experts / ep > HS_MOE_EP_MAX_LOCAL))
         hs_error_append(e, HS_ERR_CONFIG,
                         "accelerator.ep_size=%d needs model.arch=moe with model.moe.num_experts "
                         "(%d) a multiple of it, at most %d EP ranks and %d experts per rank",
                         ep, c->moe.num_experts, HS_MOE_EP_MAX_RANKS, HS_MOE_EP_MAX_LOCAL);
-    if (tp > 1 && ep > 1 && !o->ops->sequence_parallel)
-        hs_error_append(e, HS_ERR_CONFIG,
-                        "accelerator.ep_size=%d with tp_size=%d needs "
-                        "accelerator.sequence_parallel: true, so that each token reaches its "
-                        "experts from one TP rank only",
-                        ep, tp);
     const hs_model_stage *st = &o->stage;
     bool chunks_ok = st->n_chunks >= 0 && st->n_chunks <= HS_MODEL_MAX_CHUNKS && o->act_slots >= 0;
     for (int k = 0, end = 0; chunks_ok && k < st->n_chunks; k++) {
@@ -147,11 +138,11 @@ static void acts_dtypes(const hs_model *m, int set, hs_dtype *resid, bool *cast_
 }
 
 /* Expert parallelism's dropless row buffers grow to what arrives; the plan
- * counts them at balanced routing: BT*K rows per rank (this rank's N/tp
- * under sequence parallel). */
+ * counts them at balanced routing: BT*K rows per rank (this rank's share
+ * of the rows under sequence parallelism). */
 static int64_t ep_rows_bytes(const hs_model *m, bool per_set) {
     const hs_moe_shapes *s = &m->moe_shapes;
-    int64_t R = (int64_t)s->BT * s->K / (m->sp ? m->tp : 1);
+    int64_t R = (int64_t)s->BT * s->K / m->par->row_split;
     return (int64_t)hs_moe_ep_rows_bytes(s, m->dt, R, per_set);
 }
 
@@ -267,6 +258,30 @@ static bool buffer_sizes_fit(const hs_model *m, int64_t q, int64_t kv) {
     return hs_prod_i64((const int64_t[]){m->opt.max_batch, m->opt.seq_len, w, 16}, 4, &out);
 }
 
+static void *seam_alloc(void *actx, int64_t n, hs_dtype dt) { return buf(actx, n, dt); }
+
+/* The seam's buffers come from the model's allocator, so the plan counts
+ * them; the dims are what the seam computes with. */
+static void seam_bind(hs_model *m, int64_t BT) {
+    m->dims = (hs_model_dims){.dev = m->dev,
+                              .dt = m->dt,
+                              .max_batch = m->opt.max_batch,
+                              .seq_len = m->opt.seq_len,
+                              .C = m->C,
+                              .HD = m->HD,
+                              .NH = m->NH,
+                              .KVH = m->KVH,
+                              .V = m->V,
+                              .Vg = m->Vg,
+                              .rows = BT,
+                              .head_rows = m->head_rows,
+                              .norm_eps = (float)m->cfg.norm_eps,
+                              .cos_t = m->cos_t,
+                              .sin_t = m->sin_t};
+    m->par->bind(m->par->ctx, &m->dims, seam_alloc, m);
+    m->bound = true;
+}
+
 static void buffers_alloc(hs_model *m) {
     hs_dtype dt = m->dt;
     int T = m->opt.seq_len;
@@ -290,45 +305,15 @@ static void buffers_alloc(hs_model *m) {
     out_tmp_alloc(m, BT);
     /* Enough rows for an efficient GEMM, few enough that the chunk stays small. */
     m->head_rows = BT < HEAD_ROWS ? BT : HEAD_ROWS;
-    m->logits = buf(m, m->head_rows * m->V, HS_DTYPE_F32);
+    if (m->head) m->logits = buf(m, m->head_rows * m->V, HS_DTYPE_F32);
     size_t batch_bytes = (size_t)m->opt.max_batch * (size_t)m->opt.seq_len * sizeof(int32_t);
     if (m->first_stage) m->batch_tokens = raw(m, batch_bytes);
     if (m->last_stage) m->batch_targets = raw(m, batch_bytes);
-    if (m->tp_on) {
-        m->tp_part = buf(m, BT * m->C, HS_DTYPE_F32);
-        m->tp_red = buf(m, BT * m->C, HS_DTYPE_F32);
-        m->sp_ln = buf(m, BT * m->C, dt);
-        m->sp_dfull = buf(m, BT * m->C, HS_DTYPE_F32);
-        m->tp_stats = buf(m, 3 * m->head_rows, HS_DTYPE_F32);
-        m->logits_all = buf(m, 2 * m->head_rows * m->Vg, HS_DTYPE_F32);
-    }
     m->cos_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     m->sin_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     if (m->cos_t) m->k->rope_tables(m->s, m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);
     m->rope_cos = m->cos_t, m->rope_sin = m->sin_t;
-    if (m->cp_on) {
-        int64_t nkv = (int64_t)m->opt.max_batch * T * kv;
-        m->cos_l = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
-        m->sin_l = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
-        if (!m->ops->cp_ring) {
-            m->kf = buf(m, nkv, dt);
-            m->vf = buf(m, nkv, dt);
-            m->cp_stage = buf(m, nkv, dt);
-            m->dkf = buf(m, nkv, HS_DTYPE_F32);
-            m->dvf = buf(m, nkv, HS_DTYPE_F32);
-            m->cp_fstage = buf(m, nkv, HS_DTYPE_F32);
-        } else {
-            int64_t nl = nkv / m->cp, rows = BT * m->NH; /* local rows */
-            for (int i = 0; i < 2; i++) {
-                m->ring_kv[i] = buf(m, 2 * nl, dt);
-                m->ring_dkv[i] = buf(m, 2 * nl, HS_DTYPE_F32);
-            }
-            m->ring_bout = buf(m, BT * q, HS_DTYPE_F32);
-            m->ring_out = buf(m, BT * q, HS_DTYPE_F32);
-            m->ring_lse = buf(m, rows, HS_DTYPE_F32);
-            m->ring_blse = buf(m, rows, HS_DTYPE_F32);
-        }
-    }
+    seam_bind(m, BT);
     m->dres = buf(m, BT * m->C, HS_DTYPE_F32);
     m->dln = buf(m, BT * m->C, HS_DTYPE_F32);
     m->dq = buf(m, BT * q, HS_DTYPE_F32);
@@ -347,7 +332,8 @@ static void buffers_alloc(hs_model *m) {
     if (dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32)) {
         int64_t w = m->C > q ? m->C : q;
         w = F > w ? F : w;
-        int64_t n = BT * w > m->head_rows * m->V ? BT * w : m->head_rows * m->V;
+        int64_t hv = m->head ? m->head_rows * m->V : 0;
+        int64_t n = BT * w > hv ? BT * w : hv;
         m->dout16 = buf(m, n, dt);
     }
     if (m->moe) {
@@ -385,17 +371,10 @@ static void dims_set(hs_model *m) {
     m->F = c->ffn_dim;
     m->V = c->vocab_size;
     m->NHg = m->NH, m->KVHg = m->KVH, m->Fg = m->F, m->Vg = m->V;
-    m->ops = m->opt.ops;
-    m->tp = m->ops && m->ops->tp_size > 1 ? m->ops->tp_size : 1;
-    m->tp_rank = m->tp > 1 ? m->ops->tp_rank : 0;
-    m->tp_on = m->tp > 1;
-    m->cp = m->ops && m->ops->cp_size > 1 ? m->ops->cp_size : 1;
-    m->cp_rank = m->cp > 1 ? m->ops->cp_rank : 0;
-    m->cp_on = m->cp > 1;
-    m->sp = m->tp_on && m->ops->sequence_parallel;
-    m->NH /= m->tp, m->KVH /= m->tp, m->V /= m->tp;
-    m->F = strcmp(c->arch, "llama") == 0 ? m->F / m->tp : m->F;
-    m->v0 = (int64_t)m->V * m->tp_rank;
+    m->local_par = *hs_model_one_device_par();
+    m->local_par.ctx = &m->dims;
+    m->par = m->opt.par ? m->opt.par : &m->local_par;
+    m->cp = m->par->cp_size;
     const hs_model_stage *st = &m->opt.stage;
     m->n_chunks = st->n_chunks > 0 ? st->n_chunks : 1;
     m->L = 0;
@@ -414,13 +393,9 @@ static void dims_set(hs_model *m) {
         for (int j = 0; j < m->chunk_len[k]; j++)
             m->layer_of[m->chunk_begin[k] + j] = m->chunk_l0[k] + j;
     m->moe = strcmp(c->arch, "moe") == 0;
-    m->ep = m->ops && m->ops->ep_size > 1 ? m->ops->ep_size : 1;
-    m->ep_rank = m->ep > 1 ? m->ops->ep_rank : 0;
+    m->ep = 1;
     if (m->moe) {
         m->moe_shapes = hs_moe_shapes_make(&c->moe, m->opt.max_batch * m->opt.seq_len, m->C);
-        m->moe_shapes.ep = m->ep;
-        m->moe_shapes.EL = m->moe_shapes.E / m->ep;
-        hs_moe_ep_init(&m->moe_ep, m->ops, m->ep, m->ep_rank, m->dev, m->moe_shapes.E);
         m->moe_offset_h = malloc(((size_t)m->moe_shapes.E + 1) * sizeof *m->moe_offset_h);
         if (!m->moe_offset_h)
             hs_oom("moe: cannot allocate the host copy of %d experts' offsets", m->moe_shapes.E);
@@ -443,11 +418,16 @@ hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *op
     if (!m->dev) m->dev = m->own_dev;
     m->k = m->dev->k, m->s = m->dev->stream;
     dims_set(m);
-    if (hs_model_registry_build(m, e) != HS_OK || hs_model_boundary_plan(m, e) != HS_OK) {
+    if (hs_model_registry_build(m, e) != HS_OK || hs_model_layout_apply(m, e) != HS_OK ||
+        hs_model_boundary_plan(m, e) != HS_OK) {
         hs_model_free(m);
         return e->code;
     }
     if (opt->allocate_params && !opt->describe_only) params_alloc(m);
+    if (m->moe) {
+        m->ep_rank = m->par->ep_rank;
+        hs_moe_ep_init(&m->moe_ep, m->par, m->ep, m->ep_rank, m->dev, m->moe_shapes.E);
+    }
     if (!opt->describe_only) buffers_alloc(m);
     *out = m;
     return HS_OK;
@@ -462,19 +442,14 @@ static void params_free(hs_model *m) {
 }
 
 static void buffers_free(hs_model *m) {
+    if (m->bound) m->par->unbind(m->par->ctx);
     for (int k = 0; m->slots && k < m->n_chunks * m->n_slots; k++) slot_free(m, &m->slots[k]);
     free(m->slots);
-    void *ptrs[] = {m->logits,        m->cos_t,       m->sin_t,       m->dres,
-                    m->dln,           m->dq,          m->dk,          m->dv,
-                    m->datt,          m->dg,          m->du,          m->dh,
-                    m->dout16,        m->att_scratch, m->norm_part,   m->moe_scratch,
-                    m->aux_stage,     m->out_tmp,     m->aux_buf,     m->batch_tokens,
-                    m->batch_targets, m->tp_part,     m->tp_red,      m->sp_ln,
-                    m->sp_dfull,      m->tp_stats,    m->logits_all,  m->cos_l,
-                    m->sin_l,         m->kf,          m->vf,          m->cp_stage,
-                    m->dkf,           m->dvf,         m->cp_fstage,   m->ring_out,
-                    m->ring_lse,      m->ring_blse,   m->att_delta,   m->ring_bout,
-                    m->ring_kv[0],    m->ring_kv[1],  m->ring_dkv[0], m->ring_dkv[1]};
+    void *ptrs[] = {
+        m->logits,  m->cos_t,        m->sin_t,         m->dres,        m->dln,       m->dq,
+        m->dk,      m->dv,           m->datt,          m->dg,          m->du,        m->dh,
+        m->dout16,  m->att_scratch,  m->norm_part,     m->moe_scratch, m->aux_stage, m->out_tmp,
+        m->aux_buf, m->batch_tokens, m->batch_targets, m->att_delta};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_device_free_mem(m->dev, ptrs[i]);
     hs_device_free_mem(m->dev, m->expert_tokens);
     free(m->expert_tokens_host);
@@ -514,6 +489,8 @@ void hs_model_expert_tokens_reset(hs_model *m) {
         hs_dev_zero(m->dev, m->expert_tokens,
                     (size_t)m->L * (size_t)m->moe_shapes.E * sizeof(int64_t));
 }
+
+int64_t hs_model_local_rows(const hs_model *m, int64_t N) { return N / m->par->row_split; }
 
 hs_block_acts *hs_model_acts_for(hs_model *m, int j) {
     return &m->acts[m->opt.activation_checkpointing ? 0 : j];

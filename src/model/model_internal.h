@@ -3,9 +3,8 @@
  * Files: registry.c (parameters, units, FQNs, counts), init.c (weights),
  * model.c (create / free, buffers), boundary.c (the dtypes at unit
  * boundaries), block.c (one decoder block's forward and backward), step.c
- * (the whole forward / backward with its hooks), tp.c (the tensor-parallel
- * regions through the ops table), tp_head.c (the vocab-parallel embedding,
- * lm_head and loss).
+ * (the whole forward / backward with its hooks), local.c (the
+ * model-parallel seam for one device).
  */
 #ifndef HS_MODEL_INTERNAL_H
 #define HS_MODEL_INTERNAL_H
@@ -29,24 +28,25 @@ typedef struct hs_block_params {
  * marked fp32. Shapes use the capacity B = max_batch, T = seq_len; a call
  * with smaller B, T uses the leading B*T rows. */
 typedef struct hs_block_acts {
-    float *rstd1;  /* [B,T] fp32 */
-    void *ln1;     /* [B,T,C] */
-    void *q;       /* [B,T,NH*HD] after RoPE */
-    void *k;       /* [B,T,KVH*HD] after RoPE */
-    void *v;       /* [B,T,KVH*HD] */
-    float *lse;    /* [B,NH,T] fp32 */
-    void *atty;    /* [B,T,NH*HD] attention output before o_proj */
-    void *x_cast;  /* [B,T,C] the block input cast to the compute dtype; NULL
+    float *rstd1;     /* [B,T] fp32 */
+    void *ln1;        /* [B,T,C] */
+    void *q;          /* [B,T,NH*HD] after RoPE */
+    void *k;          /* [B,T,KVH*HD] after RoPE */
+    void *v;          /* [B,T,KVH*HD] */
+    float *lse;       /* [B,NH,T] fp32 */
+    void *atty;       /* [B,T,NH*HD] attention output before o_proj */
+    void *x_cast;     /* [B,T,C] the block input cast to the compute dtype; NULL
                     * when the block reads its input as it is stored */
-    void *x_mid;   /* [B,T,C] residual after attention, in the block's
+    void *x_mid;      /* [B,T,C] residual after attention, in the block's
                     * residual dtype (hs_unit_boundary.output_computed) */
-    float *rstd2;  /* [B,T] fp32 */
-    void *ln2;     /* [B,T,C] */
-    void *gate;    /* [B,T,F] gate_proj output (dense) */
-    void *up;      /* [B,T,F] up_proj output (dense) */
-    void *h;       /* [B,T,F] silu(gate) * up, down_proj's input (dense): kept,
+    float *rstd2;     /* [B,T] fp32 */
+    void *ln2;        /* [B,T,C] */
+    int64_t mlp_rows; /* the rows the MLP region ran on (hs_model_par.norm_enter) */
+    void *gate;       /* [B,T,F] gate_proj output (dense) */
+    void *up;         /* [B,T,F] up_proj output (dense) */
+    void *h;          /* [B,T,F] silu(gate) * up, down_proj's input (dense): kept,
                     * as autograd keeps it, rather than recomputed in backward */
-    void *moe_out; /* [B,T,C] MoE layer output (moe) */
+    void *moe_out;    /* [B,T,C] MoE layer output (moe) */
     hs_moe_act moe;
     void *moe_mem; /* the block hs_moe_act_bind lays moe out over */
 } hs_block_acts;
@@ -72,8 +72,9 @@ struct hs_model {
     const hs_device_kernels *k; /* dev->k */
     hs_stream *s;               /* dev->stream */
     hs_dtype dt;
-    /* NH, KVH, F, V are this TP rank's local counts (the global ones
-     * without TP); NHg, KVHg, Fg, Vg the global ones the registry uses. */
+    /* NH, KVH, F, V are this rank's local counts, read off the placements
+     * the seam gave (the global ones on one device); NHg, KVHg, Fg, Vg the
+     * global ones the registry uses. */
     int C, NH, KVH, HD, F, V, L; /* F: dense ffn_dim; L: this stage's blocks */
     /* pipeline chunks: chunk k is local blocks [chunk_begin[k], + chunk_len[k]),
      * model blocks from chunk_l0[k] on; layer_of[local] the model's index */
@@ -84,13 +85,13 @@ struct hs_model {
     int cur_chunk;                /* the chunk of the slot in use */
     bool first_stage, last_stage; /* holds the embedding / the norm and lm_head */
     int NHg, KVHg, Fg, Vg;
-    const hs_model_ops *ops; /* NULL: one device */
-    bool tp_on, cp_on;       /* tensor / context parallel ops in use */
-    int tp, tp_rank;
-    int cp, cp_rank;
-    bool sp;            /* sequence parallel: residual rows split over tp */
-    int64_t v0;         /* first vocabulary row of this TP rank */
-    int8_t *want_split; /* [n_params]: tensor dim the model splits over tp, -1 none */
+    /* The model-parallel seam: opt.par, or local_par (one device, ctx
+     * &dims); dims is what it was bound with. */
+    const hs_model_par *par;
+    hs_model_par local_par;
+    hs_model_dims dims;
+    bool bound;
+    int cp; /* ranks a sequence is split over (par->cp_size) */
     bool moe;
     hs_moe_shapes moe_shapes;
     int ep, ep_rank; /* expert parallelism (1: every expert local) */
@@ -138,29 +139,7 @@ struct hs_model {
                           * output gradient rounded once for its two GEMMs; NULL in
                           * fp32 or where the 16-bit GEMM is not native */
 
-    /* tensor parallelism (NULL without ops) */
-    float *tp_part;    /* [B,T,C] fp32 partial sums of a row-parallel output */
-    float *tp_red;     /* [B,T,C] fp32 reduce-scatter output (sequence parallel) */
-    void *sp_ln;       /* [B,T,C] a norm's local rows before the all-gather */
-    float *sp_dfull;   /* [B,T,C] fp32 gradient gathered to all rows */
-    float *tp_stats;   /* [3*head_rows] fp32 row max / sum-exp / target logit */
-    float *logits_all; /* [head_rows, Vg] fp32 gathered logits (loss_parallel off) */
-
-    /* context parallelism (NULL without CP); T = seq_len, the whole sequence */
     const float *rope_cos, *rope_sin; /* the tables of this batch's positions */
-    float *cos_l, *sin_l;             /* [T, HD/2] rows of the local positions */
-    /* allgather */
-    void *kf, *vf;    /* [B,T,KVH*HD] whole-sequence K/V */
-    void *cp_stage;   /* [B,T,KVH*HD] the all-gathered blocks */
-    float *dkf, *dvf; /* [B,T,KVH*HD] fp32 dK/dV of the whole sequence */
-    float *cp_fstage; /* [B,T,KVH*HD] fp32 blocks to reduce-scatter */
-    /* ring: [K | V] of a block (local rows) in hand and arriving, their
-     * fp32 [dK | dV], a block's output and the online-softmax state */
-    void *ring_kv[2];
-    float *ring_dkv[2];
-    float *ring_bout;            /* [B,T_local,NH*HD] fp32 */
-    float *ring_out;             /* [B,T_local,NH*HD] fp32 */
-    float *ring_lse, *ring_blse; /* [B,NH,T_local] */
 
     /* moe */
     void *moe_scratch; /* hs_moe_scratch_bytes */
@@ -178,6 +157,10 @@ struct hs_model {
 /* registry.c */
 hs_status hs_model_registry_build(hs_model *m, hs_error *e);
 void hs_model_registry_free(hs_model *m);
+
+/* layout.c: every parameter placed by the seam, the local counts read off
+ * the placements and the regions checked. */
+hs_status hs_model_layout_apply(hs_model *m, hs_error *e);
 
 /* model.c */
 /* What the current chunk's block j keeps (hs_model_use_slot). */
@@ -203,41 +186,8 @@ void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
                        const hs_model_hooks *hooks, const float *aux_g);
 
-/* tp.c: the tensor-parallel regions; every function is the one-device
- * path when m->ops is NULL. Rows of the residual stream on this rank. */
-int64_t hs_tp_local_rows(const hs_model *m, int64_t N);
-/* rmsnorm of the local rows of x into `full` (all N rows, gathered under
- * sequence parallel); rstd for the local rows. Returns `full`. */
-void hs_tp_norm_enter(hs_model *m, void *full, float *rstd, const void *x, hs_dtype xdt,
-                      const void *w, int64_t N);
-/* Row-parallel exit: partial sums in m->tp_part (all N rows, fp32) are
- * reduced; out[local rows] (odt) = resid (rdt) + reduced. */
-void hs_tp_exit_add(hs_model *m, void *out, hs_dtype odt, const void *resid, hs_dtype rdt,
-                    int64_t N);
-/* Backward of the exit: the gradient of all N rows (m->dres itself
- * without sequence parallel, else gathered into m->sp_dfull). */
-const float *hs_tp_exit_grad(hs_model *m, int64_t N);
-/* Backward of the entry: dfull (all N rows, partial sums) reduced; returns
- * the local rows' gradient (dfull itself, or m->tp_red). */
-const float *hs_tp_enter_grad(hs_model *m, float *dfull, int64_t N);
-
-/* cp.c: context-parallel attention of one block (queries: the local rows
- * in a->q; keys: every CP rank's), forward into a->atty / a->lse, backward
- * into m->dq, m->dk, m->dv from m->datt. hs_cp_prepare sets the RoPE
- * tables of a batch of T_local rows per sequence. */
-void hs_cp_prepare(hs_model *m, int T_local);
-void hs_cp_attention_forward(hs_model *m, hs_block_acts *a, int B, int T);
-void hs_cp_attention_backward(hs_model *m, hs_block_acts *a, int B, int T);
-
-/* tp_head.c: vocab-parallel embedding forward into resid[0] (local rows)
- * and backward from m->dres; lm_head + loss over all rows with
- * m->lnf, dlnf partial sums into m->dln. */
-void hs_tp_embedding_forward(hs_model *m, const int32_t *tokens, int64_t N);
-void hs_tp_embedding_backward(hs_model *m, const int32_t *tokens, int64_t N);
-/* Loss of rows [r0, r0+rows); with grad, m->logits becomes the local
- * dlogits [rows, V]; `full` (may be NULL) gets [rows, Vg] logits. */
-double hs_tp_head_chunk(hs_model *m, const int32_t *targets, int64_t r0, int64_t rows, float scale,
-                        bool grad, float *full);
+/* The rows of the residual stream this rank holds of N. */
+int64_t hs_model_local_rows(const hs_model *m, int64_t N);
 
 /* step.c: hook calls that tolerate NULL hooks and NULL members. */
 void hs_hook_pre_forward(const hs_model_hooks *h, int u);

@@ -117,7 +117,7 @@ size_t hs_moe_ep_rows_bytes(const hs_moe_shapes *s, hs_dtype dt, int64_t R, bool
 #define HS_MOE_EP_MAX_LOCAL 1024
 
 typedef struct hs_moe_ep {
-    const hs_model_ops *ops;
+    const hs_model_par *ops;
     int size, rank;
     hs_device *dev; /* of every grow buffer: the model's */
     hs_moe_grow stage, dy, a, dh1, dh3;
@@ -130,7 +130,7 @@ typedef struct hs_moe_ep {
 } hs_moe_ep;
 
 /* An exchange over `size` ranks of E experts (EL = E / size per rank). */
-void hs_moe_ep_init(hs_moe_ep *ep, const hs_model_ops *ops, int size, int rank, hs_device *dev,
+void hs_moe_ep_init(hs_moe_ep *ep, const hs_model_par *ops, int size, int rank, hs_device *dev,
                     int E);
 
 /* What forward saves for backward: pointers into one caller-owned block of

@@ -100,7 +100,7 @@ static void plan_received(hs_moe_act *act) {
         ep->send_h[e] = (float)ep->count_h[e];
     }
     hs_device_copy(act->dev, act->ep_send, ep->send_h, (size_t)E * sizeof(float), HS_COPY_H2D);
-    ep->ops->ep_all_to_all(ep->ops->ep_ctx, act->ep_recv, act->ep_send, EL);
+    ep->ops->ep_all_to_all(ep->ops->ctx, act->ep_recv, act->ep_send, EL);
     hs_device_copy(act->dev, ep->recv_h, act->ep_recv, (size_t)E * sizeof(float), HS_COPY_D2H);
     ep->off_h[0] = 0;
     for (int j = 0; j < EL; j++) {
@@ -116,7 +116,7 @@ static void plan_received(hs_moe_act *act) {
 
 void hs_moe_ep_forward(hs_moe_act *act, const hs_moe_weights *w, const void *xg) {
     hs_moe_ep *ep = act->ep;
-    const hs_model_ops *ops = ep->ops;
+    const hs_model_par *ops = ep->ops;
     const int C = act->cap.C, F = act->cap.F;
     const hs_dtype dt = act->dt;
     const size_t es = hs_dtype_size(dt), row_bytes = (size_t)C * es;
@@ -131,18 +131,18 @@ void hs_moe_ep_forward(hs_moe_act *act, const hs_moe_weights *w, const void *xg)
     void *h1 = hs_moe_grow_to(&act->ep_h1, (size_t)R * (size_t)F * es);
     void *h3 = hs_moe_grow_to(&act->ep_h3, (size_t)R * (size_t)F * es);
     void *a = hs_moe_grow_to(&ep->a, (size_t)R * (size_t)F * es);
-    ops->ep_all_to_allv(ops->ep_ctx, stage, recv, xg, send, dt);
+    ops->ep_all_to_allv(ops->ctx, stage, recv, xg, send, dt);
     reorder(x, stage, act, row_bytes, true);
     hs_moe_rows r = {act->dev, act->cap.EL, ep->off_h, x, h1, h3, y};
     hs_moe_experts_forward(&r, w, a, dt, C, F);
     reorder(stage, y, act, row_bytes, false);
-    ops->ep_all_to_allv(ops->ep_ctx, act->y, send, stage, recv, dt);
+    ops->ep_all_to_allv(ops->ctx, act->y, send, stage, recv, dt);
 }
 
 void hs_moe_ep_backward(const hs_moe_act *act, const hs_moe_grads *gr, const hs_moe_weights *w,
                         float *dyg) {
     hs_moe_ep *ep = act->ep;
-    const hs_model_ops *ops = ep->ops;
+    const hs_model_par *ops = ep->ops;
     const int C = act->cap.C, F = act->cap.F;
     const hs_dtype dt = act->dt;
     const size_t row_bytes = (size_t)C * sizeof(float), es = hs_dtype_size(dt);
@@ -155,16 +155,16 @@ void hs_moe_ep_backward(const hs_moe_act *act, const hs_moe_grads *gr, const hs_
     void *a = hs_moe_grow_to(&ep->a, (size_t)R * (size_t)F * es);
     float *dh1 = hs_moe_grow_to(&ep->dh1, (size_t)R * (size_t)F * sizeof(float));
     float *dh3 = hs_moe_grow_to(&ep->dh3, (size_t)R * (size_t)F * sizeof(float));
-    ops->ep_all_to_allv(ops->ep_ctx, stage, recv, dyg, send, HS_DTYPE_F32);
+    ops->ep_all_to_allv(ops->ctx, stage, recv, dyg, send, HS_DTYPE_F32);
     reorder(dy, stage, act, row_bytes, true);
     hs_moe_rows r = {act->dev,     act->cap.EL,  ep->off_h,  act->ep_x.p,
                      act->ep_h1.p, act->ep_h3.p, act->ep_y.p};
     hs_moe_experts_backward(&r, dy, gr, w, a, dh1, dh3, dt, C, F);
     reorder(stage, dy, act, row_bytes, false);
-    ops->ep_all_to_allv(ops->ep_ctx, dyg, send, stage, recv, HS_DTYPE_F32);
+    ops->ep_all_to_allv(ops->ctx, dyg, send, stage, recv, HS_DTYPE_F32);
 }
 
-void hs_moe_ep_init(hs_moe_ep *ep, const hs_model_ops *ops, int size, int rank, hs_device *dev,
+void hs_moe_ep_init(hs_moe_ep *ep, const hs_model_par *ops, int size, int rank, hs_device *dev,
                     int E) {
     hs_moe_grow g = {.dev = dev};
     *ep = (hs_moe_ep){.ops = ops,

@@ -40,15 +40,8 @@ __attribute__((format(printf, 6, 7))) static hs_param *param_add(hs_model *m, hs
     p->ndim = ndim;
     for (int d = 0; d < ndim; d++) p->shape[d] = p->local_shape[d] = shape[d];
     p->tp = (hs_placement){HS_PLACEMENT_REPLICATE, 0};
-    m->want_split[m->n_params - 1] = -1;
     p->grad_dtype = m->opt.grad_dtype;
     p->init_std = kind == HS_PARAM_NORM ? 0.0f : (float)m->cfg.init_std;
-    return p;
-}
-
-/* The tensor dim the model splits over tp when it has ops (-1: whole). */
-static hs_param *split(hs_model *m, hs_param *p, int dim) {
-    m->want_split[p - m->params] = (int8_t)dim;
     return p;
 }
 
@@ -81,20 +74,18 @@ static void first_store(hs_param *const *w, int n) {
 static void block_attention_add(hs_model *m, hs_block_params *bp, int i) {
     int u = bp->unit;
     int64_t C = m->C, q = (int64_t)m->NHg * m->HD, kv = (int64_t)m->KVHg * m->HD;
-    /* column-parallel q/k/v (heads split), row-parallel o_proj */
-    bp->wq = split(m, lin(m, HS_PARAM_LINEAR, u, q, C, i, "self_attn.q_proj"), 0);
-    bp->wk = split(m, lin(m, HS_PARAM_LINEAR, u, kv, C, i, "self_attn.k_proj"), 0);
-    bp->wv = split(m, lin(m, HS_PARAM_LINEAR, u, kv, C, i, "self_attn.v_proj"), 0);
-    bp->wo = split(m, lin(m, HS_PARAM_LINEAR, u, C, q, i, "self_attn.o_proj"), 1);
+    bp->wq = lin(m, HS_PARAM_LINEAR, u, q, C, i, "self_attn.q_proj");
+    bp->wk = lin(m, HS_PARAM_LINEAR, u, kv, C, i, "self_attn.k_proj");
+    bp->wv = lin(m, HS_PARAM_LINEAR, u, kv, C, i, "self_attn.v_proj");
+    bp->wo = lin(m, HS_PARAM_LINEAR, u, C, q, i, "self_attn.o_proj");
     first_store((hs_param *[]){bp->wq, bp->wk, bp->wv, bp->wo}, 4);
 }
 
 static void block_mlp_add(hs_model *m, hs_block_params *bp, int i) {
     int u = bp->unit;
-    /* column-parallel gate/up, row-parallel down */
-    bp->wg = split(m, lin(m, HS_PARAM_LINEAR, u, m->Fg, m->C, i, "mlp.gate_proj"), 0);
-    bp->wu = split(m, lin(m, HS_PARAM_LINEAR, u, m->Fg, m->C, i, "mlp.up_proj"), 0);
-    bp->wd = split(m, lin(m, HS_PARAM_LINEAR, u, m->C, m->Fg, i, "mlp.down_proj"), 1);
+    bp->wg = lin(m, HS_PARAM_LINEAR, u, m->Fg, m->C, i, "mlp.gate_proj");
+    bp->wu = lin(m, HS_PARAM_LINEAR, u, m->Fg, m->C, i, "mlp.up_proj");
+    bp->wd = lin(m, HS_PARAM_LINEAR, u, m->C, m->Fg, i, "mlp.down_proj");
     first_store((hs_param *[]){bp->wg, bp->wu, bp->wd}, 3);
 }
 
@@ -148,8 +139,7 @@ hs_status hs_model_registry_build(hs_model *m, hs_error *e) {
     m->params = calloc((size_t)cap, sizeof *m->params);
     m->units = calloc((size_t)(1 + 2 * m->L), sizeof *m->units);
     m->blocks = calloc((size_t)m->L, sizeof *m->blocks);
-    m->want_split = calloc((size_t)cap, sizeof *m->want_split);
-    if (!m->params || !m->units || !m->blocks || !m->want_split)
+    if (!m->params || !m->units || !m->blocks)
         return hs_error_set(e, HS_ERR_OOM, "model registry: cannot allocate %d parameters", cap);
     unit_add(m, -1, false, "");
     if (m->cfg.tie_embeddings && m->first_stage != m->last_stage)
@@ -157,17 +147,15 @@ hs_status hs_model_registry_build(hs_model *m, hs_error *e) {
                             "model.tie_embeddings=true cannot be split into pipeline stages: "
                             "the embedding lives on the first and lm_head on the last; set "
                             "model.tie_embeddings: false or accelerator.pp_size: 1");
-    /* vocab-parallel embedding and lm_head (one tensor when tied) */
+    /* the embedding and lm_head are one tensor when tied */
     if (m->first_stage)
-        m->embed =
-            split(m, add2(m, HS_PARAM_EMBEDDING, 0, m->Vg, m->C, "model.embed_tokens.weight"), 0);
+        m->embed = add2(m, HS_PARAM_EMBEDDING, 0, m->Vg, m->C, "model.embed_tokens.weight");
     for (int i = 0; i < m->L; i++) block_add(m, i);
     if (!m->last_stage) return HS_OK;
     int64_t c[1] = {m->C};
     m->norm = param_add(m, HS_PARAM_NORM, 0, 1, c, "model.norm.weight");
-    m->head = m->cfg.tie_embeddings
-                  ? m->embed
-                  : split(m, add2(m, HS_PARAM_LM_HEAD, 0, m->Vg, m->C, "lm_head.weight"), 0);
+    m->head = m->cfg.tie_embeddings ? m->embed
+                                    : add2(m, HS_PARAM_LM_HEAD, 0, m->Vg, m->C, "lm_head.weight");
     return HS_OK;
 }
 
@@ -175,8 +163,6 @@ void hs_model_registry_free(hs_model *m) {
     free(m->params);
     free(m->units);
     free(m->blocks);
-    free(m->want_split);
-    m->want_split = NULL;
     m->params = NULL;
     m->units = NULL;
     m->blocks = NULL;
@@ -267,48 +253,4 @@ bool hs_param_place_ep(hs_param *p, int ep, int rank) {
     p->local_shape[0] = p->shape[0] / ep;
     p->local_offset[0] = p->local_shape[0] * rank;
     return true;
-}
-
-static void shape_str(const int64_t *s, int n, char *buf, size_t cap) {
-    size_t used = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < n && used < cap; d++)
-        used += (size_t)snprintf(buf + used, cap - used, "%s%lld", d ? ", " : "", (long long)s[d]);
-    if (used < cap) snprintf(buf + used, cap - used, "]");
-}
-
-hs_status hs_model_check_tp_layout(const hs_model *m, hs_error *e) {
-    hs_error_clear(e);
-    for (int i = 0; i < m->n_params; i++) {
-        const hs_param *p = &m->params[i];
-        int64_t want[HS_TENSOR_MAX_DIMS];
-        for (int d = 0; d < p->ndim; d++) want[d] = p->shape[d];
-        int sd = m->tp_on ? m->want_split[i] : -1;
-        if (sd >= 0) want[sd] /= m->tp;
-        bool ep = m->ep > 1 && p->kind == HS_PARAM_EXPERT;
-        if (ep) want[0] /= m->ep;
-        bool ok = true;
-        for (int d = 0; d < p->ndim; d++) ok &= p->local_shape[d] == want[d];
-        if (ok) continue;
-        char a[64], b[64];
-        shape_str(p->local_shape, p->ndim, a, sizeof a);
-        shape_str(want, p->ndim, b, sizeof b);
-        if (ep) {
-            hs_error_append(e, HS_ERR_CONFIG,
-                            "%s: the expert-parallel plan gives a local shape %s but the model "
-                            "computes with %s on ep_size=%d; give it Shard(0) on the ep mesh",
-                            p->fqn, a, b, m->ep);
-            continue;
-        }
-        hs_error_append(e, HS_ERR_CONFIG,
-                        "%s: the tensor-parallel plan gives a local shape %s but the model "
-                        "computes with %s on tp_size=%d (%s); give it %s",
-                        p->fqn, a, b, m->tp,
-                        sd < 0    ? "a whole tensor"
-                        : sd == 0 ? "column-parallel"
-                                  : "row-parallel",
-                        sd < 0    ? "Replicate()"
-                        : sd == 0 ? "Shard(0)"
-                                  : "Shard(1)");
-    }
-    return e->code;
 }

@@ -64,12 +64,13 @@ static hs_status check_batch(const hs_model *m, const hs_batch *b, bool need_tar
                             "buffers (max_batch=%d, seq_len=%d); create the model with "
                             "max_batch >= the micro-batch size and seq_len >= train.seq_len",
                             b->B, b->T, m->opt.max_batch, m->opt.seq_len);
-    if (m->sp && ((int64_t)b->B * b->T) % m->tp)
+    int split = m->par->row_split;
+    if (((int64_t)b->B * b->T) % split)
         return hs_error_set(e, HS_ERR_CONFIG,
                             "batch of B=%d x T=%d rows cannot be split over tp_size=%d ranks "
                             "(sequence parallel); use a train.seq_len divisible by tp_size",
-                            b->B, b->T, m->tp);
-    if (m->cp_on && (b->T % 2 || (int64_t)b->T * m->cp > m->opt.seq_len))
+                            b->B, b->T, split);
+    if (m->cp > 1 && (b->T % 2 || (int64_t)b->T * m->cp > m->opt.seq_len))
         return hs_error_set(e, HS_ERR_CONFIG,
                             "batch of T=%d tokens per sequence is not a context-parallel local "
                             "batch: each of cp_size=%d ranks holds two equal chunks of a "
@@ -119,13 +120,8 @@ static bool root_chunk(const hs_model *m) {
 static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
                           bool count_aux) {
     int64_t N = (int64_t)b->B * b->T;
-    if (!has_embedding(m)) { /* resid[0] holds what the previous chunk handed on */
-    } else if (m->tp_on) {
-        hs_tp_embedding_forward(m, b->tokens, N);
-    } else {
-        m->k->embedding_fwd(m->s, m->resid[0], m->dt, b->tokens, m->embed->data, m->dt, N, m->C, 0,
-                            m->V);
-    }
+    /* else resid[0] holds what the previous chunk handed on */
+    if (has_embedding(m)) m->par->embedding_fwd(m->par->ctx, m->resid[0], b->tokens, m->embed, N);
     if (m->moe) hs_moe_aux_reset(&m->aux);
     /* The earlier chunks' statistics of this micro-batch, to add ours to. */
     if (m->moe && count_aux && !has_embedding(m)) (void)hs_moe_aux_unpack(&m->aux, m->aux_stage);
@@ -149,15 +145,18 @@ static hs_dtype out_dtype(const hs_model *m) {
  * reads it as it is (it is not a forward input of the root). */
 static void final_norm_forward(hs_model *m, int64_t N) {
     int len = m->chunk_len[m->cur_chunk];
-    hs_tp_norm_enter(m, m->lnf, m->rstdf, m->resid[len], out_dtype(m), m->norm->data, N);
+    m->par->norm_enter(m->par->ctx, m->lnf, m->rstdf, m->resid[len], out_dtype(m), m->norm->data,
+                       m->head, N);
 }
 
-/* logits [rows, V] fp32 = lnf[r0 : r0+rows] @ head^T, cast to the root's
- * output dtype (held in fp32: the loss reads it in fp32). */
-static void head_logits(hs_model *m, float *logits, int64_t r0, int64_t rows) {
-    hs_dev_gemm(m->dev, false, true, rows, m->V, m->C, 1.0f, hs_cat(m->lnf, m->dt, r0 * m->C),
-                m->dt, m->C, m->head->data, m->dt, m->C, 0.0f, logits, HS_DTYPE_F32, m->V);
-    if (hs_model_root_casts(m)) hs_dev_round(m->dev, logits, m->bnd[0].output_stored, rows * m->V);
+/* The logits of rows [r0, r0 + rows) (m->logits: fp32, cast to the root's
+ * output dtype) and their loss; with grad, m->logits becomes d loss /
+ * d logits. */
+static double head_chunk(hs_model *m, const int32_t *targets, int64_t r0, int64_t rows, float scale,
+                         bool grad, float *full) {
+    hs_dtype round_dt = hs_model_root_casts(m) ? m->bnd[0].output_stored : HS_DTYPE_F32;
+    return m->par->head_chunk(m->par->ctx, m->logits, hs_cat(m->lnf, m->dt, r0 * m->C), m->head,
+                              targets ? targets + r0 : NULL, rows, scale, grad, full, round_dt);
 }
 
 /* The backward of the logits cast casts their gradient back to fp32, the
@@ -176,18 +175,12 @@ static double head_forward_backward(hs_model *m, const int32_t *targets, int64_t
     hs_dev_zero(m->dev, m->dln, (size_t)(N * m->C) * sizeof(float));
     for (int64_t r0 = 0; r0 < N; r0 += m->head_rows) {
         int64_t rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
-        if (m->tp_on) {
-            loss += hs_tp_head_chunk(m, targets, r0, rows, scale, true, NULL);
-        } else {
-            head_logits(m, m->logits, r0, rows);
-            loss +=
-                hs_dev_xent(m->dev, m->logits, m->logits, targets + r0, rows, m->V, scale, NULL);
-        }
+        loss += head_chunk(m, targets, r0, rows, scale, true, NULL);
         hs_linear_backward_ex(
             m->dev, m->dln + r0 * m->C, false, m->head->grad, false, m->head->grad_dtype, m->logits,
             m->dout16, hs_cat(m->lnf, m->dt, r0 * m->C), m->head->data, m->dt, rows, m->C, m->V);
     }
-    *dlnf = hs_tp_enter_grad(m, m->dln, N);
+    *dlnf = m->par->enter_grad(m->par->ctx, m->dln, m->head, N);
     return loss;
 }
 
@@ -205,7 +198,7 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
     if (has_head(m)) {
         hs_dev_zero(m->dev, m->dres, (size_t)(N * m->C) * sizeof(float));
         m->k->rmsnorm_bwd(m->s, m->dres, m->norm->grad, m->norm->grad_dtype, dlnf, m->resid[len],
-                          out_dtype(m), m->norm->data, m->rstdf, m->dt, hs_tp_local_rows(m, N),
+                          out_dtype(m), m->norm->data, m->rstdf, m->dt, hs_model_local_rows(m, N),
                           m->C, m->norm_part);
     }
     for (int j = len - 1; j >= 0; j--) {
@@ -221,10 +214,7 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
         hs_hook_post_backward(hooks, u);
     }
     if (!has_embedding(m)) return; /* m->dres holds d input for the previous chunk */
-    if (m->tp_on) hs_tp_embedding_backward(m, b->tokens, N);
-    else
-        m->k->embedding_bwd(m->s, m->embed->grad, m->embed->grad_dtype, m->dres, b->tokens, N, m->C,
-                            0, m->V);
+    m->par->embedding_bwd(m->par->ctx, m->dres, b->tokens, m->embed, N);
 }
 
 /* The MoE load-balancing term of the micro-batch just forwarded: its
@@ -233,18 +223,17 @@ static double moe_aux(hs_model *m, const hs_batch *b, float grad_scale) {
     int64_t N = (int64_t)b->B * b->T, valid = count_valid(b->targets, N);
     double coef = m->cfg.moe.aux_loss_coef;
     int64_t mb_valid = valid;
-    if ((m->ops && m->ops->batch_all_reduce) || m->sp) {
+    if (m->par->stats_sum) {
         /* Over the global micro-batch, as one device would see it: every
          * rank gets the same value and scales its tokens' gradient by
          * the micro-batch's valid targets (spec: layout-independent).
-         * Under sequence parallel the TP ranks routed different rows of
-         * the same sequences: their statistics add up, their targets
-         * (the same on each) count once. */
+         * Under sequence parallelism the ranks of a row split routed
+         * different rows of the same sequences: their statistics add up,
+         * their targets (the same on each) count once. */
         float *buf = m->aux_buf;
         int64_t n = 2 * (int64_t)m->moe_shapes.E + 2;
-        hs_moe_aux_pack(&m->aux, m->sp && m->tp_rank ? 0 : valid, buf);
-        if (m->ops->batch_all_reduce) m->ops->batch_all_reduce(m->ops->batch_ctx, buf, n);
-        if (m->sp) m->ops->all_reduce_sum(m->ops->ctx, buf, n);
+        hs_moe_aux_pack(&m->aux, m->par->row_rank ? 0 : valid, buf);
+        m->par->stats_sum(m->par->ctx, buf, n);
         mb_valid = hs_moe_aux_unpack(&m->aux, buf);
     }
     hs_moe_aux_prob_grad(&m->aux, coef * (double)mb_valid * grad_scale, m->aux_g);
@@ -257,17 +246,8 @@ static double head_forward(hs_model *m, const hs_batch *b, bool want_loss, float
     double loss = 0.0;
     for (int64_t r0 = 0; r0 < N; r0 += m->head_rows) {
         int64_t rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
-        if (m->tp_on) {
-            loss += hs_tp_head_chunk(m, want_loss ? b->targets : NULL, r0, rows, 0.0f, false,
-                                     logits ? logits + r0 * m->Vg : NULL);
-            continue;
-        }
-        head_logits(m, m->logits, r0, rows);
-        if (want_loss)
-            loss += hs_dev_xent(m->dev, NULL, m->logits, b->targets + r0, rows, m->V, 0.0f, NULL);
-        if (logits) /* the caller's host array */
-            hs_device_copy(m->dev, logits + r0 * m->V, m->logits,
-                           (size_t)(rows * m->V) * sizeof(float), HS_COPY_D2H);
+        loss += head_chunk(m, want_loss ? b->targets : NULL, r0, rows, 0.0f, false,
+                           logits ? logits + r0 * m->Vg : NULL);
     }
     count_root_casts(m, false);
     return loss;
@@ -289,7 +269,7 @@ int hs_model_block_layer(const hs_model *m, int local) {
 int hs_model_num_slots(const hs_model *m) { return m->n_slots; }
 
 int64_t hs_model_stage_numel(const hs_model *m, const hs_batch *b) {
-    return hs_tp_local_rows(m, (int64_t)b->B * b->T) * m->C;
+    return hs_model_local_rows(m, (int64_t)b->B * b->T) * m->C;
 }
 
 static hs_act_slot *slot_of(hs_model *m, int chunk, int slot) {
@@ -327,7 +307,7 @@ hs_status hs_model_stage_forward(hs_model *m, int chunk, int slot, const hs_batc
                                  double *loss_sum, float *logits, double *aux_loss, hs_error *e) {
     if (check_batch(m, b, train || loss_sum != NULL, e) != HS_OK) return e->code;
     hs_model_use_slot(m, chunk, slot);
-    hs_cp_prepare(m, b->T);
+    m->par->rope_tables(m->par->ctx, b->T, &m->rope_cos, &m->rope_sin);
     int64_t N = (int64_t)b->B * b->T;
     bool root = root_chunk(m);
     hs_batch db = on_device(m, b);
@@ -372,7 +352,7 @@ hs_status hs_model_stage_backward(hs_model *m, int chunk, int slot, const hs_bat
                                   hs_error *e) {
     if (check_batch(m, b, true, e) != HS_OK) return e->code;
     hs_model_use_slot(m, chunk, slot);
-    hs_cp_prepare(m, b->T);
+    m->par->rope_tables(m->par->ctx, b->T, &m->rope_cos, &m->rope_sin);
     hs_batch db = on_device(m, b);
     backward_on_device(m, &db, grad_scale, hooks, loss_sum);
     return HS_OK;
@@ -385,7 +365,7 @@ hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_s
     if (check_batch(m, b, true, e) != HS_OK) return e->code;
     hs_model_use_slot(m, 0, 0);
     int64_t N = (int64_t)b->B * b->T;
-    hs_cp_prepare(m, b->T);
+    m->par->rope_tables(m->par->ctx, b->T, &m->rope_cos, &m->rope_sin);
     hs_batch db = on_device(m, b);
     hs_hook_pre_forward(hooks, 0);
     trunk_forward(m, &db, hooks, true);

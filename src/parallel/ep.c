@@ -1,10 +1,9 @@
-/* Expert parallelism on the ep group: the plan (every routed expert tensor
- * Shard(0) over ep), the exchanges of the MoE layers as the ep_* members of
- * the model's ops table, and whole expert tensors from the EP pieces. The
- * exchanges sit on the compute path, so a failure ends every rank. */
+/* Expert parallelism on the ep group: the exchanges of the MoE layers and
+ * whole expert tensors from the EP pieces. The exchanges sit on the
+ * compute path, so a failure ends every rank. */
 #include <stdlib.h>
 
-#include "hypershard/parallel.h"
+#include "parallel/par_internal.h"
 
 struct hs_ep {
     hs_comm *comm;
@@ -19,17 +18,15 @@ static void done(hs_ep *p, double t0, int64_t bytes, hs_status st, const hs_erro
     hs_parallel_done(p->comm, &p->stats, t0, bytes, st, e);
 }
 
-static void ep_all_to_all(void *ctx, float *out, const float *in, int64_t per_rank) {
-    hs_ep *p = ctx;
+void hs_ep_all_to_all(hs_ep *p, float *out, const float *in, int64_t per_rank) {
     hs_error e;
     double t0 = hs_now();
     hs_status st = hs_pg_all_to_all(p->group, p->stream, out, in, per_rank, HS_DTYPE_F32, &e);
     done(p, t0, per_rank * p->size * (int64_t)sizeof(float), st, &e);
 }
 
-static void ep_all_to_allv(void *ctx, void *out, const int64_t *recv_counts, const void *in,
-                           const int64_t *send_counts, hs_dtype dt) {
-    hs_ep *p = ctx;
+void hs_ep_all_to_allv(hs_ep *p, void *out, const int64_t *recv_counts, const void *in,
+                       const int64_t *send_counts, hs_dtype dt) {
     hs_error e;
     int64_t *d = p->displs;
     int64_t so = 0, ro = 0; /* displacements: prefix sums */
@@ -69,32 +66,6 @@ hs_status hs_ep_create(hs_comm *comm, hs_device *dev, hs_pg *group, hs_ep **out,
 void hs_ep_free(hs_ep *p) {
     if (p) free(p->displs);
     free(p);
-}
-
-void hs_ep_fill_ops(hs_ep *p, hs_model_ops *ops) {
-    ops->ep_ctx = p;
-    ops->ep_size = p->size;
-    ops->ep_rank = p->rank;
-    ops->ep_all_to_all = ep_all_to_all;
-    ops->ep_all_to_allv = ep_all_to_allv;
-}
-
-hs_status hs_ep_apply_plan(hs_ep *p, hs_model *m, hs_error *e) {
-    return hs_ep_place(m, p->size, p->rank, e);
-}
-
-hs_status hs_ep_place(hs_model *m, int size, int rank, hs_error *e) {
-    hs_error_clear(e);
-    for (int i = 0; i < hs_model_num_params(m); i++) {
-        hs_param *q = hs_model_param(m, i);
-        if (q->kind != HS_PARAM_EXPERT) continue;
-        if (!hs_param_place_ep(q, size, rank))
-            hs_error_append(e, HS_ERR_CONFIG,
-                            "%s: Shard(0) over ep_size=%d does not divide its %lld experts; "
-                            "choose an accelerator.ep_size that divides model.moe.num_experts",
-                            q->fqn, size, (long long)q->shape[0]);
-    }
-    return e->code;
 }
 
 /* Shard(0): the EP ranks' blocks in rank order are the whole tensor. */

@@ -2,7 +2,7 @@
  * Shard(d) local tensor is the torch.chunk slice d of the whole one. */
 #include <stdlib.h>
 
-#include "parallel/tp_internal.h"
+#include "parallel/par_internal.h"
 
 /* Rows of the whole tensor and contiguous run per row: the tensor viewed
  * as [outer, tp * run] with the split dim folded into the run. */

@@ -17,6 +17,7 @@
 #include "hypershard/comm.h"
 #include "hypershard/config.h"
 #include "hypershard/device.h"
+#include "hypershard/fsdp.h"
 #include "hypershard/mesh.h"
 #include "hypershard/model.h"
 #include "hypershard/optim.h"
@@ -108,6 +109,22 @@ hs_model *hs_engine_catalog(const hs_engine *en);
  * grad_norm counts every stage; takes ownership of inner. */
 hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_engine **out,
                               hs_error *e);
+
+/* What hs_parallelize builds for one rank: the model-parallel plan (its
+ * seam), the model of the rank's pipeline stage, and FSDP over it. */
+typedef struct hs_parallelized {
+    hs_parallel *par;
+    hs_model *model;
+    hs_fsdp *fsdp;
+} hs_parallelized;
+
+/* torchtitan's parallelize_llama for hypershard: TP -> CP -> EP
+ * (hs_parallel_create: the style table places every parameter as the model
+ * registers it), PP (the model holds env->stage's chunks), then FSDP
+ * (hs_fsdp_wrap over the local tensors, after train.freeze). On failure
+ * nothing is left allocated. */
+hs_status hs_parallelize(const hs_engine_env *env, hs_parallelized *out, hs_error *e);
+void hs_parallelized_free(hs_parallelized *pz);
 
 /* Adapters for hs_hf_save / hs_hf_load (ctx = the engine). */
 hs_status hs_engine_get_param(void *ctx, int param_index, float *out, hs_error *e);

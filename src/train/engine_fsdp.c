@@ -1,7 +1,7 @@
 /* The FSDP engine: the model computes with the unsharded views the FSDP
- * hooks install, the optimizer updates the local shards. With tensor
- * parallelism the model is built with parallel/'s ops table and TP plan
- * first, and FSDP shards the TP-local tensors (spec 004 §3 steps 1-2). */
+ * hooks install, the optimizer updates the local shards. hs_parallelize
+ * builds it: TP, CP and EP through parallel/'s seam, the pipeline stage's
+ * chunks, then FSDP over the local tensors (spec 004 §3 steps 1-2). */
 #include "train/engine_fsdp.h"
 
 #include <stdlib.h>
@@ -11,14 +11,11 @@
 #include "hypershard/parallel.h"
 
 typedef struct fsdp_engine {
-    hs_fsdp *f;
-    hs_comm *comm;
-    hs_stream *stream; /* the device's compute stream, where the model's buffers live */
-    hs_pg *batch;      /* dp x cp: the MoE aux statistics' group, NULL when unneeded */
-    hs_tp *tp;         /* NULL without tensor parallelism */
-    hs_cp *cp;         /* NULL without context parallelism */
-    hs_ep *ep;         /* NULL without expert parallelism */
-    hs_model_ops ops;  /* the model's: TP's table with CP's members set */
+    hs_parallelized pz; /* the model, its seam and FSDP */
+    hs_fsdp *f;         /* pz.fsdp */
+    hs_tp *tp;          /* pz.par's; NULL without tensor parallelism */
+    hs_cp *cp;          /* NULL without context parallelism */
+    hs_ep *ep;          /* NULL without expert parallelism */
 } fsdp_engine;
 
 static fsdp_engine *eng_of(hs_engine *en) { return en->ctx; }
@@ -131,70 +128,9 @@ static void fsdp_ckpt_param(hs_engine *en, int i, hs_engine_ckpt_param *out) {
 
 static void fsdp_free(hs_engine *en) {
     fsdp_engine *fe = eng_of(en);
-    hs_fsdp_free(fe->f);
-    hs_model_free(en->model);
-    hs_tp_free(fe->tp);
-    hs_cp_free(fe->cp);
-    hs_ep_free(fe->ep);
+    hs_parallelized_free(&fe->pz);
     free(fe);
     free(en);
-}
-
-/* Context parallelism over the mesh's cp dim, when it is > 1. */
-static hs_status cp_create(const hs_engine_env *env, hs_cp **out, hs_error *e) {
-    *out = NULL;
-    if (env->topo->cp < 2) return HS_OK;
-    const char *how = env->cfg->accelerator.cp_rotate_method;
-    bool ring = how[0] && !strcmp(how, "ring");
-    return hs_cp_create(env->comm, env->dev, hs_mesh_group(env->mesh, HS_DIM_CP), ring, out, e);
-}
-
-static void batch_all_reduce(void *ctx, float *buf, int64_t n) {
-    fsdp_engine *fe = ctx;
-    hs_error e;
-    if (hs_pg_all_reduce(fe->batch, fe->stream, buf, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK)
-        hs_comm_abort(fe->comm, &e);
-}
-
-/* The model's ops: NULL for plain dense FSDP, else TP's table (or an empty
- * one of tp_size 1) with CP's members and, for MoE over several data
- * ranks, the micro-batch reduction of the load-balancing statistics. */
-static const hs_model_ops *ops_for(fsdp_engine *fe) {
-    if (!fe->tp && !fe->cp && !fe->ep && !fe->batch) return NULL;
-    if (fe->tp) fe->ops = *hs_tp_ops(fe->tp);
-    else fe->ops = (hs_model_ops){.tp_size = 1};
-    if (fe->cp) hs_cp_fill_ops(fe->cp, &fe->ops);
-    if (fe->ep) hs_ep_fill_ops(fe->ep, &fe->ops);
-    if (fe->batch) fe->ops.batch_ctx = fe, fe->ops.batch_all_reduce = batch_all_reduce;
-    return &fe->ops;
-}
-
-/* Tensor parallelism over the mesh's tp dim, when it is > 1. */
-static hs_status tp_create(const hs_engine_env *env, hs_tp **out, hs_error *e) {
-    *out = NULL;
-    const hs_config *cfg = env->cfg; /* config validation refused what TP cannot run */
-    if (env->topo->tp < 2) return HS_OK;
-    return hs_tp_create(env->comm, env->dev, hs_mesh_group(env->mesh, HS_DIM_TP),
-                        cfg->accelerator.sequence_parallel, cfg->accelerator.loss_parallel, out, e);
-}
-
-/* Expert parallelism over the mesh's ep dim, when it is > 1. */
-static hs_status ep_create(const hs_engine_env *env, hs_ep **out, hs_error *e) {
-    *out = NULL;
-    if (env->topo->ep < 2) return HS_OK;
-    return hs_ep_create(env->comm, env->dev, hs_mesh_group(env->mesh, HS_DIM_EP), out, e);
-}
-
-/* The EP plan (experts to the ep mesh), then the TP plan for the rest,
- * which checks the whole layout. */
-static hs_status mp_plans(fsdp_engine *fe, hs_model *m, hs_error *e) {
-    hs_status s = HS_OK;
-    if (fe->ep) s = hs_ep_apply_plan(fe->ep, m, e);
-    if (s != HS_OK) return s;
-    if (!fe->tp) return fe->ep ? hs_model_check_tp_layout(m, e) : HS_OK;
-    int n = 0;
-    const hs_tp_rule *rules = hs_tp_default_plan(&n);
-    return hs_tp_apply_plan(fe->tp, m, rules, n, e);
 }
 
 /* "fsdp", "fsdp+tp", "fsdp+tp+cp+ep", ... */
@@ -206,10 +142,6 @@ static const char *engine_name(const fsdp_engine *fe) {
 
 hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_error *e) {
     *out = NULL;
-    const hs_config *cfg = env->cfg;
-    hs_model_options mo =
-        hs_engine_model_options(cfg, true, env->max_batch, env->stage, env->act_slots);
-    mo.dev = env->dev;
     hs_engine *en = calloc(1, sizeof *en);
     fsdp_engine *fe = calloc(1, sizeof *fe);
     if (!en || !fe) {
@@ -217,31 +149,17 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         free(fe);
         return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate the FSDP engine");
     }
-    hs_status s = tp_create(env, &fe->tp, e);
-    if (s == HS_OK) s = cp_create(env, &fe->cp, e);
-    if (s == HS_OK) s = ep_create(env, &fe->ep, e);
-    fe->comm = env->comm;
-    fe->stream = env->dev->stream;
-    hs_pg *batch = hs_mesh_group(env->mesh, HS_DIM_DP_CP);
-    if (!strcmp(cfg->model.arch, "moe") && batch && hs_pg_size(batch) > 1) fe->batch = batch;
-    mo.ops = ops_for(fe);
-    hs_model *m = NULL;
-    if (s == HS_OK) s = hs_model_create(&cfg->model, &mo, &m, e);
-    if (s == HS_OK) s = mp_plans(fe, m, e);
-    if (s == HS_OK) hs_train_freeze_apply(cfg, m);
-    if (s == HS_OK)
-        s = hs_fsdp_wrap(cfg, env->mesh, env->comm, env->dev, m, (uint64_t)cfg->train.seed,
-                         env->log, &fe->f, e);
+    hs_status s = hs_parallelize(env, &fe->pz, e);
     if (s != HS_OK) {
-        hs_fsdp_free(fe->f);
-        hs_model_free(m);
-        hs_tp_free(fe->tp);
-        hs_cp_free(fe->cp);
-        hs_ep_free(fe->ep);
         free(fe);
         free(en);
         return s;
     }
+    fe->f = fe->pz.fsdp;
+    fe->tp = hs_parallel_tp(fe->pz.par);
+    fe->cp = hs_parallel_cp(fe->pz.par);
+    fe->ep = hs_parallel_ep(fe->pz.par);
+    hs_model *m = fe->pz.model;
     *en = (hs_engine){
         .name = engine_name(fe),
         .ctx = fe,

@@ -64,9 +64,8 @@ typedef struct plan_ctx {
     hs_dtype cdt, rdt;
     bool fsdp, offload, main, stashes;
     int M;
-    hs_model_ops ops; /* sizes and flags only: the described model never runs */
-    bool any_ops;
-    hs_checked *ck; /* set once any figure overflows */
+    hs_parallel *par; /* described (rank 0 of each dim): the models never run */
+    hs_checked *ck;   /* set once any figure overflows */
 } plan_ctx;
 
 /* The product of the arguments, and *to += it, on the plan's checked count. */
@@ -161,17 +160,11 @@ static hs_status role_model(const plan_ctx *c, int stage, const hs_model_stage *
         hs_engine_model_options(cfg, c->fsdp, cfg->train.micro_batch_size, s, slots);
     mo.activation_checkpointing = checkpointing;
     mo.allocate_params = false; /* parameters are counted by add_*_param */
-    mo.ops = c->any_ops ? &c->ops : NULL;
+    mo.par = hs_parallel_seam(c->par);
     mo.count_buffers = true;
     *out = NULL;
     hs_model *m = NULL;
     hs_status rc = hs_model_create(&mc, &mo, &m, e);
-    if (rc == HS_OK && t->ep > 1) rc = hs_ep_place(m, t->ep, 0, e);
-    if (rc == HS_OK && t->tp > 1) {
-        int n = 0;
-        const hs_tp_rule *rules = hs_tp_default_plan(&n);
-        rc = hs_tp_place(m, rules, n, t->tp, 0, cfg->accelerator.sequence_parallel, e);
-    }
     if (rc != HS_OK) {
         hs_model_free(m);
         return rc;
@@ -517,6 +510,41 @@ static hs_status plan_overflow(const hs_config *cfg, const plan_ctx *c, hs_plan 
                         cfg->train.seq_len, c->M);
 }
 
+/* Each pipeline stage's role, and the checkpoint's bytes. */
+static hs_status plan_roles(plan_ctx *c, hs_plan *out, hs_error *e) {
+    const hs_config *cfg = c->cfg;
+    const hs_topology *topo = c->topo;
+    out->topo = topo;
+    out->world = topo->world;
+    out->micro_batches = c->M;
+    out->engine = c->fsdp ? "fsdp" : "local";
+    int roles = topo->pp > 1 ? topo->pp : 1;
+    if (roles > HS_PLAN_MAX_ROLES)
+        return hs_error_set(e, HS_ERR_CONFIG, "plan: %d pipeline stages; at most %d are planned",
+                            roles, HS_PLAN_MAX_ROLES);
+    out->n_roles = roles;
+    for (int s = 0; s < roles; s++) {
+        hs_plan_role *r = &out->roles[s];
+        if (roles == 1) snprintf(r->name, sizeof r->name, "every rank");
+        else snprintf(r->name, sizeof r->name, "stage %d", s);
+        r->n_ranks = topo->world / roles;
+        r->first_rank = -1;
+        for (int k = 0; k < topo->world && r->first_rank < 0; k++)
+            if (hs_topology_coords(topo, k).pp == s) r->first_rank = k;
+        hs_status rc = plan_role(c, s, r, &out->total_params, e);
+        if (rc != HS_OK) return rc;
+        if (r->peak_device_bytes > out->max_peak_device_bytes)
+            out->max_peak_device_bytes = r->peak_device_bytes;
+        if (r->peak_host_bytes > out->max_peak_host_bytes)
+            out->max_peak_host_bytes = r->peak_host_bytes;
+    }
+    /* fp32 weights and optimizer state once each, and the model copy. */
+    int states = strcmp(cfg->optimizer.target, "muon") ? 2 : 1;
+    ACC(c, &out->checkpoint_bytes, out->total_params, 4, 1 + states);
+    if (c->main) ACC(c, &out->checkpoint_bytes, out->total_params, (int64_t)hs_dtype_size(c->cdt));
+    return HS_OK;
+}
+
 hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *out, hs_error *e) {
     memset(out, 0, sizeof *out);
     hs_error_clear(e);
@@ -531,42 +559,16 @@ hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *
     c.main = c.fsdp && cfg->optimizer.fp32_main_params && c.cdt != HS_DTYPE_F32;
     c.stashes = c.fsdp && c.cdt != HS_DTYPE_F32 && c.rdt == HS_DTYPE_F32;
     c.M = hs_config_micro_batches(cfg, topo);
-    c.ops = (hs_model_ops){.tp_size = topo->tp,
-                           .sequence_parallel = cfg->accelerator.sequence_parallel,
-                           .loss_parallel = cfg->accelerator.loss_parallel,
-                           .cp_size = topo->cp,
-                           .cp_ring = !strcmp(cfg->accelerator.cp_rotate_method, "ring"),
-                           .ep_size = topo->ep};
-    c.any_ops = topo->tp > 1 || topo->cp > 1 || topo->ep > 1 ||
-                (!strcmp(cfg->model.arch, "moe") && topo->fsdp_dp > 1);
-    out->topo = topo;
-    out->world = topo->world;
-    out->micro_batches = c.M;
-    out->engine = c.fsdp ? "fsdp" : "local";
-    int roles = topo->pp > 1 ? topo->pp : 1;
-    if (roles > HS_PLAN_MAX_ROLES)
-        return hs_error_set(e, HS_ERR_CONFIG, "plan: %d pipeline stages; at most %d are planned",
-                            roles, HS_PLAN_MAX_ROLES);
-    out->n_roles = roles;
-    for (int s = 0; s < roles; s++) {
-        hs_plan_role *r = &out->roles[s];
-        if (roles == 1) snprintf(r->name, sizeof r->name, "every rank");
-        else snprintf(r->name, sizeof r->name, "stage %d", s);
-        r->n_ranks = topo->world / roles;
-        r->first_rank = -1;
-        for (int k = 0; k < topo->world && r->first_rank < 0; k++)
-            if (hs_topology_coords(topo, k).pp == s) r->first_rank = k;
-        hs_status rc = plan_role(&c, s, r, &out->total_params, e);
-        if (rc != HS_OK) return rc;
-        if (r->peak_device_bytes > out->max_peak_device_bytes)
-            out->max_peak_device_bytes = r->peak_device_bytes;
-        if (r->peak_host_bytes > out->max_peak_host_bytes)
-            out->max_peak_host_bytes = r->peak_host_bytes;
-    }
-    /* fp32 weights and optimizer state once each, and the model copy. */
-    int states = strcmp(cfg->optimizer.target, "muon") ? 2 : 1;
-    ACC(&c, &out->checkpoint_bytes, out->total_params, 4, 1 + states);
-    if (c.main) ACC(&c, &out->checkpoint_bytes, out->total_params, (int64_t)hs_dtype_size(c.cdt));
+    hs_parallel_layout pl = {.tp = topo->tp,
+                             .sequence_parallel = cfg->accelerator.sequence_parallel,
+                             .loss_parallel = cfg->accelerator.loss_parallel,
+                             .cp = topo->cp,
+                             .cp_ring = !strcmp(cfg->accelerator.cp_rotate_method, "ring"),
+                             .ep = topo->ep};
+    if (hs_parallel_describe(cfg, &pl, NULL, 0, &c.par, e) != HS_OK) return e->code;
+    hs_status rc = plan_roles(&c, out, e);
+    hs_parallel_free(c.par);
+    if (rc != HS_OK) return rc;
     if (ck.overflow) return plan_overflow(cfg, &c, out, e);
     return HS_OK;
 }

@@ -1,45 +1,46 @@
-/* The TP plan (parallel/tp_plan.c) on a real model without MPI: the
+/* The style table (parallel/style.c) on a real model without MPI: the
  * default plan's placements and TP-local shapes, the strided init of a
  * TP-local shard, and each error naming the FQN: no matching rule, tied
- * parameters given two placements, a local shape the model does not compute
- * with, a split that does not divide. */
+ * parameters given two placements, a region split in a way the model does
+ * not compute; and a region the plan keeps whole. */
 #include "model_fixture.h"
 
 #include <stdlib.h>
 
 #include "hypershard/parallel.h"
-#include "parallel/tp_internal.h"
 
-/* A TP context of 2 ranks as this rank `rank`; no collective is called. */
-static hs_tp tp_of(int rank) {
-    hs_tp t;
-    memset(&t, 0, sizeof t);
-    t.size = 2;
-    t.rank = rank;
-    t.ops = (hs_model_ops){.ctx = &t, .tp_size = 2, .tp_rank = rank};
-    return t;
+/* TP rank `rank` of 2 without groups: the placements and the model's
+ * shapes only; no collective is called. */
+static hs_parallel *tp_of(int rank, bool tie, const hs_style_rule *rules, int n, hs_error *e) {
+    hs_config cfg;
+    hs_config_defaults(&cfg);
+    cfg.model.tie_embeddings = tie;
+    hs_parallel_layout l = {.tp = 2, .tp_rank = rank, .cp = 1, .ep = 1};
+    hs_parallel *p = NULL;
+    if (hs_parallel_describe(&cfg, &l, rules, n, &p, e) != HS_OK) return NULL;
+    return p;
 }
 
-static hs_model *tp_model(hs_tp *t, bool tie, int n_kv_heads) {
+/* The model a TP rank computes with, or NULL with e set. */
+static hs_model *tp_model(hs_parallel *p, bool tie, int n_kv_heads, hs_error *e) {
     hs_model_config c = mf_config("llama", n_kv_heads);
     c.vocab_size = 12;
     c.tie_embeddings = tie;
     hs_model_options o = mf_options(HS_DTYPE_F32, false);
     o.allocate_params = false;
-    o.ops = &t->ops;
+    o.par = hs_parallel_seam(p);
     hs_model *m = NULL;
-    hs_error e;
-    if (hs_model_create(&c, &o, &m, &e) != HS_OK) fail_msg("hs_model_create: %s", e.msg);
+    if (hs_model_create(&c, &o, &m, e) != HS_OK) return NULL;
     return m;
 }
 
 /* A model of TP rank `rank` with the default plan applied. */
-static hs_model *planned_model(hs_tp *t) {
-    hs_model *m = tp_model(t, false, 2);
-    int n;
-    const hs_tp_rule *rules = hs_tp_default_plan(&n);
+static hs_model *planned_model(hs_parallel **p, int rank) {
     hs_error e;
-    if (hs_tp_apply_plan(t, m, rules, n, &e) != HS_OK) fail_msg("hs_tp_apply_plan: %s", e.msg);
+    *p = tp_of(rank, false, NULL, 0, &e);
+    if (!*p) fail_msg("hs_parallel_describe: %s", e.msg);
+    hs_model *m = tp_model(*p, false, 2, &e);
+    if (!m) fail_msg("hs_model_create: %s", e.msg);
     return m;
 }
 
@@ -51,8 +52,8 @@ static const hs_param *param(hs_model *m, const char *fqn) {
 
 static void test_default_plan_places_every_parameter(void **state) {
     (void)state;
-    hs_tp t = tp_of(1);
-    hs_model *m = planned_model(&t);
+    hs_parallel *t;
+    hs_model *m = planned_model(&t, 1);
     const hs_param *q = param(m, "model.layers.0.self_attn.q_proj.weight");
     assert_true(q->on_tp_mesh && q->tp.kind == HS_PLACEMENT_SHARD && q->tp.dim == 0);
     assert_int_equal(q->local_shape[0], 4); /* 8 rows of 2 heads x HD 4: one head */
@@ -72,14 +73,15 @@ static void test_default_plan_places_every_parameter(void **state) {
     assert_int_equal(h->local_shape[0], 6);
     assert_int_equal(h->local_offset[0], 6);
     hs_model_free(m);
+    hs_parallel_free(t);
 }
 
 /* A row-parallel local tensor is its column slice of the whole init, row
  * by row; a column-parallel one its row slice. */
 static void test_local_init_is_the_slice_of_the_whole(void **state) {
     (void)state;
-    hs_tp t = tp_of(1);
-    hs_model *m = planned_model(&t);
+    hs_parallel *t;
+    hs_model *m = planned_model(&t, 1);
     const char *names[] = {"model.layers.0.self_attn.o_proj.weight",
                            "model.layers.0.mlp.gate_proj.weight"};
     for (int k = 0; k < 2; k++) {
@@ -105,48 +107,73 @@ static void test_local_init_is_the_slice_of_the_whole(void **state) {
         free(s);
     }
     hs_model_free(m);
+    hs_parallel_free(t);
 }
 
-static void expect_plan_error(hs_tp *t, hs_model *m, const hs_tp_rule *rules, int n,
-                              const char *want) {
+/* The plan `rules` on a model (tied or not) must fail naming `want`. */
+static void expect_plan_error(const hs_style_rule *rules, int n, bool tie, const char *want) {
     hs_error e;
-    assert_int_equal(hs_tp_apply_plan(t, m, rules, n, &e), HS_ERR_CONFIG);
+    hs_parallel *p = tp_of(0, tie, rules, n, &e);
+    hs_model *m = p ? tp_model(p, tie, 2, &e) : NULL;
+    assert_null(m);
+    assert_int_equal(e.code, HS_ERR_CONFIG);
     if (!strstr(e.msg, want)) fail_msg("'%s' not in: %s", want, e.msg);
+    hs_parallel_free(p);
 }
 
 static void test_plan_errors_name_the_parameters(void **state) {
     (void)state;
     int n;
-    const hs_tp_rule *def = hs_tp_default_plan(&n);
-    hs_tp_rule *rules = calloc((size_t)n + 1, sizeof *rules);
-    hs_tp t = tp_of(0);
+    const hs_style_rule *def = hs_style_default_plan(&n);
+    hs_style_rule *rules = calloc((size_t)n + 1, sizeof *rules);
 
     /* no rule for the final norm */
     int k = 0;
     for (int i = 0; i < n; i++)
         if (strcmp(def[i].suffix, "model.norm.weight")) rules[k++] = def[i];
-    hs_model *m = tp_model(&t, false, 2);
-    expect_plan_error(&t, m, rules, k, "model.norm.weight: no rule of the tensor-parallel plan");
-    hs_model_free(m);
+    expect_plan_error(rules, k, false,
+                      "model.norm.weight: no rule of the parallel plan matches this parameter");
 
-    /* q_proj made row-parallel: the model computes with a column slice */
+    /* q_proj made row-parallel: the attention region is neither split nor whole */
     memcpy(rules, def, sizeof *rules * (size_t)n);
     for (int i = 0; i < n; i++)
-        if (!strcmp(rules[i].suffix, "self_attn.q_proj.weight")) rules[i].style = HS_TP_ROWWISE;
-    m = tp_model(&t, false, 2);
-    expect_plan_error(&t, m, rules, n,
-                      "model.layers.0.self_attn.q_proj.weight: the tensor-parallel plan gives "
-                      "a local shape [8, 4] but the model computes with [4, 8]");
-    hs_model_free(m);
+        if (!strcmp(rules[i].suffix, "self_attn.q_proj.weight")) rules[i].style = HS_STYLE_ROWWISE;
+    expect_plan_error(rules, n, false,
+                      "model.layers.0.self_attn.q_proj.weight (Shard(1)) and "
+                      "model.layers.0.self_attn.o_proj.weight (Shard(1)): a region is split "
+                      "together");
 
     /* tied embedding and lm_head with two placements */
     memcpy(rules, def, sizeof *rules * (size_t)n);
     for (int i = 0; i < n; i++)
-        if (!strcmp(rules[i].suffix, "lm_head.weight")) rules[i].style = HS_TP_ROWWISE;
-    m = tp_model(&t, true, 2);
-    expect_plan_error(&t, m, rules, n,
+        if (!strcmp(rules[i].suffix, "lm_head.weight")) rules[i].style = HS_STYLE_ROWWISE;
+    expect_plan_error(rules, n, true,
                       "model.embed_tokens.weight and lm_head.weight are one tied tensor");
+    free(rules);
+}
+
+/* The plan may keep a region whole: an MLP left replicated computes with
+ * every ffn column (the model reads its shapes off the placements), while
+ * attention stays split by heads. */
+static void test_a_replicated_mlp_is_computed_whole(void **state) {
+    (void)state;
+    int n;
+    const hs_style_rule *def = hs_style_default_plan(&n);
+    hs_style_rule *rules = calloc((size_t)n, sizeof *rules);
+    memcpy(rules, def, sizeof *rules * (size_t)n);
+    for (int i = 0; i < n; i++)
+        if (strstr(rules[i].suffix, "mlp.")) rules[i].style = HS_STYLE_REPLICATE;
+    hs_error e;
+    hs_parallel *p = tp_of(1, false, rules, n, &e);
+    assert_non_null(p);
+    hs_model *m = tp_model(p, false, 2, &e);
+    if (!m) fail_msg("hs_model_create: %s", e.msg);
+    const hs_param *g = param(m, "model.layers.0.mlp.gate_proj.weight");
+    assert_true(g->tp.kind == HS_PLACEMENT_REPLICATE);
+    assert_int_equal(g->local_shape[0], 12);
+    assert_int_equal(param(m, "model.layers.0.self_attn.q_proj.weight")->local_shape[0], 4);
     hs_model_free(m);
+    hs_parallel_free(p);
     free(rules);
 }
 
@@ -155,6 +182,7 @@ int main(void) {
         cmocka_unit_test(test_default_plan_places_every_parameter),
         cmocka_unit_test(test_local_init_is_the_slice_of_the_whole),
         cmocka_unit_test(test_plan_errors_name_the_parameters),
+        cmocka_unit_test(test_a_replicated_mlp_is_computed_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

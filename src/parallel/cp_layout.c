@@ -1,8 +1,8 @@
-/* The CP sequence layout (model.h): causal load balance, chunk r and chunk
+/* The CP sequence layout (parallel.h): causal load balance, chunk r and chunk
  * 2*cp-1-r of 2*cp per CP rank, so every rank has as many attention rows
  * near the end of the sequence as near its start. */
 #include "hypershard/device.h"
-#include "hypershard/model.h"
+#include "hypershard/parallel.h"
 
 static int chunk_of(int cp, int rank, int c) { return c == 0 ? rank : 2 * cp - 1 - rank; }
 

@@ -1,0 +1,99 @@
+/* parallel/par_internal.h — the contexts of tensor, context and expert
+ * parallelism and the hs_parallel that composes them into the model's
+ * seam, shared by parallel.c (the seam, placement, buffers), style.c (the
+ * style table), tp_region.c, cp_attention.c and the collectives (tp_ops.c,
+ * cp_ops.c, ep.c). */
+#ifndef HS_PARALLEL_PAR_INTERNAL_H
+#define HS_PARALLEL_PAR_INTERNAL_H
+
+#include "hypershard/parallel.h"
+
+struct hs_tp {
+    hs_comm *comm;
+    hs_stream *stream; /* the device's compute stream: every collective's */
+    hs_pg *group;
+    int size, rank;
+    bool sequence_parallel;
+    hs_parallel_stats stats;
+};
+
+/* The tp group's collectives (tp_ops.c). */
+hs_status hs_tp_create(hs_comm *comm, hs_device *dev, hs_pg *group, bool sequence_parallel,
+                       hs_tp **out, hs_error *e);
+void hs_tp_free(hs_tp *t);
+/* all-gather of every rank's numel elements into full, in rank order */
+void hs_tp_gather(hs_tp *t, void *full, const void *local, int64_t numel, hs_dtype dt);
+/* partial sums of all rows (fp32, `full`, numel counts the local rows'
+ * elements): all-reduced in place, or reduce-scattered into `local` under
+ * sequence parallelism */
+void hs_tp_reduce_partial(hs_tp *t, float *local, float *full, int64_t numel);
+void hs_tp_all_reduce(hs_tp *t, float *buf, int64_t n, hs_reduce_op op);
+
+/* The cp group's collectives and ring steps (cp_ops.c). */
+hs_status hs_cp_create(hs_comm *comm, hs_device *dev, hs_pg *group, hs_cp **out, hs_error *e);
+void hs_cp_free(hs_cp *c);
+void hs_cp_gather(hs_cp *c, void *out, const void *in, int64_t numel, hs_dtype dt);
+void hs_cp_reduce_scatter(hs_cp *c, float *out, const float *in, int64_t numel);
+/* Start sending `send` to CP rank + 1 and receiving into `recv` from CP
+ * rank - 1 (numel elements of dt each); the caller computes meanwhile and
+ * waits before it reads `recv` or reuses `send`. */
+void hs_cp_ring_start(hs_cp *c, void *recv, const void *send, int64_t numel, hs_dtype dt);
+void hs_cp_ring_wait(hs_cp *c);
+
+/* The ep group's exchanges (ep.c). */
+hs_status hs_ep_create(hs_comm *comm, hs_device *dev, hs_pg *group, hs_ep **out, hs_error *e);
+void hs_ep_free(hs_ep *p);
+void hs_ep_all_to_all(hs_ep *p, float *out, const float *in, int64_t per_rank);
+void hs_ep_all_to_allv(hs_ep *p, void *out, const int64_t *recv_counts, const void *in,
+                       const int64_t *send_counts, hs_dtype dt);
+
+/* The buffers of the TP regions and of CP attention, from the model's
+ * allocator (hs_model_par.bind); NULL where the layout needs none. */
+typedef struct hs_par_bufs {
+    /* TP */
+    float *part;     /* [rows,C] fp32 partial sums of a row-parallel output */
+    float *red;      /* [rows,C] fp32 reduce-scatter output (sequence parallel) */
+    void *local_ln;  /* [rows,C] a norm's local rows before the all-gather */
+    float *dfull;    /* [rows,C] fp32 gradient gathered to all rows */
+    float *stats;    /* [3*head_rows] fp32 row max / sum-exp / target logit */
+    float *logits;   /* [2*head_rows, Vg] fp32 gathered logits (loss_parallel off) */
+    /* CP: the RoPE tables of the local positions; allgather's whole-sequence
+     * K/V, their gathered blocks and fp32 dK/dV; ring's [K | V] blocks in
+     * hand and arriving, their fp32 [dK | dV], a block's output and the
+     * online-softmax state */
+    float *cos_l, *sin_l;
+    void *kf, *vf, *stage;
+    float *dkf, *dvf, *fstage;
+    void *ring_kv[2];
+    float *ring_dkv[2];
+    float *ring_bout, *ring_out, *ring_lse, *ring_blse;
+} hs_par_bufs;
+
+struct hs_parallel {
+    hs_parallel_layout l;
+    const hs_style_rule *rules;
+    int n_rules;
+    hs_tp *tp; /* NULL: tp 1, or described without groups */
+    hs_cp *cp;
+    hs_ep *ep;
+    hs_comm *comm;
+    hs_stream *stream;
+    hs_pg *batch; /* MoE: the ranks whose tokens make one micro-batch (dp x cp) */
+    hs_model_par seam;
+    hs_model_dims d; /* what the model bound */
+    bool bound;
+    bool described; /* hs_parallel_describe: no groups */
+    hs_par_bufs b;
+};
+
+/* style.c: place p by the rules (TP or EP), errors naming its FQN. */
+bool hs_style_place(const hs_parallel *p, hs_param *q, hs_error *e);
+/* Tied embedding and head under one placement, else a config error. */
+hs_status hs_style_check_tied(const hs_style_rule *rules, int n, bool tied, hs_error *e);
+
+/* tp_region.c: the seam's TP members. */
+void hs_tp_region_fill(hs_model_par *seam);
+/* cp_attention.c: the seam's rope_tables and attention members. */
+void hs_cp_attention_fill(hs_model_par *seam);
+
+#endif

@@ -1,0 +1,234 @@
+/* hs_parallel: TP -> CP -> EP composed into the model's seam (parallel.h).
+ * It owns the dimensions' contexts, places each parameter by the style
+ * table as the model registers it, holds the regions' buffers (from the
+ * model's allocator, so the plan counts them) and fills the seam: the TP
+ * regions (tp_region.c), CP attention (cp_attention.c) or the one-device
+ * attention, the MoE statistics and the EP exchanges. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/par_internal.h"
+
+static const hs_model_par *one(void) { return hs_model_one_device_par(); }
+
+static bool par_place(void *ctx, hs_param *q, hs_error *e) { return hs_style_place(ctx, q, e); }
+
+static void tp_bufs(hs_parallel *p, hs_model_alloc_fn alloc, void *actx) {
+    const hs_model_dims *d = &p->d;
+    int64_t n = d->rows * d->C;
+    p->b.part = alloc(actx, n, HS_DTYPE_F32);
+    p->b.red = alloc(actx, n, HS_DTYPE_F32);
+    p->b.local_ln = alloc(actx, n, d->dt);
+    p->b.dfull = alloc(actx, n, HS_DTYPE_F32);
+    p->b.stats = alloc(actx, 3 * d->head_rows, HS_DTYPE_F32);
+    p->b.logits = alloc(actx, 2 * d->head_rows * d->Vg, HS_DTYPE_F32);
+}
+
+static void cp_bufs(hs_parallel *p, hs_model_alloc_fn alloc, void *actx) {
+    const hs_model_dims *d = &p->d;
+    int T = d->seq_len;
+    int64_t kv = (int64_t)d->KVH * d->HD, q = (int64_t)d->NH * d->HD;
+    int64_t nkv = (int64_t)d->max_batch * T * kv;
+    p->b.cos_l = alloc(actx, (int64_t)T * (d->HD / 2), HS_DTYPE_F32);
+    p->b.sin_l = alloc(actx, (int64_t)T * (d->HD / 2), HS_DTYPE_F32);
+    if (!p->l.cp_ring) {
+        p->b.kf = alloc(actx, nkv, d->dt);
+        p->b.vf = alloc(actx, nkv, d->dt);
+        p->b.stage = alloc(actx, nkv, d->dt);
+        p->b.dkf = alloc(actx, nkv, HS_DTYPE_F32);
+        p->b.dvf = alloc(actx, nkv, HS_DTYPE_F32);
+        p->b.fstage = alloc(actx, nkv, HS_DTYPE_F32);
+        return;
+    }
+    int64_t nl = nkv / p->l.cp; /* local rows */
+    for (int i = 0; i < 2; i++) {
+        p->b.ring_kv[i] = alloc(actx, 2 * nl, d->dt);
+        p->b.ring_dkv[i] = alloc(actx, 2 * nl, HS_DTYPE_F32);
+    }
+    p->b.ring_bout = alloc(actx, d->rows * q, HS_DTYPE_F32);
+    p->b.ring_out = alloc(actx, d->rows * q, HS_DTYPE_F32);
+    p->b.ring_lse = alloc(actx, d->rows * d->NH, HS_DTYPE_F32);
+    p->b.ring_blse = alloc(actx, d->rows * d->NH, HS_DTYPE_F32);
+}
+
+static void par_bind(void *ctx, const hs_model_dims *d, hs_model_alloc_fn alloc, void *actx) {
+    hs_parallel *p = ctx;
+    /* one running model per hs_parallel; a described one may count the
+     * buffers of several */
+    HS_ASSERT(!p->bound || p->described);
+    p->d = *d;
+    p->bound = true;
+    if (p->l.tp > 1) tp_bufs(p, alloc, actx);
+    if (p->l.cp > 1) cp_bufs(p, alloc, actx);
+}
+
+static void par_unbind(void *ctx) {
+    hs_parallel *p = ctx;
+    void *ptrs[] = {p->b.part,       p->b.red,        p->b.local_ln,    p->b.dfull,
+                    p->b.stats,      p->b.logits,     p->b.cos_l,       p->b.sin_l,
+                    p->b.kf,         p->b.vf,         p->b.stage,       p->b.dkf,
+                    p->b.dvf,        p->b.fstage,     p->b.ring_kv[0],  p->b.ring_kv[1],
+                    p->b.ring_dkv[0], p->b.ring_dkv[1], p->b.ring_bout, p->b.ring_out,
+                    p->b.ring_lse,   p->b.ring_blse};
+    /* a counting model (the plan) allocated nothing, and its device may be gone */
+    for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
+        if (ptrs[i]) hs_device_free_mem(p->d.dev, ptrs[i]);
+    p->b = (hs_par_bufs){0};
+    p->bound = false;
+}
+
+/* Without CP, attention is the one device's on this rank's heads. */
+static void whole_rope_tables(void *ctx, int T_local, const float **cos, const float **sin) {
+    hs_parallel *p = ctx;
+    one()->rope_tables(&p->d, T_local, cos, sin);
+}
+
+static void whole_attention_fwd(void *ctx, const hs_attn_io *io) {
+    hs_parallel *p = ctx;
+    one()->attention_fwd(&p->d, io);
+}
+
+static void whole_attention_bwd(void *ctx, const hs_attn_io *io) {
+    hs_parallel *p = ctx;
+    one()->attention_bwd(&p->d, io);
+}
+
+/* The MoE router statistics over the global micro-batch: the batch group
+ * (dp x cp), then the row split of sequence parallelism. */
+static void stats_sum(void *ctx, float *buf, int64_t n) {
+    hs_parallel *p = ctx;
+    if (p->batch) {
+        hs_error e;
+        if (hs_pg_all_reduce(p->batch, p->stream, buf, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e) !=
+            HS_OK)
+            hs_comm_abort(p->comm, &e);
+    }
+    if (p->l.sequence_parallel && p->tp) hs_tp_all_reduce(p->tp, buf, n, HS_REDUCE_SUM);
+}
+
+static void ep_all_to_all(void *ctx, float *out, const float *in, int64_t per_rank) {
+    hs_parallel *p = ctx;
+    hs_ep_all_to_all(p->ep, out, in, per_rank);
+}
+
+static void ep_all_to_allv(void *ctx, void *out, const int64_t *recv_counts, const void *in,
+                           const int64_t *send_counts, hs_dtype dt) {
+    hs_parallel *p = ctx;
+    hs_ep_all_to_allv(p->ep, out, recv_counts, in, send_counts, dt);
+}
+
+static void seam_fill(hs_parallel *p, bool moe_stats) {
+    bool sp = p->l.sequence_parallel && p->l.tp > 1;
+    hs_model_par *s = &p->seam;
+    *s = (hs_model_par){.ctx = p,
+                        .row_split = sp ? p->l.tp : 1,
+                        .row_rank = sp ? p->l.tp_rank : 0,
+                        .cp_size = p->l.cp,
+                        .ep_size = p->l.ep,
+                        .ep_rank = p->l.ep_rank,
+                        .place = par_place,
+                        .bind = par_bind,
+                        .unbind = par_unbind,
+                        .rope_tables = whole_rope_tables,
+                        .attention_fwd = whole_attention_fwd,
+                        .attention_bwd = whole_attention_bwd};
+    hs_tp_region_fill(s);
+    if (p->l.cp > 1) hs_cp_attention_fill(s);
+    if (moe_stats || sp) s->stats_sum = stats_sum;
+    if (p->l.ep > 1) s->ep_all_to_all = ep_all_to_all, s->ep_all_to_allv = ep_all_to_allv;
+}
+
+static hs_status layout_check(const hs_config *cfg, const hs_parallel_layout *l, hs_error *e) {
+    if (l->tp > 1 && l->ep > 1 && !l->sequence_parallel)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "accelerator.ep_size=%d with tp_size=%d needs "
+                            "accelerator.sequence_parallel: true, so that each token reaches its "
+                            "experts from one TP rank only",
+                            l->ep, l->tp);
+    (void)cfg;
+    return HS_OK;
+}
+
+static hs_status make(const hs_config *cfg, const hs_parallel_layout *l,
+                      const hs_style_rule *rules, int n_rules, hs_parallel **out, hs_error *e) {
+    *out = NULL;
+    hs_error_clear(e);
+    if (!rules) rules = hs_style_default_plan(&n_rules);
+    if (layout_check(cfg, l, e) != HS_OK) return e->code;
+    if (hs_style_check_tied(rules, n_rules, cfg->model.tie_embeddings && l->tp > 1, e) != HS_OK)
+        return e->code;
+    hs_parallel *p = calloc(1, sizeof *p);
+    if (!p) return hs_error_set(e, HS_ERR_OOM, "parallel: cannot allocate the plan's context");
+    p->l = *l;
+    p->rules = rules;
+    p->n_rules = n_rules;
+    *out = p;
+    return HS_OK;
+}
+
+hs_status hs_parallel_describe(const hs_config *cfg, const hs_parallel_layout *l,
+                               const hs_style_rule *rules, int n_rules, hs_parallel **out,
+                               hs_error *e) {
+    if (make(cfg, l, rules, n_rules, out, e) != HS_OK) return e->code;
+    (*out)->described = true;
+    seam_fill(*out, !strcmp(cfg->model.arch, "moe"));
+    return HS_OK;
+}
+
+static int size_of(hs_pg *g) { return g ? hs_pg_size(g) : 1; }
+static int rank_of(hs_pg *g) { return g ? hs_pg_rank(g) : 0; }
+
+hs_status hs_parallel_create(const hs_config *cfg, const hs_mesh *mesh, hs_comm *comm,
+                             hs_device *dev, const hs_style_rule *rules, int n_rules,
+                             hs_parallel **out, hs_error *e) {
+    const hs_accel_config *a = &cfg->accelerator;
+    hs_pg *tp = hs_mesh_group(mesh, HS_DIM_TP), *cp = hs_mesh_group(mesh, HS_DIM_CP);
+    hs_pg *ep = hs_mesh_group(mesh, HS_DIM_EP), *batch = hs_mesh_group(mesh, HS_DIM_DP_CP);
+    const char *how = a->cp_rotate_method;
+    hs_parallel_layout l = {.tp = size_of(tp),
+                            .tp_rank = rank_of(tp),
+                            .sequence_parallel = a->sequence_parallel,
+                            .loss_parallel = a->loss_parallel,
+                            .cp = size_of(cp),
+                            .cp_rank = rank_of(cp),
+                            .cp_ring = how[0] && !strcmp(how, "ring"),
+                            .ep = size_of(ep),
+                            .ep_rank = rank_of(ep)};
+    if (make(cfg, &l, rules, n_rules, out, e) != HS_OK) return e->code;
+    hs_parallel *p = *out;
+    p->comm = comm;
+    p->stream = dev->stream;
+    bool moe = !strcmp(cfg->model.arch, "moe");
+    if (moe && size_of(batch) > 1) p->batch = batch;
+    /* TP -> CP -> EP, as spec 004 §3 orders them */
+    hs_status s = HS_OK;
+    if (l.tp > 1) s = hs_tp_create(comm, dev, tp, l.sequence_parallel, &p->tp, e);
+    if (s == HS_OK && l.cp > 1) s = hs_cp_create(comm, dev, cp, &p->cp, e);
+    if (s == HS_OK && l.ep > 1) s = hs_ep_create(comm, dev, ep, &p->ep, e);
+    if (s != HS_OK) {
+        hs_parallel_free(p);
+        *out = NULL;
+        return s;
+    }
+    seam_fill(p, p->batch != NULL);
+    return HS_OK;
+}
+
+void hs_parallel_free(hs_parallel *p) {
+    if (!p) return;
+    hs_tp_free(p->tp);
+    hs_cp_free(p->cp);
+    hs_ep_free(p->ep);
+    free(p);
+}
+
+const hs_model_par *hs_parallel_seam(const hs_parallel *p) {
+    const hs_parallel_layout *l = &p->l;
+    bool any = l->tp > 1 || l->cp > 1 || l->ep > 1 || p->batch;
+    return any ? &p->seam : NULL;
+}
+
+const hs_parallel_layout *hs_parallel_layout_of(const hs_parallel *p) { return &p->l; }
+hs_tp *hs_parallel_tp(const hs_parallel *p) { return p->tp; }
+hs_cp *hs_parallel_cp(const hs_parallel *p) { return p->cp; }
+hs_ep *hs_parallel_ep(const hs_parallel *p) { return p->ep; }
