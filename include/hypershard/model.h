@@ -111,6 +111,68 @@ typedef struct hs_model_hooks {
     void (*post_backward_final)(void *ctx);
 } hs_model_hooks;
 
+/* ------------------------------------------------------ MoE experts
+ *
+ * The routed experts' weights, their gradients and rows grouped by expert,
+ * with the math of the experts a rank holds: what the MoE layer runs on one
+ * device and what the expert-parallel seam runs on the rows it received. */
+typedef struct hs_moe_weights {
+    const void *gate;    /* [E, C]    */
+    const void *w1;      /* [EL, F, C] this rank's experts */
+    const void *w3;      /* [EL, F, C] this rank's experts */
+    const void *w2;      /* [EL, C, F] */
+    const void *sh_gate; /* [FS, C]  NULL when FS == 0 */
+    const void *sh_up;   /* [FS, C]  */
+    const void *sh_down; /* [C, FS]  */
+} hs_moe_weights;
+
+/* Same shapes as hs_moe_weights, in dtype `dt`. A NULL pointer skips that
+ * gradient (e.g. a frozen parameter). */
+typedef struct hs_moe_grads {
+    void *gate, *w1, *w3, *w2, *sh_gate, *sh_up, *sh_down;
+    hs_dtype dt;
+} hs_moe_grads;
+
+/* Rows grouped by expert for n experts of a weight set: expert e owns rows
+ * [offset[e], offset[e+1]) of x, h1, h3 and y. */
+typedef struct hs_moe_rows {
+    hs_device *dev;
+    int n;
+    const int32_t *offset;
+    const void *x;
+    void *h1, *h3, *y;
+} hs_moe_rows;
+
+/* Each expert's SwiGLU over its rows (y in dt); a is dt scratch of
+ * offset[n] * F elements. */
+void hs_moe_experts_forward(const hs_moe_rows *r, const hs_moe_weights *w, void *a, hs_dtype dt,
+                            int C, int F);
+/* dy [offset[n], C] fp32 (d loss / d y) becomes d loss / d x in place;
+ * expert weight gradients accumulate. a (dt), dh1, dh3 (fp32): offset[n]
+ * * F elements of scratch. */
+void hs_moe_experts_backward(const hs_moe_rows *r, float *dy, const hs_moe_grads *gr,
+                             const hs_moe_weights *w, void *a, float *dh1, float *dh3, hs_dtype dt,
+                             int C, int F);
+
+/* One MoE layer's routed rows at the expert-parallel seam. Forward: xg
+ * [R, C] (dt) holds this rank's (token, slot) rows sorted by global expert
+ * and count [E] (device, int64) how many go to each expert; y [R, C] (dt)
+ * receives the experts' outputs in the same order. Backward: dyg [R, C]
+ * fp32 d loss / d y becomes d loss / d xg, and the weight gradients of
+ * this rank's experts accumulate into gr. `state` is what the seam keeps of
+ * the layer's forward for its backward (hs_model_par.moe_state_new). */
+typedef struct hs_moe_exchange {
+    hs_dtype dt;
+    int E, C, F;
+    const int64_t *count;
+    const void *xg;
+    void *y;
+    float *dyg;
+    const hs_moe_weights *w;
+    const hs_moe_grads *gr;
+    void *state;
+} hs_moe_exchange;
+
 /* What a seam sizes its buffers by and computes with (hs_model_par.bind):
  * the model's device, compute dtype and this rank's counts. */
 typedef struct hs_model_dims {
@@ -123,6 +185,9 @@ typedef struct hs_model_dims {
     int64_t head_rows;      /* rows of the head per chunk */
     float norm_eps;
     const float *cos_t, *sin_t; /* the model's RoPE tables, [seq_len, HD/2] fp32 */
+    int E, K, F_expert;         /* MoE: routed experts, top_k, expert_ffn_dim (0: dense) */
+    int64_t moe_rows;           /* MoE: the (token, slot) rows of a layer at capacity */
+    bool count_only;            /* the model only counts (the plan): size, do not run */
 } hs_model_dims;
 
 /* The model's allocator, which the seam's buffers come from, so the plan
@@ -228,12 +293,16 @@ typedef struct hs_model_par {
      * whose tokens make one micro-batch (and the row split); NULL: this
      * rank's tokens are the whole micro-batch. */
     void (*stats_sum)(void *ctx, float *buf, int64_t n);
-    /* Expert parallelism (ep_size > 1): block r of `in` (per_rank fp32
-     * values) goes to EP rank r and out block r comes from it; then the
-     * rows, send_counts[r] elements to rank r, recv_counts[r] from it. */
-    void (*ep_all_to_all)(void *ctx, float *out, const float *in, int64_t per_rank);
-    void (*ep_all_to_allv)(void *ctx, void *out, const int64_t *recv_counts, const void *in,
-                           const int64_t *send_counts, hs_dtype dt);
+    /* Expert parallelism (ep_size > 1): the routed experts of a MoE layer
+     * across ranks — dispatch of the grouped rows to their experts' ranks,
+     * the local experts, combine back (dropless). moe_state_new makes what
+     * one activation set keeps between a forward and its backward (from
+     * the model's allocator; under count_only it counts the rows a
+     * balanced routing brings). */
+    void *(*moe_state_new)(void *ctx, hs_model_alloc_fn alloc, void *actx);
+    void (*moe_state_free)(void *ctx, void *state);
+    void (*moe_experts_fwd)(void *ctx, const hs_moe_exchange *x);
+    void (*moe_experts_bwd)(void *ctx, const hs_moe_exchange *x);
 } hs_model_par;
 
 /* The one-device table: every layer whole, all rows. Its functions take an

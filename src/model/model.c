@@ -66,13 +66,6 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
                         "train.micro_batch_size x train.seq_len x model.moe.top_k = %d x %d x %d "
                         "routed rows exceed %d; lower train.micro_batch_size or train.seq_len",
                         o->max_batch, o->seq_len, c->moe.top_k, INT_MAX);
-    int ep = o->par ? o->par->ep_size : 1;
-    if (ep > 1 && (strcmp(c->arch, "moe") != 0 || c->moe.num_experts % ep ||
-                   ep > HS_MOE_EP_MAX_RANKS || c->moe.num_experts / ep > HS_MOE_EP_MAX_LOCAL))
-        hs_error_append(e, HS_ERR_CONFIG,
-                        "accelerator.ep_size=%d needs model.arch=moe with model.moe.num_experts "
-                        "(%d) a multiple of it, at most %d EP ranks and %d experts per rank",
-                        ep, c->moe.num_experts, HS_MOE_EP_MAX_RANKS, HS_MOE_EP_MAX_LOCAL);
     const hs_model_stage *st = &o->stage;
     bool chunks_ok = st->n_chunks >= 0 && st->n_chunks <= HS_MODEL_MAX_CHUNKS && o->act_slots >= 0;
     for (int k = 0, end = 0; chunks_ok && k < st->n_chunks; k++) {
@@ -124,6 +117,9 @@ static void *buf(hs_model *m, int64_t n, hs_dtype dt) {
     return NULL;
 }
 
+/* The model-parallel seam's buffers come from here too (hs_model_alloc_fn). */
+static void *seam_alloc(void *actx, int64_t n, hs_dtype dt) { return buf(actx, n, dt); }
+
 /* The boundary dtypes activation set `set` must hold: one block's, or with
  * activation checkpointing (one set for all blocks) the widest of all. */
 static void acts_dtypes(const hs_model *m, int set, hs_dtype *resid, bool *cast_in) {
@@ -135,15 +131,6 @@ static void acts_dtypes(const hs_model *m, int set, hs_dtype *resid, bool *cast_
         if (b->output_computed != m->dt) *resid = b->output_computed;
         *cast_in |= b->input_read != b->input_stored;
     }
-}
-
-/* Expert parallelism's dropless row buffers grow to what arrives; the plan
- * counts them at balanced routing: BT*K rows per rank (this rank's share
- * of the rows under sequence parallelism). */
-static int64_t ep_rows_bytes(const hs_model *m, bool per_set) {
-    const hs_moe_shapes *s = &m->moe_shapes;
-    int64_t R = (int64_t)s->BT * s->K / m->par->row_split;
-    return (int64_t)hs_moe_ep_rows_bytes(s, m->dt, R, per_set);
 }
 
 static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
@@ -166,10 +153,11 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
         a->moe_out = buf(m, BT * m->C, dt);
         a->moe_mem = raw(m, hs_moe_act_bytes(&m->moe_shapes, dt));
         if (a->moe_mem) hs_moe_act_bind(&a->moe, m->dev, &m->moe_shapes, dt, a->moe_mem);
-        a->moe.ep = m->ep > 1 ? &m->moe_ep : NULL;
         a->moe.offset_h = m->moe_offset_h;
-        if (m->ep > 1 && m->opt.count_buffers) count(m, ep_rows_bytes(m, true));
-        a->moe.ep_x.dev = a->moe.ep_h1.dev = a->moe.ep_h3.dev = a->moe.ep_y.dev = m->dev;
+        if (m->ep > 1) {
+            a->moe.par = m->par;
+            a->moe.ep_state = m->par->moe_state_new(m->par->ctx, seam_alloc, m);
+        }
         /* Every expert unit has the same boundary plan. */
         a->moe.out_dt = m->bnd[m->blocks[0].expert_unit].output_stored;
     } else {
@@ -180,7 +168,7 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
 }
 
 static void acts_free(hs_model *m, hs_block_acts *a) {
-    if (m->moe) hs_moe_act_release(&a->moe);
+    if (a->moe.ep_state) m->par->moe_state_free(m->par->ctx, a->moe.ep_state);
     void *ptrs[] = {a->rstd1, a->ln1,   a->q,   a->k,    a->v,  a->lse, a->atty,    a->x_cast,
                     a->x_mid, a->rstd2, a->ln2, a->gate, a->up, a->h,   a->moe_out, a->moe_mem};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_device_free_mem(m->dev, ptrs[i]);
@@ -258,8 +246,6 @@ static bool buffer_sizes_fit(const hs_model *m, int64_t q, int64_t kv) {
     return hs_prod_i64((const int64_t[]){m->opt.max_batch, m->opt.seq_len, w, 16}, 4, &out);
 }
 
-static void *seam_alloc(void *actx, int64_t n, hs_dtype dt) { return buf(actx, n, dt); }
-
 /* The seam's buffers come from the model's allocator, so the plan counts
  * them; the dims are what the seam computes with. */
 static void seam_bind(hs_model *m, int64_t BT) {
@@ -277,7 +263,12 @@ static void seam_bind(hs_model *m, int64_t BT) {
                               .head_rows = m->head_rows,
                               .norm_eps = (float)m->cfg.norm_eps,
                               .cos_t = m->cos_t,
-                              .sin_t = m->sin_t};
+                              .sin_t = m->sin_t,
+                              .E = m->moe ? m->moe_shapes.E : 0,
+                              .K = m->moe ? m->moe_shapes.K : 0,
+                              .F_expert = m->moe ? m->moe_shapes.F : 0,
+                              .moe_rows = m->moe ? (int64_t)m->moe_shapes.BT * m->moe_shapes.K : 0,
+                              .count_only = m->opt.count_buffers};
     m->par->bind(m->par->ctx, &m->dims, seam_alloc, m);
     m->bound = true;
 }
@@ -295,6 +286,13 @@ static void buffers_alloc(hs_model *m) {
         count(m, -1);
         return;
     }
+    /* Enough rows for an efficient GEMM, few enough that the chunk stays small. */
+    m->head_rows = BT < HEAD_ROWS ? BT : HEAD_ROWS;
+    m->cos_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
+    m->sin_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
+    if (m->cos_t) m->k->rope_tables(m->s, m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);
+    m->rope_cos = m->cos_t, m->rope_sin = m->sin_t;
+    seam_bind(m, BT); /* before the activation sets, whose MoE layers ask the seam */
     m->n_acts = m->opt.activation_checkpointing ? 1 : m->L;
     m->n_slots = m->opt.act_slots > 0 ? m->opt.act_slots : 1;
     int total = m->n_chunks * m->n_slots;
@@ -303,17 +301,10 @@ static void buffers_alloc(hs_model *m) {
     for (int k = 0; k < total; k++) slot_alloc(m, &m->slots[k], k / m->n_slots, BT);
     hs_model_use_slot(m, 0, 0);
     out_tmp_alloc(m, BT);
-    /* Enough rows for an efficient GEMM, few enough that the chunk stays small. */
-    m->head_rows = BT < HEAD_ROWS ? BT : HEAD_ROWS;
     if (m->head) m->logits = buf(m, m->head_rows * m->V, HS_DTYPE_F32);
     size_t batch_bytes = (size_t)m->opt.max_batch * (size_t)m->opt.seq_len * sizeof(int32_t);
     if (m->first_stage) m->batch_tokens = raw(m, batch_bytes);
     if (m->last_stage) m->batch_targets = raw(m, batch_bytes);
-    m->cos_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
-    m->sin_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
-    if (m->cos_t) m->k->rope_tables(m->s, m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);
-    m->rope_cos = m->cos_t, m->rope_sin = m->sin_t;
-    seam_bind(m, BT);
     m->dres = buf(m, BT * m->C, HS_DTYPE_F32);
     m->dln = buf(m, BT * m->C, HS_DTYPE_F32);
     m->dq = buf(m, BT * q, HS_DTYPE_F32);
@@ -338,7 +329,6 @@ static void buffers_alloc(hs_model *m) {
     }
     if (m->moe) {
         m->moe_scratch = raw(m, hs_moe_scratch_bytes(&m->moe_shapes, dt));
-        if (m->ep > 1 && m->opt.count_buffers) count(m, ep_rows_bytes(m, false));
         if (m->opt.count_buffers) count(m, (int64_t)hs_moe_aux_bytes(m->moe_shapes.E));
         else hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->dev);
         m->aux_buf = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
@@ -424,10 +414,6 @@ hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *op
         return e->code;
     }
     if (opt->allocate_params && !opt->describe_only) params_alloc(m);
-    if (m->moe) {
-        m->ep_rank = m->par->ep_rank;
-        hs_moe_ep_init(&m->moe_ep, m->par, m->ep, m->ep_rank, m->dev, m->moe_shapes.E);
-    }
     if (!opt->describe_only) buffers_alloc(m);
     *out = m;
     return HS_OK;
@@ -442,9 +428,9 @@ static void params_free(hs_model *m) {
 }
 
 static void buffers_free(hs_model *m) {
-    if (m->bound) m->par->unbind(m->par->ctx);
     for (int k = 0; m->slots && k < m->n_chunks * m->n_slots; k++) slot_free(m, &m->slots[k]);
     free(m->slots);
+    if (m->bound) m->par->unbind(m->par->ctx);
     void *ptrs[] = {
         m->logits,  m->cos_t,        m->sin_t,         m->dres,        m->dln,       m->dq,
         m->dk,      m->dv,           m->datt,          m->dg,          m->du,        m->dh,
@@ -454,7 +440,6 @@ static void buffers_free(hs_model *m) {
     hs_device_free_mem(m->dev, m->expert_tokens);
     free(m->expert_tokens_host);
     if (m->moe && m->aux.count) hs_moe_aux_free(&m->aux);
-    hs_moe_ep_free(&m->moe_ep);
     free(m->moe_offset_h);
 }
 

@@ -94,7 +94,7 @@ struct hs_model {
     int cp; /* ranks a sequence is split over (par->cp_size) */
     bool moe;
     hs_moe_shapes moe_shapes;
-    int ep, ep_rank; /* expert parallelism (1: every expert local) */
+    int ep; /* EP ranks the routed experts are split over (1: every expert local) */
 
     hs_param *params;
     int n_params;
@@ -147,7 +147,6 @@ struct hs_model {
     float *aux_g;                /* [E] the slot in use's */
     float *aux_stage;            /* [2E + 2] pipeline stages: the running statistics handed on */
     float *aux_buf;              /* [2E + 2] the totals summed over a global micro-batch */
-    hs_moe_ep moe_ep;            /* ep > 1: the exchange's ops and scratch */
     int32_t *moe_offset_h;       /* [E+1] host: a layer's grouped-row offsets, copied back */
     int64_t *expert_tokens;      /* [L x E] rows routed to each expert since the reset */
     int64_t *expert_tokens_host; /* [L x E] host memory: hs_model_expert_tokens' copy */

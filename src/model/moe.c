@@ -56,11 +56,6 @@ static size_t act_layout(hs_moe_act *a, const hs_moe_shapes *s, hs_dtype dt, voi
     a->sh3 = carve(&c, bt * (size_t)s->FS * es);
     a->count = carve(&c, (size_t)s->E * sizeof(int64_t));
     a->prob_sum = carve(&c, (size_t)s->E * sizeof(double));
-    if (s->ep > 1) {
-        a->ep_send = carve(&c, (size_t)s->E * sizeof(float));
-        a->ep_recv = carve(&c, (size_t)s->E * sizeof(float));
-        a->ep_off = carve(&c, ((size_t)s->EL + 1) * sizeof(int32_t));
-    }
     return c.off;
 }
 
@@ -82,13 +77,6 @@ void hs_moe_act_bind(hs_moe_act *act, hs_device *dev, const hs_moe_shapes *s, hs
     act_layout(act, s, dt, mem);
 }
 
-void hs_moe_act_release(hs_moe_act *act) {
-    hs_moe_grow_free(&act->ep_x);
-    hs_moe_grow_free(&act->ep_h1);
-    hs_moe_grow_free(&act->ep_h3);
-    hs_moe_grow_free(&act->ep_y);
-}
-
 /* Scratch of one call. Forward uses xg, a, acc and row; backward xg, a,
  * dh1, dh3, dyg, dw, dp and row. */
 typedef struct moe_scratch {
@@ -106,7 +94,7 @@ typedef struct moe_scratch {
 static size_t scratch_layout(moe_scratch *m, const hs_moe_shapes *s, hs_dtype dt, void *mem) {
     carver c = {mem, 0};
     const size_t es = hs_dtype_size(dt), bt = (size_t)s->BT, pairs = bt * (size_t)s->K;
-    size_t hidden = s->ep > 1 ? 0 : pairs * (size_t)s->F; /* EP: hs_moe_ep's own */
+    size_t hidden = s->ep > 1 ? 0 : pairs * (size_t)s->F; /* EP: the seam's own */
     if (bt * (size_t)s->FS > hidden) hidden = bt * (size_t)s->FS;
     m->xg = carve(&c, pairs * (size_t)s->C * es);
     m->a = carve(&c, hidden * es);
@@ -133,9 +121,26 @@ static moe_scratch scratch_bind(const hs_moe_act *act, void *mem) {
     return m;
 }
 
+/* The layer's rows at the expert-parallel seam. */
+static hs_moe_exchange exchange(const hs_moe_act *act, const hs_moe_weights *w,
+                                const hs_moe_grads *gr, moe_scratch *m) {
+    return (hs_moe_exchange){.dt = act->dt,
+                             .E = act->cap.E,
+                             .C = act->cap.C,
+                             .F = act->cap.F,
+                             .count = act->count,
+                             .xg = m->xg,
+                             .y = act->y,
+                             .dyg = m->dyg,
+                             .w = w,
+                             .gr = gr,
+                             .state = act->ep_state};
+}
+
 static void experts_forward(hs_moe_act *act, const hs_moe_weights *w, moe_scratch *m) {
-    if (act->ep) {
-        hs_moe_ep_forward(act, w, m->xg);
+    if (act->ep_state) {
+        hs_moe_exchange x = exchange(act, w, NULL, m);
+        act->par->moe_experts_fwd(act->par->ctx, &x);
         return;
     }
     hs_moe_rows r = {act->dev, act->cap.E, hs_moe_dispatch_offsets(act), m->xg, act->h1,
@@ -190,8 +195,9 @@ static void combine_backward(moe_scratch *m, const float *dout, const hs_moe_act
 
 static void experts_backward(const hs_moe_grads *gr, const hs_moe_act *act, const hs_moe_weights *w,
                              moe_scratch *m) {
-    if (act->ep) {
-        hs_moe_ep_backward(act, gr, w, m->dyg);
+    if (act->ep_state) {
+        hs_moe_exchange x = exchange(act, w, gr, m);
+        act->par->moe_experts_bwd(act->par->ctx, &x);
         return;
     }
     hs_moe_rows r = {act->dev, act->cap.E, hs_moe_dispatch_offsets(act), m->xg, act->h1,
@@ -205,7 +211,7 @@ void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr, const
     const hs_moe_shapes *s = &act->cap;
     const int C = s->C, K = s->K;
     moe_scratch m = scratch_bind(act, scratch);
-    if (!act->ep) hs_moe_dispatch_gather(m.xg, x, act); /* EP keeps its received rows */
+    if (!act->ep_state) hs_moe_dispatch_gather(m.xg, x, act); /* EP keeps its received rows */
     combine_backward(&m, dout, act);
     /* The backward of the output cast: the gradient back to dt. */
     if (act->out_dt != act->dt) hs_dev_round(act->dev, m.dyg, act->dt, (int64_t)act->BT * K * C);

@@ -77,71 +77,14 @@ typedef struct hs_moe_shapes {
 
 hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C);
 
-typedef struct hs_moe_weights {
-    const void *gate;    /* [E, C]    */
-    const void *w1;      /* [EL, F, C] */
-    const void *w3;      /* [EL, F, C] */
-    const void *w2;      /* [EL, C, F] */
-    const void *sh_gate; /* [FS, C]  NULL when FS == 0 */
-    const void *sh_up;   /* [FS, C]  */
-    const void *sh_down; /* [C, FS]  */
-} hs_moe_weights;
-
-/* Same shapes as hs_moe_weights, in dtype `dt`. A NULL pointer skips that
- * gradient (e.g. a frozen parameter). */
-typedef struct hs_moe_grads {
-    void *gate, *w1, *w3, *w2, *sh_gate, *sh_up, *sh_down;
-    hs_dtype dt;
-} hs_moe_grads;
-
-/* A buffer of device memory that only grows (expert-parallel rows, whose
- * number is known only after the counts arrive); contents are not kept. */
-typedef struct hs_moe_grow {
-    hs_device *dev;
-    void *p;
-    size_t bytes;
-} hs_moe_grow;
-
-void *hs_moe_grow_to(hs_moe_grow *g, size_t bytes);
-void hs_moe_grow_free(hs_moe_grow *g);
-/* What the expert-parallel row buffers grow to when R rows arrive (dropless:
- * R is the routing's; balanced, BT*K per rank): per activation set x, y,
- * h1, h3 (per_set), or once the call's shared scratch (stage, dy, a, dh1,
- * dh3). The sizes hs_moe_ep_forward / _backward ask for. */
-size_t hs_moe_ep_rows_bytes(const hs_moe_shapes *s, hs_dtype dt, int64_t R, bool per_set);
-
-/* Expert parallelism of every MoE layer of a model (moe_ep.c): the ops and
- * the scratch of one call, shared by the layers. Fixed-size count arrays
- * bound the EP group and the experts per rank. */
-#define HS_MOE_EP_MAX_RANKS 256
-#define HS_MOE_EP_MAX_LOCAL 1024
-
-typedef struct hs_moe_ep {
-    const hs_model_par *ops;
-    int size, rank;
-    hs_device *dev; /* of every grow buffer: the model's */
-    hs_moe_grow stage, dy, a, dh1, dh3;
-    /* Host memory (size > 1; init's allocations): a layer's counts as
-     * copied across, which size its exchange and reorder its rows: the
-     * routing's counts [E], its ep_send and ep_recv [E] and ep_off [EL+1]. */
-    int64_t *count_h;
-    float *send_h, *recv_h;
-    int32_t *off_h;
-} hs_moe_ep;
-
-/* An exchange over `size` ranks of E experts (EL = E / size per rank). */
-void hs_moe_ep_init(hs_moe_ep *ep, const hs_model_par *ops, int size, int rank, hs_device *dev,
-                    int E);
-
 /* What forward saves for backward: pointers into one caller-owned block of
  * hs_moe_act_bytes(). "Grouped rows" are the BT*K (token, slot) pairs
  * sorted by expert, then token, then slot: expert e owns grouped rows
  * [offset[e], offset[e+1]).
  *
- * Under expert parallelism (ep != NULL) the grouped rows are sent, in that
- * order, to their experts' ranks; this rank's EL experts compute the rows
- * it received, held expert-major (local expert j: the rows of source rank
- * 0, then 1, ...), and y receives the outputs back in grouped order. */
+ * Under expert parallelism (ep_state != NULL) the grouped rows are sent, in
+ * that order, to their experts' ranks through the seam (model.h
+ * hs_moe_exchange), and y receives the outputs back in grouped order. */
 typedef struct hs_moe_act {
     hs_moe_shapes cap; /* the shapes it was laid out for (BT = capacity) */
     hs_device *dev;    /* computes on this device's table */
@@ -162,24 +105,19 @@ typedef struct hs_moe_act {
     void *sh1, *sh3;   /* [BT, FS] dt: shared gate_proj x, up_proj x */
     int64_t *count;    /* [E] top-k selections of each expert (this layer) */
     double *prob_sum;  /* [E] sum over tokens of probs (this layer) */
-    /* expert parallelism (NULL: every expert is local) */
-    hs_moe_ep *ep;
-    float *ep_send;                       /* [E] rows for (rank d, local expert j) at d*EL + j */
-    float *ep_recv;                       /* [E] rows from (source s, local expert j) at s*EL + j */
-    int32_t *ep_off;                      /* [EL+1] expert-major offsets of the received rows */
-    int64_t ep_rows;                      /* received rows */
-    hs_moe_grow ep_x, ep_h1, ep_h3, ep_y; /* [ep_rows, C | F | F | C] dt */
+    /* expert parallelism (NULL: every expert is local): the seam and what
+     * it keeps of this activation set's exchanges (moe_state_new) */
+    const hs_model_par *par;
+    void *ep_state;
 } hs_moe_act;
 
 size_t hs_moe_act_bytes(const hs_moe_shapes *s, hs_dtype dt);
 /* Lay act out over `mem` (64-byte aligned, hs_moe_act_bytes(s, dt) long).
  * Set act->offset_h (host memory of E + 1 int32, may be shared by the
- * layers) and, with s->ep > 1, act->ep and the device of act's ep_* grow
- * buffers (the received rows) before the first forward. */
+ * layers) and, with s->ep > 1, act->par and act->ep_state before the first
+ * forward. */
 void hs_moe_act_bind(hs_moe_act *act, hs_device *dev, const hs_moe_shapes *s, hs_dtype dt,
                      void *mem);
-/* Free the expert-parallel rows act grew (none without EP). */
-void hs_moe_act_release(hs_moe_act *act);
 /* Bytes of scratch hs_moe_forward and hs_moe_backward need (the larger). */
 size_t hs_moe_scratch_bytes(const hs_moe_shapes *s, hs_dtype dt);
 
@@ -250,36 +188,6 @@ void hs_moe_dispatch_plan(hs_moe_act *act);
 const int32_t *hs_moe_dispatch_offsets(const hs_moe_act *act);
 /* xg [BT*K, C] (dt) = x rows in grouped order. */
 void hs_moe_dispatch_gather(void *xg, const void *x, const hs_moe_act *act);
-
-/* Rows grouped by expert for n experts of a weight set: expert e owns rows
- * [offset[e], offset[e+1]) of x, h1, h3 and y. */
-typedef struct hs_moe_rows {
-    hs_device *dev;
-    int n;
-    const int32_t *offset;
-    const void *x;
-    void *h1, *h3, *y;
-} hs_moe_rows;
-
-/* Each expert's SwiGLU over its rows (y in dt); a is dt scratch of
- * offset[n] * F elements. */
-void hs_moe_experts_forward(const hs_moe_rows *r, const hs_moe_weights *w, void *a, hs_dtype dt,
-                            int C, int F);
-/* dy [offset[n], C] fp32 (d loss / d y) becomes d loss / d x in place;
- * expert weight gradients accumulate. a (dt), dh1, dh3 (fp32): offset[n]
- * * F elements of scratch. */
-void hs_moe_experts_backward(const hs_moe_rows *r, float *dy, const hs_moe_grads *gr,
-                             const hs_moe_weights *w, void *a, float *dh1, float *dh3, hs_dtype dt,
-                             int C, int F);
-
-/* Expert parallelism (moe_ep.c). Forward: from xg (grouped rows, dt), the
- * counts and rows exchanged, this rank's experts run, y filled in grouped
- * order. Backward: dyg [BT*K, C] fp32 d loss / d y becomes d loss / d xg;
- * this rank's expert gradients accumulate. */
-void hs_moe_ep_forward(hs_moe_act *act, const hs_moe_weights *w, const void *xg);
-void hs_moe_ep_backward(const hs_moe_act *act, const hs_moe_grads *gr, const hs_moe_weights *w,
-                        float *dyg);
-void hs_moe_ep_free(hs_moe_ep *ep);
 
 /* One SwiGLU expert over n rows: h1 = xin @ w1^T, h3 = xin @ w3^T (dt),
  * a = silu(h1) * h3 (dt, scratch), y = beta * y + a @ w2^T (y in y_dt). */

@@ -51,12 +51,12 @@ void hs_ep_all_to_allv(hs_ep *p, void *out, const int64_t *recv_counts, const vo
  * allocator (hs_model_par.bind); NULL where the layout needs none. */
 typedef struct hs_par_bufs {
     /* TP */
-    float *part;     /* [rows,C] fp32 partial sums of a row-parallel output */
-    float *red;      /* [rows,C] fp32 reduce-scatter output (sequence parallel) */
-    void *local_ln;  /* [rows,C] a norm's local rows before the all-gather */
-    float *dfull;    /* [rows,C] fp32 gradient gathered to all rows */
-    float *stats;    /* [3*head_rows] fp32 row max / sum-exp / target logit */
-    float *logits;   /* [2*head_rows, Vg] fp32 gathered logits (loss_parallel off) */
+    float *part;    /* [rows,C] fp32 partial sums of a row-parallel output */
+    float *red;     /* [rows,C] fp32 reduce-scatter output (sequence parallel) */
+    void *local_ln; /* [rows,C] a norm's local rows before the all-gather */
+    float *dfull;   /* [rows,C] fp32 gradient gathered to all rows */
+    float *stats;   /* [3*head_rows] fp32 row max / sum-exp / target logit */
+    float *logits;  /* [2*head_rows, Vg] fp32 gathered logits (loss_parallel off) */
     /* CP: the RoPE tables of the local positions; allgather's whole-sequence
      * K/V, their gathered blocks and fp32 dK/dV; ring's [K | V] blocks in
      * hand and arriving, their fp32 [dK | dV], a block's output and the
@@ -68,6 +68,26 @@ typedef struct hs_par_bufs {
     float *ring_dkv[2];
     float *ring_bout, *ring_out, *ring_lse, *ring_blse;
 } hs_par_bufs;
+
+/* Expert parallelism of the MoE layers (ep_moe.c): the scratch of one call,
+ * shared by the layers, and the host copies of a layer's counts, which size
+ * its exchange and reorder its rows: the routing's counts [E], its send and
+ * receive counts [E] and the received rows' offsets [EL+1]. Fixed-size
+ * count arrays bound the EP group and the experts per rank. */
+#define HS_EP_MAX_RANKS 256
+#define HS_EP_MAX_LOCAL 1024
+
+typedef struct hs_ep_grow { /* device memory that only grows; contents not kept */
+    void *p;
+    size_t bytes;
+} hs_ep_grow;
+
+typedef struct hs_ep_moe {
+    hs_ep_grow stage, dy, a, dh1, dh3;
+    int64_t *count_h;
+    float *send_h, *recv_h;
+    int32_t *off_h;
+} hs_ep_moe;
 
 struct hs_parallel {
     hs_parallel_layout l;
@@ -84,6 +104,7 @@ struct hs_parallel {
     bool bound;
     bool described; /* hs_parallel_describe: no groups */
     hs_par_bufs b;
+    hs_ep_moe moe;
 };
 
 /* style.c: place p by the rules (TP or EP), errors naming its FQN. */
@@ -95,5 +116,9 @@ hs_status hs_style_check_tied(const hs_style_rule *rules, int n, bool tied, hs_e
 void hs_tp_region_fill(hs_model_par *seam);
 /* cp_attention.c: the seam's rope_tables and attention members. */
 void hs_cp_attention_fill(hs_model_par *seam);
+/* ep_moe.c: the seam's moe_* members, and their shared buffers. */
+void hs_ep_moe_fill(hs_model_par *seam);
+void hs_ep_moe_bind(hs_parallel *p, hs_model_alloc_fn alloc, void *actx);
+void hs_ep_moe_unbind(hs_parallel *p);
 
 #endif

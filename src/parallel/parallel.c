@@ -60,20 +60,22 @@ static void par_bind(void *ctx, const hs_model_dims *d, hs_model_alloc_fn alloc,
     p->bound = true;
     if (p->l.tp > 1) tp_bufs(p, alloc, actx);
     if (p->l.cp > 1) cp_bufs(p, alloc, actx);
+    if (p->l.ep > 1 && d->E > 0) hs_ep_moe_bind(p, alloc, actx);
 }
 
 static void par_unbind(void *ctx) {
     hs_parallel *p = ctx;
-    void *ptrs[] = {p->b.part,       p->b.red,        p->b.local_ln,    p->b.dfull,
-                    p->b.stats,      p->b.logits,     p->b.cos_l,       p->b.sin_l,
-                    p->b.kf,         p->b.vf,         p->b.stage,       p->b.dkf,
-                    p->b.dvf,        p->b.fstage,     p->b.ring_kv[0],  p->b.ring_kv[1],
-                    p->b.ring_dkv[0], p->b.ring_dkv[1], p->b.ring_bout, p->b.ring_out,
-                    p->b.ring_lse,   p->b.ring_blse};
+    void *ptrs[] = {p->b.part,        p->b.red,         p->b.local_ln,   p->b.dfull,
+                    p->b.stats,       p->b.logits,      p->b.cos_l,      p->b.sin_l,
+                    p->b.kf,          p->b.vf,          p->b.stage,      p->b.dkf,
+                    p->b.dvf,         p->b.fstage,      p->b.ring_kv[0], p->b.ring_kv[1],
+                    p->b.ring_dkv[0], p->b.ring_dkv[1], p->b.ring_bout,  p->b.ring_out,
+                    p->b.ring_lse,    p->b.ring_blse};
     /* a counting model (the plan) allocated nothing, and its device may be gone */
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i]) hs_device_free_mem(p->d.dev, ptrs[i]);
     p->b = (hs_par_bufs){0};
+    if (p->l.ep > 1) hs_ep_moe_unbind(p);
     p->bound = false;
 }
 
@@ -99,22 +101,10 @@ static void stats_sum(void *ctx, float *buf, int64_t n) {
     hs_parallel *p = ctx;
     if (p->batch) {
         hs_error e;
-        if (hs_pg_all_reduce(p->batch, p->stream, buf, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e) !=
-            HS_OK)
+        if (hs_pg_all_reduce(p->batch, p->stream, buf, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK)
             hs_comm_abort(p->comm, &e);
     }
     if (p->l.sequence_parallel && p->tp) hs_tp_all_reduce(p->tp, buf, n, HS_REDUCE_SUM);
-}
-
-static void ep_all_to_all(void *ctx, float *out, const float *in, int64_t per_rank) {
-    hs_parallel *p = ctx;
-    hs_ep_all_to_all(p->ep, out, in, per_rank);
-}
-
-static void ep_all_to_allv(void *ctx, void *out, const int64_t *recv_counts, const void *in,
-                           const int64_t *send_counts, hs_dtype dt) {
-    hs_parallel *p = ctx;
-    hs_ep_all_to_allv(p->ep, out, recv_counts, in, send_counts, dt);
 }
 
 static void seam_fill(hs_parallel *p, bool moe_stats) {
@@ -135,22 +125,30 @@ static void seam_fill(hs_parallel *p, bool moe_stats) {
     hs_tp_region_fill(s);
     if (p->l.cp > 1) hs_cp_attention_fill(s);
     if (moe_stats || sp) s->stats_sum = stats_sum;
-    if (p->l.ep > 1) s->ep_all_to_all = ep_all_to_all, s->ep_all_to_allv = ep_all_to_allv;
+    if (p->l.ep > 1) hs_ep_moe_fill(s);
 }
 
 static hs_status layout_check(const hs_config *cfg, const hs_parallel_layout *l, hs_error *e) {
+    const hs_model_config *c = &cfg->model;
+    int E = c->moe.num_experts;
+    if (l->ep > 1 && (strcmp(c->arch, "moe") != 0 || E % l->ep || l->ep > HS_EP_MAX_RANKS ||
+                      E / l->ep > HS_EP_MAX_LOCAL))
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "accelerator.ep_size=%d needs model.arch=moe with "
+                            "model.moe.num_experts (%d) a multiple of it, at most %d EP ranks and "
+                            "%d experts per rank",
+                            l->ep, E, HS_EP_MAX_RANKS, HS_EP_MAX_LOCAL);
     if (l->tp > 1 && l->ep > 1 && !l->sequence_parallel)
         return hs_error_set(e, HS_ERR_CONFIG,
                             "accelerator.ep_size=%d with tp_size=%d needs "
                             "accelerator.sequence_parallel: true, so that each token reaches its "
                             "experts from one TP rank only",
                             l->ep, l->tp);
-    (void)cfg;
     return HS_OK;
 }
 
-static hs_status make(const hs_config *cfg, const hs_parallel_layout *l,
-                      const hs_style_rule *rules, int n_rules, hs_parallel **out, hs_error *e) {
+static hs_status make(const hs_config *cfg, const hs_parallel_layout *l, const hs_style_rule *rules,
+                      int n_rules, hs_parallel **out, hs_error *e) {
     *out = NULL;
     hs_error_clear(e);
     if (!rules) rules = hs_style_default_plan(&n_rules);

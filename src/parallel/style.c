@@ -110,8 +110,8 @@ bool hs_style_place(const hs_parallel *p, hs_param *q, hs_error *e) {
         hs_error_set(e, HS_ERR_CONFIG,
                      "%s: %s (%s) splits dim %d of size %lld over tp_size=%d, which does "
                      "not divide it; choose an accelerator.tp_size that divides it",
-                     q->fqn, hs_style_name(r->style), hs_placement_str(pl, buf, sizeof buf),
-                     pl.dim, (long long)(pl.dim < q->ndim ? q->shape[pl.dim] : 0), p->l.tp);
+                     q->fqn, hs_style_name(r->style), hs_placement_str(pl, buf, sizeof buf), pl.dim,
+                     (long long)(pl.dim < q->ndim ? q->shape[pl.dim] : 0), p->l.tp);
         return false;
     }
     q->tp_grad_partial = p->l.sequence_parallel && pl.kind == HS_PLACEMENT_REPLICATE;

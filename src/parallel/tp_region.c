@@ -136,8 +136,7 @@ static double gathered_loss(hs_parallel *p, float *logits, const hs_param *w,
     int V = (int)w->local_shape[0], Vg = p->d.Vg;
     float *all = p->b.logits + p->d.head_rows * Vg;
     gather_logits(p, all, logits, rows, V);
-    if (full)
-        hs_device_copy(p->d.dev, full, all, (size_t)(rows * Vg) * sizeof(float), HS_COPY_D2H);
+    if (full) hs_device_copy(p->d.dev, full, all, (size_t)(rows * Vg) * sizeof(float), HS_COPY_D2H);
     if (!targets) return 0.0;
     double loss = hs_dev_xent(p->d.dev, grad ? all : NULL, all, targets, rows, Vg, scale, NULL);
     if (grad)
@@ -168,8 +167,7 @@ static double tp_head_chunk(void *ctx, float *logits, const void *lnf, const hs_
                             float *full, hs_dtype round_dt) {
     hs_parallel *p = ctx;
     if (!split_cols(w))
-        return one()->head_chunk(&p->d, logits, lnf, w, targets, rows, scale, grad, full,
-                                 round_dt);
+        return one()->head_chunk(&p->d, logits, lnf, w, targets, rows, scale, grad, full, round_dt);
     int V = (int)w->local_shape[0];
     hs_dev_gemm(p->d.dev, false, true, rows, V, p->d.C, 1.0f, lnf, p->d.dt, p->d.C, w->data,
                 p->d.dt, p->d.C, 0.0f, logits, HS_DTYPE_F32, V);
