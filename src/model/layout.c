@@ -115,9 +115,9 @@ hs_status hs_model_layout_apply(hs_model *m, hs_error *e) {
     ends_layout(m, e);
     if (m->moe && m->L > 0) {
         const hs_param *w1 = m->blocks[0].w1;
-        m->ep = w1->on_ep_mesh ? (int)(w1->shape[0] / w1->local_shape[0]) : 1;
-        m->moe_shapes.ep = m->ep;
+        /* experts split over ranks run at the seam, which exchanges their rows */
         m->moe_shapes.EL = (int)w1->local_shape[0];
+        m->moe_shapes.seam_experts = m->moe_shapes.EL < m->moe_shapes.E;
     }
     return e->code;
 }

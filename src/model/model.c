@@ -154,7 +154,7 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
         a->moe_mem = raw(m, hs_moe_act_bytes(&m->moe_shapes, dt));
         if (a->moe_mem) hs_moe_act_bind(&a->moe, m->dev, &m->moe_shapes, dt, a->moe_mem);
         a->moe.offset_h = m->moe_offset_h;
-        if (m->ep > 1) {
+        if (m->moe_shapes.seam_experts) {
             a->moe.par = m->par;
             a->moe.ep_state = m->par->moe_state_new(m->par->ctx, seam_alloc, m);
         }
@@ -383,7 +383,6 @@ static void dims_set(hs_model *m) {
         for (int j = 0; j < m->chunk_len[k]; j++)
             m->layer_of[m->chunk_begin[k] + j] = m->chunk_l0[k] + j;
     m->moe = strcmp(c->arch, "moe") == 0;
-    m->ep = 1;
     if (m->moe) {
         m->moe_shapes = hs_moe_shapes_make(&c->moe, m->opt.max_batch * m->opt.seq_len, m->C);
         m->moe_offset_h = malloc(((size_t)m->moe_shapes.E + 1) * sizeof *m->moe_offset_h);

@@ -94,7 +94,6 @@ struct hs_model {
     int cp; /* ranks a sequence is split over (par->cp_size) */
     bool moe;
     hs_moe_shapes moe_shapes;
-    int ep; /* EP ranks the routed experts are split over (1: every expert local) */
 
     hs_param *params;
     int n_params;

@@ -13,15 +13,15 @@ hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C) {
                        mc->top_k,
                        mc->expert_ffn_dim,
                        mc->shared_expert_ffn_dim,
-                       1,
-                       mc->num_experts};
+                       mc->num_experts,
+                       false};
     return s;
 }
 
 static void shapes_check(const hs_moe_shapes *s) {
     HS_ASSERT(s->BT >= 0 && s->C > 0 && s->E > 0 && s->F > 0 && s->FS >= 0);
     HS_ASSERT(s->K >= 1 && s->K <= s->E);
-    HS_ASSERT(s->ep >= 1 && s->EL * s->ep == s->E);
+    HS_ASSERT(s->EL >= 1 && s->E % s->EL == 0);
     /* Grouped-row indices are int32. */
     HS_ASSERT((int64_t)s->BT * s->K < INT32_MAX);
 }
@@ -41,8 +41,8 @@ static void *carve(carver *c, size_t bytes) {
 static size_t act_layout(hs_moe_act *a, const hs_moe_shapes *s, hs_dtype dt, void *mem) {
     carver c = {mem, 0};
     const size_t es = hs_dtype_size(dt), bt = (size_t)s->BT, pairs = bt * (size_t)s->K;
-    /* Under EP the experts' hidden rows are those received (ep_h1/ep_h3). */
-    const size_t local_pairs = s->ep > 1 ? 0 : pairs;
+    /* The seam's experts keep their hidden rows themselves. */
+    const size_t local_pairs = s->seam_experts ? 0 : pairs;
     a->probs = carve(&c, bt * (size_t)s->E * sizeof(float));
     a->sel = carve(&c, pairs * sizeof(int32_t));
     a->weight = carve(&c, pairs * sizeof(float));
@@ -94,7 +94,7 @@ typedef struct moe_scratch {
 static size_t scratch_layout(moe_scratch *m, const hs_moe_shapes *s, hs_dtype dt, void *mem) {
     carver c = {mem, 0};
     const size_t es = hs_dtype_size(dt), bt = (size_t)s->BT, pairs = bt * (size_t)s->K;
-    size_t hidden = s->ep > 1 ? 0 : pairs * (size_t)s->F; /* EP: the seam's own */
+    size_t hidden = s->seam_experts ? 0 : pairs * (size_t)s->F; /* else the seam's own */
     if (bt * (size_t)s->FS > hidden) hidden = bt * (size_t)s->FS;
     m->xg = carve(&c, pairs * (size_t)s->C * es);
     m->a = carve(&c, hidden * es);

@@ -68,11 +68,14 @@
 #include "hypershard/tensor.h"
 
 /* Dimension letters: BT tokens (rows), C model dim, E routed experts, K
- * top_k, F expert_ffn_dim, FS shared_expert_ffn_dim (0: none); under expert
- * parallelism EL = E / ep experts are this rank's (else EL = E). */
+ * top_k, F expert_ffn_dim, FS shared_expert_ffn_dim (0: none); EL experts
+ * are this rank's (E unless the placements split them). seam_experts: the
+ * model-parallel seam runs the routed experts (hs_moe_exchange) and holds
+ * their hidden rows. */
 typedef struct hs_moe_shapes {
     int BT, C, E, K, F, FS;
-    int ep, EL;
+    int EL;
+    bool seam_experts;
 } hs_moe_shapes;
 
 hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C);
@@ -114,8 +117,8 @@ typedef struct hs_moe_act {
 size_t hs_moe_act_bytes(const hs_moe_shapes *s, hs_dtype dt);
 /* Lay act out over `mem` (64-byte aligned, hs_moe_act_bytes(s, dt) long).
  * Set act->offset_h (host memory of E + 1 int32, may be shared by the
- * layers) and, with s->ep > 1, act->par and act->ep_state before the first
- * forward. */
+ * layers) and, with s->seam_experts, act->par and act->ep_state before the
+ * first forward. */
 void hs_moe_act_bind(hs_moe_act *act, hs_device *dev, const hs_moe_shapes *s, hs_dtype dt,
                      void *mem);
 /* Bytes of scratch hs_moe_forward and hs_moe_backward need (the larger). */
