@@ -41,7 +41,7 @@ void hs_cpu_xent(hs_stream *s, double *loss, int64_t *valid, float *dlogits, con
     *loss = hs_xent_forward_backward(dlogits, logits, targets, N, V, scale, valid);
 }
 
-/* The vocab-parallel pieces (model/tp_head.c's loss over vocab-sharded
+/* The vocab-parallel pieces (parallel/tp_region.c's loss over vocab-sharded
  * logits): fp32 exponentials summed in fp64, the sum rounded to fp32 for
  * the all-reduce. */
 void hs_cpu_xent_shard_max(hs_stream *s, float *row_max, const float *logits, int64_t N, int V) {

@@ -14,7 +14,7 @@
 #      one (an entry that is no longer needed fails, so the list shrinks).
 #   2. Planted in a copy of the tree, a memcpy and a memset over an array
 #      in model/linear.c, a tensor/ call in optim/adamw.c and an element
-#      loop in parallel/tp_plan.c are each refused, naming the file and the
+#      loop in parallel/style.c are each refused, naming the file and the
 #      line.
 #
 # Run by ctest with -DHS_SRC=<source> -DHS_BUILD=<build> -DHS_CC=<compiler>.
@@ -118,9 +118,9 @@ expect_refused("a memset over an array of objects in the model" src/model/linear
 expect_refused("a tensor/ call in the optimizer" src/optim/adamw.c
                "static void sc(float *x) { hs_scale_f32(x, 2.0f, 1); }"
                "src/optim/adamw.c:[0-9]+: calls tensor/ directly \\(hs_scale_f32\\)")
-expect_refused("an element loop in parallel/" src/parallel/tp_plan.c
+expect_refused("an element loop in parallel/" src/parallel/style.c
                "static float ld0(const void *p) { return hs_ld(p, HS_DTYPE_F32, 0); }"
-               "src/parallel/tp_plan.c:[0-9]+: an element loop \\(hs_ld\\)")
+               "src/parallel/style.c:[0-9]+: an element loop \\(hs_ld\\)")
 file(REMOVE_RECURSE ${fixture})
 
 if(failures GREATER 0)
