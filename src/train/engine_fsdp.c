@@ -16,6 +16,7 @@ typedef struct fsdp_engine {
     hs_tp *tp;          /* pz.par's; NULL without tensor parallelism */
     hs_cp *cp;          /* NULL without context parallelism */
     hs_ep *ep;          /* NULL without expert parallelism */
+    char name[32];      /* hs_engine.name */
 } fsdp_engine;
 
 static fsdp_engine *eng_of(hs_engine *en) { return en->ctx; }
@@ -133,11 +134,12 @@ static void fsdp_free(hs_engine *en) {
     free(en);
 }
 
-/* "fsdp", "fsdp+tp", "fsdp+tp+cp+ep", ... */
-static const char *engine_name(const fsdp_engine *fe) {
-    static const char *names[8] = {"fsdp",    "fsdp+tp",    "fsdp+cp",    "fsdp+tp+cp",
-                                   "fsdp+ep", "fsdp+tp+ep", "fsdp+cp+ep", "fsdp+tp+cp+ep"};
-    return names[(fe->tp != NULL) | (fe->cp != NULL) << 1 | (fe->ep != NULL) << 2];
+/* "fsdp", "fsdp+tp", "fsdp+tp+cp+ep", ...: FSDP and the model-parallel
+ * dimensions in use, in hs_parallelize's order. */
+static void engine_name(fsdp_engine *fe) {
+    const hs_parallel_layout *l = hs_parallel_layout_of(fe->pz.par);
+    snprintf(fe->name, sizeof fe->name, "fsdp%s%s%s", l->tp > 1 ? "+tp" : "",
+             l->cp > 1 ? "+cp" : "", l->ep > 1 ? "+ep" : "");
 }
 
 hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_error *e) {
@@ -160,8 +162,9 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
     fe->cp = hs_parallel_cp(fe->pz.par);
     fe->ep = hs_parallel_ep(fe->pz.par);
     hs_model *m = fe->pz.model;
+    engine_name(fe);
     *en = (hs_engine){
-        .name = engine_name(fe),
+        .name = fe->name,
         .ctx = fe,
         .model = m,
         .hooks = fsdp_hooks,

@@ -91,8 +91,8 @@ static void run_case(hs_comm *comm, hs_mesh *mesh, const char *name, bool sp,
           e.msg);
     hs_model *m = model_of(comm, &cfg, hs_parallel_seam(par));
     double l2 = 0, a2 = 0;
-    CHECK(comm, hs_model_forward_backward(m, &b, 1.0f / (B * T), NULL, &l2, &a2, &e) == HS_OK,
-          "%s", e.msg);
+    CHECK(comm, hs_model_forward_backward(m, &b, 1.0f / (B * T), NULL, &l2, &a2, &e) == HS_OK, "%s",
+          e.msg);
     CHECK(comm, fabs(l1 - l2) <= TOL * fabs(l1), "%s: loss %.9g vs one process %.9g", name, l2, l1);
     double worst = 0;
     for (int i = 0; i < hs_model_num_params(m); i++) {
