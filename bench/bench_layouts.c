@@ -115,9 +115,10 @@ static void counts(hs_trace *t, const hs_bench_layout *l, bool mp, int64_t *coll
 
 /* Seconds inside the model-parallel collectives since the last call. */
 static double mp_seconds(hs_bench_layout *l) {
-    hs_tp *tp = hs_engine_tp(l->en);
-    hs_cp *cp = hs_engine_cp(l->en);
-    hs_ep *ep = hs_engine_ep(l->en);
+    hs_parallel *p = hs_engine_parallel(l->en);
+    hs_tp *tp = p ? hs_parallel_tp(p) : NULL;
+    hs_cp *cp = p ? hs_parallel_cp(p) : NULL;
+    hs_ep *ep = p ? hs_parallel_ep(p) : NULL;
     double s = 0.0;
     if (ep && !strcmp(l->mp_dim, "ep")) s = hs_ep_get_stats(ep).seconds, hs_ep_reset_stats(ep);
     if (tp && !strcmp(l->mp_dim, "tp")) s = hs_tp_get_stats(tp).seconds, hs_tp_reset_stats(tp);

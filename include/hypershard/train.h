@@ -148,10 +148,9 @@ void hs_engine_zero_grads(hs_engine *en);
  * Nothing for an engine that has neither. */
 void hs_engine_begin_step(hs_engine *en);
 void hs_engine_drain(hs_engine *en);
-/* The tensor-, context- and expert-parallel contexts, NULL without one. */
-hs_tp *hs_engine_tp(hs_engine *en);
-hs_cp *hs_engine_cp(hs_engine *en);
-hs_ep *hs_engine_ep(hs_engine *en);
+/* The model-parallel plan the model runs with (hs_parallel_tp / _cp / _ep
+ * give its contexts), NULL for the local engine. */
+hs_parallel *hs_engine_parallel(hs_engine *en);
 
 /* ------------------------------------------------------------- the plan */
 

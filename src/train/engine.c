@@ -92,9 +92,7 @@ void hs_engine_begin_step(hs_engine *en) {
 void hs_engine_drain(hs_engine *en) {
     if (en->drain) en->drain(en);
 }
-hs_tp *hs_engine_tp(hs_engine *en) { return en->tp ? en->tp(en) : NULL; }
-hs_cp *hs_engine_cp(hs_engine *en) { return en->cp ? en->cp(en) : NULL; }
-hs_ep *hs_engine_ep(hs_engine *en) { return en->ep ? en->ep(en) : NULL; }
+hs_parallel *hs_engine_parallel(hs_engine *en) { return en->parallel ? en->parallel(en) : NULL; }
 
 hs_status hs_engine_get_param(void *ctx, int param_index, float *out, hs_error *e) {
     hs_engine *en = ctx;

@@ -69,14 +69,11 @@ struct hs_engine {
      * load writes the masters, the trainer calls after_step so that
      * whatever derives from them (model copies, offload) is rebuilt. */
     void (*ckpt_param)(hs_engine *en, int param_index, hs_engine_ckpt_param *out);
-    /* The tensor-parallel context, or NULL (benchmarks read its stats). */
-    hs_tp *(*tp)(hs_engine *en);
-    /* The context-parallel context, or NULL. */
-    hs_cp *(*cp)(hs_engine *en);
+    /* Optional: the model-parallel plan the model runs with (its TP, CP
+     * and EP contexts; benchmarks read their stats). */
+    hs_parallel *(*parallel)(hs_engine *en);
     /* Optional: this rank's unit listing as JSON (hs_fsdp_write_units). */
     void (*write_units)(hs_engine *en, FILE *out);
-    /* The expert-parallel context (NULL without EP, or when NULL). */
-    hs_ep *(*ep)(hs_engine *en);
     /* Optional, for pipeline schedules (parallel.h): a training step
      * starts; and the forced, idempotent drain of the gradient reductions
      * after the stage's last backward (hs_fsdp_begin_step / hs_fsdp_drain). */

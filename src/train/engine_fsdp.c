@@ -13,9 +13,8 @@
 typedef struct fsdp_engine {
     hs_parallelized pz; /* the model, its seam and FSDP */
     hs_fsdp *f;         /* pz.fsdp */
-    hs_tp *tp;          /* pz.par's; NULL without tensor parallelism */
-    hs_cp *cp;          /* NULL without context parallelism */
-    hs_ep *ep;          /* NULL without expert parallelism */
+    hs_tp *tp;          /* pz.par's, for whole tensors; NULL without TP */
+    hs_ep *ep;          /* likewise; NULL without EP */
     char name[32];      /* hs_engine.name */
 } fsdp_engine;
 
@@ -45,9 +44,7 @@ static void fsdp_zero_grads(hs_engine *en) { hs_fsdp_zero_grads(fsdp_of(en)); }
 static void fsdp_begin_step(hs_engine *en) { hs_fsdp_begin_step(fsdp_of(en)); }
 static void fsdp_drain(hs_engine *en) { hs_fsdp_drain(fsdp_of(en)); }
 
-static hs_tp *fsdp_tp(hs_engine *en) { return eng_of(en)->tp; }
-static hs_cp *fsdp_cp(hs_engine *en) { return eng_of(en)->cp; }
-static hs_ep *fsdp_ep(hs_engine *en) { return eng_of(en)->ep; }
+static hs_parallel *fsdp_parallel(hs_engine *en) { return eng_of(en)->pz.par; }
 static void fsdp_write_units(hs_engine *en, FILE *out) { hs_fsdp_write_units(fsdp_of(en), out); }
 
 typedef hs_status (*gather_fn)(hs_fsdp *f, int i, float *out, hs_error *e);
@@ -159,7 +156,6 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
     }
     fe->f = fe->pz.fsdp;
     fe->tp = hs_parallel_tp(fe->pz.par);
-    fe->cp = hs_parallel_cp(fe->pz.par);
     fe->ep = hs_parallel_ep(fe->pz.par);
     hs_model *m = fe->pz.model;
     engine_name(fe);
@@ -177,9 +173,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .set_full = fsdp_set_full,
         .gather_full_grad = fsdp_gather_full_grad,
         .ckpt_param = fsdp_ckpt_param,
-        .tp = fsdp_tp,
-        .cp = fsdp_cp,
-        .ep = fsdp_ep,
+        .parallel = fsdp_parallel,
         .write_units = fsdp_write_units,
         .begin_step = fsdp_begin_step,
         .drain = fsdp_drain,

@@ -87,9 +87,7 @@ static void pp_ckpt_param(hs_engine *en, int i, hs_engine_ckpt_param *out) {
     inner_of(en)->ckpt_param(inner_of(en), i, out);
 }
 
-static hs_tp *pp_tp(hs_engine *en) { return inner_of(en)->tp(inner_of(en)); }
-static hs_cp *pp_cp(hs_engine *en) { return inner_of(en)->cp(inner_of(en)); }
-static hs_ep *pp_ep(hs_engine *en) { return inner_of(en)->ep(inner_of(en)); }
+static hs_parallel *pp_parallel(hs_engine *en) { return hs_engine_parallel(inner_of(en)); }
 static void pp_write_units(hs_engine *en, FILE *out) {
     inner_of(en)->write_units(inner_of(en), out);
 }
@@ -180,9 +178,7 @@ hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_eng
         .set_full = pp_set_full,
         .gather_full_grad = inner->gather_full_grad ? pp_gather_full_grad : NULL,
         .ckpt_param = pp_ckpt_param,
-        .tp = pp_tp,
-        .cp = pp_cp,
-        .ep = pp_ep,
+        .parallel = pp_parallel,
         .write_units = inner->write_units ? pp_write_units : NULL,
         .begin_step = pp_begin_step,
         .drain = pp_drain,
