@@ -187,10 +187,11 @@ void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_i
 /* The rows of the residual stream this rank holds of N. */
 int64_t hs_model_local_rows(const hs_model *m, int64_t N);
 
-/* step.c: hook calls that tolerate NULL hooks and NULL members. */
+/* hooks.c: hook calls that tolerate NULL hooks and NULL members. */
 void hs_hook_pre_forward(const hs_model_hooks *h, int u);
 void hs_hook_post_forward(const hs_model_hooks *h, int u);
 void hs_hook_pre_backward(const hs_model_hooks *h, int u);
 void hs_hook_post_backward(const hs_model_hooks *h, int u);
+void hs_hook_post_backward_final(const hs_model_hooks *h);
 
 #endif

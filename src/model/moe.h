@@ -66,6 +66,7 @@
 #include "hypershard/device.h"
 #include "hypershard/model.h"
 #include "hypershard/tensor.h"
+#include "model/moe_expert.h"
 
 /* Dimension letters: BT tokens (rows), C model dim, E routed experts, K
  * top_k, F expert_ffn_dim, FS shared_expert_ffn_dim (0: none); EL experts
@@ -191,24 +192,5 @@ void hs_moe_dispatch_plan(hs_moe_act *act);
 const int32_t *hs_moe_dispatch_offsets(const hs_moe_act *act);
 /* xg [BT*K, C] (dt) = x rows in grouped order. */
 void hs_moe_dispatch_gather(void *xg, const void *x, const hs_moe_act *act);
-
-/* One SwiGLU expert over n rows: h1 = xin @ w1^T, h3 = xin @ w3^T (dt),
- * a = silu(h1) * h3 (dt, scratch), y = beta * y + a @ w2^T (y in y_dt). */
-void hs_moe_swiglu_forward(hs_device *d, void *y, hs_dtype y_dt, float beta, void *h1, void *h3,
-                           void *a, const void *xin, const void *w1, const void *w3, const void *w2,
-                           hs_dtype dt, int64_t n, int C, int F);
-/* dxin = dxin_beta * dxin + (gradient w.r.t. xin) (fp32 [n, C]); dxin may
- * be dy itself (dy is dead by then). dw1/dw3/dw2 += (in gdt; NULL skips).
- * Scratch: a (dt [n, F]), dh1 and dh3 (fp32 [n, F]). */
-void hs_moe_swiglu_backward(hs_device *d, float *dxin, float dxin_beta, void *dw1, void *dw3,
-                            void *dw2, hs_dtype gdt, const float *dy, const void *xin,
-                            const void *h1, const void *h3, const void *w1, const void *w3,
-                            const void *w2, hs_dtype dt, void *a, float *dh1, float *dh3, int64_t n,
-                            int C, int F);
-
-/* Element i of a buffer of dtype dt. */
-static inline void *hs_moe_at(const void *p, hs_dtype dt, int64_t i) {
-    return (char *)p + (size_t)i * hs_dtype_size(dt);
-}
 
 #endif

@@ -7,7 +7,8 @@
  * also rounds silu(h1) alone), and the output is rounded by the caller's
  * choice of y dtype. Gradients are fp32 throughout. The gate is the
  * device's swiglu_fwd / swiglu_bwd, as in the dense MLP. */
-#include "model/moe.h"
+#include "hypershard/model.h"
+#include "model/moe_expert.h"
 
 void hs_moe_swiglu_forward(hs_device *d, void *y, hs_dtype y_dt, float beta, void *h1, void *h3,
                            void *a, const void *xin, const void *w1, const void *w3, const void *w2,

@@ -25,22 +25,6 @@
 #include "model/layers.h"
 #include "model/model_internal.h"
 
-void hs_hook_pre_forward(const hs_model_hooks *h, int u) {
-    if (h && h->pre_forward) h->pre_forward(h->ctx, u);
-}
-void hs_hook_post_forward(const hs_model_hooks *h, int u) {
-    if (h && h->post_forward) h->post_forward(h->ctx, u);
-}
-void hs_hook_pre_backward(const hs_model_hooks *h, int u) {
-    if (h && h->pre_backward) h->pre_backward(h->ctx, u);
-}
-void hs_hook_post_backward(const hs_model_hooks *h, int u) {
-    if (h && h->post_backward) h->post_backward(h->ctx, u);
-}
-static void hook_post_backward_final(const hs_model_hooks *h) {
-    if (h && h->post_backward_final) h->post_backward_final(h->ctx);
-}
-
 static hs_status check_ids(const int32_t *ids, int64_t N, int T, int V, bool allow_negative,
                            const char *what, hs_error *e) {
     for (int64_t n = 0; n < N; n++) {
@@ -343,7 +327,7 @@ static void backward_on_device(hs_model *m, const hs_batch *db, float grad_scale
     }
     trunk_backward(m, db, hooks, dlnf);
     if (root) hs_hook_post_backward(hooks, 0);
-    hook_post_backward_final(hooks);
+    hs_hook_post_backward_final(hooks);
     if (loss_sum) *loss_sum = loss;
 }
 
