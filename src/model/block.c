@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "model/layers.h"
-#include "model/model_internal.h"
+#include "model/internal.h"
 
 static void zero_f32(hs_model *m, float *x, int64_t n) {
     hs_dev_zero(m->dev, x, (size_t)n * sizeof(float));

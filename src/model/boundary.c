@@ -16,7 +16,7 @@
  * With every option off all of these are c (logits fp32) and no cast runs. */
 #include <stdlib.h>
 
-#include "model/model_internal.h"
+#include "model/internal.h"
 
 static hs_dtype promote(hs_dtype a, hs_dtype b) { return a == b ? a : HS_DTYPE_F32; }
 

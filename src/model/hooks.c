@@ -1,6 +1,6 @@
 /* The unit hooks as the model's code calls them: each tolerates NULL hooks
  * and NULL members (model.h hs_model_hooks). */
-#include "model/model_internal.h"
+#include "model/internal.h"
 
 void hs_hook_pre_forward(const hs_model_hooks *h, int u) {
     if (h && h->pre_forward) h->pre_forward(h->ctx, u);
@@ -17,4 +17,3 @@ void hs_hook_post_backward(const hs_model_hooks *h, int u) {
 void hs_hook_post_backward_final(const hs_model_hooks *h) {
     if (h && h->post_backward_final) h->post_backward_final(h->ctx);
 }
-

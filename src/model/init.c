@@ -2,7 +2,7 @@
  * parameter is normal(0, init_std) drawn at counter j of the Philox stream
  * hs_hash64(FQN), so any dim-0 slice can be initialised alone. */
 
-#include "model/model_internal.h"
+#include "model/internal.h"
 
 #define INIT_CHUNK 4096
 

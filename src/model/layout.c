@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "model/model_internal.h"
+#include "model/internal.h"
 
 static bool is_shard(const hs_param *p, int dim) {
     return p->tp.kind == HS_PLACEMENT_SHARD && p->tp.dim == dim;

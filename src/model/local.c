@@ -4,7 +4,7 @@
  * functions for the layers its plan leaves whole. ctx is the model's
  * hs_model_dims. */
 #include "model/layers.h"
-#include "model/model_internal.h"
+#include "model/internal.h"
 
 static bool one_place(void *ctx, hs_param *p, hs_error *e) {
     (void)ctx, (void)p, (void)e;

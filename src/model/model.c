@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "model/layers.h"
-#include "model/model_internal.h"
+#include "model/internal.h"
 
 #define HEAD_ROWS 256
 
@@ -473,6 +473,22 @@ void hs_model_expert_tokens_reset(hs_model *m) {
         hs_dev_zero(m->dev, m->expert_tokens,
                     (size_t)m->L * (size_t)m->moe_shapes.E * sizeof(int64_t));
 }
+
+/* The stage's chunks: what each holds (model.h, "pipeline stages"). */
+bool hs_model_is_first_stage(const hs_model *m) { return m->first_stage; }
+bool hs_model_is_last_stage(const hs_model *m) { return m->last_stage; }
+int hs_model_num_chunks(const hs_model *m) { return m->n_chunks; }
+bool hs_model_chunk_has_embedding(const hs_model *m, int chunk) {
+    return m->first_stage && chunk == 0;
+}
+bool hs_model_chunk_has_head(const hs_model *m, int chunk) {
+    return m->last_stage && chunk == m->n_chunks - 1;
+}
+int hs_model_block_layer(const hs_model *m, int local) {
+    HS_ASSERT(local >= 0 && local < m->L);
+    return m->layer_of[local];
+}
+int hs_model_num_slots(const hs_model *m) { return m->n_slots; }
 
 int64_t hs_model_local_rows(const hs_model *m, int64_t N) { return N / m->par->row_split; }
 

@@ -1,10 +1,10 @@
 /* The whole MoE layer: memory layout of the saved activations and scratch,
  * and forward / backward composed from the router, the dispatch and the
- * SwiGLU expert kernel. See moe.h for the contract. */
+ * SwiGLU expert kernel. See moe_layer.h for the contract. */
 #include <string.h>
 
 #include "model/layers.h"
-#include "model/moe.h"
+#include "model/moe_layer.h"
 
 hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C) {
     hs_moe_shapes s = {BT,

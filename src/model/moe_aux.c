@@ -12,7 +12,7 @@
  * exact. f_e counts selections, so only P carries a gradient. */
 #include <stdlib.h>
 
-#include "model/moe.h"
+#include "model/moe_layer.h"
 
 size_t hs_moe_aux_bytes(int E) { return (size_t)E * (sizeof(int64_t) + sizeof(double)); }
 

@@ -3,7 +3,7 @@
  * GEMM over a contiguous block of rows instead of one matrix-vector product
  * per token. Within an expert the rows keep token order, which makes every
  * sum over them deterministic. */
-#include "model/moe.h"
+#include "model/moe_layer.h"
 
 void hs_moe_dispatch_plan(hs_moe_act *act) {
     act->dev->k->moe_dispatch(act->dev->stream, act->offset, act->row_pair, act->pair_row, act->sel,

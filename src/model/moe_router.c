@@ -9,7 +9,7 @@
  * output dtype) before the fp32 softmax, and the renormalised weights are
  * rounded to the compute dtype ("routing_weights.to(hidden_states.dtype)").
  * Backward treats both roundings as the identity. */
-#include "model/moe.h"
+#include "model/moe_layer.h"
 
 void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int BT) {
     const int C = act->cap.C, E = act->cap.E, K = act->cap.K;

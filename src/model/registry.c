@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model_internal.h"
+#include "model/internal.h"
 
 static const char *const KIND_NAMES[] = {"embedding", "norm",   "linear",
                                          "lm_head",   "router", "expert"};

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "model/layers.h"
-#include "model/model_internal.h"
+#include "model/internal.h"
 
 static hs_status check_ids(const int32_t *ids, int64_t N, int T, int V, bool allow_negative,
                            const char *what, hs_error *e) {
@@ -236,21 +236,6 @@ static double head_forward(hs_model *m, const hs_batch *b, bool want_loss, float
     count_root_casts(m, false);
     return loss;
 }
-
-bool hs_model_is_first_stage(const hs_model *m) { return m->first_stage; }
-bool hs_model_is_last_stage(const hs_model *m) { return m->last_stage; }
-int hs_model_num_chunks(const hs_model *m) { return m->n_chunks; }
-bool hs_model_chunk_has_embedding(const hs_model *m, int chunk) {
-    return m->first_stage && chunk == 0;
-}
-bool hs_model_chunk_has_head(const hs_model *m, int chunk) {
-    return m->last_stage && chunk == m->n_chunks - 1;
-}
-int hs_model_block_layer(const hs_model *m, int local) {
-    HS_ASSERT(local >= 0 && local < m->L);
-    return m->layer_of[local];
-}
-int hs_model_num_slots(const hs_model *m) { return m->n_slots; }
 
 int64_t hs_model_stage_numel(const hs_model *m, const hs_batch *b) {
     return hs_model_local_rows(m, (int64_t)b->B * b->T) * m->C;

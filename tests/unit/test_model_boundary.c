@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "hypershard/model.h"
-#include "model/model_internal.h"
+#include "model/internal.h"
 
 #define B 2
 #define T 6

@@ -11,7 +11,7 @@
 
 #include "hypershard/base.h"
 #include "hypershard/tensor.h"
-#include "model/moe.h"
+#include "model/moe_layer.h"
 
 /* The cpu device the layers compute on, created once for the whole run. */
 static hs_device *cpu_dev(void) {

@@ -1,4 +1,4 @@
-/* model/moe.h — the sparse MoE feed-forward layer (Mixtral's
+/* model/moe_layer.h — the sparse MoE feed-forward layer (Mixtral's
  * MixtralSparseMoeBlock) as a forward / backward pair, plus the
  * load-balancing aux loss across layers. Private to src/model/.
  *

@@ -1,4 +1,4 @@
-/* model/model_internal.h — the hs_model struct and what its files share.
+/* model/internal.h — the hs_model struct and what its files share.
  *
  * Files: registry.c (parameters, units, FQNs, counts), init.c (weights),
  * model.c (create / free, buffers), boundary.c (the dtypes at unit
@@ -12,7 +12,7 @@
 #include <stdbool.h>
 
 #include "hypershard/model.h"
-#include "model/moe.h"
+#include "model/moe_layer.h"
 
 /* The parameters of one decoder block (pointers into hs_model.params). */
 typedef struct hs_block_params {
