@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "hypershard/ckpt.h"
-#include "train/trainer.h"
+#include "train/run.h"
 
 typedef struct ckpt_list {
     hs_ckpt_tensor *t;

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train/trainer.h"
+#include "train/run.h"
 
 typedef struct holder {
     long pid;

@@ -1,11 +1,9 @@
-/* The model as the trainer calls it: on whole sequences, or under context
- * parallelism on this rank's CP rows of each (chunks r and 2*cp-1-r;
- * model.h hs_cp_take_local_ids). The loss sums of the CP ranks add up to the
- * sequences' (the trainer sums over dp x cp); logits come back whole. */
+/* This rank's rows of a batch: whole sequences, or under context
+ * parallelism its CP rows of each (chunks r and 2*cp-1-r;
+ * parallel.h hs_cp_take_local_ids), in buffers the trainer keeps. */
 #include <stdlib.h>
-#include <string.h>
 
-#include "train/trainer.h"
+#include "train/run.h"
 
 hs_status hs_cp_batch_init(hs_trainer *t, hs_error *e) {
     t->cp = t->topo->cp;
@@ -35,35 +33,4 @@ hs_batch hs_train_local_batch(hs_trainer *t, const int32_t *tokens, const int32_
     hs_cp_take_local_ids(t->ltokens, tokens, t->cp, t->cp_rank, B, Tl);
     hs_cp_take_local_ids(t->ltargets, targets, t->cp, t->cp_rank, B, Tl);
     return (hs_batch){.tokens = t->ltokens, .targets = t->ltargets, .B = B, .T = Tl};
-}
-
-hs_status hs_train_forward_backward(hs_trainer *t, const int32_t *tokens, const int32_t *targets,
-                                    int B, float grad_scale, double *loss_sum, double *aux,
-                                    hs_error *e) {
-    hs_batch b = hs_train_local_batch(t, tokens, targets, B);
-    return hs_model_forward_backward(t->engine->model, &b, grad_scale, t->hooks, loss_sum, aux, e);
-}
-
-/* One forward of the local rows: the model, or the pipeline's stages. */
-static hs_status forward(hs_trainer *t, const hs_batch *b, double *loss_sum, float *logits,
-                         hs_error *e) {
-    if (t->pp) return hs_pp_forward(t, b, loss_sum, logits, e);
-    return hs_model_forward(t->engine->model, b, t->hooks, loss_sum, logits, e);
-}
-
-hs_status hs_train_forward(hs_trainer *t, const int32_t *tokens, const int32_t *targets, int B,
-                           double *loss_sum, float *logits, hs_error *e) {
-    hs_batch b = hs_train_local_batch(t, tokens, targets, B);
-    if (t->cp < 2) return forward(t, &b, loss_sum, logits, e);
-    HS_ASSERT(!logits || B == 1);
-    hs_status s = forward(t, &b, loss_sum, logits ? t->llogits : NULL, e);
-    if (s != HS_OK || !logits) return s;
-    int64_t V = t->cfg->model.vocab_size, n = (int64_t)b.T * V;
-    /* host arrays: the model copied its logits across */
-    s = hs_pg_all_gather(t->cp_group, NULL, t->cp_blocks, t->llogits, n, HS_DTYPE_F32, e);
-    for (int r = 0; s == HS_OK && r < t->cp; r++)
-        for (int i = 0; i < b.T; i++)
-            memcpy(logits + hs_cp_global_position(t->cp, r, b.T, i) * V,
-                   t->cp_blocks + ((int64_t)r * b.T + i) * V, (size_t)V * sizeof(float));
-    return s;
 }

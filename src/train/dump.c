@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/trainer.h"
+#include "train/run.h"
 
 typedef hs_status (*dump_get_fn)(hs_engine *en, int param_index, float *out, hs_error *e);
 

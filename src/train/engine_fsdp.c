@@ -2,7 +2,7 @@
  * hooks install, the optimizer updates the local shards. hs_parallelize
  * builds it: TP, CP and EP through parallel/'s seam, the pipeline stage's
  * chunks, then FSDP over the local tensors (spec 004 §3 steps 1-2). */
-#include "train/engine_fsdp.h"
+#include "train/engines.h"
 
 #include <stdlib.h>
 #include <string.h>

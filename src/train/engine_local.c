@@ -4,8 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/engine.h"
-#include "train/engine_fsdp.h"
+#include "train/engines.h"
 
 typedef struct local_ctx {
     hs_optim_param *params;

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "train/engine.h"
-#include "train/trainer.h"
+#include "train/engines.h"
+#include "train/run.h"
 
 typedef struct pp_engine {
     hs_engine *inner;

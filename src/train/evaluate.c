@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/trainer.h"
+#include "train/run.h"
 
 #define EVAL_SEQUENCES 32
 #define SAMPLE_PROMPT 24

@@ -4,7 +4,7 @@
 #include <fnmatch.h>
 #include <string.h>
 
-#include "train/engine.h"
+#include "train/engines.h"
 
 static bool frozen_name(const hs_config *cfg, const char *fqn) {
     for (int k = 0; k < cfg->train.n_freeze; k++)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/trainer.h"
+#include "train/run.h"
 
 /* A trainer with its weights loaded and nothing written. */
 static hs_status open_trainer(hs_trainer *t, const hs_config *cfg, const hs_topology *topo,

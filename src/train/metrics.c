@@ -3,10 +3,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "train/trainer.h"
+#include "train/run.h"
 
 /* The MFU denominator: what this process's GEMM achieves on a square
  * matrix of model-like size in the step's compute dtype (the 16-bit matmul
@@ -140,24 +138,6 @@ void hs_metrics_log(hs_trainer *t, const hs_step_result *r) {
                 (int)snprintf(NULL, 0, "%d", steps), r->step, steps, r->loss, val, r->grad_norm,
                 r->lr, r->tokens / r->step_time_s / 1e3, 100.0 * step_mfu(t, r),
                 (double)r->peak_device_bytes / (1 << 20), eta);
-}
-
-int64_t hs_metrics_offset(FILE *f) {
-    off_t at = ftello(f);
-    return at > 0 ? (int64_t)at : 0;
-}
-
-void hs_metrics_lost(hs_trainer *t, FILE **f, const char *path, int64_t good, int err,
-                     int64_t step) {
-    fclose(*f); /* fails as the write did; what it could not flush is dropped */
-    *f = NULL;
-    /* The file keeps its whole lines (records), so whatever reads it parses. */
-    struct stat st;
-    bool cut = stat(path, &st) == 0 && S_ISREG(st.st_mode) && truncate(path, (off_t)good) != 0;
-    hs_log_warn(t->log,
-                "cannot write %s at step %lld: %s; it keeps the steps before%s, and the "
-                "run goes on without it (checkpoints and the final weights are written as usual)",
-                path, (long long)step, strerror(err), cut ? " (the last one cut short)" : "");
 }
 
 void hs_metrics_close(hs_trainer *t) {

@@ -1,6 +1,6 @@
 /* hs_parallelize: one rank's model, parallelized in torchtitan's order —
  * TP, CP and EP by parallel/'s style table, the pipeline stage, FSDP. */
-#include "train/engine.h"
+#include "train/engines.h"
 
 #include "hypershard/fsdp.h"
 #include "hypershard/parallel.h"

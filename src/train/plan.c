@@ -19,7 +19,7 @@
 
 #include "hypershard/parallel.h"
 #include "hypershard/train.h"
-#include "train/engine.h"
+#include "train/engines.h"
 
 /* Roles whose chunks hold at most this many blocks are described exactly. */
 #define EXACT_BLOCKS 64

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/trainer.h"
+#include "train/run.h"
 
 hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
     const hs_config *cfg = t->cfg;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/trainer.h"
+#include "train/run.h"
 
 static hs_status gather_words(hs_pg *g, const void *vals, int n, void **all, hs_error *e) {
     int w = hs_pg_size(g);

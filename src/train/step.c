@@ -3,7 +3,7 @@
  * optimizer update and zeroed gradients (DESIGN.md §3). */
 #include <math.h>
 
-#include "train/trainer.h"
+#include "train/run.h"
 
 /* Valid targets in the whole global batch g. Every rank can count them
  * because every rank reads the same data, which spares a collective; the

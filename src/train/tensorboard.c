@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train/trainer.h"
+#include "train/run.h"
 
 /* CRC-32C (Castagnoli, reflected 0x82F63B78), bit by bit: the records are
  * a few hundred bytes per step. */

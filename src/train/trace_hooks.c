@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 
-#include "train/trainer.h"
+#include "train/run.h"
 
 static void span(hs_trace_hooks *th, const char *phase, int unit, double t0) {
     const hs_unit_desc *u = hs_model_unit(th->model, unit);

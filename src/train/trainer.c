@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/trainer.h"
+#include "train/run.h"
 
 static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
     hs_engine_env env = {.cfg = t->cfg,
@@ -108,7 +108,7 @@ static hs_status outputs_check(hs_trainer *t, hs_error *e) {
 }
 
 /* Everything that can reject the inputs runs before out_dir exists
- * (trainer.h). */
+ * (run.h). */
 hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     const hs_config *cfg = t->cfg;
     hs_device_kind kind;

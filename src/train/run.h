@@ -1,16 +1,16 @@
-/* train/trainer.h — the trainer's private state and the pieces of one run:
+/* train/run.h — the trainer's private state and the pieces of one run:
  * the step (step.c), metrics and logging (metrics.c), evaluation and the
  * greedy sample (evaluate.c), span-recording hooks (trace_hooks.c) and the
  * cross-rank reductions they share (reduce.c). */
-#ifndef HS_TRAIN_TRAINER_H
-#define HS_TRAIN_TRAINER_H
+#ifndef HS_TRAIN_RUN_H
+#define HS_TRAIN_RUN_H
 
 #include <stdio.h>
 
 #include "hypershard/ckpt.h"
 #include "hypershard/data.h"
 #include "hypershard/train.h"
-#include "train/engine.h"
+#include "train/engines.h"
 
 /* Wraps the engine's hooks to record one compute span per unit per
  * forward / backward, and the memory counters, when tracing is on. */

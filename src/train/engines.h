@@ -1,4 +1,4 @@
-/* train/engine.h — where parameters live, as seen by the trainer.
+/* train/engines.h — where parameters live, as seen by the trainer.
  *
  * The trainer drives one optimizer step the same way whatever holds the
  * weights: it asks the engine for the model's hooks, announces each
@@ -11,8 +11,8 @@
  * engine_local.c: one process; the model owns full params and grads.
  * An FSDP engine (built on fsdp.h) plugs in through hs_engine_create.
  */
-#ifndef HS_TRAIN_ENGINE_H
-#define HS_TRAIN_ENGINE_H
+#ifndef HS_TRAIN_ENGINES_H
+#define HS_TRAIN_ENGINES_H
 
 #include "hypershard/comm.h"
 #include "hypershard/config.h"
@@ -104,6 +104,11 @@ hs_model *hs_engine_catalog(const hs_engine *en);
  * that gather_full / set_full / gather_full_grad address the whole model
  * (the owning stage gathers, the pp group receives it by broadcast) and
  * grad_norm counts every stage; takes ownership of inner. */
+/* The FSDP engine: the model without parameter storage, wrapped
+ * (FSDP2Manager) by hs_parallelize: parameters are sharded over the mesh's
+ * FSDP groups and initialised from train.seed so that every shard equals the
+ * same rows of the one-process init. */
+hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_error *e);
 hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_engine **out,
                               hs_error *e);
 
