@@ -115,7 +115,13 @@ int hs_comm_size(const hs_comm *c);
 int hs_comm_local_ranks(const hs_comm *c);
 hs_trace *hs_comm_trace(hs_comm *c);
 void hs_comm_set_timeout(hs_comm *c, double timeout_s);
-/* Print the error on this rank and end every rank (exit code from the status). */
+/* The one way to end a distributed run from code that cannot return a
+ * status (a collective failing on the compute path, a communication
+ * thread, an FSDP hook) or from a command whose error may be on this rank
+ * alone: print the error on this rank and end every rank, the exit code
+ * from e's status (docs/errors.md). c == NULL (no context yet, or none at
+ * all): every rank of MPI_COMM_WORLD when MPI is running, else this
+ * process. */
 _Noreturn void hs_comm_abort(hs_comm *c, const hs_error *e);
 
 hs_pg *hs_comm_world(hs_comm *c);
@@ -219,8 +225,5 @@ void hs_comm_balance_blas_threads(hs_comm *c);
  * calls last, after hs_comm_finalize. */
 void hs_comm_boot(int *argc, char ***argv, int *rank, int *world);
 void hs_comm_boot_end(void);
-/* End every rank of the world with exit code `code`, where no context
- * exists to abort (hs_comm_init failed on this rank). */
-void hs_comm_boot_abort(int code);
 
 #endif

@@ -91,6 +91,7 @@ static hs_status sample_generate(hs_trainer *t, int32_t *seq, int prompt, int to
         if (rows < t->T) {
             hs_batch b = {.tokens = seq, .targets = t->targets, .B = 1, .T = rows};
             s = hs_model_forward(t->engine->model, &b, t->hooks, &loss_sum, t->logits, e);
+            if (s == HS_OK) s = hs_device_status(t->dev, e);
         } else {
             s = hs_train_forward(t, seq, t->targets, 1, &loss_sum, t->logits, e);
         }

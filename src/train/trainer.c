@@ -153,7 +153,9 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     if (s != HS_OK) return s;
     int pd = t->cfg->fsdp.mix_precision.param_dtype;
     t->peak_dtype = hs_peak_flops_dtype(pd == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)pd);
-    double peak = hs_measure_peak_flops(t->peak_dtype);
+    double peak = 0.0;
+    s = hs_measure_peak_flops(t->peak_dtype, &peak, e);
+    if (s != HS_OK) return s;
     s = hs_reduce_sum_f64(t->world_group, &peak, 1, e);
     t->peak_flops = peak;
     return s;
