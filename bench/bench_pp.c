@@ -58,9 +58,10 @@ typedef struct opts {
     int steps, layers, dim, seq, micro;
 } opts;
 
-static void config_for(const opts *o, pp_layout *l, int world) {
+static hs_status config_for(const opts *o, pp_layout *l, int world, hs_error *e) {
     hs_config *c = &l->cfg;
-    hs_config_defaults(c);
+    hs_status st = hs_config_defaults(c, e);
+    if (st != HS_OK) return st;
     c->model.vocab_size = 4096;
     c->model.dim = o->dim;
     c->model.n_layers = o->layers;
@@ -75,13 +76,14 @@ static void config_for(const opts *o, pp_layout *l, int world) {
     c->train.micro_batch_size = 1;
     c->train.global_batch_size = o->micro * (world / l->pp);
     strcpy(c->optimizer.target, "adamw");
+    return HS_OK;
 }
 
 static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *e) {
     int world = hs_comm_size(c), rank = hs_comm_rank(c);
-    config_for(o, l, world);
+    hs_status s = config_for(o, l, world, e);
     l->T = o->seq;
-    hs_status s = hs_topology_derive(&l->topo, world, 1, 1, 1, l->pp, world / l->pp, 1, e);
+    if (s == HS_OK) s = hs_topology_derive(&l->topo, world, 1, 1, 1, l->pp, world / l->pp, 1, e);
     if (s == HS_OK) s = hs_mesh_create_named(c, &l->topo, l->prefix, &l->mesh, e);
     if (s == HS_OK) s = hs_device_create(HS_DEVICE_CPU, NULL, &l->dev, e);
     if (s != HS_OK) return s;

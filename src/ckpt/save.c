@@ -187,7 +187,8 @@ static void fill_meta(FILE *f, const void *m) {
     hs_ckpt_meta_write(m, f, "", &ignored); /* ferror is checked by the caller */
 }
 
-static void fill_config(FILE *f, const void *cfg) { hs_config_dump(cfg, NULL, f); }
+/* Without a topology the dump allocates nothing: it cannot fail. */
+static void fill_config(FILE *f, const void *cfg) { hs_config_dump(cfg, NULL, f, NULL); }
 
 /* Rename tmp to final. An existing final (the same step saved again) is
  * swapped out atomically and deleted afterwards. */

@@ -275,8 +275,10 @@ static int infer_main(const char *cmd, int argc, char **argv) {
     for (int i = 0; ov && i < a.n_overrides; i++) ov[n++] = a.overrides[i];
     hs_config cfg;
     hs_topology topo;
-    hs_config_defaults(&cfg);
-    if (s == HS_OK && !ov) s = hs_error_set(&e, HS_ERR_OOM, "%s: cannot allocate", cmd);
+    hs_status ds = hs_config_defaults(&cfg, s == HS_OK ? &e : NULL);
+    if (s == HS_OK) s = ds;
+    if (s == HS_OK && !ov)
+        s = hs_error_oom(&e, "%s: the list of %d overrides", cmd, N_RESET + 1 + a.n_overrides);
     if (s == HS_OK) s = hs_config_load(&cfg, config, ov, n, &e);
     if (s == HS_OK) s = hs_config_validate(&cfg, world, &topo, rank == 0 ? &log : NULL, &e);
     if (s == HS_OK) s = run(&a, &cfg, &topo, a.run, &log, rank, &e);

@@ -72,7 +72,8 @@ static hs_status parse_pair(mesh_args *a, const char *arg, hs_error *e) {
 
 static hs_status parse_args(mesh_args *a, int argc, char **argv, hs_error *e) {
     hs_config d;
-    hs_config_defaults(&d);
+    hs_status st = hs_config_defaults(&d, e);
+    if (st != HS_OK) return st;
     *a = (mesh_args){.tp = 1,
                      .cp = 1,
                      .ep = 1,
@@ -110,7 +111,12 @@ static hs_status print_stages(const hs_topology *t, int n_layers, FILE *f, hs_er
                             2 * sizeof(int) * (size_t)t->pp);
     }
     hs_config c;
-    hs_config_defaults(&c);
+    hs_status st = hs_config_defaults(&c, e);
+    if (st != HS_OK) {
+        free(first);
+        free(count);
+        return st;
+    }
     c.model.n_layers = n_layers;
     c.accelerator.pp_size = t->pp;
     hs_config_pp_stages(&c, first, count);
@@ -144,7 +150,11 @@ int hs_cmd_mesh(int argc, char **argv) {
     hs_error e;
     hs_error_clear(&e);
     mesh_args a;
-    if (parse_args(&a, argc, argv, &e) != HS_OK) {
+    if (parse_args(&a, argc, argv, &e) == HS_ERR_OOM) {
+        fprintf(stderr, "hypershard mesh: %s\n", e.msg);
+        return hs_status_exit_code(e.code);
+    }
+    if (e.code != HS_OK) {
         print_lines(&e, "usage");
         mesh_usage(stderr);
         return hs_status_exit_code(e.code);

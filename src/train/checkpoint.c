@@ -199,8 +199,7 @@ static void compat_explain(const hs_config *mine, const char *step_dir, uint64_t
                            hs_error *e) {
     char path[HS_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.yaml", step_dir);
-    hs_config saved;
-    hs_config_defaults(&saved);
+    hs_config saved; /* set by hs_config_load, whatever it returns */
     hs_error e2;
     hs_error_clear(&e2);
     if (hs_config_load(&saved, path, NULL, 0, &e2) != HS_OK) {
@@ -235,8 +234,7 @@ hs_status hs_train_ckpt_config_check(const char *step_dir, uint64_t saved_hash, 
     char path[HS_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.yaml", step_dir);
     if (access(path, F_OK) != 0) return HS_OK; /* a checkpoint saved without a config */
-    hs_config saved;
-    hs_config_defaults(&saved);
+    hs_config saved;                           /* set by hs_config_load, whatever it returns */
     hs_error e2;
     hs_error_clear(&e2);
     hs_status s = hs_config_load(&saved, path, NULL, 0, &e2);

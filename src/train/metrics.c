@@ -71,7 +71,11 @@ hs_status hs_metrics_open(hs_trainer *t, hs_error *e) {
     snprintf(path, sizeof path, "%s/config.yaml", dir);
     FILE *f = hs_fopen(path, "w", "check that train.out_dir is writable", e);
     if (!f) return e->code;
-    hs_config_dump(t->cfg, t->topo, f);
+    s = hs_config_dump(t->cfg, t->topo, f, e);
+    if (s != HS_OK) {
+        fclose(f);
+        return s;
+    }
     s = hs_fclose_written(f, path, "check the free space of train.out_dir", e);
     if (s != HS_OK) return s;
     char *mp = t->metrics_path;
