@@ -163,7 +163,7 @@ static hs_status setup_make(const fsdp_bench *b, const combo *k, hs_pg *pg, setu
     size_t ntok = (size_t)(b->batch * b->seq);
     s->tok = malloc(sizeof(int32_t) * ntok);
     s->tgt = malloc(sizeof(int32_t) * ntok);
-    if (!s->tok || !s->tgt) return hs_error_set(e, HS_ERR_OOM, "bench fsdp: token buffers");
+    if (!s->tok || !s->tgt) return hs_error_oom(e, "bench fsdp: token buffers");
     for (size_t i = 0; i < ntok; i++) {
         uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(b->rank * 40503u + 17u);
         s->tok[i] = (int32_t)(h % 512u);
@@ -235,7 +235,7 @@ static hs_status measure_all(const fsdp_bench *b, const combo *ks, int n, hs_pg 
     if (!ss || !sm) {
         free(ss);
         free(sm);
-        return hs_error_set(e, HS_ERR_OOM, "bench fsdp: %d set-ups", n);
+        return hs_error_oom(e, "bench fsdp: %d set-ups", n);
     }
     hs_status st = HS_OK;
     int made = 0;

@@ -67,7 +67,7 @@ hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_la
     l->tokens = malloc(bt * sizeof(int32_t));
     l->targets = malloc(bt * sizeof(int32_t));
     if (s == HS_OK && (!l->tokens || !l->targets))
-        s = hs_error_set(e, HS_ERR_OOM, "bench: cannot allocate the batch");
+        s = hs_error_oom(e, "bench: cannot allocate the batch");
     /* the same sequences on the ranks of a TP / CP group: seeded by their dp rank */
     if (s == HS_OK)
         hs_bench_random_batch(l->tokens, l->targets, bt, bm->vocab,
@@ -76,7 +76,7 @@ hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_la
         int Tl = bm->seq / l->cp, r = hs_mesh_coords(l->mesh).cp;
         int32_t *tok = malloc(bt / (size_t)l->cp * sizeof(int32_t));
         int32_t *tgt = malloc(bt / (size_t)l->cp * sizeof(int32_t));
-        if (!tok || !tgt) s = hs_error_set(e, HS_ERR_OOM, "bench: cannot allocate the CP batch");
+        if (!tok || !tgt) s = hs_error_oom(e, "bench: cannot allocate the CP batch");
         if (s == HS_OK) {
             hs_cp_take_local_ids(tok, l->tokens, l->cp, r, l->mbs, Tl);
             hs_cp_take_local_ids(tgt, l->targets, l->cp, r, l->mbs, Tl);

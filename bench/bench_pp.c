@@ -114,7 +114,7 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
     l->n_actions = 2 * l->M * V;
     l->actions = malloc(sizeof *l->actions * (size_t)l->n_actions);
     if (s == HS_OK && (!l->tokens || !l->targets || !l->actions))
-        s = hs_error_set(e, HS_ERR_OOM, "bench pp: cannot allocate the batches");
+        s = hs_error_oom(e, "bench pp: cannot allocate the batches");
     if (s != HS_OK) return s;
     /* the stages of one pipeline read the same micro-batches */
     hs_bench_random_batch(l->tokens, l->targets, n, l->cfg.model.vocab_size,

@@ -224,7 +224,7 @@ static hs_status run_open(bench_run *r, const bench_model *bm, hs_error *e) {
     r->tokens = malloc(bt * sizeof(int32_t));
     r->targets = malloc(bt * sizeof(int32_t));
     if (s == HS_OK && (!r->tokens || !r->targets))
-        s = hs_error_set(e, HS_ERR_OOM, "bench step %s: cannot allocate the batch", bm->name);
+        s = hs_error_oom(e, "bench step %s: cannot allocate the batch", bm->name);
     if (s == HS_OK)
         hs_bench_random_batch(r->tokens, r->targets, bt, r->cfg.model.vocab_size, 12345);
     return s;

@@ -313,7 +313,7 @@ hs_status hs_trace_serialize(const hs_trace *t, double clock_offset_s, char **ou
     size_t n = 0;
     FILE *f = open_memstream(&buf, &n);
     if (!f)
-        return hs_error_set(e, HS_ERR_OOM, "cannot serialise the trace of rank %d: %s", t->rank,
+        return hs_error_oom(e, "cannot serialise the trace of rank %d: %s", t->rank,
                             hs_strerror_errno());
     trace_lock(t);
     put_header(t, f);
@@ -321,8 +321,7 @@ hs_status hs_trace_serialize(const hs_trace *t, double clock_offset_s, char **ou
     trace_unlock(t);
     if (fclose(f) != 0 || !buf) {
         free(buf);
-        return hs_error_set(e, HS_ERR_OOM, "cannot serialise the trace of rank %d: out of memory",
-                            t->rank);
+        return hs_error_oom(e, "cannot serialise the trace of rank %d: out of memory", t->rank);
     }
     *out = buf;
     *len = n;

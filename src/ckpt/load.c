@@ -200,8 +200,8 @@ static hs_status chunk_buffer(hs_ckpt *c, const hs_ckpt_entry *t, const char *bo
     c->buf = malloc(n);
     c->buf_cap = c->buf ? n : 0;
     if (!c->buf)
-        return hs_error_set(e, HS_ERR_OOM,
-                            "cannot allocate %zu bytes to read tensor '%s' chunk "
+        return hs_error_oom(e,
+                            "%zu bytes to read tensor '%s' chunk "
                             "%s from %s",
                             n, t->name, box, path);
     return HS_OK;

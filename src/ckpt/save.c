@@ -110,8 +110,8 @@ static hs_status stage_alloc(saver *sv, const hs_ckpt_tensor *t, int n, const ch
     sv->piece = need < PIECE ? need : PIECE;
     sv->stage = malloc(sv->piece);
     if (!sv->stage)
-        return hs_error_set(e, HS_ERR_OOM,
-                            "cannot allocate the %zu-byte host buffer to write "
+        return hs_error_oom(e,
+                            "the %zu-byte host buffer to write "
                             "device tensors to %s",
                             sv->piece, path);
     return HS_OK;

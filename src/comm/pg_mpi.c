@@ -193,7 +193,9 @@ static hs_status mpi_p2p_start(void *ctx, const hs_coll_args *a, void **req, hs_
     *req = NULL;
     if (a->count >= INT_MAX / 2) return HS_OK;
     MPI_Request *r = malloc(sizeof *r);
-    if (!r) return hs_error_set(e, HS_ERR_OOM, "cannot allocate an MPI request");
+    if (!r)
+        return hs_error_oom(e, "a %s request on group '%s': %zu bytes",
+                            a->op == HS_OP_SEND ? "send" : "recv", g->name, sizeof *r);
     bool send = a->op == HS_OP_SEND;
     int rc = send ? MPI_Isend(a->in, (int)a->count, mpi_type(a->dt), a->peer, a->tag, g->p2p, r)
                   : MPI_Irecv(a->out, (int)a->count, mpi_type(a->dt), a->peer, a->tag, g->p2p, r);

@@ -52,8 +52,7 @@ hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out
                             "accelerator.device: unknown device kind %d; use 'cpu'", (int)kind);
     hs_device *d = calloc(1, sizeof *d);
     if (d == NULL)
-        return hs_error_set(e, HS_ERR_OOM, "cannot allocate the %s device object",
-                            kind_names[kind]);
+        return hs_error_oom(e, "the %s device object: %zu bytes", kind_names[kind], sizeof *d);
     hs_pool_init(&d->device_pool, "device");
     hs_pool_init(&d->host_pool, "host");
     d->trace = trace;

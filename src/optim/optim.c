@@ -150,7 +150,7 @@ hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *para
     optim_slot *slots = calloc(n > 0 ? (size_t)n : 1, sizeof *slots);
     if (o == NULL || slots == NULL) {
         free(o), free(slots);
-        return hs_error_set(e, HS_ERR_OOM, "cannot allocate the optimizer for %d params", n);
+        return hs_error_oom(e, "cannot allocate the optimizer for %d params", n);
     }
     o->cfg = *cfg;
     if (dev == NULL && hs_device_create(HS_DEVICE_CPU, NULL, &o->own_dev, e) != HS_OK) {

@@ -52,13 +52,13 @@ static hs_status list_add(ckpt_list *l, const char *prefix, const hs_param *p, c
         hs_ckpt_tensor *t = realloc(l->t, sizeof *t * (size_t)cap);
         if (t) l->t = t;
         char **names = t ? realloc(l->names, sizeof *names * (size_t)cap) : NULL;
-        if (!names) return hs_error_set(e, HS_ERR_OOM, "checkpoint: cannot grow the tensor list");
+        if (!names) return hs_error_oom(e, "checkpoint: cannot grow the tensor list");
         l->names = names;
         l->cap = cap;
     }
     size_t len = strlen(prefix) + strlen(p->fqn) + strlen(suffix) + 1;
     char *name = malloc(len);
-    if (!name) return hs_error_set(e, HS_ERR_OOM, "checkpoint: cannot allocate a tensor name");
+    if (!name) return hs_error_oom(e, "checkpoint: cannot allocate a tensor name");
     snprintf(name, len, "%s%s%s", prefix, p->fqn, suffix);
     hs_ckpt_tensor *t = &l->t[l->n];
     hs_ckpt_tensor_full(t, name, dt, p->ndim, p->shape, data);

@@ -128,13 +128,12 @@ hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_eng
                            .describe_only = true};
     hs_model *catalog = NULL;
     hs_status s = en && pe ? hs_model_create(&env->cfg->model, &mo, &catalog, e)
-                           : hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate the PP engine");
+                           : hs_error_oom(e, "engine: cannot allocate the PP engine");
     int n = catalog ? hs_model_num_params(catalog) : 0;
     if (s == HS_OK) {
         pe->owner = calloc((size_t)n + 1, sizeof *pe->owner);
         pe->local = calloc((size_t)n + 1, sizeof *pe->local);
-        if (!pe->owner || !pe->local)
-            s = hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate the stage map");
+        if (!pe->owner || !pe->local) s = hs_error_oom(e, "engine: cannot allocate the stage map");
     }
     if (s != HS_OK) {
         hs_model_free(catalog);

@@ -449,7 +449,7 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
     unit_sz *tops = calloc((size_t)nu + 1, sizeof *tops);
     if (!top_index || !tops) {
         free(top_index), free(tops), hs_model_free(m);
-        return hs_error_set(e, HS_ERR_OOM, "plan: cannot allocate %d unit sizes", nu);
+        return hs_error_oom(e, "plan: cannot allocate %d unit sizes", nu);
     }
     for (int ui = 0; ui < nu; ui++)
         if (ui == 0 || !hs_model_unit(m, ui)->is_expert) top_index[ui] = n_top++;
@@ -469,7 +469,7 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
     unit_sz **seq = calloc((size_t)n_seq + 1, sizeof *seq);
     if (!seq) {
         free(top_index), free(tops);
-        return hs_error_set(e, HS_ERR_OOM, "plan: cannot allocate %d units", n_seq);
+        return hs_error_oom(e, "plan: cannot allocate %d units", n_seq);
     }
     if (exact) {
         for (int k = 0; k < n_top; k++) seq[k] = &tops[k];

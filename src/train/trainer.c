@@ -21,7 +21,7 @@ static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
     hs_model *m = hs_engine_catalog(t->engine);
     int n = hs_model_num_params(m);
     const char **fqns = malloc(sizeof(char *) * (size_t)(n ? n : 1));
-    if (!fqns) return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate");
+    if (!fqns) return hs_error_oom(e, "trainer: cannot allocate");
     for (int i = 0; i < n; i++) fqns[i] = hs_model_param(m, i)->fqn;
     s = hs_config_check_fqns(t->cfg, fqns, n, e);
     free(fqns);
@@ -48,7 +48,7 @@ static hs_status trainer_buffers(hs_trainer *t, hs_error *e) {
         t->expert_tokens = calloc(
             (size_t)t->cfg->model.n_layers * (size_t)t->cfg->model.moe.num_experts, sizeof(double));
     if (!t->tokens || !t->targets || !t->logits)
-        return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate batch buffers");
+        return hs_error_oom(e, "trainer: cannot allocate batch buffers");
     return HS_OK;
 }
 
@@ -56,7 +56,7 @@ static hs_status trainer_buffers(hs_trainer *t, hs_error *e) {
  * one, so all refuse together a run whose ranks on a node would not fit. */
 static hs_status plan_fits(hs_trainer *t, hs_error *e) {
     hs_plan *p = calloc(1, sizeof *p);
-    if (!p) return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate the plan");
+    if (!p) return hs_error_oom(e, "trainer: cannot allocate the plan");
     hs_status s = hs_plan_build(t->cfg, t->topo, p, e);
     if (s == HS_OK)
         s = hs_plan_check_fit(p, t->cfg, hs_comm_local_ranks(t->comm), hs_memory_available(), e);
