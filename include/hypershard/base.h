@@ -6,15 +6,26 @@
  * - Nothing here keeps global mutable state. Every stateful object (log, pool,
  *   trace) is a value the caller owns and passes down, so two trainers can
  *   live in one process.
- * - Two kinds of failure. A programming error (a broken invariant) aborts via
- *   HS_ASSERT / hs_panic with file and line. Anything a user can cause (a bad
- *   file, a bad config value) is returned as an hs_status with an hs_error
- *   whose message names the thing (config path, parameter FQN, file), the
- *   values, and how to fix it.
- * - A third: memory the system will not give (hs_oom). What was being
- *   allocated and how much is printed, and the process exits 1 at once
- *   (no abort, no core dump); under mpiexec the launcher ends the job.
- * - Exit codes: 0 success, 2 configuration or usage error, 1 anything else.
+ * - One error policy (docs/errors.md):
+ *   (a) everything a user or the system can cause — a bad config value or
+ *       command line, a missing or damaged file, an I/O error, memory the
+ *       system or a pool will not give — is returned as an hs_status with an
+ *       hs_error whose message names the thing (config path, parameter FQN,
+ *       file, pool), the values or bytes, and the fix (hs_error_oom,
+ *       hs_pool_oom for memory). Allocators return NULL and the caller
+ *       reports; the status travels up to the command, which prints it and
+ *       exits 2 for a config or usage error, 1 otherwise.
+ *   (b) HS_ASSERT / hs_panic only for a broken invariant (a programming
+ *       error): file, line, abort().
+ *   (c) code that cannot return a status and must end a distributed run —
+ *       a collective failing on the compute path, a communication thread,
+ *       an FSDP hook inside the model — calls hs_comm_abort (comm.h), the
+ *       one function that ends every rank, with its hs_error. Work that
+ *       cannot return a status but need not end the run records its first
+ *       failure for a later status instead: a kernel on its device
+ *       (hs_device_status), a trace event in the trace (hs_trace_write).
+ * - Exit codes: 0 success, 2 configuration or usage error, 3 stopped by a
+ *   signal after saving, 1 anything else.
  */
 #ifndef HYPERSHARD_BASE_H
 #define HYPERSHARD_BASE_H

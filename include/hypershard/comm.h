@@ -57,7 +57,11 @@
  *   non-zero, within timeout_s + 2 s, with one message naming op, group,
  *   sequence number (send/recv number and peer) and the ranks that had not
  *   arrived. hs_comm_abort() ends all ranks with an error
- *   (MPI_Abort) — an error on one rank never leaves the others hanging.
+ *   (MPI_Abort) — an error on one rank never leaves the others hanging. It
+ *   is the one function that ends a distributed run (docs/errors.md): a
+ *   communication thread that cannot report a failure, an issue that finds
+ *   no memory for its work item, a hook inside the model, and a command
+ *   whose error may be on its rank alone all go through it.
  * - Every executed collective is counted in the trace (hs_trace_count) with
  *   op names "all_gather", "reduce_scatter", "all_reduce", "broadcast",
  *   "all_to_all", "all_to_allv", "send", "recv", "barrier", and recorded as a

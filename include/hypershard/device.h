@@ -35,6 +35,13 @@
  *   hs_device_copy. The build check tests/build/test_device_seam.cmake
  *   finds element loops and memcpy's in the source; HS_DEVICE_GUARD=1
  *   (guard.c) finds every host access at run time (docs/device.md).
+ * - Failure (docs/errors.md): memory the device will not give is NULL from
+ *   hs_device_alloc / hs_host_alloc, reported by the caller with
+ *   hs_device_oom / hs_pool_oom; creating a device, stream or event returns
+ *   a status. A kernel cannot return one (a GPU launch cannot either): when
+ *   it cannot run (no memory for its own scratch) it writes nothing and
+ *   records the failure on its device, which hs_device_status reports; the
+ *   trainer checks it after every forward, backward and optimizer step.
  */
 #ifndef HYPERSHARD_DEVICE_H
 #define HYPERSHARD_DEVICE_H
