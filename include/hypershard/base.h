@@ -234,6 +234,8 @@ hs_status hs_pool_oom(const hs_pool *p, size_t bytes, const char *what, hs_error
  * limit. hs_pool_uncharge gives them back. */
 bool hs_pool_charge(hs_pool *p, size_t bytes);
 void hs_pool_uncharge(hs_pool *p, size_t bytes);
+/* Whether `bytes` more stay within p's limit now (always without one). */
+bool hs_pool_fits(const hs_pool *p, size_t bytes);
 /* NULL is fine. `ptr` must come from the same pool. */
 void hs_pool_free(hs_pool *p, void *ptr);
 size_t hs_pool_block_size(const void *ptr);

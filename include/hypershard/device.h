@@ -372,23 +372,26 @@ hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out
 void hs_device_free(hs_device *d);
 
 /* Device memory, uninitialised: NULL when the device (or device_pool's
- * limit) will not give it, and the caller returns hs_device_oom. */
-static inline void *hs_device_alloc(hs_device *d, size_t bytes) { return d->ops->alloc(d, bytes); }
+ * limit) will not give it, and the caller returns hs_device_oom. The
+ * refusal is also recorded on the device (hs_device_status), for callers
+ * that cannot pass a status on yet (src/model/'s buffers): the trainer
+ * checks the device after building the model and after every step, so a
+ * NULL kept there is reported as what it is. */
+void *hs_device_alloc(hs_device *d, size_t bytes);
 static inline void hs_device_free_mem(hs_device *d, void *p) { d->ops->free(d, p); }
-/* Host (pinned) memory: NULL as hs_device_alloc; report it with
- * hs_pool_oom(&d->host_pool, ...). */
-static inline void *hs_host_alloc(hs_device *d, size_t bytes) {
-    return d->ops->host_alloc(d, bytes);
-}
+/* Host (pinned) memory: NULL as hs_device_alloc (and recorded alike);
+ * report it with hs_pool_oom(&d->host_pool, ...). */
+void *hs_host_alloc(hs_device *d, size_t bytes);
 /* The report of a failed hs_device_alloc: HS_ERR_OOM naming the device,
  * `what` was allocated, the bytes asked for, and the device pool's bytes
  * in use, peak, cached and limit. */
 hs_status hs_device_oom(hs_device *d, size_t bytes, const char *what, hs_error *e);
-/* HS_OK, or the first failure of work on d that could not return a status
- * itself (a kernel that could not allocate its own scratch wrote nothing
- * and recorded why), copied into e: as a GPU reports a failed launch at
- * the next check. It stays set; whoever drives the work (the train step,
- * eval, generate) checks it before using results. */
+/* HS_OK, or the first failure on d that its caller may not have reported:
+ * a kernel that could not allocate its own scratch (it wrote nothing), or
+ * an allocation d refused; copied into e, as a GPU reports a failed launch
+ * at the next check. It stays set; whoever drives the work (the trainer
+ * after building the model, the train step, eval, generate) checks it
+ * before using results. */
 hs_status hs_device_status(hs_device *d, hs_error *e);
 static inline void hs_host_free(hs_device *d, void *p) { d->ops->host_free(d, p); }
 /* The host reads or writes d's device memory itself between these two

@@ -25,6 +25,11 @@ void hs_pool_init(hs_pool *p, const char *name) {
 
 void hs_pool_set_limit(hs_pool *p, int64_t bytes) { p->limit = bytes > 0 ? bytes : 0; }
 
+bool hs_pool_fits(const hs_pool *p, size_t bytes) {
+    return bytes <= (size_t)INT64_MAX &&
+           (p->limit <= 0 || hs_pool_current(p) <= p->limit - (int64_t)bytes);
+}
+
 bool hs_pool_charge(hs_pool *p, size_t bytes) {
     if (bytes > (size_t)INT64_MAX) return false;
     long long now = atomic_fetch_add(&p->current, (long long)bytes) + (long long)bytes;
@@ -40,11 +45,14 @@ bool hs_pool_charge(hs_pool *p, size_t bytes) {
 
 void hs_pool_uncharge(hs_pool *p, size_t bytes) { atomic_fetch_sub(&p->current, (long long)bytes); }
 
+/* Counted once the memory is there, so a refused request leaves no trace
+ * in the peak. */
 void *hs_pool_alloc(hs_pool *p, size_t bytes) {
     void *raw = NULL;
-    if (bytes > SIZE_MAX - HEADER_ROOM || !hs_pool_charge(p, bytes)) return NULL;
-    if (posix_memalign(&raw, HS_ALIGN, bytes + HEADER_ROOM) != 0) {
-        hs_pool_uncharge(p, bytes);
+    if (bytes > SIZE_MAX - HEADER_ROOM || !hs_pool_fits(p, bytes)) return NULL;
+    if (posix_memalign(&raw, HS_ALIGN, bytes + HEADER_ROOM) != 0) return NULL;
+    if (!hs_pool_charge(p, bytes)) { /* another thread took the room meanwhile */
+        free(raw);
         return NULL;
     }
     atomic_fetch_add(&p->allocs, 1);

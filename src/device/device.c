@@ -80,6 +80,26 @@ void hs_device_free(hs_device *d) {
 
 hs_mem_cache_stats hs_device_mem_stats(hs_device *d) { return hs_mem_cache_stats_get(d->cache); }
 
+void *hs_device_alloc(hs_device *d, size_t bytes) {
+    void *p = d->ops->alloc(d, bytes);
+    if (p == NULL) {
+        hs_error e;
+        hs_device_oom(d, bytes, "a device buffer", &e);
+        hs_device_fail(d, &e);
+    }
+    return p;
+}
+
+void *hs_host_alloc(hs_device *d, size_t bytes) {
+    void *p = d->ops->host_alloc(d, bytes);
+    if (p == NULL) {
+        hs_error e;
+        hs_pool_oom(&d->host_pool, bytes, "a host buffer of the device", &e);
+        hs_device_fail(d, &e);
+    }
+    return p;
+}
+
 hs_status hs_device_oom(hs_device *d, size_t bytes, const char *what, hs_error *e) {
     hs_mem_cache_stats st = hs_device_mem_stats(d);
     char limit[64] = "";

@@ -17,15 +17,17 @@ static void *ram_raw_alloc(void *ctx, size_t bytes) {
 
 static void ram_raw_free(void *ctx, void *p) { free(p); }
 
-/* NULL when the device pool's limit or the caching allocator refuses. */
+/* NULL when the device pool's limit or the caching allocator refuses;
+ * counted once the memory is there, so a refusal leaves no trace in the
+ * peak. */
 static void *ram_alloc(hs_device *d, size_t bytes) {
-    if (!hs_pool_charge(&d->device_pool, bytes)) return NULL;
+    if (!hs_pool_fits(&d->device_pool, bytes)) return NULL;
     void *p = hs_mem_cache_alloc(d->cache, bytes);
-    if (p == NULL) {
-        hs_pool_uncharge(&d->device_pool, bytes);
-        return NULL;
+    if (p && !hs_pool_charge(&d->device_pool, bytes)) { /* the room went meanwhile */
+        hs_mem_cache_free(d->cache, p);
+        p = NULL;
     }
-    atomic_fetch_add(&d->device_pool.allocs, 1);
+    if (p) atomic_fetch_add(&d->device_pool.allocs, 1);
     return p;
 }
 

@@ -6,6 +6,16 @@
 
 #include "train/trainer.h"
 
+/* An allocation the device refused and its caller could not report (the
+ * model's buffers) is the cause of whatever failed after it; an
+ * out-of-memory error already reported keeps its own, nearer message. */
+static hs_status device_cause(hs_trainer *t, hs_status s, hs_error *e) {
+    hs_error de;
+    if (s == HS_ERR_OOM || hs_device_status(t->dev, &de) == HS_OK) return s;
+    *e = de;
+    return de.code;
+}
+
 static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
     hs_engine_env env = {.cfg = t->cfg,
                          .topo = t->topo,
@@ -139,7 +149,7 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     if (s == HS_OK) s = trainer_buffers(t, e);
     if (s == HS_OK) s = hs_cp_batch_init(t, e);
     if (s == HS_OK) s = hs_pp_trainer_init(t, e);
-    if (s == HS_OK) s = trainer_build_model(t, e);
+    if (s == HS_OK) s = device_cause(t, trainer_build_model(t, e), e);
     if (s == HS_OK) s = hs_dump_check(t, e);
     if (s == HS_OK) s = hs_train_ckpt_resume(t, e);
     if (s != HS_OK) return s;

@@ -73,13 +73,20 @@ static void test_device_alloc_past_the_device_pool_limit_is_null_and_reported(vo
     hs_pool_set_limit(&d->device_pool, 1 << 20);
     void *a = hs_device_alloc(d, 512 << 10);
     assert_non_null(a);
+    assert_int_equal(hs_device_status(d, NULL), HS_OK);
     assert_null(hs_device_alloc(d, 768 << 10));
     assert_int_equal(hs_pool_current(&d->device_pool), 512 << 10);
+    assert_int_equal(hs_pool_peak(&d->device_pool), 512 << 10); /* the refusal left no trace */
     assert_int_equal(hs_device_oom(d, 768 << 10, "the test activations", &e), HS_ERR_OOM);
     assert_contains(e.msg, "out of memory: the device pool of the cpu device could not allocate "
                            "786432 bytes (0.8 MiB) for the test activations; in use 524288 "
                            "bytes, peak 524288");
     assert_contains(e.msg, "limit 1048576");
+    /* Kept on the device too, for a caller that drops the NULL. */
+    hs_error kept;
+    hs_error_clear(&kept);
+    assert_int_equal(hs_device_status(d, &kept), HS_ERR_OOM);
+    assert_contains(kept.msg, "could not allocate 786432 bytes (0.8 MiB) for a device buffer");
     hs_device_free_mem(d, a);
     assert_int_equal(hs_pool_current(&d->device_pool), 0);
     hs_device_free(d);
@@ -145,8 +152,12 @@ static void test_optimizer_state_past_its_pool_limit_is_an_error_naming_the_stat
     (void)state;
     enum { N = 256 };
     float w[N] = {0}, g[N] = {0};
-    hs_optim_param p = {.fqn = "layers.0.w", .data = w, .dtype = HS_DTYPE_F32, .grad = g,
-                        .numel = N, .decay = true};
+    hs_optim_param p = {.fqn = "layers.0.w",
+                        .data = w,
+                        .dtype = HS_DTYPE_F32,
+                        .grad = g,
+                        .numel = N,
+                        .decay = true};
     hs_optim_config cfg;
     memset(&cfg, 0, sizeof cfg);
     snprintf(cfg.target, sizeof cfg.target, "adamw");
