@@ -287,6 +287,7 @@ static int cmp_name(const void *a, const void *b) {
 
 static hs_status check_names(const hs_ckpt_meta *m, const char *where, hs_error *e) {
     const hs_ckpt_entry **v = malloc(sizeof(*v) * (size_t)(m->n_tensors > 0 ? m->n_tensors : 1));
+    if (!v) return hs_error_oom(e, "%s: checking the names of %d tensors", where, m->n_tensors);
     for (int i = 0; i < m->n_tensors; i++) v[i] = &m->tensors[i];
     qsort(v, (size_t)m->n_tensors, sizeof *v, cmp_name);
     hs_status s = HS_OK;
@@ -315,6 +316,7 @@ static hs_status check_files(const hs_ckpt_meta *m, const char *where, hs_error 
     int n = 0;
     for (int i = 0; i < m->n_tensors; i++) n += m->tensors[i].n_chunks;
     byte_range *r = malloc(sizeof *r * (size_t)(n > 0 ? n : 1));
+    if (!r) return hs_error_oom(e, "%s: checking the byte ranges of %d chunks", where, n);
     n = 0;
     for (int i = 0; i < m->n_tensors; i++)
         for (int k = 0; k < m->tensors[i].n_chunks; k++) {

@@ -94,6 +94,11 @@ static hs_status parse_files(const parser *p, json_t *root, hs_ckpt_meta *m) {
     if (!json_is_array(fa)) return bad(p, "files", "is missing or not an array");
     m->n_files = (int)json_array_size(fa);
     m->files = calloc((size_t)(m->n_files > 0 ? m->n_files : 1), sizeof(hs_ckpt_file));
+    if (!m->files) {
+        int n = m->n_files;
+        m->n_files = 0;
+        return hs_error_oom(p->e, "%s: the table of %d data files", p->path, n);
+    }
     for (int i = 0; i < m->n_files; i++) {
         json_t *f = json_array_get(fa, (size_t)i);
         char w[64];

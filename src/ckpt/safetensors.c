@@ -251,7 +251,10 @@ static hs_status st_parse_meta(hs_st_file *f, json_t *meta, hs_error *e) {
                                 f->path, key);
         f->meta_keys[f->n_meta] = strdup(key);
         f->meta_values[f->n_meta] = strdup(json_string_value(v));
-        f->n_meta++;
+        f->n_meta++; /* counted either way: the file's free frees what is there */
+        if (!f->meta_keys[f->n_meta - 1] || !f->meta_values[f->n_meta - 1])
+            return hs_error_oom(e, "safetensors %s: __metadata__.%s: %zu bytes", f->path, key,
+                                strlen(key) + strlen(json_string_value(v)) + 2);
     }
     return HS_OK;
 }

@@ -212,6 +212,10 @@ static hs_status import_run(const import_args *a, hs_error *e) {
 int hs_cmd_import(int argc, char **argv) {
     import_args a = {0};
     a.overrides = calloc((size_t)argc + 1, sizeof(char *));
+    if (!a.overrides) {
+        fprintf(stderr, "hypershard import: out of memory: the list of %d arguments\n", argc);
+        return 1;
+    }
     int rc = -1;
     for (int i = 1; rc < 0 && i < argc; i++) {
         const char *s = argv[i];
