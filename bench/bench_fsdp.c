@@ -100,8 +100,9 @@ static int parse(int argc, char **argv, fsdp_bench *b) {
     return 0;
 }
 
-static void config_for(const fsdp_bench *b, const combo *k, hs_config *cfg) {
-    hs_config_defaults(cfg);
+static hs_status config_for(const fsdp_bench *b, const combo *k, hs_config *cfg, hs_error *e) {
+    hs_status st = hs_config_defaults(cfg, e);
+    if (st != HS_OK) return st;
     strcpy(cfg->model.arch, "llama");
     cfg->model.vocab_size = 512;
     cfg->model.dim = b->dim;
@@ -114,6 +115,7 @@ static void config_for(const fsdp_bench *b, const combo *k, hs_config *cfg) {
     cfg->fsdp.comm_fusion = k->fusion;
     cfg->fsdp.comm_fusion_zero_copy = k->zero_copy;
     strcpy(cfg->optimizer.target, "adamw");
+    return HS_OK;
 }
 
 /* The per-unit minimum of collectives and of payload bytes per step. */
@@ -141,8 +143,9 @@ typedef struct setup {
 
 static hs_status setup_make(const fsdp_bench *b, const combo *k, hs_pg *pg, setup *s, hs_error *e) {
     memset(s, 0, sizeof *s);
-    config_for(b, k, &s->cfg);
-    hs_status st = hs_device_create(HS_DEVICE_CPU, hs_comm_trace(b->comm), &s->dev, e);
+    hs_status st = config_for(b, k, &s->cfg, e);
+    if (st != HS_OK) return st;
+    st = hs_device_create(HS_DEVICE_CPU, hs_comm_trace(b->comm), &s->dev, e);
     if (st != HS_OK) return st;
     hs_model_options mo = {.compute_dtype = HS_DTYPE_F32,
                            .grad_dtype = HS_DTYPE_F32,
@@ -160,7 +163,7 @@ static hs_status setup_make(const fsdp_bench *b, const combo *k, hs_pg *pg, setu
     size_t ntok = (size_t)(b->batch * b->seq);
     s->tok = malloc(sizeof(int32_t) * ntok);
     s->tgt = malloc(sizeof(int32_t) * ntok);
-    if (!s->tok || !s->tgt) return hs_error_set(e, HS_ERR_OOM, "bench fsdp: token buffers");
+    if (!s->tok || !s->tgt) return hs_error_oom(e, "bench fsdp: token buffers");
     for (size_t i = 0; i < ntok; i++) {
         uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(b->rank * 40503u + 17u);
         s->tok[i] = (int32_t)(h % 512u);
@@ -232,7 +235,7 @@ static hs_status measure_all(const fsdp_bench *b, const combo *ks, int n, hs_pg 
     if (!ss || !sm) {
         free(ss);
         free(sm);
-        return hs_error_set(e, HS_ERR_OOM, "bench fsdp: %d set-ups", n);
+        return hs_error_oom(e, "bench fsdp: %d set-ups", n);
     }
     hs_status st = HS_OK;
     int made = 0;

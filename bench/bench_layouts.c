@@ -9,9 +9,10 @@
 #include "bench_util.h"
 #include "hypershard/train.h"
 
-static void config_for(const hs_bench_model *bm, hs_bench_layout *l, int world) {
+static hs_status config_for(const hs_bench_model *bm, hs_bench_layout *l, int world, hs_error *e) {
     hs_config *c = &l->cfg;
-    hs_config_defaults(c);
+    hs_status st = hs_config_defaults(c, e);
+    if (st != HS_OK) return st;
     strcpy(c->model.arch, bm->experts > 0 ? "moe" : "llama");
     if (bm->experts > 0) {
         c->model.moe.num_experts = bm->experts;
@@ -38,14 +39,16 @@ static void config_for(const hs_bench_model *bm, hs_bench_layout *l, int world) 
     c->train.global_batch_size = l->global_batch;
     c->train.micro_batch_size = l->mbs;
     strcpy(c->optimizer.target, "adamw");
+    return HS_OK;
 }
 
 hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_layout *l,
                                hs_error *e) {
     int world = hs_comm_size(c);
-    config_for(bm, l, world);
-    hs_status s = hs_topology_derive(&l->topo, world, l->tp, l->cp, l->cfg.accelerator.ep_size, 1,
-                                     l->shard, l->cfg.fsdp.edp_shard_size, e);
+    hs_status s = config_for(bm, l, world, e);
+    if (s == HS_OK)
+        s = hs_topology_derive(&l->topo, world, l->tp, l->cp, l->cfg.accelerator.ep_size, 1,
+                               l->shard, l->cfg.fsdp.edp_shard_size, e);
     if (s == HS_OK) s = hs_mesh_create_named(c, &l->topo, l->prefix, &l->mesh, e);
     if (s == HS_OK) s = hs_device_create(HS_DEVICE_CPU, NULL, &l->dev, e);
     if (s != HS_OK) return s;
@@ -64,7 +67,7 @@ hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_la
     l->tokens = malloc(bt * sizeof(int32_t));
     l->targets = malloc(bt * sizeof(int32_t));
     if (s == HS_OK && (!l->tokens || !l->targets))
-        s = hs_error_set(e, HS_ERR_OOM, "bench: cannot allocate the batch");
+        s = hs_error_oom(e, "bench: cannot allocate the batch");
     /* the same sequences on the ranks of a TP / CP group: seeded by their dp rank */
     if (s == HS_OK)
         hs_bench_random_batch(l->tokens, l->targets, bt, bm->vocab,
@@ -73,7 +76,7 @@ hs_status hs_bench_layout_open(hs_comm *c, const hs_bench_model *bm, hs_bench_la
         int Tl = bm->seq / l->cp, r = hs_mesh_coords(l->mesh).cp;
         int32_t *tok = malloc(bt / (size_t)l->cp * sizeof(int32_t));
         int32_t *tgt = malloc(bt / (size_t)l->cp * sizeof(int32_t));
-        if (!tok || !tgt) s = hs_error_set(e, HS_ERR_OOM, "bench: cannot allocate the CP batch");
+        if (!tok || !tgt) s = hs_error_oom(e, "bench: cannot allocate the CP batch");
         if (s == HS_OK) {
             hs_cp_take_local_ids(tok, l->tokens, l->cp, r, l->mbs, Tl);
             hs_cp_take_local_ids(tgt, l->targets, l->cp, r, l->mbs, Tl);

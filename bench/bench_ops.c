@@ -213,9 +213,10 @@ static const op_def ops[] = {
     {"moe stats", "16K|32K x 8, k 2", has_moe_stats, run_moe_stats, w_moe_stats, true},
 };
 
+/* n uniform values in [-0.5, 0.5); NULL without memory. */
 static float *rnd(int64_t n, uint64_t seed) {
     float *p = malloc((size_t)n * sizeof *p);
-    if (!p) hs_oom("bench ops: cannot allocate %lld floats", (long long)n);
+    if (!p) return NULL;
     uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
     for (int64_t i = 0; i < n; i++) {
         x = x * 6364136223846793005ull + 1442695040888963407ull;
@@ -231,6 +232,36 @@ static int usage(FILE *f, const char *why) {
                "  --reps N  timed runs per op and backend after one warm-up; the best counts\n"
                "            (default 5, quick 3)\n");
     return 2;
+}
+
+static void ops_bufs_free(ops_bufs *b) {
+    free(b->a), free(b->b), free(b->c), free(b->d), free(b->e), free(b->f);
+    free(b->h1), free(b->h2), free(b->h3), free(b->ids);
+}
+
+/* The failure of a run: its message, then the exit code. */
+static int ops_fail(ops_bufs *b, const hs_error *e) {
+    fprintf(stderr, "hypershard bench ops: %s\n", e->msg);
+    ops_bufs_free(b);
+    return hs_status_exit_code(e->code);
+}
+
+/* Best seconds of `reps` timed runs of op on d, after one warm-up; a
+ * kernel that could not run fails it. */
+static hs_status time_op(const op_def *op, hs_device *d, ops_bufs *b, int reps, double *best,
+                         hs_error *e) {
+    for (int64_t i = 0; i < b->cap; i++) b->ids[i] = (int32_t)(i % 8);
+    op->run(d, b); /* warm-up */
+    *best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        for (int64_t i = 0; i < b->cap; i++) b->ids[i] = (int32_t)(i % 8);
+        double t0 = hs_now();
+        op->run(d, b);
+        hs_device_synchronize(d);
+        double t = hs_now() - t0;
+        *best = t < *best ? t : *best;
+    }
+    return hs_device_status(d, e);
 }
 
 int hs_bench_ops(int argc, char **argv) {
@@ -251,7 +282,13 @@ int hs_bench_ops(int argc, char **argv) {
     b.h1 = calloc((size_t)b.cap, 2), b.h2 = calloc((size_t)b.cap, 2);
     b.h3 = calloc((size_t)b.cap, 2);
     b.ids = calloc((size_t)b.cap, sizeof *b.ids);
-    if (!b.h1 || !b.h2 || !b.h3 || !b.ids) hs_oom("bench ops: scratch");
+    hs_error e;
+    hs_error_clear(&e);
+    if (!b.a || !b.b || !b.c || !b.d || !b.e || !b.f || !b.h1 || !b.h2 || !b.h3 || !b.ids) {
+        hs_error_oom(&e, "bench ops: the operands, %lld elements each (%.0f MiB in all)",
+                     (long long)b.cap, (double)b.cap * (6 * 4 + 3 * 2 + 4) / (1 << 20));
+        return ops_fail(&b, &e);
+    }
     hs_convert(b.h1, HS_DTYPE_BF16, b.a, HS_DTYPE_F32, b.cap);
     hs_convert(b.h2, HS_DTYPE_BF16, b.b, HS_DTYPE_F32, b.cap);
     printf("%-20s %-22s %-10s %12s %14s\n", "op", "shape (quick|full)", "backend", "best ms",
@@ -260,25 +297,17 @@ int hs_bench_ops(int argc, char **argv) {
         for (int k = 0; k < HS_DEVICE_KIND_COUNT; k++) {
             if (!hs_device_kind_compiled((hs_device_kind)k)) continue;
             hs_device *d = NULL;
-            hs_error e;
-            hs_error_clear(&e);
-            if (hs_device_create((hs_device_kind)k, NULL, &d, &e) != HS_OK) continue;
+            if (hs_device_create((hs_device_kind)k, NULL, &d, &e) != HS_OK) return ops_fail(&b, &e);
             const op_def *op = &ops[o];
             if (!op->has(d->k)) {
                 printf("%-20s %-22s %-10s %12s %14s\n", op->name, op->shape, d->name, "n/a", "");
                 hs_device_free(d);
                 continue;
             }
-            for (int64_t i = 0; i < b.cap; i++) b.ids[i] = (int32_t)(i % 8);
-            op->run(d, &b); /* warm-up */
-            double best = 1e30;
-            for (int r = 0; r < reps; r++) {
-                for (int64_t i = 0; i < b.cap; i++) b.ids[i] = (int32_t)(i % 8);
-                double t0 = hs_now();
-                op->run(d, &b);
-                hs_device_synchronize(d);
-                double t = hs_now() - t0;
-                best = t < best ? t : best;
+            double best = 0.0;
+            if (time_op(op, d, &b, reps, &best, &e) != HS_OK) {
+                hs_device_free(d);
+                return ops_fail(&b, &e);
             }
             double rate = op->work(&b) / best / 1e9;
             printf("%-20s %-22s %-10s %12.3f %9.2f %s\n", op->name, op->shape, d->name, best * 1e3,
@@ -286,7 +315,6 @@ int hs_bench_ops(int argc, char **argv) {
             hs_device_free(d);
         }
     }
-    free(b.a), free(b.b), free(b.c), free(b.d), free(b.e), free(b.f);
-    free(b.h1), free(b.h2), free(b.h3), free(b.ids);
+    ops_bufs_free(&b);
     return 0;
 }

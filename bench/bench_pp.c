@@ -58,9 +58,10 @@ typedef struct opts {
     int steps, layers, dim, seq, micro;
 } opts;
 
-static void config_for(const opts *o, pp_layout *l, int world) {
+static hs_status config_for(const opts *o, pp_layout *l, int world, hs_error *e) {
     hs_config *c = &l->cfg;
-    hs_config_defaults(c);
+    hs_status st = hs_config_defaults(c, e);
+    if (st != HS_OK) return st;
     c->model.vocab_size = 4096;
     c->model.dim = o->dim;
     c->model.n_layers = o->layers;
@@ -75,26 +76,29 @@ static void config_for(const opts *o, pp_layout *l, int world) {
     c->train.micro_batch_size = 1;
     c->train.global_batch_size = o->micro * (world / l->pp);
     strcpy(c->optimizer.target, "adamw");
+    return HS_OK;
 }
 
 static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *e) {
     int world = hs_comm_size(c), rank = hs_comm_rank(c);
-    config_for(o, l, world);
+    hs_status s = config_for(o, l, world, e);
     l->T = o->seq;
-    hs_status s = hs_topology_derive(&l->topo, world, 1, 1, 1, l->pp, world / l->pp, 1, e);
+    if (s == HS_OK) s = hs_topology_derive(&l->topo, world, 1, 1, 1, l->pp, world / l->pp, 1, e);
     if (s == HS_OK) s = hs_mesh_create_named(c, &l->topo, l->prefix, &l->mesh, e);
     if (s == HS_OK) s = hs_device_create(HS_DEVICE_CPU, NULL, &l->dev, e);
     if (s != HS_OK) return s;
     l->M = hs_config_micro_batches(&l->cfg, &l->topo);
     int stage = hs_mesh_coords(l->mesh).pp;
-    int V = l->virtual_stages;
+    int V = l->virtual_stages, slots = 0;
+    s = hs_pp_slots(l->kind, l->pp, stage, l->M, V, &slots, e);
+    if (s != HS_OK) return s;
     hs_engine_env env = {.cfg = &l->cfg,
                          .topo = &l->topo,
                          .comm = c,
                          .mesh = l->mesh,
                          .dev = l->dev,
                          .max_batch = 1,
-                         .act_slots = hs_pp_slots(l->kind, l->pp, stage, l->M, V)};
+                         .act_slots = slots};
     hs_pp_stage_chunks(&l->cfg, stage, &env.stage);
     s = hs_engine_create(&env, &l->en, e);
     if (s != HS_OK) return s;
@@ -112,7 +116,7 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
     l->n_actions = 2 * l->M * V;
     l->actions = malloc(sizeof *l->actions * (size_t)l->n_actions);
     if (s == HS_OK && (!l->tokens || !l->targets || !l->actions))
-        s = hs_error_set(e, HS_ERR_OOM, "bench pp: cannot allocate the batches");
+        s = hs_error_oom(e, "bench pp: cannot allocate the batches");
     if (s != HS_OK) return s;
     /* the stages of one pipeline read the same micro-batches */
     hs_bench_random_batch(l->tokens, l->targets, n, l->cfg.model.vocab_size,

@@ -136,41 +136,45 @@ typedef struct sgemm_probe {
     int n;
 } sgemm_probe;
 
-static bool probe_init(sgemm_probe *p, int n) {
+static hs_status probe_init(sgemm_probe *p, int n, hs_error *e) {
     size_t nn = (size_t)n * (size_t)n;
     p->n = n;
     p->a = malloc(nn * sizeof(float));
     p->b = malloc(nn * sizeof(float));
     p->c = malloc(nn * sizeof(float));
-    if (!p->a || !p->b || !p->c) return false;
+    if (!p->a || !p->b || !p->c)
+        return hs_error_oom(e, "the %dx%d sgemm operands: %zu bytes", n, n, 3 * nn * sizeof(float));
     hs_rng_fill_uniform(p->a, (int64_t)nn, 1, 1, 0, -1.0f, 1.0f);
     hs_rng_fill_uniform(p->b, (int64_t)nn, 1, 2, 0, -1.0f, 1.0f);
-    hs_sgemm(false, false, n, n, n, 1.0f, p->a, n, p->b, n, 0.0f, p->c, n); /* warm-up */
-    return true;
+    return hs_sgemm(false, false, n, n, n, 1.0f, p->a, n, p->b, n, 0.0f, p->c, n, e); /* warm-up */
 }
 
 static void probe_free(sgemm_probe *p) { free(p->a), free(p->b), free(p->c); }
 
 /* FLOP/s of back-to-back calls for at least `seconds` (at least one call). */
-static double probe_rate(const sgemm_probe *p, double seconds) {
+static hs_status probe_rate(const sgemm_probe *p, double seconds, double *rate, hs_error *e) {
     int n = p->n, calls = 0;
     double t0 = hs_now(), dt = 0.0;
     do {
-        hs_sgemm(false, false, n, n, n, 1.0f, p->a, n, p->b, n, 0.0f, p->c, n);
+        hs_status s = hs_sgemm(false, false, n, n, n, 1.0f, p->a, n, p->b, n, 0.0f, p->c, n, e);
+        if (s != HS_OK) return s;
         calls++;
         dt = hs_now() - t0;
     } while (dt < seconds);
-    return 2.0 * n * (double)n * n * calls / dt;
+    *rate = 2.0 * n * (double)n * n * calls / dt;
+    return HS_OK;
 }
 
 /* Best of single calls: what the machine does when nothing else runs. */
-static double probe_best(const sgemm_probe *p, int trials) {
-    double best = 0.0;
+static hs_status probe_best(const sgemm_probe *p, int trials, double *best, hs_error *e) {
+    *best = 0.0;
     for (int i = 0; i < trials; i++) {
-        double f = probe_rate(p, 0.0);
-        if (f > best) best = f;
+        double f = 0.0;
+        hs_status s = probe_rate(p, 0.0, &f, e);
+        if (s != HS_OK) return s;
+        if (f > *best) *best = f;
     }
-    return best;
+    return HS_OK;
 }
 
 /* ------------------------------------------------------------------ steps */
@@ -220,7 +224,7 @@ static hs_status run_open(bench_run *r, const bench_model *bm, hs_error *e) {
     r->tokens = malloc(bt * sizeof(int32_t));
     r->targets = malloc(bt * sizeof(int32_t));
     if (s == HS_OK && (!r->tokens || !r->targets))
-        s = hs_error_set(e, HS_ERR_OOM, "bench step %s: cannot allocate the batch", bm->name);
+        s = hs_error_oom(e, "bench step %s: cannot allocate the batch", bm->name);
     if (s == HS_OK)
         hs_bench_random_batch(r->tokens, r->targets, bt, r->cfg.model.vocab_size, 12345);
     return s;
@@ -256,11 +260,13 @@ static hs_status time_model(const bench_model *bm, int steps, const sgemm_probe 
     double fpt = s == HS_OK ? hs_model_flops_per_token(hs_engine_model(r->en), bm->T) : 0.0;
     double flops = fpt * bm->B * bm->T;
     for (int i = -1; s == HS_OK && i < steps; i++) { /* i = -1: warm-up */
-        double fb = 0.0, op = 0.0, before = i >= 0 ? probe_rate(probe, window) : 0.0;
-        s = run_step(r, bm, &fb, &op, e);
+        double fb = 0.0, op = 0.0, before = 0.0, after = 0.0;
+        if (i >= 0) s = probe_rate(probe, window, &before, e);
+        if (s == HS_OK) s = run_step(r, bm, &fb, &op, e);
         if (i < 0 || s != HS_OK) continue;
         tstep[i] = fb + op, tfb[i] = fb, topt[i] = op;
-        rate[i] = 0.5 * (before + probe_rate(probe, window));
+        s = probe_rate(probe, window, &after, e);
+        rate[i] = 0.5 * (before + after);
         mfu[i] = flops / tstep[i] / rate[i];
     }
     if (s != HS_OK) return s;
@@ -328,13 +334,17 @@ int hs_bench_step(int argc, char **argv) {
     sgemm_probe probe;
     int n = o.quick ? 1024 : 2048;
     double window = o.quick ? 0.25 : 1.5;
-    if (!probe_init(&probe, n)) {
+    hs_error e;
+    hs_error_clear(&e);
+    double best = 0.0;
+    hs_status s = probe_init(&probe, n, &e);
+    if (s == HS_OK) s = probe_best(&probe, 5, &best, &e);
+    if (s != HS_OK) {
         probe_free(&probe);
-        fprintf(stderr, "hypershard bench step: cannot allocate the %dx%d sgemm operands\n", n, n);
-        return 1;
+        fprintf(stderr, "hypershard bench step: %s\n", e.msg);
+        return hs_status_exit_code(s);
     }
-    printf("sgemm %dx%dx%d fp32: best single call %.1f GFLOP/s\n", n, n, n,
-           probe_best(&probe, 5) / 1e9);
+    printf("sgemm %dx%dx%d fp32: best single call %.1f GFLOP/s\n", n, n, n, best / 1e9);
     printf("step = forward + backward + grad norm + clip + AdamW + zero grads, fp32; medians of "
            "%d steps after 1 warm-up, each step between two %.2f s sgemm windows\n",
            steps, window);

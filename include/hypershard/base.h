@@ -6,15 +6,26 @@
  * - Nothing here keeps global mutable state. Every stateful object (log, pool,
  *   trace) is a value the caller owns and passes down, so two trainers can
  *   live in one process.
- * - Two kinds of failure. A programming error (a broken invariant) aborts via
- *   HS_ASSERT / hs_panic with file and line. Anything a user can cause (a bad
- *   file, a bad config value) is returned as an hs_status with an hs_error
- *   whose message names the thing (config path, parameter FQN, file), the
- *   values, and how to fix it.
- * - A third: memory the system will not give (hs_oom). What was being
- *   allocated and how much is printed, and the process exits 1 at once
- *   (no abort, no core dump); under mpiexec the launcher ends the job.
- * - Exit codes: 0 success, 2 configuration or usage error, 1 anything else.
+ * - One error policy (docs/errors.md):
+ *   (a) everything a user or the system can cause — a bad config value or
+ *       command line, a missing or damaged file, an I/O error, memory the
+ *       system or a pool will not give — is returned as an hs_status with an
+ *       hs_error whose message names the thing (config path, parameter FQN,
+ *       file, pool), the values or bytes, and the fix (hs_error_oom,
+ *       hs_pool_oom for memory). Allocators return NULL and the caller
+ *       reports; the status travels up to the command, which prints it and
+ *       exits 2 for a config or usage error, 1 otherwise.
+ *   (b) HS_ASSERT / hs_panic only for a broken invariant (a programming
+ *       error): file, line, abort().
+ *   (c) code that cannot return a status and must end a distributed run —
+ *       a collective failing on the compute path, a communication thread,
+ *       an FSDP hook inside the model — calls hs_comm_abort (comm.h), the
+ *       one function that ends every rank, with its hs_error. Work that
+ *       cannot return a status but need not end the run records its first
+ *       failure for a later status instead: a kernel on its device
+ *       (hs_device_status), a trace event in the trace (hs_trace_write).
+ * - Exit codes: 0 success, 2 configuration or usage error, 3 stopped by a
+ *   signal after saving, 1 anything else.
  */
 #ifndef HYPERSHARD_BASE_H
 #define HYPERSHARD_BASE_H
@@ -69,9 +80,10 @@ hs_status hs_error_vappend(hs_error *e, hs_status code, const char *fmt, va_list
 _Noreturn void hs_panic_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 #define hs_panic(...) hs_panic_at(__FILE__, __LINE__, __VA_ARGS__)
-/* Out of memory: "hypershard: out of memory: <message>" with what to
- * change, then _exit(1). */
-_Noreturn void hs_oom(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Memory the system will not give: HS_ERR_OOM with "out of memory: " and
+ * the message (what was being allocated and how much), then a line on what
+ * makes a run smaller. Returns HS_ERR_OOM. */
+hs_status hs_error_oom(hs_error *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define HS_ASSERT(cond)                                                                            \
     do {                                                                                           \
         if (!(cond)) hs_panic_at(__FILE__, __LINE__, "assertion failed: %s", #cond);               \
@@ -196,13 +208,29 @@ typedef struct hs_pool {
     atomic_llong current;
     atomic_llong peak;
     atomic_llong allocs;
+    int64_t limit; /* bytes the pool may hold at once; 0: no limit but the system's */
 } hs_pool;
 
 void hs_pool_init(hs_pool *p, const char *name);
-/* Aligned, uninitialised. Aborts with a message naming the pool on failure. */
+/* A cap on the bytes in use at once (0: none), as a device has a size:
+ * past it an allocation fails like one the system refuses. */
+void hs_pool_set_limit(hs_pool *p, int64_t bytes);
+/* Aligned, uninitialised; NULL when the system or the pool's limit refuses
+ * (nothing is counted then): the caller reports it with hs_pool_oom. */
 void *hs_pool_alloc(hs_pool *p, size_t bytes);
-/* Aligned, zero-filled. */
+/* Aligned, zero-filled; NULL as hs_pool_alloc. */
 void *hs_pool_calloc(hs_pool *p, size_t bytes);
+/* The report of a failed allocation from p: HS_ERR_OOM naming the pool,
+ * `what` was allocated, the bytes asked for, and the pool's bytes in use,
+ * peak and limit. */
+hs_status hs_pool_oom(const hs_pool *p, size_t bytes, const char *what, hs_error *e);
+/* Counts `bytes` against p as an allocation made elsewhere (a caching
+ * allocator over device memory): false, and nothing counted, past p's
+ * limit. hs_pool_uncharge gives them back. */
+bool hs_pool_charge(hs_pool *p, size_t bytes);
+void hs_pool_uncharge(hs_pool *p, size_t bytes);
+/* Whether `bytes` more stay within p's limit now (always without one). */
+bool hs_pool_fits(const hs_pool *p, size_t bytes);
 /* NULL is fine. `ptr` must come from the same pool. */
 void hs_pool_free(hs_pool *p, void *ptr);
 size_t hs_pool_block_size(const void *ptr);
@@ -280,7 +308,10 @@ uint32_t hs_crc32(uint32_t crc, const void *data, size_t n);
 /* Per-rank Chrome trace (opens in Perfetto / chrome://tracing) and always-on
  * collective counters. Thread safe: the compute thread and the communication
  * thread both record. Recording spans costs nothing when `enabled` is false;
- * counters are kept regardless, so tests can count collectives per step. */
+ * counters are kept regardless, so tests can count collectives per step.
+ * Spans and samples cannot fail: one that finds no memory is dropped and
+ * counted, and hs_trace_serialize / hs_trace_write then return HS_ERR_OOM
+ * naming it instead of writing an incomplete trace. */
 typedef enum hs_trace_lane {
     HS_LANE_COMPUTE = 0, /* tid 0: compute spans (forward/backward/optimizer) */
     HS_LANE_COMM = 1,    /* tid 1: collectives as executed by the comm thread */
@@ -290,7 +321,8 @@ typedef enum hs_trace_lane {
 
 typedef struct hs_trace hs_trace;
 
-hs_trace *hs_trace_create(int rank, bool enabled);
+/* NULL, with HS_ERR_OOM in e, when there is no memory for it. */
+hs_trace *hs_trace_create(int rank, bool enabled, hs_error *e);
 void hs_trace_free(hs_trace *t);
 bool hs_trace_enabled(const hs_trace *t);
 /* A complete span [t0, t1] in hs_now() seconds. `args_json` is either NULL
@@ -303,8 +335,10 @@ void hs_trace_counter(hs_trace *t, const char *name, double ts, int64_t value);
 void hs_trace_memory(hs_trace *t, const hs_pool *device, const hs_pool *host);
 
 /* Collective counters, keyed by (op, group). Called by comm/ for every
- * collective it executes. */
-void hs_trace_count(hs_trace *t, const char *op, const char *group, int64_t bytes);
+ * collective it executes. HS_ERR_OOM (nothing counted) when a new (op,
+ * group) finds no memory. */
+hs_status hs_trace_count(hs_trace *t, const char *op, const char *group, int64_t bytes,
+                         hs_error *e);
 /* Count / bytes of `op` on `group`; NULL op or group means any. */
 int64_t hs_trace_collectives(const hs_trace *t, const char *op, const char *group);
 int64_t hs_trace_collective_bytes(const hs_trace *t, const char *op, const char *group);

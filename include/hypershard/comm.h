@@ -57,7 +57,11 @@
  *   non-zero, within timeout_s + 2 s, with one message naming op, group,
  *   sequence number (send/recv number and peer) and the ranks that had not
  *   arrived. hs_comm_abort() ends all ranks with an error
- *   (MPI_Abort) — an error on one rank never leaves the others hanging.
+ *   (MPI_Abort) — an error on one rank never leaves the others hanging. It
+ *   is the one function that ends a distributed run (docs/errors.md): a
+ *   communication thread that cannot report a failure, an issue that finds
+ *   no memory for its work item, a hook inside the model, and a command
+ *   whose error may be on its rank alone all go through it.
  * - Every executed collective is counted in the trace (hs_trace_count) with
  *   op names "all_gather", "reduce_scatter", "all_reduce", "broadcast",
  *   "all_to_all", "all_to_allv", "send", "recv", "barrier", and recorded as a
@@ -115,7 +119,13 @@ int hs_comm_size(const hs_comm *c);
 int hs_comm_local_ranks(const hs_comm *c);
 hs_trace *hs_comm_trace(hs_comm *c);
 void hs_comm_set_timeout(hs_comm *c, double timeout_s);
-/* Print the error on this rank and end every rank (exit code from the status). */
+/* The one way to end a distributed run from code that cannot return a
+ * status (a collective failing on the compute path, a communication
+ * thread, an FSDP hook) or from a command whose error may be on this rank
+ * alone: print the error on this rank and end every rank, the exit code
+ * from e's status (docs/errors.md). c == NULL (no context yet, or none at
+ * all): every rank of MPI_COMM_WORLD when MPI is running, else this
+ * process. */
 _Noreturn void hs_comm_abort(hs_comm *c, const hs_error *e);
 
 hs_pg *hs_comm_world(hs_comm *c);
@@ -219,8 +229,5 @@ void hs_comm_balance_blas_threads(hs_comm *c);
  * calls last, after hs_comm_finalize. */
 void hs_comm_boot(int *argc, char ***argv, int *rank, int *world);
 void hs_comm_boot_end(void);
-/* End every rank of the world with exit code `code`, where no context
- * exists to abort (hs_comm_init failed on this rank). */
-void hs_comm_boot_abort(int code);
 
 #endif

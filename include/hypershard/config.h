@@ -169,8 +169,10 @@ typedef struct hs_config {
     char source_path[HS_PATH_MAX]; /* the YAML file, "" for the built-in default */
 } hs_config;
 
-/* The built-in default (every key at its schema default). */
-void hs_config_defaults(hs_config *c);
+/* The built-in default (every key at its schema default). HS_ERR_OOM when
+ * a list default cannot be copied; c can be freed (hs_config_free) either
+ * way. */
+hs_status hs_config_defaults(hs_config *c, hs_error *e);
 /* Load `path` (NULL: the built-in default), then apply overrides
  * ("a.b.c=value"), in order. Does not validate the topology. */
 hs_status hs_config_load(hs_config *c, const char *path, const char *const *overrides,
@@ -188,8 +190,9 @@ hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, c
 hs_status hs_config_check_fqns(const hs_config *c, const char *const *fqns, int n_fqns,
                                hs_error *e);
 /* Resolved config as YAML, every key present; then, with a topology, the
- * `derived:` block. */
-void hs_config_dump(const hs_config *c, const hs_topology *topo, FILE *f);
+ * `derived:` block. Only the derived block allocates (its rank lists):
+ * HS_ERR_OOM, the block cut short, when it cannot. */
+hs_status hs_config_dump(const hs_config *c, const hs_topology *topo, FILE *f, hs_error *e);
 /* Sequences per optimizer step: train.global_batch_size, or when it is null
  * micro_batch_size x dp (one micro-batch per step, torchtitan's default),
  * times pp_size under pipeline parallelism (one micro-batch per stage). */
@@ -207,12 +210,13 @@ int hs_config_micro_batches(const hs_config *c, const hs_topology *topo);
  * (n_layers 10, 4 chunks: [2, 3, 3, 2]; 5, 2: [3, 2]). Both arrays hold
  * pp_size x pp_virtual_stages entries. Meant for a validated config. */
 void hs_config_pp_stages(const hs_config *c, int *first_layer, int *n_layers);
-/* Deep copy (replicate_params). */
-void hs_config_copy(hs_config *dst, const hs_config *src);
+/* Deep copy (replicate_params, freeze); HS_ERR_OOM, and dst empty of
+ * lists, when they cannot be copied. */
+hs_status hs_config_copy(hs_config *dst, const hs_config *src, hs_error *e);
 void hs_config_free(hs_config *c);
 /* FNV-1a hash of the resolved dump (checkpoint compatibility). */
-uint64_t hs_config_hash(const hs_config *c);
+hs_status hs_config_hash(const hs_config *c, uint64_t *hash, hs_error *e);
 /* The docs table: one markdown row per key (`hypershard config --schema-markdown`). */
-void hs_config_schema_markdown(FILE *f);
+hs_status hs_config_schema_markdown(FILE *f, hs_error *e);
 
 #endif

@@ -35,6 +35,13 @@
  *   hs_device_copy. The build check tests/build/test_device_seam.cmake
  *   finds element loops and memcpy's in the source; HS_DEVICE_GUARD=1
  *   (guard.c) finds every host access at run time (docs/device.md).
+ * - Failure (docs/errors.md): memory the device will not give is NULL from
+ *   hs_device_alloc / hs_host_alloc, reported by the caller with
+ *   hs_device_oom / hs_pool_oom; creating a device, stream or event returns
+ *   a status. A kernel cannot return one (a GPU launch cannot either): when
+ *   it cannot run (no memory for its own scratch) it writes nothing and
+ *   records the failure on its device, which hs_device_status reports; the
+ *   trainer checks it after every forward, backward and optimizer step.
  */
 #ifndef HYPERSHARD_DEVICE_H
 #define HYPERSHARD_DEVICE_H
@@ -346,6 +353,10 @@ struct hs_device {
     /* HS_DEVICE_GUARD=1 at creation: device memory the host cannot touch
      * outside the device's members (src/device/guard.c); NULL otherwise. */
     hs_device_guard *guard;
+    /* The first failure of work that cannot return a status (a kernel whose
+     * own scratch could not be allocated): 0 none, 1 being written, 2 set. */
+    atomic_int fault_state;
+    hs_error fault;
 };
 
 const char *hs_device_kind_name(hs_device_kind k);
@@ -355,15 +366,33 @@ bool hs_device_kind_parse(const char *s, hs_device_kind *out);
 bool hs_device_kind_compiled(hs_device_kind k);
 
 /* Create the device. `cuda` returns HS_ERR_CONFIG with a clear message in a
- * build without CUDA. */
+ * build without CUDA; HS_ERR_OOM when its tables or default stream cannot
+ * be allocated. */
 hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out, hs_error *e);
 void hs_device_free(hs_device *d);
 
-static inline void *hs_device_alloc(hs_device *d, size_t bytes) { return d->ops->alloc(d, bytes); }
+/* Device memory, uninitialised: NULL when the device (or device_pool's
+ * limit) will not give it, and the caller returns hs_device_oom. The
+ * refusal is also recorded on the device (hs_device_status), for callers
+ * that cannot pass a status on yet (src/model/'s buffers): the trainer
+ * checks the device after building the model and after every step, so a
+ * NULL kept there is reported as what it is. */
+void *hs_device_alloc(hs_device *d, size_t bytes);
 static inline void hs_device_free_mem(hs_device *d, void *p) { d->ops->free(d, p); }
-static inline void *hs_host_alloc(hs_device *d, size_t bytes) {
-    return d->ops->host_alloc(d, bytes);
-}
+/* Host (pinned) memory: NULL as hs_device_alloc (and recorded alike);
+ * report it with hs_pool_oom(&d->host_pool, ...). */
+void *hs_host_alloc(hs_device *d, size_t bytes);
+/* The report of a failed hs_device_alloc: HS_ERR_OOM naming the device,
+ * `what` was allocated, the bytes asked for, and the device pool's bytes
+ * in use, peak, cached and limit. */
+hs_status hs_device_oom(hs_device *d, size_t bytes, const char *what, hs_error *e);
+/* HS_OK, or the first failure on d that its caller may not have reported:
+ * a kernel that could not allocate its own scratch (it wrote nothing), or
+ * an allocation d refused; copied into e, as a GPU reports a failed launch
+ * at the next check. It stays set; whoever drives the work (the trainer
+ * after building the model, the train step, eval, generate) checks it
+ * before using results. */
+hs_status hs_device_status(hs_device *d, hs_error *e);
 static inline void hs_host_free(hs_device *d, void *p) { d->ops->host_free(d, p); }
 /* The host reads or writes d's device memory itself between these two
  * calls: only the mpi process group does, for the buffers of a collective
@@ -466,10 +495,11 @@ static inline double hs_dev_xent(hs_device *d, float *dlogits, const float *logi
     return loss;
 }
 
-/* Streams and events; creation aborts (hs_oom) only when memory runs out. */
-hs_stream *hs_stream_create(hs_device *d);
+/* Streams and events; HS_ERR_OOM (and *out NULL) when the memory for one,
+ * or the backend's own state, cannot be had. */
+hs_status hs_stream_create(hs_device *d, hs_stream **out, hs_error *e);
 void hs_stream_free(hs_stream *s);
-hs_event *hs_event_create(hs_device *d);
+hs_status hs_event_create(hs_device *d, hs_event **out, hs_error *e);
 void hs_event_free(hs_event *e);
 static inline void hs_event_record(hs_event *e, hs_stream *s) { s->dev->ops->event_record(e, s); }
 static inline void hs_stream_wait(hs_stream *s, hs_event *e) { s->dev->ops->stream_wait(s, e); }
@@ -497,13 +527,15 @@ typedef struct hs_mem_cache_stats {
 } hs_mem_cache_stats;
 
 size_t hs_mem_cache_class(size_t bytes);
-/* name: what an out-of-memory message calls it ("the <name> could not
- * allocate N bytes"). */
-hs_mem_cache *hs_mem_cache_create(const char *name, hs_raw_alloc_fn raw_alloc,
-                                  hs_raw_free_fn raw_free, void *ctx);
+/* name: what it is ("device pool"). HS_ERR_OOM when its tables cannot be
+ * allocated. */
+hs_status hs_mem_cache_create(const char *name, hs_raw_alloc_fn raw_alloc, hs_raw_free_fn raw_free,
+                              void *ctx, hs_mem_cache **out, hs_error *e);
 /* Hands every cached block back and frees the cache; every block must have
  * been freed first. */
 void hs_mem_cache_free_all(hs_mem_cache *c);
+/* NULL when raw_alloc fails even after the free lists are handed back, or
+ * the block table cannot grow: nothing is counted then. */
 void *hs_mem_cache_alloc(hs_mem_cache *c, size_t bytes);
 /* NULL is fine (returns 0); p must come from c. Returns the bytes p was
  * asked for. */
@@ -658,10 +690,10 @@ void hs_embedding_backward(void *dwte /* V,C */, hs_dtype gdt, const float *dout
 /* out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) per row (fp32, saved). */
 void hs_rmsnorm_forward(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
                         const void *w /* C */, hs_dtype dt, int64_t N, int C, float eps);
-void hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
-                         const float *dout /* N,C */, const void *x /* N,C */,
-                         const void *w /* C */, const float *rstd /* N */, hs_dtype dt, int64_t N,
-                         int C);
+hs_status hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
+                              const float *dout /* N,C */, const void *x /* N,C */,
+                              const void *w /* C */, const float *rstd /* N */, hs_dtype dt,
+                              int64_t N, int C, hs_error *e);
 /* The same with the input x in its own dtype xdt (a unit boundary may hand
  * a block its input in another dtype than the compute dtype dt). */
 void hs_rmsnorm_forward_x(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
@@ -701,11 +733,13 @@ int64_t hs_attention_scratch_floats(int T, int HD, int threads);
 /* threads: the (sequence, head) pairs of forward and the (sequence, key
  * head) pairs of backward split over that many threads (OpenMP), each with
  * its own slice of scratch and its GEMMs on one thread, so the result is
- * the one-thread result bit for bit; scratch is sized for them. */
-void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
-                          const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
-                          const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch, int threads,
-                          int B, int T, int NH, int KVH, int HD);
+ * the one-thread result bit for bit; scratch is sized for them. HS_ERR_OOM
+ * (e may be NULL) when a GEMM could not allocate its own scratch: the
+ * output is then incomplete. */
+hs_status hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
+                               const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
+                               const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch,
+                               int threads, int B, int T, int NH, int KVH, int HD, hs_error *e);
 /* Each query row's D = sum over its head dim of dO * O (O the forward's
  * output in dt), which the backward of every key tile needs. */
 void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*HD */,
@@ -713,11 +747,11 @@ void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*H
 /* delta: from hs_attention_delta. dout16: dout rounded to a 16-bit dt
  * whose GEMM is native, for 16-bit products throughout (P and dS rounded
  * too); NULL: fp32 dout, P and dS go to the mixed-dtype GEMM. */
-void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
-                           float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
-                           const void *dout16, const void *q, const void *k, const void *v,
-                           const float *lse, const float *delta, hs_dtype dt, float *scratch,
-                           int threads, int B, int T, int NH, int KVH, int HD);
+hs_status hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
+                                float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
+                                const void *dout16, const void *q, const void *k, const void *v,
+                                const float *lse, const float *delta, hs_dtype dt, float *scratch,
+                                int threads, int B, int T, int NH, int KVH, int HD, hs_error *e);
 
 /* The same on a row range, for context parallelism: query rows
  * [q0, q0+nq) of a [B, Tq, NH*HD] q, whose row q0 is at global position gq,
@@ -729,13 +763,15 @@ void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */
  * (local rows) and dk/dv ([B, Tk]); `delta` ([B, NH, Tq]) is each row's
  * sum of dO * O over all keys, so the keys may come in blocks. */
 hs_att_rows hs_att_rows_all(int T);
-void hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
-                               const void *v, hs_dtype dt, float *scratch, int B, int NH, int KVH,
-                               int HD, const hs_att_rows *r);
-void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout,
-                                const void *dout16, const void *q, const void *k, const void *v,
-                                const float *lse, const float *delta, hs_dtype dt, float *scratch,
-                                int B, int NH, int KVH, int HD, const hs_att_rows *r);
+hs_status hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q,
+                                    const void *k, const void *v, hs_dtype dt, float *scratch,
+                                    int B, int NH, int KVH, int HD, const hs_att_rows *r,
+                                    hs_error *e);
+hs_status hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout,
+                                     const void *dout16, const void *q, const void *k,
+                                     const void *v, const float *lse, const float *delta,
+                                     hs_dtype dt, float *scratch, int B, int NH, int KVH, int HD,
+                                     const hs_att_rows *r, hs_error *e);
 
 /* ----------------------------------------------------------------- swiglu */
 
@@ -773,8 +809,8 @@ void hs_adamw_update_f32(float *restrict p, float *restrict m, float *restrict v
 /* Muon's orthogonalisation: X <- NS5(G) (rows x cols, fp32), `steps`
  * iterations with coefficients (3.4445, -4.7750, 2.0315), its matmuls on
  * BLAS; the cpu table's muon_newton_schulz. */
-void hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, int steps,
-                       float *scratch);
+hs_status hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, int steps,
+                            float *scratch, hs_error *e);
 /* Floats `scratch` must hold (NULL scratch: the call mallocs its own). */
 int64_t hs_newton_schulz5_scratch_floats(int64_t rows, int64_t cols);
 

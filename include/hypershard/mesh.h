@@ -104,7 +104,8 @@ hs_coords hs_mesh_coords(const hs_mesh *m);
 hs_pg *hs_mesh_group(const hs_mesh *m, hs_mesh_dim d);
 
 /* The table `hypershard mesh` prints: every rank's coordinates and every
- * group's member ranks. */
-void hs_topology_print(const hs_topology *t, FILE *f);
+ * group's member ranks. HS_ERR_OOM, nothing printed, without memory for
+ * the member lists. */
+hs_status hs_topology_print(const hs_topology *t, FILE *f, hs_error *e);
 
 #endif

@@ -243,8 +243,10 @@ typedef struct hs_model_par {
      * cannot give (it names the FQN). */
     bool (*place)(void *ctx, hs_param *p, hs_error *e);
     /* The seam's buffers, once, from the model's allocator; unbind frees
-     * them. */
-    void (*bind)(void *ctx, const hs_model_dims *d, hs_model_alloc_fn alloc, void *actx);
+     * them. HS_ERR_OOM in e: host memory it could not get (device memory
+     * the allocator refused is the model's to report). */
+    hs_status (*bind)(void *ctx, const hs_model_dims *d, hs_model_alloc_fn alloc, void *actx,
+                      hs_error *e);
     void (*unbind)(void *ctx);
     /* Layers are told their style by their parameter's placement (a
      * region's first linear, a row-parallel linear, the embedding, the

@@ -231,8 +231,10 @@ void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, h
  * model holds them. */
 void hs_pp_stage_chunks(const hs_config *cfg, int stage, hs_model_stage *out);
 /* Micro-batches at most in flight in one chunk of `stage` (the activation
- * slots per chunk it needs). */
-int hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V);
+ * slots per chunk it needs) into *slots; HS_ERR_OOM when the schedule
+ * cannot be laid out to count them. */
+hs_status hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, int *slots,
+                      hs_error *e);
 
 typedef struct hs_pp hs_pp;
 

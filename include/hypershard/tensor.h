@@ -103,17 +103,19 @@ const char *hs_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap);
 /* ------------------------------------------------------------------ BLAS */
 
 /* Row-major C[M,N] = alpha * op(A)[M,K] @ op(B)[K,N] + beta * C.
- * op(X) = X^T when trans is true. lda/ldb/ldc are row strides. */
-void hs_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-              const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-              int64_t ldc);
+ * op(X) = X^T when trans is true. lda/ldb/ldc are row strides. HS_ERR_OOM
+ * when oneDNN cannot allocate its scratch (e may be NULL). */
+hs_status hs_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                   int64_t ldc, hs_error *e);
 /* The same with A, B, C each in its own dtype; accumulation in fp32, C
  * rounded once when stored. Two 16-bit operands of one dtype run oneDNN's
  * matmul (native bf16 dot products where the CPU has them); other mixes
- * widen the 16-bit operands into one malloc'd fp32 scratch per call. */
-void hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
-                int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc);
+ * widen the 16-bit operands into one malloc'd fp32 scratch per call.
+ * HS_ERR_OOM, C untouched, when that scratch cannot be allocated. */
+hs_status hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                     const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
+                     int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc, hs_error *e);
 /* One GEMM's fixed part: everything of an hs_gemm_ex call but the
  * operands' addresses. */
 typedef struct hs_gemm_shape {
@@ -124,11 +126,12 @@ typedef struct hs_gemm_shape {
     int64_t lda, ldb, ldc;
 } hs_gemm_shape;
 /* oneDNN's matmul for one shape of two 16-bit operands of one dtype
- * (M, N, K > 0), built once: NULL when oneDNN has no such matmul here.
+ * (M, N, K > 0), built once: *out NULL (HS_OK) when oneDNN has no such
+ * matmul here; HS_ERR_OOM when the plan itself cannot be allocated.
  * Running it computes what hs_gemm_ex computes for that shape, to the bit,
  * without rebuilding the matmul. A plan belongs to one thread at a time. */
 typedef struct hs_gemm_plan hs_gemm_plan;
-hs_gemm_plan *hs_gemm_plan_create(const hs_gemm_shape *s);
+hs_status hs_gemm_plan_create(const hs_gemm_shape *s, hs_gemm_plan **out, hs_error *e);
 void hs_gemm_plan_run(hs_gemm_plan *p, const void *A, const void *B, void *C);
 void hs_gemm_plan_free(hs_gemm_plan *p);
 /* The plans of up to HS_GEMM_CACHE_SIZE shapes, built at first use, owned
@@ -142,9 +145,10 @@ typedef struct hs_gemm_cache {
 void hs_gemm_cache_init(hs_gemm_cache *c);
 void hs_gemm_cache_free(hs_gemm_cache *c);
 /* hs_gemm_ex(s, A, B, C) through c's plan for s when it has or can build
- * one; other shapes and dtypes (fp32, mixed) go to hs_gemm_ex. */
-void hs_gemm_cached(hs_gemm_cache *c, const hs_gemm_shape *s, const void *A, const void *B,
-                    void *C);
+ * one; other shapes and dtypes (fp32, mixed) go to hs_gemm_ex. HS_ERR_OOM
+ * as hs_gemm_ex, or when a plan cannot be allocated. */
+hs_status hs_gemm_cached(hs_gemm_cache *c, const hs_gemm_shape *s, const void *A, const void *B,
+                         void *C, hs_error *e);
 /* GEMM threads of the calling thread (oneDNN's OpenMP team). */
 void hs_blas_set_threads(int n);
 int hs_blas_get_threads(void);

@@ -88,19 +88,19 @@ _Noreturn void hs_panic_at(const char *file, int line, const char *fmt, ...) {
     abort();
 }
 
-_Noreturn void hs_oom(const char *fmt, ...) {
-    fputs("hypershard: out of memory: ", stderr);
+/* What makes a run smaller, for every out-of-memory report. */
+static const char oom_hint[] =
+    "`hypershard plan` shows what each rank holds; more ranks, fsdp_config.dp_shard_size, "
+    "train.activation_checkpointing, mixed precision or offload make a run smaller";
+
+hs_status hs_error_oom(hs_error *e, const char *fmt, ...) {
+    char what[HS_ERROR_MSG_MAX / 2];
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    fputs("\n  `hypershard plan` shows what each rank holds; more ranks, "
-          "fsdp_config.dp_shard_size, train.activation_checkpointing, mixed precision or "
-          "offload make a run smaller\n",
-          stderr);
-    fflush(stderr);
-    fflush(stdout);
-    _exit(1);
+    hs_error_set(e, HS_ERR_OOM, "out of memory: %s", what);
+    return hs_error_append(e, HS_ERR_OOM, "  %s", oom_hint);
 }
 
 const char *hs_strerror_errno(void) { return strerror(errno); }
@@ -121,14 +121,17 @@ hs_status hs_read_file(const char *path, char **out, size_t *len, hs_error *e) {
     if (!f) return HS_ERR_IO;
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
-    if (!buf) hs_oom("reading %s", path);
     for (;;) {
+        if (!buf) {
+            fclose(f);
+            return hs_error_oom(e, "reading %s: a buffer of %zu bytes", path, cap);
+        }
         size_t got = fread(buf + n, 1, cap - n - 1, f);
         n += got;
         if (n + 1 < cap) break;
         cap *= 2;
         char *grown = realloc(buf, cap);
-        if (!grown) hs_oom("reading %s", path);
+        if (!grown) free(buf);
         buf = grown;
     }
     int failed = ferror(f);

@@ -11,7 +11,10 @@
 #include "hypershard/base.h"
 
 /* A long run with tracing on would otherwise grow without bound; past this
- * many events new ones are dropped and the drop is reported in the file. */
+ * many events new ones are dropped and the drop is reported in the file.
+ * An event that cannot be recorded for want of memory is dropped too, and
+ * the trace then refuses to be written (hs_trace_serialize) rather than
+ * pass for complete. */
 #define TRACE_MAX_EVENTS (1 << 22)
 
 typedef struct trace_event {
@@ -38,6 +41,8 @@ struct hs_trace {
     trace_event *events;
     size_t n_events, cap_events;
     int64_t dropped;
+    int64_t lost;        /* events not recorded for want of memory */
+    char lost_what[160]; /* the first of them, and its bytes */
     trace_counter *counters;
     size_t n_counters, cap_counters;
 };
@@ -59,23 +64,32 @@ static void trace_unlock(const hs_trace *t) {
     HS_CHECK_PTHREAD(pthread_mutex_unlock((pthread_mutex_t *)&t->mu));
 }
 
-static void *grow(void *p, size_t *cap, size_t elem, const char *what) {
-    size_t n = *cap ? *cap * 2 : 256;
-    void *q = realloc(p, n * elem);
-    if (!q) hs_oom("growing the trace %s to %zu entries", what, n);
-    *cap = n;
-    return q;
+/* Room for one more entry in *p: false (and *p as it was) when the array
+ * could not grow; *bytes is then what was asked for. */
+static bool grow(void **p, size_t n, size_t *cap, size_t elem, size_t *bytes) {
+    if (n < *cap) return true;
+    size_t c = *cap ? *cap * 2 : 256;
+    *bytes = c * elem;
+    void *q = realloc(*p, *bytes);
+    if (!q) return false;
+    *p = q;
+    *cap = c;
+    return true;
 }
 
-static char *dup_or_panic(const char *s) {
-    char *d = strdup(s ? s : "");
-    if (!d) hs_oom("copying a trace string");
-    return d;
+/* Under the lock: an event that could not be recorded. */
+static void lose(hs_trace *t, const char *name, size_t bytes) {
+    if (t->lost++ == 0)
+        snprintf(t->lost_what, sizeof t->lost_what, "event '%.80s' (%zu bytes)", name ? name : "",
+                 bytes);
 }
 
-hs_trace *hs_trace_create(int rank, bool enabled) {
+hs_trace *hs_trace_create(int rank, bool enabled, hs_error *e) {
     hs_trace *t = calloc(1, sizeof *t);
-    if (!t) hs_oom("creating the trace of rank %d", rank);
+    if (!t) {
+        hs_error_oom(e, "the trace of rank %d: %zu bytes", rank, sizeof *t);
+        return NULL;
+    }
     t->rank = rank;
     t->enabled = enabled;
     HS_CHECK_PTHREAD(pthread_mutex_init(&t->mu, NULL));
@@ -103,7 +117,12 @@ static void trace_append(hs_trace *t, trace_event ev, const char *name, const ch
     size_t ln = strlen(name ? name : "") + 1, lc = strlen(cat ? cat : "") + 1;
     size_t la = args ? strlen(args) + 1 : 0;
     char *buf = malloc(ln + lc + la);
-    if (!buf) hs_oom("recording trace event '%s'", name ? name : "");
+    if (!buf) {
+        trace_lock(t);
+        lose(t, name, ln + lc + la);
+        trace_unlock(t);
+        return;
+    }
     memcpy(buf, name ? name : "", ln);
     memcpy(buf + ln, cat ? cat : "", lc);
     if (args) memcpy(buf + ln + lc, args, la);
@@ -117,8 +136,13 @@ static void trace_append(hs_trace *t, trace_event ev, const char *name, const ch
         free(buf);
         return;
     }
-    if (t->n_events == t->cap_events)
-        t->events = grow(t->events, &t->cap_events, sizeof *t->events, "event list");
+    size_t bytes = 0;
+    if (!grow((void **)&t->events, t->n_events, &t->cap_events, sizeof *t->events, &bytes)) {
+        lose(t, name, bytes);
+        trace_unlock(t);
+        free(buf);
+        return;
+    }
     t->events[t->n_events++] = ev;
     trace_unlock(t);
 }
@@ -150,8 +174,25 @@ static bool counter_matches(const trace_counter *c, const char *op, const char *
     return (!op || !strcmp(c->op, op)) && (!group || !strcmp(c->group, group));
 }
 
-void hs_trace_count(hs_trace *t, const char *op, const char *group, int64_t bytes) {
-    if (!t) return;
+/* Under the lock: a new counter for (op, group), or false. */
+static bool counter_add(hs_trace *t, const char *op, const char *group, int64_t bytes,
+                        size_t *asked) {
+    if (!grow((void **)&t->counters, t->n_counters, &t->cap_counters, sizeof *t->counters, asked))
+        return false;
+    char *o = strdup(op), *g = strdup(group);
+    if (!o || !g) {
+        free(o);
+        free(g);
+        *asked = strlen(op) + strlen(group) + 2;
+        return false;
+    }
+    t->counters[t->n_counters++] = (trace_counter){.op = o, .group = g, .count = 1, .bytes = bytes};
+    return true;
+}
+
+hs_status hs_trace_count(hs_trace *t, const char *op, const char *group, int64_t bytes,
+                         hs_error *e) {
+    if (!t) return HS_OK;
     if (!op) op = "";
     if (!group) group = "";
     trace_lock(t);
@@ -161,14 +202,15 @@ void hs_trace_count(hs_trace *t, const char *op, const char *group, int64_t byte
             c->count++;
             c->bytes += bytes;
             trace_unlock(t);
-            return;
+            return HS_OK;
         }
     }
-    if (t->n_counters == t->cap_counters)
-        t->counters = grow(t->counters, &t->cap_counters, sizeof *t->counters, "counter table");
-    t->counters[t->n_counters++] = (trace_counter){
-        .op = dup_or_panic(op), .group = dup_or_panic(group), .count = 1, .bytes = bytes};
+    size_t asked = 0;
+    bool added = counter_add(t, op, group, bytes, &asked);
     trace_unlock(t);
+    if (added) return HS_OK;
+    return hs_error_oom(e, "the collective counters of rank %d: %zu bytes for (%s, %s)", t->rank,
+                        asked, op, group);
 }
 
 static int64_t counter_sum(const hs_trace *t, const char *op, const char *group, bool bytes) {
@@ -257,11 +299,21 @@ hs_status hs_trace_serialize(const hs_trace *t, double clock_offset_s, char **ou
                              hs_error *e) {
     *out = NULL;
     *len = 0;
+    trace_lock(t);
+    int64_t lost = t->lost;
+    char what[sizeof t->lost_what];
+    memcpy(what, t->lost_what, sizeof what);
+    trace_unlock(t);
+    if (lost > 0)
+        return hs_error_oom(e,
+                            "the trace of rank %d lost %lld events, the first %s, for want of "
+                            "memory; it is not written incomplete",
+                            t->rank, (long long)lost, what);
     char *buf = NULL;
     size_t n = 0;
     FILE *f = open_memstream(&buf, &n);
     if (!f)
-        return hs_error_set(e, HS_ERR_OOM, "cannot serialise the trace of rank %d: %s", t->rank,
+        return hs_error_oom(e, "cannot serialise the trace of rank %d: %s", t->rank,
                             hs_strerror_errno());
     trace_lock(t);
     put_header(t, f);
@@ -269,8 +321,7 @@ hs_status hs_trace_serialize(const hs_trace *t, double clock_offset_s, char **ou
     trace_unlock(t);
     if (fclose(f) != 0 || !buf) {
         free(buf);
-        return hs_error_set(e, HS_ERR_OOM, "cannot serialise the trace of rank %d: out of memory",
-                            t->rank);
+        return hs_error_oom(e, "cannot serialise the trace of rank %d: out of memory", t->rank);
     }
     *out = buf;
     *len = n;
@@ -286,7 +337,10 @@ hs_status hs_trace_write(const hs_trace *t, const char *path, hs_error *e) {
      * truncated trace where a good one is expected. */
     size_t plen = strlen(path) + 8;
     char *tmp = malloc(plen);
-    if (!tmp) hs_oom("writing trace %s", path);
+    if (!tmp) {
+        free(body);
+        return hs_error_oom(e, "writing trace %s: %zu bytes for its name", path, plen);
+    }
     snprintf(tmp, plen, "%s.tmp", path);
     FILE *f = hs_fopen(tmp, "wb", "check that the trace directory exists and is writable", e);
     if (!f) {

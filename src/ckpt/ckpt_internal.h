@@ -43,9 +43,12 @@ typedef struct hs_ckpt_meta {
 } hs_ckpt_meta;
 
 void hs_ckpt_meta_free(hs_ckpt_meta *m);
-/* Append a tensor (name copied); returns its index. */
+/* Append a tensor (name copied); returns its index, or -1 (nothing added)
+ * when the table cannot grow. */
 int hs_ckpt_meta_add_tensor(hs_ckpt_meta *m, const char *name, hs_dtype dt, int ndim,
                             const int64_t *shape);
+/* A new zeroed chunk of t, or NULL (nothing added) when the list cannot
+ * grow. */
 hs_ckpt_chunk *hs_ckpt_entry_add_chunk(hs_ckpt_entry *t);
 int64_t hs_ckpt_entry_numel(const hs_ckpt_entry *t);
 

@@ -209,9 +209,15 @@ hs_status hs_ckpt_prune(const char *dir, int keep_last, const char *keep, const 
         int64_t v = hs_ckpt_step_of(de->d_name);
         if (v < 0 || strlen(de->d_name) >= sizeof steps->name) continue;
         if (n == cap) {
-            cap = cap ? 2 * cap : 16;
-            steps = realloc(steps, sizeof(step_dir) * (size_t)cap);
-            if (!steps) hs_oom("listing %s", dir);
+            int grown = cap ? 2 * cap : 16;
+            step_dir *grown_steps = realloc(steps, sizeof(step_dir) * (size_t)grown);
+            if (!grown_steps) {
+                closedir(d);
+                free(steps);
+                return hs_error_oom(e, "listing the steps of %s: %zu bytes", dir,
+                                    sizeof(step_dir) * (size_t)grown);
+            }
+            steps = grown_steps, cap = grown;
         }
         steps[n].step = v;
         memcpy(steps[n++].name, de->d_name, strlen(de->d_name) + 1);

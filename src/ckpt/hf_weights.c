@@ -56,14 +56,14 @@ hs_status hs_hf_save(hs_model *m, hs_param_get_fn get, void *ctx, hs_dtype dt, i
                      const char *dir, bool write, hs_error *e) {
     int n = hf_total_tensors(m), k = 0;
     hs_st_tensor *tensors = calloc((size_t)n + 1, sizeof *tensors);
-    if (!tensors) return hs_error_set(e, HS_ERR_OOM, "export %s: cannot allocate", dir);
+    if (!tensors) return hs_error_oom(e, "export %s: cannot allocate", dir);
     hs_status s = HS_OK;
     for (int i = 0; s == HS_OK && i < hs_model_num_params(m); i++) {
         const hs_param *p = hs_model_param(m, i);
         int64_t numel = hs_param_numel(p);
         float *full = malloc(sizeof(float) * (size_t)(numel ? numel : 1));
         if (!full) {
-            s = hs_error_set(e, HS_ERR_OOM, "export: cannot allocate %s", p->fqn);
+            s = hs_error_oom(e, "export: cannot allocate %s", p->fqn);
             break;
         }
         s = get(ctx, i, full, e);
@@ -77,7 +77,7 @@ hs_status hs_hf_save(hs_model *m, hs_param_get_fn get, void *ctx, hs_dtype dt, i
             t->bytes = (size_t)part_numel * hs_dtype_size(dt);
             void *buf = malloc(t->bytes ? t->bytes : 1);
             if (!buf) {
-                s = hs_error_set(e, HS_ERR_OOM, "export: cannot allocate %s", t->name);
+                s = hs_error_oom(e, "export: cannot allocate %s", t->name);
                 break;
             }
             hs_convert(buf, dt, full + j * part_numel, HS_DTYPE_F32, part_numel);
@@ -189,7 +189,7 @@ hs_status hs_hf_load(hs_model *m, const char *dir, hs_param_set_fn set, void *ct
         int parts = hs_hf_tensor_count(p);
         float *full = malloc(sizeof(float) * (size_t)(numel ? numel : 1));
         if (!full) {
-            s = hs_error_set(e, HS_ERR_OOM, "%s: cannot allocate %s", path, p->fqn);
+            s = hs_error_oom(e, "%s: cannot allocate %s", path, p->fqn);
             break;
         }
         for (int j = 0; s == HS_OK && j < parts; j++) {

@@ -117,6 +117,7 @@ static hs_status check_step_name(const hs_ckpt *c, const char *mpath, hs_error *
 hs_status hs_ckpt_open(const char *path, hs_ckpt **out, hs_error *e) {
     *out = NULL;
     hs_ckpt *c = calloc(1, sizeof *c);
+    if (!c) return hs_error_oom(e, "opening checkpoint %s: %zu bytes", path, sizeof *c);
     if (resolve_dir(path, c->path, sizeof c->path, e) != HS_OK) return free(c), e->code;
     char mpath[HS_PATH_MAX + 64];
     snprintf(mpath, sizeof mpath, "%s/%s", c->path, HS_CKPT_METADATA);
@@ -128,9 +129,15 @@ hs_status hs_ckpt_open(const char *path, hs_ckpt **out, hs_error *e) {
     if (s != HS_OK) return free(c), s;
     if (check_step_name(c, mpath, e) != HS_OK) return hs_ckpt_meta_free(&c->meta), free(c), e->code;
     c->fds = malloc(sizeof(int) * (size_t)(c->meta.n_files > 0 ? c->meta.n_files : 1));
+    c->by_name = malloc(sizeof(int) * (size_t)(c->meta.n_tensors > 0 ? c->meta.n_tensors : 1));
+    if (!c->fds || !c->by_name) {
+        hs_error_oom(e, "opening checkpoint %s: the tables of %d files and %d tensors", path,
+                     c->meta.n_files, c->meta.n_tensors);
+        free(c->fds), free(c->by_name), hs_ckpt_meta_free(&c->meta), free(c);
+        return HS_ERR_OOM;
+    }
     for (int f = 0; f < c->meta.n_files; f++) c->fds[f] = -1;
     for (int f = 0; f < c->meta.n_files && s == HS_OK; f++) s = check_file_length(c, f, e);
-    c->by_name = malloc(sizeof(int) * (size_t)(c->meta.n_tensors > 0 ? c->meta.n_tensors : 1));
     for (int i = 0; i < c->meta.n_tensors; i++) c->by_name[i] = i;
     qsort_r(c->by_name, (size_t)c->meta.n_tensors, sizeof(int), cmp_by_name_ctx, &c->meta);
     if (s != HS_OK) return hs_ckpt_close(c), s;
@@ -200,8 +207,8 @@ static hs_status chunk_buffer(hs_ckpt *c, const hs_ckpt_entry *t, const char *bo
     c->buf = malloc(n);
     c->buf_cap = c->buf ? n : 0;
     if (!c->buf)
-        return hs_error_set(e, HS_ERR_OOM,
-                            "cannot allocate %zu bytes to read tensor '%s' chunk "
+        return hs_error_oom(e,
+                            "%zu bytes to read tensor '%s' chunk "
                             "%s from %s",
                             n, t->name, box, path);
     return HS_OK;

@@ -17,9 +17,10 @@ void hs_ckpt_meta_free(hs_ckpt_meta *m) {
 int hs_ckpt_meta_add_tensor(hs_ckpt_meta *m, const char *name, hs_dtype dt, int ndim,
                             const int64_t *shape) {
     if (m->n_tensors == m->cap_tensors) {
-        m->cap_tensors = m->cap_tensors ? 2 * m->cap_tensors : 16;
-        m->tensors = realloc(m->tensors, sizeof(hs_ckpt_entry) * (size_t)m->cap_tensors);
-        if (!m->tensors) hs_oom("growing the checkpoint tensor table");
+        int cap = m->cap_tensors ? 2 * m->cap_tensors : 16;
+        hs_ckpt_entry *v = realloc(m->tensors, sizeof(hs_ckpt_entry) * (size_t)cap);
+        if (!v) return -1;
+        m->tensors = v, m->cap_tensors = cap;
     }
     hs_ckpt_entry *t = &m->tensors[m->n_tensors];
     memset(t, 0, sizeof *t);
@@ -32,9 +33,10 @@ int hs_ckpt_meta_add_tensor(hs_ckpt_meta *m, const char *name, hs_dtype dt, int 
 
 hs_ckpt_chunk *hs_ckpt_entry_add_chunk(hs_ckpt_entry *t) {
     if (t->n_chunks == t->cap_chunks) {
-        t->cap_chunks = t->cap_chunks ? 2 * t->cap_chunks : 4;
-        t->chunks = realloc(t->chunks, sizeof(hs_ckpt_chunk) * (size_t)t->cap_chunks);
-        if (!t->chunks) hs_oom("growing the chunk table of %s", t->name);
+        int cap = t->cap_chunks ? 2 * t->cap_chunks : 4;
+        hs_ckpt_chunk *v = realloc(t->chunks, sizeof(hs_ckpt_chunk) * (size_t)cap);
+        if (!v) return NULL;
+        t->chunks = v, t->cap_chunks = cap;
     }
     hs_ckpt_chunk *c = &t->chunks[t->n_chunks++];
     memset(c, 0, sizeof *c);
@@ -285,6 +287,7 @@ static int cmp_name(const void *a, const void *b) {
 
 static hs_status check_names(const hs_ckpt_meta *m, const char *where, hs_error *e) {
     const hs_ckpt_entry **v = malloc(sizeof(*v) * (size_t)(m->n_tensors > 0 ? m->n_tensors : 1));
+    if (!v) return hs_error_oom(e, "%s: checking the names of %d tensors", where, m->n_tensors);
     for (int i = 0; i < m->n_tensors; i++) v[i] = &m->tensors[i];
     qsort(v, (size_t)m->n_tensors, sizeof *v, cmp_name);
     hs_status s = HS_OK;
@@ -313,6 +316,7 @@ static hs_status check_files(const hs_ckpt_meta *m, const char *where, hs_error 
     int n = 0;
     for (int i = 0; i < m->n_tensors; i++) n += m->tensors[i].n_chunks;
     byte_range *r = malloc(sizeof *r * (size_t)(n > 0 ? n : 1));
+    if (!r) return hs_error_oom(e, "%s: checking the byte ranges of %d chunks", where, n);
     n = 0;
     for (int i = 0; i < m->n_tensors; i++)
         for (int k = 0; k < m->tensors[i].n_chunks; k++) {
@@ -359,7 +363,9 @@ static hs_status check_file_table(const hs_ckpt_meta *m, const char *where, hs_e
                             "a 64-bit count holds; the metadata is damaged",
                             where, m->n_files);
     const hs_ckpt_file **v = malloc(sizeof(*v) * (size_t)(m->n_files > 0 ? m->n_files : 1));
-    if (!v) hs_oom("checking %d data file names", m->n_files);
+    if (!v)
+        return hs_error_oom(e, "%s: checking %d data file names: %zu bytes", where, m->n_files,
+                            sizeof(*v) * (size_t)(m->n_files > 0 ? m->n_files : 1));
     for (int i = 0; i < m->n_files; i++) v[i] = &m->files[i];
     qsort(v, (size_t)m->n_files, sizeof *v, cmp_file_name);
     hs_status s = HS_OK;

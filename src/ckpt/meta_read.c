@@ -94,6 +94,11 @@ static hs_status parse_files(const parser *p, json_t *root, hs_ckpt_meta *m) {
     if (!json_is_array(fa)) return bad(p, "files", "is missing or not an array");
     m->n_files = (int)json_array_size(fa);
     m->files = calloc((size_t)(m->n_files > 0 ? m->n_files : 1), sizeof(hs_ckpt_file));
+    if (!m->files) {
+        int n = m->n_files;
+        m->n_files = 0;
+        return hs_error_oom(p->e, "%s: the table of %d data files", p->path, n);
+    }
     for (int i = 0; i < m->n_files; i++) {
         json_t *f = json_array_get(fa, (size_t)i);
         char w[64];
@@ -119,6 +124,7 @@ static int file_index(const hs_ckpt_meta *m, const char *name) {
 static hs_status parse_chunk(const parser *p, json_t *cj, hs_ckpt_meta *m, hs_ckpt_entry *t,
                              const char *where) {
     hs_ckpt_chunk *c = hs_ckpt_entry_add_chunk(t);
+    if (!c) return hs_error_oom(p->e, "%s: %s: room for its chunk %d", p->path, where, t->n_chunks);
     int nd = t->ndim;
     if (get_dims(p, cj, "offsets", where, &nd, c->offset) != HS_OK) return p->e->code;
     if (get_dims(p, cj, "sizes", where, &nd, c->size) != HS_OK) return p->e->code;
@@ -150,6 +156,7 @@ static hs_status parse_tensor(const parser *p, json_t *tj, int i, hs_ckpt_meta *
     int64_t shape[HS_CKPT_DIMS];
     if (get_dims(p, tj, "shape", w, &nd, shape) != HS_OK) return p->e->code;
     int idx = hs_ckpt_meta_add_tensor(m, json_string_value(name), dt, nd, shape);
+    if (idx < 0) return hs_error_oom(p->e, "%s: %s: room for tensor %d", p->path, w, i);
     hs_ckpt_entry *t = &m->tensors[idx]; /* after the call: it may move the table */
     json_t *ca = json_object_get(tj, "chunks");
     if (!json_is_array(ca)) return bad(p, w, "has no \"chunks\" array");

@@ -24,7 +24,12 @@ hs_status hs_ckpt_all_gather_bytes(hs_pg *world, const void *mine, int64_t len, 
     max = (max + 7) / 8 * 8;
     char *send = calloc(1, (size_t)max);
     *all = calloc((size_t)w, (size_t)max);
-    if (!send || !*all) hs_oom("gathering %d x %lld bytes of checkpoint tables", w, (long long)max);
+    if (!send || !*all) {
+        free(send);
+        free(*all);
+        *all = NULL;
+        return hs_error_oom(e, "gathering %d x %lld bytes of checkpoint tables", w, (long long)max);
+    }
     memcpy(send, mine, (size_t)len);
     s = hs_pg_all_gather(world, NULL, *all, send, max / 2, CARRIER, e);
     free(send);
@@ -69,6 +74,9 @@ hs_status hs_ckpt_check_local(const hs_ckpt_tensor *t, int n, hs_error *e) {
     for (int i = 0; i < n; i++)
         if (check_one(&t[i], e) != HS_OK) return e->code;
     const char **names = malloc(sizeof(char *) * (size_t)(n > 0 ? n : 1));
+    if (!names)
+        return hs_error_oom(e, "checking the names of %d checkpoint tensors: %zu bytes", n,
+                            sizeof(char *) * (size_t)(n > 0 ? n : 1));
     for (int i = 0; i < n; i++) names[i] = t[i].name;
     qsort(names, (size_t)n, sizeof(char *), cmp_name);
     hs_status s = HS_OK;
@@ -91,11 +99,13 @@ typedef struct wire_row {
 
 static size_t name_span(size_t len) { return (len + 8) / 8 * 8; } /* NUL included */
 
+/* NULL, with *len the bytes it needed, without memory. */
 static char *encode(const hs_ckpt_tensor *t, int n, int64_t *len) {
     size_t total = sizeof(int64_t);
     for (int i = 0; i < n; i++) total += sizeof(wire_row) + name_span(strlen(t[i].name));
+    *len = (int64_t)total;
     char *buf = calloc(1, total), *p = buf;
-    if (!buf) hs_oom("encoding %d checkpoint tensors", n);
+    if (!buf) return NULL;
     int64_t count = n;
     memcpy(p, &count, sizeof count);
     p += sizeof count;
@@ -118,11 +128,13 @@ typedef struct row_view {
     const char *name;
 } row_view;
 
+/* The row count, or -1 without memory for the views. */
 static int decode(const char *buf, int64_t len, row_view **out) {
     int64_t count = 0;
     HS_ASSERT(len >= (int64_t)sizeof count);
     memcpy(&count, buf, sizeof count);
     *out = malloc(sizeof(row_view) * (size_t)(count > 0 ? count : 1));
+    if (!*out) return -1;
     const char *p = buf + sizeof count;
     for (int64_t i = 0; i < count; i++) {
         (*out)[i].row = (const wire_row *)p;
@@ -140,12 +152,13 @@ typedef struct name_index {
     size_t mask;
 } name_index;
 
-static void index_init(name_index *x, int n) {
+static bool index_init(name_index *x, int n) {
     size_t cap = 16;
     while (cap < (size_t)n * 2) cap *= 2;
     x->slot = malloc(sizeof(int) * cap);
-    for (size_t i = 0; i < cap; i++) x->slot[i] = -1;
+    for (size_t i = 0; x->slot && i < cap; i++) x->slot[i] = -1;
     x->mask = cap - 1;
+    return x->slot != NULL;
 }
 
 /* Slot of `name`: holds its entry, or -1 where it would go. */
@@ -201,7 +214,9 @@ static hs_status add_row(builder *b, int rank, int row, const row_view *v) {
     const wire_row *r = v->row;
     int *slot = index_find(&b->index, &p->meta, v->name);
     if (*slot < 0) {
-        *slot = hs_ckpt_meta_add_tensor(&p->meta, v->name, (hs_dtype)r->dtype, r->ndim, r->shape);
+        int k = hs_ckpt_meta_add_tensor(&p->meta, v->name, (hs_dtype)r->dtype, r->ndim, r->shape);
+        if (k < 0) return hs_error_oom(b->e, "checkpoint save: the plan's entry for %s", v->name);
+        *slot = k;
         b->entry_rank[*slot] = rank;
     }
     hs_ckpt_entry *t = &p->meta.tensors[*slot];
@@ -212,6 +227,7 @@ static hs_status add_row(builder *b, int rank, int row, const row_view *v) {
     int64_t numel = hs_ckpt_box_numel(r->ndim, r->size);
     if (numel == 0 || find_chunk(t, r) >= 0) return HS_OK; /* empty, or a replica */
     hs_ckpt_chunk *c = hs_ckpt_entry_add_chunk(t);
+    if (!c) return hs_error_oom(b->e, "checkpoint save: a chunk of %s in the plan", v->name);
     memcpy(c->offset, r->offset, sizeof c->offset);
     memcpy(c->size, r->size, sizeof c->size);
     c->file = rank_file(b, rank);
@@ -234,18 +250,49 @@ static hs_status build(builder *b, row_view **views, const int *counts) {
     return hs_ckpt_meta_check(&p->meta, "checkpoint save", b->e);
 }
 
-static void plan_alloc(hs_ckpt_plan *p, const int *counts) {
+/* False without memory (hs_ckpt_plan_free cleans up either way). */
+static bool plan_alloc(hs_ckpt_plan *p, const int *counts) {
     p->rank_base = calloc((size_t)p->world + 1, sizeof(int));
+    if (!p->rank_base) return false;
     for (int r = 0; r < p->world; r++) p->rank_base[r + 1] = p->rank_base[r] + counts[r];
     int rows = p->rank_base[p->world];
     p->row_entry = malloc(sizeof(int) * (size_t)(rows > 0 ? rows : 1));
     p->row_chunk = malloc(sizeof(int) * (size_t)(rows > 0 ? rows : 1));
     p->rank_file = malloc(sizeof(int) * (size_t)p->world);
     p->rank_chunks = calloc((size_t)p->world, sizeof(int));
-    for (int r = 0; r < p->world; r++) p->rank_file[r] = -1;
+    for (int r = 0; p->rank_file && r < p->world; r++) p->rank_file[r] = -1;
     p->meta.files = calloc((size_t)p->world, sizeof(hs_ckpt_file));
     p->meta.world_size = p->world;
     p->meta.version = HS_CKPT_VERSION;
+    return p->row_entry && p->row_chunk && p->rank_file && p->rank_chunks && p->meta.files;
+}
+
+/* The plan from the gathered tables: `all` holds each rank's at a stride. */
+static hs_status plan_rows(hs_ckpt_plan *p, const char *all, int64_t stride, const int64_t *lens,
+                           hs_error *e) {
+    row_view **views = calloc((size_t)p->world, sizeof(row_view *));
+    int *counts = calloc((size_t)p->world, sizeof(int)), rows = 0;
+    bool ok = views && counts;
+    for (int r = 0; ok && r < p->world; r++) {
+        counts[r] = decode(all + r * stride, lens[r], &views[r]);
+        ok = counts[r] >= 0;
+        rows += ok ? counts[r] : 0;
+    }
+    builder b = {.p = p, .e = e};
+    ok = ok && plan_alloc(p, counts) && index_init(&b.index, rows);
+    b.entry_rank = ok ? calloc((size_t)(rows > 0 ? rows : 1), sizeof(int)) : NULL;
+    b.rank_bytes = ok ? calloc((size_t)p->world, sizeof(int64_t)) : NULL;
+    hs_status s = b.entry_rank && b.rank_bytes
+                      ? build(&b, views, counts)
+                      : hs_error_oom(e, "checkpoint save: the plan of %d ranks' tables (%d rows)",
+                                     p->world, rows);
+    free(b.index.slot);
+    free(b.entry_rank);
+    free(b.rank_bytes);
+    for (int r = 0; views && r < p->world; r++) free(views[r]);
+    free(views);
+    free(counts);
+    return s;
 }
 
 hs_status hs_ckpt_plan_build(hs_pg *world, const hs_ckpt_tensor *t, int n, hs_ckpt_plan *p,
@@ -256,25 +303,15 @@ hs_status hs_ckpt_plan_build(hs_pg *world, const hs_ckpt_tensor *t, int n, hs_ck
     int64_t len = 0, stride = 0;
     char *mine = encode(t, n, &len), *all = NULL;
     int64_t *lens = calloc((size_t)p->world, sizeof(int64_t));
+    if (!mine || !lens) {
+        free(mine);
+        free(lens);
+        return hs_error_oom(e, "checkpoint save: this rank's table of %d tensors (%lld bytes)", n,
+                            (long long)len);
+    }
     hs_status s = hs_ckpt_all_gather_bytes(world, mine, len, &all, &stride, lens, e);
     free(mine);
-    if (s != HS_OK) return free(lens), free(all), s;
-    row_view **views = calloc((size_t)p->world, sizeof(row_view *));
-    int *counts = calloc((size_t)p->world, sizeof(int)), rows = 0;
-    for (int r = 0; r < p->world; r++)
-        rows += counts[r] = decode(all + r * stride, lens[r], &views[r]);
-    plan_alloc(p, counts);
-    builder b = {.p = p, .e = e};
-    index_init(&b.index, rows);
-    b.entry_rank = calloc((size_t)(rows > 0 ? rows : 1), sizeof(int));
-    b.rank_bytes = calloc((size_t)p->world, sizeof(int64_t));
-    s = build(&b, views, counts);
-    free(b.index.slot);
-    free(b.entry_rank);
-    free(b.rank_bytes);
-    for (int r = 0; r < p->world; r++) free(views[r]);
-    free(views);
-    free(counts);
+    if (s == HS_OK) s = plan_rows(p, all, stride, lens, e);
     free(lens);
     free(all);
     return s;

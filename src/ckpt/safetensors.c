@@ -109,8 +109,7 @@ hs_status hs_safetensors_write(const char *path, const hs_st_tensor *tensors, in
                 (long long)(hs_st_numel(&tensors[i]) * (int64_t)hs_dtype_size(tensors[i].dtype)));
     size_t hlen = 0;
     char *header = st_header_json(tensors, n, meta, n_meta, &hlen);
-    if (!header)
-        return hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot build the header", path);
+    if (!header) return hs_error_oom(e, "safetensors %s: cannot build the header", path);
     char tmp[HS_PATH_MAX + 8];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = hs_fopen(tmp, "wb", "check that the output directory exists and is writable", e);
@@ -212,7 +211,7 @@ static int st_by_offset(const void *a, const void *b) {
  * a crafted file could alias every weight onto one region. */
 static hs_status st_check_overlaps(hs_st_file *f, hs_error *e) {
     const hs_st_tensor **order = malloc(sizeof *order * (size_t)(f->n ? f->n : 1));
-    if (!order) return hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate", f->path);
+    if (!order) return hs_error_oom(e, "safetensors %s: cannot allocate", f->path);
     for (int i = 0; i < f->n; i++) order[i] = &f->tensors[i];
     qsort(order, (size_t)f->n, sizeof *order, st_by_offset);
     hs_status s = HS_OK;
@@ -243,7 +242,7 @@ static hs_status st_parse_meta(hs_st_file *f, json_t *meta, hs_error *e) {
     f->meta_keys = calloc(n ? n : 1, sizeof(char *));
     f->meta_values = calloc(n ? n : 1, sizeof(char *));
     if (!f->meta_keys || !f->meta_values)
-        return hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate metadata", f->path);
+        return hs_error_oom(e, "safetensors %s: cannot allocate metadata", f->path);
     const char *key;
     json_t *v;
     json_object_foreach(meta, key, v) {
@@ -252,7 +251,10 @@ static hs_status st_parse_meta(hs_st_file *f, json_t *meta, hs_error *e) {
                                 f->path, key);
         f->meta_keys[f->n_meta] = strdup(key);
         f->meta_values[f->n_meta] = strdup(json_string_value(v));
-        f->n_meta++;
+        f->n_meta++; /* counted either way: the file's free frees what is there */
+        if (!f->meta_keys[f->n_meta - 1] || !f->meta_values[f->n_meta - 1])
+            return hs_error_oom(e, "safetensors %s: __metadata__.%s: %zu bytes", f->path, key,
+                                strlen(key) + strlen(json_string_value(v)) + 2);
     }
     return HS_OK;
 }
@@ -269,8 +271,7 @@ static hs_status st_parse_header(hs_st_file *f, const char *text, size_t len, hs
         s = hs_error_set(e, HS_ERR_FORMAT, "safetensors %s: header is not a JSON object", f->path);
     } else {
         f->tensors = calloc(json_object_size(root) + 1, sizeof(hs_st_tensor));
-        if (!f->tensors)
-            s = hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate", f->path);
+        if (!f->tensors) s = hs_error_oom(e, "safetensors %s: cannot allocate", f->path);
         const char *key;
         json_t *v;
         json_object_foreach(root, key, v) {
@@ -315,8 +316,8 @@ static hs_status st_alloc_data(hs_st_file *f, uint64_t bytes, hs_error *e) {
     f->data_bytes = (size_t)bytes;
     f->data = aligned_alloc(HS_ALIGN, (f->data_bytes / HS_ALIGN + 1) * HS_ALIGN);
     return f->data ? HS_OK
-                   : hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate %zu bytes",
-                                  f->path, f->data_bytes);
+                   : hs_error_oom(e, "safetensors %s: cannot allocate %zu bytes", f->path,
+                                  f->data_bytes);
 }
 
 static hs_status st_read_all(hs_st_file *f, FILE *fp, hs_error *e) {
@@ -331,7 +332,7 @@ static hs_status st_read_all(hs_st_file *f, FILE *fp, hs_error *e) {
     hs_status s = st_header_len(f, first8, got == 8 ? (uint64_t)size : got, &hlen, e);
     if (s != HS_OK) return s;
     char *header = malloc(hlen ? hlen : 1);
-    if (!header) return hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate", f->path);
+    if (!header) return hs_error_oom(e, "safetensors %s: cannot allocate", f->path);
     s = st_alloc_data(f, (uint64_t)size - 8 - hlen, e);
     if (s == HS_OK && (fread(header, 1, hlen, fp) != hlen ||
                        (f->data_bytes && fread(f->data, 1, f->data_bytes, fp) != f->data_bytes)))
@@ -344,7 +345,7 @@ static hs_status st_read_all(hs_st_file *f, FILE *fp, hs_error *e) {
 
 static hs_st_file *st_new(const char *path, hs_error *e) {
     hs_st_file *f = calloc(1, sizeof *f);
-    if (!f) hs_error_set(e, HS_ERR_OOM, "safetensors %s: cannot allocate", path);
+    if (!f) hs_error_oom(e, "safetensors %s: cannot allocate", path);
     else snprintf(f->path, sizeof f->path, "%s", path);
     return f;
 }

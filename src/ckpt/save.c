@@ -110,8 +110,8 @@ static hs_status stage_alloc(saver *sv, const hs_ckpt_tensor *t, int n, const ch
     sv->piece = need < PIECE ? need : PIECE;
     sv->stage = malloc(sv->piece);
     if (!sv->stage)
-        return hs_error_set(e, HS_ERR_OOM,
-                            "cannot allocate the %zu-byte host buffer to write "
+        return hs_error_oom(e,
+                            "the %zu-byte host buffer to write "
                             "device tensors to %s",
                             sv->piece, path);
     return HS_OK;
@@ -148,6 +148,7 @@ static hs_status gather_crcs(saver *sv, hs_pg *world, const uint32_t *mine, hs_e
     hs_ckpt_plan *p = &sv->plan;
     char *all = NULL;
     int64_t stride = 0, *lens = calloc((size_t)p->world, sizeof(int64_t));
+    if (!lens) return hs_error_oom(e, "checkpoint save: the CRC table sizes of %d ranks", p->world);
     hs_status s = hs_ckpt_all_gather_bytes(
         world, mine, (int64_t)sizeof(uint32_t) * p->rank_chunks[p->rank], &all, &stride, lens, e);
     for (int r = 0; s == HS_OK && r < p->world; r++) {
@@ -187,7 +188,8 @@ static void fill_meta(FILE *f, const void *m) {
     hs_ckpt_meta_write(m, f, "", &ignored); /* ferror is checked by the caller */
 }
 
-static void fill_config(FILE *f, const void *cfg) { hs_config_dump(cfg, NULL, f); }
+/* Without a topology the dump allocates nothing: it cannot fail. */
+static void fill_config(FILE *f, const void *cfg) { hs_config_dump(cfg, NULL, f, NULL); }
 
 /* Rename tmp to final. An existing final (the same step saved again) is
  * swapped out atomically and deleted afterwards. */
@@ -239,7 +241,10 @@ static hs_status save_phases(saver *sv, hs_pg *world, const hs_ckpt_tensor *t, i
                                                                 : DEFAULT_PROGRESS_BYTES);
     if (p->rank_file[p->rank] >= 0) sv->my_bytes = p->meta.files[p->rank_file[p->rank]].bytes;
     uint32_t *crcs = calloc((size_t)p->rank_chunks[p->rank] + 1, sizeof(uint32_t));
-    s = hs_pg_agree(world, write_data(sv, t, n, crcs, e), "checkpoint save: writing data", e);
+    hs_status ws =
+        crcs ? write_data(sv, t, n, crcs, e)
+             : hs_error_oom(e, "checkpoint save: the CRCs of %d chunks", p->rank_chunks[p->rank]);
+    s = hs_pg_agree(world, ws, "checkpoint save: writing data", e);
     if (s == HS_OK) s = gather_crcs(sv, world, crcs, e);
     free(crcs);
     if (s == HS_OK)

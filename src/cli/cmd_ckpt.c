@@ -86,8 +86,8 @@ static hs_status export_get(void *ctx, int i, float *out, hs_error *e) {
 static hs_status export_run(const char *dir, const char *out, hs_dtype dt, hs_error *e) {
     export_ctx x = {0};
     hs_config cfg;
-    hs_config_defaults(&cfg);
-    hs_status s = hs_ckpt_open(dir, &x.ckpt, e);
+    hs_status s = hs_config_defaults(&cfg, e);
+    if (s == HS_OK) s = hs_ckpt_open(dir, &x.ckpt, e);
     char path[HS_PATH_MAX + 32];
     if (s == HS_OK) {
         snprintf(path, sizeof path, "%s/config.yaml", hs_ckpt_path(x.ckpt));

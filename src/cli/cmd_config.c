@@ -91,9 +91,11 @@ static int print_errors(const config_args *a, const char *what, const hs_error *
 static int print_plan(const config_args *a, const hs_config *c, const hs_topology *topo) {
     hs_plan *p = calloc(1, sizeof *p);
     hs_error e;
-    if (!p) hs_oom("for the plan");
     int rc = 0;
-    if (hs_plan_build(c, topo, p, &e) != HS_OK) {
+    if (!p) {
+        hs_error_oom(&e, "the plan: %zu bytes", sizeof *p);
+        rc = print_errors(a, "the plan", &e);
+    } else if (hs_plan_build(c, topo, p, &e) != HS_OK) {
         rc = print_errors(a, "the plan", &e);
     } else if (a->json) {
         hs_plan_json(p, stdout);
@@ -108,16 +110,22 @@ static int print_plan(const config_args *a, const hs_config *c, const hs_topolog
 
 static int config_or_plan(int argc, char **argv, bool plan) {
     config_args a = {.plan = plan};
+    hs_error e;
+    hs_error_clear(&e);
     a.overrides = calloc((size_t)argc + 1, sizeof *a.overrides);
-    if (!a.overrides) hs_oom("parsing arguments");
+    if (!a.overrides) {
+        hs_error_oom(&e, "the list of %d arguments", argc);
+        return print_errors(&a, "the command line", &e);
+    }
     int rc = parse_args(argc, argv, &a);
     if (rc >= 0 || a.markdown) {
-        if (rc < 0) hs_config_schema_markdown(stdout), rc = 0;
+        if (rc < 0 && hs_config_schema_markdown(stdout, &e) != HS_OK)
+            rc = print_errors(&a, "the schema", &e);
+        else if (rc < 0) rc = 0;
         free(a.overrides);
         return rc;
     }
     hs_config c;
-    hs_error e;
     hs_topology topo;
     hs_log log;
     hs_log_init(&log, 0, 1);
@@ -134,8 +142,7 @@ static int config_or_plan(int argc, char **argv, bool plan) {
     } else {
         printf("# resolved from %s, world size %d\n", a.path ? a.path : "the built-in default",
                a.world);
-        hs_config_dump(&c, &topo, stdout);
-        rc = 0;
+        rc = hs_config_dump(&c, &topo, stdout, &e) == HS_OK ? 0 : print_errors(&a, "the dump", &e);
     }
     hs_config_free(&c);
     free(a.overrides);

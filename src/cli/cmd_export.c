@@ -73,12 +73,12 @@ static void export_usage(FILE *f) {
 
 static hs_status export_run(const char *run, const char *out, hs_dtype dt, hs_error *e) {
     hs_config defaults;
-    hs_config_defaults(&defaults);
+    hs_status s = hs_config_defaults(&defaults, e);
     hs_model_config mc = defaults.model;
     int max_pos = 0;
     char path[HS_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.json", run);
-    hs_status s = hs_hf_config_read(path, &mc, &max_pos, e);
+    if (s == HS_OK) s = hs_hf_config_read(path, &mc, &max_pos, e);
     held_model h = {0};
     if (s == HS_OK) s = held_create(&h, &mc, max_pos, e);
     if (s == HS_OK) s = hs_cli_hf_out_check("--safetensors", out, hs_model_param_count(h.m), dt, e);
@@ -163,7 +163,6 @@ typedef struct import_args {
 static hs_status import_model_config(const import_args *a, hs_model_config *mc, int *max_pos,
                                      char *what, size_t cap, hs_error *e) {
     hs_config cfg;
-    hs_config_defaults(&cfg);
     if (a->config || a->n_overrides > 0) {
         hs_status s = hs_config_load(&cfg, a->config, a->overrides, a->n_overrides, e);
         *mc = cfg.model;
@@ -172,8 +171,10 @@ static hs_status import_model_config(const import_args *a, hs_model_config *mc, 
         hs_config_free(&cfg);
         return s;
     }
+    hs_status s = hs_config_defaults(&cfg, e);
     *mc = cfg.model;
     hs_config_free(&cfg);
+    if (s != HS_OK) return s;
     char path[HS_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.json", a->dir);
     snprintf(what, cap, "%s", path);
@@ -211,6 +212,10 @@ static hs_status import_run(const import_args *a, hs_error *e) {
 int hs_cmd_import(int argc, char **argv) {
     import_args a = {0};
     a.overrides = calloc((size_t)argc + 1, sizeof(char *));
+    if (!a.overrides) {
+        fprintf(stderr, "hypershard import: out of memory: the list of %d arguments\n", argc);
+        return 1;
+    }
     int rc = -1;
     for (int i = 1; rc < 0 && i < argc; i++) {
         const char *s = argv[i];

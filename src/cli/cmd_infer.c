@@ -191,7 +191,7 @@ static hs_status prompt_ids(const infer_args *a, const hs_bpe *bpe, int32_t **id
     if (bpe) return hs_bpe_encode(bpe, a->prompt, ids, n, e);
     *n = (int)strlen(a->prompt);
     *ids = malloc(sizeof **ids * (size_t)*n);
-    if (!*ids) return hs_error_set(e, HS_ERR_OOM, "generate: cannot allocate");
+    if (!*ids) return hs_error_oom(e, "generate: cannot allocate");
     for (int i = 0; i < *n; i++) (*ids)[i] = (unsigned char)a->prompt[i];
     return HS_OK;
 }
@@ -207,7 +207,7 @@ static hs_status generate(const infer_args *a, const hs_config *cfg, const hs_to
     int32_t *prompt = NULL, *out = malloc(sizeof *out * (size_t)a->max_new);
     int n = 0;
     if (s == HS_OK) s = prompt_ids(a, bpe, &prompt, &n, e);
-    if (s == HS_OK && !out) s = hs_error_set(e, HS_ERR_OOM, "generate: cannot allocate");
+    if (s == HS_OK && !out) s = hs_error_oom(e, "generate: cannot allocate");
     if (s == HS_OK && n < 1)
         s = hs_error_set(e, HS_ERR_USAGE, "generate: --prompt '%s' is no token", a->prompt);
     if (s == HS_OK && bpe)
@@ -275,8 +275,10 @@ static int infer_main(const char *cmd, int argc, char **argv) {
     for (int i = 0; ov && i < a.n_overrides; i++) ov[n++] = a.overrides[i];
     hs_config cfg;
     hs_topology topo;
-    hs_config_defaults(&cfg);
-    if (s == HS_OK && !ov) s = hs_error_set(&e, HS_ERR_OOM, "%s: cannot allocate", cmd);
+    hs_status ds = hs_config_defaults(&cfg, s == HS_OK ? &e : NULL);
+    if (s == HS_OK) s = ds;
+    if (s == HS_OK && !ov)
+        s = hs_error_oom(&e, "%s: the list of %d overrides", cmd, N_RESET + 1 + a.n_overrides);
     if (s == HS_OK) s = hs_config_load(&cfg, config, ov, n, &e);
     if (s == HS_OK) s = hs_config_validate(&cfg, world, &topo, rank == 0 ? &log : NULL, &e);
     if (s == HS_OK) s = run(&a, &cfg, &topo, a.run, &log, rank, &e);

@@ -72,7 +72,8 @@ static hs_status parse_pair(mesh_args *a, const char *arg, hs_error *e) {
 
 static hs_status parse_args(mesh_args *a, int argc, char **argv, hs_error *e) {
     hs_config d;
-    hs_config_defaults(&d);
+    hs_status st = hs_config_defaults(&d, e);
+    if (st != HS_OK) return st;
     *a = (mesh_args){.tp = 1,
                      .cp = 1,
                      .ep = 1,
@@ -101,13 +102,23 @@ static hs_status parse_args(mesh_args *a, int argc, char **argv, hs_error *e) {
 
 /* The stages of the even split (hs_config_pp_stages): their blocks and their
  * ranks, which are contiguous because ranks are pp-major. */
-static void print_stages(const hs_topology *t, int n_layers, FILE *f) {
+static hs_status print_stages(const hs_topology *t, int n_layers, FILE *f, hs_error *e) {
+    int *first = malloc(sizeof(int) * (size_t)t->pp), *count = malloc(sizeof(int) * (size_t)t->pp);
+    if (!first || !count) {
+        free(first);
+        free(count);
+        return hs_error_oom(e, "printing %d pipeline stages: %zu bytes", t->pp,
+                            2 * sizeof(int) * (size_t)t->pp);
+    }
     hs_config c;
-    hs_config_defaults(&c);
+    hs_status st = hs_config_defaults(&c, e);
+    if (st != HS_OK) {
+        free(first);
+        free(count);
+        return st;
+    }
     c.model.n_layers = n_layers;
     c.accelerator.pp_size = t->pp;
-    int *first = malloc(sizeof(int) * (size_t)t->pp), *count = malloc(sizeof(int) * (size_t)t->pp);
-    if (!first || !count) hs_oom("printing %d stages", t->pp);
     hs_config_pp_stages(&c, first, count);
     int per = t->world / t->pp;
     fprintf(f,
@@ -120,6 +131,7 @@ static void print_stages(const hs_topology *t, int n_layers, FILE *f) {
     free(first);
     free(count);
     hs_config_free(&c);
+    return HS_OK;
 }
 
 static void print_lines(hs_error *e, const char *kind) {
@@ -138,7 +150,11 @@ int hs_cmd_mesh(int argc, char **argv) {
     hs_error e;
     hs_error_clear(&e);
     mesh_args a;
-    if (parse_args(&a, argc, argv, &e) != HS_OK) {
+    if (parse_args(&a, argc, argv, &e) == HS_ERR_OOM) {
+        fprintf(stderr, "hypershard mesh: %s\n", e.msg);
+        return hs_status_exit_code(e.code);
+    }
+    if (e.code != HS_OK) {
         print_lines(&e, "usage");
         mesh_usage(stderr);
         return hs_status_exit_code(e.code);
@@ -157,7 +173,8 @@ int hs_cmd_mesh(int argc, char **argv) {
         print_lines(&e, "configuration");
         return hs_status_exit_code(e.code);
     }
-    hs_topology_print(&t, stdout);
-    if (t.pp > 1) print_stages(&t, a.n_layers, stdout);
-    return 0;
+    hs_status s = hs_topology_print(&t, stdout, &e);
+    if (s == HS_OK && t.pp > 1) s = print_stages(&t, a.n_layers, stdout, &e);
+    if (s != HS_OK) fprintf(stderr, "hypershard mesh: %s\n", e.msg);
+    return hs_status_exit_code(s);
 }

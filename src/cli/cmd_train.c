@@ -68,17 +68,13 @@ static int config_failure(int rank, const hs_error *e) {
 
 static int run(int *argc, char ***argv, const hs_config *cfg, const hs_topology *topo,
                const train_args *a, hs_log *log, int rank) {
-    hs_trace *trace = hs_trace_create(rank, cfg->trace.enabled);
-    hs_comm_options co = {.timeout_s = cfg->comm.timeout_s, .trace = trace, .log = log};
-    hs_comm *comm = NULL;
     hs_error e;
     hs_error_clear(&e);
-    if (hs_comm_init(&comm, argc, argv, &co, &e) != HS_OK) {
-        fprintf(stderr, "hypershard train: %s\n", e.msg);
-        hs_trace_free(trace);
-        hs_comm_boot_abort(1);
-        return 1;
-    }
+    hs_trace *trace = hs_trace_create(rank, cfg->trace.enabled, &e);
+    hs_comm_options co = {.timeout_s = cfg->comm.timeout_s, .trace = trace, .log = log};
+    hs_comm *comm = NULL;
+    /* This rank alone may have failed: the others must not wait for it. */
+    if (!trace || hs_comm_init(&comm, argc, argv, &co, &e) != HS_OK) hs_comm_abort(NULL, &e);
     hs_comm_balance_blas_threads(comm);
     if (cfg->train.threads > 0) hs_blas_set_threads(cfg->train.threads);
     hs_train_options opt = {.init_from = a->init_from, .dump_dir = a->dump_dir, .stop = a->stop};

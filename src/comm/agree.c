@@ -14,7 +14,10 @@
 hs_status hs_pg_agree(hs_pg *g, hs_status mine, const char *what, hs_error *e) {
     int w = hs_pg_size(g);
     int64_t *codes = calloc((size_t)w, sizeof(int64_t));
-    HS_ASSERT(codes != NULL);
+    if (!codes) /* this rank's own failure, when it has one, is the one to report */
+        return mine != HS_OK ? mine
+                             : hs_error_oom(e, "agreeing on %s over group '%s': %zu bytes", what,
+                                            hs_pg_name(g), (size_t)w * sizeof(int64_t));
     int64_t me = (int64_t)mine;
     hs_error ce;
     hs_status s = hs_pg_all_gather(g, NULL, codes, &me, 4, CARRIER, &ce);

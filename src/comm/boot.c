@@ -10,5 +10,3 @@ void hs_comm_boot(int *argc, char ***argv, int *rank, int *world) {
 }
 
 void hs_comm_boot_end(void) { MPI_Finalize(); }
-
-void hs_comm_boot_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }

@@ -72,7 +72,7 @@ hs_status hs_comm_init(hs_comm **out, int *argc, char ***argv, const hs_comm_opt
                        hs_error *e) {
     *out = NULL;
     hs_comm *c = calloc(1, sizeof *c);
-    if (!c) hs_oom("creating the communication context");
+    if (!c) return hs_error_oom(e, "the communication context: %zu bytes", sizeof *c);
     hs_status st = init_mpi(c, argc, argv, e);
     if (st != HS_OK) {
         free(c);
@@ -84,15 +84,15 @@ hs_status hs_comm_init(hs_comm **out, int *argc, char ***argv, const hs_comm_opt
     c->log = opt->log ? opt->log : &c->own_log;
     c->trace = opt->trace;
     if (!c->trace) {
-        c->trace = hs_trace_create(c->rank, false);
+        c->trace = hs_trace_create(c->rank, false, e);
         c->owns_trace = true;
     }
     hs_pool_init(&c->pool, "comm_staging");
     hs_comm_set_timeout(c, opt->timeout_s);
     c->local_ranks = count_local_ranks();
-    st = create_world(c, e);
+    st = c->trace ? create_world(c, e) : HS_ERR_OOM;
+    if (st == HS_OK) st = hs_comm_queue_start(c, e);
     if (st == HS_OK) {
-        hs_comm_queue_start(c);
         st = hs_watchdog_start(c, e);
         if (st != HS_OK) hs_comm_queue_stop(c);
     }
@@ -133,8 +133,13 @@ _Noreturn void hs_comm_abort(hs_comm *c, const hs_error *e) {
     hs_status code = e && e->code != HS_OK ? e->code : HS_ERR_INTERNAL;
     int exit_code = hs_status_exit_code(code);
     const char *msg = e && e->msg[0] ? e->msg : "aborted without a message";
-    if (!c) { /* before hs_comm_init succeeded: no other rank to end here */
+    if (!c) { /* no context: every rank when MPI runs, else this process */
         fprintf(stderr, "hypershard: %s\n", msg);
+        fflush(stderr);
+        int up = 0, down = 0;
+        MPI_Initialized(&up);
+        MPI_Finalized(&down);
+        if (up && !down) MPI_Abort(MPI_COMM_WORLD, exit_code);
         exit(exit_code);
     }
     fprintf(stderr, "hypershard: rank %d of %d: %s\n", c->rank, c->size, msg);

@@ -139,6 +139,8 @@ struct hs_queue {
      * of stages); their thread polls these until they finish. */
     bool async_p2p;
     hs_work *inflight;
+    hs_error *scratch; /* the thread's error report, allocated with it */
+    bool started;      /* the thread runs (hs_comm_queue_stop joins it) */
 };
 
 typedef struct hs_watchdog hs_watchdog;
@@ -174,13 +176,15 @@ struct hs_comm {
 };
 
 /* --------------------------------------------------------- queues (work.c) */
-/* Starts every queue's communication thread. */
-void hs_comm_queue_start(hs_comm *c);
-/* Drains every queue and joins every thread. */
+/* Starts every queue's communication thread: HS_ERR_OOM or
+ * HS_ERR_INTERNAL (none left running) when one cannot be started. */
+hs_status hs_comm_queue_start(hs_comm *c, hs_error *e);
+/* Drains every queue and joins every thread that was started. */
 void hs_comm_queue_stop(hs_comm *c);
 /* "default", "critical" ("?" when out of range). */
 const char *hs_comm_queue_name(hs_comm_queue q);
-/* Appends to the queue of g. */
+/* Appends to the queue of g. A work item that cannot be allocated ends
+ * the run (hs_comm_abort): the other ranks issue the collective anyway. */
 hs_work *hs_comm_enqueue(hs_pg *g, const hs_coll_args *a);
 /* A blocking collective: inline when g's queue is idle, else queued + waited. */
 hs_status hs_comm_run(hs_pg *g, const hs_coll_args *a, hs_error *e);

@@ -33,15 +33,23 @@ hs_status hs_mpi_fail(const hs_mpi_group *g, hs_error *e, int rc, const char *ca
                         op, g->name, g->rank, g->size, call, hs_mpi_strerror(rc, why, sizeof why));
 }
 
-void hs_mpi_group_stage(hs_mpi_group *g, size_t bytes) {
-    if (bytes <= g->stage_cap) return;
+hs_status hs_mpi_group_stage(hs_mpi_group *g, size_t bytes, hs_error *e) {
+    if (bytes <= g->stage_cap) return HS_OK;
     size_t cap = g->stage_cap ? g->stage_cap : 4096;
     while (cap < bytes) cap *= 2;
     for (int i = 0; i < 2; i++) {
         hs_pool_free(g->pool, g->stage[i]);
         g->stage[i] = hs_pool_alloc(g->pool, cap);
     }
-    g->stage_cap = cap;
+    if (g->stage[0] && g->stage[1]) {
+        g->stage_cap = cap;
+        return HS_OK;
+    }
+    for (int i = 0; i < 2; i++) hs_pool_free(g->pool, g->stage[i]), g->stage[i] = NULL;
+    g->stage_cap = 0;
+    char what[128];
+    snprintf(what, sizeof what, "the staging buffers of group '%s' (2 of them)", g->name);
+    return hs_pool_oom(g->pool, cap, what, e);
 }
 
 /* Pieces are posted round by round; a rank's k-th send piece is its right
@@ -185,7 +193,9 @@ static hs_status mpi_p2p_start(void *ctx, const hs_coll_args *a, void **req, hs_
     *req = NULL;
     if (a->count >= INT_MAX / 2) return HS_OK;
     MPI_Request *r = malloc(sizeof *r);
-    if (!r) return hs_error_set(e, HS_ERR_OOM, "cannot allocate an MPI request");
+    if (!r)
+        return hs_error_oom(e, "a %s request on group '%s': %zu bytes",
+                            a->op == HS_OP_SEND ? "send" : "recv", g->name, sizeof *r);
     bool send = a->op == HS_OP_SEND;
     int rc = send ? MPI_Isend(a->in, (int)a->count, mpi_type(a->dt), a->peer, a->tag, g->p2p, r)
                   : MPI_Irecv(a->out, (int)a->count, mpi_type(a->dt), a->peer, a->tag, g->p2p, r);
@@ -219,10 +229,39 @@ static const char *mpi_path(void *ctx, hs_comm_op op) {
 static const hs_pg_backend mpi_backend = {"mpi",         mpi_exec,     mpi_destroy,
                                           mpi_p2p_start, mpi_p2p_test, mpi_path};
 
+/* The group's tables: its members' world ranks, the counts of a v
+ * collective, and their translation. */
+static hs_status mpi_tables(hs_pg *pg, hs_mpi_group *g, MPI_Comm mc, hs_error *e) {
+    g->vcounts = calloc((size_t)4 * (size_t)pg->size, sizeof(int));
+    pg->world_ranks = calloc((size_t)pg->size, sizeof(int));
+    int *idx = calloc((size_t)pg->size, sizeof(int));
+    if (!g->vcounts || !pg->world_ranks || !idx) {
+        free(idx);
+        return hs_error_oom(e, "creating group '%s': %zu bytes of tables for %d ranks", pg->name,
+                            (size_t)6 * (size_t)pg->size * sizeof(int), pg->size);
+    }
+    /* World rank of each member, from the world communicator's group. */
+    MPI_Group mine, world;
+    MPI_Comm_group(mc, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    for (int i = 0; i < pg->size; i++) idx[i] = i;
+    MPI_Group_translate_ranks(mine, pg->size, idx, world, pg->world_ranks);
+    free(idx);
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
+    return HS_OK;
+}
+
 hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_error *e) {
     hs_pg *pg = calloc(1, sizeof *pg);
     hs_mpi_group *g = calloc(1, sizeof *g);
-    if (!pg || !g) hs_oom("creating group '%s'", name);
+    if (!pg || !g) {
+        free(pg);
+        free(g);
+        MPI_Comm_free(&mc);
+        hs_error_oom(e, "creating group '%s': %zu bytes", name, sizeof *pg + sizeof *g);
+        return NULL;
+    }
     snprintf(pg->name, sizeof pg->name, "%s", name);
     pg->comm = c;
     pg->backend = &mpi_backend;
@@ -245,21 +284,12 @@ hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_
         free(pg);
         return NULL;
     }
-    g->shm = hs_shm_create(mc, g->pool, pg->name);
-    g->vcounts = calloc((size_t)4 * (size_t)pg->size, sizeof(int));
-    pg->world_ranks = calloc((size_t)pg->size, sizeof(int));
-    if (!g->vcounts || !pg->world_ranks) hs_oom("creating group '%s'", name);
-    /* World rank of each member, from the world communicator's group. */
-    MPI_Group mine, world;
-    MPI_Comm_group(mc, &mine);
-    MPI_Comm_group(MPI_COMM_WORLD, &world);
-    int *idx = calloc((size_t)pg->size, sizeof(int));
-    if (!idx) hs_oom("creating group '%s'", name);
-    for (int i = 0; i < pg->size; i++) idx[i] = i;
-    MPI_Group_translate_ranks(mine, pg->size, idx, world, pg->world_ranks);
-    free(idx);
-    MPI_Group_free(&mine);
-    MPI_Group_free(&world);
+    hs_status st = hs_shm_create(mc, g->pool, pg->name, &g->shm, e);
+    if (st == HS_OK) st = mpi_tables(pg, g, mc, e);
+    if (st != HS_OK) {
+        hs_pg_free(pg);
+        return NULL;
+    }
     return pg;
 }
 

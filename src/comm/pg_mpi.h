@@ -27,7 +27,7 @@ typedef struct hs_mpi_group {
 } hs_mpi_group;
 
 /* Grow both staging buffers to at least `bytes`. */
-void hs_mpi_group_stage(hs_mpi_group *g, size_t bytes);
+hs_status hs_mpi_group_stage(hs_mpi_group *g, size_t bytes, hs_error *e);
 
 /* An MPI failure as HS_ERR_COMM naming the call, the op and the group. */
 hs_status hs_mpi_fail(const hs_mpi_group *g, hs_error *e, int rc, const char *call, const char *op);

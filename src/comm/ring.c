@@ -36,7 +36,8 @@ static hs_status ring_rs_phase(hs_mpi_group *g, void *out, const void *in, char 
     const int w = g->size, r = g->rank;
     const size_t es = hs_dtype_size(dt);
     const char *src = in;
-    hs_mpi_group_stage(g, (size_t)chunk_len(l, 0) * es);
+    hs_status st = hs_mpi_group_stage(g, (size_t)chunk_len(l, 0) * es, e);
+    if (st != HS_OK) return st;
     char *incoming = g->stage[0], *partial = g->stage[1];
     int c = ring_mod(r - 1, w);
     const char *send = src + chunk_off(l, c) * es;

@@ -138,15 +138,35 @@ static void shm_release(hs_shm *s) {
     free(s);
 }
 
-hs_shm *hs_shm_create(MPI_Comm coll, hs_pool *pool, const char *name) {
+/* Without the segment the group would take the ring, whose rounding
+ * differs: no memory for it on any rank is an error on every rank. */
+static hs_status shm_alloc(MPI_Comm coll, int size, const char *name, hs_shm **out, hs_error *e) {
+    hs_shm *s = *out = calloc(1, sizeof *s);
+    if (s && !(s->slots = calloc((size_t)size, sizeof *s->slots))) free(s), s = *out = NULL;
+    if (all_agree(coll, s != NULL)) return HS_OK;
+    if (s) {
+        free(s->slots);
+        free(s);
+        *out = NULL;
+        return hs_error_oom(e,
+                            "the shared segment of group '%s': another rank of the group had "
+                            "no memory for its own",
+                            name);
+    }
+    return hs_error_oom(e, "the shared segment of group '%s': %zu bytes", name,
+                        sizeof *s + (size_t)size * sizeof *s->slots);
+}
+
+hs_status hs_shm_create(MPI_Comm coll, hs_pool *pool, const char *name, hs_shm **out, hs_error *e) {
     int rank = 0, size = 0;
+    *out = NULL;
     MPI_Comm_rank(coll, &rank);
     MPI_Comm_size(coll, &size);
-    if (size < 2) return NULL;
-    if (!all_agree(coll, shm_wanted() && on_one_node(coll, size))) return NULL;
-    hs_shm *s = calloc(1, sizeof *s);
-    if (!s || !(s->slots = calloc((size_t)size, sizeof *s->slots)))
-        hs_oom("creating the shared segment of group '%s'", name);
+    if (size < 2) return HS_OK;
+    if (!all_agree(coll, shm_wanted() && on_one_node(coll, size))) return HS_OK;
+    hs_shm *s = NULL;
+    hs_status st = shm_alloc(coll, size, name, &s, e);
+    if (st != HS_OK) return st;
     s->name = name;
     s->pool = pool;
     s->rank = rank;
@@ -158,7 +178,7 @@ hs_shm *hs_shm_create(MPI_Comm coll, hs_pool *pool, const char *name) {
         if (rc == MPI_SUCCESS) MPI_Win_free(&s->win);
         free(s->slots);
         free(s);
-        return NULL;
+        return HS_OK;
     }
     /* A passive epoch for the segment's lifetime: plain loads and stores
      * (ordered by the atomics) are then allowed on it. */
@@ -175,9 +195,10 @@ hs_shm *hs_shm_create(MPI_Comm coll, hs_pool *pool, const char *name) {
     mine->pid = (long long)getpid();
     if (!probe_reads(s, coll)) {
         shm_release(s);
-        return NULL;
+        return HS_OK;
     }
-    return s;
+    *out = s;
+    return HS_OK;
 }
 
 void hs_shm_free(hs_shm *s) {

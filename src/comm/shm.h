@@ -44,10 +44,11 @@ typedef struct hs_shm {
     float *tmp, *acc;
 } hs_shm;
 
-/* Collective over `coll`. NULL (after agreeing with every rank) when the
- * group has one rank, spans nodes, HS_COMM_SHM=0 is set on some rank, or a
- * cross-process read is refused (another PID namespace, ptrace policy). */
-hs_shm *hs_shm_create(MPI_Comm coll, hs_pool *pool, const char *name);
+/* Collective over `coll`. *out NULL (after agreeing with every rank) when
+ * the group has one rank, spans nodes, HS_COMM_SHM=0 is set on some rank,
+ * or a cross-process read is refused (another PID namespace, ptrace
+ * policy); HS_ERR_OOM on every rank when one has no memory for it. */
+hs_status hs_shm_create(MPI_Comm coll, hs_pool *pool, const char *name, hs_shm **out, hs_error *e);
 /* Collective over the group, like MPI_Win_free. */
 void hs_shm_free(hs_shm *s);
 

@@ -27,11 +27,22 @@ typedef struct shm_layout {
 static int64_t chunk_off(shm_layout l, int i) { return i * l.base + (i < l.rem ? i : l.rem); }
 static int64_t chunk_len(shm_layout l, int i) { return l.base + (i < l.rem ? 1 : 0); }
 
-static void shm_tiles(hs_shm *s) {
-    if (s->acc) return;
-    s->raw = hs_pool_alloc(s->pool, (size_t)TILE * sizeof(float));
-    s->tmp = hs_pool_alloc(s->pool, (size_t)TILE * sizeof(float));
-    s->acc = hs_pool_alloc(s->pool, (size_t)TILE * sizeof(float));
+/* The reduction tiles, at the first reduction: all three or none. */
+static hs_status shm_tiles(hs_shm *s, hs_error *e) {
+    if (s->acc) return HS_OK;
+    const size_t bytes = (size_t)TILE * sizeof(float);
+    void *raw = hs_pool_alloc(s->pool, bytes);
+    float *tmp = hs_pool_alloc(s->pool, bytes), *acc = hs_pool_alloc(s->pool, bytes);
+    if (raw && tmp && acc) {
+        s->raw = raw, s->tmp = tmp, s->acc = acc;
+        return HS_OK;
+    }
+    hs_pool_free(s->pool, raw);
+    hs_pool_free(s->pool, tmp);
+    hs_pool_free(s->pool, acc);
+    char what[128];
+    snprintf(what, sizeof what, "the reduction tiles of group '%s' (3 of them)", s->name);
+    return hs_pool_oom(s->pool, bytes, what, e);
 }
 
 /* acc (op)= peer's m elements at `remote`: the first peer sets acc, later
@@ -74,8 +85,7 @@ static hs_status reduce_own_chunk(hs_shm *s, void *out, const void *own, size_t 
                                   hs_dtype dt, hs_reduce_op op, const char *opname, hs_error *e) {
     const size_t es = hs_dtype_size(dt);
     const int w = s->size, divisor = op == HS_REDUCE_AVG ? w : 1;
-    hs_status st = HS_OK;
-    shm_tiles(s);
+    hs_status st = shm_tiles(s, e);
     for (int64_t i = 0; i < n && st == HS_OK; i += TILE) {
         int64_t m = n - i < TILE ? n - i : TILE;
         size_t at = off + (size_t)i * es;

@@ -45,10 +45,15 @@ static void merge_append(merge_out *o, const char *body, size_t len) {
     o->wrote_any = true;
 }
 
+/* A file that cannot be opened (or named) is o->err, reported after the
+ * other ranks' traces are received. */
 static void merge_open(merge_out *o, const char *path) {
     size_t n = strlen(path) + 8;
     o->tmp = malloc(n);
-    if (!o->tmp) hs_oom("writing trace %s", path);
+    if (!o->tmp) {
+        hs_error_oom(&o->err, "writing trace %s: %zu bytes for its name", path, n);
+        return;
+    }
     snprintf(o->tmp, n, "%s.tmp", path);
     o->f = hs_fopen(o->tmp, "wb", "check that the trace directory exists and is writable", &o->err);
     if (o->f) fputs("{\"traceEvents\":[", o->f);
@@ -81,8 +86,9 @@ static hs_status merge_receive(hs_pg *world, const int64_t *sizes, merge_out *o,
     int n = hs_pg_size(world);
     int64_t biggest = 0;
     for (int r = 1; r < n; r++) biggest = sizes[r] > biggest ? sizes[r] : biggest;
-    char *buf = malloc((size_t)words_of(biggest) * 4 + 4);
-    if (!buf) hs_oom("receiving traces of %lld bytes", (long long)biggest);
+    size_t bytes = (size_t)words_of(biggest) * 4 + 4;
+    char *buf = malloc(bytes);
+    if (!buf) return hs_error_oom(e, "receiving the other ranks' traces: %zu bytes", bytes);
     hs_status s = HS_OK;
     for (int r = 1; r < n && s == HS_OK; r++) {
         if (sizes[r] == 0) continue;
@@ -100,7 +106,10 @@ static hs_status merge_send(hs_pg *world, char *body, int64_t len, hs_error *e) 
     }
     /* The last word may run past the body: copy into a padded buffer. */
     char *padded = realloc(body, (size_t)words_of(len) * 4);
-    if (!padded) hs_oom("sending a trace of %lld bytes", (long long)len);
+    if (!padded) {
+        free(body);
+        return hs_error_oom(e, "sending this rank's trace: %zu bytes", (size_t)words_of(len) * 4);
+    }
     hs_status s = hs_pg_send(world, NULL, padded, words_of(len), HS_DTYPE_F32, 0, TRACE_TAG, e);
     free(padded);
     return s;
@@ -134,7 +143,11 @@ hs_status hs_comm_write_merged_trace(hs_comm *c, const char *path, hs_error *e) 
     s = hs_trace_serialize(hs_comm_trace(c), offset, &body, &len, e);
     if (s != HS_OK) return s;
     int64_t *sizes = calloc((size_t)n, sizeof *sizes);
-    if (!sizes) hs_oom("gathering trace sizes of %d ranks", n);
+    if (!sizes) {
+        free(body);
+        return hs_error_oom(e, "gathering the trace sizes of %d ranks: %zu bytes", n,
+                            (size_t)n * sizeof *sizes);
+    }
     int64_t mine = (int64_t)len;
     s = hs_pg_all_gather(world, NULL, sizes, &mine, 2, HS_DTYPE_F32, e);
     merge_out o = {0};

@@ -19,6 +19,9 @@
  *    answered a question of this rank's watchdog), prints the one line
  *    that points at a rank ending the job with hs_comm_abort, which waits
  *    for it (hs_watchdog_notify_failure) before MPI_Abort kills everyone.
+ * Everything a report needs (the survey's tables, the request list, the
+ * message) is allocated when the watchdog starts, so reporting a hang
+ * never waits on memory and never fails for want of it.
  * Point-to-point messages are used rather than one-sided windows because
  * Open MPI's osc/rdma over the vader transport crashes on atomics with
  * MPI_THREAD_MULTIPLE, and this design works the same across nodes. */
@@ -65,6 +68,12 @@ struct hs_watchdog {
     int64_t ask_buf[2];
     bool claimed;        /* world rank 0: a rank already reports */
     atomic_bool *silent; /* [world size] did not answer this watchdog in time */
+    /* The report's memory, [world size] each (a group is never larger). */
+    MPI_Request *req;
+    int *ranks, *asked;
+    int64_t (*rep)[R_LEN], (*asked_rep)[R_LEN];
+    bool *answered, *behind, *asked_ok;
+    hs_error *report;
 };
 
 /* The queue of the group in `slot` on this rank (the default queue when
@@ -137,8 +146,8 @@ static void sleep_s(double s) {
  * who replied in time. */
 static void ask_ranks(hs_watchdog *wd, int kind, int slot, const int *ranks, int n, double deadline,
                       int64_t (*replies)[R_LEN], bool *answered) {
-    MPI_Request *req = calloc((size_t)n, sizeof *req);
-    if (!req) hs_oom("in the comm watchdog");
+    HS_ASSERT(n <= wd->c->size);
+    MPI_Request *req = wd->req;
     int64_t ask[2] = {kind, slot};
     for (int i = 0; i < n; i++) {
         answered[i] = false;
@@ -162,7 +171,6 @@ static void ask_ranks(hs_watchdog *wd, int kind, int slot, const int *ranks, int
             MPI_Cancel(&req[i]);
             MPI_Request_free(&req[i]);
         }
-    free(req);
 }
 
 /* Whether this rank reports the hang. World rank 0 arbitrates; when it
@@ -270,10 +278,9 @@ static void survey_hop(hs_watchdog *wd, survey *v, int i, int slot, int hung_slo
 static void survey_p2p(hs_watchdog *wd, survey *v, hs_comm_current cur, const hs_pg *g,
                        double deadline) {
     const int self = wd->c->rank;
-    int *asked = calloc((size_t)g->size, sizeof *asked);
-    int64_t(*rep)[R_LEN] = calloc((size_t)g->size, sizeof *rep);
-    bool *ok = calloc((size_t)g->size, sizeof *ok);
-    if (!asked || !rep || !ok) hs_oom("in the comm watchdog");
+    int *asked = wd->asked;
+    int64_t(*rep)[R_LEN] = wd->asked_rep;
+    bool *ok = wd->asked_ok;
     int nasked = 0;
     for (int i = 0; i < g->size; i++)
         if (g->world_ranks[i] != self) asked[nasked++] = g->world_ranks[i];
@@ -291,19 +298,13 @@ static void survey_p2p(hs_watchdog *wd, survey *v, hs_comm_current cur, const hs
     v->behind[0] = true; /* the peer; the rest is context */
     for (int k = 0; k < nasked; k++)
         if (!ok[k] && !survey_has(v, asked[k]) && v->n < wd->c->size) v->ranks[v->n++] = asked[k];
-    free(asked);
-    free(rep);
-    free(ok);
 }
 
 static survey survey_take(hs_watchdog *wd, hs_comm_current cur, const hs_pg *g, double deadline) {
-    survey v = {0};
-    size_t cap = (size_t)(g->size > wd->c->size ? g->size : wd->c->size);
-    v.ranks = calloc(cap, sizeof *v.ranks);
-    v.rep = calloc(cap, sizeof *v.rep);
-    v.answered = calloc(cap, sizeof *v.answered);
-    v.behind = calloc(cap, sizeof *v.behind);
-    if (!v.ranks || !v.rep || !v.answered || !v.behind) hs_oom("in the comm watchdog");
+    HS_ASSERT(g->size <= wd->c->size);
+    survey v = {.ranks = wd->ranks, .rep = wd->rep, .answered = wd->answered, .behind = wd->behind};
+    memset(v.answered, 0, (size_t)wd->c->size * sizeof *v.answered);
+    memset(v.behind, 0, (size_t)wd->c->size * sizeof *v.behind);
     if (hs_comm_op_is_p2p(cur.op)) {
         survey_p2p(wd, &v, cur, g, deadline);
         return v;
@@ -341,8 +342,7 @@ static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeou
     const bool p2p = hs_comm_op_is_p2p(cur.op);
     const hs_pg *g = c->groups[cur.slot].pg;
     survey v = survey_take(wd, cur, g, deadline);
-    hs_error *e = malloc(sizeof *e);
-    if (!e) hs_oom("in the comm watchdog");
+    hs_error *e = wd->report;
     char missing[1024], arrived[1024], why[512], peer[64] = "";
     int nmissing = survey_list(&v, true, -1, missing, sizeof missing);
     int narrived = survey_list(&v, false, c->rank, arrived, sizeof arrived);
@@ -374,7 +374,7 @@ static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeou
         p2p ? "every send needs the peer's matching recv (same group, tag and size), "
               "in an order that cannot wait in a cycle"
             : "every rank of a group must issue the same collectives in the same order");
-    hs_comm_abort(c, e); /* ends the process: the survey needs no freeing */
+    hs_comm_abort(c, e); /* ends the process */
 }
 
 static void on_timeout(hs_watchdog *wd, hs_comm_current cur, double timeout) {
@@ -426,16 +426,55 @@ static void *watchdog_main(void *arg) {
     return NULL;
 }
 
-hs_status hs_watchdog_start(hs_comm *c, hs_error *e) {
+static void watchdog_free(hs_watchdog *wd) {
+    free(wd->silent);
+    free(wd->req);
+    free(wd->ranks);
+    free(wd->asked);
+    free(wd->rep);
+    free(wd->asked_rep);
+    free(wd->answered);
+    free(wd->behind);
+    free(wd->asked_ok);
+    free(wd->report);
+    free(wd);
+}
+
+/* The watchdog and the memory of its report, or NULL. */
+static hs_watchdog *watchdog_alloc(size_t n, size_t *bytes) {
+    size_t rep = n * sizeof(int64_t[R_LEN]);
+    *bytes = sizeof(hs_watchdog) + sizeof(hs_error) +
+             n * (sizeof(atomic_bool) + sizeof(MPI_Request) + 2 * sizeof(int) + 3 * sizeof(bool)) +
+             2 * rep;
     hs_watchdog *wd = calloc(1, sizeof *wd);
-    if (!wd) hs_oom("starting the comm watchdog");
+    if (!wd) return NULL;
+    wd->silent = calloc(n, sizeof *wd->silent);
+    wd->req = calloc(n, sizeof *wd->req);
+    wd->ranks = calloc(n, sizeof *wd->ranks);
+    wd->asked = calloc(n, sizeof *wd->asked);
+    wd->rep = calloc(n, sizeof *wd->rep);
+    wd->asked_rep = calloc(n, sizeof *wd->asked_rep);
+    wd->answered = calloc(n, sizeof *wd->answered);
+    wd->behind = calloc(n, sizeof *wd->behind);
+    wd->asked_ok = calloc(n, sizeof *wd->asked_ok);
+    wd->report = malloc(sizeof *wd->report);
+    if (wd->silent && wd->req && wd->ranks && wd->asked && wd->rep && wd->asked_rep &&
+        wd->answered && wd->behind && wd->asked_ok && wd->report)
+        return wd;
+    watchdog_free(wd);
+    return NULL;
+}
+
+hs_status hs_watchdog_start(hs_comm *c, hs_error *e) {
+    size_t bytes = 0;
+    hs_watchdog *wd = watchdog_alloc((size_t)c->size, &bytes);
+    if (!wd)
+        return hs_error_oom(e, "starting the comm watchdog: %zu bytes for %d ranks", bytes,
+                            c->size);
     wd->c = c;
-    wd->silent = calloc((size_t)c->size, sizeof *wd->silent);
-    if (!wd->silent) hs_oom("starting the comm watchdog");
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &wd->comm);
     if (rc != MPI_SUCCESS) {
-        free(wd->silent);
-        free(wd);
+        watchdog_free(wd);
         return hs_error_set(e, HS_ERR_COMM,
                             "starting the comm watchdog: MPI_Comm_dup failed (code %d)", rc);
     }
@@ -445,7 +484,17 @@ hs_status hs_watchdog_start(hs_comm *c, hs_error *e) {
     HS_CHECK_PTHREAD(pthread_cond_init(&wd->cv, &attr));
     pthread_condattr_destroy(&attr);
     HS_CHECK_PTHREAD(pthread_mutex_init(&wd->mu, NULL));
-    HS_CHECK_PTHREAD(pthread_create(&wd->thread, NULL, watchdog_main, wd));
+    rc = pthread_create(&wd->thread, NULL, watchdog_main, wd);
+    if (rc != 0) {
+        pthread_cond_destroy(&wd->cv);
+        pthread_mutex_destroy(&wd->mu);
+        MPI_Comm_free(&wd->comm);
+        watchdog_free(wd);
+        return hs_error_set(e, HS_ERR_INTERNAL,
+                            "starting the comm watchdog: pthread_create failed: %s; check the "
+                            "limit on threads (ulimit -u)",
+                            strerror(rc));
+    }
     c->watchdog = wd;
     return HS_OK;
 }
@@ -461,8 +510,7 @@ void hs_watchdog_stop(hs_comm *c) {
     pthread_cond_destroy(&wd->cv);
     pthread_mutex_destroy(&wd->mu);
     MPI_Comm_free(&wd->comm);
-    free(wd->silent);
-    free(wd);
+    watchdog_free(wd);
     c->watchdog = NULL;
 }
 

@@ -59,11 +59,11 @@ static int64_t work_bytes(const hs_pg *g, const hs_coll_args *a) {
     }
 }
 
+/* The span of one executed work item (with tracing on). */
 static void work_trace(hs_comm *c, const hs_work *w, double t0, double t1) {
     const hs_coll_args *a = &w->args;
     const char *op = hs_comm_op_name(a->op);
     int64_t bytes = work_bytes(w->pg, a);
-    hs_trace_count(c->trace, op, w->pg->name, bytes);
     if (!hs_trace_enabled(c->trace)) return;
     char args[1024];
     const char *dt = a->op == HS_OP_BARRIER ? "none" : hs_dtype_name(a->dt);
@@ -89,7 +89,16 @@ static void work_trace(hs_comm *c, const hs_work *w, double t0, double t1) {
     hs_trace_span(c->trace, HS_LANE_COMM, op, "comm", t0, t1, args);
 }
 
-/* Execute and record one work item; the caller publishes the outcome. */
+/* Counts w, done with status st: a count that finds no memory fails the
+ * work (the counters would be wrong), the collective itself done. */
+static hs_status work_count(hs_comm *c, const hs_work *w, hs_status st, hs_error *err) {
+    hs_status ct = hs_trace_count(c->trace, hs_comm_op_name(w->args.op), w->pg->name,
+                                  work_bytes(w->pg, &w->args), st == HS_OK ? err : NULL);
+    return st != HS_OK ? st : ct;
+}
+
+/* Execute, count and record one work item; the caller publishes the
+ * outcome. */
 static hs_status work_exec(hs_comm *c, const hs_work *w, hs_error *err) {
     hs_pg *g = w->pg;
     if (!hs_comm_op_is_p2p(w->args.op)) atomic_store(&c->entered[g->slot], w->seq);
@@ -98,7 +107,9 @@ static hs_status work_exec(hs_comm *c, const hs_work *w, hs_error *err) {
     if (w->args.dev) hs_device_host_access_begin(w->args.dev);
     hs_status st = g->backend->exec(g->ctx, &w->args, err);
     if (w->args.dev) hs_device_host_access_end(w->args.dev);
-    work_trace(c, w, t0, hs_now());
+    double t1 = hs_now();
+    st = work_count(c, w, st, err);
+    work_trace(c, w, t0, t1);
     return st;
 }
 
@@ -120,11 +131,13 @@ static void current_set(hs_queue *q, const hs_work *w) {
     q->current = current_of(w, hs_now(), false);
 }
 
-/* Under q->mu: publish w's outcome. */
+/* Under q->mu: publish w's outcome. The communication thread has no
+ * caller to return to: when even the report of a failure finds no memory,
+ * the failure ends the run here, with its own message. */
 static void work_finish(hs_queue *q, hs_work *w, hs_status st, const hs_error *err) {
     if (st != HS_OK) {
         w->err = malloc(sizeof *w->err);
-        if (!w->err) hs_oom("reporting a failed %s", hs_comm_op_name(w->args.op));
+        if (!w->err) hs_comm_abort(q->comm, err);
         memcpy(w->err, err, sizeof *err);
     }
     w->status = st;
@@ -172,6 +185,7 @@ static void poll_inflight(hs_queue *q, hs_error *err) {
         }
         *link = w->next_inflight;
         if (w->args.dev) hs_device_host_access_end(w->args.dev);
+        st = work_count(q->comm, w, st, err);
         work_trace(q->comm, w, w->started, hs_now());
         work_finish(q, w, st, err);
     }
@@ -198,8 +212,7 @@ static void queue_wait(hs_queue *q, hs_error *err) {
 static void *queue_thread_main(void *arg) {
     hs_queue *q = arg;
     hs_comm *c = q->comm;
-    hs_error *scratch = malloc(sizeof *scratch);
-    if (!scratch) hs_oom("starting the %s communication thread", hs_comm_queue_name(q->id));
+    hs_error *scratch = q->scratch;
     pthread_mutex_lock(&q->mu);
     for (;;) {
         /* busy here means a blocking call runs inline on the issuing thread. */
@@ -220,21 +233,44 @@ static void *queue_thread_main(void *arg) {
         work_finish(q, w, st, scratch);
     }
     pthread_mutex_unlock(&q->mu);
-    free(scratch);
     return NULL;
 }
 
-void hs_comm_queue_start(hs_comm *c) {
+static hs_status queue_start(hs_comm *c, int i, hs_error *e) {
+    hs_queue *q = &c->queues[i];
+    q->comm = c;
+    q->id = (hs_comm_queue)i;
+    q->async_p2p = i == HS_COMM_QUEUE_PP_FORWARD || i == HS_COMM_QUEUE_PP_BACKWARD;
+    q->scratch = malloc(sizeof *q->scratch);
+    if (!q->scratch)
+        return hs_error_oom(e, "starting the %s communication thread: %zu bytes",
+                            hs_comm_queue_name(q->id), sizeof *q->scratch);
+    HS_CHECK_PTHREAD(pthread_mutex_init(&q->mu, NULL));
+    HS_CHECK_PTHREAD(pthread_cond_init(&q->queue_cv, NULL));
+    HS_CHECK_PTHREAD(pthread_cond_init(&q->done_cv, NULL));
+    int rc = pthread_create(&q->thread, NULL, queue_thread_main, q);
+    q->started = rc == 0;
+    if (rc == 0) return HS_OK;
+    pthread_cond_destroy(&q->queue_cv);
+    pthread_cond_destroy(&q->done_cv);
+    pthread_mutex_destroy(&q->mu);
+    free(q->scratch);
+    q->scratch = NULL;
+    return hs_error_set(e, HS_ERR_INTERNAL,
+                        "starting the %s communication thread: pthread_create failed: %s; check "
+                        "the limit on threads (ulimit -u)",
+                        hs_comm_queue_name(q->id), strerror(rc));
+}
+
+hs_status hs_comm_queue_start(hs_comm *c, hs_error *e) {
     for (int i = 0; i < HS_COMM_QUEUE_COUNT; i++) {
-        hs_queue *q = &c->queues[i];
-        q->comm = c;
-        q->id = (hs_comm_queue)i;
-        q->async_p2p = i == HS_COMM_QUEUE_PP_FORWARD || i == HS_COMM_QUEUE_PP_BACKWARD;
-        HS_CHECK_PTHREAD(pthread_mutex_init(&q->mu, NULL));
-        HS_CHECK_PTHREAD(pthread_cond_init(&q->queue_cv, NULL));
-        HS_CHECK_PTHREAD(pthread_cond_init(&q->done_cv, NULL));
-        HS_CHECK_PTHREAD(pthread_create(&q->thread, NULL, queue_thread_main, q));
+        hs_status st = queue_start(c, i, e);
+        if (st != HS_OK) {
+            hs_comm_queue_stop(c);
+            return st;
+        }
     }
+    return HS_OK;
 }
 
 /* Every queue is told to stop before any is joined: each drains on its own
@@ -243,6 +279,7 @@ void hs_comm_queue_start(hs_comm *c) {
 void hs_comm_queue_stop(hs_comm *c) {
     for (int i = 0; i < HS_COMM_QUEUE_COUNT; i++) {
         hs_queue *q = &c->queues[i];
+        if (!q->started) continue;
         pthread_mutex_lock(&q->mu);
         q->stopping = true;
         pthread_cond_broadcast(&q->queue_cv);
@@ -250,10 +287,14 @@ void hs_comm_queue_stop(hs_comm *c) {
     }
     for (int i = 0; i < HS_COMM_QUEUE_COUNT; i++) {
         hs_queue *q = &c->queues[i];
+        if (!q->started) continue;
         HS_CHECK_PTHREAD(pthread_join(q->thread, NULL));
         pthread_cond_destroy(&q->queue_cv);
         pthread_cond_destroy(&q->done_cv);
         pthread_mutex_destroy(&q->mu);
+        free(q->scratch);
+        q->scratch = NULL;
+        q->started = false;
     }
 }
 
@@ -265,7 +306,12 @@ static int64_t next_seq(hs_pg *g, const hs_coll_args *a) {
 hs_work *hs_comm_enqueue(hs_pg *g, const hs_coll_args *a) {
     hs_queue *q = g->queue;
     hs_work *w = calloc(1, sizeof *w);
-    if (!w) hs_oom("queueing %s on group '%s'", hs_comm_op_name(a->op), g->name);
+    if (!w) {
+        hs_error e;
+        hs_error_oom(&e, "queueing %s on group '%s': %zu bytes", hs_comm_op_name(a->op), g->name,
+                     sizeof *w);
+        hs_comm_abort(g->comm, &e);
+    }
     w->pg = g;
     w->args = *a;
     pthread_mutex_lock(&q->mu);

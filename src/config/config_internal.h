@@ -33,15 +33,21 @@ typedef struct hs_cfg_report {
 
 void hs_cfg_report_add(hs_cfg_report *r, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Memory the system would not give while reading: "out of memory: ..." is
+ * added and the report's status becomes HS_ERR_OOM (exit 1, not 2: the
+ * config is not at fault). */
+void hs_cfg_report_oom(hs_cfg_report *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* Appends "... and N more errors" when lines were dropped. */
 void hs_cfg_report_finish(hs_cfg_report *r);
 
 /* Set a key from one scalar. Leaves `c` untouched and writes a reason
  * ("expected an integer, got 'x'") into `why` on failure. */
 bool hs_cfg_set_scalar(hs_config *c, const hs_cfg_key *k, hs_cfg_scalar s, char *why, size_t cap);
-/* Set a list or pair key from the items of a YAML sequence. */
-bool hs_cfg_set_items(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *items, int n,
-                      char *why, size_t cap);
+/* Set a list or pair key from the items of a YAML sequence: HS_ERR_CONFIG
+ * or HS_ERR_OOM (the list's copy) with the reason in `why`. */
+hs_status hs_cfg_set_items(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *items, int n,
+                           char *why, size_t cap);
 /* The value as YAML text (a flow list for lists and pairs). */
 void hs_cfg_write_value(const hs_config *c, const hs_cfg_key *k, FILE *f);
 /* Shortest text that reads back as exactly `v` ("0.003", "10000.0", "1e-05"). */

@@ -61,9 +61,12 @@ static void dump_keys(const hs_config *c, FILE *f) {
 
 /* "  name: [[0, 1], [2, 3]]": the world ranks of every `dim` group, the
  * groups in the order of their first ranks. */
-static void dump_groups(const hs_topology *t, hs_mesh_dim dim, const char *name, FILE *f) {
-    int *ranks = malloc(sizeof(int) * (size_t)(t->world > 0 ? t->world : 1));
-    if (!ranks) hs_oom("config dump: cannot allocate %d ranks", t->world);
+static hs_status dump_groups(const hs_topology *t, hs_mesh_dim dim, const char *name, FILE *f,
+                             hs_error *e) {
+    size_t bytes = sizeof(int) * (size_t)(t->world > 0 ? t->world : 1);
+    int *ranks = malloc(bytes);
+    if (!ranks)
+        return hs_error_oom(e, "dumping the %s of %d ranks: %zu bytes", name, t->world, bytes);
     hs_topology_groups(t, dim, ranks);
     int size = t->world / hs_topology_group_count(t, dim), printed = 0;
     fprintf(f, "  %s: [", name);
@@ -76,26 +79,16 @@ static void dump_groups(const hs_topology *t, hs_mesh_dim dim, const char *name,
     }
     fputs("]\n", f);
     free(ranks);
+    return HS_OK;
 }
 
 /* "  pp_stages:" then one line per stage: its blocks [first, end) and its
  * world ranks (those whose pp coordinate is the stage, in rank order). The
  * range is quoted so the block stays YAML that loads back. */
-static void dump_stages(const hs_config *c, const hs_topology *t, FILE *f) {
-    int pp = t->pp, world = t->world;
-    int v = c->accelerator.pp_virtual_stages > 1 ? c->accelerator.pp_virtual_stages : 1;
-    size_t chunks = (size_t)pp * (size_t)v;
-    int *first = malloc(sizeof(int) * chunks), *count = malloc(sizeof(int) * chunks);
-    int *start = calloc((size_t)pp + 1, sizeof(int)), *fill = malloc(sizeof(int) * (size_t)pp);
-    int *stage = malloc(sizeof(int) * (size_t)world), *ranks = malloc(sizeof(int) * (size_t)world);
-    if (!first || !count || !start || !fill || !stage || !ranks)
-        hs_oom("config dump: cannot allocate %d stages of %d ranks", pp, world);
-    hs_config_pp_stages(c, first, count);
-    /* Bucket the ranks by stage, keeping rank order: O(world), not O(pp x world). */
-    for (int r = 0; r < world; r++) start[(stage[r] = hs_topology_coords(t, r).pp) + 1]++;
-    for (int s = 0; s < pp; s++) start[s + 1] += start[s];
-    for (int s = 0; s < pp; s++) fill[s] = start[s];
-    for (int r = 0; r < world; r++) ranks[fill[stage[r]]++] = r;
+/* The stages' lines, from their blocks (first, count: pp x v chunks) and
+ * their ranks (stage s: ranks[start[s] .. start[s+1])). */
+static void write_stages(const hs_config *c, int pp, int v, const int *first, const int *count,
+                         const int *start, const int *ranks, FILE *f) {
     fprintf(f, "  pp_schedule: %s\n", c->accelerator.pp_schedule);
     if (v > 1) fprintf(f, "  pp_virtual_stages: %d\n", v);
     fputs("  pp_stages:\n", f);
@@ -111,15 +104,38 @@ static void dump_stages(const hs_config *c, const hs_topology *t, FILE *f) {
             fprintf(f, "%s%d", i > start[s] ? ", " : "", ranks[i]);
         fputs("]}\n", f);
     }
+}
+
+static hs_status dump_stages(const hs_config *c, const hs_topology *t, FILE *f, hs_error *e) {
+    int pp = t->pp, world = t->world;
+    int v = c->accelerator.pp_virtual_stages > 1 ? c->accelerator.pp_virtual_stages : 1;
+    size_t chunks = (size_t)pp * (size_t)v;
+    int *first = malloc(sizeof(int) * chunks), *count = malloc(sizeof(int) * chunks);
+    int *start = calloc((size_t)pp + 1, sizeof(int)), *fill = malloc(sizeof(int) * (size_t)pp);
+    int *stage = malloc(sizeof(int) * (size_t)world), *ranks = malloc(sizeof(int) * (size_t)world);
+    hs_status st = HS_OK;
+    if (first && count && start && fill && stage && ranks) {
+        hs_config_pp_stages(c, first, count);
+        /* Bucket the ranks by stage, keeping rank order: O(world), not O(pp x world). */
+        for (int r = 0; r < world; r++) start[(stage[r] = hs_topology_coords(t, r).pp) + 1]++;
+        for (int s = 0; s < pp; s++) start[s + 1] += start[s];
+        for (int s = 0; s < pp; s++) fill[s] = start[s];
+        for (int r = 0; r < world; r++) ranks[fill[stage[r]]++] = r;
+        write_stages(c, pp, v, first, count, start, ranks, f);
+    } else {
+        st = hs_error_oom(e, "dumping %d pipeline stages of %d ranks: %zu bytes", pp, world,
+                          sizeof(int) * (2 * chunks + 2 * (size_t)pp + 1 + 2 * (size_t)world));
+    }
     free(first);
     free(count);
     free(start);
     free(fill);
     free(stage);
     free(ranks);
+    return st;
 }
 
-static void dump_derived(const hs_config *c, const hs_topology *t, FILE *f) {
+static hs_status dump_derived(const hs_config *c, const hs_topology *t, FILE *f, hs_error *e) {
     char why[512];
     bool active = hs_topology_fsdp_active(t, why, sizeof why);
     fprintf(f, "derived:\n");
@@ -135,18 +151,20 @@ static void dump_derived(const hs_config *c, const hs_topology *t, FILE *f) {
             : t->pp > 1                    ? "   # micro_batch_size x dp_size x pp_size"
                                            : "   # micro_batch_size x dp_size");
     fprintf(f, "  micro_batches_per_step: %d\n", hs_config_micro_batches(c, t));
+    hs_status st = HS_OK;
     if (t->pp > 1) {
-        dump_stages(c, t, f);
-        dump_groups(t, HS_DIM_PP, "pp_groups", f);
+        st = dump_stages(c, t, f, e);
+        if (st == HS_OK) st = dump_groups(t, HS_DIM_PP, "pp_groups", f, e);
     }
-    dump_groups(t, HS_DIM_TP, "tp_groups", f);
-    dump_groups(t, HS_DIM_FSDP_SHARD, "fsdp_shard_groups", f);
-    dump_groups(t, HS_DIM_FSDP_REPLICATE, "fsdp_replicate_groups", f);
+    if (st == HS_OK) st = dump_groups(t, HS_DIM_TP, "tp_groups", f, e);
+    if (st == HS_OK) st = dump_groups(t, HS_DIM_FSDP_SHARD, "fsdp_shard_groups", f, e);
+    if (st == HS_OK) st = dump_groups(t, HS_DIM_FSDP_REPLICATE, "fsdp_replicate_groups", f, e);
     if (t->ep > 1) { /* fsdp_moe_mesh */
-        dump_groups(t, HS_DIM_EP, "ep_groups", f);
-        dump_groups(t, HS_DIM_EDP_SHARD, "edp_shard_groups", f);
-        dump_groups(t, HS_DIM_EDP_REPLICATE, "edp_replicate_groups", f);
+        if (st == HS_OK) st = dump_groups(t, HS_DIM_EP, "ep_groups", f, e);
+        if (st == HS_OK) st = dump_groups(t, HS_DIM_EDP_SHARD, "edp_shard_groups", f, e);
+        if (st == HS_OK) st = dump_groups(t, HS_DIM_EDP_REPLICATE, "edp_replicate_groups", f, e);
     }
+    if (st != HS_OK) return st;
     fprintf(f, "  fsdp_manager: %s\n", active ? "created" : "skipped");
     fputs("  fsdp_reason: \"", f);
     for (const char *p = why; *p; p++) {
@@ -154,23 +172,28 @@ static void dump_derived(const hs_config *c, const hs_topology *t, FILE *f) {
         fputc((unsigned char)*p < 0x20 ? ' ' : *p, f);
     }
     fputs("\"\n", f);
+    return HS_OK;
 }
 
-void hs_config_dump(const hs_config *c, const hs_topology *topo, FILE *f) {
+hs_status hs_config_dump(const hs_config *c, const hs_topology *topo, FILE *f, hs_error *e) {
     dump_keys(c, f);
-    if (topo) dump_derived(c, topo, f);
+    return topo ? dump_derived(c, topo, f, e) : HS_OK;
 }
 
-uint64_t hs_config_hash(const hs_config *c) {
+hs_status hs_config_hash(const hs_config *c, uint64_t *hash, hs_error *e) {
     char *buf = NULL;
     size_t len = 0;
+    *hash = 0;
     FILE *f = open_memstream(&buf, &len);
-    if (!f) hs_panic("open_memstream failed while hashing the config");
-    hs_config_dump(c, NULL, f);
-    fclose(f);
-    uint64_t h = hs_hash64(buf);
+    if (!f) return hs_error_oom(e, "hashing the config: a memory stream");
+    hs_config_dump(c, NULL, f, NULL); /* without a topology nothing is allocated */
+    if (fclose(f) != 0 || !buf) {
+        free(buf);
+        return hs_error_oom(e, "hashing the config: its %zu-byte dump", len);
+    }
+    *hash = hs_hash64(buf);
     free(buf);
-    return h;
+    return HS_OK;
 }
 
 static void write_allowed(const hs_cfg_key *k, FILE *f) {
@@ -207,11 +230,12 @@ static void write_allowed(const hs_cfg_key *k, FILE *f) {
     }
 }
 
-void hs_config_schema_markdown(FILE *f) {
+hs_status hs_config_schema_markdown(FILE *f, hs_error *e) {
     int n;
     const hs_cfg_key *keys = hs_cfg_keys(&n);
     hs_config d;
-    hs_config_defaults(&d);
+    hs_status st = hs_config_defaults(&d, e);
+    if (st != HS_OK) return st;
     fputs("| key | default | allowed | meaning |\n| --- | --- | --- | --- |\n", f);
     for (int i = 0; i < n; i++) {
         fprintf(f, "| `%s` | `", keys[i].path);
@@ -225,4 +249,5 @@ void hs_config_schema_markdown(FILE *f) {
     const hs_cfg_removed *r = hs_cfg_removed_keys(&nr);
     fputs("\n| removed key | what happened |\n| --- | --- |\n", f);
     for (int i = 0; i < nr; i++) fprintf(f, "| `%s` | %s |\n", r[i].path, r[i].replacement);
+    return HS_OK;
 }

@@ -18,13 +18,24 @@ void hs_cfg_report_add(hs_cfg_report *r, const char *fmt, ...) {
     va_end(ap);
 }
 
+void hs_cfg_report_oom(hs_cfg_report *r, const char *fmt, ...) {
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    r->count++;
+    hs_error_append(r->e, HS_ERR_OOM, "out of memory: %s", what);
+    r->e->code = HS_ERR_OOM;
+}
+
 void hs_cfg_report_finish(hs_cfg_report *r) {
     if (r->count > HS_CFG_MAX_REPORTED)
         hs_error_append(r->e, HS_ERR_CONFIG, "... and %d more errors",
                         r->count - HS_CFG_MAX_REPORTED);
 }
 
-void hs_config_defaults(hs_config *c) {
+hs_status hs_config_defaults(hs_config *c, hs_error *err) {
     memset(c, 0, sizeof *c);
     int n;
     const hs_cfg_key *keys = hs_cfg_keys(&n);
@@ -44,8 +55,14 @@ void hs_config_defaults(hs_config *c) {
             if (!hs_cfg_set_scalar(c, &keys[i], s, why, sizeof why))
                 hs_error_append(&e, HS_ERR_INTERNAL, "%s", why);
         }
+        if (e.code == HS_ERR_OOM) {
+            hs_config_free(c);
+            if (err) *err = e;
+            return e.code;
+        }
         if (e.code != HS_OK) hs_panic("schema default of %s is invalid: %s", keys[i].path, e.msg);
     }
+    return HS_OK;
 }
 
 static void list_free(char ***list, int *n) {
@@ -61,23 +78,33 @@ void hs_config_free(hs_config *c) {
     list_free(&c->train.freeze, &c->train.n_freeze);
 }
 
-static char **list_copy(char *const *src, int n) {
-    if (n == 0) return NULL;
-    char **dst = calloc((size_t)n, sizeof(char *));
-    if (!dst) hs_oom("copying the config");
-    for (int i = 0; i < n; i++) {
-        dst[i] = strdup(src[i]);
-        if (!dst[i]) hs_oom("copying the config");
+/* NULL for an empty list; false when the copy finds no memory. */
+static bool list_copy(char ***dst, char *const *src, int n) {
+    *dst = NULL;
+    if (n == 0) return true;
+    char **d = calloc((size_t)n, sizeof(char *));
+    for (int i = 0; d && i < n; i++) {
+        d[i] = strdup(src[i]);
+        if (d[i]) continue;
+        int k = i;
+        list_free(&d, &k);
     }
-    return dst;
+    *dst = d;
+    return d != NULL;
 }
 
 /* Everything but the string lists is held by value (pp_layers too). */
-void hs_config_copy(hs_config *dst, const hs_config *src) {
+hs_status hs_config_copy(hs_config *dst, const hs_config *src, hs_error *e) {
     *dst = *src;
-    dst->fsdp.replicate_params =
-        list_copy(src->fsdp.replicate_params, src->fsdp.n_replicate_params);
-    dst->train.freeze = list_copy(src->train.freeze, src->train.n_freeze);
+    bool ok = list_copy(&dst->fsdp.replicate_params, src->fsdp.replicate_params,
+                        src->fsdp.n_replicate_params);
+    if (!ok) dst->fsdp.n_replicate_params = 0;
+    if (!list_copy(&dst->train.freeze, src->train.freeze, src->train.n_freeze))
+        ok = false, dst->train.n_freeze = 0;
+    if (ok) return HS_OK;
+    hs_config_free(dst);
+    return hs_error_oom(e, "copying the config's lists (%d + %d names)",
+                        src->fsdp.n_replicate_params, src->train.n_freeze);
 }
 
 hs_status hs_config_load_text(hs_config *c, const char *text, size_t len, const char *origin,
@@ -85,7 +112,10 @@ hs_status hs_config_load_text(hs_config *c, const char *text, size_t len, const 
     hs_error_clear(e);
     hs_cfg_report rep = {e, 0};
     hs_config tmp;
-    hs_config_defaults(&tmp);
+    if (hs_config_defaults(&tmp, e) != HS_OK) {
+        hs_config_defaults(c, NULL); /* freeable whatever memory allowed */
+        return e->code;
+    }
     if (origin && strlen(origin) >= sizeof tmp.source_path)
         hs_cfg_report_add(&rep, "%.200s...: config path longer than %zu bytes; move the file",
                           origin, sizeof tmp.source_path - 1);
@@ -95,7 +125,7 @@ hs_status hs_config_load_text(hs_config *c, const char *text, size_t len, const 
     hs_cfg_report_finish(&rep);
     if (rep.count > 0) {
         hs_config_free(&tmp);
-        hs_config_defaults(c);
+        hs_config_defaults(c, NULL); /* freeable whatever memory allowed */
         return e->code;
     }
     *c = tmp;
@@ -110,9 +140,10 @@ hs_status hs_config_load(hs_config *c, const char *path, const char *const *over
         hs_error_clear(e);
         if (hs_read_file(path, &text, &len, e) != HS_OK) {
             /* A config path that cannot be read is a usage error (exit 2),
-             * like any other bad command-line argument. */
-            hs_config_defaults(c);
-            e->code = HS_ERR_USAGE;
+             * like any other bad command-line argument; no memory to read it
+             * stays HS_ERR_OOM. */
+            hs_config_defaults(c, NULL); /* freeable whatever memory allowed */
+            if (e->code == HS_ERR_IO) e->code = HS_ERR_USAGE;
             return e->code;
         }
     }

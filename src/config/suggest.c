@@ -118,8 +118,8 @@ void hs_cfg_explain_path(const char *path, char *out, size_t cap) {
         snprintf(out, cap, "%s %s", r->path, r->replacement);
         return;
     }
-    path_set *ps = malloc(sizeof *ps);
-    if (!ps) hs_oom("a small allocation");
+    path_set set; /* 26 KiB on the stack: a suggestion allocates nothing */
+    path_set *ps = &set;
     path_set_fill(ps);
     const char *near = nearest_path(ps, path);
     int shown = (int)strnlen(path, 120);
@@ -138,5 +138,4 @@ void hs_cfg_explain_path(const char *path, char *out, size_t cap) {
         snprintf(out, cap, "unknown key %.*s%s; valid keys %s%s: %s", shown, path,
                  path[shown] ? "..." : "", parent[0] ? "under " : "at the top level", parent, list);
     }
-    free(ps);
 }

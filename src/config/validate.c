@@ -194,7 +194,13 @@ static void check_duplicates(const hs_config *c, hs_cfg_report *rep) {
     if (n < 2) return;
     named_item *items = malloc(sizeof *items * (size_t)n);
     repeat *reps = malloc(sizeof *reps * (size_t)n);
-    HS_ASSERT(items && reps);
+    if (!items || !reps) {
+        free(items);
+        free(reps);
+        hs_cfg_report_oom(rep, "checking %d replicate_params for repeats: %zu bytes", n,
+                          (sizeof *items + sizeof *reps) * (size_t)n);
+        return;
+    }
     for (int i = 0; i < n; i++) items[i] = (named_item){c->fsdp.replicate_params[i], i};
     qsort(items, (size_t)n, sizeof *items, by_name_then_index);
     int nr = 0;
@@ -248,7 +254,8 @@ hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, c
     }
     hs_cfg_report_finish(&rep);
     if (rep.count) return e->code;
-    hs_cfg_warn(c, &t, log);
+    hs_status st = hs_cfg_warn(c, &t, log, e);
+    if (st != HS_OK) return st;
     *topo = t;
     return HS_OK;
 }

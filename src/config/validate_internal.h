@@ -19,7 +19,8 @@ void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_repo
  * the pipeline schedule) against the int64 counts that hold them; `t` NULL
  * when the topology is invalid (the per-step products are then skipped). */
 void hs_cfg_check_sizes(const hs_config *c, const hs_topology *t, hs_cfg_report *rep);
-/* Spec §4.2: one warning per key that is set but can have no effect. */
-void hs_cfg_warn(const hs_config *c, const hs_topology *t, const hs_log *log);
+/* Spec §4.2: one warning per key that is set but can have no effect
+ * (HS_ERR_OOM without memory for the defaults it compares with). */
+hs_status hs_cfg_warn(const hs_config *c, const hs_topology *t, const hs_log *log, hs_error *e);
 
 #endif

@@ -251,7 +251,7 @@ bool hs_cfg_set_scalar(hs_config *c, const hs_cfg_key *k, hs_cfg_scalar s, char 
         return set_text(f, k->size, s, why, cap);
     case HS_CFG_STRLIST:
     case HS_CFG_INTLIST:
-        if (null) return hs_cfg_set_items(c, k, NULL, 0, why, cap);
+        if (null) return hs_cfg_set_items(c, k, NULL, 0, why, cap) == HS_OK; /* no copy */
         break;
     case HS_CFG_FLOAT_PAIR:
     case HS_CFG_TYPE_COUNT: break;
@@ -260,20 +260,28 @@ bool hs_cfg_set_scalar(hs_config *c, const hs_cfg_key *k, hs_cfg_scalar s, char 
     return false;
 }
 
-static bool set_list(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *items, int n,
-                     char *why, size_t cap) {
+static hs_status set_list(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *items, int n,
+                          char *why, size_t cap) {
     for (int i = 0; i < n; i++) {
         char sub[200];
         if (is_null(items[i]) || items[i].len == 0)
-            return snprintf(why, cap, "item %d is empty; list parameter FQNs", i), false;
+            return snprintf(why, cap, "item %d is empty; list parameter FQNs", i), HS_ERR_CONFIG;
         if (!check_text(items[i], sub, sizeof sub))
-            return snprintf(why, cap, "item %d: %s", i, sub), false;
+            return snprintf(why, cap, "item %d: %s", i, sub), HS_ERR_CONFIG;
     }
     char **list = n > 0 ? calloc((size_t)n, sizeof *list) : NULL;
-    if (n > 0 && !list) hs_oom("for %s", k->path);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; list && i < n; i++) {
         list[i] = strndup(items[i].text, items[i].len);
-        if (!list[i]) hs_oom("for %s", k->path);
+        if (list[i]) continue;
+        for (int j = 0; j < i; j++) free(list[j]);
+        free(list);
+        list = NULL;
+    }
+    if (n > 0 && !list) {
+        size_t bytes = (size_t)n * sizeof *list;
+        for (int i = 0; i < n; i++) bytes += items[i].len + 1;
+        snprintf(why, cap, "a copy of its %d names (%zu bytes)", n, bytes);
+        return HS_ERR_OOM;
     }
     char ***field = hs_cfg_field(c, k);
     int *count = (int *)((char *)c + k->count_offset);
@@ -281,7 +289,7 @@ static bool set_list(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *ite
     free(*field);
     *field = list;
     *count = n;
-    return true;
+    return HS_OK;
 }
 
 /* Every item is checked before the field changes, so a bad list leaves the
@@ -306,14 +314,8 @@ static bool set_int_list(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar 
     return true;
 }
 
-bool hs_cfg_set_items(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *items, int n,
-                      char *why, size_t cap) {
-    if (k->type == HS_CFG_STRLIST) return set_list(c, k, items, n, why, cap);
-    if (k->type == HS_CFG_INTLIST) return set_int_list(c, k, items, n, why, cap);
-    if (k->type != HS_CFG_FLOAT_PAIR) {
-        snprintf(why, cap, "expected %s, got a list", hs_cfg_type_name(k->type));
-        return false;
-    }
+static bool set_pair(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *items, int n,
+                     char *why, size_t cap) {
     double v[2];
     if (n != 2) {
         snprintf(why, cap, "expected %s, got a list of %d", hs_cfg_type_name(k->type), n);
@@ -328,6 +330,17 @@ bool hs_cfg_set_items(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *it
         }
     memcpy(hs_cfg_field(c, k), v, sizeof v);
     return true;
+}
+
+hs_status hs_cfg_set_items(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *items, int n,
+                           char *why, size_t cap) {
+    if (k->type == HS_CFG_STRLIST) return set_list(c, k, items, n, why, cap);
+    if (k->type == HS_CFG_INTLIST)
+        return set_int_list(c, k, items, n, why, cap) ? HS_OK : HS_ERR_CONFIG;
+    if (k->type == HS_CFG_FLOAT_PAIR)
+        return set_pair(c, k, items, n, why, cap) ? HS_OK : HS_ERR_CONFIG;
+    snprintf(why, cap, "expected %s, got a list", hs_cfg_type_name(k->type));
+    return HS_ERR_CONFIG;
 }
 
 void hs_cfg_format_double(double v, char *buf, size_t cap) {

@@ -132,12 +132,14 @@ static void warn_trainer(const hs_config *c, const hs_config *d, const hs_topolo
         hs_log_warn(log, "trace.dir = %s has no effect: trace.enabled = false", c->trace.dir);
 }
 
-void hs_cfg_warn(const hs_config *c, const hs_topology *t, const hs_log *log) {
-    if (!log) return;
+hs_status hs_cfg_warn(const hs_config *c, const hs_topology *t, const hs_log *log, hs_error *e) {
+    if (!log) return HS_OK;
     hs_config d;
-    hs_config_defaults(&d);
+    hs_status st = hs_config_defaults(&d, e);
+    if (st != HS_OK) return st;
     warn_fsdp(c, t, log);
     warn_fsdp_skipped(c, &d, t, log);
     warn_trainer(c, &d, t, log);
     hs_config_free(&d);
+    return HS_OK;
 }

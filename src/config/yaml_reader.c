@@ -133,6 +133,20 @@ static bool scalar_of(reader *r, const yaml_event_t *ev, const char *path, hs_cf
     return true;
 }
 
+/* A copy of s appended to *items: false (nothing added) without memory. */
+static bool item_add(hs_cfg_scalar **items, int *n, int *cap, hs_cfg_scalar s) {
+    if (*n == *cap) {
+        int grown = *cap ? 2 * *cap : 8;
+        hs_cfg_scalar *v = realloc(*items, (size_t)grown * sizeof *v);
+        if (!v) return false;
+        *items = v, *cap = grown;
+    }
+    s.text = strndup(s.text, s.len);
+    if (!s.text) return false;
+    (*items)[(*n)++] = s;
+    return true;
+}
+
 static void read_items(reader *r, const hs_cfg_key *k, yaml_event_t *start, hs_config *c) {
     yaml_mark_t mark = start->start_mark;
     yaml_event_delete(start);
@@ -145,8 +159,9 @@ static void read_items(reader *r, const hs_cfg_key *k, yaml_event_t *start, hs_c
         if (ev.type == YAML_SEQUENCE_END_EVENT) {
             yaml_event_delete(&ev);
             char why[512];
-            if (ok && !hs_cfg_set_items(c, k, items, n, why, sizeof why))
-                REPORT(r, mark, "%s: %s", k->path, why);
+            hs_status st = ok ? hs_cfg_set_items(c, k, items, n, why, sizeof why) : HS_OK;
+            if (st == HS_ERR_OOM) hs_cfg_report_oom(r->rep, "reading %s: %s", k->path, why);
+            else if (st != HS_OK) REPORT(r, mark, "%s: %s", k->path, why);
             break;
         }
         hs_cfg_scalar s;
@@ -159,14 +174,9 @@ static void read_items(reader *r, const hs_cfg_key *k, yaml_event_t *start, hs_c
             continue;
         }
         if (ok && scalar_of(r, &ev, k->path, &s)) {
-            if (n == cap) {
-                cap = cap ? 2 * cap : 8;
-                items = realloc(items, (size_t)cap * sizeof *items);
-                if (!items) hs_oom("reading %s", k->path);
-            }
-            s.text = strndup(s.text, s.len);
-            if (!s.text) hs_oom("reading %s", k->path);
-            items[n++] = s;
+            ok = item_add(&items, &n, &cap, s);
+            if (!ok)
+                hs_cfg_report_oom(r->rep, "reading %s: item %d (%zu bytes)", k->path, n, s.len);
         } else {
             ok = false;
         }
@@ -357,7 +367,10 @@ static bool within_limits(reader *r) {
 void hs_cfg_read_yaml(hs_config *c, const char *text, size_t len, const char *origin,
                       hs_cfg_report *rep) {
     reader *r = calloc(1, sizeof *r);
-    if (!r) hs_oom("reading %s", origin);
+    if (!r) {
+        hs_cfg_report_oom(rep, "reading %s: %zu bytes for the parser", origin, sizeof *r);
+        return;
+    }
     r->origin = origin, r->text = text, r->len = len, r->rep = rep;
     if (!within_limits(r)) {
         free(r);
@@ -388,7 +401,11 @@ void hs_cfg_read_yaml(hs_config *c, const char *text, size_t len, const char *or
 static void read_override_value(hs_config *c, const hs_cfg_key *k, const char *value,
                                 hs_cfg_report *rep) {
     reader *r = calloc(1, sizeof *r);
-    if (!r) hs_oom("reading an override of %s", k->path);
+    if (!r) {
+        hs_cfg_report_oom(rep, "reading the override of %s: %zu bytes for the parser", k->path,
+                          sizeof *r);
+        return;
+    }
     r->text = value, r->len = strlen(value), r->rep = rep, r->path = k->path;
     if (!yaml_parser_initialize(&r->p)) hs_panic("yaml_parser_initialize failed");
     yaml_parser_set_input_string(&r->p, (const unsigned char *)value, r->len);

@@ -32,12 +32,13 @@ static uint64_t fnv(const char *s, size_t n) {
     return h;
 }
 
-static void smap_init(smap *m, size_t n) {
+/* False without memory for the table (smap_free cleans up either way). */
+static bool smap_init(smap *m, size_t n) {
     m->cap = 16;
     while (m->cap < 2 * n + 16) m->cap *= 2;
     m->key = calloc(m->cap, sizeof *m->key);
     m->val = calloc(m->cap, sizeof *m->val);
-    if (!m->key || !m->val) hs_oom("tokenizer: cannot allocate a table of %zu", m->cap);
+    return m->key && m->val;
 }
 
 static size_t smap_slot(const smap *m, const char *k, size_t n) {
@@ -47,10 +48,12 @@ static size_t smap_slot(const smap *m, const char *k, size_t n) {
     return i;
 }
 
-static void smap_put(smap *m, const char *k, int v) {
+/* False when a new key cannot be copied. */
+static bool smap_put(smap *m, const char *k, int v) {
     size_t n = strlen(k), i = smap_slot(m, k, n);
-    if (!m->key[i] && !(m->key[i] = strdup(k))) hs_oom("tokenizer tables");
+    if (!m->key[i] && !(m->key[i] = strdup(k))) return false;
     m->val[i] = v;
+    return true;
 }
 
 static int smap_get(const smap *m, const char *k, size_t n) {
@@ -228,7 +231,9 @@ static hs_status vocab_ids(json_t *root, const char *path, int *n, const char **
         if (id >= *n) *n = id + 1;
     }
     const char **t = calloc((size_t)*n + 1, sizeof *t);
-    if (!t) hs_oom("tokenizer %s: an id table of %d", path, *n);
+    if (!t)
+        return hs_error_oom(e, "tokenizer %s: an id table of %d entries (%zu bytes)", path, *n,
+                            ((size_t)*n + 1) * sizeof *t);
     hs_status s = HS_OK;
     json_object_foreach(vocab, k, v) {
         id = (int)json_integer_value(v);
@@ -301,15 +306,20 @@ static hs_status bpe_build(hs_bpe *b, json_t *root, const char *path, hs_error *
     json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab"), *v;
     json_t *merges = json_object_get(json_object_get(root, "model"), "merges");
     json_t *added = json_object_get(root, "added_tokens");
-    smap_init(&b->vocab, json_object_size(vocab) + json_array_size(added));
-    smap_init(&b->merges, json_array_size(merges));
-    b->tokens = calloc((size_t)b->n_tokens + 1, sizeof *b->tokens);
-    if (!b->tokens) hs_oom("tokenizer tables");
-    for (int id = 0; id < b->n_tokens; id++)
-        if (table[id] && !(b->tokens[id] = strdup(table[id]))) hs_oom("tokenizer tables");
+    bool ok = smap_init(&b->vocab, json_object_size(vocab) + json_array_size(added)) &&
+              smap_init(&b->merges, json_array_size(merges));
+    b->tokens = ok ? calloc((size_t)b->n_tokens + 1, sizeof *b->tokens) : NULL;
+    ok = b->tokens != NULL;
+    for (int id = 0; ok && id < b->n_tokens; id++)
+        if (table[id]) ok = (b->tokens[id] = strdup(table[id])) != NULL;
     free(table);
     const char *k;
-    json_object_foreach(vocab, k, v) smap_put(&b->vocab, k, (int)json_integer_value(v));
+    json_object_foreach(vocab, k, v) {
+        if (ok) ok = smap_put(&b->vocab, k, (int)json_integer_value(v));
+    }
+    if (!ok)
+        return hs_error_oom(e, "tokenizer %s: the tables of %d tokens and %zu merges", path,
+                            b->n_tokens, json_array_size(merges));
     if (merges && !json_is_array(merges))
         return hs_error_set(e, HS_ERR_FORMAT, "tokenizer %s: model.merges is not a list", path);
     char buf[512];
@@ -329,7 +339,9 @@ static hs_status bpe_build(hs_bpe *b, json_t *root, const char *path, hs_error *
                                 "which model.vocab lacks; every merge's two sides and its "
                                 "result must be in the vocabulary",
                                 path, i, m, miss);
-        if (i < INT32_MAX) smap_put(&b->merges, m, (int)i);
+        if (i < INT32_MAX && !smap_put(&b->merges, m, (int)i))
+            return hs_error_oom(e, "tokenizer %s: the table of %zu merges", path,
+                                json_array_size(merges));
     }
     return HS_OK;
 }
@@ -349,7 +361,10 @@ hs_status hs_bpe_load_text(const char *path, const char *text, size_t len, hs_bp
                             path, why);
     }
     hs_bpe *b = calloc(1, sizeof *b);
-    if (!b) hs_oom("tokenizer tables");
+    if (!b) {
+        json_decref(root);
+        return hs_error_oom(e, "tokenizer %s: %zu bytes", path, sizeof *b);
+    }
     b->split = split;
     byte_map(b);
     hs_status s = bpe_build(b, root, path, e);
@@ -459,47 +474,66 @@ static int piece_len_llama3(const unsigned char *s) {
     return s[k] && k > 1 ? k - 1 : k;
 }
 
+static hs_status piece_oom(int n, hs_error *e) {
+    return hs_error_oom(e, "tokenizer: encoding a piece of %d bytes", n);
+}
+
+/* Appends id: false when the list cannot grow. */
+static bool append_id(int32_t **ids, int *len, int *cap, int id) {
+    if (*len == *cap) {
+        int grown = *cap ? 2 * *cap : 64;
+        int32_t *v = realloc(*ids, sizeof **ids * (size_t)grown);
+        if (!v) return false;
+        *ids = v, *cap = grown;
+    }
+    (*ids)[(*len)++] = id;
+    return true;
+}
+
+/* Merges the pair of sym[0..*ns) with the lowest rank: false when there
+ * is none, or (*oom) when the merged symbol cannot be allocated. */
+static bool merge_best(const hs_bpe *b, char **sym, int *ns, bool *oom) {
+    int best = -1, rank = 0;
+    char key[1024];
+    for (int i = 0; i + 1 < *ns; i++) {
+        int kn = snprintf(key, sizeof key, "%s %s", sym[i], sym[i + 1]);
+        int r = kn < (int)sizeof key ? smap_get(&b->merges, key, (size_t)kn) : -1;
+        if (r >= 0 && (best < 0 || r < rank)) best = i, rank = r;
+    }
+    if (best < 0) return false;
+    size_t l1 = strlen(sym[best]), l2 = strlen(sym[best + 1]);
+    char *m = malloc(l1 + l2 + 1);
+    if (!m) return !(*oom = true);
+    memcpy(m, sym[best], l1), memcpy(m + l1, sym[best + 1], l2 + 1);
+    free(sym[best]), free(sym[best + 1]);
+    sym[best] = m;
+    memmove(sym + best + 1, sym + best + 2, sizeof *sym * (size_t)(*ns - best - 2));
+    --*ns;
+    return true;
+}
+
 /* BPE over one piece's symbols (each a code point as UTF-8), ids appended. */
 static hs_status bpe_piece(const hs_bpe *b, const unsigned char *p, int n, int32_t **ids, int *len,
                            int *cap, hs_error *e) {
     char **sym = calloc((size_t)n + 1, sizeof *sym);
     int ns = 0;
-    if (!sym) hs_oom("tokenizer tables");
-    for (int i = 0; i < n; i++) {
+    if (!sym) return piece_oom(n, e);
+    bool oom = false;
+    for (int i = 0; i < n && !oom; i++) {
         char u[3] = {0};
         put_utf8(u, b->byte_cp[p[i]]);
-        sym[ns++] = strdup(u);
+        if ((sym[ns] = strdup(u))) ns++;
+        else oom = true;
     }
-    for (;;) {
-        int best = -1, rank = 0;
-        char key[1024];
-        for (int i = 0; i + 1 < ns; i++) {
-            int kn = snprintf(key, sizeof key, "%s %s", sym[i], sym[i + 1]);
-            int r = kn < (int)sizeof key ? smap_get(&b->merges, key, (size_t)kn) : -1;
-            if (r >= 0 && (best < 0 || r < rank)) best = i, rank = r;
-        }
-        if (best < 0) break;
-        size_t l1 = strlen(sym[best]), l2 = strlen(sym[best + 1]);
-        char *m = malloc(l1 + l2 + 1);
-        if (!m) hs_oom("tokenizer tables");
-        memcpy(m, sym[best], l1), memcpy(m + l1, sym[best + 1], l2 + 1);
-        free(sym[best]), free(sym[best + 1]);
-        sym[best] = m;
-        memmove(sym + best + 1, sym + best + 2, sizeof *sym * (size_t)(ns - best - 2));
-        ns--;
+    while (!oom && merge_best(b, sym, &ns, &oom)) {
     }
-    hs_status s = HS_OK;
+    hs_status s = oom ? piece_oom(n, e) : HS_OK;
     for (int i = 0; i < ns; i++) {
         int id = smap_get(&b->vocab, sym[i], strlen(sym[i]));
         if (id < 0 && s == HS_OK)
             s = hs_error_set(e, HS_ERR_FORMAT, "tokenizer: symbol '%s' is not in the vocabulary",
                              sym[i]);
-        if (*len == *cap) {
-            *cap = *cap ? 2 * *cap : 64;
-            *ids = realloc(*ids, sizeof **ids * (size_t)*cap);
-            if (!*ids) hs_oom("tokenizer tables");
-        }
-        (*ids)[(*len)++] = id;
+        if (!oom && !append_id(ids, len, cap, id)) s = piece_oom(n, e), oom = true;
         free(sym[i]);
     }
     free(sym);

@@ -21,13 +21,13 @@ static hs_status data_load_bytes(const hs_data_config *dc, hs_dataset *ds, hs_er
         ds->n_tokens = (int64_t)HS_CORPUS_BUILTIN_BYTES;
         uint8_t *text = malloc(HS_CORPUS_BUILTIN_BYTES);
         if (!text)
-            return hs_error_set(e, HS_ERR_OOM, "data.source builtin: cannot allocate %zu bytes",
+            return hs_error_oom(e, "data.source builtin: cannot allocate %zu bytes",
                                 HS_CORPUS_BUILTIN_BYTES);
         hs_corpus_builtin(text, HS_CORPUS_BUILTIN_BYTES);
         ds->tokens = malloc(sizeof(uint32_t) * (size_t)ds->n_tokens);
         if (!ds->tokens) {
             free(text);
-            return hs_error_set(e, HS_ERR_OOM, "data.source builtin: cannot allocate tokens");
+            return hs_error_oom(e, "data.source builtin: cannot allocate tokens");
         }
         for (int64_t i = 0; i < ds->n_tokens; i++) ds->tokens[i] = text[i];
         free(text);
@@ -45,8 +45,7 @@ static hs_status data_load_bytes(const hs_data_config *dc, hs_dataset *ds, hs_er
     ds->tokens = malloc(sizeof(uint32_t) * (len ? len : 1));
     if (!ds->tokens) {
         free(text);
-        return hs_error_set(e, HS_ERR_OOM, "data.path %s: cannot allocate %zu tokens", dc->path,
-                            len);
+        return hs_error_oom(e, "data.path %s: cannot allocate %zu tokens", dc->path, len);
     }
     for (size_t i = 0; i < len; i++) ds->tokens[i] = (uint8_t)text[i];
     free(text);
@@ -107,7 +106,7 @@ hs_status hs_data_open(const hs_data_config *dc, int seq_len, int vocab_size, ui
     if (seq_len < 1)
         return hs_error_set(e, HS_ERR_CONFIG, "train.seq_len: %d must be >= 1", seq_len);
     hs_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds) return hs_error_set(e, HS_ERR_OOM, "data: cannot allocate the dataset");
+    if (!ds) return hs_error_oom(e, "data: cannot allocate the dataset");
     ds->seq_len = seq_len;
     ds->seed = seed;
     ds->perm_epoch = -1;
@@ -115,7 +114,7 @@ hs_status hs_data_open(const hs_data_config *dc, int seq_len, int vocab_size, ui
     if (s == HS_OK) s = data_split(dc, ds, e);
     if (s == HS_OK) {
         ds->perm = malloc(sizeof(int64_t) * (size_t)ds->n_train);
-        if (!ds->perm) s = hs_error_set(e, HS_ERR_OOM, "data: cannot allocate the epoch order");
+        if (!ds->perm) s = hs_error_oom(e, "data: cannot allocate the epoch order");
     }
     if (s != HS_OK) {
         hs_data_free(ds);

@@ -99,7 +99,7 @@ hs_status hs_tokens_parse(const char *path, const void *data, size_t len, uint32
     if (s != HS_OK) return s;
     *out = malloc(sizeof(uint32_t) * (size_t)(count ? count : 1));
     if (!*out)
-        return hs_error_set(e, HS_ERR_OOM, "token file %s: cannot allocate %lld tokens", path,
+        return hs_error_oom(e, "token file %s: cannot allocate %lld tokens", path,
                             (long long)count);
     const char *src = buf + HEADER_BYTES;
     for (int64_t i = 0; i < count; i++) {

@@ -5,8 +5,11 @@
 #include "device/device_backend.h"
 
 static void cpu_gemm(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g) {
-    hs_gemm_ex(g->trans_a, g->trans_b, g->M, g->N, g->K, g->alpha, A, g->a_dt, g->lda, B, g->b_dt,
-               g->ldb, g->beta, C, g->c_dt, g->ldc);
+    hs_error e;
+    hs_error_clear(&e);
+    if (hs_gemm_ex(g->trans_a, g->trans_b, g->M, g->N, g->K, g->alpha, A, g->a_dt, g->lda, B,
+                   g->b_dt, g->ldb, g->beta, C, g->c_dt, g->ldc, &e) != HS_OK)
+        hs_device_fail(s->dev, &e);
 }
 
 static void cpu_convert(hs_stream *s, void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt,
@@ -97,11 +100,11 @@ static const hs_device_kernels cpu_kernels = {
     .moe_dispatch = hs_cpu_moe_dispatch,
 };
 
-void hs_device_cpu_init(hs_device *d) {
+hs_status hs_device_cpu_init(hs_device *d, hs_error *e) {
     d->kind = HS_DEVICE_CPU;
     d->name = "cpu";
     d->ops = &hs_ram_ops;
     d->k = &cpu_kernels;
     d->ctx = NULL;
-    hs_ram_memory_init(d);
+    return hs_ram_memory_init(d, e);
 }

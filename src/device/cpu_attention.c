@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "device/cpu.h"
+#include "device/device_backend.h"
 
 #define ATT_ROWS 128
 #define ATT_KEYS 256
@@ -67,11 +68,33 @@ static head_view head_of(int b, int T, int h, int H, int HD) {
     return v;
 }
 
+/* The calling thread's GEMM plans, and where its first failed product (no
+ * memory for a GEMM's scratch) is reported: every product after it is
+ * skipped, the result being lost anyway. */
+typedef struct att_gemms {
+    hs_gemm_cache gc;
+    hs_error e;
+} att_gemms;
+
+static void att_gemms_init(att_gemms *g) {
+    hs_gemm_cache_init(&g->gc);
+    hs_error_clear(&g->e);
+}
+
+/* Frees the plans; the first failure goes to *st and e (may be NULL) unless
+ * one is there already. */
+static void att_gemms_done(att_gemms *g, hs_status *st, hs_error *e) {
+    hs_gemm_cache_free(&g->gc);
+    if (g->e.code == HS_OK || *st != HS_OK) return;
+    *st = g->e.code;
+    if (e) *e = g->e;
+}
+
 /* One product of a tile, through the calling thread's plans: the tiles
  * repeat a few shapes thousands of times a step. */
-static void att_gemm(hs_gemm_cache *gc, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                     float alpha, const void *A, hs_dtype a_dt, int64_t lda, const void *B,
-                     hs_dtype b_dt, int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc) {
+static void att_gemm(att_gemms *g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
+                     const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
+                     int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc) {
     hs_gemm_shape s = {.trans_a = ta,
                        .trans_b = tb,
                        .M = M,
@@ -85,13 +108,13 @@ static void att_gemm(hs_gemm_cache *gc, bool ta, bool tb, int64_t M, int64_t N, 
                        .beta = beta,
                        .c_dt = c_dt,
                        .ldc = ldc};
-    hs_gemm_cached(gc, &s, A, B, C);
+    if (g->e.code == HS_OK) hs_gemm_cached(&g->gc, &s, A, B, C, &g->e);
 }
 
 /* S[rows, nk] = scale * Q[r0:r0+rows] K[0:nk]^T. */
-static void att_scores(hs_gemm_cache *gc, float *S, const void *q, head_view qv, const void *k,
+static void att_scores(att_gemms *g, float *S, const void *q, head_view qv, const void *k,
                        head_view kv, hs_dtype dt, int r0, int rows, int nk, int HD, float scale) {
-    att_gemm(gc, false, true, rows, nk, HD, scale, hs_cat(q, dt, qv.off + r0 * qv.ld), dt, qv.ld,
+    att_gemm(g, false, true, rows, nk, HD, scale, hs_cat(q, dt, qv.off + r0 * qv.ld), dt, qv.ld,
              hs_cat(k, dt, kv.off), dt, kv.ld, 0.0f, S, HS_DTYPE_F32, nk);
 }
 
@@ -162,7 +185,7 @@ hs_att_rows hs_att_rows_all(int T) {
  * tiles in order. With low (a 16-bit dt whose GEMM is native) each tile's
  * P is rounded once into the 16-bit tile for P V, as a 16-bit attention
  * holds it. */
-static void forward_head(hs_gemm_cache *gc, void *out, hs_dtype odt, float *lse, const void *q,
+static void forward_head(att_gemms *g, void *out, hs_dtype odt, float *lse, const void *q,
                          const void *k, const void *v, hs_dtype dt, bool low, float *scratch, int b,
                          int h, int NH, int KVH, int HD, const hs_att_rows *r) {
     float scale = 1.0f / sqrtf((float)HD);
@@ -179,10 +202,10 @@ static void forward_head(hs_gemm_cache *gc, void *out, hs_dtype odt, float *lse,
         for (int j0 = 0; j0 < nk; j0 += kb) {
             int kn = nk - j0 < kb ? nk - j0 : kb;
             head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
-            att_scores(gc, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
+            att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
             att_online_softmax(a.P, &a, gq, r->gk + j0, rows, kn, HD);
             if (low) hs_convert(a.s16, dt, a.P, HS_DTYPE_F32, (int64_t)rows * kn);
-            att_gemm(gc, false, false, rows, HD, kn, 1.0f, low ? a.s16 : (const void *)a.P,
+            att_gemm(g, false, false, rows, HD, kn, 1.0f, low ? a.s16 : (const void *)a.P,
                      low ? dt : HS_DTYPE_F32, kn, hs_cat(v, dt, kj.off), dt, kv.ld,
                      j0 == 0 ? 0.0f : 1.0f, a.acc, HS_DTYPE_F32, HD);
         }
@@ -190,39 +213,44 @@ static void forward_head(hs_gemm_cache *gc, void *out, hs_dtype odt, float *lse,
     }
 }
 
-void hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
-                               const void *v, hs_dtype dt, float *scratch, int B, int NH, int KVH,
-                               int HD, const hs_att_rows *r) {
+hs_status hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q,
+                                    const void *k, const void *v, hs_dtype dt, float *scratch,
+                                    int B, int NH, int KVH, int HD, const hs_att_rows *r,
+                                    hs_error *e) {
     bool low = dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32);
-    hs_gemm_cache gc;
-    hs_gemm_cache_init(&gc);
+    att_gemms g;
+    att_gemms_init(&g);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            forward_head(&gc, out, odt, lse, q, k, v, dt, low, scratch, b, h, NH, KVH, HD, r);
-    hs_gemm_cache_free(&gc);
+            forward_head(&g, out, odt, lse, q, k, v, dt, low, scratch, b, h, NH, KVH, HD, r);
+    hs_status st = HS_OK;
+    att_gemms_done(&g, &st, e);
+    return st;
 }
 
 /* With threads > 1 the (sequence, head) pairs go over the threads, each
  * with its own scratch, its own plans and its GEMMs on one thread: every
  * head is computed exactly as on one thread. */
-void hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
-                          const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
-                          const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch, int threads,
-                          int B, int T, int NH, int KVH, int HD) {
+hs_status hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
+                               const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
+                               const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch,
+                               int threads, int B, int T, int NH, int KVH, int HD, hs_error *e) {
     hs_att_rows r = hs_att_rows_all(T);
     int64_t per = scratch_per_thread(T, HD);
     bool low = dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32);
+    hs_status st = HS_OK;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        hs_gemm_cache gc;
-        hs_gemm_cache_init(&gc);
+        att_gemms g;
+        att_gemms_init(&g);
         float *mine = scratch + per * omp_get_thread_num();
 #pragma omp for schedule(static)
         for (int t = 0; t < B * NH; t++)
-            forward_head(&gc, out, dt, lse, q, k, v, dt, low, mine, t / NH, t % NH, NH, KVH, HD,
-                         &r);
-        hs_gemm_cache_free(&gc);
+            forward_head(&g, out, dt, lse, q, k, v, dt, low, mine, t / NH, t % NH, NH, KVH, HD, &r);
+#pragma omp critical(hs_attention_failure)
+        att_gemms_done(&g, &st, e);
     }
+    return st;
 }
 
 void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*HD */,
@@ -275,31 +303,31 @@ typedef struct att_bwd_block {
     int64_t qld, kld; /* row strides: dO, dO16, qb, dq; kb, vb, dk, dv */
 } att_bwd_block;
 
-static void att_backward_block(hs_gemm_cache *gc, const att_bwd_block *b, const att_scratch *a,
+static void att_backward_block(att_gemms *g, const att_bwd_block *b, const att_scratch *a,
                                const float *delta, hs_dtype dt, int rows, int nk, int HD,
                                float scale) {
     bool low = b->dO16 != NULL;
     const void *dO = low ? b->dO16 : (const void *)b->dO;
     hs_dtype odt = low ? dt : HS_DTYPE_F32;
     /* dP = dO V^T;  dV += P^T dO */
-    att_gemm(gc, false, true, rows, nk, HD, 1.0f, dO, odt, b->qld, b->vb, dt, b->kld, 0.0f, a->dP,
+    att_gemm(g, false, true, rows, nk, HD, 1.0f, dO, odt, b->qld, b->vb, dt, b->kld, 0.0f, a->dP,
              HS_DTYPE_F32, nk);
     if (low) hs_convert(a->s16, dt, a->P, HS_DTYPE_F32, (int64_t)rows * nk);
-    att_gemm(gc, true, false, nk, HD, rows, 1.0f, low ? a->s16 : (const void *)a->P, odt, nk, dO,
+    att_gemm(g, true, false, nk, HD, rows, 1.0f, low ? a->s16 : (const void *)a->P, odt, nk, dO,
              odt, b->qld, 1.0f, b->dv, HS_DTYPE_F32, b->kld);
     att_softmax_backward(a->dP, a->P, delta, rows, nk);
     if (low) hs_convert(a->s16, dt, a->dP, HS_DTYPE_F32, (int64_t)rows * nk);
     const void *dS = low ? a->s16 : (const void *)a->dP;
     /* dQ += scale dS K;  dK += scale dS^T Q */
-    att_gemm(gc, false, false, rows, HD, nk, scale, dS, odt, nk, b->kb, dt, b->kld, 1.0f, b->dq,
+    att_gemm(g, false, false, rows, HD, nk, scale, dS, odt, nk, b->kb, dt, b->kld, 1.0f, b->dq,
              HS_DTYPE_F32, b->qld);
-    att_gemm(gc, true, false, nk, HD, rows, scale, dS, odt, nk, b->qb, dt, b->qld, 1.0f, b->dk,
+    att_gemm(g, true, false, nk, HD, rows, scale, dS, odt, nk, b->qb, dt, b->qld, 1.0f, b->dk,
              HS_DTYPE_F32, b->kld);
 }
 
 /* One query head of one sequence, every query block over its key tiles;
  * dk/dv are its key head's, shared with the other heads of its group. */
-static void backward_head(hs_gemm_cache *gc, float *dq, float *dk, float *dv, const float *dout,
+static void backward_head(att_gemms *g, float *dq, float *dk, float *dv, const float *dout,
                           const void *dout16, const void *q, const void *k, const void *v,
                           const float *lse, const float *delta, hs_dtype dt, float *scratch, int b,
                           int h, int NH, int KVH, int HD, const hs_att_rows *r) {
@@ -318,7 +346,7 @@ static void backward_head(hs_gemm_cache *gc, float *dq, float *dk, float *dv, co
         for (int j0 = 0; j0 < nk; j0 += kb) {
             int kn = nk - j0 < kb ? nk - j0 : kb;
             head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
-            att_scores(gc, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
+            att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
             att_probs(a.P, hl + r0, gq, r->gk + j0, rows, kn);
             att_bwd_block blk = {.dO = dout + at,
                                  .dO16 = dout16 ? hs_cat(dout16, dt, at) : NULL,
@@ -330,58 +358,65 @@ static void backward_head(hs_gemm_cache *gc, float *dq, float *dk, float *dv, co
                                  .dv = dv + kj.off,
                                  .qld = qv.ld,
                                  .kld = kv.ld};
-            att_backward_block(gc, &blk, &a, hd + r0, dt, rows, kn, HD, scale);
+            att_backward_block(g, &blk, &a, hd + r0, dt, rows, kn, HD, scale);
         }
     }
 }
 
-void hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout,
-                                const void *dout16, const void *q, const void *k, const void *v,
-                                const float *lse, const float *delta, hs_dtype dt, float *scratch,
-                                int B, int NH, int KVH, int HD, const hs_att_rows *r) {
-    hs_gemm_cache gc;
-    hs_gemm_cache_init(&gc);
+hs_status hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout,
+                                     const void *dout16, const void *q, const void *k,
+                                     const void *v, const float *lse, const float *delta,
+                                     hs_dtype dt, float *scratch, int B, int NH, int KVH, int HD,
+                                     const hs_att_rows *r, hs_error *e) {
+    att_gemms g;
+    att_gemms_init(&g);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
-            backward_head(&gc, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, b, h, NH,
+            backward_head(&g, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, b, h, NH,
                           KVH, HD, r);
-    hs_gemm_cache_free(&gc);
+    hs_status st = HS_OK;
+    att_gemms_done(&g, &st, e);
+    return st;
 }
 
 /* With threads > 1 the (sequence, key head) pairs go over the threads:
  * each owns its dk/dv rows and runs its group's query heads in order, so
  * every sum is accumulated as on one thread. */
-void hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
-                           float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
-                           const void *dout16, const void *q, const void *k, const void *v,
-                           const float *lse, const float *delta, hs_dtype dt, float *scratch,
-                           int threads, int B, int T, int NH, int KVH, int HD) {
+hs_status hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
+                                float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
+                                const void *dout16, const void *q, const void *k, const void *v,
+                                const float *lse, const float *delta, hs_dtype dt, float *scratch,
+                                int threads, int B, int T, int NH, int KVH, int HD, hs_error *e) {
     hs_att_rows r = hs_att_rows_all(T);
     int64_t per = scratch_per_thread(T, HD);
     int group = NH / KVH;
+    hs_status st = HS_OK;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-        hs_gemm_cache gc;
-        hs_gemm_cache_init(&gc);
+        att_gemms g;
+        att_gemms_init(&g);
         float *mine = scratch + per * omp_get_thread_num();
 #pragma omp for schedule(static)
         for (int t = 0; t < B * KVH; t++)
             for (int h = (t % KVH) * group; h < (t % KVH + 1) * group; h++)
-                backward_head(&gc, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, mine, t / KVH,
+                backward_head(&g, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, mine, t / KVH,
                               h, NH, KVH, HD, &r);
-        hs_gemm_cache_free(&gc);
+#pragma omp critical(hs_attention_failure)
+        att_gemms_done(&g, &st, e);
     }
+    return st;
 }
 
 /* The table's entries: the caller's workspace (hs_att_work) where it gives
  * one, else scratch for this row range on one thread and backward's delta
  * from the forward's output. A whole sequence with the caller's scratch
  * goes to the threaded whole-sequence kernels. */
-static float *rows_scratch(const hs_att_rows *r, int HD) {
+static float *rows_scratch(hs_stream *s, const hs_att_rows *r, int HD) {
     int64_t n = scratch_floats(att_rows(r->nq), att_keys(r->nk), HD);
-    float *s = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
-    if (s == NULL) hs_oom("attention: cannot allocate %lld floats of scratch", (long long)n);
-    return s;
+    size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+    float *p = malloc(bytes);
+    if (p == NULL) hs_kernel_oom(s, "attention: %zu bytes of scratch", bytes);
+    return p;
 }
 
 static bool whole(const hs_att_rows *r) {
@@ -392,11 +427,15 @@ static bool whole(const hs_att_rows *r) {
 void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
                           const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH, int HD,
                           const hs_att_rows *r, const hs_att_work *w) {
-    float *scratch = w && w->scratch ? w->scratch : rows_scratch(r, HD);
+    float *scratch = w && w->scratch ? w->scratch : rows_scratch(s, r, HD);
+    if (scratch == NULL) return;
+    hs_error e;
+    hs_status st;
     if (w && w->scratch && whole(r) && odt == dt)
-        hs_attention_forward(out, lse, q, k, v, dt, scratch, w->threads > 1 ? w->threads : 1, B,
-                             r->Tq, NH, KVH, HD);
-    else hs_attention_forward_rows(out, odt, lse, q, k, v, dt, scratch, B, NH, KVH, HD, r);
+        st = hs_attention_forward(out, lse, q, k, v, dt, scratch, w->threads > 1 ? w->threads : 1,
+                                  B, r->Tq, NH, KVH, HD, &e);
+    else st = hs_attention_forward_rows(out, odt, lse, q, k, v, dt, scratch, B, NH, KVH, HD, r, &e);
+    if (st != HS_OK) hs_device_fail(s->dev, &e);
     if (!(w && w->scratch)) free(scratch);
 }
 
@@ -404,19 +443,25 @@ void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
                           const void *out, hs_dtype odt, const void *q, const void *k,
                           const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
                           int HD, const hs_att_rows *r, const hs_att_work *w) {
-    float *scratch = w && w->scratch ? w->scratch : rows_scratch(r, HD);
-    float *delta = w && w->delta ? w->delta
-                                 : malloc((size_t)((int64_t)B * NH * r->Tq + 1) * sizeof(float));
-    if (delta == NULL) hs_oom("attention: cannot allocate %d x %d x %d deltas", B, NH, r->Tq);
-    if (!(w && w->delta && w->delta_ready))
+    float *scratch = w && w->scratch ? w->scratch : rows_scratch(s, r, HD);
+    if (scratch == NULL) return;
+    size_t delta_bytes = (size_t)((int64_t)B * NH * r->Tq + 1) * sizeof(float);
+    float *delta = w && w->delta ? w->delta : malloc(delta_bytes);
+    hs_error e;
+    hs_status st = HS_OK;
+    if (delta == NULL)
+        st = hs_error_oom(&e, "attention: %zu bytes of deltas (%d x %d x %d)", delta_bytes, B, NH,
+                          r->Tq);
+    if (st == HS_OK && !(w && w->delta && w->delta_ready))
         hs_attention_delta(delta, dout, out, odt, B, r->Tq, NH, HD);
     const void *dout16 = w ? w->dout16 : NULL;
-    if (w && w->scratch && whole(r))
-        hs_attention_backward(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch,
-                              w->threads > 1 ? w->threads : 1, B, r->Tq, NH, KVH, HD);
-    else
-        hs_attention_backward_rows(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, B,
-                                   NH, KVH, HD, r);
+    if (st == HS_OK && w && w->scratch && whole(r))
+        st = hs_attention_backward(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch,
+                                   w->threads > 1 ? w->threads : 1, B, r->Tq, NH, KVH, HD, &e);
+    else if (st == HS_OK)
+        st = hs_attention_backward_rows(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch,
+                                        B, NH, KVH, HD, r, &e);
+    if (st != HS_OK) hs_device_fail(s->dev, &e);
     if (!(w && w->delta)) free(delta);
     if (!(w && w->scratch)) free(scratch);
 }

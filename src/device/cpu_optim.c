@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "device/cpu.h"
+#include "device/device_backend.h"
 
 /* Elements per chunk: the unit the threads share out, and a 16-bit
  * tensor's widened copy on the stack (each element is updated the same way
@@ -107,24 +108,27 @@ static void transpose(float *dst, const float *src, int64_t rows, int64_t cols) 
 }
 
 /* One iteration on X (n x m, n <= m): X <- a X + (b A + c A^2) X, A = X X^T. */
-static void ns_iterate(float *x_next, const float *x, float *gram, float *poly, int64_t n,
-                       int64_t m) {
-    hs_sgemm(false, true, n, n, m, 1.0f, x, m, x, m, 0.0f, gram, n);
+static hs_status ns_iterate(float *x_next, const float *x, float *gram, float *poly, int64_t n,
+                            int64_t m, hs_error *e) {
+    hs_status s = hs_sgemm(false, true, n, n, m, 1.0f, x, m, x, m, 0.0f, gram, n, e);
+    if (s != HS_OK) return s;
     memcpy(poly, gram, (size_t)(n * n) * sizeof(float));
-    hs_sgemm(false, false, n, n, n, NS_C, gram, n, gram, n, NS_B, poly, n);
+    s = hs_sgemm(false, false, n, n, n, NS_C, gram, n, gram, n, NS_B, poly, n, e);
+    if (s != HS_OK) return s;
     memcpy(x_next, x, (size_t)(n * m) * sizeof(float));
-    hs_sgemm(false, false, n, m, n, 1.0f, poly, n, x, m, NS_A, x_next, m);
+    return hs_sgemm(false, false, n, m, n, 1.0f, poly, n, x, m, NS_A, x_next, m, e);
 }
 
-void hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, int steps,
-                       float *scratch) {
+hs_status hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, int steps,
+                            float *scratch, hs_error *e) {
     HS_ASSERT(rows > 0 && cols > 0 && steps >= 0);
     float *owned = NULL;
     if (scratch == NULL) {
-        owned = malloc((size_t)hs_newton_schulz5_scratch_floats(rows, cols) * sizeof(float));
+        size_t bytes = (size_t)hs_newton_schulz5_scratch_floats(rows, cols) * sizeof(float);
+        owned = malloc(bytes);
         if (owned == NULL)
-            hs_oom("Newton-Schulz: cannot allocate scratch for a %lldx%lld matrix", (long long)rows,
-                   (long long)cols);
+            return hs_error_oom(e, "Newton-Schulz: %zu bytes of scratch for a %lldx%lld matrix",
+                                bytes, (long long)rows, (long long)cols);
         scratch = owned;
     }
     /* Iterate on the wide orientation so the Gram matrix is the small one. */
@@ -135,14 +139,16 @@ void hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, i
     else memcpy(x, g, (size_t)numel * sizeof(float));
     double norm = sqrt(hs_sumsq_f32(x, numel));
     hs_scale_f32(x, (float)(1.0 / (norm + 1e-7)), numel);
-    for (int s = 0; s < steps; s++) {
-        ns_iterate(x_next, x, gram, poly, n, m);
+    hs_status st = HS_OK;
+    for (int s = 0; s < steps && st == HS_OK; s++) {
+        st = ns_iterate(x_next, x, gram, poly, n, m, e);
         float *t = x;
         x = x_next, x_next = t;
     }
-    if (tall) transpose(out, x, cols, rows);
-    else memcpy(out, x, (size_t)numel * sizeof(float));
+    if (st == HS_OK && tall) transpose(out, x, cols, rows);
+    else if (st == HS_OK) memcpy(out, x, (size_t)numel * sizeof(float));
     free(owned);
+    return st;
 }
 
 void hs_cpu_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, float mu,
@@ -155,5 +161,7 @@ void hs_cpu_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, 
 
 void hs_cpu_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows, int64_t cols,
                                int steps, float *ws) {
-    hs_newton_schulz5(out, g, rows, cols, steps, ws);
+    hs_error e;
+    hs_error_clear(&e);
+    if (hs_newton_schulz5(out, g, rows, cols, steps, ws, &e) != HS_OK) hs_device_fail(s->dev, &e);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "device/cpu.h"
+#include "device/device_backend.h"
 
 void hs_rmsnorm_forward(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
                         const void *w /* C */, hs_dtype dt, int64_t N, int C, float eps) {
@@ -56,11 +57,28 @@ void hs_rmsnorm_forward_x(void *out /* N,C */, float *rstd /* N */, const void *
 
 /* y_i = w_i x_i r, r = (mean(x^2) + eps)^-1/2, dr/dx_i = -r^3 x_i / C:
  * dx_i = r w_i dy_i - x_i r^3 / C * sum_j(w_j dy_j x_j). */
-void hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
-                         const float *dout /* N,C */, const void *x /* N,C */,
-                         const void *w /* C */, const float *rstd /* N */, hs_dtype dt, int64_t N,
-                         int C) {
-    hs_cpu_rmsnorm_bwd(NULL, dx, dw, gdt, dout, x, dt, w, rstd, dt, N, C, NULL);
+/* With dw's partial sums in a scratch of its own. */
+static hs_status backward_own_scratch(float *dx, void *dw, hs_dtype gdt, const float *dout,
+                                      const void *x, hs_dtype xdt, const void *w, const float *rstd,
+                                      hs_dtype dt, int64_t N, int C, hs_error *e) {
+    double *part = NULL;
+    if (dw) {
+        size_t bytes = (size_t)hs_rmsnorm_backward_scratch(N, C) * sizeof(double);
+        part = malloc(bytes);
+        if (!part)
+            return hs_error_oom(e, "rmsnorm backward: %zu bytes of partial sums for %lld rows",
+                                bytes, (long long)N);
+    }
+    hs_rmsnorm_backward_x(dx, dw, gdt, dout, x, xdt, w, rstd, dt, N, C, part);
+    free(part);
+    return HS_OK;
+}
+
+hs_status hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
+                              const float *dout /* N,C */, const void *x /* N,C */,
+                              const void *w /* C */, const float *rstd /* N */, hs_dtype dt,
+                              int64_t N, int C, hs_error *e) {
+    return backward_own_scratch(dx, dw, gdt, dout, x, dt, w, rstd, dt, N, C, e);
 }
 
 void hs_cpu_rmsnorm_fwd(hs_stream *s, void *out, float *rstd, const void *x, hs_dtype xdt,
@@ -76,12 +94,10 @@ void hs_cpu_rmsnorm_bwd(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const f
         hs_rmsnorm_backward_x(dx, dw, gdt, dout, x, xdt, w, rstd, dt, N, C, ws);
         return;
     }
-    double *part = dw ? malloc((size_t)hs_rmsnorm_backward_scratch(N, C) * sizeof(double)) : NULL;
-    if (dw && !part)
-        hs_oom("rmsnorm backward: cannot allocate %lld doubles",
-               (long long)hs_rmsnorm_backward_scratch(N, C));
-    hs_rmsnorm_backward_x(dx, dw, gdt, dout, x, xdt, w, rstd, dt, N, C, part);
-    free(part);
+    hs_error e;
+    hs_error_clear(&e);
+    if (backward_own_scratch(dx, dw, gdt, dout, x, xdt, w, rstd, dt, N, C, &e) != HS_OK)
+        hs_device_fail(s->dev, &e);
 }
 
 /* Rows per backward chunk: the chunks go over the threads, each with its

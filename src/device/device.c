@@ -1,6 +1,7 @@
 /* The backend registry, device creation, kind names, streams and events, and
  * the traced copy shared by all backends. */
 #include <stdio.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,15 +52,20 @@ hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out
                             "accelerator.device: unknown device kind %d; use 'cpu'", (int)kind);
     hs_device *d = calloc(1, sizeof *d);
     if (d == NULL)
-        return hs_error_set(e, HS_ERR_OOM, "cannot allocate the %s device object",
-                            kind_names[kind]);
+        return hs_error_oom(e, "the %s device object: %zu bytes", kind_names[kind], sizeof *d);
     hs_pool_init(&d->device_pool, "device");
     hs_pool_init(&d->host_pool, "host");
     d->trace = trace;
-    backends[kind](d);
+    hs_error_clear(&d->fault);
+    hs_status s = backends[kind](d, e);
     const char *guard = getenv("HS_DEVICE_GUARD");
-    if (guard && strcmp(guard, "1") == 0 && d->ops == &hs_ram_ops) hs_device_guard_install(d);
-    d->stream = hs_stream_create(d);
+    if (s == HS_OK && guard && strcmp(guard, "1") == 0 && d->ops == &hs_ram_ops)
+        s = hs_device_guard_install(d, e);
+    if (s == HS_OK) s = hs_stream_create(d, &d->stream, e);
+    if (s != HS_OK) {
+        hs_device_free(d);
+        return s;
+    }
     *out = d;
     return HS_OK;
 }
@@ -74,12 +80,77 @@ void hs_device_free(hs_device *d) {
 
 hs_mem_cache_stats hs_device_mem_stats(hs_device *d) { return hs_mem_cache_stats_get(d->cache); }
 
-hs_stream *hs_stream_create(hs_device *d) {
-    hs_stream *s = malloc(sizeof *s);
-    if (s == NULL) hs_oom("cannot allocate a stream of the %s device", d->name);
-    s->dev = d;
-    s->ctx = d->ops->stream_create(d);
-    return s;
+void *hs_device_alloc(hs_device *d, size_t bytes) {
+    void *p = d->ops->alloc(d, bytes);
+    if (p == NULL) {
+        hs_error e;
+        hs_device_oom(d, bytes, "a device buffer", &e);
+        hs_device_fail(d, &e);
+    }
+    return p;
+}
+
+void *hs_host_alloc(hs_device *d, size_t bytes) {
+    void *p = d->ops->host_alloc(d, bytes);
+    if (p == NULL) {
+        hs_error e;
+        hs_pool_oom(&d->host_pool, bytes, "a host buffer of the device", &e);
+        hs_device_fail(d, &e);
+    }
+    return p;
+}
+
+hs_status hs_device_oom(hs_device *d, size_t bytes, const char *what, hs_error *e) {
+    hs_mem_cache_stats st = hs_device_mem_stats(d);
+    char limit[64] = "";
+    if (d->device_pool.limit > 0)
+        snprintf(limit, sizeof limit, ", limit %lld", (long long)d->device_pool.limit);
+    return hs_error_oom(e,
+                        "the device pool of the %s device could not allocate %zu bytes (%.1f MiB) "
+                        "for %s; in use %lld bytes, peak %lld, held by its cache %lld%s",
+                        d->name, bytes, (double)bytes / (1 << 20), what,
+                        (long long)hs_pool_current(&d->device_pool),
+                        (long long)hs_pool_peak(&d->device_pool), (long long)st.reserved, limit);
+}
+
+/* Claims the one fault slot (0 -> 1), writes it, then publishes it (2):
+ * the first failure wins and a reader never sees half a message. */
+void hs_device_fail(hs_device *d, const hs_error *e) {
+    int none = 0;
+    if (!atomic_compare_exchange_strong(&d->fault_state, &none, 1)) return;
+    d->fault = *e;
+    if (d->fault.code == HS_OK) d->fault.code = HS_ERR_INTERNAL;
+    atomic_store(&d->fault_state, 2);
+}
+
+void hs_kernel_oom(hs_stream *s, const char *fmt, ...) {
+    char what[HS_ERROR_MSG_MAX / 2];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    hs_error e;
+    hs_error_clear(&e);
+    hs_error_oom(&e, "%s", what);
+    hs_device_fail(s->dev, &e);
+}
+
+hs_status hs_device_status(hs_device *d, hs_error *e) {
+    int state;
+    while ((state = atomic_load(&d->fault_state)) == 1) sched_yield();
+    if (state == 0) return HS_OK;
+    if (e) *e = d->fault;
+    return d->fault.code;
+}
+
+hs_status hs_stream_create(hs_device *d, hs_stream **out, hs_error *e) {
+    hs_stream *s = *out = malloc(sizeof *s);
+    if (s != NULL) s->dev = d, s->ctx = d->ops->stream_create(d);
+    if (s != NULL && s->ctx != NULL) return HS_OK;
+    free(s);
+    *out = NULL;
+    return hs_error_oom(e, "a stream of the %s device (%zu bytes and the backend's state)", d->name,
+                        sizeof *s);
 }
 
 void hs_stream_free(hs_stream *s) {
@@ -88,12 +159,14 @@ void hs_stream_free(hs_stream *s) {
     free(s);
 }
 
-hs_event *hs_event_create(hs_device *d) {
-    hs_event *ev = malloc(sizeof *ev);
-    if (ev == NULL) hs_oom("cannot allocate an event of the %s device", d->name);
-    ev->dev = d;
-    ev->ctx = d->ops->event_create(d);
-    return ev;
+hs_status hs_event_create(hs_device *d, hs_event **out, hs_error *e) {
+    hs_event *ev = *out = malloc(sizeof *ev);
+    if (ev != NULL) ev->dev = d, ev->ctx = d->ops->event_create(d);
+    if (ev != NULL && ev->ctx != NULL) return HS_OK;
+    free(ev);
+    *out = NULL;
+    return hs_error_oom(e, "an event of the %s device (%zu bytes and the backend's state)", d->name,
+                        sizeof *ev);
 }
 
 void hs_event_free(hs_event *ev) {

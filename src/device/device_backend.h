@@ -5,22 +5,30 @@
 #include "hypershard/device.h"
 
 /* Fills name/ops/k/ctx of an already zeroed device whose pools are set up;
- * device.c creates the default stream afterwards. */
-typedef void (*hs_device_init_fn)(hs_device *d);
-void hs_device_cpu_init(hs_device *d);
-void hs_device_reference_init(hs_device *d);
+ * device.c creates the default stream afterwards. HS_ERR_OOM when the
+ * backend's tables cannot be allocated. */
+typedef hs_status (*hs_device_init_fn)(hs_device *d, hs_error *e);
+hs_status hs_device_cpu_init(hs_device *d, hs_error *e);
+hs_status hs_device_reference_init(hs_device *d, hs_error *e);
 
 /* The memory members of a backend whose device memory is host RAM (cpu,
  * reference): the two accounted pools, memmove copies, and streams and
  * events that complete at once. */
 extern const hs_device_ops hs_ram_ops;
 /* Sets up d->cache over aligned RAM; the RAM backends' init calls it. */
-void hs_ram_memory_init(hs_device *d);
+hs_status hs_ram_memory_init(hs_device *d, hs_error *e);
 
 /* The guard (guard.c): wraps d's members and moves its device memory into
  * mappings the host cannot touch outside them. Install right after the
  * backend's init, before anything is allocated; free after the cache. */
-void hs_device_guard_install(hs_device *d);
+hs_status hs_device_guard_install(hs_device *d, hs_error *e);
 void hs_device_guard_free(hs_device *d);
+
+/* A kernel or copy that cannot run (no memory for its own scratch) writes
+ * nothing, records e on its device with this and returns: the first
+ * failure is kept, for hs_device_status. Thread safe. */
+void hs_device_fail(hs_device *d, const hs_error *e);
+/* hs_device_fail of s's device with hs_error_oom's message. */
+void hs_kernel_oom(hs_stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

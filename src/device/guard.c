@@ -60,14 +60,21 @@ static void close_memory(hs_device_guard *g) {
     pthread_mutex_unlock(&g->mu);
 }
 
-static void record(region **r, size_t *n, size_t *cap, void *p, size_t bytes) {
-    if (*n == *cap) {
-        size_t c = *cap ? 2 * *cap : 64;
-        region *v = realloc(*r, c * sizeof *v);
-        if (!v) hs_oom("device guard: %zu memory records", c);
-        *r = v, *cap = c;
-    }
+/* Room for one more record: false when the list could not grow. */
+static bool room(region **r, size_t *n, size_t *cap) {
+    if (*n < *cap) return true;
+    size_t c = *cap ? 2 * *cap : 64;
+    region *v = realloc(*r, c * sizeof *v);
+    if (!v) return false;
+    *r = v, *cap = c;
+    return true;
+}
+
+/* False (nothing recorded) when the list could not grow. */
+static bool record(region **r, size_t *n, size_t *cap, void *p, size_t bytes) {
+    if (!room(r, n, cap)) return false;
     (*r)[(*n)++] = (region){p, bytes};
+    return true;
 }
 
 /* Drops p's record; returns its bytes (0: not recorded). */
@@ -108,13 +115,16 @@ static void *guard_raw_alloc(void *ctx, size_t bytes) {
     hs_device_guard *g = ((hs_device *)ctx)->guard;
     size_t len = page_round(bytes ? bytes : 1);
     pthread_mutex_lock(&g->mu);
-    void *p = take(g, &len);
+    /* Room for its record first: a block the guard does not know of would
+     * read as host memory. */
+    void *p = room(&g->r, &g->n, &g->cap) ? take(g, &len) : NULL;
     if (p) record(&g->r, &g->n, &g->cap, p, len);
     pthread_mutex_unlock(&g->mu);
     return p;
 }
 
-/* The pages go back to the system; the addresses stay reserved. */
+/* The pages go back to the system; the addresses stay reserved (and are
+ * not reused when the spare list cannot grow). */
 static void guard_raw_free(void *ctx, void *p) {
     hs_device_guard *g = ((hs_device *)ctx)->guard;
     pthread_mutex_lock(&g->mu);
@@ -156,8 +166,9 @@ static void *guarded_host_alloc(hs_device *d, size_t bytes) {
     hs_device_guard *g = d->guard;
     void *p = g->ops->host_alloc(d, bytes);
     pthread_mutex_lock(&g->mu);
-    if (p) record(&g->host, &g->n_host, &g->cap_host, p, bytes);
+    bool known = p && record(&g->host, &g->n_host, &g->cap_host, p, bytes);
     pthread_mutex_unlock(&g->mu);
+    if (p && !known) g->ops->host_free(d, p), p = NULL;
     return p;
 }
 
@@ -379,9 +390,9 @@ void hs_device_host_access_end(hs_device *d) {
     if (d->guard) close_memory(d->guard);
 }
 
-void hs_device_guard_install(hs_device *d) {
+hs_status hs_device_guard_install(hs_device *d, hs_error *e) {
     hs_device_guard *g = calloc(1, sizeof *g);
-    if (!g) hs_oom("device guard: its state");
+    if (!g) return hs_error_oom(e, "device guard: %zu bytes of state", sizeof *g);
     pthread_mutex_init(&g->mu, NULL);
     /* The largest reservation the address-space limit (ulimit -v) allows. */
     for (g->arena_bytes = ARENA_BYTES; g->arena_bytes >= ((size_t)1 << 24); g->arena_bytes /= 2) {
@@ -389,7 +400,10 @@ void hs_device_guard_install(hs_device *d) {
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (g->arena != MAP_FAILED) break;
     }
-    if (g->arena == MAP_FAILED) hs_oom("device guard: 16 MiB of address space");
+    if (g->arena == MAP_FAILED) {
+        free(g);
+        return hs_error_oom(e, "device guard: an arena of 16 MiB of address space (ulimit -v)");
+    }
     g->ops = d->ops, g->k = d->k;
     g->guarded_ops = *d->ops;
     g->guarded_ops.memset = guarded_memset;
@@ -405,10 +419,14 @@ void hs_device_guard_install(hs_device *d) {
     d->ops = &g->guarded_ops;
     d->k = &g->guarded_k;
     hs_mem_cache_free_all(d->cache);
-    d->cache = hs_mem_cache_create("device pool", guard_raw_alloc, guard_raw_free, d);
+    d->cache = NULL;
+    hs_status s =
+        hs_mem_cache_create("device pool", guard_raw_alloc, guard_raw_free, d, &d->cache, e);
+    if (s != HS_OK) return s;
     fprintf(stderr,
             "device guard: the %s device's memory is closed to the host outside its calls\n",
             d->name);
+    return HS_OK;
 }
 
 void hs_device_guard_free(hs_device *d) {

@@ -54,13 +54,14 @@ size_t hs_mem_cache_class(size_t bytes) {
     return class_bytes(class_of(bytes));
 }
 
-hs_mem_cache *hs_mem_cache_create(const char *name, hs_raw_alloc_fn raw_alloc,
-                                  hs_raw_free_fn raw_free, void *ctx) {
-    hs_mem_cache *c = calloc(1, sizeof *c);
-    if (c == NULL) hs_oom("cannot allocate the %s caching allocator", name);
+hs_status hs_mem_cache_create(const char *name, hs_raw_alloc_fn raw_alloc, hs_raw_free_fn raw_free,
+                              void *ctx, hs_mem_cache **out, hs_error *e) {
+    hs_mem_cache *c = *out = calloc(1, sizeof *c);
+    if (c == NULL)
+        return hs_error_oom(e, "the %s caching allocator: %zu bytes of tables", name, sizeof *c);
     c->name = name, c->raw_alloc = raw_alloc, c->raw_free = raw_free, c->ctx = ctx;
     HS_CHECK_PTHREAD(pthread_mutex_init(&c->mu, NULL));
-    return c;
+    return HS_OK;
 }
 
 static size_t slot_of(const hs_mem_cache *c, const void *p) {
@@ -68,26 +69,28 @@ static size_t slot_of(const hs_mem_cache *c, const void *p) {
     return (size_t)(h >> 32) & (c->live_cap - 1);
 }
 
-static void live_put(hs_mem_cache *c, live_block b);
-
-static void live_grow(hs_mem_cache *c) {
-    live_block *old = c->live;
-    size_t old_cap = c->live_cap;
-    c->live_cap = old_cap ? 2 * old_cap : 64;
-    c->live = calloc(c->live_cap, sizeof *c->live);
-    if (c->live == NULL) hs_oom("the %s caching allocator cannot grow its block table", c->name);
-    c->live_n = 0;
-    for (size_t i = 0; i < old_cap; i++)
-        if (old[i].p) live_put(c, old[i]);
-    free(old);
-}
-
+/* Puts b in a table with room for it (live_room made sure). */
 static void live_put(hs_mem_cache *c, live_block b) {
-    if (2 * (c->live_n + 1) > c->live_cap) live_grow(c);
+    HS_ASSERT(2 * (c->live_n + 1) <= c->live_cap);
     size_t i = slot_of(c, b.p);
     while (c->live[i].p) i = (i + 1) & (c->live_cap - 1);
     c->live[i] = b;
     c->live_n++;
+}
+
+/* Room in the block table for one more live block: false when the table
+ * had to grow and could not (it is left as it was). */
+static bool live_room(hs_mem_cache *c) {
+    if (2 * (c->live_n + 1) <= c->live_cap) return true;
+    live_block *old = c->live;
+    size_t old_cap = c->live_cap, cap = old_cap ? 2 * old_cap : 64;
+    live_block *grown = calloc(cap, sizeof *grown);
+    if (grown == NULL) return false;
+    c->live = grown, c->live_cap = cap, c->live_n = 0;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i].p) live_put(c, old[i]);
+    free(old);
+    return true;
 }
 
 /* Removes p's entry (backward-shift deletion keeps every probe chain whole). */
@@ -106,11 +109,17 @@ static live_block live_take(hs_mem_cache *c, void *p) {
     return b;
 }
 
-static void list_push(hs_mem_cache *c, free_list *l, void *p) {
+/* Keeps p for its class; a free list that cannot grow hands p back to
+ * raw_free instead, so a free never fails. */
+static void list_push(hs_mem_cache *c, free_list *l, int cls, void *p) {
     if (l->n == l->cap) {
         int64_t cap = l->cap ? 2 * l->cap : 16;
         void **v = realloc(l->v, (size_t)cap * sizeof *v);
-        if (v == NULL) hs_oom("the %s caching allocator cannot grow a free list", c->name);
+        if (v == NULL) {
+            c->raw_free(c->ctx, p);
+            c->st.reserved -= (int64_t)class_bytes(cls);
+            return;
+        }
         l->v = v, l->cap = cap;
     }
     l->v[l->n++] = p;
@@ -126,7 +135,7 @@ static void trim_locked(hs_mem_cache *c) {
     }
 }
 
-static void *take_block(hs_mem_cache *c, int cls, size_t bytes) {
+static void *take_block(hs_mem_cache *c, int cls) {
     free_list *l = &c->lists[cls];
     if (l->n > 0) {
         c->st.hits++;
@@ -138,10 +147,7 @@ static void *take_block(hs_mem_cache *c, int cls, size_t bytes) {
         trim_locked(c);
         p = c->raw_alloc(c->ctx, cb);
     }
-    if (p == NULL)
-        hs_oom("the %s could not allocate %zu bytes (a %zu-byte block of its cache; in use "
-               "%lld, reserved %lld)",
-               c->name, bytes, cb, (long long)c->st.in_use, (long long)c->st.reserved);
+    if (p == NULL) return NULL;
     c->st.misses++;
     c->st.reserved += (int64_t)cb;
     if (c->st.reserved > c->st.reserved_peak) c->st.reserved_peak = c->st.reserved;
@@ -149,11 +155,14 @@ static void *take_block(hs_mem_cache *c, int cls, size_t bytes) {
 }
 
 void *hs_mem_cache_alloc(hs_mem_cache *c, size_t bytes) {
-    if (bytes > MAX_BYTES)
-        hs_oom("the %s caching allocator cannot allocate %zu bytes", c->name, bytes);
+    if (bytes > MAX_BYTES) return NULL;
     int cls = class_of(bytes);
     HS_CHECK_PTHREAD(pthread_mutex_lock(&c->mu));
-    void *p = take_block(c, cls, bytes);
+    void *p = live_room(c) ? take_block(c, cls) : NULL;
+    if (p == NULL) {
+        HS_CHECK_PTHREAD(pthread_mutex_unlock(&c->mu));
+        return NULL;
+    }
     live_put(c, (live_block){.p = p, .bytes = bytes, .cls = cls});
     c->st.in_use += (int64_t)bytes;
     if (c->st.in_use > c->st.peak) c->st.peak = c->st.in_use;
@@ -166,7 +175,7 @@ size_t hs_mem_cache_free(hs_mem_cache *c, void *p) {
     HS_CHECK_PTHREAD(pthread_mutex_lock(&c->mu));
     live_block b = live_take(c, p);
     c->st.in_use -= (int64_t)b.bytes;
-    list_push(c, &c->lists[b.cls], p);
+    list_push(c, &c->lists[b.cls], b.cls, p);
     HS_CHECK_PTHREAD(pthread_mutex_unlock(&c->mu));
     return b.bytes;
 }

@@ -17,26 +17,26 @@ static void *ram_raw_alloc(void *ctx, size_t bytes) {
 
 static void ram_raw_free(void *ctx, void *p) { free(p); }
 
-static void pool_count(hs_pool *p, long long delta) {
-    long long now = atomic_fetch_add(&p->current, delta) + delta;
-    long long peak = atomic_load(&p->peak);
-    while (now > peak && !atomic_compare_exchange_weak(&p->peak, &peak, now)) {
-    }
-}
-
+/* NULL when the device pool's limit or the caching allocator refuses;
+ * counted once the memory is there, so a refusal leaves no trace in the
+ * peak. */
 static void *ram_alloc(hs_device *d, size_t bytes) {
-    void *p = hs_mem_cache_alloc(d->cache, bytes); /* aborts when RAM runs out */
-    atomic_fetch_add(&d->device_pool.allocs, 1);
-    pool_count(&d->device_pool, (long long)bytes);
+    if (!hs_pool_fits(&d->device_pool, bytes)) return NULL;
+    void *p = hs_mem_cache_alloc(d->cache, bytes);
+    if (p && !hs_pool_charge(&d->device_pool, bytes)) { /* the room went meanwhile */
+        hs_mem_cache_free(d->cache, p);
+        p = NULL;
+    }
+    if (p) atomic_fetch_add(&d->device_pool.allocs, 1);
     return p;
 }
 
 static void ram_free(hs_device *d, void *p) {
-    pool_count(&d->device_pool, -(long long)hs_mem_cache_free(d->cache, p));
+    hs_pool_uncharge(&d->device_pool, hs_mem_cache_free(d->cache, p));
 }
 
-void hs_ram_memory_init(hs_device *d) {
-    d->cache = hs_mem_cache_create("device pool", ram_raw_alloc, ram_raw_free, d);
+hs_status hs_ram_memory_init(hs_device *d, hs_error *e) {
+    return hs_mem_cache_create("device pool", ram_raw_alloc, ram_raw_free, d, &d->cache, e);
 }
 
 static void *ram_host_alloc(hs_device *d, size_t bytes) {

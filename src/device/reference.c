@@ -51,11 +51,11 @@ static const hs_device_kernels reference_kernels = {
     .copy_2d = hs_ref_copy_2d,
 };
 
-void hs_device_reference_init(hs_device *d) {
+hs_status hs_device_reference_init(hs_device *d, hs_error *e) {
     d->kind = HS_DEVICE_REFERENCE;
     d->name = "reference";
     d->ops = &hs_ram_ops;
     d->k = &reference_kernels;
     d->ctx = NULL;
-    hs_ram_memory_init(d);
+    return hs_ram_memory_init(d, e);
 }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "device/device_backend.h"
 #include "device/reference.h"
 
 typedef struct att_row {
@@ -32,16 +33,19 @@ static void scores(double *p, const att_row *a, const void *q, const void *k, hs
     }
 }
 
-static double *score_row(const hs_att_rows *r) {
-    double *p = malloc((size_t)(r->nk > 0 ? r->nk : 1) * sizeof *p);
-    if (p == NULL) hs_oom("reference attention: cannot allocate %d scores", r->nk);
+/* NULL, with the failure recorded on s's device, when there is no room. */
+static double *score_row(hs_stream *s, const hs_att_rows *r) {
+    size_t n = (size_t)(r->nk > 0 ? r->nk : 1);
+    double *p = malloc(n * sizeof *p);
+    if (p == NULL) hs_kernel_oom(s, "reference attention: %zu bytes of scores", n * sizeof *p);
     return p;
 }
 
 void hs_ref_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
                           const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH, int HD,
                           const hs_att_rows *r, const hs_att_work *w) {
-    double *p = score_row(r);
+    double *p = score_row(s, r);
+    if (p == NULL) return;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = r->q0; i < r->q0 + r->nq; i++) {
@@ -66,7 +70,8 @@ void hs_ref_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
                           const void *out, hs_dtype odt, const void *q, const void *k,
                           const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
                           int HD, const hs_att_rows *r, const hs_att_work *w) {
-    double *p = score_row(r), sc = 1.0 / sqrt((double)HD);
+    double *p = score_row(s, r), sc = 1.0 / sqrt((double)HD);
+    if (p == NULL) return;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int i = r->q0; i < r->q0 + r->nq; i++) {

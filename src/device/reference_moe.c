@@ -2,12 +2,17 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "device/device_backend.h"
 #include "device/reference.h"
 
 void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N, int E,
                       int K, bool renorm, hs_dtype dt) {
     double *p = malloc((size_t)(E + K) * sizeof *p), *taken = p + E;
-    if (p == NULL) hs_oom("reference moe route: cannot allocate %d probabilities", E + K);
+    if (p == NULL) {
+        hs_kernel_oom(s, "reference moe route: %zu bytes of probabilities",
+                      (size_t)(E + K) * sizeof *p);
+        return;
+    }
     for (int64_t n = 0; n < N; n++) {
         float *l = probs + n * E;
         for (int e = 0; e < E; e++) l[e] = hs_round_to(dt, l[e]);
@@ -76,7 +81,11 @@ void hs_ref_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *do
 void hs_ref_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
                           const float *dw, const float *aux_grad, int64_t N, int E, int K) {
     double *g = malloc((size_t)E * sizeof *g);
-    if (g == NULL) hs_oom("reference moe route backward: cannot allocate %d gradients", E);
+    if (g == NULL) {
+        hs_kernel_oom(s, "reference moe route backward: %zu bytes of gradients",
+                      (size_t)E * sizeof *g);
+        return;
+    }
     for (int64_t t = 0; t < N; t++) {
         const float *p = probs + t * E;
         const int32_t *sel = expert + t * K;

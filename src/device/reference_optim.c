@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/device_backend.h"
 #include "device/reference.h"
 
 /* p is read and stored in pdt: a 16-bit parameter's one rounding is the
@@ -64,9 +65,12 @@ void hs_ref_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t
     bool tall = rows > cols;
     int64_t n = tall ? cols : rows, m = tall ? rows : cols;
     double *x = malloc((size_t)(2 * n * m + 2 * n * n) * sizeof *x);
-    if (x == NULL)
-        hs_oom("reference Newton-Schulz: no room for a %lldx%lld matrix", (long long)rows,
-               (long long)cols);
+    if (x == NULL) {
+        hs_kernel_oom(s, "reference Newton-Schulz: %zu bytes for a %lldx%lld matrix",
+                      (size_t)(2 * n * m + 2 * n * n) * sizeof *x, (long long)rows,
+                      (long long)cols);
+        return;
+    }
     double norm = 0.0;
     for (int64_t i = 0; i < n * m; i++) norm += (double)g[i] * g[i];
     norm = sqrt(norm) + 1e-7;

@@ -223,10 +223,13 @@ static hs_status gather_rows(hs_fsdp_param *fp, const float *src, float *out, hs
     hs_device *d = fp->mem->dev;
     size_t shard = (size_t)pl->padded_sharded_numel, full = (size_t)pl->padded_unsharded_numel;
     size_t actual = (size_t)pl->actual_sharded_numel;
-    float *buf = hs_device_alloc(d, (shard + full + 1) * sizeof(float));
-    if (!buf)
-        return hs_error_set(e, HS_ERR_OOM, "fsdp: cannot allocate %zu floats to gather %s",
-                            shard + full, fp->p->fqn);
+    size_t bytes = (shard + full + 1) * sizeof(float);
+    float *buf = hs_device_alloc(d, bytes);
+    if (!buf) {
+        char what[320];
+        snprintf(what, sizeof what, "gathering %s whole", fp->p->fqn);
+        return hs_device_oom(d, bytes, what, e);
+    }
     hs_dev_copy(d, buf, src, actual * sizeof(float));
     hs_dev_zero(d, buf + actual, (shard - actual) * sizeof(float));
     hs_status st = hs_pg_all_gather(fp->mi.shard_pg, d->stream, buf + shard, buf,

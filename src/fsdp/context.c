@@ -8,7 +8,7 @@
 #include "fsdp/fusion.h"
 #include "fsdp/prefetch.h"
 
-void hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log) {
+hs_status hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log, hs_error *e) {
     ctx->comm = comm;
     ctx->log = log;
     ctx->sync = true;
@@ -16,14 +16,18 @@ void hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log) {
     ctx->grad_prescale = 1.0f;
     ctx->prev_unit = -1;
     ctx->n_reduced = 0;
-    ctx->reduced = calloc((size_t)(ctx->n_units ? ctx->n_units : 1), sizeof(int));
-    HS_ASSERT(ctx->reduced != NULL);
+    size_t n = (size_t)(ctx->n_units ? ctx->n_units : 1);
+    ctx->reduced = calloc(n, sizeof(int));
+    if (!ctx->reduced)
+        return hs_error_oom(e, "fsdp: the reduction queue of %zu units: %zu bytes", n,
+                            n * sizeof(int));
     ctx->hooks.ctx = ctx;
     ctx->hooks.pre_forward = hs_fsdp_hook_pre_forward;
     ctx->hooks.post_forward = hs_fsdp_hook_post_forward;
     ctx->hooks.pre_backward = hs_fsdp_hook_pre_backward;
     ctx->hooks.post_backward = hs_fsdp_hook_post_backward;
     ctx->hooks.post_backward_final = hs_fsdp_hook_post_backward_final;
+    return HS_OK;
 }
 
 void hs_fsdp_ctx_free(hs_fsdp_ctx *ctx) {
@@ -41,8 +45,7 @@ void hs_fsdp_ctx_free(hs_fsdp_ctx *ctx) {
 }
 
 _Noreturn void hs_fsdp_ctx_fail(hs_fsdp_ctx *ctx, const hs_error *e) {
-    if (ctx->comm) hs_comm_abort(ctx->comm, e);
-    hs_panic("fsdp: %s", e->msg);
+    hs_comm_abort(ctx->comm, e);
 }
 
 static void wait_reduce_scatters(hs_fsdp_ctx *ctx, hs_fsdp_unit *u) {
@@ -73,10 +76,14 @@ void hs_fsdp_ctx_reduce_unit(hs_fsdp_ctx *ctx, int ui) {
     hs_fsdp_unit *u = &ctx->units[ui];
     hs_fsdp_unit *prev = ctx->prev_unit >= 0 ? &ctx->units[ctx->prev_unit] : NULL;
     if (prev) wait_reduce_scatters(ctx, prev);
-    if (u->fusion) hs_fsdp_fusion_reduce_issue(u->fusion, ctx->grad_prescale);
+    hs_error e;
+    hs_error_clear(&e);
+    if (u->fusion && hs_fsdp_fusion_reduce_issue(u->fusion, ctx->grad_prescale, &e) != HS_OK)
+        hs_fsdp_ctx_fail(ctx, &e);
     for (int i = 0; i < u->n_params; i++)
-        if (!u->params[i]->fused && !u->params[i]->p->frozen)
-            hs_fsdp_param_reduce_issue(u->params[i], ctx->grad_prescale);
+        if (!u->params[i]->fused && !u->params[i]->p->frozen &&
+            hs_fsdp_param_reduce_issue(u->params[i], ctx->grad_prescale, &e) != HS_OK)
+            hs_fsdp_ctx_fail(ctx, &e);
     if (prev) launch_all_reduces(ctx, prev);
     ctx->prev_unit = ui;
     HS_ASSERT(ctx->n_reduced < ctx->n_units);
@@ -106,7 +113,7 @@ static void tp_tail(hs_fsdp_ctx *ctx, hs_error *e) {
                                             fp->reduce_dtype, HS_REDUCE_AVG, e);
             if (st != HS_OK) hs_fsdp_ctx_fail(ctx, e);
             hs_fsdp_mem_tie(&ctx->mem, rs, ctx->mem.dev->stream);
-            hs_fsdp_param_reduce_apply(fp);
+            if (hs_fsdp_param_reduce_apply(fp, e) != HS_OK) hs_fsdp_ctx_fail(ctx, e);
         }
     }
 }
@@ -134,8 +141,9 @@ void hs_fsdp_ctx_drain(hs_fsdp_ctx *ctx) {
         /* the compute stream applies what the all-reduces produced */
         hs_fsdp_mem_tie(&ctx->mem, hs_fsdp_mem_rs(&ctx->mem), ctx->mem.dev->stream);
         for (int i = 0; i < u->n_params; i++)
-            if (!u->params[i]->tp_all_reduce && !u->params[i]->p->frozen)
-                hs_fsdp_param_reduce_apply(u->params[i]);
+            if (!u->params[i]->tp_all_reduce && !u->params[i]->p->frozen &&
+                hs_fsdp_param_reduce_apply(u->params[i], &e) != HS_OK)
+                hs_fsdp_ctx_fail(ctx, &e);
     }
     tp_tail(ctx, &e);
     ctx->n_reduced = 0;

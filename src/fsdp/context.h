@@ -54,13 +54,15 @@ typedef struct hs_fsdp_ctx {
 } hs_fsdp_ctx;
 
 /* Units and params are filled by the caller (the manager or a test); this
- * sets the flags, the queues and the hook table. */
-void hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log);
+ * sets the flags, the queues and the hook table. HS_ERR_OOM when the
+ * reduction queue cannot be allocated. */
+hs_status hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log, hs_error *e);
 void hs_fsdp_ctx_free(hs_fsdp_ctx *ctx);
 
-/* A failure inside a hook cannot be returned through the model: it ends
- * every rank with the message (a half-run collective sequence would leave
- * the others hanging). */
+/* A failure inside a hook (a collective that failed, memory the device
+ * would not give) cannot be returned through the model: it ends every rank
+ * with the message through hs_comm_abort, the one function that ends a run
+ * (a half-run collective sequence would leave the others hanging). */
 _Noreturn void hs_fsdp_ctx_fail(hs_fsdp_ctx *ctx, const hs_error *e);
 
 /* post_backward's reduction step for unit u (sync micro-batch). */

@@ -42,12 +42,14 @@ static hs_fsdp_reduce_group *output_group(hs_fsdp_unit *u, hs_fsdp_fusion *fu) {
 /* Zero-copy: move each local shard into one flat buffer and point the
  * parameter at its slice, so the all-gather reads the parameters in place
  * and the optimizer writes the flat buffer through the views. */
-static void rehome_sources(hs_fsdp_fusion *fu) {
+static hs_status rehome_sources(hs_fsdp_fusion *fu, const char *unit, hs_error *e) {
     hs_fsdp_param *p0 = fu->params[0];
     fu->src_dtype = p0->lp_shard ? p0->compute_dtype : HS_DTYPE_F32;
     size_t es = hs_dtype_size(fu->src_dtype);
+    fu->flat_src = hs_fsdp_mem_alloc(fu->mem, HS_FSDP_MEM_PARAM, (size_t)fu->numel * es,
+                                     "the fused local shards", unit, e);
+    if (!fu->flat_src) return HS_ERR_OOM;
     fu->flat_src_bytes = (size_t)fu->numel * es;
-    fu->flat_src = hs_fsdp_mem_alloc(fu->mem, HS_FSDP_MEM_PARAM, fu->flat_src_bytes);
     for (int j = 0; j < fu->n_params; j++) {
         hs_fsdp_param *fp = fu->params[j];
         void *view = at(fu->flat_src, fu->offset[j], es);
@@ -63,6 +65,7 @@ static void rehome_sources(hs_fsdp_fusion *fu) {
             fp->storage = fp->sharded = view;
         }
     }
+    return HS_OK;
 }
 
 hs_status hs_fsdp_fusion_build(hs_fsdp_unit *u, bool zero_copy, hs_fsdp_mem *mem,
@@ -72,13 +75,17 @@ hs_status hs_fsdp_fusion_build(hs_fsdp_unit *u, bool zero_copy, hs_fsdp_mem *mem
     for (int i = 0; i < u->n_params; i++) n += u->params[i]->needs_all_gather;
     if (n == 0) return HS_OK;
     hs_fsdp_fusion *fu = calloc(1, sizeof *fu);
-    HS_ASSERT(fu != NULL);
+    if (!fu)
+        return hs_error_oom(e, "fsdp unit %d: the fusion of its %d all-gathers: %zu bytes",
+                            u->index, n, sizeof *fu);
+    u->fusion = fu; /* from here hs_fsdp_fusion_free cleans up */
     fu->params = calloc((size_t)n, sizeof *fu->params);
     fu->offset = calloc((size_t)n, sizeof *fu->offset);
-    HS_ASSERT(fu->params && fu->offset);
+    if (!fu->params || !fu->offset)
+        return hs_error_oom(e, "fsdp unit %d: the fusion tables of %d parameters: %zu bytes",
+                            u->index, n, (size_t)n * (sizeof *fu->params + sizeof *fu->offset));
     for (int i = 0; i < u->n_params; i++)
         if (u->params[i]->needs_all_gather) fu->params[fu->n_params++] = u->params[i];
-    u->fusion = fu; /* from here hs_fsdp_fusion_free cleans up */
     hs_status st = check_members(u, fu->params, n, e);
     if (st != HS_OK) return st;
     for (int j = 0; j < n; j++) {
@@ -101,7 +108,8 @@ hs_status hs_fsdp_fusion_build(hs_fsdp_unit *u, bool zero_copy, hs_fsdp_mem *mem
     /* Offload keeps the masters in the host pool: the input is an H2D copy
      * whatever the layout, so there is nothing to view. */
     fu->zero_copy = zero_copy && !p0->offload;
-    if (fu->zero_copy) rehome_sources(fu);
+    if (fu->zero_copy) st = rehome_sources(fu, u->name[0] ? u->name : "the root", e);
+    if (st != HS_OK) return st;
     for (int j = 0; j < n; j++) fu->params[j]->fused = true;
     return HS_OK;
 }
@@ -130,11 +138,14 @@ void hs_fsdp_fusion_free(hs_fsdp_unit *u) {
 
 /* ---------------------------------------------------------------- unshard */
 
-static const void *all_gather_input(hs_fsdp_fusion *fu) {
+/* The fused input; NULL with e set when it cannot be made. */
+static const void *all_gather_input(hs_fsdp_fusion *fu, hs_error *e) {
     size_t es = hs_dtype_size(fu->ag_dtype);
     if (fu->zero_copy && fu->src_dtype == fu->ag_dtype) return fu->flat_src;
+    fu->ag_in = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, (size_t)fu->numel * es,
+                                         "the fused all-gather input", fu->params[0]->p->fqn, e);
+    if (!fu->ag_in) return NULL;
     fu->ag_in_bytes = (size_t)fu->numel * es;
-    fu->ag_in = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_in_bytes);
     if (fu->zero_copy) {
         hs_dev_convert(fu->mem->dev, fu->ag_in, fu->ag_dtype, fu->flat_src, fu->src_dtype,
                        fu->numel);
@@ -143,25 +154,30 @@ static const void *all_gather_input(hs_fsdp_fusion *fu) {
     /* Copy-in: each padded local shard (zero tail included) into its slot. */
     for (int j = 0; j < fu->n_params; j++) {
         hs_fsdp_param *fp = fu->params[j];
-        hs_fsdp_offload_to_compute(fp, at(fu->ag_in, fu->offset[j], es),
-                                   fp->plan.padded_sharded_numel);
+        if (hs_fsdp_offload_to_compute(fp, at(fu->ag_in, fu->offset[j], es),
+                                       fp->plan.padded_sharded_numel, e) != HS_OK)
+            return NULL;
     }
     return fu->ag_in;
 }
 
-void hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu) {
-    if (fu->ag_work) return;
+hs_status hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu, hs_error *e) {
+    if (fu->ag_work) return HS_OK;
     bool all_sharded = true, all_unsharded = true;
     for (int j = 0; j < fu->n_params; j++) {
         all_sharded &= fu->params[j]->state == HS_FSDP_SHARDED;
         all_unsharded &= fu->params[j]->state == HS_FSDP_UNSHARDED;
     }
-    if (all_unsharded) return;
+    if (all_unsharded) return HS_OK;
     /* Some parameter was resharded alone (set_full): gather them all again. */
     if (!all_sharded) hs_fsdp_fusion_reshard(fu);
-    const void *in = all_gather_input(fu);
-    fu->ag_out_bytes = (size_t)fu->numel * (size_t)fu->world * hs_dtype_size(fu->ag_dtype);
-    fu->ag_out = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_out_bytes);
+    const void *in = all_gather_input(fu, e);
+    if (!in) return e ? e->code : HS_ERR_OOM;
+    size_t out_bytes = (size_t)fu->numel * (size_t)fu->world * hs_dtype_size(fu->ag_dtype);
+    fu->ag_out = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, out_bytes,
+                                          "the fused all-gather output", fu->params[0]->p->fqn, e);
+    if (!fu->ag_out) return HS_ERR_OOM;
+    fu->ag_out_bytes = out_bytes;
     /* The all-gather stream waits for the compute stream: it wrote the
      * input, and last read the cached buffers the output reuses. */
     hs_stream *ag = hs_fsdp_mem_ag(fu->mem);
@@ -175,6 +191,7 @@ void hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu) {
         fp->owned_bytes = 0;
         fp->unsharded = NULL;
     }
+    return HS_OK;
 }
 
 /* Rank-major (r, j) chunks to parameter-major: parameter j's padded
@@ -205,8 +222,13 @@ hs_status hs_fsdp_fusion_unshard_wait(hs_fsdp_fusion *fu, hs_error *e) {
     fu->ag_in = NULL;
     fu->ag_in_bytes = 0;
     if (st == HS_OK) {
+        fu->unsharded = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_out_bytes,
+                                                 "the unpacked unsharded parameters",
+                                                 fu->params[0]->p->fqn, e);
+        st = fu->unsharded ? HS_OK : HS_ERR_OOM;
+    }
+    if (st == HS_OK) {
         fu->unsharded_bytes = fu->ag_out_bytes;
-        fu->unsharded = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, fu->unsharded_bytes);
         unpack(fu);
     }
     hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_out, fu->ag_out_bytes);
@@ -226,17 +248,21 @@ void hs_fsdp_fusion_reshard(hs_fsdp_fusion *fu) {
 
 /* ---------------------------------------------------------------- reduce */
 
-void hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale) {
+hs_status hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale, hs_error *e) {
     HS_ASSERT(fu->rs_work == NULL && fu->rs_in == NULL);
     size_t es = hs_dtype_size(fu->rs_dtype);
     int64_t W = fu->world, S = fu->numel;
+    fu->rs_in = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_GRAD, (size_t)(W * S) * es,
+                                         "the fused reduce-scatter input", fu->params[0]->p->fqn,
+                                         e);
+    if (!fu->rs_in) return HS_ERR_OOM;
     fu->rs_in_bytes = (size_t)(W * S) * es;
-    fu->rs_in = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_GRAD, fu->rs_in_bytes);
     for (int j = 0; j < fu->n_params; j++) {
         hs_fsdp_param *fp = fu->params[j];
         HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL);
         /* The same scaled reduce-dtype input the unfused path sends. */
-        hs_fsdp_mp_reduce_input(fp, prescale * fp->grad_factor);
+        hs_status st = hs_fsdp_mp_reduce_input(fp, prescale * fp->grad_factor, e);
+        if (st != HS_OK) return st;
         int64_t P = fp->plan.padded_sharded_numel;
         hs_dev_copy_2d(fu->mem->dev, at(fu->rs_in, fu->offset[j], es), (size_t)S * es, fp->rs_input,
                        (size_t)P * es, W, (size_t)P * es);
@@ -247,6 +273,7 @@ void hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale) {
     hs_fsdp_mem_tie(fu->mem, fu->mem->dev->stream, rs);
     fu->rs_work = hs_pg_reduce_scatter_async(fu->pg, rs, fu->rs_group->buf, fu->rs_in, S,
                                              fu->rs_dtype, fu->rs_group->op);
+    return HS_OK;
 }
 
 hs_status hs_fsdp_fusion_reduce_wait(hs_fsdp_fusion *fu, hs_error *e) {

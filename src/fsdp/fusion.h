@@ -76,8 +76,9 @@ hs_status hs_fsdp_fusion_build(hs_fsdp_unit *u, bool zero_copy, hs_fsdp_mem *mem
 /* Waits nothing: every collective must have been waited on. */
 void hs_fsdp_fusion_free(hs_fsdp_unit *u);
 
-/* Issue the one all-gather (no-op while in flight or when unsharded). */
-void hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu);
+/* Issue the one all-gather (no-op while in flight or when unsharded).
+ * HS_ERR_OOM when its buffers cannot be allocated. */
+hs_status hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu, hs_error *e);
 /* Wait it and install every parameter's view. No-op when nothing is in
  * flight. */
 hs_status hs_fsdp_fusion_unshard_wait(hs_fsdp_fusion *fu, hs_error *e);
@@ -87,7 +88,7 @@ void hs_fsdp_fusion_reshard(hs_fsdp_fusion *fu);
 /* Pack every fused parameter's gradient (scaled by prescale, in the reduce
  * dtype), release the unsharded gradients and issue the one reduce-scatter
  * into the unit's reduce buffer. */
-void hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale);
+hs_status hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale, hs_error *e);
 /* Wait the reduce-scatter and free the packed input. */
 hs_status hs_fsdp_fusion_reduce_wait(hs_fsdp_fusion *fu, hs_error *e);
 

@@ -27,10 +27,15 @@ static _Noreturn void bad_order(const hs_fsdp_unit *u, const char *event) {
              u->index, u->name[0] ? u->name : "root", event, hs_fsdp_unit_state_name(u->state));
 }
 
-static void unshard_or_fail(hs_fsdp_ctx *ctx, hs_fsdp_unit *u) {
+/* Issue u's all-gathers, then the prefetched units' behind them on the
+ * comm thread (so they run while u computes), then wait for u's. */
+static void unshard_or_fail(hs_fsdp_ctx *ctx, hs_fsdp_unit *u,
+                            void (*prefetch)(hs_fsdp_ctx *, const hs_fsdp_unit *)) {
     hs_error e;
     hs_error_clear(&e);
-    if (hs_fsdp_unit_unshard(u, &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
+    if (hs_fsdp_unit_unshard_issue(u, &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
+    prefetch(ctx, u);
+    if (hs_fsdp_unit_unshard_wait(u, &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
 }
 
 void hs_fsdp_hook_pre_forward(void *vctx, int ui) {
@@ -43,11 +48,7 @@ void hs_fsdp_hook_pre_forward(void *vctx, int ui) {
         return;
     }
     if (u->state == HS_FSDP_STATE_PRE_FORWARD) bad_order(u, "forward_pre");
-    /* Own all-gather first, then the next units' behind it on the comm
-     * thread, so they run while this unit computes. */
-    hs_fsdp_unit_unshard_issue(u);
-    hs_fsdp_prefetch_forward(ctx, u);
-    unshard_or_fail(ctx, u);
+    unshard_or_fail(ctx, u, hs_fsdp_prefetch_forward);
     transition(ctx, u, "forward_pre", HS_FSDP_STATE_PRE_FORWARD);
 }
 
@@ -74,10 +75,11 @@ void hs_fsdp_hook_pre_backward(void *vctx, int ui) {
      * (micro-batches in flight in a pipeline schedule). */
     bool in_flight = u->state == HS_FSDP_STATE_BACKWARD && u->fwd_outstanding > 0;
     if (u->state != HS_FSDP_STATE_FORWARD && !in_flight) bad_order(u, "backward_pre");
-    hs_fsdp_unit_unshard_issue(u);
-    hs_fsdp_prefetch_backward(ctx, u);
-    unshard_or_fail(ctx, u);
-    for (int i = 0; i < u->n_params; i++) hs_fsdp_param_grad_begin(u->params[i]);
+    unshard_or_fail(ctx, u, hs_fsdp_prefetch_backward);
+    hs_error e;
+    hs_error_clear(&e);
+    for (int i = 0; i < u->n_params; i++)
+        if (hs_fsdp_param_grad_begin(u->params[i], &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
     transition(ctx, u, "backward_pre", HS_FSDP_STATE_PRE_BACKWARD);
 }
 
@@ -87,10 +89,13 @@ void hs_fsdp_hook_post_backward(void *vctx, int ui) {
     if (u->state == HS_FSDP_STATE_BACKWARD) return; /* already run by the root */
     if (u->state != HS_FSDP_STATE_PRE_BACKWARD) bad_order(u, "backward");
     if (u->fwd_outstanding > 0) u->fwd_outstanding--;
+    hs_error e;
+    hs_error_clear(&e);
     if (ctx->sync) hs_fsdp_ctx_reduce_unit(ctx, ui);
     else
         for (int i = 0; i < u->n_params; i++)
-            if (!u->params[i]->p->frozen) hs_fsdp_mp_grad_stash(u->params[i]);
+            if (!u->params[i]->p->frozen && hs_fsdp_mp_grad_stash(u->params[i], &e) != HS_OK)
+                hs_fsdp_ctx_fail(ctx, &e);
     /* Without sync the unsharded gradients stay alive and keep
      * accumulating until the micro-batch that syncs. */
     if (ctx->reshard) hs_fsdp_unit_reshard(u);

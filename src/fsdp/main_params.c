@@ -6,11 +6,15 @@
  * all-gather then sends as is: no per-unshard cast. */
 #include "fsdp/policy.h"
 
-void hs_fsdp_main_init(hs_fsdp_param *fp, bool enabled) {
-    if (!enabled || fp->compute_dtype == HS_DTYPE_F32) return;
-    fp->lp_shard_bytes = (size_t)fp->storage_numel * hs_dtype_size(fp->compute_dtype);
-    fp->lp_shard = hs_fsdp_mem_master_alloc(fp->mem, HS_FSDP_MEM_PARAM, fp->lp_shard_bytes);
+hs_status hs_fsdp_main_init(hs_fsdp_param *fp, bool enabled, hs_error *e) {
+    if (!enabled || fp->compute_dtype == HS_DTYPE_F32) return HS_OK;
+    size_t bytes = (size_t)fp->storage_numel * hs_dtype_size(fp->compute_dtype);
+    fp->lp_shard = hs_fsdp_mem_master_alloc(fp->mem, HS_FSDP_MEM_PARAM, bytes,
+                                            "the 16-bit model shard", fp->p->fqn, e);
+    if (!fp->lp_shard) return HS_ERR_OOM;
+    fp->lp_shard_bytes = bytes;
     hs_fsdp_main_write_back(fp);
+    return HS_OK;
 }
 
 void hs_fsdp_main_write_back(hs_fsdp_param *fp) {

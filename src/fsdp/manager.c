@@ -91,7 +91,9 @@ static hs_status check_fqns(const hs_config *cfg, hs_model *model, hs_error *e) 
     if (!hs_model_is_first_stage(model) || !hs_model_is_last_stage(model)) return HS_OK;
     int n = hs_model_num_params(model);
     const char **fqns = calloc((size_t)n + 1, sizeof *fqns);
-    HS_ASSERT(fqns != NULL);
+    if (!fqns)
+        return hs_error_oom(e, "fsdp: the names of %d parameters: %zu bytes", n,
+                            ((size_t)n + 1) * sizeof *fqns);
     for (int i = 0; i < n; i++) fqns[i] = hs_model_param(model, i)->fqn;
     hs_status st = hs_config_check_fqns(cfg, fqns, n, e);
     free(fqns);
@@ -101,27 +103,33 @@ static hs_status check_fqns(const hs_config *cfg, hs_model *model, hs_error *e) 
 /* Declaration order is the forward order; backward visits the root first
  * (head), then the blocks last to first. Each unit prefetches the next
  * `depth` units of its own pass. */
-static void set_prefetch(hs_fsdp_ctx *ctx, int fwd_depth, int bwd_depth) {
+static hs_status set_prefetch(hs_fsdp_ctx *ctx, int fwd_depth, int bwd_depth, hs_error *e) {
     int n = ctx->n_units;
     int *bwd_order = malloc(sizeof(int) * (size_t)n);
-    HS_ASSERT(bwd_order != NULL);
+    if (!bwd_order)
+        return hs_error_oom(e, "fsdp: the backward order of %d units: %zu bytes", n,
+                            sizeof(int) * (size_t)n);
     bwd_order[0] = 0;
     for (int k = 1; k < n; k++) bwd_order[k] = n - k;
-    for (int k = 0; k < n; k++) {
+    hs_status st = HS_OK;
+    for (int k = 0; k < n && st == HS_OK; k++) {
         hs_fsdp_unit *u = &ctx->units[k];
         int nf = n - 1 - k < fwd_depth ? n - 1 - k : fwd_depth;
         u->fwd_prefetch = calloc((size_t)(nf > 0 ? nf : 1), sizeof(int));
-        HS_ASSERT(u->fwd_prefetch != NULL);
-        for (int j = 0; j < nf; j++) u->fwd_prefetch[u->n_fwd_prefetch++] = k + 1 + j;
+        if (!u->fwd_prefetch) st = hs_error_oom(e, "fsdp: the prefetch list of unit %d", k);
+        for (int j = 0; j < nf && st == HS_OK; j++)
+            u->fwd_prefetch[u->n_fwd_prefetch++] = k + 1 + j;
     }
-    for (int k = 0; k < n; k++) {
+    for (int k = 0; k < n && st == HS_OK; k++) {
         hs_fsdp_unit *u = &ctx->units[bwd_order[k]];
         int nb = n - 1 - k < bwd_depth ? n - 1 - k : bwd_depth;
         u->bwd_prefetch = calloc((size_t)(nb > 0 ? nb : 1), sizeof(int));
-        HS_ASSERT(u->bwd_prefetch != NULL);
-        for (int j = 0; j < nb; j++) u->bwd_prefetch[u->n_bwd_prefetch++] = bwd_order[k + 1 + j];
+        if (!u->bwd_prefetch) st = hs_error_oom(e, "fsdp: the prefetch list of unit %d", k);
+        for (int j = 0; j < nb && st == HS_OK; j++)
+            u->bwd_prefetch[u->n_bwd_prefetch++] = bwd_order[k + 1 + j];
     }
     free(bwd_order);
+    return st;
 }
 
 /* The one parameter-kind check per unit (RFC §4.1), on the source layouts
@@ -130,7 +138,13 @@ static hs_status check_unit_sources(hs_fsdp_unit *u, hs_error *e) {
     const char **fqns = calloc((size_t)u->n_params + 1, sizeof *fqns);
     const hs_source_layout **layouts = calloc((size_t)u->n_params + 1, sizeof *layouts);
     hs_source_layout *tp = calloc((size_t)u->n_params + 1, sizeof *tp);
-    HS_ASSERT(fqns && layouts && tp);
+    if (!fqns || !layouts || !tp) {
+        free(fqns);
+        free(layouts);
+        free(tp);
+        return hs_error_oom(e, "fsdp unit %s: the source layouts of %d parameters",
+                            u->name[0] ? u->name : "root", u->n_params);
+    }
     for (int i = 0; i < u->n_params; i++) {
         const hs_param *p = u->params[i]->p;
         fqns[i] = p->fqn;
@@ -155,7 +169,9 @@ static hs_status build_units(hs_fsdp *f, const hs_config *cfg, hs_error *e) {
     hs_fsdp_ctx *ctx = &f->ctx;
     ctx->n_units = hs_model_num_units(f->model);
     ctx->units = calloc((size_t)ctx->n_units, sizeof *ctx->units);
-    HS_ASSERT(ctx->units != NULL);
+    if (!ctx->units)
+        return hs_error_oom(e, "fsdp: %d units: %zu bytes", ctx->n_units,
+                            (size_t)ctx->n_units * sizeof *ctx->units);
     for (int ui = 0; ui < ctx->n_units; ui++) {
         hs_fsdp_unit *u = &ctx->units[ui];
         const hs_unit_desc *d = hs_model_unit(f->model, ui);
@@ -164,7 +180,7 @@ static hs_status build_units(hs_fsdp *f, const hs_config *cfg, hs_error *e) {
         u->is_root = ui == 0;
         u->is_expert = d->is_expert;
         u->params = calloc((size_t)ctx->n_params + 1, sizeof *u->params);
-        HS_ASSERT(u->params != NULL);
+        if (!u->params) return hs_error_oom(e, "fsdp unit %s: its parameter list", u->name);
     }
     for (int i = 0; i < ctx->n_params; i++) {
         hs_fsdp_param *fp = &ctx->params[i];
@@ -182,10 +198,13 @@ static hs_status build_units(hs_fsdp *f, const hs_config *cfg, hs_error *e) {
         hs_status st = check_unit_sources(u, e);
         if (st != HS_OK) return st;
         u->reshard_after_forward = u->is_root ? false : cfg->fsdp.reshard_after_forward;
-        hs_fsdp_unit_build_groups(u, &ctx->mem);
+        st = hs_fsdp_unit_build_groups(u, &ctx->mem, e);
+        if (st != HS_OK) return st;
         if (!u->is_root && !u->is_expert) f->blocks_wrapped++;
     }
-    set_prefetch(ctx, cfg->fsdp.forward_prefetch_depth, cfg->fsdp.backward_prefetch_depth);
+    hs_status pst =
+        set_prefetch(ctx, cfg->fsdp.forward_prefetch_depth, cfg->fsdp.backward_prefetch_depth, e);
+    if (pst != HS_OK) return pst;
     for (int ui = 0; cfg->fsdp.comm_fusion && ui < ctx->n_units; ui++) {
         /* null means zero-copy, as PyTorch's default (spec 004 §2.4) */
         hs_status st = hs_fsdp_fusion_build(&ctx->units[ui], cfg->fsdp.comm_fusion_zero_copy != 0,
@@ -200,7 +219,9 @@ static hs_status build_params(hs_fsdp *f, const hs_config *cfg, const hs_fsdp_dp
     hs_fsdp_ctx *ctx = &f->ctx;
     ctx->n_params = hs_model_num_params(f->model);
     ctx->params = calloc((size_t)ctx->n_params + 1, sizeof *ctx->params);
-    HS_ASSERT(ctx->params != NULL);
+    if (!ctx->params)
+        return hs_error_oom(e, "fsdp: %d managed parameters: %zu bytes", ctx->n_params,
+                            ((size_t)ctx->n_params + 1) * sizeof *ctx->params);
     hs_dtype compute = cfg->fsdp.mix_precision.param_dtype == HS_MP_NULL
                            ? HS_DTYPE_F32
                            : (hs_dtype)cfg->fsdp.mix_precision.param_dtype;
@@ -224,7 +245,8 @@ static hs_status build_params(hs_fsdp *f, const hs_config *cfg, const hs_fsdp_dp
         if (st != HS_OK) return st;
         /* Before the units group gradients by reduce dtype. */
         ctx->params[i].reduce_dtype = hs_fsdp_mp_reduce_dtype(&cfg->fsdp.mix_precision, compute);
-        hs_fsdp_main_init(&ctx->params[i], cfg->optimizer.fp32_main_params);
+        st = hs_fsdp_main_init(&ctx->params[i], cfg->optimizer.fp32_main_params, e);
+        if (st != HS_OK) return st;
         ctx->params[i].exposed = &ctx->exposed;
         int64_t numel = ctx->params[i].plan.unpacked_numel; /* TP-local */
         f->total_param_bytes += numel * (int64_t)sizeof(float);
@@ -264,16 +286,17 @@ hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, 
     *out = NULL;
     hs_error_clear(e);
     hs_fsdp *f = calloc(1, sizeof *f);
-    HS_ASSERT(f != NULL);
+    if (!f) return hs_error_oom(e, "fsdp: the wrapper: %zu bytes", sizeof *f);
     f->model = model;
     f->groups = *g;
     hs_fsdp_mem_init(&f->ctx.mem, dev);
-    hs_fsdp_mem_open_streams(&f->ctx.mem);
     f->ctx.mem.offload = cfg->fsdp.enable_offload;
-    hs_status st = check_fqns(cfg, model, e);
+    hs_status st = hs_fsdp_mem_open_streams(&f->ctx.mem, e);
+    if (st == HS_OK) st = check_fqns(cfg, model, e);
     if (st == HS_OK) st = build_params(f, cfg, g, seed, e);
     if (st == HS_OK) st = build_units(f, cfg, e);
-    hs_fsdp_ctx_init(&f->ctx, comm, log);
+    hs_status ist = hs_fsdp_ctx_init(&f->ctx, comm, log, st == HS_OK ? e : NULL);
+    if (st == HS_OK) st = ist;
     if (st != HS_OK) {
         hs_fsdp_free(f);
         return st;

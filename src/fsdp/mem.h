@@ -41,8 +41,9 @@ typedef struct hs_fsdp_mem {
 
 void hs_fsdp_mem_init(hs_fsdp_mem *m, hs_device *dev);
 /* Creates ag_stream and rs_stream (a wrap does; without them, as in the
- * layer's unit tests, nothing is ordered). */
-void hs_fsdp_mem_open_streams(hs_fsdp_mem *m);
+ * layer's unit tests, nothing is ordered). HS_ERR_OOM when the device
+ * cannot create them. */
+hs_status hs_fsdp_mem_open_streams(hs_fsdp_mem *m, hs_error *e);
 /* The streams FSDP's all-gathers and reductions are issued on (comm.h's
  * stream argument): ag_stream / rs_stream, or the device's default stream
  * when none were opened. */
@@ -57,21 +58,29 @@ hs_stream *hs_fsdp_mem_rs(const hs_fsdp_mem *m);
 void hs_fsdp_mem_tie(hs_fsdp_mem *m, hs_stream *from, hs_stream *to);
 /* Frees the streams; the buffers must be freed already. */
 void hs_fsdp_mem_release(hs_fsdp_mem *m);
-/* Zero-filled; bytes == 0 still returns a valid, unique block. */
-void *hs_fsdp_mem_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes);
+/* Zero-filled; bytes == 0 still returns a valid, unique block. NULL when
+ * the device will not give it, with HS_ERR_OOM in e naming `what` of
+ * `owner` (a parameter's FQN or a unit's name), the bytes, the device pool
+ * and FSDP's own count of kind k. */
+void *hs_fsdp_mem_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes, const char *what,
+                        const char *owner, hs_error *e);
 /* The same without the zero fill, for buffers written whole before anything
  * reads them (all-gather outputs and inputs, cast copies, staging): the
  * fill would be a second pass over them per unit and step. */
-void *hs_fsdp_mem_alloc_uninit(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes);
+void *hs_fsdp_mem_alloc_uninit(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes, const char *what,
+                               const char *owner, hs_error *e);
 /* `bytes` must be what was asked for at allocation. NULL is fine. */
 void hs_fsdp_mem_free(hs_fsdp_mem *m, hs_fsdp_mem_kind k, void *p, size_t bytes);
 void hs_fsdp_mem_reset_peak(hs_fsdp_mem *m);
-/* Host-pool twins of alloc/free (zero-filled, accounted in host_*). */
-void *hs_fsdp_mem_host_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes);
+/* Host-pool twins of alloc/free (zero-filled, accounted in host_*; NULL
+ * and e as hs_fsdp_mem_alloc). */
+void *hs_fsdp_mem_host_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes, const char *what,
+                             const char *owner, hs_error *e);
 void hs_fsdp_mem_host_free(hs_fsdp_mem *m, hs_fsdp_mem_kind k, void *p, size_t bytes);
 /* Where a master (sharded storage, sharded grad) lives: the host pool under
  * offload, else the device pool. */
-void *hs_fsdp_mem_master_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes);
+void *hs_fsdp_mem_master_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes, const char *what,
+                               const char *owner, hs_error *e);
 void hs_fsdp_mem_master_free(hs_fsdp_mem *m, hs_fsdp_mem_kind k, void *p, size_t bytes);
 
 #endif

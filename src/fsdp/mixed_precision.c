@@ -34,21 +34,25 @@ static bool stashes(const hs_fsdp_param *fp) {
     return fp->grad_dtype != HS_DTYPE_F32 && fp->reduce_dtype == HS_DTYPE_F32;
 }
 
-void hs_fsdp_mp_grad_stash(hs_fsdp_param *fp) {
-    if (!stashes(fp) || !fp->unsharded_grad) return;
+hs_status hs_fsdp_mp_grad_stash(hs_fsdp_param *fp, hs_error *e) {
+    if (!stashes(fp) || !fp->unsharded_grad) return HS_OK;
     hs_param_grad_settle(fp->mem->dev, fp->p);
     int64_t n = fp->plan.padded_unsharded_numel;
     bool fresh = !fp->acc_grad;
     if (fresh) { /* written whole by the first add: no zero fill */
-        fp->acc_grad_bytes = (size_t)n * sizeof(float);
-        fp->acc_grad = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, fp->acc_grad_bytes);
+        size_t bytes = (size_t)n * sizeof(float);
+        fp->acc_grad = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, bytes,
+                                                "the fp32 gradient accumulator", fp->p->fqn, e);
+        if (!fp->acc_grad) return HS_ERR_OOM;
+        fp->acc_grad_bytes = bytes;
     }
     hs_fsdp_mp_add_to_f32(fp->mem->dev, fp->acc_grad, fp->unsharded_grad, fp->grad_dtype, n, fresh);
     if (fp->p->grad_first_store) fp->p->grad_unset = true; /* the tail stays zero */
     else hs_dev_zero(fp->mem->dev, fp->unsharded_grad, fp->unsharded_grad_bytes);
+    return HS_OK;
 }
 
-void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale) {
+hs_status hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale, hs_error *e) {
     hs_device *d = fp->mem->dev;
     hs_param_grad_settle(d, fp->p);
     int64_t n = fp->plan.padded_unsharded_numel;
@@ -65,9 +69,12 @@ void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale) {
         fp->rs_input = fp->unsharded_grad;
         fp->rs_input_bytes = 0; /* borrowed */
     } else {
-        fp->rs_input_bytes = (size_t)n * hs_dtype_size(fp->reduce_dtype);
+        size_t bytes = (size_t)n * hs_dtype_size(fp->reduce_dtype);
         /* every element is written by the conversion below: no zero fill */
-        fp->rs_input = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, fp->rs_input_bytes);
+        fp->rs_input = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, bytes,
+                                                "the reduce-dtype gradient", fp->p->fqn, e);
+        if (!fp->rs_input) return HS_ERR_OOM;
+        fp->rs_input_bytes = bytes;
         /* Scale in the wider dtype so that narrowing rounds once. */
         if (fp->grad_dtype == HS_DTYPE_F32) {
             hs_dev_scale(d, fp->unsharded_grad, prescale, fp->plan.unpacked_numel);
@@ -85,4 +92,5 @@ void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale) {
     }
     /* The padded tail is zero and stays zero under scaling. */
     hs_fsdp_mp_scale(d, fp->rs_input, fp->reduce_dtype, prescale, fp->plan.unpacked_numel);
+    return HS_OK;
 }

@@ -26,10 +26,11 @@ hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool
                              const hs_fsdp_mesh_info *mi, hs_dtype compute_dtype, hs_fsdp_mem *mem,
                              uint64_t seed, hs_error *e) {
     *fp = (hs_fsdp_param){0};
-    if (mem->ag_stream) {
-        fp->ag_done = hs_event_create(mem->dev), fp->last_use = hs_event_create(mem->dev);
-        fp->grad_ready = hs_event_create(mem->dev), fp->rs_done = hs_event_create(mem->dev);
-    }
+    hs_status st = HS_OK;
+    hs_event **ev[] = {&fp->ag_done, &fp->last_use, &fp->grad_ready, &fp->rs_done};
+    for (int i = 0; mem->ag_stream && i < 4 && st == HS_OK; i++)
+        st = hs_event_create(mem->dev, ev[i], e);
+    if (st != HS_OK) return st;
     hs_param *p = hs_model_param(model, index);
     fp->p = p;
     fp->index = index;
@@ -41,8 +42,8 @@ hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool
     fp->offload = mem->offload;
     fp->mem = mem;
     HS_ASSERT(mi->shard_size >= 1 && mi->replicate_size >= 1);
-    hs_status st = hs_fsdp_plan_build(&fp->plan, p->fqn, p->ndim, p->local_shape, 0, mi->shard_size,
-                                      mi->shard_rank, e);
+    st = hs_fsdp_plan_build(&fp->plan, p->fqn, p->ndim, p->local_shape, 0, mi->shard_size,
+                            mi->shard_rank, e);
     if (st != HS_OK) return st;
     fp->needs_all_gather = mi->shard_size > 1;
     /* RFC §6.2: a TP-Replicate parameter's gradient is all-reduced over tp
@@ -56,14 +57,18 @@ hs_status hs_fsdp_param_init(hs_fsdp_param *fp, hs_model *model, int index, bool
     const hs_fsdp_plan *pl = &fp->plan;
     fp->storage_numel = pl->kind == HS_FSDP_PACK_DIM0_EVEN ? pl->actual_sharded_numel
                                                            : pl->padded_sharded_numel;
-    fp->storage =
-        hs_fsdp_mem_master_alloc(mem, HS_FSDP_MEM_PARAM, bytes_of(fp->storage_numel, HS_DTYPE_F32));
+    fp->storage = hs_fsdp_mem_master_alloc(mem, HS_FSDP_MEM_PARAM,
+                                           bytes_of(fp->storage_numel, HS_DTYPE_F32),
+                                           "the sharded storage", p->fqn, e);
+    if (!fp->storage) return HS_ERR_OOM;
     fp->sharded = fp->storage;
     if (pl->layout.actual_rows > 0)
         hs_model_init_param_rows(model, p, seed, fp->sharded, HS_DTYPE_F32, pl->layout.row_offset,
                                  pl->layout.actual_rows);
     fp->sharded_grad = hs_fsdp_mem_master_alloc(mem, HS_FSDP_MEM_GRAD,
-                                                bytes_of(pl->actual_sharded_numel, HS_DTYPE_F32));
+                                                bytes_of(pl->actual_sharded_numel, HS_DTYPE_F32),
+                                                "the sharded gradient", p->fqn, e);
+    if (!fp->sharded_grad) return HS_ERR_OOM;
     fp->state = HS_FSDP_SHARDED;
     p->data = NULL;
     p->grad = NULL;
@@ -103,17 +108,24 @@ void hs_fsdp_param_free(hs_fsdp_param *fp) {
 
 /* ---------------------------------------------------------------- unshard */
 
-static void *own(hs_fsdp_param *fp, hs_fsdp_storage_owner owner, int64_t numel) {
-    fp->owner = owner;
-    fp->owned_bytes = bytes_of(numel, fp->compute_dtype);
+/* NULL (nothing owned) when the device will not give it. */
+static void *own(hs_fsdp_param *fp, hs_fsdp_storage_owner owner, int64_t numel, hs_error *e) {
+    size_t bytes = bytes_of(numel, fp->compute_dtype);
     /* Written whole before it is read: the all-gather fills every row of
      * every rank's chunk (padding included), the cast every element. */
-    fp->owned = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_PARAM, fp->owned_bytes);
-    return fp->owned;
+    void *p = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_PARAM, bytes,
+                                       owner == HS_FSDP_STORAGE_CAST ? "the compute-dtype copy"
+                                                                     : "the all-gather output",
+                                       fp->p->fqn, e);
+    if (!p) return NULL;
+    fp->owner = owner;
+    fp->owned_bytes = bytes;
+    fp->owned = p;
+    return p;
 }
 
-void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp) {
-    if (fp->state != HS_FSDP_SHARDED) return;
+hs_status hs_fsdp_param_unshard_issue(hs_fsdp_param *fp, hs_error *e) {
+    if (fp->state != HS_FSDP_SHARDED) return HS_OK;
     const hs_fsdp_plan *pl = &fp->plan;
     /* The local source is the fp32 master, or the model's own 16-bit shard
      * under fp32 main params; a copy is made only to cast it or to bring it
@@ -125,7 +137,8 @@ void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp) {
         /* Copy the padded storage, not the actual view: every rank must send
          * the same element count. */
         const void *in = src;
-        void *out = own(fp, HS_FSDP_STORAGE_ALL_GATHER, pl->padded_unsharded_numel);
+        void *out = own(fp, HS_FSDP_STORAGE_ALL_GATHER, pl->padded_unsharded_numel, e);
+        if (!out) return HS_ERR_OOM;
         if (!direct) {
             /* Cast (or bring from the host) straight into this rank's own
              * block of the output: the all-gather runs in place, with no
@@ -134,7 +147,8 @@ void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp) {
             void *slot = (char *)out +
                          bytes_of((int64_t)hs_pg_rank(fp->mi.shard_pg) * pl->padded_sharded_numel,
                                   fp->compute_dtype);
-            hs_fsdp_offload_to_compute(fp, slot, fp->storage_numel);
+            hs_status st = hs_fsdp_offload_to_compute(fp, slot, fp->storage_numel, e);
+            if (st != HS_OK) return st;
             in = slot;
         }
         /* The input was written on the compute stream (the cast, or the
@@ -145,11 +159,12 @@ void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp) {
                                              fp->compute_dtype);
         fp->unsharded = out; /* rows [0, D0) are the logical tensor */
         fp->state = HS_FSDP_UNSHARDING;
-        return;
+        return HS_OK;
     }
     if (!direct) {
-        void *c = own(fp, HS_FSDP_STORAGE_CAST, pl->unpacked_numel);
-        hs_fsdp_offload_to_compute(fp, c, pl->unpacked_numel);
+        void *c = own(fp, HS_FSDP_STORAGE_CAST, pl->unpacked_numel, e);
+        hs_status st = c ? hs_fsdp_offload_to_compute(fp, c, pl->unpacked_numel, e) : HS_ERR_OOM;
+        if (st != HS_OK) return st;
         fp->unsharded = c;
     } else {
         /* No all-gather, no cast, no offload: the compute view is the local
@@ -160,6 +175,7 @@ void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp) {
         fp->unsharded = (void *)src;
     }
     fp->state = HS_FSDP_UNSHARDING;
+    return HS_OK;
 }
 
 hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e) {
@@ -204,30 +220,33 @@ void hs_fsdp_param_reshard(hs_fsdp_param *fp) {
 
 /* ------------------------------------------------------------- gradients */
 
-void hs_fsdp_param_grad_begin(hs_fsdp_param *fp) {
+hs_status hs_fsdp_param_grad_begin(hs_fsdp_param *fp, hs_error *e) {
     if (fp->p->frozen) { /* no gradient: nothing allocated, reduced or applied */
         fp->p->grad = NULL;
-        return;
+        return HS_OK;
     }
     if (!fp->unsharded_grad) {
         /* Padded rows: the reduce-scatter input is this buffer as is, and
          * its tail [D0, C*W) stays zero because the model never writes it.
          * A gradient whose first write stores over it is handed out unset
          * (no zero fill) but for that tail. */
-        fp->unsharded_grad_bytes = bytes_of(fp->plan.padded_unsharded_numel, fp->grad_dtype);
-        if (fp->p->grad_first_store) {
+        size_t bytes = bytes_of(fp->plan.padded_unsharded_numel, fp->grad_dtype);
+        bool first_store = fp->p->grad_first_store;
+        void *g = first_store ? hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, bytes,
+                                                         "the unsharded gradient", fp->p->fqn, e)
+                              : hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_GRAD, bytes,
+                                                  "the unsharded gradient", fp->p->fqn, e);
+        if (!g) return HS_ERR_OOM;
+        fp->unsharded_grad = g;
+        fp->unsharded_grad_bytes = bytes;
+        if (first_store) {
             size_t used = bytes_of(fp->plan.unpacked_numel, fp->grad_dtype);
-            fp->unsharded_grad =
-                hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, fp->unsharded_grad_bytes);
-            hs_dev_zero(fp->mem->dev, (char *)fp->unsharded_grad + used,
-                        fp->unsharded_grad_bytes - used);
+            hs_dev_zero(fp->mem->dev, (char *)g + used, bytes - used);
             fp->p->grad_unset = true;
-        } else {
-            fp->unsharded_grad =
-                hs_fsdp_mem_alloc(fp->mem, HS_FSDP_MEM_GRAD, fp->unsharded_grad_bytes);
         }
     }
     fp->p->grad = fp->unsharded_grad;
+    return HS_OK;
 }
 
 void hs_fsdp_param_grad_release(hs_fsdp_param *fp) {
@@ -246,10 +265,11 @@ void hs_fsdp_param_grad_release(hs_fsdp_param *fp) {
     fp->p->grad_unset = false;
 }
 
-void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale) {
+hs_status hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale, hs_error *e) {
     HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL && fp->reduce_slot != NULL);
     const hs_fsdp_plan *pl = &fp->plan;
-    hs_fsdp_mp_reduce_input(fp, prescale * fp->grad_factor);
+    hs_status st = hs_fsdp_mp_reduce_input(fp, prescale * fp->grad_factor, e);
+    if (st != HS_OK) return st;
     if (fp->needs_all_gather) {
         HS_ASSERT(fp->reduce_numel == pl->padded_sharded_numel);
         /* the reduction reads the gradient once backward has written it */
@@ -257,12 +277,13 @@ void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale) {
         fp->rs_work = hs_pg_reduce_scatter_async(
             fp->mi.shard_pg, hs_fsdp_mem_rs(fp->mem), fp->reduce_slot, fp->rs_input,
             pl->padded_sharded_numel, fp->reduce_dtype, HS_REDUCE_AVG);
-        return;
+        return HS_OK;
     }
     HS_ASSERT(fp->reduce_numel == pl->unpacked_numel);
     hs_dev_copy(fp->mem->dev, fp->reduce_slot, fp->rs_input,
                 bytes_of(pl->unpacked_numel, fp->reduce_dtype));
     hs_fsdp_param_grad_release(fp);
+    return HS_OK;
 }
 
 hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e) {
@@ -289,7 +310,7 @@ void hs_fsdp_param_settle_sharded_grad(hs_fsdp_param *fp) {
     fp->sharded_grad_unset = false;
 }
 
-void hs_fsdp_param_reduce_apply(hs_fsdp_param *fp) {
+hs_status hs_fsdp_param_reduce_apply(hs_fsdp_param *fp, hs_error *e) {
     /* The reduce slot is padded; only the actual rows reach the optimizer. */
-    hs_fsdp_offload_apply_grad(fp);
+    return hs_fsdp_offload_apply_grad(fp, e);
 }

@@ -145,23 +145,24 @@ void hs_fsdp_param_free(hs_fsdp_param *fp);
 /* Unshard in two phases so that all-gathers of a unit (or of prefetched
  * units) are in flight together. Issue is a no-op unless SHARDED; wait is a
  * no-op unless UNSHARDING, and installs the view into p->data. */
-void hs_fsdp_param_unshard_issue(hs_fsdp_param *fp);
+hs_status hs_fsdp_param_unshard_issue(hs_fsdp_param *fp, hs_error *e);
 hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e);
 /* Back to SHARDED: frees an owned compute copy, never an alias. */
 void hs_fsdp_param_reshard(hs_fsdp_param *fp);
 
 /* Backward: make p->grad a zeroed padded buffer unless one is still alive
- * (gradient accumulation without sync keeps it). */
-void hs_fsdp_param_grad_begin(hs_fsdp_param *fp);
+ * (gradient accumulation without sync keeps it). The issue and begin
+ * functions here return HS_ERR_OOM when their buffers cannot be had. */
+hs_status hs_fsdp_param_grad_begin(hs_fsdp_param *fp, hs_error *e);
 /* Scale the gradient by `prescale`, then issue this parameter's
  * reduce-scatter into its reduce slot (shard size > 1), or copy the full
  * gradient there (no reduce-scatter). */
-void hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale);
+hs_status hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale, hs_error *e);
 /* Wait the reduce-scatter and release the unsharded gradient. */
 hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e);
 /* sharded_grad += the actual rows of the reduce slot (stored over it
  * when unset). */
-void hs_fsdp_param_reduce_apply(hs_fsdp_param *fp);
+hs_status hs_fsdp_param_reduce_apply(hs_fsdp_param *fp, hs_error *e);
 /* zero_grads: sharded_grad reads as zeros from here on (set unset). */
 void hs_fsdp_param_zero_sharded_grad(hs_fsdp_param *fp);
 /* Zero a sharded_grad still unset, before anything reads it. */

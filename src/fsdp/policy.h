@@ -34,17 +34,17 @@ void hs_fsdp_mp_add_to_f32(hs_device *d, float *dst, const void *src, hs_dtype d
  * fp32 accumulator and the model's buffer zeroed, so accumulation over
  * micro-batches loses nothing to 16-bit rounding. Otherwise a no-op (the
  * model keeps accumulating into its own buffer). */
-void hs_fsdp_mp_grad_stash(hs_fsdp_param *fp);
+hs_status hs_fsdp_mp_grad_stash(hs_fsdp_param *fp, hs_error *e);
 /* Sync micro-batch: set fp->rs_input to the padded unsharded gradient in
  * reduce_dtype (the model's buffer itself when the dtypes match, the fp32
  * accumulator, or a cast copy), scaled by `prescale`. */
-void hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale);
+hs_status hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale, hs_error *e);
 
 /* -------------------------------------------------------- main params */
 
 /* When enabled and the compute dtype is 16-bit: allocate the model's own
  * shard in compute_dtype and fill it from the fp32 main param. */
-void hs_fsdp_main_init(hs_fsdp_param *fp, bool enabled);
+hs_status hs_fsdp_main_init(hs_fsdp_param *fp, bool enabled, hs_error *e);
 /* lp_shard := (compute_dtype) storage, padding included. No-op without. */
 void hs_fsdp_main_write_back(hs_fsdp_param *fp);
 void hs_fsdp_main_free(hs_fsdp_param *fp);
@@ -59,9 +59,9 @@ const void *hs_fsdp_local_source(const hs_fsdp_param *fp, hs_dtype *dt);
 bool hs_fsdp_local_source_is_compute(const hs_fsdp_param *fp);
 /* dst (device memory, compute_dtype) := the first n elements of the local
  * source: H2D under offload, then a cast when the dtypes differ. */
-void hs_fsdp_offload_to_compute(hs_fsdp_param *fp, void *dst, int64_t n);
+hs_status hs_fsdp_offload_to_compute(hs_fsdp_param *fp, void *dst, int64_t n, hs_error *e);
 /* sharded_grad += the actual rows of the reduce slot (D2H under offload);
  * stored over it when unset. */
-void hs_fsdp_offload_apply_grad(hs_fsdp_param *fp);
+hs_status hs_fsdp_offload_apply_grad(hs_fsdp_param *fp, hs_error *e);
 
 #endif

@@ -16,6 +16,8 @@
 
 /* Issue the all-gathers of u's forward targets that will still run their
  * forward (not those inside backward). */
+/* A prefetch that cannot be issued (no memory) ends the run
+ * (hs_fsdp_ctx_fail): it runs inside a hook. */
 void hs_fsdp_prefetch_forward(hs_fsdp_ctx *ctx, const hs_fsdp_unit *u);
 /* Issue the all-gathers of u's backward targets that have yet to run their
  * backward. */

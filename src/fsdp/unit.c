@@ -21,9 +21,14 @@ static int group_of(hs_fsdp_unit *u, hs_pg *pg, hs_dtype dt) {
     return -1;
 }
 
-void hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem) {
-    u->groups = calloc((size_t)(u->n_params ? u->n_params : 1), sizeof *u->groups);
-    HS_ASSERT(u->groups != NULL);
+static const char *unit_name(const hs_fsdp_unit *u) { return u->name[0] ? u->name : "the root"; }
+
+hs_status hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem, hs_error *e) {
+    size_t n = (size_t)(u->n_params ? u->n_params : 1);
+    u->groups = calloc(n, sizeof *u->groups);
+    if (!u->groups)
+        return hs_error_oom(e, "fsdp unit %s: the reduce groups of %d parameters: %zu bytes",
+                            unit_name(u), u->n_params, n * sizeof *u->groups);
     u->n_groups = 0;
     for (int i = 0; i < u->n_params; i++) {
         hs_fsdp_param *fp = u->params[i];
@@ -38,7 +43,10 @@ void hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem) {
             u->groups[g].op = HS_REDUCE_AVG;
             u->groups[g].dtype = fp->reduce_dtype;
             u->groups[g].params = calloc((size_t)u->n_params, sizeof(hs_fsdp_param *));
-            HS_ASSERT(u->groups[g].params != NULL);
+            if (!u->groups[g].params)
+                return hs_error_oom(e, "fsdp unit %s: a reduce group of %d parameters: %zu bytes",
+                                    unit_name(u), u->n_params,
+                                    (size_t)u->n_params * sizeof(hs_fsdp_param *));
         }
         hs_fsdp_reduce_group *grp = &u->groups[g];
         grp->params[grp->n_params++] = fp;
@@ -47,13 +55,16 @@ void hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem) {
     for (int g = 0; g < u->n_groups; g++) {
         hs_fsdp_reduce_group *grp = &u->groups[g];
         size_t es = hs_dtype_size(grp->dtype);
-        grp->buf = hs_fsdp_mem_alloc(mem, HS_FSDP_MEM_GRAD, (size_t)grp->numel * es);
+        grp->buf = hs_fsdp_mem_alloc(mem, HS_FSDP_MEM_GRAD, (size_t)grp->numel * es,
+                                     "the reduce buffer", unit_name(u), e);
+        if (!grp->buf) return HS_ERR_OOM;
         int64_t off = 0;
         for (int i = 0; i < grp->n_params; i++) {
             grp->params[i]->reduce_slot = (char *)grp->buf + (size_t)off * es;
             off += grp->params[i]->reduce_numel;
         }
     }
+    return HS_OK;
 }
 
 void hs_fsdp_unit_free(hs_fsdp_unit *u, hs_fsdp_mem *mem) {
@@ -71,16 +82,18 @@ void hs_fsdp_unit_free(hs_fsdp_unit *u, hs_fsdp_mem *mem) {
     *u = (hs_fsdp_unit){0};
 }
 
-void hs_fsdp_unit_unshard_issue(hs_fsdp_unit *u) {
+hs_status hs_fsdp_unit_unshard_issue(hs_fsdp_unit *u, hs_error *e) {
     /* The fused all-gather marks its parameters in flight, so the
      * per-parameter issue below skips them. */
-    if (u->fusion) hs_fsdp_fusion_unshard_issue(u->fusion);
-    for (int i = 0; i < u->n_params; i++) hs_fsdp_param_unshard_issue(u->params[i]);
+    hs_status st = u->fusion ? hs_fsdp_fusion_unshard_issue(u->fusion, e) : HS_OK;
+    for (int i = 0; i < u->n_params && st == HS_OK; i++)
+        st = hs_fsdp_param_unshard_issue(u->params[i], e);
+    return st;
 }
 
 hs_status hs_fsdp_unit_unshard(hs_fsdp_unit *u, hs_error *e) {
-    hs_fsdp_unit_unshard_issue(u);
-    return hs_fsdp_unit_unshard_wait(u, e);
+    hs_status st = hs_fsdp_unit_unshard_issue(u, e);
+    return st != HS_OK ? st : hs_fsdp_unit_unshard_wait(u, e);
 }
 
 hs_status hs_fsdp_unit_unshard_wait(hs_fsdp_unit *u, hs_error *e) {

@@ -65,14 +65,14 @@ typedef struct hs_fsdp_unit {
 
 /* Group the unit's parameters by all-reduce group (first-seen order, the
  * same on every rank) and allocate each group's buffer. */
-void hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem);
+hs_status hs_fsdp_unit_build_groups(hs_fsdp_unit *u, hs_fsdp_mem *mem, hs_error *e);
 void hs_fsdp_unit_free(hs_fsdp_unit *u, hs_fsdp_mem *mem);
 
 /* Issue every parameter's all-gather, then wait for all of them. */
 hs_status hs_fsdp_unit_unshard(hs_fsdp_unit *u, hs_error *e);
 /* The two halves, for prefetch: issue is a no-op for what is in flight or
  * unsharded; wait installs the views. */
-void hs_fsdp_unit_unshard_issue(hs_fsdp_unit *u);
+hs_status hs_fsdp_unit_unshard_issue(hs_fsdp_unit *u, hs_error *e);
 hs_status hs_fsdp_unit_unshard_wait(hs_fsdp_unit *u, hs_error *e);
 void hs_fsdp_unit_reshard(hs_fsdp_unit *u);
 bool hs_fsdp_unit_is_unsharded(const hs_fsdp_unit *u);

@@ -87,7 +87,7 @@ hs_status hs_mesh_create_named(hs_comm *c, const hs_topology *t, const char *pre
                             "edp_shard %d) did not pass hs_topology_derive; fix its errors first",
                             t->world, t->tp, t->cp, t->ep, t->pp, t->dp_shard, t->edp_shard);
     hs_mesh *m = calloc(1, sizeof *m);
-    if (!m) hs_oom("creating the mesh");
+    if (!m) return hs_error_oom(e, "the mesh: %zu bytes", sizeof *m);
     m->topo = *t;
     snprintf(m->prefix, sizeof m->prefix, "%s", prefix ? prefix : "");
     m->rank = hs_comm_rank(c);

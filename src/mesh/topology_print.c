@@ -41,13 +41,16 @@ static void print_dim(const hs_topology *t, hs_mesh_dim d, int *members, FILE *f
     fputc('\n', f);
 }
 
-void hs_topology_print(const hs_topology *t, FILE *f) {
+hs_status hs_topology_print(const hs_topology *t, FILE *f, hs_error *e) {
+    int *members = malloc(sizeof(int) * (size_t)t->world);
+    if (!members)
+        return hs_error_oom(e, "printing the groups of %d ranks: %zu bytes", t->world,
+                            sizeof(int) * (size_t)t->world);
     print_sizes(t, f);
     print_coords(t, f);
-    int *members = malloc(sizeof(int) * (size_t)t->world);
-    if (!members) hs_oom("printing a topology of %d ranks", t->world);
     fprintf(f, "\n%-15s %s  %s\n", "group", "count × size",
             "members (world ranks, group-rank order)");
     for (int d = 0; d < HS_DIM_COUNT; d++) print_dim(t, (hs_mesh_dim)d, members, f);
     free(members);
+    return HS_OK;
 }

@@ -46,8 +46,7 @@ hs_status hs_model_boundary_plan(hs_model *m, hs_error *e) {
                             "bfloat16 or float16 (fsdp_config.mix_precision.output_dtype)",
                             (int)m->opt.unit_output_dtype);
     m->bnd = calloc((size_t)m->n_units, sizeof *m->bnd);
-    if (!m->bnd)
-        return hs_error_set(e, HS_ERR_OOM, "model: cannot allocate %d unit records", m->n_units);
+    if (!m->bnd) return hs_error_oom(e, "model: %d unit records", m->n_units);
     hs_unit_boundary *root = &m->bnd[0];
     root->input_stored = root->input_read = m->dt;
     root->output_computed = HS_DTYPE_F32;

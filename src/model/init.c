@@ -38,6 +38,7 @@ void hs_model_init_param_rows(const hs_model *m, const hs_param *p, uint64_t see
     bool col_split = p->ndim > 1 && p->local_shape[1] != p->shape[1];
     int64_t g0 = p->local_offset[0] + row_start;
     float *buf = hs_device_alloc(m->dev, INIT_CHUNK * sizeof(float));
+    if (!buf) return; /* refused: the device keeps it, and whoever builds the model checks it */
     size_t es = hs_dtype_size(dt);
     if (!col_split) init_span(m->dev, p, seed, stream, g0 * grn, rows * lrn, dst, dt, buf);
     else

@@ -150,6 +150,10 @@ struct hs_model {
     int64_t *expert_tokens;      /* [L x E] rows routed to each expert since the reset */
     int64_t *expert_tokens_host; /* [L x E] host memory: hs_model_expert_tokens' copy */
     int64_t counted_bytes;       /* count_buffers: what the buffers would take */
+    /* The first allocation the model could not make while it was created
+     * (hs_model_create returns it). */
+    hs_error fail;
+    bool failed;
 };
 
 /* registry.c */

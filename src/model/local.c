@@ -11,8 +11,10 @@ static bool one_place(void *ctx, hs_param *p, hs_error *e) {
     return true;
 }
 
-static void one_bind(void *ctx, const hs_model_dims *d, hs_model_alloc_fn alloc, void *actx) {
-    (void)ctx, (void)d, (void)alloc, (void)actx;
+static hs_status one_bind(void *ctx, const hs_model_dims *d, hs_model_alloc_fn alloc, void *actx,
+                          hs_error *e) {
+    (void)ctx, (void)d, (void)alloc, (void)actx, (void)e;
+    return HS_OK;
 }
 
 static void one_unbind(void *ctx) { (void)ctx; }

@@ -2,6 +2,8 @@
  * registry, and allocate every activation and scratch buffer once for the
  * capacity (max_batch, seq_len), so a step never allocates. */
 #include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,6 +86,19 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
     return e->code;
 }
 
+/* An allocation the model could not make: the first is kept and
+ * hs_model_create returns it (what was left NULL is never used). */
+__attribute__((format(printf, 2, 3))) static void model_oom(hs_model *m, const char *fmt, ...) {
+    if (m->failed) return;
+    char what[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    hs_error_oom(&m->fail, "%s", what);
+    m->failed = true;
+}
+
 /* Every buffer of the model comes from here. With count_buffers the bytes
  * are only added up (hs_model_buffer_bytes): the plan's memory model is the
  * allocation code itself. A count that would overflow sticks at INT64_MAX,
@@ -112,7 +127,7 @@ static void *buf(hs_model *m, int64_t n, hs_dtype dt) {
     if (n >= 0 && hs_mul_i64(n, (int64_t)hs_dtype_size(dt), &bytes))
         return zeroed(m, (size_t)bytes);
     if (!m->opt.count_buffers)
-        hs_oom("model: a buffer of %lld elements of %s", (long long)n, hs_dtype_name(dt));
+        model_oom(m, "model: a buffer of %lld elements of %s", (long long)n, hs_dtype_name(dt));
     count(m, -1);
     return NULL;
 }
@@ -157,6 +172,7 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
         if (m->moe_shapes.seam_experts) {
             a->moe.par = m->par;
             a->moe.ep_state = m->par->moe_state_new(m->par->ctx, seam_alloc, m);
+            if (!a->moe.ep_state) model_oom(m, "moe: an expert-parallel exchange state");
         }
         /* Every expert unit has the same boundary plan. */
         a->moe.out_dt = m->bnd[m->blocks[0].expert_unit].output_stored;
@@ -196,13 +212,19 @@ static void slot_alloc(hs_model *m, hs_act_slot *sl, int chunk, int64_t BT) {
     int len = m->chunk_len[chunk];
     sl->chunk = chunk, sl->len = len;
     sl->resid = calloc((size_t)len + 1, sizeof *sl->resid);
-    if (!sl->resid) hs_oom("model: cannot allocate %d residual pointers", len + 1);
+    if (!sl->resid) {
+        model_oom(m, "model: %d residual pointers", len + 1);
+        return;
+    }
     for (int j = 0; j <= len; j++)
         sl->resid[j] = buf(m, BT * m->C, hs_model_chunk_stream_dtype(m, chunk, j));
     bool shared = m->opt.activation_checkpointing && sl != m->slots;
     int n = m->opt.activation_checkpointing ? 1 : len;
     sl->acts = shared ? m->slots[0].acts : calloc((size_t)n, sizeof *sl->acts);
-    if (!sl->acts) hs_oom("model: cannot allocate %d activation sets", n);
+    if (!sl->acts) {
+        model_oom(m, "model: %d activation sets", n);
+        return;
+    }
     for (int j = 0; !shared && j < n; j++)
         acts_alloc(m, &sl->acts[j], m->opt.activation_checkpointing ? 0 : m->chunk_begin[chunk] + j,
                    BT);
@@ -269,7 +291,11 @@ static void seam_bind(hs_model *m, int64_t BT) {
                               .F_expert = m->moe ? m->moe_shapes.F : 0,
                               .moe_rows = m->moe ? (int64_t)m->moe_shapes.BT * m->moe_shapes.K : 0,
                               .count_only = m->opt.count_buffers};
-    m->par->bind(m->par->ctx, &m->dims, seam_alloc, m);
+    hs_error e;
+    if (m->par->bind(m->par->ctx, &m->dims, seam_alloc, m, &e) != HS_OK && !m->failed) {
+        m->fail = e;
+        m->failed = true;
+    }
     m->bound = true;
 }
 
@@ -281,8 +307,8 @@ static void buffers_alloc(hs_model *m) {
     int64_t kv = (int64_t)m->KVH * m->HD, F = m->moe ? 0 : m->F;
     if (!buffer_sizes_fit(m, q, kv)) {
         if (!m->opt.count_buffers)
-            hs_oom("model: %d x %d tokens of rows up to %lld wide", m->opt.max_batch, T,
-                   (long long)(q > m->F ? q : m->F));
+            model_oom(m, "model: %d x %d tokens of rows up to %lld wide", m->opt.max_batch, T,
+                      (long long)(q > m->F ? q : m->F));
         count(m, -1);
         return;
     }
@@ -297,7 +323,10 @@ static void buffers_alloc(hs_model *m) {
     m->n_slots = m->opt.act_slots > 0 ? m->opt.act_slots : 1;
     int total = m->n_chunks * m->n_slots;
     m->slots = calloc((size_t)total, sizeof *m->slots);
-    if (!m->slots) hs_oom("model: cannot allocate %d activation slots", total);
+    if (!m->slots) {
+        model_oom(m, "model: %d activation slots", total);
+        return;
+    }
     for (int k = 0; k < total; k++) slot_alloc(m, &m->slots[k], k / m->n_slots, BT);
     hs_model_use_slot(m, 0, 0);
     out_tmp_alloc(m, BT);
@@ -330,14 +359,15 @@ static void buffers_alloc(hs_model *m) {
     if (m->moe) {
         m->moe_scratch = raw(m, hs_moe_scratch_bytes(&m->moe_shapes, dt));
         if (m->opt.count_buffers) count(m, (int64_t)hs_moe_aux_bytes(m->moe_shapes.E));
-        else hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->dev);
+        else if (!hs_moe_aux_init(&m->aux, m->moe_shapes.E, m->moe_shapes.K, m->dev))
+            model_oom(m, "moe aux: the host copies of %d experts' totals", m->moe_shapes.E);
         m->aux_buf = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
         m->aux_stage = buf(m, 2 * (int64_t)m->moe_shapes.E + 2, HS_DTYPE_F32);
         size_t tokens = (size_t)m->L * (size_t)m->moe_shapes.E;
         m->expert_tokens = zeroed(m, tokens * sizeof(int64_t));
         if (m->expert_tokens) {
             m->expert_tokens_host = calloc(tokens, sizeof(int64_t));
-            if (!m->expert_tokens_host) hs_oom("model: cannot allocate %zu expert counts", tokens);
+            if (!m->expert_tokens_host) model_oom(m, "model: %zu expert counts", tokens);
         }
     }
 }
@@ -378,7 +408,10 @@ static void dims_set(hs_model *m) {
     int last = m->n_chunks - 1;
     m->last_stage = m->chunk_l0[last] + m->chunk_len[last] == c->n_layers;
     m->layer_of = calloc((size_t)(m->L > 0 ? m->L : 1), sizeof *m->layer_of);
-    if (!m->layer_of) hs_oom("model: cannot allocate %d block indices", m->L);
+    if (!m->layer_of) {
+        model_oom(m, "model: %d block indices", m->L);
+        return;
+    }
     for (int k = 0; k < m->n_chunks; k++)
         for (int j = 0; j < m->chunk_len[k]; j++)
             m->layer_of[m->chunk_begin[k] + j] = m->chunk_l0[k] + j;
@@ -387,8 +420,18 @@ static void dims_set(hs_model *m) {
         m->moe_shapes = hs_moe_shapes_make(&c->moe, m->opt.max_batch * m->opt.seq_len, m->C);
         m->moe_offset_h = malloc(((size_t)m->moe_shapes.E + 1) * sizeof *m->moe_offset_h);
         if (!m->moe_offset_h)
-            hs_oom("moe: cannot allocate the host copy of %d experts' offsets", m->moe_shapes.E);
+            model_oom(m, "moe: the host copy of %d experts' offsets", m->moe_shapes.E);
     }
+}
+
+/* The model, or nothing (freed) when e holds an error. */
+static hs_status created(hs_model *m, hs_model **out, hs_error *e) {
+    if (e->code == HS_OK) {
+        *out = m;
+        return HS_OK;
+    }
+    hs_model_free(m);
+    return e->code;
 }
 
 hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *opt, hs_model **out,
@@ -396,7 +439,7 @@ hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *op
     *out = NULL;
     if (check_dims(cfg, opt, e) != HS_OK) return e->code;
     hs_model *m = calloc(1, sizeof *m);
-    if (!m) return hs_error_set(e, HS_ERR_OOM, "model: cannot allocate the model struct");
+    if (!m) return hs_error_oom(e, "model: the model struct");
     m->cfg = *cfg;
     m->opt = *opt;
     m->dev = opt->dev;
@@ -407,15 +450,20 @@ hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *op
     if (!m->dev) m->dev = m->own_dev;
     m->k = m->dev->k, m->s = m->dev->stream;
     dims_set(m);
-    if (hs_model_registry_build(m, e) != HS_OK || hs_model_layout_apply(m, e) != HS_OK ||
-        hs_model_boundary_plan(m, e) != HS_OK) {
-        hs_model_free(m);
-        return e->code;
+    if (m->failed) {
+        *e = m->fail;
+        return created(m, out, e);
     }
+    if (hs_model_registry_build(m, e) != HS_OK || hs_model_layout_apply(m, e) != HS_OK ||
+        hs_model_boundary_plan(m, e) != HS_OK)
+        return created(m, out, e);
     if (opt->allocate_params && !opt->describe_only) params_alloc(m);
     if (!opt->describe_only) buffers_alloc(m);
-    *out = m;
-    return HS_OK;
+    /* what could not be allocated: the model's own report, or the device's
+     * record of a buffer it refused */
+    if (m->failed) *e = m->fail;
+    else if (!opt->describe_only && !opt->count_buffers) (void)hs_device_status(m->dev, e);
+    return created(m, out, e);
 }
 
 static void params_free(hs_model *m) {
@@ -438,7 +486,7 @@ static void buffers_free(hs_model *m) {
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_device_free_mem(m->dev, ptrs[i]);
     hs_device_free_mem(m->dev, m->expert_tokens);
     free(m->expert_tokens_host);
-    if (m->moe && m->aux.count) hs_moe_aux_free(&m->aux);
+    if (m->moe && m->aux.dev) hs_moe_aux_free(&m->aux);
     free(m->moe_offset_h);
 }
 

@@ -16,7 +16,7 @@
 
 size_t hs_moe_aux_bytes(int E) { return (size_t)E * (sizeof(int64_t) + sizeof(double)); }
 
-void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_device *dev) {
+bool hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_device *dev) {
     HS_ASSERT(E >= 1 && K >= 1 && K <= E);
     a->E = E;
     a->K = K;
@@ -26,9 +26,11 @@ void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_device *dev) {
     a->host_count = malloc((size_t)E * sizeof(int64_t));
     a->host_prob_sum = malloc((size_t)E * sizeof(double));
     a->host_buf = malloc((2 * (size_t)E + 2) * sizeof(float));
-    if (!a->host_count || !a->host_prob_sum || !a->host_buf)
-        hs_oom("moe aux: cannot allocate the host copies of %d experts' totals", E);
+    /* a refused device buffer is the device's to report */
+    if (!a->count || !a->prob_sum || !a->host_count || !a->host_prob_sum || !a->host_buf)
+        return false;
     hs_moe_aux_reset(a);
+    return true;
 }
 
 void hs_moe_aux_free(hs_moe_aux *a) {

@@ -155,7 +155,8 @@ typedef struct hs_moe_aux {
     float *host_buf;
 } hs_moe_aux;
 
-void hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_device *dev);
+/* false: some of its memory could not be allocated (free it as usual). */
+bool hs_moe_aux_init(hs_moe_aux *a, int E, int K, hs_device *dev);
 /* What hs_moe_aux_init takes from dev's device memory. */
 size_t hs_moe_aux_bytes(int E);
 void hs_moe_aux_free(hs_moe_aux *a);

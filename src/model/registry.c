@@ -140,7 +140,7 @@ hs_status hs_model_registry_build(hs_model *m, hs_error *e) {
     m->units = calloc((size_t)(1 + 2 * m->L), sizeof *m->units);
     m->blocks = calloc((size_t)m->L, sizeof *m->blocks);
     if (!m->params || !m->units || !m->blocks)
-        return hs_error_set(e, HS_ERR_OOM, "model registry: cannot allocate %d parameters", cap);
+        return hs_error_oom(e, "model registry: %d parameters", cap);
     unit_add(m, -1, false, "");
     if (m->cfg.tie_embeddings && m->first_stage != m->last_stage)
         return hs_error_set(e, HS_ERR_CONFIG,

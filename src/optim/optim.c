@@ -98,23 +98,44 @@ static void *state_alloc(hs_optim *o, size_t bytes) {
     return hs_pool_alloc(o->pool, bytes);
 }
 
+/* The report of a failed state_alloc: `what` of parameter `fqn`. */
+static hs_status state_oom(hs_optim *o, size_t bytes, const char *what, const char *fqn,
+                           hs_error *e) {
+    char buf[384];
+    snprintf(buf, sizeof buf, "the optimizer's %s of %s", what, fqn);
+    if (o->pool == &o->dev->device_pool) return hs_device_oom(o->dev, bytes, buf, e);
+    return hs_pool_oom(o->pool, bytes, buf, e);
+}
+
 static void state_free(hs_optim *o, void *p) {
     if (o->pool == &o->dev->device_pool) hs_device_free_mem(o->dev, p);
     else if (o->pool == &o->dev->host_pool) hs_host_free(o->dev, p);
     else hs_pool_free(o->pool, p);
 }
 
-static void slot_init(hs_optim *o, optim_slot *s, const hs_optim_param *p, bool use_muon) {
+/* n_states counts only the states allocated, so hs_optim_free frees a
+ * slot that failed half way. */
+static hs_status slot_init(hs_optim *o, optim_slot *s, const hs_optim_param *p, bool use_muon,
+                           hs_error *e) {
     s->p = *p;
-    s->fqn_copy = strdup(p->fqn ? p->fqn : "");
-    if (s->fqn_copy == NULL) hs_oom("copying optimizer param name");
+    const char *fqn = p->fqn ? p->fqn : "";
+    s->fqn_copy = strdup(fqn);
+    if (s->fqn_copy == NULL)
+        return hs_error_oom(e, "copying the optimizer's name of %s: %zu bytes", fqn,
+                            strlen(fqn) + 1);
     s->p.fqn = s->fqn_copy;
     s->rule = use_muon ? OPTIM_RULE_MUON : OPTIM_RULE_ADAMW;
-    s->n_states = p->frozen ? 0 : use_muon ? 1 : 2;
-    for (int k = 0; k < s->n_states; k++) {
-        s->state[k] = state_alloc(o, (size_t)p->numel * sizeof(float));
-        hs_dev_zero(o->dev, s->state[k], (size_t)p->numel * sizeof(float));
+    int n_states = p->frozen ? 0 : use_muon ? 1 : 2;
+    size_t bytes = (size_t)p->numel * sizeof(float);
+    for (int k = 0; k < n_states; k++) {
+        s->state[k] = state_alloc(o, bytes);
+        if (s->state[k] == NULL)
+            return state_oom(o, bytes, use_muon ? muon_state_names[k] : adamw_state_names[k], fqn,
+                             e);
+        s->n_states = k + 1;
+        hs_dev_zero(o->dev, s->state[k], bytes);
     }
+    return HS_OK;
 }
 
 hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *params, int n,
@@ -129,7 +150,7 @@ hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *para
     optim_slot *slots = calloc(n > 0 ? (size_t)n : 1, sizeof *slots);
     if (o == NULL || slots == NULL) {
         free(o), free(slots);
-        return hs_error_set(e, HS_ERR_OOM, "cannot allocate the optimizer for %d params", n);
+        return hs_error_oom(e, "cannot allocate the optimizer for %d params", n);
     }
     o->cfg = *cfg;
     if (dev == NULL && hs_device_create(HS_DEVICE_CPU, NULL, &o->own_dev, e) != HS_OK) {
@@ -142,14 +163,24 @@ hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *para
     o->n = n;
     o->slots = slots;
     int64_t work = 0;
-    for (int i = 0; i < n; i++) {
+    hs_status st = HS_OK;
+    for (int i = 0; i < n && st == HS_OK; i++) {
         /* An empty shard keeps Muon's state names, like its other shards. */
         bool use_muon = muon && params[i].muon && !params[i].frozen;
-        slot_init(o, &slots[i], &params[i], use_muon);
+        st = slot_init(o, &slots[i], &params[i], use_muon, e);
         if (use_muon && hs_muon_work_floats(&params[i]) > work)
             work = hs_muon_work_floats(&params[i]);
     }
-    if (work > 0) o->muon_work = state_alloc(o, (size_t)work * sizeof(float));
+    if (st == HS_OK && work > 0) {
+        o->muon_work = state_alloc(o, (size_t)work * sizeof(float));
+        if (!o->muon_work)
+            st = state_oom(o, (size_t)work * sizeof(float), "Muon workspace", "its largest matrix",
+                           e);
+    }
+    if (st != HS_OK) {
+        hs_optim_free(o);
+        return st;
+    }
     *out = o;
     return HS_OK;
 }

@@ -70,7 +70,7 @@ hs_status hs_cp_create(hs_comm *comm, hs_device *dev, hs_pg *group, hs_cp **out,
         return hs_error_set(e, HS_ERR_INTERNAL,
                             "cp: context parallelism needs a cp group of >= 2 ranks");
     hs_cp *c = calloc(1, sizeof *c);
-    if (!c) return hs_error_set(e, HS_ERR_OOM, "cp: cannot allocate the CP context");
+    if (!c) return hs_error_oom(e, "cp: the CP context");
     *c = (hs_cp){.comm = comm,
                  .stream = dev->stream,
                  .group = group,

@@ -48,7 +48,7 @@ hs_status hs_ep_create(hs_comm *comm, hs_device *dev, hs_pg *group, hs_ep **out,
         return hs_error_set(e, HS_ERR_INTERNAL,
                             "ep: expert parallelism needs an ep group of >= 2 ranks");
     hs_ep *p = calloc(1, sizeof *p);
-    if (!p) return hs_error_set(e, HS_ERR_OOM, "ep: cannot allocate the EP context");
+    if (!p) return hs_error_oom(e, "ep: the EP context");
     *p = (hs_ep){.comm = comm,
                  .stream = dev->stream,
                  .group = group,
@@ -57,7 +57,7 @@ hs_status hs_ep_create(hs_comm *comm, hs_device *dev, hs_pg *group, hs_ep **out,
     p->displs = malloc(sizeof(int64_t) * 2 * (size_t)p->size);
     if (!p->displs) {
         free(p);
-        return hs_error_set(e, HS_ERR_OOM, "ep: cannot allocate the EP context");
+        return hs_error_oom(e, "ep: the EP context");
     }
     *out = p;
     return HS_OK;

@@ -28,11 +28,20 @@ typedef struct ep_state {
     hs_ep_grow x, h1, h3, y;
 } ep_state;
 
-static void *grow_to(hs_ep_grow *g, hs_device *dev, size_t bytes) {
+/* The rows an exchange brings are known only once their counts arrive,
+ * inside the forward: a buffer the device refuses (it records why) ends the
+ * run on every rank, whose exchange would otherwise wait for this one. */
+static void *grow_to(const hs_parallel *p, hs_ep_grow *g, hs_device *dev, size_t bytes) {
     if (bytes <= g->bytes && g->p) return g->p;
-    hs_device_free_mem(dev, g->p);
+    if (g->p) hs_device_free_mem(dev, g->p);
     g->bytes = bytes > HS_ALIGN ? bytes : HS_ALIGN;
     g->p = hs_device_alloc(dev, g->bytes);
+    if (!g->p) {
+        hs_error e;
+        if (hs_device_status(dev, &e) == HS_OK)
+            hs_device_oom(dev, g->bytes, "moe ep: the rows of an exchange", &e);
+        hs_comm_abort(p->comm, &e);
+    }
     return g->p;
 }
 
@@ -58,20 +67,21 @@ static void count_rows(const hs_parallel *p, hs_model_alloc_fn alloc, void *actx
     alloc(actx, rows_bytes(&p->d, R, per_set) / 2, HS_DTYPE_BF16); /* bytes, counted */
 }
 
-void hs_ep_moe_bind(hs_parallel *p, hs_model_alloc_fn alloc, void *actx) {
+hs_status hs_ep_moe_bind(hs_parallel *p, hs_model_alloc_fn alloc, void *actx, hs_error *e) {
     hs_ep_moe *x = &p->moe;
     int E = p->d.E, EL = E / p->l.ep;
     HS_ASSERT(E >= p->l.ep && E % p->l.ep == 0 && EL <= HS_EP_MAX_LOCAL);
     if (p->d.count_only) {
         count_rows(p, alloc, actx, false);
-        return;
+        return HS_OK;
     }
     x->count_h = malloc((size_t)E * sizeof *x->count_h);
     x->send_h = malloc((size_t)E * sizeof *x->send_h);
     x->recv_h = malloc((size_t)E * sizeof *x->recv_h);
     x->off_h = malloc(((size_t)EL + 1) * sizeof *x->off_h);
     if (!x->count_h || !x->send_h || !x->recv_h || !x->off_h)
-        hs_oom("moe ep: cannot allocate the host copies of %d experts' counts", E);
+        return hs_error_oom(e, "moe ep: the host copies of %d experts' counts", E);
+    return HS_OK;
 }
 
 void hs_ep_moe_unbind(hs_parallel *p) {
@@ -92,7 +102,7 @@ void hs_ep_moe_unbind(hs_parallel *p) {
 static void *state_new(void *ctx, hs_model_alloc_fn alloc, void *actx) {
     hs_parallel *p = ctx;
     ep_state *st = calloc(1, sizeof *st);
-    if (!st) hs_oom("moe ep: cannot allocate an exchange state");
+    if (!st) return NULL; /* the model reports it */
     int E = p->d.E, EL = E / p->l.ep;
     st->send = alloc(actx, E, HS_DTYPE_F32);
     st->recv = alloc(actx, E, HS_DTYPE_F32);
@@ -200,12 +210,12 @@ static void experts_fwd(void *ctx, const hs_moe_exchange *io) {
     const int64_t R = st->rows;
     int64_t send[HS_EP_MAX_RANKS], recv[HS_EP_MAX_RANKS];
     exchange_counts(p, send, recv, C);
-    void *stage = grow_to(&x->stage, dev, (size_t)R * row_bytes);
-    void *xr = grow_to(&st->x, dev, (size_t)R * row_bytes);
-    void *y = grow_to(&st->y, dev, (size_t)R * row_bytes);
-    void *h1 = grow_to(&st->h1, dev, (size_t)R * (size_t)F * es);
-    void *h3 = grow_to(&st->h3, dev, (size_t)R * (size_t)F * es);
-    void *a = grow_to(&x->a, dev, (size_t)R * (size_t)F * es);
+    void *stage = grow_to(p, &x->stage, dev, (size_t)R * row_bytes);
+    void *xr = grow_to(p, &st->x, dev, (size_t)R * row_bytes);
+    void *y = grow_to(p, &st->y, dev, (size_t)R * row_bytes);
+    void *h1 = grow_to(p, &st->h1, dev, (size_t)R * (size_t)F * es);
+    void *h3 = grow_to(p, &st->h3, dev, (size_t)R * (size_t)F * es);
+    void *a = grow_to(p, &x->a, dev, (size_t)R * (size_t)F * es);
     hs_ep_all_to_allv(p->ep, stage, recv, io->xg, send, dt);
     reorder(p, xr, stage, row_bytes, true);
     hs_moe_rows r = {dev, EL, x->off_h, xr, h1, h3, y};
@@ -226,11 +236,11 @@ static void experts_bwd(void *ctx, const hs_moe_exchange *io) {
     int64_t send[HS_EP_MAX_RANKS], recv[HS_EP_MAX_RANKS];
     fetch_counts(p, st);
     exchange_counts(p, send, recv, C);
-    float *stage = grow_to(&x->stage, dev, (size_t)R * row_bytes);
-    float *dy = grow_to(&x->dy, dev, (size_t)R * row_bytes);
-    void *a = grow_to(&x->a, dev, (size_t)R * (size_t)F * es);
-    float *dh1 = grow_to(&x->dh1, dev, (size_t)R * (size_t)F * sizeof(float));
-    float *dh3 = grow_to(&x->dh3, dev, (size_t)R * (size_t)F * sizeof(float));
+    float *stage = grow_to(p, &x->stage, dev, (size_t)R * row_bytes);
+    float *dy = grow_to(p, &x->dy, dev, (size_t)R * row_bytes);
+    void *a = grow_to(p, &x->a, dev, (size_t)R * (size_t)F * es);
+    float *dh1 = grow_to(p, &x->dh1, dev, (size_t)R * (size_t)F * sizeof(float));
+    float *dh3 = grow_to(p, &x->dh3, dev, (size_t)R * (size_t)F * sizeof(float));
     hs_ep_all_to_allv(p->ep, stage, recv, io->dyg, send, HS_DTYPE_F32);
     reorder(p, dy, stage, row_bytes, true);
     hs_moe_rows r = {dev, EL, x->off_h, st->x.p, st->h1.p, st->h3.p, st->y.p};

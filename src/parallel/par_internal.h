@@ -118,7 +118,7 @@ void hs_tp_region_fill(hs_model_par *seam);
 void hs_cp_attention_fill(hs_model_par *seam);
 /* ep_moe.c: the seam's moe_* members, and their shared buffers. */
 void hs_ep_moe_fill(hs_model_par *seam);
-void hs_ep_moe_bind(hs_parallel *p, hs_model_alloc_fn alloc, void *actx);
+hs_status hs_ep_moe_bind(hs_parallel *p, hs_model_alloc_fn alloc, void *actx, hs_error *e);
 void hs_ep_moe_unbind(hs_parallel *p);
 
 #endif

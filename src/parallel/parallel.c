@@ -51,7 +51,8 @@ static void cp_bufs(hs_parallel *p, hs_model_alloc_fn alloc, void *actx) {
     p->b.ring_blse = alloc(actx, d->rows * d->NH, HS_DTYPE_F32);
 }
 
-static void par_bind(void *ctx, const hs_model_dims *d, hs_model_alloc_fn alloc, void *actx) {
+static hs_status par_bind(void *ctx, const hs_model_dims *d, hs_model_alloc_fn alloc, void *actx,
+                          hs_error *e) {
     hs_parallel *p = ctx;
     /* one running model per hs_parallel; a described one may count the
      * buffers of several */
@@ -60,7 +61,8 @@ static void par_bind(void *ctx, const hs_model_dims *d, hs_model_alloc_fn alloc,
     p->bound = true;
     if (p->l.tp > 1) tp_bufs(p, alloc, actx);
     if (p->l.cp > 1) cp_bufs(p, alloc, actx);
-    if (p->l.ep > 1 && d->E > 0) hs_ep_moe_bind(p, alloc, actx);
+    if (p->l.ep > 1 && d->E > 0) return hs_ep_moe_bind(p, alloc, actx, e);
+    return HS_OK;
 }
 
 static void par_unbind(void *ctx) {
@@ -156,7 +158,7 @@ static hs_status make(const hs_config *cfg, const hs_parallel_layout *l, const h
     if (hs_style_check_tied(rules, n_rules, cfg->model.tie_embeddings && l->tp > 1, e) != HS_OK)
         return e->code;
     hs_parallel *p = calloc(1, sizeof *p);
-    if (!p) return hs_error_set(e, HS_ERR_OOM, "parallel: cannot allocate the plan's context");
+    if (!p) return hs_error_oom(e, "parallel: the plan's context");
     p->l = *l;
     p->rules = rules;
     p->n_rules = n_rules;

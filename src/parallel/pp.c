@@ -57,14 +57,14 @@ int64_t hs_pp_staging_bytes(hs_checked *ck, int64_t max_numel, int64_t max_extra
 static hs_status msgs_alloc(hs_device *d, pp_msg **out, int keys, size_t cap, int64_t xcap,
                             hs_error *e) {
     pp_msg *m = *out = calloc((size_t)keys, sizeof *m);
-    if (!m) return hs_error_set(e, HS_ERR_OOM, "pipeline: cannot allocate %d messages", keys);
+    if (!m) return hs_error_oom(e, "pipeline: %d messages", keys);
     size_t xb = xbuf_bytes(xcap);
     for (int k = 0; k < keys; k++) {
         m[k].buf = hs_device_alloc(d, cap);
         m[k].xbuf = hs_device_alloc(d, xb);
         if (!m[k].buf || !m[k].xbuf)
-            return hs_error_set(e, HS_ERR_OOM,
-                                "pipeline: cannot allocate %d x %zu bytes of "
+            return hs_error_oom(e,
+                                "pipeline: %d x %zu bytes of "
                                 "staging",
                                 keys, cap + xb);
     }
@@ -91,7 +91,7 @@ hs_status hs_pp_create(hs_comm *comm, hs_device *dev, const hs_topology *t, int 
                             "micro-batches per step",
                             keys, PP_KEYS_MAX);
     hs_pp *p = calloc(1, sizeof *p);
-    if (!p) return hs_error_set(e, HS_ERR_OOM, "pipeline: cannot allocate its context");
+    if (!p) return hs_error_oom(e, "pipeline: its context");
     int colour = hs_topology_group_index(t, HS_DIM_PP, world_rank);
     p->comm = comm;
     p->dev = dev;

@@ -63,7 +63,8 @@ void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, h
                                              : (hs_pp_action){HS_PP_BACKWARD, 0, b};
 }
 
-int hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V) {
+hs_status hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, int *slots,
+                      hs_error *e) {
     /* hs_config_validate bounds the schedule (HS_PP_MAX_ACTIONS). */
     int64_t actions;
     HS_ASSERT(M >= 1 && V >= 1 && hs_prod_i64((const int64_t[]){2, M, V}, 3, &actions) &&
@@ -71,7 +72,11 @@ int hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V) {
     int n = (int)actions, most = 1;
     hs_pp_action *a = malloc(sizeof *a * (size_t)n);
     int *open = calloc((size_t)V, sizeof *open);
-    if (!a || !open) hs_oom("pipeline: cannot allocate a schedule of %d actions", n);
+    if (!a || !open) {
+        free(a);
+        free(open);
+        return hs_error_oom(e, "pipeline: a schedule of %d actions", n);
+    }
     hs_pp_schedule(kind, pp, stage, M, V, a);
     /* Micro-batches of one chunk forwarded and not yet backwarded. */
     for (int k = 0; k < n; k++) {
@@ -80,5 +85,6 @@ int hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V) {
     }
     free(a);
     free(open);
-    return most;
+    *slots = most;
+    return HS_OK;
 }

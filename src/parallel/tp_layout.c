@@ -45,7 +45,7 @@ hs_status hs_tp_gather_full(hs_device *d, hs_tp *t, const hs_param *p, const flo
         return hs_pg_all_gather(t->group, d->stream, full, local, n, HS_DTYPE_F32, e);
     /* Device memory, as a collective's buffers are on a GPU. */
     float *blocks = hs_device_alloc(d, (size_t)(n * t->size) * sizeof(float));
-    if (!blocks) return hs_error_set(e, HS_ERR_OOM, "tp: cannot allocate to gather %s", p->fqn);
+    if (!blocks) return hs_error_oom(e, "tp: to gather %s", p->fqn);
     hs_status st = hs_pg_all_gather(t->group, d->stream, blocks, local, n, HS_DTYPE_F32, e);
     size_t rb = (size_t)run * sizeof(float);
     for (int r = 0; st == HS_OK && r < t->size; r++)

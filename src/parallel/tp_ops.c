@@ -42,7 +42,7 @@ hs_status hs_tp_create(hs_comm *comm, hs_device *dev, hs_pg *group, bool sequenc
         return hs_error_set(e, HS_ERR_INTERNAL,
                             "tp: tensor parallelism needs a tp group of >= 2 ranks");
     hs_tp *t = calloc(1, sizeof *t);
-    if (!t) return hs_error_set(e, HS_ERR_OOM, "tp: cannot allocate the TP context");
+    if (!t) return hs_error_oom(e, "tp: the TP context");
     *t = (hs_tp){.comm = comm,
                  .stream = dev->stream,
                  .group = group,

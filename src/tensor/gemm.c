@@ -18,30 +18,35 @@
 
 #include "hypershard/tensor.h"
 
-void hs_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-              const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-              int64_t ldc) {
+hs_status hs_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                   const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+                   int64_t ldc, hs_error *e) {
     HS_ASSERT(M >= 0 && N >= 0 && K >= 0);
-    if (M == 0 || N == 0) return;
+    if (M == 0 || N == 0) return HS_OK;
     if (K == 0) { /* BLAS semantics, which dnnl_sgemm skips: C = beta C */
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++)
                 C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
-        return;
+        return HS_OK;
     }
     dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda,
                                   B, ldb, beta, C, ldc);
+    if (st == dnnl_out_of_memory)
+        return hs_error_oom(e, "an fp32 GEMM of %lldx%lldx%lld: oneDNN's scratch", (long long)M,
+                            (long long)N, (long long)K);
     if (st != dnnl_success)
         hs_panic("dnnl_sgemm(%c, %c, %lld, %lld, %lld, lda %lld, ldb %lld, ldc %lld) failed: %d",
                  trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', (long long)M, (long long)N, (long long)K,
                  (long long)lda, (long long)ldb, (long long)ldc, (int)st);
+    return HS_OK;
 }
 
 /* C = alpha op(A) op(B) + beta C by oneDNN's matmul, built for this one
- * call; false (nothing written) when oneDNN has no such matmul here. */
-static bool matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                   const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
-                   int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc) {
+ * call; *ran false (nothing written) when oneDNN has no such matmul here. */
+static hs_status matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                        const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
+                        int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc, bool *ran,
+                        hs_error *e) {
     hs_gemm_shape s = {.trans_a = trans_a,
                        .trans_b = trans_b,
                        .M = M,
@@ -55,11 +60,13 @@ static bool matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, 
                        .beta = beta,
                        .c_dt = c_dt,
                        .ldc = ldc};
-    hs_gemm_plan *p = hs_gemm_plan_create(&s);
-    if (!p) return false;
+    hs_gemm_plan *p = NULL;
+    hs_status st = hs_gemm_plan_create(&s, &p, e);
+    *ran = p != NULL;
+    if (!p) return st;
     hs_gemm_plan_run(p, A, B, C);
     hs_gemm_plan_free(p);
-    return true;
+    return HS_OK;
 }
 
 /* A rows x cols matrix with row stride ld, converted into a packed copy. */
@@ -73,28 +80,29 @@ static void pack_matrix(void *dst, hs_dtype dst_dt, const void *src, hs_dtype sr
 
 /* One fp32 operand and one 16-bit: the fp32 one (in backward, the
  * activation gradient) is rounded to the other's dtype, as a 16-bit
- * autograd holds it, and the matmul runs natively. False when oneDNN has
- * no such matmul here (the caller widens instead). */
-static bool narrowed_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                            float alpha, const void *A, hs_dtype a_dt, int64_t lda, int64_t a_rows,
-                            int64_t a_cols, const void *B, hs_dtype b_dt, int64_t ldb,
-                            int64_t b_rows, int64_t b_cols, float beta, void *C, hs_dtype c_dt,
-                            int64_t ldc) {
+ * autograd holds it, and the matmul runs natively. *ran false when oneDNN
+ * has no such matmul here (the caller widens instead). */
+static hs_status narrowed_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                                 float alpha, const void *A, hs_dtype a_dt, int64_t lda,
+                                 int64_t a_rows, int64_t a_cols, const void *B, hs_dtype b_dt,
+                                 int64_t ldb, int64_t b_rows, int64_t b_cols, float beta, void *C,
+                                 hs_dtype c_dt, int64_t ldc, bool *ran, hs_error *e) {
     bool a32 = a_dt == HS_DTYPE_F32;
     hs_dtype dt = a32 ? b_dt : a_dt;
     int64_t rows = a32 ? a_rows : b_rows, cols = a32 ? a_cols : b_cols, ld = a32 ? lda : ldb;
     size_t bytes = (size_t)(rows * cols) * hs_dtype_size(dt);
     void *t = malloc(bytes + 1);
+    *ran = false;
     if (t == NULL)
-        hs_oom("hs_gemm_ex: %zu bytes to round a %lldx%lld operand", bytes, (long long)rows,
-               (long long)cols);
+        return hs_error_oom(e, "hs_gemm_ex: %zu bytes to round a %lldx%lld operand", bytes,
+                            (long long)rows, (long long)cols);
     pack_matrix(t, dt, a32 ? A : B, HS_DTYPE_F32, rows, cols, ld);
-    bool ok = a32 ? matmul(trans_a, trans_b, M, N, K, alpha, t, dt, cols, B, b_dt, ldb, beta, C,
-                           c_dt, ldc)
-                  : matmul(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, t, dt, cols, beta, C,
-                           c_dt, ldc);
+    hs_status s = a32 ? matmul(trans_a, trans_b, M, N, K, alpha, t, dt, cols, B, b_dt, ldb, beta, C,
+                               c_dt, ldc, ran, e)
+                      : matmul(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, t, dt, cols, beta, C,
+                               c_dt, ldc, ran, e);
     free(t);
-    return ok;
+    return s;
 }
 
 static void narrow_matrix(void *dst, hs_dtype dt, const float *src, int64_t rows, int64_t cols,
@@ -105,33 +113,23 @@ static void narrow_matrix(void *dst, hs_dtype dt, const float *src, int64_t rows
         hs_convert(d + (size_t)(r * ld) * es, dt, src + r * cols, HS_DTYPE_F32, cols);
 }
 
-void hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
-                int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc) {
-    if (a_dt == HS_DTYPE_F32 && b_dt == HS_DTYPE_F32 && c_dt == HS_DTYPE_F32) {
-        hs_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
-    HS_ASSERT(M >= 0 && N >= 0 && K >= 0);
-    if (M == 0 || N == 0) return;
-    if (a_dt == b_dt && a_dt != HS_DTYPE_F32 && K > 0 &&
-        matmul(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, c_dt, ldc))
-        return;
+/* The product in fp32: each 16-bit operand widened into one scratch, one
+ * sgemm, C rounded once on the way out. */
+static hs_status widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                         const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
+                         int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc,
+                         hs_error *e) {
     /* Stored shapes: op(A) is M x K, so A itself is K x M when transposed. */
     int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
     int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-    if (K > 0 && (a_dt == HS_DTYPE_F32) != (b_dt == HS_DTYPE_F32) &&
-        narrowed_matmul(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, a_rows, a_cols, B, b_dt,
-                        ldb, b_rows, b_cols, beta, C, c_dt, ldc))
-        return;
     size_t need = 0;
     if (a_dt != HS_DTYPE_F32) need += (size_t)(a_rows * a_cols);
     if (b_dt != HS_DTYPE_F32) need += (size_t)(b_rows * b_cols);
     if (c_dt != HS_DTYPE_F32) need += (size_t)(M * N);
     float *scratch = malloc(need * sizeof(float));
     if (scratch == NULL)
-        hs_oom("hs_gemm_ex: cannot allocate %zu bytes of fp32 scratch for a %lldx%lldx%lld GEMM",
-               need * sizeof(float), (long long)M, (long long)N, (long long)K);
+        return hs_error_oom(e, "hs_gemm_ex: %zu bytes of fp32 scratch for a %lldx%lldx%lld GEMM",
+                            need * sizeof(float), (long long)M, (long long)N, (long long)K);
     float *next = scratch;
     const float *a32 = A, *b32 = B;
     float *c32 = C;
@@ -151,9 +149,33 @@ void hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, flo
         if (beta != 0.0f) pack_matrix(c32, HS_DTYPE_F32, C, c_dt, M, N, ldc);
         else hs_fill_f32(c32, M * N, 0.0f);
     }
-    hs_sgemm(trans_a, trans_b, M, N, K, alpha, a32, lda32, b32, ldb32, beta, c32, ldc32);
-    if (c_dt != HS_DTYPE_F32) narrow_matrix(C, c_dt, c32, M, N, ldc);
+    hs_status s =
+        hs_sgemm(trans_a, trans_b, M, N, K, alpha, a32, lda32, b32, ldb32, beta, c32, ldc32, e);
+    if (s == HS_OK && c_dt != HS_DTYPE_F32) narrow_matrix(C, c_dt, c32, M, N, ldc);
     free(scratch);
+    return s;
+}
+
+hs_status hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+                     const void *A, hs_dtype a_dt, int64_t lda, const void *B, hs_dtype b_dt,
+                     int64_t ldb, float beta, void *C, hs_dtype c_dt, int64_t ldc, hs_error *e) {
+    if (a_dt == HS_DTYPE_F32 && b_dt == HS_DTYPE_F32 && c_dt == HS_DTYPE_F32)
+        return hs_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, e);
+    HS_ASSERT(M >= 0 && N >= 0 && K >= 0);
+    if (M == 0 || N == 0) return HS_OK;
+    bool ran = false;
+    hs_status s = HS_OK;
+    if (a_dt == b_dt && a_dt != HS_DTYPE_F32 && K > 0)
+        s = matmul(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, c_dt, ldc,
+                   &ran, e);
+    int64_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+    int64_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+    if (s == HS_OK && !ran && K > 0 && (a_dt == HS_DTYPE_F32) != (b_dt == HS_DTYPE_F32))
+        s = narrowed_matmul(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, a_rows, a_cols, B, b_dt,
+                            ldb, b_rows, b_cols, beta, C, c_dt, ldc, &ran, e);
+    if (s != HS_OK || ran) return s;
+    return widened(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, c_dt, ldc,
+                   e);
 }
 
 /* oneDNN runs on OpenMP: the calling thread's team size. */
@@ -179,5 +201,10 @@ bool hs_gemm_native(hs_dtype dt, hs_dtype c_dt) {
     if (dt == HS_DTYPE_F32) return false;
     const uint16_t one[4] = {0}, two[4] = {0};
     float c[4];
-    return matmul(false, false, 2, 2, 2, 1.0f, one, dt, 2, two, dt, 2, 0.0f, c, c_dt, 2);
+    bool ran = false;
+    /* A probe that cannot allocate its plan answers no, as if there were no
+     * such matmul: it has nothing to report to, and the GEMMs that follow
+     * meet the same shortage and report it. */
+    matmul(false, false, 2, 2, 2, 1.0f, one, dt, 2, two, dt, 2, 0.0f, c, c_dt, 2, &ran, NULL);
+    return ran;
 }

@@ -71,16 +71,18 @@ static bool build(hs_gemm_plan *p, const hs_gemm_shape *s) {
     return ok;
 }
 
-hs_gemm_plan *hs_gemm_plan_create(const hs_gemm_shape *s) {
+hs_status hs_gemm_plan_create(const hs_gemm_shape *s, hs_gemm_plan **out, hs_error *e) {
     HS_ASSERT(s->M > 0 && s->N > 0 && s->K > 0);
-    hs_gemm_plan *p = calloc(1, sizeof *p);
-    if (!p) hs_oom("hs_gemm_plan_create: %zu bytes", sizeof *p);
+    hs_gemm_plan *p = *out = calloc(1, sizeof *p);
+    if (!p)
+        return hs_error_oom(e, "the plan of a %lldx%lldx%lld GEMM: %zu bytes", (long long)s->M,
+                            (long long)s->N, (long long)s->K, sizeof *p);
     p->M = s->M, p->N = s->N, p->K = s->K;
     if (!build(p, s)) {
         hs_gemm_plan_free(p);
-        return NULL;
+        *out = NULL;
     }
-    return p;
+    return HS_OK;
 }
 
 void hs_gemm_plan_run(hs_gemm_plan *p, const void *A, const void *B, void *C) {
@@ -127,8 +129,8 @@ void hs_gemm_cache_free(hs_gemm_cache *c) {
     memset(c, 0, sizeof *c);
 }
 
-void hs_gemm_cached(hs_gemm_cache *c, const hs_gemm_shape *s, const void *A, const void *B,
-                    void *C) {
+hs_status hs_gemm_cached(hs_gemm_cache *c, const hs_gemm_shape *s, const void *A, const void *B,
+                         void *C, hs_error *e) {
     /* Only two 16-bit operands of one dtype have a plan (hs_gemm_ex's
      * native matmul); everything else goes to hs_gemm_ex as it is. */
     bool planned = s->a_dt == s->b_dt && s->a_dt != HS_DTYPE_F32 && s->M > 0 && s->N > 0 &&
@@ -137,19 +139,22 @@ void hs_gemm_cached(hs_gemm_cache *c, const hs_gemm_shape *s, const void *A, con
         if (!same_shape(&c->shapes[i], s)) continue;
         if (c->plans[i]) {
             hs_gemm_plan_run(c->plans[i], A, B, C);
-            return;
+            return HS_OK;
         }
         planned = false; /* no such matmul here: remembered */
     }
     if (planned && c->n < HS_GEMM_CACHE_SIZE) {
+        hs_gemm_plan *p = NULL;
+        hs_status st = hs_gemm_plan_create(s, &p, e);
+        if (st != HS_OK) return st; /* not remembered: a later call tries again */
         int i = c->n++;
         c->shapes[i] = *s;
-        c->plans[i] = hs_gemm_plan_create(s);
-        if (c->plans[i]) {
-            hs_gemm_plan_run(c->plans[i], A, B, C);
-            return;
+        c->plans[i] = p;
+        if (p) {
+            hs_gemm_plan_run(p, A, B, C);
+            return HS_OK;
         }
     }
-    hs_gemm_ex(s->trans_a, s->trans_b, s->M, s->N, s->K, s->alpha, A, s->a_dt, s->lda, B, s->b_dt,
-               s->ldb, s->beta, C, s->c_dt, s->ldc);
+    return hs_gemm_ex(s->trans_a, s->trans_b, s->M, s->N, s->K, s->alpha, A, s->a_dt, s->lda, B,
+                      s->b_dt, s->ldb, s->beta, C, s->c_dt, s->ldc, e);
 }

@@ -52,13 +52,13 @@ static hs_status list_add(ckpt_list *l, const char *prefix, const hs_param *p, c
         hs_ckpt_tensor *t = realloc(l->t, sizeof *t * (size_t)cap);
         if (t) l->t = t;
         char **names = t ? realloc(l->names, sizeof *names * (size_t)cap) : NULL;
-        if (!names) return hs_error_set(e, HS_ERR_OOM, "checkpoint: cannot grow the tensor list");
+        if (!names) return hs_error_oom(e, "checkpoint: cannot grow the tensor list");
         l->names = names;
         l->cap = cap;
     }
     size_t len = strlen(prefix) + strlen(p->fqn) + strlen(suffix) + 1;
     char *name = malloc(len);
-    if (!name) return hs_error_set(e, HS_ERR_OOM, "checkpoint: cannot allocate a tensor name");
+    if (!name) return hs_error_oom(e, "checkpoint: cannot allocate a tensor name");
     snprintf(name, len, "%s%s%s", prefix, p->fqn, suffix);
     hs_ckpt_tensor *t = &l->t[l->n];
     hs_ckpt_tensor_full(t, name, dt, p->ndim, p->shape, data);
@@ -199,8 +199,7 @@ static void compat_explain(const hs_config *mine, const char *step_dir, uint64_t
                            hs_error *e) {
     char path[HS_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.yaml", step_dir);
-    hs_config saved;
-    hs_config_defaults(&saved);
+    hs_config saved; /* set by hs_config_load, whatever it returns */
     hs_error e2;
     hs_error_clear(&e2);
     if (hs_config_load(&saved, path, NULL, 0, &e2) != HS_OK) {
@@ -235,8 +234,7 @@ hs_status hs_train_ckpt_config_check(const char *step_dir, uint64_t saved_hash, 
     char path[HS_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/config.yaml", step_dir);
     if (access(path, F_OK) != 0) return HS_OK; /* a checkpoint saved without a config */
-    hs_config saved;
-    hs_config_defaults(&saved);
+    hs_config saved;                           /* set by hs_config_load, whatever it returns */
     hs_error e2;
     hs_error_clear(&e2);
     hs_status s = hs_config_load(&saved, path, NULL, 0, &e2);

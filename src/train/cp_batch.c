@@ -16,7 +16,7 @@ hs_status hs_cp_batch_init(hs_trainer *t, hs_error *e) {
     t->llogits = malloc(v / (size_t)t->cp * sizeof(float));
     t->cp_blocks = malloc(v * sizeof(float));
     if (!t->ltokens || !t->ltargets || !t->llogits || !t->cp_blocks)
-        return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate the context-parallel batch");
+        return hs_error_oom(e, "trainer: cannot allocate the context-parallel batch");
     return HS_OK;
 }
 

@@ -86,13 +86,12 @@ static hs_status dump_params(hs_trainer *t, const char *kind, int step, dump_get
     int np = hs_model_num_params(m), nt = dump_tensor_total(m), k = 0;
     hs_st_tensor *ts = calloc((size_t)nt + 1, sizeof *ts);
     float **bufs = calloc((size_t)np + 1, sizeof *bufs);
-    hs_status s = ts && bufs ? HS_OK
-                             : hs_error_set(e, HS_ERR_OOM, "--dump %s: cannot allocate", kind);
+    hs_status s = ts && bufs ? HS_OK : hs_error_oom(e, "--dump %s: cannot allocate", kind);
     for (int i = 0; s == HS_OK && i < np; i++) {
         const hs_param *p = hs_model_param(m, i);
         bufs[i] = malloc(sizeof(float) * (size_t)(hs_param_numel(p) ? hs_param_numel(p) : 1));
         if (!bufs[i]) {
-            s = hs_error_set(e, HS_ERR_OOM, "--dump %s: cannot allocate %s", kind, p->fqn);
+            s = hs_error_oom(e, "--dump %s: cannot allocate %s", kind, p->fqn);
             break;
         }
         s = get(t->engine, i, bufs[i], e);

@@ -64,8 +64,7 @@ static hs_status whole_bufs_get(hs_engine *en, const hs_param *p, bool pieces, w
     b->local = hs_device_alloc(b->dev, (size_t)hs_param_local_numel(p) * sizeof(float) + 1);
     b->whole = pieces ? hs_device_alloc(b->dev, whole_bytes(p)) : b->local;
     if (b->local && b->whole) return HS_OK;
-    return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate %zu bytes of device memory for %s",
-                        whole_bytes(p), p->fqn);
+    return hs_error_oom(e, "engine: %zu bytes of device memory for %s", whole_bytes(p), p->fqn);
 }
 
 static void whole_bufs_put(whole_bufs *b) {
@@ -146,7 +145,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
     if (!en || !fe) {
         free(en);
         free(fe);
-        return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate the FSDP engine");
+        return hs_error_oom(e, "engine: the FSDP engine");
     }
     hs_status s = hs_parallelize(env, &fe->pz, e);
     if (s != HS_OK) {

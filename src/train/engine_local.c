@@ -138,7 +138,7 @@ hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_e
         if (c) free(c->params);
         free(c);
         hs_model_free(m);
-        return hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate the parameter list");
+        return hs_error_oom(e, "engine: cannot allocate the parameter list");
     }
     local_fill_params(c, m);
     c->hooks = (hs_model_hooks){c, noop_unit, noop_unit, noop_unit, noop_unit, noop_final};

@@ -126,15 +126,19 @@ hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_eng
                            .describe_only = true};
     hs_model *catalog = NULL;
     hs_status s = en && pe ? hs_model_create(&env->cfg->model, &mo, &catalog, e)
-                           : hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate the PP engine");
+                           : hs_error_oom(e, "engine: cannot allocate the PP engine");
     int n = catalog ? hs_model_num_params(catalog) : 0;
+    int pp = env->topo->pp, L = env->cfg->model.n_layers;
+    int *layer_stage = NULL;
     if (s == HS_OK) {
         pe->owner = calloc((size_t)n + 1, sizeof *pe->owner);
         pe->local = calloc((size_t)n + 1, sizeof *pe->local);
-        if (!pe->owner || !pe->local)
-            s = hs_error_set(e, HS_ERR_OOM, "engine: cannot allocate the stage map");
+        layer_stage = calloc((size_t)L + 1, sizeof *layer_stage);
+        if (!pe->owner || !pe->local || !layer_stage)
+            s = hs_error_oom(e, "engine: the stage map of %d parameters and %d blocks", n, L);
     }
     if (s != HS_OK) {
+        free(layer_stage);
         hs_model_free(catalog);
         if (pe) free(pe->owner), free(pe->local);
         free(pe);
@@ -146,9 +150,6 @@ hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_eng
     pe->pp = hs_mesh_group(env->mesh, HS_DIM_PP);
     pe->stage = hs_mesh_coords(env->mesh).pp;
     /* which stage holds each block, from the stages' chunks */
-    int pp = env->topo->pp, L = env->cfg->model.n_layers;
-    int *layer_stage = calloc((size_t)L + 1, sizeof *layer_stage);
-    HS_ASSERT(layer_stage != NULL);
     for (int st = 0; st < pp; st++) {
         hs_model_stage ch;
         hs_pp_stage_chunks(env->cfg, st, &ch);

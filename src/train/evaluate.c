@@ -91,6 +91,7 @@ static hs_status sample_generate(hs_trainer *t, int32_t *seq, int prompt, int to
         if (rows < t->T) {
             hs_batch b = {.tokens = seq, .targets = t->targets, .B = 1, .T = rows};
             s = hs_model_forward(t->engine->model, &b, t->hooks, &loss_sum, t->logits, e);
+            if (s == HS_OK) s = hs_device_status(t->dev, e);
         } else {
             s = hs_train_forward(t, seq, t->targets, 1, &loss_sum, t->logits, e);
         }
@@ -102,7 +103,7 @@ static hs_status sample_generate(hs_trainer *t, int32_t *seq, int prompt, int to
 
 hs_status hs_sample(hs_trainer *t, hs_error *e) {
     int32_t *seq = calloc((size_t)t->T, sizeof(int32_t));
-    if (!seq) return hs_error_set(e, HS_ERR_OOM, "sample: cannot allocate");
+    if (!seq) return hs_error_oom(e, "sample: cannot allocate");
     /* The first validation sequence: text the model was not trained on. */
     int64_t first = hs_data_num_val(t->data) > 0 ? hs_data_num_train(t->data) : 0;
     hs_data_sequence(t->data, first, t->tokens, t->targets);

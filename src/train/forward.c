@@ -10,14 +10,18 @@ hs_status hs_train_forward_backward(hs_trainer *t, const int32_t *tokens, const 
                                     int B, float grad_scale, double *loss_sum, double *aux,
                                     hs_error *e) {
     hs_batch b = hs_train_local_batch(t, tokens, targets, B);
-    return hs_model_forward_backward(t->engine->model, &b, grad_scale, t->hooks, loss_sum, aux, e);
+    hs_status s =
+        hs_model_forward_backward(t->engine->model, &b, grad_scale, t->hooks, loss_sum, aux, e);
+    return s == HS_OK ? hs_device_status(t->dev, e) : s;
 }
 
-/* One forward of the local rows: the model, or the pipeline's stages. */
+/* One forward of the local rows: the model, or the pipeline's stages; a
+ * kernel that could not run fails it here, before its results are used. */
 static hs_status forward(hs_trainer *t, const hs_batch *b, double *loss_sum, float *logits,
                          hs_error *e) {
-    if (t->pp) return hs_pp_forward(t, b, loss_sum, logits, e);
-    return hs_model_forward(t->engine->model, b, t->hooks, loss_sum, logits, e);
+    hs_status s = t->pp ? hs_pp_forward(t, b, loss_sum, logits, e)
+                        : hs_model_forward(t->engine->model, b, t->hooks, loss_sum, logits, e);
+    return s == HS_OK ? hs_device_status(t->dev, e) : s;
 }
 
 hs_status hs_train_forward(hs_trainer *t, const int32_t *tokens, const int32_t *targets, int B,

@@ -63,7 +63,7 @@ hs_status hs_train_generate(const hs_config *cfg, const hs_topology *topo, hs_co
     int32_t *seq = calloc((size_t)T, sizeof *seq);
     float *scratch = malloc(sizeof(float) * (size_t)V);
     if (s == HS_OK && (!seq || !scratch))
-        s = hs_error_set(e, HS_ERR_OOM, "generate: cannot allocate %d tokens", T);
+        s = hs_error_oom(e, "generate: cannot allocate %d tokens", T);
     /* The window: the prompt's last T - 1 tokens, so one more fits. */
     int len = g->prompt_len < T ? g->prompt_len : T - 1;
     if (s == HS_OK) memcpy(seq, g->prompt + (g->prompt_len - len), sizeof *seq * (size_t)len);

@@ -13,15 +13,19 @@
  * the same time (docs/training.md). The best of several short trials,
  * since other processes on a shared machine only ever make a trial
  * slower. */
-static double gemm_trial(const void *a, const void *b, float *c, hs_dtype dt, int n) {
+static hs_status gemm_trial(const void *a, const void *b, float *c, hs_dtype dt, int n,
+                            double *flops, hs_error *e) {
     int reps = 0;
     double t0 = hs_now(), dt_s = 0.0;
     while (dt_s < 0.03) {
-        hs_gemm_ex(false, false, n, n, n, 1.0f, a, dt, n, b, dt, n, 0.0f, c, HS_DTYPE_F32, n);
+        hs_status s = hs_gemm_ex(false, false, n, n, n, 1.0f, a, dt, n, b, dt, n, 0.0f, c,
+                                 HS_DTYPE_F32, n, e);
+        if (s != HS_OK) return s;
         reps++;
         dt_s = hs_now() - t0;
     }
-    return 2.0 * n * n * (double)n * reps / dt_s;
+    *flops = 2.0 * n * n * (double)n * reps / dt_s;
+    return HS_OK;
 }
 
 hs_dtype hs_peak_flops_dtype(hs_dtype compute) {
@@ -29,26 +33,31 @@ hs_dtype hs_peak_flops_dtype(hs_dtype compute) {
                                                                             : HS_DTYPE_F32;
 }
 
-double hs_measure_peak_flops(hs_dtype dt) {
+hs_status hs_measure_peak_flops(hs_dtype dt, double *peak, hs_error *e) {
     enum { N = 384, TRIALS = 6 };
     size_t es = hs_dtype_size(dt);
     float *a = malloc(sizeof(float) * N * N), *b = malloc(sizeof(float) * N * N),
           *c = malloc(sizeof(float) * N * N);
     void *a16 = malloc(es * N * N), *b16 = malloc(es * N * N);
-    double best = 0.0;
+    double best = 0.0, f = 0.0;
+    hs_status s = HS_OK;
     if (a && b && c && a16 && b16) {
         hs_rng_fill_uniform(a, N * N, 1, 1, 0, -1.0f, 1.0f);
         hs_rng_fill_uniform(b, N * N, 1, 2, 0, -1.0f, 1.0f);
         hs_convert(a16, dt, a, HS_DTYPE_F32, N * N);
         hs_convert(b16, dt, b, HS_DTYPE_F32, N * N);
-        gemm_trial(a16, b16, c, dt, N / 4); /* warm-up */
-        for (int i = 0; i < TRIALS; i++) {
-            double f = gemm_trial(a16, b16, c, dt, N);
+        s = gemm_trial(a16, b16, c, dt, N / 4, &f, e); /* warm-up */
+        for (int i = 0; i < TRIALS && s == HS_OK; i++) {
+            s = gemm_trial(a16, b16, c, dt, N, &f, e);
             if (f > best) best = f;
         }
+    } else {
+        s = hs_error_oom(e, "measuring the GEMM peak: %zu bytes of %dx%d matrices",
+                         (3 * sizeof(float) + 2 * es) * N * N, N, N);
     }
     free(a), free(b), free(c), free(a16), free(b16);
-    return best;
+    *peak = best;
+    return s;
 }
 
 hs_status hs_metrics_open(hs_trainer *t, hs_error *e) {
@@ -60,7 +69,11 @@ hs_status hs_metrics_open(hs_trainer *t, hs_error *e) {
     snprintf(path, sizeof path, "%s/config.yaml", dir);
     FILE *f = hs_fopen(path, "w", "check that train.out_dir is writable", e);
     if (!f) return e->code;
-    hs_config_dump(t->cfg, t->topo, f);
+    s = hs_config_dump(t->cfg, t->topo, f, e);
+    if (s != HS_OK) {
+        fclose(f);
+        return s;
+    }
     s = hs_fclose_written(f, path, "check the free space of train.out_dir", e);
     if (s != HS_OK) return s;
     char *mp = t->metrics_path;

@@ -302,11 +302,18 @@ static bool sim_same(const sim *s, const sim_state *st) {
  * the ones after it repeat it exactly (same state, same events, same peak)
  * and are skipped, so a step of any number of micro-batches replays in a
  * few. */
-static void simulate(const plan_ctx *c, unit_sz **u, int n, int64_t *peak_p, int64_t *peak_g) {
+static hs_status simulate(const plan_ctx *c, unit_sz **u, int n, int64_t *peak_p, int64_t *peak_g,
+                          hs_error *e) {
     sim s = {.c = c, .u = u, .n = n, .prev = -1};
     bool *flags = calloc((size_t)n * 6 + 6, sizeof(bool));
     s.held = calloc((size_t)n * 2 + 2, sizeof(int64_t));
-    if (!flags || !s.held) hs_oom("plan: cannot allocate the step replay of %d units", n);
+    if (!flags || !s.held) {
+        free(flags);
+        free(s.held);
+        return hs_error_oom(e, "plan: the step replay of %d units: %zu bytes", n,
+                            ((size_t)n * 6 + 6) * sizeof(bool) +
+                                ((size_t)n * 2 + 2) * sizeof(int64_t));
+    }
     s.unsharded = flags, s.in_flight = flags + n, s.acc = flags + 2 * n;
     sim_state before = {.flags = flags + 3 * n, .held = s.held + n};
     const hs_fsdp_config *f = &c->cfg->fsdp;
@@ -320,6 +327,7 @@ static void simulate(const plan_ctx *c, unit_sz **u, int n, int64_t *peak_p, int
     free(s.held);
     *peak_p = s.peak_p;
     *peak_g = s.peak_g;
+    return HS_OK;
 }
 
 /* ------------------------------------------------------------ one role */
@@ -399,7 +407,8 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
         hs_pp_schedule_kind kind = HS_PP_1F1B;
         (void)hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &kind);
         hs_pp_stage_chunks(cfg, stage, &st);
-        slots = hs_pp_slots(kind, t->pp, stage, c->M, st.n_chunks);
+        hs_status rc = hs_pp_slots(kind, t->pp, stage, c->M, st.n_chunks, &slots, e);
+        if (rc != HS_OK) return rc;
     }
     int n_blocks = cfg->model.n_layers;
     if (st.n_chunks > 0) {
@@ -434,7 +443,7 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
     unit_sz *tops = calloc((size_t)nu + 1, sizeof *tops);
     if (!top_index || !tops) {
         free(top_index), free(tops), hs_model_free(m);
-        return hs_error_set(e, HS_ERR_OOM, "plan: cannot allocate %d unit sizes", nu);
+        return hs_error_oom(e, "plan: cannot allocate %d unit sizes", nu);
     }
     for (int ui = 0; ui < nu; ui++)
         if (ui == 0 || !hs_model_unit(m, ui)->is_expert) top_index[ui] = n_top++;
@@ -454,7 +463,7 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
     unit_sz **seq = calloc((size_t)n_seq + 1, sizeof *seq);
     if (!seq) {
         free(top_index), free(tops);
-        return hs_error_set(e, HS_ERR_OOM, "plan: cannot allocate %d units", n_seq);
+        return hs_error_oom(e, "plan: cannot allocate %d units", n_seq);
     }
     if (exact) {
         for (int k = 0; k < n_top; k++) seq[k] = &tops[k];
@@ -481,7 +490,11 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
     }
     if (c->fsdp) {
         int64_t pp_ = 0, pg = 0;
-        simulate(c, seq, n_seq, &pp_, &pg);
+        hs_status s = simulate(c, seq, n_seq, &pp_, &pg, e);
+        if (s != HS_OK) {
+            free(seq), free(top_index), free(tops);
+            return s;
+        }
         r->device[HS_PLAN_UNSHARDED] = pp_;
         r->device[HS_PLAN_UNSHARDED_GRADS] = pg;
     }

@@ -21,10 +21,11 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
     /* Stage s runs the model's chunks s, s + pp, ... */
     hs_pp_stage_chunks(cfg, t->pp_stage, &t->stage);
     int V = t->pp_virtual = t->stage.n_chunks;
-    t->act_slots = hs_pp_slots(t->pp_kind, t->pp_size, t->pp_stage, t->M, V);
+    if (hs_pp_slots(t->pp_kind, t->pp_size, t->pp_stage, t->M, V, &t->act_slots, e) != HS_OK)
+        return e->code;
     t->n_pp_actions = 2 * t->M * V;
     t->pp_actions = calloc((size_t)t->n_pp_actions, sizeof *t->pp_actions);
-    if (!t->pp_actions) return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate the schedule");
+    if (!t->pp_actions) return hs_error_oom(e, "trainer: cannot allocate the schedule");
     hs_pp_schedule(t->pp_kind, t->pp_size, t->pp_stage, t->M, V, t->pp_actions);
     int64_t numel, extra;
     hs_pp_message_numel(cfg, t->cp, &numel, &extra);

@@ -10,7 +10,7 @@
 static hs_status gather_words(hs_pg *g, const void *vals, int n, void **all, hs_error *e) {
     int w = hs_pg_size(g);
     *all = malloc(sizeof(uint64_t) * (size_t)n * (size_t)w);
-    if (!*all) return hs_error_set(e, HS_ERR_OOM, "metrics: cannot allocate the gather buffer");
+    if (!*all) return hs_error_oom(e, "metrics: cannot allocate the gather buffer");
     uint64_t *mine = (uint64_t *)*all + (size_t)hs_pg_rank(g) * (size_t)n;
     memcpy(mine, vals, sizeof(uint64_t) * (size_t)n);
     /* In place: this rank's block already sits at out + rank*count. */

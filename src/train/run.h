@@ -152,7 +152,7 @@ hs_status hs_train_metrics_keep_until(const char *path, int step, hs_error *e);
 /* The MFU reference in the dtype hs_peak_flops_dtype gives for the
  * step's compute dtype (fp32 unless the 16-bit matmul is native here). */
 hs_dtype hs_peak_flops_dtype(hs_dtype compute);
-double hs_measure_peak_flops(hs_dtype dt);
+hs_status hs_measure_peak_flops(hs_dtype dt, double *peak, hs_error *e);
 hs_status hs_metrics_open(hs_trainer *t, hs_error *e);
 void hs_metrics_write(hs_trainer *t, const hs_step_result *r);
 void hs_metrics_log(hs_trainer *t, const hs_step_result *r);

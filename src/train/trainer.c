@@ -6,6 +6,16 @@
 
 #include "train/run.h"
 
+/* An allocation the device refused and its caller could not report (the
+ * model's buffers) is the cause of whatever failed after it; an
+ * out-of-memory error already reported keeps its own, nearer message. */
+static hs_status device_cause(hs_trainer *t, hs_status s, hs_error *e) {
+    hs_error de;
+    if (s == HS_ERR_OOM || hs_device_status(t->dev, &de) == HS_OK) return s;
+    *e = de;
+    return de.code;
+}
+
 static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
     hs_engine_env env = {.cfg = t->cfg,
                          .topo = t->topo,
@@ -21,7 +31,7 @@ static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
     hs_model *m = hs_engine_catalog(t->engine);
     int n = hs_model_num_params(m);
     const char **fqns = malloc(sizeof(char *) * (size_t)(n ? n : 1));
-    if (!fqns) return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate");
+    if (!fqns) return hs_error_oom(e, "trainer: cannot allocate");
     for (int i = 0; i < n; i++) fqns[i] = hs_model_param(m, i)->fqn;
     s = hs_config_check_fqns(t->cfg, fqns, n, e);
     free(fqns);
@@ -48,7 +58,7 @@ static hs_status trainer_buffers(hs_trainer *t, hs_error *e) {
         t->expert_tokens = calloc(
             (size_t)t->cfg->model.n_layers * (size_t)t->cfg->model.moe.num_experts, sizeof(double));
     if (!t->tokens || !t->targets || !t->logits)
-        return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate batch buffers");
+        return hs_error_oom(e, "trainer: cannot allocate batch buffers");
     return HS_OK;
 }
 
@@ -56,7 +66,7 @@ static hs_status trainer_buffers(hs_trainer *t, hs_error *e) {
  * one, so all refuse together a run whose ranks on a node would not fit. */
 static hs_status plan_fits(hs_trainer *t, hs_error *e) {
     hs_plan *p = calloc(1, sizeof *p);
-    if (!p) return hs_error_set(e, HS_ERR_OOM, "trainer: cannot allocate the plan");
+    if (!p) return hs_error_oom(e, "trainer: cannot allocate the plan");
     hs_status s = hs_plan_build(t->cfg, t->topo, p, e);
     if (s == HS_OK)
         s = hs_plan_check_fit(p, t->cfg, hs_comm_local_ranks(t->comm), hs_memory_available(), e);
@@ -139,7 +149,7 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     if (s == HS_OK) s = trainer_buffers(t, e);
     if (s == HS_OK) s = hs_cp_batch_init(t, e);
     if (s == HS_OK) s = hs_pp_trainer_init(t, e);
-    if (s == HS_OK) s = trainer_build_model(t, e);
+    if (s == HS_OK) s = device_cause(t, trainer_build_model(t, e), e);
     if (s == HS_OK) s = hs_dump_check(t, e);
     if (s == HS_OK) s = hs_train_ckpt_resume(t, e);
     if (s != HS_OK) return s;
@@ -153,7 +163,9 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     if (s != HS_OK) return s;
     int pd = t->cfg->fsdp.mix_precision.param_dtype;
     t->peak_dtype = hs_peak_flops_dtype(pd == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)pd);
-    double peak = hs_measure_peak_flops(t->peak_dtype);
+    double peak = 0.0;
+    s = hs_measure_peak_flops(t->peak_dtype, &peak, e);
+    if (s != HS_OK) return s;
     s = hs_reduce_sum_f64(t->world_group, &peak, 1, e);
     t->peak_flops = peak;
     return s;

@@ -172,7 +172,8 @@ else
         > "$work/oom.log" 2>&1
     rc=$?
     [ "$rc" -eq 1 ] || fail "oom: exit $rc, want 1: $(tail -3 "$work/oom.log")"
-    grep -q "out of memory: the device pool could not allocate [0-9]* bytes" "$work/oom.log" ||
+    grep -q "out of memory: the device pool of the cpu device could not allocate [0-9]* bytes" \
+        "$work/oom.log" ||
         fail "oom: $(tail -3 "$work/oom.log")"
 fi
 

@@ -20,7 +20,7 @@ static char *dump_text(const hs_config *c, const hs_topology *t, size_t *len) {
     char *buf = NULL;
     FILE *f = open_memstream(&buf, len);
     if (!f) abort();
-    hs_config_dump(c, t, f);
+    hs_config_dump(c, t, f, NULL);
     fclose(f);
     return buf;
 }

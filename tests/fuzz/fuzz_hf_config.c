@@ -27,7 +27,7 @@ static void check(const hs_model_config *mc, int max_position) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     hs_config defaults;
-    hs_config_defaults(&defaults);
+    hs_config_defaults(&defaults, NULL);
     hs_model_config mc = defaults.model;
     int max_position = 0;
     hs_error e;

@@ -59,7 +59,7 @@ typedef struct ov_run {
 } ov_run;
 
 static inline void ov_config(hs_config *cfg, const ov_opts *o) {
-    hs_config_defaults(cfg);
+    hs_config_defaults(cfg, NULL);
     strcpy(cfg->model.arch, "llama");
     cfg->model.vocab_size = 37; /* odd: uneven shards on every W > 1 */
     cfg->model.dim = o->dim ? o->dim : 32;

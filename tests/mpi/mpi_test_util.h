@@ -43,7 +43,7 @@ static inline hs_comm *mt_traced_init(int *argc, char ***argv, double timeout_s,
     int provided, rank;
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    *trace = hs_trace_create(rank, trace_on);
+    *trace = hs_trace_create(rank, trace_on, NULL);
     hs_comm_options opt = {.timeout_s = timeout_s, .trace = *trace};
     return mt_comm_init(argc, argv, &opt);
 }

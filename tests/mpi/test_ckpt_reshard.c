@@ -449,7 +449,7 @@ static hs_status ref_get(void *ctx_, int i, float *out, hs_error *e) {
 
 static int run_model(ctx *c, const char *dir, const char *ref) {
     hs_config cfg;
-    hs_config_defaults(&cfg);
+    hs_config_defaults(&cfg, NULL);
     const char *ov[] = {"model.dim=32",       "model.n_layers=2", "model.n_heads=2",
                         "model.n_kv_heads=1", "model.ffn_dim=64", "train.seq_len=16"};
     hs_error e;
@@ -471,8 +471,9 @@ static int run_model(ctx *c, const char *dir, const char *ref) {
         hs_ckpt_tensor_dim0(&t[i], p->fqn, HS_DTYPE_F32, p->ndim, p->shape, c->size, c->rank, buf);
         hs_model_init_param_rows(m, p, 7, buf, HS_DTYPE_F32, t[i].offset[0], rows);
     }
-    hs_ckpt_state st = {
-        .step = 4, .data_position = 4, .optim_step = 4, .config_hash = hs_config_hash(&cfg)};
+    uint64_t hash = 0;
+    if (s == HS_OK) s = hs_config_hash(&cfg, &hash, &e);
+    hs_ckpt_state st = {.step = 4, .data_position = 4, .optim_step = 4, .config_hash = hash};
     hs_ckpt_save_options opt = {.dir = dir, .keep_last = 1, .config = &cfg};
     if (s == HS_OK) s = hs_ckpt_save(c->comm, &opt, t, n, &st, NULL, 0, &e);
     full_params fp = {m, 7};

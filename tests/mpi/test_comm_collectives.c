@@ -514,7 +514,8 @@ static void test_stream_forms_match_null_stream_bitwise(ctx *t) {
     cpu_stream_synchronize = cpu_ops->stream_synchronize;
     counting.stream_synchronize = counting_stream_synchronize;
     d->ops = &counting;
-    hs_stream *s = hs_stream_create(d);
+    hs_stream *s = NULL;
+    CHECK(t, hs_stream_create(d, &s, &e) == HS_OK, "%s", e.msg);
     const int64_t n = 1000, W = t->size;
 
     /* all-gather, fp32, async */
@@ -695,7 +696,7 @@ static void test_every_collective_is_counted_in_the_trace(ctx *t) {
  * sequence number. */
 static void test_second_context_traces_span_with_group_bytes_dtype_seq(ctx *t, int *argc,
                                                                        char ***argv) {
-    hs_trace *tr = hs_trace_create(t->rank, true);
+    hs_trace *tr = hs_trace_create(t->rank, true, NULL);
     hs_comm_options opt = {.timeout_s = 60, .trace = tr};
     hs_comm *c2 = NULL;
     hs_error e;

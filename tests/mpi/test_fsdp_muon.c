@@ -51,7 +51,7 @@ typedef struct run {
 } run;
 
 static void config_for(hs_config *cfg, const mcase *mc) {
-    hs_config_defaults(cfg);
+    hs_config_defaults(cfg, NULL);
     strcpy(cfg->model.arch, mc->moe ? "moe" : "llama");
     cfg->model.vocab_size = 37;
     cfg->model.dim = 32;

@@ -57,7 +57,7 @@ typedef struct run {
 } run;
 
 static void config_for(hs_config *cfg, const tcase *tc) {
-    hs_config_defaults(cfg);
+    hs_config_defaults(cfg, NULL);
     strcpy(cfg->model.arch, tc->moe ? "moe" : "llama");
     cfg->model.vocab_size = 37; /* odd: uneven on every W > 1 */
     cfg->model.dim = 32;

@@ -69,7 +69,7 @@ typedef struct run {
 } run;
 
 static void config_for(hs_config *cfg, const pcase *pc, bool policies) {
-    hs_config_defaults(cfg);
+    hs_config_defaults(cfg, NULL);
     strcpy(cfg->model.arch, "llama");
     cfg->model.vocab_size = 37;
     cfg->model.dim = 32;

@@ -19,9 +19,10 @@
 #define T 8
 #define TOL 1e-5
 
-static hs_config config_of(bool sp) {
+static hs_config config_of(hs_comm *comm, bool sp) {
     hs_config cfg;
-    hs_config_defaults(&cfg);
+    hs_error e;
+    CHECK(comm, hs_config_defaults(&cfg, &e) == HS_OK, "%s", e.msg);
     hs_model_config *c = &cfg.model;
     snprintf(c->arch, sizeof c->arch, "llama");
     c->vocab_size = 16;
@@ -74,7 +75,7 @@ static float slice_at(const hs_param *p, const float *g, int64_t i) {
 
 static void run_case(hs_comm *comm, hs_mesh *mesh, const char *name, bool sp,
                      const hs_style_rule *rules, int n) {
-    hs_config cfg = config_of(sp);
+    hs_config cfg = config_of(comm, sp);
     int32_t tok[B * T], tgt[B * T];
     batch_of(tok, tgt);
     hs_batch b = {tok, tgt, B, T};

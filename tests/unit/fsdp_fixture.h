@@ -16,7 +16,7 @@
 #define FX_T 8
 
 static inline void fx_config(hs_config *cfg) {
-    hs_config_defaults(cfg);
+    hs_config_defaults(cfg, NULL);
     cfg->model.vocab_size = 37; /* odd on purpose: uneven over most W */
     cfg->model.dim = 16;
     cfg->model.n_layers = 2;

@@ -216,7 +216,7 @@ static void test_global_batch_must_split_into_whole_micro_batches(void **state) 
     checked *r = check(2, OV("train.global_batch_size=48", "train.micro_batch_size=8"));
     assert_int_equal(r->st, HS_OK);
     hs_config c;
-    hs_config_defaults(&c);
+    hs_config_defaults(&c, NULL);
     c.train.global_batch_size = 48;
     assert_int_equal(hs_config_micro_batches(&c, &r->topo), 3);
     free(r);
@@ -560,7 +560,7 @@ static void test_pp_1f1b_needs_a_micro_batch_per_stage(void **state) {
     /* null: one micro-batch per stage, so the minimal config runs */
     expect_ok(check(4, OV("accelerator.pp_size=2")));
     hs_config c;
-    hs_config_defaults(&c);
+    hs_config_defaults(&c, NULL);
     c.accelerator.pp_size = 4;
     hs_topology t = {.dp = 2};
     assert_int_equal(hs_config_global_batch(&c, &t), 8 * 2 * 4);

@@ -52,7 +52,8 @@ static void test_size_classes_round_up_by_under_a_fifth_and_are_stable(void **st
 static void test_a_freed_block_serves_the_next_request_of_its_class(void **state) {
     (void)state;
     raw_counter r = {0};
-    hs_mem_cache *c = hs_mem_cache_create("test", raw_alloc, raw_free, &r);
+    hs_mem_cache *c = NULL;
+    assert_int_equal(hs_mem_cache_create("test", raw_alloc, raw_free, &r, &c, NULL), HS_OK);
     void *a = hs_mem_cache_alloc(c, 1000);
     hs_mem_cache_free(c, a);
     void *b = hs_mem_cache_alloc(c, 900); /* 1000 and 900 are both in class 1024 */
@@ -75,7 +76,8 @@ static void test_a_freed_block_serves_the_next_request_of_its_class(void **state
 static void test_in_use_and_peak_follow_hs_pool_for_the_same_sequence(void **state) {
     (void)state;
     raw_counter r = {0};
-    hs_mem_cache *c = hs_mem_cache_create("test", raw_alloc, raw_free, &r);
+    hs_mem_cache *c = NULL;
+    assert_int_equal(hs_mem_cache_create("test", raw_alloc, raw_free, &r, &c, NULL), HS_OK);
     hs_pool pool;
     hs_pool_init(&pool, "mirror");
     enum { SLOTS = 37 };
@@ -108,7 +110,8 @@ static void test_in_use_and_peak_follow_hs_pool_for_the_same_sequence(void **sta
 static void test_trim_hands_cached_blocks_back_and_reserved_drops(void **state) {
     (void)state;
     raw_counter r = {0};
-    hs_mem_cache *c = hs_mem_cache_create("test", raw_alloc, raw_free, &r);
+    hs_mem_cache *c = NULL;
+    assert_int_equal(hs_mem_cache_create("test", raw_alloc, raw_free, &r, &c, NULL), HS_OK);
     void *a = hs_mem_cache_alloc(c, 100), *b = hs_mem_cache_alloc(c, 5000);
     hs_mem_cache_free(c, a);
     hs_mem_cache_trim(c);
@@ -123,7 +126,8 @@ static void test_trim_hands_cached_blocks_back_and_reserved_drops(void **state) 
 static void test_a_refused_raw_allocation_trims_the_cache_and_retries(void **state) {
     (void)state;
     raw_counter r = {.budget = 1};
-    hs_mem_cache *c = hs_mem_cache_create("test", raw_alloc, raw_free, &r);
+    hs_mem_cache *c = NULL;
+    assert_int_equal(hs_mem_cache_create("test", raw_alloc, raw_free, &r, &c, NULL), HS_OK);
     hs_mem_cache_free(c, hs_mem_cache_alloc(c, 1000)); /* one block cached in class 1024 */
     void *b = hs_mem_cache_alloc(c, 3000);             /* refused at first: the budget is used */
     assert_non_null(b);
@@ -138,7 +142,8 @@ static void test_a_refused_raw_allocation_trims_the_cache_and_retries(void **sta
 static void test_thousands_of_live_blocks_are_each_found_when_freed(void **state) {
     (void)state;
     raw_counter r = {0};
-    hs_mem_cache *c = hs_mem_cache_create("test", raw_alloc, raw_free, &r);
+    hs_mem_cache *c = NULL;
+    assert_int_equal(hs_mem_cache_create("test", raw_alloc, raw_free, &r, &c, NULL), HS_OK);
     enum { N = 3000 };
     void **p = malloc(N * sizeof *p);
     for (int i = 0; i < N; i++) p[i] = hs_mem_cache_alloc(c, (size_t)(i % 7) * 300);

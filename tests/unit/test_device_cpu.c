@@ -91,7 +91,7 @@ static void test_h2d_d2h_d2d_copies_move_every_byte(void **state) {
 
 static void test_copies_are_traced_on_copy_lane_with_byte_count(void **state) {
     (void)state;
-    hs_trace *t = hs_trace_create(0, true);
+    hs_trace *t = hs_trace_create(0, true, NULL);
     hs_device *d = make_cpu(t);
     char *h = hs_host_alloc(d, 4096), *x = hs_device_alloc(d, 4096);
     memset(h, 1, 4096);
@@ -118,7 +118,7 @@ static void test_copies_are_traced_on_copy_lane_with_byte_count(void **state) {
 
 static void test_disabled_trace_records_no_copy_span(void **state) {
     (void)state;
-    hs_trace *t = hs_trace_create(0, false);
+    hs_trace *t = hs_trace_create(0, false, NULL);
     hs_device *d = make_cpu(t);
     char a[64] = {1}, b[64];
     hs_device_copy(d, b, a, sizeof a, HS_COPY_H2D);

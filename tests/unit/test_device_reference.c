@@ -36,7 +36,7 @@ static void test_newton_schulz_matches_the_optimizers_in_both_orientations(void 
         int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
         float g[64], want[64], got[64];
         for (int64_t i = 0; i < n; i++) g[i] = wave(i);
-        hs_newton_schulz5(want, g, rows, cols, 5, NULL);
+        hs_newton_schulz5(want, g, rows, cols, 5, NULL, NULL);
         d->k->muon_newton_schulz(d->stream, got, g, rows, cols, 5, NULL);
         assert_true(hs_max_rel_diff_f32(got, want, n, 1.0) < 1e-5);
     }

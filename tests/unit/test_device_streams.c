@@ -37,8 +37,11 @@ static void run_ordered_work(hs_device_kind kind) {
     hs_error e;
     hs_error_clear(&e);
     assert_int_equal(hs_device_create(kind, NULL, &d, &e), HS_OK);
-    hs_stream *s1 = hs_stream_create(d), *s2 = hs_stream_create(d);
-    hs_event *ev = hs_event_create(d);
+    hs_stream *s1 = NULL, *s2 = NULL;
+    hs_event *ev = NULL;
+    assert_int_equal(hs_stream_create(d, &s1, &e), HS_OK);
+    assert_int_equal(hs_stream_create(d, &s2, &e), HS_OK);
+    assert_int_equal(hs_event_create(d, &ev, &e), HS_OK);
     unsigned char *x = hs_device_alloc(d, 1000), *h = hs_host_alloc(d, 1000);
     hs_device_memset(s1, x, 7, 1000);
     hs_event_record(ev, s1);

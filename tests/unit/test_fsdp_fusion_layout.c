@@ -53,7 +53,7 @@ static void su_make(sharded_unit *s, int rank, hs_pg *fake_pg_for_second) {
             HS_OK);
         s->u.params[s->u.n_params++] = &s->params[k];
     }
-    hs_fsdp_unit_build_groups(&s->u, &s->mem);
+    assert_int_equal(hs_fsdp_unit_build_groups(&s->u, &s->mem, NULL), HS_OK);
 }
 
 static void su_free(sharded_unit *s) {

@@ -28,7 +28,7 @@ static void wrapped_init(wrapped *w, hs_dtype param, int reduce, bool main_param
     w->cfg.fsdp.mix_precision.fp32_main_grad = main_params;
     w->cfg.optimizer.fp32_main_params = main_params;
     w->cfg.fsdp.enable_offload = offload;
-    w->tr = hs_trace_create(0, false); /* counters are kept regardless */
+    w->tr = hs_trace_create(0, false, NULL); /* counters are kept regardless */
     hs_error e;
     hs_error_clear(&e);
     assert_int_equal(hs_device_create(HS_DEVICE_CPU, w->tr, &w->dev, &e), HS_OK);

@@ -87,7 +87,7 @@ static void test_rmsnorm_backward_matches_finite_differences(void **state) {
     for (int i = 0; i < 48; i++) dx[i] = 0.5f; /* backward must accumulate */
     for (int i = 0; i < 16; i++) dw[i] = 0.25f;
     norm_f(&c);
-    hs_rmsnorm_backward(dx, dw, HS_DTYPE_F32, c.r, c.x, c.w, c.rstd, HS_DTYPE_F32, 3, 16);
+    hs_rmsnorm_backward(dx, dw, HS_DTYPE_F32, c.r, c.x, c.w, c.rstd, HS_DTYPE_F32, 3, 16, NULL);
     for (int i = 0; i < 48; i++) dx[i] -= 0.5f;
     for (int i = 0; i < 16; i++) dw[i] -= 0.25f;
     check_grad("rmsnorm dx", c.x, dx, 48, norm_f, &c);
@@ -166,7 +166,7 @@ static int64_t att_kn(const att_case *c) { return (int64_t)c->B * c->T * c->KVH 
 static double att_f(void *ctx) {
     att_case *c = ctx;
     hs_attention_forward(c->y, c->lse, c->q, c->k, c->v, HS_DTYPE_F32, c->scratch, 1, c->B, c->T,
-                         c->NH, c->KVH, c->HD);
+                         c->NH, c->KVH, c->HD, NULL);
     return dot(c->r, c->y, att_qn(c));
 }
 
@@ -195,7 +195,7 @@ static void check_attention(att_case *c) {
     att_f(c);
     hs_attention_delta(c->delta, c->r, c->y, HS_DTYPE_F32, c->B, c->T, c->NH, c->HD);
     hs_attention_backward(dq, dk, dv, c->r, NULL, c->q, c->k, c->v, c->lse, c->delta, HS_DTYPE_F32,
-                          c->scratch, 1, c->B, c->T, c->NH, c->KVH, c->HD);
+                          c->scratch, 1, c->B, c->T, c->NH, c->KVH, c->HD, NULL);
     check_grad("attention dq", c->q, dq, qn, att_f, c);
     check_grad("attention dk", c->k, dk, kn, att_f, c);
     check_grad("attention dv", c->v, dv, kn, att_f, c);
@@ -293,21 +293,21 @@ static void test_bf16_attention_backward_matches_fp32_of_rounded_inputs(void **s
     att_f(&c);
     hs_attention_delta(c.delta, c.r, c.y, HS_DTYPE_F32, c.B, c.T, c.NH, c.HD);
     hs_attention_backward(dq, dk, dv, c.r, NULL, c.q, c.k, c.v, c.lse, c.delta, HS_DTYPE_F32,
-                          c.scratch, 1, c.B, c.T, c.NH, c.KVH, c.HD);
+                          c.scratch, 1, c.B, c.T, c.NH, c.KVH, c.HD, NULL);
     hs_attention_forward(y16, lse16, q16, k16, v16, HS_DTYPE_BF16, c.scratch, 1, c.B, c.T, c.NH,
-                         c.KVH, c.HD);
+                         c.KVH, c.HD, NULL);
     hs_attention_delta(c.delta, c.r, y16, HS_DTYPE_BF16, c.B, c.T, c.NH, c.HD);
     hs_attention_backward(dq16, dk16, dv16, c.r, r16, q16, k16, v16, lse16, c.delta, HS_DTYPE_BF16,
-                          c.scratch, 1, c.B, c.T, c.NH, c.KVH, c.HD);
+                          c.scratch, 1, c.B, c.T, c.NH, c.KVH, c.HD, NULL);
     /* split over two threads (the scratch is sized for them): the same bits */
     int was = hs_blas_get_threads();
     hs_blas_set_threads(1);
     uint16_t *y2 = malloc((size_t)qn * 2);
     float *lse2 = calloc((size_t)(c.B * c.NH * c.T), 4), *g2 = calloc((size_t)(qn + 2 * kn), 4);
     hs_attention_forward(y2, lse2, q16, k16, v16, HS_DTYPE_BF16, c.scratch, 2, c.B, c.T, c.NH,
-                         c.KVH, c.HD);
+                         c.KVH, c.HD, NULL);
     hs_attention_backward(g2, g2 + qn, g2 + qn + kn, c.r, r16, q16, k16, v16, lse2, c.delta,
-                          HS_DTYPE_BF16, c.scratch, 2, c.B, c.T, c.NH, c.KVH, c.HD);
+                          HS_DTYPE_BF16, c.scratch, 2, c.B, c.T, c.NH, c.KVH, c.HD, NULL);
     hs_blas_set_threads(was);
     assert_memory_equal(y2, y16, (size_t)qn * 2);
     assert_memory_equal(lse2, lse16, (size_t)(c.B * c.NH * c.T) * 4);
@@ -515,7 +515,7 @@ static void run_elementwise(int threads, const float *g, const float *u, ew_out 
     hs_swiglu_backward(o->dg, o->du, o->y, g, u, HS_DTYPE_F32, n);
     hs_rmsnorm_forward(o->xn, o->rstd, g, u, HS_DTYPE_F32, n / EW_C, EW_C, 1e-5f);
     hs_rmsnorm_backward(o->dx, o->dw, HS_DTYPE_F32, o->y, g, u, o->rstd, HS_DTYPE_F32, n / EW_C,
-                        EW_C);
+                        EW_C, NULL);
     memcpy(o->xr, g, (size_t)n * 4);
     float cs[64 * 8], sn[64 * 8];
     hs_rope_tables(cs, sn, 64, 16, 10000.0);

@@ -482,7 +482,7 @@ static void test_print_shows_coords_and_members(void **state) {
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
-    hs_topology_print(&t, f);
+    assert_int_equal(hs_topology_print(&t, f, NULL), HS_OK);
     fclose(f);
     assert_contains(buf, "world 8 = pp 1 × dp 4 × cp 1 × tp 2");
     assert_contains(buf, "FSDP: shard 2 × replicate 2 over dp×cp = 4");

@@ -114,7 +114,7 @@ static void test_ns5_matches_double_reference_wide_and_tall(void **state) {
         float g[81], out[81];
         double ref[81];
         fill_gauss(g, r * c, 3 + s);
-        hs_newton_schulz5(out, g, r, c, 5, NULL);
+        hs_newton_schulz5(out, g, r, c, 5, NULL, NULL);
         ns5_reference(ref, g, r, c, 5);
         for (int i = 0; i < r * c; i++)
             if (fabs(out[i] - ref[i]) > 2e-4)
@@ -130,7 +130,7 @@ static void test_ns5_singular_values_of_random_32x64_lie_in_0_6_to_1_2(void **st
     fill_gauss(g, R * C, 11);
     double glo, ghi, lo, hi;
     singular_range(g, R, C, &glo, &ghi);
-    hs_newton_schulz5(o, g, R, C, 5, scratch);
+    hs_newton_schulz5(o, g, R, C, 5, scratch, NULL);
     singular_range(o, R, C, &lo, &hi);
     if (!(lo > 0.6 && hi < 1.2))
         fail_msg("singular values of NS5(G) in [%g, %g], want within [0.6, 1.2] (G: [%g, %g])", lo,
@@ -139,7 +139,7 @@ static void test_ns5_singular_values_of_random_32x64_lie_in_0_6_to_1_2(void **st
     float *gt = malloc(R * C * sizeof *gt), *ot = malloc(R * C * sizeof *ot);
     for (int i = 0; i < R; i++)
         for (int j = 0; j < C; j++) gt[j * R + i] = g[i * C + j];
-    hs_newton_schulz5(ot, gt, C, R, 5, scratch);
+    hs_newton_schulz5(ot, gt, C, R, 5, scratch, NULL);
     for (int i = 0; i < R; i++)
         for (int j = 0; j < C; j++) assert_true(fabsf(ot[j * R + i] - o[i * C + j]) < 1e-5f);
     free(g), free(o), free(gt), free(ot), free(scratch);
@@ -215,8 +215,8 @@ static void test_scale_is_sqrt_max_1_rows_over_cols_and_decay_is_decoupled(void 
                             matrix("tall", tall, gt, 8, 2, true)};
     hs_optim *o = of_create(&cfg, ps, 2, NULL);
     hs_optim_step(o, 0.02);
-    hs_newton_schulz5(ow, gw, 2, 8, 5, NULL);
-    hs_newton_schulz5(ot, gt, 8, 2, 5, NULL);
+    hs_newton_schulz5(ow, gw, 2, 8, 5, NULL, NULL);
+    hs_newton_schulz5(ot, gt, 8, 2, 5, NULL, NULL);
     for (int i = 0; i < 16; i++) {
         assert_true(fabs(wide[i] - (w0[i] * (1 - 0.02 * 0.5) - 0.02 * 1.0 * ow[i])) < 1e-6);
         assert_true(fabs(tall[i] - (t0[i] * (1 - 0.02 * 0.5) - 0.02 * 2.0 * ot[i])) < 1e-6);

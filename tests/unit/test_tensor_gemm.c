@@ -50,7 +50,7 @@ static void test_sgemm_all_transpose_combos_with_padded_strides_match_naive(void
         fill_random(B, (int64_t)(sizeof B / sizeof B[0]), 11 + combo);
         fill_random(C, M * ldc, 21 + combo);
         for (int i = 0; i < M * ldc; i++) R[i] = C[i];
-        hs_sgemm(ta, tb, M, N, K, 0.75f, A, lda, B, ldb, -0.5f, C, ldc);
+        hs_sgemm(ta, tb, M, N, K, 0.75f, A, lda, B, ldb, -0.5f, C, ldc, NULL);
         gemm_naive(ta, tb, M, N, K, 0.75, A, lda, B, ldb, -0.5, R, ldc);
         for (int i = 0; i < M; i++)
             for (int j = 0; j < ldc; j++) {
@@ -65,9 +65,9 @@ static void test_sgemm_all_transpose_combos_with_padded_strides_match_naive(void
 static void test_sgemm_k0_scales_c_by_beta_and_empty_m_is_noop(void **state) {
     (void)state;
     float C[4] = {1, 2, 3, 4}, dummy = 0;
-    hs_sgemm(false, false, 2, 2, 0, 1.0f, &dummy, 1, &dummy, 2, 2.0f, C, 2);
+    hs_sgemm(false, false, 2, 2, 0, 1.0f, &dummy, 1, &dummy, 2, 2.0f, C, 2, NULL);
     assert_true(C[0] == 2 && C[3] == 8);
-    hs_sgemm(false, false, 0, 2, 3, 1.0f, NULL, 3, NULL, 2, 0.0f, C, 2);
+    hs_sgemm(false, false, 0, 2, 3, 1.0f, NULL, 3, NULL, 2, 0.0f, C, 2, NULL);
     assert_true(C[0] == 2);
 }
 
@@ -107,10 +107,10 @@ static void check_gemm_ex(hs_dtype a_dt, hs_dtype b_dt, hs_dtype c_dt, bool ta, 
     memcpy(Ar, A, sizeof Ar), memcpy(Br, B, sizeof Br);
     if (native && a_dt == HS_DTYPE_F32) round_all(Ar, M * K, half);
     if (native && b_dt == HS_DTYPE_F32) round_all(Br, K * N, half);
-    hs_sgemm(ta, tb, M, N, K, 1.25f, Ar, lda, Br, ldb, beta, R, N);
+    hs_sgemm(ta, tb, M, N, K, 1.25f, Ar, lda, Br, ldb, beta, R, N, NULL);
     void *a = narrowed(A, M * K, a_dt), *b = narrowed(B, K * N, b_dt),
          *c = narrowed(C0, M * N, c_dt);
-    hs_gemm_ex(ta, tb, M, N, K, 1.25f, a, a_dt, lda, b, b_dt, ldb, beta, c, c_dt, N);
+    hs_gemm_ex(ta, tb, M, N, K, 1.25f, a, a_dt, lda, b, b_dt, ldb, beta, c, c_dt, N, NULL);
     hs_convert(got, HS_DTYPE_F32, c, c_dt, M * N);
     for (int i = 0; i < M * N; i++) {
         float want = hs_round_to(c_dt, R[i]);
@@ -151,7 +151,7 @@ static void test_gemm_ex_beta_zero_ignores_nan_in_bf16_c(void **state) {
     hs_convert(B, HS_DTYPE_BF16, one, HS_DTYPE_F32, 4);
     for (int i = 0; i < 4; i++) C[i] = 0x7FC0; /* NaN */
     hs_gemm_ex(false, false, 2, 2, 2, 1.0f, A, HS_DTYPE_BF16, 2, B, HS_DTYPE_BF16, 2, 0.0f, C,
-               HS_DTYPE_BF16, 2);
+               HS_DTYPE_BF16, 2, NULL);
     hs_convert(out, HS_DTYPE_F32, C, HS_DTYPE_BF16, 4);
     assert_true(out[0] == 1 && out[1] == 0 && out[2] == 0 && out[3] == 1);
 }
@@ -165,8 +165,8 @@ static void test_gemm_ex_strided_f16_c_leaves_padding_untouched(void **state) {
     fill_random(A, M * K, 5), fill_random(B, K * N, 6);
     for (int i = 0; i < M * LDC; i++) C[i] = 0x1234;
     hs_gemm_ex(false, false, M, N, K, 1.0f, A, HS_DTYPE_F32, K, B, HS_DTYPE_F32, N, 0.0f, C,
-               HS_DTYPE_F16, LDC);
-    hs_sgemm(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, R, N);
+               HS_DTYPE_F16, LDC, NULL);
+    hs_sgemm(false, false, M, N, K, 1.0f, A, K, B, N, 0.0f, R, N, NULL);
     for (int i = 0; i < M; i++)
         for (int j = 0; j < LDC; j++) {
             if (j < N) assert_int_equal(C[i * LDC + j], hs_f32_to_f16(R[i * N + j]));
@@ -213,9 +213,9 @@ static void test_gemm_cache_matches_gemm_ex_bit_for_bit(void **state) {
             hs_convert(want, c_dt, C0, HS_DTYPE_F32, M * LDC); /* packed at the front */
             hs_convert(got, c_dt, C0, HS_DTYPE_F32, M * LDC);
             hs_gemm_ex(ta, tb, m, N, K, s.alpha, a, dt, s.lda, b, dt, s.ldb, s.beta, want, c_dt,
-                       LDC);
+                       LDC, NULL);
             int before = gc.n;
-            hs_gemm_cached(&gc, &s, a, b, got);
+            hs_gemm_cached(&gc, &s, a, b, got, NULL);
             if (memcmp(want, got, (size_t)(M * LDC) * hs_dtype_size(c_dt)))
                 fail_msg("case %d pass %d: bits differ from hs_gemm_ex", i, pass);
             if (pass == 1) assert_int_equal(gc.n, before);
@@ -248,8 +248,9 @@ static void test_gemm_cache_matches_gemm_ex_bit_for_bit(void **state) {
             float want[64], got[64];
             for (int j = 0; j < 64; j++) want[j] = got[j] = (float)j;
             hs_gemm_ex(v[i].trans_a, v[i].trans_b, 8, 8, 8, v[i].alpha, a16, HS_DTYPE_BF16,
-                       v[i].lda, b16, HS_DTYPE_BF16, v[i].ldb, v[i].beta, want, HS_DTYPE_F32, 8);
-            hs_gemm_cached(&gc, &v[i], a16, b16, got);
+                       v[i].lda, b16, HS_DTYPE_BF16, v[i].ldb, v[i].beta, want, HS_DTYPE_F32, 8,
+                       NULL);
+            hs_gemm_cached(&gc, &v[i], a16, b16, got, NULL);
             if (memcmp(want, got, sizeof want)) fail_msg("variant %d rep %d differs", i, rep);
         }
     assert_int_equal(gc.n, 6);

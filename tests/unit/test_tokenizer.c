@@ -126,7 +126,7 @@ static void test_tokenizer_check_refuses_a_list_vocab_naming_the_file(void **sta
     (void)state;
     const char *path = write_tokenizer("tokenizer.json", "[\"a\", \"b\"]", "[]");
     hs_config c;
-    hs_config_defaults(&c);
+    hs_config_defaults(&c, NULL);
     snprintf(c.data.source, sizeof c.data.source, "tokens");
     snprintf(c.data.path, sizeof c.data.path, "%s/tokens.hstk", tmpdir);
     int64_t vocab = -1;

@@ -13,7 +13,8 @@
  * shapes only; no collective is called. */
 static hs_parallel *tp_of(int rank, bool tie, const hs_style_rule *rules, int n, hs_error *e) {
     hs_config cfg;
-    hs_config_defaults(&cfg);
+    hs_error de;
+    if (hs_config_defaults(&cfg, &de) != HS_OK) fail_msg("%s", de.msg);
     cfg.model.tie_embeddings = tie;
     hs_parallel_layout l = {.tp = 2, .tp_rank = rank, .cp = 1, .ep = 1};
     hs_parallel *p = NULL;

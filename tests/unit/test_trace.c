@@ -172,11 +172,11 @@ static int count_of(const char *s, const char *needle) {
 
 static void test_counters_are_keyed_by_op_and_group(void **state) {
     (void)state;
-    hs_trace *t = hs_trace_create(0, false);
-    hs_trace_count(t, "all_gather", "fsdp_shard", 100);
-    hs_trace_count(t, "all_gather", "fsdp_shard", 50);
-    hs_trace_count(t, "reduce_scatter", "fsdp_shard", 400);
-    hs_trace_count(t, "all_reduce", "fsdp_replicate", 8);
+    hs_trace *t = hs_trace_create(0, false, NULL);
+    hs_trace_count(t, "all_gather", "fsdp_shard", 100, NULL);
+    hs_trace_count(t, "all_gather", "fsdp_shard", 50, NULL);
+    hs_trace_count(t, "reduce_scatter", "fsdp_shard", 400, NULL);
+    hs_trace_count(t, "all_reduce", "fsdp_replicate", 8, NULL);
     assert_int_equal(hs_trace_collectives(t, "all_gather", "fsdp_shard"), 2);
     assert_int_equal(hs_trace_collective_bytes(t, "all_gather", "fsdp_shard"), 150);
     assert_int_equal(hs_trace_collectives(t, NULL, "fsdp_shard"), 3);
@@ -191,12 +191,12 @@ static void test_counters_are_keyed_by_op_and_group(void **state) {
 
 static void test_reset_zeroes_counts_and_bytes(void **state) {
     (void)state;
-    hs_trace *t = hs_trace_create(0, true);
-    hs_trace_count(t, "all_reduce", "dp", 64);
+    hs_trace *t = hs_trace_create(0, true, NULL);
+    hs_trace_count(t, "all_reduce", "dp", 64, NULL);
     hs_trace_reset_counters(t);
     assert_int_equal(hs_trace_collectives(t, NULL, NULL), 0);
     assert_int_equal(hs_trace_collective_bytes(t, NULL, NULL), 0);
-    hs_trace_count(t, "all_reduce", "dp", 32);
+    hs_trace_count(t, "all_reduce", "dp", 32, NULL);
     assert_int_equal(hs_trace_collectives(t, "all_reduce", "dp"), 1);
     assert_int_equal(hs_trace_collective_bytes(t, "all_reduce", "dp"), 32);
     hs_trace_free(t);
@@ -204,11 +204,11 @@ static void test_reset_zeroes_counts_and_bytes(void **state) {
 
 static void test_disabled_trace_counts_but_records_no_spans(void **state) {
     (void)state;
-    hs_trace *t = hs_trace_create(3, false);
+    hs_trace *t = hs_trace_create(3, false, NULL);
     assert_false(hs_trace_enabled(t));
     hs_trace_span(t, HS_LANE_COMPUTE, "forward", "compute", 1.0, 2.0, NULL);
     hs_trace_counter(t, "device_bytes", 1.0, 5);
-    hs_trace_count(t, "barrier", "world", 0);
+    hs_trace_count(t, "barrier", "world", 0, NULL);
     char *body = serialize(t, 0.0);
     assert_int_equal(count_of(body, "\"ph\":\"X\""), 0);
     assert_int_equal(count_of(body, "\"ph\":\"C\""), 0);
@@ -221,7 +221,7 @@ static void test_disabled_trace_counts_but_records_no_spans(void **state) {
 
 static void test_span_microseconds_shifted_by_the_offset(void **state) {
     (void)state;
-    hs_trace *t = hs_trace_create(2, true);
+    hs_trace *t = hs_trace_create(2, true, NULL);
     hs_trace_span(t, HS_LANE_COMM, "all_gather", "comm", 1.5, 1.75,
                   "\"group\":\"fsdp_shard\",\"bytes\":4096");
     char *body = serialize(t, 2.0);
@@ -234,7 +234,7 @@ static void test_span_microseconds_shifted_by_the_offset(void **state) {
 
 static void test_metadata_names_rank_and_three_lanes(void **state) {
     (void)state;
-    hs_trace *t = hs_trace_create(5, true);
+    hs_trace *t = hs_trace_create(5, true, NULL);
     char *body = serialize(t, 0.0);
     assert_non_null(strstr(body, "\"name\":\"process_name\",\"ph\":\"M\",\"pid\":5,\"tid\":0,"
                                  "\"args\":{\"name\":\"rank 5\"}"));
@@ -257,7 +257,7 @@ static void test_memory_counters_sample_both_pools(void **state) {
     hs_pool_init(&host, "host");
     void *a = hs_pool_alloc(&dev, 1000);
     void *b = hs_pool_alloc(&host, 64);
-    hs_trace *t = hs_trace_create(0, true);
+    hs_trace *t = hs_trace_create(0, true, NULL);
     hs_trace_memory(t, &dev, &host);
     char *body = serialize(t, 0.0);
     char want[128];
@@ -277,7 +277,7 @@ static void test_memory_counters_sample_both_pools(void **state) {
 
 static void test_names_with_quotes_and_newlines_stay_valid_json(void **state) {
     (void)state;
-    hs_trace *t = hs_trace_create(0, true);
+    hs_trace *t = hs_trace_create(0, true, NULL);
     hs_trace_span(t, HS_LANE_COMPUTE, "odd \"name\"\n\\ here", "cat\t1", 0.0, 1e-6, NULL);
     hs_trace_counter(t, "q\"c", 0.5, -7);
     char *body = serialize(t, 0.0);
@@ -294,7 +294,7 @@ static void test_names_with_quotes_and_newlines_stay_valid_json(void **state) {
 
 static void test_caller_strings_are_copied(void **state) {
     (void)state;
-    hs_trace *t = hs_trace_create(0, true);
+    hs_trace *t = hs_trace_create(0, true, NULL);
     char name[32] = "block.3.forward";
     char args[64] = "\"unit\":3";
     hs_trace_span(t, HS_LANE_COMPUTE, name, "compute", 0.0, 1.0, args);
@@ -321,14 +321,14 @@ static void *record_many(void *arg) {
         snprintf(name, sizeof name, "w%d.%d", w->id, i);
         hs_trace_span(w->t, (hs_trace_lane)(w->id % HS_LANE_COUNT), name, "compute", i * 1e-6,
                       (i + 1) * 1e-6, "\"i\":1");
-        hs_trace_count(w->t, w->id % 2 ? "all_gather" : "reduce_scatter", "fsdp_shard", 10);
+        hs_trace_count(w->t, w->id % 2 ? "all_gather" : "reduce_scatter", "fsdp_shard", 10, NULL);
     }
     return NULL;
 }
 
 static void test_four_threads_record_every_span_and_count(void **state) {
     (void)state;
-    hs_trace *t = hs_trace_create(1, true);
+    hs_trace *t = hs_trace_create(1, true, NULL);
     pthread_t th[4];
     worker w[4];
     for (int i = 0; i < 4; i++) {
@@ -357,7 +357,7 @@ static void test_write_produces_a_valid_trace_file(void **state) {
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    hs_trace *t = hs_trace_create(0, true);
+    hs_trace *t = hs_trace_create(0, true, NULL);
     hs_trace_span(t, HS_LANE_COMPUTE, "forward", "compute", 10.0, 10.5, NULL);
     hs_trace_span(t, HS_LANE_COPY, "h2d", "copy", 10.1, 10.2, "\"bytes\":8");
     hs_error e;
@@ -377,7 +377,7 @@ static void test_write_produces_a_valid_trace_file(void **state) {
 
 static void test_write_to_missing_directory_names_the_path(void **state) {
     (void)state;
-    hs_trace *t = hs_trace_create(0, true);
+    hs_trace *t = hs_trace_create(0, true, NULL);
     hs_error e;
     hs_error_clear(&e);
     const char *path = "/nonexistent-hs-dir/trace.json";

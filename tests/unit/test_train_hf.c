@@ -47,7 +47,7 @@ static void test_stacked_experts_become_one_tensor_per_expert(void **state) {
 
 static hs_model_config tiny_config(const char *arch) {
     hs_config c;
-    hs_config_defaults(&c);
+    hs_config_defaults(&c, NULL);
     hs_model_config mc = c.model;
     hs_config_free(&c);
     snprintf(mc.arch, sizeof mc.arch, "%s", arch);
