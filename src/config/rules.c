@@ -4,7 +4,7 @@
  * eval / checkpoint settings. */
 #include <string.h>
 
-#include "config/validate_internal.h"
+#include "config/checks.h"
 
 void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {
     const hs_model_config *m = &c->model;

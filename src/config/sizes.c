@@ -8,7 +8,7 @@
 #include <limits.h>
 #include <string.h>
 
-#include "config/validate_internal.h"
+#include "config/checks.h"
 
 /* Bytes the plan keeps per parameter element, all items together: fp32
  * master, gradient, two optimizer states, the param_dtype copy, reduce

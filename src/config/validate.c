@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "config/config_internal.h"
-#include "config/validate_internal.h"
+#include "config/checks.h"
 
 /* ------------------------------------------------------- generic bounds */
 
@@ -216,19 +216,6 @@ static void check_duplicates(const hs_config *c, hs_cfg_report *rep) {
                           reps[k].index, c->fsdp.replicate_params[reps[k].index], reps[k].first);
     free(items);
     free(reps);
-}
-
-long long hs_config_global_batch(const hs_config *c, const hs_topology *topo) {
-    if (c->train.global_batch_size > 0) return c->train.global_batch_size;
-    /* A pipeline needs a micro-batch per stage in flight: null gives one
-     * per stage, so the minimal config runs under 1f1b too. */
-    int pp = c->accelerator.pp_size > 1 ? c->accelerator.pp_size : 1;
-    return (long long)c->train.micro_batch_size * topo->dp * pp;
-}
-
-int hs_config_micro_batches(const hs_config *c, const hs_topology *topo) {
-    long long denom = (long long)c->train.micro_batch_size * topo->dp;
-    return denom > 0 ? (int)(hs_config_global_batch(c, topo) / denom) : 0;
 }
 
 hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, const hs_log *log,

@@ -3,7 +3,7 @@
  * the missing precondition; a key still at its default is never mentioned. */
 #include <string.h>
 
-#include "config/validate_internal.h"
+#include "config/checks.h"
 
 static bool differs(const hs_config *c, const hs_config *d, const char *path) {
     const hs_cfg_key *k = hs_cfg_key_find(path);

@@ -1,6 +1,7 @@
-/* config/validate_internal.h — the rule groups of hs_config_validate. */
-#ifndef HS_CONFIG_VALIDATE_INTERNAL_H
-#define HS_CONFIG_VALIDATE_INTERNAL_H
+/* config/checks.h — the rule groups of hs_config_validate (rules.c,
+ * sizes.c, warn.c), private to config/. */
+#ifndef HS_CONFIG_CHECKS_H
+#define HS_CONFIG_CHECKS_H
 
 #include "config/config_internal.h"
 
