@@ -1,6 +1,6 @@
 /* Starting and ending MPI for a command that needs its rank and the world
  * size before it can build a context (comm.h, "process start"). */
-#include "comm/comm_internal.h"
+#include "comm/group.h"
 
 void hs_comm_boot(int *argc, char ***argv, int *rank, int *world) {
     int provided = 0;

@@ -1,7 +1,7 @@
 /* comm/collectives.c — the public collectives: argument checks, then a
  * queued work item (async forms) or hs_comm_run (blocking forms, which
  * behave as async + wait). */
-#include "comm/comm_internal.h"
+#include "comm/group.h"
 
 /* The mpi backend moves bytes from the host (its communication thread, or
  * the caller's inline), so before it may read or write a collective's

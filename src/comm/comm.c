@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/comm_internal.h"
+#include "comm/group.h"
 
 #define DEFAULT_TIMEOUT_S 600.0
 

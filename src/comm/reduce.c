@@ -13,7 +13,7 @@
  *   result and both algorithms give the same bits. */
 #include <string.h>
 
-#include "comm/comm_internal.h"
+#include "comm/group.h"
 
 /* Tiles keep the widened operands in L1 while the whole chunk streams. */
 #define TILE 1024

@@ -16,7 +16,7 @@
  * and receives block (r-s-1) mod W from r-1, straight into the output. */
 #include <string.h>
 
-#include "comm/pg_mpi.h"
+#include "comm/ring.h"
 
 typedef struct ring_layout {
     int64_t base, rem; /* chunk i: base + (i < rem) elements */

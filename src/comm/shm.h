@@ -17,7 +17,7 @@
 
 #include <stdatomic.h>
 
-#include "comm/comm_internal.h"
+#include "comm/group.h"
 
 /* One rank's slot in the shared segment; a cache-line pair of its own so
  * that spinning on one rank's counter never contends with another's. */

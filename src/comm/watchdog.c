@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/comm_internal.h"
+#include "comm/group.h"
 
 #define TAG_ASK 1
 #define TAG_ACK 3

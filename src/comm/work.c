@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/comm_internal.h"
+#include "comm/group.h"
 
 static const char *const queue_names[HS_COMM_QUEUE_COUNT] = {"default", "critical", "pp_forward",
                                                              "pp_backward"};

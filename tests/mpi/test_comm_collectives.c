@@ -25,7 +25,7 @@
 
 #include <mpi.h>
 
-#include "comm/pg_mpi.h"
+#include "comm/mpi_group.h"
 #include "hypershard/comm.h"
 
 typedef struct ctx {

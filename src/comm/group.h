@@ -1,4 +1,4 @@
-/* comm/comm_internal.h — the private structures of the communication layer.
+/* comm/group.h — the private structures of the communication layer.
  *
  * hs_comm owns: the world group, the cache of named groups, the work queues
  * (HS_COMM_QUEUE_COUNT of them, each with its communication thread), and
@@ -15,8 +15,8 @@
  * watchdog thread watches every queue and answers diagnosis queries from
  * other ranks on a communicator of its own.
  */
-#ifndef HYPERSHARD_COMM_INTERNAL_H
-#define HYPERSHARD_COMM_INTERNAL_H
+#ifndef HYPERSHARD_COMM_GROUP_H
+#define HYPERSHARD_COMM_GROUP_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -206,7 +206,7 @@ void hs_comm_reduce(void *dst, const void *a, const void *b, int64_t n, hs_dtype
 /* Wraps `mc` (the group takes ownership) into a group. */
 hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_error *e);
 void hs_pg_free(hs_pg *g);
-/* The text of an MPI error code. */
+/* The text of an MPI error code (mpi_group.c). */
 const char *hs_mpi_strerror(int rc, char *buf, size_t cap);
 
 /* --------------------------------------------------- watchdog (watchdog.c) */

@@ -1,9 +1,10 @@
-/* comm/pg_mpi.h — the MPI backend's group state, shared by the backend
- * (pg_mpi.c) and the ring algorithms (ring.c). */
-#ifndef HYPERSHARD_COMM_PG_MPI_H
-#define HYPERSHARD_COMM_PG_MPI_H
+/* comm/mpi_group.h — the MPI backend's group state and its helpers
+ * (mpi_group.c), shared by the backend (pg_mpi.c) and the ring algorithms
+ * (ring.c). */
+#ifndef HYPERSHARD_COMM_MPI_GROUP_H
+#define HYPERSHARD_COMM_MPI_GROUP_H
 
-#include "comm/comm_internal.h"
+#include "comm/group.h"
 #include "comm/shm.h"
 
 /* The tag of ring traffic on a group's collective communicator. */
@@ -35,13 +36,5 @@ hs_status hs_mpi_fail(const hs_mpi_group *g, hs_error *e, int rc, const char *ca
 /* MPI_Sendrecv of byte ranges of any length (split below INT_MAX). */
 int hs_mpi_sendrecv_bytes(const void *sbuf, size_t sbytes, int dst, void *rbuf, size_t rbytes,
                           int src, MPI_Comm comm);
-
-/* ring.c. Counts are in elements of dt. */
-hs_status hs_ring_reduce_scatter(hs_mpi_group *g, void *out, const void *in, int64_t count,
-                                 hs_dtype dt, hs_reduce_op op, hs_error *e);
-hs_status hs_ring_all_reduce(hs_mpi_group *g, void *buf, int64_t count, hs_dtype dt,
-                             hs_reduce_op op, hs_error *e);
-hs_status hs_ring_all_gather(hs_mpi_group *g, void *out, const void *in, int64_t count, hs_dtype dt,
-                             hs_error *e);
 
 #endif
