@@ -1,7 +1,8 @@
 /* ckpt/box.c — boxes of a global tensor (per-dim offset and size), their
- * intersection, and the copy of a box between two row-major chunks. This is
- * the whole of resharding: a target chunk takes from every saved chunk the
- * intersection of the two boxes. */
+ * element count (a tensor chunk's too), their intersection, and the copy of
+ * a box between two row-major chunks. This is the whole of resharding: a
+ * target chunk takes from every saved chunk the intersection of the two
+ * boxes. */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,6 +12,11 @@ int64_t hs_ckpt_box_numel(int ndim, const int64_t *size) {
     int64_t n = 1;
     for (int d = 0; d < ndim; d++) n *= size[d];
     return n;
+}
+
+/* A tensor descriptor's chunk is a box: its element count. */
+int64_t hs_ckpt_tensor_numel(const hs_ckpt_tensor *t) {
+    return hs_ckpt_box_numel(t->ndim, t->size);
 }
 
 bool hs_ckpt_box_intersect(int ndim, const int64_t *a_off, const int64_t *a_size,

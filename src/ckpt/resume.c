@@ -23,10 +23,6 @@ void hs_ckpt_tensor_dim0(hs_ckpt_tensor *t, const char *name, hs_dtype dt, int n
     t->size[0] = hs_fsdp_actual_rows(shape[0], w, r);
 }
 
-int64_t hs_ckpt_tensor_numel(const hs_ckpt_tensor *t) {
-    return hs_ckpt_box_numel(t->ndim, t->size);
-}
-
 static hs_status load_local(const char *path, const hs_ckpt_tensor *targets, int n,
                             hs_ckpt_state *state, hs_error *e) {
     hs_ckpt *c = NULL;
