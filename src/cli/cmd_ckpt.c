@@ -122,12 +122,6 @@ static hs_status export_run(const char *dir, const char *out, hs_dtype dt, hs_er
     return s;
 }
 
-bool hs_cli_dtype_arg(const char *cmd, const char *v, hs_dtype *dt) {
-    if (hs_dtype_parse(v, dt)) return true;
-    fprintf(stderr, "hypershard %s: --dtype %s: expected float32, bfloat16 or float16\n", cmd, v);
-    return false;
-}
-
 static int run_export(int argc, char **argv) {
     const char *dir = NULL, *out = NULL;
     hs_dtype dt = HS_DTYPE_F32;

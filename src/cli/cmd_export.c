@@ -46,20 +46,6 @@ static int fail(const char *cmd, const hs_error *e) {
     return hs_status_exit_code(e->code);
 }
 
-hs_status hs_cli_hf_out_check(const char *flag, const char *dir, int64_t values, hs_dtype dt,
-                              hs_error *e) {
-    static const char *const files[] = {"model.safetensors",       "config.json",
-                                        "tokenizer.json",          "tokenizer_config.json",
-                                        "special_tokens_map.json", NULL};
-    int64_t bytes = 0;
-    if (!hs_mul_i64(values, (int64_t)hs_dtype_size(dt), &bytes)) bytes = INT64_MAX;
-    char what[96];
-    snprintf(what, sizeof what, "model.safetensors takes about %.1f MiB (%lld %s values)",
-             (double)bytes / (1 << 20), (long long)values, hs_dtype_name(dt));
-    hs_out_dir d = {.what = flag, .path = dir, .files = files, .bytes = bytes, .bytes_what = what};
-    return hs_out_dirs_check(&d, 1, e);
-}
-
 /* ------------------------------------------------------------------ export */
 
 static void export_usage(FILE *f) {

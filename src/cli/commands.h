@@ -21,7 +21,7 @@ int hs_cmd_ckpt(int argc, char **argv);     /* src/cli/cmd_ckpt.c   */
 
 /* `--dtype V` of an export command: false (after printing why, naming
  * `cmd`) when V is not a dtype name. */
-bool hs_cli_dtype_arg(const char *cmd, const char *v, hs_dtype *dt); /* src/cli/cmd_ckpt.c */
+bool hs_cli_dtype_arg(const char *cmd, const char *v, hs_dtype *dt); /* src/cli/args.c */
 
 /* A path argument given as "" would name the current or the root
  * directory's files: true (after printing which flag is empty, naming `cmd`,
@@ -36,7 +36,7 @@ bool hs_cli_empty_path(const char *cmd, const char *flag, const char *path,
  * files such a directory holds, and room for `values` parameter values of
  * dtype dt (0: not known yet, the path alone is checked). */
 hs_status hs_cli_hf_out_check(const char *flag, const char *dir, int64_t values, hs_dtype dt,
-                              hs_error *e); /* src/cli/cmd_export.c */
+                              hs_error *e); /* src/cli/args.c */
 
 int hs_bench_comm(int argc, char **argv); /* bench/bench_comm.c   */
 int hs_bench_step(int argc, char **argv); /* bench/bench_step.c   */
