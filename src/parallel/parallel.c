@@ -106,7 +106,7 @@ static void stats_sum(void *ctx, float *buf, int64_t n) {
         if (hs_pg_all_reduce(p->batch, p->stream, buf, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK)
             hs_comm_abort(p->comm, &e);
     }
-    if (p->l.sequence_parallel && p->tp) hs_tp_all_reduce(p->tp, buf, n, HS_REDUCE_SUM);
+    if (p->seam.row_split > 1) hs_tp_all_reduce(p->tp, buf, n, HS_REDUCE_SUM);
 }
 
 static void seam_fill(hs_parallel *p, bool moe_stats) {

@@ -36,9 +36,11 @@ static bool split_rows(const hs_param *w) {
     return w->on_tp_mesh && w->tp.kind == HS_PLACEMENT_SHARD && w->tp.dim == 1;
 }
 
-static bool sp(const hs_parallel *p) { return p->l.sequence_parallel && p->l.tp > 1; }
+/* The seam's row split (parallel.c seam_fill) says whether sequence
+ * parallelism is on: one place decides it. */
+static bool sp(const hs_parallel *p) { return p->seam.row_split > 1; }
 
-static int64_t local_rows(const hs_parallel *p, int64_t N) { return sp(p) ? N / p->l.tp : N; }
+static int64_t local_rows(const hs_parallel *p, int64_t N) { return N / p->seam.row_split; }
 
 static int64_t tp_norm_enter(void *ctx, void *full, float *rstd, const void *x, hs_dtype xdt,
                              const void *w, const hs_param *first, int64_t N) {
