@@ -109,6 +109,15 @@ typedef struct hs_model_hooks {
     void (*pre_backward)(void *ctx, int unit);
     void (*post_backward)(void *ctx, int unit);
     void (*post_backward_final)(void *ctx);
+    /* Split backward (hs_model_stage_backward_input): called just before
+     * post_backward(unit) when some of the unit's weight gradients are not
+     * yet computed; they follow in the weight pass
+     * (hs_model_stage_backward_weight), which ends with
+     * post_weight_grad(unit), once per deferred backward, in the same
+     * micro-batch order. The gradient of a unit is whole after its last
+     * post_weight_grad, not after post_backward. */
+    void (*weight_grad_deferred)(void *ctx, int unit);
+    void (*post_weight_grad)(void *ctx, int unit);
 } hs_model_hooks;
 
 /* ------------------------------------------------------ MoE experts
@@ -357,6 +366,12 @@ typedef struct hs_model_options {
     /* Activation sets per chunk, one per micro-batch whose forward has run
      * and whose backward has not yet (hs_model_stage_*); 0 means 1. */
     int act_slots;
+    /* Zero-bubble pipelines: every slot also keeps what its blocks' dense
+     * linears need for their weight gradients (each one's output gradient,
+     * and its input under activation checkpointing), so a backward can
+     * leave them to a later weight pass (hs_model_stage_backward_input /
+     * _weight). */
+    bool split_backward;
     /* The registry only (FQNs, shapes, units, boundary dtypes): no buffer
      * and no parameter storage, so the model cannot run. A pipeline stage
      * keeps one of the whole model to name every parameter (export). */
@@ -505,6 +520,20 @@ hs_status hs_model_stage_forward(hs_model *m, int chunk, int slot, const hs_batc
 hs_status hs_model_stage_backward(hs_model *m, int chunk, int slot, const hs_batch *b,
                                   float grad_scale, const hs_model_hooks *hooks, double *loss_sum,
                                   hs_error *e);
+/* Zero-bubble schedules split a backward in two (Qi et al. 2024): the
+ * input pass ("B") is hs_model_stage_backward but for the weight
+ * gradients of the blocks' dense linears (q, k, v, o, gate, up, down),
+ * whose output gradients it keeps in the slot; the weight pass ("W") of
+ * the same (chunk, slot) computes them later, before the slot's next
+ * forward. Norm, embedding, head and MoE expert gradients stay in the
+ * input pass (they are small, or their inputs are not kept). The weight
+ * pass ends with post_backward_final, as a backward does. Needs
+ * hs_model_options.split_backward. The sum of both passes is the same
+ * arithmetic as hs_model_stage_backward. */
+hs_status hs_model_stage_backward_input(hs_model *m, int chunk, int slot, const hs_batch *b,
+                                        float grad_scale, const hs_model_hooks *hooks,
+                                        double *loss_sum, hs_error *e);
+void hs_model_stage_backward_weight(hs_model *m, int chunk, int slot, const hs_model_hooks *hooks);
 /* MoE: the load-balancing term pools the router statistics of every layer
  * of a micro-batch, so they travel with the hand-over (0 values for a dense
  * model). Forward: hs_model_stage_aux holds the earlier chunks' running

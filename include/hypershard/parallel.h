@@ -196,9 +196,16 @@ void hs_ep_reset_stats(hs_ep *p);
  * forward and one backward in turn, then the remaining backwards.
  * interleaved_1f1b (V >= 2, M a multiple of pp): rounds of pp micro-batches
  * go through the chunks in turn, 2 (pp-1-s) + (V-1) pp forwards fill the
- * pipe, then 1F1B. Every schedule runs each chunk's backwards in
- * micro-batch order. Micro-batch i of chunk v lives in activation slot
- * i % slots of that chunk.
+ * pipe, then 1F1B. zb1p (ZB-H1, Qi et al. 2024, "Zero Bubble Pipeline
+ * Parallelism"): 1F1B's forwards and input backwards B (dI), each block's
+ * weight gradients split off into a third action W(v, i) (dW,
+ * hs_model_stage_backward_weight); stage s runs a micro-batch's W once s
+ * further B's are done, so the W's of the later stages fill the bubbles
+ * 1F1B leaves at the end of the step, and at most pp micro-batches are in
+ * flight on any stage (1F1B's peak). Every schedule runs each chunk's
+ * backwards (and W's) in micro-batch order. Micro-batch i of chunk v
+ * lives in activation slot i % slots of that chunk, from its F to its B,
+ * or to its W where the schedule splits the backward.
  *
  * Hand-over: activations travel chunk c -> c+1 (stage s -> s+1, the last
  * stage's going round to stage 0) on the group "pp_forward", gradients back
@@ -207,7 +214,9 @@ void hs_ep_reset_stats(hs_ep *p);
  * step starts, into a staging buffer of its own, tagged by the receiving
  * (chunk, micro-batch); sends go from staging copies, so the model's
  * buffers are free at once and no wait depends on the order of messages. */
-typedef enum hs_pp_kind { HS_PP_FORWARD = 0, HS_PP_BACKWARD } hs_pp_kind;
+/* HS_PP_BACKWARD is the whole backward, or its input pass (B) in a
+ * schedule that splits it; HS_PP_WEIGHT the weight pass (W). */
+typedef enum hs_pp_kind { HS_PP_FORWARD = 0, HS_PP_BACKWARD, HS_PP_WEIGHT } hs_pp_kind;
 
 typedef struct hs_pp_action {
     hs_pp_kind kind;
@@ -218,14 +227,35 @@ typedef struct hs_pp_action {
 typedef enum hs_pp_schedule_kind {
     HS_PP_GPIPE = 0,
     HS_PP_1F1B,
-    HS_PP_INTERLEAVED
+    HS_PP_INTERLEAVED,
+    HS_PP_ZB1P
 } hs_pp_schedule_kind;
 
-/* "gpipe" / "1f1b" / "interleaved_1f1b"; false for anything else. */
+/* "gpipe" / "1f1b" / "interleaved_1f1b" / "zb1p"; false for anything
+ * else. */
 bool hs_pp_schedule_parse(const char *name, hs_pp_schedule_kind *out);
-/* The 2*M*V actions of stage `stage` of pp in order into out (V: local
- * chunks, 1 but for interleaved). */
+/* Whether the schedule splits each backward into B and W actions (the
+ * stage's model then needs hs_model_options.split_backward). */
+bool hs_pp_schedule_splits(hs_pp_schedule_kind kind);
+/* Actions of one stage's step: 2*M*V, or 3*M*V when the schedule splits
+ * the backward. */
+int64_t hs_pp_schedule_length(hs_pp_schedule_kind kind, int M, int V);
+/* The hs_pp_schedule_length actions of stage `stage` of pp in order into
+ * out (V: local chunks, 1 but for interleaved). */
 void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, hs_pp_action *out);
+/* Checks a stage's action list as the pipeline will run it: every
+ * (chunk, micro-batch) forwarded, backwarded (and weight-passed) exactly
+ * once, each B after its F and each W after its B, each chunk's B's and
+ * W's in micro-batch order; and, simulating every stage of pp together
+ * with messages taking no time, that the hand-overs match (each F of a
+ * chunk fed by an earlier stage comes after that F, each B after the B
+ * of the chunk after it) so the step cannot hang. HS_ERR_INTERNAL naming
+ * the first broken rule. */
+hs_status hs_pp_schedule_check(hs_pp_schedule_kind kind, int pp, int M, int V, hs_error *e);
+/* The same check of given lists (lists[s]: lens[s] actions of stage s;
+ * split: they hold W actions). */
+hs_status hs_pp_actions_check(int pp, int M, int V, bool split, const hs_pp_action *const *lists,
+                              const int *lens, hs_error *e);
 /* The chunks of stage `stage` (hs_config_pp_stages' chunks stage,
  * stage + pp, ...; pp_virtual_stages of them, 1 without), as the stage's
  * model holds them. */
@@ -298,12 +328,14 @@ typedef struct hs_pp_step_io {
     void (*before_backward)(void *ctx, int chunk, int mb, bool last);
     hs_trace *trace;      /* NULL or disabled: no spans */
     const char *schedule; /* for the spans' args */
+    bool split;           /* the schedule splits the backward (B then W) */
 } hs_pp_step_io;
 
 /* One optimizer step's actions (hs_pp_schedule) on stage model m (its
  * chunks the stage's, created with hs_pp_slots slots per chunk): each
  * forward and backward in its slot, with the hand-over; a span "F<i>" /
- * "B<i>" (interleaved: "F<i>.<v>") per action on the compute lane.
+ * "B<i>" / "W<i>" (interleaved: "F<i>.<v>") per action on the compute
+ * lane.
  * *loss_sum / *aux_sum: the head's loss sums and MoE aux terms (0
  * elsewhere). Ends with every send gone out. */
 hs_status hs_pp_run_step(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,

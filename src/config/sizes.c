@@ -194,21 +194,23 @@ static void check_tokens(const hs_config *c, int M, int64_t params, hs_cfg_repor
          "bytes (two all-gathers, a reduce-scatter and an all-reduce)", fix);
 }
 
-/* A stage holds its whole schedule, 2 x M x V actions, and the plan
+/* A stage holds its whole schedule, 2 x M x V actions (3 x for the
+ * zero-bubble schedules, whose backwards come in two), and the plan
  * replays it: HS_PP_MAX_ACTIONS keeps both small. */
 static void check_schedule(const hs_config *c, const hs_topology *t, int M, hs_cfg_report *rep) {
     const hs_accel_config *a = &c->accelerator;
     if (a->pp_size <= 1 || M < 1) return;
-    int64_t V = a->pp_virtual_stages > 1 ? a->pp_virtual_stages : 1, n = 2 * (int64_t)M * V;
+    int per = !strcmp(a->pp_schedule, "zb1p") || !strcmp(a->pp_schedule, "zbv") ? 3 : 2;
+    int64_t V = a->pp_virtual_stages > 1 ? a->pp_virtual_stages : 1, n = per * (int64_t)M * V;
     if (n <= HS_PP_MAX_ACTIONS) return;
-    int64_t most = HS_PP_MAX_ACTIONS / (2 * V);
+    int64_t most = HS_PP_MAX_ACTIONS / (per * V);
     hs_cfg_report_add(rep,
-                      "the pipeline schedule has 2 x micro-batches per step x "
-                      "accelerator.pp_virtual_stages = 2 x %d x %lld = %lld actions per stage, "
+                      "the pipeline schedule has %d x micro-batches per step x "
+                      "accelerator.pp_virtual_stages = %d x %d x %lld = %lld actions per stage, "
                       "more than %d (micro-batches = train.global_batch_size / "
                       "(train.micro_batch_size x dp_size) = %lld / (%d x %d)); set "
                       "train.global_batch_size: %lld or less",
-                      M, (long long)V, (long long)n, HS_PP_MAX_ACTIONS,
+                      per, per, M, (long long)V, (long long)n, HS_PP_MAX_ACTIONS,
                       hs_config_global_batch(c, t), c->train.micro_batch_size, t->dp,
                       (long long)most * c->train.micro_batch_size * t->dp);
 }

@@ -27,6 +27,8 @@ hs_status hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log, h
     ctx->hooks.pre_backward = hs_fsdp_hook_pre_backward;
     ctx->hooks.post_backward = hs_fsdp_hook_post_backward;
     ctx->hooks.post_backward_final = hs_fsdp_hook_post_backward_final;
+    ctx->hooks.weight_grad_deferred = hs_fsdp_hook_weight_grad_deferred;
+    ctx->hooks.post_weight_grad = hs_fsdp_hook_post_weight_grad;
     return HS_OK;
 }
 

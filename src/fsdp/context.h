@@ -78,5 +78,7 @@ void hs_fsdp_hook_post_forward(void *ctx, int unit);
 void hs_fsdp_hook_pre_backward(void *ctx, int unit);
 void hs_fsdp_hook_post_backward(void *ctx, int unit);
 void hs_fsdp_hook_post_backward_final(void *ctx);
+void hs_fsdp_hook_weight_grad_deferred(void *ctx, int unit);
+void hs_fsdp_hook_post_weight_grad(void *ctx, int unit);
 
 #endif

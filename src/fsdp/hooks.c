@@ -83,23 +83,52 @@ void hs_fsdp_hook_pre_backward(void *vctx, int ui) {
     transition(ctx, u, "backward_pre", HS_FSDP_STATE_PRE_BACKWARD);
 }
 
+/* Without a reduction, each micro-batch's gradient goes into the fp32
+ * accumulator where mixed precision keeps one (hs_fsdp_mp_grad_stash). */
+static void stash_grads(hs_fsdp_ctx *ctx, hs_fsdp_unit *u) {
+    hs_error e;
+    hs_error_clear(&e);
+    for (int i = 0; i < u->n_params; i++)
+        if (!u->params[i]->p->frozen && hs_fsdp_mp_grad_stash(u->params[i], &e) != HS_OK)
+            hs_fsdp_ctx_fail(ctx, &e);
+}
+
 void hs_fsdp_hook_post_backward(void *vctx, int ui) {
     hs_fsdp_ctx *ctx = vctx;
     hs_fsdp_unit *u = unit_at(ctx, ui);
     if (u->state == HS_FSDP_STATE_BACKWARD) return; /* already run by the root */
     if (u->state != HS_FSDP_STATE_PRE_BACKWARD) bad_order(u, "backward");
     if (u->fwd_outstanding > 0) u->fwd_outstanding--;
-    hs_error e;
-    hs_error_clear(&e);
-    if (ctx->sync) hs_fsdp_ctx_reduce_unit(ctx, ui);
-    else
-        for (int i = 0; i < u->n_params; i++)
-            if (!u->params[i]->p->frozen && hs_fsdp_mp_grad_stash(u->params[i], &e) != HS_OK)
-                hs_fsdp_ctx_fail(ctx, &e);
+    /* Weight gradients still to come: the reduction (if this backward
+     * syncs) waits for them (hs_fsdp_hook_post_weight_grad). */
+    if (u->wgrad_pending > 0) u->wgrad_sync |= ctx->sync;
+    if (ctx->sync && u->wgrad_pending == 0) hs_fsdp_ctx_reduce_unit(ctx, ui);
+    else stash_grads(ctx, u);
     /* Without sync the unsharded gradients stay alive and keep
-     * accumulating until the micro-batch that syncs. */
+     * accumulating until the micro-batch that syncs. The weight pass
+     * needs no parameter: it multiplies kept gradients and inputs. */
     if (ctx->reshard) hs_fsdp_unit_reshard(u);
     transition(ctx, u, "backward", HS_FSDP_STATE_BACKWARD);
+}
+
+void hs_fsdp_hook_weight_grad_deferred(void *vctx, int ui) {
+    hs_fsdp_ctx *ctx = vctx;
+    hs_fsdp_unit *u = unit_at(ctx, ui);
+    if (u->state != HS_FSDP_STATE_PRE_BACKWARD) bad_order(u, "weight_grad_deferred");
+    u->wgrad_pending++;
+}
+
+void hs_fsdp_hook_post_weight_grad(void *vctx, int ui) {
+    hs_fsdp_ctx *ctx = vctx;
+    hs_fsdp_unit *u = unit_at(ctx, ui);
+    if (u->wgrad_pending < 1) bad_order(u, "post_weight_grad");
+    if (--u->wgrad_pending == 0 && u->wgrad_sync) {
+        u->wgrad_sync = false;
+        hs_fsdp_ctx_reduce_unit(ctx, ui);
+    } else {
+        stash_grads(ctx, u);
+    }
+    if (ctx->log) hs_log_debug(ctx->log, "fsdp unit %d: weight gradients in", u->index);
 }
 
 void hs_fsdp_hook_post_backward_final(void *vctx) {

@@ -51,6 +51,12 @@ typedef struct hs_fsdp_unit {
      * schedule runs several micro-batches' forwards before their
      * backwards, so backward may follow backward while this is > 0. */
     int fwd_outstanding;
+    /* Split backward (zero-bubble pipelines): backwards whose weight
+     * gradients are still to come (weight_grad_deferred .. post_weight_grad),
+     * and whether one of them was to sync: the unit reduces after the
+     * weight pass that brings this to 0. */
+    int wgrad_pending;
+    bool wgrad_sync;
     bool reshard_after_forward;
     /* Units to all-gather ahead, in declaration order (forward: the next
      * forward_prefetch_depth units; backward: the previous ones). */

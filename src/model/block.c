@@ -138,15 +138,62 @@ static hs_moe_grads moe_grads(const hs_block_params *bp) {
     return g;
 }
 
+/* The first of the linears reading each input records it (the split
+ * backward under activation checkpointing copies it once). */
+static hs_wgrad_input input_of(hs_wgrad_kind k, bool *first) {
+    static const hs_wgrad_input in[HS_WG_OPS] = {HS_WX_ATTY, HS_WX_LN1, HS_WX_LN1, HS_WX_LN1,
+                                                 HS_WX_LN2,  HS_WX_LN2, HS_WX_H};
+    *first = k == HS_WG_O || k == HS_WG_Q || k == HS_WG_GATE || k == HS_WG_DOWN;
+    return in[k];
+}
+
+/* The split backward's input pass of a linear: dx now, and what its weight
+ * gradient needs kept in the block's record for the weight pass. */
+static void defer_weight_grad(hs_model *m, hs_wgrad_kind kind, float *dx, bool overwrite_dx,
+                              hs_param *w, const float *dout, const void *x, int64_t N, int IC,
+                              int OC) {
+    hs_wgrad_block *rec = m->wg_cur;
+    hs_wgrad_op *op = &rec->op[kind];
+    hs_dtype ydt;
+    const void *dy = hs_linear_dout(m->dev, dout, op->dy, m->dt, N * OC, &ydt);
+    HS_ASSERT(ydt == m->wg_dt);
+    if (dy != op->dy) hs_dev_copy(m->dev, op->dy, dy, (size_t)(N * OC) * hs_dtype_size(ydt));
+    hs_linear_backward_dy(m->dev, dx, overwrite_dx, NULL, false, w->grad_dtype, op->dy, ydt, NULL,
+                          w->data, m->dt, N, IC, OC);
+    bool first;
+    hs_wgrad_input in = input_of(kind, &first);
+    void *copy = rec->xcopy[in];
+    if (copy && first) hs_dev_copy(m->dev, copy, x, (size_t)(N * IC) * hs_dtype_size(m->dt));
+    *op = (hs_wgrad_op){.w = w, .dy = op->dy, .x = copy ? copy : x, .rows = N, .IC = IC, .OC = OC};
+}
+
 /* A dense linear's backward: dx stored over or added to, and its weight
  * gradient stored over while the buffer holds no value yet (grad_unset),
- * added to after. */
-static void dense_backward(hs_model *m, float *dx, bool overwrite_dx, hs_param *w,
-                           const float *dout, const void *x, int64_t N, int IC, int OC) {
+ * added to after; in the split backward's input pass, kept for later. */
+static void dense_backward(hs_model *m, hs_wgrad_kind kind, float *dx, bool overwrite_dx,
+                           hs_param *w, const float *dout, const void *x, int64_t N, int IC,
+                           int OC) {
+    if (m->wg_cur && w->grad) {
+        defer_weight_grad(m, kind, dx, overwrite_dx, w, dout, x, N, IC, OC);
+        return;
+    }
     bool store = w->grad && w->grad_unset;
     hs_linear_backward_ex(m->dev, dx, overwrite_dx, w->grad, store, w->grad_dtype, dout, m->dout16,
                           x, w->data, m->dt, N, IC, OC);
     if (w->grad) w->grad_unset = false;
+}
+
+void hs_block_backward_weight(hs_model *m, hs_wgrad_block *wg) {
+    for (int k = 0; k < HS_WG_OPS; k++) {
+        hs_wgrad_op *op = &wg->op[k];
+        hs_param *w = op->w;
+        if (!w) continue;
+        bool store = w->grad_unset;
+        hs_linear_backward_dy(m->dev, NULL, false, w->grad, store, w->grad_dtype, op->dy, m->wg_dt,
+                              op->x, NULL, m->dt, op->rows, op->IC, op->OC);
+        w->grad_unset = false;
+        op->w = NULL;
+    }
 }
 
 /* dres = d(x_out) in (local rows); returns d(ln2) of the local rows. The
@@ -169,10 +216,10 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
         return m->dln;
     }
     const float *dout = par->exit_grad(par->ctx, m->dres, bp->wd, N);
-    dense_backward(m, m->dh, true, bp->wd, dout, a->h, rows, F, C);
+    dense_backward(m, HS_WG_DOWN, m->dh, true, bp->wd, dout, a->h, rows, F, C);
     m->k->swiglu_bwd(m->s, m->dg, m->du, true, m->dh, a->gate, a->up, dt, rows * F);
-    dense_backward(m, m->dln, true, bp->wg, m->dg, a->ln2, rows, C, F);
-    dense_backward(m, m->dln, false, bp->wu, m->du, a->ln2, rows, C, F);
+    dense_backward(m, HS_WG_GATE, m->dln, true, bp->wg, m->dg, a->ln2, rows, C, F);
+    dense_backward(m, HS_WG_UP, m->dln, false, bp->wu, m->du, a->ln2, rows, C, F);
     return par->enter_grad(par->ctx, m->dln, bp->wg, N);
 }
 
@@ -184,7 +231,7 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
     int64_t N = (int64_t)B * T;
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
     const float *dout = par->exit_grad(par->ctx, m->dres, bp->wo, N);
-    dense_backward(m, m->datt, true, bp->wo, dout, a->atty, N, qd, C);
+    dense_backward(m, HS_WG_O, m->datt, true, bp->wo, dout, a->atty, N, qd, C);
     zero_f32(m, m->dq, N * qd);
     zero_f32(m, m->dk, N * kvd);
     zero_f32(m, m->dv, N * kvd);
@@ -192,9 +239,9 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
     par->attention_bwd(par->ctx, &io);
     m->k->rope_bwd(m->s, m->dq, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
     m->k->rope_bwd(m->s, m->dk, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
-    dense_backward(m, m->dln, true, bp->wq, m->dq, a->ln1, N, C, qd);
-    dense_backward(m, m->dln, false, bp->wk, m->dk, a->ln1, N, C, kvd);
-    dense_backward(m, m->dln, false, bp->wv, m->dv, a->ln1, N, C, kvd);
+    dense_backward(m, HS_WG_Q, m->dln, true, bp->wq, m->dq, a->ln1, N, C, qd);
+    dense_backward(m, HS_WG_K, m->dln, false, bp->wk, m->dk, a->ln1, N, C, kvd);
+    dense_backward(m, HS_WG_V, m->dln, false, bp->wv, m->dv, a->ln1, N, C, kvd);
     const float *dln = par->enter_grad(par->ctx, m->dln, bp->wq, N);
     m->k->rmsnorm_bwd(m->s, m->dres, bp->ln1->grad, bp->ln1->grad_dtype, dln, x, xdt, bp->ln1->data,
                       a->rstd1, dt, hs_model_local_rows(m, N), C, m->norm_part);

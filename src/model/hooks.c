@@ -17,3 +17,9 @@ void hs_hook_post_backward(const hs_model_hooks *h, int u) {
 void hs_hook_post_backward_final(const hs_model_hooks *h) {
     if (h && h->post_backward_final) h->post_backward_final(h->ctx);
 }
+void hs_hook_weight_grad_deferred(const hs_model_hooks *h, int u) {
+    if (h && h->weight_grad_deferred) h->weight_grad_deferred(h->ctx, u);
+}
+void hs_hook_post_weight_grad(const hs_model_hooks *h, int u) {
+    if (h && h->post_weight_grad) h->post_weight_grad(h->ctx, u);
+}

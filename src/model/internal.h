@@ -51,6 +51,46 @@ typedef struct hs_block_acts {
     void *moe_mem; /* the block hs_moe_act_bind lays moe out over */
 } hs_block_acts;
 
+/* The split backward's record of a block's dense linears (model.h,
+ * hs_model_stage_backward_input): per linear its output gradient, kept
+ * in the slot in dy's dtype (hs_linear_dout) until the weight pass, and
+ * the input its weight gradient multiplies it with: the slot's
+ * activation, or under activation checkpointing (whose recomputed
+ * activations the next block overwrites) a copy in the record. */
+typedef enum hs_wgrad_kind {
+    HS_WG_O = 0,
+    HS_WG_Q,
+    HS_WG_K,
+    HS_WG_V,
+    HS_WG_GATE,
+    HS_WG_UP,
+    HS_WG_DOWN,
+    HS_WG_OPS
+} hs_wgrad_kind;
+
+/* The inputs the linears read: ln1 (q, k, v), atty (o), ln2 (gate, up),
+ * h (down). */
+typedef enum hs_wgrad_input {
+    HS_WX_LN1 = 0,
+    HS_WX_ATTY,
+    HS_WX_LN2,
+    HS_WX_H,
+    HS_WX_INPUTS
+} hs_wgrad_input;
+
+typedef struct hs_wgrad_op {
+    hs_param *w;   /* NULL: nothing pending */
+    void *dy;      /* [rows, OC] in the model's wg_dt */
+    const void *x; /* [rows, IC] in the compute dtype */
+    int64_t rows;
+    int IC, OC;
+} hs_wgrad_op;
+
+typedef struct hs_wgrad_block {
+    hs_wgrad_op op[HS_WG_OPS];
+    void *xcopy[HS_WX_INPUTS]; /* activation checkpointing only */
+} hs_wgrad_block;
+
 /* One micro-batch's activations of one chunk (hs_model_options.act_slots):
  * resid[j] is the input of the chunk's block j (resid[len] its output),
  * acts[j] what block j keeps for backward. The model's resid / acts /
@@ -61,7 +101,8 @@ typedef struct hs_act_slot {
     hs_block_acts *acts;
     float *rstdf;
     void *lnf;
-    float *aux_g; /* moe: [E] the router gradient of the aux term */
+    float *aux_g;       /* moe: [E] the router gradient of the aux term */
+    hs_wgrad_block *wg; /* split backward: [len], else NULL */
 } hs_act_slot;
 
 struct hs_model {
@@ -140,6 +181,14 @@ struct hs_model {
 
     const float *rope_cos, *rope_sin; /* the tables of this batch's positions */
 
+    /* split backward: the dtype output gradients are kept in, and the
+     * record of the block whose input pass is running (NULL: the weight
+     * gradients are computed at once) */
+    hs_dtype wg_dt;
+    hs_wgrad_block *wg_slot; /* the slot in use's records, [chunk len] */
+    hs_wgrad_block *wg_cur;
+    bool split; /* the input pass of a split backward is running */
+
     /* moe */
     void *moe_scratch; /* hs_moe_scratch_bytes */
     hs_moe_aux aux;
@@ -187,6 +236,10 @@ void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in
 /* m->dres holds d(x_out) on entry and d(x_in) on return. */
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
                        const hs_model_hooks *hooks, const float *aux_g);
+/* The weight gradients block `layer`'s input pass left in wg (m->wg_cur
+ * set during hs_block_backward), accumulated into the parameters'
+ * gradients; wg is empty after. */
+void hs_block_backward_weight(hs_model *m, hs_wgrad_block *wg);
 
 /* The rows of the residual stream this rank holds of N. */
 int64_t hs_model_local_rows(const hs_model *m, int64_t N);
@@ -197,5 +250,7 @@ void hs_hook_post_forward(const hs_model_hooks *h, int u);
 void hs_hook_pre_backward(const hs_model_hooks *h, int u);
 void hs_hook_post_backward(const hs_model_hooks *h, int u);
 void hs_hook_post_backward_final(const hs_model_hooks *h);
+void hs_hook_weight_grad_deferred(const hs_model_hooks *h, int u);
+void hs_hook_post_weight_grad(const hs_model_hooks *h, int u);
 
 #endif

@@ -53,5 +53,16 @@ void hs_linear_backward_ex(hs_device *d, float *dx /* N,IC */, bool overwrite_dx
                            void *dw /* OC,IC */, bool overwrite_dw, hs_dtype gdt,
                            const float *dout /* N,OC */, void *dout16, const void *x /* N,IC */,
                            const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC);
+/* The output gradient as hs_linear_backward_ex's GEMMs read it: rounded
+ * to dt into dout16 when that is given and dt is 16-bit, else dout as it
+ * is; *ydt its dtype. */
+const void *hs_linear_dout(hs_device *d, const float *dout, void *dout16, hs_dtype dt, int64_t n,
+                           hs_dtype *ydt);
+/* hs_linear_backward_ex's two GEMMs from that gradient (dy in ydt); dx or
+ * dw NULL skips its GEMM (the split backward runs them apart). */
+void hs_linear_backward_dy(hs_device *d, float *dx /* N,IC */, bool overwrite_dx,
+                           void *dw /* OC,IC */, bool overwrite_dw, hs_dtype gdt,
+                           const void *dy /* N,OC */, hs_dtype ydt, const void *x /* N,IC */,
+                           const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC);
 
 #endif

@@ -21,20 +21,34 @@ void hs_linear_backward(hs_device *d, float *dx /* N,IC */, void *dw /* OC,IC */
     hs_linear_backward_ex(d, dx, false, dw, false, gdt, dout, NULL, x, w, dt, N, IC, OC);
 }
 
-void hs_linear_backward_ex(hs_device *d, float *dx /* N,IC */, bool overwrite_dx,
-                           void *dw /* OC,IC */, bool overwrite_dw, hs_dtype gdt,
-                           const float *dout /* N,OC */, void *dout16, const void *x /* N,IC */,
-                           const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC) {
-    const void *dy = dout;
-    hs_dtype ydt = HS_DTYPE_F32;
+const void *hs_linear_dout(hs_device *d, const float *dout, void *dout16, hs_dtype dt, int64_t n,
+                           hs_dtype *ydt) {
     if (dout16 && dt != HS_DTYPE_F32) {
-        hs_dev_convert(d, dout16, dt, dout, HS_DTYPE_F32, N * OC);
-        dy = dout16, ydt = dt;
+        hs_dev_convert(d, dout16, dt, dout, HS_DTYPE_F32, n);
+        *ydt = dt;
+        return dout16;
     }
+    *ydt = HS_DTYPE_F32;
+    return dout;
+}
+
+void hs_linear_backward_dy(hs_device *d, float *dx /* N,IC */, bool overwrite_dx,
+                           void *dw /* OC,IC */, bool overwrite_dw, hs_dtype gdt,
+                           const void *dy /* N,OC */, hs_dtype ydt, const void *x /* N,IC */,
+                           const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC) {
     if (dx)
         hs_dev_gemm(d, false, false, N, IC, OC, 1.0f, dy, ydt, OC, w, dt, IC,
                     overwrite_dx ? 0.0f : 1.0f, dx, HS_DTYPE_F32, IC);
     if (dw)
         hs_dev_gemm(d, true, false, OC, IC, N, 1.0f, dy, ydt, OC, x, dt, IC,
                     overwrite_dw ? 0.0f : 1.0f, dw, gdt, IC);
+}
+
+void hs_linear_backward_ex(hs_device *d, float *dx /* N,IC */, bool overwrite_dx,
+                           void *dw /* OC,IC */, bool overwrite_dw, hs_dtype gdt,
+                           const float *dout /* N,OC */, void *dout16, const void *x /* N,IC */,
+                           const void *w /* OC,IC */, hs_dtype dt, int64_t N, int IC, int OC) {
+    hs_dtype ydt;
+    const void *dy = hs_linear_dout(d, dout, dout16, dt, N * OC, &ydt);
+    hs_linear_backward_dy(d, dx, overwrite_dx, dw, overwrite_dw, gdt, dy, ydt, x, w, dt, N, IC, OC);
 }

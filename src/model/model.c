@@ -204,6 +204,24 @@ static void out_tmp_alloc(hs_model *m, int64_t BT) {
     m->out_tmp = any ? buf(m, BT * m->C, dt) : NULL;
 }
 
+/* The split backward's record of one block (internal.h hs_wgrad_block):
+ * an output gradient per dense linear, and under activation checkpointing
+ * a copy of each input. */
+static void wgrad_alloc(hs_model *m, hs_wgrad_block *w, int64_t BT) {
+    int64_t q = (int64_t)m->NH * m->HD, kv = (int64_t)m->KVH * m->HD, F = m->moe ? 0 : m->F;
+    const int64_t width[HS_WG_OPS] = {m->C, q, kv, kv, F, F, m->C};
+    const int64_t in_width[HS_WX_INPUTS] = {m->C, q, m->C, F};
+    for (int k = 0; k < HS_WG_OPS; k++)
+        w->op[k].dy = width[k] > 0 ? buf(m, BT * width[k], m->wg_dt) : NULL;
+    for (int k = 0; m->opt.activation_checkpointing && k < HS_WX_INPUTS; k++)
+        w->xcopy[k] = in_width[k] > 0 ? buf(m, BT * in_width[k], m->dt) : NULL;
+}
+
+static void wgrad_free(hs_model *m, hs_wgrad_block *w) {
+    for (int k = 0; k < HS_WG_OPS; k++) hs_device_free_mem(m->dev, w->op[k].dy);
+    for (int k = 0; k < HS_WX_INPUTS; k++) hs_device_free_mem(m->dev, w->xcopy[k]);
+}
+
 /* One micro-batch's residual stream, block activations and final norm of
  * one chunk. With activation checkpointing the block activations are
  * recomputed in backward, so every slot shares the first one's (sized for
@@ -232,6 +250,13 @@ static void slot_alloc(hs_model *m, hs_act_slot *sl, int chunk, int64_t BT) {
     sl->rstdf = head ? buf(m, BT, HS_DTYPE_F32) : NULL;
     sl->lnf = head ? buf(m, BT * m->C, m->dt) : NULL;
     sl->aux_g = m->moe ? buf(m, m->moe_shapes.E, HS_DTYPE_F32) : NULL;
+    if (!m->opt.split_backward) return;
+    sl->wg = calloc((size_t)len + 1, sizeof *sl->wg);
+    if (!sl->wg) {
+        model_oom(m, "model: %d weight-gradient records", len);
+        return;
+    }
+    for (int j = 0; j < len; j++) wgrad_alloc(m, &sl->wg[j], BT);
 }
 
 static void slot_free(hs_model *m, hs_act_slot *sl) {
@@ -245,6 +270,8 @@ static void slot_free(hs_model *m, hs_act_slot *sl) {
     hs_device_free_mem(m->dev, sl->rstdf);
     hs_device_free_mem(m->dev, sl->lnf);
     hs_device_free_mem(m->dev, sl->aux_g);
+    for (int j = 0; sl->wg && j < sl->len; j++) wgrad_free(m, &sl->wg[j]);
+    free(sl->wg);
 }
 
 void hs_model_use_slot(hs_model *m, int chunk, int slot) {
@@ -256,6 +283,7 @@ void hs_model_use_slot(hs_model *m, int chunk, int slot) {
     m->rstdf = sl->rstdf;
     m->lnf = sl->lnf;
     m->aux_g = sl->aux_g;
+    m->wg_slot = sl->wg;
 }
 
 /* Whether every buffer size below is an int64 without overflow: each is at
@@ -319,6 +347,8 @@ static void buffers_alloc(hs_model *m) {
     if (m->cos_t) m->k->rope_tables(m->s, m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);
     m->rope_cos = m->cos_t, m->rope_sin = m->sin_t;
     seam_bind(m, BT); /* before the activation sets, whose MoE layers ask the seam */
+    /* a linear's output gradient as its GEMMs read it (hs_linear_dout) */
+    m->wg_dt = dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32) ? dt : HS_DTYPE_F32;
     m->n_acts = m->opt.activation_checkpointing ? 1 : m->L;
     m->n_slots = m->opt.act_slots > 0 ? m->opt.act_slots : 1;
     int total = m->n_chunks * m->n_slots;

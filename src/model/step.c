@@ -174,6 +174,13 @@ static int64_t count_valid(const int32_t *targets, int64_t N) {
     return v;
 }
 
+/* Whether a block's input pass left weight gradients to its weight pass. */
+static bool wgrad_pending(const hs_wgrad_block *wg) {
+    for (int k = 0; k < HS_WG_OPS; k++)
+        if (wg->op[k].w) return true;
+    return false;
+}
+
 /* From d lnf (the head's chunk), or from d output already in m->dres. */
 static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
                            const float *dlnf) {
@@ -194,7 +201,10 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
             hs_block_forward(m, i, a, m->resid[j], m->resid[j + 1], b->B, b->T, hooks, false);
             hs_hook_post_forward(hooks, u);
         }
+        m->wg_cur = m->split ? &m->wg_slot[j] : NULL;
         hs_block_backward(m, i, a, m->resid[j], b->B, b->T, hooks, m->moe ? m->aux_g : NULL);
+        if (m->wg_cur && wgrad_pending(m->wg_cur)) hs_hook_weight_grad_deferred(hooks, u);
+        m->wg_cur = NULL;
         hs_hook_post_backward(hooks, u);
     }
     if (!has_embedding(m)) return; /* m->dres holds d input for the previous chunk */
@@ -325,6 +335,30 @@ hs_status hs_model_stage_backward(hs_model *m, int chunk, int slot, const hs_bat
     hs_batch db = on_device(m, b);
     backward_on_device(m, &db, grad_scale, hooks, loss_sum);
     return HS_OK;
+}
+
+hs_status hs_model_stage_backward_input(hs_model *m, int chunk, int slot, const hs_batch *b,
+                                        float grad_scale, const hs_model_hooks *hooks,
+                                        double *loss_sum, hs_error *e) {
+    HS_ASSERT(m->opt.split_backward);
+    m->split = true;
+    hs_status s = hs_model_stage_backward(m, chunk, slot, b, grad_scale, hooks, loss_sum, e);
+    m->split = false;
+    return s;
+}
+
+void hs_model_stage_backward_weight(hs_model *m, int chunk, int slot, const hs_model_hooks *hooks) {
+    HS_ASSERT(m->opt.split_backward);
+    hs_act_slot *sl = slot_of(m, chunk, slot);
+    int i0 = m->chunk_begin[chunk];
+    /* in the input pass's order: last block first */
+    for (int j = sl->len - 1; j >= 0; j--) {
+        if (!wgrad_pending(&sl->wg[j])) continue;
+        hs_block_backward_weight(m, &sl->wg[j]);
+        hs_hook_post_weight_grad(hooks, m->blocks[i0 + j].unit);
+    }
+    /* the weight pass ends a backward: what it reduced completes here */
+    hs_hook_post_backward_final(hooks);
 }
 
 hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_scale,

@@ -20,14 +20,15 @@ static void span(const hs_pp_step_io *io, const hs_pp *p, const hs_model *m, hs_
                  double t0) {
     if (!io->trace || !hs_trace_enabled(io->trace)) return;
     char name[32], args[192];
-    char kind = a.kind == HS_PP_FORWARD ? 'F' : 'B';
+    static const char kinds[] = {'F', 'B', 'W'};
+    static const char *const cats[] = {"pp_forward", "pp_backward", "pp_weight"};
+    char kind = kinds[a.kind];
     if (hs_model_num_chunks(m) > 1)
         snprintf(name, sizeof name, "%c%d.%d", kind, a.micro_batch, a.chunk);
     else snprintf(name, sizeof name, "%c%d", kind, a.micro_batch);
     snprintf(args, sizeof args, "\"stage\":%d,\"chunk\":%d,\"micro_batch\":%d,\"schedule\":\"%s\"",
              hs_pp_stage(p), a.chunk, a.micro_batch, io->schedule ? io->schedule : "");
-    hs_trace_span(io->trace, HS_LANE_COMPUTE, name,
-                  a.kind == HS_PP_FORWARD ? "pp_forward" : "pp_backward", t0, hs_now(), args);
+    hs_trace_span(io->trace, HS_LANE_COMPUTE, name, cats[a.kind], t0, hs_now(), args);
 }
 
 static hs_status run_forward(hs_pp *p, hs_model *m, const hs_model_hooks *hooks, hs_pp_action a,
@@ -68,13 +69,24 @@ static hs_status run_backward(hs_pp *p, hs_model *m, const hs_model_hooks *hooks
         s = hs_pp_take_backward(p, key_of(v, mb, M), hs_model_stage_grad(m), aux_g, e);
     io->before_backward(io->ctx, v, mb, mb == M - 1);
     double t0 = hs_now();
-    if (s == HS_OK) s = hs_model_stage_backward(m, v, slot, &b, grad_scale, hooks, loss, e);
+    if (s == HS_OK)
+        s = io->split ? hs_model_stage_backward_input(m, v, slot, &b, grad_scale, hooks, loss, e)
+                      : hs_model_stage_backward(m, v, slot, &b, grad_scale, hooks, loss, e);
     hs_pp_add_busy(p, hs_now() - t0);
     span(io, p, m, a, t0);
     if (s == HS_OK && !hs_model_chunk_has_embedding(m, v))
         s = hs_pp_send_backward(p, key_of(backward_dest_chunk(p, v), mb, M), hs_model_stage_grad(m),
                                 numel, aux_g, xn, e);
     return s;
+}
+
+/* The weight pass of (chunk, micro-batch): local work, no hand-over. */
+static void run_weight(hs_pp *p, hs_model *m, const hs_model_hooks *hooks, hs_pp_action a,
+                       const hs_pp_step_io *io) {
+    double t0 = hs_now();
+    hs_model_stage_backward_weight(m, a.chunk, a.micro_batch % hs_model_num_slots(m), hooks);
+    hs_pp_add_busy(p, hs_now() - t0);
+    span(io, p, m, a, t0);
 }
 
 /* Every receive of the step, before anything runs. */
@@ -102,9 +114,11 @@ hs_status hs_pp_run_step(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
     *loss_sum = *aux_sum = 0.0;
     for (int k = 0; s == HS_OK && k < n_actions; k++) {
         double loss = 0.0, aux = 0.0;
-        s = actions[k].kind == HS_PP_FORWARD
-                ? run_forward(p, m, hooks, actions[k], M, grad_scale, io, &aux, e)
-                : run_backward(p, m, hooks, actions[k], M, grad_scale, io, &loss, e);
+        if (actions[k].kind == HS_PP_FORWARD)
+            s = run_forward(p, m, hooks, actions[k], M, grad_scale, io, &aux, e);
+        else if (actions[k].kind == HS_PP_BACKWARD)
+            s = run_backward(p, m, hooks, actions[k], M, grad_scale, io, &loss, e);
+        else run_weight(p, m, hooks, actions[k], io);
         *loss_sum += loss;
         *aux_sum += aux;
     }

@@ -141,7 +141,12 @@ hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_e
         return hs_error_oom(e, "engine: cannot allocate the parameter list");
     }
     local_fill_params(c, m);
-    c->hooks = (hs_model_hooks){c, noop_unit, noop_unit, noop_unit, noop_unit, noop_final};
+    c->hooks = (hs_model_hooks){.ctx = c,
+                                .pre_forward = noop_unit,
+                                .post_forward = noop_unit,
+                                .pre_backward = noop_unit,
+                                .post_backward = noop_unit,
+                                .post_backward_final = noop_final};
     *en = (hs_engine){
         .name = "local",
         .ctx = c,

@@ -16,6 +16,13 @@ bool hs_engine_uses_fsdp(const hs_config *cfg, const hs_topology *topo) {
            wants_policies(cfg);
 }
 
+/* A zero-bubble pipeline schedule: the stage's backwards come in two. */
+static bool splits_backward(const hs_config *cfg) {
+    hs_pp_schedule_kind kind;
+    return cfg->accelerator.pp_size > 1 &&
+           hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &kind) && hs_pp_schedule_splits(kind);
+}
+
 hs_model_options hs_engine_model_options(const hs_config *cfg, bool fsdp, int max_batch,
                                          hs_model_stage stage, int act_slots) {
     const hs_mix_precision *mp = &cfg->fsdp.mix_precision;
@@ -30,6 +37,7 @@ hs_model_options hs_engine_model_options(const hs_config *cfg, bool fsdp, int ma
         .allocate_params = !fsdp, /* one process: the model owns data and grads */
         .stage = stage,
         .act_slots = act_slots,
+        .split_backward = splits_backward(cfg),
         /* the threads this process computes with (train.threads, else the
          * OpenMP team: cmd_train balances it over the node's ranks) */
         .threads = cfg->train.threads > 0 ? cfg->train.threads : hs_blas_get_threads(),

@@ -14,7 +14,7 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
     if (!hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &t->pp_kind))
         return hs_error_set(e, HS_ERR_CONFIG,
                             "accelerator.pp_schedule: unknown schedule '%s'; "
-                            "use gpipe, 1f1b or interleaved_1f1b",
+                            "use gpipe, 1f1b, interleaved_1f1b or zb1p",
                             cfg->accelerator.pp_schedule);
     t->pp_group = hs_mesh_group(t->mesh, HS_DIM_PP);
     t->pp_stage = hs_mesh_coords(t->mesh).pp;
@@ -23,7 +23,10 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
     int V = t->pp_virtual = t->stage.n_chunks;
     if (hs_pp_slots(t->pp_kind, t->pp_size, t->pp_stage, t->M, V, &t->act_slots, e) != HS_OK)
         return e->code;
-    t->n_pp_actions = 2 * t->M * V;
+    /* a schedule that could hang or run an action twice is a bug: refuse it
+     * before the first step rather than find it in a hang */
+    if (hs_pp_schedule_check(t->pp_kind, t->pp_size, t->M, V, e) != HS_OK) return e->code;
+    t->n_pp_actions = (int)hs_pp_schedule_length(t->pp_kind, t->M, V);
     t->pp_actions = calloc((size_t)t->n_pp_actions, sizeof *t->pp_actions);
     if (!t->pp_actions) return hs_error_oom(e, "trainer: cannot allocate the schedule");
     hs_pp_schedule(t->pp_kind, t->pp_size, t->pp_stage, t->M, V, t->pp_actions);
@@ -69,7 +72,8 @@ hs_status hs_pp_run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, do
                         .batch = micro_batch,
                         .before_backward = before_backward,
                         .trace = t->trace,
-                        .schedule = t->cfg->accelerator.pp_schedule};
+                        .schedule = t->cfg->accelerator.pp_schedule,
+                        .split = hs_pp_schedule_splits(t->pp_kind)};
     t->engine->begin_step(t->engine);
     double loss = 0.0, aux = 0.0;
     hs_status s = hs_pp_run_step(t->pp, t->engine->model, t->hooks, t->pp_actions, t->n_pp_actions,

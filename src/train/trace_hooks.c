@@ -46,6 +46,18 @@ static void th_post_backward_final(void *ctx) {
                   NULL);
 }
 
+/* The split backward's calls pass through: the pipeline's W span times
+ * the weight pass. */
+static void th_weight_grad_deferred(void *ctx, int unit) {
+    hs_trace_hooks *th = ctx;
+    if (th->inner->weight_grad_deferred) th->inner->weight_grad_deferred(th->inner->ctx, unit);
+}
+
+static void th_post_weight_grad(void *ctx, int unit) {
+    hs_trace_hooks *th = ctx;
+    if (th->inner->post_weight_grad) th->inner->post_weight_grad(th->inner->ctx, unit);
+}
+
 const hs_model_hooks *hs_trace_hooks_init(hs_trace_hooks *th, const hs_model_hooks *inner,
                                           hs_trace *trace, hs_model *model, hs_device *dev) {
     *th = (hs_trace_hooks){.inner = inner, .trace = trace, .model = model, .dev = dev};
@@ -62,7 +74,9 @@ const hs_model_hooks *hs_trace_hooks_init(hs_trace_hooks *th, const hs_model_hoo
                                  th_post_forward,
                                  th_pre_backward,
                                  th_post_backward,
-                                 th_post_backward_final};
+                                 th_post_backward_final,
+                                 th_weight_grad_deferred,
+                                 th_post_weight_grad};
     return &th->outer;
 }
 

@@ -302,9 +302,12 @@ static const hs_model_hooks *probe_init(unit_probe *p, run *r, hs_trace *tr) {
     p->inner = hs_fsdp_hooks(r->f);
     p->r = r;
     p->tr = tr;
-    p->outer = (hs_model_hooks){
-        p,          probe_pre_forward, probe_post_forward, probe_pre_backward, probe_post_backward,
-        probe_final};
+    p->outer = (hs_model_hooks){.ctx = p,
+                                .pre_forward = probe_pre_forward,
+                                .post_forward = probe_post_forward,
+                                .pre_backward = probe_pre_backward,
+                                .post_backward = probe_post_backward,
+                                .post_backward_final = probe_final};
     return &p->outer;
 }
 

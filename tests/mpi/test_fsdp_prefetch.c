@@ -108,8 +108,12 @@ static void at_most_depth_plus_one_blocks_unsharded(hs_comm *c, int depth) {
     hs_error_clear(&e);
     hs_batch b = ov_batch(&r, 1);
     mem_probe p = {.inner = hs_fsdp_hooks(r.f), .f = r.f};
-    p.outer = (hs_model_hooks){
-        &p, mp_pre_forward, mp_post_forward, mp_pre_backward, mp_post_backward, mp_final};
+    p.outer = (hs_model_hooks){.ctx = &p,
+                               .pre_forward = mp_pre_forward,
+                               .post_forward = mp_post_forward,
+                               .pre_backward = mp_pre_backward,
+                               .post_backward = mp_post_backward,
+                               .post_backward_final = mp_final};
     hs_fsdp_stats st;
     hs_fsdp_get_stats(r.f, &st);
     int64_t at_rest = st.param_bytes; /* the shards alone */
@@ -214,8 +218,12 @@ static int forward_overlaps(ov_run *r, int depth, double *gap, bool *early_out) 
     hs_error_clear(&e);
     hs_batch b = ov_batch(r, 1);
     time_probe p = {.inner = hs_fsdp_hooks(r->f)};
-    p.outer = (hs_model_hooks){
-        &p, tp_pre_forward, tp_post_forward, tp_pre_backward, tp_post_backward, tp_final};
+    p.outer = (hs_model_hooks){.ctx = &p,
+                               .pre_forward = tp_pre_forward,
+                               .post_forward = tp_post_forward,
+                               .pre_backward = tp_pre_backward,
+                               .post_backward = tp_post_backward,
+                               .post_backward_final = tp_final};
     float scale = 1.0f / (float)(r->G * r->T);
     double loss, aux, t0 = hs_now();
     CHECK(r->c, hs_model_forward_backward(r->m, &b, scale, &p.outer, &loss, &aux, &e) == HS_OK,

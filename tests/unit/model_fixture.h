@@ -150,7 +150,12 @@ static inline void mf_check_hooks(const hs_model_config *c, hs_model_options o, 
     o.allocate_params = false;
     hs_error e;
     assert_int_equal(hs_model_create(c, &o, &r.m, &e), HS_OK);
-    hs_model_hooks hooks = {&r, mf_pre_fwd, mf_post_fwd, mf_pre_bwd, mf_post_bwd, mf_final};
+    hs_model_hooks hooks = {.ctx = &r,
+                            .pre_forward = mf_pre_fwd,
+                            .post_forward = mf_post_fwd,
+                            .pre_backward = mf_pre_bwd,
+                            .post_backward = mf_post_bwd,
+                            .post_backward_final = mf_final};
     double want_loss, want_aux, got_loss, got_aux;
     mf_step(ref, scale, NULL, &want_loss, &want_aux);
     mf_step(r.m, scale, &hooks, &got_loss, &got_aux);

@@ -273,7 +273,7 @@ static void test_pp_layers_is_a_list_of_integers(void **state) {
     hs_config_free(&c);
 }
 
-static void test_pp_schedule_is_gpipe_1f1b_or_interleaved(void **state) {
+static void test_pp_schedule_is_one_of_the_schedules(void **state) {
     (void)state;
     const char *ov[] = {"accelerator.pp_schedule=gpipe"};
     loaded *l = load_yaml("", ov, 1);
@@ -282,7 +282,7 @@ static void test_pp_schedule_is_gpipe_1f1b_or_interleaved(void **state) {
     loaded_free(l);
     l = load_yaml("accelerator:\n  pp_schedule: 1f1c\n", NULL, 0);
     assert_error_has(l, "accelerator.pp_schedule: expected one of gpipe | 1f1b | "
-                        "interleaved_1f1b, got '1f1c'; did you mean 1f1b?");
+                        "interleaved_1f1b | zb1p, got '1f1c'; did you mean 1f1b?");
     loaded_free(l);
     l = load_yaml("accelerator:\n  pp_schedule: interleaved_1f1b\n  pp_virtual_stages: 2\n", NULL,
                   0);
@@ -764,7 +764,7 @@ int main(void) {
         cmocka_unit_test(test_last_override_of_a_path_wins),
         cmocka_unit_test(test_list_override_replaces_replicate_params),
         cmocka_unit_test(test_pp_layers_is_a_list_of_integers),
-        cmocka_unit_test(test_pp_schedule_is_gpipe_1f1b_or_interleaved),
+        cmocka_unit_test(test_pp_schedule_is_one_of_the_schedules),
         cmocka_unit_test(test_null_override_clears_a_nullable_key),
         cmocka_unit_test(test_null_for_a_non_nullable_key_is_an_error),
         cmocka_unit_test(test_global_batch_size_is_a_nullable_integer),

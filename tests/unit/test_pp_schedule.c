@@ -1,0 +1,139 @@
+/* Pipeline schedules (parallel/pp_schedule.c) without MPI: every schedule
+ * passes the simulation check over a range of stage and micro-batch
+ * counts; zb1p's first and last stages run the lists of the ZB-H1 figure
+ * of Qi et al. 2024 (pp 4, 8 micro-batches); its slots are 1F1B's peak on every stage; and
+ * the check refuses broken lists: a W before its B, an action run twice, a
+ * missing one, and a pair of lists that wait on each other. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hypershard/parallel.h"
+
+#define MAX_ACTIONS 512
+
+/* "F0 B0 W0 ..." (interleaved: "F0.1") of one stage's list. */
+static void render(const hs_pp_action *a, int n, bool chunks, char *out, size_t cap) {
+    static const char kinds[] = {'F', 'B', 'W'};
+    size_t used = 0;
+    out[0] = '\0';
+    for (int k = 0; k < n && used < cap; k++) {
+        int w = chunks ? snprintf(out + used, cap - used, "%s%c%d.%d", k ? " " : "",
+                                  kinds[a[k].kind], a[k].micro_batch, a[k].chunk)
+                       : snprintf(out + used, cap - used, "%s%c%d", k ? " " : "",
+                                  kinds[a[k].kind], a[k].micro_batch);
+        used += (size_t)w;
+    }
+}
+
+static void expect_list(hs_pp_schedule_kind kind, int pp, int stage, int M, const char *want) {
+    hs_pp_action a[MAX_ACTIONS];
+    int n = (int)hs_pp_schedule_length(kind, M, 1);
+    hs_pp_schedule(kind, pp, stage, M, 1, a);
+    char got[4096];
+    render(a, n, false, got, sizeof got);
+    if (strcmp(got, want)) fail_msg("stage %d of %d: got\n  %s\nwant\n  %s", stage, pp, got, want);
+}
+
+static void test_every_schedule_passes_the_check(void **state) {
+    (void)state;
+    const hs_pp_schedule_kind flat[] = {HS_PP_GPIPE, HS_PP_1F1B, HS_PP_ZB1P};
+    hs_error e;
+    for (int pp = 2; pp <= 5; pp++)
+        for (int M = pp; M <= 3 * pp + 1; M++) {
+            for (size_t k = 0; k < sizeof flat / sizeof flat[0]; k++)
+                if (hs_pp_schedule_check(flat[k], pp, M, 1, &e) != HS_OK)
+                    fail_msg("kind %d pp %d M %d: %s", (int)flat[k], pp, M, e.msg);
+            for (int V = 2; V <= 3 && M % pp == 0; V++)
+                if (hs_pp_schedule_check(HS_PP_INTERLEAVED, pp, M, V, &e) != HS_OK)
+                    fail_msg("interleaved pp %d M %d V %d: %s", pp, M, V, e.msg);
+        }
+}
+
+/* The paper's ZB-H1 figure (p = 4): the first stage runs each W right
+ * after its B; the last keeps p - 1 of them back and fills the end of the
+ * step with them; a middle stage s keeps s back. */
+static void test_zb1p_is_the_papers_zb_h1(void **state) {
+    (void)state;
+    expect_list(HS_PP_ZB1P, 4, 0, 8,
+                "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7");
+    expect_list(HS_PP_ZB1P, 4, 1, 8,
+                "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7");
+    expect_list(HS_PP_ZB1P, 4, 3, 8,
+                "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7");
+    /* without W's it is 1F1B's order */
+    expect_list(HS_PP_1F1B, 4, 1, 8,
+                "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7");
+}
+
+/* A slot frees at W: every stage holds pp micro-batches at its peak, the
+ * first stage's 1F1B peak. */
+static void test_zb1p_slots_are_1f1b_peak(void **state) {
+    (void)state;
+    hs_error e;
+    for (int pp = 2; pp <= 4; pp++)
+        for (int s = 0; s < pp; s++) {
+            int zb = 0, ofb = 0, first = 0;
+            assert_int_equal(hs_pp_slots(HS_PP_ZB1P, pp, s, 2 * pp, 1, &zb, &e), HS_OK);
+            assert_int_equal(hs_pp_slots(HS_PP_1F1B, pp, s, 2 * pp, 1, &ofb, &e), HS_OK);
+            assert_int_equal(hs_pp_slots(HS_PP_1F1B, pp, 0, 2 * pp, 1, &first, &e), HS_OK);
+            assert_int_equal(ofb, pp - s);
+            assert_int_equal(zb, first);
+        }
+}
+
+/* Two stages, M = 2, from written lists. */
+static hs_status check_two(const char *s0, const char *s1, bool split, hs_error *e) {
+    hs_pp_action l[2][16];
+    int n[2] = {0, 0};
+    const char *src[2] = {s0, s1};
+    for (int s = 0; s < 2; s++)
+        for (const char *c = src[s]; *c; c++) {
+            if (*c == ' ') continue;
+            hs_pp_kind k = *c == 'F' ? HS_PP_FORWARD : *c == 'B' ? HS_PP_BACKWARD : HS_PP_WEIGHT;
+            l[s][n[s]++] = (hs_pp_action){k, 0, c[1] - '0'};
+            c++;
+        }
+    const hs_pp_action *lists[2] = {l[0], l[1]};
+    return hs_pp_actions_check(2, 2, 1, split, lists, n, e);
+}
+
+static void expect_refused(const char *s0, const char *s1, bool split, const char *why) {
+    hs_error e;
+    hs_error_clear(&e);
+    if (check_two(s0, s1, split, &e) == HS_OK)
+        fail_msg("[%s] / [%s] passed the check; want: %s", s0, s1, why);
+    if (!strstr(e.msg, why)) fail_msg("'%s' not in: %s", why, e.msg);
+}
+
+static void test_the_check_refuses_broken_lists(void **state) {
+    (void)state;
+    hs_error e;
+    /* the lists the refusals below break pass */
+    assert_int_equal(check_two("F0 F1 B0 W0 B1 W1", "F0 B0 F1 B1 W0 W1", true, &e), HS_OK);
+    assert_int_equal(check_two("F0 F1 B0 B1", "F0 B0 F1 B1", false, &e), HS_OK);
+    expect_refused("F0 F1 B0 W1 B1 W0", "F0 B0 F1 B1 W0 W1", true, "out of micro-batch order");
+    expect_refused("F0 F1 W0 B0 B1 W1", "F0 B0 F1 B1 W0 W1", true,
+                   "comes before the action it depends on");
+    expect_refused("F0 F1 B0 B1 W0", "F0 B0 F1 B1 W0 W1", true, "runs W of chunk 0 1 times");
+    expect_refused("F0 F0 F1 B0 B1", "F0 B0 F1 B1", false, "out of micro-batch order or repeated");
+    expect_refused("F0 F1 B0 B1", "F0 B0 F1 B1 W0 W1", false, "out of micro-batch order");
+    /* stage 0 waits for B0's gradient, which stage 1 sends only after F1,
+     * whose input stage 0 sends after B0 */
+    expect_refused("F0 B0 F1 B1", "F0 F1 B0 B1", false, "stage 0 waits forever at its action 1");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_schedule_passes_the_check),
+        cmocka_unit_test(test_zb1p_is_the_papers_zb_h1),
+        cmocka_unit_test(test_zb1p_slots_are_1f1b_peak),
+        cmocka_unit_test(test_the_check_refuses_broken_lists),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
