@@ -49,6 +49,8 @@ check prefetch2 4 fsdp_config.dp_shard_size=4 fsdp_config.forward_prefetch_depth
 check no_sync 2 "${F2[@]}" "${BF[@]}" train.global_batch_size=8 fsdp_config.requires_grad_sync=false
 check tp2_fsdp2 4 "${F2[@]}" accelerator.tp_size=2
 check pp2_fsdp2 4 "${F2[@]}" accelerator.pp_size=2 train.global_batch_size=8
+check zb1p_fsdp2 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_schedule=zb1p \
+    train.global_batch_size=8
 check cp2 2 accelerator.cp_size=2
 check fsdp8 8 fsdp_config.dp_shard_size=8 train.global_batch_size=16 train.activation_checkpointing=true
 
