@@ -3,8 +3,8 @@
  * theoretical one.
  *
  * On W ranks (4 for the record) one Llama (8 blocks by default) is trained
- * with PP 2 (x FSDP W/2) and PP 4 (when W allows), each with gpipe and
- * 1f1b, on the same global batch: M micro-batches of 1 sequence per
+ * with PP 2 (x FSDP W/2) and PP 4 (when W allows), each with gpipe, 1f1b,
+ * interleaved_1f1b and zb1p, on the same global batch: M micro-batches of 1 sequence per
  * data-parallel rank and step (--micro, default 8). Per layout, medians
  * over the timed steps:
  *   step ms    the slowest rank's step (schedule + grad norm + AdamW)
@@ -12,9 +12,12 @@
  *              forwards and backwards, as a fraction of the step
  *   bubble     1 - busy: idle waits for the neighbours, the hand-over
  *              copies and the optimizer, measured
- *   theory     the schedule's idle fraction (p-1)/(V M+p-1) (V = 1 but for
- *              interleaved_1f1b), the same for
- *              gpipe and 1f1b (1f1b saves activation memory, not time)
+ *   theory     the schedule's idle fraction from the measured action
+ *              times F, B, W (theory()): (p-1)/(V M+p-1) for gpipe, 1f1b
+ *              (1f1b saves activation memory, not time) and interleaved
+ *              (V = 2); (p-1)(F+B-W)/(M(F+B+W)+(p-1)(F+B-W)) for zb1p
+ *   F / B / W  mean time of one forward, backward (zb1p: its input pass)
+ *              and weight pass, and W's share of the whole backward
  *   peak MiB   the largest device peak of any rank: gpipe keeps M
  *              micro-batches' activations, 1f1b at most p
  * The layouts live side by side and take their timed steps in turn, so
@@ -30,7 +33,7 @@
 #include "hypershard/parallel.h"
 #include "hypershard/train.h"
 
-#define MAX_LAYOUTS 6
+#define MAX_LAYOUTS 8
 #define MAX_STEPS 64
 
 typedef struct pp_layout {
@@ -51,6 +54,7 @@ typedef struct pp_layout {
     int32_t *tokens, *targets; /* M micro-batches of 1 sequence */
     int T;
     double step[MAX_STEPS], busy[MAX_STEPS];
+    double act_ms[3][MAX_STEPS]; /* mean per-action F, B, W time over ranks */
     int64_t peak;
 } pp_layout;
 
@@ -113,7 +117,7 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
     size_t n = (size_t)l->M * (size_t)o->seq;
     l->tokens = malloc(n * sizeof(int32_t));
     l->targets = malloc(n * sizeof(int32_t));
-    l->n_actions = 2 * l->M * V;
+    l->n_actions = (int)hs_pp_schedule_length(l->kind, l->M, V);
     l->actions = malloc(sizeof *l->actions * (size_t)l->n_actions);
     if (s == HS_OK && (!l->tokens || !l->targets || !l->actions))
         s = hs_error_oom(e, "bench pp: cannot allocate the batches");
@@ -155,7 +159,10 @@ static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e) {
     if (s != HS_OK) return s;
     hs_pool_reset_peak(&l->dev->device_pool);
     hs_pp_reset_stats(l->pp_ctx);
-    hs_pp_step_io io = {.ctx = l, .batch = batch_of, .before_backward = before_backward};
+    hs_pp_step_io io = {.ctx = l,
+                        .batch = batch_of,
+                        .before_backward = before_backward,
+                        .split = hs_pp_schedule_splits(l->kind)};
     float scale = 1.0f / (float)((int64_t)l->cfg.train.global_batch_size * l->T);
     double t0 = hs_now(), loss = 0.0, aux = 0.0, norm = 0.0;
     hs_engine_begin_step(l->en);
@@ -170,31 +177,50 @@ static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e) {
     s = hs_engine_after_step(l->en, e);
     hs_engine_zero_grads(l->en);
     double dt = hs_now() - t0;
-    float sum = (float)(hs_pp_busy_seconds(l->pp_ctx) / dt);
-    if (s == HS_OK) s = hs_pg_all_reduce(world, NULL, &sum, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);
+    /* the busy fraction, and each action kind's mean time per action */
+    int per = l->M * l->virtual_stages;
+    float sum[4] = {(float)(hs_pp_busy_seconds(l->pp_ctx) / dt)};
+    for (int k = 0; k < 3; k++)
+        sum[k + 1] = (float)(hs_pp_busy_seconds_of(l->pp_ctx, (hs_pp_kind)k) / per);
+    if (s == HS_OK) s = hs_pg_all_reduce(world, NULL, sum, 4, HS_DTYPE_F32, HS_REDUCE_SUM, e);
     double slowest = hs_bench_max_over(world, dt);
     double peak = hs_bench_max_over(world, (double)hs_pool_peak(&l->dev->device_pool));
     if (i < 0 || s != HS_OK) return s;
     l->step[i] = slowest;
-    l->busy[i] = (double)sum / hs_comm_size(c);
+    l->busy[i] = (double)sum[0] / hs_comm_size(c);
+    for (int k = 0; k < 3; k++) l->act_ms[k][i] = 1e3 * (double)sum[k + 1] / hs_comm_size(c);
     if ((int64_t)peak > l->peak) l->peak = (int64_t)peak;
     return s;
+}
+
+/* The schedule's idle fraction from the measured action times: 1F1B and
+ * GPipe idle (p-1)(F+B+W) of M(F+B+W) + that (V chunks divide the fill
+ * and drain by V); ZB-H1 fills W into it, leaving (p-1)(F+B-W) (Qi et al.
+ * 2024, section 3). */
+static double theory(const pp_layout *l, double f, double b, double w) {
+    double all = f + b + w, idle = all;
+    if (hs_pp_schedule_splits(l->kind)) idle = f + b - w > 0 ? f + b - w : 0;
+    idle *= (double)(l->pp - 1) / l->virtual_stages;
+    return idle / ((double)l->M * all + idle);
 }
 
 static void print_table(const opts *o, pp_layout *ls, int n, int world) {
     printf("\n%d ranks, Llama dim %d, %d layers, seq %d, vocab %d, %d micro-batches of 1 "
            "sequence per data-parallel rank and step, fp32 AdamW; medians of %d steps\n",
            world, o->dim, o->layers, o->seq, ls[0].cfg.model.vocab_size, o->micro, o->steps);
-    printf("| layout | schedule | M | step ms | busy | bubble | theory (p-1)/(V*M+p-1) | "
-           "peak MiB |\n|---|---|---|---|---|---|---|---|\n");
+    printf("| layout | schedule | M | step ms | busy | bubble | theory | F / B / W ms | "
+           "W share of backward | peak MiB |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < n; k++) {
         pp_layout *l = &ls[k];
         double step = hs_bench_median(l->step, o->steps), busy = hs_bench_median(l->busy, o->steps);
-        /* interleaving V chunks divides the fill and drain by V */
-        double theory = (double)(l->pp - 1) / (double)(l->virtual_stages * l->M + l->pp - 1);
-        printf("| PP %d x FSDP %d | %s%s | %d | %.1f | %.2f | %.2f | %.2f | %.1f |\n", l->pp,
-               world / l->pp, l->schedule, l->virtual_stages > 1 ? " V=2" : "", l->M, step * 1e3,
-               busy, 1.0 - busy, theory, (double)l->peak / (1 << 20));
+        double f = hs_bench_median(l->act_ms[0], o->steps);
+        double b = hs_bench_median(l->act_ms[1], o->steps);
+        double w = hs_bench_median(l->act_ms[2], o->steps);
+        printf("| PP %d x FSDP %d | %s%s | %d | %.1f | %.2f | %.2f | %.2f | %.1f / %.1f / %.1f | "
+               "%.2f | %.1f |\n",
+               l->pp, world / l->pp, l->schedule, l->virtual_stages > 1 ? " V=2" : "", l->M,
+               step * 1e3, busy, 1.0 - busy, theory(l, f, b, w), f, b, w, w / (b + w),
+               (double)l->peak / (1 << 20));
     }
 }
 
@@ -202,8 +228,9 @@ static int usage(FILE *f, const char *why) {
     if (why) fprintf(f, "hypershard bench pp: %s\n", why);
     fputs("usage: mpiexec -n 4 hypershard bench pp [--quick] [--steps N] [--layers L] [--dim D]\n"
           "           [--seq T] [--micro M]\n"
-          "PP 2 and PP 4 (x FSDP over the rest of the ranks), gpipe and 1f1b side by side:\n"
-          "step time, measured bubble next to (p-1)/(M+p-1), device peak.\n"
+          "PP 2 and PP 4 (x FSDP over the rest of the ranks), gpipe, 1f1b, interleaved_1f1b\n"
+          "and zb1p side by side: step time, measured bubble next to the schedule's ideal,\n"
+          "F / B / W times, device peak.\n"
           "Defaults: 8 steps, 8 layers, dim 256, seq 128, 8 micro-batches; --quick: 2 steps,\n"
           "4 layers, dim 128, seq 32, 4 micro-batches.\n",
           f);
@@ -247,16 +274,19 @@ int hs_bench_pp(int argc, char **argv) {
     pp_layout ls[MAX_LAYOUTS];
     memset(ls, 0, sizeof ls);
     int n = 0;
-    static const char *const names[3] = {"gpipe", "1f1b", "interleaved_1f1b"};
+    static const char *const names[] = {"gpipe", "1f1b", "interleaved_1f1b", "zb1p"};
+    static const hs_pp_schedule_kind kinds[] = {HS_PP_GPIPE, HS_PP_1F1B, HS_PP_INTERLEAVED,
+                                                HS_PP_ZB1P};
     for (int pp = 2; pp <= 4 && n < MAX_LAYOUTS; pp *= 2) {
         if (world % pp || pp > o.layers) continue;
-        for (int k = 0; k < 3; k++) {
-            if (k == 2 && 2 * pp > o.layers) continue; /* V = 2 needs 2 blocks per stage */
+        for (int k = 0; k < 4; k++) {
+            bool inter = kinds[k] == HS_PP_INTERLEAVED;
+            if (inter && 2 * pp > o.layers) continue; /* V = 2 needs 2 blocks per stage */
             pp_layout *l = &ls[n++];
             l->pp = pp;
-            l->kind = k == 2 ? HS_PP_INTERLEAVED : k ? HS_PP_1F1B : HS_PP_GPIPE;
+            l->kind = kinds[k];
             l->schedule = names[k];
-            l->virtual_stages = k == 2 ? 2 : 1;
+            l->virtual_stages = inter ? 2 : 1;
             snprintf(l->prefix, sizeof l->prefix, "pp%d_%s", pp, l->schedule);
         }
     }

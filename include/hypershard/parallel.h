@@ -314,6 +314,8 @@ hs_status hs_pp_flush(hs_pp *p, hs_error *e);
  * creation or the last reset: a step's wall time minus this is the stage's
  * bubble and hand-over. */
 double hs_pp_busy_seconds(const hs_pp *p);
+/* The part of it inside actions of one kind (F, B or W). */
+double hs_pp_busy_seconds_of(const hs_pp *p, hs_pp_kind kind);
 void hs_pp_reset_stats(hs_pp *p);
 
 /* What one step of a schedule asks its caller. */

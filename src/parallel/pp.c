@@ -33,9 +33,9 @@ struct hs_pp {
     hs_device *dev; /* owns the staging buffers and copies messages through them */
     int stage, size, keys;
     pp_lane fwd, bwd;
-    size_t cap;    /* bytes of each staging buffer */
-    int64_t xcap;  /* fp32 values of each second-message buffer */
-    double busy_s; /* inside stage forwards and backwards (pp_run.c) */
+    size_t cap;       /* bytes of each staging buffer */
+    int64_t xcap;     /* fp32 values of each second-message buffer */
+    double busy_s[3]; /* inside stage F, B and W actions (pp_run.c), by hs_pp_kind */
 };
 
 /* Bytes of one second-message buffer. */
@@ -237,7 +237,8 @@ hs_status hs_pp_flush(hs_pp *p, hs_error *e) {
     return lane_flush(p, &p->bwd, s, e);
 }
 
-double hs_pp_busy_seconds(const hs_pp *p) { return p->busy_s; }
-void hs_pp_reset_stats(hs_pp *p) { p->busy_s = 0.0; }
+double hs_pp_busy_seconds(const hs_pp *p) { return p->busy_s[0] + p->busy_s[1] + p->busy_s[2]; }
+double hs_pp_busy_seconds_of(const hs_pp *p, hs_pp_kind kind) { return p->busy_s[kind]; }
+void hs_pp_reset_stats(hs_pp *p) { memset(p->busy_s, 0, sizeof p->busy_s); }
 
-void hs_pp_add_busy(hs_pp *p, double seconds) { p->busy_s += seconds; }
+void hs_pp_add_busy(hs_pp *p, hs_pp_kind kind, double seconds) { p->busy_s[kind] += seconds; }

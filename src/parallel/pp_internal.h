@@ -5,7 +5,7 @@
 
 #include "hypershard/parallel.h"
 
-/* Time spent inside a stage forward or backward (hs_pp_busy_seconds). */
-void hs_pp_add_busy(hs_pp *p, double seconds);
+/* Time spent inside a stage action of `kind` (hs_pp_busy_seconds). */
+void hs_pp_add_busy(hs_pp *p, hs_pp_kind kind, double seconds);
 
 #endif

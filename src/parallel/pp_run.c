@@ -46,7 +46,7 @@ static hs_status run_forward(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
     double t0 = hs_now();
     if (s == HS_OK)
         s = hs_model_stage_forward(m, v, slot, &b, hooks, true, grad_scale, NULL, NULL, aux, e);
-    hs_pp_add_busy(p, hs_now() - t0);
+    hs_pp_add_busy(p, a.kind, hs_now() - t0);
     span(io, p, m, a, t0);
     if (s == HS_OK && !hs_model_chunk_has_head(m, v)) {
         hs_dtype dt;
@@ -72,7 +72,7 @@ static hs_status run_backward(hs_pp *p, hs_model *m, const hs_model_hooks *hooks
     if (s == HS_OK)
         s = io->split ? hs_model_stage_backward_input(m, v, slot, &b, grad_scale, hooks, loss, e)
                       : hs_model_stage_backward(m, v, slot, &b, grad_scale, hooks, loss, e);
-    hs_pp_add_busy(p, hs_now() - t0);
+    hs_pp_add_busy(p, a.kind, hs_now() - t0);
     span(io, p, m, a, t0);
     if (s == HS_OK && !hs_model_chunk_has_embedding(m, v))
         s = hs_pp_send_backward(p, key_of(backward_dest_chunk(p, v), mb, M), hs_model_stage_grad(m),
@@ -85,7 +85,7 @@ static void run_weight(hs_pp *p, hs_model *m, const hs_model_hooks *hooks, hs_pp
                        const hs_pp_step_io *io) {
     double t0 = hs_now();
     hs_model_stage_backward_weight(m, a.chunk, a.micro_batch % hs_model_num_slots(m), hooks);
-    hs_pp_add_busy(p, hs_now() - t0);
+    hs_pp_add_busy(p, a.kind, hs_now() - t0);
     span(io, p, m, a, t0);
 }
 

@@ -25,8 +25,8 @@ static void render(const hs_pp_action *a, int n, bool chunks, char *out, size_t 
     for (int k = 0; k < n && used < cap; k++) {
         int w = chunks ? snprintf(out + used, cap - used, "%s%c%d.%d", k ? " " : "",
                                   kinds[a[k].kind], a[k].micro_batch, a[k].chunk)
-                       : snprintf(out + used, cap - used, "%s%c%d", k ? " " : "",
-                                  kinds[a[k].kind], a[k].micro_batch);
+                       : snprintf(out + used, cap - used, "%s%c%d", k ? " " : "", kinds[a[k].kind],
+                                  a[k].micro_batch);
         used += (size_t)w;
     }
 }
@@ -67,8 +67,7 @@ static void test_zb1p_is_the_papers_zb_h1(void **state) {
     expect_list(HS_PP_ZB1P, 4, 3, 8,
                 "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7");
     /* without W's it is 1F1B's order */
-    expect_list(HS_PP_1F1B, 4, 1, 8,
-                "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7");
+    expect_list(HS_PP_1F1B, 4, 1, 8, "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7");
 }
 
 /* A slot frees at W: every stage holds pp micro-batches at its peak, the
