@@ -125,8 +125,8 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
     /* the stages of one pipeline read the same micro-batches */
     hs_bench_random_batch(l->tokens, l->targets, n, l->cfg.model.vocab_size,
                           777 + (uint64_t)hs_mesh_coords(l->mesh).dp);
-    hs_pp_schedule(l->kind, l->pp, stage, l->M, V, l->actions);
-    return HS_OK;
+    hs_pp_set_schedule(l->pp_ctx, l->kind);
+    return hs_pp_schedule(l->kind, l->pp, stage, l->M, V, l->actions, e);
 }
 
 static void close_layout(pp_layout *l) {

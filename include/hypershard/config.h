@@ -210,6 +210,14 @@ int hs_config_micro_batches(const hs_config *c, const hs_topology *topo);
  * (n_layers 10, 4 chunks: [2, 3, 3, 2]; 5, 2: [3, 2]). Both arrays hold
  * pp_size x pp_virtual_stages entries. Meant for a validated config. */
 void hs_config_pp_stages(const hs_config *c, int *first_layer, int *n_layers);
+/* The model chunk (an index into hs_config_pp_stages' arrays) that stage
+ * `stage` runs as its local chunk v: stage + v x pp_size (one chunk per
+ * stage, or interleaved), or for zbv's V shape stage for v = 0 and
+ * 2 pp_size - 1 - stage for v = 1 (the first stage holds the first and
+ * the last chunk, the last stage the two middle ones). */
+int hs_config_pp_chunk(const hs_config *c, int stage, int v);
+/* The same rule for a schedule name and pp_size. */
+int hs_config_pp_chunk_of(const char *schedule, int pp, int stage, int v);
 /* Deep copy (replicate_params, freeze); HS_ERR_OOM, and dst empty of
  * lists, when they cannot be copied. */
 hs_status hs_config_copy(hs_config *dst, const hs_config *src, hs_error *e);

@@ -203,7 +203,15 @@ void hs_ep_reset_stats(hs_ep *p);
  * further B's are done, so the W's of the later stages fill the bubbles
  * 1F1B leaves at the end of the step, and at most pp micro-batches are in
  * flight on any stage (1F1B's peak). Every schedule runs each chunk's
- * backwards (and W's) in micro-batch order. Micro-batch i of chunk v
+ * backwards (and W's) in micro-batch order. zbv (ZB-V, the same paper,
+ * section 6): V = 2 chunks per stage in a V, stage s holding model chunks
+ * s and 2 pp - 1 - s, so the first stage holds the embedding and the
+ * head and the last stage hands its first chunk's output to its second
+ * without a message; B and W split as in zb1p. Its lists come from
+ * simulating every stage together with unit-time F, B and W: a free
+ * stage runs a ready B (lowest micro-batch first), else a ready F while
+ * it holds fewer than 2 pp chunk activations (1F1B's peak, in chunks of
+ * half a stage), else the oldest ready W. Micro-batch i of chunk v
  * lives in activation slot i % slots of that chunk, from its F to its B,
  * or to its W where the schedule splits the backward.
  *
@@ -228,12 +236,18 @@ typedef enum hs_pp_schedule_kind {
     HS_PP_GPIPE = 0,
     HS_PP_1F1B,
     HS_PP_INTERLEAVED,
-    HS_PP_ZB1P
+    HS_PP_ZB1P,
+    HS_PP_ZBV
 } hs_pp_schedule_kind;
 
-/* "gpipe" / "1f1b" / "interleaved_1f1b" / "zb1p"; false for anything
- * else. */
+/* "gpipe" / "1f1b" / "interleaved_1f1b" / "zb1p" / "zbv"; false for
+ * anything else. */
 bool hs_pp_schedule_parse(const char *name, hs_pp_schedule_kind *out);
+/* The model chunk stage `stage` runs as its local chunk v
+ * (hs_config_pp_chunk), and back: the stage and local chunk of model
+ * chunk c. */
+int hs_pp_model_chunk(hs_pp_schedule_kind kind, int pp, int stage, int v);
+void hs_pp_chunk_home(hs_pp_schedule_kind kind, int pp, int c, int *stage, int *v);
 /* Whether the schedule splits each backward into B and W actions (the
  * stage's model then needs hs_model_options.split_backward). */
 bool hs_pp_schedule_splits(hs_pp_schedule_kind kind);
@@ -241,8 +255,10 @@ bool hs_pp_schedule_splits(hs_pp_schedule_kind kind);
  * the backward. */
 int64_t hs_pp_schedule_length(hs_pp_schedule_kind kind, int M, int V);
 /* The hs_pp_schedule_length actions of stage `stage` of pp in order into
- * out (V: local chunks, 1 but for interleaved). */
-void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, hs_pp_action *out);
+ * out (V: local chunks, 1 but for interleaved and zbv); HS_ERR_OOM when
+ * zbv's simulation cannot be laid out. */
+hs_status hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V,
+                         hs_pp_action *out, hs_error *e);
 /* Checks a stage's action list as the pipeline will run it: every
  * (chunk, micro-batch) forwarded, backwarded (and weight-passed) exactly
  * once, each B after its F and each W after its B, each chunk's B's and
@@ -252,10 +268,10 @@ void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, h
  * of the chunk after it) so the step cannot hang. HS_ERR_INTERNAL naming
  * the first broken rule. */
 hs_status hs_pp_schedule_check(hs_pp_schedule_kind kind, int pp, int M, int V, hs_error *e);
-/* The same check of given lists (lists[s]: lens[s] actions of stage s;
- * split: they hold W actions). */
-hs_status hs_pp_actions_check(int pp, int M, int V, bool split, const hs_pp_action *const *lists,
-                              const int *lens, hs_error *e);
+/* The same check of given lists (lists[s]: lens[s] actions of stage s)
+ * for a schedule of that kind's chunk placement and passes. */
+hs_status hs_pp_actions_check(hs_pp_schedule_kind kind, int pp, int M, int V,
+                              const hs_pp_action *const *lists, const int *lens, hs_error *e);
 /* The chunks of stage `stage` (hs_config_pp_stages' chunks stage,
  * stage + pp, ...; pp_virtual_stages of them, 1 without), as the stage's
  * model holds them. */
@@ -291,21 +307,28 @@ int64_t hs_pp_staging_bytes(hs_checked *ck, int64_t max_numel, int64_t max_extra
 void hs_pp_free(hs_pp *p);
 int hs_pp_stage(const hs_pp *p);
 int hs_pp_size(const hs_pp *p);
-/* Activations from the previous stage (stage - 1, or pp - 1 for stage 0):
- * post the receive of message `key` (numel elements of dt, and `extra`
- * fp32 values in a second message: the MoE statistics; 0 for none), then
- * take them into dst and extra_dst. */
-void hs_pp_post_recv_forward(hs_pp *p, int key, int64_t numel, hs_dtype dt, int64_t extra);
+/* Where the chunks live (hs_pp_model_chunk, hs_pp_chunk_home): the
+ * schedule's kind; 1F1B's placement until set. */
+void hs_pp_set_schedule(hs_pp *p, hs_pp_schedule_kind kind);
+hs_pp_schedule_kind hs_pp_placement(const hs_pp *p);
+/* Activations from stage `from` (the stage of the model chunk before the
+ * receiving one): post the receive of message `key` (numel elements of dt,
+ * and `extra` fp32 values in a second message: the MoE statistics; 0 for
+ * none), then take them into dst and extra_dst. A message from this stage
+ * itself (zbv's turn) runs no transfer: the send copies it in. */
+void hs_pp_post_recv_forward(hs_pp *p, int key, int from, int64_t numel, hs_dtype dt,
+                             int64_t extra);
 hs_status hs_pp_take_forward(hs_pp *p, int key, void *dst, float *extra_dst, hs_error *e);
-/* Activations (and extra_n fp32 values) to the next stage as its message
+/* Activations (and extra_n fp32 values) to stage `to` as its message
  * `key`, copied at once. */
-hs_status hs_pp_send_forward(hs_pp *p, int key, const void *src, int64_t numel, hs_dtype dt,
+hs_status hs_pp_send_forward(hs_pp *p, int key, int to, const void *src, int64_t numel, hs_dtype dt,
                              const float *extra, int64_t extra_n, hs_error *e);
-/* Gradients (fp32) from the next stage / to the previous one, likewise
- * (the extra values: the MoE routers' aux gradient). */
-void hs_pp_post_recv_backward(hs_pp *p, int key, int64_t numel, int64_t extra);
+/* Gradients (fp32) from the stage of the next model chunk / to that of the
+ * previous one, likewise (the extra values: the MoE routers' aux
+ * gradient). */
+void hs_pp_post_recv_backward(hs_pp *p, int key, int from, int64_t numel, int64_t extra);
 hs_status hs_pp_take_backward(hs_pp *p, int key, float *dst, float *extra_dst, hs_error *e);
-hs_status hs_pp_send_backward(hs_pp *p, int key, const float *src, int64_t numel,
+hs_status hs_pp_send_backward(hs_pp *p, int key, int to, const float *src, int64_t numel,
                               const float *extra, int64_t extra_n, hs_error *e);
 /* Wait for every send still in flight (end of a step); every posted
  * receive must have been taken. */

@@ -93,10 +93,10 @@ static void write_stages(const hs_config *c, int pp, int v, const int *first, co
     if (v > 1) fprintf(f, "  pp_virtual_stages: %d\n", v);
     fputs("  pp_stages:\n", f);
     for (int s = 0; s < pp; s++) {
-        /* stage s runs chunks s, s + pp, ...: one range each */
+        /* stage s runs chunks s, s + pp, ... (zbv: s, 2 pp - 1 - s): one range each */
         fprintf(f, "    - {stage: %d, layers: \"", s);
         for (int k = 0; k < v; k++) {
-            int ch = k * pp + s;
+            int ch = hs_config_pp_chunk(c, s, k);
             fprintf(f, "%s[%d, %d)", k ? " " : "", first[ch], first[ch] + count[ch]);
         }
         fputs("\", ranks: [", f);

@@ -100,6 +100,15 @@ void hs_config_pp_stages(const hs_config *c, int *first_layer, int *n_layers) {
     for (int s = 0, sum = 0; s < pp; sum += n_layers[s], s++) first_layer[s] = sum;
 }
 
+int hs_config_pp_chunk_of(const char *schedule, int pp, int stage, int v) {
+    if (!strcmp(schedule, "zbv") && v == 1) return 2 * pp - 1 - stage;
+    return stage + v * pp;
+}
+
+int hs_config_pp_chunk(const hs_config *c, int stage, int v) {
+    return hs_config_pp_chunk_of(c->accelerator.pp_schedule, c->accelerator.pp_size, stage, v);
+}
+
 /* "[3, 1]" of `n` counts. */
 static void int_list_text(const int *v, int n, char *out, size_t cap) {
     size_t used = (size_t)snprintf(out, cap, "[");
@@ -184,11 +193,20 @@ static void check_pp_layers(const hs_config *c, hs_cfg_report *rep) {
                           list, sum, total, fix);
 }
 
-/* Interleaved 1F1B and its virtual stages come together. */
+/* Interleaved 1F1B and its virtual stages come together; zbv runs
+ * exactly two chunks per stage. */
 static void check_pp_virtual(const hs_config *c, hs_cfg_report *rep) {
     const hs_accel_config *a = &c->accelerator;
-    bool inter = !strcmp(a->pp_schedule, "interleaved_1f1b");
+    bool zbv = !strcmp(a->pp_schedule, "zbv");
+    bool inter = !strcmp(a->pp_schedule, "interleaved_1f1b") || zbv;
     int v = a->pp_virtual_stages, total = c->model.n_layers;
+    if (zbv && v != 2)
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_schedule = zbv runs two model chunks per stage in a V "
+                          "(stage s holds chunks s and 2 x pp_size - 1 - s), so it needs "
+                          "accelerator.pp_virtual_stages: 2, got %d; set it to 2",
+                          v);
+    if (zbv && v != 2) return;
     if (inter && v < 2)
         hs_cfg_report_add(rep,
                           "accelerator.pp_schedule = interleaved_1f1b needs "
@@ -198,7 +216,7 @@ static void check_pp_virtual(const hs_config *c, hs_cfg_report *rep) {
     if (!inter && v > 1)
         hs_cfg_report_add(rep,
                           "accelerator.pp_virtual_stages = %d needs accelerator.pp_schedule: "
-                          "interleaved_1f1b (%s runs one chunk per stage); set it, or "
+                          "interleaved_1f1b or zbv (%s runs one chunk per stage); set it, or "
                           "accelerator.pp_virtual_stages: 1",
                           v, a->pp_schedule);
     if (v > HS_PP_MAX_VIRTUAL)

@@ -84,13 +84,15 @@ static const hs_cfg_key keys[] = {
          "pipeline-parallel stages (slowest-varying rank dim): each holds a contiguous run of "
          "blocks, the first also the embedding, the last the norm and lm_head"),
     KENUM("accelerator.pp_schedule", accelerator.pp_schedule, "1f1b",
-          "gpipe|1f1b|interleaved_1f1b|zb1p",
+          "gpipe|1f1b|interleaved_1f1b|zb1p|zbv",
           "pipeline schedule: gpipe (every forward, then every backward), 1f1b (one forward, "
           "one backward in steady state; needs micro-batches per step >= pp_size), "
           "interleaved_1f1b (1f1b over pp_virtual_stages chunks per stage; needs micro-batches "
           "per step a multiple of pp_size) or zb1p (zero bubble ZB-H1: 1f1b with each backward "
           "split into its input and weight gradients, the weight halves filling the bubbles; "
-          "1f1b's peak activations plus the kept output gradients)"),
+          "1f1b's peak activations plus the kept output gradients) or zbv (zero bubble ZB-V: "
+          "two chunks per stage in a V, pp_virtual_stages: 2, the first stage holding the "
+          "embedding and the head; needs micro-batches per step >= pp_size)"),
     KINT("accelerator.pp_virtual_stages", accelerator.pp_virtual_stages, "1", GE | RULE, 1,
          "model chunks per pipeline stage (interleaved_1f1b: >= 2, at most 8; stage s holds "
          "chunks s, s + pp_size, ...)"),

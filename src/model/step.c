@@ -92,11 +92,13 @@ static hs_batch on_device(hs_model *m, const hs_batch *b) {
 static bool has_embedding(const hs_model *m) { return m->first_stage && m->cur_chunk == 0; }
 static bool has_head(const hs_model *m) { return m->last_stage && m->cur_chunk == m->n_chunks - 1; }
 
-/* The chunk whose forward and backward call the root's hooks: the one
- * using the root's parameters (embedding or head), else chunk 0. */
+/* Whether the current chunk's forward and backward call the root's hooks:
+ * it uses the root's parameters (the embedding, or the norm and head;
+ * under zbv's V one stage holds both, in two chunks, and each calls
+ * them), or the stage holds neither and it is chunk 0. */
 static bool root_chunk(const hs_model *m) {
-    int k = !m->first_stage && m->last_stage ? m->n_chunks - 1 : 0;
-    return m->cur_chunk == k;
+    if (has_embedding(m) || has_head(m)) return true;
+    return !m->first_stage && !m->last_stage && m->cur_chunk == 0;
 }
 
 /* Embedding (on its chunk) and the chunk's blocks; leaves the chunk's

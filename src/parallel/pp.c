@@ -13,18 +13,21 @@
 #define PP_KEYS_MAX 0x1000 /* tags stay inside each direction's range */
 
 /* One message and its second, small fp32 message (the MoE statistics
- * forward, their gradient backward). */
+ * forward, their gradient backward). A receive from this stage itself
+ * (zbv's turn on the last stage) is `local`: the send copies into its
+ * buffer and no transfer runs. */
 typedef struct pp_msg {
     void *buf;
     float *xbuf;
     hs_work *w, *xw;
     int64_t bytes, xn;
+    bool local, arrived;
 } pp_msg;
 
 /* One direction: its group and the receives and sends of a step by key. */
 typedef struct pp_lane {
     hs_pg *group;
-    int tag, from, to; /* tag base; the stages receives come from / sends go to */
+    int tag; /* tag base */
     pp_msg *recv, *send;
 } pp_lane;
 
@@ -33,9 +36,10 @@ struct hs_pp {
     hs_device *dev; /* owns the staging buffers and copies messages through them */
     int stage, size, keys;
     pp_lane fwd, bwd;
-    size_t cap;       /* bytes of each staging buffer */
-    int64_t xcap;     /* fp32 values of each second-message buffer */
-    double busy_s[3]; /* inside stage F, B and W actions (pp_run.c), by hs_pp_kind */
+    size_t cap;               /* bytes of each staging buffer */
+    int64_t xcap;             /* fp32 values of each second-message buffer */
+    double busy_s[3];         /* inside stage F, B and W actions (pp_run.c), by hs_pp_kind */
+    hs_pp_schedule_kind kind; /* the chunks' placement (hs_pp_set_schedule) */
 };
 
 /* Bytes of one second-message buffer. */
@@ -71,9 +75,9 @@ static hs_status msgs_alloc(hs_device *d, pp_msg **out, int keys, size_t cap, in
     return HS_OK;
 }
 
-static hs_status lane_init(hs_pp *p, pp_lane *l, const char *name, int colour, int tag, int from,
-                           int to, hs_comm_queue q, hs_error *e) {
-    *l = (pp_lane){.tag = tag, .from = from, .to = to};
+static hs_status lane_init(hs_pp *p, pp_lane *l, const char *name, int colour, int tag,
+                           hs_comm_queue q, hs_error *e) {
+    *l = (pp_lane){.tag = tag};
     hs_status s = hs_comm_split_queue(p->comm, name, colour, p->stage, q, &l->group, e);
     if (s == HS_OK) s = msgs_alloc(p->dev, &l->recv, p->keys, p->cap, p->xcap, e);
     if (s == HS_OK) s = msgs_alloc(p->dev, &l->send, p->keys, p->cap, p->xcap, e);
@@ -100,15 +104,13 @@ hs_status hs_pp_create(hs_comm *comm, hs_device *dev, const hs_topology *t, int 
     p->keys = keys;
     p->cap = (size_t)(max_numel > 0 ? max_numel : 1) * sizeof(float);
     p->xcap = max_extra;
-    int prev = (p->stage + p->size - 1) % p->size, next = (p->stage + 1) % p->size;
+    p->kind = HS_PP_1F1B;
     char fname[96], bname[96];
     snprintf(fname, sizeof fname, "%spp_forward", prefix ? prefix : "");
     snprintf(bname, sizeof bname, "%spp_backward", prefix ? prefix : "");
-    hs_status s =
-        lane_init(p, &p->fwd, fname, colour, PP_FWD_TAG, prev, next, HS_COMM_QUEUE_PP_FORWARD, e);
+    hs_status s = lane_init(p, &p->fwd, fname, colour, PP_FWD_TAG, HS_COMM_QUEUE_PP_FORWARD, e);
     if (s == HS_OK)
-        s = lane_init(p, &p->bwd, bname, colour, PP_BWD_TAG, next, prev, HS_COMM_QUEUE_PP_BACKWARD,
-                      e);
+        s = lane_init(p, &p->bwd, bname, colour, PP_BWD_TAG, HS_COMM_QUEUE_PP_BACKWARD, e);
     if (s != HS_OK) {
         hs_pp_free(p);
         return s;
@@ -139,6 +141,8 @@ void hs_pp_free(hs_pp *p) {
 
 int hs_pp_stage(const hs_pp *p) { return p->stage; }
 int hs_pp_size(const hs_pp *p) { return p->size; }
+void hs_pp_set_schedule(hs_pp *p, hs_pp_schedule_kind kind) { p->kind = kind; }
+hs_pp_schedule_kind hs_pp_placement(const hs_pp *p) { return p->kind; }
 
 static pp_msg *msg_at(const hs_pp *p, pp_msg *m, int key, int64_t numel, hs_dtype dt, int64_t xn) {
     size_t n = (size_t)numel * hs_dtype_size(dt);
@@ -148,12 +152,17 @@ static pp_msg *msg_at(const hs_pp *p, pp_msg *m, int key, int64_t numel, hs_dtyp
     return &m[key];
 }
 
-static void post_recv(hs_pp *p, pp_lane *l, int key, int64_t numel, hs_dtype dt, int64_t xn) {
+static void post_recv(hs_pp *p, pp_lane *l, int key, int from, int64_t numel, hs_dtype dt,
+                      int64_t xn) {
     pp_msg *m = msg_at(p, l->recv, key, numel, dt, xn);
-    HS_ASSERT(m->w == NULL);
+    HS_ASSERT(m->w == NULL && !m->local && from >= 0 && from < p->size);
+    if (from == p->stage) {
+        m->local = true, m->arrived = false;
+        return;
+    }
     hs_stream *s = p->dev->stream;
-    m->w = hs_pg_recv_async(l->group, s, m->buf, numel, dt, l->from, l->tag + key);
-    if (xn) m->xw = hs_pg_recv_async(l->group, s, m->xbuf, xn, HS_DTYPE_F32, l->from, l->tag + key);
+    m->w = hs_pg_recv_async(l->group, s, m->buf, numel, dt, from, l->tag + key);
+    if (xn) m->xw = hs_pg_recv_async(l->group, s, m->xbuf, xn, HS_DTYPE_F32, from, l->tag + key);
 }
 
 /* Wait for *w (if any) on the compute stream; the first failure wins. */
@@ -170,7 +179,8 @@ static hs_status wait_work(const hs_pp *p, hs_work **w, hs_status s, hs_error *e
 static hs_status take(hs_pp *p, pp_lane *l, int key, void *dst, float *xdst, hs_error *e) {
     HS_ASSERT(key >= 0 && key < p->keys);
     pp_msg *m = &l->recv[key];
-    HS_ASSERT(m->w != NULL && (!m->xn || xdst));
+    HS_ASSERT((m->local ? m->arrived : m->w != NULL) && (!m->xn || xdst));
+    m->local = m->arrived = false;
     hs_status s = wait_work(p, &m->w, HS_OK, e);
     s = wait_work(p, &m->xw, s, e);
     /* a failed hand-over leaves the neighbours waiting: end every rank */
@@ -180,47 +190,64 @@ static hs_status take(hs_pp *p, pp_lane *l, int key, void *dst, float *xdst, hs_
     return s;
 }
 
-static hs_status send(hs_pp *p, pp_lane *l, int key, const void *src, int64_t numel, hs_dtype dt,
-                      const float *extra, int64_t xn, hs_error *e) {
+/* A message to this stage itself goes straight into the receive's buffer. */
+static void send_local(hs_pp *p, pp_lane *l, int key, const void *src, int64_t numel, hs_dtype dt,
+                       const float *extra, int64_t xn) {
+    pp_msg *m = &l->recv[key];
+    HS_ASSERT(m->local && !m->arrived && m->xn == xn &&
+              m->bytes == numel * (int64_t)hs_dtype_size(dt));
+    hs_dev_copy(p->dev, m->buf, src, (size_t)m->bytes);
+    if (xn) hs_dev_copy(p->dev, m->xbuf, extra, (size_t)xn * sizeof(float));
+    m->arrived = true;
+}
+
+static hs_status send(hs_pp *p, pp_lane *l, int key, int to, const void *src, int64_t numel,
+                      hs_dtype dt, const float *extra, int64_t xn, hs_error *e) {
     (void)e;
     HS_ASSERT(!xn || extra);
+    HS_ASSERT(to >= 0 && to < p->size);
+    if (to == p->stage) {
+        send_local(p, l, key, src, numel, dt, extra, xn);
+        return HS_OK;
+    }
     pp_msg *m = msg_at(p, l->send, key, numel, dt, xn);
     /* a key is sent once per step: its previous send went out at the flush */
     HS_ASSERT(m->w == NULL && m->xw == NULL);
     hs_dev_copy(p->dev, m->buf, src, (size_t)m->bytes);
     hs_stream *s = p->dev->stream;
-    m->w = hs_pg_send_async(l->group, s, m->buf, numel, dt, l->to, l->tag + key);
+    m->w = hs_pg_send_async(l->group, s, m->buf, numel, dt, to, l->tag + key);
     if (xn) {
         hs_dev_copy(p->dev, m->xbuf, extra, (size_t)xn * sizeof(float));
-        m->xw = hs_pg_send_async(l->group, s, m->xbuf, xn, HS_DTYPE_F32, l->to, l->tag + key);
+        m->xw = hs_pg_send_async(l->group, s, m->xbuf, xn, HS_DTYPE_F32, to, l->tag + key);
     }
     return HS_OK;
 }
 
-void hs_pp_post_recv_forward(hs_pp *p, int key, int64_t numel, hs_dtype dt, int64_t extra) {
-    post_recv(p, &p->fwd, key, numel, dt, extra);
+void hs_pp_post_recv_forward(hs_pp *p, int key, int from, int64_t numel, hs_dtype dt,
+                             int64_t extra) {
+    post_recv(p, &p->fwd, key, from, numel, dt, extra);
 }
 
 hs_status hs_pp_take_forward(hs_pp *p, int key, void *dst, float *extra, hs_error *e) {
     return take(p, &p->fwd, key, dst, extra, e);
 }
 
-hs_status hs_pp_send_forward(hs_pp *p, int key, const void *src, int64_t numel, hs_dtype dt,
+hs_status hs_pp_send_forward(hs_pp *p, int key, int to, const void *src, int64_t numel, hs_dtype dt,
                              const float *extra, int64_t extra_n, hs_error *e) {
-    return send(p, &p->fwd, key, src, numel, dt, extra, extra_n, e);
+    return send(p, &p->fwd, key, to, src, numel, dt, extra, extra_n, e);
 }
 
-void hs_pp_post_recv_backward(hs_pp *p, int key, int64_t numel, int64_t extra) {
-    post_recv(p, &p->bwd, key, numel, HS_DTYPE_F32, extra);
+void hs_pp_post_recv_backward(hs_pp *p, int key, int from, int64_t numel, int64_t extra) {
+    post_recv(p, &p->bwd, key, from, numel, HS_DTYPE_F32, extra);
 }
 
 hs_status hs_pp_take_backward(hs_pp *p, int key, float *dst, float *extra, hs_error *e) {
     return take(p, &p->bwd, key, dst, extra, e);
 }
 
-hs_status hs_pp_send_backward(hs_pp *p, int key, const float *src, int64_t numel,
+hs_status hs_pp_send_backward(hs_pp *p, int key, int to, const float *src, int64_t numel,
                               const float *extra, int64_t extra_n, hs_error *e) {
-    return send(p, &p->bwd, key, src, numel, HS_DTYPE_F32, extra, extra_n, e);
+    return send(p, &p->bwd, key, to, src, numel, HS_DTYPE_F32, extra, extra_n, e);
 }
 
 static hs_status lane_flush(const hs_pp *p, pp_lane *l, hs_status s, hs_error *e) {
@@ -228,7 +255,8 @@ static hs_status lane_flush(const hs_pp *p, pp_lane *l, hs_status s, hs_error *e
         s = wait_work(p, &l->send[k].w, s, e);
         s = wait_work(p, &l->send[k].xw, s, e);
     }
-    for (int k = 0; l->recv && k < p->keys; k++) HS_ASSERT(l->recv[k].w == NULL);
+    for (int k = 0; l->recv && k < p->keys; k++)
+        HS_ASSERT(l->recv[k].w == NULL && !l->recv[k].local);
     return s;
 }
 

@@ -5,16 +5,21 @@
 
 #include "parallel/pp_internal.h"
 
-/* Message keys: the receiving chunk's (chunk, micro-batch). Activations of
- * local chunk v go to the next stage's chunk v, the last stage's to stage
- * 0's chunk v + 1; gradients likewise back. */
+/* Message keys: the receiving chunk's (local chunk, micro-batch).
+ * Activations of model chunk c go to the home of chunk c + 1, gradients
+ * to that of c - 1 (hs_pp_chunk_home: the next stage, round to stage 0's
+ * next chunk when interleaved, back along the V for zbv). */
 static int key_of(int chunk, int mb, int M) { return chunk * M + mb; }
 
-static int forward_dest_chunk(const hs_pp *p, int v) {
-    return hs_pp_stage(p) == hs_pp_size(p) - 1 ? v + 1 : v;
+/* The stage and local chunk of the model chunk `step` (+1 or -1) from
+ * local chunk v; false past either end of the model. */
+static bool neighbour(const hs_pp *p, const hs_model *m, int v, int step, int *stage, int *chunk) {
+    hs_pp_schedule_kind kind = hs_pp_placement(p);
+    int pp = hs_pp_size(p), c = hs_pp_model_chunk(kind, pp, hs_pp_stage(p), v) + step;
+    if (c < 0 || c >= pp * hs_model_num_chunks(m)) return false;
+    hs_pp_chunk_home(kind, pp, c, stage, chunk);
+    return true;
 }
-
-static int backward_dest_chunk(const hs_pp *p, int v) { return hs_pp_stage(p) == 0 ? v - 1 : v; }
 
 static void span(const hs_pp_step_io *io, const hs_pp *p, const hs_model *m, hs_pp_action a,
                  double t0) {
@@ -48,11 +53,12 @@ static hs_status run_forward(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
         s = hs_model_stage_forward(m, v, slot, &b, hooks, true, grad_scale, NULL, NULL, aux, e);
     hs_pp_add_busy(p, a.kind, hs_now() - t0);
     span(io, p, m, a, t0);
-    if (s == HS_OK && !hs_model_chunk_has_head(m, v)) {
+    int to, dv;
+    if (s == HS_OK && neighbour(p, m, v, +1, &to, &dv)) {
         hs_dtype dt;
         const void *out = hs_model_stage_output(m, v, slot, &dt);
-        s = hs_pp_send_forward(p, key_of(forward_dest_chunk(p, v), mb, M), out, numel, dt,
-                               hs_model_stage_aux(m), xn, e);
+        s = hs_pp_send_forward(p, key_of(dv, mb, M), to, out, numel, dt, hs_model_stage_aux(m), xn,
+                               e);
     }
     return s;
 }
@@ -74,9 +80,10 @@ static hs_status run_backward(hs_pp *p, hs_model *m, const hs_model_hooks *hooks
                       : hs_model_stage_backward(m, v, slot, &b, grad_scale, hooks, loss, e);
     hs_pp_add_busy(p, a.kind, hs_now() - t0);
     span(io, p, m, a, t0);
-    if (s == HS_OK && !hs_model_chunk_has_embedding(m, v))
-        s = hs_pp_send_backward(p, key_of(backward_dest_chunk(p, v), mb, M), hs_model_stage_grad(m),
-                                numel, aux_g, xn, e);
+    int to, dv;
+    if (s == HS_OK && neighbour(p, m, v, -1, &to, &dv))
+        s = hs_pp_send_backward(p, key_of(dv, mb, M), to, hs_model_stage_grad(m), numel, aux_g, xn,
+                                e);
     return s;
 }
 
@@ -94,13 +101,13 @@ static void post_receives(hs_pp *p, hs_model *m, const hs_pp_action *actions, in
                           int64_t numel) {
     for (int k = 0; k < n; k++) {
         hs_pp_action a = actions[k];
-        int key = key_of(a.chunk, a.micro_batch, M);
-        if (a.kind == HS_PP_FORWARD && !hs_model_chunk_has_embedding(m, a.chunk)) {
+        int key = key_of(a.chunk, a.micro_batch, M), from, fv;
+        if (a.kind == HS_PP_FORWARD && neighbour(p, m, a.chunk, -1, &from, &fv)) {
             hs_dtype dt;
             (void)hs_model_stage_input(m, a.chunk, 0, &dt);
-            hs_pp_post_recv_forward(p, key, numel, dt, hs_model_stage_aux_numel(m));
-        } else if (a.kind == HS_PP_BACKWARD && !hs_model_chunk_has_head(m, a.chunk)) {
-            hs_pp_post_recv_backward(p, key, numel, hs_model_stage_aux_grad_numel(m));
+            hs_pp_post_recv_forward(p, key, from, numel, dt, hs_model_stage_aux_numel(m));
+        } else if (a.kind == HS_PP_BACKWARD && neighbour(p, m, a.chunk, +1, &from, &fv)) {
+            hs_pp_post_recv_backward(p, key, from, numel, hs_model_stage_aux_grad_numel(m));
         }
     }
 }
@@ -130,22 +137,28 @@ hs_status hs_pp_forward_only(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
     int64_t numel = hs_model_stage_numel(m, b);
     hs_status s = HS_OK;
     if (loss_sum) *loss_sum = 0.0;
+    /* every receive first: a local one (zbv's turn) is sent before taken */
+    int from, to, dv;
+    for (int v = 0; v < hs_model_num_chunks(m); v++) {
+        hs_dtype dt;
+        (void)hs_model_stage_input(m, v, 0, &dt);
+        if (neighbour(p, m, v, -1, &from, &dv))
+            hs_pp_post_recv_forward(p, key_of(v, 0, 1), from, numel, dt, 0);
+    }
     for (int v = 0; s == HS_OK && v < hs_model_num_chunks(m); v++) {
-        if (!hs_model_chunk_has_embedding(m, v)) {
+        if (neighbour(p, m, v, -1, &from, &dv)) {
             hs_dtype dt;
             void *in = hs_model_stage_input(m, v, 0, &dt);
-            hs_pp_post_recv_forward(p, key_of(v, 0, 1), numel, dt, 0);
             s = hs_pp_take_forward(p, key_of(v, 0, 1), in, NULL, e);
         }
         bool head = hs_model_chunk_has_head(m, v);
         if (s == HS_OK)
             s = hs_model_stage_forward(m, v, 0, b, hooks, false, 0.0f, head ? loss_sum : NULL,
                                        head ? logits : NULL, NULL, e);
-        if (s == HS_OK && !head) {
+        if (s == HS_OK && neighbour(p, m, v, +1, &to, &dv)) {
             hs_dtype dt;
             const void *out = hs_model_stage_output(m, v, 0, &dt);
-            s = hs_pp_send_forward(p, key_of(forward_dest_chunk(p, v), 0, 1), out, numel, dt, NULL,
-                                   0, e);
+            s = hs_pp_send_forward(p, key_of(dv, 0, 1), to, out, numel, dt, NULL, 0, e);
         }
     }
     return s == HS_OK ? hs_pp_flush(p, e) : s;

@@ -3,17 +3,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hypershard/parallel.h"
+#include "parallel/pp_internal.h"
 
 bool hs_pp_schedule_parse(const char *name, hs_pp_schedule_kind *out) {
     if (!strcmp(name, "gpipe")) return *out = HS_PP_GPIPE, true;
     if (!strcmp(name, "1f1b")) return *out = HS_PP_1F1B, true;
     if (!strcmp(name, "interleaved_1f1b")) return *out = HS_PP_INTERLEAVED, true;
     if (!strcmp(name, "zb1p")) return *out = HS_PP_ZB1P, true;
+    if (!strcmp(name, "zbv")) return *out = HS_PP_ZBV, true;
     return false;
 }
 
-bool hs_pp_schedule_splits(hs_pp_schedule_kind kind) { return kind == HS_PP_ZB1P; }
+bool hs_pp_schedule_splits(hs_pp_schedule_kind kind) {
+    return kind == HS_PP_ZB1P || kind == HS_PP_ZBV;
+}
+
+int hs_pp_model_chunk(hs_pp_schedule_kind kind, int pp, int stage, int v) {
+    return hs_config_pp_chunk_of(kind == HS_PP_ZBV ? "zbv" : "", pp, stage, v);
+}
+
+void hs_pp_chunk_home(hs_pp_schedule_kind kind, int pp, int c, int *stage, int *v) {
+    if (kind == HS_PP_ZBV && c >= pp) *stage = 2 * pp - 1 - c, *v = 1;
+    else *stage = c % pp, *v = c / pp;
+}
 
 int64_t hs_pp_schedule_length(hs_pp_schedule_kind kind, int M, int V) {
     return (hs_pp_schedule_splits(kind) ? 3 : 2) * (int64_t)M * V;
@@ -29,8 +41,9 @@ void hs_pp_stage_chunks(const hs_config *cfg, int stage, hs_model_stage *out) {
     hs_config_pp_stages(cfg, first, count);
     *out = (hs_model_stage){.n_chunks = V};
     for (int v = 0; v < V; v++) {
-        out->first_layer[v] = first[v * pp + stage];
-        out->n_layers[v] = count[v * pp + stage];
+        int c = hs_config_pp_chunk(cfg, stage, v);
+        out->first_layer[v] = first[c];
+        out->n_layers[v] = count[c];
     }
 }
 
@@ -59,17 +72,22 @@ static int zb1p(int pp, int stage, int M, hs_pp_action *out) {
     return n;
 }
 
-void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, hs_pp_action *out) {
+hs_status hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V,
+                         hs_pp_action *out, hs_error *e) {
     int n = 0;
     if (kind == HS_PP_ZB1P) {
         HS_ASSERT(V == 1);
         (void)zb1p(pp, stage, M, out);
-        return;
+        return HS_OK;
+    }
+    if (kind == HS_PP_ZBV) {
+        HS_ASSERT(V == 2);
+        return hs_pp_zbv_list(pp, stage, M, out, e);
     }
     if (kind == HS_PP_GPIPE) {
         for (int i = 0; i < M; i++) out[n++] = (hs_pp_action){HS_PP_FORWARD, 0, i};
         for (int i = 0; i < M; i++) out[n++] = (hs_pp_action){HS_PP_BACKWARD, 0, i};
-        return;
+        return HS_OK;
     }
     /* 1F1B: pp-1-s forwards fill the pipe; interleaved: 2 (pp-1-s) plus a
      * round per further chunk. Then one forward and one backward in turn,
@@ -89,6 +107,7 @@ void hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, h
     for (; b < total; b++)
         out[n++] = kind == HS_PP_INTERLEAVED ? interleaved_at(HS_PP_BACKWARD, pp, V, b)
                                              : (hs_pp_action){HS_PP_BACKWARD, 0, b};
+    return HS_OK;
 }
 
 hs_status hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, int *slots,
@@ -106,18 +125,18 @@ hs_status hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V,
         free(open);
         return hs_error_oom(e, "pipeline: a schedule of %d actions", n);
     }
-    hs_pp_schedule(kind, pp, stage, M, V, a);
+    hs_status rc = hs_pp_schedule(kind, pp, stage, M, V, a, e);
     /* Micro-batches of one chunk forwarded whose slot is not free yet: it
      * frees at the backward, or at the weight pass of a split one. */
     hs_pp_kind frees = hs_pp_schedule_splits(kind) ? HS_PP_WEIGHT : HS_PP_BACKWARD;
-    for (int k = 0; k < n; k++) {
+    for (int k = 0; rc == HS_OK && k < n; k++) {
         open[a[k].chunk] += a[k].kind == HS_PP_FORWARD ? 1 : a[k].kind == frees ? -1 : 0;
         if (open[a[k].chunk] > most) most = open[a[k].chunk];
     }
     free(a);
     free(open);
     *slots = most;
-    return HS_OK;
+    return rc;
 }
 
 /* ------------------------------------------------------------ the check */
@@ -137,16 +156,20 @@ static const char *kind_name(hs_pp_kind k) {
     return k == HS_PP_FORWARD ? "F" : k == HS_PP_BACKWARD ? "B" : "W";
 }
 
-/* Stage `s`'s local chunk v is the model's chunk v * pp + s. */
-static bool ready(const sim_stage *sts, int pp, int s, int M, int V, hs_pp_action a) {
-    int c = a.chunk * pp + s, last = pp * V - 1;
+/* Whether stage s can run a now: its own earlier pass done, and the
+ * input from the neighbouring model chunk there. */
+static bool ready(const sim_stage *sts, hs_pp_schedule_kind kind, int pp, int s, int M, int V,
+                  hs_pp_action a) {
+    int c = hs_pp_model_chunk(kind, pp, s, a.chunk), last = pp * V - 1;
     const sim_stage *me = &sts[s];
     if (a.kind == HS_PP_WEIGHT) return *done_at(me, HS_PP_BACKWARD, a.chunk, a.micro_batch, V, M);
     if (a.kind == HS_PP_BACKWARD && !*done_at(me, HS_PP_FORWARD, a.chunk, a.micro_batch, V, M))
         return false;
     int from = a.kind == HS_PP_FORWARD ? c - 1 : c + 1; /* the chunk the input comes from */
     if (from < 0 || from > last) return true;
-    return *done_at(&sts[from % pp], a.kind, from / pp, a.micro_batch, V, M);
+    int fs, fv;
+    hs_pp_chunk_home(kind, pp, from, &fs, &fv);
+    return *done_at(&sts[fs], a.kind, fv, a.micro_batch, V, M);
 }
 
 /* Each list on its own: every action once, in micro-batch order per chunk
@@ -182,7 +205,8 @@ static hs_status check_list(const sim_stage *st, bool split, int s, int M, int V
 }
 
 /* Runs the lists of every stage together; sts[s].a and .n filled. */
-static hs_status simulate(sim_stage *sts, int pp, int M, int V, bool split, hs_error *e) {
+static hs_status simulate(sim_stage *sts, hs_pp_schedule_kind kind, int pp, int M, int V,
+                          bool split, hs_error *e) {
     hs_status rc = HS_OK;
     for (int s = 0; rc == HS_OK && s < pp; s++) {
         sts[s].next = 0;
@@ -196,7 +220,7 @@ static hs_status simulate(sim_stage *sts, int pp, int M, int V, bool split, hs_e
         moved = false;
         for (int s = 0; s < pp; s++) {
             sim_stage *st = &sts[s];
-            while (st->next < st->n && ready(sts, pp, s, M, V, st->a[st->next])) {
+            while (st->next < st->n && ready(sts, kind, pp, s, M, V, st->a[st->next])) {
                 hs_pp_action a = st->a[st->next++];
                 *done_at(st, a.kind, a.chunk, a.micro_batch, V, M) = 1;
                 moved = true;
@@ -214,12 +238,12 @@ static hs_status simulate(sim_stage *sts, int pp, int M, int V, bool split, hs_e
     return rc;
 }
 
-hs_status hs_pp_actions_check(int pp, int M, int V, bool split, const hs_pp_action *const *lists,
-                              const int *lens, hs_error *e) {
+hs_status hs_pp_actions_check(hs_pp_schedule_kind kind, int pp, int M, int V,
+                              const hs_pp_action *const *lists, const int *lens, hs_error *e) {
     sim_stage *sts = calloc((size_t)pp, sizeof *sts);
     if (!sts) return hs_error_oom(e, "pipeline: the schedule check");
     for (int s = 0; s < pp; s++) sts[s] = (sim_stage){.a = (hs_pp_action *)lists[s], .n = lens[s]};
-    hs_status rc = simulate(sts, pp, M, V, split, e);
+    hs_status rc = simulate(sts, kind, pp, M, V, hs_pp_schedule_splits(kind), e);
     for (int s = 0; s < pp; s++) free(sts[s].done);
     free(sts);
     return rc;
@@ -233,12 +257,11 @@ hs_status hs_pp_schedule_check(hs_pp_schedule_kind kind, int pp, int M, int V, h
     for (int s = 0; rc == HS_OK && s < pp; s++) {
         lists[s] = malloc(sizeof *lists[s] * (size_t)n);
         if (!lists[s]) rc = hs_error_oom(e, "pipeline: the schedule check of %d actions", n);
-        else hs_pp_schedule(kind, pp, s, M, V, lists[s]);
+        else rc = hs_pp_schedule(kind, pp, s, M, V, lists[s], e);
         lens[s] = n;
     }
     if (rc == HS_OK)
-        rc = hs_pp_actions_check(pp, M, V, hs_pp_schedule_splits(kind),
-                                 (const hs_pp_action *const *)lists, lens, e);
+        rc = hs_pp_actions_check(kind, pp, M, V, (const hs_pp_action *const *)lists, lens, e);
     for (int s = 0; lists && s < pp; s++) free(lists[s]);
     free(lists);
     free(lens);

@@ -105,11 +105,12 @@ static void pp_free(hs_engine *en) {
 }
 
 /* The stage each catalog parameter lives on: its block's (layer_stage),
- * the embedding on the first, the final norm and lm_head on the last. */
-static int owner_stage(const int *layer_stage, int n_layers, const hs_param *p, int pp) {
+ * the embedding with the first block, the final norm and lm_head with the
+ * last (the last stage, or the first under zbv's V). */
+static int owner_stage(const int *layer_stage, int n_layers, const hs_param *p) {
     int layer = -1;
     if (sscanf(p->fqn, "model.layers.%d.", &layer) != 1)
-        return p->kind == HS_PARAM_EMBEDDING ? 0 : pp - 1;
+        return layer_stage[p->kind == HS_PARAM_EMBEDDING ? 0 : n_layers - 1];
     HS_ASSERT(layer >= 0 && layer < n_layers);
     return layer_stage[layer];
 }
@@ -158,7 +159,7 @@ hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_eng
     }
     for (int i = 0; i < n; i++) {
         const hs_param *p = hs_model_param(catalog, i);
-        pe->owner[i] = owner_stage(layer_stage, L, p, pp);
+        pe->owner[i] = owner_stage(layer_stage, L, p);
         pe->local[i] = pe->owner[i] == pe->stage ? hs_model_find_param(inner->model, p->fqn) : -1;
         HS_ASSERT(pe->owner[i] != pe->stage || pe->local[i] >= 0);
     }

@@ -146,11 +146,12 @@ static hs_status role_model(const plan_ctx *c, int stage, const hs_model_stage *
     hs_model_config mc = cfg->model;
     hs_model_stage s = *st;
     if (blocks_per_chunk > 0 && s.n_chunks > 0) {
-        /* Chunk k of stage p is the model's chunk p + k*pp: with all chunks
-         * of one length the embedding and the head stay where they were. */
+        /* Chunk k of the stage is the model's hs_config_pp_chunk: with all
+         * chunks of one length the embedding and the head stay where they
+         * were. */
         mc.n_layers = t->pp * s.n_chunks * blocks_per_chunk;
         for (int k = 0; k < s.n_chunks; k++) {
-            s.first_layer[k] = (stage + k * t->pp) * blocks_per_chunk;
+            s.first_layer[k] = hs_config_pp_chunk(cfg, stage, k) * blocks_per_chunk;
             s.n_layers[k] = blocks_per_chunk;
         }
     } else if (blocks_per_chunk > 0) {

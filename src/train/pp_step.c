@@ -14,7 +14,7 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
     if (!hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &t->pp_kind))
         return hs_error_set(e, HS_ERR_CONFIG,
                             "accelerator.pp_schedule: unknown schedule '%s'; "
-                            "use gpipe, 1f1b, interleaved_1f1b or zb1p",
+                            "use gpipe, 1f1b, interleaved_1f1b, zb1p or zbv",
                             cfg->accelerator.pp_schedule);
     t->pp_group = hs_mesh_group(t->mesh, HS_DIM_PP);
     t->pp_stage = hs_mesh_coords(t->mesh).pp;
@@ -29,11 +29,14 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
     t->n_pp_actions = (int)hs_pp_schedule_length(t->pp_kind, t->M, V);
     t->pp_actions = calloc((size_t)t->n_pp_actions, sizeof *t->pp_actions);
     if (!t->pp_actions) return hs_error_oom(e, "trainer: cannot allocate the schedule");
-    hs_pp_schedule(t->pp_kind, t->pp_size, t->pp_stage, t->M, V, t->pp_actions);
+    if (hs_pp_schedule(t->pp_kind, t->pp_size, t->pp_stage, t->M, V, t->pp_actions, e) != HS_OK)
+        return e->code;
     int64_t numel, extra;
     hs_pp_message_numel(cfg, t->cp, &numel, &extra);
-    return hs_pp_create(t->comm, t->dev, t->topo, hs_comm_rank(t->comm), numel, extra, t->M * V,
-                        NULL, &t->pp, e);
+    hs_status s = hs_pp_create(t->comm, t->dev, t->topo, hs_comm_rank(t->comm), numel, extra,
+                               t->M * V, NULL, &t->pp, e);
+    if (s == HS_OK) hs_pp_set_schedule(t->pp, t->pp_kind);
+    return s;
 }
 
 void hs_pp_trainer_free(hs_trainer *t) {
@@ -86,18 +89,25 @@ hs_status hs_pp_run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, do
     return s;
 }
 
-/* The last stage's loss sum and logits reach every stage. */
+/* The head's stage's loss sum and logits reach every stage (the last
+ * stage, or the first under zbv's V). */
+static int head_stage(const hs_trainer *t) {
+    int stage, v;
+    int chunks = t->pp_size * t->pp_virtual;
+    hs_pp_chunk_home(t->pp_kind, t->pp_size, chunks - 1, &stage, &v);
+    return stage;
+}
+
 hs_status hs_pp_forward(hs_trainer *t, const hs_batch *b, double *loss_sum, float *logits,
                         hs_error *e) {
     double loss = 0.0;
     hs_status s = hs_pp_forward_only(t->pp, t->engine->model, t->hooks, b, loss_sum ? &loss : NULL,
                                      logits, e);
-    /* Only the last stage computed a loss: the sum over stages is its own. */
+    /* Only the head's stage computed a loss: the sum over stages is its own. */
     if (s == HS_OK && loss_sum) s = hs_reduce_sum_f64(t->pp_group, &loss, 1, e);
     if (loss_sum) *loss_sum = loss;
     int64_t n = (int64_t)b->B * b->T * t->cfg->model.vocab_size;
     if (s == HS_OK && logits)
-        s = hs_pg_broadcast(t->pp_group, t->dev->stream, logits, n, HS_DTYPE_F32, t->pp_size - 1,
-                            e);
+        s = hs_pg_broadcast(t->pp_group, t->dev->stream, logits, n, HS_DTYPE_F32, head_stage(t), e);
     return s;
 }

@@ -282,7 +282,7 @@ static void test_pp_schedule_is_one_of_the_schedules(void **state) {
     loaded_free(l);
     l = load_yaml("accelerator:\n  pp_schedule: 1f1c\n", NULL, 0);
     assert_error_has(l, "accelerator.pp_schedule: expected one of gpipe | 1f1b | "
-                        "interleaved_1f1b | zb1p, got '1f1c'; did you mean 1f1b?");
+                        "interleaved_1f1b | zb1p | zbv, got '1f1c'; did you mean 1f1b?");
     loaded_free(l);
     l = load_yaml("accelerator:\n  pp_schedule: interleaved_1f1b\n  pp_virtual_stages: 2\n", NULL,
                   0);

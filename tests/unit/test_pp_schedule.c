@@ -34,7 +34,8 @@ static void render(const hs_pp_action *a, int n, bool chunks, char *out, size_t 
 static void expect_list(hs_pp_schedule_kind kind, int pp, int stage, int M, const char *want) {
     hs_pp_action a[MAX_ACTIONS];
     int n = (int)hs_pp_schedule_length(kind, M, 1);
-    hs_pp_schedule(kind, pp, stage, M, 1, a);
+    hs_error e;
+    assert_int_equal(hs_pp_schedule(kind, pp, stage, M, 1, a, &e), HS_OK);
     char got[4096];
     render(a, n, false, got, sizeof got);
     if (strcmp(got, want)) fail_msg("stage %d of %d: got\n  %s\nwant\n  %s", stage, pp, got, want);
@@ -44,7 +45,7 @@ static void test_every_schedule_passes_the_check(void **state) {
     (void)state;
     const hs_pp_schedule_kind flat[] = {HS_PP_GPIPE, HS_PP_1F1B, HS_PP_ZB1P};
     hs_error e;
-    for (int pp = 2; pp <= 5; pp++)
+    for (int pp = 2; pp <= 8; pp++)
         for (int M = pp; M <= 3 * pp + 1; M++) {
             for (size_t k = 0; k < sizeof flat / sizeof flat[0]; k++)
                 if (hs_pp_schedule_check(flat[k], pp, M, 1, &e) != HS_OK)
@@ -52,6 +53,8 @@ static void test_every_schedule_passes_the_check(void **state) {
             for (int V = 2; V <= 3 && M % pp == 0; V++)
                 if (hs_pp_schedule_check(HS_PP_INTERLEAVED, pp, M, V, &e) != HS_OK)
                     fail_msg("interleaved pp %d M %d V %d: %s", pp, M, V, e.msg);
+            if (hs_pp_schedule_check(HS_PP_ZBV, pp, M, 2, &e) != HS_OK)
+                fail_msg("zbv pp %d M %d: %s", pp, M, e.msg);
         }
 }
 
@@ -99,7 +102,7 @@ static hs_status check_two(const char *s0, const char *s1, bool split, hs_error 
             c++;
         }
     const hs_pp_action *lists[2] = {l[0], l[1]};
-    return hs_pp_actions_check(2, 2, 1, split, lists, n, e);
+    return hs_pp_actions_check(split ? HS_PP_ZB1P : HS_PP_1F1B, 2, 2, 1, lists, n, e);
 }
 
 static void expect_refused(const char *s0, const char *s1, bool split, const char *why) {
