@@ -51,6 +51,8 @@ check tp2_fsdp2 4 "${F2[@]}" accelerator.tp_size=2
 check pp2_fsdp2 4 "${F2[@]}" accelerator.pp_size=2 train.global_batch_size=8
 check zb1p_fsdp2 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_schedule=zb1p \
     train.global_batch_size=8
+check zbv_fsdp2 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_schedule=zbv \
+    accelerator.pp_virtual_stages=2 model.n_layers=4 train.global_batch_size=8
 check cp2 2 accelerator.cp_size=2
 check fsdp8 8 fsdp_config.dp_shard_size=8 train.global_batch_size=16 train.activation_checkpointing=true
 

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# The zero-bubble schedule zb1p (ZB-H1: each backward split into its input
-# pass B and its weight pass W) through `hypershard train` matches the
-# one-process run on the same global batch: loss and grad norm of every
-# step, every gradient of step 1, every weight after steps 1, 2 and 3, the
-# logits step 2 starts from and the exported model, within 1e-5 relative
-# (fp32). Layouts: PP 2; PP 4 with 2 and 8 micro-batches; PP 2 x FSDP 2;
-# PP 2 x HSDP 2x2; PP 2 x TP 2 with sequence and loss parallel; PP 2 x CP 2;
-# PP 2 with activation checkpointing; no-sync accumulation; MoE at PP 2
-# and PP 2 x EP 2 (with the aux loss and expert counts). In bf16 with fp32
-# reduction at PP 2 x FSDP 2, zb1p gives 1f1b's numbers bit for bit (the
-# same products, summed in the same order). From the merged trace: each
-# stage runs the paper's ZB-H1 list, every W after its B. A zb1p
-# checkpoint resumes under 1f1b and gpipe, and a 1f1b one under zb1p, on
-# the uninterrupted curve.
+# The zero-bubble schedules zb1p (ZB-H1: each backward split into its
+# input pass B and its weight pass W) and zbv (ZB-V: two chunks per stage
+# in a V, split likewise) through `hypershard train` match the one-process
+# run on the same global batch: loss and grad norm of every step, every
+# gradient of step 1, every weight after steps 1, 2 and 3, the logits step
+# 2 starts from and the exported model, within 1e-5 relative (fp32).
+# Layouts, each for both schedules: PP 2; PP 4 (8 micro-batches); PP 2 x
+# FSDP 2; PP 2 x HSDP 2x2; PP 2 x TP 2 with sequence and loss parallel;
+# PP 2 x CP 2; PP 2 with activation checkpointing; no-sync accumulation;
+# MoE at PP 2 and PP 2 x EP 2 (with the aux loss and expert counts). In
+# bf16 with fp32 reduction at PP 2 x FSDP 2, zb1p gives 1f1b's numbers bit
+# for bit (the same products, summed in the same order). From the merged
+# trace: each zb1p stage runs the paper's ZB-H1 list, every W after its B;
+# each zbv stage runs 6 M actions over its two chunks, every W after its B
+# and every B after its F. A zb1p or zbv checkpoint resumes under 1f1b and
+# gpipe, and a 1f1b one under zb1p and zbv, on the uninterrupted curve.
 # HS_MPI_RANKS: 8
 # HS_TEST_TIMEOUT: 300
 set -euo pipefail
@@ -25,29 +27,40 @@ files=(model.safetensors dump/grads-step1.safetensors dump/weights-step1.safeten
 compare() { hs_compare_runs "$1" "$2" "${3:-1e-5}" "${files[@]}"; }
 zb=(accelerator.pp_size=2 accelerator.pp_schedule=zb1p)
 
+zbv=(accelerator.pp_size=2 accelerator.pp_schedule=zbv accelerator.pp_virtual_stages=2)
+
 hs_train_dump one 1
+hs_train_dump one8 1 model.n_layers=8
 hs_train_dump zb2 2 "${zb[@]}" trace.enabled=true
 grep -q "engine fsdp+pp on 2 rank(s)" "$work/zb2.txt"
 compare one zb2
+hs_train_dump zbv2 2 "${zbv[@]}" trace.enabled=true
+compare one zbv2
 hs_train_dump zb4 4 accelerator.pp_size=4 accelerator.pp_schedule=zb1p
 compare one zb4
 hs_train_dump zb4_m8 4 accelerator.pp_size=4 accelerator.pp_schedule=zb1p \
     train.micro_batch_size=1 trace.enabled=true
 compare one zb4_m8
-hs_train_dump zb2_fsdp2 4 "${zb[@]}" fsdp_config.dp_shard_size=2
-compare one zb2_fsdp2
-hs_train_dump zb2_hsdp 8 "${zb[@]}" fsdp_config.dp_shard_size=2 train.micro_batch_size=1
-compare one zb2_hsdp
-hs_train_dump zb2_tp2_sp 4 "${zb[@]}" accelerator.tp_size=2 accelerator.sequence_parallel=true \
-    accelerator.loss_parallel=true
-compare one zb2_tp2_sp
-hs_train_dump zb2_cp2 4 "${zb[@]}" accelerator.cp_size=2
-compare one zb2_cp2
-hs_train_dump zb2_ckpt 2 "${zb[@]}" train.activation_checkpointing=true
-compare one zb2_ckpt
-hs_train_dump zb2_nosync 4 "${zb[@]}" fsdp_config.dp_shard_size=2 \
-    fsdp_config.requires_grad_sync=false
-compare one zb2_nosync
+hs_train_dump zbv4_m8 4 model.n_layers=8 accelerator.pp_size=4 accelerator.pp_schedule=zbv \
+    accelerator.pp_virtual_stages=2 train.micro_batch_size=1 trace.enabled=true
+compare one8 zbv4_m8
+for s in zb zbv; do
+    declare -n sched=$s
+    hs_train_dump ${s}2_fsdp2 4 "${sched[@]}" fsdp_config.dp_shard_size=2
+    compare one ${s}2_fsdp2
+    hs_train_dump ${s}2_hsdp 8 "${sched[@]}" fsdp_config.dp_shard_size=2 train.micro_batch_size=1
+    compare one ${s}2_hsdp
+    hs_train_dump ${s}2_tp2_sp 4 "${sched[@]}" accelerator.tp_size=2 \
+        accelerator.sequence_parallel=true accelerator.loss_parallel=true
+    compare one ${s}2_tp2_sp
+    hs_train_dump ${s}2_cp2 4 "${sched[@]}" accelerator.cp_size=2
+    compare one ${s}2_cp2
+    hs_train_dump ${s}2_ckpt 2 "${sched[@]}" train.activation_checkpointing=true
+    compare one ${s}2_ckpt
+    hs_train_dump ${s}2_nosync 4 "${sched[@]}" fsdp_config.dp_shard_size=2 \
+        fsdp_config.requires_grad_sync=false
+    compare one ${s}2_nosync
+done
 
 # bf16 compute, fp32 reduction: the split changes no product and no sum
 bf=(fsdp_config.dp_shard_size=2 accelerator.pp_size=2 fsdp_config.mix_precision.param_dtype=bfloat16
@@ -85,6 +98,32 @@ check_schedule zb4_m8 4 \
     "F0 F1 B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 F6 B5 W3 F7 B6 W4 B7 W5 W6 W7" \
     "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7"
 
+# zbv's lists come from a simulation (hs_pp_schedule): each stage runs 6 M
+# actions, the same list every step, and its passes in dependency order.
+check_zbv() { # RUN STAGES M
+    python3 - "$work/$1/trace/trace.json" "$2" "$3" <<'PY'
+import json, sys
+path, n, M = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+t = json.load(open(path))
+ev = t["traceEvents"] if isinstance(t, dict) else t
+for rank in range(n):
+    got = [e["name"] for e in sorted((e for e in ev if e["pid"] == rank and e.get("cat") in
+           ("pp_forward", "pp_backward", "pp_weight")), key=lambda e: e["ts"])]
+    per = 6 * M
+    assert len(got) == 3 * per, f"rank {rank}: {len(got)} actions in 3 steps, not {3 * per}"
+    step = got[:per]
+    assert got == step * 3, f"rank {rank}: the steps ran different lists"
+    assert sorted(step) == sorted(f"{k}{mb}.{v}" for k in "FBW" for mb in range(M)
+                                  for v in (0, 1)), f"rank {rank}: {step}"
+    for i, name in enumerate(step):
+        before = {"B": "F", "W": "B"}.get(name[0])
+        assert before is None or before + name[1:] in step[:i], f"rank {rank}: {name} too early"
+    print(f"rank {rank}: {' '.join(step)}")
+PY
+}
+check_zbv zbv2 2 4
+check_zbv zbv4_m8 4 8
+
 # MoE: the experts' gradients stay in B, the attention linears' go to W
 moe=(model.arch=moe model.moe.num_experts=4 model.moe.top_k=2 model.moe.expert_ffn_dim=24
      model.moe.aux_loss_coef=0.01 model.moe.shared_expert_ffn_dim=16)
@@ -92,10 +131,14 @@ hs_train_dump moe_one 1 "${moe[@]}"
 hs_train_dump moe_one4 1 "${moe[@]}" train.micro_batch_size=4
 hs_train_dump moe_zb2 2 "${moe[@]}" "${zb[@]}"
 compare moe_one moe_zb2
-hs_train_dump moe_zb2_ep2 4 "${moe[@]}" "${zb[@]}" accelerator.ep_size=2 \
-    fsdp_config.dp_shard_size=2 fsdp_config.edp_shard_size=1
-compare moe_one4 moe_zb2_ep2
-python3 - "$work/moe_one4/metrics.jsonl" "$work/moe_zb2_ep2/metrics.jsonl" <<'PY'
+hs_train_dump moe_zbv2 2 "${moe[@]}" "${zbv[@]}"
+compare moe_one moe_zbv2
+for s in zb zbv; do
+    declare -n sched=$s
+    hs_train_dump moe_${s}2_ep2 4 "${moe[@]}" "${sched[@]}" accelerator.ep_size=2 \
+        fsdp_config.dp_shard_size=2 fsdp_config.edp_shard_size=1
+    compare moe_one4 moe_${s}2_ep2
+    python3 - "$work/moe_one4/metrics.jsonl" "$work/moe_${s}2_ep2/metrics.jsonl" <<'PY'
 import json, sys
 a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
 for x, y in zip(a, b):
@@ -103,6 +146,7 @@ for x, y in zip(a, b):
     assert x["expert_tokens"] == y["expert_tokens"], (x["expert_tokens"], y["expert_tokens"])
 print(f"  aux loss and expert_tokens of {len(a)} steps equal")
 PY
+done
 
 # Resume across schedules: the checkpoint holds no schedule state.
 tiny=("${HS_TINY[@]}" model.n_layers=4 train.global_batch_size=8 train.micro_batch_size=2
@@ -113,7 +157,11 @@ hs_must_run 2 stopped_zb "${zb[@]}" train.steps=2 train.out_dir="$work/s" \
 hs_resume_layouts "$work/ck_zb/step-2" "$work/u" \
     "2 to_1f1b accelerator.pp_size=2" \
     "2 to_gpipe accelerator.pp_size=2 accelerator.pp_schedule=gpipe"
+hs_must_run 2 stopped_zbv "${zbv[@]}" train.steps=2 train.out_dir="$work/sv" \
+    checkpoint.dir="$work/ck_zbv"
+hs_resume_layouts "$work/ck_zbv/step-2" "$work/u" "2 zbv_to_1f1b accelerator.pp_size=2" \
+    "1 zbv_to_one accelerator.pp_size=1"
 hs_must_run 2 stopped_1f1b accelerator.pp_size=2 train.steps=2 train.out_dir="$work/s1" \
     checkpoint.dir="$work/ck_1f1b"
-hs_resume_layouts "$work/ck_1f1b/step-2" "$work/u" "2 to_zb ${zb[*]}"
+hs_resume_layouts "$work/ck_1f1b/step-2" "$work/u" "2 to_zb ${zb[*]}" "2 to_zbv ${zbv[*]}"
 hs_finish
