@@ -4,7 +4,7 @@
  *
  * On W ranks (4 for the record) one Llama (8 blocks by default) is trained
  * with PP 2 (x FSDP W/2) and PP 4 (when W allows), each with gpipe, 1f1b,
- * interleaved_1f1b and zb1p, on the same global batch: M micro-batches of 1 sequence per
+ * interleaved_1f1b, zb1p and zbv, on the same global batch: M micro-batches of 1 sequence per
  * data-parallel rank and step (--micro, default 8). Per layout, medians
  * over the timed steps:
  *   step ms    the slowest rank's step (schedule + grad norm + AdamW)
@@ -12,10 +12,11 @@
  *              forwards and backwards, as a fraction of the step
  *   bubble     1 - busy: idle waits for the neighbours, the hand-over
  *              copies and the optimizer, measured
- *   theory     the schedule's idle fraction from the measured action
- *              times F, B, W (theory()): (p-1)/(V M+p-1) for gpipe, 1f1b
- *              (1f1b saves activation memory, not time) and interleaved
- *              (V = 2); (p-1)(F+B-W)/(M(F+B+W)+(p-1)(F+B-W)) for zb1p
+ *   theory     the schedule's ideal idle fraction: its lists replayed with
+ *              the measured F, B, W times and free hand-overs (theory());
+ *              (p-1)/(V M+p-1) for gpipe, 1f1b (1f1b saves activation
+ *              memory, not time) and interleaved (V = 2); less for zb1p
+ *              and zbv, whose W's fill the waits
  *   F / B / W  mean time of one forward, backward (zb1p: its input pass)
  *              and weight pass, and W's share of the whole backward
  *   peak MiB   the largest device peak of any rank: gpipe keeps M
@@ -33,7 +34,7 @@
 #include "hypershard/parallel.h"
 #include "hypershard/train.h"
 
-#define MAX_LAYOUTS 8
+#define MAX_LAYOUTS 10
 #define MAX_STEPS 64
 
 typedef struct pp_layout {
@@ -193,15 +194,54 @@ static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e) {
     return s;
 }
 
-/* The schedule's idle fraction from the measured action times: 1F1B and
- * GPipe idle (p-1)(F+B+W) of M(F+B+W) + that (V chunks divide the fill
- * and drain by V); ZB-H1 fills W into it, leaving (p-1)(F+B-W) (Qi et al.
- * 2024, section 3). */
+/* The schedule's ideal idle fraction: every stage's list replayed with
+ * the measured mean F, B and W times and free hand-overs, each action
+ * starting when its stage is free and its input is there; the idle share
+ * of the longest stage. 1F1B and GPipe give (p-1)/(M+p-1), interleaving V
+ * chunks (p-1)/(VM+p-1), the split schedules less where W fills the
+ * waits. */
 static double theory(const pp_layout *l, double f, double b, double w) {
-    double all = f + b + w, idle = all;
-    if (hs_pp_schedule_splits(l->kind)) idle = f + b - w > 0 ? f + b - w : 0;
-    idle *= (double)(l->pp - 1) / l->virtual_stages;
-    return idle / ((double)l->M * all + idle);
+    int pp = l->pp, V = l->virtual_stages, M = l->M;
+    int n = (int)hs_pp_schedule_length(l->kind, M, V);
+    double dur[3] = {f, b, w}, *fin = malloc(sizeof(double) * 3 * (size_t)(pp * V * M));
+    double *free_at = calloc((size_t)pp, sizeof(double));
+    int *next = calloc((size_t)pp, sizeof(int));
+    hs_pp_action *a = malloc(sizeof *a * (size_t)(n * pp));
+    double idle = -1.0;
+    hs_error e;
+    bool ok = fin && free_at && next && a;
+    for (int s = 0; ok && s < pp; s++)
+        ok = hs_pp_schedule(l->kind, pp, s, M, V, a + (size_t)s * n, &e) == HS_OK;
+    for (int i = 0; ok && i < 3 * pp * V * M; i++) fin[i] = -1.0;
+#define FIN(k, s, v, mb) fin[(((k)*pp + (s)) * V + (v)) * M + (mb)]
+    for (bool moved = ok; moved;) {
+        moved = false;
+        for (int s = 0; s < pp; s++)
+            while (next[s] < n) {
+                hs_pp_action x = a[(size_t)s * n + next[s]];
+                double ready = x.kind == HS_PP_FORWARD ? 0.0
+                                                       : FIN(x.kind - 1, s, x.chunk, x.micro_batch);
+                int c = hs_pp_model_chunk(l->kind, pp, s, x.chunk), from = -1, fs, fv;
+                if (x.kind != HS_PP_WEIGHT) from = x.kind == HS_PP_FORWARD ? c - 1 : c + 1;
+                if (from >= 0 && from < pp * V) {
+                    hs_pp_chunk_home(l->kind, pp, from, &fs, &fv);
+                    double in = FIN(x.kind, fs, fv, x.micro_batch);
+                    ready = in < 0 || ready < 0 ? -1.0 : (in > ready ? in : ready);
+                }
+                if (ready < 0) break;
+                double t0 = ready > free_at[s] ? ready : free_at[s];
+                FIN(x.kind, s, x.chunk, x.micro_batch) = free_at[s] = t0 + dur[x.kind];
+                next[s]++, moved = true;
+            }
+    }
+#undef FIN
+    if (ok) {
+        double span = 0.0;
+        for (int s = 0; s < pp; s++) span = free_at[s] > span ? free_at[s] : span;
+        idle = span > 0 ? 1.0 - (double)M * V * (f + b + w) / span : 0.0;
+    }
+    free(fin), free(free_at), free(next), free(a);
+    return idle;
 }
 
 static void print_table(const opts *o, pp_layout *ls, int n, int world) {
@@ -218,9 +258,9 @@ static void print_table(const opts *o, pp_layout *ls, int n, int world) {
         double w = hs_bench_median(l->act_ms[2], o->steps);
         printf("| PP %d x FSDP %d | %s%s | %d | %.1f | %.2f | %.2f | %.2f | %.1f / %.1f / %.1f | "
                "%.2f | %.1f |\n",
-               l->pp, world / l->pp, l->schedule, l->virtual_stages > 1 ? " V=2" : "", l->M,
-               step * 1e3, busy, 1.0 - busy, theory(l, f, b, w), f, b, w, w / (b + w),
-               (double)l->peak / (1 << 20));
+               l->pp, world / l->pp, l->schedule,
+               l->virtual_stages > 1 && l->kind != HS_PP_ZBV ? " V=2" : "", l->M, step * 1e3, busy,
+               1.0 - busy, theory(l, f, b, w), f, b, w, w / (b + w), (double)l->peak / (1 << 20));
     }
 }
 
@@ -228,8 +268,8 @@ static int usage(FILE *f, const char *why) {
     if (why) fprintf(f, "hypershard bench pp: %s\n", why);
     fputs("usage: mpiexec -n 4 hypershard bench pp [--quick] [--steps N] [--layers L] [--dim D]\n"
           "           [--seq T] [--micro M]\n"
-          "PP 2 and PP 4 (x FSDP over the rest of the ranks), gpipe, 1f1b, interleaved_1f1b\n"
-          "and zb1p side by side: step time, measured bubble next to the schedule's ideal,\n"
+          "PP 2 and PP 4 (x FSDP over the rest of the ranks), gpipe, 1f1b, interleaved_1f1b,\n"
+          "zb1p and zbv side by side: step time, measured bubble next to the schedule's ideal,\n"
           "F / B / W times, device peak.\n"
           "Defaults: 8 steps, 8 layers, dim 256, seq 128, 8 micro-batches; --quick: 2 steps,\n"
           "4 layers, dim 128, seq 32, 4 micro-batches.\n",
@@ -274,13 +314,13 @@ int hs_bench_pp(int argc, char **argv) {
     pp_layout ls[MAX_LAYOUTS];
     memset(ls, 0, sizeof ls);
     int n = 0;
-    static const char *const names[] = {"gpipe", "1f1b", "interleaved_1f1b", "zb1p"};
+    static const char *const names[] = {"gpipe", "1f1b", "interleaved_1f1b", "zb1p", "zbv"};
     static const hs_pp_schedule_kind kinds[] = {HS_PP_GPIPE, HS_PP_1F1B, HS_PP_INTERLEAVED,
-                                                HS_PP_ZB1P};
+                                                HS_PP_ZB1P, HS_PP_ZBV};
     for (int pp = 2; pp <= 4 && n < MAX_LAYOUTS; pp *= 2) {
         if (world % pp || pp > o.layers) continue;
-        for (int k = 0; k < 4; k++) {
-            bool inter = kinds[k] == HS_PP_INTERLEAVED;
+        for (int k = 0; k < 5; k++) {
+            bool inter = kinds[k] == HS_PP_INTERLEAVED || kinds[k] == HS_PP_ZBV;
             if (inter && 2 * pp > o.layers) continue; /* V = 2 needs 2 blocks per stage */
             pp_layout *l = &ls[n++];
             l->pp = pp;

@@ -208,10 +208,11 @@ void hs_ep_reset_stats(hs_ep *p);
  * s and 2 pp - 1 - s, so the first stage holds the embedding and the
  * head and the last stage hands its first chunk's output to its second
  * without a message; B and W split as in zb1p. Its lists come from
- * simulating every stage together with unit-time F, B and W: a free
- * stage runs a ready B (lowest micro-batch first), else a ready F while
- * it holds fewer than 2 pp chunk activations (1F1B's peak, in chunks of
- * half a stage), else the oldest ready W. Micro-batch i of chunk v
+ * simulating every stage together (pp_zbv.c, with a cost model of the
+ * three passes): a free stage runs a ready B (lowest micro-batch first),
+ * else a ready F while it holds fewer than 2 pp chunk activations (1F1B's
+ * peak, in chunks of half a stage), else the oldest ready W. Micro-batch
+ * i of chunk v
  * lives in activation slot i % slots of that chunk, from its F to its B,
  * or to its W where the schedule splits the backward.
  *
