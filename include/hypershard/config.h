@@ -54,10 +54,12 @@ typedef struct hs_accel_config {
     char device[HS_NAME_MAX]; /* "cpu" | "cuda" */
     int tp_size, cp_size, ep_size, pp_size;
     bool sequence_parallel, loss_parallel;
-    char cp_rotate_method[HS_NAME_MAX]; /* "" (null: allgather) | "allgather" | "ring" */
-    char pp_schedule[HS_NAME_MAX];      /* "gpipe" | "1f1b" | "interleaved_1f1b" */
-    int pp_virtual_stages;              /* chunks per stage (interleaved_1f1b) */
-    int pp_layers[HS_PP_MAX_STAGES];    /* blocks of each stage; n_pp_layers 0: even split */
+    /* "" (null: allgather) | "allgather" | "ring" | "alltoall" | "alltoall_ring" */
+    char cp_rotate_method[HS_NAME_MAX];
+    int cp_a2a_size;                 /* alltoall_ring's all-to-all group; 0: null */
+    char pp_schedule[HS_NAME_MAX];   /* "gpipe" | "1f1b" | "interleaved_1f1b" */
+    int pp_virtual_stages;           /* chunks per stage (interleaved_1f1b) */
+    int pp_layers[HS_PP_MAX_STAGES]; /* blocks of each stage; n_pp_layers 0: even split */
     int n_pp_layers;
 } hs_accel_config;
 

@@ -2,6 +2,7 @@
  * shape, the batch split over data-parallel ranks, the parallel degrees
  * against the model, the pipeline stages and their schedule, and the data /
  * eval / checkpoint settings. */
+#include <stdio.h>
 #include <string.h>
 
 #include "config/checks.h"
@@ -345,6 +346,75 @@ static void check_tp(const hs_config *c, const hs_topology *t, hs_cfg_report *re
     }
 }
 
+/* The all-to-all CP methods trade a rank's rows of every head for all the
+ * group's rows of a share of the heads: a TP rank's query heads split
+ * evenly over the a2a ranks, its kv heads too, or (fewer kv heads than
+ * a2a ranks, a multiple of them) each goes whole to the ranks whose query
+ * heads read it (docs/cp.md). */
+static bool a2a_fits(int nh, int kvh, int a2a) {
+    return nh % a2a == 0 && (kvh % a2a == 0 || a2a % kvh == 0);
+}
+
+/* "1, 2, 4": the divisors of n that fit the heads as a2a sizes. */
+static void a2a_choices(int n, int nh, int kvh, char *out, size_t cap) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int a = 1; a <= n && used < cap; a++)
+        if (n % a == 0 && a2a_fits(nh, kvh, a))
+            used += (size_t)snprintf(out + used, cap - used, "%s%d", used ? ", " : "", a);
+}
+
+static void check_cp_a2a(const hs_config *c, hs_cfg_report *rep) {
+    const hs_model_config *m = &c->model;
+    const hs_accel_config *a = &c->accelerator;
+    bool all = !strcmp(a->cp_rotate_method, "alltoall");
+    bool hybrid = !strcmp(a->cp_rotate_method, "alltoall_ring");
+    int cp = a->cp_size, tp = a->tp_size > 0 ? a->tp_size : 1;
+    int kv = m->n_kv_heads > 0 ? m->n_kv_heads : m->n_heads;
+    if (cp <= 1 || (!all && !hybrid) || m->n_heads < 1 || m->n_heads % tp || kv % tp) return;
+    int nh = m->n_heads / tp, kvh = kv / tp, size = all ? cp : a->cp_a2a_size;
+    char sizes[128];
+    a2a_choices(cp, nh, kvh, sizes, sizeof sizes);
+    if (hybrid && (size < 1 || cp % size)) {
+        char what[64] = "is null";
+        if (size >= 1) snprintf(what, sizeof what, "= %d does not divide it", size);
+        hs_cfg_report_add(rep,
+                          "accelerator.cp_rotate_method = alltoall_ring needs "
+                          "accelerator.cp_a2a_size, the CP ranks of one all-to-all group, a "
+                          "divisor of accelerator.cp_size = %d, but it %s; valid "
+                          "accelerator.cp_a2a_size: %s (cp_size: alltoall, 1: ring)",
+                          cp, what, sizes);
+        return;
+    }
+    if (a2a_fits(nh, kvh, size)) return;
+    char key[96], fix[384];
+    if (all) {
+        char cps[128];
+        a2a_choices(nh, nh, kvh, cps, sizeof cps);
+        snprintf(key, sizeof key, "accelerator.cp_size = %d (cp_rotate_method alltoall)", cp);
+        snprintf(fix, sizeof fix,
+                 "valid cp_size for alltoall: %s; or cp_rotate_method alltoall_ring with "
+                 "accelerator.cp_a2a_size: %s",
+                 cps, sizes);
+    } else {
+        snprintf(key, sizeof key, "accelerator.cp_a2a_size = %d (alltoall_ring)", size);
+        snprintf(fix, sizeof fix, "valid accelerator.cp_a2a_size: %s", sizes);
+    }
+    if (nh % size)
+        hs_cfg_report_add(rep,
+                          "model.n_heads / accelerator.tp_size = %d / %d = %d query heads per TP "
+                          "rank are not divisible by %s: the all-to-all gives each of its ranks "
+                          "an equal share of the heads; %s",
+                          m->n_heads, tp, nh, key, fix);
+    else
+        hs_cfg_report_add(rep,
+                          "model.n_kv_heads / accelerator.tp_size = %d / %d = %d kv heads per TP "
+                          "rank and %s do not divide one another: the all-to-all gives each "
+                          "rank an equal share of the kv heads, or with fewer kv heads than "
+                          "ranks the one kv head its query heads read; %s",
+                          kv, tp, kvh, key, fix);
+}
+
 void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
     const hs_model_config *m = &c->model;
     const hs_accel_config *a = &c->accelerator;
@@ -368,11 +438,13 @@ void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_repo
                                                    "holds two chunks of each sequence per rank)",
                           seq_split, seq_split, (c->train.seq_len / seq_split + 1) * seq_split);
     const char *how = a->cp_rotate_method;
-    if (how[0] && strcmp(how, "allgather") && strcmp(how, "ring"))
+    if (how[0] && strcmp(how, "allgather") && strcmp(how, "ring") && strcmp(how, "alltoall") &&
+        strcmp(how, "alltoall_ring"))
         hs_cfg_report_add(rep,
                           "accelerator.cp_rotate_method = %s is not a method; use allgather "
-                          "(the default) or ring",
+                          "(the default), ring, alltoall or alltoall_ring",
                           how);
+    check_cp_a2a(c, rep);
     if (a->pp_size > m->n_layers && m->n_layers >= 1)
         hs_cfg_report_add(rep,
                           "accelerator.pp_size = %d exceeds model.n_layers = %d; every pipeline "

@@ -107,8 +107,14 @@ static const hs_cfg_key keys[] = {
             "under interleaved_1f1b), one entry each, summing to model.n_layers; []: the even "
             "split (extra blocks go to the middle stages)"},
     KSTR("accelerator.cp_rotate_method", accelerator.cp_rotate_method, "null", true,
-         "allgather | ring | null",
-         "how attention sees the other CP ranks' keys: allgather (null: the default) or ring"),
+         "allgather | ring | alltoall | alltoall_ring | null",
+         "how attention sees the other CP ranks' keys: allgather (null: the default), ring, "
+         "alltoall (Ulysses: heads / cp of the heads over the whole sequence per rank; needs "
+         "heads / tp divisible by cp_size) or alltoall_ring (alltoall inside groups of "
+         "cp_a2a_size consecutive CP ranks, ring across the groups)"),
+    KINT_NULL("accelerator.cp_a2a_size", accelerator.cp_a2a_size, 1,
+              "alltoall_ring: CP ranks per all-to-all group, a divisor of cp_size that divides "
+              "heads / tp (cp_size: alltoall, 1: ring); null: unset (alltoall_ring needs it)"),
     KBOOL("accelerator.sequence_parallel", accelerator.sequence_parallel, "false",
           "shard norm/dropout activations over the sequence on the TP group (needs tp_size > 1)"),
     KBOOL("accelerator.loss_parallel", accelerator.loss_parallel, "false",

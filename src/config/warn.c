@@ -103,6 +103,11 @@ static void warn_trainer(const hs_config *c, const hs_config *d, const hs_topolo
                     "accelerator.cp_rotate_method = %s has no effect: it needs "
                     "accelerator.cp_size > 1",
                     c->accelerator.cp_rotate_method);
+    if (c->accelerator.cp_a2a_size && strcmp(c->accelerator.cp_rotate_method, "alltoall_ring"))
+        hs_log_warn(log,
+                    "accelerator.cp_a2a_size = %d has no effect: it needs "
+                    "accelerator.cp_rotate_method = alltoall_ring",
+                    c->accelerator.cp_a2a_size);
     if (t->pp == 1 && strcmp(c->accelerator.pp_schedule, d->accelerator.pp_schedule))
         hs_log_warn(log,
                     "accelerator.pp_schedule = %s has no effect: it needs "
