@@ -87,13 +87,24 @@ void hs_parallel_done(hs_comm *comm, hs_parallel_stats *stats, double t0, int64_
 
 typedef struct hs_parallel hs_parallel;
 
+/* How attention reaches the other CP ranks' keys
+ * (accelerator.cp_rotate_method; "context parallel" below). */
+typedef enum hs_cp_method {
+    HS_CP_ALLGATHER = 0,
+    HS_CP_RING,
+    HS_CP_ALLTOALL,
+    HS_CP_ALLTOALL_RING
+} hs_cp_method;
+
 /* The degrees and this rank's coordinates; sizes of 1 switch a dimension
- * off. */
+ * off. cp_a2a: the all-to-all group of the alltoall methods (cp for
+ * alltoall, accelerator.cp_a2a_size for alltoall_ring), 1 otherwise. */
 typedef struct hs_parallel_layout {
     int tp, tp_rank;
     bool sequence_parallel, loss_parallel;
     int cp, cp_rank;
-    bool cp_ring;
+    hs_cp_method cp_method;
+    int cp_a2a;
     int ep, ep_rank;
 } hs_parallel_layout;
 
@@ -141,7 +152,20 @@ void hs_tp_local_slice(hs_device *d, const hs_param *p, const float *full, float
  * ranks: allgather gathers K/V over cp for the local queries and
  * reduce-scatters dK/dV back; ring passes K/V blocks round the CP ring one
  * step at a time (issued on the comm thread, so a transfer overlaps the
- * attention of the block in hand), dK/dV likewise. */
+ * attention of the block in hand), dK/dV likewise; alltoall (Ulysses)
+ * trades every rank's rows of all heads for all rows of heads / cp of the
+ * heads (q, k, v in, the output back; backward mirrors it) and attends
+ * over the whole sequence; alltoall_ring does that inside groups of
+ * cp_a2a consecutive CP ranks and runs the ring across the groups. */
+
+/* The method accelerator.cp_rotate_method names for cp ranks, and in *a2a
+ * its all-to-all size; alltoall_ring with cp_a2a_size = cp is alltoall,
+ * with 1 ring (what runs, and what the plan counts). */
+hs_cp_method hs_cp_method_of(const hs_accel_config *a, int cp, int *a2a);
+/* A rank's share of a TP rank's H heads over an all-to-all group of a2a
+ * ranks: H / a2a, or 1 when H < a2a (a kv head replicated to the ranks
+ * whose query heads read it). */
+int hs_cp_a2a_heads(int H, int a2a);
 
 /* Of 2*cp chunks of T/(2*cp) positions, CP rank r holds chunk r then chunk
  * 2*cp-1-r: local position t < T_local/2 is global r*C + t, the others

@@ -4,6 +4,7 @@
  * model's allocator, so the plan counts them) and fills the seam: the TP
  * regions (tp_region.c), CP attention (cp_attention.c) or the one-device
  * attention, the MoE statistics and the EP exchanges. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,42 @@ static void tp_bufs(hs_parallel *p, hs_model_alloc_fn alloc, void *actx) {
     p->b.logits = alloc(actx, 2 * d->head_rows * d->Vg, HS_DTYPE_F32);
 }
 
+/* Ring attention's blocks and online-softmax state for `rows` query rows
+ * of q elements and blocks of nkv elements (K or V). */
+static void ring_bufs(hs_parallel *p, hs_model_alloc_fn alloc, void *actx, int64_t rows, int64_t q,
+                      int64_t nkv, int NH) {
+    for (int i = 0; i < 2; i++) {
+        p->b.ring_kv[i] = alloc(actx, 2 * nkv, p->d.dt);
+        p->b.ring_dkv[i] = alloc(actx, 2 * nkv, HS_DTYPE_F32);
+    }
+    p->b.ring_bout = alloc(actx, rows * q, HS_DTYPE_F32);
+    p->b.ring_out = alloc(actx, rows * q, HS_DTYPE_F32);
+    p->b.ring_lse = alloc(actx, rows * NH, HS_DTYPE_F32);
+    p->b.ring_blse = alloc(actx, rows * NH, HS_DTYPE_F32);
+}
+
+/* The all-to-all methods: staging of one exchange (the largest is q's, or
+ * its fp32 gradient's) and the rank's heads over its group's rows; the
+ * hybrid rings those over the groups. */
+static void a2a_bufs(hs_parallel *p, hs_model_alloc_fn alloc, void *actx, int64_t q) {
+    const hs_model_dims *d = &p->d;
+    int a = p->l.cp_a2a;
+    int64_t kv = (int64_t)a * hs_cp_a2a_heads(d->KVH, a) * d->HD; /* kv heads of a group row */
+    int64_t stage = d->rows * (q > kv ? q : kv);
+    p->b.a2a_send = alloc(actx, stage, HS_DTYPE_F32);
+    p->b.a2a_recv = alloc(actx, stage, HS_DTYPE_F32);
+    p->b.a2a_q = alloc(actx, d->rows * q, d->dt);
+    p->b.a2a_k = alloc(actx, d->rows * kv, d->dt);
+    p->b.a2a_v = alloc(actx, d->rows * kv, d->dt);
+    p->b.a2a_out = alloc(actx, d->rows * q, d->dt);
+    p->b.a2a_dout = alloc(actx, d->rows * q, HS_DTYPE_F32);
+    p->b.a2a_dq = alloc(actx, d->rows * q, HS_DTYPE_F32);
+    p->b.a2a_dk = alloc(actx, d->rows * kv, HS_DTYPE_F32);
+    p->b.a2a_dv = alloc(actx, d->rows * kv, HS_DTYPE_F32);
+    if (p->l.cp_method == HS_CP_ALLTOALL_RING)
+        ring_bufs(p, alloc, actx, d->rows, q, d->rows * kv, d->NH / a);
+}
+
 static void cp_bufs(hs_parallel *p, hs_model_alloc_fn alloc, void *actx) {
     const hs_model_dims *d = &p->d;
     int T = d->seq_len;
@@ -31,24 +68,18 @@ static void cp_bufs(hs_parallel *p, hs_model_alloc_fn alloc, void *actx) {
     int64_t nkv = (int64_t)d->max_batch * T * kv;
     p->b.cos_l = alloc(actx, (int64_t)T * (d->HD / 2), HS_DTYPE_F32);
     p->b.sin_l = alloc(actx, (int64_t)T * (d->HD / 2), HS_DTYPE_F32);
-    if (!p->l.cp_ring) {
+    switch (p->l.cp_method) {
+    case HS_CP_RING: ring_bufs(p, alloc, actx, d->rows, q, nkv / p->l.cp, d->NH); return;
+    case HS_CP_ALLTOALL:
+    case HS_CP_ALLTOALL_RING: a2a_bufs(p, alloc, actx, q); return;
+    default:
         p->b.kf = alloc(actx, nkv, d->dt);
         p->b.vf = alloc(actx, nkv, d->dt);
         p->b.stage = alloc(actx, nkv, d->dt);
         p->b.dkf = alloc(actx, nkv, HS_DTYPE_F32);
         p->b.dvf = alloc(actx, nkv, HS_DTYPE_F32);
         p->b.fstage = alloc(actx, nkv, HS_DTYPE_F32);
-        return;
     }
-    int64_t nl = nkv / p->l.cp; /* local rows */
-    for (int i = 0; i < 2; i++) {
-        p->b.ring_kv[i] = alloc(actx, 2 * nl, d->dt);
-        p->b.ring_dkv[i] = alloc(actx, 2 * nl, HS_DTYPE_F32);
-    }
-    p->b.ring_bout = alloc(actx, d->rows * q, HS_DTYPE_F32);
-    p->b.ring_out = alloc(actx, d->rows * q, HS_DTYPE_F32);
-    p->b.ring_lse = alloc(actx, d->rows * d->NH, HS_DTYPE_F32);
-    p->b.ring_blse = alloc(actx, d->rows * d->NH, HS_DTYPE_F32);
 }
 
 static hs_status par_bind(void *ctx, const hs_model_dims *d, hs_model_alloc_fn alloc, void *actx,
@@ -72,7 +103,9 @@ static void par_unbind(void *ctx) {
                     p->b.kf,          p->b.vf,          p->b.stage,      p->b.dkf,
                     p->b.dvf,         p->b.fstage,      p->b.ring_kv[0], p->b.ring_kv[1],
                     p->b.ring_dkv[0], p->b.ring_dkv[1], p->b.ring_bout,  p->b.ring_out,
-                    p->b.ring_lse,    p->b.ring_blse};
+                    p->b.ring_lse,    p->b.ring_blse,   p->b.a2a_send,   p->b.a2a_recv,
+                    p->b.a2a_q,       p->b.a2a_k,       p->b.a2a_v,      p->b.a2a_out,
+                    p->b.a2a_dout,    p->b.a2a_dq,      p->b.a2a_dk,     p->b.a2a_dv};
     /* a counting model (the plan) allocated nothing, and its device may be gone */
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++)
         if (ptrs[i]) hs_device_free_mem(p->d.dev, ptrs[i]);
@@ -140,6 +173,16 @@ static hs_status layout_check(const hs_config *cfg, const hs_parallel_layout *l,
                             "model.moe.num_experts (%d) a multiple of it, at most %d EP ranks and "
                             "%d experts per rank",
                             l->ep, E, HS_EP_MAX_RANKS, HS_EP_MAX_LOCAL);
+    int tp = l->tp > 0 ? l->tp : 1, a = l->cp_a2a > 0 ? l->cp_a2a : 1;
+    int kv = c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads;
+    int nh = c->n_heads / tp, kvh = kv / tp;
+    if (a > 1 && (l->cp % a || nh % a || (kvh % a && a % kvh)))
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "accelerator.cp_rotate_method = %s exchanges heads over %d CP ranks "
+                            "(of cp_size %d), which needs model.n_heads / tp_size = %d and "
+                            "n_kv_heads / tp_size = %d split evenly over them (or the kv heads a "
+                            "divisor of %d); choose cp_a2a_size or the method by docs/cp.md",
+                            cfg->accelerator.cp_rotate_method, a, l->cp, nh, kvh, a);
     if (l->tp > 1 && l->ep > 1 && !l->sequence_parallel)
         return hs_error_set(e, HS_ERR_CONFIG,
                             "accelerator.ep_size=%d with tp_size=%d needs "
@@ -178,22 +221,44 @@ hs_status hs_parallel_describe(const hs_config *cfg, const hs_parallel_layout *l
 static int size_of(hs_pg *g) { return g ? hs_pg_size(g) : 1; }
 static int rank_of(hs_pg *g) { return g ? hs_pg_rank(g) : 0; }
 
+/* The all-to-all group of a CP rank: the cp group under alltoall; under
+ * alltoall_ring its l->cp_a2a consecutive CP ranks, split from the world
+ * (every rank creates its hs_parallel, so every rank takes part) on the
+ * critical queue as the cp group is, named after it and the size. */
+static hs_status a2a_group(hs_comm *comm, hs_pg *cp, const hs_parallel_layout *l, hs_pg **out,
+                           hs_error *e) {
+    *out = cp;
+    if (l->cp_a2a == l->cp) return HS_OK;
+    int per = l->cp / l->cp_a2a; /* groups per cp group: colours unique over the world */
+    int colour = hs_pg_world_rank(cp, 0) * per + l->cp_rank / l->cp_a2a;
+    char name[96];
+    snprintf(name, sizeof name, "%s.a2a%d", hs_pg_name(cp), l->cp_a2a);
+    hs_status s = hs_comm_split_queue(comm, name, colour, l->cp_rank % l->cp_a2a,
+                                      HS_COMM_QUEUE_CRITICAL, out, e);
+    if (s == HS_OK && (hs_pg_size(*out) != l->cp_a2a || hs_pg_rank(*out) != l->cp_rank % l->cp_a2a))
+        return hs_error_set(e, HS_ERR_INTERNAL,
+                            "cp: group '%s' has %d ranks (this one %d), expected %d (%d); a group "
+                            "of that name was created earlier with another layout",
+                            name, hs_pg_size(*out), hs_pg_rank(*out), l->cp_a2a,
+                            l->cp_rank % l->cp_a2a);
+    return s;
+}
+
 hs_status hs_parallel_create(const hs_config *cfg, const hs_mesh *mesh, hs_comm *comm,
                              hs_device *dev, const hs_style_rule *rules, int n_rules,
                              hs_parallel **out, hs_error *e) {
     const hs_accel_config *a = &cfg->accelerator;
     hs_pg *tp = hs_mesh_group(mesh, HS_DIM_TP), *cp = hs_mesh_group(mesh, HS_DIM_CP);
     hs_pg *ep = hs_mesh_group(mesh, HS_DIM_EP), *batch = hs_mesh_group(mesh, HS_DIM_DP_CP);
-    const char *how = a->cp_rotate_method;
     hs_parallel_layout l = {.tp = size_of(tp),
                             .tp_rank = rank_of(tp),
                             .sequence_parallel = a->sequence_parallel,
                             .loss_parallel = a->loss_parallel,
                             .cp = size_of(cp),
                             .cp_rank = rank_of(cp),
-                            .cp_ring = how[0] && !strcmp(how, "ring"),
                             .ep = size_of(ep),
                             .ep_rank = rank_of(ep)};
+    l.cp_method = hs_cp_method_of(a, l.cp, &l.cp_a2a);
     if (make(cfg, &l, rules, n_rules, out, e) != HS_OK) return e->code;
     hs_parallel *p = *out;
     p->comm = comm;
@@ -203,7 +268,9 @@ hs_status hs_parallel_create(const hs_config *cfg, const hs_mesh *mesh, hs_comm 
     /* TP -> CP -> EP, as spec 004 §3 orders them */
     hs_status s = HS_OK;
     if (l.tp > 1) s = hs_tp_create(comm, dev, tp, l.sequence_parallel, &p->tp, e);
-    if (s == HS_OK && l.cp > 1) s = hs_cp_create(comm, dev, cp, &p->cp, e);
+    hs_pg *a2a = NULL;
+    if (l.cp > 1 && l.cp_a2a > 1) s = a2a_group(comm, cp, &l, &a2a, e);
+    if (s == HS_OK && l.cp > 1) s = hs_cp_create(comm, dev, cp, a2a, &p->cp, e);
     if (s == HS_OK && l.ep > 1) s = hs_ep_create(comm, dev, ep, &p->ep, e);
     if (s != HS_OK) {
         hs_parallel_free(p);

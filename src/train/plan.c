@@ -361,6 +361,35 @@ static hs_status activation_bytes(const plan_ctx *c, int stage, const hs_model_s
     return HS_OK;
 }
 
+/* CP per block and micro-batch. allgather: K and V gathered in forward,
+ * dK and dV reduced back; ring: the same volume in steps. The all-to-all
+ * methods send each exchanged tensor once per rank (a replicated kv head
+ * to each rank that reads it): q, k, v and the output in forward; q, k, v,
+ * the output and dO, then dQ, dK, dV in backward (12 exchanges); the
+ * hybrid rings its groups' K/V and fp32 dK/dV as the ring does. */
+static void cp_comm(const plan_ctx *c, int n_blocks, int64_t BT, int64_t kv, hs_plan_role *r) {
+    const hs_config *cfg = c->cfg;
+    const hs_model_config *mc = &cfg->model;
+    const hs_parallel_layout *l = hs_parallel_layout_of(c->par);
+    int64_t B = cfg->train.micro_batch_size, T = cfg->train.seq_len, M = c->M;
+    int64_t cs = (int64_t)hs_dtype_size(c->cdt), cp = c->topo->cp, a = l->cp_a2a;
+    int64_t *bytes = &r->comm_bytes[HS_PLAN_CP], *calls = &r->comm_calls[HS_PLAN_CP];
+    if (l->cp_method == HS_CP_ALLGATHER || l->cp_method == HS_CP_RING) {
+        ACC(c, bytes, M, n_blocks, 2, B, T, kv, cs + 4);
+        ACC(c, calls, M, n_blocks, l->cp_method == HS_CP_RING ? 4 * (cp - 1) : 4);
+        return;
+    }
+    int64_t hd = mc->dim / mc->n_heads, q = mc->dim / c->topo->tp;
+    int64_t kvx = a * hs_cp_a2a_heads((int)(kv / hd), (int)a) * hd; /* k sent per local row */
+    ACC(c, bytes, M, n_blocks, BT, q + kvx, 4 * cs + 8);
+    ACC(c, calls, M, n_blocks, 12);
+    if (l->cp_method != HS_CP_ALLTOALL_RING) return;
+    int64_t groups = cp / a;
+    ACC(c, bytes, M, n_blocks, 2 * (groups - 1), BT, kvx, 2 * cs);
+    ACC(c, bytes, M, n_blocks, 2 * groups, BT, kvx, 4);
+    ACC(c, calls, M, n_blocks, 3 * groups - 2);
+}
+
 static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, hs_plan_role *r) {
     const hs_config *cfg = c->cfg;
     const hs_topology *t = c->topo;
@@ -378,11 +407,7 @@ static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, h
         if (!cfg->accelerator.loss_parallel && head) /* the logits gathered over tp */
             ACC(c, &bytes[HS_PLAN_TP], M, BT, mc->vocab_size, 4), add_to(c, &calls[HS_PLAN_TP], M);
     }
-    if (t->cp > 1) { /* K and V gathered in forward, dK and dV reduced back */
-        ACC(c, &bytes[HS_PLAN_CP], M, n_blocks, 2, B, T, kv, cs + 4);
-        ACC(c, &calls[HS_PLAN_CP], M, n_blocks,
-            cfg->accelerator.cp_rotate_method[0] == 'r' ? 4 * (t->cp - 1) : 4);
-    }
+    if (t->cp > 1) cp_comm(c, n_blocks, BT, kv, r);
     if (t->ep > 1 && !strcmp(mc->arch, "moe")) { /* dispatch and combine, each way */
         ACC(c, &bytes[HS_PLAN_EP], M, n_blocks, 4, BT, mc->moe.top_k, C, cs);
         ACC(c, &calls[HS_PLAN_EP], M, n_blocks, 6);
@@ -577,8 +602,8 @@ hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *
                              .sequence_parallel = cfg->accelerator.sequence_parallel,
                              .loss_parallel = cfg->accelerator.loss_parallel,
                              .cp = topo->cp,
-                             .cp_ring = !strcmp(cfg->accelerator.cp_rotate_method, "ring"),
                              .ep = topo->ep};
+    pl.cp_method = hs_cp_method_of(&cfg->accelerator, topo->cp, &pl.cp_a2a);
     if (hs_parallel_describe(cfg, &pl, NULL, 0, &c.par, e) != HS_OK) return e->code;
     hs_status rc = plan_roles(&c, out, e);
     hs_parallel_free(c.par);
