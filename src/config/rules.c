@@ -376,12 +376,12 @@ static void check_cp_a2a(const hs_config *c, hs_cfg_report *rep) {
     char sizes[128];
     a2a_choices(cp, nh, kvh, sizes, sizeof sizes);
     if (hybrid && (size < 1 || cp % size)) {
-        char what[64] = "is null";
-        if (size >= 1) snprintf(what, sizeof what, "= %d does not divide it", size);
+        char what[32] = "null";
+        if (size >= 1) snprintf(what, sizeof what, "%d", size);
         hs_cfg_report_add(rep,
                           "accelerator.cp_rotate_method = alltoall_ring needs "
-                          "accelerator.cp_a2a_size, the CP ranks of one all-to-all group, a "
-                          "divisor of accelerator.cp_size = %d, but it %s; valid "
+                          "accelerator.cp_a2a_size, the CP ranks of one all-to-all group, to "
+                          "divide accelerator.cp_size = %d, but it is %s; valid "
                           "accelerator.cp_a2a_size: %s (cp_size: alltoall, 1: ring)",
                           cp, what, sizes);
         return;

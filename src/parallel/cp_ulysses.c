@@ -67,12 +67,11 @@ static void heads_in(hs_parallel *p, void *whole, const void *local, int H, hs_d
     char *send = p->b.a2a_send;
     for (int j = 0; j < x.a; j++) {
         const char *src = (const char *)local + (size_t)first_head(H, x.a, j) * io->HD * x.es;
-        hs_dev_copy_2d(d, send + (size_t)j * x.rows * x.head_bytes, x.head_bytes, src, x.ld,
-                       x.rows, x.head_bytes);
+        hs_dev_copy_2d(d, send + (size_t)j * x.rows * x.head_bytes, x.head_bytes, src, x.ld, x.rows,
+                       x.head_bytes);
     }
     hs_cp_all_to_all(p->cp, p->b.a2a_recv, send, x.rows * x.n * io->HD, dt);
-    hs_cp_blocks_to_whole(d, whole, p->b.a2a_recv, x.a, io->B, io->T, (int64_t)x.n * io->HD,
-                          x.es);
+    hs_cp_blocks_to_whole(d, whole, p->b.a2a_recv, x.a, io->B, io->T, (int64_t)x.n * io->HD, x.es);
 }
 
 /* group -> local, the inverse; the replicas of a kv head (fp32 gradients)

@@ -430,7 +430,7 @@ static void test_cp_needs_two_chunks_per_rank(void **state) {
     expect_only_error(check(2, OV("accelerator.cp_size=2", "accelerator.cp_rotate_method=rings",
                                   "train.global_batch_size=8")),
                       "accelerator.cp_rotate_method = rings is not a method; use allgather (the "
-                      "default) or ring");
+                      "default), ring, alltoall or alltoall_ring");
     /* CP never enlarges the shard degree (spec 004 §2.1): dp 2 x cp 2 with
      * dp_shard_size 2 leaves a replicate degree of 2. */
     hs_topology t = derive_ok(4, 1, 2, 1, 1, 2, 1);
@@ -659,6 +659,67 @@ static void test_warn_tp_switches_without_tp(void **state) {
                    "accelerator.tp_size > 1");
 }
 
+/* The all-to-all methods split a TP rank's heads over the all-to-all
+ * group (cp ranks, or cp_a2a_size of them): query heads evenly, kv heads
+ * evenly or, when fewer, one replicated kv head per rank; cp_a2a_size
+ * divides cp_size. Defaults: 4 heads, 2 kv heads. */
+static void test_cp_alltoall_rules(void **state) {
+    (void)state;
+#define CP_A2A(cp, how) "accelerator.cp_size=" #cp, "accelerator.cp_rotate_method=" how
+    expect_ok(check(2, OV(CP_A2A(2, "alltoall"), "train.global_batch_size=8")));
+    /* 2 kv heads over 4 ranks: each kv head replicated to two */
+    expect_ok(check(4, OV(CP_A2A(4, "alltoall"), "train.global_batch_size=8")));
+    expect_ok(check(4, OV(CP_A2A(4, "alltoall_ring"), "accelerator.cp_a2a_size=2",
+                          "train.global_batch_size=8")));
+    expect_ok(check(4, OV(CP_A2A(2, "alltoall"), "accelerator.tp_size=2",
+                          "accelerator.sequence_parallel=true", "train.global_batch_size=8")));
+    expect_only_error(check(8, OV(CP_A2A(8, "alltoall"), "train.global_batch_size=8")),
+                      "model.n_heads / accelerator.tp_size = 4 / 1 = 4 query heads per TP rank "
+                      "are not divisible by accelerator.cp_size = 8 (cp_rotate_method "
+                      "alltoall): the all-to-all gives each of its ranks an equal share of the "
+                      "heads; valid cp_size for alltoall: 1, 2, 4; or cp_rotate_method "
+                      "alltoall_ring with accelerator.cp_a2a_size: 1, 2, 4");
+    expect_only_error(
+        check(8, OV(CP_A2A(4, "alltoall"), "accelerator.tp_size=2", "train.global_batch_size=8")),
+        "model.n_heads / accelerator.tp_size = 4 / 2 = 2 query heads per TP rank "
+        "are not divisible by accelerator.cp_size = 4 (cp_rotate_method "
+        "alltoall): the all-to-all gives each of its ranks an equal share of the "
+        "heads; valid cp_size for alltoall: 1, 2; or cp_rotate_method "
+        "alltoall_ring with accelerator.cp_a2a_size: 1, 2");
+    expect_only_error(check(4, OV(CP_A2A(4, "alltoall_ring"), "train.global_batch_size=8")),
+                      "accelerator.cp_rotate_method = alltoall_ring needs "
+                      "accelerator.cp_a2a_size, the CP ranks of one all-to-all group, to divide "
+                      "accelerator.cp_size = 4, but it is null; valid "
+                      "accelerator.cp_a2a_size: 1, 2, 4 (cp_size: alltoall, 1: ring)");
+    expect_only_error(check(4, OV(CP_A2A(4, "alltoall_ring"), "accelerator.cp_a2a_size=3",
+                                  "train.global_batch_size=8")),
+                      "accelerator.cp_rotate_method = alltoall_ring needs "
+                      "accelerator.cp_a2a_size, the CP ranks of one all-to-all group, to divide "
+                      "accelerator.cp_size = 4, but it is 3; valid "
+                      "accelerator.cp_a2a_size: 1, 2, 4 (cp_size: alltoall, 1: ring)");
+    /* 6 heads, 2 kv heads over 3 ranks: neither kv count divides the other */
+    expect_only_error(check(3, OV(CP_A2A(3, "alltoall"), "model.dim=48", "model.n_heads=6",
+                                  "train.seq_len=48", "train.global_batch_size=8")),
+                      "model.n_kv_heads / accelerator.tp_size = 2 / 1 = 2 kv heads per TP rank "
+                      "and accelerator.cp_size = 3 (cp_rotate_method alltoall) do not divide one "
+                      "another: the all-to-all gives each rank an equal share of the kv heads, "
+                      "or with fewer kv heads than ranks the one kv head its query heads read; "
+                      "valid cp_size for alltoall: 1, 2, 6; or cp_rotate_method alltoall_ring "
+                      "with accelerator.cp_a2a_size: 1");
+#undef CP_A2A
+}
+
+static void test_warn_cp_a2a_size_without_alltoall_ring(void **state) {
+    (void)state;
+    expect_warning(check(2, OV("accelerator.cp_size=2", "accelerator.cp_a2a_size=2",
+                               "train.global_batch_size=8")),
+                   "accelerator.cp_a2a_size = 2 has no effect: it needs "
+                   "accelerator.cp_rotate_method = alltoall_ring");
+    expect_no_warning(
+        check(4, OV("accelerator.cp_size=4", "accelerator.cp_rotate_method=alltoall_ring",
+                    "accelerator.cp_a2a_size=2", "train.global_batch_size=8")));
+}
+
 static void test_warn_pp_schedule_without_pp(void **state) {
     (void)state;
     expect_warning(check(1, OV("accelerator.pp_schedule=gpipe")),
@@ -702,6 +763,7 @@ int main(void) {
         cmocka_unit_test(test_tp_with_moe_keeps_the_moe_layer_whole),
         cmocka_unit_test(test_sequence_parallel_needs_seq_len_split_over_tp),
         cmocka_unit_test(test_cp_needs_two_chunks_per_rank),
+        cmocka_unit_test(test_cp_alltoall_rules),
         cmocka_unit_test(test_ep_rules),
         cmocka_unit_test(test_parallel_rules_that_need_the_model),
         cmocka_unit_test(test_pp_stages_split_evenly_with_extra_blocks_in_the_middle),
@@ -716,6 +778,7 @@ int main(void) {
         cmocka_unit_test(test_warn_micro_batch_knobs_with_one_micro_batch),
         cmocka_unit_test(test_warn_tp_switches_without_tp),
         cmocka_unit_test(test_warn_pp_schedule_without_pp),
+        cmocka_unit_test(test_warn_cp_a2a_size_without_alltoall_ring),
         cmocka_unit_test(test_warn_fsdp_unit_knobs_when_fsdp_is_skipped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
