@@ -4,7 +4,9 @@
  *
  *   FSDP W                 every rank a whole sequence
  *   CP c, FSDP over dp x cp c = 2 and 4 (as the world allows), each with
- *                          cp_rotate_method allgather and ring; every layout
+ *                          cp_rotate_method allgather, ring and alltoall,
+ *                          at c = 4 also alltoall_ring over pairs (a layout
+ *                          whose heads do not split is skipped); every layout
  *                          shards the parameters over all W ranks
  *                          (dp_shard_size W), so the device peaks differ by
  *                          activations and CP buffers alone
@@ -22,11 +24,22 @@
 #include "bench_util.h"
 #include "cli/commands.h"
 
-/* FSDP W, then for cp = 2, 4 dividing the world: allgather and ring. */
+/* FSDP W, then for cp = 2, 4 dividing the world: allgather, ring,
+ * alltoall, and at cp 4 alltoall_ring over pairs (at cp 2 its sizes are
+ * alltoall's and ring's). */
 static int layouts_for(int world, hs_bench_layout *ls) {
-    static const char *const names[] = {"CP 2 allgather", "CP 2 ring", "CP 4 allgather",
-                                        "CP 4 ring"};
-    static const char *const prefixes[] = {"cp2ag", "cp2ring", "cp4ag", "cp4ring"};
+    static const struct {
+        const char *name, *prefix, *method;
+        int cp, a2a;
+    } cps[] = {
+        {"CP 2 allgather", "cp2ag", "allgather", 2, 0},
+        {"CP 2 ring", "cp2ring", "ring", 2, 0},
+        {"CP 2 alltoall", "cp2a2a", "alltoall", 2, 0},
+        {"CP 4 allgather", "cp4ag", "allgather", 4, 0},
+        {"CP 4 ring", "cp4ring", "ring", 4, 0},
+        {"CP 4 alltoall", "cp4a2a", "alltoall", 4, 0},
+        {"CP 4 alltoall_ring (a2a 2)", "cp4hyb", "alltoall_ring", 4, 2},
+    };
     int n = 0;
     ls[n++] = (hs_bench_layout){.name = "FSDP W",
                                 .prefix = "fsdp",
@@ -35,17 +48,17 @@ static int layouts_for(int world, hs_bench_layout *ls) {
                                 .cp = 1,
                                 .shard = world,
                                 .mbs = 1};
-    for (int k = 0; k < 4; k++) {
-        int cp = k < 2 ? 2 : 4;
-        if (world % cp) continue;
-        ls[n++] = (hs_bench_layout){.name = names[k],
-                                    .prefix = prefixes[k],
+    for (size_t k = 0; k < sizeof cps / sizeof cps[0]; k++) {
+        if (world % cps[k].cp) continue;
+        ls[n++] = (hs_bench_layout){.name = cps[k].name,
+                                    .prefix = cps[k].prefix,
                                     .mp_dim = "cp",
                                     .tp = 1,
-                                    .cp = cp,
+                                    .cp = cps[k].cp,
                                     .shard = world,
                                     .mbs = 1,
-                                    .ring = k % 2 == 1};
+                                    .cp_method = cps[k].method,
+                                    .cp_a2a = cps[k].a2a};
     }
     return n;
 }
@@ -75,7 +88,8 @@ int hs_bench_cp(int argc, char **argv) {
         .name = "cp",
         .usage = "usage: mpiexec -n 4 hypershard bench cp [--quick] [--steps N] [--layers L] "
                  "[--dim D] [--seq T]\n"
-                 "  FSDP W and CP 2 / 4, allgather and ring, one sequence per DP rank\n"
+                 "  FSDP W and CP 2 / 4, allgather, ring, alltoall (and alltoall_ring at CP 4),\n"
+                 "  one sequence per DP rank\n"
                  "  --quick     2 layers, dim 128, seq 256, 2 timed steps: a smoke run\n"
                  "  --steps N   timed steps per layout after one warm-up (default 3)\n"
                  "  --layers L  transformer blocks (default 4)\n"

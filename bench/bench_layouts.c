@@ -9,6 +9,24 @@
 #include "bench_util.h"
 #include "hypershard/train.h"
 
+/* The model's heads: 64 wide, half as many kv heads (at least 2). */
+static void bench_heads(const hs_bench_model *bm, int *heads, int *kv_heads) {
+    *heads = bm->dim / 64;
+    *kv_heads = bm->dim / 128 > 1 ? bm->dim / 128 : 2;
+}
+
+/* Whether the layout's CP method splits the model's heads (the all-to-all
+ * methods need heads / tp over the all-to-all group: docs/cp.md). */
+static bool layout_fits(const hs_bench_model *bm, const hs_bench_layout *l) {
+    hs_accel_config a = {.cp_a2a_size = l->cp_a2a};
+    snprintf(a.cp_rotate_method, sizeof a.cp_rotate_method, "%s", l->cp_method ? l->cp_method : "");
+    int a2a, nh, kv;
+    hs_cp_method_of(&a, l->cp, &a2a);
+    bench_heads(bm, &nh, &kv);
+    nh /= l->tp, kv /= l->tp;
+    return a2a == 1 || (nh % a2a == 0 && (kv % a2a == 0 || a2a % kv == 0));
+}
+
 static hs_status config_for(const hs_bench_model *bm, hs_bench_layout *l, int world, hs_error *e) {
     hs_config *c = &l->cfg;
     hs_status st = hs_config_defaults(c, e);
@@ -24,15 +42,15 @@ static hs_status config_for(const hs_bench_model *bm, hs_bench_layout *l, int wo
     c->model.vocab_size = bm->vocab;
     c->model.dim = bm->dim;
     c->model.n_layers = bm->layers;
-    c->model.n_heads = bm->dim / 64;
-    c->model.n_kv_heads = bm->dim / 128 > 1 ? bm->dim / 128 : 2;
+    bench_heads(bm, &c->model.n_heads, &c->model.n_kv_heads);
     c->model.ffn_dim = bm->dim * 11 / 4 / 64 * 64;
     c->accelerator.tp_size = l->tp;
     c->accelerator.cp_size = l->cp;
     c->accelerator.sequence_parallel = l->sp;
     c->accelerator.loss_parallel = l->sp;
     snprintf(c->accelerator.cp_rotate_method, sizeof c->accelerator.cp_rotate_method, "%s",
-             l->ring ? "ring" : "allgather");
+             l->cp_method ? l->cp_method : "allgather");
+    c->accelerator.cp_a2a_size = l->cp_a2a;
     c->fsdp.dp_shard_size = l->shard;
     c->train.seq_len = bm->seq;
     l->global_batch = l->mbs * (world / (l->tp * l->cp));
@@ -107,8 +125,12 @@ static void counts(hs_trace *t, const hs_bench_layout *l, bool mp, int64_t *coll
                                           "edp_replicate"};
     char g[64];
     *colls = *bytes = 0;
-    for (int d = 0; d < (mp ? 1 : 5); d++) {
-        snprintf(g, sizeof g, "%s.%s", l->prefix, mp ? l->mp_dim : dp_dims[d]);
+    /* alltoall_ring's all-to-alls run on its a2a group inside cp */
+    bool a2a = mp && l->cp_a2a > 1 && l->cp_a2a < l->cp;
+    for (int d = 0; d < (mp ? 1 + a2a : 5); d++) {
+        if (!mp) snprintf(g, sizeof g, "%s.%s", l->prefix, dp_dims[d]);
+        else if (d == 0) snprintf(g, sizeof g, "%s.%s", l->prefix, l->mp_dim);
+        else snprintf(g, sizeof g, "%s.cp.a2a%d", l->prefix, l->cp_a2a);
         for (int o = 0; o < 6; o++) {
             *colls += hs_trace_collectives(t, ops[o], g);
             *bytes += hs_trace_collective_bytes(t, ops[o], g);
@@ -207,7 +229,13 @@ int hs_bench_layouts_run(const hs_bench_spec *sp, int argc, char **argv) {
     hs_comm_balance_blas_threads(c);
     hs_bench_layout ls[HS_BENCH_MAX_LAYOUTS];
     memset(ls, 0, sizeof ls);
-    int n = sp->layouts(world, ls);
+    int n = sp->layouts(world, ls), kept = 0;
+    for (int k = 0; k < n; k++) { /* drop a CP method the model's heads do not split for */
+        if (layout_fits(&o.m, &ls[k])) ls[kept++] = ls[k];
+        else if (rank == 0)
+            printf("%s: skipped, the heads do not split over its all-to-all\n", ls[k].name);
+    }
+    n = kept;
     hs_status s = HS_OK;
     for (int k = 0; s == HS_OK && k < n; k++) s = hs_bench_layout_open(c, &o.m, &ls[k], &e);
     for (int i = -1; s == HS_OK && i < o.steps; i++) /* i = -1: warm-up */

@@ -27,7 +27,9 @@ typedef struct hs_bench_layout {
     const char *mp_dim;        /* "tp", "cp" or "ep": whose collectives are counted */
     int tp, cp, shard, mbs;    /* degrees, dp_shard_size, sequences per DP rank */
     int ep, edp_shard;         /* expert parallel degree and edp_shard_size (0: 1) */
-    bool sp, ring;             /* sequence + loss parallel; CP ring */
+    bool sp;                   /* sequence + loss parallel */
+    const char *cp_method;     /* accelerator.cp_rotate_method (NULL: allgather) */
+    int cp_a2a;                /* accelerator.cp_a2a_size (alltoall_ring; 0: null) */
     /* built */
     hs_config cfg;
     hs_topology topo;
