@@ -57,8 +57,8 @@ static void a2a_bufs(hs_parallel *p, hs_model_alloc_fn alloc, void *actx, int64_
     p->b.a2a_dq = alloc(actx, d->rows * q, HS_DTYPE_F32);
     p->b.a2a_dk = alloc(actx, d->rows * kv, HS_DTYPE_F32);
     p->b.a2a_dv = alloc(actx, d->rows * kv, HS_DTYPE_F32);
-    if (p->l.cp_method == HS_CP_ALLTOALL_RING)
-        ring_bufs(p, alloc, actx, d->rows, q, d->rows * kv, d->NH / a);
+    if (p->l.cp_method == HS_CP_ALLTOALL_RING) /* the group's rows of this rank's heads */
+        ring_bufs(p, alloc, actx, a * d->rows, q / a, d->rows * kv, d->NH / a);
 }
 
 static void cp_bufs(hs_parallel *p, hs_model_alloc_fn alloc, void *actx) {
