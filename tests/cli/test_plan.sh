@@ -54,6 +54,9 @@ check zb1p_fsdp2 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_schedule=zb1p
 check zbv_fsdp2 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_schedule=zbv \
     accelerator.pp_virtual_stages=2 model.n_layers=4 train.global_batch_size=8
 check cp2 2 accelerator.cp_size=2
+check cp2_a2a 2 accelerator.cp_size=2 accelerator.cp_rotate_method=alltoall
+check cp4_a2a_ring 4 accelerator.cp_size=4 accelerator.cp_rotate_method=alltoall_ring \
+    accelerator.cp_a2a_size=2
 check fsdp8 8 fsdp_config.dp_shard_size=8 train.global_batch_size=16 train.activation_checkpointing=true
 
 # The MFU reference is probed by all ranks at once, so no step reads above
@@ -68,7 +71,7 @@ done
 # The planned FSDP communication is what a step does: the trace of one
 # step (rank 0, inside its "step" span) has the plan's all-gathers and
 # reduce-scatters on fsdp_shard and all-reduces on fsdp_replicate, call for
-# call and byte for byte.
+# call and byte for byte; so are the all-to-all CP methods' exchanges.
 comm_check() {
     local name=$1 n=$2
     shift 2
@@ -96,12 +99,23 @@ for planned, key in (("all_gather", ("all_gather", "fsdp_shard")),
     got = (calls[key], nbytes[key])
     print("%-10s %-14s planned %4d calls %9d B, traced %4d calls %9d B" % (name, planned, *want, *got))
     ok &= want == got
+# the all-to-all CP methods: their exchanges (and the hybrid's ring sends)
+# on the cp groups
+cp = [k for k in calls if k[1].startswith("cp") and k[0] in ("all_to_all", "send")]
+if cp or comm["cp"]["calls"]:
+    want = (comm["cp"]["calls"], comm["cp"]["bytes"])
+    got = (sum(calls[k] for k in cp), sum(nbytes[k] for k in cp))
+    print("%-10s %-14s planned %4d calls %9d B, traced %4d calls %9d B" % (name, "cp", *want, *got))
+    ok &= want == got
 sys.exit(0 if ok else 1)
 PY
 }
 comm_check comm_fsdp2 2 "${F2[@]}"
 comm_check comm_hsdp4 4 "${F2[@]}" train.global_batch_size=8
 comm_check comm_bf16 2 "${F2[@]}" "${BF[@]}"
+comm_check comm_cp2_a2a 2 accelerator.cp_size=2 accelerator.cp_rotate_method=alltoall
+comm_check comm_cp4_a2a_ring 4 accelerator.cp_size=4 accelerator.cp_rotate_method=alltoall_ring \
+    accelerator.cp_a2a_size=2
 
 # The JSON lists each role; under PP one per stage.
 python3 - "$work/pp2_fsdp2.plan.json" <<'PY' || fail "pp2_fsdp2: roles"
