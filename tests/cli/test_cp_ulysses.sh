@@ -7,10 +7,10 @@
 # ranks, their dK/dV summed back), at CP 2 x TP 2 with sequence parallel
 # (one kv head per TP rank, replicated), at CP 2 x FSDP 2 and with MoE at
 # CP 2 x EP 2; alltoall_ring at CP 4 with cp_a2a_size 2 (all-to-all inside
-# the pairs, ring across them). The trace shows the all-to-alls on the cp
-# group (the hybrid's on its a2a group, its ring steps on cp), and a size
-# that does not split the heads is a config error (exit 2) before any rank
-# allocates. (optimizer.eps=1e-3 as in test_cp_parity.sh.)
+# the pairs, ring across them); bf16 params at CP 2 within 5e-3. The
+# trace shows the all-to-alls on the cp group (the hybrid's on its a2a
+# group, its ring steps on cp), and a size that does not split the heads is
+# a config error (exit 2) before any rank allocates. (optimizer.eps=1e-3 as in test_cp_parity.sh.)
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 240
 set -euo pipefail
@@ -44,6 +44,13 @@ hs_train_dump moe1 1 "${moe[@]}"
 hs_train_dump moe_cp2_ep2 2 "${a2a[@]}" "${moe[@]}" accelerator.cp_size=2 accelerator.ep_size=2
 grep -q "engine fsdp+cp+ep on 2 rank(s)" "$work/moe_cp2_ep2.txt"
 compare moe1 moe_cp2_ep2
+
+# bf16 params within 5e-3, as the ring in test_cp_parity.sh (other GEMM
+# shapes move fp32 results by ~3e-7, which can flip a bf16 rounding)
+bf16=(fsdp_config.mix_precision.param_dtype=bfloat16 fsdp_config.mix_precision.reduce_dtype=float32)
+hs_train bf1 1 "${bf16[@]}"
+hs_train bf_cp2 2 "${bf16[@]}" "${a2a[@]}" accelerator.cp_size=2
+hs_compare_runs bf1 bf_cp2 5e-3
 
 # the trace: per block and micro-batch, 4 all-to-alls in forward and 8 in
 # backward (q, k, v, output, dO over; dQ, dK, dV back); 2 blocks x 4
