@@ -12,6 +12,9 @@
  *              forwards and backwards, as a fraction of the step
  *   bubble     1 - busy: idle waits for the neighbours, the hand-over
  *              copies and the optimizer, measured
+ *   schedule idle  the same within the schedule alone (its actions up to
+ *              the drain, without grad norm and optimizer): what the
+ *              schedule's theory predicts
  *   theory     the schedule's ideal idle fraction: its lists replayed with
  *              the measured F, B, W times and free hand-overs (theory());
  *              (p-1)/(V M+p-1) for gpipe, 1f1b (1f1b saves activation
@@ -19,8 +22,8 @@
  *              and zbv, whose W's fill the waits
  *   F / B / W  mean time of one forward, backward (zb1p: its input pass)
  *              and weight pass, and W's share of the whole backward
- *   peak MiB   the largest device peak of any rank: gpipe keeps M
- *              micro-batches' activations, 1f1b at most p
+ *   peak MiB   each stage's device peak (its largest rank's): gpipe keeps
+ *              M micro-batches' activations, 1f1b at most p
  * The layouts live side by side and take their timed steps in turn, so
  * outside load slows them alike. fp32. On this 2-core machine W = 4
  * oversubscribes the cores, which inflates every bubble alike. */
@@ -54,9 +57,9 @@ typedef struct pp_layout {
     hs_pp_action *actions;
     int32_t *tokens, *targets; /* M micro-batches of 1 sequence */
     int T;
-    double step[MAX_STEPS], busy[MAX_STEPS];
+    double step[MAX_STEPS], busy[MAX_STEPS], sched_busy[MAX_STEPS];
     double act_ms[3][MAX_STEPS]; /* mean per-action F, B, W time over ranks */
-    int64_t peak;
+    int64_t peak, stage_peak[4]; /* the largest device peak, and each stage's */
 } pp_layout;
 
 typedef struct opts {
@@ -170,6 +173,7 @@ static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e) {
     s = hs_pp_run_step(l->pp_ctx, hs_engine_model(l->en), hs_engine_hooks(l->en), l->actions,
                        l->n_actions, l->M, scale, &io, &loss, &aux, e);
     if (s == HS_OK) hs_engine_drain(l->en);
+    double sched = hs_now() - t0; /* the schedule alone, up to its drain */
     if (s == HS_OK) s = hs_engine_grad_norm(l->en, &norm, e);
     if (s != HS_OK) return s;
     hs_clip_grads(hs_model_device(hs_engine_model(l->en)), l->params, l->n_params, norm,
@@ -180,17 +184,26 @@ static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e) {
     double dt = hs_now() - t0;
     /* the busy fraction, and each action kind's mean time per action */
     int per = l->M * l->virtual_stages;
-    float sum[4] = {(float)(hs_pp_busy_seconds(l->pp_ctx) / dt)};
+    double busy = hs_pp_busy_seconds(l->pp_ctx);
+    float sum[5] = {(float)(busy / dt), 0, 0, 0, (float)(busy / sched)};
     for (int k = 0; k < 3; k++)
         sum[k + 1] = (float)(hs_pp_busy_seconds_of(l->pp_ctx, (hs_pp_kind)k) / per);
-    if (s == HS_OK) s = hs_pg_all_reduce(world, NULL, sum, 4, HS_DTYPE_F32, HS_REDUCE_SUM, e);
+    if (s == HS_OK) s = hs_pg_all_reduce(world, NULL, sum, 5, HS_DTYPE_F32, HS_REDUCE_SUM, e);
+    /* each stage's peak: its slot, the largest over its ranks */
+    float peaks[4] = {0};
+    peaks[hs_mesh_coords(l->mesh).pp] = (float)hs_pool_peak(&l->dev->device_pool);
+    if (s == HS_OK) s = hs_pg_all_reduce(world, NULL, peaks, 4, HS_DTYPE_F32, HS_REDUCE_MAX, e);
     double slowest = hs_bench_max_over(world, dt);
-    double peak = hs_bench_max_over(world, (double)hs_pool_peak(&l->dev->device_pool));
     if (i < 0 || s != HS_OK) return s;
+    int ranks = hs_comm_size(c);
     l->step[i] = slowest;
-    l->busy[i] = (double)sum[0] / hs_comm_size(c);
-    for (int k = 0; k < 3; k++) l->act_ms[k][i] = 1e3 * (double)sum[k + 1] / hs_comm_size(c);
-    if ((int64_t)peak > l->peak) l->peak = (int64_t)peak;
+    l->busy[i] = (double)sum[0] / ranks;
+    l->sched_busy[i] = (double)sum[4] / ranks;
+    for (int k = 0; k < 3; k++) l->act_ms[k][i] = 1e3 * (double)sum[k + 1] / ranks;
+    for (int st = 0; st < l->pp; st++) {
+        if ((int64_t)peaks[st] > l->stage_peak[st]) l->stage_peak[st] = (int64_t)peaks[st];
+        if ((int64_t)peaks[st] > l->peak) l->peak = (int64_t)peaks[st];
+    }
     return s;
 }
 
@@ -248,19 +261,26 @@ static void print_table(const opts *o, pp_layout *ls, int n, int world) {
     printf("\n%d ranks, Llama dim %d, %d layers, seq %d, vocab %d, %d micro-batches of 1 "
            "sequence per data-parallel rank and step, fp32 AdamW; medians of %d steps\n",
            world, o->dim, o->layers, o->seq, ls[0].cfg.model.vocab_size, o->micro, o->steps);
-    printf("| layout | schedule | M | step ms | busy | bubble | theory | F / B / W ms | "
-           "W share of backward | peak MiB |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| layout | schedule | M | step ms | busy | bubble | schedule idle | theory | "
+           "F / B / W ms | W share of backward | peak MiB per stage |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < n; k++) {
         pp_layout *l = &ls[k];
         double step = hs_bench_median(l->step, o->steps), busy = hs_bench_median(l->busy, o->steps);
+        double sb = hs_bench_median(l->sched_busy, o->steps);
         double f = hs_bench_median(l->act_ms[0], o->steps);
         double b = hs_bench_median(l->act_ms[1], o->steps);
         double w = hs_bench_median(l->act_ms[2], o->steps);
-        printf("| PP %d x FSDP %d | %s%s | %d | %.1f | %.2f | %.2f | %.2f | %.1f / %.1f / %.1f | "
-               "%.2f | %.1f |\n",
+        char peaks[64];
+        int used = 0;
+        for (int st = 0; st < l->pp && used < (int)sizeof peaks; st++)
+            used += snprintf(peaks + used, sizeof peaks - (size_t)used, "%s%.0f", st ? " / " : "",
+                             (double)l->stage_peak[st] / (1 << 20));
+        printf("| PP %d x FSDP %d | %s%s | %d | %.1f | %.2f | %.2f | %.2f | %.2f | %.1f / %.1f / "
+               "%.1f | %.2f | %s |\n",
                l->pp, world / l->pp, l->schedule,
                l->virtual_stages > 1 && l->kind != HS_PP_ZBV ? " V=2" : "", l->M, step * 1e3, busy,
-               1.0 - busy, theory(l, f, b, w), f, b, w, w / (b + w), (double)l->peak / (1 << 20));
+               1.0 - busy, 1.0 - sb, theory(l, f, b, w), f, b, w, w / (b + w), peaks);
     }
 }
 
