@@ -73,6 +73,20 @@ hs_train() {
 # into $work/NAME/dump.
 hs_train_dump() { hs_train "$@" --dump "$work/$1/dump"; }
 
+# hs_compare_moe_stats REF RUN: the MoE runs $work/REF and $work/RUN logged
+# the same aux loss (within 1e-6 relative) and the same expert row counts
+# at every step.
+hs_compare_moe_stats() {
+    python3 - "$work/$1/metrics.jsonl" "$work/$2/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+for x, y in zip(a, b):
+    assert abs(x["aux_loss"] - y["aux_loss"]) <= 1e-6 * abs(x["aux_loss"]), (x["aux_loss"], y["aux_loss"])
+    assert x["expert_tokens"] == y["expert_tokens"], (x["expert_tokens"], y["expert_tokens"])
+print(f"  aux loss and expert_tokens of {len(a)} steps equal")
+PY
+}
+
 # hs_run N LOG ARGS...: `hypershard train` with ${tiny[@]} and ARGS on N
 # ranks, stopped after 120 s so a hung collective fails the check instead
 # of the whole test; sets rc, output in $work/LOG.log.
