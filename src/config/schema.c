@@ -95,7 +95,8 @@ static const hs_cfg_key keys[] = {
           "embedding and the head; needs micro-batches per step >= pp_size)"),
     KINT("accelerator.pp_virtual_stages", accelerator.pp_virtual_stages, "1", GE | RULE, 1,
          "model chunks per pipeline stage (interleaved_1f1b: >= 2, at most 8; stage s holds "
-         "chunks s, s + pp_size, ...)"),
+         "chunks s, s + pp_size, ...; zbv: exactly 2, stage s holds chunks s and "
+         "2 pp_size - 1 - s)"),
     {.path = "accelerator.pp_layers",
      .type = HS_CFG_INTLIST,
      .def = "[]",

@@ -267,6 +267,8 @@ hs_status hs_pp_flush(hs_pp *p, hs_error *e) {
 
 double hs_pp_busy_seconds(const hs_pp *p) { return p->busy_s[0] + p->busy_s[1] + p->busy_s[2]; }
 double hs_pp_busy_seconds_of(const hs_pp *p, hs_pp_kind kind) { return p->busy_s[kind]; }
-void hs_pp_reset_stats(hs_pp *p) { memset(p->busy_s, 0, sizeof p->busy_s); }
+void hs_pp_reset_stats(hs_pp *p) {
+    for (int k = 0; k < 3; k++) p->busy_s[k] = 0.0;
+}
 
 void hs_pp_add_busy(hs_pp *p, hs_pp_kind kind, double seconds) { p->busy_s[kind] += seconds; }
