@@ -126,10 +126,20 @@ typedef struct hs_train_config {
     int n_freeze;
 } hs_train_config;
 
+/* One dataset of data.blend: the prefix of PREFIX.bin / PREFIX.idx and
+ * its relative weight. */
+typedef struct hs_blend_entry {
+    char *path; /* owned */
+    double weight;
+} hs_blend_entry;
+
 typedef struct hs_data_config {
-    char source[HS_NAME_MAX]; /* "builtin" | "text" | "tokens" */
+    char source[HS_NAME_MAX]; /* "builtin" | "text" | "tokens" | "indexed" */
     char path[HS_PATH_MAX];   /* "" when null */
     double val_fraction;
+    int eos_id;            /* -1 when null: documents packed with nothing between */
+    hs_blend_entry *blend; /* owned; NULL when n_blend is 0 */
+    int n_blend;
 } hs_data_config;
 
 typedef struct hs_ckpt_config {

@@ -45,9 +45,14 @@ void hs_cfg_report_finish(hs_cfg_report *r);
  * ("expected an integer, got 'x'") into `why` on failure. */
 bool hs_cfg_set_scalar(hs_config *c, const hs_cfg_key *k, hs_cfg_scalar s, char *why, size_t cap);
 /* Set a list or pair key from the items of a YAML sequence: HS_ERR_CONFIG
- * or HS_ERR_OOM (the list's copy) with the reason in `why`. */
+ * or HS_ERR_OOM (the list's copy) with the reason in `why`. A blend's
+ * items are the path and weight scalars of each entry in turn (2n). */
 hs_status hs_cfg_set_items(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *items, int n,
                            char *why, size_t cap);
+/* data.blend's entries: free (the list and its paths; *n = 0) and copy
+ * (false, *dst NULL, without memory). */
+void hs_cfg_blend_free(hs_blend_entry **list, int *n);
+bool hs_cfg_blend_copy(hs_blend_entry **dst, const hs_blend_entry *src, int n);
 /* The value as YAML text (a flow list for lists and pairs). */
 void hs_cfg_write_value(const hs_config *c, const hs_cfg_key *k, FILE *f);
 /* Shortest text that reads back as exactly `v` ("0.003", "10000.0", "1e-05"). */

@@ -212,6 +212,8 @@ static void write_allowed(const hs_cfg_key *k, FILE *f) {
         fputs("true \\| false \\| null", f);
     } else if (k->type == HS_CFG_BOOL) {
         fputs("true \\| false", f);
+    } else if (k->type == HS_CFG_BLEND) {
+        fputs("list of mappings", f);
     } else if (k->type == HS_CFG_INTLIST) {
         fprintf(f, "list of at most %zu integers", k->size / sizeof(int));
         if (k->bounds & HS_CFG_MIN)

@@ -16,7 +16,7 @@ hs_status hs_config_defaults(hs_config *c, hs_error *err) {
         hs_cfg_report r = {&e, 0};
         /* A default goes through the same YAML path a user's value does. */
         if (keys[i].type == HS_CFG_STRLIST || keys[i].type == HS_CFG_FLOAT_PAIR ||
-            keys[i].type == HS_CFG_INTLIST) {
+            keys[i].type == HS_CFG_INTLIST || keys[i].type == HS_CFG_BLEND) {
             char assignment[256];
             snprintf(assignment, sizeof assignment, "%s=%s", keys[i].path, keys[i].def);
             hs_cfg_apply_override(c, assignment, &r);
@@ -47,6 +47,7 @@ void hs_config_free(hs_config *c) {
     if (!c) return;
     list_free(&c->fsdp.replicate_params, &c->fsdp.n_replicate_params);
     list_free(&c->train.freeze, &c->train.n_freeze);
+    hs_cfg_blend_free(&c->data.blend, &c->data.n_blend);
 }
 
 /* NULL for an empty list; false when the copy finds no memory. */
@@ -72,10 +73,12 @@ hs_status hs_config_copy(hs_config *dst, const hs_config *src, hs_error *e) {
     if (!ok) dst->fsdp.n_replicate_params = 0;
     if (!list_copy(&dst->train.freeze, src->train.freeze, src->train.n_freeze))
         ok = false, dst->train.n_freeze = 0;
+    if (!hs_cfg_blend_copy(&dst->data.blend, src->data.blend, src->data.n_blend))
+        ok = false, dst->data.n_blend = 0;
     if (ok) return HS_OK;
     hs_config_free(dst);
-    return hs_error_oom(e, "copying the config's lists (%d + %d names)",
-                        src->fsdp.n_replicate_params, src->train.n_freeze);
+    return hs_error_oom(e, "copying the config's lists (%d + %d names, %d blend paths)",
+                        src->fsdp.n_replicate_params, src->train.n_freeze, src->data.n_blend);
 }
 
 hs_status hs_config_load_text(hs_config *c, const char *text, size_t len, const char *origin,

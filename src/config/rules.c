@@ -31,11 +31,50 @@ void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {
                           m->moe.top_k, m->moe.num_experts);
 }
 
+/* data.blend: indexed datasets only, instead of data.path, weights that
+ * are shares (>= 0, not all 0); data.eos_id inside the vocabulary. */
+static void check_blend(const hs_config *c, hs_cfg_report *rep) {
+    const hs_data_config *d = &c->data;
+    if (d->eos_id >= 0 && c->model.vocab_size >= 1 && d->eos_id >= c->model.vocab_size)
+        hs_cfg_report_add(rep,
+                          "data.eos_id = %d is not below model.vocab_size = %d; use the "
+                          "tokenizer's end-of-text id (or null)",
+                          d->eos_id, c->model.vocab_size);
+    if (d->n_blend == 0) return;
+    if (strcmp(d->source, "indexed"))
+        hs_cfg_report_add(rep,
+                          "data.blend is set but data.source = %s; a blend mixes indexed "
+                          "datasets: set data.source: indexed (or data.blend: [])",
+                          d->source);
+    if (d->path[0])
+        hs_cfg_report_add(rep,
+                          "data.path = %s and data.blend are both set; with a blend every "
+                          "dataset is a blend entry: set data.path: null (or add it to the blend)",
+                          d->path);
+    double sum = 0;
+    for (int i = 0; i < d->n_blend; i++) {
+        double w = d->blend[i].weight;
+        if (!(w >= 0) || w > 1e300)
+            hs_cfg_report_add(rep,
+                              "data.blend[%d].weight = %g (path %s) must be a finite number >= 0; "
+                              "weights are relative shares",
+                              i, w, d->blend[i].path);
+        else sum += w;
+    }
+    if (!(sum > 0))
+        hs_cfg_report_add(rep,
+                          "data.blend: the weights of its %d datasets sum to %g; give at least "
+                          "one a weight > 0",
+                          d->n_blend, sum);
+}
+
 void hs_cfg_check_run(const hs_config *c, hs_cfg_report *rep) {
-    if (strcmp(c->data.source, "builtin") && !c->data.path[0])
+    check_blend(c, rep);
+    if (strcmp(c->data.source, "builtin") && !c->data.path[0] && c->data.n_blend == 0)
         hs_cfg_report_add(rep,
                           "data.path is required when data.source = %s; set data.path to the "
-                          "input file (or data.source: builtin)",
+                          "input file (for indexed: the PREFIX of PREFIX.bin/.idx, or "
+                          "data.blend) or data.source: builtin",
                           c->data.source);
     /* The same words as hs_data_open's, which `train` would reach later. */
     bool bytes = !strcmp(c->data.source, "builtin") || !strcmp(c->data.source, "text");

@@ -246,10 +246,23 @@ static const hs_cfg_key keys[] = {
          "run directory: metrics, logs, trace and final weights"),
 
     /* data */
-    KENUM("data.source", data.source, "builtin", "builtin|text|tokens",
+    KENUM("data.source", data.source, "builtin", "builtin|text|tokens|indexed",
           "builtin: generated corpus; text: a UTF-8 file (byte tokens); "
-          "tokens: a uint16 token file"),
-    KSTR("data.path", data.path, "null", true, NULL, "input file (required for text and tokens)"),
+          "tokens: an HSTK token file; indexed: a Megatron-LM PREFIX.bin/.idx dataset"),
+    KSTR("data.path", data.path, "null", true, NULL,
+         "input file (text, tokens) or PREFIX of PREFIX.bin/.idx (indexed; null with data.blend)"),
+    KINT_NULL("data.eos_id", data.eos_id, 0,
+              "token put between two documents of an indexed dataset (the tokenizer's "
+              "end-of-text id); null: documents follow each other directly"),
+    {.path = "data.blend",
+     .type = HS_CFG_BLEND,
+     .def = "[]",
+     .offset = offsetof(hs_config, data.blend),
+     .size = sizeof(((hs_config *)0)->data.blend),
+     .count_offset = offsetof(hs_config, data.n_blend),
+     .allowed = "list of {path: PREFIX, weight: w >= 0}",
+     .doc = "indexed datasets blended by weight (data.source indexed, data.path null): each "
+            "one's share of the samples is its weight over the sum (docs/data.md)"},
     {.path = "data.val_fraction",
      .type = HS_CFG_FLOAT,
      .def = "0.05",
@@ -349,6 +362,7 @@ const char *hs_cfg_type_name(hs_cfg_type t) {
         [HS_CFG_STRLIST] = "a list of strings like [a, b]",
         [HS_CFG_FLOAT_PAIR] = "a pair of numbers like [0.9, 0.95]",
         [HS_CFG_INTLIST] = "a list of integers like [3, 5]",
+        [HS_CFG_BLEND] = "a list of {path: P, weight: w} mappings",
     };
     _Static_assert(sizeof(names) / sizeof(names[0]) == HS_CFG_TYPE_COUNT,
                    "names must follow hs_cfg_type");

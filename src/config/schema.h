@@ -26,6 +26,7 @@ typedef enum hs_cfg_type {
     HS_CFG_STRLIST,    /* char ** at offset, int count at count_offset */
     HS_CFG_FLOAT_PAIR, /* double[2]                                   */
     HS_CFG_INTLIST,    /* int[size / sizeof(int)], int count at count_offset */
+    HS_CFG_BLEND,      /* hs_blend_entry * at offset, int count at count_offset */
     HS_CFG_TYPE_COUNT
 } hs_cfg_type;
 
@@ -46,8 +47,9 @@ typedef struct hs_cfg_key {
     hs_cfg_type type;
     const char *def;     /* default, as YAML text ("1", "null", "[]", "[0.9, 0.95]") */
     const char *choices; /* enums: "a|b|c"; NULL otherwise */
-    bool nullable;       /* null allowed: strings store it as "", ints (whose
-                          * minimum is >= 1) as 0 */
+    bool nullable;       /* null allowed: strings store it as "", ints as
+                          * hs_cfg_int_null (0 when the minimum is >= 1, else
+                          * -1 with a minimum of 0) */
     unsigned bounds;
     double min, max;
     size_t offset;       /* offsetof(hs_config, ...) */
@@ -69,6 +71,9 @@ const hs_cfg_key *hs_cfg_key_find(const char *path);
 bool hs_cfg_is_section(const char *path);
 const hs_cfg_removed *hs_cfg_removed_keys(int *n);
 const char *hs_cfg_type_name(hs_cfg_type t);
+
+/* The int a nullable integer key stores for null. */
+static inline int hs_cfg_int_null(const hs_cfg_key *k) { return k->min >= 1 ? 0 : -1; }
 
 /* A pointer to the key's field inside `c`. */
 static inline void *hs_cfg_field(hs_config *c, const hs_cfg_key *k) {

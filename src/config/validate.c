@@ -52,7 +52,8 @@ static void check_bounds(const hs_config *c, hs_cfg_report *rep) {
         const void *p = hs_cfg_cfield(c, k);
         double v[2];
         int nv = 1;
-        if (k->type == HS_CFG_INT && k->nullable && *(const int *)p == 0) continue; /* null */
+        if (k->type == HS_CFG_INT && k->nullable && *(const int *)p == hs_cfg_int_null(k))
+            continue; /* null */
         if (k->type == HS_CFG_INT) v[0] = *(const int *)p;
         else if (k->type == HS_CFG_INT64) v[0] = (double)*(const long long *)p;
         else if (k->type == HS_CFG_FLOAT) v[0] = *(const double *)p;

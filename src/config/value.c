@@ -203,9 +203,9 @@ bool hs_cfg_set_scalar(hs_config *c, const hs_cfg_key *k, hs_cfg_scalar s, char 
     bool bv;
     switch (k->type) {
     case HS_CFG_INT:
-        if (null && k->nullable) return *(int *)f = 0, true;
+        if (null && k->nullable) return *(int *)f = hs_cfg_int_null(k), true;
         if (!scalar_int(s, &iv, why, cap)) return false;
-        if (k->nullable && iv < k->min) { /* 0 stands for null: refuse it here */
+        if (k->nullable && iv < k->min) { /* the null value: refuse it here */
             snprintf(why, cap, "%lld is out of range: it must be >= %g, or null", iv, k->min);
             return false;
         }
@@ -251,6 +251,7 @@ bool hs_cfg_set_scalar(hs_config *c, const hs_cfg_key *k, hs_cfg_scalar s, char 
         return set_text(f, k->size, s, why, cap);
     case HS_CFG_STRLIST:
     case HS_CFG_INTLIST:
+    case HS_CFG_BLEND:
         if (null) return hs_cfg_set_items(c, k, NULL, 0, why, cap) == HS_OK; /* no copy */
         break;
     case HS_CFG_FLOAT_PAIR:
@@ -332,6 +333,63 @@ static bool set_pair(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *ite
     return true;
 }
 
+void hs_cfg_blend_free(hs_blend_entry **list, int *n) {
+    for (int i = 0; *list && i < *n; i++) free((*list)[i].path);
+    free(*list);
+    *list = NULL;
+    *n = 0;
+}
+
+bool hs_cfg_blend_copy(hs_blend_entry **dst, const hs_blend_entry *src, int n) {
+    *dst = NULL;
+    if (n == 0) return true;
+    hs_blend_entry *d = calloc((size_t)n, sizeof *d);
+    for (int i = 0; d && i < n; i++) {
+        d[i].weight = src[i].weight;
+        d[i].path = strdup(src[i].path);
+        if (d[i].path) continue;
+        int k = i;
+        hs_cfg_blend_free(&d, &k);
+    }
+    *dst = d;
+    return d != NULL;
+}
+
+/* items: path, weight of entry 0, then of entry 1, ... Each path is a
+ * non-empty string, each weight a number (its sign is a rule of the data
+ * settings, reported with the others). */
+static hs_status set_blend(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *items, int n,
+                           char *why, size_t cap) {
+    int m = n / 2;
+    hs_blend_entry *list = m > 0 ? calloc((size_t)m, sizeof *list) : NULL;
+    if (m > 0 && !list) return snprintf(why, cap, "a copy of its %d entries", m), HS_ERR_OOM;
+    for (int i = 0; i < m; i++) {
+        char sub[200];
+        hs_cfg_scalar p = items[2 * i], w = items[2 * i + 1];
+        hs_status st = HS_ERR_CONFIG;
+        if (is_null(p) || p.len == 0)
+            snprintf(why, cap, "item %d: path is empty; give the PREFIX of PREFIX.bin/.idx", i);
+        else if (!check_text(p, sub, sizeof sub)) snprintf(why, cap, "item %d: path: %s", i, sub);
+        else if (p.len >= HS_PATH_MAX)
+            snprintf(why, cap, "item %d: path is %zu bytes long, at most %d are allowed", i, p.len,
+                     HS_PATH_MAX - 1);
+        else if (!parse_float(w, &list[i].weight))
+            reason(sub, sizeof sub, "a number", w),
+                snprintf(why, cap, "item %d: weight: %s", i, sub);
+        else if (!(list[i].path = strndup(p.text, p.len)))
+            snprintf(why, cap, "a copy of path %d (%zu bytes)", i, p.len), st = HS_ERR_OOM;
+        else continue;
+        hs_cfg_blend_free(&list, &m);
+        return st;
+    }
+    hs_blend_entry **field = hs_cfg_field(c, k);
+    int *count = (int *)((char *)c + k->count_offset);
+    hs_cfg_blend_free(field, count);
+    *field = list;
+    *count = m;
+    return HS_OK;
+}
+
 hs_status hs_cfg_set_items(hs_config *c, const hs_cfg_key *k, const hs_cfg_scalar *items, int n,
                            char *why, size_t cap) {
     if (k->type == HS_CFG_STRLIST) return set_list(c, k, items, n, why, cap);
@@ -339,6 +397,7 @@ hs_status hs_cfg_set_items(hs_config *c, const hs_cfg_key *k, const hs_cfg_scala
         return set_int_list(c, k, items, n, why, cap) ? HS_OK : HS_ERR_CONFIG;
     if (k->type == HS_CFG_FLOAT_PAIR)
         return set_pair(c, k, items, n, why, cap) ? HS_OK : HS_ERR_CONFIG;
+    if (k->type == HS_CFG_BLEND) return set_blend(c, k, items, n, why, cap);
     snprintf(why, cap, "expected %s, got a list", hs_cfg_type_name(k->type));
     return HS_ERR_CONFIG;
 }
@@ -379,7 +438,7 @@ void hs_cfg_write_value(const hs_config *c, const hs_cfg_key *k, FILE *f) {
     char buf[64];
     switch (k->type) {
     case HS_CFG_INT:
-        if (k->nullable && *(const int *)p == 0) fputs("null", f);
+        if (k->nullable && *(const int *)p == hs_cfg_int_null(k)) fputs("null", f);
         else fprintf(f, "%d", *(const int *)p);
         break;
     case HS_CFG_INT64: fprintf(f, "%lld", *(const long long *)p); break;
@@ -419,6 +478,19 @@ void hs_cfg_write_value(const hs_config *c, const hs_cfg_key *k, FILE *f) {
         int n = *(const int *)((const char *)c + k->count_offset);
         fputc('[', f);
         for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", v[i]);
+        fputc(']', f);
+        break;
+    }
+    case HS_CFG_BLEND: {
+        const hs_blend_entry *v = *(const hs_blend_entry *const *)p;
+        int n = *(const int *)((const char *)c + k->count_offset);
+        fputc('[', f);
+        for (int i = 0; i < n; i++) {
+            fputs(i ? ", {path: " : "{path: ", f);
+            write_quoted(v[i].path, f);
+            hs_cfg_format_double(v[i].weight, buf, sizeof buf);
+            fprintf(f, ", weight: %s}", buf);
+        }
         fputc(']', f);
         break;
     }

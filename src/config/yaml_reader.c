@@ -186,6 +186,102 @@ static void read_items(reader *r, const hs_cfg_key *k, yaml_event_t *start, hs_c
     free(items);
 }
 
+/* One {path: P, weight: w} entry of a blend (after its mapping start):
+ * its two scalars appended to items, path first. False after a reported
+ * problem (the rest of the mapping skipped) or without memory. */
+static bool read_blend_entry(reader *r, const hs_cfg_key *k, int index, yaml_mark_t mark,
+                             hs_cfg_scalar **items, int *n, int *cap) {
+    static const char *const names[2] = {"path", "weight"};
+    hs_cfg_scalar got[2];
+    bool have[2] = {false, false}, ok = true;
+    char *held[2] = {NULL, NULL};
+    for (;;) {
+        yaml_event_t key, val;
+        if (!next(r, &key)) return false;
+        if (key.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&key);
+            break;
+        }
+        int which = -1;
+        if (key.type == YAML_SCALAR_EVENT)
+            for (int j = 0; j < 2; j++)
+                if (!strcmp((const char *)key.data.scalar.value, names[j])) which = j;
+        if (ok && which < 0)
+            REPORT(r, key.start_mark, "%s[%d]: unknown key; an entry holds path and weight",
+                   k->path, index);
+        else if (ok && have[which])
+            REPORT(r, key.start_mark, "%s[%d].%s given twice; keep one", k->path, index,
+                   names[which]);
+        ok = ok && which >= 0 && !have[which];
+        yaml_mark_t km = key.start_mark;
+        skip_node(r, &key);
+        if (!next(r, &val)) break;
+        hs_cfg_scalar s;
+        char sub[64];
+        snprintf(sub, sizeof sub, "%s[%d].%s", k->path, index, which >= 0 ? names[which] : "?");
+        if (ok && val.type != YAML_SCALAR_EVENT) {
+            REPORT(r, km, "%s: expected a plain value, got %s", sub, node_kind(&val));
+            ok = false;
+        } else if (ok && scalar_of(r, &val, sub, &s)) {
+            held[which] = strndup(s.text, s.len);
+            s.text = held[which];
+            got[which] = s, have[which] = true;
+            if (!held[which]) hs_cfg_report_oom(r->rep, "reading %s (%zu bytes)", sub, s.len);
+            ok = held[which] != NULL;
+        } else {
+            ok = false;
+        }
+        skip_node(r, &val);
+    }
+    for (int j = 0; ok && j < 2; j++)
+        if (!have[j]) {
+            REPORT(r, mark, "%s[%d]: %s is missing; write {path: PREFIX, weight: w}", k->path,
+                   index, names[j]);
+            ok = false;
+        }
+    for (int j = 0; ok && j < 2; j++) {
+        ok = item_add(items, n, cap, got[j]);
+        if (!ok) hs_cfg_report_oom(r->rep, "reading %s[%d]", k->path, index);
+    }
+    free(held[0]);
+    free(held[1]);
+    return ok;
+}
+
+/* data.blend: a sequence of {path, weight} mappings. */
+static void read_blend(reader *r, const hs_cfg_key *k, yaml_event_t *start, hs_config *c) {
+    yaml_mark_t mark = start->start_mark;
+    yaml_event_delete(start);
+    hs_cfg_scalar *items = NULL;
+    int n = 0, cap = 0, index = 0;
+    bool ok = true;
+    for (;; index++) {
+        yaml_event_t ev;
+        if (!next(r, &ev)) break;
+        if (ev.type == YAML_SEQUENCE_END_EVENT) {
+            yaml_event_delete(&ev);
+            char why[512];
+            hs_status st = ok ? hs_cfg_set_items(c, k, items, n, why, sizeof why) : HS_OK;
+            if (st == HS_ERR_OOM) hs_cfg_report_oom(r->rep, "reading %s: %s", k->path, why);
+            else if (st != HS_OK) REPORT(r, mark, "%s: %s", k->path, why);
+            break;
+        }
+        if (ev.type != YAML_MAPPING_START_EVENT) {
+            if (ok)
+                REPORT(r, ev.start_mark, "%s[%d]: expected {path: PREFIX, weight: w}, got %s",
+                       k->path, index, node_kind(&ev));
+            ok = false;
+            skip_node(r, &ev);
+            continue;
+        }
+        yaml_mark_t m = ev.start_mark;
+        yaml_event_delete(&ev);
+        ok = read_blend_entry(r, k, index, m, &items, &n, &cap) && ok;
+    }
+    for (int i = 0; i < n; i++) free((char *)items[i].text);
+    free(items);
+}
+
 /* Set key `k` from the node that starts with `ev` (consumed). */
 static void read_value(reader *r, const hs_cfg_key *k, yaml_event_t *ev, hs_config *c) {
     char why[512];
@@ -198,6 +294,8 @@ static void read_value(reader *r, const hs_cfg_key *k, yaml_event_t *ev, hs_conf
                (k->type == HS_CFG_STRLIST || k->type == HS_CFG_FLOAT_PAIR ||
                 k->type == HS_CFG_INTLIST)) {
         read_items(r, k, ev, c);
+    } else if (ev->type == YAML_SEQUENCE_START_EVENT && k->type == HS_CFG_BLEND) {
+        read_blend(r, k, ev, c);
     } else if (ev->type == YAML_ALIAS_EVENT) {
         REPORT(r, ev->start_mark, "%s: aliases (*name) are not supported; write the value out",
                k->path);
