@@ -157,10 +157,11 @@ static hs_status data_open_parts(const hs_data_config *dc, int vocab_size, hs_da
         return hs_error_oom(e, "data: %d datasets", n);
     }
     ds->n_parts = n;
-    hs_status s = HS_OK;
+    for (int i = 0; i < n; i++) w[i] = dc->n_blend > 0 ? dc->blend[i].weight : 1.0;
+    /* The weights before any file is opened. */
+    hs_status s = hs_blend_weights_check(w, dc->n_blend, "data.blend", e);
     for (int i = 0; i < n && s == HS_OK; i++) {
         const char *path = dc->n_blend > 0 ? dc->blend[i].path : dc->path;
-        w[i] = dc->n_blend > 0 ? dc->blend[i].weight : 1.0;
         part *p = &ds->parts[i];
         s = data_load_part(dc, path, vocab_size, p, e);
         if (s == HS_OK) s = data_split(dc, ds->seq_len, p, e);

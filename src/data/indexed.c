@@ -41,8 +41,8 @@ static const struct {
     const char *name;
     size_t width;
 } dtypes[] = {
-    [1] = {"uint8", 1},  [2] = {"int8", 1},    [3] = {"int16", 2},   [4] = {"int32", 4},
-    [5] = {"int64", 8},  [6] = {"float64", 8}, [7] = {"float32", 4}, [8] = {"uint16", 2},
+    [1] = {"uint8", 1}, [2] = {"int8", 1},    [3] = {"int16", 2},   [4] = {"int32", 4},
+    [5] = {"int64", 8}, [6] = {"float64", 8}, [7] = {"float32", 4}, [8] = {"uint16", 2},
 };
 #define N_DTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
 
@@ -127,9 +127,8 @@ static hs_status parse_header(hs_indexed *ix, const uint8_t *idx, size_t len, hs
      * each is known to be small enough not to overflow. */
     int64_t want = 0, part = 0;
     bool fits = n_seq <= (uint64_t)INT64_MAX / 16 && n_doc <= (uint64_t)INT64_MAX / 16 &&
-                hs_mul_i64((int64_t)n_seq, 4 + 8, &want) &&
-                hs_mul_i64((int64_t)n_doc, 8, &part) && hs_add_i64(want, part, &want) &&
-                hs_add_i64(want, HEADER_BYTES, &want);
+                hs_mul_i64((int64_t)n_seq, 4 + 8, &want) && hs_mul_i64((int64_t)n_doc, 8, &part) &&
+                hs_add_i64(want, part, &want) && hs_add_i64(want, HEADER_BYTES, &want);
     if (!fits || (uint64_t)want != len)
         return hs_error_set(
             e, HS_ERR_CONFIG,
