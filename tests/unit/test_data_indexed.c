@@ -95,7 +95,8 @@ static int64_t ragged(double *tokens, int32_t *lens, int64_t n, int vocab, uint6
     while (t < n) {
         int32_t len = (int32_t)(1 + (seed + (uint64_t)s * 7) % 7);
         if (t + len > n) len = (int32_t)(n - t);
-        for (int i = 0; i < len; i++, t++) tokens[t] = (double)((seed * 31 + (uint64_t)t * 13) % (uint64_t)vocab);
+        for (int i = 0; i < len; i++, t++)
+            tokens[t] = (double)((seed * 31 + (uint64_t)t * 13) % (uint64_t)vocab);
         lens[s++] = len;
     }
     return s;
@@ -202,9 +203,9 @@ static void expect_refused(const files *f, int vocab, const char *field) {
     hs_indexed *ix = (hs_indexed *)1;
     hs_error e;
     hs_error_clear(&e);
-    assert_int_equal(hs_indexed_parse("bad/set", f->idx, f->idx_len, f->bin, f->bin_len, vocab, 0,
-                                      &ix, &e),
-                     HS_ERR_CONFIG);
+    assert_int_equal(
+        hs_indexed_parse("bad/set", f->idx, f->idx_len, f->bin, f->bin_len, vocab, 0, &ix, &e),
+        HS_ERR_CONFIG);
     assert_null(ix);
     assert_non_null(strstr(e.msg, "bad/set."));
     if (!strstr(e.msg, field)) fail_msg("'%s' not in: %s", field, e.msg);
