@@ -147,6 +147,15 @@ static bool item_add(hs_cfg_scalar **items, int *n, int *cap, hs_cfg_scalar s) {
     return true;
 }
 
+/* The list read, into key k (whose sequence started at mark). */
+static void set_items(reader *r, const hs_cfg_key *k, yaml_mark_t mark, const hs_cfg_scalar *items,
+                      int n, hs_config *c) {
+    char why[512];
+    hs_status st = hs_cfg_set_items(c, k, items, n, why, sizeof why);
+    if (st == HS_ERR_OOM) hs_cfg_report_oom(r->rep, "reading %s: %s", k->path, why);
+    else if (st != HS_OK) REPORT(r, mark, "%s: %s", k->path, why);
+}
+
 static void read_items(reader *r, const hs_cfg_key *k, yaml_event_t *start, hs_config *c) {
     yaml_mark_t mark = start->start_mark;
     yaml_event_delete(start);
@@ -158,10 +167,7 @@ static void read_items(reader *r, const hs_cfg_key *k, yaml_event_t *start, hs_c
         if (!next(r, &ev)) break;
         if (ev.type == YAML_SEQUENCE_END_EVENT) {
             yaml_event_delete(&ev);
-            char why[512];
-            hs_status st = ok ? hs_cfg_set_items(c, k, items, n, why, sizeof why) : HS_OK;
-            if (st == HS_ERR_OOM) hs_cfg_report_oom(r->rep, "reading %s: %s", k->path, why);
-            else if (st != HS_OK) REPORT(r, mark, "%s: %s", k->path, why);
+            if (ok) set_items(r, k, mark, items, n, c);
             break;
         }
         hs_cfg_scalar s;
@@ -260,10 +266,7 @@ static void read_blend(reader *r, const hs_cfg_key *k, yaml_event_t *start, hs_c
         if (!next(r, &ev)) break;
         if (ev.type == YAML_SEQUENCE_END_EVENT) {
             yaml_event_delete(&ev);
-            char why[512];
-            hs_status st = ok ? hs_cfg_set_items(c, k, items, n, why, sizeof why) : HS_OK;
-            if (st == HS_ERR_OOM) hs_cfg_report_oom(r->rep, "reading %s: %s", k->path, why);
-            else if (st != HS_OK) REPORT(r, mark, "%s: %s", k->path, why);
+            if (ok) set_items(r, k, mark, items, n, c);
             break;
         }
         if (ev.type != YAML_MAPPING_START_EVENT) {

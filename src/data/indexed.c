@@ -50,39 +50,26 @@ static const struct {
  * int64 beyond 2^53, which no vocabulary reaches and the range check below
  * refuses as too large anyway). */
 static double element(const uint8_t *p, int dtype) {
+    union {
+        uint8_t u8;
+        int8_t i8;
+        int16_t i16;
+        int32_t i32;
+        int64_t i64;
+        double f64;
+        float f32;
+        uint16_t u16;
+    } v;
+    memcpy(&v, p, dtypes[dtype].width);
     switch (dtype) {
-    case 1: return *p;
-    case 2: return (int8_t)*p;
-    case 3: {
-        int16_t v;
-        memcpy(&v, p, 2);
-        return v;
-    }
-    case 4: {
-        int32_t v;
-        memcpy(&v, p, 4);
-        return v;
-    }
-    case 5: {
-        int64_t v;
-        memcpy(&v, p, 8);
-        return (double)v;
-    }
-    case 6: {
-        double v;
-        memcpy(&v, p, 8);
-        return v;
-    }
-    case 7: {
-        float v;
-        memcpy(&v, p, 4);
-        return v;
-    }
-    default: {
-        uint16_t v;
-        memcpy(&v, p, 2);
-        return v;
-    }
+    case 1: return v.u8;
+    case 2: return v.i8;
+    case 3: return v.i16;
+    case 4: return v.i32;
+    case 5: return (double)v.i64;
+    case 6: return v.f64;
+    case 7: return v.f32;
+    default: return v.u16;
     }
 }
 
