@@ -183,7 +183,7 @@ static void setup_free(setup *s) {
 }
 
 static hs_status one_step(const fsdp_bench *b, setup *s, hs_error *e) {
-    hs_batch batch = {s->tok, s->tgt, b->batch, b->seq};
+    hs_batch batch = {.tokens = s->tok, .targets = s->tgt, .B = b->batch, .T = b->seq};
     double loss, aux;
     hs_fsdp_set_micro_batch(s->f, true, true, true);
     hs_status st = hs_model_forward_backward(s->m, &batch, 1.0f / (float)(b->batch * b->seq),

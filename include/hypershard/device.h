@@ -120,11 +120,16 @@ typedef struct hs_adamw_hparams {
 /* Attention on a row range, for context parallelism: query rows
  * [q0, q0+nq) of a [B, Tq, NH*HD] q, whose row q0 is at global position gq,
  * against key rows [k0, k0+nk) of a [B, Tk, KVH*HD] k/v, key row k0 at
- * global position gk; query at position p sees keys at positions <= p. */
+ * global position gk; query at position p sees keys at positions <= p.
+ * Document masking (block-causal attention in packed sequences): with lo,
+ * the query at position p of sequence b sees only keys at positions >=
+ * lo[b * lo_ld + p] (the start of its document) as well. */
 typedef struct hs_att_rows {
     int Tq, Tk, q0, nq;
-    int k0, nk;     /* key rows [k0, k0+nk) of k/v take part */
-    int64_t gq, gk; /* gk: global position of key row k0 */
+    int k0, nk;        /* key rows [k0, k0+nk) of k/v take part */
+    int64_t gq, gk;    /* gk: global position of key row k0 */
+    const int32_t *lo; /* NULL: plain causal */
+    int64_t lo_ld;     /* lo's row stride: the whole sequence's length */
 } hs_att_rows;
 
 /* Workspace and hints an attention call may take from its caller (NULL, or

@@ -221,6 +221,11 @@ typedef struct hs_attn_io {
     int threads;
     float *delta; /* [B,NH,T] */
     void *dout16; /* where dout may be rounded to dt once, or NULL */
+    /* Document masking: [B, doc_ld] the global position where the document
+     * of each position starts (hs_batch.doc_start on the device); NULL:
+     * plain causal. doc_ld is the whole sequence's length (T x cp). */
+    const int32_t *doc_lo;
+    int64_t doc_ld;
 } hs_attn_io;
 
 /* The model-parallel seam (DESIGN.md §1): the layer-level calls the model
@@ -372,6 +377,9 @@ typedef struct hs_model_options {
      * leave them to a later weight pass (hs_model_stage_backward_input /
      * _weight). */
     bool split_backward;
+    /* Batches may carry document starts (hs_batch.doc_start): a device copy
+     * of them is kept beside the tokens. */
+    bool document_masking;
     /* The registry only (FQNs, shapes, units, boundary dtypes): no buffer
      * and no parameter storage, so the model cannot run. A pipeline stage
      * keeps one of the whole model to name every parameter (export). */
@@ -404,7 +412,18 @@ typedef struct hs_batch {
     const int32_t *tokens;  /* [B, T] */
     const int32_t *targets; /* [B, T]; < 0 ignored */
     int B, T;
+    /* Document masking (data.document_masking): [B, T x cp] the global
+     * position where each position's document starts, so attention is
+     * causal inside each document of a packed sequence (hs_doc_starts);
+     * NULL: causal over the whole sequence. Whole sequences, also under
+     * context parallelism, where tokens and targets are the rank's rows. */
+    const int32_t *doc_start;
 } hs_batch;
+
+/* The document starts of n sequences of T tokens packed with `eos` ending
+ * each document: start[t] is the position after the last eos before t (0
+ * for none), so an eos belongs to the document it ends. */
+void hs_doc_starts(int32_t *start, const int32_t *tokens, int n, int T, int32_t eos);
 
 hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *opt, hs_model **out,
                           hs_error *e);

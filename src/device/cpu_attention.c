@@ -126,22 +126,34 @@ static int visible(int64_t gq, int i, int64_t gk, int nk) {
     return v < 0 ? 0 : v > nk ? nk : (int)v;
 }
 
+/* The first of a tile's nk keys (key 0 at global position gk) that a
+ * query may see under document masking: its document's start lo (NULL:
+ * none), clamped to [0, valid]. */
+static int first_visible(const int32_t *lo, int i, int64_t gk, int valid) {
+    if (!lo) return 0;
+    int64_t f = lo[i] - gk;
+    return f < 0 ? 0 : f > valid ? valid : (int)f;
+}
+
 /* One key tile of the online softmax: S (rows x nk, scores) becomes
  * exp(S - m) on each row's visible keys and 0 elsewhere, where m is the
  * row's running maximum; the row's running sum l and its accumulated
  * output acc (from earlier tiles) are rescaled to the new maximum first.
- * A row that sees no key of this tile is left as it was (a zero P row). */
-static void att_online_softmax(float *S, att_scratch *a, int64_t gq, int64_t gk, int rows, int nk,
-                               int HD) {
+ * A row that sees no key of this tile is left as it was (a zero P row).
+ * lo: each row's document start (global position), or NULL. */
+static void att_online_softmax(float *S, att_scratch *a, int64_t gq, int64_t gk, const int32_t *lo,
+                               int rows, int nk, int HD) {
     for (int i = 0; i < rows; i++) {
         float *s = S + (int64_t)i * nk;
-        int valid = visible(gq, i, gk, nk);
-        if (valid == 0) {
+        int valid = visible(gq, i, gk, nk), f = first_visible(lo, i, gk, valid);
+        if (valid == f) {
             memset(s, 0, (size_t)nk * sizeof(float));
             continue;
         }
-        float bm = hs_row_max(s, valid), mn = a->l[i] > 0.0 && a->mx[i] > bm ? a->mx[i] : bm;
-        for (int j = 0; j < valid; j++) s[j] = hs_expf(s[j] - mn); /* vectorises */
+        float bm = hs_row_max(s + f, valid - f),
+              mn = a->l[i] > 0.0 && a->mx[i] > bm ? a->mx[i] : bm;
+        for (int j = f; j < valid; j++) s[j] = hs_expf(s[j] - mn); /* vectorises */
+        memset(s, 0, (size_t)f * sizeof(float));
         memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
         if (a->l[i] > 0.0 && mn != a->mx[i]) {
             float alpha = hs_expf(a->mx[i] - mn);
@@ -149,7 +161,7 @@ static void att_online_softmax(float *S, att_scratch *a, int64_t gq, int64_t gk,
             a->l[i] *= alpha;
             for (int d = 0; d < HD; d++) o[d] *= alpha;
         }
-        a->l[i] += hs_row_sum(s, valid);
+        a->l[i] += hs_row_sum(s + f, valid - f);
         a->mx[i] = mn;
     }
 }
@@ -177,6 +189,21 @@ static int block_keys(int64_t gq, int rows, int64_t gk, int Tk) {
     return n < 0 ? 0 : n > Tk ? Tk : (int)n;
 }
 
+/* The first key tile (of kb keys) a block of queries needs: under document
+ * masking none before its first row's document start (starts never fall
+ * along a sequence), else 0. */
+static int block_first_tile(const int32_t *lo, int64_t gk, int nk, int kb) {
+    if (!lo || lo[0] <= gk) return 0;
+    int64_t f = (lo[0] - gk) / kb * kb;
+    return f > nk ? nk : (int)f;
+}
+
+/* Sequence b's document starts from the block at global position gq on,
+ * or NULL without masking. */
+static const int32_t *lo_from(const hs_att_rows *r, int b, int64_t gq) {
+    return r->lo ? r->lo + (int64_t)b * r->lo_ld + gq : NULL;
+}
+
 hs_att_rows hs_att_rows_all(int T) {
     return (hs_att_rows){.Tq = T, .Tk = T, .q0 = 0, .nq = T, .k0 = 0, .nk = T, .gq = 0, .gk = 0};
 }
@@ -198,16 +225,18 @@ static void forward_head(att_gemms *g, void *out, hs_dtype odt, float *lse, cons
         int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
         int64_t gq = r->gq + r0;
         int nk = block_keys(gq, rows, r->gk, r->nk);
+        const int32_t *lo = lo_from(r, b, gq);
+        int first = block_first_tile(lo, r->gk, nk, kb);
         for (int i = 0; i < rows; i++) a.l[i] = 0.0, a.mx[i] = -INFINITY;
-        for (int j0 = 0; j0 < nk; j0 += kb) {
+        for (int j0 = first; j0 < nk; j0 += kb) {
             int kn = nk - j0 < kb ? nk - j0 : kb;
             head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
             att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
-            att_online_softmax(a.P, &a, gq, r->gk + j0, rows, kn, HD);
+            att_online_softmax(a.P, &a, gq, r->gk + j0, lo, rows, kn, HD);
             if (low) hs_convert(a.s16, dt, a.P, HS_DTYPE_F32, (int64_t)rows * kn);
             att_gemm(g, false, false, rows, HD, kn, 1.0f, low ? a.s16 : (const void *)a.P,
                      low ? dt : HS_DTYPE_F32, kn, hs_cat(v, dt, kj.off), dt, kv.ld,
-                     j0 == 0 ? 0.0f : 1.0f, a.acc, HS_DTYPE_F32, HD);
+                     j0 == first ? 0.0f : 1.0f, a.acc, HS_DTYPE_F32, HD);
         }
         att_finish(hs_at(out, odt, qv.off + qr * qv.ld), odt, qv.ld, hl + r0, &a, rows, HD);
     }
@@ -231,11 +260,11 @@ hs_status hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const v
 /* With threads > 1 the (sequence, head) pairs go over the threads, each
  * with its own scratch, its own plans and its GEMMs on one thread: every
  * head is computed exactly as on one thread. */
-hs_status hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
-                               const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
-                               const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch,
-                               int threads, int B, int T, int NH, int KVH, int HD, hs_error *e) {
-    hs_att_rows r = hs_att_rows_all(T);
+static hs_status forward_threads(void *out, float *lse, const void *q, const void *k, const void *v,
+                                 hs_dtype dt, float *scratch, int threads, int B, int NH, int KVH,
+                                 int HD, const hs_att_rows *rows, hs_error *e) {
+    hs_att_rows r = *rows;
+    int T = r.Tq;
     int64_t per = scratch_per_thread(T, HD);
     bool low = dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32);
     hs_status st = HS_OK;
@@ -251,6 +280,14 @@ hs_status hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T *
         att_gemms_done(&g, &st, e);
     }
     return st;
+}
+
+hs_status hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
+                               const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
+                               const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch,
+                               int threads, int B, int T, int NH, int KVH, int HD, hs_error *e) {
+    hs_att_rows r = hs_att_rows_all(T);
+    return forward_threads(out, lse, q, k, v, dt, scratch, threads, B, NH, KVH, HD, &r, e);
 }
 
 void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*HD */,
@@ -271,13 +308,16 @@ void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*H
     }
 }
 
-/* P = exp(S - lse) on the causal part, 0 above the diagonal. */
-static void att_probs(float *S, const float *lse, int64_t gq, int64_t gk, int rows, int nk) {
+/* P = exp(S - lse) on the causal part (within the row's document under
+ * masking), 0 elsewhere. */
+static void att_probs(float *S, const float *lse, int64_t gq, int64_t gk, const int32_t *lo,
+                      int rows, int nk) {
     for (int i = 0; i < rows; i++) {
         float *s = S + (int64_t)i * nk;
-        int valid = visible(gq, i, gk, nk);
+        int valid = visible(gq, i, gk, nk), f = first_visible(lo, i, gk, valid);
         float l = lse[i];
-        for (int j = 0; j < valid; j++) s[j] = hs_expf(s[j] - l);
+        for (int j = f; j < valid; j++) s[j] = hs_expf(s[j] - l);
+        memset(s, 0, (size_t)f * sizeof(float));
         memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
     }
 }
@@ -343,11 +383,12 @@ static void backward_head(att_gemms *g, float *dq, float *dk, float *dv, const f
         int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
         int64_t gq = r->gq + r0, at = qv.off + qr * qv.ld;
         int nk = block_keys(gq, rows, r->gk, r->nk);
-        for (int j0 = 0; j0 < nk; j0 += kb) {
+        const int32_t *lo = lo_from(r, b, gq);
+        for (int j0 = block_first_tile(lo, r->gk, nk, kb); j0 < nk; j0 += kb) {
             int kn = nk - j0 < kb ? nk - j0 : kb;
             head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
             att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
-            att_probs(a.P, hl + r0, gq, r->gk + j0, rows, kn);
+            att_probs(a.P, hl + r0, gq, r->gk + j0, lo, rows, kn);
             att_bwd_block blk = {.dO = dout + at,
                                  .dO16 = dout16 ? hs_cat(dout16, dt, at) : NULL,
                                  .kb = hs_cat(k, dt, kj.off),
@@ -382,12 +423,13 @@ hs_status hs_attention_backward_rows(float *dq, float *dk, float *dv, const floa
 /* With threads > 1 the (sequence, key head) pairs go over the threads:
  * each owns its dk/dv rows and runs its group's query heads in order, so
  * every sum is accumulated as on one thread. */
-hs_status hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
-                                float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
-                                const void *dout16, const void *q, const void *k, const void *v,
-                                const float *lse, const float *delta, hs_dtype dt, float *scratch,
-                                int threads, int B, int T, int NH, int KVH, int HD, hs_error *e) {
-    hs_att_rows r = hs_att_rows_all(T);
+static hs_status backward_threads(float *dq, float *dk, float *dv, const float *dout,
+                                  const void *dout16, const void *q, const void *k, const void *v,
+                                  const float *lse, const float *delta, hs_dtype dt, float *scratch,
+                                  int threads, int B, int NH, int KVH, int HD,
+                                  const hs_att_rows *rows, hs_error *e) {
+    hs_att_rows r = *rows;
+    int T = r.Tq;
     int64_t per = scratch_per_thread(T, HD);
     int group = NH / KVH;
     hs_status st = HS_OK;
@@ -405,6 +447,16 @@ hs_status hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*
         att_gemms_done(&g, &st, e);
     }
     return st;
+}
+
+hs_status hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
+                                float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
+                                const void *dout16, const void *q, const void *k, const void *v,
+                                const float *lse, const float *delta, hs_dtype dt, float *scratch,
+                                int threads, int B, int T, int NH, int KVH, int HD, hs_error *e) {
+    hs_att_rows r = hs_att_rows_all(T);
+    return backward_threads(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, threads, B,
+                            NH, KVH, HD, &r, e);
 }
 
 /* The table's entries: the caller's workspace (hs_att_work) where it gives
@@ -432,8 +484,8 @@ void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, con
     hs_error e;
     hs_status st;
     if (w && w->scratch && whole(r) && odt == dt)
-        st = hs_attention_forward(out, lse, q, k, v, dt, scratch, w->threads > 1 ? w->threads : 1,
-                                  B, r->Tq, NH, KVH, HD, &e);
+        st = forward_threads(out, lse, q, k, v, dt, scratch, w->threads > 1 ? w->threads : 1, B, NH,
+                             KVH, HD, r, &e);
     else st = hs_attention_forward_rows(out, odt, lse, q, k, v, dt, scratch, B, NH, KVH, HD, r, &e);
     if (st != HS_OK) hs_device_fail(s->dev, &e);
     if (!(w && w->scratch)) free(scratch);
@@ -456,8 +508,8 @@ void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
         hs_attention_delta(delta, dout, out, odt, B, r->Tq, NH, HD);
     const void *dout16 = w ? w->dout16 : NULL;
     if (st == HS_OK && w && w->scratch && whole(r))
-        st = hs_attention_backward(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch,
-                                   w->threads > 1 ? w->threads : 1, B, r->Tq, NH, KVH, HD, &e);
+        st = backward_threads(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch,
+                              w->threads > 1 ? w->threads : 1, B, NH, KVH, HD, r, &e);
     else if (st == HS_OK)
         st = hs_attention_backward_rows(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch,
                                         B, NH, KVH, HD, r, &e);

@@ -9,7 +9,7 @@
 typedef struct att_row {
     int64_t qo, ko; /* element offsets of the query row and key row 0 of this (b, kv head) */
     int64_t qs, ks; /* row strides of q/out and k/v */
-    int n;          /* keys this row sees: key rows k0 .. k0+n-1 */
+    int f, n;       /* keys this row sees: key rows k0+f .. k0+n-1 */
 } att_row;
 
 /* Query row i (of r's range) of sequence b, head h. */
@@ -18,14 +18,17 @@ static att_row row_of(int b, int h, int i, int NH, int KVH, int HD, const hs_att
     a.qs = (int64_t)NH * HD, a.ks = (int64_t)KVH * HD;
     a.qo = ((int64_t)b * r->Tq + i) * a.qs + (int64_t)h * HD;
     a.ko = ((int64_t)b * r->Tk + r->k0) * a.ks + (int64_t)(h / (NH / KVH)) * HD;
-    int64_t seen = r->gq + (i - r->q0) - r->gk + 1; /* keys at positions <= the query's */
+    int64_t g = r->gq + (i - r->q0), seen = g - r->gk + 1; /* keys at positions <= the query's */
     a.n = seen < 0 ? 0 : seen > r->nk ? r->nk : (int)seen;
+    /* and at or after its document's start */
+    int64_t first = r->lo ? r->lo[(int64_t)b * r->lo_ld + g] - r->gk : 0;
+    a.f = first < 0 ? 0 : first > a.n ? a.n : (int)first;
     return a;
 }
 
 /* p[j] = q . k_j / sqrt(HD) for the row's keys. */
 static void scores(double *p, const att_row *a, const void *q, const void *k, hs_dtype dt, int HD) {
-    for (int j = 0; j < a->n; j++) {
+    for (int j = a->f; j < a->n; j++) {
         double dot = 0.0;
         for (int d = 0; d < HD; d++)
             dot += (double)hs_ld(q, dt, a->qo + d) * hs_ld(k, dt, a->ko + j * a->ks + d);
@@ -52,13 +55,14 @@ void hs_ref_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, con
                 att_row a = row_of(b, h, i, NH, KVH, HD, r);
                 scores(p, &a, q, k, dt, HD);
                 double mx = -INFINITY, sum = 0.0;
-                for (int j = 0; j < a.n; j++) mx = p[j] > mx ? p[j] : mx;
-                for (int j = 0; j < a.n; j++) sum += (p[j] = exp(p[j] - mx));
-                lse[((int64_t)b * NH + h) * r->Tq + i] = a.n ? (float)(mx + log(sum)) : -INFINITY;
+                bool any = a.n > a.f;
+                for (int j = a.f; j < a.n; j++) mx = p[j] > mx ? p[j] : mx;
+                for (int j = a.f; j < a.n; j++) sum += (p[j] = exp(p[j] - mx));
+                lse[((int64_t)b * NH + h) * r->Tq + i] = any ? (float)(mx + log(sum)) : -INFINITY;
                 for (int d = 0; d < HD; d++) {
                     double o = 0.0;
-                    for (int j = 0; j < a.n; j++) o += p[j] * hs_ld(v, dt, a.ko + j * a.ks + d);
-                    hs_st(out, odt, a.qo + d, a.n ? (float)(o / sum) : 0.0f);
+                    for (int j = a.f; j < a.n; j++) o += p[j] * hs_ld(v, dt, a.ko + j * a.ks + d);
+                    hs_st(out, odt, a.qo + d, any ? (float)(o / sum) : 0.0f);
                 }
             }
     free(p);
@@ -80,7 +84,7 @@ void hs_ref_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
                 double D = 0.0, l = lse[((int64_t)b * NH + h) * r->Tq + i];
                 for (int d = 0; d < HD; d++) D += (double)g[d] * hs_ld(out, odt, a.qo + d);
                 scores(p, &a, q, k, dt, HD);
-                for (int j = 0; j < a.n; j++) {
+                for (int j = a.f; j < a.n; j++) {
                     int64_t kj = a.ko + j * a.ks;
                     double P = exp(p[j] - l), dP = 0.0;
                     for (int d = 0; d < HD; d++) dP += (double)g[d] * hs_ld(v, dt, kj + d);

@@ -44,7 +44,9 @@ static hs_attn_io attn_io(hs_model *m, hs_block_acts *a, int B, int T) {
                         .scratch = m->att_scratch,
                         .threads = m->att_threads,
                         .delta = m->att_delta,
-                        .dout16 = m->dout16};
+                        .dout16 = m->dout16,
+                        .doc_lo = m->doc_lo,
+                        .doc_ld = m->doc_ld};
 }
 
 /* x (in xdt) is the block input as the block reads it; x_mid is in rdt.

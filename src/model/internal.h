@@ -161,6 +161,12 @@ struct hs_model {
     /* [max_batch, seq_len] int32: the batch's tokens (first stage) and
      * targets (last stage), copied across from the caller's host arrays */
     int32_t *batch_tokens, *batch_targets;
+    /* document masking: [max_batch, seq_len] the batch's document starts,
+     * and what attention reads of them (NULL: plain causal), by global
+     * position with row stride doc_ld */
+    int32_t *batch_docs;
+    const int32_t *doc_lo;
+    int64_t doc_ld;
     int64_t head_rows;    /* rows of the head per chunk */
     float *cos_t, *sin_t; /* [T,HD/2] fp32 */
 

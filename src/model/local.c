@@ -81,9 +81,16 @@ static void one_rope_tables(void *ctx, int T_local, const float **cos, const flo
     *cos = d->cos_t, *sin = d->sin_t;
 }
 
+/* The whole sequence's rows, within each document under masking. */
+static hs_att_rows one_rows(const hs_attn_io *io) {
+    hs_att_rows r = hs_att_rows_all(io->T);
+    r.lo = io->doc_lo, r.lo_ld = io->doc_ld;
+    return r;
+}
+
 static void one_attention_fwd(void *ctx, const hs_attn_io *io) {
     const hs_model_dims *d = ctx;
-    hs_att_rows r = hs_att_rows_all(io->T);
+    hs_att_rows r = one_rows(io);
     hs_att_work w = {.scratch = io->scratch, .threads = io->threads};
     d->dev->k->attention_fwd(d->dev->stream, io->out, io->dt, io->lse, io->q, io->k, io->v, io->dt,
                              io->B, io->NH, io->KVH, io->HD, &r, &w);
@@ -95,7 +102,7 @@ static void one_attention_bwd(void *ctx, const hs_attn_io *io) {
     const hs_model_dims *d = ctx;
     int64_t n = (int64_t)io->B * io->T * io->NH * io->HD;
     if (io->dout16) hs_dev_convert(d->dev, io->dout16, io->dt, io->dout, HS_DTYPE_F32, n);
-    hs_att_rows r = hs_att_rows_all(io->T);
+    hs_att_rows r = one_rows(io);
     hs_att_work w = {
         .scratch = io->scratch, .threads = io->threads, .delta = io->delta, .dout16 = io->dout16};
     d->dev->k->attention_bwd(d->dev->stream, io->dq, io->dk, io->dv, io->dout, io->out, io->dt,

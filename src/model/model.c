@@ -364,6 +364,7 @@ static void buffers_alloc(hs_model *m) {
     size_t batch_bytes = (size_t)m->opt.max_batch * (size_t)m->opt.seq_len * sizeof(int32_t);
     if (m->first_stage) m->batch_tokens = raw(m, batch_bytes);
     if (m->last_stage) m->batch_targets = raw(m, batch_bytes);
+    if (m->opt.document_masking) m->batch_docs = raw(m, batch_bytes);
     m->dres = buf(m, BT * m->C, HS_DTYPE_F32);
     m->dln = buf(m, BT * m->C, HS_DTYPE_F32);
     m->dq = buf(m, BT * q, HS_DTYPE_F32);
@@ -512,7 +513,7 @@ static void buffers_free(hs_model *m) {
         m->logits,  m->cos_t,        m->sin_t,         m->dres,        m->dln,       m->dq,
         m->dk,      m->dv,           m->datt,          m->dg,          m->du,        m->dh,
         m->dout16,  m->att_scratch,  m->norm_part,     m->moe_scratch, m->aux_stage, m->out_tmp,
-        m->aux_buf, m->batch_tokens, m->batch_targets, m->att_delta};
+        m->aux_buf, m->batch_tokens, m->batch_targets, m->att_delta,   m->batch_docs};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_device_free_mem(m->dev, ptrs[i]);
     hs_device_free_mem(m->dev, m->expert_tokens);
     free(m->expert_tokens_host);

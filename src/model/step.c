@@ -61,6 +61,10 @@ static hs_status check_batch(const hs_model *m, const hs_batch *b, bool need_tar
                             "sequence of at most seq_len=%d (pass hs_cp_take_local_ids's rows)",
                             b->T, m->cp, m->opt.seq_len);
     if (!b->tokens) return hs_error_set(e, HS_ERR_INTERNAL, "batch: tokens is NULL");
+    if (b->doc_start && !m->opt.document_masking)
+        return hs_error_set(e, HS_ERR_INTERNAL,
+                            "batch: document starts for a model created without "
+                            "document_masking");
     if (need_targets && !b->targets)
         return hs_error_set(e, HS_ERR_INTERNAL, "batch: targets is NULL but a loss is needed");
     int64_t N = (int64_t)b->B * b->T;
@@ -84,6 +88,12 @@ static hs_batch on_device(hs_model *m, const hs_batch *b) {
     if (m->batch_targets && b->targets) {
         hs_device_copy(m->dev, m->batch_targets, b->targets, bytes, HS_COPY_H2D);
         d.targets = m->batch_targets;
+    }
+    /* document starts cover whole sequences, also under CP */
+    m->doc_lo = NULL, m->doc_ld = (int64_t)b->T * m->cp;
+    if (b->doc_start) {
+        hs_device_copy(m->dev, m->batch_docs, b->doc_start, bytes * (size_t)m->cp, HS_COPY_H2D);
+        d.doc_start = m->doc_lo = m->batch_docs;
     }
     return d;
 }

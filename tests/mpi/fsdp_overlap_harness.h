@@ -122,7 +122,7 @@ static inline void ov_teardown(ov_run *r) {
 static inline hs_batch ov_batch(ov_run *r, int step) {
     mt_global_batch(r->tok, r->tgt, r->G * r->T, step);
     int off = r->g.flat_rank * OV_PER_RANK * r->T;
-    return (hs_batch){r->tok + off, r->tgt + off, OV_PER_RANK, r->T};
+    return (hs_batch){.tokens = r->tok + off, .targets = r->tgt + off, .B = OV_PER_RANK, .T = r->T};
 }
 
 static inline float *ov_snapshot(ov_run *r, bool grads, int64_t *n) {

@@ -91,7 +91,8 @@ static double side_step(run *r, mt_side *s, int first, int seqs) {
     double loss = 0.0, aux = 0.0;
     hs_error e;
     hs_error_clear(&e);
-    hs_batch b = {r->tok + first * SEQ, r->tgt + first * SEQ, seqs, SEQ};
+    hs_batch b = {
+        .tokens = r->tok + first * SEQ, .targets = r->tgt + first * SEQ, .B = seqs, .T = SEQ};
     hs_fsdp_set_micro_batch(s->f, true, true, true);
     CHECK(r->c,
           hs_model_forward_backward(s->m, &b, 1.0f / (float)(r->G * SEQ), hs_fsdp_hooks(s->f),

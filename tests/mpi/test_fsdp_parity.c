@@ -406,8 +406,11 @@ static void run_case(hs_comm *c, const tcase *tc) {
     int f = r.g.flat_rank;
     for (int step = 1; step <= STEPS; step++) {
         global_batch(&r, step);
-        hs_batch gb = {r.tok, r.tgt, r.G, SEQ};
-        hs_batch lb = {r.tok + f * PER_RANK * SEQ, r.tgt + f * PER_RANK * SEQ, PER_RANK, SEQ};
+        hs_batch gb = {.tokens = r.tok, .targets = r.tgt, .B = r.G, .T = SEQ};
+        hs_batch lb = {.tokens = r.tok + f * PER_RANK * SEQ,
+                       .targets = r.tgt + f * PER_RANK * SEQ,
+                       .B = PER_RANK,
+                       .T = SEQ};
         double ref_loss, loss, aux;
         CHECK(c, hs_model_forward_backward(r.ref, &gb, scale, NULL, &ref_loss, &aux, &e) == HS_OK,
               "%s", e.msg);
@@ -420,7 +423,10 @@ static void run_case(hs_comm *c, const tcase *tc) {
         for (int mb = 0; mb < micro; mb++) {
             bool last = mb == micro - 1;
             int per = PER_RANK / micro;
-            hs_batch mbb = {lb.tokens + mb * per * SEQ, lb.targets + mb * per * SEQ, per, SEQ};
+            hs_batch mbb = {.tokens = lb.tokens + mb * per * SEQ,
+                            .targets = lb.targets + mb * per * SEQ,
+                            .B = per,
+                            .T = SEQ};
             double ls;
             hs_fsdp_set_micro_batch(r.f, r.cfg.fsdp.requires_grad_sync,
                                     r.cfg.fsdp.reshard_after_backward, last);

@@ -138,7 +138,7 @@ static double side_step(run *r, mt_side *s, int first, int seqs, hs_trace *tr) {
     for (int mb = 0; mb < r->pc->micro; mb++) {
         bool last = mb == r->pc->micro - 1;
         int off = (first + mb * per) * SEQ;
-        hs_batch b = {r->tok + off, r->tgt + off, per, SEQ};
+        hs_batch b = {.tokens = r->tok + off, .targets = r->tgt + off, .B = per, .T = SEQ};
         hs_fsdp_set_micro_batch(s->f, s->cfg.fsdp.requires_grad_sync,
                                 s->cfg.fsdp.reshard_after_backward, last);
         double ls;

@@ -67,7 +67,7 @@ static inline int64_t mf_numel(const hs_param *p) {
 /* One forward+backward of the TOKENS/TARGETS batch; fails the test on error. */
 static inline void mf_step(hs_model *m, float scale, const hs_model_hooks *hooks, double *loss,
                            double *aux) {
-    hs_batch b = {TOKENS, TARGETS, 2, 5};
+    hs_batch b = {.tokens = TOKENS, .targets = TARGETS, .B = 2, .T = 5};
     hs_error e;
     *loss = 0.0;
     *aux = 0.0;

@@ -23,7 +23,7 @@
 enum { F32 = 1 << HS_DTYPE_F32, BF16 = 1 << HS_DTYPE_BF16, F16 = 1 << HS_DTYPE_F16 };
 #define ALL_DT (F32 | BF16 | F16)
 #define MAX_OUT 6
-#define MAX_SHAPES 12
+#define MAX_SHAPES 16
 
 /* ----------------------------------------------------------- buffers */
 
@@ -230,11 +230,11 @@ static void run_swiglu(const kcase *c, outs *o) {
     free(g), free(u), free(out), free(dout), free(dg), free(du);
 }
 
-/* d = {B, NH, KVH, HD, T, variant}: variant 0 all rows; 1 a context-
- * parallel range (query rows [T/3, T) at global position 2T, key rows
- * [1, T) at T + T/2); 2 one where the first query rows see no key (keys
- * start at a global position past theirs). Forward into an odt = dt
- * output, then backward accumulating into dq, dk, dv. */
+/* d = {B, NH, KVH, HD, T, variant, workspace, documents}: variant 0 all
+ * rows; 1 a context-parallel range (query rows [T/3, T) at global
+ * position 2T, key rows [1, T) at T + T/2); 2 one where the first query
+ * rows see no key (keys start at a global position past theirs). Forward
+ * into an odt = dt output, then backward accumulating into dq, dk, dv. */
 static hs_att_rows att_variant(int T, int variant) {
     hs_att_rows r = {.Tq = T, .Tk = T, .q0 = 0, .nq = T, .k0 = 0, .nk = T, .gq = 0, .gk = 0};
     if (variant == 1) {
@@ -245,10 +245,23 @@ static hs_att_rows att_variant(int T, int variant) {
     return r;
 }
 
+/* Document masking (d[7] = 1): sequence b holds documents of 5 + b
+ * positions each, by global position, over every position a variant
+ * reaches (below 4T). */
+static int32_t *att_documents(int B, int T, hs_att_rows *r) {
+    int64_t ld = 4 * (int64_t)T + 1;
+    int32_t *lo = malloc(sizeof *lo * (size_t)(B * ld));
+    for (int b = 0; b < B; b++)
+        for (int64_t p = 0; p < ld; p++) lo[b * ld + p] = (int32_t)(p - p % (5 + b));
+    r->lo = lo, r->lo_ld = ld;
+    return lo;
+}
+
 static void run_attention(const kcase *c, outs *o) {
     const int64_t *d = c->d;
     int B = (int)d[0], NH = (int)d[1], KVH = (int)d[2], HD = (int)d[3], T = (int)d[4];
     hs_att_rows r = att_variant(T, (int)d[5]);
+    int32_t *lo = d[7] ? att_documents(B, T, &r) : NULL;
     int64_t nq = (int64_t)B * T * NH * HD, nk = (int64_t)B * T * KVH * HD;
     void *q = rnd(c->dt, nq, 29, 1.5f), *k = rnd(c->dt, nk, 30, 1.5f);
     void *v = rnd(c->dt, nk, 31, 1.0f);
@@ -275,7 +288,7 @@ static void run_attention(const kcase *c, outs *o) {
                         wp);
     put(o, dq, HS_DTYPE_F32, nq), put(o, dk, HS_DTYPE_F32, nk), put(o, dv, HS_DTYPE_F32, nk);
     free(q), free(k), free(v), free(out), free(lse), free(dout), free(dq), free(dk), free(dv);
-    free(w.scratch), free(w.delta), free((void *)w.dout16);
+    free(w.scratch), free(w.delta), free((void *)w.dout16), free(lo);
 }
 
 /* d = {B, NH, HD, T, variant}: a ring block merged into an accumulated
@@ -743,8 +756,12 @@ static const op_def ops[] = {
       {1, 2, 1, 4, 0, 0},
       {2, 4, 2, 8, 33, 0, 1},
       {1, 2, 1, 4, 300, 0, 1},
-      {2, 4, 2, 8, 9, 1, 1}},
-     11,
+      {2, 4, 2, 8, 9, 1, 1},
+      {2, 4, 2, 8, 33, 0, 0, 1},
+      {1, 2, 1, 4, 300, 0, 1, 1},
+      {2, 4, 2, 8, 9, 1, 0, 1},
+      {1, 2, 1, 4, 300, 1, 1, 1}},
+     15,
      run_attention},
     {"attention_merge",
      K(attention_merge),

@@ -161,7 +161,7 @@ static void test_comm_fusion_with_shard_size_1_fuses_nothing_and_trains_the_same
     hs_fsdp *f[2];
     int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
     fx_batch(tok, tgt, cfg.model.vocab_size, 1);
-    hs_batch b = {tok, tgt, FX_B, FX_T};
+    hs_batch b = {.tokens = tok, .targets = tgt, .B = FX_B, .T = FX_T};
     double loss[2];
     for (int k = 0; k < 2; k++) {
         cfg.fsdp.comm_fusion = k == 1;

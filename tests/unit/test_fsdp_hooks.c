@@ -69,7 +69,7 @@ static void world_down(world *w) {
 static void step(world *w, int salt) {
     int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
     fx_batch(tok, tgt, w->cfg.model.vocab_size, salt);
-    hs_batch b = {tok, tgt, FX_B, FX_T};
+    hs_batch b = {.tokens = tok, .targets = tgt, .B = FX_B, .T = FX_T};
     double loss, aux;
     hs_error e;
     hs_error_clear(&e);
@@ -222,7 +222,7 @@ static void step_both(world *w, hs_model *ref, int salt, float scale, double *l_
                       double *l_fsdp) {
     int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
     fx_batch(tok, tgt, w->cfg.model.vocab_size, salt);
-    hs_batch b = {tok, tgt, FX_B, FX_T};
+    hs_batch b = {.tokens = tok, .targets = tgt, .B = FX_B, .T = FX_T};
     double aux;
     hs_error e;
     hs_error_clear(&e);
@@ -347,7 +347,7 @@ static void test_micro_batches_in_flight_reduce_once_and_drain_idempotently(void
     float scale = 1.0f / (2 * FX_B * FX_T);
     for (int k = 0; k < 2; k++) {
         fx_batch(tok[k], tgt[k], w.cfg.model.vocab_size, 21 + k);
-        b[k] = (hs_batch){tok[k], tgt[k], FX_B, FX_T};
+        b[k] = (hs_batch){.tokens = tok[k], .targets = tgt[k], .B = FX_B, .T = FX_T};
         double loss, aux;
         assert_int_equal(hs_model_forward_backward(ref, &b[k], scale, NULL, &loss, &aux, &e),
                          HS_OK);

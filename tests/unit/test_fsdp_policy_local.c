@@ -47,7 +47,7 @@ static void wrapped_free(wrapped *w) {
 static void micro_batch(wrapped *w, int salt, bool sync, bool last) {
     int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
     fx_batch(tok, tgt, w->cfg.model.vocab_size, salt);
-    hs_batch b = {tok, tgt, FX_B, FX_T};
+    hs_batch b = {.tokens = tok, .targets = tgt, .B = FX_B, .T = FX_T};
     double loss, aux;
     hs_error e;
     hs_error_clear(&e);

@@ -16,7 +16,7 @@
 static hs_model_config tiny_config(void) { return mf_config("llama", 1); }
 
 static hs_batch tiny_batch(void) {
-    hs_batch b = {TOKENS, TARGETS, 2, 5};
+    hs_batch b = {.tokens = TOKENS, .targets = TARGETS, .B = 2, .T = 5};
     return b;
 }
 
@@ -398,7 +398,7 @@ static void test_logits_of_a_prefix_do_not_depend_on_later_tokens(void **state) 
     hs_batch b = tiny_batch();
     hs_error e;
     assert_int_equal(hs_model_forward(m, &b, NULL, NULL, full, &e), HS_OK);
-    hs_batch p = {TOKENS, NULL, 1, 3};
+    hs_batch p = {.tokens = TOKENS, .targets = NULL, .B = 1, .T = 3};
     assert_int_equal(hs_model_forward(m, &p, NULL, NULL, part, &e), HS_OK);
     for (int i = 0; i < 3 * 11; i++) assert_float_equal(part[i], full[i], 1e-6);
     hs_model_free(m);
@@ -417,7 +417,9 @@ static void test_batch_gradient_is_the_sum_over_its_sequences(void **state) {
         tok[i] = (i * 7 + 3) % 11, tgt[i] = i % 13 == 0 ? -1 : (i * 5) % 11;
     hs_error e;
     double l2 = 0.0, la = 0.0, lb = 0.0, aux;
-    hs_batch b2 = {tok, tgt, 2, 200}, ba = {tok, tgt, 1, 200}, bb = {tok + 200, tgt + 200, 1, 200};
+    hs_batch b2 = {.tokens = tok, .targets = tgt, .B = 2, .T = 200};
+    hs_batch ba = {.tokens = tok, .targets = tgt, .B = 1, .T = 200};
+    hs_batch bb = {.tokens = tok + 200, .targets = tgt + 200, .B = 1, .T = 200};
     assert_int_equal(hs_model_forward_backward(both, &b2, 0.01f, NULL, &l2, &aux, &e), HS_OK);
     assert_int_equal(hs_model_forward_backward(each, &ba, 0.01f, NULL, &la, &aux, &e), HS_OK);
     assert_int_equal(hs_model_forward_backward(each, &bb, 0.01f, NULL, &lb, &aux, &e), HS_OK);
@@ -438,7 +440,7 @@ static void test_ignored_targets_add_no_loss_and_no_gradient(void **state) {
     hs_model_options o = mf_options(HS_DTYPE_F32, false);
     hs_model *m = mf_make(&c, &o, 19);
     const int32_t none[10] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    hs_batch b = {TOKENS, none, 2, 5};
+    hs_batch b = {.tokens = TOKENS, .targets = none, .B = 2, .T = 5};
     double loss = 1.0, aux = 1.0;
     hs_error e;
     assert_int_equal(hs_model_forward_backward(m, &b, 1.0f, NULL, &loss, &aux, &e), HS_OK);
@@ -459,7 +461,7 @@ static void test_token_outside_vocab_is_an_error_naming_its_position(void **stat
     int32_t bad[10];
     memcpy(bad, TOKENS, sizeof bad);
     bad[7] = 11;
-    hs_batch b = {bad, TARGETS, 2, 5};
+    hs_batch b = {.tokens = bad, .targets = TARGETS, .B = 2, .T = 5};
     double loss;
     hs_error e;
     assert_int_equal(hs_model_forward(m, &b, NULL, &loss, NULL, &e), HS_ERR_FORMAT);

@@ -150,7 +150,7 @@ static void test_fp32_logits_match_naive_fp64_llama_to_1e_5(void **state) {
         for (int i = 0; i < C; i++) x[t][i] = emb[tokens[t] * C + i];
     for (int l = 0; l < L; l++) block(m, l, x, c.norm_eps, c.rope_theta);
     float logits[T * V];
-    hs_batch b = {tokens, NULL, 1, T};
+    hs_batch b = {.tokens = tokens, .targets = NULL, .B = 1, .T = T};
     assert_int_equal(hs_model_forward(m, &b, NULL, NULL, logits, &e), HS_OK);
     double worst = 0.0, scale = 0.0;
     for (int t = 0; t < T; t++) {
