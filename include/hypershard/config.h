@@ -138,6 +138,7 @@ typedef struct hs_data_config {
     char path[HS_PATH_MAX];   /* "" when null */
     double val_fraction;
     int eos_id;            /* -1 when null: documents packed with nothing between */
+    bool document_masking; /* attention stays inside each document (ended by eos_id) */
     hs_blend_entry *blend; /* owned; NULL when n_blend is 0 */
     int n_blend;
 } hs_data_config;

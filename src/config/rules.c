@@ -32,9 +32,15 @@ void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {
 }
 
 /* data.blend: indexed datasets only, instead of data.path, weights that
- * are shares (>= 0, not all 0); data.eos_id inside the vocabulary. */
+ * are shares (>= 0, not all 0); data.eos_id inside the vocabulary, and
+ * set for document masking, whose documents it ends. */
 static void check_blend(const hs_config *c, hs_cfg_report *rep) {
     const hs_data_config *d = &c->data;
+    if (d->document_masking && d->eos_id < 0)
+        hs_cfg_report_add(rep,
+                          "data.document_masking = true needs data.eos_id, the token that ends "
+                          "each document (the tokenizer's end-of-text id); set data.eos_id, or "
+                          "data.document_masking: false");
     if (d->eos_id >= 0 && c->model.vocab_size >= 1 && d->eos_id >= c->model.vocab_size)
         hs_cfg_report_add(rep,
                           "data.eos_id = %d is not below model.vocab_size = %d; use the "

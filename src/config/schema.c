@@ -254,6 +254,9 @@ static const hs_cfg_key keys[] = {
     KINT_NULL("data.eos_id", data.eos_id, 0,
               "token put between two documents of an indexed dataset (the tokenizer's "
               "end-of-text id); null: documents follow each other directly"),
+    KBOOL("data.document_masking", data.document_masking, "false",
+          "block-causal attention in packed sequences: a token attends only to earlier tokens "
+          "of its own document, each ended by data.eos_id (any source; needs data.eos_id)"),
     {.path = "data.blend",
      .type = HS_CFG_BLEND,
      .def = "[]",

@@ -127,10 +127,10 @@ static void warn_trainer(const hs_config *c, const hs_config *d, const hs_topolo
                     "optimizer.schedule.warmup_steps = %d >= train.steps = %d: the learning "
                     "rate never reaches optimizer.lr",
                     c->optimizer.schedule.warmup_steps, c->train.steps);
-    if (strcmp(c->data.source, "indexed") && c->data.eos_id >= 0)
+    if (strcmp(c->data.source, "indexed") && c->data.eos_id >= 0 && !c->data.document_masking)
         hs_log_warn(log,
                     "data.eos_id = %d has no effect with data.source = %s (only indexed "
-                    "datasets have document boundaries)",
+                    "datasets have document boundaries, or data.document_masking reads them)",
                     c->data.eos_id, c->data.source);
     if (!strcmp(c->data.source, "builtin") && c->data.path[0])
         hs_log_warn(log, "data.path = %s has no effect with data.source = builtin", c->data.path);

@@ -38,6 +38,7 @@ hs_model_options hs_engine_model_options(const hs_config *cfg, bool fsdp, int ma
         .stage = stage,
         .act_slots = act_slots,
         .split_backward = splits_backward(cfg),
+        .document_masking = cfg->data.document_masking,
         /* the threads this process computes with (train.threads, else the
          * OpenMP team: cmd_train balances it over the node's ranks) */
         .threads = cfg->train.threads > 0 ? cfg->train.threads : hs_blas_get_threads(),

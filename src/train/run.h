@@ -63,6 +63,7 @@ typedef struct hs_trainer {
     int cp, cp_rank;
     hs_pg *cp_group;
     int32_t *ltokens, *ltargets; /* [mbs, T/cp] */
+    int32_t *doc_starts;         /* [mbs, T] document masking, else NULL */
     float *llogits, *cp_blocks;  /* [1, T/cp, V], [cp, 1, T/cp, V] */
     /* pipeline parallelism (pp_step.c); pp NULL without it */
     int pp_size, pp_stage;

@@ -73,7 +73,8 @@ static void test_logits_equal_each_document_alone(void **state) {
     for (int s = 0; s < 2; s++)
         for (int d = 0, p0 = 0; d < 3 && DOC_LEN[s][d]; p0 += DOC_LEN[s][d], d++) {
             int n = DOC_LEN[s][d];
-            hs_batch one = {.tokens = tok + s * SEQ + p0, .targets = tgt + s * SEQ + p0, .B = 1, .T = n};
+            hs_batch one = {
+                .tokens = tok + s * SEQ + p0, .targets = tgt + s * SEQ + p0, .B = 1, .T = n};
             assert_int_equal(hs_model_forward(m, &one, NULL, NULL, alone, &e), HS_OK);
             for (int64_t i = 0; i < (int64_t)n * V; i++) {
                 int64_t at = ((int64_t)s * SEQ + p0) * V + i;
@@ -82,8 +83,10 @@ static void test_logits_equal_each_document_alone(void **state) {
                 if (p0 > 0) apart = diff > apart ? diff : apart;
             }
         }
-    if (worst > 1e-5f * scale) fail_msg("masked logits differ from alone by %g (scale %g)", worst, scale);
-    if (apart < 1e-3f * scale) fail_msg("unmasked logits equal alone (%g): the check cannot fail", apart);
+    if (worst > 1e-5f * scale)
+        fail_msg("masked logits differ from alone by %g (scale %g)", worst, scale);
+    if (apart < 1e-3f * scale)
+        fail_msg("unmasked logits equal alone (%g): the check cannot fail", apart);
     free(got), free(plain), free(alone);
     hs_model_free(m);
 }
