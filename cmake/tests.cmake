@@ -13,6 +13,9 @@
 # include the private headers of the layer it tests.
 #
 # "HS_TEST_TIMEOUT: s" in any test file overrides the default timeout.
+# "HS_TEST_SERIAL" in a test file runs it with nothing else beside it
+# (ctest -j): for tests that time the machine, whose ratios other tests'
+# load would decide.
 # The MPI settings travel in the environment, never as launcher flags, so the
 # commands stay portable to other MPI implementations.
 
@@ -49,6 +52,14 @@ function(hs_test_annotations file out_ranks out_timeout)
   set(${out_timeout} "${timeout}" PARENT_SCOPE)
 endfunction()
 
+# RUN_SERIAL for the tests of `file` when it says HS_TEST_SERIAL.
+function(hs_test_serial file)
+  file(STRINGS ${file} sl REGEX "HS_TEST_SERIAL")
+  if(sl)
+    set_tests_properties(${ARGN} PROPERTIES RUN_SERIAL TRUE)
+  endif()
+endfunction()
+
 if(CMOCKA_FOUND)
   file(GLOB HS_UNIT_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/unit/test_*.c)
   foreach(src ${HS_UNIT_TESTS})
@@ -78,6 +89,7 @@ foreach(src ${HS_MPI_TESTS})
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} $<TARGET_FILE:${name}>)
     set_tests_properties(mpi.${name}.np${n} PROPERTIES LABELS mpi TIMEOUT ${timeout}
                          PROCESSORS ${n} ENVIRONMENT "${HS_TEST_ENV}")
+    hs_test_serial(${src} mpi.${name}.np${n})
   endforeach()
 endforeach()
 
@@ -92,6 +104,7 @@ foreach(src ${HS_CLI_TESTS})
   add_test(NAME cli.${name} COMMAND bash ${src})
   set_tests_properties(cli.${name} PROPERTIES LABELS cli TIMEOUT ${timeout} SKIP_RETURN_CODE 77
                        PROCESSORS ${np} ENVIRONMENT "${HS_TEST_ENV}")
+  hs_test_serial(${src} cli.${name})
 endforeach()
 
 file(GLOB HS_BUILD_TESTS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/tests/build/test_*.cmake)

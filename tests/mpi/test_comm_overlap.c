@@ -2,6 +2,7 @@
  * other work.
  * HS_MPI_RANKS: 2 4
  * HS_TEST_TIMEOUT: 120
+ * HS_TEST_SERIAL: it times the machine, so it runs with no other test
  *
  * Measured on each rank: t_comm (REPS blocking all-reduces of 4 MiB, one
  * per buffer), t_work (the issuing thread's work alone, sized to about
