@@ -18,34 +18,11 @@ bool hs_pp_schedule_splits(hs_pp_schedule_kind kind) {
     return kind == HS_PP_ZB1P || kind == HS_PP_ZBV;
 }
 
-int hs_pp_model_chunk(hs_pp_schedule_kind kind, int pp, int stage, int v) {
-    return hs_config_pp_chunk_of(kind == HS_PP_ZBV ? "zbv" : "", pp, stage, v);
-}
-
-void hs_pp_chunk_home(hs_pp_schedule_kind kind, int pp, int c, int *stage, int *v) {
-    if (kind == HS_PP_ZBV && c >= pp) *stage = 2 * pp - 1 - c, *v = 1;
-    else *stage = c % pp, *v = c / pp;
-}
-
 int64_t hs_pp_schedule_length(hs_pp_schedule_kind kind, int M, int V) {
     return (hs_pp_schedule_splits(kind) ? 3 : 2) * (int64_t)M * V;
 }
 
 static int imin(int a, int b) { return a < b ? a : b; }
-
-void hs_pp_stage_chunks(const hs_config *cfg, int stage, hs_model_stage *out) {
-    int pp = cfg->accelerator.pp_size, V = cfg->accelerator.pp_virtual_stages;
-    V = V > 1 ? V : 1;
-    HS_ASSERT(V <= HS_MODEL_MAX_CHUNKS && stage >= 0 && stage < pp);
-    int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
-    hs_config_pp_stages(cfg, first, count);
-    *out = (hs_model_stage){.n_chunks = V};
-    for (int v = 0; v < V; v++) {
-        int c = hs_config_pp_chunk(cfg, stage, v);
-        out->first_layer[v] = first[c];
-        out->n_layers[v] = count[c];
-    }
-}
 
 /* The k-th forward (or backward) of an interleaved stage: rounds of pp
  * micro-batches go through the chunks in turn, forward in chunk order and

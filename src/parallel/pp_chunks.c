@@ -1,0 +1,28 @@
+/* Where a pipeline's chunks live (parallel.h): the model chunk each stage
+ * runs as its local chunk v, back from a model chunk to its stage, and a
+ * stage's blocks. One chunk per stage, interleaved (chunk c on stage
+ * c mod pp) or zbv's V (hs_config_pp_chunk). */
+#include "hypershard/parallel.h"
+
+int hs_pp_model_chunk(hs_pp_schedule_kind kind, int pp, int stage, int v) {
+    return hs_config_pp_chunk_of(kind == HS_PP_ZBV ? "zbv" : "", pp, stage, v);
+}
+
+void hs_pp_chunk_home(hs_pp_schedule_kind kind, int pp, int c, int *stage, int *v) {
+    if (kind == HS_PP_ZBV && c >= pp) *stage = 2 * pp - 1 - c, *v = 1;
+    else *stage = c % pp, *v = c / pp;
+}
+
+void hs_pp_stage_chunks(const hs_config *cfg, int stage, hs_model_stage *out) {
+    int pp = cfg->accelerator.pp_size, V = cfg->accelerator.pp_virtual_stages;
+    V = V > 1 ? V : 1;
+    HS_ASSERT(V <= HS_MODEL_MAX_CHUNKS && stage >= 0 && stage < pp);
+    int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
+    hs_config_pp_stages(cfg, first, count);
+    *out = (hs_model_stage){.n_chunks = V};
+    for (int v = 0; v < V; v++) {
+        int c = hs_config_pp_chunk(cfg, stage, v);
+        out->first_layer[v] = first[c];
+        out->n_layers[v] = count[c];
+    }
+}
