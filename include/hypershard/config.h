@@ -43,12 +43,21 @@ typedef struct hs_moe_config {
 } hs_moe_config;
 
 typedef struct hs_model_config {
-    char arch[HS_NAME_MAX]; /* "llama" | "moe" */
+    char arch[HS_NAME_MAX]; /* "llama" | "moe" | "qwen3" */
     int vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_dim;
+    int head_dim; /* 0 (null): dim / n_heads; use hs_model_head_dim */
     double norm_eps, rope_theta, init_std;
     bool tie_embeddings;
     hs_moe_config moe;
 } hs_model_config;
+
+/* What model.arch builds: routed experts in the blocks (moe); RMSNorm of
+ * each query and key head before RoPE (qwen3, Hugging Face Qwen3's q_norm
+ * and k_norm). */
+bool hs_model_arch_moe(const hs_model_config *m);
+bool hs_model_arch_qk_norm(const hs_model_config *m);
+/* The attention head size: model.head_dim, or dim / n_heads when null. */
+int hs_model_head_dim(const hs_model_config *m);
 
 typedef struct hs_accel_config {
     char device[HS_NAME_MAX]; /* "cpu" | "cuda" */

@@ -9,22 +9,29 @@
 
 void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {
     const hs_model_config *m = &c->model;
-    if (m->n_heads >= 1 && m->dim >= 1 && m->dim % m->n_heads)
+    if (m->head_dim > 0) {
+        if (m->head_dim % 2)
+            hs_cfg_report_add(rep,
+                              "model.head_dim = %d must be even for RoPE (it rotates pairs); "
+                              "change model.head_dim",
+                              m->head_dim);
+    } else if (m->n_heads >= 1 && m->dim >= 1 && m->dim % m->n_heads)
         hs_cfg_report_add(rep,
                           "model.dim = %d is not divisible by model.n_heads = %d; choose n_heads "
-                          "that divides dim",
+                          "that divides dim, or set model.head_dim",
                           m->dim, m->n_heads);
     else if (m->n_heads >= 1 && m->dim >= 1 && (m->dim / m->n_heads) % 2)
         hs_cfg_report_add(rep,
                           "model.dim / model.n_heads = %d / %d = %d is the head dim, which must "
-                          "be even for RoPE; change model.dim or model.n_heads",
+                          "be even for RoPE; change model.dim or model.n_heads, or set "
+                          "model.head_dim",
                           m->dim, m->n_heads, m->dim / m->n_heads);
     if (m->n_kv_heads >= 1 && m->n_heads >= 1 && m->n_heads % m->n_kv_heads)
         hs_cfg_report_add(rep,
                           "model.n_heads = %d is not divisible by model.n_kv_heads = %d; each "
                           "key/value head serves a whole group of query heads",
                           m->n_heads, m->n_kv_heads);
-    if (!strcmp(m->arch, "moe") && m->moe.top_k > m->moe.num_experts)
+    if (hs_model_arch_moe(m) && m->moe.top_k > m->moe.num_experts)
         hs_cfg_report_add(rep,
                           "model.moe.top_k = %d exceeds model.moe.num_experts = %d; set top_k <= "
                           "num_experts",
@@ -340,7 +347,7 @@ static int tp_splits(const hs_model_config *m, tp_split out[4]) {
                           "each TP rank computes whole attention heads", false};
     out[n++] = (tp_split){"model.n_kv_heads", m->n_kv_heads,
                           "each TP rank holds whole key/value heads", false};
-    if (strcmp(m->arch, "moe"))
+    if (!hs_model_arch_moe(m))
         out[n++] = (tp_split){"model.ffn_dim", m->ffn_dim,
                               "the MLP's gate/up columns and down rows are split over the TP "
                               "group",
@@ -496,12 +503,12 @@ void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_repo
                           "stage needs at least one block",
                           a->pp_size, m->n_layers);
     check_pp_schedule(c, t, rep);
-    if (strcmp(m->arch, "moe") && a->ep_size > 1)
+    if (!hs_model_arch_moe(m) && a->ep_size > 1)
         hs_cfg_report_add(rep,
                           "accelerator.ep_size = %d needs routed experts, but model.arch = %s "
                           "has none; set accelerator.ep_size: 1, or model.arch: moe",
                           a->ep_size, m->arch);
-    if (!strcmp(m->arch, "moe") && a->ep_size > 1 && a->tp_size > 1 && !a->sequence_parallel)
+    if (hs_model_arch_moe(m) && a->ep_size > 1 && a->tp_size > 1 && !a->sequence_parallel)
         hs_cfg_report_add(rep,
                           "accelerator.ep_size = %d with accelerator.tp_size = %d and "
                           "accelerator.sequence_parallel = false: every TP rank holds the same "
@@ -509,7 +516,7 @@ void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_repo
                           "accelerator.sequence_parallel: true (each TP rank routes its own "
                           "rows)",
                           a->ep_size, a->tp_size);
-    if (!strcmp(m->arch, "moe") && a->ep_size > 1 && m->moe.num_experts % a->ep_size)
+    if (hs_model_arch_moe(m) && a->ep_size > 1 && m->moe.num_experts % a->ep_size)
         hs_cfg_report_add(rep,
                           "model.moe.num_experts = %d is not divisible by accelerator.ep_size = "
                           "%d; each expert-parallel rank holds the same number of experts",

@@ -41,14 +41,19 @@ enum { GE = HS_CFG_MIN, GT = HS_CFG_MIN | HS_CFG_MIN_OPEN, RULE = HS_CFG_BY_RULE
 
 static const hs_cfg_key keys[] = {
     /* model */
-    KENUM("model.arch", model.arch, "llama", "llama|moe",
-          "decoder family: llama (dense SwiGLU blocks) or moe (routed experts in every block)"),
+    KENUM("model.arch", model.arch, "llama", "llama|moe|qwen3",
+          "decoder family: llama (dense SwiGLU blocks), moe (routed experts in every block) or "
+          "qwen3 (llama with an RMSNorm of each query and key head before RoPE)"),
     KINT("model.vocab_size", model.vocab_size, "256", GE, 2, "vocabulary size (tokens)"),
     KINT("model.dim", model.dim, "128", GE, 1, "hidden size"),
     KINT("model.n_layers", model.n_layers, "4", GE, 1, "number of transformer blocks"),
-    KINT("model.n_heads", model.n_heads, "4", GE, 1, "attention heads; must divide model.dim"),
+    KINT("model.n_heads", model.n_heads, "4", GE, 1,
+         "attention heads; must divide model.dim unless model.head_dim is set"),
     KINT("model.n_kv_heads", model.n_kv_heads, "2", GE, 1,
          "key/value heads (grouped-query attention); must divide model.n_heads"),
+    KINT_NULL("model.head_dim", model.head_dim, 1,
+              "size of each attention head (even, for RoPE); q_proj is [n_heads x head_dim, dim]; "
+              "null: model.dim / model.n_heads"),
     KINT("model.ffn_dim", model.ffn_dim, "384", GE, 1, "SwiGLU hidden size of the dense MLP"),
     KFLOAT("model.norm_eps", model.norm_eps, "1e-05", GT, 0, 0, "RMSNorm epsilon"),
     KFLOAT("model.rope_theta", model.rope_theta, "10000.0", GT, 0, 0, "RoPE base frequency"),

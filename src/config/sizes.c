@@ -53,13 +53,19 @@ static bool fits(hs_cfg_report *rep, const char *what, const factor *f, int n, i
     return false;
 }
 
+/* The queries' width, model.n_heads x the head size. */
+static int64_t q_width(const hs_model_config *m) {
+    return (int64_t)(m->n_heads >= 1 ? m->n_heads : 1) * hs_model_head_dim(m);
+}
+
 /* The widest row a block computes per token, as one or two factors: the
- * model dim, the dense MLP, or for MoE a token's top_k expert rows (of the
+ * model dim or the queries, the dense MLP, or for MoE a token's top_k expert rows (of the
  * expert or model dim), the shared expert, the router. */
 static int widest(const hs_model_config *m, factor w[2]) {
     int n = 1;
     w[0] = (factor){"model.dim", m->dim};
-    if (strcmp(m->arch, "moe")) {
+    if (q_width(m) > m->dim) w[0] = (factor){"model.n_heads x model.head_dim", q_width(m)};
+    if (!hs_model_arch_moe(m)) {
         if (m->ffn_dim > m->dim) w[0] = (factor){"model.ffn_dim", m->ffn_dim};
         return n;
     }
@@ -79,8 +85,8 @@ static int widest(const hs_model_config *m, factor w[2]) {
 /* The widest row of a block's parameter tensors ([E, F, C] experts: F x C),
  * which FSDP pads by up to dp_shard_size - 1 rows. */
 static int64_t widest_param_row(const hs_model_config *m) {
-    bool moe = !strcmp(m->arch, "moe");
-    int64_t v[] = {m->dim, moe ? (int64_t)m->moe.expert_ffn_dim * m->dim : m->ffn_dim,
+    bool moe = hs_model_arch_moe(m);
+    int64_t v[] = {m->dim, q_width(m), moe ? (int64_t)m->moe.expert_ffn_dim * m->dim : m->ffn_dim,
                    moe ? m->moe.shared_expert_ffn_dim : 0, moe ? m->moe.num_experts : 0};
     int64_t most = 1;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) most = v[i] > most ? v[i] : most;
@@ -92,16 +98,16 @@ static int64_t widest_param_row(const hs_model_config *m) {
 static bool check_params(const hs_config *c, int shard, int64_t *params, hs_cfg_report *rep) {
     const hs_model_config *m = &c->model;
     const char *fix = "lower these sizes";
-    bool moe = !strcmp(m->arch, "moe");
+    bool moe = hs_model_arch_moe(m);
     int64_t L = m->n_layers, C = m->dim, V = m->vocab_size, E = m->moe.num_experts;
-    int64_t heads = m->n_heads >= 1 ? m->n_heads : 1;
-    int64_t kv = (m->n_kv_heads >= 1 ? m->n_kv_heads : heads) * (C / heads);
+    int64_t heads = m->n_heads >= 1 ? m->n_heads : 1, hd = hs_model_head_dim(m), q = q_width(m);
+    int64_t kv = (m->n_kv_heads >= 1 ? m->n_kv_heads : heads) * hd;
     factor emb[] = {{"model.vocab_size", V}, {"model.dim", C}};
-    /* q and o are dim x dim, k and v dim x (n_kv_heads x head dim). */
-    factor att[] = {
-        {"model.dim", C},
-        {"2 x (model.dim + model.n_kv_heads x model.dim / model.n_heads)", 2 * (C + kv)},
-        {"model.n_layers", L}};
+    /* q and o are dim x (n_heads x head dim), k and v dim x (n_kv_heads x
+     * head dim). */
+    factor att[] = {{"model.dim", C},
+                    {"2 x (model.n_heads + model.n_kv_heads) x model.head_dim", 2 * (q + kv)},
+                    {"model.n_layers", L}};
     factor mlp[] = {{"model.dim", C}, {"model.ffn_dim", m->ffn_dim}, {"model.n_layers", L}};
     factor exp[] = {{"model.moe.num_experts", E},
                     {"model.moe.expert_ffn_dim", m->moe.expert_ffn_dim},
@@ -131,8 +137,8 @@ static bool check_params(const hs_config *c, int shard, int64_t *params, hs_cfg_
     hs_checked ck = {0};
     int64_t mlp_width = moe ? E * m->moe.expert_ffn_dim + m->moe.shared_expert_ffn_dim + E
                             : m->ffn_dim;
-    int64_t block =
-        hs_ck_add(&ck, hs_ck_mul(&ck, C, 2 * (C + kv + 1)), hs_ck_mul(&ck, 3 * C, mlp_width));
+    int64_t block = hs_ck_add(&ck, hs_ck_mul(&ck, C, 2 * (q + kv + 1) + 2 * hd),
+                              hs_ck_mul(&ck, 3 * C, mlp_width));
     int64_t pad = hs_ck_prod(&ck, (const int64_t[]){16, shard, widest_param_row(m)}, 3);
     int64_t blocks = hs_ck_mul(&ck, hs_ck_add(&ck, block, pad), L);
     int64_t ends = hs_ck_prod(&ck, (const int64_t[]){4, V + shard, C}, 3);
@@ -154,7 +160,7 @@ static bool check_params(const hs_config *c, int shard, int64_t *params, hs_cfg_
 static bool check_moe_rows(const hs_config *c, hs_cfg_report *rep) {
     const hs_train_config *t = &c->train;
     int64_t rows;
-    if (strcmp(c->model.arch, "moe") ||
+    if (!hs_model_arch_moe(&c->model) ||
         (hs_prod_i64((const int64_t[]){t->micro_batch_size, t->seq_len, c->model.moe.top_k}, 3,
                      &rows) &&
          rows <= INT_MAX))

@@ -38,7 +38,7 @@ static bool changed_under(const hs_config *c, const hs_config *d, const char *se
 
 static void warn_fsdp(const hs_config *c, const hs_topology *t, const hs_log *log) {
     const hs_fsdp_config *f = &c->fsdp;
-    bool moe = !strcmp(c->model.arch, "moe");
+    bool moe = hs_model_arch_moe(&c->model);
     if (f->edp_shard_size != 1 && !(t->ep > 1 && moe))
         hs_log_warn(log,
                     "fsdp_config.edp_shard_size = %d has no effect: it needs "
@@ -94,7 +94,7 @@ static void warn_fsdp_skipped(const hs_config *c, const hs_config *d, const hs_t
 static void warn_trainer(const hs_config *c, const hs_config *d, const hs_topology *t,
                          const hs_log *log) {
     char list[1024];
-    bool moe = !strcmp(c->model.arch, "moe");
+    bool moe = hs_model_arch_moe(&c->model);
     if (!moe && changed_under(c, d, "model.moe", list, sizeof list))
         hs_log_warn(log, "%s: no effect with model.arch = %s (no routed experts)", list,
                     c->model.arch);
