@@ -68,6 +68,10 @@ typedef struct hs_param {
     bool on_tp_mesh;
     hs_placement tp;
     bool tp_grad_partial; /* each TP rank's gradient is a summand (sequence parallel) */
+    /* Set by the model: one weight acts on every attention head alike
+     * (qwen3's q_norm, k_norm), so a TP rank holding some of the heads
+     * computes a summand of its gradient even without sequence parallel. */
+    bool per_head;
     /* Expert-parallel source layout: the routed experts of a block are
      * Shard(0) on the "ep" mesh (EP rank r holds experts [r*E/ep,
      * (r+1)*E/ep)); local_shape[0] / local_offset[0] are that slice. Such a

@@ -1,6 +1,8 @@
 /* One Llama decoder block, forward and backward:
  *   x_mid = x + o_proj(attn(rope(q_proj(n1)), rope(k_proj(n1)), v_proj(n1))),
  *           n1 = input_layernorm(x)
+ *   (qwen3: rope(q_norm(q_proj(n1))) and rope(k_norm(k_proj(n1))), each
+ *   norm an RMSNorm of every head's HD values with one [HD] weight)
  *   x_out = x_mid + mlp(post_attention_layernorm(x_mid)),
  *   mlp   = down_proj(silu(gate_proj(.)) * up_proj(.))  or the sparse MoE.
  * Parameter pointers are read at use, i.e. after the unit's hooks ran. */
@@ -49,6 +51,25 @@ static hs_attn_io attn_io(hs_model *m, hs_block_acts *a, int B, int T) {
                         .doc_ld = m->doc_ld};
 }
 
+/* qwen3's q_norm / k_norm: an RMSNorm over each head's HD values, the
+ * rows = tokens x heads of this rank (token-wise, so every layout runs it
+ * on what it holds). */
+static void head_norm_forward(hs_model *m, void *out, float *rstd, const void *x, const hs_param *w,
+                              int64_t rows) {
+    m->k->rmsnorm_fwd(m->s, out, rstd, x, m->dt, w->data, m->dt, rows, m->HD,
+                      (float)m->cfg.norm_eps);
+}
+
+/* d(norm input) from d(norm output) `dout`, into m->datt (free once
+ * attention's backward has read it); the weight gradient accumulates. */
+static const float *head_norm_backward(hs_model *m, const float *dout, const void *x, hs_param *w,
+                                       const float *rstd, int64_t rows) {
+    zero_f32(m, m->datt, rows * m->HD);
+    m->k->rmsnorm_bwd(m->s, m->datt, w->grad, w->grad_dtype, dout, x, m->dt, w->data, rstd, m->dt,
+                      rows, m->HD, m->norm_part);
+    return m->datt;
+}
+
 /* x (in xdt) is the block input as the block reads it; x_mid is in rdt.
  * Attention needs every row of a sequence: its region is always all N. */
 static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
@@ -58,9 +79,14 @@ static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_a
     int64_t N = (int64_t)B * T;
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
     par->norm_enter(par->ctx, a->ln1, a->rstd1, x, xdt, bp->ln1->data, bp->wq, N);
-    hs_linear_forward(m->dev, a->q, a->ln1, bp->wq->data, dt, N, C, qd, 0);
-    hs_linear_forward(m->dev, a->k, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
+    void *q = m->qk_norm ? a->q_in : a->q, *k = m->qk_norm ? a->k_in : a->k;
+    hs_linear_forward(m->dev, q, a->ln1, bp->wq->data, dt, N, C, qd, 0);
+    hs_linear_forward(m->dev, k, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
     hs_linear_forward(m->dev, a->v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
+    if (m->qk_norm) {
+        head_norm_forward(m, a->q, a->rstd_q, a->q_in, bp->q_norm, N * m->NH);
+        head_norm_forward(m, a->k, a->rstd_k, a->k_in, bp->k_norm, N * m->KVH);
+    }
     m->k->rope_fwd(m->s, a->q, dt, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
     m->k->rope_fwd(m->s, a->k, dt, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
     hs_attn_io io = attn_io(m, a, B, T);
@@ -241,8 +267,13 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
     par->attention_bwd(par->ctx, &io);
     m->k->rope_bwd(m->s, m->dq, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
     m->k->rope_bwd(m->s, m->dk, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
-    dense_backward(m, HS_WG_Q, m->dln, true, bp->wq, m->dq, a->ln1, N, C, qd);
-    dense_backward(m, HS_WG_K, m->dln, false, bp->wk, m->dk, a->ln1, N, C, kvd);
+    /* qwen3: each norm's input gradient lands in datt, which its linear's
+     * backward has consumed before the next norm writes it */
+    const float *dq = m->dq, *dk = m->dk;
+    if (m->qk_norm) dq = head_norm_backward(m, m->dq, a->q_in, bp->q_norm, a->rstd_q, N * m->NH);
+    dense_backward(m, HS_WG_Q, m->dln, true, bp->wq, dq, a->ln1, N, C, qd);
+    if (m->qk_norm) dk = head_norm_backward(m, m->dk, a->k_in, bp->k_norm, a->rstd_k, N * m->KVH);
+    dense_backward(m, HS_WG_K, m->dln, false, bp->wk, dk, a->ln1, N, C, kvd);
     dense_backward(m, HS_WG_V, m->dln, false, bp->wv, m->dv, a->ln1, N, C, kvd);
     const float *dln = par->enter_grad(par->ctx, m->dln, bp->wq, N);
     m->k->rmsnorm_bwd(m->s, m->dres, bp->ln1->grad, bp->ln1->grad_dtype, dln, x, xdt, bp->ln1->data,

@@ -17,6 +17,7 @@
 /* The parameters of one decoder block (pointers into hs_model.params). */
 typedef struct hs_block_params {
     hs_param *ln1, *wq, *wk, *wv, *wo, *ln2;
+    hs_param *q_norm, *k_norm;           /* [HD] per-head RMSNorm (qwen3, else NULL) */
     hs_param *wg, *wu, *wd;              /* dense MLP (NULL for moe) */
     hs_param *router, *w1, *w2, *w3;     /* moe (NULL for llama) */
     hs_param *sh_gate, *sh_up, *sh_down; /* optional shared expert */
@@ -32,6 +33,10 @@ typedef struct hs_block_acts {
     void *ln1;        /* [B,T,C] */
     void *q;          /* [B,T,NH*HD] after RoPE */
     void *k;          /* [B,T,KVH*HD] after RoPE */
+    void *q_in;       /* [B,T,NH*HD] q_proj output, q_norm's input (qwen3, else NULL) */
+    void *k_in;       /* [B,T,KVH*HD] k_proj output, k_norm's input (qwen3, else NULL) */
+    float *rstd_q;    /* [B,T,NH] fp32 (qwen3) */
+    float *rstd_k;    /* [B,T,KVH] fp32 (qwen3) */
     void *v;          /* [B,T,KVH*HD] */
     float *lse;       /* [B,NH,T] fp32 */
     void *atty;       /* [B,T,NH*HD] attention output before o_proj */
@@ -134,6 +139,7 @@ struct hs_model {
     bool bound;
     int cp; /* ranks a sequence is split over (par->cp_size) */
     bool moe;
+    bool qk_norm; /* each query and key head RMS-normalised before RoPE (qwen3) */
     hs_moe_shapes moe_shapes;
 
     hs_param *params;
@@ -175,7 +181,8 @@ struct hs_model {
     float *dln;          /* [B,T,C] gradient of a norm output */
     float *dq;           /* [B,T,NH*HD] */
     float *dk, *dv;      /* [B,T,KVH*HD] */
-    float *datt;         /* [B,T,NH*HD] */
+    float *datt;         /* [B,T,NH*HD]; after attention's backward, the gradient of
+                          * q_norm's and then k_norm's input (qwen3) */
     float *dg, *du, *dh; /* [B,T,F] */
     float *att_scratch;  /* hs_attention_scratch_floats(T, HD, att_threads) */
     float *att_delta;    /* [B,NH,T_local]: each query row's dO . O */

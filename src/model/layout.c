@@ -68,6 +68,14 @@ static void block_layout(hs_model *m, hs_block_params *bp, bool first, hs_error 
                         "rows); split the projections by heads",
                         bp->wq->fqn, (long long)bp->wq->local_shape[0], m->HD,
                         (long long)bp->wk->local_shape[0]);
+    for (int k = 0; k < 2 && bp->q_norm; k++) {
+        const hs_param *hn = k ? bp->k_norm : bp->q_norm;
+        if (!is_whole(hn))
+            hs_error_append(e, HS_ERR_CONFIG,
+                            "%s: the per-head norm acts on every head with one [%d] weight, so "
+                            "each rank needs it whole; give it the replicate style",
+                            hn->fqn, m->HD);
+    }
     int F = m->F;
     if (bp->wg) {
         if (!region_ok((hs_param *[]){bp->wg, bp->wu}, 2, bp->wd, &split))

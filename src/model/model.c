@@ -14,29 +14,31 @@
 
 static hs_status check_dims(const hs_model_config *c, const hs_model_options *o, hs_error *e) {
     hs_error_clear(e);
-    if (strcmp(c->arch, "llama") != 0 && strcmp(c->arch, "moe") != 0)
+    if (strcmp(c->arch, "llama") != 0 && !hs_model_arch_moe(c) && !hs_model_arch_qk_norm(c))
         hs_error_append(e, HS_ERR_CONFIG,
-                        "model.arch: '%s' is not an architecture; use llama or moe", c->arch);
+                        "model.arch: '%s' is not an architecture; use llama, moe or qwen3",
+                        c->arch);
     if (c->vocab_size < 1 || c->dim < 1 || c->n_layers < 1 || c->n_heads < 1)
         hs_error_append(e, HS_ERR_CONFIG,
                         "model: vocab_size=%d, dim=%d, n_layers=%d, n_heads=%d must all be >= 1",
                         c->vocab_size, c->dim, c->n_layers, c->n_heads);
-    else if (c->dim % c->n_heads != 0 || (c->dim / c->n_heads) % 2 != 0)
+    else if (c->head_dim > 0 ? c->head_dim % 2 != 0
+                             : c->dim % c->n_heads != 0 || (c->dim / c->n_heads) % 2 != 0)
         hs_error_append(e, HS_ERR_CONFIG,
-                        "model.dim=%d must be n_heads=%d times an even head dim (RoPE rotates "
-                        "pairs); change model.dim or model.n_heads",
-                        c->dim, c->n_heads);
+                        "model.dim=%d, n_heads=%d, head_dim=%d: the head dim (model.head_dim, or "
+                        "model.dim / model.n_heads when null) must be an even integer (RoPE "
+                        "rotates pairs); change model.head_dim, model.dim or model.n_heads",
+                        c->dim, c->n_heads, c->head_dim);
     int kvh = c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads;
     if (c->n_heads >= 1 && c->n_heads % kvh != 0)
         hs_error_append(
             e, HS_ERR_CONFIG,
             "model.n_kv_heads=%d must divide model.n_heads=%d (grouped-query attention)",
             c->n_kv_heads, c->n_heads);
-    if (strcmp(c->arch, "llama") == 0 && c->ffn_dim < 1)
+    if (!hs_model_arch_moe(c) && c->ffn_dim < 1)
         hs_error_append(e, HS_ERR_CONFIG, "model.ffn_dim=%d must be >= 1", c->ffn_dim);
-    if (strcmp(c->arch, "moe") == 0 &&
-        (c->moe.num_experts < 1 || c->moe.top_k < 1 || c->moe.top_k > c->moe.num_experts ||
-         c->moe.expert_ffn_dim < 1))
+    if (hs_model_arch_moe(c) && (c->moe.num_experts < 1 || c->moe.top_k < 1 ||
+                                 c->moe.top_k > c->moe.num_experts || c->moe.expert_ffn_dim < 1))
         hs_error_append(e, HS_ERR_CONFIG,
                         "model.moe: num_experts=%d, top_k=%d, expert_ffn_dim=%d; need "
                         "1 <= top_k <= num_experts and expert_ffn_dim >= 1",
@@ -62,7 +64,7 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
                         "train.seq_len=%d must be a multiple of tp_size=%d under "
                         "accelerator.sequence_parallel (each TP rank holds its share of the rows)",
                         o->seq_len, split);
-    if (strcmp(c->arch, "moe") == 0 && o->max_batch >= 1 && o->seq_len >= 1 &&
+    if (hs_model_arch_moe(c) && o->max_batch >= 1 && o->seq_len >= 1 &&
         (int64_t)o->max_batch * o->seq_len * (c->moe.top_k > 1 ? c->moe.top_k : 1) > INT_MAX)
         hs_error_append(e, HS_ERR_CONFIG,
                         "train.micro_batch_size x train.seq_len x model.moe.top_k = %d x %d x %d "
@@ -158,6 +160,12 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
     a->q = buf(m, BT * q, dt);
     a->k = buf(m, BT * kv, dt);
     a->v = buf(m, BT * kv, dt);
+    if (m->qk_norm) {
+        a->q_in = buf(m, BT * q, dt);
+        a->k_in = buf(m, BT * kv, dt);
+        a->rstd_q = buf(m, BT * m->NH, HS_DTYPE_F32);
+        a->rstd_k = buf(m, BT * m->KVH, HS_DTYPE_F32);
+    }
     a->lse = buf(m, BT * m->NH, HS_DTYPE_F32);
     a->atty = buf(m, BT * q, dt);
     a->x_cast = cast_in ? buf(m, BT * m->C, dt) : NULL;
@@ -185,8 +193,9 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
 
 static void acts_free(hs_model *m, hs_block_acts *a) {
     if (a->moe.ep_state) m->par->moe_state_free(m->par->ctx, a->moe.ep_state);
-    void *ptrs[] = {a->rstd1, a->ln1,   a->q,   a->k,    a->v,  a->lse, a->atty,    a->x_cast,
-                    a->x_mid, a->rstd2, a->ln2, a->gate, a->up, a->h,   a->moe_out, a->moe_mem};
+    void *ptrs[] = {a->rstd1,   a->ln1,     a->q,     a->k,    a->v,      a->lse,   a->atty,
+                    a->x_cast,  a->x_mid,   a->rstd2, a->ln2,  a->gate,   a->up,    a->h,
+                    a->moe_out, a->moe_mem, a->q_in,  a->k_in, a->rstd_q, a->rstd_k};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_device_free_mem(m->dev, ptrs[i]);
 }
 
@@ -379,7 +388,10 @@ static void buffers_alloc(hs_model *m) {
     m->att_threads = m->opt.threads > 1 ? m->opt.threads : 1;
     m->att_scratch = buf(m, hs_attention_scratch_floats(T, m->HD, m->att_threads), HS_DTYPE_F32);
     m->att_delta = buf(m, BT * m->NH, HS_DTYPE_F32);
-    m->norm_part = raw(m, (size_t)hs_rmsnorm_backward_scratch(BT, m->C) * sizeof(double));
+    /* the block norms' rows of C, and qwen3's head norms' rows of HD */
+    int64_t part = hs_rmsnorm_backward_scratch(BT, m->C);
+    int64_t head_part = m->qk_norm ? hs_rmsnorm_backward_scratch(BT * m->NH, m->HD) : 0;
+    m->norm_part = raw(m, (size_t)(part > head_part ? part : head_part) * sizeof(double));
     if (dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32)) {
         int64_t w = m->C > q ? m->C : q;
         w = F > w ? F : w;
@@ -418,7 +430,7 @@ static void dims_set(hs_model *m) {
     m->C = c->dim;
     m->NH = c->n_heads;
     m->KVH = c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads;
-    m->HD = c->dim / c->n_heads;
+    m->HD = hs_model_head_dim(c);
     m->F = c->ffn_dim;
     m->V = c->vocab_size;
     m->NHg = m->NH, m->KVHg = m->KVH, m->Fg = m->F, m->Vg = m->V;
@@ -446,7 +458,8 @@ static void dims_set(hs_model *m) {
     for (int k = 0; k < m->n_chunks; k++)
         for (int j = 0; j < m->chunk_len[k]; j++)
             m->layer_of[m->chunk_begin[k] + j] = m->chunk_l0[k] + j;
-    m->moe = strcmp(c->arch, "moe") == 0;
+    m->moe = hs_model_arch_moe(c);
+    m->qk_norm = hs_model_arch_qk_norm(c);
     if (m->moe) {
         m->moe_shapes = hs_moe_shapes_make(&c->moe, m->opt.max_batch * m->opt.seq_len, m->C);
         m->moe_offset_h = malloc(((size_t)m->moe_shapes.E + 1) * sizeof *m->moe_offset_h);

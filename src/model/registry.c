@@ -19,7 +19,8 @@ const char *hs_param_kind_name(hs_param_kind k) {
 }
 
 static int registry_capacity(const hs_model_config *c) {
-    int per_block = 2 + 4 + 7; /* norms, attention, mlp or router + 3 experts + 3 shared */
+    /* norms, attention and its q/k norms, mlp or router + 3 experts + 3 shared */
+    int per_block = 2 + 4 + 2 + 7;
     return 3 + c->n_layers * per_block;
 }
 
@@ -79,6 +80,11 @@ static void block_attention_add(hs_model *m, hs_block_params *bp, int i) {
     bp->wv = lin(m, HS_PARAM_LINEAR, u, kv, C, i, "self_attn.v_proj");
     bp->wo = lin(m, HS_PARAM_LINEAR, u, C, q, i, "self_attn.o_proj");
     first_store((hs_param *[]){bp->wq, bp->wk, bp->wv, bp->wo}, 4);
+    if (!m->qk_norm) return;
+    int64_t hd[1] = {m->HD};
+    bp->q_norm = param_add(m, HS_PARAM_NORM, u, 1, hd, LAYER "self_attn.q_norm.weight", i);
+    bp->k_norm = param_add(m, HS_PARAM_NORM, u, 1, hd, LAYER "self_attn.k_norm.weight", i);
+    bp->q_norm->per_head = bp->k_norm->per_head = true;
 }
 
 static void block_mlp_add(hs_model *m, hs_block_params *bp, int i) {

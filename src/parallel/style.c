@@ -32,6 +32,11 @@ static const hs_style_rule default_plan[] = {
     {"self_attn.k_proj.weight", HS_STYLE_COLWISE},
     {"self_attn.v_proj.weight", HS_STYLE_COLWISE},
     {"self_attn.o_proj.weight", HS_STYLE_ROWWISE},
+    /* qwen3's per-head norms: one [head_dim] weight that every rank applies
+     * to the heads it holds; its gradient sums over the ranks' heads
+     * (hs_param.per_head), all-reduced over TP with the other replicas */
+    {"self_attn.q_norm.weight", HS_STYLE_REPLICATE},
+    {"self_attn.k_norm.weight", HS_STYLE_REPLICATE},
     {"mlp.gate_proj.weight", HS_STYLE_COLWISE},
     {"mlp.up_proj.weight", HS_STYLE_COLWISE},
     {"mlp.down_proj.weight", HS_STYLE_ROWWISE},
@@ -114,6 +119,7 @@ bool hs_style_place(const hs_parallel *p, hs_param *q, hs_error *e) {
                      (long long)(pl.dim < q->ndim ? q->shape[pl.dim] : 0), p->l.tp);
         return false;
     }
-    q->tp_grad_partial = p->l.sequence_parallel && pl.kind == HS_PLACEMENT_REPLICATE;
+    q->tp_grad_partial = (p->l.sequence_parallel || q->per_head) &&
+                         pl.kind == HS_PLACEMENT_REPLICATE;
     return true;
 }
