@@ -1,5 +1,6 @@
-/* Hugging Face config.json for LlamaForCausalLM (arch llama) and
- * MixtralForCausalLM (arch moe): the fields transformers needs to build the
+/* Hugging Face config.json for LlamaForCausalLM (arch llama),
+ * MixtralForCausalLM (arch moe) and Qwen3ForCausalLM (arch qwen3): the
+ * fields transformers needs to build the
  * same network, and the reverse mapping so a directory written by
  * transformers (or by us) can be checked against and loaded into a model. */
 #include <jansson.h>
@@ -11,21 +12,40 @@
 
 #include "hypershard/ckpt.h"
 
+/* model.arch, its Hugging Face model_type and class. */
+typedef struct hf_family {
+    const char *arch, *model_type, *class_name;
+} hf_family;
+
+static const hf_family FAMILIES[] = {{"llama", "llama", "LlamaForCausalLM"},
+                                     {"moe", "mixtral", "MixtralForCausalLM"},
+                                     {"qwen3", "qwen3", "Qwen3ForCausalLM"}};
+#define N_FAMILIES (int)(sizeof FAMILIES / sizeof FAMILIES[0])
+
+static const hf_family *family_of(const char *key, bool by_model_type) {
+    for (int i = 0; i < N_FAMILIES; i++)
+        if (!strcmp(by_model_type ? FAMILIES[i].model_type : FAMILIES[i].arch, key))
+            return &FAMILIES[i];
+    return NULL;
+}
+
 static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_position,
                             const char *dtype_name) {
-    bool moe = !strcmp(mc->arch, "moe");
+    bool moe = hs_model_arch_moe(mc);
+    const hf_family *fam = family_of(mc->arch, false);
+    HS_ASSERT(fam);
     hs_json_key(j, "architectures");
     hs_json_begin_array(j);
-    hs_json_string(j, moe ? "MixtralForCausalLM" : "LlamaForCausalLM");
+    hs_json_string(j, fam->class_name);
     hs_json_end_array(j);
-    hs_json_kv_string(j, "model_type", moe ? "mixtral" : "llama");
+    hs_json_kv_string(j, "model_type", fam->model_type);
     hs_json_kv_int(j, "vocab_size", mc->vocab_size);
     hs_json_kv_int(j, "hidden_size", mc->dim);
     hs_json_kv_int(j, "intermediate_size", moe ? mc->moe.expert_ffn_dim : mc->ffn_dim);
     hs_json_kv_int(j, "num_hidden_layers", mc->n_layers);
     hs_json_kv_int(j, "num_attention_heads", mc->n_heads);
     hs_json_kv_int(j, "num_key_value_heads", mc->n_kv_heads);
-    hs_json_kv_int(j, "head_dim", mc->dim / mc->n_heads);
+    hs_json_kv_int(j, "head_dim", hs_model_head_dim(mc));
     hs_json_kv_string(j, "hidden_act", "silu");
     hs_json_kv_double(j, "rms_norm_eps", mc->norm_eps, 15);
     hs_json_kv_double(j, "rope_theta", mc->rope_theta, 15);
@@ -34,6 +54,7 @@ static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_posit
     hs_json_kv_double(j, "initializer_range", mc->init_std, 15);
     hs_json_kv_bool(j, "attention_bias", false);
     hs_json_kv_double(j, "attention_dropout", 0.0, 15);
+    if (hs_model_arch_qk_norm(mc)) hs_json_kv_bool(j, "use_sliding_window", false);
     hs_json_kv_string(j, "torch_dtype", dtype_name);
     if (moe) {
         hs_json_kv_int(j, "num_local_experts", mc->moe.num_experts);
@@ -110,6 +131,25 @@ static hs_status hf_bool(json_t *root, const char *path, const char *key, bool *
     return HS_OK;
 }
 
+/* RoPE's base: "rope_theta", or transformers 5's "rope_parameters"
+ * {"rope_type": "default", "rope_theta": ...}; a scaled RoPE (llama3,
+ * yarn, ...) is another network. */
+static hs_status hf_rope(json_t *root, const char *path, double *theta, hs_error *e) {
+    if (hf_double(root, path, "rope_theta", false, theta, e) != HS_OK) return e->code;
+    json_t *rp = json_object_get(root, "rope_parameters");
+    if (!rp || json_is_null(rp)) return HS_OK;
+    if (!json_is_object(rp))
+        return hs_error_set(e, HS_ERR_FORMAT, "%s: \"rope_parameters\" must be an object", path);
+    json_t *type = json_object_get(rp, "rope_type");
+    if (type && !json_is_null(type) &&
+        !(json_is_string(type) && !strcmp(json_string_value(type), "default")))
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"rope_parameters\".\"rope_type\" is not \"default\"; "
+                            "hypershard builds unscaled RoPE only",
+                            path);
+    return hf_double(rp, path, "rope_theta", false, theta, e);
+}
+
 /* Fields transformers reads that this model has no choice in: a value
  * other than the one it builds would load into a different network. */
 static hs_status hf_check_fixed(json_t *root, const char *path, hs_error *e) {
@@ -119,22 +159,24 @@ static hs_status hf_check_fixed(json_t *root, const char *path, hs_error *e) {
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: \"hidden_act\" is not \"silu\"; hypershard builds SwiGLU MLPs",
                             path);
-    static const char *const biases[] = {"attention_bias", "mlp_bias"};
-    for (int i = 0; i < 2; i++) {
-        bool bias = false;
-        if (hf_bool(root, path, biases[i], &bias, e) != HS_OK) return e->code;
-        if (bias)
-            return hs_error_set(e, HS_ERR_FORMAT,
-                                "%s: \"%s\" is true; hypershard builds layers without biases", path,
-                                biases[i]);
+    static const char *const flags[] = {"attention_bias", "mlp_bias", "use_sliding_window"};
+    static const char *const why[] = {"builds layers without biases",
+                                      "builds layers without biases",
+                                      "builds full causal attention in every layer"};
+    for (int i = 0; i < 3; i++) {
+        bool on = false;
+        if (hf_bool(root, path, flags[i], &on, e) != HS_OK) return e->code;
+        if (on)
+            return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\" is true; hypershard %s", path,
+                                flags[i], why[i]);
     }
     return HS_OK;
 }
 
 /* What the model could not be built from, said in config.json's terms. */
-static hs_status hf_check_shape(const char *path, const hs_model_config *mc, int head_dim, bool moe,
+static hs_status hf_check_shape(const char *path, const hs_model_config *mc, bool moe,
                                 hs_error *e) {
-    if (mc->dim % mc->n_heads != 0)
+    if (!mc->head_dim && mc->dim % mc->n_heads != 0)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: \"hidden_size\" %d is not a multiple of \"num_attention_heads\" "
                             "%d",
@@ -144,11 +186,11 @@ static hs_status hf_check_shape(const char *path, const hs_model_config *mc, int
                             "%s: \"num_attention_heads\" %d is not a multiple of "
                             "\"num_key_value_heads\" %d",
                             path, mc->n_heads, mc->n_kv_heads);
-    if (head_dim && head_dim != mc->dim / mc->n_heads)
+    if (hs_model_head_dim(mc) % 2)
         return hs_error_set(e, HS_ERR_FORMAT,
-                            "%s: \"head_dim\" %d is not \"hidden_size\" / \"num_attention_heads\" "
-                            "= %d, the only head size hypershard builds",
-                            path, head_dim, mc->dim / mc->n_heads);
+                            "%s: the head size %d (\"head_dim\", or \"hidden_size\" / "
+                            "\"num_attention_heads\") is odd; RoPE rotates pairs",
+                            path, hs_model_head_dim(mc));
     if (moe && mc->moe.top_k > mc->moe.num_experts)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: \"num_experts_per_tok\" %d is more than \"num_local_experts\" %d",
@@ -160,13 +202,14 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
                                 int *max_position, hs_error *e) {
     json_t *type = json_object_get(root, "model_type");
     const char *t = json_is_string(type) ? json_string_value(type) : "(missing)";
-    bool moe = !strcmp(t, "mixtral");
-    if (!moe && strcmp(t, "llama"))
+    const hf_family *fam = family_of(t, true);
+    if (!fam)
         return hs_error_set(e, HS_ERR_FORMAT,
-                            "%s: model_type \"%s\" is not supported; hypershard reads llama and "
-                            "mixtral",
+                            "%s: model_type \"%s\" is not supported; hypershard reads llama, "
+                            "mixtral and qwen3",
                             path, t);
-    snprintf(mc->arch, sizeof mc->arch, "%s", moe ? "moe" : "llama");
+    snprintf(mc->arch, sizeof mc->arch, "%s", fam->arch);
+    bool moe = hs_model_arch_moe(mc);
     hs_status s = HS_OK;
     int ffn = 0;
     if (s == HS_OK) s = hf_int(root, path, "vocab_size", true, 1, &mc->vocab_size, e);
@@ -178,16 +221,20 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
     if (s == HS_OK) s = hf_int(root, path, "num_key_value_heads", false, 1, &mc->n_kv_heads, e);
     if (s == HS_OK) s = hf_int(root, path, "max_position_embeddings", false, 1, max_position, e);
     if (s == HS_OK) s = hf_double(root, path, "rms_norm_eps", false, &mc->norm_eps, e);
-    if (s == HS_OK) s = hf_double(root, path, "rope_theta", false, &mc->rope_theta, e);
+    if (s == HS_OK) s = hf_rope(root, path, &mc->rope_theta, e);
     if (s == HS_OK) s = hf_double(root, path, "initializer_range", true, &mc->init_std, e);
     mc->tie_embeddings = false; /* transformers' Llama default */
     if (s == HS_OK) s = hf_bool(root, path, "tie_word_embeddings", &mc->tie_embeddings, e);
-    int head_dim = 0;
+    /* transformers' default: Qwen3Config's 128, else hidden_size / heads */
+    int head_dim = hs_model_arch_qk_norm(mc) ? 128 : 0;
     if (s == HS_OK) s = hf_int(root, path, "head_dim", false, 1, &head_dim, e);
     if (s == HS_OK) s = hf_check_fixed(root, path, e);
     if (s != HS_OK) return s;
+    /* null (dim / n_heads) where that is the size, so configs stay as written */
+    bool derived = mc->dim % mc->n_heads == 0 && head_dim == mc->dim / mc->n_heads;
+    mc->head_dim = derived ? 0 : head_dim;
     mc->ffn_dim = ffn;
-    if (!moe) return hf_check_shape(path, mc, head_dim, false, e);
+    if (!moe) return hf_check_shape(path, mc, false, e);
     mc->moe.expert_ffn_dim = ffn;
     mc->moe.shared_expert_ffn_dim = 0;
     if (s == HS_OK) s = hf_int(root, path, "num_local_experts", true, 1, &mc->moe.num_experts, e);
@@ -197,7 +244,7 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
                    &mc->moe.shared_expert_ffn_dim, e);
     if (s == HS_OK)
         s = hf_double(root, path, "router_aux_loss_coef", true, &mc->moe.aux_loss_coef, e);
-    return s == HS_OK ? hf_check_shape(path, mc, head_dim, true, e) : s;
+    return s == HS_OK ? hf_check_shape(path, mc, true, e) : s;
 }
 
 hs_status hs_hf_config_parse(const char *path, const char *text, size_t len, hs_model_config *mc,

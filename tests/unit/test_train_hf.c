@@ -57,11 +57,13 @@ static hs_model_config tiny_config(const char *arch) {
     return mc;
 }
 
-static void test_config_json_round_trips_llama_and_mixtral(void **state) {
+/* qwen3 with a head size apart from dim / n_heads (16 / 2 = 8). */
+static void test_config_json_round_trips_llama_mixtral_and_qwen3(void **state) {
     (void)state;
-    const char *archs[] = {"llama", "moe"};
-    for (int a = 0; a < 2; a++) {
+    const char *archs[] = {"llama", "moe", "qwen3"};
+    for (int a = 0; a < 3; a++) {
         hs_model_config mc = tiny_config(archs[a]), back;
+        mc.head_dim = a == 2 ? 12 : 0;
         memset(&back, 0, sizeof back);
         char path[300];
         snprintf(path, sizeof path, "%s/config_%s.json", tmpdir, archs[a]);
@@ -74,7 +76,8 @@ static void test_config_json_round_trips_llama_and_mixtral(void **state) {
         assert_int_equal(back.dim, 16);
         assert_int_equal(back.n_kv_heads, 1);
         assert_true(back.norm_eps == 1e-6 && back.rope_theta == 500000.0);
-        if (a == 0) assert_int_equal(back.ffn_dim, 24);
+        assert_int_equal(back.head_dim, mc.head_dim);
+        if (a != 1) assert_int_equal(back.ffn_dim, 24);
         else {
             assert_int_equal(back.moe.num_experts, 3);
             assert_int_equal(back.moe.top_k, 2);
@@ -231,23 +234,50 @@ static void test_hf_config_values_out_of_range_are_refused_naming_the_key(void *
  * instead of ignored. */
 static void test_hf_config_fields_hypershard_cannot_build_are_refused(void **state) {
     (void)state;
-    expect_config_refused("d1.json", LLAMA_JSON(", \"head_dim\": 16"), "\"head_dim\" 16");
+    expect_config_refused("d1.json", LLAMA_JSON(", \"head_dim\": 7"), "head size 7");
     expect_config_refused("d2.json", LLAMA_JSON(", \"hidden_act\": \"gelu\""), "\"hidden_act\"");
     expect_config_refused("d3.json", LLAMA_JSON(", \"attention_bias\": true"),
                           "\"attention_bias\" is true");
     expect_config_refused("d4.json", LLAMA_JSON(", \"tie_word_embeddings\": \"yes\""),
                           "\"tie_word_embeddings\" must be true or false");
+    expect_config_refused("d5.json", LLAMA_JSON(", \"use_sliding_window\": true"),
+                          "\"use_sliding_window\" is true");
+    expect_config_refused("d6.json",
+                          LLAMA_JSON(", \"rope_parameters\": {\"rope_type\": \"yarn\", "
+                                     "\"rope_theta\": 1e6}"),
+                          "\"rope_type\" is not \"default\"");
+}
+
+/* transformers 5 writes RoPE's base into "rope_parameters"; Qwen3Config's
+ * head size is 128 when the file leaves it out. */
+static void test_hf_config_reads_rope_parameters_and_qwen3_defaults(void **state) {
+    (void)state;
+    char path[300];
+    snprintf(path, sizeof path, "%s/q.json", tmpdir);
+    const char *json = "{\"model_type\": \"qwen3\", \"vocab_size\": 256, \"hidden_size\": 16, "
+                       "\"intermediate_size\": 24, \"num_hidden_layers\": 2, "
+                       "\"num_attention_heads\": 2, \"rope_parameters\": {\"rope_type\": "
+                       "\"default\", \"rope_theta\": 1000000.0}}";
+    tu_write_file(path, json, strlen(json));
+    hs_model_config mc = tiny_config("llama");
+    hs_error e;
+    assert_int_equal(hs_hf_config_read(path, &mc, NULL, &e), HS_OK);
+    assert_string_equal(mc.arch, "qwen3");
+    assert_true(mc.rope_theta == 1000000.0);
+    assert_int_equal(mc.head_dim, 128);
+    assert_int_equal(hs_model_head_dim(&mc), 128);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stacked_experts_become_one_tensor_per_expert),
-        cmocka_unit_test(test_config_json_round_trips_llama_and_mixtral),
+        cmocka_unit_test(test_config_json_round_trips_llama_mixtral_and_qwen3),
         cmocka_unit_test(test_moe_weights_save_and_load_bitwise),
         cmocka_unit_test(test_loading_into_another_shape_names_parameter_and_shapes),
         cmocka_unit_test(test_nan_in_imported_weights_is_refused_naming_tensor_and_index),
         cmocka_unit_test(test_hf_config_values_out_of_range_are_refused_naming_the_key),
         cmocka_unit_test(test_hf_config_fields_hypershard_cannot_build_are_refused),
+        cmocka_unit_test(test_hf_config_reads_rope_parameters_and_qwen3_defaults),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
