@@ -3,7 +3,8 @@
 writes and computes the same logits as hypershard (tests/reference/README.md).
 
 For each case (a tiny Llama with tied embeddings, GQA, rope_theta 5e5 and
-rms_norm_eps 1e-6; a tiny untied Llama; a tiny Mixtral-style MoE) it trains
+rms_norm_eps 1e-6; a tiny untied Llama; a tiny Mixtral-style MoE; a tiny
+Qwen3 tied, with head_dim 16 on dim 32, and untied) it trains
 a few steps with `hypershard train --dump DIR` and a checkpoint after every
 step, then
 
@@ -66,6 +67,15 @@ CASES = {
                    "rope_theta": 500000.0, "tie_embeddings": True, "init_std": 0.1},
     "llama_untied": {"arch": "llama", "vocab_size": VOCAB, "dim": 48, "n_layers": 3,
                      "n_heads": 6, "n_kv_heads": 6, "ffn_dim": 80, "tie_embeddings": False,
+                     "init_std": 0.1},
+    # Qwen3: per-head q_norm / k_norm, a head size apart from dim / n_heads
+    # (4 x 16 on dim 32), tied; and untied with the derived head size.
+    "qwen3_tied": {"arch": "qwen3", "vocab_size": VOCAB, "dim": 32, "n_layers": 2,
+                   "n_heads": 4, "n_kv_heads": 2, "head_dim": 16, "ffn_dim": 64,
+                   "norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_embeddings": True,
+                   "init_std": 0.1},
+    "qwen3_untied": {"arch": "qwen3", "vocab_size": VOCAB, "dim": 48, "n_layers": 2,
+                     "n_heads": 6, "n_kv_heads": 3, "ffn_dim": 80, "tie_embeddings": False,
                      "init_std": 0.1},
     # No shared expert: Mixtral has none, so transformers would ignore it.
     "moe": {"arch": "moe", "vocab_size": VOCAB, "dim": 32, "n_layers": 2, "n_heads": 4,
