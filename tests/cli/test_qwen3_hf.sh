@@ -4,8 +4,9 @@
 # its logits and loss by tests/reference/make_qwen3_reference.py) is
 # imported by `hypershard import`, re-exported bit for bit with a Qwen3
 # config.json, and `hypershard train --init-from` computes transformers'
-# loss and logits of the 4 sequences of tests/data/parity_tokens.hstk
-# within 1e-4 (relative to |loss| and to the largest |logit|). Negative
+# loss, logits and every parameter's gradient (q_norm and k_norm among
+# them) on the 4 sequences of tests/data/parity_tokens.hstk within 1e-4
+# (relative to |loss| and to each tensor's largest magnitude). Negative
 # controls: RoPE base 1e4 instead of 1e6, and arch llama (no q_norm /
 # k_norm), must not pass.
 # HS_TEST_TIMEOUT: 120
@@ -81,9 +82,20 @@ want_l = logits[seq * T * V:(seq + 1) * T * V]
 ours = dumped["logits"][1]
 assert len(ours) == len(want_l), (len(ours), len(want_l))
 err = max(abs(p - q) for p, q in zip(ours, want_l)) / max(abs(q) for q in want_l)
+grads, _ = tensors(run + "/dump/grads-step1.safetensors")
+names = {k[len("grad."):] for k in ref if k.startswith("grad.")}
+assert names == set(grads), names ^ set(grads)
+worst, where = 0.0, ""
+for k in sorted(names):
+    g, w = grads[k], ref["grad." + k]
+    assert g[0] == w[0], (k, g[0], w[0])
+    e = max(abs(p - q) for p, q in zip(g[1], w[1])) / max(abs(q) for q in w[1])
+    if e >= worst:
+        worst, where = e, k
 print(f"  {run.split('/')[-1]}: loss {loss:.6f} vs transformers {want:.6f} (rel {loss_err:.1e}), "
-      f"logits of sequence {seq} max rel {err:.1e}")
-sys.exit(0 if loss_err < 1e-4 and err < 1e-4 else 1)
+      f"logits of sequence {seq} max rel {err:.1e}, {len(names)} gradients max rel {worst:.1e} "
+      f"({where})")
+sys.exit(0 if max(loss_err, err, worst) < 1e-4 else 1)
 PY
 }
 

@@ -7,7 +7,9 @@ Hugging Face transformers (tests/reference/README.md):
   tests/data/ref_qwen3_hf.safetensors
                                   logits [4, 16, 256] of the four sequences of
                                   tests/data/parity_tokens.hstk and their mean
-                                  token cross-entropy `loss` [1]
+                                  token cross-entropy `loss` [1], and
+                                  `grad.<name>`, the gradient of that loss
+                                  for every parameter (Hugging Face names)
 
 The model has the shape of tests/data/parity_qwen3.yaml: head_dim 16 on
 hidden_size 32 with 4 query and 2 key/value heads, rope_theta 1e6,
@@ -67,11 +69,13 @@ def main():
     model.save_pretrained(out, safe_serialization=True)
     os.remove(os.path.join(out, "generation_config.json"))  # not read by hypershard
     ids = read_tokens(os.path.join(args.data, "parity_tokens.hstk")).view(SEQ, T + 1)
-    with torch.no_grad():
-        logits = model(input_ids=ids[:, :T]).logits.float()
+    logits = model(input_ids=ids[:, :T]).logits.float()
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                              ids[:, 1:].reshape(-1))
-    save_file({"logits": logits.contiguous(), "loss": loss.reshape(1)},
+    loss.backward()
+    ref = {"logits": logits.detach().contiguous(), "loss": loss.detach().reshape(1)}
+    ref.update({"grad." + n: p.grad.contiguous() for n, p in model.named_parameters()})
+    save_file(ref,
               os.path.join(args.data, "ref_qwen3_hf.safetensors"),
               metadata={"transformers": transformers.__version__, "torch": torch.__version__})
     print(f"transformers {transformers.__version__}, torch {torch.__version__}: "
