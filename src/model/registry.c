@@ -208,8 +208,9 @@ int64_t hs_model_param_count(const hs_model *m) {
 
 /* 6 * (parameters that multiply every token: all but the embedding table,
  * routed experts scaled by top_k / E, plus the lm_head product even when
- * tied) + 6 * L * T * C for the causal QK^T and PV products (2 GEMMs,
- * 2 FLOPs per MAC, x3 for forward + backward, halved by the causal mask). */
+ * tied) + 6 * L * T * NH * HD for the causal QK^T and PV products (2
+ * GEMMs, 2 FLOPs per MAC, x3 for forward + backward, halved by the causal
+ * mask); NH * HD is C unless model.head_dim sets another head size. */
 double hs_model_flops_per_token(const hs_model *m, int seq_len) {
     double f = 0.0;
     for (int i = 0; i < m->n_params; i++) {
@@ -221,7 +222,7 @@ double hs_model_flops_per_token(const hs_model *m, int seq_len) {
         f += (p->frozen ? 4.0 : 6.0) * k;
     }
     if (m->cfg.tie_embeddings && m->last_stage) f += 6.0 * (double)m->Vg * m->C;
-    return f + 6.0 * m->L * (double)seq_len * m->C;
+    return f + 6.0 * m->L * (double)seq_len * m->NHg * m->HD;
 }
 
 /* INT64_MAX when the product overflows: the plan reports it as an error. */

@@ -196,6 +196,38 @@ static void test_whole_model_gradients_match_finite_differences(void **state) {
     hs_model_free(m);
 }
 
+/* qwen3: q_norm / k_norm [HD] after o_proj in Hugging Face's order, a head
+ * size apart from dim / n_heads (2 heads of 6 on dim 8: q_proj [12, 8]),
+ * and every gradient, the per-head norms' among them, against finite
+ * differences. */
+static void test_qwen3_head_norms_and_head_dim_match_fd(void **state) {
+    (void)state;
+    hs_model_config c = mf_config("qwen3", 1);
+    c.head_dim = 6;
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model *m = mf_make(&c, &o, 7);
+    assert_int_equal(hs_model_num_params(m), 1 + 11 * 2 + 2);
+    assert_string_equal(hs_model_param(m, 5)->fqn, "model.layers.0.self_attn.q_norm.weight");
+    assert_string_equal(hs_model_param(m, 6)->fqn, "model.layers.0.self_attn.k_norm.weight");
+    for (int i = 5; i <= 6; i++) {
+        const hs_param *p = hs_model_param(m, i);
+        assert_int_equal(p->ndim, 1);
+        assert_int_equal(p->shape[0], 6);
+        assert_int_equal(p->kind, HS_PARAM_NORM);
+        assert_true(p->per_head);
+    }
+    const hs_param *q = hs_model_param(m, 1), *wo = hs_model_param(m, 4);
+    assert_true(q->shape[0] == 12 && q->shape[1] == 8 && wo->shape[0] == 8 && wo->shape[1] == 12);
+    /* norm weights away from ones, so a weight applied on the wrong axis shows */
+    for (int i = 0; i < hs_model_num_params(m); i++) {
+        hs_param *p = hs_model_param(m, i);
+        for (int64_t j = 0; p->kind == HS_PARAM_NORM && j < mf_numel(p); j++)
+            ((float *)p->data)[j] = 1.0f + 0.1f * (float)((j * 7 + i) % 5 - 2);
+    }
+    check_model_fd(m, 6);
+    hs_model_free(m);
+}
+
 static void test_tied_embeddings_have_no_lm_head_and_match_fd(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
@@ -495,6 +527,7 @@ int main(void) {
         cmocka_unit_test(test_whole_model_gradients_match_finite_differences),
         cmocka_unit_test(test_unset_gradients_equal_zeroed_ones),
         cmocka_unit_test(test_tied_embeddings_have_no_lm_head_and_match_fd),
+        cmocka_unit_test(test_qwen3_head_norms_and_head_dim_match_fd),
         cmocka_unit_test(test_tied_embedding_gradient_is_sum_of_both_uses),
         cmocka_unit_test(test_gqa_one_kv_head_equals_mha_with_duplicated_kv_weights),
         cmocka_unit_test(test_activation_checkpointing_is_bitwise_identical),
