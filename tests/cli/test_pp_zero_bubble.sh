@@ -8,7 +8,8 @@
 # Layouts, each for both schedules: PP 2; PP 4 (8 micro-batches); PP 2 x
 # FSDP 2; PP 2 x HSDP 2x2; PP 2 x TP 2 with sequence and loss parallel;
 # PP 2 x CP 2; PP 2 with activation checkpointing; no-sync accumulation;
-# MoE at PP 2 and PP 2 x EP 2 (with the aux loss and expert counts). In
+# MoE at PP 2 and PP 2 x EP 2 (with the aux loss and expert counts); qwen3
+# (per-head q/k norms) at PP 2 under zbv. In
 # bf16 with fp32 reduction at PP 2 x FSDP 2, zb1p gives 1f1b's numbers bit
 # for bit (the same products, summed in the same order). From the merged
 # trace: each zb1p stage runs the paper's ZB-H1 list, every W after its B;
@@ -61,6 +62,11 @@ for s in zb zbv; do
         fsdp_config.requires_grad_sync=false
     compare one ${s}2_nosync
 done
+
+# qwen3: its per-head q/k norms stay in B, their projections go to W
+hs_train_dump qwen3_one 1 model.arch=qwen3 model.head_dim=16
+hs_train_dump qwen3_zbv2 2 model.arch=qwen3 model.head_dim=16 "${zbv[@]}"
+compare qwen3_one qwen3_zbv2
 
 # bf16 compute, fp32 reduction: the split changes no product and no sum
 bf=(fsdp_config.dp_shard_size=2 accelerator.pp_size=2 fsdp_config.mix_precision.param_dtype=bfloat16
