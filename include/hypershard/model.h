@@ -323,6 +323,14 @@ typedef struct hs_model_par {
     void (*moe_state_free)(void *ctx, void *state);
     void (*moe_experts_fwd)(void *ctx, const hs_moe_exchange *x);
     void (*moe_experts_bwd)(void *ctx, const hs_moe_exchange *x);
+    /* Generation with a KV cache (hs_model_forward_cached): io's B = 1
+     * sequence of T new query rows at positions [pos, pos + T) against
+     * io->k / io->v, this rank's heads' cache of cache_rows rows ([rows,
+     * KVH*HD]), whose rows [0, pos + T) hold the keys (after RoPE) and
+     * values of those positions; writes out and lse. NULL: the layout has
+     * no cached decode (context parallelism: a sequence's rows are split
+     * over ranks), and generation runs the full forward. */
+    void (*attention_cached)(void *ctx, const hs_attn_io *io, int pos, int cache_rows);
 } hs_model_par;
 
 /* The one-device table: every layer whole, all rows. Its functions take an
@@ -570,5 +578,49 @@ int64_t hs_model_stage_aux_numel(const hs_model *m);
 int64_t hs_model_stage_aux_grad_numel(const hs_model *m);
 float *hs_model_stage_aux(hs_model *m);
 float *hs_model_stage_aux_grad(hs_model *m, int chunk, int slot);
+
+/* ------------------------------------------------------ generation
+ *
+ * A per-layer KV cache for generation (decode.c): each of this rank's
+ * blocks keeps the keys (after RoPE) and values of the positions of one
+ * sequence it has run, for its heads (this rank's under TP), so each new
+ * token runs one row through the model instead of the whole window. The
+ * cache's memory is the device pool's (hs_device_alloc), counted as the
+ * model's buffers are; only generation creates one. */
+typedef struct hs_kv_cache hs_kv_cache;
+
+/* Whether this model's layout decodes with a cache: the seam has
+ * attention_cached, the residual stream is not split over ranks
+ * (sequence parallelism: one row does not split) and the experts are not
+ * (expert parallelism). false with the reason in why (cap bytes). */
+bool hs_model_kv_supported(const hs_model *m, char *why, size_t cap);
+/* Bytes of a cache for this rank's blocks: blocks x 2 x seq_len x this
+ * rank's kv heads x head_dim x the compute dtype's size. */
+int64_t hs_kv_cache_bytes(const hs_model *m);
+/* An empty cache of seq_len positions for m's blocks; HS_ERR_OOM naming
+ * the bytes when the device pool will not give them, HS_ERR_CONFIG when
+ * the layout has none (hs_model_kv_supported's reason). */
+hs_status hs_kv_cache_create(hs_model *m, hs_kv_cache **out, hs_error *e);
+void hs_kv_cache_free(hs_kv_cache *c);
+/* Positions the cache holds; reset empties it (the next forward starts at
+ * position 0). */
+int hs_kv_cache_len(const hs_kv_cache *c);
+void hs_kv_cache_reset(hs_kv_cache *c);
+/* Forward of chunk `chunk` on n new tokens of one sequence at positions
+ * [len, len + n) of the cache c (created for this model), which then
+ * holds len + n: each block stores their keys and values and attends over
+ * the cache. A prompt's prefill is one call of its tokens, a decode step
+ * one call of one token. The hand-over is that of hs_model_stage_forward
+ * in slot 0 (hs_model_stage_input / _output, n rows); the head's chunk
+ * writes the last row's logits (fp32 [vocab], NULL: none). Hooks as in
+ * hs_model_stage_forward. The logits equal those of the full forward's
+ * row len + n - 1 to fp32 rounding. */
+hs_status hs_model_stage_forward_cached(hs_model *m, int chunk, hs_kv_cache *c,
+                                        const int32_t *tokens, int n, const hs_model_hooks *hooks,
+                                        float *logits, hs_error *e);
+/* The whole model (one stage, one chunk): hs_model_stage_forward_cached
+ * of chunk 0. */
+hs_status hs_model_forward_cached(hs_model *m, hs_kv_cache *c, const int32_t *tokens, int n,
+                                  const hs_model_hooks *hooks, float *logits, hs_error *e);
 
 #endif

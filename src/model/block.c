@@ -71,26 +71,37 @@ static const float *head_norm_backward(hs_model *m, const float *dout, const voi
 }
 
 /* x (in xdt) is the block input as the block reads it; x_mid is in rdt.
- * Attention needs every row of a sequence: its region is always all N. */
+ * Attention needs every row of a sequence: its region is always all N.
+ * With kv (generation, B = 1) the T rows are new positions [kv->pos,
+ * kv->pos + T): their keys and values go into the cache's rows there and
+ * attention reads the cache's rows up to them. */
 static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
-                              const void *x, hs_dtype xdt, hs_dtype rdt, int B, int T) {
+                              const void *x, hs_dtype xdt, hs_dtype rdt, int B, int T,
+                              const hs_block_kv *kv) {
     const hs_model_par *par = m->par;
     hs_dtype dt = m->dt;
     int64_t N = (int64_t)B * T;
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
+    void *k = kv ? hs_at(kv->k, dt, (int64_t)kv->pos * kvd) : a->k;
+    void *v = kv ? hs_at(kv->v, dt, (int64_t)kv->pos * kvd) : a->v;
     par->norm_enter(par->ctx, a->ln1, a->rstd1, x, xdt, bp->ln1->data, bp->wq, N);
-    void *q = m->qk_norm ? a->q_in : a->q, *k = m->qk_norm ? a->k_in : a->k;
+    void *q = m->qk_norm ? a->q_in : a->q, *kp = m->qk_norm ? a->k_in : k;
     hs_linear_forward(m->dev, q, a->ln1, bp->wq->data, dt, N, C, qd, 0);
-    hs_linear_forward(m->dev, k, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
-    hs_linear_forward(m->dev, a->v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
-    if (m->qk_norm) {
+    hs_linear_forward(m->dev, kp, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
+    hs_linear_forward(m->dev, v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
+    if (m->qk_norm) { /* into the cache's rows, when there is one */
         head_norm_forward(m, a->q, a->rstd_q, a->q_in, bp->q_norm, N * m->NH);
-        head_norm_forward(m, a->k, a->rstd_k, a->k_in, bp->k_norm, N * m->KVH);
+        head_norm_forward(m, k, a->rstd_k, a->k_in, bp->k_norm, N * m->KVH);
     }
     m->k->rope_fwd(m->s, a->q, dt, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
-    m->k->rope_fwd(m->s, a->k, dt, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
+    m->k->rope_fwd(m->s, k, dt, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
     hs_attn_io io = attn_io(m, a, B, T);
-    par->attention_fwd(par->ctx, &io);
+    if (kv) {
+        io.k = kv->k, io.v = kv->v;
+        par->attention_cached(par->ctx, &io, kv->pos, kv->rows);
+    } else {
+        par->attention_fwd(par->ctx, &io);
+    }
     par->rowwise_add(par->ctx, a->x_mid, rdt, x, xdt, a->atty, bp->wo, N, qd, C);
 }
 
@@ -138,13 +149,15 @@ static const void *block_input(hs_model *m, hs_block_acts *a, hs_unit_boundary *
     return a->x_cast;
 }
 
-void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, void *x_out,
-                      int B, int T, const hs_model_hooks *hooks, bool count_aux) {
+static void block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, void *x_out,
+                          int B, int T, const hs_block_kv *kv, const hs_model_hooks *hooks,
+                          bool count_aux) {
     const hs_block_params *bp = &m->blocks[layer];
     hs_unit_boundary *b = &m->bnd[bp->unit];
     hs_dtype rdt = b->output_computed;
     int64_t N = (int64_t)B * T, Nl = hs_model_local_rows(m, N);
-    attention_forward(m, bp, a, block_input(m, a, b, x_in, Nl * m->C), b->input_read, rdt, B, T);
+    attention_forward(m, bp, a, block_input(m, a, b, x_in, Nl * m->C), b->input_read, rdt, B, T,
+                      kv);
     a->mlp_rows = m->par->norm_enter(m->par->ctx, a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data,
                                      mlp_first(bp), N);
     bool cast_out = b->output_stored != rdt;
@@ -152,6 +165,17 @@ void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in
     if (!cast_out) return;
     hs_dev_convert(m->dev, x_out, b->output_stored, m->out_tmp, rdt, Nl * m->C);
     b->forward_casts++;
+}
+
+void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, void *x_out,
+                      int B, int T, const hs_model_hooks *hooks, bool count_aux) {
+    block_forward(m, layer, a, x_in, x_out, B, T, NULL, hooks, count_aux);
+}
+
+void hs_block_forward_cached(hs_model *m, int layer, hs_block_acts *a, const void *x_in,
+                             void *x_out, int T, const hs_block_kv *kv,
+                             const hs_model_hooks *hooks) {
+    block_forward(m, layer, a, x_in, x_out, 1, T, kv, hooks, false);
 }
 
 static hs_moe_grads moe_grads(const hs_block_params *bp) {

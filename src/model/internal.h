@@ -4,7 +4,8 @@
  * model.c (create / free, buffers), boundary.c (the dtypes at unit
  * boundaries), block.c (one decoder block's forward and backward), step.c
  * (the whole forward / backward with its hooks), local.c (the
- * model-parallel seam for one device).
+ * model-parallel seam for one device), decode.c (generation with a
+ * per-layer KV cache).
  */
 #ifndef HS_MODEL_INTERNAL_H
 #define HS_MODEL_INTERNAL_H
@@ -246,6 +247,21 @@ bool hs_model_root_casts(const hs_model *m);
 /* block.c */
 void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, void *x_out,
                       int B, int T, const hs_model_hooks *hooks, bool count_aux);
+/* One block's rows of a KV cache (decode.c): k and v are [rows, KVH*HD]
+ * in the compute dtype, k after RoPE; a cached forward's new rows start at
+ * position pos. */
+typedef struct hs_block_kv {
+    void *k, *v;
+    int pos, rows;
+} hs_block_kv;
+/* Forward of T new rows of one sequence at positions [kv->pos, kv->pos +
+ * T) (m->rope_cos / rope_sin the tables from position kv->pos on): their
+ * keys and values stored into kv's rows there, attention over kv's rows
+ * [0, kv->pos + T) through the seam's attention_cached. Nothing is kept
+ * for a backward and no MoE statistics are counted. */
+void hs_block_forward_cached(hs_model *m, int layer, hs_block_acts *a, const void *x_in,
+                             void *x_out, int T, const hs_block_kv *kv,
+                             const hs_model_hooks *hooks);
 /* m->dres holds d(x_out) on entry and d(x_in) on return. */
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
                        const hs_model_hooks *hooks, const float *aux_g);
@@ -254,6 +270,9 @@ void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_i
  * gradients; wg is empty after. */
 void hs_block_backward_weight(hs_model *m, hs_wgrad_block *wg);
 
+/* step.c: whether the current chunk (hs_model_use_slot) calls the root's
+ * hooks in its forward and backward. */
+bool hs_model_root_chunk(const hs_model *m);
 /* The rows of the residual stream this rank holds of N. */
 int64_t hs_model_local_rows(const hs_model *m, int64_t N);
 

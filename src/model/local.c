@@ -110,6 +110,23 @@ static void one_attention_bwd(void *ctx, const hs_attn_io *io) {
                              &r, &w);
 }
 
+/* The new rows against the cache: causal over global positions, so row i
+ * (position pos + i) sees cache rows [0, pos + i]. */
+static void one_attention_cached(void *ctx, const hs_attn_io *io, int pos, int cache_rows) {
+    const hs_model_dims *d = ctx;
+    hs_att_rows r = {.Tq = io->T,
+                     .Tk = cache_rows,
+                     .q0 = 0,
+                     .nq = io->T,
+                     .k0 = 0,
+                     .nk = pos + io->T,
+                     .gq = pos,
+                     .gk = 0};
+    hs_att_work w = {.scratch = io->scratch, .threads = io->threads};
+    d->dev->k->attention_fwd(d->dev->stream, io->out, io->dt, io->lse, io->q, io->k, io->v, io->dt,
+                             io->B, io->NH, io->KVH, io->HD, &r, &w);
+}
+
 static const hs_model_par one_device = {
     .row_split = 1,
     .cp_size = 1,
@@ -127,6 +144,7 @@ static const hs_model_par one_device = {
     .rope_tables = one_rope_tables,
     .attention_fwd = one_attention_fwd,
     .attention_bwd = one_attention_bwd,
+    .attention_cached = one_attention_cached,
 };
 
 const hs_model_par *hs_model_one_device_par(void) { return &one_device; }

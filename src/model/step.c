@@ -106,7 +106,7 @@ static bool has_head(const hs_model *m) { return m->last_stage && m->cur_chunk =
  * it uses the root's parameters (the embedding, or the norm and head;
  * under zbv's V one stage holds both, in two chunks, and each calls
  * them), or the stage holds neither and it is chunk 0. */
-static bool root_chunk(const hs_model *m) {
+bool hs_model_root_chunk(const hs_model *m) {
     if (has_embedding(m) || has_head(m)) return true;
     return !m->first_stage && !m->last_stage && m->cur_chunk == 0;
 }
@@ -300,7 +300,7 @@ hs_status hs_model_stage_forward(hs_model *m, int chunk, int slot, const hs_batc
     hs_model_use_slot(m, chunk, slot);
     m->par->rope_tables(m->par->ctx, b->T, &m->rope_cos, &m->rope_sin);
     int64_t N = (int64_t)b->B * b->T;
-    bool root = root_chunk(m);
+    bool root = hs_model_root_chunk(m);
     hs_batch db = on_device(m, b);
     if (root) hs_hook_pre_forward(hooks, 0);
     trunk_forward(m, &db, hooks, train);
@@ -323,7 +323,7 @@ hs_status hs_model_stage_forward(hs_model *m, int chunk, int slot, const hs_batc
 static void backward_on_device(hs_model *m, const hs_batch *db, float grad_scale,
                                const hs_model_hooks *hooks, double *loss_sum) {
     int64_t N = (int64_t)db->B * db->T;
-    bool root = root_chunk(m);
+    bool root = hs_model_root_chunk(m);
     if (root) hs_hook_pre_backward(hooks, 0);
     const float *dlnf = NULL;
     double loss = 0.0;

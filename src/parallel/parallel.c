@@ -130,6 +130,11 @@ static void whole_attention_bwd(void *ctx, const hs_attn_io *io) {
     one()->attention_bwd(&p->d, io);
 }
 
+static void whole_attention_cached(void *ctx, const hs_attn_io *io, int pos, int cache_rows) {
+    hs_parallel *p = ctx;
+    one()->attention_cached(&p->d, io, pos, cache_rows);
+}
+
 /* The MoE router statistics over the global micro-batch: the batch group
  * (dp x cp), then the row split of sequence parallelism. */
 static void stats_sum(void *ctx, float *buf, int64_t n) {
@@ -156,8 +161,12 @@ static void seam_fill(hs_parallel *p, bool moe_stats) {
                         .unbind = par_unbind,
                         .rope_tables = whole_rope_tables,
                         .attention_fwd = whole_attention_fwd,
-                        .attention_bwd = whole_attention_bwd};
+                        .attention_bwd = whole_attention_bwd,
+                        .attention_cached = whole_attention_cached};
     hs_tp_region_fill(s);
+    /* CP splits a sequence's rows over ranks: one new row has no split,
+     * so generation under CP runs the full forward (docs/generate.md) */
+    if (p->l.cp > 1) s->attention_cached = NULL;
     if (p->l.cp > 1) hs_cp_attention_fill(s);
     if (moe_stats || sp) s->stats_sum = stats_sum;
     if (p->l.ep > 1) hs_ep_moe_fill(s);
