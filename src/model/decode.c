@@ -11,9 +11,9 @@
 
 struct hs_kv_cache {
     hs_model *m;
-    void *mem;  /* L x {K, V} x [rows, KVH*HD], compute dtype */
-    int rows;   /* positions: the model's seq_len */
-    int64_t kvd; /* KVH*HD of this rank */
+    void *mem;                    /* L x {K, V} x [rows, KVH*HD], compute dtype */
+    int rows;                     /* positions: the model's seq_len */
+    int64_t kvd;                  /* KVH*HD of this rank */
     int len[HS_MODEL_MAX_CHUNKS]; /* positions each chunk has run */
 };
 
@@ -124,8 +124,7 @@ hs_status hs_model_stage_forward_cached(hs_model *m, int chunk, hs_kv_cache *c,
     bool root = hs_model_root_chunk(m);
     if (root) hs_hook_pre_forward(hooks, 0);
     if (emb) {
-        hs_device_copy(m->dev, m->batch_tokens, tokens, (size_t)n * sizeof(int32_t),
-                       HS_COPY_H2D);
+        hs_device_copy(m->dev, m->batch_tokens, tokens, (size_t)n * sizeof(int32_t), HS_COPY_H2D);
         m->par->embedding_fwd(m->par->ctx, m->resid[0], m->batch_tokens, m->embed, n);
     }
     int i0 = m->chunk_begin[chunk];
@@ -133,8 +132,8 @@ hs_status hs_model_stage_forward_cached(hs_model *m, int chunk, hs_kv_cache *c,
         int u = m->blocks[i0 + j].unit;
         hs_block_kv kv = kv_of(c, i0 + j, pos);
         hs_hook_pre_forward(hooks, u);
-        hs_block_forward_cached(m, i0 + j, hs_model_acts_for(m, j), m->resid[j], m->resid[j + 1],
-                                n, &kv, hooks);
+        hs_block_forward_cached(m, i0 + j, hs_model_acts_for(m, j), m->resid[j], m->resid[j + 1], n,
+                                &kv, hooks);
         hs_hook_post_forward(hooks, u);
     }
     if (head && logits) head_last_row(m, chunk, n, logits);
