@@ -76,6 +76,9 @@ typedef struct hs_generate_options {
     /* rank 0, each token as it is produced (may be NULL) */
     void (*emit)(void *ctx, int32_t token);
     void *emit_ctx;
+    /* the full forward of the window for every token instead of the
+     * model's KV cache (the same text; docs/generate.md "KV cache") */
+    bool no_kv_cache;
 } hs_generate_options;
 
 /* The continuation, max_new_tokens of it, into out (on every rank). A

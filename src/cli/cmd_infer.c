@@ -22,6 +22,7 @@ typedef struct infer_args {
     double temperature;
     int top_k;
     long long seed;
+    bool no_kv_cache;
     const char **overrides;
     int n_overrides;
 } infer_args;
@@ -31,9 +32,11 @@ static void usage(const char *cmd, FILE *f) {
         fprintf(f,
                 "usage: hypershard generate (--run RUN_DIR | --ckpt DIR) --prompt TEXT\n"
                 "           [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]\n"
-                "           [a.b.c=value ...]\n"
+                "           [--no-kv-cache] [a.b.c=value ...]\n"
                 "  continues TEXT (bytes) with N tokens (default 64), streamed as they come;\n"
-                "  greedy at temperature 0 (the default), else sampled from the top K (0: all)\n");
+                "  greedy at temperature 0 (the default), else sampled from the top K (0: all);\n"
+                "  --no-kv-cache runs the whole window for every token instead of one row\n"
+                "  through the per-layer KV cache (the same text, slower)\n");
     else
         fprintf(f, "usage: hypershard eval (--run RUN_DIR | --ckpt DIR) [a.b.c=value ...]\n"
                    "  loss and perplexity on the validation split the trainer evaluates on\n"
@@ -75,6 +78,8 @@ static int parse(int argc, char **argv, infer_args *a) {
             long k = strtol(argv[++i], &end, 10);
             if (*end || k < 0) return bad(a, "--top-k needs an integer >= 0, got", v);
             a->top_k = (int)k;
+        } else if (gen && !strcmp(s, "--no-kv-cache")) {
+            a->no_kv_cache = true;
         } else if (gen && !strcmp(s, "--seed") && v) {
             a->seed = strtoll(argv[++i], &end, 10);
             if (*end) return bad(a, "--seed needs an integer, got", v);
@@ -221,7 +226,8 @@ static hs_status generate(const infer_args *a, const hs_config *cfg, const hs_to
                              .top_k = a->top_k,
                              .seed = (uint64_t)a->seed,
                              .emit = emit,
-                             .emit_ctx = &x};
+                             .emit_ctx = &x,
+                             .no_kv_cache = a->no_kv_cache};
     if (s == HS_OK) s = hs_train_generate(cfg, topo, comm, opt, log, &g, out, e);
     if (s == HS_OK && rank == 0) fputc('\n', stdout);
     free(prompt);

@@ -70,35 +70,19 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
-/* Causal attention: the rows after position len-1 cannot change it, so a
- * forward of the first len rows, rounded up to 64 (a multiple of tp_size
- * for sequence parallel) and at most the whole sequence, gives its logits.
- * Pipeline and context parallel layouts run whole sequences. */
-static int sample_rows(const hs_trainer *t, int len) {
-    if (t->pp || t->cp > 1) return t->T;
-    int g = 64 * t->cfg->accelerator.tp_size;
-    int rows = (len + g - 1) / g * g;
-    return rows < t->T ? rows : t->T;
-}
-
+/* Each token's logits from the decoder (decoder.c): the KV cache where
+ * the layout has one. The sample stays within seq_len: it never slides. */
 static hs_status sample_generate(hs_trainer *t, int32_t *seq, int prompt, int total, hs_error *e) {
+    hs_decoder d;
+    hs_status s = hs_decoder_open(&d, t, "sample", true, e);
     int V = t->cfg->model.vocab_size;
-    for (int i = 0; i < t->T; i++) t->targets[i] = -1;
-    for (int len = prompt; len < total; len++) {
-        double loss_sum = 0.0;
-        int rows = sample_rows(t, len);
-        hs_status s;
-        if (rows < t->T) {
-            hs_batch b = {.tokens = seq, .targets = t->targets, .B = 1, .T = rows};
-            s = hs_model_forward(t->engine->model, &b, t->hooks, &loss_sum, t->logits, e);
-            if (s == HS_OK) s = hs_device_status(t->dev, e);
-        } else {
-            s = hs_train_forward(t, seq, t->targets, 1, &loss_sum, t->logits, e);
-        }
-        if (s != HS_OK) return s;
-        seq[len] = argmax(t->logits + (size_t)(len - 1) * V, V);
+    for (int len = prompt; s == HS_OK && len < total; len++) {
+        const float *logits = NULL;
+        s = hs_decoder_next(&d, seq, len, false, &logits, e);
+        if (s == HS_OK) seq[len] = argmax(logits, V);
     }
-    return HS_OK;
+    hs_decoder_close(&d);
+    return s;
 }
 
 hs_status hs_sample(hs_trainer *t, hs_error *e) {

@@ -1,6 +1,7 @@
 /* Inference on trained weights: a continuation of a prompt (greedy or
- * sampled with temperature and top-k) and the validation loss, through
- * the trainer's model in whatever layout the config gives (train.h). */
+ * sampled with temperature and top-k; each token's logits from the
+ * decoder, decoder.c) and the validation loss, through the trainer's model
+ * in whatever layout the config gives (train.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,29 +59,31 @@ hs_status hs_train_generate(const hs_config *cfg, const hs_topology *topo, hs_co
                             const hs_train_options *opt, const hs_log *log,
                             const hs_generate_options *g, int32_t *out, hs_error *e) {
     hs_trainer t;
+    hs_decoder d = {0};
     hs_status s = open_trainer(&t, cfg, topo, comm, opt, log, e);
     int T = cfg->train.seq_len, V = cfg->model.vocab_size;
     int32_t *seq = calloc((size_t)T, sizeof *seq);
     float *scratch = malloc(sizeof(float) * (size_t)V);
     if (s == HS_OK && (!seq || !scratch))
         s = hs_error_oom(e, "generate: cannot allocate %d tokens", T);
+    if (s == HS_OK) s = hs_decoder_open(&d, &t, "generate", !g->no_kv_cache, e);
     /* The window: the prompt's last T - 1 tokens, so one more fits. */
     int len = g->prompt_len < T ? g->prompt_len : T - 1;
     if (s == HS_OK) memcpy(seq, g->prompt + (g->prompt_len - len), sizeof *seq * (size_t)len);
-    for (int i = 0; s == HS_OK && i < T; i++) t.targets[i] = -1;
     for (int n = 0; s == HS_OK && n < g->max_new_tokens; n++) {
-        if (len == T) { /* slide: drop the oldest token */
+        bool slide = len == T;
+        if (slide) { /* drop the oldest token: the positions re-base from 0 */
             memmove(seq, seq + 1, sizeof *seq * (size_t)(T - 1));
             len--;
         }
-        /* Causal attention: the tokens after len cannot change position len-1. */
-        for (int i = len; i < T; i++) seq[i] = 0;
-        s = hs_train_forward(&t, seq, t.targets, 1, NULL, t.logits, e);
+        const float *logits = NULL;
+        s = hs_decoder_next(&d, seq, len, slide, &logits, e);
         if (s != HS_OK) break;
-        int32_t tok = next_token(t.logits + (size_t)(len - 1) * V, V, g, n, scratch);
+        int32_t tok = next_token(logits, V, g, n, scratch);
         out[n] = seq[len++] = tok;
         if (t.rank0 && g->emit) g->emit(g->emit_ctx, tok);
     }
+    hs_decoder_close(&d);
     free(seq);
     free(scratch);
     hs_trainer_close(&t);

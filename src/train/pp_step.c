@@ -91,7 +91,7 @@ hs_status hs_pp_run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, do
 
 /* The head's stage's loss sum and logits reach every stage (the last
  * stage, or the first under zbv's V). */
-static int head_stage(const hs_trainer *t) {
+int hs_pp_head_stage(const hs_trainer *t) {
     int stage, v;
     int chunks = t->pp_size * t->pp_virtual;
     hs_pp_chunk_home(t->pp_kind, t->pp_size, chunks - 1, &stage, &v);
@@ -108,6 +108,7 @@ hs_status hs_pp_forward(hs_trainer *t, const hs_batch *b, double *loss_sum, floa
     if (loss_sum) *loss_sum = loss;
     int64_t n = (int64_t)b->B * b->T * t->cfg->model.vocab_size;
     if (s == HS_OK && logits)
-        s = hs_pg_broadcast(t->pp_group, t->dev->stream, logits, n, HS_DTYPE_F32, head_stage(t), e);
+        s = hs_pg_broadcast(t->pp_group, t->dev->stream, logits, n, HS_DTYPE_F32,
+                            hs_pp_head_stage(t), e);
     return s;
 }

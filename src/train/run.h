@@ -200,6 +200,31 @@ hs_status hs_pp_run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, do
                                   hs_error *e);
 hs_status hs_pp_forward(hs_trainer *t, const hs_batch *b, double *loss_sum, float *logits,
                         hs_error *e);
+/* The stage that holds the head (the last, or the first under zbv's V):
+ * its loss sums and logits are broadcast from there. */
+int hs_pp_head_stage(const hs_trainer *t);
+
+/* decoder.c: the next token's logits after a window of tokens, for
+ * generate and the sample: through the model's KV cache where the layout
+ * has one and use_cache (model.h "generation"), else the full forward of
+ * the window. */
+typedef struct hs_decoder {
+    hs_trainer *t;
+    hs_kv_cache *kv; /* NULL: the full forward */
+    float *row;      /* [V] the cached path's logits */
+    int32_t *win;    /* [T] the full forward's window, zeros after it */
+} hs_decoder;
+/* who: "generate" or "sample", for the log line saying which path runs. */
+hs_status hs_decoder_open(hs_decoder *d, hs_trainer *t, const char *who, bool use_cache,
+                          hs_error *e);
+void hs_decoder_close(hs_decoder *d);
+/* The logits (V fp32, valid until the next call) of the token after
+ * seq[0, len), 1 <= len < T, on every rank. Between calls the window only
+ * grows by the tokens appended to it, unless `slid`: it was re-based
+ * (its first tokens dropped), and the cache runs it again from position
+ * 0. */
+hs_status hs_decoder_next(hs_decoder *d, const int32_t *seq, int len, bool slid,
+                          const float **logits, hs_error *e);
 /* Greedy continuation of a prompt from the validation split, printed by rank 0. */
 hs_status hs_sample(hs_trainer *t, hs_error *e);
 
