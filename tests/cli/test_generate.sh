@@ -5,6 +5,8 @@
 # continuation is the same on one process, data parallel over 2 ranks,
 # PP 2 and TP 2; a seeded sampled continuation (temperature 0.8, top-k 20)
 # is the same on one process and at PP 2, and another seed changes it; the
+# per-layer KV cache gives the text of the full forward (--no-kv-cache),
+# also past seq_len, on one process, TP 2 and PP 2; the
 # text is streamed after the prompt on stdout. A run dir or checkpoint that
 # does not exist and a missing prompt exit 2 with the path named; weights
 # that do not fit the model's config exit 1 naming the tensor.
@@ -13,7 +15,9 @@
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch generate
-tiny=("${HS_TINY[@]}" model.n_heads=4 model.n_kv_heads=2 train.steps=30 train.eval_every=30)
+# 200 steps: a model whose text depends on the positions, so a cache that
+# got them wrong would show
+tiny=("${HS_TINY[@]}" model.n_heads=4 model.n_kv_heads=2 train.steps=200 train.eval_every=200)
 hs_must_run 1 train train.out_dir="$work/run" checkpoint.dir="$work/ck"
 
 gen() { # OUT RANKS ARGS...: generate into $work/OUT.txt (stdout only)
@@ -42,6 +46,32 @@ gen s_pp2 2 --run "$work/run" "${p[@]}" "${s[@]}" --seed 7 accelerator.pp_size=2
 gen s_other 1 --run "$work/run" "${p[@]}" "${s[@]}" --seed 8
 same s_run s_pp2
 cmp -s "$work/s_run.txt" "$work/s_other.txt" && fail "seeds 7 and 8 sampled the same text"
+
+# The per-layer KV cache (the default) and the full forward of every window
+# (--no-kv-cache) give the same text: greedy, and sampled for 40 tokens,
+# which slides the 16-token window 33 times (the cache runs the re-based
+# window again each time), on one process, TP 2 and PP 2; CP keeps the full
+# forward and says why.
+gen g_full 1 --run "$work/run" "${p[@]}" --no-kv-cache
+same g_run g_full
+grep -q "generate: a KV cache of" "$work/g_run.err" || fail "no KV cache on one process: $(cat "$work/g_run.err")"
+grep -q "generate: a full forward per token (--no-kv-cache)" "$work/g_full.err" \
+    || fail "--no-kv-cache did not run the full forward: $(cat "$work/g_full.err")"
+k=(--prompt "The bird " --max-new-tokens 40 "${s[@]}" --seed 5)
+gen k_run 1 --run "$work/run" "${k[@]}"
+gen k_full 1 --run "$work/run" "${k[@]}" --no-kv-cache
+gen k_tp2 2 --ckpt "$work/ck" "${k[@]}" accelerator.tp_size=2
+gen k_tp2_full 2 --ckpt "$work/ck" "${k[@]}" --no-kv-cache accelerator.tp_size=2
+gen k_pp2 2 --ckpt "$work/ck" "${k[@]}" accelerator.pp_size=2
+gen k_pp2_full 2 --ckpt "$work/ck" "${k[@]}" --no-kv-cache accelerator.pp_size=2
+gen k_cp2 2 --ckpt "$work/ck" "${k[@]}" accelerator.cp_size=2
+for x in k_full k_tp2 k_tp2_full k_pp2 k_pp2_full k_cp2; do same k_run $x; done
+[ "$(wc -c < "$work/k_run.txt")" -eq $((9 + 40 + 1)) ] || fail "not 40 bytes after the prompt: $(cat "$work/k_run.txt")"
+for x in k_tp2 k_pp2; do
+    grep -q "generate: a KV cache of" "$work/$x.err" || fail "$x ran without the KV cache: $(cat "$work/$x.err")"
+done
+grep -q "full forward per token (context parallelism" "$work/k_cp2.err" \
+    || fail "CP did not say it keeps the full forward: $(cat "$work/k_cp2.err")"
 
 python3 - "$work/run/metrics.jsonl" "$work" <<'PY' || fail "eval differs from the run's val loss"
 import json, subprocess, sys, os
