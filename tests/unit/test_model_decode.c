@@ -49,8 +49,7 @@ static void full_last_row(hs_model *m, const int32_t *tokens, int len, float *al
 static void assert_close(const float *got, const float *want, int V, int step) {
     for (int i = 0; i < V; i++)
         if (fabsf(got[i] - want[i]) > 1e-5f * (1.0f + fabsf(want[i])))
-            fail_msg("step %d logit %d: cached %.9g, full forward %.9g", step, i, got[i],
-                     want[i]);
+            fail_msg("step %d logit %d: cached %.9g, full forward %.9g", step, i, got[i], want[i]);
 }
 
 /* Prefill `prompt` tokens, then `steps` single rows, each checked against
