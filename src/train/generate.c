@@ -70,6 +70,8 @@ hs_status hs_train_generate(const hs_config *cfg, const hs_topology *topo, hs_co
     /* The window: the prompt's last T - 1 tokens, so one more fits. */
     int len = g->prompt_len < T ? g->prompt_len : T - 1;
     if (s == HS_OK) memcpy(seq, g->prompt + (g->prompt_len - len), sizeof *seq * (size_t)len);
+    double t0 = hs_now();
+    int made = 0;
     for (int n = 0; s == HS_OK && n < g->max_new_tokens; n++) {
         bool slide = len == T;
         if (slide) { /* drop the oldest token: the positions re-base from 0 */
@@ -82,7 +84,12 @@ hs_status hs_train_generate(const hs_config *cfg, const hs_topology *topo, hs_co
         int32_t tok = next_token(logits, V, g, n, scratch);
         out[n] = seq[len++] = tok;
         if (t.rank0 && g->emit) g->emit(g->emit_ctx, tok);
+        made++;
     }
+    double dt = hs_now() - t0;
+    if (s == HS_OK && t.rank0 && made > 0)
+        hs_log_info(log, "generate: %d tokens in %.3f s (%.1f tokens/s)", made, dt,
+                    dt > 0 ? made / dt : 0.0);
     hs_decoder_close(&d);
     free(seq);
     free(scratch);
