@@ -4,7 +4,8 @@
  * grouped-query model (across the attention kernel's 256-key tile and
  * with activation checkpointing's shared activations) and a MoE one; the
  * hooks bracket every parameter use as FSDP needs; a cache that is full
- * refuses more rows until it is reset. */
+ * refuses more rows until it is reset; a layout without one (CP) is
+ * refused with the reason. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -155,6 +156,28 @@ static void test_a_full_cache_refuses_more_rows_until_reset(void **state) {
     hs_model_free(m);
 }
 
+/* A layout whose seam has no cached attention (CP) has no cache: the
+ * refusal says why. */
+static void test_a_layout_without_a_cache_is_refused_with_the_reason(void **state) {
+    (void)state;
+    hs_model_config c = mf_config("llama", 1);
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    hs_model_par cp = *hs_model_one_device_par();
+    cp.attention_cached = NULL;
+    o.par = &cp;
+    hs_model *m = NULL;
+    hs_error e;
+    if (hs_model_create(&c, &o, &m, &e) != HS_OK) fail_msg("hs_model_create: %s", e.msg);
+    char reason[256] = "";
+    assert_false(hs_model_kv_supported(m, reason, sizeof reason));
+    assert_non_null(strstr(reason, "context parallelism"));
+    hs_kv_cache *kv = NULL;
+    assert_int_equal(hs_kv_cache_create(m, &kv, &e), HS_ERR_CONFIG);
+    assert_null(kv);
+    assert_non_null(strstr(e.msg, "KV cache: this layout has none: context parallelism"));
+    hs_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cached_decode_equals_the_full_forward),
@@ -162,6 +185,7 @@ int main(void) {
         cmocka_unit_test(test_cached_decode_of_a_moe_model),
         cmocka_unit_test(test_cached_decode_reads_parameters_inside_the_hooks),
         cmocka_unit_test(test_a_full_cache_refuses_more_rows_until_reset),
+        cmocka_unit_test(test_a_layout_without_a_cache_is_refused_with_the_reason),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
