@@ -50,8 +50,8 @@ cmp -s "$work/s_run.txt" "$work/s_other.txt" && fail "seeds 7 and 8 sampled the 
 # The per-layer KV cache (the default) and the full forward of every window
 # (--no-kv-cache) give the same text: greedy, and sampled for 40 tokens,
 # which slides the 16-token window 33 times (the cache runs the re-based
-# window again each time), on one process, TP 2 and PP 2; CP and sequence
-# parallelism keep the full forward and say why.
+# window again each time), on one process, TP 2, PP 2 and FSDP 2; CP and
+# sequence parallelism keep the full forward and say why.
 gen g_full 1 --run "$work/run" "${p[@]}" --no-kv-cache
 same g_run g_full
 grep -q "generate: a KV cache of" "$work/g_run.err" || fail "no KV cache on one process: $(cat "$work/g_run.err")"
@@ -64,11 +64,12 @@ gen k_tp2 2 --ckpt "$work/ck" "${k[@]}" accelerator.tp_size=2
 gen k_tp2_full 2 --ckpt "$work/ck" "${k[@]}" --no-kv-cache accelerator.tp_size=2
 gen k_pp2 2 --ckpt "$work/ck" "${k[@]}" accelerator.pp_size=2
 gen k_pp2_full 2 --ckpt "$work/ck" "${k[@]}" --no-kv-cache accelerator.pp_size=2
+gen k_fsdp2 2 --ckpt "$work/ck" "${k[@]}" fsdp_config.dp_shard_size=2
 gen k_cp2 2 --ckpt "$work/ck" "${k[@]}" accelerator.cp_size=2
 gen k_sp2 2 --ckpt "$work/ck" "${k[@]}" accelerator.tp_size=2 accelerator.sequence_parallel=true
-for x in k_full k_tp2 k_tp2_full k_pp2 k_pp2_full k_cp2 k_sp2; do same k_run $x; done
+for x in k_full k_tp2 k_tp2_full k_pp2 k_pp2_full k_fsdp2 k_cp2 k_sp2; do same k_run $x; done
 [ "$(wc -c < "$work/k_run.txt")" -eq $((9 + 40 + 1)) ] || fail "not 40 bytes after the prompt: $(cat "$work/k_run.txt")"
-for x in k_tp2 k_pp2; do
+for x in k_tp2 k_pp2 k_fsdp2; do
     grep -q "generate: a KV cache of" "$work/$x.err" || fail "$x ran without the KV cache: $(cat "$work/$x.err")"
 done
 grep -q "full forward per token (context parallelism" "$work/k_cp2.err" \
