@@ -4,6 +4,7 @@
  * so a window runs once and each new token one row; else, or when asked,
  * the full forward over the window each token. Both give the same text
  * (docs/generate.md "KV cache"). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,12 @@ hs_status hs_decoder_open(hs_decoder *d, hs_trainer *t, const char *who, bool us
     hs_model *m = t->engine->model;
     char why[256] = "--no-kv-cache";
     for (int i = 0; i < t->T; i++) t->targets[i] = -1;
+    /* the cached rows attend to every earlier row; the full forward keeps
+     * the documents apart as training did */
+    if (use_cache && t->cfg->data.document_masking) {
+        snprintf(why, sizeof why, "data.document_masking: the cache does not keep documents apart");
+        use_cache = false;
+    }
     if (use_cache && hs_model_kv_supported(m, why, sizeof why)) {
         d->row = malloc(sizeof(float) * (size_t)t->cfg->model.vocab_size);
         if (!d->row) return hs_error_oom(e, "%s: the logits of one row", who);

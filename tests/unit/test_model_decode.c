@@ -41,7 +41,7 @@ static void fill_tokens(int32_t *t, int n, int V) {
 /* The full forward's logits of row len - 1 of tokens[0, len). */
 static void full_last_row(hs_model *m, const int32_t *tokens, int len, float *all, float *out,
                           int V) {
-    hs_batch b = {tokens, NULL, 1, len};
+    hs_batch b = {.tokens = tokens, .B = 1, .T = len};
     hs_error e;
     if (hs_model_forward(m, &b, NULL, NULL, all, &e) != HS_OK) fail_msg("forward: %s", e.msg);
     memcpy(out, all + (size_t)(len - 1) * V, sizeof(float) * (size_t)V);
