@@ -40,10 +40,14 @@ typedef struct hs_moe_config {
     int expert_ffn_dim;
     int shared_expert_ffn_dim; /* 0: no shared expert */
     double aux_loss_coef;
+    /* renormalise the top-k routing weights to sum to 1 (Mixtral, and
+     * Qwen3-MoE's norm_topk_prob); false: the softmax probabilities as
+     * they are */
+    bool norm_topk_prob;
 } hs_moe_config;
 
 typedef struct hs_model_config {
-    char arch[HS_NAME_MAX]; /* "llama" | "moe" | "qwen3" */
+    char arch[HS_NAME_MAX]; /* "llama" | "moe" | "qwen3" | "qwen3_moe" */
     int vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_dim;
     int head_dim; /* 0 (null): dim / n_heads; use hs_model_head_dim */
     double norm_eps, rope_theta, init_std;
@@ -51,11 +55,21 @@ typedef struct hs_model_config {
     hs_moe_config moe;
 } hs_model_config;
 
-/* What model.arch builds: routed experts in the blocks (moe); RMSNorm of
- * each query and key head before RoPE (qwen3, Hugging Face Qwen3's q_norm
- * and k_norm). */
+/* What model.arch builds: routed experts in the blocks (moe, qwen3_moe);
+ * RMSNorm of each query and key head before RoPE (qwen3, qwen3_moe:
+ * Hugging Face Qwen3's q_norm and k_norm). */
 bool hs_model_arch_moe(const hs_model_config *m);
 bool hs_model_arch_qk_norm(const hs_model_config *m);
+/* The Hugging Face names of an MoE block's parameters: the block's module
+ * ("block_sparse_moe" for Mixtral, "mlp" for Qwen3-MoE) and each routed
+ * expert's SwiGLU projections w1 (gate), w2 (down), w3 (up). */
+typedef struct hs_moe_names {
+    const char *block, *w1, *w2, *w3;
+} hs_moe_names;
+const hs_moe_names *hs_model_arch_moe_names(const hs_model_config *m);
+/* Whether the router renormalises the top-k weights: always for moe
+ * (Mixtral), model.moe.norm_topk_prob for qwen3_moe. */
+bool hs_model_arch_moe_renorm(const hs_model_config *m);
 /* The attention head size: model.head_dim, or dim / n_heads when null. */
 int hs_model_head_dim(const hs_model_config *m);
 

@@ -4,9 +4,23 @@
 
 #include "hypershard/config.h"
 
-bool hs_model_arch_moe(const hs_model_config *m) { return !strcmp(m->arch, "moe"); }
+static bool qwen3_moe(const hs_model_config *m) { return !strcmp(m->arch, "qwen3_moe"); }
 
-bool hs_model_arch_qk_norm(const hs_model_config *m) { return !strcmp(m->arch, "qwen3"); }
+bool hs_model_arch_moe(const hs_model_config *m) { return !strcmp(m->arch, "moe") || qwen3_moe(m); }
+
+bool hs_model_arch_qk_norm(const hs_model_config *m) {
+    return !strcmp(m->arch, "qwen3") || qwen3_moe(m);
+}
+
+const hs_moe_names *hs_model_arch_moe_names(const hs_model_config *m) {
+    static const hs_moe_names mixtral = {"block_sparse_moe", "w1", "w2", "w3"};
+    static const hs_moe_names qwen = {"mlp", "gate_proj", "down_proj", "up_proj"};
+    return qwen3_moe(m) ? &qwen : &mixtral;
+}
+
+bool hs_model_arch_moe_renorm(const hs_model_config *m) {
+    return !qwen3_moe(m) || m->moe.norm_topk_prob;
+}
 
 int hs_model_head_dim(const hs_model_config *m) {
     if (m->head_dim > 0) return m->head_dim;

@@ -36,6 +36,17 @@ void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {
                           "model.moe.top_k = %d exceeds model.moe.num_experts = %d; set top_k <= "
                           "num_experts",
                           m->moe.top_k, m->moe.num_experts);
+    if (!strcmp(m->arch, "moe") && !m->moe.norm_topk_prob)
+        hs_cfg_report_add(rep,
+                          "model.moe.norm_topk_prob = false with model.arch = moe: Mixtral always "
+                          "renormalises the top-k routing weights; set norm_topk_prob: true or "
+                          "model.arch: qwen3_moe");
+    if (!strcmp(m->arch, "qwen3_moe") && m->moe.shared_expert_ffn_dim > 0)
+        hs_cfg_report_add(rep,
+                          "model.moe.shared_expert_ffn_dim = %d with model.arch = qwen3_moe: "
+                          "Qwen3-MoE has no shared expert; set shared_expert_ffn_dim: 0 or "
+                          "model.arch: moe",
+                          m->moe.shared_expert_ffn_dim);
 }
 
 /* data.blend: indexed datasets only, instead of data.path, weights that

@@ -41,9 +41,10 @@ enum { GE = HS_CFG_MIN, GT = HS_CFG_MIN | HS_CFG_MIN_OPEN, RULE = HS_CFG_BY_RULE
 
 static const hs_cfg_key keys[] = {
     /* model */
-    KENUM("model.arch", model.arch, "llama", "llama|moe|qwen3",
-          "decoder family: llama (dense SwiGLU blocks), moe (routed experts in every block) or "
-          "qwen3 (llama with an RMSNorm of each query and key head before RoPE)"),
+    KENUM("model.arch", model.arch, "llama", "llama|moe|qwen3|qwen3_moe",
+          "decoder family: llama (dense SwiGLU blocks), moe (routed experts in every block), "
+          "qwen3 (llama with an RMSNorm of each query and key head before RoPE) or qwen3_moe "
+          "(qwen3's attention with routed experts in every block)"),
     KINT("model.vocab_size", model.vocab_size, "256", GE, 2, "vocabulary size (tokens)"),
     KINT("model.dim", model.dim, "128", GE, 1, "hidden size"),
     KINT("model.n_layers", model.n_layers, "4", GE, 1, "number of transformer blocks"),
@@ -62,7 +63,7 @@ static const hs_cfg_key keys[] = {
     KFLOAT("model.init_std", model.init_std, "0.02", GT, 0, 0,
            "standard deviation of the normal weight init"),
     KINT("model.moe.num_experts", model.moe.num_experts, "4", GE, 1,
-         "routed experts per MoE block (arch moe)"),
+         "routed experts per MoE block (arch moe, qwen3_moe)"),
     KINT("model.moe.top_k", model.moe.top_k, "2", GE, 1,
          "experts each token is routed to; at most num_experts"),
     KINT("model.moe.expert_ffn_dim", model.moe.expert_ffn_dim, "128", GE, 1,
@@ -71,6 +72,9 @@ static const hs_cfg_key keys[] = {
          "hidden size of the always-on shared expert; 0: no shared expert"),
     KFLOAT("model.moe.aux_loss_coef", model.moe.aux_loss_coef, "0.01", GE, 0, 0,
            "weight of the router load-balancing loss"),
+    KBOOL("model.moe.norm_topk_prob", model.moe.norm_topk_prob, "true",
+          "renormalise each token's top_k routing weights to sum to 1 (Mixtral always does; "
+          "false, arch qwen3_moe only: the softmax probabilities as they are)"),
 
     /* accelerator */
     KENUM("accelerator.device", accelerator.device, "cpu", "cpu|cuda|reference",
