@@ -275,7 +275,8 @@ typedef struct hs_device_kernels {
      * y[pair_row[p]] (fp32, in column order). moe_route_bwd, the router's
      * from dw: per token, dp = aux_grad (or 0) plus d loss / d probs
      * through the renormalisation over the chosen (the unrounded weights
-     * rebuilt from probs), then through the softmax: d loss / d logits. */
+     * rebuilt from probs; renorm false, as moe_route's: the weights are the
+     * chosen probabilities), then through the softmax: d loss / d logits. */
     void (*moe_route)(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N, int E,
                       int K, bool renorm, hs_dtype dt);
     void (*moe_permute)(hs_stream *s, void *xg, const void *x, const int32_t *row_pair, hs_dtype dt,
@@ -291,7 +292,8 @@ typedef struct hs_device_kernels {
                             hs_dtype dt, const int32_t *pair_row, const float *weight, int64_t N,
                             int K, int C, float *ws);
     void (*moe_route_bwd)(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
-                          const float *dw, const float *aux_grad, int64_t N, int E, int K);
+                          const float *dw, const float *aux_grad, int64_t N, int E, int K,
+                          bool renorm);
     /* The router's statistics for the load-balancing loss, ACCUMULATED
      * (+=; the caller zeroes): count[e] (int64) += the selections of
      * expert e in expert [N, K]; and, unless prob_sum is NULL, prob_sum[e]

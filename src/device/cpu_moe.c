@@ -105,26 +105,27 @@ void hs_cpu_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *do
 /* d loss / d logits of one token, in place over g (which holds d loss /
  * d probs on entry). */
 static void route_token_backward(float *g, const float *p, const int32_t *sel, const float *dw,
-                                 int E, int K) {
+                                 int E, int K, bool renorm) {
     /* Renormalisation w_k = p_k / Z, Z = sum_j p_j over the selected:
      * d/dp_j = (dw_j - sum_k dw_k w_k) / Z. The unrounded w is rebuilt
-     * from the saved fp32 probabilities. */
+     * from the saved fp32 probabilities. Without it w_k = p_k. */
     float z = 0.0f;
-    for (int k = 0; k < K; k++) z += p[sel[k]];
+    for (int k = 0; renorm && k < K; k++) z += p[sel[k]];
     double wdot = 0.0;
-    for (int k = 0; k < K; k++) wdot += (double)dw[k] * (p[sel[k]] / z);
-    for (int k = 0; k < K; k++) g[sel[k]] += (float)((dw[k] - wdot) / z);
+    for (int k = 0; renorm && k < K; k++) wdot += (double)dw[k] * (p[sel[k]] / z);
+    for (int k = 0; k < K; k++) g[sel[k]] += renorm ? (float)((dw[k] - wdot) / z) : dw[k];
     double pdot = 0.0;
     for (int e = 0; e < E; e++) pdot += (double)p[e] * g[e];
     for (int e = 0; e < E; e++) g[e] = p[e] * (float)(g[e] - pdot);
 }
 
 void hs_cpu_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
-                          const float *dw, const float *aux_grad, int64_t N, int E, int K) {
+                          const float *dw, const float *aux_grad, int64_t N, int E, int K,
+                          bool renorm) {
     for (int64_t t = 0; t < N; t++) {
         float *g = dp + t * E;
         for (int e = 0; e < E; e++) g[e] = aux_grad ? aux_grad[e] : 0.0f;
-        route_token_backward(g, probs + t * E, expert + t * K, dw + t * K, E, K);
+        route_token_backward(g, probs + t * E, expert + t * K, dw + t * K, E, K, renorm);
     }
 }
 

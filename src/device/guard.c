@@ -328,8 +328,8 @@ static void guarded_copy(hs_stream *s, void *dst, const void *src, size_t bytes,
       (dyg, dw, dout, y, pair_row, weight, ws))                                                    \
     X(moe_route_bwd,                                                                               \
       (hs_stream * s, float *dp, const float *probs, const int32_t *expert, const float *dw,       \
-       const float *aux_grad, int64_t N, int E, int K),                                            \
-      (s, dp, probs, expert, dw, aux_grad, N, E, K), (dp, probs, expert, dw, aux_grad))            \
+       const float *aux_grad, int64_t N, int E, int K, bool renorm),                               \
+      (s, dp, probs, expert, dw, aux_grad, N, E, K, renorm), (dp, probs, expert, dw, aux_grad))    \
     X(moe_stats,                                                                                   \
       (hs_stream * s, int64_t * count, double *prob_sum, const int32_t *expert,                    \
        const float *probs, int64_t N, int E, int K),                                               \

@@ -78,7 +78,8 @@ void hs_ref_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *do
                             hs_dtype dt, const int32_t *pair_row, const float *weight, int64_t N,
                             int K, int C, float *ws);
 void hs_ref_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
-                          const float *dw, const float *aux_grad, int64_t N, int E, int K);
+                          const float *dw, const float *aux_grad, int64_t N, int E, int K,
+                          bool renorm);
 void hs_ref_moe_stats(hs_stream *s, int64_t *count, double *prob_sum, const int32_t *expert,
                       const float *probs, int64_t N, int E, int K);
 void hs_ref_moe_stats_add(hs_stream *s, int64_t *count, double *prob_sum, const int64_t *count_in,

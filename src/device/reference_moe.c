@@ -77,9 +77,11 @@ void hs_ref_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *do
 }
 
 /* All in fp64: w_k = p_k / Z over the chosen; d/dp_j gets (dw_j - sum_k
- * dw_k w_k) / Z; then the softmax's backward p_e (g_e - p . g). */
+ * dw_k w_k) / Z (dw_j when not renormalised: w_k = p_k); then the
+ * softmax's backward p_e (g_e - p . g). */
 void hs_ref_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
-                          const float *dw, const float *aux_grad, int64_t N, int E, int K) {
+                          const float *dw, const float *aux_grad, int64_t N, int E, int K,
+                          bool renorm) {
     double *g = malloc((size_t)E * sizeof *g);
     if (g == NULL) {
         hs_kernel_oom(s, "reference moe route backward: %zu bytes of gradients",
@@ -92,9 +94,9 @@ void hs_ref_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int
         const float *d = dw + t * K;
         double z = 0.0, wdot = 0.0, pdot = 0.0;
         for (int e = 0; e < E; e++) g[e] = aux_grad ? aux_grad[e] : 0.0;
-        for (int k = 0; k < K; k++) z += p[sel[k]];
-        for (int k = 0; k < K; k++) wdot += (double)d[k] * (p[sel[k]] / z);
-        for (int k = 0; k < K; k++) g[sel[k]] += (d[k] - wdot) / z;
+        for (int k = 0; renorm && k < K; k++) z += p[sel[k]];
+        for (int k = 0; renorm && k < K; k++) wdot += (double)d[k] * (p[sel[k]] / z);
+        for (int k = 0; k < K; k++) g[sel[k]] += renorm ? (d[k] - wdot) / z : (double)d[k];
         for (int e = 0; e < E; e++) pdot += (double)p[e] * g[e];
         for (int e = 0; e < E; e++) dp[t * E + e] = (float)(p[e] * (g[e] - pdot));
     }

@@ -462,6 +462,7 @@ static void dims_set(hs_model *m) {
     m->qk_norm = hs_model_arch_qk_norm(c);
     if (m->moe) {
         m->moe_shapes = hs_moe_shapes_make(&c->moe, m->opt.max_batch * m->opt.seq_len, m->C);
+        m->moe_shapes.renorm = hs_model_arch_moe_renorm(c);
         m->moe_offset_h = malloc(((size_t)m->moe_shapes.E + 1) * sizeof *m->moe_offset_h);
         if (!m->moe_offset_h)
             model_oom(m, "moe: the host copy of %d experts' offsets", m->moe_shapes.E);

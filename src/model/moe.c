@@ -14,7 +14,8 @@ hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C) {
                        mc->expert_ffn_dim,
                        mc->shared_expert_ffn_dim,
                        mc->num_experts,
-                       false};
+                       false,
+                       true};
     return s;
 }
 

@@ -77,6 +77,7 @@ typedef struct hs_moe_shapes {
     int BT, C, E, K, F, FS;
     int EL;
     bool seam_experts;
+    bool renorm; /* the top-k weights renormalised (hs_model_arch_moe_renorm) */
 } hs_moe_shapes;
 
 hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C);
@@ -99,7 +100,8 @@ typedef struct hs_moe_act {
     int BT;            /* rows of the last forward, <= cap.BT */
     float *probs;      /* [BT, E] fp32 softmax of the router logits */
     int32_t *sel;      /* [BT, K] selected experts, descending probability */
-    float *weight;     /* [BT, K] renormalised weights, rounded to dt */
+    float *weight;     /* [BT, K] routing weights (renormalised unless
+                        * cap.renorm is false), rounded to dt */
     int32_t *offset;   /* [E+1] first grouped row of each expert */
     int32_t *offset_h; /* [E+1] host memory, the model's: offset as copied back */
     int32_t *row_pair; /* [BT*K] grouped row -> pair t*K + k */

@@ -18,7 +18,8 @@ void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int 
                 HS_DTYPE_F32, E);
     hs_dev_zero(act->dev, act->count, (size_t)E * sizeof(int64_t));
     hs_dev_zero(act->dev, act->prob_sum, (size_t)E * sizeof(double));
-    act->dev->k->moe_route(act->dev->stream, act->sel, act->weight, act->probs, BT, E, K, true, dt);
+    act->dev->k->moe_route(act->dev->stream, act->sel, act->weight, act->probs, BT, E, K,
+                           act->cap.renorm, dt);
     /* the layer's statistics for the load-balancing loss */
     act->dev->k->moe_stats(act->dev->stream, act->count, act->prob_sum, act->sel, act->probs, BT, E,
                            K);
@@ -28,7 +29,8 @@ void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw
                            const float *aux_grad, const hs_moe_act *act, const void *x,
                            const void *gate, float *dp) {
     const int C = act->cap.C, E = act->cap.E, K = act->cap.K, BT = act->BT;
-    act->dev->k->moe_route_bwd(act->dev->stream, dp, act->probs, act->sel, dw, aux_grad, BT, E, K);
+    act->dev->k->moe_route_bwd(act->dev->stream, dp, act->probs, act->sel, dw, aux_grad, BT, E, K,
+                               act->cap.renorm);
     hs_dev_gemm(act->dev, false, false, BT, C, E, 1.0f, dp, HS_DTYPE_F32, E, gate, act->dt, C, 1.0f,
                 dx, HS_DTYPE_F32, C);
     if (dgate)

@@ -95,19 +95,19 @@ static void block_mlp_add(hs_model *m, hs_block_params *bp, int i) {
     first_store((hs_param *[]){bp->wg, bp->wu, bp->wd}, 3);
 }
 
-/* Mixtral names; the routed experts are stacked [E, out, in] per block and
- * live in the nested expert unit, the router and shared expert in the block. */
+/* Mixtral's or Qwen3-MoE's names (hs_model_arch_moe_names); the routed
+ * experts are stacked [E, out, in] per block and live in the nested expert
+ * unit, the router and shared expert in the block. */
 static void block_moe_add(hs_model *m, hs_block_params *bp, int i) {
     const hs_moe_shapes *s = &m->moe_shapes;
+    const hs_moe_names *nm = hs_model_arch_moe_names(&m->cfg);
+    const char *b = nm->block;
     int u = bp->unit, eu = bp->expert_unit;
-    bp->router = lin(m, HS_PARAM_ROUTER, u, s->E, s->C, i, "block_sparse_moe.gate");
-    int64_t up[3] = {s->E, s->F, s->C}, down[3] = {s->E, s->C, s->F};
-    bp->w1 =
-        param_add(m, HS_PARAM_EXPERT, eu, 3, up, LAYER "block_sparse_moe.experts.w1.weight", i);
-    bp->w2 =
-        param_add(m, HS_PARAM_EXPERT, eu, 3, down, LAYER "block_sparse_moe.experts.w2.weight", i);
-    bp->w3 =
-        param_add(m, HS_PARAM_EXPERT, eu, 3, up, LAYER "block_sparse_moe.experts.w3.weight", i);
+    int64_t gate[2] = {s->E, s->C}, up[3] = {s->E, s->F, s->C}, down[3] = {s->E, s->C, s->F};
+    bp->router = param_add(m, HS_PARAM_ROUTER, u, 2, gate, LAYER "%s.gate.weight", i, b);
+    bp->w1 = param_add(m, HS_PARAM_EXPERT, eu, 3, up, LAYER "%s.experts.%s.weight", i, b, nm->w1);
+    bp->w2 = param_add(m, HS_PARAM_EXPERT, eu, 3, down, LAYER "%s.experts.%s.weight", i, b, nm->w2);
+    bp->w3 = param_add(m, HS_PARAM_EXPERT, eu, 3, up, LAYER "%s.experts.%s.weight", i, b, nm->w3);
     if (s->FS <= 0) return;
     bp->sh_gate =
         lin(m, HS_PARAM_LINEAR, u, s->FS, s->C, i, "block_sparse_moe.shared_expert.gate_proj");
@@ -127,7 +127,8 @@ static void block_add(hs_model *m, int local) {
     unit_add(m, 0, false, name);
     bp->expert_unit = -1;
     if (m->moe) {
-        snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.experts", i);
+        snprintf(name, sizeof name, "model.layers.%d.%s.experts", i,
+                 hs_model_arch_moe_names(&m->cfg)->block);
         bp->expert_unit = m->n_units;
         unit_add(m, bp->unit, true, name);
     }

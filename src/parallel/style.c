@@ -50,6 +50,11 @@ static const hs_style_rule default_plan[] = {
     {"block_sparse_moe.shared_expert.gate_proj.weight", HS_STYLE_REPLICATE},
     {"block_sparse_moe.shared_expert.up_proj.weight", HS_STYLE_REPLICATE},
     {"block_sparse_moe.shared_expert.down_proj.weight", HS_STYLE_REPLICATE},
+    /* Qwen3-MoE's names of the same layer (no shared expert) */
+    {"mlp.gate.weight", HS_STYLE_REPLICATE},
+    {"mlp.experts.gate_proj.weight", HS_STYLE_EXPERT},
+    {"mlp.experts.down_proj.weight", HS_STYLE_EXPERT},
+    {"mlp.experts.up_proj.weight", HS_STYLE_EXPERT},
 };
 
 const hs_style_rule *hs_style_default_plan(int *n) {

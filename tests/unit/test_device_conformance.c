@@ -427,7 +427,7 @@ static void run_moe_bwd(const kcase *c, outs *o) {
         for (int e = 0; e < E; e++) probs[t * E + e] /= sum;
     }
     c->k->moe_combine_bwd(c->s, dyg, dw, dout, y, c->dt, pair_row, w, N, K, C, ws);
-    c->k->moe_route_bwd(c->s, dp, probs, sel, dw, aux, N, E, K);
+    c->k->moe_route_bwd(c->s, dp, probs, sel, dw, aux, N, E, K, true);
     put(o, dyg, HS_DTYPE_F32, P * C), put(o, dw, HS_DTYPE_F32, P), put(o, dp, HS_DTYPE_F32, N * E);
     free(pair_row), free(sel), free(dout), free(w), free(y), free(dyg), free(dw), free(ws);
     free(probs), free(aux), free(dp);

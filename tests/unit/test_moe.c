@@ -139,7 +139,7 @@ static void runner_forward_backward(runner *r, const float *R, double lam) {
 }
 
 static hs_moe_shapes shapes(int BT, int C, int E, int K, int F, int FS) {
-    return (hs_moe_shapes){BT, C, E, K, F, FS, E, false};
+    return (hs_moe_shapes){BT, C, E, K, F, FS, E, false, true};
 }
 
 /* ---------------------------------------------------------------- routing */
