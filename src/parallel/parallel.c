@@ -175,7 +175,7 @@ static void seam_fill(hs_parallel *p, bool moe_stats) {
 static hs_status layout_check(const hs_config *cfg, const hs_parallel_layout *l, hs_error *e) {
     const hs_model_config *c = &cfg->model;
     int E = c->moe.num_experts;
-    if (l->ep > 1 && (strcmp(c->arch, "moe") != 0 || E % l->ep || l->ep > HS_EP_MAX_RANKS ||
+    if (l->ep > 1 && (!hs_model_arch_moe(c) || E % l->ep || l->ep > HS_EP_MAX_RANKS ||
                       E / l->ep > HS_EP_MAX_LOCAL))
         return hs_error_set(e, HS_ERR_CONFIG,
                             "accelerator.ep_size=%d needs model.arch=moe with "
@@ -223,7 +223,7 @@ hs_status hs_parallel_describe(const hs_config *cfg, const hs_parallel_layout *l
                                hs_error *e) {
     if (make(cfg, l, rules, n_rules, out, e) != HS_OK) return e->code;
     (*out)->described = true;
-    seam_fill(*out, !strcmp(cfg->model.arch, "moe"));
+    seam_fill(*out, hs_model_arch_moe(&cfg->model));
     return HS_OK;
 }
 
@@ -272,7 +272,7 @@ hs_status hs_parallel_create(const hs_config *cfg, const hs_mesh *mesh, hs_comm 
     hs_parallel *p = *out;
     p->comm = comm;
     p->stream = dev->stream;
-    bool moe = !strcmp(cfg->model.arch, "moe");
+    bool moe = hs_model_arch_moe(&cfg->model);
     if (moe && size_of(batch) > 1) p->batch = batch;
     /* TP -> CP -> EP, as spec 004 §3 orders them */
     hs_status s = HS_OK;

@@ -48,7 +48,7 @@ static size_t xbuf_bytes(int64_t xcap) { return (size_t)(xcap > 0 ? xcap : 1) * 
 void hs_pp_message_numel(const hs_config *cfg, int cp, int64_t *numel, int64_t *extra) {
     const hs_model_config *m = &cfg->model;
     *numel = (int64_t)cfg->train.micro_batch_size * (cfg->train.seq_len / cp) * m->dim;
-    *extra = strcmp(m->arch, "moe") ? 0 : 2 * (int64_t)m->moe.num_experts + 2;
+    *extra = hs_model_arch_moe(m) ? 2 * (int64_t)m->moe.num_experts + 2 : 0;
 }
 
 int64_t hs_pp_staging_bytes(hs_checked *ck, int64_t max_numel, int64_t max_extra, int keys) {

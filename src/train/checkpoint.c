@@ -136,7 +136,7 @@ static void compat_lines(const hs_config *c, char *buf, size_t cap) {
                      "model.tie_embeddings=%s\noptimizer._target_=%s\n",
                      m->arch, m->vocab_size, m->dim, m->n_layers, m->n_heads, m->n_kv_heads,
                      m->ffn_dim, m->tie_embeddings ? "true" : "false", c->optimizer.target);
-    if (n > 0 && (size_t)n < cap && !strcmp(m->arch, "moe"))
+    if (n > 0 && (size_t)n < cap && hs_model_arch_moe(m))
         snprintf(buf + n, cap - (size_t)n,
                  "model.moe.num_experts=%d\nmodel.moe.top_k=%d\nmodel.moe.expert_ffn_dim=%d\n"
                  "model.moe.shared_expert_ffn_dim=%d\n",

@@ -100,7 +100,7 @@ void hs_metrics_write(hs_trainer *t, const hs_step_result *r) {
     hs_json_begin_object(&j);
     hs_json_kv_int(&j, "step", r->step);
     hs_json_kv_double(&j, "loss", r->loss, 9);
-    if (!strcmp(t->cfg->model.arch, "moe")) hs_json_kv_double(&j, "aux_loss", r->aux_loss, 9);
+    if (hs_model_arch_moe(&t->cfg->model)) hs_json_kv_double(&j, "aux_loss", r->aux_loss, 9);
     hs_json_kv_double(&j, "grad_norm", r->grad_norm, 9);
     hs_json_kv_double(&j, "lr", r->lr, 9);
     hs_json_kv_int(&j, "tokens", r->tokens);

@@ -408,7 +408,7 @@ static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, h
             ACC(c, &bytes[HS_PLAN_TP], M, BT, mc->vocab_size, 4), add_to(c, &calls[HS_PLAN_TP], M);
     }
     if (t->cp > 1) cp_comm(c, n_blocks, BT, kv, r);
-    if (t->ep > 1 && !strcmp(mc->arch, "moe")) { /* dispatch and combine, each way */
+    if (t->ep > 1 && hs_model_arch_moe(mc)) { /* dispatch and combine, each way */
         ACC(c, &bytes[HS_PLAN_EP], M, n_blocks, 4, BT, mc->moe.top_k, C, cs);
         ACC(c, &calls[HS_PLAN_EP], M, n_blocks, 6);
     }

@@ -129,7 +129,7 @@ void hs_tb_step(hs_trainer *t, const hs_step_result *r, double tokens_per_s, dou
     tb_value v[9];
     int n = 0;
     v[n++] = (tb_value){"train/loss", r->loss};
-    if (!strcmp(t->cfg->model.arch, "moe")) v[n++] = (tb_value){"train/aux_loss", r->aux_loss};
+    if (hs_model_arch_moe(&t->cfg->model)) v[n++] = (tb_value){"train/aux_loss", r->aux_loss};
     v[n++] = (tb_value){"train/grad_norm", r->grad_norm};
     v[n++] = (tb_value){"train/lr", r->lr};
     v[n++] = (tb_value){"perf/tokens_per_s", tokens_per_s};

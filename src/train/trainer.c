@@ -54,7 +54,7 @@ static hs_status trainer_buffers(hs_trainer *t, hs_error *e) {
     t->tokens = calloc(n, sizeof(int32_t));
     t->targets = calloc(n, sizeof(int32_t));
     t->logits = calloc((size_t)t->T * (size_t)t->cfg->model.vocab_size, sizeof(float));
-    if (!strcmp(t->cfg->model.arch, "moe"))
+    if (hs_model_arch_moe(&t->cfg->model))
         t->expert_tokens = calloc(
             (size_t)t->cfg->model.n_layers * (size_t)t->cfg->model.moe.num_experts, sizeof(double));
     if (!t->tokens || !t->targets || !t->logits)
