@@ -1,5 +1,6 @@
 /* Hugging Face config.json for LlamaForCausalLM (arch llama),
- * MixtralForCausalLM (arch moe) and Qwen3ForCausalLM (arch qwen3): the
+ * MixtralForCausalLM (arch moe), Qwen3ForCausalLM (arch qwen3) and
+ * Qwen3MoeForCausalLM (arch qwen3_moe): the
  * fields transformers needs to build the
  * same network, and the reverse mapping so a directory written by
  * transformers (or by us) can be checked against and loaded into a model. */
@@ -19,7 +20,8 @@ typedef struct hf_family {
 
 static const hf_family FAMILIES[] = {{"llama", "llama", "LlamaForCausalLM"},
                                      {"moe", "mixtral", "MixtralForCausalLM"},
-                                     {"qwen3", "qwen3", "Qwen3ForCausalLM"}};
+                                     {"qwen3", "qwen3", "Qwen3ForCausalLM"},
+                                     {"qwen3_moe", "qwen3_moe", "Qwen3MoeForCausalLM"}};
 #define N_FAMILIES (int)(sizeof FAMILIES / sizeof FAMILIES[0])
 
 static const hf_family *family_of(const char *key, bool by_model_type) {
@@ -29,9 +31,26 @@ static const hf_family *family_of(const char *key, bool by_model_type) {
     return NULL;
 }
 
+static bool is_qwen3_moe(const char *arch) { return !strcmp(arch, "qwen3_moe"); }
+
+/* Qwen3-MoE's expert fields; every layer sparse (decoder_sparse_step 1, no
+ * mlp_only_layers), the only layout hypershard builds. */
+static void hf_write_qwen3_moe(hs_json *j, const hs_model_config *mc) {
+    hs_json_kv_int(j, "moe_intermediate_size", mc->moe.expert_ffn_dim);
+    hs_json_kv_int(j, "num_experts", mc->moe.num_experts);
+    hs_json_kv_int(j, "num_experts_per_tok", mc->moe.top_k);
+    hs_json_kv_bool(j, "norm_topk_prob", mc->moe.norm_topk_prob);
+    hs_json_kv_int(j, "decoder_sparse_step", 1);
+    hs_json_key(j, "mlp_only_layers");
+    hs_json_begin_array(j);
+    hs_json_end_array(j);
+    hs_json_kv_double(j, "router_aux_loss_coef", mc->moe.aux_loss_coef, 15);
+    hs_json_kv_bool(j, "output_router_logits", false);
+}
+
 static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_position,
                             const char *dtype_name) {
-    bool moe = hs_model_arch_moe(mc);
+    bool moe = hs_model_arch_moe(mc), qwen_moe = is_qwen3_moe(mc->arch);
     const hf_family *fam = family_of(mc->arch, false);
     HS_ASSERT(fam);
     hs_json_key(j, "architectures");
@@ -41,7 +60,7 @@ static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_posit
     hs_json_kv_string(j, "model_type", fam->model_type);
     hs_json_kv_int(j, "vocab_size", mc->vocab_size);
     hs_json_kv_int(j, "hidden_size", mc->dim);
-    hs_json_kv_int(j, "intermediate_size", moe ? mc->moe.expert_ffn_dim : mc->ffn_dim);
+    hs_json_kv_int(j, "intermediate_size", moe && !qwen_moe ? mc->moe.expert_ffn_dim : mc->ffn_dim);
     hs_json_kv_int(j, "num_hidden_layers", mc->n_layers);
     hs_json_kv_int(j, "num_attention_heads", mc->n_heads);
     hs_json_kv_int(j, "num_key_value_heads", mc->n_kv_heads);
@@ -56,7 +75,9 @@ static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_posit
     hs_json_kv_double(j, "attention_dropout", 0.0, 15);
     if (hs_model_arch_qk_norm(mc)) hs_json_kv_bool(j, "use_sliding_window", false);
     hs_json_kv_string(j, "torch_dtype", dtype_name);
-    if (moe) {
+    if (qwen_moe) {
+        hf_write_qwen3_moe(j, mc);
+    } else if (moe) {
         hs_json_kv_int(j, "num_local_experts", mc->moe.num_experts);
         hs_json_kv_int(j, "num_experts_per_tok", mc->moe.top_k);
         hs_json_kv_double(j, "router_aux_loss_coef", mc->moe.aux_loss_coef, 15);
@@ -192,10 +213,57 @@ static hs_status hf_check_shape(const char *path, const hs_model_config *mc, boo
                             "\"num_attention_heads\") is odd; RoPE rotates pairs",
                             path, hs_model_head_dim(mc));
     if (moe && mc->moe.top_k > mc->moe.num_experts)
-        return hs_error_set(e, HS_ERR_FORMAT,
-                            "%s: \"num_experts_per_tok\" %d is more than \"num_local_experts\" %d",
-                            path, mc->moe.top_k, mc->moe.num_experts);
+        return hs_error_set(
+            e, HS_ERR_FORMAT, "%s: \"num_experts_per_tok\" %d is more than \"%s\" %d", path,
+            mc->moe.top_k, is_qwen3_moe(mc->arch) ? "num_experts" : "num_local_experts",
+            mc->moe.num_experts);
     return HS_OK;
+}
+
+/* Dense layers among the sparse ones (mlp_only_layers, decoder_sparse_step
+ * other than 1) are another network: refused, not ignored. */
+static hs_status hf_check_all_sparse(json_t *root, const char *path, hs_error *e) {
+    int step = 1;
+    if (hf_int(root, path, "decoder_sparse_step", false, 1, &step, e) != HS_OK) return e->code;
+    if (step != 1)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "%s: \"decoder_sparse_step\" is %d: dense MLP layers mixed among the "
+                            "MoE layers are not supported yet; hypershard's qwen3_moe has experts "
+                            "in every layer (decoder_sparse_step 1)",
+                            path, step);
+    json_t *only = json_object_get(root, "mlp_only_layers");
+    if (only && !json_is_null(only) && !json_is_array(only))
+        return hs_error_set(e, HS_ERR_FORMAT, "%s: \"mlp_only_layers\" must be a list", path);
+    if (only && json_is_array(only) && json_array_size(only) > 0)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "%s: \"mlp_only_layers\" lists %zu layers: dense MLP layers mixed "
+                            "among the MoE layers are not supported yet; hypershard's qwen3_moe "
+                            "has experts in every layer (mlp_only_layers [])",
+                            path, json_array_size(only));
+    return HS_OK;
+}
+
+/* Qwen3MoeConfig's expert fields, with transformers' defaults where it has
+ * them (norm_topk_prob false, router_aux_loss_coef 0.001). A missing count
+ * of experts is reported as num_local_experts. */
+static hs_status hf_read_qwen3_moe(json_t *root, const char *path, hs_model_config *mc,
+                                   hs_error *e) {
+    hs_status s = hf_check_all_sparse(root, path, e);
+    mc->moe.shared_expert_ffn_dim = 0;
+    mc->moe.norm_topk_prob = false;
+    mc->moe.aux_loss_coef = 0.001;
+    if (s == HS_OK)
+        s = hf_int(root, path, "moe_intermediate_size", true, 1, &mc->moe.expert_ffn_dim, e);
+    /* the Hub's configs say num_experts; transformers 5 writes it as
+     * num_local_experts (Qwen3MoeConfig's attribute_map) */
+    const char *experts = json_object_get(root, "num_experts") ? "num_experts"
+                                                               : "num_local_experts";
+    if (s == HS_OK) s = hf_int(root, path, experts, true, 1, &mc->moe.num_experts, e);
+    if (s == HS_OK) s = hf_int(root, path, "num_experts_per_tok", true, 1, &mc->moe.top_k, e);
+    if (s == HS_OK) s = hf_bool(root, path, "norm_topk_prob", &mc->moe.norm_topk_prob, e);
+    if (s == HS_OK)
+        s = hf_double(root, path, "router_aux_loss_coef", true, &mc->moe.aux_loss_coef, e);
+    return s == HS_OK ? hf_check_shape(path, mc, true, e) : s;
 }
 
 static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config *mc,
@@ -206,7 +274,7 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
     if (!fam)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: model_type \"%s\" is not supported; hypershard reads llama, "
-                            "mixtral and qwen3",
+                            "mixtral, qwen3 and qwen3_moe",
                             path, t);
     snprintf(mc->arch, sizeof mc->arch, "%s", fam->arch);
     bool moe = hs_model_arch_moe(mc);
@@ -235,6 +303,8 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
     mc->head_dim = derived ? 0 : head_dim;
     mc->ffn_dim = ffn;
     if (!moe) return hf_check_shape(path, mc, false, e);
+    if (is_qwen3_moe(mc->arch)) return hf_read_qwen3_moe(root, path, mc, e);
+    mc->moe.norm_topk_prob = true; /* Mixtral renormalises */
     mc->moe.expert_ffn_dim = ffn;
     mc->moe.shared_expert_ffn_dim = 0;
     if (s == HS_OK) s = hf_int(root, path, "num_local_experts", true, 1, &mc->moe.num_experts, e);
