@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Qwen3-MoE against Hugging Face transformers without torch: a random
+# Qwen3MoeForCausalLM written by transformers (tests/data/qwen3_moe_hf, 8
+# experts, top 2, norm_topk_prob false; made with its logits, losses and
+# gradients by tests/reference/make_qwen3_moe_reference.py) is imported by
+# `hypershard import`, re-exported bit for bit with a Qwen3-MoE config.json,
+# and `hypershard train --init-from` computes transformers' cross-entropy,
+# aux term (router_aux_loss_coef x load-balancing loss), logits and every
+# parameter's gradient (router and experts among them) on the 4 sequences
+# of tests/data/parity_tokens.hstk within 1e-4 (relative to each value and
+# to each tensor's largest magnitude). With model.moe.norm_topk_prob=true
+# it matches transformers' norm_topk_prob true instead. Negative controls:
+# either setting against the other's reference, and arch moe (no q_norm /
+# k_norm, Mixtral's names), must not pass; a config.json with dense layers
+# mixed in (mlp_only_layers, decoder_sparse_step) is refused with exit 2.
+# HS_TEST_TIMEOUT: 120
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_scratch qwen3_moe_hf
+data=$HS_SRC/tests/data
+hf=$data/qwen3_moe_hf
+
+run_logged "$work/import.txt" "$HS_BIN" import "$hf" --out "$work/export"
+grep -q "matches $hf/config.json: qwen3_moe model, 27 parameters" "$work/import.txt" ||
+    die "import: $(tail -2 "$work/import.txt")"
+python3 - "$hf" "$work/export" <<'PY'
+import json, struct, sys
+
+def tensors(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    head = json.loads(raw[8:8 + n])
+    head.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in head.items()}
+
+src, out = sys.argv[1], sys.argv[2]
+a, b = tensors(src + "/model.safetensors"), tensors(out + "/model.safetensors")
+assert a.keys() == b.keys(), set(a) ^ set(b)
+for k in a:
+    assert a[k] == b[k], f"{k} differs after import and export"
+assert a["model.layers.1.mlp.experts.7.gate_proj.weight"][1] == [24, 32]
+cfg = json.load(open(out + "/config.json"))
+want = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "head_dim": 16,
+        "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+        "norm_topk_prob": False, "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "router_aux_loss_coef": 0.01, "rope_theta": 1000000.0, "use_sliding_window": False}
+for k, v in want.items():
+    assert cfg[k] == v, (k, cfg.get(k), v)
+print(f"  import + export: {len(a)} tensors bit for bit, config.json Qwen3MoeForCausalLM")
+PY
+
+# train NAME ARGS...: one step from the imported weights, dumped.
+train() {
+    local name=$1
+    shift
+    run_logged "$work/$name.txt" "$HS_BIN" train "$data/parity_qwen3_moe.yaml" \
+        "data.path=$data/parity_tokens.hstk" --init-from "$hf" "train.out_dir=$work/$name" \
+        --dump "$work/$name/dump" "$@"
+}
+# check NAME REF: the run's losses, dumped logits and (when REF has them)
+# gradients against transformers'.
+check() {
+    python3 - "$data/$2" "$work/$1" <<'PY'
+import json, struct, sys
+
+def tensors(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    head = json.loads(raw[8:8 + n])
+    meta = head.pop("__metadata__", {})
+    out = {}
+    for k, v in head.items():
+        assert v["dtype"] == "F32", (path, k)
+        a, b = v["data_offsets"]
+        out[k] = (v["shape"], struct.unpack(f"<{(b - a) // 4}f", raw[8 + n + a:8 + n + b]))
+    return out, meta
+
+ref, _ = tensors(sys.argv[1])
+run = sys.argv[2]
+m = json.loads(open(run + "/metrics.jsonl").readline())
+ce_err = abs(m["loss"] - ref["ce"][1][0]) / abs(ref["ce"][1][0])
+aux_err = abs(m["aux_loss"] - ref["aux"][1][0]) / abs(ref["aux"][1][0])
+dumped, meta = tensors(run + "/dump/logits-step1.safetensors")
+seq = int(meta["sequence"])
+(S, T, V), logits = ref["logits"]
+want_l = logits[seq * T * V:(seq + 1) * T * V]
+ours = dumped["logits"][1]
+assert len(ours) == len(want_l), (len(ours), len(want_l))
+err = max(abs(p - q) for p, q in zip(ours, want_l)) / max(abs(q) for q in want_l)
+names = {k[len("grad."):] for k in ref if k.startswith("grad.")}
+worst, where = 0.0, "-"
+if names:
+    grads, _ = tensors(run + "/dump/grads-step1.safetensors")
+    assert names == set(grads), names ^ set(grads)
+    for k in sorted(names):
+        g, w = grads[k], ref["grad." + k]
+        assert g[0] == w[0], (k, g[0], w[0])
+        e = max(abs(p - q) for p, q in zip(g[1], w[1])) / max(abs(q) for q in w[1])
+        if e >= worst:
+            worst, where = e, k
+print(f"  {run.split('/')[-1]}: ce {m['loss']:.6f} vs {ref['ce'][1][0]:.6f} (rel {ce_err:.1e}), "
+      f"aux {m['aux_loss']:.7f} vs {ref['aux'][1][0]:.7f} (rel {aux_err:.1e}), logits of "
+      f"sequence {seq} max rel {err:.1e}, {len(names)} gradients max rel {worst:.1e} ({where})")
+sys.exit(0 if max(ce_err, aux_err, err, worst) < 1e-4 else 1)
+PY
+}
+
+train hf
+check hf ref_qwen3_moe_hf.safetensors || die "hypershard's Qwen3-MoE differs from transformers'"
+train norm model.moe.norm_topk_prob=true
+check norm ref_qwen3_moe_hf_norm.safetensors ||
+    die "norm_topk_prob true differs from transformers'"
+if check hf ref_qwen3_moe_hf_norm.safetensors; then die "norm_topk_prob was ignored"; fi
+if check norm ref_qwen3_moe_hf.safetensors; then die "norm_topk_prob was ignored"; fi
+# without q_norm / k_norm and with Mixtral's names the import itself may refuse
+rc=0
+"$HS_BIN" train "$data/parity_qwen3_moe.yaml" "data.path=$data/parity_tokens.hstk" \
+    --init-from "$hf" model.arch=moe model.moe.norm_topk_prob=true "train.out_dir=$work/moe" \
+    --dump "$work/moe/dump" > "$work/moe.txt" 2>&1 || rc=$?
+if [ "$rc" = 0 ] && check moe ref_qwen3_moe_hf_norm.safetensors; then
+    die "arch moe passed the comparison"
+fi
+
+# dense layers mixed in: refused with exit 2, naming the field
+for field in '"mlp_only_layers": [1]' '"decoder_sparse_step": 2'; do
+    mkdir -p "$work/dense"
+    cp "$hf/model.safetensors" "$work/dense/"
+    python3 - "$hf/config.json" "$work/dense/config.json" "$field" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+cfg.update(json.loads("{" + sys.argv[3] + "}"))
+json.dump(cfg, open(sys.argv[2], "w"))
+PY
+    rc=0
+    "$HS_BIN" import "$work/dense" > "$work/dense.txt" 2>&1 || rc=$?
+    [ "$rc" = 2 ] || die "import with $field: exit $rc, want 2: $(tail -2 "$work/dense.txt")"
+    key=${field%%:*}
+    grep -q "${key//\"/\\\"}.*not supported yet" "$work/dense.txt" ||
+        die "import with $field: $(tail -2 "$work/dense.txt")"
+done
+echo ok

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Builds the committed Qwen3-MoE reference for tests/cli/test_qwen3_moe_hf.sh
+with Hugging Face transformers (tests/reference/README.md):
+
+  tests/data/qwen3_moe_hf/        a random Qwen3MoeForCausalLM as
+                                  save_pretrained writes it (config.json,
+                                  model.safetensors), norm_topk_prob false
+  tests/data/ref_qwen3_moe_hf.safetensors
+                                  logits [4, 16, 256] of the four sequences of
+                                  tests/data/parity_tokens.hstk, their mean
+                                  token cross-entropy `ce` [1], the aux term
+                                  `aux` [1] (router_aux_loss_coef x
+                                  load_balancing_loss_func), and `grad.<name>`,
+                                  the gradient of ce + aux for every parameter
+                                  under the checkpoint's names (each expert's
+                                  gate_proj / up_proj / down_proj, split from
+                                  transformers' fused gate_up_proj and
+                                  down_proj)
+  tests/data/ref_qwen3_moe_hf_norm.safetensors
+                                  `logits`, `ce` and `aux` of the same weights
+                                  with norm_topk_prob true
+
+The model has the shape of tests/data/parity_qwen3_moe.yaml: Qwen3's
+attention (head_dim 16 on hidden_size 32, 4 query and 2 key/value heads,
+q_norm / k_norm) and 8 experts of moe_intermediate_size 24 in both layers,
+top 2 per token, router_aux_loss_coef 0.01. Weights are normal(0, 0.1) and
+every RMSNorm weight is 1 + normal(0, 0.2); the router is normal(0, 0.5) so
+the routing is far from uniform.
+
+Needs torch and transformers >= 5 (fused experts); run from the repository
+root:
+
+  /work/venv-ref/bin/python tests/reference/make_qwen3_moe_reference.py
+"""
+import argparse
+import os
+import struct
+
+import torch
+import transformers
+from safetensors.torch import save_file
+
+SEQ, T = 4, 16
+
+
+def read_tokens(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    magic, version, count = struct.unpack("<4sIQ", raw[:16])
+    assert magic == b"HSTK" and version == 1, path
+    return torch.tensor(struct.unpack(f"<{count}H", raw[16:16 + 2 * count]), dtype=torch.long)
+
+
+def build(seed, norm_topk_prob):
+    cfg = transformers.Qwen3MoeConfig(
+        vocab_size=256, hidden_size=32, intermediate_size=48, moe_intermediate_size=24,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        num_experts=8, num_experts_per_tok=2, norm_topk_prob=norm_topk_prob,
+        decoder_sparse_step=1, mlp_only_layers=[], router_aux_loss_coef=0.01,
+        rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
+        max_position_embeddings=64, initializer_range=0.1)
+    torch.manual_seed(seed)
+    model = transformers.Qwen3MoeForCausalLM._from_config(cfg, attn_implementation="eager",
+                                                          dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            elif name.endswith("mlp.gate.weight"):
+                p.copy_(0.5 * torch.randn_like(p))
+            else:
+                p.copy_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def run(model, ids):
+    out = model(input_ids=ids[:, :T], output_router_logits=True)
+    logits = out.logits.float()
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                           ids[:, 1:].reshape(-1))
+    aux = model.config.router_aux_loss_coef * out.aux_loss
+    return logits, ce, aux
+
+
+def grads(model):
+    """Every gradient under hypershard's names: the fused experts split."""
+    out = {}
+    for n, p in model.named_parameters():
+        g = p.grad.contiguous()
+        if n.endswith("mlp.experts.gate_up_proj"):
+            pre, half = n[:-len("gate_up_proj")], g.shape[1] // 2
+            for j in range(g.shape[0]):
+                out[f"grad.{pre}{j}.gate_proj.weight"] = g[j, :half].contiguous()
+                out[f"grad.{pre}{j}.up_proj.weight"] = g[j, half:].contiguous()
+        elif n.endswith("mlp.experts.down_proj"):
+            pre = n[:-len("down_proj")]
+            for j in range(g.shape[0]):
+                out[f"grad.{pre}{j}.down_proj.weight"] = g[j].contiguous()
+        else:
+            out["grad." + n] = g
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default="tests/data")
+    ap.add_argument("--seed", type=int, default=20260502)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    meta = {"transformers": transformers.__version__, "torch": torch.__version__}
+    ids = read_tokens(os.path.join(args.data, "parity_tokens.hstk")).view(SEQ, T + 1)
+    model = build(args.seed, False)
+    out = os.path.join(args.data, "qwen3_moe_hf")
+    model.save_pretrained(out, safe_serialization=True)
+    os.remove(os.path.join(out, "generation_config.json"))  # not read by hypershard
+    logits, ce, aux = run(model, ids)
+    (ce + aux).backward()
+    ref = {"logits": logits.detach().contiguous(), "ce": ce.detach().reshape(1),
+           "aux": aux.detach().reshape(1)}
+    ref.update(grads(model))
+    save_file(ref, os.path.join(args.data, "ref_qwen3_moe_hf.safetensors"), metadata=meta)
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}: "
+          f"ce {ce.item():.6f}, aux {aux.item():.6f}")
+    normed = build(args.seed, True)
+    logits, ce, aux = run(normed, ids)
+    ref = {"logits": logits.detach().contiguous(), "ce": ce.detach().reshape(1),
+           "aux": aux.detach().reshape(1)}
+    save_file(ref, os.path.join(args.data, "ref_qwen3_moe_hf_norm.safetensors"), metadata=meta)
+    print(f"norm_topk_prob true: ce {ce.item():.6f}, aux {aux.item():.6f}")
+
+
+if __name__ == "__main__":
+    main()
