@@ -4,7 +4,8 @@ writes and computes the same logits as hypershard (tests/reference/README.md).
 
 For each case (a tiny Llama with tied embeddings, GQA, rope_theta 5e5 and
 rms_norm_eps 1e-6; a tiny untied Llama; a tiny Mixtral-style MoE; a tiny
-Qwen3 tied, with head_dim 16 on dim 32, and untied) it trains
+Qwen3 tied, with head_dim 16 on dim 32, and untied; a tiny Qwen3-MoE with
+norm_topk_prob false and one with it true) it trains
 a few steps with `hypershard train --dump DIR` and a checkpoint after every
 step, then
 
@@ -82,6 +83,18 @@ CASES = {
             "n_kv_heads": 2, "ffn_dim": 64, "init_std": 0.1,
             "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_dim": 48,
                     "shared_expert_ffn_dim": 0, "aux_loss_coef": 0.02}},
+    # Qwen3-MoE: Qwen3's attention, 8 fine-grained experts, the top-k
+    # weights as the softmax gives them (norm_topk_prob false) and
+    # renormalised.
+    "qwen3_moe": {"arch": "qwen3_moe", "vocab_size": VOCAB, "dim": 32, "n_layers": 2,
+                  "n_heads": 4, "n_kv_heads": 2, "head_dim": 16, "ffn_dim": 64,
+                  "norm_eps": 1e-6, "rope_theta": 1000000.0, "init_std": 0.1,
+                  "moe": {"num_experts": 8, "top_k": 2, "expert_ffn_dim": 24,
+                          "norm_topk_prob": False, "aux_loss_coef": 0.01}},
+    "qwen3_moe_norm": {"arch": "qwen3_moe", "vocab_size": VOCAB, "dim": 48, "n_layers": 2,
+                       "n_heads": 6, "n_kv_heads": 3, "ffn_dim": 80, "init_std": 0.1,
+                       "moe": {"num_experts": 8, "top_k": 3, "expert_ffn_dim": 16,
+                               "norm_topk_prob": True, "aux_loss_coef": 0.01}},
 }
 
 
