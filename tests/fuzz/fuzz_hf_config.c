@@ -11,7 +11,7 @@
 #include "hypershard/ckpt.h"
 
 static void check(const hs_model_config *mc, int max_position) {
-    bool moe = !strcmp(mc->arch, "moe");
+    bool moe = hs_model_arch_moe(mc);
     bool ok =
         mc->vocab_size > 0 && mc->dim > 0 && mc->n_layers > 0 && mc->n_heads > 0 &&
         mc->n_kv_heads > 0 && mc->dim % mc->n_heads == 0 && mc->n_heads % mc->n_kv_heads == 0 &&
