@@ -34,21 +34,12 @@ root:
 """
 import argparse
 import os
-import struct
 
 import torch
 import transformers
 from safetensors.torch import save_file
 
-SEQ, T = 4, 16
-
-
-def read_tokens(path):
-    with open(path, "rb") as f:
-        raw = f.read()
-    magic, version, count = struct.unpack("<4sIQ", raw[:16])
-    assert magic == b"HSTK" and version == 1, path
-    return torch.tensor(struct.unpack(f"<{count}H", raw[16:16 + 2 * count]), dtype=torch.long)
+from make_qwen3_reference import SEQ, T, read_tokens
 
 
 def build(seed, norm_topk_prob):
