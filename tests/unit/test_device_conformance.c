@@ -405,7 +405,8 @@ static void run_moe_permute_bwd(const kcase *c, outs *o) {
 }
 
 /* d = {N, K, C, E, aux}: the combine's backward (grouped rows in reverse
- * pair order) and the router's from probabilities that sum to 1 per token,
+ * pair order) and the router's, renormalised and not, from probabilities
+ * that sum to 1 per token,
  * token t choosing experts t, t + 1, ... (mod E), with the aux-loss
  * gradient when aux. */
 static void run_moe_bwd(const kcase *c, outs *o) {
@@ -429,6 +430,9 @@ static void run_moe_bwd(const kcase *c, outs *o) {
     c->k->moe_combine_bwd(c->s, dyg, dw, dout, y, c->dt, pair_row, w, N, K, C, ws);
     c->k->moe_route_bwd(c->s, dp, probs, sel, dw, aux, N, E, K, true);
     put(o, dyg, HS_DTYPE_F32, P * C), put(o, dw, HS_DTYPE_F32, P), put(o, dp, HS_DTYPE_F32, N * E);
+    /* the weights as the softmax gave them (Qwen3-MoE's norm_topk_prob false) */
+    c->k->moe_route_bwd(c->s, dp, probs, sel, dw, aux, N, E, K, false);
+    put(o, dp, HS_DTYPE_F32, N * E);
     free(pair_row), free(sel), free(dout), free(w), free(y), free(dyg), free(dw), free(ws);
     free(probs), free(aux), free(dp);
 }
