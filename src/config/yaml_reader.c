@@ -203,7 +203,11 @@ static bool read_blend_entry(reader *r, const hs_cfg_key *k, int index, yaml_mar
     char *held[2] = {NULL, NULL};
     for (;;) {
         yaml_event_t key, val;
-        if (!next(r, &key)) return false;
+        /* a broken document ends the entry; what it held is freed below */
+        if (!next(r, &key)) {
+            ok = false;
+            break;
+        }
         if (key.type == YAML_MAPPING_END_EVENT) {
             yaml_event_delete(&key);
             break;
@@ -221,7 +225,10 @@ static bool read_blend_entry(reader *r, const hs_cfg_key *k, int index, yaml_mar
         ok = ok && which >= 0 && !have[which];
         yaml_mark_t km = key.start_mark;
         skip_node(r, &key);
-        if (!next(r, &val)) break;
+        if (!next(r, &val)) {
+            ok = false;
+            break;
+        }
         hs_cfg_scalar s;
         char sub[64];
         snprintf(sub, sizeof sub, "%s[%d].%s", k->path, index, which >= 0 ? names[which] : "?");
