@@ -2,7 +2,8 @@
  *
  * Input: config.json text. Every input must read or fail with a message
  * naming the file; one that reads must give a model config whose sizes are
- * positive and whose heads divide, as the model builder expects. */
+ * positive, whose heads divide and whose head size is even, as the model
+ * builder expects. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,10 +13,13 @@
 
 static void check(const hs_model_config *mc, int max_position) {
     bool moe = hs_model_arch_moe(mc);
+    /* the head size: head_dim when the file gives one (any width of the
+     * queries), else dim / n_heads, which must divide; even for RoPE */
+    bool heads = mc->n_heads > 0 && (mc->head_dim > 0 || mc->dim % mc->n_heads == 0);
+    int hd = heads ? hs_model_head_dim(mc) : 0;
     bool ok =
-        mc->vocab_size > 0 && mc->dim > 0 && mc->n_layers > 0 && mc->n_heads > 0 &&
-        mc->n_kv_heads > 0 && mc->dim % mc->n_heads == 0 && mc->n_heads % mc->n_kv_heads == 0 &&
-        max_position >= 0 &&
+        mc->vocab_size > 0 && mc->dim > 0 && mc->n_layers > 0 && heads && hd > 0 && hd % 2 == 0 &&
+        mc->n_kv_heads > 0 && mc->n_heads % mc->n_kv_heads == 0 && max_position >= 0 &&
         (!moe || (mc->moe.num_experts > 0 && mc->moe.top_k > 0 &&
                   mc->moe.top_k <= mc->moe.num_experts && mc->moe.shared_expert_ffn_dim >= 0));
     if (!ok) {
