@@ -90,9 +90,8 @@ hs_status hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int
 hs_status hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, int *slots,
                       hs_error *e) {
     /* hs_config_validate bounds the schedule (HS_PP_MAX_ACTIONS). */
-    int64_t actions;
-    HS_ASSERT(M >= 1 && V >= 1 && hs_prod_i64((const int64_t[]){3, M, V}, 3, &actions));
-    actions = hs_pp_schedule_length(kind, M, V);
+    HS_ASSERT(M >= 1 && V >= 1 && (int64_t)M * V <= HS_PP_MAX_ACTIONS);
+    int64_t actions = hs_pp_schedule_length(kind, M, V);
     HS_ASSERT(actions <= HS_PP_MAX_ACTIONS);
     int n = (int)actions, most = 1;
     hs_pp_action *a = malloc(sizeof *a * (size_t)n);
