@@ -571,6 +571,30 @@ static void test_pp_1f1b_needs_a_micro_batch_per_stage(void **state) {
     expect_ok(check(4, OV("accelerator.pp_size=2", "accelerator.pp_schedule=gpipe")));
 }
 
+/* zbv runs exactly two chunks per stage; zb1p and zbv need a micro-batch
+ * per stage as 1F1B does, and zb1p has one chunk per stage. */
+static void test_pp_zero_bubble_schedules_check_their_chunks_and_batch(void **state) {
+    (void)state;
+    expect_ok(check(2, OV("accelerator.pp_size=2", "accelerator.pp_schedule=zb1p")));
+    expect_ok(check(2, OV("accelerator.pp_size=2", "accelerator.pp_schedule=zbv",
+                          "accelerator.pp_virtual_stages=2")));
+    expect_only_error(check(2, OV("accelerator.pp_size=2", "accelerator.pp_schedule=zbv")),
+                      "accelerator.pp_schedule = zbv runs two model chunks per stage in a V "
+                      "(stage s holds chunks s and 2 x pp_size - 1 - s), so it needs "
+                      "accelerator.pp_virtual_stages: 2, got 1; set it to 2");
+    expect_error(check(2, OV("accelerator.pp_size=2", "accelerator.pp_schedule=zbv",
+                             "accelerator.pp_virtual_stages=3", "model.n_layers=6")),
+                 "accelerator.pp_virtual_stages: 2, got 3");
+    expect_error(check(2, OV("accelerator.pp_size=2", "accelerator.pp_schedule=zb1p",
+                             "accelerator.pp_virtual_stages=2")),
+                 "accelerator.pp_virtual_stages = 2 needs accelerator.pp_schedule: "
+                 "interleaved_1f1b or zbv");
+    expect_error(check(4, OV("accelerator.pp_size=2", "accelerator.pp_schedule=zb1p",
+                             "train.global_batch_size=16")),
+                 "accelerator.pp_schedule = zb1p needs at least accelerator.pp_size = 2 "
+                 "micro-batches per step");
+}
+
 static void test_pp_refuses_what_stages_do_not_share(void **state) {
     (void)state;
     /* MoE runs: its statistics travel with the hand-over */
@@ -769,6 +793,7 @@ int main(void) {
         cmocka_unit_test(test_pp_stages_split_evenly_with_extra_blocks_in_the_middle),
         cmocka_unit_test(test_pp_layers_must_match_the_stages_and_the_model),
         cmocka_unit_test(test_pp_1f1b_needs_a_micro_batch_per_stage),
+        cmocka_unit_test(test_pp_zero_bubble_schedules_check_their_chunks_and_batch),
         cmocka_unit_test(test_pp_refuses_what_stages_do_not_share),
         cmocka_unit_test(test_all_violated_rules_are_reported_together),
         cmocka_unit_test(test_default_config_is_valid_and_silent_on_one_rank),
