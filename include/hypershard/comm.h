@@ -62,6 +62,16 @@
  *   communication thread that cannot report a failure, an issue that finds
  *   no memory for its work item, a hook inside the model, and a command
  *   whose error may be on its rank alone all go through it.
+ * - Fingerprints: every rank folds each collective it issues on a group
+ *   (group, op, dtype, reduction or root, element count, sequence number;
+ *   not send / recv, and not all_to_allv's per-rank counts) into that
+ *   group's running hash, in issue order. hs_comm_check compares them over
+ *   every group's members; a difference ends the job (every rank, exit code
+ *   of HS_ERR_COMM) with one message naming the first collective that
+ *   differs on each side. hs_comm_set_check_each(c, true) also compares each
+ *   collective over its group before it runs (a debug mode: one more small
+ *   all-gather per collective). A watchdog timeout's message carries the
+ *   same comparison for the hung group.
  * - Every executed collective is counted in the trace (hs_trace_count) with
  *   op names "all_gather", "reduce_scatter", "all_reduce", "broadcast",
  *   "all_to_all", "all_to_allv", "send", "recv", "barrier", and recorded as a
@@ -209,6 +219,17 @@ hs_status hs_pg_barrier(hs_pg *g, hs_error *e);
  * get "<what> failed on rank R: <its message>", so whichever rank reports
  * prints the real reason. */
 hs_status hs_pg_agree(hs_pg *g, hs_status mine, const char *what, hs_error *e);
+
+/* Collective over the world: compare every group's collective fingerprint
+ * over its members (one all-gather of 24 bytes per group and rank). When
+ * they differ the job ends here with a message naming, for the first
+ * group that differs, the first collective that differs on each side
+ * ("when", e.g. "after step 100", says where the check ran). Returns an
+ * error only when the check itself fails. */
+hs_status hs_comm_check(hs_comm *c, const char *when, hs_error *e);
+/* Compare each collective's fingerprint over its group before it runs
+ * (every rank must set the same). */
+void hs_comm_set_check_each(hs_comm *c, bool on);
 
 /* Gather every rank's trace to world rank 0, align clocks (offsets measured
  * after a barrier) and write one Chrome trace file for all ranks (pid =

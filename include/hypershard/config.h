@@ -184,6 +184,7 @@ typedef struct hs_metrics_config {
 
 typedef struct hs_comm_config {
     double timeout_s;
+    int check_every; /* steps between collective fingerprint checks; 0: off; 1: debug mode */
 } hs_comm_config;
 
 typedef struct hs_compile_config {

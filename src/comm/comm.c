@@ -90,7 +90,8 @@ hs_status hs_comm_init(hs_comm **out, int *argc, char ***argv, const hs_comm_opt
     hs_pool_init(&c->pool, "comm_staging");
     hs_comm_set_timeout(c, opt->timeout_s);
     c->local_ranks = count_local_ranks();
-    st = c->trace ? create_world(c, e) : HS_ERR_OOM;
+    st = hs_fp_fault_init(c, e);
+    if (st == HS_OK) st = c->trace ? create_world(c, e) : HS_ERR_OOM;
     if (st == HS_OK) st = hs_comm_queue_start(c, e);
     if (st == HS_OK) {
         st = hs_watchdog_start(c, e);

@@ -81,6 +81,54 @@ typedef struct hs_pg_backend {
 
 typedef struct hs_queue hs_queue;
 
+/* ------------------------------------------------ fingerprints (fingerprint.c)
+ * Every collective (not send / recv) issued on a group is folded, in issue
+ * order, into a running hash of (op, dtype, reduction or root, element
+ * count, sequence number); the members of a group must end up with the
+ * same hash. The last HS_FP_RING collectives are kept to name the first
+ * one that differs. */
+#define HS_FP_RING 64
+
+typedef struct hs_fp_entry {
+    int64_t seq;   /* sequence number on the group */
+    int64_t desc;  /* op | dtype << 8 | (reduction or broadcast root + 1) << 16 */
+    int64_t count; /* elements; -1 where ranks may differ (all_to_allv) */
+    int64_t hash;  /* the group's running hash after this collective */
+} hs_fp_entry;
+
+typedef struct hs_fp {
+    int64_t hash;                 /* over every collective issued on the group */
+    int64_t agreed;               /* collectives the last check found alike on every member */
+    hs_fp_entry ring[HS_FP_RING]; /* collective seq at seq % HS_FP_RING */
+} hs_fp;
+
+/* What one rank knows of one group's fingerprint: count -1 when it is no
+ * member; entries[0 .. n) are its last collectives, oldest first. */
+typedef struct hs_fp_view {
+    int world_rank;
+    int64_t count, hash, agreed;
+    const hs_fp_entry *entries;
+    int n;
+} hs_fp_view;
+
+/* A fault a test asks for (HS_COMM_TEST_FAULT=KIND:RANK:GROUP:SEQ): on
+ * world rank RANK, collective SEQ on GROUP is not issued at all (skip),
+ * issued with one element fewer (count), or, a reduction, with SUM for
+ * another reduction and AVG for SUM (reduce). */
+typedef enum hs_fp_fault_kind {
+    HS_FP_FAULT_SKIP = 0,
+    HS_FP_FAULT_COUNT,
+    HS_FP_FAULT_REDUCE
+} hs_fp_fault_kind;
+
+typedef struct hs_fp_fault {
+    bool armed;
+    hs_fp_fault_kind kind;
+    int rank;
+    char group[HS_COMM_NAME_MAX];
+    int64_t seq;
+} hs_fp_fault;
+
 struct hs_pg {
     hs_comm *comm;
     hs_queue *queue; /* the queue its collectives run on, fixed at creation */
@@ -92,12 +140,15 @@ struct hs_pg {
     int *world_ranks; /* [size] */
     int64_t next_seq; /* collectives issued on this group (under queue->mu) */
     int64_t next_p2p; /* send/recv issued on this group (under queue->mu) */
+    hs_fp fp;         /* its collectives' fingerprint (under queue->mu) */
+    int64_t *fp_all;  /* [size * 4] per-collective comparison (its executing thread) */
 };
 
 struct hs_work {
     hs_pg *pg;
     hs_coll_args args;
-    int64_t seq; /* per-group sequence number (collective or p2p counter) */
+    int64_t seq;    /* per-group sequence number (collective or p2p counter) */
+    hs_fp_entry fp; /* its fingerprint entry (collectives only) */
     hs_status status;
     hs_error *err; /* allocated only when the work fails */
     bool done;
@@ -172,7 +223,11 @@ struct hs_comm {
 
     _Atomic double timeout_s;
     hs_watchdog *watchdog;
-    int local_ranks; /* ranks on this node, for BLAS threads */
+    /* Compare every collective's fingerprint entry over its group before it
+     * runs (comm.check_every = 1). */
+    atomic_bool fp_each;
+    hs_fp_fault fault; /* set at init from the environment, fired once */
+    int local_ranks;   /* ranks on this node, for BLAS threads */
 };
 
 /* --------------------------------------------------------- queues (work.c) */
@@ -193,6 +248,29 @@ hs_status hs_comm_run(hs_pg *g, const hs_coll_args *a, hs_error *e);
 hs_comm_current hs_comm_current_get(hs_comm *c, hs_comm_queue q);
 /* The group name of a slot ("?" when unknown). */
 const char *hs_comm_slot_name(const hs_comm *c, int slot);
+
+/* ------------------------------------------- fingerprints (fingerprint.c) */
+/* Reads HS_COMM_TEST_FAULT into c->fault (malformed: HS_ERR_USAGE). */
+hs_status hs_fp_fault_init(hs_comm *c, hs_error *e);
+/* Under g->queue->mu, before a is numbered: the test fault, when this is
+ * its collective. Returns true when a must not be issued at all; may
+ * shrink a->count. */
+bool hs_fp_fault_apply(hs_pg *g, hs_coll_args *a);
+/* Under g->queue->mu: fold collective a, numbered seq, into g's
+ * fingerprint; *entry gets its entry. */
+void hs_fp_issue(hs_pg *g, const hs_coll_args *a, int64_t seq, hs_fp_entry *entry);
+/* On the thread executing w, before it runs, when c->fp_each: compare w's
+ * entry with every member's over w's group; a difference ends the job. */
+hs_status hs_fp_compare_each(hs_pg *g, const hs_fp_entry *mine, hs_error *e);
+/* Under g->queue->mu: g's fingerprint as seen by this rank, with its last
+ * `max` entries copied to out (max <= HS_FP_RING). */
+hs_fp_view hs_fp_view_of(const hs_pg *g, hs_fp_entry *out, int max);
+/* Writes to buf the first collective where a and b differ, as
+ * "group 'G', sequence S: world rank A issued OP DT x N; world rank B ...".
+ * Returns false when the views agree, or with behind_ok when they differ
+ * only in that one side has issued fewer (a rank still on its way). */
+bool hs_fp_describe(const char *group, const hs_fp_view *a, const hs_fp_view *b, bool behind_ok,
+                    char *buf, size_t cap);
 
 /* ------------------------------------------------ reductions (reduce.c) */
 /* dst[i] = round_dt(fp32(a[i]) (op) fp32(b[i])) for n elements: one

@@ -221,5 +221,6 @@ void hs_pg_free(hs_pg *g) {
     if (!g) return;
     g->backend->destroy(g->ctx);
     free(g->world_ranks);
+    free(g->fp_all);
     free(g);
 }

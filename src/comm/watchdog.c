@@ -41,6 +41,7 @@
 #define ASK_CLAIM 1
 #define ASK_FAILED 2 /* "I am ending the job": print the one line pointing at me */
 #define ASK_END 3    /* "the job ends with this exit code": exit now, silently */
+#define ASK_FP 4     /* "your fingerprint of group slot s" (fingerprint.c) */
 #define POLL_S 0.02
 /* The job must end within 2 s of the timeout: the claim, the survey and the
  * notice share that budget with MPI_Abort's own teardown. A live watchdog
@@ -56,6 +57,11 @@
 /* A reply to ASK_STATE: entered seq on the slot, the queue of the slot's
  * group, then that queue's current work. */
 enum { R_ENTERED, R_QUEUE, R_BUSY, R_OP, R_SLOT, R_SEQ, R_PEER, R_ELAPSED_MS, R_IN_FLIGHT, R_LEN };
+/* A reply to ASK_FP: count (-1: no member), hash, agreed, n, then the last
+ * n <= FP_ENTRIES entries of the slot's fingerprint, oldest first. */
+#define FP_ENTRIES 16
+#define FP_LEN (4 + 4 * FP_ENTRIES)
+#define FP_LINES 4 /* groups compared in one report, at most */
 
 struct hs_watchdog {
     hs_comm *c;
@@ -74,6 +80,8 @@ struct hs_watchdog {
     int64_t (*rep)[R_LEN], (*asked_rep)[R_LEN];
     bool *answered, *behind, *asked_ok;
     hs_error *report;
+    int64_t fp_rep[FP_LEN];
+    hs_fp_entry fp_mine[FP_ENTRIES];
 };
 
 /* The queue of the group in `slot` on this rank (the default queue when
@@ -83,6 +91,24 @@ static hs_comm_queue slot_queue(const hs_comm *c, int slot) {
     if (slot < 0 || slot >= atomic_load(&c->nslots) || !c->groups[slot].pg)
         return HS_COMM_QUEUE_DEFAULT;
     return hs_pg_queue(c->groups[slot].pg);
+}
+
+/* This rank's fingerprint of the group in the slot asked about. */
+static void answer_fp(hs_watchdog *wd, int src) {
+    hs_comm *c = wd->c;
+    int slot = (int)wd->ask_buf[1];
+    int64_t reply[FP_LEN] = {-1};
+    const hs_pg *g = slot >= 0 && slot < atomic_load(&c->nslots) ? c->groups[slot].pg : NULL;
+    if (g) {
+        hs_fp_entry mine[FP_ENTRIES];
+        pthread_mutex_lock(&g->queue->mu);
+        hs_fp_view v = hs_fp_view_of(g, mine, FP_ENTRIES);
+        pthread_mutex_unlock(&g->queue->mu);
+        reply[0] = v.count, reply[1] = v.hash, reply[2] = v.agreed, reply[3] = v.n;
+        memcpy(reply + 4, mine, (size_t)v.n * sizeof *mine);
+    }
+    /* Under a kilobyte: sent eagerly, never blocks on the asker. */
+    MPI_Send(reply, FP_LEN, MPI_INT64_T, src, TAG_REPLY(ASK_FP), wd->comm);
 }
 
 static void answer(hs_watchdog *wd, int src) {
@@ -100,6 +126,10 @@ static void answer(hs_watchdog *wd, int src) {
                 c->rank, c->size, (long long)wd->ask_buf[1]);
         fflush(stderr);
         MPI_Send(reply, 1, MPI_INT64_T, src, TAG_ACK, wd->comm);
+        return;
+    }
+    if (wd->ask_buf[0] == ASK_FP) {
+        answer_fp(wd, src);
         return;
     }
     if (wd->ask_buf[0] == ASK_CLAIM) {
@@ -145,13 +175,14 @@ static void sleep_s(double s) {
  * `deadline`, serving other ranks' questions meanwhile. answered[i] tells
  * who replied in time. */
 static void ask_ranks(hs_watchdog *wd, int kind, int slot, const int *ranks, int n, double deadline,
-                      int64_t (*replies)[R_LEN], bool *answered) {
+                      int64_t *replies, int len, bool *answered) {
     HS_ASSERT(n <= wd->c->size);
     MPI_Request *req = wd->req;
     int64_t ask[2] = {kind, slot};
     for (int i = 0; i < n; i++) {
         answered[i] = false;
-        MPI_Irecv(replies[i], R_LEN, MPI_INT64_T, ranks[i], TAG_REPLY(kind), wd->comm, &req[i]);
+        MPI_Irecv(replies + (size_t)i * (size_t)len, len, MPI_INT64_T, ranks[i], TAG_REPLY(kind),
+                  wd->comm, &req[i]);
         MPI_Send(ask, 2, MPI_INT64_T, ranks[i], TAG_ASK, wd->comm);
     }
     int left = n;
@@ -186,7 +217,8 @@ static bool claim_report(hs_watchdog *wd) {
         }
         int64_t reply[1][R_LEN];
         bool answered;
-        ask_ranks(wd, ASK_CLAIM, 0, &arbiter, 1, hs_now() + CLAIM_WAIT_S, reply, &answered);
+        ask_ranks(wd, ASK_CLAIM, 0, &arbiter, 1, hs_now() + CLAIM_WAIT_S, reply[0], R_LEN,
+                  &answered);
         if (answered) return reply[0][0] != 0;
     }
     return true; /* no arbiter answers: report anyway */
@@ -263,7 +295,7 @@ static void survey_hop(hs_watchdog *wd, survey *v, int i, int slot, int hung_slo
     } else if (atomic_load(&wd->silent[v->ranks[i]])) {
         v->answered[i] = false;
     } else {
-        ask_ranks(wd, ASK_STATE, slot, &v->ranks[i], 1, hs_now() + CLAIM_WAIT_S, &v->rep[i],
+        ask_ranks(wd, ASK_STATE, slot, &v->ranks[i], 1, hs_now() + CLAIM_WAIT_S, v->rep[i], R_LEN,
                   &v->answered[i]);
     }
 }
@@ -284,7 +316,7 @@ static void survey_p2p(hs_watchdog *wd, survey *v, hs_comm_current cur, const hs
     int nasked = 0;
     for (int i = 0; i < g->size; i++)
         if (g->world_ranks[i] != self) asked[nasked++] = g->world_ranks[i];
-    ask_ranks(wd, ASK_STATE, cur.slot, asked, nasked, deadline, rep, ok);
+    ask_ranks(wd, ASK_STATE, cur.slot, asked, nasked, deadline, rep[0], R_LEN, ok);
     int slot = cur.slot, next = cur.peer_world;
     while (next != self && !survey_has(v, next) && v->n < wd->c->size) {
         int i = v->n++;
@@ -311,7 +343,7 @@ static survey survey_take(hs_watchdog *wd, hs_comm_current cur, const hs_pg *g, 
     }
     for (int i = 0; i < g->size; i++)
         if (g->world_ranks[i] != wd->c->rank) v.ranks[v.n++] = g->world_ranks[i];
-    ask_ranks(wd, ASK_STATE, cur.slot, v.ranks, v.n, deadline, v.rep, v.answered);
+    ask_ranks(wd, ASK_STATE, cur.slot, v.ranks, v.n, deadline, v.rep[0], R_LEN, v.answered);
     for (int i = 0; i < v.n; i++) v.behind[i] = !v.answered[i] || v.rep[i][R_ENTERED] < cur.seq;
     return v;
 }
@@ -334,6 +366,43 @@ static int survey_list(const survey *v, bool which, int self, char *buf, size_t 
         if (len + 16 < cap) len += (size_t)snprintf(buf + len, cap - len, " %d", v->ranks[i]);
     }
     return count;
+}
+
+/* One report line when this rank's fingerprint of `slot` and world rank
+ * `rank`'s differ other than by rank being behind. Returns true when it
+ * added one. */
+static bool fp_line(hs_watchdog *wd, int slot, int rank) {
+    const hs_comm *c = wd->c;
+    const hs_pg *g = c->groups[slot].pg;
+    if (!g || atomic_load(&wd->silent[rank])) return false;
+    bool answered = false;
+    ask_ranks(wd, ASK_FP, slot, &rank, 1, hs_now() + CLAIM_WAIT_S, wd->fp_rep, FP_LEN, &answered);
+    const int64_t *r = wd->fp_rep;
+    if (!answered || r[0] < 0 || r[3] < 0 || r[3] > FP_ENTRIES) return false;
+    pthread_mutex_lock(&g->queue->mu);
+    hs_fp_view mine = hs_fp_view_of(g, wd->fp_mine, FP_ENTRIES);
+    pthread_mutex_unlock(&g->queue->mu);
+    hs_fp_view theirs = {rank, r[0], r[1], r[2], (const hs_fp_entry *)(r + 4), (int)r[3]};
+    char what[768];
+    if (!hs_fp_describe(g->name, &mine, &theirs, true, what, sizeof what)) return false;
+    hs_error_append(wd->report, HS_ERR_TIMEOUT, "  collective fingerprints differ: %s", what);
+    return true;
+}
+
+/* The fingerprints of the hung group and of the groups the ranks not
+ * arrived are busy on, compared with theirs: a collective skipped or of
+ * another size on one side shows as the first entry that differs. */
+static void fp_lines(hs_watchdog *wd, const survey *v, int hung_slot) {
+    int lines = 0;
+    for (int i = 0; i < v->n && lines < FP_LINES; i++) {
+        if (!v->behind[i] || !v->answered[i]) continue;
+        const int64_t *r = v->rep[i];
+        lines += fp_line(wd, hung_slot, v->ranks[i]);
+        bool elsewhere = r[R_BUSY] && !hs_comm_op_is_p2p((hs_comm_op)r[R_OP]) &&
+                         r[R_SLOT] != hung_slot && r[R_SLOT] >= 0 &&
+                         r[R_SLOT] < atomic_load(&wd->c->nslots);
+        if (elsewhere && lines < FP_LINES) lines += fp_line(wd, (int)r[R_SLOT], v->ranks[i]);
+    }
 }
 
 static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeout,
@@ -366,9 +435,11 @@ static void report_and_abort(hs_watchdog *wd, hs_comm_current cur, double timeou
                             (long long)v.rep[i][R_ENTERED], g->name, why);
         else hs_error_append(e, HS_ERR_TIMEOUT, "  world rank %d: %s", v.ranks[i], why);
     }
-    if (!p2p)
+    if (!p2p) {
         hs_error_append(e, HS_ERR_TIMEOUT, "  arrived: world rank%s%s", narrived > 1 ? "s" : "",
                         arrived);
+        fp_lines(wd, &v, cur.slot);
+    }
     hs_error_append(
         e, HS_ERR_TIMEOUT, "  fix: %s; if the wait is legitimate, raise comm.timeout_s",
         p2p ? "every send needs the peer's matching recv (same group, tag and size), "

@@ -101,11 +101,14 @@ static hs_status work_count(hs_comm *c, const hs_work *w, hs_status st, hs_error
  * outcome. */
 static hs_status work_exec(hs_comm *c, const hs_work *w, hs_error *err) {
     hs_pg *g = w->pg;
-    if (!hs_comm_op_is_p2p(w->args.op)) atomic_store(&c->entered[g->slot], w->seq);
+    bool p2p = hs_comm_op_is_p2p(w->args.op);
+    if (!p2p) atomic_store(&c->entered[g->slot], w->seq);
     hs_error_clear(err);
     double t0 = hs_now();
+    hs_status st = !p2p && atomic_load(&c->fp_each) ? hs_fp_compare_each(g, &w->fp, err) : HS_OK;
+    if (st != HS_OK) return work_count(c, w, st, err);
     if (w->args.dev) hs_device_host_access_begin(w->args.dev);
-    hs_status st = g->backend->exec(g->ctx, &w->args, err);
+    st = g->backend->exec(g->ctx, &w->args, err);
     if (w->args.dev) hs_device_host_access_end(w->args.dev);
     double t1 = hs_now();
     st = work_count(c, w, st, err);
@@ -298,9 +301,15 @@ void hs_comm_queue_stop(hs_comm *c) {
     }
 }
 
-/* Under g->queue->mu: the next sequence number of a's kind on g. */
-static int64_t next_seq(hs_pg *g, const hs_coll_args *a) {
-    return hs_comm_op_is_p2p(a->op) ? ++g->next_p2p : ++g->next_seq;
+/* Under g->queue->mu: number w by the next sequence number of its kind on
+ * g; a collective goes into g's fingerprint. */
+static void number(hs_pg *g, hs_work *w) {
+    if (hs_comm_op_is_p2p(w->args.op)) {
+        w->seq = ++g->next_p2p;
+        return;
+    }
+    w->seq = ++g->next_seq;
+    hs_fp_issue(g, &w->args, w->seq, &w->fp);
 }
 
 hs_work *hs_comm_enqueue(hs_pg *g, const hs_coll_args *a) {
@@ -317,7 +326,12 @@ hs_work *hs_comm_enqueue(hs_pg *g, const hs_coll_args *a) {
     pthread_mutex_lock(&q->mu);
     if (q->stopping)
         hs_panic("%s issued on group '%s' after hs_comm_finalize", hs_comm_op_name(a->op), g->name);
-    w->seq = next_seq(g, a);
+    if (hs_fp_fault_apply(g, &w->args)) { /* done without running */
+        w->done = true;
+        pthread_mutex_unlock(&q->mu);
+        return w;
+    }
+    number(g, w);
     if (q->tail) q->tail->next = w;
     else q->head = w;
     q->tail = w;
@@ -340,7 +354,11 @@ hs_status hs_comm_run(hs_pg *g, const hs_coll_args *a, hs_error *e) {
         return hs_work_wait(hs_comm_enqueue(g, a), e);
     }
     hs_work w = {.pg = g, .args = *a};
-    w.seq = next_seq(g, a);
+    if (hs_fp_fault_apply(g, &w.args)) {
+        pthread_mutex_unlock(&q->mu);
+        return HS_OK;
+    }
+    number(g, &w);
     current_set(q, &w);
     pthread_mutex_unlock(&q->mu);
     hs_error scratch;

@@ -308,6 +308,10 @@ static const hs_cfg_key keys[] = {
     /* comm */
     KFLOAT("comm.timeout_s", comm.timeout_s, "600", GT, 0, 0,
            "seconds a collective may take before the run fails with a timeout"),
+    KINT("comm.check_every", comm.check_every, "100", GE, 0,
+         "steps between collective fingerprint checks (the ranks compare what collectives they "
+         "issued; a mismatch ends the run naming both sides); 0: off; 1: every step and every "
+         "collective before it runs (debug mode, slower)"),
 
     /* compile */
     KBOOL("compile.fullgraph", compile.fullgraph, "false",

@@ -239,6 +239,13 @@ static hs_status trainer_stop(hs_trainer *t, int step, int sig, hs_error *e) {
                         dir[0] ? " (resume with checkpoint.resume: auto)" : "");
 }
 
+/* Every comm.check_every steps the ranks compare the collectives they
+ * issued (hs_comm_check); a mismatch ends the run there. */
+static bool fingerprint_due(const hs_trainer *t, int step) {
+    int every = t->cfg->comm.check_every;
+    return every > 0 && step % every == 0;
+}
+
 static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
     t->t_start = hs_now();
     if (hs_dump_dir(t)) { /* the weights this run starts from: step 0, or a resumed step */
@@ -252,6 +259,11 @@ static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
         if (s == HS_OK && eval_due(t, step)) {
             s = hs_evaluate(t, &r.val_loss, e);
             r.has_val = true;
+        }
+        if (s == HS_OK && fingerprint_due(t, step)) {
+            char when[48];
+            snprintf(when, sizeof when, "after step %d", step);
+            s = hs_comm_check(t->comm, when, e);
         }
         if (s != HS_OK) return s;
         hs_metrics_write(t, &r);
@@ -302,6 +314,8 @@ hs_status hs_train_run(const hs_config *cfg, const hs_topology *topo, hs_comm *c
                     .log = log,
                     .trace = hs_comm_trace(comm),
                     .rank0 = hs_comm_rank(comm) == 0};
+    /* comm.check_every = 1: each collective is compared before it runs. */
+    hs_comm_set_check_each(comm, cfg->comm.check_every == 1);
     hs_status s = hs_trainer_open(&t, e);
     if (s == HS_OK) {
         trainer_announce(&t);
