@@ -64,8 +64,11 @@ void hs_fp_issue(hs_pg *g, const hs_coll_args *a, int64_t seq, hs_fp_entry *entr
 
 hs_fp_view hs_fp_view_of(const hs_pg *g, hs_fp_entry *out, int max) {
     HS_ASSERT(max >= 0 && max <= HS_FP_RING);
-    hs_fp_view v = {.world_rank = g->comm->rank, .count = g->next_seq, .hash = g->fp.hash,
-                    .agreed = g->fp.agreed, .entries = out};
+    hs_fp_view v = {.world_rank = g->comm->rank,
+                    .count = g->next_seq,
+                    .hash = g->fp.hash,
+                    .agreed = g->fp.agreed,
+                    .entries = out};
     v.n = v.count < max ? (int)v.count : max;
     for (int i = 0; i < v.n; i++) out[i] = g->fp.ring[(v.count - v.n + 1 + i) % HS_FP_RING];
     return v;
@@ -83,7 +86,8 @@ static void entry_text(const hs_fp_entry *x, char *buf, size_t cap) {
     if ((op == HS_OP_ALL_REDUCE || op == HS_OP_REDUCE_SCATTER) && extra >= 1 &&
         extra <= HS_REDUCE_OP_COUNT)
         snprintf(tail, sizeof tail, " (%s)", reduce_names[extra - 1]);
-    else if (op == HS_OP_BROADCAST) snprintf(tail, sizeof tail, " (root %lld)", (long long)extra - 1);
+    else if (op == HS_OP_BROADCAST)
+        snprintf(tail, sizeof tail, " (root %lld)", (long long)extra - 1);
     if (op == HS_OP_BARRIER) snprintf(buf, cap, "barrier");
     else if (x->count < 0)
         snprintf(buf, cap, "%s %s (per-rank counts)", hs_comm_op_name(op),
@@ -233,7 +237,8 @@ static hs_status report_mismatch(hs_comm *c, int s, int a, int b, const char *wh
         memcpy(mine, head, sizeof head);
         memcpy(mine + 4, ring, (size_t)v.n * sizeof *ring);
     }
-    hs_status st = hs_pg_all_gather(c->world, NULL, all, mine, (int64_t)row * I64_ELEMS, CARRIER, e);
+    hs_status st =
+        hs_pg_all_gather(c->world, NULL, all, mine, (int64_t)row * I64_ELEMS, CARRIER, e);
     if (st != HS_OK) {
         free(all);
         return st;
@@ -292,8 +297,8 @@ hs_status hs_comm_check(hs_comm *c, const char *when, hs_error *e) {
         t[T_COUNT] = g->next_seq, t[T_HASH] = g->fp.hash, t[T_AGREED] = g->fp.agreed;
         pthread_mutex_unlock(&g->queue->mu);
     }
-    hs_status st = hs_pg_all_gather(c->world, NULL, all, mine, (int64_t)cells * I64_ELEMS,
-                                    CARRIER, e);
+    hs_status st =
+        hs_pg_all_gather(c->world, NULL, all, mine, (int64_t)cells * I64_ELEMS, CARRIER, e);
     int slot = 0, a = 0, b = 0;
     bool bad = st == HS_OK && find_mismatch(all, c->size, n, &slot, &a, &b);
     for (int s = 0; st == HS_OK && !bad && s < n; s++) {
@@ -331,10 +336,11 @@ hs_status hs_fp_fault_init(hs_comm *c, hs_error *e) {
         ok = ok && *end == '\0' && f->seq > 0;
     }
     if (!ok)
-        return hs_error_set(e, HS_ERR_USAGE,
-                            "HS_COMM_TEST_FAULT = '%s': want skip|count|reduce:RANK:GROUP:SEQ, e.g. "
-                            "count:1:world:5",
-                            v);
+        return hs_error_set(
+            e, HS_ERR_USAGE,
+            "HS_COMM_TEST_FAULT = '%s': want skip|count|reduce:RANK:GROUP:SEQ, e.g. "
+            "count:1:world:5",
+            v);
     memcpy(f->group, p2 + 1, (size_t)(p3 - p2 - 1));
     f->group[p3 - p2 - 1] = '\0';
     f->armed = f->rank == c->rank;
