@@ -33,6 +33,7 @@
 #define HS_PP_MAX_ACTIONS (1 << 20)
 /* model.n_layers: the plan replays a step unit by unit. */
 #define HS_MODEL_MAX_LAYERS (1 << 20)
+#define HS_MOE_MAX_MLP_ONLY 256 /* model.moe.mlp_only_layers entries */
 
 typedef struct hs_moe_config {
     int num_experts;
@@ -44,6 +45,12 @@ typedef struct hs_moe_config {
      * Qwen3-MoE's norm_topk_prob); false: the softmax probabilities as
      * they are */
     bool norm_topk_prob;
+    /* Qwen3-MoE's dense layers (Hugging Face's rule): block i has experts
+     * when i is not in mlp_only_layers and (i + 1) % decoder_sparse_step
+     * is 0, else a dense MLP of model.ffn_dim (hs_model_layer_moe) */
+    int mlp_only_layers[HS_MOE_MAX_MLP_ONLY];
+    int n_mlp_only_layers;
+    int decoder_sparse_step;
 } hs_moe_config;
 
 typedef struct hs_model_config {
@@ -70,6 +77,12 @@ const hs_moe_names *hs_model_arch_moe_names(const hs_model_config *m);
 /* Whether the router renormalises the top-k weights: always for moe
  * (Mixtral), model.moe.norm_topk_prob for qwen3_moe. */
 bool hs_model_arch_moe_renorm(const hs_model_config *m);
+/* Whether block `layer` (0-based, of the whole model) has experts: an MoE
+ * arch, and Qwen3-MoE's mlp_only_layers / decoder_sparse_step rule
+ * (hs_moe_config); the others have a dense MLP of model.ffn_dim. */
+bool hs_model_layer_moe(const hs_model_config *m, int layer);
+/* The blocks with a dense MLP: all of them for llama and qwen3. */
+int hs_model_dense_layers(const hs_model_config *m);
 /* The attention head size: model.head_dim, or dim / n_heads when null. */
 int hs_model_head_dim(const hs_model_config *m);
 

@@ -33,16 +33,17 @@ static const hf_family *family_of(const char *key, bool by_model_type) {
 
 static bool is_qwen3_moe(const char *arch) { return !strcmp(arch, "qwen3_moe"); }
 
-/* Qwen3-MoE's expert fields; every layer sparse (decoder_sparse_step 1, no
- * mlp_only_layers), the only layout hypershard builds. */
+/* Qwen3-MoE's expert fields, with its dense blocks (decoder_sparse_step,
+ * mlp_only_layers). */
 static void hf_write_qwen3_moe(hs_json *j, const hs_model_config *mc) {
     hs_json_kv_int(j, "moe_intermediate_size", mc->moe.expert_ffn_dim);
     hs_json_kv_int(j, "num_experts", mc->moe.num_experts);
     hs_json_kv_int(j, "num_experts_per_tok", mc->moe.top_k);
     hs_json_kv_bool(j, "norm_topk_prob", mc->moe.norm_topk_prob);
-    hs_json_kv_int(j, "decoder_sparse_step", 1);
+    hs_json_kv_int(j, "decoder_sparse_step", mc->moe.decoder_sparse_step);
     hs_json_key(j, "mlp_only_layers");
     hs_json_begin_array(j);
+    for (int i = 0; i < mc->moe.n_mlp_only_layers; i++) hs_json_int(j, mc->moe.mlp_only_layers[i]);
     hs_json_end_array(j);
     hs_json_kv_double(j, "router_aux_loss_coef", mc->moe.aux_loss_coef, 15);
     hs_json_kv_bool(j, "output_router_logits", false);
@@ -220,26 +221,40 @@ static hs_status hf_check_shape(const char *path, const hs_model_config *mc, boo
     return HS_OK;
 }
 
-/* Dense layers among the sparse ones (mlp_only_layers, decoder_sparse_step
- * other than 1) are another network: refused, not ignored. */
-static hs_status hf_check_all_sparse(json_t *root, const char *path, hs_error *e) {
-    int step = 1;
-    if (hf_int(root, path, "decoder_sparse_step", false, 1, &step, e) != HS_OK) return e->code;
-    if (step != 1)
-        return hs_error_set(e, HS_ERR_CONFIG,
-                            "%s: \"decoder_sparse_step\" is %d: dense MLP layers mixed among the "
-                            "MoE layers are not supported yet; hypershard's qwen3_moe has experts "
-                            "in every layer (decoder_sparse_step 1)",
-                            path, step);
+/* Qwen3-MoE's dense blocks: decoder_sparse_step (default 1) and
+ * mlp_only_layers (default []), each entry a block of the model; at least
+ * one block keeps its experts (hs_model_layer_moe). */
+static hs_status hf_read_dense_layers(json_t *root, const char *path, hs_model_config *mc,
+                                      hs_error *e) {
+    hs_moe_config *x = &mc->moe;
+    x->decoder_sparse_step = 1;
+    x->n_mlp_only_layers = 0;
+    if (hf_int(root, path, "decoder_sparse_step", false, 1, &x->decoder_sparse_step, e) != HS_OK)
+        return e->code;
     json_t *only = json_object_get(root, "mlp_only_layers");
     if (only && !json_is_null(only) && !json_is_array(only))
         return hs_error_set(e, HS_ERR_FORMAT, "%s: \"mlp_only_layers\" must be a list", path);
-    if (only && json_is_array(only) && json_array_size(only) > 0)
-        return hs_error_set(e, HS_ERR_CONFIG,
-                            "%s: \"mlp_only_layers\" lists %zu layers: dense MLP layers mixed "
-                            "among the MoE layers are not supported yet; hypershard's qwen3_moe "
-                            "has experts in every layer (mlp_only_layers [])",
-                            path, json_array_size(only));
+    size_t n = only && json_is_array(only) ? json_array_size(only) : 0;
+    if (n > HS_MOE_MAX_MLP_ONLY)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"mlp_only_layers\" lists %zu layers; hypershard reads at most "
+                            "%d",
+                            path, n, HS_MOE_MAX_MLP_ONLY);
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(only, i);
+        json_int_t l = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (l < 0 || l >= mc->n_layers)
+            return hs_error_set(e, HS_ERR_FORMAT,
+                                "%s: \"mlp_only_layers\"[%zu] is not a layer index of the "
+                                "model's %d (\"num_hidden_layers\")",
+                                path, i, mc->n_layers);
+        x->mlp_only_layers[x->n_mlp_only_layers++] = (int)l;
+    }
+    if (hs_model_dense_layers(mc) == mc->n_layers)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"mlp_only_layers\" and \"decoder_sparse_step\" %d leave no "
+                            "layer with experts; a dense model is model_type qwen3",
+                            path, x->decoder_sparse_step);
     return HS_OK;
 }
 
@@ -248,7 +263,7 @@ static hs_status hf_check_all_sparse(json_t *root, const char *path, hs_error *e
  * of experts is reported as num_local_experts. */
 static hs_status hf_read_qwen3_moe(json_t *root, const char *path, hs_model_config *mc,
                                    hs_error *e) {
-    hs_status s = hf_check_all_sparse(root, path, e);
+    hs_status s = hf_read_dense_layers(root, path, mc, e);
     mc->moe.shared_expert_ffn_dim = 0;
     mc->moe.norm_topk_prob = false;
     mc->moe.aux_loss_coef = 0.001;

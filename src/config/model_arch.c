@@ -22,6 +22,20 @@ bool hs_model_arch_moe_renorm(const hs_model_config *m) {
     return !qwen3_moe(m) || m->moe.norm_topk_prob;
 }
 
+bool hs_model_layer_moe(const hs_model_config *m, int layer) {
+    if (!hs_model_arch_moe(m)) return false;
+    for (int i = 0; i < m->moe.n_mlp_only_layers; i++)
+        if (m->moe.mlp_only_layers[i] == layer) return false;
+    int step = m->moe.decoder_sparse_step > 0 ? m->moe.decoder_sparse_step : 1;
+    return (layer + 1) % step == 0;
+}
+
+int hs_model_dense_layers(const hs_model_config *m) {
+    int n = 0;
+    for (int i = 0; i < m->n_layers; i++) n += !hs_model_layer_moe(m, i);
+    return n;
+}
+
 int hs_model_head_dim(const hs_model_config *m) {
     if (m->head_dim > 0) return m->head_dim;
     return m->n_heads > 0 ? m->dim / m->n_heads : 0;

@@ -7,6 +7,41 @@
 
 #include "config/checks.h"
 
+/* model.moe.mlp_only_layers / decoder_sparse_step: Qwen3-MoE's dense
+ * blocks among the MoE ones, inside the model, at least one MoE block
+ * left, and model.ffn_dim for the dense ones. */
+static void check_dense_layers(const hs_model_config *m, hs_cfg_report *rep) {
+    const hs_moe_config *e = &m->moe;
+    bool mixed = e->n_mlp_only_layers > 0 || e->decoder_sparse_step != 1;
+    if (!mixed) return;
+    if (strcmp(m->arch, "qwen3_moe") != 0) {
+        hs_cfg_report_add(rep,
+                          "model.moe.mlp_only_layers (%d entries) / model.moe.decoder_sparse_step "
+                          "= %d with model.arch = %s: dense blocks among the MoE ones are "
+                          "Qwen3-MoE's; set model.arch: qwen3_moe, or mlp_only_layers: [] and "
+                          "decoder_sparse_step: 1",
+                          e->n_mlp_only_layers, e->decoder_sparse_step, m->arch);
+        return;
+    }
+    for (int i = 0; i < e->n_mlp_only_layers; i++)
+        if (e->mlp_only_layers[i] >= m->n_layers)
+            hs_cfg_report_add(rep,
+                              "model.moe.mlp_only_layers[%d] = %d is not a block of the model "
+                              "(model.n_layers = %d: blocks 0 to %d); remove it",
+                              i, e->mlp_only_layers[i], m->n_layers, m->n_layers - 1);
+    if (m->n_layers >= 1 && hs_model_dense_layers(m) == m->n_layers)
+        hs_cfg_report_add(rep,
+                          "model.moe.mlp_only_layers and model.moe.decoder_sparse_step = %d leave "
+                          "no block of the %d with experts; keep at least one, or use "
+                          "model.arch: qwen3 for a dense model",
+                          e->decoder_sparse_step, m->n_layers);
+    if (m->ffn_dim < 1)
+        hs_cfg_report_add(rep,
+                          "model.ffn_dim = %d: the dense blocks of model.moe.mlp_only_layers / "
+                          "decoder_sparse_step need their MLP width; set model.ffn_dim >= 1",
+                          m->ffn_dim);
+}
+
 void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {
     const hs_model_config *m = &c->model;
     if (m->head_dim > 0) {
@@ -47,6 +82,7 @@ void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {
                           "Qwen3-MoE has no shared expert; set shared_expert_ffn_dim: 0 or "
                           "model.arch: moe",
                           m->moe.shared_expert_ffn_dim);
+    check_dense_layers(m, rep);
 }
 
 /* data.blend: indexed datasets only, instead of data.path, weights that

@@ -75,6 +75,19 @@ static const hs_cfg_key keys[] = {
     KBOOL("model.moe.norm_topk_prob", model.moe.norm_topk_prob, "true",
           "renormalise each token's top_k routing weights to sum to 1 (Mixtral always does; "
           "false, arch qwen3_moe only: the softmax probabilities as they are)"),
+    {.path = "model.moe.mlp_only_layers",
+     .type = HS_CFG_INTLIST,
+     .def = "[]",
+     .bounds = GE,
+     .min = 0,
+     FIELD(model.moe.mlp_only_layers),
+     .count_offset = offsetof(hs_config, model.moe.n_mlp_only_layers),
+     .doc = "blocks (0-based) with a dense MLP of model.ffn_dim instead of experts (arch "
+            "qwen3_moe, Hugging Face's mlp_only_layers); []: none"},
+    KINT("model.moe.decoder_sparse_step", model.moe.decoder_sparse_step, "1", GE, 1,
+         "every this many blocks has experts, the others a dense MLP of model.ffn_dim: block i "
+         "has experts when (i + 1) % decoder_sparse_step is 0 (arch qwen3_moe, Hugging Face's "
+         "decoder_sparse_step); 1: every block"),
 
     /* accelerator */
     KENUM("accelerator.device", accelerator.device, "cpu", "cpu|cuda|reference",

@@ -75,9 +75,12 @@ static int widest(const hs_model_config *m, factor w[2]) {
     if (e->top_k > 1) w[0] = (factor){"model.moe.top_k", e->top_k}, w[1] = row, n = 2;
     else w[0] = row;
     int64_t most = n == 2 ? w[0].v * w[1].v : w[0].v;
+    /* Qwen3-MoE's dense blocks (mlp_only_layers, decoder_sparse_step) */
+    int dense = hs_model_dense_layers(m) > 0 ? m->ffn_dim : 0;
     factor one[] = {{"model.moe.shared_expert_ffn_dim", e->shared_expert_ffn_dim},
-                    {"model.moe.num_experts", e->num_experts}};
-    for (int i = 0; i < 2; i++)
+                    {"model.moe.num_experts", e->num_experts},
+                    {"model.ffn_dim", dense}};
+    for (int i = 0; i < 3; i++)
         if (one[i].v > most) most = one[i].v, w[0] = one[i], n = 1;
     return n;
 }
@@ -86,8 +89,12 @@ static int widest(const hs_model_config *m, factor w[2]) {
  * which FSDP pads by up to dp_shard_size - 1 rows. */
 static int64_t widest_param_row(const hs_model_config *m) {
     bool moe = hs_model_arch_moe(m);
-    int64_t v[] = {m->dim, q_width(m), moe ? (int64_t)m->moe.expert_ffn_dim * m->dim : m->ffn_dim,
-                   moe ? m->moe.shared_expert_ffn_dim : 0, moe ? m->moe.num_experts : 0};
+    int64_t v[] = {m->dim,
+                   q_width(m),
+                   moe ? (int64_t)m->moe.expert_ffn_dim * m->dim : m->ffn_dim,
+                   moe ? m->moe.shared_expert_ffn_dim : 0,
+                   moe ? m->moe.num_experts : 0,
+                   hs_model_dense_layers(m) > 0 ? m->ffn_dim : 0};
     int64_t most = 1;
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) most = v[i] > most ? v[i] : most;
     return most;
@@ -123,9 +130,9 @@ static bool check_params(const hs_config *c, int shard, int64_t *params, hs_cfg_
                    "bytes (2 tables, 64 B a parameter)", fix);
     ok &= fits(rep, "the model's attention parameters", att, 3, PARAM_BYTES, "bytes a parameter",
                fix);
-    if (!moe) {
+    if (!moe || hs_model_dense_layers(m) > 0)
         ok &= fits(rep, "the model's MLP parameters", mlp, 3, 3 * PARAM_BYTES, mats, fix);
-    } else {
+    if (moe) {
         ok &= fits(rep, "the model's expert parameters", exp, 4, 3 * PARAM_BYTES, mats, fix);
         ok &= fits(rep, "the model's shared-expert parameters", shr, 3, 3 * PARAM_BYTES, mats, fix);
     }
@@ -137,6 +144,7 @@ static bool check_params(const hs_config *c, int shard, int64_t *params, hs_cfg_
     hs_checked ck = {0};
     int64_t mlp_width = moe ? E * m->moe.expert_ffn_dim + m->moe.shared_expert_ffn_dim + E
                             : m->ffn_dim;
+    if (moe && hs_model_dense_layers(m) > 0 && m->ffn_dim > mlp_width) mlp_width = m->ffn_dim;
     int64_t block = hs_ck_add(&ck, hs_ck_mul(&ck, C, 2 * (q + kv + 1) + 2 * hd),
                               hs_ck_mul(&ck, 3 * C, mlp_width));
     int64_t pad = hs_ck_prod(&ck, (const int64_t[]){16, shard, widest_param_row(m)}, 3);

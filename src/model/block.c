@@ -112,7 +112,7 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
     const hs_model_par *par = m->par;
     hs_dtype dt = m->dt;
     int C = m->C;
-    if (!m->moe) {
+    if (!hs_block_moe(bp)) {
         hs_linear_forward(m->dev, a->gate, a->ln2, bp->wg->data, dt, rows, C, m->F, 0);
         hs_linear_forward(m->dev, a->up, a->ln2, bp->wu->data, dt, rows, C, m->F, 0);
         m->k->swiglu_fwd(m->s, a->h, a->gate, a->up, dt, rows * m->F);
@@ -256,7 +256,7 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
     hs_dtype dt = m->dt;
     int C = m->C, F = m->F;
     int64_t rows = a->mlp_rows;
-    if (m->moe) { /* token-wise: d(ln2) of the rows this rank routed */
+    if (hs_block_moe(bp)) { /* token-wise: d(ln2) of the rows this rank routed */
         zero_f32(m, m->dln, rows * C);
         hs_hook_pre_backward(hooks, bp->expert_unit);
         hs_moe_weights w = moe_weights(bp);

@@ -26,6 +26,9 @@ typedef struct hs_block_params {
     int expert_unit;                     /* its routed experts' unit, -1 dense */
 } hs_block_params;
 
+/* Whether the block has routed experts (else a dense MLP). */
+static inline bool hs_block_moe(const hs_block_params *bp) { return bp->expert_unit >= 0; }
+
 /* What one block's forward saves for its backward. Compute dtype unless
  * marked fp32. Shapes use the capacity B = max_batch, T = seq_len; a call
  * with smaller B, T uses the leading B*T rows. */
@@ -138,8 +141,10 @@ struct hs_model {
     hs_model_par local_par;
     hs_model_dims dims;
     bool bound;
-    int cp; /* ranks a sequence is split over (par->cp_size) */
-    bool moe;
+    int cp;       /* ranks a sequence is split over (par->cp_size) */
+    bool moe;     /* an MoE arch: the router statistics and aux loss */
+    bool dense;   /* some block of this stage has a dense MLP (hs_block_moe) */
+    int moe_head; /* the stage's first MoE block, -1 none */
     bool qk_norm; /* each query and key head RMS-normalised before RoPE (qwen3) */
     hs_moe_shapes moe_shapes;
 

@@ -47,8 +47,10 @@ static void region_error(hs_error *e, const hs_param *first, const hs_param *las
                     hs_placement_str(last->tp, b, sizeof b));
 }
 
-/* Local counts of one block, checked against the first block's. */
-static void block_layout(hs_model *m, hs_block_params *bp, bool first, hs_error *e) {
+/* Local counts of one block, checked against the first block's (the MLP
+ * width against the first dense block's). */
+static void block_layout(hs_model *m, hs_block_params *bp, bool first, bool *first_dense,
+                         hs_error *e) {
     bool split;
     int rows_split = m->par->row_split;
     if (!region_ok((hs_param *[]){bp->wq, bp->wk, bp->wv}, 3, bp->wo, &split))
@@ -76,20 +78,20 @@ static void block_layout(hs_model *m, hs_block_params *bp, bool first, hs_error 
                             "each rank needs it whole; give it the replicate style",
                             hn->fqn, m->HD);
     }
-    int F = m->F;
-    if (bp->wg) {
-        if (!region_ok((hs_param *[]){bp->wg, bp->wu}, 2, bp->wd, &split))
-            region_error(e, bp->wg, bp->wd);
-        F = (int)bp->wg->local_shape[0];
-    }
+    /* The dense MLPs' width: the first dense block's (MoE blocks have none). */
+    int F = bp->wg ? (int)bp->wg->local_shape[0] : m->F;
+    if (bp->wg && !region_ok((hs_param *[]){bp->wg, bp->wu}, 2, bp->wd, &split))
+        region_error(e, bp->wg, bp->wd);
+    if (bp->wg && *first_dense) m->F = F;
     if (first) {
-        m->NH = NH, m->KVH = KVH, m->F = F;
+        m->NH = NH, m->KVH = KVH;
     } else if (NH != m->NH || KVH != m->KVH || F != m->F) {
         hs_error_append(e, HS_ERR_CONFIG,
                         "%s: %d heads, %d kv heads and %d ffn columns on this rank, but the "
                         "first block has %d, %d and %d; every block must be split alike",
                         bp->wq->fqn, NH, KVH, F, m->NH, m->KVH, m->F);
     }
+    if (bp->wg) *first_dense = false;
 }
 
 static void ends_layout(hs_model *m, hs_error *e) {
@@ -119,10 +121,11 @@ hs_status hs_model_layout_apply(hs_model *m, hs_error *e) {
             hs_error_append(e, one.code, "%s", one.msg);
     }
     if (e->code != HS_OK) return e->code;
-    for (int i = 0; i < m->L; i++) block_layout(m, &m->blocks[i], i == 0, e);
+    bool first_dense = true;
+    for (int i = 0; i < m->L; i++) block_layout(m, &m->blocks[i], i == 0, &first_dense, e);
     ends_layout(m, e);
-    if (m->moe && m->L > 0) {
-        const hs_param *w1 = m->blocks[0].w1;
+    if (m->moe_head >= 0) {
+        const hs_param *w1 = m->blocks[m->moe_head].w1;
         /* experts split over ranks run at the seam, which exchanges their rows */
         m->moe_shapes.EL = (int)w1->local_shape[0];
         m->moe_shapes.seam_experts = m->moe_shapes.EL < m->moe_shapes.E;

@@ -137,23 +137,31 @@ static void *buf(hs_model *m, int64_t n, hs_dtype dt) {
 /* The model-parallel seam's buffers come from here too (hs_model_alloc_fn). */
 static void *seam_alloc(void *actx, int64_t n, hs_dtype dt) { return buf(actx, n, dt); }
 
-/* The boundary dtypes activation set `set` must hold: one block's, or with
- * activation checkpointing (one set for all blocks) the widest of all. */
-static void acts_dtypes(const hs_model *m, int set, hs_dtype *resid, bool *cast_in) {
+typedef struct acts_need {
+    hs_dtype resid;
+    bool cast_in, moe, dense; /* an input cast; an MoE block; a dense MLP */
+} acts_need;
+
+/* What activation set `set` must hold: one block's, or with activation
+ * checkpointing (one set for all blocks) the widest of all. */
+static acts_need acts_needs(const hs_model *m, int set) {
     int lo = m->n_acts == 1 ? 0 : set, hi = m->n_acts == 1 ? m->L : set + 1;
-    *resid = m->dt;
-    *cast_in = false;
+    acts_need n = {.resid = m->dt};
     for (int i = lo; i < hi; i++) {
         const hs_unit_boundary *b = &m->bnd[m->blocks[i].unit];
-        if (b->output_computed != m->dt) *resid = b->output_computed;
-        *cast_in |= b->input_read != b->input_stored;
+        if (b->output_computed != m->dt) n.resid = b->output_computed;
+        n.cast_in |= b->input_read != b->input_stored;
+        n.moe |= hs_block_moe(&m->blocks[i]);
+        n.dense |= !hs_block_moe(&m->blocks[i]);
     }
+    return n;
 }
 
 static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
-    hs_dtype dt = m->dt, rdt;
-    bool cast_in;
-    acts_dtypes(m, set, &rdt, &cast_in);
+    hs_dtype dt = m->dt;
+    acts_need need = acts_needs(m, set);
+    hs_dtype rdt = need.resid;
+    bool cast_in = need.cast_in;
     int64_t q = (int64_t)m->NH * m->HD, kv = (int64_t)m->KVH * m->HD;
     a->rstd1 = buf(m, BT, HS_DTYPE_F32);
     a->ln1 = buf(m, BT * m->C, dt);
@@ -172,7 +180,7 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
     a->x_mid = buf(m, BT * m->C, rdt);
     a->rstd2 = buf(m, BT, HS_DTYPE_F32);
     a->ln2 = buf(m, BT * m->C, dt);
-    if (m->moe) {
+    if (need.moe) {
         a->moe_out = buf(m, BT * m->C, dt);
         a->moe_mem = raw(m, hs_moe_act_bytes(&m->moe_shapes, dt));
         if (a->moe_mem) hs_moe_act_bind(&a->moe, m->dev, &m->moe_shapes, dt, a->moe_mem);
@@ -183,8 +191,9 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
             if (!a->moe.ep_state) model_oom(m, "moe: an expert-parallel exchange state");
         }
         /* Every expert unit has the same boundary plan. */
-        a->moe.out_dt = m->bnd[m->blocks[0].expert_unit].output_stored;
-    } else {
+        a->moe.out_dt = m->bnd[m->blocks[m->moe_head].expert_unit].output_stored;
+    }
+    if (need.dense) {
         a->gate = buf(m, BT * m->F, dt);
         a->up = buf(m, BT * m->F, dt);
         a->h = buf(m, BT * m->F, dt);
@@ -216,8 +225,8 @@ static void out_tmp_alloc(hs_model *m, int64_t BT) {
 /* The split backward's record of one block (internal.h hs_wgrad_block):
  * an output gradient per dense linear, and under activation checkpointing
  * a copy of each input. */
-static void wgrad_alloc(hs_model *m, hs_wgrad_block *w, int64_t BT) {
-    int64_t q = (int64_t)m->NH * m->HD, kv = (int64_t)m->KVH * m->HD, F = m->moe ? 0 : m->F;
+static void wgrad_alloc(hs_model *m, hs_wgrad_block *w, int64_t BT, bool dense) {
+    int64_t q = (int64_t)m->NH * m->HD, kv = (int64_t)m->KVH * m->HD, F = dense ? m->F : 0;
     const int64_t width[HS_WG_OPS] = {m->C, q, kv, kv, F, F, m->C};
     const int64_t in_width[HS_WX_INPUTS] = {m->C, q, m->C, F};
     for (int k = 0; k < HS_WG_OPS; k++)
@@ -265,7 +274,8 @@ static void slot_alloc(hs_model *m, hs_act_slot *sl, int chunk, int64_t BT) {
         model_oom(m, "model: %d weight-gradient records", len);
         return;
     }
-    for (int j = 0; j < len; j++) wgrad_alloc(m, &sl->wg[j], BT);
+    for (int j = 0; j < len; j++)
+        wgrad_alloc(m, &sl->wg[j], BT, !hs_block_moe(&m->blocks[m->chunk_begin[chunk] + j]));
 }
 
 static void slot_free(hs_model *m, hs_act_slot *sl) {
@@ -341,7 +351,7 @@ static void buffers_alloc(hs_model *m) {
     int T = m->opt.seq_len;
     /* Activations hold this rank's rows: under CP T/cp of each sequence. */
     int64_t BT = (int64_t)m->opt.max_batch * (T / m->cp), q = (int64_t)m->NH * m->HD;
-    int64_t kv = (int64_t)m->KVH * m->HD, F = m->moe ? 0 : m->F;
+    int64_t kv = (int64_t)m->KVH * m->HD, F = m->dense ? m->F : 0;
     if (!buffer_sizes_fit(m, q, kv)) {
         if (!m->opt.count_buffers)
             model_oom(m, "model: %d x %d tokens of rows up to %lld wide", m->opt.max_batch, T,

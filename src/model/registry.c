@@ -126,15 +126,18 @@ static void block_add(hs_model *m, int local) {
     bp->unit = m->n_units;
     unit_add(m, 0, false, name);
     bp->expert_unit = -1;
-    if (m->moe) {
+    bool moe = hs_model_layer_moe(&m->cfg, i);
+    if (moe) {
         snprintf(name, sizeof name, "model.layers.%d.%s.experts", i,
                  hs_model_arch_moe_names(&m->cfg)->block);
         bp->expert_unit = m->n_units;
         unit_add(m, bp->unit, true, name);
     }
     block_attention_add(m, bp, i);
-    if (m->moe) block_moe_add(m, bp, i);
+    if (moe) block_moe_add(m, bp, i);
     else block_mlp_add(m, bp, i);
+    if (moe && m->moe_head < 0) m->moe_head = local;
+    m->dense |= !moe;
     int64_t c[1] = {m->C};
     bp->ln1 = param_add(m, HS_PARAM_NORM, bp->unit, 1, c, LAYER "input_layernorm.weight", i);
     bp->ln2 =
@@ -149,6 +152,8 @@ hs_status hs_model_registry_build(hs_model *m, hs_error *e) {
     if (!m->params || !m->units || !m->blocks)
         return hs_error_oom(e, "model registry: %d parameters", cap);
     unit_add(m, -1, false, "");
+    m->moe_head = -1;
+    m->dense = false;
     if (m->cfg.tie_embeddings && m->first_stage != m->last_stage)
         return hs_error_set(e, HS_ERR_CONFIG,
                             "model.tie_embeddings=true cannot be split into pipeline stages: "

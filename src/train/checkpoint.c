@@ -137,11 +137,21 @@ static void compat_lines(const hs_config *c, char *buf, size_t cap) {
                      m->arch, m->vocab_size, m->dim, m->n_layers, m->n_heads, m->n_kv_heads,
                      m->ffn_dim, m->tie_embeddings ? "true" : "false", c->optimizer.target);
     if (n > 0 && (size_t)n < cap && hs_model_arch_moe(m))
-        snprintf(buf + n, cap - (size_t)n,
-                 "model.moe.num_experts=%d\nmodel.moe.top_k=%d\nmodel.moe.expert_ffn_dim=%d\n"
-                 "model.moe.shared_expert_ffn_dim=%d\n",
-                 m->moe.num_experts, m->moe.top_k, m->moe.expert_ffn_dim,
-                 m->moe.shared_expert_ffn_dim);
+        n += snprintf(buf + n, cap - (size_t)n,
+                      "model.moe.num_experts=%d\nmodel.moe.top_k=%d\nmodel.moe.expert_ffn_dim=%d\n"
+                      "model.moe.shared_expert_ffn_dim=%d\n",
+                      m->moe.num_experts, m->moe.top_k, m->moe.expert_ffn_dim,
+                      m->moe.shared_expert_ffn_dim);
+    /* Qwen3-MoE's dense blocks, listed only where there are any (the
+     * hash of an all-MoE model stays what it was) */
+    if (!hs_model_arch_moe(m) || hs_model_dense_layers(m) == 0) return;
+    const char *sep = "model.moe.dense_layers=";
+    for (int i = 0; i < m->n_layers && n > 0 && (size_t)n < cap; i++)
+        if (!hs_model_layer_moe(m, i)) {
+            n += snprintf(buf + n, cap - (size_t)n, "%s%d", sep, i);
+            sep = ",";
+        }
+    if (n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "\n");
 }
 
 static uint64_t compat_hash(const hs_config *c) {
