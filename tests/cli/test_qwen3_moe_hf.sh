@@ -11,8 +11,9 @@
 # to each tensor's largest magnitude). With model.moe.norm_topk_prob=true
 # it matches transformers' norm_topk_prob true instead. Negative controls:
 # either setting against the other's reference, and arch moe (no q_norm /
-# k_norm, Mixtral's names), must not pass; a config.json with dense layers
-# mixed in (mlp_only_layers, decoder_sparse_step) is refused with exit 2.
+# k_norm, Mixtral's names), must not pass. Dense layers mixed in
+# (tests/data/qwen3_moe_dense_hf, mlp_only_layers [0]) import, re-export
+# and match transformers' logits, losses and gradients alike.
 # HS_TEST_TIMEOUT: 120
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -65,21 +66,33 @@ if [ "$rc" = 0 ] && check moe ref_qwen3_moe_hf_norm.safetensors; then
     die "arch moe passed the comparison"
 fi
 
-# dense layers mixed in: refused with exit 2, naming the field
-for field in '"mlp_only_layers": [1]' '"decoder_sparse_step": 2'; do
-    mkdir -p "$work/dense"
-    cp "$hf/model.safetensors" "$work/dense/"
-    python3 - "$hf/config.json" "$work/dense/config.json" "$field" <<'PY'
+# dense layers mixed in (tests/data/qwen3_moe_dense_hf: mlp_only_layers [0],
+# layer 0 a dense MLP of intermediate_size 48): import reads the layers and
+# re-exports the config and weights bit for bit; trained with the same
+# model.moe.mlp_only_layers it matches transformers; without them the
+# tensors do not fit and --init-from refuses
+dense=$data/qwen3_moe_dense_hf
+run_logged "$work/dense_import.txt" "$HS_BIN" import "$dense" --out "$work/dense_export"
+grep -q "matches $dense/config.json: qwen3_moe model, 26 parameters" "$work/dense_import.txt" ||
+    die "import: $(tail -2 "$work/dense_import.txt")"
+python3 "$HS_SRC/tests/cli/hf_reference.py" same "$dense" "$work/dense_export"
+python3 - "$dense/config.json" "$work/dense_export/config.json" <<'PY'
 import json, sys
-cfg = json.load(open(sys.argv[1]))
-cfg.update(json.loads("{" + sys.argv[3] + "}"))
-json.dump(cfg, open(sys.argv[2], "w"))
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for k in ("mlp_only_layers", "decoder_sparse_step", "intermediate_size", "moe_intermediate_size"):
+    assert a[k] == b[k], (k, a[k], b[k])
 PY
-    rc=0
-    "$HS_BIN" import "$work/dense" > "$work/dense.txt" 2>&1 || rc=$?
-    [ "$rc" = 2 ] || die "import with $field: exit $rc, want 2: $(tail -2 "$work/dense.txt")"
-    key=${field%%:*}
-    grep -q "${key//\"/\\\"}.*not supported yet" "$work/dense.txt" ||
-        die "import with $field: $(tail -2 "$work/dense.txt")"
-done
+hf=$dense
+train dense 'model.moe.mlp_only_layers=[0]'
+check dense ref_qwen3_moe_dense_hf.safetensors || die "the dense-layer model differs from transformers'"
+if check hf ref_qwen3_moe_dense_hf.safetensors >/dev/null 2>&1; then
+    die "the all-MoE run matched the dense one"
+fi
+rc=0
+"$HS_BIN" train "$data/parity_qwen3_moe.yaml" "data.path=$data/parity_tokens.hstk" \
+    --init-from "$dense" "train.out_dir=$work/no_dense" > "$work/no_dense.txt" 2>&1 || rc=$?
+[ "$rc" != 0 ] || die "--init-from without mlp_only_layers: exit 0"
+grep -q "tensor model.layers.0.mlp.gate.weight .* is missing; the file was written for a" \
+    "$work/no_dense.txt" || die "--init-from without mlp_only_layers: $(tail -2 "$work/no_dense.txt")"
+[ ! -e "$work/no_dense" ] || die "the refused run wrote $work/no_dense"
 echo ok

@@ -19,6 +19,11 @@ with Hugging Face transformers (tests/reference/README.md):
   tests/data/ref_qwen3_moe_hf_norm.safetensors
                                   `logits`, `ce` and `aux` of the same weights
                                   with norm_topk_prob true
+  tests/data/qwen3_moe_dense_hf/  with --dense (only these two): the same
+  tests/data/ref_qwen3_moe_dense_hf.safetensors
+                                  shape with layer 0 a dense MLP of
+                                  intermediate_size 48 (mlp_only_layers [0]),
+                                  and its logits, losses and gradients
 
 The model has the shape of tests/data/parity_qwen3_moe.yaml: Qwen3's
 attention (head_dim 16 on hidden_size 32, 4 query and 2 key/value heads,
@@ -42,12 +47,12 @@ from safetensors.torch import save_file
 from make_qwen3_reference import SEQ, T, read_tokens
 
 
-def build(seed, norm_topk_prob):
+def build(seed, norm_topk_prob, mlp_only_layers=()):
     cfg = transformers.Qwen3MoeConfig(
         vocab_size=256, hidden_size=32, intermediate_size=48, moe_intermediate_size=24,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
         num_experts=8, num_experts_per_tok=2, norm_topk_prob=norm_topk_prob,
-        decoder_sparse_step=1, mlp_only_layers=[], router_aux_loss_coef=0.01,
+        decoder_sparse_step=1, mlp_only_layers=list(mlp_only_layers), router_aux_loss_coef=0.01,
         rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False,
         max_position_embeddings=64, initializer_range=0.1)
     torch.manual_seed(seed)
@@ -92,24 +97,46 @@ def grads(model):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", default="tests/data")
-    ap.add_argument("--seed", type=int, default=20260502)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
-    meta = {"transformers": transformers.__version__, "torch": torch.__version__}
-    ids = read_tokens(os.path.join(args.data, "parity_tokens.hstk")).view(SEQ, T + 1)
-    model = build(args.seed, False)
-    out = os.path.join(args.data, "qwen3_moe_hf")
-    model.save_pretrained(out, safe_serialization=True)
-    os.remove(os.path.join(out, "generation_config.json"))  # not read by hypershard
+def reference(model, ids, path, meta):
+    """The logits, losses and every gradient of one forward and backward."""
     logits, ce, aux = run(model, ids)
     (ce + aux).backward()
     ref = {"logits": logits.detach().contiguous(), "ce": ce.detach().reshape(1),
            "aux": aux.detach().reshape(1)}
     ref.update(grads(model))
-    save_file(ref, os.path.join(args.data, "ref_qwen3_moe_hf.safetensors"), metadata=meta)
+    save_file(ref, path, metadata=meta)
+    return ce, aux
+
+
+def save_model(model, out):
+    model.save_pretrained(out, safe_serialization=True)
+    os.remove(os.path.join(out, "generation_config.json"))  # not read by hypershard
+
+
+def dense(args, ids, meta):
+    """--dense: layer 0 a dense MLP (mlp_only_layers [0]), layer 1 experts."""
+    model = build(args.seed, False, [0])
+    save_model(model, os.path.join(args.data, "qwen3_moe_dense_hf"))
+    ce, aux = reference(model, ids, os.path.join(args.data, "ref_qwen3_moe_dense_hf.safetensors"),
+                        meta)
+    print(f"mlp_only_layers [0]: ce {ce.item():.6f}, aux {aux.item():.6f}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default="tests/data")
+    ap.add_argument("--seed", type=int, default=20260502)
+    ap.add_argument("--dense", action="store_true",
+                    help="write only the mixed dense / MoE model and its reference")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    meta = {"transformers": transformers.__version__, "torch": torch.__version__}
+    ids = read_tokens(os.path.join(args.data, "parity_tokens.hstk")).view(SEQ, T + 1)
+    if args.dense:
+        return dense(args, ids, meta)
+    model = build(args.seed, False)
+    save_model(model, os.path.join(args.data, "qwen3_moe_hf"))
+    ce, aux = reference(model, ids, os.path.join(args.data, "ref_qwen3_moe_hf.safetensors"), meta)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}: "
           f"ce {ce.item():.6f}, aux {aux.item():.6f}")
     normed = build(args.seed, True)
