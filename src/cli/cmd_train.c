@@ -1,6 +1,7 @@
 /* `hypershard train [CONFIG] [a.b.c=value ...] [--init-from DIR] [--dump DIR]`: load and
  * validate the config on every rank (errors printed once, exit 2), start
  * communication, then train. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,14 @@ static int run(int *argc, char ***argv, const hs_config *cfg, const hs_topology 
     return code;
 }
 
+/* Test hook (tests/cli/test_launch.sh): rank HS_TRAIN_TEST_DIE_RANK kills
+ * itself at start-up, as a rank on a broken device or host would, on every
+ * start whose world has that rank. */
+static void test_die_at_start(int rank) {
+    const char *v = getenv("HS_TRAIN_TEST_DIE_RANK");
+    if (v && v[0] && atoi(v) == rank) raise(SIGKILL);
+}
+
 int hs_cmd_train(int argc, char **argv) {
     train_args a = {0};
     int rc = parse_args(argc, argv, &a);
@@ -103,6 +112,7 @@ int hs_cmd_train(int argc, char **argv) {
     /* Before MPI starts any thread, so that every thread inherits the mask. */
     a.stop = hs_stop_start();
     hs_comm_boot(&argc, &argv, &rank, &world);
+    test_die_at_start(rank);
     hs_log log;
     hs_log_init(&log, rank, world);
     hs_config cfg;

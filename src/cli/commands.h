@@ -5,6 +5,7 @@
 #define HYPERSHARD_CLI_COMMANDS_H
 
 int hs_cmd_train(int argc, char **argv);    /* src/cli/cmd_train.c  */
+int hs_cmd_launch(int argc, char **argv);   /* src/cli/cmd_launch.c */
 int hs_cmd_config(int argc, char **argv);   /* src/cli/cmd_config.c */
 int hs_cmd_plan(int argc, char **argv);     /* src/cli/cmd_config.c */
 int hs_cmd_mesh(int argc, char **argv);     /* src/cli/cmd_mesh.c   */

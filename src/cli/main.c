@@ -14,6 +14,8 @@ typedef struct hs_subcommand {
 static const hs_subcommand commands[] = {
     {"train", hs_cmd_train,
      "train [CONFIG] [a.b.c=value ...]   train a model (under mpiexec for several ranks)"},
+    {"launch", hs_cmd_launch,
+     "launch [-n N] [--hostfile F] [--max-restarts K] [--min-ranks M] [CONFIG] [a.b.c=value ...]   train under mpiexec, restarting a failed job from its checkpoints"},
     {"config", hs_cmd_config,
      "config [CONFIG] [a.b.c=value ...] [--world N]   print the resolved config"},
     {"plan", hs_cmd_plan,

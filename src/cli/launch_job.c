@@ -1,0 +1,178 @@
+/* One attempt of `hypershard launch`: fork/exec the job (mpiexec), pass
+ * its stderr through while reading why it failed, pass SIGTERM / SIGINT on
+ * to it, and wait. The signals stay blocked in the launcher and are taken
+ * with sigtimedwait between reads, so nothing runs in signal context. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli/launch.h"
+
+static sigset_t launch_signals(void) {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGTERM);
+    sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGCHLD);
+    return s;
+}
+
+void hs_launch_signals_block(void) {
+    sigset_t s = launch_signals();
+    sigprocmask(SIG_BLOCK, &s, NULL);
+}
+
+/* The lines that say why a job ended, most telling first: Open MPI naming
+ * the rank a signal ended, a lost daemon (a host gone), the watchdog, then
+ * the trainer's own error. */
+static int reason_rank(const char *line) {
+    static const char *const marks[] = {"exited on signal",
+                                        "lost communication",
+                                        "daemon",
+                                        "did not answer the watchdog",
+                                        "stopping: rank",
+                                        "hypershard train:",
+                                        NULL};
+    for (int i = 0; marks[i]; i++)
+        if (strstr(line, marks[i])) return i + 1;
+    return 0;
+}
+
+static void scan_line(char *line, int *best, hs_launch_result *r) {
+    int k = reason_rank(line);
+    if (!k || (*best && k >= *best)) return;
+    *best = k;
+    while (*line == ' ' || *line == '\t') line++;
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == ' ')) line[--n] = '\0';
+    snprintf(r->reason, sizeof r->reason, "%s", line);
+}
+
+typedef struct line_buf {
+    char text[1024];
+    size_t len;
+    int best;
+} line_buf;
+
+/* Pass `n` bytes on and cut them into lines for scan_line. */
+static void take_output(line_buf *lb, const char *buf, size_t n, bool quiet, hs_launch_result *r) {
+    if (!quiet && fwrite(buf, 1, n, stderr) != n) clearerr(stderr);
+    for (size_t i = 0; i < n; i++) {
+        if (lb->len + 1 < sizeof lb->text) lb->text[lb->len++] = buf[i];
+        if (buf[i] != '\n') continue;
+        lb->text[lb->len] = '\0';
+        scan_line(lb->text, &lb->best, r);
+        lb->len = 0;
+    }
+}
+
+/* Wait up to wait_ms for output and pass it on; false at end of file. */
+static bool pass_output(int fd, int wait_ms, line_buf *lb, bool quiet, hs_launch_result *r) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (poll(&p, 1, wait_ms) <= 0) return true;
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0) take_output(lb, buf, (size_t)n, quiet, r);
+    return n > 0 || (n < 0 && errno == EINTR);
+}
+
+static void child_exec(char *const *argv, int err_fd) {
+    sigset_t s = launch_signals();
+    sigprocmask(SIG_UNBLOCK, &s, NULL);
+    setpgid(0, 0);
+    int in = open("/dev/null", O_RDONLY);
+    if (in >= 0) dup2(in, STDIN_FILENO);
+    dup2(err_fd, STDERR_FILENO);
+    execvp(argv[0], argv);
+    fprintf(stderr, "hypershard launch: cannot run %s: %s (set MPIEXEC to the mpiexec to use)\n",
+            argv[0], strerror(errno));
+    _exit(127);
+}
+
+/* Take the signals that arrived: SIGTERM / SIGINT go on to the child's
+ * group (once each kind is enough: mpiexec passes them to every rank). */
+static void take_signals(pid_t pid, hs_launch_result *r) {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGTERM);
+    sigaddset(&s, SIGINT);
+    struct timespec zero = {0, 0};
+    int sig;
+    while ((sig = sigtimedwait(&s, NULL, &zero)) > 0) {
+        fprintf(stderr, "hypershard launch: %s received: passing it on to the job (no restart)\n",
+                strsignal(sig));
+        r->stop = true;
+        kill(-pid, sig);
+    }
+}
+
+static int exit_status(int ws) {
+    if (WIFEXITED(ws)) return WEXITSTATUS(ws);
+    if (WIFSIGNALED(ws)) return 128 + WTERMSIG(ws);
+    return 1;
+}
+
+bool hs_launch_run(char *const *argv, double timeout_s, bool quiet, hs_launch_result *r) {
+    memset(r, 0, sizeof *r);
+    int fds[2];
+    if (pipe(fds) != 0) {
+        fprintf(stderr, "hypershard launch: pipe: %s\n", strerror(errno));
+        return false;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "hypershard launch: fork: %s\n", strerror(errno));
+        close(fds[0]), close(fds[1]);
+        return false;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        child_exec(argv, fds[1]);
+    }
+    setpgid(pid, pid); /* also here: a signal may come before the child runs */
+    close(fds[1]);
+    line_buf lb = {.len = 0, .best = 0};
+    double t0 = hs_now();
+    bool open_fd = true, killed = false;
+    int ws = 0;
+    for (;;) {
+        take_signals(pid, r);
+        if (timeout_s > 0 && !killed && hs_now() - t0 > timeout_s) {
+            kill(-pid, SIGKILL);
+            killed = true;
+            snprintf(r->reason, sizeof r->reason, "no answer within %.0f s", timeout_s);
+        }
+        if (open_fd) open_fd = pass_output(fds[0], 100, &lb, quiet, r);
+        else usleep(50 * 1000);
+        pid_t w = waitpid(pid, &ws, WNOHANG);
+        if (w == pid || (w < 0 && errno != EINTR)) break;
+    }
+    /* What the job wrote last, up to what is there now: a rank left
+     * behind may hold the pipe open. */
+    while (open_fd && pass_output(fds[0], 0, &lb, quiet, r)) {
+        struct pollfd p = {.fd = fds[0], .events = POLLIN};
+        if (poll(&p, 1, 0) <= 0) break;
+    }
+    close(fds[0]);
+    /* Reap the SIGCHLD that is now pending, so that it does not stay queued. */
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGCHLD);
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&s, NULL, &zero) > 0) {
+    }
+    r->status = exit_status(ws);
+    if (lb.len) {
+        lb.text[lb.len] = '\0';
+        scan_line(lb.text, &lb.best, r);
+    }
+    return true;
+}
