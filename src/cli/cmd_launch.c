@@ -18,7 +18,7 @@
 #define PROBE_TIMEOUT_S 60.0
 
 typedef struct launch_args {
-    int n;            /* -n; 0: the hostfile's slots */
+    int n; /* -n; 0: the hostfile's slots */
     const char *hostfile;
     int max_restarts; /* restarts after the first attempt */
     int min_ranks;    /* 0: never fewer ranks */
@@ -33,11 +33,11 @@ typedef struct launch_state {
     char self[HS_PATH_MAX];
     char ckpt_dir[HS_PATH_MAX];
     hs_launch_layout orig, cur;
-    hs_launch_hosts *hosts;          /* NULL without --hostfile */
-    char hostfile[HS_PATH_MAX];      /* the one the next attempt uses */
-    char resume[HS_PATH_MAX + 32];   /* checkpoint.resume of the next attempt ("" first) */
-    long long step;                  /* the step the next attempt resumes at */
-    int restarts, stalled;           /* stalled: failures in a row without a newer checkpoint */
+    hs_launch_hosts *hosts;        /* NULL without --hostfile */
+    char hostfile[HS_PATH_MAX];    /* the one the next attempt uses */
+    char resume[HS_PATH_MAX + 32]; /* checkpoint.resume of the next attempt ("" first) */
+    long long step;                /* the step the next attempt resumes at */
+    int restarts, stalled;         /* stalled: failures in a row without a newer checkpoint */
 } launch_state;
 
 static void launch_usage(FILE *f) {
@@ -236,8 +236,10 @@ static bool restart(launch_state *st, const hs_launch_result *r, int *code) {
              r->status);
     if (r->stop) {
         *code = st->step > before ? 3 : r->status;
-        fprintf(stderr, "hypershard launch: stopped by a signal; the newest checkpoint is step %lld "
-                        "(run the same command to continue)\n", st->step);
+        fprintf(stderr,
+                "hypershard launch: stopped by a signal; the newest checkpoint is step %lld "
+                "(run the same command to continue)\n",
+                st->step);
         return false;
     }
     if (r->status == 2 || r->status == 3) {
@@ -255,8 +257,8 @@ static bool restart(launch_state *st, const hs_launch_result *r, int *code) {
         return false;
     }
     st->restarts++;
-    fprintf(stderr, "hypershard launch: restart %d of %d: %s\n", st->restarts,
-            st->a->max_restarts, why);
+    fprintf(stderr, "hypershard launch: restart %d of %d: %s\n", st->restarts, st->a->max_restarts,
+            why);
     maybe_shrink(st, drop_gone_hosts(st));
     fprintf(stderr, "hypershard launch: resuming from %s (step %lld) on %d ranks\n",
             !strcmp(st->resume, "auto") ? "the latest checkpoint" : st->resume, st->step,

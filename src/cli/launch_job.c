@@ -32,13 +32,9 @@ void hs_launch_signals_block(void) {
  * the rank a signal ended, a lost daemon (a host gone), the watchdog, then
  * the trainer's own error. */
 static int reason_rank(const char *line) {
-    static const char *const marks[] = {"exited on signal",
-                                        "lost communication",
-                                        "daemon",
-                                        "did not answer the watchdog",
-                                        "stopping: rank",
-                                        "hypershard train:",
-                                        NULL};
+    static const char *const marks[] = {
+        "exited on signal", "lost communication", "daemon", "did not answer the watchdog",
+        "stopping: rank",   "hypershard train:",  NULL};
     for (int i = 0; marks[i]; i++)
         if (strstr(line, marks[i])) return i + 1;
     return 0;
@@ -108,7 +104,7 @@ static void take_signals(pid_t pid, hs_launch_result *r) {
         fprintf(stderr, "hypershard launch: %s received: passing it on to the job (no restart)\n",
                 strsignal(sig));
         r->stop = true;
-        kill(-pid, sig);
+        kill(pid, sig); /* mpiexec passes it on to every rank, once */
     }
 }
 

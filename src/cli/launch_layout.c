@@ -54,8 +54,7 @@ static void add_key(hs_launch_layout *l, const char *key, long long from, long l
 /* The keys world `w` changes against the original config `c`, or false
  * when tp x cp x pp does not divide it or no micro-batch size keeps the
  * global batch. */
-static bool keys_for(const hs_config *c, const hs_launch_layout *orig, int w,
-                     hs_launch_layout *l) {
+static bool keys_for(const hs_config *c, const hs_launch_layout *orig, int w, hs_launch_layout *l) {
     const hs_accel_config *a = &c->accelerator;
     int model = a->tp_size * a->cp_size * a->pp_size;
     if (w % model) return false;

@@ -54,7 +54,8 @@ void hs_launch_resume_point(const char *dir, long long *step, char *resume, size
         *step = s;
         return;
     }
-    for (long long below = newest_below(dir, LLONG_MAX); below >= 0; below = newest_below(dir, below)) {
+    for (long long below = newest_below(dir, LLONG_MAX); below >= 0;
+         below = newest_below(dir, below)) {
         char path[HS_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/step-%lld", dir, below);
         if ((s = verified_step(path)) < 0) continue;

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# `hypershard launch` (docs/launch.md, "Restarting failed jobs"): a 4-rank
+# FSDP run with one rank killed (kill -9) at a random step, twice, is
+# restarted from its newest checkpoint and finishes on the uninterrupted
+# run's curve (every step once, within 1e-5); a rank that dies on every
+# start (HS_TRAIN_TEST_DIE_RANK) makes the launcher, after two failures
+# without a newer checkpoint, go on with 2 ranks (dp_shard_size and the
+# null global batch set, named in its output) on the same curve; a
+# config error exits 2 without an attempt; a job that keeps failing ends
+# after --max-restarts with its status; SIGTERM to the launcher stops the
+# job with a checkpoint, exit 3 and no restart.
+# HS_MPI_RANKS: 4
+# HS_TEST_TIMEOUT: 300
+set -u
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_scratch launch
+
+# A constant learning rate after warm-up: runs of different train.steps
+# share their first steps, so one uninterrupted run is every run's reference.
+tiny=("${HS_TINY[@]}" train.micro_batch_size=2 train.eval_every=0 fsdp_config.dp_shard_size=4
+      optimizer.schedule.decay=constant optimizer.schedule.warmup_steps=2)
+steps=200
+hs_must_run 4 uninterrupted train.steps=$steps train.out_dir="$work/u"
+
+# start NAME ARGS...: the launcher in the background on 4 ranks; pid in $bg
+start() {
+    local name=$1
+    shift
+    "$HS_BIN" launch -n 4 "$@" "${tiny[@]}" train.out_dir="$work/$name" \
+        checkpoint.dir="$work/ck_$name" checkpoint.resume=auto > "$work/$name.log" 2>&1 &
+    bg=$!
+}
+last_step() { tail -1 "$work/$1/metrics.jsonl" 2> /dev/null | grep -o '"step":[0-9]*' | grep -o '[0-9]*$'; }
+# until_step NAME S: wait until NAME's metrics.jsonl reaches step S
+until_step() {
+    for _ in $(seq 1200); do
+        [ "$(last_step "$1")" -ge "$2" ] 2> /dev/null && return 0
+        kill -0 "$bg" 2> /dev/null || die "$1 ended before step $2: $(tail -5 "$work/$1.log")"
+        sleep 0.05
+    done
+    die "$1 never reached step $2"
+}
+# kill_rank NAME: kill -9 one rank of NAME's job, chosen at random
+kill_rank() {
+    local pids
+    mapfile -t pids < <(pgrep -f "^$HS_BIN train .*train.out_dir=$work/$1 ")
+    [ "${#pids[@]}" -eq 4 ] || die "$1: ${#pids[@]} ranks running, want 4"
+    kill -9 "${pids[RANDOM % 4]}"
+}
+until_log() { # NAME PATTERN: wait until the launcher's output holds PATTERN
+    for _ in $(seq 1200); do
+        grep -q -- "$2" "$work/$1.log" && return 0
+        sleep 0.05
+    done
+    die "$1: '$2' never in its output: $(tail -5 "$work/$1.log")"
+}
+
+test_two_random_kills_continue_the_curve() {
+    start kill --max-restarts 3 train.steps=$steps checkpoint.save_every=4
+    local s1=$((5 + RANDOM % 30))
+    until_step kill "$s1"
+    kill_rank kill
+    until_log kill "restart 1 of 3"
+    # Past every step the first attempt logged: the kill lands in the second.
+    local s2=$(($(last_step kill) + 3 + RANDOM % 20))
+    until_step kill "$s2"
+    kill_rank kill
+    wait "$bg" || fail "kill: exit $?: $(tail -5 "$work/kill.log")"
+    echo "killed a rank at steps >= $s1 and >= $s2"
+    [ "$(grep -c "restart [0-9] of 3: .*exited on signal 9" "$work/kill.log")" -eq 2 ] ||
+        fail "kill: not two restarts naming signal 9: $(grep 'launch:' "$work/kill.log")"
+    grep -q "done on 4 ranks after 2 restarts" "$work/kill.log" || fail "kill: not done after 2 restarts"
+    # each restart resumed from a checkpoint, rather than starting afresh
+    [ "$(grep -c "resumed from $work/ck_kill/step-[1-9]" "$work/kill.log")" -eq 2 ] ||
+        fail "kill: not two resumes from a checkpoint"
+    close_curve "$work/u/metrics.jsonl" "$work/kill/metrics.jsonl" 1 $steps
+}
+
+test_a_rank_that_always_dies_leaves_two_ranks_on_the_same_curve() {
+    # 4 steps on 4 ranks, then rank 3 dies at every start: two failures
+    # without a newer checkpoint, then 2 ranks (3 cannot keep global batch 8).
+    start shrink train.steps=4 checkpoint.save_every=2
+    wait "$bg" || die "shrink, first part: $(tail -5 "$work/shrink.log")"
+    mv "$work/shrink.log" "$work/shrink_first.log"
+    HS_TRAIN_TEST_DIE_RANK=3 start shrink --min-ranks 2 train.steps=12 checkpoint.save_every=2
+    wait "$bg" || fail "shrink: exit $?: $(tail -5 "$work/shrink.log")"
+    grep -q "2 ranks instead of 4 (two failures without a newer checkpoint); global batch 8 kept; fsdp_config.dp_shard_size 4 -> 2, train.global_batch_size null -> 8" \
+        "$work/shrink.log" || fail "shrink: the change is not named: $(grep 'launch:' "$work/shrink.log")"
+    grep -q "done on 2 ranks after 2 restarts" "$work/shrink.log" || fail "shrink: not done on 2 ranks"
+    grep -q "resumed from $work/ck_shrink/step-4" "$work/shrink.log" || fail "shrink: did not resume step-4"
+    close_curve "$work/u/metrics.jsonl" "$work/shrink/metrics.jsonl" 1 12
+}
+
+test_errors_and_limits() {
+    hs_expect_exit 2 bad_key "unknown key bogus.key" launch -n 4 "${tiny[@]}" bogus.key=1 \
+        checkpoint.dir="$work/ck_bad"
+    grep -q "attempt" "$work/bad_key.log" && fail "bad_key: a job was started"
+    hs_expect_exit 2 no_ckpt "checkpoint.dir is null" launch -n 4 "${tiny[@]}"
+    hs_expect_exit 2 min_ranks "exceeds" launch -n 2 --min-ranks 3 "${tiny[@]}" checkpoint.dir="$work/c"
+    HS_TRAIN_TEST_DIE_RANK=1 hs_expect_exit 137 give_up "giving up after 1 restart: .*rank 1 .*signal 9" \
+        launch -n 4 --max-restarts 1 "${tiny[@]}" train.out_dir="$work/g" checkpoint.dir="$work/ck_g"
+}
+
+test_sigterm_stops_with_a_checkpoint_and_no_restart() {
+    start term train.steps=100000 checkpoint.save_every=1000
+    until_step term 3
+    kill -TERM "$bg"
+    local rc=0
+    wait "$bg" || rc=$?
+    [ "$rc" -eq 3 ] || fail "term: exit $rc, want 3: $(tail -5 "$work/term.log")"
+    grep -q "attempt 2" "$work/term.log" && fail "term: restarted after SIGTERM"
+    local step
+    step=$(grep -o "stopped by a signal; the newest checkpoint is step [0-9]*" "$work/term.log" | grep -o '[0-9]*$')
+    [ -n "$step" ] && [ -d "$work/ck_term/step-$step" ] || fail "term: no checkpoint named: $(tail -3 "$work/term.log")"
+}
+
+test_two_random_kills_continue_the_curve
+test_a_rank_that_always_dies_leaves_two_ranks_on_the_same_curve
+test_errors_and_limits
+test_sigterm_stops_with_a_checkpoint_and_no_restart
+hs_finish
