@@ -277,3 +277,41 @@ hs_resume_layouts() {
         close_curve "$ref/metrics.jsonl" "$work/r_$name/metrics.jsonl" 3 5
     done
 }
+
+# hs_two_hosts: two "hosts" on one machine for the multi-host tests: network
+# namespaces $a (10.77.0.1, hostname hostA) and $b (10.77.0.2, hostB) joined
+# by a veth pair, removed on exit with $work; $work/agent.sh, the rsh agent
+# Open MPI starts the other host's daemon with (it refuses a host while the
+# file $work/gone-<address> exists: a host taken away); $work/hosts, a
+# hostfile of both with 2 slots each. Skips (exit 77), saying why, where
+# namespaces cannot be made (not root, no iproute2 or unshare).
+hs_two_hosts() {
+    command -v ip > /dev/null || hs_skip "no ip (iproute2) to make network namespaces"
+    command -v unshare > /dev/null || hs_skip "no unshare to give each host its hostname"
+    local ns="hs$$" n
+    a="${ns}a" b="${ns}b"
+    trap 'ip netns del "$a" 2> /dev/null; ip netns del "$b" 2> /dev/null; rm -rf "$work"' EXIT
+    ip netns add "$a" 2> /dev/null || hs_skip "cannot create a network namespace (needs root)"
+    ip netns add "$b" || hs_skip "cannot create a second network namespace"
+    ip link add "${a}v" type veth peer name "${b}v" || hs_skip "cannot create a veth pair"
+    ip link set "${a}v" netns "$a" && ip link set "${b}v" netns "$b" || hs_skip "cannot move the veth ends"
+    ip netns exec "$a" ip addr add 10.77.0.1/24 dev "${a}v"
+    ip netns exec "$b" ip addr add 10.77.0.2/24 dev "${b}v"
+    for n in "$a" "$b"; do
+        ip netns exec "$n" ip link set lo up
+        ip netns exec "$n" ip link set "${n}v" up
+    done
+    cat > "$work/agent.sh" <<AGENT
+#!/bin/sh
+host=\$1; shift
+[ -e "$work/gone-\$host" ] && { echo "agent: \$host is gone" >&2; exit 1; }
+case "\$host" in
+  10.77.0.1) n=$a; name=hostA ;;
+  10.77.0.2) n=$b; name=hostB ;;
+  *) echo "agent: unknown host \$host" >&2; exit 1 ;;
+esac
+exec ip netns exec "\$n" unshare --uts sh -c "hostname \$name; exec \$*"
+AGENT
+    chmod +x "$work/agent.sh"
+    printf "10.77.0.1 slots=2\n10.77.0.2 slots=2\n" > "$work/hosts"
+}

@@ -14,35 +14,7 @@
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch multihost
-command -v ip > /dev/null || hs_skip "no ip (iproute2) to make network namespaces"
-command -v unshare > /dev/null || hs_skip "no unshare to give each host its hostname"
-ns="hs$$"
-a="${ns}a" b="${ns}b"
-cleanup() { ip netns del "$a" 2> /dev/null; ip netns del "$b" 2> /dev/null; rm -rf "$work"; }
-trap cleanup EXIT
-ip netns add "$a" 2> /dev/null || hs_skip "cannot create a network namespace (needs root)"
-ip netns add "$b" || hs_skip "cannot create a second network namespace"
-ip link add "${a}v" type veth peer name "${b}v" || hs_skip "cannot create a veth pair"
-ip link set "${a}v" netns "$a" && ip link set "${b}v" netns "$b" || hs_skip "cannot move the veth ends"
-ip netns exec "$a" ip addr add 10.77.0.1/24 dev "${a}v"
-ip netns exec "$b" ip addr add 10.77.0.2/24 dev "${b}v"
-for n in "$a" "$b"; do
-    ip netns exec "$n" ip link set lo up
-    ip netns exec "$n" ip link set "${n}v" up
-done
-# the rsh agent Open MPI starts the other host's daemon with
-cat > "$work/agent.sh" <<AGENT
-#!/bin/sh
-host=\$1; shift
-case "\$host" in
-  10.77.0.1) n=$a; name=hostA ;;
-  10.77.0.2) n=$b; name=hostB ;;
-  *) echo "agent: unknown host \$host" >&2; exit 1 ;;
-esac
-exec ip netns exec "\$n" unshare --uts sh -c "hostname \$name; exec \$*"
-AGENT
-chmod +x "$work/agent.sh"
-printf "10.77.0.1 slots=2\n10.77.0.2 slots=2\n" > "$work/hosts"
+hs_two_hosts
 
 tiny=("${HS_FSDP_TINY[@]}" model.n_kv_heads=2 optimizer.eps=1e-3 train.global_batch_size=8)
 files=(model.safetensors dump/grads-step1.safetensors dump/weights-step1.safetensors
