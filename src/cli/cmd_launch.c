@@ -80,7 +80,10 @@ static int parse_flag(int argc, char **argv, int *i, launch_args *a) {
     else if (!strcmp(s, "--hostfile") && *i + 1 < argc) return a->hostfile = argv[++*i], 0;
     else if (!strncmp(s, "--hostfile=", 11)) return a->hostfile = s + 11, 0;
     if (!dst) {
-        fprintf(stderr, "hypershard launch: unknown option '%s'\n", s);
+        bool known = !strcmp(s, "-n") || !strcmp(s, "--hostfile") || !strcmp(s, "--max-restarts") ||
+                     !strcmp(s, "--min-ranks");
+        fprintf(stderr, "hypershard launch: %s '%s'\n", known ? "no value for" : "unknown option",
+                s);
         return launch_usage(stderr), 2;
     }
     if (v < 0) {
@@ -185,18 +188,22 @@ static bool attempt(launch_state *st, hs_launch_result *r) {
     return ok;
 }
 
-/* Hosts gone since the last attempt: the next one runs on the others. */
-static int drop_gone_hosts(launch_state *st) {
-    if (!st->hosts || hs_launch_hosts_probe(st->hosts, st->mpiexec, PROBE_TIMEOUT_S) == 0)
-        return -2; /* nothing changed */
-    hs_error e;
-    hs_error_clear(&e);
-    const char *tmp = getenv("TMPDIR");
-    snprintf(st->hostfile, sizeof st->hostfile, "%s/hypershard-launch-%d.hosts",
-             tmp && tmp[0] ? tmp : "/tmp", (int)getpid());
-    if (hs_launch_hosts_write(st->hosts, st->hostfile, &e) != HS_OK) {
-        fprintf(stderr, "hypershard launch: %s\n", e.msg);
-        snprintf(st->hostfile, sizeof st->hostfile, "%s", st->a->hostfile);
+/* The slots of the hosts still answering (-1: no hostfile, or a host
+ * without a slot count); a host found gone is left out of the hostfile of
+ * the next attempts. */
+static int hosts_left(launch_state *st) {
+    if (!st->hosts) return -1;
+    if (hs_launch_hosts_probe(st->hosts, st->mpiexec, PROBE_TIMEOUT_S) > 0) {
+        hs_error e;
+        hs_error_clear(&e);
+        const char *tmp = getenv("TMPDIR");
+        snprintf(st->hostfile, sizeof st->hostfile, "%s/hypershard-launch-%d.hosts",
+                 tmp && tmp[0] ? tmp : "/tmp", (int)getpid());
+        if (hs_launch_hosts_write(st->hosts, st->hostfile, &e) != HS_OK) {
+            fprintf(stderr, "hypershard launch: %s; the next attempt uses %s\n", e.msg,
+                    st->a->hostfile);
+            snprintf(st->hostfile, sizeof st->hostfile, "%s", st->a->hostfile);
+        }
     }
     return hs_launch_hosts_slots(st->hosts);
 }
@@ -259,7 +266,7 @@ static bool restart(launch_state *st, const hs_launch_result *r, int *code) {
     st->restarts++;
     fprintf(stderr, "hypershard launch: restart %d of %d: %s\n", st->restarts, st->a->max_restarts,
             why);
-    maybe_shrink(st, drop_gone_hosts(st));
+    maybe_shrink(st, hosts_left(st));
     fprintf(stderr, "hypershard launch: resuming from %s (step %lld) on %d ranks\n",
             !strcmp(st->resume, "auto") ? "the latest checkpoint" : st->resume, st->step,
             st->cur.world);

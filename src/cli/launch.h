@@ -26,11 +26,13 @@ void hs_launch_signals_block(void);
 
 /* Run argv (argv[0] found on PATH) with stdin from /dev/null, in a process
  * group of its own, its stderr passed through while scanned for the
- * failure's cause; SIGTERM / SIGINT to the launcher go to the child.
+ * failure's cause; SIGTERM / SIGINT to the launcher go to the child, and
+ * one pending already starts nothing (r->stop, status 128 + signal).
  * timeout_s > 0 kills the child (SIGKILL to its group) after that long.
- * quiet: its stderr is read but not shown. Returns false (printing why)
- * only when the child could not be started. */
-bool hs_launch_run(char *const *argv, double timeout_s, bool quiet, hs_launch_result *r);
+ * probe: its stderr is read but not shown, and signals stay pending for
+ * the next job. Returns false (printing why) only when the child could not
+ * be started. */
+bool hs_launch_run(char *const *argv, double timeout_s, bool probe, hs_launch_result *r);
 
 /* --------------------------------------------------------------- layout */
 

@@ -91,21 +91,25 @@ static void child_exec(char *const *argv, int err_fd) {
     _exit(127);
 }
 
-/* Take the signals that arrived: SIGTERM / SIGINT go on to the child's
- * group (once each kind is enough: mpiexec passes them to every rank). */
-static void take_signals(pid_t pid, hs_launch_result *r) {
+/* Take the SIGTERM / SIGINT that arrived: false when there was none.
+ * pid > 0: each goes on to the child (mpiexec, which passes it to every
+ * rank: once is enough). */
+static bool take_signals(pid_t pid, hs_launch_result *r) {
     sigset_t s;
     sigemptyset(&s);
     sigaddset(&s, SIGTERM);
     sigaddset(&s, SIGINT);
     struct timespec zero = {0, 0};
     int sig;
+    bool any = false;
     while ((sig = sigtimedwait(&s, NULL, &zero)) > 0) {
-        fprintf(stderr, "hypershard launch: %s received: passing it on to the job (no restart)\n",
-                strsignal(sig));
-        r->stop = true;
-        kill(pid, sig); /* mpiexec passes it on to every rank, once */
+        fprintf(stderr, "hypershard launch: %s received: %s (no restart)\n", strsignal(sig),
+                pid > 0 ? "passing it on to the job" : "not starting the job");
+        r->stop = any = true;
+        r->status = 128 + sig;
+        if (pid > 0) kill(pid, sig);
     }
+    return any;
 }
 
 static int exit_status(int ws) {
@@ -114,8 +118,11 @@ static int exit_status(int ws) {
     return 1;
 }
 
-bool hs_launch_run(char *const *argv, double timeout_s, bool quiet, hs_launch_result *r) {
+bool hs_launch_run(char *const *argv, double timeout_s, bool probe, hs_launch_result *r) {
     memset(r, 0, sizeof *r);
+    /* A stop asked for between attempts (or during a probe, which leaves
+     * the signals pending) ends the launcher before the next attempt. */
+    if (!probe && take_signals(0, r)) return true;
     int fds[2];
     if (pipe(fds) != 0) {
         fprintf(stderr, "hypershard launch: pipe: %s\n", strerror(errno));
@@ -140,20 +147,20 @@ bool hs_launch_run(char *const *argv, double timeout_s, bool quiet, hs_launch_re
     bool open_fd = true, killed = false;
     int ws = 0;
     for (;;) {
-        take_signals(pid, r);
+        if (!probe) take_signals(pid, r);
         if (timeout_s > 0 && !killed && hs_now() - t0 > timeout_s) {
             kill(-pid, SIGKILL);
             killed = true;
             snprintf(r->reason, sizeof r->reason, "no answer within %.0f s", timeout_s);
         }
-        if (open_fd) open_fd = pass_output(fds[0], 100, &lb, quiet, r);
+        if (open_fd) open_fd = pass_output(fds[0], 100, &lb, probe, r);
         else usleep(50 * 1000);
         pid_t w = waitpid(pid, &ws, WNOHANG);
         if (w == pid || (w < 0 && errno != EINTR)) break;
     }
     /* What the job wrote last, up to what is there now: a rank left
      * behind may hold the pipe open. */
-    while (open_fd && pass_output(fds[0], 0, &lb, quiet, r)) {
+    while (open_fd && pass_output(fds[0], 0, &lb, probe, r)) {
         struct pollfd p = {.fd = fds[0], .events = POLLIN};
         if (poll(&p, 1, 0) <= 0) break;
     }
