@@ -20,6 +20,7 @@ set(allowed
   "src/comm/watchdog.c|exit|the watchdog ends its rank when hs_comm_abort on another rank says so"
   "src/train/stop.c|exit|a second SIGINT / SIGTERM ends the run at once, as documented"
   "src/ckpt/save.c|exit|HS_CKPT_TEST_KILL_AFTER_BYTES: the tests' crash in the middle of a save"
+  "src/cli/launch_job.c|exit|the launcher's forked child ends when mpiexec cannot be executed"
 )
 
 set(pattern_oom "(^|[^A-Za-z0-9_])hs_oom[ ]*\\(")
