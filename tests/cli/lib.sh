@@ -73,6 +73,19 @@ hs_train() {
 # into $work/NAME/dump.
 hs_train_dump() { hs_train "$@" --dump "$work/$1/dump"; }
 
+# The tensors a dumped 3-step run is compared by: the exported model, step
+# 1's gradients, the weights after steps 1 and 2, the logits step 2 starts
+# from.
+HS_DUMP_FILES=(model.safetensors dump/grads-step1.safetensors dump/weights-step1.safetensors
+               dump/weights-step2.safetensors dump/logits-step2.safetensors)
+
+# hs_compare_moe_runs REF RUN TOL: hs_compare_runs over HS_DUMP_FILES and
+# hs_compare_moe_stats.
+hs_compare_moe_runs() {
+    hs_compare_runs "$1" "$2" "$3" "${HS_DUMP_FILES[@]}"
+    hs_compare_moe_stats "$1" "$2"
+}
+
 # hs_compare_moe_stats REF RUN: the MoE runs $work/REF and $work/RUN logged
 # the same aux loss (within 1e-6 relative) and the same expert row counts
 # at every step.

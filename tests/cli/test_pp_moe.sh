@@ -22,12 +22,8 @@ hs_scratch pp_moe
 tiny=("${HS_FSDP_TINY[@]}" model.n_layers=4 model.n_kv_heads=2 optimizer.eps=1e-3
       train.global_batch_size=8 model.arch=moe model.moe.num_experts=4 model.moe.top_k=2
       model.moe.expert_ffn_dim=24 model.moe.aux_loss_coef=0.01 model.moe.shared_expert_ffn_dim=16)
-files=(model.safetensors dump/grads-step1.safetensors dump/weights-step1.safetensors
-       dump/weights-step2.safetensors dump/logits-step2.safetensors)
-compare() {
-    hs_compare_runs "$1" "$2" 1e-5 "${files[@]}"
-    hs_compare_moe_stats "$1" "$2"
-}
+files=("${HS_DUMP_FILES[@]}")
+compare() { hs_compare_moe_runs "$1" "$2" 1e-5; }
 pp2=(accelerator.pp_size=2)
 
 hs_train_dump one 1

@@ -18,12 +18,8 @@ tiny=("${HS_FSDP_TINY[@]}" model.arch=qwen3_moe model.head_dim=16 model.n_kv_hea
       model.moe.num_experts=8 model.moe.top_k=2 model.moe.expert_ffn_dim=24
       model.moe.norm_topk_prob=false model.moe.aux_loss_coef=0.01
       optimizer.eps=1e-3 train.global_batch_size=4)
-files=(model.safetensors dump/grads-step1.safetensors dump/weights-step1.safetensors
-       dump/weights-step2.safetensors dump/logits-step2.safetensors)
-compare() {
-    hs_compare_runs "$1" "$2" 5e-5 "${files[@]}"
-    hs_compare_moe_stats "$1" "$2"
-}
+files=("${HS_DUMP_FILES[@]}")
+compare() { hs_compare_moe_runs "$1" "$2" 5e-5; }
 
 hs_train_dump one2 1
 hs_train_dump one4 1 train.micro_batch_size=4
