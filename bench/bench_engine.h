@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hypershard/device.h"
 #include "hypershard/optim.h"
 #include "hypershard/train.h"
 
@@ -25,7 +26,9 @@ static inline void hs_bench_random_batch(int32_t *tokens, int32_t *targets, size
 
 /* One optimizer step of one micro-batch as src/train/step.c runs it:
  * forward + backward, grad norm, clipping, the update, after_step, zeroed
- * gradients. *t_fb gets the forward + backward seconds (may be NULL). */
+ * gradients. *t_fb gets the forward + backward seconds (may be NULL).
+ * With a device profile (bench step --breakdown) the part after backward
+ * is the optimizer's phase. */
 static inline hs_status hs_bench_engine_step(hs_engine *en, hs_optim *optim, hs_optim_param *params,
                                              int n_params, const hs_optim_config *oc,
                                              const hs_batch *b, float grad_scale, double *t_fb,
@@ -35,12 +38,16 @@ static inline hs_status hs_bench_engine_step(hs_engine *en, hs_optim *optim, hs_
     hs_status s = hs_model_forward_backward(hs_engine_model(en), b, grad_scale, hs_engine_hooks(en),
                                             &loss, &aux, e);
     if (t_fb) *t_fb = hs_now() - t0;
+    hs_device *d = hs_model_device(hs_engine_model(en));
+    hs_device_profile_set_phase(d, HS_PROF_OPTIMIZER); /* nothing without a profile */
     if (s == HS_OK) s = hs_engine_grad_norm(en, &norm, e);
-    if (s != HS_OK) return s;
-    hs_clip_grads(hs_model_device(hs_engine_model(en)), params, n_params, norm, oc->clip_grad_norm);
-    hs_optim_step(optim, oc->lr);
-    s = hs_engine_after_step(en, e);
-    hs_engine_zero_grads(en);
+    if (s == HS_OK) {
+        hs_clip_grads(d, params, n_params, norm, oc->clip_grad_norm);
+        hs_optim_step(optim, oc->lr);
+        s = hs_engine_after_step(en, e);
+        hs_engine_zero_grads(en);
+    }
+    hs_device_profile_set_phase(d, -1);
     return s;
 }
 

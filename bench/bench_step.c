@@ -12,7 +12,10 @@
  * an ideal matrix, on this machine, now. On a machine shared with other work
  * every measurement can only be slowed down, so the sgemm is measured before
  * and after the models and the best is the denominator, and MFU is given for
- * the best step as well as the median one. docs/performance.md has the
+ * the best step as well as the median one. With --breakdown the device
+ * is profiled (src/device/profile.c) and each model's timed steps are
+ * followed by profiled ones, each right after a plain one, whose wall time
+ * is split by op class (bench_breakdown.c). docs/performance.md has the
  * figures. */
 #define _DEFAULT_SOURCE /* getloadavg */
 #include <stdio.h>
@@ -21,6 +24,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "bench_breakdown.h"
 #include "bench_engine.h"
 #include "bench_util.h"
 #include "cli/commands.h"
@@ -42,6 +46,11 @@ typedef struct bench_opts {
     int threads; /* BLAS threads; 0: leave as configured */
     int steps;   /* timed steps per model; 0: by mode */
     const char *only;
+    bool breakdown;
+    const char *json; /* NULL: no JSON file */
+    const char *sets[MAX_OVERRIDES];
+    int n_sets;
+    int batch, seq; /* 0: the model's */
 } bench_opts;
 
 /* The default Llama of configs/demo.yaml, and a GPT-2-small-sized Llama
@@ -71,13 +80,21 @@ static int usage(FILE *f, const char *why) {
     if (why) fprintf(f, "hypershard bench step: %s\n", why);
     fprintf(f,
             "usage: hypershard bench step [--quick] [--threads N] [--steps N] [--model NAME]\n"
+            "                             [--set KEY=VALUE]... [--batch B] [--seq T]\n"
+            "                             [--breakdown] [--json FILE]\n"
             "  --quick      seconds, not minutes: the demo model and a 2-layer, 128-token\n"
             "               GPT-2-width model; a smaller sgemm\n"
             "  --threads N  GEMM threads for the sgemm and the steps (default: OMP_NUM_THREADS,\n"
             "               else every core)\n"
             "  --steps N    timed steps per model after one warm-up (default 5, quick 2;\n"
             "               the median of at most 64 counts)\n"
-            "  --model M    demo or gpt2-small only\n");
+            "  --model M    demo or gpt2-small only\n"
+            "  --set K=V    a config key for the model (model.*, fsdp_config.*; repeatable):\n"
+            "               one model, named custom, on --model's base (default demo)\n"
+            "  --batch B, --seq T  sequences per step and their length\n"
+            "  --breakdown  after the timed steps, as many profiled ones, each right after a\n"
+            "               plain one: the step's time by op class, share and GFLOP/s or GB/s\n"
+            "  --json FILE  the results (and breakdowns) as JSON\n");
     return 2;
 }
 
@@ -96,13 +113,20 @@ static int parse(int argc, char **argv, bench_opts *o) {
         else if (!strcmp(s, "--threads") && i + 1 < argc) o->threads = parse_count(argv[++i]);
         else if (!strcmp(s, "--steps") && i + 1 < argc) o->steps = parse_count(argv[++i]);
         else if (!strcmp(s, "--model") && i + 1 < argc) o->only = argv[++i];
+        else if (!strcmp(s, "--breakdown")) o->breakdown = true;
+        else if (!strcmp(s, "--json") && i + 1 < argc) o->json = argv[++i];
+        else if (!strcmp(s, "--batch") && i + 1 < argc) o->batch = parse_count(argv[++i]);
+        else if (!strcmp(s, "--seq") && i + 1 < argc) o->seq = parse_count(argv[++i]);
+        else if (!strcmp(s, "--set") && i + 1 < argc && o->n_sets < MAX_OVERRIDES - 4 &&
+                 strchr(argv[i + 1], '='))
+            o->sets[o->n_sets++] = argv[++i];
         else {
             fprintf(stderr, "hypershard bench step: unknown option or missing value: '%s'\n", s);
             return usage(stderr, NULL), 2;
         }
     }
-    if (o->threads < 0 || o->steps < 0)
-        return usage(stderr, "--threads and --steps take a whole number N >= 1"), 2;
+    if (o->threads < 0 || o->steps < 0 || o->batch < 0 || o->seq < 0)
+        return usage(stderr, "--threads, --steps, --batch and --seq take a whole number N >= 1"), 2;
     if (o->only && strcmp(o->only, "demo") && strcmp(o->only, "gpt2-small"))
         return usage(stderr, "--model is demo or gpt2-small"), 2;
     return 0;
@@ -199,12 +223,14 @@ typedef struct bench_run {
     hs_optim_param *params;
     int n_params;
     int32_t *tokens, *targets;
+    hs_bench_labels labels; /* --breakdown */
 } bench_run;
 
-static hs_status run_open(bench_run *r, const bench_model *bm, hs_error *e) {
-    const char *ov[MAX_OVERRIDES + 4];
+static hs_status run_open(bench_run *r, const bench_model *bm, const bench_opts *o, hs_error *e) {
+    const char *ov[2 * MAX_OVERRIDES];
     int n = 0;
     while (bm->overrides[n]) ov[n] = bm->overrides[n], n++;
+    for (int i = 0; i < o->n_sets; i++) ov[n++] = o->sets[i];
     char seq[32], mbs[48], gbs[48];
     snprintf(seq, sizeof seq, "train.seq_len=%d", bm->T);
     snprintf(mbs, sizeof mbs, "train.micro_batch_size=%d", bm->B);
@@ -213,9 +239,13 @@ static hs_status run_open(bench_run *r, const bench_model *bm, hs_error *e) {
     hs_status s = hs_config_load(&r->cfg, NULL, ov, n, e);
     if (s == HS_OK) s = hs_config_validate(&r->cfg, 1, &r->topo, NULL, e);
     if (s == HS_OK) s = hs_device_create(HS_DEVICE_CPU, NULL, &r->dev, e);
+    /* before the model reads the device's table */
+    if (s == HS_OK && o->breakdown) s = hs_device_profile_install(r->dev, e);
     if (s != HS_OK) return s;
     hs_engine_env env = {.cfg = &r->cfg, .topo = &r->topo, .dev = r->dev, .max_batch = bm->B};
     s = hs_engine_local_create(&env, &r->en, e);
+    if (s == HS_OK && o->breakdown)
+        s = hs_bench_labels_set(&r->labels, r->dev, hs_engine_model(r->en), e);
     if (s != HS_OK) return s;
     r->n_params = hs_engine_optim_params(r->en, &r->params);
     s = hs_optim_create(&r->cfg.optimizer, r->params, r->n_params, r->dev, &r->dev->device_pool,
@@ -234,6 +264,7 @@ static void run_close(bench_run *r) {
     hs_optim_free(r->optim);
     hs_engine_free(r->en);
     hs_device_free(r->dev);
+    hs_bench_labels_free(&r->labels);
     hs_config_free(&r->cfg);
     free(r->tokens);
     free(r->targets);
@@ -252,11 +283,12 @@ static hs_status run_step(bench_run *r, const bench_model *bm, double *t_fb, dou
 
 enum { MAX_STEPS = 64 };
 
-static hs_status time_model(const bench_model *bm, int steps, const sgemm_probe *probe,
-                            double window, bench_run *r, step_times *out, hs_error *e) {
+static hs_status time_model(const bench_model *bm, const bench_opts *o, int steps,
+                            const sgemm_probe *probe, double window, bench_run *r, step_times *out,
+                            hs_error *e) {
     double tstep[MAX_STEPS], tfb[MAX_STEPS], topt[MAX_STEPS], rate[MAX_STEPS], mfu[MAX_STEPS];
     if (steps > MAX_STEPS) steps = MAX_STEPS;
-    hs_status s = run_open(r, bm, e);
+    hs_status s = run_open(r, bm, o, e);
     double fpt = s == HS_OK ? hs_model_flops_per_token(hs_engine_model(r->en), bm->T) : 0.0;
     double flops = fpt * bm->B * bm->T;
     for (int i = -1; s == HS_OK && i < steps; i++) { /* i = -1: warm-up */
@@ -279,20 +311,49 @@ static hs_status time_model(const bench_model *bm, int steps, const sgemm_probe 
     return HS_OK;
 }
 
+/* --breakdown: `steps` pairs of a plain step and a profiled one, so that a
+ * shared machine's load drifts hit both alike. */
+static hs_status breakdown(bench_run *r, const bench_model *bm, int steps, hs_bench_breakdown *out,
+                           hs_error *e) {
+    *out = (hs_bench_breakdown){.steps = steps};
+    hs_device_profile_reset(r->dev);
+    hs_status s = HS_OK;
+    for (int i = 0; s == HS_OK && i < steps; i++) {
+        double fb, op;
+        s = run_step(r, bm, &fb, &op, e);
+        out->plain_s += fb + op;
+        hs_device_profile_enable(r->dev, true);
+        double t0 = hs_now();
+        if (s == HS_OK) s = run_step(r, bm, &fb, &op, e);
+        out->profiled_s += hs_now() - t0;
+        hs_device_profile_enable(r->dev, false);
+    }
+    hs_device_profile_get(r->dev, &out->st);
+    out->plain_s /= steps, out->profiled_s /= steps;
+    return s;
+}
+
 typedef struct bench_result {
     const char *name;
     double flops_per_token;
     int64_t tokens; /* per step */
+    int B, T;
+    const char *dtype; /* the compute dtype */
     step_times t;
+    bool has_breakdown;
+    hs_bench_breakdown bd;
 } bench_result;
 
-static int bench_one(const bench_model *bm, int steps, const sgemm_probe *probe, double window,
-                     bench_result *res) {
+static int bench_one(const bench_model *bm, const bench_opts *o, int steps,
+                     const sgemm_probe *probe, double window, bench_result *res) {
     bench_run r;
     memset(&r, 0, sizeof r);
     hs_error e;
     hs_error_clear(&e);
-    hs_status s = time_model(bm, steps, probe, window, &r, &res->t, &e);
+    hs_status s = time_model(bm, o, steps, probe, window, &r, &res->t, &e);
+    res->has_breakdown = s == HS_OK && o->breakdown;
+    if (res->has_breakdown)
+        s = breakdown(&r, bm, steps > MAX_STEPS ? MAX_STEPS : steps, &res->bd, &e);
     if (s != HS_OK) {
         fprintf(stderr, "hypershard bench step: %s: %s\n", bm->name, e.msg);
         run_close(&r);
@@ -300,14 +361,18 @@ static int bench_one(const bench_model *bm, int steps, const sgemm_probe *probe,
     }
     const hs_model_config *mc = &r.cfg.model;
     const step_times *t = &res->t;
+    int pdt = r.cfg.fsdp.mix_precision.param_dtype;
     res->name = bm->name;
+    res->B = bm->B, res->T = bm->T;
+    res->dtype = pdt == HS_MP_NULL ? "float32" : hs_dtype_name((hs_dtype)pdt);
     res->tokens = (int64_t)bm->B * bm->T;
     res->flops_per_token = hs_model_flops_per_token(hs_engine_model(r.en), bm->T);
-    printf("%-16s %6.1fM  dim %3d L %2d H %2d/%2d F %4d V %5d  B %d T %3d | step %7.3f s "
+    printf("%-16s %6.1fM  dim %3d L %2d H %2d/%2d F %4d V %5d  B %d T %3d %s | step %7.3f s "
            "(fwd+bwd %.3f, optim %.3f; best %.3f)\n",
            bm->name, (double)hs_model_param_count(hs_engine_model(r.en)) / 1e6, mc->dim,
            mc->n_layers, mc->n_heads, mc->n_kv_heads, mc->ffn_dim, mc->vocab_size, bm->B, bm->T,
-           t->step, t->fwd_bwd, t->optim, t->best);
+           res->dtype, t->step, t->fwd_bwd, t->optim, t->best);
+    if (res->has_breakdown) hs_bench_breakdown_print(stdout, bm->name, &res->bd);
     fflush(stdout);
     run_close(&r);
     return 0;
@@ -318,6 +383,52 @@ static void print_summary(const bench_result *r) {
     double tps = (double)r->tokens / t->step;
     printf("%-16s %8.0f tok/s | model %6.1f GFLOP/s | sgemm %6.1f GFLOP/s | MFU %5.1f%%\n", r->name,
            tps, r->flops_per_token * tps / 1e9, t->sgemm / 1e9, 100.0 * t->mfu);
+}
+
+/* --json: the machine and one object per model. */
+static int write_json(const char *path, const char *cpu, const bench_result *res, int n) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "hypershard bench step: --json %s: cannot open it for writing\n", path);
+        return 1;
+    }
+    double l[3] = {0, 0, 0};
+    if (getloadavg(l, 3) != 3) l[0] = l[1] = l[2] = -1;
+    fprintf(f, "{\"cpu\":\"%s\",\"threads\":%d,\"load_avg\":[%.2f,%.2f,%.2f],\"models\":[", cpu,
+            hs_blas_get_threads(), l[0], l[1], l[2]);
+    for (int i = 0; i < n; i++) {
+        const bench_result *r = &res[i];
+        fprintf(f,
+                "%s{\"name\":\"%s\",\"B\":%d,\"T\":%d,\"dtype\":\"%s\",\"step_s\":%.6f,"
+                "\"best_step_s\":%.6f,\"tok_s\":%.1f,\"mfu\":%.4f,\"breakdown\":",
+                i ? "," : "", r->name, r->B, r->T, r->dtype, r->t.step, r->t.best,
+                (double)r->tokens / r->t.step, r->t.mfu);
+        if (r->has_breakdown) hs_bench_breakdown_json(f, &r->bd);
+        else fprintf(f, "null");
+        fprintf(f, "}");
+    }
+    fprintf(f, "]}\n");
+    return fclose(f) == 0 ? 0 : 1;
+}
+
+/* The models this run times: --model's (both when none), or one model
+ * named custom: --model's base (demo by default) with --set's keys; --batch
+ * and --seq replace B and T. */
+static int pick_models(const bench_opts *o, bench_model *out) {
+    enum { N_MODELS = (int)(sizeof MODELS / sizeof MODELS[0]) };
+    int n = 0;
+    for (int i = 0; i < N_MODELS; i++) {
+        const bench_model *bm = &MODELS[i];
+        const char *want = o->only ? o->only : o->n_sets ? "demo" : NULL;
+        if (want && strcmp(want, bm->name)) continue;
+        if (o->quick && !strcmp(bm->name, "gpt2-small")) bm = &GPT2_QUICK;
+        out[n] = *bm;
+        if (o->n_sets) out[n].name = "custom";
+        if (o->batch) out[n].B = o->batch;
+        if (o->seq) out[n].T = o->seq;
+        n++;
+    }
+    return n;
 }
 
 int hs_bench_step(int argc, char **argv) {
@@ -345,17 +456,16 @@ int hs_bench_step(int argc, char **argv) {
         return hs_status_exit_code(s);
     }
     printf("sgemm %dx%dx%d fp32: best single call %.1f GFLOP/s\n", n, n, n, best / 1e9);
-    printf("step = forward + backward + grad norm + clip + AdamW + zero grads, fp32; medians of "
+    printf("step = forward + backward + grad norm + clip + AdamW + zero grads; medians of "
            "%d steps after 1 warm-up, each step between two %.2f s sgemm windows\n",
            steps, window);
+    for (int i = 0; i < o.n_sets; i++) printf("set %s\n", o.sets[i]);
     enum { N_MODELS = (int)(sizeof MODELS / sizeof MODELS[0]) };
+    bench_model models[N_MODELS];
     bench_result res[N_MODELS];
-    int done = 0;
-    for (int i = 0; rc == 0 && i < N_MODELS; i++) {
-        const bench_model *bm = &MODELS[i];
-        if (o.only && strcmp(o.only, bm->name)) continue;
-        if (o.quick && !strcmp(bm->name, "gpt2-small")) bm = &GPT2_QUICK;
-        rc = bench_one(bm, steps, &probe, window, &res[done]);
+    int n_models = pick_models(&o, models), done = 0;
+    for (int i = 0; rc == 0 && i < n_models; i++) {
+        rc = bench_one(&models[i], &o, steps, &probe, window, &res[done]);
         if (rc == 0) done++;
     }
     probe_free(&probe);
@@ -363,5 +473,6 @@ int hs_bench_step(int argc, char **argv) {
            "minutes\n");
     for (int i = 0; i < done; i++) print_summary(&res[i]);
     print_load("after");
+    if (rc == 0 && o.json) rc = write_json(o.json, cpu, res, done);
     return rc;
 }

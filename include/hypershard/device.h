@@ -72,6 +72,7 @@ typedef enum hs_copy_kind {
 typedef struct hs_device hs_device;
 typedef struct hs_mem_cache hs_mem_cache;
 typedef struct hs_device_guard hs_device_guard;
+typedef struct hs_device_profile hs_device_profile;
 
 /* An ordered queue of work on one device; `ctx` is the backend's. */
 typedef struct hs_stream {
@@ -360,6 +361,9 @@ struct hs_device {
     /* HS_DEVICE_GUARD=1 at creation: device memory the host cannot touch
      * outside the device's members (src/device/guard.c); NULL otherwise. */
     hs_device_guard *guard;
+    /* hs_device_profile_install: every kernel, memset and copy timed into
+     * classes (src/device/profile.c); NULL otherwise, and nothing is timed. */
+    hs_device_profile *profile;
     /* The first failure of work that cannot return a status (a kernel whose
      * own scratch could not be allocated): 0 none, 1 being written, 2 set. */
     atomic_int fault_state;
@@ -512,6 +516,77 @@ static inline void hs_event_record(hs_event *e, hs_stream *s) { s->dev->ops->eve
 static inline void hs_stream_wait(hs_stream *s, hs_event *e) { s->dev->ops->stream_wait(s, e); }
 static inline void hs_event_synchronize(hs_event *e) { e->dev->ops->event_synchronize(e); }
 static inline void hs_stream_synchronize(hs_stream *s) { s->dev->ops->stream_synchronize(s); }
+
+/* ----------------------------------------------------------------- profile */
+
+/* Where a step's time goes, by op class (`hypershard bench step
+ * --breakdown`). Installed on a device right after it is created, before
+ * any model reads its table, the profile stands in front of every kernel
+ * and of the memset and copy members: each call made by the thread that
+ * installed it, while the profile is enabled, is timed with the monotonic
+ * clock and added to its class with its work (FLOPs for GEMMs and
+ * attention, bytes read and written for the others). A call nested in
+ * another, or made by another thread (a communication thread), is not
+ * timed: its time lies inside, or beside, the compute thread's. Without
+ * install, nothing is wrapped. */
+typedef enum hs_prof_class {
+    HS_PROF_GEMM_QKV = 0, /* q_proj, k_proj, v_proj: forward, dx and dW */
+    HS_PROF_GEMM_O,
+    HS_PROF_GEMM_GATE_UP,
+    HS_PROF_GEMM_DOWN,
+    HS_PROF_GEMM_HEAD,
+    HS_PROF_GEMM_OTHER, /* a GEMM the labeller does not name (MoE, router) */
+    HS_PROF_ATTENTION,  /* forward, backward, merge (its GEMMs inside)   */
+    HS_PROF_NORM,
+    HS_PROF_ROPE,
+    HS_PROF_SWIGLU,
+    HS_PROF_XENT,
+    HS_PROF_EMBEDDING,
+    HS_PROF_MOE, /* routing, permutes, statistics */
+    HS_PROF_OPTIMIZER,
+    HS_PROF_CAST,        /* convert, convert_scaled, round, scale_cast    */
+    HS_PROF_COPY,        /* copy_2d and the copy member (FSDP packs, D2D) */
+    HS_PROF_ELEMENTWISE, /* fill, axpy, scale, add, add_cast, sumsq, memset, rng */
+    HS_PROF_COMM_WAIT,   /* hs_device_profile_add by a waiting caller    */
+    HS_PROF_CLASS_COUNT
+} hs_prof_class;
+
+/* "gemm qkv", "attention", ... */
+const char *hs_prof_class_name(hs_prof_class c);
+/* Whether the class's work is FLOPs (GEMMs, attention) rather than bytes. */
+bool hs_prof_class_flops(hs_prof_class c);
+
+typedef struct hs_prof_entry {
+    double seconds, flops, bytes;
+    int64_t calls;
+} hs_prof_entry;
+
+typedef struct hs_prof_stats {
+    hs_prof_entry c[HS_PROF_CLASS_COUNT];
+    int64_t untimed_calls; /* from another thread */
+} hs_prof_stats;
+
+/* Names a GEMM's class from its operands, as the layer that knows which
+ * weight is which sees them; HS_PROF_GEMM_OTHER when it does not know. */
+typedef hs_prof_class (*hs_prof_gemm_labeller)(void *ctx, const void *C, const void *A,
+                                               const void *B, const hs_gemm_shape *g);
+
+/* Starts disabled; HS_ERR_OOM when its state cannot be allocated. Freed
+ * with the device. */
+hs_status hs_device_profile_install(hs_device *d, hs_error *e);
+void hs_device_profile_enable(hs_device *d, bool on);
+void hs_device_profile_set_labeller(hs_device *d, hs_prof_gemm_labeller fn, void *ctx);
+/* phase >= 0: the elementwise calls (fills, scales, sums of squares,
+ * memsets) count to that class: the optimizer step's grad norm, clipping
+ * and zeroing are the optimizer's, its casts and copies stay theirs; -1:
+ * by kernel. */
+void hs_device_profile_set_phase(hs_device *d, int phase);
+/* The totals since install or the last reset (zeros without a profile). */
+void hs_device_profile_get(const hs_device *d, hs_prof_stats *out);
+void hs_device_profile_reset(hs_device *d);
+/* Time spent outside the table by the compute thread (a wait on a
+ * collective) added to class c; nothing without an enabled profile. */
+void hs_device_profile_add(hs_device *d, hs_prof_class c, double seconds, double bytes);
 
 /* ------------------------------------------------------- caching allocator */
 

@@ -75,6 +75,7 @@ void hs_device_free(hs_device *d) {
     hs_stream_free(d->stream);
     hs_mem_cache_free_all(d->cache);
     hs_device_guard_free(d);
+    hs_device_profile_free(d);
     free(d);
 }
 

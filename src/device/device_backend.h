@@ -23,6 +23,8 @@ hs_status hs_ram_memory_init(hs_device *d, hs_error *e);
  * backend's init, before anything is allocated; free after the cache. */
 hs_status hs_device_guard_install(hs_device *d, hs_error *e);
 void hs_device_guard_free(hs_device *d);
+/* The profile's state (profile.c); nothing when none is installed. */
+void hs_device_profile_free(hs_device *d);
 
 /* A kernel or copy that cannot run (no memory for its own scratch) writes
  * nothing, records e on its device with this and returns: the first
