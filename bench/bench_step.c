@@ -28,8 +28,10 @@
 #include "bench_engine.h"
 #include "bench_util.h"
 #include "cli/commands.h"
+#include "hypershard/comm.h"
 #include "hypershard/config.h"
 #include "hypershard/device.h"
+#include "hypershard/mesh.h"
 #include "hypershard/optim.h"
 #include "hypershard/train.h"
 
@@ -215,6 +217,8 @@ typedef struct step_times {
 } step_times;
 
 typedef struct bench_run {
+    hs_comm *comm; /* one process: a 16-bit param_dtype runs the FSDP engine over it */
+    hs_mesh *mesh;
     hs_config cfg;
     hs_topology topo;
     hs_device *dev;
@@ -238,11 +242,17 @@ static hs_status run_open(bench_run *r, const bench_model *bm, const bench_opts 
     ov[n++] = seq, ov[n++] = mbs, ov[n++] = gbs;
     hs_status s = hs_config_load(&r->cfg, NULL, ov, n, e);
     if (s == HS_OK) s = hs_config_validate(&r->cfg, 1, &r->topo, NULL, e);
+    if (s == HS_OK) s = hs_mesh_create(r->comm, &r->topo, &r->mesh, e);
     if (s == HS_OK) s = hs_device_create(HS_DEVICE_CPU, NULL, &r->dev, e);
     /* before the model reads the device's table */
     if (s == HS_OK && o->breakdown) s = hs_device_profile_install(r->dev, e);
     if (s != HS_OK) return s;
-    hs_engine_env env = {.cfg = &r->cfg, .topo = &r->topo, .dev = r->dev, .max_batch = bm->B};
+    hs_engine_env env = {.cfg = &r->cfg,
+                         .topo = &r->topo,
+                         .comm = r->comm,
+                         .mesh = r->mesh,
+                         .dev = r->dev,
+                         .max_batch = bm->B};
     s = hs_engine_local_create(&env, &r->en, e);
     if (s == HS_OK && o->breakdown)
         s = hs_bench_labels_set(&r->labels, r->dev, hs_engine_model(r->en), e);
@@ -263,6 +273,7 @@ static hs_status run_open(bench_run *r, const bench_model *bm, const bench_opts 
 static void run_close(bench_run *r) {
     hs_optim_free(r->optim);
     hs_engine_free(r->en);
+    hs_mesh_free(r->mesh);
     hs_device_free(r->dev);
     hs_bench_labels_free(&r->labels);
     hs_config_free(&r->cfg);
@@ -344,10 +355,11 @@ typedef struct bench_result {
     hs_bench_breakdown bd;
 } bench_result;
 
-static int bench_one(const bench_model *bm, const bench_opts *o, int steps,
+static int bench_one(hs_comm *comm, const bench_model *bm, const bench_opts *o, int steps,
                      const sgemm_probe *probe, double window, bench_result *res) {
     bench_run r;
     memset(&r, 0, sizeof r);
+    r.comm = comm;
     hs_error e;
     hs_error_clear(&e);
     hs_status s = time_model(bm, o, steps, probe, window, &r, &res->t, &e);
@@ -442,16 +454,25 @@ int hs_bench_step(int argc, char **argv) {
     printf("machine: %s, %ld online CPUs | oneDNN %s kernels, %d thread(s)\n", cpu,
            sysconf(_SC_NPROCESSORS_ONLN), hs_gemm_isa(), hs_blas_get_threads());
     print_load("before");
-    sgemm_probe probe;
+    sgemm_probe probe = {0};
     int n = o.quick ? 1024 : 2048;
     double window = o.quick ? 0.25 : 1.5;
     hs_error e;
     hs_error_clear(&e);
     double best = 0.0;
-    hs_status s = probe_init(&probe, n, &e);
+    hs_comm *comm = NULL;
+    hs_comm_options copt = {.timeout_s = 600};
+    hs_status s = hs_comm_init(&comm, &argc, &argv, &copt, &e);
+    if (s == HS_OK && hs_comm_size(comm) != 1)
+        s = hs_error_set(&e, HS_ERR_CONFIG,
+                         "it runs on one process (%d here): run it without mpiexec; "
+                         "bench/peer/compare.py times multi-rank steps",
+                         hs_comm_size(comm));
+    if (s == HS_OK) s = probe_init(&probe, n, &e);
     if (s == HS_OK) s = probe_best(&probe, 5, &best, &e);
     if (s != HS_OK) {
         probe_free(&probe);
+        if (comm) hs_comm_finalize(comm);
         fprintf(stderr, "hypershard bench step: %s\n", e.msg);
         return hs_status_exit_code(s);
     }
@@ -465,10 +486,11 @@ int hs_bench_step(int argc, char **argv) {
     bench_result res[N_MODELS];
     int n_models = pick_models(&o, models), done = 0;
     for (int i = 0; rc == 0 && i < n_models; i++) {
-        rc = bench_one(&models[i], &o, steps, &probe, window, &res[done]);
+        rc = bench_one(comm, &models[i], &o, steps, &probe, window, &res[done]);
         if (rc == 0) done++;
     }
     probe_free(&probe);
+    hs_comm_finalize(comm);
     printf("MFU = model FLOPs (hs_model_flops_per_token) per second / sgemm FLOP/s of the same "
            "minutes\n");
     for (int i = 0; i < done; i++) print_summary(&res[i]);

@@ -6,8 +6,10 @@ hs_status hs_fsdp_exposed_wait(hs_fsdp_exposed *x, hs_fsdp_wait_kind k, hs_work 
     HS_ASSERT((unsigned)k < HS_FSDP_WAIT_KIND_COUNT);
     double t0 = hs_now();
     hs_status st = hs_work_wait(w, e);
-    x->seconds[k] += hs_now() - t0;
+    double dt = hs_now() - t0;
+    x->seconds[k] += dt;
     x->waits[k]++;
+    if (x->dev) hs_device_profile_add(x->dev, HS_PROF_COMM_WAIT, dt, 0.0);
     return st;
 }
 

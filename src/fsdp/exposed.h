@@ -19,6 +19,7 @@ typedef enum hs_fsdp_wait_kind {
 typedef struct hs_fsdp_exposed {
     double seconds[HS_FSDP_WAIT_KIND_COUNT]; /* blocked in hs_work_wait */
     int64_t waits[HS_FSDP_WAIT_KIND_COUNT];  /* handles waited on       */
+    hs_device *dev; /* whose profile (if any) counts the waits as comm waits */
 } hs_fsdp_exposed;
 
 /* hs_work_wait, timed into x (x may be NULL: plain wait). */

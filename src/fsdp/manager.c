@@ -290,6 +290,7 @@ hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, 
     f->model = model;
     f->groups = *g;
     hs_fsdp_mem_init(&f->ctx.mem, dev);
+    f->ctx.exposed.dev = dev;
     f->ctx.mem.offload = cfg->fsdp.enable_offload;
     hs_status st = hs_fsdp_mem_open_streams(&f->ctx.mem, e);
     if (st == HS_OK) st = check_fqns(cfg, model, e);

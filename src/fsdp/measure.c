@@ -35,4 +35,6 @@ void hs_fsdp_get_exposed(const hs_fsdp *f, hs_fsdp_exposed_stats *out) {
     };
 }
 
-void hs_fsdp_reset_exposed(hs_fsdp *f) { f->ctx.exposed = (hs_fsdp_exposed){0}; }
+void hs_fsdp_reset_exposed(hs_fsdp *f) {
+    f->ctx.exposed = (hs_fsdp_exposed){.dev = f->ctx.exposed.dev};
+}
