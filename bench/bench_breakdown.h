@@ -25,11 +25,13 @@ hs_status hs_bench_labels_set(hs_bench_labels *l, hs_device *d, hs_model *m, hs_
 void hs_bench_labels_free(hs_bench_labels *l);
 
 /* One model's breakdown: `steps` profiled steps, each right after a plain
- * (unprofiled) one; plain_s and profiled_s are their mean wall times and st
- * the profile's totals over the profiled steps. */
+ * (unprofiled) one; plain_s and profiled_s are their mean wall times, the
+ * _best ones their fastest (on a shared machine, the closest to what the
+ * step costs alone), and st the profile's totals over the profiled steps. */
 typedef struct hs_bench_breakdown {
     int steps;
     double plain_s, profiled_s;
+    double plain_best, profiled_best;
     hs_prof_stats st;
 } hs_bench_breakdown;
 

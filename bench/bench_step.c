@@ -333,11 +333,14 @@ static hs_status breakdown(bench_run *r, const bench_model *bm, int steps, hs_be
         double fb, op;
         s = run_step(r, bm, &fb, &op, e);
         out->plain_s += fb + op;
+        out->plain_best = i == 0 || fb + op < out->plain_best ? fb + op : out->plain_best;
         hs_device_profile_enable(r->dev, true);
         double t0 = hs_now();
         if (s == HS_OK) s = run_step(r, bm, &fb, &op, e);
-        out->profiled_s += hs_now() - t0;
+        double t = hs_now() - t0;
         hs_device_profile_enable(r->dev, false);
+        out->profiled_s += t;
+        out->profiled_best = i == 0 || t < out->profiled_best ? t : out->profiled_best;
     }
     hs_device_profile_get(r->dev, &out->st);
     out->plain_s /= steps, out->profiled_s /= steps;
