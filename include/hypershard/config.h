@@ -147,13 +147,26 @@ typedef struct hs_optim_config {
     hs_schedule_config schedule;
 } hs_optim_config;
 
+/* train.activation_checkpointing: what a block keeps for its backward. */
+typedef enum hs_ac_mode {
+    HS_AC_OFF = 0,       /* false: every activation of every block */
+    HS_AC_FULL = 1,      /* true: each block's input; its forward re-runs in backward */
+    HS_AC_SELECTIVE = 2, /* selective: the GEMM and attention outputs; the
+                          * element-wise ops (norms, RoPE, SwiGLU) re-run */
+} hs_ac_mode;
+
+/* The value's name as the config writes it. */
+static inline const char *hs_ac_mode_name(hs_ac_mode m) {
+    return m == HS_AC_SELECTIVE ? "selective" : m == HS_AC_FULL ? "true" : "false";
+}
+
 typedef struct hs_train_config {
     int steps;
     int global_batch_size; /* sequences per optimizer step                       */
     int micro_batch_size;  /* sequences per data-parallel rank per micro-batch   */
     int seq_len;
     long long seed;
-    bool activation_checkpointing;
+    hs_ac_mode activation_checkpointing;
     int threads; /* 0 (null): OMP_NUM_THREADS, else cores / ranks on the node */
     int log_every;
     int eval_every; /* 0: no periodic eval */

@@ -354,7 +354,12 @@ typedef struct hs_model_options {
     hs_dtype grad_dtype;    /* unsharded gradients */
     int max_batch;          /* B: sequences per forward */
     int seq_len;            /* T */
-    bool activation_checkpointing;
+    /* HS_AC_FULL: one activation set shared by every block, the block
+     * forward re-run before its backward; HS_AC_SELECTIVE: each block keeps
+     * its GEMM and attention outputs, and one set shared by every block
+     * holds what its element-wise ops produce, re-run before its backward
+     * (docs/model.md "Activation checkpointing"). */
+    hs_ac_mode activation_checkpointing;
     bool allocate_params; /* single process: model owns data/grad */
     /* The device the model computes on: every kernel goes through its
      * table (dev->k) on its default stream, and the activations (and the

@@ -199,7 +199,8 @@ typedef struct hs_plan_role {
     int n_blocks; /* blocks this role's model holds */
     int64_t device[HS_PLAN_ITEM_COUNT];
     int64_t host[HS_PLAN_ITEM_COUNT]; /* enable_offload: masters, grads, state */
-    /* activations had activation_checkpointing the other value */
+    /* activations had activation_checkpointing been true (false when it
+     * is true) */
     int64_t activations_other;
     int64_t peak_device_bytes, peak_host_bytes;
     int64_t comm_bytes[HS_PLAN_COMM_COUNT];

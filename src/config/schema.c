@@ -24,6 +24,9 @@
     { .path = p, .type = HS_CFG_BOOL, .def = d, FIELD(m), .doc = doc_ }
 #define KENUM(p, m, d, ch, doc_)                                                                   \
     { .path = p, .type = HS_CFG_ENUM, .def = d, .choices = ch, FIELD(m), .doc = doc_ }
+#define KBOOL_OR(p, m, d, ch, doc_)                                                                \
+    { .path = p, .type = HS_CFG_BOOL_OR, .def = d, .choices = ch, FIELD(m), .doc = doc_ }
+_Static_assert(sizeof(hs_ac_mode) == sizeof(int), "HS_CFG_BOOL_OR fields are ints");
 #define KSTR(p, m, d, null_, allowed_, doc_)                                                       \
     {                                                                                              \
         .path = p, .type = HS_CFG_STRING, .def = d, .nullable = null_, FIELD(m),                   \
@@ -250,8 +253,11 @@ static const hs_cfg_key keys[] = {
     KINT_NULL("train.threads", train.threads, 1,
               "compute threads per rank (GEMM and the threaded kernels); null: OMP_NUM_THREADS "
               "when set, else the cores available to the rank / the ranks on its node"),
-    KBOOL("train.activation_checkpointing", train.activation_checkpointing, "false",
-          "recompute each block's forward in backward instead of keeping activations"),
+    KBOOL_OR("train.activation_checkpointing", train.activation_checkpointing, "false",
+             "false|true|selective",
+             "true: recompute each block's forward in backward instead of keeping its "
+             "activations; selective: keep the GEMM and attention outputs and recompute only "
+             "the norms, RoPE and SwiGLU"),
     {.path = "train.freeze",
      .type = HS_CFG_STRLIST,
      .def = "[]",
@@ -392,6 +398,7 @@ const char *hs_cfg_type_name(hs_cfg_type t) {
         [HS_CFG_FLOAT_PAIR] = "a pair of numbers like [0.9, 0.95]",
         [HS_CFG_INTLIST] = "a list of integers like [3, 5]",
         [HS_CFG_BLEND] = "a list of {path: P, weight: w} mappings",
+        [HS_CFG_BOOL_OR] = "true, false or one of the listed names",
     };
     _Static_assert(sizeof(names) / sizeof(names[0]) == HS_CFG_TYPE_COUNT,
                    "names must follow hs_cfg_type");

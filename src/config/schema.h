@@ -27,6 +27,8 @@ typedef enum hs_cfg_type {
     HS_CFG_FLOAT_PAIR, /* double[2]                                   */
     HS_CFG_INTLIST,    /* int[size / sizeof(int)], int count at count_offset */
     HS_CFG_BLEND,      /* hs_blend_entry * at offset, int count at count_offset */
+    HS_CFG_BOOL_OR,    /* int: the index of the value in `choices`, which
+                        * start with "false|true" (a YAML bool names those) */
     HS_CFG_TYPE_COUNT
 } hs_cfg_type;
 

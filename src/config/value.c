@@ -137,14 +137,31 @@ static bool check_text(hs_cfg_scalar s, char *why, size_t cap) {
     return true;
 }
 
-static bool choice_ok(const char *choices, hs_cfg_scalar s) {
-    for (const char *p = choices; *p;) {
+/* The index of `s` in "a|b|c", or -1. */
+static int choice_index(const char *choices, hs_cfg_scalar s) {
+    int i = 0;
+    for (const char *p = choices; *p; i++) {
         const char *bar = strchr(p, '|');
         size_t n = bar ? (size_t)(bar - p) : strlen(p);
-        if (n == s.len && !memcmp(p, s.text, n)) return true;
+        if (n == s.len && !memcmp(p, s.text, n)) return i;
         p += n + (bar ? 1 : 0);
     }
-    return false;
+    return -1;
+}
+
+static bool choice_ok(const char *choices, hs_cfg_scalar s) {
+    return choice_index(choices, s) >= 0;
+}
+
+/* The name at `index` of "a|b|c" into out. */
+static void choice_name(const char *choices, int index, char *out, size_t cap) {
+    const char *p = choices;
+    for (int i = 0; i < index && p; i++) {
+        p = strchr(p, '|');
+        if (p) p++;
+    }
+    size_t n = p ? strcspn(p, "|") : 0;
+    snprintf(out, cap, "%.*s", (int)n, p ? p : "");
 }
 
 static void choice_reason(const hs_cfg_key *k, hs_cfg_scalar s, char *why, size_t cap) {
@@ -234,6 +251,16 @@ bool hs_cfg_set_scalar(hs_config *c, const hs_cfg_key *k, hs_cfg_scalar s, char 
         hs_dtype dt;
         if (!copy_text(s, buf, sizeof buf) || !hs_dtype_parse(buf, &dt)) break;
         *(int *)f = (int)dt;
+        return true;
+    }
+    case HS_CFG_BOOL_OR: {
+        /* false and true as every bool is written, or a name */
+        int i = parse_bool(s, &bv) ? (int)bv : choice_index(k->choices, s);
+        if (i < 0) {
+            choice_reason(k, s, why, cap);
+            return false;
+        }
+        *(int *)f = i;
         return true;
     }
     case HS_CFG_ENUM:
@@ -458,6 +485,10 @@ void hs_cfg_write_value(const hs_config *c, const hs_cfg_key *k, FILE *f) {
         break;
     }
     case HS_CFG_ENUM: fputs((const char *)p, f); break;
+    case HS_CFG_BOOL_OR:
+        choice_name(k->choices, *(const int *)p, buf, sizeof buf);
+        fputs(buf, f);
+        break;
     case HS_CFG_STRING:
         if (k->nullable && !((const char *)p)[0]) fputs("null", f);
         else write_quoted(p, f);

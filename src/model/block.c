@@ -70,6 +70,19 @@ static const float *head_norm_backward(hs_model *m, const float *dout, const voi
     return m->datt;
 }
 
+/* q and k (the rows at k) as attention reads them from the projections:
+ * qwen3's head norms of q_in and k_in, then RoPE in place. */
+static void qk_rope(hs_model *m, const hs_block_params *bp, hs_block_acts *a, void *k, int B,
+                    int T) {
+    int64_t N = (int64_t)B * T;
+    if (m->qk_norm) {
+        head_norm_forward(m, a->q, a->rstd_q, a->q_in, bp->q_norm, N * m->NH);
+        head_norm_forward(m, k, a->rstd_k, a->k_in, bp->k_norm, N * m->KVH);
+    }
+    m->k->rope_fwd(m->s, a->q, m->dt, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
+    m->k->rope_fwd(m->s, k, m->dt, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
+}
+
 /* x (in xdt) is the block input as the block reads it; x_mid is in rdt.
  * Attention needs every row of a sequence: its region is always all N.
  * With kv (generation, B = 1) the T rows are new positions [kv->pos,
@@ -89,12 +102,7 @@ static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_a
     hs_linear_forward(m->dev, q, a->ln1, bp->wq->data, dt, N, C, qd, 0);
     hs_linear_forward(m->dev, kp, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
     hs_linear_forward(m->dev, v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
-    if (m->qk_norm) { /* into the cache's rows, when there is one */
-        head_norm_forward(m, a->q, a->rstd_q, a->q_in, bp->q_norm, N * m->NH);
-        head_norm_forward(m, k, a->rstd_k, a->k_in, bp->k_norm, N * m->KVH);
-    }
-    m->k->rope_fwd(m->s, a->q, dt, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
-    m->k->rope_fwd(m->s, k, dt, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
+    qk_rope(m, bp, a, k, B, T); /* into the cache's rows, when there is one */
     hs_attn_io io = attn_io(m, a, B, T);
     if (kv) {
         io.k = kv->k, io.v = kv->v;
@@ -176,6 +184,23 @@ void hs_block_forward_cached(hs_model *m, int layer, hs_block_acts *a, const voi
                              void *x_out, int T, const hs_block_kv *kv,
                              const hs_model_hooks *hooks) {
     block_forward(m, layer, a, x_in, x_out, 1, T, kv, hooks, false);
+}
+
+/* The forward's element-wise ops again, on the same inputs: the input
+ * cast, both norms (with their gathers under sequence parallelism),
+ * qwen3's head norms and RoPE, and SwiGLU. The GEMM and attention outputs
+ * they read or feed are the block's own (internal.h hs_block_acts). */
+void hs_block_recompute(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T) {
+    const hs_block_params *bp = &m->blocks[layer];
+    hs_unit_boundary *b = &m->bnd[bp->unit];
+    const hs_model_par *par = m->par;
+    int64_t N = (int64_t)B * T;
+    const void *x = block_input(m, a, b, x_in, hs_model_local_rows(m, N) * m->C);
+    par->norm_enter(par->ctx, a->ln1, a->rstd1, x, b->input_read, bp->ln1->data, bp->wq, N);
+    if (m->qk_norm) qk_rope(m, bp, a, a->k, B, T);
+    a->mlp_rows = par->norm_enter(par->ctx, a->ln2, a->rstd2, a->x_mid, b->output_computed,
+                                  bp->ln2->data, mlp_first(bp), N);
+    if (!hs_block_moe(bp)) m->k->swiglu_fwd(m->s, a->h, a->gate, a->up, m->dt, a->mlp_rows * m->F);
 }
 
 static hs_moe_grads moe_grads(const hs_block_params *bp) {

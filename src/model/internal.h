@@ -31,31 +31,37 @@ static inline bool hs_block_moe(const hs_block_params *bp) { return bp->expert_u
 
 /* What one block's forward saves for its backward. Compute dtype unless
  * marked fp32. Shapes use the capacity B = max_batch, T = seq_len; a call
- * with smaller B, T uses the leading B*T rows. */
+ * with smaller B, T uses the leading B*T rows.
+ *
+ * Under selective activation checkpointing the fields marked (R) point at
+ * one set every block shares (hs_model.recomp): the outputs of element-wise
+ * ops, which hs_block_recompute re-runs from the block's own fields before
+ * its backward (moe_out the backward does not read); the rest, the GEMM and
+ * attention outputs, are the block's own. */
 typedef struct hs_block_acts {
-    float *rstd1;     /* [B,T] fp32 */
-    void *ln1;        /* [B,T,C] */
-    void *q;          /* [B,T,NH*HD] after RoPE */
-    void *k;          /* [B,T,KVH*HD] after RoPE */
+    float *rstd1;     /* (R) [B,T] fp32 */
+    void *ln1;        /* (R) [B,T,C] */
+    void *q;          /* (R qwen3) [B,T,NH*HD] after RoPE */
+    void *k;          /* (R qwen3) [B,T,KVH*HD] after RoPE */
     void *q_in;       /* [B,T,NH*HD] q_proj output, q_norm's input (qwen3, else NULL) */
     void *k_in;       /* [B,T,KVH*HD] k_proj output, k_norm's input (qwen3, else NULL) */
-    float *rstd_q;    /* [B,T,NH] fp32 (qwen3) */
-    float *rstd_k;    /* [B,T,KVH] fp32 (qwen3) */
+    float *rstd_q;    /* (R) [B,T,NH] fp32 (qwen3) */
+    float *rstd_k;    /* (R) [B,T,KVH] fp32 (qwen3) */
     void *v;          /* [B,T,KVH*HD] */
     float *lse;       /* [B,NH,T] fp32 */
     void *atty;       /* [B,T,NH*HD] attention output before o_proj */
-    void *x_cast;     /* [B,T,C] the block input cast to the compute dtype; NULL
+    void *x_cast;     /* (R) [B,T,C] the block input cast to the compute dtype; NULL
                     * when the block reads its input as it is stored */
     void *x_mid;      /* [B,T,C] residual after attention, in the block's
                     * residual dtype (hs_unit_boundary.output_computed) */
-    float *rstd2;     /* [B,T] fp32 */
-    void *ln2;        /* [B,T,C] */
+    float *rstd2;     /* (R) [B,T] fp32 */
+    void *ln2;        /* (R) [B,T,C] */
     int64_t mlp_rows; /* the rows the MLP region ran on (hs_model_par.norm_enter) */
     void *gate;       /* [B,T,F] gate_proj output (dense) */
     void *up;         /* [B,T,F] up_proj output (dense) */
-    void *h;          /* [B,T,F] silu(gate) * up, down_proj's input (dense): kept,
-                    * as autograd keeps it, rather than recomputed in backward */
-    void *moe_out;    /* [B,T,C] MoE layer output (moe) */
+    void *h;          /* (R) [B,T,F] silu(gate) * up, down_proj's input (dense):
+                    * kept, as autograd keeps it, unless checkpointing is selective */
+    void *moe_out;    /* (R) [B,T,C] MoE layer output (moe) */
     hs_moe_act moe;
     void *moe_mem; /* the block hs_moe_act_bind lays moe out over */
 } hs_block_acts;
@@ -64,8 +70,9 @@ typedef struct hs_block_acts {
  * hs_model_stage_backward_input): per linear its output gradient, kept
  * in the slot in dy's dtype (hs_linear_dout) until the weight pass, and
  * the input its weight gradient multiplies it with: the slot's
- * activation, or under activation checkpointing (whose recomputed
- * activations the next block overwrites) a copy in the record. */
+ * activation, or where activation checkpointing recomputes it (every
+ * input under full, ln1, ln2 and h under selective: the next block's
+ * recompute overwrites them) a copy in the record. */
 typedef enum hs_wgrad_kind {
     HS_WG_O = 0,
     HS_WG_Q,
@@ -97,7 +104,7 @@ typedef struct hs_wgrad_op {
 
 typedef struct hs_wgrad_block {
     hs_wgrad_op op[HS_WG_OPS];
-    void *xcopy[HS_WX_INPUTS]; /* activation checkpointing only */
+    void *xcopy[HS_WX_INPUTS]; /* the recomputed inputs only, else NULL */
 } hs_wgrad_block;
 
 /* One micro-batch's activations of one chunk (hs_model_options.act_slots):
@@ -163,13 +170,15 @@ struct hs_model {
                           * resid[j] is in hs_model_chunk_stream_dtype(m, chunk, j) */
     void *out_tmp;       /* [B,T,C] a block's output before its output cast; NULL
                           * when no block casts its output */
-    hs_block_acts *acts; /* L, or 1 shared set with activation checkpointing */
+    hs_block_acts *acts; /* L, or 1 shared set with full activation checkpointing */
     int n_acts;
-    hs_act_slot *slots; /* n_chunks x n_slots; the fields above point at one */
-    int n_slots;        /* per chunk */
-    float *rstdf;       /* [B,T] fp32 */
-    void *lnf;          /* [B,T,C] */
-    float *logits;      /* [head_rows,V] fp32 chunk; becomes dlogits in place */
+    hs_block_acts recomp; /* selective checkpointing: the recomputed fields every
+                           * block's set points at (hs_block_acts), else empty */
+    hs_act_slot *slots;   /* n_chunks x n_slots; the fields above point at one */
+    int n_slots;          /* per chunk */
+    float *rstdf;         /* [B,T] fp32 */
+    void *lnf;            /* [B,T,C] */
+    float *logits;        /* [head_rows,V] fp32 chunk; becomes dlogits in place */
     /* [max_batch, seq_len] int32: the batch's tokens (first stage) and
      * targets (last stage), copied across from the caller's host arrays */
     int32_t *batch_tokens, *batch_targets;
@@ -267,6 +276,10 @@ typedef struct hs_block_kv {
 void hs_block_forward_cached(hs_model *m, int layer, hs_block_acts *a, const void *x_in,
                              void *x_out, int T, const hs_block_kv *kv,
                              const hs_model_hooks *hooks);
+/* Selective activation checkpointing: the recomputed fields of a
+ * (hs_block_acts "(R)") re-run from x_in and a's own fields, bit for bit
+ * what the block's forward left there. */
+void hs_block_recompute(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T);
 /* m->dres holds d(x_out) on entry and d(x_in) on return. */
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
                        const hs_model_hooks *hooks, const float *aux_g);

@@ -142,10 +142,9 @@ typedef struct acts_need {
     bool cast_in, moe, dense; /* an input cast; an MoE block; a dense MLP */
 } acts_need;
 
-/* What activation set `set` must hold: one block's, or with activation
- * checkpointing (one set for all blocks) the widest of all. */
-static acts_need acts_needs(const hs_model *m, int set) {
-    int lo = m->n_acts == 1 ? 0 : set, hi = m->n_acts == 1 ? m->L : set + 1;
+/* What an activation set for the local blocks [lo, hi) must hold: one
+ * block's, or for a set all of them share the widest of all. */
+static acts_need acts_needs(const hs_model *m, int lo, int hi) {
     acts_need n = {.resid = m->dt};
     for (int i = lo; i < hi; i++) {
         const hs_unit_boundary *b = &m->bnd[m->blocks[i].unit];
@@ -157,31 +156,44 @@ static acts_need acts_needs(const hs_model *m, int set) {
     return n;
 }
 
-static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
+/* Which fields of hs_block_acts a set holds: those the backward reads as
+ * the forward left them, those selective checkpointing recomputes before
+ * the backward (hs_block_recompute), or both. */
+enum { ACTS_KEPT = 1, ACTS_RECOMPUTED = 2, ACTS_ALL = ACTS_KEPT | ACTS_RECOMPUTED };
+
+static void acts_alloc(hs_model *m, hs_block_acts *a, int lo, int hi, int64_t BT, int parts) {
     hs_dtype dt = m->dt;
-    acts_need need = acts_needs(m, set);
-    hs_dtype rdt = need.resid;
-    bool cast_in = need.cast_in;
+    acts_need need = acts_needs(m, lo, hi);
+    bool keep = parts & ACTS_KEPT, redo = parts & ACTS_RECOMPUTED;
     int64_t q = (int64_t)m->NH * m->HD, kv = (int64_t)m->KVH * m->HD;
-    a->rstd1 = buf(m, BT, HS_DTYPE_F32);
-    a->ln1 = buf(m, BT * m->C, dt);
-    a->q = buf(m, BT * q, dt);
-    a->k = buf(m, BT * kv, dt);
-    a->v = buf(m, BT * kv, dt);
-    if (m->qk_norm) {
+    if (redo) {
+        a->rstd1 = buf(m, BT, HS_DTYPE_F32);
+        a->ln1 = buf(m, BT * m->C, dt);
+        a->x_cast = need.cast_in ? buf(m, BT * m->C, dt) : NULL;
+        a->rstd2 = buf(m, BT, HS_DTYPE_F32);
+        a->ln2 = buf(m, BT * m->C, dt);
+    }
+    /* q and k after RoPE: kept, or (qwen3) recomputed from q_in, k_in */
+    if (m->qk_norm ? redo : keep) {
+        a->q = buf(m, BT * q, dt);
+        a->k = buf(m, BT * kv, dt);
+    }
+    if (m->qk_norm && keep) {
         a->q_in = buf(m, BT * q, dt);
         a->k_in = buf(m, BT * kv, dt);
+    }
+    if (m->qk_norm && redo) {
         a->rstd_q = buf(m, BT * m->NH, HS_DTYPE_F32);
         a->rstd_k = buf(m, BT * m->KVH, HS_DTYPE_F32);
     }
-    a->lse = buf(m, BT * m->NH, HS_DTYPE_F32);
-    a->atty = buf(m, BT * q, dt);
-    a->x_cast = cast_in ? buf(m, BT * m->C, dt) : NULL;
-    a->x_mid = buf(m, BT * m->C, rdt);
-    a->rstd2 = buf(m, BT, HS_DTYPE_F32);
-    a->ln2 = buf(m, BT * m->C, dt);
-    if (need.moe) {
-        a->moe_out = buf(m, BT * m->C, dt);
+    if (keep) {
+        a->v = buf(m, BT * kv, dt);
+        a->lse = buf(m, BT * m->NH, HS_DTYPE_F32);
+        a->atty = buf(m, BT * q, dt);
+        a->x_mid = buf(m, BT * m->C, need.resid);
+    }
+    if (need.moe && redo) a->moe_out = buf(m, BT * m->C, dt);
+    if (need.moe && keep) {
         a->moe_mem = raw(m, hs_moe_act_bytes(&m->moe_shapes, dt));
         if (a->moe_mem) hs_moe_act_bind(&a->moe, m->dev, &m->moe_shapes, dt, a->moe_mem);
         a->moe.offset_h = m->moe_offset_h;
@@ -193,11 +205,20 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int set, int64_t BT) {
         /* Every expert unit has the same boundary plan. */
         a->moe.out_dt = m->bnd[m->blocks[m->moe_head].expert_unit].output_stored;
     }
-    if (need.dense) {
+    if (need.dense && keep) {
         a->gate = buf(m, BT * m->F, dt);
         a->up = buf(m, BT * m->F, dt);
-        a->h = buf(m, BT * m->F, dt);
     }
+    if (need.dense && redo) a->h = buf(m, BT * m->F, dt);
+}
+
+/* Point a's recomputed fields at r's (the shared set; an empty one to
+ * let go of them). */
+static void acts_share(const hs_model *m, hs_block_acts *a, const hs_block_acts *r) {
+    a->rstd1 = r->rstd1, a->ln1 = r->ln1, a->x_cast = r->x_cast;
+    a->rstd2 = r->rstd2, a->ln2 = r->ln2, a->h = r->h, a->moe_out = r->moe_out;
+    if (!m->qk_norm) return;
+    a->q = r->q, a->k = r->k, a->rstd_q = r->rstd_q, a->rstd_k = r->rstd_k;
 }
 
 static void acts_free(hs_model *m, hs_block_acts *a) {
@@ -222,17 +243,26 @@ static void out_tmp_alloc(hs_model *m, int64_t BT) {
     m->out_tmp = any ? buf(m, BT * m->C, dt) : NULL;
 }
 
+/* Whether a linear's input is recomputed by the next block's backward
+ * before the split backward's weight pass reads it: every input under
+ * full checkpointing; the norm outputs and SwiGLU's under selective. */
+static bool input_recomputed(const hs_model *m, hs_wgrad_input in) {
+    hs_ac_mode ac = m->opt.activation_checkpointing;
+    return ac == HS_AC_FULL || (ac == HS_AC_SELECTIVE && in != HS_WX_ATTY);
+}
+
 /* The split backward's record of one block (internal.h hs_wgrad_block):
- * an output gradient per dense linear, and under activation checkpointing
- * a copy of each input. */
+ * an output gradient per dense linear, and a copy of each input the next
+ * block's recompute overwrites. */
 static void wgrad_alloc(hs_model *m, hs_wgrad_block *w, int64_t BT, bool dense) {
     int64_t q = (int64_t)m->NH * m->HD, kv = (int64_t)m->KVH * m->HD, F = dense ? m->F : 0;
     const int64_t width[HS_WG_OPS] = {m->C, q, kv, kv, F, F, m->C};
     const int64_t in_width[HS_WX_INPUTS] = {m->C, q, m->C, F};
     for (int k = 0; k < HS_WG_OPS; k++)
         w->op[k].dy = width[k] > 0 ? buf(m, BT * width[k], m->wg_dt) : NULL;
-    for (int k = 0; m->opt.activation_checkpointing && k < HS_WX_INPUTS; k++)
-        w->xcopy[k] = in_width[k] > 0 ? buf(m, BT * in_width[k], m->dt) : NULL;
+    for (int k = 0; k < HS_WX_INPUTS; k++)
+        w->xcopy[k] = input_recomputed(m, k) && in_width[k] > 0 ? buf(m, BT * in_width[k], m->dt)
+                                                                : NULL;
 }
 
 static void wgrad_free(hs_model *m, hs_wgrad_block *w) {
@@ -241,9 +271,10 @@ static void wgrad_free(hs_model *m, hs_wgrad_block *w) {
 }
 
 /* One micro-batch's residual stream, block activations and final norm of
- * one chunk. With activation checkpointing the block activations are
+ * one chunk. With full activation checkpointing the block activations are
  * recomputed in backward, so every slot shares the first one's (sized for
- * every block). */
+ * every block); with selective each block keeps its own kept fields and
+ * shares m->recomp's recomputed ones. */
 static void slot_alloc(hs_model *m, hs_act_slot *sl, int chunk, int64_t BT) {
     int len = m->chunk_len[chunk];
     sl->chunk = chunk, sl->len = len;
@@ -254,16 +285,21 @@ static void slot_alloc(hs_model *m, hs_act_slot *sl, int chunk, int64_t BT) {
     }
     for (int j = 0; j <= len; j++)
         sl->resid[j] = buf(m, BT * m->C, hs_model_chunk_stream_dtype(m, chunk, j));
-    bool shared = m->opt.activation_checkpointing && sl != m->slots;
-    int n = m->opt.activation_checkpointing ? 1 : len;
+    hs_ac_mode ac = m->opt.activation_checkpointing;
+    bool shared = ac == HS_AC_FULL && sl != m->slots;
+    int n = ac == HS_AC_FULL ? 1 : len;
     sl->acts = shared ? m->slots[0].acts : calloc((size_t)n, sizeof *sl->acts);
     if (!sl->acts) {
         model_oom(m, "model: %d activation sets", n);
         return;
     }
-    for (int j = 0; !shared && j < n; j++)
-        acts_alloc(m, &sl->acts[j], m->opt.activation_checkpointing ? 0 : m->chunk_begin[chunk] + j,
-                   BT);
+    for (int j = 0; !shared && j < n; j++) {
+        int i = m->chunk_begin[chunk] + j;
+        if (ac == HS_AC_FULL) acts_alloc(m, &sl->acts[j], 0, m->L, BT, ACTS_ALL);
+        else if (ac == HS_AC_OFF) acts_alloc(m, &sl->acts[j], i, i + 1, BT, ACTS_ALL);
+        else acts_alloc(m, &sl->acts[j], i, i + 1, BT, ACTS_KEPT);
+        if (ac == HS_AC_SELECTIVE) acts_share(m, &sl->acts[j], &m->recomp);
+    }
     bool head = hs_model_chunk_has_head(m, chunk);
     sl->rstdf = head ? buf(m, BT, HS_DTYPE_F32) : NULL;
     sl->lnf = head ? buf(m, BT * m->C, m->dt) : NULL;
@@ -282,9 +318,13 @@ static void slot_free(hs_model *m, hs_act_slot *sl) {
     if (sl->resid)
         for (int j = 0; j <= sl->len; j++) hs_device_free_mem(m->dev, sl->resid[j]);
     free(sl->resid);
-    bool shared = m->opt.activation_checkpointing && sl != m->slots;
-    int n = m->opt.activation_checkpointing ? 1 : sl->len;
-    for (int j = 0; !shared && sl->acts && j < n; j++) acts_free(m, &sl->acts[j]);
+    hs_ac_mode ac = m->opt.activation_checkpointing;
+    bool shared = ac == HS_AC_FULL && sl != m->slots;
+    int n = ac == HS_AC_FULL ? 1 : sl->len;
+    for (int j = 0; !shared && sl->acts && j < n; j++) {
+        if (ac == HS_AC_SELECTIVE) acts_share(m, &sl->acts[j], &(hs_block_acts){0});
+        acts_free(m, &sl->acts[j]);
+    }
     if (!shared) free(sl->acts);
     hs_device_free_mem(m->dev, sl->rstdf);
     hs_device_free_mem(m->dev, sl->lnf);
@@ -368,7 +408,10 @@ static void buffers_alloc(hs_model *m) {
     seam_bind(m, BT); /* before the activation sets, whose MoE layers ask the seam */
     /* a linear's output gradient as its GEMMs read it (hs_linear_dout) */
     m->wg_dt = dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32) ? dt : HS_DTYPE_F32;
-    m->n_acts = m->opt.activation_checkpointing ? 1 : m->L;
+    m->n_acts = m->opt.activation_checkpointing == HS_AC_FULL ? 1 : m->L;
+    /* selective: what every block's backward recomputes, sized for all */
+    if (m->opt.activation_checkpointing == HS_AC_SELECTIVE)
+        acts_alloc(m, &m->recomp, 0, m->L, BT, ACTS_RECOMPUTED);
     m->n_slots = m->opt.act_slots > 0 ? m->opt.act_slots : 1;
     int total = m->n_chunks * m->n_slots;
     m->slots = calloc((size_t)total, sizeof *m->slots);
@@ -532,6 +575,7 @@ static void params_free(hs_model *m) {
 static void buffers_free(hs_model *m) {
     for (int k = 0; m->slots && k < m->n_chunks * m->n_slots; k++) slot_free(m, &m->slots[k]);
     free(m->slots);
+    acts_free(m, &m->recomp);
     if (m->bound) m->par->unbind(m->par->ctx);
     void *ptrs[] = {
         m->logits,  m->cos_t,        m->sin_t,         m->dres,        m->dln,       m->dq,
@@ -596,5 +640,5 @@ int hs_model_num_slots(const hs_model *m) { return m->n_slots; }
 int64_t hs_model_local_rows(const hs_model *m, int64_t N) { return N / m->par->row_split; }
 
 hs_block_acts *hs_model_acts_for(hs_model *m, int j) {
-    return &m->acts[m->opt.activation_checkpointing ? 0 : j];
+    return &m->acts[m->opt.activation_checkpointing == HS_AC_FULL ? 0 : j];
 }

@@ -8,8 +8,9 @@
  *   pre_backward(0)  per row chunk: lm_head, loss, lm_head backward;
  *                    final norm backward
  *   per block u, last first:
- *                   pre_backward(u) [checkpointing: pre_forward(u) block
- *                   post_forward(u)] block backward post_backward(u)
+ *                   pre_backward(u) [full checkpointing: pre_forward(u)
+ *                   block post_forward(u); selective: the block's
+ *                   element-wise ops] block backward post_backward(u)
  *                   (moe: pre_backward(e) experts post_backward(e) inside it)
  *   embed   post_backward(0)   post_backward_final()
  *
@@ -208,10 +209,12 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
         int i = i0 + j, u = m->blocks[i].unit;
         hs_block_acts *a = hs_model_acts_for(m, j);
         hs_hook_pre_backward(hooks, u);
-        if (m->opt.activation_checkpointing) {
+        if (m->opt.activation_checkpointing == HS_AC_FULL) {
             hs_hook_pre_forward(hooks, u);
             hs_block_forward(m, i, a, m->resid[j], m->resid[j + 1], b->B, b->T, hooks, false);
             hs_hook_post_forward(hooks, u);
+        } else if (m->opt.activation_checkpointing == HS_AC_SELECTIVE) {
+            hs_block_recompute(m, i, a, m->resid[j], b->B, b->T);
         }
         m->wg_cur = m->split ? &m->wg_slot[j] : NULL;
         hs_block_backward(m, i, a, m->resid[j], b->B, b->T, hooks, m->moe ? m->aux_g : NULL);

@@ -140,7 +140,8 @@ static void add_local_param(const plan_ctx *c, const hs_param *p, unit_sz *u) {
  * counted. `blocks_per_chunk` > 0 describes every chunk with that many
  * blocks instead of its real length. */
 static hs_status role_model(const plan_ctx *c, int stage, const hs_model_stage *st, int slots,
-                            int blocks_per_chunk, bool checkpointing, hs_model **out, hs_error *e) {
+                            int blocks_per_chunk, hs_ac_mode checkpointing, hs_model **out,
+                            hs_error *e) {
     const hs_config *cfg = c->cfg;
     const hs_topology *t = c->topo;
     hs_model_config mc = cfg->model;
@@ -343,7 +344,7 @@ static int top_of(const hs_model *m, int ui, const int *top_index) {
 /* Activation bytes of the role at its real depth, from `described` (its
  * model as role_model described it: exactly, or one block a chunk). */
 static hs_status activation_bytes(const plan_ctx *c, int stage, const hs_model_stage *st, int slots,
-                                  bool exact, bool checkpointing, int n_blocks,
+                                  bool exact, hs_ac_mode checkpointing, int n_blocks,
                                   const hs_model *described, int64_t *out, hs_error *e) {
     hs_model *m = NULL;
     /* A count the model could not hold sticks at INT64_MAX. */
@@ -442,15 +443,18 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
         for (int k = 0; k < st.n_chunks; k++) n_blocks += st.n_layers[k];
     }
     r->n_blocks = n_blocks;
-    bool exact = n_blocks <= EXACT_BLOCKS, ac = cfg->train.activation_checkpointing;
+    bool exact = n_blocks <= EXACT_BLOCKS;
+    /* the other value shown: recompute, or (under it) keeping everything */
+    hs_ac_mode ac = cfg->train.activation_checkpointing,
+               other_ac = ac == HS_AC_FULL ? HS_AC_OFF : HS_AC_FULL;
     hs_model *m = NULL, *other = NULL;
     hs_status rc = role_model(c, stage, &st, slots, exact ? 0 : 1, ac, &m, e);
-    if (rc == HS_OK) rc = role_model(c, stage, &st, slots, exact ? 0 : 1, !ac, &other, e);
+    if (rc == HS_OK) rc = role_model(c, stage, &st, slots, exact ? 0 : 1, other_ac, &other, e);
     if (rc == HS_OK)
         rc = activation_bytes(c, stage, &st, slots, exact, ac, n_blocks, m,
                               &r->device[HS_PLAN_ACTIVATIONS], e);
     if (rc == HS_OK)
-        rc = activation_bytes(c, stage, &st, slots, exact, !ac, n_blocks, other,
+        rc = activation_bytes(c, stage, &st, slots, exact, other_ac, n_blocks, other,
                               &r->activations_other, e);
     hs_model_free(other);
     if (rc != HS_OK) {

@@ -52,7 +52,7 @@ void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f) {
         fprintf(f, "  %-16s %12s %12s\n", "peak", human(ro->peak_device_bytes, a, sizeof a),
                 human(ro->peak_host_bytes, b, sizeof b));
         fprintf(f, "  activations with train.activation_checkpointing=%s: %s\n",
-                cfg->train.activation_checkpointing ? "false" : "true",
+                cfg->train.activation_checkpointing == HS_AC_FULL ? "false" : "true",
                 human(ro->activations_other, a, sizeof a));
         fprintf(f, "  %-16s %12s %8s\n", "comm per step", "bytes", "calls");
         for (int k = 0; k < HS_PLAN_COMM_COUNT; k++) {
@@ -150,5 +150,5 @@ hs_status hs_plan_check_fit(const hs_plan *p, const hs_config *cfg, int ranks_pe
         "a smaller train.micro_batch_size or model; `hypershard plan` shows the items",
         human(per_rank, a, sizeof a), ranks_per_node, ranks_per_node == 1 ? "" : "s",
         human(need, b, sizeof b), human(avail_bytes, c, sizeof c), items, worst->name,
-        cfg->train.activation_checkpointing ? " (already on)" : "");
+        cfg->train.activation_checkpointing == HS_AC_FULL ? " (already on)" : "");
 }

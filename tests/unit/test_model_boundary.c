@@ -232,25 +232,25 @@ static int64_t numel(const hs_param *p) {
     return n;
 }
 
-/* Recompute re-runs the block forward with its boundary casts: the same
- * loss and gradients as keeping every block's activations. */
+/* Recompute re-runs the block forward (full) or its element-wise ops
+ * (selective) with its boundary casts: the same loss and gradients as
+ * keeping every block's activations. */
 static void test_recompute_repeats_the_boundary_casts_bit_for_bit(void **s) {
     (void)s;
     hs_model_config cfgs[2] = {dense_config(), moe_config()};
-    for (int k = 0; k < 2; k++) {
-        for (int cast_in = 0; cast_in < 2; cast_in++) {
-            hs_model_options o = policy(HS_DTYPE_BF16, HS_DTYPE_F32, cast_in);
-            hs_model_options ac = o;
-            ac.activation_checkpointing = true;
-            double l, l_ac;
-            hs_model *a = run(&cfgs[k], &o, &l), *b = run(&cfgs[k], &ac, &l_ac);
-            assert_true(l == l_ac);
-            for (int i = 0; i < hs_model_num_params(a); i++)
-                assert_memory_equal(hs_model_param(a, i)->grad, hs_model_param(b, i)->grad,
-                                    (size_t)numel(hs_model_param(a, i)) * 2);
-            hs_model_free(a);
-            hs_model_free(b);
-        }
+    for (int r = 0; r < 8; r++) { /* config, input cast, full or selective */
+        int k = r & 1, cast_in = (r >> 1) & 1;
+        hs_model_options o = policy(HS_DTYPE_BF16, HS_DTYPE_F32, cast_in);
+        hs_model_options ac = o;
+        ac.activation_checkpointing = r >> 2 ? HS_AC_SELECTIVE : HS_AC_FULL;
+        double l, l_ac;
+        hs_model *a = run(&cfgs[k], &o, &l), *b = run(&cfgs[k], &ac, &l_ac);
+        assert_true(l == l_ac);
+        for (int i = 0; i < hs_model_num_params(a); i++)
+            assert_memory_equal(hs_model_param(a, i)->grad, hs_model_param(b, i)->grad,
+                                (size_t)numel(hs_model_param(a, i)) * 2);
+        hs_model_free(a);
+        hs_model_free(b);
     }
 }
 
