@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # hypershard plan: the planned peak per rank is within 10% of the
 # peak_device_bytes a real run measures (FSDP, HSDP, mixed precision,
-# offload, recompute and the model-parallel layouts at W <= 8); a model
-# that cannot fit is refused by train in well under 5 s with the plan's
-# numbers and nothing written; the plan of 1024 ranks is a readable table.
+# offload, full and selective recompute and the model-parallel layouts at
+# W <= 8); a model that cannot fit is refused by train in well under 5 s
+# with the plan's numbers and nothing written; the plan of 1024 ranks is a
+# readable table.
 set -u
 source "$(dirname "$0")/lib.sh"
 hs_scratch plan
@@ -44,6 +45,9 @@ check main_params 2 "${F2[@]}" "${BF[@]}" optimizer.fp32_main_params=true \
 check offload 2 "${F2[@]}" fsdp_config.enable_offload=true
 check offload_bf16 2 "${F2[@]}" "${BF[@]}" fsdp_config.enable_offload=true
 check recompute 2 "${F2[@]}" train.activation_checkpointing=true
+check selective 2 "${F2[@]}" train.activation_checkpointing=selective
+check selective_zb1p 2 accelerator.pp_size=2 accelerator.pp_schedule=zb1p \
+    train.global_batch_size=4 train.activation_checkpointing=selective
 check prefetch2 4 fsdp_config.dp_shard_size=4 fsdp_config.forward_prefetch_depth=2 \
     fsdp_config.backward_prefetch_depth=2 train.global_batch_size=8
 check no_sync 2 "${F2[@]}" "${BF[@]}" train.global_batch_size=8 fsdp_config.requires_grad_sync=false
