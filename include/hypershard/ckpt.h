@@ -44,9 +44,12 @@
  * - Hugging Face names are the model's FQNs, except stacked routed experts
  *   [E, out, in], which become E tensors "...experts.<j>.<proj>.weight".
  *
- * Test hook (documented in docs/checkpoint.md): HS_CKPT_TEST_KILL_AFTER_BYTES=N
+ * Test hooks (documented in docs/checkpoint.md): HS_CKPT_TEST_KILL_AFTER_BYTES=N
  * makes the rank HS_CKPT_TEST_KILL_RANK (default 1) _exit(9) after writing N
- * bytes of its data file, to prove the save protocol is atomic.
+ * bytes of its data file, to prove the save protocol is atomic; with
+ * HS_CKPT_TEST_KILL_STEP=S only in the save of step S.
+ * HS_CKPT_TEST_WRITE_DELAY_MS=M makes every data-file write wait M ms
+ * before its first byte (a background write held in flight).
  */
 #ifndef HYPERSHARD_CKPT_H
 #define HYPERSHARD_CKPT_H
@@ -122,6 +125,42 @@ typedef struct hs_ckpt_save_options {
 hs_status hs_ckpt_save(hs_comm *comm, const hs_ckpt_save_options *opt,
                        const hs_ckpt_tensor *tensors, int n, const hs_ckpt_state *state,
                        char *saved_path, size_t cap, hs_error *e);
+
+/* The background save (checkpoint.async; writer.c, docs/checkpoint.md
+ * "Asynchronous save"): the caller's thread plans the save, makes the
+ * temporary directory and snapshots this rank's chunks into a staging
+ * buffer kept for the next save (the device's pinned host memory; from
+ * device memory through hs_device_copy), then returns; a thread writes,
+ * CRCs and fsyncs this rank's data file and does nothing else: no
+ * communication. Agreeing and publishing are collective and stay on the
+ * caller's thread (hs_ckpt_writer_poll / _wait), so the writer never runs
+ * a collective beside the caller's. At most one save is in flight: a new
+ * one, _wait and the end of a run wait for it. The files are the bytes a
+ * synchronous save of the same state writes. */
+typedef struct hs_ckpt_writer hs_ckpt_writer;
+
+/* dev: whose host memory stages the snapshot (NULL: malloc). */
+hs_status hs_ckpt_writer_create(hs_device *dev, hs_ckpt_writer **out, hs_error *e);
+/* Joins a write still in flight without publishing it (a run that failed
+ * elsewhere: its .tmp-step-N stays, and the next save deletes it). */
+void hs_ckpt_writer_free(hs_ckpt_writer *w);
+/* Collective over comm's world, as hs_ckpt_save: waits for and publishes
+ * the save in flight, then begins this one and returns once the snapshot
+ * is taken. opt's strings and objects must live until it is published;
+ * the tensors' memory is the caller's again on return. */
+hs_status hs_ckpt_save_async(hs_ckpt_writer *w, hs_comm *comm, const hs_ckpt_save_options *opt,
+                             const hs_ckpt_tensor *tensors, int n, const hs_ckpt_state *state,
+                             hs_error *e);
+/* Collective; cheap when nothing is in flight (no communication). With a
+ * save in flight: when every rank's write has ended (one small
+ * all-reduce says so), agree and publish it; else return at once. The
+ * status of a failed background write names the failing rank. */
+hs_status hs_ckpt_writer_poll(hs_ckpt_writer *w, hs_error *e);
+/* Collective: wait for the save in flight, if any, and publish it. */
+hs_status hs_ckpt_writer_wait(hs_ckpt_writer *w, hs_error *e);
+bool hs_ckpt_writer_busy(const hs_ckpt_writer *w);
+/* The staging buffer's bytes now (0 before the first save). */
+int64_t hs_ckpt_writer_staging_bytes(const hs_ckpt_writer *w);
 
 /* ----------------------------------------------------------------- load */
 

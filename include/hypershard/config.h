@@ -197,6 +197,7 @@ typedef struct hs_ckpt_config {
     int save_every;           /* 0: only at the end (if dir set) */
     char resume[HS_PATH_MAX]; /* "none" | "auto" | a path */
     int keep_last;
+    bool async; /* snapshot, then write in a background thread */
 } hs_ckpt_config;
 
 typedef struct hs_trace_config {

@@ -11,47 +11,35 @@
  * A step fails on every rank together (hs_pg_agree after each phase).
  * Until the rename in step 4 nothing a reader looks at has changed, so a
  * process killed earlier leaves the previous checkpoint and `latest` as
- * they were. */
+ * they were. The phases are also the background writer's (save.h,
+ * writer.c): step 3 touches no communication and may run on its own
+ * thread. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "ckpt/plan.h"
+#include "ckpt/save.h"
 
 #define PIECE ((size_t)4 << 20)
 #define DEFAULT_PROGRESS_BYTES ((int64_t)64 << 20)
 
-typedef struct saver {
-    const hs_ckpt_save_options *opt;
-    const hs_ckpt_state *state;
-    hs_ckpt_plan plan;
-    char step_name[40];
-    char tmp[HS_PATH_MAX + 64], final[HS_PATH_MAX + 64];
-    double t0;
-    /* test hook: this rank _exit(9)s after kill_after bytes */
-    int64_t kill_after;
-    /* progress (rank 0) */
-    int64_t written, my_bytes;
-    double last_report;
-    bool report;
-    /* The host bounce buffer device chunks cross into: one, reused for
-     * every piece, of PIECE bytes or the largest device chunk when that is
-     * smaller. A fixed size, not the largest tensor's, keeps the host
-     * memory of a save flat however large the model (the write goes in
-     * PIECE pieces anyway); NULL when this rank writes no device chunk. */
-    char *stage;
-    size_t piece;
-} saver;
+typedef hs_ckpt_saver saver;
 
-static void kill_hook_init(saver *sv, int rank) {
+/* The test hooks of docs/checkpoint.md, read at each save. */
+static void test_hooks_init(saver *sv, int rank) {
     const char *after = getenv("HS_CKPT_TEST_KILL_AFTER_BYTES");
     const char *who = getenv("HS_CKPT_TEST_KILL_RANK");
+    const char *step = getenv("HS_CKPT_TEST_KILL_STEP");
+    const char *delay = getenv("HS_CKPT_TEST_WRITE_DELAY_MS");
     sv->kill_after = -1;
-    if (after && rank == (who ? atoi(who) : 1)) sv->kill_after = atoll(after);
+    if (after && rank == (who ? atoi(who) : 1) && (!step || atoll(step) == sv->state.step))
+        sv->kill_after = atoll(after);
+    sv->delay_ms = delay ? atoi(delay) : 0;
 }
 
 static void progress(saver *sv, bool last) {
@@ -60,7 +48,7 @@ static void progress(saver *sv, bool last) {
     if (!last && now - sv->last_report < 1.0) return;
     sv->last_report = now;
     double dt = now - sv->t0 > 1e-9 ? now - sv->t0 : 1e-9;
-    hs_log_info(sv->opt->log, "checkpoint: %s rank 0 wrote %.1f of %.1f MiB (%.0f%%), %.1f MB/s",
+    hs_log_info(sv->opt.log, "checkpoint: %s rank 0 wrote %.1f of %.1f MiB (%.0f%%), %.1f MB/s",
                 sv->step_name, (double)sv->written / 1048576.0, (double)sv->my_bytes / 1048576.0,
                 sv->my_bytes ? 100.0 * (double)sv->written / (double)sv->my_bytes : 100.0,
                 (double)sv->written / dt / 1e6);
@@ -165,7 +153,7 @@ static hs_status gather_crcs(saver *sv, hs_pg *world, const uint32_t *mine, hs_e
 /* ------------------------------------------------------------ rank 0 */
 
 static hs_status prepare_tmp(saver *sv, hs_error *e) {
-    if (hs_mkdirs(sv->opt->dir, e) != HS_OK) return e->code;
+    if (hs_mkdirs(sv->opt.dir, e) != HS_OK) return e->code;
     if (hs_ckpt_remove_dir(sv->tmp, e) != HS_OK) return e->code;
     if (mkdir(sv->tmp, 0755) != 0)
         return hs_error_set(e, HS_ERR_IO, "cannot create %s: %s", sv->tmp, strerror(errno));
@@ -213,78 +201,122 @@ static hs_status finish_rank0(saver *sv, hs_error *e) {
     sv->plan.meta.created_unix = hs_wall_now();
     snprintf(path, sizeof path, "%s/%s", sv->tmp, HS_CKPT_METADATA);
     hs_status s = write_text_file(path, fill_meta, &sv->plan.meta, e);
-    if (s == HS_OK && sv->opt->config) {
+    if (s == HS_OK && sv->opt.config) {
         snprintf(path, sizeof path, "%s/config.yaml", sv->tmp);
-        s = write_text_file(path, fill_config, sv->opt->config, e);
+        s = write_text_file(path, fill_config, sv->opt.config, e);
     }
     if (s == HS_OK) s = hs_ckpt_fsync_path(sv->tmp, true, e);
     if (s == HS_OK) s = publish(sv, e);
-    if (s == HS_OK) s = hs_ckpt_fsync_path(sv->opt->dir, true, e);
+    if (s == HS_OK) s = hs_ckpt_fsync_path(sv->opt.dir, true, e);
     snprintf(latest, sizeof latest, "%s\n", sv->step_name);
-    if (s == HS_OK) s = hs_ckpt_write_atomic(sv->opt->dir, HS_CKPT_LATEST, latest, e);
+    if (s == HS_OK) s = hs_ckpt_write_atomic(sv->opt.dir, HS_CKPT_LATEST, latest, e);
     if (s == HS_OK)
-        s = hs_ckpt_prune(sv->opt->dir, sv->opt->keep_last, sv->step_name, sv->opt->log, e);
+        s = hs_ckpt_prune(sv->opt.dir, sv->opt.keep_last, sv->step_name, sv->opt.log, e);
     return s;
 }
 
-/* ------------------------------------------------------------ driver */
+/* ------------------------------------------------------------ phases */
 
-static hs_status save_phases(saver *sv, hs_pg *world, const hs_ckpt_tensor *t, int n, hs_error *e) {
+static hs_status begin_phases(saver *sv, hs_pg *world, const hs_ckpt_tensor *t, int n,
+                              hs_error *e) {
     hs_ckpt_plan *p = &sv->plan;
     hs_status s = hs_ckpt_plan_build(world, t, n, p, e);
     if (s != HS_OK) return s;
-    p->meta.state = *sv->state;
+    p->meta.state = sv->state;
     s = hs_pg_agree(world, p->rank == 0 ? prepare_tmp(sv, e) : HS_OK, "checkpoint save", e);
     if (s != HS_OK) return s;
-    sv->report = p->rank == 0 && sv->opt->log &&
-                 p->total_bytes >= (sv->opt->progress_bytes > 0 ? sv->opt->progress_bytes
-                                                                : DEFAULT_PROGRESS_BYTES);
-    if (p->rank_file[p->rank] >= 0) sv->my_bytes = p->meta.files[p->rank_file[p->rank]].bytes;
-    uint32_t *crcs = calloc((size_t)p->rank_chunks[p->rank] + 1, sizeof(uint32_t));
-    hs_status ws =
-        crcs ? write_data(sv, t, n, crcs, e)
-             : hs_error_oom(e, "checkpoint save: the CRCs of %d chunks", p->rank_chunks[p->rank]);
-    s = hs_pg_agree(world, ws, "checkpoint save: writing data", e);
-    if (s == HS_OK) s = gather_crcs(sv, world, crcs, e);
-    free(crcs);
+    sv->report = p->rank == 0 && sv->opt.log &&
+                 p->total_bytes >=
+                     (sv->opt.progress_bytes > 0 ? sv->opt.progress_bytes : DEFAULT_PROGRESS_BYTES);
+    sv->my_bytes = hs_ckpt_saver_rank_bytes(sv);
+    sv->crcs = calloc((size_t)p->rank_chunks[p->rank] + 1, sizeof(uint32_t));
+    s = sv->crcs
+            ? HS_OK
+            : hs_error_oom(e, "checkpoint save: the CRCs of %d chunks", p->rank_chunks[p->rank]);
+    s = hs_pg_agree(world, s, "checkpoint save", e);
+    if (s != HS_OK) hs_ckpt_saver_abort(sv);
+    return s;
+}
+
+hs_status hs_ckpt_saver_begin(hs_ckpt_saver *sv, hs_pg *world, const hs_ckpt_save_options *opt,
+                              const hs_ckpt_tensor *t, int n, const hs_ckpt_state *state,
+                              hs_error *e) {
+    *sv = (saver){.opt = *opt, .state = *state, .t0 = hs_now(), .piece = PIECE};
+    if (!opt->dir || !opt->dir[0] || strlen(opt->dir) >= HS_PATH_MAX)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "checkpoint.dir is empty or too long; set it to a "
+                            "directory all ranks can write");
+    sv->last_report = sv->t0; /* the first progress line after a second */
+    snprintf(sv->step_name, sizeof sv->step_name, "step-%lld", (long long)state->step);
+    snprintf(sv->tmp, sizeof sv->tmp, "%s/.tmp-%s", opt->dir, sv->step_name);
+    snprintf(sv->final, sizeof sv->final, "%s/%s", opt->dir, sv->step_name);
+    test_hooks_init(sv, hs_pg_rank(world));
+    hs_status s = hs_pg_agree(world, hs_ckpt_check_local(t, n, e), "checkpoint save", e);
+    return s == HS_OK ? begin_phases(sv, world, t, n, e) : s;
+}
+
+int64_t hs_ckpt_saver_rank_bytes(const hs_ckpt_saver *sv) {
+    const hs_ckpt_plan *p = &sv->plan;
+    return p->rank_file[p->rank] >= 0 ? p->meta.files[p->rank_file[p->rank]].bytes : 0;
+}
+
+bool hs_ckpt_saver_writes(const hs_ckpt_saver *sv, int i) {
+    const hs_ckpt_plan *p = &sv->plan;
+    return p->row_entry[p->rank_base[p->rank] + i] >= 0;
+}
+
+hs_status hs_ckpt_saver_write(hs_ckpt_saver *sv, const hs_ckpt_tensor *t, int n, hs_error *e) {
+    if (sv->delay_ms > 0) {
+        struct timespec ts = {sv->delay_ms / 1000, (long)(sv->delay_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+        }
+    }
+    return write_data(sv, t, n, sv->crcs, e);
+}
+
+hs_status hs_ckpt_saver_end(hs_ckpt_saver *sv, hs_pg *world, hs_status written, hs_error *e) {
+    hs_ckpt_plan *p = &sv->plan;
+    hs_status s = hs_pg_agree(world, written, "checkpoint save: writing data", e);
+    if (s == HS_OK) s = gather_crcs(sv, world, sv->crcs, e);
     if (s == HS_OK)
         s = hs_pg_agree(world, p->rank == 0 ? finish_rank0(sv, e) : HS_OK,
                         "checkpoint save: publishing", e);
-    if (s != HS_OK && p->rank == 0) {
-        /* Every rank has stopped writing (the agreement came after its
-         * writes); leave no partial directory behind. */
-        hs_error ignored;
-        hs_ckpt_remove_dir(sv->tmp, &ignored);
-    }
+    /* Every rank has stopped writing (the agreement came after its
+     * writes); leave no partial directory behind. */
+    if (s != HS_OK) hs_ckpt_saver_abort(sv);
+    double dt = hs_now() - sv->t0;
+    if (s == HS_OK && sv->opt.log)
+        hs_log_info(sv->opt.log,
+                    "checkpoint: saved %s (%d tensors, %.2f MiB in %d files) in %.2f s, "
+                    "%.1f MB/s",
+                    sv->final, p->meta.n_tensors, (double)p->total_bytes / 1048576.0,
+                    p->meta.n_files, dt, (double)p->total_bytes / (dt > 1e-9 ? dt : 1e-9) / 1e6);
     return s;
 }
+
+void hs_ckpt_saver_abort(hs_ckpt_saver *sv) {
+    hs_error ignored;
+    if (sv->plan.rank == 0) hs_ckpt_remove_dir(sv->tmp, &ignored);
+}
+
+void hs_ckpt_saver_free(hs_ckpt_saver *sv) {
+    hs_ckpt_plan_free(&sv->plan);
+    free(sv->stage);
+    free(sv->crcs);
+    sv->stage = NULL;
+    sv->crcs = NULL;
+}
+
+/* ------------------------------------------------------------ driver */
 
 hs_status hs_ckpt_save(hs_comm *comm, const hs_ckpt_save_options *opt,
                        const hs_ckpt_tensor *tensors, int n, const hs_ckpt_state *state,
                        char *saved_path, size_t cap, hs_error *e) {
     hs_pg *world = hs_comm_world(comm);
-    if (!opt->dir || !opt->dir[0] || strlen(opt->dir) >= HS_PATH_MAX)
-        return hs_error_set(e, HS_ERR_CONFIG,
-                            "checkpoint.dir is empty or too long; set it to a "
-                            "directory all ranks can write");
-    saver sv = {.opt = opt, .state = state, .t0 = hs_now(), .piece = PIECE};
-    sv.last_report = sv.t0; /* the first progress line after a second */
-    snprintf(sv.step_name, sizeof sv.step_name, "step-%lld", (long long)state->step);
-    snprintf(sv.tmp, sizeof sv.tmp, "%s/.tmp-%s", opt->dir, sv.step_name);
-    snprintf(sv.final, sizeof sv.final, "%s/%s", opt->dir, sv.step_name);
-    kill_hook_init(&sv, hs_comm_rank(comm));
-    hs_status s = hs_pg_agree(world, hs_ckpt_check_local(tensors, n, e), "checkpoint save", e);
-    if (s == HS_OK) s = save_phases(&sv, world, tensors, n, e);
+    saver sv;
+    hs_status s = hs_ckpt_saver_begin(&sv, world, opt, tensors, n, state, e);
+    if (s == HS_OK) s = hs_ckpt_saver_end(&sv, world, hs_ckpt_saver_write(&sv, tensors, n, e), e);
     if (s == HS_OK && saved_path) snprintf(saved_path, cap, "%s", sv.final);
-    double dt = hs_now() - sv.t0;
-    if (s == HS_OK && opt->log)
-        hs_log_info(opt->log,
-                    "checkpoint: saved %s (%d tensors, %.2f MiB in %d files) in %.2f s, "
-                    "%.1f MB/s",
-                    sv.final, sv.plan.meta.n_tensors, (double)sv.plan.total_bytes / 1048576.0,
-                    sv.plan.meta.n_files, dt,
-                    (double)sv.plan.total_bytes / (dt > 1e-9 ? dt : 1e-9) / 1e6);
-    hs_ckpt_plan_free(&sv.plan);
-    free(sv.stage);
+    hs_ckpt_saver_free(&sv);
     return s;
 }

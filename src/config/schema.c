@@ -312,6 +312,8 @@ static const hs_cfg_key keys[] = {
          "none: start fresh; auto: latest checkpoint in dir if any; a path: that checkpoint"),
     KINT("checkpoint.keep_last", checkpoint.keep_last, "2", GE, 1,
          "checkpoints kept in dir (older ones are deleted)"),
+    KBOOL("checkpoint.async", checkpoint.async, "true",
+          "snapshot to host memory and write in a background thread (docs/checkpoint.md)"),
 
     /* trace */
     KBOOL("trace.enabled", trace.enabled, "false",

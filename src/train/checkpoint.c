@@ -442,12 +442,24 @@ bool hs_train_ckpt_out_dir(const hs_trainer *t, hs_out_dir *d, char *what, size_
 
 /* ----------------------------------------------------------------- save */
 
-bool hs_train_ckpt_due(const hs_trainer *t, int step) {
+static bool ckpt_due(const hs_trainer *t, int step) {
     const hs_ckpt_config *c = &t->cfg->checkpoint;
     return c->dir[0] && c->save_every > 0 && step % c->save_every == 0;
 }
 
+/* The background save: the writer (and its staging memory) from the first
+ * save on; a snapshot on this thread, the write on the writer's. */
+static hs_status save_async(hs_trainer *t, const ckpt_list *l, const hs_ckpt_save_options *opt,
+                            const hs_ckpt_state *st, hs_error *e) {
+    hs_status s = HS_OK;
+    if (!t->ckpt_writer) s = hs_ckpt_writer_create(t->dev, &t->ckpt_writer, e);
+    s = agree(t, s, "starting the checkpoint writer", e);
+    if (s != HS_OK) return s;
+    return hs_ckpt_save_async(t->ckpt_writer, t->comm, opt, l->t, l->n, st, e);
+}
+
 hs_status hs_train_ckpt_save(hs_trainer *t, int step, hs_error *e) {
+    double t0 = hs_now();
     ckpt_list l = list_new(t);
     hs_status s = agree(t, list_for_save(t, &l, e), "building the checkpoint", e);
     hs_ckpt_state st = trainer_state(t, step);
@@ -455,16 +467,34 @@ hs_status hs_train_ckpt_save(hs_trainer *t, int step, hs_error *e) {
                                 .keep_last = t->cfg->checkpoint.keep_last,
                                 .config = t->cfg,
                                 .log = t->log};
-    if (s == HS_OK) s = hs_ckpt_save(t->comm, &opt, l.t, l.n, &st, NULL, 0, e);
+    if (s == HS_OK && t->cfg->checkpoint.async) s = save_async(t, &l, &opt, &st, e);
+    else if (s == HS_OK) s = hs_ckpt_save(t->comm, &opt, l.t, l.n, &st, NULL, 0, e);
     list_free(&l);
     if (s == HS_OK) t->ckpt_step = step;
+    hs_trace_span(t->trace, HS_LANE_COMPUTE, "checkpoint", "checkpoint", t0, hs_now(), NULL);
+    return s;
+}
+
+hs_status hs_train_ckpt_wait(hs_trainer *t, hs_error *e) {
+    return hs_ckpt_writer_wait(t->ckpt_writer, e);
+}
+
+hs_status hs_train_ckpt_after_step(hs_trainer *t, int step, hs_error *e) {
+    hs_status s = hs_ckpt_writer_poll(t->ckpt_writer, e);
+    if (s == HS_OK && ckpt_due(t, step)) s = hs_train_ckpt_save(t, step, e);
     return s;
 }
 
 hs_status hs_train_ckpt_final(hs_trainer *t, hs_error *e) {
     int last = t->cfg->train.steps;
-    if (!t->cfg->checkpoint.dir[0] || t->ckpt_step == last) return HS_OK;
-    return hs_train_ckpt_save(t, last, e);
+    if (!t->cfg->checkpoint.dir[0]) return HS_OK;
+    hs_status s = t->ckpt_step == last ? HS_OK : hs_train_ckpt_save(t, last, e);
+    return s == HS_OK ? hs_train_ckpt_wait(t, e) : s;
+}
+
+void hs_train_ckpt_close(hs_trainer *t) {
+    hs_ckpt_writer_free(t->ckpt_writer);
+    t->ckpt_writer = NULL;
 }
 
 /* -------------------------------------------------------------- metrics */

@@ -87,9 +87,10 @@ typedef struct hs_trainer {
     hs_dtype peak_dtype;    /* the GEMM dtype peak_flops was measured in */
     double flops_per_token; /* hs_model_flops_per_token */
     double t_start;
-    int start_step;     /* optimizer steps already done (a resumed checkpoint's step) */
-    int ckpt_step;      /* step of the checkpoint this run has in checkpoint.dir, -1 none */
-    uint64_t data_seed; /* of the data order: train.seed, or a resumed checkpoint's */
+    int start_step; /* optimizer steps already done (a resumed checkpoint's step) */
+    int ckpt_step;  /* step of the checkpoint this run has in checkpoint.dir, -1 none */
+    hs_ckpt_writer *ckpt_writer; /* checkpoint.async: the background save, NULL before one */
+    uint64_t data_seed;          /* of the data order: train.seed, or a resumed checkpoint's */
 } hs_trainer;
 
 typedef struct hs_step_result {
@@ -142,10 +143,20 @@ bool hs_train_ckpt_out_dir(const hs_trainer *t, hs_out_dir *d, char *what, size_
  * lock is recovered. Unlock at exit (idempotent). */
 hs_status hs_train_ckpt_lock(hs_trainer *t, hs_error *e);
 void hs_train_ckpt_unlock(hs_trainer *t);
-bool hs_train_ckpt_due(const hs_trainer *t, int step);
+/* After each step: publish a background save whose writes have all ended
+ * (checkpoint.async), then save when the step is due. Collective. */
+hs_status hs_train_ckpt_after_step(hs_trainer *t, int step, hs_error *e);
+/* Save this step (in the background under checkpoint.async; a save still
+ * in flight is published first). Collective. */
 hs_status hs_train_ckpt_save(hs_trainer *t, int step, hs_error *e);
-/* The end-of-run save, unless checkpoint.dir already holds this step. */
+/* Wait for the background save in flight, if any, and publish it. */
+hs_status hs_train_ckpt_wait(hs_trainer *t, hs_error *e);
+/* The end-of-run save, unless checkpoint.dir already holds this step;
+ * returns once it is published. */
 hs_status hs_train_ckpt_final(hs_trainer *t, hs_error *e);
+/* At exit: a background write still in flight (the run failed) is waited
+ * for and left unpublished; frees the staging memory. */
+void hs_train_ckpt_close(hs_trainer *t);
 /* Drop the lines of metrics.jsonl (rank 0) past `step`, before a resumed
  * run appends its own. A missing file is fine. */
 hs_status hs_train_metrics_keep_until(const char *path, int step, hs_error *e);

@@ -172,6 +172,7 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
 }
 
 void hs_trainer_close(hs_trainer *t) {
+    hs_train_ckpt_close(t);
     hs_train_ckpt_unlock(t);
     hs_metrics_close(t);
     hs_trace_hooks_free(&t->th);
@@ -230,6 +231,7 @@ static hs_status trainer_stop(hs_trainer *t, int step, int sig, hs_error *e) {
     hs_status s = HS_OK;
     if (dir[0] && t->ckpt_step != step) s = hs_train_ckpt_save(t, step, e);
     else if (!dir[0]) s = save_weights(t, e);
+    if (s == HS_OK && dir[0]) s = hs_train_ckpt_wait(t, e);
     if (s != HS_OK) return t->ckpt_failed = dir[0] != '\0', s;
     char where[HS_PATH_MAX + 64];
     if (dir[0]) snprintf(where, sizeof where, "checkpoint %s/step-%d", dir, step);
@@ -269,7 +271,7 @@ static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
         hs_metrics_write(t, &r);
         hs_metrics_log(t, &r);
         t->last_step = step;
-        if (hs_train_ckpt_due(t, step)) s = hs_train_ckpt_save(t, step, e);
+        s = hs_train_ckpt_after_step(t, step, e);
         if (s != HS_OK) return t->ckpt_failed = true, s;
         if (r.stop_signal) return trainer_stop(t, step, r.stop_signal, e);
     }
