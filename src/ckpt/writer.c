@@ -152,8 +152,9 @@ static hs_status start(hs_ckpt_writer *w, const hs_ckpt_tensor *t, int n, hs_err
         write_thread(w);
         return end_save(w, e);
     }
-    hs_log_info(log, "checkpoint: %s snapshot of %.2f MiB on rank 0 in %.3f s; writing in the "
-                     "background",
+    hs_log_info(log,
+                "checkpoint: %s snapshot of %.2f MiB on rank 0 in %.3f s; writing in the "
+                "background",
                 w->sv.step_name, (double)hs_ckpt_saver_rank_bytes(&w->sv) / 1048576.0,
                 hs_now() - t0);
     return HS_OK;

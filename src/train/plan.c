@@ -24,8 +24,9 @@
 /* Roles whose chunks hold at most this many blocks are described exactly. */
 #define EXACT_BLOCKS 64
 
-static const char *const item_names[] = {"params", "grads",       "model_copy", "optimizer",
-                                         "reduce", "activations", "unsharded",  "unsharded_grads"};
+static const char *const item_names[] = {"params",    "grads",           "model_copy",
+                                         "optimizer", "reduce",          "activations",
+                                         "unsharded", "unsharded_grads", "ckpt_staging"};
 _Static_assert(sizeof item_names / sizeof item_names[0] == HS_PLAN_ITEM_COUNT,
                "plan item names follow the enum");
 static const char *const comm_names[] = {
@@ -553,6 +554,19 @@ static hs_status plan_overflow(const hs_config *cfg, const plan_ctx *c, hs_plan 
                         cfg->train.seq_len, c->M);
 }
 
+/* checkpoint.async keeps a host copy of what this rank's checkpoint file
+ * holds: at most its masters, model copies and optimizer state (replicas
+ * a lower rank writes take none), for the whole run from the first save. */
+static void ckpt_staging(plan_ctx *c, hs_plan_role *r) {
+    const hs_ckpt_config *ck = &c->cfg->checkpoint;
+    if (!ck->dir[0] || !ck->async) return;
+    int64_t *b = &r->host[HS_PLAN_CKPT_STAGING];
+    static const hs_plan_item saved[] = {HS_PLAN_PARAMS, HS_PLAN_MODEL_COPY, HS_PLAN_OPTIM};
+    for (size_t i = 0; i < sizeof saved / sizeof saved[0]; i++)
+        add_to(c, b, r->device[saved[i]]), add_to(c, b, r->host[saved[i]]);
+    add_to(c, &r->peak_host_bytes, *b);
+}
+
 /* Each pipeline stage's role, and the checkpoint's bytes. */
 static hs_status plan_roles(plan_ctx *c, hs_plan *out, hs_error *e) {
     const hs_config *cfg = c->cfg;
@@ -576,6 +590,7 @@ static hs_status plan_roles(plan_ctx *c, hs_plan *out, hs_error *e) {
             if (hs_topology_coords(topo, k).pp == s) r->first_rank = k;
         hs_status rc = plan_role(c, s, r, &out->total_params, e);
         if (rc != HS_OK) return rc;
+        ckpt_staging(c, r);
         if (r->peak_device_bytes > out->max_peak_device_bytes)
             out->max_peak_device_bytes = r->peak_device_bytes;
         if (r->peak_host_bytes > out->max_peak_host_bytes)

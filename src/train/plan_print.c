@@ -21,7 +21,8 @@ static const char *const item_help[HS_PLAN_ITEM_COUNT] = {"fp32 masters (sharded
                                                           "reduce output slots",
                                                           "activations + scratch",
                                                           "unsharded params at the peak",
-                                                          "unsharded grads at the peak"};
+                                                          "unsharded grads at the peak",
+                                                          "checkpoint.async snapshot staging"};
 
 void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f) {
     char a[32], b[32], c[32];
@@ -147,8 +148,9 @@ hs_status hs_plan_check_fit(const hs_plan *p, const hs_config *cfg, int ranks_pe
         "(largest: %s, for %s). Make it fit: more ranks or nodes, fsdp_config.dp_shard_size "
         "(shards params, grads and optimizer state), train.activation_checkpointing: true%s, "
         "fsdp_config.mix_precision.param_dtype: bfloat16, fsdp_config.enable_offload: true, "
-        "a smaller train.micro_batch_size or model; `hypershard plan` shows the items",
+        "%sa smaller train.micro_batch_size or model; `hypershard plan` shows the items",
         human(per_rank, a, sizeof a), ranks_per_node, ranks_per_node == 1 ? "" : "s",
         human(need, b, sizeof b), human(avail_bytes, c, sizeof c), items, worst->name,
-        cfg->train.activation_checkpointing == HS_AC_FULL ? " (already on)" : "");
+        cfg->train.activation_checkpointing == HS_AC_FULL ? " (already on)" : "",
+        worst->host[HS_PLAN_CKPT_STAGING] ? "checkpoint.async: false (no snapshot staging), " : "");
 }

@@ -1,0 +1,123 @@
+"""What a checkpoint save costs training: synchronous against checkpoint.async.
+
+Each round runs `hypershard train` three times on the same shape (default
+bench/peer's 512-wide model at W = 2, fp32, one thread per rank): without
+checkpoints, with a synchronous save every --every steps and with
+asynchronous ones, each with the trace on. From rank 0's trace it takes the
+step intervals (start of a step to the start of the next) from step
+--warmup + 1 to the last step; every periodic save after step --warmup and
+before the last step falls in one of them (the run's own final save comes
+after). The stall per save is
+
+    (sum of the intervals - their count x the run's median interval) / saves
+
+which counts everything a save adds to the training thread's time: the
+synchronous write, or the snapshot, the publish and whatever the writer
+thread takes from the training ranks' cores in the steps it overlaps. The
+baseline is the same run's median interval (at most 2 intervals in 5 carry
+a save's cost), so load that drifts between runs on a shared machine does
+not enter; the run without checkpoints, measured the same way over the
+same would-be save steps, gives the noise floor. It prints each round and
+the medians over rounds, and whether every background save in the window
+was published inside it (else part of its cost lies past the window). Needs
+no Python packages; the Open MPI environment as for bench/peer/compare.py.
+
+    python3 bench/ckpt_stall.py --rounds 3
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "peer"))
+from compare import ROOT, SHAPES, thread_env, train_args  # noqa: E402
+
+MODES = ("none", "sync", "async")
+
+
+def step_starts(trace_path):
+    with open(trace_path) as f:
+        d = json.load(f)
+    ev = d["traceEvents"] if isinstance(d, dict) else d
+    return sorted(e["ts"] for e in ev if e.get("name") == "step" and e.get("pid") == 0)
+
+
+def published_in_window(log, steps, saves):
+    """Whether every save in the window was published before the last
+    step's line was logged."""
+    lines = log.splitlines()
+    last = next((i for i, l in enumerate(lines) if l.startswith(f"step {steps}/")), len(lines))
+    done = [i for i, l in enumerate(lines) if "checkpoint: saved" in l]
+    return sum(1 for i in done if i < last) >= saves
+
+
+def run(a, mode, tmp, env):
+    out = os.path.join(tmp, f"out_{mode}")
+    ck = os.path.join(tmp, f"ck_{mode}")
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(ck, ignore_errors=True)
+    args = train_args(a.shape, a.dtype, a.world, a.steps, out)
+    args = [x for x in args if not x.startswith("checkpoint.") and not x.startswith("trace.")]
+    args += ["trace.enabled=true", "train.log_every=1"]
+    if mode != "none":
+        args += [f"checkpoint.dir={ck}", f"checkpoint.save_every={a.every}",
+                 f"checkpoint.async={'true' if mode == 'async' else 'false'}",
+                 "checkpoint.keep_last=1"]
+    else:
+        args += ["checkpoint.dir=null"]
+    cmd = [a.mpiexec, "-n", str(a.world), a.hypershard, "train"] + args
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-4000:]}")
+    starts = step_starts(os.path.join(out, "trace", "trace.json"))
+    if len(starts) != a.steps:
+        sys.exit(f"{mode}: {len(starts)} step spans in the trace, want {a.steps}")
+    iv = [b - a for a, b in zip(starts[a.warmup:], starts[a.warmup + 1:])]
+    saves = sum(1 for k in range(a.warmup + 1, a.steps) if k % a.every == 0)
+    stall = (sum(iv) - len(iv) * statistics.median(iv)) / 1e6 / saves
+    shutil.rmtree(ck, ignore_errors=True)
+    inside = mode != "async" or published_in_window(p.stdout, a.steps, saves)
+    return stall, statistics.median(iv) / 1e6, saves, inside
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--hypershard", default=os.path.join(ROOT, "build", "hypershard"))
+    p.add_argument("--mpiexec", default="mpiexec")
+    p.add_argument("--shape", default="512", choices=sorted(SHAPES))
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="threads per rank")
+    p.add_argument("--every", type=int, default=5, help="checkpoint.save_every")
+    p.add_argument("--steps", type=int, default=24)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--dir", default=None, help="where checkpoints go (default: a temp dir)")
+    a = p.parse_args()
+    env = thread_env(a)
+    tmp = tempfile.mkdtemp(prefix="hs_ckpt_stall_", dir=a.dir)
+    stalls = {m: [] for m in MODES}
+    try:
+        for r in range(a.rounds):
+            line = []
+            for mode in MODES:
+                stall, step, saves, inside = run(a, mode, tmp, env)
+                stalls[mode].append(stall)
+                line.append(f"{mode} {stall:+.3f} s (step {step:.2f} s)")
+                if not inside:
+                    line.append("(a background save ended past the window: raise --steps)")
+            print(f"round {r}, {saves} saves in {a.steps - a.warmup - 1} steps, stall per save: "
+                  + ", ".join(line), flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    med = {m: statistics.median(v) for m, v in stalls.items()}
+    print("median stall per save: " + ", ".join(f"{m} {v:+.3f} s" for m, v in med.items()) +
+          f"; async / sync {100 * med['async'] / med['sync'] if med['sync'] > 0 else float('nan'):.1f}%")
+
+if __name__ == "__main__":
+    main()
