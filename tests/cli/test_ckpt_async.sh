@@ -7,7 +7,8 @@
 # uninterrupted run's loss curve bit for bit to the same final weights;
 # SIGTERM with a write in flight publishes it, saves the stop step and
 # exits 3; a background write that fails on one rank stops the run with
-# that rank named, publishes nothing and still writes the weights.
+# that rank named, publishes nothing and still writes the weights; the
+# plan counts the staging memory the run measures.
 # HS_MPI_RANKS: 2
 # HS_TEST_TIMEOUT: 240
 set -u
@@ -52,6 +53,7 @@ test_async_files_equal_sync_files_while_training_moves_on() {
         checkpoint.save_every=2 checkpoint.dir="$work/ck" train.out_dir="$work/out"
     grep -q "step-2 snapshot of" "$work/async.log" || fail "no background save in the async run"
     mv "$work/ck" "$work/ck_async"
+    mv "$work/out/metrics.jsonl" "$work/out_async_metrics.jsonl"
     rm -rf "$work/out"
     hs_must_run 2 sync train.steps=4 checkpoint.save_every=2 checkpoint.async=false \
         checkpoint.dir="$work/ck" train.out_dir="$work/out"
@@ -60,6 +62,26 @@ test_async_files_equal_sync_files_while_training_moves_on() {
     same_step_dir "$work/ck_async/step-2" "$work/ck_sync/step-2"
     same_step_dir "$work/ck_async/step-4" "$work/ck_sync/step-4"
     latest_is "$work/ck_async" 4
+}
+
+# The staging buffer is host memory for the whole run from the first save:
+# the plan's ckpt_staging is what the async run's steps after its first
+# save measure in peak_host_bytes (no offload: nothing else is host), and
+# the plan of a synchronous run has none.
+test_plan_counts_the_staging_the_run_holds() {
+    local args=("${tiny[@]}" train.steps=4 checkpoint.save_every=2 checkpoint.dir="$work/ck")
+    "$HS_BIN" plan --world 2 --json "${args[@]}" > "$work/plan_async.json" 2> /dev/null
+    "$HS_BIN" plan --world 2 --json "${args[@]}" checkpoint.async=false \
+        > "$work/plan_sync.json" 2> /dev/null
+    python3 - "$work" <<'PY' || fail "the plan's ckpt_staging is not the measured staging"
+import json, sys
+w = sys.argv[1]
+staging = lambda f: max(r["host"]["ckpt_staging"] for r in json.load(open(f"{w}/{f}"))["ranks"])
+got = max(json.loads(l)["peak_host_bytes"] for l in open(f"{w}/out_async_metrics.jsonl"))
+planned = staging("plan_async.json")
+print(f"staging: planned {planned}, measured {got}")
+assert planned == got > 0 and staging("plan_sync.json") == 0
+PY
 }
 
 test_kill_during_background_write_then_resume_matches_uninterrupted() {
@@ -158,6 +180,7 @@ test_failed_background_write_names_the_rank_and_publishes_nothing() {
 }
 
 test_async_files_equal_sync_files_while_training_moves_on
+test_plan_counts_the_staging_the_run_holds
 test_kill_during_background_write_then_resume_matches_uninterrupted
 test_sigterm_with_a_write_in_flight_saves_and_exits_3
 test_failed_background_write_names_the_rank_and_publishes_nothing
