@@ -3,30 +3,34 @@
 Each round runs `hypershard train` three times on the same shape (default
 bench/peer's 512-wide model at W = 2, fp32, one thread per rank): without
 checkpoints, with a synchronous save every --every steps and with
-asynchronous ones, each with the trace on. From rank 0's trace it takes the
-step intervals (start of a step to the start of the next) from step
---warmup + 1 to the last step; every periodic save after step --warmup and
-before the last step falls in one of them (the run's own final save comes
-after). The stall per save is
+asynchronous ones, each with the trace on. The window is rank 0's steps
+--warmup + 1 to the last; every periodic save after step --warmup and
+before the last step falls in it (the run's own final save comes after).
+Per save in the window it prints three figures:
 
-    (sum of the intervals - their count x the run's median interval) / saves
+  blocked  the training thread's time inside the save: the trace's
+           "checkpoint" spans (a synchronous save; an async snapshot, with
+           any wait for the save before it) and "checkpoint publish" spans
+  writer   async only: the writer thread's CPU seconds (its log line): the
+           most it can take from training on cores training fills
+  stall    (sum of the window's step intervals - their count x the run's
+           median interval) / saves: everything a save adds to the
+           training thread, the writer's competition for cores included.
+           The baseline is the same run's median interval, so load that
+           drifts between runs does not enter; the run without checkpoints,
+           measured the same way over the same would-be saves, is the
+           noise floor of this figure on the machine at that time.
 
-which counts everything a save adds to the training thread's time: the
-synchronous write, or the snapshot, the publish and whatever the writer
-thread takes from the training ranks' cores in the steps it overlaps. The
-baseline is the same run's median interval (at most 2 intervals in 5 carry
-a save's cost), so load that drifts between runs on a shared machine does
-not enter; the run without checkpoints, measured the same way over the
-same would-be save steps, gives the noise floor. It prints each round and
-the medians over rounds, and whether every background save in the window
-was published inside it (else part of its cost lies past the window). Needs
-no Python packages; the Open MPI environment as for bench/peer/compare.py.
+It prints each round and the medians over rounds, and whether every
+background save in the window was published inside it. Needs no Python
+packages; the Open MPI environment as for bench/peer/compare.py.
 
     python3 bench/ckpt_stall.py --rounds 3
 """
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -40,11 +44,12 @@ from compare import ROOT, SHAPES, thread_env, train_args  # noqa: E402
 MODES = ("none", "sync", "async")
 
 
-def step_starts(trace_path):
+def spans(trace_path, names):
     with open(trace_path) as f:
         d = json.load(f)
     ev = d["traceEvents"] if isinstance(d, dict) else d
-    return sorted(e["ts"] for e in ev if e.get("name") == "step" and e.get("pid") == 0)
+    return sorted((e["ts"], e.get("dur", 0)) for e in ev
+                  if e.get("name") in names and e.get("pid") == 0)
 
 
 def published_in_window(log, steps, saves):
@@ -74,15 +79,23 @@ def run(a, mode, tmp, env):
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if p.returncode != 0:
         sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-4000:]}")
-    starts = step_starts(os.path.join(out, "trace", "trace.json"))
+    trace = os.path.join(out, "trace", "trace.json")
+    starts = [ts for ts, _ in spans(trace, ("step",))]
     if len(starts) != a.steps:
         sys.exit(f"{mode}: {len(starts)} step spans in the trace, want {a.steps}")
+    lo, hi = starts[a.warmup], starts[-1]
     iv = [b - a for a, b in zip(starts[a.warmup:], starts[a.warmup + 1:])]
     saves = sum(1 for k in range(a.warmup + 1, a.steps) if k % a.every == 0)
     stall = (sum(iv) - len(iv) * statistics.median(iv)) / 1e6 / saves
+    blocked = sum(d for ts, d in spans(trace, ("checkpoint", "checkpoint publish"))
+                  if lo <= ts < hi) / 1e6 / saves
+    cpu = [float(m) for m in re.findall(r"written on rank 0 in [0-9.]+ s, ([0-9.]+) s of it CPU",
+                                        p.stdout)]
+    writer = statistics.median(cpu) if cpu else 0.0
     shutil.rmtree(ck, ignore_errors=True)
     inside = mode != "async" or published_in_window(p.stdout, a.steps, saves)
-    return stall, statistics.median(iv) / 1e6, saves, inside
+    return {"stall": stall, "blocked": blocked, "writer": writer,
+            "step": statistics.median(iv) / 1e6, "saves": saves, "inside": inside}
 
 
 def main():
@@ -101,23 +114,29 @@ def main():
     a = p.parse_args()
     env = thread_env(a)
     tmp = tempfile.mkdtemp(prefix="hs_ckpt_stall_", dir=a.dir)
-    stalls = {m: [] for m in MODES}
+    res = {m: [] for m in MODES}
     try:
         for r in range(a.rounds):
             line = []
             for mode in MODES:
-                stall, step, saves, inside = run(a, mode, tmp, env)
-                stalls[mode].append(stall)
-                line.append(f"{mode} {stall:+.3f} s (step {step:.2f} s)")
-                if not inside:
+                x = run(a, mode, tmp, env)
+                res[mode].append(x)
+                line.append(f"{mode}: stall {x['stall']:+.3f} blocked {x['blocked']:.3f} "
+                            f"writer {x['writer']:.3f} (step {x['step']:.2f})")
+                if not x["inside"]:
                     line.append("(a background save ended past the window: raise --steps)")
-            print(f"round {r}, {saves} saves in {a.steps - a.warmup - 1} steps, stall per save: "
-                  + ", ".join(line), flush=True)
+            print(f"round {r}, {x['saves']} saves in {a.steps - a.warmup - 1} steps, s per save: "
+                  + "; ".join(line), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    med = {m: statistics.median(v) for m, v in stalls.items()}
-    print("median stall per save: " + ", ".join(f"{m} {v:+.3f} s" for m, v in med.items()) +
-          f"; async / sync {100 * med['async'] / med['sync'] if med['sync'] > 0 else float('nan'):.1f}%")
+    med = {m: {k: statistics.median(x[k] for x in v) for k in ("stall", "blocked", "writer", "step")}
+           for m, v in res.items()}
+    for m, v in med.items():
+        print(f"median {m:5s}: stall {v['stall']:+.3f} s, blocked {v['blocked']:.3f} s, writer CPU "
+              f"{v['writer']:.3f} s per save; step {v['step']:.2f} s")
+    for k in ("stall", "blocked"):
+        y, s = med["async"][k], med["sync"][k]
+        print(f"async / sync {k}: {100 * y / s if s > 0 else float('nan'):.1f}%")
 
 if __name__ == "__main__":
     main()
