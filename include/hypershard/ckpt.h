@@ -141,6 +141,10 @@ typedef struct hs_ckpt_writer hs_ckpt_writer;
 
 /* dev: whose host memory stages the snapshot (NULL: malloc). */
 hs_status hs_ckpt_writer_create(hs_device *dev, hs_ckpt_writer **out, hs_error *e);
+/* Allocate the staging buffer now (bytes: the plan's estimate of this
+ * rank's file) and touch every page, so the first save's snapshot pays no
+ * page faults; a save whose file is larger grows it then. */
+hs_status hs_ckpt_writer_reserve(hs_ckpt_writer *w, int64_t bytes, hs_error *e);
 /* Joins a write still in flight without publishing it (a run that failed
  * elsewhere: its .tmp-step-N stays, and the next save deletes it). */
 void hs_ckpt_writer_free(hs_ckpt_writer *w);

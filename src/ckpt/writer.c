@@ -63,6 +63,13 @@ static hs_status stage_reserve(hs_ckpt_writer *w, size_t bytes, hs_error *e) {
     return HS_OK;
 }
 
+hs_status hs_ckpt_writer_reserve(hs_ckpt_writer *w, int64_t bytes, hs_error *e) {
+    size_t had = w->stage_cap;
+    hs_status s = bytes > 0 ? stage_reserve(w, (size_t)bytes, e) : HS_OK;
+    if (s == HS_OK && w->stage_cap > had) memset(w->stage, 0, w->stage_cap);
+    return s;
+}
+
 /* Copy the chunks this rank writes into the staging buffer, back to back
  * in file order; w->staged describes them as host memory. */
 static hs_status snapshot(hs_ckpt_writer *w, const hs_ckpt_tensor *t, int n, hs_error *e) {

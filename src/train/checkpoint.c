@@ -366,12 +366,24 @@ static bool is_own_step(const hs_trainer *t, const char *step_dir, int64_t step)
     return realpath(own, a) && realpath(step_dir, b) && !strcmp(a, b);
 }
 
+/* checkpoint.async: the writer and its staging memory (the plan's estimate,
+ * counted in the start-up memory check) before the first step, so no save
+ * pays for allocating and faulting it in. */
+static hs_status writer_open(hs_trainer *t, hs_error *e) {
+    if (!t->cfg->checkpoint.dir[0] || !t->cfg->checkpoint.async) return HS_OK;
+    hs_status s = hs_ckpt_writer_create(t->dev, &t->ckpt_writer, e);
+    if (s == HS_OK) s = hs_ckpt_writer_reserve(t->ckpt_writer, t->plan_ckpt_staging, e);
+    return agree(t, s, "allocating the checkpoint staging memory", e);
+}
+
 hs_status hs_train_ckpt_resume(hs_trainer *t, hs_error *e) {
     t->ckpt_step = -1;
     t->data_seed = (uint64_t)t->cfg->train.seed;
     char path[HS_PATH_MAX];
     bool found = false;
-    hs_status s = hs_ckpt_resolve_resume(&t->cfg->checkpoint, path, sizeof path, &found, e);
+    hs_status s = writer_open(t, e);
+    if (s != HS_OK) return s;
+    s = hs_ckpt_resolve_resume(&t->cfg->checkpoint, path, sizeof path, &found, e);
     s = agree(t, s, "resolving checkpoint.resume", e);
     if (s != HS_OK) return s;
     if (!found) {
@@ -447,14 +459,10 @@ static bool ckpt_due(const hs_trainer *t, int step) {
     return c->dir[0] && c->save_every > 0 && step % c->save_every == 0;
 }
 
-/* The background save: the writer (and its staging memory) from the first
- * save on; a snapshot on this thread, the write on the writer's. */
+/* The background save (writer_open made the writer): a snapshot on this
+ * thread, the write on the writer's. */
 static hs_status save_async(hs_trainer *t, const ckpt_list *l, const hs_ckpt_save_options *opt,
                             const hs_ckpt_state *st, hs_error *e) {
-    hs_status s = HS_OK;
-    if (!t->ckpt_writer) s = hs_ckpt_writer_create(t->dev, &t->ckpt_writer, e);
-    s = agree(t, s, "starting the checkpoint writer", e);
-    if (s != HS_OK) return s;
     return hs_ckpt_save_async(t->ckpt_writer, t->comm, opt, l->t, l->n, st, e);
 }
 

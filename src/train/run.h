@@ -33,10 +33,11 @@ typedef struct hs_trainer {
     const hs_config *cfg;
     const hs_topology *topo;
     const hs_train_options *opt;
-    int64_t plan_ckpt_bytes; /* hs_plan_build's estimate of one checkpoint */
-    int64_t plan_params;     /* parameter values of the whole model */
-    bool ckpt_failed;        /* a checkpoint save failed: the run still writes its weights */
-    int last_step;           /* the last step trained and logged */
+    int64_t plan_ckpt_bytes;   /* hs_plan_build's estimate of one checkpoint */
+    int64_t plan_ckpt_staging; /* its estimate of a rank's checkpoint.async staging */
+    int64_t plan_params;       /* parameter values of the whole model */
+    bool ckpt_failed;          /* a checkpoint save failed: the run still writes its weights */
+    int last_step;             /* the last step trained and logged */
     /* rank 0's lock of checkpoint.dir (ckpt_lock.c) */
     char lock_path[HS_PATH_MAX + 16];
     bool lock_held, lock_made_dir;
@@ -129,7 +130,8 @@ hs_status hs_dump_units(hs_trainer *t, int rank, hs_error *e);
 hs_status hs_dump_grads(hs_trainer *t, int step, hs_error *e);
 hs_status hs_dump_logits(hs_trainer *t, int step, hs_error *e);
 
-/* Checkpoints (checkpoint.c). Resume runs after the optimizer exists and
+/* Checkpoints (checkpoint.c). Resume (which first makes the checkpoint.async
+ * writer and its staging memory) runs after the optimizer exists and
  * before anything is written: it sets start_step and the loaded state, or
  * leaves a fresh start. Save is collective over the world. */
 hs_status hs_train_ckpt_resume(hs_trainer *t, hs_error *e);

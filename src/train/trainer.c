@@ -71,6 +71,9 @@ static hs_status plan_fits(hs_trainer *t, hs_error *e) {
     if (s == HS_OK)
         s = hs_plan_check_fit(p, t->cfg, hs_comm_local_ranks(t->comm), hs_memory_available(), e);
     t->plan_ckpt_bytes = p->checkpoint_bytes;
+    for (int r = 0; r < p->n_roles; r++)
+        if (p->roles[r].host[HS_PLAN_CKPT_STAGING] > t->plan_ckpt_staging)
+            t->plan_ckpt_staging = p->roles[r].host[HS_PLAN_CKPT_STAGING];
     t->plan_params = p->total_params;
     free(p);
     return s;
