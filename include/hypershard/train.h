@@ -203,6 +203,11 @@ typedef struct hs_plan_role {
     /* activations had activation_checkpointing been true (false when it
      * is true) */
     int64_t activations_other;
+    /* the end-of-run sample's KV cache (docs/generate.md "KV cache"),
+     * allocated after the last step beside everything above; 0 where the
+     * layout decodes by full forwards (CP, sequence parallel, EP, document
+     * masking) */
+    int64_t sample_kv_bytes;
     int64_t peak_device_bytes, peak_host_bytes;
     int64_t comm_bytes[HS_PLAN_COMM_COUNT];
     int64_t comm_calls[HS_PLAN_COMM_COUNT];

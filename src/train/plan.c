@@ -567,6 +567,24 @@ static void ckpt_staging(plan_ctx *c, hs_plan_role *r) {
     add_to(c, &r->peak_host_bytes, *b);
 }
 
+/* The end-of-run sample's KV cache on a rank holding n_blocks blocks
+ * (model/decode.c hs_kv_cache_bytes: blocks x {K, V} x seq_len x the
+ * rank's kv heads x head_dim, in the compute dtype), or 0 where the layout
+ * decodes without one (hs_model_kv_supported, train/decoder.c). */
+static int64_t sample_kv(const plan_ctx *c, int n_blocks) {
+    const hs_config *cfg = c->cfg;
+    const hs_topology *t = c->topo;
+    const hs_model_config *mc = &cfg->model;
+    if (t->cp > 1 || t->ep > 1 || cfg->data.document_masking ||
+        (t->tp > 1 && cfg->accelerator.sequence_parallel))
+        return 0;
+    int64_t kvh = (mc->n_kv_heads > 0 ? mc->n_kv_heads : mc->n_heads) / t->tp;
+    return hs_ck_prod(c->ck,
+                      (const int64_t[]){n_blocks, 2, cfg->train.seq_len, kvh, hs_model_head_dim(mc),
+                                        (int64_t)hs_dtype_size(c->cdt)},
+                      6);
+}
+
 /* Each pipeline stage's role, and the checkpoint's bytes. */
 static hs_status plan_roles(plan_ctx *c, hs_plan *out, hs_error *e) {
     const hs_config *cfg = c->cfg;
@@ -591,6 +609,7 @@ static hs_status plan_roles(plan_ctx *c, hs_plan *out, hs_error *e) {
         hs_status rc = plan_role(c, s, r, &out->total_params, e);
         if (rc != HS_OK) return rc;
         ckpt_staging(c, r);
+        r->sample_kv_bytes = sample_kv(c, r->n_blocks);
         if (r->peak_device_bytes > out->max_peak_device_bytes)
             out->max_peak_device_bytes = r->peak_device_bytes;
         if (r->peak_host_bytes > out->max_peak_host_bytes)

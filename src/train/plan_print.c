@@ -52,6 +52,10 @@ void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f) {
         }
         fprintf(f, "  %-16s %12s %12s\n", "peak", human(ro->peak_device_bytes, a, sizeof a),
                 human(ro->peak_host_bytes, b, sizeof b));
+        if (ro->sample_kv_bytes > 0)
+            fprintf(f,
+                    "  end-of-run sample: a KV cache of %s beside the above, after the last step\n",
+                    human(ro->sample_kv_bytes, a, sizeof a));
         fprintf(f, "  activations with train.activation_checkpointing=%s: %s\n",
                 cfg->train.activation_checkpointing == HS_AC_FULL ? "false" : "true",
                 human(ro->activations_other, a, sizeof a));
@@ -100,6 +104,7 @@ void hs_plan_json(const hs_plan *p, FILE *f) {
         json_items(&j, "device", ro->device);
         json_items(&j, "host", ro->host);
         hs_json_kv_int(&j, "activations_other_checkpointing", ro->activations_other);
+        hs_json_kv_int(&j, "sample_kv_cache_bytes", ro->sample_kv_bytes);
         hs_json_key(&j, "comm");
         hs_json_begin_object(&j);
         for (int k = 0; k < HS_PLAN_COMM_COUNT; k++) {

@@ -2,7 +2,8 @@
 # hypershard plan: the planned peak per rank is within 10% of the
 # peak_device_bytes a real run measures (FSDP, HSDP, mixed precision,
 # offload, full and selective recompute and the model-parallel layouts at
-# W <= 8); a model that cannot fit is refused by train in well under 5 s
+# W <= 8), and its end-of-run sample KV cache is the one the run logs (none
+# where the layout decodes by full forwards); a model that cannot fit is refused by train in well under 5 s
 # with the plan's numbers and nothing written; the plan of 1024 ranks is a
 # readable table.
 set -u
@@ -21,10 +22,16 @@ check() {
     "$HS_BIN" plan --world "$n" --json "${tiny[@]}" "$@" > "$work/$name.plan.json" 2> "$work/$name.plan.err" ||
         { fail "$name: plan failed: $(cat "$work/$name.plan.err")"; return; }
     hs_train "$name" "$n" "$@"
-    python3 - "$name" "$work/$name.plan.json" "$work/$name/metrics.jsonl" <<'PY' || fail "$1"
-import json, sys
-name, plan, metrics = sys.argv[1:]
+    python3 - "$name" "$work/$name.plan.json" "$work/$name/metrics.jsonl" "$work/$name.txt" \
+        <<'PY' || fail "$1"
+import json, re, sys
+name, plan, metrics, log = sys.argv[1:]
 p = json.load(open(plan))
+# the end-of-run sample's KV cache: the bytes rank 0 (stage 0) logged, or
+# none where it decoded by full forwards
+m = re.search(r"sample: a KV cache of (\d+) bytes", open(log).read())
+kv = int(m.group(1)) if m else 0
+assert p["ranks"][0]["sample_kv_cache_bytes"] == kv, (p["ranks"][0]["sample_kv_cache_bytes"], kv)
 want = p["max_peak_device_bytes"]
 assert want == max(r["peak_device_bytes"] for r in p["ranks"])
 got = max(json.loads(l)["peak_device_bytes"] for l in open(metrics))
