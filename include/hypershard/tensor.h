@@ -73,12 +73,32 @@ float hs_f16_to_f32(uint16_t h);
 /* Round a float to the given dtype and back (identity for F32). */
 float hs_round_to(hs_dtype dt, float f);
 
-/* dst[i] = convert(src[i]) for n elements; any pair of dtypes; vectorised.
- * src and dst may be the same pointer only when the dtypes are equal. */
+/* dst[i] = convert(src[i]) for n elements; any pair of dtypes; vectorised,
+ * and split over the OpenMP threads from 2^17 elements. src and dst may be
+ * the same pointer only when the dtypes are equal. */
 void hs_convert(void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt, int64_t n);
 /* dst[i] = a * (float)src[i]: the bits of hs_convert followed by
  * hs_scale_f32, in one pass over memory. */
 void hs_convert_scaled_f32(float *dst, const void *src, hs_dtype src_dt, float a, int64_t n);
+/* The code paths hs_convert has, slowest first: the scalar routines above,
+ * 8 lanes of AVX2 + F16C (built in when the build machine has them), 16
+ * lanes of AVX-512 with VCVTNEPS2BF16 (chosen at run time where the CPU has
+ * AVX512-BF16). Every path gives the scalar routines' bits. */
+typedef enum hs_convert_path {
+    HS_CONVERT_SCALAR = 0,
+    HS_CONVERT_AVX2,
+    HS_CONVERT_AVX512,
+    HS_CONVERT_PATH_COUNT
+} hs_convert_path;
+/* The path hs_convert takes on this CPU, and its name ("avx512_bf16",
+ * "avx2_f16c", "scalar"). */
+hs_convert_path hs_convert_best_path(void);
+const char *hs_convert_path_name(hs_convert_path p);
+/* hs_convert on one given path, single-threaded (tests hold every path to
+ * the scalar bits); a path this build or CPU lacks falls back to the next
+ * slower one. */
+void hs_convert_on(hs_convert_path p, void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt,
+                   int64_t n);
 
 #define HS_TENSOR_MAX_DIMS 4
 

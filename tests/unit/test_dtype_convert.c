@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -278,6 +279,90 @@ static void test_convert_vector_equals_scalar_random_f32_bits_with_nans(void **s
     free(x), free(b), free(h);
 }
 
+/* Narrowing n fp32 values on path p equals the scalar routines, bit for
+ * bit; what differs is named. */
+static void check_narrow_on(hs_convert_path p, const float *x, uint16_t *b, uint16_t *h,
+                            int64_t n) {
+    hs_convert_on(p, b, HS_DTYPE_BF16, x, HS_DTYPE_F32, n);
+    hs_convert_on(p, h, HS_DTYPE_F16, x, HS_DTYPE_F32, n);
+    for (int64_t i = 0; i < n; i++)
+        if (b[i] != hs_f32_to_bf16(x[i]) || h[i] != hs_f32_to_f16(x[i]))
+            fail_msg("%s path, 0x%08x at %lld: bf16 %04x vs %04x, f16 %04x vs %04x",
+                     hs_convert_path_name(p), bits_of(x[i]), (long long)i, b[i],
+                     hs_f32_to_bf16(x[i]), h[i], hs_f32_to_f16(x[i]));
+}
+
+/* Every path this build and CPU have against the scalar routines: every
+ * high half of an fp32 pattern with low halves at and around the rounding
+ * ties (0x7FFF, 0x8000, 0x8001: bf16's), every fp32 subnormal of both signs
+ * (which VCVTNEPS2BF16 alone would flush to zero), NaNs and Infs with all
+ * payload tops, and each length 1..40 from an odd address (masked and
+ * scalar tails). Then both directions of every 16-bit pattern. */
+static void test_convert_every_path_equals_scalar_fp32_sweep(void **state) {
+    (void)state;
+    static const uint16_t lows[] = {0x0000, 0x0001, 0x1000, 0x7FFF, 0x8000,
+                                    0x8001, 0xC000, 0xFFFE, 0xFFFF};
+    enum { NL = sizeof lows / sizeof lows[0], NS = 1 << 23 };
+    const int64_t n = (int64_t)65536 * NL;
+    float *x = malloc((size_t)NS * 2 * sizeof(float));
+    uint16_t *b = malloc((size_t)NS * 2 * 2), *h = malloc((size_t)NS * 2 * 2);
+    assert_non_null(x);
+    assert_non_null(b);
+    assert_non_null(h);
+    printf("hs_convert path on this CPU: %s\n", hs_convert_path_name(hs_convert_best_path()));
+    for (int p = 0; p < HS_CONVERT_PATH_COUNT; p++) {
+        for (int64_t i = 0; i < n; i++) x[i] = float_of(((uint32_t)(i / NL) << 16) | lows[i % NL]);
+        check_narrow_on((hs_convert_path)p, x, b, h, n);
+        for (int64_t i = 0; i < 2 * (int64_t)NS; i++) /* subnormals and zeros, both signs */
+            x[i] = float_of((uint32_t)(i % NS) | (i >= NS ? 0x80000000u : 0u));
+        check_narrow_on((hs_convert_path)p, x, b, h, 2 * (int64_t)NS);
+        for (int len = 1; len <= 40; len++) {
+            for (int i = 0; i < len + 1; i++)
+                x[i] = float_of(i % 3 ? 0x00400000u + (uint32_t)i * 0x9E37u : 0x3F808000u + i);
+            check_narrow_on((hs_convert_path)p, x + 1, b + 1, h + 1, len);
+        }
+        enum { N16 = 65536 + 21 };
+        for (int i = 0; i < N16; i++) b[i] = (uint16_t)((i * 40503u + (i >= 65536)) & 0xFFFF);
+        for (int k = 0; k < 2; k++) {
+            hs_dtype dt = k ? HS_DTYPE_F16 : HS_DTYPE_BF16;
+            hs_convert_on((hs_convert_path)p, x, HS_DTYPE_F32, b, dt, N16);
+            hs_convert_on((hs_convert_path)p, h, dt, x, HS_DTYPE_F32, N16);
+            for (int i = 0; i < N16; i++) {
+                float sf = k ? hs_f16_to_f32(b[i]) : hs_bf16_to_f32(b[i]);
+                if (bits_of(x[i]) != bits_of(sf) ||
+                    h[i] != (k ? hs_f32_to_f16(sf) : hs_f32_to_bf16(sf)))
+                    fail_msg("%s path, %s %04x: widen %08x vs %08x, back %04x",
+                             hs_convert_path_name((hs_convert_path)p), hs_dtype_name(dt), b[i],
+                             bits_of(x[i]), bits_of(sf), h[i]);
+            }
+        }
+    }
+    free(x), free(b), free(h);
+}
+
+/* A conversion long enough to be split over threads gives every element the
+ * scalar bits, the blocks' edges and the last short block included. */
+static void test_convert_threaded_equals_scalar(void **state) {
+    (void)state;
+    enum { N = (1 << 20) + 37 };
+    uint64_t s = 11;
+    float *x = malloc(N * 4), *w = malloc(N * 4);
+    uint16_t *b = malloc(N * 2);
+    for (int i = 0; i < N; i++) {
+        uint32_t u = (uint32_t)splitmix64(&s);
+        if (i % 5 == 0) u &= 0x807FFFFFu; /* subnormals */
+        x[i] = float_of(u);
+    }
+    hs_blas_set_threads(2);
+    hs_convert(b, HS_DTYPE_BF16, x, HS_DTYPE_F32, N);
+    for (int i = 0; i < N; i++)
+        if (b[i] != hs_f32_to_bf16(x[i]))
+            fail_msg("0x%08x at %d: %04x vs %04x", bits_of(x[i]), i, b[i], hs_f32_to_bf16(x[i]));
+    hs_convert(w, HS_DTYPE_F32, b, HS_DTYPE_BF16, N);
+    for (int i = 0; i < N; i++) assert_int_equal(bits_of(w[i]), bits_of(hs_bf16_to_f32(b[i])));
+    free(x), free(w), free(b);
+}
+
 static void test_convert_same_dtype_copies_and_zero_length_is_noop(void **state) {
     (void)state;
     float a[3] = {1, 2, 3}, c[3] = {0};
@@ -341,6 +426,8 @@ int main(void) {
         cmocka_unit_test(test_every_bf16_and_f16_tie_matches_reference),
         cmocka_unit_test(test_convert_vector_equals_scalar_all_16bit_patterns),
         cmocka_unit_test(test_convert_vector_equals_scalar_random_f32_bits_with_nans),
+        cmocka_unit_test(test_convert_every_path_equals_scalar_fp32_sweep),
+        cmocka_unit_test(test_convert_threaded_equals_scalar),
         cmocka_unit_test(test_convert_same_dtype_copies_and_zero_length_is_noop),
         cmocka_unit_test(test_convert_scaled_equals_convert_then_scale),
     };
