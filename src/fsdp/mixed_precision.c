@@ -52,7 +52,7 @@ hs_status hs_fsdp_mp_grad_stash(hs_fsdp_param *fp, hs_error *e) {
     return HS_OK;
 }
 
-hs_status hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale, hs_error *e) {
+hs_status hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale, void *into, hs_error *e) {
     hs_device *d = fp->mem->dev;
     hs_param_grad_settle(d, fp->p);
     int64_t n = fp->plan.padded_unsharded_numel;
@@ -71,10 +71,11 @@ hs_status hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale, hs_error *e
     } else {
         size_t bytes = (size_t)n * hs_dtype_size(fp->reduce_dtype);
         /* every element is written by the conversion below: no zero fill */
-        fp->rs_input = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, bytes,
-                                                "the reduce-dtype gradient", fp->p->fqn, e);
+        fp->rs_input = into ? into
+                            : hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, bytes,
+                                                       "the reduce-dtype gradient", fp->p->fqn, e);
         if (!fp->rs_input) return HS_ERR_OOM;
-        fp->rs_input_bytes = bytes;
+        fp->rs_input_bytes = into ? 0 : bytes; /* 0: borrowed */
         /* Scale in the wider dtype so that narrowing rounds once. */
         if (fp->grad_dtype == HS_DTYPE_F32) {
             hs_dev_scale(d, fp->unsharded_grad, prescale, fp->plan.unpacked_numel);

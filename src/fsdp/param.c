@@ -251,7 +251,8 @@ hs_status hs_fsdp_param_grad_begin(hs_fsdp_param *fp, hs_error *e) {
 
 void hs_fsdp_param_grad_release(hs_fsdp_param *fp) {
     HS_ASSERT(fp->rs_work == NULL);
-    if (fp->rs_input && fp->rs_input != fp->unsharded_grad)
+    /* rs_input_bytes 0: borrowed (the model's buffer, or the reduce slot) */
+    if (fp->rs_input && fp->rs_input_bytes)
         hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, fp->rs_input, fp->rs_input_bytes);
     fp->rs_input = NULL;
     fp->rs_input_bytes = 0;
@@ -268,7 +269,12 @@ void hs_fsdp_param_grad_release(hs_fsdp_param *fp) {
 hs_status hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale, hs_error *e) {
     HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL && fp->reduce_slot != NULL);
     const hs_fsdp_plan *pl = &fp->plan;
-    hs_status st = hs_fsdp_mp_reduce_input(fp, prescale * fp->grad_factor, e);
+    /* With no reduce-scatter a cast gradient is written straight into its
+     * reduce slot: no buffer of its own and no copy. */
+    void *into = !fp->needs_all_gather && fp->reduce_numel == pl->padded_unsharded_numel
+                     ? fp->reduce_slot
+                     : NULL;
+    hs_status st = hs_fsdp_mp_reduce_input(fp, prescale * fp->grad_factor, into, e);
     if (st != HS_OK) return st;
     if (fp->needs_all_gather) {
         HS_ASSERT(fp->reduce_numel == pl->padded_sharded_numel);
@@ -280,8 +286,9 @@ hs_status hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale, hs_error
         return HS_OK;
     }
     HS_ASSERT(fp->reduce_numel == pl->unpacked_numel);
-    hs_dev_copy(fp->mem->dev, fp->reduce_slot, fp->rs_input,
-                bytes_of(pl->unpacked_numel, fp->reduce_dtype));
+    if (fp->rs_input != fp->reduce_slot)
+        hs_dev_copy(fp->mem->dev, fp->reduce_slot, fp->rs_input,
+                    bytes_of(pl->unpacked_numel, fp->reduce_dtype));
     hs_fsdp_param_grad_release(fp);
     return HS_OK;
 }

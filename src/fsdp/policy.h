@@ -37,8 +37,10 @@ void hs_fsdp_mp_add_to_f32(hs_device *d, float *dst, const void *src, hs_dtype d
 hs_status hs_fsdp_mp_grad_stash(hs_fsdp_param *fp, hs_error *e);
 /* Sync micro-batch: set fp->rs_input to the padded unsharded gradient in
  * reduce_dtype (the model's buffer itself when the dtypes match, the fp32
- * accumulator, or a cast copy), scaled by `prescale`. */
-hs_status hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale, hs_error *e);
+ * accumulator, or a cast copy), scaled by `prescale`. A cast copy is
+ * written into `into` when given (reduce_dtype, room for the padded
+ * unsharded gradient; borrowed, not freed), else into a buffer of its own. */
+hs_status hs_fsdp_mp_reduce_input(hs_fsdp_param *fp, float prescale, void *into, hs_error *e);
 
 /* -------------------------------------------------------- main params */
 
