@@ -74,8 +74,8 @@ float hs_f16_to_f32(uint16_t h);
 float hs_round_to(hs_dtype dt, float f);
 
 /* dst[i] = convert(src[i]) for n elements; any pair of dtypes; vectorised,
- * and split over the OpenMP threads from 2^17 elements. src and dst may be
- * the same pointer only when the dtypes are equal. */
+ * on the calling thread. src and dst may be the same pointer only when the
+ * dtypes are equal. */
 void hs_convert(void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt, int64_t n);
 /* dst[i] = a * (float)src[i]: the bits of hs_convert followed by
  * hs_scale_f32, in one pass over memory. */
@@ -94,9 +94,8 @@ typedef enum hs_convert_path {
  * "avx2_f16c", "scalar"). */
 hs_convert_path hs_convert_best_path(void);
 const char *hs_convert_path_name(hs_convert_path p);
-/* hs_convert on one given path, single-threaded (tests hold every path to
- * the scalar bits); a path this build or CPU lacks falls back to the next
- * slower one. */
+/* hs_convert on one given path (tests hold every path to the scalar
+ * bits); a path this build or CPU lacks falls back to the next slower one. */
 void hs_convert_on(hs_convert_path p, void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt,
                    int64_t n);
 

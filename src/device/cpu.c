@@ -12,9 +12,26 @@ static void cpu_gemm(hs_stream *s, void *C, const void *A, const void *B, const 
         hs_device_fail(s->dev, &e);
 }
 
+/* Casts from 2^17 elements (an unshard's layer of weights, a backward's
+ * rounded activation gradient) go over the OpenMP threads in fixed blocks,
+ * as the elementwise kernels do; each element gets hs_convert's bits. */
+#define CONVERT_PAR_MIN ((int64_t)1 << 17)
+#define CONVERT_BLOCK ((int64_t)1 << 14)
+
 static void cpu_convert(hs_stream *s, void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt,
                         int64_t n) {
-    hs_convert(dst, dst_dt, src, src_dt, n);
+    if (n < CONVERT_PAR_MIN || dst_dt == src_dt) {
+        hs_convert(dst, dst_dt, src, src_dt, n);
+        return;
+    }
+    const size_t ds = hs_dtype_size(dst_dt), ss = hs_dtype_size(src_dt);
+    const int64_t blocks = (n + CONVERT_BLOCK - 1) / CONVERT_BLOCK;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t i = b * CONVERT_BLOCK, m = n - i < CONVERT_BLOCK ? n - i : CONVERT_BLOCK;
+        hs_convert((char *)dst + (size_t)i * ds, dst_dt, (const char *)src + (size_t)i * ss, src_dt,
+                   m);
+    }
 }
 
 static void cpu_convert_scaled(hs_stream *s, float *dst, const void *src, hs_dtype src_dt, float a,

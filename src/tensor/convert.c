@@ -4,16 +4,12 @@
  * (convert_x86.c: 16 lanes of AVX-512 with VCVTNEPS2BF16, else 8 of AVX2 +
  * F16C), else the scalar routines of dtype.c; every path gives the same
  * bits, NaN payloads included (tests/unit/test_dtype_convert.c checks every
- * 16-bit pattern and a sweep of fp32 ones on each path). From 2^17 elements
- * the work is split over the OpenMP threads in fixed blocks: the unshard's
- * cast of a whole layer's weights, the backward's rounding of an
- * activation gradient. */
+ * 16-bit pattern and a sweep of fp32 ones on each path). It runs on the
+ * calling thread: the comm thread calls it too; the cpu device splits large
+ * casts over the OpenMP threads (src/device/cpu.c). */
 #include <string.h>
 
 #include "tensor/convert_kernels.h"
-
-#define CONVERT_PAR_MIN ((int64_t)1 << 17)
-#define CONVERT_BLOCK ((int64_t)1 << 14) /* a multiple of every path's lane count */
 
 static void scalar_to_bf16(uint16_t *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = hs_f32_to_bf16(src[i]);
@@ -129,18 +125,5 @@ void hs_convert_on(hs_convert_path p, void *dst, hs_dtype dst_dt, const void *sr
 }
 
 void hs_convert(void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt, int64_t n) {
-    if (n < CONVERT_PAR_MIN || dst_dt == src_dt) {
-        hs_convert_on(hs_convert_best_path(), dst, dst_dt, src, src_dt, n);
-        return;
-    }
-    HS_ASSERT(dst != src);
-    const hs_convert_kernels *k = kernels_of(hs_convert_best_path());
-    const size_t ds = hs_dtype_size(dst_dt), ss = hs_dtype_size(src_dt);
-    const int64_t blocks = (n + CONVERT_BLOCK - 1) / CONVERT_BLOCK;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < blocks; b++) {
-        int64_t i = b * CONVERT_BLOCK, m = n - i < CONVERT_BLOCK ? n - i : CONVERT_BLOCK;
-        convert_range(k, (char *)dst + (size_t)i * ds, dst_dt, (const char *)src + (size_t)i * ss,
-                      src_dt, m);
-    }
+    hs_convert_on(hs_convert_best_path(), dst, dst_dt, src, src_dt, n);
 }

@@ -96,7 +96,8 @@ AVX512 static void avx512_to_bf16(uint16_t *dst, const float *src, int64_t n) {
         if (sub) {
             __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
             __m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF));
-            __m256i rounded = _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(x, bias), 16));
+            __m256i rounded =
+                _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(x, bias), 16));
             r = _mm256_mask_blend_epi16(sub, r, rounded);
         }
         _mm256_mask_storeu_epi16(dst + i, k, r);

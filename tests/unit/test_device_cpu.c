@@ -1,5 +1,6 @@
 /* The cpu device: pool accounting, copies, the trace record of each copy,
- * and the error for a CUDA request in a build without CUDA. */
+ * the error for a CUDA request in a build without CUDA, and its casts
+ * split over threads. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <cmocka.h>
 
 #include "hypershard/device.h"
+#include "hypershard/tensor.h"
 
 static hs_device *make_cpu(hs_trace *trace) {
     hs_device *d = NULL;
@@ -133,6 +135,37 @@ static void test_disabled_trace_records_no_copy_span(void **state) {
     hs_trace_free(t);
 }
 
+/* A cast long enough to be split over the threads gives every element
+ * hs_convert's bits (the scalar routine's), the blocks' edges, the last
+ * short block and fp32 subnormals included, both ways. */
+static void test_large_cast_split_over_threads_matches_scalar(void **state) {
+    (void)state;
+    enum { N = (1 << 20) + 37 };
+    hs_device *d = make_cpu(NULL);
+    float *x = malloc(N * 4), *w = malloc(N * 4);
+    uint16_t *b = malloc(N * 2);
+    assert_true(x && w && b);
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < N; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t u = (uint32_t)(s >> 32);
+        if (i % 5 == 0) u &= 0x807FFFFFu; /* subnormals */
+        memcpy(&x[i], &u, 4);
+    }
+    hs_blas_set_threads(2);
+    hs_dev_convert(d, b, HS_DTYPE_BF16, x, HS_DTYPE_F32, N);
+    for (int i = 0; i < N; i++)
+        if (b[i] != hs_f32_to_bf16(x[i]))
+            fail_msg("at %d: %04x vs %04x", i, b[i], hs_f32_to_bf16(x[i]));
+    hs_dev_convert(d, w, HS_DTYPE_F32, b, HS_DTYPE_BF16, N);
+    for (int i = 0; i < N; i++) {
+        float r = hs_bf16_to_f32(b[i]);
+        assert_memory_equal(&w[i], &r, 4);
+    }
+    free(x), free(w), free(b);
+    hs_device_free(d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kind_names_and_parse),
@@ -141,6 +174,7 @@ int main(void) {
         cmocka_unit_test(test_h2d_d2h_d2d_copies_move_every_byte),
         cmocka_unit_test(test_copies_are_traced_on_copy_lane_with_byte_count),
         cmocka_unit_test(test_disabled_trace_records_no_copy_span),
+        cmocka_unit_test(test_large_cast_split_over_threads_matches_scalar),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -340,29 +340,6 @@ static void test_convert_every_path_equals_scalar_fp32_sweep(void **state) {
     free(x), free(b), free(h);
 }
 
-/* A conversion long enough to be split over threads gives every element the
- * scalar bits, the blocks' edges and the last short block included. */
-static void test_convert_threaded_equals_scalar(void **state) {
-    (void)state;
-    enum { N = (1 << 20) + 37 };
-    uint64_t s = 11;
-    float *x = malloc(N * 4), *w = malloc(N * 4);
-    uint16_t *b = malloc(N * 2);
-    for (int i = 0; i < N; i++) {
-        uint32_t u = (uint32_t)splitmix64(&s);
-        if (i % 5 == 0) u &= 0x807FFFFFu; /* subnormals */
-        x[i] = float_of(u);
-    }
-    hs_blas_set_threads(2);
-    hs_convert(b, HS_DTYPE_BF16, x, HS_DTYPE_F32, N);
-    for (int i = 0; i < N; i++)
-        if (b[i] != hs_f32_to_bf16(x[i]))
-            fail_msg("0x%08x at %d: %04x vs %04x", bits_of(x[i]), i, b[i], hs_f32_to_bf16(x[i]));
-    hs_convert(w, HS_DTYPE_F32, b, HS_DTYPE_BF16, N);
-    for (int i = 0; i < N; i++) assert_int_equal(bits_of(w[i]), bits_of(hs_bf16_to_f32(b[i])));
-    free(x), free(w), free(b);
-}
-
 static void test_convert_same_dtype_copies_and_zero_length_is_noop(void **state) {
     (void)state;
     float a[3] = {1, 2, 3}, c[3] = {0};
@@ -427,7 +404,6 @@ int main(void) {
         cmocka_unit_test(test_convert_vector_equals_scalar_all_16bit_patterns),
         cmocka_unit_test(test_convert_vector_equals_scalar_random_f32_bits_with_nans),
         cmocka_unit_test(test_convert_every_path_equals_scalar_fp32_sweep),
-        cmocka_unit_test(test_convert_threaded_equals_scalar),
         cmocka_unit_test(test_convert_same_dtype_copies_and_zero_length_is_noop),
         cmocka_unit_test(test_convert_scaled_equals_convert_then_scale),
     };
