@@ -69,6 +69,8 @@
 #define HS_CKPT_VERSION 1
 #define HS_CKPT_METADATA "metadata.json"
 #define HS_CKPT_LATEST "latest"
+/* A step directory's name step-<N> -> N, else -1. */
+int64_t hs_ckpt_step_of(const char *name);
 #define HS_CKPT_NAME_MAX 256
 
 /* One tensor as this rank holds it. For save, `data` is read; for load it

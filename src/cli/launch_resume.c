@@ -32,10 +32,8 @@ static long long newest_below(const char *dir, long long below) {
     long long best = -1;
     struct dirent *ent;
     while ((ent = readdir(d))) {
-        char *end;
-        if (strncmp(ent->d_name, "step-", 5)) continue;
-        long long n = strtoll(ent->d_name + 5, &end, 10);
-        if (!*end && n < below && n > best) best = n;
+        long long n = (long long)hs_ckpt_step_of(ent->d_name);
+        if (n < below && n > best) best = n;
     }
     closedir(d);
     return best;
