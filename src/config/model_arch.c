@@ -30,10 +30,19 @@ bool hs_model_layer_moe(const hs_model_config *m, int layer) {
     return (layer + 1) % step == 0;
 }
 
+/* Counted without visiting every block (a config may have a million): the
+ * blocks with (i + 1) % step == 0, less those listed (once each). */
 int hs_model_dense_layers(const hs_model_config *m) {
-    int n = 0;
-    for (int i = 0; i < m->n_layers; i++) n += !hs_model_layer_moe(m, i);
-    return n;
+    if (!hs_model_arch_moe(m) || m->n_layers < 1) return m->n_layers > 0 ? m->n_layers : 0;
+    const hs_moe_config *x = &m->moe;
+    int step = x->decoder_sparse_step > 0 ? x->decoder_sparse_step : 1, moe = m->n_layers / step;
+    for (int i = 0; i < x->n_mlp_only_layers; i++) {
+        int l = x->mlp_only_layers[i];
+        bool again = false;
+        for (int j = 0; j < i && !again; j++) again = x->mlp_only_layers[j] == l;
+        moe -= !again && l >= 0 && l < m->n_layers && (l + 1) % step == 0;
+    }
+    return m->n_layers - moe;
 }
 
 int hs_model_head_dim(const hs_model_config *m) {
