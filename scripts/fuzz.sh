@@ -52,7 +52,7 @@ if [ -n "${FUZZ_TARGETS:-}" ]; then read -r -a targets <<< "$FUZZ_TARGETS"; fi
 
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all"
 CC=clang CFLAGS="$flags" cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DHS_FUZZ=ON -DHS_WERROR=OFF >/dev/null
+  -DHS_FUZZ=ON -DHS_WERROR=OFF -DHS_CUDA=OFF >/dev/null
 cmake --build "$build" -j"$jobs" --target "${targets[@]}" > "$build/fuzz-build.log" 2>&1 || {
   tail -30 "$build/fuzz-build.log" >&2
   echo "fuzz: the build failed (whole log: $build/fuzz-build.log)" >&2

@@ -104,6 +104,9 @@ typedef struct hs_device_ops {
     void (*event_synchronize)(hs_event *e);         /* the host waits for e */
     void (*stream_synchronize)(hs_stream *s);
     void (*synchronize)(hs_device *d); /* every stream */
+    /* Frees the backend's own state (ctx) once its memory is given back;
+     * NULL: it has none. */
+    void (*destroy)(hs_device *d);
 } hs_device_ops;
 
 /* ----------------------------------------------------------------- kernels */
@@ -348,6 +351,12 @@ struct hs_device {
     const hs_device_ops *ops;
     const hs_device_kernels *k;
     void *ctx;
+    /* The host may read and write device memory by address (cpu and
+     * reference: it is RAM; the guard closes it between the device's own
+     * calls and hs_device_host_access_begin opens it). False on a GPU:
+     * collectives on its buffers go through NCCL or are staged through
+     * host memory (comm/). */
+    bool host_visible;
     hs_stream *stream; /* the default stream */
     hs_pool device_pool;
     hs_pool host_pool;

@@ -19,6 +19,9 @@ _Static_assert(sizeof(copy_names) / sizeof(copy_names[0]) == HS_COPY_KIND_COUNT,
 static const hs_device_init_fn backends[HS_DEVICE_KIND_COUNT] = {
     [HS_DEVICE_CPU] = hs_device_cpu_init,
     [HS_DEVICE_REFERENCE] = hs_device_reference_init,
+#ifdef HS_HAVE_CUDA
+    [HS_DEVICE_CUDA] = hs_device_cuda_init,
+#endif
 };
 
 const char *hs_device_kind_name(hs_device_kind k) {
@@ -74,6 +77,7 @@ void hs_device_free(hs_device *d) {
     if (d == NULL) return;
     hs_stream_free(d->stream);
     hs_mem_cache_free_all(d->cache);
+    if (d->ops && d->ops->destroy) d->ops->destroy(d);
     hs_device_guard_free(d);
     hs_device_profile_free(d);
     free(d);

@@ -10,6 +10,7 @@
 typedef hs_status (*hs_device_init_fn)(hs_device *d, hs_error *e);
 hs_status hs_device_cpu_init(hs_device *d, hs_error *e);
 hs_status hs_device_reference_init(hs_device *d, hs_error *e);
+hs_status hs_device_cuda_init(hs_device *d, hs_error *e); /* HS_CUDA builds */
 
 /* The memory members of a backend whose device memory is host RAM (cpu,
  * reference): the two accounted pools, memmove copies, and streams and

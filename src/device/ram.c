@@ -36,6 +36,7 @@ static void ram_free(hs_device *d, void *p) {
 }
 
 hs_status hs_ram_memory_init(hs_device *d, hs_error *e) {
+    d->host_visible = true;
     return hs_mem_cache_create("device pool", ram_raw_alloc, ram_raw_free, d, &d->cache, e);
 }
 

@@ -1,0 +1,298 @@
+/* The cuda backend: device memory from cudaMalloc under the caching
+ * allocator, pinned host memory (mapped: a kernel may read it) under a
+ * second one, copies and memsets on CUDA streams, events, the GPU chosen by
+ * the process's local rank, and the kernel table over cuda_*.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/cuda.h"
+
+/* ------------------------------------------------------------ failures */
+
+static void fail_cuda(hs_device *d, cudaError_t err, const char *what) {
+    hs_error e;
+    hs_error_clear(&e);
+    hs_error_set(&e, err == cudaErrorMemoryAllocation ? HS_ERR_OOM : HS_ERR_INTERNAL,
+                 "cuda device %d: %s failed: %s (%s)", ((hs_cuda_ctx *)d->ctx)->ordinal, what,
+                 cudaGetErrorString(err), cudaGetErrorName(err));
+    hs_device_fail(d, &e);
+}
+
+void hs_cuda_check(hs_stream *s, cudaError_t err, const char *what) {
+    if (err != cudaSuccess) fail_cuda(s->dev, err, what);
+}
+
+static void set_current(hs_device *d) { cudaSetDevice(((hs_cuda_ctx *)d->ctx)->ordinal); }
+
+cudaStream_t hs_cuda_stream(hs_stream *s) {
+    set_current(s->dev);
+    return (cudaStream_t)s->ctx;
+}
+
+/* -------------------------------------------------------------- memory */
+
+static void *gpu_raw_alloc(void *ctx, size_t bytes) {
+    hs_device *d = ctx;
+    void *p = NULL;
+    set_current(d);
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError(); /* an allocation failure is reported as NULL, not kept */
+        return NULL;
+    }
+    return p;
+}
+
+static void gpu_raw_free(void *ctx, void *p) {
+    set_current(ctx);
+    cudaFree(p);
+}
+
+static void *pinned_raw_alloc(void *ctx, size_t bytes) {
+    void *p = NULL;
+    set_current(ctx);
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void pinned_raw_free(void *ctx, void *p) { cudaFreeHost(p); }
+
+/* Counted in the pool by the bytes asked for once the cache has them, as
+ * ram.c counts. */
+static void *cached_alloc(hs_mem_cache *c, hs_pool *pool, size_t bytes) {
+    if (!hs_pool_fits(pool, bytes)) return NULL;
+    void *p = hs_mem_cache_alloc(c, bytes);
+    if (p && !hs_pool_charge(pool, bytes)) {
+        hs_mem_cache_free(c, p);
+        p = NULL;
+    }
+    if (p) atomic_fetch_add(&pool->allocs, 1);
+    return p;
+}
+
+/* The pinned host memory's cache (the device pool's is d->cache). */
+typedef struct cuda_state {
+    hs_cuda_ctx pub;
+    hs_mem_cache *pinned;
+} cuda_state;
+
+static void *gpu_alloc(hs_device *d, size_t bytes) {
+    return cached_alloc(d->cache, &d->device_pool, bytes);
+}
+
+static void gpu_free(hs_device *d, void *p) {
+    hs_pool_uncharge(&d->device_pool, hs_mem_cache_free(d->cache, p));
+}
+
+static void *gpu_host_alloc(hs_device *d, size_t bytes) {
+    return cached_alloc(((cuda_state *)d->ctx)->pinned, &d->host_pool, bytes);
+}
+
+static void gpu_host_free(hs_device *d, void *p) {
+    hs_pool_uncharge(&d->host_pool, hs_mem_cache_free(((cuda_state *)d->ctx)->pinned, p));
+}
+
+static void gpu_memset(hs_stream *s, void *p, int value, size_t bytes) {
+    if (bytes) hs_cuda_check(s, cudaMemsetAsync(p, value, bytes, hs_cuda_stream(s)), "memset");
+}
+
+static void gpu_copy(hs_stream *s, void *dst, const void *src, size_t bytes, hs_copy_kind kind) {
+    if (bytes == 0) return;
+    /* cudaMemcpyDefault: with unified addressing the runtime knows which
+     * side each pointer is on, pageable or pinned host memory alike. */
+    hs_cuda_check(s, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, hs_cuda_stream(s)),
+                  "a copy");
+    /* The host arrays of the layers above (batches, logits, checkpoint
+     * pieces, staged collectives) are read or reused once the call
+     * returns, so a copy with a host end completes here. */
+    if (kind != HS_COPY_D2D)
+        hs_cuda_check(s, cudaStreamSynchronize((cudaStream_t)s->ctx), "a host copy's wait");
+}
+
+/* ------------------------------------------------------ streams, events */
+
+static void *gpu_stream_create(hs_device *d) {
+    cudaStream_t st = NULL;
+    set_current(d);
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) return NULL;
+    return st;
+}
+
+static void gpu_stream_destroy(hs_device *d, void *ctx) {
+    set_current(d);
+    cudaStreamDestroy((cudaStream_t)ctx);
+}
+
+static void *gpu_event_create(hs_device *d) {
+    cudaEvent_t ev = NULL;
+    set_current(d);
+    if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) return NULL;
+    return ev;
+}
+
+static void gpu_event_destroy(hs_device *d, void *ctx) {
+    set_current(d);
+    cudaEventDestroy((cudaEvent_t)ctx);
+}
+
+static void gpu_event_record(hs_event *e, hs_stream *s) {
+    hs_cuda_check(s, cudaEventRecord((cudaEvent_t)e->ctx, hs_cuda_stream(s)), "an event record");
+}
+
+static void gpu_stream_wait(hs_stream *s, hs_event *e) {
+    hs_cuda_check(s, cudaStreamWaitEvent(hs_cuda_stream(s), (cudaEvent_t)e->ctx, 0),
+                  "a stream's wait on an event");
+}
+
+static void gpu_event_synchronize(hs_event *e) {
+    set_current(e->dev);
+    cudaError_t err = cudaEventSynchronize((cudaEvent_t)e->ctx);
+    if (err != cudaSuccess) fail_cuda(e->dev, err, "an event's wait");
+}
+
+static void gpu_stream_synchronize(hs_stream *s) {
+    hs_cuda_check(s, cudaStreamSynchronize(hs_cuda_stream(s)), "a stream's wait");
+}
+
+static void gpu_synchronize(hs_device *d) {
+    set_current(d);
+    cudaError_t err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) fail_cuda(d, err, "the device's wait");
+}
+
+static void gpu_destroy(hs_device *d) {
+    cuda_state *st = d->ctx;
+    if (st == NULL) return;
+    set_current(d);
+    cudaDeviceSynchronize();
+    hs_cuda_gemm_free(d);
+    hs_mem_cache_free_all(st->pinned);
+    free(st);
+    d->ctx = NULL;
+}
+
+static const hs_device_ops cuda_ops = {
+    .alloc = gpu_alloc,
+    .free = gpu_free,
+    .host_alloc = gpu_host_alloc,
+    .host_free = gpu_host_free,
+    .memset = gpu_memset,
+    .copy = gpu_copy,
+    .stream_create = gpu_stream_create,
+    .stream_destroy = gpu_stream_destroy,
+    .event_create = gpu_event_create,
+    .event_destroy = gpu_event_destroy,
+    .event_record = gpu_event_record,
+    .stream_wait = gpu_stream_wait,
+    .event_synchronize = gpu_event_synchronize,
+    .stream_synchronize = gpu_stream_synchronize,
+    .synchronize = gpu_synchronize,
+    .destroy = gpu_destroy,
+};
+
+/* ------------------------------------------------- scratch and scalars */
+
+void *hs_cuda_scratch(hs_stream *s, size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t err = cudaMallocAsync(&p, bytes ? bytes : 1, hs_cuda_stream(s));
+    if (err == cudaSuccess) return p;
+    (void)cudaGetLastError();
+    hs_kernel_oom(s, "cuda device %d: %zu bytes of scratch for %s", hs_cuda_ctx_of(s)->ordinal,
+                  bytes, what);
+    return NULL;
+}
+
+void hs_cuda_scratch_free(hs_stream *s, void *p) {
+    if (p) hs_cuda_check(s, cudaFreeAsync(p, hs_cuda_stream(s)), "a scratch free");
+}
+
+void hs_cuda_to_host(hs_stream *s, void *dst, const void *src, size_t bytes) {
+    cudaStream_t st = hs_cuda_stream(s);
+    hs_cuda_check(s, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st), "a scalar copy");
+    hs_cuda_check(s, cudaStreamSynchronize(st), "a scalar copy's wait");
+}
+
+/* ---------------------------------------------------------------- table */
+
+/* The entries this backend has; the others are NULL (the MoE family and
+ * Muon's Newton-Schulz), and the configuration check refuses a model or
+ * optimizer that needs them on cuda (hs_device_kind_kernels). */
+static const hs_device_kernels cuda_kernels = {
+    .gemm = hs_cuda_gemm,
+
+    /* cuda_elementwise.c */
+
+    /* cuda_nn.c */
+
+    /* cuda_attention.c */
+};
+
+const hs_device_kernels *hs_device_cuda_kernels(void) { return &cuda_kernels; }
+
+/* ----------------------------------------------------------------- init */
+
+/* The process's rank among those of its host, from the launcher's
+ * environment (Open MPI, MPICH / Intel MPI, Slurm, torchrun); 0 alone. */
+static int local_rank(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                       "SLURM_LOCALID", "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
+hs_status hs_device_cuda_init(hs_device *d, hs_error *e) {
+    d->kind = HS_DEVICE_CUDA;
+    d->name = "cuda";
+    d->host_visible = false;
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "accelerator.device: cuda: no CUDA device is visible to this process "
+                            "(%s); check the driver and CUDA_VISIBLE_DEVICES, or set "
+                            "accelerator.device: cpu",
+                            err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    cuda_state *st = calloc(1, sizeof *st);
+    if (st == NULL) return hs_error_oom(e, "the cuda device's state: %zu bytes", sizeof *st);
+    d->ctx = st;
+    d->ops = &cuda_ops;
+    d->k = &cuda_kernels;
+    hs_cuda_ctx *c = &st->pub;
+    /* Several ranks of a host share its GPUs round robin: one GPU per rank
+     * when there are enough, several ranks on one otherwise. */
+    c->ordinal = local_rank() % count;
+    struct cudaDeviceProp prop;
+    if ((err = cudaSetDevice(c->ordinal)) != cudaSuccess ||
+        (err = cudaGetDeviceProperties(&prop, c->ordinal)) != cudaSuccess)
+        return hs_error_set(e, HS_ERR_CONFIG, "accelerator.device: cuda: GPU %d cannot be used: %s",
+                            c->ordinal, cudaGetErrorString(err));
+    c->cc_major = prop.major, c->cc_minor = prop.minor;
+    c->sm_count = prop.multiProcessorCount;
+    c->smem_optin = prop.sharedMemPerBlockOptin;
+    if (prop.major < 8)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "accelerator.device: cuda: GPU %d (%s) has compute capability %d.%d; "
+                            "this build needs 8.0 or later (Ampere, Hopper)",
+                            c->ordinal, prop.name, prop.major, prop.minor);
+    const char *tf32 = getenv("HS_CUDA_TF32");
+    c->tf32 = tf32 && strcmp(tf32, "1") == 0;
+    /* Kernel scratch comes from the stream-ordered pool: it keeps what it
+     * was given, so the step allocates from the driver only at first. */
+    cudaMemPool_t pool;
+    if (cudaDeviceGetDefaultMemPool(&pool, c->ordinal) == cudaSuccess) {
+        uint64_t keep = UINT64_MAX;
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    }
+    hs_status s = hs_mem_cache_create("device pool", gpu_raw_alloc, gpu_raw_free, d, &d->cache, e);
+    if (s == HS_OK)
+        s = hs_mem_cache_create("pinned host pool", pinned_raw_alloc, pinned_raw_free, d,
+                                &st->pinned, e);
+    if (s == HS_OK) s = hs_cuda_gemm_init(d, e);
+    return s;
+}
