@@ -384,6 +384,11 @@ const char *hs_device_kind_name(hs_device_kind k);
 bool hs_device_kind_parse(const char *s, hs_device_kind *out);
 /* Whether this build has the backend (cpu and reference always). */
 bool hs_device_kind_compiled(hs_device_kind k);
+/* The kernel table of a compiled backend without creating a device (NULL
+ * when the kind is not compiled): which entries it has, for the checks
+ * that refuse a configuration needing one it lacks before anything is
+ * allocated. */
+const hs_device_kernels *hs_device_kind_kernels(hs_device_kind k);
 
 /* Create the device. `cuda` returns HS_ERR_CONFIG with a clear message in a
  * build without CUDA; HS_ERR_OOM when its tables or default stream cannot

@@ -117,6 +117,8 @@ static const hs_device_kernels cpu_kernels = {
     .moe_dispatch = hs_cpu_moe_dispatch,
 };
 
+const hs_device_kernels *hs_device_cpu_kernels(void) { return &cpu_kernels; }
+
 hs_status hs_device_cpu_init(hs_device *d, hs_error *e) {
     d->kind = HS_DEVICE_CPU;
     d->name = "cpu";

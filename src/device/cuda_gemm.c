@@ -99,23 +99,22 @@ static int alignment_of(const void *A, const void *B, const void *C) {
 static bool plan_build(hs_cuda_ctx *c, plan *p, const plan_key *k) {
     memset(p, 0, sizeof *p);
     p->key = *k;
-    cublasComputeType_t compute = k->ab_dt == HS_DTYPE_F32 && c->tf32
-                                      ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                      : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t compute = k->ab_dt == HS_DTYPE_F32 && c->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                      : CUBLAS_COMPUTE_32F;
     if (cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS)
         return false;
     /* cuBLASLt's first operand is our B (op as tb), its second our A. */
-    cublasOperation_t op1 = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N, op2 = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op1 = k->tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      op2 = k->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op1, sizeof op1);
     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op2, sizeof op2);
     cudaDataType_t ab = cuda_type((hs_dtype)k->ab_dt), ct = cuda_type((hs_dtype)k->c_dt);
     /* column-major shapes of the stored matrices */
-    bool ok =
-        cublasLtMatrixLayoutCreate(&p->a, ab, k->tb ? k->K : k->N, k->tb ? k->N : k->K, k->ldb) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->b, ab, k->ta ? k->M : k->K, k->ta ? k->K : k->M, k->lda) ==
-            CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->c, ct, k->N, k->M, k->ldc) == CUBLAS_STATUS_SUCCESS;
+    bool ok = cublasLtMatrixLayoutCreate(&p->a, ab, k->tb ? k->K : k->N, k->tb ? k->N : k->K,
+                                         k->ldb) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatrixLayoutCreate(&p->b, ab, k->ta ? k->M : k->K, k->ta ? k->K : k->M,
+                                         k->lda) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatrixLayoutCreate(&p->c, ct, k->N, k->M, k->ldc) == CUBLAS_STATUS_SUCCESS;
     p->used = true; /* from here plan_release frees what was made */
     if (!ok) return false;
     cublasLtMatmulPreference_t pref = NULL;
@@ -134,8 +133,8 @@ static bool plan_build(hs_cuda_ctx *c, plan *p, const plan_key *k) {
                                          sizeof align);
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, p->desc, p->a,
-                                                       p->b, p->c, p->c, pref, 1, &res, &found);
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, p->desc, p->a, p->b,
+                                                       p->c, p->c, pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
     p->algo = res.algo;

@@ -15,14 +15,24 @@ static const char *const copy_names[] = {"H2D", "D2H", "D2D"};
 _Static_assert(sizeof(copy_names) / sizeof(copy_names[0]) == HS_COPY_KIND_COUNT,
                "copy_names must follow hs_copy_kind");
 
-/* The compiled backends: adding one is its files and one line here. */
-static const hs_device_init_fn backends[HS_DEVICE_KIND_COUNT] = {
-    [HS_DEVICE_CPU] = hs_device_cpu_init,
-    [HS_DEVICE_REFERENCE] = hs_device_reference_init,
+/* The compiled backends, each its init and its kernel table: adding one
+ * is its files and one line here. */
+typedef struct hs_backend_entry {
+    hs_device_init_fn init;
+    hs_device_kernels_fn kernels;
+} hs_backend_entry;
+
+static const hs_backend_entry backends[HS_DEVICE_KIND_COUNT] = {
+    [HS_DEVICE_CPU] = {hs_device_cpu_init, hs_device_cpu_kernels},
+    [HS_DEVICE_REFERENCE] = {hs_device_reference_init, hs_device_reference_kernels},
 #ifdef HS_HAVE_CUDA
-    [HS_DEVICE_CUDA] = hs_device_cuda_init,
+    [HS_DEVICE_CUDA] = {hs_device_cuda_init, hs_device_cuda_kernels},
 #endif
 };
+
+const hs_device_kernels *hs_device_kind_kernels(hs_device_kind k) {
+    return hs_device_kind_compiled(k) ? backends[k].kernels() : NULL;
+}
 
 const char *hs_device_kind_name(hs_device_kind k) {
     if (k < 0 || k >= HS_DEVICE_KIND_COUNT) return "unknown";
@@ -41,7 +51,7 @@ bool hs_device_kind_parse(const char *s, hs_device_kind *out) {
 }
 
 bool hs_device_kind_compiled(hs_device_kind k) {
-    return k >= 0 && k < HS_DEVICE_KIND_COUNT && backends[k] != NULL;
+    return k >= 0 && k < HS_DEVICE_KIND_COUNT && backends[k].init != NULL;
 }
 
 hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out, hs_error *e) {
@@ -60,7 +70,7 @@ hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out
     hs_pool_init(&d->host_pool, "host");
     d->trace = trace;
     hs_error_clear(&d->fault);
-    hs_status s = backends[kind](d, e);
+    hs_status s = backends[kind].init(d, e);
     const char *guard = getenv("HS_DEVICE_GUARD");
     if (s == HS_OK && guard && strcmp(guard, "1") == 0 && d->ops == &hs_ram_ops)
         s = hs_device_guard_install(d, e);

@@ -51,6 +51,8 @@ static const hs_device_kernels reference_kernels = {
     .copy_2d = hs_ref_copy_2d,
 };
 
+const hs_device_kernels *hs_device_reference_kernels(void) { return &reference_kernels; }
+
 hs_status hs_device_reference_init(hs_device *d, hs_error *e) {
     d->kind = HS_DEVICE_REFERENCE;
     d->name = "reference";

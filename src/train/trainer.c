@@ -120,6 +120,27 @@ static hs_status outputs_check(hs_trainer *t, hs_error *e) {
                        "checking the output directories", e);
 }
 
+/* A backend may lack a family of kernels (an entry of its table is NULL):
+ * a model or optimizer that needs one is refused before anything is
+ * allocated. */
+static hs_status device_provides(const hs_config *cfg, hs_device_kind kind, hs_error *e) {
+    const hs_device_kernels *k = hs_device_kind_kernels(kind);
+    if (k == NULL) return HS_OK; /* hs_device_create says why the kind is missing */
+    const char *dev = cfg->accelerator.device;
+    if (hs_model_arch_moe(&cfg->model) && k->moe_route == NULL)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "model.arch: '%s' has routed experts, and accelerator.device: %s does "
+                            "not provide the MoE kernels yet; use accelerator.device: cpu",
+                            cfg->model.arch, dev);
+    if (strcmp(cfg->optimizer.target, "muon") == 0 && k->muon_newton_schulz == NULL)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "optimizer._target_: 'muon' needs Newton-Schulz, which "
+                            "accelerator.device: %s does not provide yet; use optimizer._target_: "
+                            "adamw or accelerator.device: cpu",
+                            dev);
+    return HS_OK;
+}
+
 /* Everything that can reject the inputs runs before out_dir exists
  * (run.h). */
 hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
@@ -128,7 +149,8 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     if (!hs_device_kind_parse(cfg->accelerator.device, &kind))
         return hs_error_set(e, HS_ERR_CONFIG, "accelerator.device: unknown device '%s'; use cpu",
                             cfg->accelerator.device);
-    hs_status s = plan_fits(t, e);
+    hs_status s = device_provides(cfg, kind, e);
+    if (s == HS_OK) s = plan_fits(t, e);
     if (s == HS_OK) s = outputs_check(t, e);
     if (s == HS_OK) s = hs_device_create(kind, t->trace, &t->dev, e);
     if (s == HS_OK) s = hs_mesh_create(t->comm, t->topo, &t->mesh, e);
