@@ -60,6 +60,57 @@ hs_status hs_measure_peak_flops(hs_dtype dt, double *peak, hs_error *e) {
     return s;
 }
 
+/* On a device whose memory the host cannot address (a GPU): its own GEMM
+ * (the table's entry) on square matrices in dt with fp32 accumulation,
+ * timed between stream synchronizes, the best of a few trials. The
+ * buffers go back to the device's cache and its peak is reset, so the
+ * measurement leaves no trace in peak_device_bytes; called before the
+ * model is built. */
+hs_status hs_measure_device_peak_flops(hs_device *d, hs_dtype dt, double *peak, hs_error *e) {
+    enum { N = 4096, TRIALS = 3, REPS = 8 };
+    const int64_t nn = (int64_t)N * N;
+    size_t es = hs_dtype_size(dt);
+    float *tmp = hs_device_alloc(d, (size_t)nn * sizeof(float));
+    void *a = hs_device_alloc(d, (size_t)nn * es), *b = hs_device_alloc(d, (size_t)nn * es),
+         *c = hs_device_alloc(d, (size_t)nn * es);
+    double best = 0.0;
+    hs_status s = HS_OK;
+    if (tmp && a && b && c) {
+        hs_stream *st = d->stream;
+        d->k->rng_normal(st, tmp, nn, 1, 1, 0, 0.0f, 1.0f);
+        d->k->convert(st, a, dt, tmp, HS_DTYPE_F32, nn);
+        d->k->rng_normal(st, tmp, nn, 1, 2, 0, 0.0f, 1.0f);
+        d->k->convert(st, b, dt, tmp, HS_DTYPE_F32, nn);
+        hs_gemm_shape g = {.M = N,
+                           .N = N,
+                           .K = N,
+                           .alpha = 1.0f,
+                           .a_dt = dt,
+                           .b_dt = dt,
+                           .c_dt = dt,
+                           .lda = N,
+                           .ldb = N,
+                           .ldc = N};
+        d->k->gemm(st, c, a, b, &g); /* warm-up: the plan is built here */
+        hs_stream_synchronize(st);
+        for (int i = 0; i < TRIALS; i++) {
+            double t0 = hs_now();
+            for (int r = 0; r < REPS; r++) d->k->gemm(st, c, a, b, &g);
+            hs_stream_synchronize(st);
+            double f = 2.0 * (double)nn * N * REPS / (hs_now() - t0);
+            if (f > best) best = f;
+        }
+        s = hs_device_status(d, e);
+    } else {
+        s = hs_device_oom(d, (size_t)nn * (sizeof(float) + 3 * es), "measuring the GEMM peak", e);
+    }
+    hs_device_free_mem(d, tmp), hs_device_free_mem(d, a), hs_device_free_mem(d, b),
+        hs_device_free_mem(d, c);
+    hs_pool_reset_peak(&d->device_pool);
+    *peak = best;
+    return s;
+}
+
 hs_status hs_metrics_open(hs_trainer *t, hs_error *e) {
     if (!t->rank0) return HS_OK;
     const char *dir = t->cfg->train.out_dir;

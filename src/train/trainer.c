@@ -153,6 +153,16 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     if (s == HS_OK) s = plan_fits(t, e);
     if (s == HS_OK) s = outputs_check(t, e);
     if (s == HS_OK) s = hs_device_create(kind, t->trace, &t->dev, e);
+    int pd = t->cfg->fsdp.mix_precision.param_dtype;
+    hs_dtype compute = pd == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)pd;
+    double peak = 0.0;
+    /* A GPU's peak is its own GEMM's, measured while its memory is empty:
+     * the ranks that share one measure it together. */
+    if (s == HS_OK && !t->dev->host_visible) {
+        s = hs_pg_barrier(hs_comm_world(t->comm), e);
+        t->peak_dtype = compute;
+        if (s == HS_OK) s = hs_measure_device_peak_flops(t->dev, compute, &peak, e);
+    }
     if (s == HS_OK) s = hs_mesh_create(t->comm, t->topo, &t->mesh, e);
     if (s != HS_OK) return s;
     hs_coords c = hs_mesh_coords(t->mesh);
@@ -184,13 +194,13 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     /* Every rank probes at once, after a barrier: a rank spinning in a
      * collective while another measures would take the core from it and
      * make the reference too low (an MFU above 100%). */
-    s = hs_pg_barrier(t->world_group, e);
-    if (s != HS_OK) return s;
-    int pd = t->cfg->fsdp.mix_precision.param_dtype;
-    t->peak_dtype = hs_peak_flops_dtype(pd == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)pd);
-    double peak = 0.0;
-    s = hs_measure_peak_flops(t->peak_dtype, &peak, e);
-    if (s != HS_OK) return s;
+    if (t->dev->host_visible) {
+        s = hs_pg_barrier(t->world_group, e);
+        if (s != HS_OK) return s;
+        t->peak_dtype = hs_peak_flops_dtype(compute);
+        s = hs_measure_peak_flops(t->peak_dtype, &peak, e);
+        if (s != HS_OK) return s;
+    }
     s = hs_reduce_sum_f64(t->world_group, &peak, 1, e);
     t->peak_flops = peak;
     return s;
