@@ -13,6 +13,10 @@
 # include the private headers of the layer it tests.
 #
 # "HS_TEST_TIMEOUT: s" in any test file overrides the default timeout.
+# "HS_TEST_DEVICES: cpu cuda" in a unit test runs it once per listed
+# backend this build compiles (cuda with HS_CUDA), the backend's name its
+# argument: the first keeps the test's name, the others add ".<backend>";
+# exit 77 is a skip (a backend compiled in whose hardware is absent).
 # "HS_TEST_SERIAL" in a test file runs it with nothing else beside it
 # (ctest -j): for tests that time the machine, whose ratios other tests'
 # load would decide.
@@ -52,6 +56,23 @@ function(hs_test_annotations file out_ranks out_timeout)
   set(${out_timeout} "${timeout}" PARENT_SCOPE)
 endfunction()
 
+# The backends of `file`'s HS_TEST_DEVICES line that this build compiles.
+function(hs_test_devices file out)
+  file(STRINGS ${file} dl REGEX "HS_TEST_DEVICES:")
+  set(devices "")
+  if(dl)
+    list(GET dl 0 first)
+    string(REGEX REPLACE ".*HS_TEST_DEVICES:" "" d "${first}")
+    string(REGEX MATCHALL "[a-z]+" listed "${d}")
+    foreach(dev ${listed})
+      if(HS_CUDA OR NOT dev STREQUAL "cuda")
+        list(APPEND devices ${dev})
+      endif()
+    endforeach()
+  endif()
+  set(${out} "${devices}" PARENT_SCOPE)
+endfunction()
+
 # RUN_SERIAL for the tests of `file` when it says HS_TEST_SERIAL.
 function(hs_test_serial file)
   file(STRINGS ${file} sl REGEX "HS_TEST_SERIAL")
@@ -68,9 +89,22 @@ if(CMOCKA_FOUND)
     target_link_libraries(${name} PRIVATE hscore PkgConfig::CMOCKA)
     target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/src)
     hs_test_annotations(${src} ranks timeout)
-    add_test(NAME unit.${name} COMMAND ${name})
-    set_tests_properties(unit.${name} PROPERTIES LABELS unit TIMEOUT ${timeout}
-                         ENVIRONMENT "${HS_TEST_ENV}")
+    hs_test_devices(${src} devices)
+    if(NOT devices)
+      add_test(NAME unit.${name} COMMAND ${name})
+      set_tests_properties(unit.${name} PROPERTIES LABELS unit TIMEOUT ${timeout}
+                           ENVIRONMENT "${HS_TEST_ENV}")
+    endif()
+    foreach(dev ${devices})
+      set(test unit.${name}.${dev})
+      list(GET devices 0 first)
+      if(dev STREQUAL first)
+        set(test unit.${name})
+      endif()
+      add_test(NAME ${test} COMMAND ${name} ${dev})
+      set_tests_properties(${test} PROPERTIES LABELS unit TIMEOUT ${timeout} SKIP_RETURN_CODE 77
+                           ENVIRONMENT "${HS_TEST_ENV}")
+    endforeach()
   endforeach()
 endif()
 
