@@ -90,7 +90,10 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
     if (s == HS_OK && dump) s = hs_dump_grads(t, step, e);
     if (s == HS_OK) s = optimizer_update(t, step, r, e);
     /* A kernel that could not run (pipeline stages, the optimizer's) fails
-     * the step before its loss or weights are used. */
+     * the step before its loss or weights are used. On a GPU the step's
+     * work is waited for first: a failed launch shows at the wait, and the
+     * step's time is the work's, not its enqueueing's. */
+    if (s == HS_OK) hs_device_synchronize(t->dev);
     if (s == HS_OK) s = hs_device_status(t->dev, e);
     if (s == HS_OK && dump) s = hs_dump_weights(t, step, e);
     if (s == HS_OK) s = hs_reduce_sum_f64(t->batch_group, sums, 2, e);
