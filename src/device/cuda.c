@@ -100,7 +100,19 @@ static void gpu_memset(hs_stream *s, void *p, int value, size_t bytes) {
 }
 
 static void gpu_copy(hs_stream *s, void *dst, const void *src, size_t bytes, hs_copy_kind kind) {
-    if (bytes == 0) return;
+    if (bytes == 0 || dst == src) return;
+    const char *d = dst, *sr = src;
+    if (kind == HS_COPY_D2D && d < sr + bytes && sr < d + bytes) {
+        /* cudaMemcpy leaves overlapping ranges undefined; the contract is
+         * memmove's: through scratch */
+        void *tmp = hs_cuda_scratch(s, bytes, "an overlapping device copy");
+        if (tmp == NULL) return;
+        cudaStream_t st = hs_cuda_stream(s);
+        hs_cuda_check(s, cudaMemcpyAsync(tmp, src, bytes, cudaMemcpyDeviceToDevice, st), "a copy");
+        hs_cuda_check(s, cudaMemcpyAsync(dst, tmp, bytes, cudaMemcpyDeviceToDevice, st), "a copy");
+        hs_cuda_scratch_free(s, tmp);
+        return;
+    }
     /* cudaMemcpyDefault: with unified addressing the runtime knows which
      * side each pointer is on, pageable or pinned host memory alike. */
     hs_cuda_check(s, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, hs_cuda_stream(s)),
