@@ -236,6 +236,19 @@ static const hs_device_kernels cuda_kernels = {
     .gemm = hs_cuda_gemm,
 
     /* cuda_elementwise.c */
+    .convert = hs_cuda_convert,
+    .convert_scaled = hs_cuda_convert_scaled,
+    .fill = hs_cuda_fill,
+    .rng_normal = hs_cuda_rng_normal,
+    .axpy = hs_cuda_axpy,
+    .scale = hs_cuda_scale,
+    .add = hs_cuda_add,
+    .add_to_zero = hs_cuda_add_to_zero,
+    .sumsq = hs_cuda_sumsq,
+    .round = hs_cuda_round,
+    .add_cast = hs_cuda_add_cast,
+    .scale_cast = hs_cuda_scale_cast,
+    .copy_2d = hs_cuda_copy_2d,
 
     /* cuda_nn.c */
 

@@ -1,0 +1,276 @@
+/* The cuda backend's element-wise kernels: dtype casts, fills, Philox
+ * normal draws, fp32 arithmetic, the fp64 sum of squares and the 2-D copy.
+ *
+ * Each fp32 operation is one IEEE operation as the C code writes it:
+ * __fmul_rn / __fadd_rn keep nvcc from fusing a multiply and an add into
+ * an FMA, which the C build (ISO mode, no contraction) does not do either,
+ * so these kernels give the cpu backend's bits. Grid-stride loops with
+ * int64 indices, so n may pass 2^31. */
+#include "device/cuda_dtype.cuh"
+#include "device/cuda_elementwise_launch.h"
+
+/* ------------------------------------------------------------------ casts */
+
+template <int S, int D>
+static __global__ void convert_kernel(void *dst, const void *src, int64_t n) {
+    for (int64_t i = hs_cu_first(); i < n; i += hs_cu_stride())
+        hs_cu_st<D>(dst, i, hs_cu_ld<S>(src, i));
+}
+
+extern "C" cudaError_t hs_cu_convert(cudaStream_t st, void *dst, int dst_dt, const void *src,
+                                     int src_dt, int64_t n) {
+    if (n <= 0 || (dst_dt == src_dt && dst == src)) return cudaSuccess;
+    if (dst_dt == src_dt) {
+        size_t bytes = (size_t)n * (dst_dt == HS_CU_F32 ? 4u : 2u);
+        return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st);
+    }
+    return hs_cu_by_dtype(src_dt, [&](auto s) {
+        return hs_cu_by_dtype(dst_dt, [&](auto d) {
+            convert_kernel<decltype(s)::value, decltype(d)::value>
+                <<<hs_cu_blocks(n), HS_CU_THREADS, 0, st>>>(dst, src, n);
+            return cudaGetLastError();
+        });
+    });
+}
+
+template <int S>
+static __global__ void convert_scaled_kernel(float *dst, const void *src, float a, bool scale,
+                                             int64_t n) {
+    for (int64_t i = hs_cu_first(); i < n; i += hs_cu_stride()) {
+        float v = hs_cu_ld<S>(src, i);
+        dst[i] = scale ? __fmul_rn(v, a) : v;
+    }
+}
+
+extern "C" cudaError_t hs_cu_convert_scaled(cudaStream_t st, float *dst, const void *src,
+                                            int src_dt, float a, int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    return hs_cu_by_dtype(src_dt, [&](auto s) {
+        convert_scaled_kernel<decltype(s)::value>
+            <<<hs_cu_blocks(n), HS_CU_THREADS, 0, st>>>(dst, src, a, a != 1.0f, n);
+        return cudaGetLastError();
+    });
+}
+
+/* x := (float)(DT)x; the caller skips fp32, for which it is the identity. */
+template <int DT> static __global__ void round_kernel(float *x, int64_t n) {
+    for (int64_t i = hs_cu_first(); i < n; i += hs_cu_stride()) x[i] = hs_cu_round<DT>(x[i]);
+}
+
+extern "C" cudaError_t hs_cu_round(cudaStream_t st, float *x, int dt, int64_t n) {
+    if (n <= 0 || dt == HS_CU_F32) return cudaSuccess;
+    return hs_cu_by_dtype(dt, [&](auto d) {
+        round_kernel<decltype(d)::value><<<hs_cu_blocks(n), HS_CU_THREADS, 0, st>>>(x, n);
+        return cudaGetLastError();
+    });
+}
+
+/* Each element is read before it is written, so out may be a or b. */
+static __global__ void add_cast_kernel(void *out, int odt, const void *a, int adt, const void *b,
+                                       int bdt, int64_t n) {
+    for (int64_t i = hs_cu_first(); i < n; i += hs_cu_stride())
+        hs_cu_st_dt(out, odt, i, __fadd_rn(hs_cu_ld_dt(a, adt, i), hs_cu_ld_dt(b, bdt, i)));
+}
+
+extern "C" cudaError_t hs_cu_add_cast(cudaStream_t st, void *out, int odt, const void *a, int adt,
+                                      const void *b, int bdt, int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    add_cast_kernel<<<hs_cu_blocks(n), HS_CU_THREADS, 0, st>>>(out, odt, a, adt, b, bdt, n);
+    return cudaGetLastError();
+}
+
+template <int DT> static __global__ void scale_cast_kernel(void *x, float a, int64_t n) {
+    for (int64_t i = hs_cu_first(); i < n; i += hs_cu_stride())
+        hs_cu_st<DT>(x, i, __fmul_rn(hs_cu_ld<DT>(x, i), a));
+}
+
+extern "C" cudaError_t hs_cu_scale_cast(cudaStream_t st, void *x, int dt, float a, int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    return hs_cu_by_dtype(dt, [&](auto d) {
+        scale_cast_kernel<decltype(d)::value><<<hs_cu_blocks(n), HS_CU_THREADS, 0, st>>>(x, a, n);
+        return cudaGetLastError();
+    });
+}
+
+/* ---------------------------------------------------------------- fp32 */
+
+static __global__ void fill_kernel(float *x, float v, int64_t n) {
+    for (int64_t i = hs_cu_first(); i < n; i += hs_cu_stride()) x[i] = v;
+}
+
+extern "C" cudaError_t hs_cu_fill(cudaStream_t st, float *x, float v, int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    fill_kernel<<<hs_cu_blocks(n), HS_CU_THREADS, 0, st>>>(x, v, n);
+    return cudaGetLastError();
+}
+
+static __global__ void axpy_kernel(float *y, const float *x, float a, int64_t n) {
+    for (int64_t i = hs_cu_first(); i < n; i += hs_cu_stride())
+        y[i] = __fadd_rn(y[i], __fmul_rn(a, x[i]));
+}
+
+extern "C" cudaError_t hs_cu_axpy(cudaStream_t st, float *y, const float *x, float a, int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    axpy_kernel<<<hs_cu_blocks(n), HS_CU_THREADS, 0, st>>>(y, x, a, n);
+    return cudaGetLastError();
+}
+
+static __global__ void scale_kernel(float *x, float a, int64_t n) {
+    for (int64_t i = hs_cu_first(); i < n; i += hs_cu_stride()) x[i] = __fmul_rn(x[i], a);
+}
+
+extern "C" cudaError_t hs_cu_scale(cudaStream_t st, float *x, float a, int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    scale_kernel<<<hs_cu_blocks(n), HS_CU_THREADS, 0, st>>>(x, a, n);
+    return cudaGetLastError();
+}
+
+static __global__ void add_kernel(float *y, const float *x, int64_t n) {
+    for (int64_t i = hs_cu_first(); i < n; i += hs_cu_stride()) y[i] = __fadd_rn(y[i], x[i]);
+}
+
+extern "C" cudaError_t hs_cu_add(cudaStream_t st, float *y, const float *x, int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    add_kernel<<<hs_cu_blocks(n), HS_CU_THREADS, 0, st>>>(y, x, n);
+    return cudaGetLastError();
+}
+
+/* 0 + x: an IEEE add (never folded away), so -0 becomes +0. */
+static __global__ void add_to_zero_kernel(float *y, const float *x, int64_t n) {
+    for (int64_t i = hs_cu_first(); i < n; i += hs_cu_stride()) y[i] = __fadd_rn(0.0f, x[i]);
+}
+
+extern "C" cudaError_t hs_cu_add_to_zero(cudaStream_t st, float *y, const float *x, int64_t n) {
+    if (n <= 0) return cudaSuccess;
+    add_to_zero_kernel<<<hs_cu_blocks(n), HS_CU_THREADS, 0, st>>>(y, x, n);
+    return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------- normal draws */
+
+/* Philox4x32-10 as base/rng.c's hs_philox4x32: the element index and the
+ * stream id form the counter, the seed is the key. Only the first two
+ * words are drawn on. */
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u
+#define PHILOX_W1 0xBB67AE85u
+
+static __device__ __forceinline__ void philox_first2(uint64_t seed, uint64_t stream,
+                                                     uint64_t counter, uint32_t *r0, uint32_t *r1) {
+    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32);
+    uint32_t c2 = (uint32_t)stream, c3 = (uint32_t)(stream >> 32);
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+#pragma unroll
+    for (int round = 0; round < 10; round++) {
+        uint32_t hi0 = __umulhi(PHILOX_M0, c0), lo0 = PHILOX_M0 * c0;
+        uint32_t hi1 = __umulhi(PHILOX_M1, c2), lo1 = PHILOX_M1 * c2;
+        uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
+        c0 = n0, c1 = n1, c2 = n2, c3 = n3;
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+    *r0 = c0, *r1 = c1;
+}
+
+/* hs_rng_normal's Box-Muller in double, rounded to float; then
+ * hs_rng_fill_normal's fp32 mean + std * z. CUDA's double log and cos are
+ * within 2 ulp of glibc's, so a draw may differ from the host's in the
+ * last bit of the float where the double lands next to a rounding point. */
+static __global__ void rng_normal_kernel(float *x, int64_t n, uint64_t seed, uint64_t stream,
+                                         int64_t offset, float mean, float stdev) {
+    for (int64_t i = hs_cu_first(); i < n; i += hs_cu_stride()) {
+        uint32_t r0, r1;
+        philox_first2(seed, stream, (uint64_t)(offset + i), &r0, &r1);
+        double u1 = ((double)(r0 >> 8) + 1.0) / 16777216.0;
+        double u2 = (double)(r1 >> 8) / 16777216.0;
+        float z = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+        x[i] = __fadd_rn(mean, __fmul_rn(stdev, z));
+    }
+}
+
+extern "C" cudaError_t hs_cu_rng_normal(cudaStream_t st, float *x, int64_t n, uint64_t seed,
+                                        uint64_t stream, int64_t offset, float mean, float stdev) {
+    if (n <= 0) return cudaSuccess;
+    rng_normal_kernel<<<hs_cu_blocks(n), HS_CU_THREADS, 0, st>>>(x, n, seed, stream, offset, mean,
+                                                                 stdev);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------- sum of squares */
+
+/* Partial sums of a fixed number of blocks (from n alone), then one block
+ * over them in a fixed order: the same n gives the same bits every run. */
+#define SUMSQ_PER_THREAD 8
+#define SUMSQ_MAX_BLOCKS 1024
+
+static int sumsq_blocks(int64_t n) {
+    int64_t b = (n + HS_CU_THREADS * SUMSQ_PER_THREAD - 1) / (HS_CU_THREADS * SUMSQ_PER_THREAD);
+    return (int)(b < 1 ? 1 : b > SUMSQ_MAX_BLOCKS ? SUMSQ_MAX_BLOCKS : b);
+}
+
+/* The block's sum of v, in thread 0 (blockDim.x == HS_CU_THREADS). */
+static __device__ double block_sum(double v) {
+    __shared__ double warp_sums[HS_CU_THREADS / 32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xFFFFFFFFu, v, o);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) warp_sums[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < HS_CU_THREADS / 32 ? warp_sums[lane] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xFFFFFFFFu, v, o);
+    }
+    return v;
+}
+
+static __global__ void sumsq_partial_kernel(double *part, const float *x, int64_t n) {
+    double acc = 0.0;
+    for (int64_t i = hs_cu_first(); i < n; i += hs_cu_stride()) {
+        double v = x[i];
+        acc += v * v;
+    }
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+static __global__ void sumsq_final_kernel(double *out, const double *part, int parts) {
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < parts; i += blockDim.x) acc += part[i];
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) *out = acc;
+}
+
+extern "C" size_t hs_cu_sumsq_scratch(int64_t n) {
+    return (size_t)(1 + sumsq_blocks(n)) * sizeof(double);
+}
+
+extern "C" cudaError_t hs_cu_sumsq(cudaStream_t st, double *scratch, const float *x, int64_t n) {
+    int blocks = sumsq_blocks(n);
+    sumsq_partial_kernel<<<blocks, HS_CU_THREADS, 0, st>>>(scratch + 1, x, n < 0 ? 0 : n);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    sumsq_final_kernel<<<1, HS_CU_THREADS, 0, st>>>(scratch, scratch + 1, blocks);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------- 2-D copy */
+
+/* The pitch a 2-D copy takes (cudaDeviceProp::memPitch on current GPUs);
+ * rows further apart go one copy each. */
+#define COPY_MAX_PITCH ((size_t)INT32_MAX)
+
+extern "C" cudaError_t hs_cu_copy_2d(cudaStream_t st, void *dst, size_t dst_stride, const void *src,
+                                     size_t src_stride, int64_t rows, size_t row_bytes) {
+    if (rows <= 0 || row_bytes == 0) return cudaSuccess;
+    if (rows == 1 || (dst_stride == row_bytes && src_stride == row_bytes))
+        return cudaMemcpyAsync(dst, src, (size_t)rows * row_bytes, cudaMemcpyDefault, st);
+    if (dst_stride <= COPY_MAX_PITCH && src_stride <= COPY_MAX_PITCH)
+        return cudaMemcpy2DAsync(dst, dst_stride, src, src_stride, row_bytes, (size_t)rows,
+                                 cudaMemcpyDefault, st);
+    cudaError_t err = cudaSuccess;
+    for (int64_t r = 0; r < rows && err == cudaSuccess; r++)
+        err = cudaMemcpyAsync((char *)dst + (size_t)r * dst_stride,
+                              (const char *)src + (size_t)r * src_stride, row_bytes,
+                              cudaMemcpyDefault, st);
+    return err;
+}
