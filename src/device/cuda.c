@@ -249,6 +249,10 @@ static const hs_device_kernels cuda_kernels = {
     .add_cast = hs_cuda_add_cast,
     .scale_cast = hs_cuda_scale_cast,
     .copy_2d = hs_cuda_copy_2d,
+    /* cuda_optim.c */
+    .adamw = hs_cuda_adamw,
+    .muon_momentum = hs_cuda_muon_momentum,
+    .muon_update = hs_cuda_muon_update,
 
     /* cuda_nn.c */
 
