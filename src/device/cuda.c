@@ -253,6 +253,9 @@ static const hs_device_kernels cuda_kernels = {
     .adamw = hs_cuda_adamw,
     .muon_momentum = hs_cuda_muon_momentum,
     .muon_update = hs_cuda_muon_update,
+    /* cuda_embedding.c */
+    .embedding_fwd = hs_cuda_embedding_fwd,
+    .embedding_bwd = hs_cuda_embedding_bwd,
 
     /* cuda_nn.c */
 
