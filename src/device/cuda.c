@@ -258,6 +258,18 @@ static const hs_device_kernels cuda_kernels = {
     .embedding_bwd = hs_cuda_embedding_bwd,
 
     /* cuda_nn.c */
+    .rmsnorm_fwd = hs_cuda_rmsnorm_fwd,
+    .rmsnorm_bwd = hs_cuda_rmsnorm_bwd,
+    .rope_tables = hs_cuda_rope_tables,
+    .rope_fwd = hs_cuda_rope_fwd,
+    .rope_bwd = hs_cuda_rope_bwd,
+    .swiglu_fwd = hs_cuda_swiglu_fwd,
+    .swiglu_bwd = hs_cuda_swiglu_bwd,
+    .xent = hs_cuda_xent,
+    .xent_shard_max = hs_cuda_xent_shard_max,
+    .xent_shard_sums = hs_cuda_xent_shard_sums,
+    .xent_shard_grad = hs_cuda_xent_shard_grad,
+    .xent_shard_loss = hs_cuda_xent_shard_loss,
 
     /* cuda_attention.c */
 };
