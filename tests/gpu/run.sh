@@ -12,7 +12,7 @@
 #      bf16 MixedPrecisionPolicy; bench/peer/gpu_peer.py) on the same shape
 #      when python3 has torch and transformers.
 # It uses .gpu-bundle (scripts/gpu-bundle.sh, run where the Debian packages
-# are, then carried along) or a build with the cuda backend in $HS_BUILD.
+# are; .gpu-bundle.tar.xz carried along and unpacked here) or a build with the cuda backend in $HS_BUILD.
 # Logs and summary.txt go to $OUT (or ./gpu-out). Exit 0 when every check
 # that ran passed.
 #
@@ -30,6 +30,7 @@ want() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 
 # --- the binaries and their libraries -----------------------------------
 bundle=$root/.gpu-bundle
+[ -d "$bundle" ] || [ ! -f "$bundle.tar.xz" ] || tar -C "$root" -xJf "$bundle.tar.xz"
 cuda_libs=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
          $(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(" ".join(os.path.join(p, x, "lib") for x in os.listdir(p)))' 2>/dev/null); do
@@ -39,8 +40,11 @@ if [ -d "$bundle" ]; then
     multi=x86_64-linux-gnu
     export HS_BIN=$bundle/bin/hypershard CONFORMANCE=$bundle/bin/test_device_conformance
     export LD_LIBRARY_PATH=$bundle/lib:$bundle/ompi/lib/$multi/openmpi/lib${cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export OPAL_PREFIX=$bundle/ompi OPAL_SYSCONFDIR=$bundle/ompi/etc PMIX_INSTALL_PREFIX=$bundle/ompi
+    # Open MPI and PMIx relocated from Debian's /usr into the bundle
+    export OPAL_PREFIX=$bundle/ompi OPAL_SYSCONFDIR=$bundle/ompi/etc
     export OPAL_LIBDIR=$bundle/ompi/lib/$multi/openmpi/lib
+    export PMIX_PREFIX=$bundle/ompi/lib/$multi/pmix2
+    export PMIX_MCA_mca_base_component_path=$bundle/ompi/lib/$multi/pmix2/lib/pmix
     export PATH=$bundle/ompi/bin:$PATH
     export MPIEXEC=$bundle/ompi/bin/mpiexec
 elif [ -n "${HS_BUILD:-}" ]; then
