@@ -229,9 +229,9 @@ void hs_cuda_to_host(hs_stream *s, void *dst, const void *src, size_t bytes) {
 
 /* ---------------------------------------------------------------- table */
 
-/* The entries this backend has; the others are NULL (the MoE family and
- * Muon's Newton-Schulz), and the configuration check refuses a model or
- * optimizer that needs them on cuda (hs_device_kind_kernels). */
+/* The entries this backend has; one it lacked would be NULL, and the
+ * configuration check refuses a model or optimizer that needs it on cuda
+ * (hs_device_kind_kernels). */
 static const hs_device_kernels cuda_kernels = {
     .gemm = hs_cuda_gemm,
 
@@ -272,6 +272,18 @@ static const hs_device_kernels cuda_kernels = {
     .xent_shard_loss = hs_cuda_xent_shard_loss,
 
     /* cuda_attention.c */
+
+    /* cuda_moe.c, cuda_muon.c */
+    .moe_route = hs_cuda_moe_route,
+    .moe_permute = hs_cuda_moe_permute,
+    .moe_permute_bwd = hs_cuda_moe_permute_bwd,
+    .moe_unpermute = hs_cuda_moe_unpermute,
+    .moe_combine_bwd = hs_cuda_moe_combine_bwd,
+    .moe_route_bwd = hs_cuda_moe_route_bwd,
+    .moe_stats = hs_cuda_moe_stats,
+    .moe_stats_add = hs_cuda_moe_stats_add,
+    .moe_dispatch = hs_cuda_moe_dispatch,
+    .muon_newton_schulz = hs_cuda_muon_newton_schulz,
 };
 
 const hs_device_kernels *hs_device_cuda_kernels(void) { return &cuda_kernels; }
