@@ -10,11 +10,12 @@
  * permutation's backward add in the orders the table fixes (dx gathers
  * each token's rows in grouped-row order, no atomics); the grouped order
  * is a stable placement per expert, the same integers as reference. The
- * reductions whose order the table leaves open (the combine backward's dot
- * products, the router backward's p . g, the statistics' column sums) are
- * fp64 trees, deterministic run to run. Products the C code rounds before
- * an add use __dmul_rn / __fmul_rn, so nvcc does not fuse them into an
- * FMA that the C build (no contraction) does not do. */
+ * long reductions that the C code walks in order (the combine backward's
+ * dot products, in column order there, the router backward's p . g, the
+ * statistics' column sums) are fp64 trees here: reference's fp64 sums but
+ * for the last bits of a double, the same run to run. Products the C code
+ * rounds before an add use __dmul_rn / __fmul_rn, so nvcc does not fuse
+ * them into an FMA that the C build (no contraction) does not do. */
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
