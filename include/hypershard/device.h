@@ -436,12 +436,13 @@ static inline void hs_device_memset(hs_stream *s, void *p, int value, size_t byt
 }
 static inline void hs_device_synchronize(hs_device *d) { d->ops->synchronize(d); }
 
-/* The tensor-level entries of d's table on its default stream, in the
- * argument order of tensor/'s calls, for the layers above the seam. */
-static inline void hs_dev_gemm(hs_device *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                               float alpha, const void *A, hs_dtype a_dt, int64_t lda,
-                               const void *B, hs_dtype b_dt, int64_t ldb, float beta, void *C,
-                               hs_dtype c_dt, int64_t ldc) {
+/* The tensor-level entries of d's table on its default stream (GEMM also
+ * on a given stream), in the argument order of tensor/'s calls, for the
+ * layers above the seam. */
+static inline void hs_stream_gemm(hs_stream *s, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                                  float alpha, const void *A, hs_dtype a_dt, int64_t lda,
+                                  const void *B, hs_dtype b_dt, int64_t ldb, float beta, void *C,
+                                  hs_dtype c_dt, int64_t ldc) {
     hs_gemm_shape g = {.trans_a = ta,
                        .trans_b = tb,
                        .M = M,
@@ -455,7 +456,14 @@ static inline void hs_dev_gemm(hs_device *d, bool ta, bool tb, int64_t M, int64_
                        .lda = lda,
                        .ldb = ldb,
                        .ldc = ldc};
-    d->k->gemm(d->stream, C, A, B, &g);
+    s->dev->k->gemm(s, C, A, B, &g);
+}
+static inline void hs_dev_gemm(hs_device *d, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                               float alpha, const void *A, hs_dtype a_dt, int64_t lda,
+                               const void *B, hs_dtype b_dt, int64_t ldb, float beta, void *C,
+                               hs_dtype c_dt, int64_t ldc) {
+    hs_stream_gemm(d->stream, ta, tb, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, c_dt,
+                   ldc);
 }
 static inline void hs_dev_convert(hs_device *d, void *dst, hs_dtype dst_dt, const void *src,
                                   hs_dtype src_dt, int64_t n) {

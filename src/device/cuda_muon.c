@@ -18,25 +18,11 @@
 #define NS_B (-4.7750f)
 #define NS_C 2.0315f
 
-/* C = alpha op(A) op(B) + beta C on fp32 row-major matrices. */
-static void gemm_f32(hs_stream *s, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                     const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
-                     int64_t ldc) {
-    hs_gemm_shape g = {.trans_a = ta,
-                       .trans_b = tb,
-                       .M = M,
-                       .N = N,
-                       .K = K,
-                       .alpha = alpha,
-                       .beta = beta,
-                       .a_dt = HS_DTYPE_F32,
-                       .b_dt = HS_DTYPE_F32,
-                       .c_dt = HS_DTYPE_F32,
-                       .lda = lda,
-                       .ldb = ldb,
-                       .ldc = ldc};
-    hs_cuda_gemm(s, C, A, B, &g);
-}
+/* C = alpha op(A) op(B) + beta C on fp32 row-major matrices, through s's
+ * table (hs_cuda_gemm). */
+#define GEMM_F32(s, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)                          \
+    hs_stream_gemm(s, ta, tb, M, N, K, alpha, A, HS_DTYPE_F32, lda, B, HS_DTYPE_F32, ldb, beta, C, \
+                   HS_DTYPE_F32, ldc)
 
 static void copy_f32(hs_stream *s, float *dst, const float *src, int64_t n) {
     hs_cuda_check(s,
@@ -49,13 +35,13 @@ static void copy_f32(hs_stream *s, float *dst, const float *src, int64_t n) {
  * Y = X^T, m x n). */
 static void ns_iterate(hs_stream *s, float *next, const float *x, float *gram, float *poly,
                        int64_t n, int64_t m, bool tall) {
-    if (tall) gemm_f32(s, true, false, n, n, m, 1.0f, x, n, x, n, 0.0f, gram, n);
-    else gemm_f32(s, false, true, n, n, m, 1.0f, x, m, x, m, 0.0f, gram, n);
+    if (tall) GEMM_F32(s, true, false, n, n, m, 1.0f, x, n, x, n, 0.0f, gram, n);
+    else GEMM_F32(s, false, true, n, n, m, 1.0f, x, m, x, m, 0.0f, gram, n);
     copy_f32(s, poly, gram, n * n);
-    gemm_f32(s, false, false, n, n, n, NS_C, gram, n, gram, n, NS_B, poly, n);
+    GEMM_F32(s, false, false, n, n, n, NS_C, gram, n, gram, n, NS_B, poly, n);
     copy_f32(s, next, x, n * m);
-    if (tall) gemm_f32(s, false, true, m, n, n, 1.0f, x, n, poly, n, NS_A, next, n);
-    else gemm_f32(s, false, false, n, m, n, 1.0f, poly, n, x, m, NS_A, next, m);
+    if (tall) GEMM_F32(s, false, true, m, n, n, 1.0f, x, n, poly, n, NS_A, next, n);
+    else GEMM_F32(s, false, false, n, m, n, 1.0f, poly, n, x, m, NS_A, next, m);
 }
 
 void hs_cuda_muon_newton_schulz(hs_stream *s, float *out, const float *g, int64_t rows,
