@@ -357,6 +357,8 @@ struct hs_device {
      * collectives on its buffers go through NCCL or are staged through
      * host memory (comm/). */
     bool host_visible;
+    /* The GPU it drives (a CUDA device ordinal); -1 on cpu and reference. */
+    int ordinal;
     hs_stream *stream; /* the default stream */
     hs_pool device_pool;
     hs_pool host_pool;

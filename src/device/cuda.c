@@ -323,6 +323,7 @@ hs_status hs_device_cuda_init(hs_device *d, hs_error *e) {
     /* Several ranks of a host share its GPUs round robin: one GPU per rank
      * when there are enough, several ranks on one otherwise. */
     c->ordinal = local_rank() % count;
+    d->ordinal = c->ordinal;
     struct cudaDeviceProp prop;
     if ((err = cudaSetDevice(c->ordinal)) != cudaSuccess ||
         (err = cudaGetDeviceProperties(&prop, c->ordinal)) != cudaSuccess)

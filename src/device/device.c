@@ -70,6 +70,7 @@ hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out
     hs_pool_init(&d->host_pool, "host");
     d->trace = trace;
     hs_error_clear(&d->fault);
+    d->ordinal = -1;
     hs_status s = backends[kind].init(d, e);
     const char *guard = getenv("HS_DEVICE_GUARD");
     if (s == HS_OK && guard && strcmp(guard, "1") == 0 && d->ops == &hs_ram_ops)
