@@ -6,8 +6,8 @@
  *   queues with one communication thread each, the watchdog and a pointer
  *   to the trace.
  * - A process group (hs_pg) is a struct of function pointers with a ctx
- *   (backends `mpi` now, `nccl` later, with nothing above this layer
- *   changing). Groups are created collectively over the world with a colour
+ *   (backend `mpi`, and `nccl` for the buffers of a GPU, with nothing above
+ *   this layer changing). Groups are created collectively over the world with a colour
  *   (MPI_Comm_split semantics) and cached by name: asking twice for the same
  *   name returns the same group.
  * - Queues: every group is bound to one queue when it is created
@@ -36,14 +36,18 @@
  *   means host memory the host has ready now (control plane: checkpoint
  *   agreement, plans, metrics). barrier and hs_pg_agree take no stream
  *   (host). Blocking forms = async on s + hs_work_wait_stream on s.
- *   NCCL: the collective runs on a comm stream that first waits for an
- *   event recorded on s; wait_stream = s waits on the completion event, the
- *   host does not. mpi (host-staged): issue synchronizes s before the
- *   communication thread may touch the buffers; wait_stream waits on the
- *   host.
+ *   Whatever the backend, issue synchronizes s before the communication
+ *   thread may touch the buffers, and wait_stream waits on the host.
+ * - GPU buffers (a device whose memory the host cannot address,
+ *   hs_device.host_visible false): the device must first be given to
+ *   hs_comm_set_device. A group then runs the collectives on its buffers
+ *   on NCCL when every member has a GPU of its own, the group is not a
+ *   pipeline queue's and HS_COMM_BACKEND is not "mpi"; otherwise on MPI,
+ *   the communication thread copying the bytes through pinned host
+ *   buffers of its queue (docs/comm.md).
  * - Buffers passed to an async collective must stay valid and untouched
- *   until the work completes. Staging buffers are owned by the group and
- *   reused: no allocation per collective on the hot path.
+ *   until the work completes. Staging buffers are owned by the group or
+ *   the queue and reused: no allocation per collective on the hot path.
  * - Reductions: SUM, AVG and MAX on F32, BF16 and F16, for reduce-scatter and
  *   all-reduce. BF16/F16 payloads are converted to fp32 for each reduction
  *   step. SUM/AVG: groups within one node sum in fp32 and round once when
@@ -121,7 +125,9 @@ typedef struct hs_comm_options {
 /* Initialise MPI (if not yet) and the context. Collective over MPI_COMM_WORLD. */
 hs_status hs_comm_init(hs_comm **out, int *argc, char ***argv, const hs_comm_options *opt,
                        hs_error *e);
-/* Drains every queue, stops the threads, frees groups, finalises MPI. */
+/* Drains every queue, stops the threads, frees groups, finalises MPI.
+ * A device given to hs_comm_set_device must be released (NULL) before it
+ * is freed, or still be alive here. */
 void hs_comm_finalize(hs_comm *c);
 int hs_comm_rank(const hs_comm *c);
 int hs_comm_size(const hs_comm *c);
@@ -137,6 +143,18 @@ void hs_comm_set_timeout(hs_comm *c, double timeout_s);
  * all): every rank of MPI_COMM_WORLD when MPI is running, else this
  * process. */
 _Noreturn void hs_comm_abort(hs_comm *c, const hs_error *e);
+
+/* The device the collectives' streams belong to, right after it is
+ * created; collective over the world (every rank's GPU is gathered). Its
+ * host staging buffers are made as needed; the groups that exist and
+ * those created later choose their backend for its buffers (see GPU
+ * buffers above). HS_ERR_USAGE for an HS_COMM_BACKEND other than "mpi" or
+ * "auto"; an NCCL set-up failure is HS_ERR_COMM on every member of the
+ * group. d == NULL releases the device's staging buffers, on this rank
+ * alone, and never fails: call it before freeing the device. A programming
+ * error (the process ends) when a collective is outstanding (d != NULL) or
+ * one is in flight on staged buffers (d == NULL). */
+hs_status hs_comm_set_device(hs_comm *c, hs_device *d, hs_error *e);
 
 hs_pg *hs_comm_world(hs_comm *c);
 /* Collective over the world: ranks with the same colour form one group,

@@ -114,6 +114,7 @@ void hs_comm_finalize(hs_comm *c) {
     hs_watchdog_stop(c);
     for (int i = 0; i < c->ngroups; i++) hs_pg_free(c->groups[i].pg);
     MPI_Comm_free(&c->mgmt);
+    free(c->gpu_ids);
     if (c->owns_trace) hs_trace_free(c->trace);
     bool fin = c->owns_mpi;
     free(c);
@@ -214,6 +215,11 @@ hs_status hs_comm_split_queue(hs_comm *c, const char *name, int colour, int key,
         pg = hs_pg_mpi_create(c, nc, name, c->ngroups, e);
         if (!pg) return e->code;
         pg->queue = &c->queues[q];
+        st = hs_comm_attach_device(c, pg, e);
+        if (st != HS_OK) {
+            hs_pg_free(pg);
+            return st;
+        }
     }
     group_register(c, name, pg);
     *out = pg;

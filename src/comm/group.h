@@ -5,7 +5,9 @@
  * the watchdog thread. A group (hs_pg) is a backend vtable plus its ctx and
  * the queue it is bound to; everything above the backend (queues, sequence
  * numbers, trace, watchdog) is backend independent, so an nccl backend only
- * has to fill hs_pg_backend.
+ * has to fill hs_pg_backend. A group may have a second backend for device
+ * memory the host cannot address (nccl, pg_nccl.c); without one such
+ * buffers are staged through pinned host memory for the first (stage.c).
  *
  * Threads: the caller's thread issues work (hs_pg_*_async) and waits on it;
  * each queue's communication thread executes that queue in issue order and
@@ -81,6 +83,12 @@ typedef struct hs_pg_backend {
 
 typedef struct hs_queue hs_queue;
 
+/* Whether a's buffers are device memory the host cannot address (a GPU's):
+ * they go to the group's device backend, or through host staging. */
+static inline bool hs_args_on_device(const hs_coll_args *a) {
+    return a->dev && !a->dev->host_visible;
+}
+
 /* ------------------------------------------------ fingerprints (fingerprint.c)
  * Every collective (not send / recv) issued on a group is folded, in issue
  * order, into a running hash of (op, dtype, reduction or root, element
@@ -131,9 +139,13 @@ typedef struct hs_fp_fault {
 
 struct hs_pg {
     hs_comm *comm;
-    hs_queue *queue; /* the queue its collectives run on, fixed at creation */
-    const hs_pg_backend *backend;
+    hs_queue *queue;              /* the queue its collectives run on, fixed at creation */
+    const hs_pg_backend *backend; /* host memory (mpi) */
     void *ctx;
+    /* Collectives on device memory the host cannot address (nccl), chosen
+     * by select.c; NULL: such buffers are staged for `backend` (stage.c). */
+    const hs_pg_backend *dev_backend;
+    void *dev_ctx;
     char name[HS_COMM_NAME_MAX];
     int slot;
     int rank, size;
@@ -155,6 +167,7 @@ struct hs_work {
     struct hs_work *next;
     /* a started, unfinished send / recv of a pipeline queue */
     void *req;
+    struct hs_stage_buf *staged; /* its host copy while in flight (stage.c) */
     double started;
     struct hs_work *next_inflight;
 };
@@ -171,6 +184,27 @@ typedef struct hs_comm_current {
     int peer_world; /* p2p: the other rank; -1 otherwise */
     double started;
 } hs_comm_current;
+
+/* A pinned host buffer of a queue's staging. */
+typedef struct hs_stage_buf {
+    void *p;
+    size_t cap;
+    struct hs_stage_buf *next;
+} hs_stage_buf;
+
+/* A queue's host staging (stage.c): the buffers through which collectives
+ * on device memory the host cannot address reach a host backend, reused
+ * from one collective to the next; a send / recv in flight on a pipeline
+ * queue keeps one until it completes. Its own lock: an inline blocking
+ * call and the thread's polling of sends / receives in flight both lend
+ * buffers (taken after the queue's mu, never before). */
+typedef struct hs_stage {
+    pthread_mutex_t mu;
+    hs_device *dev;     /* hs_comm_set_device's device: the buffers' owner */
+    hs_stream *stream;  /* the copies, on dev; made at the first staged copy */
+    hs_stage_buf *idle; /* buffers not lent */
+    int lent;
+} hs_stage;
 
 /* One queue of work and the communication thread that executes it in issue
  * order. */
@@ -192,9 +226,18 @@ struct hs_queue {
     hs_work *inflight;
     hs_error *scratch; /* the thread's error report, allocated with it */
     bool started;      /* the thread runs (hs_comm_queue_stop joins it) */
+    hs_stage stage;
 };
 
 typedef struct hs_watchdog hs_watchdog;
+
+/* Where one rank's GPU is, for the choice of NCCL (select.c): its node (a
+ * hash of the host name) and the device ordinal, -1 when the rank does not
+ * offer its device to NCCL. */
+typedef struct hs_gpu_id {
+    int64_t host;
+    int64_t ordinal;
+} hs_gpu_id;
 
 typedef struct hs_group_entry {
     char name[HS_COMM_NAME_MAX];
@@ -228,6 +271,10 @@ struct hs_comm {
     atomic_bool fp_each;
     hs_fp_fault fault; /* set at init from the environment, fired once */
     int local_ranks;   /* ranks on this node, for BLAS threads */
+    /* hs_comm_set_device's device (caller's thread) and every world rank's
+     * GPU (NULL before a device is set). */
+    hs_device *device;
+    hs_gpu_id *gpu_ids;
 };
 
 /* --------------------------------------------------------- queues (work.c) */
@@ -248,6 +295,51 @@ hs_status hs_comm_run(hs_pg *g, const hs_coll_args *a, hs_error *e);
 hs_comm_current hs_comm_current_get(hs_comm *c, hs_comm_queue q);
 /* The group name of a slot ("?" when unknown). */
 const char *hs_comm_slot_name(const hs_comm *c, int slot);
+
+/* ------------------------------------------------- staging (stage.c) */
+/* Runs a on g on the calling thread: on g's device backend when a's
+ * buffers are device memory the host cannot address and g has one; staged
+ * through g's queue's host buffers for g's backend when g has none; on g's
+ * backend directly otherwise (host-visible memory, opened to the host for
+ * the call). */
+hs_status hs_comm_exec(hs_pg *g, const hs_coll_args *a, hs_error *e);
+/* The trace's algorithm name of a on g (NULL: not said). */
+const char *hs_comm_exec_path(const hs_pg *g, const hs_coll_args *a);
+/* A pipeline queue's send / recv w, about to start on g's backend: *run
+ * gets the arguments to start with: a host copy of a device buffer (a
+ * send's bytes copied in), or the buffer itself opened to the host. On
+ * failure nothing is held. hs_stage_p2p_end, once it is done or did not
+ * start, copies a received host copy back (when `arrived`) and gives the
+ * buffer back, or closes the host access. */
+hs_status hs_stage_p2p_begin(hs_work *w, hs_coll_args *run, hs_error *e);
+void hs_stage_p2p_end(hs_work *w, bool arrived);
+void hs_stage_init(hs_stage *st);
+/* Frees st's buffers and stream (none may be lent) and binds it to d
+ * (NULL: none). */
+void hs_stage_bind(hs_stage *st, hs_device *d);
+void hs_stage_destroy(hs_stage *st);
+
+/* ----------------------------------------- device backend (select.c) */
+/* Whether this rank offers device d to NCCL: d is a cuda device (its
+ * memory not host visible), NCCL is built, and `choice` (HS_COMM_BACKEND)
+ * is not "mpi". */
+bool hs_comm_nccl_offered(const hs_device *d, bool nccl_built, const char *choice);
+/* Whether a group of n ranks (world ranks members[0 .. n), with world[r]
+ * the GPU of world rank r) on queue q runs its device collectives on NCCL:
+ * every member offered a GPU, no two of them the same GPU of one node
+ * (NCCL needs distinct devices), and q is not a pipeline queue (their
+ * sends and receives match by tag, several in flight; NCCL has no tags). */
+bool hs_comm_nccl_fits(const hs_gpu_id *world, const int *members, int n, hs_comm_queue q);
+/* After a device is set: gives g its device backend when the rule above
+ * picks NCCL (collective over g's members, on the caller's thread, with
+ * g's queue idle); HS_OK and nothing done otherwise. */
+hs_status hs_comm_attach_device(hs_comm *c, hs_pg *g, hs_error *e);
+
+/* ------------------------------------------------ nccl backend (pg_nccl.c) */
+/* Collective over g's members: an NCCL communicator over g's ranks on GPU
+ * `ordinal` (its unique id broadcast over g's MPI communicator), set as
+ * g's device backend. Every member returns the same status. */
+hs_status hs_pg_nccl_attach(hs_pg *g, int ordinal, hs_error *e);
 
 /* ------------------------------------------- fingerprints (fingerprint.c) */
 /* Reads HS_COMM_TEST_FAULT into c->fault (malformed: HS_ERR_USAGE). */

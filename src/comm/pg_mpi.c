@@ -219,6 +219,7 @@ hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_
 
 void hs_pg_free(hs_pg *g) {
     if (!g) return;
+    if (g->dev_backend) g->dev_backend->destroy(g->dev_ctx);
     g->backend->destroy(g->ctx);
     free(g->world_ranks);
     free(g->fp_all);

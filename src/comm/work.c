@@ -73,7 +73,7 @@ static void work_trace(hs_comm *c, const hs_work *w, double t0, double t1) {
         w->pg->name, (long long)bytes, dt, (long long)w->seq, hs_comm_queue_name(w->pg->queue->id));
     if (hs_comm_op_is_p2p(a->op) && n > 0 && (size_t)n < sizeof args)
         n += snprintf(args + n, sizeof args - (size_t)n, ",\"peer\":%d", a->peer);
-    const char *path = w->pg->backend->path ? w->pg->backend->path(w->pg->ctx, a->op) : NULL;
+    const char *path = hs_comm_exec_path(w->pg, a);
     if (path && n > 0 && (size_t)n < sizeof args)
         n += snprintf(args + n, sizeof args - (size_t)n, ",\"path\":\"%s\"", path);
     /* all_to_allv: the elements sent to and received from each peer. */
@@ -107,9 +107,7 @@ static hs_status work_exec(hs_comm *c, const hs_work *w, hs_error *err) {
     double t0 = hs_now();
     hs_status st = !p2p && atomic_load(&c->fp_each) ? hs_fp_compare_each(g, &w->fp, err) : HS_OK;
     if (st != HS_OK) return work_count(c, w, st, err);
-    if (w->args.dev) hs_device_host_access_begin(w->args.dev);
-    st = g->backend->exec(g->ctx, &w->args, err);
-    if (w->args.dev) hs_device_host_access_end(w->args.dev);
+    st = hs_comm_exec(g, &w->args, err);
     double t1 = hs_now();
     st = work_count(c, w, st, err);
     work_trace(c, w, t0, t1);
@@ -152,14 +150,18 @@ static void work_finish(hs_queue *q, hs_work *w, hs_status st, const hs_error *e
  * Returns false when the backend cannot start it without blocking. */
 static bool p2p_start(hs_queue *q, hs_work *w, hs_error *err) {
     hs_pg *g = w->pg;
-    if (!q->async_p2p || !hs_comm_op_is_p2p(w->args.op) || !g->backend->p2p_start) return false;
+    if (!q->async_p2p || !hs_comm_op_is_p2p(w->args.op) || !g->backend->p2p_start ||
+        (hs_args_on_device(&w->args) && g->dev_backend))
+        return false;
     hs_error_clear(err);
     w->started = hs_now();
     void *req = NULL;
-    /* MPI reads or writes the buffer until the request completes */
-    if (w->args.dev) hs_device_host_access_begin(w->args.dev);
-    hs_status st = g->backend->p2p_start(g->ctx, &w->args, &req, err);
-    if ((st != HS_OK || !req) && w->args.dev) hs_device_host_access_end(w->args.dev);
+    hs_coll_args run; /* the buffer, or its host copy (stage.c) */
+    hs_status st = hs_stage_p2p_begin(w, &run, err);
+    if (st == HS_OK) {
+        st = g->backend->p2p_start(g->ctx, &run, &req, err);
+        if (st != HS_OK || !req) hs_stage_p2p_end(w, false);
+    }
     if (st == HS_OK && !req) return false;
     pthread_mutex_lock(&q->mu);
     if (st != HS_OK) {
@@ -187,7 +189,7 @@ static void poll_inflight(hs_queue *q, hs_error *err) {
             continue;
         }
         *link = w->next_inflight;
-        if (w->args.dev) hs_device_host_access_end(w->args.dev);
+        hs_stage_p2p_end(w, st == HS_OK); /* a received host copy goes to the device */
         st = work_count(q->comm, w, st, err);
         work_trace(q->comm, w, w->started, hs_now());
         work_finish(q, w, st, err);
@@ -251,12 +253,14 @@ static hs_status queue_start(hs_comm *c, int i, hs_error *e) {
     HS_CHECK_PTHREAD(pthread_mutex_init(&q->mu, NULL));
     HS_CHECK_PTHREAD(pthread_cond_init(&q->queue_cv, NULL));
     HS_CHECK_PTHREAD(pthread_cond_init(&q->done_cv, NULL));
+    hs_stage_init(&q->stage);
     int rc = pthread_create(&q->thread, NULL, queue_thread_main, q);
     q->started = rc == 0;
     if (rc == 0) return HS_OK;
     pthread_cond_destroy(&q->queue_cv);
     pthread_cond_destroy(&q->done_cv);
     pthread_mutex_destroy(&q->mu);
+    hs_stage_destroy(&q->stage);
     free(q->scratch);
     q->scratch = NULL;
     return hs_error_set(e, HS_ERR_INTERNAL,
@@ -295,6 +299,7 @@ void hs_comm_queue_stop(hs_comm *c) {
         pthread_cond_destroy(&q->queue_cv);
         pthread_cond_destroy(&q->done_cv);
         pthread_mutex_destroy(&q->mu);
+        hs_stage_destroy(&q->stage);
         free(q->scratch);
         q->scratch = NULL;
         q->started = false;
@@ -398,12 +403,13 @@ hs_status hs_work_wait(hs_work *w, hs_error *e) {
     return st;
 }
 
-/* The mpi backend has written the result from the host by the time the
- * work is done (the communication thread runs MPI on host-visible
- * buffers), so once the host has waited, anything issued on s afterwards
- * sees it: for this backend the host wait is the stream wait. An nccl
- * backend would instead make s wait on the collective's completion event
- * and return without blocking the host. */
+/* The result is in place by the time the work is done: the mpi backend
+ * wrote it from the host (on host-visible buffers, or into a staging
+ * buffer copied back with a synchronized copy), and the nccl backend
+ * waited for its stream before returning. So once the host has waited,
+ * anything issued on s afterwards sees it: the host wait is the stream
+ * wait. (Making s wait on a completion event instead, without blocking
+ * the host, is not done.) */
 hs_status hs_work_wait_stream(hs_work *w, hs_stream *s, hs_error *e) {
     (void)s;
     return hs_work_wait(w, e);
