@@ -153,6 +153,8 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     if (s == HS_OK) s = plan_fits(t, e);
     if (s == HS_OK) s = outputs_check(t, e);
     if (s == HS_OK) s = hs_device_create(kind, t->trace, &t->dev, e);
+    /* The collectives learn where the buffers live (GPU: NCCL or staging). */
+    if (s == HS_OK) s = hs_comm_set_device(t->comm, t->dev, e);
     int pd = t->cfg->fsdp.mix_precision.param_dtype;
     hs_dtype compute = pd == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)pd;
     double peak = 0.0;
@@ -221,6 +223,7 @@ void hs_trainer_close(hs_trainer *t) {
     hs_cp_batch_free(t);
     hs_pp_trainer_free(t);
     hs_mesh_free(t->mesh);
+    if (t->comm) hs_comm_set_device(t->comm, NULL, NULL); /* its staging, before the device */
     hs_device_free(t->dev);
 }
 
