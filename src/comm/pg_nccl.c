@@ -53,8 +53,7 @@ static hs_status nccl_fail(const nccl_group *g, hs_error *e, ncclResult_t r, con
 static hs_status cuda_fail(const nccl_group *g, hs_error *e, cudaError_t err, const char *call,
                            const char *what) {
     return hs_error_set(e, HS_ERR_COMM, "%s on group '%s' (rank %d of %d, GPU %d): %s failed: %s",
-                        what, g->name, g->rank, g->size, g->ordinal, call,
-                        cudaGetErrorString(err));
+                        what, g->name, g->rank, g->size, g->ordinal, call, cudaGetErrorString(err));
 }
 
 /* all_to_allv's counts and displacements are elements, never negative. */
@@ -164,15 +163,16 @@ hs_status hs_pg_nccl_attach(hs_pg *pg, int ordinal, hs_error *e) {
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     nccl_group *g = calloc(1, sizeof *g);
-    hs_status st = g ? nccl_prepare(g, pg, ordinal, &id, e)
-                     : hs_error_oom(e, "the nccl state of group '%s': %zu bytes", pg->name,
-                                    sizeof *g);
+    hs_status st =
+        g ? nccl_prepare(g, pg, ordinal, &id, e)
+          : hs_error_oom(e, "the nccl state of group '%s': %zu bytes", pg->name, sizeof *g);
     int rc = MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, m->coll);
     if (rc != MPI_SUCCESS && st == HS_OK) st = hs_mpi_fail(m, e, rc, "MPI_Bcast", "nccl set-up");
     bool ok = agreed(m->coll, st);
     if (ok) {
         ncclResult_t r = ncclCommInitRank(&g->comm, pg->size, id, pg->rank);
-        if (r != ncclSuccess) g->comm = NULL, st = nccl_fail(g, e, r, "ncclCommInitRank", "nccl set-up");
+        if (r != ncclSuccess)
+            g->comm = NULL, st = nccl_fail(g, e, r, "ncclCommInitRank", "nccl set-up");
         ok = agreed(m->coll, st);
     }
     if (ok) {

@@ -152,9 +152,8 @@ static stage_plan plan_of(const hs_pg *g, const hs_coll_args *a) {
     case HS_OP_BROADCAST: return (stage_plan){.in = n, .out = n, .shared = true};
     case HS_OP_ALL_TO_ALL: return (stage_plan){.in = all, .out = all};
     case HS_OP_ALL_TO_ALLV:
-        return (stage_plan){
-            .in = (size_t)extent(a->send_counts, a->send_displs, g->size) * es,
-            .out = (size_t)extent(a->recv_counts, a->recv_displs, g->size) * es};
+        return (stage_plan){.in = (size_t)extent(a->send_counts, a->send_displs, g->size) * es,
+                            .out = (size_t)extent(a->recv_counts, a->recv_displs, g->size) * es};
     case HS_OP_SEND: return (stage_plan){.in = n};
     case HS_OP_RECV: return (stage_plan){.out = n};
     default: hs_panic("staging: %s has no buffers", hs_comm_op_name(a->op));
@@ -251,8 +250,7 @@ void hs_stage_p2p_end(hs_work *w, bool arrived) {
     }
     hs_stage *st = &w->pg->queue->stage;
     if (arrived && a->op == HS_OP_RECV)
-        stage_copy(st, a->out, w->staged->p, (size_t)a->count * hs_dtype_size(a->dt),
-                   HS_COPY_H2D);
+        stage_copy(st, a->out, w->staged->p, (size_t)a->count * hs_dtype_size(a->dt), HS_COPY_H2D);
     give_back(st, w->staged);
     w->staged = NULL;
 }

@@ -221,16 +221,16 @@ static void run_all_cases(ctx *t, hs_pg *g) {
         run_case(t, g, &aa, ++salt);
         for (int64_t gap = 0; gap < 2; gap++) {
             v_layout v = v_make(r, w, gap);
-            op_case av = mk(gap ? "all_to_allv with gaps" : "all_to_allv packed",
-                            HS_OP_ALL_TO_ALLV, dt, 0, (size_t)v.sn * es, (size_t)v.rn * es);
+            op_case av = mk(gap ? "all_to_allv with gaps" : "all_to_allv packed", HS_OP_ALL_TO_ALLV,
+                            dt, 0, (size_t)v.sn * es, (size_t)v.rn * es);
             av.sc = v.sc, av.sd = v.sd, av.rc = v.rc, av.rd = v.rd;
             av.h2d = gap ? w : 1;
             run_case(t, g, &av, ++salt);
         }
     }
     /* Larger than the buffers so far (one grows), and empty (no copies). */
-    op_case big = mk("all_reduce of 300000", HS_OP_ALL_REDUCE, HS_DTYPE_F32, 300000, 1200000,
-                     1200000);
+    op_case big =
+        mk("all_reduce of 300000", HS_OP_ALL_REDUCE, HS_DTYPE_F32, 300000, 1200000, 1200000);
     big.in_place = true;
     run_case(t, g, &big, ++salt);
     op_case none = mk("empty all_reduce", HS_OP_ALL_REDUCE, HS_DTYPE_BF16, 0, 0, 0);
@@ -347,7 +347,8 @@ static void test_device_not_given_is_refused(ctx *t) {
     float x[16] = {0};
     void *dx = hs_device_alloc(other, sizeof x);
     hs_device_copy(other, dx, x, sizeof x, HS_COPY_H2D);
-    hs_status st = hs_pg_all_reduce(t->world, other->stream, dx, 16, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
+    hs_status st =
+        hs_pg_all_reduce(t->world, other->stream, dx, 16, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
     CHECK(t, st == HS_ERR_INTERNAL && strstr(e.msg, "hs_comm_set_device"),
           "a collective on a device not given: status %d: %s", (int)st, st ? e.msg : "");
     hs_device_free_mem(other, dx);
@@ -399,8 +400,9 @@ static void test_backend_choice_rule(ctx *t) {
     CHECK(t, !hs_comm_nccl_fits(world, shared, 2, HS_COMM_QUEUE_DEFAULT),
           "two ranks on one GPU: MPI");
     CHECK(t, !hs_comm_nccl_fits(world, none, 2, HS_COMM_QUEUE_DEFAULT), "a rank without a GPU");
-    CHECK(t, !hs_comm_nccl_fits(world, four, 4, HS_COMM_QUEUE_PP_FORWARD) &&
-                 !hs_comm_nccl_fits(world, four, 4, HS_COMM_QUEUE_PP_BACKWARD),
+    CHECK(t,
+          !hs_comm_nccl_fits(world, four, 4, HS_COMM_QUEUE_PP_FORWARD) &&
+              !hs_comm_nccl_fits(world, four, 4, HS_COMM_QUEUE_PP_BACKWARD),
           "pipeline queues stay on MPI");
     CHECK(t, hs_comm_nccl_fits(world, four, 1, HS_COMM_QUEUE_DEFAULT), "one rank with a GPU");
 }
@@ -410,8 +412,7 @@ static void test_backend_choice_rule(ctx *t) {
 static void test_groups_on_this_device_stay_on_mpi(ctx *t) {
     hs_pg *later = NULL;
     hs_error e;
-    CHECK(t, hs_comm_split(t->comm, "after_device", 0, t->rank, &later, &e) == HS_OK, "%s",
-          e.msg);
+    CHECK(t, hs_comm_split(t->comm, "after_device", 0, t->rank, &later, &e) == HS_OK, "%s", e.msg);
     CHECK(t, !t->world->dev_backend && later && !later->dev_backend,
           "a group on a cpu device got a device backend");
     CHECK(t, t->comm->gpu_ids != NULL, "the world's GPUs were gathered");
