@@ -272,6 +272,9 @@ static const hs_device_kernels cuda_kernels = {
     .xent_shard_loss = hs_cuda_xent_shard_loss,
 
     /* cuda_attention.c */
+    .attention_fwd = hs_cuda_attention_fwd,
+    .attention_bwd = hs_cuda_attention_bwd,
+    .attention_merge = hs_cuda_attention_merge,
 
     /* cuda_moe.c, cuda_muon.c */
     .moe_route = hs_cuda_moe_route,
