@@ -72,9 +72,12 @@ hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out
     hs_error_clear(&d->fault);
     d->ordinal = -1;
     hs_status s = backends[kind].init(d, e);
+    /* HS_DEVICE_GUARD=1: the guard; =staged: the guard, and collectives
+     * staged through host memory as on a GPU (docs/device.md) */
     const char *guard = getenv("HS_DEVICE_GUARD");
-    if (s == HS_OK && guard && strcmp(guard, "1") == 0 && d->ops == &hs_ram_ops)
-        s = hs_device_guard_install(d, e);
+    bool staged = guard && strcmp(guard, "staged") == 0;
+    if (s == HS_OK && guard && (strcmp(guard, "1") == 0 || staged) && d->ops == &hs_ram_ops)
+        s = hs_device_guard_install(d, staged, e);
     if (s == HS_OK) s = hs_stream_create(d, &d->stream, e);
     if (s != HS_OK) {
         hs_device_free(d);

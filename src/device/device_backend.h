@@ -25,9 +25,11 @@ extern const hs_device_ops hs_ram_ops;
 hs_status hs_ram_memory_init(hs_device *d, hs_error *e);
 
 /* The guard (guard.c): wraps d's members and moves its device memory into
- * mappings the host cannot touch outside them. Install right after the
- * backend's init, before anything is allocated; free after the cache. */
-hs_status hs_device_guard_install(hs_device *d, hs_error *e);
+ * mappings the host cannot touch outside them; staged also makes d not
+ * host visible, so the collectives stage its buffers as a GPU's. Install
+ * right after the backend's init, before anything is allocated; free after
+ * the cache. */
+hs_status hs_device_guard_install(hs_device *d, bool staged, hs_error *e);
 void hs_device_guard_free(hs_device *d);
 /* The profile's state (profile.c); nothing when none is installed. */
 void hs_device_profile_free(hs_device *d);

@@ -232,7 +232,7 @@ void hs_device_host_access_end(hs_device *d) {
     if (d->guard) close_memory(d->guard);
 }
 
-hs_status hs_device_guard_install(hs_device *d, hs_error *e) {
+hs_status hs_device_guard_install(hs_device *d, bool staged, hs_error *e) {
     hs_device_guard *g = calloc(1, sizeof *g);
     if (!g) return hs_error_oom(e, "device guard: %zu bytes of state", sizeof *g);
     pthread_mutex_init(&g->mu, NULL);
@@ -265,9 +265,12 @@ hs_status hs_device_guard_install(hs_device *d, hs_error *e) {
     hs_status s =
         hs_mem_cache_create("device pool", guard_raw_alloc, guard_raw_free, d, &d->cache, e);
     if (s != HS_OK) return s;
+    /* staged: the host may not address it at all, as on a GPU: the
+     * collectives stage its buffers through host memory (comm/stage.c) */
+    d->host_visible = !staged;
     fprintf(stderr,
-            "device guard: the %s device's memory is closed to the host outside its calls\n",
-            d->name);
+            "device guard: the %s device's memory is closed to the host outside its calls%s\n",
+            d->name, staged ? "; collectives stage it through host memory, as a GPU's" : "");
     return HS_OK;
 }
 

@@ -115,9 +115,10 @@ static hs_status pp_cached(hs_decoder *d, const int32_t *tokens, int n, hs_error
         }
     }
     if (s == HS_OK) s = hs_pp_flush(t->pp, e);
+    /* d->row is host memory: no stream */
     if (s == HS_OK)
-        s = hs_pg_broadcast(t->pp_group, t->dev->stream, d->row, t->cfg->model.vocab_size,
-                            HS_DTYPE_F32, hs_pp_head_stage(t), e);
+        s = hs_pg_broadcast(t->pp_group, NULL, d->row, t->cfg->model.vocab_size, HS_DTYPE_F32,
+                            hs_pp_head_stage(t), e);
     return s;
 }
 

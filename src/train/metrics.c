@@ -60,7 +60,7 @@ hs_status hs_measure_peak_flops(hs_dtype dt, double *peak, hs_error *e) {
     return s;
 }
 
-/* On a device whose memory the host cannot address (a GPU): its own GEMM
+/* On a GPU (the cuda device): its own GEMM
  * (the table's entry) on square matrices in dt with fp32 accumulation,
  * timed between stream synchronizes, the best of a few trials. The
  * buffers go back to the device's cache and its peak is reset, so the

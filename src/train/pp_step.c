@@ -107,8 +107,8 @@ hs_status hs_pp_forward(hs_trainer *t, const hs_batch *b, double *loss_sum, floa
     if (s == HS_OK && loss_sum) s = hs_reduce_sum_f64(t->pp_group, &loss, 1, e);
     if (loss_sum) *loss_sum = loss;
     int64_t n = (int64_t)b->B * b->T * t->cfg->model.vocab_size;
+    /* logits is the caller's host array: a host buffer, no stream */
     if (s == HS_OK && logits)
-        s = hs_pg_broadcast(t->pp_group, t->dev->stream, logits, n, HS_DTYPE_F32,
-                            hs_pp_head_stage(t), e);
+        s = hs_pg_broadcast(t->pp_group, NULL, logits, n, HS_DTYPE_F32, hs_pp_head_stage(t), e);
     return s;
 }

@@ -167,7 +167,7 @@ hs_status hs_train_metrics_keep_until(const char *path, int step, hs_error *e);
  * step's compute dtype (fp32 unless the 16-bit matmul is native here). */
 hs_dtype hs_peak_flops_dtype(hs_dtype compute);
 hs_status hs_measure_peak_flops(hs_dtype dt, double *peak, hs_error *e);
-/* The same on a device the host cannot address (a GPU), through its own
+/* The same on a GPU (the cuda device), through its own
  * GEMM, in dt as given (16-bit matmuls are native there); before the
  * model is built, leaving the device pool's peak as it found it. */
 hs_status hs_measure_device_peak_flops(hs_device *d, hs_dtype dt, double *peak, hs_error *e);

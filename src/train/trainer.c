@@ -160,7 +160,8 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     double peak = 0.0;
     /* A GPU's peak is its own GEMM's, measured while its memory is empty:
      * the ranks that share one measure it together. */
-    if (s == HS_OK && !t->dev->host_visible) {
+    bool gpu = s == HS_OK && t->dev->kind == HS_DEVICE_CUDA;
+    if (gpu) {
         s = hs_pg_barrier(hs_comm_world(t->comm), e);
         t->peak_dtype = compute;
         if (s == HS_OK) s = hs_measure_device_peak_flops(t->dev, compute, &peak, e);
@@ -196,7 +197,7 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     /* Every rank probes at once, after a barrier: a rank spinning in a
      * collective while another measures would take the core from it and
      * make the reference too low (an MFU above 100%). */
-    if (t->dev->host_visible) {
+    if (!gpu) {
         s = hs_pg_barrier(t->world_group, e);
         if (s != HS_OK) return s;
         t->peak_dtype = hs_peak_flops_dtype(compute);
