@@ -1,6 +1,7 @@
 /* Helpers the MPI tests share: a check that ends every rank with the failed
- * condition and its message, and the start and end of a test program that
- * records a trace from the first event on. Header-only so the test glob
+ * condition and its message, one that counts failures and goes on, and the
+ * start and end of a test program that records a trace from the first event
+ * on. Header-only so the test glob
  * (tests/mpi/test_*.c) never mistakes it for a test program. */
 #ifndef TESTS_MPI_MPI_TEST_UTIL_H
 #define TESTS_MPI_MPI_TEST_UTIL_H
@@ -21,6 +22,20 @@
             hs_error_set(&ce_, HS_ERR_INTERNAL, __VA_ARGS__);                                      \
             fprintf(stderr, "%s:%d: check failed: %s: %s\n", __FILE__, __LINE__, #cond, ce_.msg);  \
             hs_comm_abort((comm), &ce_);                                                           \
+        }                                                                                          \
+    } while (0)
+
+/* A check that counts its failure in (t)->failures and goes on, for tests
+ * whose ranks all reach the end and agree there on the total; t is the
+ * test's context, with `rank` and `failures`. */
+#define CHECK_COUNT(t, cond, ...)                                                                  \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "[rank %d] %s:%d: CHECK(%s) failed: ", (t)->rank, __FILE__, __LINE__,  \
+                    #cond);                                                                        \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            (t)->failures++;                                                                       \
         }                                                                                          \
     } while (0)
 

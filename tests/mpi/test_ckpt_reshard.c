@@ -34,6 +34,7 @@
 
 #include <mpi.h>
 
+#include "mpi_test_util.h"
 #include "ckpt/ckpt_internal.h"
 #include "hypershard/ckpt.h"
 #include "hypershard/fsdp.h"
@@ -45,17 +46,6 @@ typedef struct ctx {
     int failures;
     char root[128]; /* shared scratch directory */
 } ctx;
-
-#define CHECK(t, cond, ...)                                                                        \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "[rank %d] %s:%d: CHECK(%s) failed: ", (t)->rank, __FILE__, __LINE__,  \
-                    #cond);                                                                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            (t)->failures++;                                                                       \
-        }                                                                                          \
-    } while (0)
 
 /* ------------------------------------------------------------ the tensors */
 
@@ -210,12 +200,12 @@ static void check_files(ctx *c, const char *step_dir, int n_files, const char *w
     for (int r = 0; r < c->size; r++) {
         snprintf(path, sizeof path, "%s/rank-%d.bin", step_dir, r);
         int64_t b = file_size(path);
-        CHECK(c, (r < n_files) == (b >= 0), "%s: %s %s", what, path,
-              b >= 0 ? "exists" : "is missing");
+        CHECK_COUNT(c, (r < n_files) == (b >= 0), "%s: %s %s", what, path,
+                    b >= 0 ? "exists" : "is missing");
         if (b > 0) total += b;
     }
-    CHECK(c, total == actual_bytes(), "%s: data files hold %lld bytes, the tensors %lld", what,
-          (long long)total, (long long)actual_bytes());
+    CHECK_COUNT(c, total == actual_bytes(), "%s: data files hold %lld bytes, the tensors %lld",
+                what, (long long)total, (long long)actual_bytes());
 }
 
 static void test_fsdp_save_then_fsdp_load_is_bitwise(ctx *c) {
@@ -223,8 +213,8 @@ static void test_fsdp_save_then_fsdp_load_is_bitwise(ctx *c) {
     snprintf(dir, sizeof dir, "%s/fsdp", c->root);
     hs_error e;
     layout l = {c->size, c->rank};
-    CHECK(c, save(c, dir, 5, l, 2, &e) == HS_OK, "save: %s", e.msg);
-    CHECK(c, load_check(c, dir, 5, l, "fsdp->fsdp") == 0, "fsdp -> fsdp load differs");
+    CHECK_COUNT(c, save(c, dir, 5, l, 2, &e) == HS_OK, "save: %s", e.msg);
+    CHECK_COUNT(c, load_check(c, dir, 5, l, "fsdp->fsdp") == 0, "fsdp -> fsdp load differs");
     snprintf(step, sizeof step, "%s/step-5", dir);
     /* the 3-row and 2-row tensors leave ranks >= 3 and >= 2 without data */
     check_files(c, step, c->size, "fsdp files");
@@ -236,7 +226,7 @@ static void test_every_rank_of_worlds_1_to_5_reads_its_overlap(ctx *c) {
     snprintf(dir, sizeof dir, "%s/fsdp", c->root);
     hs_ckpt *k = NULL;
     hs_error e;
-    CHECK(c, hs_ckpt_open(dir, &k, &e) == HS_OK, "open: %s", e.msg);
+    CHECK_COUNT(c, hs_ckpt_open(dir, &k, &e) == HS_OK, "open: %s", e.msg);
     if (!k) return;
     for (int w = 1; w <= 5; w++)
         for (int v = 0; v < w; v++) {
@@ -246,8 +236,9 @@ static void test_every_rank_of_worlds_1_to_5_reads_its_overlap(ctx *c) {
             snprintf(what, sizeof what, "W=%d -> W=%d rank %d", c->size, w, v);
             make_tensors((layout){w, v}, 5, false, t, bufs);
             hs_status s = hs_ckpt_read(k, t, N_SPECS, &e);
-            CHECK(c, s == HS_OK, "%s: %s", what, e.msg);
-            if (s == HS_OK) CHECK(c, check_tensors(t, 5, what, c->rank) == 0, "%s differs", what);
+            CHECK_COUNT(c, s == HS_OK, "%s: %s", what, e.msg);
+            if (s == HS_OK)
+                CHECK_COUNT(c, check_tensors(t, 5, what, c->rank) == 0, "%s differs", what);
             free_bufs(bufs);
         }
     hs_ckpt_close(k);
@@ -260,12 +251,12 @@ static void test_hsdp_replicas_are_written_once_and_load_into_fsdp(ctx *c) {
     hs_error e;
     layout hsdp;
     layout_of("hsdp", c->rank, c->size, &hsdp);
-    CHECK(c, save(c, dir, 3, hsdp, 0, &e) == HS_OK, "hsdp save: %s", e.msg);
+    CHECK_COUNT(c, save(c, dir, 3, hsdp, 0, &e) == HS_OK, "hsdp save: %s", e.msg);
     snprintf(step, sizeof step, "%s/step-3", dir);
     check_files(c, step, c->size / 2, "hsdp files");
-    CHECK(c, load_check(c, dir, 3, (layout){c->size, c->rank}, "hsdp->fsdp") == 0,
-          "hsdp -> fsdp differs");
-    CHECK(c, load_check(c, dir, 3, hsdp, "hsdp->hsdp") == 0, "hsdp -> hsdp differs");
+    CHECK_COUNT(c, load_check(c, dir, 3, (layout){c->size, c->rank}, "hsdp->fsdp") == 0,
+                "hsdp -> fsdp differs");
+    CHECK_COUNT(c, load_check(c, dir, 3, hsdp, "hsdp->hsdp") == 0, "hsdp -> hsdp differs");
 }
 
 static bool exists(const char *dir, const char *name) {
@@ -280,19 +271,20 @@ static void test_keep_last_prunes_and_latest_names_the_newest(ctx *c) {
     hs_error e;
     layout l = {c->size, c->rank};
     for (int s = 1; s <= 3; s++)
-        CHECK(c, save(c, dir, s, l, 2, &e) == HS_OK, "save %d: %s", s, e.msg);
+        CHECK_COUNT(c, save(c, dir, s, l, 2, &e) == HS_OK, "save %d: %s", s, e.msg);
     /* the same step again replaces it whole */
-    CHECK(c, save(c, dir, 3, l, 2, &e) == HS_OK, "save 3 again: %s", e.msg);
+    CHECK_COUNT(c, save(c, dir, 3, l, 2, &e) == HS_OK, "save 3 again: %s", e.msg);
     if (c->rank == 0) {
         bool found = false;
-        CHECK(c, hs_ckpt_latest_read(dir, latest, sizeof latest, &found, &e) == HS_OK && found,
-              "latest");
-        CHECK(c, !strcmp(latest, "step-3"), "latest is '%s'", latest);
-        CHECK(c, !exists(dir, "step-1") && exists(dir, "step-2") && exists(dir, "step-3"),
-              "keep_last 2 should leave step-2 and step-3 only");
-        CHECK(c, !exists(dir, ".tmp-step-3"), "a temporary directory was left behind");
+        CHECK_COUNT(c,
+                    hs_ckpt_latest_read(dir, latest, sizeof latest, &found, &e) == HS_OK && found,
+                    "latest");
+        CHECK_COUNT(c, !strcmp(latest, "step-3"), "latest is '%s'", latest);
+        CHECK_COUNT(c, !exists(dir, "step-1") && exists(dir, "step-2") && exists(dir, "step-3"),
+                    "keep_last 2 should leave step-2 and step-3 only");
+        CHECK_COUNT(c, !exists(dir, ".tmp-step-3"), "a temporary directory was left behind");
     }
-    CHECK(c, load_check(c, dir, 3, l, "latest") == 0, "loading latest differs");
+    CHECK_COUNT(c, load_check(c, dir, 3, l, "latest") == 0, "loading latest differs");
 }
 
 static void test_mismatched_tables_fail_on_every_rank_naming_the_tensor(ctx *c) {
@@ -307,17 +299,19 @@ static void test_mismatched_tables_fail_on_every_rank_naming_the_tensor(ctx *c) 
     hs_ckpt_save_options opt = {.dir = dir, .keep_last = 2};
     hs_error e;
     hs_error_clear(&e);
-    CHECK(c, hs_ckpt_save(c->comm, &opt, &t, 1, &st, NULL, 0, &e) != HS_OK, "mismatch saved");
-    CHECK(c, strstr(e.msg, "'model.x' is float32 [4] on rank 0 but float32 [5] on rank 1") != NULL,
-          "message: %s", e.msg);
+    CHECK_COUNT(c, hs_ckpt_save(c->comm, &opt, &t, 1, &st, NULL, 0, &e) != HS_OK, "mismatch saved");
+    CHECK_COUNT(
+        c, strstr(e.msg, "'model.x' is float32 [4] on rank 0 but float32 [5] on rank 1") != NULL,
+        "message: %s", e.msg);
     /* every rank holds only rows of its own, but rank 1 leaves its rows out: a hole */
     hs_ckpt_tensor_dim0(&t, "model.y", HS_DTYPE_F32, 1, (int64_t[]){8}, c->size, c->rank, buf);
     if (c->rank == 1) t.size[0] = 0;
     hs_error_clear(&e);
-    CHECK(c, hs_ckpt_save(c->comm, &opt, &t, 1, &st, NULL, 0, &e) != HS_OK, "hole saved");
-    CHECK(c, strstr(e.msg, "'model.y' [8]: its chunks cover") != NULL, "message: %s", e.msg);
+    CHECK_COUNT(c, hs_ckpt_save(c->comm, &opt, &t, 1, &st, NULL, 0, &e) != HS_OK, "hole saved");
+    CHECK_COUNT(c, strstr(e.msg, "'model.y' [8]: its chunks cover") != NULL, "message: %s", e.msg);
     if (c->rank == 0)
-        CHECK(c, !exists(dir, "step-1") && !exists(dir, "latest"), "a failed save left files");
+        CHECK_COUNT(c, !exists(dir, "step-1") && !exists(dir, "latest"),
+                    "a failed save left files");
 }
 
 static void test_missing_tensor_fails_the_collective_load_on_every_rank(ctx *c) {
@@ -329,11 +323,11 @@ static void test_missing_tensor_fails_the_collective_load_on_every_rank(ctx *c) 
                         HS_DTYPE_F32, 1, (int64_t[]){3}, buf);
     hs_error e;
     hs_error_clear(&e);
-    CHECK(c, hs_ckpt_load(c->comm, dir, &t, 1, NULL, &e) != HS_OK,
-          "load of a missing tensor passed");
+    CHECK_COUNT(c, hs_ckpt_load(c->comm, dir, &t, 1, NULL, &e) != HS_OK,
+                "load of a missing tensor passed");
     const char *want = c->rank == c->size - 1 ? "has no tensor 'model.absent'"
                                               : "checkpoint load failed on rank";
-    CHECK(c, strstr(e.msg, want) != NULL, "message: %s", e.msg);
+    CHECK_COUNT(c, strstr(e.msg, want) != NULL, "message: %s", e.msg);
 }
 
 /* A save that cannot publish (step-7 exists as a plain file) fails on every
@@ -349,16 +343,16 @@ static void test_failed_publish_leaves_latest_and_no_temporary_dir(ctx *c) {
     MPI_Barrier(MPI_COMM_WORLD);
     hs_error e;
     hs_error_clear(&e);
-    CHECK(c, save(c, dir, 7, (layout){c->size, c->rank}, 2, &e) != HS_OK,
-          "save over a file passed");
+    CHECK_COUNT(c, save(c, dir, 7, (layout){c->size, c->rank}, 2, &e) != HS_OK,
+                "save over a file passed");
     const char *want = c->rank == 0 ? "cannot rename"
                                     : "checkpoint save: publishing failed on rank 0";
-    CHECK(c, strstr(e.msg, want) != NULL, "message: %s", e.msg);
+    CHECK_COUNT(c, strstr(e.msg, want) != NULL, "message: %s", e.msg);
     if (c->rank == 0) {
         bool found = false;
         hs_ckpt_latest_read(dir, latest, sizeof latest, &found, &e);
-        CHECK(c, found && !strcmp(latest, "step-3"), "latest is '%s'", latest);
-        CHECK(c, !exists(dir, ".tmp-step-7"), "the temporary directory was left behind");
+        CHECK_COUNT(c, found && !strcmp(latest, "step-3"), "latest is '%s'", latest);
+        CHECK_COUNT(c, !exists(dir, ".tmp-step-7"), "the temporary directory was left behind");
         unlink(path);
     }
 }
@@ -377,19 +371,20 @@ static void test_rank0_reports_progress_bytes_and_rate(ctx *c) {
     hs_ckpt_save_options opt = {.dir = dir, .keep_last = 1, .log = &log, .progress_bytes = 1};
     hs_error e;
     char saved[300] = "";
-    CHECK(c, hs_ckpt_save(c->comm, &opt, t, N_SPECS, &st, saved, sizeof saved, &e) == HS_OK, "%s",
-          e.msg);
+    CHECK_COUNT(c, hs_ckpt_save(c->comm, &opt, t, N_SPECS, &st, saved, sizeof saved, &e) == HS_OK,
+                "%s", e.msg);
     char text[4096] = "";
     rewind(log.out);
     size_t n = fread(text, 1, sizeof text - 1, log.out);
     text[n] = '\0';
     fclose(log.out);
     if (c->rank == 0) {
-        CHECK(c, strstr(text, "checkpoint: step-9 rank 0 wrote") && strstr(text, "MB/s"), "log: %s",
-              text);
-        CHECK(c, strstr(text, "checkpoint: saved ") && strstr(text, "10 tensors"), "log: %s", text);
+        CHECK_COUNT(c, strstr(text, "checkpoint: step-9 rank 0 wrote") && strstr(text, "MB/s"),
+                    "log: %s", text);
+        CHECK_COUNT(c, strstr(text, "checkpoint: saved ") && strstr(text, "10 tensors"), "log: %s",
+                    text);
     }
-    CHECK(c, strstr(saved, "/progress/step-9") != NULL, "saved path '%s'", saved);
+    CHECK_COUNT(c, strstr(saved, "/progress/step-9") != NULL, "saved path '%s'", saved);
     free_bufs(bufs);
 }
 

@@ -25,6 +25,7 @@
 
 #include <mpi.h>
 
+#include "mpi_test_util.h"
 #include "comm/mpi_group.h"
 #include "hypershard/comm.h"
 
@@ -40,17 +41,6 @@ typedef struct ctx {
     bool ring;
     const char *path;
 } ctx;
-
-#define CHECK(t, cond, ...)                                                                        \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "[rank %d] %s:%d: CHECK(%s) failed: ", (t)->rank, __FILE__, __LINE__,  \
-                    #cond);                                                                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            (t)->failures++;                                                                       \
-        }                                                                                          \
-    } while (0)
 
 static const hs_dtype dtypes[3] = {HS_DTYPE_F32, HS_DTYPE_BF16, HS_DTYPE_F16};
 static const char *reduce_name[HS_REDUCE_OP_COUNT] = {"sum", "avg", "max"};
@@ -116,13 +106,13 @@ static void test_all_gather_out_of_place_matches_concatenation(ctx *t) {
             void *in = make_input(t->grank, n, dt, 1);
             void *out = calloc((size_t)(n * t->gsize), hs_dtype_size(dt));
             hs_error e;
-            CHECK(t, hs_pg_all_gather(t->g, NULL, out, in, n, dt, &e) == HS_OK, "%s", e.msg);
+            CHECK_COUNT(t, hs_pg_all_gather(t->g, NULL, out, in, n, dt, &e) == HS_OK, "%s", e.msg);
             int bad = 0;
             for (int r = 0; r < t->gsize; r++)
                 for (int64_t i = 0; i < n; i++)
                     bad += load(out, dt, r * n + i) != input_value(r, i, dt, 1);
-            CHECK(t, bad == 0, "%s all_gather %s count %lld: %d wrong elements", t->path,
-                  hs_dtype_name(dt), (long long)n, bad);
+            CHECK_COUNT(t, bad == 0, "%s all_gather %s count %lld: %d wrong elements", t->path,
+                        hs_dtype_name(dt), (long long)n, bad);
             free(in);
             free(out);
         }
@@ -137,16 +127,16 @@ static void test_all_gather_in_place_when_in_is_own_block(ctx *t) {
         void *mine = make_input(t->grank, n, dt, 2);
         memcpy(out + (size_t)(t->grank * n) * es, mine, (size_t)n * es);
         hs_error e;
-        CHECK(t,
-              hs_pg_all_gather(t->g, NULL, out, out + (size_t)(t->grank * n) * es, n, dt, &e) ==
-                  HS_OK,
-              "%s", e.msg);
+        CHECK_COUNT(t,
+                    hs_pg_all_gather(t->g, NULL, out, out + (size_t)(t->grank * n) * es, n, dt,
+                                     &e) == HS_OK,
+                    "%s", e.msg);
         int bad = 0;
         for (int r = 0; r < t->gsize; r++)
             for (int64_t i = 0; i < n; i++)
                 bad += load(out, dt, r * n + i) != input_value(r, i, dt, 2);
-        CHECK(t, bad == 0, "%s in-place all_gather %s: %d wrong elements", t->path,
-              hs_dtype_name(dt), bad);
+        CHECK_COUNT(t, bad == 0, "%s in-place all_gather %s: %d wrong elements", t->path,
+                    hs_dtype_name(dt), bad);
         free(mine);
         free(out);
     }
@@ -160,12 +150,12 @@ static void check_reduce_scatter(ctx *t, hs_dtype dt, hs_reduce_op op, int64_t n
     char *in = make_input(t->grank, n * t->gsize, dt, 3);
     char *out = in_place ? in + (size_t)(t->grank * n) * es : calloc((size_t)n, es);
     hs_error e;
-    CHECK(t, hs_pg_reduce_scatter(t->g, NULL, out, in, n, dt, op, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_pg_reduce_scatter(t->g, NULL, out, in, n, dt, op, &e) == HS_OK, "%s", e.msg);
     int bad = 0;
     for (int64_t i = 0; i < n; i++)
         bad += load(out, dt, i) != reference(t, t->grank, t->grank * n + i, dt, op, 3);
-    CHECK(t, bad == 0, "%s %sreduce_scatter %s %s count %lld: %d wrong elements", t->path,
-          in_place ? "in-place " : "", hs_dtype_name(dt), reduce_name[op], (long long)n, bad);
+    CHECK_COUNT(t, bad == 0, "%s %sreduce_scatter %s %s count %lld: %d wrong elements", t->path,
+                in_place ? "in-place " : "", hs_dtype_name(dt), reduce_name[op], (long long)n, bad);
     if (!in_place) free(out);
     free(in);
 }
@@ -200,14 +190,15 @@ static void test_all_reduce_uneven_counts_match_reference_bitwise(ctx *t) {
                 int64_t n = counts[k];
                 void *buf = make_input(t->grank, n, dt, 4);
                 hs_error e;
-                CHECK(t, hs_pg_all_reduce(t->g, NULL, buf, n, dt, (hs_reduce_op)op, &e) == HS_OK,
-                      "%s", e.msg);
+                CHECK_COUNT(t,
+                            hs_pg_all_reduce(t->g, NULL, buf, n, dt, (hs_reduce_op)op, &e) == HS_OK,
+                            "%s", e.msg);
                 int bad = 0;
                 for (int64_t i = 0; i < n; i++)
                     bad += load(buf, dt, i) !=
                            reference(t, chunk_of(n, t->gsize, i), i, dt, (hs_reduce_op)op, 4);
-                CHECK(t, bad == 0, "%s all_reduce %s %s count %lld: %d wrong elements", t->path,
-                      hs_dtype_name(dt), reduce_name[op], (long long)n, bad);
+                CHECK_COUNT(t, bad == 0, "%s all_reduce %s %s count %lld: %d wrong elements",
+                            t->path, hs_dtype_name(dt), reduce_name[op], (long long)n, bad);
                 free(buf);
             }
 }
@@ -218,15 +209,15 @@ static void test_all_reduce_bf16_integers_is_exact_sum(ctx *t) {
     uint16_t *buf = malloc(n * sizeof *buf);
     for (int64_t i = 0; i < n; i++) buf[i] = hs_f32_to_bf16((float)((i + t->grank) % 7));
     hs_error e;
-    CHECK(t, hs_pg_all_reduce(t->g, NULL, buf, n, HS_DTYPE_BF16, HS_REDUCE_SUM, &e) == HS_OK, "%s",
-          e.msg);
+    CHECK_COUNT(t, hs_pg_all_reduce(t->g, NULL, buf, n, HS_DTYPE_BF16, HS_REDUCE_SUM, &e) == HS_OK,
+                "%s", e.msg);
     int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         int want = 0;
         for (int r = 0; r < t->gsize; r++) want += (int)((i + r) % 7);
         bad += hs_bf16_to_f32(buf[i]) != (float)want;
     }
-    CHECK(t, bad == 0, "%s bf16 integer all_reduce: %d wrong elements", t->path, bad);
+    CHECK_COUNT(t, bad == 0, "%s bf16 integer all_reduce: %d wrong elements", t->path, bad);
     free(buf);
 }
 
@@ -281,18 +272,19 @@ static void test_max_edge_values_bitwise(ctx *t) {
         hs_error e;
         void *buf = max_edge_buffer(0, n, t->grank, t->gsize, dt),
              *want = max_edge_buffer(0, n, -1, t->gsize, dt);
-        CHECK(t, hs_pg_all_reduce(t->g, NULL, buf, n, dt, HS_REDUCE_MAX, &e) == HS_OK, "%s", e.msg);
-        CHECK(t, !memcmp(buf, want, (size_t)n * es), "%s all_reduce max edge values %s differ",
-              t->path, hs_dtype_name(dt));
+        CHECK_COUNT(t, hs_pg_all_reduce(t->g, NULL, buf, n, dt, HS_REDUCE_MAX, &e) == HS_OK, "%s",
+                    e.msg);
+        CHECK_COUNT(t, !memcmp(buf, want, (size_t)n * es),
+                    "%s all_reduce max edge values %s differ", t->path, hs_dtype_name(dt));
         free(buf);
         free(want);
         void *in = max_edge_buffer(0, n * t->gsize, t->grank, t->gsize, dt),
              *out = malloc((size_t)n * es);
         want = max_edge_buffer((int64_t)t->grank * n, n, -1, t->gsize, dt);
-        CHECK(t, hs_pg_reduce_scatter(t->g, NULL, out, in, n, dt, HS_REDUCE_MAX, &e) == HS_OK, "%s",
-              e.msg);
-        CHECK(t, !memcmp(out, want, (size_t)n * es), "%s reduce_scatter max edge values %s differ",
-              t->path, hs_dtype_name(dt));
+        CHECK_COUNT(t, hs_pg_reduce_scatter(t->g, NULL, out, in, n, dt, HS_REDUCE_MAX, &e) == HS_OK,
+                    "%s", e.msg);
+        CHECK_COUNT(t, !memcmp(out, want, (size_t)n * es),
+                    "%s reduce_scatter max edge values %s differ", t->path, hs_dtype_name(dt));
         free(in);
         free(out);
         free(want);
@@ -314,9 +306,9 @@ static void test_paths_differ_only_in_16bit_roundings(ctx *t) {
                          reference(&shm, 0, i, dt, HS_REDUCE_SUM, 3);
         }
     }
-    CHECK(t, differ[0] == 0, "f32 references differ in %d elements", differ[0]);
-    CHECK(t, differ[1] > 0,
-          "bf16 references agree everywhere: the test cannot tell the paths apart");
+    CHECK_COUNT(t, differ[0] == 0, "f32 references differ in %d elements", differ[0]);
+    CHECK_COUNT(t, differ[1] > 0,
+                "bf16 references agree everywhere: the test cannot tell the paths apart");
 }
 
 /* Every reduction test on one group. */
@@ -344,14 +336,16 @@ static bool takes_ring(const hs_pg *g) { return ((const hs_mpi_group *)g->ctx)->
 static void test_reductions_on_both_paths(ctx *t) {
     hs_pg *rev = NULL, *ring = NULL;
     hs_error e;
-    CHECK(t, hs_comm_split(t->comm, "reversed_world", 3, -t->rank, &rev, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_comm_split(t->comm, "reversed_world", 3, -t->rank, &rev, &e) == HS_OK, "%s",
+                e.msg);
     setenv("HS_COMM_SHM", "0", 1);
-    CHECK(t, hs_comm_split(t->comm, "ring_world", 3, t->rank, &ring, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_comm_split(t->comm, "ring_world", 3, t->rank, &ring, &e) == HS_OK, "%s",
+                e.msg);
     unsetenv("HS_COMM_SHM");
     if (!rev || !ring) return;
-    CHECK(t, takes_ring(ring), "a group created under HS_COMM_SHM=0 must take the ring path");
-    CHECK(t, takes_ring(rev) == takes_ring(t->world),
-          "world and reversed world chose different paths");
+    CHECK_COUNT(t, takes_ring(ring), "a group created under HS_COMM_SHM=0 must take the ring path");
+    CHECK_COUNT(t, takes_ring(rev) == takes_ring(t->world),
+                "world and reversed world chose different paths");
     if (t->size > 1 && takes_ring(t->world) && t->rank == 0)
         printf(
             "note: cross-process reads are refused here; the intra-node tests run on the ring\n");
@@ -367,10 +361,11 @@ static void test_broadcast_from_last_rank_reaches_everyone(ctx *t) {
         int root = t->size - 1;
         void *buf = make_input(t->rank == root ? root : 1000 + t->rank, n, dt, 5);
         hs_error e;
-        CHECK(t, hs_pg_broadcast(t->world, NULL, buf, n, dt, root, &e) == HS_OK, "%s", e.msg);
+        CHECK_COUNT(t, hs_pg_broadcast(t->world, NULL, buf, n, dt, root, &e) == HS_OK, "%s", e.msg);
         int bad = 0;
         for (int64_t i = 0; i < n; i++) bad += load(buf, dt, i) != input_value(root, i, dt, 5);
-        CHECK(t, bad == 0, "broadcast %s from %d: %d wrong elements", hs_dtype_name(dt), root, bad);
+        CHECK_COUNT(t, bad == 0, "broadcast %s from %d: %d wrong elements", hs_dtype_name(dt), root,
+                    bad);
         free(buf);
     }
 }
@@ -386,11 +381,12 @@ static void test_all_to_all_transposes_blocks(ctx *t) {
     for (int j = 0; j < t->size; j++)
         for (int64_t i = 0; i < n; i++) in[j * n + i] = a2a_value(t->rank, j, i);
     hs_error e;
-    CHECK(t, hs_pg_all_to_all(t->world, NULL, out, in, n, HS_DTYPE_F32, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_pg_all_to_all(t->world, NULL, out, in, n, HS_DTYPE_F32, &e) == HS_OK, "%s",
+                e.msg);
     int bad = 0;
     for (int r = 0; r < t->size; r++)
         for (int64_t i = 0; i < n; i++) bad += out[r * n + i] != a2a_value(r, t->rank, i);
-    CHECK(t, bad == 0, "all_to_all: %d wrong elements", bad);
+    CHECK_COUNT(t, bad == 0, "all_to_all: %d wrong elements", bad);
     free(in);
     free(out);
 }
@@ -411,13 +407,13 @@ static void test_all_to_allv_uneven_counts_land_at_displacements(ctx *t) {
             in[sd[j] + i] = hs_f32_to_bf16(a2a_value(t->rank, j, i));
     hs_work *wk = hs_pg_all_to_allv_async(t->world, NULL, out, rc, rd, in, sc, sd, HS_DTYPE_BF16);
     hs_error e;
-    CHECK(t, hs_work_wait(wk, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_work_wait(wk, &e) == HS_OK, "%s", e.msg);
     int bad = 0;
     for (int r = 0; r < w; r++)
         for (int64_t i = 0; i < rc[r]; i++)
             bad += hs_bf16_to_f32(out[rd[r] + i]) !=
                    hs_round_to(HS_DTYPE_BF16, a2a_value(r, t->rank, i));
-    CHECK(t, bad == 0, "all_to_allv: %d wrong elements", bad);
+    CHECK_COUNT(t, bad == 0, "all_to_allv: %d wrong elements", bad);
     free(in), free(out), free(sc), free(sd), free(rc), free(rd);
 }
 
@@ -438,11 +434,11 @@ static void test_send_recv_ring_pass(ctx *t) {
         w2 = hs_pg_send_async(t->world, NULL, sb, n, HS_DTYPE_F32, right, 5);
     }
     hs_error e;
-    CHECK(t, hs_work_wait(w1, &e) == HS_OK, "%s", e.msg);
-    CHECK(t, hs_work_wait(w2, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_work_wait(w1, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_work_wait(w2, &e) == HS_OK, "%s", e.msg);
     int bad = 0;
     for (int64_t i = 0; i < n; i++) bad += rb[i] != (float)(left * 7 + i % 100);
-    CHECK(t, bad == 0, "recv from %d: %d wrong elements", left, bad);
+    CHECK_COUNT(t, bad == 0, "recv from %d: %d wrong elements", left, bad);
     free(sb);
     free(rb);
 }
@@ -473,8 +469,8 @@ static void check_device_bits(ctx *t, hs_stream *s, const void *dev, const void 
     void *got = malloc(bytes);
     hs_device_copy_async(s, got, dev, bytes, HS_COPY_D2H);
     hs_stream_synchronize(s);
-    CHECK(t, memcmp(got, ref, bytes) == 0, "%s on a stream differs from the NULL-stream form",
-          what);
+    CHECK_COUNT(t, memcmp(got, ref, bytes) == 0, "%s on a stream differs from the NULL-stream form",
+                what);
     free(got);
 }
 
@@ -483,10 +479,10 @@ static void check_device_bits(ctx *t, hs_stream *s, const void *dev, const void 
     do {                                                                                           \
         int before_ = stream_syncs;                                                                \
         hs_work *w_ = (issue);                                                                     \
-        CHECK(t, stream_syncs == before_ + 1, "%s: issue synchronized its stream %d times", what,  \
-              stream_syncs - before_);                                                             \
+        CHECK_COUNT(t, stream_syncs == before_ + 1, "%s: issue synchronized its stream %d times",  \
+                    what, stream_syncs - before_);                                                 \
         hs_error we_;                                                                              \
-        CHECK(t, hs_work_wait_stream(w_, s, &we_) == HS_OK, "%s: %s", what, we_.msg);              \
+        CHECK_COUNT(t, hs_work_wait_stream(w_, s, &we_) == HS_OK, "%s: %s", what, we_.msg);        \
     } while (0)
 
 static void stream_ring_pass(ctx *t, hs_stream *s, void *rb, const void *sb, int64_t n) {
@@ -500,14 +496,14 @@ static void stream_ring_pass(ctx *t, hs_stream *s, void *rb, const void *sb, int
         w1 = hs_pg_recv_async(t->world, s, rb, n, HS_DTYPE_F32, left, 6);
         w2 = hs_pg_send_async(t->world, s, sb, n, HS_DTYPE_F32, right, 6);
     }
-    CHECK(t, hs_work_wait_stream(w1, s, &e) == HS_OK, "%s", e.msg);
-    CHECK(t, hs_work_wait_stream(w2, s, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_work_wait_stream(w1, s, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_work_wait_stream(w2, s, &e) == HS_OK, "%s", e.msg);
 }
 
 static void test_stream_forms_match_null_stream_bitwise(ctx *t) {
     hs_device *d = NULL;
     hs_error e;
-    CHECK(t, hs_device_create(HS_DEVICE_CPU, NULL, &d, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_device_create(HS_DEVICE_CPU, NULL, &d, &e) == HS_OK, "%s", e.msg);
     if (!d) return;
     const hs_device_ops *cpu_ops = d->ops;
     hs_device_ops counting = *cpu_ops;
@@ -515,13 +511,14 @@ static void test_stream_forms_match_null_stream_bitwise(ctx *t) {
     counting.stream_synchronize = counting_stream_synchronize;
     d->ops = &counting;
     hs_stream *s = NULL;
-    CHECK(t, hs_stream_create(d, &s, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_stream_create(d, &s, &e) == HS_OK, "%s", e.msg);
     const int64_t n = 1000, W = t->size;
 
     /* all-gather, fp32, async */
     void *in = make_input(t->rank, n, HS_DTYPE_F32, 81);
     void *ref = malloc((size_t)(W * n) * sizeof(float));
-    CHECK(t, hs_pg_all_gather(t->world, NULL, ref, in, n, HS_DTYPE_F32, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_pg_all_gather(t->world, NULL, ref, in, n, HS_DTYPE_F32, &e) == HS_OK, "%s",
+                e.msg);
     void *din = to_device(s, in, (size_t)n * sizeof(float));
     void *dout = hs_device_alloc(d, (size_t)(W * n) * sizeof(float));
     ISSUED_ON(t, s, hs_pg_all_gather_async(t->world, s, dout, din, n, HS_DTYPE_F32), "all_gather");
@@ -534,16 +531,16 @@ static void test_stream_forms_match_null_stream_bitwise(ctx *t) {
     ref = malloc((size_t)n * es);
     hs_work *w =
         hs_pg_reduce_scatter_async(t->world, NULL, ref, in, n, HS_DTYPE_BF16, HS_REDUCE_AVG);
-    CHECK(t, hs_work_wait_stream(w, NULL, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_work_wait_stream(w, NULL, &e) == HS_OK, "%s", e.msg);
     din = to_device(s, in, (size_t)(W * n) * es);
     dout = hs_device_alloc(d, (size_t)n * es);
     int before = stream_syncs;
-    CHECK(t,
-          hs_pg_reduce_scatter(t->world, s, dout, din, n, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) ==
-              HS_OK,
-          "%s", e.msg);
-    CHECK(t, stream_syncs == before + 1, "reduce_scatter synchronized its stream %d times",
-          stream_syncs - before);
+    CHECK_COUNT(t,
+                hs_pg_reduce_scatter(t->world, s, dout, din, n, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) ==
+                    HS_OK,
+                "%s", e.msg);
+    CHECK_COUNT(t, stream_syncs == before + 1, "reduce_scatter synchronized its stream %d times",
+                stream_syncs - before);
     check_device_bits(t, s, dout, ref, (size_t)n * es, "reduce_scatter");
     hs_device_free_mem(d, din), hs_device_free_mem(d, dout), free(in), free(ref);
 
@@ -551,8 +548,9 @@ static void test_stream_forms_match_null_stream_bitwise(ctx *t) {
     es = hs_dtype_size(HS_DTYPE_F16);
     in = make_input(t->rank, n, HS_DTYPE_F16, 83);
     din = to_device(s, in, (size_t)n * es);
-    CHECK(t, hs_pg_all_reduce(t->world, NULL, in, n, HS_DTYPE_F16, HS_REDUCE_SUM, &e) == HS_OK,
-          "%s", e.msg);
+    CHECK_COUNT(t,
+                hs_pg_all_reduce(t->world, NULL, in, n, HS_DTYPE_F16, HS_REDUCE_SUM, &e) == HS_OK,
+                "%s", e.msg);
     ISSUED_ON(t, s, hs_pg_all_reduce_async(t->world, s, din, n, HS_DTYPE_F16, HS_REDUCE_SUM),
               "all_reduce");
     check_device_bits(t, s, din, in, (size_t)n * es, "all_reduce");
@@ -567,8 +565,8 @@ static void test_stream_forms_match_null_stream_bitwise(ctx *t) {
         dout = hs_device_alloc(d, (size_t)n * sizeof(float));
         before = stream_syncs;
         stream_ring_pass(t, s, dout, din, n);
-        CHECK(t, stream_syncs == before + 2, "send + recv synchronized their stream %d times",
-              stream_syncs - before);
+        CHECK_COUNT(t, stream_syncs == before + 2, "send + recv synchronized their stream %d times",
+                    stream_syncs - before);
         check_device_bits(t, s, dout, ref, (size_t)n * sizeof(float), "send/recv");
         hs_device_free_mem(d, din), hs_device_free_mem(d, dout), free(in), free(ref);
     }
@@ -582,35 +580,40 @@ static void test_barrier_and_work_test_complete(ctx *t) {
     while (!hs_work_test(w)) {
     }
     hs_error e;
-    CHECK(t, hs_work_wait(w, &e) == HS_OK, "%s", e.msg);
-    CHECK(t, hs_pg_barrier(t->world, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_work_wait(w, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_pg_barrier(t->world, &e) == HS_OK, "%s", e.msg);
 }
 
 static void test_split_orders_by_key_and_caches_by_name(ctx *t) {
     hs_pg *rev = NULL, *again = NULL, *none = (hs_pg *)1, *none2 = (hs_pg *)1;
     hs_error e;
     /* One group, keyed in reverse: group rank = size-1-world rank. */
-    CHECK(t, hs_comm_split(t->comm, "reversed", 7, -t->rank, &rev, &e) == HS_OK, "%s", e.msg);
-    CHECK(t, rev && hs_pg_size(rev) == t->size, "reversed group size");
-    CHECK(t, rev && hs_pg_rank(rev) == t->size - 1 - t->rank, "group rank %d",
-          rev ? hs_pg_rank(rev) : -1);
-    CHECK(t, rev && hs_pg_world_rank(rev, 0) == t->size - 1, "world rank of group rank 0");
-    CHECK(t, !strcmp(hs_pg_name(rev), "reversed"), "name %s", hs_pg_name(rev));
+    CHECK_COUNT(t, hs_comm_split(t->comm, "reversed", 7, -t->rank, &rev, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, rev && hs_pg_size(rev) == t->size, "reversed group size");
+    CHECK_COUNT(t, rev && hs_pg_rank(rev) == t->size - 1 - t->rank, "group rank %d",
+                rev ? hs_pg_rank(rev) : -1);
+    CHECK_COUNT(t, rev && hs_pg_world_rank(rev, 0) == t->size - 1, "world rank of group rank 0");
+    CHECK_COUNT(t, !strcmp(hs_pg_name(rev), "reversed"), "name %s", hs_pg_name(rev));
     /* The same name again: the cached group, whatever the arguments. */
-    CHECK(t, hs_comm_split(t->comm, "reversed", 99, 0, &again, &e) == HS_OK, "%s", e.msg);
-    CHECK(t, again == rev, "cached group differs");
+    CHECK_COUNT(t, hs_comm_split(t->comm, "reversed", 99, 0, &again, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, again == rev, "cached group differs");
     /* Colour < 0 on odd ranks: no group there, twice. */
-    CHECK(t, hs_comm_split(t->comm, "evens_only", t->rank % 2 ? -1 : 0, 0, &none, &e) == HS_OK,
-          "%s", e.msg);
-    CHECK(t, hs_comm_split(t->comm, "evens_only", t->rank % 2 ? -1 : 0, 0, &none2, &e) == HS_OK,
-          "%s", e.msg);
-    CHECK(t, (t->rank % 2 != 0) == (none == NULL) && none == none2, "colour < 0 must give NULL");
-    CHECK(t, hs_comm_world(t->comm) == t->world && !strcmp(hs_pg_name(t->world), "world"), "world");
+    CHECK_COUNT(t,
+                hs_comm_split(t->comm, "evens_only", t->rank % 2 ? -1 : 0, 0, &none, &e) == HS_OK,
+                "%s", e.msg);
+    CHECK_COUNT(t,
+                hs_comm_split(t->comm, "evens_only", t->rank % 2 ? -1 : 0, 0, &none2, &e) == HS_OK,
+                "%s", e.msg);
+    CHECK_COUNT(t, (t->rank % 2 != 0) == (none == NULL) && none == none2,
+                "colour < 0 must give NULL");
+    CHECK_COUNT(t, hs_comm_world(t->comm) == t->world && !strcmp(hs_pg_name(t->world), "world"),
+                "world");
     if (none) {
         float evens = 1.0f;
-        CHECK(t, hs_pg_all_reduce(none, NULL, &evens, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK,
-              "%s", e.msg);
-        CHECK(t, evens == (float)((t->size + 1) / 2), "even ranks counted %g", evens);
+        CHECK_COUNT(
+            t, hs_pg_all_reduce(none, NULL, &evens, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK,
+            "%s", e.msg);
+        CHECK_COUNT(t, evens == (float)((t->size + 1) / 2), "even ranks counted %g", evens);
     }
 }
 
@@ -625,9 +628,10 @@ static float interleave_value(int world_rank, int k, int64_t i) {
 static void test_groups_interleaved_async(ctx *t) {
     hs_pg *par = NULL, *ring = NULL;
     hs_error e;
-    CHECK(t, hs_comm_split(t->comm, "parity", t->rank % 2, t->rank, &par, &e) == HS_OK, "%s",
-          e.msg);
-    CHECK(t, hs_comm_split(t->comm, "ring_world", 3, t->rank, &ring, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_comm_split(t->comm, "parity", t->rank % 2, t->rank, &par, &e) == HS_OK, "%s",
+                e.msg);
+    CHECK_COUNT(t, hs_comm_split(t->comm, "ring_world", 3, t->rank, &ring, &e) == HS_OK, "%s",
+                e.msg);
     enum { ROUNDS = 9, N = 2000 };
     hs_pg *groups[3] = {t->world, par, ring};
     float *in[ROUNDS], *out[ROUNDS];
@@ -646,7 +650,8 @@ static void test_groups_interleaved_async(ctx *t) {
         else
             w[k] = hs_pg_all_gather_async(g, NULL, out[k], in[k] + (size_t)gr * N, N, HS_DTYPE_F32);
     }
-    for (int k = ROUNDS - 1; k >= 0; k--) CHECK(t, hs_work_wait(w[k], &e) == HS_OK, "%s", e.msg);
+    for (int k = ROUNDS - 1; k >= 0; k--)
+        CHECK_COUNT(t, hs_work_wait(w[k], &e) == HS_OK, "%s", e.msg);
     int bad = 0;
     for (int k = 0; k < ROUNDS; k++) {
         hs_pg *g = groups[k % 3];
@@ -669,7 +674,7 @@ static void test_groups_interleaved_async(ctx *t) {
         free(in[k]);
         free(out[k]);
     }
-    CHECK(t, bad == 0, "interleaved groups: %d wrong elements", bad);
+    CHECK_COUNT(t, bad == 0, "interleaved groups: %d wrong elements", bad);
 }
 
 static void test_every_collective_is_counted_in_the_trace(ctx *t) {
@@ -681,14 +686,15 @@ static void test_every_collective_is_counted_in_the_trace(ctx *t) {
     hs_pg_all_reduce(t->world, NULL, x, 32, HS_DTYPE_BF16, HS_REDUCE_AVG, &e);
     hs_pg_all_gather(t->world, NULL, y, x, 64 / t->size, HS_DTYPE_F32, &e);
     hs_pg_barrier(t->world, &e);
-    CHECK(t, hs_trace_collectives(tr, "all_reduce", "world") == 2, "all_reduce count %lld",
-          (long long)hs_trace_collectives(tr, "all_reduce", "world"));
-    CHECK(t, hs_trace_collective_bytes(tr, "all_reduce", "world") == 64 * 4 + 32 * 2,
-          "all_reduce bytes");
-    CHECK(t, hs_trace_collective_bytes(tr, "all_gather", "world") == (64 / t->size) * t->size * 4,
-          "all_gather bytes");
-    CHECK(t, hs_trace_collectives(tr, "barrier", NULL) == 1, "barrier count");
-    CHECK(t, hs_trace_collectives(tr, NULL, NULL) == 4, "total count");
+    CHECK_COUNT(t, hs_trace_collectives(tr, "all_reduce", "world") == 2, "all_reduce count %lld",
+                (long long)hs_trace_collectives(tr, "all_reduce", "world"));
+    CHECK_COUNT(t, hs_trace_collective_bytes(tr, "all_reduce", "world") == 64 * 4 + 32 * 2,
+                "all_reduce bytes");
+    CHECK_COUNT(
+        t, hs_trace_collective_bytes(tr, "all_gather", "world") == (64 / t->size) * t->size * 4,
+        "all_gather bytes");
+    CHECK_COUNT(t, hs_trace_collectives(tr, "barrier", NULL) == 1, "barrier count");
+    CHECK_COUNT(t, hs_trace_collectives(tr, NULL, NULL) == 4, "total count");
 }
 
 /* A second context in the same process (MPI is reused, not re-initialised)
@@ -700,31 +706,32 @@ static void test_second_context_traces_span_with_group_bytes_dtype_seq(ctx *t, i
     hs_comm_options opt = {.timeout_s = 60, .trace = tr};
     hs_comm *c2 = NULL;
     hs_error e;
-    CHECK(t, hs_comm_init(&c2, argc, argv, &opt, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_comm_init(&c2, argc, argv, &opt, &e) == HS_OK, "%s", e.msg);
     if (!c2) return;
     uint16_t x[48] = {0};
-    CHECK(t,
-          hs_pg_all_reduce(hs_comm_world(c2), NULL, x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) ==
-              HS_OK,
-          "%s", e.msg);
-    CHECK(t,
-          hs_pg_all_reduce(hs_comm_world(c2), NULL, x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) ==
-              HS_OK,
-          "%s", e.msg);
+    CHECK_COUNT(
+        t,
+        hs_pg_all_reduce(hs_comm_world(c2), NULL, x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) == HS_OK,
+        "%s", e.msg);
+    CHECK_COUNT(
+        t,
+        hs_pg_all_reduce(hs_comm_world(c2), NULL, x, 48, HS_DTYPE_BF16, HS_REDUCE_AVG, &e) == HS_OK,
+        "%s", e.msg);
     char *body = NULL;
     size_t len = 0;
-    CHECK(t, hs_trace_serialize(tr, 0.0, &body, &len, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_trace_serialize(tr, 0.0, &body, &len, &e) == HS_OK, "%s", e.msg);
     const char *want = "\"group\":\"world\",\"bytes\":96,\"dtype\":\"bfloat16\",\"seq\":2";
-    CHECK(t, body && strstr(body, want) && strstr(body, "all_reduce"), "trace lacks %s: %.300s",
-          want, body ? body : "");
+    CHECK_COUNT(t, body && strstr(body, want) && strstr(body, "all_reduce"),
+                "trace lacks %s: %.300s", want, body ? body : "");
     free(body);
     hs_comm_finalize(c2);
     hs_trace_free(tr);
     /* The first context still works after the second is gone. */
     float one = 1.0f;
-    CHECK(t, hs_pg_all_reduce(t->world, NULL, &one, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK,
-          "%s", e.msg);
-    CHECK(t, one == (float)t->size, "all_reduce after second context: %g", one);
+    CHECK_COUNT(t,
+                hs_pg_all_reduce(t->world, NULL, &one, 1, HS_DTYPE_F32, HS_REDUCE_SUM, &e) == HS_OK,
+                "%s", e.msg);
+    CHECK_COUNT(t, one == (float)t->size, "all_reduce after second context: %g", one);
 }
 
 int main(int argc, char **argv) {

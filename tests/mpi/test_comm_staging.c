@@ -26,6 +26,7 @@
 
 #include <mpi.h>
 
+#include "mpi_test_util.h"
 #include "comm/group.h"
 #include "hypershard/comm.h"
 
@@ -37,17 +38,6 @@ typedef struct ctx {
     hs_device *d;
     hs_stream *s;
 } ctx;
-
-#define CHECK(t, cond, ...)                                                                        \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "[rank %d] %s:%d: CHECK(%s) failed: ", (t)->rank, __FILE__, __LINE__,  \
-                    #cond);                                                                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            (t)->failures++;                                                                       \
-        }                                                                                          \
-    } while (0)
 
 static const hs_dtype dtypes[3] = {HS_DTYPE_F32, HS_DTYPE_BF16, HS_DTYPE_F16};
 
@@ -143,21 +133,22 @@ static void run_case(ctx *t, hs_pg *g, const op_case *c, uint64_t salt) {
     memcpy(ref, init, c->out_bytes);
     hs_error e;
     hs_work *w = issue(g, NULL, c, ref, c->in_place ? (void *)(ref + c->in_at) : in);
-    CHECK(t, hs_work_wait(w, &e) == HS_OK, "%s unstaged: %s", c->what, e.msg);
+    CHECK_COUNT(t, hs_work_wait(w, &e) == HS_OK, "%s unstaged: %s", c->what, e.msg);
 
     char *dout = to_device(t, init, c->out_bytes);
     void *din = c->in_place ? dout + c->in_at : to_device(t, in, c->in_bytes);
     copies_reset();
     w = issue(g, t->s, c, dout, din);
-    CHECK(t, hs_work_wait_stream(w, t->s, &e) == HS_OK, "%s staged: %s", c->what, e.msg);
+    CHECK_COUNT(t, hs_work_wait_stream(w, t->s, &e) == HS_OK, "%s staged: %s", c->what, e.msg);
     int d2h = atomic_load(&copies[HS_COPY_D2H]), h2d = atomic_load(&copies[HS_COPY_H2D]);
-    CHECK(t, d2h == c->d2h && h2d == c->h2d,
-          "%s on group '%s': %d device-to-host and %d host-to-device copies, expected %d and %d",
-          c->what, hs_pg_name(g), d2h, h2d, c->d2h, c->h2d);
+    CHECK_COUNT(
+        t, d2h == c->d2h && h2d == c->h2d,
+        "%s on group '%s': %d device-to-host and %d host-to-device copies, expected %d and %d",
+        c->what, hs_pg_name(g), d2h, h2d, c->d2h, c->h2d);
     unsigned char *got = from_device(t, dout, c->out_bytes);
-    CHECK(t, memcmp(got, ref, c->out_bytes) == 0,
-          "%s on group '%s': the staged output differs from the unstaged one", c->what,
-          hs_pg_name(g));
+    CHECK_COUNT(t, memcmp(got, ref, c->out_bytes) == 0,
+                "%s on group '%s': the staged output differs from the unstaged one", c->what,
+                hs_pg_name(g));
     hs_device_free_mem(t->d, dout);
     if (!c->in_place) hs_device_free_mem(t->d, din);
     free(in), free(init), free(ref), free(got);
@@ -241,15 +232,15 @@ static void run_all_cases(ctx *t, hs_pg *g) {
 static void test_every_op_staged_matches_unstaged_bitwise(ctx *t) {
     hs_pg *rev = NULL;
     hs_error e;
-    CHECK(t, hs_comm_split(t->comm, "reversed", 0, -t->rank, &rev, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_comm_split(t->comm, "reversed", 0, -t->rank, &rev, &e) == HS_OK, "%s", e.msg);
     run_all_cases(t, t->world);
     if (rev) run_all_cases(t, rev);
     /* The second pass reuses the staging buffers: no allocation. */
     long long before = atomic_load(&t->d->host_pool.allocs);
     run_all_cases(t, t->world);
     long long after = atomic_load(&t->d->host_pool.allocs);
-    CHECK(t, after == before, "a second pass of every op allocated %lld staging buffers",
-          after - before);
+    CHECK_COUNT(t, after == before, "a second pass of every op allocated %lld staging buffers",
+                after - before);
 }
 
 /* The blocking form runs inline on the calling thread when the queue is
@@ -260,17 +251,19 @@ static void test_blocking_all_reduce_is_staged(ctx *t) {
     fill(h, HS_DTYPE_F32, n, t->rank, 900);
     memcpy(want, h, n * sizeof(float));
     hs_error e;
-    CHECK(t, hs_pg_all_reduce(t->world, NULL, want, n, HS_DTYPE_F32, HS_REDUCE_MAX, &e) == HS_OK,
-          "%s", e.msg);
+    CHECK_COUNT(t,
+                hs_pg_all_reduce(t->world, NULL, want, n, HS_DTYPE_F32, HS_REDUCE_MAX, &e) == HS_OK,
+                "%s", e.msg);
     void *dv = to_device(t, h, n * sizeof(float));
     copies_reset();
-    CHECK(t, hs_pg_all_reduce(t->world, t->s, dv, n, HS_DTYPE_F32, HS_REDUCE_MAX, &e) == HS_OK,
-          "%s", e.msg);
-    CHECK(t, atomic_load(&copies[HS_COPY_D2H]) == 1 && atomic_load(&copies[HS_COPY_H2D]) == 1,
-          "blocking all_reduce: %d and %d copies", atomic_load(&copies[HS_COPY_D2H]),
-          atomic_load(&copies[HS_COPY_H2D]));
+    CHECK_COUNT(t,
+                hs_pg_all_reduce(t->world, t->s, dv, n, HS_DTYPE_F32, HS_REDUCE_MAX, &e) == HS_OK,
+                "%s", e.msg);
+    CHECK_COUNT(t, atomic_load(&copies[HS_COPY_D2H]) == 1 && atomic_load(&copies[HS_COPY_H2D]) == 1,
+                "blocking all_reduce: %d and %d copies", atomic_load(&copies[HS_COPY_D2H]),
+                atomic_load(&copies[HS_COPY_H2D]));
     float *got = from_device(t, dv, n * sizeof(float));
-    CHECK(t, memcmp(got, want, n * sizeof(float)) == 0, "blocking all_reduce differs");
+    CHECK_COUNT(t, memcmp(got, want, n * sizeof(float)) == 0, "blocking all_reduce differs");
     hs_device_free_mem(t->d, dv);
     free(h), free(want), free(got);
 }
@@ -306,17 +299,21 @@ static void ring_messages(ctx *t, hs_pg *g, int msgs, int64_t n, const char *wha
         sw[k] = hs_pg_send_async(g, t->s, sb[k], n, HS_DTYPE_F32, right, 40 + k);
     hs_error e;
     for (int k = 0; k < msgs; k++) {
-        CHECK(t, hs_work_wait_stream(sw[k], t->s, &e) == HS_OK, "%s send %d: %s", what, k, e.msg);
-        CHECK(t, hs_work_wait_stream(rw[k], t->s, &e) == HS_OK, "%s recv %d: %s", what, k, e.msg);
+        CHECK_COUNT(t, hs_work_wait_stream(sw[k], t->s, &e) == HS_OK, "%s send %d: %s", what, k,
+                    e.msg);
+        CHECK_COUNT(t, hs_work_wait_stream(rw[k], t->s, &e) == HS_OK, "%s recv %d: %s", what, k,
+                    e.msg);
     }
-    CHECK(t, atomic_load(&copies[HS_COPY_D2H]) == msgs && atomic_load(&copies[HS_COPY_H2D]) == msgs,
-          "%s: %d and %d copies for %d sends and receives", what, atomic_load(&copies[HS_COPY_D2H]),
-          atomic_load(&copies[HS_COPY_H2D]), msgs);
+    CHECK_COUNT(
+        t, atomic_load(&copies[HS_COPY_D2H]) == msgs && atomic_load(&copies[HS_COPY_H2D]) == msgs,
+        "%s: %d and %d copies for %d sends and receives", what, atomic_load(&copies[HS_COPY_D2H]),
+        atomic_load(&copies[HS_COPY_H2D]), msgs);
     for (int k = 0; k < msgs; k++) {
         float *got = from_device(t, rb[k], (size_t)n * sizeof(float));
         int bad = 0;
         for (int64_t i = 0; i < n; i++) bad += got[i] != msg_value(hs_pg_world_rank(g, left), k, i);
-        CHECK(t, bad == 0, "%s: message %d from rank %d: %d wrong elements", what, k, left, bad);
+        CHECK_COUNT(t, bad == 0, "%s: message %d from rank %d: %d wrong elements", what, k, left,
+                    bad);
         free(got);
         hs_device_free_mem(t->d, sb[k]);
         hs_device_free_mem(t->d, rb[k]);
@@ -328,10 +325,10 @@ static void test_send_recv_staged_on_default_and_pipeline_queues(ctx *t) {
     ring_messages(t, t->world, 1, 100000, "default-queue send/recv");
     hs_pg *pp = NULL;
     hs_error e;
-    CHECK(t,
-          hs_comm_split_queue(t->comm, "pp_ring", 0, t->rank, HS_COMM_QUEUE_PP_FORWARD, &pp, &e) ==
-              HS_OK,
-          "%s", e.msg);
+    CHECK_COUNT(t,
+                hs_comm_split_queue(t->comm, "pp_ring", 0, t->rank, HS_COMM_QUEUE_PP_FORWARD, &pp,
+                                    &e) == HS_OK,
+                "%s", e.msg);
     if (pp) ring_messages(t, pp, 4, 100000, "pipeline-queue sends and receives in flight");
     if (pp) ring_messages(t, pp, 3, 10, "pipeline-queue small messages");
 }
@@ -341,7 +338,7 @@ static void test_send_recv_staged_on_default_and_pipeline_queues(ctx *t) {
 static void test_device_not_given_is_refused(ctx *t) {
     hs_device *other = NULL;
     hs_error e;
-    CHECK(t, hs_device_create(HS_DEVICE_CPU, NULL, &other, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_device_create(HS_DEVICE_CPU, NULL, &other, &e) == HS_OK, "%s", e.msg);
     if (!other) return;
     other->host_visible = false;
     float x[16] = {0};
@@ -349,8 +346,8 @@ static void test_device_not_given_is_refused(ctx *t) {
     hs_device_copy(other, dx, x, sizeof x, HS_COPY_H2D);
     hs_status st =
         hs_pg_all_reduce(t->world, other->stream, dx, 16, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
-    CHECK(t, st == HS_ERR_INTERNAL && strstr(e.msg, "hs_comm_set_device"),
-          "a collective on a device not given: status %d: %s", (int)st, st ? e.msg : "");
+    CHECK_COUNT(t, st == HS_ERR_INTERNAL && strstr(e.msg, "hs_comm_set_device"),
+                "a collective on a device not given: status %d: %s", (int)st, st ? e.msg : "");
     hs_device_free_mem(other, dx);
     hs_device_free(other);
 }
@@ -359,16 +356,16 @@ static void test_device_not_given_is_refused(ctx *t) {
 static void test_staging_out_of_memory_is_reported(ctx *t) {
     hs_error e;
     /* Released and given again: no idle buffer left to reuse. */
-    CHECK(t, hs_comm_set_device(t->comm, NULL, &e) == HS_OK, "%s", e.msg);
-    CHECK(t, hs_comm_set_device(t->comm, t->d, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_comm_set_device(t->comm, NULL, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_comm_set_device(t->comm, t->d, &e) == HS_OK, "%s", e.msg);
     const int64_t n = 1 << 16;
     float *h = calloc(n, sizeof(float));
     void *dv = to_device(t, h, n * sizeof(float));
     hs_pool_set_limit(&t->d->host_pool, 1024);
     hs_status st = hs_pg_all_reduce(t->world, t->s, dv, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e);
     hs_pool_set_limit(&t->d->host_pool, 0);
-    CHECK(t, st == HS_ERR_OOM && strstr(e.msg, "staging buffer"),
-          "staging refused by the host pool: status %d: %s", (int)st, st ? e.msg : "");
+    CHECK_COUNT(t, st == HS_ERR_OOM && strstr(e.msg, "staging buffer"),
+                "staging refused by the host pool: status %d: %s", (int)st, st ? e.msg : "");
     hs_device_free_mem(t->d, dv);
     free(h);
 }
@@ -377,34 +374,36 @@ static void test_staging_out_of_memory_is_reported(ctx *t) {
 
 static void test_backend_choice_rule(ctx *t) {
     hs_device cuda = {.kind = HS_DEVICE_CUDA, .host_visible = false, .ordinal = 0};
-    CHECK(t, hs_comm_nccl_offered(&cuda, true, NULL), "a cuda device offers itself to NCCL");
-    CHECK(t, hs_comm_nccl_offered(&cuda, true, "auto"), "HS_COMM_BACKEND=auto");
-    CHECK(t, !hs_comm_nccl_offered(&cuda, true, "mpi"), "HS_COMM_BACKEND=mpi keeps MPI");
-    CHECK(t, !hs_comm_nccl_offered(&cuda, false, NULL), "no NCCL built: MPI");
-    CHECK(t, !hs_comm_nccl_offered(NULL, true, NULL), "no device: MPI");
+    CHECK_COUNT(t, hs_comm_nccl_offered(&cuda, true, NULL), "a cuda device offers itself to NCCL");
+    CHECK_COUNT(t, hs_comm_nccl_offered(&cuda, true, "auto"), "HS_COMM_BACKEND=auto");
+    CHECK_COUNT(t, !hs_comm_nccl_offered(&cuda, true, "mpi"), "HS_COMM_BACKEND=mpi keeps MPI");
+    CHECK_COUNT(t, !hs_comm_nccl_offered(&cuda, false, NULL), "no NCCL built: MPI");
+    CHECK_COUNT(t, !hs_comm_nccl_offered(NULL, true, NULL), "no device: MPI");
     hs_device visible = cuda;
     visible.host_visible = true;
-    CHECK(t, !hs_comm_nccl_offered(&visible, true, NULL), "host-visible memory: MPI");
-    CHECK(t, !hs_comm_nccl_offered(t->d, true, NULL), "a cpu device, even not host visible: MPI");
+    CHECK_COUNT(t, !hs_comm_nccl_offered(&visible, true, NULL), "host-visible memory: MPI");
+    CHECK_COUNT(t, !hs_comm_nccl_offered(t->d, true, NULL),
+                "a cpu device, even not host visible: MPI");
     hs_device no_gpu = cuda;
     no_gpu.ordinal = -1;
-    CHECK(t, !hs_comm_nccl_offered(&no_gpu, true, NULL), "no ordinal: MPI");
+    CHECK_COUNT(t, !hs_comm_nccl_offered(&no_gpu, true, NULL), "no ordinal: MPI");
 
     /* World ranks 0..5: two nodes (hosts 11 and 22), GPUs 0 and 1 on each,
      * rank 4 on node 11's GPU 1 again, rank 5 offering none. */
     const hs_gpu_id world[6] = {{11, 0}, {11, 1}, {22, 0}, {22, 1}, {11, 1}, {22, -1}};
     const int four[4] = {0, 1, 2, 3}, shared[2] = {1, 4}, none[2] = {2, 5}, across[2] = {0, 2};
-    CHECK(t, hs_comm_nccl_fits(world, four, 4, HS_COMM_QUEUE_DEFAULT), "four distinct GPUs");
-    CHECK(t, hs_comm_nccl_fits(world, across, 2, HS_COMM_QUEUE_CRITICAL),
-          "ordinal 0 on two nodes is two GPUs");
-    CHECK(t, !hs_comm_nccl_fits(world, shared, 2, HS_COMM_QUEUE_DEFAULT),
-          "two ranks on one GPU: MPI");
-    CHECK(t, !hs_comm_nccl_fits(world, none, 2, HS_COMM_QUEUE_DEFAULT), "a rank without a GPU");
-    CHECK(t,
-          !hs_comm_nccl_fits(world, four, 4, HS_COMM_QUEUE_PP_FORWARD) &&
-              !hs_comm_nccl_fits(world, four, 4, HS_COMM_QUEUE_PP_BACKWARD),
-          "pipeline queues stay on MPI");
-    CHECK(t, hs_comm_nccl_fits(world, four, 1, HS_COMM_QUEUE_DEFAULT), "one rank with a GPU");
+    CHECK_COUNT(t, hs_comm_nccl_fits(world, four, 4, HS_COMM_QUEUE_DEFAULT), "four distinct GPUs");
+    CHECK_COUNT(t, hs_comm_nccl_fits(world, across, 2, HS_COMM_QUEUE_CRITICAL),
+                "ordinal 0 on two nodes is two GPUs");
+    CHECK_COUNT(t, !hs_comm_nccl_fits(world, shared, 2, HS_COMM_QUEUE_DEFAULT),
+                "two ranks on one GPU: MPI");
+    CHECK_COUNT(t, !hs_comm_nccl_fits(world, none, 2, HS_COMM_QUEUE_DEFAULT),
+                "a rank without a GPU");
+    CHECK_COUNT(t,
+                !hs_comm_nccl_fits(world, four, 4, HS_COMM_QUEUE_PP_FORWARD) &&
+                    !hs_comm_nccl_fits(world, four, 4, HS_COMM_QUEUE_PP_BACKWARD),
+                "pipeline queues stay on MPI");
+    CHECK_COUNT(t, hs_comm_nccl_fits(world, four, 1, HS_COMM_QUEUE_DEFAULT), "one rank with a GPU");
 }
 
 /* The context given this device chose MPI with staging for every group,
@@ -412,22 +411,23 @@ static void test_backend_choice_rule(ctx *t) {
 static void test_groups_on_this_device_stay_on_mpi(ctx *t) {
     hs_pg *later = NULL;
     hs_error e;
-    CHECK(t, hs_comm_split(t->comm, "after_device", 0, t->rank, &later, &e) == HS_OK, "%s", e.msg);
-    CHECK(t, !t->world->dev_backend && later && !later->dev_backend,
-          "a group on a cpu device got a device backend");
-    CHECK(t, t->comm->gpu_ids != NULL, "the world's GPUs were gathered");
+    CHECK_COUNT(t, hs_comm_split(t->comm, "after_device", 0, t->rank, &later, &e) == HS_OK, "%s",
+                e.msg);
+    CHECK_COUNT(t, !t->world->dev_backend && later && !later->dev_backend,
+                "a group on a cpu device got a device backend");
+    CHECK_COUNT(t, t->comm->gpu_ids != NULL, "the world's GPUs were gathered");
     for (int r = 0; t->comm->gpu_ids && r < t->size; r++)
-        CHECK(t, t->comm->gpu_ids[r].ordinal == -1, "rank %d offered GPU %lld", r,
-              (long long)t->comm->gpu_ids[r].ordinal);
+        CHECK_COUNT(t, t->comm->gpu_ids[r].ordinal == -1, "rank %d offered GPU %lld", r,
+                    (long long)t->comm->gpu_ids[r].ordinal);
     setenv("HS_COMM_BACKEND", "nccl2", 1);
     hs_device *before = t->comm->device;
-    CHECK(t, hs_comm_set_device(t->comm, NULL, &e) == HS_OK, "releasing never fails");
+    CHECK_COUNT(t, hs_comm_set_device(t->comm, NULL, &e) == HS_OK, "releasing never fails");
     hs_status st = hs_comm_set_device(t->comm, t->d, &e);
-    CHECK(t, st == HS_ERR_USAGE && strstr(e.msg, "HS_COMM_BACKEND='nccl2'"),
-          "a bad HS_COMM_BACKEND: status %d: %s", (int)st, st ? e.msg : "");
-    CHECK(t, t->comm->device == NULL, "a refused device is not set");
+    CHECK_COUNT(t, st == HS_ERR_USAGE && strstr(e.msg, "HS_COMM_BACKEND='nccl2'"),
+                "a bad HS_COMM_BACKEND: status %d: %s", (int)st, st ? e.msg : "");
+    CHECK_COUNT(t, t->comm->device == NULL, "a refused device is not set");
     unsetenv("HS_COMM_BACKEND");
-    CHECK(t, hs_comm_set_device(t->comm, before, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(t, hs_comm_set_device(t->comm, before, &e) == HS_OK, "%s", e.msg);
 }
 
 int main(int argc, char **argv) {
@@ -448,14 +448,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "device: %s\n", e.msg);
         return 1;
     }
-    CHECK(&t, t.d->guard != NULL, "HS_DEVICE_GUARD=1 installs the guard");
+    CHECK_COUNT(&t, t.d->guard != NULL, "HS_DEVICE_GUARD=1 installs the guard");
     const hs_device_ops *counting_base = t.d->ops;
     hs_device_ops counting = *counting_base;
     device_copy = counting.copy;
     counting.copy = counting_copy;
     t.d->ops = &counting;
     t.d->host_visible = false; /* as a GPU's */
-    CHECK(&t, hs_comm_set_device(t.comm, t.d, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(&t, hs_comm_set_device(t.comm, t.d, &e) == HS_OK, "%s", e.msg);
 
     test_backend_choice_rule(&t);
     test_groups_on_this_device_stay_on_mpi(&t);
@@ -466,10 +466,10 @@ int main(int argc, char **argv) {
     test_staging_out_of_memory_is_reported(&t);
 
     long long held = atomic_load(&t.d->host_pool.current);
-    CHECK(&t, hs_comm_set_device(t.comm, NULL, &e) == HS_OK, "%s", e.msg);
-    CHECK(&t, atomic_load(&t.d->host_pool.current) == 0,
-          "released staging still holds %lld bytes (%lld before)",
-          (long long)atomic_load(&t.d->host_pool.current), held);
+    CHECK_COUNT(&t, hs_comm_set_device(t.comm, NULL, &e) == HS_OK, "%s", e.msg);
+    CHECK_COUNT(&t, atomic_load(&t.d->host_pool.current) == 0,
+                "released staging still holds %lld bytes (%lld before)",
+                (long long)atomic_load(&t.d->host_pool.current), held);
     int total = 0;
     MPI_Allreduce(&t.failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (t.rank == 0)
