@@ -2,22 +2,19 @@
  * other work.
  * HS_MPI_RANKS: 2 4
  * HS_TEST_TIMEOUT: 120
- * HS_TEST_SERIAL: it times the machine, so it runs with no other test
  *
- * Measured on each rank: t_comm (REPS blocking all-reduces of 4 MiB, one
- * per buffer), t_work (the issuing thread's work alone, sized to about
- * t_comm), t_both (issue the REPS all-reduces async, do the work, wait for
- * all). If the collectives only progressed inside hs_work_wait, t_both
- * would be t_comm + t_work; the test requires t_both < 0.8 (t_comm + t_work)
- * on the median of seven tries, and every result to be right. Several
- * collectives per try keep each phase at tens of milliseconds, so thread
- * wake-up latency on a busy machine does not decide the ratio.
+ * What is required: REPS async all-reduces of 4 MiB complete, with right
+ * results, while the issuing thread never calls hs_work_wait. The thread
+ * sleeps (as a CPU thread does while a GPU kernel runs) and only reads the
+ * works' completion flags (hs_work_test takes no part in progress); if the
+ * collectives progressed only inside hs_work_wait, they would still be
+ * pending at the deadline and the test fails.
  *
- * The work is a device-style wait (the issuing thread sleeps, as a CPU
- * thread does while a GPU kernel runs), not arithmetic: with 2 to 4 ranks
- * on a 2-core machine, arithmetic on the issuing thread competes with the
- * communication threads for the same cores, which measures the machine,
- * not the overlap. */
+ * What is printed, not required: t_comm (the REPS all-reduces, blocking),
+ * t_work (a sleep of about t_comm), t_both (issue async, sleep, wait) and
+ * the ratio t_both / (t_comm + t_work) per try. The ratio is how much of the
+ * communication hides; on a loaded 2-core machine it moves with what else
+ * runs, so it is reported for reading and measured in bench/, not asserted. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -56,6 +53,18 @@ static double max_over_ranks(double t) {
     return m;
 }
 
+/* Sleep in 1 ms steps until every work reports done or deadline_s passes;
+ * returns how many are still pending. Never calls hs_work_wait. */
+static int pending_after(hs_work **wk, int n, double deadline_s) {
+    double t0 = hs_now();
+    for (;;) {
+        int pending = 0;
+        for (int r = 0; r < n; r++) pending += !hs_work_test(wk[r]);
+        if (pending == 0 || hs_now() - t0 > deadline_s) return pending;
+        sleep_s(1e-3);
+    }
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -80,6 +89,30 @@ int main(int argc, char **argv) {
     }
     hs_pg_all_reduce(w, NULL, x[0], N, HS_DTYPE_F32, HS_REDUCE_SUM,
                      &e); /* warm the staging buffers */
+    /* The requirement: progress with no hs_work_wait on the issuing thread. */
+    for (int r = 0; r < REPS; r++) fill(x[r], rank);
+    hs_pg_barrier(w, &e);
+    for (int r = 0; r < REPS; r++)
+        wk[r] = hs_pg_all_reduce_async(w, NULL, x[r], N, HS_DTYPE_F32, HS_REDUCE_SUM);
+    int pending = pending_after(wk, REPS, 30.0);
+    if (pending) {
+        fprintf(stderr,
+                "[rank %d] %d of %d async all-reduces still pending after 30 s without "
+                "hs_work_wait: collectives do not progress on their own\n",
+                rank, pending, REPS);
+        failures++;
+    }
+    for (int r = 0; r < REPS; r++) {
+        if (hs_work_wait(wk[r], &e) != HS_OK) {
+            fprintf(stderr, "[rank %d] %s\n", rank, e.msg);
+            failures++;
+        }
+        int bad = count_wrong(x[r], size);
+        if (bad)
+            fprintf(stderr, "[rank %d] all_reduce %d completed without a wait: %d wrong elements\n",
+                    rank, r, bad);
+        failures += bad != 0;
+    }
     for (int k = 0; k < TRIES; k++) {
         for (int r = 0; r < REPS; r++) fill(x[r], rank);
         hs_pg_barrier(w, &e);
@@ -117,12 +150,7 @@ int main(int argc, char **argv) {
                    t_work, t_both, ratio[k]);
     }
     qsort(ratio, TRIES, sizeof ratio[0], cmp_double);
-    if (ratio[TRIES / 2] >= 0.8) {
-        if (rank == 0)
-            fprintf(stderr, "no overlap: median t_both / (t_comm + t_work) = %.2f, want < 0.8\n",
-                    ratio[TRIES / 2]);
-        failures++;
-    }
+    if (rank == 0) printf("median ratio %.2f (reported, not required)\n", ratio[TRIES / 2]);
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) printf("%s\n", total ? "FAIL" : "OK");
