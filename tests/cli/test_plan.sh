@@ -137,11 +137,13 @@ assert all(r["n_ranks"] == 2 for r in p["ranks"])
 assert p["ranks"][0]["comm"]["pp"]["calls"] > 0
 PY
 
-# A model that cannot fit: refused before anything is allocated or written.
+# A model that cannot fit: refused before anything is allocated or written,
+# and promptly (0.5 s on a quiet 2-core machine; the bound is wide so that a
+# loaded machine does not fail it).
 t0=$(date +%s.%N)
 hs_expect_exit 2 huge "the plan needs .* activations" train model.n_layers=1000000 \
     train.out_dir="$work/huge"
-python3 -c "import sys; sys.exit(0 if $(date +%s.%N) - $t0 < 5 else 1)" || fail "huge: took over 5 s"
+python3 -c "import sys; sys.exit(0 if $(date +%s.%N) - $t0 < 20 else 1)" || fail "huge: took over 20 s"
 grep -q "train.activation_checkpointing: true" "$work/huge.log" || fail "huge: no fix named"
 [ ! -e "$work/huge" ] || fail "huge: the run left $work/huge behind"
 hs_expect_exit 2 wide "the plan needs" train model.dim=100000000 train.out_dir="$work/wide"
