@@ -36,6 +36,20 @@ static bool changed_under(const hs_config *c, const hs_config *d, const char *se
     return used > 0;
 }
 
+/* Those of `keys` that differ from the default, comma-separated. */
+static bool changed_among(const hs_config *c, const hs_config *d, const char *const *keys, size_t n,
+                          char *out, size_t cap) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < n && used < cap; i++)
+        if (differs(c, d, keys[i]))
+            used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? ", " : "", keys[i]);
+    return used > 0;
+}
+
+/* The verb for a list of one or more keys. */
+static const char *has_have(const char *list) { return strchr(list, ',') ? "have" : "has"; }
+
 static void warn_fsdp(const hs_config *c, const hs_topology *t, const hs_log *log) {
     const hs_fsdp_config *f = &c->fsdp;
     bool moe = hs_model_arch_moe(&c->model);
@@ -80,15 +94,9 @@ static void warn_fsdp_skipped(const hs_config *c, const hs_config *d, const hs_t
     };
     char why[256], list[512];
     if (hs_topology_fsdp_active(t, why, sizeof why)) return;
-    size_t used = 0;
-    list[0] = '\0';
-    for (size_t i = 0; i < sizeof unit_keys / sizeof unit_keys[0] && used < sizeof list; i++)
-        if (differs(c, d, unit_keys[i]))
-            used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "",
-                                     unit_keys[i]);
-    if (used)
-        hs_log_warn(log, "%s %s no effect: FSDP2Manager is skipped (%s)", list,
-                    strchr(list, ',') ? "have" : "has", why);
+    if (changed_among(c, d, unit_keys, sizeof unit_keys / sizeof unit_keys[0], list, sizeof list))
+        hs_log_warn(log, "%s %s no effect: FSDP2Manager is skipped (%s)", list, has_have(list),
+                    why);
 }
 
 static void warn_trainer(const hs_config *c, const hs_config *d, const hs_topology *t,
@@ -134,10 +142,14 @@ static void warn_trainer(const hs_config *c, const hs_config *d, const hs_topolo
                     c->data.eos_id, c->data.source);
     if (!strcmp(c->data.source, "builtin") && c->data.path[0])
         hs_log_warn(log, "data.path = %s has no effect with data.source = builtin", c->data.path);
-    if (!c->checkpoint.dir[0] &&
-        (differs(c, d, "checkpoint.save_every") || differs(c, d, "checkpoint.keep_last")))
-        hs_log_warn(log, "checkpoint.save_every / checkpoint.keep_last have no effect: "
-                         "checkpoint.dir is null (no checkpoints are written)");
+    if (!c->checkpoint.dir[0]) {
+        static const char *const ckpt_keys[] = {"checkpoint.save_every", "checkpoint.keep_last",
+                                                "checkpoint.async"};
+        if (changed_among(c, d, ckpt_keys, sizeof ckpt_keys / sizeof ckpt_keys[0], list,
+                          sizeof list))
+            hs_log_warn(log, "%s %s no effect: checkpoint.dir is null (no checkpoints are written)",
+                        list, has_have(list));
+    }
     if (!c->trace.enabled && c->trace.dir[0])
         hs_log_warn(log, "trace.dir = %s has no effect: trace.enabled = false", c->trace.dir);
 }

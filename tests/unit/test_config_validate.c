@@ -758,6 +758,17 @@ static void test_warn_fsdp_unit_knobs_when_fsdp_is_skipped(void **state) {
                    "fsdp_config.enable_offload has no effect: FSDP2Manager is skipped");
 }
 
+static void test_warn_checkpoint_knobs_without_checkpoint_dir(void **state) {
+    (void)state;
+    expect_warning(check(1, OV("checkpoint.async=false")),
+                   "checkpoint.async has no effect: checkpoint.dir is null (no checkpoints are "
+                   "written)");
+    expect_warning(check(1, OV("checkpoint.save_every=5", "checkpoint.keep_last=3")),
+                   "checkpoint.save_every, checkpoint.keep_last have no effect: checkpoint.dir "
+                   "is null");
+    expect_no_warning(check(1, OV("checkpoint.async=false", "checkpoint.dir=/tmp/hs-unused")));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rule1_dp_shard_size_below_1_fails),
@@ -805,6 +816,7 @@ int main(void) {
         cmocka_unit_test(test_warn_pp_schedule_without_pp),
         cmocka_unit_test(test_warn_cp_a2a_size_without_alltoall_ring),
         cmocka_unit_test(test_warn_fsdp_unit_knobs_when_fsdp_is_skipped),
+        cmocka_unit_test(test_warn_checkpoint_knobs_without_checkpoint_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
