@@ -96,7 +96,7 @@ void hs_bench_breakdown_print(FILE *f, const char *name, const hs_bench_breakdow
         sum += ms;
         fprintf(f, "  %-14s %9.3f %6.1f%% %8.0f ", hs_prof_class_name((hs_prof_class)c), ms,
                 100.0 * x->seconds / n / step, (double)x->calls / n);
-        if (x->calls == 0) fprintf(f, "-\n");
+        if (x->calls == 0 || c == HS_PROF_COMM_WAIT) fprintf(f, "-\n"); /* waits move no bytes */
         else fprintf(f, "%.1f %s\n", r, flops ? "GFLOP/s" : "GB/s");
     }
     fprintf(f, "  %-14s %9.3f %6.1f%%          host time between the device's calls\n", "other",

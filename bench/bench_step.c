@@ -1,12 +1,16 @@
-/* `hypershard bench step` — single-process training throughput and MFU.
+/* `hypershard bench step` — training throughput and MFU, on one process
+ * or on W under mpiexec.
  *
- * Times whole optimizer steps exactly as the trainer runs them on one
- * process (src/train/step.c): forward + backward of B sequences of T tokens,
- * the global grad norm, clipping, AdamW, zeroed gradients, through the
- * local engine. Next to it, in the same run and with the same BLAS threads,
- * the machine's own fp32 GEMM speed on a large square sgemm. MFU is
+ * Times whole optimizer steps exactly as the trainer runs them
+ * (src/train/step.c): forward + backward of B sequences of T tokens per
+ * rank, the global grad norm, clipping, AdamW, zeroed gradients, through
+ * the local engine on one process and the FSDP engine over W ranks
+ * (fsdp_config.dp_shard_size = W, a global batch of W x B sequences, each
+ * rank its own). A step's time is the slowest rank's. Next to it, in the
+ * same run and with the same BLAS threads, each rank's own fp32 GEMM speed
+ * on a large square sgemm. MFU is
  *
- *   hs_model_flops_per_token x tokens/s / measured sgemm FLOP/s
+ *   hs_model_flops_per_token x tokens/s per rank / mean sgemm FLOP/s
  *
  * so it says how close a training step comes to what this BLAS does on
  * an ideal matrix, on this machine, now. On a machine shared with other work
@@ -15,8 +19,10 @@
  * the best step as well as the median one. With --breakdown the device
  * is profiled (src/device/profile.c) and each model's timed steps are
  * followed by profiled ones, each right after a plain one, whose wall time
- * is split by op class (bench_breakdown.c). docs/performance.md has the
- * figures. */
+ * is split by op class (bench_breakdown.c); over W ranks the table is rank
+ * 0's, its steps timed by its own clock, and "comm waits" is the time its
+ * compute thread sat blocked on FSDP's collectives. docs/performance.md has
+ * the figures. Rank 0 prints and writes the JSON. */
 #define _DEFAULT_SOURCE /* getloadavg */
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +87,8 @@ static const bench_model GPT2_QUICK = {"gpt2-small-quick",
 static int usage(FILE *f, const char *why) {
     if (why) fprintf(f, "hypershard bench step: %s\n", why);
     fprintf(f,
-            "usage: hypershard bench step [--quick] [--threads N] [--steps N] [--model NAME]\n"
+            "usage: [mpiexec -n W] hypershard bench step [--quick] [--threads N] [--steps N]\n"
+            "                             [--model NAME]\n"
             "                             [--set KEY=VALUE]... [--batch B] [--seq T]\n"
             "                             [--breakdown] [--json FILE]\n"
             "  --quick      seconds, not minutes: the demo model and a 2-layer, 128-token\n"
@@ -93,9 +100,10 @@ static int usage(FILE *f, const char *why) {
             "  --model M    demo or gpt2-small only\n"
             "  --set K=V    a config key for the model (model.*, fsdp_config.*; repeatable):\n"
             "               one model, named custom, on --model's base (default demo)\n"
-            "  --batch B, --seq T  sequences per step and their length\n"
+            "  --batch B, --seq T  sequences per step and rank, and their length\n"
             "  --breakdown  after the timed steps, as many profiled ones, each right after a\n"
             "               plain one: the step's time by op class, share and GFLOP/s or GB/s\n"
+            "               (rank 0's under mpiexec)\n"
             "  --json FILE  the results (and breakdowns) as JSON\n");
     return 2;
 }
@@ -217,7 +225,8 @@ typedef struct step_times {
 } step_times;
 
 typedef struct bench_run {
-    hs_comm *comm; /* one process: a 16-bit param_dtype runs the FSDP engine over it */
+    hs_comm *comm;
+    int world, rank;
     hs_mesh *mesh;
     hs_config cfg;
     hs_topology topo;
@@ -235,13 +244,15 @@ static hs_status run_open(bench_run *r, const bench_model *bm, const bench_opts 
     int n = 0;
     while (bm->overrides[n]) ov[n] = bm->overrides[n], n++;
     for (int i = 0; i < o->n_sets; i++) ov[n++] = o->sets[i];
-    char seq[32], mbs[48], gbs[48];
+    char seq[32], mbs[48], gbs[48], shard[48];
     snprintf(seq, sizeof seq, "train.seq_len=%d", bm->T);
     snprintf(mbs, sizeof mbs, "train.micro_batch_size=%d", bm->B);
-    snprintf(gbs, sizeof gbs, "train.global_batch_size=%d", bm->B);
+    snprintf(gbs, sizeof gbs, "train.global_batch_size=%lld", (long long)bm->B * r->world);
+    snprintf(shard, sizeof shard, "fsdp_config.dp_shard_size=%d", r->world);
     ov[n++] = seq, ov[n++] = mbs, ov[n++] = gbs;
+    if (r->world > 1) ov[n++] = shard;
     hs_status s = hs_config_load(&r->cfg, NULL, ov, n, e);
-    if (s == HS_OK) s = hs_config_validate(&r->cfg, 1, &r->topo, NULL, e);
+    if (s == HS_OK) s = hs_config_validate(&r->cfg, r->world, &r->topo, NULL, e);
     if (s == HS_OK) s = hs_mesh_create(r->comm, &r->topo, &r->mesh, e);
     if (s == HS_OK) s = hs_device_create(HS_DEVICE_CPU, NULL, &r->dev, e);
     /* before the model reads the device's table */
@@ -253,7 +264,7 @@ static hs_status run_open(bench_run *r, const bench_model *bm, const bench_opts 
                          .mesh = r->mesh,
                          .dev = r->dev,
                          .max_batch = bm->B};
-    s = hs_engine_local_create(&env, &r->en, e);
+    s = hs_engine_create(&env, &r->en, e);
     if (s == HS_OK && o->breakdown)
         s = hs_bench_labels_set(&r->labels, r->dev, hs_engine_model(r->en), e);
     if (s != HS_OK) return s;
@@ -266,7 +277,8 @@ static hs_status run_open(bench_run *r, const bench_model *bm, const bench_opts 
     if (s == HS_OK && (!r->tokens || !r->targets))
         s = hs_error_oom(e, "bench step %s: cannot allocate the batch", bm->name);
     if (s == HS_OK)
-        hs_bench_random_batch(r->tokens, r->targets, bt, r->cfg.model.vocab_size, 12345);
+        hs_bench_random_batch(r->tokens, r->targets, bt, r->cfg.model.vocab_size,
+                              12345 + (uint64_t)r->rank);
     return s;
 }
 
@@ -307,9 +319,11 @@ static hs_status time_model(const bench_model *bm, const bench_opts *o, int step
         if (i >= 0) s = probe_rate(probe, window, &before, e);
         if (s == HS_OK) s = run_step(r, bm, &fb, &op, e);
         if (i < 0 || s != HS_OK) continue;
-        tstep[i] = fb + op, tfb[i] = fb, topt[i] = op;
+        hs_pg *w = hs_comm_world(r->comm);
+        tstep[i] = hs_bench_max_over(w, fb + op);
+        tfb[i] = hs_bench_max_over(w, fb), topt[i] = hs_bench_max_over(w, op);
         s = probe_rate(probe, window, &after, e);
-        rate[i] = 0.5 * (before + after);
+        rate[i] = hs_bench_mean_over(w, 0.5 * (before + after));
         mfu[i] = flops / tstep[i] / rate[i];
     }
     if (s != HS_OK) return s;
@@ -363,6 +377,7 @@ static int bench_one(hs_comm *comm, const bench_model *bm, const bench_opts *o, 
     bench_run r;
     memset(&r, 0, sizeof r);
     r.comm = comm;
+    r.world = hs_comm_size(comm), r.rank = hs_comm_rank(comm);
     hs_error e;
     hs_error_clear(&e);
     hs_status s = time_model(bm, o, steps, probe, window, &r, &res->t, &e);
@@ -370,7 +385,7 @@ static int bench_one(hs_comm *comm, const bench_model *bm, const bench_opts *o, 
     if (res->has_breakdown)
         s = breakdown(&r, bm, steps > MAX_STEPS ? MAX_STEPS : steps, &res->bd, &e);
     if (s != HS_OK) {
-        fprintf(stderr, "hypershard bench step: %s: %s\n", bm->name, e.msg);
+        fprintf(stderr, "hypershard bench step: rank %d: %s: %s\n", r.rank, bm->name, e.msg);
         run_close(&r);
         return hs_status_exit_code(s);
     }
@@ -382,12 +397,21 @@ static int bench_one(hs_comm *comm, const bench_model *bm, const bench_opts *o, 
     res->dtype = pdt == HS_MP_NULL ? "float32" : hs_dtype_name((hs_dtype)pdt);
     res->tokens = (int64_t)bm->B * bm->T;
     res->flops_per_token = hs_model_flops_per_token(hs_engine_model(r.en), bm->T);
+    if (r.rank != 0) {
+        run_close(&r);
+        return 0;
+    }
     printf("%-16s %6.1fM  dim %3d L %2d H %2d/%2d F %4d V %5d  B %d T %3d %s | step %7.3f s "
            "(fwd+bwd %.3f, optim %.3f; best %.3f)\n",
            bm->name, (double)hs_model_param_count(hs_engine_model(r.en)) / 1e6, mc->dim,
            mc->n_layers, mc->n_heads, mc->n_kv_heads, mc->ffn_dim, mc->vocab_size, bm->B, bm->T,
            res->dtype, t->step, t->fwd_bwd, t->optim, t->best);
-    if (res->has_breakdown) hs_bench_breakdown_print(stdout, bm->name, &res->bd);
+    if (res->has_breakdown) {
+        char label[96];
+        if (r.world > 1) snprintf(label, sizeof label, "%s, rank 0 of %d", bm->name, r.world);
+        else snprintf(label, sizeof label, "%s", bm->name);
+        hs_bench_breakdown_print(stdout, label, &res->bd);
+    }
     fflush(stdout);
     run_close(&r);
     return 0;
@@ -396,12 +420,13 @@ static int bench_one(hs_comm *comm, const bench_model *bm, const bench_opts *o, 
 static void print_summary(const bench_result *r) {
     const step_times *t = &r->t;
     double tps = (double)r->tokens / t->step;
-    printf("%-16s %8.0f tok/s | model %6.1f GFLOP/s | sgemm %6.1f GFLOP/s | MFU %5.1f%%\n", r->name,
-           tps, r->flops_per_token * tps / 1e9, t->sgemm / 1e9, 100.0 * t->mfu);
+    printf("%-16s %8.0f tok/s per rank | model %6.1f GFLOP/s | sgemm %6.1f GFLOP/s | MFU %5.1f%%\n",
+           r->name, tps, r->flops_per_token * tps / 1e9, t->sgemm / 1e9, 100.0 * t->mfu);
 }
 
 /* --json: the machine and one object per model. */
-static int write_json(const char *path, const char *cpu, const bench_result *res, int n) {
+static int write_json(const char *path, const char *cpu, int world, const bench_result *res,
+                      int n) {
     FILE *f = fopen(path, "w");
     if (!f) {
         fprintf(stderr, "hypershard bench step: --json %s: cannot open it for writing\n", path);
@@ -409,8 +434,10 @@ static int write_json(const char *path, const char *cpu, const bench_result *res
     }
     double l[3] = {0, 0, 0};
     if (getloadavg(l, 3) != 3) l[0] = l[1] = l[2] = -1;
-    fprintf(f, "{\"cpu\":\"%s\",\"threads\":%d,\"load_avg\":[%.2f,%.2f,%.2f],\"models\":[", cpu,
-            hs_blas_get_threads(), l[0], l[1], l[2]);
+    fprintf(f,
+            "{\"cpu\":\"%s\",\"threads\":%d,\"ranks\":%d,\"load_avg\":[%.2f,%.2f,%.2f],"
+            "\"models\":[",
+            cpu, hs_blas_get_threads(), world, l[0], l[1], l[2]);
     for (int i = 0; i < n; i++) {
         const bench_result *r = &res[i];
         fprintf(f,
@@ -452,52 +479,62 @@ int hs_bench_step(int argc, char **argv) {
     if (rc) return rc < 0 ? 0 : rc;
     if (o.threads > 0) hs_blas_set_threads(o.threads);
     int steps = o.steps ? o.steps : o.quick ? 2 : 5;
-    char cpu[256];
-    cpu_model(cpu, sizeof cpu);
-    printf("machine: %s, %ld online CPUs | oneDNN %s kernels, %d thread(s)\n", cpu,
-           sysconf(_SC_NPROCESSORS_ONLN), hs_gemm_isa(), hs_blas_get_threads());
-    print_load("before");
-    sgemm_probe probe = {0};
-    int n = o.quick ? 1024 : 2048;
-    double window = o.quick ? 0.25 : 1.5;
     hs_error e;
     hs_error_clear(&e);
-    double best = 0.0;
     hs_comm *comm = NULL;
     hs_comm_options copt = {.timeout_s = 600};
     hs_status s = hs_comm_init(&comm, &argc, &argv, &copt, &e);
-    if (s == HS_OK && hs_comm_size(comm) != 1)
-        s = hs_error_set(&e, HS_ERR_CONFIG,
-                         "it runs on one process (%d here): run it without mpiexec; "
-                         "bench/peer/compare.py times multi-rank steps",
-                         hs_comm_size(comm));
-    if (s == HS_OK) s = probe_init(&probe, n, &e);
-    if (s == HS_OK) s = probe_best(&probe, 5, &best, &e);
     if (s != HS_OK) {
-        probe_free(&probe);
-        if (comm) hs_comm_finalize(comm);
         fprintf(stderr, "hypershard bench step: %s\n", e.msg);
         return hs_status_exit_code(s);
     }
-    printf("sgemm %dx%dx%d fp32: best single call %.1f GFLOP/s\n", n, n, n, best / 1e9);
-    printf("step = forward + backward + grad norm + clip + AdamW + zero grads; medians of "
-           "%d steps after 1 warm-up, each step between two %.2f s sgemm windows\n",
-           steps, window);
-    for (int i = 0; i < o.n_sets; i++) printf("set %s\n", o.sets[i]);
+    int world = hs_comm_size(comm);
+    bool lead = hs_comm_rank(comm) == 0;
+    char cpu[256];
+    cpu_model(cpu, sizeof cpu);
+    if (lead) {
+        printf("machine: %s, %ld online CPUs | oneDNN %s kernels, %d thread(s) per rank, "
+               "%d rank(s)\n",
+               cpu, sysconf(_SC_NPROCESSORS_ONLN), hs_gemm_isa(), hs_blas_get_threads(), world);
+        print_load("before");
+    }
+    sgemm_probe probe = {0};
+    int n = o.quick ? 1024 : 2048;
+    double window = o.quick ? 0.25 : 1.5;
+    double best = 0.0;
+    s = probe_init(&probe, n, &e);
+    if (s == HS_OK) s = probe_best(&probe, 5, &best, &e);
+    if (s != HS_OK) {
+        probe_free(&probe);
+        hs_comm_finalize(comm);
+        fprintf(stderr, "hypershard bench step: %s\n", e.msg);
+        return hs_status_exit_code(s);
+    }
+    if (lead) {
+        printf("sgemm %dx%dx%d fp32: best single call %.1f GFLOP/s (rank 0)\n", n, n, n,
+               best / 1e9);
+        printf("step = forward + backward + grad norm + clip + AdamW + zero grads; medians of "
+               "%d steps after 1 warm-up, each step between two %.2f s sgemm windows%s\n",
+               steps, window, world > 1 ? "; FSDP over every rank, the slowest rank's step" : "");
+        for (int i = 0; i < o.n_sets; i++) printf("set %s\n", o.sets[i]);
+    }
     enum { N_MODELS = (int)(sizeof MODELS / sizeof MODELS[0]) };
     bench_model models[N_MODELS];
     bench_result res[N_MODELS];
     int n_models = pick_models(&o, models), done = 0;
     for (int i = 0; rc == 0 && i < n_models; i++) {
         rc = bench_one(comm, &models[i], &o, steps, &probe, window, &res[done]);
+        /* every rank stops at the first model any rank failed */
+        rc = (int)hs_bench_max_over(hs_comm_world(comm), rc);
         if (rc == 0) done++;
     }
     probe_free(&probe);
     hs_comm_finalize(comm);
+    if (!lead) return rc;
     printf("MFU = model FLOPs (hs_model_flops_per_token) per second / sgemm FLOP/s of the same "
            "minutes\n");
     for (int i = 0; i < done; i++) print_summary(&res[i]);
     print_load("after");
-    if (rc == 0 && o.json) rc = write_json(o.json, cpu, res, done);
+    if (rc == 0 && o.json) rc = write_json(o.json, cpu, world, res, done);
     return rc;
 }

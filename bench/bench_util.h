@@ -19,14 +19,31 @@ static inline double hs_bench_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* The slowest rank's value (groups of at most 64 ranks). */
-static inline double hs_bench_max_over(hs_pg *g, double v) {
-    float all[64], x = (float)v;
+/* Every rank's v in all[] (groups of at most 64 ranks); the count, or 0. */
+static inline int hs_bench_gather_over(hs_pg *g, double v, float all[64]) {
+    float x = (float)v;
     hs_error e;
     if (hs_pg_size(g) > 64 || hs_pg_all_gather(g, NULL, all, &x, 1, HS_DTYPE_F32, &e) != HS_OK)
-        return v;
-    for (int r = 0; r < hs_pg_size(g); r++) x = all[r] > x ? all[r] : x;
+        return 0;
+    return hs_pg_size(g);
+}
+
+/* The slowest rank's value. */
+static inline double hs_bench_max_over(hs_pg *g, double v) {
+    float all[64];
+    int n = hs_bench_gather_over(g, v, all);
+    double x = v;
+    for (int r = 0; r < n; r++) x = all[r] > x ? all[r] : x;
     return x;
+}
+
+/* The ranks' mean value. */
+static inline double hs_bench_mean_over(hs_pg *g, double v) {
+    float all[64];
+    int n = hs_bench_gather_over(g, v, all);
+    double sum = 0.0;
+    for (int r = 0; r < n; r++) sum += all[r];
+    return n ? sum / n : v;
 }
 
 /* "load average WHEN: a b c" (this rank prints it). */

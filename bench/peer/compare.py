@@ -13,12 +13,13 @@ measured by every rank at start-up, docs/training.md), PyTorch's on the same
 FLOPs and the same peak (hypershard's MFU x hypershard step / PyTorch step),
 and the MFU a 2x speed ratio would take (twice PyTorch's).
 
-With --breakdown it instead puts, per shape and dtype on one process, the
+With --breakdown it instead puts, per shape, dtype and world size, the
 step of `hypershard bench step --breakdown` next to the PyTorch peer's
 under torch.profiler, both split by the same op classes (ms per step and
 share): hypershard's by its device profile, PyTorch's by the self CPU time
-of its ops, labelled by module hooks (peer_fsdp.py --profile). "other" is
-each step's wall time outside its named classes.
+of its ops, labelled by module hooks (peer_fsdp.py --profile); over W ranks
+both are rank 0's. "other" is each step's wall time outside its named
+classes.
 
 It installs nothing. Give it a Python with torch and transformers:
     python3 -m venv /tmp/peer && /tmp/peer/bin/pip install torch transformers
@@ -98,15 +99,17 @@ def ours(a, shape, dtype, world, env, out_dir):
             statistics.median(s["mfu"] for s in timed_steps))
 
 
-def bench_breakdown(a, shape, dtype, env, tmp):
+def bench_breakdown(a, shape, dtype, world, env, tmp):
     """`hypershard bench step --breakdown` on one case: (classes ms, step ms)."""
     d, L, h, kv, f, v, t, b = SHAPES[shape]
     sets = [f"model.dim={d}", f"model.n_layers={L}", f"model.n_heads={h}",
             f"model.n_kv_heads={kv}", f"model.ffn_dim={f}", f"model.vocab_size={v}"]
     if dtype == "bf16":
-        sets.append("fsdp_config.mix_precision.param_dtype=bfloat16")
-    out = os.path.join(tmp, f"hs_{shape}_{dtype}.json")
-    cmd = [a.hypershard, "bench", "step", "--quick", "--threads", str(a.threads), "--steps",
+        sets += ["fsdp_config.mix_precision.param_dtype=bfloat16",
+                 "fsdp_config.mix_precision.reduce_dtype=float32"]
+    out = os.path.join(tmp, f"hs_{shape}_{dtype}_{world}.json")
+    launch = [] if world == 1 else [a.mpiexec, "-n", str(world)]
+    cmd = launch + [a.hypershard, "bench", "step", "--quick", "--threads", str(a.threads), "--steps",
            str(a.steps), "--batch", str(b), "--seq", str(t), "--breakdown", "--json", out]
     for kv_ in sets:
         cmd += ["--set", kv_]
@@ -117,12 +120,12 @@ def bench_breakdown(a, shape, dtype, env, tmp):
     return classes, bd["profiled_step_ms"]
 
 
-def peer_breakdown(a, shape, dtype, env, tmp):
+def peer_breakdown(a, shape, dtype, world, env, tmp):
     """The PyTorch peer's step under torch.profiler: (classes ms, step ms)."""
     d, L, h, kv, f, v, t, b = SHAPES[shape]
-    out = os.path.join(tmp, f"pt_{shape}_{dtype}.json")
+    out = os.path.join(tmp, f"pt_{shape}_{dtype}_{world}.json")
     torchrun = os.path.join(os.path.dirname(a.python), "torchrun")
-    run([torchrun, "--standalone", "--nproc_per_node=1", os.path.join(HERE, "peer_fsdp.py"),
+    run([torchrun, "--standalone", f"--nproc_per_node={world}", os.path.join(HERE, "peer_fsdp.py"),
          f"--dim={d}", f"--layers={L}", f"--heads={h}", f"--kv-heads={kv}", f"--ffn={f}",
          f"--vocab={v}", f"--seq={t}", f"--batch={b}", f"--steps={a.steps}",
          f"--warmup={a.warmup}", f"--threads={a.threads}", f"--dtype={dtype}",
@@ -134,23 +137,27 @@ def peer_breakdown(a, shape, dtype, env, tmp):
     return classes, r["step_ms"]
 
 
+def print_breakdown(a, shape, dtype, world, env, tmp):
+    hs, hs_step = bench_breakdown(a, shape, dtype, world, env, tmp)
+    pt, pt_step = peer_breakdown(a, shape, dtype, world, env, tmp)
+    print(f"\n{shape} {dtype} W = {world}: hypershard {hs_step:.1f} ms, PyTorch {pt_step:.1f} ms")
+    print("| class | hypershard ms | share | PyTorch ms | share |")
+    print("|---|---|---|---|---|")
+    names = [c for c in hs if c != "other"]
+    names += [c for c in pt if c not in hs and c != "other"] + ["other"]
+    for c in names:
+        x, y = hs.get(c, 0.0), pt.get(c, 0.0)
+        print(f"| {c} | {x:.1f} | {100 * x / hs_step:.1f}% | {y:.1f} | {100 * y / pt_step:.1f}% |")
+
+
 def print_breakdowns(a, env):
-    print(f"threads {a.threads}, one process; means of {a.steps} steps after {a.warmup} "
-          "warm-up steps")
+    print(f"threads {a.threads} per rank; rank 0's means of {a.steps} steps after "
+          f"{a.warmup} warm-up steps")
     with tempfile.TemporaryDirectory(prefix="hs_peer_bd_") as tmp:
         for shape in a.shape:
             for dtype in a.dtype:
-                hs, hs_step = bench_breakdown(a, shape, dtype, env, tmp)
-                pt, pt_step = peer_breakdown(a, shape, dtype, env, tmp)
-                print(f"\n{shape} {dtype}: hypershard {hs_step:.1f} ms, PyTorch {pt_step:.1f} ms")
-                print("| class | hypershard ms | share | PyTorch ms | share |")
-                print("|---|---|---|---|---|")
-                names = [c for c in hs if c != "other"]
-                names += [c for c in pt if c not in hs and c != "other"] + ["other"]
-                for c in names:
-                    x, y = hs.get(c, 0.0), pt.get(c, 0.0)
-                    print(f"| {c} | {x:.1f} | {100 * x / hs_step:.1f}% | {y:.1f} | "
-                          f"{100 * y / pt_step:.1f}% |")
+                for world in a.world:
+                    print_breakdown(a, shape, dtype, world, env, tmp)
 
 
 def case_args(p, shapes):
@@ -178,7 +185,7 @@ def main():
     p.add_argument("--python", required=True, help="a Python with torch and transformers")
     p.add_argument("--hypershard", default=os.path.join(ROOT, "build", "hypershard"))
     p.add_argument("--breakdown", action="store_true",
-                   help="per shape and dtype on one process: both steps by op class")
+                   help="per shape, dtype and world size: both steps by op class")
     case_args(p, ["512", "demo"])
     a = p.parse_args()
     env = thread_env(a)

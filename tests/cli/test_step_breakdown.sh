@@ -7,7 +7,10 @@
 # are timed and every GEMM is named by its layer; without --breakdown there
 # is no profile, no table and no breakdown in the JSON. The profiled step
 # against the plain one is printed, not checked: on a shared 2-core machine
-# two 4 ms steps differ by more than the profile's cost.
+# two 4 ms steps differ by more than the profile's cost. Under mpiexec -n 2
+# the step is FSDP's over both ranks: rank 0's table adds up the same way,
+# its "comm waits" (blocked on FSDP's collectives) are timed, and only rank
+# 0 prints and writes the JSON, which names the ranks.
 # HS_TEST_TIMEOUT: 180
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -45,5 +48,24 @@ for i in (1, 2, 3):
           f"plain: means {100 * (step / b['plain_step_ms'] - 1):+.1f}%, fastest "
           f"{100 * (b['profiled_best_ms'] / b['plain_best_ms'] - 1):+.1f}%")
 assert min(others) <= 0.03, others
+PY
+run_logged "$work/w2.log" "$MPIEXEC" -n 2 "$HS_BIN" bench step "${tiny[@]}" --steps 4 \
+    --breakdown --json "$work/w2.json"
+[ "$(grep -c "^breakdown custom, rank 0 of 2" "$work/w2.log")" = 1 ] ||
+    fail "W=2: not one table from rank 0 in $(cat "$work/w2.log")"
+python3 - "$work/w2.json" <<'PY' || fail "W=2 breakdown checks"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["ranks"] == 2, j
+b = j["models"][0]["breakdown"]
+ms = {c["class"]: c["ms"] for c in b["classes"]}
+step, other = b["profiled_step_ms"], b["other_ms"]
+assert abs(sum(ms.values()) + other - step) <= 0.03 * step, (ms, other, step)
+assert other >= -0.03 * step, ("classes overlap", other, step)
+assert ms["comm waits"] > 0, ms
+for c in ("gemm qkv", "gemm gate/up", "attention", "optimizer"):
+    assert ms.get(c, 0) > 0, (c, ms)
+print(f"W=2: comm waits {100 * ms['comm waits'] / step:.1f}%, other "
+      f"{100 * other / step:.1f}% of rank 0's profiled step")
 PY
 hs_finish
