@@ -36,7 +36,7 @@ static const hs_subcommand commands[] = {
 
 static const hs_subcommand benches[] = {
     {"comm", hs_bench_comm, "bench comm   collective bandwidth vs MPI built-ins (under mpiexec)"},
-    {"step", hs_bench_step, "bench step   single-process training throughput and MFU"},
+    {"step", hs_bench_step, "bench step   training throughput and MFU, one process or FSDP over W"},
     {"ops", hs_bench_ops,
      "bench ops    each device kernel's time and GFLOP/s or GB/s per compiled backend"},
     {"fsdp", hs_bench_fsdp,
