@@ -3,9 +3,10 @@
 # peak_device_bytes a real run measures (FSDP, HSDP, mixed precision,
 # offload, full and selective recompute and the model-parallel layouts at
 # W <= 8), and its end-of-run sample KV cache is the one the run logs (none
-# where the layout decodes by full forwards); a model that cannot fit is refused by train in well under 5 s
-# with the plan's numbers and nothing written; the plan of 1024 ranks is a
-# readable table.
+# where the layout decodes by full forwards); a model that cannot fit is
+# refused by train promptly (under 20 s; 0.5 s on a quiet machine) with the
+# plan's numbers and nothing written; the plan of 1024 ranks is a readable
+# table.
 set -u
 source "$(dirname "$0")/lib.sh"
 hs_scratch plan
