@@ -65,12 +65,23 @@ def peer(a, shape, dtype, world, env):
     return r["median_step_s"], r["max_rss_kib"]
 
 
+def model_args(shape, dtype):
+    """The config keys of one case's model and mixed precision (the peer's
+    bf16: bf16 parameters, fp32 reductions)."""
+    d, L, h, kv, f, v, t, b = SHAPES[shape]
+    args = [f"model.dim={d}", f"model.n_layers={L}", f"model.n_heads={h}",
+            f"model.n_kv_heads={kv}", f"model.ffn_dim={f}", f"model.vocab_size={v}"]
+    if dtype == "bf16":
+        args += ["fsdp_config.mix_precision.param_dtype=bfloat16",
+                 "fsdp_config.mix_precision.reduce_dtype=float32"]
+    return args
+
+
 def train_args(shape, dtype, world, steps, out_dir):
     """`hypershard train` overrides for one case: the peer's model, batch
     (SHAPES' sequences per rank), optimizer and schedule."""
     d, L, h, kv, f, v, t, b = SHAPES[shape]
-    args = [f"model.dim={d}", f"model.n_layers={L}", f"model.n_heads={h}",
-            f"model.n_kv_heads={kv}", f"model.ffn_dim={f}", f"model.vocab_size={v}",
+    return model_args(shape, dtype) + [
             f"train.seq_len={t}", f"train.micro_batch_size={b}",
             f"train.global_batch_size={b * world}", f"train.steps={steps}",
             "train.eval_every=0", "optimizer._target_=adamw", "optimizer.lr=3e-4",
@@ -78,10 +89,6 @@ def train_args(shape, dtype, world, steps, out_dir):
             "optimizer.clip_grad_norm=1.0", "optimizer.schedule.warmup_steps=0",
             "optimizer.schedule.decay=constant", f"fsdp_config.dp_shard_size={world}",
             "checkpoint.dir=null", "trace.enabled=false", f"train.out_dir={out_dir}"]
-    if dtype == "bf16":
-        args += ["fsdp_config.mix_precision.param_dtype=bfloat16",
-                 "fsdp_config.mix_precision.reduce_dtype=float32"]
-    return args
 
 
 def ours(a, shape, dtype, world, env, out_dir):
@@ -102,17 +109,13 @@ def ours(a, shape, dtype, world, env, out_dir):
 def bench_breakdown(a, shape, dtype, world, env, tmp):
     """`hypershard bench step --breakdown` on one case: (classes ms, step ms)."""
     d, L, h, kv, f, v, t, b = SHAPES[shape]
-    sets = [f"model.dim={d}", f"model.n_layers={L}", f"model.n_heads={h}",
-            f"model.n_kv_heads={kv}", f"model.ffn_dim={f}", f"model.vocab_size={v}"]
-    if dtype == "bf16":
-        sets += ["fsdp_config.mix_precision.param_dtype=bfloat16",
-                 "fsdp_config.mix_precision.reduce_dtype=float32"]
     out = os.path.join(tmp, f"hs_{shape}_{dtype}_{world}.json")
     launch = [] if world == 1 else [a.mpiexec, "-n", str(world)]
-    cmd = launch + [a.hypershard, "bench", "step", "--quick", "--threads", str(a.threads), "--steps",
-           str(a.steps), "--batch", str(b), "--seq", str(t), "--breakdown", "--json", out]
-    for kv_ in sets:
-        cmd += ["--set", kv_]
+    cmd = launch + [a.hypershard, "bench", "step", "--quick", "--threads", str(a.threads),
+                    "--steps", str(a.steps), "--batch", str(b), "--seq", str(t), "--breakdown",
+                    "--json", out]
+    for key in model_args(shape, dtype):
+        cmd += ["--set", key]
     run(cmd, env)
     bd = json.load(open(out))["models"][0]["breakdown"]
     classes = {c["class"]: c["ms"] for c in bd["classes"]}
