@@ -14,7 +14,8 @@
  * t_work (a sleep of about t_comm), t_both (issue async, sleep, wait) and
  * the ratio t_both / (t_comm + t_work) per try. The ratio is how much of the
  * communication hides; on a loaded 2-core machine it moves with what else
- * runs, so it is reported for reading and measured in bench/, not asserted. */
+ * runs, so it is reported for reading, not asserted; `hypershard bench
+ * fsdp` measures what of FSDP's communication stays exposed in a step. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
