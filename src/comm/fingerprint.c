@@ -7,7 +7,10 @@
  * excepted: they pair two ranks, not the group) into that group's running
  * hash, on the issuing thread, in issue order (hs_fp_issue, from work.c
  * under the queue's lock). hs_comm_check compares the hashes of every group
- * over its members with one small all-gather over the world; only when
+ * over its members with one small all-gather over the world: a group name
+ * has an instance per set of members (a 'tp' group per pipeline stage and
+ * data-parallel index), and each rank is compared only with the lead of
+ * its own instance, its lowest world rank; only when
  * they differ does a second all-gather bring the last HS_FP_RING
  * collectives of the group that differs, to name the first difference.
  * With comm.check_every = 1 (fp_each) every collective's entry is also
@@ -213,12 +216,33 @@ void hs_comm_set_check_each(hs_comm *c, bool on) { atomic_store(&c->fp_each, on)
 
 /* ------------------------------------------------------ the periodic check */
 
-enum { T_COUNT, T_HASH, T_AGREED, T_LEN }; /* per slot, per rank */
+enum { T_COUNT, T_HASH, T_AGREED, T_LEAD, T_SIZE, T_LEN }; /* per slot, per rank */
+
+/* The lowest world rank of g: every member of one instance of a group name
+ * names it alike, and instances of one name are disjoint, so it tells the
+ * instances apart. */
+static int lead_of(const hs_pg *g) {
+    int lead = g->world_ranks[0];
+    for (int i = 1; i < g->size; i++)
+        if (g->world_ranks[i] < lead) lead = g->world_ranks[i];
+    return lead;
+}
+
+/* " (in the instance of 'tp' led by world rank 4, of 2 members)" for a
+ * group that has several instances over the world; "" for one over all. */
+static void instance_text(const char *name, int64_t lead, int64_t size, int world, char *buf,
+                          size_t cap) {
+    buf[0] = '\0';
+    if (size < world)
+        snprintf(buf, cap, " (in the instance of '%s' led by world rank %lld, of %lld members)",
+                 name, (long long)lead, (long long)size);
+}
 
 /* The mismatch found in slot s between world ranks a and b: a second
  * all-gather brings every rank's last entries on s; the message names the
  * first difference. */
-static hs_status report_mismatch(hs_comm *c, int s, int a, int b, const char *when, hs_error *e) {
+static hs_status report_mismatch(hs_comm *c, int s, int a, int b, const int64_t *lead_size,
+                                 const char *when, hs_error *e) {
     const int row = 4 + 4 * HS_FP_RING;
     const size_t cells = (size_t)(c->size + 1) * (size_t)row; /* every rank's, then mine */
     int64_t *all = calloc(cells, sizeof *all);
@@ -251,27 +275,27 @@ static hs_status report_mismatch(hs_comm *c, int s, int a, int b, const char *wh
     char what[1024];
     if (!hs_fp_describe(c->groups[s].name, &v[0], &v[1], false, what, sizeof what))
         snprintf(what, sizeof what, "group '%s' (it changed during the check)", c->groups[s].name);
-    hs_error_set(e, HS_ERR_COMM, "collective fingerprint mismatch at the check %s: %s", when, what);
+    char where[160];
+    instance_text(c->groups[s].name, lead_size[0], lead_size[1], c->size, where, sizeof where);
+    hs_error_set(e, HS_ERR_COMM, "collective fingerprint mismatch at the check %s%s: %s", when,
+                 where, what);
     hs_error_append(e, HS_ERR_COMM, FIX_LINE);
     free(all);
     fp_end(c, 0, e);
 }
 
-/* The first slot whose members' (count, hash) differ, and the two world
- * ranks (the first member, and the first that differs from it). */
+/* The first slot where a member's (count, hash) differs from its
+ * instance's lead's (the lowest world rank of its instance of the group),
+ * and the two world ranks. */
 static bool find_mismatch(const int64_t *all, int size, int nslots, int *slot, int *a, int *b) {
     for (int s = 0; s < nslots; s++) {
-        int ref = -1;
         for (int r = 0; r < size; r++) {
             const int64_t *t = all + ((size_t)r * (size_t)nslots + (size_t)s) * T_LEN;
-            if (t[T_COUNT] < 0) continue;
-            if (ref < 0) {
-                ref = r;
-                continue;
-            }
-            const int64_t *u = all + ((size_t)ref * (size_t)nslots + (size_t)s) * T_LEN;
-            if (t[T_COUNT] != u[T_COUNT] || t[T_HASH] != u[T_HASH]) {
-                *slot = s, *a = ref, *b = r;
+            if (t[T_COUNT] < 0 || t[T_LEAD] == r || t[T_LEAD] < 0 || t[T_LEAD] >= size) continue;
+            const int lead = (int)t[T_LEAD];
+            const int64_t *u = all + ((size_t)lead * (size_t)nslots + (size_t)s) * T_LEN;
+            if (u[T_COUNT] != t[T_COUNT] || u[T_HASH] != t[T_HASH] || u[T_LEAD] != t[T_LEAD]) {
+                *slot = s, *a = lead, *b = r;
                 return true;
             }
         }
@@ -291,8 +315,9 @@ hs_status hs_comm_check(hs_comm *c, const char *when, hs_error *e) {
     for (int s = 0; s < n; s++) {
         hs_pg *g = c->groups[s].pg;
         int64_t *t = mine + (size_t)s * T_LEN;
-        t[T_COUNT] = -1, t[T_HASH] = 0, t[T_AGREED] = 0;
+        t[T_COUNT] = -1, t[T_HASH] = 0, t[T_AGREED] = 0, t[T_LEAD] = -1, t[T_SIZE] = 0;
         if (!g) continue;
+        t[T_LEAD] = lead_of(g), t[T_SIZE] = g->size;
         pthread_mutex_lock(&g->queue->mu);
         t[T_COUNT] = g->next_seq, t[T_HASH] = g->fp.hash, t[T_AGREED] = g->fp.agreed;
         pthread_mutex_unlock(&g->queue->mu);
@@ -301,6 +326,11 @@ hs_status hs_comm_check(hs_comm *c, const char *when, hs_error *e) {
         hs_pg_all_gather(c->world, NULL, all, mine, (int64_t)cells * I64_ELEMS, CARRIER, e);
     int slot = 0, a = 0, b = 0;
     bool bad = st == HS_OK && find_mismatch(all, c->size, n, &slot, &a, &b);
+    int64_t lead_size[2] = {0, 0};
+    if (bad) {
+        const int64_t *t = all + ((size_t)b * (size_t)n + (size_t)slot) * T_LEN;
+        lead_size[0] = t[T_LEAD], lead_size[1] = t[T_SIZE];
+    }
     for (int s = 0; st == HS_OK && !bad && s < n; s++) {
         hs_pg *g = c->groups[s].pg;
         if (!g) continue;
@@ -309,7 +339,7 @@ hs_status hs_comm_check(hs_comm *c, const char *when, hs_error *e) {
         pthread_mutex_unlock(&g->queue->mu);
     }
     free(all);
-    if (bad) return report_mismatch(c, slot, a, b, when, e);
+    if (bad) return report_mismatch(c, slot, a, b, lead_size, when, e);
     return st;
 }
 

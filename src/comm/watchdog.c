@@ -375,6 +375,11 @@ static bool fp_line(hs_watchdog *wd, int slot, int rank) {
     const hs_comm *c = wd->c;
     const hs_pg *g = c->groups[slot].pg;
     if (!g || atomic_load(&wd->silent[rank])) return false;
+    /* Another instance of the same group name (another stage's 'tp')
+     * issues other collectives by design: compare only within ours. */
+    bool member = false;
+    for (int i = 0; i < g->size && !member; i++) member = g->world_ranks[i] == rank;
+    if (!member) return false;
     bool answered = false;
     ask_ranks(wd, ASK_FP, slot, &rank, 1, hs_now() + CLAIM_WAIT_S, wd->fp_rep, FP_LEN, &answered);
     const int64_t *r = wd->fp_rep;
@@ -457,7 +462,15 @@ static void on_timeout(hs_watchdog *wd, hs_comm_current cur, double timeout) {
         serve(wd);
         sleep_s(POLL_S);
     }
-    MPI_Abort(MPI_COMM_WORLD, hs_status_exit_code(HS_ERR_TIMEOUT));
+    hs_error e;
+    hs_error_set(&e, HS_ERR_TIMEOUT,
+                 "a collective on group '%s' passed its timeout of %.0f s; the rank that took "
+                 "the report did not end the job within %.0f s, so this one does",
+                 cur.slot >= 0 && cur.slot < atomic_load(&wd->c->nslots)
+                     ? wd->c->groups[cur.slot].name
+                     : "?",
+                 timeout, DENIED_WAIT_S);
+    hs_comm_abort(wd->c, &e);
 }
 
 static bool wait_tick(hs_watchdog *wd) {
