@@ -232,7 +232,10 @@ static void defer_weight_grad(hs_model *m, hs_wgrad_kind kind, float *dx, bool o
     hs_wgrad_block *rec = m->wg_cur;
     hs_wgrad_op *op = &rec->op[kind];
     hs_dtype ydt;
-    const void *dy = hs_linear_dout(m->dev, dout, op->dy, m->dt, N * OC, &ydt);
+    /* The slot holds dy as the unsplit backward's GEMMs read it: rounded to
+     * the compute dtype where the device multiplies 16-bit operands
+     * natively, else in fp32 (no dout16 there: the mixed GEMM rounds it). */
+    const void *dy = hs_linear_dout(m->dev, dout, op->dy, m->wg_dt, N * OC, &ydt);
     HS_ASSERT(ydt == m->wg_dt);
     if (dy != op->dy) hs_dev_copy(m->dev, op->dy, dy, (size_t)(N * OC) * hs_dtype_size(ydt));
     hs_linear_backward_dy(m->dev, dx, overwrite_dx, NULL, false, w->grad_dtype, op->dy, ydt, NULL,
