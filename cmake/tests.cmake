@@ -17,6 +17,11 @@
 # backend this build compiles (cuda with HS_CUDA), the backend's name its
 # argument: the first keeps the test's name, the others add ".<backend>";
 # exit 77 is a skip (a backend compiled in whose hardware is absent).
+# "HS_TEST_TIERS: avx2" in a unit or cli test runs it once more per listed
+# CPU tier, as ".<tier>" with HS_CPU_ISA (and oneDNN's ONEDNN_MAX_CPU_ISA)
+# capping the code paths at that tier, label "tier" besides its own: the
+# parity-critical tests hold on the lowest tier the build targets on any
+# machine (a cli test skips, exit 77, where the CPU has nothing above it).
 # "HS_TEST_SERIAL" in a test file runs it with nothing else beside it
 # (ctest -j): for tests that time the machine, whose ratios other tests'
 # load would decide.
@@ -73,6 +78,39 @@ function(hs_test_devices file out)
   set(${out} "${devices}" PARENT_SCOPE)
 endfunction()
 
+# The CPU tiers of `file`'s HS_TEST_TIERS line.
+function(hs_test_tiers file out)
+  file(STRINGS ${file} tl REGEX "HS_TEST_TIERS:")
+  set(tiers "")
+  if(tl)
+    list(GET tl 0 first)
+    string(REGEX REPLACE ".*HS_TEST_TIERS:" "" t "${first}")
+    string(REGEX MATCHALL "[a-z0-9_]+" tiers "${t}")
+  endif()
+  set(${out} "${tiers}" PARENT_SCOPE)
+endfunction()
+
+# hs_test_add_tiers(FILE TEST LABEL COMMAND...): TEST once more per tier of
+# FILE, with the properties `test` has and the tier's environment.
+function(hs_test_add_tiers file test label timeout np)
+  hs_test_tiers(${file} tiers)
+  foreach(tier ${tiers})
+    string(TOUPPER ${tier} onednn)
+    if(tier STREQUAL "avx512")
+      set(onednn AVX512_CORE)
+    elseif(tier STREQUAL "avx512_bf16")
+      set(onednn AVX512_CORE_BF16)
+    elseif(tier STREQUAL "amx")
+      set(onednn AVX512_CORE_AMX)
+    endif()
+    add_test(NAME ${test}.${tier} COMMAND ${ARGN})
+    set_tests_properties(${test}.${tier} PROPERTIES LABELS "${label};tier" TIMEOUT ${timeout}
+                         SKIP_RETURN_CODE 77 PROCESSORS ${np}
+                         ENVIRONMENT "${HS_TEST_ENV};HS_CPU_ISA=${tier};ONEDNN_MAX_CPU_ISA=${onednn}")
+    hs_test_serial(${file} ${test}.${tier})
+  endforeach()
+endfunction()
+
 # RUN_SERIAL for the tests of `file` when it says HS_TEST_SERIAL.
 function(hs_test_serial file)
   file(STRINGS ${file} sl REGEX "HS_TEST_SERIAL")
@@ -94,6 +132,7 @@ if(CMOCKA_FOUND)
       add_test(NAME unit.${name} COMMAND ${name})
       set_tests_properties(unit.${name} PROPERTIES LABELS unit TIMEOUT ${timeout}
                            ENVIRONMENT "${HS_TEST_ENV}")
+      hs_test_add_tiers(${src} unit.${name} unit ${timeout} 1 ${name})
     endif()
     foreach(dev ${devices})
       set(test unit.${name}.${dev})
@@ -142,6 +181,7 @@ foreach(kind cli gpu)
     set_tests_properties(${kind}.${name} PROPERTIES LABELS ${kind} TIMEOUT ${timeout}
                          SKIP_RETURN_CODE 77 PROCESSORS ${np} ENVIRONMENT "${HS_TEST_ENV}")
     hs_test_serial(${src} ${kind}.${name})
+    hs_test_add_tiers(${src} ${kind}.${name} ${kind} ${timeout} ${np} bash ${src})
   endforeach()
 endforeach()
 

@@ -174,6 +174,26 @@ int hs_blas_get_threads(void);
 /* The instruction set oneDNN's kernels use on this CPU: "avx512_core_amx",
  * "avx512_core_bf16", "avx512_core", "avx2" or "sse41". */
 const char *hs_gemm_isa(void);
+/* The CPU tier: HS_CPU_ISA = avx2 | avx512 | avx512_bf16 | amx | native
+ * caps oneDNN's kernels and hs_convert's paths at that tier (the CPU's own
+ * flags still decide below it). Call before any GEMM or conversion;
+ * HS_ERR_USAGE naming the variable for an unknown value. */
+hs_status hs_cpu_isa_apply(hs_error *e);
+/* This CPU's nominal peak for GEMMs of dtype dt at the tier in force:
+ * the highest clock the system states x the FLOPs per cycle of the ISA
+ * and dtype (cpu_peak.c lists them). dtype is the one the peak is for
+ * (fp32 where dt is not multiplied natively); cores are the physical ones
+ * online. */
+typedef struct hs_cpu_peak {
+    double ghz;
+    int flops_per_cycle;
+    double flops_per_core;
+    int cores;
+    hs_dtype dtype;
+    const char *isa;          /* hs_gemm_isa() */
+    const char *clock_source; /* "cpufreq's maximum", "the model name", ... */
+} hs_cpu_peak;
+hs_cpu_peak hs_cpu_nominal_peak(hs_dtype dt);
 /* Whether hs_gemm_ex multiplies operands of 16-bit dtype dt into a C of
  * c_dt natively here (oneDNN has that matmul on this CPU); else the
  * operands are widened to fp32. */

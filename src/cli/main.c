@@ -1,5 +1,6 @@
 /* hypershard — command-line entry: dispatch to a subcommand. */
 #include <malloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -59,6 +60,16 @@ static void usage(FILE *f) {
     for (int i = 0; i < COUNT(benches); i++) fprintf(f, "  %s\n", benches[i].usage);
 }
 
+/* The fault-injection hooks the tests use read variables of one
+ * namespace, HS_*_TEST_* (docs/errors.md): none fires unless one is set,
+ * and a run that has one set says so on stderr, so none acts unseen. */
+static void test_variables_named(void) {
+    extern char **environ;
+    for (char **v = environ; v && *v; v++)
+        if (!strncmp(*v, "HS_", 3) && strstr(*v, "_TEST_") && strchr(*v, '='))
+            fprintf(stderr, "hypershard: test-only variable set, it injects faults: %s\n", *v);
+}
+
 int main(int argc, char **argv) {
     /* FSDP frees each unit's all-gather output on reshard and allocates it
      * again at the next unshard (the memory saving is the point). glibc
@@ -67,6 +78,16 @@ int main(int argc, char **argv) {
      * reuse cheap while the pools' accounting stays exact. */
     mallopt(M_MMAP_THRESHOLD, 256 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    /* A write past the file size limit (ulimit -f) fails with EFBIG and
+     * is reported naming the file, instead of killing the process. */
+    signal(SIGXFSZ, SIG_IGN);
+    test_variables_named();
+    /* The CPU tier (HS_CPU_ISA) before any kernel is chosen. */
+    hs_error e = {0};
+    if (hs_cpu_isa_apply(&e) != HS_OK) {
+        fprintf(stderr, "hypershard: %s\n", e.msg);
+        return hs_status_exit_code(e.code);
+    }
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

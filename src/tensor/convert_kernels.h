@@ -17,4 +17,9 @@ typedef struct hs_convert_kernels {
  * this CPU does not have them. */
 const hs_convert_kernels *hs_convert_vector_kernels(hs_convert_path p);
 
+/* Whether the process's CPU tier (cpu_isa.c: HS_CPU_ISA, or oneDNN's
+ * ONEDNN_MAX_CPU_ISA) lets path p run; the CPU's own flags are checked
+ * apart. */
+bool hs_cpu_isa_allows(hs_convert_path p);
+
 #endif

@@ -140,7 +140,7 @@ static bool cpu_has_avx512_bf16(void) {
 const hs_convert_kernels *hs_convert_vector_kernels(hs_convert_path p) {
     switch (p) {
 #if HAVE_AVX512_PATH
-    case HS_CONVERT_AVX512: return cpu_has_avx512_bf16() ? &avx512 : NULL;
+    case HS_CONVERT_AVX512: return cpu_has_avx512_bf16() && hs_cpu_isa_allows(p) ? &avx512 : NULL;
 #endif
 #if HAVE_AVX2_PATH
     case HS_CONVERT_AVX2: return &avx2;

@@ -328,3 +328,12 @@ AGENT
     chmod +x "$work/agent.sh"
     printf "10.77.0.1 slots=2\n10.77.0.2 slots=2\n" > "$work/hosts"
 }
+
+# A tier run (HS_CPU_ISA set by cmake/tests.cmake for HS_TEST_TIERS) on a
+# CPU whose own tier is no higher is its native run again: skipped there.
+if [ -n "${HS_CPU_ISA:-}" ]; then
+    if [ "$HS_CPU_ISA" = avx2 ] && ! grep -q -m1 -w avx512f /proc/cpuinfo; then
+        hs_skip "this CPU's own tier is avx2: the test's native run covers it"
+    fi
+    echo "cpu tier: HS_CPU_ISA=$HS_CPU_ISA ONEDNN_MAX_CPU_ISA=${ONEDNN_MAX_CPU_ISA:-}"
+fi

@@ -13,6 +13,7 @@
 # tests: CP sums attention's dK/dV in another order.)
 # HS_MPI_RANKS: 8
 # HS_TEST_TIMEOUT: 300
+# HS_TEST_TIERS: avx2
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch cp

@@ -16,6 +16,7 @@
 # equal to the one-process run's.
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 240
+# HS_TEST_TIERS: avx2
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch ep_parity

@@ -14,6 +14,7 @@
 #   pass the casts; without the input cast the first loss moves.
 # HS_MPI_RANKS: 2
 # HS_TEST_TIMEOUT: 180
+# HS_TEST_TIERS: avx2
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch outdt

@@ -7,6 +7,7 @@
 # over 2 ranks, and the log lines that say whether FSDP was wrapped or skipped.
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 180
+# HS_TEST_TIERS: avx2
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch fsdp

@@ -18,6 +18,7 @@
 # listings: every FSDP group of a stage holds that stage's ranks only.
 # HS_MPI_RANKS: 8
 # HS_TEST_TIMEOUT: 300
+# HS_TEST_TIERS: avx2
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch pp

@@ -18,6 +18,7 @@
 # gpipe, and a 1f1b one under zb1p and zbv, on the uninterrupted curve.
 # HS_MPI_RANKS: 8
 # HS_TEST_TIMEOUT: 300
+# HS_TEST_TIERS: avx2
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch pp_zb

@@ -23,6 +23,7 @@
 # so weights compare at the gradients' tolerance.
 # HS_MPI_RANKS: 8
 # HS_TEST_TIMEOUT: 300
+# HS_TEST_TIERS: avx2
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch tp

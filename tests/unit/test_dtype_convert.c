@@ -1,7 +1,8 @@
 /* dtype names and the f32 <-> bf16 / f16 conversions: every 16-bit pattern,
  * rounding ties, specials, and random f32 values against a reference built
  * from double arithmetic; the vector hs_convert against the scalar routines
- * bit for bit. */
+ * bit for bit.
+ * HS_TEST_TIERS: avx2 */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -3,7 +3,8 @@
  * definition with plain loops and no shared code: embedding, per block
  * RMSNorm -> q/k/v -> rotate_half RoPE -> repeat_kv causal softmax
  * attention -> o_proj -> residual -> RMSNorm -> SwiGLU -> residual, final
- * norm, lm_head. */
+ * norm, lm_head.
+ * HS_TEST_TIERS: avx2 */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,6 +1,7 @@
 /* hs_sgemm against a naive double loop for every transpose combination and
  * padded strides; hs_gemm_ex with 16-bit operands against fp32 GEMM of the
- * rounded inputs, rounded once; BLAS thread control. */
+ * rounded inputs, rounded once; BLAS thread control.
+ * HS_TEST_TIERS: avx2 */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
