@@ -29,8 +29,8 @@ hs_status hs_decoder_open(hs_decoder *d, hs_trainer *t, const char *who, bool us
         if (s != HS_OK) return s;
         if (t->rank0)
             hs_log_info(t->log,
-                        "%s: a KV cache of %lld bytes (%.2f MiB) on each rank: its "
-                        "blocks x 2 x %d positions x its kv heads x head_dim x dtype",
+                        "%s: a KV cache of %lld bytes (%.2f MiB) on each rank, for up to %d "
+                        "positions",
                         who, (long long)hs_kv_cache_bytes(m),
                         (double)hs_kv_cache_bytes(m) / (1024.0 * 1024.0), t->T);
         return HS_OK;

@@ -6,7 +6,7 @@
 
 #include "train/run.h"
 
-/* The MFU denominator: what this process's GEMM achieves on a square
+/* The GEMM rate: what this process's GEMM achieves on a square
  * matrix of model-like size in the step's compute dtype (the 16-bit matmul
  * with fp32 accumulation when param_dtype is bf16/fp16 and the CPU has it
  * natively, else fp32 sgemm), measured once at start-up by every rank at
@@ -58,6 +58,21 @@ hs_status hs_measure_peak_flops(hs_dtype dt, double *peak, hs_error *e) {
     free(a), free(b), free(c), free(a16), free(b16);
     *peak = best;
     return s;
+}
+
+double hs_cpu_rank_peak(hs_dtype compute, int threads, int local_ranks, double measured, char *what,
+                        size_t cap) {
+    hs_cpu_peak p = hs_cpu_nominal_peak(compute);
+    double share = (double)p.cores / (local_ranks > 0 ? local_ranks : 1);
+    double cores = threads < share ? threads : share;
+    /* The rate its threads reach with a core each at the stated clock: a
+     * GEMM measured faster ran at a higher clock, which then scales it. */
+    double ceiling = threads * p.flops_per_core, scale = 1.0;
+    if (ceiling > 0 && measured > ceiling) scale = measured / ceiling;
+    snprintf(what, cap, "nominal: %.3g core(s) x %.2f GHz x %d %s FLOP/cycle (%s; clock from %s)",
+             cores, p.ghz * scale, p.flops_per_cycle, hs_dtype_name(p.dtype), p.isa,
+             scale > 1.0 ? "the measured GEMM, above the stated clock" : p.clock_source);
+    return cores * p.flops_per_core * scale;
 }
 
 /* On a GPU (the cuda device): its own GEMM
@@ -131,9 +146,23 @@ hs_status hs_metrics_open(hs_trainer *t, hs_error *e) {
     return hs_tb_open(t, e);
 }
 
-static double step_mfu(const hs_trainer *t, const hs_step_result *r) {
+/* A step that ran faster than the peak proves the clock the peak was
+ * taken at too low (cores boosting past the clock the system states, with
+ * the start-up GEMM slowed by a busy machine): the peak becomes the rate
+ * seen, said once, so MFU stays a fraction of a rate the cores reach. */
+static double step_mfu(hs_trainer *t, const hs_step_result *r) {
     if (t->peak_flops <= 0 || r->step_time_s <= 0) return 0.0;
-    return t->flops_per_token * (double)r->tokens / r->step_time_s / t->peak_flops;
+    double rate = t->flops_per_token * (double)r->tokens / r->step_time_s;
+    if (rate > t->peak_flops) {
+        hs_log_info(t->log,
+                    "step %d ran at %.1f GFLOP/s, above the peak of %.1f GFLOP/s (%s): the "
+                    "cores run faster than the clock it was taken at; mfu is against %.1f "
+                    "GFLOP/s from here on",
+                    r->step, rate / 1e9, t->peak_flops / 1e9, t->peak_what, rate / 1e9);
+        t->peak_flops = rate;
+        snprintf(t->peak_what, sizeof t->peak_what, "the rate of step %d", r->step);
+    }
+    return rate / t->peak_flops;
 }
 
 void hs_metrics_write(hs_trainer *t, const hs_step_result *r) {

@@ -84,8 +84,10 @@ typedef struct hs_trainer {
     FILE *tb;             /* TensorBoard events (metrics.tensorboard), else NULL */
     char tb_path[HS_PATH_MAX + 160];
     int64_t tb_good;        /* bytes of the events file up to its last whole record */
-    double peak_flops;      /* whole job, measured at start-up */
-    hs_dtype peak_dtype;    /* the GEMM dtype peak_flops was measured in */
+    double peak_flops;      /* whole job: the MFU denominator (hs_cpu_rank_peak on CPUs) */
+    double gemm_flops;      /* whole job: the GEMM rate measured at start-up */
+    hs_dtype peak_dtype;    /* the GEMM dtype of both */
+    char peak_what[192];    /* how peak_flops was taken, for the log */
     double flops_per_token; /* hs_model_flops_per_token */
     double t_start;
     int start_step; /* optimizer steps already done (a resumed checkpoint's step) */
@@ -167,6 +169,13 @@ hs_status hs_train_metrics_keep_until(const char *path, int step, hs_error *e);
  * step's compute dtype (fp32 unless the 16-bit matmul is native here). */
 hs_dtype hs_peak_flops_dtype(hs_dtype compute);
 hs_status hs_measure_peak_flops(hs_dtype dt, double *peak, hs_error *e);
+/* This rank's MFU denominator on a CPU: its share of the node's nominal
+ * peak (hs_cpu_nominal_peak for compute): min(its GEMM threads, the
+ * node's physical cores / local_ranks) cores; where the GEMM rate it
+ * measured is higher, the stated clock is below the one the cores run at
+ * and the measured rate is the bound. what (cap bytes) says which. */
+double hs_cpu_rank_peak(hs_dtype compute, int threads, int local_ranks, double measured, char *what,
+                        size_t cap);
 /* The same on a GPU (the cuda device), through its own
  * GEMM, in dt as given (16-bit matmuls are native there); before the
  * model is built, leaving the device pool's peak as it found it. */
