@@ -137,7 +137,12 @@ def prepare_tokenizer(args, inputs):
     in args.out, and the vocabulary size and end-of-text id."""
     if args.bytes:
         return None, 256, None
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    try:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    except ImportError:
+        how = "--tokenizer" if args.tokenizer else "--train-bpe"
+        fail(f"{how} needs the tokenizers package (pip install tokenizers), "
+             "or use --bytes for byte-level ids without one")
     if args.tokenizer:
         src = args.tokenizer
         if os.path.isdir(src):

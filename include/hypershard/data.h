@@ -119,9 +119,12 @@ int hs_blend_at(hs_blend *b, int64_t k, int64_t *local);
 hs_status hs_blend_fill(const double *weights, const int64_t *caps, int n, int32_t *member,
                         int64_t *local, int64_t total, hs_error *e);
 
-/* The Hugging Face tokenizer of a token file: tokenizer.json (and
- * tokenizer_config.json, special_tokens_map.json) in data.path's
- * directory. check: *vocab = its vocabulary (0 without one), an error
+/* Whether the data's ids come from a tokenizer (a token file or an
+ * indexed dataset), not bytes of text. */
+bool hs_data_tokenized(const hs_data_config *dc);
+/* The Hugging Face tokenizer of a token file or indexed dataset:
+ * tokenizer.json (and tokenizer_config.json, special_tokens_map.json) in
+ * data.path's directory (a blend's: its first dataset's that has one). check: *vocab = its vocabulary (0 without one), an error
  * naming model.vocab_size when the model's is smaller. find: path =
  * dir/tokenizer.json, whether it exists. dir: data.path's directory when it
  * holds one (false otherwise). copy: the files dir has into out_dir. */

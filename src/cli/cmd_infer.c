@@ -206,7 +206,7 @@ static hs_status generate(const infer_args *a, const hs_config *cfg, const hs_to
                           hs_error *e) {
     char path[HS_PATH_MAX + 32];
     hs_bpe *bpe = NULL;
-    bool tokens = !strcmp(cfg->data.source, "tokens");
+    bool tokens = hs_data_tokenized(&cfg->data);
     hs_status s = tokens && tokenizer_path(a, cfg, path, sizeof path) ? hs_bpe_load(path, &bpe, e)
                                                                       : HS_OK;
     int32_t *prompt = NULL, *out = malloc(sizeof *out * (size_t)a->max_new);

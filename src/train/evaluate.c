@@ -51,11 +51,19 @@ static int prompt_start(const int32_t *tok, int T) {
     return 0;
 }
 
-static void append_escaped(char *buf, size_t cap, const int32_t *tok, int n, bool bytes) {
+static void append_escaped(char *buf, size_t cap, const int32_t *tok, int n, bool bytes,
+                           const hs_bpe *bpe) {
     size_t len = strlen(buf);
     for (int i = 0; i < n && len + 8 < cap; i++) {
         int c = tok[i];
-        if (!bytes) len += (size_t)snprintf(buf + len, cap - len, "%s%d", i ? " " : "", c);
+        if (bpe) { /* the tokenizer's text, escaped byte by byte */
+            char piece[256];
+            int k = hs_bpe_decode(bpe, c, piece, sizeof piece);
+            int32_t bytes_of[256];
+            for (int j = 0; j < k; j++) bytes_of[j] = (unsigned char)piece[j];
+            append_escaped(buf, cap, bytes_of, k, true, NULL);
+            len = strlen(buf);
+        } else if (!bytes) len += (size_t)snprintf(buf + len, cap - len, "%s%d", i ? " " : "", c);
         else if (c == '\n') len += (size_t)snprintf(buf + len, cap - len, "\\n");
         else if (c == '"' || c == '\\') len += (size_t)snprintf(buf + len, cap - len, "\\%c", c);
         else if (c >= 32 && c < 127) buf[len++] = (char)c, buf[len] = '\0';
@@ -98,12 +106,20 @@ hs_status hs_sample(hs_trainer *t, hs_error *e) {
     int total = t->T < prompt + SAMPLE_MAX_NEW ? t->T : prompt + SAMPLE_MAX_NEW;
     hs_status s = sample_generate(t, seq, prompt, total, e);
     if (s == HS_OK && t->rank0) {
-        bool bytes = strcmp(t->cfg->data.source, "tokens") != 0;
+        /* token data: its tokenizer's text where it has one, else the ids */
+        bool bytes = !hs_data_tokenized(&t->cfg->data);
+        char dir[HS_PATH_MAX], path[HS_PATH_MAX + 32];
+        hs_bpe *bpe = NULL;
+        hs_error quiet = {0};
+        if (!bytes && hs_tokenizer_dir(t->cfg, dir, sizeof dir) &&
+            hs_tokenizer_find(dir, path, sizeof path) && hs_bpe_load(path, &bpe, &quiet) != HS_OK)
+            hs_log_warn(t->log, "sample: its tokens as ids: %s", quiet.msg);
         char text[2048] = "";
-        append_escaped(text, sizeof text, seq, prompt, bytes);
+        append_escaped(text, sizeof text, seq, prompt, bytes, bpe);
         strcat(text, "\" -> \"");
-        append_escaped(text, sizeof text, seq + prompt, total - prompt, bytes);
+        append_escaped(text, sizeof text, seq + prompt, total - prompt, bytes, bpe);
         hs_log_info(t->log, "sample (greedy): \"%s\"", text);
+        hs_bpe_free(bpe);
     }
     free(seq);
     return s;

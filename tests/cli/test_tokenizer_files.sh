@@ -5,7 +5,10 @@
 # with one that fits, and the run's weights and `hypershard export --run`
 # carry a copy of tokenizer.json and tokenizer_config.json, so
 # AutoTokenizer loads beside the model. A uint32 (HSTK version 2) token
-# file with ids over 65,535 trains. With a byte-level BPE tokenizer (built
+# file with ids over 65,535 trains; an indexed dataset's tokenizer follows
+# its run as a token file's does, and both runs' samples are text; without
+# the tokenizers package, tokenize.py says what to install (exit 2). With a
+# byte-level BPE tokenizer (built
 # here by hand: GPT-2's byte symbols and 7 merges, behind GPT-2's split and
 # behind Llama 3's) `hypershard tokenize` encodes text to the ids the merges
 # give and decodes them back, a WordPiece tokenizer is refused by name, and
@@ -125,4 +128,41 @@ hs_must_run 1 bpe train.out_dir="$work/bpe"
 grep -q "prompt: 2 tokens (tokenizer $work/bpe/tokenizer.json" "$work/gen.err" ||
     fail "generate did not encode the prompt with the tokenizer: $(cat "$work/gen.err")"
 grep -q "^the cat" "$work/gen.txt" || fail "generate's text does not start with the prompt: $(cat "$work/gen.txt")"
+grep -q 'sample (greedy): "[^"0-9]' "$work/bpe.log" ||
+    fail "the end-of-run sample is not the tokenizer's text: $(grep sample "$work/bpe.log")"
+
+# The same ids as an indexed dataset beside the same tokenizer (as
+# tokenize.py --format indexed leaves them): the run gets the tokenizer,
+# its sample is text, and generate --run encodes and decodes with it.
+mkdir -p "$work/data/ix"
+cp "$work/data/bpe/tokenizer.json" "$work/data/ix/"
+python3 - "$HS_SRC/scripts/tokenize.py" "$work/data/ix/tokens" <<'PY'
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("hs_tokenize", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+ids = [(i * 11) % 263 for i in range(4000)]
+m.write_indexed(sys.argv[2], [ids[i:i + 400] for i in range(0, 4000, 400)])
+PY
+tiny=("${HS_TINY[@]}" data.source=indexed data.path="$work/data/ix/tokens" train.steps=3
+      train.eval_every=0 model.vocab_size=320)
+hs_must_run 1 ix train.out_dir="$work/ix"
+cmp -s "$work/data/ix/tokenizer.json" "$work/ix/tokenizer.json" ||
+    fail "an indexed run's directory lacks the data's tokenizer.json"
+grep -q 'sample (greedy): "[^"0-9]' "$work/ix.log" ||
+    fail "the indexed run's sample is not text: $(grep sample "$work/ix.log")"
+"$HS_BIN" generate --run "$work/ix" --prompt "the cat" --max-new-tokens 4 > "$work/gen_ix.txt" 2> "$work/gen_ix.err" ||
+    fail "generate --run on the indexed run failed: $(tail -3 "$work/gen_ix.err")"
+grep -q "prompt: 2 tokens (tokenizer $work/ix/tokenizer.json" "$work/gen_ix.err" ||
+    fail "generate did not use the indexed run's tokenizer: $(cat "$work/gen_ix.err")"
+grep -q "^the cat" "$work/gen_ix.txt" || fail "generate on the indexed run: $(cat "$work/gen_ix.txt")"
+
+# tokenize.py without the tokenizers package: a sentence, exit 2
+if ! python3 -c "import tokenizers" 2> /dev/null; then
+    echo "the cat" > "$work/in.txt"
+    python3 "$HS_SRC/scripts/tokenize.py" "$work/in.txt" --out "$work/tp" --train-bpe 300 > "$work/tp.log" 2>&1
+    rc=$?
+    [ "$rc" -eq 2 ] && grep -q "pip install tokenizers" "$work/tp.log" && ! grep -q Traceback "$work/tp.log" ||
+        fail "tokenize.py without tokenizers: exit $rc: $(cat "$work/tp.log")"
+fi
 hs_finish
