@@ -108,6 +108,12 @@ const char *hs_strerror_errno(void);
 
 /* fopen that reports "cannot open PATH for reading: REASON; HINT". */
 FILE *hs_fopen(const char *path, const char *mode, const char *hint, hs_error *e);
+/* An input file the user named (what: its config key): HS_ERR_CONFIG
+ * "PATH (what) is a FIFO, not a regular file; fix" for a FIFO, device,
+ * socket or directory, found without blocking (a FIFO's open would wait
+ * for a writer), or "cannot open PATH (what): REASON; fix"; HS_OK for a
+ * regular file it can open. */
+hs_status hs_regular_file(const char *path, const char *what, const char *fix, hs_error *e);
 /* Read a whole file into a malloc'd NUL-terminated buffer. */
 hs_status hs_read_file(const char *path, char **out, size_t *len, hs_error *e);
 /* mkdir -p. */

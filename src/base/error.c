@@ -1,5 +1,6 @@
 /* Status codes, error reports, panics and checked libc helpers. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -113,6 +114,23 @@ FILE *hs_fopen(const char *path, const char *mode, const char *hint, hs_error *e
                      hint ? "; " : "", hint ? hint : "");
     }
     return f;
+}
+
+hs_status hs_regular_file(const char *path, const char *what, const char *fix, hs_error *e) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return hs_error_set(e, HS_ERR_CONFIG, "cannot open %s (%s): %s; %s", path, what,
+                            strerror(errno), fix);
+    struct stat st;
+    bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    close(fd);
+    if (regular) return HS_OK;
+    const char *kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a device";
+    return hs_error_set(e, HS_ERR_CONFIG, "%s (%s) is %s, not a regular file; %s", path, what, kind,
+                        fix);
 }
 
 hs_status hs_read_file(const char *path, char **out, size_t *len, hs_error *e) {

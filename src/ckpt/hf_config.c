@@ -153,11 +153,32 @@ static hs_status hf_bool(json_t *root, const char *path, const char *key, bool *
     return HS_OK;
 }
 
+/* transformers 4's "rope_scaling": null, or {"type" / "rope_type":
+ * "default"}; any other (llama3, yarn, linear, dynamic, longrope, ...)
+ * scales RoPE, another network than the one hypershard builds. */
+static hs_status hf_rope_scaling(json_t *root, const char *path, hs_error *e) {
+    json_t *rs = json_object_get(root, "rope_scaling");
+    if (!rs || json_is_null(rs)) return HS_OK;
+    if (!json_is_object(rs))
+        return hs_error_set(e, HS_ERR_FORMAT, "%s: \"rope_scaling\" must be an object or null",
+                            path);
+    json_t *type = json_object_get(rs, "rope_type");
+    if (!type || json_is_null(type)) type = json_object_get(rs, "type");
+    const char *name = json_is_string(type) ? json_string_value(type) : "(none given)";
+    if (json_is_string(type) && !strcmp(name, "default")) return HS_OK;
+    return hs_error_set(e, HS_ERR_FORMAT,
+                        "%s: \"rope_scaling\" is of type %s; hypershard builds unscaled RoPE "
+                        "only, and training these weights with it would be another network (drop "
+                        "the key, or set it to null, only if the model was trained without it)",
+                        path, name);
+}
+
 /* RoPE's base: "rope_theta", or transformers 5's "rope_parameters"
  * {"rope_type": "default", "rope_theta": ...}; a scaled RoPE (llama3,
- * yarn, ...) is another network. */
+ * yarn, ...) is another network, in either spelling. */
 static hs_status hf_rope(json_t *root, const char *path, double *theta, hs_error *e) {
     if (hf_double(root, path, "rope_theta", false, theta, e) != HS_OK) return e->code;
+    if (hf_rope_scaling(root, path, e) != HS_OK) return e->code;
     json_t *rp = json_object_get(root, "rope_parameters");
     if (!rp || json_is_null(rp)) return HS_OK;
     if (!json_is_object(rp))

@@ -41,8 +41,15 @@ hs_status hs_launch_hosts_read(const char *path, hs_launch_hosts *h, hs_error *e
     if (!f) return hs_error_set(e, HS_ERR_USAGE, "--hostfile %s: cannot be read", path);
     char line[1024];
     hs_status s = HS_OK;
-    for (int lineno = 1; s == HS_OK && fgets(line, sizeof line, f); lineno++)
-        s = parse_line(line, path, lineno, h, e);
+    for (int lineno = 1; s == HS_OK && fgets(line, sizeof line, f); lineno++) {
+        size_t len = strlen(line);
+        if (len + 1 == sizeof line && line[len - 1] != '\n' && !feof(f))
+            s = hs_error_set(e, HS_ERR_USAGE,
+                             "--hostfile %s line %d is longer than %zu bytes; a line names one "
+                             "host and its slots",
+                             path, lineno, sizeof line - 2);
+        else s = parse_line(line, path, lineno, h, e);
+    }
     fclose(f);
     if (s == HS_OK && h->n == 0)
         s = hs_error_set(e, HS_ERR_USAGE, "--hostfile %s names no host", path);

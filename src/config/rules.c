@@ -116,8 +116,8 @@ static void check_blend(const hs_config *c, hs_cfg_report *rep) {
         double w = d->blend[i].weight;
         if (!(w >= 0) || w > 1e300)
             hs_cfg_report_add(rep,
-                              "data.blend[%d].weight = %g (path %s) must be a finite number >= 0; "
-                              "weights are relative shares",
+                              "data.blend[%d].weight = %g (path %s) must be a number from 0 to "
+                              "1e300; weights are relative shares",
                               i, w, d->blend[i].path);
         else sum += w;
     }

@@ -217,8 +217,10 @@ static bool read_blend_entry(reader *r, const hs_cfg_key *k, int index, yaml_mar
             for (int j = 0; j < 2; j++)
                 if (!strcmp((const char *)key.data.scalar.value, names[j])) which = j;
         if (ok && which < 0)
-            REPORT(r, key.start_mark, "%s[%d]: unknown key; an entry holds path and weight",
-                   k->path, index);
+            REPORT(r, key.start_mark, "%s[%d]: unknown key '%s'; an entry holds path and weight",
+                   k->path, index,
+                   key.type == YAML_SCALAR_EVENT ? (const char *)key.data.scalar.value
+                                                 : node_kind(&key));
         else if (ok && have[which])
             REPORT(r, key.start_mark, "%s[%d].%s given twice; keep one", k->path, index,
                    names[which]);

@@ -54,7 +54,8 @@ static hs_status data_load_bytes(const hs_data_config *dc, part *ds, hs_error *e
                             "UTF-8 text file");
     char *text = NULL;
     size_t len = 0;
-    hs_status s = hs_read_file(dc->path, &text, &len, e);
+    hs_status s = hs_regular_file(dc->path, "data.path", "set data.path to a UTF-8 text file", e);
+    if (s == HS_OK) s = hs_read_file(dc->path, &text, &len, e);
     if (s != HS_OK) return s;
     ds->n_tokens = (int64_t)len;
     ds->tokens = malloc(sizeof(uint32_t) * (len ? len : 1));
@@ -72,7 +73,9 @@ static hs_status data_load_tokens(const hs_data_config *dc, int vocab_size, part
         return hs_error_set(e, HS_ERR_CONFIG,
                             "data.path: data.source is tokens but no path is set; set data.path to "
                             "an HSTK token file");
-    hs_status s = hs_tokens_read(dc->path, &ds->tokens, &ds->n_tokens, e);
+    hs_status s = hs_regular_file(dc->path, "data.path",
+                                  "set data.path to an HSTK token file (scripts/tokenize.py)", e);
+    if (s == HS_OK) s = hs_tokens_read(dc->path, &ds->tokens, &ds->n_tokens, e);
     if (s != HS_OK) return s;
     for (int64_t i = 0; i < ds->n_tokens; i++)
         if (ds->tokens[i] >= (uint32_t)vocab_size)

@@ -238,7 +238,8 @@ hs_status hs_indexed_parse(const char *name, const void *idx, size_t idx_len, co
 static hs_status map_file(const char *path, void **map, size_t *len, hs_error *e) {
     *map = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: a FIFO's open returns at once, to be refused below */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return hs_error_set(e, HS_ERR_CONFIG,
                             "cannot open %s: %s; data.path (or a data.blend path) names the "
@@ -247,7 +248,10 @@ static hs_status map_file(const char *path, void **map, size_t *len, hs_error *e
     struct stat st;
     hs_status s = HS_OK;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        s = hs_error_set(e, HS_ERR_CONFIG, "%s is not a regular file", path);
+        s = hs_error_set(e, HS_ERR_CONFIG,
+                         "%s is not a regular file (a FIFO, device or directory); data.path (or "
+                         "a data.blend path) names the prefix of PREFIX.bin and PREFIX.idx",
+                         path);
     } else if (st.st_size > 0) {
         *len = (size_t)st.st_size;
         *map = mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0);

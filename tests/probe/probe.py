@@ -41,10 +41,11 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
 
 class Case:
     def __init__(self, cls, name, args, codes=(2,), want=(), forbid=(), outputs=(),
-                 timeout=60, setup=None, mpi=0, fault=None):
+                 timeout=60, setup=None, mpi=0, fault=None, env=None):
         self.cls, self.name, self.args, self.codes = cls, name, args, tuple(codes)
         self.want, self.forbid, self.outputs = tuple(want), tuple(forbid), tuple(outputs)
         self.timeout, self.setup, self.mpi, self.fault = timeout, setup, mpi, fault
+        self.env = dict(env or {})
 
 
 # ------------------------------------------------------------------ files
@@ -165,6 +166,10 @@ def cli_cases():
         Case("cli", "tokenize without text", ["tokenize"]),
         Case("cli", "ckpt without verb", ["ckpt"]),
         Case("cli", "ckpt unknown verb", ["ckpt", "shred", "{box}"], want=["shred"]),
+        Case("cli", "hostfile line over 1023 bytes",
+             ["launch", "-n", "2", "--hostfile", "{box}/hosts", "train.steps=1"],
+             setup=lambda box, fx: open(os.path.join(box, "hosts"), "w").write(
+                 "h" * 2000 + " slots=2\n"), want=["--hostfile", "line 1"]),
         Case("mesh", "mesh world 0", ["mesh", "--world", "0"], want=["world"]),
         Case("mesh", "mesh world -4", ["mesh", "--world", "-4"], want=["world"]),
         Case("mesh", "mesh world abc", ["mesh", "--world", "abc"], want=["abc"]),
@@ -193,6 +198,14 @@ def config_cases():
         Case(c, "deep nesting", ["config", "{box}/c.yaml"], setup=yaml("a: " + "[" * 5000),
              timeout=20),
         Case(c, "unknown key", ["config", "model.dimm=32"], want=["model.dimm"]),
+        Case(c, "blend entry unknown key",
+             ["config", "data.source=indexed", "data.blend=[{{path: a, wieght: 0.7}}]"],
+             want=["data.blend[0]", "wieght"]),
+        Case(c, "blend weight past 1e300",
+             ["config", "data.source=indexed", "data.blend=[{{path: a, weight: 1e301}}]"],
+             want=["data.blend[0].weight", "1e300"]),
+        Case(c, "HS_CPU_ISA unknown", ["config"], want=["HS_CPU_ISA", "avx9"],
+             env={"HS_CPU_ISA": "avx9"}),
         Case(c, "wrong type", ["config", "model.dim=abc"], want=["model.dim"]),
         Case(c, "negative dim", ["config", "model.dim=-32"], want=["model.dim"]),
         Case(c, "int beyond int64", ["config", "model.dim=99999999999999999999"],
@@ -268,8 +281,24 @@ def hstk_cases():
         ("empty file", raw(b"")),
         ("too few tokens", data(ids=[1, 2, 3])),
     ]
-    return [Case(h, name, base, codes=(1, 2), setup=s, want=["d.hstk"], outputs=["out"])
-            for name, s in rows]
+    out = [Case(h, name, base, codes=(1, 2), setup=s, want=["d.hstk"], outputs=["out"])
+           for name, s in rows]
+    # A FIFO blocks open() until a writer comes: refused without opening
+    # it for reading, with exit 2 naming the file, for every data source.
+    fifo = lambda *names: lambda box, fx: [os.mkfifo(os.path.join(box, n)) for n in names]
+    out += [
+        Case(h, "token file is a FIFO", base, setup=fifo("d.hstk"), want=["d.hstk", "FIFO"],
+             outputs=["out"], timeout=20),
+        Case(h, "text file is a FIFO",
+             ["train", *TINY, "train.steps=1", "data.source=text", "data.path={box}/d.hstk",
+              "train.out_dir={box}/out"], setup=fifo("d.hstk"), want=["d.hstk", "FIFO"],
+             outputs=["out"], timeout=20),
+        Case(h, "indexed .idx and .bin are FIFOs",
+             ["train", *TINY, "train.steps=1", "data.source=indexed", "data.path={box}/ix",
+              "train.out_dir={box}/out"], setup=fifo("ix.idx", "ix.bin"),
+             want=["ix.", "regular file"], outputs=["out"], timeout=20),
+    ]
+    return out
 
 
 def safetensors_cases():
@@ -351,6 +380,11 @@ def safetensors_cases():
         ("hf num_attention_heads 0", hf(setc("num_attention_heads", 0)), "num_attention_heads"),
         ("hf hidden_size as string", hf(setc("hidden_size", "32")), "hidden_size"),
         ("hf missing hidden_size", hf(drop("hidden_size")), "hidden_size"),
+        ("hf transformers 4 rope_scaling yarn",
+         hf(setc("rope_scaling", {"type": "yarn", "factor": 4.0,
+                                  "original_max_position_embeddings": 4096})), "rope_scaling"),
+        ("hf rope_scaling llama3 (rope_type)",
+         hf(setc("rope_scaling", {"rope_type": "llama3", "factor": 8.0})), "rope_scaling"),
         ("hf config not JSON",
          lambda box, fx: open(os.path.join(fx.copy_exp(box), "config.json"), "w").write("{"),
          "config.json"),
@@ -590,7 +624,7 @@ def run_case(hs, fx, c, top):
     before_box = sandbox_files(box)
     watch = ["/", home, cwd, os.path.dirname(box)]
     before = snapshot(watch)
-    env = dict(os.environ, HOME=home, **MPI_ENV)
+    env = dict(os.environ, HOME=home, **MPI_ENV, **c.env)
     cmd = [hs, *args]
     if c.mpi:
         cmd = ["mpiexec", "-n", str(c.mpi), *cmd]
