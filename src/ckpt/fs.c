@@ -186,11 +186,28 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
+#define PRUNED ".pruned-"
+
 static hs_status remove_named(const char *dir, const char *name, const hs_log *log, hs_error *e) {
     char path[HS_PATH_MAX + 320];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     if (log) hs_log_info(log, "checkpoint: deleting %s", path);
     return hs_ckpt_remove_dir(path, e);
+}
+
+/* A step leaves in one rename (to .pruned-step-N, made durable), then is
+ * deleted: a process killed while deleting leaves a hidden directory the
+ * next prune finishes, never a torn step-N. */
+static hs_status prune_step(const char *dir, const char *name, const hs_log *log, hs_error *e) {
+    char from[HS_PATH_MAX + 320], hidden[64], to[HS_PATH_MAX + 320];
+    snprintf(from, sizeof from, "%s/%s", dir, name);
+    snprintf(hidden, sizeof hidden, PRUNED "%s", name);
+    snprintf(to, sizeof to, "%s/%s", dir, hidden);
+    if (rename(from, to) != 0)
+        return hs_error_set(e, HS_ERR_IO, "cannot rename %s to %s before deleting it: %s", from, to,
+                            strerror(errno));
+    hs_status s = hs_ckpt_fsync_path(dir, true, e);
+    return s == HS_OK ? remove_named(dir, hidden, log, e) : s;
 }
 
 hs_status hs_ckpt_prune(const char *dir, int keep_last, const char *keep, const hs_log *log,
@@ -202,7 +219,8 @@ hs_status hs_ckpt_prune(const char *dir, int keep_last, const char *keep, const 
     hs_status s = HS_OK;
     struct dirent *de;
     while ((de = readdir(d)) != NULL) {
-        if (!strncmp(de->d_name, ".tmp-step-", 10)) {
+        if (!strncmp(de->d_name, ".tmp-step-", 10) ||
+            !strncmp(de->d_name, PRUNED, strlen(PRUNED))) {
             if (s == HS_OK) s = remove_named(dir, de->d_name, log, e);
             continue;
         }
@@ -225,7 +243,7 @@ hs_status hs_ckpt_prune(const char *dir, int keep_last, const char *keep, const 
     closedir(d);
     if (n > 1) qsort(steps, (size_t)n, sizeof(step_dir), cmp_desc);
     for (int i = keep_last > 0 ? keep_last : n; i < n && s == HS_OK; i++)
-        if (!keep || strcmp(steps[i].name, keep) != 0) s = remove_named(dir, steps[i].name, log, e);
+        if (!keep || strcmp(steps[i].name, keep) != 0) s = prune_step(dir, steps[i].name, log, e);
     free(steps);
     return s;
 }

@@ -60,11 +60,17 @@ test_muon_one_process_resume_by_path_with_save_every_and_keep_last() {
     local dirs
     dirs=$(cd "$work/mck" && ls -d step-* | tr '\n' ' ')
     [ "$dirs" = "step-4 step-6 " ] || fail "keep_last=2 with save_every=2 of 6 steps left '$dirs'"
+    # a prune renames a step out of the way before deleting it: a process
+    # killed while deleting leaves a hidden .pruned-step-N (planted here,
+    # half deleted), never a torn step-N, and the next prune finishes it
+    [ -z "$(cd "$work/mck" && ls -A | grep '^\.pruned-')" ] || fail "a prune left a .pruned- directory"
+    mkdir -p "$work/mck2/.pruned-step-2" && echo torn > "$work/mck2/.pruned-step-2/rank-0.bin"
     "$HS_BIN" ckpt inspect "$work/mck/step-4" | grep -q "momentum_buffer" \
         || fail "no Muon momentum_buffer in the checkpoint"
     hs_must_run 1 muon_r "${muon[@]}" train.steps=6 train.out_dir="$work/mr" \
         checkpoint.dir="$work/mck2" checkpoint.resume="$work/mck/step-4"
     same_curve "$work/mu/metrics.jsonl" "$work/mr/metrics.jsonl" 5 6
+    [ ! -e "$work/mck2/.pruned-step-2" ] || fail "the next save left a half-deleted .pruned-step-2"
     cmp -s "$work/mu/model.safetensors" "$work/mr/model.safetensors" \
         || fail "Muon: final weights of the resumed run differ"
 }
