@@ -249,11 +249,15 @@ static bool restart(launch_state *st, const hs_launch_result *r, int *code) {
                 st->step);
         return false;
     }
-    if (r->status == 2 || r->status == 3) {
+    /* Failures a restart cannot heal: a usage or configuration error
+     * (exit 2, data.path included), a stop, and a job that could not be
+     * started at all (126 / 127: MPIEXEC is no program that runs). */
+    if (r->status == 2 || r->status == 3 || r->status == 126 || r->status == 127) {
         *code = r->status;
         fprintf(stderr, "hypershard launch: not restarting: %s\n",
-                r->status == 2 ? "a usage or configuration error does not heal"
-                               : "the ranks were stopped by a signal (exit 3)");
+                r->status == 2   ? "a usage or configuration error does not heal"
+                : r->status == 3 ? "the ranks were stopped by a signal (exit 3)"
+                                 : "the job could not be started (check MPIEXEC)");
         return false;
     }
     st->stalled = st->step > before ? 0 : st->stalled + 1;

@@ -1,7 +1,11 @@
 /* One attempt of `hypershard launch`: fork/exec the job (mpiexec), pass
- * its stderr through while reading why it failed, pass SIGTERM / SIGINT on
- * to it, and wait. The signals stay blocked in the launcher and are taken
- * with sigtimedwait between reads, so nothing runs in signal context. */
+ * its stderr through while reading why it failed, pass SIGTERM / SIGINT /
+ * SIGHUP on to it (once: a second would make mpiexec abandon its ranks),
+ * and wait until every process of its group has ended. The signals stay
+ * blocked in the launcher and are taken with sigtimedwait between reads,
+ * so nothing runs in signal context. The job dies with the launcher: its
+ * mpiexec gets SIGTERM when the launcher is gone, even by SIGKILL
+ * (PR_SET_PDEATHSIG), and ends its ranks as for a stop. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -9,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,13 +24,20 @@ static sigset_t launch_signals(void) {
     sigemptyset(&s);
     sigaddset(&s, SIGTERM);
     sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGHUP);
     sigaddset(&s, SIGCHLD);
     return s;
 }
 
+/* After the job's mpiexec exits, how long the rest of its process group
+ * (ranks finishing a stop's checkpoint) may take before it is killed. */
+#define GROUP_DRAIN_S 60.0
+
 void hs_launch_signals_block(void) {
     sigset_t s = launch_signals();
     sigprocmask(SIG_BLOCK, &s, NULL);
+    /* ranks their mpiexec leaves become the launcher's children */
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
 }
 
 /* The lines that say why a job ended, most telling first: Open MPI naming
@@ -78,10 +90,12 @@ static bool pass_output(int fd, int wait_ms, line_buf *lb, bool quiet, hs_launch
     return n > 0 || (n < 0 && errno == EINTR);
 }
 
-static void child_exec(char *const *argv, int err_fd) {
+static void child_exec(char *const *argv, int err_fd, pid_t launcher) {
     sigset_t s = launch_signals();
     sigprocmask(SIG_UNBLOCK, &s, NULL);
     setpgid(0, 0);
+    /* a launcher gone before this line is seen by the parent test */
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != launcher) _exit(128 + SIGTERM);
     int in = open("/dev/null", O_RDONLY);
     if (in >= 0) dup2(in, STDIN_FILENO);
     dup2(err_fd, STDERR_FILENO);
@@ -91,25 +105,66 @@ static void child_exec(char *const *argv, int err_fd) {
     _exit(127);
 }
 
-/* Take the SIGTERM / SIGINT that arrived: false when there was none.
- * pid > 0: each goes on to the child (mpiexec, which passes it to every
- * rank: once is enough). */
+/* Take the SIGTERM / SIGINT / SIGHUP that arrived: false when there was
+ * none. pid != 0 (a process, or -group): the first goes on to it (mpiexec, which passes it
+ * to every rank; SIGHUP as SIGTERM, a stop at the end of the step); a
+ * second would make mpiexec leave its ranks and exit, so it is not. */
 static bool take_signals(pid_t pid, hs_launch_result *r) {
     sigset_t s;
     sigemptyset(&s);
     sigaddset(&s, SIGTERM);
     sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGHUP);
     struct timespec zero = {0, 0};
     int sig;
     bool any = false;
     while ((sig = sigtimedwait(&s, NULL, &zero)) > 0) {
+        bool again = r->stop;
         fprintf(stderr, "hypershard launch: %s received: %s (no restart)\n", strsignal(sig),
-                pid > 0 ? "passing it on to the job" : "not starting the job");
+                pid == 0 ? "not starting the job"
+                : again  ? "the job is already stopping"
+                         : "passing it on to the job");
         r->stop = any = true;
+        if (again) continue;
         r->status = 128 + sig;
-        if (pid > 0) kill(pid, sig);
+        if (pid != 0) kill(pid, sig == SIGHUP ? SIGTERM : sig);
     }
     return any;
+}
+
+/* Once mpiexec has exited, wait for the rest of its process group (ranks
+ * it left behind) to end, passing their output on; past GROUP_DRAIN_S
+ * they are killed. The launcher returns only when none is left, so a
+ * rank never outlives it holding the checkpoint lock. */
+static void drain_group(pid_t pgid, int fd, bool *open_fd, line_buf *lb, bool quiet,
+                        hs_launch_result *r) {
+    double t0 = hs_now();
+    bool said = false, killed = false;
+    for (;;) {
+        /* the launcher is their subreaper (hs_launch_signals_block): reap
+         * those mpiexec left, so none lingers as a zombie in the group */
+        while (waitpid(-1, NULL, WNOHANG) > 0) {
+        }
+        if (kill(-pgid, 0) != 0) break;
+        if (!said)
+            fprintf(stderr, "hypershard launch: waiting for the job's remaining processes\n");
+        said = true;
+        if (hs_now() - t0 > GROUP_DRAIN_S) {
+            if (killed) {
+                fprintf(stderr, "hypershard launch: the job's process group %d outlives SIGKILL\n",
+                        (int)pgid);
+                break;
+            }
+            fprintf(stderr, "hypershard launch: killing the job's processes left after %.0f s\n",
+                    GROUP_DRAIN_S);
+            kill(-pgid, SIGKILL);
+            killed = true;
+            t0 = hs_now();
+        }
+        if (*open_fd) *open_fd = pass_output(fd, 100, lb, quiet, r);
+        else usleep(50 * 1000);
+        if (!quiet) take_signals(-pgid, r);
+    }
 }
 
 static int exit_status(int ws) {
@@ -130,6 +185,7 @@ bool hs_launch_run(char *const *argv, double timeout_s, bool probe, hs_launch_re
     }
     fflush(stdout);
     fflush(stderr);
+    pid_t launcher = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "hypershard launch: fork: %s\n", strerror(errno));
@@ -138,7 +194,7 @@ bool hs_launch_run(char *const *argv, double timeout_s, bool probe, hs_launch_re
     }
     if (pid == 0) {
         close(fds[0]);
-        child_exec(argv, fds[1]);
+        child_exec(argv, fds[1], launcher);
     }
     setpgid(pid, pid); /* also here: a signal may come before the child runs */
     close(fds[1]);
@@ -158,6 +214,7 @@ bool hs_launch_run(char *const *argv, double timeout_s, bool probe, hs_launch_re
         pid_t w = waitpid(pid, &ws, WNOHANG);
         if (w == pid || (w < 0 && errno != EINTR)) break;
     }
+    drain_group(pid, fds[0], &open_fd, &lb, probe, r);
     /* What the job wrote last, up to what is there now: a rank left
      * behind may hold the pipe open. */
     while (open_fd && pass_output(fds[0], 0, &lb, probe, r)) {

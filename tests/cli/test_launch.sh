@@ -8,7 +8,11 @@
 # null global batch set, named in its output) on the same curve; a
 # config error exits 2 without an attempt; a job that keeps failing ends
 # after --max-restarts with its status; SIGTERM to the launcher stops the
-# job with a checkpoint, exit 3 and no restart.
+# job with a checkpoint, exit 3 and no restart, and so does SIGHUP (a
+# closed terminal); a second SIGTERM does not make the launcher return
+# before its ranks have ended; SIGKILL of the launcher ends its job with a
+# checkpoint (PR_SET_PDEATHSIG), so the same command starts again; a
+# missing MPIEXEC (127) or data.path (2) is not restarted.
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 300
 set -u
@@ -114,7 +118,67 @@ test_sigterm_stops_with_a_checkpoint_and_no_restart() {
     [ -n "$step" ] && [ -d "$work/ck_term/step-$step" ] || fail "term: no checkpoint named: $(tail -3 "$work/term.log")"
 }
 
+# ranks_of NAME: how many ranks of NAME's job are running
+ranks_of() { pgrep -c -f "^$HS_BIN train .*train.out_dir=$work/$1 " || true; }
+# no_ranks_within NAME SECONDS: every rank of NAME's job has ended in time
+no_ranks_within() {
+    for _ in $(seq $(($2 * 20))); do
+        [ "$(ranks_of "$1")" -eq 0 ] && return 0
+        sleep 0.05
+    done
+    fail "$1: $(ranks_of "$1") ranks still running $2 s after the launcher ended"
+}
+newest() { ls -d "$work/ck_$1"/step-* 2> /dev/null | sort -t- -k2 -n | tail -1; }
+
+test_signals_end_the_job_with_the_launcher() {
+    local rc
+    # a closed terminal: SIGHUP stops the job as SIGTERM does
+    start hup train.steps=100000 checkpoint.save_every=1000
+    until_step hup 3
+    kill -HUP "$bg"
+    rc=0 && wait "$bg" || rc=$?
+    [ "$rc" -eq 3 ] || fail "hup: exit $rc, want 3: $(tail -5 "$work/hup.log")"
+    no_ranks_within hup 1
+    # a second SIGTERM 0.3 s after the first is not passed on: the launcher
+    # returns only after its ranks have saved and ended, and nothing is
+    # published after it
+    start term2 train.steps=100000 checkpoint.save_every=1000
+    until_step term2 3
+    kill -TERM "$bg"
+    sleep 0.3
+    kill -TERM "$bg" 2> /dev/null
+    rc=0 && wait "$bg" || rc=$?
+    [ "$rc" -eq 3 ] || fail "term2: exit $rc, want 3: $(tail -5 "$work/term2.log")"
+    no_ranks_within term2 1
+    local before after
+    before=$(newest term2)
+    sleep 2
+    after=$(newest term2)
+    [ "$before" = "$after" ] || fail "term2: $after published after the launcher ended ($before)"
+    # SIGKILL of the launcher: its mpiexec gets SIGTERM, the ranks stop
+    # with a checkpoint and release the lock, so the same command starts
+    start killed train.steps=100000 checkpoint.save_every=1000
+    until_step killed 3
+    kill -KILL "$bg"
+    wait "$bg" 2> /dev/null
+    no_ranks_within killed 30
+    local saved
+    saved=$(newest killed)
+    [ -n "$saved" ] || fail "killed: no checkpoint after the launcher was killed"
+    start killed train.steps=$((${saved##*-} + 3)) checkpoint.save_every=1000
+    rc=0 && wait "$bg" || rc=$?
+    [ "$rc" -eq 0 ] || fail "killed: the same command again: exit $rc: $(tail -5 "$work/killed.log")"
+    # failures a restart cannot heal end at the first attempt
+    MPIEXEC=/nonexistent/mpiexec hs_expect_exit 127 no_mpiexec "not restarting: the job could not be started" \
+        launch -n 4 "${tiny[@]}" train.out_dir="$work/nm" checkpoint.dir="$work/ck_nm"
+    hs_expect_exit 2 no_data "not restarting: a usage or configuration error" \
+        launch -n 4 "${tiny[@]}" data.source=text data.path="$work/missing.txt" \
+        train.out_dir="$work/nd" checkpoint.dir="$work/ck_nd"
+    grep -q "attempt 2" "$work/no_data.log" "$work/no_mpiexec.log" && fail "an unhealable failure was restarted"
+}
+
 test_two_random_kills_continue_the_curve
+test_signals_end_the_job_with_the_launcher
 test_a_rank_that_always_dies_leaves_two_ranks_on_the_same_curve
 test_errors_and_limits
 test_sigterm_stops_with_a_checkpoint_and_no_restart
