@@ -43,8 +43,8 @@ static inline hs_status hs_bench_engine_step(hs_engine *en, hs_optim *optim, hs_
     if (s == HS_OK) s = hs_engine_grad_norm(en, &norm, e);
     if (s == HS_OK) {
         hs_clip_grads(d, params, n_params, norm, oc->clip_grad_norm);
-        hs_optim_step(optim, oc->lr);
-        s = hs_engine_after_step(en, e);
+        s = hs_optim_step(optim, oc->lr, e);
+        if (s == HS_OK) s = hs_engine_after_step(en, e);
         hs_engine_zero_grads(en);
     }
     hs_device_profile_set_phase(d, -1);

@@ -190,7 +190,7 @@ static hs_status one_step(const fsdp_bench *b, setup *s, hs_error *e) {
     hs_status st = hs_model_forward_backward(s->m, &batch, 1.0f / (float)(b->batch * b->seq),
                                              hs_fsdp_hooks(s->f), &loss, &aux, e);
     if (st != HS_OK) return st;
-    hs_optim_step(s->opt, s->cfg.optimizer.lr);
+    hs_optim_step(s->opt, s->cfg.optimizer.lr, NULL);
     st = hs_fsdp_after_step(s->f, e);
     hs_fsdp_zero_grads(s->f);
     return st;

@@ -178,7 +178,7 @@ static hs_status step_layout(hs_comm *c, pp_layout *l, int i, hs_error *e) {
     if (s != HS_OK) return s;
     hs_clip_grads(hs_model_device(hs_engine_model(l->en)), l->params, l->n_params, norm,
                   l->cfg.optimizer.clip_grad_norm);
-    hs_optim_step(l->optim, l->cfg.optimizer.lr);
+    hs_optim_step(l->optim, l->cfg.optimizer.lr, NULL);
     s = hs_engine_after_step(l->en, e);
     hs_engine_zero_grads(l->en);
     double dt = hs_now() - t0;

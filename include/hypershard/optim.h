@@ -77,8 +77,10 @@ typedef struct hs_optim hs_optim;
 hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *params, int n,
                           hs_device *dev, hs_pool *pool, hs_optim **out, hs_error *e);
 void hs_optim_free(hs_optim *o);
-/* One step with learning rate lr (step counter increments first). */
-void hs_optim_step(hs_optim *o, double lr);
+/* One step with learning rate lr (step counter increments first). Fails
+ * only where a sharded Muon matrix's gather fails (its error in e; e may
+ * be NULL where no collective is involved). */
+hs_status hs_optim_step(hs_optim *o, double lr, hs_error *e);
 int64_t hs_optim_step_count(const hs_optim *o);
 void hs_optim_set_step_count(hs_optim *o, int64_t step);
 

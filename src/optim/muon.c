@@ -39,15 +39,16 @@ int64_t hs_muon_work_floats(const hs_optim_param *p) {
  * this shard's box of it. Returns it (rows x cols, contiguous) inside
  * `work`. */
 static const float *muon_orthogonalise_shard(hs_device *d, const hs_optim_config *cfg,
-                                             const hs_optim_param *p, const float *u, float *work) {
+                                             const hs_optim_param *p, const float *u, float *work,
+                                             hs_error *e) {
     const hs_optim_gather *g = &p->gather;
     int64_t fc = g->full_cols ? g->full_cols : p->cols;
     float *full = work, *o = full + g->buffer_rows * fc, *ns = o + g->full_rows * fc;
-    hs_error e;
-    hs_error_clear(&e);
-    if (g->all_gather_rows(g->ctx, u, full, &e) != HS_OK)
-        hs_panic("Muon step of '%s': gathering the %lldx%lld update failed: %s", p->fqn,
-                 (long long)g->full_rows, (long long)fc, e.msg);
+    if (g->all_gather_rows(g->ctx, u, full, e) != HS_OK) {
+        hs_error_append(e, e->code, "in the Muon step of '%s': gathering its %lldx%lld update",
+                        p->fqn, (long long)g->full_rows, (long long)fc);
+        return NULL;
+    }
     d->k->muon_newton_schulz(d->stream, o, full, g->full_rows, fc, cfg->muon.ns_steps, ns);
     if (fc == p->cols) return o + g->row_offset * p->cols;
     /* a column slice: its rows into the (no longer needed) gather buffer */
@@ -56,17 +57,18 @@ static const float *muon_orthogonalise_shard(hs_device *d, const hs_optim_config
     return full;
 }
 
-void hs_muon_step_param(hs_device *d, const hs_optim_config *cfg, const hs_optim_param *p,
-                        float *momentum, double lr, float *work) {
+hs_status hs_muon_step_param(hs_device *d, const hs_optim_config *cfg, const hs_optim_param *p,
+                             float *momentum, double lr, float *work, hs_error *e) {
     bool sharded = p->gather.all_gather_rows != NULL;
-    if (p->numel == 0 && !sharded) return;
+    if (p->numel == 0 && !sharded) return HS_OK;
     float *u = work;
     d->k->muon_momentum(d->stream, u, momentum, p->grad, (float)cfg->muon.momentum,
                         cfg->muon.nesterov, p->numel);
     const float *o = work + p->numel;
     int64_t rows = p->rows, cols = p->cols;
     if (sharded) {
-        o = muon_orthogonalise_shard(d, cfg, p, u, work + p->numel);
+        o = muon_orthogonalise_shard(d, cfg, p, u, work + p->numel, e);
+        if (!o) return e->code;
         rows = p->gather.full_rows;
         cols = p->gather.full_cols ? p->gather.full_cols : p->cols;
     } else {
@@ -77,9 +79,10 @@ void hs_muon_step_param(hs_device *d, const hs_optim_config *cfg, const hs_optim
             d->k->muon_newton_schulz(d->stream, work + p->numel + off, u + off, p->rows, p->cols,
                                      cfg->muon.ns_steps, ns);
     }
-    if (p->numel == 0) return;
+    if (p->numel == 0) return HS_OK;
     /* The shape scale is the whole matrix's, also for a row shard. */
     double scale = sqrt(fmax(1.0, (double)rows / (double)cols));
     float decay_factor = p->decay ? (float)(1.0 - lr * cfg->weight_decay) : 1.0f;
     d->k->muon_update(d->stream, p->data, p->dtype, o, decay_factor, (float)(lr * scale), p->numel);
+    return HS_OK;
 }

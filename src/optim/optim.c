@@ -197,7 +197,9 @@ void hs_optim_free(hs_optim *o) {
     free(o);
 }
 
-void hs_optim_step(hs_optim *o, double lr) {
+hs_status hs_optim_step(hs_optim *o, double lr, hs_error *e) {
+    hs_error local;
+    if (!e) e = &local;
     o->step++;
     for (int i = 0; i < o->n; i++) {
         optim_slot *s = &o->slots[i];
@@ -206,12 +208,15 @@ void hs_optim_step(hs_optim *o, double lr) {
         if (s->p.numel == 0 && !(s->rule == OPTIM_RULE_MUON && s->p.gather.all_gather_rows))
             continue;
         if (s->rule == OPTIM_RULE_MUON) {
-            hs_muon_step_param(o->dev, &o->cfg, &s->p, s->state[0], lr, o->muon_work);
+            hs_status st =
+                hs_muon_step_param(o->dev, &o->cfg, &s->p, s->state[0], lr, o->muon_work, e);
+            if (st != HS_OK) return st;
         } else {
             adamw_coef c = hs_adamw_coef(&o->cfg, o->step, lr, s->p.decay);
             hs_adamw_step_param(o->dev, &s->p, s->state[0], s->state[1], &c);
         }
     }
+    return HS_OK;
 }
 
 int64_t hs_optim_step_count(const hs_optim *o) { return o->step; }

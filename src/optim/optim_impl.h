@@ -39,7 +39,7 @@ void hs_adamw_step_param(hs_device *d, const hs_optim_param *p, float *exp_avg, 
 
 /* Floats of work space one Muon step of this param needs. */
 int64_t hs_muon_work_floats(const hs_optim_param *p);
-void hs_muon_step_param(hs_device *d, const hs_optim_config *cfg, const hs_optim_param *p,
-                        float *momentum, double lr, float *work);
+hs_status hs_muon_step_param(hs_device *d, const hs_optim_config *cfg, const hs_optim_param *p,
+                             float *momentum, double lr, float *work, hs_error *e);
 
 #endif

@@ -460,8 +460,8 @@ static void run_case(hs_comm *c, const tcase *tc) {
         CHECK(c, hs_fsdp_grad_norm(r.f, &norm, &e) == HS_OK, "%s", e.msg);
         CHECK(c, fabs(norm - ref_norm) <= 1e-5 * ref_norm, "%s: grad norm %.8g vs %.8g", tc->name,
               norm, ref_norm);
-        hs_optim_step(r.ref_opt, LR);
-        hs_optim_step(r.opt, LR);
+        hs_optim_step(r.ref_opt, LR, NULL);
+        hs_optim_step(r.opt, LR, NULL);
         CHECK(c, hs_fsdp_after_step(r.f, &e) == HS_OK, "%s", e.msg);
         hs_model_zero_grads(r.ref);
         hs_fsdp_zero_grads(r.f);

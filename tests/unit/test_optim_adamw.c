@@ -50,7 +50,7 @@ static void test_two_steps_match_hand_computed_double_values(void **state) {
         double shrunk = p0[i] * (1.0 - 0.1 * 0.01);
         want1[i] = shrunk - 0.1 * g1[i] / (fabs(g1[i]) + 1e-8);
     }
-    hs_optim_step(o, 0.1);
+    hs_optim_step(o, 0.1, NULL);
     for (int i = 0; i < 3; i++) assert_close(p[i], want1[i], 1e-6);
 
     for (int i = 0; i < 3; i++) g[i] = (float)g2[i];
@@ -62,7 +62,7 @@ static void test_two_steps_match_hand_computed_double_values(void **state) {
         /* eps goes outside the sqrt of the corrected v (torch). */
         want2[i] = want1[i] * 0.999 - 0.1 * m_hat / (sqrt(v_hat) + 1e-8);
     }
-    hs_optim_step(o, 0.1);
+    hs_optim_step(o, 0.1, NULL);
     assert_int_equal(hs_optim_step_count(o), 2);
     for (int i = 0; i < 3; i++) assert_close(p[i], want2[i], 2e-6);
     hs_optim_free(o);
@@ -76,7 +76,7 @@ static void test_eps_is_added_after_the_sqrt_of_corrected_v(void **state) {
     hs_optim_config cfg = adamw_config(0.1, 0.0);
     hs_optim_param prm = f32_param("w", p, g, 2, true);
     hs_optim *o = of_create(&cfg, &prm, 1, NULL);
-    hs_optim_step(o, 0.1);
+    hs_optim_step(o, 0.1, NULL);
     double want = 0.1 * 1e-8 / (1e-8 + 1e-8) * ((double)g[0] / 1e-8);
     assert_close(1.0 - p[0], want, 1e-3);
     assert_close(p[1] - 1.0, want, 1e-3);
@@ -90,7 +90,7 @@ static void test_no_decay_param_keeps_value_under_zero_grad_while_decayed_shrink
     hs_optim_param ps[2] = {f32_param("model.layers.0.self_attn.q_proj.weight", a, g, 4, true),
                             f32_param("model.norm.weight", b, g, 4, false)};
     hs_optim *o = of_create(&cfg, ps, 2, NULL);
-    hs_optim_step(o, 0.01);
+    hs_optim_step(o, 0.01, NULL);
     const float orig[4] = {1, 2, -3, 4};
     for (int i = 0; i < 4; i++) {
         assert_true(b[i] == orig[i]);
@@ -122,7 +122,7 @@ static void test_bf16_param_is_updated_in_fp32_and_rounded_once(void **state) {
                           .cols = 1,
                           .decay = true};
     hs_optim *o = of_create(&cfg, &prm, 1, NULL);
-    hs_optim_step(o, 1e-3);
+    hs_optim_step(o, 1e-3, NULL);
     assert_int_equal(p[0], hs_f32_to_bf16(0.99609375f));
     for (int i = 1; i < N; i++) {
         double want = (double)p32[i] * (1.0 - 1e-3) - 1e-3 * g[i] / (fabs(g[i]) + 1e-8);
@@ -144,7 +144,7 @@ static void test_state_restore_continues_bit_identically(void **state) {
     hs_optim_config cfg = adamw_config(0.05, 0.1);
     hs_optim_param pa = f32_param("a", a, g, 5, true);
     hs_optim *o1 = of_create(&cfg, &pa, 1, NULL);
-    hs_optim_step(o1, 0.05);
+    hs_optim_step(o1, 0.05, NULL);
     memcpy(b, a, sizeof a);
     hs_optim_param pb = f32_param("a", b, g, 5, true);
     hs_pool pool;
@@ -154,8 +154,8 @@ static void test_state_restore_continues_bit_identically(void **state) {
     for (int k = 0; k < 2; k++)
         memcpy(hs_optim_state_data(o2, 0, k), hs_optim_state_data(o1, 0, k), sizeof a);
     hs_optim_set_step_count(o2, hs_optim_step_count(o1));
-    hs_optim_step(o1, 0.05);
-    hs_optim_step(o2, 0.05);
+    hs_optim_step(o1, 0.05, NULL);
+    hs_optim_step(o2, 0.05, NULL);
     assert_memory_equal(a, b, sizeof a);
     hs_optim_free(o1);
     hs_optim_free(o2);
@@ -206,7 +206,7 @@ static void test_empty_shard_param_is_skipped(void **state) {
     hs_optim_config cfg = adamw_config(0.1, 0.1);
     hs_optim_param prm = f32_param("w", NULL, NULL, 0, true);
     hs_optim *o = of_create(&cfg, &prm, 1, NULL);
-    hs_optim_step(o, 0.1);
+    hs_optim_step(o, 0.1, NULL);
     assert_int_equal(hs_optim_step_count(o), 1);
     hs_optim_free(o);
 }

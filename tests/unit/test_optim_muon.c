@@ -177,10 +177,10 @@ static void check_momentum(bool nesterov) {
     assert_int_equal(hs_optim_state_count(o, 0), 1);
     assert_string_equal(hs_optim_state_name(o, 0, 0), "momentum_buffer");
     memcpy(g, g1, sizeof g);
-    hs_optim_step(o, 0.02);
+    hs_optim_step(o, 0.02, NULL);
     memcpy(g, g2, sizeof g);
     memcpy(before, p, sizeof p);
-    hs_optim_step(o, 0.02);
+    hs_optim_step(o, 0.02, NULL);
     const float *m = hs_optim_state_data(o, 0, 0);
     for (int i = 0; i < R * C; i++) {
         assert_true(fabsf(m[i] - (0.95f * g1[i] + g2[i])) < 1e-6f);
@@ -214,7 +214,7 @@ static void test_scale_is_sqrt_max_1_rows_over_cols_and_decay_is_decoupled(void 
     hs_optim_param ps[2] = {matrix("wide", wide, gw, 2, 8, true),
                             matrix("tall", tall, gt, 8, 2, true)};
     hs_optim *o = of_create(&cfg, ps, 2, NULL);
-    hs_optim_step(o, 0.02);
+    hs_optim_step(o, 0.02, NULL);
     hs_newton_schulz5(ow, gw, 2, 8, 5, NULL, NULL);
     hs_newton_schulz5(ot, gt, 8, 2, 5, NULL, NULL);
     for (int i = 0; i < 16; i++) {
@@ -245,7 +245,7 @@ static void test_non_matrix_params_use_adamw_with_config_betas(void **state) {
     pb.data = b;
     hs_optim *om = of_create(&mc, &pa, 1, NULL);
     hs_optim *oa = of_create(&ac, &pb, 1, NULL);
-    for (int s = 0; s < 3; s++) hs_optim_step(om, 0.02), hs_optim_step(oa, 0.02);
+    for (int s = 0; s < 3; s++) hs_optim_step(om, 0.02, NULL), hs_optim_step(oa, 0.02, NULL);
     assert_memory_equal(a, b, sizeof a);
     assert_int_equal(hs_optim_state_count(om, 0), 2);
     assert_string_equal(hs_optim_state_name(om, 0, 1), "exp_avg_sq");
@@ -267,7 +267,7 @@ static void test_expert_tensor_orthogonalises_each_matrix_alone(void **state) {
     for (int x = 0; x < E; x++) alone[x] = matrix("expert", single[x], g + x * M, R, C, true);
     hs_optim *ob = of_create(&cfg, &batched, 1, NULL);
     hs_optim *oa = of_create(&cfg, alone, E, NULL);
-    hs_optim_step(ob, 0.02), hs_optim_step(oa, 0.02);
+    hs_optim_step(ob, 0.02, NULL), hs_optim_step(oa, 0.02, NULL);
     for (int x = 0; x < E; x++) assert_memory_equal(all + x * M, single[x], sizeof single[x]);
     hs_optim_free(ob), hs_optim_free(oa);
 }
@@ -287,7 +287,7 @@ static void test_bf16_matrix_is_rounded_once_from_the_fp32_update(void **state) 
     b.dtype = HS_DTYPE_BF16;
     hs_optim *oa = of_create(&cfg, &a, 1, NULL);
     hs_optim *ob = of_create(&cfg, &b, 1, NULL);
-    hs_optim_step(oa, 0.02), hs_optim_step(ob, 0.02);
+    hs_optim_step(oa, 0.02, NULL), hs_optim_step(ob, 0.02, NULL);
     for (int i = 0; i < R * C; i++) assert_int_equal(p16[i], hs_f32_to_bf16(p32[i]));
     hs_optim_free(oa), hs_optim_free(ob);
 }
@@ -344,7 +344,7 @@ static void test_row_shards_with_gather_match_the_whole_matrix_bit_for_bit(void 
     for (int i = 0; i < R * C; i++) u[i] = g[i] + (float)cfg.muon.momentum * g[i];
     hs_optim_param wp = matrix("w", whole, g, R, C, true);
     hs_optim *ow = of_create(&cfg, &wp, 1, NULL);
-    hs_optim_step(ow, 0.02);
+    hs_optim_step(ow, 0.02, NULL);
     for (int r = 0; r < W; r++) {
         int64_t off = r * CHUNK < R ? r * CHUNK : R, rows = R - off < CHUNK ? R - off : CHUNK;
         fake_gather fg = {.whole_u = u, .rows = rows, .cols = C, .offset = off};
@@ -356,7 +356,7 @@ static void test_row_shards_with_gather_match_the_whole_matrix_bit_for_bit(void 
                                       .all_gather_rows = fake_all_gather_rows};
         hs_optim *os = of_create(&cfg, &sp, 1, NULL);
         assert_string_equal(hs_optim_state_name(os, 0, 0), "momentum_buffer");
-        hs_optim_step(os, 0.02);
+        hs_optim_step(os, 0.02, NULL);
         assert_int_equal(fg.calls, 1);
         assert_true(fg.local_matches);
         hs_optim_free(os);
