@@ -41,9 +41,11 @@ void hs_launch_signals_block(void) {
 }
 
 /* The lines that say why a job ended, most telling first: Open MPI naming
- * the rank a signal ended, a lost daemon (a host gone), the watchdog, then
- * the trainer's own error. */
+ * the rank a signal ended (or srun, as MPIEXEC under Slurm, naming the task:
+ * "srun: error: HOST: task 2: Killed"), a lost daemon (a host gone), the
+ * watchdog, then the trainer's own error. */
 static int reason_rank(const char *line) {
+    if (strstr(line, "srun: error: ") && strstr(line, ": task")) return 1;
     static const char *const marks[] = {
         "exited on signal", "lost communication", "daemon", "did not answer the watchdog",
         "stopping: rank",   "hypershard train:",  NULL};
