@@ -53,8 +53,8 @@ free_port() {
 
 # wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds
 wait_for() {
-    local n=$(($1 * 10)) what=$2
-    shift 2
+    local n=$(($1 * 10))
+    shift 2 # WHAT: for the reader
     for _ in $(seq "$n"); do
         "$@" > /dev/null 2>&1 && return 0
         sleep 0.1
@@ -94,10 +94,12 @@ start() {
     wait_for 10 munged test -S "$dir/munge.sock" || err "munged made no socket: $(tail -3 "$dir/log/munged.log")"
 
     local cport dport
-    cport=$(free_port) && dport=$(free_port) || err "no free local port (python3 needed)"
+    if ! cport=$(free_port) || ! dport=$(free_port); then err "no free local port (python3 needed)"; fi
     [ "$cport" != "$dport" ] || dport=$((cport + 1))
-    cat > "$dir/plugstack.conf" <<EOF
-EOF
+    : > "$dir/plugstack.conf"
+    # srun --mpi=pmix: the PMIx plugin's directories in $dir, not /tmp
+    mkdir -p "$dir/pmix"
+    echo "PMIxCliTmpDirBase=$dir/pmix" > "$dir/mpi.conf"
     cat > "$SLURM_CONF" <<EOF
 # one-node test cluster (scripts/slurm-test-cluster.sh)
 ClusterName=hstest
