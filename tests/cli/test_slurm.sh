@@ -17,13 +17,25 @@
 #
 # Each job's final metrics.jsonl holds every step once, with the loss, grad
 # norm and learning rate of an uninterrupted 4-rank run outside Slurm, bit
-# for bit (the same strings). Skips (exit 77) where Slurm cannot be
-# installed or started (not root, no apt, a daemon that does not come up).
+# for bit (the same strings). docs/launch.md shows that script. Skips
+# (exit 77) where Slurm cannot be installed or started (not root, no apt,
+# a daemon that does not come up).
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 300
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch slurm
+
+# docs/launch.md shows the script the test runs: its lines but the comments
+python3 - "$HS_SRC/scripts/slurm/train.sbatch" "$HS_SRC/docs/launch.md" <<'PY' || die "docs/launch.md's sbatch script is not scripts/slurm/train.sbatch"
+import re, sys
+def code(lines):
+    return [re.sub(r"\s+#.*$", "", l) for l in lines
+            if l.strip() and (l.startswith("#SBATCH") or not l.lstrip().startswith("#"))]
+doc = open(sys.argv[2]).read()
+a = doc.index("#SBATCH --requeue")
+sys.exit(code(open(sys.argv[1]).read().splitlines()) != code(doc[a:doc.index("```", a)].splitlines()))
+PY
 
 [ "$(id -u)" -eq 0 ] || hs_skip "the test cluster's daemons run as root"
 cluster=$HS_SRC/scripts/slurm-test-cluster.sh
