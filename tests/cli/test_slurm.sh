@@ -65,8 +65,10 @@ last_step() { tail -1 "$work/$1/metrics.jsonl" 2> /dev/null | grep -o '"step":[0
 until_step() { # NAME S: wait until NAME's metrics.jsonl reaches step S
     for _ in $(seq 1200); do
         [ "$(last_step "$1")" -ge "$2" ] 2> /dev/null && return 0
-        [ "$(state)" = RUNNING ] || [ "$(state)" = PENDING ] ||
-            die "$1: job $(state) before step $2: $(tail -5 "$work/$1.log")"
+        case $(state) in
+        RUNNING | PENDING | CONFIGURING | "") ;; # "": scontrol did not answer this time
+        *) die "$1: job $(state) before step $2: $(tail -5 "$work/$1.log")" ;;
+        esac
         sleep 0.05
     done
     die "$1 never reached step $2"
