@@ -79,8 +79,11 @@ hs_cpu_peak hs_cpu_nominal_peak(hs_dtype dt) {
     read_cpuinfo(&c);
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     const dnnl_cpu_isa_t bf16 = dnnl_cpu_isa_avx512_core_bf16, amx = dnnl_cpu_isa_avx512_core_amx;
-    hs_cpu_peak p = {.ghz = c.mhz / 1000.0, .cores = c.physical > 0 ? c.physical : 1,
-                     .clock_source = c.source, .isa = hs_gemm_isa(), .dtype = HS_DTYPE_F32};
+    hs_cpu_peak p = {.ghz = c.mhz / 1000.0,
+                     .cores = c.physical > 0 ? c.physical : 1,
+                     .clock_source = c.source,
+                     .isa = hs_gemm_isa(),
+                     .dtype = HS_DTYPE_F32};
     p.flops_per_cycle = fp32_per_cycle(&c, isa);
     /* 16-bit products only where the GEMM multiplies them natively (else
      * it widens them and runs sgemm: the fp32 peak is the one it can reach) */
