@@ -149,9 +149,16 @@ static int prepare(launch_state *st) {
     st->mpiexec = m && m[0] ? m : "mpiexec";
     if (a->hostfile) snprintf(st->hostfile, sizeof st->hostfile, "%s", a->hostfile);
     /* Progress is a newer checkpoint than the one there is now; the first
-     * attempt resumes as the config says (st->resume stays ""). */
+     * attempt resumes as the config says (st->resume stays ""), except
+     * that with resume=auto a `latest` that does not verify is passed
+     * over for the newest step that does, as a restart would be. */
     char first[sizeof st->resume];
     hs_launch_resume_point(st->ckpt_dir, &st->step, first, sizeof first);
+    if (st->orig.resume_auto && strcmp(first, "auto")) {
+        snprintf(st->resume, sizeof st->resume, "%s", first);
+        fprintf(stderr, "hypershard launch: the latest checkpoint does not verify; attempt 1 %s\n",
+                strcmp(first, "none") ? "resumes from the newest step that does" : "starts afresh");
+    }
     return 0;
 }
 

@@ -43,6 +43,7 @@ enum { HS_LAUNCH_MAX_KEYS = 4 };
 typedef struct hs_launch_layout {
     int world;
     long long global_batch; /* resolved: train.global_batch_size or its null default */
+    bool resume_auto;       /* checkpoint.resume is auto */
     int n_keys;
     char keys[HS_LAUNCH_MAX_KEYS][96];
     char changes[HS_LAUNCH_MAX_KEYS][96];
@@ -50,7 +51,8 @@ typedef struct hs_launch_layout {
 
 /* The config as given (CONFIG and overrides) at `world`: loaded and
  * validated like `hypershard train` does (its errors are HS_ERR_CONFIG /
- * HS_ERR_USAGE); `out` gets world, the global batch and no keys.
+ * HS_ERR_USAGE); `out` gets world, the global batch, whether
+ * checkpoint.resume is auto, and no keys.
  * ckpt_dir (HS_PATH_MAX) gets checkpoint.dir. */
 hs_status hs_launch_layout_check(const char *config, const char *const *ov, int n_ov, int world,
                                  hs_launch_layout *out, char *ckpt_dir, hs_error *e);

@@ -29,6 +29,7 @@ hs_status hs_launch_layout_check(const char *config, const char *const *ov, int 
     if (s == HS_OK) {
         out->world = world;
         out->global_batch = hs_config_global_batch(&c, &t);
+        out->resume_auto = !strcmp(c.checkpoint.resume, "auto");
         snprintf(ckpt_dir, HS_PATH_MAX, "%s", c.checkpoint.dir);
     }
     hs_config_free(&c);

@@ -177,7 +177,25 @@ test_signals_end_the_job_with_the_launcher() {
     grep -q "attempt 2" "$work/no_data.log" "$work/no_mpiexec.log" && fail "an unhealable failure was restarted"
 }
 
+# A latest that does not verify is passed over before the first attempt,
+# as before a restart: attempt 1 resumes from step-2 and finishes.
+test_an_unverifiable_latest_is_passed_over_at_the_first_attempt() {
+    hs_must_run 4 v0 train.steps=4 checkpoint.save_every=2 train.out_dir="$work/v" \
+        checkpoint.dir="$work/ck_v"
+    truncate -s 10 "$work/ck_v/step-4/rank-1.bin"
+    local rc=0
+    "$HS_BIN" launch -n 4 "${tiny[@]}" train.steps=6 train.out_dir="$work/v" \
+        checkpoint.dir="$work/ck_v" checkpoint.resume=auto > "$work/v.log" 2>&1 || rc=$?
+    [ "$rc" -eq 0 ] || fail "unverifiable latest: exit $rc: $(tail -5 "$work/v.log")"
+    grep -q "attempt 1 resumes from the newest step that does" "$work/v.log" ||
+        fail "unverifiable latest: not passed over: $(grep 'launch:' "$work/v.log")"
+    grep -q "attempt 1:.*checkpoint.resume=$work/ck_v/step-2" "$work/v.log" ||
+        fail "unverifiable latest: attempt 1 did not resume from step-2"
+    grep -q "attempt 2" "$work/v.log" && fail "unverifiable latest: a restart was needed"
+}
+
 test_two_random_kills_continue_the_curve
+test_an_unverifiable_latest_is_passed_over_at_the_first_attempt
 test_signals_end_the_job_with_the_launcher
 test_a_rank_that_always_dies_leaves_two_ranks_on_the_same_curve
 test_errors_and_limits
