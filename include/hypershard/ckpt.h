@@ -133,12 +133,14 @@ hs_status hs_ckpt_save(hs_comm *comm, const hs_ckpt_save_options *opt,
  * temporary directory and snapshots this rank's chunks into a staging
  * buffer kept for the next save (the device's pinned host memory; from
  * device memory through hs_device_copy), then returns; a thread writes,
- * CRCs and fsyncs this rank's data file and does nothing else: no
- * communication. Agreeing and publishing are collective and stay on the
- * caller's thread (hs_ckpt_writer_poll / _wait), so the writer never runs
- * a collective beside the caller's. At most one save is in flight: a new
- * one, _wait and the end of a run wait for it. The files are the bytes a
- * synchronous save of the same state writes. */
+ * CRCs and fsyncs this rank's data file, and once every rank's file is
+ * on disk, a thread on rank 0 writes the metadata and publishes (fsyncs,
+ * rename, `latest`, prune). The threads never communicate: the agreements
+ * between those phases are collective and stay on the caller's thread
+ * (hs_ckpt_writer_poll / _wait), so the writer never runs a collective
+ * beside the caller's. At most one save is in flight: a new one, _wait and
+ * the end of a run wait for it. The files are the bytes a synchronous save
+ * of the same state writes. */
 typedef struct hs_ckpt_writer hs_ckpt_writer;
 
 /* dev: whose host memory stages the snapshot (NULL: malloc). */
@@ -148,7 +150,8 @@ hs_status hs_ckpt_writer_create(hs_device *dev, hs_ckpt_writer **out, hs_error *
  * page faults; a save whose file is larger grows it then. */
 hs_status hs_ckpt_writer_reserve(hs_ckpt_writer *w, int64_t bytes, hs_error *e);
 /* Joins a write still in flight without publishing it (a run that failed
- * elsewhere: its .tmp-step-N stays, and the next save deletes it). */
+ * elsewhere: its .tmp-step-N stays, and the next save deletes it); a
+ * publish rank 0 had begun runs to its end first. */
 void hs_ckpt_writer_free(hs_ckpt_writer *w);
 /* Collective over comm's world, as hs_ckpt_save: waits for and publishes
  * the save in flight, then begins this one and returns once the snapshot
@@ -158,11 +161,14 @@ hs_status hs_ckpt_save_async(hs_ckpt_writer *w, hs_comm *comm, const hs_ckpt_sav
                              const hs_ckpt_tensor *tensors, int n, const hs_ckpt_state *state,
                              hs_error *e);
 /* Collective; cheap when nothing is in flight (no communication). With a
- * save in flight: when every rank's write has ended (one small
- * all-reduce says so), agree and publish it; else return at once. The
- * status of a failed background write names the failing rank. */
+ * save in flight, one small all-reduce says whether its current phase has
+ * ended everywhere: when every rank's write has, agree on the writes and
+ * start rank 0's publish; when rank 0's publish has, agree on it. Else
+ * return at once. The status of a failed background write or publish
+ * names the failing rank. */
 hs_status hs_ckpt_writer_poll(hs_ckpt_writer *w, hs_error *e);
-/* Collective: wait for the save in flight, if any, and publish it. */
+/* Collective: wait for the save in flight, if any, to be written and
+ * published. */
 hs_status hs_ckpt_writer_wait(hs_ckpt_writer *w, hs_error *e);
 bool hs_ckpt_writer_busy(const hs_ckpt_writer *w);
 /* The staging buffer's bytes now (0 before the first save). */

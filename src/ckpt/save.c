@@ -12,8 +12,9 @@
  * Until the rename in step 4 nothing a reader looks at has changed, so a
  * process killed earlier leaves the previous checkpoint and `latest` as
  * they were. The phases are also the background writer's (save.h,
- * writer.c): step 3 touches no communication and may run on its own
- * thread. */
+ * writer.c): step 3's writing and step 4 touch no communication and may
+ * run on threads of their own, while the agreements between them stay on
+ * the caller's thread. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -36,10 +37,19 @@ static void test_hooks_init(saver *sv, int rank) {
     const char *who = getenv("HS_CKPT_TEST_KILL_RANK");
     const char *step = getenv("HS_CKPT_TEST_KILL_STEP");
     const char *delay = getenv("HS_CKPT_TEST_WRITE_DELAY_MS");
+    const char *phase = getenv("HS_CKPT_TEST_KILL_PHASE");
+    bool mine = rank == (who ? atoi(who) : 1) && (!step || atoll(step) == sv->state.step);
     sv->kill_after = -1;
-    if (after && rank == (who ? atoi(who) : 1) && (!step || atoll(step) == sv->state.step))
-        sv->kill_after = atoll(after);
+    if (after && mine) sv->kill_after = atoll(after);
+    if (phase && mine) snprintf(sv->kill_phase, sizeof sv->kill_phase, "%s", phase);
     sv->delay_ms = delay ? atoi(delay) : 0;
+}
+
+void hs_ckpt_saver_test_kill(const hs_ckpt_saver *sv, const char *phase) {
+    if (!sv->kill_phase[0] || strcmp(sv->kill_phase, phase) != 0) return;
+    fprintf(stderr, "HS_CKPT_TEST_KILL_PHASE: exiting after the %s phase of %s\n", phase,
+            sv->step_name);
+    _exit(9);
 }
 
 static void progress(saver *sv, bool last) {
@@ -123,11 +133,13 @@ static hs_status write_data(saver *sv, const hs_ckpt_tensor *t, int n, uint32_t 
         size_t bytes = (size_t)hs_ckpt_tensor_numel(&t[i]) * hs_dtype_size(t[i].dtype);
         s = write_chunk(sv, fd, path, &t[i], bytes, &crcs[k++], e);
     }
+    if (s == HS_OK) hs_ckpt_saver_test_kill(sv, "write"); /* written, not yet synced */
     if (s == HS_OK && fsync(fd) != 0)
         s = hs_error_set(e, HS_ERR_IO, "cannot sync %s to disk: %s", path, strerror(errno));
     if (close(fd) != 0 && s == HS_OK)
         s = hs_error_set(e, HS_ERR_IO, "cannot close %s: %s", path, strerror(errno));
     progress(sv, true);
+    if (s == HS_OK) hs_ckpt_saver_test_kill(sv, "fsync"); /* on disk, not yet agreed */
     return s;
 }
 
@@ -206,10 +218,13 @@ static hs_status finish_rank0(saver *sv, hs_error *e) {
         s = write_text_file(path, fill_config, sv->opt.config, e);
     }
     if (s == HS_OK) s = hs_ckpt_fsync_path(sv->tmp, true, e);
+    if (s == HS_OK) hs_ckpt_saver_test_kill(sv, "metadata");
     if (s == HS_OK) s = publish(sv, e);
     if (s == HS_OK) s = hs_ckpt_fsync_path(sv->opt.dir, true, e);
+    if (s == HS_OK) hs_ckpt_saver_test_kill(sv, "publish"); /* step-N is there; `latest` is not */
     snprintf(latest, sizeof latest, "%s\n", sv->step_name);
     if (s == HS_OK) s = hs_ckpt_write_atomic(sv->opt.dir, HS_CKPT_LATEST, latest, e);
+    if (s == HS_OK) hs_ckpt_saver_test_kill(sv, "latest");
     if (s == HS_OK)
         s = hs_ckpt_prune(sv->opt.dir, sv->opt.keep_last, sv->step_name, sv->opt.log, e);
     return s;
@@ -274,15 +289,22 @@ hs_status hs_ckpt_saver_write(hs_ckpt_saver *sv, const hs_ckpt_tensor *t, int n,
     return write_data(sv, t, n, sv->crcs, e);
 }
 
-hs_status hs_ckpt_saver_end(hs_ckpt_saver *sv, hs_pg *world, hs_status written, hs_error *e) {
-    hs_ckpt_plan *p = &sv->plan;
+hs_status hs_ckpt_saver_collect(hs_ckpt_saver *sv, hs_pg *world, hs_status written, hs_error *e) {
     hs_status s = hs_pg_agree(world, written, "checkpoint save: writing data", e);
     if (s == HS_OK) s = gather_crcs(sv, world, sv->crcs, e);
-    if (s == HS_OK)
-        s = hs_pg_agree(world, p->rank == 0 ? finish_rank0(sv, e) : HS_OK,
-                        "checkpoint save: publishing", e);
     /* Every rank has stopped writing (the agreement came after its
      * writes); leave no partial directory behind. */
+    if (s != HS_OK) hs_ckpt_saver_abort(sv);
+    return s;
+}
+
+hs_status hs_ckpt_saver_publish(hs_ckpt_saver *sv, hs_error *e) {
+    return sv->plan.rank == 0 ? finish_rank0(sv, e) : HS_OK;
+}
+
+hs_status hs_ckpt_saver_settle(hs_ckpt_saver *sv, hs_pg *world, hs_status published, hs_error *e) {
+    hs_ckpt_plan *p = &sv->plan;
+    hs_status s = hs_pg_agree(world, published, "checkpoint save: publishing", e);
     if (s != HS_OK) hs_ckpt_saver_abort(sv);
     double dt = hs_now() - sv->t0;
     if (s == HS_OK && sv->opt.log)
@@ -292,6 +314,11 @@ hs_status hs_ckpt_saver_end(hs_ckpt_saver *sv, hs_pg *world, hs_status written, 
                     sv->final, p->meta.n_tensors, (double)p->total_bytes / 1048576.0,
                     p->meta.n_files, dt, (double)p->total_bytes / (dt > 1e-9 ? dt : 1e-9) / 1e6);
     return s;
+}
+
+hs_status hs_ckpt_saver_end(hs_ckpt_saver *sv, hs_pg *world, hs_status written, hs_error *e) {
+    hs_status s = hs_ckpt_saver_collect(sv, world, written, e);
+    return s == HS_OK ? hs_ckpt_saver_settle(sv, world, hs_ckpt_saver_publish(sv, e), e) : s;
 }
 
 void hs_ckpt_saver_abort(hs_ckpt_saver *sv) {

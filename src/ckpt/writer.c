@@ -1,13 +1,27 @@
 /* ckpt/writer.c — the background save (hypershard/ckpt.h, docs/checkpoint.md
  * "Asynchronous save").
  *
- * The caller's thread runs the collective phases (save.h: begin, end) and
- * the snapshot; one thread per save runs only the write phase, on host
- * copies in the staging buffer. The thread never communicates, so the comm
- * layer sees collectives from one thread only, in the same order on every
- * rank: begin at the save, then at each poll one all-reduce of "still
- * writing" counts until every rank is done, then end. A rank killed during
- * the write leaves only .tmp-step-N: nothing is renamed before end. */
+ * The caller's thread runs the collective phases (save.h: begin, collect,
+ * settle) and the snapshot; everything that waits for the disk runs on a
+ * thread: first each rank's write (data file, CRC, fsync), then rank 0's
+ * publish (metadata, fsyncs, rename, `latest`, prune). The threads never
+ * communicate: the comm layer checks that every rank issues the same
+ * collectives in the same order on a group's queue (hs_comm_check compares
+ * running hashes), which a collective issued from a thread that runs beside
+ * training, at a moment that differs per rank, would break. So the caller's
+ * thread drives a save through its states with small collectives at step
+ * boundaries, the same on every rank:
+ *
+ *   WRITING     each rank's thread writes; every poll all-reduces how many
+ *               ranks are still writing. At 0: collect (agree on the writes,
+ *               gather the CRCs); rank 0 starts the publish thread.
+ *   PUBLISHING  rank 0's thread publishes; every poll all-reduces whether it
+ *               is still at it. At 0: settle (agree that it published).
+ *
+ * Rank 0 publishes only after collect, so only once every rank's data file
+ * is on disk, and the publish itself is the synchronous save's, in the same
+ * order: a process killed at any point leaves the previous checkpoint as
+ * `latest` (or, after the rename of `latest`, the new one, complete). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -16,21 +30,29 @@
 
 #include "ckpt/save.h"
 
+typedef enum { IDLE, WRITING, PUBLISHING } writer_state;
+
 struct hs_ckpt_writer {
     hs_device *dev;   /* the staging buffer's allocator; NULL: malloc */
     char *stage;      /* the snapshot of this rank's chunks, in file order */
     size_t stage_cap; /* its bytes */
     /* the save in flight */
-    bool busy;
+    writer_state state;
     hs_pg *world;
     hs_ckpt_saver sv;
     hs_ckpt_tensor *staged; /* [n]: the list begin saw, data in `stage`, host */
     int n;
     pthread_t thread;
-    atomic_int done; /* set by the thread when its write has ended */
-    hs_status written;
-    hs_error write_error;
+    bool thread_live; /* `thread` runs this state's work and is not joined yet */
+    atomic_int done;  /* set when this state's work (a thread's, or none) has ended */
+    hs_status written, published;
+    hs_error write_error, publish_error;
     double cpu_s, wall_s; /* the write's thread CPU time and wall time */
+    double publish_s;     /* rank 0's publish, wall time */
+    /* The training thread's time spent on this save (the start, polls while
+     * it is in flight, the wait): what a save costs training, logged when it
+     * is published (bench/ckpt_stall.py). */
+    double blocked_s, snapshot_s;
 };
 
 hs_status hs_ckpt_writer_create(hs_device *dev, hs_ckpt_writer **out, hs_error *e) {
@@ -111,73 +133,131 @@ static void *write_thread(void *arg) {
     return NULL;
 }
 
+static void *publish_thread(void *arg) {
+    hs_ckpt_writer *w = arg;
+    double t0 = hs_now();
+    hs_error_clear(&w->publish_error);
+    w->published = hs_ckpt_saver_publish(&w->sv, &w->publish_error);
+    w->publish_s = hs_now() - t0;
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+/* Run fn on a thread of its own; where no thread can be had, here and now
+ * (correct, only not in the background). */
+static void run_thread(hs_ckpt_writer *w, void *(*fn)(void *), const char *what) {
+    atomic_store(&w->done, 0);
+    w->thread_live = pthread_create(&w->thread, NULL, fn, w) == 0;
+    if (w->thread_live) return;
+    hs_log_warn(w->sv.opt.log, "checkpoint: no thread for the background %s of %s; doing it now",
+                what, w->sv.step_name);
+    fn(w);
+}
+
+static void join(hs_ckpt_writer *w) {
+    if (w->thread_live) pthread_join(w->thread, NULL);
+    w->thread_live = false;
+}
+
 /* Forget the save in flight (its directory is the saver's business). */
 static void drop(hs_ckpt_writer *w) {
     hs_ckpt_saver_free(&w->sv);
     free(w->staged);
     w->staged = NULL;
-    w->busy = false;
+    w->state = IDLE;
 }
 
-/* This rank's write is over: agree and publish. */
-static hs_status end_save(hs_ckpt_writer *w, hs_error *e) {
+/* Every rank's write is over (joined): agree on them, gather the CRCs, and
+ * hand rank 0's publish to a thread. The other ranks have nothing to
+ * publish: their part is done. */
+static hs_status collect(hs_ckpt_writer *w, double t0, hs_error *e) {
     if (w->written != HS_OK) *e = w->write_error;
     /* what the write took from the cores training runs on (bench/ckpt_stall.py) */
     hs_log_info(w->sv.opt.log, "checkpoint: %s written on rank 0 in %.2f s, %.2f s of it CPU",
                 w->sv.step_name, w->wall_s, w->cpu_s);
-    hs_status s = hs_ckpt_saver_end(&w->sv, w->world, w->written, e);
+    hs_status s = hs_ckpt_saver_collect(&w->sv, w->world, w->written, e);
+    if (s != HS_OK) {
+        drop(w);
+        return s;
+    }
+    w->state = PUBLISHING;
+    w->published = HS_OK;
+    w->publish_s = 0.0;
+    if (w->sv.plan.rank == 0) run_thread(w, publish_thread, "publish");
+    else atomic_store(&w->done, 1);
+    w->blocked_s += hs_now() - t0;
+    return HS_OK;
+}
+
+/* Rank 0's publish is over (joined): agree that it succeeded. */
+static hs_status settle(hs_ckpt_writer *w, double t0, hs_error *e) {
+    if (w->published != HS_OK) *e = w->publish_error;
+    hs_status s = hs_ckpt_saver_settle(&w->sv, w->world, w->published, e);
+    w->blocked_s += hs_now() - t0;
+    if (s == HS_OK)
+        hs_log_info(w->sv.opt.log,
+                    "checkpoint: %s cost the training thread %.3f s (snapshot %.3f s); rank 0's "
+                    "publish took %.3f s on the writer thread",
+                    w->sv.step_name, w->blocked_s, w->snapshot_s, w->publish_s);
     drop(w);
     return s;
 }
 
-static hs_status finish(hs_ckpt_writer *w, hs_error *e) {
-    pthread_join(w->thread, NULL);
-    return end_save(w, e);
+/* The work of the current state has ended on every rank: move on. t0: when
+ * the training thread began on it (its time counts to the save's). */
+static hs_status advance(hs_ckpt_writer *w, double t0, hs_error *e) {
+    join(w);
+    return w->state == WRITING ? collect(w, t0, e) : settle(w, t0, e);
 }
 
 hs_status hs_ckpt_writer_wait(hs_ckpt_writer *w, hs_error *e) {
-    return w && w->busy ? finish(w, e) : HS_OK;
+    hs_status s = HS_OK;
+    /* Joining stands for the polls' all-reduce: every rank joins its own
+     * thread, and the next phase's agreement is collective. */
+    while (s == HS_OK && w && w->state != IDLE) s = advance(w, hs_now(), e);
+    return s;
 }
 
 hs_status hs_ckpt_writer_poll(hs_ckpt_writer *w, hs_error *e) {
-    if (!w || !w->busy) return HS_OK;
-    float writing = atomic_load(&w->done) ? 0.0f : 1.0f;
-    hs_status s = hs_pg_all_reduce(w->world, NULL, &writing, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);
-    if (s != HS_OK) return s;
-    return writing == 0.0f ? finish(w, e) : HS_OK;
+    if (!w || w->state == IDLE) return HS_OK;
+    double t0 = hs_now();
+    /* One number per step while a save is in flight: how many ranks are
+     * still at this state's work (writing; in PUBLISHING only rank 0 can
+     * be). Every rank issues it at the same step boundary. */
+    float pending = atomic_load(&w->done) ? 0.0f : 1.0f;
+    hs_status s = hs_pg_all_reduce(w->world, NULL, &pending, 1, HS_DTYPE_F32, HS_REDUCE_SUM, e);
+    if (s == HS_OK && pending == 0.0f) return advance(w, t0, e);
+    w->blocked_s += hs_now() - t0;
+    return s;
 }
 
-bool hs_ckpt_writer_busy(const hs_ckpt_writer *w) { return w && w->busy; }
+bool hs_ckpt_writer_busy(const hs_ckpt_writer *w) { return w && w->state != IDLE; }
 
 int64_t hs_ckpt_writer_staging_bytes(const hs_ckpt_writer *w) {
     return w ? (int64_t)w->stage_cap : 0;
 }
 
 /* Begun: stage and snapshot on every rank (agreed), then start the write. */
-static hs_status start(hs_ckpt_writer *w, const hs_ckpt_tensor *t, int n, hs_error *e) {
-    double t0 = hs_now();
+static hs_status start(hs_ckpt_writer *w, const hs_ckpt_tensor *t, int n, double t0, hs_error *e) {
+    double t1 = hs_now();
     hs_status s = stage_reserve(w, (size_t)hs_ckpt_saver_rank_bytes(&w->sv), e);
     if (s == HS_OK) s = snapshot(w, t, n, e);
+    w->snapshot_s = hs_now() - t1;
+    if (s == HS_OK) hs_ckpt_saver_test_kill(&w->sv, "snapshot");
     s = hs_pg_agree(w->world, s, "checkpoint save: the snapshot", e);
     if (s != HS_OK) {
         hs_ckpt_saver_abort(&w->sv); /* every rank fails here together */
         drop(w);
         return s;
     }
-    atomic_store(&w->done, 0);
-    w->busy = true;
-    const hs_log *log = w->sv.opt.log;
-    if (pthread_create(&w->thread, NULL, write_thread, w) != 0) {
-        hs_log_warn(log, "checkpoint: no thread for the background write; writing %s now",
-                    w->sv.step_name);
-        write_thread(w);
-        return end_save(w, e);
-    }
-    hs_log_info(log,
+    w->state = WRITING;
+    w->blocked_s = hs_now() - t0;
+    run_thread(w, write_thread, "write");
+    hs_log_info(w->sv.opt.log,
                 "checkpoint: %s snapshot of %.2f MiB on rank 0 in %.3f s; writing in the "
                 "background",
                 w->sv.step_name, (double)hs_ckpt_saver_rank_bytes(&w->sv) / 1048576.0,
-                hs_now() - t0);
+                w->snapshot_s);
     return HS_OK;
 }
 
@@ -186,23 +266,32 @@ hs_status hs_ckpt_save_async(hs_ckpt_writer *w, hs_comm *comm, const hs_ckpt_sav
                              hs_error *e) {
     hs_status s = hs_ckpt_writer_wait(w, e);
     if (s != HS_OK) return s;
+    double t0 = hs_now();
     w->world = hs_comm_world(comm);
     s = hs_ckpt_saver_begin(&w->sv, w->world, opt, tensors, n, state, e);
     if (s != HS_OK) {
         hs_ckpt_saver_free(&w->sv);
         return s;
     }
-    return start(w, tensors, n, e);
+    return start(w, tensors, n, t0, e);
 }
 
 void hs_ckpt_writer_free(hs_ckpt_writer *w) {
     if (!w) return;
-    if (w->busy) {
-        pthread_join(w->thread, NULL);
-        hs_log_warn(w->sv.opt.log,
-                    "checkpoint: %s was not published (the run ended before its ranks agreed "
-                    "on it); the previous checkpoint stays the latest",
-                    w->sv.step_name);
+    if (w->state != IDLE) {
+        join(w);
+        /* Rank 0's publish, once started, runs to its end: every rank's
+         * data was on disk. Only rank 0 knows whether it got there. */
+        if (w->state == PUBLISHING && w->sv.plan.rank == 0 && w->published == HS_OK)
+            hs_log_warn(w->sv.opt.log,
+                        "checkpoint: %s was published, but the run ended before its ranks "
+                        "confirmed it",
+                        w->sv.step_name);
+        else if (w->state == WRITING || w->sv.plan.rank == 0)
+            hs_log_warn(w->sv.opt.log,
+                        "checkpoint: %s was not published (the run ended before its ranks "
+                        "agreed on it); the previous checkpoint stays the latest",
+                        w->sv.step_name);
         drop(w);
     }
     stage_release(w);

@@ -491,9 +491,14 @@ hs_status hs_train_ckpt_after_step(hs_trainer *t, int step, hs_error *e) {
     bool busy = hs_ckpt_writer_busy(t->ckpt_writer);
     double t0 = hs_now();
     hs_status s = hs_ckpt_writer_poll(t->ckpt_writer, e);
-    if (busy && !hs_ckpt_writer_busy(t->ckpt_writer))
-        hs_trace_span(t->trace, HS_LANE_COMPUTE, "checkpoint publish", "checkpoint", t0, hs_now(),
-                      NULL);
+    /* Every poll with a save in flight is training-thread time the save
+     * costs (its all-reduce, and at phase ends the agreements), so each is
+     * traced, not only the one that completes the save. */
+    if (busy)
+        hs_trace_span(t->trace, HS_LANE_COMPUTE,
+                      hs_ckpt_writer_busy(t->ckpt_writer) ? "checkpoint poll"
+                                                          : "checkpoint publish",
+                      "checkpoint", t0, hs_now(), NULL);
     if (s == HS_OK && ckpt_due(t, step)) s = hs_train_ckpt_save(t, step, e);
     return s;
 }
