@@ -10,7 +10,11 @@ Per save in the window it prints three figures:
 
   blocked  the training thread's time inside the save: the trace's
            "checkpoint" spans (a synchronous save; an async snapshot, with
-           any wait for the save before it) and "checkpoint publish" spans
+           any wait for the save before it), and with a save in flight the
+           polls after each step: "checkpoint poll" (one all-reduce, or the
+           agreement that hands rank 0 the publish) and "checkpoint
+           publish" (the agreement that ends the save). Each save also logs
+           this figure on rank 0 ("cost the training thread")
   writer   async only: the writer thread's CPU seconds (its log line): the
            most it can take from training on cores training fills
   stall    (sum of the window's step intervals - their count x the run's
@@ -87,7 +91,8 @@ def run(a, mode, tmp, env):
     iv = [b - a for a, b in zip(starts[a.warmup:], starts[a.warmup + 1:])]
     saves = sum(1 for k in range(a.warmup + 1, a.steps) if k % a.every == 0)
     stall = (sum(iv) - len(iv) * statistics.median(iv)) / 1e6 / saves
-    blocked = sum(d for ts, d in spans(trace, ("checkpoint", "checkpoint publish"))
+    blocked = sum(d for ts, d in spans(trace, ("checkpoint", "checkpoint poll",
+                                               "checkpoint publish"))
                   if lo <= ts < hi) / 1e6 / saves
     cpu = [float(m) for m in re.findall(r"written on rank 0 in [0-9.]+ s, ([0-9.]+) s of it CPU",
                                         p.stdout)]
@@ -111,14 +116,19 @@ def main():
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--dir", default=None, help="where checkpoints go (default: a temp dir)")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="comma-separated subset of none,sync,async (none: the noise floor)")
     a = p.parse_args()
+    modes = [m for m in MODES if m in a.modes.split(",")]
+    if "sync" not in modes or "async" not in modes:
+        p.error("--modes needs sync and async")
     env = thread_env(a)
     tmp = tempfile.mkdtemp(prefix="hs_ckpt_stall_", dir=a.dir)
-    res = {m: [] for m in MODES}
+    res = {m: [] for m in modes}
     try:
         for r in range(a.rounds):
             line = []
-            for mode in MODES:
+            for mode in modes:
                 x = run(a, mode, tmp, env)
                 res[mode].append(x)
                 line.append(f"{mode}: stall {x['stall']:+.3f} blocked {x['blocked']:.3f} "
