@@ -13,8 +13,9 @@
  * boundaries, the same on every rank:
  *
  *   WRITING     each rank's thread writes; every poll all-reduces how many
- *               ranks are still writing. At 0: collect (agree on the writes,
- *               gather the CRCs); rank 0 starts the publish thread.
+ *               ranks are still writing. At 0: collect (agree on the
+ *               snapshots and writes, gather the CRCs); rank 0 starts the
+ *               publish thread.
  *   PUBLISHING  rank 0's thread publishes; every poll all-reduces whether it
  *               is still at it. At 0: settle (agree that it published).
  *
@@ -125,7 +126,6 @@ static double thread_cpu_s(void) {
 static void *write_thread(void *arg) {
     hs_ckpt_writer *w = arg;
     double c0 = thread_cpu_s(), t0 = hs_now();
-    hs_error_clear(&w->write_error);
     w->written = hs_ckpt_saver_write(&w->sv, w->staged, w->n, &w->write_error);
     w->cpu_s = thread_cpu_s() - c0;
     w->wall_s = hs_now() - t0;
@@ -171,10 +171,12 @@ static void drop(hs_ckpt_writer *w) {
  * hand rank 0's publish to a thread. The other ranks have nothing to
  * publish: their part is done. */
 static hs_status collect(hs_ckpt_writer *w, double t0, hs_error *e) {
+    /* a failed snapshot or write, or what the write took from the cores
+     * training runs on (bench/ckpt_stall.py) */
     if (w->written != HS_OK) *e = w->write_error;
-    /* what the write took from the cores training runs on (bench/ckpt_stall.py) */
-    hs_log_info(w->sv.opt.log, "checkpoint: %s written on rank 0 in %.2f s, %.2f s of it CPU",
-                w->sv.step_name, w->wall_s, w->cpu_s);
+    else
+        hs_log_info(w->sv.opt.log, "checkpoint: %s written on rank 0 in %.2f s, %.2f s of it CPU",
+                    w->sv.step_name, w->wall_s, w->cpu_s);
     hs_status s = hs_ckpt_saver_collect(&w->sv, w->world, w->written, e);
     if (s != HS_OK) {
         drop(w);
@@ -237,28 +239,31 @@ int64_t hs_ckpt_writer_staging_bytes(const hs_ckpt_writer *w) {
     return w ? (int64_t)w->stage_cap : 0;
 }
 
-/* Begun: stage and snapshot on every rank (agreed), then start the write. */
-static hs_status start(hs_ckpt_writer *w, const hs_ckpt_tensor *t, int n, double t0, hs_error *e) {
+/* Begun: stage and snapshot, then start the write. The snapshot is not
+ * agreed here: that would make every rank wait for the slowest one's copy
+ * before training on. A rank whose snapshot failed starts no thread and
+ * reports the failure as its write's, so the collect's agreement fails the
+ * save on every rank and nothing is published, as for a failed write. */
+static void start(hs_ckpt_writer *w, const hs_ckpt_tensor *t, int n, double t0) {
     double t1 = hs_now();
-    hs_status s = stage_reserve(w, (size_t)hs_ckpt_saver_rank_bytes(&w->sv), e);
-    if (s == HS_OK) s = snapshot(w, t, n, e);
+    hs_error_clear(&w->write_error);
+    hs_status s = stage_reserve(w, (size_t)hs_ckpt_saver_rank_bytes(&w->sv), &w->write_error);
+    if (s == HS_OK) s = snapshot(w, t, n, &w->write_error);
     w->snapshot_s = hs_now() - t1;
-    if (s == HS_OK) hs_ckpt_saver_test_kill(&w->sv, "snapshot");
-    s = hs_pg_agree(w->world, s, "checkpoint save: the snapshot", e);
-    if (s != HS_OK) {
-        hs_ckpt_saver_abort(&w->sv); /* every rank fails here together */
-        drop(w);
-        return s;
-    }
     w->state = WRITING;
     w->blocked_s = hs_now() - t0;
+    if (s != HS_OK) {
+        w->written = s;
+        atomic_store(&w->done, 1);
+        return;
+    }
+    hs_ckpt_saver_test_kill(&w->sv, "snapshot");
     run_thread(w, write_thread, "write");
     hs_log_info(w->sv.opt.log,
                 "checkpoint: %s snapshot of %.2f MiB on rank 0 in %.3f s; writing in the "
                 "background",
                 w->sv.step_name, (double)hs_ckpt_saver_rank_bytes(&w->sv) / 1048576.0,
                 w->snapshot_s);
-    return HS_OK;
 }
 
 hs_status hs_ckpt_save_async(hs_ckpt_writer *w, hs_comm *comm, const hs_ckpt_save_options *opt,
@@ -273,7 +278,8 @@ hs_status hs_ckpt_save_async(hs_ckpt_writer *w, hs_comm *comm, const hs_ckpt_sav
         hs_ckpt_saver_free(&w->sv);
         return s;
     }
-    return start(w, tensors, n, t0, e);
+    start(w, tensors, n, t0);
+    return HS_OK;
 }
 
 void hs_ckpt_writer_free(hs_ckpt_writer *w) {
