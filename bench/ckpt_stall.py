@@ -14,7 +14,10 @@ Per save in the window it prints three figures:
            polls after each step: "checkpoint poll" (one all-reduce, or the
            agreement that hands rank 0 the publish) and "checkpoint
            publish" (the agreement that ends the save). Each save also logs
-           this figure on rank 0 ("cost the training thread")
+           this figure on rank 0 ("cost the training thread"), and of it
+           the snapshot's memory copy, printed as "snapshot". (A binary
+           from before the polls were traced counts only the poll that
+           published; --hypershard runs any build.)
   writer   async only: the writer thread's CPU seconds (its log line): the
            most it can take from training on cores training fills
   stall    (sum of the window's step intervals - their count x the run's
@@ -97,9 +100,13 @@ def run(a, mode, tmp, env):
     cpu = [float(m) for m in re.findall(r"written on rank 0 in [0-9.]+ s, ([0-9.]+) s of it CPU",
                                         p.stdout)]
     writer = statistics.median(cpu) if cpu else 0.0
+    # rank 0's own account of each async save (snapshot: the copy alone)
+    snap = [float(m) for m in re.findall(r"cost the training thread [0-9.]+ s \(snapshot ([0-9.]+) s\)",
+                                         p.stdout)]
+    snapshot = statistics.median(snap) if snap else 0.0
     shutil.rmtree(ck, ignore_errors=True)
     inside = mode != "async" or published_in_window(p.stdout, a.steps, saves)
-    return {"stall": stall, "blocked": blocked, "writer": writer,
+    return {"stall": stall, "blocked": blocked, "writer": writer, "snapshot": snapshot,
             "step": statistics.median(iv) / 1e6, "saves": saves, "inside": inside}
 
 
@@ -132,18 +139,20 @@ def main():
                 x = run(a, mode, tmp, env)
                 res[mode].append(x)
                 line.append(f"{mode}: stall {x['stall']:+.3f} blocked {x['blocked']:.3f} "
-                            f"writer {x['writer']:.3f} (step {x['step']:.2f})")
+                            f"(snapshot {x['snapshot']:.3f}) writer {x['writer']:.3f} "
+                            f"(step {x['step']:.2f})")
                 if not x["inside"]:
                     line.append("(a background save ended past the window: raise --steps)")
             print(f"round {r}, {x['saves']} saves in {a.steps - a.warmup - 1} steps, s per save: "
                   + "; ".join(line), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    med = {m: {k: statistics.median(x[k] for x in v) for k in ("stall", "blocked", "writer", "step")}
-           for m, v in res.items()}
+    keys = ("stall", "blocked", "snapshot", "writer", "step")
+    med = {m: {k: statistics.median(x[k] for x in v) for k in keys} for m, v in res.items()}
     for m, v in med.items():
-        print(f"median {m:5s}: stall {v['stall']:+.3f} s, blocked {v['blocked']:.3f} s, writer CPU "
-              f"{v['writer']:.3f} s per save; step {v['step']:.2f} s")
+        print(f"median {m:5s}: stall {v['stall']:+.3f} s, blocked {v['blocked']:.3f} s "
+              f"(snapshot {v['snapshot']:.3f} s), writer CPU {v['writer']:.3f} s per save; "
+              f"step {v['step']:.2f} s")
     for k in ("stall", "blocked"):
         y, s = med["async"][k], med["sync"][k]
         print(f"async / sync {k}: {100 * y / s if s > 0 else float('nan'):.1f}%")
