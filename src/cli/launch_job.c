@@ -46,22 +46,37 @@ void hs_launch_signals_block(void) {
  * watchdog, then the trainer's own error. */
 static int reason_rank(const char *line) {
     if (strstr(line, "srun: error: ") && strstr(line, ": task")) return 1;
+    /* Open MPI's "Process name: [[J,1],R]" under "The first process to do
+     * so was": the rank that exited non-zero first, before the others'
+     * "Terminated received" as mpiexec stops them */
+    if (strstr(line, "Process name: [[")) return 2;
     static const char *const marks[] = {
         "exited on signal", "lost communication", "daemon", "did not answer the watchdog",
         "stopping: rank",   "hypershard train:",  NULL};
     for (int i = 0; marks[i]; i++)
-        if (strstr(line, marks[i])) return i + 1;
+        if (strstr(line, marks[i])) return i + 1 + (i > 0);
     return 0;
 }
 
 static void scan_line(char *line, int *best, hs_launch_result *r) {
     int k = reason_rank(line);
+    const char *code = strstr(line, "Exit code:");
+    if (code && *best == 2 && strstr(r->reason, "exited non-zero first")) {
+        /* the line after "Process name": its exit code */
+        size_t n = strlen(r->reason);
+        snprintf(r->reason + n, sizeof r->reason - n, " (exit code %d)", atoi(code + 10));
+        return;
+    }
     if (!k || (*best && k >= *best)) return;
     *best = k;
     while (*line == ' ' || *line == '\t') line++;
     size_t n = strlen(line);
     while (n && (line[n - 1] == '\n' || line[n - 1] == ' ')) line[--n] = '\0';
-    snprintf(r->reason, sizeof r->reason, "%s", line);
+    const char *pn = strstr(line, "Process name: [[");
+    int rank = -1;
+    if (k == 2 && pn && sscanf(strchr(pn, ',') ? strchr(pn, ',') : "", ",%*d],%d]", &rank) == 1)
+        snprintf(r->reason, sizeof r->reason, "world rank %d exited non-zero first", rank);
+    else snprintf(r->reason, sizeof r->reason, "%s", line);
 }
 
 typedef struct line_buf {

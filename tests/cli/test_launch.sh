@@ -194,7 +194,28 @@ test_an_unverifiable_latest_is_passed_over_at_the_first_attempt() {
     grep -q "attempt 2" "$work/v.log" && fail "unverifiable latest: a restart was needed"
 }
 
+# The cause a restart names is the rank that exited non-zero first, from
+# Open MPI's "Process name" block, not a survivor's stop message printed
+# as mpiexec ended it (an mpiexec stand-in prints Open MPI's lines).
+test_the_cause_is_the_rank_that_exited_first() {
+    cat > "$work/fake_mpiexec" <<'SH'
+#!/bin/sh
+echo "hypershard train: Terminated received: stopping after this step" >&2
+echo "mpiexec detected that one or more processes exited with non-zero status, thus causing" >&2
+echo "the job to be terminated. The first process to do so was:" >&2
+echo "" >&2
+echo "  Process name: [[13662,1],1]" >&2
+echo "  Exit code:    1" >&2
+exit 1
+SH
+    chmod +x "$work/fake_mpiexec"
+    MPIEXEC="$work/fake_mpiexec" hs_expect_exit 1 cause \
+        "giving up after 1 restart: world rank 1 exited non-zero first (exit code 1)" \
+        launch -n 4 --max-restarts 1 "${tiny[@]}" train.out_dir="$work/cause" checkpoint.dir="$work/ck_cause"
+}
+
 test_two_random_kills_continue_the_curve
+test_the_cause_is_the_rank_that_exited_first
 test_an_unverifiable_latest_is_passed_over_at_the_first_attempt
 test_signals_end_the_job_with_the_launcher
 test_a_rank_that_always_dies_leaves_two_ranks_on_the_same_curve
