@@ -249,9 +249,10 @@ hs_status hs_config_override(hs_config *c, const char *assignment, hs_error *e);
 hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, const hs_log *log,
                              hs_error *e);
 /* Rule 11: every name in replicate_params (and source metadata) must be one
- * of the model's FQNs. `fqns` are the model's parameter FQNs. Appends one
- * line per unknown name with the nearest FQN. */
-hs_status hs_config_check_fqns(const hs_config *c, const char *const *fqns, int n_fqns,
+ * of the model's FQNs. `fsdp` is the config's fsdp_config (the only part the
+ * rule reads, so fsdp/ can check its own slice); `fqns` are the model's
+ * parameter FQNs. Appends one line per unknown name with the nearest FQN. */
+hs_status hs_config_check_fqns(const hs_fsdp_config *fsdp, const char *const *fqns, int n_fqns,
                                hs_error *e);
 /* Resolved config as YAML, every key present; then, with a topology, the
  * `derived:` block. Only the derived block allocates (its rank lists):
@@ -267,19 +268,23 @@ int hs_config_micro_batches(const hs_config *c, const hs_topology *topo);
  * pp_virtual_stages chunks of consecutive blocks, chunk c running on stage
  * c % pp_size (so stage s holds chunks s, s + pp, s + 2 pp, ...); for each
  * its first block (first_layer[c], the running sum) and its block count
- * (n_layers[c]). With accelerator.pp_layers given (one entry per chunk)
- * those counts; otherwise the even split: model.n_layers / chunks each, and
- * the remainder's extra blocks go to the middle chunks 1 .. n-2 first, then
- * to chunk 0, never to the last, which also holds the norm and lm_head
+ * (n_layers[c]). `accel` is the config's accelerator section (pp_size,
+ * pp_virtual_stages, pp_layers) and `model_layers` its model.n_layers.
+ * With accelerator.pp_layers given (one entry per chunk) those counts;
+ * otherwise the even split: model_layers / chunks each, and the
+ * remainder's extra blocks go to the middle chunks 1 .. n-2 first, then to
+ * chunk 0, never to the last, which also holds the norm and lm_head
  * (n_layers 10, 4 chunks: [2, 3, 3, 2]; 5, 2: [3, 2]). Both arrays hold
  * pp_size x pp_virtual_stages entries. Meant for a validated config. */
-void hs_config_pp_stages(const hs_config *c, int *first_layer, int *n_layers);
+void hs_config_pp_stages(const hs_accel_config *accel, int model_layers, int *first_layer,
+                         int *n_layers);
 /* The model chunk (an index into hs_config_pp_stages' arrays) that stage
- * `stage` runs as its local chunk v: stage + v x pp_size (one chunk per
- * stage, or interleaved), or for zbv's V shape stage for v = 0 and
+ * `stage` runs as its local chunk v, from the accelerator section's
+ * pp_schedule and pp_size: stage + v x pp_size (one chunk per stage, or
+ * interleaved), or for zbv's V shape stage for v = 0 and
  * 2 pp_size - 1 - stage for v = 1 (the first stage holds the first and
  * the last chunk, the last stage the two middle ones). */
-int hs_config_pp_chunk(const hs_config *c, int stage, int v);
+int hs_config_pp_chunk(const hs_accel_config *accel, int stage, int v);
 /* The same rule for a schedule name and pp_size. */
 int hs_config_pp_chunk_of(const char *schedule, int pp, int stage, int v);
 /* Deep copy (replicate_params, freeze); HS_ERR_OOM, and dst empty of

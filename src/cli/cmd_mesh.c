@@ -110,16 +110,10 @@ static hs_status print_stages(const hs_topology *t, int n_layers, FILE *f, hs_er
         return hs_error_oom(e, "printing %d pipeline stages: %zu bytes", t->pp,
                             2 * sizeof(int) * (size_t)t->pp);
     }
-    hs_config c;
-    hs_status st = hs_config_defaults(&c, e);
-    if (st != HS_OK) {
-        free(first);
-        free(count);
-        return st;
-    }
-    c.model.n_layers = n_layers;
-    c.accelerator.pp_size = t->pp;
-    hs_config_pp_stages(&c, first, count);
+    /* One chunk per stage and no accelerator.pp_layers, as the defaults
+     * have them: the even split. */
+    hs_accel_config a = {.pp_size = t->pp, .pp_virtual_stages = 1};
+    hs_config_pp_stages(&a, n_layers, first, count);
     int per = t->world / t->pp;
     fprintf(f,
             "\npipeline: model.n_layers %d over pp %d (even split; accelerator.pp_layers sets "
@@ -130,7 +124,6 @@ static hs_status print_stages(const hs_topology *t, int n_layers, FILE *f, hs_er
                 s * per, (s + 1) * per - 1);
     free(first);
     free(count);
-    hs_config_free(&c);
     return HS_OK;
 }
 

@@ -96,7 +96,7 @@ static void write_stages(const hs_config *c, int pp, int v, const int *first, co
         /* stage s runs chunks s, s + pp, ... (zbv: s, 2 pp - 1 - s): one range each */
         fprintf(f, "    - {stage: %d, layers: \"", s);
         for (int k = 0; k < v; k++) {
-            int ch = hs_config_pp_chunk(c, s, k);
+            int ch = hs_config_pp_chunk(&c->accelerator, s, k);
             fprintf(f, "%s[%d, %d)", k ? " " : "", first[ch], first[ch] + count[ch]);
         }
         fputs("\", ranks: [", f);
@@ -115,7 +115,7 @@ static hs_status dump_stages(const hs_config *c, const hs_topology *t, FILE *f, 
     int *stage = malloc(sizeof(int) * (size_t)world), *ranks = malloc(sizeof(int) * (size_t)world);
     hs_status st = HS_OK;
     if (first && count && start && fill && stage && ranks) {
-        hs_config_pp_stages(c, first, count);
+        hs_config_pp_stages(&c->accelerator, c->model.n_layers, first, count);
         /* Bucket the ranks by stage, keeping rank order: O(world), not O(pp x world). */
         for (int r = 0; r < world; r++) start[(stage[r] = hs_topology_coords(t, r).pp) + 1]++;
         for (int s = 0; s < pp; s++) start[s + 1] += start[s];

@@ -186,17 +186,17 @@ static void even_split(int total, int pp, int *count) {
 }
 
 /* Chunks of the pipeline: pp_size x pp_virtual_stages. */
-static int pp_chunks(const hs_config *c) {
-    int v = c->accelerator.pp_virtual_stages > 1 ? c->accelerator.pp_virtual_stages : 1;
-    return c->accelerator.pp_size * v;
+static int pp_chunks(const hs_accel_config *a) {
+    int v = a->pp_virtual_stages > 1 ? a->pp_virtual_stages : 1;
+    return a->pp_size * v;
 }
 
-void hs_config_pp_stages(const hs_config *c, int *first_layer, int *n_layers) {
-    const hs_accel_config *a = &c->accelerator;
-    int pp = pp_chunks(c);
+void hs_config_pp_stages(const hs_accel_config *accel, int model_layers, int *first_layer,
+                         int *n_layers) {
+    int pp = pp_chunks(accel);
     if (pp < 1) return;
-    if (a->n_pp_layers == pp) memcpy(n_layers, a->pp_layers, sizeof(int) * (size_t)pp);
-    else even_split(c->model.n_layers, pp, n_layers);
+    if (accel->n_pp_layers == pp) memcpy(n_layers, accel->pp_layers, sizeof(int) * (size_t)pp);
+    else even_split(model_layers, pp, n_layers);
     for (int s = 0, sum = 0; s < pp; sum += n_layers[s], s++) first_layer[s] = sum;
 }
 
@@ -205,8 +205,8 @@ int hs_config_pp_chunk_of(const char *schedule, int pp, int stage, int v) {
     return stage + v * pp;
 }
 
-int hs_config_pp_chunk(const hs_config *c, int stage, int v) {
-    return hs_config_pp_chunk_of(c->accelerator.pp_schedule, c->accelerator.pp_size, stage, v);
+int hs_config_pp_chunk(const hs_accel_config *accel, int stage, int v) {
+    return hs_config_pp_chunk_of(accel->pp_schedule, accel->pp_size, stage, v);
 }
 
 /* "[3, 1]" of `n` counts. */
@@ -221,7 +221,7 @@ static void int_list_text(const int *v, int n, char *out, size_t cap) {
  * of model.n_layers = 4), or [] for it"; when no even split exists, the sizes
  * to change. */
 static void even_split_fix(const hs_config *c, char *out, size_t cap) {
-    int pp = pp_chunks(c), total = c->model.n_layers;
+    int pp = pp_chunks(&c->accelerator), total = c->model.n_layers;
     if (pp > total || pp > HS_PP_MAX_STAGES) {
         snprintf(out, cap, "accelerator.pp_layers: [] with accelerator.pp_size%s <= %d",
                  c->accelerator.pp_virtual_stages > 1 ? " x pp_virtual_stages" : "",
@@ -240,7 +240,7 @@ static void even_split_fix(const hs_config *c, char *out, size_t cap) {
 /* accelerator.pp_layers: one count >= 1 per stage, all blocks exactly once. */
 static void check_pp_layers(const hs_config *c, hs_cfg_report *rep) {
     const hs_accel_config *a = &c->accelerator;
-    int pp = pp_chunks(c), n = a->n_pp_layers, total = c->model.n_layers;
+    int pp = pp_chunks(a), n = a->n_pp_layers, total = c->model.n_layers;
     if (n == 0 || pp < 1 || total < 1) return; /* bad sizes are reported by their bounds */
     char list[HS_PP_MAX_STAGES * 12 + 4], fix[HS_PP_MAX_STAGES * 12 + 96];
     int_list_text(a->pp_layers, n, list, sizeof list);

@@ -248,11 +248,11 @@ hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, c
     return HS_OK;
 }
 
-hs_status hs_config_check_fqns(const hs_config *c, const char *const *fqns, int n_fqns,
+hs_status hs_config_check_fqns(const hs_fsdp_config *fsdp, const char *const *fqns, int n_fqns,
                                hs_error *e) {
     hs_status st = HS_OK;
-    for (int i = 0; i < c->fsdp.n_replicate_params; i++) {
-        const char *name = c->fsdp.replicate_params[i];
+    for (int i = 0; i < fsdp->n_replicate_params; i++) {
+        const char *name = fsdp->replicate_params[i];
         bool found = false;
         for (int j = 0; j < n_fqns && !found; j++) found = !strcmp(fqns[j], name);
         if (found) continue;

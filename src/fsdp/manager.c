@@ -95,7 +95,7 @@ static hs_status check_fqns(const hs_config *cfg, hs_model *model, hs_error *e) 
         return hs_error_oom(e, "fsdp: the names of %d parameters: %zu bytes", n,
                             ((size_t)n + 1) * sizeof *fqns);
     for (int i = 0; i < n; i++) fqns[i] = hs_model_param(model, i)->fqn;
-    hs_status st = hs_config_check_fqns(cfg, fqns, n, e);
+    hs_status st = hs_config_check_fqns(&cfg->fsdp, fqns, n, e);
     free(fqns);
     return st;
 }

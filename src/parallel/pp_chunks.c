@@ -18,10 +18,10 @@ void hs_pp_stage_chunks(const hs_config *cfg, int stage, hs_model_stage *out) {
     V = V > 1 ? V : 1;
     HS_ASSERT(V <= HS_MODEL_MAX_CHUNKS && stage >= 0 && stage < pp);
     int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
-    hs_config_pp_stages(cfg, first, count);
+    hs_config_pp_stages(&cfg->accelerator, cfg->model.n_layers, first, count);
     *out = (hs_model_stage){.n_chunks = V};
     for (int v = 0; v < V; v++) {
-        int c = hs_config_pp_chunk(cfg, stage, v);
+        int c = hs_config_pp_chunk(&cfg->accelerator, stage, v);
         out->first_layer[v] = first[c];
         out->n_layers[v] = count[c];
     }

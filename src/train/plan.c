@@ -153,7 +153,7 @@ static hs_status role_model(const plan_ctx *c, int stage, const hs_model_stage *
          * were. */
         mc.n_layers = t->pp * s.n_chunks * blocks_per_chunk;
         for (int k = 0; k < s.n_chunks; k++) {
-            s.first_layer[k] = hs_config_pp_chunk(cfg, stage, k) * blocks_per_chunk;
+            s.first_layer[k] = hs_config_pp_chunk(&cfg->accelerator, stage, k) * blocks_per_chunk;
             s.n_layers[k] = blocks_per_chunk;
         }
     } else if (blocks_per_chunk > 0) {

@@ -33,7 +33,7 @@ static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
     const char **fqns = malloc(sizeof(char *) * (size_t)(n ? n : 1));
     if (!fqns) return hs_error_oom(e, "trainer: cannot allocate");
     for (int i = 0; i < n; i++) fqns[i] = hs_model_param(m, i)->fqn;
-    s = hs_config_check_fqns(t->cfg, fqns, n, e);
+    s = hs_config_check_fqns(&t->cfg->fsdp, fqns, n, e);
     free(fqns);
     if (s == HS_OK) s = hs_train_freeze_check(t->cfg, m, e);
     if (s == HS_OK && t->opt && t->opt->init_from) {

@@ -57,7 +57,7 @@ static void validate(const hs_config *c, size_t size) {
     static const char *const fqns[] = {"model.embed_tokens.weight", "model.norm.weight",
                                        "lm_head.weight", "model.layers.0.mlp.down_proj.weight"};
     hs_error_clear(&e);
-    hs_config_check_fqns(c, fqns, 4, &e);
+    hs_config_check_fqns(&c->fsdp, fqns, 4, &e);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

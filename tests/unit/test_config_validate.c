@@ -196,13 +196,13 @@ static void test_rule11_unknown_replicate_param_names_the_nearest_fqn(void **sta
     assert_int_equal(hs_config_load(&c, NULL, ov, 1, &e), HS_OK);
     const char *fqns[] = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
     hs_error_clear(&e);
-    assert_int_equal(hs_config_check_fqns(&c, fqns, 3, &e), HS_ERR_CONFIG);
+    assert_int_equal(hs_config_check_fqns(&c.fsdp, fqns, 3, &e), HS_ERR_CONFIG);
     assert_non_null(strstr(e.msg, "fsdp_config.replicate_params[1] = 'lm_head.weigth' is not a "
                                   "parameter of the model; did you mean 'lm_head.weight'?"));
     assert_int_equal(e.lines, 1);
     hs_error_clear(&e);
     const char *all[] = {"model.norm.weight", "lm_head.weigth"};
-    assert_int_equal(hs_config_check_fqns(&c, all, 2, &e), HS_OK);
+    assert_int_equal(hs_config_check_fqns(&c.fsdp, all, 2, &e), HS_OK);
     hs_config_free(&c);
 }
 
@@ -477,7 +477,7 @@ static void expect_stages(const char *const *ov, int n, const char *want) {
     hs_error e;
     assert_int_equal(hs_config_load(&c, NULL, ov, n, &e), HS_OK);
     int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
-    hs_config_pp_stages(&c, first, count);
+    hs_config_pp_stages(&c.accelerator, c.model.n_layers, first, count);
     char got[256] = "[";
     for (int s = 0, sum = 0; s < c.accelerator.pp_size; sum += count[s], s++) {
         assert_int_equal(first[s], sum);
