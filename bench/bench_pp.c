@@ -107,7 +107,7 @@ static hs_status open_layout(hs_comm *c, const opts *o, pp_layout *l, hs_error *
                          .dev = l->dev,
                          .max_batch = 1,
                          .act_slots = slots};
-    hs_pp_stage_chunks(&l->cfg, stage, &env.stage);
+    hs_pp_stage_chunks(&l->cfg.accelerator, l->cfg.model.n_layers, stage, &env.stage);
     s = hs_engine_create(&env, &l->en, e);
     if (s != HS_OK) return s;
     l->n_params = hs_engine_optim_params(l->en, &l->params);

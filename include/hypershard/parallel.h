@@ -108,19 +108,26 @@ typedef struct hs_parallel_layout {
     int ep, ep_rank;
 } hs_parallel_layout;
 
-/* TP -> CP -> EP for cfg over the mesh's tp, cp and ep groups (and, for a
- * MoE model over several data ranks, the dp_cp group its router statistics
- * are summed over), with `rules` (NULL: the default plan). Collectives run
- * on dev's compute stream; `comm` is what a failing one aborts. */
-hs_status hs_parallel_create(const hs_config *cfg, const hs_mesh *mesh, hs_comm *comm,
-                             hs_device *dev, const hs_style_rule *rules, int n_rules,
-                             hs_parallel **out, hs_error *e);
+/* TP -> CP -> EP over the mesh's tp, cp and ep groups (and, for a MoE
+ * model over several data ranks, the dp_cp group its router statistics are
+ * summed over), with `rules` (NULL: the default plan). `model` is the
+ * config's model section (its heads, experts and tied embeddings decide
+ * which splits are possible); `accel` its accelerator section
+ * (sequence_parallel, loss_parallel and the CP method; the degrees come
+ * from the mesh). Collectives run on dev's compute stream; `comm` is what a
+ * failing one aborts. */
+hs_status hs_parallel_create(const hs_model_config *model, const hs_accel_config *accel,
+                             const hs_mesh *mesh, hs_comm *comm, hs_device *dev,
+                             const hs_style_rule *rules, int n_rules, hs_parallel **out,
+                             hs_error *e);
 /* The same placements and buffers for a layout without groups (the memory
  * plan, a test): a model created with it may be described and counted,
- * not run across ranks. */
-hs_status hs_parallel_describe(const hs_config *cfg, const hs_parallel_layout *l,
-                               const hs_style_rule *rules, int n_rules, hs_parallel **out,
-                               hs_error *e);
+ * not run across ranks. `model` and `accel` as for hs_parallel_create; of
+ * accel only cp_rotate_method is read, to name it in an error (the layout
+ * carries the rest). */
+hs_status hs_parallel_describe(const hs_model_config *model, const hs_accel_config *accel,
+                               const hs_parallel_layout *l, const hs_style_rule *rules, int n_rules,
+                               hs_parallel **out, hs_error *e);
 void hs_parallel_free(hs_parallel *p);
 /* The seam to create the model with (hs_model_options.par); one model per
  * hs_parallel. */
@@ -299,8 +306,11 @@ hs_status hs_pp_actions_check(hs_pp_schedule_kind kind, int pp, int M, int V,
                               const hs_pp_action *const *lists, const int *lens, hs_error *e);
 /* The chunks of stage `stage` (hs_config_pp_stages' chunks stage,
  * stage + pp, ...; pp_virtual_stages of them, 1 without), as the stage's
- * model holds them. */
-void hs_pp_stage_chunks(const hs_config *cfg, int stage, hs_model_stage *out);
+ * model holds them. `accel` is the config's accelerator section (pp_size,
+ * pp_virtual_stages, pp_layers, pp_schedule) and `model_layers` its
+ * model.n_layers. */
+void hs_pp_stage_chunks(const hs_accel_config *accel, int model_layers, int stage,
+                        hs_model_stage *out);
 /* Micro-batches at most in flight in one chunk of `stage` (the activation
  * slots per chunk it needs) into *slots; HS_ERR_OOM when the schedule
  * cannot be laid out to count them. */
@@ -321,11 +331,14 @@ typedef struct hs_pp hs_pp;
 hs_status hs_pp_create(hs_comm *comm, hs_device *dev, const hs_topology *t, int world_rank,
                        int64_t max_numel, int64_t max_extra, int keys, const char *prefix,
                        hs_pp **out, hs_error *e);
-/* The largest hand-over messages of cfg at context-parallel degree cp:
- * this rank's rows of a micro-batch (T / cp of each sequence, all of them;
- * sequence parallel only ever has fewer) and the MoE statistics (0
- * without MoE). */
-void hs_pp_message_numel(const hs_config *cfg, int cp, int64_t *numel, int64_t *extra);
+/* The largest hand-over messages at context-parallel degree cp of a
+ * micro-batch of `micro_batch_size` sequences of `seq_len` tokens
+ * (train.micro_batch_size, train.seq_len) through `model` (the config's
+ * model section: dim, and the experts of an MoE arch): this rank's rows of
+ * a micro-batch (T / cp of each sequence, all of them; sequence parallel
+ * only ever has fewer) and the MoE statistics (0 without MoE). */
+void hs_pp_message_numel(const hs_model_config *model, int micro_batch_size, int seq_len, int cp,
+                         int64_t *numel, int64_t *extra);
 /* The device bytes of hs_pp_create's staging for those sizes (the memory
  * plan counts them); products checked into ck. */
 int64_t hs_pp_staging_bytes(hs_checked *ck, int64_t max_numel, int64_t max_extra, int keys);

@@ -172,8 +172,8 @@ static void seam_fill(hs_parallel *p, bool moe_stats) {
     if (p->l.ep > 1) hs_ep_moe_fill(s);
 }
 
-static hs_status layout_check(const hs_config *cfg, const hs_parallel_layout *l, hs_error *e) {
-    const hs_model_config *c = &cfg->model;
+static hs_status layout_check(const hs_model_config *c, const hs_accel_config *accel,
+                              const hs_parallel_layout *l, hs_error *e) {
     int E = c->moe.num_experts;
     if (l->ep > 1 && (!hs_model_arch_moe(c) || E % l->ep || l->ep > HS_EP_MAX_RANKS ||
                       E / l->ep > HS_EP_MAX_LOCAL))
@@ -191,7 +191,7 @@ static hs_status layout_check(const hs_config *cfg, const hs_parallel_layout *l,
                             "(of cp_size %d), which needs model.n_heads / tp_size = %d and "
                             "n_kv_heads / tp_size = %d split evenly over them (or the kv heads a "
                             "divisor of %d); choose cp_a2a_size or the method by docs/cp.md",
-                            cfg->accelerator.cp_rotate_method, a, l->cp, nh, kvh, a);
+                            accel->cp_rotate_method, a, l->cp, nh, kvh, a);
     if (l->tp > 1 && l->ep > 1 && !l->sequence_parallel)
         return hs_error_set(e, HS_ERR_CONFIG,
                             "accelerator.ep_size=%d with tp_size=%d needs "
@@ -201,13 +201,14 @@ static hs_status layout_check(const hs_config *cfg, const hs_parallel_layout *l,
     return HS_OK;
 }
 
-static hs_status make(const hs_config *cfg, const hs_parallel_layout *l, const hs_style_rule *rules,
-                      int n_rules, hs_parallel **out, hs_error *e) {
+static hs_status make(const hs_model_config *model, const hs_accel_config *accel,
+                      const hs_parallel_layout *l, const hs_style_rule *rules, int n_rules,
+                      hs_parallel **out, hs_error *e) {
     *out = NULL;
     hs_error_clear(e);
     if (!rules) rules = hs_style_default_plan(&n_rules);
-    if (layout_check(cfg, l, e) != HS_OK) return e->code;
-    if (hs_style_check_tied(rules, n_rules, cfg->model.tie_embeddings && l->tp > 1, e) != HS_OK)
+    if (layout_check(model, accel, l, e) != HS_OK) return e->code;
+    if (hs_style_check_tied(rules, n_rules, model->tie_embeddings && l->tp > 1, e) != HS_OK)
         return e->code;
     hs_parallel *p = calloc(1, sizeof *p);
     if (!p) return hs_error_oom(e, "parallel: the plan's context");
@@ -218,12 +219,12 @@ static hs_status make(const hs_config *cfg, const hs_parallel_layout *l, const h
     return HS_OK;
 }
 
-hs_status hs_parallel_describe(const hs_config *cfg, const hs_parallel_layout *l,
-                               const hs_style_rule *rules, int n_rules, hs_parallel **out,
-                               hs_error *e) {
-    if (make(cfg, l, rules, n_rules, out, e) != HS_OK) return e->code;
+hs_status hs_parallel_describe(const hs_model_config *model, const hs_accel_config *accel,
+                               const hs_parallel_layout *l, const hs_style_rule *rules, int n_rules,
+                               hs_parallel **out, hs_error *e) {
+    if (make(model, accel, l, rules, n_rules, out, e) != HS_OK) return e->code;
     (*out)->described = true;
-    seam_fill(*out, hs_model_arch_moe(&cfg->model));
+    seam_fill(*out, hs_model_arch_moe(model));
     return HS_OK;
 }
 
@@ -253,26 +254,26 @@ static hs_status a2a_group(hs_comm *comm, hs_pg *cp, const hs_parallel_layout *l
     return s;
 }
 
-hs_status hs_parallel_create(const hs_config *cfg, const hs_mesh *mesh, hs_comm *comm,
-                             hs_device *dev, const hs_style_rule *rules, int n_rules,
-                             hs_parallel **out, hs_error *e) {
-    const hs_accel_config *a = &cfg->accelerator;
+hs_status hs_parallel_create(const hs_model_config *model, const hs_accel_config *accel,
+                             const hs_mesh *mesh, hs_comm *comm, hs_device *dev,
+                             const hs_style_rule *rules, int n_rules, hs_parallel **out,
+                             hs_error *e) {
     hs_pg *tp = hs_mesh_group(mesh, HS_DIM_TP), *cp = hs_mesh_group(mesh, HS_DIM_CP);
     hs_pg *ep = hs_mesh_group(mesh, HS_DIM_EP), *batch = hs_mesh_group(mesh, HS_DIM_DP_CP);
     hs_parallel_layout l = {.tp = size_of(tp),
                             .tp_rank = rank_of(tp),
-                            .sequence_parallel = a->sequence_parallel,
-                            .loss_parallel = a->loss_parallel,
+                            .sequence_parallel = accel->sequence_parallel,
+                            .loss_parallel = accel->loss_parallel,
                             .cp = size_of(cp),
                             .cp_rank = rank_of(cp),
                             .ep = size_of(ep),
                             .ep_rank = rank_of(ep)};
-    l.cp_method = hs_cp_method_of(a, l.cp, &l.cp_a2a);
-    if (make(cfg, &l, rules, n_rules, out, e) != HS_OK) return e->code;
+    l.cp_method = hs_cp_method_of(accel, l.cp, &l.cp_a2a);
+    if (make(model, accel, &l, rules, n_rules, out, e) != HS_OK) return e->code;
     hs_parallel *p = *out;
     p->comm = comm;
     p->stream = dev->stream;
-    bool moe = hs_model_arch_moe(&cfg->model);
+    bool moe = hs_model_arch_moe(model);
     if (moe && size_of(batch) > 1) p->batch = batch;
     /* TP -> CP -> EP, as spec 004 §3 orders them */
     hs_status s = HS_OK;

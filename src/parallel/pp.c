@@ -45,9 +45,9 @@ struct hs_pp {
 /* Bytes of one second-message buffer. */
 static size_t xbuf_bytes(int64_t xcap) { return (size_t)(xcap > 0 ? xcap : 1) * sizeof(float); }
 
-void hs_pp_message_numel(const hs_config *cfg, int cp, int64_t *numel, int64_t *extra) {
-    const hs_model_config *m = &cfg->model;
-    *numel = (int64_t)cfg->train.micro_batch_size * (cfg->train.seq_len / cp) * m->dim;
+void hs_pp_message_numel(const hs_model_config *m, int micro_batch_size, int seq_len, int cp,
+                         int64_t *numel, int64_t *extra) {
+    *numel = (int64_t)micro_batch_size * (seq_len / cp) * m->dim;
     *extra = hs_model_arch_moe(m) ? 2 * (int64_t)m->moe.num_experts + 2 : 0;
 }
 

@@ -13,15 +13,16 @@ void hs_pp_chunk_home(hs_pp_schedule_kind kind, int pp, int c, int *stage, int *
     else *stage = c % pp, *v = c / pp;
 }
 
-void hs_pp_stage_chunks(const hs_config *cfg, int stage, hs_model_stage *out) {
-    int pp = cfg->accelerator.pp_size, V = cfg->accelerator.pp_virtual_stages;
+void hs_pp_stage_chunks(const hs_accel_config *accel, int model_layers, int stage,
+                        hs_model_stage *out) {
+    int pp = accel->pp_size, V = accel->pp_virtual_stages;
     V = V > 1 ? V : 1;
     HS_ASSERT(V <= HS_MODEL_MAX_CHUNKS && stage >= 0 && stage < pp);
     int first[HS_PP_MAX_STAGES], count[HS_PP_MAX_STAGES];
-    hs_config_pp_stages(&cfg->accelerator, cfg->model.n_layers, first, count);
+    hs_config_pp_stages(accel, model_layers, first, count);
     *out = (hs_model_stage){.n_chunks = V};
     for (int v = 0; v < V; v++) {
-        int c = hs_config_pp_chunk(&cfg->accelerator, stage, v);
+        int c = hs_config_pp_chunk(accel, stage, v);
         out->first_layer[v] = first[c];
         out->n_layers[v] = count[c];
     }

@@ -153,7 +153,7 @@ hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_eng
     /* which stage holds each block, from the stages' chunks */
     for (int st = 0; st < pp; st++) {
         hs_model_stage ch;
-        hs_pp_stage_chunks(env->cfg, st, &ch);
+        hs_pp_stage_chunks(&env->cfg->accelerator, env->cfg->model.n_layers, st, &ch);
         for (int v = 0; v < ch.n_chunks; v++)
             for (int j = 0; j < ch.n_layers[v]; j++) layer_stage[ch.first_layer[v] + j] = st;
     }

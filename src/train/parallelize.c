@@ -9,7 +9,8 @@ hs_status hs_parallelize(const hs_engine_env *env, hs_parallelized *out, hs_erro
     *out = (hs_parallelized){0};
     const hs_config *cfg = env->cfg;
     /* TP -> CP -> EP */
-    hs_status s = hs_parallel_create(cfg, env->mesh, env->comm, env->dev, NULL, 0, &out->par, e);
+    hs_status s = hs_parallel_create(&cfg->model, &cfg->accelerator, env->mesh, env->comm, env->dev,
+                                     NULL, 0, &out->par, e);
     /* PP: the stage's chunks of blocks; the seam places every parameter */
     hs_model_options mo =
         hs_engine_model_options(cfg, true, env->max_batch, env->stage, env->act_slots);

@@ -434,7 +434,7 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
     if (t->pp > 1) {
         hs_pp_schedule_kind kind = HS_PP_1F1B;
         (void)hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &kind);
-        hs_pp_stage_chunks(cfg, stage, &st);
+        hs_pp_stage_chunks(&cfg->accelerator, cfg->model.n_layers, stage, &st);
         hs_status rc = hs_pp_slots(kind, t->pp, stage, c->M, st.n_chunks, &slots, e);
         if (rc != HS_OK) return rc;
     }
@@ -464,7 +464,8 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
     }
     if (t->pp > 1) { /* the hand-over's staging buffers, device memory for the whole run */
         int64_t numel, extra;
-        hs_pp_message_numel(cfg, t->cp, &numel, &extra);
+        hs_pp_message_numel(&cfg->model, cfg->train.micro_batch_size, cfg->train.seq_len, t->cp,
+                            &numel, &extra);
         int64_t staging = hs_pp_staging_bytes(c->ck, numel, extra, c->M * st.n_chunks);
         add_to(c, &r->device[HS_PLAN_ACTIVATIONS], staging);
         add_to(c, &r->activations_other, staging);
@@ -642,7 +643,8 @@ hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *
                              .cp = topo->cp,
                              .ep = topo->ep};
     pl.cp_method = hs_cp_method_of(&cfg->accelerator, topo->cp, &pl.cp_a2a);
-    if (hs_parallel_describe(cfg, &pl, NULL, 0, &c.par, e) != HS_OK) return e->code;
+    if (hs_parallel_describe(&cfg->model, &cfg->accelerator, &pl, NULL, 0, &c.par, e) != HS_OK)
+        return e->code;
     hs_status rc = plan_roles(&c, out, e);
     hs_parallel_free(c.par);
     if (rc != HS_OK) return rc;

@@ -19,7 +19,7 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
     t->pp_group = hs_mesh_group(t->mesh, HS_DIM_PP);
     t->pp_stage = hs_mesh_coords(t->mesh).pp;
     /* Stage s runs the model's chunks s, s + pp, ... */
-    hs_pp_stage_chunks(cfg, t->pp_stage, &t->stage);
+    hs_pp_stage_chunks(&cfg->accelerator, cfg->model.n_layers, t->pp_stage, &t->stage);
     int V = t->pp_virtual = t->stage.n_chunks;
     if (hs_pp_slots(t->pp_kind, t->pp_size, t->pp_stage, t->M, V, &t->act_slots, e) != HS_OK)
         return e->code;
@@ -32,7 +32,8 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
     if (hs_pp_schedule(t->pp_kind, t->pp_size, t->pp_stage, t->M, V, t->pp_actions, e) != HS_OK)
         return e->code;
     int64_t numel, extra;
-    hs_pp_message_numel(cfg, t->cp, &numel, &extra);
+    hs_pp_message_numel(&cfg->model, cfg->train.micro_batch_size, cfg->train.seq_len, t->cp, &numel,
+                        &extra);
     hs_status s = hs_pp_create(t->comm, t->dev, t->topo, hs_comm_rank(t->comm), numel, extra,
                                t->M * V, NULL, &t->pp, e);
     if (s == HS_OK) hs_pp_set_schedule(t->pp, t->pp_kind);

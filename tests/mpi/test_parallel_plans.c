@@ -88,8 +88,10 @@ static void run_case(hs_comm *comm, hs_mesh *mesh, const char *name, bool sp,
     /* two TP ranks */
     hs_device *dev = hs_model_device(one);
     hs_parallel *par = NULL;
-    CHECK(comm, hs_parallel_create(&cfg, mesh, comm, dev, rules, n, &par, &e) == HS_OK, "%s",
-          e.msg);
+    CHECK(comm,
+          hs_parallel_create(&cfg.model, &cfg.accelerator, mesh, comm, dev, rules, n, &par, &e) ==
+              HS_OK,
+          "%s", e.msg);
     hs_model *m = model_of(comm, &cfg, hs_parallel_seam(par));
     double l2 = 0, a2 = 0;
     CHECK(comm, hs_model_forward_backward(m, &b, 1.0f / (B * T), NULL, &l2, &a2, &e) == HS_OK, "%s",

@@ -18,7 +18,8 @@ static hs_parallel *tp_of(int rank, bool tie, const hs_style_rule *rules, int n,
     cfg.model.tie_embeddings = tie;
     hs_parallel_layout l = {.tp = 2, .tp_rank = rank, .cp = 1, .ep = 1};
     hs_parallel *p = NULL;
-    if (hs_parallel_describe(&cfg, &l, rules, n, &p, e) != HS_OK) return NULL;
+    if (hs_parallel_describe(&cfg.model, &cfg.accelerator, &l, rules, n, &p, e) != HS_OK)
+        return NULL;
     return p;
 }
 
