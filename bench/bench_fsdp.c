@@ -156,7 +156,8 @@ static hs_status setup_make(const fsdp_bench *b, const combo *k, hs_pg *pg, setu
                            .dev = s->dev};
     st = hs_model_create(&s->cfg.model, &mo, &s->m, e);
     if (st == HS_OK)
-        st = hs_fsdp_wrap_group(&s->cfg, pg, b->comm, s->dev, s->m, 1234, NULL, &s->f, e);
+        st = hs_fsdp_wrap_group(&s->cfg.fsdp, s->cfg.optimizer.fp32_main_params, pg, b->comm,
+                                s->dev, s->m, 1234, NULL, &s->f, e);
     if (st != HS_OK) return st;
     hs_optim_param *op;
     int n = hs_fsdp_optim_params(s->f, &op);

@@ -50,10 +50,15 @@ typedef struct hs_fsdp hs_fsdp;
  * initialise it deterministically from `seed` (each shard equals the same
  * slice of the single-process init). Logs one line with the number of
  * wrapped transformer blocks and the shard / replicate degrees. The model
- * must have been created with allocate_params = false. */
-hs_status hs_fsdp_wrap(const hs_config *cfg, hs_mesh *mesh, hs_comm *comm, hs_device *dev,
-                       hs_model *model, uint64_t seed, const hs_log *log, hs_fsdp **out,
-                       hs_error *e);
+ * must have been created with allocate_params = false.
+ * `fsdp` is the config's fsdp_config section (replicate_params, mixed
+ * precision, offload, resharding, prefetch depths, comm fusion; its shard
+ * sizes are already in the mesh) and `fp32_main_params` is
+ * optimizer.fp32_main_params (the optimizer steps on fp32 copies of
+ * narrower shards). */
+hs_status hs_fsdp_wrap(const hs_fsdp_config *fsdp, bool fp32_main_params, hs_mesh *mesh,
+                       hs_comm *comm, hs_device *dev, hs_model *model, uint64_t seed,
+                       const hs_log *log, hs_fsdp **out, hs_error *e);
 void hs_fsdp_free(hs_fsdp *f);
 
 /* The hooks to pass to hs_model_forward_backward / hs_model_forward. */
@@ -159,9 +164,9 @@ void hs_fsdp_reset_peak(hs_fsdp *f);
  * thread sat blocked waiting on FSDP's own collectives since the wrap or
  * the last reset; communication that finished while compute ran is not
  * counted. */
-hs_status hs_fsdp_wrap_group(const hs_config *cfg, hs_pg *shard, hs_comm *comm, hs_device *dev,
-                             hs_model *model, uint64_t seed, const hs_log *log, hs_fsdp **out,
-                             hs_error *e);
+hs_status hs_fsdp_wrap_group(const hs_fsdp_config *fsdp, bool fp32_main_params, hs_pg *shard,
+                             hs_comm *comm, hs_device *dev, hs_model *model, uint64_t seed,
+                             const hs_log *log, hs_fsdp **out, hs_error *e);
 int64_t hs_fsdp_unit_gathered_numel(const hs_fsdp *f, int unit);
 
 typedef struct hs_fsdp_exposed_stats {

@@ -79,15 +79,15 @@ static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicat
     return mi;
 }
 
-static bool is_replicate_param(const hs_config *cfg, const char *fqn) {
-    for (int i = 0; i < cfg->fsdp.n_replicate_params; i++)
-        if (strcmp(cfg->fsdp.replicate_params[i], fqn) == 0) return true;
+static bool is_replicate_param(const hs_fsdp_config *fsdp, const char *fqn) {
+    for (int i = 0; i < fsdp->n_replicate_params; i++)
+        if (strcmp(fsdp->replicate_params[i], fqn) == 0) return true;
     return false;
 }
 
 /* A pipeline stage holds some of the FQNs only; the trainer checks the
  * names against the whole model's. */
-static hs_status check_fqns(const hs_config *cfg, hs_model *model, hs_error *e) {
+static hs_status check_fqns(const hs_fsdp_config *fsdp, hs_model *model, hs_error *e) {
     if (!hs_model_is_first_stage(model) || !hs_model_is_last_stage(model)) return HS_OK;
     int n = hs_model_num_params(model);
     const char **fqns = calloc((size_t)n + 1, sizeof *fqns);
@@ -95,7 +95,7 @@ static hs_status check_fqns(const hs_config *cfg, hs_model *model, hs_error *e) 
         return hs_error_oom(e, "fsdp: the names of %d parameters: %zu bytes", n,
                             ((size_t)n + 1) * sizeof *fqns);
     for (int i = 0; i < n; i++) fqns[i] = hs_model_param(model, i)->fqn;
-    hs_status st = hs_config_check_fqns(&cfg->fsdp, fqns, n, e);
+    hs_status st = hs_config_check_fqns(fsdp, fqns, n, e);
     free(fqns);
     return st;
 }
@@ -165,7 +165,7 @@ static hs_status check_unit_sources(hs_fsdp_unit *u, hs_error *e) {
     return st;
 }
 
-static hs_status build_units(hs_fsdp *f, const hs_config *cfg, hs_error *e) {
+static hs_status build_units(hs_fsdp *f, const hs_fsdp_config *fsdp, hs_error *e) {
     hs_fsdp_ctx *ctx = &f->ctx;
     ctx->n_units = hs_model_num_units(f->model);
     ctx->units = calloc((size_t)ctx->n_units, sizeof *ctx->units);
@@ -197,34 +197,34 @@ static hs_status build_units(hs_fsdp *f, const hs_config *cfg, hs_error *e) {
         hs_fsdp_unit *u = &ctx->units[ui];
         hs_status st = check_unit_sources(u, e);
         if (st != HS_OK) return st;
-        u->reshard_after_forward = u->is_root ? false : cfg->fsdp.reshard_after_forward;
+        u->reshard_after_forward = u->is_root ? false : fsdp->reshard_after_forward;
         st = hs_fsdp_unit_build_groups(u, &ctx->mem, e);
         if (st != HS_OK) return st;
         if (!u->is_root && !u->is_expert) f->blocks_wrapped++;
     }
     hs_status pst =
-        set_prefetch(ctx, cfg->fsdp.forward_prefetch_depth, cfg->fsdp.backward_prefetch_depth, e);
+        set_prefetch(ctx, fsdp->forward_prefetch_depth, fsdp->backward_prefetch_depth, e);
     if (pst != HS_OK) return pst;
-    for (int ui = 0; cfg->fsdp.comm_fusion && ui < ctx->n_units; ui++) {
+    for (int ui = 0; fsdp->comm_fusion && ui < ctx->n_units; ui++) {
         /* null means zero-copy, as PyTorch's default (spec 004 §2.4) */
-        hs_status st = hs_fsdp_fusion_build(&ctx->units[ui], cfg->fsdp.comm_fusion_zero_copy != 0,
+        hs_status st = hs_fsdp_fusion_build(&ctx->units[ui], fsdp->comm_fusion_zero_copy != 0,
                                             &ctx->mem, &ctx->exposed, e);
         if (st != HS_OK) return st;
     }
     return HS_OK;
 }
 
-static hs_status build_params(hs_fsdp *f, const hs_config *cfg, const hs_fsdp_dp_groups *g,
-                              uint64_t seed, hs_error *e) {
+static hs_status build_params(hs_fsdp *f, const hs_fsdp_config *fsdp, bool fp32_main_params,
+                              const hs_fsdp_dp_groups *g, uint64_t seed, hs_error *e) {
     hs_fsdp_ctx *ctx = &f->ctx;
     ctx->n_params = hs_model_num_params(f->model);
     ctx->params = calloc((size_t)ctx->n_params + 1, sizeof *ctx->params);
     if (!ctx->params)
         return hs_error_oom(e, "fsdp: %d managed parameters: %zu bytes", ctx->n_params,
                             ((size_t)ctx->n_params + 1) * sizeof *ctx->params);
-    hs_dtype compute = cfg->fsdp.mix_precision.param_dtype == HS_MP_NULL
+    hs_dtype compute = fsdp->mix_precision.param_dtype == HS_MP_NULL
                            ? HS_DTYPE_F32
-                           : (hs_dtype)cfg->fsdp.mix_precision.param_dtype;
+                           : (hs_dtype)fsdp->mix_precision.param_dtype;
     for (int i = 0; i < ctx->n_params; i++) {
         hs_param *p = hs_model_param(f->model, i);
         if (p->data || p->grad)
@@ -232,7 +232,7 @@ static hs_status build_params(hs_fsdp *f, const hs_config *cfg, const hs_fsdp_dp
                                 "parameter %s already has storage; create the model with "
                                 "allocate_params = false before wrapping it with FSDP",
                                 p->fqn);
-        bool rep = is_replicate_param(cfg, p->fqn);
+        bool rep = is_replicate_param(fsdp, p->fqn);
         if (rep && p->on_ep_mesh)
             return hs_error_set(e, HS_ERR_CONFIG,
                                 "fsdp_config.replicate_params lists %s, a routed expert that "
@@ -244,8 +244,8 @@ static hs_status build_params(hs_fsdp *f, const hs_config *cfg, const hs_fsdp_dp
             hs_fsdp_param_init(&ctx->params[i], f->model, i, rep, &mi, compute, &ctx->mem, seed, e);
         if (st != HS_OK) return st;
         /* Before the units group gradients by reduce dtype. */
-        ctx->params[i].reduce_dtype = hs_fsdp_mp_reduce_dtype(&cfg->fsdp.mix_precision, compute);
-        st = hs_fsdp_main_init(&ctx->params[i], cfg->optimizer.fp32_main_params, e);
+        ctx->params[i].reduce_dtype = hs_fsdp_mp_reduce_dtype(&fsdp->mix_precision, compute);
+        st = hs_fsdp_main_init(&ctx->params[i], fp32_main_params, e);
         if (st != HS_OK) return st;
         ctx->params[i].exposed = &ctx->exposed;
         int64_t numel = ctx->params[i].plan.unpacked_numel; /* TP-local */
@@ -254,7 +254,7 @@ static hs_status build_params(hs_fsdp *f, const hs_config *cfg, const hs_fsdp_dp
     return HS_OK;
 }
 
-static void log_wrapped(const hs_fsdp *f, const hs_config *cfg) {
+static void log_wrapped(const hs_fsdp *f, const hs_fsdp_config *fsdp) {
     int experts = 0;
     for (int u = 0; u < f->ctx.n_units; u++) experts += f->ctx.units[u].is_expert;
     if (!f->ctx.log) return;
@@ -270,19 +270,20 @@ static void log_wrapped(const hs_fsdp *f, const hs_config *cfg) {
                 "fsdp: wrapped %d transformer blocks%s and the root (%d units); shard degree "
                 "%d, replicate degree %d; %d replicate_params; reshard_after_forward=%s",
                 f->blocks_wrapped, extra, f->ctx.n_units, f->groups.shard_size,
-                f->groups.replicate_size, cfg->fsdp.n_replicate_params,
-                cfg->fsdp.reshard_after_forward ? "true" : "false");
+                f->groups.replicate_size, fsdp->n_replicate_params,
+                fsdp->reshard_after_forward ? "true" : "false");
     const char *fusion = "off";
     for (int u = 0; u < f->ctx.n_units; u++)
         if (f->ctx.units[u].fusion)
             fusion = f->ctx.units[u].fusion->zero_copy ? "on, zero-copy" : "on, copy-in";
     hs_log_info(f->ctx.log, "fsdp: prefetch depth forward %d, backward %d; comm_fusion %s",
-                cfg->fsdp.forward_prefetch_depth, cfg->fsdp.backward_prefetch_depth, fusion);
+                fsdp->forward_prefetch_depth, fsdp->backward_prefetch_depth, fusion);
 }
 
-hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, hs_comm *comm,
-                              hs_device *dev, hs_model *model, uint64_t seed, const hs_log *log,
-                              hs_fsdp **out, hs_error *e) {
+hs_status hs_fsdp_wrap_groups(const hs_fsdp_config *fsdp, bool fp32_main_params,
+                              const hs_fsdp_dp_groups *g, hs_comm *comm, hs_device *dev,
+                              hs_model *model, uint64_t seed, const hs_log *log, hs_fsdp **out,
+                              hs_error *e) {
     *out = NULL;
     hs_error_clear(e);
     hs_fsdp *f = calloc(1, sizeof *f);
@@ -291,11 +292,11 @@ hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, 
     f->groups = *g;
     hs_fsdp_mem_init(&f->ctx.mem, dev);
     f->ctx.exposed.dev = dev;
-    f->ctx.mem.offload = cfg->fsdp.enable_offload;
+    f->ctx.mem.offload = fsdp->enable_offload;
     hs_status st = hs_fsdp_mem_open_streams(&f->ctx.mem, e);
-    if (st == HS_OK) st = check_fqns(cfg, model, e);
-    if (st == HS_OK) st = build_params(f, cfg, g, seed, e);
-    if (st == HS_OK) st = build_units(f, cfg, e);
+    if (st == HS_OK) st = check_fqns(fsdp, model, e);
+    if (st == HS_OK) st = build_params(f, fsdp, fp32_main_params, g, seed, e);
+    if (st == HS_OK) st = build_units(f, fsdp, e);
     hs_status ist = hs_fsdp_ctx_init(&f->ctx, comm, log, st == HS_OK ? e : NULL);
     if (st == HS_OK) st = ist;
     if (st != HS_OK) {
@@ -307,21 +308,21 @@ hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, 
      * first collective lets every stage average (S, then R): the DP average
      * applied once, RFC §6.4. */
     f->ctx.grad_prescale = (float)g->flat_size;
-    log_wrapped(f, cfg);
+    log_wrapped(f, fsdp);
     *out = f;
     return HS_OK;
 }
 
-hs_status hs_fsdp_wrap(const hs_config *cfg, hs_mesh *mesh, hs_comm *comm, hs_device *dev,
-                       hs_model *model, uint64_t seed, const hs_log *log, hs_fsdp **out,
-                       hs_error *e) {
+hs_status hs_fsdp_wrap(const hs_fsdp_config *fsdp, bool fp32_main_params, hs_mesh *mesh,
+                       hs_comm *comm, hs_device *dev, hs_model *model, uint64_t seed,
+                       const hs_log *log, hs_fsdp **out, hs_error *e) {
     *out = NULL;
     hs_error_clear(e);
     const hs_topology *t = hs_mesh_topology(mesh);
     hs_fsdp_dp_groups g = dp_groups_of(mesh);
     HS_ASSERT(g.shard_size == t->dp_shard && g.replicate_size == t->dp_replicate &&
               g.flat_size == t->fsdp_dp);
-    return hs_fsdp_wrap_groups(cfg, &g, comm, dev, model, seed, log, out, e);
+    return hs_fsdp_wrap_groups(fsdp, fp32_main_params, &g, comm, dev, model, seed, log, out, e);
 }
 
 void hs_fsdp_free(hs_fsdp *f) {

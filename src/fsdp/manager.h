@@ -32,9 +32,11 @@ struct hs_fsdp {
 hs_fsdp_ctx *hs_fsdp_context(hs_fsdp *f);
 
 /* hs_fsdp_wrap after the groups are chosen: also what single-process tests
- * use, with every size 1 (no collective is ever issued then). */
-hs_status hs_fsdp_wrap_groups(const hs_config *cfg, const hs_fsdp_dp_groups *g, hs_comm *comm,
-                              hs_device *dev, hs_model *model, uint64_t seed, const hs_log *log,
-                              hs_fsdp **out, hs_error *e);
+ * use, with every size 1 (no collective is ever issued then). `fsdp` and
+ * `fp32_main_params` as for hs_fsdp_wrap. */
+hs_status hs_fsdp_wrap_groups(const hs_fsdp_config *fsdp, bool fp32_main_params,
+                              const hs_fsdp_dp_groups *g, hs_comm *comm, hs_device *dev,
+                              hs_model *model, uint64_t seed, const hs_log *log, hs_fsdp **out,
+                              hs_error *e);
 
 #endif

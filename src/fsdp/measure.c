@@ -3,9 +3,9 @@
  * exposed communication time (fsdp/exposed.h). */
 #include "fsdp/manager.h"
 
-hs_status hs_fsdp_wrap_group(const hs_config *cfg, hs_pg *shard, hs_comm *comm, hs_device *dev,
-                             hs_model *model, uint64_t seed, const hs_log *log, hs_fsdp **out,
-                             hs_error *e) {
+hs_status hs_fsdp_wrap_group(const hs_fsdp_config *fsdp, bool fp32_main_params, hs_pg *shard,
+                             hs_comm *comm, hs_device *dev, hs_model *model, uint64_t seed,
+                             const hs_log *log, hs_fsdp **out, hs_error *e) {
     int w = hs_pg_size(shard), r = hs_pg_rank(shard);
     hs_fsdp_dp_groups g = {.shard = shard,
                            .shard_size = w,
@@ -14,7 +14,7 @@ hs_status hs_fsdp_wrap_group(const hs_config *cfg, hs_pg *shard, hs_comm *comm, 
                            .flat = shard,
                            .flat_size = w,
                            .flat_rank = r};
-    return hs_fsdp_wrap_groups(cfg, &g, comm, dev, model, seed, log, out, e);
+    return hs_fsdp_wrap_groups(fsdp, fp32_main_params, &g, comm, dev, model, seed, log, out, e);
 }
 
 int64_t hs_fsdp_unit_gathered_numel(const hs_fsdp *f, int unit) {

@@ -22,8 +22,8 @@ hs_status hs_parallelize(const hs_engine_env *env, hs_parallelized *out, hs_erro
     /* FSDP over what the model-parallel plan left on this rank */
     if (s == HS_OK) hs_train_freeze_apply(cfg, out->model);
     if (s == HS_OK)
-        s = hs_fsdp_wrap(cfg, env->mesh, env->comm, env->dev, out->model, (uint64_t)cfg->train.seed,
-                         env->log, &out->fsdp, e);
+        s = hs_fsdp_wrap(&cfg->fsdp, cfg->optimizer.fp32_main_params, env->mesh, env->comm,
+                         env->dev, out->model, (uint64_t)cfg->train.seed, env->log, &out->fsdp, e);
     if (s != HS_OK) hs_parallelized_free(out);
     return s;
 }

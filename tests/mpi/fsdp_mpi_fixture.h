@@ -96,7 +96,10 @@ static inline void mt_fsdp_build(hs_comm *c, const hs_config *cfg, const hs_mode
     hs_error e;
     hs_error_clear(&e);
     CHECK(c, hs_model_create(&cfg->model, mo, m, &e) == HS_OK, "%s", e.msg);
-    CHECK(c, hs_fsdp_wrap_groups(cfg, g, c, dev, *m, seed, NULL, f, &e) == HS_OK, "%s", e.msg);
+    CHECK(c,
+          hs_fsdp_wrap_groups(&cfg->fsdp, cfg->optimizer.fp32_main_params, g, c, dev, *m, seed,
+                              NULL, f, &e) == HS_OK,
+          "%s", e.msg);
     hs_optim_param *op;
     int n = hs_fsdp_optim_params(*f, &op);
     CHECK(c, hs_optim_create(&cfg->optimizer, op, n, dev, &dev->device_pool, opt, &e) == HS_OK,

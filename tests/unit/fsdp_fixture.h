@@ -52,7 +52,8 @@ static inline hs_fsdp *fx_wrap(const hs_config *cfg, hs_device *dev, hs_model *m
     hs_fsdp *f = NULL;
     hs_error e;
     hs_error_clear(&e);
-    if (hs_fsdp_wrap_groups(cfg, &g, NULL, dev, m, seed, NULL, &f, &e) != HS_OK)
+    if (hs_fsdp_wrap_groups(&cfg->fsdp, cfg->optimizer.fp32_main_params, &g, NULL, dev, m, seed,
+                            NULL, &f, &e) != HS_OK)
         hs_panic("wrap: %s", e.msg);
     return f;
 }

@@ -190,7 +190,8 @@ static void test_unknown_replicate_param_fails_rule_11_naming_it(void **s) {
     hs_fsdp_dp_groups g = {.shard_size = 1, .replicate_size = 1, .flat_size = 1};
     hs_error e;
     hs_error_clear(&e);
-    assert_int_equal(hs_fsdp_wrap_groups(&b.cfg, &g, NULL, b.dev, b.m, 1, NULL, &b.f, &e),
+    assert_int_equal(hs_fsdp_wrap_groups(&b.cfg.fsdp, b.cfg.optimizer.fp32_main_params, &g, NULL,
+                                         b.dev, b.m, 1, NULL, &b.f, &e),
                      HS_ERR_CONFIG);
     assert_null(b.f);
     assert_non_null(strstr(e.msg, "model.layers.9.mlp.up_proj.weight"));

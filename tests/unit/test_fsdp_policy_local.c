@@ -191,7 +191,9 @@ static void test_output_dtype_and_uncast_inputs_are_accepted_by_the_manager(void
     hs_fsdp *f = NULL;
     hs_error e;
     hs_error_clear(&e);
-    assert_int_equal(hs_fsdp_wrap_groups(&cfg, &g, NULL, dev, m, 1, NULL, &f, &e), HS_OK);
+    assert_int_equal(hs_fsdp_wrap_groups(&cfg.fsdp, cfg.optimizer.fp32_main_params, &g, NULL, dev,
+                                         m, 1, NULL, &f, &e),
+                     HS_OK);
     assert_non_null(f);
     hs_fsdp_free(f);
     hs_model_free(m);
