@@ -313,7 +313,7 @@ static const hs_cfg_key keys[] = {
     KINT("checkpoint.keep_last", checkpoint.keep_last, "2", GE, 1,
          "checkpoints kept in dir (older ones are deleted)"),
     KBOOL("checkpoint.async", checkpoint.async, "true",
-          "snapshot to host memory and write in a background thread (docs/checkpoint.md)"),
+          "snapshot to host memory; write and publish on background threads (docs/checkpoint.md)"),
 
     /* trace */
     KBOOL("trace.enabled", trace.enabled, "false",

@@ -7,7 +7,8 @@
 # a `latest` that links to a system file (refused without printing that
 # file). A config.yaml edited after the save to match this run no longer
 # gives an empty list of differences: it is named as edited, with both hashes;
-# keys only one side has (MoE against dense) are listed.
+# keys only one side has (MoE against dense) are listed. A save past the
+# file size limit is a write error naming the file, not a death by SIGXFSZ.
 # HS_MPI_RANKS: 2
 # HS_TEST_TIMEOUT: 120
 set -u
@@ -109,6 +110,23 @@ test_config_yaml_edited_to_match_the_run_is_named_as_edited() {
     ! grep -q "edited after the save" "$work/moe.log" || fail "an unedited config.yaml called edited"
 }
 
+# A save past the file size limit (ulimit -f, SIGXFSZ's default would kill
+# the process) is a reported write error naming the file, exit 1, with no
+# checkpoint directory left behind. 20 MB lets MPI start; the checkpoint
+# of this 256-wide model is about 36 MB.
+test_a_save_past_the_file_size_limit_is_a_write_error() {
+    local rc=0
+    bash -c 'ulimit -f 20000; exec "$@"' _ "$HS_BIN" train model.dim=256 model.n_layers=4 \
+        model.n_heads=4 model.n_kv_heads=2 model.ffn_dim=512 train.seq_len=32 train.steps=1 \
+        train.eval_every=0 train.out_dir="$work/fsz" checkpoint.dir="$work/ck_fsz" \
+        checkpoint.async=false > "$work/fsz.log" 2>&1 || rc=$?
+    [ "$rc" -eq 1 ] || fail "ulimit -f: exit $rc, want 1 (153 is a death by SIGXFSZ)"
+    grep -q "cannot write $work/ck_fsz/.tmp-step-1/rank-0.bin: File too large" "$work/fsz.log" ||
+        fail "ulimit -f: no write error naming the file: $(grep -v PMIX "$work/fsz.log" | tail -3)"
+    [ -z "$(ls -A "$work/ck_fsz" 2> /dev/null)" ] || fail "ulimit -f: a partial checkpoint was left"
+}
+
+test_a_save_past_the_file_size_limit_is_a_write_error
 test_chunk_offset_near_int64_max_is_refused_everywhere
 test_element_count_that_wraps_to_zero_is_refused_everywhere
 test_step_2_metadata_inside_step_3_is_refused
