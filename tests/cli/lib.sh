@@ -34,6 +34,16 @@ hs_expect_exit() {
     grep -q -- "$pat" "$work/$name.log" || fail "$name: '$pat' not in $(head -3 "$work/$name.log")"
 }
 
+# until_log NAME PATTERN: wait (up to 60 s) until $work/NAME.log holds
+# PATTERN (grep); the test ends if it never does.
+until_log() {
+    for _ in $(seq 1200); do
+        grep -q -- "$2" "$work/$1.log" && return 0
+        sleep 0.05
+    done
+    die "$1: '$2' never in its output: $(tail -5 "$work/$1.log")"
+}
+
 # run_logged LOG COMMAND...: COMMAND's output goes to LOG; when it fails,
 # the command and its log are shown and the test ends.
 run_logged() {

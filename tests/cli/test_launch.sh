@@ -51,13 +51,6 @@ kill_rank() {
     [ "${#pids[@]}" -eq 4 ] || die "$1: ${#pids[@]} ranks running, want 4"
     kill -9 "${pids[RANDOM % 4]}"
 }
-until_log() { # NAME PATTERN: wait until the launcher's output holds PATTERN
-    for _ in $(seq 1200); do
-        grep -q -- "$2" "$work/$1.log" && return 0
-        sleep 0.05
-    done
-    die "$1: '$2' never in its output: $(tail -5 "$work/$1.log")"
-}
 
 test_two_random_kills_continue_the_curve() {
     start kill --max-restarts 3 train.steps=$steps checkpoint.save_every=4

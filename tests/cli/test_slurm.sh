@@ -73,13 +73,6 @@ until_step() { # NAME S: wait until NAME's metrics.jsonl reaches step S
     done
     die "$1 never reached step $2"
 }
-until_log() { # NAME PATTERN: wait until the job's output holds PATTERN
-    for _ in $(seq 1200); do
-        grep -q -- "$2" "$work/$1.log" && return 0
-        sleep 0.05
-    done
-    die "$1: '$2' never in its output: $(tail -5 "$work/$1.log")"
-}
 kill_rank() { # NAME: kill -9 one of NAME's 4 ranks, chosen at random
     local pids
     mapfile -t pids < <(pgrep -f "^$HS_BIN train .*train.out_dir=$work/$1 ")
@@ -118,17 +111,26 @@ until_done() { # NAME: wait until the job has ended; it must have completed
     scontrol show job "$job" | grep -q "Restarts=1 " || fail "$1: the job was not requeued once"
 }
 
+# kill_then_requeue NAME LAUNCHER: submit, kill a rank at a random step,
+# wait for the launcher's restart, then SIGTERM the batch shell at a later
+# random step and wait for the requeued job to finish; s1 and s2 are the
+# two steps.
+kill_then_requeue() {
+    submit "$1" "$2"
+    s1=$((5 + RANDOM % 30))
+    until_step "$1" "$s1"
+    kill_rank "$1"
+    until_log "$1" "restart 1 of 3"
+    s2=$(($(last_step "$1") + 3 + RANDOM % 20))
+    until_step "$1" "$s2"
+    stop_and_requeue "$1"
+    until_done "$1"
+    echo "$1: killed a rank at step >= $s1, SIGTERM to the batch shell at step >= $s2"
+}
+
 test_srun_kill_then_requeue() {
-    submit srun srun
-    local s1=$((5 + RANDOM % 30))
-    until_step srun "$s1"
-    kill_rank srun
-    until_log srun "restart 1 of 3"
-    local s2=$(($(last_step srun) + 3 + RANDOM % 20))
-    until_step srun "$s2"
-    stop_and_requeue srun
-    until_done srun
-    echo "srun: killed a rank at step >= $s1, SIGTERM to the batch shell at step >= $s2"
+    local s1 s2
+    kill_then_requeue srun srun
     grep -q "restart 1 of 3: srun: error: $host: task [0-3]: Killed (exit 137)" "$work/srun.log" ||
         fail "srun: the restart does not name the killed task: $(grep 'launch:' "$work/srun.log")"
     # the ranks stopped after their step with a checkpoint, and told srun's output
@@ -143,16 +145,8 @@ test_srun_kill_then_requeue() {
 }
 
 test_mpiexec_kill_then_requeue() {
-    submit mpiexec "$MPIEXEC"
-    local s1=$((5 + RANDOM % 30))
-    until_step mpiexec "$s1"
-    kill_rank mpiexec
-    until_log mpiexec "restart 1 of 3"
-    local s2=$(($(last_step mpiexec) + 3 + RANDOM % 20))
-    until_step mpiexec "$s2"
-    stop_and_requeue mpiexec
-    until_done mpiexec
-    echo "mpiexec: killed a rank at step >= $s1, SIGTERM to the batch shell at step >= $s2"
+    local s1 s2
+    kill_then_requeue mpiexec "$MPIEXEC"
     grep -q "restart 1 of 3: mpiexec noticed that process rank [0-3] .*signal 9" "$work/mpiexec.log" ||
         fail "mpiexec: the restart does not name the killed rank: $(grep 'launch:' "$work/mpiexec.log")"
     # the launcher passed the signal on and names the stop's checkpoint
