@@ -359,6 +359,9 @@ struct hs_device {
     bool host_visible;
     /* The GPU it drives (a CUDA device ordinal); -1 on cpu and reference. */
     int ordinal;
+    /* The GPU's name as its driver gives it ("NVIDIA H100 80GB HBM3"); ""
+     * on cpu and reference. */
+    char model[96];
     hs_stream *stream; /* the default stream */
     hs_pool device_pool;
     hs_pool host_pool;
@@ -420,6 +423,11 @@ hs_status hs_device_oom(hs_device *d, size_t bytes, const char *what, hs_error *
  * after building the model, the train step, eval, generate) checks it
  * before using results. */
 hs_status hs_device_status(hs_device *d, hs_error *e);
+/* The dense GEMM rate d's datasheet states for operands of dtype dt, in
+ * FLOP/s (16-bit: the tensor cores' dense figure, half the sparse one;
+ * fp32: the CUDA cores'), and in *which the product it took it for; 0
+ * where d is no GPU the table knows (datasheet.c lists them). */
+double hs_device_datasheet_flops(const hs_device *d, hs_dtype dt, const char **which);
 static inline void hs_host_free(hs_device *d, void *p) { d->ops->host_free(d, p); }
 /* The host reads or writes d's device memory itself between these two
  * calls: only the mpi process group does, for the buffers of a collective

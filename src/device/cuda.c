@@ -333,6 +333,9 @@ hs_status hs_device_cuda_init(hs_device *d, hs_error *e) {
         return hs_error_set(e, HS_ERR_CONFIG, "accelerator.device: cuda: GPU %d cannot be used: %s",
                             c->ordinal, cudaGetErrorString(err));
     c->cc_major = prop.major, c->cc_minor = prop.minor;
+    /* the name is at most 256 bytes; the datasheet match needs its start */
+    memcpy(d->model, prop.name, sizeof d->model - 1);
+    d->model[sizeof d->model - 1] = '\0';
     c->sm_count = prop.multiProcessorCount;
     c->smem_optin = prop.sharedMemPerBlockOptin;
     if (prop.major < 8)

@@ -204,14 +204,25 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
         s = hs_measure_peak_flops(t->peak_dtype, &peak, e);
         if (s != HS_OK) return s;
     }
-    /* MFU on a CPU is against its nominal peak, which a busy machine
-     * cannot lower; the measured rate is reported beside it. A GPU's
-     * reference is the GEMM it measured on an idle device. */
+    /* MFU is against a stated peak, which a busy machine cannot lower; the
+     * measured rate is reported beside it. A CPU's is its nominal peak; a
+     * GPU's its datasheet's dense figure (one GPU per rank: ranks that
+     * share one count it each, which reads low, never high), else, for a
+     * GPU the table lacks, the GEMM it measured on an idle device. */
     double rates[2] = {peak, peak};
+    const char *product = NULL;
+    double sheet = gpu ? hs_device_datasheet_flops(t->dev, compute, &product) : 0.0;
     if (!gpu)
         rates[0] = hs_cpu_rank_peak(compute, hs_blas_get_threads(), hs_comm_local_ranks(t->comm),
                                     peak, t->peak_what, sizeof t->peak_what);
-    else snprintf(t->peak_what, sizeof t->peak_what, "the GPU's measured GEMM");
+    else if (sheet > 0.0) {
+        rates[0] = sheet;
+        snprintf(t->peak_what, sizeof t->peak_what, "%s datasheet, dense %s: %.1f TFLOP/s", product,
+                 hs_dtype_name(compute), sheet / 1e12);
+    } else {
+        snprintf(t->peak_what, sizeof t->peak_what,
+                 "the measured GEMM (no datasheet figure for %s)", t->dev->model);
+    }
     s = hs_reduce_sum_f64(t->world_group, rates, 2, e);
     t->peak_flops = rates[0];
     t->gemm_flops = rates[1];
