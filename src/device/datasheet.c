@@ -18,12 +18,9 @@ typedef struct datasheet {
 } datasheet;
 
 static const datasheet table[] = {
-    {{"H200", "NVL"}, "H200 NVL", 835.5, 60.0},
-    {{"H200", NULL}, "H200 SXM", 989.5, 67.0},
-    {{"H100", "NVL"}, "H100 NVL", 835.5, 60.0},
-    {{"H100", "PCIe"}, "H100 PCIe", 756.5, 51.0},
-    {{"H100", NULL}, "H100 SXM", 989.5, 67.0},
-    {{"A100", NULL}, "A100", 312.0, 19.5},
+    {{"H200", "NVL"}, "H200 NVL", 835.5, 60.0}, {{"H200", NULL}, "H200 SXM", 989.5, 67.0},
+    {{"H100", "NVL"}, "H100 NVL", 835.5, 60.0}, {{"H100", "PCIe"}, "H100 PCIe", 756.5, 51.0},
+    {{"H100", NULL}, "H100 SXM", 989.5, 67.0},  {{"A100", NULL}, "A100", 312.0, 19.5},
 };
 
 static bool matches(const datasheet *t, const char *name) {

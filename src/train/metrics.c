@@ -64,6 +64,10 @@ hs_status hs_measure_peak_flops(hs_dtype dt, double *peak, hs_error *e) {
 double hs_cpu_rank_peak(hs_dtype compute, int threads, int local_ranks, double measured, char *what,
                         size_t cap) {
     hs_cpu_peak p = hs_cpu_nominal_peak(compute);
+    if (p.flops_per_core <= 0.0) { /* no clock stated anywhere: nothing nominal to divide by */
+        snprintf(what, cap, "the measured GEMM (the system states no clock)");
+        return measured;
+    }
     double share = (double)p.cores / (local_ranks > 0 ? local_ranks : 1);
     double cores = threads < share ? threads : share;
     /* The rate its threads reach with a core each at the stated clock: a
@@ -150,7 +154,8 @@ hs_status hs_metrics_open(hs_trainer *t, hs_error *e) {
 /* A step that ran faster than the peak proves the clock the peak was
  * taken at too low (cores boosting past the clock the system states, with
  * the start-up GEMM slowed by a busy machine): the peak becomes the rate
- * seen, said once, so MFU stays a fraction of a rate the cores reach. */
+ * seen, said in the log, so MFU stays a fraction of a rate the cores
+ * reach. */
 static double step_mfu(hs_trainer *t, const hs_step_result *r) {
     if (t->peak_flops <= 0 || r->step_time_s <= 0) return 0.0;
     double rate = t->flops_per_token * (double)r->tokens / r->step_time_s;
