@@ -46,7 +46,7 @@ PY
     "$HS_BIN" ckpt verify "$work/${name}_ckpt/step-6" > "$work/${name}_verify.log" 2>&1 ||
         fail "$name: step-6 does not verify: $(tail -3 "$work/${name}_verify.log")"
     [ "$(grep -c '^step ' "$work/$name.log")" -eq 6 ] || fail "$name: not one log line per step"
-    echo "  $name: 6 steps, 3 checks, 3 checkpoints, 2 validations; losses equal"
+    echo "  $name: 6 steps with checks, saves and prunes every 2, validation at 3 and 6; losses equal"
 }
 
 layout pp2_tp2 4 accelerator.pp_size=2 accelerator.tp_size=2
