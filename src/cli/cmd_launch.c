@@ -215,6 +215,31 @@ static int hosts_left(launch_state *st) {
     return hs_launch_hosts_slots(st->hosts);
 }
 
+/* The hosts marked gone so far. */
+static int hosts_gone(const launch_state *st) {
+    int n = 0;
+    for (int i = 0; st->hosts && i < st->hosts->n; i++) n += st->hosts->gone[i];
+    return n;
+}
+
+/* After a failure with every host answering: does mpiexec refuse to start
+ * this world on the hostfile at all (a line it cannot parse, slots it
+ * rejects)? Then no restart heals it. Probed by starting `true` on the
+ * same -n and hostfile as the job. */
+static bool hostfile_refused(launch_state *st) {
+    if (!st->hostfile[0] || hosts_gone(st)) return false;
+    char nbuf[16];
+    snprintf(nbuf, sizeof nbuf, "%d", st->cur.world);
+    char *argv[] = {(char *)st->mpiexec, "-n", nbuf, "--hostfile", st->hostfile, "true", NULL};
+    hs_launch_result r;
+    if (hs_launch_run(argv, PROBE_TIMEOUT_S, true, &r) && r.status == 0) return false;
+    fprintf(stderr,
+            "hypershard launch: not restarting: mpiexec refuses to start %d ranks on the "
+            "hostfile %s although every host in it answers (%s, exit %d); fix the hostfile\n",
+            st->cur.world, st->hostfile, r.reason[0] ? r.reason : "it gave no reason", r.status);
+    return true;
+}
+
 /* With --min-ranks: fewer ranks when this world keeps failing without
  * progress or the hosts left have fewer slots. */
 static void maybe_shrink(launch_state *st, int slots) {
@@ -267,6 +292,8 @@ static bool restart(launch_state *st, const hs_launch_result *r, int *code) {
                                  : "the job could not be started (check MPIEXEC)");
         return false;
     }
+    int slots = hosts_left(st);
+    if (hostfile_refused(st)) return *code = 2, false;
     st->stalled = st->step > before ? 0 : st->stalled + 1;
     if (st->restarts == st->a->max_restarts) {
         *code = r->status;
@@ -277,7 +304,7 @@ static bool restart(launch_state *st, const hs_launch_result *r, int *code) {
     st->restarts++;
     fprintf(stderr, "hypershard launch: restart %d of %d: %s\n", st->restarts, st->a->max_restarts,
             why);
-    maybe_shrink(st, hosts_left(st));
+    maybe_shrink(st, slots);
     fprintf(stderr, "hypershard launch: resuming from %s (step %lld) on %d ranks\n",
             !strcmp(st->resume, "auto") ? "the latest checkpoint" : st->resume, st->step,
             st->cur.world);

@@ -43,7 +43,7 @@ void hs_launch_signals_block(void) {
 /* The lines that say why a job ended, most telling first: Open MPI naming
  * the rank a signal ended (or srun, as MPIEXEC under Slurm, naming the task:
  * "srun: error: HOST: task 2: Killed"), a lost daemon (a host gone), the
- * watchdog, then the trainer's own error. */
+ * watchdog, the trainer's own error, then mpiexec refusing a hostfile. */
 static int reason_rank(const char *line) {
     if (strstr(line, "srun: error: ") && strstr(line, ": task")) return 1;
     /* Open MPI's "Process name: [[J,1],R]" under "The first process to do
@@ -51,8 +51,8 @@ static int reason_rank(const char *line) {
      * "Terminated received" as mpiexec stops them */
     if (strstr(line, "Process name: [[")) return 2;
     static const char *const marks[] = {
-        "exited on signal", "lost communication", "daemon", "did not answer the watchdog",
-        "stopping: rank",   "hypershard train:",  NULL};
+        "exited on signal", "lost communication", "daemon",          "did not answer the watchdog",
+        "stopping: rank",   "hypershard train:",  "in the hostfile", NULL};
     for (int i = 0; marks[i]; i++)
         if (strstr(line, marks[i])) return i + 1 + (i > 0);
     return 0;

@@ -12,7 +12,8 @@
 # closed terminal); a second SIGTERM does not make the launcher return
 # before its ranks have ended; SIGKILL of the launcher ends its job with a
 # checkpoint (PR_SET_PDEATHSIG), so the same command starts again; a
-# missing MPIEXEC (127) or data.path (2) is not restarted.
+# missing MPIEXEC (127), data.path (2) or a hostfile mpiexec refuses is not
+# restarted.
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 300
 set -u
@@ -167,7 +168,12 @@ test_signals_end_the_job_with_the_launcher() {
     hs_expect_exit 2 no_data "not restarting: a usage or configuration error" \
         launch -n 4 "${tiny[@]}" data.source=text data.path="$work/missing.txt" \
         train.out_dir="$work/nd" checkpoint.dir="$work/ck_nd"
-    grep -q "attempt 2" "$work/no_data.log" "$work/no_mpiexec.log" && fail "an unhealable failure was restarted"
+    # a hostfile mpiexec refuses (a key it does not know) while its host answers
+    printf 'localhost slots=4 colour=blue\n' > "$work/bad.hosts"
+    hs_expect_exit 2 bad_hosts "not restarting: mpiexec refuses to start 4 ranks on the hostfile" \
+        launch --hostfile "$work/bad.hosts" "${tiny[@]}" train.out_dir="$work/bh" checkpoint.dir="$work/ck_bh"
+    grep -q "attempt 2" "$work/no_data.log" "$work/no_mpiexec.log" "$work/bad_hosts.log" &&
+        fail "an unhealable failure was restarted"
 }
 
 # A latest that does not verify is passed over before the first attempt,
