@@ -8,10 +8,13 @@ NP         ?= 2
 
 # MPI settings travel in the environment (portable across MPI
 # implementations): allow root, allow more ranks than cores, shared-memory
-# transport, no core binding. Ranks get one BLAS thread each by default.
+# transport (pml ob1 over the self and vader BTLs, named so that no rank
+# probes the network transports), no core binding. Ranks get one BLAS
+# thread each by default.
 export OMPI_ALLOW_RUN_AS_ROOT = 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 export OMPI_MCA_rmaps_base_oversubscribe = 1
+export OMPI_MCA_pml = ob1
 export OMPI_MCA_btl = self,vader
 export OMPI_MCA_hwloc_base_binding_policy = none
 

@@ -26,7 +26,9 @@
 # (ctest -j): for tests that time the machine, whose ratios other tests'
 # load would decide.
 # The MPI settings travel in the environment, never as launcher flags, so the
-# commands stay portable to other MPI implementations.
+# commands stay portable to other MPI implementations. pml ob1 is the one
+# Open MPI picks here anyway (over the self and vader BTLs); naming it spares
+# every rank of every test the probing of libfabric, PSM and UCX.
 
 pkg_check_modules(CMOCKA IMPORTED_TARGET cmocka)
 
@@ -34,6 +36,7 @@ set(HS_TEST_ENV
   OMPI_ALLOW_RUN_AS_ROOT=1
   OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   OMPI_MCA_rmaps_base_oversubscribe=1
+  OMPI_MCA_pml=ob1
   OMPI_MCA_btl=self,vader
   OMPI_MCA_hwloc_base_binding_policy=none
   OMP_NUM_THREADS=1

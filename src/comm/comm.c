@@ -14,6 +14,7 @@ static hs_status init_mpi(hs_comm *c, int *argc, char ***argv, hs_error *e) {
     int inited = 0, provided = 0;
     MPI_Initialized(&inited);
     if (!inited) {
+        hs_comm_singleton_env();
         if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
             return hs_error_set(e, HS_ERR_COMM,
                                 "MPI_Init_thread failed; check the MPI installation "

@@ -387,4 +387,8 @@ hs_status hs_watchdog_start(hs_comm *c, hs_error *e);
 void hs_watchdog_notify_failure(hs_comm *c, int exit_code);
 void hs_watchdog_stop(hs_comm *c);
 
+/* Before MPI_Init: a process no launcher started asks Open MPI for no
+ * helper daemon and no network probing (boot.c). */
+void hs_comm_singleton_env(void);
+
 #endif

@@ -35,7 +35,7 @@ TINY = ["model.dim=32", "model.n_layers=2", "model.n_heads=2", "model.n_kv_heads
         "model.ffn_dim=64", "train.seq_len=16", "train.global_batch_size=2",
         "train.micro_batch_size=2", "train.eval_every=0"]
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_btl": "self,vader",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "self,vader",
            "OMPI_MCA_hwloc_base_binding_policy": "none", "OMP_NUM_THREADS": "1"}
 
 
