@@ -28,7 +28,10 @@
 # The MPI settings travel in the environment, never as launcher flags, so the
 # commands stay portable to other MPI implementations. pml ob1 is the one
 # Open MPI picks here anyway (over the self and vader BTLs); naming it spares
-# every rank of every test the probing of libfabric, PSM and UCX.
+# every rank of every test the probing of libfabric, PSM and UCX. With
+# odls_base_sigkill_timeout 0, mpiexec ends the ranks left when one exits
+# non-zero at once rather than 2 s later (the refusal tests' exit 2); every
+# rank that fails says so itself before it exits.
 
 pkg_check_modules(CMOCKA IMPORTED_TARGET cmocka)
 
@@ -39,6 +42,7 @@ set(HS_TEST_ENV
   OMPI_MCA_pml=ob1
   OMPI_MCA_btl=self,vader
   OMPI_MCA_hwloc_base_binding_policy=none
+  OMPI_MCA_odls_base_sigkill_timeout=0
   OMP_NUM_THREADS=1
   HS_BIN=$<TARGET_FILE:hypershard>
   HS_SRC=${CMAKE_SOURCE_DIR}

@@ -16,7 +16,9 @@
 # whatever the machine has (SlurmdParameters=config_overrides), so a 4-task
 # job fits a 2-core machine. Nothing in /etc is read or written but the
 # packages' own files; every daemon listens on 127.0.0.1 only in effect
-# (the node's address) and its pid is kept in DIR.
+# (the node's address) and its pid is kept in DIR. KillWait is 2 s: a step
+# whose rank was killed holds its other ranks in a collective, and they are
+# ended that much sooner.
 # stop cancels the cluster's jobs, ends the job steps' processes, slurmd,
 # slurmctld and munged (by the pids in DIR, nothing else) and leaves DIR.
 # Both are idempotent: start on a running cluster and stop on a stopped one
@@ -133,7 +135,7 @@ SlurmdParameters=config_overrides
 ReturnToService=2
 SlurmctldTimeout=30
 SlurmdTimeout=30
-KillWait=5
+KillWait=2
 MinJobAge=300
 InactiveLimit=0
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
@@ -153,16 +155,22 @@ EOF
     echo "slurm-test-cluster: node $host ($cpus CPUs) up; export SLURM_CONF=$SLURM_CONF" >&2
 }
 
-# stop_pid PIDFILE: SIGTERM, then SIGKILL after 10 s, the process PIDFILE names
-stop_pid() {
-    local p
-    p=$(cat "$1" 2> /dev/null) || return 0
-    if [ -n "$p" ] && kill -0 "$p" 2> /dev/null; then
-        kill -TERM "$p" 2> /dev/null
-        for _ in $(seq 100); do kill -0 "$p" 2> /dev/null || break; sleep 0.1; done
-        kill -0 "$p" 2> /dev/null && kill -KILL "$p" 2> /dev/null
-    fi
-    rm -f "$1"
+# stop_pids PIDFILE...: SIGTERM to the processes the PIDFILEs name, all at
+# once (each takes a second or two to end), then SIGKILL to those left
+# after 10 s
+stop_pids() {
+    local f p pids=()
+    for f in "$@"; do
+        p=$(cat "$f" 2> /dev/null) && [ -n "$p" ] && kill -TERM "$p" 2> /dev/null && pids+=("$p")
+    done
+    for _ in $(seq 100); do
+        local left=0
+        for p in "${pids[@]}"; do kill -0 "$p" 2> /dev/null && left=1; done
+        [ "$left" -eq 0 ] && break
+        sleep 0.1
+    done
+    for p in "${pids[@]}"; do kill -KILL "$p" 2> /dev/null; done
+    rm -f "$@"
 }
 
 # The job steps' slurmstepd processes of this cluster: they carry its
@@ -193,12 +201,10 @@ stop() {
             sleep 0.1
         done
     fi
-    stop_pid "$dir/slurmd.pid"
-    stop_pid "$dir/slurmctld.pid"
+    stop_pids "$dir/slurmd.pid" "$dir/slurmctld.pid" "$dir/munged.pid"
     # a step slurmd could not end: its slurmstepd and everything under it
     local p
     for p in $(stepds); do kill_tree "$p"; done
-    stop_pid "$dir/munged.pid"
     rm -f "$dir/munge.sock" "$dir/munge.sock.lock"
 }
 

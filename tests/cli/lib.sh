@@ -34,6 +34,12 @@ hs_expect_exit() {
     grep -q -- "$pat" "$work/$name.log" || fail "$name: '$pat' not in $(head -3 "$work/$name.log")"
 }
 
+# hs_signal_grace: for a test that sends SIGTERM to mpiexec. The suite's
+# environment has mpiexec end ranks at once when one exits non-zero
+# (OMPI_MCA_odls_base_sigkill_timeout=0, cmake/tests.cmake); a signalled job
+# gets Open MPI's default grace back, in which its ranks save and stop.
+hs_signal_grace() { unset OMPI_MCA_odls_base_sigkill_timeout; }
+
 # until_log NAME PATTERN: wait (up to 60 s) until $work/NAME.log holds
 # PATTERN (grep); the test ends if it never does.
 until_log() {

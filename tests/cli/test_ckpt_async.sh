@@ -13,6 +13,7 @@
 # HS_TEST_TIMEOUT: 240
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_signal_grace
 hs_scratch ckpt_async
 
 # Constant LR after warm-up: a run's first k steps are any longer run's.

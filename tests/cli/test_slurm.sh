@@ -24,6 +24,7 @@
 # HS_TEST_TIMEOUT: 300
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_signal_grace
 hs_scratch slurm
 
 # docs/launch.md shows the script the test runs: its lines but the comments

@@ -9,6 +9,7 @@
 # HS_TEST_TIMEOUT: 180
 set -u
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_signal_grace
 hs_scratch stop
 # long enough to be signalled mid-run: each step takes tens of milliseconds
 tiny=(model.dim=128 model.n_layers=4 model.n_heads=4 model.n_kv_heads=2 model.ffn_dim=256
