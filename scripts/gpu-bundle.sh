@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what tests/gpu/run.sh needs on a GPU machine that has CUDA but no
 # Debian packages and no network: a Release build with the cuda backend
-# (hypershard and the conformance test) and the shared libraries that
+# (hypershard, the conformance test and the module hypershard-cuda.so) and the shared libraries that
 # machine lacks (oneDNN, libyaml, jansson, cmocka, OpenCL's loader, Open MPI
 # with its plugins, help files and launcher, PMIx, hwloc, libevent), as
 # .gpu-bundle/ (git-ignored), under 64 MiB. CUDA's own libraries (cudart,
@@ -17,11 +17,12 @@ command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
   { echo "gpu-bundle: no nvcc here: the bundle needs the cuda backend built" >&2; exit 2; }
 bash scripts/install-deps.sh >/dev/null
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DHS_CUDA=ON >/dev/null
-cmake --build "$build" -j"$(nproc)" --target hypershard test_device_conformance
+cmake --build "$build" -j"$(nproc)" --target hypershard test_device_conformance hypershard_cuda
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/ompi"
-cp "$build/hypershard" "$build/test_device_conformance" "$out/bin/"
+# the cuda backend's module is loaded from beside the executable
+cp "$build/hypershard" "$build/test_device_conformance" "$build/hypershard-cuda.so" "$out/bin/"
 strip "$out/bin/"* 2>/dev/null || true
 
 # Open MPI laid out under one prefix (OPAL_PREFIX relocates Debian's /usr):

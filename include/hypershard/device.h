@@ -394,6 +394,13 @@ bool hs_device_kind_compiled(hs_device_kind k);
  * that refuse a configuration needing one it lacks before anything is
  * allocated. */
 const hs_device_kernels *hs_device_kind_kernels(hs_device_kind k);
+/* A build with CUDA keeps its cuda backend and nccl group in the module
+ * hypershard-cuda.so beside the executable, loaded on first use, so that a
+ * process on the CPU maps none of CUDA's libraries: the address of the
+ * module's function `name`, or NULL with HS_ERR_CONFIG in *e saying why
+ * (no module there, or CUDA's libraries missing). Defined in cuda builds
+ * only. */
+void *hs_device_cuda_module_symbol(const char *name, hs_error *e);
 
 /* Create the device. `cuda` returns HS_ERR_CONFIG with a clear message in a
  * build without CUDA; HS_ERR_OOM when its tables or default stream cannot

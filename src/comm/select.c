@@ -15,7 +15,14 @@
 
 #ifdef HS_HAVE_NCCL
 static const bool nccl_built = true;
-static hs_status (*const nccl_attach)(hs_pg *, int, hs_error *) = hs_pg_nccl_attach;
+/* hs_pg_nccl_attach, in hypershard-cuda.so with the cuda backend */
+static hs_status nccl_attach(hs_pg *g, int ordinal, hs_error *e) {
+    void *f = hs_device_cuda_module_symbol("hs_pg_nccl_attach", e);
+    hs_status (*attach)(hs_pg *, int, hs_error *);
+    if (!f) return e->code;
+    memcpy(&attach, &f, sizeof attach);
+    return attach(g, ordinal, e);
+}
 #else
 static const bool nccl_built = false;
 static hs_status (*const nccl_attach)(hs_pg *, int, hs_error *) = NULL;

@@ -26,7 +26,7 @@ static const hs_backend_entry backends[HS_DEVICE_KIND_COUNT] = {
     [HS_DEVICE_CPU] = {hs_device_cpu_init, hs_device_cpu_kernels},
     [HS_DEVICE_REFERENCE] = {hs_device_reference_init, hs_device_reference_kernels},
 #ifdef HS_HAVE_CUDA
-    [HS_DEVICE_CUDA] = {hs_device_cuda_init, hs_device_cuda_kernels},
+    [HS_DEVICE_CUDA] = {hs_device_cuda_module_init, hs_device_cuda_module_kernels},
 #endif
 };
 

@@ -10,12 +10,16 @@
 typedef hs_status (*hs_device_init_fn)(hs_device *d, hs_error *e);
 hs_status hs_device_cpu_init(hs_device *d, hs_error *e);
 hs_status hs_device_reference_init(hs_device *d, hs_error *e);
-hs_status hs_device_cuda_init(hs_device *d, hs_error *e); /* HS_CUDA builds */
+hs_status hs_device_cuda_init(hs_device *d, hs_error *e); /* in hypershard-cuda.so */
 /* Each backend's kernel table, as its init installs it. */
 typedef const hs_device_kernels *(*hs_device_kernels_fn)(void);
 const hs_device_kernels *hs_device_cpu_kernels(void);
 const hs_device_kernels *hs_device_reference_kernels(void);
 const hs_device_kernels *hs_device_cuda_kernels(void);
+/* The two above as the executables reach them: through the module
+ * (cuda_module.c). */
+hs_status hs_device_cuda_module_init(hs_device *d, hs_error *e);
+const hs_device_kernels *hs_device_cuda_module_kernels(void);
 
 /* The memory members of a backend whose device memory is host RAM (cpu,
  * reference): the two accounted pools, memmove copies, and streams and
