@@ -405,6 +405,11 @@ typedef struct hs_model_options {
      * allocated (hs_model_buffer_bytes): what a run of these options would
      * take from `pool`, for the memory plan. The model cannot run. */
     bool count_buffers;
+    /* Every parameter is set from a file before its first use (train
+     * --init-from, a resumed checkpoint, generate and eval): the
+     * initialisers (hs_model_init_param_rows, hs_model_init_weights) fill
+     * zeros instead of drawing the random init that would be overwritten. */
+    bool weights_from_file;
     /* Threads attention splits its heads over (each with its own scratch:
      * hs_attention_forward); 0 means 1. */
     int threads;

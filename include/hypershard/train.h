@@ -124,6 +124,9 @@ typedef struct hs_engine_env {
      * model) and the activation slots per chunk its schedule needs (0: 1). */
     hs_model_stage stage;
     int act_slots;
+    /* Every parameter is set from a file before the first step (the
+     * model's weights_from_file): no random init is drawn. */
+    bool weights_from_file;
 } hs_engine_env;
 
 /* The one place the engine is chosen. */

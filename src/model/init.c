@@ -31,8 +31,12 @@ static void init_span(hs_device *d, const hs_param *p, uint64_t seed, uint64_t s
 void hs_model_init_param_rows(const hs_model *m, const hs_param *p, uint64_t seed, void *dst,
                               hs_dtype dt, int64_t row_start, int64_t rows) {
     HS_ASSERT(row_start >= 0 && rows >= 0 && row_start + rows <= p->local_shape[0]);
-    uint64_t stream = hs_hash64(p->fqn);
     int64_t lrn = local_row_numel(p), grn = 1, inner = 1;
+    if (m->opt.weights_from_file) {
+        hs_dev_zero(m->dev, dst, (size_t)(rows * lrn) * hs_dtype_size(dt));
+        return;
+    }
+    uint64_t stream = hs_hash64(p->fqn);
     for (int d = 1; d < p->ndim; d++) grn *= p->shape[d];
     for (int d = 2; d < p->ndim; d++) inner *= p->shape[d];
     bool col_split = p->ndim > 1 && p->local_shape[1] != p->shape[1];

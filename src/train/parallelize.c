@@ -15,6 +15,7 @@ hs_status hs_parallelize(const hs_engine_env *env, hs_parallelized *out, hs_erro
     hs_model_options mo =
         hs_engine_model_options(cfg, true, env->max_batch, env->stage, env->act_slots);
     mo.dev = env->dev;
+    mo.weights_from_file = env->weights_from_file;
     if (s == HS_OK) {
         mo.par = hs_parallel_seam(out->par);
         s = hs_model_create(&cfg->model, &mo, &out->model, e);

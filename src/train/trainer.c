@@ -16,6 +16,21 @@ static hs_status device_cause(hs_trainer *t, hs_status s, hs_error *e) {
     return de.code;
 }
 
+/* Whether every parameter will be set from a file before the first step:
+ * --init-from, or a checkpoint that checkpoint.resume finds. Only a saving:
+ * a rank that answers otherwise draws the random init, which the load
+ * overwrites all the same, and a resolution that fails here fails again,
+ * with its message, where the checkpoint is loaded. */
+static bool weights_from_file(const hs_trainer *t) {
+    if (t->opt && t->opt->init_from) return true;
+    char path[HS_PATH_MAX];
+    bool found = false;
+    hs_error e;
+    hs_error_clear(&e);
+    return hs_ckpt_resolve_resume(&t->cfg->checkpoint, path, sizeof path, &found, &e) == HS_OK &&
+           found;
+}
+
 static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
     hs_engine_env env = {.cfg = t->cfg,
                          .topo = t->topo,
@@ -25,7 +40,8 @@ static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
                          .log = t->log,
                          .max_batch = t->mbs,
                          .stage = t->stage,
-                         .act_slots = t->act_slots};
+                         .act_slots = t->act_slots,
+                         .weights_from_file = weights_from_file(t)};
     hs_status s = hs_engine_create(&env, &t->engine, e);
     if (s != HS_OK) return s;
     hs_model *m = hs_engine_catalog(t->engine);

@@ -111,6 +111,26 @@ static void test_init_rows_3_to_7_equal_the_same_slice_of_the_full_init(void **s
     hs_model_free(m);
 }
 
+/* A model whose weights come from a file draws no init: the initialisers
+ * fill zeros (norms included), whatever was in the memory before. */
+static void test_weights_from_file_draws_no_init_and_fills_zeros(void **state) {
+    (void)state;
+    hs_model_config c = tiny_config();
+    hs_model_options o = mf_options(HS_DTYPE_F32, false);
+    o.weights_from_file = true;
+    hs_model *m = mf_make(&c, &o, 42);
+    for (int i = 0; i < hs_model_num_params(m); i++) {
+        hs_param *p = hs_model_param(m, i);
+        for (int64_t j = 0; j < mf_numel(p); j++) assert_true(((float *)p->data)[j] == 0.0f);
+    }
+    hs_param *p = hs_model_param(m, hs_model_find_param(m, "model.layers.1.mlp.gate_proj.weight"));
+    float part[5 * 8];
+    for (int i = 0; i < 40; i++) part[i] = NAN;
+    hs_model_init_param_rows(m, p, 42, part, HS_DTYPE_F32, 3, 5);
+    for (int i = 0; i < 40; i++) assert_true(part[i] == 0.0f);
+    hs_model_free(m);
+}
+
 /* Gradients handed out unset (hs_model_unset_grads; the buffers hold
  * NaN here) end two accumulated micro-batches bit for bit where zeroed
  * ones do: each dense linear's first weight GEMM stores over its buffer.
@@ -531,6 +551,7 @@ int main(void) {
         cmocka_unit_test(test_fqns_shapes_and_units_follow_hf_llama),
         cmocka_unit_test(test_flops_per_token_is_6_n_plus_6_l_t_c),
         cmocka_unit_test(test_init_rows_3_to_7_equal_the_same_slice_of_the_full_init),
+        cmocka_unit_test(test_weights_from_file_draws_no_init_and_fills_zeros),
         cmocka_unit_test(test_whole_model_gradients_match_finite_differences),
         cmocka_unit_test(test_unset_gradients_equal_zeroed_ones),
         cmocka_unit_test(test_tied_embeddings_have_no_lm_head_and_match_fd),
