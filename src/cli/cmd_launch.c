@@ -292,8 +292,6 @@ static bool restart(launch_state *st, const hs_launch_result *r, int *code) {
                                  : "the job could not be started (check MPIEXEC)");
         return false;
     }
-    int slots = hosts_left(st);
-    if (hostfile_refused(st)) return *code = 2, false;
     st->stalled = st->step > before ? 0 : st->stalled + 1;
     if (st->restarts == st->a->max_restarts) {
         *code = r->status;
@@ -301,6 +299,9 @@ static bool restart(launch_state *st, const hs_launch_result *r, int *code) {
                 st->restarts == 1 ? "" : "s", why);
         return false;
     }
+    /* the hosts are probed only for an attempt that will run */
+    int slots = hosts_left(st);
+    if (hostfile_refused(st)) return *code = 2, false;
     st->restarts++;
     fprintf(stderr, "hypershard launch: restart %d of %d: %s\n", st->restarts, st->a->max_restarts,
             why);
