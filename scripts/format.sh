@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One formatter for the C sources: .clang-format at the root, clang-format
-# 14 (Debian 12's; another major version may lay out a few lines
+# One formatter for the C sources and the one C++ file: .clang-format at
+# the root, clang-format 14 (Debian 12's; another major version may lay
+# out a few lines
 # differently). `bash scripts/format.sh` rewrites every file in place;
 # `bash scripts/format.sh --check` changes nothing and fails, listing the
 # files, when one is not formatted.
@@ -10,7 +11,7 @@ if ! command -v clang-format > /dev/null; then
     if command -v apt-get > /dev/null; then apt-get install -y -q clang-format > /dev/null; fi
 fi
 command -v clang-format > /dev/null || { echo "format.sh: clang-format is not installed" >&2; exit 2; }
-mapfile -t files < <(git ls-files '*.c' '*.h' | grep -v '^tests/fuzz/seeds/')
+mapfile -t files < <(git ls-files '*.c' '*.h' '*.cpp' | grep -v '^tests/fuzz/seeds/')
 if [ "${1:-}" = "--check" ]; then
     bad=()
     for f in "${files[@]}"; do

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Packs what tests/gpu/run.sh needs on a GPU machine that has CUDA but no
 # Debian packages and no network: a Release build with the cuda backend
-# (hypershard, the conformance test and the module hypershard-cuda.so) and the shared libraries that
+# (hypershard, the conformance test, the module hypershard-cuda.so and, where
+# the build has it, hypershard-cudnn.so) and the shared libraries that
 # machine lacks (oneDNN, libyaml, jansson, cmocka, OpenCL's loader, Open MPI
 # with its plugins, help files and launcher, PMIx, hwloc, libevent), as
 # .gpu-bundle/ (git-ignored), under 64 MiB. CUDA's own libraries (cudart,
-# cuBLASLt, NCCL) and the C and C++ runtimes are the GPU machine's. Packed
+# cuBLASLt, NCCL, cuDNN, NVRTC) and the C and C++ runtimes are the GPU
+# machine's. Packed
 # as .gpu-bundle.tar.xz, the one file to carry.
 #
 #   bash scripts/gpu-bundle.sh          # then carry .gpu-bundle.tar.xz to the GPU machine
@@ -18,11 +20,14 @@ command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
 bash scripts/install-deps.sh >/dev/null
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DHS_CUDA=ON >/dev/null
 cmake --build "$build" -j"$(nproc)" --target hypershard test_device_conformance hypershard_cuda
+cmake --build "$build" -j"$(nproc)" --target hypershard_cudnn 2>/dev/null ||
+  echo "gpu-bundle: this build has no hypershard-cudnn.so: attention will run on the CUDA cores"
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/ompi"
 # the cuda backend's module is loaded from beside the executable
 cp "$build/hypershard" "$build/test_device_conformance" "$build/hypershard-cuda.so" "$out/bin/"
+[ ! -f "$build/hypershard-cudnn.so" ] || cp "$build/hypershard-cudnn.so" "$out/bin/"
 strip "$out/bin/"* 2>/dev/null || true
 
 # Open MPI laid out under one prefix (OPAL_PREFIX relocates Debian's /usr):
@@ -51,7 +56,7 @@ pmix=$(ls -d /usr/lib/"$multi"/pmix2 2>/dev/null || true)
 
 # Every library the binaries and plugins load, but the C/C++ runtimes, the
 # driver and CUDA's: those come from the GPU machine.
-keep_out='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcublas|libnccl|libnvidia)'
+keep_out='^(linux-vdso|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|ld-linux|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcublas|libnccl|libcudnn|libnvrtc|libnvidia)'
 objs=("$out/bin/"* "$out/ompi/bin/"*)
 mapfile -t plugins < <(find "$out/ompi/lib" -name '*.so*' -type f)
 objs+=("${plugins[@]}")

@@ -382,6 +382,12 @@ struct hs_device {
      * own scratch could not be allocated): 0 none, 1 being written, 2 set. */
     atomic_int fault_state;
     hs_error fault;
+    /* A line the backend has for the run's log (on cuda: which path
+     * attention takes, and why), under note_lock; note_serial counts its
+     * changes (hs_device_note_read). */
+    atomic_int note_lock;
+    atomic_int note_serial;
+    char note[512];
 };
 
 const char *hs_device_kind_name(hs_device_kind k);
@@ -430,6 +436,10 @@ hs_status hs_device_oom(hs_device *d, size_t bytes, const char *what, hs_error *
  * after building the model, the train step, eval, generate) checks it
  * before using results. */
 hs_status hs_device_status(hs_device *d, hs_error *e);
+/* The backend's note for the log (hs_device.note) into buf, and its
+ * serial: 0 while there is none; a caller that logs it whenever the
+ * serial changes says each note once. */
+int hs_device_note_read(hs_device *d, char *buf, size_t n);
 /* The dense GEMM rate d's datasheet states for operands of dtype dt, in
  * FLOP/s (16-bit: the tensor cores' dense figure, half the sparse one;
  * fp32: the CUDA cores'), and in *which the product it took it for; 0

@@ -181,6 +181,7 @@ static void gpu_destroy(hs_device *d) {
     set_current(d);
     cudaDeviceSynchronize();
     hs_cuda_gemm_free(d);
+    hs_cuda_attention_free(d);
     hs_mem_cache_free_all(st->pinned);
     free(st);
     d->ctx = NULL;
@@ -357,5 +358,6 @@ hs_status hs_device_cuda_init(hs_device *d, hs_error *e) {
         s = hs_mem_cache_create("pinned host pool", pinned_raw_alloc, pinned_raw_free, d,
                                 &st->pinned, e);
     if (s == HS_OK) s = hs_cuda_gemm_init(d, e);
+    if (s == HS_OK) hs_cuda_attention_init(d);
     return s;
 }

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "device/cudnn_sdpa.h"
 #include "device/device_backend.h"
 #include "device/kernel_list.h"
 
@@ -34,6 +35,11 @@ typedef struct hs_cuda_ctx {
     void *lt_ws;       /* cuBLASLt's workspace: device memory of lt_ws_bytes */
     size_t lt_ws_bytes;
     void *gemm_plans; /* cuda_gemm.c's cache of matmul descriptors */
+    /* Attention on the tensor cores through hypershard-cudnn.so
+     * (cudnn_sdpa.h): NULL when it is not used, and the device's note
+     * says why (cuda_attention.c). */
+    const hs_cudnn_sdpa_ops *sdpa_ops;
+    hs_cudnn_sdpa *sdpa;
 } hs_cuda_ctx;
 
 /* s's cudaStream_t, with s's GPU made current on the calling thread (the
@@ -54,6 +60,11 @@ void hs_cuda_scratch_free(hs_stream *s, void *p);
  * scalars an entry hands back to the host. */
 void hs_cuda_to_host(hs_stream *s, void *dst, const void *src, size_t bytes);
 
+/* Whether attention takes cuDNN's fused SDPA (hypershard-cudnn.so, unless
+ * HS_CUDA_ATTENTION=cores), said in the device's note; never fails: the
+ * CUDA-core kernels serve without it (cuda_attention.c). */
+void hs_cuda_attention_init(hs_device *d);
+void hs_cuda_attention_free(hs_device *d);
 /* cuBLASLt's handle, workspace and descriptor cache (cuda_gemm.c). */
 hs_status hs_cuda_gemm_init(hs_device *d, hs_error *e);
 void hs_cuda_gemm_free(hs_device *d);

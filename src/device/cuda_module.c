@@ -1,9 +1,11 @@
 /* The loader of the cuda backend (cuda builds): its code and CUDA's
  * libraries are the module hypershard-cuda.so beside the executable
  * (CMakeLists.txt), opened on the first use of a cuda device, its kernel
- * table or an nccl group. dlopen counts references to one loaded copy, so
+ * table or an nccl group; the cuda backend opens hypershard-cudnn.so the
+ * same way. dlopen counts references to one loaded copy, so
  * every lookup opens it again and nothing is kept here. */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -11,32 +13,36 @@
 
 #define MODULE_NAME "hypershard-cuda.so"
 
-void *hs_device_cuda_module_symbol(const char *name, hs_error *e) {
+void *hs_device_module_open(const char *file, char *why, size_t why_n) {
     char path[4096];
     ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
     if (n <= 0) {
-        hs_error_set(e, HS_ERR_CONFIG,
-                     "accelerator.device: cuda: cannot find the executable's directory (where "
-                     "%s is); set accelerator.device: cpu",
-                     MODULE_NAME);
+        snprintf(why, why_n, "cannot find the executable's directory (where %s is)", file);
         return NULL;
     }
     path[n] = '\0';
     char *slash = strrchr(path, '/');
     size_t dir = slash ? (size_t)(slash + 1 - path) : 0;
-    if (dir + sizeof MODULE_NAME > sizeof path) {
-        hs_error_set(e, HS_ERR_CONFIG, "accelerator.device: cuda: the path of %s is too long",
-                     MODULE_NAME);
+    size_t len = strlen(file);
+    if (dir + len + 1 > sizeof path) {
+        snprintf(why, why_n, "the path of %s is too long", file);
         return NULL;
     }
-    memcpy(path + dir, MODULE_NAME, sizeof MODULE_NAME);
+    memcpy(path + dir, file, len + 1);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) snprintf(why, why_n, "%s", dlerror());
+    return h;
+}
+
+void *hs_device_cuda_module_symbol(const char *name, hs_error *e) {
+    char why[512];
+    void *h = hs_device_module_open(MODULE_NAME, why, sizeof why);
     if (!h) {
         hs_error_set(e, HS_ERR_CONFIG,
                      "accelerator.device: cuda: the CUDA backend cannot be loaded (%s); install "
                      "CUDA's runtime, cuBLASLt and NCCL, keep %s beside the executable, or set "
                      "accelerator.device: cpu",
-                     dlerror(), MODULE_NAME);
+                     why, MODULE_NAME);
         return NULL;
     }
     void *f = dlsym(h, name);
@@ -44,7 +50,7 @@ void *hs_device_cuda_module_symbol(const char *name, hs_error *e) {
         hs_error_set(e, HS_ERR_CONFIG,
                      "accelerator.device: cuda: %s has no %s (a module of "
                      "another build?); rebuild hypershard",
-                     path, name);
+                     MODULE_NAME, name);
     return f;
 }
 

@@ -154,6 +154,26 @@ void hs_kernel_oom(hs_stream *s, const char *fmt, ...) {
     hs_device_fail(s->dev, &e);
 }
 
+void hs_device_note(hs_device *d, const char *fmt, ...) {
+    int open = 0;
+    while (!atomic_compare_exchange_weak(&d->note_lock, &open, 1)) open = 0, sched_yield();
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->note, sizeof d->note, fmt, ap);
+    va_end(ap);
+    atomic_fetch_add(&d->note_serial, 1);
+    atomic_store(&d->note_lock, 0);
+}
+
+int hs_device_note_read(hs_device *d, char *buf, size_t n) {
+    int open = 0;
+    while (!atomic_compare_exchange_weak(&d->note_lock, &open, 1)) open = 0, sched_yield();
+    int serial = atomic_load(&d->note_serial);
+    if (n > 0) snprintf(buf, n, "%s", serial ? d->note : "");
+    atomic_store(&d->note_lock, 0);
+    return serial;
+}
+
 hs_status hs_device_status(hs_device *d, hs_error *e) {
     int state;
     while ((state = atomic_load(&d->fault_state)) == 1) sched_yield();

@@ -20,6 +20,12 @@ const hs_device_kernels *hs_device_cuda_kernels(void);
  * (cuda_module.c). */
 hs_status hs_device_cuda_module_init(hs_device *d, hs_error *e);
 const hs_device_kernels *hs_device_cuda_module_kernels(void);
+/* Sets d's note for the log (hs_device_note_read): what a backend chose
+ * that a user should know, as which path attention takes. */
+void hs_device_note(hs_device *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* dlopen of the module `file` beside the executable (cuda builds): its
+ * handle, or NULL with dlerror()'s reason in why. */
+void *hs_device_module_open(const char *file, char *why, size_t why_n);
 
 /* The memory members of a backend whose device memory is host RAM (cpu,
  * reference): the two accounted pools, memmove copies, and streams and

@@ -88,6 +88,7 @@ typedef struct hs_trainer {
     double gemm_flops;      /* whole job: the GEMM rate measured at start-up */
     hs_dtype peak_dtype;    /* the GEMM dtype of both */
     char peak_what[192];    /* how peak_flops was taken, for the log */
+    int device_note_serial; /* the device's note last logged (hs_device_note_read) */
     double flops_per_token; /* hs_model_flops_per_token */
     double t_start;
     int start_step; /* optimizer steps already done (a resumed checkpoint's step) */

@@ -264,6 +264,16 @@ void hs_trainer_close(hs_trainer *t) {
     hs_device_free(t->dev);
 }
 
+/* The device's note (on a GPU: which path attention takes, and why), each
+ * new one once. */
+static void device_note(hs_trainer *t) {
+    char line[512];
+    int serial = hs_device_note_read(t->dev, line, sizeof line);
+    if (serial == t->device_note_serial) return;
+    t->device_note_serial = serial;
+    hs_log_info(t->log, "%s device: %s", t->dev->name, line);
+}
+
 static void trainer_announce(const hs_trainer *t) {
     const hs_config *cfg = t->cfg;
     hs_model *m = hs_engine_catalog(t->engine);
@@ -348,6 +358,7 @@ static hs_status trainer_loop(hs_trainer *t, hs_error *e) {
         if (s != HS_OK) return s;
         hs_metrics_write(t, &r);
         hs_metrics_log(t, &r);
+        device_note(t);
         t->last_step = step;
         s = hs_train_ckpt_after_step(t, step, e);
         if (s != HS_OK) return t->ckpt_failed = true, s;
@@ -399,6 +410,7 @@ hs_status hs_train_run(const hs_config *cfg, const hs_topology *topo, hs_comm *c
     hs_status s = hs_trainer_open(&t, e);
     if (s == HS_OK) {
         trainer_announce(&t);
+        device_note(&t);
         s = hs_metrics_open(&t, e);
     }
     if (s == HS_OK) s = trainer_loop(&t, e);

@@ -1,6 +1,6 @@
 /* The cpu device: pool accounting, copies, the trace record of each copy,
- * the error for a CUDA request in a build without CUDA, and its casts
- * split over threads. */
+ * the error for a CUDA request in a build without CUDA, its casts split
+ * over threads, and the note a backend leaves for the log. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "device/device_backend.h"
 #include "hypershard/device.h"
 #include "hypershard/tensor.h"
 
@@ -178,6 +179,25 @@ static void test_large_cast_split_over_threads_matches_scalar(void **state) {
     hs_device_free(d);
 }
 
+/* A device starts without a note (serial 0); each note a backend leaves
+ * moves the serial on, so a reader that logs on a change says it once. */
+static void test_note_starts_empty_and_each_new_note_moves_the_serial(void **state) {
+    (void)state;
+    hs_device *d = make_cpu(NULL);
+    char line[64] = "x";
+    assert_int_equal(hs_device_note_read(d, line, sizeof line), 0);
+    assert_string_equal(line, "");
+    hs_device_note(d, "attention runs on %s", "the cores");
+    assert_int_equal(hs_device_note_read(d, line, sizeof line), 1);
+    assert_string_equal(line, "attention runs on the cores");
+    assert_int_equal(hs_device_note_read(d, line, sizeof line), 1);
+    char small[8];
+    hs_device_note(d, "a note longer than the reader's buffer");
+    assert_int_equal(hs_device_note_read(d, small, sizeof small), 2);
+    assert_string_equal(small, "a note ");
+    hs_device_free(d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kind_names_and_parse),
@@ -187,6 +207,7 @@ int main(void) {
         cmocka_unit_test(test_copies_are_traced_on_copy_lane_with_byte_count),
         cmocka_unit_test(test_disabled_trace_records_no_copy_span),
         cmocka_unit_test(test_large_cast_split_over_threads_matches_scalar),
+        cmocka_unit_test(test_note_starts_empty_and_each_new_note_moves_the_serial),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
