@@ -178,6 +178,12 @@ typedef struct hs_device_kernels {
      * gives (-0 becomes +0), which a copy does not. */
     void (*add_to_zero)(hs_stream *s, float *y, const float *x, int64_t n);
     void (*sumsq)(hs_stream *s, double *out, const float *x, int64_t n); /* fp64 */
+    /* out[i] = sumsq of x[i] over n[i] values, for i < count, each the
+     * bits sumsq gives (x: a host array of device pointers; out: host);
+     * one wait for all of them (a GPU hands the count doubles back in one
+     * copy): the gradient norm. */
+    void (*sumsq_many)(hs_stream *s, double *out, const float *const *x, const int64_t *n,
+                       int count);
     /* x[i] := (float)(dt)x[i] on n fp32 values, the value a cast to dt and
      * back gives (the backward of a cast; a cast on fp32-held data); a
      * no-op for fp32. */
@@ -530,6 +536,10 @@ static inline double hs_dev_sumsq(hs_device *d, const float *x, int64_t n) {
     double s = 0.0;
     d->k->sumsq(d->stream, &s, x, n);
     return s;
+}
+static inline void hs_dev_sumsq_many(hs_device *d, double *out, const float *const *x,
+                                     const int64_t *n, int count) {
+    d->k->sumsq_many(d->stream, out, x, n, count);
 }
 /* dst <- src, `bytes` of device memory (no overlap): the table's copy_2d
  * of one row; and p <- 0 by the memory table's memset. */

@@ -61,6 +61,10 @@ static void cpu_add_to_zero(hs_stream *s, float *y, const float *x, int64_t n) {
 static void cpu_sumsq(hs_stream *s, double *out, const float *x, int64_t n) {
     *out = hs_sumsq_f32(x, n);
 }
+static void cpu_sumsq_many(hs_stream *s, double *out, const float *const *x, const int64_t *n,
+                           int count) {
+    for (int i = 0; i < count; i++) out[i] = hs_sumsq_f32(x[i], n[i]);
+}
 
 static void cpu_round(hs_stream *s, float *x, hs_dtype dt, int64_t n) { hs_round_f32(x, dt, n); }
 
@@ -81,6 +85,7 @@ static const hs_device_kernels cpu_kernels = {
     .add = cpu_add,
     .add_to_zero = cpu_add_to_zero,
     .sumsq = cpu_sumsq,
+    .sumsq_many = cpu_sumsq_many,
     .round = cpu_round,
     .add_cast = cpu_add_cast,
     .scale_cast = hs_cpu_scale_cast,

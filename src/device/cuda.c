@@ -246,6 +246,7 @@ static const hs_device_kernels cuda_kernels = {
     .add = hs_cuda_add,
     .add_to_zero = hs_cuda_add_to_zero,
     .sumsq = hs_cuda_sumsq,
+    .sumsq_many = hs_cuda_sumsq_many,
     .round = hs_cuda_round,
     .add_cast = hs_cuda_add_cast,
     .scale_cast = hs_cuda_scale_cast,

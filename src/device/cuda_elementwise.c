@@ -1,6 +1,8 @@
 /* The cuda backend's element-wise entries: casts, fills, normal draws, fp32
  * arithmetic, the fp64 sum of squares and the 2-D copy, each over its
  * launcher in cuda_elementwise.cu on the entry's stream. */
+#include <stdlib.h>
+
 #include "device/cuda.h"
 #include "device/cuda_elementwise_launch.h"
 
@@ -56,6 +58,28 @@ void hs_cuda_sumsq(hs_stream *s, double *out, const float *x, int64_t n) {
     hs_cuda_check(s, err, "sumsq");
     if (err == cudaSuccess) hs_cuda_to_host(s, out, sum, sizeof *out);
     hs_cuda_scratch_free(s, sum);
+}
+
+/* Every tensor's sum in two launches, and one copy back: the gradient
+ * norm without a wait per parameter. */
+void hs_cuda_sumsq_many(hs_stream *s, double *out, const float *const *x, const int64_t *n,
+                        int count) {
+    if (count <= 0) return;
+    size_t work = hs_cu_sumsq_many_scratch(n, count), sums = (size_t)count * sizeof(double);
+    char *dev = hs_cuda_scratch(s, sums + work, "sumsq_many");
+    if (dev == NULL) return;
+    void *host = malloc(work);
+    if (host == NULL) {
+        hs_kernel_oom(s, "sumsq_many: %zu bytes of host staging", work);
+    } else {
+        cudaError_t err =
+            hs_cu_sumsq_many(hs_cuda_stream(s), (double *)dev, dev + sums, host, x, n, count);
+        hs_cuda_check(s, err, "sumsq_many");
+        if (err == cudaSuccess) hs_cuda_to_host(s, out, dev, sums);
+        else hs_cuda_check(s, cudaStreamSynchronize(hs_cuda_stream(s)), "sumsq_many's wait");
+        free(host);
+    }
+    hs_cuda_scratch_free(s, dev);
 }
 
 void hs_cuda_round(hs_stream *s, float *x, hs_dtype dt, int64_t n) {

@@ -253,6 +253,79 @@ extern "C" cudaError_t hs_cu_sumsq(cudaStream_t st, double *scratch, const float
     return cudaGetLastError();
 }
 
+/* Many tensors at once: a descriptor per tensor, its blocks numbered on
+ * from the tensors before it. */
+struct sumsq_item {
+    const float *x;
+    int64_t n;
+    int first_block, blocks;
+};
+
+/* Block b of the grid is block b - first_block of the tensor whose range
+ * holds it, striding as sumsq_partial_kernel does over that tensor. */
+static __global__ void sumsq_many_partial_kernel(double *part, const sumsq_item *items,
+                                                 int count) {
+    int lo = 0, hi = count - 1, b = (int)blockIdx.x;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (items[mid].first_block <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    sumsq_item it = items[lo];
+    double acc = 0.0;
+    int64_t stride = (int64_t)it.blocks * blockDim.x;
+    for (int64_t i = (int64_t)(b - it.first_block) * blockDim.x + threadIdx.x; i < it.n;
+         i += stride) {
+        double v = it.x[i];
+        acc += v * v;
+    }
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) part[b] = acc;
+}
+
+/* One block per tensor: sumsq_final_kernel over that tensor's partials. */
+static __global__ void sumsq_many_final_kernel(double *sums, const double *part,
+                                               const sumsq_item *items) {
+    sumsq_item it = items[blockIdx.x];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < it.blocks; i += blockDim.x) acc += part[it.first_block + i];
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) sums[blockIdx.x] = acc;
+}
+
+static int64_t sumsq_many_blocks(const int64_t *n, int count) {
+    int64_t blocks = 0;
+    for (int i = 0; i < count; i++) blocks += sumsq_blocks(n[i] < 0 ? 0 : n[i]);
+    return blocks;
+}
+
+extern "C" size_t hs_cu_sumsq_many_scratch(const int64_t *n, int count) {
+    return (size_t)count * sizeof(sumsq_item) + (size_t)sumsq_many_blocks(n, count) * sizeof(double);
+}
+
+extern "C" cudaError_t hs_cu_sumsq_many(cudaStream_t st, double *sums, void *scratch, void *host,
+                                        const float *const *x, const int64_t *n, int count) {
+    if (count <= 0) return cudaSuccess;
+    int64_t blocks = sumsq_many_blocks(n, count);
+    if (blocks > INT32_MAX) return cudaErrorInvalidValue;
+    sumsq_item *items = (sumsq_item *)host;
+    int first = 0;
+    for (int i = 0; i < count; i++) {
+        int64_t m = n[i] < 0 ? 0 : n[i];
+        items[i] = sumsq_item{x[i], m, first, sumsq_blocks(m)};
+        first += items[i].blocks;
+    }
+    sumsq_item *dev_items = (sumsq_item *)scratch;
+    double *part = (double *)((char *)scratch + (size_t)count * sizeof(sumsq_item));
+    cudaError_t err = cudaMemcpyAsync(dev_items, items, (size_t)count * sizeof(sumsq_item),
+                                      cudaMemcpyHostToDevice, st);
+    if (err != cudaSuccess) return err;
+    sumsq_many_partial_kernel<<<(unsigned)blocks, HS_CU_THREADS, 0, st>>>(part, dev_items, count);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    sumsq_many_final_kernel<<<(unsigned)count, HS_CU_THREADS, 0, st>>>(sums, part, dev_items);
+    return cudaGetLastError();
+}
+
 /* ------------------------------------------------------------- 2-D copy */
 
 /* The pitch a 2-D copy takes (cudaDeviceProp::memPitch on current GPUs);

@@ -36,6 +36,15 @@ cudaError_t hs_cu_add_to_zero(cudaStream_t st, float *y, const float *x, int64_t
  * after it. */
 size_t hs_cu_sumsq_scratch(int64_t n);
 cudaError_t hs_cu_sumsq(cudaStream_t st, double *scratch, const float *x, int64_t n);
+/* The sums of squares of count tensors in two launches: each tensor's
+ * blocks and its final sum exactly as hs_cu_sumsq's (the same bits), into
+ * sums[count] (device). The device scratch holds hs_cu_sumsq_many_scratch
+ * (n, count) bytes; host is the caller's host memory of the same size, the
+ * staging of the tensors' descriptors (it must stay untouched until the
+ * stream has passed this call: the caller waits for the sums anyway). */
+size_t hs_cu_sumsq_many_scratch(const int64_t *n, int count);
+cudaError_t hs_cu_sumsq_many(cudaStream_t st, double *sums, void *scratch, void *host,
+                             const float *const *x, const int64_t *n, int count);
 cudaError_t hs_cu_round(cudaStream_t st, float *x, int dt, int64_t n);
 cudaError_t hs_cu_add_cast(cudaStream_t st, void *out, int odt, const void *a, int adt,
                            const void *b, int bdt, int64_t n);

@@ -10,7 +10,9 @@
  * arguments that are device memory). The others are host values: shapes,
  * hyperparameters and workspaces described by host structs, and the scalar
  * results of reductions (xent's loss and valid count, xent_shard_loss's
- * loss, sumsq's sum), which a backend hands back in host memory. */
+ * loss, sumsq's sum), which a backend hands back in host memory.
+ * sumsq_many's device pointers travel in a host array: its first and last
+ * are the ones named. */
 #define HS_DEVICE_KERNEL_LIST(X)                                                                   \
     X(gemm, (hs_stream * s, void *C, const void *A, const void *B, const hs_gemm_shape *g),        \
       (s, C, A, B, g), (C, A, B))                                                                  \
@@ -31,6 +33,9 @@
     X(add, (hs_stream * s, float *y, const float *x, int64_t n), (s, y, x, n), (y, x))             \
     X(add_to_zero, (hs_stream * s, float *y, const float *x, int64_t n), (s, y, x, n), (y, x))     \
     X(sumsq, (hs_stream * s, double *out, const float *x, int64_t n), (s, out, x, n), (x))         \
+    X(sumsq_many,                                                                                  \
+      (hs_stream * s, double *out, const float *const *x, const int64_t *n, int count),            \
+      (s, out, x, n, count), (count > 0 ? x[0] : NULL, count > 1 ? x[count - 1] : NULL))           \
     X(round, (hs_stream * s, float *x, hs_dtype dt, int64_t n), (s, x, dt, n), (x))                \
     X(add_cast,                                                                                    \
       (hs_stream * s, void *out, hs_dtype odt, const void *a, hs_dtype adt, const void *b,         \

@@ -108,6 +108,12 @@ static void work_add_to_zero(hs_stream *s, float *y, const float *x, int64_t n) 
 static void work_sumsq(hs_stream *s, double *out, const float *x, int64_t n) {
     set(s, HS_PROF_ELEMENTWISE, 0, 4.0 * n);
 }
+static void work_sumsq_many(hs_stream *s, double *out, const float *const *x, const int64_t *n,
+                            int count) {
+    double bytes = 0.0;
+    for (int i = 0; i < count; i++) bytes += 4.0 * (double)n[i];
+    set(s, HS_PROF_ELEMENTWISE, 0, bytes);
+}
 static void work_round(hs_stream *s, float *x, hs_dtype dt, int64_t n) {
     set(s, HS_PROF_CAST, 0, 8.0 * n);
 }

@@ -15,6 +15,7 @@ static const hs_device_kernels reference_kernels = {
     .add = hs_ref_add,
     .add_to_zero = hs_ref_add_to_zero,
     .sumsq = hs_ref_sumsq,
+    .sumsq_many = hs_ref_sumsq_many,
     .round = hs_ref_round,
     .add_cast = hs_ref_add_cast,
     .scale_cast = hs_ref_scale_cast,

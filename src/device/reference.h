@@ -23,6 +23,8 @@ void hs_ref_round(hs_stream *s, float *x, hs_dtype dt, int64_t n);
 void hs_ref_add_cast(hs_stream *s, void *out, hs_dtype odt, const void *a, hs_dtype adt,
                      const void *b, hs_dtype bdt, int64_t n);
 void hs_ref_sumsq(hs_stream *s, double *out, const float *x, int64_t n);
+void hs_ref_sumsq_many(hs_stream *s, double *out, const float *const *x, const int64_t *n,
+                       int count);
 void hs_ref_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src, size_t src_stride,
                     int64_t rows, size_t row_bytes);
 

@@ -75,6 +75,11 @@ void hs_ref_sumsq(hs_stream *s, double *out, const float *x, int64_t n) {
     *out = acc;
 }
 
+void hs_ref_sumsq_many(hs_stream *s, double *out, const float *const *x, const int64_t *n,
+                       int count) {
+    for (int i = 0; i < count; i++) hs_ref_sumsq(s, &out[i], x[i], n[i]);
+}
+
 void hs_ref_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src, size_t src_stride,
                     int64_t rows, size_t row_bytes) {
     for (int64_t r = 0; r < rows && row_bytes; r++)

@@ -3,14 +3,30 @@
  * norm gives a NaN coefficient, as in torch (error_if_nonfinite=False), so
  * a broken step is visible instead of silently unclipped. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "optim/optim_impl.h"
 
+/* One sumsq_many over every trained gradient (a GPU waits once), added in
+ * parameter order. */
 double hs_grad_sumsq(hs_device *dev, const hs_optim_param *params, int n) {
+    const float **x = calloc((size_t)(n > 0 ? n : 1), sizeof *x);
+    int64_t *len = calloc((size_t)(n > 0 ? n : 1), sizeof *len);
+    double *part = malloc((size_t)(n > 0 ? n : 1) * sizeof *part);
     double s = 0.0;
-    for (int i = 0; i < n; i++)
-        if (params[i].numel > 0 && !params[i].frozen)
-            s += hs_dev_sumsq(dev, params[i].grad, params[i].numel);
+    if (x == NULL || len == NULL || part == NULL) { /* one at a time, as the sums are the same */
+        for (int i = 0; i < n; i++)
+            if (params[i].numel > 0 && !params[i].frozen)
+                s += hs_dev_sumsq(dev, params[i].grad, params[i].numel);
+    } else {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (params[i].numel > 0 && !params[i].frozen)
+                x[m] = params[i].grad, len[m++] = params[i].numel;
+        hs_dev_sumsq_many(dev, part, x, len, m);
+        for (int i = 0; i < m; i++) s += part[i];
+    }
+    free(x), free(len), free(part);
     return s;
 }
 

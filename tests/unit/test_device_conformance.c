@@ -28,7 +28,7 @@
 
 enum { F32 = 1 << HS_DTYPE_F32, BF16 = 1 << HS_DTYPE_BF16, F16 = 1 << HS_DTYPE_F16 };
 #define ALL_DT (F32 | BF16 | F16)
-#define MAX_OUT 6
+#define MAX_OUT 8
 #define MAX_SHAPES 16
 
 /* ----------------------------------------------------------- buffers */
@@ -167,7 +167,8 @@ static void run_convert(const kcase *c, outs *o) {
 
 /* d = {n}: fill; 0 + x with -0s (values and signs); normal draws from
  * counter 3 of a Philox stream, mean 0.5, std 0.02; then y += 0.5 x,
- * x *= -2, y += x, and sum(y^2). */
+ * x *= -2, y += x, and sum(y^2); sumsq_many over y, y's last two thirds
+ * and nothing: the first the bits sumsq gave on the same backend. */
 static void run_elementwise(const kcase *c, outs *o) {
     int64_t n = c->d[0];
     float *x = rnd(c, HS_DTYPE_F32, n, 6, 1.0f), *y = rnd(c, HS_DTYPE_F32, n, 7, 1.0f);
@@ -192,6 +193,14 @@ static void run_elementwise(const kcase *c, outs *o) {
     put(o, z, HS_DTYPE_F32, n);
     put(o, y, HS_DTYPE_F32, n);
     float f = (float)ss;
+    put(o, &f, HS_DTYPE_F32, 1);
+    const float *parts[3] = {y, y + n / 3, y};
+    int64_t lens[3] = {n, n - n / 3, 0};
+    double many[3] = {-1.0, -1.0, -1.0};
+    c->k->sumsq_many(c->s, many, parts, lens, 3);
+    assert_memory_equal(&many[0], &ss, sizeof ss);
+    assert_true(many[2] == 0.0);
+    f = (float)many[1];
     put(o, &f, HS_DTYPE_F32, 1);
     release(c, x), release(c, y), release(c, z);
 }
