@@ -33,6 +33,32 @@ extern "C" cudaError_t hs_cu_convert(cudaStream_t st, void *dst, int dst_dt, con
     });
 }
 
+/* Rows of a strided matrix: blockIdx.y (striding by gridDim.y) walks the
+ * rows, x the columns, so no element pays a division. */
+template <int S, int D>
+static __global__ void convert_2d_kernel(void *dst, int64_t dld, const void *src, int64_t sld,
+                                         int64_t M, int64_t N) {
+    for (int64_t r = blockIdx.y; r < M; r += gridDim.y)
+        for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < N;
+             c += (int64_t)gridDim.x * blockDim.x)
+            hs_cu_st<D>(dst, r * dld + c, hs_cu_ld<S>(src, r * sld + c));
+}
+
+extern "C" cudaError_t hs_cu_convert_2d(cudaStream_t st, void *dst, int dst_dt, int64_t dld,
+                                        const void *src, int src_dt, int64_t sld, int64_t M,
+                                        int64_t N) {
+    if (M <= 0 || N <= 0) return cudaSuccess;
+    if (dld == N && sld == N) return hs_cu_convert(st, dst, dst_dt, src, src_dt, M * N);
+    unsigned bx = hs_cu_blocks(N), by = (unsigned)(M < 65535 ? M : 65535);
+    return hs_cu_by_dtype(src_dt, [&](auto s) {
+        return hs_cu_by_dtype(dst_dt, [&](auto d) {
+            convert_2d_kernel<decltype(s)::value, decltype(d)::value>
+                <<<dim3(bx, by), HS_CU_THREADS, 0, st>>>(dst, dld, src, sld, M, N);
+            return cudaGetLastError();
+        });
+    });
+}
+
 template <int S>
 static __global__ void convert_scaled_kernel(float *dst, const void *src, float a, bool scale,
                                              int64_t n) {

@@ -19,6 +19,10 @@ extern "C" {
 /* dst = src converted (hs_convert's bits); the same dtype is a copy. */
 cudaError_t hs_cu_convert(cudaStream_t st, void *dst, int dst_dt, const void *src, int src_dt,
                           int64_t n);
+/* The same on an M x N matrix whose rows are dld and sld elements apart,
+ * in one launch (the GEMM's strided C). */
+cudaError_t hs_cu_convert_2d(cudaStream_t st, void *dst, int dst_dt, int64_t dld, const void *src,
+                             int src_dt, int64_t sld, int64_t M, int64_t N);
 /* dst = a * (float)src (no multiply when a == 1, as hs_convert_scaled_f32). */
 cudaError_t hs_cu_convert_scaled(cudaStream_t st, float *dst, const void *src, int src_dt, float a,
                                  int64_t n);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "device/cuda.h"
+#include "device/cuda_elementwise_launch.h"
 
 #define PLAN_SLOTS 128
 #define LT_WORKSPACE ((size_t)32 << 20)
@@ -201,17 +202,12 @@ static void lt_matmul(hs_stream *s, void *C, const void *A, const void *B, const
     }
 }
 
-/* Row by row between C (ldc) and a packed [M, N] buffer, or in one call
- * when C is packed too. */
+/* Between C (ldc) and a packed [M, N] buffer, in one launch. */
 static void convert_rows(hs_stream *s, void *dst, hs_dtype ddt, int64_t dld, const void *src,
                          hs_dtype sdt, int64_t sld, int64_t M, int64_t N) {
-    if (dld == N && sld == N) {
-        hs_cuda_convert(s, dst, ddt, src, sdt, M * N);
-        return;
-    }
-    for (int64_t i = 0; i < M; i++)
-        hs_cuda_convert(s, (char *)dst + (size_t)(i * dld) * hs_dtype_size(ddt), ddt,
-                        (const char *)src + (size_t)(i * sld) * hs_dtype_size(sdt), sdt, N);
+    hs_cuda_check(s,
+                  hs_cu_convert_2d(hs_cuda_stream(s), dst, (int)ddt, dld, src, (int)sdt, sld, M, N),
+                  "gemm's C conversion");
 }
 
 void hs_cuda_gemm(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g) {
