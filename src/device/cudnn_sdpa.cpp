@@ -207,52 +207,59 @@ const char *version(const hs_cudnn_sdpa *c) { return c->version; }
 
 int workspace(hs_cudnn_sdpa *c, const hs_cudnn_sdpa_dims *d, int bwd, int64_t *bytes, char *why,
               size_t n) {
-    std::lock_guard<std::mutex> hold(c->lock);
-    plan *p = plan_of(c, d, bwd != 0, why, n);
-    if (!p) return 1;
-    *bytes = p->workspace;
-    return 0;
+    try {
+        std::lock_guard<std::mutex> hold(c->lock);
+        plan *p = plan_of(c, d, bwd != 0, why, n);
+        if (!p) return 1;
+        *bytes = p->workspace;
+        return 0;
+    } catch (const std::exception &ex) {
+        say(why, n, std::string("cuDNN SDPA set-up threw: ") + ex.what());
+        return 1;
+    }
+}
+
+/* The pointers of one call, in the plan's tensor order: q, k, v, o,
+ * stats, dout, dq, dk, dv (the forward's last four unused). */
+int execute(hs_cudnn_sdpa *c, void *st, const hs_cudnn_sdpa_dims *d, bool bwd,
+            void *const (&ptr)[9], void *ws, char *why, size_t n) {
+    try {
+        std::lock_guard<std::mutex> hold(c->lock);
+        plan *p = plan_of(c, d, bwd, why, n);
+        if (!p) return 1;
+        const tensor *order[9] = {&p->q,    &p->k,  &p->v,  &p->o, &p->stats,
+                                  &p->dout, &p->dq, &p->dk, &p->dv};
+        std::unordered_map<tensor, void *> bind;
+        for (int i = 0; i < 9; i++)
+            if (*order[i]) bind.emplace(*order[i], ptr[i]);
+        return run(c, st, p, bind, ws, why, n);
+    } catch (const std::exception &ex) {
+        say(why, n,
+            std::string("cuDNN SDPA ") + (bwd ? "backward" : "forward") + " threw: " + ex.what());
+        return 1;
+    }
 }
 
 int fwd(hs_cudnn_sdpa *c, void *st, const hs_cudnn_sdpa_dims *d, void *out, float *stats,
         const void *q, const void *k, const void *v, void *ws, char *why, size_t n) {
-    try {
-        std::lock_guard<std::mutex> hold(c->lock);
-        plan *p = plan_of(c, d, false, why, n);
-        if (!p) return 1;
-        std::unordered_map<tensor, void *> bind = {{p->q, const_cast<void *>(q)},
-                                                   {p->k, const_cast<void *>(k)},
-                                                   {p->v, const_cast<void *>(v)},
-                                                   {p->o, out},
-                                                   {p->stats, stats}};
-        return run(c, st, p, bind, ws, why, n);
-    } catch (const std::exception &ex) {
-        say(why, n, std::string("cuDNN SDPA forward threw: ") + ex.what());
-        return 1;
-    }
+    void *const ptr[9] = {const_cast<void *>(q), const_cast<void *>(k), const_cast<void *>(v), out,
+                          stats};
+    return execute(c, st, d, false, ptr, ws, why, n);
 }
 
 int bwd(hs_cudnn_sdpa *c, void *st, const hs_cudnn_sdpa_dims *d, void *dq, void *dk, void *dv,
         const void *q, const void *k, const void *v, const void *out, const void *dout,
         const float *stats, void *ws, char *why, size_t n) {
-    try {
-        std::lock_guard<std::mutex> hold(c->lock);
-        plan *p = plan_of(c, d, true, why, n);
-        if (!p) return 1;
-        std::unordered_map<tensor, void *> bind = {{p->q, const_cast<void *>(q)},
-                                                   {p->k, const_cast<void *>(k)},
-                                                   {p->v, const_cast<void *>(v)},
-                                                   {p->o, const_cast<void *>(out)},
-                                                   {p->dout, const_cast<void *>(dout)},
-                                                   {p->stats, const_cast<float *>(stats)},
-                                                   {p->dq, dq},
-                                                   {p->dk, dk},
-                                                   {p->dv, dv}};
-        return run(c, st, p, bind, ws, why, n);
-    } catch (const std::exception &ex) {
-        say(why, n, std::string("cuDNN SDPA backward threw: ") + ex.what());
-        return 1;
-    }
+    void *const ptr[9] = {const_cast<void *>(q),
+                          const_cast<void *>(k),
+                          const_cast<void *>(v),
+                          const_cast<void *>(out),
+                          const_cast<float *>(stats),
+                          const_cast<void *>(dout),
+                          dq,
+                          dk,
+                          dv};
+    return execute(c, st, d, true, ptr, ws, why, n);
 }
 
 const hs_cudnn_sdpa_ops api = {create, destroy, version, workspace, fwd, bwd};
