@@ -691,11 +691,9 @@ hs_mem_cache_stats hs_device_mem_stats(hs_device *d);
 
 /* -------------------------------------------------- element access helpers */
 
-/* Shared by the kernels below the seam and those not yet moved onto it. */
+/* The element helpers the layers above the seam share with the kernels
+ * (the cpu backend's own kernels and helpers: src/device/cpu_kernels.h). */
 
-/* Element counts from which a cpu kernel splits its loop over the GEMM
- * threads (OpenMP; one thread per rank under mpiexec runs it inline). */
-#define HS_PAR_MIN 32768
 /* e^x in fp32 that vectorises (no libm call): x = n ln2 + r with |r| <=
  * ln2/2, e^r by Cephes' degree-6 polynomial, 2^n put into the exponent.
  * Within 2 ulp of expf on [-87.3, 88.3] (tests/unit/test_layers.c sweeps
@@ -725,38 +723,6 @@ static inline float hs_expf(float x) {
     return x != x ? x : y;
 }
 
-/* Row reductions in HS_LANES independent lanes combined in lane order, so
- * that the loops vectorise (one serial chain would not); the value depends
- * on the row only. Sums and dot products accumulate in fp64. */
-#define HS_LANES 8
-
-/* The largest of x[0..n), n >= 1 (a NaN is kept only where a lane starts
- * with it; a NaN row still gives a NaN loss through its exponentials). */
-static inline float hs_row_max(const float *x, int n) {
-    float mx = x[0];
-    int i = 1;
-    if (n >= 2 * HS_LANES) {
-        float acc[HS_LANES];
-        for (int j = 0; j < HS_LANES; j++) acc[j] = x[j];
-        for (i = HS_LANES; i + HS_LANES <= n; i += HS_LANES)
-            for (int j = 0; j < HS_LANES; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
-        mx = acc[0];
-        for (int j = 1; j < HS_LANES; j++) mx = acc[j] > mx ? acc[j] : mx;
-    }
-    for (; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    return mx;
-}
-
-static inline double hs_row_sum(const float *x, int n) {
-    double acc[HS_LANES] = {0.0}, s = 0.0;
-    int i = 0;
-    for (; i + HS_LANES <= n; i += HS_LANES)
-        for (int j = 0; j < HS_LANES; j++) acc[j] += x[i + j];
-    for (; i < n; i++) s += x[i];
-    for (int j = 0; j < HS_LANES; j++) s += acc[j];
-    return s;
-}
-
 static inline float hs_ld(const void *p, hs_dtype dt, int64_t i) {
     switch (dt) {
     case HS_DTYPE_BF16: return hs_bf16_to_f32(((const uint16_t *)p)[i]);
@@ -773,28 +739,6 @@ static inline void hs_st(void *p, hs_dtype dt, int64_t i, float v) {
     }
 }
 
-/* p[i] += v with one rounding to dt. */
-static inline void hs_acc(void *p, hs_dtype dt, int64_t i, float v) {
-    hs_st(p, dt, i, hs_ld(p, dt, i) + v);
-}
-
-/* sum_i x[i] * y[off + i] over i < n, y read in dtype dt, in the fp64
- * lanes of hs_row_sum; inlined per dtype where dt is a constant. */
-static inline __attribute__((always_inline)) double hs_row_dot_ld(const float *x, const void *y,
-                                                                  hs_dtype dt, int64_t off, int n) {
-    double acc[HS_LANES] = {0.0}, s = 0.0;
-    int i = 0;
-    for (; i + HS_LANES <= n; i += HS_LANES)
-        for (int j = 0; j < HS_LANES; j++) acc[j] += (double)x[i + j] * hs_ld(y, dt, off + i + j);
-    for (; i < n; i++) s += (double)x[i] * hs_ld(y, dt, off + i);
-    for (int j = 0; j < HS_LANES; j++) s += acc[j];
-    return s;
-}
-
-static inline double hs_row_dot(const float *x, const float *y, int n) {
-    return hs_row_dot_ld(x, y, HS_DTYPE_F32, 0, n);
-}
-
 /* Element offset into a buffer of dtype dt. */
 static inline void *hs_at(void *p, hs_dtype dt, int64_t i) {
     return (char *)p + (size_t)i * (dt == HS_DTYPE_F32 ? 4u : 2u);
@@ -803,156 +747,17 @@ static inline const void *hs_cat(const void *p, hs_dtype dt, int64_t i) {
     return (const char *)p + (size_t)i * (dt == HS_DTYPE_F32 ? 4u : 2u);
 }
 
-/* x[i] := (float)(dt)x[i] for n fp32 values: the value a cast to dt and
- * back would give. A no-op for fp32. */
-static inline void hs_round_f32(float *x, hs_dtype dt, int64_t n) {
-    if (dt == HS_DTYPE_BF16)
-        for (int64_t i = 0; i < n; i++) x[i] = hs_bf16_to_f32(hs_f32_to_bf16(x[i]));
-    else if (dt == HS_DTYPE_F16)
-        for (int64_t i = 0; i < n; i++) x[i] = hs_f16_to_f32(hs_f32_to_f16(x[i]));
-}
+/* ------------------------------------------------- kernel workspace sizes */
 
-/* ----------------------------------------------------------- cpu kernels */
-
-/* The cpu backend's kernels, also called directly by the layers above that
- * are not on the table yet (same code, same bits). */
-
-/* ------------------------------------------------------------- embedding */
-
-/* out[n,:] = wte[tokens[n],:]. Tokens must already be checked in [0, V). */
-void hs_embedding_forward(void *out /* N,C */, const int32_t *tokens /* N */,
-                          const void *wte /* V,C */, hs_dtype dt, int64_t N, int C);
-/* dwte[tokens[n],:] += dout[n,:]. */
-void hs_embedding_backward(void *dwte /* V,C */, hs_dtype gdt, const float *dout /* N,C */,
-                           const int32_t *tokens /* N */, int64_t N, int C);
-
-/* --------------------------------------------------------------- rmsnorm */
-
-/* out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) per row (fp32, saved). */
-void hs_rmsnorm_forward(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
-                        const void *w /* C */, hs_dtype dt, int64_t N, int C, float eps);
-hs_status hs_rmsnorm_backward(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
-                              const float *dout /* N,C */, const void *x /* N,C */,
-                              const void *w /* C */, const float *rstd /* N */, hs_dtype dt,
-                              int64_t N, int C, hs_error *e);
-/* The same with the input x in its own dtype xdt (a unit boundary may hand
- * a block its input in another dtype than the compute dtype dt). */
-void hs_rmsnorm_forward_x(void *out /* N,C */, float *rstd /* N */, const void *x /* N,C */,
-                          hs_dtype xdt, const void *w /* C */, hs_dtype dt, int64_t N, int C,
-                          float eps);
-/* part: hs_rmsnorm_backward_scratch(N, C) doubles of the caller's scratch
- * for dw's partial sums (unused when dw is NULL); hs_rmsnorm_backward
- * allocates its own. */
+/* Doubles of scratch rmsnorm_bwd takes for dw's partial sums (its ws). */
 int64_t hs_rmsnorm_backward_scratch(int64_t N, int C);
-void hs_rmsnorm_backward_x(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
-                           const float *dout /* N,C */, const void *x /* N,C */, hs_dtype xdt,
-                           const void *w /* C */, const float *rstd /* N */, hs_dtype dt, int64_t N,
-                           int C, double *part);
-
-/* ------------------------------------------------------------------ rope */
-
-/* Hugging Face layout: within each head, dims i and i+HD/2 rotate together
- * by angle pos * theta^(-2i/HD). Tables are [T, HD/2] fp32. */
-void hs_rope_tables(float *cos_t /* T,HD/2 */, float *sin_t /* T,HD/2 */, int T, int HD,
-                    double theta);
-/* In place on x [B,T,H*HD] in dtype dt (rounded once per element). */
-void hs_rope_forward(void *x /* B,T,H,HD */, hs_dtype dt, const float *cos_t, const float *sin_t,
-                     int B, int T, int H, int HD);
-/* In place on the fp32 gradient: applies the inverse rotation. */
-void hs_rope_backward(float *dx /* B,T,H,HD */, const float *cos_t, const float *sin_t, int B,
-                      int T, int H, int HD);
-
-/* -------------------------------------------------------------- attention */
-
-/* Causal grouped-query attention, scale 1/sqrt(HD); query head h reads
- * key/value head h / (NH/KVH). Tiled over query and key blocks with an
- * online softmax; saves the fp32 log-sum-exp of every score row so that
- * backward recomputes probabilities instead of storing [T, T].
- * `scratch` holds hs_attention_scratch_floats(T, HD, threads) floats: one
+/* Floats of scratch the cpu attention takes (hs_att_work's scratch): one
  * tile and one query block per thread, bounded whatever T. */
 int64_t hs_attention_scratch_floats(int T, int HD, int threads);
-/* threads: the (sequence, head) pairs of forward and the (sequence, key
- * head) pairs of backward split over that many threads (OpenMP), each with
- * its own slice of scratch and its GEMMs on one thread, so the result is
- * the one-thread result bit for bit; scratch is sized for them. HS_ERR_OOM
- * (e may be NULL) when a GEMM could not allocate its own scratch: the
- * output is then incomplete. */
-hs_status hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T */,
-                               const void *q /* B,T,NH*HD */, const void *k /* B,T,KVH*HD */,
-                               const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch,
-                               int threads, int B, int T, int NH, int KVH, int HD, hs_error *e);
-/* Each query row's D = sum over its head dim of dO * O (O the forward's
- * output in dt), which the backward of every key tile needs. */
-void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*HD */,
-                        const void *out /* B,T,NH*HD */, hs_dtype dt, int B, int T, int NH, int HD);
-/* delta: from hs_attention_delta. dout16: dout rounded to a 16-bit dt
- * whose GEMM is native, for 16-bit products throughout (P and dS rounded
- * too); NULL: fp32 dout, P and dS go to the mixed-dtype GEMM. */
-hs_status hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*HD */,
-                                float *dv /* B,T,KVH*HD */, const float *dout /* B,T,NH*HD */,
-                                const void *dout16, const void *q, const void *k, const void *v,
-                                const float *lse, const float *delta, hs_dtype dt, float *scratch,
-                                int threads, int B, int T, int NH, int KVH, int HD, hs_error *e);
-
-/* The same on a row range, for context parallelism: query rows
- * [q0, q0+nq) of a [B, Tq, NH*HD] q, whose row q0 is at global position gq,
- * against key rows [k0, k0+nk) of a [B, Tk, KVH*HD] k/v, row k0 at global
- * position gk (hs_att_rows);
- * query at position p sees keys at positions <= p. lse is [B, NH, Tq]; a
- * row that sees no key gets a zero output and lse -inf. The output is in
- * odt (fp32 for the ring's online-softmax merge). Backward accumulates dq
- * (local rows) and dk/dv ([B, Tk]); `delta` ([B, NH, Tq]) is each row's
- * sum of dO * O over all keys, so the keys may come in blocks. */
+/* The rows of a whole sequence of T: every query row against every key
+ * row, positions from 0. */
 hs_att_rows hs_att_rows_all(int T);
-hs_status hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q,
-                                    const void *k, const void *v, hs_dtype dt, float *scratch,
-                                    int B, int NH, int KVH, int HD, const hs_att_rows *r,
-                                    hs_error *e);
-hs_status hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout,
-                                     const void *dout16, const void *q, const void *k,
-                                     const void *v, const float *lse, const float *delta,
-                                     hs_dtype dt, float *scratch, int B, int NH, int KVH, int HD,
-                                     const hs_att_rows *r, hs_error *e);
-
-/* ----------------------------------------------------------------- swiglu */
-
-/* out = silu(gate) * up. */
-void hs_swiglu_forward(void *out /* N,F */, const void *gate /* N,F */, const void *up /* N,F */,
-                       hs_dtype dt, int64_t n);
-void hs_swiglu_backward(float *dgate /* N,F */, float *dup /* N,F */, const float *dout /* N,F */,
-                        const void *gate, const void *up, hs_dtype dt, int64_t n);
-/* The same, storing over dgate and dup instead when overwrite (their only
- * contribution: no zero fill first). */
-void hs_swiglu_backward_ex(float *dgate /* N,F */, float *dup /* N,F */, bool overwrite,
-                           const float *dout /* N,F */, const void *gate, const void *up,
-                           hs_dtype dt, int64_t n);
-
-/* ---------------------------------------------------------- cross-entropy */
-
-/* Sum over rows with target >= 0 of logsumexp(logits) - logits[target], in
- * fp64. With dlogits == logits (allowed) the logits are replaced, in
- * place, by the gradient (softmax - onehot) * scale on valid rows and 0 on
- * ignored rows. dlogits may be NULL (loss only). *valid counts rows used. */
-double hs_xent_forward_backward(float *dlogits /* N,V */, const float *logits /* N,V */,
-                                const int32_t *targets /* N */, int64_t N, int V, float scale,
-                                int64_t *valid);
-
-/* --------------------------------------------------------------- adamw */
-
-/* AdamW on n fp32 values (torch.optim.AdamW, non-fused):
- * p = p * decay_factor - step_size * m / (sqrt(v) / bias2_sqrt + eps)
- * after m and v take g. */
-void hs_adamw_update_f32(float *restrict p, float *restrict m, float *restrict v,
-                         const float *restrict g, const hs_adamw_hparams *h, int64_t n);
-
-/* ------------------------------------------------------------------ muon */
-
-/* Muon's orthogonalisation: X <- NS5(G) (rows x cols, fp32), `steps`
- * iterations with coefficients (3.4445, -4.7750, 2.0315), its matmuls on
- * BLAS; the cpu table's muon_newton_schulz. */
-hs_status hs_newton_schulz5(float *out, const float *g, int64_t rows, int64_t cols, int steps,
-                            float *scratch, hs_error *e);
-/* Floats `scratch` must hold (NULL scratch: the call mallocs its own). */
+/* Floats of scratch muon_newton_schulz takes (its ws; NULL: its own). */
 int64_t hs_newton_schulz5_scratch_floats(int64_t rows, int64_t cols);
 
 #endif

@@ -4,7 +4,7 @@
 #include "device/cpu.h"
 #include "device/device_backend.h"
 
-static void cpu_gemm(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g) {
+void hs_cpu_gemm(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g) {
     hs_error e;
     hs_error_clear(&e);
     if (hs_gemm_ex(g->trans_a, g->trans_b, g->M, g->N, g->K, g->alpha, A, g->a_dt, g->lda, B,
@@ -18,8 +18,8 @@ static void cpu_gemm(hs_stream *s, void *C, const void *A, const void *B, const 
 #define CONVERT_PAR_MIN ((int64_t)1 << 17)
 #define CONVERT_BLOCK ((int64_t)1 << 14)
 
-static void cpu_convert(hs_stream *s, void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt,
-                        int64_t n) {
+void hs_cpu_convert(hs_stream *s, void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt,
+                    int64_t n) {
     if (n < CONVERT_PAR_MIN || dst_dt == src_dt) {
         hs_convert(dst, dst_dt, src, src_dt, n);
         return;
@@ -34,93 +34,50 @@ static void cpu_convert(hs_stream *s, void *dst, hs_dtype dst_dt, const void *sr
     }
 }
 
-static void cpu_convert_scaled(hs_stream *s, float *dst, const void *src, hs_dtype src_dt, float a,
-                               int64_t n) {
+void hs_cpu_convert_scaled(hs_stream *s, float *dst, const void *src, hs_dtype src_dt, float a,
+                           int64_t n) {
     hs_convert_scaled_f32(dst, src, src_dt, a, n);
 }
 
-static void cpu_fill(hs_stream *s, float *x, float v, int64_t n) { hs_fill_f32(x, n, v); }
+void hs_cpu_fill(hs_stream *s, float *x, float v, int64_t n) { hs_fill_f32(x, n, v); }
 
-static void cpu_rng_normal(hs_stream *s, float *x, int64_t n, uint64_t seed, uint64_t stream,
-                           int64_t offset, float mean, float std) {
+void hs_cpu_rng_normal(hs_stream *s, float *x, int64_t n, uint64_t seed, uint64_t stream,
+                       int64_t offset, float mean, float std) {
     hs_rng_fill_normal(x, n, seed, stream, offset, mean, std);
 }
 
-static void cpu_axpy(hs_stream *s, float *y, const float *x, float a, int64_t n) {
+void hs_cpu_axpy(hs_stream *s, float *y, const float *x, float a, int64_t n) {
     hs_axpy_f32(y, a, x, n);
 }
 
-static void cpu_scale(hs_stream *s, float *x, float a, int64_t n) { hs_scale_f32(x, a, n); }
+void hs_cpu_scale(hs_stream *s, float *x, float a, int64_t n) { hs_scale_f32(x, a, n); }
 
-static void cpu_add(hs_stream *s, float *y, const float *x, int64_t n) { hs_add_f32(y, x, n); }
+void hs_cpu_add(hs_stream *s, float *y, const float *x, int64_t n) { hs_add_f32(y, x, n); }
 
-static void cpu_add_to_zero(hs_stream *s, float *y, const float *x, int64_t n) {
+void hs_cpu_add_to_zero(hs_stream *s, float *y, const float *x, int64_t n) {
     hs_add_to_zero_f32(y, x, n);
 }
 
-static void cpu_sumsq(hs_stream *s, double *out, const float *x, int64_t n) {
+void hs_cpu_sumsq(hs_stream *s, double *out, const float *x, int64_t n) {
     *out = hs_sumsq_f32(x, n);
 }
-static void cpu_sumsq_many(hs_stream *s, double *out, const float *const *x, const int64_t *n,
-                           int count) {
+void hs_cpu_sumsq_many(hs_stream *s, double *out, const float *const *x, const int64_t *n,
+                       int count) {
     for (int i = 0; i < count; i++) out[i] = hs_sumsq_f32(x[i], n[i]);
 }
 
-static void cpu_round(hs_stream *s, float *x, hs_dtype dt, int64_t n) { hs_round_f32(x, dt, n); }
+void hs_cpu_round(hs_stream *s, float *x, hs_dtype dt, int64_t n) { hs_round_f32(x, dt, n); }
 
 /* The residual adds the model kept before the table had them. */
-static void cpu_add_cast(hs_stream *s, void *out, hs_dtype odt, const void *a, hs_dtype adt,
-                         const void *b, hs_dtype bdt, int64_t n) {
+void hs_cpu_add_cast(hs_stream *s, void *out, hs_dtype odt, const void *a, hs_dtype adt,
+                     const void *b, hs_dtype bdt, int64_t n) {
     for (int64_t i = 0; i < n; i++) hs_st(out, odt, i, hs_ld(a, adt, i) + hs_ld(b, bdt, i));
 }
 
-static const hs_device_kernels cpu_kernels = {
-    .gemm = cpu_gemm,
-    .convert = cpu_convert,
-    .convert_scaled = cpu_convert_scaled,
-    .fill = cpu_fill,
-    .rng_normal = cpu_rng_normal,
-    .axpy = cpu_axpy,
-    .scale = cpu_scale,
-    .add = cpu_add,
-    .add_to_zero = cpu_add_to_zero,
-    .sumsq = cpu_sumsq,
-    .sumsq_many = cpu_sumsq_many,
-    .round = cpu_round,
-    .add_cast = cpu_add_cast,
-    .scale_cast = hs_cpu_scale_cast,
-    .rmsnorm_fwd = hs_cpu_rmsnorm_fwd,
-    .rmsnorm_bwd = hs_cpu_rmsnorm_bwd,
-    .rope_tables = hs_cpu_rope_tables,
-    .rope_fwd = hs_cpu_rope_fwd,
-    .rope_bwd = hs_cpu_rope_bwd,
-    .swiglu_fwd = hs_cpu_swiglu_fwd,
-    .swiglu_bwd = hs_cpu_swiglu_bwd,
-    .attention_fwd = hs_cpu_attention_fwd,
-    .attention_bwd = hs_cpu_attention_bwd,
-    .attention_merge = hs_cpu_attention_merge,
-    .xent = hs_cpu_xent,
-    .xent_shard_max = hs_cpu_xent_shard_max,
-    .xent_shard_sums = hs_cpu_xent_shard_sums,
-    .xent_shard_grad = hs_cpu_xent_shard_grad,
-    .xent_shard_loss = hs_cpu_xent_shard_loss,
-    .embedding_fwd = hs_cpu_embedding_fwd,
-    .embedding_bwd = hs_cpu_embedding_bwd,
-    .adamw = hs_cpu_adamw,
-    .muon_momentum = hs_cpu_muon_momentum,
-    .muon_newton_schulz = hs_cpu_muon_newton_schulz,
-    .muon_update = hs_cpu_muon_update,
-    .copy_2d = hs_cpu_copy_2d,
-    .moe_route = hs_cpu_moe_route,
-    .moe_permute = hs_cpu_moe_permute,
-    .moe_permute_bwd = hs_cpu_moe_permute_bwd,
-    .moe_unpermute = hs_cpu_moe_unpermute,
-    .moe_combine_bwd = hs_cpu_moe_combine_bwd,
-    .moe_route_bwd = hs_cpu_moe_route_bwd,
-    .moe_stats = hs_cpu_moe_stats,
-    .moe_stats_add = hs_cpu_moe_stats_add,
-    .moe_dispatch = hs_cpu_moe_dispatch,
-};
+/* Every entry of the list, each hs_cpu_<name> (cpu.h). */
+#define HS_CPU_ENTRY(name, params, args, devs) .name = hs_cpu_##name,
+static const hs_device_kernels cpu_kernels = {HS_DEVICE_KERNEL_LIST(HS_CPU_ENTRY)};
+#undef HS_CPU_ENTRY
 
 const hs_device_kernels *hs_device_cpu_kernels(void) { return &cpu_kernels; }
 

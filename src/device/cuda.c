@@ -230,66 +230,10 @@ void hs_cuda_to_host(hs_stream *s, void *dst, const void *src, size_t bytes) {
 
 /* ---------------------------------------------------------------- table */
 
-/* The entries this backend has; one it lacked would be NULL, and the
- * configuration check refuses a model or optimizer that needs it on cuda
- * (hs_device_kind_kernels). */
-static const hs_device_kernels cuda_kernels = {
-    .gemm = hs_cuda_gemm,
-
-    /* cuda_elementwise.c */
-    .convert = hs_cuda_convert,
-    .convert_scaled = hs_cuda_convert_scaled,
-    .fill = hs_cuda_fill,
-    .rng_normal = hs_cuda_rng_normal,
-    .axpy = hs_cuda_axpy,
-    .scale = hs_cuda_scale,
-    .add = hs_cuda_add,
-    .add_to_zero = hs_cuda_add_to_zero,
-    .sumsq = hs_cuda_sumsq,
-    .sumsq_many = hs_cuda_sumsq_many,
-    .round = hs_cuda_round,
-    .add_cast = hs_cuda_add_cast,
-    .scale_cast = hs_cuda_scale_cast,
-    .copy_2d = hs_cuda_copy_2d,
-    /* cuda_optim.c */
-    .adamw = hs_cuda_adamw,
-    .muon_momentum = hs_cuda_muon_momentum,
-    .muon_update = hs_cuda_muon_update,
-    /* cuda_embedding.c */
-    .embedding_fwd = hs_cuda_embedding_fwd,
-    .embedding_bwd = hs_cuda_embedding_bwd,
-
-    /* cuda_nn.c */
-    .rmsnorm_fwd = hs_cuda_rmsnorm_fwd,
-    .rmsnorm_bwd = hs_cuda_rmsnorm_bwd,
-    .rope_tables = hs_cuda_rope_tables,
-    .rope_fwd = hs_cuda_rope_fwd,
-    .rope_bwd = hs_cuda_rope_bwd,
-    .swiglu_fwd = hs_cuda_swiglu_fwd,
-    .swiglu_bwd = hs_cuda_swiglu_bwd,
-    .xent = hs_cuda_xent,
-    .xent_shard_max = hs_cuda_xent_shard_max,
-    .xent_shard_sums = hs_cuda_xent_shard_sums,
-    .xent_shard_grad = hs_cuda_xent_shard_grad,
-    .xent_shard_loss = hs_cuda_xent_shard_loss,
-
-    /* cuda_attention.c */
-    .attention_fwd = hs_cuda_attention_fwd,
-    .attention_bwd = hs_cuda_attention_bwd,
-    .attention_merge = hs_cuda_attention_merge,
-
-    /* cuda_moe.c, cuda_muon.c */
-    .moe_route = hs_cuda_moe_route,
-    .moe_permute = hs_cuda_moe_permute,
-    .moe_permute_bwd = hs_cuda_moe_permute_bwd,
-    .moe_unpermute = hs_cuda_moe_unpermute,
-    .moe_combine_bwd = hs_cuda_moe_combine_bwd,
-    .moe_route_bwd = hs_cuda_moe_route_bwd,
-    .moe_stats = hs_cuda_moe_stats,
-    .moe_stats_add = hs_cuda_moe_stats_add,
-    .moe_dispatch = hs_cuda_moe_dispatch,
-    .muon_newton_schulz = hs_cuda_muon_newton_schulz,
-};
+/* Every entry of the list, each hs_cuda_<name> (cuda.h). */
+#define HS_CUDA_ENTRY(name, params, args, devs) .name = hs_cuda_##name,
+static const hs_device_kernels cuda_kernels = {HS_DEVICE_KERNEL_LIST(HS_CUDA_ENTRY)};
+#undef HS_CUDA_ENTRY
 
 const hs_device_kernels *hs_device_cuda_kernels(void) { return &cuda_kernels; }
 

@@ -8,6 +8,7 @@
  * would not reproduce bit for bit. */
 #include <stdlib.h>
 
+#include "device/cpu_kernels.h"
 #include "device/cuda.h"
 #include "device/cuda_nn_launch.h"
 

@@ -1,6 +1,7 @@
 /* Reference RMSNorm, RoPE, SwiGLU, cross-entropy and embedding. */
 #include <math.h>
 
+#include "device/cpu_kernels.h"
 #include "device/reference.h"
 
 void hs_ref_rmsnorm_fwd(hs_stream *s, void *out, float *rstd, const void *x, hs_dtype xdt,

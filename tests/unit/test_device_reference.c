@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "device/cpu_kernels.h"
 #include "hypershard/device.h"
 #include "hypershard/optim.h"
 

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "device/cpu_kernels.h"
 #include "model/layers.h"
 
 /* The cpu device the layers compute on, created once for the whole run. */

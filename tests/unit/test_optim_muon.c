@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "device/cpu_kernels.h"
 #include "hypershard/optim.h"
 #include "optim_fixture.h"
 
