@@ -410,6 +410,9 @@ typedef struct hs_model_options {
      * initialisers (hs_model_init_param_rows, hs_model_init_weights) fill
      * zeros instead of drawing the random init that would be overwritten. */
     bool weights_from_file;
+    /* No backward will run (generate, eval): no gradient buffers; every
+     * hs_param's grad stays NULL. */
+    bool no_grad;
     /* Threads attention splits its heads over (each with its own scratch:
      * hs_attention_forward); 0 means 1. */
     int threads;

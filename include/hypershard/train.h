@@ -47,6 +47,13 @@ typedef struct hs_train_options {
     const char *dump_dir;  /* NULL, or where --dump writes per-step fp32 weights,
                             * gradients and logits (docs/training.md) */
     const hs_stop *stop;   /* NULL: signals keep their default action */
+    /* generate and eval: the trainer runs forward only, so it builds no
+     * optimizer (nor its states), no gradient buffers where the engine can
+     * leave them out, and no checkpoint writer. */
+    bool inference;
+    /* generate: nothing reads the data, so none is opened (the built-in
+     * corpus is not generated). */
+    bool no_data;
 } hs_train_options;
 
 /* Train cfg (already validated for this world, topology topo) on every rank
@@ -127,6 +134,9 @@ typedef struct hs_engine_env {
     /* Every parameter is set from a file before the first step (the
      * model's weights_from_file): no random init is drawn. */
     bool weights_from_file;
+    /* Forward only (generate, eval): no gradient buffers where the engine
+     * can leave them out (the model's no_grad). */
+    bool inference;
 } hs_engine_env;
 
 /* The one place the engine is chosen. */

@@ -473,7 +473,7 @@ static void params_alloc(hs_model *m) {
         hs_param *p = &m->params[i];
         int64_t n = hs_param_local_numel(p);
         p->data = buf(m, n, m->dt);
-        p->grad = buf(m, n, p->grad_dtype);
+        p->grad = m->opt.no_grad ? NULL : buf(m, n, p->grad_dtype);
     }
 }
 

@@ -79,6 +79,7 @@ static hs_status list_add(ckpt_list *l, const char *prefix, const hs_param *p, c
 static hs_status list_optim_state(ckpt_list *l, hs_trainer *t, int i, const hs_param *p,
                                   const hs_engine_ckpt_param *v, hs_error *e) {
     hs_status s = HS_OK;
+    if (!t->optim) return s; /* inference: the weights alone are loaded */
     for (int k = 0; s == HS_OK && k < hs_optim_state_count(t->optim, i); k++) {
         char suffix[80];
         snprintf(suffix, sizeof suffix, ".%s", hs_optim_state_name(t->optim, i, k));
@@ -344,7 +345,7 @@ static hs_status resume_load(hs_trainer *t, const char *path, hs_ckpt_state *st,
 
 /* The data order continues with the seed the checkpoint was trained on. */
 static hs_status resume_data_seed(hs_trainer *t, uint64_t seed, hs_error *e) {
-    if (seed == t->data_seed) return HS_OK;
+    if (seed == t->data_seed || !t->data) return HS_OK; /* !data: generate opens none */
     hs_log_warn(t->log,
                 "train.seed %llu differs from the checkpoint's %llu: the data order "
                 "continues with %llu",
@@ -370,7 +371,7 @@ static bool is_own_step(const hs_trainer *t, const char *step_dir, int64_t step)
  * counted in the start-up memory check) before the first step, so no save
  * pays for allocating and faulting it in. */
 static hs_status writer_open(hs_trainer *t, hs_error *e) {
-    if (!t->cfg->checkpoint.dir[0] || !t->cfg->checkpoint.async) return HS_OK;
+    if (!t->cfg->checkpoint.dir[0] || !t->cfg->checkpoint.async || !t->optim) return HS_OK;
     hs_status s = hs_ckpt_writer_create(t->dev, &t->ckpt_writer, e);
     if (s == HS_OK) s = hs_ckpt_writer_reserve(t->ckpt_writer, t->plan_ckpt_staging, e);
     return agree(t, s, "allocating the checkpoint staging memory", e);
@@ -398,7 +399,7 @@ hs_status hs_train_ckpt_resume(hs_trainer *t, hs_error *e) {
     s = agree(t, resume_check(t, path, &st, e), "checking the checkpoint", e);
     if (s == HS_OK) s = resume_load(t, path, &st, e);
     if (s != HS_OK) return s;
-    hs_optim_set_step_count(t->optim, st.optim_step);
+    if (t->optim) hs_optim_set_step_count(t->optim, st.optim_step);
     s = t->engine->after_step(t->engine, e);
     if (s == HS_OK) s = resume_data_seed(t, st.rng_seed, e);
     if (s != HS_OK) return s;

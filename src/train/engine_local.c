@@ -125,6 +125,7 @@ hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_e
     hs_model_options mo = hs_engine_model_options(cfg, false, env->max_batch, env->stage, 0);
     mo.dev = env->dev;
     mo.weights_from_file = env->weights_from_file;
+    mo.no_grad = env->inference;
     hs_model *m = NULL;
     hs_status s = hs_model_create(&cfg->model, &mo, &m, e);
     if (s != HS_OK) return s;

@@ -8,13 +8,18 @@
 
 #include "train/run.h"
 
-/* A trainer with its weights loaded and nothing written. */
+/* A trainer with its weights loaded and nothing written, forward only
+ * (opt's copy in *fwd says inference: no optimizer, no gradients; and for
+ * generate, no_data). */
 static hs_status open_trainer(hs_trainer *t, const hs_config *cfg, const hs_topology *topo,
-                              hs_comm *comm, const hs_train_options *opt, const hs_log *log,
-                              hs_error *e) {
+                              hs_comm *comm, const hs_train_options *opt, hs_train_options *fwd,
+                              bool no_data, const hs_log *log, hs_error *e) {
+    *fwd = *opt;
+    fwd->inference = true;
+    fwd->no_data = no_data;
     *t = (hs_trainer){.cfg = cfg,
                       .topo = topo,
-                      .opt = opt,
+                      .opt = fwd,
                       .comm = comm,
                       .log = log,
                       .trace = hs_comm_trace(comm),
@@ -59,8 +64,9 @@ hs_status hs_train_generate(const hs_config *cfg, const hs_topology *topo, hs_co
                             const hs_train_options *opt, const hs_log *log,
                             const hs_generate_options *g, int32_t *out, hs_error *e) {
     hs_trainer t;
+    hs_train_options fwd;
     hs_decoder d = {0};
-    hs_status s = open_trainer(&t, cfg, topo, comm, opt, log, e);
+    hs_status s = open_trainer(&t, cfg, topo, comm, opt, &fwd, true, log, e);
     int T = cfg->train.seq_len, V = cfg->model.vocab_size;
     int32_t *seq = calloc((size_t)T, sizeof *seq);
     float *scratch = malloc(sizeof(float) * (size_t)V);
@@ -101,7 +107,8 @@ hs_status hs_train_eval(const hs_config *cfg, const hs_topology *topo, hs_comm *
                         const hs_train_options *opt, const hs_log *log, double *val_loss,
                         hs_error *e) {
     hs_trainer t;
-    hs_status s = open_trainer(&t, cfg, topo, comm, opt, log, e);
+    hs_train_options fwd;
+    hs_status s = open_trainer(&t, cfg, topo, comm, opt, &fwd, false, log, e);
     if (s == HS_OK && hs_data_num_val(t.data) == 0)
         s = hs_error_set(e, HS_ERR_CONFIG,
                          "eval: the data has no validation sequences; set "

@@ -41,7 +41,8 @@ static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
                          .max_batch = t->mbs,
                          .stage = t->stage,
                          .act_slots = t->act_slots,
-                         .weights_from_file = weights_from_file(t)};
+                         .weights_from_file = weights_from_file(t),
+                         .inference = t->opt && t->opt->inference};
     hs_status s = hs_engine_create(&env, &t->engine, e);
     if (s != HS_OK) return s;
     hs_model *m = hs_engine_catalog(t->engine);
@@ -57,6 +58,7 @@ static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
         if (s == HS_OK) hs_log_info(t->log, "loaded weights from %s", t->opt->init_from);
     }
     if (s != HS_OK) return s;
+    if (t->opt && t->opt->inference) return HS_OK; /* no step: no optimizer */
     t->n_oparams = t->engine->optim_params(t->engine, &t->oparams);
     /* Under offload the optimizer steps on the host copies of the shards,
      * so its state lives in the host pool with them. */
@@ -177,7 +179,8 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     /* A GPU's peak is its own GEMM's, measured while its memory is empty:
      * the ranks that share one measure it together. */
     bool gpu = s == HS_OK && t->dev->kind == HS_DEVICE_CUDA;
-    if (gpu) {
+    bool infer = t->opt && t->opt->inference;
+    if (gpu && !infer) {
         s = hs_pg_barrier(hs_comm_world(t->comm), e);
         t->peak_dtype = compute;
         if (s == HS_OK) s = hs_measure_device_peak_flops(t->dev, compute, &peak, e);
@@ -197,7 +200,7 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     t->M = hs_config_micro_batches(cfg, t->topo);
     int64_t tok_vocab = 0;
     s = hs_tokenizer_check(cfg, &tok_vocab, e);
-    if (s == HS_OK)
+    if (s == HS_OK && !(t->opt && t->opt->no_data))
         s = hs_data_open(&cfg->data, t->T, cfg->model.vocab_size, (uint64_t)cfg->train.seed,
                          &t->data, e);
     if (s == HS_OK) s = trainer_buffers(t, e);
@@ -212,7 +215,9 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     t->flops_per_token = hs_model_flops_per_token(hs_engine_catalog(t->engine), t->T);
     /* Every rank probes at once, after a barrier: a rank spinning in a
      * collective while another measures would take the core from it and
-     * make the reference too low (an MFU above 100%). */
+     * make the reference too low (an MFU above 100%). generate and eval
+     * report no MFU: no probe. */
+    if (infer) return HS_OK;
     if (!gpu) {
         s = hs_pg_barrier(t->world_group, e);
         if (s != HS_OK) return s;

@@ -10,6 +10,10 @@
 # text is streamed after the prompt on stdout. A run dir or checkpoint that
 # does not exist and a missing prompt exit 2 with the path named; weights
 # that do not fit the model's config exit 1 naming the tensor.
+# generate and eval run forward only: on a model whose weights are most of
+# the memory (27M parameters, 110 MiB), neither holds the gradients and
+# Adam states a training step would (3x the weights more): peak RSS under
+# 3.2x the weights (4.4x before they were left out).
 # HS_MPI_RANKS: 2
 # HS_TEST_TIMEOUT: 180
 set -u
@@ -88,6 +92,30 @@ for cmd in ([binary, "eval", "--run", f"{work}/run"],
     got = float(out.stdout.split()[2])
     assert abs(got - want) <= 1e-5 * abs(want), (cmd, got, want)
     print(f"eval {' '.join(cmd[-3:])}: {got} (run: {want})")
+PY
+
+# Forward only: no optimizer, no gradients. A 1-step run of 27M
+# parameters (110 MiB in fp32); generate and eval from it on one process.
+big=(model.dim=512 model.n_layers=6 model.n_heads=8 model.n_kv_heads=8 model.ffn_dim=1536
+     model.vocab_size=8192 train.seq_len=64 train.micro_batch_size=1 train.global_batch_size=1
+     train.steps=1 train.eval_every=0 data.val_fraction=0.01)
+hs_must_run 1 train "${big[@]}" train.out_dir="$work/big"
+python3 - "$HS_BIN" "$work/big" <<'PY' || fail "generate or eval held training state"
+import os, resource, subprocess, sys
+binary, run = sys.argv[1], sys.argv[2]
+weights = os.path.getsize(f"{run}/model.safetensors")
+for cmd in ([binary, "generate", "--run", run, "--prompt", "a", "--max-new-tokens", "1"],
+            [binary, "eval", "--run", run]):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    assert peak > before * 1024 or before == 0, "ru_maxrss did not move"
+    # params (1x) + the weights file read (1x) + buffers; a trainer's
+    # gradients and two Adam states would add 3x
+    print(f"{cmd[1]}: peak RSS {peak / 2**20:.0f} MiB for {weights / 2**20:.0f} MiB of weights "
+          f"({peak / weights:.2f}x)")
+    assert peak < 3.2 * weights, (cmd[1], peak, weights)
 PY
 
 hs_expect_exit 2 no_run "--run $work/nope: no config.yaml there" generate --run "$work/nope" --prompt x
