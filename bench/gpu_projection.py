@@ -12,7 +12,8 @@ against this table; docs/cuda.md carries its output for the 1.1B shape.
 
 What the step does (src/model, src/device/cuda*): activations in bf16, the
 residual stream and activation gradients in fp32, each GEMM's 16-bit input
-gradient converted from fp32 first, attention through cuDNN's fused SDPA
+gradient converted from fp32 first but the gate and up projections' (the
+SwiGLU backward writes them in bf16), attention through cuDNN's fused SDPA
 (its 16-bit gradients added into the fp32 ones), the fp32 main parameters
 updated by AdamW one tensor at a time and rounded into the bf16 shard, the
 gradient norm in one sumsq_many. One GPU: FSDP's gathers and reductions
@@ -66,10 +67,13 @@ def classes(a):
     # element-wise, bytes per layer
     norm = 2 * (N * C * (f4 + bf)) + 2 * (N * C * (f4 * 3))  # 2 fwd, 2 bwd
     rope = N * (Q + KV) * bf * 2 + N * (Q + KV) * f4 * 2
-    swiglu = N * F * (3 * bf) + N * F * (f4 + 2 * bf + 2 * f4)
+    # the backward writes the gate and up projections' 16-bit input
+    # gradients itself (swiglu_bwd16)
+    swiglu = N * F * (3 * bf) + N * F * (f4 + 2 * bf + 2 * bf)
     resid = 2 * N * C * (f4 + bf + f4) + 2 * N * C * (3 * f4)
-    # fp32 -> bf16 input gradients before each GEMM's backward
-    casts = N * (C + 2 * F + C + (Q + 2 * KV)) * (f4 + bf)
+    # fp32 -> bf16 input gradients before the down, o and q/k/v GEMMs'
+    # backward
+    casts = N * (C + C + (Q + 2 * KV)) * (f4 + bf)
     # attention's extras: D = dO . O, and the 16-bit dq/dk/dv added into fp32
     attn_glue = N * Q * (f4 + bf) + N * (Q + 2 * KV) * (f4 + bf + f4)
     out.append(("RMSNorm fwd+bwd", 0, L * norm, "mem"))

@@ -218,6 +218,12 @@ typedef struct hs_device_kernels {
                        int64_t n);
     void (*swiglu_bwd)(hs_stream *s, float *dgate, float *dup, bool overwrite, const float *dout,
                        const void *gate, const void *up, hs_dtype dt, int64_t n);
+    /* The values swiglu_bwd stores (overwrite) rounded once to the 16-bit
+     * dt into dgate16 and dup16: swiglu_bwd then convert, in one pass and
+     * the same bits (the gate and up projections' 16-bit input gradients
+     * where the GEMMs multiply 16-bit operands natively). */
+    void (*swiglu_bwd16)(hs_stream *s, void *dgate16, void *dup16, const float *dout,
+                         const void *gate, const void *up, hs_dtype dt, int64_t n);
     /* Causal GQA with scale 1/sqrt(HD) on the rows of r; lse [B, NH, Tq]
      * fp32; out in odt. Backward accumulates dq, dk, dv (fp32). w: NULL or
      * the caller's workspace (hs_att_work). */
@@ -446,6 +452,12 @@ hs_status hs_device_status(hs_device *d, hs_error *e);
  * serial: 0 while there is none; a caller that logs it whenever the
  * serial changes says each note once. */
 int hs_device_note_read(hs_device *d, char *buf, size_t n);
+/* Whether d's GEMM multiplies two dt operands natively (dt 16-bit): a GPU's
+ * tensor cores always; on cpu and reference, whether oneDNN has the
+ * matmul on this CPU (hs_gemm_native; also for d NULL, a model only
+ * counted for the plan). The model keeps its 16-bit
+ * activation gradients where it does. */
+bool hs_device_gemm_native(const hs_device *d, hs_dtype dt);
 /* The dense GEMM rate d's datasheet states for operands of dtype dt, in
  * FLOP/s (16-bit: the tensor cores' dense figure, half the sparse one;
  * fp32: the CUDA cores'), and in *which the product it took it for; 0

@@ -75,6 +75,22 @@ void hs_swiglu_backward_ex(float *dgate /* N,F */, float *dup /* N,F */, bool ov
                   c * CHUNK + CHUNK < n ? c * CHUNK + CHUNK : n);
 }
 
+/* Each chunk through bwd_chunk into fp32 on the stack, then rounded into
+ * dt: the bits of swiglu_bwd and convert, without the fp32 pass through
+ * memory. */
+void hs_cpu_swiglu_bwd16(hs_stream *s, void *dgate16, void *dup16, const float *dout,
+                         const void *gate, const void *up, hs_dtype dt, int64_t n) {
+    int64_t chunks = (n + CHUNK - 1) / CHUNK;
+#pragma omp parallel for schedule(static) if (n >= HS_PAR_MIN)
+    for (int64_t c = 0; c < chunks; c++) {
+        float dg[CHUNK], du[CHUNK];
+        int64_t lo = c * CHUNK, len = lo + CHUNK < n ? CHUNK : n - lo;
+        bwd_chunk(dg, du, dout + lo, hs_cat(gate, dt, lo), hs_cat(up, dt, lo), dt, true, 0, len);
+        hs_convert(hs_at(dgate16, dt, lo), dt, dg, HS_DTYPE_F32, len);
+        hs_convert(hs_at(dup16, dt, lo), dt, du, HS_DTYPE_F32, len);
+    }
+}
+
 void hs_cpu_swiglu_fwd(hs_stream *s, void *out, const void *gate, const void *up, hs_dtype dt,
                        int64_t n) {
     hs_swiglu_forward(out, gate, up, dt, n);

@@ -83,6 +83,14 @@ void hs_cuda_swiglu_fwd(hs_stream *s, void *out, const void *gate, const void *u
                   "swiglu_fwd");
 }
 
+void hs_cuda_swiglu_bwd16(hs_stream *s, void *dgate16, void *dup16, const float *dout,
+                          const void *gate, const void *up, hs_dtype dt, int64_t n) {
+    hs_cuda_check(
+        s,
+        hs_cuda_launch_swiglu_bwd16(hs_cuda_stream(s), dgate16, dup16, dout, gate, up, (int)dt, n),
+        "swiglu_bwd16");
+}
+
 void hs_cuda_swiglu_bwd(hs_stream *s, float *dgate, float *dup, bool overwrite, const float *dout,
                         const void *gate, const void *up, hs_dtype dt, int64_t n) {
     hs_cuda_check(s,

@@ -13,6 +13,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "cuda_dtype.cuh"
 #include "cuda_nn_launch.h"
 
 namespace {
@@ -275,6 +276,20 @@ __global__ void swiglu_bwd_k(float *dgate, float *dup, bool overwrite, const flo
     }
 }
 
+/* The same values stored in T16 with the element-wise family's rounding
+ * (hs_cu_st: hs_convert's bits, NaN included). */
+template <typename T, int D>
+__global__ void swiglu_bwd16_k(void *dgate16, void *dup16, const float *dout, const T *gate,
+                               const T *up, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float g = ld(gate[i]), u = ld(up[i]), dy = dout[i];
+        float sg = 1.0f / (1.0f + expf(-g));
+        hs_cu_st<D>(dgate16, i, dy * u * sg * (1.0f + g * (1.0f - sg)));
+        hs_cu_st<D>(dup16, i, dy * g * sg);
+    }
+}
+
 /* ------------------------------------------------------ cross-entropy */
 
 /* One pass for the row's max and sum (online softmax), a second for the
@@ -477,6 +492,19 @@ extern "C" cudaError_t hs_cuda_launch_swiglu_bwd(cudaStream_t st, float *dgate, 
             dgate, dup, overwrite, dout, (const TT *)gate, (const TT *)up, n);
         return cudaGetLastError();
     });
+}
+
+extern "C" cudaError_t hs_cuda_launch_swiglu_bwd16(cudaStream_t st, void *dgate16, void *dup16,
+                                                   const float *dout, const void *gate,
+                                                   const void *up, int dt, int64_t n) {
+    if (n == 0) return cudaSuccess;
+    if (dt == 2)
+        swiglu_bwd16_k<__half, HS_CU_F16><<<elem_blocks(n), kElemThreads, 0, st>>>(
+            dgate16, dup16, dout, (const __half *)gate, (const __half *)up, n);
+    else
+        swiglu_bwd16_k<__nv_bfloat16, HS_CU_BF16><<<elem_blocks(n), kElemThreads, 0, st>>>(
+            dgate16, dup16, dout, (const __nv_bfloat16 *)gate, (const __nv_bfloat16 *)up, n);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t hs_cuda_launch_xent(cudaStream_t st, hs_cuda_loss_total *total,

@@ -50,6 +50,11 @@ cudaError_t hs_cuda_launch_rope(cudaStream_t st, void *x, int dt, const float *c
 
 cudaError_t hs_cuda_launch_swiglu_fwd(cudaStream_t st, void *out, const void *gate, const void *up,
                                       int dt, int64_t n);
+/* swiglu_bwd's stored values rounded into the 16-bit dt (hs_convert's
+ * bits). */
+cudaError_t hs_cuda_launch_swiglu_bwd16(cudaStream_t st, void *dgate16, void *dup16,
+                                        const float *dout, const void *gate, const void *up, int dt,
+                                        int64_t n);
 cudaError_t hs_cuda_launch_swiglu_bwd(cudaStream_t st, float *dgate, float *dup, bool overwrite,
                                       const float *dout, const void *gate, const void *up, int dt,
                                       int64_t n);

@@ -165,6 +165,11 @@ void hs_device_note(hs_device *d, const char *fmt, ...) {
     atomic_store(&d->note_lock, 0);
 }
 
+bool hs_device_gemm_native(const hs_device *d, hs_dtype dt) {
+    if (dt == HS_DTYPE_F32) return false;
+    return (d && d->kind == HS_DEVICE_CUDA) || hs_gemm_native(dt, HS_DTYPE_F32);
+}
+
 int hs_device_note_read(hs_device *d, char *buf, size_t n) {
     int open = 0;
     while (!atomic_compare_exchange_weak(&d->note_lock, &open, 1)) open = 0, sched_yield();

@@ -68,6 +68,10 @@
       (hs_stream * s, float *dgate, float *dup, bool overwrite, const float *dout,                 \
        const void *gate, const void *up, hs_dtype dt, int64_t n),                                  \
       (s, dgate, dup, overwrite, dout, gate, up, dt, n), (dgate, dup, dout, gate, up))             \
+    X(swiglu_bwd16,                                                                                \
+      (hs_stream * s, void *dgate16, void *dup16, const float *dout, const void *gate,             \
+       const void *up, hs_dtype dt, int64_t n),                                                    \
+      (s, dgate16, dup16, dout, gate, up, dt, n), (dgate16, dup16, dout, gate, up))                \
     X(attention_fwd,                                                                               \
       (hs_stream * s, void *out, hs_dtype odt, float *lse, const void *q, const void *k,           \
        const void *v, hs_dtype dt, int B, int NH, int KVH, int HD, const hs_att_rows *r,           \

@@ -154,6 +154,10 @@ static void work_swiglu_bwd(hs_stream *s, float *dgate, float *dup, bool overwri
                             int64_t n) {
     set(s, HS_PROF_SWIGLU, 0, (double)n * (4 + 2 * sz(dt) + (overwrite ? 8 : 16)));
 }
+static void work_swiglu_bwd16(hs_stream *s, void *dgate16, void *dup16, const float *dout,
+                              const void *gate, const void *up, hs_dtype dt, int64_t n) {
+    set(s, HS_PROF_SWIGLU, 0, (double)n * (4 + 4 * sz(dt)));
+}
 static void work_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
                                const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH,
                                int HD, const hs_att_rows *r, const hs_att_work *w) {

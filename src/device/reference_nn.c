@@ -96,6 +96,15 @@ void hs_ref_swiglu_bwd(hs_stream *s, float *dgate, float *dup, bool overwrite, c
     }
 }
 
+void hs_ref_swiglu_bwd16(hs_stream *s, void *dgate16, void *dup16, const float *dout,
+                         const void *gate, const void *up, hs_dtype dt, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        double g = hs_ld(gate, dt, i), u = hs_ld(up, dt, i), sg = 1.0 / (1.0 + exp(-g));
+        hs_st(dgate16, dt, i, (float)(dout[i] * u * sg * (1.0 + g * (1.0 - sg))));
+        hs_st(dup16, dt, i, (float)(dout[i] * g * sg));
+    }
+}
+
 static double row_max(const float *l, int V) {
     double mx = l[0];
     for (int i = 1; i < V; i++) mx = l[i] > mx ? l[i] : mx;

@@ -247,9 +247,21 @@ static void defer_weight_grad(hs_model *m, hs_wgrad_kind kind, float *dx, bool o
     *op = (hs_wgrad_op){.w = w, .dy = op->dy, .x = copy ? copy : x, .rows = N, .IC = IC, .OC = OC};
 }
 
-/* A dense linear's backward: dx stored over or added to, and its weight
- * gradient stored over while the buffer holds no value yet (grad_unset),
- * added to after; in the split backward's input pass, kept for later. */
+/* A dense linear's backward from dy in ydt: dx stored over or added to,
+ * and its weight gradient stored over while the buffer holds no value yet
+ * (grad_unset), added to after. */
+static void dense_backward_dy(hs_model *m, float *dx, bool overwrite_dx, hs_param *w,
+                              const void *dy, hs_dtype ydt, const void *x, int64_t N, int IC,
+                              int OC) {
+    bool store = w->grad && w->grad_unset;
+    hs_linear_backward_dy(m->dev, dx, overwrite_dx, w->grad, store, w->grad_dtype, dy, ydt, x,
+                          w->data, m->dt, N, IC, OC);
+    if (w->grad) w->grad_unset = false;
+}
+
+/* The same from the fp32 dout, rounded into dout16 first where the GEMMs
+ * multiply 16-bit operands; in the split backward's input pass, the weight
+ * gradient kept for later. */
 static void dense_backward(hs_model *m, hs_wgrad_kind kind, float *dx, bool overwrite_dx,
                            hs_param *w, const float *dout, const void *x, int64_t N, int IC,
                            int OC) {
@@ -257,10 +269,9 @@ static void dense_backward(hs_model *m, hs_wgrad_kind kind, float *dx, bool over
         defer_weight_grad(m, kind, dx, overwrite_dx, w, dout, x, N, IC, OC);
         return;
     }
-    bool store = w->grad && w->grad_unset;
-    hs_linear_backward_ex(m->dev, dx, overwrite_dx, w->grad, store, w->grad_dtype, dout, m->dout16,
-                          x, w->data, m->dt, N, IC, OC);
-    if (w->grad) w->grad_unset = false;
+    hs_dtype ydt;
+    const void *dy = hs_linear_dout(m->dev, dout, m->dout16, m->dt, N * OC, &ydt);
+    dense_backward_dy(m, dx, overwrite_dx, w, dy, ydt, x, N, IC, OC);
 }
 
 void hs_block_backward_weight(hs_model *m, hs_wgrad_block *wg) {
@@ -297,9 +308,17 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
     }
     const float *dout = par->exit_grad(par->ctx, m->dres, bp->wd, N);
     dense_backward(m, HS_WG_DOWN, m->dh, true, bp->wd, dout, a->h, rows, F, C);
-    m->k->swiglu_bwd(m->s, m->dg, m->du, true, m->dh, a->gate, a->up, dt, rows * F);
-    dense_backward(m, HS_WG_GATE, m->dln, true, bp->wg, m->dg, a->ln2, rows, C, F);
-    dense_backward(m, HS_WG_UP, m->dln, false, bp->wu, m->du, a->ln2, rows, C, F);
+    if (m->dout16 && !m->wg_cur) {
+        /* 16-bit GEMMs: the gate and up gradients straight into dt, in the
+         * fp32 buffers' memory (the bits of swiglu_bwd and a convert) */
+        m->k->swiglu_bwd16(m->s, m->dg, m->du, m->dh, a->gate, a->up, dt, rows * F);
+        dense_backward_dy(m, m->dln, true, bp->wg, m->dg, dt, a->ln2, rows, C, F);
+        dense_backward_dy(m, m->dln, false, bp->wu, m->du, dt, a->ln2, rows, C, F);
+    } else {
+        m->k->swiglu_bwd(m->s, m->dg, m->du, true, m->dh, a->gate, a->up, dt, rows * F);
+        dense_backward(m, HS_WG_GATE, m->dln, true, bp->wg, m->dg, a->ln2, rows, C, F);
+        dense_backward(m, HS_WG_UP, m->dln, false, bp->wu, m->du, a->ln2, rows, C, F);
+    }
     return par->enter_grad(par->ctx, m->dln, bp->wg, N);
 }
 

@@ -407,7 +407,7 @@ static void buffers_alloc(hs_model *m) {
     m->rope_cos = m->cos_t, m->rope_sin = m->sin_t;
     seam_bind(m, BT); /* before the activation sets, whose MoE layers ask the seam */
     /* a linear's output gradient as its GEMMs read it (hs_linear_dout) */
-    m->wg_dt = dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32) ? dt : HS_DTYPE_F32;
+    m->wg_dt = hs_device_gemm_native(m->dev, dt) ? dt : HS_DTYPE_F32;
     m->n_acts = m->opt.activation_checkpointing == HS_AC_FULL ? 1 : m->L;
     /* selective: what every block's backward recomputes, sized for all */
     if (m->opt.activation_checkpointing == HS_AC_SELECTIVE)
@@ -445,7 +445,7 @@ static void buffers_alloc(hs_model *m) {
     int64_t part = hs_rmsnorm_backward_scratch(BT, m->C);
     int64_t head_part = m->qk_norm ? hs_rmsnorm_backward_scratch(BT * m->NH, m->HD) : 0;
     m->norm_part = raw(m, (size_t)(part > head_part ? part : head_part) * sizeof(double));
-    if (dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32)) {
+    if (hs_device_gemm_native(m->dev, dt)) {
         int64_t w = m->C > q ? m->C : q;
         w = F > w ? F : w;
         int64_t hv = m->head ? m->head_rows * m->V : 0;

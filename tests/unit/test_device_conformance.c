@@ -267,7 +267,8 @@ static void run_rope_tables(const kcase *c, outs *o) {
     release(c, ct), release(c, st);
 }
 
-/* d = {n}: forward, backward accumulating, backward overwriting. */
+/* d = {n}: forward, backward accumulating, backward overwriting, and (16-bit)
+ * the overwriting backward rounded into dt in one pass. */
 static void run_swiglu(const kcase *c, outs *o) {
     int64_t n = c->d[0];
     void *g = rnd(c, c->dt, n, 15, 6.0f), *u = rnd(c, c->dt, n, 16, 2.0f);
@@ -282,6 +283,19 @@ static void run_swiglu(const kcase *c, outs *o) {
     c->k->swiglu_bwd(c->s, dg, du, true, dout, g, u, c->dt, n);
     done(c);
     put(o, dg, HS_DTYPE_F32, n);
+    if (c->dt != HS_DTYPE_F32) { /* swiglu_bwd16: the bits of the two passes above */
+        void *g16 = zeros(c, (size_t)n, 2), *u16 = zeros(c, (size_t)n, 2);
+        void *want = zeros(c, (size_t)n, 2);
+        c->k->swiglu_bwd16(c->s, g16, u16, dout, g, u, c->dt, n);
+        c->k->convert(c->s, want, c->dt, dg, HS_DTYPE_F32, n);
+        done(c);
+        assert_memory_equal(g16, want, (size_t)n * 2);
+        c->k->convert(c->s, want, c->dt, du, HS_DTYPE_F32, n);
+        done(c);
+        assert_memory_equal(u16, want, (size_t)n * 2);
+        put(o, g16, c->dt, n);
+        release(c, g16), release(c, u16), release(c, want);
+    }
     release(c, g), release(c, u), release(c, out), release(c, dout), release(c, dg);
     release(c, du);
 }
