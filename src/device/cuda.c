@@ -2,6 +2,7 @@
  * allocator, pinned host memory (mapped: a kernel may read it) under a
  * second one, copies and memsets on CUDA streams, events, the GPU chosen by
  * the process's local rank, and the kernel table over cuda_*.c. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,15 +33,24 @@ cudaStream_t hs_cuda_stream(hs_stream *s) {
 
 /* -------------------------------------------------------------- memory */
 
+/* The stream-ordered pool kernel scratch comes from keeps what it was
+ * given; when cudaMalloc is refused, what it holds unused goes back to
+ * the driver (cudaMemPoolTrimTo: no device-wide wait, unlike cudaFree,
+ * which would wait for an NCCL kernel spinning on a peer) and the
+ * allocation is tried once more, before the cache hands back its own free
+ * lists. */
 static void *gpu_raw_alloc(void *ctx, size_t bytes) {
     hs_device *d = ctx;
     void *p = NULL;
     set_current(d);
-    if (cudaMalloc(&p, bytes) != cudaSuccess) {
-        (void)cudaGetLastError(); /* an allocation failure is reported as NULL, not kept */
-        return NULL;
-    }
-    return p;
+    if (cudaMalloc(&p, bytes) == cudaSuccess) return p;
+    (void)cudaGetLastError(); /* an allocation failure is reported as NULL, not kept */
+    cudaMemPool_t pool;
+    if (cudaDeviceGetDefaultMemPool(&pool, ((hs_cuda_ctx *)d->ctx)->ordinal) == cudaSuccess &&
+        cudaMemPoolTrimTo(pool, 0) == cudaSuccess && cudaMalloc(&p, bytes) == cudaSuccess)
+        return p;
+    (void)cudaGetLastError();
+    return NULL;
 }
 
 static void gpu_raw_free(void *ctx, void *p) {
@@ -73,10 +83,20 @@ static void *cached_alloc(hs_mem_cache *c, hs_pool *pool, size_t bytes) {
     return p;
 }
 
-/* The pinned host memory's cache (the device pool's is d->cache). */
+/* A live piece of kernel scratch and the bytes it was charged. */
+typedef struct scratch_piece {
+    void *p;
+    size_t bytes;
+} scratch_piece;
+
+/* The pinned host memory's cache (the device pool's is d->cache), and the
+ * live kernel scratch, counted in the device pool. */
 typedef struct cuda_state {
     hs_cuda_ctx pub;
     hs_mem_cache *pinned;
+    pthread_mutex_t scratch_mu;
+    scratch_piece *scratch;
+    int n_scratch, cap_scratch;
 } cuda_state;
 
 static void *gpu_alloc(hs_device *d, size_t bytes) {
@@ -183,6 +203,8 @@ static void gpu_destroy(hs_device *d) {
     hs_cuda_gemm_free(d);
     hs_cuda_attention_free(d);
     hs_mem_cache_free_all(st->pinned);
+    pthread_mutex_destroy(&st->scratch_mu);
+    free(st->scratch);
     free(st);
     d->ctx = NULL;
 }
@@ -208,18 +230,60 @@ static const hs_device_ops cuda_ops = {
 
 /* ------------------------------------------------- scratch and scalars */
 
+/* Records a live piece (false: its table could not grow). */
+static bool scratch_note(cuda_state *st, void *p, size_t bytes) {
+    pthread_mutex_lock(&st->scratch_mu);
+    bool ok = true;
+    if (st->n_scratch == st->cap_scratch) {
+        int cap = st->cap_scratch ? 2 * st->cap_scratch : 16;
+        scratch_piece *t = realloc(st->scratch, (size_t)cap * sizeof *t);
+        if (t) st->scratch = t, st->cap_scratch = cap;
+        else ok = false;
+    }
+    if (ok) st->scratch[st->n_scratch++] = (scratch_piece){p, bytes};
+    pthread_mutex_unlock(&st->scratch_mu);
+    return ok;
+}
+
+/* The bytes p was charged, and p forgotten. */
+static size_t scratch_forget(cuda_state *st, void *p) {
+    size_t bytes = 0;
+    pthread_mutex_lock(&st->scratch_mu);
+    for (int i = st->n_scratch - 1; i >= 0; i--)
+        if (st->scratch[i].p == p) {
+            bytes = st->scratch[i].bytes;
+            st->scratch[i] = st->scratch[--st->n_scratch];
+            break;
+        }
+    pthread_mutex_unlock(&st->scratch_mu);
+    return bytes;
+}
+
+/* Kernel scratch is device memory like the rest: charged to the device
+ * pool (its limit bounds it; peak_device_bytes counts it) while live. */
 void *hs_cuda_scratch(hs_stream *s, size_t bytes, const char *what) {
+    hs_device *d = s->dev;
     void *p = NULL;
+    if (!hs_pool_charge(&d->device_pool, bytes)) {
+        hs_kernel_oom(s,
+                      "cuda device %d: %zu bytes of scratch for %s: over the device pool's limit",
+                      hs_cuda_ctx_of(s)->ordinal, bytes, what);
+        return NULL;
+    }
     cudaError_t err = cudaMallocAsync(&p, bytes ? bytes : 1, hs_cuda_stream(s));
-    if (err == cudaSuccess) return p;
-    (void)cudaGetLastError();
+    if (err == cudaSuccess && scratch_note(d->ctx, p, bytes)) return p;
+    if (err == cudaSuccess) hs_cuda_check(s, cudaFreeAsync(p, hs_cuda_stream(s)), "a scratch free");
+    else (void)cudaGetLastError();
+    hs_pool_uncharge(&d->device_pool, bytes);
     hs_kernel_oom(s, "cuda device %d: %zu bytes of scratch for %s", hs_cuda_ctx_of(s)->ordinal,
                   bytes, what);
     return NULL;
 }
 
 void hs_cuda_scratch_free(hs_stream *s, void *p) {
-    if (p) hs_cuda_check(s, cudaFreeAsync(p, hs_cuda_stream(s)), "a scratch free");
+    if (!p) return;
+    hs_cuda_check(s, cudaFreeAsync(p, hs_cuda_stream(s)), "a scratch free");
+    hs_pool_uncharge(&s->dev->device_pool, scratch_forget(s->dev->ctx, p));
 }
 
 void hs_cuda_to_host(hs_stream *s, void *dst, const void *src, size_t bytes) {
@@ -266,6 +330,7 @@ hs_status hs_device_cuda_init(hs_device *d, hs_error *e) {
     cuda_state *st = calloc(1, sizeof *st);
     if (st == NULL) return hs_error_oom(e, "the cuda device's state: %zu bytes", sizeof *st);
     d->ctx = st;
+    pthread_mutex_init(&st->scratch_mu, NULL);
     d->ops = &cuda_ops;
     d->k = &cuda_kernels;
     hs_cuda_ctx *c = &st->pub;
