@@ -170,7 +170,10 @@ static int64_t span(int64_t rows, int64_t cols, int64_t ld) {
 }
 
 /* C = alpha op(A) op(B) + beta C with A and B of one dtype and a C cuBLASLt
- * writes from them (their dtype, or fp32). */
+ * writes from them (their dtype, or fp32). The device's default stream
+ * uses the workspace made at start; a GEMM on another stream takes one of
+ * its own from the stream-ordered scratch (the same size, so the plan's
+ * algorithm holds), so two streams never share a workspace. */
 static void lt_matmul(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g,
                       hs_dtype ab_dt, hs_dtype c_dt) {
     hs_cuda_ctx *c = hs_cuda_ctx_of(s);
@@ -180,14 +183,21 @@ static void lt_matmul(hs_stream *s, void *C, const void *A, const void *B, const
     k.ta = g->trans_a, k.tb = g->trans_b, k.ab_dt = ab_dt, k.c_dt = c_dt;
     k.align = alignment_of(A, B, C);
     cudaStream_t st = hs_cuda_stream(s);
+    void *ws = c->lt_ws, *own = NULL;
+    if (s != s->dev->stream) {
+        own = hs_cuda_scratch(s, c->lt_ws_bytes, "cuBLASLt's workspace on a side stream");
+        if (own == NULL) return; /* recorded on the device as out of memory */
+        ws = own;
+    }
     plans *ps = c->gemm_plans;
     pthread_mutex_lock(&ps->mu);
     plan *p = plan_get(c, &k);
     cublasStatus_t r = CUBLAS_STATUS_NOT_SUPPORTED;
     if (p)
         r = cublasLtMatmul((cublasLtHandle_t)c->lt, p->desc, &g->alpha, B, p->a, A, p->b, &g->beta,
-                           C, p->c, C, p->c, &p->algo, c->lt_ws, c->lt_ws_bytes, st);
+                           C, p->c, C, p->c, &p->algo, ws, c->lt_ws_bytes, st);
     pthread_mutex_unlock(&ps->mu);
+    hs_cuda_scratch_free(s, own);
     if (r != CUBLAS_STATUS_SUCCESS) {
         hs_error e;
         hs_error_clear(&e);
