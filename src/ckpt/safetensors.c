@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "hypershard/ckpt.h"
 
@@ -18,8 +19,10 @@
 
 struct hs_st_file {
     char path[HS_PATH_MAX];
-    void *data; /* the data region */
+    void *data; /* the data region: in `map`, or allocated */
     size_t data_bytes;
+    void *map; /* the file mapped read-only (hs_safetensors_open), or NULL */
+    size_t map_bytes;
     hs_st_tensor *tensors;
     int n;
     char **meta_keys, **meta_values;
@@ -333,9 +336,21 @@ static hs_status st_read_all(hs_st_file *f, FILE *fp, hs_error *e) {
     if (s != HS_OK) return s;
     char *header = malloc(hlen ? hlen : 1);
     if (!header) return hs_error_oom(e, "safetensors %s: cannot allocate", f->path);
-    s = st_alloc_data(f, (uint64_t)size - 8 - hlen, e);
-    if (s == HS_OK && (fread(header, 1, hlen, fp) != hlen ||
-                       (f->data_bytes && fread(f->data, 1, f->data_bytes, fp) != f->data_bytes)))
+    /* The data region is read where it lies in the page cache (a read-only
+     * private mapping: no zero-filled copy of the whole file), or, where the
+     * file cannot be mapped, into memory of its own. */
+    uint64_t data_bytes = (uint64_t)size - 8 - hlen;
+    void *map = data_bytes ? mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fileno(fp), 0)
+                           : MAP_FAILED;
+    if (map != MAP_FAILED) {
+        f->map = map, f->map_bytes = (size_t)size;
+        f->data = (char *)map + 8 + hlen, f->data_bytes = (size_t)data_bytes;
+    } else {
+        s = st_alloc_data(f, data_bytes, e);
+    }
+    if (s == HS_OK &&
+        (fread(header, 1, hlen, fp) != hlen ||
+         (!f->map && f->data_bytes && fread(f->data, 1, f->data_bytes, fp) != f->data_bytes)))
         s = hs_error_set(e, HS_ERR_IO, "safetensors %s: read failed: %s", f->path,
                          hs_strerror_errno());
     if (s == HS_OK) s = st_parse_header(f, header, hlen, e);
@@ -393,7 +408,8 @@ void hs_safetensors_close(hs_st_file *f) {
     free(f->meta_keys);
     free(f->meta_values);
     free(f->tensors);
-    free(f->data);
+    if (f->map) munmap(f->map, f->map_bytes);
+    else free(f->data);
     free(f);
 }
 
