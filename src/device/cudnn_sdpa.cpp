@@ -65,9 +65,11 @@ void as_bshd(const tensor &t, int64_t B, int64_t H, int64_t T, int64_t HD) {
     t->set_output(true).set_dim({B, H, T, HD}).set_stride({T * H * HD, HD, H * HD, 1});
 }
 
-/* Builds d's graph in one direction; p->refused says why when it cannot. */
-void build(hs_cudnn_sdpa *c, const hs_cudnn_sdpa_dims *d, bool bwd, plan *p) {
+/* d's graph in one direction, its tensors in p: described, not built; for
+ * compute capability sm, or (0) the current GPU's. */
+std::shared_ptr<fe::graph::Graph> describe(const hs_cudnn_sdpa_dims *d, bool bwd, int sm, plan *p) {
     auto g = std::make_shared<fe::graph::Graph>();
+    if (sm > 0) g->set_sm_version(sm); /* before the nodes: they read it */
     g->set_io_data_type(io_type(d->dt))
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -113,6 +115,19 @@ void build(hs_cudnn_sdpa *c, const hs_cudnn_sdpa_dims *d, bool bwd, plan *p) {
             .set_dim({B, NH, T, 1})
             .set_stride({NH * T, T, 1, 1});
     }
+    return g;
+}
+
+std::string what_of(const hs_cudnn_sdpa_dims *d, bool bwd) {
+    return std::string("cuDNN's ") + (bwd ? "backward" : "forward") + " graph for B " +
+           std::to_string(d->B) + ", heads " + std::to_string(d->NH) + "/" +
+           std::to_string(d->KVH) + ", T " + std::to_string(d->T) + ", head dim " +
+           std::to_string(d->HD);
+}
+
+/* Builds d's graph in one direction; p->refused says why when it cannot. */
+void build(hs_cudnn_sdpa *c, const hs_cudnn_sdpa_dims *d, bool bwd, plan *p) {
+    auto g = describe(d, bwd, 0, p);
     const char *stage = "validate";
     fe::error_t err = g->validate();
     if (err.is_good()) stage = "build_operation_graph", err = g->build_operation_graph(c->handle);
@@ -123,13 +138,25 @@ void build(hs_cudnn_sdpa *c, const hs_cudnn_sdpa_dims *d, bool bwd, plan *p) {
     if (err.is_good()) stage = "build_plans", err = g->build_plans(c->handle);
     if (err.is_good()) stage = "get_workspace_size", err = g->get_workspace_size(p->workspace);
     if (!err.is_good()) {
-        p->refused = std::string("cuDNN's ") + (bwd ? "backward" : "forward") + " graph for B " +
-                     std::to_string(B) + ", heads " + std::to_string(NH) + "/" +
-                     std::to_string(KVH) + ", T " + std::to_string(T) + ", head dim " +
-                     std::to_string(HD) + " failed at " + stage + ": " + err.get_message();
+        p->refused = what_of(d, bwd) + " failed at " + stage + ": " + err.get_message();
         return;
     }
     p->graph = g;
+}
+
+/* The frontend's validation of d's graph for a GPU of compute capability
+ * sm (90: Hopper), without a GPU or a handle. */
+int check(const hs_cudnn_sdpa_dims *d, int bwd, int sm, char *why, size_t n) {
+    try {
+        plan p;
+        auto g = describe(d, bwd != 0, sm, &p);
+        fe::error_t err = g->validate();
+        if (err.is_good()) return 0;
+        say(why, n, what_of(d, bwd != 0) + " failed at validate: " + err.get_message());
+    } catch (const std::exception &ex) {
+        say(why, n, std::string("cuDNN graph description threw: ") + ex.what());
+    }
+    return 1;
 }
 
 /* d's plan in one direction, built on first use; NULL with why when cuDNN
@@ -262,7 +289,7 @@ int bwd(hs_cudnn_sdpa *c, void *st, const hs_cudnn_sdpa_dims *d, void *dq, void 
     return execute(c, st, d, true, ptr, ws, why, n);
 }
 
-const hs_cudnn_sdpa_ops api = {create, destroy, version, workspace, fwd, bwd};
+const hs_cudnn_sdpa_ops api = {create, destroy, version, workspace, fwd, bwd, check};
 
 } // namespace
 

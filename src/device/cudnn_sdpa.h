@@ -57,6 +57,10 @@ typedef struct hs_cudnn_sdpa_ops {
     int (*bwd)(hs_cudnn_sdpa *c, void *st, const hs_cudnn_sdpa_dims *d, void *dq, void *dk,
                void *dv, const void *q, const void *k, const void *v, const void *out,
                const void *dout, const float *stats, void *workspace, char *why, size_t why_n);
+    /* The graph of d in one direction described and validated by the
+     * frontend for compute capability sm (90: Hopper), without a GPU:
+     * whether cuDNN's SDPA node takes these shapes, strides and options. */
+    int (*check)(const hs_cudnn_sdpa_dims *d, int bwd, int sm, char *why, size_t why_n);
 } hs_cudnn_sdpa_ops;
 
 typedef const hs_cudnn_sdpa_ops *(*hs_cudnn_sdpa_api_fn)(void);
