@@ -136,7 +136,7 @@ PY
 } > "$out/diagnostics.txt" 2>&1
 say "# hypershard on $(on_machine nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi')"
 say "os: $(grep -m1 PRETTY_NAME /etc/os-release 2>/dev/null | cut -d= -f2); binary: $HS_BIN"
-say "$(grep -E '^(torch|nccl|cudnn) ' "$out/diagnostics.txt" | tr '\n' ';' )"
+say "python3: $(grep -E '^(torch|nccl|cudnn)' "$out/diagnostics.txt" | tr '\n' ';')"
 say "$(grep -E '^lib(cudnn|nccl)' "$out/diagnostics.txt" | tr '\n' ';')"
 missing=$(awk '/^## ldd/ {f=$3} /not found/ {print f": "$1}' "$out/diagnostics.txt" | sort -u | tr '\n' ' ')
 [ -z "$missing" ] || say "missing libraries: $missing"
@@ -206,9 +206,9 @@ peak = max(r["peak_device_bytes"] for r in rows)
 m = re.search(r"mfu against ([0-9.]+) GFLOP/s.*?; rank 0's (.*?) \| .*?GEMM measured ([0-9.]+) GFLOP/s",
               open(sys.argv[4]).read())
 nominal, what, measured = (float(m.group(1)), m.group(2), float(m.group(3))) if m else (0, "?", 0)
-vs = f"{100 * mfu * nominal / measured:.1f}% of the measured {measured / 1e3:.0f} TFLOP/s GEMM" if measured else "no measured GEMM"
+vs = f"{100 * mfu * nominal / measured:.1f}% of the measured {measured / 1e3:.1f} TFLOP/s GEMM" if measured else "no measured GEMM"
 print(f"hypershard {sys.argv[3]}: {tps:,.0f} tokens/s, step {step:.3f} s, MFU {100 * mfu:.1f}% of "
-      f"{nominal / 1e3:.0f} TFLOP/s ({what}), {vs}, peak device memory {peak / 2**30:.2f} GiB")
+      f"{nominal / 1e3:.1f} TFLOP/s ({what}), {vs}, peak device memory {peak / 2**30:.2f} GiB")
 json.dump({"tokens_per_s": tps, "mfu": mfu, "peak_bytes": peak},
           open(sys.argv[1] + ".summary.json", "w"))
 PY
