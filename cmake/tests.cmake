@@ -16,7 +16,9 @@
 # "HS_TEST_DEVICES: cpu cuda" in a unit test runs it once per listed
 # backend this build compiles (cuda with HS_CUDA), the backend's name its
 # argument: the first keeps the test's name, the others add ".<backend>";
-# exit 77 is a skip (a backend compiled in whose hardware is absent).
+# exit 77 is a skip (a backend compiled in whose hardware is absent). A
+# test none of whose backends the build compiles is not registered
+# ("HS_TEST_DEVICES: cuda" in a build without it).
 # "HS_TEST_TIERS: avx2" in a unit or cli test runs it once more per listed
 # CPU tier, as ".<tier>" with HS_CPU_ISA (and oneDNN's ONEDNN_MAX_CPU_ISA)
 # capping the code paths at that tier, label "tier" besides its own: the
@@ -122,7 +124,10 @@ if(CMOCKA_FOUND)
     target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/src)
     hs_test_annotations(${src} ranks timeout)
     hs_test_devices(${src} devices)
-    if(NOT devices)
+    # a test listing backends runs once per listed backend this build
+    # compiles, and not at all when it compiles none of them
+    hs_test_annotation_words(${src} HS_TEST_DEVICES "[a-z]+" listed)
+    if(NOT listed)
       add_test(NAME unit.${name} COMMAND ${name})
       set_tests_properties(unit.${name} PROPERTIES LABELS unit TIMEOUT ${timeout}
                            ENVIRONMENT "${HS_TEST_ENV}")
