@@ -121,6 +121,17 @@ typedef struct hs_adamw_hparams {
     float decay_factor; /* 1 - lr * wd, or 1 when the param is excluded */
 } hs_adamw_hparams;
 
+/* One tensor of a multi-tensor AdamW step: adamw's arguments, its own
+ * decay_factor (1 where weight decay does not apply). */
+typedef struct hs_adamw_tensor {
+    void *p;
+    hs_dtype pdt;
+    float *m, *v;
+    const float *g;
+    int64_t n;
+    float decay_factor;
+} hs_adamw_tensor;
+
 /* Attention on a row range, for context parallelism: query rows
  * [q0, q0+nq) of a [B, Tq, NH*HD] q, whose row q0 is at global position gq,
  * against key rows [k0, k0+nk) of a [B, Tk, KVH*HD] k/v, key row k0 at
@@ -337,6 +348,11 @@ typedef struct hs_device_kernels {
      * AdamW keeps them). */
     void (*adamw)(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n);
+    /* adamw on each of count tensors (t: a host array), with h but each
+     * tensor's decay_factor: the bits of one adamw call per tensor, in one
+     * launch on a GPU (a step's ~200 parameters). */
+    void (*adamw_many)(hs_stream *s, const hs_adamw_tensor *t, int count,
+                       const hs_adamw_hparams *h);
     /* Muon: buf = mu buf + g; dir = g + mu buf (nesterov) or buf; then
      * out = NS5(g) of a [rows, cols] matrix: g / (|g|_F + 1e-7), then
      * `steps` times X <- aX + (bA + cA^2)X, A = XX^T on the wide

@@ -39,6 +39,52 @@ extern "C" cudaError_t hs_cu_adamw(cudaStream_t st, void *p, int pdt, float *m, 
     });
 }
 
+/* Block b of the grid works on the tensor whose block range holds it,
+ * striding over that tensor as adamw_kernel strides over its one. */
+static __global__ void adamw_many_kernel(const hs_cu_adamw_item *items, int count,
+                                         hs_cu_adamw_scalars h) {
+    int lo = 0, hi = count - 1, b = (int)blockIdx.x;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (items[mid].first_block <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    hs_cu_adamw_item it = items[lo];
+    int64_t stride = (int64_t)it.blocks * blockDim.x;
+    for (int64_t i = (int64_t)(b - it.first_block) * blockDim.x + threadIdx.x; i < it.n;
+         i += stride) {
+        float gi = it.g[i];
+        float mi = __fadd_rn(__fmul_rn(h.beta1, it.m[i]), __fmul_rn(h.one_minus_beta1, gi));
+        float vi =
+            __fadd_rn(__fmul_rn(h.beta2, it.v[i]), __fmul_rn(h.one_minus_beta2, __fmul_rn(gi, gi)));
+        it.m[i] = mi;
+        it.v[i] = vi;
+        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), h.bias2_sqrt), h.eps);
+        float pi = hs_cu_ld_dt(it.p, it.pdt, i);
+        hs_cu_st_dt(it.p, it.pdt, i,
+                    __fsub_rn(__fmul_rn(pi, it.decay_factor),
+                              __fmul_rn(h.step_size, __fdiv_rn(mi, denom))));
+    }
+}
+
+extern "C" cudaError_t hs_cu_adamw_many(cudaStream_t st, hs_cu_adamw_item *items,
+                                        hs_cu_adamw_item *host, int count,
+                                        hs_cu_adamw_scalars h) {
+    int64_t blocks = 0;
+    for (int i = 0; i < count; i++) {
+        host[i].first_block = (int)blocks;
+        host[i].blocks = (int)hs_cu_blocks(host[i].n);
+        blocks += host[i].blocks;
+    }
+    if (count <= 0) return cudaSuccess;
+    if (blocks > INT32_MAX) return cudaErrorInvalidValue;
+    cudaError_t err = cudaMemcpyAsync(items, host, (size_t)count * sizeof *host,
+                                      cudaMemcpyHostToDevice, st);
+    if (err != cudaSuccess) return err;
+    adamw_many_kernel<<<(unsigned)blocks, HS_CU_THREADS, 0, st>>>(items, count, h);
+    return cudaGetLastError();
+}
+
 /* g is read once before dir is written, so dir may be g. */
 static __global__ void muon_momentum_kernel(float *dir, float *buf, const float *g, float mu,
                                             bool nesterov, int64_t n) {

@@ -24,6 +24,23 @@ typedef struct hs_cu_adamw_scalars {
 /* m, v (fp32) and p (pdt) updated in place from g, as hs_adamw_update_f32. */
 cudaError_t hs_cu_adamw(cudaStream_t st, void *p, int pdt, float *m, float *v, const float *g,
                         hs_cu_adamw_scalars h, int64_t n);
+/* One tensor of adamw_many, and its blocks' place in the grid. */
+typedef struct hs_cu_adamw_item {
+    void *p;
+    float *m, *v;
+    const float *g;
+    int64_t n;
+    float decay_factor;
+    int pdt;
+    int first_block, blocks;
+} hs_cu_adamw_item;
+/* hs_cu_adamw over count tensors in one launch, each with its own
+ * decay_factor (h's is not used): items (device memory, count of them)
+ * hold the tensors, host the same array filled in here and copied there
+ * on st (kept untouched until st has passed it). The same bits per
+ * element as hs_cu_adamw. */
+cudaError_t hs_cu_adamw_many(cudaStream_t st, hs_cu_adamw_item *items, hs_cu_adamw_item *host,
+                             int count, hs_cu_adamw_scalars h);
 /* buf = mu buf + g; dir = g + mu buf (nesterov) or buf. */
 cudaError_t hs_cu_muon_momentum(cudaStream_t st, float *dir, float *buf, const float *g, float mu,
                                 bool nesterov, int64_t n);

@@ -11,8 +11,8 @@
  * hyperparameters and workspaces described by host structs, and the scalar
  * results of reductions (xent's loss and valid count, xent_shard_loss's
  * loss, sumsq's sum), which a backend hands back in host memory.
- * sumsq_many's device pointers travel in a host array: its first and last
- * are the ones named. */
+ * sumsq_many's and adamw_many's device pointers travel in a host array:
+ * a first and a last one are named. */
 #define HS_DEVICE_KERNEL_LIST(X)                                                                   \
     X(gemm, (hs_stream * s, void *C, const void *A, const void *B, const hs_gemm_shape *g),        \
       (s, C, A, B, g), (C, A, B))                                                                  \
@@ -158,6 +158,8 @@
       (hs_stream * s, void *p, hs_dtype pdt, float *m, float *v, const float *g,                   \
        const hs_adamw_hparams *h, int64_t n),                                                      \
       (s, p, pdt, m, v, g, h, n), (p, m, v, g))                                                    \
+    X(adamw_many, (hs_stream * s, const hs_adamw_tensor *t, int count, const hs_adamw_hparams *h), \
+      (s, t, count, h), (count > 0 ? t[0].p : NULL, count > 0 ? t[count - 1].m : NULL))            \
     X(muon_momentum,                                                                               \
       (hs_stream * s, float *dir, float *buf, const float *g, float mu, bool nesterov, int64_t n), \
       (s, dir, buf, g, mu, nesterov, n), (dir, buf, g))                                            \

@@ -197,6 +197,33 @@ void hs_optim_free(hs_optim *o) {
     free(o);
 }
 
+/* Every AdamW parameter in one adamw_many (a GPU launches once for all),
+ * each with its own decay factor; the others as before. */
+static void adamw_step_all(hs_optim *o, double lr) {
+    hs_adamw_tensor *t = malloc((size_t)(o->n > 0 ? o->n : 1) * sizeof *t);
+    adamw_coef decayed = hs_adamw_coef(&o->cfg, o->step, lr, true);
+    adamw_coef plain = hs_adamw_coef(&o->cfg, o->step, lr, false);
+    int n = 0;
+    for (int i = 0; i < o->n; i++) {
+        optim_slot *s = &o->slots[i];
+        if (s->p.frozen || s->rule == OPTIM_RULE_MUON || s->p.numel == 0) continue;
+        adamw_coef *c = s->p.decay ? &decayed : &plain;
+        if (!t) { /* no table: one call per parameter, the same bits */
+            hs_adamw_step_param(o->dev, &s->p, s->state[0], s->state[1], c);
+            continue;
+        }
+        t[n++] = (hs_adamw_tensor){.p = s->p.data,
+                                   .pdt = s->p.dtype,
+                                   .m = s->state[0],
+                                   .v = s->state[1],
+                                   .g = s->p.grad,
+                                   .n = s->p.numel,
+                                   .decay_factor = c->decay_factor};
+    }
+    if (n > 0) o->dev->k->adamw_many(o->dev->stream, t, n, &decayed);
+    free(t);
+}
+
 hs_status hs_optim_step(hs_optim *o, double lr, hs_error *e) {
     hs_error local;
     if (!e) e = &local;
@@ -211,11 +238,9 @@ hs_status hs_optim_step(hs_optim *o, double lr, hs_error *e) {
             hs_status st =
                 hs_muon_step_param(o->dev, &o->cfg, &s->p, s->state[0], lr, o->muon_work, e);
             if (st != HS_OK) return st;
-        } else {
-            adamw_coef c = hs_adamw_coef(&o->cfg, o->step, lr, s->p.decay);
-            hs_adamw_step_param(o->dev, &s->p, s->state[0], s->state[1], &c);
         }
     }
+    adamw_step_all(o, lr);
     return HS_OK;
 }
 
