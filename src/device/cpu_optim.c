@@ -68,11 +68,7 @@ void hs_cpu_adamw(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const
 
 void hs_cpu_adamw_many(hs_stream *s, const hs_adamw_tensor *t, int count,
                        const hs_adamw_hparams *h) {
-    for (int i = 0; i < count; i++) {
-        hs_adamw_hparams hi = *h;
-        hi.decay_factor = t[i].decay_factor;
-        hs_cpu_adamw(s, t[i].p, t[i].pdt, t[i].m, t[i].v, t[i].g, &hi, t[i].n);
-    }
+    hs_adamw_many_each(s, t, count, h, hs_cpu_adamw);
 }
 
 typedef struct muon_ctx {

@@ -35,6 +35,20 @@ __device__ __forceinline__ int64_t hs_cu_first(void) {
 }
 __device__ __forceinline__ int64_t hs_cu_stride(void) { return (int64_t)gridDim.x * blockDim.x; }
 
+/* Multi-tensor kernels: tensor i owns the grid's blocks [first_block,
+ * first_block + blocks) (ascending in i). The tensor that block b works
+ * on, by binary search. */
+template <typename Item>
+__device__ __forceinline__ const Item &hs_cu_item_of(const Item *items, int count, int b) {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (items[mid].first_block <= b) lo = mid;
+        else hi = mid - 1;
+    }
+    return items[lo];
+}
+
 /* ---------------------------------------------------------- conversions */
 
 __device__ __forceinline__ bool hs_cu_f32_is_nan(uint32_t x) {

@@ -291,13 +291,8 @@ struct sumsq_item {
  * holds it, striding as sumsq_partial_kernel does over that tensor. */
 static __global__ void sumsq_many_partial_kernel(double *part, const sumsq_item *items,
                                                  int count) {
-    int lo = 0, hi = count - 1, b = (int)blockIdx.x;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (items[mid].first_block <= b) lo = mid;
-        else hi = mid - 1;
-    }
-    sumsq_item it = items[lo];
+    int b = (int)blockIdx.x;
+    sumsq_item it = hs_cu_item_of(items, count, b);
     double acc = 0.0;
     int64_t stride = (int64_t)it.blocks * blockDim.x;
     for (int64_t i = (int64_t)(b - it.first_block) * blockDim.x + threadIdx.x; i < it.n;

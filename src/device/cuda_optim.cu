@@ -43,13 +43,8 @@ extern "C" cudaError_t hs_cu_adamw(cudaStream_t st, void *p, int pdt, float *m, 
  * striding over that tensor as adamw_kernel strides over its one. */
 static __global__ void adamw_many_kernel(const hs_cu_adamw_item *items, int count,
                                          hs_cu_adamw_scalars h) {
-    int lo = 0, hi = count - 1, b = (int)blockIdx.x;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) / 2;
-        if (items[mid].first_block <= b) lo = mid;
-        else hi = mid - 1;
-    }
-    hs_cu_adamw_item it = items[lo];
+    int b = (int)blockIdx.x;
+    hs_cu_adamw_item it = hs_cu_item_of(items, count, b);
     int64_t stride = (int64_t)it.blocks * blockDim.x;
     for (int64_t i = (int64_t)(b - it.first_block) * blockDim.x + threadIdx.x; i < it.n;
          i += stride) {

@@ -165,6 +165,17 @@ void hs_device_note(hs_device *d, const char *fmt, ...) {
     atomic_store(&d->note_lock, 0);
 }
 
+void hs_adamw_many_each(hs_stream *s, const hs_adamw_tensor *t, int count,
+                        const hs_adamw_hparams *h,
+                        void (*adamw)(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v,
+                                      const float *g, const hs_adamw_hparams *h, int64_t n)) {
+    for (int i = 0; i < count; i++) {
+        hs_adamw_hparams hi = *h;
+        hi.decay_factor = t[i].decay_factor;
+        adamw(s, t[i].p, t[i].pdt, t[i].m, t[i].v, t[i].g, &hi, t[i].n);
+    }
+}
+
 bool hs_device_gemm_native(const hs_device *d, hs_dtype dt) {
     if (dt == HS_DTYPE_F32) return false;
     return (d && d->kind == HS_DEVICE_CUDA) || hs_gemm_native(dt, HS_DTYPE_F32);

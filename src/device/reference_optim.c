@@ -22,11 +22,7 @@ void hs_ref_adamw(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const
 
 void hs_ref_adamw_many(hs_stream *s, const hs_adamw_tensor *t, int count,
                        const hs_adamw_hparams *h) {
-    for (int i = 0; i < count; i++) {
-        hs_adamw_hparams hi = *h;
-        hi.decay_factor = t[i].decay_factor;
-        hs_ref_adamw(s, t[i].p, t[i].pdt, t[i].m, t[i].v, t[i].g, &hi, t[i].n);
-    }
+    hs_adamw_many_each(s, t, count, h, hs_ref_adamw);
 }
 
 void hs_ref_muon_update(hs_stream *s, void *p, hs_dtype pdt, const float *u, float decay_factor,
