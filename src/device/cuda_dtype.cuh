@@ -89,6 +89,49 @@ template <int DT> __device__ __forceinline__ float hs_cu_ld(const void *p, int64
     return ((const float *)p)[i];
 }
 
+/* Elements 8j .. 8j+7 of p (dtype DT; p 16-byte aligned) as fp32, and v
+ * stored there rounded once: 16-byte loads and stores (two for fp32), the
+ * same value per element as hs_cu_ld / hs_cu_st. */
+template <int DT> __device__ __forceinline__ void hs_cu_ld8(const void *p, int64_t j, float *v) {
+    if constexpr (DT == HS_CU_F32) {
+        float4 a = ((const float4 *)p)[2 * j], b = ((const float4 *)p)[2 * j + 1];
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z,
+        v[7] = b.w;
+    } else {
+        uint4 w = ((const uint4 *)p)[j];
+        uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint16_t lo = (uint16_t)(u[k] & 0xFFFFu), hi = (uint16_t)(u[k] >> 16);
+            v[2 * k] = DT == HS_CU_BF16 ? hs_cu_bf16_to_f32(lo) : hs_cu_f16_to_f32(lo);
+            v[2 * k + 1] = DT == HS_CU_BF16 ? hs_cu_bf16_to_f32(hi) : hs_cu_f16_to_f32(hi);
+        }
+    }
+}
+
+template <int DT> __device__ __forceinline__ void hs_cu_st8(void *p, int64_t j, const float *v) {
+    if constexpr (DT == HS_CU_F32) {
+        ((float4 *)p)[2 * j] = make_float4(v[0], v[1], v[2], v[3]);
+        ((float4 *)p)[2 * j + 1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+        uint32_t u[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint16_t lo =
+                DT == HS_CU_BF16 ? hs_cu_f32_to_bf16(v[2 * k]) : hs_cu_f32_to_f16(v[2 * k]);
+            uint16_t hi = DT == HS_CU_BF16 ? hs_cu_f32_to_bf16(v[2 * k + 1])
+                                           : hs_cu_f32_to_f16(v[2 * k + 1]);
+            u[k] = (uint32_t)lo | ((uint32_t)hi << 16);
+        }
+        ((uint4 *)p)[j] = make_uint4(u[0], u[1], u[2], u[3]);
+    }
+}
+
+/* Whether every pointer is 16-byte aligned (the 8-element paths). */
+static inline bool hs_cu_aligned16(const void *a, const void *b) {
+    return (((uintptr_t)a | (uintptr_t)b) & 15u) == 0;
+}
+
 template <int DT> __device__ __forceinline__ void hs_cu_st(void *p, int64_t i, float v) {
     if (DT == HS_CU_BF16) ((uint16_t *)p)[i] = hs_cu_f32_to_bf16(v);
     else if (DT == HS_CU_F16) ((uint16_t *)p)[i] = hs_cu_f32_to_f16(v);

@@ -17,6 +17,20 @@ static __global__ void convert_kernel(void *dst, const void *src, int64_t n) {
         hs_cu_st<D>(dst, i, hs_cu_ld<S>(src, i));
 }
 
+/* The same with 16-byte loads and stores: eight elements a thread, then
+ * the last n % 8 one by one (both pointers 16-byte aligned). */
+template <int S, int D>
+static __global__ void convert8_kernel(void *dst, const void *src, int64_t n) {
+    int64_t groups = n / 8;
+    for (int64_t j = hs_cu_first(); j < groups; j += hs_cu_stride()) {
+        float v[8];
+        hs_cu_ld8<S>(src, j, v);
+        hs_cu_st8<D>(dst, j, v);
+    }
+    for (int64_t i = groups * 8 + hs_cu_first(); i < n; i += hs_cu_stride())
+        hs_cu_st<D>(dst, i, hs_cu_ld<S>(src, i));
+}
+
 extern "C" cudaError_t hs_cu_convert(cudaStream_t st, void *dst, int dst_dt, const void *src,
                                      int src_dt, int64_t n) {
     if (n <= 0 || (dst_dt == src_dt && dst == src)) return cudaSuccess;
@@ -24,10 +38,15 @@ extern "C" cudaError_t hs_cu_convert(cudaStream_t st, void *dst, int dst_dt, con
         size_t bytes = (size_t)n * (dst_dt == HS_CU_F32 ? 4u : 2u);
         return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st);
     }
+    bool vec = hs_cu_aligned16(dst, src) && n >= 8;
     return hs_cu_by_dtype(src_dt, [&](auto s) {
         return hs_cu_by_dtype(dst_dt, [&](auto d) {
-            convert_kernel<decltype(s)::value, decltype(d)::value>
-                <<<hs_cu_blocks(n), HS_CU_THREADS, 0, st>>>(dst, src, n);
+            if (vec)
+                convert8_kernel<decltype(s)::value, decltype(d)::value>
+                    <<<hs_cu_blocks(n / 8), HS_CU_THREADS, 0, st>>>(dst, src, n);
+            else
+                convert_kernel<decltype(s)::value, decltype(d)::value>
+                    <<<hs_cu_blocks(n), HS_CU_THREADS, 0, st>>>(dst, src, n);
             return cudaGetLastError();
         });
     });
