@@ -117,13 +117,46 @@ __device__ Span block_keys(const Span *sp) {
 
 /* ------------------------------------------------------------- tiles */
 
+/* Eight 16-bit values of dt from a 16-byte aligned address, as load_f
+ * reads each. */
+__device__ __forceinline__ void load8_f(float *v, const void *p, int dt) {
+    uint4 w = *static_cast<const uint4 *>(p);
+    uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        unsigned short lo = (unsigned short)(u[k] & 0xFFFFu), hi = (unsigned short)(u[k] >> 16);
+        v[2 * k] = dt == 1 ? __bfloat162float(__ushort_as_bfloat16(lo))
+                           : __half2float(__ushort_as_half(lo));
+        v[2 * k + 1] = dt == 1 ? __bfloat162float(__ushort_as_bfloat16(hi))
+                               : __half2float(__ushort_as_half(hi));
+    }
+}
+
 /* rows x HD values into shared dst (row stride ld) from src in dt, row r at
- * element src_off + r * src_ld; rows from `valid` on are zero. */
+ * element src_off + r * src_ld; rows from `valid` on are zero. A 2-D walk:
+ * each thread's (row, item) found by one division, then stepped by the
+ * block's stride; an item is eight values through one 16-byte load where
+ * dt is 16-bit and every row starts 16-byte aligned, else one value. */
 __device__ void load_rows(float *dst, int ld, const void *src, int dt, int64_t src_off,
                           int64_t src_ld, int rows, int valid, int HD) {
-    for (int x = threadIdx.x; x < rows * HD; x += blockDim.x) {
-        int r = x / HD, c = x - r * HD;
-        dst[r * ld + c] = r < valid ? load_f(src, dt, src_off + r * src_ld + c) : 0.0f;
+    bool vec = dt != 0 && (HD & 7) == 0 && ((src_off | src_ld) & 7) == 0 &&
+               ((uintptr_t)src & 15) == 0;
+    int per = vec ? HD / 8 : HD; /* items per row */
+    int r = threadIdx.x / per, c = threadIdx.x - r * per;
+    int dr = blockDim.x / per, dc = blockDim.x - dr * per;
+    for (; r < rows; r += dr, c += dc) {
+        if (c >= per) c -= per, r++;
+        if (r >= rows) break;
+        float *out = dst + r * ld;
+        if (!vec) {
+            out[c] = r < valid ? load_f(src, dt, src_off + r * src_ld + c) : 0.0f;
+            continue;
+        }
+        float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        if (r < valid)
+            load8_f(v, static_cast<const uint16_t *>(src) + src_off + r * src_ld + 8 * c, dt);
+#pragma unroll
+        for (int k = 0; k < 8; k++) out[8 * c + k] = v[k];
     }
 }
 
