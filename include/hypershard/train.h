@@ -244,8 +244,11 @@ hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *
 void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f);
 void hs_plan_json(const hs_plan *p, FILE *f);
 /* Exit-2 check before any allocation: the peak of the ranks one node runs
- * (ranks_per_node of the busiest role) must fit `avail_bytes`; else an
- * HS_ERR_CONFIG naming the biggest items and the keys that make it fit. */
+ * (ranks_per_node of the busiest role) must fit `avail_bytes` of host
+ * memory; else an HS_ERR_CONFIG naming the biggest items and the keys that
+ * make it fit. On cpu and reference the device's bytes are host memory
+ * and count; on cuda they are the GPU's and only the host bytes do (the
+ * GPU's memory refuses what does not fit at allocation, hs_device_oom). */
 hs_status hs_plan_check_fit(const hs_plan *p, const hs_config *cfg, int ranks_per_node,
                             int64_t avail_bytes, hs_error *e);
 

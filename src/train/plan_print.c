@@ -126,15 +126,20 @@ hs_status hs_plan_check_fit(const hs_plan *p, const hs_config *cfg, int ranks_pe
                             int64_t avail_bytes, hs_error *e) {
     /* A node's need beyond int64 does not fit any memory: it sticks at INT64_MAX. */
     hs_checked ck = {0};
-    int64_t per_rank = hs_ck_add(&ck, p->max_peak_device_bytes, p->max_peak_host_bytes);
+    bool gpu = strcmp(cfg->accelerator.device, "cuda") == 0;
+    int64_t per_rank = gpu ? p->max_peak_host_bytes
+                           : hs_ck_add(&ck, p->max_peak_device_bytes, p->max_peak_host_bytes);
     int64_t need = hs_ck_mul(&ck, per_rank, ranks_per_node);
     if (avail_bytes <= 0 || need <= avail_bytes) return HS_OK;
     const hs_plan_role *worst = &p->roles[0];
     for (int r = 1; r < p->n_roles; r++)
-        if (p->roles[r].peak_device_bytes > worst->peak_device_bytes) worst = &p->roles[r];
+        if ((gpu ? p->roles[r].peak_host_bytes > worst->peak_host_bytes
+                 : p->roles[r].peak_device_bytes > worst->peak_device_bytes))
+            worst = &p->roles[r];
     /* The three biggest items of the busiest role. */
     int64_t v[HS_PLAN_ITEM_COUNT];
-    for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++) v[i] = worst->device[i] + worst->host[i];
+    for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++)
+        v[i] = (gpu ? 0 : worst->device[i]) + worst->host[i];
     char items[256] = "", a[32], b[32], c[32];
     size_t used = 0;
     for (int n = 0; n < 3; n++) {
@@ -149,13 +154,14 @@ hs_status hs_plan_check_fit(const hs_plan *p, const hs_config *cfg, int ranks_pe
     }
     return hs_error_set(
         e, HS_ERR_CONFIG,
-        "the plan needs %s per rank x %d rank%s on this node = %s, and %s is available "
+        "the plan needs %s%s per rank x %d rank%s on this node = %s, and %s is available "
         "(largest: %s, for %s). Make it fit: more ranks or nodes, fsdp_config.dp_shard_size "
         "(shards params, grads and optimizer state), train.activation_checkpointing: true%s, "
         "fsdp_config.mix_precision.param_dtype: bfloat16, fsdp_config.enable_offload: true, "
         "%sa smaller train.micro_batch_size or model; `hypershard plan` shows the items",
-        human(per_rank, a, sizeof a), ranks_per_node, ranks_per_node == 1 ? "" : "s",
-        human(need, b, sizeof b), human(avail_bytes, c, sizeof c), items, worst->name,
+        human(per_rank, a, sizeof a), gpu ? " of host memory" : "", ranks_per_node,
+        ranks_per_node == 1 ? "" : "s", human(need, b, sizeof b), human(avail_bytes, c, sizeof c),
+        items, worst->name,
         cfg->train.activation_checkpointing == HS_AC_FULL ? " (already on)" : "",
         worst->host[HS_PLAN_CKPT_STAGING] ? "checkpoint.async: false (no snapshot staging), " : "");
 }

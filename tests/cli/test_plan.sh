@@ -149,6 +149,21 @@ grep -q "train.activation_checkpointing: true" "$work/huge.log" || fail "huge: n
 [ ! -e "$work/huge" ] || fail "huge: the run left $work/huge behind"
 hs_expect_exit 2 wide "the plan needs" train model.dim=100000000 train.out_dir="$work/wide"
 hs_expect_exit 2 vocab "the plan needs" train model.vocab_size=2000000000 train.out_dir="$work/vocab"
+# On a GPU the device's bytes are the GPU's: the plan holds only the host
+# bytes to this host's memory. Activations that no memory here holds (670
+# GiB) are refused on cpu, while the same run on cuda goes past the plan
+# and stops at the device (no GPU here; on one, the allocation it refuses).
+act=(model.dim=512 model.n_layers=8 train.seq_len=8192 train.micro_batch_size=512)
+hs_expect_exit 2 act_cpu "the plan needs .* activations" train "${act[@]}" \
+    train.out_dir="$work/act_cpu"
+rc=0
+"$HS_BIN" train accelerator.device=cuda "${act[@]}" train.out_dir="$work/act_cuda" \
+    > "$work/act_cuda.log" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] || fail "act_cuda: 670 GiB of activations did not stop the run"
+grep -q "the plan needs" "$work/act_cuda.log" &&
+    fail "act_cuda: the plan held the GPU's bytes to host memory: $(tail -1 "$work/act_cuda.log")"
+grep -qi "cuda" "$work/act_cuda.log" ||
+    fail "act_cuda: not stopped at the device: $(tail -2 "$work/act_cuda.log")"
 # Sizes whose products overflow int64 are refused by the config rules,
 # naming the product, before anything is allocated; no wrapped figure is
 # printed. (2^30 x 2^19 tokens wrapped the peak to 0 bytes, which passed the
