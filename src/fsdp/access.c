@@ -148,32 +148,32 @@ hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e) {
     float sums[8][3];
     int n_groups = 0;
     double by_kind[3] = {0.0, 0.0, 0.0};
-    /* Every shard's sum of squares in one sumsq_many: a GPU waits once, not
-     * once per parameter. */
+    /* The shards' sums of squares by sumsq_many, NORM_CHUNK parameters a
+     * call (a GPU waits once per call, not once per parameter), added in
+     * parameter order. */
+    enum { NORM_CHUNK = 256 };
+    const float *xs[NORM_CHUNK];
+    int64_t ns[NORM_CHUNK];
+    double ss[NORM_CHUNK];
     int np = f->ctx.n_params;
-    size_t cap = (size_t)(np > 0 ? np : 1);
-    const float **xs = malloc(cap * sizeof *xs);
-    int64_t *ns = malloc(cap * sizeof *ns);
-    double *ss = malloc(cap * sizeof *ss);
-    if (xs == NULL || ns == NULL || ss == NULL) {
-        free(xs), free(ns), free(ss);
-        return hs_error_oom(e, "the gradient norm's table of %d parameters", np);
-    }
     for (int i = 0; i < np; i++) {
         hs_fsdp_param *fp = &f->ctx.params[i];
-        hs_fsdp_param_settle_sharded_grad(fp);
-        xs[i] = fp->sharded_grad, ns[i] = fp->plan.actual_sharded_numel;
-    }
-    for (int i = 0, j; i < np; i = j) { /* a call per run of parameters on one device */
-        hs_device *dev = f->ctx.params[i].mem->dev;
-        for (j = i + 1; j < np && f->ctx.params[j].mem->dev == dev; j++) {
+        int k = i % NORM_CHUNK;
+        if (k == 0) {
+            int end = np - i < NORM_CHUNK ? np : i + NORM_CHUNK;
+            for (int a = i; a < end; a++) {
+                hs_fsdp_param_settle_sharded_grad(&f->ctx.params[a]);
+                xs[a - i] = f->ctx.params[a].sharded_grad;
+                ns[a - i] = f->ctx.params[a].plan.actual_sharded_numel;
+            }
+            for (int a = i, b; a < end; a = b) { /* a call per run on one device */
+                hs_device *dev = f->ctx.params[a].mem->dev;
+                for (b = a + 1; b < end && f->ctx.params[b].mem->dev == dev; b++) {
+                }
+                hs_dev_sumsq_many(dev, ss + (a - i), xs + (a - i), ns + (a - i), b - a);
+            }
         }
-        hs_dev_sumsq_many(dev, ss + i, xs + i, ns + i, j - i);
-    }
-    free(xs), free(ns);
-    for (int i = 0; i < np; i++) {
-        hs_fsdp_param *fp = &f->ctx.params[i];
-        double s = ss[i];
+        double s = ss[k];
         int kind = split_kind(fp);
         if (kind) split_pg[kind] = kind == 1 ? fp->mi.tp_pg : fp->mi.ep_pg;
         if (!fp->needs_all_gather) {
@@ -190,7 +190,6 @@ hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e) {
         }
         sums[g][kind] += (float)s;
     }
-    free(ss);
     for (int g = 0; g < n_groups; g++) {
         hs_status st =
             hs_pg_all_reduce(groups[g], NULL, sums[g], 3, HS_DTYPE_F32, HS_REDUCE_SUM, e);

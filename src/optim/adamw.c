@@ -28,8 +28,3 @@ adamw_coef hs_adamw_coef(const hs_optim_config *cfg, int64_t step, double lr, bo
     };
     return c;
 }
-
-void hs_adamw_step_param(hs_device *d, const hs_optim_param *p, float *exp_avg, float *exp_avg_sq,
-                         const adamw_coef *c) {
-    d->k->adamw(d->stream, p->data, p->dtype, exp_avg, exp_avg_sq, p->grad, c, p->numel);
-}

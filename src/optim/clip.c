@@ -3,30 +3,25 @@
  * norm gives a NaN coefficient, as in torch (error_if_nonfinite=False), so
  * a broken step is visible instead of silently unclipped. */
 #include <math.h>
-#include <stdlib.h>
 
 #include "optim/optim_impl.h"
 
-/* One sumsq_many over every trained gradient (a GPU waits once), added in
- * parameter order. */
+/* The trained gradients' sums of squares by sumsq_many, NORM_CHUNK a call
+ * (a GPU waits once per call, not once per parameter), added in parameter
+ * order. */
 double hs_grad_sumsq(hs_device *dev, const hs_optim_param *params, int n) {
-    const float **x = calloc((size_t)(n > 0 ? n : 1), sizeof *x);
-    int64_t *len = calloc((size_t)(n > 0 ? n : 1), sizeof *len);
-    double *part = malloc((size_t)(n > 0 ? n : 1) * sizeof *part);
-    double s = 0.0;
-    if (x == NULL || len == NULL || part == NULL) { /* one at a time, as the sums are the same */
-        for (int i = 0; i < n; i++)
-            if (params[i].numel > 0 && !params[i].frozen)
-                s += hs_dev_sumsq(dev, params[i].grad, params[i].numel);
-    } else {
+    enum { NORM_CHUNK = 256 };
+    const float *x[NORM_CHUNK];
+    int64_t len[NORM_CHUNK];
+    double part[NORM_CHUNK], s = 0.0;
+    for (int i = 0; i < n;) {
         int m = 0;
-        for (int i = 0; i < n; i++)
+        for (; i < n && m < NORM_CHUNK; i++)
             if (params[i].numel > 0 && !params[i].frozen)
                 x[m] = params[i].grad, len[m++] = params[i].numel;
         hs_dev_sumsq_many(dev, part, x, len, m);
-        for (int i = 0; i < m; i++) s += part[i];
+        for (int k = 0; k < m; k++) s += part[k];
     }
-    free(x), free(len), free(part);
     return s;
 }
 

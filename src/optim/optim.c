@@ -148,13 +148,15 @@ hs_status hs_optim_create(const hs_optim_config *cfg, const hs_optim_param *para
     if (e->code != HS_OK) return e->code;
     hs_optim *o = calloc(1, sizeof *o);
     optim_slot *slots = calloc(n > 0 ? (size_t)n : 1, sizeof *slots);
-    if (o == NULL || slots == NULL) {
-        free(o), free(slots);
+    hs_adamw_tensor *adamw = calloc(n > 0 ? (size_t)n : 1, sizeof *adamw);
+    if (o == NULL || slots == NULL || adamw == NULL) {
+        free(o), free(slots), free(adamw);
         return hs_error_oom(e, "cannot allocate the optimizer for %d params", n);
     }
+    o->adamw = adamw;
     o->cfg = *cfg;
     if (dev == NULL && hs_device_create(HS_DEVICE_CPU, NULL, &o->own_dev, e) != HS_OK) {
-        free(o), free(slots);
+        free(o), free(slots), free(adamw);
         return e->code;
     }
     o->dev = dev ? dev : o->own_dev;
@@ -193,6 +195,7 @@ void hs_optim_free(hs_optim *o) {
     }
     if (o->muon_work) state_free(o, o->muon_work);
     free(o->slots);
+    free(o->adamw);
     hs_device_free(o->own_dev);
     free(o);
 }
@@ -200,7 +203,7 @@ void hs_optim_free(hs_optim *o) {
 /* Every AdamW parameter in one adamw_many (a GPU launches once for all),
  * each with its own decay factor; the others as before. */
 static void adamw_step_all(hs_optim *o, double lr) {
-    hs_adamw_tensor *t = malloc((size_t)(o->n > 0 ? o->n : 1) * sizeof *t);
+    hs_adamw_tensor *t = o->adamw;
     adamw_coef decayed = hs_adamw_coef(&o->cfg, o->step, lr, true);
     adamw_coef plain = hs_adamw_coef(&o->cfg, o->step, lr, false);
     int n = 0;
@@ -208,10 +211,6 @@ static void adamw_step_all(hs_optim *o, double lr) {
         optim_slot *s = &o->slots[i];
         if (s->p.frozen || s->rule == OPTIM_RULE_MUON || s->p.numel == 0) continue;
         adamw_coef *c = s->p.decay ? &decayed : &plain;
-        if (!t) { /* no table: one call per parameter, the same bits */
-            hs_adamw_step_param(o->dev, &s->p, s->state[0], s->state[1], c);
-            continue;
-        }
         t[n++] = (hs_adamw_tensor){.p = s->p.data,
                                    .pdt = s->p.dtype,
                                    .m = s->state[0],
@@ -221,7 +220,6 @@ static void adamw_step_all(hs_optim *o, double lr) {
                                    .decay_factor = c->decay_factor};
     }
     if (n > 0) o->dev->k->adamw_many(o->dev->stream, t, n, &decayed);
-    free(t);
 }
 
 hs_status hs_optim_step(hs_optim *o, double lr, hs_error *e) {

@@ -26,7 +26,8 @@ struct hs_optim {
     int n;
     optim_slot *slots;
     int64_t step;
-    float *muon_work; /* direction + orthogonalised update + NS scratch */
+    float *muon_work;       /* direction + orthogonalised update + NS scratch */
+    hs_adamw_tensor *adamw; /* a step's adamw_many table, room for n */
 };
 
 /* Per-step AdamW scalars, computed once per step in double as torch does
@@ -34,8 +35,6 @@ struct hs_optim {
 typedef hs_adamw_hparams adamw_coef;
 
 adamw_coef hs_adamw_coef(const hs_optim_config *cfg, int64_t step, double lr, bool decay);
-void hs_adamw_step_param(hs_device *d, const hs_optim_param *p, float *exp_avg, float *exp_avg_sq,
-                         const adamw_coef *c);
 
 /* Floats of work space one Muon step of this param needs. */
 int64_t hs_muon_work_floats(const hs_optim_param *p);
