@@ -319,6 +319,7 @@ hs_status hs_device_cuda_init(hs_device *d, hs_error *e) {
     d->kind = HS_DEVICE_CUDA;
     d->name = "cuda";
     d->host_visible = false;
+    if (hs_cuda_attention_env_check(e) != HS_OK) return e->code;
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0)

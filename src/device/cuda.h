@@ -64,6 +64,9 @@ void hs_cuda_to_host(hs_stream *s, void *dst, const void *src, size_t bytes);
  * HS_CUDA_ATTENTION=cores), said in the device's note; never fails: the
  * CUDA-core kernels serve without it (cuda_attention.c). */
 void hs_cuda_attention_init(hs_device *d);
+/* HS_OK, or HS_ERR_CONFIG naming HS_CUDA_ATTENTION and its two values when
+ * it holds another; checked before any GPU is touched. */
+hs_status hs_cuda_attention_env_check(hs_error *e);
 void hs_cuda_attention_free(hs_device *d);
 /* cuBLASLt's handle, workspace and descriptor cache (cuda_gemm.c). */
 hs_status hs_cuda_gemm_init(hs_device *d, hs_error *e);

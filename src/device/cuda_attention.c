@@ -20,6 +20,15 @@
 #include "device/cuda.h"
 #include "device/cuda_attention_launch.h"
 
+hs_status hs_cuda_attention_env_check(hs_error *e) {
+    const char *want = getenv("HS_CUDA_ATTENTION");
+    if (!want || strcmp(want, "cores") == 0 || strcmp(want, "cudnn") == 0) return HS_OK;
+    return hs_error_set(e, HS_ERR_CONFIG,
+                        "HS_CUDA_ATTENTION=%s: set cores (attention on the CUDA-core kernels) "
+                        "or cudnn (cuDNN's fused SDPA where it serves, the default), or unset it",
+                        want);
+}
+
 void hs_cuda_attention_init(hs_device *d) {
     hs_cuda_ctx *c = (hs_cuda_ctx *)d->ctx;
     const char *want = getenv("HS_CUDA_ATTENTION");

@@ -5,7 +5,8 @@
 # on a machine without a GPU ("no CUDA device is visible"). In a build with
 # it, a MoE model and the Muon optimizer pass the check of the cuda table's
 # kernels: without a GPU they stop only where every cuda run does, and with
-# one they train.
+# one they train. A value of HS_CUDA_ATTENTION other than cores or cudnn is
+# refused (exit 2, named) before any GPU is asked for.
 # HS_TEST_TIMEOUT: 60
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -53,6 +54,11 @@ else
     hs_expect_exit 2 moe "has no CUDA backend" train "${tiny[@]}" "${moe[@]}" \
         accelerator.device=cuda train.out_dir="$work/moe"
     no_output moe
+fi
+if $built; then
+    HS_CUDA_ATTENTION=tensor hs_expect_exit 2 att_env "HS_CUDA_ATTENTION=tensor: set cores" \
+        train "${tiny[@]}" accelerator.device=cuda train.out_dir="$work/att_env"
+    no_output att_env
 fi
 # the same model and optimizer on cpu are not refused: the refusal is the device's
 hs_expect_exit 0 moe_cpu "done:" train "${tiny[@]}" "${moe[@]}" train.out_dir="$work/moe_cpu"
