@@ -43,9 +43,12 @@ void hs_launch_signals_block(void) {
 /* The lines that say why a job ended, most telling first: Open MPI naming
  * the rank a signal ended (or srun, as MPIEXEC under Slurm, naming the task:
  * "srun: error: HOST: task 2: Killed"), a lost daemon (a host gone), the
- * watchdog, the trainer's own error, then mpiexec refusing a hostfile. */
+ * watchdog, the trainer's own error, then mpiexec refusing a hostfile.
+ * srun's "task 0: Exited with exit code 1" of a rank that saw its peer die
+ * may come before the "Killed" of the peer, so it ranks below a signal. */
 static int reason_rank(const char *line) {
-    if (strstr(line, "srun: error: ") && strstr(line, ": task")) return 1;
+    if (strstr(line, "srun: error: ") && strstr(line, ": task"))
+        return strstr(line, "Exited with exit code") ? 2 : 1;
     /* Open MPI's "Process name: [[J,1],R]" under "The first process to do
      * so was": the rank that exited non-zero first, before the others'
      * "Terminated received" as mpiexec stops them */

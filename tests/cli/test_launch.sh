@@ -216,6 +216,17 @@ SH
     MPIEXEC="$work/fake_mpiexec" hs_expect_exit 1 cause \
         "giving up after 1 restart: world rank 1 exited non-zero first (exit code 1)" \
         launch -n 4 --max-restarts 1 "${tiny[@]}" train.out_dir="$work/cause" checkpoint.dir="$work/ck_cause"
+    # srun may report a survivor's exit before the task a signal ended
+    cat > "$work/fake_srun" <<'SH'
+#!/bin/sh
+echo "srun: error: node1: task 0: Exited with exit code 1" >&2
+echo "srun: error: node1: task 2: Killed" >&2
+exit 1
+SH
+    chmod +x "$work/fake_srun"
+    MPIEXEC="$work/fake_srun" hs_expect_exit 1 srun_cause \
+        "giving up after 1 restart: srun: error: node1: task 2: Killed" \
+        launch -n 4 --max-restarts 1 "${tiny[@]}" train.out_dir="$work/cause" checkpoint.dir="$work/ck_cause"
 }
 
 test_two_random_kills_continue_the_curve
