@@ -296,4 +296,49 @@ hs_status hs_config_hash(const hs_config *c, uint64_t *hash, hs_error *e);
 /* The docs table: one markdown row per key (`hypershard config --schema-markdown`). */
 hs_status hs_config_schema_markdown(FILE *f, hs_error *e);
 
+/* ---------------------------------------------------- the cluster file */
+
+/* A cluster description (`--cluster FILE`, docs/plan.md "Cluster files"):
+ * what `hypershard plan --time` simulates a step on. Rates in FLOP/s and
+ * bytes/s, times in seconds, sizes in bytes. */
+#define HS_CLUSTER_TABLE_MAX 64
+
+typedef struct hs_cluster_gemm { /* device.gemm: a measured GEMM rate */
+    hs_dtype dtype;
+    int64_t m, n, k;
+    double flops;
+} hs_cluster_gemm;
+
+typedef struct hs_cluster_group { /* a link's by_ranks row: one group size */
+    int ranks;
+    double bandwidth, latency;
+} hs_cluster_group;
+
+typedef struct hs_cluster_link {
+    double bandwidth, latency; /* per rank (inter_node: per NIC) */
+    hs_cluster_group by_ranks[HS_CLUSTER_TABLE_MAX];
+    int n_by_ranks;
+} hs_cluster_link;
+
+typedef struct hs_cluster {
+    char name[160], device_name[160];
+    int nodes, devices_per_node, nics_per_node;
+    bool shared;    /* node.shared: the node's ranks divide its devices (CPU cores) */
+    double peak[3]; /* device.flops.{f32,bf16,f16}: nominal dense, per device */
+    double gemm_efficiency, attention_efficiency, elementwise_efficiency;
+    double attention[3]; /* device.attention.{f32,...}: measured FLOP/s, 0 if not */
+    double memory_bytes, memory_bandwidth;
+    hs_cluster_gemm gemm[HS_CLUSTER_TABLE_MAX];
+    int n_gemm;
+    hs_cluster_link intra, inter;
+    double overlap; /* the share of a collective that hides behind compute */
+} hs_cluster;
+
+/* Reads and checks a cluster file: HS_ERR_CONFIG naming the file, the key
+ * (with its line) and the fix for an unknown key, a missing or non-positive
+ * value; HS_ERR_IO when it cannot be read. */
+hs_status hs_cluster_load(const char *path, hs_cluster *out, hs_error *e);
+/* The cluster as YAML a load reads back (calibrate writes it). */
+void hs_cluster_write(const hs_cluster *c, FILE *f);
+
 #endif
