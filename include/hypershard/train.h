@@ -224,6 +224,12 @@ typedef struct hs_plan_role {
     int64_t peak_device_bytes, peak_host_bytes;
     int64_t comm_bytes[HS_PLAN_COMM_COUNT];
     int64_t comm_calls[HS_PLAN_COMM_COUNT];
+    /* One FSDP unit's collectives, as the time model replays them
+     * (plan_time.c): [0] the root, [1] a block (the role's average);
+     * [..][0] on fsdp_shard / fsdp_replicate, [..][1] the experts on
+     * edp_shard / edp_replicate. Bytes of one all-gather output, of one
+     * reduce-scatter input and of one all-reduce. */
+    int64_t unit_gather[2][2], unit_reduce[2][2], unit_all_reduce[2][2];
 } hs_plan_role;
 
 typedef struct hs_plan {
@@ -251,5 +257,28 @@ void hs_plan_json(const hs_plan *p, FILE *f);
  * GPU's memory refuses what does not fit at allocation, hs_device_oom). */
 hs_status hs_plan_check_fit(const hs_plan *p, const hs_config *cfg, int ranks_per_node,
                             int64_t avail_bytes, hs_error *e);
+
+/* One step's time on a cluster (plan_time.c; docs/plan.md "Time"): the
+ * busiest rank's step, its parts, and the model FLOPs utilisation against
+ * the devices' nominal peak. */
+typedef struct hs_plan_time {
+    double step_s, tokens_per_s, mfu;
+    double model_flops;                   /* per step: 6 N per token (active) + attention */
+    double peak_flops;                    /* one device's nominal, in the compute dtype */
+    double compute_s;                     /* the step's compute without collectives */
+    double exposed_fsdp_s;                /* all-gather / reduce-scatter / all-reduce not hidden */
+    double exposed_s[HS_PLAN_COMM_COUNT]; /* tp, cp, ep (critical path), pp (hand-overs) */
+    double bubble;                        /* share of the stages' time idle */
+    double optimizer_s;                   /* the norm's all-reduce and the update */
+    int ranks_per_node;
+    double memory_per_rank; /* device memory one rank has */
+    bool fits;              /* the plan's largest peak within it */
+    int64_t tokens_per_step;
+} hs_plan_time;
+
+hs_status hs_plan_time_build(const hs_config *cfg, const hs_topology *topo, const hs_plan *plan,
+                             const hs_cluster *cluster, hs_plan_time *out, hs_error *e);
+void hs_plan_time_print(const hs_plan_time *t, FILE *f);
+void hs_plan_time_json(const hs_plan_time *t, FILE *f);
 
 #endif

@@ -20,17 +20,24 @@ static const char usage_text[] =
 
 static const char plan_usage_text[] =
     "usage: hypershard plan [CONFIG] [a.b.c=value ...] [--world N] [--json]\n"
+    "       hypershard plan --time --cluster FILE [--world N] [--json] [CONFIG] [a.b.c=value ...]\n"
+    "       hypershard plan --search --cluster FILE [--world N] [--top K] [CONFIG] [a.b.c=value ...]\n"
     "A dry run without MPI and without allocating: per-rank bytes of parameters, gradients,\n"
     "optimizer state, fp32 main params, activations, communication buffers and the peak\n"
     "(the peak_device_bytes metrics.jsonl reports), and per-step communication per group,\n"
-    "for N ranks (default 1). --json prints the same as one JSON object.\n";
+    "for N ranks (default 1). --json prints the same as one JSON object.\n"
+    "--time simulates one step on the cluster FILE describes (docs/plan.md): step time,\n"
+    "tokens/s, MFU, exposed communication per dimension, the pipeline bubble, and whether\n"
+    "the peak fits. --search ranks the layouts of N ranks that fit by predicted step time\n"
+    "and prints the best K (default 5) with the overrides that run them.\n";
 
 typedef struct config_args {
     const char *path;
     const char **overrides;
     int n_overrides;
-    int world;
-    bool markdown, json, plan;
+    int world, top;
+    const char *cluster;
+    bool markdown, json, plan, time, search;
 } config_args;
 
 #define MAX_WORLD (1 << 20)
@@ -54,6 +61,19 @@ static int parse_args(int argc, char **argv, config_args *a) {
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) return fputs(usage, stdout), 0;
         if (a->plan && !strcmp(s, "--json")) {
             a->json = true;
+        } else if (a->plan && !strcmp(s, "--time")) {
+            a->time = true;
+        } else if (a->plan && !strcmp(s, "--search")) {
+            a->search = true;
+        } else if (a->plan && (!strcmp(s, "--cluster") || !strcmp(s, "--top"))) {
+            if (i + 1 == argc) return fprintf(stderr, "%s: %s needs a value\n", cmd, s), 2;
+            if (!strcmp(s, "--cluster")) {
+                a->cluster = argv[++i];
+            } else if (!parse_world(argv[++i], &a->top) || a->top > 1000) {
+                return fprintf(stderr, "%s: --top %s: expected a count from 1 to 1000\n", cmd,
+                               argv[i]),
+                       2;
+            }
         } else if (!a->plan && !strcmp(s, "--schema-markdown")) {
             a->markdown = true;
         } else if (!strcmp(s, "--world") || w) {
@@ -77,6 +97,16 @@ static int parse_args(int argc, char **argv, config_args *a) {
                    2;
         }
     }
+    if ((a->time || a->search) && !a->cluster)
+        return fprintf(stderr, "%s: --%s needs --cluster FILE (configs/clusters/ has some)\n", cmd,
+                       a->time ? "time" : "search"),
+               2;
+    if (a->cluster && !a->time && !a->search)
+        return fprintf(stderr, "%s: --cluster is for --time or --search\n", cmd), 2;
+    if (a->search && a->json)
+        return fprintf(stderr, "%s: --search prints a table; --json is for the plan and --time\n",
+                       cmd),
+               2;
     return -1;
 }
 
@@ -88,6 +118,25 @@ static int print_errors(const config_args *a, const char *what, const hs_error *
     return hs_status_exit_code(e->code);
 }
 
+static int print_time(const config_args *a, const hs_config *c, const hs_topology *topo,
+                      const hs_plan *p) {
+    hs_cluster cl;
+    hs_plan_time t;
+    hs_error e;
+    if (hs_cluster_load(a->cluster, &cl, &e) != HS_OK) return print_errors(a, a->cluster, &e);
+    if (hs_plan_time_build(c, topo, p, &cl, &t, &e) != HS_OK)
+        return print_errors(a, "the time", &e);
+    if (a->json) {
+        hs_plan_time_json(&t, stdout);
+        return 0;
+    }
+    printf("# planned from %s, world size %d, on %s\n", a->path ? a->path : "the built-in default",
+           a->world, cl.name[0] ? cl.name : a->cluster);
+    hs_plan_print(p, c, stdout);
+    hs_plan_time_print(&t, stdout);
+    return 0;
+}
+
 static int print_plan(const config_args *a, const hs_config *c, const hs_topology *topo) {
     hs_plan *p = calloc(1, sizeof *p);
     hs_error e;
@@ -97,6 +146,8 @@ static int print_plan(const config_args *a, const hs_config *c, const hs_topolog
         rc = print_errors(a, "the plan", &e);
     } else if (hs_plan_build(c, topo, p, &e) != HS_OK) {
         rc = print_errors(a, "the plan", &e);
+    } else if (a->time) {
+        rc = print_time(a, c, topo, p);
     } else if (a->json) {
         hs_plan_json(p, stdout);
     } else {

@@ -87,7 +87,7 @@ static int n_states(const plan_ctx *c, const hs_param *p) {
 }
 
 /* fsdp/param.c's sizes for shard rank 0 of a degree-S shard group. */
-static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u) {
+static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int64_t *tally[3]) {
     const hs_topology *t = c->topo;
     bool rep = false;
     for (int i = 0; i < c->cfg->fsdp.n_replicate_params && !rep; i++)
@@ -113,7 +113,10 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u) {
     int64_t src = c->main ? cs : 4;
     if (c->offload && src != cs) ACC(c, &u->stage, ag ? storage : numel, src);
     if (ag) ACC(c, &u->ag_fwd, padded_un, cs), u->ag_calls++;
+    if (ag) ACC(c, tally[0], padded_un, cs);
     if (p->frozen) return;
+    if (ag) ACC(c, tally[1], padded_un, rs);
+    if (R > 1) ACC(c, tally[2], ag ? padded_sh : numel, rs);
     ACC(c, &u->dev[HS_PLAN_REDUCE], ag ? padded_sh : numel, rs);
     int64_t G = PROD(c, padded_un, cs);
     int64_t Rb = c->cdt != c->rdt && !(c->stashes && c->M > 1 && !c->cfg->fsdp.requires_grad_sync)
@@ -482,13 +485,21 @@ static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *glo
     int64_t block_numel = 0, root_numel = 0;
     for (int i = 0; i < hs_model_num_params(m); i++) {
         hs_param *p = hs_model_param(m, i);
-        int k = top_of(m, p->unit, top_index);
-        if (c->fsdp) add_fsdp_param(c, p, &tops[k]);
+        int k = top_of(m, p->unit, top_index), x = p->on_ep_mesh;
+        int64_t *tally[3] = {&r->unit_gather[k > 0][x], &r->unit_reduce[k > 0][x],
+                             &r->unit_all_reduce[k > 0][x]};
+        if (c->fsdp) add_fsdp_param(c, p, &tops[k], tally);
         else add_local_param(c, p, &tops[k]);
         int64_t g = hs_ck_prod(c->ck, p->shape, p->ndim);
         add_to(c, k == 0 ? &root_numel : &block_numel, g);
     }
     hs_model_free(m);
+    for (int x = 0; x < 2; x++) { /* the blocks' tallies, one block's */
+        int described = exact ? n_blocks : (st.n_chunks > 0 ? st.n_chunks : 1);
+        described = described > 0 ? described : 1;
+        r->unit_gather[1][x] /= described, r->unit_reduce[1][x] /= described;
+        r->unit_all_reduce[1][x] /= described;
+    }
     /* The step's units in order: the described ones, or the root and each
      * chunk's block repeated to the chunk's real length. */
     int n_seq = exact ? n_top : 1 + n_blocks;

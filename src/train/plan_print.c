@@ -165,3 +165,45 @@ hs_status hs_plan_check_fit(const hs_plan *p, const hs_config *cfg, int ranks_pe
         cfg->train.activation_checkpointing == HS_AC_FULL ? " (already on)" : "",
         worst->host[HS_PLAN_CKPT_STAGING] ? "checkpoint.async: false (no snapshot staging), " : "");
 }
+
+void hs_plan_time_print(const hs_plan_time *t, FILE *f) {
+    fprintf(f, "time: %.4g s a step, %.4g tokens/s, MFU %.1f%% of %.4g TFLOP/s a device\n",
+            t->step_s, t->tokens_per_s, 100 * t->mfu, t->peak_flops / 1e12);
+    fprintf(f, "  compute             %10.4g s\n", t->compute_s);
+    fprintf(f, "  exposed fsdp        %10.4g s\n", t->exposed_fsdp_s);
+    for (int k = HS_PLAN_TP; k < HS_PLAN_COMM_COUNT; k++)
+        if (t->exposed_s[k] > 0)
+            fprintf(f, "  exposed %-11s %10.4g s%s\n", hs_plan_comm_name((hs_plan_comm)k),
+                    t->exposed_s[k], k == HS_PLAN_PP ? " (hand-overs, inside the bubble)" : "");
+    if (t->bubble > 0)
+        fprintf(f, "  pipeline bubble     %9.1f%% of the stages' time\n", 100 * t->bubble);
+    fprintf(f, "  optimizer           %10.4g s\n", t->optimizer_s);
+    fprintf(f, "  %d ranks a node, %.4g GB of device memory a rank: %s\n", t->ranks_per_node,
+            t->memory_per_rank / 1e9, t->fits ? "the peak fits" : "the peak does NOT fit");
+}
+
+void hs_plan_time_json(const hs_plan_time *t, FILE *f) {
+    hs_json j;
+    hs_json_init(&j, f);
+    hs_json_begin_object(&j);
+    hs_json_kv_double(&j, "step_time_s", t->step_s, 6);
+    hs_json_kv_double(&j, "tokens_per_s", t->tokens_per_s, 6);
+    hs_json_kv_double(&j, "mfu", t->mfu, 4);
+    hs_json_kv_double(&j, "model_flops", t->model_flops, 6);
+    hs_json_kv_double(&j, "peak_flops", t->peak_flops, 6);
+    hs_json_kv_double(&j, "compute_s", t->compute_s, 6);
+    hs_json_kv_double(&j, "exposed_fsdp_s", t->exposed_fsdp_s, 6);
+    hs_json_key(&j, "exposed_s");
+    hs_json_begin_object(&j);
+    for (int k = HS_PLAN_TP; k < HS_PLAN_COMM_COUNT; k++)
+        hs_json_kv_double(&j, hs_plan_comm_name((hs_plan_comm)k), t->exposed_s[k], 6);
+    hs_json_end_object(&j);
+    hs_json_kv_double(&j, "bubble", t->bubble, 4);
+    hs_json_kv_double(&j, "optimizer_s", t->optimizer_s, 6);
+    hs_json_kv_int(&j, "ranks_per_node", t->ranks_per_node);
+    hs_json_kv_double(&j, "memory_per_rank", t->memory_per_rank, 6);
+    hs_json_kv_bool(&j, "fits", t->fits);
+    hs_json_kv_int(&j, "tokens_per_step", t->tokens_per_step);
+    hs_json_end_object(&j);
+    fputc('\n', f);
+}

@@ -1,0 +1,542 @@
+/* The time of a step (train.h hs_plan_time_build): one training step
+ * simulated on a cluster description, from the plan's per-unit collectives
+ * and the pipeline schedule's own action lists.
+ *
+ * - Compute: each GEMM of a block (q, k, v, o, gate, up, down, the routed
+ *   and shared experts, the head) at the device's rate for its shape
+ *   (device.gemm, interpolated in log m n k, or the nominal peak times
+ *   gemm_efficiency), causal attention at its rate, the element-wise
+ *   passes at memory bandwidth; backward twice the GEMMs and 2.5 times
+ *   the attention, full recompute adds a forward, selective the
+ *   element-wise part. On a shared node (CPU cores) the ranks divide it.
+ * - Collectives: ring time (g - 1) latency + (g - 1) / g bytes / bandwidth
+ *   (all-reduce twice, or a tree where that is faster), on the link of the
+ *   group's span: inside a node (by_ranks rows by group size and ranks on
+ *   the node) or across (the node's NICs divided among the groups that
+ *   cross at once).
+ * - FSDP: two queues per pass, compute and comm; unit k's all-gather and
+ *   the next forward_prefetch_depth (backward_prefetch_depth) are issued
+ *   as k starts, k waits its own, a reduce-scatter and all-reduce follow
+ *   each backward; (1 - overlap) of every collective also holds the
+ *   compute queue. TP, CP and EP collectives sit on the compute queue.
+ * - PP: every stage runs hs_pp_schedule's actions in order; an action
+ *   starts when its stage is free and its input has arrived (the hand-over
+ *   a point-to-point message).
+ * - Then the gradient norm's all-reduce and the optimizer's memory pass. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hypershard/parallel.h"
+#include "hypershard/train.h"
+#include "train/engines.h"
+
+typedef struct tctx {
+    const hs_config *cfg;
+    const hs_topology *t;
+    const hs_cluster *cl;
+    const hs_plan *plan;
+    hs_dtype cdt;
+    int rpn;      /* ranks per node */
+    double share; /* of a device one rank computes with (1 but on shared nodes) */
+    double comm_s[HS_PLAN_COMM_COUNT];
+} tctx;
+
+/* ------------------------------------------------------------ compute */
+
+static double gemm_rate(const tctx *c, hs_dtype dt, double m, double n, double k) {
+    const hs_cluster *cl = c->cl;
+    double w = log(m * n * k), lo_w = -1, hi_w = -1, lo_r = 0, hi_r = 0;
+    for (int i = 0; i < cl->n_gemm; i++) {
+        const hs_cluster_gemm *g = &cl->gemm[i];
+        if (g->dtype != dt) continue;
+        double gw = log((double)g->m * (double)g->n * (double)g->k);
+        if (gw <= w && (lo_w < 0 || gw > lo_w)) lo_w = gw, lo_r = g->flops;
+        if (gw >= w && (hi_w < 0 || gw < hi_w)) hi_w = gw, hi_r = g->flops;
+    }
+    double r;
+    if (lo_w < 0 && hi_w < 0) {
+        double peak = cl->peak[dt] > 0 ? cl->peak[dt] : cl->peak[HS_DTYPE_F32];
+        r = peak * cl->gemm_efficiency;
+    } else if (lo_w < 0 || hi_w == lo_w) {
+        r = lo_w < 0 ? hi_r : lo_r;
+    } else if (hi_w < 0) {
+        r = lo_r;
+    } else {
+        r = lo_r + (hi_r - lo_r) * (w - lo_w) / (hi_w - lo_w);
+    }
+    return r * c->share;
+}
+
+static double gemm_s(const tctx *c, double m, double n, double k) {
+    if (m <= 0 || n <= 0 || k <= 0) return 0;
+    return 2 * m * n * k / gemm_rate(c, c->cdt, m, n, k);
+}
+
+static double attention_rate(const tctx *c) {
+    const hs_cluster *cl = c->cl;
+    double r = cl->attention[c->cdt];
+    if (r <= 0) {
+        double peak = cl->peak[c->cdt] > 0 ? cl->peak[c->cdt] : cl->peak[HS_DTYPE_F32];
+        r = peak * cl->attention_efficiency;
+    }
+    return r * c->share;
+}
+
+static double bytes_s(const tctx *c, double bytes) {
+    return bytes / (c->cl->memory_bandwidth * c->cl->elementwise_efficiency * c->share);
+}
+
+/* One block's forward on one rank, for a micro-batch: GEMMs, attention and
+ * element-wise parts, seconds. */
+typedef struct block_time {
+    double gemm, attn, elem;
+} block_time;
+
+static block_time block_forward(const tctx *c, bool moe) {
+    const hs_model_config *m = &c->cfg->model;
+    const hs_topology *t = c->t;
+    double tok = (double)c->cfg->train.micro_batch_size * c->cfg->train.seq_len / t->cp;
+    double C = m->dim, hd = hs_model_head_dim(m), H = (double)m->n_heads / t->tp;
+    double Hkv = (double)(m->n_kv_heads > 0 ? m->n_kv_heads : m->n_heads) / t->tp;
+    if (Hkv < 1) Hkv = 1;
+    double s = hs_dtype_size(c->cdt), F = (double)m->ffn_dim / t->tp;
+    block_time b = {0};
+    b.gemm = gemm_s(c, tok, H * hd, C) + 2 * gemm_s(c, tok, Hkv * hd, C) + gemm_s(c, tok, C, H * hd);
+    double ffn_elems = 0;
+    if (moe) {
+        const hs_moe_config *e = &m->moe;
+        double rows = tok * e->top_k, local = (double)e->num_experts / t->ep;
+        double per = rows / (local > 0 ? local : 1); /* balanced routing */
+        b.gemm += gemm_s(c, tok, e->num_experts, C);
+        b.gemm += local * (2 * gemm_s(c, per, e->expert_ffn_dim, C) +
+                           gemm_s(c, per, C, e->expert_ffn_dim));
+        if (e->shared_expert_ffn_dim > 0)
+            b.gemm += 2 * gemm_s(c, tok, e->shared_expert_ffn_dim, C) +
+                      gemm_s(c, tok, C, e->shared_expert_ffn_dim);
+        ffn_elems = rows * e->expert_ffn_dim + tok * e->shared_expert_ffn_dim;
+    } else {
+        b.gemm += 2 * gemm_s(c, tok, F, C) + gemm_s(c, tok, C, F);
+        ffn_elems = tok * F;
+    }
+    /* causal: each local query row meets on average half of the sequence */
+    double T = c->cfg->train.seq_len;
+    b.attn = 2 * tok * T * hd * H / attention_rate(c);
+    /* norms, RoPE, residual adds, SwiGLU: about 16 C and 6 F values a token
+     * read or written */
+    b.elem = bytes_s(c, (16 * tok * C + 6 * ffn_elems + 4 * tok * (H + 2 * Hkv) * hd) * s);
+    return b;
+}
+
+/* ------------------------------------------------------- collectives */
+
+typedef enum coll { C_AG, C_RS, C_AR, C_A2A, C_P2P } coll;
+
+/* The link a group of g ranks at world-rank stride `stride` uses:
+ * latency and per-rank bandwidth. */
+static void link_of(const tctx *c, int g, int stride, double *lat, double *bw) {
+    const hs_cluster *cl = c->cl;
+    int span = g * stride, rpn = c->rpn;
+    int local = stride >= rpn ? 1 : (rpn / stride < g ? rpn / stride : g);
+    if (span <= rpn || local >= g) { /* inside a node */
+        const hs_cluster_link *l = &cl->intra;
+        *lat = l->latency, *bw = l->bandwidth;
+        double best = -1;
+        for (int i = 0; i < l->n_by_ranks; i++) {
+            const hs_cluster_group *r = &l->by_ranks[i];
+            double d = fabs(log((double)r->ranks / g));
+            if (best < 0 || d < best) best = d, *lat = r->latency, *bw = r->bandwidth;
+        }
+        return;
+    }
+    /* across nodes: the groups crossing at once share the node's NICs */
+    int crossing = rpn / local;
+    double nic = cl->inter.bandwidth * (cl->nics_per_node > 0 ? cl->nics_per_node : 1);
+    *bw = nic / (crossing > 0 ? crossing : 1);
+    if (*bw > cl->intra.bandwidth) *bw = cl->intra.bandwidth;
+    *lat = cl->inter.latency;
+}
+
+/* Seconds of one collective of `bytes` (AG: the output; RS: the input; AR
+ * and A2A: a rank's buffer; P2P: the message) over g ranks at `stride`. */
+static double coll_s(const tctx *c, coll k, double bytes, int g, int stride) {
+    if (k != C_P2P && g <= 1) return 0;
+    double lat, bw;
+    link_of(c, k == C_P2P ? 2 : g, stride, &lat, &bw);
+    double f = (double)(g - 1) / g;
+    switch (k) {
+    case C_AG:
+    case C_RS:
+    case C_A2A: return (g - 1) * lat + f * bytes / bw;
+    case C_AR: {
+        double ring = 2 * (g - 1) * lat + 2 * f * bytes / bw;
+        double tree = 2 * ceil(log2(g)) * lat + 2 * bytes / bw;
+        return ring < tree ? ring : tree;
+    }
+    case C_P2P: return lat + bytes / bw;
+    }
+    return 0;
+}
+
+/* Strides of the mesh dims in world ranks (mesh.h's order: tp fastest,
+ * then cp, dp, pp; FSDP's shard fastest over dp x cp; EP over the expert
+ * domain). */
+static int stride_of(const tctx *c, hs_plan_comm dim, bool expert) {
+    const hs_topology *t = c->t;
+    switch (dim) {
+    case HS_PLAN_TP: return 1;
+    case HS_PLAN_CP: return t->tp;
+    case HS_PLAN_EP: return 1;
+    case HS_PLAN_PP: return t->dp * t->cp * t->tp;
+    case HS_PLAN_AG:
+    case HS_PLAN_RS: return expert ? t->ep : t->tp;
+    case HS_PLAN_AR: return expert ? t->ep * t->edp_shard : t->tp * t->dp_shard;
+    default: return 1;
+    }
+}
+
+/* ---------------------------------------------------- two-queue passes */
+
+typedef struct unit_ev {
+    double pre;     /* all-gather before the compute */
+    double compute; /* on the compute queue, its own collectives included */
+    double post;    /* reduce-scatter and all-reduce after it */
+    int depth;      /* units issued ahead at this one's start */
+} unit_ev;
+
+/* The end time of a sequence of units on the two queues, from 0; *busy
+ * gets the compute. */
+static double run_units(const tctx *c, const unit_ev *u, int n, double *busy) {
+    double ct = 0, cq = 0, hold = 1 - c->cl->overlap;
+    double *done = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    if (!done) return NAN;
+    int issued = 0;
+    *busy = 0;
+    for (int i = 0; i < n; i++) {
+        int upto = i + u[i].depth < n - 1 ? i + u[i].depth : n - 1;
+        for (; issued <= upto; issued++) {
+            double st = cq > ct ? cq : ct;
+            cq = st + u[issued].pre;
+            done[issued] = cq;
+            ct += hold * u[issued].pre;
+        }
+        ct = (done[i] > ct ? done[i] : ct) + u[i].compute;
+        *busy += u[i].compute;
+        if (u[i].post > 0) {
+            double st = cq > ct ? cq : ct;
+            cq = st + u[i].post;
+            ct += hold * u[i].post;
+        }
+    }
+    free(done);
+    return ct > cq ? ct : cq;
+}
+
+/* ------------------------------------------------------------ a role */
+
+typedef struct pass_costs {
+    double fwd, bwd_in, bwd_w;   /* one block, compute + its TP/CP/EP collectives */
+    double fwd_moe, bwd_in_moe, bwd_w_moe;
+    double head_f, head_b;      /* the head and loss */
+    double ag[2], rs[2];         /* [root, block]: the unit's FSDP collectives */
+    double mp[HS_PLAN_COMM_COUNT]; /* one block's model-parallel seconds, forward + backward */
+} pass_costs;
+
+static void role_costs(tctx *c, const hs_plan_role *r, pass_costs *pc) {
+    const hs_config *cfg = c->cfg;
+    const hs_topology *t = c->t;
+    const hs_model_config *m = &cfg->model;
+    memset(pc, 0, sizeof *pc);
+    hs_ac_mode ac = cfg->train.activation_checkpointing;
+    int M = c->plan->micro_batches;
+    double per = (double)M * (r->n_blocks > 0 ? r->n_blocks : 1);
+    /* model-parallel collectives of one block and micro-batch (plan's bytes) */
+    for (int d = HS_PLAN_TP; d <= HS_PLAN_EP; d++) {
+        if (!r->comm_calls[d]) continue;
+        double calls = r->comm_calls[d] / per, bytes = r->comm_bytes[d] / per;
+        int g = d == HS_PLAN_TP ? t->tp : d == HS_PLAN_CP ? t->cp : t->ep;
+        coll k = d == HS_PLAN_EP ? C_A2A : d == HS_PLAN_TP && !cfg->accelerator.sequence_parallel
+                                               ? C_AR
+                                               : C_AG;
+        pc->mp[d] = calls * coll_s(c, k, bytes / calls, g, stride_of(c, d, false)) *
+                    (k == C_AR ? 0.5 : 1); /* the plan counts an all-reduce's bytes twice */
+    }
+    for (int x = 0; x < 2; x++) {
+        block_time b = block_forward(c, x == 1);
+        double mp = pc->mp[HS_PLAN_TP] + pc->mp[HS_PLAN_CP] + pc->mp[HS_PLAN_EP];
+        double f = b.gemm + b.attn + b.elem + mp / 2;
+        double re = ac == HS_AC_FULL ? f : ac == HS_AC_SELECTIVE ? b.elem : 0;
+        double bin = b.gemm + 2.5 * b.attn + 2 * b.elem + mp / 2 + re, bw = b.gemm;
+        if (x == 0) pc->fwd = f, pc->bwd_in = bin, pc->bwd_w = bw;
+        else pc->fwd_moe = f, pc->bwd_in_moe = bin, pc->bwd_w_moe = bw;
+    }
+    double tok = (double)cfg->train.micro_batch_size * cfg->train.seq_len / t->cp;
+    double V = (double)m->vocab_size / t->tp;
+    pc->head_f = gemm_s(c, tok, V, m->dim) + bytes_s(c, 3 * tok * V * 4);
+    pc->head_b = 2 * gemm_s(c, tok, V, m->dim) + bytes_s(c, 2 * tok * V * 4);
+    for (int u = 0; u < 2; u++)
+        for (int x = 0; x < 2; x++) {
+            int S = x ? t->edp_shard : t->dp_shard, R = x ? t->edp_replicate : t->dp_replicate;
+            pc->ag[u] += coll_s(c, C_AG, (double)r->unit_gather[u][x], S,
+                                stride_of(c, HS_PLAN_AG, x));
+            pc->rs[u] += coll_s(c, C_RS, (double)r->unit_reduce[u][x], S,
+                                stride_of(c, HS_PLAN_RS, x)) +
+                         coll_s(c, C_AR, (double)r->unit_all_reduce[u][x], R,
+                                stride_of(c, HS_PLAN_AR, x));
+        }
+}
+
+/* Blocks [first, first + n) of the model: how many are MoE. */
+static int moe_blocks(const hs_model_config *m, int first, int n) {
+    int k = 0;
+    if (!hs_model_arch_moe(m)) return 0;
+    for (int i = first; i < first + n; i++) k += hs_model_layer_moe(m, i);
+    return k;
+}
+
+/* One pass (forward, backward, or a split backward's B or W) over the
+ * blocks [first, first + n) of a chunk, with the root's parts where the
+ * chunk holds them, as a unit sequence appended to u. */
+static int add_pass(const tctx *c, const pass_costs *pc, hs_pp_kind kind, bool split, int first,
+                    int n, bool embed, bool head, bool gather, bool sync, unit_ev *u, int at) {
+    const hs_fsdp_config *f = &c->cfg->fsdp;
+    int nm = moe_blocks(&c->cfg->model, first, n);
+    double moe_share = n > 0 ? (double)nm / n : 0;
+    double fwd = pc->fwd + moe_share * (pc->fwd_moe - pc->fwd);
+    double bin = pc->bwd_in + moe_share * (pc->bwd_in_moe - pc->bwd_in);
+    double bw = pc->bwd_w + moe_share * (pc->bwd_w_moe - pc->bwd_w);
+    if (kind == HS_PP_FORWARD) {
+        if (embed || head)
+            u[at++] = (unit_ev){.pre = gather ? pc->ag[0] : 0, .depth = f->forward_prefetch_depth};
+        for (int i = 0; i < n; i++)
+            u[at++] = (unit_ev){.pre = gather ? pc->ag[1] : 0,
+                                .compute = fwd,
+                                .depth = f->forward_prefetch_depth};
+        if (head) u[at++] = (unit_ev){.compute = pc->head_f};
+        return at;
+    }
+    double blk = kind == HS_PP_WEIGHT ? bw : split ? bin : bin + bw;
+    bool reduce = sync && (kind == HS_PP_WEIGHT || !split);
+    bool regather = gather && f->reshard_after_forward && kind != HS_PP_WEIGHT;
+    if (head) u[at++] = (unit_ev){.compute = kind == HS_PP_WEIGHT ? pc->head_b / 2
+                                              : split ? pc->head_b / 2 : pc->head_b};
+    for (int i = 0; i < n; i++)
+        u[at++] = (unit_ev){.pre = regather ? pc->ag[1] : 0,
+                            .compute = blk,
+                            .post = reduce ? pc->rs[1] : 0,
+                            .depth = f->backward_prefetch_depth};
+    if ((embed || head) && reduce) u[at++] = (unit_ev){.post = pc->rs[0]};
+    return at;
+}
+
+/* ---------------------------------------------------------- pipeline */
+
+typedef struct pp_stage {
+    hs_pp_action *a;
+    int n, next;
+    double free, busy, wait; /* wait: the actions' own FSDP waits */
+} pp_stage;
+
+static hs_status pipeline(tctx *c, const pass_costs *pc, double *makespan, double *bubble,
+                          double *exposed, hs_error *e) {
+    const hs_config *cfg = c->cfg;
+    const hs_topology *t = c->t;
+    int pp = t->pp, M = c->plan->micro_batches;
+    hs_pp_schedule_kind kind = HS_PP_1F1B;
+    (void)hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &kind);
+    int V = kind == HS_PP_INTERLEAVED || kind == HS_PP_ZBV
+                ? (cfg->accelerator.pp_virtual_stages > 0 ? cfg->accelerator.pp_virtual_stages : 1)
+                : 1;
+    if (kind == HS_PP_ZBV) V = 2;
+    bool split = hs_pp_schedule_splits(kind);
+    int nc = pp * V, n = (int)hs_pp_schedule_length(kind, M, V);
+    int first[HS_PP_MAX_STAGES], len[HS_PP_MAX_STAGES];
+    hs_config_pp_stages(&cfg->accelerator, cfg->model.n_layers, first, len);
+    pp_stage *st = calloc((size_t)pp, sizeof *st);
+    double *fin = calloc((size_t)3 * nc * M, sizeof *fin); /* [kind][chunk][mb] end, -1 not yet */
+    double dur[3][HS_PP_MAX_STAGES], wait[3][HS_PP_MAX_STAGES];
+    unit_ev *u = malloc(sizeof *u * (size_t)(8 + 2 * cfg->model.n_layers));
+    hs_status rc = st && fin && u ? HS_OK : hs_error_oom(e, "plan --time: the pipeline of %d", pp);
+    double msg = 0;
+    if (rc == HS_OK) {
+        const hs_plan_role *r0 = &c->plan->roles[0];
+        double bytes = r0->comm_calls[HS_PLAN_PP] ? (double)r0->comm_bytes[HS_PLAN_PP] /
+                                                        (double)r0->comm_calls[HS_PLAN_PP]
+                                                  : 0;
+        msg = coll_s(c, C_P2P, bytes, 2, stride_of(c, HS_PLAN_PP, false));
+        c->comm_s[HS_PLAN_PP] = msg * (double)r0->comm_calls[HS_PLAN_PP];
+        bool gather = t->dp_shard > 1 || t->edp_shard > 1;
+        for (int ch = 0; ch < nc; ch++)
+            for (int k = 0; k < 3; k++) {
+                int at = add_pass(c, pc, (hs_pp_kind)k, split, first[ch], len[ch], ch == 0,
+                                  ch == nc - 1, gather, cfg->fsdp.requires_grad_sync, u, 0);
+                double busy;
+                dur[k][ch] = run_units(c, u, at, &busy);
+                wait[k][ch] = dur[k][ch] - busy;
+            }
+    }
+    for (int s = 0; rc == HS_OK && s < pp; s++) {
+        st[s].a = malloc(sizeof *st[s].a * (size_t)n);
+        st[s].n = n;
+        if (!st[s].a) rc = hs_error_oom(e, "plan --time: a schedule of %d actions", n);
+        else rc = hs_pp_schedule(kind, pp, s, M, V, st[s].a, e);
+    }
+    for (int i = 0; rc == HS_OK && i < 3 * nc * M; i++) fin[i] = -1;
+    /* each stage runs its next action once its input has arrived */
+    for (bool moved = true; rc == HS_OK && moved;) {
+        moved = false;
+        for (int s = 0; s < pp; s++) {
+            pp_stage *p = &st[s];
+            while (p->next < p->n) {
+                hs_pp_action a = p->a[p->next];
+                int ch = hs_pp_model_chunk(kind, pp, s, a.chunk);
+                double ready = 0;
+                if (a.kind == HS_PP_FORWARD && ch > 0) {
+                    double f = fin[(0 * nc + ch - 1) * M + a.micro_batch];
+                    if (f < 0) break;
+                    ready = f + msg;
+                } else if (a.kind == HS_PP_BACKWARD && ch < nc - 1) {
+                    double f = fin[(1 * nc + ch + 1) * M + a.micro_batch];
+                    if (f < 0) break;
+                    ready = f + msg;
+                }
+                double start = p->free > ready ? p->free : ready;
+                double d = dur[a.kind][ch];
+                p->free = start + d, p->busy += d, p->wait += wait[a.kind][ch];
+                fin[((int)a.kind * nc + ch) * M + a.micro_batch] = p->free;
+                p->next++;
+                moved = true;
+            }
+        }
+    }
+    double end = 0, busy = 0, most = 0;
+    for (int s = 0; rc == HS_OK && s < pp; s++) {
+        if (st[s].next < st[s].n)
+            rc = hs_error_set(e, HS_ERR_INTERNAL, "plan --time: stage %d's schedule stops", s);
+        if (st[s].free > end) end = st[s].free;
+        busy += st[s].busy;
+        if (st[s].wait > most) most = st[s].wait;
+    }
+    *makespan = end;
+    *bubble = end > 0 ? 1 - busy / (pp * end) : 0;
+    *exposed = most;
+    for (int s = 0; st && s < pp; s++) free(st[s].a);
+    free(st), free(fin), free(u);
+    return rc;
+}
+
+/* ------------------------------------------------------------- a step */
+
+static double model_flops_per_token(const hs_config *cfg) {
+    const hs_model_config *m = &cfg->model;
+    double C = m->dim, hd = hs_model_head_dim(m), H = m->n_heads;
+    double Hkv = m->n_kv_heads > 0 ? m->n_kv_heads : m->n_heads;
+    double attn = 2 * C * H * hd + 2 * C * Hkv * hd, f = 0;
+    for (int l = 0; l < m->n_layers; l++) {
+        double mlp = 3 * C * m->ffn_dim;
+        if (hs_model_arch_moe(m) && hs_model_layer_moe(m, l))
+            mlp = C * m->moe.num_experts + 3 * C * m->moe.expert_ffn_dim * m->moe.top_k +
+                  3 * C * m->moe.shared_expert_ffn_dim;
+        f += 6 * (attn + mlp);
+    }
+    f += 6.0 * m->vocab_size * C;
+    return f + 6.0 * m->n_layers * (double)cfg->train.seq_len * H * hd;
+}
+
+hs_status hs_plan_time_build(const hs_config *cfg, const hs_topology *t, const hs_plan *plan,
+                             const hs_cluster *cl, hs_plan_time *out, hs_error *e) {
+    memset(out, 0, sizeof *out);
+    hs_error_clear(e);
+    const hs_mix_precision *mp = &cfg->fsdp.mix_precision;
+    tctx c = {.cfg = cfg, .t = t, .cl = cl, .plan = plan};
+    c.cdt = mp->param_dtype == HS_MP_NULL || !hs_engine_uses_fsdp(cfg, t)
+                ? HS_DTYPE_F32
+                : (hs_dtype)mp->param_dtype;
+    int capacity = cl->nodes * (cl->shared ? 1 << 20 : cl->devices_per_node);
+    if (t->world > capacity)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "plan --time: %d ranks do not fit the cluster's %d nodes of %d "
+                            "devices; lower --world or describe more nodes",
+                            t->world, cl->nodes, cl->devices_per_node);
+    int nodes = cl->shared ? cl->nodes : (t->world + cl->devices_per_node - 1) / cl->devices_per_node;
+    c.rpn = (t->world + nodes - 1) / nodes;
+    c.share = cl->shared ? (double)cl->devices_per_node / c.rpn : 1.0;
+    out->ranks_per_node = c.rpn;
+    int M = plan->micro_batches;
+    int64_t tokens = hs_config_global_batch(cfg, t) * (int64_t)cfg->train.seq_len;
+    double step = 0, compute = 0;
+    if (t->pp > 1) {
+        pass_costs pc;
+        /* On a shared node the stages idle in the bubble leave their cores
+         * to the busy ones (each up to its thread count): the step is
+         * simulated again with the busy ranks' share. */
+        double share_all = c.share;
+        for (int pass = 0; pass < (cl->shared ? 2 : 1); pass++) {
+            if (pass) {
+                int threads = cfg->train.threads > 0 ? cfg->train.threads
+                                                      : (cl->devices_per_node / c.rpn > 1
+                                                             ? cl->devices_per_node / c.rpn
+                                                             : 1);
+                double busy = c.rpn * (1 - out->bubble);
+                c.share = cl->devices_per_node / (busy > 1 ? busy : 1);
+                if (c.share > threads) c.share = threads;
+                if (c.share < share_all) c.share = share_all;
+            }
+            role_costs(&c, &plan->roles[0], &pc);
+            hs_status rc = pipeline(&c, &pc, &step, &out->bubble, &out->exposed_fsdp_s, e);
+            if (rc != HS_OK) return rc;
+        }
+        c.share = share_all;
+        for (int d = HS_PLAN_TP; d <= HS_PLAN_EP; d++)
+            out->exposed_s[d] = pc.mp[d] * M * plan->roles[0].n_blocks;
+        out->exposed_s[HS_PLAN_PP] = c.comm_s[HS_PLAN_PP];
+        compute = step * (1 - out->bubble) - out->exposed_fsdp_s;
+    } else {
+        const hs_plan_role *r = &plan->roles[0];
+        pass_costs pc;
+        role_costs(&c, r, &pc);
+        const hs_fsdp_config *f = &cfg->fsdp;
+        int L = cfg->model.n_layers;
+        unit_ev *u = malloc(sizeof *u * (size_t)(2 * L + 8));
+        if (!u) return hs_error_oom(e, "plan --time: %d units", 2 * L + 8);
+        bool gather = t->dp_shard > 1 || t->edp_shard > 1;
+        /* the micro-batches but the last alike: two replayed, the rest as the first */
+        double first_mb = 0, last = 0, busy1 = 0, busy2 = 0;
+        for (int round = 0; round < (M > 1 ? 2 : 1); round++) {
+            bool sync = round == (M > 1 ? 1 : 0) || f->requires_grad_sync;
+            int at = add_pass(&c, &pc, HS_PP_FORWARD, false, 0, L, true, true, gather, sync, u, 0);
+            at = add_pass(&c, &pc, HS_PP_BACKWARD, false, 0, L, true, true, gather, sync, u, at);
+            double busy;
+            double d = run_units(&c, u, at, &busy);
+            if (round == 0 && M > 1) first_mb = d, busy1 = busy;
+            else last = d, busy2 = busy;
+        }
+        free(u);
+        step = first_mb * (M - 1) + last;
+        compute = busy1 * (M - 1) + busy2;
+        for (int d = HS_PLAN_TP; d <= HS_PLAN_EP; d++) out->exposed_s[d] = pc.mp[d] * M * L;
+    }
+    double mp_s = out->exposed_s[HS_PLAN_TP] + out->exposed_s[HS_PLAN_CP] + out->exposed_s[HS_PLAN_EP];
+    if (t->pp == 1) out->exposed_fsdp_s = step - compute > 0 ? step - compute : 0;
+    /* the gradient norm's all-reduce over the world, then the optimizer's
+     * pass over this rank's shard: AdamW reads p, g, m, v and writes p, m,
+     * v; the norm reads g; a main-params model copy is written */
+    const hs_plan_role *r = &plan->roles[0];
+    double numel = (double)(r->device[HS_PLAN_PARAMS] + r->host[HS_PLAN_PARAMS]) / 4;
+    double per = 32 + (cfg->optimizer.fp32_main_params ? 2 : 0);
+    out->optimizer_s = bytes_s(&c, numel * per) + coll_s(&c, C_AR, 8, t->world, 1);
+    step += out->optimizer_s;
+    out->compute_s = compute - mp_s;
+    out->step_s = step;
+    out->tokens_per_step = tokens;
+    out->tokens_per_s = tokens / step;
+    hs_dtype pk = cl->peak[c.cdt] > 0 ? c.cdt : HS_DTYPE_F32;
+    out->peak_flops = cl->peak[pk];
+    double devices = cl->shared ? (double)nodes * cl->devices_per_node : t->world;
+    out->model_flops = model_flops_per_token(cfg) * (double)tokens;
+    out->mfu = out->model_flops / (step * devices * out->peak_flops);
+    double mem = cl->memory_bytes * c.share;
+    out->memory_per_rank = mem;
+    out->fits = (double)plan->max_peak_device_bytes <= mem;
+    return HS_OK;
+}
