@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "cli/commands.h"
 #include "hypershard/base.h"
 #include "hypershard/device.h"
@@ -239,6 +240,24 @@ static void ops_bufs_free(ops_bufs *b) {
     free(b->h1), free(b->h2), free(b->h3), free(b->ids);
 }
 
+/* The operands every op reads, `cap` values each. */
+static hs_status ops_bufs_alloc(ops_bufs *b, hs_error *e) {
+    hs_error_clear(e);
+    b->cap = (int64_t)1 << 23;
+    b->a = rnd(b->cap, 1), b->b = rnd(b->cap, 2), b->c = rnd(b->cap, 3);
+    b->d = rnd(b->cap, 4), b->e = rnd(b->cap, 5), b->f = rnd(b->cap, 6);
+    b->h1 = calloc((size_t)b->cap, 2), b->h2 = calloc((size_t)b->cap, 2);
+    b->h3 = calloc((size_t)b->cap, 2);
+    b->ids = calloc((size_t)b->cap, sizeof *b->ids);
+    if (!b->a || !b->b || !b->c || !b->d || !b->e || !b->f || !b->h1 || !b->h2 || !b->h3 || !b->ids)
+        return hs_error_oom(e, "bench ops: the operands, %lld elements each (%.0f MiB in all)",
+                            (long long)b->cap, (double)b->cap * (6 * 4 + 3 * 2 + 4) / (1 << 20));
+    for (int64_t i = 0; i < b->cap; i++) b->e[i] = b->e[i] * b->e[i]; /* adamw's v >= 0 */
+    hs_convert(b->h1, HS_DTYPE_BF16, b->a, HS_DTYPE_F32, b->cap);
+    hs_convert(b->h2, HS_DTYPE_BF16, b->b, HS_DTYPE_F32, b->cap);
+    return HS_OK;
+}
+
 /* The failure of a run: its message, then the exit code. */
 static int ops_fail(ops_bufs *b, const hs_error *e) {
     fprintf(stderr, "hypershard bench ops: %s\n", e->msg);
@@ -275,22 +294,8 @@ int hs_bench_ops(int argc, char **argv) {
     }
     if (reps == 0) reps = b.quick ? 3 : 5;
     if (reps < 1 || reps > 1000) return usage(stderr, "--reps takes a whole number 1..1000");
-    b.cap = (int64_t)1 << 23;
-    b.a = rnd(b.cap, 1), b.b = rnd(b.cap, 2), b.c = rnd(b.cap, 3);
-    b.d = rnd(b.cap, 4), b.e = rnd(b.cap, 5), b.f = rnd(b.cap, 6);
-    for (int64_t i = 0; i < b.cap; i++) b.e[i] = b.e[i] * b.e[i]; /* adamw's v >= 0 */
-    b.h1 = calloc((size_t)b.cap, 2), b.h2 = calloc((size_t)b.cap, 2);
-    b.h3 = calloc((size_t)b.cap, 2);
-    b.ids = calloc((size_t)b.cap, sizeof *b.ids);
     hs_error e;
-    hs_error_clear(&e);
-    if (!b.a || !b.b || !b.c || !b.d || !b.e || !b.f || !b.h1 || !b.h2 || !b.h3 || !b.ids) {
-        hs_error_oom(&e, "bench ops: the operands, %lld elements each (%.0f MiB in all)",
-                     (long long)b.cap, (double)b.cap * (6 * 4 + 3 * 2 + 4) / (1 << 20));
-        return ops_fail(&b, &e);
-    }
-    hs_convert(b.h1, HS_DTYPE_BF16, b.a, HS_DTYPE_F32, b.cap);
-    hs_convert(b.h2, HS_DTYPE_BF16, b.b, HS_DTYPE_F32, b.cap);
+    if (ops_bufs_alloc(&b, &e) != HS_OK) return ops_fail(&b, &e);
     printf("%-20s %-22s %-10s %12s %14s\n", "op", "shape (quick|full)", "backend", "best ms",
            "rate");
     /* The operands are host arrays: a backend whose memory the host cannot
@@ -333,4 +338,20 @@ int hs_bench_ops(int argc, char **argv) {
     }
     ops_bufs_free(&b);
     return 0;
+}
+
+double hs_bench_ops_cpu_rate(const char *name, hs_error *e) {
+    ops_bufs b = {0};
+    hs_device *d = NULL;
+    double best = 0.0, rate = 0.0;
+    const op_def *op = NULL;
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+        if (!strcmp(ops[o].name, name)) op = &ops[o];
+    if (op && ops_bufs_alloc(&b, e) == HS_OK &&
+        hs_device_create(HS_DEVICE_CPU, NULL, &d, e) == HS_OK && op->has(d->k) &&
+        time_op(op, d, &b, 7, &best, e) == HS_OK)
+        rate = op->work(&b) / best;
+    hs_device_free(d);
+    ops_bufs_free(&b);
+    return rate;
 }

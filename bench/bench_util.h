@@ -52,4 +52,9 @@ static inline void hs_bench_print_load(const char *when) {
     if (getloadavg(l, 3) == 3) printf("load average %s: %.2f %.2f %.2f\n", when, l[0], l[1], l[2]);
 }
 
+/* The cpu backend's rate of one of bench ops' ops by its name ("axpy",
+ * "attention fwd", ...) at its full shape: FLOP/s or bytes/s; 0 with e
+ * set when it cannot run (bench_ops.c). */
+double hs_bench_ops_cpu_rate(const char *name, hs_error *e);
+
 #endif

@@ -39,13 +39,14 @@ bool hs_cli_empty_path(const char *cmd, const char *flag, const char *path,
 hs_status hs_cli_hf_out_check(const char *flag, const char *dir, int64_t values, hs_dtype dt,
                               hs_error *e); /* src/cli/args.c */
 
-int hs_bench_comm(int argc, char **argv); /* bench/bench_comm.c   */
-int hs_bench_step(int argc, char **argv); /* bench/bench_step.c   */
-int hs_bench_ops(int argc, char **argv);  /* bench/bench_ops.c    */
-int hs_bench_fsdp(int argc, char **argv); /* bench/bench_fsdp.c   */
-int hs_bench_tp(int argc, char **argv);   /* bench/bench_tp.c     */
-int hs_bench_cp(int argc, char **argv);   /* bench/bench_cp.c     */
-int hs_bench_moe(int argc, char **argv);  /* bench/bench_moe.c    */
-int hs_bench_pp(int argc, char **argv);   /* bench/bench_pp.c     */
+int hs_bench_comm(int argc, char **argv);      /* bench/bench_comm.c   */
+int hs_bench_step(int argc, char **argv);      /* bench/bench_step.c   */
+int hs_bench_ops(int argc, char **argv);       /* bench/bench_ops.c    */
+int hs_bench_fsdp(int argc, char **argv);      /* bench/bench_fsdp.c   */
+int hs_bench_tp(int argc, char **argv);        /* bench/bench_tp.c     */
+int hs_bench_cp(int argc, char **argv);        /* bench/bench_cp.c     */
+int hs_bench_moe(int argc, char **argv);       /* bench/bench_moe.c    */
+int hs_bench_pp(int argc, char **argv);        /* bench/bench_pp.c     */
+int hs_bench_calibrate(int argc, char **argv); /* bench/bench_calibrate.c */
 
 #endif

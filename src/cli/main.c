@@ -48,6 +48,8 @@ static const hs_subcommand benches[] = {
      "bench moe    EP 1/2/4 with experts on the EDP mesh: step time, exposed all-to-all, memory (under mpiexec)"},
     {"pp", hs_bench_pp,
      "bench pp     PP 2/4 gpipe vs 1f1b vs interleaved: step time, measured bubble vs the ideal, memory (under mpiexec)"},
+    {"calibrate", hs_bench_calibrate,
+     "bench calibrate --out FILE   this machine's GEMM, attention, memory and collective rates as a cluster file"},
     {"tp", hs_bench_tp,
      "bench tp     FSDP vs TP x FSDP (+ sequence parallel): step time, exposed TP comm (under mpiexec)"},
 };

@@ -1,0 +1,222 @@
+/* `hypershard bench calibrate --out FILE` — measures this machine and
+ * writes the cluster file `plan --time` reads (docs/plan.md "Cluster
+ * files"): the CPU's nominal peak per dtype (tensor.h hs_cpu_nominal_peak),
+ * GEMM rates by shape and dtype, the attention kernels' rate, element-wise
+ * bandwidth (the axpy kernel), and each group size's collective latency and
+ * bandwidth, measured by the same binary under $MPIEXEC (mpiexec) with 2, 4,
+ * ... ranks (`--collectives`, an all-gather of two sizes, fitted to the
+ * ring's (g - 1) latency + (g - 1) / g bytes / bandwidth). The node is
+ * described as one shared device: its ranks divide its cores. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "cli/commands.h"
+#include "hypershard/config.h"
+#include "hypershard/tensor.h"
+
+static int usage(FILE *f, const char *why) {
+    if (why) fprintf(f, "hypershard bench calibrate: %s\n", why);
+    fprintf(f, "usage: hypershard bench calibrate --out FILE [--max-ranks N] [--quick]\n"
+               "  --out FILE       the cluster file to write (configs/clusters/ has examples)\n"
+               "  --max-ranks N    collectives measured for 2, 4, ... up to N ranks (default 8)\n"
+               "  --quick          fewer GEMM shapes and repetitions\n");
+    return 2;
+}
+
+/* Best seconds of a GEMM of m x k by k x n in dtype dt (fp32 C). */
+static double gemm_best(hs_dtype dt, int64_t n, int reps, hs_error *e) {
+    size_t es = hs_dtype_size(dt);
+    void *a = calloc((size_t)(n * n), es), *b = calloc((size_t)(n * n), es);
+    float *c = calloc((size_t)(n * n), sizeof *c);
+    double best = 0;
+    if (a && b && c) {
+        best = 1e30;
+        double start = hs_now();
+        /* at least `reps` after the warm-up, and a quarter second in all */
+        for (int r = 0; r <= reps || hs_now() - start < 0.25; r++) {
+            double t0 = hs_now();
+            if (hs_gemm_ex(false, false, n, n, n, 1.0f, a, dt, n, b, dt, n, 0.0f, c, HS_DTYPE_F32,
+                           n, e) != HS_OK) {
+                best = 0;
+                break;
+            }
+            double t = hs_now() - t0;
+            if (r > 0 && t < best) best = t; /* the first is the warm-up */
+        }
+    } else {
+        hs_error_oom(e, "bench calibrate: GEMM operands of %lld x %lld", (long long)n, (long long)n);
+    }
+    free(a), free(b), free(c);
+    return best;
+}
+
+static void cpu_name(char *out, size_t cap) {
+    snprintf(out, cap, "this CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *v = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !v) continue;
+        v += 1 + (v[1] == ' ');
+        v[strcspn(v, "\n")] = '\0';
+        snprintf(out, cap, "%s", v);
+        break;
+    }
+    if (f) fclose(f);
+}
+
+/* Under mpiexec: the world's all-gather of 1 KiB and 1 MiB a rank; rank 0
+ * prints "collective ranks G latency L bandwidth B". */
+static int collectives(int argc, char **argv) {
+    hs_comm *comm;
+    hs_error e;
+    if (hs_comm_init(&comm, &argc, &argv, NULL, &e) != HS_OK) {
+        fprintf(stderr, "hypershard bench calibrate: %s\n", e.msg);
+        return hs_status_exit_code(e.code);
+    }
+    hs_pg *w = hs_comm_world(comm);
+    int g = hs_comm_size(comm);
+    const int64_t sizes[2] = {256, 262144}; /* floats a rank */
+    double t[2];
+    float *in = calloc((size_t)sizes[1], sizeof *in), *out = calloc((size_t)(sizes[1] * g), 4);
+    if (!in || !out) {
+        hs_error_oom(&e, "bench calibrate: all-gather buffers of %d x 1 MiB", g);
+        hs_comm_abort(comm, &e);
+    }
+    for (int s = 0; s < 2; s++) {
+        double v[41];
+        int iters = s ? 15 : 41;
+        for (int i = -3; i < iters; i++) {
+            if (hs_pg_barrier(w, &e) != HS_OK) hs_comm_abort(comm, &e);
+            double t0 = hs_now();
+            if (hs_pg_all_gather(w, NULL, out, in, sizes[s], HS_DTYPE_F32, &e) != HS_OK)
+                hs_comm_abort(comm, &e);
+            double dt = hs_bench_max_over(w, hs_now() - t0);
+            if (i >= 0) v[i] = dt;
+        }
+        t[s] = hs_bench_median(v, iters);
+    }
+    double f = (double)(g - 1) / g, n0 = 4.0 * sizes[0] * g, n1 = 4.0 * sizes[1] * g;
+    double bw = t[1] > t[0] ? f * (n1 - n0) / (t[1] - t[0]) : f * n1 / t[1];
+    double lat = (t[0] - f * n0 / bw) / (g - 1);
+    if (hs_comm_rank(comm) == 0)
+        printf("collective ranks %d latency %.4g bandwidth %.4g\n", g, lat > 0 ? lat : 0, bw);
+    free(in), free(out);
+    hs_comm_finalize(comm);
+    return 0;
+}
+
+static int calibrate(const char *out_path, int max_ranks, bool quick) {
+    hs_error e;
+    hs_error_clear(&e);
+    if (hs_cpu_isa_apply(&e) != HS_OK) return fprintf(stderr, "%s\n", e.msg), 2;
+    hs_cluster c = {.nodes = 1, .shared = true, .overlap = 0.5};
+    hs_cpu_peak p32 = hs_cpu_nominal_peak(HS_DTYPE_F32), p16 = hs_cpu_nominal_peak(HS_DTYPE_BF16);
+    char cpu[96];
+    cpu_name(cpu, sizeof cpu);
+    snprintf(c.name, sizeof c.name, "this machine (bench calibrate): %d cores", p32.cores);
+    snprintf(c.device_name, sizeof c.device_name, "%s, %d cores, %s", cpu, p32.cores, p32.isa);
+    /* a device is a core: the rates below are measured on all of them and
+     * divided by their count */
+    int cores = p32.cores > 0 ? p32.cores : 1;
+    c.devices_per_node = cores;
+    c.peak[HS_DTYPE_F32] = p32.flops_per_core;
+    c.peak[HS_DTYPE_BF16] = p16.flops_per_core;
+    c.peak[HS_DTYPE_F16] = hs_cpu_nominal_peak(HS_DTYPE_F16).flops_per_core;
+    c.memory_bytes = (double)hs_memory_available() / cores;
+    printf("calibrate: %s\n", c.device_name);
+    static const int64_t cubes[] = {64, 128, 256, 512, 1024, 2048};
+    int n_cubes = quick ? 4 : 6;
+    double best_f32 = 0;
+    for (int d = 0; d < 2; d++) {
+        hs_dtype dt = d ? HS_DTYPE_BF16 : HS_DTYPE_F32;
+        for (int i = 0; i < n_cubes; i++) {
+            int64_t n = cubes[quick ? i + 1 : i];
+            double s = gemm_best(dt, n, quick ? 2 : 4, &e);
+            if (s <= 0) return fprintf(stderr, "hypershard bench calibrate: %s\n", e.msg), 1;
+            double r = 2.0 * n * n * n / s / cores;
+            c.gemm[c.n_gemm++] = (hs_cluster_gemm){.dtype = dt, .m = n, .n = n, .k = n, .flops = r};
+            if (!d && r > best_f32) best_f32 = r;
+            printf("  gemm %-8s %5lld^3  %8.1f GFLOP/s a core\n", hs_dtype_name(dt), (long long)n,
+                   r / 1e9);
+        }
+    }
+    /* the nominal clock can be below the turbo the GEMMs run at */
+    c.gemm_efficiency = best_f32 < c.peak[HS_DTYPE_F32] ? best_f32 / c.peak[HS_DTYPE_F32] : 1.0;
+    double af = hs_bench_ops_cpu_rate("attention fwd", &e);
+    double ab = hs_bench_ops_cpu_rate("attention bwd", &e);
+    double ax = hs_bench_ops_cpu_rate("axpy", &e);
+    if (af <= 0 || ab <= 0 || ax <= 0)
+        return fprintf(stderr, "hypershard bench calibrate: the cpu kernels: %s\n", e.msg), 1;
+    /* forward and backward (2.5 x the work) together */
+    c.attention[HS_DTYPE_F32] = c.attention[HS_DTYPE_BF16] = 3.5 / (1 / af + 2.5 / ab) / cores;
+    double ae = c.attention[HS_DTYPE_F32] / c.peak[HS_DTYPE_F32];
+    c.attention_efficiency = ae < 1 ? ae : 1;
+    c.memory_bandwidth = ax / cores;
+    c.elementwise_efficiency = 1.0;
+    printf("  attention %.1f GFLOP/s, element-wise %.1f GB/s a core\n", c.attention[0] / 1e9,
+           c.memory_bandwidth / 1e9);
+    /* the collectives, one mpiexec per group size */
+    const char *mpiexec = getenv("MPIEXEC") ? getenv("MPIEXEC") : "mpiexec";
+    char self[1024];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return fprintf(stderr, "hypershard bench calibrate: cannot find its binary\n"), 1;
+    self[n] = '\0';
+    c.intra.bandwidth = 0;
+    for (int g = 2; g <= max_ranks; g *= 2) {
+        char cmd[2300], line[256];
+        snprintf(cmd, sizeof cmd, "%s -n %d '%s' bench calibrate --collectives 2>&1", mpiexec, g,
+                 self);
+        FILE *pf = popen(cmd, "r");
+        bool got = false;
+        while (pf && fgets(line, sizeof line, pf)) {
+            hs_cluster_group r = {0};
+            if (sscanf(line, "collective ranks %d latency %lf bandwidth %lf", &r.ranks, &r.latency,
+                       &r.bandwidth) == 3) {
+                c.intra.by_ranks[c.intra.n_by_ranks++] = r;
+                printf("  %d ranks: latency %.2f us, bandwidth %.2f GB/s\n", g, r.latency * 1e6,
+                       r.bandwidth / 1e9);
+                if (c.intra.bandwidth == 0) c.intra.bandwidth = r.bandwidth, c.intra.latency = r.latency;
+                got = true;
+            }
+        }
+        int st = pf ? pclose(pf) : -1;
+        if (!got || st != 0)
+            return fprintf(stderr, "hypershard bench calibrate: %s: no measurement (exit %d)\n",
+                           cmd, st),
+                   1;
+    }
+    if (c.intra.bandwidth == 0) c.intra.bandwidth = c.memory_bandwidth / 4;
+    char tmp[1100];
+    snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return fprintf(stderr, "hypershard bench calibrate: cannot write %s\n", tmp), 1;
+    fprintf(f, "# written by hypershard bench calibrate\n");
+    hs_cluster_write(&c, f);
+    if (fclose(f) != 0 || rename(tmp, out_path) != 0) {
+        remove(tmp);
+        return fprintf(stderr, "hypershard bench calibrate: cannot write %s\n", out_path), 1;
+    }
+    printf("wrote %s\n", out_path);
+    return 0;
+}
+
+int hs_bench_calibrate(int argc, char **argv) {
+    const char *out = NULL;
+    int max_ranks = 8;
+    bool quick = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return usage(stdout, NULL), 0;
+        if (!strcmp(argv[i], "--collectives")) return collectives(argc, argv);
+        if (!strcmp(argv[i], "--quick")) quick = true;
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--max-ranks") && i + 1 < argc) max_ranks = atoi(argv[++i]);
+        else return usage(stderr, "unknown option or missing value");
+    }
+    if (!out) return usage(stderr, "--out FILE is needed");
+    if (max_ranks < 1 || max_ranks > 1024) return usage(stderr, "--max-ranks takes 1..1024");
+    return calibrate(out, max_ranks, quick);
+}

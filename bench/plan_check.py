@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""plan --time against measurement on this machine.
+
+Runs each layout of LAYOUTS with `hypershard train` (under $MPIEXEC for
+W > 1), takes the median step_time_s of metrics.jsonl past the first
+steps, asks `hypershard plan --time --json` for the same config on the
+cluster file, and prints both with the error. The model is small enough
+for a layout to take seconds on two cores.
+
+usage: bench/plan_check.py --bin build/hypershard --cluster FILE
+                           [--steps N] [--only NAME,...] [--markdown]
+Exit 1 when the median error is above --median-limit or the worst above
+--worst-limit (fractions; default 0.10 and 0.25, as docs/performance.md
+states them)."""
+import argparse, json, os, statistics, subprocess, sys, tempfile
+
+MODEL = ["model.dim=256", "model.n_layers=4", "model.n_heads=4", "model.n_kv_heads=4",
+         "model.ffn_dim=768", "train.seq_len=256", "train.micro_batch_size=4",
+         "train.eval_every=0"]
+MOE = ["model.arch=moe", "model.moe.num_experts=4", "model.moe.top_k=2",
+       "model.moe.expert_ffn_dim=384"]
+
+# name, world, overrides
+LAYOUTS = [
+    ("one process", 1, []),
+    ("FSDP 2", 2, ["fsdp_config.dp_shard_size=2"]),
+    ("FSDP 4", 4, ["fsdp_config.dp_shard_size=4"]),
+    ("FSDP 8", 8, ["fsdp_config.dp_shard_size=8"]),
+    ("HSDP 2x2", 4, ["fsdp_config.dp_shard_size=2"]),
+    ("FSDP 2, bf16", 2, ["fsdp_config.dp_shard_size=2",
+                         "fsdp_config.mix_precision.param_dtype=bfloat16",
+                         "fsdp_config.mix_precision.reduce_dtype=float32"]),
+    ("FSDP 2, 4 micro-batches", 2, ["fsdp_config.dp_shard_size=2", "train.global_batch_size=32"]),
+    ("FSDP 2, full AC", 2, ["fsdp_config.dp_shard_size=2", "train.activation_checkpointing=true"]),
+    ("TP 2 + SP", 2, ["accelerator.tp_size=2", "accelerator.sequence_parallel=true"]),
+    ("TP 2 x FSDP 2", 4, ["accelerator.tp_size=2", "fsdp_config.dp_shard_size=2"]),
+    ("CP 2 allgather", 2, ["accelerator.cp_size=2", "accelerator.cp_rotate_method=allgather"]),
+    ("CP 2 ring", 2, ["accelerator.cp_size=2", "accelerator.cp_rotate_method=ring"]),
+    ("CP 4 alltoall", 4, ["accelerator.cp_size=4", "accelerator.cp_rotate_method=alltoall"]),
+    ("EP 2 (MoE)", 2, MOE + ["accelerator.ep_size=2", "fsdp_config.dp_shard_size=2"]),
+    ("PP 2 gpipe", 2, ["accelerator.pp_size=2", "accelerator.pp_schedule=gpipe",
+                       "train.global_batch_size=16"]),
+    ("PP 2 1f1b", 2, ["accelerator.pp_size=2", "accelerator.pp_schedule=1f1b",
+                      "train.global_batch_size=16"]),
+    ("PP 2 interleaved x2", 2, ["accelerator.pp_size=2", "accelerator.pp_schedule=interleaved_1f1b",
+                                "accelerator.pp_virtual_stages=2", "train.global_batch_size=16"]),
+    ("PP 2 zb1p", 2, ["accelerator.pp_size=2", "accelerator.pp_schedule=zb1p",
+                      "train.global_batch_size=16"]),
+    ("PP 2 zbv", 2, ["accelerator.pp_size=2", "accelerator.pp_schedule=zbv",
+                     "accelerator.pp_virtual_stages=2", "train.global_batch_size=16"]),
+    ("PP 2 x FSDP 2", 4, ["accelerator.pp_size=2", "fsdp_config.dp_shard_size=2",
+                          "train.global_batch_size=16"]),
+]
+
+
+def measure(args, world, over, tmp):
+    out = os.path.join(tmp, "run")
+    cmd = [args.bin, "train", *MODEL, *over, f"train.steps={args.steps}", f"train.out_dir={out}"]
+    if world > 1:
+        cmd = [os.environ.get("MPIEXEC", "mpiexec"), "-n", str(world), *cmd]
+    r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if r.returncode:
+        sys.exit(f"plan_check: {' '.join(cmd)}: exit {r.returncode}\n{r.stderr[-2000:]}")
+    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if '"step_time_s"' in l]
+    times = [r["step_time_s"] for r in rows if r["step"] > 2]
+    subprocess.run(["rm", "-rf", out])
+    return statistics.median(times)
+
+
+def predict(args, world, over):
+    cmd = [args.bin, "plan", "--time", "--json", "--cluster", args.cluster, "--world", str(world),
+           *MODEL, *over]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--cluster", required=True)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--median-limit", type=float, default=0.10)
+    ap.add_argument("--worst-limit", type=float, default=0.25)
+    args = ap.parse_args()
+    only = [s for s in args.only.split(",") if s]
+    errs = []
+    if args.markdown:
+        print("| layout | W | measured s | predicted s | error | predicted exposed comm s | bubble |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, world, over in LAYOUTS:
+            if only and name not in only:
+                continue
+            m = measure(args, world, over, tmp)
+            p = predict(args, world, over)
+            err = p["step_time_s"] / m - 1
+            errs.append(abs(err))
+            exposed = p["exposed_fsdp_s"] + sum(p["exposed_s"].values())
+            if args.markdown:
+                print(f"| {name} | {world} | {m:.4f} | {p['step_time_s']:.4f} | {100 * err:+.1f}% "
+                      f"| {exposed:.4f} | {100 * p['bubble']:.0f}% |")
+            else:
+                print(f"{name:26s} W {world}  measured {m:.4f} s  predicted {p['step_time_s']:.4f} s"
+                      f"  {100 * err:+6.1f}%  exposed {exposed:.4f} s  bubble {100 * p['bubble']:.0f}%",
+                      flush=True)
+    med, worst = statistics.median(errs), max(errs)
+    print(f"{len(errs)} layouts: median error {100 * med:.1f}%, worst {100 * worst:.1f}%")
+    return 0 if med <= args.median_limit and worst <= args.worst_limit else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
