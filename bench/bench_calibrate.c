@@ -5,8 +5,8 @@
  * bandwidth (the axpy kernel), and each group size's collective latency and
  * bandwidth, measured by the same binary under $MPIEXEC (mpiexec) with 2, 4,
  * ... ranks (`--collectives`, an all-gather of two sizes, fitted to the
- * ring's (g - 1) latency + (g - 1) / g bytes / bandwidth). The node is
- * described as one shared device: its ranks divide its cores. */
+ * ring's (g - 1) latency + (g - 1) / g bytes / bandwidth). A device is a
+ * core, measured with all of them at work; the node's ranks divide them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +47,8 @@ static double gemm_best(hs_dtype dt, int64_t n, int reps, hs_error *e) {
             if (r > 0 && t < best) best = t; /* the first is the warm-up */
         }
     } else {
-        hs_error_oom(e, "bench calibrate: GEMM operands of %lld x %lld", (long long)n, (long long)n);
+        hs_error_oom(e, "bench calibrate: GEMM operands of %lld x %lld", (long long)n,
+                     (long long)n);
     }
     free(a), free(b), free(c);
     return best;
@@ -66,6 +67,44 @@ static void cpu_name(char *out, size_t cap) {
         break;
     }
     if (f) fclose(f);
+}
+
+/* Seconds of `reps` fp32 GEMMs of 256^3. */
+static double gemm_loop(float *a, float *b, float *c, int reps, hs_error *e) {
+    double t0 = hs_now();
+    for (int r = 0; r < reps; r++)
+        if (hs_gemm_ex(false, false, 256, 256, 256, 1.0f, a, HS_DTYPE_F32, 256, b, HS_DTYPE_F32,
+                       256, 0.0f, c, HS_DTYPE_F32, 256, e) != HS_OK)
+            return -1;
+    return hs_now() - t0;
+}
+
+/* With more ranks than cores (threads 1 each): how much faster half of
+ * the ranks compute while the other half wait in a barrier, as pipeline
+ * stages wait in their bubble. Rank 0 prints "lend ranks G value L": the
+ * share of the waiting ranks' cores the busy ones got (0: none, 1: all). */
+static void lending(hs_comm *comm, hs_pg *w, int g) {
+    int cores = hs_cpu_nominal_peak(HS_DTYPE_F32).cores, rank = hs_comm_rank(comm);
+    if (cores < 1 || g <= cores || g % 2) return;
+    hs_blas_set_threads(1);
+    hs_error e;
+    float *a = calloc(3 * 65536, sizeof *a);
+    if (!a) return;
+    double t[2];
+    for (int half = 0; half < 2; half++) {
+        double mine = 0;
+        if (hs_pg_barrier(w, &e) != HS_OK) hs_comm_abort(comm, &e);
+        if (!half || rank % 2 == 0) mine = gemm_loop(a, a + 65536, a + 131072, 200, &e);
+        if (mine < 0) hs_comm_abort(comm, &e);
+        if (hs_pg_barrier(w, &e) != HS_OK) hs_comm_abort(comm, &e);
+        t[half] = hs_bench_max_over(w, mine);
+    }
+    free(a);
+    double none = (double)cores / g,
+           all = (double)cores / (g / 2) < 1 ? (double)cores / (g / 2) : 1;
+    double lend = (t[0] / t[1] - 1) / (all / none - 1);
+    lend = lend < 0 ? 0 : lend > 1 ? 1 : lend;
+    if (rank == 0) printf("lend ranks %d value %.3f\n", g, lend);
 }
 
 /* Under mpiexec: the world's all-gather of 1 KiB and 1 MiB a rank; rank 0
@@ -99,6 +138,7 @@ static int collectives(int argc, char **argv) {
         }
         t[s] = hs_bench_median(v, iters);
     }
+    lending(comm, w, g);
     double f = (double)(g - 1) / g, n0 = 4.0 * sizes[0] * g, n1 = 4.0 * sizes[1] * g;
     double bw = t[1] > t[0] ? f * (n1 - n0) / (t[1] - t[0]) : f * n1 / t[1];
     double lat = (t[0] - f * n0 / bw) / (g - 1);
@@ -113,15 +153,16 @@ static int calibrate(const char *out_path, int max_ranks, bool quick) {
     hs_error e;
     hs_error_clear(&e);
     if (hs_cpu_isa_apply(&e) != HS_OK) return fprintf(stderr, "%s\n", e.msg), 2;
-    hs_cluster c = {.nodes = 1, .shared = true, .overlap = 0.5};
+    hs_cluster c = {.nodes = 1, .shared = true, .overlap = 0.5, .lend = 1.0};
     hs_cpu_peak p32 = hs_cpu_nominal_peak(HS_DTYPE_F32), p16 = hs_cpu_nominal_peak(HS_DTYPE_BF16);
     char cpu[96];
     cpu_name(cpu, sizeof cpu);
     snprintf(c.name, sizeof c.name, "this machine (bench calibrate): %d cores", p32.cores);
     snprintf(c.device_name, sizeof c.device_name, "%s, %d cores, %s", cpu, p32.cores, p32.isa);
-    /* a device is a core: the rates below are measured on all of them and
-     * divided by their count */
+    /* a device is a core: the rates below are measured on all of them (one
+     * thread each) and divided by their count */
     int cores = p32.cores > 0 ? p32.cores : 1;
+    hs_blas_set_threads(cores);
     c.devices_per_node = cores;
     c.peak[HS_DTYPE_F32] = p32.flops_per_core;
     c.peak[HS_DTYPE_BF16] = p16.flops_per_core;
@@ -149,6 +190,7 @@ static int calibrate(const char *out_path, int max_ranks, bool quick) {
     double af = hs_bench_ops_cpu_rate("attention fwd", &e);
     double ab = hs_bench_ops_cpu_rate("attention bwd", &e);
     double ax = hs_bench_ops_cpu_rate("axpy", &e);
+    c.routing_bandwidth = hs_bench_ops_cpu_rate("moe route(+permute)", &e) / cores;
     if (af <= 0 || ab <= 0 || ax <= 0)
         return fprintf(stderr, "hypershard bench calibrate: the cpu kernels: %s\n", e.msg), 1;
     /* forward and backward (2.5 x the work) together */
@@ -174,12 +216,18 @@ static int calibrate(const char *out_path, int max_ranks, bool quick) {
         bool got = false;
         while (pf && fgets(line, sizeof line, pf)) {
             hs_cluster_group r = {0};
+            double lend;
+            if (sscanf(line, "lend ranks %*d value %lf", &lend) == 1) {
+                c.lend = lend; /* the most ranks measured last */
+                printf("  %d ranks: busy ranks get %.0f%% of waiting ones' cores\n", g, 100 * lend);
+            }
             if (sscanf(line, "collective ranks %d latency %lf bandwidth %lf", &r.ranks, &r.latency,
                        &r.bandwidth) == 3) {
                 c.intra.by_ranks[c.intra.n_by_ranks++] = r;
                 printf("  %d ranks: latency %.2f us, bandwidth %.2f GB/s\n", g, r.latency * 1e6,
                        r.bandwidth / 1e9);
-                if (c.intra.bandwidth == 0) c.intra.bandwidth = r.bandwidth, c.intra.latency = r.latency;
+                if (c.intra.bandwidth == 0)
+                    c.intra.bandwidth = r.bandwidth, c.intra.latency = r.latency;
                 got = true;
             }
         }

@@ -73,6 +73,33 @@ def predict(args, world, over):
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
+def search(args):
+    """Runs the --search's first K layouts of W ranks and the plain FSDP
+    layout; the search's first should be within 10% of the fastest run."""
+    cmd = [args.bin, "plan", "--search", "--top", str(args.top), "--cluster", args.cluster,
+           "--world", str(args.search), *MODEL]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()
+    ranked = []
+    for line in out:
+        f = line.split()
+        if f and f[0].isdigit():
+            ranked.append((float(f[1]), f[6:]))
+    rows = ranked + [(None, [f"fsdp_config.dp_shard_size={args.search}"])]
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pred, over in rows:
+            m = measure(args, args.search, over, tmp)
+            if pred is None:
+                pred = predict(args, args.search, over)["step_time_s"]
+            runs.append((m, pred, over))
+            print(f"measured {m:.4f} s  predicted {pred:.4f} s  {' '.join(over)}", flush=True)
+    fastest = min(r[0] for r in runs)
+    first = runs[0][0]
+    print(f"W {args.search}: the search's first runs in {first:.4f} s, the fastest of "
+          f"{len(runs)} run in {fastest:.4f} s: {100 * (first / fastest - 1):+.1f}%")
+    return 0 if first <= 1.10 * fastest else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
@@ -82,7 +109,11 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--median-limit", type=float, default=0.10)
     ap.add_argument("--worst-limit", type=float, default=0.25)
+    ap.add_argument("--search", type=int, default=0, help="check plan --search at W ranks")
+    ap.add_argument("--top", type=int, default=5)
     args = ap.parse_args()
+    if args.search:
+        return search(args)
     only = [s for s in args.only.split(",") if s]
     errs = []
     if args.markdown:

@@ -324,10 +324,12 @@ typedef struct hs_cluster {
     char name[160], device_name[160];
     int nodes, devices_per_node, nics_per_node;
     bool shared;    /* node.shared: the node's ranks divide its devices (CPU cores) */
+    double lend;    /* node.lend: the share of a waiting rank's cores busy ranks get */
     double peak[3]; /* device.flops.{f32,bf16,f16}: nominal dense, per device */
     double gemm_efficiency, attention_efficiency, elementwise_efficiency;
     double attention[3]; /* device.attention.{f32,...}: measured FLOP/s, 0 if not */
     double memory_bytes, memory_bandwidth;
+    double routing_bandwidth; /* device.routing_bandwidth: MoE permute bytes/s, 0 if not */
     hs_cluster_gemm gemm[HS_CLUSTER_TABLE_MAX];
     int n_gemm;
     hs_cluster_link intra, inter;

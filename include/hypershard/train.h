@@ -279,6 +279,28 @@ typedef struct hs_plan_time {
 hs_status hs_plan_time_build(const hs_config *cfg, const hs_topology *topo, const hs_plan *plan,
                              const hs_cluster *cluster, hs_plan_time *out, hs_error *e);
 void hs_plan_time_print(const hs_plan_time *t, FILE *f);
+
+/* One layout the search ranks: the overrides that run it, its time and
+ * its largest peak. */
+typedef struct hs_plan_choice {
+    char overrides[768];
+    hs_plan_time time;
+    int64_t peak_device_bytes;
+} hs_plan_choice;
+
+typedef struct hs_plan_search_counts {
+    int tried, valid, fit;
+    long long global_batch; /* sequences a step, the same for every layout */
+} hs_plan_search_counts;
+
+/* The layouts of `world` ranks for the config at `path` (NULL: the
+ * built-in default) with `overrides`, keeping its model and global batch
+ * (plan_search.c lists what varies); the `top` fastest that fit into
+ * best[] (by step time, *n_best of them). HS_ERR_CONFIG when none fits or
+ * the config does not load. */
+hs_status hs_plan_search(const char *path, const char *const *overrides, int n_overrides, int world,
+                         const hs_cluster *cl, int top, hs_plan_choice *best, int *n_best,
+                         hs_plan_search_counts *counts, hs_error *e);
 void hs_plan_time_json(const hs_plan_time *t, FILE *f);
 
 #endif

@@ -137,6 +137,38 @@ static int print_time(const config_args *a, const hs_config *c, const hs_topolog
     return 0;
 }
 
+static int print_search(const config_args *a) {
+    hs_cluster cl;
+    hs_error e;
+    if (hs_cluster_load(a->cluster, &cl, &e) != HS_OK) return print_errors(a, a->cluster, &e);
+    int top = a->top > 0 ? a->top : 5, n = 0;
+    hs_plan_choice *best = calloc((size_t)top, sizeof *best);
+    if (!best) {
+        hs_error_oom(&e, "plan --search: %d results", top);
+        return print_errors(a, "the search", &e);
+    }
+    hs_plan_search_counts k;
+    double t0 = hs_now();
+    if (hs_plan_search(a->path, a->overrides, a->n_overrides, a->world, &cl, top, best, &n, &k,
+                       &e) != HS_OK) {
+        free(best);
+        return print_errors(a, "the search", &e);
+    }
+    printf("# searched %s, world size %d, on %s: %d layouts tried, %d valid, %d fit (%.2f s); "
+           "%lld sequences a step\n",
+           a->path ? a->path : "the built-in default", a->world, cl.name[0] ? cl.name : a->cluster,
+           k.tried, k.valid, k.fit, hs_now() - t0, k.global_batch);
+    printf("%4s %10s %7s %12s %10s %7s  %s\n", "rank", "step s", "MFU", "tokens/s", "peak GiB",
+           "bubble", "overrides");
+    for (int i = 0; i < n; i++)
+        printf("%4d %10.4g %6.1f%% %12.4g %10.2f %6.0f%%  %s\n", i + 1, best[i].time.step_s,
+               100 * best[i].time.mfu, best[i].time.tokens_per_s,
+               (double)best[i].peak_device_bytes / (1 << 30), 100 * best[i].time.bubble,
+               best[i].overrides);
+    free(best);
+    return 0;
+}
+
 static int print_plan(const config_args *a, const hs_config *c, const hs_topology *topo) {
     hs_plan *p = calloc(1, sizeof *p);
     hs_error e;
@@ -173,6 +205,11 @@ static int config_or_plan(int argc, char **argv, bool plan) {
         if (rc < 0 && hs_config_schema_markdown(stdout, &e) != HS_OK)
             rc = print_errors(&a, "the schema", &e);
         else if (rc < 0) rc = 0;
+        free(a.overrides);
+        return rc;
+    }
+    if (a.search) {
+        rc = print_search(&a);
         free(a.overrides);
         return rc;
     }

@@ -178,7 +178,7 @@ static void gemm_table(walk *w, yaml_node_t *rows, hs_cluster *c) {
 
 static void read_cluster(walk *w, yaml_node_t *root, hs_cluster *c) {
     static const char *const top[] = {"name", "nodes", "node", "device", "links", "overlap", NULL};
-    static const char *const node_keys[] = {"devices", "shared", "nics", NULL};
+    static const char *const node_keys[] = {"devices", "shared", "nics", "lend", NULL};
     static const char *const dev_keys[] = {"name",
                                            "flops",
                                            "gemm_efficiency",
@@ -187,6 +187,7 @@ static void read_cluster(walk *w, yaml_node_t *root, hs_cluster *c) {
                                            "attention",
                                            "memory_bytes",
                                            "memory_bandwidth",
+                                           "routing_bandwidth",
                                            "gemm",
                                            NULL};
     static const char *const link_keys[] = {"intra_node", "inter_node", NULL};
@@ -207,6 +208,8 @@ static void read_cluster(walk *w, yaml_node_t *root, hs_cluster *c) {
     double v = nics;
     number(w, node, "node", "nics", false, true, &v);
     c->nics_per_node = (int)v;
+    number(w, node, "node", "lend", false, true, &c->lend);
+    if (c->lend > 1) report(w, node, "node.lend: expected a share from 0 to 1%s", "", NULL);
     const char *sh = scalar(get(w, node, "shared"));
     if (sh && strcmp(sh, "true") && strcmp(sh, "false"))
         report(w, get(w, node, "shared"), "node.shared = '%s': expected true or false%s", sh, NULL);
@@ -215,8 +218,8 @@ static void read_cluster(walk *w, yaml_node_t *root, hs_cluster *c) {
     only(w, dev, "device", dev_keys);
     text(w, dev, "name", c->device_name, sizeof c->device_name);
     yaml_node_t *fl = get(w, dev, "flops");
-    if (!fl) report(w, dev, "device.flops is missing: give the nominal f32 and bf16 FLOP/s%s", "",
-                    NULL);
+    if (!fl)
+        report(w, dev, "device.flops is missing: give the nominal f32 and bf16 FLOP/s%s", "", NULL);
     by_dtype(w, fl, "device.flops", c->peak);
     if (fl && c->peak[HS_DTYPE_F32] <= 0)
         report(w, fl, "device.flops.f32 is missing: give the nominal fp32 FLOP/s%s", "", NULL);
@@ -226,6 +229,7 @@ static void read_cluster(walk *w, yaml_node_t *root, hs_cluster *c) {
     number(w, dev, "device", "elementwise_efficiency", false, false, &c->elementwise_efficiency);
     number(w, dev, "device", "memory_bytes", true, false, &c->memory_bytes);
     number(w, dev, "device", "memory_bandwidth", true, false, &c->memory_bandwidth);
+    number(w, dev, "device", "routing_bandwidth", false, false, &c->routing_bandwidth);
     gemm_table(w, get(w, dev, "gemm"), c);
     yaml_node_t *links = get(w, root, "links");
     if (!links) report(w, root, "links is missing: give links.intra_node%s", "", NULL);
@@ -245,6 +249,7 @@ hs_status hs_cluster_load(const char *path, hs_cluster *out, hs_error *e) {
     *out = (hs_cluster){.gemm_efficiency = 0.7,
                         .attention_efficiency = 0.4,
                         .elementwise_efficiency = 0.7,
+                        .lend = 1.0,
                         .overlap = 1.0};
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -292,14 +297,16 @@ void hs_cluster_write(const hs_cluster *c, FILE *f) {
     fprintf(f, "name: \"%s\"\nnodes: %d\nnode:\n  devices: %d\n  shared: %s\n", c->name, c->nodes,
             c->devices_per_node, c->shared ? "true" : "false");
     if (c->nics_per_node) fprintf(f, "  nics: %d\n", c->nics_per_node);
+    if (c->shared) fprintf(f, "  lend: %.3f\n", c->lend);
     fprintf(f, "device:\n  name: \"%s\"\n  flops:\n", c->device_name);
     for (int d = 0; d < 3; d++)
         if (c->peak[d] > 0) fprintf(f, "    %s: %.4g\n", dn[d], c->peak[d]);
     fprintf(f,
             "  gemm_efficiency: %.3f\n  attention_efficiency: %.3f\n"
             "  elementwise_efficiency: %.3f\n  memory_bytes: %.4g\n  memory_bandwidth: %.4g\n",
-            c->gemm_efficiency, c->attention_efficiency, c->elementwise_efficiency,
-            c->memory_bytes, c->memory_bandwidth);
+            c->gemm_efficiency, c->attention_efficiency, c->elementwise_efficiency, c->memory_bytes,
+            c->memory_bandwidth);
+    if (c->routing_bandwidth > 0) fprintf(f, "  routing_bandwidth: %.4g\n", c->routing_bandwidth);
     bool att = false;
     for (int d = 0; d < 3; d++) att |= c->attention[d] > 0;
     if (att) fprintf(f, "  attention:\n");

@@ -102,19 +102,26 @@ static block_time block_forward(const tctx *c, bool moe) {
     if (Hkv < 1) Hkv = 1;
     double s = hs_dtype_size(c->cdt), F = (double)m->ffn_dim / t->tp;
     block_time b = {0};
-    b.gemm = gemm_s(c, tok, H * hd, C) + 2 * gemm_s(c, tok, Hkv * hd, C) + gemm_s(c, tok, C, H * hd);
+    b.gemm = gemm_s(c, tok, H * hd, C) + 2 * gemm_s(c, tok, Hkv * hd, C) +
+             gemm_s(c, tok, C, H * hd);
     double ffn_elems = 0;
     if (moe) {
         const hs_moe_config *e = &m->moe;
         double rows = tok * e->top_k, local = (double)e->num_experts / t->ep;
         double per = rows / (local > 0 ? local : 1); /* balanced routing */
         b.gemm += gemm_s(c, tok, e->num_experts, C);
-        b.gemm += local * (2 * gemm_s(c, per, e->expert_ffn_dim, C) +
-                           gemm_s(c, per, C, e->expert_ffn_dim));
+        b.gemm += local *
+                  (2 * gemm_s(c, per, e->expert_ffn_dim, C) + gemm_s(c, per, C, e->expert_ffn_dim));
         if (e->shared_expert_ffn_dim > 0)
             b.gemm += 2 * gemm_s(c, tok, e->shared_expert_ffn_dim, C) +
                       gemm_s(c, tok, C, e->shared_expert_ffn_dim);
         ffn_elems = rows * e->expert_ffn_dim + tok * e->shared_expert_ffn_dim;
+        /* the rows permuted to their experts and combined back, each a
+         * read and a write */
+        const hs_cluster *cl = c->cl;
+        double bw = cl->routing_bandwidth > 0 ? cl->routing_bandwidth
+                                              : cl->memory_bandwidth * cl->elementwise_efficiency;
+        b.elem += 2 * 2 * rows * C * s / (bw * c->share);
     } else {
         b.gemm += 2 * gemm_s(c, tok, F, C) + gemm_s(c, tok, C, F);
         ffn_elems = tok * F;
@@ -235,10 +242,10 @@ static double run_units(const tctx *c, const unit_ev *u, int n, double *busy) {
 /* ------------------------------------------------------------ a role */
 
 typedef struct pass_costs {
-    double fwd, bwd_in, bwd_w;   /* one block, compute + its TP/CP/EP collectives */
+    double fwd, bwd_in, bwd_w; /* one block, compute + its TP/CP/EP collectives */
     double fwd_moe, bwd_in_moe, bwd_w_moe;
-    double head_f, head_b;      /* the head and loss */
-    double ag[2], rs[2];         /* [root, block]: the unit's FSDP collectives */
+    double head_f, head_b;         /* the head and loss */
+    double ag[2], rs[2];           /* [root, block]: the unit's FSDP collectives */
     double mp[HS_PLAN_COMM_COUNT]; /* one block's model-parallel seconds, forward + backward */
 } pass_costs;
 
@@ -255,9 +262,9 @@ static void role_costs(tctx *c, const hs_plan_role *r, pass_costs *pc) {
         if (!r->comm_calls[d]) continue;
         double calls = r->comm_calls[d] / per, bytes = r->comm_bytes[d] / per;
         int g = d == HS_PLAN_TP ? t->tp : d == HS_PLAN_CP ? t->cp : t->ep;
-        coll k = d == HS_PLAN_EP ? C_A2A : d == HS_PLAN_TP && !cfg->accelerator.sequence_parallel
-                                               ? C_AR
-                                               : C_AG;
+        coll k = d == HS_PLAN_EP                                          ? C_A2A
+                 : d == HS_PLAN_TP && !cfg->accelerator.sequence_parallel ? C_AR
+                                                                          : C_AG;
         pc->mp[d] = calls * coll_s(c, k, bytes / calls, g, stride_of(c, d, false)) *
                     (k == C_AR ? 0.5 : 1); /* the plan counts an all-reduce's bytes twice */
     }
@@ -277,12 +284,11 @@ static void role_costs(tctx *c, const hs_plan_role *r, pass_costs *pc) {
     for (int u = 0; u < 2; u++)
         for (int x = 0; x < 2; x++) {
             int S = x ? t->edp_shard : t->dp_shard, R = x ? t->edp_replicate : t->dp_replicate;
-            pc->ag[u] += coll_s(c, C_AG, (double)r->unit_gather[u][x], S,
-                                stride_of(c, HS_PLAN_AG, x));
-            pc->rs[u] += coll_s(c, C_RS, (double)r->unit_reduce[u][x], S,
-                                stride_of(c, HS_PLAN_RS, x)) +
-                         coll_s(c, C_AR, (double)r->unit_all_reduce[u][x], R,
-                                stride_of(c, HS_PLAN_AR, x));
+            pc->ag[u] +=
+                coll_s(c, C_AG, (double)r->unit_gather[u][x], S, stride_of(c, HS_PLAN_AG, x));
+            pc->rs[u] +=
+                coll_s(c, C_RS, (double)r->unit_reduce[u][x], S, stride_of(c, HS_PLAN_RS, x)) +
+                coll_s(c, C_AR, (double)r->unit_all_reduce[u][x], R, stride_of(c, HS_PLAN_AR, x));
         }
 }
 
@@ -309,17 +315,18 @@ static int add_pass(const tctx *c, const pass_costs *pc, hs_pp_kind kind, bool s
         if (embed || head)
             u[at++] = (unit_ev){.pre = gather ? pc->ag[0] : 0, .depth = f->forward_prefetch_depth};
         for (int i = 0; i < n; i++)
-            u[at++] = (unit_ev){.pre = gather ? pc->ag[1] : 0,
-                                .compute = fwd,
-                                .depth = f->forward_prefetch_depth};
+            u[at++] = (unit_ev){
+                .pre = gather ? pc->ag[1] : 0, .compute = fwd, .depth = f->forward_prefetch_depth};
         if (head) u[at++] = (unit_ev){.compute = pc->head_f};
         return at;
     }
     double blk = kind == HS_PP_WEIGHT ? bw : split ? bin : bin + bw;
     bool reduce = sync && (kind == HS_PP_WEIGHT || !split);
     bool regather = gather && f->reshard_after_forward && kind != HS_PP_WEIGHT;
-    if (head) u[at++] = (unit_ev){.compute = kind == HS_PP_WEIGHT ? pc->head_b / 2
-                                              : split ? pc->head_b / 2 : pc->head_b};
+    if (head)
+        u[at++] = (unit_ev){.compute = kind == HS_PP_WEIGHT ? pc->head_b / 2
+                                       : split              ? pc->head_b / 2
+                                                            : pc->head_b};
     for (int i = 0; i < n; i++)
         u[at++] = (unit_ev){.pre = regather ? pc->ag[1] : 0,
                             .compute = blk,
@@ -360,9 +367,9 @@ static hs_status pipeline(tctx *c, const pass_costs *pc, double *makespan, doubl
     double msg = 0;
     if (rc == HS_OK) {
         const hs_plan_role *r0 = &c->plan->roles[0];
-        double bytes = r0->comm_calls[HS_PLAN_PP] ? (double)r0->comm_bytes[HS_PLAN_PP] /
-                                                        (double)r0->comm_calls[HS_PLAN_PP]
-                                                  : 0;
+        double bytes = r0->comm_calls[HS_PLAN_PP]
+                           ? (double)r0->comm_bytes[HS_PLAN_PP] / (double)r0->comm_calls[HS_PLAN_PP]
+                           : 0;
         msg = coll_s(c, C_P2P, bytes, 2, stride_of(c, HS_PLAN_PP, false));
         c->comm_s[HS_PLAN_PP] = msg * (double)r0->comm_calls[HS_PLAN_PP];
         bool gather = t->dp_shard > 1 || t->edp_shard > 1;
@@ -458,7 +465,8 @@ hs_status hs_plan_time_build(const hs_config *cfg, const hs_topology *t, const h
                             "plan --time: %d ranks do not fit the cluster's %d nodes of %d "
                             "devices; lower --world or describe more nodes",
                             t->world, cl->nodes, cl->devices_per_node);
-    int nodes = cl->shared ? cl->nodes : (t->world + cl->devices_per_node - 1) / cl->devices_per_node;
+    int nodes = cl->shared ? cl->nodes
+                           : (t->world + cl->devices_per_node - 1) / cl->devices_per_node;
     c.rpn = (t->world + nodes - 1) / nodes;
     c.share = cl->shared ? (double)cl->devices_per_node / c.rpn : 1.0;
     out->ranks_per_node = c.rpn;
@@ -467,20 +475,21 @@ hs_status hs_plan_time_build(const hs_config *cfg, const hs_topology *t, const h
     double step = 0, compute = 0;
     if (t->pp > 1) {
         pass_costs pc;
-        /* On a shared node the stages idle in the bubble leave their cores
-         * to the busy ones (each up to its thread count): the step is
-         * simulated again with the busy ranks' share. */
+        /* On a shared node the stages idle in the bubble leave node.lend
+         * of their cores to the busy ones (each up to its thread count):
+         * the step is simulated again with the busy ranks' share. */
         double share_all = c.share;
         for (int pass = 0; pass < (cl->shared ? 2 : 1); pass++) {
             if (pass) {
-                int threads = cfg->train.threads > 0 ? cfg->train.threads
-                                                      : (cl->devices_per_node / c.rpn > 1
-                                                             ? cl->devices_per_node / c.rpn
-                                                             : 1);
+                int threads =
+                    cfg->train.threads > 0
+                        ? cfg->train.threads
+                        : (cl->devices_per_node / c.rpn > 1 ? cl->devices_per_node / c.rpn : 1);
                 double busy = c.rpn * (1 - out->bubble);
-                c.share = cl->devices_per_node / (busy > 1 ? busy : 1);
-                if (c.share > threads) c.share = threads;
-                if (c.share < share_all) c.share = share_all;
+                double lent = cl->devices_per_node / (busy > 1 ? busy : 1);
+                if (lent > threads) lent = threads;
+                if (lent < share_all) lent = share_all;
+                c.share = share_all + cl->lend * (lent - share_all);
             }
             role_costs(&c, &plan->roles[0], &pc);
             hs_status rc = pipeline(&c, &pc, &step, &out->bubble, &out->exposed_fsdp_s, e);
@@ -516,7 +525,8 @@ hs_status hs_plan_time_build(const hs_config *cfg, const hs_topology *t, const h
         compute = busy1 * (M - 1) + busy2;
         for (int d = HS_PLAN_TP; d <= HS_PLAN_EP; d++) out->exposed_s[d] = pc.mp[d] * M * L;
     }
-    double mp_s = out->exposed_s[HS_PLAN_TP] + out->exposed_s[HS_PLAN_CP] + out->exposed_s[HS_PLAN_EP];
+    double mp_s = out->exposed_s[HS_PLAN_TP] + out->exposed_s[HS_PLAN_CP] +
+                  out->exposed_s[HS_PLAN_EP];
     if (t->pp == 1) out->exposed_fsdp_s = step - compute > 0 ? step - compute : 0;
     /* the gradient norm's all-reduce over the world, then the optimizer's
      * pass over this rank's shard: AdamW reads p, g, m, v and writes p, m,
