@@ -291,6 +291,10 @@ int64_t hs_pp_schedule_length(hs_pp_schedule_kind kind, int M, int V);
  * zbv's simulation cannot be laid out. */
 hs_status hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V,
                          hs_pp_action *out, hs_error *e);
+/* Every stage's list, stage after stage (out holds pp x
+ * hs_pp_schedule_length): zbv's simulation runs once for all of them. */
+hs_status hs_pp_schedule_all(hs_pp_schedule_kind kind, int pp, int M, int V, hs_pp_action *out,
+                             hs_error *e);
 /* Checks a stage's action list as the pipeline will run it: every
  * (chunk, micro-batch) forwarded, backwarded (and weight-passed) exactly
  * once, each B after its F and each W after its B, each chunk's B's and

@@ -10,6 +10,7 @@ void hs_pp_add_busy(hs_pp *p, hs_pp_kind kind, double seconds);
 
 /* ZB-V's list of stage `stage` (pp_zbv.c): 6 M actions over its two
  * chunks, from the simulation hs_pp_schedule describes. */
+/* stage < 0: all pp lists, stage after stage (out holds pp x 6 M). */
 hs_status hs_pp_zbv_list(int pp, int stage, int M, hs_pp_action *out, hs_error *e);
 
 #endif

@@ -49,6 +49,19 @@ static int zb1p(int pp, int stage, int M, hs_pp_action *out) {
     return n;
 }
 
+hs_status hs_pp_schedule_all(hs_pp_schedule_kind kind, int pp, int M, int V, hs_pp_action *out,
+                             hs_error *e) {
+    if (kind == HS_PP_ZBV) {
+        HS_ASSERT(V == 2);
+        return hs_pp_zbv_list(pp, -1, M, out, e);
+    }
+    int64_t n = hs_pp_schedule_length(kind, M, V);
+    hs_status rc = HS_OK;
+    for (int s = 0; rc == HS_OK && s < pp; s++)
+        rc = hs_pp_schedule(kind, pp, s, M, V, out + s * n, e);
+    return rc;
+}
+
 hs_status hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int V,
                          hs_pp_action *out, hs_error *e) {
     int n = 0;

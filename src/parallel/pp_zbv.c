@@ -123,7 +123,9 @@ hs_status hs_pp_zbv_list(int pp, int stage, int M, hs_pp_action *out, hs_error *
     } else {
         for (size_t i = 0; i < acts; i++) z.fin[i] = NOT_DONE;
         run(&z);
-        for (int i = 0; i < 6 * M; i++) out[i] = z.out[(int64_t)stage * 6 * M + i];
+        /* stage < 0: every stage's list, one after another */
+        int64_t from = stage < 0 ? 0 : (int64_t)stage * 6 * M, n = stage < 0 ? 6LL * M * pp : 6 * M;
+        for (int64_t i = 0; i < n; i++) out[i] = z.out[from + i];
     }
     free(z.fin);
     free(z.next);

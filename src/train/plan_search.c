@@ -99,12 +99,19 @@ static void layouts(search *s, const hs_config *base, hs_error *e) {
                     n_shards = 2;
                 for (int cm = 0; cm < (cp > 1 ? 2 : 1); cm++)
                     for (int sc = 0; sc < (pp > 1 ? 4 : 1); sc++)
-                        for (int sh = 0; sh < n_shards; sh++)
-                            for (int ep = 1; ep <= (moe ? m->moe.num_experts : 1); ep *= 2) {
-                                if (moe && !divides((long long)dp * cp * tp, ep)) continue;
+                        for (int ep = 1; ep <= (moe ? m->moe.num_experts : 1); ep *= 2) {
+                            if (moe && !divides((long long)dp * cp * tp, ep)) continue;
+                            /* Memory only grows with the micro-batch and with
+                             * less sharding: the first micro-batch none of
+                             * whose checkpointing modes fits ends the loop,
+                             * and a shard degree whose smallest micro-batch
+                             * does not fit ends the shard degrees. */
+                            for (int sh = 0; sh < n_shards; sh++) {
+                                bool any = false;
                                 for (int mb = 1; mb <= 8; mb *= 2) {
                                     if (!divides(s->global, (long long)mb * dp)) continue;
-                                    for (int ac = 0; ac < 3; ac++) {
+                                    bool fit = false;
+                                    for (int ac = 0; ac < 3 && !fit; ac++) {
                                         char keys[MAX_KEYS][96];
                                         int nk = 0;
                                         KEY("accelerator.tp_size=%d", tp);
@@ -124,18 +131,22 @@ static void layouts(search *s, const hs_config *base, hs_error *e) {
                                         KEY("train.micro_batch_size=%d", mb);
                                         KEY("train.global_batch_size=%lld", s->global);
                                         KEY("train.activation_checkpointing=%s", acs[ac]);
-                                        if (try_layout(s, keys, nk, e)) break;
+                                        fit = try_layout(s, keys, nk, e);
                                     }
+                                    if (!fit) break;
+                                    any = true;
                                 }
+                                if (!any) break;
                             }
+                        }
             }
         }
     }
 }
 
-hs_status hs_plan_search(const char *path, const char *const *overrides, int n_overrides,
-                         int world, const hs_cluster *cl, int top, hs_plan_choice *best,
-                         int *n_best, hs_plan_search_counts *counts, hs_error *e) {
+hs_status hs_plan_search(const char *path, const char *const *overrides, int n_overrides, int world,
+                         const hs_cluster *cl, int top, hs_plan_choice *best, int *n_best,
+                         hs_plan_search_counts *counts, hs_error *e) {
     hs_error_clear(e);
     memset(counts, 0, sizeof *counts);
     *n_best = 0;

@@ -382,12 +382,11 @@ static hs_status pipeline(tctx *c, const pass_costs *pc, double *makespan, doubl
                 wait[k][ch] = dur[k][ch] - busy;
             }
     }
-    for (int s = 0; rc == HS_OK && s < pp; s++) {
-        st[s].a = malloc(sizeof *st[s].a * (size_t)n);
-        st[s].n = n;
-        if (!st[s].a) rc = hs_error_oom(e, "plan --time: a schedule of %d actions", n);
-        else rc = hs_pp_schedule(kind, pp, s, M, V, st[s].a, e);
-    }
+    hs_pp_action *lists = rc == HS_OK ? malloc(sizeof *lists * (size_t)n * (size_t)pp) : NULL;
+    if (rc == HS_OK && !lists)
+        rc = hs_error_oom(e, "plan --time: %d schedules of %d actions", pp, n);
+    if (rc == HS_OK) rc = hs_pp_schedule_all(kind, pp, M, V, lists, e);
+    for (int s = 0; rc == HS_OK && s < pp; s++) st[s].a = lists + (size_t)s * n, st[s].n = n;
     for (int i = 0; rc == HS_OK && i < 3 * nc * M; i++) fin[i] = -1;
     /* each stage runs its next action once its input has arrived */
     for (bool moved = true; rc == HS_OK && moved;) {
@@ -427,8 +426,7 @@ static hs_status pipeline(tctx *c, const pass_costs *pc, double *makespan, doubl
     *makespan = end;
     *bubble = end > 0 ? 1 - busy / (pp * end) : 0;
     *exposed = most;
-    for (int s = 0; st && s < pp; s++) free(st[s].a);
-    free(st), free(fin), free(u);
+    free(lists), free(st), free(fin), free(u);
     return rc;
 }
 
@@ -468,7 +466,15 @@ hs_status hs_plan_time_build(const hs_config *cfg, const hs_topology *t, const h
     int nodes = cl->shared ? cl->nodes
                            : (t->world + cl->devices_per_node - 1) / cl->devices_per_node;
     c.rpn = (t->world + nodes - 1) / nodes;
+    /* a rank computes with its threads (train.threads, else
+     * OMP_NUM_THREADS, else the node's cores over its ranks), at most its
+     * part of the node */
+    int threads = cfg->train.threads;
+    const char *omp = getenv("OMP_NUM_THREADS");
+    if (threads <= 0 && omp && atoi(omp) > 0) threads = atoi(omp);
+    if (threads <= 0) threads = cl->devices_per_node / c.rpn > 1 ? cl->devices_per_node / c.rpn : 1;
     c.share = cl->shared ? (double)cl->devices_per_node / c.rpn : 1.0;
+    if (cl->shared && c.share > threads) c.share = threads;
     out->ranks_per_node = c.rpn;
     int M = plan->micro_batches;
     int64_t tokens = hs_config_global_batch(cfg, t) * (int64_t)cfg->train.seq_len;
@@ -481,10 +487,6 @@ hs_status hs_plan_time_build(const hs_config *cfg, const hs_topology *t, const h
         double share_all = c.share;
         for (int pass = 0; pass < (cl->shared ? 2 : 1); pass++) {
             if (pass) {
-                int threads =
-                    cfg->train.threads > 0
-                        ? cfg->train.threads
-                        : (cl->devices_per_node / c.rpn > 1 ? cl->devices_per_node / c.rpn : 1);
                 double busy = c.rpn * (1 - out->bubble);
                 double lent = cl->devices_per_node / (busy > 1 ? busy : 1);
                 if (lent > threads) lent = threads;

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# hypershard plan --time / --search and bench calibrate:
+# - every shipped cluster file (configs/clusters/) loads and times a step;
+# - a bad cluster file or flag is refused with exit 2, naming the key and
+#   its line, or the flag;
+# - the simulated pipeline follows the schedule: on a cluster whose links
+#   cost nothing and a model whose embedding and head are negligible, the
+#   bubble of gpipe and 1f1b is (pp - 1) / (M + pp - 1), interleaved's with
+#   V chunks (pp - 1) / (V M + pp - 1), within 0.03 (the head and the
+#   embedding are not quite zero), and zb1p's and zbv's below 1f1b's;
+# - a 405B-class model on 16384 devices answers in under 5 s, the search
+#   over 256 devices in under 60 s (docs/plan.md times 1024);
+# - against this machine: calibrate, then three layouts measured and
+#   predicted; each within 40% (timing on a shared 2-core machine is noisy,
+#   and the calibration is measured in the same noise: docs/performance.md
+#   holds the full table, 20 layouts, median and worst error).
+# HS_TEST_SERIAL
+# HS_TEST_TIMEOUT: 400
+set -u
+source "$(dirname "$0")/lib.sh"
+hs_scratch plan_time
+
+gpu=(accelerator.device=cuda fsdp_config.mix_precision.param_dtype=bfloat16)
+for f in "$HS_SRC"/configs/clusters/*.yaml; do
+    "$HS_BIN" plan --time --json --cluster "$f" --world 16 "${gpu[@]}" fsdp_config.dp_shard_size=16 \
+        > "$work/c.json" 2> "$work/c.err" || { fail "$f: $(cat "$work/c.err")"; continue; }
+    python3 -c '
+import json, sys
+t = json.load(open(sys.argv[1]))
+assert t["step_time_s"] > 0 and 0 < t["mfu"] < 1, t' "$work/c.json" || fail "$f: $(cat "$work/c.json")"
+done
+
+# errors: exit 2 with the key, its line, or the flag
+cat > "$work/bad.yaml" <<'Y'
+name: bad
+nodes: 1
+node: {devices: 8}
+device:
+  flops: {f32: 1e12}
+  flop_rate: 3
+  memory_bytes: -5
+  memory_bandwidth: 1e12
+links:
+  intra_node: {bandwidth: 1e11, latency: 1e-6}
+Y
+hs_expect_exit 2 unknown_key "bad.yaml:6: unknown key device.flop_rate" plan --time --cluster "$work/bad.yaml"
+hs_expect_exit 2 negative "bad.yaml:7: device.memory_bytes = '-5': expected a number above zero" \
+    plan --time --cluster "$work/bad.yaml"
+hs_expect_exit 2 no_file "cannot open it" plan --time --cluster "$work/none.yaml"
+hs_expect_exit 2 no_cluster "--time needs --cluster FILE" plan --time
+hs_expect_exit 2 cluster_alone "--cluster is for --time or --search" plan --cluster "$work/bad.yaml"
+hs_expect_exit 2 search_json "--search prints a table" plan --search --json --cluster "$work/bad.yaml"
+sed -e 's/flop_rate: 3//' -e 's/memory_bytes: -5/memory_bytes: 8e10/' "$work/bad.yaml" > "$work/one.yaml"
+hs_expect_exit 2 too_many "16 ranks do not fit the cluster's 1 nodes of 8 devices" \
+    plan --time --cluster "$work/one.yaml" --world 16 fsdp_config.dp_shard_size=16
+
+# the bubble of each schedule against its closed form
+cat > "$work/free.yaml" <<'Y'
+name: links that cost nothing
+nodes: 4
+node: {devices: 8, nics: 8}
+device:
+  flops: {f32: 1e13, bf16: 1e14}
+  memory_bytes: 1e12
+  memory_bandwidth: 1e15
+links:
+  intra_node: {bandwidth: 1e18, latency: 0}
+  inter_node: {bandwidth: 1e18, latency: 0}
+Y
+deep=(model.dim=1024 model.n_heads=8 model.n_kv_heads=8 model.ffn_dim=4096 model.n_layers=32
+      model.vocab_size=256 train.seq_len=512 train.micro_batch_size=1 train.global_batch_size=4
+      accelerator.pp_size=4)
+bubble() { # SCHEDULE V: the predicted bubble
+    "$HS_BIN" plan --time --json --cluster "$work/free.yaml" --world 4 "${deep[@]}" \
+        accelerator.pp_schedule="$1" accelerator.pp_virtual_stages="$2" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["bubble"])'
+}
+for s in "gpipe 1 0.4286" "1f1b 1 0.4286" "interleaved_1f1b 2 0.2727"; do
+    set -- $s
+    b=$(bubble "$1" "$2") || { fail "$1: plan --time failed"; continue; }
+    python3 -c "import sys; sys.exit(abs($b - $3) > 0.03)" || fail "$1: bubble $b, want $3"
+done
+b1=$(bubble 1f1b 1) bz=$(bubble zb1p 1) bv=$(bubble zbv 2)
+python3 -c "import sys; sys.exit(not ($bz < $b1 and $bv < $b1))" ||
+    fail "zero bubble: zb1p $bz and zbv $bv not below 1f1b's $b1"
+
+# speed at scale
+t0=$(date +%s.%N)
+"$HS_BIN" plan --time --json --cluster "$HS_SRC/configs/clusters/h100-sxm-ndr.yaml" --world 16384 "${gpu[@]}" \
+    model.dim=16384 model.n_layers=126 model.n_heads=128 model.n_kv_heads=8 model.ffn_dim=53248 \
+    model.vocab_size=128256 train.seq_len=8192 train.micro_batch_size=1 train.global_batch_size=2048 \
+    accelerator.tp_size=8 accelerator.pp_size=16 accelerator.pp_schedule=interleaved_1f1b \
+    accelerator.pp_virtual_stages=2 fsdp_config.dp_shard_size=128 > "$work/405b.json" ||
+    fail "405B on 16384: plan --time failed"
+python3 -c "import sys; sys.exit($(date +%s.%N) - $t0 > 5)" || fail "405B on 16384 took over 5 s"
+t0=$(date +%s.%N)
+"$HS_BIN" plan --search --cluster "$HS_SRC/configs/clusters/h100-sxm-ndr.yaml" --world 256 "${gpu[@]}" \
+    model.dim=4096 model.n_layers=32 model.n_heads=32 model.n_kv_heads=8 model.ffn_dim=14336 \
+    model.vocab_size=128256 train.seq_len=8192 train.global_batch_size=256 > "$work/search.txt" ||
+    fail "search on 256: $(tail -3 "$work/search.txt")"
+python3 -c "import sys; sys.exit($(date +%s.%N) - $t0 > 60)" || fail "the search over 256 took over 60 s"
+grep -q "^   1 .*accelerator.tp_size=" "$work/search.txt" || fail "search: no first layout: $(head -3 "$work/search.txt")"
+
+# against this machine
+"$HS_BIN" bench calibrate --quick --max-ranks 2 --out "$work/here.yaml" > "$work/cal.log" 2>&1 ||
+    die "calibrate: $(tail -5 "$work/cal.log")"
+python3 "$HS_SRC/bench/plan_check.py" --bin "$HS_BIN" --cluster "$work/here.yaml" --steps 6 \
+    --only "one process,FSDP 2,PP 2 1f1b" --median-limit 0.4 --worst-limit 0.4 > "$work/check.log" 2>&1 ||
+    fail "plan --time against measurement: $(cat "$work/check.log")"
+cat "$work/check.log"
+hs_finish
