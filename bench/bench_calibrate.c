@@ -111,8 +111,37 @@ static void lending(hs_comm *comm, hs_pg *w, int g) {
     if (rank == 0) printf("lend ranks %d value %.3f\n", g, lend);
 }
 
-/* Under mpiexec: the world's all-gather of 1 KiB and 1 MiB a rank; rank 0
- * prints "collective ranks G latency L bandwidth B". */
+/* The all-gather of 1 KiB and 1 MiB a rank over group g (every group of
+ * the split at once), fitted: *lat and *bw. */
+static void fit_group(hs_comm *comm, hs_pg *w, hs_pg *g, float *in, float *out, double *lat,
+                      double *bw) {
+    const int64_t sizes[2] = {256, 262144}; /* floats a rank */
+    hs_error e;
+    double t[2];
+    int n = hs_pg_size(g);
+    for (int s = 0; s < 2; s++) {
+        double v[41];
+        int iters = s ? 15 : 41;
+        for (int i = -3; i < iters; i++) {
+            if (hs_pg_barrier(w, &e) != HS_OK) hs_comm_abort(comm, &e);
+            double t0 = hs_now();
+            if (hs_pg_all_gather(g, NULL, out, in, sizes[s], HS_DTYPE_F32, &e) != HS_OK)
+                hs_comm_abort(comm, &e);
+            double dt = hs_bench_max_over(w, hs_now() - t0);
+            if (i >= 0) v[i] = dt;
+        }
+        t[s] = hs_bench_median(v, iters);
+    }
+    double f = (double)(n - 1) / n, n0 = 4.0 * sizes[0] * n, n1 = 4.0 * sizes[1] * n;
+    *bw = t[1] > t[0] ? f * (n1 - n0) / (t[1] - t[0]) : f * n1 / t[1];
+    *lat = (t[0] - f * n0 / *bw) / (n - 1);
+    if (*lat < 0) *lat = 0;
+}
+
+/* Under mpiexec with W ranks: for each group size 2, 4, ..., W, the world
+ * split into groups of consecutive ranks, all measured at once (as a
+ * layout's groups of one dim run); rank 0 prints "collective ranks G
+ * node_ranks W latency L bandwidth B" for each, then the lending line. */
 static int collectives(int argc, char **argv) {
     hs_comm *comm;
     hs_error e;
@@ -121,33 +150,25 @@ static int collectives(int argc, char **argv) {
         return hs_status_exit_code(e.code);
     }
     hs_pg *w = hs_comm_world(comm);
-    int g = hs_comm_size(comm);
-    const int64_t sizes[2] = {256, 262144}; /* floats a rank */
-    double t[2];
-    float *in = calloc((size_t)sizes[1], sizeof *in), *out = calloc((size_t)(sizes[1] * g), 4);
+    int W = hs_comm_size(comm), rank = hs_comm_rank(comm);
+    float *in = calloc(262144, sizeof *in), *out = calloc((size_t)262144 * W, sizeof *out);
     if (!in || !out) {
-        hs_error_oom(&e, "bench calibrate: all-gather buffers of %d x 1 MiB", g);
+        hs_error_oom(&e, "bench calibrate: all-gather buffers of %d x 1 MiB", W);
         hs_comm_abort(comm, &e);
     }
-    for (int s = 0; s < 2; s++) {
-        double v[41];
-        int iters = s ? 15 : 41;
-        for (int i = -3; i < iters; i++) {
-            if (hs_pg_barrier(w, &e) != HS_OK) hs_comm_abort(comm, &e);
-            double t0 = hs_now();
-            if (hs_pg_all_gather(w, NULL, out, in, sizes[s], HS_DTYPE_F32, &e) != HS_OK)
-                hs_comm_abort(comm, &e);
-            double dt = hs_bench_max_over(w, hs_now() - t0);
-            if (i >= 0) v[i] = dt;
-        }
-        t[s] = hs_bench_median(v, iters);
+    for (int g = 2; g <= W; g *= 2) {
+        hs_pg *grp = w;
+        char name[32];
+        snprintf(name, sizeof name, "calibrate_%d", g);
+        if (g < W && hs_comm_split(comm, name, rank / g, rank, &grp, &e) != HS_OK)
+            hs_comm_abort(comm, &e);
+        double lat, bw;
+        fit_group(comm, w, grp, in, out, &lat, &bw);
+        if (rank == 0)
+            printf("collective ranks %d node_ranks %d latency %.4g bandwidth %.4g\n", g, W, lat,
+                   bw);
     }
-    lending(comm, w, g);
-    double f = (double)(g - 1) / g, n0 = 4.0 * sizes[0] * g, n1 = 4.0 * sizes[1] * g;
-    double bw = t[1] > t[0] ? f * (n1 - n0) / (t[1] - t[0]) : f * n1 / t[1];
-    double lat = (t[0] - f * n0 / bw) / (g - 1);
-    if (hs_comm_rank(comm) == 0)
-        printf("collective ranks %d latency %.4g bandwidth %.4g\n", g, lat > 0 ? lat : 0, bw);
+    lending(comm, w, W);
     free(in), free(out);
     hs_comm_finalize(comm);
     return 0;
@@ -225,11 +246,12 @@ static int calibrate(const char *out_path, int max_ranks, bool quick) {
                 c.lend = lend; /* the most ranks measured last */
                 printf("  %d ranks: busy ranks get %.0f%% of waiting ones' cores\n", g, 100 * lend);
             }
-            if (sscanf(line, "collective ranks %d latency %lf bandwidth %lf", &r.ranks, &r.latency,
-                       &r.bandwidth) == 3) {
-                c.intra.by_ranks[c.intra.n_by_ranks++] = r;
-                printf("  %d ranks: latency %.2f us, bandwidth %.2f GB/s\n", g, r.latency * 1e6,
-                       r.bandwidth / 1e9);
+            if (sscanf(line, "collective ranks %d node_ranks %d latency %lf bandwidth %lf",
+                       &r.ranks, &r.node_ranks, &r.latency, &r.bandwidth) == 4) {
+                if (c.intra.n_by_ranks < HS_CLUSTER_TABLE_MAX)
+                    c.intra.by_ranks[c.intra.n_by_ranks++] = r;
+                printf("  groups of %d among %d ranks: latency %.2f us, bandwidth %.2f GB/s\n",
+                       r.ranks, g, r.latency * 1e6, r.bandwidth / 1e9);
                 if (c.intra.bandwidth == 0)
                     c.intra.bandwidth = r.bandwidth, c.intra.latency = r.latency;
                 got = true;

@@ -311,6 +311,7 @@ typedef struct hs_cluster_gemm { /* device.gemm: a measured GEMM rate */
 
 typedef struct hs_cluster_group { /* a link's by_ranks row: one group size */
     int ranks;
+    int node_ranks; /* measured with this many ranks on the node; 0: any */
     double bandwidth, latency;
 } hs_cluster_group;
 

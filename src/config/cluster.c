@@ -113,7 +113,7 @@ static void by_dtype(walk *w, yaml_node_t *m, const char *where, double *out) {
 
 static void read_link(walk *w, yaml_node_t *m, const char *where, bool need, hs_cluster_link *out) {
     static const char *const keys[] = {"bandwidth", "latency", "by_ranks", NULL};
-    static const char *const row_keys[] = {"ranks", "bandwidth", "latency", NULL};
+    static const char *const row_keys[] = {"ranks", "node_ranks", "bandwidth", "latency", NULL};
     if (!m) {
         if (need) report(w, NULL, "%s is missing: give its bandwidth and latency%s", where, NULL);
         return;
@@ -140,6 +140,9 @@ static void read_link(walk *w, yaml_node_t *m, const char *where, bool need, hs_
         hs_cluster_group *g = &out->by_ranks[out->n_by_ranks++];
         only(w, r, at, row_keys);
         integer(w, r, at, "ranks", true, &g->ranks);
+        double nr = 0;
+        number(w, r, at, "node_ranks", false, false, &nr);
+        g->node_ranks = (int)nr;
         number(w, r, at, "bandwidth", true, false, &g->bandwidth);
         number(w, r, at, "latency", true, true, &g->latency);
     }
@@ -288,8 +291,9 @@ static void write_link(FILE *f, const char *name, const hs_cluster_link *l) {
     fprintf(f, "  %s:\n    bandwidth: %.4g\n    latency: %.4g\n", name, l->bandwidth, l->latency);
     if (l->n_by_ranks) fprintf(f, "    by_ranks:\n");
     for (int i = 0; i < l->n_by_ranks; i++)
-        fprintf(f, "      - {ranks: %d, bandwidth: %.4g, latency: %.4g}\n", l->by_ranks[i].ranks,
-                l->by_ranks[i].bandwidth, l->by_ranks[i].latency);
+        fprintf(f, "      - {ranks: %d, node_ranks: %d, bandwidth: %.4g, latency: %.4g}\n",
+                l->by_ranks[i].ranks, l->by_ranks[i].node_ranks, l->by_ranks[i].bandwidth,
+                l->by_ranks[i].latency);
 }
 
 void hs_cluster_write(const hs_cluster *c, FILE *f) {

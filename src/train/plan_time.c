@@ -148,10 +148,12 @@ static void link_of(const tctx *c, int g, int stride, double *lat, double *bw) {
     if (span <= rpn || local >= g) { /* inside a node */
         const hs_cluster_link *l = &cl->intra;
         *lat = l->latency, *bw = l->bandwidth;
+        /* the row nearest in group size and, as close, in ranks on the node */
         double best = -1;
         for (int i = 0; i < l->n_by_ranks; i++) {
             const hs_cluster_group *r = &l->by_ranks[i];
             double d = fabs(log((double)r->ranks / g));
+            if (r->node_ranks > 0) d += 0.5 * fabs(log((double)r->node_ranks / rpn));
             if (best < 0 || d < best) best = d, *lat = r->latency, *bw = r->bandwidth;
         }
         return;
