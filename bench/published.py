@@ -92,8 +92,8 @@ def main():
     args = ap.parse_args()
     errs = []
     if args.markdown:
-        print("| run | GPUs | published | predicted | error | step s | bubble | answered in |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        print("| run | GPUs | published | predicted | error | step s | bubble | fits 80 GB | answered in |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, r in RUNS:
         cmd = [args.bin, "plan", "--time", "--json", "--cluster", r["cluster"], "--world",
                str(r["world"]), "accelerator.device=cuda",
@@ -113,7 +113,7 @@ def main():
         if args.markdown:
             print(f"| {name} | {r['world']} | {100 * r['published']:.0f}% | {100 * pred:.1f}% | "
                   f"{100 * err:+.0f}% | {t['step_time_s']:.2f} | {100 * t['bubble']:.0f}% | "
-                  f"{took:.2f} s |")
+                  f"{'yes' if t['fits'] else 'no'} | {took:.2f} s |")
         else:
             print(f"{name:34s} published {100 * r['published']:4.0f}%  predicted {100 * pred:5.1f}%"
                   f"  {100 * err:+5.0f}%  step {t['step_time_s']:7.2f} s  bubble "
