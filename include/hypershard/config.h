@@ -341,6 +341,9 @@ typedef struct hs_cluster {
  * (with its line) and the fix for an unknown key, a missing or non-positive
  * value; HS_ERR_IO when it cannot be read. */
 hs_status hs_cluster_load(const char *path, hs_cluster *out, hs_error *e);
+/* The same for a file's text; `name` names it in the messages. */
+hs_status hs_cluster_parse(const char *name, const char *text, size_t len, hs_cluster *out,
+                           hs_error *e);
 /* The cluster as YAML a load reads back (calibrate writes it). */
 void hs_cluster_write(const hs_cluster *c, FILE *f);
 

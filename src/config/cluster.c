@@ -140,9 +140,7 @@ static void read_link(walk *w, yaml_node_t *m, const char *where, bool need, hs_
         hs_cluster_group *g = &out->by_ranks[out->n_by_ranks++];
         only(w, r, at, row_keys);
         integer(w, r, at, "ranks", true, &g->ranks);
-        double nr = 0;
-        number(w, r, at, "node_ranks", false, false, &nr);
-        g->node_ranks = (int)nr;
+        integer(w, r, at, "node_ranks", false, &g->node_ranks);
         number(w, r, at, "bandwidth", true, false, &g->bandwidth);
         number(w, r, at, "latency", true, true, &g->latency);
     }
@@ -207,10 +205,7 @@ static void read_cluster(walk *w, yaml_node_t *root, hs_cluster *c) {
     if (!node) report(w, root, "node is missing: give node.devices%s", "", NULL);
     only(w, node, "node", node_keys);
     integer(w, node, "node", "devices", true, &c->devices_per_node);
-    int nics = c->nics_per_node;
-    double v = nics;
-    number(w, node, "node", "nics", false, true, &v);
-    c->nics_per_node = (int)v;
+    integer(w, node, "node", "nics", false, &c->nics_per_node);
     number(w, node, "node", "lend", false, true, &c->lend);
     if (c->lend > 1) report(w, node, "node.lend: expected a share from 0 to 1%s", "", NULL);
     const char *sh = scalar(get(w, node, "shared"));
@@ -247,13 +242,38 @@ static void read_cluster(walk *w, yaml_node_t *root, hs_cluster *c) {
         report(w, dev, "device.*_efficiency: expected shares from 0 to 1%s", "", NULL);
 }
 
-hs_status hs_cluster_load(const char *path, hs_cluster *out, hs_error *e) {
+hs_status hs_cluster_parse(const char *name, const char *text, size_t len, hs_cluster *out,
+                           hs_error *e) {
     hs_error_clear(e);
     *out = (hs_cluster){.gemm_efficiency = 0.7,
                         .attention_efficiency = 0.4,
                         .elementwise_efficiency = 0.7,
                         .lend = 1.0,
                         .overlap = 1.0};
+    if (len > CLUSTER_MAX_BYTES)
+        return hs_error_set(e, HS_ERR_CONFIG, "--cluster %s: over 1 MiB; a cluster file is small",
+                            name);
+    yaml_parser_t p;
+    yaml_document_t doc;
+    yaml_parser_initialize(&p);
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    hs_status rc = HS_OK;
+    if (!yaml_parser_load(&p, &doc)) {
+        rc = hs_error_set(e, HS_ERR_CONFIG, "%s:%zu:%zu: YAML syntax: %s", name,
+                          p.problem_mark.line + 1, p.problem_mark.column + 1,
+                          p.problem ? p.problem : "unreadable");
+    } else {
+        walk w = {.doc = &doc, .file = name, .e = e};
+        read_cluster(&w, yaml_document_get_root_node(&doc), out);
+        if (w.errors) rc = HS_ERR_CONFIG;
+        yaml_document_delete(&doc);
+    }
+    yaml_parser_delete(&p);
+    return rc;
+}
+
+hs_status hs_cluster_load(const char *path, hs_cluster *out, hs_error *e) {
+    hs_error_clear(e);
     FILE *f = fopen(path, "rb");
     if (!f)
         return hs_error_set(e, HS_ERR_CONFIG, "--cluster %s: cannot open it (%s)", path,
@@ -262,27 +282,7 @@ hs_status hs_cluster_load(const char *path, hs_cluster *out, hs_error *e) {
     size_t len = buf ? fread(buf, 1, CLUSTER_MAX_BYTES + 1, f) : 0;
     fclose(f);
     if (!buf) return hs_error_oom(e, "the cluster file %s", path);
-    if (len > CLUSTER_MAX_BYTES) {
-        free(buf);
-        return hs_error_set(e, HS_ERR_CONFIG, "--cluster %s: over 1 MiB; a cluster file is small",
-                            path);
-    }
-    yaml_parser_t p;
-    yaml_document_t doc;
-    yaml_parser_initialize(&p);
-    yaml_parser_set_input_string(&p, (const unsigned char *)buf, len);
-    hs_status rc = HS_OK;
-    if (!yaml_parser_load(&p, &doc)) {
-        rc = hs_error_set(e, HS_ERR_CONFIG, "%s:%zu:%zu: YAML syntax: %s", path,
-                          p.problem_mark.line + 1, p.problem_mark.column + 1,
-                          p.problem ? p.problem : "unreadable");
-    } else {
-        walk w = {.doc = &doc, .file = path, .e = e};
-        read_cluster(&w, yaml_document_get_root_node(&doc), out);
-        if (w.errors) rc = HS_ERR_CONFIG;
-        yaml_document_delete(&doc);
-    }
-    yaml_parser_delete(&p);
+    hs_status rc = hs_cluster_parse(path, buf, len, out, e);
     free(buf);
     return rc;
 }
@@ -290,24 +290,38 @@ hs_status hs_cluster_load(const char *path, hs_cluster *out, hs_error *e) {
 static void write_link(FILE *f, const char *name, const hs_cluster_link *l) {
     fprintf(f, "  %s:\n    bandwidth: %.4g\n    latency: %.4g\n", name, l->bandwidth, l->latency);
     if (l->n_by_ranks) fprintf(f, "    by_ranks:\n");
-    for (int i = 0; i < l->n_by_ranks; i++)
-        fprintf(f, "      - {ranks: %d, node_ranks: %d, bandwidth: %.4g, latency: %.4g}\n",
-                l->by_ranks[i].ranks, l->by_ranks[i].node_ranks, l->by_ranks[i].bandwidth,
-                l->by_ranks[i].latency);
+    for (int i = 0; i < l->n_by_ranks; i++) {
+        const hs_cluster_group *r = &l->by_ranks[i];
+        fprintf(f, "      - {ranks: %d, ", r->ranks);
+        if (r->node_ranks > 0) fprintf(f, "node_ranks: %d, ", r->node_ranks);
+        fprintf(f, "bandwidth: %.4g, latency: %.4g}\n", r->bandwidth, r->latency);
+    }
+}
+
+/* s as a double-quoted YAML scalar's inside: quotes, backslashes and
+ * control bytes become '?'. */
+static const char *quoted(const char *s, char *out, size_t cap) {
+    size_t n = 0;
+    for (; *s && n + 1 < cap; s++)
+        out[n++] = *s == '"' || *s == '\\' || (unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s;
+    out[n] = '\0';
+    return out;
 }
 
 void hs_cluster_write(const hs_cluster *c, FILE *f) {
     static const char *const dn[] = {"f32", "bf16", "f16"};
-    fprintf(f, "name: \"%s\"\nnodes: %d\nnode:\n  devices: %d\n  shared: %s\n", c->name, c->nodes,
-            c->devices_per_node, c->shared ? "true" : "false");
+    char q[sizeof c->name];
+    fprintf(f, "name: \"%s\"\nnodes: %d\nnode:\n  devices: %d\n  shared: %s\n",
+            quoted(c->name, q, sizeof q), c->nodes, c->devices_per_node,
+            c->shared ? "true" : "false");
     if (c->nics_per_node) fprintf(f, "  nics: %d\n", c->nics_per_node);
-    if (c->shared) fprintf(f, "  lend: %.3f\n", c->lend);
-    fprintf(f, "device:\n  name: \"%s\"\n  flops:\n", c->device_name);
+    if (c->shared) fprintf(f, "  lend: %.4g\n", c->lend);
+    fprintf(f, "device:\n  name: \"%s\"\n  flops:\n", quoted(c->device_name, q, sizeof q));
     for (int d = 0; d < 3; d++)
         if (c->peak[d] > 0) fprintf(f, "    %s: %.4g\n", dn[d], c->peak[d]);
     fprintf(f,
-            "  gemm_efficiency: %.3f\n  attention_efficiency: %.3f\n"
-            "  elementwise_efficiency: %.3f\n  memory_bytes: %.4g\n  memory_bandwidth: %.4g\n",
+            "  gemm_efficiency: %.4g\n  attention_efficiency: %.4g\n"
+            "  elementwise_efficiency: %.4g\n  memory_bytes: %.4g\n  memory_bandwidth: %.4g\n",
             c->gemm_efficiency, c->attention_efficiency, c->elementwise_efficiency, c->memory_bytes,
             c->memory_bandwidth);
     if (c->routing_bandwidth > 0) fprintf(f, "  routing_bandwidth: %.4g\n", c->routing_bandwidth);
@@ -324,5 +338,5 @@ void hs_cluster_write(const hs_cluster *c, FILE *f) {
     fprintf(f, "links:\n");
     write_link(f, "intra_node", &c->intra);
     if (c->inter.bandwidth > 0) write_link(f, "inter_node", &c->inter);
-    fprintf(f, "overlap: %.3f\n", c->overlap);
+    fprintf(f, "overlap: %.4g\n", c->overlap);
 }
