@@ -19,8 +19,8 @@ static void check(const hs_cluster *c) {
               c->memory_bytes > 0 && c->memory_bandwidth > 0 && c->intra.bandwidth > 0 &&
               c->gemm_efficiency > 0 && c->gemm_efficiency <= 1 && c->attention_efficiency > 0 &&
               c->attention_efficiency <= 1 && c->elementwise_efficiency > 0 &&
-              c->elementwise_efficiency <= 1 && c->lend >= 0 && c->lend <= 1 &&
-              c->overlap >= 0 && c->overlap <= 1 && c->n_gemm <= HS_CLUSTER_TABLE_MAX &&
+              c->elementwise_efficiency <= 1 && c->lend >= 0 && c->lend <= 1 && c->overlap >= 0 &&
+              c->overlap <= 1 && c->n_gemm <= HS_CLUSTER_TABLE_MAX &&
               (c->nodes == 1 || (c->inter.bandwidth > 0 && c->nics_per_node >= 1));
     for (int i = 0; ok && i < c->n_gemm; i++)
         ok = c->gemm[i].m > 0 && c->gemm[i].n > 0 && c->gemm[i].k > 0 && c->gemm[i].flops > 0;
