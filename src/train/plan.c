@@ -20,6 +20,7 @@
 #include "hypershard/parallel.h"
 #include "hypershard/train.h"
 #include "train/engines.h"
+#include "train/plan_events.h"
 
 /* Roles whose chunks hold at most this many blocks are described exactly. */
 #define EXACT_BLOCKS 64
@@ -253,37 +254,29 @@ static void stash(sim *s, int k) {
     if (s->c->stashes && !s->acc[k]) hold(s, k, s->u[k]->A), s->acc[k] = true;
 }
 
-/* fsdp/hooks.c in order: forward root first, backward the root's head,
- * then the blocks last to first, the root's own reduction at the end. */
+/* The memory replay's side of the hook order (plan_events.h). */
+static void on_event(void *ctx, plan_ev ev, int k) {
+    sim *s = ctx;
+    switch (ev) {
+    case PLAN_ISSUE: issue(s, k); break;
+    case PLAN_WAIT: wait_unshard(s, k); break;
+    case PLAN_RESHARD: reshard(s, k); break;
+    case PLAN_GRAD: grad_begin(s, k); break;
+    case PLAN_REDUCE: reduce(s, k); break;
+    case PLAN_STASH: stash(s, k); break;
+    case PLAN_DRAIN:
+        for (int u = 0; u < s->n; u++) release_grads(s, u);
+        s->prev = -1;
+        break;
+    case PLAN_COMPUTE:
+    case PLAN_HEAD: break;
+    }
+}
+
 static void micro_batch(sim *s, bool sync, bool reshard_bwd) {
     const hs_fsdp_config *f = &s->c->cfg->fsdp;
-    int n = s->n;
-    for (int k = 0; k < n; k++) {
-        issue(s, k);
-        for (int j = 1; j <= f->forward_prefetch_depth && k + j < n; j++) issue(s, k + j);
-        wait_unshard(s, k);
-        if (k > 0 && f->reshard_after_forward) reshard(s, k);
-    }
-    for (int pos = 0; pos < n; pos++) {
-        int k = pos == 0 ? 0 : n - pos;
-        issue(s, k);
-        for (int j = 1; j <= f->backward_prefetch_depth && pos + j < n; j++) issue(s, n - pos - j);
-        wait_unshard(s, k);
-        grad_begin(s, k);
-        if (k == 0) continue; /* the root's post-backward comes last */
-        if (sync) reduce(s, k);
-        else stash(s, k);
-        if (reshard_bwd) reshard(s, k);
-    }
-    if (sync) {
-        reduce(s, 0);
-        for (int k = 0; k < n; k++) release_grads(s, k); /* the drain */
-        s->prev = -1;
-    } else {
-        stash(s, 0);
-    }
-    if (reshard_bwd) reshard(s, 0);
-    for (int k = 0; k < n; k++) wait_unshard(s, k);
+    plan_walk_forward(f, s->n, on_event, s);
+    plan_walk_backward(f, s->n, sync, reshard_bwd, on_event, s);
 }
 
 /* What a micro-batch starts from: its flags, held bytes and counters. */
