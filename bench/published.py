@@ -41,7 +41,8 @@ def gpt(h, heads, layers, tp, pp, gpus, batch, mb, tflops, pct):
 def llama405(gpus, cp, pp, dp, seq, per_dp, pct, tflops):
     """Llama 3 405B (Llama 3 paper, Table 4): 126 layers, 16384 wide, FFN
     53248, 128 heads, 8 kv heads, vocabulary 128256; tp 8; FSDP over dp
-    without resharding after forward, gradients reduced once a step
+    without resharding between micro-batches (after forward or backward;
+    the paper: not after forward), gradients reduced once a step
     (assumed); interleaved 1F1B, micro-batch 1
     (assumed: 2 virtual stages a rank); all-gather CP at 131072; no
     recompute."""
@@ -54,6 +55,7 @@ def llama405(gpus, cp, pp, dp, seq, per_dp, pct, tflops):
                       f"accelerator.pp_size={pp}", "accelerator.pp_schedule=interleaved_1f1b",
                       "accelerator.pp_virtual_stages=2", f"fsdp_config.dp_shard_size={dp * cp}",
                       "fsdp_config.reshard_after_forward=false",
+                      "fsdp_config.reshard_after_backward=false",
                       "fsdp_config.requires_grad_sync=false"])
 
 

@@ -4,7 +4,8 @@
 void plan_walk_forward(const hs_fsdp_config *f, int n, plan_ev_fn on, void *ctx) {
     for (int k = 0; k < n; k++) {
         on(ctx, PLAN_ISSUE, k);
-        for (int j = 1; j <= f->forward_prefetch_depth && k + j < n; j++) on(ctx, PLAN_ISSUE, k + j);
+        for (int j = 1; j <= f->forward_prefetch_depth && k + j < n; j++)
+            on(ctx, PLAN_ISSUE, k + j);
         on(ctx, PLAN_WAIT, k);
         on(ctx, PLAN_COMPUTE, k);
         if (k > 0 && f->reshard_after_forward) on(ctx, PLAN_RESHARD, k);

@@ -30,6 +30,7 @@
 #include "hypershard/parallel.h"
 #include "hypershard/train.h"
 #include "train/engines.h"
+#include "train/plan_events.h"
 
 typedef struct tctx {
     const hs_config *cfg;
@@ -204,42 +205,67 @@ static int stride_of(const tctx *c, hs_plan_comm dim, bool expert) {
     }
 }
 
-/* ---------------------------------------------------- two-queue passes */
+/* ------------------------------------------- the hook order, timed */
 
-typedef struct unit_ev {
-    double pre;     /* all-gather before the compute */
-    double compute; /* on the compute queue, its own collectives included */
-    double post;    /* reduce-scatter and all-reduce after it */
-    int depth;      /* units issued ahead at this one's start */
-} unit_ev;
+/* A unit sequence (the root, then blocks) on its two queues: this pass's
+ * costs, which units are unsharded, when each all-gather lands. */
+typedef struct tq {
+    int n;
+    bool gather, reduce;
+    bool *unsharded;
+    double *done;
+    double ct, cq, busy, hold;
+    double ag[2], rs[2];      /* [root, block] */
+    double root, block, head; /* this pass's compute: the root, a block, forward's head */
+} tq;
 
-/* The end time of a sequence of units on the two queues, from 0; *busy
- * gets the compute. */
-static double run_units(const tctx *c, const unit_ev *u, int n, double *busy) {
-    double ct = 0, cq = 0, hold = 1 - c->cl->overlap;
-    double *done = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
-    if (!done) return NAN;
-    int issued = 0;
-    *busy = 0;
-    for (int i = 0; i < n; i++) {
-        int upto = i + u[i].depth < n - 1 ? i + u[i].depth : n - 1;
-        for (; issued <= upto; issued++) {
-            double st = cq > ct ? cq : ct;
-            cq = st + u[issued].pre;
-            done[issued] = cq;
-            ct += hold * u[issued].pre;
-        }
-        ct = (done[i] > ct ? done[i] : ct) + u[i].compute;
-        *busy += u[i].compute;
-        if (u[i].post > 0) {
-            double st = cq > ct ? cq : ct;
-            cq = st + u[i].post;
-            ct += hold * u[i].post;
-        }
-    }
-    free(done);
-    return ct > cq ? ct : cq;
+static void queue_comm(tq *q, double d) {
+    if (d <= 0) return;
+    double st = q->cq > q->ct ? q->cq : q->ct;
+    q->cq = st + d;
+    q->ct += q->hold * d; /* the part that does not hide behind compute */
 }
+
+/* The time replay's side of the hook order (plan_events.h). */
+static void on_time(void *ctx, plan_ev ev, int k) {
+    tq *q = ctx;
+    switch (ev) {
+    case PLAN_ISSUE:
+        if (q->unsharded[k]) return;
+        q->unsharded[k] = true;
+        q->done[k] = 0;
+        if (q->gather && q->ag[k > 0] > 0) queue_comm(q, q->ag[k > 0]), q->done[k] = q->cq;
+        break;
+    case PLAN_WAIT:
+        if (q->done[k] > q->ct) q->ct = q->done[k];
+        q->done[k] = 0;
+        break;
+    case PLAN_COMPUTE: {
+        double d = k ? q->block : q->root;
+        q->ct += d, q->busy += d;
+        break;
+    }
+    case PLAN_HEAD: q->ct += q->head, q->busy += q->head; break;
+    case PLAN_RESHARD: q->unsharded[k] = false; break;
+    case PLAN_REDUCE:
+        if (q->reduce) queue_comm(q, q->rs[k > 0]);
+        break;
+    case PLAN_GRAD:
+    case PLAN_STASH:
+    case PLAN_DRAIN: break;
+    }
+}
+
+static hs_status tq_init(tq *q, int n, double hold, hs_error *e) {
+    *q = (tq){.n = n, .hold = hold, .reduce = true};
+    q->unsharded = calloc((size_t)n, sizeof *q->unsharded);
+    q->done = calloc((size_t)n, sizeof *q->done);
+    if (q->unsharded && q->done) return HS_OK;
+    free(q->unsharded), free(q->done);
+    return hs_error_oom(e, "plan --time: the replay of %d units", n);
+}
+
+static void tq_free(tq *q) { free(q->unsharded), free(q->done); }
 
 /* ------------------------------------------------------------ a role */
 
@@ -302,40 +328,34 @@ static int moe_blocks(const hs_model_config *m, int first, int n) {
     return k;
 }
 
-/* One pass (forward, backward, or a split backward's B or W) over the
- * blocks [first, first + n) of a chunk, with the root's parts where the
- * chunk holds them, as a unit sequence appended to u. */
-static int add_pass(const tctx *c, const pass_costs *pc, hs_pp_kind kind, bool split, int first,
-                    int n, bool embed, bool head, bool gather, bool sync, unit_ev *u, int at) {
-    const hs_fsdp_config *f = &c->cfg->fsdp;
+/* The pass costs of a chunk: blocks [first, first + n) of the model, the
+ * root's parts where the chunk holds them (embed: the first chunk, head:
+ * the last). kind: forward, backward (B alone when split) or W. */
+static void set_pass(tq *q, const tctx *c, const pass_costs *pc, hs_pp_kind kind, bool split,
+                     int first, int n, bool embed, bool head) {
     int nm = moe_blocks(&c->cfg->model, first, n);
-    double moe_share = n > 0 ? (double)nm / n : 0;
-    double fwd = pc->fwd + moe_share * (pc->fwd_moe - pc->fwd);
-    double bin = pc->bwd_in + moe_share * (pc->bwd_in_moe - pc->bwd_in);
-    double bw = pc->bwd_w + moe_share * (pc->bwd_w_moe - pc->bwd_w);
-    if (kind == HS_PP_FORWARD) {
-        if (embed || head)
-            u[at++] = (unit_ev){.pre = gather ? pc->ag[0] : 0, .depth = f->forward_prefetch_depth};
-        for (int i = 0; i < n; i++)
-            u[at++] = (unit_ev){
-                .pre = gather ? pc->ag[1] : 0, .compute = fwd, .depth = f->forward_prefetch_depth};
-        if (head) u[at++] = (unit_ev){.compute = pc->head_f};
-        return at;
+    double share = n > 0 ? (double)nm / n : 0;
+    double fwd = pc->fwd + share * (pc->fwd_moe - pc->fwd);
+    double bin = pc->bwd_in + share * (pc->bwd_in_moe - pc->bwd_in);
+    double bw = pc->bwd_w + share * (pc->bwd_w_moe - pc->bwd_w);
+    bool root = embed || head;
+    q->ag[0] = root ? pc->ag[0] : 0, q->ag[1] = pc->ag[1];
+    q->rs[0] = root ? pc->rs[0] : 0, q->rs[1] = pc->rs[1];
+    q->head = kind == HS_PP_FORWARD && head ? pc->head_f : 0;
+    q->root = kind == HS_PP_FORWARD || !head ? 0 : split ? pc->head_b / 2 : pc->head_b;
+    q->block = kind == HS_PP_FORWARD ? fwd : kind == HS_PP_WEIGHT ? bw : split ? bin : bin + bw;
+    q->reduce = !split;
+}
+
+/* A split backward's W: each block's weight gradients, then its
+ * reductions (and the root's) when the micro-batch reduces. */
+static void weight_pass(tq *q, bool sync) {
+    for (int k = q->n - 1; k >= 1; k--) {
+        q->ct += q->block, q->busy += q->block;
+        if (sync) queue_comm(q, q->rs[1]);
     }
-    double blk = kind == HS_PP_WEIGHT ? bw : split ? bin : bin + bw;
-    bool reduce = sync && (kind == HS_PP_WEIGHT || !split);
-    bool regather = gather && f->reshard_after_forward && kind != HS_PP_WEIGHT;
-    if (head)
-        u[at++] = (unit_ev){.compute = kind == HS_PP_WEIGHT ? pc->head_b / 2
-                                       : split              ? pc->head_b / 2
-                                                            : pc->head_b};
-    for (int i = 0; i < n; i++)
-        u[at++] = (unit_ev){.pre = regather ? pc->ag[1] : 0,
-                            .compute = blk,
-                            .post = reduce ? pc->rs[1] : 0,
-                            .depth = f->backward_prefetch_depth};
-    if ((embed || head) && reduce) u[at++] = (unit_ev){.post = pc->rs[0]};
-    return at;
+    q->ct += q->root, q->busy += q->root;
+    if (sync) queue_comm(q, q->rs[0]);
 }
 
 /* ---------------------------------------------------------- pipeline */
@@ -343,8 +363,26 @@ static int add_pass(const tctx *c, const pass_costs *pc, hs_pp_kind kind, bool s
 typedef struct pp_stage {
     hs_pp_action *a;
     int n, next;
-    double free, busy, wait; /* wait: the actions' own FSDP waits */
+    double free, cq, busy, wait; /* wait: the actions' own FSDP waits */
 } pp_stage;
+
+/* Action a of chunk ch on stage p from `start`: its units replayed in hook
+ * order on the chunk's state (what stays unsharded from one action to the
+ * next) and the stage's comm queue; the stage's clock moves on. */
+static void run_action(const tctx *c, const pass_costs *pc, pp_stage *p, tq *q, hs_pp_action a,
+                       bool split, int first, int n, bool embed, bool head, int M, double start) {
+    const hs_fsdp_config *f = &c->cfg->fsdp;
+    bool last = a.micro_batch == M - 1, sync = f->requires_grad_sync || last;
+    set_pass(q, c, pc, a.kind, split, first, n, embed, head);
+    q->gather = c->t->dp_shard > 1 || c->t->edp_shard > 1;
+    q->ct = start, q->cq = p->cq, q->busy = 0;
+    if (a.kind == HS_PP_FORWARD) plan_walk_forward(f, q->n, on_time, q);
+    else if (a.kind == HS_PP_BACKWARD)
+        plan_walk_backward(f, q->n, sync, f->reshard_after_backward || last, on_time, q);
+    else weight_pass(q, sync);
+    p->busy += q->ct - start, p->wait += q->ct - start - q->busy;
+    p->free = q->ct, p->cq = q->cq;
+}
 
 static hs_status pipeline(tctx *c, const pass_costs *pc, double *makespan, double *bubble,
                           double *exposed, hs_error *e) {
@@ -363,33 +401,22 @@ static hs_status pipeline(tctx *c, const pass_costs *pc, double *makespan, doubl
     hs_config_pp_stages(&cfg->accelerator, cfg->model.n_layers, first, len);
     pp_stage *st = calloc((size_t)pp, sizeof *st);
     double *fin = calloc((size_t)3 * nc * M, sizeof *fin); /* [kind][chunk][mb] end, -1 not yet */
-    double dur[3][HS_PP_MAX_STAGES], wait[3][HS_PP_MAX_STAGES];
-    unit_ev *u = malloc(sizeof *u * (size_t)(8 + 2 * cfg->model.n_layers));
-    hs_status rc = st && fin && u ? HS_OK : hs_error_oom(e, "plan --time: the pipeline of %d", pp);
-    double msg = 0;
-    if (rc == HS_OK) {
-        const hs_plan_role *r0 = &c->plan->roles[0];
-        double bytes = r0->comm_calls[HS_PLAN_PP]
-                           ? (double)r0->comm_bytes[HS_PLAN_PP] / (double)r0->comm_calls[HS_PLAN_PP]
-                           : 0;
-        msg = coll_s(c, C_P2P, bytes, 2, stride_of(c, HS_PLAN_PP, false));
-        c->comm_s[HS_PLAN_PP] = msg * (double)r0->comm_calls[HS_PLAN_PP];
-        bool gather = t->dp_shard > 1 || t->edp_shard > 1;
-        for (int ch = 0; ch < nc; ch++)
-            for (int k = 0; k < 3; k++) {
-                int at = add_pass(c, pc, (hs_pp_kind)k, split, first[ch], len[ch], ch == 0,
-                                  ch == nc - 1, gather, cfg->fsdp.requires_grad_sync, u, 0);
-                double busy;
-                dur[k][ch] = run_units(c, u, at, &busy);
-                wait[k][ch] = dur[k][ch] - busy;
-            }
-    }
-    hs_pp_action *lists = rc == HS_OK ? malloc(sizeof *lists * (size_t)n * (size_t)pp) : NULL;
-    if (rc == HS_OK && !lists)
-        rc = hs_error_oom(e, "plan --time: %d schedules of %d actions", pp, n);
+    tq *q = calloc((size_t)nc, sizeof *q);                 /* each chunk's units */
+    hs_pp_action *lists = malloc(sizeof *lists * (size_t)n * (size_t)pp);
+    hs_status rc = st && fin && q && lists
+                       ? HS_OK
+                       : hs_error_oom(e, "plan --time: the pipeline of %d stages", pp);
+    for (int ch = 0; rc == HS_OK && ch < nc; ch++)
+        rc = tq_init(&q[ch], 1 + len[ch], 1 - c->cl->overlap, e);
     if (rc == HS_OK) rc = hs_pp_schedule_all(kind, pp, M, V, lists, e);
     for (int s = 0; rc == HS_OK && s < pp; s++) st[s].a = lists + (size_t)s * n, st[s].n = n;
     for (int i = 0; rc == HS_OK && i < 3 * nc * M; i++) fin[i] = -1;
+    const hs_plan_role *r0 = &c->plan->roles[0];
+    double bytes = r0->comm_calls[HS_PLAN_PP]
+                       ? (double)r0->comm_bytes[HS_PLAN_PP] / (double)r0->comm_calls[HS_PLAN_PP]
+                       : 0;
+    double msg = coll_s(c, C_P2P, bytes, 2, stride_of(c, HS_PLAN_PP, false));
+    c->comm_s[HS_PLAN_PP] = msg * (double)r0->comm_calls[HS_PLAN_PP];
     /* each stage runs its next action once its input has arrived */
     for (bool moved = true; rc == HS_OK && moved;) {
         moved = false;
@@ -408,9 +435,8 @@ static hs_status pipeline(tctx *c, const pass_costs *pc, double *makespan, doubl
                     if (f < 0) break;
                     ready = f + msg;
                 }
-                double start = p->free > ready ? p->free : ready;
-                double d = dur[a.kind][ch];
-                p->free = start + d, p->busy += d, p->wait += wait[a.kind][ch];
+                run_action(c, pc, p, &q[ch], a, split, first[ch], len[ch], ch == 0, ch == nc - 1, M,
+                           p->free > ready ? p->free : ready);
                 fin[((int)a.kind * nc + ch) * M + a.micro_batch] = p->free;
                 p->next++;
                 moved = true;
@@ -421,14 +447,16 @@ static hs_status pipeline(tctx *c, const pass_costs *pc, double *makespan, doubl
     for (int s = 0; rc == HS_OK && s < pp; s++) {
         if (st[s].next < st[s].n)
             rc = hs_error_set(e, HS_ERR_INTERNAL, "plan --time: stage %d's schedule stops", s);
-        if (st[s].free > end) end = st[s].free;
+        double done = st[s].free > st[s].cq ? st[s].free : st[s].cq;
+        if (done > end) end = done;
         busy += st[s].busy;
         if (st[s].wait > most) most = st[s].wait;
     }
     *makespan = end;
     *bubble = end > 0 ? 1 - busy / (pp * end) : 0;
     *exposed = most;
-    free(lists), free(st), free(fin), free(u);
+    for (int ch = 0; q && ch < nc; ch++) tq_free(&q[ch]);
+    free(lists), free(st), free(fin), free(q);
     return rc;
 }
 
@@ -510,23 +538,33 @@ hs_status hs_plan_time_build(const hs_config *cfg, const hs_topology *t, const h
         role_costs(&c, r, &pc);
         const hs_fsdp_config *f = &cfg->fsdp;
         int L = cfg->model.n_layers;
-        unit_ev *u = malloc(sizeof *u * (size_t)(2 * L + 8));
-        if (!u) return hs_error_oom(e, "plan --time: %d units", 2 * L + 8);
-        bool gather = t->dp_shard > 1 || t->edp_shard > 1;
-        /* the micro-batches but the last alike: two replayed, the rest as the first */
-        double first_mb = 0, last = 0, busy1 = 0, busy2 = 0;
-        for (int round = 0; round < (M > 1 ? 2 : 1); round++) {
-            bool sync = round == (M > 1 ? 1 : 0) || f->requires_grad_sync;
-            int at = add_pass(&c, &pc, HS_PP_FORWARD, false, 0, L, true, true, gather, sync, u, 0);
-            at = add_pass(&c, &pc, HS_PP_BACKWARD, false, 0, L, true, true, gather, sync, u, at);
-            double busy;
-            double d = run_units(&c, u, at, &busy);
-            if (round == 0 && M > 1) first_mb = d, busy1 = busy;
-            else last = d, busy2 = busy;
+        tq q;
+        hs_status rc = tq_init(&q, 1 + L, 1 - cl->overlap, e);
+        if (rc != HS_OK) return rc;
+        q.gather = t->dp_shard > 1 || t->edp_shard > 1;
+        /* Every micro-batch but the last runs alike once the first has set
+         * the state: three replayed, the rest moved on by the third's
+         * time, then the last (which reduces and reshards). */
+        double t_mb[3] = {0}, b_mb[3] = {0};
+        for (int mb = 0; mb < M; mb++) {
+            bool last = mb == M - 1;
+            if (!last && mb == 3) {
+                double skip = (double)(M - 1 - 3);
+                q.ct += skip * (t_mb[2] - t_mb[1]), q.cq += skip * (t_mb[2] - t_mb[1]);
+                q.busy += skip * (b_mb[2] - b_mb[1]);
+                mb = M - 2;
+                continue;
+            }
+            set_pass(&q, &c, &pc, HS_PP_FORWARD, false, 0, L, true, true);
+            plan_walk_forward(f, q.n, on_time, &q);
+            set_pass(&q, &c, &pc, HS_PP_BACKWARD, false, 0, L, true, true);
+            plan_walk_backward(f, q.n, last || f->requires_grad_sync,
+                               last || f->reshard_after_backward, on_time, &q);
+            if (mb < 3) t_mb[mb] = q.ct, b_mb[mb] = q.busy;
         }
-        free(u);
-        step = first_mb * (M - 1) + last;
-        compute = busy1 * (M - 1) + busy2;
+        step = q.ct > q.cq ? q.ct : q.cq;
+        compute = q.busy;
+        tq_free(&q);
         for (int d = HS_PLAN_TP; d <= HS_PLAN_EP; d++) out->exposed_s[d] = pc.mp[d] * M * L;
     }
     double mp_s = out->exposed_s[HS_PLAN_TP] + out->exposed_s[HS_PLAN_CP] +
