@@ -320,6 +320,8 @@ void hs_pp_stage_chunks(const hs_accel_config *accel, int model_layers, int stag
  * cannot be laid out to count them. */
 hs_status hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, int *slots,
                       hs_error *e);
+/* The same for every stage: slots[s], s < pp, from one hs_pp_schedule_all. */
+hs_status hs_pp_slots_all(hs_pp_schedule_kind kind, int pp, int M, int V, int *slots, hs_error *e);
 
 typedef struct hs_pp hs_pp;
 

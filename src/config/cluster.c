@@ -3,6 +3,7 @@
  * reported together, each with its line; nothing is kept of a file that has
  * one. */
 #include <errno.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +20,16 @@ typedef struct walk {
     int errors;
 } walk;
 
-static void report(walk *w, const yaml_node_t *n, const char *fmt, const char *key,
-                   const char *extra) {
+static void report(walk *w, const yaml_node_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* One problem of the file, at n's line (0 where there is no node). */
+static void report(walk *w, const yaml_node_t *n, const char *fmt, ...) {
     char msg[512];
-    snprintf(msg, sizeof msg, fmt, key, extra ? extra : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     hs_error_append(w->e, HS_ERR_CONFIG, "%s:%zu: %s", w->file, n ? n->start_mark.line + 1 : 0,
                     msg);
     w->errors++;
@@ -46,7 +53,7 @@ static yaml_node_t *get(walk *w, yaml_node_t *m, const char *key) {
 static void only(walk *w, yaml_node_t *m, const char *where, const char *const *known) {
     if (!m) return;
     if (m->type != YAML_MAPPING_NODE) {
-        report(w, m, "%s: expected a mapping of keys%s", where, NULL);
+        report(w, m, "%s: expected a mapping of keys", where);
         return;
     }
     for (yaml_node_pair_t *p = m->data.mapping.pairs.start; p < m->data.mapping.pairs.top; p++) {
@@ -73,7 +80,7 @@ static void number(walk *w, yaml_node_t *m, const char *where, const char *key, 
     char path[160];
     snprintf(path, sizeof path, "%s%s%s", where, *where ? "." : "", key);
     if (!n) {
-        if (need) report(w, m, "%s is missing: give it a number%s", path, NULL);
+        if (need) report(w, m, "%s is missing: give it a number", path);
         return;
     }
     const char *s = scalar(n);
@@ -94,7 +101,7 @@ static void integer(walk *w, yaml_node_t *m, const char *where, const char *key,
     if (v != floor(v) || v > (1 << 30)) {
         char path[160];
         snprintf(path, sizeof path, "%s%s%s", where, *where ? "." : "", key);
-        report(w, get(w, m, key), "%s: expected a whole number%s", path, NULL);
+        report(w, get(w, m, key), "%s: expected a whole number", path);
         return;
     }
     *out = (int)v;
@@ -115,7 +122,7 @@ static void read_link(walk *w, yaml_node_t *m, const char *where, bool need, hs_
     static const char *const keys[] = {"bandwidth", "latency", "by_ranks", NULL};
     static const char *const row_keys[] = {"ranks", "node_ranks", "bandwidth", "latency", NULL};
     if (!m) {
-        if (need) report(w, NULL, "%s is missing: give its bandwidth and latency%s", where, NULL);
+        if (need) report(w, NULL, "%s is missing: give its bandwidth and latency", where);
         return;
     }
     only(w, m, where, keys);
@@ -124,15 +131,14 @@ static void read_link(walk *w, yaml_node_t *m, const char *where, bool need, hs_
     yaml_node_t *rows = get(w, m, "by_ranks");
     if (!rows) return;
     if (rows->type != YAML_SEQUENCE_NODE) {
-        report(w, rows, "%s.by_ranks: expected a list of {ranks, bandwidth, latency}%s", where,
-               NULL);
+        report(w, rows, "%s.by_ranks: expected a list of {ranks, bandwidth, latency}", where);
         return;
     }
     for (yaml_node_item_t *i = rows->data.sequence.items.start; i < rows->data.sequence.items.top;
          i++) {
         yaml_node_t *r = yaml_document_get_node(w->doc, *i);
         if (out->n_by_ranks == HS_CLUSTER_TABLE_MAX) {
-            report(w, r, "%s.by_ranks: more than 64 rows%s", where, NULL);
+            report(w, r, "%s.by_ranks: more than 64 rows", where);
             return;
         }
         char at[96];
@@ -150,14 +156,14 @@ static void gemm_table(walk *w, yaml_node_t *rows, hs_cluster *c) {
     static const char *const keys[] = {"dtype", "m", "n", "k", "flops", NULL};
     if (!rows) return;
     if (rows->type != YAML_SEQUENCE_NODE) {
-        report(w, rows, "device.gemm: expected a list of {dtype, m, n, k, flops}%s", "", NULL);
+        report(w, rows, "device.gemm: expected a list of {dtype, m, n, k, flops}");
         return;
     }
     for (yaml_node_item_t *i = rows->data.sequence.items.start; i < rows->data.sequence.items.top;
          i++) {
         yaml_node_t *r = yaml_document_get_node(w->doc, *i);
         if (c->n_gemm == HS_CLUSTER_TABLE_MAX) {
-            report(w, r, "device.gemm: more than 64 rows%s", "", NULL);
+            report(w, r, "device.gemm: more than 64 rows");
             return;
         }
         char at[64];
@@ -193,8 +199,7 @@ static void read_cluster(walk *w, yaml_node_t *root, hs_cluster *c) {
                                            NULL};
     static const char *const link_keys[] = {"intra_node", "inter_node", NULL};
     if (!root || root->type != YAML_MAPPING_NODE) {
-        report(w, root, "the file is not a mapping of keys (name, nodes, node, device, links)%s",
-               "", NULL);
+        report(w, root, "the file is not a mapping of keys (name, nodes, node, device, links)");
         return;
     }
     only(w, root, "", top);
@@ -202,25 +207,24 @@ static void read_cluster(walk *w, yaml_node_t *root, hs_cluster *c) {
     integer(w, root, "", "nodes", true, &c->nodes);
     number(w, root, "", "overlap", false, true, &c->overlap);
     yaml_node_t *node = get(w, root, "node"), *dev = get(w, root, "device");
-    if (!node) report(w, root, "node is missing: give node.devices%s", "", NULL);
+    if (!node) report(w, root, "node is missing: give node.devices");
     only(w, node, "node", node_keys);
     integer(w, node, "node", "devices", true, &c->devices_per_node);
     integer(w, node, "node", "nics", false, &c->nics_per_node);
     number(w, node, "node", "lend", false, true, &c->lend);
-    if (c->lend > 1) report(w, node, "node.lend: expected a share from 0 to 1%s", "", NULL);
+    if (c->lend > 1) report(w, node, "node.lend: expected a share from 0 to 1");
     const char *sh = scalar(get(w, node, "shared"));
     if (sh && strcmp(sh, "true") && strcmp(sh, "false"))
-        report(w, get(w, node, "shared"), "node.shared = '%s': expected true or false%s", sh, NULL);
+        report(w, get(w, node, "shared"), "node.shared = '%s': expected true or false", sh);
     c->shared = sh && !strcmp(sh, "true");
-    if (!dev) report(w, root, "device is missing: give device.flops and the rest%s", "", NULL);
+    if (!dev) report(w, root, "device is missing: give device.flops and the rest");
     only(w, dev, "device", dev_keys);
     text(w, dev, "name", c->device_name, sizeof c->device_name);
     yaml_node_t *fl = get(w, dev, "flops");
-    if (!fl)
-        report(w, dev, "device.flops is missing: give the nominal f32 and bf16 FLOP/s%s", "", NULL);
+    if (!fl) report(w, dev, "device.flops is missing: give the nominal f32 and bf16 FLOP/s");
     by_dtype(w, fl, "device.flops", c->peak);
     if (fl && c->peak[HS_DTYPE_F32] <= 0)
-        report(w, fl, "device.flops.f32 is missing: give the nominal fp32 FLOP/s%s", "", NULL);
+        report(w, fl, "device.flops.f32 is missing: give the nominal fp32 FLOP/s");
     by_dtype(w, get(w, dev, "attention"), "device.attention", c->attention);
     number(w, dev, "device", "gemm_efficiency", false, false, &c->gemm_efficiency);
     number(w, dev, "device", "attention_efficiency", false, false, &c->attention_efficiency);
@@ -230,16 +234,15 @@ static void read_cluster(walk *w, yaml_node_t *root, hs_cluster *c) {
     number(w, dev, "device", "routing_bandwidth", false, false, &c->routing_bandwidth);
     gemm_table(w, get(w, dev, "gemm"), c);
     yaml_node_t *links = get(w, root, "links");
-    if (!links) report(w, root, "links is missing: give links.intra_node%s", "", NULL);
+    if (!links) report(w, root, "links is missing: give links.intra_node");
     only(w, links, "links", link_keys);
     read_link(w, get(w, links, "intra_node"), "links.intra_node", true, &c->intra);
     read_link(w, get(w, links, "inter_node"), "links.inter_node", c->nodes > 1, &c->inter);
     if (c->nodes > 1 && c->nics_per_node < 1)
-        report(w, node, "node.nics is missing: a cluster of more than one node needs its NICs%s",
-               "", NULL);
-    if (c->overlap > 1) report(w, root, "overlap: expected a share from 0 to 1%s", "", NULL);
+        report(w, node, "node.nics is missing: a cluster of more than one node needs its NICs");
+    if (c->overlap > 1) report(w, root, "overlap: expected a share from 0 to 1");
     if (c->gemm_efficiency > 1 || c->attention_efficiency > 1 || c->elementwise_efficiency > 1)
-        report(w, dev, "device.*_efficiency: expected shares from 0 to 1%s", "", NULL);
+        report(w, dev, "device.*_efficiency: expected shares from 0 to 1");
 }
 
 hs_status hs_cluster_parse(const char *name, const char *text, size_t len, hs_cluster *out,

@@ -100,32 +100,50 @@ hs_status hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int
     return HS_OK;
 }
 
-hs_status hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, int *slots,
-                      hs_error *e) {
+/* The most micro-batches of one chunk forwarded whose slot is not free
+ * yet in stage list a: a slot frees at the backward, or at the weight pass
+ * of a split one. `open` holds V counters. */
+static int most_open(hs_pp_schedule_kind kind, const hs_pp_action *a, int n, int V, int *open) {
+    hs_pp_kind frees = hs_pp_schedule_splits(kind) ? HS_PP_WEIGHT : HS_PP_BACKWARD;
+    int most = 1;
+    memset(open, 0, sizeof *open * (size_t)V);
+    for (int k = 0; k < n; k++) {
+        open[a[k].chunk] += a[k].kind == HS_PP_FORWARD ? 1 : a[k].kind == frees ? -1 : 0;
+        if (open[a[k].chunk] > most) most = open[a[k].chunk];
+    }
+    return most;
+}
+
+/* slots[s] for every stage s < pp (stage < 0), or *slots for one. */
+static hs_status slots_of(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, int *slots,
+                          hs_error *e) {
     /* hs_config_validate bounds the schedule (HS_PP_MAX_ACTIONS). */
     HS_ASSERT(M >= 1 && V >= 1 && (int64_t)M * V <= HS_PP_MAX_ACTIONS);
     int64_t actions = hs_pp_schedule_length(kind, M, V);
     HS_ASSERT(actions <= HS_PP_MAX_ACTIONS);
-    int n = (int)actions, most = 1;
-    hs_pp_action *a = malloc(sizeof *a * (size_t)n);
+    int n = (int)actions, lists = stage < 0 ? pp : 1;
+    hs_pp_action *a = malloc(sizeof *a * (size_t)n * (size_t)lists);
     int *open = calloc((size_t)V, sizeof *open);
-    if (!a || !open) {
-        free(a);
-        free(open);
-        return hs_error_oom(e, "pipeline: a schedule of %d actions", n);
-    }
-    hs_status rc = hs_pp_schedule(kind, pp, stage, M, V, a, e);
-    /* Micro-batches of one chunk forwarded whose slot is not free yet: it
-     * frees at the backward, or at the weight pass of a split one. */
-    hs_pp_kind frees = hs_pp_schedule_splits(kind) ? HS_PP_WEIGHT : HS_PP_BACKWARD;
-    for (int k = 0; rc == HS_OK && k < n; k++) {
-        open[a[k].chunk] += a[k].kind == HS_PP_FORWARD ? 1 : a[k].kind == frees ? -1 : 0;
-        if (open[a[k].chunk] > most) most = open[a[k].chunk];
-    }
+    hs_status rc = a && open ? HS_OK
+                             : hs_error_oom(e, "pipeline: %d schedules of %d actions", lists, n);
+    if (rc == HS_OK)
+        rc = stage < 0 ? hs_pp_schedule_all(kind, pp, M, V, a, e)
+                       : hs_pp_schedule(kind, pp, stage, M, V, a, e);
+    for (int s = 0; rc == HS_OK && s < lists; s++)
+        slots[s] = most_open(kind, a + (size_t)s * n, n, V, open);
     free(a);
     free(open);
-    *slots = most;
     return rc;
+}
+
+hs_status hs_pp_slots(hs_pp_schedule_kind kind, int pp, int stage, int M, int V, int *slots,
+                      hs_error *e) {
+    HS_ASSERT(stage >= 0);
+    return slots_of(kind, pp, stage, M, V, slots, e);
+}
+
+hs_status hs_pp_slots_all(hs_pp_schedule_kind kind, int pp, int M, int V, int *slots, hs_error *e) {
+    return slots_of(kind, pp, -1, M, V, slots, e);
 }
 
 /* ------------------------------------------------------------ the check */

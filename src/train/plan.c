@@ -421,19 +421,13 @@ static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, h
     }
 }
 
-static hs_status plan_role(plan_ctx *c, int stage, hs_plan_role *r, int64_t *global_numel,
-                           hs_error *e) {
+/* Stage `stage`'s role (slots: its activation slots a chunk). */
+static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
+                           int64_t *global_numel, hs_error *e) {
     const hs_config *cfg = c->cfg;
     const hs_topology *t = c->topo;
     hs_model_stage st = {0};
-    int slots = 1;
-    if (t->pp > 1) {
-        hs_pp_schedule_kind kind = HS_PP_1F1B;
-        (void)hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &kind);
-        hs_pp_stage_chunks(&cfg->accelerator, cfg->model.n_layers, stage, &st);
-        hs_status rc = hs_pp_slots(kind, t->pp, stage, c->M, st.n_chunks, &slots, e);
-        if (rc != HS_OK) return rc;
-    }
+    if (t->pp > 1) hs_pp_stage_chunks(&cfg->accelerator, cfg->model.n_layers, stage, &st);
     int n_blocks = cfg->model.n_layers;
     if (st.n_chunks > 0) {
         n_blocks = 0;
@@ -603,6 +597,16 @@ static hs_status plan_roles(plan_ctx *c, hs_plan *out, hs_error *e) {
         return hs_error_set(e, HS_ERR_CONFIG, "plan: %d pipeline stages; at most %d are planned",
                             roles, HS_PLAN_MAX_ROLES);
     out->n_roles = roles;
+    /* each stage's activation slots, from one simulation of the schedule */
+    int slots[HS_PLAN_MAX_ROLES] = {1};
+    if (topo->pp > 1) {
+        hs_pp_schedule_kind kind = HS_PP_1F1B;
+        (void)hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &kind);
+        hs_model_stage st;
+        hs_pp_stage_chunks(&cfg->accelerator, cfg->model.n_layers, 0, &st);
+        hs_status rc = hs_pp_slots_all(kind, topo->pp, c->M, st.n_chunks, slots, e);
+        if (rc != HS_OK) return rc;
+    }
     for (int s = 0; s < roles; s++) {
         hs_plan_role *r = &out->roles[s];
         if (roles == 1) snprintf(r->name, sizeof r->name, "every rank");
@@ -611,7 +615,7 @@ static hs_status plan_roles(plan_ctx *c, hs_plan *out, hs_error *e) {
         r->first_rank = -1;
         for (int k = 0; k < topo->world && r->first_rank < 0; k++)
             if (hs_topology_coords(topo, k).pp == s) r->first_rank = k;
-        hs_status rc = plan_role(c, s, r, &out->total_params, e);
+        hs_status rc = plan_role(c, s, slots[s], r, &out->total_params, e);
         if (rc != HS_OK) return rc;
         ckpt_staging(c, r);
         r->sample_kv_bytes = sample_kv(c, r->n_blocks);

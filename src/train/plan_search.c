@@ -20,7 +20,7 @@
 
 typedef struct search {
     const char *path;
-    const char *const *base;
+    const char **ov; /* the caller's overrides, then a layout's keys */
     int n_base;
     int world;
     long long global;
@@ -30,6 +30,20 @@ typedef struct search {
     hs_plan *plan;
     hs_plan_search_counts *counts;
 } search;
+
+/* One layout: its degrees and the index of each choice in the tables of
+ * layout_keys. */
+typedef struct layout {
+    int tp, cp, cp_method, pp, schedule, ep, shard, mb, ac;
+    bool moe;
+} layout;
+
+static const char *const cp_methods[] = {"allgather", "ring"};
+static const struct {
+    const char *name;
+    int v;
+} schedules[] = {{"1f1b", 1}, {"interleaved_1f1b", 2}, {"zb1p", 1}, {"zbv", 2}};
+static const char *const acs[] = {"false", "selective", "true"};
 
 static bool divides(long long a, long long b) { return b > 0 && a % b == 0; }
 
@@ -44,17 +58,38 @@ static void keep(search *s, const hs_plan_choice *c) {
     s->n_best = n;
 }
 
+#define KEY(...) snprintf(keys[nk++], sizeof keys[0], __VA_ARGS__)
+
+/* The overrides that run layout l; their count. */
+static int layout_keys(const search *s, const layout *l, char keys[MAX_KEYS][96]) {
+    int nk = 0;
+    KEY("accelerator.tp_size=%d", l->tp);
+    KEY("accelerator.sequence_parallel=%s", l->tp > 1 ? "true" : "false");
+    KEY("accelerator.cp_size=%d", l->cp);
+    if (l->cp > 1) KEY("accelerator.cp_rotate_method=%s", cp_methods[l->cp_method]);
+    KEY("accelerator.pp_size=%d", l->pp);
+    if (l->pp > 1) {
+        KEY("accelerator.pp_schedule=%s", schedules[l->schedule].name);
+        KEY("accelerator.pp_virtual_stages=%d", schedules[l->schedule].v);
+    }
+    if (l->moe) KEY("accelerator.ep_size=%d", l->ep);
+    KEY("fsdp_config.dp_shard_size=%d", l->shard);
+    KEY("train.micro_batch_size=%d", l->mb);
+    KEY("train.global_batch_size=%lld", s->global);
+    KEY("train.activation_checkpointing=%s", acs[l->ac]);
+    return nk;
+}
+
 /* One layout: loaded, validated, planned and timed; true when it fits. */
-static bool try_layout(search *s, char keys[MAX_KEYS][96], int n_keys, hs_error *e) {
-    const char *ov[256 + MAX_KEYS];
-    int n = 0;
-    for (int i = 0; i < s->n_base && n < 256; i++) ov[n++] = s->base[i];
-    for (int i = 0; i < n_keys; i++) ov[n++] = keys[i];
+static bool try_layout(search *s, const layout *l, hs_error *e) {
+    char keys[MAX_KEYS][96];
+    int n_keys = layout_keys(s, l, keys);
+    for (int i = 0; i < n_keys; i++) s->ov[s->n_base + i] = keys[i];
     hs_config cfg;
     hs_topology topo;
     s->counts->tried++;
     bool fits = false;
-    if (hs_config_load(&cfg, s->path, ov, n, e) != HS_OK) return false;
+    if (hs_config_load(&cfg, s->path, s->ov, s->n_base + n_keys, e) != HS_OK) return false;
     if (hs_config_validate(&cfg, s->world, &topo, NULL, e) == HS_OK &&
         hs_plan_build(&cfg, &topo, s->plan, e) == HS_OK) {
         s->counts->valid++;
@@ -75,70 +110,47 @@ static bool try_layout(search *s, char keys[MAX_KEYS][96], int n_keys, hs_error 
     return fits;
 }
 
-#define KEY(...) snprintf(keys[nk++], sizeof keys[0], __VA_ARGS__)
+/* The shard degrees, micro-batches and checkpointing modes of a layout.
+ * Memory only grows with the micro-batch and with less sharding: the
+ * first micro-batch none of whose modes fits ends the micro-batches, and a
+ * shard degree whose smallest micro-batch does not fit ends the shard
+ * degrees; recompute is tried only where none does not fit. */
+static void batches(search *s, layout *l, const int *shards, int n_shards, int dp, hs_error *e) {
+    for (int sh = 0; sh < n_shards; sh++) {
+        l->shard = shards[sh];
+        bool any = false;
+        for (l->mb = 1; l->mb <= 8; l->mb *= 2) {
+            if (!divides(s->global, (long long)l->mb * dp)) continue;
+            bool fit = false;
+            for (l->ac = 0; l->ac < 3 && !fit; l->ac++) fit = try_layout(s, l, e);
+            if (!fit) break;
+            any = true;
+        }
+        if (!any) return;
+    }
+}
 
 static void layouts(search *s, const hs_config *base, hs_error *e) {
-    static const char *const cp_methods[] = {"allgather", "ring"};
-    static const struct {
-        const char *name;
-        int v;
-    } schedules[] = {{"1f1b", 1}, {"interleaved_1f1b", 2}, {"zb1p", 1}, {"zbv", 2}};
-    static const char *const acs[] = {"false", "selective", "true"};
     const hs_model_config *m = &base->model;
     int W = s->world, node = s->cl->shared ? W : s->cl->devices_per_node;
-    bool moe = hs_model_arch_moe(m);
-    for (int tp = 1; tp <= W && tp <= node; tp *= 2) {
-        if (!divides(W, tp)) continue;
-        for (int cp = 1; tp * cp <= W; cp *= 2) {
-            if (!divides(W, (long long)tp * cp) || !divides(base->train.seq_len, 2 * cp)) continue;
-            for (int pp = 1; tp * cp * pp <= W && pp <= m->n_layers; pp *= 2) {
-                int dp = W / (tp * cp * pp);
-                if (!divides(W, (long long)tp * cp * pp)) continue;
-                int shards[2] = {dp * cp, node / (tp < node ? tp : node)}, n_shards = 1;
+    layout l = {.moe = hs_model_arch_moe(m)};
+    for (l.tp = 1; l.tp <= W && l.tp <= node; l.tp *= 2) {
+        if (!divides(W, l.tp)) continue;
+        for (l.cp = 1; l.tp * l.cp <= W; l.cp *= 2) {
+            if (!divides(W, (long long)l.tp * l.cp) || !divides(base->train.seq_len, 2 * l.cp))
+                continue;
+            for (l.pp = 1; l.tp * l.cp * l.pp <= W && l.pp <= m->n_layers; l.pp *= 2) {
+                if (!divides(W, (long long)l.tp * l.cp * l.pp)) continue;
+                int dp = W / (l.tp * l.cp * l.pp);
+                /* the whole data-parallel domain, or a node's ranks */
+                int shards[2] = {dp * l.cp, node / (l.tp < node ? l.tp : node)}, n_shards = 1;
                 if (shards[1] >= 1 && shards[1] < shards[0] && divides(shards[0], shards[1]))
                     n_shards = 2;
-                for (int cm = 0; cm < (cp > 1 ? 2 : 1); cm++)
-                    for (int sc = 0; sc < (pp > 1 ? 4 : 1); sc++)
-                        for (int ep = 1; ep <= (moe ? m->moe.num_experts : 1); ep *= 2) {
-                            if (moe && !divides((long long)dp * cp * tp, ep)) continue;
-                            /* Memory only grows with the micro-batch and with
-                             * less sharding: the first micro-batch none of
-                             * whose checkpointing modes fits ends the loop,
-                             * and a shard degree whose smallest micro-batch
-                             * does not fit ends the shard degrees. */
-                            for (int sh = 0; sh < n_shards; sh++) {
-                                bool any = false;
-                                for (int mb = 1; mb <= 8; mb *= 2) {
-                                    if (!divides(s->global, (long long)mb * dp)) continue;
-                                    bool fit = false;
-                                    for (int ac = 0; ac < 3 && !fit; ac++) {
-                                        char keys[MAX_KEYS][96];
-                                        int nk = 0;
-                                        KEY("accelerator.tp_size=%d", tp);
-                                        KEY("accelerator.sequence_parallel=%s",
-                                            tp > 1 ? "true" : "false");
-                                        KEY("accelerator.cp_size=%d", cp);
-                                        if (cp > 1)
-                                            KEY("accelerator.cp_rotate_method=%s", cp_methods[cm]);
-                                        KEY("accelerator.pp_size=%d", pp);
-                                        if (pp > 1) {
-                                            KEY("accelerator.pp_schedule=%s", schedules[sc].name);
-                                            KEY("accelerator.pp_virtual_stages=%d",
-                                                schedules[sc].v);
-                                        }
-                                        if (moe) KEY("accelerator.ep_size=%d", ep);
-                                        KEY("fsdp_config.dp_shard_size=%d", shards[sh]);
-                                        KEY("train.micro_batch_size=%d", mb);
-                                        KEY("train.global_batch_size=%lld", s->global);
-                                        KEY("train.activation_checkpointing=%s", acs[ac]);
-                                        fit = try_layout(s, keys, nk, e);
-                                    }
-                                    if (!fit) break;
-                                    any = true;
-                                }
-                                if (!any) break;
-                            }
-                        }
+                for (l.cp_method = 0; l.cp_method < (l.cp > 1 ? 2 : 1); l.cp_method++)
+                    for (l.schedule = 0; l.schedule < (l.pp > 1 ? 4 : 1); l.schedule++)
+                        for (l.ep = 1; l.ep <= (l.moe ? m->moe.num_experts : 1); l.ep *= 2)
+                            if (!l.moe || divides((long long)dp * l.cp * l.tp, l.ep))
+                                batches(s, &l, shards, n_shards, dp, e);
             }
         }
     }
@@ -154,7 +166,6 @@ hs_status hs_plan_search(const char *path, const char *const *overrides, int n_o
     hs_status rc = hs_config_load(&base, path, overrides, n_overrides, e);
     if (rc != HS_OK) return rc;
     search s = {.path = path,
-                .base = overrides,
                 .n_base = n_overrides,
                 .world = world,
                 .cl = cl,
@@ -172,13 +183,16 @@ hs_status hs_plan_search(const char *path, const char *const *overrides, int n_o
                        : (long long)base.train.micro_batch_size * world;
     hs_error_clear(e);
     s.plan = calloc(1, sizeof *s.plan);
-    if (!s.plan) {
+    s.ov = calloc((size_t)n_overrides + MAX_KEYS, sizeof *s.ov);
+    if (!s.plan || !s.ov) {
+        free(s.plan), free(s.ov);
         hs_config_free(&base);
         return hs_error_oom(e, "plan --search: a plan of %zu bytes", sizeof *s.plan);
     }
+    for (int i = 0; i < n_overrides; i++) s.ov[i] = overrides[i];
     layouts(&s, &base, e);
     counts->global_batch = s.global;
-    free(s.plan);
+    free(s.plan), free(s.ov);
     hs_config_free(&base);
     *n_best = s.n_best;
     if (s.n_best == 0)

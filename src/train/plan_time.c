@@ -40,10 +40,15 @@ typedef struct tctx {
     hs_dtype cdt;
     int rpn;      /* ranks per node */
     double share; /* of a device one rank computes with (1 but on shared nodes) */
-    double comm_s[HS_PLAN_COMM_COUNT];
+    bool gather;  /* FSDP shards: units all-gather and reduce-scatter */
 } tctx;
 
 /* ------------------------------------------------------------ compute */
+
+/* The nominal peak of dtype dt, or fp32's where the file gives none. */
+static double peak_of(const hs_cluster *cl, hs_dtype dt) {
+    return cl->peak[dt] > 0 ? cl->peak[dt] : cl->peak[HS_DTYPE_F32];
+}
 
 static double gemm_rate(const tctx *c, hs_dtype dt, double m, double n, double k) {
     const hs_cluster *cl = c->cl;
@@ -57,8 +62,7 @@ static double gemm_rate(const tctx *c, hs_dtype dt, double m, double n, double k
     }
     double r;
     if (lo_w < 0 && hi_w < 0) {
-        double peak = cl->peak[dt] > 0 ? cl->peak[dt] : cl->peak[HS_DTYPE_F32];
-        r = peak * cl->gemm_efficiency;
+        r = peak_of(cl, dt) * cl->gemm_efficiency;
     } else if (lo_w < 0 || hi_w == lo_w) {
         r = lo_w < 0 ? hi_r : lo_r;
     } else if (hi_w < 0) {
@@ -77,11 +81,7 @@ static double gemm_s(const tctx *c, double m, double n, double k) {
 static double attention_rate(const tctx *c) {
     const hs_cluster *cl = c->cl;
     double r = cl->attention[c->cdt];
-    if (r <= 0) {
-        double peak = cl->peak[c->cdt] > 0 ? cl->peak[c->cdt] : cl->peak[HS_DTYPE_F32];
-        r = peak * cl->attention_efficiency;
-    }
-    return r * c->share;
+    return (r > 0 ? r : peak_of(cl, c->cdt) * cl->attention_efficiency) * c->share;
 }
 
 static double bytes_s(const tctx *c, double bytes) {
@@ -211,7 +211,7 @@ static int stride_of(const tctx *c, hs_plan_comm dim, bool expert) {
  * costs, which units are unsharded, when each all-gather lands. */
 typedef struct tq {
     int n;
-    bool gather, reduce;
+    bool reduce;
     bool *unsharded;
     double *done;
     double ct, cq, busy, hold;
@@ -234,7 +234,7 @@ static void on_time(void *ctx, plan_ev ev, int k) {
         if (q->unsharded[k]) return;
         q->unsharded[k] = true;
         q->done[k] = 0;
-        if (q->gather && q->ag[k > 0] > 0) queue_comm(q, q->ag[k > 0]), q->done[k] = q->cq;
+        if (q->ag[k > 0] > 0) queue_comm(q, q->ag[k > 0]), q->done[k] = q->cq;
         break;
     case PLAN_WAIT:
         if (q->done[k] > q->ct) q->ct = q->done[k];
@@ -277,7 +277,7 @@ typedef struct pass_costs {
     double mp[HS_PLAN_COMM_COUNT]; /* one block's model-parallel seconds, forward + backward */
 } pass_costs;
 
-static void role_costs(tctx *c, const hs_plan_role *r, pass_costs *pc) {
+static void role_costs(const tctx *c, const hs_plan_role *r, pass_costs *pc) {
     const hs_config *cfg = c->cfg;
     const hs_topology *t = c->t;
     const hs_model_config *m = &cfg->model;
@@ -339,7 +339,8 @@ static void set_pass(tq *q, const tctx *c, const pass_costs *pc, hs_pp_kind kind
     double bin = pc->bwd_in + share * (pc->bwd_in_moe - pc->bwd_in);
     double bw = pc->bwd_w + share * (pc->bwd_w_moe - pc->bwd_w);
     bool root = embed || head;
-    q->ag[0] = root ? pc->ag[0] : 0, q->ag[1] = pc->ag[1];
+    /* without sharding the units hold their parameters: nothing to gather */
+    q->ag[0] = root && c->gather ? pc->ag[0] : 0, q->ag[1] = c->gather ? pc->ag[1] : 0;
     q->rs[0] = root ? pc->rs[0] : 0, q->rs[1] = pc->rs[1];
     q->head = kind == HS_PP_FORWARD && head ? pc->head_f : 0;
     q->root = kind == HS_PP_FORWARD || !head ? 0 : split ? pc->head_b / 2 : pc->head_b;
@@ -374,7 +375,6 @@ static void run_action(const tctx *c, const pass_costs *pc, pp_stage *p, tq *q, 
     const hs_fsdp_config *f = &c->cfg->fsdp;
     bool last = a.micro_batch == M - 1, sync = f->requires_grad_sync || last;
     set_pass(q, c, pc, a.kind, split, first, n, embed, head);
-    q->gather = c->t->dp_shard > 1 || c->t->edp_shard > 1;
     q->ct = start, q->cq = p->cq, q->busy = 0;
     if (a.kind == HS_PP_FORWARD) plan_walk_forward(f, q->n, on_time, q);
     else if (a.kind == HS_PP_BACKWARD)
@@ -384,17 +384,18 @@ static void run_action(const tctx *c, const pass_costs *pc, pp_stage *p, tq *q, 
     p->free = q->ct, p->cq = q->cq;
 }
 
-static hs_status pipeline(tctx *c, const pass_costs *pc, double *makespan, double *bubble,
-                          double *exposed, hs_error *e) {
+/* The step's schedule on every stage: its makespan, bubble, the busiest
+ * stage's FSDP waits and the hand-overs' seconds. */
+static hs_status pipeline(const tctx *c, const pass_costs *pc, double *makespan, double *bubble,
+                          double *exposed, double *handover, hs_error *e) {
     const hs_config *cfg = c->cfg;
     const hs_topology *t = c->t;
     int pp = t->pp, M = c->plan->micro_batches;
     hs_pp_schedule_kind kind = HS_PP_1F1B;
     (void)hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &kind);
-    int V = kind == HS_PP_INTERLEAVED || kind == HS_PP_ZBV
-                ? (cfg->accelerator.pp_virtual_stages > 0 ? cfg->accelerator.pp_virtual_stages : 1)
-                : 1;
-    if (kind == HS_PP_ZBV) V = 2;
+    hs_model_stage chunks;
+    hs_pp_stage_chunks(&cfg->accelerator, cfg->model.n_layers, 0, &chunks);
+    int V = chunks.n_chunks > 0 ? chunks.n_chunks : 1;
     bool split = hs_pp_schedule_splits(kind);
     int nc = pp * V, n = (int)hs_pp_schedule_length(kind, M, V);
     int first[HS_PP_MAX_STAGES], len[HS_PP_MAX_STAGES];
@@ -416,7 +417,7 @@ static hs_status pipeline(tctx *c, const pass_costs *pc, double *makespan, doubl
                        ? (double)r0->comm_bytes[HS_PLAN_PP] / (double)r0->comm_calls[HS_PLAN_PP]
                        : 0;
     double msg = coll_s(c, C_P2P, bytes, 2, stride_of(c, HS_PLAN_PP, false));
-    c->comm_s[HS_PLAN_PP] = msg * (double)r0->comm_calls[HS_PLAN_PP];
+    *handover = msg * (double)r0->comm_calls[HS_PLAN_PP];
     /* each stage runs its next action once its input has arrived */
     for (bool moved = true; rc == HS_OK && moved;) {
         moved = false;
@@ -483,7 +484,8 @@ hs_status hs_plan_time_build(const hs_config *cfg, const hs_topology *t, const h
     memset(out, 0, sizeof *out);
     hs_error_clear(e);
     const hs_mix_precision *mp = &cfg->fsdp.mix_precision;
-    tctx c = {.cfg = cfg, .t = t, .cl = cl, .plan = plan};
+    tctx c = {
+        .cfg = cfg, .t = t, .cl = cl, .plan = plan, .gather = t->dp_shard > 1 || t->edp_shard > 1};
     c.cdt = mp->param_dtype == HS_MP_NULL || !hs_engine_uses_fsdp(cfg, t)
                 ? HS_DTYPE_F32
                 : (hs_dtype)mp->param_dtype;
@@ -524,13 +526,13 @@ hs_status hs_plan_time_build(const hs_config *cfg, const hs_topology *t, const h
                 c.share = share_all + cl->lend * (lent - share_all);
             }
             role_costs(&c, &plan->roles[0], &pc);
-            hs_status rc = pipeline(&c, &pc, &step, &out->bubble, &out->exposed_fsdp_s, e);
+            hs_status rc = pipeline(&c, &pc, &step, &out->bubble, &out->exposed_fsdp_s,
+                                    &out->exposed_s[HS_PLAN_PP], e);
             if (rc != HS_OK) return rc;
         }
         c.share = share_all;
         for (int d = HS_PLAN_TP; d <= HS_PLAN_EP; d++)
             out->exposed_s[d] = pc.mp[d] * M * plan->roles[0].n_blocks;
-        out->exposed_s[HS_PLAN_PP] = c.comm_s[HS_PLAN_PP];
         compute = step * (1 - out->bubble) - out->exposed_fsdp_s;
     } else {
         const hs_plan_role *r = &plan->roles[0];
@@ -541,7 +543,6 @@ hs_status hs_plan_time_build(const hs_config *cfg, const hs_topology *t, const h
         tq q;
         hs_status rc = tq_init(&q, 1 + L, 1 - cl->overlap, e);
         if (rc != HS_OK) return rc;
-        q.gather = t->dp_shard > 1 || t->edp_shard > 1;
         /* Every micro-batch but the last runs alike once the first has set
          * the state: three replayed, the rest moved on by the third's
          * time, then the last (which reduces and reshards). */
@@ -582,8 +583,7 @@ hs_status hs_plan_time_build(const hs_config *cfg, const hs_topology *t, const h
     out->step_s = step;
     out->tokens_per_step = tokens;
     out->tokens_per_s = tokens / step;
-    hs_dtype pk = cl->peak[c.cdt] > 0 ? c.cdt : HS_DTYPE_F32;
-    out->peak_flops = cl->peak[pk];
+    out->peak_flops = peak_of(cl, c.cdt);
     double devices = cl->shared ? (double)nodes * cl->devices_per_node : t->world;
     out->model_flops = model_flops_per_token(cfg) * (double)tokens;
     out->mfu = out->model_flops / (step * devices * out->peak_flops);
