@@ -132,7 +132,7 @@ static block_time block_forward(const tctx *c, bool moe) {
     b.attn = 2 * tok * T * hd * H / attention_rate(c);
     /* norms, RoPE, residual adds, SwiGLU: about 16 C and 6 F values a token
      * read or written */
-    b.elem = bytes_s(c, (16 * tok * C + 6 * ffn_elems + 4 * tok * (H + 2 * Hkv) * hd) * s);
+    b.elem += bytes_s(c, (16 * tok * C + 6 * ffn_elems + 4 * tok * (H + 2 * Hkv) * hd) * s);
     return b;
 }
 
