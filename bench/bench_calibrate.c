@@ -174,10 +174,30 @@ static int collectives(int argc, char **argv) {
     return 0;
 }
 
+/* --out's directory (into dir) can take the file and its .tmp, before any
+ * work; it is made if missing when the file is written. */
+static hs_status out_check(const char *out_path, char dir[1024], hs_error *e) {
+    char name[256], tmp_name[264];
+    const char *slash = strrchr(out_path, '/');
+    snprintf(dir, 1024, "%.*s", slash ? (int)(slash - out_path) : 1, slash ? out_path : ".");
+    if (slash == out_path) snprintf(dir, 1024, "/");
+    snprintf(name, sizeof name, "%s", slash ? slash + 1 : out_path);
+    snprintf(tmp_name, sizeof tmp_name, "%s.tmp", name);
+    if (!name[0])
+        return hs_error_set(e, HS_ERR_USAGE, "--out %s: a file name is needed, not a directory",
+                            out_path);
+    const char *files[] = {name, tmp_name, NULL};
+    hs_out_dir d = {.what = "--out", .path = dir, .files = files};
+    return hs_out_dirs_check(&d, 1, e);
+}
+
 static int calibrate(const char *out_path, int max_ranks, bool quick) {
     hs_error e;
     hs_error_clear(&e);
-    if (hs_cpu_isa_apply(&e) != HS_OK) return fprintf(stderr, "%s\n", e.msg), 2;
+    char dir[1024];
+    if (out_check(out_path, dir, &e) != HS_OK || hs_cpu_isa_apply(&e) != HS_OK)
+        return fprintf(stderr, "hypershard bench calibrate: %s\n", e.msg),
+               hs_status_exit_code(e.code);
     hs_cluster c = {.nodes = 1, .shared = true, .overlap = 0.5, .lend = 1.0};
     hs_cpu_peak p32 = hs_cpu_nominal_peak(HS_DTYPE_F32), p16 = hs_cpu_nominal_peak(HS_DTYPE_BF16);
     char cpu[96];
@@ -266,11 +286,11 @@ static int calibrate(const char *out_path, int max_ranks, bool quick) {
     if (c.intra.bandwidth == 0) c.intra.bandwidth = c.memory_bandwidth / 4;
     char tmp[1100];
     snprintf(tmp, sizeof tmp, "%s.tmp", out_path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = hs_mkdirs(dir, &e) == HS_OK ? fopen(tmp, "w") : NULL;
     if (!f) return fprintf(stderr, "hypershard bench calibrate: cannot write %s\n", tmp), 1;
     fprintf(f, "# written by hypershard bench calibrate\n");
     hs_cluster_write(&c, f);
-    if (fclose(f) != 0 || rename(tmp, out_path) != 0) {
+    if (hs_fclose_written(f, tmp, "a disk with room", &e) != HS_OK || rename(tmp, out_path) != 0) {
         remove(tmp);
         return fprintf(stderr, "hypershard bench calibrate: cannot write %s\n", out_path), 1;
     }

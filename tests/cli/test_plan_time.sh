@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # hypershard plan --time / --search and bench calibrate:
 # - every shipped cluster file (configs/clusters/) loads and times a step;
-# - a bad cluster file or flag is refused with exit 2, naming the key and
-#   its line, or the flag;
+# - a bad cluster file or flag (plan --time / --search / --top, bench
+#   calibrate's --out and --max-ranks) is refused with exit 2, naming the
+#   key and its line, or the flag, before calibrate writes anything; a
+#   search where no layout fits exits 2;
 # - the simulated pipeline follows the schedule: on a cluster whose links
 #   cost nothing and a model whose embedding and head are negligible, the
 #   bubble of gpipe and 1f1b is (pp - 1) / (M + pp - 1), interleaved's with
@@ -50,9 +52,21 @@ hs_expect_exit 2 no_file "cannot open it" plan --time --cluster "$work/none.yaml
 hs_expect_exit 2 no_cluster "--time needs --cluster FILE" plan --time
 hs_expect_exit 2 cluster_alone "--cluster is for --time or --search" plan --cluster "$work/bad.yaml"
 hs_expect_exit 2 search_json "--search prints a table" plan --search --json --cluster "$work/bad.yaml"
+hs_expect_exit 2 search_no_cluster "--search needs --cluster FILE" plan --search
+hs_expect_exit 2 top_zero "--top 0: expected a count" plan --search --top 0 --cluster "$work/bad.yaml"
+hs_expect_exit 2 top_missing "--top needs a value" plan --search --cluster "$work/bad.yaml" --top
+hs_expect_exit 2 cal_no_out "--out FILE is needed" bench calibrate
+hs_expect_exit 2 cal_ranks "--max-ranks takes" bench calibrate --out "$work/c.yaml" --max-ranks 0
+touch "$work/afile"
+hs_expect_exit 2 cal_out_file "is not a directory" bench calibrate --out "$work/afile/c.yaml"
+hs_expect_exit 2 cal_out_dir "a file name is needed" bench calibrate --out "$work/"
+[ ! -e "$work/c.yaml" ] && [ ! -e "$work/c.yaml.tmp" ] || fail "calibrate wrote after a refused flag"
 sed -e 's/flop_rate: 3//' -e 's/memory_bytes: -5/memory_bytes: 8e10/' "$work/bad.yaml" > "$work/one.yaml"
 hs_expect_exit 2 too_many "16 ranks do not fit the cluster's 1 nodes of 8 devices" \
     plan --time --cluster "$work/one.yaml" --world 16 fsdp_config.dp_shard_size=16
+hs_expect_exit 2 none_fits "none of the .* layouts of 8 ranks tried fits" \
+    plan --search --cluster "$work/one.yaml" --world 8 model.dim=16384 model.n_layers=512 \
+    model.n_heads=128 model.n_kv_heads=8 model.ffn_dim=53248
 
 # the bubble of each schedule against its closed form
 cat > "$work/free.yaml" <<'Y'
