@@ -1,7 +1,6 @@
 /* Pipeline schedules: which chunks each stage holds and which forward and
  * backward it runs when (parallel.h). */
 #include <stdlib.h>
-#include <string.h>
 
 #include "parallel/pp_internal.h"
 
@@ -102,11 +101,10 @@ hs_status hs_pp_schedule(hs_pp_schedule_kind kind, int pp, int stage, int M, int
 
 /* The most micro-batches of one chunk forwarded whose slot is not free
  * yet in stage list a: a slot frees at the backward, or at the weight pass
- * of a split one. `open` holds V counters. */
+ * of a split one. `open` holds V counters at zero. */
 static int most_open(hs_pp_schedule_kind kind, const hs_pp_action *a, int n, int V, int *open) {
     hs_pp_kind frees = hs_pp_schedule_splits(kind) ? HS_PP_WEIGHT : HS_PP_BACKWARD;
     int most = 1;
-    memset(open, 0, sizeof *open * (size_t)V);
     for (int k = 0; k < n; k++) {
         open[a[k].chunk] += a[k].kind == HS_PP_FORWARD ? 1 : a[k].kind == frees ? -1 : 0;
         if (open[a[k].chunk] > most) most = open[a[k].chunk];
@@ -123,14 +121,14 @@ static hs_status slots_of(hs_pp_schedule_kind kind, int pp, int stage, int M, in
     HS_ASSERT(actions <= HS_PP_MAX_ACTIONS);
     int n = (int)actions, lists = stage < 0 ? pp : 1;
     hs_pp_action *a = malloc(sizeof *a * (size_t)n * (size_t)lists);
-    int *open = calloc((size_t)V, sizeof *open);
+    int *open = calloc((size_t)V * (size_t)lists, sizeof *open); /* V a stage */
     hs_status rc = a && open ? HS_OK
                              : hs_error_oom(e, "pipeline: %d schedules of %d actions", lists, n);
     if (rc == HS_OK)
         rc = stage < 0 ? hs_pp_schedule_all(kind, pp, M, V, a, e)
                        : hs_pp_schedule(kind, pp, stage, M, V, a, e);
     for (int s = 0; rc == HS_OK && s < lists; s++)
-        slots[s] = most_open(kind, a + (size_t)s * n, n, V, open);
+        slots[s] = most_open(kind, a + (size_t)s * n, n, V, open + (size_t)s * V);
     free(a);
     free(open);
     return rc;
