@@ -279,7 +279,7 @@ static void print_table(const opts *o, pp_layout *ls, int n, int world) {
         printf("| PP %d x FSDP %d | %s%s | %d | %.1f | %.2f | %.2f | %.2f | %.2f | %.1f / %.1f / "
                "%.1f | %.2f | %s |\n",
                l->pp, world / l->pp, l->schedule,
-               l->virtual_stages > 1 && l->kind != HS_PP_ZBV ? " V=2" : "", l->M, step * 1e3, busy,
+               l->virtual_stages > 1 && !hs_pp_schedule_info_of(l->kind)->v_shape ? " V=2" : "", l->M, step * 1e3, busy,
                1.0 - busy, 1.0 - sb, theory(l, f, b, w), f, b, w, w / (b + w), peaks);
     }
 }
@@ -334,19 +334,17 @@ int hs_bench_pp(int argc, char **argv) {
     pp_layout ls[MAX_LAYOUTS];
     memset(ls, 0, sizeof ls);
     int n = 0;
-    static const char *const names[] = {"gpipe", "1f1b", "interleaved_1f1b", "zb1p", "zbv"};
-    static const hs_pp_schedule_kind kinds[] = {HS_PP_GPIPE, HS_PP_1F1B, HS_PP_INTERLEAVED,
-                                                HS_PP_ZB1P, HS_PP_ZBV};
     for (int pp = 2; pp <= 4 && n < MAX_LAYOUTS; pp *= 2) {
         if (world % pp || pp > o.layers) continue;
-        for (int k = 0; k < 5; k++) {
-            bool inter = kinds[k] == HS_PP_INTERLEAVED || kinds[k] == HS_PP_ZBV;
-            if (inter && 2 * pp > o.layers) continue; /* V = 2 needs 2 blocks per stage */
+        for (int k = 0; k < HS_PP_N_SCHEDULES && n < MAX_LAYOUTS; k++) {
+            const hs_pp_schedule_info *info = hs_pp_schedule_info_of((hs_pp_schedule_kind)k);
+            int v = info->min_chunks > 1 ? info->min_chunks : 1;
+            if (v * pp > o.layers) continue; /* every chunk needs a block */
             pp_layout *l = &ls[n++];
             l->pp = pp;
-            l->kind = kinds[k];
-            l->schedule = names[k];
-            l->virtual_stages = inter ? 2 : 1;
+            l->kind = info->kind;
+            l->schedule = info->name;
+            l->virtual_stages = v;
             snprintf(l->prefix, sizeof l->prefix, "pp%d_%s", pp, l->schedule);
         }
     }

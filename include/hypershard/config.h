@@ -28,7 +28,7 @@
 #define HS_NAME_MAX 64
 #define HS_PP_MAX_STAGES 64 /* pp_size x pp_virtual_stages */
 #define HS_PP_MAX_VIRTUAL 8 /* pp_virtual_stages */
-/* Actions of one stage's schedule, 2 x micro-batches x virtual stages: the
+/* Actions of one stage's schedule, passes x micro-batches x virtual stages: the
  * stage holds them all and the plan replays them. */
 #define HS_PP_MAX_ACTIONS (1 << 20)
 /* model.n_layers: the plan replays a step unit by unit. */
@@ -287,6 +287,50 @@ void hs_config_pp_stages(const hs_accel_config *accel, int model_layers, int *fi
 int hs_config_pp_chunk(const hs_accel_config *accel, int stage, int v);
 /* The same rule for a schedule name and pp_size. */
 int hs_config_pp_chunk_of(const char *schedule, int pp, int stage, int v);
+
+/* The pipeline schedules accelerator.pp_schedule names, one row each. The
+ * config's checks, the action lists and chunk placement (parallel.h), the
+ * plan's replay and its search all read their facts from this table. */
+typedef enum hs_pp_schedule_kind {
+    HS_PP_GPIPE = 0,
+    HS_PP_1F1B,
+    HS_PP_INTERLEAVED,
+    HS_PP_ZB1P,
+    HS_PP_ZBV,
+    HS_PP_N_SCHEDULES
+} hs_pp_schedule_kind;
+
+/* The schema's choices for accelerator.pp_schedule: the table's names in
+ * its order (a unit test holds the two together). */
+#define HS_PP_SCHEDULE_CHOICES "gpipe|1f1b|interleaved_1f1b|zb1p|zbv"
+
+typedef struct hs_pp_schedule_info {
+    hs_pp_schedule_kind kind;
+    const char *name;
+    /* accelerator.pp_virtual_stages it runs: chunks per stage */
+    int min_chunks, max_chunks;
+    /* chunk placement: stage s holds chunks s and 2 pp - 1 - s (a V), or
+     * s, s + pp, ... (round robin) */
+    bool v_shape;
+    /* each backward split into an input pass B and a weight pass W: three
+     * actions per micro-batch and chunk, else two */
+    bool splits_backward;
+    /* needs at least pp micro-batches per step to fill the pipe */
+    bool fills_pipe;
+    /* runs rounds of pp micro-batches: M a multiple of pp once M >= pp */
+    bool rounds_of_pp;
+    /* plan --search tries it (gpipe is 1f1b's bubble with more memory) */
+    bool searched;
+} hs_pp_schedule_info;
+
+/* The row of `kind` (kind < HS_PP_N_SCHEDULES). */
+const hs_pp_schedule_info *hs_pp_schedule_info_of(hs_pp_schedule_kind kind);
+/* The row named `name`, or NULL for a name the table does not hold. */
+const hs_pp_schedule_info *hs_pp_schedule_find(const char *name);
+/* Actions one stage runs per micro-batch and local chunk: 3 where the
+ * backward splits, else 2. */
+int hs_pp_schedule_passes(const hs_pp_schedule_info *info);
+
 /* Deep copy (replicate_params, freeze); HS_ERR_OOM, and dst empty of
  * lists, when they cannot be copied. */
 hs_status hs_config_copy(hs_config *dst, const hs_config *src, hs_error *e);

@@ -264,16 +264,8 @@ typedef struct hs_pp_action {
     int micro_batch;
 } hs_pp_action;
 
-typedef enum hs_pp_schedule_kind {
-    HS_PP_GPIPE = 0,
-    HS_PP_1F1B,
-    HS_PP_INTERLEAVED,
-    HS_PP_ZB1P,
-    HS_PP_ZBV
-} hs_pp_schedule_kind;
-
-/* "gpipe" / "1f1b" / "interleaved_1f1b" / "zb1p" / "zbv"; false for
- * anything else. */
+/* The schedule named `name` (hs_pp_schedule_find: config.h's table of
+ * schedules, which hs_pp_schedule_kind indexes); false for anything else. */
 bool hs_pp_schedule_parse(const char *name, hs_pp_schedule_kind *out);
 /* The model chunk stage `stage` runs as its local chunk v
  * (hs_config_pp_chunk), and back: the stage and local chunk of model
@@ -281,10 +273,11 @@ bool hs_pp_schedule_parse(const char *name, hs_pp_schedule_kind *out);
 int hs_pp_model_chunk(hs_pp_schedule_kind kind, int pp, int stage, int v);
 void hs_pp_chunk_home(hs_pp_schedule_kind kind, int pp, int c, int *stage, int *v);
 /* Whether the schedule splits each backward into B and W actions (the
- * stage's model then needs hs_model_options.split_backward). */
+ * stage's model then needs hs_model_options.split_backward): the table's
+ * splits_backward. */
 bool hs_pp_schedule_splits(hs_pp_schedule_kind kind);
-/* Actions of one stage's step: 2*M*V, or 3*M*V when the schedule splits
- * the backward. */
+/* Actions of one stage's step: hs_pp_schedule_passes x M x V (2*M*V, or
+ * 3*M*V when the schedule splits the backward). */
 int64_t hs_pp_schedule_length(hs_pp_schedule_kind kind, int M, int V);
 /* The hs_pp_schedule_length actions of stage `stage` of pp in order into
  * out (V: local chunks, 1 but for interleaved and zbv); HS_ERR_OOM when

@@ -201,7 +201,8 @@ void hs_config_pp_stages(const hs_accel_config *accel, int model_layers, int *fi
 }
 
 int hs_config_pp_chunk_of(const char *schedule, int pp, int stage, int v) {
-    if (!strcmp(schedule, "zbv") && v == 1) return 2 * pp - 1 - stage;
+    const hs_pp_schedule_info *info = hs_pp_schedule_find(schedule);
+    if (info && info->v_shape && v == 1) return 2 * pp - 1 - stage;
     return stage + v * pp;
 }
 
@@ -293,37 +294,48 @@ static void check_pp_layers(const hs_config *c, hs_cfg_report *rep) {
                           list, sum, total, fix);
 }
 
-/* Interleaved 1F1B and its virtual stages come together; zbv runs
- * exactly two chunks per stage. */
+/* A schedule's chunks per stage (the table's min_chunks .. max_chunks):
+ * interleaved 1F1B and its virtual stages come together, a V runs exactly
+ * two chunks per stage, the others one. */
 static void check_pp_virtual(const hs_config *c, hs_cfg_report *rep) {
     const hs_accel_config *a = &c->accelerator;
-    bool zbv = !strcmp(a->pp_schedule, "zbv");
-    bool inter = !strcmp(a->pp_schedule, "interleaved_1f1b") || zbv;
+    const hs_pp_schedule_info *info = hs_pp_schedule_find(a->pp_schedule);
+    if (!info) return; /* the schema refuses the name */
+    bool inter = info->max_chunks > 1;
     int v = a->pp_virtual_stages, total = c->model.n_layers;
-    if (zbv && v != 2)
+    if (info->v_shape && v != 2)
         hs_cfg_report_add(rep,
-                          "accelerator.pp_schedule = zbv runs two model chunks per stage in a V "
+                          "accelerator.pp_schedule = %s runs two model chunks per stage in a V "
                           "(stage s holds chunks s and 2 x pp_size - 1 - s), so it needs "
                           "accelerator.pp_virtual_stages: 2, got %d; set it to 2",
-                          v);
-    if (zbv && v != 2) return;
-    if (inter && v < 2)
+                          info->name, v);
+    if (info->v_shape && v != 2) return;
+    if (inter && v < info->min_chunks)
         hs_cfg_report_add(rep,
-                          "accelerator.pp_schedule = interleaved_1f1b needs "
-                          "accelerator.pp_virtual_stages >= 2 model chunks per stage, got %d; set "
-                          "accelerator.pp_virtual_stages: 2, or accelerator.pp_schedule: 1f1b",
-                          v);
-    if (!inter && v > 1)
+                          "accelerator.pp_schedule = %s needs "
+                          "accelerator.pp_virtual_stages >= %d model chunks per stage, got %d; set "
+                          "accelerator.pp_virtual_stages: %d, or accelerator.pp_schedule: 1f1b",
+                          info->name, info->min_chunks, v, info->min_chunks);
+    if (!inter && v > 1) {
+        char multi[128] = "";
+        for (int k = 0, n = 0; k < HS_PP_N_SCHEDULES; k++) {
+            const hs_pp_schedule_info *o = hs_pp_schedule_info_of((hs_pp_schedule_kind)k);
+            if (o->max_chunks < 2) continue;
+            size_t used = strlen(multi);
+            snprintf(multi + used, sizeof multi - used, "%s%s", n++ ? " or " : "", o->name);
+        }
         hs_cfg_report_add(rep,
                           "accelerator.pp_virtual_stages = %d needs accelerator.pp_schedule: "
-                          "interleaved_1f1b or zbv (%s runs one chunk per stage); set it, or "
+                          "%s (%s runs one chunk per stage); set it, or "
                           "accelerator.pp_virtual_stages: 1",
-                          v, a->pp_schedule);
-    if (v > HS_PP_MAX_VIRTUAL)
+                          v, multi, a->pp_schedule);
+    }
+    int most = inter ? info->max_chunks : HS_PP_MAX_VIRTUAL;
+    if (v > most)
         hs_cfg_report_add(rep,
                           "accelerator.pp_virtual_stages = %d: at most %d chunks per stage; set "
                           "accelerator.pp_virtual_stages: %d or fewer",
-                          v, HS_PP_MAX_VIRTUAL, HS_PP_MAX_VIRTUAL);
+                          v, most, most);
     if (inter && v >= 2 && a->pp_size >= 1 && total >= 1 && (long long)a->pp_size * v > total)
         hs_cfg_report_add(rep,
                           "accelerator.pp_size x pp_virtual_stages = %d x %d = %lld chunks exceed "
@@ -352,19 +364,19 @@ void hs_cfg_check_pp(const hs_config *c, hs_cfg_report *rep) {
  * global_batch_size gives exactly that). */
 static void check_pp_schedule(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
     const hs_accel_config *a = &c->accelerator;
+    const hs_pp_schedule_info *info = hs_pp_schedule_find(a->pp_schedule);
     long long g = hs_config_global_batch(c, t), mb = c->train.micro_batch_size, dp = t->dp;
-    if (a->pp_size <= 1 || !strcmp(a->pp_schedule, "gpipe") || g < 1 || mb < 1 || dp < 1) return;
+    if (a->pp_size <= 1 || !info || !info->fills_pipe || g < 1 || mb < 1 || dp < 1) return;
     int m = hs_config_micro_batches(c, t);
-    bool inter = !strcmp(a->pp_schedule, "interleaved_1f1b");
-    if (inter && m >= a->pp_size && m % a->pp_size) {
+    if (info->rounds_of_pp && m >= a->pp_size && m % a->pp_size) {
         long long up = ((long long)m + a->pp_size - 1) / a->pp_size * a->pp_size;
         hs_cfg_report_add(rep,
-                          "accelerator.pp_schedule = interleaved_1f1b needs the micro-batches "
+                          "accelerator.pp_schedule = %s needs the micro-batches "
                           "per step to be a multiple of accelerator.pp_size = %d (each round "
                           "runs one per stage through every chunk), got %d = "
                           "train.global_batch_size / (train.micro_batch_size x dp_size) = %lld / "
                           "(%lld x %lld); set train.global_batch_size: %lld",
-                          a->pp_size, m, g, mb, dp, up * mb * dp);
+                          info->name, a->pp_size, m, g, mb, dp, up * mb * dp);
         return;
     }
     if (m >= a->pp_size) return;

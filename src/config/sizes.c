@@ -214,7 +214,9 @@ static void check_tokens(const hs_config *c, int M, int64_t params, hs_cfg_repor
 static void check_schedule(const hs_config *c, const hs_topology *t, int M, hs_cfg_report *rep) {
     const hs_accel_config *a = &c->accelerator;
     if (a->pp_size <= 1 || M < 1) return;
-    int per = !strcmp(a->pp_schedule, "zb1p") || !strcmp(a->pp_schedule, "zbv") ? 3 : 2;
+    const hs_pp_schedule_info *info = hs_pp_schedule_find(a->pp_schedule);
+    if (!info) return; /* the schema refuses the name */
+    int per = hs_pp_schedule_passes(info);
     int64_t V = a->pp_virtual_stages > 1 ? a->pp_virtual_stages : 1, n = per * (int64_t)M * V;
     if (n <= HS_PP_MAX_ACTIONS) return;
     int64_t most = HS_PP_MAX_ACTIONS / (per * V);

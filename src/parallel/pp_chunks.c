@@ -1,15 +1,15 @@
 /* Where a pipeline's chunks live (parallel.h): the model chunk each stage
  * runs as its local chunk v, back from a model chunk to its stage, and a
  * stage's blocks. One chunk per stage, interleaved (chunk c on stage
- * c mod pp) or zbv's V (hs_config_pp_chunk). */
+ * c mod pp) or a V (the table's v_shape: hs_config_pp_chunk). */
 #include "hypershard/parallel.h"
 
 int hs_pp_model_chunk(hs_pp_schedule_kind kind, int pp, int stage, int v) {
-    return hs_config_pp_chunk_of(kind == HS_PP_ZBV ? "zbv" : "", pp, stage, v);
+    return hs_config_pp_chunk_of(hs_pp_schedule_info_of(kind)->name, pp, stage, v);
 }
 
 void hs_pp_chunk_home(hs_pp_schedule_kind kind, int pp, int c, int *stage, int *v) {
-    if (kind == HS_PP_ZBV && c >= pp) *stage = 2 * pp - 1 - c, *v = 1;
+    if (hs_pp_schedule_info_of(kind)->v_shape && c >= pp) *stage = 2 * pp - 1 - c, *v = 1;
     else *stage = c % pp, *v = c / pp;
 }
 

@@ -5,20 +5,17 @@
 #include "parallel/pp_internal.h"
 
 bool hs_pp_schedule_parse(const char *name, hs_pp_schedule_kind *out) {
-    if (!strcmp(name, "gpipe")) return *out = HS_PP_GPIPE, true;
-    if (!strcmp(name, "1f1b")) return *out = HS_PP_1F1B, true;
-    if (!strcmp(name, "interleaved_1f1b")) return *out = HS_PP_INTERLEAVED, true;
-    if (!strcmp(name, "zb1p")) return *out = HS_PP_ZB1P, true;
-    if (!strcmp(name, "zbv")) return *out = HS_PP_ZBV, true;
-    return false;
+    const hs_pp_schedule_info *info = hs_pp_schedule_find(name);
+    if (info) *out = info->kind;
+    return info != NULL;
 }
 
 bool hs_pp_schedule_splits(hs_pp_schedule_kind kind) {
-    return kind == HS_PP_ZB1P || kind == HS_PP_ZBV;
+    return hs_pp_schedule_info_of(kind)->splits_backward;
 }
 
 int64_t hs_pp_schedule_length(hs_pp_schedule_kind kind, int M, int V) {
-    return (hs_pp_schedule_splits(kind) ? 3 : 2) * (int64_t)M * V;
+    return hs_pp_schedule_passes(hs_pp_schedule_info_of(kind)) * (int64_t)M * V;
 }
 
 static int imin(int a, int b) { return a < b ? a : b; }

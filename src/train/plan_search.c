@@ -3,14 +3,14 @@
  * (memory) and timed (plan_time.c) on a cluster; those whose peak does not
  * fit are dropped, the rest ranked by step time.
  *
- * A layout is tp x cp (allgather or ring) x pp (1f1b, interleaved_1f1b
- * and zbv with two chunks a stage, zb1p) x the FSDP shard degree (the
+ * A layout is tp x cp (allgather or ring) x pp (each schedule the table
+ * of schedules marks searched, with its fewest chunks a stage) x the FSDP
+ * shard degree (the
  * whole data-parallel domain, or the ranks of one node) x ep (MoE: the
  * divisors of the experts) x micro-batch (1, 2, 4, 8) x activation
  * checkpointing (none; selective and full only where none does not fit:
  * recompute never makes a step shorter). tp is at most a node's ranks and
- * turns sequence parallelism on. gpipe is left out: 1f1b has its bubble
- * with less memory. */
+ * turns sequence parallelism on. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,13 +39,18 @@ typedef struct layout {
 } layout;
 
 static const char *const cp_methods[] = {"allgather", "ring"};
-static const struct {
-    const char *name;
-    int v;
-} schedules[] = {{"1f1b", 1}, {"interleaved_1f1b", 2}, {"zb1p", 1}, {"zbv", 2}};
 static const char *const acs[] = {"false", "selective", "true"};
 
 static bool divides(long long a, long long b) { return b > 0 && a % b == 0; }
+
+/* The searched schedule after table row k (k = -1: the first); without a
+ * pipeline one pass, whose schedule no key names. */
+static int next_schedule(int k, int pp) {
+    if (pp == 1) return k < 0 ? 0 : HS_PP_N_SCHEDULES;
+    while (++k < HS_PP_N_SCHEDULES && !hs_pp_schedule_info_of((hs_pp_schedule_kind)k)->searched) {
+    }
+    return k;
+}
 
 /* Keeps the top K by step time. */
 static void keep(search *s, const hs_plan_choice *c) {
@@ -69,8 +74,9 @@ static int layout_keys(const search *s, const layout *l, char keys[MAX_KEYS][96]
     if (l->cp > 1) KEY("accelerator.cp_rotate_method=%s", cp_methods[l->cp_method]);
     KEY("accelerator.pp_size=%d", l->pp);
     if (l->pp > 1) {
-        KEY("accelerator.pp_schedule=%s", schedules[l->schedule].name);
-        KEY("accelerator.pp_virtual_stages=%d", schedules[l->schedule].v);
+        const hs_pp_schedule_info *info = hs_pp_schedule_info_of((hs_pp_schedule_kind)l->schedule);
+        KEY("accelerator.pp_schedule=%s", info->name);
+        KEY("accelerator.pp_virtual_stages=%d", info->min_chunks);
     }
     if (l->moe) KEY("accelerator.ep_size=%d", l->ep);
     KEY("fsdp_config.dp_shard_size=%d", l->shard);
@@ -147,7 +153,8 @@ static void layouts(search *s, const hs_config *base, hs_error *e) {
                 if (shards[1] >= 1 && shards[1] < shards[0] && divides(shards[0], shards[1]))
                     n_shards = 2;
                 for (l.cp_method = 0; l.cp_method < (l.cp > 1 ? 2 : 1); l.cp_method++)
-                    for (l.schedule = 0; l.schedule < (l.pp > 1 ? 4 : 1); l.schedule++)
+                    for (l.schedule = next_schedule(-1, l.pp); l.schedule < HS_PP_N_SCHEDULES;
+                         l.schedule = next_schedule(l.schedule, l.pp))
                         for (l.ep = 1; l.ep <= (l.moe ? m->moe.num_experts : 1); l.ep *= 2)
                             if (!l.moe || divides((long long)dp * l.cp * l.tp, l.ep))
                                 batches(s, &l, shards, n_shards, dp, e);

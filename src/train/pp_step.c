@@ -14,7 +14,7 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
     if (!hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &t->pp_kind))
         return hs_error_set(e, HS_ERR_CONFIG,
                             "accelerator.pp_schedule: unknown schedule '%s'; "
-                            "use gpipe, 1f1b, interleaved_1f1b, zb1p or zbv",
+                            "use one of " HS_PP_SCHEDULE_CHOICES,
                             cfg->accelerator.pp_schedule);
     t->pp_group = hs_mesh_group(t->mesh, HS_DIM_PP);
     t->pp_stage = hs_mesh_coords(t->mesh).pp;

@@ -3,7 +3,10 @@
  * counts; zb1p's first and last stages run the lists of the ZB-H1 figure
  * of Qi et al. 2024 (pp 4, 8 micro-batches); its slots are 1F1B's peak on every stage; and
  * the check refuses broken lists: a W before its B, an action run twice, a
- * missing one, and a pair of lists that wait on each other. */
+ * missing one, and a pair of lists that wait on each other. The table of
+ * schedules (config.h) says what the lists do: the schema's choices are
+ * its names, a schedule's lists hold W actions exactly where it splits
+ * the backward, and its chunks sit where its placement says. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -130,8 +133,48 @@ static void test_the_check_refuses_broken_lists(void **state) {
     expect_refused("F0 B0 F1 B1", "F0 F1 B0 B1", false, "stage 0 waits forever at its action 1");
 }
 
+static void test_the_table_is_what_the_lists_do(void **state) {
+    (void)state;
+    char names[256] = "";
+    for (int k = 0; k < HS_PP_N_SCHEDULES; k++) {
+        const hs_pp_schedule_info *info = hs_pp_schedule_info_of((hs_pp_schedule_kind)k);
+        assert_int_equal(info->kind, k);
+        assert_ptr_equal(hs_pp_schedule_find(info->name), info);
+        hs_pp_schedule_kind parsed = HS_PP_N_SCHEDULES;
+        assert_true(hs_pp_schedule_parse(info->name, &parsed));
+        assert_int_equal(parsed, k);
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? "|" : "",
+                 info->name);
+        int pp = 3, M = 6, V = info->min_chunks;
+        assert_true(V >= 1 && V <= info->max_chunks && info->max_chunks <= HS_PP_MAX_VIRTUAL);
+        int n = (int)hs_pp_schedule_length(info->kind, M, V), w = 0;
+        assert_int_equal(n, hs_pp_schedule_passes(info) * M * V);
+        hs_pp_action a[MAX_ACTIONS];
+        hs_error e;
+        assert_true(n <= MAX_ACTIONS);
+        for (int s = 0; s < pp; s++) {
+            assert_int_equal(hs_pp_schedule(info->kind, pp, s, M, V, a, &e), HS_OK);
+            for (int i = 0; i < n; i++) w += a[i].kind == HS_PP_WEIGHT;
+            for (int v = 0; v < V; v++) {
+                int c = hs_pp_model_chunk(info->kind, pp, s, v);
+                assert_int_equal(c, info->v_shape && v == 1 ? 2 * pp - 1 - s : s + v * pp);
+                int hs = -1, hv = -1;
+                hs_pp_chunk_home(info->kind, pp, c, &hs, &hv);
+                assert_int_equal(hs, s);
+                assert_int_equal(hv, v);
+            }
+        }
+        assert_int_equal(w, info->splits_backward ? pp * M * V : 0);
+        assert_int_equal(hs_pp_schedule_splits(info->kind), info->splits_backward);
+    }
+    assert_string_equal(names, HS_PP_SCHEDULE_CHOICES);
+    assert_null(hs_pp_schedule_find("1F1B"));
+    assert_null(hs_pp_schedule_find(NULL));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_the_table_is_what_the_lists_do),
         cmocka_unit_test(test_every_schedule_passes_the_check),
         cmocka_unit_test(test_zb1p_is_the_papers_zb_h1),
         cmocka_unit_test(test_zb1p_slots_are_1f1b_peak),
