@@ -279,8 +279,9 @@ static void print_table(const opts *o, pp_layout *ls, int n, int world) {
         printf("| PP %d x FSDP %d | %s%s | %d | %.1f | %.2f | %.2f | %.2f | %.2f | %.1f / %.1f / "
                "%.1f | %.2f | %s |\n",
                l->pp, world / l->pp, l->schedule,
-               l->virtual_stages > 1 && !hs_pp_schedule_info_of(l->kind)->v_shape ? " V=2" : "", l->M, step * 1e3, busy,
-               1.0 - busy, 1.0 - sb, theory(l, f, b, w), f, b, w, w / (b + w), peaks);
+               l->virtual_stages > 1 && !hs_pp_schedule_info_of(l->kind)->v_shape ? " V=2" : "",
+               l->M, step * 1e3, busy, 1.0 - busy, 1.0 - sb, theory(l, f, b, w), f, b, w,
+               w / (b + w), peaks);
     }
 }
 

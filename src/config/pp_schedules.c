@@ -48,6 +48,4 @@ const hs_pp_schedule_info *hs_pp_schedule_find(const char *name) {
     return NULL;
 }
 
-int hs_pp_schedule_passes(const hs_pp_schedule_info *info) {
-    return info->splits_backward ? 3 : 2;
-}
+int hs_pp_schedule_passes(const hs_pp_schedule_info *info) { return info->splits_backward ? 3 : 2; }

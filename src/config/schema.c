@@ -108,8 +108,7 @@ static const hs_cfg_key keys[] = {
     KINT("accelerator.pp_size", accelerator.pp_size, "1", GE | RULE, 1,
          "pipeline-parallel stages (slowest-varying rank dim): each holds a contiguous run of "
          "blocks, the first also the embedding, the last the norm and lm_head"),
-    KENUM("accelerator.pp_schedule", accelerator.pp_schedule, "1f1b",
-          HS_PP_SCHEDULE_CHOICES,
+    KENUM("accelerator.pp_schedule", accelerator.pp_schedule, "1f1b", HS_PP_SCHEDULE_CHOICES,
           "pipeline schedule: gpipe (every forward, then every backward), 1f1b (one forward, "
           "one backward in steady state; needs micro-batches per step >= pp_size), "
           "interleaved_1f1b (1f1b over pp_virtual_stages chunks per stage; needs micro-batches "
