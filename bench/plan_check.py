@@ -4,8 +4,11 @@
 Runs each layout of LAYOUTS with `hypershard train` (under $MPIEXEC for
 W > 1), takes the median step_time_s of metrics.jsonl past the first
 steps, asks `hypershard plan --time --json` for the same config on the
-cluster file, and prints both with the error. The model is small enough
-for a layout to take seconds on two cores.
+cluster file, and prints both with the error. Beside them, the exposed
+communication (FSDP's waits; TP, CP and EP collectives) and the pipeline
+bubble as metrics.jsonl measures them on rank 0, medians of the same
+steps, and as the plan predicts them. The model is small enough for a
+layout to take seconds on two cores.
 
 usage: bench/plan_check.py --bin build/hypershard --cluster FILE
                            [--steps N] [--only NAME,...] [--markdown]
@@ -62,9 +65,17 @@ def measure(args, world, over, tmp):
     if r.returncode:
         sys.exit(f"plan_check: {' '.join(cmd)}: exit {r.returncode}\n{r.stderr[-2000:]}")
     rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if '"step_time_s"' in l]
-    times = [r["step_time_s"] for r in rows if r["step"] > 2]
+    rows = [r for r in rows if r["step"] > 2]
     subprocess.run(["rm", "-rf", out])
-    return statistics.median(times)
+    return (statistics.median(r["step_time_s"] for r in rows),
+            statistics.median(exposed(r) for r in rows),
+            statistics.median(r.get("bubble", 0) for r in rows))
+
+
+def exposed(r):
+    """FSDP's exposed waits and the TP/CP/EP collectives of a metrics row
+    or of plan --time's JSON (whose hand-overs sit inside the bubble)."""
+    return r["exposed_fsdp_s"] + sum(v for k, v in r["exposed_s"].items() if k != "pp")
 
 
 def predict(args, world, over):
@@ -88,7 +99,7 @@ def search(args):
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for pred, over in rows:
-            m = measure(args, args.search, over, tmp)
+            m = measure(args, args.search, over, tmp)[0]
             if pred is None:
                 pred = predict(args, args.search, over)["step_time_s"]
             runs.append((m, pred, over))
@@ -117,23 +128,26 @@ def main():
     only = [s for s in args.only.split(",") if s]
     errs = []
     if args.markdown:
-        print("| layout | W | measured s | predicted s | error | predicted exposed comm s | bubble |")
+        print("| layout | W | measured s | predicted s | error | exposed comm s, measured / "
+              "predicted | bubble, measured / predicted |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         for name, world, over in LAYOUTS:
             if only and name not in only:
                 continue
-            m = measure(args, world, over, tmp)
+            m, m_exp, m_bub = measure(args, world, over, tmp)
             p = predict(args, world, over)
             err = p["step_time_s"] / m - 1
             errs.append(abs(err))
-            exposed = p["exposed_fsdp_s"] + sum(p["exposed_s"].values())
+            p_exp = exposed(p)
+            bubble = (f"{100 * m_bub:.0f}% / {100 * p['bubble']:.0f}%"
+                      if "pp_size" in " ".join(over) else "-")
             if args.markdown:
                 print(f"| {name} | {world} | {m:.4f} | {p['step_time_s']:.4f} | {100 * err:+.1f}% "
-                      f"| {exposed:.4f} | {100 * p['bubble']:.0f}% |")
+                      f"| {m_exp:.4f} / {p_exp:.4f} | {bubble} |")
             else:
                 print(f"{name:26s} W {world}  measured {m:.4f} s  predicted {p['step_time_s']:.4f} s"
-                      f"  {100 * err:+6.1f}%  exposed {exposed:.4f} s  bubble {100 * p['bubble']:.0f}%",
+                      f"  {100 * err:+6.1f}%  exposed {m_exp:.4f} / {p_exp:.4f} s  bubble {bubble}",
                       flush=True)
     med, worst = statistics.median(errs), max(errs)
     print(f"{len(errs)} layouts: median error {100 * med:.1f}%, worst {100 * worst:.1f}%")

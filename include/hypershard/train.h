@@ -167,6 +167,10 @@ void hs_engine_drain(hs_engine *en);
 /* The model-parallel plan the model runs with (hs_parallel_tp / _cp / _ep
  * give its contexts), NULL for the local engine. */
 hs_parallel *hs_engine_parallel(hs_engine *en);
+/* Seconds this rank's compute thread sat blocked on the engine's FSDP
+ * collectives since the last call (0 for the local engine); the count
+ * starts again. */
+double hs_engine_take_exposed(hs_engine *en);
 
 /* ------------------------------------------------------------- the plan */
 

@@ -44,6 +44,13 @@ static void fsdp_zero_grads(hs_engine *en) { hs_fsdp_zero_grads(fsdp_of(en)); }
 static void fsdp_begin_step(hs_engine *en) { hs_fsdp_begin_step(fsdp_of(en)); }
 static void fsdp_drain(hs_engine *en) { hs_fsdp_drain(fsdp_of(en)); }
 
+static double fsdp_take_exposed(hs_engine *en) {
+    hs_fsdp_exposed_stats x;
+    hs_fsdp_get_exposed(fsdp_of(en), &x);
+    hs_fsdp_reset_exposed(fsdp_of(en));
+    return x.total;
+}
+
 static hs_parallel *fsdp_parallel(hs_engine *en) { return eng_of(en)->pz.par; }
 static void fsdp_write_units(hs_engine *en, FILE *out) { hs_fsdp_write_units(fsdp_of(en), out); }
 
@@ -176,6 +183,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .write_units = fsdp_write_units,
         .begin_step = fsdp_begin_step,
         .drain = fsdp_drain,
+        .take_exposed = fsdp_take_exposed,
         .free = fsdp_free,
     };
     *out = en;

@@ -93,6 +93,7 @@ static void pp_write_units(hs_engine *en, FILE *out) {
 }
 static void pp_begin_step(hs_engine *en) { inner_of(en)->begin_step(inner_of(en)); }
 static void pp_drain(hs_engine *en) { inner_of(en)->drain(inner_of(en)); }
+static double pp_take_exposed(hs_engine *en) { return hs_engine_take_exposed(inner_of(en)); }
 
 static void pp_free(hs_engine *en) {
     pp_engine *pe = pe_of(en);
@@ -184,6 +185,7 @@ hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_eng
         .write_units = inner->write_units ? pp_write_units : NULL,
         .begin_step = pp_begin_step,
         .drain = pp_drain,
+        .take_exposed = pp_take_exposed,
         .free = pp_free,
     };
     *out = en;

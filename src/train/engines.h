@@ -79,6 +79,10 @@ struct hs_engine {
      * after the stage's last backward (hs_fsdp_begin_step / hs_fsdp_drain). */
     void (*begin_step)(hs_engine *en);
     void (*drain)(hs_engine *en);
+    /* Optional: the seconds the compute thread sat blocked on the engine's
+     * own collectives (FSDP's all-gathers, reduce-scatters, all-reduces)
+     * since the last call, which starts the count again. */
+    double (*take_exposed)(hs_engine *en);
     void (*free)(hs_engine *en);
 };
 

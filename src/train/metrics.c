@@ -171,8 +171,9 @@ static double step_mfu(hs_trainer *t, const hs_step_result *r) {
     return rate / t->peak_flops;
 }
 
-void hs_metrics_write(hs_trainer *t, const hs_step_result *r) {
-    if (!t->metrics) return;
+/* One step's line of metrics.jsonl; a failed write closes the file
+ * (hs_metrics_lost). */
+static void write_line(hs_trainer *t, const hs_step_result *r) {
     hs_json j;
     hs_json_init(&j, t->metrics);
     hs_json_begin_object(&j);
@@ -185,6 +186,13 @@ void hs_metrics_write(hs_trainer *t, const hs_step_result *r) {
     hs_json_kv_double(&j, "step_time_s", r->step_time_s, 6);
     hs_json_kv_double(&j, "tokens_per_s", r->step_time_s > 0 ? r->tokens / r->step_time_s : 0, 6);
     hs_json_kv_double(&j, "mfu", step_mfu(t, r), 6);
+    hs_json_kv_double(&j, "exposed_fsdp_s", r->exposed_fsdp_s, 6);
+    hs_json_key(&j, "exposed_s");
+    hs_json_begin_object(&j);
+    for (int k = HS_PLAN_TP; k <= HS_PLAN_EP; k++)
+        hs_json_kv_double(&j, hs_plan_comm_name((hs_plan_comm)k), r->exposed_s[k], 6);
+    hs_json_end_object(&j);
+    if (t->pp) hs_json_kv_double(&j, "bubble", r->bubble, 4);
     hs_json_kv_int(&j, "peak_device_bytes", r->peak_device_bytes);
     hs_json_kv_int(&j, "peak_host_bytes", r->peak_host_bytes);
     if (r->has_val) hs_json_kv_double(&j, "val_loss", r->val_loss, 9);
@@ -206,6 +214,12 @@ void hs_metrics_write(hs_trainer *t, const hs_step_result *r) {
     if (fflush(t->metrics) != 0 || ferror(t->metrics))
         hs_metrics_lost(t, &t->metrics, t->metrics_path, t->metrics_good, errno, r->step);
     else t->metrics_good = hs_metrics_offset(t->metrics);
+}
+
+/* The step to metrics.jsonl and the events file, each on its own: one
+ * that stopped taking writes leaves the other going. */
+void hs_metrics_write(hs_trainer *t, const hs_step_result *r) {
+    if (t->metrics) write_line(t, r);
     hs_tb_step(t, r, r->step_time_s > 0 ? r->tokens / r->step_time_s : 0, step_mfu(t, r));
 }
 

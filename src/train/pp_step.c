@@ -79,9 +79,12 @@ hs_status hs_pp_run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, do
                         .schedule = t->cfg->accelerator.pp_schedule,
                         .split = hs_pp_schedule_splits(t->pp_kind)};
     t->engine->begin_step(t->engine);
-    double loss = 0.0, aux = 0.0;
+    double loss = 0.0, aux = 0.0, t0 = hs_now();
+    hs_pp_reset_stats(t->pp);
     hs_status s = hs_pp_run_step(t->pp, t->engine->model, t->hooks, t->pp_actions, t->n_pp_actions,
                                  t->M, grad_scale, &io, &loss, &aux, e);
+    t->pp_span_s = hs_now() - t0;
+    t->pp_busy_s = hs_pp_busy_seconds(t->pp);
     sums[0] += loss;
     sums[1] += aux;
     /* The schedule's own drain after the stage's last backward; the root's

@@ -71,10 +71,11 @@ typedef struct hs_trainer {
     hs_pp *pp;
     hs_pg *pp_group;
     hs_pp_schedule_kind pp_kind;
-    hs_pp_action *pp_actions;  /* this stage's actions of a step */
-    int n_pp_actions;          /* 2 x M x virtual stages */
-    hs_model_stage stage;      /* this rank's chunks of blocks (none without pp) */
-    int act_slots, pp_virtual; /* slots per chunk; chunks per rank */
+    hs_pp_action *pp_actions;    /* this stage's actions of a step */
+    int n_pp_actions;            /* passes x M x virtual stages */
+    double pp_span_s, pp_busy_s; /* the last step's schedule: its time, this stage's in actions */
+    hs_model_stage stage;        /* this rank's chunks of blocks (none without pp) */
+    int act_slots, pp_virtual;   /* slots per chunk; chunks per rank */
     bool rank0;
     /* rank 0's metrics files; a file whose write failed is closed and
      * set to NULL (hs_metrics_lost) */
@@ -100,6 +101,12 @@ typedef struct hs_trainer {
 typedef struct hs_step_result {
     int step;
     double loss, aux_loss, grad_norm, lr, step_time_s;
+    /* This rank's exposed communication in the step, as plan --time
+     * predicts it: the waits on FSDP's collectives, and the time in TP, CP
+     * and EP collectives (all on the compute path), by hs_plan_comm; and
+     * under a pipeline the share of the schedule's time its stage sat idle
+     * (the bubble, with its hand-over waits). */
+    double exposed_fsdp_s, exposed_s[HS_PLAN_COMM_COUNT], bubble;
     int64_t tokens;
     int64_t peak_device_bytes, peak_host_bytes;
     bool has_val;

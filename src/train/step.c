@@ -74,10 +74,26 @@ static hs_status expert_tokens(hs_trainer *t, hs_step_result *r, hs_error *e) {
     return s;
 }
 
+/* The step's exposed communication on this rank (hs_step_result), each
+ * count started again for the next step. */
+static void exposed(hs_trainer *t, hs_step_result *r) {
+    r->exposed_fsdp_s = hs_engine_take_exposed(t->engine);
+    hs_parallel *p = hs_engine_parallel(t->engine);
+    hs_tp *tp = p ? hs_parallel_tp(p) : NULL;
+    hs_cp *cp = p ? hs_parallel_cp(p) : NULL;
+    hs_ep *ep = p ? hs_parallel_ep(p) : NULL;
+    if (tp) r->exposed_s[HS_PLAN_TP] = hs_tp_get_stats(tp).seconds, hs_tp_reset_stats(tp);
+    if (cp) r->exposed_s[HS_PLAN_CP] = hs_cp_get_stats(cp).seconds, hs_cp_reset_stats(cp);
+    if (ep) r->exposed_s[HS_PLAN_EP] = hs_ep_get_stats(ep).seconds, hs_ep_reset_stats(ep);
+    if (t->pp && t->pp_span_s > 0) r->bubble = 1 - t->pp_busy_s / t->pp_span_s;
+}
+
 hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e) {
     *r = (hs_step_result){.step = step};
     int64_t g = step - 1;
     hs_model_expert_tokens_reset(t->engine->model);
+    hs_step_result between = {0}; /* what evaluation or a checkpoint waited since the last step */
+    exposed(t, &between);
     hs_pool_reset_peak(&t->dev->device_pool);
     hs_pool_reset_peak(&t->dev->host_pool);
     double t0 = hs_now();
@@ -105,6 +121,7 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
     r->expert_layers = ex.expert_layers;
     r->n_experts = ex.n_experts;
     r->step_time_s = hs_now() - t0;
+    exposed(t, r);
     hs_trace_span(t->trace, HS_LANE_COMPUTE, "step", "step", t0, hs_now(), NULL);
     if (s != HS_OK) return s;
     r->loss = r->tokens > 0 ? sums[0] / (double)r->tokens : 0.0;

@@ -28,6 +28,7 @@ void hs_engine_drain(hs_engine *en) {
     if (en->drain) en->drain(en);
 }
 hs_parallel *hs_engine_parallel(hs_engine *en) { return en->parallel ? en->parallel(en) : NULL; }
+double hs_engine_take_exposed(hs_engine *en) { return en->take_exposed ? en->take_exposed(en) : 0; }
 
 hs_status hs_engine_get_param(void *ctx, int param_index, float *out, hs_error *e) {
     hs_engine *en = ctx;

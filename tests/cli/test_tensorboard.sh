@@ -103,6 +103,7 @@ for r in rows:
         assert abs(v - r[key]) <= 1e-5 * max(1.0, abs(r[key])), (tag, r["step"], v, r[key])
         checked += 1
 print(f"{len(events)} records, {checked} scalars equal to metrics.jsonl")
+print(f"events to step {steps[-1]}")
 PY
 }
 decode_events "$work/on" 12 || fail "the events do not read back to metrics.jsonl"
@@ -129,19 +130,25 @@ else
 fi
 
 # Files that stop taking writes: a 48 KiB size limit (SIGXFSZ ignored, so
-# a write past it fails with EFBIG) stops both near step 250 of 300, while
+# a write past it fails with EFBIG) stops metrics.jsonl near step 200 and
+# the events file, which goes on without it, near step 370 of 400, while
 # the 43 KiB weights of this smaller model still fit. One process without
 # shared-memory transports, whose files the limit would stop too.
 small=(model.dim=16 model.n_layers=1 model.n_heads=2 model.n_kv_heads=1 model.ffn_dim=32
        train.seq_len=16 train.global_batch_size=2 train.micro_batch_size=2 train.eval_every=0)
 (trap '' XFSZ; ulimit -f 48; PMIX_MCA_gds=hash OMPI_MCA_btl=self exec "$HS_BIN" train \
-    "${small[@]}" train.steps=300 metrics.tensorboard=true train.out_dir="$work/limit") \
+    "${small[@]}" train.steps=400 metrics.tensorboard=true train.out_dir="$work/limit") \
     > "$work/limit.log" 2>&1 || fail "files past a size limit ended the run: $(tail -3 "$work/limit.log")"
 for f in metrics.jsonl events.out.tfevents; do
     n=$(grep -c "warning: cannot write $work/limit/$f.* at step [0-9]*: File too large" "$work/limit.log")
     [ "$n" -eq 1 ] || fail "$f: the failure was said $n times, want once: $(head -8 "$work/limit.log")"
 done
-grep -q "done: 300 steps" "$work/limit.log" || fail "the run did not finish: $(tail -3 "$work/limit.log")"
+grep -q "done: 400 steps" "$work/limit.log" || fail "the run did not finish: $(tail -3 "$work/limit.log")"
 [ -s "$work/limit/model.safetensors" ] || fail "no weights after the metrics failed"
-decode_events "$work/limit" 0 || fail "the files past the limit do not hold whole records"
+out=$(decode_events "$work/limit" 0) || fail "the files past the limit do not hold whole records"
+echo "$out"
+last=$(echo "$out" | sed -n 's/^events to step \([0-9]*\)$/\1/p')
+rows=$(wc -l < "$work/limit/metrics.jsonl")
+# each file on its own: the events go on after metrics.jsonl stopped
+[ "$last" -gt "$rows" ] || fail "the events stopped at step $last with metrics.jsonl's $rows lines"
 hs_finish
