@@ -26,8 +26,8 @@
 #define HS_MP_NULL (-1)
 #define HS_PATH_MAX 1024
 #define HS_NAME_MAX 64
-#define HS_PP_MAX_STAGES 64 /* pp_size x pp_virtual_stages */
-#define HS_PP_MAX_VIRTUAL 8 /* pp_virtual_stages */
+#define HS_PP_MAX_STAGES 256 /* pp_size x pp_virtual_stages */
+#define HS_PP_MAX_VIRTUAL 8  /* pp_virtual_stages */
 /* Actions of one stage's schedule, passes x micro-batches x virtual stages: the
  * stage holds them all and the plan replays them. */
 #define HS_PP_MAX_ACTIONS (1 << 20)
@@ -373,6 +373,11 @@ typedef struct hs_cluster {
     double peak[3]; /* device.flops.{f32,bf16,f16}: nominal dense, per device */
     double gemm_efficiency, attention_efficiency, elementwise_efficiency;
     double attention[3]; /* device.attention.{f32,...}: measured FLOP/s, 0 if not */
+    /* device.attention_scores.{forward,backward}: the bytes each attention
+     * score moves through device memory in a forward and in a backward
+     * where the kernel materialises the scores; 0: a fused kernel keeps
+     * them on chip */
+    double score_bytes[2];
     double memory_bytes, memory_bandwidth;
     double routing_bandwidth; /* device.routing_bandwidth: MoE permute bytes/s, 0 if not */
     hs_cluster_gemm gemm[HS_CLUSTER_TABLE_MAX];

@@ -336,6 +336,11 @@ static void check_pp_virtual(const hs_config *c, hs_cfg_report *rep) {
                           "accelerator.pp_virtual_stages = %d: at most %d chunks per stage; set "
                           "accelerator.pp_virtual_stages: %d or fewer",
                           v, most, most);
+    if (a->pp_size >= 1 && v >= 1 && (long long)a->pp_size * v > HS_PP_MAX_STAGES)
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_size x pp_virtual_stages = %d x %d = %lld model chunks: "
+                          "at most %d; lower accelerator.pp_virtual_stages (or pp_size)",
+                          a->pp_size, v, (long long)a->pp_size * v, HS_PP_MAX_STAGES);
     if (inter && v >= 2 && a->pp_size >= 1 && total >= 1 && (long long)a->pp_size * v > total)
         hs_cfg_report_add(rep,
                           "accelerator.pp_size x pp_virtual_stages = %d x %d = %lld chunks exceed "

@@ -593,6 +593,16 @@ static void test_pp_zero_bubble_schedules_check_their_chunks_and_batch(void **st
                              "train.global_batch_size=16")),
                  "accelerator.pp_schedule = zb1p needs at least accelerator.pp_size = 2 "
                  "micro-batches per step");
+    /* the chunks a layout holds, a stage's virtual stages over every stage,
+     * are bounded before anything sizes an array by them */
+    expect_ok(check(128, OV("accelerator.pp_size=16", "accelerator.pp_schedule=interleaved_1f1b",
+                            "accelerator.pp_virtual_stages=8", "model.n_layers=128",
+                            "train.global_batch_size=1024")));
+    expect_error(check(512, OV("accelerator.pp_size=64", "accelerator.pp_schedule=interleaved_1f1b",
+                               "accelerator.pp_virtual_stages=8", "model.n_layers=512",
+                               "train.global_batch_size=512")),
+                 "accelerator.pp_size x pp_virtual_stages = 64 x 8 = 512 model chunks: at most "
+                 "256");
 }
 
 static void test_pp_refuses_what_stages_do_not_share(void **state) {
