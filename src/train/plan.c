@@ -411,12 +411,15 @@ static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, h
         ACC(c, &calls[HS_PLAN_EP], M, n_blocks, 6);
     }
     if (t->pp > 1) {
+        /* a hand-over carries this rank's rows of the residual stream:
+         * under sequence parallel its 1/tp of them */
+        int64_t rows = cfg->accelerator.sequence_parallel && t->tp > 1 ? BT / t->tp : BT;
         int nch = st->n_chunks > 0 ? st->n_chunks : 1;
         for (int k = 0; k < nch; k++) {
             bool last = st->first_layer[k] + st->n_layers[k] == mc->n_layers;
             bool first = st->first_layer[k] == 0;
-            if (!last) ACC(c, &bytes[HS_PLAN_PP], M, BT, C, cs), add_to(c, &calls[HS_PLAN_PP], M);
-            if (!first) ACC(c, &bytes[HS_PLAN_PP], M, BT, C, 4), add_to(c, &calls[HS_PLAN_PP], M);
+            if (!last) ACC(c, &bytes[HS_PLAN_PP], M, rows, C, cs), add_to(c, &calls[HS_PLAN_PP], M);
+            if (!first) ACC(c, &bytes[HS_PLAN_PP], M, rows, C, 4), add_to(c, &calls[HS_PLAN_PP], M);
         }
     }
 }

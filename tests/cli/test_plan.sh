@@ -83,7 +83,9 @@ done
 # The planned FSDP communication is what a step does: the trace of one
 # step (rank 0, inside its "step" span) has the plan's all-gathers and
 # reduce-scatters on fsdp_shard and all-reduces on fsdp_replicate, call for
-# call and byte for byte; so are the all-to-all CP methods' exchanges.
+# call and byte for byte; so are the all-to-all CP methods' exchanges, and
+# a pipeline stage's hand-overs (what it sends on pp_forward and
+# pp_backward; under sequence parallel its rows of the residual stream).
 comm_check() {
     local name=$1 n=$2
     shift 2
@@ -119,6 +121,12 @@ if cp or comm["cp"]["calls"]:
     got = (sum(calls[k] for k in cp), sum(nbytes[k] for k in cp))
     print("%-10s %-14s planned %4d calls %9d B, traced %4d calls %9d B" % (name, "cp", *want, *got))
     ok &= want == got
+pp = [k for k in calls if k[0] == "send" and k[1] in ("pp_forward", "pp_backward")]
+if pp or comm["pp"]["calls"]:
+    want = (comm["pp"]["calls"], comm["pp"]["bytes"])
+    got = (sum(calls[k] for k in pp), sum(nbytes[k] for k in pp))
+    print("%-10s %-14s planned %4d calls %9d B, traced %4d calls %9d B" % (name, "pp", *want, *got))
+    ok &= want == got
 sys.exit(0 if ok else 1)
 PY
 }
@@ -128,6 +136,9 @@ comm_check comm_bf16 2 "${F2[@]}" "${BF[@]}"
 comm_check comm_cp2_a2a 2 accelerator.cp_size=2 accelerator.cp_rotate_method=alltoall
 comm_check comm_cp4_a2a_ring 4 accelerator.cp_size=4 accelerator.cp_rotate_method=alltoall_ring \
     accelerator.cp_a2a_size=2
+comm_check comm_pp2 2 accelerator.pp_size=2 train.global_batch_size=8
+comm_check comm_pp2_tp2_sp 4 accelerator.pp_size=2 accelerator.tp_size=2 \
+    accelerator.sequence_parallel=true train.global_batch_size=8
 
 # The JSON lists each role; under PP one per stage.
 python3 - "$work/pp2_fsdp2.plan.json" <<'PY' || fail "pp2_fsdp2: roles"
