@@ -192,6 +192,7 @@ static void read_cluster(walk *w, yaml_node_t *root, hs_cluster *c) {
                                            "attention_efficiency",
                                            "elementwise_efficiency",
                                            "attention",
+                                           "attention_scores",
                                            "memory_bytes",
                                            "memory_bandwidth",
                                            "routing_bandwidth",
@@ -226,6 +227,12 @@ static void read_cluster(walk *w, yaml_node_t *root, hs_cluster *c) {
     if (fl && c->peak[HS_DTYPE_F32] <= 0)
         report(w, fl, "device.flops.f32 is missing: give the nominal fp32 FLOP/s");
     by_dtype(w, get(w, dev, "attention"), "device.attention", c->attention);
+    static const char *const score_keys[] = {"forward", "backward", NULL};
+    yaml_node_t *scores = get(w, dev, "attention_scores");
+    only(w, scores, "device.attention_scores", score_keys);
+    for (int k = 0; k < 2; k++)
+        number(w, scores, "device.attention_scores", score_keys[k], scores != NULL, true,
+               &c->score_bytes[k]);
     number(w, dev, "device", "gemm_efficiency", false, false, &c->gemm_efficiency);
     number(w, dev, "device", "attention_efficiency", false, false, &c->attention_efficiency);
     number(w, dev, "device", "elementwise_efficiency", false, false, &c->elementwise_efficiency);
@@ -333,6 +340,9 @@ void hs_cluster_write(const hs_cluster *c, FILE *f) {
     if (att) fprintf(f, "  attention:\n");
     for (int d = 0; d < 3; d++)
         if (c->attention[d] > 0) fprintf(f, "    %s: %.4g\n", dn[d], c->attention[d]);
+    if (c->score_bytes[0] > 0 || c->score_bytes[1] > 0)
+        fprintf(f, "  attention_scores:\n    forward: %.4g\n    backward: %.4g\n",
+                c->score_bytes[0], c->score_bytes[1]);
     if (c->n_gemm) fprintf(f, "  gemm:\n");
     for (int i = 0; i < c->n_gemm; i++)
         fprintf(f, "    - {dtype: %s, m: %lld, n: %lld, k: %lld, flops: %.4g}\n",

@@ -5,9 +5,10 @@
  * - Compute: each GEMM of a block (q, k, v, o, gate, up, down, the routed
  *   and shared experts, the head) at the device's rate for its shape
  *   (device.gemm, interpolated in log m n k, or the nominal peak times
- *   gemm_efficiency), causal attention at its rate, the element-wise
- *   passes at memory bandwidth; backward twice the GEMMs and 2.5 times
- *   the attention, full recompute adds a forward, selective the
+ *   gemm_efficiency), causal attention at its rate (with its scores'
+ *   bytes where the kernel materialises them), the element-wise passes at
+ *   memory bandwidth; backward twice the GEMMs and 2.5 times the
+ *   attention, full recompute adds a forward, selective the
  *   element-wise part. On a shared node (CPU cores) the ranks divide it.
  * - Collectives: ring time (g - 1) latency + (g - 1) / g bytes / bandwidth
  *   (all-reduce twice, or a tree where that is faster), on the link of the
@@ -21,7 +22,8 @@
  *   compute queue. TP, CP and EP collectives sit on the compute queue.
  * - PP: every stage runs hs_pp_schedule's actions in order; an action
  *   starts when its stage is free and its input has arrived (the hand-over
- *   a point-to-point message).
+ *   a point-to-point message); a stage prefetches across its chunks in
+ *   the units' one order.
  * - Then the gradient norm's all-reduce and the optimizer's memory pass. */
 #include <math.h>
 #include <stdlib.h>
@@ -91,7 +93,7 @@ static double bytes_s(const tctx *c, double bytes) {
 /* One block's forward on one rank, for a micro-batch: GEMMs, attention and
  * element-wise parts, seconds. */
 typedef struct block_time {
-    double gemm, attn, elem;
+    double gemm, attn, attn_back, elem;
 } block_time;
 
 static block_time block_forward(const tctx *c, bool moe) {
@@ -127,9 +129,16 @@ static block_time block_forward(const tctx *c, bool moe) {
         b.gemm += 2 * gemm_s(c, tok, F, C) + gemm_s(c, tok, C, F);
         ffn_elems = tok * F;
     }
-    /* causal: each local query row meets on average half of the sequence */
-    double T = c->cfg->train.seq_len;
-    b.attn = 2 * tok * T * hd * H / attention_rate(c);
+    /* causal: each local query row meets on average half of the sequence
+     * (a fused kernel skips the masked half); the backward 2.5 times the
+     * forward's FLOPs. A kernel that materialises the scores computes the
+     * masked half too and moves each score through memory. */
+    double T = c->cfg->train.seq_len, scores = tok * T * H;
+    const double *sb = c->cl->score_bytes;
+    bool materialised = sb[0] > 0 || sb[1] > 0;
+    b.attn = (materialised ? 4 : 2) * tok * T * hd * H / attention_rate(c);
+    b.attn_back = 2.5 * b.attn + bytes_s(c, scores * sb[1]);
+    b.attn += bytes_s(c, scores * sb[0]);
     /* norms, RoPE, residual adds, SwiGLU: about 16 C and 6 F values a token
      * read or written */
     b.elem += bytes_s(c, (16 * tok * C + 6 * ffn_elems + 4 * tok * (H + 2 * Hkv) * hd) * s);
@@ -301,7 +310,7 @@ static void role_costs(const tctx *c, const hs_plan_role *r, pass_costs *pc) {
         double mp = pc->mp[HS_PLAN_TP] + pc->mp[HS_PLAN_CP] + pc->mp[HS_PLAN_EP];
         double f = b.gemm + b.attn + b.elem + mp / 2;
         double re = ac == HS_AC_FULL ? f : ac == HS_AC_SELECTIVE ? b.elem : 0;
-        double bin = b.gemm + 2.5 * b.attn + 2 * b.elem + mp / 2 + re, bw = b.gemm;
+        double bin = b.gemm + b.attn_back + 2 * b.elem + mp / 2 + re, bw = b.gemm;
         if (x == 0) pc->fwd = f, pc->bwd_in = bin, pc->bwd_w = bw;
         else pc->fwd_moe = f, pc->bwd_in_moe = bin, pc->bwd_w_moe = bw;
     }
@@ -360,6 +369,25 @@ static void weight_pass(tq *q, bool sync) {
 }
 
 /* ---------------------------------------------------------- pipeline */
+
+/* A stage's units run in one prefetch order across its chunks (fsdp's
+ * set_prefetch: declaration order forward, reversed backward), so the
+ * last units of a chunk's forward gather the first blocks of the stage's
+ * next chunk, and the first units of a chunk's backward the last blocks
+ * of its previous one: `count` blocks of `to` from block `from` on (1 the
+ * first, q->n - 1 the last; `step` +1 or -1), issued at `at` on the
+ * stage's comm queue `cq` where not already unsharded. */
+static void prefetch_across(const tctx *c, const pass_costs *pc, tq *to, int from, int step,
+                            int count, double at, double *cq) {
+    for (int j = 0, k = from; j < count && k >= 1 && k < to->n; j++, k += step) {
+        if (to->unsharded[k]) continue;
+        to->unsharded[k] = true;
+        to->done[k] = 0;
+        if (!c->gather || pc->ag[1] <= 0) continue;
+        *cq = (*cq > at ? *cq : at) + pc->ag[1];
+        to->done[k] = *cq;
+    }
+}
 
 typedef struct pp_stage {
     hs_pp_action *a;
@@ -436,8 +464,20 @@ static hs_status pipeline(const tctx *c, const pass_costs *pc, double *makespan,
                     if (f < 0) break;
                     ready = f + msg;
                 }
+                double start = p->free > ready ? p->free : ready;
                 run_action(c, pc, p, &q[ch], a, split, first[ch], len[ch], ch == 0, ch == nc - 1, M,
-                           p->free > ready ? p->free : ready);
+                           start);
+                /* the prefetch into the stage's neighbouring chunk, issued
+                 * as this action's last units begin */
+                const hs_fsdp_config *f = &cfg->fsdp;
+                int dir = a.kind == HS_PP_FORWARD ? 1 : a.kind == HS_PP_BACKWARD ? -1 : 0;
+                int depth = dir > 0 ? f->forward_prefetch_depth : f->backward_prefetch_depth;
+                if (dir && a.chunk + dir >= 0 && a.chunk + dir < V && depth > 0) {
+                    tq *to = &q[hs_pp_model_chunk(kind, pp, s, a.chunk + dir)];
+                    double at = p->free - depth * q[ch].block;
+                    prefetch_across(c, pc, to, dir > 0 ? 1 : to->n - 1, dir, depth,
+                                    at > start ? at : start, &p->cq);
+                }
                 fin[((int)a.kind * nc + ch) * M + a.micro_batch] = p->free;
                 p->next++;
                 moved = true;

@@ -10,6 +10,9 @@
 #   bubble of gpipe and 1f1b is (pp - 1) / (M + pp - 1), interleaved's with
 #   V chunks (pp - 1) / (V M + pp - 1), within 0.03 (the head and the
 #   embedding are not quite zero), and zb1p's and zbv's below 1f1b's;
+# - device.attention_scores (a kernel that materialises the scores) adds
+#   the scores' bytes and the masked half's FLOPs to the step, to its
+#   closed form within 5%; half of the key is refused;
 # - a 405B-class model on 16384 devices answers in under 5 s, the search
 #   over 256 devices in under 60 s (docs/plan.md times 1024);
 # - against this machine: calibrate, then three layouts measured and
@@ -97,6 +100,32 @@ done
 b1=$(bubble 1f1b 1) bz=$(bubble zb1p 1) bv=$(bubble zbv 2)
 python3 -c "import sys; sys.exit(not ($bz < $b1 and $bv < $b1))" ||
     fail "zero bubble: zb1p $bz and zbv $bv not below 1f1b's $b1"
+
+# device.attention_scores: a kernel that materialises the scores moves
+# each of the T x T x heads scores through memory, forward and backward,
+# on top of the masked half's FLOPs; a fused kernel (the key absent) none
+sed 's/^  memory_bandwidth: 1e15$/  memory_bandwidth: 1e12\n  attention_scores: {forward: 13, backward: 19}/' \
+    "$work/free.yaml" > "$work/scores.yaml"
+sed 's/^  memory_bandwidth: 1e15$/  memory_bandwidth: 1e12/' "$work/free.yaml" > "$work/fused.yaml"
+step_of() {
+    "$HS_BIN" plan --time --json --cluster "$1" --world 4 "${deep[@]}" "${gpu[@]}" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["step_time_s"])'
+}
+# a stage's 8 blocks x 4 micro-batches, each moving 512 x 512 x 8 heads x
+# (13 + 19) B at 1e12 x 0.7 B/s and computing the masked half too (2 x 512
+# x 512 x 128 x 8 FLOPs forward, 2.5 x that backward, at 1e14 x 0.4), the
+# step (M + pp - 1) / M = 7/4 of a stage's work: within 5%
+sf=$(step_of "$work/fused.yaml") ss=$(step_of "$work/scores.yaml")
+python3 -c "
+import sys
+per = 512 * 512 * 8 * 32 / 0.7e12 + 2 * 512 * 512 * 128 * 8 * 3.5 / 0.4e14
+want = 8 * 4 * per * 7 / 4
+sys.exit(abs(($ss - $sf) / want - 1) > 0.05)" ||
+    fail "materialised scores: $ss s, fused $sf s"
+sed 's/^  memory_bandwidth: 1e15$/  memory_bandwidth: 1e15\n  attention_scores: {forward: 13}/' \
+    "$work/free.yaml" > "$work/half.yaml"
+hs_expect_exit 2 scores_half "half.yaml:.*device.attention_scores.backward is missing" \
+    plan --time --cluster "$work/half.yaml" --world 4
 
 # speed at scale
 t0=$(date +%s.%N)
