@@ -10,6 +10,8 @@
 #   bubble of gpipe and 1f1b is (pp - 1) / (M + pp - 1), interleaved's with
 #   V chunks (pp - 1) / (V M + pp - 1), within 0.03 (the head and the
 #   embedding are not quite zero), and zb1p's and zbv's below 1f1b's;
+# - a stage's FSDP prefetch crosses its chunks: with the parameters kept
+#   for the step, its waits do not grow with its chunks (V = 4 against 1);
 # - device.attention_scores (a kernel that materialises the scores) adds
 #   the scores' bytes and the masked half's FLOPs to the step, to its
 #   closed form within 5%; half of the key is refused;
@@ -100,6 +102,35 @@ done
 b1=$(bubble 1f1b 1) bz=$(bubble zb1p 1) bv=$(bubble zbv 2)
 python3 -c "import sys; sys.exit(not ($bz < $b1 and $bv < $b1))" ||
     fail "zero bubble: zb1p $bz and zbv $bv not below 1f1b's $b1"
+
+# a stage's FSDP prefetch crosses its chunks, as the runtime's does: with
+# the parameters kept for the whole step, a stage waits for its first
+# gathers only, however many chunks it holds (without the crossing each
+# chunk's first block would wait for its own: 4 times as long at V = 4)
+cat > "$work/slow.yaml" <<'Y'
+name: one device a node, 20 GB/s between them
+nodes: 8
+node: {devices: 1, nics: 1}
+device:
+  flops: {f32: 1e13, bf16: 1e14}
+  memory_bytes: 1e12
+  memory_bandwidth: 1e15
+links:
+  intra_node: {bandwidth: 1e18, latency: 0}
+  inter_node: {bandwidth: 2e10, latency: 0}
+Y
+kept=(model.dim=1024 model.n_heads=8 model.n_kv_heads=8 model.ffn_dim=4096 model.n_layers=16
+      model.vocab_size=256 train.seq_len=512 train.micro_batch_size=1 train.global_batch_size=16
+      accelerator.pp_size=4 fsdp_config.dp_shard_size=2 fsdp_config.reshard_after_forward=false
+      fsdp_config.reshard_after_backward=false fsdp_config.requires_grad_sync=false)
+waits() { # SCHEDULE V: the stages' FSDP waits
+    "$HS_BIN" plan --time --json --cluster "$work/slow.yaml" --world 8 "${kept[@]}" \
+        accelerator.pp_schedule="$1" accelerator.pp_virtual_stages="$2" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["exposed_fsdp_s"])'
+}
+w1=$(waits 1f1b 1) w4=$(waits interleaved_1f1b 4)
+python3 -c "import sys; sys.exit(not (0 < $w1 and $w4 <= 1.2 * $w1))" ||
+    fail "FSDP waits: V = 4 $w4 s against V = 1 $w1 s"
 
 # device.attention_scores: a kernel that materialises the scores moves
 # each of the T x T x heads scores through memory, forward and backward,
