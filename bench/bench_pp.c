@@ -339,7 +339,7 @@ int hs_bench_pp(int argc, char **argv) {
         if (world % pp || pp > o.layers) continue;
         for (int k = 0; k < HS_PP_N_SCHEDULES && n < MAX_LAYOUTS; k++) {
             const hs_pp_schedule_info *info = hs_pp_schedule_info_of((hs_pp_schedule_kind)k);
-            int v = info->min_chunks > 1 ? info->min_chunks : 1;
+            int v = info->min_chunks;
             if (v * pp > o.layers) continue; /* every chunk needs a block */
             pp_layout *l = &ls[n++];
             l->pp = pp;

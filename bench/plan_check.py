@@ -67,9 +67,10 @@ def measure(args, world, over, tmp):
     rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if '"step_time_s"' in l]
     rows = [r for r in rows if r["step"] > 2]
     subprocess.run(["rm", "-rf", out])
+    bubbles = [r["bubble"] for r in rows if "bubble" in r]  # pipeline runs only
     return (statistics.median(r["step_time_s"] for r in rows),
             statistics.median(exposed(r) for r in rows),
-            statistics.median(r.get("bubble", 0) for r in rows))
+            statistics.median(bubbles) if bubbles else None)
 
 
 def exposed(r):
@@ -140,8 +141,7 @@ def main():
             err = p["step_time_s"] / m - 1
             errs.append(abs(err))
             p_exp = exposed(p)
-            bubble = (f"{100 * m_bub:.0f}% / {100 * p['bubble']:.0f}%"
-                      if "pp_size" in " ".join(over) else "-")
+            bubble = f"{100 * m_bub:.0f}% / {100 * p['bubble']:.0f}%" if m_bub is not None else "-"
             if args.markdown:
                 print(f"| {name} | {world} | {m:.4f} | {p['step_time_s']:.4f} | {100 * err:+.1f}% "
                       f"| {m_exp:.4f} / {p_exp:.4f} | {bubble} |")

@@ -285,8 +285,6 @@ void hs_config_pp_stages(const hs_accel_config *accel, int model_layers, int *fi
  * 2 pp_size - 1 - stage for v = 1 (the first stage holds the first and
  * the last chunk, the last stage the two middle ones). */
 int hs_config_pp_chunk(const hs_accel_config *accel, int stage, int v);
-/* The same rule for a schedule name and pp_size. */
-int hs_config_pp_chunk_of(const char *schedule, int pp, int stage, int v);
 
 /* The pipeline schedules accelerator.pp_schedule names, one row each. The
  * config's checks, the action lists and chunk placement (parallel.h), the
@@ -330,6 +328,9 @@ const hs_pp_schedule_info *hs_pp_schedule_find(const char *name);
 /* Actions one stage runs per micro-batch and local chunk: 3 where the
  * backward splits, else 2. */
 int hs_pp_schedule_passes(const hs_pp_schedule_info *info);
+/* The model chunk stage `stage` of pp runs as its local chunk v under the
+ * schedule's placement (hs_config_pp_chunk; NULL info: round robin). */
+int hs_pp_schedule_chunk(const hs_pp_schedule_info *info, int pp, int stage, int v);
 
 /* Deep copy (replicate_params, freeze); HS_ERR_OOM, and dst empty of
  * lists, when they cannot be copied. */

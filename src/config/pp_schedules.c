@@ -49,3 +49,8 @@ const hs_pp_schedule_info *hs_pp_schedule_find(const char *name) {
 }
 
 int hs_pp_schedule_passes(const hs_pp_schedule_info *info) { return info->splits_backward ? 3 : 2; }
+
+int hs_pp_schedule_chunk(const hs_pp_schedule_info *info, int pp, int stage, int v) {
+    if (info && info->v_shape && v == 1) return 2 * pp - 1 - stage;
+    return stage + v * pp;
+}

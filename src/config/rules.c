@@ -200,14 +200,8 @@ void hs_config_pp_stages(const hs_accel_config *accel, int model_layers, int *fi
     for (int s = 0, sum = 0; s < pp; sum += n_layers[s], s++) first_layer[s] = sum;
 }
 
-int hs_config_pp_chunk_of(const char *schedule, int pp, int stage, int v) {
-    const hs_pp_schedule_info *info = hs_pp_schedule_find(schedule);
-    if (info && info->v_shape && v == 1) return 2 * pp - 1 - stage;
-    return stage + v * pp;
-}
-
 int hs_config_pp_chunk(const hs_accel_config *accel, int stage, int v) {
-    return hs_config_pp_chunk_of(accel->pp_schedule, accel->pp_size, stage, v);
+    return hs_pp_schedule_chunk(hs_pp_schedule_find(accel->pp_schedule), accel->pp_size, stage, v);
 }
 
 /* "[3, 1]" of `n` counts. */

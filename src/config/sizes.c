@@ -6,7 +6,6 @@
  * is the product times the most bytes (or copies) any figure keeps per
  * unit of it, so a config that passes never wraps a count downstream. */
 #include <limits.h>
-#include <string.h>
 
 #include "config/checks.h"
 

@@ -5,7 +5,7 @@
 #include "hypershard/parallel.h"
 
 int hs_pp_model_chunk(hs_pp_schedule_kind kind, int pp, int stage, int v) {
-    return hs_config_pp_chunk_of(hs_pp_schedule_info_of(kind)->name, pp, stage, v);
+    return hs_pp_schedule_chunk(hs_pp_schedule_info_of(kind), pp, stage, v);
 }
 
 void hs_pp_chunk_home(hs_pp_schedule_kind kind, int pp, int c, int *stage, int *v) {

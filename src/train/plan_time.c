@@ -428,6 +428,8 @@ static hs_status pipeline(const tctx *c, const pass_costs *pc, double *makespan,
     int nc = pp * V, n = (int)hs_pp_schedule_length(kind, M, V);
     int first[HS_PP_MAX_STAGES], len[HS_PP_MAX_STAGES];
     hs_config_pp_stages(&cfg->accelerator, cfg->model.n_layers, first, len);
+    /* the prefetch depths into a neighbouring chunk: forward, backward */
+    int depth[2] = {cfg->fsdp.forward_prefetch_depth, cfg->fsdp.backward_prefetch_depth};
     pp_stage *st = calloc((size_t)pp, sizeof *st);
     double *fin = calloc((size_t)3 * nc * M, sizeof *fin); /* [kind][chunk][mb] end, -1 not yet */
     tq *q = calloc((size_t)nc, sizeof *q);                 /* each chunk's units */
@@ -469,13 +471,12 @@ static hs_status pipeline(const tctx *c, const pass_costs *pc, double *makespan,
                            start);
                 /* the prefetch into the stage's neighbouring chunk, issued
                  * as this action's last units begin */
-                const hs_fsdp_config *f = &cfg->fsdp;
                 int dir = a.kind == HS_PP_FORWARD ? 1 : a.kind == HS_PP_BACKWARD ? -1 : 0;
-                int depth = dir > 0 ? f->forward_prefetch_depth : f->backward_prefetch_depth;
-                if (dir && a.chunk + dir >= 0 && a.chunk + dir < V && depth > 0) {
+                int d = dir > 0 ? depth[0] : depth[1];
+                if (dir && a.chunk + dir >= 0 && a.chunk + dir < V && d > 0) {
                     tq *to = &q[hs_pp_model_chunk(kind, pp, s, a.chunk + dir)];
-                    double at = p->free - depth * q[ch].block;
-                    prefetch_across(c, pc, to, dir > 0 ? 1 : to->n - 1, dir, depth,
+                    double at = p->free - d * q[ch].block;
+                    prefetch_across(c, pc, to, dir > 0 ? 1 : to->n - 1, dir, d,
                                     at > start ? at : start, &p->cq);
                 }
                 fin[((int)a.kind * nc + ch) * M + a.micro_batch] = p->free;

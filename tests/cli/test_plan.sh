@@ -86,11 +86,26 @@ done
 # call and byte for byte; so are the all-to-all CP methods' exchanges, and
 # a pipeline stage's hand-overs (what it sends on pp_forward and
 # pp_backward; under sequence parallel its rows of the residual stream).
+# The run's metrics.jsonl measures its exposed communication under plan
+# --time's names: time in the TP and CP collectives where the layout has
+# them (none where it has not), FSDP's waits, and a bubble in [0, 1)
+# under a pipeline only.
 comm_check() {
     local name=$1 n=$2
     shift 2
     "$HS_BIN" plan --world "$n" --json "${tiny[@]}" train.steps=1 "$@" > "$work/$name.plan.json"
     hs_train "$name" "$n" train.steps=1 trace.enabled=true "$@"
+    python3 - "$work/$name.plan.json" "$work/$name/metrics.jsonl" <<'PY' || fail "$name: metrics"
+import json, sys
+comm = json.load(open(sys.argv[1]))["ranks"][0]["comm"]
+for r in map(json.loads, open(sys.argv[2])):
+    x = r["exposed_s"]
+    assert sorted(x) == ["cp", "ep", "tp"] and r["exposed_fsdp_s"] >= 0, r
+    for k in ("tp", "cp"):
+        assert (x[k] > 0) == (comm[k]["calls"] > 0), (k, x, comm[k])
+    assert ("bubble" in r) == (comm["pp"]["calls"] > 0), r
+    assert "bubble" not in r or 0 <= r["bubble"] < 1, r
+PY
     python3 - "$name" "$work/$name.plan.json" "$work/$name/trace/trace.json" <<'PY' || fail "$name: comm"
 import collections, json, sys
 name, plan, trace = sys.argv[1:]

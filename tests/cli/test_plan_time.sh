@@ -89,10 +89,15 @@ Y
 deep=(model.dim=1024 model.n_heads=8 model.n_kv_heads=8 model.ffn_dim=4096 model.n_layers=32
       model.vocab_size=256 train.seq_len=512 train.micro_batch_size=1 train.global_batch_size=4
       accelerator.pp_size=4)
+predicted() { # CLUSTER KEY WORLD ARGS...: plan --time --json's KEY
+    local cluster=$1 key=$2 world=$3
+    shift 3
+    "$HS_BIN" plan --time --json --cluster "$cluster" --world "$world" "$@" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$key"
+}
 bubble() { # SCHEDULE V: the predicted bubble
-    "$HS_BIN" plan --time --json --cluster "$work/free.yaml" --world 4 "${deep[@]}" \
-        accelerator.pp_schedule="$1" accelerator.pp_virtual_stages="$2" |
-        python3 -c 'import json, sys; print(json.load(sys.stdin)["bubble"])'
+    predicted "$work/free.yaml" bubble 4 "${deep[@]}" accelerator.pp_schedule="$1" \
+        accelerator.pp_virtual_stages="$2"
 }
 for s in "gpipe 1 0.4286" "1f1b 1 0.4286" "interleaved_1f1b 2 0.2727"; do
     set -- $s
@@ -107,26 +112,16 @@ python3 -c "import sys; sys.exit(not ($bz < $b1 and $bv < $b1))" ||
 # the parameters kept for the whole step, a stage waits for its first
 # gathers only, however many chunks it holds (without the crossing each
 # chunk's first block would wait for its own: 4 times as long at V = 4)
-cat > "$work/slow.yaml" <<'Y'
-name: one device a node, 20 GB/s between them
-nodes: 8
-node: {devices: 1, nics: 1}
-device:
-  flops: {f32: 1e13, bf16: 1e14}
-  memory_bytes: 1e12
-  memory_bandwidth: 1e15
-links:
-  intra_node: {bandwidth: 1e18, latency: 0}
-  inter_node: {bandwidth: 2e10, latency: 0}
-Y
+sed -e 's/^nodes: 4$/nodes: 8/' -e 's/{devices: 8, nics: 8}/{devices: 1, nics: 1}/' \
+    -e 's/inter_node: {bandwidth: 1e18/inter_node: {bandwidth: 2e10/' \
+    "$work/free.yaml" > "$work/slow.yaml" # one device a node, 20 GB/s between them
 kept=(model.dim=1024 model.n_heads=8 model.n_kv_heads=8 model.ffn_dim=4096 model.n_layers=16
       model.vocab_size=256 train.seq_len=512 train.micro_batch_size=1 train.global_batch_size=16
       accelerator.pp_size=4 fsdp_config.dp_shard_size=2 fsdp_config.reshard_after_forward=false
       fsdp_config.reshard_after_backward=false fsdp_config.requires_grad_sync=false)
 waits() { # SCHEDULE V: the stages' FSDP waits
-    "$HS_BIN" plan --time --json --cluster "$work/slow.yaml" --world 8 "${kept[@]}" \
-        accelerator.pp_schedule="$1" accelerator.pp_virtual_stages="$2" |
-        python3 -c 'import json, sys; print(json.load(sys.stdin)["exposed_fsdp_s"])'
+    predicted "$work/slow.yaml" exposed_fsdp_s 8 "${kept[@]}" accelerator.pp_schedule="$1" \
+        accelerator.pp_virtual_stages="$2"
 }
 w1=$(waits 1f1b 1) w4=$(waits interleaved_1f1b 4)
 python3 -c "import sys; sys.exit(not (0 < $w1 and $w4 <= 1.2 * $w1))" ||
@@ -138,10 +133,7 @@ python3 -c "import sys; sys.exit(not (0 < $w1 and $w4 <= 1.2 * $w1))" ||
 sed 's/^  memory_bandwidth: 1e15$/  memory_bandwidth: 1e12\n  attention_scores: {forward: 13, backward: 19}/' \
     "$work/free.yaml" > "$work/scores.yaml"
 sed 's/^  memory_bandwidth: 1e15$/  memory_bandwidth: 1e12/' "$work/free.yaml" > "$work/fused.yaml"
-step_of() {
-    "$HS_BIN" plan --time --json --cluster "$1" --world 4 "${deep[@]}" "${gpu[@]}" |
-        python3 -c 'import json, sys; print(json.load(sys.stdin)["step_time_s"])'
-}
+step_of() { predicted "$1" step_time_s 4 "${deep[@]}" "${gpu[@]}"; }
 # a stage's 8 blocks x 4 micro-batches, each moving 512 x 512 x 8 heads x
 # (13 + 19) B at 1e12 x 0.7 B/s and computing the masked half too (2 x 512
 # x 512 x 128 x 8 FLOPs forward, 2.5 x that backward, at 1e14 x 0.4), the
