@@ -89,7 +89,7 @@ typedef struct hs_event {
 /* ------------------------------------------------------------------ memory */
 
 typedef struct hs_device_ops {
-    void *(*alloc)(hs_device *d, size_t bytes); /* device pool */
+    void *(*alloc)(hs_device *d, size_t bytes, hs_stream *s); /* device pool, for use on s */
     void (*free)(hs_device *d, void *p);
     void *(*host_alloc)(hs_device *d, size_t bytes); /* host pool   */
     void (*host_free)(hs_device *d, void *p);
@@ -102,6 +102,9 @@ typedef struct hs_device_ops {
     void (*event_record)(hs_event *e, hs_stream *s);
     void (*stream_wait)(hs_stream *s, hs_event *e); /* s waits for e, the host does not */
     void (*event_synchronize)(hs_event *e);         /* the host waits for e */
+    /* Whether e has completed; NULL where an event is complete once
+     * recorded (cpu, reference). */
+    bool (*event_query)(hs_event *e);
     void (*stream_synchronize)(hs_stream *s);
     void (*synchronize)(hs_device *d); /* every stream */
     /* Frees the backend's own state (ctx) once its memory is given back;
@@ -449,6 +452,14 @@ void hs_device_free(hs_device *d);
  * checks the device after building the model and after every step, so a
  * NULL kept there is reported as what it is. */
 void *hs_device_alloc(hs_device *d, size_t bytes);
+/* The same for work on stream s (NULL: the default stream): freed, the
+ * block serves s's next request (hs_mem_cache). FSDP's all-gather outputs
+ * are the all-gather stream's. */
+void *hs_device_alloc_on(hs_device *d, size_t bytes, hs_stream *s);
+/* p (device memory) is used on s as well as on the stream it was
+ * allocated on: its free waits for s's work issued until then (PyTorch's
+ * record_stream). */
+void hs_device_record_stream(hs_device *d, void *p, hs_stream *s);
 static inline void hs_device_free_mem(hs_device *d, void *p) { d->ops->free(d, p); }
 /* Host (pinned) memory: NULL as hs_device_alloc (and recorded alike);
  * report it with hs_pool_oom(&d->host_pool, ...). */
@@ -680,6 +691,15 @@ void hs_device_profile_add(hs_device *d, hs_prof_class c, double seconds, double
 /* Blocks come from `raw_alloc` rounded up to a size class and go back to a
  * free list of their class when freed, for the next request of that class;
  * hs_mem_cache_trim hands the free lists back to `raw_free`. Thread safe.
+ * Free lists are kept per stream, as PyTorch's CUDA caching allocator keeps
+ * them: a block belongs to the stream it was allocated on (an opaque key;
+ * NULL the default stream) and is handed out again only to requests on that
+ * stream, whose work is ordered after all the block's earlier work there. A
+ * block also used on another stream is recorded there
+ * (hs_mem_cache_record, PyTorch's record_stream); when freed it is parked
+ * with an event marked on each such stream and reaches its free list once
+ * they have completed (looked at on each allocation; waited for before a
+ * trim, so a failed raw allocation can still reclaim it).
  * When raw_alloc fails the free lists are handed back and it is tried once
  * more. Size classes: 512 bytes and below round to 512; above, four classes
  * per power of two (640, 768, 896, 1024, 1280, ...), so a block wastes
@@ -706,6 +726,27 @@ void hs_mem_cache_free_all(hs_mem_cache *c);
 /* NULL when raw_alloc fails even after the free lists are handed back, or
  * the block table cannot grow: nothing is counted then. */
 void *hs_mem_cache_alloc(hs_mem_cache *c, size_t bytes);
+/* The same for use on `stream` (NULL: the default stream). At most 64
+ * streams per cache at once (hs_mem_cache_stream_gone frees a slot). */
+void *hs_mem_cache_alloc_on(hs_mem_cache *c, size_t bytes, const void *stream);
+/* p, live, is used on `stream` too: its free waits for that stream's work
+ * issued until then. */
+void hs_mem_cache_record(hs_mem_cache *c, void *p, const void *stream);
+/* How the cache marks a point in a stream's work: mark returns an event
+ * recorded on `stream` now (NULL: nothing to wait for), done whether it has
+ * completed, wait blocks the host until it has, release frees it. Without
+ * them (RAM backends) a stream's work is complete once issued, and a
+ * recorded block goes straight back to its free list. */
+typedef struct hs_mem_cache_events {
+    void *(*mark)(void *ctx, const void *stream);
+    bool (*done)(void *ctx, void *ev);
+    void (*wait)(void *ctx, void *ev);
+    void (*release)(void *ctx, void *ev);
+} hs_mem_cache_events;
+void hs_mem_cache_set_events(hs_mem_cache *c, const hs_mem_cache_events *ev, void *ctx);
+/* `stream` has been synchronized and is going away: its free lists and
+ * blocks become the default stream's, and its slot is free. */
+void hs_mem_cache_stream_gone(hs_mem_cache *c, const void *stream);
 /* NULL is fine (returns 0); p must come from c. Returns the bytes p was
  * asked for. */
 size_t hs_mem_cache_free(hs_mem_cache *c, void *p);

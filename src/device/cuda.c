@@ -72,9 +72,9 @@ static void pinned_raw_free(void *ctx, void *p) { cudaFreeHost(p); }
 
 /* Counted in the pool by the bytes asked for once the cache has them, as
  * ram.c counts. */
-static void *cached_alloc(hs_mem_cache *c, hs_pool *pool, size_t bytes) {
+static void *cached_alloc(hs_mem_cache *c, hs_pool *pool, size_t bytes, const void *stream) {
     if (!hs_pool_fits(pool, bytes)) return NULL;
-    void *p = hs_mem_cache_alloc(c, bytes);
+    void *p = hs_mem_cache_alloc_on(c, bytes, stream);
     if (p && !hs_pool_charge(pool, bytes)) {
         hs_mem_cache_free(c, p);
         p = NULL;
@@ -99,8 +99,8 @@ typedef struct cuda_state {
     int n_scratch, cap_scratch;
 } cuda_state;
 
-static void *gpu_alloc(hs_device *d, size_t bytes) {
-    return cached_alloc(d->cache, &d->device_pool, bytes);
+static void *gpu_alloc(hs_device *d, size_t bytes, hs_stream *s) {
+    return cached_alloc(d->cache, &d->device_pool, bytes, hs_device_stream_key(d, s));
 }
 
 static void gpu_free(hs_device *d, void *p) {
@@ -108,7 +108,7 @@ static void gpu_free(hs_device *d, void *p) {
 }
 
 static void *gpu_host_alloc(hs_device *d, size_t bytes) {
-    return cached_alloc(((cuda_state *)d->ctx)->pinned, &d->host_pool, bytes);
+    return cached_alloc(((cuda_state *)d->ctx)->pinned, &d->host_pool, bytes, NULL);
 }
 
 static void gpu_host_free(hs_device *d, void *p) {
@@ -185,6 +185,20 @@ static void gpu_event_synchronize(hs_event *e) {
     if (err != cudaSuccess) fail_cuda(e->dev, err, "an event's wait");
 }
 
+/* cudaErrorNotReady is the answer "not yet"; any other failure is the
+ * device's, recorded, and the event counts as done so nothing waits on a
+ * broken device. */
+static bool gpu_event_query(hs_event *e) {
+    set_current(e->dev);
+    cudaError_t err = cudaEventQuery((cudaEvent_t)e->ctx);
+    if (err == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    if (err != cudaSuccess) fail_cuda(e->dev, err, "an event's query");
+    return true;
+}
+
 static void gpu_stream_synchronize(hs_stream *s) {
     hs_cuda_check(s, cudaStreamSynchronize(hs_cuda_stream(s)), "a stream's wait");
 }
@@ -221,6 +235,7 @@ static const hs_device_ops cuda_ops = {
     .event_create = gpu_event_create,
     .event_destroy = gpu_event_destroy,
     .event_record = gpu_event_record,
+    .event_query = gpu_event_query,
     .stream_wait = gpu_stream_wait,
     .event_synchronize = gpu_event_synchronize,
     .stream_synchronize = gpu_stream_synchronize,

@@ -54,6 +54,28 @@ bool hs_device_kind_compiled(hs_device_kind k) {
     return k >= 0 && k < HS_DEVICE_KIND_COUNT && backends[k].init != NULL;
 }
 
+/* The caching allocator's events on a device whose events complete later
+ * than issued (a GPU): an hs_event per parked block and stream. */
+static void *cache_mark(void *ctx, const void *key) {
+    hs_device *d = ctx;
+    hs_stream *s = key ? (hs_stream *)key : d->stream;
+    hs_event *ev = NULL;
+    if (hs_event_create(d, &ev, NULL) != HS_OK) { /* no event: the host waits now */
+        hs_stream_synchronize(s);
+        return NULL;
+    }
+    hs_event_record(ev, s);
+    return ev;
+}
+
+static bool cache_done(void *ctx, void *ev) {
+    hs_event *e = ev;
+    return e->dev->ops->event_query(e);
+}
+
+static void cache_wait(void *ctx, void *ev) { hs_event_synchronize(ev); }
+static void cache_release(void *ctx, void *ev) { hs_event_free(ev); }
+
 hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out, hs_error *e) {
     *out = NULL;
     if (kind == HS_DEVICE_CUDA && !hs_device_kind_compiled(kind))
@@ -83,6 +105,10 @@ hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out
         hs_device_free(d);
         return s;
     }
+    if (d->ops->event_query) {
+        static const hs_mem_cache_events ev = {cache_mark, cache_done, cache_wait, cache_release};
+        hs_mem_cache_set_events(d->cache, &ev, d);
+    }
     *out = d;
     return HS_OK;
 }
@@ -99,14 +125,20 @@ void hs_device_free(hs_device *d) {
 
 hs_mem_cache_stats hs_device_mem_stats(hs_device *d) { return hs_mem_cache_stats_get(d->cache); }
 
-void *hs_device_alloc(hs_device *d, size_t bytes) {
-    void *p = d->ops->alloc(d, bytes);
+void *hs_device_alloc(hs_device *d, size_t bytes) { return hs_device_alloc_on(d, bytes, NULL); }
+
+void *hs_device_alloc_on(hs_device *d, size_t bytes, hs_stream *s) {
+    void *p = d->ops->alloc(d, bytes, s);
     if (p == NULL) {
         hs_error e;
         hs_device_oom(d, bytes, "a device buffer", &e);
         hs_device_fail(d, &e);
     }
     return p;
+}
+
+void hs_device_record_stream(hs_device *d, void *p, hs_stream *s) {
+    hs_mem_cache_record(d->cache, p, hs_device_stream_key(d, s));
 }
 
 void *hs_host_alloc(hs_device *d, size_t bytes) {
@@ -210,7 +242,13 @@ hs_status hs_stream_create(hs_device *d, hs_stream **out, hs_error *e) {
 
 void hs_stream_free(hs_stream *s) {
     if (s == NULL) return;
-    s->dev->ops->stream_destroy(s->dev, s->ctx);
+    hs_device *d = s->dev;
+    if (s != d->stream && d->cache) {
+        /* its blocks go to the default stream once its work is done */
+        hs_stream_synchronize(s);
+        hs_mem_cache_stream_gone(d->cache, s);
+    }
+    d->ops->stream_destroy(d, s->ctx);
     free(s);
 }
 

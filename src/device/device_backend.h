@@ -33,6 +33,12 @@ void hs_adamw_many_each(hs_stream *s, const hs_adamw_tensor *t, int count,
  * handle, or NULL with dlerror()'s reason in why. */
 void *hs_device_module_open(const char *file, char *why, size_t why_n);
 
+/* The caching allocator's key of stream s on d: NULL for the default
+ * stream (and for NULL). */
+static inline const void *hs_device_stream_key(const hs_device *d, const hs_stream *s) {
+    return s == NULL || s == d->stream ? NULL : s;
+}
+
 /* The memory members of a backend whose device memory is host RAM (cpu,
  * reference): the two accounted pools, memmove copies, and streams and
  * events that complete at once. */

@@ -20,9 +20,9 @@ static void ram_raw_free(void *ctx, void *p) { free(p); }
 /* NULL when the device pool's limit or the caching allocator refuses;
  * counted once the memory is there, so a refusal leaves no trace in the
  * peak. */
-static void *ram_alloc(hs_device *d, size_t bytes) {
+static void *ram_alloc(hs_device *d, size_t bytes, hs_stream *s) {
     if (!hs_pool_fits(&d->device_pool, bytes)) return NULL;
-    void *p = hs_mem_cache_alloc(d->cache, bytes);
+    void *p = hs_mem_cache_alloc_on(d->cache, bytes, hs_device_stream_key(d, s));
     if (p && !hs_pool_charge(&d->device_pool, bytes)) { /* the room went meanwhile */
         hs_mem_cache_free(d->cache, p);
         p = NULL;

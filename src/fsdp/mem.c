@@ -59,8 +59,13 @@ void *hs_fsdp_mem_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes, const 
 
 void *hs_fsdp_mem_alloc_uninit(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes, const char *what,
                                const char *owner, hs_error *e) {
+    return hs_fsdp_mem_alloc_on(m, k, bytes, NULL, what, owner, e);
+}
+
+void *hs_fsdp_mem_alloc_on(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes, hs_stream *s,
+                           const char *what, const char *owner, hs_error *e) {
     HS_ASSERT((unsigned)k < HS_FSDP_MEM_KIND_COUNT);
-    void *p = hs_device_alloc(m->dev, bytes ? bytes : 1);
+    void *p = hs_device_alloc_on(m->dev, bytes ? bytes : 1, s);
     if (p == NULL) {
         char buf[512];
         oom_what(m, k, false, what, owner, buf, sizeof buf);

@@ -69,6 +69,12 @@ void *hs_fsdp_mem_alloc(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes, const 
  * fill would be a second pass over them per unit and step. */
 void *hs_fsdp_mem_alloc_uninit(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes, const char *what,
                                const char *owner, hs_error *e);
+/* The same for a buffer written on stream s (NULL: the compute stream) and
+ * given back to the cache only after s has waited for its last reader, as
+ * FSDP2 allocates its all-gather outputs on the all-gather stream: freed,
+ * it serves s's next request (hs_device_alloc_on). */
+void *hs_fsdp_mem_alloc_on(hs_fsdp_mem *m, hs_fsdp_mem_kind k, size_t bytes, hs_stream *s,
+                           const char *what, const char *owner, hs_error *e);
 /* `bytes` must be what was asked for at allocation. NULL is fine. */
 void hs_fsdp_mem_free(hs_fsdp_mem *m, hs_fsdp_mem_kind k, void *p, size_t bytes);
 void hs_fsdp_mem_reset_peak(hs_fsdp_mem *m);

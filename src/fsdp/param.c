@@ -112,11 +112,13 @@ void hs_fsdp_param_free(hs_fsdp_param *fp) {
 static void *own(hs_fsdp_param *fp, hs_fsdp_storage_owner owner, int64_t numel, hs_error *e) {
     size_t bytes = bytes_of(numel, fp->compute_dtype);
     /* Written whole before it is read: the all-gather fills every row of
-     * every rank's chunk (padding included), the cast every element. */
-    void *p = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_PARAM, bytes,
-                                       owner == HS_FSDP_STORAGE_CAST ? "the compute-dtype copy"
-                                                                     : "the all-gather output",
-                                       fp->p->fqn, e);
+     * every rank's chunk (padding included), the cast every element. An
+     * all-gather output is the all-gather stream's: reshard makes that
+     * stream wait for its last read before it goes back to the cache. */
+    bool gathered = owner == HS_FSDP_STORAGE_ALL_GATHER;
+    void *p = hs_fsdp_mem_alloc_on(
+        fp->mem, HS_FSDP_MEM_PARAM, bytes, gathered ? hs_fsdp_mem_ag(fp->mem) : NULL,
+        gathered ? "the all-gather output" : "the compute-dtype copy", fp->p->fqn, e);
     if (!p) return NULL;
     fp->owner = owner;
     fp->owned_bytes = bytes;
