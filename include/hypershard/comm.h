@@ -36,8 +36,10 @@
  *   means host memory the host has ready now (control plane: checkpoint
  *   agreement, plans, metrics). barrier and hs_pg_agree take no stream
  *   (host). Blocking forms = async on s + hs_work_wait_stream on s.
- *   Whatever the backend, issue synchronizes s before the communication
- *   thread may touch the buffers, and wait_stream waits on the host.
+ *   On MPI (host-staged or host-visible buffers) issue synchronizes s
+ *   before the communication thread may touch the buffers; on NCCL it
+ *   records an event on s that NCCL's stream waits for, so the issuing
+ *   thread does not wait for the GPU. wait_stream waits on the host.
  * - GPU buffers (a device whose memory the host cannot address,
  *   hs_device.host_visible false): the device must first be given to
  *   hs_comm_set_device. A group then runs the collectives on its buffers

@@ -3,29 +3,36 @@
  * behave as async + wait). */
 #include "comm/group.h"
 
-/* The mpi backend moves bytes from the host (its communication thread, or
- * the caller's inline), so before it may read or write a collective's
- * buffers the work issued on s before the call must be done: the host
- * waits for s. On cpu and reference that returns at once; on a GPU stream
+/* Before a collective may read or write its buffers, the work issued on s
+ * before the call must be done. The mpi backend moves bytes from the host
+ * (its communication thread, or the caller's inline), so the host waits
+ * for s: on cpu and reference that returns at once, and on a GPU stream
  * with host-staged MPI it is what makes the collective read what s
- * computed. (An nccl backend records an event on s instead.) */
-static void stream_ready(hs_stream *s) {
-    if (s) hs_stream_synchronize(s);
+ * computed. A group's device backend (NCCL) orders its own stream after an
+ * event recorded on s instead, so the issuing thread never waits for the
+ * GPU (FSDP2's all-gather stream waits on the compute stream the same
+ * way); without an event to record, the host waits as for MPI. */
+static hs_coll_args on_stream(const hs_pg *g, hs_stream *s, const hs_coll_args *a) {
+    hs_coll_args on = *a;
+    on.dev = s ? s->dev : NULL;
+    on.ready = NULL;
+    if (!s) return on;
+    if (hs_args_on_device(&on) && g->dev_backend &&
+        hs_event_create(s->dev, &on.ready, NULL) == HS_OK)
+        hs_event_record(on.ready, s);
+    else hs_stream_synchronize(s);
+    return on;
 }
 
 static hs_work *enqueue_on(hs_pg *g, hs_stream *s, const hs_coll_args *a) {
-    stream_ready(s);
-    hs_coll_args on = *a;
-    on.dev = s ? s->dev : NULL;
+    hs_coll_args on = on_stream(g, s, a);
     return hs_comm_enqueue(g, &on);
 }
 
 /* async on s + hs_work_wait_stream on s, which for this backend is a host
  * wait (work.c): the inline run of hs_comm_run is that. */
 static hs_status run_on(hs_pg *g, hs_stream *s, const hs_coll_args *a, hs_error *e) {
-    stream_ready(s);
-    hs_coll_args on = *a;
-    on.dev = s ? s->dev : NULL;
+    hs_coll_args on = on_stream(g, s, a);
     return hs_comm_run(g, &on, e);
 }
 

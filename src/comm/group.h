@@ -63,7 +63,19 @@ typedef struct hs_coll_args {
     int tag;
     const int64_t *recv_counts, *recv_displs, *send_counts, *send_displs;
     hs_device *dev; /* the device of the stream it was issued on (NULL: host buffers) */
+    /* Recorded on the issuing stream at issue when the group's device
+     * backend runs it (NCCL): that backend's stream waits for it instead of
+     * the host waiting for the issuing stream, and frees it. NULL: the host
+     * waited. */
+    hs_event *ready;
 } hs_coll_args;
+
+/* Frees a's ready event where no backend took it (a collective dropped
+ * without running). */
+static inline void hs_args_ready_free(hs_coll_args *a) {
+    hs_event_free(a->ready);
+    a->ready = NULL;
+}
 
 /* The backend of a group. `exec` runs one collective to completion on the
  * calling (communication) thread. */

@@ -1,10 +1,11 @@
 /* comm/pg_nccl.c — the `nccl` backend of hs_pg (HS_CUDA builds): the
  * collectives on a group's GPU buffers, when select.c picks NCCL for the
  * group. Each op is NCCL's own (all-to-all(v) as one group of ncclSend /
- * ncclRecv per peer) on a CUDA stream of the group's, and exec waits for
- * that stream before it returns: the queue's thread stands for the
- * stream, as it does for MPI, and the issuing stream was synchronized at
- * issue (collectives.c). Send and recv between two ranks match in issue
+ * ncclRecv per peer) on a CUDA stream of the group's, which first waits
+ * for the event the issuing stream recorded at issue (collectives.c: the
+ * issuing thread does not wait for the GPU), and exec waits for that
+ * stream before it returns: the queue's thread stands for the stream, as
+ * it does for MPI, so a finished work item is a finished collective. Send and recv between two ranks match in issue
  * order: NCCL has no tags. Host buffers and barriers stay on the group's
  * MPI backend, whose communicator also carries the set-up. */
 #include <cuda_runtime_api.h>
@@ -107,15 +108,23 @@ static ncclResult_t enqueue(nccl_group *g, const hs_coll_args *a, const char **c
     }
 }
 
+/* The NCCL call, ordered after the issuing stream's work up to the issue
+ * (a->ready), then the host waits for the group's stream. */
 static hs_status nccl_exec(void *ctx, const hs_coll_args *a, hs_error *e) {
     nccl_group *g = ctx;
     const char *what = hs_comm_op_name(a->op), *call = "";
+    const char *cuda_call = "cudaSetDevice";
+    cudaError_t err = cudaSetDevice(g->ordinal);
+    if (err == cudaSuccess && a->ready) {
+        cuda_call = "cudaStreamWaitEvent";
+        err = cudaStreamWaitEvent(g->stream, (cudaEvent_t)a->ready->ctx, 0);
+    }
+    hs_event_free(a->ready); /* the wait is enqueued: its event may go */
+    if (err != cudaSuccess) return cuda_fail(g, e, err, cuda_call, what);
     if (a->op == HS_OP_ALL_TO_ALLV && !v_valid(a, g->size))
         return hs_error_set(e, HS_ERR_COMM,
                             "all_to_allv on group '%s': a count or displacement is negative",
                             g->name);
-    cudaError_t err = cudaSetDevice(g->ordinal);
-    if (err != cudaSuccess) return cuda_fail(g, e, err, "cudaSetDevice", what);
     ncclResult_t r = enqueue(g, a, &call);
     if (r != ncclSuccess) return nccl_fail(g, e, r, call, what);
     err = cudaStreamSynchronize(g->stream);

@@ -332,6 +332,7 @@ hs_work *hs_comm_enqueue(hs_pg *g, const hs_coll_args *a) {
     if (q->stopping)
         hs_panic("%s issued on group '%s' after hs_comm_finalize", hs_comm_op_name(a->op), g->name);
     if (hs_fp_fault_apply(g, &w->args)) { /* done without running */
+        hs_args_ready_free(&w->args);
         w->done = true;
         pthread_mutex_unlock(&q->mu);
         return w;
@@ -360,6 +361,7 @@ hs_status hs_comm_run(hs_pg *g, const hs_coll_args *a, hs_error *e) {
     }
     hs_work w = {.pg = g, .args = *a};
     if (hs_fp_fault_apply(g, &w.args)) {
+        hs_args_ready_free(&w.args);
         pthread_mutex_unlock(&q->mu);
         return HS_OK;
     }
