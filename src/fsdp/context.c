@@ -32,6 +32,23 @@ hs_status hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log, h
     return HS_OK;
 }
 
+void hs_fsdp_ctx_set_prescale(hs_fsdp_ctx *ctx, float prescale) {
+    ctx->grad_prescale = prescale;
+    for (int i = 0; i < ctx->n_params; i++)
+        ctx->params[i].dp_sum = ctx->params[i].p &&
+                                hs_fsdp_param_prescale_cancels(&ctx->params[i], prescale);
+    /* A reduce group's members share its groups, so they agree. */
+    for (int u = 0; u < ctx->n_units; u++) {
+        hs_fsdp_unit *un = &ctx->units[u];
+        for (int g = 0; g < un->n_groups; g++) {
+            hs_fsdp_reduce_group *grp = &un->groups[g];
+            grp->op = hs_fsdp_param_dp_op(grp->params[0]);
+            for (int j = 1; j < grp->n_params; j++)
+                HS_ASSERT(hs_fsdp_param_dp_op(grp->params[j]) == grp->op);
+        }
+    }
+}
+
 void hs_fsdp_ctx_free(hs_fsdp_ctx *ctx) {
     if (hs_fsdp_ctx_pending(ctx)) hs_fsdp_ctx_drain(ctx);
     hs_fsdp_prefetch_settle(ctx);
@@ -112,7 +129,7 @@ static void tp_tail(hs_fsdp_ctx *ctx, hs_error *e) {
             hs_fsdp_param *fp = u->params[i];
             if (!fp->tp_all_reduce || fp->p->frozen) continue;
             hs_status st = hs_pg_all_reduce(fp->mi.tp_pg, rs, fp->reduce_slot, fp->reduce_numel,
-                                            fp->reduce_dtype, HS_REDUCE_AVG, e);
+                                            fp->reduce_dtype, hs_fsdp_param_tp_op(fp), e);
             if (st != HS_OK) hs_fsdp_ctx_fail(ctx, e);
             hs_fsdp_mem_tie(&ctx->mem, rs, ctx->mem.dev->stream);
             if (hs_fsdp_param_reduce_apply(fp, e) != HS_OK) hs_fsdp_ctx_fail(ctx, e);

@@ -58,6 +58,14 @@ typedef struct hs_fsdp_ctx {
  * reduction queue cannot be allocated. */
 hs_status hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log, hs_error *e);
 void hs_fsdp_ctx_free(hs_fsdp_ctx *ctx);
+/* RFC §6.4's gradient scaling factor (the manager's dp x cp, for the
+ * trainer's loss scaled by the global batch). Where it and a parameter's
+ * data-parallel average cancel (every parameter of a wrapped model: the
+ * group sizes multiply to it), the parameter's reductions SUM instead and
+ * its gradient is not scaled: no pass over it, and the same bits where the
+ * group sizes are powers of two (scaling by 2^k and dividing by it are
+ * exact), one rounding fewer where they are not. */
+void hs_fsdp_ctx_set_prescale(hs_fsdp_ctx *ctx, float prescale);
 
 /* A failure inside a hook (a collective that failed, memory the device
  * would not give) cannot be returned through the model: it ends every rank

@@ -306,8 +306,9 @@ hs_status hs_fsdp_wrap_groups(const hs_fsdp_config *fsdp, bool fp32_main_params,
     /* The trainer scales the loss by 1 / (tokens in the global batch), so
      * each rank holds a 1/dp share of the gradient; scaling by dp before the
      * first collective lets every stage average (S, then R): the DP average
-     * applied once, RFC §6.4. */
-    f->ctx.grad_prescale = (float)g->flat_size;
+     * applied once, RFC §6.4. Scale and averages cancel, so the stages sum
+     * instead and no pass scales the gradients (hs_fsdp_ctx_set_prescale). */
+    hs_fsdp_ctx_set_prescale(&f->ctx, (float)g->flat_size);
     log_wrapped(f, fsdp);
     *out = f;
     return HS_OK;

@@ -1,6 +1,7 @@
 /* One managed parameter: storage, unshard/reshard and its gradient path. */
 #include "fsdp/param.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "fsdp/policy.h"
@@ -268,6 +269,20 @@ void hs_fsdp_param_grad_release(hs_fsdp_param *fp) {
     fp->p->grad_unset = false;
 }
 
+bool hs_fsdp_param_prescale_cancels(const hs_fsdp_param *fp, float prescale) {
+    float domain = fp->mi.domain_factor > 0.0f ? fp->mi.domain_factor : 1.0f;
+    double dp = (double)prescale * domain, groups = (double)fp->mi.shard_size * fp->mi.replicate_size;
+    return fabs(dp - groups) <= 1e-6 * groups; /* small integers, up to the factor's rounding */
+}
+
+hs_reduce_op hs_fsdp_param_dp_op(const hs_fsdp_param *fp) {
+    return fp->dp_sum ? HS_REDUCE_SUM : HS_REDUCE_AVG;
+}
+
+hs_reduce_op hs_fsdp_param_tp_op(const hs_fsdp_param *fp) {
+    return fp->dp_sum && fp->p->tp_grad_partial ? HS_REDUCE_SUM : HS_REDUCE_AVG;
+}
+
 hs_status hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale, hs_error *e) {
     HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL && fp->reduce_slot != NULL);
     const hs_fsdp_plan *pl = &fp->plan;
@@ -276,7 +291,8 @@ hs_status hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale, hs_error
     void *into = !fp->needs_all_gather && fp->reduce_numel == pl->padded_unsharded_numel
                      ? fp->reduce_slot
                      : NULL;
-    hs_status st = hs_fsdp_mp_reduce_input(fp, prescale * fp->grad_factor, into, e);
+    hs_status st =
+        hs_fsdp_mp_reduce_input(fp, fp->dp_sum ? 1.0f : prescale * fp->grad_factor, into, e);
     if (st != HS_OK) return st;
     if (fp->needs_all_gather) {
         HS_ASSERT(fp->reduce_numel == pl->padded_sharded_numel);
@@ -284,7 +300,7 @@ hs_status hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale, hs_error
         order(fp->grad_ready, fp->mem->dev->stream, fp->mem->rs_stream);
         fp->rs_work = hs_pg_reduce_scatter_async(
             fp->mi.shard_pg, hs_fsdp_mem_rs(fp->mem), fp->reduce_slot, fp->rs_input,
-            pl->padded_sharded_numel, fp->reduce_dtype, HS_REDUCE_AVG);
+            pl->padded_sharded_numel, fp->reduce_dtype, hs_fsdp_param_dp_op(fp));
         return HS_OK;
     }
     HS_ASSERT(fp->reduce_numel == pl->unpacked_numel);

@@ -82,6 +82,11 @@ typedef struct hs_fsdp_param {
     bool tp_all_reduce;     /* TP-Replicate on a tp mesh > 1: AR(tp) in the root tail */
     float grad_factor;      /* x tp for a TP-partial gradient, else 1; folded into
                          * the one pre-scale before the first collective */
+    /* The pre-scale and the data-parallel average cancel
+     * (hs_fsdp_ctx_set_prescale): the reductions SUM and nothing scales
+     * the gradient; the TP tail sums a partial gradient and averages a
+     * whole one. Else the pre-scale pass and AVG everywhere. */
+    bool dp_sum;
     hs_dtype compute_dtype; /* what the model reads (param_dtype or fp32) */
     hs_dtype grad_dtype;    /* what the model accumulates into */
     hs_dtype reduce_dtype;  /* of the gradient collectives (fsdp/mixed_precision.c) */
@@ -154,9 +159,17 @@ void hs_fsdp_param_reshard(hs_fsdp_param *fp);
  * (gradient accumulation without sync keeps it). The issue and begin
  * functions here return HS_ERR_OOM when their buffers cannot be had. */
 hs_status hs_fsdp_param_grad_begin(hs_fsdp_param *fp, hs_error *e);
-/* Scale the gradient by `prescale`, then issue this parameter's
- * reduce-scatter into its reduce slot (shard size > 1), or copy the full
- * gradient there (no reduce-scatter). */
+/* The reduction of the data-parallel groups (shard, replicate) and of the
+ * TP tail for fp (see dp_sum). */
+hs_reduce_op hs_fsdp_param_dp_op(const hs_fsdp_param *fp);
+hs_reduce_op hs_fsdp_param_tp_op(const hs_fsdp_param *fp);
+/* Whether the pre-scale `prescale` and fp's data-parallel average cancel:
+ * prescale times its domain factor is the product of its shard and
+ * replicate group sizes. */
+bool hs_fsdp_param_prescale_cancels(const hs_fsdp_param *fp, float prescale);
+/* Scale the gradient by `prescale` (none when dp_sum), then issue this
+ * parameter's reduce-scatter into its reduce slot (shard size > 1), or copy
+ * the full gradient there (no reduce-scatter). */
 hs_status hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale, hs_error *e);
 /* Wait the reduce-scatter and release the unsharded gradient. */
 hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e);
