@@ -1,7 +1,11 @@
 /* hypershard bench ops: each kernel of the device table on every compiled
  * backend, on one shape per op: the best time of a few runs, and GFLOP/s
  * (GEMM-like ops, attention, Newton-Schulz) or GB/s (bytes read and written
- * once, for the element and copy ops). An entry a backend lacks is "n/a". */
+ * once, for the element and copy ops). An entry a backend lacks is "n/a".
+ * Beside each GB/s figure: its share of the machine's streaming rate,
+ * STREAM's triad (c = a + s b) over the same element count and the same
+ * threads, measured first. */
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +269,23 @@ static int ops_fail(ops_bufs *b, const hs_error *e) {
     return hs_status_exit_code(e->code);
 }
 
+/* STREAM's triad over e_n(b) elements in bytes per second (12 a
+ * element): the best of `reps` runs after one warm-up, split over the
+ * OpenMP threads the kernels use, in static chunks. */
+static double stream_rate(ops_bufs *b, int reps) {
+    const int64_t n = e_n(b);
+    float *x = b->a, *y = b->b, *z = b->f;
+    double best = 1e30;
+    for (int r = 0; r <= reps; r++) {
+        double t0 = hs_now();
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < n; i++) z[i] = x[i] + 0.5f * y[i];
+        double t = hs_now() - t0;
+        if (r > 0 && t < best) best = t;
+    }
+    return 12.0 * (double)n / best;
+}
+
 /* Best seconds of `reps` timed runs of op on d, after one warm-up; a
  * kernel that could not run fails it. */
 static hs_status time_op(const op_def *op, hs_device *d, ops_bufs *b, int reps, double *best,
@@ -296,6 +317,10 @@ int hs_bench_ops(int argc, char **argv) {
     if (reps < 1 || reps > 1000) return usage(stderr, "--reps takes a whole number 1..1000");
     hs_error e;
     if (ops_bufs_alloc(&b, &e) != HS_OK) return ops_fail(&b, &e);
+    double stream = stream_rate(&b, reps);
+    printf("# streaming: %.2f GB/s (STREAM triad, %lld elements, %d threads); %% is a byte "
+           "rate's share of it (over 100%%: operands the last-level cache kept)\n",
+           stream / 1e9, (long long)e_n(&b), omp_get_max_threads());
     printf("%-20s %-22s %-10s %12s %14s\n", "op", "shape (quick|full)", "backend", "best ms",
            "rate");
     /* The operands are host arrays: a backend whose memory the host cannot
@@ -331,8 +356,10 @@ int hs_bench_ops(int argc, char **argv) {
                 return ops_fail(&b, &e);
             }
             double rate = op->work(&b) / best / 1e9;
-            printf("%-20s %-22s %-10s %12.3f %9.2f %s\n", op->name, op->shape, d->name, best * 1e3,
+            printf("%-20s %-22s %-10s %12.3f %9.2f %s", op->name, op->shape, d->name, best * 1e3,
                    rate, op->bytes ? "GB/s" : "GFLOP/s");
+            if (op->bytes) printf(" %4.0f%%", 100.0 * rate * 1e9 / stream);
+            printf("\n");
             hs_device_free(d);
         }
     }

@@ -271,7 +271,8 @@ void hs_fsdp_param_grad_release(hs_fsdp_param *fp) {
 
 bool hs_fsdp_param_prescale_cancels(const hs_fsdp_param *fp, float prescale) {
     float domain = fp->mi.domain_factor > 0.0f ? fp->mi.domain_factor : 1.0f;
-    double dp = (double)prescale * domain, groups = (double)fp->mi.shard_size * fp->mi.replicate_size;
+    double dp = (double)prescale * domain,
+           groups = (double)fp->mi.shard_size * fp->mi.replicate_size;
     return fabs(dp - groups) <= 1e-6 * groups; /* small integers, up to the factor's rounding */
 }
 

@@ -79,8 +79,8 @@ typedef struct hs_fsdp_param {
     hs_fsdp_mesh_info mi;
     hs_fsdp_plan plan;
     bool needs_all_gather;
-    bool tp_all_reduce;     /* TP-Replicate on a tp mesh > 1: AR(tp) in the root tail */
-    float grad_factor;      /* x tp for a TP-partial gradient, else 1; folded into
+    bool tp_all_reduce; /* TP-Replicate on a tp mesh > 1: AR(tp) in the root tail */
+    float grad_factor;  /* x tp for a TP-partial gradient, else 1; folded into
                          * the one pre-scale before the first collective */
     /* The pre-scale and the data-parallel average cancel
      * (hs_fsdp_ctx_set_prescale): the reductions SUM and nothing scales
