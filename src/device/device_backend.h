@@ -34,9 +34,12 @@ void hs_adamw_many_each(hs_stream *s, const hs_adamw_tensor *t, int count,
 void *hs_device_module_open(const char *file, char *why, size_t why_n);
 
 /* The caching allocator's key of stream s on d: NULL for the default
- * stream (and for NULL). */
+ * stream (and for NULL), and for every stream of a device whose work is
+ * done once issued (no event_query: cpu, reference), where any stream may
+ * take any freed block at once and one set of free lists keeps the most
+ * blocks warm. */
 static inline const void *hs_device_stream_key(const hs_device *d, const hs_stream *s) {
-    return s == NULL || s == d->stream ? NULL : s;
+    return s == NULL || s == d->stream || !d->ops->event_query ? NULL : s;
 }
 
 /* The memory members of a backend whose device memory is host RAM (cpu,
