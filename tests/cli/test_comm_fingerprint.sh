@@ -56,7 +56,7 @@ PY
 faulty count "count:1:$group:3" comm.check_every=2
 ended count 30
 expect_text count "collective fingerprint mismatch at the check after step 2: group '$group', sequence 3: world rank 0 issued all_reduce float32 x "
-n0=$(sed -n "s/.*world rank 0 issued all_reduce float32 x \([0-9]*\) (avg); world rank 1 issued all_reduce float32 x \([0-9]*\) (avg).*/\1 \2/p" <<<"$out")
+n0=$(sed -n "s/.*world rank 0 issued all_reduce float32 x \([0-9]*\) (sum); world rank 1 issued all_reduce float32 x \([0-9]*\) (sum).*/\1 \2/p" <<<"$out")
 read -r a b <<<"$n0"
 [ -n "${a:-}" ] && [ "$b" -eq $((a - 1)) ] || fail "count: want sizes N and N-1 on the two sides, got '$n0'"
 [ "$(grep -c 'collective fingerprint mismatch' <<<"$out")" -eq 1 ] || fail "count: want one message"
@@ -67,8 +67,8 @@ grep -q '^step 3/' <<<"$out" && fail "count: step 3 ran after the mismatch"
 faulty reduce "reduce:1:$group:3" comm.check_every=3
 ended reduce 30
 expect_text reduce "collective fingerprint mismatch at the check after step 3: group '$group', sequence 3:"
-expect_text reduce "(avg); world rank 1 issued all_reduce float32 x "
-grep -qE "world rank 1 issued all_reduce float32 x [0-9]+ \(sum\)" <<<"$out" || fail "reduce: rank 1's side"
+expect_text reduce "(sum); world rank 1 issued all_reduce float32 x "
+grep -qE "world rank 1 issued all_reduce float32 x [0-9]+ \(avg\)" <<<"$out" || fail "reduce: rank 1's side"
 
 # 4. Debug mode: rank 1 skips a collective; the next one it issues on the
 #    group is compared with rank 0's third and the run ends at once, long
