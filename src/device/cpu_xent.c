@@ -1,36 +1,55 @@
-/* Softmax cross-entropy over the vocabulary: fp32 exponentials, fp64 sums. */
+/* Softmax cross-entropy over the vocabulary: fp32 exponentials, fp64 sums.
+ * Rows are independent: they go over the GEMM threads (OpenMP) in blocks,
+ * each row's loss term into the block's table, and the terms are added in
+ * row order afterwards, so the loss has the bits of one thread's loop
+ * whatever the split. */
 #include <math.h>
 #include <string.h>
 
 #include "device/cpu.h"
+
+#define XENT_BLOCK 256 /* rows whose loss terms wait on the stack */
+
+/* Row n's loss term (NAN: an ignored target), its gradient into d. */
+static double xent_row(float *d, const float *l, int32_t tgt, int V, float scale) {
+    if (tgt < 0) {
+        if (d) memset(d, 0, (size_t)V * sizeof(float));
+        return NAN;
+    }
+    float mx = hs_row_max(l, V), lt = l[tgt];
+    double sum = 0.0;
+    if (d) {
+        /* d may alias l: each exponential replaces the logit it came from. */
+        for (int i = 0; i < V; i++) d[i] = hs_expf(l[i] - mx); /* vectorises */
+        sum = hs_row_sum(d, V);
+        float k = (float)(scale / sum);
+        for (int i = 0; i < V; i++) d[i] *= k;
+        d[tgt] -= scale;
+    } else {
+        for (int i = 0; i < V; i++) sum += hs_expf(l[i] - mx);
+    }
+    return (double)mx + log(sum) - (double)lt;
+}
 
 double hs_xent_forward_backward(float *dlogits /* N,V */, const float *logits /* N,V */,
                                 const int32_t *targets /* N */, int64_t N, int V, float scale,
                                 int64_t *valid) {
     double total = 0.0;
     int64_t used = 0;
-    for (int64_t n = 0; n < N; n++) {
-        const float *l = logits + n * V;
-        float *d = dlogits ? dlogits + n * V : NULL;
-        int32_t tgt = targets[n];
-        if (tgt < 0) {
-            if (d) memset(d, 0, (size_t)V * sizeof(float));
-            continue;
+    for (int64_t b0 = 0; b0 < N; b0 += XENT_BLOCK) {
+        int rows = N - b0 < XENT_BLOCK ? (int)(N - b0) : XENT_BLOCK;
+        double term[XENT_BLOCK];
+#pragma omp parallel for schedule(static) if ((int64_t)rows * V >= HS_PAR_MIN)
+        for (int r = 0; r < rows; r++) {
+            int64_t n = b0 + r;
+            term[r] =
+                xent_row(dlogits ? dlogits + n * V : NULL, logits + n * V, targets[n], V, scale);
         }
-        float mx = hs_row_max(l, V), lt = l[tgt];
-        double sum = 0.0;
-        if (d) {
-            /* d may alias l: each exponential replaces the logit it came from. */
-            for (int i = 0; i < V; i++) d[i] = hs_expf(l[i] - mx); /* vectorises */
-            sum = hs_row_sum(d, V);
-            float k = (float)(scale / sum);
-            for (int i = 0; i < V; i++) d[i] *= k;
-            d[tgt] -= scale;
-        } else {
-            for (int i = 0; i < V; i++) sum += hs_expf(l[i] - mx);
+        for (int r = 0; r < rows; r++) {
+            if (targets[b0 + r] < 0) continue;
+            total += term[r];
+            used++;
         }
-        total += (double)mx + log(sum) - (double)lt;
-        used++;
     }
     if (valid) *valid = used;
     return total;
@@ -45,12 +64,14 @@ void hs_cpu_xent(hs_stream *s, double *loss, int64_t *valid, float *dlogits, con
  * logits): fp32 exponentials summed in fp64, the sum rounded to fp32 for
  * the all-reduce. */
 void hs_cpu_xent_shard_max(hs_stream *s, float *row_max, const float *logits, int64_t N, int V) {
+#pragma omp parallel for schedule(static) if (N * V >= HS_PAR_MIN)
     for (int64_t i = 0; i < N; i++) row_max[i] = hs_row_max(logits + i * V, V);
 }
 
 void hs_cpu_xent_shard_sums(hs_stream *s, float *row_sumexp, float *row_target, const float *logits,
                             const float *gmax, const int32_t *targets, int64_t N, int V,
                             int64_t v0) {
+#pragma omp parallel for schedule(static) if (N * V >= HS_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         const float *l = logits + i * V;
         double sum = 0.0;
@@ -63,6 +84,7 @@ void hs_cpu_xent_shard_sums(hs_stream *s, float *row_sumexp, float *row_target, 
 
 void hs_cpu_xent_shard_grad(hs_stream *s, float *logits, const float *gmax, const float *row_sumexp,
                             const int32_t *targets, int64_t N, int V, int64_t v0, float scale) {
+#pragma omp parallel for schedule(static) if (N * V >= HS_PAR_MIN)
     for (int64_t i = 0; i < N; i++) {
         float *l = logits + i * V;
         int64_t t = (int64_t)targets[i] - v0;
