@@ -28,10 +28,13 @@ ip netns exec "$a" unshare --uts sh -c 'hostname hostA; exec "$@"' sh \
     train.steps=$steps train.out_dir="$work/run" checkpoint.dir="$work/ck" \
     checkpoint.save_every=2 checkpoint.resume=auto > "$work/run.log" 2>&1 &
 bg=$!
+# At a random step past the first save's publication: the saves are
+# asynchronous, so step-2 may still be on its way at step 3 on a busy
+# machine, and the restart must have a checkpoint to resume.
 s=$((3 + RANDOM % 6))
 for _ in $(seq 1200); do
     n=$(tail -1 "$work/run/metrics.jsonl" 2> /dev/null | grep -o '"step":[0-9]*' | grep -o '[0-9]*$')
-    [ "${n:-0}" -ge "$s" ] && break
+    [ "${n:-0}" -ge "$s" ] && [ -e "$work/ck/latest" ] && break
     kill -0 "$bg" 2> /dev/null || die "the run ended before step $s: $(tail -5 "$work/run.log")"
     sleep 0.05
 done
