@@ -262,7 +262,7 @@ hs_status hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale, hs_err
         HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL);
         /* The same scaled reduce-dtype input the unfused path sends. */
         hs_status st =
-            hs_fsdp_mp_reduce_input(fp, fp->dp_sum ? 1.0f : prescale * fp->grad_factor, NULL, e);
+            hs_fsdp_mp_reduce_input(fp, hs_fsdp_param_input_scale(fp, prescale), NULL, e);
         if (st != HS_OK) return st;
         int64_t P = fp->plan.padded_sharded_numel;
         hs_dev_copy_2d(fu->mem->dev, at(fu->rs_in, fu->offset[j], es), (size_t)S * es, fp->rs_input,

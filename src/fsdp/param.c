@@ -276,6 +276,10 @@ bool hs_fsdp_param_prescale_cancels(const hs_fsdp_param *fp, float prescale) {
     return fabs(dp - groups) <= 1e-6 * groups; /* small integers, up to the factor's rounding */
 }
 
+float hs_fsdp_param_input_scale(const hs_fsdp_param *fp, float prescale) {
+    return fp->dp_sum ? 1.0f : prescale * fp->grad_factor;
+}
+
 hs_reduce_op hs_fsdp_param_dp_op(const hs_fsdp_param *fp) {
     return fp->dp_sum ? HS_REDUCE_SUM : HS_REDUCE_AVG;
 }
@@ -292,8 +296,7 @@ hs_status hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale, hs_error
     void *into = !fp->needs_all_gather && fp->reduce_numel == pl->padded_unsharded_numel
                      ? fp->reduce_slot
                      : NULL;
-    hs_status st =
-        hs_fsdp_mp_reduce_input(fp, fp->dp_sum ? 1.0f : prescale * fp->grad_factor, into, e);
+    hs_status st = hs_fsdp_mp_reduce_input(fp, hs_fsdp_param_input_scale(fp, prescale), into, e);
     if (st != HS_OK) return st;
     if (fp->needs_all_gather) {
         HS_ASSERT(fp->reduce_numel == pl->padded_sharded_numel);

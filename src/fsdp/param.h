@@ -167,6 +167,10 @@ hs_reduce_op hs_fsdp_param_tp_op(const hs_fsdp_param *fp);
  * prescale times its domain factor is the product of its shard and
  * replicate group sizes. */
 bool hs_fsdp_param_prescale_cancels(const hs_fsdp_param *fp, float prescale);
+/* The factor fp's gradient is scaled by before its first collective: 1
+ * where the pre-scale and the averages cancel (dp_sum), else prescale
+ * times its grad_factor. */
+float hs_fsdp_param_input_scale(const hs_fsdp_param *fp, float prescale);
 /* Scale the gradient by `prescale` (none when dp_sum), then issue this
  * parameter's reduce-scatter into its reduce slot (shard size > 1), or copy
  * the full gradient there (no reduce-scatter). */
