@@ -374,6 +374,14 @@ typedef struct hs_device_kernels {
      * buffers (a 2-D copy; dst and src do not overlap). */
     void (*copy_2d)(hs_stream *s, void *dst, size_t dst_stride, const void *src, size_t src_stride,
                     int64_t rows, size_t row_bytes);
+    /* FSDP's compressed all-gather (format in tensor.h): packed <- the n
+     * values of src (a float dtype) in blocks of `block`; and dst (a float
+     * dtype) <- values [first, first + count) of n packed ones, each the
+     * bits of hs_quantize_blocks / hs_dequantize_range. */
+    void (*quantize)(hs_stream *s, void *packed, const void *src, hs_dtype src_dt, int64_t n,
+                     int64_t block, hs_quant_fmt f);
+    void (*dequantize)(hs_stream *s, void *dst, hs_dtype dst_dt, const void *packed, int64_t n,
+                       int64_t first, int64_t count, int64_t block, hs_quant_fmt f);
 } hs_device_kernels;
 
 struct hs_device {
@@ -589,6 +597,15 @@ static inline void hs_dev_copy_2d(hs_device *d, void *dst, size_t dst_stride, co
                                   size_t src_stride, int64_t rows, size_t row_bytes) {
     d->k->copy_2d(d->stream, dst, dst_stride, src, src_stride, rows, row_bytes);
 }
+static inline void hs_dev_quantize(hs_device *d, void *packed, const void *src, hs_dtype src_dt,
+                                   int64_t n, int64_t block, hs_quant_fmt f) {
+    d->k->quantize(d->stream, packed, src, src_dt, n, block, f);
+}
+static inline void hs_dev_dequantize(hs_device *d, void *dst, hs_dtype dst_dt, const void *packed,
+                                     int64_t n, int64_t first, int64_t count, int64_t block,
+                                     hs_quant_fmt f) {
+    d->k->dequantize(d->stream, dst, dst_dt, packed, n, first, count, block, f);
+}
 static inline void hs_dev_zero(hs_device *d, void *p, size_t bytes) {
     d->ops->memset(d->stream, p, 0, bytes);
 }
@@ -642,7 +659,7 @@ typedef enum hs_prof_class {
     HS_PROF_EMBEDDING,
     HS_PROF_MOE, /* routing, permutes, statistics */
     HS_PROF_OPTIMIZER,
-    HS_PROF_CAST,        /* convert, convert_scaled, round, scale_cast    */
+    HS_PROF_CAST,        /* convert, convert_scaled, round, scale_cast, (de)quantize */
     HS_PROF_COPY,        /* copy_2d and the copy member (FSDP packs, D2D) */
     HS_PROF_ELEMENTWISE, /* fill, axpy, scale, add, add_cast, sumsq, memset, rng */
     HS_PROF_COMM_WAIT,   /* hs_device_profile_add by a waiting caller    */

@@ -22,9 +22,20 @@
 
 #include "hypershard/base.h"
 
-typedef enum hs_dtype { HS_DTYPE_F32 = 0, HS_DTYPE_BF16, HS_DTYPE_F16, HS_DTYPE_COUNT } hs_dtype;
+/* The floating dtypes a tensor is held in, then U8: raw bytes on the wire
+ * (a block-quantized all-gather, tensor/quant.c), which only collectives
+ * that move data without arithmetic take. */
+typedef enum hs_dtype {
+    HS_DTYPE_F32 = 0,
+    HS_DTYPE_BF16,
+    HS_DTYPE_F16,
+    HS_DTYPE_U8,
+    HS_DTYPE_COUNT
+} hs_dtype;
 
 size_t hs_dtype_size(hs_dtype dt);
+/* fp32, bf16 or fp16: a dtype tensors hold and arithmetic reads. */
+static inline bool hs_dtype_is_float(hs_dtype dt) { return dt >= HS_DTYPE_F32 && dt < HS_DTYPE_U8; }
 
 /* How a tensor lies on one dim of a device mesh (DTensor placements):
  * every rank holds all of it (Replicate), a torch.chunk slice along tensor
@@ -44,9 +55,10 @@ typedef struct hs_placement {
 
 /* "Replicate()", "Shard(1)", "Partial()" into buf; returns buf. */
 const char *hs_placement_str(hs_placement p, char *buf, size_t cap);
-/* "float32", "bfloat16", "float16" — the names the YAML uses. */
+/* "float32", "bfloat16", "float16" — the names the YAML uses ("uint8"). */
 const char *hs_dtype_name(hs_dtype dt);
-/* Parses the YAML names (also "fp32"/"bf16"/"fp16"). false if unknown. */
+/* Parses the YAML names of the floating dtypes (also "fp32"/"bf16"/
+ * "fp16"). false if unknown. */
 bool hs_dtype_parse(const char *s, hs_dtype *out);
 
 /* bfloat16 <-> fp32 inline, so that element loops over bf16 data
@@ -198,6 +210,39 @@ hs_cpu_peak hs_cpu_nominal_peak(hs_dtype dt);
  * c_dt natively here (oneDNN has that matmul on this CPU); else the
  * operands are widened to fp32. */
 bool hs_gemm_native(hs_dtype dt, hs_dtype c_dt);
+
+/* ------------------------------------------------ block quantization */
+
+/* A wire format for values that only travel (FSDP's compressed parameter
+ * all-gather): n values in blocks of `block`, each block a scale s and one
+ * byte per value, the value read back as s * decode(byte).
+ *   INT8      s = amax / 127, byte = round-half-even(x / s) in [-127, 127]
+ *   FP8_E4M3  s = amax / 448, byte = x / s in OCP e4m3 (round to nearest
+ *             even, 448 the largest finite; 0x7F is NaN)
+ * A block of zeros has s = 0; a block holding Inf or NaN reads back NaN
+ * everywhere (the non-finite check then sees it). The packed buffer is the
+ * n bytes, zero-padded to a multiple of 4, then the fp32 scales: its size
+ * is hs_quant_packed_bytes, a multiple of 4, so packed buffers laid back to
+ * back (an all-gather's output) keep their scales aligned. */
+typedef enum hs_quant_fmt {
+    HS_QUANT_NONE = 0,
+    HS_QUANT_INT8,
+    HS_QUANT_FP8_E4M3,
+    HS_QUANT_FMT_COUNT
+} hs_quant_fmt;
+
+/* "none", "int8", "fp8_e4m3" (the YAML names; none is null there). */
+const char *hs_quant_fmt_name(hs_quant_fmt f);
+size_t hs_quant_packed_bytes(int64_t n, int64_t block);
+uint8_t hs_f32_to_e4m3(float x); /* saturating: |x| >= 448 gives +-448 */
+float hs_e4m3_to_f32(uint8_t c);
+/* Blocks [b0, b1) of src (n values of a float dtype) into packed. */
+void hs_quantize_blocks(void *packed, const void *src, hs_dtype src_dt, int64_t n, int64_t block,
+                        hs_quant_fmt f, int64_t b0, int64_t b1);
+/* dst[i] = value first + i of the n packed ones, for i < count, stored in
+ * a float dtype (rounded once from the fp32 product s * decode). */
+void hs_dequantize_range(void *dst, hs_dtype dst_dt, const void *packed, int64_t n, int64_t first,
+                         int64_t count, int64_t block, hs_quant_fmt f);
 
 /* ----------------------------------------------------- elementwise (fp32) */
 

@@ -39,7 +39,7 @@ const char *hs_st_dtype_name(hs_dtype dt) {
 }
 
 static bool st_dtype_parse(const char *s, hs_dtype *dt) {
-    for (int d = 0; d < HS_DTYPE_COUNT; d++)
+    for (int d = 0; hs_dtype_is_float((hs_dtype)d); d++)
         if (!strcmp(s, hs_st_dtype_name((hs_dtype)d))) return *dt = (hs_dtype)d, true;
     return false;
 }

@@ -57,6 +57,7 @@ static hs_coll_args args_all_gather(hs_pg *g, void *out, const void *in, int64_t
 static hs_coll_args args_reduce_scatter(hs_pg *g, void *out, const void *in, int64_t count,
                                         hs_dtype dt, hs_reduce_op op) {
     check_common(g, count, dt);
+    HS_ASSERT(hs_dtype_is_float(dt)); /* a reduction adds */
     HS_ASSERT(op >= 0 && op < HS_REDUCE_OP_COUNT);
     return (hs_coll_args){
         .op = HS_OP_REDUCE_SCATTER, .dt = dt, .reduce = op, .out = out, .in = in, .count = count};
@@ -65,6 +66,7 @@ static hs_coll_args args_reduce_scatter(hs_pg *g, void *out, const void *in, int
 static hs_coll_args args_all_reduce(hs_pg *g, void *buf, int64_t count, hs_dtype dt,
                                     hs_reduce_op op) {
     check_common(g, count, dt);
+    HS_ASSERT(hs_dtype_is_float(dt)); /* a reduction adds */
     HS_ASSERT(op >= 0 && op < HS_REDUCE_OP_COUNT);
     return (hs_coll_args){
         .op = HS_OP_ALL_REDUCE, .dt = dt, .reduce = op, .out = buf, .in = buf, .count = count};

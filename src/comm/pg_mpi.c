@@ -14,7 +14,9 @@
 #include "comm/mpi_group.h"
 #include "comm/ring.h"
 
-static MPI_Datatype mpi_type(hs_dtype dt) { return dt == HS_DTYPE_F32 ? MPI_FLOAT : MPI_UINT16_T; }
+static MPI_Datatype mpi_type(hs_dtype dt) {
+    return dt == HS_DTYPE_F32 ? MPI_FLOAT : dt == HS_DTYPE_U8 ? MPI_BYTE : MPI_UINT16_T;
+}
 
 static hs_status exec_broadcast(hs_mpi_group *g, const hs_coll_args *a, hs_error *e) {
     const size_t es = hs_dtype_size(a->dt);

@@ -28,6 +28,7 @@ static ncclDataType_t nccl_type(hs_dtype dt) {
     case HS_DTYPE_F32: return ncclFloat32;
     case HS_DTYPE_BF16: return ncclBfloat16;
     case HS_DTYPE_F16: return ncclFloat16;
+    case HS_DTYPE_U8: return ncclUint8;
     default: hs_panic("nccl backend: dtype %d", (int)dt);
     }
 }

@@ -1,6 +1,7 @@
 /* The cuda backend's element-wise entries: casts, fills, normal draws, fp32
- * arithmetic, the fp64 sum of squares and the 2-D copy, each over its
- * launcher in cuda_elementwise.cu on the entry's stream. */
+ * arithmetic, the fp64 sum of squares, the 2-D copy and the block
+ * quantization, each over its launcher in cuda_elementwise.cu on the
+ * entry's stream. */
 #include <stdlib.h>
 
 #include "device/cuda.h"
@@ -101,4 +102,20 @@ void hs_cuda_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src
     hs_cuda_check(
         s, hs_cu_copy_2d(hs_cuda_stream(s), dst, dst_stride, src, src_stride, rows, row_bytes),
         "copy_2d");
+}
+
+void hs_cuda_quantize(hs_stream *s, void *packed, const void *src, hs_dtype src_dt, int64_t n,
+                      int64_t block, hs_quant_fmt f) {
+    hs_cuda_check(
+        s,
+        hs_cu_quantize(hs_cuda_stream(s), packed, src, (int)src_dt, n, block, f == HS_QUANT_INT8),
+        "quantize");
+}
+
+void hs_cuda_dequantize(hs_stream *s, void *dst, hs_dtype dst_dt, const void *packed, int64_t n,
+                        int64_t first, int64_t count, int64_t block, hs_quant_fmt f) {
+    hs_cuda_check(s,
+                  hs_cu_dequantize(hs_cuda_stream(s), dst, (int)dst_dt, packed, n, first, count,
+                                   block, f == HS_QUANT_INT8),
+                  "dequantize");
 }

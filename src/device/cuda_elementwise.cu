@@ -1,5 +1,6 @@
 /* The cuda backend's element-wise kernels: dtype casts, fills, Philox
- * normal draws, fp32 arithmetic, the fp64 sum of squares and the 2-D copy.
+ * normal draws, fp32 arithmetic, the fp64 sum of squares, the 2-D copy and
+ * the block quantization of FSDP's compressed all-gather.
  *
  * Each fp32 operation is one IEEE operation as the C code writes it:
  * __fmul_rn / __fadd_rn keep nvcc from fusing a multiply and an add into
@@ -386,4 +387,116 @@ extern "C" cudaError_t hs_cu_copy_2d(cudaStream_t st, void *dst, size_t dst_stri
                               (const char *)src + (size_t)r * src_stride, row_bytes,
                               cudaMemcpyDefault, st);
     return err;
+}
+
+/* ------------------------------------------------- block quantization */
+
+/* The tensor layer's hs_f32_to_e4m3 / hs_e4m3_to_f32, step for step. */
+__device__ __forceinline__ uint8_t cu_f32_to_e4m3(float x) {
+    uint32_t u = __float_as_uint(x);
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+    float a = fabsf(x);
+    if (isnan(x)) return (uint8_t)(sign | 0x7Fu);
+    if (a >= 448.0f) return (uint8_t)(sign | 0x7Eu);
+    if (a < 0x1p-6f) return (uint8_t)(sign | (uint8_t)rintf(__fmul_rn(a, 0x1p9f)));
+    u = __float_as_uint(a);
+    u += 0x7FFFFu + ((u >> 20) & 1u);
+    uint32_t e = (u >> 23) - 127u + 7u, m = (u >> 20) & 7u;
+    if (e > 15u || (e == 15u && m == 7u)) return (uint8_t)(sign | 0x7Eu);
+    return (uint8_t)(sign | (e << 3) | m);
+}
+
+__device__ __forceinline__ float cu_e4m3_to_f32(uint8_t c) {
+    int e = (c >> 3) & 15, m = c & 7;
+    float v = e == 15 && m == 7 ? __int_as_float(0x7FC00000)
+              : e == 0          ? ldexpf((float)m, -9)
+                                : ldexpf((float)(8 + m), e - 10);
+    return c & 0x80u ? -v : v;
+}
+
+__host__ __device__ static inline int64_t quant_codes_bytes(int64_t n) { return (n + 3) / 4 * 4; }
+
+/* One thread block per quantization block (grid-stride over them): the
+ * block's |max| by a shared-memory tree (max is exact in any order), then
+ * each thread its values' codes. */
+template <int DT>
+static __global__ void quantize_kernel(uint8_t *q, float *scales, const void *src, int64_t n,
+                                       int64_t block, int int8) {
+    __shared__ float amax_part[HS_CU_THREADS];
+    __shared__ int bad_part[HS_CU_THREADS];
+    const float top = int8 ? 127.0f : 448.0f;
+    int64_t blocks = (n + block - 1) / block;
+    for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+        int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
+        float amax = 0.0f;
+        int bad = 0;
+        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+            float a = fabsf(hs_cu_ld<DT>(src, i));
+            bad |= !isfinite(a);
+            amax = a > amax ? a : amax;
+        }
+        amax_part[threadIdx.x] = amax;
+        bad_part[threadIdx.x] = bad;
+        __syncthreads();
+        for (int w = blockDim.x / 2; w > 0; w /= 2) {
+            if ((int)threadIdx.x < w) {
+                float o = amax_part[threadIdx.x + w];
+                amax_part[threadIdx.x] = o > amax_part[threadIdx.x] ? o : amax_part[threadIdx.x];
+                bad_part[threadIdx.x] |= bad_part[threadIdx.x + w];
+            }
+            __syncthreads();
+        }
+        float s = bad_part[0] ? __int_as_float(0x7FC00000) : __fdiv_rn(amax_part[0], top);
+        if (threadIdx.x == 0) scales[b] = s;
+        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+            float y = s > 0.0f ? __fdiv_rn(hs_cu_ld<DT>(src, i), s) : 0.0f;
+            if (int8) {
+                float r = fminf(fmaxf(rintf(y), -127.0f), 127.0f);
+                q[i] = (uint8_t)(int8_t)r;
+            } else {
+                q[i] = cu_f32_to_e4m3(y);
+            }
+        }
+        __syncthreads(); /* the shared parts are the next block's */
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+        for (int64_t i = n; i < quant_codes_bytes(n); i++) q[i] = 0;
+}
+
+extern "C" cudaError_t hs_cu_quantize(cudaStream_t st, void *packed, const void *src, int src_dt,
+                                      int64_t n, int64_t block, int int8) {
+    if (n <= 0) return cudaSuccess;
+    int64_t blocks = (n + block - 1) / block;
+    unsigned grid = (unsigned)(blocks < HS_CU_MAX_BLOCKS ? blocks : HS_CU_MAX_BLOCKS);
+    uint8_t *q = (uint8_t *)packed;
+    float *scales = (float *)(q + quant_codes_bytes(n));
+    return hs_cu_by_dtype(src_dt, [&](auto d) {
+        quantize_kernel<decltype(d)::value>
+            <<<grid, HS_CU_THREADS, 0, st>>>(q, scales, src, n, block, int8);
+        return cudaGetLastError();
+    });
+}
+
+template <int DT>
+static __global__ void dequantize_kernel(void *dst, const uint8_t *q, const float *scales,
+                                         int64_t first, int64_t count, int64_t block, int int8) {
+    for (int64_t i = hs_cu_first(); i < count; i += hs_cu_stride()) {
+        int64_t at = first + i;
+        float v = int8 ? (float)(int8_t)q[at] : cu_e4m3_to_f32(q[at]);
+        hs_cu_st<DT>(dst, i, __fmul_rn(v, scales[at / block]));
+    }
+}
+
+extern "C" cudaError_t hs_cu_dequantize(cudaStream_t st, void *dst, int dst_dt, const void *packed,
+                                        int64_t n, int64_t first, int64_t count, int64_t block,
+                                        int int8) {
+    if (count <= 0) return cudaSuccess;
+    const uint8_t *q = (const uint8_t *)packed;
+    const float *scales = (const float *)(q + quant_codes_bytes(n));
+    return hs_cu_by_dtype(dst_dt, [&](auto d) {
+        dequantize_kernel<decltype(d)::value>
+            <<<hs_cu_blocks(count), HS_CU_THREADS, 0, st>>>(dst, q, scales, first, count, block,
+                                                           int8);
+        return cudaGetLastError();
+    });
 }

@@ -55,6 +55,12 @@ cudaError_t hs_cu_add_cast(cudaStream_t st, void *out, int odt, const void *a, i
 cudaError_t hs_cu_scale_cast(cudaStream_t st, void *x, int dt, float a, int64_t n);
 cudaError_t hs_cu_copy_2d(cudaStream_t st, void *dst, size_t dst_stride, const void *src,
                           size_t src_stride, int64_t rows, size_t row_bytes);
+/* The block quantization of tensor.h (int8 != 0: INT8, else FP8_E4M3),
+ * the bits of hs_quantize_blocks / hs_dequantize_range. */
+cudaError_t hs_cu_quantize(cudaStream_t st, void *packed, const void *src, int src_dt, int64_t n,
+                           int64_t block, int int8);
+cudaError_t hs_cu_dequantize(cudaStream_t st, void *dst, int dst_dt, const void *packed, int64_t n,
+                             int64_t first, int64_t count, int64_t block, int int8);
 
 #ifdef __cplusplus
 }

@@ -174,6 +174,14 @@
     X(copy_2d,                                                                                     \
       (hs_stream * s, void *dst, size_t dst_stride, const void *src, size_t src_stride,            \
        int64_t rows, size_t row_bytes),                                                            \
-      (s, dst, dst_stride, src, src_stride, rows, row_bytes), (dst, src))
+      (s, dst, dst_stride, src, src_stride, rows, row_bytes), (dst, src))                          \
+    X(quantize,                                                                                    \
+      (hs_stream * s, void *packed, const void *src, hs_dtype src_dt, int64_t n, int64_t block,    \
+       hs_quant_fmt f),                                                                            \
+      (s, packed, src, src_dt, n, block, f), (packed, src))                                        \
+    X(dequantize,                                                                                  \
+      (hs_stream * s, void *dst, hs_dtype dst_dt, const void *packed, int64_t n, int64_t first,    \
+       int64_t count, int64_t block, hs_quant_fmt f),                                              \
+      (s, dst, dst_dt, packed, n, first, count, block, f), (dst, packed))
 
 #endif

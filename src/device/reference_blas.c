@@ -1,4 +1,5 @@
-/* Reference GEMM, casts and fp32 element-wise kernels. */
+/* Reference GEMM, casts, fp32 element-wise kernels and the block
+ * quantization (the tensor layer's scalar routines, on one thread). */
 #include "device/reference.h"
 
 void hs_ref_gemm(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g) {
@@ -85,4 +86,14 @@ void hs_ref_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src,
     for (int64_t r = 0; r < rows && row_bytes; r++)
         memcpy((char *)dst + (size_t)r * dst_stride, (const char *)src + (size_t)r * src_stride,
                row_bytes);
+}
+
+void hs_ref_quantize(hs_stream *s, void *packed, const void *src, hs_dtype src_dt, int64_t n,
+                     int64_t block, hs_quant_fmt f) {
+    hs_quantize_blocks(packed, src, src_dt, n, block, f, 0, (n + block - 1) / block);
+}
+
+void hs_ref_dequantize(hs_stream *s, void *dst, hs_dtype dst_dt, const void *packed, int64_t n,
+                       int64_t first, int64_t count, int64_t block, hs_quant_fmt f) {
+    hs_dequantize_range(dst, dst_dt, packed, n, first, count, block, f);
 }

@@ -8,17 +8,17 @@
 
 #include "hypershard/tensor.h"
 
-static const char *const hs_dtype_names[] = {"float32", "bfloat16", "float16"};
+static const char *const hs_dtype_names[] = {"float32", "bfloat16", "float16", "uint8"};
 _Static_assert(sizeof(hs_dtype_names) / sizeof(hs_dtype_names[0]) == HS_DTYPE_COUNT,
                "hs_dtype_names must follow hs_dtype");
 
-static const char *const hs_dtype_short_names[] = {"fp32", "bf16", "fp16"};
+static const char *const hs_dtype_short_names[] = {"fp32", "bf16", "fp16", "u8"};
 _Static_assert(sizeof(hs_dtype_short_names) / sizeof(hs_dtype_short_names[0]) == HS_DTYPE_COUNT,
                "hs_dtype_short_names must follow hs_dtype");
 
 size_t hs_dtype_size(hs_dtype dt) {
     HS_ASSERT(dt >= 0 && dt < HS_DTYPE_COUNT);
-    return dt == HS_DTYPE_F32 ? 4 : 2;
+    return dt == HS_DTYPE_F32 ? 4 : dt == HS_DTYPE_U8 ? 1 : 2;
 }
 
 const char *hs_dtype_name(hs_dtype dt) {
@@ -28,7 +28,7 @@ const char *hs_dtype_name(hs_dtype dt) {
 
 bool hs_dtype_parse(const char *s, hs_dtype *out) {
     if (s == NULL) return false;
-    for (int i = 0; i < HS_DTYPE_COUNT; i++) {
+    for (int i = 0; hs_dtype_is_float((hs_dtype)i); i++) {
         if (strcmp(s, hs_dtype_names[i]) == 0 || strcmp(s, hs_dtype_short_names[i]) == 0) {
             *out = (hs_dtype)i;
             return true;

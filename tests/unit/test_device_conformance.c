@@ -748,6 +748,31 @@ static void run_scale_cast(const kcase *c, outs *o) {
     release(c, x);
 }
 
+/* d = {n, block, fmt, nan}: a source in dt quantized (a block of zeros,
+ * with nan a NaN in the last block), read back whole into dt and fp32,
+ * and a middle range alone; the scales are an output of their own. */
+static void run_quantize(const kcase *c, outs *o) {
+    int64_t n = c->d[0], block = c->d[1];
+    hs_quant_fmt f = (hs_quant_fmt)c->d[2];
+    void *x = rnd(c, c->dt, n, 71, 3.0f);
+    for (int64_t i = block; i < 2 * block && i < n; i++) hs_st(x, c->dt, i, 0.0f);
+    if (c->d[3] && n > 0) hs_st(x, c->dt, n - 1, NAN);
+    size_t pb = hs_quant_packed_bytes(n, block);
+    uint8_t *packed = zeros(c, pb, 1);
+    void *back = zeros(c, (size_t)n, hs_dtype_size(c->dt));
+    float *back32 = zeros(c, (size_t)n, sizeof(float));
+    int64_t first = n / 3, count = n / 2;
+    float *mid = zeros(c, (size_t)count, sizeof(float));
+    c->k->quantize(c->s, packed, x, c->dt, n, block, f);
+    c->k->dequantize(c->s, back, c->dt, packed, n, 0, n, block, f);
+    c->k->dequantize(c->s, back32, HS_DTYPE_F32, packed, n, 0, n, block, f);
+    c->k->dequantize(c->s, mid, HS_DTYPE_F32, packed, n, first, count, block, f);
+    done(c);
+    put(o, back, c->dt, n), put(o, back32, HS_DTYPE_F32, n), put(o, mid, HS_DTYPE_F32, count);
+    put(o, packed + pb - 4 * ((n + block - 1) / block), HS_DTYPE_F32, (n + block - 1) / block);
+    release(c, x), release(c, packed), release(c, back), release(c, back32), release(c, mid);
+}
+
 /* d = {n, nesterov}: Muon's momentum from a buffer that does not start at
  * zero, twice. */
 static void run_muon_momentum(const kcase *c, outs *o) {
@@ -1080,6 +1105,21 @@ static const op_def ops[] = {
      {{0}, {1}, {7}, {1025}, {70001}},
      5,
      run_scale_cast},
+    /* The same bits: every backend is the tensor layer's routine. */
+    {"quantize",
+     K(quantize),
+     ALL_DT,
+     {0, 0, 0},
+     1e-30,
+     {{0, 8, HS_QUANT_INT8},
+      {1, 1, HS_QUANT_INT8},
+      {7, 4, HS_QUANT_FP8_E4M3, 1},
+      {1000, 128, HS_QUANT_INT8, 1},
+      {4099, 256, HS_QUANT_FP8_E4M3},
+      {70001, 32, HS_QUANT_INT8},
+      {70001, 2048, HS_QUANT_FP8_E4M3}},
+     7,
+     run_quantize},
 };
 
 /* ------------------------------------------------------------ the driver */

@@ -97,6 +97,12 @@ static void test_dtype_names_parse_and_sizes(void **state) {
     assert_int_equal(hs_dtype_size(HS_DTYPE_F32), 4);
     assert_int_equal(hs_dtype_size(HS_DTYPE_BF16), 2);
     assert_int_equal(hs_dtype_size(HS_DTYPE_F16), 2);
+    /* the wire's byte dtype has a name and a size, but no config takes it */
+    assert_string_equal(hs_dtype_name(HS_DTYPE_U8), "uint8");
+    assert_int_equal(hs_dtype_size(HS_DTYPE_U8), 1);
+    assert_false(hs_dtype_parse("uint8", &dt));
+    assert_false(hs_dtype_parse("u8", &dt));
+    assert_false(hs_dtype_is_float(HS_DTYPE_U8));
 }
 
 static void test_bf16_all_65536_patterns_decode_and_round_trip(void **state) {

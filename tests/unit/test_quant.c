@@ -1,0 +1,157 @@
+/* The block quantization of FSDP's compressed all-gather (tensor.h): the
+ * e4m3 code against a decoder built from its definition (every pattern,
+ * ties to even, saturation), and the packed format against its promises:
+ * the layout's size, each value within half a step of its block's scale,
+ * zeros exact, a non-finite block read back as NaN, any range dequantized
+ * alone equal to the same values of the whole, every float source and
+ * destination dtype.
+ * HS_TEST_TIERS: avx2 */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "hypershard/tensor.h"
+
+/* e4m3 by its definition: bias 7, 3 mantissa bits, subnormals, 0x7F NaN. */
+static double e4m3_value(unsigned c) {
+    unsigned e = (c >> 3) & 15, m = c & 7;
+    double v = e == 0 ? ldexp((double)m, -9) : ldexp(8.0 + m, (int)e - 10);
+    return c & 0x80 ? -v : v;
+}
+
+static void test_e4m3_every_code_decodes_and_round_trips(void **state) {
+    (void)state;
+    for (unsigned c = 0; c < 256; c++) {
+        float v = hs_e4m3_to_f32((uint8_t)c);
+        if ((c & 0x7F) == 0x7F) {
+            assert_true(isnan(v));
+            continue;
+        }
+        assert_true((double)v == e4m3_value(c));
+        assert_int_equal(hs_f32_to_e4m3(v), c);
+    }
+    assert_true(hs_e4m3_to_f32(0x7E) == 448.0f);
+}
+
+static void test_e4m3_rounds_to_nearest_even_and_saturates(void **state) {
+    (void)state;
+    /* Between each pair of neighbouring finite codes: the midpoint goes to
+     * the even code, a hair either side to the nearer one. */
+    for (unsigned c = 0; c < 0x7E; c++) {
+        double lo = e4m3_value(c), hi = e4m3_value(c + 1), mid = (lo + hi) / 2;
+        unsigned even = (c & 1) ? c + 1 : c;
+        assert_int_equal(hs_f32_to_e4m3((float)mid), even);
+        assert_int_equal(hs_f32_to_e4m3(nextafterf((float)mid, 0.0f)), c);
+        assert_int_equal(hs_f32_to_e4m3(nextafterf((float)mid, INFINITY)), c + 1);
+        assert_int_equal(hs_f32_to_e4m3((float)-mid), 0x80 | even);
+    }
+    assert_int_equal(hs_f32_to_e4m3(464.0f), 0x7E); /* past the top: saturates */
+    assert_int_equal(hs_f32_to_e4m3(1e30f), 0x7E);
+    assert_int_equal(hs_f32_to_e4m3(-INFINITY), 0xFE);
+    assert_int_equal(hs_f32_to_e4m3(NAN) & 0x7F, 0x7F);
+    assert_int_equal(hs_f32_to_e4m3(0x1p-11f), 0); /* under half the smallest step */
+}
+
+static float value_at(uint64_t i) {
+    uint64_t x = i * 0x9E3779B97F4A7C15ull + 7;
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ull;
+    return (float)((double)(x >> 40) / (double)(1 << 24) * 2.0 - 1.0) * (1.0f + (float)(i % 13));
+}
+
+static void check_format(hs_quant_fmt f, hs_dtype src_dt, hs_dtype dst_dt, int64_t n,
+                         int64_t block) {
+    size_t es = hs_dtype_size(src_dt), ds = hs_dtype_size(dst_dt);
+    float *x = malloc((size_t)n * sizeof *x + 4);
+    void *src = malloc((size_t)n * es + 4), *dst = malloc((size_t)n * ds + 4);
+    void *part = malloc((size_t)n * ds + 4);
+    size_t pb = hs_quant_packed_bytes(n, block);
+    uint8_t *packed = malloc(pb + 4);
+    for (int64_t i = 0; i < n; i++) x[i] = value_at((uint64_t)i);
+    for (int64_t i = block; i < 2 * block && i < n; i++) x[i] = 0.0f; /* a block of zeros */
+    hs_convert(src, src_dt, x, HS_DTYPE_F32, n);
+    hs_convert(x, HS_DTYPE_F32, src, src_dt, n); /* what the source holds */
+    memset(packed, 0xAB, pb);
+    int64_t blocks = (n + block - 1) / block;
+    hs_quantize_blocks(packed, src, src_dt, n, block, f, 0, blocks / 2);
+    hs_quantize_blocks(packed, src, src_dt, n, block, f, blocks / 2, blocks);
+    assert_int_equal(pb % 4, 0);
+    assert_int_equal(pb, (size_t)((n + 3) / 4 * 4) + 4 * (size_t)blocks);
+    for (int64_t i = n; i < (n + 3) / 4 * 4; i++) assert_int_equal(packed[i], 0);
+    const float *scales = (const float *)(packed + (n + 3) / 4 * 4);
+    hs_dequantize_range(dst, dst_dt, packed, n, 0, n, block, f);
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
+        float amax = 0.0f;
+        for (int64_t i = lo; i < hi; i++) amax = fmaxf(amax, fabsf(x[i]));
+        float s = amax / (f == HS_QUANT_INT8 ? 127.0f : 448.0f);
+        assert_true(scales[b] == s);
+        for (int64_t i = lo; i < hi; i++) {
+            float got = 0.0f;
+            hs_convert(&got, HS_DTYPE_F32, (const char *)dst + (size_t)i * ds, dst_dt, 1);
+            /* int8: half a step of s; e4m3: half a step of its 3-bit
+             * mantissa (2^-4 relative) or of the subnormal grid (2^-10 s);
+             * then the destination dtype's rounding of the product. */
+            double step = f == HS_QUANT_INT8 ? 0.5 * s
+                                             : fmax(fabs(x[i]) * 0x1p-4, 0x1p-10 * (double)s);
+            double rnd = dst_dt == HS_DTYPE_F32 ? 1e-7 : dst_dt == HS_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
+            double err = fabs((double)got - x[i]);
+            if (err > step * (1 + 1e-6) + rnd * fabs((double)got))
+                fail_msg("%s %s->%s n=%lld block=%lld: value %lld is %.9g, read back %.9g "
+                         "(scale %.9g)",
+                         hs_quant_fmt_name(f), hs_dtype_name(src_dt), hs_dtype_name(dst_dt),
+                         (long long)n, (long long)block, (long long)i, x[i], got, s);
+            if (x[i] == 0.0f) assert_true(got == 0.0f);
+        }
+    }
+    /* Any range alone: the same bits as the same values of the whole. */
+    int64_t first = n / 3, count = n - n / 3 - n / 5;
+    hs_dequantize_range(part, dst_dt, packed, n, first, count, block, f);
+    assert_memory_equal(part, (const char *)dst + (size_t)first * ds, (size_t)count * ds);
+    free(x), free(src), free(dst), free(part), free(packed);
+}
+
+static void test_packed_blocks_read_back_within_half_a_step(void **state) {
+    (void)state;
+    const int64_t sizes[][2] = {{1, 1}, {7, 4}, {256, 128}, {1000, 256}, {4099, 64}, {3, 256}};
+    for (int f = HS_QUANT_INT8; f <= HS_QUANT_FP8_E4M3; f++)
+        for (int sd = 0; sd < 3; sd++)
+            for (int dd = 0; dd < 3; dd++)
+                for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+                    check_format((hs_quant_fmt)f, (hs_dtype)sd, (hs_dtype)dd, sizes[k][0],
+                                 sizes[k][1]);
+}
+
+static void test_non_finite_block_reads_back_nan_and_others_stay(void **state) {
+    (void)state;
+    float x[12] = {1, 2, 3, 4, 5, INFINITY, 7, 8, 9, 10, NAN, 12};
+    uint8_t packed[64];
+    float out[12];
+    for (int f = HS_QUANT_INT8; f <= HS_QUANT_FP8_E4M3; f++) {
+        hs_quantize_blocks(packed, x, HS_DTYPE_F32, 12, 4, (hs_quant_fmt)f, 0, 3);
+        hs_dequantize_range(out, HS_DTYPE_F32, packed, 12, 0, 12, 4, (hs_quant_fmt)f);
+        for (int i = 0; i < 4; i++) /* half a step of the finite block's grid */
+            assert_true(fabsf(out[i] - x[i]) <=
+                        (f == HS_QUANT_INT8 ? 2.0f / 127.0f : x[i] * 0x1p-4f) * 1.0001f);
+        for (int i = 4; i < 12; i++) assert_true(isnan(out[i]));
+    }
+    assert_string_equal(hs_quant_fmt_name(HS_QUANT_FP8_E4M3), "fp8_e4m3");
+    assert_int_equal(hs_quant_packed_bytes(0, 8), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_e4m3_every_code_decodes_and_round_trips),
+        cmocka_unit_test(test_e4m3_rounds_to_nearest_even_and_saturates),
+        cmocka_unit_test(test_packed_blocks_read_back_within_half_a_step),
+        cmocka_unit_test(test_non_finite_block_reads_back_nan_and_others_stay),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
