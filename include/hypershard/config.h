@@ -120,8 +120,13 @@ typedef struct hs_fsdp_config {
     int forward_prefetch_depth;
     int backward_prefetch_depth;
     bool comm_fusion;
-    int comm_fusion_zero_copy; /* -1 null, 0 false, 1 true */
+    int comm_fusion_zero_copy;      /* -1 null, 0 false, 1 true */
+    char param_gather[HS_NAME_MAX]; /* "" (null), "int8", "fp8_e4m3" */
+    int param_gather_block;
 } hs_fsdp_config;
+
+/* The wire format of fsdp_config.param_gather (HS_QUANT_NONE for null). */
+hs_quant_fmt hs_fsdp_config_param_gather(const hs_fsdp_config *f);
 
 typedef struct hs_schedule_config {
     int warmup_steps;

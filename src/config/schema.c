@@ -191,6 +191,12 @@ static const hs_cfg_key keys[] = {
      FIELD(fsdp.comm_fusion_zero_copy),
      .doc = "parameters as views into the fused buffer; null: on when comm_fusion is true, "
             "false: copy-in path (needs comm_fusion)"},
+    KSTR("fsdp_config.param_gather", fsdp.param_gather, "null", true, "int8 | fp8_e4m3 | null",
+         "wire format of the parameter all-gathers: each rank's shard quantized in blocks "
+         "(a fp32 scale each) and read back in param_dtype; the fp32 masters, the optimizer "
+         "and replicate_params stay exact; null: param_dtype itself"),
+    KINT("fsdp_config.param_gather_block", fsdp.param_gather_block, "256", GE, 1,
+         "values per quantization block of fsdp_config.param_gather"),
 
     /* optimizer */
     KENUM("optimizer._target_", optimizer.target, "adamw", "adamw|muon", "optimizer"),

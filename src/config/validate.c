@@ -109,6 +109,21 @@ static void check_precision(const hs_config *c, hs_cfg_report *rep) { /* rules 8
                           c->optimizer.fp32_main_params ? "true" : "false");
 }
 
+hs_quant_fmt hs_fsdp_config_param_gather(const hs_fsdp_config *f) {
+    for (int q = HS_QUANT_NONE + 1; q < HS_QUANT_FMT_COUNT; q++)
+        if (!strcmp(f->param_gather, hs_quant_fmt_name((hs_quant_fmt)q))) return (hs_quant_fmt)q;
+    return HS_QUANT_NONE;
+}
+
+static void check_param_gather(const hs_config *c, hs_cfg_report *rep) {
+    const hs_fsdp_config *f = &c->fsdp;
+    if (f->param_gather[0] && hs_fsdp_config_param_gather(f) == HS_QUANT_NONE)
+        hs_cfg_report_add(rep,
+                          "fsdp_config.param_gather = %s is not a wire format; use int8, "
+                          "fp8_e4m3 or null (the parameters' own dtype)",
+                          f->param_gather);
+}
+
 static void check_compile(const hs_config *c, const hs_topology *t, const hs_log *log,
                           hs_cfg_report *rep) { /* rule 10 */
     if (!c->compile.fullgraph) return;
@@ -232,6 +247,7 @@ hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, c
     bool topo_ok = derive_topology(c, world, &t, &rep);
     hs_cfg_check_pp(c, &rep);
     check_precision(c, &rep);
+    check_param_gather(c, &rep);
     check_duplicates(c, &rep);
     hs_cfg_check_model(c, &rep);
     hs_cfg_check_run(c, &rep);

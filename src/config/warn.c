@@ -62,6 +62,12 @@ static void warn_fsdp(const hs_config *c, const hs_topology *t, const hs_log *lo
     if (!f->mix_precision.cast_forward_inputs && f->mix_precision.param_dtype == HS_MP_NULL)
         hs_log_warn(log, "fsdp_config.mix_precision.cast_forward_inputs = false has no effect: "
                          "it needs fsdp_config.mix_precision.param_dtype to be set (got null)");
+    if (f->param_gather[0] && t->dp_shard == 1 && t->edp_shard == 1)
+        hs_log_warn(log,
+                    "fsdp_config.param_gather = %s has no effect: no parameter is sharded "
+                    "(fsdp_config.dp_shard_size = 1, edp_shard_size = 1), so nothing is "
+                    "all-gathered",
+                    f->param_gather);
     if (f->comm_fusion_zero_copy >= 0 && !f->comm_fusion)
         hs_log_warn(log,
                     "fsdp_config.comm_fusion_zero_copy = %s has no effect: it needs "

@@ -13,7 +13,8 @@ static hs_status check_members(const hs_fsdp_unit *u, hs_fsdp_param **ps, int n,
     for (int j = 1; j < n; j++) {
         const hs_fsdp_param *a = ps[0], *b = ps[j];
         if (a->mi.shard_pg != b->mi.shard_pg || a->compute_dtype != b->compute_dtype ||
-            a->reduce_dtype != b->reduce_dtype || a->offload != b->offload)
+            a->reduce_dtype != b->reduce_dtype || a->offload != b->offload ||
+            a->gather_fmt != b->gather_fmt || a->gather_block != b->gather_block)
             return hs_error_set(e, HS_ERR_CONFIG,
                                 "fsdp_config.comm_fusion=true: unit %d (%s) holds %s (%s, %s) "
                                 "and %s (%s, %s), which cannot share one all-gather; set "
@@ -81,9 +82,11 @@ hs_status hs_fsdp_fusion_build(hs_fsdp_unit *u, bool zero_copy, hs_fsdp_mem *mem
     u->fusion = fu; /* from here hs_fsdp_fusion_free cleans up */
     fu->params = calloc((size_t)n, sizeof *fu->params);
     fu->offset = calloc((size_t)n, sizeof *fu->offset);
-    if (!fu->params || !fu->offset)
-        return hs_error_oom(e, "fsdp unit %d: the fusion tables of %d parameters: %zu bytes",
-                            u->index, n, (size_t)n * (sizeof *fu->params + sizeof *fu->offset));
+    fu->packed_offset = calloc((size_t)n, sizeof *fu->packed_offset);
+    if (!fu->params || !fu->offset || !fu->packed_offset)
+        return hs_error_oom(
+            e, "fsdp unit %d: the fusion tables of %d parameters: %zu bytes", u->index, n,
+            (size_t)n * (sizeof *fu->params + sizeof *fu->offset + sizeof *fu->packed_offset));
     for (int i = 0; i < u->n_params; i++)
         if (u->params[i]->needs_all_gather) fu->params[fu->n_params++] = u->params[i];
     hs_status st = check_members(u, fu->params, n, e);
@@ -93,6 +96,13 @@ hs_status hs_fsdp_fusion_build(hs_fsdp_unit *u, bool zero_copy, hs_fsdp_mem *mem
         fu->numel += fu->params[j]->plan.padded_sharded_numel;
     }
     hs_fsdp_param *p0 = fu->params[0];
+    fu->gather_fmt = p0->gather_fmt;
+    fu->gather_block = p0->gather_block;
+    for (int j = 0; j < n && fu->gather_fmt != HS_QUANT_NONE; j++) {
+        fu->packed_offset[j] = fu->packed_bytes;
+        fu->packed_bytes +=
+            hs_quant_packed_bytes(fu->params[j]->plan.padded_sharded_numel, fu->gather_block);
+    }
     fu->pg = p0->mi.shard_pg;
     fu->world = p0->mi.shard_size;
     fu->ag_dtype = p0->compute_dtype;
@@ -132,6 +142,7 @@ void hs_fsdp_fusion_free(hs_fsdp_unit *u) {
     hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_GRAD, fu->rs_in, fu->rs_in_bytes);
     free(fu->params);
     free(fu->offset);
+    free(fu->packed_offset);
     free(fu);
     u->fusion = NULL;
 }
@@ -161,6 +172,47 @@ static const void *all_gather_input(hs_fsdp_fusion *fu, hs_error *e) {
     return fu->ag_in;
 }
 
+static void mark_unsharding(hs_fsdp_fusion *fu) {
+    for (int j = 0; j < fu->n_params; j++) {
+        hs_fsdp_param *fp = fu->params[j];
+        fp->state = HS_FSDP_UNSHARDING;
+        fp->owner = HS_FSDP_STORAGE_FUSED;
+        fp->owned = NULL;
+        fp->owned_bytes = 0;
+        fp->unsharded = NULL;
+    }
+}
+
+/* The quantized all-gather (fusion.h): each parameter's local shard packed
+ * alone into this rank's chunk, straight from the flat source under
+ * zero-copy, else from the copied-in input; the chunks gathered in place
+ * as bytes. */
+static hs_status unshard_packed(hs_fsdp_fusion *fu, hs_error *e) {
+    const void *src = fu->flat_src;
+    hs_dtype src_dt = fu->src_dtype;
+    if (!fu->zero_copy) {
+        src = all_gather_input(fu, e);
+        if (!src) return e ? e->code : HS_ERR_OOM;
+        src_dt = fu->ag_dtype;
+    }
+    size_t B = fu->packed_bytes, es = hs_dtype_size(src_dt);
+    fu->ag_out = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, B * (size_t)fu->world,
+                                          "the fused quantized all-gather buffer",
+                                          fu->params[0]->p->fqn, e);
+    if (!fu->ag_out) return HS_ERR_OOM;
+    fu->ag_out_bytes = B * (size_t)fu->world;
+    char *mine = (char *)fu->ag_out + B * (size_t)hs_pg_rank(fu->pg);
+    for (int j = 0; j < fu->n_params; j++)
+        hs_dev_quantize(fu->mem->dev, mine + fu->packed_offset[j],
+                        at((void *)src, fu->offset[j], es), src_dt,
+                        fu->params[j]->plan.padded_sharded_numel, fu->gather_block, fu->gather_fmt);
+    hs_stream *ag = hs_fsdp_mem_ag(fu->mem);
+    hs_fsdp_mem_tie(fu->mem, fu->mem->dev->stream, ag);
+    fu->ag_work = hs_pg_all_gather_async(fu->pg, ag, fu->ag_out, mine, (int64_t)B, HS_DTYPE_U8);
+    mark_unsharding(fu);
+    return HS_OK;
+}
+
 hs_status hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu, hs_error *e) {
     if (fu->ag_work) return HS_OK;
     bool all_sharded = true, all_unsharded = true;
@@ -171,6 +223,7 @@ hs_status hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu, hs_error *e) {
     if (all_unsharded) return HS_OK;
     /* Some parameter was resharded alone (set_full): gather them all again. */
     if (!all_sharded) hs_fsdp_fusion_reshard(fu);
+    if (fu->gather_fmt != HS_QUANT_NONE) return unshard_packed(fu, e);
     const void *in = all_gather_input(fu, e);
     if (!in) return e ? e->code : HS_ERR_OOM;
     size_t out_bytes = (size_t)fu->numel * (size_t)fu->world * hs_dtype_size(fu->ag_dtype);
@@ -183,14 +236,7 @@ hs_status hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu, hs_error *e) {
     hs_stream *ag = hs_fsdp_mem_ag(fu->mem);
     hs_fsdp_mem_tie(fu->mem, fu->mem->dev->stream, ag);
     fu->ag_work = hs_pg_all_gather_async(fu->pg, ag, fu->ag_out, in, fu->numel, fu->ag_dtype);
-    for (int j = 0; j < fu->n_params; j++) {
-        hs_fsdp_param *fp = fu->params[j];
-        fp->state = HS_FSDP_UNSHARDING;
-        fp->owner = HS_FSDP_STORAGE_FUSED;
-        fp->owned = NULL;
-        fp->owned_bytes = 0;
-        fp->unsharded = NULL;
-    }
+    mark_unsharding(fu);
     return HS_OK;
 }
 
@@ -203,8 +249,14 @@ static void unpack(hs_fsdp_fusion *fu) {
         hs_fsdp_param *fp = fu->params[j];
         int64_t P = fp->plan.padded_sharded_numel;
         char *view = at(fu->unsharded, W * fu->offset[j], es);
-        hs_dev_copy_2d(fu->mem->dev, view, (size_t)P * es, at(fu->ag_out, fu->offset[j], es),
-                       (size_t)S * es, W, (size_t)P * es);
+        if (fu->gather_fmt == HS_QUANT_NONE)
+            hs_dev_copy_2d(fu->mem->dev, view, (size_t)P * es, at(fu->ag_out, fu->offset[j], es),
+                           (size_t)S * es, W, (size_t)P * es);
+        for (int64_t r = 0; r < W && fu->gather_fmt != HS_QUANT_NONE; r++)
+            hs_dev_dequantize(fu->mem->dev, at(view, r * P, es), fu->ag_dtype,
+                              (const char *)fu->ag_out + fu->packed_bytes * (size_t)r +
+                                  fu->packed_offset[j],
+                              P, 0, P, fu->gather_block, fu->gather_fmt);
         fp->unsharded = view; /* rows [0, D0) are the logical tensor */
         fp->state = HS_FSDP_UNSHARDED;
         fp->p->data = view;
@@ -221,14 +273,15 @@ hs_status hs_fsdp_fusion_unshard_wait(hs_fsdp_fusion *fu, hs_error *e) {
     hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_in, fu->ag_in_bytes);
     fu->ag_in = NULL;
     fu->ag_in_bytes = 0;
+    size_t bytes = (size_t)fu->numel * (size_t)fu->world * hs_dtype_size(fu->ag_dtype);
     if (st == HS_OK) {
-        fu->unsharded = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_out_bytes,
+        fu->unsharded = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, bytes,
                                                  "the unpacked unsharded parameters",
                                                  fu->params[0]->p->fqn, e);
         st = fu->unsharded ? HS_OK : HS_ERR_OOM;
     }
     if (st == HS_OK) {
-        fu->unsharded_bytes = fu->ag_out_bytes;
+        fu->unsharded_bytes = bytes;
         unpack(fu);
     }
     hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_out, fu->ag_out_bytes);

@@ -26,7 +26,13 @@
  * their padded unsharded buffers into the rank-major input. Unpacking and
  * packing move whole chunks, never change a value, and the per-element
  * reduction order of the ring depends only on the chunk (rank), so fused
- * and unfused training are bitwise identical. */
+ * and unfused training are bitwise identical.
+ *
+ * Quantized (fsdp_config.param_gather): each parameter's P_j elements are
+ * packed alone (tensor.h: blocks start at its first element), the packed
+ * parameters back to back in each rank's chunk of B = sum of their packed
+ * bytes, and every (rank, parameter) piece read back straight into its
+ * view: the values, and so training, are the unfused quantized run's. */
 #ifndef HS_FSDP_FUSION_H
 #define HS_FSDP_FUSION_H
 
@@ -54,7 +60,12 @@ typedef struct hs_fsdp_fusion {
     size_t ag_in_bytes;
     void *ag_out; /* rank-major output, alive until the wait unpacks it */
     size_t ag_out_bytes;
-    void *unsharded; /* parameter-major: the parameters' views */
+    /* param_gather: the packed all-gather (ag_out holds world x B bytes) */
+    hs_quant_fmt gather_fmt;
+    int64_t gather_block;
+    size_t *packed_offset; /* of each parameter in a rank's chunk (bytes) */
+    size_t packed_bytes;   /* B */
+    void *unsharded;       /* parameter-major: the parameters' views */
     size_t unsharded_bytes;
     hs_work *ag_work;
 

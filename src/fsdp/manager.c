@@ -245,6 +245,9 @@ static hs_status build_params(hs_fsdp *f, const hs_fsdp_config *fsdp, bool fp32_
         if (st != HS_OK) return st;
         /* Before the units group gradients by reduce dtype. */
         ctx->params[i].reduce_dtype = hs_fsdp_mp_reduce_dtype(&fsdp->mix_precision, compute);
+        /* replicate_params never all-gather, so are never quantized */
+        ctx->params[i].gather_fmt = rep ? HS_QUANT_NONE : hs_fsdp_config_param_gather(fsdp);
+        ctx->params[i].gather_block = fsdp->param_gather_block > 0 ? fsdp->param_gather_block : 1;
         st = hs_fsdp_main_init(&ctx->params[i], fp32_main_params, e);
         if (st != HS_OK) return st;
         ctx->params[i].exposed = &ctx->exposed;

@@ -94,7 +94,7 @@ void hs_fsdp_param_free(hs_fsdp_param *fp) {
         free_events(fp);
         return;
     }
-    HS_ASSERT(fp->ag_work == NULL && fp->rs_work == NULL);
+    HS_ASSERT(fp->ag_work == NULL && fp->rs_work == NULL && fp->ag_packed == NULL);
     hs_fsdp_param_reshard(fp);
     hs_fsdp_param_grad_release(fp);
     hs_fsdp_main_free(fp);
@@ -127,6 +127,61 @@ static void *own(hs_fsdp_param *fp, hs_fsdp_storage_owner owner, int64_t numel, 
     return p;
 }
 
+/* The quantized all-gather: this rank's padded shard packed into its
+ * block of the packed buffer (straight from the master, or the 16-bit
+ * model shard; under offload through this rank's block of the output),
+ * the packed blocks gathered in place as bytes, and every rank's block
+ * read back into the output at the wait. */
+static hs_status unshard_packed(hs_fsdp_param *fp, hs_error *e) {
+    const hs_fsdp_plan *pl = &fp->plan;
+    int64_t P = pl->padded_sharded_numel;
+    int W = fp->mi.shard_size, rank = hs_pg_rank(fp->mi.shard_pg);
+    HS_ASSERT(fp->storage_numel == P);
+    void *out = own(fp, HS_FSDP_STORAGE_ALL_GATHER, pl->padded_unsharded_numel, e);
+    if (!out) return HS_ERR_OOM;
+    size_t pb = hs_quant_packed_bytes(P, fp->gather_block);
+    char *packed = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_PARAM, pb * (size_t)W,
+                                            "the quantized all-gather buffer", fp->p->fqn, e);
+    if (!packed) return HS_ERR_OOM;
+    fp->ag_packed = packed;
+    fp->ag_packed_bytes = pb * (size_t)W;
+    hs_dtype src_dt;
+    const void *src = hs_fsdp_local_source(fp, &src_dt);
+    if (fp->offload) {
+        void *slot = (char *)out + bytes_of((int64_t)rank * P, fp->compute_dtype);
+        hs_status st = hs_fsdp_offload_to_compute(fp, slot, P, e);
+        if (st != HS_OK) return st;
+        src = slot;
+        src_dt = fp->compute_dtype;
+    }
+    char *mine = packed + pb * (size_t)rank;
+    hs_dev_quantize(fp->mem->dev, mine, src, src_dt, P, fp->gather_block, fp->gather_fmt);
+    hs_stream *ag = hs_fsdp_mem_ag(fp->mem);
+    hs_fsdp_mem_tie(fp->mem, fp->mem->dev->stream, ag);
+    fp->ag_work =
+        hs_pg_all_gather_async(fp->mi.shard_pg, ag, packed, mine, (int64_t)pb, HS_DTYPE_U8);
+    fp->unsharded = out;
+    fp->state = HS_FSDP_UNSHARDING;
+    return HS_OK;
+}
+
+/* Every rank's packed block into its chunk of the output (compute stream,
+ * after the all-gather); the packed buffer goes back to the cache. */
+static void unpack_packed(hs_fsdp_param *fp) {
+    int64_t P = fp->plan.padded_sharded_numel;
+    size_t pb = hs_quant_packed_bytes(P, fp->gather_block);
+    for (int r = 0; r < fp->mi.shard_size; r++)
+        hs_dev_dequantize(fp->mem->dev, (char *)fp->unsharded + bytes_of(r * P, fp->compute_dtype),
+                          fp->compute_dtype, (const char *)fp->ag_packed + pb * (size_t)r, P, 0, P,
+                          fp->gather_block, fp->gather_fmt);
+}
+
+static void free_packed(hs_fsdp_param *fp) {
+    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_PARAM, fp->ag_packed, fp->ag_packed_bytes);
+    fp->ag_packed = NULL;
+    fp->ag_packed_bytes = 0;
+}
+
 hs_status hs_fsdp_param_unshard_issue(hs_fsdp_param *fp, hs_error *e) {
     if (fp->state != HS_FSDP_SHARDED) return HS_OK;
     const hs_fsdp_plan *pl = &fp->plan;
@@ -136,6 +191,7 @@ hs_status hs_fsdp_param_unshard_issue(hs_fsdp_param *fp, hs_error *e) {
     hs_dtype src_dt;
     const void *src = hs_fsdp_local_source(fp, &src_dt);
     bool direct = hs_fsdp_local_source_is_compute(fp);
+    if (fp->needs_all_gather && fp->gather_fmt != HS_QUANT_NONE) return unshard_packed(fp, e);
     if (fp->needs_all_gather) {
         /* Copy the padded storage, not the actual view: every rank must send
          * the same element count. */
@@ -187,9 +243,11 @@ hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e) {
         hs_work *w = fp->ag_work;
         fp->ag_work = NULL;
         hs_status st = hs_fsdp_exposed_wait(fp->exposed, HS_FSDP_WAIT_ALL_GATHER, w, e);
-        if (st != HS_OK) return st;
         /* the compute stream reads the output only once it is complete */
         order(fp->ag_done, fp->mem->ag_stream, fp->mem->dev->stream);
+        if (st == HS_OK && fp->ag_packed) unpack_packed(fp);
+        if (fp->ag_packed) free_packed(fp);
+        if (st != HS_OK) return st;
     }
     fp->state = HS_FSDP_UNSHARDED;
     fp->p->data = fp->unsharded;

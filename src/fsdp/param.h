@@ -91,6 +91,12 @@ typedef struct hs_fsdp_param {
     hs_dtype grad_dtype;    /* what the model accumulates into */
     hs_dtype reduce_dtype;  /* of the gradient collectives (fsdp/mixed_precision.c) */
     bool offload;           /* master and sharded grad in the host pool (fsdp/offload.c) */
+    /* fsdp_config.param_gather: the all-gather moves the shard quantized
+     * in blocks of gather_block (tensor.h), every rank (the owner too)
+     * reading back the same dequantized values; HS_QUANT_NONE moves it in
+     * compute_dtype. The master is never quantized. */
+    hs_quant_fmt gather_fmt;
+    int64_t gather_block;
     hs_fsdp_mem *mem;
 
     /* master: fp32, padded_sharded_numel elements when uneven, else actual */
@@ -109,6 +115,8 @@ typedef struct hs_fsdp_param {
     void *owned;                 /* what reshard frees (NULL for an alias) */
     size_t owned_bytes;
     hs_work *ag_work;
+    void *ag_packed; /* the quantized all-gather's buffer, issue to wait */
+    size_t ag_packed_bytes;
     /* ag_done: the all-gather's output is complete (ag_stream); last_use:
      * the compute stream's last read of the unsharded buffer, which the
      * all-gather stream waits for before the buffer goes back to the

@@ -37,7 +37,9 @@ uint8_t hs_f32_to_e4m3(float x) {
 
 float hs_e4m3_to_f32(uint8_t c) {
     int e = (c >> 3) & 15, m = c & 7;
-    float v = e == 15 && m == 7 ? NAN : e == 0 ? ldexpf((float)m, -9) : ldexpf((float)(8 + m), e - 10);
+    float v = e == 15 && m == 7 ? NAN
+              : e == 0          ? ldexpf((float)m, -9)
+                                : ldexpf((float)(8 + m), e - 10);
     return c & 0x80u ? -v : v;
 }
 
