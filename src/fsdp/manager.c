@@ -279,8 +279,14 @@ static void log_wrapped(const hs_fsdp *f, const hs_fsdp_config *fsdp) {
     for (int u = 0; u < f->ctx.n_units; u++)
         if (f->ctx.units[u].fusion)
             fusion = f->ctx.units[u].fusion->zero_copy ? "on, zero-copy" : "on, copy-in";
-    hs_log_info(f->ctx.log, "fsdp: prefetch depth forward %d, backward %d; comm_fusion %s",
-                fsdp->forward_prefetch_depth, fsdp->backward_prefetch_depth, fusion);
+    char gather[64] = "param_dtype";
+    if (hs_fsdp_config_param_gather(fsdp) != HS_QUANT_NONE)
+        snprintf(gather, sizeof gather, "%s in blocks of %d",
+                 hs_quant_fmt_name(hs_fsdp_config_param_gather(fsdp)), fsdp->param_gather_block);
+    hs_log_info(f->ctx.log,
+                "fsdp: prefetch depth forward %d, backward %d; comm_fusion %s; parameters "
+                "gathered in %s",
+                fsdp->forward_prefetch_depth, fsdp->backward_prefetch_depth, fusion, gather);
 }
 
 hs_status hs_fsdp_wrap_groups(const hs_fsdp_config *fsdp, bool fp32_main_params,

@@ -64,6 +64,7 @@ typedef struct plan_ctx {
     const hs_config *cfg;
     const hs_topology *topo;
     hs_dtype cdt, rdt;
+    hs_quant_fmt gather; /* fsdp_config.param_gather */
     bool fsdp, offload, main, stashes;
     int M;
     hs_parallel *par; /* described (rank 0 of each dim): the models never run */
@@ -108,13 +109,23 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int
     ACC(c, &(c->offload ? u->host : u->dev)[HS_PLAN_OPTIM], n_states(c, p), actual, 4);
     bool direct = !c->offload && (c->main || c->cdt == HS_DTYPE_F32);
     ACC(c, &u->P, ag ? padded_un : direct ? 0 : numel, cs);
-    /* Only comm_fusion stages a cast input; a parameter's own all-gather
+    /* Quantized (param_gather): the wire is each rank's packed shard, held
+     * from the issue to the wait, and a fused unit's copy-in input besides
+     * (fsdp/fusion.c); the shard is packed straight from its source. Else
+     * only comm_fusion stages a cast input; a parameter's own all-gather
      * casts into its block of the output (fsdp/param.c). */
-    if (ag && !direct && c->cfg->fsdp.comm_fusion) ACC(c, &u->I, padded_sh, cs);
+    bool quant = ag && c->gather != HS_QUANT_NONE;
+    int64_t wire =
+        quant
+            ? PROD(c, S, (int64_t)hs_quant_packed_bytes(padded_sh, c->cfg->fsdp.param_gather_block))
+            : PROD(c, padded_un, cs);
+    bool copy_in = c->cfg->fsdp.comm_fusion && (c->offload || !c->cfg->fsdp.comm_fusion_zero_copy);
+    if (quant) add_to(c, &u->I, wire);
+    if (quant ? copy_in : ag && !direct && c->cfg->fsdp.comm_fusion) ACC(c, &u->I, padded_sh, cs);
     int64_t src = c->main ? cs : 4;
     if (c->offload && src != cs) ACC(c, &u->stage, ag ? storage : numel, src);
-    if (ag) ACC(c, &u->ag_fwd, padded_un, cs), u->ag_calls++;
-    if (ag) ACC(c, tally[0], padded_un, cs);
+    if (ag) add_to(c, &u->ag_fwd, wire), u->ag_calls++;
+    if (ag) add_to(c, tally[0], wire);
     if (p->frozen) return;
     if (ag) ACC(c, tally[1], padded_un, rs);
     if (R > 1) ACC(c, tally[2], ag ? padded_sh : numel, rs);
@@ -642,6 +653,7 @@ hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *
     plan_ctx c = {.cfg = cfg, .topo = topo, .ck = &ck};
     c.cdt = mp->param_dtype == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)mp->param_dtype;
     c.rdt = mp->reduce_dtype == HS_MP_NULL ? c.cdt : (hs_dtype)mp->reduce_dtype;
+    c.gather = hs_fsdp_config_param_gather(&cfg->fsdp);
     c.fsdp = hs_engine_uses_fsdp(cfg, topo);
     if (!c.fsdp) c.cdt = c.rdt = HS_DTYPE_F32;
     c.offload = c.fsdp && cfg->fsdp.enable_offload;

@@ -58,6 +58,8 @@ check selective_zb1p 2 accelerator.pp_size=2 accelerator.pp_schedule=zb1p \
     train.global_batch_size=4 train.activation_checkpointing=selective
 check prefetch2 4 fsdp_config.dp_shard_size=4 fsdp_config.forward_prefetch_depth=2 \
     fsdp_config.backward_prefetch_depth=2 train.global_batch_size=8
+check gather_int8 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8
+check gather_fp8_fused 2 "${F2[@]}" fsdp_config.param_gather=fp8_e4m3 fsdp_config.comm_fusion=true
 check no_sync 2 "${F2[@]}" "${BF[@]}" train.global_batch_size=8 fsdp_config.requires_grad_sync=false
 check tp2_fsdp2 4 "${F2[@]}" accelerator.tp_size=2
 check pp2_fsdp2 4 "${F2[@]}" accelerator.pp_size=2 train.global_batch_size=8
@@ -148,6 +150,10 @@ PY
 comm_check comm_fsdp2 2 "${F2[@]}"
 comm_check comm_hsdp4 4 "${F2[@]}" train.global_batch_size=8
 comm_check comm_bf16 2 "${F2[@]}" "${BF[@]}"
+# the quantized all-gathers: each rank's packed shard (bytes and scales)
+comm_check comm_int8 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8 \
+    fsdp_config.param_gather_block=64
+comm_check comm_hsdp4_fp8 4 "${F2[@]}" train.global_batch_size=8 fsdp_config.param_gather=fp8_e4m3
 comm_check comm_cp2_a2a 2 accelerator.cp_size=2 accelerator.cp_rotate_method=alltoall
 comm_check comm_cp4_a2a_ring 4 accelerator.cp_size=4 accelerator.cp_rotate_method=alltoall_ring \
     accelerator.cp_a2a_size=2

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# fsdp_config.param_gather: FSDP's parameter all-gathers move each shard
+# block-quantized (int8, fp8 e4m3) and every rank computes with the same
+# dequantized values, while the fp32 masters and the optimizer stay exact.
+#   - What the ranks compute with is the format's definition applied to
+#     each shard: tests/cli/quant_sim.py rebuilds those weights from the
+#     run's initial masters with the standard library, and one process
+#     started from them (--init-from) has the FSDP run's step-1 loss, grad
+#     norm and every gradient within 1e-5 relative (the FSDP parity
+#     tolerance: the same values, the gradients summed over ranks in
+#     another order). FSDP 2 int8 and fp8 (blocks of 256 and 32, one not
+#     dividing a shard), uneven shards over 3 ranks, HSDP 2x2 with
+#     replicate_params (kept exact) and an MoE with sharded experts.
+#   - Not bit for bit the exact run (the quantization acts), and within
+#     1e-3 of its loss at every step of 3.
+#   - A fused unit packs each parameter alone: comm_fusion (zero-copy and
+#     copy-in) and offload give the unfused quantized run's bits, fp32 and
+#     bf16.
+#   - The masters are never quantized: with a learning rate of 1e-30 the
+#     weights never move, and the quantized run exports the exact run's
+#     weights bit for bit although its losses differ.
+#   - A format that is not one is a configuration error (exit 2, the key
+#     named, nothing written); on an unsharded layout the key warns that it
+#     has no effect.
+# HS_MPI_RANKS: 4
+# HS_TEST_TIMEOUT: 240
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+hs_scratch param_gather
+tiny=("${HS_FSDP_TINY[@]}")
+F2=(fsdp_config.dp_shard_size=2 train.global_batch_size=8)
+BF=(fsdp_config.mix_precision.param_dtype=bfloat16 fsdp_config.mix_precision.reduce_dtype=float32)
+
+# sim NAME RANKS SHARD BLOCK FORMAT KEEP ARGS...: a one-step quantized run
+# on RANKS and a one-process run from quant_sim.py's weights (KEEP: the
+# comma-separated replicate_params) agree within 1e-5.
+sim() {
+    local name=$1 n=$2 shard=$3 block=$4 fmt=$5 keep=$6
+    shift 6
+    hs_train "$name" "$n" train.steps=1 fsdp_config.param_gather="$fmt" \
+        fsdp_config.param_gather_block="$block" "$@" --dump "$work/$name/dump"
+    grep -q "parameters gathered in $fmt in blocks of $block" "$work/$name.txt"
+    python3 "$HS_SRC/tests/cli/quant_sim.py" "$work/$name/dump/weights-step0.safetensors" \
+        "$work/$name.init" "$shard" "$block" "$fmt" ${keep//,/ }
+    local one=()
+    for a in "$@"; do [[ $a == fsdp_config.* || $a == accelerator.* ]] || one+=("$a"); done
+    hs_train "$name.one" 1 train.steps=1 "${one[@]}" --init-from "$work/$name.init" \
+        --dump "$work/$name.one/dump"
+    python3 - "$work/$name" "$work/$name.one" <<'PY'
+import json, struct, sys
+run, one = sys.argv[1:]
+def grads(d):
+    raw = open(d + "/dump/grads-step1.safetensors", "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    out = {}
+    for k, v in json.loads(raw[8:8 + n]).items():
+        if k != "__metadata__":
+            a, b = v["data_offsets"]
+            out[k] = struct.unpack("<%df" % ((b - a) // 4), raw[8 + n + a:8 + n + b])
+    return out
+x, y = (json.loads(open(d + "/metrics.jsonl").readline()) for d in (one, run))
+worst = 0.0
+for k in ("loss", "grad_norm"):
+    rel = abs(x[k] - y[k]) / abs(x[k])
+    assert rel < 1e-5, f"{run}: step-1 {k} {y[k]}, the simulated weights' {x[k]}"
+    worst = max(worst, rel)
+ga, gb = grads(one), grads(run)
+assert ga.keys() == gb.keys(), set(ga) ^ set(gb)
+for k in ga:
+    err = max(abs(p - q) for p, q in zip(ga[k], gb[k])) / (max(abs(v) for v in ga[k]) or 1.0)
+    assert err < 1e-5, f"{run}: the gradient of {k} differs by {err:.2e} relative"
+    worst = max(worst, err)
+print(f"{run.split('/')[-1]}: one process from the simulated weights, worst {worst:.2e}")
+PY
+}
+
+sim int8 2 2 256 int8 "" "${F2[@]}"
+sim fp8 2 2 32 fp8_e4m3 "" "${F2[@]}"
+sim uneven3 3 3 24 int8 "" fsdp_config.dp_shard_size=3 train.global_batch_size=12
+rep=model.norm.weight,model.layers.0.mlp.up_proj.weight
+sim hsdp 4 2 256 int8 "$rep" "${F2[@]}" "fsdp_config.replicate_params=[$rep]"
+sim moe 2 2 64 fp8_e4m3 "" "${F2[@]}" model.arch=moe model.moe.num_experts=3 model.moe.top_k=2 \
+    model.moe.expert_ffn_dim=24 model.moe.aux_loss_coef=0
+
+# Not bit for bit: the two runs' step losses differ somewhere, by < 1e-3.
+near() {
+    python3 - "$work/$1/metrics.jsonl" "$work/$2/metrics.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:])
+assert a != b, f"the quantized run has the exact run's losses {a}: nothing was quantized"
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+assert worst < 1e-3, (a, b)
+print(f"  losses differ by up to {worst:.2e} relative")
+PY
+}
+hs_train_dump exact 2 "${F2[@]}"
+hs_train_dump q 2 "${F2[@]}" fsdp_config.param_gather=int8
+near exact q
+
+# fused (zero-copy, copy-in) and offloaded: the unfused quantized bits
+hs_train_dump q_fused 2 "${F2[@]}" fsdp_config.param_gather=int8 fsdp_config.comm_fusion=true
+hs_compare_runs q q_fused 0 "${HS_DUMP_FILES[@]}"
+hs_train_dump q_copy_in 2 "${F2[@]}" fsdp_config.param_gather=int8 fsdp_config.comm_fusion=true \
+    fsdp_config.comm_fusion_zero_copy=false
+hs_compare_runs q q_copy_in 0 "${HS_DUMP_FILES[@]}"
+hs_train_dump q_offload 2 "${F2[@]}" fsdp_config.param_gather=int8 fsdp_config.enable_offload=true
+hs_compare_runs q q_offload 0 "${HS_DUMP_FILES[@]}"
+hs_train_dump bf16_q 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8
+hs_train_dump bf16_q_fused 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8 \
+    fsdp_config.comm_fusion=true
+hs_compare_runs bf16_q bf16_q_fused 0 "${HS_DUMP_FILES[@]}"
+
+# the masters: exported as the exact run's when nothing moves them
+still=(optimizer.lr=1e-30 optimizer.weight_decay=0)
+hs_train still 2 "${F2[@]}" "${still[@]}"
+hs_train still_q 2 "${F2[@]}" "${still[@]}" fsdp_config.param_gather=int8
+cmp "$work/still/model.safetensors" "$work/still_q/model.safetensors"
+near still still_q
+
+# a bad format: exit 2, the key and the choices named, nothing written
+set +e
+"$HS_BIN" train "${tiny[@]}" "${F2[@]}" fsdp_config.param_gather=int4 \
+    train.out_dir="$work/bad" > "$work/bad.txt" 2>&1
+rc=$?
+set -e
+[ "$rc" = 2 ] || { cat "$work/bad.txt"; echo "param_gather=int4: exit $rc, want 2"; exit 1; }
+grep -q "fsdp_config.param_gather = int4 is not a wire format; use int8, fp8_e4m3 or null" \
+    "$work/bad.txt"
+[ ! -e "$work/bad" ]
+hs_train unsharded 2 train.global_batch_size=8 fsdp_config.param_gather=int8
+grep -q "fsdp_config.param_gather = int8 has no effect" "$work/unsharded.txt"
+echo "PASS"
