@@ -1,5 +1,6 @@
 /* Block quantization for values on the wire (format in tensor.h): the
- * scalar routines every backend's kernel must match bit for bit. */
+ * routines every backend's kernel must match bit for bit. The element
+ * loops are branch-free (selects on bit patterns), so they vectorise. */
 #include <math.h>
 
 #include "hypershard/tensor.h"
@@ -19,33 +20,75 @@ size_t hs_quant_packed_bytes(int64_t n, int64_t block) {
     return (size_t)codes_bytes(n) + sizeof(float) * (size_t)((n + block - 1) / block);
 }
 
-uint8_t hs_f32_to_e4m3(float x) {
+typedef union {
+    float f;
     uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
-    float a = fabsf(x);
-    if (isnan(x)) return (uint8_t)(sign | 0x7Fu);
-    if (a >= 448.0f) return (uint8_t)(sign | 0x7Eu);
-    if (a < 0x1p-6f) /* subnormal: steps of 2^-9; 8 steps is the smallest normal */
-        return (uint8_t)(sign | (uint8_t)rintf(a * 0x1p9f));
-    memcpy(&u, &a, sizeof u);
-    u += 0x7FFFFu + ((u >> 20) & 1u); /* round the 20 dropped bits to nearest even */
-    uint32_t e = (u >> 23) - 127u + 7u, m = (u >> 20) & 7u;
-    if (e > 15u || (e == 15u && m == 7u)) return (uint8_t)(sign | 0x7Eu);
-    return (uint8_t)(sign | (e << 3) | m);
+} bits32;
+
+/* Round to nearest even on the bit pattern: a normal |y| keeps 3 of its 23
+ * mantissa bits (a carry lands in the exponent); below 2^-6 the steps are
+ * 2^-9, and adding 2^23 to |y| * 2^9 (exact) leaves rint of it in the low
+ * mantissa bits; 448 and above saturate; NaN is 0x7F. */
+static inline uint8_t e4m3_code(float y) {
+    bits32 v = {.f = y}, a = {.f = fabsf(y)};
+    uint32_t sign = (v.u >> 24) & 0x80u;
+    uint32_t normal = ((a.u + 0x7FFFFu + ((a.u >> 20) & 1u)) >> 20) - (120u << 3);
+    bits32 sub = {.f = a.f * 0x1p9f + 0x1p23f};
+    uint32_t c = a.f < 0x1p-6f ? sub.u - 0x4B000000u : normal;
+    c = a.f >= 448.0f ? 0x7Eu : c;
+    c = a.f != a.f ? 0x7Fu : c;
+    return (uint8_t)(sign | c);
 }
 
-float hs_e4m3_to_f32(uint8_t c) {
-    int e = (c >> 3) & 15, m = c & 7;
-    float v = e == 15 && m == 7 ? NAN
-              : e == 0          ? ldexpf((float)m, -9)
-                                : ldexpf((float)(8 + m), e - 10);
-    return c & 0x80u ? -v : v;
+static inline float e4m3_value(uint8_t code) {
+    uint32_t c = code & 0x7Fu;
+    bits32 normal = {.u = (c << 20) + (120u << 23)}, nan = {.u = 0x7FC00000u};
+    float v = c >= 8u ? normal.f : (float)(c & 7u) * 0x1p-9f;
+    v = c == 0x7Fu ? nan.f : v;
+    return code & 0x80u ? -v : v;
 }
+
+uint8_t hs_f32_to_e4m3(float x) { return e4m3_code(x); }
+float hs_e4m3_to_f32(uint8_t c) { return e4m3_value(c); }
 
 static float *scales_of(void *packed, int64_t n) {
     return (float *)((char *)packed + codes_bytes(n));
 }
+
+/* The block's |max| and whether it holds Inf or NaN, from one integer
+ * max: |x|'s bit patterns order as the values do, and NaN's lie above
+ * Inf's (0x7F800000), so the largest pattern says both. It vectorises as
+ * a float comparison would not. */
+static float amax_of(const float *x, int64_t n, bool *finite) {
+    uint32_t m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bits32 v = {.f = x[i]};
+        uint32_t a = v.u & 0x7FFFFFFFu;
+        m = a > m ? a : m;
+    }
+    *finite &= m < 0x7F800000u;
+    bits32 r = {.u = m};
+    return r.f;
+}
+
+static void encode(uint8_t *q, const float *x, int64_t n, float s, hs_quant_fmt f) {
+    if (!(s > 0.0f)) { /* zeros, or a non-finite block: code 0 reads back 0 * s */
+        for (int64_t i = 0; i < n; i++) q[i] = 0;
+        return;
+    }
+    if (f == HS_QUANT_INT8) {
+        for (int64_t i = 0; i < n; i++) {
+            float r = rintf(x[i] / s);
+            r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+            q[i] = (uint8_t)(int8_t)(int32_t)r;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) q[i] = e4m3_code(x[i] / s);
+    }
+}
+
+/* Values at a time through an fp32 copy when the dtype is 16-bit. */
+#define QUANT_CHUNK 256
 
 void hs_quantize_blocks(void *packed, const void *src, hs_dtype src_dt, int64_t n, int64_t block,
                         hs_quant_fmt f, int64_t b0, int64_t b1) {
@@ -53,41 +96,45 @@ void hs_quantize_blocks(void *packed, const void *src, hs_dtype src_dt, int64_t 
     uint8_t *q = packed;
     float *scales = scales_of(packed, n);
     const float top = f == HS_QUANT_INT8 ? 127.0f : 448.0f;
-    float buf[256];
+    const size_t es = hs_dtype_size(src_dt);
+    float buf[QUANT_CHUNK];
     for (int64_t b = b0; b < b1; b++) {
         int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
         float amax = 0.0f;
         bool finite = true;
-        for (int64_t i = lo; i < hi; i += 256) {
-            int64_t k = hi - i < 256 ? hi - i : 256;
-            hs_convert(buf, HS_DTYPE_F32, (const char *)src + (size_t)i * hs_dtype_size(src_dt),
-                       src_dt, k);
-            for (int64_t j = 0; j < k; j++) {
-                float a = fabsf(buf[j]);
-                finite &= isfinite(a) != 0;
-                amax = a > amax ? a : amax;
-            }
+        for (int64_t i = lo; i < hi; i += QUANT_CHUNK) {
+            int64_t k = hi - i < QUANT_CHUNK ? hi - i : QUANT_CHUNK;
+            const float *x = (const float *)((const char *)src + (size_t)i * es);
+            if (src_dt != HS_DTYPE_F32) hs_convert(buf, HS_DTYPE_F32, x, src_dt, k), x = buf;
+            float m = amax_of(x, k, &finite);
+            amax = m > amax ? m : amax;
         }
-        float s = !finite ? NAN : amax / top;
+        float s = finite ? amax / top : NAN;
         scales[b] = s;
-        for (int64_t i = lo; i < hi; i += 256) {
-            int64_t k = hi - i < 256 ? hi - i : 256;
-            hs_convert(buf, HS_DTYPE_F32, (const char *)src + (size_t)i * hs_dtype_size(src_dt),
-                       src_dt, k);
-            for (int64_t j = 0; j < k; j++) {
-                float y = s > 0.0f ? buf[j] / s : 0.0f; /* NaN and zero scales: code 0 */
-                if (f == HS_QUANT_INT8) {
-                    float r = rintf(y);
-                    r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
-                    q[i + j] = (uint8_t)(int8_t)r;
-                } else {
-                    q[i + j] = hs_f32_to_e4m3(y);
-                }
-            }
+        for (int64_t i = lo; i < hi; i += QUANT_CHUNK) {
+            int64_t k = hi - i < QUANT_CHUNK ? hi - i : QUANT_CHUNK;
+            const float *x = (const float *)((const char *)src + (size_t)i * es);
+            if (src_dt != HS_DTYPE_F32) hs_convert(buf, HS_DTYPE_F32, x, src_dt, k), x = buf;
+            encode(q + i, x, k, s, f);
         }
     }
     if (b1 * block >= n) /* the last block's owner zeroes the alignment tail */
         for (int64_t i = n; i < codes_bytes(n); i++) q[i] = 0;
+}
+
+static void decode(float *out, const uint8_t *q, int64_t n, float s, hs_quant_fmt f) {
+    if (f == HS_QUANT_INT8)
+        for (int64_t i = 0; i < n; i++) out[i] = (float)(int8_t)q[i] * s;
+    else
+        for (int64_t i = 0; i < n; i++) out[i] = e4m3_value(q[i]) * s;
+}
+
+/* The same rounded once to bf16 (the common compute dtype), in one pass. */
+static void decode_bf16(uint16_t *out, const uint8_t *q, int64_t n, float s, hs_quant_fmt f) {
+    if (f == HS_QUANT_INT8)
+        for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16((float)(int8_t)q[i] * s);
+    else
+        for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16(e4m3_value(q[i]) * s);
 }
 
 void hs_dequantize_range(void *dst, hs_dtype dst_dt, const void *packed, int64_t n, int64_t first,
@@ -96,15 +143,23 @@ void hs_dequantize_range(void *dst, hs_dtype dst_dt, const void *packed, int64_t
     HS_ASSERT(first >= 0 && count >= 0 && first + count <= n);
     const uint8_t *q = packed;
     const float *scales = scales_of((void *)packed, n);
-    float buf[256];
-    for (int64_t i = 0; i < count; i += 256) {
-        int64_t k = count - i < 256 ? count - i : 256;
-        for (int64_t j = 0; j < k; j++) {
-            int64_t at = first + i + j;
-            uint8_t c = q[at];
-            float v = f == HS_QUANT_INT8 ? (float)(int8_t)c : hs_e4m3_to_f32(c);
-            buf[j] = v * scales[at / block];
+    const size_t es = hs_dtype_size(dst_dt);
+    float buf[QUANT_CHUNK];
+    /* pieces that stay inside one block (one scale) and one chunk */
+    for (int64_t i = 0; i < count;) {
+        int64_t at = first + i, b = at / block;
+        int64_t k = (b + 1) * block - at;
+        k = k < count - i ? k : count - i;
+        k = k < QUANT_CHUNK ? k : QUANT_CHUNK;
+        char *out = (char *)dst + (size_t)i * es;
+        if (dst_dt == HS_DTYPE_F32) {
+            decode((float *)out, q + at, k, scales[b], f);
+        } else if (dst_dt == HS_DTYPE_BF16) {
+            decode_bf16((uint16_t *)out, q + at, k, scales[b], f);
+        } else {
+            decode(buf, q + at, k, scales[b], f);
+            hs_convert(out, dst_dt, buf, HS_DTYPE_F32, k);
         }
-        hs_convert((char *)dst + (size_t)i * hs_dtype_size(dst_dt), dst_dt, buf, HS_DTYPE_F32, k);
+        i += k;
     }
 }
