@@ -123,10 +123,14 @@ typedef struct hs_fsdp_config {
     int comm_fusion_zero_copy;      /* -1 null, 0 false, 1 true */
     char param_gather[HS_NAME_MAX]; /* "" (null), "int8", "fp8_e4m3" */
     int param_gather_block;
+    char grad_reduce[HS_NAME_MAX]; /* "" (null), "int8" */
+    int grad_reduce_block;
 } hs_fsdp_config;
 
-/* The wire format of fsdp_config.param_gather (HS_QUANT_NONE for null). */
+/* The wire formats of fsdp_config.param_gather and grad_reduce
+ * (HS_QUANT_NONE for null). */
 hs_quant_fmt hs_fsdp_config_param_gather(const hs_fsdp_config *f);
+hs_quant_fmt hs_fsdp_config_grad_reduce(const hs_fsdp_config *f);
 
 typedef struct hs_schedule_config {
     int warmup_steps;

@@ -197,6 +197,13 @@ static const hs_cfg_key keys[] = {
          "and replicate_params stay exact; null: param_dtype itself"),
     KINT("fsdp_config.param_gather_block", fsdp.param_gather_block, "256", GE, 1,
          "values per quantization block of fsdp_config.param_gather"),
+    KSTR("fsdp_config.grad_reduce", fsdp.grad_reduce, "null", true, "int8 | null",
+         "wire format of the gradient reduce-scatters: each rank's chunk for each other rank "
+         "quantized in blocks, exchanged by one all-to-all and summed in fp32 by its owner; "
+         "the replicate all-reduce stays in reduce_dtype; null: reduce_dtype itself "
+         "(needs comm_fusion false)"),
+    KINT("fsdp_config.grad_reduce_block", fsdp.grad_reduce_block, "256", GE, 1,
+         "values per quantization block of fsdp_config.grad_reduce"),
 
     /* optimizer */
     KENUM("optimizer._target_", optimizer.target, "adamw", "adamw|muon", "optimizer"),

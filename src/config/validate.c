@@ -115,13 +115,29 @@ hs_quant_fmt hs_fsdp_config_param_gather(const hs_fsdp_config *f) {
     return HS_QUANT_NONE;
 }
 
-static void check_param_gather(const hs_config *c, hs_cfg_report *rep) {
+hs_quant_fmt hs_fsdp_config_grad_reduce(const hs_fsdp_config *f) {
+    return !strcmp(f->grad_reduce, hs_quant_fmt_name(HS_QUANT_INT8)) ? HS_QUANT_INT8
+                                                                     : HS_QUANT_NONE;
+}
+
+static void check_wire_formats(const hs_config *c, hs_cfg_report *rep) {
     const hs_fsdp_config *f = &c->fsdp;
     if (f->param_gather[0] && hs_fsdp_config_param_gather(f) == HS_QUANT_NONE)
         hs_cfg_report_add(rep,
                           "fsdp_config.param_gather = %s is not a wire format; use int8, "
                           "fp8_e4m3 or null (the parameters' own dtype)",
                           f->param_gather);
+    if (f->grad_reduce[0] && hs_fsdp_config_grad_reduce(f) == HS_QUANT_NONE)
+        hs_cfg_report_add(rep,
+                          "fsdp_config.grad_reduce = %s is not a wire format for gradients; "
+                          "use int8 or null (reduce_dtype itself; int4 is not built yet)",
+                          f->grad_reduce);
+    if (hs_fsdp_config_grad_reduce(f) != HS_QUANT_NONE && f->comm_fusion)
+        hs_cfg_report_add(rep,
+                          "fsdp_config.grad_reduce = %s with fsdp_config.comm_fusion = true: a "
+                          "fused unit's quantized reduction is not built yet; set "
+                          "comm_fusion: false (or grad_reduce: null)",
+                          f->grad_reduce);
 }
 
 static void check_compile(const hs_config *c, const hs_topology *t, const hs_log *log,
@@ -247,7 +263,7 @@ hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, c
     bool topo_ok = derive_topology(c, world, &t, &rep);
     hs_cfg_check_pp(c, &rep);
     check_precision(c, &rep);
-    check_param_gather(c, &rep);
+    check_wire_formats(c, &rep);
     check_duplicates(c, &rep);
     hs_cfg_check_model(c, &rep);
     hs_cfg_check_run(c, &rep);

@@ -68,6 +68,12 @@ static void warn_fsdp(const hs_config *c, const hs_topology *t, const hs_log *lo
                     "(fsdp_config.dp_shard_size = 1, edp_shard_size = 1), so nothing is "
                     "all-gathered",
                     f->param_gather);
+    if (f->grad_reduce[0] && t->dp_shard == 1 && t->edp_shard == 1)
+        hs_log_warn(log,
+                    "fsdp_config.grad_reduce = %s has no effect: no parameter is sharded "
+                    "(fsdp_config.dp_shard_size = 1, edp_shard_size = 1), so no gradient is "
+                    "reduce-scattered",
+                    f->grad_reduce);
     if (f->comm_fusion_zero_copy >= 0 && !f->comm_fusion)
         hs_log_warn(log,
                     "fsdp_config.comm_fusion_zero_copy = %s has no effect: it needs "

@@ -10,6 +10,12 @@
 static char *at(void *base, int64_t elems, size_t es) { return (char *)base + (size_t)elems * es; }
 
 static hs_status check_members(const hs_fsdp_unit *u, hs_fsdp_param **ps, int n, hs_error *e) {
+    if (ps[0]->grad_fmt != HS_QUANT_NONE) /* the config refuses it first */
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "fsdp_config.comm_fusion=true with fsdp_config.grad_reduce=%s: a "
+                            "fused unit's quantized reduction is not built yet; set "
+                            "comm_fusion: false",
+                            hs_quant_fmt_name(ps[0]->grad_fmt));
     for (int j = 1; j < n; j++) {
         const hs_fsdp_param *a = ps[0], *b = ps[j];
         if (a->mi.shard_pg != b->mi.shard_pg || a->compute_dtype != b->compute_dtype ||

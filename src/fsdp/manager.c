@@ -248,6 +248,8 @@ static hs_status build_params(hs_fsdp *f, const hs_fsdp_config *fsdp, bool fp32_
         /* replicate_params never all-gather, so are never quantized */
         ctx->params[i].gather_fmt = rep ? HS_QUANT_NONE : hs_fsdp_config_param_gather(fsdp);
         ctx->params[i].gather_block = fsdp->param_gather_block > 0 ? fsdp->param_gather_block : 1;
+        ctx->params[i].grad_fmt = rep ? HS_QUANT_NONE : hs_fsdp_config_grad_reduce(fsdp);
+        ctx->params[i].grad_block = fsdp->grad_reduce_block > 0 ? fsdp->grad_reduce_block : 1;
         st = hs_fsdp_main_init(&ctx->params[i], fp32_main_params, e);
         if (st != HS_OK) return st;
         ctx->params[i].exposed = &ctx->exposed;
@@ -279,14 +281,18 @@ static void log_wrapped(const hs_fsdp *f, const hs_fsdp_config *fsdp) {
     for (int u = 0; u < f->ctx.n_units; u++)
         if (f->ctx.units[u].fusion)
             fusion = f->ctx.units[u].fusion->zero_copy ? "on, zero-copy" : "on, copy-in";
-    char gather[64] = "param_dtype";
+    char gather[64] = "param_dtype", reduce[64] = "reduce_dtype";
     if (hs_fsdp_config_param_gather(fsdp) != HS_QUANT_NONE)
         snprintf(gather, sizeof gather, "%s in blocks of %d",
                  hs_quant_fmt_name(hs_fsdp_config_param_gather(fsdp)), fsdp->param_gather_block);
+    if (hs_fsdp_config_grad_reduce(fsdp) != HS_QUANT_NONE)
+        snprintf(reduce, sizeof reduce, "%s in blocks of %d",
+                 hs_quant_fmt_name(hs_fsdp_config_grad_reduce(fsdp)), fsdp->grad_reduce_block);
     hs_log_info(f->ctx.log,
                 "fsdp: prefetch depth forward %d, backward %d; comm_fusion %s; parameters "
-                "gathered in %s",
-                fsdp->forward_prefetch_depth, fsdp->backward_prefetch_depth, fusion, gather);
+                "gathered in %s, gradients reduce-scattered in %s",
+                fsdp->forward_prefetch_depth, fsdp->backward_prefetch_depth, fusion, gather,
+                reduce);
 }
 
 hs_status hs_fsdp_wrap_groups(const hs_fsdp_config *fsdp, bool fp32_main_params,

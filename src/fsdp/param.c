@@ -94,7 +94,8 @@ void hs_fsdp_param_free(hs_fsdp_param *fp) {
         free_events(fp);
         return;
     }
-    HS_ASSERT(fp->ag_work == NULL && fp->rs_work == NULL && fp->ag_packed == NULL);
+    HS_ASSERT(fp->ag_work == NULL && fp->rs_work == NULL && fp->ag_packed == NULL &&
+              fp->rs_packed == NULL);
     hs_fsdp_param_reshard(fp);
     hs_fsdp_param_grad_release(fp);
     hs_fsdp_main_free(fp);
@@ -346,6 +347,56 @@ hs_reduce_op hs_fsdp_param_tp_op(const hs_fsdp_param *fp) {
     return fp->dp_sum && fp->p->tp_grad_partial ? HS_REDUCE_SUM : HS_REDUCE_AVG;
 }
 
+/* The quantized reduce-scatter (grad_reduce): the reduce input's W chunks
+ * packed one each into the first half of a buffer, exchanged by one byte
+ * all-to-all into its second half. */
+static hs_status reduce_packed(hs_fsdp_param *fp, hs_error *e) {
+    int64_t P = fp->plan.padded_sharded_numel;
+    int W = fp->mi.shard_size;
+    HS_ASSERT(fp->reduce_numel == P);
+    size_t pb = hs_quant_packed_bytes(P, fp->grad_block), half = pb * (size_t)W;
+    char *buf = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, 2 * half,
+                                         "the quantized reduce-scatter buffers", fp->p->fqn, e);
+    if (!buf) return HS_ERR_OOM;
+    fp->rs_packed = buf;
+    fp->rs_packed_bytes = 2 * half;
+    for (int r = 0; r < W; r++)
+        hs_dev_quantize(fp->mem->dev, buf + pb * (size_t)r,
+                        (const char *)fp->rs_input + bytes_of(r * P, fp->reduce_dtype),
+                        fp->reduce_dtype, P, fp->grad_block, fp->grad_fmt);
+    /* the exchange reads the chunks once the compute stream packed them */
+    order(fp->grad_ready, fp->mem->dev->stream, fp->mem->rs_stream);
+    fp->rs_work = hs_pg_all_to_all_async(fp->mi.shard_pg, hs_fsdp_mem_rs(fp->mem), buf + half, buf,
+                                         (int64_t)pb, HS_DTYPE_U8);
+    return HS_OK;
+}
+
+/* Every rank's chunk for this one, read back and summed in fp32 in rank
+ * order into the reduce slot (compute stream, after the exchange). */
+static hs_status sum_packed(hs_fsdp_param *fp, hs_error *e) {
+    hs_device *d = fp->mem->dev;
+    int64_t P = fp->plan.padded_sharded_numel;
+    int W = fp->mi.shard_size;
+    size_t pb = hs_quant_packed_bytes(P, fp->grad_block);
+    const char *in = (const char *)fp->rs_packed + pb * (size_t)W;
+    bool f32 = fp->reduce_dtype == HS_DTYPE_F32;
+    size_t tmp_bytes = bytes_of(f32 ? P : 2 * P, HS_DTYPE_F32);
+    float *tmp = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, tmp_bytes,
+                                          "the quantized reduction's sum", fp->p->fqn, e);
+    if (!tmp) return HS_ERR_OOM;
+    float *acc = f32 ? fp->reduce_slot : tmp + P, *piece = tmp;
+    hs_dev_dequantize(d, acc, HS_DTYPE_F32, in, P, 0, P, fp->grad_block, fp->grad_fmt);
+    for (int r = 1; r < W; r++) {
+        hs_dev_dequantize(d, piece, HS_DTYPE_F32, in + pb * (size_t)r, P, 0, P, fp->grad_block,
+                          fp->grad_fmt);
+        hs_dev_add(d, acc, piece, P);
+    }
+    if (hs_fsdp_param_dp_op(fp) == HS_REDUCE_AVG) hs_dev_scale(d, acc, 1.0f / (float)W, P);
+    if (!f32) hs_dev_convert(d, fp->reduce_slot, fp->reduce_dtype, acc, HS_DTYPE_F32, P);
+    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, tmp, tmp_bytes);
+    return HS_OK;
+}
+
 hs_status hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale, hs_error *e) {
     HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL && fp->reduce_slot != NULL);
     const hs_fsdp_plan *pl = &fp->plan;
@@ -356,6 +407,7 @@ hs_status hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale, hs_error
                      : NULL;
     hs_status st = hs_fsdp_mp_reduce_input(fp, hs_fsdp_param_input_scale(fp, prescale), into, e);
     if (st != HS_OK) return st;
+    if (fp->needs_all_gather && fp->grad_fmt != HS_QUANT_NONE) return reduce_packed(fp, e);
     if (fp->needs_all_gather) {
         HS_ASSERT(fp->reduce_numel == pl->padded_sharded_numel);
         /* the reduction reads the gradient once backward has written it */
@@ -380,6 +432,12 @@ hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e) {
     hs_status st = hs_fsdp_exposed_wait(fp->exposed, HS_FSDP_WAIT_REDUCE_SCATTER, w, e);
     /* its input goes back to the cache once the reduction has read it */
     order(fp->rs_done, fp->mem->rs_stream, fp->mem->dev->stream);
+    if (fp->rs_packed) {
+        if (st == HS_OK) st = sum_packed(fp, e);
+        hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, fp->rs_packed, fp->rs_packed_bytes);
+        fp->rs_packed = NULL;
+        fp->rs_packed_bytes = 0;
+    }
     hs_fsdp_param_grad_release(fp);
     return st;
 }

@@ -97,6 +97,12 @@ typedef struct hs_fsdp_param {
      * compute_dtype. The master is never quantized. */
     hs_quant_fmt gather_fmt;
     int64_t gather_block;
+    /* fsdp_config.grad_reduce: the reduce-scatter is an all-to-all of the
+     * W chunks of the reduce input, each quantized in blocks of
+     * grad_block; the owner reads them back and sums them in fp32 in rank
+     * order (then / W for AVG), rounded once to reduce_dtype. */
+    hs_quant_fmt grad_fmt;
+    int64_t grad_block;
     hs_fsdp_mem *mem;
 
     /* master: fp32, padded_sharded_numel elements when uneven, else actual */
@@ -134,6 +140,8 @@ typedef struct hs_fsdp_param {
     void *acc_grad; /* no-sync accumulator in fp32 for 16-bit grads */
     size_t acc_grad_bytes;
     hs_work *rs_work;
+    void *rs_packed; /* grad_reduce: W packed chunks out, then W in */
+    size_t rs_packed_bytes;
     void *reduce_slot; /* this param's slice of its unit's reduce buffer */
     int64_t reduce_numel;
     float *sharded_grad; /* fp32 actual shard: what the optimizer reads */

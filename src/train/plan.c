@@ -64,7 +64,7 @@ typedef struct plan_ctx {
     const hs_config *cfg;
     const hs_topology *topo;
     hs_dtype cdt, rdt;
-    hs_quant_fmt gather; /* fsdp_config.param_gather */
+    hs_quant_fmt gather, grad; /* fsdp_config.param_gather, grad_reduce */
     bool fsdp, offload, main, stashes;
     int M;
     hs_parallel *par; /* described (rank 0 of each dim): the models never run */
@@ -127,7 +127,15 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int
     if (ag) add_to(c, &u->ag_fwd, wire), u->ag_calls++;
     if (ag) add_to(c, tally[0], wire);
     if (p->frozen) return;
-    if (ag) ACC(c, tally[1], padded_un, rs);
+    /* grad_reduce: one all-to-all of W packed chunks, both buffers held
+     * from the issue to the wait like the reduce input (fsdp/param.c) */
+    bool qgrad = ag && c->grad != HS_QUANT_NONE;
+    int64_t rs_wire =
+        qgrad
+            ? PROD(c, S, (int64_t)hs_quant_packed_bytes(padded_sh, c->cfg->fsdp.grad_reduce_block))
+            : PROD(c, padded_un, rs);
+    if (qgrad) ACC(c, &u->R, rs_wire, 2);
+    if (ag) add_to(c, tally[1], rs_wire);
     if (R > 1) ACC(c, tally[2], ag ? padded_sh : numel, rs);
     ACC(c, &u->dev[HS_PLAN_REDUCE], ag ? padded_sh : numel, rs);
     int64_t G = PROD(c, padded_un, cs);
@@ -137,7 +145,7 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int
     add_to(c, ag ? &u->G_ag : &u->G_loc, G);
     add_to(c, ag ? &u->R : &u->R_loc, Rb);
     if (c->stashes) ACC(c, &u->A, padded_un, 4);
-    if (ag) ACC(c, &u->comm[HS_PLAN_RS], padded_un, rs), u->calls[HS_PLAN_RS]++;
+    if (ag) add_to(c, &u->comm[HS_PLAN_RS], rs_wire), u->calls[HS_PLAN_RS]++;
     /* One all-reduce per unit and replicate group (context.c: a unit's
      * reduce slots of one group are one buffer). */
     unsigned group = p->on_ep_mesh ? 4u : rep ? 2u : 1u;
@@ -654,6 +662,7 @@ hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *
     c.cdt = mp->param_dtype == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)mp->param_dtype;
     c.rdt = mp->reduce_dtype == HS_MP_NULL ? c.cdt : (hs_dtype)mp->reduce_dtype;
     c.gather = hs_fsdp_config_param_gather(&cfg->fsdp);
+    c.grad = hs_fsdp_config_grad_reduce(&cfg->fsdp);
     c.fsdp = hs_engine_uses_fsdp(cfg, topo);
     if (!c.fsdp) c.cdt = c.rdt = HS_DTYPE_F32;
     c.offload = c.fsdp && cfg->fsdp.enable_offload;

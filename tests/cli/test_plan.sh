@@ -60,6 +60,7 @@ check prefetch2 4 fsdp_config.dp_shard_size=4 fsdp_config.forward_prefetch_depth
     fsdp_config.backward_prefetch_depth=2 train.global_batch_size=8
 check gather_int8 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8
 check gather_fp8_fused 2 "${F2[@]}" fsdp_config.param_gather=fp8_e4m3 fsdp_config.comm_fusion=true
+check reduce_int8 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8 fsdp_config.grad_reduce=int8
 check no_sync 2 "${F2[@]}" "${BF[@]}" train.global_batch_size=8 fsdp_config.requires_grad_sync=false
 check tp2_fsdp2 4 "${F2[@]}" accelerator.tp_size=2
 check pp2_fsdp2 4 "${F2[@]}" accelerator.pp_size=2 train.global_batch_size=8
@@ -123,11 +124,15 @@ for e in ev:
         calls[(e["name"], a["group"])] += 1
         nbytes[(e["name"], a["group"])] += int(a.get("bytes") or 0)
 ok = True
+# (a quantized reduce-scatter, fsdp_config.grad_reduce, is an all-to-all)
 for planned, key in (("all_gather", ("all_gather", "fsdp_shard")),
                      ("reduce_scatter", ("reduce_scatter", "fsdp_shard")),
                      ("all_reduce", ("all_reduce", "fsdp_replicate"))):
     want = (comm[planned]["calls"], comm[planned]["bytes"])
     got = (calls[key], nbytes[key])
+    if planned == "reduce_scatter":
+        got = (got[0] + calls[("all_to_all", "fsdp_shard")],
+               got[1] + nbytes[("all_to_all", "fsdp_shard")])
     print("%-10s %-14s planned %4d calls %9d B, traced %4d calls %9d B" % (name, planned, *want, *got))
     ok &= want == got
 # the all-to-all CP methods: their exchanges (and the hybrid's ring sends)
@@ -153,7 +158,8 @@ comm_check comm_bf16 2 "${F2[@]}" "${BF[@]}"
 # the quantized all-gathers: each rank's packed shard (bytes and scales)
 comm_check comm_int8 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8 \
     fsdp_config.param_gather_block=64
-comm_check comm_hsdp4_fp8 4 "${F2[@]}" train.global_batch_size=8 fsdp_config.param_gather=fp8_e4m3
+comm_check comm_hsdp4_fp8 4 "${F2[@]}" train.global_batch_size=8 fsdp_config.param_gather=fp8_e4m3 \
+    fsdp_config.grad_reduce=int8 fsdp_config.grad_reduce_block=128
 comm_check comm_cp2_a2a 2 accelerator.cp_size=2 accelerator.cp_rotate_method=alltoall
 comm_check comm_cp4_a2a_ring 4 accelerator.cp_size=4 accelerator.cp_rotate_method=alltoall_ring \
     accelerator.cp_a2a_size=2
