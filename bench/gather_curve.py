@@ -2,7 +2,8 @@
 
 Runs `hypershard train` --steps steps (300 by default) of one shape per
 layout (FSDP 4 and HSDP 2 x 2 on 4 ranks) once per wire format: null (the
-parameters' dtype) and each of --formats, from each seed of --seeds (init
+parameters' dtype) and each of --formats (GATHER, or GATHER/REDUCE for
+fsdp_config.param_gather and grad_reduce), from each seed of --seeds (init
 and data order). Per layout and format it prints the mean loss of the last
 --tail steps relative to the exact run of the same seed: the mean of that
 difference over the seeds and its range, and the worst single step's
@@ -25,6 +26,12 @@ import subprocess
 import sys
 import tempfile
 
+
+def wire(fmt):
+    """The keys of a --formats entry: GATHER, or GATHER/REDUCE."""
+    gather, _, reduce = fmt.partition("/")
+    return [f"fsdp_config.param_gather={gather}", f"fsdp_config.grad_reduce={reduce or 'null'}"]
+
 SHAPE = ["model.dim=128", "model.n_layers=4", "model.n_heads=4", "model.n_kv_heads=2",
          "model.ffn_dim=352", "train.seq_len=64", "train.micro_batch_size=2",
          "train.eval_every=0", "train.log_every=1"]
@@ -46,7 +53,8 @@ def curve(a, work, name, args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default="build/hypershard")
-    ap.add_argument("--formats", nargs="+", default=["int8", "fp8_e4m3"])
+    ap.add_argument("--formats", nargs="+", default=["int8", "fp8_e4m3", "int8/int8"],
+                    help="GATHER or GATHER/REDUCE: fsdp_config.param_gather and grad_reduce")
     ap.add_argument("--seeds", nargs="+", type=int, default=[1234])
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--tail", type=int, default=50)
@@ -62,11 +70,11 @@ def main():
             tails, diffs, worst = [], {f: [] for f in a.formats}, {f: 0.0 for f in a.formats}
             for seed in a.seeds:
                 s = extra + [f"train.seed={seed}"]
-                ref = curve(a, work, f"{layout}-null-{seed}", s + ["fsdp_config.param_gather=null"])
+                ref = curve(a, work, f"{layout}-null-{seed}", s + wire("null"))
                 ref_tail = statistics.mean(ref[-a.tail:])
                 tails.append(ref_tail)
                 for fmt in a.formats:
-                    c = curve(a, work, f"{layout}-{fmt}-{seed}", s + [f"fsdp_config.param_gather={fmt}"])
+                    c = curve(a, work, f"{layout}-{fmt.replace('/', '-')}-{seed}", s + wire(fmt))
                     diffs[fmt].append(statistics.mean(c[-a.tail:]) / ref_tail - 1)
                     w = max((x / r - 1 for x, r in zip(c, ref)), key=abs)
                     worst[fmt] = w if abs(w) > abs(worst[fmt]) else worst[fmt]

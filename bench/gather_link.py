@@ -6,7 +6,8 @@ whose both ends are rate-limited by tc's token bucket (--rate, 1 Gbit/s by
 default; this kernel has no netem, so no added delay), Open MPI over TCP
 between them, 2 ranks per host: FSDP 4 with its shard ring across the
 link. Each round runs the same shape once per wire format, side by side:
-null (the parameters' dtype) and each format named by --formats. Then the
+null (the parameters' dtype) and each entry of --formats (GATHER, or
+GATHER/REDUCE for fsdp_config.param_gather and grad_reduce). Then the
 same formats on one host at W = 2 (the shared-memory path, no link). A
 run's figure is the median step_time_s of steps --warmup + 1 to the last;
 the table prints the medians over rounds and each format's speed-up over
@@ -25,6 +26,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+
+def wire(fmt):
+    """The keys of a --formats entry: GATHER, or GATHER/REDUCE."""
+    gather, _, reduce = fmt.partition("/")
+    return [f"fsdp_config.param_gather={gather}", f"fsdp_config.grad_reduce={reduce or 'null'}"]
 
 SHAPE = ["model.dim=512", "model.n_layers=4", "model.n_heads=8", "model.n_kv_heads=4",
          "model.ffn_dim=1408", "model.vocab_size=4096", "train.seq_len=256",
@@ -95,7 +102,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default="build/hypershard")
     ap.add_argument("--rate", default="1gbit", help="tc rate of each direction; '' for none")
-    ap.add_argument("--formats", nargs="+", default=["int8", "fp8_e4m3"])
+    ap.add_argument("--formats", nargs="+", default=["int8", "fp8_e4m3", "int8/int8"],
+                    help="GATHER or GATHER/REDUCE: fsdp_config.param_gather and grad_reduce")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
@@ -115,10 +123,10 @@ def main():
         for rnd in range(a.rounds):
             for place, world in places:
                 for fmt in formats[rnd % len(formats):] + formats[:rnd % len(formats)]:
-                    out = os.path.join(work, f"{place}-{fmt}-{rnd}")
+                    out = os.path.join(work, f"{place}-{fmt.replace('/', '-')}-{rnd}")
                     argv = [binary, "train"] + base + [
                         f"fsdp_config.dp_shard_size={world}", f"train.global_batch_size={world}",
-                        f"fsdp_config.param_gather={fmt}", f"train.out_dir={out}"]
+                        f"train.out_dir={out}"] + wire(fmt)
                     cmd = hosts.launch(argv) if place == "link" else ["mpiexec", "-n", "2"] + argv
                     run(cmd, out, out + ".log")
                     times[(place, fmt)].append(step_time(out, a.warmup))
@@ -132,7 +140,7 @@ def main():
     print(f"\nmedian step time over {a.rounds} rounds (steps {a.warmup + 1}..{a.steps}; "
           f"OMP_NUM_THREADS={env_threads}; link: FSDP 4 over 2 hosts, tc rate {a.rate or 'none'}; "
           f"shm: FSDP 2 on one host; formats in rotating order)")
-    print(f"{'place':6} {'format':10} {'step ms':>9} {'vs null':>8}")
+    print(f"{'place':6} {'format':10} {'step ms':>9} {'vs null':>8}  (format: gather/reduce)")
     for place, _ in places:
         ref = statistics.median(times[(place, "null")])
         for fmt in formats:

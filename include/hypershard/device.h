@@ -382,6 +382,9 @@ typedef struct hs_device_kernels {
                      int64_t block, hs_quant_fmt f);
     void (*dequantize)(hs_stream *s, void *dst, hs_dtype dst_dt, const void *packed, int64_t n,
                        int64_t first, int64_t count, int64_t block, hs_quant_fmt f);
+    /* dst (fp32) += the same values: hs_dequantize_add_f32's bits */
+    void (*dequantize_add)(hs_stream *s, float *dst, const void *packed, int64_t n, int64_t first,
+                           int64_t count, int64_t block, hs_quant_fmt f);
 } hs_device_kernels;
 
 struct hs_device {
@@ -605,6 +608,11 @@ static inline void hs_dev_dequantize(hs_device *d, void *dst, hs_dtype dst_dt, c
                                      int64_t n, int64_t first, int64_t count, int64_t block,
                                      hs_quant_fmt f) {
     d->k->dequantize(d->stream, dst, dst_dt, packed, n, first, count, block, f);
+}
+static inline void hs_dev_dequantize_add(hs_device *d, float *dst, const void *packed, int64_t n,
+                                         int64_t first, int64_t count, int64_t block,
+                                         hs_quant_fmt f) {
+    d->k->dequantize_add(d->stream, dst, packed, n, first, count, block, f);
 }
 static inline void hs_dev_zero(hs_device *d, void *p, size_t bytes) {
     d->ops->memset(d->stream, p, 0, bytes);

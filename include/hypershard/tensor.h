@@ -243,6 +243,11 @@ void hs_quantize_blocks(void *packed, const void *src, hs_dtype src_dt, int64_t 
  * a float dtype (rounded once from the fp32 product s * decode). */
 void hs_dequantize_range(void *dst, hs_dtype dst_dt, const void *packed, int64_t n, int64_t first,
                          int64_t count, int64_t block, hs_quant_fmt f);
+/* dst[i] += value first + i (fp32: the sum of the rounded product, the bits
+ * of hs_dequantize_range into a copy and hs_add_f32): a quantized
+ * reduction's accumulation in one pass. */
+void hs_dequantize_add_f32(float *dst, const void *packed, int64_t n, int64_t first, int64_t count,
+                           int64_t block, hs_quant_fmt f);
 
 /* ----------------------------------------------------- elementwise (fp32) */
 

@@ -30,3 +30,13 @@ void hs_cpu_dequantize(hs_stream *s, void *dst, hs_dtype dst_dt, const void *pac
                             f);
     }
 }
+
+void hs_cpu_dequantize_add(hs_stream *s, float *dst, const void *packed, int64_t n, int64_t first,
+                           int64_t count, int64_t block, hs_quant_fmt f) {
+    int64_t parts = (count + QUANT_PAR_MIN - 1) / QUANT_PAR_MIN;
+#pragma omp parallel for schedule(static) if (parts > 1)
+    for (int64_t t = 0; t < parts; t++) {
+        int64_t lo = t * QUANT_PAR_MIN, k = count - lo < QUANT_PAR_MIN ? count - lo : QUANT_PAR_MIN;
+        hs_dequantize_add_f32(dst + lo, packed, n, first + lo, k, block, f);
+    }
+}

@@ -119,3 +119,11 @@ void hs_cuda_dequantize(hs_stream *s, void *dst, hs_dtype dst_dt, const void *pa
                                    block, f == HS_QUANT_INT8),
                   "dequantize");
 }
+
+void hs_cuda_dequantize_add(hs_stream *s, float *dst, const void *packed, int64_t n, int64_t first,
+                            int64_t count, int64_t block, hs_quant_fmt f) {
+    hs_cuda_check(s,
+                  hs_cu_dequantize_add(hs_cuda_stream(s), dst, packed, n, first, count, block,
+                                       f == HS_QUANT_INT8),
+                  "dequantize_add");
+}

@@ -500,3 +500,24 @@ extern "C" cudaError_t hs_cu_dequantize(cudaStream_t st, void *dst, int dst_dt, 
         return cudaGetLastError();
     });
 }
+
+static __global__ void dequantize_add_kernel(float *dst, const uint8_t *q, const float *scales,
+                                             int64_t first, int64_t count, int64_t block,
+                                             int int8) {
+    for (int64_t i = hs_cu_first(); i < count; i += hs_cu_stride()) {
+        int64_t at = first + i;
+        float v = int8 ? (float)(int8_t)q[at] : cu_e4m3_to_f32(q[at]);
+        dst[i] = __fadd_rn(dst[i], __fmul_rn(v, scales[at / block]));
+    }
+}
+
+extern "C" cudaError_t hs_cu_dequantize_add(cudaStream_t st, float *dst, const void *packed,
+                                            int64_t n, int64_t first, int64_t count, int64_t block,
+                                            int int8) {
+    if (count <= 0) return cudaSuccess;
+    const uint8_t *q = (const uint8_t *)packed;
+    const float *scales = (const float *)(q + quant_codes_bytes(n));
+    dequantize_add_kernel<<<hs_cu_blocks(count), HS_CU_THREADS, 0, st>>>(dst, q, scales, first,
+                                                                        count, block, int8);
+    return cudaGetLastError();
+}

@@ -61,6 +61,8 @@ cudaError_t hs_cu_quantize(cudaStream_t st, void *packed, const void *src, int s
                            int64_t block, int int8);
 cudaError_t hs_cu_dequantize(cudaStream_t st, void *dst, int dst_dt, const void *packed, int64_t n,
                              int64_t first, int64_t count, int64_t block, int int8);
+cudaError_t hs_cu_dequantize_add(cudaStream_t st, float *dst, const void *packed, int64_t n,
+                                 int64_t first, int64_t count, int64_t block, int int8);
 
 #ifdef __cplusplus
 }

@@ -182,6 +182,10 @@
     X(dequantize,                                                                                  \
       (hs_stream * s, void *dst, hs_dtype dst_dt, const void *packed, int64_t n, int64_t first,    \
        int64_t count, int64_t block, hs_quant_fmt f),                                              \
-      (s, dst, dst_dt, packed, n, first, count, block, f), (dst, packed))
+      (s, dst, dst_dt, packed, n, first, count, block, f), (dst, packed))                          \
+    X(dequantize_add,                                                                              \
+      (hs_stream * s, float *dst, const void *packed, int64_t n, int64_t first, int64_t count,     \
+       int64_t block, hs_quant_fmt f),                                                             \
+      (s, dst, packed, n, first, count, block, f), (dst, packed))
 
 #endif

@@ -285,6 +285,11 @@ static void work_dequantize(hs_stream *s, void *dst, hs_dtype dst_dt, const void
     set(s, HS_PROF_CAST, 0, (double)count * (1 + sz(dst_dt)) + 4.0 * (count / block + 1));
 }
 
+static void work_dequantize_add(hs_stream *s, float *dst, const void *packed, int64_t n,
+                                int64_t first, int64_t count, int64_t block, hs_quant_fmt f) {
+    set(s, HS_PROF_CAST, 0, (double)count * 9 + 4.0 * (count / block + 1));
+}
+
 /* ----------------------------------------------------------- the timing */
 
 /* Whether this call is timed: enabled, on the installing thread, and not

@@ -97,3 +97,8 @@ void hs_ref_dequantize(hs_stream *s, void *dst, hs_dtype dst_dt, const void *pac
                        int64_t first, int64_t count, int64_t block, hs_quant_fmt f) {
     hs_dequantize_range(dst, dst_dt, packed, n, first, count, block, f);
 }
+
+void hs_ref_dequantize_add(hs_stream *s, float *dst, const void *packed, int64_t n, int64_t first,
+                           int64_t count, int64_t block, hs_quant_fmt f) {
+    hs_dequantize_add_f32(dst, packed, n, first, count, block, f);
+}

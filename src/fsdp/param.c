@@ -380,20 +380,19 @@ static hs_status sum_packed(hs_fsdp_param *fp, hs_error *e) {
     size_t pb = hs_quant_packed_bytes(P, fp->grad_block);
     const char *in = (const char *)fp->rs_packed + pb * (size_t)W;
     bool f32 = fp->reduce_dtype == HS_DTYPE_F32;
-    size_t tmp_bytes = bytes_of(f32 ? P : 2 * P, HS_DTYPE_F32);
-    float *tmp = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, tmp_bytes,
-                                          "the quantized reduction's sum", fp->p->fqn, e);
-    if (!tmp) return HS_ERR_OOM;
-    float *acc = f32 ? fp->reduce_slot : tmp + P, *piece = tmp;
+    size_t tmp_bytes = f32 ? 0 : bytes_of(P, HS_DTYPE_F32);
+    float *acc = f32 ? fp->reduce_slot
+                     : hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, tmp_bytes,
+                                                "the quantized reduction's sum", fp->p->fqn, e);
+    if (!acc) return HS_ERR_OOM;
     hs_dev_dequantize(d, acc, HS_DTYPE_F32, in, P, 0, P, fp->grad_block, fp->grad_fmt);
-    for (int r = 1; r < W; r++) {
-        hs_dev_dequantize(d, piece, HS_DTYPE_F32, in + pb * (size_t)r, P, 0, P, fp->grad_block,
-                          fp->grad_fmt);
-        hs_dev_add(d, acc, piece, P);
-    }
+    for (int r = 1; r < W; r++)
+        hs_dev_dequantize_add(d, acc, in + pb * (size_t)r, P, 0, P, fp->grad_block, fp->grad_fmt);
     if (hs_fsdp_param_dp_op(fp) == HS_REDUCE_AVG) hs_dev_scale(d, acc, 1.0f / (float)W, P);
-    if (!f32) hs_dev_convert(d, fp->reduce_slot, fp->reduce_dtype, acc, HS_DTYPE_F32, P);
-    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, tmp, tmp_bytes);
+    if (!f32) {
+        hs_dev_convert(d, fp->reduce_slot, fp->reduce_dtype, acc, HS_DTYPE_F32, P);
+        hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, acc, tmp_bytes);
+    }
     return HS_OK;
 }
 

@@ -163,3 +163,23 @@ void hs_dequantize_range(void *dst, hs_dtype dst_dt, const void *packed, int64_t
         i += k;
     }
 }
+
+void hs_dequantize_add_f32(float *dst, const void *packed, int64_t n, int64_t first, int64_t count,
+                           int64_t block, hs_quant_fmt f) {
+    HS_ASSERT(f == HS_QUANT_INT8 || f == HS_QUANT_FP8_E4M3);
+    HS_ASSERT(first >= 0 && count >= 0 && first + count <= n);
+    const uint8_t *q = packed;
+    const float *scales = scales_of((void *)packed, n);
+    for (int64_t i = 0; i < count;) {
+        int64_t at = first + i, b = at / block;
+        int64_t k = (b + 1) * block - at;
+        k = k < count - i ? k : count - i;
+        float s = scales[b], *out = dst + i;
+        const uint8_t *c = q + at;
+        if (f == HS_QUANT_INT8)
+            for (int64_t j = 0; j < k; j++) out[j] = out[j] + (float)(int8_t)c[j] * s;
+        else
+            for (int64_t j = 0; j < k; j++) out[j] = out[j] + e4m3_value(c[j]) * s;
+        i += k;
+    }
+}

@@ -749,8 +749,9 @@ static void run_scale_cast(const kcase *c, outs *o) {
 }
 
 /* d = {n, block, fmt, nan}: a source in dt quantized (a block of zeros,
- * with nan a NaN in the last block), read back whole into dt and fp32,
- * and a middle range alone; the scales are an output of their own. */
+ * with nan a NaN in the last block), read back whole into dt and fp32
+ * (then added to itself), and a middle range alone; the scales are an
+ * output of their own. */
 static void run_quantize(const kcase *c, outs *o) {
     int64_t n = c->d[0], block = c->d[1];
     hs_quant_fmt f = (hs_quant_fmt)c->d[2];
@@ -767,6 +768,7 @@ static void run_quantize(const kcase *c, outs *o) {
     c->k->dequantize(c->s, back, c->dt, packed, n, 0, n, block, f);
     c->k->dequantize(c->s, back32, HS_DTYPE_F32, packed, n, 0, n, block, f);
     c->k->dequantize(c->s, mid, HS_DTYPE_F32, packed, n, first, count, block, f);
+    if (c->k->dequantize_add) c->k->dequantize_add(c->s, back32, packed, n, 0, n, block, f);
     done(c);
     put(o, back, c->dt, n), put(o, back32, HS_DTYPE_F32, n), put(o, mid, HS_DTYPE_F32, count);
     put(o, packed + pb - 4 * ((n + block - 1) / block), HS_DTYPE_F32, (n + block - 1) / block);

@@ -4,7 +4,8 @@
  * the layout's size, each value within half a step of its block's scale,
  * zeros exact, a non-finite block read back as NaN, any range dequantized
  * alone equal to the same values of the whole, every float source and
- * destination dtype.
+ * destination dtype, and the accumulating read-back equal to a read-back
+ * then an add.
  * HS_TEST_TIERS: avx2 */
 #include <math.h>
 #include <setjmp.h>
@@ -146,12 +147,29 @@ static void test_non_finite_block_reads_back_nan_and_others_stay(void **state) {
     assert_int_equal(hs_quant_packed_bytes(0, 8), 0);
 }
 
+static void test_dequantize_add_is_dequantize_then_add(void **state) {
+    (void)state;
+    enum { N = 1000, B = 64 };
+    float x[N], acc[N], want[N], piece[N];
+    uint8_t packed[N + 4 * (N / B + 1) + 4];
+    for (int f = HS_QUANT_INT8; f <= HS_QUANT_FP8_E4M3; f++) {
+        for (int i = 0; i < N; i++) x[i] = value_at((uint64_t)i + 99), acc[i] = value_at(i);
+        memcpy(want, acc, sizeof want);
+        hs_quantize_blocks(packed, x, HS_DTYPE_F32, N, B, (hs_quant_fmt)f, 0, (N + B - 1) / B);
+        hs_dequantize_range(piece, HS_DTYPE_F32, packed, N, 100, 800, B, (hs_quant_fmt)f);
+        hs_add_f32(want + 7, piece, 800);
+        hs_dequantize_add_f32(acc + 7, packed, N, 100, 800, B, (hs_quant_fmt)f);
+        assert_memory_equal(acc, want, sizeof acc);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_e4m3_every_code_decodes_and_round_trips),
         cmocka_unit_test(test_e4m3_rounds_to_nearest_even_and_saturates),
         cmocka_unit_test(test_packed_blocks_read_back_within_half_a_step),
         cmocka_unit_test(test_non_finite_block_reads_back_nan_and_others_stay),
+        cmocka_unit_test(test_dequantize_add_is_dequantize_then_add),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
