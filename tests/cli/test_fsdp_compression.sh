@@ -44,6 +44,34 @@ tiny=("${HS_FSDP_TINY[@]}")
 F2=(fsdp_config.dp_shard_size=2 train.global_batch_size=8)
 BF=(fsdp_config.mix_precision.param_dtype=bfloat16 fsdp_config.mix_precision.reduce_dtype=float32)
 
+# grads_within REF RUN TOL [nonzero]: RUN's dumped step-1 gradients within
+# TOL of REF's, relative to each tensor's largest value (with nonzero, not
+# all equal); prints the worst.
+grads_within() {
+    python3 - "$work/$1" "$work/$2" "$3" "${4:-}" <<'PY'
+import json, struct, sys
+ref, run, tol, nonzero = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+def grads(d):
+    raw = open(d + "/dump/grads-step1.safetensors", "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    out = {}
+    for k, v in json.loads(raw[8:8 + n]).items():
+        if k != "__metadata__":
+            a, b = v["data_offsets"]
+            out[k] = struct.unpack("<%df" % ((b - a) // 4), raw[8 + n + a:8 + n + b])
+    return out
+ga, gb = grads(ref), grads(run)
+assert ga.keys() == gb.keys(), set(ga) ^ set(gb)
+worst = 0.0
+for k in ga:
+    err = max(abs(p - q) for p, q in zip(ga[k], gb[k])) / (max(abs(v) for v in ga[k]) or 1.0)
+    assert err < tol, f"{run}: the step-1 gradient of {k} is off by {err:.2e} (tol {tol})"
+    worst = max(worst, err)
+assert not nonzero or worst > 0, f"{run}: the exact gradients: nothing was quantized"
+print(f"{run.split('/')[-1]} vs {ref.split('/')[-1]}: step-1 gradients within {worst:.2e}")
+PY
+}
+
 # sim NAME RANKS SHARD BLOCK FORMAT KEEP ARGS...: a one-step quantized run
 # on RANKS and a one-process run from quant_sim.py's weights (KEEP: the
 # comma-separated replicate_params) agree within 1e-5.
@@ -60,31 +88,14 @@ sim() {
     hs_train "$name.one" 1 train.steps=1 "${one[@]}" --init-from "$work/$name.init" \
         --dump "$work/$name.one/dump"
     python3 - "$work/$name" "$work/$name.one" <<'PY'
-import json, struct, sys
+import json, sys
 run, one = sys.argv[1:]
-def grads(d):
-    raw = open(d + "/dump/grads-step1.safetensors", "rb").read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    out = {}
-    for k, v in json.loads(raw[8:8 + n]).items():
-        if k != "__metadata__":
-            a, b = v["data_offsets"]
-            out[k] = struct.unpack("<%df" % ((b - a) // 4), raw[8 + n + a:8 + n + b])
-    return out
 x, y = (json.loads(open(d + "/metrics.jsonl").readline()) for d in (one, run))
-worst = 0.0
 for k in ("loss", "grad_norm"):
     rel = abs(x[k] - y[k]) / abs(x[k])
     assert rel < 1e-5, f"{run}: step-1 {k} {y[k]}, the simulated weights' {x[k]}"
-    worst = max(worst, rel)
-ga, gb = grads(one), grads(run)
-assert ga.keys() == gb.keys(), set(ga) ^ set(gb)
-for k in ga:
-    err = max(abs(p - q) for p, q in zip(ga[k], gb[k])) / (max(abs(v) for v in ga[k]) or 1.0)
-    assert err < 1e-5, f"{run}: the gradient of {k} differs by {err:.2e} relative"
-    worst = max(worst, err)
-print(f"{run.split('/')[-1]}: one process from the simulated weights, worst {worst:.2e}")
 PY
+    grads_within "$name.one" "$name" 1e-5
 }
 
 sim int8 2 2 256 int8 "" "${F2[@]}"
@@ -130,26 +141,7 @@ import json, sys
 a, b = (json.loads(open(p).readline())["loss"] for p in sys.argv[1:])
 assert a == b, f"step 1's loss {b} is not the exact run's {a}: the forward changed"
 PY
-    python3 - "$work/$1" "$work/$2" <<'PY'
-import json, struct, sys
-def grads(d):
-    raw = open(d + "/dump/grads-step1.safetensors", "rb").read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    out = {}
-    for k, v in json.loads(raw[8:8 + n]).items():
-        if k != "__metadata__":
-            a, b = v["data_offsets"]
-            out[k] = struct.unpack("<%df" % ((b - a) // 4), raw[8 + n + a:8 + n + b])
-    return out
-ga, gb = grads(sys.argv[1]), grads(sys.argv[2])
-worst = 0.0
-for k in ga:
-    err = max(abs(p - q) for p, q in zip(ga[k], gb[k])) / (max(abs(v) for v in ga[k]) or 1.0)
-    assert err < 1e-2, f"{sys.argv[2]}: the reduced gradient of {k} is off by {err:.2e}"
-    worst = max(worst, err)
-assert worst > 0, "the quantized reduction gave the exact gradients: nothing was quantized"
-print(f"{sys.argv[2].split('/')[-1]}: step-1 gradients within {worst:.2e} of the exact ones")
-PY
+    grads_within "$1" "$2" 1e-2 nonzero
 }
 hs_train_dump rq 2 "${F2[@]}" fsdp_config.grad_reduce=int8
 grep -q "gradients reduce-scattered in int8 in blocks of 256" "$work/rq.txt"
