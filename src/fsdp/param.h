@@ -100,7 +100,7 @@ typedef struct hs_fsdp_param {
     /* fsdp_config.grad_reduce: the reduce-scatter is an all-to-all of the
      * W chunks of the reduce input, each quantized in blocks of
      * grad_block; the owner reads them back and sums them in fp32 in rank
-     * order (then / W for AVG), rounded once to reduce_dtype. */
+     * order (then times 1/W for AVG), rounded once to reduce_dtype. */
     hs_quant_fmt grad_fmt;
     int64_t grad_block;
     hs_fsdp_mem *mem;
