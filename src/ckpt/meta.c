@@ -253,7 +253,7 @@ static hs_status check_tiling(const hs_ckpt_entry *t, const char *where, hs_erro
 
 static hs_status check_tensor(const hs_ckpt_meta *m, const hs_ckpt_entry *t, const char *where,
                               hs_error *e) {
-    if (t->ndim < 1 || t->ndim > HS_CKPT_DIMS || t->dtype < 0 || t->dtype >= HS_DTYPE_COUNT)
+    if (t->ndim < 1 || t->ndim > HS_CKPT_DIMS || !hs_dtype_is_float(t->dtype))
         return hs_error_set(e, HS_ERR_FORMAT, "%s: tensor '%s' has %d dims or a bad dtype", where,
                             t->name, t->ndim);
     for (int d = 0; d < t->ndim; d++)

@@ -50,7 +50,7 @@ static hs_status check_one(const hs_ckpt_tensor *t, hs_error *e) {
                             "checkpoint tensor name is empty or longer than "
                             "%d bytes: '%.64s'",
                             HS_CKPT_NAME_MAX - 1, t->name ? t->name : "");
-    if (t->ndim < 1 || t->ndim > HS_CKPT_DIMS || t->dtype < 0 || t->dtype >= HS_DTYPE_COUNT)
+    if (t->ndim < 1 || t->ndim > HS_CKPT_DIMS || !hs_dtype_is_float(t->dtype))
         return hs_error_set(e, HS_ERR_INTERNAL,
                             "checkpoint tensor '%s': %d dims (want 1..%d) "
                             "or a bad dtype",

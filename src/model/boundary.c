@@ -40,7 +40,7 @@ static void plan_experts(hs_model *m, hs_unit_boundary *b) {
 }
 
 hs_status hs_model_boundary_plan(hs_model *m, hs_error *e) {
-    if (m->opt.cast_unit_outputs && (unsigned)m->opt.unit_output_dtype >= HS_DTYPE_COUNT)
+    if (m->opt.cast_unit_outputs && !hs_dtype_is_float(m->opt.unit_output_dtype))
         return hs_error_set(e, HS_ERR_CONFIG,
                             "model options: unit_output_dtype=%d is not a dtype; use float32, "
                             "bfloat16 or float16 (fsdp_config.mix_precision.output_dtype)",

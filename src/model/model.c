@@ -82,7 +82,7 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
                         "model options: %d stage chunks (at most %d, each of >= 1 blocks, in "
                         "model order) with %d activation slots do not fit model.n_layers=%d",
                         st->n_chunks, HS_MODEL_MAX_CHUNKS, o->act_slots, c->n_layers);
-    if ((unsigned)o->compute_dtype >= HS_DTYPE_COUNT || (unsigned)o->grad_dtype >= HS_DTYPE_COUNT)
+    if (!hs_dtype_is_float(o->compute_dtype) || !hs_dtype_is_float(o->grad_dtype))
         hs_error_append(e, HS_ERR_CONFIG, "model options: compute_dtype=%d / grad_dtype=%d unknown",
                         (int)o->compute_dtype, (int)o->grad_dtype);
     return e->code;

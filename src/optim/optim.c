@@ -67,7 +67,7 @@ static void check_gathered(const hs_optim_param *p, int i, const char *fqn, hs_e
 
 static void check_param(const hs_optim_param *p, int i, bool muon, hs_error *e) {
     const char *fqn = p->fqn ? p->fqn : "(unnamed)";
-    if (p->numel < 0 || p->dtype < 0 || p->dtype >= HS_DTYPE_COUNT) {
+    if (p->numel < 0 || !hs_dtype_is_float(p->dtype)) {
         hs_error_append(e, HS_ERR_INTERNAL, "optimizer param %d '%s': numel %lld, dtype %d invalid",
                         i, fqn, (long long)p->numel, (int)p->dtype);
         return;
