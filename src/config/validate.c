@@ -109,15 +109,19 @@ static void check_precision(const hs_config *c, hs_cfg_report *rep) { /* rules 8
                           c->optimizer.fp32_main_params ? "true" : "false");
 }
 
-hs_quant_fmt hs_fsdp_config_param_gather(const hs_fsdp_config *f) {
-    for (int q = HS_QUANT_NONE + 1; q < HS_QUANT_FMT_COUNT; q++)
-        if (!strcmp(f->param_gather, hs_quant_fmt_name((hs_quant_fmt)q))) return (hs_quant_fmt)q;
+/* The format named s among the first `last` ones; NONE for any other. */
+static hs_quant_fmt wire_format(const char *s, hs_quant_fmt last) {
+    for (int q = HS_QUANT_NONE + 1; q <= (int)last; q++)
+        if (!strcmp(s, hs_quant_fmt_name((hs_quant_fmt)q))) return (hs_quant_fmt)q;
     return HS_QUANT_NONE;
 }
 
+hs_quant_fmt hs_fsdp_config_param_gather(const hs_fsdp_config *f) {
+    return wire_format(f->param_gather, HS_QUANT_FP8_E4M3);
+}
+
 hs_quant_fmt hs_fsdp_config_grad_reduce(const hs_fsdp_config *f) {
-    return !strcmp(f->grad_reduce, hs_quant_fmt_name(HS_QUANT_INT8)) ? HS_QUANT_INT8
-                                                                     : HS_QUANT_NONE;
+    return wire_format(f->grad_reduce, HS_QUANT_INT8); /* the gradient formats built */
 }
 
 static void check_wire_formats(const hs_config *c, hs_cfg_report *rep) {

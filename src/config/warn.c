@@ -62,18 +62,16 @@ static void warn_fsdp(const hs_config *c, const hs_topology *t, const hs_log *lo
     if (!f->mix_precision.cast_forward_inputs && f->mix_precision.param_dtype == HS_MP_NULL)
         hs_log_warn(log, "fsdp_config.mix_precision.cast_forward_inputs = false has no effect: "
                          "it needs fsdp_config.mix_precision.param_dtype to be set (got null)");
-    if (f->param_gather[0] && t->dp_shard == 1 && t->edp_shard == 1)
-        hs_log_warn(log,
-                    "fsdp_config.param_gather = %s has no effect: no parameter is sharded "
-                    "(fsdp_config.dp_shard_size = 1, edp_shard_size = 1), so nothing is "
-                    "all-gathered",
-                    f->param_gather);
-    if (f->grad_reduce[0] && t->dp_shard == 1 && t->edp_shard == 1)
-        hs_log_warn(log,
-                    "fsdp_config.grad_reduce = %s has no effect: no parameter is sharded "
-                    "(fsdp_config.dp_shard_size = 1, edp_shard_size = 1), so no gradient is "
-                    "reduce-scattered",
-                    f->grad_reduce);
+    const struct {
+        const char *key, *value, *what;
+    } wires[] = {{"param_gather", f->param_gather, "nothing is all-gathered"},
+                 {"grad_reduce", f->grad_reduce, "no gradient is reduce-scattered"}};
+    for (size_t i = 0; i < sizeof wires / sizeof wires[0]; i++)
+        if (wires[i].value[0] && t->dp_shard == 1 && t->edp_shard == 1)
+            hs_log_warn(log,
+                        "fsdp_config.%s = %s has no effect: no parameter is sharded "
+                        "(fsdp_config.dp_shard_size = 1, edp_shard_size = 1), so %s",
+                        wires[i].key, wires[i].value, wires[i].what);
     if (f->comm_fusion_zero_copy >= 0 && !f->comm_fusion)
         hs_log_warn(log,
                     "fsdp_config.comm_fusion_zero_copy = %s has no effect: it needs "

@@ -16,7 +16,6 @@ void hs_cpu_quantize(hs_stream *s, void *packed, const void *src, hs_dtype src_d
         int64_t b1 = (t + 1) * per < blocks ? (t + 1) * per : blocks;
         hs_quantize_blocks(packed, src, src_dt, n, block, f, t * per, b1);
     }
-    if (blocks == 0) hs_quantize_blocks(packed, src, src_dt, n, block, f, 0, 0);
 }
 
 void hs_cpu_dequantize(hs_stream *s, void *dst, hs_dtype dst_dt, const void *packed, int64_t n,

@@ -255,14 +255,16 @@ static void unpack(hs_fsdp_fusion *fu) {
         hs_fsdp_param *fp = fu->params[j];
         int64_t P = fp->plan.padded_sharded_numel;
         char *view = at(fu->unsharded, W * fu->offset[j], es);
-        if (fu->gather_fmt == HS_QUANT_NONE)
+        if (fu->gather_fmt == HS_QUANT_NONE) {
             hs_dev_copy_2d(fu->mem->dev, view, (size_t)P * es, at(fu->ag_out, fu->offset[j], es),
                            (size_t)S * es, W, (size_t)P * es);
-        for (int64_t r = 0; r < W && fu->gather_fmt != HS_QUANT_NONE; r++)
-            hs_dev_dequantize(fu->mem->dev, at(view, r * P, es), fu->ag_dtype,
-                              (const char *)fu->ag_out + fu->packed_bytes * (size_t)r +
-                                  fu->packed_offset[j],
-                              P, 0, P, fu->gather_block, fu->gather_fmt);
+        } else {
+            const char *piece = (const char *)fu->ag_out + fu->packed_offset[j];
+            for (int64_t r = 0; r < W; r++)
+                hs_dev_dequantize(fu->mem->dev, at(view, r * P, es), fu->ag_dtype,
+                                  piece + fu->packed_bytes * (size_t)r, P, 0, P, fu->gather_block,
+                                  fu->gather_fmt);
+        }
         fp->unsharded = view; /* rows [0, D0) are the logical tensor */
         fp->state = HS_FSDP_UNSHARDED;
         fp->p->data = view;

@@ -259,6 +259,12 @@ static hs_status build_params(hs_fsdp *f, const hs_fsdp_config *fsdp, bool fp32_
     return HS_OK;
 }
 
+/* "int8 in blocks of 256", or `plain` for no wire format. */
+static void wire_text(char *buf, size_t cap, hs_quant_fmt f, int block, const char *plain) {
+    if (f == HS_QUANT_NONE) snprintf(buf, cap, "%s", plain);
+    else snprintf(buf, cap, "%s in blocks of %d", hs_quant_fmt_name(f), block);
+}
+
 static void log_wrapped(const hs_fsdp *f, const hs_fsdp_config *fsdp) {
     int experts = 0;
     for (int u = 0; u < f->ctx.n_units; u++) experts += f->ctx.units[u].is_expert;
@@ -281,13 +287,11 @@ static void log_wrapped(const hs_fsdp *f, const hs_fsdp_config *fsdp) {
     for (int u = 0; u < f->ctx.n_units; u++)
         if (f->ctx.units[u].fusion)
             fusion = f->ctx.units[u].fusion->zero_copy ? "on, zero-copy" : "on, copy-in";
-    char gather[64] = "param_dtype", reduce[64] = "reduce_dtype";
-    if (hs_fsdp_config_param_gather(fsdp) != HS_QUANT_NONE)
-        snprintf(gather, sizeof gather, "%s in blocks of %d",
-                 hs_quant_fmt_name(hs_fsdp_config_param_gather(fsdp)), fsdp->param_gather_block);
-    if (hs_fsdp_config_grad_reduce(fsdp) != HS_QUANT_NONE)
-        snprintf(reduce, sizeof reduce, "%s in blocks of %d",
-                 hs_quant_fmt_name(hs_fsdp_config_grad_reduce(fsdp)), fsdp->grad_reduce_block);
+    char gather[64], reduce[64];
+    wire_text(gather, sizeof gather, hs_fsdp_config_param_gather(fsdp), fsdp->param_gather_block,
+              "param_dtype");
+    wire_text(reduce, sizeof reduce, hs_fsdp_config_grad_reduce(fsdp), fsdp->grad_reduce_block,
+              "reduce_dtype");
     hs_log_info(f->ctx.log,
                 "fsdp: prefetch depth forward %d, backward %d; comm_fusion %s; parameters "
                 "gathered in %s, gradients reduce-scattered in %s",

@@ -137,6 +137,14 @@ static void decode_bf16(uint16_t *out, const uint8_t *q, int64_t n, float s, hs_
         for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16(e4m3_value(q[i]) * s);
 }
 
+/* The values from first + i on that share one block (one scale), at most
+ * cap of them and no further than count. */
+static int64_t piece(int64_t first, int64_t i, int64_t count, int64_t block, int64_t cap) {
+    int64_t at = first + i, k = (at / block + 1) * block - at;
+    k = k < count - i ? k : count - i;
+    return k < cap ? k : cap;
+}
+
 void hs_dequantize_range(void *dst, hs_dtype dst_dt, const void *packed, int64_t n, int64_t first,
                          int64_t count, int64_t block, hs_quant_fmt f) {
     HS_ASSERT(f == HS_QUANT_INT8 || f == HS_QUANT_FP8_E4M3);
@@ -145,12 +153,8 @@ void hs_dequantize_range(void *dst, hs_dtype dst_dt, const void *packed, int64_t
     const float *scales = scales_of((void *)packed, n);
     const size_t es = hs_dtype_size(dst_dt);
     float buf[QUANT_CHUNK];
-    /* pieces that stay inside one block (one scale) and one chunk */
     for (int64_t i = 0; i < count;) {
-        int64_t at = first + i, b = at / block;
-        int64_t k = (b + 1) * block - at;
-        k = k < count - i ? k : count - i;
-        k = k < QUANT_CHUNK ? k : QUANT_CHUNK;
+        int64_t at = first + i, b = at / block, k = piece(first, i, count, block, QUANT_CHUNK);
         char *out = (char *)dst + (size_t)i * es;
         if (dst_dt == HS_DTYPE_F32) {
             decode((float *)out, q + at, k, scales[b], f);
@@ -171,9 +175,7 @@ void hs_dequantize_add_f32(float *dst, const void *packed, int64_t n, int64_t fi
     const uint8_t *q = packed;
     const float *scales = scales_of((void *)packed, n);
     for (int64_t i = 0; i < count;) {
-        int64_t at = first + i, b = at / block;
-        int64_t k = (b + 1) * block - at;
-        k = k < count - i ? k : count - i;
+        int64_t at = first + i, b = at / block, k = piece(first, i, count, block, count);
         float s = scales[b], *out = dst + i;
         const uint8_t *c = q + at;
         if (f == HS_QUANT_INT8)
