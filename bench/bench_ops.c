@@ -18,6 +18,7 @@
 typedef struct ops_bufs {
     float *a, *b, *c, *d, *e, *f; /* fp32 scratch, `cap` floats each */
     uint16_t *h1, *h2, *h3;       /* bf16 scratch */
+    uint8_t *q;                   /* a packed int8 copy of a (blocks of Q_BLOCK) */
     int32_t *ids;
     int64_t cap;
     bool quick;
@@ -161,6 +162,23 @@ static void run_scale_cast(hs_device *d, ops_bufs *b) {
 }
 static double w_scale_cast(const ops_bufs *b) { return 4.0 * e_n(b); }
 
+/* FSDP's compressed all-gather: fp32 packed into int8 blocks, and read back
+ * into bf16 (the common param_dtype) */
+#define Q_BLOCK 256
+static bool has_quant(const hs_device_kernels *k) { return k->quantize && k->dequantize; }
+static void run_quantize(hs_device *d, ops_bufs *b) {
+    hs_dev_quantize(d, b->q, b->a, HS_DTYPE_F32, e_n(b), Q_BLOCK, HS_QUANT_INT8);
+}
+static double w_quantize(const ops_bufs *b) {
+    return 4.0 * e_n(b) + (double)hs_quant_packed_bytes(e_n(b), Q_BLOCK);
+}
+static void run_dequantize(hs_device *d, ops_bufs *b) {
+    hs_dev_dequantize(d, b->h3, HS_DTYPE_BF16, b->q, e_n(b), 0, e_n(b), Q_BLOCK, HS_QUANT_INT8);
+}
+static double w_dequantize(const ops_bufs *b) {
+    return 2.0 * e_n(b) + (double)hs_quant_packed_bytes(e_n(b), Q_BLOCK);
+}
+
 static bool has_ns(const hs_device_kernels *k) { return k->muon_newton_schulz != NULL; }
 static void run_ns(hs_device *d, ops_bufs *b) {
     int64_t n = 128 * SZ(b);
@@ -213,6 +231,8 @@ static const op_def ops[] = {
     {"adamw bf16 param", "1M|4M", has_adamw, run_adamw16, w_adamw16, true},
     {"muon update bf16", "1M|4M", has_muon_update, run_muon_update, w_muon_update, true},
     {"scale_cast bf16", "1M|4M", has_scale_cast, run_scale_cast, w_scale_cast, true},
+    {"quantize fp32->int8", "1M|4M", has_quant, run_quantize, w_quantize, true},
+    {"dequant int8->bf16", "1M|4M", has_quant, run_dequantize, w_dequantize, true},
     {"muon newton-schulz", "128x384|256x768", has_ns, run_ns, w_ns, false},
     {"moe route(+permute)", "1K|2K x 8, k 2, 256", has_moe, run_moe, w_moe, true},
     {"moe stats", "16K|32K x 8, k 2", has_moe_stats, run_moe_stats, w_moe_stats, true},
@@ -241,7 +261,7 @@ static int usage(FILE *f, const char *why) {
 
 static void ops_bufs_free(ops_bufs *b) {
     free(b->a), free(b->b), free(b->c), free(b->d), free(b->e), free(b->f);
-    free(b->h1), free(b->h2), free(b->h3), free(b->ids);
+    free(b->h1), free(b->h2), free(b->h3), free(b->ids), free(b->q);
 }
 
 /* The operands every op reads, `cap` values each. */
@@ -253,9 +273,14 @@ static hs_status ops_bufs_alloc(ops_bufs *b, hs_error *e) {
     b->h1 = calloc((size_t)b->cap, 2), b->h2 = calloc((size_t)b->cap, 2);
     b->h3 = calloc((size_t)b->cap, 2);
     b->ids = calloc((size_t)b->cap, sizeof *b->ids);
-    if (!b->a || !b->b || !b->c || !b->d || !b->e || !b->f || !b->h1 || !b->h2 || !b->h3 || !b->ids)
+    b->q = malloc(hs_quant_packed_bytes(b->cap, Q_BLOCK));
+    if (!b->a || !b->b || !b->c || !b->d || !b->e || !b->f || !b->h1 || !b->h2 || !b->h3 ||
+        !b->ids || !b->q)
         return hs_error_oom(e, "bench ops: the operands, %lld elements each (%.0f MiB in all)",
-                            (long long)b->cap, (double)b->cap * (6 * 4 + 3 * 2 + 4) / (1 << 20));
+                            (long long)b->cap,
+                            (double)b->cap * (6 * 4 + 3 * 2 + 4 + 1) / (1 << 20));
+    hs_quantize_blocks(b->q, b->a, HS_DTYPE_F32, b->cap, Q_BLOCK, HS_QUANT_INT8, 0,
+                       (b->cap + Q_BLOCK - 1) / Q_BLOCK);
     for (int64_t i = 0; i < b->cap; i++) b->e[i] = b->e[i] * b->e[i]; /* adamw's v >= 0 */
     hs_convert(b->h1, HS_DTYPE_BF16, b->a, HS_DTYPE_F32, b->cap);
     hs_convert(b->h2, HS_DTYPE_BF16, b->b, HS_DTYPE_F32, b->cap);

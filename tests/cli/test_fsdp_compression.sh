@@ -31,12 +31,13 @@
 #     ranks cancel (a row one rank alone saw halves: the worst case): 0.8%.
 #     FSDP 2 fp32 and bf16, HSDP 2x2 with replicate_params (its all-reduce
 #     stays in reduce_dtype), and with param_gather.
-#   - A format that is not one, or grad_reduce under comm_fusion (not built
-#     yet), is a configuration error (exit 2, the key named, nothing
+#   - A format that is not one, a block size below 1, or grad_reduce under
+#     comm_fusion (not built yet), is a configuration error (exit 2, the key named, nothing
 #     written); on an unsharded layout the keys warn that they have no
 #     effect.
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 240
+# HS_TEST_TIERS: avx2
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch compression
@@ -187,6 +188,10 @@ bad() { # KEY=VALUE... MESSAGE: exit 2 with MESSAGE, nothing written
 }
 bad fsdp_config.grad_reduce=int4 \
     "fsdp_config.grad_reduce = int4 is not a wire format for gradients; use int8 or null"
+bad fsdp_config.param_gather=int8 fsdp_config.param_gather_block=0 \
+    "fsdp_config.param_gather_block = 0 is out of range: it must be >= 1"
+bad fsdp_config.grad_reduce=int8 fsdp_config.grad_reduce_block=-3 \
+    "fsdp_config.grad_reduce_block = -3 is out of range: it must be >= 1"
 bad fsdp_config.grad_reduce=int8 fsdp_config.comm_fusion=true \
     "a fused unit's quantized reduction is not built yet; set comm_fusion: false"
 
