@@ -125,6 +125,10 @@ typedef struct hs_fsdp_config {
     int param_gather_block;
     char grad_reduce[HS_NAME_MAX]; /* "" (null), "int8" */
     int grad_reduce_block;
+    /* hpZ: after the forward each parameter stays sharded over this many
+     * consecutive shard ranks (one node's), so the backward all-gathers
+     * inside them; 0: null (the backward gathers over the whole group) */
+    int secondary_shard_size;
 } hs_fsdp_config;
 
 /* The wire formats of fsdp_config.param_gather and grad_reduce

@@ -204,6 +204,11 @@ static const hs_cfg_key keys[] = {
          "(needs comm_fusion false)"),
     KINT("fsdp_config.grad_reduce_block", fsdp.grad_reduce_block, "256", GE, 1,
          "values per quantization block of fsdp_config.grad_reduce"),
+    KINT_NULL("fsdp_config.secondary_shard_size", fsdp.secondary_shard_size, 1,
+              "after the forward, keep each parameter sharded over this many consecutive shard "
+              "ranks (those of one node) so the backward's all-gather stays among them; a "
+              "divisor of the shard degree strictly between 1 and it (needs "
+              "reshard_after_forward true, comm_fusion false); null: off"),
 
     /* optimizer */
     KENUM("optimizer._target_", optimizer.target, "adamw", "adamw|muon", "optimizer"),

@@ -144,6 +144,41 @@ static void check_wire_formats(const hs_config *c, hs_cfg_report *rep) {
                           f->grad_reduce);
 }
 
+/* hpZ (fsdp_config.secondary_shard_size): a non-trivial divisor of the
+ * shard degree, as FSDP2's reshard_after_forward=int. */
+static void check_secondary_shard(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
+    const hs_fsdp_config *f = &c->fsdp;
+    int s = f->secondary_shard_size, w = t->dp_shard;
+    if (s <= 0) return;
+    if (s <= 1 || s >= w || w % s) {
+        char choices[160] = "";
+        size_t used = 0;
+        for (int d = 2; d < w && used + 12 < sizeof choices; d++)
+            if (w % d == 0)
+                used += (size_t)snprintf(choices + used, sizeof choices - used, "%s%d",
+                                         used ? ", " : "", d);
+        hs_cfg_report_add(rep,
+                          "fsdp_config.secondary_shard_size = %d must divide the shard degree "
+                          "(fsdp_config.dp_shard_size = %d) and lie strictly between 1 and it; "
+                          "use %s%s",
+                          s, w, used ? choices : "null (this shard degree has no such divisor)",
+                          used ? " (the shard ranks of one node), or null" : "");
+    }
+    if (!f->reshard_after_forward)
+        hs_cfg_report_add(rep,
+                          "fsdp_config.secondary_shard_size = %d with "
+                          "fsdp_config.reshard_after_forward = false: the parameters stay whole "
+                          "until the backward, so there is no secondary shard to keep; set "
+                          "reshard_after_forward: true (or secondary_shard_size: null)",
+                          s);
+    if (f->comm_fusion)
+        hs_cfg_report_add(rep,
+                          "fsdp_config.secondary_shard_size = %d with fsdp_config.comm_fusion = "
+                          "true: a fused unit's secondary shard is not built yet; set "
+                          "comm_fusion: false (or secondary_shard_size: null)",
+                          s);
+}
+
 static void check_compile(const hs_config *c, const hs_topology *t, const hs_log *log,
                           hs_cfg_report *rep) { /* rule 10 */
     if (!c->compile.fullgraph) return;
@@ -274,6 +309,7 @@ hs_status hs_config_validate(const hs_config *c, int world, hs_topology *topo, c
     hs_cfg_check_sizes(c, topo_ok ? &t : NULL, &rep);
     if (topo_ok) {
         check_compile(c, &t, log, &rep);
+        check_secondary_shard(c, &t, &rep);
         hs_cfg_check_parallel(c, &t, &rep);
     }
     hs_cfg_report_finish(&rep);

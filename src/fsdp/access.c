@@ -20,6 +20,8 @@ void hs_fsdp_set_micro_batch(hs_fsdp *f, bool requires_grad_sync, bool reshard_a
 
 void hs_fsdp_begin_step(hs_fsdp *f) {
     for (int u = 0; u < f->ctx.n_units; u++) f->ctx.units[u].fwd_outstanding = 0;
+    /* Secondary pieces of forwards that had no backward (evaluation) */
+    for (int i = 0; i < f->ctx.n_params; i++) hs_fsdp_param_drop_secondary(&f->ctx.params[i]);
 }
 
 void hs_fsdp_drain(hs_fsdp *f) { hs_fsdp_ctx_drain(&f->ctx); }

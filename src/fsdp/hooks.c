@@ -38,6 +38,12 @@ static void unshard_or_fail(hs_fsdp_ctx *ctx, hs_fsdp_unit *u,
     if (hs_fsdp_unit_unshard_wait(u, &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
 }
 
+static void reshard_keep(hs_fsdp_ctx *ctx, hs_fsdp_unit *u) {
+    hs_error e;
+    hs_error_clear(&e);
+    if (hs_fsdp_unit_reshard_keep(u, &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
+}
+
 void hs_fsdp_hook_pre_forward(void *vctx, int ui) {
     hs_fsdp_ctx *ctx = vctx;
     hs_fsdp_unit *u = unit_at(ctx, ui);
@@ -63,7 +69,7 @@ void hs_fsdp_hook_post_forward(void *vctx, int ui) {
     }
     if (u->state != HS_FSDP_STATE_PRE_FORWARD) bad_order(u, "forward");
     u->fwd_outstanding++;
-    if (u->reshard_after_forward) hs_fsdp_unit_reshard(u);
+    if (u->reshard_after_forward) reshard_keep(ctx, u);
     transition(ctx, u, "forward", HS_FSDP_STATE_FORWARD);
 }
 
@@ -107,7 +113,10 @@ void hs_fsdp_hook_post_backward(void *vctx, int ui) {
     /* Without sync the unsharded gradients stay alive and keep
      * accumulating until the micro-batch that syncs. The weight pass
      * needs no parameter: it multiplies kept gradients and inputs. */
-    if (ctx->reshard) hs_fsdp_unit_reshard(u);
+    /* A forward whose backward is still to come (pipeline micro-batches)
+     * keeps its secondary pieces, as after that forward. */
+    if (ctx->reshard && u->fwd_outstanding > 0 && u->reshard_after_forward) reshard_keep(ctx, u);
+    else if (ctx->reshard) hs_fsdp_unit_reshard(u);
     transition(ctx, u, "backward", HS_FSDP_STATE_BACKWARD);
 }
 

@@ -17,7 +17,7 @@ static hs_pg *group_or_null(hs_mesh *mesh, hs_mesh_dim d, int *size, int *rank) 
 }
 
 static hs_fsdp_dp_groups dp_groups_of(hs_mesh *mesh) {
-    hs_fsdp_dp_groups g;
+    hs_fsdp_dp_groups g = {0};
     g.shard = group_or_null(mesh, HS_DIM_FSDP_SHARD, &g.shard_size, &g.shard_rank);
     g.replicate = group_or_null(mesh, HS_DIM_FSDP_REPLICATE, &g.replicate_size, &g.replicate_rank);
     g.flat = group_or_null(mesh, HS_DIM_FSDP, &g.flat_size, &g.flat_rank);
@@ -56,6 +56,9 @@ static hs_fsdp_mesh_info expert_mesh_info(const hs_fsdp_dp_groups *g) {
     mi.ep_size = g->ep_size;
     mi.ep_rank = g->ep_rank;
     mi.domain_factor = (float)g->edp_size / (float)(g->flat_size > 0 ? g->flat_size : 1);
+    mi.secondary_pg = g->edp_secondary;
+    mi.secondary_size = g->edp_secondary_size > 0 ? g->edp_secondary_size : 1;
+    mi.secondary_rank = g->edp_secondary_rank;
     return mi;
 }
 
@@ -76,6 +79,9 @@ static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicat
     }
     set_sharded(&mi, g->shard, g->shard_size, g->shard_rank, g->replicate, g->replicate_size,
                 g->replicate_rank);
+    mi.secondary_pg = g->secondary;
+    mi.secondary_size = g->secondary_size > 0 ? g->secondary_size : 1;
+    mi.secondary_rank = g->secondary_rank;
     return mi;
 }
 
@@ -297,6 +303,17 @@ static void log_wrapped(const hs_fsdp *f, const hs_fsdp_config *fsdp) {
                 "gathered in %s, gradients reduce-scattered in %s",
                 fsdp->forward_prefetch_depth, fsdp->backward_prefetch_depth, fusion, gather,
                 reduce);
+    if (fsdp->secondary_shard_size > 0) {
+        char experts_too[96] = "";
+        if (f->groups.ep_size > 1)
+            snprintf(experts_too, sizeof experts_too, "; experts over %d of %d",
+                     f->groups.edp_secondary_size, f->groups.edp_shard_size);
+        hs_log_info(f->ctx.log,
+                    "fsdp: secondary shard: between forward and backward each parameter stays "
+                    "sharded over %d of the %d shard ranks, and the backward gathers among "
+                    "them%s",
+                    f->groups.secondary_size, f->groups.shard_size, experts_too);
+    }
 }
 
 hs_status hs_fsdp_wrap_groups(const hs_fsdp_config *fsdp, bool fp32_main_params,
@@ -333,6 +350,19 @@ hs_status hs_fsdp_wrap_groups(const hs_fsdp_config *fsdp, bool fp32_main_params,
     return HS_OK;
 }
 
+/* hpZ's group inside `shard` (size w, this rank `rank`): shard ranks
+ * [k*s, (k+1)*s). Collective over the world whenever s is set; a degree s
+ * does not divide joins no group. */
+static hs_status secondary_group(hs_comm *comm, const char *name, hs_pg *shard, int w, int rank,
+                                 int s, hs_pg **out, int *size, int *srank, hs_error *e) {
+    *out = NULL, *size = 1, *srank = 0;
+    bool on = shard && s > 1 && w > s && w % s == 0;
+    int colour = on ? hs_pg_world_rank(shard, 0) * w + rank / s : -1;
+    hs_status st = hs_comm_split(comm, name, colour, rank, out, e);
+    if (st == HS_OK && *out) *size = hs_pg_size(*out), *srank = hs_pg_rank(*out);
+    return st;
+}
+
 hs_status hs_fsdp_wrap(const hs_fsdp_config *fsdp, bool fp32_main_params, hs_mesh *mesh,
                        hs_comm *comm, hs_device *dev, hs_model *model, uint64_t seed,
                        const hs_log *log, hs_fsdp **out, hs_error *e) {
@@ -342,6 +372,16 @@ hs_status hs_fsdp_wrap(const hs_fsdp_config *fsdp, bool fp32_main_params, hs_mes
     hs_fsdp_dp_groups g = dp_groups_of(mesh);
     HS_ASSERT(g.shard_size == t->dp_shard && g.replicate_size == t->dp_replicate &&
               g.flat_size == t->fsdp_dp);
+    int s = fsdp->secondary_shard_size;
+    hs_status st = HS_OK;
+    if (s > 0)
+        st = secondary_group(comm, "fsdp_shard_secondary", g.shard, g.shard_size, g.shard_rank, s,
+                             &g.secondary, &g.secondary_size, &g.secondary_rank, e);
+    if (s > 0 && st == HS_OK)
+        st = secondary_group(comm, "edp_shard_secondary", g.edp_shard, g.edp_shard_size,
+                             g.edp_shard_rank, s, &g.edp_secondary, &g.edp_secondary_size,
+                             &g.edp_secondary_rank, e);
+    if (st != HS_OK) return st;
     return hs_fsdp_wrap_groups(fsdp, fp32_main_params, &g, comm, dev, model, seed, log, out, e);
 }
 

@@ -17,6 +17,11 @@ typedef struct hs_fsdp_dp_groups {
     int edp_shard_size, edp_shard_rank, edp_replicate_size, edp_replicate_rank, edp_size;
     int ep_size, ep_rank;
     hs_pg *edp_shard, *edp_replicate, *ep;
+    /* fsdp_config.secondary_shard_size: consecutive ranks of shard (and of
+     * edp_shard) that hold a parameter between its forward and its
+     * backward; NULL (size 1) when off or the degree does not divide. */
+    int secondary_size, secondary_rank, edp_secondary_size, edp_secondary_rank;
+    hs_pg *secondary, *edp_secondary;
 } hs_fsdp_dp_groups;
 
 struct hs_fsdp {

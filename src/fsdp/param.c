@@ -177,6 +177,37 @@ static void unpack_packed(hs_fsdp_param *fp) {
                           fp->gather_block, fp->gather_fmt);
 }
 
+/* hpZ: the elements of one secondary piece. */
+static int64_t secondary_numel(const hs_fsdp_param *fp) {
+    return fp->plan.padded_unsharded_numel / fp->mi.secondary_size;
+}
+
+/* The backward's gather among the secondary group, in place of the whole
+ * group's: the pieces are the unsharded buffer's bits, so the output is
+ * the one the whole group would gather. */
+static hs_status unshard_secondary(hs_fsdp_param *fp, hs_error *e) {
+    void *out = own(fp, HS_FSDP_STORAGE_ALL_GATHER, fp->plan.padded_unsharded_numel, e);
+    if (!out) return HS_ERR_OOM;
+    /* the piece was copied on the compute stream */
+    hs_stream *ag = hs_fsdp_mem_ag(fp->mem);
+    hs_fsdp_mem_tie(fp->mem, fp->mem->dev->stream, ag);
+    fp->ag_work = hs_pg_all_gather_async(fp->mi.secondary_pg, ag, out, fp->secondary,
+                                         secondary_numel(fp), fp->compute_dtype);
+    fp->unsharded = out;
+    fp->state = HS_FSDP_UNSHARDING;
+    return HS_OK;
+}
+
+static void free_secondary(hs_fsdp_param *fp) {
+    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_PARAM, fp->secondary, fp->secondary_bytes);
+    fp->secondary = NULL;
+    fp->secondary_bytes = 0;
+}
+
+void hs_fsdp_param_drop_secondary(hs_fsdp_param *fp) {
+    if (fp->secondary && fp->state == HS_FSDP_SHARDED) free_secondary(fp);
+}
+
 static void free_packed(hs_fsdp_param *fp) {
     hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_PARAM, fp->ag_packed, fp->ag_packed_bytes);
     fp->ag_packed = NULL;
@@ -192,6 +223,7 @@ hs_status hs_fsdp_param_unshard_issue(hs_fsdp_param *fp, hs_error *e) {
     hs_dtype src_dt;
     const void *src = hs_fsdp_local_source(fp, &src_dt);
     bool direct = hs_fsdp_local_source_is_compute(fp);
+    if (fp->secondary) return unshard_secondary(fp, e);
     if (fp->needs_all_gather && fp->gather_fmt != HS_QUANT_NONE) return unshard_packed(fp, e);
     if (fp->needs_all_gather) {
         /* Copy the padded storage, not the actual view: every rank must send
@@ -248,6 +280,7 @@ hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e) {
         order(fp->ag_done, fp->mem->ag_stream, fp->mem->dev->stream);
         if (st == HS_OK && fp->ag_packed) unpack_packed(fp);
         if (fp->ag_packed) free_packed(fp);
+        if (fp->secondary) free_secondary(fp);
         if (st != HS_OK) return st;
     }
     fp->state = HS_FSDP_UNSHARDED;
@@ -255,7 +288,33 @@ hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e) {
     return HS_OK;
 }
 
+static void reshard(hs_fsdp_param *fp);
+
 void hs_fsdp_param_reshard(hs_fsdp_param *fp) {
+    hs_fsdp_param_drop_secondary(fp);
+    reshard(fp);
+}
+
+hs_status hs_fsdp_param_reshard_keep(hs_fsdp_param *fp, hs_error *e) {
+    if (fp->state == HS_FSDP_UNSHARDED && fp->owner == HS_FSDP_STORAGE_ALL_GATHER &&
+        fp->mi.secondary_size > 1 && !fp->secondary) {
+        int64_t n = secondary_numel(fp);
+        size_t bytes = bytes_of(n, fp->compute_dtype);
+        void *piece = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_PARAM, bytes,
+                                               "the secondary shard", fp->p->fqn, e);
+        if (!piece) return HS_ERR_OOM;
+        hs_dev_copy(fp->mem->dev, piece,
+                    (const char *)fp->unsharded +
+                        bytes_of((int64_t)fp->mi.secondary_rank * n, fp->compute_dtype),
+                    bytes);
+        fp->secondary = piece;
+        fp->secondary_bytes = bytes;
+    }
+    reshard(fp);
+    return HS_OK;
+}
+
+static void reshard(hs_fsdp_param *fp) {
     if (fp->state == HS_FSDP_SHARDED) return;
     /* Resharding an in-flight all-gather would free its output under the
      * comm thread. */

@@ -54,6 +54,10 @@ typedef struct hs_fsdp_mesh_info {
     hs_pg *ep_pg; /* the expert mesh only */
     int ep_size, ep_rank;
     float domain_factor;
+    /* hpZ: shard ranks [k*s, (k+1)*s) of the shard group, this rank
+     * secondary_rank among them (fsdp_config.secondary_shard_size) */
+    hs_pg *secondary_pg;
+    int secondary_size, secondary_rank;
 } hs_fsdp_mesh_info;
 
 typedef enum hs_fsdp_storage_owner {
@@ -121,6 +125,13 @@ typedef struct hs_fsdp_param {
     void *owned;                 /* what reshard frees (NULL for an alias) */
     size_t owned_bytes;
     hs_work *ag_work;
+    /* hpZ (mi.secondary_size > 1): this rank's piece secondary_rank of the
+     * padded unsharded buffer cut in secondary_size, in compute_dtype,
+     * kept by a reshard whose backward is still to come; the next unshard
+     * gathers the pieces over mi.secondary_pg (the same bits as the whole
+     * group's gather: the masters have not changed) and frees it. */
+    void *secondary;
+    size_t secondary_bytes;
     void *ag_packed; /* the quantized all-gather's buffer, issue to wait */
     size_t ag_packed_bytes;
     /* ag_done: the all-gather's output is complete (ag_stream); last_use:
@@ -168,8 +179,17 @@ void hs_fsdp_param_free(hs_fsdp_param *fp);
  * no-op unless UNSHARDING, and installs the view into p->data. */
 hs_status hs_fsdp_param_unshard_issue(hs_fsdp_param *fp, hs_error *e);
 hs_status hs_fsdp_param_unshard_wait(hs_fsdp_param *fp, hs_error *e);
-/* Back to SHARDED: frees an owned compute copy, never an alias. */
+/* Back to SHARDED: frees an owned compute copy, never an alias, and a
+ * kept secondary piece. */
 void hs_fsdp_param_reshard(hs_fsdp_param *fp);
+/* Reshard, first keeping this rank's secondary piece of an all-gathered
+ * parameter where it has a secondary group (hpZ). HS_ERR_OOM when the
+ * piece cannot be had: the ranks would then gather over different
+ * groups, so the caller ends the run. */
+hs_status hs_fsdp_param_reshard_keep(hs_fsdp_param *fp, hs_error *e);
+/* Free a kept secondary piece (a SHARDED parameter's; an unshard in
+ * flight frees its own at the wait). */
+void hs_fsdp_param_drop_secondary(hs_fsdp_param *fp);
 
 /* Backward: make p->grad a zeroed padded buffer unless one is still alive
  * (gradient accumulation without sync keeps it). The issue and begin

@@ -110,6 +110,14 @@ void hs_fsdp_unit_reshard(hs_fsdp_unit *u) {
     for (int i = 0; i < u->n_params; i++) hs_fsdp_param_reshard(u->params[i]);
 }
 
+hs_status hs_fsdp_unit_reshard_keep(hs_fsdp_unit *u, hs_error *e) {
+    if (u->fusion) hs_fsdp_fusion_reshard(u->fusion); /* hpZ refuses comm_fusion */
+    hs_status st = HS_OK;
+    for (int i = 0; i < u->n_params && st == HS_OK; i++)
+        st = hs_fsdp_param_reshard_keep(u->params[i], e);
+    return st;
+}
+
 bool hs_fsdp_unit_is_unsharded(const hs_fsdp_unit *u) {
     for (int i = 0; i < u->n_params; i++)
         if (u->params[i]->state != HS_FSDP_UNSHARDED) return false;

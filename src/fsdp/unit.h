@@ -81,6 +81,9 @@ hs_status hs_fsdp_unit_unshard(hs_fsdp_unit *u, hs_error *e);
 hs_status hs_fsdp_unit_unshard_issue(hs_fsdp_unit *u, hs_error *e);
 hs_status hs_fsdp_unit_unshard_wait(hs_fsdp_unit *u, hs_error *e);
 void hs_fsdp_unit_reshard(hs_fsdp_unit *u);
+/* Reshard where a backward of this unit is still to come: its parameters
+ * keep their secondary pieces (hpZ, hs_fsdp_param_reshard_keep). */
+hs_status hs_fsdp_unit_reshard_keep(hs_fsdp_unit *u, hs_error *e);
 bool hs_fsdp_unit_is_unsharded(const hs_fsdp_unit *u);
 
 #endif

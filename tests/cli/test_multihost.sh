@@ -4,7 +4,9 @@
 # (Open MPI over btl tcp between hosts, an rsh agent that enters the other
 # host's namespace, 2 ranks per host). FSDP 4 and HSDP 2 x 2 with the
 # replicate dimension across the hosts match the one-process run within
-# 1e-5 (loss, grad norm, gradients, weights, logits, export). The trace
+# 1e-5 (loss, grad norm, gradients, weights, logits, export); FSDP 4 with
+# the secondary shard over each host's two ranks (hpZ) is FSDP 4's run
+# bit for bit, its backward gathering inside the hosts. The trace
 # shows the paths: FSDP 4's shard group spans both hosts and runs the ring;
 # under HSDP each host's shard group runs the intra-node path and the
 # replicate groups between the hosts run the ring. Skips, saying why, where
@@ -33,6 +35,9 @@ multi() { # NAME ARGS...: hypershard train on 4 ranks over the two hosts
 }
 multi fsdp4 fsdp_config.dp_shard_size=4 && hs_compare_runs one fsdp4 1e-5 "${files[@]}"
 multi hsdp fsdp_config.dp_shard_size=2 && hs_compare_runs one hsdp 1e-5 "${files[@]}"
+# hpZ: the backward gathers among each host's two ranks
+multi hpz fsdp_config.dp_shard_size=4 fsdp_config.secondary_shard_size=2 &&
+    hs_compare_runs fsdp4 hpz 0 "${files[@]}"
 
 paths() { # RUN: group -> the set of paths its all_gather / reduce_scatter / all_reduce took
     python3 - "$work/$1/trace/trace.json" <<'PY'
@@ -59,6 +64,12 @@ PY
         fail "HSDP: the shard group inside a host does not run the intra-node path: $(cat "$work/hsdp.paths")"
     grep -qx "fsdp_replicate ring" "$work/hsdp.paths" ||
         fail "HSDP: the replicate group across hosts does not run the ring: $(cat "$work/hsdp.paths")"
+}
+[ -f "$work/hpz/trace/trace.json" ] && {
+    paths hpz > "$work/hpz.paths"
+    grep -qx "fsdp_shard_secondary intra-node" "$work/hpz.paths" ||
+        fail "hpZ: the secondary groups do not stay inside a host: $(cat "$work/hpz.paths")"
+    grep -qx "fsdp_shard ring" "$work/hpz.paths" || fail "hpZ: $(cat "$work/hpz.paths")"
 }
 cat "$work"/*.paths 2> /dev/null
 hs_finish
