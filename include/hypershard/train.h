@@ -197,13 +197,15 @@ const char *hs_plan_item_name(hs_plan_item k); /* "params", "grads", ... */
 
 /* Per-step communication of one rank, summed over the step's calls. */
 typedef enum hs_plan_comm {
-    HS_PLAN_AG = 0, /* FSDP all-gather (fsdp_shard / edp_shard)     */
-    HS_PLAN_RS,     /* FSDP reduce-scatter                          */
-    HS_PLAN_AR,     /* HSDP / DDP all-reduce (fsdp_replicate, flat) */
-    HS_PLAN_TP,     /* tensor-parallel activations                  */
-    HS_PLAN_CP,     /* context-parallel K/V                         */
-    HS_PLAN_EP,     /* expert-parallel all-to-all                   */
-    HS_PLAN_PP,     /* pipeline hand-over                           */
+    HS_PLAN_AG = 0,       /* FSDP all-gather (fsdp_shard / edp_shard)     */
+    HS_PLAN_RS,           /* FSDP reduce-scatter                          */
+    HS_PLAN_AR,           /* HSDP / DDP all-reduce (fsdp_replicate, flat) */
+    HS_PLAN_TP,           /* tensor-parallel activations                  */
+    HS_PLAN_CP,           /* context-parallel K/V                         */
+    HS_PLAN_EP,           /* expert-parallel all-to-all                   */
+    HS_PLAN_PP,           /* pipeline hand-over                           */
+    HS_PLAN_AG_SECONDARY, /* the backward's all-gathers among a secondary
+                           * shard group (fsdp_shard_secondary, hpZ) */
     HS_PLAN_COMM_COUNT
 } hs_plan_comm;
 

@@ -31,7 +31,7 @@ static const char *const item_names[] = {"params",    "grads",           "model_
 _Static_assert(sizeof item_names / sizeof item_names[0] == HS_PLAN_ITEM_COUNT,
                "plan item names follow the enum");
 static const char *const comm_names[] = {
-    "all_gather", "reduce_scatter", "all_reduce", "tp", "cp", "ep", "pp"};
+    "all_gather", "reduce_scatter", "all_reduce", "tp", "cp", "ep", "pp", "all_gather_secondary"};
 _Static_assert(sizeof comm_names / sizeof comm_names[0] == HS_PLAN_COMM_COUNT,
                "plan comm names follow the enum");
 
@@ -57,7 +57,11 @@ typedef struct unit_sz {
     int64_t A; /* fp32 accumulators of no-sync micro-batches             */
     int64_t comm[HS_PLAN_COMM_COUNT], calls[HS_PLAN_COMM_COUNT];
     int64_t ag_fwd, ag_calls; /* one forward's all-gathers */
-    unsigned ar_groups;       /* replicate groups with an all-reduce: hsdp, flat, edp */
+    /* hpZ (secondary_shard_size): the pieces kept from the forward to the
+     * backward, the backward's gathers of them (payload, calls), and what
+     * the parameters gathering that way add to ag_fwd, I and stage. */
+    int64_t Sec, ag_sec, ag_sec_calls, hpz_wire, hpz_I, hpz_stage;
+    unsigned ar_groups; /* replicate groups with an all-reduce: hsdp, flat, edp */
 } unit_sz;
 
 typedef struct plan_ctx {
@@ -125,6 +129,17 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int
     int64_t src = c->main ? cs : 4;
     if (c->offload && src != cs) ACC(c, &u->stage, ag ? storage : numel, src);
     if (ag) add_to(c, &u->ag_fwd, wire), u->ag_calls++;
+    /* hpZ: kept pieces of padded_un / sec elements, gathered back among
+     * sec ranks in place of the packed or cast input (fsdp/param.c) */
+    int sec = c->cfg->fsdp.secondary_shard_size;
+    if (ag && sec > 1 && S > sec && S % sec == 0) {
+        ACC(c, &u->Sec, padded_un / sec, cs);
+        ACC(c, &u->ag_sec, padded_un, cs), u->ag_sec_calls++;
+        add_to(c, &u->hpz_wire, wire);
+        if (quant) add_to(c, &u->hpz_I, wire);
+        if (quant && copy_in) ACC(c, &u->hpz_I, padded_sh, cs);
+        if (c->offload && src != cs) ACC(c, &u->hpz_stage, storage, src);
+    }
     if (ag) add_to(c, tally[0], wire);
     if (p->frozen) return;
     /* grad_reduce: one all-to-all of W packed chunks, both buffers held
@@ -206,7 +221,7 @@ typedef struct sim {
     const plan_ctx *c;
     unit_sz **u;
     int n;
-    bool *unsharded, *in_flight, *acc;
+    bool *unsharded, *in_flight, *acc, *sec; /* sec: holds its secondary pieces */
     int64_t *held; /* unsharded gradient bytes a unit holds until its release */
     int64_t peak, peak_p, peak_g, cur_p, cur_g;
     int prev; /* unit whose reduce-scatter is in flight */
@@ -223,11 +238,17 @@ static void hold(sim *s, int k, int64_t bytes) {
     mark(s, 0);
 }
 
+/* The unshard's input copies: from kept secondary pieces, the parameters
+ * that kept one need none. */
+static int64_t unshard_input(const sim *s, int k) {
+    return s->sec[k] ? s->u[k]->I - s->u[k]->hpz_I : s->u[k]->I;
+}
+
 static void issue(sim *s, int k) {
     if (s->unsharded[k]) return;
     unit_sz *u = s->u[k];
-    add_to(s->c, &s->cur_p, u->I);
-    mark(s, u->stage);
+    add_to(s->c, &s->cur_p, unshard_input(s, k));
+    mark(s, s->sec[k] ? u->stage - u->hpz_stage : u->stage);
     add_to(s->c, &s->cur_p, u->P);
     mark(s, 0);
     s->unsharded[k] = s->in_flight[k] = true;
@@ -235,7 +256,8 @@ static void issue(sim *s, int k) {
 
 static void wait_unshard(sim *s, int k) {
     if (!s->in_flight[k]) return;
-    s->cur_p -= s->u[k]->I;
+    s->cur_p -= unshard_input(s, k);
+    if (s->sec[k]) s->cur_p -= s->u[k]->Sec, s->sec[k] = false;
     s->in_flight[k] = false;
 }
 
@@ -244,6 +266,20 @@ static void reshard(sim *s, int k) {
     wait_unshard(s, k);
     s->cur_p -= s->u[k]->P;
     s->unsharded[k] = false;
+}
+
+/* After a forward: the pieces are copied out before the buffer goes. */
+static void reshard_keep(sim *s, int k) {
+    if (!s->unsharded[k] || s->u[k]->Sec == 0) {
+        reshard(s, k);
+        return;
+    }
+    wait_unshard(s, k);
+    add_to(s->c, &s->cur_p, s->u[k]->Sec);
+    mark(s, 0);
+    s->cur_p -= s->u[k]->P;
+    s->unsharded[k] = false;
+    s->sec[k] = true;
 }
 
 static void release_grads(sim *s, int k) {
@@ -280,6 +316,7 @@ static void on_event(void *ctx, plan_ev ev, int k) {
     case PLAN_ISSUE: issue(s, k); break;
     case PLAN_WAIT: wait_unshard(s, k); break;
     case PLAN_RESHARD: reshard(s, k); break;
+    case PLAN_RESHARD_KEEP: reshard_keep(s, k); break;
     case PLAN_GRAD: grad_begin(s, k); break;
     case PLAN_REDUCE: reduce(s, k); break;
     case PLAN_STASH: stash(s, k); break;
@@ -305,14 +342,14 @@ typedef struct sim_state {
 } sim_state;
 
 static void sim_save(const sim *s, sim_state *to) {
-    memcpy(to->flags, s->unsharded, (size_t)s->n * 3 * sizeof(bool));
+    memcpy(to->flags, s->unsharded, (size_t)s->n * 4 * sizeof(bool));
     memcpy(to->held, s->held, (size_t)s->n * sizeof(int64_t));
     to->cur[0] = s->cur_p, to->cur[1] = s->cur_g, to->cur[2] = s->prev;
 }
 
 static bool sim_same(const sim *s, const sim_state *st) {
     return st->cur[0] == s->cur_p && st->cur[1] == s->cur_g && st->cur[2] == s->prev &&
-           !memcmp(st->flags, s->unsharded, (size_t)s->n * 3 * sizeof(bool)) &&
+           !memcmp(st->flags, s->unsharded, (size_t)s->n * 4 * sizeof(bool)) &&
            !memcmp(st->held, s->held, (size_t)s->n * sizeof(int64_t));
 }
 
@@ -323,17 +360,17 @@ static bool sim_same(const sim *s, const sim_state *st) {
 static hs_status simulate(const plan_ctx *c, unit_sz **u, int n, int64_t *peak_p, int64_t *peak_g,
                           hs_error *e) {
     sim s = {.c = c, .u = u, .n = n, .prev = -1};
-    bool *flags = calloc((size_t)n * 6 + 6, sizeof(bool));
+    bool *flags = calloc((size_t)n * 8 + 8, sizeof(bool));
     s.held = calloc((size_t)n * 2 + 2, sizeof(int64_t));
     if (!flags || !s.held) {
         free(flags);
         free(s.held);
         return hs_error_oom(e, "plan: the step replay of %d units: %zu bytes", n,
-                            ((size_t)n * 6 + 6) * sizeof(bool) +
+                            ((size_t)n * 8 + 8) * sizeof(bool) +
                                 ((size_t)n * 2 + 2) * sizeof(int64_t));
     }
-    s.unsharded = flags, s.in_flight = flags + n, s.acc = flags + 2 * n;
-    sim_state before = {.flags = flags + 3 * n, .held = s.held + n};
+    s.unsharded = flags, s.in_flight = flags + n, s.acc = flags + 2 * n, s.sec = flags + 3 * n;
+    sim_state before = {.flags = flags + 4 * n, .held = s.held + n};
     const hs_fsdp_config *f = &c->cfg->fsdp;
     for (int mb = 0; mb < c->M - 1; mb++) {
         sim_save(&s, &before);
@@ -533,9 +570,15 @@ static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
         unit_sz *u = seq[k];
         for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++)
             add_to(c, &r->device[i], u->dev[i]), add_to(c, &r->host[i], u->host[i]);
-        int64_t gathers = (int64_t)c->M * (1 + (k > 0 && cfg->fsdp.reshard_after_forward));
-        ACC(c, &r->comm_bytes[HS_PLAN_AG], gathers, u->ag_fwd);
-        ACC(c, &r->comm_calls[HS_PLAN_AG], gathers, u->ag_calls);
+        /* each micro-batch's forward; its backward's again where the forward
+         * resharded, the hpZ parameters' among their secondary group */
+        int64_t M = c->M, bwd = k > 0 && cfg->fsdp.reshard_after_forward ? M : 0;
+        ACC(c, &r->comm_bytes[HS_PLAN_AG], M, u->ag_fwd);
+        ACC(c, &r->comm_calls[HS_PLAN_AG], M, u->ag_calls);
+        ACC(c, &r->comm_bytes[HS_PLAN_AG], bwd, u->ag_fwd - u->hpz_wire);
+        ACC(c, &r->comm_calls[HS_PLAN_AG], bwd, u->ag_calls - u->ag_sec_calls);
+        ACC(c, &r->comm_bytes[HS_PLAN_AG_SECONDARY], bwd, u->ag_sec);
+        ACC(c, &r->comm_calls[HS_PLAN_AG_SECONDARY], bwd, u->ag_sec_calls);
         for (int j = HS_PLAN_RS; j <= HS_PLAN_AR; j++)
             ACC(c, &r->comm_bytes[j], syncs, u->comm[j]),
                 ACC(c, &r->comm_calls[j], syncs, u->calls[j]);

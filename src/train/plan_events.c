@@ -8,7 +8,8 @@ void plan_walk_forward(const hs_fsdp_config *f, int n, plan_ev_fn on, void *ctx)
             on(ctx, PLAN_ISSUE, k + j);
         on(ctx, PLAN_WAIT, k);
         on(ctx, PLAN_COMPUTE, k);
-        if (k > 0 && f->reshard_after_forward) on(ctx, PLAN_RESHARD, k);
+        if (k > 0 && f->reshard_after_forward)
+            on(ctx, f->secondary_shard_size > 0 ? PLAN_RESHARD_KEEP : PLAN_RESHARD, k);
     }
     on(ctx, PLAN_HEAD, 0);
 }

@@ -11,15 +11,17 @@
 #include "hypershard/config.h"
 
 typedef enum plan_ev {
-    PLAN_ISSUE,   /* unshard: the all-gather is issued (nothing if unsharded)     */
-    PLAN_WAIT,    /* the unit waits for its all-gather                            */
-    PLAN_COMPUTE, /* the unit's forward or backward (root: embedding / head's bwd) */
-    PLAN_HEAD,    /* forward's end: the head and the loss                         */
-    PLAN_RESHARD, /* the unsharded parameters are freed                          */
-    PLAN_GRAD,    /* the unit's unsharded gradients come to be                    */
-    PLAN_REDUCE,  /* its reduce-scatter / all-reduce are issued                  */
-    PLAN_STASH,   /* a no-sync micro-batch accumulates instead                    */
-    PLAN_DRAIN    /* the step's last reductions are waited for                   */
+    PLAN_ISSUE,        /* unshard: the all-gather is issued (nothing if unsharded)     */
+    PLAN_WAIT,         /* the unit waits for its all-gather                            */
+    PLAN_COMPUTE,      /* the unit's forward or backward (root: embedding / head's bwd) */
+    PLAN_HEAD,         /* forward's end: the head and the loss                         */
+    PLAN_RESHARD,      /* the unsharded parameters are freed                          */
+    PLAN_RESHARD_KEEP, /* the same after a forward, each rank keeping its secondary
+                        * piece for the backward (secondary_shard_size, hpZ)  */
+    PLAN_GRAD,         /* the unit's unsharded gradients come to be                    */
+    PLAN_REDUCE,       /* its reduce-scatter / all-reduce are issued                  */
+    PLAN_STASH,        /* a no-sync micro-batch accumulates instead                    */
+    PLAN_DRAIN         /* the step's last reductions are waited for                   */
 } plan_ev;
 
 typedef void (*plan_ev_fn)(void *ctx, plan_ev ev, int unit);

@@ -171,7 +171,7 @@ void hs_plan_time_print(const hs_plan_time *t, FILE *f) {
             t->step_s, t->tokens_per_s, 100 * t->mfu, t->peak_flops / 1e12);
     fprintf(f, "  compute             %10.4g s\n", t->compute_s);
     fprintf(f, "  exposed fsdp        %10.4g s\n", t->exposed_fsdp_s);
-    for (int k = HS_PLAN_TP; k < HS_PLAN_COMM_COUNT; k++)
+    for (int k = HS_PLAN_TP; k <= HS_PLAN_PP; k++)
         if (t->exposed_s[k] > 0)
             fprintf(f, "  exposed %-11s %10.4g s%s\n", hs_plan_comm_name((hs_plan_comm)k),
                     t->exposed_s[k], k == HS_PLAN_PP ? " (hand-overs, inside the bubble)" : "");
@@ -195,7 +195,7 @@ void hs_plan_time_json(const hs_plan_time *t, FILE *f) {
     hs_json_kv_double(&j, "exposed_fsdp_s", t->exposed_fsdp_s, 6);
     hs_json_key(&j, "exposed_s");
     hs_json_begin_object(&j);
-    for (int k = HS_PLAN_TP; k < HS_PLAN_COMM_COUNT; k++)
+    for (int k = HS_PLAN_TP; k <= HS_PLAN_PP; k++)
         hs_json_kv_double(&j, hs_plan_comm_name((hs_plan_comm)k), t->exposed_s[k], 6);
     hs_json_end_object(&j);
     hs_json_kv_double(&j, "bubble", t->bubble, 4);

@@ -255,7 +255,8 @@ static void on_time(void *ctx, plan_ev ev, int k) {
         break;
     }
     case PLAN_HEAD: q->ct += q->head, q->busy += q->head; break;
-    case PLAN_RESHARD: q->unsharded[k] = false; break;
+    case PLAN_RESHARD:
+    case PLAN_RESHARD_KEEP: q->unsharded[k] = false; break;
     case PLAN_REDUCE:
         if (q->reduce) queue_comm(q, q->rs[k > 0]);
         break;

@@ -72,6 +72,10 @@ check cp2 2 accelerator.cp_size=2
 check cp2_a2a 2 accelerator.cp_size=2 accelerator.cp_rotate_method=alltoall
 check cp4_a2a_ring 4 accelerator.cp_size=4 accelerator.cp_rotate_method=alltoall_ring \
     accelerator.cp_a2a_size=2
+check hpz4 4 fsdp_config.dp_shard_size=4 fsdp_config.secondary_shard_size=2 "${BF[@]}" \
+    fsdp_config.param_gather=int8 train.global_batch_size=8
+check hpz4_offload 4 fsdp_config.dp_shard_size=4 fsdp_config.secondary_shard_size=2 \
+    fsdp_config.enable_offload=true train.global_batch_size=8
 check fsdp8 8 fsdp_config.dp_shard_size=8 train.global_batch_size=16 train.activation_checkpointing=true
 
 # The MFU reference is probed by all ranks at once, so no step reads above
@@ -126,6 +130,7 @@ for e in ev:
 ok = True
 # (a quantized reduce-scatter, fsdp_config.grad_reduce, is an all-to-all)
 for planned, key in (("all_gather", ("all_gather", "fsdp_shard")),
+                     ("all_gather_secondary", ("all_gather", "fsdp_shard_secondary")),
                      ("reduce_scatter", ("reduce_scatter", "fsdp_shard")),
                      ("all_reduce", ("all_reduce", "fsdp_replicate"))):
     want = (comm[planned]["calls"], comm[planned]["bytes"])
@@ -160,6 +165,9 @@ comm_check comm_int8 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8 \
     fsdp_config.param_gather_block=64
 comm_check comm_hsdp4_fp8 4 "${F2[@]}" train.global_batch_size=8 fsdp_config.param_gather=fp8_e4m3 \
     fsdp_config.grad_reduce=int8 fsdp_config.grad_reduce_block=128
+# the secondary shard (hpZ): the blocks' backward gathers on its groups
+comm_check comm_hpz4 4 fsdp_config.dp_shard_size=4 fsdp_config.secondary_shard_size=2 \
+    train.global_batch_size=8 fsdp_config.param_gather=int8
 comm_check comm_cp2_a2a 2 accelerator.cp_size=2 accelerator.cp_rotate_method=alltoall
 comm_check comm_cp4_a2a_ring 4 accelerator.cp_size=4 accelerator.cp_rotate_method=alltoall_ring \
     accelerator.cp_a2a_size=2
