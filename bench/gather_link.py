@@ -7,8 +7,10 @@ default; this kernel has no netem, so no added delay), Open MPI over TCP
 between them, 2 ranks per host: FSDP 4 with its shard ring across the
 link. Each round runs the same shape once per wire format, side by side:
 null (the parameters' dtype) and each entry of --formats (GATHER, or
-GATHER/REDUCE for fsdp_config.param_gather and grad_reduce). Then the
-same formats on one host at W = 2 (the shared-memory path, no link). A
+GATHER/REDUCE for fsdp_config.param_gather and grad_reduce, then +hpzS for
+a secondary shard over S ranks, fsdp_config.secondary_shard_size). Then
+the same formats on one host at W = 2 (the shared-memory path, no link;
+where no secondary shard fits, its entries are not run there). A
 run's figure is the median step_time_s of steps --warmup + 1 to the last;
 the table prints the medians over rounds and each format's speed-up over
 null in the same place (> 1: faster). The shape is bench/peer's 512-wide
@@ -29,9 +31,12 @@ import tempfile
 
 
 def wire(fmt):
-    """The keys of a --formats entry: GATHER, or GATHER/REDUCE."""
+    """The keys of a --formats entry: GATHER, or GATHER/REDUCE, then +hpzS
+    for fsdp_config.secondary_shard_size=S."""
+    fmt, _, hpz = fmt.partition("+hpz")
     gather, _, reduce = fmt.partition("/")
-    return [f"fsdp_config.param_gather={gather}", f"fsdp_config.grad_reduce={reduce or 'null'}"]
+    return [f"fsdp_config.param_gather={gather}", f"fsdp_config.grad_reduce={reduce or 'null'}"] + (
+        [f"fsdp_config.secondary_shard_size={hpz}"] if hpz else [])
 
 SHAPE = ["model.dim=512", "model.n_layers=4", "model.n_heads=8", "model.n_kv_heads=4",
          "model.ffn_dim=1408", "model.vocab_size=4096", "train.seq_len=256",
@@ -103,7 +108,8 @@ def main():
     ap.add_argument("--bin", default="build/hypershard")
     ap.add_argument("--rate", default="1gbit", help="tc rate of each direction; '' for none")
     ap.add_argument("--formats", nargs="+", default=["int8", "fp8_e4m3", "int8/int8"],
-                    help="GATHER or GATHER/REDUCE: fsdp_config.param_gather and grad_reduce")
+                    help="GATHER or GATHER/REDUCE, then +hpzS: fsdp_config.param_gather, "
+                    "grad_reduce and secondary_shard_size")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=2)
@@ -118,11 +124,13 @@ def main():
     base = SHAPE + [f"train.steps={a.steps}"] + a.set
     formats = ["null"] + a.formats
     places = ([] if a.no_link else [("link", 4)]) + ([] if a.no_local else [("shm", 2)])
-    times = {(p, f): [] for p, _ in places for f in formats}
+    runs = {p: [f for f in formats if "+hpz" not in f or w > 2] for p, w in places}
+    times = {(p, f): [] for p, _ in places for f in runs[p]}
     try:
         for rnd in range(a.rounds):
             for place, world in places:
-                for fmt in formats[rnd % len(formats):] + formats[:rnd % len(formats)]:
+                mine = runs[place]
+                for fmt in mine[rnd % len(mine):] + mine[:rnd % len(mine)]:
                     out = os.path.join(work, f"{place}-{fmt.replace('/', '-')}-{rnd}")
                     argv = [binary, "train"] + base + [
                         f"fsdp_config.dp_shard_size={world}", f"train.global_batch_size={world}",
@@ -132,7 +140,7 @@ def main():
                     times[(place, fmt)].append(step_time(out, a.warmup))
                     shutil.rmtree(out, ignore_errors=True)
                 print(f"round {rnd + 1} {place}: " + ", ".join(
-                    f"{f} {times[(place, f)][-1] * 1e3:.1f} ms" for f in formats), flush=True)
+                    f"{f} {times[(place, f)][-1] * 1e3:.1f} ms" for f in runs[place]), flush=True)
     finally:
         if hosts:
             hosts.close()
@@ -140,12 +148,12 @@ def main():
     print(f"\nmedian step time over {a.rounds} rounds (steps {a.warmup + 1}..{a.steps}; "
           f"OMP_NUM_THREADS={env_threads}; link: FSDP 4 over 2 hosts, tc rate {a.rate or 'none'}; "
           f"shm: FSDP 2 on one host; formats in rotating order)")
-    print(f"{'place':6} {'format':10} {'step ms':>9} {'vs null':>8}  (format: gather/reduce)")
+    print(f"{'place':6} {'format':15} {'step ms':>9} {'vs null':>8}  (format: gather/reduce+hpz)")
     for place, _ in places:
         ref = statistics.median(times[(place, "null")])
-        for fmt in formats:
+        for fmt in runs[place]:
             m = statistics.median(times[(place, fmt)])
-            print(f"{place:6} {fmt:10} {m * 1e3:9.1f} {ref / m:7.2f}x")
+            print(f"{place:6} {fmt:15} {m * 1e3:9.1f} {ref / m:7.2f}x")
 
 
 if __name__ == "__main__":

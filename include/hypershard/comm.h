@@ -83,6 +83,15 @@
  *   "all_to_all", "all_to_allv", "send", "recv", "barrier", and recorded as a
  *   span on HS_LANE_COMM with group, bytes, dtype, sequence number and queue
  *   ("default", "critical") when tracing is on, whichever queue ran it.
+ * - Link classes: each span also carries sent_intra and sent_inter, the
+ *   bytes this rank sends to ranks of its own node and to other nodes (a
+ *   node: the ranks MPI_COMM_TYPE_SHARED puts together). All-gather and
+ *   reduce-scatter send (W-1) x count elements to the next rank of the
+ *   group, all-reduce every chunk but its own and then every chunk but the
+ *   next rank's (the ring's schedule; a group inside one node, which reads
+ *   shared memory instead, counts the same bytes, all intra-node);
+ *   all-to-all(v) and send their payload to each peer, broadcast its root
+ *   the payload to every other member; recv and barrier send nothing.
  */
 #ifndef HYPERSHARD_COMM_H
 #define HYPERSHARD_COMM_H

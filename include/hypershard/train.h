@@ -212,6 +212,7 @@ typedef enum hs_plan_comm {
 const char *hs_plan_comm_name(hs_plan_comm k);
 
 #define HS_PLAN_MAX_ROLES 64
+#define HS_PLAN_AR_SIZES 16
 
 typedef struct hs_plan_role {
     char name[48]; /* "every rank", "stage 2" */
@@ -236,6 +237,23 @@ typedef struct hs_plan_role {
      * edp_shard / edp_replicate. Bytes of one all-gather output, of one
      * reduce-scatter input and of one all-reduce. */
     int64_t unit_gather[2][2], unit_reduce[2][2], unit_all_reduce[2][2];
+    /* FSDP's per-step payload of one rank by group kind, for the link
+     * classes (hs_plan_links): [k][0] on fsdp_shard (its secondary groups,
+     * fsdp_replicate), [k][1] on edp_shard (edp_replicate), [k][2] on the
+     * flat fsdp group (replicate_params' all-reduce); k one of AG, RS, AR,
+     * AG_SECONDARY. rs_all_to_all: the reduce-scatters are grad_reduce's
+     * all-to-alls. The all-reduces' element counts, each with its calls a
+     * step (their chunks decide the ring's bytes), up to HS_PLAN_AR_SIZES
+     * distinct ones a kind (ar_more: more, the rest counted as even). */
+    int64_t fsdp_payload[HS_PLAN_COMM_COUNT][3];
+    bool rs_all_to_all;
+    int n_ar_sizes[3];
+    int64_t ar_numel[3][HS_PLAN_AR_SIZES], ar_calls[3][HS_PLAN_AR_SIZES];
+    bool ar_more;
+    /* hs_plan_links: the bytes the role's ranks together send in a step,
+     * [k][0] to ranks of their node, [k][1] to other nodes (comm.h, "Link
+     * classes"), for k = AG, RS, AR, AG_SECONDARY */
+    int64_t sent[HS_PLAN_COMM_COUNT][2];
 } hs_plan_role;
 
 typedef struct hs_plan {
@@ -247,11 +265,18 @@ typedef struct hs_plan {
     int64_t max_peak_device_bytes, max_peak_host_bytes;
     int64_t total_params;     /* of the whole model */
     int64_t checkpoint_bytes; /* one checkpoint of the whole job, estimated */
+    int ranks_per_node;       /* of hs_plan_links; 0: the link classes are not planned */
 } hs_plan;
 
 /* The plan of cfg (validated for topo->world) without MPI and without
  * allocating any of it; fast for any world size and depth. */
 hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *out, hs_error *e);
+/* The link classes of FSDP's collectives (plan_links.c): with world ranks
+ * placed ranks_per_node to a node in order (what mpiexec does by slot),
+ * the bytes every role's ranks send inside their nodes and across, as the
+ * trace counts them (roles' `sent`); secondary_shard_size as the config's.
+ * HS_ERR_OOM without memory for the groups (then nothing is set). */
+hs_status hs_plan_links(hs_plan *p, int secondary_shard_size, int ranks_per_node, hs_error *e);
 /* The table a person reads (plan_print.c) and the same as one JSON object. */
 void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f);
 void hs_plan_json(const hs_plan *p, FILE *f);

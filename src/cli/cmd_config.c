@@ -19,13 +19,15 @@ static const char usage_text[] =
     "every error otherwise.\n";
 
 static const char plan_usage_text[] =
-    "usage: hypershard plan [CONFIG] [a.b.c=value ...] [--world N] [--json]\n"
+    "usage: hypershard plan [CONFIG] [a.b.c=value ...] [--world N] [--ranks-per-node R] [--json]\n"
     "       hypershard plan --time --cluster FILE [--world N] [--json] [CONFIG] [a.b.c=value ...]\n"
     "       hypershard plan --search --cluster FILE [--world N] [--top K] [CONFIG] [a.b.c=value ...]\n"
     "A dry run without MPI and without allocating: per-rank bytes of parameters, gradients,\n"
     "optimizer state, fp32 main params, activations, communication buffers and the peak\n"
     "(the peak_device_bytes metrics.jsonl reports), and per-step communication per group,\n"
-    "for N ranks (default 1). --json prints the same as one JSON object.\n"
+    "for N ranks (default 1). --json prints the same as one JSON object. --ranks-per-node R\n"
+    "places the ranks R to a node in order and splits FSDP's bytes into those sent inside a\n"
+    "node and across nodes, summed over the ranks (as a trace counts them).\n"
     "--time simulates one step on the cluster FILE describes (docs/plan.md): step time,\n"
     "tokens/s, MFU, exposed communication per dimension, the pipeline bubble, and whether\n"
     "the peak fits. --search ranks the layouts of N ranks that fit by predicted step time\n"
@@ -35,7 +37,7 @@ typedef struct config_args {
     const char *path;
     const char **overrides;
     int n_overrides;
-    int world, top;
+    int world, top, ranks_per_node;
     const char *cluster;
     bool markdown, json, plan, time, search;
 } config_args;
@@ -65,10 +67,17 @@ static int parse_args(int argc, char **argv, config_args *a) {
             a->time = true;
         } else if (a->plan && !strcmp(s, "--search")) {
             a->search = true;
-        } else if (a->plan && (!strcmp(s, "--cluster") || !strcmp(s, "--top"))) {
+        } else if (a->plan && (!strcmp(s, "--cluster") || !strcmp(s, "--top") ||
+                               !strcmp(s, "--ranks-per-node"))) {
             if (i + 1 == argc) return fprintf(stderr, "%s: %s needs a value\n", cmd, s), 2;
             if (!strcmp(s, "--cluster")) {
                 a->cluster = argv[++i];
+            } else if (!strcmp(s, "--ranks-per-node")) {
+                if (!parse_world(argv[++i], &a->ranks_per_node))
+                    return fprintf(stderr,
+                                   "%s: --ranks-per-node %s: expected a count from 1 to %d\n", cmd,
+                                   argv[i], MAX_WORLD),
+                           2;
             } else if (!parse_world(argv[++i], &a->top) || a->top > 1000) {
                 return fprintf(stderr, "%s: --top %s: expected a count from 1 to 1000\n", cmd,
                                argv[i]),
@@ -103,6 +112,8 @@ static int parse_args(int argc, char **argv, config_args *a) {
                2;
     if (a->cluster && !a->time && !a->search)
         return fprintf(stderr, "%s: --cluster is for --time or --search\n", cmd), 2;
+    if (a->search && a->ranks_per_node)
+        return fprintf(stderr, "%s: --ranks-per-node is for the plan and --time\n", cmd), 2;
     if (a->search && a->json)
         return fprintf(stderr, "%s: --search prints a table; --json is for the plan and --time\n",
                        cmd),
@@ -176,7 +187,8 @@ static int print_plan(const config_args *a, const hs_config *c, const hs_topolog
     if (!p) {
         hs_error_oom(&e, "the plan: %zu bytes", sizeof *p);
         rc = print_errors(a, "the plan", &e);
-    } else if (hs_plan_build(c, topo, p, &e) != HS_OK) {
+    } else if (hs_plan_build(c, topo, p, &e) != HS_OK ||
+               hs_plan_links(p, c->fsdp.secondary_shard_size, a->ranks_per_node, &e) != HS_OK) {
         rc = print_errors(a, "the plan", &e);
     } else if (a->time) {
         rc = print_time(a, c, topo, p);

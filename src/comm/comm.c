@@ -35,17 +35,6 @@ static hs_status init_mpi(hs_comm *c, int *argc, char ***argv, hs_error *e) {
     return HS_OK;
 }
 
-static int count_local_ranks(void) {
-    MPI_Comm node;
-    int n = 1;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
-        MPI_SUCCESS) {
-        MPI_Comm_size(node, &n);
-        MPI_Comm_free(&node);
-    }
-    return n;
-}
-
 /* Register a group (or the absence of one) under the next slot. */
 static void group_register(hs_comm *c, const char *name, hs_pg *pg) {
     hs_group_entry *g = &c->groups[c->ngroups++];
@@ -90,8 +79,8 @@ hs_status hs_comm_init(hs_comm **out, int *argc, char ***argv, const hs_comm_opt
     }
     hs_pool_init(&c->pool, "comm_staging");
     hs_comm_set_timeout(c, opt->timeout_s);
-    c->local_ranks = count_local_ranks();
-    st = hs_fp_fault_init(c, e);
+    st = hs_comm_nodes_init(c, e);
+    if (st == HS_OK) st = hs_fp_fault_init(c, e);
     if (st == HS_OK) st = c->trace ? create_world(c, e) : HS_ERR_OOM;
     if (st == HS_OK) st = hs_comm_queue_start(c, e);
     if (st == HS_OK) {
@@ -102,6 +91,7 @@ hs_status hs_comm_init(hs_comm **out, int *argc, char ***argv, const hs_comm_opt
         /* Setup failures are symmetric (every rank fails the same call), so
          * returning lets the caller report the error before exiting. */
         if (c->owns_trace) hs_trace_free(c->trace);
+        free(c->node_of);
         free(c);
         return st;
     }
@@ -116,6 +106,7 @@ void hs_comm_finalize(hs_comm *c) {
     for (int i = 0; i < c->ngroups; i++) hs_pg_free(c->groups[i].pg);
     MPI_Comm_free(&c->mgmt);
     free(c->gpu_ids);
+    free(c->node_of);
     if (c->owns_trace) hs_trace_free(c->trace);
     bool fin = c->owns_mpi;
     free(c);

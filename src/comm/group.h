@@ -283,11 +283,19 @@ struct hs_comm {
     atomic_bool fp_each;
     hs_fp_fault fault; /* set at init from the environment, fired once */
     int local_ranks;   /* ranks on this node, for BLAS threads */
+    int *node_of;      /* [size]: each world rank's node, named by its lowest rank */
     /* hs_comm_set_device's device (caller's thread) and every world rank's
      * GPU (NULL before a device is set). */
     hs_device *device;
     hs_gpu_id *gpu_ids;
 };
+
+/* ---------------------------------------------------- link classes (links.c) */
+/* node_of and local_ranks, collectively over MPI_COMM_WORLD. */
+hs_status hs_comm_nodes_init(hs_comm *c, hs_error *e);
+/* The bytes this rank sends executing a on g: [0] to ranks of its node,
+ * [1] to other nodes (comm.h, "Link classes"). */
+void hs_comm_sent_bytes(const hs_pg *g, const hs_coll_args *a, int64_t sent[2]);
 
 /* --------------------------------------------------------- queues (work.c) */
 /* Starts every queue's communication thread: HS_ERR_OOM or

@@ -76,6 +76,11 @@ static void work_trace(hs_comm *c, const hs_work *w, double t0, double t1) {
     const char *path = hs_comm_exec_path(w->pg, a);
     if (path && n > 0 && (size_t)n < sizeof args)
         n += snprintf(args + n, sizeof args - (size_t)n, ",\"path\":\"%s\"", path);
+    int64_t sent[2];
+    hs_comm_sent_bytes(w->pg, a, sent);
+    if (n > 0 && (size_t)n < sizeof args)
+        n += snprintf(args + n, sizeof args - (size_t)n, ",\"sent_intra\":%lld,\"sent_inter\":%lld",
+                      (long long)sent[0], (long long)sent[1]);
     /* all_to_allv: the elements sent to and received from each peer. */
     for (int k = 0; a->op == HS_OP_ALL_TO_ALLV && k < 2; k++) {
         const int64_t *v = k ? a->recv_counts : a->send_counts;

@@ -61,6 +61,10 @@ typedef struct unit_sz {
      * backward, the backward's gathers of them (payload, calls), and what
      * the parameters gathering that way add to ag_fwd, I and stage. */
     int64_t Sec, ag_sec, ag_sec_calls, hpz_wire, hpz_I, hpz_stage;
+    /* the same payloads by group kind (hs_plan_role.fsdp_payload): forward
+     * gathers, the hpZ part of them, secondary gathers, reduce-scatters,
+     * and the elements of the all-reduced buffer */
+    int64_t k_ag[3], k_hpz[3], k_sec[3], k_rs[3], k_ar[3];
     unsigned ar_groups; /* replicate groups with an all-reduce: hsdp, flat, edp */
 } unit_sz;
 
@@ -128,14 +132,16 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int
     if (quant ? copy_in : ag && !direct && c->cfg->fsdp.comm_fusion) ACC(c, &u->I, padded_sh, cs);
     int64_t src = c->main ? cs : 4;
     if (c->offload && src != cs) ACC(c, &u->stage, ag ? storage : numel, src);
-    if (ag) add_to(c, &u->ag_fwd, wire), u->ag_calls++;
+    int kind = p->on_ep_mesh ? 1 : rep ? 2 : 0;
+    if (ag) add_to(c, &u->ag_fwd, wire), u->ag_calls++, add_to(c, &u->k_ag[kind], wire);
     /* hpZ: kept pieces of padded_un / sec elements, gathered back among
      * sec ranks in place of the packed or cast input (fsdp/param.c) */
     int sec = c->cfg->fsdp.secondary_shard_size;
     if (ag && sec > 1 && S > sec && S % sec == 0) {
         ACC(c, &u->Sec, padded_un / sec, cs);
         ACC(c, &u->ag_sec, padded_un, cs), u->ag_sec_calls++;
-        add_to(c, &u->hpz_wire, wire);
+        ACC(c, &u->k_sec[kind], padded_un, cs);
+        add_to(c, &u->hpz_wire, wire), add_to(c, &u->k_hpz[kind], wire);
         if (quant) add_to(c, &u->hpz_I, wire);
         if (quant && copy_in) ACC(c, &u->hpz_I, padded_sh, cs);
         if (c->offload && src != cs) ACC(c, &u->hpz_stage, storage, src);
@@ -161,6 +167,8 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int
     add_to(c, ag ? &u->R : &u->R_loc, Rb);
     if (c->stashes) ACC(c, &u->A, padded_un, 4);
     if (ag) add_to(c, &u->comm[HS_PLAN_RS], rs_wire), u->calls[HS_PLAN_RS]++;
+    if (ag) add_to(c, &u->k_rs[kind], rs_wire);
+    if (R > 1) add_to(c, &u->k_ar[kind], ag ? padded_sh : numel);
     /* One all-reduce per unit and replicate group (context.c: a unit's
      * reduce slots of one group are one buffer). */
     unsigned group = p->on_ep_mesh ? 4u : rep ? 2u : 1u;
@@ -481,6 +489,21 @@ static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, h
 }
 
 /* Stage `stage`'s role (slots: its activation slots a chunk). */
+/* One more all-reduce size of group kind g, `calls` times a step. */
+static void ar_size(hs_plan_role *r, int g, int64_t numel, int64_t calls) {
+    for (int i = 0; i < r->n_ar_sizes[g]; i++)
+        if (r->ar_numel[g][i] == numel) {
+            r->ar_calls[g][i] += calls;
+            return;
+        }
+    if (r->n_ar_sizes[g] == HS_PLAN_AR_SIZES) {
+        r->ar_more = true;
+        return;
+    }
+    r->ar_numel[g][r->n_ar_sizes[g]] = numel;
+    r->ar_calls[g][r->n_ar_sizes[g]++] = calls;
+}
+
 static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
                            int64_t *global_numel, hs_error *e) {
     const hs_config *cfg = c->cfg;
@@ -579,10 +602,20 @@ static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
         ACC(c, &r->comm_calls[HS_PLAN_AG], bwd, u->ag_calls - u->ag_sec_calls);
         ACC(c, &r->comm_bytes[HS_PLAN_AG_SECONDARY], bwd, u->ag_sec);
         ACC(c, &r->comm_calls[HS_PLAN_AG_SECONDARY], bwd, u->ag_sec_calls);
+        for (int g = 0; g < 3; g++) {
+            int64_t(*pay)[3] = r->fsdp_payload;
+            ACC(c, &pay[HS_PLAN_AG][g], M, u->k_ag[g]);
+            ACC(c, &pay[HS_PLAN_AG][g], bwd, u->k_ag[g] - u->k_hpz[g]);
+            ACC(c, &pay[HS_PLAN_AG_SECONDARY][g], bwd, u->k_sec[g]);
+            ACC(c, &pay[HS_PLAN_RS][g], syncs, u->k_rs[g]);
+            ACC(c, &pay[HS_PLAN_AR][g], syncs, u->k_ar[g], (int64_t)hs_dtype_size(c->rdt));
+            if (u->k_ar[g]) ar_size(r, g, u->k_ar[g], syncs);
+        }
         for (int j = HS_PLAN_RS; j <= HS_PLAN_AR; j++)
             ACC(c, &r->comm_bytes[j], syncs, u->comm[j]),
                 ACC(c, &r->comm_calls[j], syncs, u->calls[j]);
     }
+    r->rs_all_to_all = c->grad != HS_QUANT_NONE;
     if (c->fsdp) {
         int64_t pp_ = 0, pg = 0;
         hs_status s = simulate(c, seq, n_seq, &pp_, &pg, e);

@@ -59,11 +59,22 @@ void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f) {
         fprintf(f, "  activations with train.activation_checkpointing=%s: %s\n",
                 cfg->train.activation_checkpointing == HS_AC_FULL ? "false" : "true",
                 human(ro->activations_other, a, sizeof a));
-        fprintf(f, "  %-16s %12s %8s\n", "comm per step", "bytes", "calls");
+        bool links = p->ranks_per_node > 0;
+        fprintf(f, "  %-20s %12s %8s", "comm per step", "bytes", "calls");
+        if (links)
+            fprintf(f, " %14s %14s  (sent by the %d ranks, %d a node)", "inside nodes",
+                    "across nodes", ro->n_ranks, p->ranks_per_node);
+        fputc('\n', f);
         for (int k = 0; k < HS_PLAN_COMM_COUNT; k++) {
             if (!ro->comm_calls[k]) continue;
-            fprintf(f, "  %-16s %12s %8lld\n", hs_plan_comm_name((hs_plan_comm)k),
+            fprintf(f, "  %-20s %12s %8lld", hs_plan_comm_name((hs_plan_comm)k),
                     human(ro->comm_bytes[k], a, sizeof a), (long long)ro->comm_calls[k]);
+            bool fsdp = k == HS_PLAN_AG || k == HS_PLAN_RS || k == HS_PLAN_AR ||
+                        k == HS_PLAN_AG_SECONDARY;
+            if (links && fsdp)
+                fprintf(f, " %14s %14s", human(ro->sent[k][0], a, sizeof a),
+                        human(ro->sent[k][1], b, sizeof b));
+            fputc('\n', f);
         }
     }
     fprintf(f, "\nmax peak per rank: device %s, host %s; one checkpoint about %s\n",
@@ -88,6 +99,7 @@ void hs_plan_json(const hs_plan *p, FILE *f) {
     hs_json_kv_int(&j, "micro_batches", p->micro_batches);
     hs_json_kv_int(&j, "total_params", p->total_params);
     hs_json_kv_int(&j, "checkpoint_bytes", p->checkpoint_bytes);
+    if (p->ranks_per_node > 0) hs_json_kv_int(&j, "ranks_per_node", p->ranks_per_node);
     hs_json_kv_int(&j, "max_peak_device_bytes", p->max_peak_device_bytes);
     hs_json_kv_int(&j, "max_peak_host_bytes", p->max_peak_host_bytes);
     hs_json_key(&j, "ranks");
@@ -112,6 +124,10 @@ void hs_plan_json(const hs_plan *p, FILE *f) {
             hs_json_begin_object(&j);
             hs_json_kv_int(&j, "bytes", ro->comm_bytes[k]);
             hs_json_kv_int(&j, "calls", ro->comm_calls[k]);
+            if (p->ranks_per_node > 0) { /* summed over the role's ranks */
+                hs_json_kv_int(&j, "sent_intra", ro->sent[k][0]);
+                hs_json_kv_int(&j, "sent_inter", ro->sent[k][1]);
+            }
             hs_json_end_object(&j);
         }
         hs_json_end_object(&j);

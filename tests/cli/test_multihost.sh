@@ -6,7 +6,10 @@
 # replicate dimension across the hosts match the one-process run within
 # 1e-5 (loss, grad norm, gradients, weights, logits, export); FSDP 4 with
 # the secondary shard over each host's two ranks (hpZ) is FSDP 4's run
-# bit for bit, its backward gathering inside the hosts. The trace
+# bit for bit, its backward gathering inside the hosts. Every run's link
+# classes (bytes sent inside a host and across) equal the plan's, and the
+# compressed run (int8 gathers and reductions, hpZ) sends at most 30% of
+# FSDP 4's bytes across the hosts. The trace
 # shows the paths: FSDP 4's shard group spans both hosts and runs the ring;
 # under HSDP each host's shard group runs the intra-node path and the
 # replicate groups between the hosts run the ring. Skips, saying why, where
@@ -22,15 +25,16 @@ tiny=("${HS_FSDP_TINY[@]}" model.n_kv_heads=2 optimizer.eps=1e-3 train.global_ba
 files=(model.safetensors dump/grads-step1.safetensors dump/weights-step1.safetensors
        dump/weights-step2.safetensors dump/logits-step2.safetensors)
 hs_train_dump one 1
-multi() { # NAME ARGS...: hypershard train on 4 ranks over the two hosts
-    local name=$1
+multi() { # NAME ARGS...: hypershard train on 4 ranks over the two hosts (dumped unless NODUMP)
+    local name=$1 dump=(--dump "$work/$1/dump")
+    [ -z "${NODUMP:-}" ] || dump=()
     shift
     ip netns exec "$a" unshare --uts sh -c 'hostname hostA; exec "$@"' sh \
         timeout 180 mpiexec --hostfile "$work/hosts" -n 4 --mca plm_rsh_agent "$work/agent.sh" \
         --mca btl self,vader,tcp --mca btl_tcp_if_include 10.77.0.0/24 \
         --mca oob_tcp_if_include 10.77.0.0/24 -x PATH \
         "$HS_BIN" train "${tiny[@]}" "$@" trace.enabled=true train.out_dir="$work/$name" \
-        --dump "$work/$name/dump" > "$work/$name.txt" 2>&1 ||
+        "${dump[@]}" > "$work/$name.txt" 2>&1 ||
         { fail "$name: exit $?: $(grep -v '^ ' "$work/$name.txt" | tail -5)"; return 1; }
 }
 multi fsdp4 fsdp_config.dp_shard_size=4 && hs_compare_runs one fsdp4 1e-5 "${files[@]}"
@@ -72,4 +76,73 @@ PY
     grep -qx "fsdp_shard ring" "$work/hpz.paths" || fail "hpZ: $(cat "$work/hpz.paths")"
 }
 cat "$work"/*.paths 2> /dev/null
+
+# Link classes: the bytes each rank sends inside its host and to the other
+# host (trace spans' sent_intra / sent_inter), summed over the 4 ranks for
+# step 2, are what `plan --ranks-per-node 2` predicts for FSDP's groups,
+# byte for byte; int8 gathers and reductions with the secondary shard send
+# at most 30% of FSDP 4's fp32 bytes across the hosts. (Runs without
+# --dump, whose gathers of whole tensors are no part of a step's plan.)
+L_FSDP=(fsdp_config.dp_shard_size=4)
+L_HSDP=(fsdp_config.dp_shard_size=2)
+L_PACKED=(fsdp_config.dp_shard_size=4 fsdp_config.secondary_shard_size=2
+          fsdp_config.param_gather=int8 fsdp_config.grad_reduce=int8)
+NODUMP=1 multi l_fsdp "${L_FSDP[@]}"
+NODUMP=1 multi l_hsdp "${L_HSDP[@]}"
+NODUMP=1 multi l_packed "${L_PACKED[@]}"
+links() { # RUN ARGS...: the traced and planned link bytes agree; prints the inter-node total
+    local run=$1
+    shift
+    "$HS_BIN" plan --world 4 --ranks-per-node 2 --json "${tiny[@]}" "$@" > "$work/$run.plan.json" ||
+        { fail "$run: plan"; return 1; }
+    python3 - "$run" "$work/$run.plan.json" "$work/$run/trace/trace.json" <<'PY' || fail "$run: link classes"
+import collections, json, sys
+run, plan, trace = sys.argv[1:]
+p = json.load(open(plan))
+d = json.load(open(trace))
+ev = d["traceEvents"] if isinstance(d, dict) else d
+steps = collections.defaultdict(list)
+for e in ev:
+    if e.get("name") == "step" and e.get("ph") == "X":
+        steps[e["pid"]].append((e["ts"], e["ts"] + e["dur"]))
+assert sorted(steps) == [0, 1, 2, 3], sorted(steps)
+cls = {("all_gather", "fsdp_shard"): "all_gather",
+       ("all_gather", "fsdp_shard_secondary"): "all_gather_secondary",
+       ("reduce_scatter", "fsdp_shard"): "reduce_scatter", ("all_to_all", "fsdp_shard"): "reduce_scatter",
+       ("all_reduce", "fsdp_replicate"): "all_reduce"}
+got = collections.Counter()
+for e in ev:
+    a = e.get("args", {})
+    k = cls.get((e.get("name"), a.get("group")))
+    if k is None or e.get("ph") != "X":
+        continue
+    t0, t1 = sorted(steps[e["pid"]])[1]
+    if t0 <= e["ts"] <= t1:
+        got[(k, 0)] += a["sent_intra"]
+        got[(k, 1)] += a["sent_inter"]
+ok, inter = True, 0
+for k in sorted(set(c for c, _ in got) | {"all_gather", "reduce_scatter"}):
+    c = p["ranks"][0]["comm"][k]
+    want = (c["sent_intra"], c["sent_inter"])
+    have = (got[(k, 0)], got[(k, 1)])
+    print("%-8s %-20s planned intra %9d inter %9d, traced intra %9d inter %9d" % (run, k, *want, *have))
+    ok &= want == have
+    inter += have[1]
+print("%s: %d bytes across the hosts in step 2" % (run, inter))
+open(sys.argv[2] + ".inter", "w").write(str(inter))
+sys.exit(0 if ok else 1)
+PY
+}
+[ -f "$work/l_fsdp/trace/trace.json" ] && links l_fsdp "${L_FSDP[@]}"
+[ -f "$work/l_hsdp/trace/trace.json" ] && links l_hsdp "${L_HSDP[@]}"
+[ -f "$work/l_packed/trace/trace.json" ] && links l_packed "${L_PACKED[@]}"
+if [ -f "$work/l_fsdp.plan.json.inter" ] && [ -f "$work/l_packed.plan.json.inter" ]; then
+    python3 - "$(cat "$work/l_fsdp.plan.json.inter")" "$(cat "$work/l_packed.plan.json.inter")" <<'PY' ||
+import sys
+full, packed = map(int, sys.argv[1:])
+print("across the hosts: int8 + int8 + hpZ %d of fp32's %d bytes, %.1f%%" % (packed, full, 100 * packed / full))
+sys.exit(0 if packed <= 0.30 * full else 1)
+PY
+        fail "the compressed run sends over 30% of the fp32 bytes across the hosts"
+fi
 hs_finish

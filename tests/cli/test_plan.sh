@@ -100,7 +100,8 @@ done
 comm_check() {
     local name=$1 n=$2
     shift 2
-    "$HS_BIN" plan --world "$n" --json "${tiny[@]}" train.steps=1 "$@" > "$work/$name.plan.json"
+    "$HS_BIN" plan --world "$n" --ranks-per-node "$n" --json "${tiny[@]}" train.steps=1 "$@" \
+        > "$work/$name.plan.json"
     hs_train "$name" "$n" train.steps=1 trace.enabled=true "$@"
     python3 - "$work/$name.plan.json" "$work/$name/metrics.jsonl" <<'PY' || fail "$name: metrics"
 import json, sys
@@ -148,6 +149,28 @@ if cp or comm["cp"]["calls"]:
     got = (sum(calls[k] for k in cp), sum(nbytes[k] for k in cp))
     print("%-10s %-14s planned %4d calls %9d B, traced %4d calls %9d B" % (name, "cp", *want, *got))
     ok &= want == got
+# link classes on one host: every rank's FSDP bytes (its step's spans)
+# are sent inside the node, as many as the plan's sum over the roles
+steps = {e["pid"]: (e["ts"], e["ts"] + e["dur"]) for e in ev
+         if e.get("name") == "step" and e.get("ph") == "X"}
+cls = {("all_gather", "fsdp_shard"): "all_gather",
+       ("all_gather", "fsdp_shard_secondary"): "all_gather_secondary",
+       ("reduce_scatter", "fsdp_shard"): "reduce_scatter", ("all_to_all", "fsdp_shard"): "reduce_scatter",
+       ("all_reduce", "fsdp_replicate"): "all_reduce", ("all_reduce", "fsdp"): "all_reduce"}
+sent = collections.Counter()
+for e in ev:
+    a = e.get("args", {})
+    k = cls.get((e.get("name"), a.get("group")))
+    if k and e.get("ph") == "X" and steps[e["pid"]][0] <= e["ts"] <= steps[e["pid"]][1]:
+        sent[(k, 0)] += a["sent_intra"]
+        sent[(k, 1)] += a["sent_inter"]
+roles = json.load(open(plan))["ranks"]
+for k in ("all_gather", "all_gather_secondary", "reduce_scatter", "all_reduce"):
+    want = (sum(r["comm"][k]["sent_intra"] for r in roles), sum(r["comm"][k]["sent_inter"] for r in roles))
+    got = (sent[(k, 0)], sent[(k, 1)])
+    if want != (0, 0) or got != (0, 0):
+        print("%-10s %-14s planned sent %9d B, traced %9d B (+%d across nodes)" % (name, k, want[0], got[0], got[1]))
+    ok &= want == got
 pp = [k for k in calls if k[0] == "send" and k[1] in ("pp_forward", "pp_backward")]
 if pp or comm["pp"]["calls"]:
     want = (comm["pp"]["calls"], comm["pp"]["bytes"])
@@ -168,6 +191,7 @@ comm_check comm_hsdp4_fp8 4 "${F2[@]}" train.global_batch_size=8 fsdp_config.par
 # the secondary shard (hpZ): the blocks' backward gathers on its groups
 comm_check comm_hpz4 4 fsdp_config.dp_shard_size=4 fsdp_config.secondary_shard_size=2 \
     train.global_batch_size=8 fsdp_config.param_gather=int8
+comm_check comm_ddp3 3 train.global_batch_size=6
 comm_check comm_cp2_a2a 2 accelerator.cp_size=2 accelerator.cp_rotate_method=alltoall
 comm_check comm_cp4_a2a_ring 4 accelerator.cp_size=4 accelerator.cp_rotate_method=alltoall_ring \
     accelerator.cp_a2a_size=2
