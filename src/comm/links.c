@@ -59,7 +59,8 @@ void hs_comm_sent_bytes(const hs_pg *g, const hs_coll_args *a, int64_t sent[2]) 
     case HS_OP_ALL_TO_ALLV:
         for (int i = 0; i < w; i++)
             if (i != r)
-                sent[remote(g, i)] += (a->op == HS_OP_ALL_TO_ALL ? a->count : a->send_counts[i]) * es;
+                sent[remote(g, i)] += (a->op == HS_OP_ALL_TO_ALL ? a->count : a->send_counts[i]) *
+                                      es;
         return;
     case HS_OP_BROADCAST:
         for (int i = 0; r == a->peer && i < w; i++)

@@ -49,8 +49,8 @@ static void rank_sends(const links *l, hs_plan_role *r, int g, int q, int second
         int s = secondary;
         if (pay[HS_PLAN_AG_SECONDARY][g] > 0 && s > 1 && w % s == 0) {
             int peer = m[i - i % s + (i % s + 1) % s];
-            sent[HS_PLAN_AG_SECONDARY][remote(l, q, peer)] +=
-                pay[HS_PLAN_AG_SECONDARY][g] / s * (s - 1);
+            sent[HS_PLAN_AG_SECONDARY][remote(l, q, peer)] += pay[HS_PLAN_AG_SECONDARY][g] / s *
+                                                              (s - 1);
         }
     }
     m = group_of(l, replicate_dim[g], q, &w, &i);
@@ -81,8 +81,9 @@ hs_status hs_plan_links(hs_plan *p, int secondary_shard_size, int ranks_per_node
             if (dims[k] == HS_DIM_COUNT || l.members[dims[k]]) continue;
             l.members[dims[k]] = malloc(sizeof(int) * (size_t)p->topo->world);
             if (l.members[dims[k]]) hs_topology_groups(p->topo, dims[k], l.members[dims[k]]);
-            else st = hs_error_oom(e, "plan: the %s groups of %d ranks", hs_mesh_dim_name(dims[k]),
-                                   p->topo->world);
+            else
+                st = hs_error_oom(e, "plan: the %s groups of %d ranks", hs_mesh_dim_name(dims[k]),
+                                  p->topo->world);
         }
     }
     for (int q = 0; st == HS_OK && q < p->topo->world; q++) {

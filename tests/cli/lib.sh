@@ -34,6 +34,20 @@ hs_expect_exit() {
     grep -q -- "$pat" "$work/$name.log" || fail "$name: '$pat' not in $(head -3 "$work/$name.log")"
 }
 
+# hs_refused RANKS MESSAGE ARGS...: `hypershard train` of the tiny model
+# with ARGS on RANKS ranks is a configuration error (exit 2) whose output
+# holds MESSAGE (a fixed string), and it writes nothing; the test ends if not.
+hs_refused() {
+    local n=$1 msg=$2 rc=0 launch=()
+    shift 2
+    [ "$n" = 1 ] || launch=("$MPIEXEC" -n "$n")
+    "${launch[@]}" "$HS_BIN" train "${tiny[@]}" "$@" train.out_dir="$work/refused" \
+        > "$work/refused.txt" 2>&1 || rc=$?
+    [ "$rc" = 2 ] || die "$*: exit $rc, want 2: $(tail -3 "$work/refused.txt")"
+    grep -qF -- "$msg" "$work/refused.txt" || die "$*: no '$msg' in $(tail -3 "$work/refused.txt")"
+    [ ! -e "$work/refused" ] || die "$*: wrote $work/refused"
+}
+
 # hs_signal_grace: for a test that sends SIGTERM to mpiexec. The suite's
 # environment has mpiexec end ranks at once when one exits non-zero
 # (OMPI_MCA_odls_base_sigkill_timeout=0, cmake/tests.cmake); a signalled job
