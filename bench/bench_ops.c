@@ -170,13 +170,13 @@ static void run_quantize(hs_device *d, ops_bufs *b) {
     hs_dev_quantize(d, b->q, b->a, HS_DTYPE_F32, e_n(b), Q_BLOCK, HS_QUANT_INT8);
 }
 static double w_quantize(const ops_bufs *b) {
-    return 4.0 * e_n(b) + (double)hs_quant_packed_bytes(e_n(b), Q_BLOCK);
+    return 4.0 * e_n(b) + (double)hs_quant_packed_bytes(e_n(b), Q_BLOCK, HS_QUANT_INT8);
 }
 static void run_dequantize(hs_device *d, ops_bufs *b) {
     hs_dev_dequantize(d, b->h3, HS_DTYPE_BF16, b->q, e_n(b), 0, e_n(b), Q_BLOCK, HS_QUANT_INT8);
 }
 static double w_dequantize(const ops_bufs *b) {
-    return 2.0 * e_n(b) + (double)hs_quant_packed_bytes(e_n(b), Q_BLOCK);
+    return 2.0 * e_n(b) + (double)hs_quant_packed_bytes(e_n(b), Q_BLOCK, HS_QUANT_INT8);
 }
 
 static bool has_ns(const hs_device_kernels *k) { return k->muon_newton_schulz != NULL; }
@@ -273,7 +273,7 @@ static hs_status ops_bufs_alloc(ops_bufs *b, hs_error *e) {
     b->h1 = calloc((size_t)b->cap, 2), b->h2 = calloc((size_t)b->cap, 2);
     b->h3 = calloc((size_t)b->cap, 2);
     b->ids = calloc((size_t)b->cap, sizeof *b->ids);
-    b->q = malloc(hs_quant_packed_bytes(b->cap, Q_BLOCK));
+    b->q = malloc(hs_quant_packed_bytes(b->cap, Q_BLOCK, HS_QUANT_INT8));
     if (!b->a || !b->b || !b->c || !b->d || !b->e || !b->f || !b->h1 || !b->h2 || !b->h3 ||
         !b->ids || !b->q)
         return hs_error_oom(e, "bench ops: the operands, %lld elements each (%.0f MiB in all)",

@@ -144,6 +144,8 @@ int hs_comm_rank(const hs_comm *c);
 int hs_comm_size(const hs_comm *c);
 /* Ranks of the world on this rank's node (MPI_COMM_TYPE_SHARED). */
 int hs_comm_local_ranks(const hs_comm *c);
+/* The node of a world rank, named by the lowest world rank on it. */
+int hs_comm_node_of(const hs_comm *c, int world_rank);
 hs_trace *hs_comm_trace(hs_comm *c);
 void hs_comm_set_timeout(hs_comm *c, double timeout_s);
 /* The one way to end a distributed run from code that cannot return a

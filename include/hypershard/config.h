@@ -123,7 +123,7 @@ typedef struct hs_fsdp_config {
     int comm_fusion_zero_copy;      /* -1 null, 0 false, 1 true */
     char param_gather[HS_NAME_MAX]; /* "" (null), "int8", "fp8_e4m3" */
     int param_gather_block;
-    char grad_reduce[HS_NAME_MAX]; /* "" (null), "int8" */
+    char grad_reduce[HS_NAME_MAX]; /* "" (null), "int8", "int4" */
     int grad_reduce_block;
     /* hpZ: after the forward each parameter stays sharded over this many
      * consecutive shard ranks (one node's), so the backward all-gathers

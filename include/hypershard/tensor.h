@@ -214,26 +214,31 @@ bool hs_gemm_native(hs_dtype dt, hs_dtype c_dt);
 /* ------------------------------------------------ block quantization */
 
 /* A wire format for values that only travel (FSDP's compressed parameter
- * all-gather): n values in blocks of `block`, each block a scale s and one
- * byte per value, the value read back as s * decode(byte).
+ * all-gather and gradient reduction): n values in blocks of `block`, each
+ * block a scale s and one code per value, the value read back as
+ * s * decode(code).
  *   INT8      s = amax / 127, byte = round-half-even(x / s) in [-127, 127]
  *   FP8_E4M3  s = amax / 448, byte = x / s in OCP e4m3 (round to nearest
  *             even, 448 the largest finite; 0x7F is NaN)
+ *   INT4      s = amax / 7, nibble = round-half-even(x / s) in [-7, 7]
+ *             (two's complement), two a byte, value 2k in the low nibble
+ *             of byte k; `block` must be even (each byte one block's)
  * A block of zeros has s = 0; a block holding Inf or NaN reads back NaN
  * everywhere (the non-finite check then sees it). The packed buffer is the
- * n bytes, zero-padded to a multiple of 4, then the fp32 scales: its size
+ * codes, zero-padded to a multiple of 4 bytes, then the fp32 scales: its size
  * is hs_quant_packed_bytes, a multiple of 4, so packed buffers laid back to
  * back (an all-gather's output) keep their scales aligned. */
 typedef enum hs_quant_fmt {
     HS_QUANT_NONE = 0,
     HS_QUANT_INT8,
     HS_QUANT_FP8_E4M3,
+    HS_QUANT_INT4,
     HS_QUANT_FMT_COUNT
 } hs_quant_fmt;
 
-/* "none", "int8", "fp8_e4m3" (the YAML names; none is null there). */
+/* "none", "int8", "fp8_e4m3", "int4" (the YAML names; none is null there). */
 const char *hs_quant_fmt_name(hs_quant_fmt f);
-size_t hs_quant_packed_bytes(int64_t n, int64_t block);
+size_t hs_quant_packed_bytes(int64_t n, int64_t block, hs_quant_fmt f);
 uint8_t hs_f32_to_e4m3(float x); /* saturating: |x| >= 448 gives +-448 */
 float hs_e4m3_to_f32(uint8_t c);
 /* Blocks [b0, b1) of src (n values of a float dtype) into packed. */

@@ -30,6 +30,11 @@ hs_status hs_comm_nodes_init(hs_comm *c, hs_error *e) {
     return HS_OK;
 }
 
+int hs_comm_node_of(const hs_comm *c, int world_rank) {
+    HS_ASSERT(world_rank >= 0 && world_rank < c->size);
+    return c->node_of[world_rank];
+}
+
 /* Whether group rank i is on another node than this rank. */
 static bool remote(const hs_pg *g, int i) {
     const int *node = g->comm->node_of;

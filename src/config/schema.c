@@ -197,13 +197,14 @@ static const hs_cfg_key keys[] = {
          "and replicate_params stay exact; null: param_dtype itself"),
     KINT("fsdp_config.param_gather_block", fsdp.param_gather_block, "256", GE, 1,
          "values per quantization block of fsdp_config.param_gather"),
-    KSTR("fsdp_config.grad_reduce", fsdp.grad_reduce, "null", true, "int8 | null",
+    KSTR("fsdp_config.grad_reduce", fsdp.grad_reduce, "null", true, "int8 | int4 | null",
          "wire format of the gradient reduce-scatters: each rank's chunk for each other rank "
-         "quantized in blocks, exchanged by one all-to-all and summed in fp32 by its owner; "
-         "the replicate all-reduce stays in reduce_dtype; null: reduce_dtype itself "
-         "(needs comm_fusion false)"),
+         "quantized in blocks, exchanged by all-to-all and summed in fp32 by its owner (in "
+         "two levels, inside each node then across, where the shard group spans nodes "
+         "evenly); the replicate all-reduce stays in reduce_dtype; null: reduce_dtype "
+         "itself (needs comm_fusion false)"),
     KINT("fsdp_config.grad_reduce_block", fsdp.grad_reduce_block, "256", GE, 1,
-         "values per quantization block of fsdp_config.grad_reduce"),
+         "values per quantization block of fsdp_config.grad_reduce (even for int4)"),
     KINT_NULL("fsdp_config.secondary_shard_size", fsdp.secondary_shard_size, 1,
               "after the forward, keep each parameter sharded over this many consecutive shard "
               "ranks (those of one node) so the backward's all-gather stays among them; a "

@@ -109,19 +109,22 @@ static void check_precision(const hs_config *c, hs_cfg_report *rep) { /* rules 8
                           c->optimizer.fp32_main_params ? "true" : "false");
 }
 
-/* The format named s among the first `last` ones; NONE for any other. */
-static hs_quant_fmt wire_format(const char *s, hs_quant_fmt last) {
-    for (int q = HS_QUANT_NONE + 1; q <= (int)last; q++)
-        if (!strcmp(s, hs_quant_fmt_name((hs_quant_fmt)q))) return (hs_quant_fmt)q;
+/* The format named s among `allowed` (HS_QUANT_NONE-terminated); NONE
+ * for any other. */
+static hs_quant_fmt wire_format(const char *s, const hs_quant_fmt *allowed) {
+    for (; *allowed != HS_QUANT_NONE; allowed++)
+        if (!strcmp(s, hs_quant_fmt_name(*allowed))) return *allowed;
     return HS_QUANT_NONE;
 }
 
 hs_quant_fmt hs_fsdp_config_param_gather(const hs_fsdp_config *f) {
-    return wire_format(f->param_gather, HS_QUANT_FP8_E4M3);
+    static const hs_quant_fmt fmts[] = {HS_QUANT_INT8, HS_QUANT_FP8_E4M3, HS_QUANT_NONE};
+    return wire_format(f->param_gather, fmts);
 }
 
 hs_quant_fmt hs_fsdp_config_grad_reduce(const hs_fsdp_config *f) {
-    return wire_format(f->grad_reduce, HS_QUANT_INT8); /* the gradient formats built */
+    static const hs_quant_fmt fmts[] = {HS_QUANT_INT8, HS_QUANT_INT4, HS_QUANT_NONE};
+    return wire_format(f->grad_reduce, fmts);
 }
 
 static void check_wire_formats(const hs_config *c, hs_cfg_report *rep) {
@@ -134,8 +137,14 @@ static void check_wire_formats(const hs_config *c, hs_cfg_report *rep) {
     if (f->grad_reduce[0] && hs_fsdp_config_grad_reduce(f) == HS_QUANT_NONE)
         hs_cfg_report_add(rep,
                           "fsdp_config.grad_reduce = %s is not a wire format for gradients; "
-                          "use int8 or null (reduce_dtype itself; int4 is not built yet)",
+                          "use int8, int4 or null (reduce_dtype itself)",
                           f->grad_reduce);
+    if (hs_fsdp_config_grad_reduce(f) == HS_QUANT_INT4 && f->grad_reduce_block % 2)
+        hs_cfg_report_add(rep,
+                          "fsdp_config.grad_reduce_block = %d with grad_reduce = int4: two "
+                          "values share a byte, so a block must hold an even number of them; "
+                          "use %d",
+                          f->grad_reduce_block, f->grad_reduce_block + 1);
     if (hs_fsdp_config_grad_reduce(f) != HS_QUANT_NONE && f->comm_fusion)
         hs_cfg_report_add(rep,
                           "fsdp_config.grad_reduce = %s with fsdp_config.comm_fusion = true: a "

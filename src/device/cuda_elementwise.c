@@ -104,26 +104,27 @@ void hs_cuda_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void *src
         "copy_2d");
 }
 
+_Static_assert(HS_QUANT_INT8 == HS_CU_QUANT_INT8 && HS_QUANT_FP8_E4M3 == HS_CU_QUANT_FP8_E4M3 &&
+                   HS_QUANT_INT4 == HS_CU_QUANT_INT4,
+               "the kernels' format numbers are hs_quant_fmt's");
+
 void hs_cuda_quantize(hs_stream *s, void *packed, const void *src, hs_dtype src_dt, int64_t n,
                       int64_t block, hs_quant_fmt f) {
-    hs_cuda_check(
-        s,
-        hs_cu_quantize(hs_cuda_stream(s), packed, src, (int)src_dt, n, block, f == HS_QUANT_INT8),
-        "quantize");
+    hs_cuda_check(s, hs_cu_quantize(hs_cuda_stream(s), packed, src, (int)src_dt, n, block, (int)f),
+                  "quantize");
 }
 
 void hs_cuda_dequantize(hs_stream *s, void *dst, hs_dtype dst_dt, const void *packed, int64_t n,
                         int64_t first, int64_t count, int64_t block, hs_quant_fmt f) {
     hs_cuda_check(s,
                   hs_cu_dequantize(hs_cuda_stream(s), dst, (int)dst_dt, packed, n, first, count,
-                                   block, f == HS_QUANT_INT8),
+                                   block, (int)f),
                   "dequantize");
 }
 
 void hs_cuda_dequantize_add(hs_stream *s, float *dst, const void *packed, int64_t n, int64_t first,
                             int64_t count, int64_t block, hs_quant_fmt f) {
-    hs_cuda_check(s,
-                  hs_cu_dequantize_add(hs_cuda_stream(s), dst, packed, n, first, count, block,
-                                       f == HS_QUANT_INT8),
-                  "dequantize_add");
+    hs_cuda_check(
+        s, hs_cu_dequantize_add(hs_cuda_stream(s), dst, packed, n, first, count, block, (int)f),
+        "dequantize_add");
 }

@@ -414,17 +414,35 @@ __device__ __forceinline__ float cu_e4m3_to_f32(uint8_t c) {
     return c & 0x80u ? -v : v;
 }
 
-__host__ __device__ static inline int64_t quant_codes_bytes(int64_t n) { return (n + 3) / 4 * 4; }
+__host__ __device__ static inline int64_t quant_codes_bytes(int64_t n, int fmt) {
+    int64_t b = fmt == HS_CU_QUANT_INT4 ? (n + 1) / 2 : n;
+    return (b + 3) / 4 * 4;
+}
+
+/* int4: round-half-even(y) in [-7, 7] as a nibble, and a nibble's value */
+__device__ __forceinline__ uint32_t cu_int4_code(float y) {
+    return (uint32_t)(int32_t)fminf(fmaxf(rintf(y), -7.0f), 7.0f) & 0xFu;
+}
+
+/* Code i's value (times nothing: the scale is the caller's). */
+__device__ __forceinline__ float cu_code_value(const uint8_t *q, int64_t i, int fmt) {
+    if (fmt == HS_CU_QUANT_INT8) return (float)(int8_t)q[i];
+    if (fmt == HS_CU_QUANT_INT4) {
+        uint32_t nib = i & 1 ? q[i >> 1] >> 4 : q[i >> 1] & 0xFu;
+        return (float)((int8_t)(uint8_t)(nib << 4) >> 4);
+    }
+    return cu_e4m3_to_f32(q[i]);
+}
 
 /* One thread block per quantization block (grid-stride over them): the
  * block's |max| by a shared-memory tree (max is exact in any order), then
- * each thread its values' codes. */
+ * each thread its values' codes (int4: a byte, two values, each). */
 template <int DT>
 static __global__ void quantize_kernel(uint8_t *q, float *scales, const void *src, int64_t n,
-                                       int64_t block, int int8) {
+                                       int64_t block, int fmt) {
     __shared__ float amax_part[HS_CU_THREADS];
     __shared__ int bad_part[HS_CU_THREADS];
-    const float top = int8 ? 127.0f : 448.0f;
+    const float top = fmt == HS_CU_QUANT_INT8 ? 127.0f : fmt == HS_CU_QUANT_INT4 ? 7.0f : 448.0f;
     int64_t blocks = (n + block - 1) / block;
     for (int64_t b = blockIdx.x; b < blocks; b += gridDim.x) {
         int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
@@ -448,76 +466,86 @@ static __global__ void quantize_kernel(uint8_t *q, float *scales, const void *sr
         }
         float s = bad_part[0] ? __int_as_float(0x7FC00000) : __fdiv_rn(amax_part[0], top);
         if (threadIdx.x == 0) scales[b] = s;
-        for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-            float y = s > 0.0f ? __fdiv_rn(hs_cu_ld<DT>(src, i), s) : 0.0f;
-            if (int8) {
-                float r = fminf(fmaxf(rintf(y), -127.0f), 127.0f);
-                q[i] = (uint8_t)(int8_t)r;
-            } else {
-                q[i] = cu_f32_to_e4m3(y);
+        if (fmt == HS_CU_QUANT_INT4) { /* lo is even: a byte is this block's */
+            for (int64_t k = lo / 2 + threadIdx.x; k < (hi + 1) / 2; k += blockDim.x) {
+                uint32_t c = 0;
+                for (int h = 0; h < 2 && 2 * k + h < hi; h++)
+                    if (s > 0.0f) c |= cu_int4_code(__fdiv_rn(hs_cu_ld<DT>(src, 2 * k + h), s))
+                                       << (4 * h);
+                q[k] = (uint8_t)c;
+            }
+        } else {
+            for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+                float y = s > 0.0f ? __fdiv_rn(hs_cu_ld<DT>(src, i), s) : 0.0f;
+                if (fmt == HS_CU_QUANT_INT8) {
+                    float r = fminf(fmaxf(rintf(y), -127.0f), 127.0f);
+                    q[i] = (uint8_t)(int8_t)r;
+                } else {
+                    q[i] = cu_f32_to_e4m3(y);
+                }
             }
         }
         __syncthreads(); /* the shared parts are the next block's */
     }
     if (blockIdx.x == 0 && threadIdx.x == 0)
-        for (int64_t i = n; i < quant_codes_bytes(n); i++) q[i] = 0;
+        for (int64_t i = fmt == HS_CU_QUANT_INT4 ? (n + 1) / 2 : n; i < quant_codes_bytes(n, fmt);
+             i++)
+            q[i] = 0;
 }
 
 extern "C" cudaError_t hs_cu_quantize(cudaStream_t st, void *packed, const void *src, int src_dt,
-                                      int64_t n, int64_t block, int int8) {
+                                      int64_t n, int64_t block, int fmt) {
     if (n <= 0) return cudaSuccess;
     int64_t blocks = (n + block - 1) / block;
     unsigned grid = (unsigned)(blocks < HS_CU_MAX_BLOCKS ? blocks : HS_CU_MAX_BLOCKS);
     uint8_t *q = (uint8_t *)packed;
-    float *scales = (float *)(q + quant_codes_bytes(n));
+    float *scales = (float *)(q + quant_codes_bytes(n, fmt));
     return hs_cu_by_dtype(src_dt, [&](auto d) {
         quantize_kernel<decltype(d)::value>
-            <<<grid, HS_CU_THREADS, 0, st>>>(q, scales, src, n, block, int8);
+            <<<grid, HS_CU_THREADS, 0, st>>>(q, scales, src, n, block, fmt);
         return cudaGetLastError();
     });
 }
 
 template <int DT>
 static __global__ void dequantize_kernel(void *dst, const uint8_t *q, const float *scales,
-                                         int64_t first, int64_t count, int64_t block, int int8) {
+                                         int64_t first, int64_t count, int64_t block, int fmt) {
     for (int64_t i = hs_cu_first(); i < count; i += hs_cu_stride()) {
         int64_t at = first + i;
-        float v = int8 ? (float)(int8_t)q[at] : cu_e4m3_to_f32(q[at]);
-        hs_cu_st<DT>(dst, i, __fmul_rn(v, scales[at / block]));
+        hs_cu_st<DT>(dst, i, __fmul_rn(cu_code_value(q, at, fmt), scales[at / block]));
     }
 }
 
 extern "C" cudaError_t hs_cu_dequantize(cudaStream_t st, void *dst, int dst_dt, const void *packed,
                                         int64_t n, int64_t first, int64_t count, int64_t block,
-                                        int int8) {
+                                        int fmt) {
     if (count <= 0) return cudaSuccess;
     const uint8_t *q = (const uint8_t *)packed;
-    const float *scales = (const float *)(q + quant_codes_bytes(n));
+    const float *scales = (const float *)(q + quant_codes_bytes(n, fmt));
     return hs_cu_by_dtype(dst_dt, [&](auto d) {
         dequantize_kernel<decltype(d)::value>
             <<<hs_cu_blocks(count), HS_CU_THREADS, 0, st>>>(dst, q, scales, first, count, block,
-                                                           int8);
+                                                           fmt);
         return cudaGetLastError();
     });
 }
 
 static __global__ void dequantize_add_kernel(float *dst, const uint8_t *q, const float *scales,
                                              int64_t first, int64_t count, int64_t block,
-                                             int int8) {
+                                             int fmt) {
     for (int64_t i = hs_cu_first(); i < count; i += hs_cu_stride()) {
         int64_t at = first + i;
-        float v = int8 ? (float)(int8_t)q[at] : cu_e4m3_to_f32(q[at]);
-        dst[i] = __fadd_rn(dst[i], __fmul_rn(v, scales[at / block]));
+        dst[i] = __fadd_rn(dst[i], __fmul_rn(cu_code_value(q, at, fmt), scales[at / block]));
     }
 }
 
 extern "C" cudaError_t hs_cu_dequantize_add(cudaStream_t st, float *dst, const void *packed,
                                             int64_t n, int64_t first, int64_t count, int64_t block,
-                                            int int8) {
+                                            int fmt) {
     if (count <= 0) return cudaSuccess;
     const uint8_t *q = (const uint8_t *)packed;
-    const float *scales = (const float *)(q + quant_codes_bytes(n));
+    const float *scales = (const float *)(q + quant_codes_bytes(n, fmt));
     dequantize_add_kernel<<<hs_cu_blocks(count), HS_CU_THREADS, 0, st>>>(dst, q, scales, first,
-                                                                        count, block, int8);
+                                                                        count, block, fmt);
     return cudaGetLastError();
 }

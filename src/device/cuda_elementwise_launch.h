@@ -55,14 +55,18 @@ cudaError_t hs_cu_add_cast(cudaStream_t st, void *out, int odt, const void *a, i
 cudaError_t hs_cu_scale_cast(cudaStream_t st, void *x, int dt, float a, int64_t n);
 cudaError_t hs_cu_copy_2d(cudaStream_t st, void *dst, size_t dst_stride, const void *src,
                           size_t src_stride, int64_t rows, size_t row_bytes);
-/* The block quantization of tensor.h (int8 != 0: INT8, else FP8_E4M3),
- * the bits of hs_quantize_blocks / hs_dequantize_range. */
+/* The block quantization of tensor.h (fmt: HS_CU_QUANT_INT8, _FP8_E4M3 or
+ * _INT4, hs_quant_fmt's values), the bits of hs_quantize_blocks /
+ * hs_dequantize_range. */
+#define HS_CU_QUANT_INT8 1
+#define HS_CU_QUANT_FP8_E4M3 2
+#define HS_CU_QUANT_INT4 3
 cudaError_t hs_cu_quantize(cudaStream_t st, void *packed, const void *src, int src_dt, int64_t n,
-                           int64_t block, int int8);
+                           int64_t block, int fmt);
 cudaError_t hs_cu_dequantize(cudaStream_t st, void *dst, int dst_dt, const void *packed, int64_t n,
-                             int64_t first, int64_t count, int64_t block, int int8);
+                             int64_t first, int64_t count, int64_t block, int fmt);
 cudaError_t hs_cu_dequantize_add(cudaStream_t st, float *dst, const void *packed, int64_t n,
-                                 int64_t first, int64_t count, int64_t block, int int8);
+                                 int64_t first, int64_t count, int64_t block, int fmt);
 
 #ifdef __cplusplus
 }

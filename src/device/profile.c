@@ -278,7 +278,7 @@ static void work_copy_2d(hs_stream *s, void *dst, size_t dst_stride, const void 
 
 static void work_quantize(hs_stream *s, void *packed, const void *src, hs_dtype src_dt, int64_t n,
                           int64_t block, hs_quant_fmt f) {
-    set(s, HS_PROF_CAST, 0, 2.0 * sz(src_dt) * n + (double)hs_quant_packed_bytes(n, block));
+    set(s, HS_PROF_CAST, 0, 2.0 * sz(src_dt) * n + (double)hs_quant_packed_bytes(n, block, f));
 }
 static void work_dequantize(hs_stream *s, void *dst, hs_dtype dst_dt, const void *packed, int64_t n,
                             int64_t first, int64_t count, int64_t block, hs_quant_fmt f) {

@@ -106,8 +106,8 @@ hs_status hs_fsdp_fusion_build(hs_fsdp_unit *u, bool zero_copy, hs_fsdp_mem *mem
     fu->gather_block = p0->gather_block;
     for (int j = 0; j < n && fu->gather_fmt != HS_QUANT_NONE; j++) {
         fu->packed_offset[j] = fu->packed_bytes;
-        fu->packed_bytes +=
-            hs_quant_packed_bytes(fu->params[j]->plan.padded_sharded_numel, fu->gather_block);
+        fu->packed_bytes += hs_quant_packed_bytes(fu->params[j]->plan.padded_sharded_numel,
+                                                  fu->gather_block, fu->gather_fmt);
     }
     fu->pg = p0->mi.shard_pg;
     fu->world = p0->mi.shard_size;

@@ -59,6 +59,7 @@ static hs_fsdp_mesh_info expert_mesh_info(const hs_fsdp_dp_groups *g) {
     mi.secondary_pg = g->edp_secondary;
     mi.secondary_size = g->edp_secondary_size > 0 ? g->edp_secondary_size : 1;
     mi.secondary_rank = g->edp_secondary_rank;
+    mi.levels = &g->edp_levels;
     return mi;
 }
 
@@ -82,6 +83,7 @@ static hs_fsdp_mesh_info mesh_info_for(const hs_fsdp_dp_groups *g, bool replicat
     mi.secondary_pg = g->secondary;
     mi.secondary_size = g->secondary_size > 0 ? g->secondary_size : 1;
     mi.secondary_rank = g->secondary_rank;
+    mi.levels = &g->levels;
     return mi;
 }
 
@@ -303,6 +305,11 @@ static void log_wrapped(const hs_fsdp *f, const hs_fsdp_config *fsdp) {
                 "gathered in %s, gradients reduce-scattered in %s",
                 fsdp->forward_prefetch_depth, fsdp->backward_prefetch_depth, fusion, gather,
                 reduce);
+    if (f->groups.levels.node)
+        hs_log_info(f->ctx.log,
+                    "fsdp: gradients reduced in two levels: the shard group spans %d nodes of %d "
+                    "ranks, each chunk summed inside its node, then across the nodes",
+                    f->groups.levels.N, f->groups.levels.L);
     if (fsdp->secondary_shard_size > 0) {
         char experts_too[96] = "";
         if (f->groups.ep_size > 1)
@@ -331,7 +338,7 @@ hs_status hs_fsdp_wrap_groups(const hs_fsdp_config *fsdp, bool fp32_main_params,
     f->ctx.mem.offload = fsdp->enable_offload;
     hs_status st = hs_fsdp_mem_open_streams(&f->ctx.mem, e);
     if (st == HS_OK) st = check_fqns(fsdp, model, e);
-    if (st == HS_OK) st = build_params(f, fsdp, fp32_main_params, g, seed, e);
+    if (st == HS_OK) st = build_params(f, fsdp, fp32_main_params, &f->groups, seed, e);
     if (st == HS_OK) st = build_units(f, fsdp, e);
     hs_status ist = hs_fsdp_ctx_init(&f->ctx, comm, log, st == HS_OK ? e : NULL);
     if (st == HS_OK) st = ist;
@@ -350,19 +357,6 @@ hs_status hs_fsdp_wrap_groups(const hs_fsdp_config *fsdp, bool fp32_main_params,
     return HS_OK;
 }
 
-/* hpZ's group inside `shard` (size w, this rank `rank`): shard ranks
- * [k*s, (k+1)*s). Collective over the world whenever s is set; a degree s
- * does not divide joins no group. */
-static hs_status secondary_group(hs_comm *comm, const char *name, hs_pg *shard, int w, int rank,
-                                 int s, hs_pg **out, int *size, int *srank, hs_error *e) {
-    *out = NULL, *size = 1, *srank = 0;
-    bool on = shard && s > 1 && w > s && w % s == 0;
-    int colour = on ? hs_pg_world_rank(shard, 0) * w + rank / s : -1;
-    hs_status st = hs_comm_split(comm, name, colour, rank, out, e);
-    if (st == HS_OK && *out) *size = hs_pg_size(*out), *srank = hs_pg_rank(*out);
-    return st;
-}
-
 hs_status hs_fsdp_wrap(const hs_fsdp_config *fsdp, bool fp32_main_params, hs_mesh *mesh,
                        hs_comm *comm, hs_device *dev, hs_model *model, uint64_t seed,
                        const hs_log *log, hs_fsdp **out, hs_error *e) {
@@ -372,22 +366,18 @@ hs_status hs_fsdp_wrap(const hs_fsdp_config *fsdp, bool fp32_main_params, hs_mes
     hs_fsdp_dp_groups g = dp_groups_of(mesh);
     HS_ASSERT(g.shard_size == t->dp_shard && g.replicate_size == t->dp_replicate &&
               g.flat_size == t->fsdp_dp);
-    int s = fsdp->secondary_shard_size;
-    hs_status st = HS_OK;
-    if (s > 0)
-        st = secondary_group(comm, "fsdp_shard_secondary", g.shard, g.shard_size, g.shard_rank, s,
-                             &g.secondary, &g.secondary_size, &g.secondary_rank, e);
-    if (s > 0 && st == HS_OK)
-        st = secondary_group(comm, "edp_shard_secondary", g.edp_shard, g.edp_shard_size,
-                             g.edp_shard_rank, s, &g.edp_secondary, &g.edp_secondary_size,
-                             &g.edp_secondary_rank, e);
+    hs_status st = hs_fsdp_node_groups(fsdp, comm, &g, e);
     if (st != HS_OK) return st;
-    return hs_fsdp_wrap_groups(fsdp, fp32_main_params, &g, comm, dev, model, seed, log, out, e);
+    st = hs_fsdp_wrap_groups(fsdp, fp32_main_params, &g, comm, dev, model, seed, log, out, e);
+    if (st != HS_OK) hs_fsdp_node_groups_free(&g);
+    else (*out)->owns_node_groups = true; /* the tables go with the wrapper */
+    return st;
 }
 
 void hs_fsdp_free(hs_fsdp *f) {
     if (!f) return;
     hs_fsdp_ctx_free(&f->ctx);
+    if (f->owns_node_groups) hs_fsdp_node_groups_free(&f->groups);
     free(f->optim);
     free(f);
 }

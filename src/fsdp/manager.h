@@ -22,16 +22,27 @@ typedef struct hs_fsdp_dp_groups {
      * backward; NULL (size 1) when off or the degree does not divide. */
     int secondary_size, secondary_rank, edp_secondary_size, edp_secondary_rank;
     hs_pg *secondary, *edp_secondary;
+    /* fsdp_config.grad_reduce's two levels over shard and edp_shard */
+    hs_fsdp_levels levels, edp_levels;
 } hs_fsdp_dp_groups;
 
 struct hs_fsdp {
     hs_fsdp_ctx ctx;
     hs_model *model;
     hs_fsdp_dp_groups groups;
+    bool owns_node_groups; /* groups' two-level tables (hs_fsdp_wrap's) */
     hs_optim_param *optim; /* one per managed parameter */
     int blocks_wrapped;
     int64_t total_param_bytes;
 };
+
+/* The groups inside the shard groups (node_groups.c): hpZ's secondary
+ * groups where fsdp->secondary_shard_size is set, grad_reduce's two levels
+ * where grad_reduce is; collective over the world. On failure nothing is
+ * left to free. */
+hs_status hs_fsdp_node_groups(const hs_fsdp_config *fsdp, hs_comm *comm, hs_fsdp_dp_groups *g,
+                              hs_error *e);
+void hs_fsdp_node_groups_free(hs_fsdp_dp_groups *g);
 
 /* The context, for tests and debugging views. */
 hs_fsdp_ctx *hs_fsdp_context(hs_fsdp *f);

@@ -140,7 +140,7 @@ static hs_status unshard_packed(hs_fsdp_param *fp, hs_error *e) {
     HS_ASSERT(fp->storage_numel == P);
     void *out = own(fp, HS_FSDP_STORAGE_ALL_GATHER, pl->padded_unsharded_numel, e);
     if (!out) return HS_ERR_OOM;
-    size_t pb = hs_quant_packed_bytes(P, fp->gather_block);
+    size_t pb = hs_quant_packed_bytes(P, fp->gather_block, fp->gather_fmt);
     char *packed = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_PARAM, pb * (size_t)W,
                                             "the quantized all-gather buffer", fp->p->fqn, e);
     if (!packed) return HS_ERR_OOM;
@@ -170,7 +170,7 @@ static hs_status unshard_packed(hs_fsdp_param *fp, hs_error *e) {
  * after the all-gather); the packed buffer goes back to the cache. */
 static void unpack_packed(hs_fsdp_param *fp) {
     int64_t P = fp->plan.padded_sharded_numel;
-    size_t pb = hs_quant_packed_bytes(P, fp->gather_block);
+    size_t pb = hs_quant_packed_bytes(P, fp->gather_block, fp->gather_fmt);
     for (int r = 0; r < fp->mi.shard_size; r++)
         hs_dev_dequantize(fp->mem->dev, (char *)fp->unsharded + bytes_of(r * P, fp->compute_dtype),
                           fp->compute_dtype, (const char *)fp->ag_packed + pb * (size_t)r, P, 0, P,
@@ -406,47 +406,111 @@ hs_reduce_op hs_fsdp_param_tp_op(const hs_fsdp_param *fp) {
     return fp->dp_sum && fp->p->tp_grad_partial ? HS_REDUCE_SUM : HS_REDUCE_AVG;
 }
 
+/* grad_reduce's two levels for fp's shard group, or NULL for one. */
+static const hs_fsdp_levels *two_levels(const hs_fsdp_param *fp) {
+    const hs_fsdp_levels *lv = fp->mi.levels;
+    return lv && lv->node ? lv : NULL;
+}
+
 /* The quantized reduce-scatter (grad_reduce): the reduce input's W chunks
  * packed one each into the first half of a buffer, exchanged by one byte
- * all-to-all into its second half. */
+ * all-to-all into its second half: over the shard group, each chunk to its
+ * owner; or (two levels) over the node, each node rank the N chunks it
+ * sums for the N ranks of its cross group (hs_fsdp_levels.dest order). */
 static hs_status reduce_packed(hs_fsdp_param *fp, hs_error *e) {
     int64_t P = fp->plan.padded_sharded_numel;
     int W = fp->mi.shard_size;
+    const hs_fsdp_levels *lv = two_levels(fp);
     HS_ASSERT(fp->reduce_numel == P);
-    size_t pb = hs_quant_packed_bytes(P, fp->grad_block), half = pb * (size_t)W;
+    size_t pb = hs_quant_packed_bytes(P, fp->grad_block, fp->grad_fmt), half = pb * (size_t)W;
     char *buf = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, 2 * half,
                                          "the quantized reduce-scatter buffers", fp->p->fqn, e);
     if (!buf) return HS_ERR_OOM;
     fp->rs_packed = buf;
     fp->rs_packed_bytes = 2 * half;
-    for (int r = 0; r < W; r++)
-        hs_dev_quantize(fp->mem->dev, buf + pb * (size_t)r,
+    for (int k = 0; k < W; k++) {
+        int r = lv ? lv->dest[k] : k;
+        hs_dev_quantize(fp->mem->dev, buf + pb * (size_t)k,
                         (const char *)fp->rs_input + bytes_of(r * P, fp->reduce_dtype),
                         fp->reduce_dtype, P, fp->grad_block, fp->grad_fmt);
+    }
     /* the exchange reads the chunks once the compute stream packed them */
     order(fp->grad_ready, fp->mem->dev->stream, fp->mem->rs_stream);
-    fp->rs_work = hs_pg_all_to_all_async(fp->mi.shard_pg, hs_fsdp_mem_rs(fp->mem), buf + half, buf,
-                                         (int64_t)pb, HS_DTYPE_U8);
+    fp->rs_work = hs_pg_all_to_all_async(lv ? lv->node : fp->mi.shard_pg, hs_fsdp_mem_rs(fp->mem),
+                                         buf + half, buf, (int64_t)pb * (lv ? lv->N : 1),
+                                         HS_DTYPE_U8);
     return HS_OK;
 }
 
-/* Every rank's chunk for this one, read back and summed in fp32 in rank
- * order into the reduce slot (compute stream, after the exchange). */
+/* acc = the sum in fp32 of n packed chunks of P values, chunk k at
+ * in + stride * k, in that order. */
+static void sum_chunks(hs_fsdp_param *fp, float *acc, const char *in, size_t stride, int n) {
+    hs_device *d = fp->mem->dev;
+    int64_t P = fp->plan.padded_sharded_numel;
+    hs_dev_dequantize(d, acc, HS_DTYPE_F32, in, P, 0, P, fp->grad_block, fp->grad_fmt);
+    for (int k = 1; k < n; k++)
+        hs_dev_dequantize_add(d, acc, in + stride * (size_t)k, P, 0, P, fp->grad_block,
+                              fp->grad_fmt);
+}
+
+/* Two levels, after the node's exchange: each of this rank's N chunks
+ * summed over the node, packed again and exchanged over the cross group,
+ * which brings this rank the N nodes' sums of its own chunk (packed in
+ * `out`, N x pb bytes). */
+static hs_status cross_level(hs_fsdp_param *fp, const hs_fsdp_levels *lv, char *out, hs_error *e) {
+    int64_t P = fp->plan.padded_sharded_numel;
+    int N = lv->N, L = lv->L;
+    size_t pb = hs_quant_packed_bytes(P, fp->grad_block, fp->grad_fmt);
+    const char *in = (const char *)fp->rs_packed + pb * (size_t)fp->mi.shard_size;
+    size_t part_bytes = bytes_of((int64_t)N * P, HS_DTYPE_F32);
+    float *part = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, part_bytes,
+                                           "the node's partial sums", fp->p->fqn, e);
+    if (!part) return HS_ERR_OOM;
+    char *send = out + pb * (size_t)N;
+    for (int c = 0; c < N; c++) { /* node rank l's block holds chunk c at c */
+        sum_chunks(fp, part + (size_t)c * (size_t)P, in + pb * (size_t)c, pb * (size_t)N, L);
+        hs_dev_quantize(fp->mem->dev, send + pb * (size_t)c, part + (size_t)c * (size_t)P,
+                        HS_DTYPE_F32, P, fp->grad_block, fp->grad_fmt);
+    }
+    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, part, part_bytes);
+    order(fp->grad_ready, fp->mem->dev->stream, fp->mem->rs_stream);
+    hs_work *w = hs_pg_all_to_all_async(lv->cross, hs_fsdp_mem_rs(fp->mem), out, send, (int64_t)pb,
+                                        HS_DTYPE_U8);
+    hs_status st = hs_fsdp_exposed_wait(fp->exposed, HS_FSDP_WAIT_REDUCE_SCATTER, w, e);
+    order(fp->rs_done, fp->mem->rs_stream, fp->mem->dev->stream);
+    return st;
+}
+
+/* Every rank's chunk for this one (one level), or every node's sum of it
+ * (two levels), read back and summed in fp32 in rank order into the reduce
+ * slot (compute stream, after the exchange). */
 static hs_status sum_packed(hs_fsdp_param *fp, hs_error *e) {
     hs_device *d = fp->mem->dev;
     int64_t P = fp->plan.padded_sharded_numel;
-    int W = fp->mi.shard_size;
-    size_t pb = hs_quant_packed_bytes(P, fp->grad_block);
+    int W = fp->mi.shard_size, n = W;
+    const hs_fsdp_levels *lv = two_levels(fp);
+    size_t pb = hs_quant_packed_bytes(P, fp->grad_block, fp->grad_fmt);
     const char *in = (const char *)fp->rs_packed + pb * (size_t)W;
+    size_t cross_bytes = lv ? 2 * pb * (size_t)lv->N : 0;
+    char *cross = NULL;
+    if (lv) {
+        cross = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, cross_bytes,
+                                         "the cross-node exchange's buffers", fp->p->fqn, e);
+        hs_status st = cross ? cross_level(fp, lv, cross, e) : HS_ERR_OOM;
+        if (st != HS_OK) {
+            hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, cross, cross_bytes);
+            return st;
+        }
+        in = cross, n = lv->N;
+    }
     bool f32 = fp->reduce_dtype == HS_DTYPE_F32;
     size_t tmp_bytes = f32 ? 0 : bytes_of(P, HS_DTYPE_F32);
     float *acc = f32 ? fp->reduce_slot
                      : hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, tmp_bytes,
                                                 "the quantized reduction's sum", fp->p->fqn, e);
+    if (acc) sum_chunks(fp, acc, in, pb, n);
+    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, cross, cross_bytes);
     if (!acc) return HS_ERR_OOM;
-    hs_dev_dequantize(d, acc, HS_DTYPE_F32, in, P, 0, P, fp->grad_block, fp->grad_fmt);
-    for (int r = 1; r < W; r++)
-        hs_dev_dequantize_add(d, acc, in + pb * (size_t)r, P, 0, P, fp->grad_block, fp->grad_fmt);
     if (hs_fsdp_param_dp_op(fp) == HS_REDUCE_AVG) hs_dev_scale(d, acc, 1.0f / (float)W, P);
     if (!f32) {
         hs_dev_convert(d, fp->reduce_slot, fp->reduce_dtype, acc, HS_DTYPE_F32, P);

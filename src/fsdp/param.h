@@ -43,6 +43,18 @@ const char *hs_fsdp_mesh_kind_name(hs_fsdp_mesh_kind k);
  * domain_factor scales the gradient before its first collective, relative
  * to the dense pre-scale: 1 on the dense mesh, edp / (dp*cp) on the expert
  * mesh (docs/moe.md "Gradient scaling"). */
+/* grad_reduce's two levels over a shard group that spans N nodes with L of
+ * its ranks on each (fsdp/manager.c): `node` the group's L ranks on this
+ * node, `cross` the N ranks with this rank's index among its node's, each
+ * ordered by shard rank. Chunk dest[l * N + c] (a shard rank) is summed
+ * over the node by node rank l and then sent to cross rank c, its owner.
+ * node == NULL: one level (an all-to-all over the shard group). */
+typedef struct hs_fsdp_levels {
+    hs_pg *node, *cross;
+    int L, N;
+    int *dest; /* [L * N] */
+} hs_fsdp_levels;
+
 typedef struct hs_fsdp_mesh_info {
     hs_fsdp_mesh_kind kind;
     hs_pg *shard_pg;
@@ -58,6 +70,7 @@ typedef struct hs_fsdp_mesh_info {
      * secondary_rank among them (fsdp_config.secondary_shard_size) */
     hs_pg *secondary_pg;
     int secondary_size, secondary_rank;
+    const hs_fsdp_levels *levels; /* NULL or one level: see hs_fsdp_levels */
 } hs_fsdp_mesh_info;
 
 typedef enum hs_fsdp_storage_owner {

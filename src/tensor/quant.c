@@ -5,7 +5,7 @@
 
 #include "hypershard/tensor.h"
 
-static const char *const fmt_names[] = {"none", "int8", "fp8_e4m3"};
+static const char *const fmt_names[] = {"none", "int8", "fp8_e4m3", "int4"};
 _Static_assert(sizeof fmt_names / sizeof fmt_names[0] == HS_QUANT_FMT_COUNT,
                "quant format names follow the enum");
 
@@ -13,11 +13,19 @@ const char *hs_quant_fmt_name(hs_quant_fmt f) {
     return (unsigned)f < HS_QUANT_FMT_COUNT ? fmt_names[f] : "?";
 }
 
-static int64_t codes_bytes(int64_t n) { return (n + 3) / 4 * 4; }
+static bool is_format(hs_quant_fmt f) {
+    return f == HS_QUANT_INT8 || f == HS_QUANT_FP8_E4M3 || f == HS_QUANT_INT4;
+}
 
-size_t hs_quant_packed_bytes(int64_t n, int64_t block) {
-    HS_ASSERT(n >= 0 && block > 0);
-    return (size_t)codes_bytes(n) + sizeof(float) * (size_t)((n + block - 1) / block);
+/* The codes of n values: a byte each, or a nibble each for int4. */
+static int64_t codes_bytes(int64_t n, hs_quant_fmt f) {
+    int64_t b = f == HS_QUANT_INT4 ? (n + 1) / 2 : n;
+    return (b + 3) / 4 * 4;
+}
+
+size_t hs_quant_packed_bytes(int64_t n, int64_t block, hs_quant_fmt f) {
+    HS_ASSERT(n >= 0 && block > 0 && is_format(f));
+    return (size_t)codes_bytes(n, f) + sizeof(float) * (size_t)((n + block - 1) / block);
 }
 
 typedef union {
@@ -51,8 +59,8 @@ static inline float e4m3_value(uint8_t code) {
 uint8_t hs_f32_to_e4m3(float x) { return e4m3_code(x); }
 float hs_e4m3_to_f32(uint8_t c) { return e4m3_value(c); }
 
-static float *scales_of(void *packed, int64_t n) {
-    return (float *)((char *)packed + codes_bytes(n));
+static float *scales_of(void *packed, int64_t n, hs_quant_fmt f) {
+    return (float *)((char *)packed + codes_bytes(n, f));
 }
 
 /* The block's |max| and whether it holds Inf or NaN, from one integer
@@ -71,7 +79,40 @@ static float amax_of(const float *x, int64_t n, bool *finite) {
     return r.f;
 }
 
-static void encode(uint8_t *q, const float *x, int64_t n, float s, hs_quant_fmt f) {
+/* round-half-even(x / s) in [-7, 7], as a nibble */
+static inline uint8_t int4_code(float x, float s) {
+    float r = rintf(x / s);
+    r = r > 7.0f ? 7.0f : r < -7.0f ? -7.0f : r;
+    return (uint8_t)((uint32_t)(int32_t)r & 0xFu);
+}
+
+/* A nibble's value: the low 4 bits sign-extended. */
+static inline float int4_value(uint8_t nib) { return (float)((int8_t)(uint8_t)(nib << 4) >> 4); }
+
+/* Value i of packed int4 codes q. */
+static inline float int4_at(const uint8_t *q, int64_t i) {
+    return int4_value(i & 1 ? q[i >> 1] >> 4 : q[i >> 1] & 0xFu);
+}
+
+/* n values from an even index, into q at its byte: two a byte, the first
+ * in the low nibble; an odd n leaves the last high nibble 0. */
+static void encode4(uint8_t *q, const float *x, int64_t n, float s) {
+    if (!(s > 0.0f)) {
+        for (int64_t j = 0; j < (n + 1) / 2; j++) q[j] = 0;
+        return;
+    }
+    for (int64_t j = 0; j < n / 2; j++)
+        q[j] = (uint8_t)(int4_code(x[2 * j], s) | int4_code(x[2 * j + 1], s) << 4);
+    if (n & 1) q[n / 2] = int4_code(x[n - 1], s);
+}
+
+/* n values from index `at` into their codes in q (the packed buffer). */
+static void encode(uint8_t *q, int64_t at, const float *x, int64_t n, float s, hs_quant_fmt f) {
+    if (f == HS_QUANT_INT4) {
+        encode4(q + at / 2, x, n, s);
+        return;
+    }
+    q += at;
     if (!(s > 0.0f)) { /* zeros, or a non-finite block: code 0 reads back 0 * s */
         for (int64_t i = 0; i < n; i++) q[i] = 0;
         return;
@@ -92,10 +133,11 @@ static void encode(uint8_t *q, const float *x, int64_t n, float s, hs_quant_fmt 
 
 void hs_quantize_blocks(void *packed, const void *src, hs_dtype src_dt, int64_t n, int64_t block,
                         hs_quant_fmt f, int64_t b0, int64_t b1) {
-    HS_ASSERT(f == HS_QUANT_INT8 || f == HS_QUANT_FP8_E4M3);
+    /* an int4 block starts at an even value: no byte is two blocks' */
+    HS_ASSERT(is_format(f) && (f != HS_QUANT_INT4 || block % 2 == 0));
     uint8_t *q = packed;
-    float *scales = scales_of(packed, n);
-    const float top = f == HS_QUANT_INT8 ? 127.0f : 448.0f;
+    float *scales = scales_of(packed, n, f);
+    const float top = f == HS_QUANT_INT8 ? 127.0f : f == HS_QUANT_INT4 ? 7.0f : 448.0f;
     const size_t es = hs_dtype_size(src_dt);
     float buf[QUANT_CHUNK];
     for (int64_t b = b0; b < b1; b++) {
@@ -115,26 +157,32 @@ void hs_quantize_blocks(void *packed, const void *src, hs_dtype src_dt, int64_t 
             int64_t k = hi - i < QUANT_CHUNK ? hi - i : QUANT_CHUNK;
             const float *x = (const float *)((const char *)src + (size_t)i * es);
             if (src_dt != HS_DTYPE_F32) hs_convert(buf, HS_DTYPE_F32, x, src_dt, k), x = buf;
-            encode(q + i, x, k, s, f);
+            encode(q, i, x, k, s, f);
         }
     }
     if (b1 * block >= n) /* the last block's owner zeroes the alignment tail */
-        for (int64_t i = n; i < codes_bytes(n); i++) q[i] = 0;
+        for (int64_t i = f == HS_QUANT_INT4 ? (n + 1) / 2 : n; i < codes_bytes(n, f); i++) q[i] = 0;
 }
 
-static void decode(float *out, const uint8_t *q, int64_t n, float s, hs_quant_fmt f) {
+/* Values at .. at + n of codes q, times s. */
+static void decode(float *out, const uint8_t *q, int64_t at, int64_t n, float s, hs_quant_fmt f) {
     if (f == HS_QUANT_INT8)
-        for (int64_t i = 0; i < n; i++) out[i] = (float)(int8_t)q[i] * s;
+        for (int64_t i = 0; i < n; i++) out[i] = (float)(int8_t)q[at + i] * s;
+    else if (f == HS_QUANT_INT4)
+        for (int64_t i = 0; i < n; i++) out[i] = int4_at(q, at + i) * s;
     else
-        for (int64_t i = 0; i < n; i++) out[i] = e4m3_value(q[i]) * s;
+        for (int64_t i = 0; i < n; i++) out[i] = e4m3_value(q[at + i]) * s;
 }
 
 /* The same rounded once to bf16 (the common compute dtype), in one pass. */
-static void decode_bf16(uint16_t *out, const uint8_t *q, int64_t n, float s, hs_quant_fmt f) {
+static void decode_bf16(uint16_t *out, const uint8_t *q, int64_t at, int64_t n, float s,
+                        hs_quant_fmt f) {
     if (f == HS_QUANT_INT8)
-        for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16((float)(int8_t)q[i] * s);
+        for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16((float)(int8_t)q[at + i] * s);
+    else if (f == HS_QUANT_INT4)
+        for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16(int4_at(q, at + i) * s);
     else
-        for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16(e4m3_value(q[i]) * s);
+        for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16(e4m3_value(q[at + i]) * s);
 }
 
 /* The values from first + i on that share one block (one scale), at most
@@ -147,21 +195,21 @@ static int64_t piece(int64_t first, int64_t i, int64_t count, int64_t block, int
 
 void hs_dequantize_range(void *dst, hs_dtype dst_dt, const void *packed, int64_t n, int64_t first,
                          int64_t count, int64_t block, hs_quant_fmt f) {
-    HS_ASSERT(f == HS_QUANT_INT8 || f == HS_QUANT_FP8_E4M3);
+    HS_ASSERT(is_format(f));
     HS_ASSERT(first >= 0 && count >= 0 && first + count <= n);
     const uint8_t *q = packed;
-    const float *scales = scales_of((void *)packed, n);
+    const float *scales = scales_of((void *)packed, n, f);
     const size_t es = hs_dtype_size(dst_dt);
     float buf[QUANT_CHUNK];
     for (int64_t i = 0; i < count;) {
         int64_t at = first + i, b = at / block, k = piece(first, i, count, block, QUANT_CHUNK);
         char *out = (char *)dst + (size_t)i * es;
         if (dst_dt == HS_DTYPE_F32) {
-            decode((float *)out, q + at, k, scales[b], f);
+            decode((float *)out, q, at, k, scales[b], f);
         } else if (dst_dt == HS_DTYPE_BF16) {
-            decode_bf16((uint16_t *)out, q + at, k, scales[b], f);
+            decode_bf16((uint16_t *)out, q, at, k, scales[b], f);
         } else {
-            decode(buf, q + at, k, scales[b], f);
+            decode(buf, q, at, k, scales[b], f);
             hs_convert(out, dst_dt, buf, HS_DTYPE_F32, k);
         }
         i += k;
@@ -170,16 +218,18 @@ void hs_dequantize_range(void *dst, hs_dtype dst_dt, const void *packed, int64_t
 
 void hs_dequantize_add_f32(float *dst, const void *packed, int64_t n, int64_t first, int64_t count,
                            int64_t block, hs_quant_fmt f) {
-    HS_ASSERT(f == HS_QUANT_INT8 || f == HS_QUANT_FP8_E4M3);
+    HS_ASSERT(is_format(f));
     HS_ASSERT(first >= 0 && count >= 0 && first + count <= n);
     const uint8_t *q = packed;
-    const float *scales = scales_of((void *)packed, n);
+    const float *scales = scales_of((void *)packed, n, f);
     for (int64_t i = 0; i < count;) {
         int64_t at = first + i, b = at / block, k = piece(first, i, count, block, count);
         float s = scales[b], *out = dst + i;
         const uint8_t *c = q + at;
         if (f == HS_QUANT_INT8)
             for (int64_t j = 0; j < k; j++) out[j] = out[j] + (float)(int8_t)c[j] * s;
+        else if (f == HS_QUANT_INT4)
+            for (int64_t j = 0; j < k; j++) out[j] = out[j] + int4_at(q, at + j) * s;
         else
             for (int64_t j = 0; j < k; j++) out[j] = out[j] + e4m3_value(c[j]) * s;
         i += k;

@@ -123,10 +123,10 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int
      * only comm_fusion stages a cast input; a parameter's own all-gather
      * casts into its block of the output (fsdp/param.c). */
     bool quant = ag && c->gather != HS_QUANT_NONE;
-    int64_t wire =
-        quant
-            ? PROD(c, S, (int64_t)hs_quant_packed_bytes(padded_sh, c->cfg->fsdp.param_gather_block))
-            : PROD(c, padded_un, cs);
+    int64_t wire = quant ? PROD(c, S,
+                                (int64_t)hs_quant_packed_bytes(
+                                    padded_sh, c->cfg->fsdp.param_gather_block, c->gather))
+                         : PROD(c, padded_un, cs);
     bool copy_in = c->cfg->fsdp.comm_fusion && (c->offload || !c->cfg->fsdp.comm_fusion_zero_copy);
     if (quant) add_to(c, &u->I, wire);
     if (quant ? copy_in : ag && !direct && c->cfg->fsdp.comm_fusion) ACC(c, &u->I, padded_sh, cs);
@@ -151,10 +151,10 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int
     /* grad_reduce: one all-to-all of W packed chunks, both buffers held
      * from the issue to the wait like the reduce input (fsdp/param.c) */
     bool qgrad = ag && c->grad != HS_QUANT_NONE;
-    int64_t rs_wire =
-        qgrad
-            ? PROD(c, S, (int64_t)hs_quant_packed_bytes(padded_sh, c->cfg->fsdp.grad_reduce_block))
-            : PROD(c, padded_un, rs);
+    int64_t rs_wire = qgrad ? PROD(c, S,
+                                   (int64_t)hs_quant_packed_bytes(
+                                       padded_sh, c->cfg->fsdp.grad_reduce_block, c->grad))
+                            : PROD(c, padded_un, rs);
     if (qgrad) ACC(c, &u->R, rs_wire, 2);
     if (ag) add_to(c, tally[1], rs_wire);
     if (R > 1) ACC(c, tally[2], ag ? padded_sh : numel, rs);

@@ -20,6 +20,7 @@ typedef struct links {
     const hs_topology *t;
     int rpn;
     int *members[HS_DIM_COUNT]; /* hs_topology_groups of the kinds' dims */
+    int *nodes[HS_DIM_COUNT];   /* each group's even_nodes, -1 until known */
 } links;
 
 /* Rank q's group of dim d: its members, size and q's index in it. */
@@ -30,6 +31,30 @@ static const int *group_of(const links *l, hs_mesh_dim d, int q, int *size, int 
 }
 
 static int remote(const links *l, int a, int b) { return a / l->rpn != b / l->rpn; }
+
+/* The nodes a group of w members m spans when each holds the same number
+ * of them, else 0 (fsdp/node_groups.c's rule for two levels). */
+static int count_even_nodes(const links *l, const int *m, int w) {
+    int n = 0;
+    for (int j = 0; j < w; j++) {
+        bool seen = false;
+        for (int k = 0; k < j && !seen; k++) seen = m[k] / l->rpn == m[j] / l->rpn;
+        n += !seen;
+    }
+    for (int j = 0; j < w; j++) {
+        int same = 0;
+        for (int k = 0; k < w; k++) same += m[k] / l->rpn == m[j] / l->rpn;
+        if (same * n != w) return 0;
+    }
+    return n;
+}
+
+/* The same for rank q's group of dim d, once a group. */
+static int even_nodes(const links *l, hs_mesh_dim d, int q, const int *m, int w) {
+    int *known = &l->nodes[d][hs_topology_group_index(l->t, d, q)];
+    if (*known < 0) *known = count_even_nodes(l, m, w);
+    return *known;
+}
 
 /* The ring's all-reduce chunks (comm/ring.c). */
 static int64_t chunk(int64_t n, int w, int i) { return n / w + (i < n % w); }
@@ -42,8 +67,17 @@ static void rank_sends(const links *l, hs_plan_role *r, int g, int q, int second
     if (m && w > 1) {
         int next = m[(i + 1) % w];
         sent[HS_PLAN_AG][remote(l, q, next)] += pay[HS_PLAN_AG][g] / w * (w - 1);
-        for (int j = 0; r->rs_all_to_all && j < w; j++)
-            if (j != i) sent[HS_PLAN_RS][remote(l, q, m[j])] += pay[HS_PLAN_RS][g] / w;
+        /* grad_reduce: one all-to-all, or two levels over N even nodes: a
+         * node peer gets the N chunks it sums, then each other node the
+         * sum of its rank's chunk */
+        int n = r->rs_all_to_all ? even_nodes(l, shard_dim[g], q, m, w) : 0;
+        int64_t chunk_bytes = pay[HS_PLAN_RS][g] / w;
+        if (n > 1 && w / n > 1) {
+            sent[HS_PLAN_RS][0] += chunk_bytes * n * (w / n - 1);
+            sent[HS_PLAN_RS][1] += chunk_bytes * (n - 1);
+        }
+        for (int j = 0; r->rs_all_to_all && !(n > 1 && w / n > 1) && j < w; j++)
+            if (j != i) sent[HS_PLAN_RS][remote(l, q, m[j])] += chunk_bytes;
         if (!r->rs_all_to_all)
             sent[HS_PLAN_RS][remote(l, q, next)] += pay[HS_PLAN_RS][g] / w * (w - 1);
         int s = secondary;
@@ -79,18 +113,23 @@ hs_status hs_plan_links(hs_plan *p, int secondary_shard_size, int ranks_per_node
         hs_mesh_dim dims[2] = {shard_dim[g], replicate_dim[g]};
         for (int k = 0; k < 2 && st == HS_OK; k++) {
             if (dims[k] == HS_DIM_COUNT || l.members[dims[k]]) continue;
+            int groups = hs_topology_group_count(p->topo, dims[k]);
             l.members[dims[k]] = malloc(sizeof(int) * (size_t)p->topo->world);
-            if (l.members[dims[k]]) hs_topology_groups(p->topo, dims[k], l.members[dims[k]]);
-            else
+            l.nodes[dims[k]] = malloc(sizeof(int) * (size_t)groups);
+            if (l.members[dims[k]] && l.nodes[dims[k]]) {
+                hs_topology_groups(p->topo, dims[k], l.members[dims[k]]);
+                for (int i = 0; i < groups; i++) l.nodes[dims[k]][i] = -1;
+            } else {
                 st = hs_error_oom(e, "plan: the %s groups of %d ranks", hs_mesh_dim_name(dims[k]),
                                   p->topo->world);
+            }
         }
     }
     for (int q = 0; st == HS_OK && q < p->topo->world; q++) {
         int role = p->n_roles > 1 ? hs_topology_coords(p->topo, q).pp : 0;
         for (int g = 0; g < 3; g++) rank_sends(&l, &p->roles[role], g, q, secondary_shard_size);
     }
-    for (int d = 0; d < HS_DIM_COUNT; d++) free(l.members[d]);
+    for (int d = 0; d < HS_DIM_COUNT; d++) free(l.members[d]), free(l.nodes[d]);
     if (st == HS_OK) p->ranks_per_node = ranks_per_node;
     return st;
 }

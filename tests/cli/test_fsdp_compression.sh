@@ -30,8 +30,9 @@
 #     twice the reduced gradient's largest value at W = 2 where no two
 #     ranks cancel (a row one rank alone saw halves: the worst case): 0.8%.
 #     FSDP 2 fp32 and bf16, HSDP 2x2 with replicate_params (its all-reduce
-#     stays in reduce_dtype), and with param_gather.
-#   - A format that is not one, a block size below 1, or grad_reduce under
+#     stays in reduce_dtype), and with param_gather. grad_reduce: int4
+#     (nibbles, half a step amax / 14) within 2/14 by the same argument.
+#   - A format that is not one, a block size below 1 (or odd for int4), or grad_reduce under
 #     comm_fusion (not built yet), is a configuration error (exit 2, the key named, nothing
 #     written); on an unsharded layout the keys warn that they have no
 #     effect.
@@ -45,33 +46,8 @@ tiny=("${HS_FSDP_TINY[@]}")
 F2=(fsdp_config.dp_shard_size=2 train.global_batch_size=8)
 BF=(fsdp_config.mix_precision.param_dtype=bfloat16 fsdp_config.mix_precision.reduce_dtype=float32)
 
-# grads_within REF RUN TOL [nonzero]: RUN's dumped step-1 gradients within
-# TOL of REF's, relative to each tensor's largest value (with nonzero, not
-# all equal); prints the worst.
-grads_within() {
-    python3 - "$work/$1" "$work/$2" "$3" "${4:-}" <<'PY'
-import json, struct, sys
-ref, run, tol, nonzero = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
-def grads(d):
-    raw = open(d + "/dump/grads-step1.safetensors", "rb").read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    out = {}
-    for k, v in json.loads(raw[8:8 + n]).items():
-        if k != "__metadata__":
-            a, b = v["data_offsets"]
-            out[k] = struct.unpack("<%df" % ((b - a) // 4), raw[8 + n + a:8 + n + b])
-    return out
-ga, gb = grads(ref), grads(run)
-assert ga.keys() == gb.keys(), set(ga) ^ set(gb)
-worst = 0.0
-for k in ga:
-    err = max(abs(p - q) for p, q in zip(ga[k], gb[k])) / (max(abs(v) for v in ga[k]) or 1.0)
-    assert err < tol, f"{run}: the step-1 gradient of {k} is off by {err:.2e} (tol {tol})"
-    worst = max(worst, err)
-assert not nonzero or worst > 0, f"{run}: the exact gradients: nothing was quantized"
-print(f"{run.split('/')[-1]} vs {ref.split('/')[-1]}: step-1 gradients within {worst:.2e}")
-PY
-}
+# grads_within REF RUN TOL [nonzero]: tests/cli/grads_within.py on the runs
+grads_within() { python3 "$HS_SRC/tests/cli/grads_within.py" "$work/$1" "$work/$2" "$3" "${4:-}"; }
 
 # sim NAME RANKS SHARD BLOCK FORMAT KEEP ARGS...: a one-step quantized run
 # on RANKS and a one-process run from quant_sim.py's weights (KEEP: the
@@ -136,13 +112,13 @@ hs_train_dump bf16_q_fused 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8
 hs_compare_runs bf16_q bf16_q_fused 0 "${HS_DUMP_FILES[@]}"
 
 # grad_reduce: step 1's loss bit for bit, its gradients within 1e-2
-step1() {
+step1() { # REF RUN [TOL]
     python3 - "$work/$1/metrics.jsonl" "$work/$2/metrics.jsonl" <<'PY'
 import json, sys
 a, b = (json.loads(open(p).readline())["loss"] for p in sys.argv[1:])
 assert a == b, f"step 1's loss {b} is not the exact run's {a}: the forward changed"
 PY
-    grads_within "$1" "$2" 1e-2 nonzero
+    grads_within "$1" "$2" "${3:-1e-2}" nonzero
 }
 hs_train_dump rq 2 "${F2[@]}" fsdp_config.grad_reduce=int8
 grep -q "gradients reduce-scattered in int8 in blocks of 256" "$work/rq.txt"
@@ -155,6 +131,10 @@ step1 bf16 rq_bf16
 hs_train_dump hsdp_exact 4 "${F2[@]}" "fsdp_config.replicate_params=[$rep]"
 hs_train_dump hsdp_rq 4 "${F2[@]}" "fsdp_config.replicate_params=[$rep]" fsdp_config.grad_reduce=int8
 step1 hsdp_exact hsdp_rq
+# int4: half a step is amax / 14, so the same bound is 2/14 = 0.143
+hs_train_dump rq4 2 "${F2[@]}" fsdp_config.grad_reduce=int4 fsdp_config.grad_reduce_block=64
+grep -q "gradients reduce-scattered in int4 in blocks of 64" "$work/rq4.txt"
+step1 exact rq4 0.143
 hs_train_dump both 2 "${F2[@]}" fsdp_config.param_gather=int8 fsdp_config.grad_reduce=int8
 near exact both
 
@@ -169,8 +149,10 @@ near still still_q
 bad() { hs_refused 1 "${@: -1}" "${F2[@]}" "${@:1:$#-1}"; } # KEY=VALUE... MESSAGE
 bad fsdp_config.param_gather=int4 \
     "fsdp_config.param_gather = int4 is not a wire format; use int8, fp8_e4m3 or null"
-bad fsdp_config.grad_reduce=int4 \
-    "fsdp_config.grad_reduce = int4 is not a wire format for gradients; use int8 or null"
+bad fsdp_config.grad_reduce=fp8_e4m3 \
+    "fsdp_config.grad_reduce = fp8_e4m3 is not a wire format for gradients; use int8, int4 or null"
+bad fsdp_config.grad_reduce=int4 fsdp_config.grad_reduce_block=33 \
+    "fsdp_config.grad_reduce_block = 33 with grad_reduce = int4: two values share a byte"
 bad fsdp_config.param_gather=int8 fsdp_config.param_gather_block=0 \
     "fsdp_config.param_gather_block = 0 is out of range: it must be >= 1"
 bad fsdp_config.grad_reduce=int8 fsdp_config.grad_reduce_block=-3 \

@@ -758,7 +758,7 @@ static void run_quantize(const kcase *c, outs *o) {
     void *x = rnd(c, c->dt, n, 71, 3.0f);
     for (int64_t i = block; i < 2 * block && i < n; i++) hs_st(x, c->dt, i, 0.0f);
     if (c->d[3] && n > 0) hs_st(x, c->dt, n - 1, NAN);
-    size_t pb = hs_quant_packed_bytes(n, block);
+    size_t pb = hs_quant_packed_bytes(n, block, f);
     uint8_t *packed = zeros(c, pb, 1);
     void *back = zeros(c, (size_t)n, hs_dtype_size(c->dt));
     float *back32 = zeros(c, (size_t)n, sizeof(float));
@@ -1119,8 +1119,11 @@ static const op_def ops[] = {
       {1000, 128, HS_QUANT_INT8, 1},
       {4099, 256, HS_QUANT_FP8_E4M3},
       {70001, 32, HS_QUANT_INT8},
-      {70001, 2048, HS_QUANT_FP8_E4M3}},
-     7,
+      {70001, 2048, HS_QUANT_FP8_E4M3},
+      {7, 4, HS_QUANT_INT4, 1},
+      {1001, 128, HS_QUANT_INT4},
+      {70001, 32, HS_QUANT_INT4}},
+     10,
      run_quantize},
 };
 

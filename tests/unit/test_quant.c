@@ -1,6 +1,7 @@
-/* The block quantization of FSDP's compressed all-gather (tensor.h): the
- * e4m3 code against a decoder built from its definition (every pattern,
- * ties to even, saturation), and the packed format against its promises:
+/* The block quantization of FSDP's compressed all-gather and reduction
+ * (tensor.h): the e4m3 code against a decoder built from its definition
+ * (every pattern, ties to even, saturation), int4's nibbles (the layout,
+ * ties to even, the clamp), and the packed format against its promises:
  * the layout's size, each value within half a step of its block's scale,
  * zeros exact, a non-finite block read back as NaN, any range dequantized
  * alone equal to the same values of the whole, every float source and
@@ -67,13 +68,22 @@ static float value_at(uint64_t i) {
     return (float)((double)(x >> 40) / (double)(1 << 24) * 2.0 - 1.0) * (1.0f + (float)(i % 13));
 }
 
+/* The bytes of n codes in format f: one each, half a one for int4. */
+static int64_t code_bytes(hs_quant_fmt f, int64_t n) {
+    return f == HS_QUANT_INT4 ? (n + 1) / 2 : n;
+}
+
+static float top_of(hs_quant_fmt f) {
+    return f == HS_QUANT_INT8 ? 127.0f : f == HS_QUANT_INT4 ? 7.0f : 448.0f;
+}
+
 static void check_format(hs_quant_fmt f, hs_dtype src_dt, hs_dtype dst_dt, int64_t n,
                          int64_t block) {
     size_t es = hs_dtype_size(src_dt), ds = hs_dtype_size(dst_dt);
     float *x = malloc((size_t)n * sizeof *x + 4);
     void *src = malloc((size_t)n * es + 4), *dst = malloc((size_t)n * ds + 4);
     void *part = malloc((size_t)n * ds + 4);
-    size_t pb = hs_quant_packed_bytes(n, block);
+    size_t pb = hs_quant_packed_bytes(n, block, f);
     uint8_t *packed = malloc(pb + 4);
     for (int64_t i = 0; i < n; i++) x[i] = value_at((uint64_t)i);
     for (int64_t i = block; i < 2 * block && i < n; i++) x[i] = 0.0f; /* a block of zeros */
@@ -84,15 +94,17 @@ static void check_format(hs_quant_fmt f, hs_dtype src_dt, hs_dtype dst_dt, int64
     hs_quantize_blocks(packed, src, src_dt, n, block, f, 0, blocks / 2);
     hs_quantize_blocks(packed, src, src_dt, n, block, f, blocks / 2, blocks);
     assert_int_equal(pb % 4, 0);
-    assert_int_equal(pb, (size_t)((n + 3) / 4 * 4) + 4 * (size_t)blocks);
-    for (int64_t i = n; i < (n + 3) / 4 * 4; i++) assert_int_equal(packed[i], 0);
-    const float *scales = (const float *)(packed + (n + 3) / 4 * 4);
+    int64_t cb = code_bytes(f, n), padded = (cb + 3) / 4 * 4;
+    assert_int_equal(pb, (size_t)padded + 4 * (size_t)blocks);
+    for (int64_t i = cb; i < padded; i++) assert_int_equal(packed[i], 0);
+    if (f == HS_QUANT_INT4 && n % 2) assert_int_equal(packed[cb - 1] >> 4, 0);
+    const float *scales = (const float *)(packed + padded);
     hs_dequantize_range(dst, dst_dt, packed, n, 0, n, block, f);
     for (int64_t b = 0; b < blocks; b++) {
         int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
         float amax = 0.0f;
         for (int64_t i = lo; i < hi; i++) amax = fmaxf(amax, fabsf(x[i]));
-        float s = amax / (f == HS_QUANT_INT8 ? 127.0f : 448.0f);
+        float s = amax / top_of(f);
         assert_true(scales[b] == s);
         for (int64_t i = lo; i < hi; i++) {
             float got = 0.0f;
@@ -100,8 +112,8 @@ static void check_format(hs_quant_fmt f, hs_dtype src_dt, hs_dtype dst_dt, int64
             /* int8: half a step of s; e4m3: half a step of its 3-bit
              * mantissa (2^-4 relative) or of the subnormal grid (2^-10 s);
              * then the destination dtype's rounding of the product. */
-            double step = f == HS_QUANT_INT8 ? 0.5 * s
-                                             : fmax(fabs(x[i]) * 0x1p-4, 0x1p-10 * (double)s);
+            double step = f != HS_QUANT_FP8_E4M3 ? 0.5 * s
+                                                 : fmax(fabs(x[i]) * 0x1p-4, 0x1p-10 * (double)s);
             double rnd = dst_dt == HS_DTYPE_F32 ? 1e-7 : dst_dt == HS_DTYPE_BF16 ? 0x1p-8 : 0x1p-11;
             double err = fabs((double)got - x[i]);
             if (err > step * (1 + 1e-6) + rnd * fabs((double)got))
@@ -121,13 +133,39 @@ static void check_format(hs_quant_fmt f, hs_dtype src_dt, hs_dtype dst_dt, int64
 
 static void test_packed_blocks_read_back_within_half_a_step(void **state) {
     (void)state;
-    const int64_t sizes[][2] = {{1, 1}, {7, 4}, {256, 128}, {1000, 256}, {4099, 64}, {3, 256}};
-    for (int f = HS_QUANT_INT8; f <= HS_QUANT_FP8_E4M3; f++)
+    const int64_t sizes[][2] = {{1, 2}, {7, 4}, {256, 128}, {1000, 256}, {4099, 64}, {3, 256}};
+    for (int f = HS_QUANT_INT8; f < HS_QUANT_FMT_COUNT; f++)
         for (int sd = 0; sd < 3; sd++)
             for (int dd = 0; dd < 3; dd++)
                 for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
                     check_format((hs_quant_fmt)f, (hs_dtype)sd, (hs_dtype)dd, sizes[k][0],
                                  sizes[k][1]);
+    check_format(HS_QUANT_INT8, HS_DTYPE_F32, HS_DTYPE_F32, 9, 1); /* a block a value */
+}
+
+/* int4 by its definition: value 2k in the low nibble of byte k, two's
+ * complement in [-7, 7], round-half-even of x / (amax / 7). */
+static void test_int4_nibbles_ties_and_clamp(void **state) {
+    (void)state;
+    /* amax 7: s = 1, so the codes are the rounded values themselves */
+    float x[10] = {7.0f, -7.0f, 0.5f, 1.5f, -2.5f, 3.49f, -0.5f, 6.5f, 2.0f, -1.0f};
+    int want[10] = {7, -7, 0, 2, -2, 3, 0, 6, 2, -1};
+    uint8_t packed[64];
+    float out[10];
+    hs_quantize_blocks(packed, x, HS_DTYPE_F32, 10, 10, HS_QUANT_INT4, 0, 1);
+    hs_quantize_blocks(packed, x, HS_DTYPE_F32, 10, 10, HS_QUANT_INT4, 0, 1);
+    for (int i = 0; i < 10; i++) {
+        int nib = i & 1 ? packed[i / 2] >> 4 : packed[i / 2] & 15;
+        assert_int_equal(nib >= 8 ? nib - 16 : nib, want[i]);
+    }
+    assert_true(*(const float *)(packed + 8) == 1.0f); /* 5 bytes of codes, padded to 8 */
+    hs_dequantize_range(out, HS_DTYPE_F32, packed, 10, 0, 10, 10, HS_QUANT_INT4);
+    for (int i = 0; i < 10; i++) assert_true(out[i] == (float)want[i]);
+    /* the odd range from an odd value, alone */
+    hs_dequantize_range(out, HS_DTYPE_F32, packed, 10, 3, 5, 10, HS_QUANT_INT4);
+    for (int i = 0; i < 5; i++) assert_true(out[i] == (float)want[3 + i]);
+    assert_string_equal(hs_quant_fmt_name(HS_QUANT_INT4), "int4");
+    assert_int_equal(hs_quant_packed_bytes(9, 4, HS_QUANT_INT4), 8 + 4 * 3);
 }
 
 static void test_non_finite_block_reads_back_nan_and_others_stay(void **state) {
@@ -135,16 +173,17 @@ static void test_non_finite_block_reads_back_nan_and_others_stay(void **state) {
     float x[12] = {1, 2, 3, 4, 5, INFINITY, 7, 8, 9, 10, NAN, 12};
     uint8_t packed[64];
     float out[12];
-    for (int f = HS_QUANT_INT8; f <= HS_QUANT_FP8_E4M3; f++) {
+    for (int f = HS_QUANT_INT8; f < HS_QUANT_FMT_COUNT; f++) {
         hs_quantize_blocks(packed, x, HS_DTYPE_F32, 12, 4, (hs_quant_fmt)f, 0, 3);
         hs_dequantize_range(out, HS_DTYPE_F32, packed, 12, 0, 12, 4, (hs_quant_fmt)f);
         for (int i = 0; i < 4; i++) /* half a step of the finite block's grid */
             assert_true(fabsf(out[i] - x[i]) <=
-                        (f == HS_QUANT_INT8 ? 2.0f / 127.0f : x[i] * 0x1p-4f) * 1.0001f);
+                        (f != HS_QUANT_FP8_E4M3 ? 2.0f / top_of((hs_quant_fmt)f) : x[i] * 0x1p-4f) *
+                            1.0001f);
         for (int i = 4; i < 12; i++) assert_true(isnan(out[i]));
     }
     assert_string_equal(hs_quant_fmt_name(HS_QUANT_FP8_E4M3), "fp8_e4m3");
-    assert_int_equal(hs_quant_packed_bytes(0, 8), 0);
+    assert_int_equal(hs_quant_packed_bytes(0, 8, HS_QUANT_INT8), 0);
 }
 
 static void test_dequantize_add_is_dequantize_then_add(void **state) {
@@ -152,7 +191,7 @@ static void test_dequantize_add_is_dequantize_then_add(void **state) {
     enum { N = 1000, B = 64 };
     float x[N], acc[N], want[N], piece[N];
     uint8_t packed[N + 4 * (N / B + 1) + 4];
-    for (int f = HS_QUANT_INT8; f <= HS_QUANT_FP8_E4M3; f++) {
+    for (int f = HS_QUANT_INT8; f < HS_QUANT_FMT_COUNT; f++) {
         for (int i = 0; i < N; i++) x[i] = value_at((uint64_t)i + 99), acc[i] = value_at(i);
         memcpy(want, acc, sizeof want);
         hs_quantize_blocks(packed, x, HS_DTYPE_F32, N, B, (hs_quant_fmt)f, 0, (N + B - 1) / B);
@@ -168,6 +207,7 @@ int main(void) {
         cmocka_unit_test(test_e4m3_every_code_decodes_and_round_trips),
         cmocka_unit_test(test_e4m3_rounds_to_nearest_even_and_saturates),
         cmocka_unit_test(test_packed_blocks_read_back_within_half_a_step),
+        cmocka_unit_test(test_int4_nibbles_ties_and_clamp),
         cmocka_unit_test(test_non_finite_block_reads_back_nan_and_others_stay),
         cmocka_unit_test(test_dequantize_add_is_dequantize_then_add),
     };
