@@ -237,6 +237,9 @@ typedef struct hs_plan_role {
      * edp_shard / edp_replicate. Bytes of one all-gather output, of one
      * reduce-scatter input and of one all-reduce. */
     int64_t unit_gather[2][2], unit_reduce[2][2], unit_all_reduce[2][2];
+    /* Of unit_gather, what the backward gathers among a secondary group
+     * instead (secondary_shard_size), and its bytes there (param dtype). */
+    int64_t unit_gather_hpz[2][2], unit_gather_secondary[2][2];
     /* FSDP's per-step payload of one rank by group kind, for the link
      * classes (hs_plan_links): [k][0] on fsdp_shard (its secondary groups,
      * fsdp_replicate), [k][1] on edp_shard (edp_replicate), [k][2] on the

@@ -97,7 +97,7 @@ static int n_states(const plan_ctx *c, const hs_param *p) {
 }
 
 /* fsdp/param.c's sizes for shard rank 0 of a degree-S shard group. */
-static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int64_t *tally[3]) {
+static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int64_t *tally[5]) {
     const hs_topology *t = c->topo;
     bool rep = false;
     for (int i = 0; i < c->cfg->fsdp.n_replicate_params && !rep; i++)
@@ -142,6 +142,7 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int
         ACC(c, &u->ag_sec, padded_un, cs), u->ag_sec_calls++;
         ACC(c, &u->k_sec[kind], padded_un, cs);
         add_to(c, &u->hpz_wire, wire), add_to(c, &u->k_hpz[kind], wire);
+        add_to(c, tally[3], wire), ACC(c, tally[4], padded_un, cs);
         if (quant) add_to(c, &u->hpz_I, wire);
         if (quant && copy_in) ACC(c, &u->hpz_I, padded_sh, cs);
         if (c->offload && src != cs) ACC(c, &u->hpz_stage, storage, src);
@@ -555,8 +556,9 @@ static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
     for (int i = 0; i < hs_model_num_params(m); i++) {
         hs_param *p = hs_model_param(m, i);
         int k = top_of(m, p->unit, top_index), x = p->on_ep_mesh;
-        int64_t *tally[3] = {&r->unit_gather[k > 0][x], &r->unit_reduce[k > 0][x],
-                             &r->unit_all_reduce[k > 0][x]};
+        int64_t *tally[5] = {&r->unit_gather[k > 0][x], &r->unit_reduce[k > 0][x],
+                             &r->unit_all_reduce[k > 0][x], &r->unit_gather_hpz[k > 0][x],
+                             &r->unit_gather_secondary[k > 0][x]};
         if (c->fsdp) add_fsdp_param(c, p, &tops[k], tally);
         else add_local_param(c, p, &tops[k]);
         int64_t g = hs_ck_prod(c->ck, p->shape, p->ndim);
@@ -567,6 +569,7 @@ static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
         int described = exact ? n_blocks : (st.n_chunks > 0 ? st.n_chunks : 1);
         described = described > 0 ? described : 1;
         r->unit_gather[1][x] /= described, r->unit_reduce[1][x] /= described;
+        r->unit_gather_hpz[1][x] /= described, r->unit_gather_secondary[1][x] /= described;
         r->unit_all_reduce[1][x] /= described;
     }
     /* The step's units in order: the described ones, or the root and each

@@ -284,6 +284,7 @@ typedef struct pass_costs {
     double fwd_moe, bwd_in_moe, bwd_w_moe;
     double head_f, head_b;         /* the head and loss */
     double ag[2], rs[2];           /* [root, block]: the unit's FSDP collectives */
+    double ag_bwd[2];              /* its backward's gathers (hpZ: some among fewer ranks) */
     double mp[HS_PLAN_COMM_COUNT]; /* one block's model-parallel seconds, forward + backward */
 } pass_costs;
 
@@ -324,6 +325,14 @@ static void role_costs(const tctx *c, const hs_plan_role *r, pass_costs *pc) {
             int S = x ? t->edp_shard : t->dp_shard, R = x ? t->edp_replicate : t->dp_replicate;
             pc->ag[u] +=
                 coll_s(c, C_AG, (double)r->unit_gather[u][x], S, stride_of(c, HS_PLAN_AG, x));
+            int sec = cfg->fsdp.secondary_shard_size;
+            pc->ag_bwd[u] +=
+                coll_s(c, C_AG, (double)(r->unit_gather[u][x] - r->unit_gather_hpz[u][x]), S,
+                       stride_of(c, HS_PLAN_AG, x)) +
+                (r->unit_gather_secondary[u][x] ? coll_s(c, C_AG,
+                                                         (double)r->unit_gather_secondary[u][x],
+                                                         sec, stride_of(c, HS_PLAN_AG, x))
+                                                 : 0);
             pc->rs[u] +=
                 coll_s(c, C_RS, (double)r->unit_reduce[u][x], S, stride_of(c, HS_PLAN_RS, x)) +
                 coll_s(c, C_AR, (double)r->unit_all_reduce[u][x], R, stride_of(c, HS_PLAN_AR, x));
@@ -350,7 +359,8 @@ static void set_pass(tq *q, const tctx *c, const pass_costs *pc, hs_pp_kind kind
     double bw = pc->bwd_w + share * (pc->bwd_w_moe - pc->bwd_w);
     bool root = embed || head;
     /* without sharding the units hold their parameters: nothing to gather */
-    q->ag[0] = root && c->gather ? pc->ag[0] : 0, q->ag[1] = c->gather ? pc->ag[1] : 0;
+    const double *ag = kind == HS_PP_FORWARD ? pc->ag : pc->ag_bwd;
+    q->ag[0] = root && c->gather ? ag[0] : 0, q->ag[1] = c->gather ? ag[1] : 0;
     q->rs[0] = root ? pc->rs[0] : 0, q->rs[1] = pc->rs[1];
     q->head = kind == HS_PP_FORWARD && head ? pc->head_f : 0;
     q->root = kind == HS_PP_FORWARD || !head ? 0 : split ? pc->head_b / 2 : pc->head_b;
@@ -384,8 +394,9 @@ static void prefetch_across(const tctx *c, const pass_costs *pc, tq *to, int fro
         if (to->unsharded[k]) continue;
         to->unsharded[k] = true;
         to->done[k] = 0;
-        if (!c->gather || pc->ag[1] <= 0) continue;
-        *cq = (*cq > at ? *cq : at) + pc->ag[1];
+        double ag = step > 0 ? pc->ag[1] : pc->ag_bwd[1]; /* forward, or backward */
+        if (!c->gather || ag <= 0) continue;
+        *cq = (*cq > at ? *cq : at) + ag;
         to->done[k] = *cq;
     }
 }
