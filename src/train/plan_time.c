@@ -326,13 +326,13 @@ static void role_costs(const tctx *c, const hs_plan_role *r, pass_costs *pc) {
             pc->ag[u] +=
                 coll_s(c, C_AG, (double)r->unit_gather[u][x], S, stride_of(c, HS_PLAN_AG, x));
             int sec = cfg->fsdp.secondary_shard_size;
-            pc->ag_bwd[u] +=
-                coll_s(c, C_AG, (double)(r->unit_gather[u][x] - r->unit_gather_hpz[u][x]), S,
-                       stride_of(c, HS_PLAN_AG, x)) +
-                (r->unit_gather_secondary[u][x] ? coll_s(c, C_AG,
-                                                         (double)r->unit_gather_secondary[u][x],
-                                                         sec, stride_of(c, HS_PLAN_AG, x))
-                                                 : 0);
+            pc->ag_bwd[u] += coll_s(c, C_AG,
+                                    (double)(r->unit_gather[u][x] - r->unit_gather_hpz[u][x]), S,
+                                    stride_of(c, HS_PLAN_AG, x)) +
+                             (r->unit_gather_secondary[u][x]
+                                  ? coll_s(c, C_AG, (double)r->unit_gather_secondary[u][x], sec,
+                                           stride_of(c, HS_PLAN_AG, x))
+                                  : 0);
             pc->rs[u] +=
                 coll_s(c, C_RS, (double)r->unit_reduce[u][x], S, stride_of(c, HS_PLAN_RS, x)) +
                 coll_s(c, C_AR, (double)r->unit_all_reduce[u][x], R, stride_of(c, HS_PLAN_AR, x));
