@@ -202,7 +202,7 @@ static const hs_cfg_key keys[] = {
          "quantized in blocks, exchanged by all-to-all and summed in fp32 by its owner (in "
          "two levels, inside each node then across, where the shard group spans nodes "
          "evenly); the replicate all-reduce stays in reduce_dtype; null: reduce_dtype "
-         "itself (needs comm_fusion false)"),
+         "itself"),
     KINT("fsdp_config.grad_reduce_block", fsdp.grad_reduce_block, "256", GE, 1,
          "values per quantization block of fsdp_config.grad_reduce (even for int4)"),
     KINT_NULL("fsdp_config.secondary_shard_size", fsdp.secondary_shard_size, 1,

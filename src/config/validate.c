@@ -145,12 +145,6 @@ static void check_wire_formats(const hs_config *c, hs_cfg_report *rep) {
                           "values share a byte, so a block must hold an even number of them; "
                           "use %d",
                           f->grad_reduce_block, f->grad_reduce_block + 1);
-    if (hs_fsdp_config_grad_reduce(f) != HS_QUANT_NONE && f->comm_fusion)
-        hs_cfg_report_add(rep,
-                          "fsdp_config.grad_reduce = %s with fsdp_config.comm_fusion = true: a "
-                          "fused unit's quantized reduction is not built yet; set "
-                          "comm_fusion: false (or grad_reduce: null)",
-                          f->grad_reduce);
 }
 
 /* hpZ (fsdp_config.secondary_shard_size): a non-trivial divisor of the

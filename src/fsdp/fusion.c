@@ -10,17 +10,13 @@
 static char *at(void *base, int64_t elems, size_t es) { return (char *)base + (size_t)elems * es; }
 
 static hs_status check_members(const hs_fsdp_unit *u, hs_fsdp_param **ps, int n, hs_error *e) {
-    if (ps[0]->grad_fmt != HS_QUANT_NONE) /* the config refuses it first */
-        return hs_error_set(e, HS_ERR_CONFIG,
-                            "fsdp_config.comm_fusion=true with fsdp_config.grad_reduce=%s: a "
-                            "fused unit's quantized reduction is not built yet; set "
-                            "comm_fusion: false",
-                            hs_quant_fmt_name(ps[0]->grad_fmt));
     for (int j = 1; j < n; j++) {
         const hs_fsdp_param *a = ps[0], *b = ps[j];
         if (a->mi.shard_pg != b->mi.shard_pg || a->compute_dtype != b->compute_dtype ||
             a->reduce_dtype != b->reduce_dtype || a->offload != b->offload ||
-            a->gather_fmt != b->gather_fmt || a->gather_block != b->gather_block)
+            a->gather_fmt != b->gather_fmt || a->gather_block != b->gather_block ||
+            a->grad_fmt != b->grad_fmt || a->grad_block != b->grad_block ||
+            a->mi.levels != b->mi.levels)
             return hs_error_set(e, HS_ERR_CONFIG,
                                 "fsdp_config.comm_fusion=true: unit %d (%s) holds %s (%s, %s) "
                                 "and %s (%s, %s), which cannot share one all-gather; set "
@@ -89,10 +85,12 @@ hs_status hs_fsdp_fusion_build(hs_fsdp_unit *u, bool zero_copy, hs_fsdp_mem *mem
     fu->params = calloc((size_t)n, sizeof *fu->params);
     fu->offset = calloc((size_t)n, sizeof *fu->offset);
     fu->packed_offset = calloc((size_t)n, sizeof *fu->packed_offset);
-    if (!fu->params || !fu->offset || !fu->packed_offset)
-        return hs_error_oom(
-            e, "fsdp unit %d: the fusion tables of %d parameters: %zu bytes", u->index, n,
-            (size_t)n * (sizeof *fu->params + sizeof *fu->offset + sizeof *fu->packed_offset));
+    fu->grad_offset = calloc((size_t)n, sizeof *fu->grad_offset);
+    if (!fu->params || !fu->offset || !fu->packed_offset || !fu->grad_offset)
+        return hs_error_oom(e, "fsdp unit %d: the fusion tables of %d parameters: %zu bytes",
+                            u->index, n,
+                            (size_t)n * (sizeof *fu->params + sizeof *fu->offset +
+                                         sizeof *fu->packed_offset + sizeof *fu->grad_offset));
     for (int i = 0; i < u->n_params; i++)
         if (u->params[i]->needs_all_gather) fu->params[fu->n_params++] = u->params[i];
     hs_status st = check_members(u, fu->params, n, e);
@@ -108,6 +106,11 @@ hs_status hs_fsdp_fusion_build(hs_fsdp_unit *u, bool zero_copy, hs_fsdp_mem *mem
         fu->packed_offset[j] = fu->packed_bytes;
         fu->packed_bytes += hs_quant_packed_bytes(fu->params[j]->plan.padded_sharded_numel,
                                                   fu->gather_block, fu->gather_fmt);
+    }
+    fu->grad_fmt = p0->grad_fmt;
+    for (int j = 0; j < n && fu->grad_fmt != HS_QUANT_NONE; j++) {
+        fu->grad_offset[j] = fu->grad_bytes;
+        fu->grad_bytes += hs_fsdp_param_grad_chunk_bytes(fu->params[j]);
     }
     fu->pg = p0->mi.shard_pg;
     fu->world = p0->mi.shard_size;
@@ -149,6 +152,7 @@ void hs_fsdp_fusion_free(hs_fsdp_unit *u) {
     free(fu->params);
     free(fu->offset);
     free(fu->packed_offset);
+    free(fu->grad_offset);
     free(fu);
     u->fusion = NULL;
 }
@@ -190,28 +194,33 @@ static void mark_unsharding(hs_fsdp_fusion *fu) {
 }
 
 /* The quantized all-gather (fusion.h): each parameter's local shard packed
- * alone into this rank's chunk, straight from the flat source under
- * zero-copy, else from the copied-in input; the chunks gathered in place
- * as bytes. */
+ * alone into this rank's chunk from what the unfused path packs it from —
+ * its view of the flat source under zero-copy, its own source (the fp32
+ * master, or the 16-bit model shard) under copy-in, the copy brought from
+ * the host under offload; the chunks gathered in place as bytes. */
 static hs_status unshard_packed(hs_fsdp_fusion *fu, hs_error *e) {
-    const void *src = fu->flat_src;
-    hs_dtype src_dt = fu->src_dtype;
-    if (!fu->zero_copy) {
-        src = all_gather_input(fu, e);
-        if (!src) return e ? e->code : HS_ERR_OOM;
-        src_dt = fu->ag_dtype;
+    const void *flat = fu->flat_src;
+    hs_dtype flat_dt = fu->src_dtype;
+    bool staged = !fu->zero_copy && fu->params[0]->offload;
+    if (staged) {
+        flat = all_gather_input(fu, e);
+        if (!flat) return e ? e->code : HS_ERR_OOM;
+        flat_dt = fu->ag_dtype;
     }
-    size_t B = fu->packed_bytes, es = hs_dtype_size(src_dt);
+    size_t B = fu->packed_bytes, es = hs_dtype_size(flat_dt);
     fu->ag_out = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, B * (size_t)fu->world,
                                           "the fused quantized all-gather buffer",
                                           fu->params[0]->p->fqn, e);
     if (!fu->ag_out) return HS_ERR_OOM;
     fu->ag_out_bytes = B * (size_t)fu->world;
     char *mine = (char *)fu->ag_out + B * (size_t)hs_pg_rank(fu->pg);
-    for (int j = 0; j < fu->n_params; j++)
-        hs_dev_quantize(fu->mem->dev, mine + fu->packed_offset[j],
-                        at((void *)src, fu->offset[j], es), src_dt,
+    for (int j = 0; j < fu->n_params; j++) {
+        hs_dtype dt = flat_dt;
+        const void *src = fu->zero_copy || staged ? at((void *)flat, fu->offset[j], es)
+                                                  : hs_fsdp_local_source(fu->params[j], &dt);
+        hs_dev_quantize(fu->mem->dev, mine + fu->packed_offset[j], src, dt,
                         fu->params[j]->plan.padded_sharded_numel, fu->gather_block, fu->gather_fmt);
+    }
     hs_stream *ag = hs_fsdp_mem_ag(fu->mem);
     hs_fsdp_mem_tie(fu->mem, fu->mem->dev->stream, ag);
     fu->ag_work = hs_pg_all_gather_async(fu->pg, ag, fu->ag_out, mine, (int64_t)B, HS_DTYPE_U8);
@@ -309,8 +318,40 @@ void hs_fsdp_fusion_reshard(hs_fsdp_fusion *fu) {
 
 /* ---------------------------------------------------------------- reduce */
 
+/* The quantized reduction (fusion.h): every parameter's chunk for each
+ * destination packed into that destination's block, the blocks exchanged
+ * by one byte all-to-all (over the node for two levels) into the second
+ * half of rs_in. */
+static hs_status reduce_packed(hs_fsdp_fusion *fu, float prescale, hs_error *e) {
+    const hs_fsdp_levels *lv = hs_fsdp_param_levels(fu->params[0]);
+    size_t C = fu->grad_bytes, half = C * (size_t)fu->world;
+    fu->rs_in = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_GRAD, 2 * half,
+                                         "the fused quantized reduction's buffers",
+                                         fu->params[0]->p->fqn, e);
+    if (!fu->rs_in) return HS_ERR_OOM;
+    fu->rs_in_bytes = 2 * half;
+    char *send = fu->rs_in;
+    for (int j = 0; j < fu->n_params; j++) {
+        hs_fsdp_param *fp = fu->params[j];
+        HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL);
+        hs_status st =
+            hs_fsdp_mp_reduce_input(fp, hs_fsdp_param_input_scale(fp, prescale), NULL, e);
+        if (st != HS_OK) return st;
+        for (int k = 0; k < fu->world; k++)
+            hs_fsdp_param_pack_grad_chunk(fp, send + C * (size_t)k + fu->grad_offset[j],
+                                          lv ? lv->dest[k] : k);
+        hs_fsdp_param_grad_release(fp);
+    }
+    hs_stream *rs = hs_fsdp_mem_rs(fu->mem);
+    hs_fsdp_mem_tie(fu->mem, fu->mem->dev->stream, rs);
+    fu->rs_work = hs_pg_all_to_all_async(lv ? lv->node : fu->pg, rs, send + half, send,
+                                         (int64_t)C * (lv ? lv->N : 1), HS_DTYPE_U8);
+    return HS_OK;
+}
+
 hs_status hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale, hs_error *e) {
     HS_ASSERT(fu->rs_work == NULL && fu->rs_in == NULL);
+    if (fu->grad_fmt != HS_QUANT_NONE) return reduce_packed(fu, prescale, e);
     size_t es = hs_dtype_size(fu->rs_dtype);
     int64_t W = fu->world, S = fu->numel;
     fu->rs_in = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_GRAD, (size_t)(W * S) * es,
@@ -338,6 +379,62 @@ hs_status hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale, hs_err
     return HS_OK;
 }
 
+/* Two levels, after the node's exchange: each parameter's N chunks summed
+ * over the node and packed again into the cross group's blocks, exchanged
+ * into `out` (N blocks of C: every node's sums of this rank's chunks). */
+static hs_status cross_level(hs_fsdp_fusion *fu, const hs_fsdp_levels *lv, char *out, hs_error *e) {
+    size_t C = fu->grad_bytes;
+    const char *in = (const char *)fu->rs_in + C * (size_t)fu->world;
+    char *send = out + C * (size_t)lv->N;
+    int64_t most = 0;
+    for (int j = 0; j < fu->n_params; j++)
+        if (fu->params[j]->plan.padded_sharded_numel > most)
+            most = fu->params[j]->plan.padded_sharded_numel;
+    size_t part_bytes = (size_t)most * sizeof(float);
+    float *part = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_GRAD, part_bytes,
+                                           "the node's partial sums", fu->params[0]->p->fqn, e);
+    if (!part) return HS_ERR_OOM;
+    for (int c = 0; c < lv->N; c++)
+        for (int j = 0; j < fu->n_params; j++) {
+            hs_fsdp_param *fp = fu->params[j];
+            /* node rank l's block holds destination c's block at c */
+            hs_fsdp_param_sum_chunks(fp, part, in + C * (size_t)c + fu->grad_offset[j],
+                                     C * (size_t)lv->N, lv->L);
+            hs_dev_quantize(fu->mem->dev, send + C * (size_t)c + fu->grad_offset[j], part,
+                            HS_DTYPE_F32, fp->plan.padded_sharded_numel, fp->grad_block,
+                            fp->grad_fmt);
+        }
+    hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_GRAD, part, part_bytes);
+    hs_stream *rs = hs_fsdp_mem_rs(fu->mem);
+    hs_fsdp_mem_tie(fu->mem, fu->mem->dev->stream, rs);
+    hs_work *w = hs_pg_all_to_all_async(lv->cross, rs, out, send, (int64_t)C, HS_DTYPE_U8);
+    hs_status st = hs_fsdp_exposed_wait(fu->exposed, HS_FSDP_WAIT_REDUCE_SCATTER, w, e);
+    hs_fsdp_mem_tie(fu->mem, rs, fu->mem->dev->stream);
+    return st;
+}
+
+/* The quantized reduction's end: every parameter summed from what arrived
+ * (the W ranks' chunks, or the N nodes' sums) into its reduce slot. */
+static hs_status sum_packed(hs_fsdp_fusion *fu, hs_error *e) {
+    const hs_fsdp_levels *lv = hs_fsdp_param_levels(fu->params[0]);
+    size_t C = fu->grad_bytes, cross_bytes = lv ? 2 * C * (size_t)lv->N : 0;
+    const char *in = (const char *)fu->rs_in + C * (size_t)fu->world;
+    char *cross = NULL;
+    hs_status st = HS_OK;
+    if (lv) {
+        cross = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_GRAD, cross_bytes,
+                                         "the cross-node exchange's buffers", fu->params[0]->p->fqn,
+                                         e);
+        st = cross ? cross_level(fu, lv, cross, e) : HS_ERR_OOM;
+        in = cross;
+    }
+    for (int j = 0; j < fu->n_params && st == HS_OK; j++)
+        st = hs_fsdp_param_finish_packed(fu->params[j], in + fu->grad_offset[j], C,
+                                         lv ? lv->N : fu->world, e);
+    hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_GRAD, cross, cross_bytes);
+    return st;
+}
+
 hs_status hs_fsdp_fusion_reduce_wait(hs_fsdp_fusion *fu, hs_error *e) {
     if (!fu->rs_work) return HS_OK;
     hs_work *w = fu->rs_work;
@@ -345,6 +442,7 @@ hs_status hs_fsdp_fusion_reduce_wait(hs_fsdp_fusion *fu, hs_error *e) {
     hs_status st = hs_fsdp_exposed_wait(fu->exposed, HS_FSDP_WAIT_REDUCE_SCATTER, w, e);
     /* its input goes back to the cache once the reduction has read it */
     hs_fsdp_mem_tie(fu->mem, hs_fsdp_mem_rs(fu->mem), fu->mem->dev->stream);
+    if (st == HS_OK && fu->grad_fmt != HS_QUANT_NONE) st = sum_packed(fu, e);
     hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_GRAD, fu->rs_in, fu->rs_in_bytes);
     fu->rs_in = NULL;
     fu->rs_in_bytes = 0;

@@ -32,7 +32,11 @@
  * packed alone (tensor.h: blocks start at its first element), the packed
  * parameters back to back in each rank's chunk of B = sum of their packed
  * bytes, and every (rank, parameter) piece read back straight into its
- * view: the values, and so training, are the unfused quantized run's. */
+ * view: the values, and so training, are the unfused quantized run's. The
+ * quantized reduction (fsdp_config.grad_reduce) likewise: each
+ * parameter's chunk for each rank packed alone, one all-to-all of blocks
+ * of C = the sum of their packed bytes (in two levels, one per level), and
+ * each parameter summed by the unfused path's own steps (fsdp/param.h). */
 #ifndef HS_FSDP_FUSION_H
 #define HS_FSDP_FUSION_H
 
@@ -69,8 +73,14 @@ typedef struct hs_fsdp_fusion {
     size_t unsharded_bytes;
     hs_work *ag_work;
 
-    void *rs_in; /* rank-major packed gradients */
+    void *rs_in; /* rank-major packed gradients (grad_reduce: sent, then received) */
     size_t rs_in_bytes;
+    /* grad_reduce: each parameter's chunk packed alone at grad_offset[j]
+     * of a destination's block of grad_bytes (C), the blocks in the
+     * exchange's order (fsdp/param.h, hs_fsdp_param_levels) */
+    hs_quant_fmt grad_fmt;
+    size_t *grad_offset;
+    size_t grad_bytes;
     hs_fsdp_reduce_group *rs_group; /* its buffer is the reduce-scatter output */
     hs_work *rs_work;
 

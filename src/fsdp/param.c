@@ -406,10 +406,20 @@ hs_reduce_op hs_fsdp_param_tp_op(const hs_fsdp_param *fp) {
     return fp->dp_sum && fp->p->tp_grad_partial ? HS_REDUCE_SUM : HS_REDUCE_AVG;
 }
 
-/* grad_reduce's two levels for fp's shard group, or NULL for one. */
-static const hs_fsdp_levels *two_levels(const hs_fsdp_param *fp) {
+const hs_fsdp_levels *hs_fsdp_param_levels(const hs_fsdp_param *fp) {
     const hs_fsdp_levels *lv = fp->mi.levels;
-    return lv && lv->node ? lv : NULL;
+    return fp->grad_fmt != HS_QUANT_NONE && lv && lv->node ? lv : NULL;
+}
+
+size_t hs_fsdp_param_grad_chunk_bytes(const hs_fsdp_param *fp) {
+    return hs_quant_packed_bytes(fp->plan.padded_sharded_numel, fp->grad_block, fp->grad_fmt);
+}
+
+void hs_fsdp_param_pack_grad_chunk(hs_fsdp_param *fp, void *dst, int r) {
+    int64_t P = fp->plan.padded_sharded_numel;
+    hs_dev_quantize(fp->mem->dev, dst,
+                    (const char *)fp->rs_input + bytes_of(r * P, fp->reduce_dtype),
+                    fp->reduce_dtype, P, fp->grad_block, fp->grad_fmt);
 }
 
 /* The quantized reduce-scatter (grad_reduce): the reduce input's W chunks
@@ -420,20 +430,16 @@ static const hs_fsdp_levels *two_levels(const hs_fsdp_param *fp) {
 static hs_status reduce_packed(hs_fsdp_param *fp, hs_error *e) {
     int64_t P = fp->plan.padded_sharded_numel;
     int W = fp->mi.shard_size;
-    const hs_fsdp_levels *lv = two_levels(fp);
+    const hs_fsdp_levels *lv = hs_fsdp_param_levels(fp);
     HS_ASSERT(fp->reduce_numel == P);
-    size_t pb = hs_quant_packed_bytes(P, fp->grad_block, fp->grad_fmt), half = pb * (size_t)W;
+    size_t pb = hs_fsdp_param_grad_chunk_bytes(fp), half = pb * (size_t)W;
     char *buf = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, 2 * half,
                                          "the quantized reduce-scatter buffers", fp->p->fqn, e);
     if (!buf) return HS_ERR_OOM;
     fp->rs_packed = buf;
     fp->rs_packed_bytes = 2 * half;
-    for (int k = 0; k < W; k++) {
-        int r = lv ? lv->dest[k] : k;
-        hs_dev_quantize(fp->mem->dev, buf + pb * (size_t)k,
-                        (const char *)fp->rs_input + bytes_of(r * P, fp->reduce_dtype),
-                        fp->reduce_dtype, P, fp->grad_block, fp->grad_fmt);
-    }
+    for (int k = 0; k < W; k++)
+        hs_fsdp_param_pack_grad_chunk(fp, buf + pb * (size_t)k, lv ? lv->dest[k] : k);
     /* the exchange reads the chunks once the compute stream packed them */
     order(fp->grad_ready, fp->mem->dev->stream, fp->mem->rs_stream);
     fp->rs_work = hs_pg_all_to_all_async(lv ? lv->node : fp->mi.shard_pg, hs_fsdp_mem_rs(fp->mem),
@@ -442,9 +448,7 @@ static hs_status reduce_packed(hs_fsdp_param *fp, hs_error *e) {
     return HS_OK;
 }
 
-/* acc = the sum in fp32 of n packed chunks of P values, chunk k at
- * in + stride * k, in that order. */
-static void sum_chunks(hs_fsdp_param *fp, float *acc, const char *in, size_t stride, int n) {
+void hs_fsdp_param_sum_chunks(hs_fsdp_param *fp, float *acc, const char *in, size_t stride, int n) {
     hs_device *d = fp->mem->dev;
     int64_t P = fp->plan.padded_sharded_numel;
     hs_dev_dequantize(d, acc, HS_DTYPE_F32, in, P, 0, P, fp->grad_block, fp->grad_fmt);
@@ -460,7 +464,7 @@ static void sum_chunks(hs_fsdp_param *fp, float *acc, const char *in, size_t str
 static hs_status cross_level(hs_fsdp_param *fp, const hs_fsdp_levels *lv, char *out, hs_error *e) {
     int64_t P = fp->plan.padded_sharded_numel;
     int N = lv->N, L = lv->L;
-    size_t pb = hs_quant_packed_bytes(P, fp->grad_block, fp->grad_fmt);
+    size_t pb = hs_fsdp_param_grad_chunk_bytes(fp);
     const char *in = (const char *)fp->rs_packed + pb * (size_t)fp->mi.shard_size;
     size_t part_bytes = bytes_of((int64_t)N * P, HS_DTYPE_F32);
     float *part = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, part_bytes,
@@ -468,7 +472,8 @@ static hs_status cross_level(hs_fsdp_param *fp, const hs_fsdp_levels *lv, char *
     if (!part) return HS_ERR_OOM;
     char *send = out + pb * (size_t)N;
     for (int c = 0; c < N; c++) { /* node rank l's block holds chunk c at c */
-        sum_chunks(fp, part + (size_t)c * (size_t)P, in + pb * (size_t)c, pb * (size_t)N, L);
+        hs_fsdp_param_sum_chunks(fp, part + (size_t)c * (size_t)P, in + pb * (size_t)c,
+                                 pb * (size_t)N, L);
         hs_dev_quantize(fp->mem->dev, send + pb * (size_t)c, part + (size_t)c * (size_t)P,
                         HS_DTYPE_F32, P, fp->grad_block, fp->grad_fmt);
     }
@@ -481,42 +486,42 @@ static hs_status cross_level(hs_fsdp_param *fp, const hs_fsdp_levels *lv, char *
     return st;
 }
 
-/* Every rank's chunk for this one (one level), or every node's sum of it
- * (two levels), read back and summed in fp32 in rank order into the reduce
- * slot (compute stream, after the exchange). */
-static hs_status sum_packed(hs_fsdp_param *fp, hs_error *e) {
+hs_status hs_fsdp_param_finish_packed(hs_fsdp_param *fp, const char *in, size_t stride, int n,
+                                      hs_error *e) {
     hs_device *d = fp->mem->dev;
     int64_t P = fp->plan.padded_sharded_numel;
-    int W = fp->mi.shard_size, n = W;
-    const hs_fsdp_levels *lv = two_levels(fp);
-    size_t pb = hs_quant_packed_bytes(P, fp->grad_block, fp->grad_fmt);
-    const char *in = (const char *)fp->rs_packed + pb * (size_t)W;
-    size_t cross_bytes = lv ? 2 * pb * (size_t)lv->N : 0;
-    char *cross = NULL;
-    if (lv) {
-        cross = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, cross_bytes,
-                                         "the cross-node exchange's buffers", fp->p->fqn, e);
-        hs_status st = cross ? cross_level(fp, lv, cross, e) : HS_ERR_OOM;
-        if (st != HS_OK) {
-            hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, cross, cross_bytes);
-            return st;
-        }
-        in = cross, n = lv->N;
-    }
     bool f32 = fp->reduce_dtype == HS_DTYPE_F32;
     size_t tmp_bytes = f32 ? 0 : bytes_of(P, HS_DTYPE_F32);
     float *acc = f32 ? fp->reduce_slot
                      : hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, tmp_bytes,
                                                 "the quantized reduction's sum", fp->p->fqn, e);
-    if (acc) sum_chunks(fp, acc, in, pb, n);
-    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, cross, cross_bytes);
     if (!acc) return HS_ERR_OOM;
-    if (hs_fsdp_param_dp_op(fp) == HS_REDUCE_AVG) hs_dev_scale(d, acc, 1.0f / (float)W, P);
+    hs_fsdp_param_sum_chunks(fp, acc, in, stride, n);
+    if (hs_fsdp_param_dp_op(fp) == HS_REDUCE_AVG)
+        hs_dev_scale(d, acc, 1.0f / (float)fp->mi.shard_size, P);
     if (!f32) {
         hs_dev_convert(d, fp->reduce_slot, fp->reduce_dtype, acc, HS_DTYPE_F32, P);
         hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, acc, tmp_bytes);
     }
     return HS_OK;
+}
+
+/* Every rank's chunk for this one (one level), or every node's sum of it
+ * (two levels), read back and summed in fp32 in rank order into the reduce
+ * slot (compute stream, after the exchange). */
+static hs_status sum_packed(hs_fsdp_param *fp, hs_error *e) {
+    int W = fp->mi.shard_size;
+    const hs_fsdp_levels *lv = hs_fsdp_param_levels(fp);
+    size_t pb = hs_fsdp_param_grad_chunk_bytes(fp);
+    const char *in = (const char *)fp->rs_packed + pb * (size_t)W;
+    if (!lv) return hs_fsdp_param_finish_packed(fp, in, pb, W, e);
+    size_t cross_bytes = 2 * pb * (size_t)lv->N;
+    char *cross = hs_fsdp_mem_alloc_uninit(fp->mem, HS_FSDP_MEM_GRAD, cross_bytes,
+                                           "the cross-node exchange's buffers", fp->p->fqn, e);
+    hs_status st = cross ? cross_level(fp, lv, cross, e) : HS_ERR_OOM;
+    if (st == HS_OK) st = hs_fsdp_param_finish_packed(fp, cross, pb, lv->N, e);
+    hs_fsdp_mem_free(fp->mem, HS_FSDP_MEM_GRAD, cross, cross_bytes);
+    return st;
 }
 
 hs_status hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale, hs_error *e) {

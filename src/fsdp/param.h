@@ -224,6 +224,19 @@ float hs_fsdp_param_input_scale(const hs_fsdp_param *fp, float prescale);
  * parameter's reduce-scatter into its reduce slot (shard size > 1), or copy
  * the full gradient there (no reduce-scatter). */
 hs_status hs_fsdp_param_reduce_issue(hs_fsdp_param *fp, float prescale, hs_error *e);
+/* grad_reduce's pieces, which a fused unit (fusion.c) arranges its own way:
+ * the two levels of fp's shard group (NULL: one level, or no grad_reduce);
+ * the packed bytes of one chunk (P values); chunk r of the reduce input
+ * (rs_input) packed into dst; acc (P fp32 values) = the sum, in order, of n
+ * packed chunks at in + k * stride; and the owner's finish: that sum into
+ * the reduce slot, times 1/W where the reduction averages, rounded once to
+ * reduce_dtype. */
+const hs_fsdp_levels *hs_fsdp_param_levels(const hs_fsdp_param *fp);
+size_t hs_fsdp_param_grad_chunk_bytes(const hs_fsdp_param *fp);
+void hs_fsdp_param_pack_grad_chunk(hs_fsdp_param *fp, void *dst, int r);
+void hs_fsdp_param_sum_chunks(hs_fsdp_param *fp, float *acc, const char *in, size_t stride, int n);
+hs_status hs_fsdp_param_finish_packed(hs_fsdp_param *fp, const char *in, size_t stride, int n,
+                                      hs_error *e);
 /* Wait the reduce-scatter and release the unsharded gradient. */
 hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e);
 /* sharded_grad += the actual rows of the reduce slot (stored over it

@@ -14,9 +14,9 @@
 #     replicate_params (kept exact) and an MoE with sharded experts.
 #   - Not bit for bit the exact run (the quantization acts), and within
 #     1e-3 of its loss at every step of 3.
-#   - A fused unit packs each parameter alone: comm_fusion (zero-copy and
-#     copy-in) and offload give the unfused quantized run's bits, fp32 and
-#     bf16.
+#   - A fused unit packs each parameter alone, from what the unfused path
+#     packs it from: comm_fusion (zero-copy and copy-in) and offload give
+#     the unfused quantized run's bits, fp32 and bf16.
 #   - The masters are never quantized: with a learning rate of 1e-30 the
 #     weights never move, and the quantized run exports the exact run's
 #     weights bit for bit although its losses differ.
@@ -32,10 +32,12 @@
 #     FSDP 2 fp32 and bf16, HSDP 2x2 with replicate_params (its all-reduce
 #     stays in reduce_dtype), and with param_gather. grad_reduce: int4
 #     (nibbles, half a step amax / 14) within 2/14 by the same argument.
-#   - A format that is not one, a block size below 1 (or odd for int4), or grad_reduce under
-#     comm_fusion (not built yet), is a configuration error (exit 2, the key named, nothing
-#     written); on an unsharded layout the keys warn that they have no
-#     effect.
+#   - A fused unit's quantized reduction packs each parameter's chunks
+#     alone and sums each as the unfused path does: comm_fusion (zero-copy
+#     and copy-in) gives the unfused bits, int8 and int4, FSDP 2 and HSDP.
+#   - A format that is not one, or a block size below 1 (or odd for int4),
+#     is a configuration error (exit 2, the key named, nothing written); on
+#     an unsharded layout the keys warn that they have no effect.
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 240
 # HS_TEST_TIERS: avx2
@@ -110,6 +112,9 @@ hs_train_dump bf16_q 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8
 hs_train_dump bf16_q_fused 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8 \
     fsdp_config.comm_fusion=true
 hs_compare_runs bf16_q bf16_q_fused 0 "${HS_DUMP_FILES[@]}"
+hs_train_dump bf16_q_copy_in 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8 \
+    fsdp_config.comm_fusion=true fsdp_config.comm_fusion_zero_copy=false
+hs_compare_runs bf16_q bf16_q_copy_in 0 "${HS_DUMP_FILES[@]}"
 
 # grad_reduce: step 1's loss bit for bit, its gradients within 1e-2
 step1() { # REF RUN [TOL]
@@ -135,6 +140,15 @@ step1 hsdp_exact hsdp_rq
 hs_train_dump rq4 2 "${F2[@]}" fsdp_config.grad_reduce=int4 fsdp_config.grad_reduce_block=64
 grep -q "gradients reduce-scattered in int4 in blocks of 64" "$work/rq4.txt"
 step1 exact rq4 0.143
+# fused units pack each parameter's chunks alone: the unfused bits
+hs_train_dump rq_fused 2 "${F2[@]}" fsdp_config.grad_reduce=int8 fsdp_config.comm_fusion=true
+hs_compare_runs rq rq_fused 0 "${HS_DUMP_FILES[@]}"
+hs_train_dump rq4_copy_in 2 "${F2[@]}" fsdp_config.grad_reduce=int4 fsdp_config.grad_reduce_block=64 \
+    fsdp_config.comm_fusion=true fsdp_config.comm_fusion_zero_copy=false
+hs_compare_runs rq4 rq4_copy_in 0 "${HS_DUMP_FILES[@]}"
+hs_train_dump hsdp_rq_fused 4 "${F2[@]}" "fsdp_config.replicate_params=[$rep]" \
+    fsdp_config.grad_reduce=int8 fsdp_config.comm_fusion=true
+hs_compare_runs hsdp_rq hsdp_rq_fused 0 "${HS_DUMP_FILES[@]}"
 hs_train_dump both 2 "${F2[@]}" fsdp_config.param_gather=int8 fsdp_config.grad_reduce=int8
 near exact both
 
@@ -157,8 +171,6 @@ bad fsdp_config.param_gather=int8 fsdp_config.param_gather_block=0 \
     "fsdp_config.param_gather_block = 0 is out of range: it must be >= 1"
 bad fsdp_config.grad_reduce=int8 fsdp_config.grad_reduce_block=-3 \
     "fsdp_config.grad_reduce_block = -3 is out of range: it must be >= 1"
-bad fsdp_config.grad_reduce=int8 fsdp_config.comm_fusion=true \
-    "a fused unit's quantized reduction is not built yet; set comm_fusion: false"
 
 hs_train unsharded 2 train.global_batch_size=8 fsdp_config.param_gather=int8 \
     fsdp_config.grad_reduce=int8

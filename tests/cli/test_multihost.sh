@@ -7,7 +7,8 @@
 # 1e-5 (loss, grad norm, gradients, weights, logits, export); FSDP 4 with
 # the secondary shard over each host's two ranks (hpZ) is FSDP 4's run
 # bit for bit, its backward gathering inside the hosts; int4 gradients
-# reduce in two levels (inside each host, then across) within their bound.
+# reduce in two levels (inside each host, then across) within their bound,
+# fused units with the unfused bits.
 # Every run's link classes (bytes sent inside a host and across) equal the
 # plan's, and the compressed run (int8 gathers, int4 reductions, hpZ)
 # sends at most 30% of FSDP 4's bytes across the hosts. The trace
@@ -60,6 +61,9 @@ assert a == b, (a, b)
 PY
 python3 "$HS_SRC/tests/cli/grads_within.py" "$work/fsdp4" "$work/int4" 0.25 nonzero ||
     fail "int4: gradients"
+# a fused unit's two levels: the unfused bits
+multi int4_fused fsdp_config.dp_shard_size=4 fsdp_config.grad_reduce=int4 \
+    fsdp_config.comm_fusion=true && hs_compare_runs int4 int4_fused 0 "${files[@]}"
 
 paths() { # RUN: group -> the set of paths its all_gather / reduce_scatter / all_reduce took
     python3 - "$work/$1/trace/trace.json" <<'PY'

@@ -61,6 +61,7 @@ check prefetch2 4 fsdp_config.dp_shard_size=4 fsdp_config.forward_prefetch_depth
 check gather_int8 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8
 check gather_fp8_fused 2 "${F2[@]}" fsdp_config.param_gather=fp8_e4m3 fsdp_config.comm_fusion=true
 check reduce_int8 2 "${F2[@]}" "${BF[@]}" fsdp_config.param_gather=int8 fsdp_config.grad_reduce=int8
+check reduce_int4_fused 2 "${F2[@]}" fsdp_config.grad_reduce=int4 fsdp_config.comm_fusion=true
 check no_sync 2 "${F2[@]}" "${BF[@]}" train.global_batch_size=8 fsdp_config.requires_grad_sync=false
 check tp2_fsdp2 4 "${F2[@]}" accelerator.tp_size=2
 check pp2_fsdp2 4 "${F2[@]}" accelerator.pp_size=2 train.global_batch_size=8
