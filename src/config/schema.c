@@ -209,7 +209,7 @@ static const hs_cfg_key keys[] = {
               "after the forward, keep each parameter sharded over this many consecutive shard "
               "ranks (those of one node) so the backward's all-gather stays among them; a "
               "divisor of the shard degree strictly between 1 and it (needs "
-              "reshard_after_forward true, comm_fusion false); null: off"),
+              "reshard_after_forward true); null: off"),
 
     /* optimizer */
     KENUM("optimizer._target_", optimizer.target, "adamw", "adamw|muon", "optimizer"),

@@ -174,12 +174,6 @@ static void check_secondary_shard(const hs_config *c, const hs_topology *t, hs_c
                           "until the backward, so there is no secondary shard to keep; set "
                           "reshard_after_forward: true (or secondary_shard_size: null)",
                           s);
-    if (f->comm_fusion)
-        hs_cfg_report_add(rep,
-                          "fsdp_config.secondary_shard_size = %d with fsdp_config.comm_fusion = "
-                          "true: a fused unit's secondary shard is not built yet; set "
-                          "comm_fusion: false (or secondary_shard_size: null)",
-                          s);
 }
 
 static void check_compile(const hs_config *c, const hs_topology *t, const hs_log *log,

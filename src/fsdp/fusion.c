@@ -182,6 +182,12 @@ static const void *all_gather_input(hs_fsdp_fusion *fu, hs_error *e) {
     return fu->ag_in;
 }
 
+static void free_secondary(hs_fsdp_fusion *fu) {
+    hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_PARAM, fu->secondary, fu->secondary_bytes);
+    fu->secondary = NULL;
+    fu->secondary_bytes = 0;
+}
+
 static void mark_unsharding(hs_fsdp_fusion *fu) {
     for (int j = 0; j < fu->n_params; j++) {
         hs_fsdp_param *fp = fu->params[j];
@@ -228,6 +234,30 @@ static hs_status unshard_packed(hs_fsdp_fusion *fu, hs_error *e) {
     return HS_OK;
 }
 
+/* hpZ: the elements of one parameter's piece, and of the unit's. */
+static int64_t piece_factor(const hs_fsdp_fusion *fu) {
+    return fu->world / fu->params[0]->mi.secondary_size;
+}
+
+/* The backward's gather among the secondary group: the pieces, rank-major
+ * over its s ranks, into ag_out (the unpack puts them in place). */
+static hs_status unshard_secondary(hs_fsdp_fusion *fu, hs_error *e) {
+    const hs_fsdp_mesh_info *mi = &fu->params[0]->mi;
+    size_t es = hs_dtype_size(fu->ag_dtype);
+    int64_t piece = piece_factor(fu) * fu->numel;
+    fu->ag_out_bytes = (size_t)(piece * mi->secondary_size) * es;
+    fu->ag_out = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_out_bytes,
+                                          "the fused all-gather output", fu->params[0]->p->fqn, e);
+    if (!fu->ag_out) return fu->ag_out_bytes = 0, HS_ERR_OOM;
+    hs_stream *ag = hs_fsdp_mem_ag(fu->mem);
+    hs_fsdp_mem_tie(fu->mem, fu->mem->dev->stream, ag);
+    fu->ag_work = hs_pg_all_gather_async(mi->secondary_pg, ag, fu->ag_out, fu->secondary, piece,
+                                         fu->ag_dtype);
+    fu->ag_secondary = true;
+    mark_unsharding(fu);
+    return HS_OK;
+}
+
 hs_status hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu, hs_error *e) {
     if (fu->ag_work) return HS_OK;
     bool all_sharded = true, all_unsharded = true;
@@ -238,6 +268,7 @@ hs_status hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu, hs_error *e) {
     if (all_unsharded) return HS_OK;
     /* Some parameter was resharded alone (set_full): gather them all again. */
     if (!all_sharded) hs_fsdp_fusion_reshard(fu);
+    if (fu->secondary) return unshard_secondary(fu, e);
     if (fu->gather_fmt != HS_QUANT_NONE) return unshard_packed(fu, e);
     const void *in = all_gather_input(fu, e);
     if (!in) return e ? e->code : HS_ERR_OOM;
@@ -256,17 +287,19 @@ hs_status hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu, hs_error *e) {
 }
 
 /* Rank-major (r, j) chunks to parameter-major: parameter j's padded
- * unsharded tensor is its W chunks back to back. */
+ * unsharded tensor is its W chunks back to back. From the secondary
+ * group, its s ranks' pieces of W/s chunks each. */
 static void unpack(hs_fsdp_fusion *fu) {
     size_t es = hs_dtype_size(fu->ag_dtype);
-    int64_t W = fu->world, S = fu->numel;
+    int64_t W = fu->world, S = fu->numel, k = fu->ag_secondary ? piece_factor(fu) : 1;
     for (int j = 0; j < fu->n_params; j++) {
         hs_fsdp_param *fp = fu->params[j];
         int64_t P = fp->plan.padded_sharded_numel;
         char *view = at(fu->unsharded, W * fu->offset[j], es);
-        if (fu->gather_fmt == HS_QUANT_NONE) {
-            hs_dev_copy_2d(fu->mem->dev, view, (size_t)P * es, at(fu->ag_out, fu->offset[j], es),
-                           (size_t)S * es, W, (size_t)P * es);
+        if (fu->gather_fmt == HS_QUANT_NONE || fu->ag_secondary) {
+            hs_dev_copy_2d(fu->mem->dev, view, (size_t)(k * P) * es,
+                           at(fu->ag_out, k * fu->offset[j], es), (size_t)(k * S) * es, W / k,
+                           (size_t)(k * P) * es);
         } else {
             const char *piece = (const char *)fu->ag_out + fu->packed_offset[j];
             for (int64_t r = 0; r < W; r++)
@@ -304,16 +337,49 @@ hs_status hs_fsdp_fusion_unshard_wait(hs_fsdp_fusion *fu, hs_error *e) {
     hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_PARAM, fu->ag_out, fu->ag_out_bytes);
     fu->ag_out = NULL;
     fu->ag_out_bytes = 0;
+    if (fu->ag_secondary) free_secondary(fu);
+    fu->ag_secondary = false;
     return st;
 }
 
-void hs_fsdp_fusion_reshard(hs_fsdp_fusion *fu) {
+static void reshard_views(hs_fsdp_fusion *fu) {
     /* Freeing under an in-flight all-gather would hand its output away. */
     HS_ASSERT(fu->ag_work == NULL);
     for (int j = 0; j < fu->n_params; j++) hs_fsdp_param_reshard(fu->params[j]);
     hs_fsdp_mem_free(fu->mem, HS_FSDP_MEM_PARAM, fu->unsharded, fu->unsharded_bytes);
     fu->unsharded = NULL;
     fu->unsharded_bytes = 0;
+}
+
+void hs_fsdp_fusion_drop_secondary(hs_fsdp_fusion *fu) {
+    if (fu->secondary && !fu->ag_work) free_secondary(fu);
+}
+
+void hs_fsdp_fusion_reshard(hs_fsdp_fusion *fu) {
+    hs_fsdp_fusion_drop_secondary(fu);
+    reshard_views(fu);
+}
+
+hs_status hs_fsdp_fusion_reshard_keep(hs_fsdp_fusion *fu, hs_error *e) {
+    const hs_fsdp_mesh_info *mi = &fu->params[0]->mi;
+    if (fu->unsharded && mi->secondary_size > 1 && !fu->secondary) {
+        size_t es = hs_dtype_size(fu->ag_dtype);
+        int64_t k = piece_factor(fu);
+        fu->secondary_bytes = (size_t)(k * fu->numel) * es;
+        fu->secondary = hs_fsdp_mem_alloc_uninit(fu->mem, HS_FSDP_MEM_PARAM, fu->secondary_bytes,
+                                                 "the fused secondary shard", fu->params[0]->p->fqn,
+                                                 e);
+        if (!fu->secondary) return fu->secondary_bytes = 0, HS_ERR_OOM;
+        for (int j = 0; j < fu->n_params; j++) {
+            int64_t P = fu->params[j]->plan.padded_sharded_numel;
+            hs_dev_copy(
+                fu->mem->dev, at(fu->secondary, k * fu->offset[j], es),
+                at(fu->unsharded, fu->world * fu->offset[j] + mi->secondary_rank * k * P, es),
+                (size_t)(k * P) * es);
+        }
+    }
+    reshard_views(fu);
+    return HS_OK;
 }
 
 /* ---------------------------------------------------------------- reduce */

@@ -72,6 +72,14 @@ typedef struct hs_fsdp_fusion {
     void *unsharded;       /* parameter-major: the parameters' views */
     size_t unsharded_bytes;
     hs_work *ag_work;
+    /* hpZ (secondary_shard_size): this rank's secondary piece of every
+     * parameter, piece j (W/s x P_j elements of its view, from secondary
+     * rank x W/s chunks on) at W/s x offset j; kept by a reshard whose
+     * backward is to come, gathered among the secondary group by the next
+     * unshard (ag_secondary) and freed at its wait. */
+    void *secondary;
+    size_t secondary_bytes;
+    bool ag_secondary;
 
     void *rs_in; /* rank-major packed gradients (grad_reduce: sent, then received) */
     size_t rs_in_bytes;
@@ -103,8 +111,14 @@ hs_status hs_fsdp_fusion_unshard_issue(hs_fsdp_fusion *fu, hs_error *e);
 /* Wait it and install every parameter's view. No-op when nothing is in
  * flight. */
 hs_status hs_fsdp_fusion_unshard_wait(hs_fsdp_fusion *fu, hs_error *e);
-/* Drop the views and free the unsharded buffer. */
+/* Drop the views and free the unsharded buffer (and a kept secondary
+ * piece). */
 void hs_fsdp_fusion_reshard(hs_fsdp_fusion *fu);
+/* The same, first keeping this rank's secondary piece where the unit has
+ * a secondary group (hpZ); HS_ERR_OOM when it cannot be had. */
+hs_status hs_fsdp_fusion_reshard_keep(hs_fsdp_fusion *fu, hs_error *e);
+/* Free a kept secondary piece (not one an unshard in flight reads). */
+void hs_fsdp_fusion_drop_secondary(hs_fsdp_fusion *fu);
 
 /* Pack every fused parameter's gradient (scaled by prescale, in the reduce
  * dtype), release the unsharded gradients and issue the one reduce-scatter

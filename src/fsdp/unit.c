@@ -111,8 +111,7 @@ void hs_fsdp_unit_reshard(hs_fsdp_unit *u) {
 }
 
 hs_status hs_fsdp_unit_reshard_keep(hs_fsdp_unit *u, hs_error *e) {
-    if (u->fusion) hs_fsdp_fusion_reshard(u->fusion); /* hpZ refuses comm_fusion */
-    hs_status st = HS_OK;
+    hs_status st = u->fusion ? hs_fsdp_fusion_reshard_keep(u->fusion, e) : HS_OK;
     for (int i = 0; i < u->n_params && st == HS_OK; i++)
         st = hs_fsdp_param_reshard_keep(u->params[i], e);
     return st;

@@ -10,13 +10,14 @@
 #     FSDP 4 with pieces over 2 ranks, fp32 and bf16, with int8 gathers
 #     (the pieces hold the dequantized values), with recomputation
 #     (activation checkpointing), with 2 micro-batches a step, an MoE whose
-#     experts are sharded too, and PP 2 x FSDP 4 under 1F1B (a forward's
-#     pieces kept across the other micro-batches' backwards).
+#     experts are sharded too, PP 2 x FSDP 4 under 1F1B (a forward's
+#     pieces kept across the other micro-batches' backwards), and fused
+#     units (zero-copy, copy-in with int8 gathers in bf16, and under PP).
 #   - The trace: every block's forward gathers on fsdp_shard, its backward
 #     on fsdp_shard_secondary, as many of each.
 #   - A degree that does not divide the shard degree, or equals it or 1,
-#     reshard_after_forward false and comm_fusion true are configuration
-#     errors (exit 2, the key and the fix named, nothing written).
+#     and reshard_after_forward false are configuration errors (exit 2,
+#     the key and the fix named, nothing written).
 # HS_MPI_RANKS: 8
 # HS_TEST_TIMEOUT: 300
 set -euo pipefail
@@ -46,6 +47,11 @@ same moe 4 "${F4[@]}" model.arch=moe model.moe.num_experts=4 model.moe.top_k=2 \
     model.moe.expert_ffn_dim=24 model.moe.aux_loss_coef=0
 same pp 8 "${F4[@]}" accelerator.pp_size=2 accelerator.pp_schedule=1f1b \
     train.global_batch_size=16
+same fused 4 "${F4[@]}" fsdp_config.comm_fusion=true
+same copy_in 4 "${F4[@]}" "${BF[@]}" fsdp_config.comm_fusion=true \
+    fsdp_config.comm_fusion_zero_copy=false fsdp_config.param_gather=int8
+same fused_pp 8 "${F4[@]}" accelerator.pp_size=2 accelerator.pp_schedule=1f1b \
+    train.global_batch_size=16 fsdp_config.comm_fusion=true
 
 # the trace: a block's backward gathers on the secondary group, its forward
 # on the shard group, step for step
@@ -74,5 +80,4 @@ bad fsdp_config.secondary_shard_size=1 "fsdp_config.secondary_shard_size = 1 mus
 bad fsdp_config.secondary_shard_size=0 \
     "fsdp_config.secondary_shard_size: 0 is out of range: it must be >= 1, or null"
 bad "${H[@]}" fsdp_config.reshard_after_forward=false "set reshard_after_forward: true"
-bad "${H[@]}" fsdp_config.comm_fusion=true "a fused unit's secondary shard is not built yet"
 echo ok

@@ -77,6 +77,8 @@ check hpz4 4 fsdp_config.dp_shard_size=4 fsdp_config.secondary_shard_size=2 "${B
     fsdp_config.param_gather=int8 train.global_batch_size=8
 check hpz4_offload 4 fsdp_config.dp_shard_size=4 fsdp_config.secondary_shard_size=2 \
     fsdp_config.enable_offload=true train.global_batch_size=8
+check hpz4_fused 4 fsdp_config.dp_shard_size=4 fsdp_config.secondary_shard_size=2 \
+    fsdp_config.comm_fusion=true train.global_batch_size=8
 check fsdp8 8 fsdp_config.dp_shard_size=8 train.global_batch_size=16 train.activation_checkpointing=true
 
 # The MFU reference is probed by all ranks at once, so no step reads above
