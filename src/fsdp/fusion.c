@@ -384,6 +384,12 @@ hs_status hs_fsdp_fusion_reshard_keep(hs_fsdp_fusion *fu, hs_error *e) {
 
 /* ---------------------------------------------------------------- reduce */
 
+/* The same scaled reduce-dtype input the unfused path sends (rs_input). */
+static hs_status reduce_input(hs_fsdp_param *fp, float prescale, hs_error *e) {
+    HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL);
+    return hs_fsdp_mp_reduce_input(fp, hs_fsdp_param_input_scale(fp, prescale), NULL, e);
+}
+
 /* The quantized reduction (fusion.h): every parameter's chunk for each
  * destination packed into that destination's block, the blocks exchanged
  * by one byte all-to-all (over the node for two levels) into the second
@@ -399,9 +405,7 @@ static hs_status reduce_packed(hs_fsdp_fusion *fu, float prescale, hs_error *e) 
     char *send = fu->rs_in;
     for (int j = 0; j < fu->n_params; j++) {
         hs_fsdp_param *fp = fu->params[j];
-        HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL);
-        hs_status st =
-            hs_fsdp_mp_reduce_input(fp, hs_fsdp_param_input_scale(fp, prescale), NULL, e);
+        hs_status st = reduce_input(fp, prescale, e);
         if (st != HS_OK) return st;
         for (int k = 0; k < fu->world; k++)
             hs_fsdp_param_pack_grad_chunk(fp, send + C * (size_t)k + fu->grad_offset[j],
@@ -427,10 +431,7 @@ hs_status hs_fsdp_fusion_reduce_issue(hs_fsdp_fusion *fu, float prescale, hs_err
     fu->rs_in_bytes = (size_t)(W * S) * es;
     for (int j = 0; j < fu->n_params; j++) {
         hs_fsdp_param *fp = fu->params[j];
-        HS_ASSERT(fp->unsharded_grad != NULL && fp->rs_work == NULL);
-        /* The same scaled reduce-dtype input the unfused path sends. */
-        hs_status st =
-            hs_fsdp_mp_reduce_input(fp, hs_fsdp_param_input_scale(fp, prescale), NULL, e);
+        hs_status st = reduce_input(fp, prescale, e);
         if (st != HS_OK) return st;
         int64_t P = fp->plan.padded_sharded_numel;
         hs_dev_copy_2d(fu->mem->dev, at(fu->rs_in, fu->offset[j], es), (size_t)S * es, fp->rs_input,
