@@ -20,6 +20,7 @@
 #     the key and the fix named, nothing written).
 # HS_MPI_RANKS: 8
 # HS_TEST_TIMEOUT: 300
+# HS_TEST_TIERS: avx2
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch secondary

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hypershard plan --time / --search and bench calibrate:
 # - every shipped cluster file (configs/clusters/) loads and times a step;
-# - a bad cluster file or flag (plan --time / --search / --top, bench
+# - a bad cluster file or flag (plan --time / --search / --top /
+#   --ranks-per-node, bench
 #   calibrate's --out and --max-ranks) is refused with exit 2, naming the
 #   key and its line, or the flag, before calibrate writes anything; a
 #   search where no layout fits exits 2;
@@ -60,6 +61,11 @@ hs_expect_exit 2 search_json "--search prints a table" plan --search --json --cl
 hs_expect_exit 2 search_no_cluster "--search needs --cluster FILE" plan --search
 hs_expect_exit 2 top_zero "--top 0: expected a count" plan --search --top 0 --cluster "$work/bad.yaml"
 hs_expect_exit 2 top_missing "--top needs a value" plan --search --cluster "$work/bad.yaml" --top
+hs_expect_exit 2 rpn_zero "--ranks-per-node 0: expected a count" plan --ranks-per-node 0
+hs_expect_exit 2 rpn_word "--ranks-per-node two: expected a count" plan --ranks-per-node two
+hs_expect_exit 2 rpn_missing "--ranks-per-node needs a value" plan --ranks-per-node
+hs_expect_exit 2 rpn_search "--ranks-per-node is for the plan" plan --search --ranks-per-node 2 \
+    --cluster "$work/bad.yaml"
 hs_expect_exit 2 cal_no_out "--out FILE is needed" bench calibrate
 hs_expect_exit 2 cal_ranks "--max-ranks takes" bench calibrate --out "$work/c.yaml" --max-ranks 0
 touch "$work/afile"
