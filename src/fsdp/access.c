@@ -20,11 +20,12 @@ void hs_fsdp_set_micro_batch(hs_fsdp *f, bool requires_grad_sync, bool reshard_a
 }
 
 void hs_fsdp_begin_step(hs_fsdp *f) {
-    for (int u = 0; u < f->ctx.n_units; u++) f->ctx.units[u].fwd_outstanding = 0;
-    /* Secondary pieces of forwards that had no backward (evaluation) */
-    for (int i = 0; i < f->ctx.n_params; i++) hs_fsdp_param_drop_secondary(&f->ctx.params[i]);
-    for (int u = 0; u < f->ctx.n_units; u++)
+    /* and the secondary pieces of forwards that had no backward (evaluation) */
+    for (int u = 0; u < f->ctx.n_units; u++) {
+        f->ctx.units[u].fwd_outstanding = 0;
         if (f->ctx.units[u].fusion) hs_fsdp_fusion_drop_secondary(f->ctx.units[u].fusion);
+    }
+    for (int i = 0; i < f->ctx.n_params; i++) hs_fsdp_param_drop_secondary(&f->ctx.params[i]);
 }
 
 void hs_fsdp_drain(hs_fsdp *f) { hs_fsdp_ctx_drain(&f->ctx); }
@@ -282,8 +283,9 @@ hs_status hs_fsdp_set_full(hs_fsdp *f, int param_index, const float *full, hs_er
     hs_fsdp_param *fp = param_at(f, param_index);
     const hs_fsdp_plan *pl = &fp->plan;
     /* A live compute copy would keep the old values, and so would a kept
-     * secondary piece of its fused unit. */
+     * secondary piece, the parameter's or its fused unit's. */
     if (fp->state != HS_FSDP_SHARDED && fp->ag_work == NULL) hs_fsdp_param_reshard(fp);
+    hs_fsdp_param_drop_secondary(fp);
     hs_fsdp_fusion *fu = f->ctx.units[fp->p->unit].fusion;
     if (fu) hs_fsdp_fusion_drop_secondary(fu);
     hs_dev_copy(fp->mem->dev, fp->sharded, full + pl->layout.row_offset * pl->row_numel,

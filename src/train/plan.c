@@ -58,12 +58,12 @@ typedef struct unit_sz {
     int64_t comm[HS_PLAN_COMM_COUNT], calls[HS_PLAN_COMM_COUNT];
     int64_t ag_fwd, ag_calls; /* one forward's all-gathers */
     /* hpZ (secondary_shard_size): the pieces kept from the forward to the
-     * backward, the backward's gathers of them (payload, calls), and what
-     * the parameters gathering that way add to ag_fwd, I and stage. */
-    int64_t Sec, ag_sec, ag_sec_calls, hpz_wire, hpz_I, hpz_stage;
-    /* the same payloads by group kind (hs_plan_role.fsdp_payload): forward
-     * gathers, the hpZ part of them, secondary gathers, reduce-scatters,
-     * and the elements of the all-reduced buffer */
+     * backward, the backward's gathers of them (calls), and what the
+     * parameters gathering that way add to I and stage. */
+    int64_t Sec, ag_sec_calls, hpz_I, hpz_stage;
+    /* payloads by group kind (hs_plan_role.fsdp_payload): forward gathers,
+     * the hpZ part of them, the backward's gathers of the pieces,
+     * reduce-scatters, and the elements of the all-reduced buffer */
     int64_t k_ag[3], k_hpz[3], k_sec[3], k_rs[3], k_ar[3];
     unsigned ar_groups; /* replicate groups with an all-reduce: hsdp, flat, edp */
 } unit_sz;
@@ -88,6 +88,11 @@ typedef struct plan_ctx {
 static void add_to(const plan_ctx *c, int64_t *to, int64_t v) { *to = hs_ck_add(c->ck, *to, v); }
 
 static int64_t cdiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
+/* A unit's figure over the three group kinds. */
+static int64_t sum3(const plan_ctx *c, const int64_t v[3]) {
+    return hs_ck_add(c->ck, hs_ck_add(c->ck, v[0], v[1]), v[2]);
+}
 
 static int n_states(const plan_ctx *c, const hs_param *p) {
     if (p->frozen) return 0;
@@ -139,9 +144,8 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int
     int sec = c->cfg->fsdp.secondary_shard_size;
     if (ag && sec > 1 && S > sec && S % sec == 0) {
         ACC(c, &u->Sec, padded_un / sec, cs);
-        ACC(c, &u->ag_sec, padded_un, cs), u->ag_sec_calls++;
-        ACC(c, &u->k_sec[kind], padded_un, cs);
-        add_to(c, &u->hpz_wire, wire), add_to(c, &u->k_hpz[kind], wire);
+        ACC(c, &u->k_sec[kind], padded_un, cs), u->ag_sec_calls++;
+        add_to(c, &u->k_hpz[kind], wire);
         add_to(c, tally[3], wire), ACC(c, tally[4], padded_un, cs);
         if (quant) add_to(c, &u->hpz_I, wire);
         if (quant && copy_in) ACC(c, &u->hpz_I, padded_sh, cs);
@@ -601,9 +605,9 @@ static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
         int64_t M = c->M, bwd = k > 0 && cfg->fsdp.reshard_after_forward ? M : 0;
         ACC(c, &r->comm_bytes[HS_PLAN_AG], M, u->ag_fwd);
         ACC(c, &r->comm_calls[HS_PLAN_AG], M, u->ag_calls);
-        ACC(c, &r->comm_bytes[HS_PLAN_AG], bwd, u->ag_fwd - u->hpz_wire);
+        ACC(c, &r->comm_bytes[HS_PLAN_AG], bwd, u->ag_fwd - sum3(c, u->k_hpz));
         ACC(c, &r->comm_calls[HS_PLAN_AG], bwd, u->ag_calls - u->ag_sec_calls);
-        ACC(c, &r->comm_bytes[HS_PLAN_AG_SECONDARY], bwd, u->ag_sec);
+        ACC(c, &r->comm_bytes[HS_PLAN_AG_SECONDARY], bwd, sum3(c, u->k_sec));
         ACC(c, &r->comm_calls[HS_PLAN_AG_SECONDARY], bwd, u->ag_sec_calls);
         for (int g = 0; g < 3; g++) {
             int64_t(*pay)[3] = r->fsdp_payload;
