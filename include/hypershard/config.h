@@ -271,6 +271,9 @@ hs_status hs_config_check_fqns(const hs_fsdp_config *fsdp, const char *const *fq
  * `derived:` block. Only the derived block allocates (its rank lists):
  * HS_ERR_OOM, the block cut short, when it cannot. */
 hs_status hs_config_dump(const hs_config *c, const hs_topology *topo, FILE *f, hs_error *e);
+/* One top-level section of the resolved config ("model"), every key of it,
+ * as hs_config_dump writes it: YAML that loads back. */
+void hs_config_dump_section(const hs_config *c, const char *section, FILE *f);
 /* Sequences per optimizer step: train.global_batch_size, or when it is null
  * micro_batch_size x dp (one micro-batch per step, torchtitan's default),
  * times pp_size under pipeline parallelism (one micro-batch per stage). */

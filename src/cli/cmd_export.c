@@ -128,7 +128,8 @@ static void import_usage(FILE *f) {
                "  Lists DIR/model.safetensors and checks every tensor against a model config:\n"
                "  CONFIG and overrides when given, else DIR/config.json. With --out, writes\n"
                "  RUN_DIR/model.safetensors + config.json (fp32) for `train --init-from` and\n"
-               "  `export --run`.\n");
+               "  `export --run`, and RUN_DIR/config.yaml (that model section) to train with:\n"
+               "  hypershard train RUN_DIR/config.yaml --init-from RUN_DIR [a.b.c=value ...]\n");
 }
 
 static void import_list(const hs_st_file *f) {
@@ -167,6 +168,39 @@ static hs_status import_model_config(const import_args *a, hs_model_config *mc, 
     return hs_hf_config_read(path, mc, max_pos, e);
 }
 
+/* RUN/config.yaml: the model section the weights were checked against,
+ * every other section left to its default, so that `train RUN/config.yaml
+ * --init-from RUN [a.b.c=value ...]` builds the same network without the
+ * Hugging Face config translated by hand. Through a temporary file, renamed
+ * once whole. */
+static hs_status import_write_yaml(const hs_model_config *mc, const char *what, const char *out,
+                                   hs_error *e) {
+    hs_config c;
+    hs_status s = hs_config_defaults(&c, e);
+    if (s != HS_OK) return s;
+    c.model = *mc;
+    char path[HS_PATH_MAX + 32], tmp[HS_PATH_MAX + 40];
+    snprintf(path, sizeof path, "%s/config.yaml", out);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = hs_fopen(tmp, "w", "check that --out is writable", e);
+    if (f) {
+        fprintf(f,
+                "# The model of\n#   %s\n# as `hypershard import` read it; every other "
+                "section takes its default.\n# Continue training these weights with\n"
+                "#   hypershard train %s --init-from %s [a.b.c=value ...]\n",
+                what, path, out);
+        hs_config_dump_section(&c, "model", f);
+        s = hs_fclose_written(f, tmp, "check the free space of --out", e);
+        if (s == HS_OK && rename(tmp, path) != 0)
+            s = hs_error_set(e, HS_ERR_IO, "cannot write %s: %s", path, hs_strerror_errno());
+        if (s != HS_OK) remove(tmp);
+    } else {
+        s = e->code;
+    }
+    hs_config_free(&c);
+    return s;
+}
+
 static hs_status import_run(const import_args *a, hs_error *e) {
     char path[HS_PATH_MAX + 32], what[HS_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/model.safetensors", a->dir);
@@ -189,7 +223,10 @@ static hs_status import_run(const import_args *a, hs_error *e) {
                hs_model_num_params(h.m), (double)hs_model_param_count(h.m) / 1e6);
     if (s == HS_OK && a->out) {
         s = hs_hf_save(h.m, held_get, &h, HS_DTYPE_F32, max_pos, a->out, true, e);
-        if (s == HS_OK) printf("wrote %s/model.safetensors and %s/config.json\n", a->out, a->out);
+        if (s == HS_OK) s = import_write_yaml(&mc, what, a->out, e);
+        if (s == HS_OK)
+            printf("wrote %s/model.safetensors, %s/config.json and %s/config.yaml\n", a->out,
+                   a->out, a->out);
     }
     hs_model_free(h.m);
     return s;

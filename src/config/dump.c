@@ -32,14 +32,16 @@ static void write_indent(FILE *f, int depth) {
 }
 
 /* Keys of a section are contiguous in the schema, so a section is opened
- * when its first key is written and never again. */
-static void dump_keys(const hs_config *c, FILE *f) {
+ * when its first key is written and never again. `only`: one top-level
+ * section's name, or NULL for every key. */
+static void dump_keys(const hs_config *c, const char *only, FILE *f) {
     int n;
     const hs_cfg_key *keys = hs_cfg_keys(&n);
     const char *prev = "";
-    size_t prev_len = 0;
+    size_t prev_len = 0, only_len = only ? strlen(only) : 0;
     for (int i = 0; i < n; i++) {
         const char *p = keys[i].path;
+        if (only && (strncmp(p, only, only_len) != 0 || p[only_len] != '.')) continue;
         size_t len = section_len(p);
         int shared = shared_parts(prev, prev_len, p, len), depth = 0;
         for (size_t start = 0, j = 0; len && j <= len; j++) {
@@ -176,8 +178,12 @@ static hs_status dump_derived(const hs_config *c, const hs_topology *t, FILE *f,
 }
 
 hs_status hs_config_dump(const hs_config *c, const hs_topology *topo, FILE *f, hs_error *e) {
-    dump_keys(c, f);
+    dump_keys(c, NULL, f);
     return topo ? dump_derived(c, topo, f, e) : HS_OK;
+}
+
+void hs_config_dump_section(const hs_config *c, const char *section, FILE *f) {
+    dump_keys(c, section, f);
 }
 
 hs_status hs_config_hash(const hs_config *c, uint64_t *hash, hs_error *e) {
