@@ -24,6 +24,8 @@
 # capping the code paths at that tier, label "tier" besides its own: the
 # parity-critical tests hold on the lowest tier the build targets on any
 # machine (a cli test skips, exit 77, where the CPU has nothing above it).
+# A word gemm16_<engine> there runs it with HS_CPU_GEMM16=<engine> instead
+# (native, widened: the 16-bit GEMM engine the CPU would not pick itself).
 # "HS_TEST_SERIAL" in a test file runs it with nothing else beside it
 # (ctest -j): for tests that time the machine, whose ratios other tests'
 # load would decide.
@@ -99,10 +101,14 @@ function(hs_test_add_tiers file test label timeout np)
     elseif(tier STREQUAL "amx")
       set(onednn AVX512_CORE_AMX)
     endif()
+    set(env "HS_CPU_ISA=${tier};ONEDNN_MAX_CPU_ISA=${onednn}")
+    if(tier MATCHES "^gemm16_(.+)$") # the 16-bit GEMM engine, not a tier: HS_CPU_GEMM16
+      set(env "HS_CPU_GEMM16=${CMAKE_MATCH_1}")
+    endif()
     add_test(NAME ${test}.${tier} COMMAND ${ARGN})
     set_tests_properties(${test}.${tier} PROPERTIES LABELS "${label};tier" TIMEOUT ${timeout}
                          SKIP_RETURN_CODE 77 PROCESSORS ${np}
-                         ENVIRONMENT "${HS_TEST_ENV};HS_CPU_ISA=${tier};ONEDNN_MAX_CPU_ISA=${onednn}")
+                         ENVIRONMENT "${HS_TEST_ENV};${env}")
     hs_test_serial(${file} ${test}.${tier})
   endforeach()
 endfunction()

@@ -404,6 +404,10 @@ struct hs_device {
     /* The GPU's name as its driver gives it ("NVIDIA H100 80GB HBM3"); ""
      * on cpu and reference. */
     char model[96];
+    /* cpu and reference: whether bf16 / f16 products run oneDNN's 16-bit
+     * matmul (hs_gemm16_native, decided when the device opens); false:
+     * the operands are widened to fp32 and one sgemm runs. */
+    bool native_bf16, native_f16;
     hs_stream *stream; /* the default stream */
     hs_pool device_pool;
     hs_pool host_pool;
@@ -491,11 +495,14 @@ hs_status hs_device_status(hs_device *d, hs_error *e);
  * serial changes says each note once. */
 int hs_device_note_read(hs_device *d, char *buf, size_t n);
 /* Whether d's GEMM multiplies two dt operands natively (dt 16-bit): a GPU's
- * tensor cores always; on cpu and reference, whether oneDNN has the
- * matmul on this CPU (hs_gemm_native; also for d NULL, a model only
- * counted for the plan). The model keeps its 16-bit
+ * tensor cores always; on cpu and reference, whether oneDNN's matmul is
+ * the engine for them on this CPU (hs_gemm16_native; also for d NULL, a
+ * model only counted for the plan). The model keeps its 16-bit
  * activation gradients where it does. */
 bool hs_device_gemm_native(const hs_device *d, hs_dtype dt);
+/* A GEMM's shape as d's cpu GEMM runs it: widened (hs_gemm_shape.widen)
+ * where a 16-bit operand's matmul is not d's engine. */
+hs_gemm_shape hs_device_gemm_shape(const hs_device *d, const hs_gemm_shape *g);
 /* The dense GEMM rate d's datasheet states for operands of dtype dt, in
  * FLOP/s (16-bit: the tensor cores' dense figure, half the sparse one;
  * fp32: the CUDA cores'), and in *which the product it took it for; 0

@@ -155,7 +155,13 @@ typedef struct hs_gemm_shape {
     float alpha, beta;
     hs_dtype a_dt, b_dt, c_dt;
     int64_t lda, ldb, ldc;
+    /* 16-bit operands widened to fp32 and one sgemm run even where oneDNN
+     * has their matmul: where that matmul is the slower engine
+     * (hs_gemm16_native false), as on a CPU without it. */
+    bool widen;
 } hs_gemm_shape;
+/* hs_gemm_ex for one shape, honouring its widen. */
+hs_status hs_gemm_run(const hs_gemm_shape *s, const void *A, const void *B, void *C, hs_error *e);
 /* oneDNN's matmul for one shape of two 16-bit operands of one dtype
  * (M, N, K > 0), built once: *out NULL (HS_OK) when oneDNN has no such
  * matmul here; HS_ERR_OOM when the plan itself cannot be allocated.
@@ -189,7 +195,8 @@ const char *hs_gemm_isa(void);
 /* The CPU tier: HS_CPU_ISA = avx2 | avx512 | avx512_bf16 | amx | native
  * caps oneDNN's kernels and hs_convert's paths at that tier (the CPU's own
  * flags still decide below it). Call before any GEMM or conversion;
- * HS_ERR_USAGE naming the variable for an unknown value. */
+ * HS_ERR_USAGE naming the variable for an unknown value (of HS_CPU_ISA or
+ * HS_CPU_GEMM16). */
 hs_status hs_cpu_isa_apply(hs_error *e);
 /* This CPU's nominal peak for GEMMs of dtype dt at the tier in force:
  * the highest clock the system states x the FLOPs per cycle of the ISA
@@ -210,6 +217,16 @@ hs_cpu_peak hs_cpu_nominal_peak(hs_dtype dt);
  * c_dt natively here (oneDNN has that matmul on this CPU); else the
  * operands are widened to fp32. */
 bool hs_gemm_native(hs_dtype dt, hs_dtype c_dt);
+/* Whether hypershard multiplies 16-bit dt operands by oneDNN's matmul here
+ * (else widened to fp32, one sgemm): where oneDNN has it and it is the
+ * faster engine. bf16: with AMX, or AVX512-BF16 dot products on a core
+ * whose 512-bit FMAs run at half rate (AMD Zen 4); not on an Intel Xeon
+ * without AMX (one dot-product port against two FMA ports: half sgemm's
+ * rate) nor below AVX512-BF16 (emulated). f16: wherever oneDNN has it.
+ * HS_CPU_GEMM16 = native | widened overrides the choice (auto: unset). A
+ * pure function of the CPU, the tier and the environment: every rank of a
+ * machine, and the plan, decide alike. */
+bool hs_gemm16_native(hs_dtype dt);
 
 /* ------------------------------------------------ block quantization */
 

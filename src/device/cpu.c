@@ -7,9 +7,8 @@
 void hs_cpu_gemm(hs_stream *s, void *C, const void *A, const void *B, const hs_gemm_shape *g) {
     hs_error e;
     hs_error_clear(&e);
-    if (hs_gemm_ex(g->trans_a, g->trans_b, g->M, g->N, g->K, g->alpha, A, g->a_dt, g->lda, B,
-                   g->b_dt, g->ldb, g->beta, C, g->c_dt, g->ldc, &e) != HS_OK)
-        hs_device_fail(s->dev, &e);
+    hs_gemm_shape w = hs_device_gemm_shape(s->dev, g);
+    if (hs_gemm_run(&w, A, B, C, &e) != HS_OK) hs_device_fail(s->dev, &e);
 }
 
 /* Casts from 2^17 elements (an unshard's layer of weights, a backward's

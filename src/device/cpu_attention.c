@@ -74,11 +74,15 @@ static head_view head_of(int b, int T, int h, int H, int HD) {
 typedef struct att_gemms {
     hs_gemm_cache gc;
     hs_error e;
+    bool widen; /* 16-bit operands to fp32 sgemms (hs_gemm_shape.widen) */
 } att_gemms;
 
-static void att_gemms_init(att_gemms *g) {
+/* native: whether dt's products run oneDNN's 16-bit matmul (the device's
+ * choice, hs_device_gemm_native); else they are widened. */
+static void att_gemms_init(att_gemms *g, hs_dtype dt, bool native) {
     hs_gemm_cache_init(&g->gc);
     hs_error_clear(&g->e);
+    g->widen = dt != HS_DTYPE_F32 && !native;
 }
 
 /* Frees the plans; the first failure goes to *st and e (may be NULL) unless
@@ -107,7 +111,8 @@ static void att_gemm(att_gemms *g, bool ta, bool tb, int64_t M, int64_t N, int64
                        .ldb = ldb,
                        .beta = beta,
                        .c_dt = c_dt,
-                       .ldc = ldc};
+                       .ldc = ldc,
+                       .widen = g->widen};
     if (g->e.code == HS_OK) hs_gemm_cached(&g->gc, &s, A, B, C, &g->e);
 }
 
@@ -245,10 +250,10 @@ static void forward_head(att_gemms *g, void *out, hs_dtype odt, float *lse, cons
 hs_status hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q,
                                     const void *k, const void *v, hs_dtype dt, float *scratch,
                                     int B, int NH, int KVH, int HD, const hs_att_rows *r,
-                                    hs_error *e) {
-    bool low = dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32);
+                                    bool native, hs_error *e) {
+    bool low = dt != HS_DTYPE_F32 && native;
     att_gemms g;
-    att_gemms_init(&g);
+    att_gemms_init(&g, dt, native);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             forward_head(&g, out, odt, lse, q, k, v, dt, low, scratch, b, h, NH, KVH, HD, r);
@@ -260,22 +265,24 @@ hs_status hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const v
 /* With threads > 1 the (sequence, head) pairs go over the threads, each
  * with its own scratch, its own plans and its GEMMs on one thread: every
  * head is computed exactly as on one thread. */
-static hs_status forward_threads(void *out, float *lse, const void *q, const void *k, const void *v,
-                                 hs_dtype dt, float *scratch, int threads, int B, int NH, int KVH,
-                                 int HD, const hs_att_rows *rows, hs_error *e) {
+static hs_status forward_threads(void *out, hs_dtype odt, float *lse, const void *q, const void *k,
+                                 const void *v, hs_dtype dt, float *scratch, int threads, int B,
+                                 int NH, int KVH, int HD, const hs_att_rows *rows, bool native,
+                                 hs_error *e) {
     hs_att_rows r = *rows;
     int T = r.Tq;
     int64_t per = scratch_per_thread(T, HD);
-    bool low = dt != HS_DTYPE_F32 && hs_gemm_native(dt, HS_DTYPE_F32);
+    bool low = dt != HS_DTYPE_F32 && native;
     hs_status st = HS_OK;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         att_gemms g;
-        att_gemms_init(&g);
+        att_gemms_init(&g, dt, native);
         float *mine = scratch + per * omp_get_thread_num();
 #pragma omp for schedule(static)
         for (int t = 0; t < B * NH; t++)
-            forward_head(&g, out, dt, lse, q, k, v, dt, low, mine, t / NH, t % NH, NH, KVH, HD, &r);
+            forward_head(&g, out, odt, lse, q, k, v, dt, low, mine, t / NH, t % NH, NH, KVH, HD,
+                         &r);
 #pragma omp critical(hs_attention_failure)
         att_gemms_done(&g, &st, e);
     }
@@ -287,7 +294,8 @@ hs_status hs_attention_forward(void *out /* B,T,NH*HD */, float *lse /* B,NH,T *
                                const void *v /* B,T,KVH*HD */, hs_dtype dt, float *scratch,
                                int threads, int B, int T, int NH, int KVH, int HD, hs_error *e) {
     hs_att_rows r = hs_att_rows_all(T);
-    return forward_threads(out, lse, q, k, v, dt, scratch, threads, B, NH, KVH, HD, &r, e);
+    return forward_threads(out, dt, lse, q, k, v, dt, scratch, threads, B, NH, KVH, HD, &r,
+                           hs_gemm16_native(dt), e);
 }
 
 void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*HD */,
@@ -408,9 +416,9 @@ hs_status hs_attention_backward_rows(float *dq, float *dk, float *dv, const floa
                                      const void *dout16, const void *q, const void *k,
                                      const void *v, const float *lse, const float *delta,
                                      hs_dtype dt, float *scratch, int B, int NH, int KVH, int HD,
-                                     const hs_att_rows *r, hs_error *e) {
+                                     const hs_att_rows *r, bool native, hs_error *e) {
     att_gemms g;
-    att_gemms_init(&g);
+    att_gemms_init(&g, dt, native);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             backward_head(&g, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, b, h, NH,
@@ -427,7 +435,7 @@ static hs_status backward_threads(float *dq, float *dk, float *dv, const float *
                                   const void *dout16, const void *q, const void *k, const void *v,
                                   const float *lse, const float *delta, hs_dtype dt, float *scratch,
                                   int threads, int B, int NH, int KVH, int HD,
-                                  const hs_att_rows *rows, hs_error *e) {
+                                  const hs_att_rows *rows, bool native, hs_error *e) {
     hs_att_rows r = *rows;
     int T = r.Tq;
     int64_t per = scratch_per_thread(T, HD);
@@ -436,7 +444,7 @@ static hs_status backward_threads(float *dq, float *dk, float *dv, const float *
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         att_gemms g;
-        att_gemms_init(&g);
+        att_gemms_init(&g, dt, native);
         float *mine = scratch + per * omp_get_thread_num();
 #pragma omp for schedule(static)
         for (int t = 0; t < B * KVH; t++)
@@ -456,7 +464,7 @@ hs_status hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*
                                 int threads, int B, int T, int NH, int KVH, int HD, hs_error *e) {
     hs_att_rows r = hs_att_rows_all(T);
     return backward_threads(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, threads, B,
-                            NH, KVH, HD, &r, e);
+                            NH, KVH, HD, &r, hs_gemm16_native(dt), e);
 }
 
 /* The table's entries: the caller's workspace (hs_att_work) where it gives
@@ -471,6 +479,39 @@ static float *rows_scratch(hs_stream *s, const hs_att_rows *r, int HD) {
     return p;
 }
 
+/* q ([B, Tq, NH*HD]), k and v ([B, Tk, KVH*HD]) of a 16-bit dt widened to
+ * fp32 once, into one buffer the caller frees, and the pointers moved to
+ * it: where dt's products are not the device's engine (widened, not
+ * oneDNN's 16-bit matmul) the tiles would widen their operands product by
+ * product, thousands of times a step, for the same fp32 products of the
+ * same values. NULL, the device's failure set, without the memory. */
+static float *widen_qkv(hs_stream *s, const void **q, const void **k, const void **v, hs_dtype dt,
+                        int64_t nq, int64_t nk) {
+    size_t bytes = (size_t)(nq + 2 * nk) * sizeof(float);
+    float *w = malloc(bytes + 1);
+    if (w == NULL) {
+        hs_kernel_oom(s, "attention: %zu bytes to widen q, k and v", bytes);
+        return NULL;
+    }
+    hs_cpu_convert(s, w, HS_DTYPE_F32, *q, dt, nq);
+    hs_cpu_convert(s, w + nq, HS_DTYPE_F32, *k, dt, nk);
+    hs_cpu_convert(s, w + nq + nk, HS_DTYPE_F32, *v, dt, nk);
+    *q = w, *k = w + nq, *v = w + nq + nk;
+    return w;
+}
+
+/* The dtype attention's products run in: dt, or fp32 with q, k, v widened
+ * into *wide (widen_qkv) where dt's products are not the device's engine.
+ * false when they could not be widened. */
+static bool att_operands(hs_stream *s, const void **q, const void **k, const void **v, hs_dtype *dt,
+                         float **wide, int B, int NH, int KVH, int HD, const hs_att_rows *r) {
+    *wide = NULL;
+    if (*dt == HS_DTYPE_F32 || hs_device_gemm_native(s->dev, *dt)) return true;
+    *wide = widen_qkv(s, q, k, v, *dt, (int64_t)B * r->Tq * NH * HD, (int64_t)B * r->Tk * KVH * HD);
+    *dt = HS_DTYPE_F32;
+    return *wide != NULL;
+}
+
 static bool whole(const hs_att_rows *r) {
     return r->Tq == r->Tk && r->q0 == 0 && r->nq == r->Tq && r->k0 == 0 && r->nk == r->Tk &&
            r->gq == r->gk;
@@ -482,12 +523,19 @@ void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, con
     float *scratch = w && w->scratch ? w->scratch : rows_scratch(s, r, HD);
     if (scratch == NULL) return;
     hs_error e;
-    hs_status st;
-    if (w && w->scratch && whole(r) && odt == dt)
-        st = forward_threads(out, lse, q, k, v, dt, scratch, w->threads > 1 ? w->threads : 1, B, NH,
-                             KVH, HD, r, &e);
-    else st = hs_attention_forward_rows(out, odt, lse, q, k, v, dt, scratch, B, NH, KVH, HD, r, &e);
+    hs_status st = HS_OK;
+    hs_dtype cdt = dt; /* the products' dtype */
+    float *wide = NULL;
+    bool ok = att_operands(s, &q, &k, &v, &cdt, &wide, B, NH, KVH, HD, r);
+    bool native = hs_device_gemm_native(s->dev, cdt);
+    if (ok && w && w->scratch && whole(r) && odt == dt)
+        st = forward_threads(out, odt, lse, q, k, v, cdt, scratch, w->threads > 1 ? w->threads : 1,
+                             B, NH, KVH, HD, r, native, &e);
+    else if (ok)
+        st = hs_attention_forward_rows(out, odt, lse, q, k, v, cdt, scratch, B, NH, KVH, HD, r,
+                                       native, &e);
     if (st != HS_OK) hs_device_fail(s->dev, &e);
+    free(wide);
     if (!(w && w->scratch)) free(scratch);
 }
 
@@ -507,13 +555,17 @@ void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
     if (st == HS_OK && !(w && w->delta && w->delta_ready))
         hs_attention_delta(delta, dout, out, odt, B, r->Tq, NH, HD);
     const void *dout16 = w ? w->dout16 : NULL;
-    if (st == HS_OK && w && w->scratch && whole(r))
+    float *wide = NULL;
+    bool ok = st == HS_OK && att_operands(s, &q, &k, &v, &dt, &wide, B, NH, KVH, HD, r);
+    bool native = hs_device_gemm_native(s->dev, dt);
+    if (ok && w && w->scratch && whole(r))
         st = backward_threads(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch,
-                              w->threads > 1 ? w->threads : 1, B, NH, KVH, HD, r, &e);
-    else if (st == HS_OK)
+                              w->threads > 1 ? w->threads : 1, B, NH, KVH, HD, r, native, &e);
+    else if (ok)
         st = hs_attention_backward_rows(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch,
-                                        B, NH, KVH, HD, r, &e);
+                                        B, NH, KVH, HD, r, native, &e);
     if (st != HS_OK) hs_device_fail(s->dev, &e);
+    free(wide);
     if (!(w && w->delta)) free(delta);
     if (!(w && w->scratch)) free(scratch);
 }

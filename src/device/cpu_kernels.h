@@ -163,16 +163,18 @@ hs_status hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*
  * row that sees no key gets a zero output and lse -inf. The output is in
  * odt (fp32 for the ring's online-softmax merge). Backward accumulates dq
  * (local rows) and dk/dv ([B, Tk]); `delta` ([B, NH, Tq]) is each row's
- * sum of dO * O over all keys, so the keys may come in blocks. */
+ * sum of dO * O over all keys, so the keys may come in blocks. `native`:
+ * whether dt's products run oneDNN's 16-bit matmul (hs_device_gemm_native;
+ * the whole-sequence entries take hs_gemm16_native), else widened. */
 hs_status hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const void *q,
                                     const void *k, const void *v, hs_dtype dt, float *scratch,
                                     int B, int NH, int KVH, int HD, const hs_att_rows *r,
-                                    hs_error *e);
+                                    bool native, hs_error *e);
 hs_status hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout,
                                      const void *dout16, const void *q, const void *k,
                                      const void *v, const float *lse, const float *delta,
                                      hs_dtype dt, float *scratch, int B, int NH, int KVH, int HD,
-                                     const hs_att_rows *r, hs_error *e);
+                                     const hs_att_rows *r, bool native, hs_error *e);
 
 /* ----------------------------------------------------------------- swiglu */
 

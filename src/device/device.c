@@ -93,6 +93,8 @@ hs_status hs_device_create(hs_device_kind kind, hs_trace *trace, hs_device **out
     d->trace = trace;
     hs_error_clear(&d->fault);
     d->ordinal = -1;
+    d->native_bf16 = hs_gemm16_native(HS_DTYPE_BF16);
+    d->native_f16 = hs_gemm16_native(HS_DTYPE_F16);
     hs_status s = backends[kind].init(d, e);
     /* HS_DEVICE_GUARD=1: the guard; =staged: the guard, and collectives
      * staged through host memory as on a GPU (docs/device.md) */
@@ -210,7 +212,15 @@ void hs_adamw_many_each(hs_stream *s, const hs_adamw_tensor *t, int count,
 
 bool hs_device_gemm_native(const hs_device *d, hs_dtype dt) {
     if (dt == HS_DTYPE_F32) return false;
-    return (d && d->kind == HS_DEVICE_CUDA) || hs_gemm_native(dt, HS_DTYPE_F32);
+    if (!d) return hs_gemm16_native(dt);
+    return d->kind == HS_DEVICE_CUDA || (dt == HS_DTYPE_BF16 ? d->native_bf16 : d->native_f16);
+}
+
+hs_gemm_shape hs_device_gemm_shape(const hs_device *d, const hs_gemm_shape *g) {
+    hs_gemm_shape w = *g;
+    hs_dtype low = g->a_dt != HS_DTYPE_F32 ? g->a_dt : g->b_dt;
+    w.widen = g->widen || (low != HS_DTYPE_F32 && !hs_device_gemm_native(d, low));
+    return w;
 }
 
 int hs_device_note_read(hs_device *d, char *buf, size_t n) {

@@ -8,7 +8,9 @@
  * hs_cpu_isa_apply hands the cap to oneDNN before its first kernel
  * (dnnl_set_max_cpu_isa, the cap oneDNN's own ONEDNN_MAX_CPU_ISA sets),
  * and hypershard's own dispatch follows oneDNN's effective ISA, so either
- * variable puts the whole process on one tier. */
+ * variable puts the whole process on one tier. hs_gemm16_native says which
+ * engine multiplies 16-bit operands at that tier (HS_CPU_GEMM16). */
+#include <cpuid.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +32,43 @@ static const tier tiers[] = {
 
 #define NTIERS ((int)(sizeof tiers / sizeof tiers[0]))
 
+/* HS_CPU_GEMM16: -1 unset or auto, 0 widened, 1 native, -2 anything else. */
+static int gemm16_forced(void) {
+    const char *v = getenv("HS_CPU_GEMM16");
+    if (!v || !v[0] || !strcmp(v, "auto")) return -1;
+    if (!strcmp(v, "widened")) return 0;
+    if (!strcmp(v, "native")) return 1;
+    return -2;
+}
+
+/* CPUID's vendor is AMD's. */
+static bool cpu_is_amd(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    return b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" */
+}
+
+bool hs_gemm16_native(hs_dtype dt) {
+    if (dt == HS_DTYPE_F32) return false;
+    int forced = gemm16_forced();
+    if (forced == 0) return false;
+    if (forced < 0 && dt == HS_DTYPE_BF16) {
+        const dnnl_cpu_isa_t amx = dnnl_cpu_isa_avx512_core_amx,
+                             bf16 = dnnl_cpu_isa_avx512_core_bf16;
+        dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+        bool faster = (isa & amx) == amx || ((isa & bf16) == bf16 && cpu_is_amd());
+        if (!faster) return false;
+    }
+    return hs_gemm_native(dt, HS_DTYPE_F32);
+}
+
 hs_status hs_cpu_isa_apply(hs_error *e) {
+    if (gemm16_forced() == -2)
+        return hs_error_set(e, HS_ERR_USAGE,
+                            "HS_CPU_GEMM16 = '%s': want native (oneDNN's 16-bit matmul wherever it "
+                            "has one), widened (16-bit operands widened to fp32, one sgemm) or "
+                            "auto (the faster one on this CPU; also when unset)",
+                            getenv("HS_CPU_GEMM16"));
     const char *v = getenv("HS_CPU_ISA");
     if (!v || !v[0]) return HS_OK;
     for (int i = 0; i < NTIERS; i++) {

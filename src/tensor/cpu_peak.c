@@ -87,11 +87,11 @@ hs_cpu_peak hs_cpu_nominal_peak(hs_dtype dt) {
     p.flops_per_cycle = fp32_per_cycle(&c, isa);
     /* 16-bit products only where the GEMM multiplies them natively (else
      * it widens them and runs sgemm: the fp32 peak is the one it can reach) */
-    if (dt == HS_DTYPE_BF16 && hs_gemm_native(dt, HS_DTYPE_F32)) {
+    if (dt == HS_DTYPE_BF16 && hs_gemm16_native(dt)) {
         p.dtype = dt;
         if ((isa & amx) == amx) p.flops_per_cycle = 1024;
         else if ((isa & bf16) == bf16) p.flops_per_cycle *= 2;
-    } else if (dt == HS_DTYPE_F16 && hs_gemm_native(dt, HS_DTYPE_F32)) {
+    } else if (dt == HS_DTYPE_F16 && hs_gemm16_native(dt)) {
         /* fp16 matmuls widen to fp32 FMAs on these tiers (AMX-FP16 aside) */
         p.dtype = dt;
     }

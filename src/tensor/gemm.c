@@ -126,7 +126,7 @@ static hs_status widened(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
     if (a_dt != HS_DTYPE_F32) need += (size_t)(a_rows * a_cols);
     if (b_dt != HS_DTYPE_F32) need += (size_t)(b_rows * b_cols);
     if (c_dt != HS_DTYPE_F32) need += (size_t)(M * N);
-    float *scratch = malloc(need * sizeof(float));
+    float *scratch = malloc(need * sizeof(float) + 1); /* need 0: K 0 */
     if (scratch == NULL)
         return hs_error_oom(e, "hs_gemm_ex: %zu bytes of fp32 scratch for a %lldx%lldx%lld GEMM",
                             need * sizeof(float), (long long)M, (long long)N, (long long)K);
@@ -176,6 +176,16 @@ hs_status hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
     if (s != HS_OK || ran) return s;
     return widened(trans_a, trans_b, M, N, K, alpha, A, a_dt, lda, B, b_dt, ldb, beta, C, c_dt, ldc,
                    e);
+}
+
+hs_status hs_gemm_run(const hs_gemm_shape *s, const void *A, const void *B, void *C, hs_error *e) {
+    bool all32 = s->a_dt == HS_DTYPE_F32 && s->b_dt == HS_DTYPE_F32 && s->c_dt == HS_DTYPE_F32;
+    if (!s->widen || all32 || s->M == 0 || s->N == 0)
+        return hs_gemm_ex(s->trans_a, s->trans_b, s->M, s->N, s->K, s->alpha, A, s->a_dt, s->lda, B,
+                          s->b_dt, s->ldb, s->beta, C, s->c_dt, s->ldc, e);
+    HS_ASSERT(s->M > 0 && s->N > 0 && s->K >= 0);
+    return widened(s->trans_a, s->trans_b, s->M, s->N, s->K, s->alpha, A, s->a_dt, s->lda, B,
+                   s->b_dt, s->ldb, s->beta, C, s->c_dt, s->ldc, e);
 }
 
 /* oneDNN runs on OpenMP: the calling thread's team size. */

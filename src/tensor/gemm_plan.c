@@ -116,7 +116,7 @@ void hs_gemm_plan_free(hs_gemm_plan *p) {
 static bool same_shape(const hs_gemm_shape *x, const hs_gemm_shape *y) {
     return x->trans_a == y->trans_a && x->trans_b == y->trans_b && x->M == y->M && x->N == y->N &&
            x->K == y->K && x->lda == y->lda && x->ldb == y->ldb && x->ldc == y->ldc &&
-           x->a_dt == y->a_dt && x->b_dt == y->b_dt && x->c_dt == y->c_dt &&
+           x->a_dt == y->a_dt && x->b_dt == y->b_dt && x->c_dt == y->c_dt && x->widen == y->widen &&
            /* bitwise: a scale is part of the primitive */
            !memcmp(&x->alpha, &y->alpha, sizeof x->alpha) &&
            !memcmp(&x->beta, &y->beta, sizeof x->beta);
@@ -132,9 +132,9 @@ void hs_gemm_cache_free(hs_gemm_cache *c) {
 hs_status hs_gemm_cached(hs_gemm_cache *c, const hs_gemm_shape *s, const void *A, const void *B,
                          void *C, hs_error *e) {
     /* Only two 16-bit operands of one dtype have a plan (hs_gemm_ex's
-     * native matmul); everything else goes to hs_gemm_ex as it is. */
-    bool planned = s->a_dt == s->b_dt && s->a_dt != HS_DTYPE_F32 && s->M > 0 && s->N > 0 &&
-                   s->K > 0;
+     * native matmul), unless widened; everything else goes to hs_gemm_run. */
+    bool planned = !s->widen && s->a_dt == s->b_dt && s->a_dt != HS_DTYPE_F32 && s->M > 0 &&
+                   s->N > 0 && s->K > 0;
     for (int i = 0; planned && i < c->n; i++) {
         if (!same_shape(&c->shapes[i], s)) continue;
         if (c->plans[i]) {
@@ -155,6 +155,5 @@ hs_status hs_gemm_cached(hs_gemm_cache *c, const hs_gemm_shape *s, const void *A
             return HS_OK;
         }
     }
-    return hs_gemm_ex(s->trans_a, s->trans_b, s->M, s->N, s->K, s->alpha, A, s->a_dt, s->lda, B,
-                      s->b_dt, s->ldb, s->beta, C, s->c_dt, s->ldc, e);
+    return hs_gemm_run(s, A, B, C, e);
 }

@@ -30,8 +30,7 @@ static hs_status gemm_trial(const void *a, const void *b, float *c, hs_dtype dt,
 }
 
 hs_dtype hs_peak_flops_dtype(hs_dtype compute) {
-    return compute != HS_DTYPE_F32 && hs_gemm_native(compute, HS_DTYPE_F32) ? compute
-                                                                            : HS_DTYPE_F32;
+    return compute != HS_DTYPE_F32 && hs_gemm16_native(compute) ? compute : HS_DTYPE_F32;
 }
 
 hs_status hs_measure_peak_flops(hs_dtype dt, double *peak, hs_error *e) {

@@ -288,11 +288,17 @@ static void trainer_announce(const hs_trainer *t) {
                 cfg->model.arch, (double)hs_model_param_count(m) / 1e6, cfg->model.n_layers,
                 cfg->model.dim, cfg->data.source, (long long)hs_data_num_train(t->data),
                 (long long)hs_data_num_val(t->data), t->T);
+    /* Which engine multiplies a 16-bit param dtype on a CPU (HS_CPU_GEMM16) */
+    int pd = cfg->fsdp.mix_precision.param_dtype;
+    hs_dtype low = pd == HS_MP_NULL ? HS_DTYPE_F32 : (hs_dtype)pd;
+    const char *engine = low == HS_DTYPE_F32 || t->dev->kind == HS_DEVICE_CUDA ? ""
+                         : hs_device_gemm_native(t->dev, low)                  ? ", 16-bit matmul"
+                                                              : ", 16-bit products widened to fp32";
     hs_log_info(t->log,
                 "engine %s on %d rank(s) | global batch %d = %d micro-batch(es) x %d sequences x "
-                "%d data-parallel rank(s) | %d thread(s) per rank, oneDNN %s -> %s",
+                "%d data-parallel rank(s) | %d thread(s) per rank, oneDNN %s%s -> %s",
                 t->engine->name, t->topo->world, t->G, t->M, t->mbs, t->dp_size,
-                hs_blas_get_threads(), hs_gemm_isa(), cfg->train.out_dir);
+                hs_blas_get_threads(), hs_gemm_isa(), engine, cfg->train.out_dir);
     hs_log_info(t->log,
                 "mfu against %.1f GFLOP/s, all ranks; rank 0's %s | %s GEMM measured %.1f "
                 "GFLOP/s, all ranks",

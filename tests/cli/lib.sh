@@ -361,6 +361,7 @@ AGENT
 
 # A tier run (HS_CPU_ISA set by cmake/tests.cmake for HS_TEST_TIERS) on a
 # CPU whose own tier is no higher is its native run again: skipped there.
+[ -z "${HS_CPU_GEMM16:-}" ] || echo "16-bit GEMM engine: HS_CPU_GEMM16=$HS_CPU_GEMM16"
 if [ -n "${HS_CPU_ISA:-}" ]; then
     if [ "$HS_CPU_ISA" = avx2 ] && ! grep -q -m1 -w avx512f /proc/cpuinfo; then
         hs_skip "this CPU's own tier is avx2: the test's native run covers it"

@@ -14,7 +14,11 @@
 #   pass the casts; without the input cast the first loss moves.
 # HS_MPI_RANKS: 2
 # HS_TEST_TIMEOUT: 180
-# HS_TEST_TIERS: avx2
+# - bf16 runs with both 16-bit GEMM engines (ctest's .gemm16_native and
+#   .gemm16_widened runs: oneDNN's bf16 matmul, or operands widened to fp32
+#   sgemms where that is the faster engine); an unknown HS_CPU_GEMM16 is
+#   exit 2 naming it, before anything is written.
+# HS_TEST_TIERS: avx2 gemm16_native gemm16_widened
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch outdt
@@ -56,4 +60,12 @@ if cmp -s "$work/bf16_2/model.safetensors" "$work/out32_2/model.safetensors"; th
     exit 1
 fi
 echo "first loss: bf16 $plain, output_dtype float32 $widened, fp32 stream $stream"
+
+rc=0
+HS_CPU_GEMM16=fast "$HS_BIN" train "${tiny[@]}" "${bf16[@]}" train.out_dir="$work/refused" \
+    > "$work/refused.txt" 2>&1 || rc=$?
+[ "$rc" = 2 ] || die "HS_CPU_GEMM16=fast: exit $rc, want 2"
+grep -q "HS_CPU_GEMM16 = 'fast': want native" "$work/refused.txt" ||
+    die "HS_CPU_GEMM16=fast: $(tail -2 "$work/refused.txt")"
+[ ! -e "$work/refused" ] || die "HS_CPU_GEMM16=fast wrote $work/refused"
 echo ok

@@ -1,7 +1,7 @@
 /* model/layers: each layer's backward against central finite differences
  * of its forward, in fp32 with the objective summed in fp64:
  * f(inputs) = sum_i r_i * out_i for a fixed random r, so d f / d out = r.
- * HS_TEST_TIERS: avx2 */
+ * HS_TEST_TIERS: avx2 gemm16_native gemm16_widened */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
