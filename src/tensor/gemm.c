@@ -69,10 +69,15 @@ static hs_status matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
     return HS_OK;
 }
 
+/* Operands from this many elements are converted over the calling
+ * thread's OpenMP team (the GEMM's), row by row: the same bits. */
+#define PACK_PAR_MIN ((int64_t)1 << 16)
+
 /* A rows x cols matrix with row stride ld, converted into a packed copy. */
 static void pack_matrix(void *dst, hs_dtype dst_dt, const void *src, hs_dtype src_dt, int64_t rows,
                         int64_t cols, int64_t ld) {
     size_t ds = hs_dtype_size(dst_dt), ss = hs_dtype_size(src_dt);
+#pragma omp parallel for schedule(static) if (rows * cols >= PACK_PAR_MIN && rows > 1)
     for (int64_t r = 0; r < rows; r++)
         hs_convert((char *)dst + (size_t)(r * cols) * ds, dst_dt,
                    (const char *)src + (size_t)(r * ld) * ss, src_dt, cols);
@@ -109,6 +114,7 @@ static void narrow_matrix(void *dst, hs_dtype dt, const float *src, int64_t rows
                           int64_t ld) {
     char *d = dst;
     size_t es = hs_dtype_size(dt);
+#pragma omp parallel for schedule(static) if (rows * cols >= PACK_PAR_MIN && rows > 1)
     for (int64_t r = 0; r < rows; r++)
         hs_convert(d + (size_t)(r * ld) * es, dt, src + r * cols, HS_DTYPE_F32, cols);
 }
