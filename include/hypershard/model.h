@@ -407,8 +407,11 @@ typedef struct hs_model_options {
     bool count_buffers;
     /* Every parameter is set from a file before its first use (train
      * --init-from, a resumed checkpoint, generate and eval): the
-     * initialisers (hs_model_init_param_rows, hs_model_init_weights) fill
-     * zeros instead of drawing the random init that would be overwritten. */
+     * initialisers draw no random init that would be overwritten:
+     * hs_model_init_param_rows fills zeros (an FSDP shard's padding stays
+     * defined), and the model's own parameters are neither zeroed when
+     * allocated nor by hs_model_init_weights, the load writing every
+     * element of each. */
     bool weights_from_file;
     /* No backward will run (generate, eval): no gradient buffers; every
      * hs_param's grad stays NULL. */

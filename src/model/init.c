@@ -53,7 +53,10 @@ void hs_model_init_param_rows(const hs_model *m, const hs_param *p, uint64_t see
 }
 
 void hs_model_init_weights(hs_model *m, uint64_t seed) {
-    for (int i = 0; i < m->n_params; i++) {
+    /* Weights from a file: the load that follows writes every element of
+     * every parameter (a missing or mis-shaped tensor fails it), so nothing
+     * is drawn or zeroed first. */
+    for (int i = 0; i < m->n_params && !m->opt.weights_from_file; i++) {
         hs_param *p = &m->params[i];
         if (p->data) hs_model_init_param_rows(m, p, seed, p->data, m->dt, 0, p->local_shape[0]);
     }

@@ -124,15 +124,19 @@ static void *zeroed(hs_model *m, size_t bytes) {
     return p;
 }
 
-static void *buf(hs_model *m, int64_t n, hs_dtype dt) {
+/* n elements of dt, zeroed or not: a buffer every element of which is
+ * written before it is read (the parameters a weights file fills) is not. */
+static void *sized(hs_model *m, int64_t n, hs_dtype dt, bool zero) {
     int64_t bytes;
     if (n >= 0 && hs_mul_i64(n, (int64_t)hs_dtype_size(dt), &bytes))
-        return zeroed(m, (size_t)bytes);
+        return zero ? zeroed(m, (size_t)bytes) : raw(m, (size_t)bytes);
     if (!m->opt.count_buffers)
         model_oom(m, "model: a buffer of %lld elements of %s", (long long)n, hs_dtype_name(dt));
     count(m, -1);
     return NULL;
 }
+
+static void *buf(hs_model *m, int64_t n, hs_dtype dt) { return sized(m, n, dt, true); }
 
 /* The model-parallel seam's buffers come from here too (hs_model_alloc_fn). */
 static void *seam_alloc(void *actx, int64_t n, hs_dtype dt) { return buf(actx, n, dt); }
@@ -472,7 +476,8 @@ static void params_alloc(hs_model *m) {
     for (int i = 0; i < m->n_params; i++) {
         hs_param *p = &m->params[i];
         int64_t n = hs_param_local_numel(p);
-        p->data = buf(m, n, m->dt);
+        /* weights from a file: the load writes every element (hs_model_init_weights) */
+        p->data = sized(m, n, m->dt, !m->opt.weights_from_file);
         p->grad = m->opt.no_grad ? NULL : buf(m, n, p->grad_dtype);
     }
 }
