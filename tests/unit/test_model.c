@@ -111,8 +111,11 @@ static void test_init_rows_3_to_7_equal_the_same_slice_of_the_full_init(void **s
     hs_model_free(m);
 }
 
-/* A model whose weights come from a file draws no init: the initialisers
- * fill zeros (norms included), whatever was in the memory before. */
+/* A model whose weights come from a file draws no init: the load writes
+ * every element of its own parameters, so hs_model_init_weights leaves them
+ * as they are (here a marker, neither drawn nor zeroed), and the row
+ * initialiser (an FSDP shard's) fills zeros, norms included, whatever was
+ * in the memory before. */
 static void test_weights_from_file_draws_no_init_and_fills_zeros(void **state) {
     (void)state;
     hs_model_config c = tiny_config();
@@ -121,8 +124,20 @@ static void test_weights_from_file_draws_no_init_and_fills_zeros(void **state) {
     hs_model *m = mf_make(&c, &o, 42);
     for (int i = 0; i < hs_model_num_params(m); i++) {
         hs_param *p = hs_model_param(m, i);
-        for (int64_t j = 0; j < mf_numel(p); j++) assert_true(((float *)p->data)[j] == 0.0f);
+        for (int64_t j = 0; j < mf_numel(p); j++) ((float *)p->data)[j] = 7.0f;
     }
+    hs_model_init_weights(m, 42);
+    for (int i = 0; i < hs_model_num_params(m); i++) {
+        hs_param *p = hs_model_param(m, i);
+        for (int64_t j = 0; j < mf_numel(p); j++) assert_true(((float *)p->data)[j] == 7.0f);
+    }
+    hs_param *norm = hs_model_param(m, hs_model_find_param(m, "model.norm.weight"));
+    float row[64];
+    int64_t nn = mf_numel(norm);
+    assert_true(norm->ndim == 1 && nn <= 64);
+    for (int i = 0; i < nn; i++) row[i] = NAN;
+    hs_model_init_param_rows(m, norm, 42, row, HS_DTYPE_F32, 0, nn);
+    for (int i = 0; i < nn; i++) assert_true(row[i] == 0.0f);
     hs_param *p = hs_model_param(m, hs_model_find_param(m, "model.layers.1.mlp.gate_proj.weight"));
     float part[5 * 8];
     for (int i = 0; i < 40; i++) part[i] = NAN;
