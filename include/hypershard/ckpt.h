@@ -269,6 +269,9 @@ int64_t hs_st_numel(const hs_st_tensor *t);
 /* Convert the tensor to fp32 (handles unaligned data). */
 void hs_st_to_f32(const hs_st_tensor *t, float *out);
 
+/* Write `text` to <dir>/<name> atomically: temp file, fsync, rename, fsync dir. */
+hs_status hs_ckpt_write_atomic(const char *dir, const char *name, const char *text, hs_error *e);
+
 /* ------------------------------------------------------- Hugging Face I/O */
 
 /* The full fp32 tensor of model parameter i: get (gather) or set (scatter).

@@ -100,8 +100,6 @@ hs_status hs_ckpt_pread_all(int fd, void *buf, size_t n, int64_t off, const char
 hs_status hs_ckpt_fsync_path(const char *path, bool is_dir, hs_error *e);
 /* Remove a flat directory of our own making (regular files only). Absent is fine. */
 hs_status hs_ckpt_remove_dir(const char *path, hs_error *e);
-/* Write `text` to <dir>/<name> atomically: temp file, fsync, rename, fsync dir. */
-hs_status hs_ckpt_write_atomic(const char *dir, const char *name, const char *text, hs_error *e);
 /* The step directory name <dir>/latest holds, without the newline; *found
  * false when there is no `latest`. Anything but a small regular file
  * holding step-<N> is an error naming the path. */

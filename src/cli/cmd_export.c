@@ -171,33 +171,29 @@ static hs_status import_model_config(const import_args *a, hs_model_config *mc, 
 /* RUN/config.yaml: the model section the weights were checked against,
  * every other section left to its default, so that `train RUN/config.yaml
  * --init-from RUN [a.b.c=value ...]` builds the same network without the
- * Hugging Face config translated by hand. Through a temporary file, renamed
- * once whole. */
+ * Hugging Face config translated by hand. Written whole or not at all. */
 static hs_status import_write_yaml(const hs_model_config *mc, const char *what, const char *out,
                                    hs_error *e) {
     hs_config c;
     hs_status s = hs_config_defaults(&c, e);
     if (s != HS_OK) return s;
     c.model = *mc;
-    char path[HS_PATH_MAX + 32], tmp[HS_PATH_MAX + 40];
-    snprintf(path, sizeof path, "%s/config.yaml", out);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = hs_fopen(tmp, "w", "check that --out is writable", e);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
     if (f) {
         fprintf(f,
                 "# The model of\n#   %s\n# as `hypershard import` read it; every other "
                 "section takes its default.\n# Continue training these weights with\n"
-                "#   hypershard train %s --init-from %s [a.b.c=value ...]\n",
-                what, path, out);
+                "#   hypershard train %s/config.yaml --init-from %s [a.b.c=value ...]\n",
+                what, out, out);
         hs_config_dump_section(&c, "model", f);
-        s = hs_fclose_written(f, tmp, "check the free space of --out", e);
-        if (s == HS_OK && rename(tmp, path) != 0)
-            s = hs_error_set(e, HS_ERR_IO, "cannot write %s: %s", path, hs_strerror_errno());
-        if (s != HS_OK) remove(tmp);
-    } else {
-        s = e->code;
     }
     hs_config_free(&c);
+    if (!f || fclose(f) != 0 || !text)
+        s = hs_error_oom(e, "import: the %zu-byte text of %s/config.yaml", len, out);
+    else s = hs_ckpt_write_atomic(out, "config.yaml", text, e);
+    free(text);
     return s;
 }
 
