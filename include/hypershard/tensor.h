@@ -219,10 +219,10 @@ hs_cpu_peak hs_cpu_nominal_peak(hs_dtype dt);
 bool hs_gemm_native(hs_dtype dt, hs_dtype c_dt);
 /* Whether hypershard multiplies 16-bit dt operands by oneDNN's matmul here
  * (else widened to fp32, one sgemm): where oneDNN has it and it is the
- * faster engine. bf16: with AMX, or AVX512-BF16 dot products on a core
- * whose 512-bit FMAs run at half rate (AMD Zen 4); not on an Intel Xeon
- * without AMX (one dot-product port against two FMA ports: half sgemm's
- * rate) nor below AVX512-BF16 (emulated). f16: wherever oneDNN has it.
+ * faster engine. bf16: with AMX, or AVX512-BF16 on an AMD CPU (Zen 4
+ * measured: the bf16 step 1.6x the fp32 one); not on an Intel Xeon
+ * without AMX (measured at half sgemm's rate) nor below AVX512-BF16
+ * (emulated). f16: wherever oneDNN has it (docs/numerics.md).
  * HS_CPU_GEMM16 = native | widened overrides the choice (auto: unset). A
  * pure function of the CPU, the tier and the environment: every rank of a
  * machine, and the plan, decide alike. */
