@@ -40,9 +40,18 @@ void hs_cpu_convert_scaled(hs_stream *s, float *dst, const void *src, hs_dtype s
 
 void hs_cpu_fill(hs_stream *s, float *x, float v, int64_t n) { hs_fill_f32(x, n, v); }
 
+/* Counter-based draws: each block of RNG_BLOCK values is the same slice
+ * of the fill whichever thread draws it. */
+#define RNG_BLOCK 4096
+
 void hs_cpu_rng_normal(hs_stream *s, float *x, int64_t n, uint64_t seed, uint64_t stream,
                        int64_t offset, float mean, float std) {
-    hs_rng_fill_normal(x, n, seed, stream, offset, mean, std);
+    int64_t blocks = (n + RNG_BLOCK - 1) / RNG_BLOCK;
+#pragma omp parallel for schedule(static) if (n >= 2 * RNG_BLOCK)
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t i = b * RNG_BLOCK, m = n - i < RNG_BLOCK ? n - i : RNG_BLOCK;
+        hs_rng_fill_normal(x + i, m, seed, stream, offset + i, mean, std);
+    }
 }
 
 void hs_cpu_axpy(hs_stream *s, float *y, const float *x, float a, int64_t n) {

@@ -4,7 +4,7 @@
 
 #include "model/internal.h"
 
-#define INIT_CHUNK 4096
+#define INIT_CHUNK (1 << 16)
 
 static int64_t local_row_numel(const hs_param *p) {
     int64_t n = 1;
