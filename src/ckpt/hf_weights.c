@@ -159,7 +159,22 @@ static hs_status hf_check_all(hs_model *m, const hs_st_file *f, const char *path
  * everywhere, steps later and far from its cause. */
 static hs_status hf_check_finite(const char *path, const char *name, const float *v, int64_t n,
                                  hs_error *e) {
-    for (int64_t i = 0; i < n; i++)
+    /* Blocks first, by the largest magnitude's bit pattern (a loop that
+     * vectorises): exponent all ones is Inf or NaN. Only a block that holds
+     * one is searched for the first. */
+    enum { BLOCK = 1024 };
+    int64_t i = 0;
+    for (; i + BLOCK <= n; i += BLOCK) {
+        uint32_t top = 0;
+        for (int j = 0; j < BLOCK; j++) {
+            uint32_t b;
+            memcpy(&b, &v[i + j], sizeof b);
+            b &= 0x7FFFFFFFu;
+            top = b > top ? b : top;
+        }
+        if (top >= 0x7F800000u) break;
+    }
+    for (; i < n; i++)
         if (!isfinite(v[i]))
             return hs_error_set(e, HS_ERR_FORMAT,
                                 "%s: tensor %s holds %s at element %lld (the first); the weights "
@@ -170,6 +185,14 @@ static hs_status hf_check_finite(const char *path, const char *name, const float
                                             : "-Inf",
                                 (long long)i);
     return HS_OK;
+}
+
+/* The file's bytes of parameter p when they are its values as set takes
+ * them (one fp32 tensor, aligned): read in place, nothing copied. NULL
+ * otherwise. */
+static const float *hf_in_place(const hs_st_tensor *t, int parts) {
+    bool ok = parts == 1 && t->dtype == HS_DTYPE_F32 && (uintptr_t)t->data % sizeof(float) == 0;
+    return ok ? (const float *)t->data : NULL;
 }
 
 hs_status hs_hf_load(hs_model *m, const char *dir, hs_param_set_fn set, void *ctx, hs_error *e) {
@@ -183,24 +206,38 @@ hs_status hs_hf_load(hs_model *m, const char *dir, hs_param_set_fn set, void *ct
     if (s != HS_OK) return s;
     s = hf_check_all(m, f, path, e);
     char name[HS_ST_NAME_MAX];
+    /* One conversion buffer, grown to the largest parameter that needs it:
+     * a fresh one per parameter would fault in new pages each time. */
+    float *buf = NULL;
+    int64_t cap = 0;
     for (int i = 0; s == HS_OK && i < hs_model_num_params(m); i++) {
         const hs_param *p = hs_model_param(m, i);
         int64_t numel = hs_param_numel(p);
         int parts = hs_hf_tensor_count(p);
-        float *full = malloc(sizeof(float) * (size_t)(numel ? numel : 1));
-        if (!full) {
-            s = hs_error_oom(e, "%s: cannot allocate %s", path, p->fqn);
-            break;
-        }
-        for (int j = 0; s == HS_OK && j < parts; j++) {
-            hs_hf_tensor_name(p, j, name, sizeof name);
-            float *part = full + j * (numel / parts);
-            hs_st_to_f32(hs_safetensors_find(f, name), part);
-            s = hf_check_finite(path, name, part, numel / parts, e);
+        hs_hf_tensor_name(p, 0, name, sizeof name);
+        const float *full = hf_in_place(hs_safetensors_find(f, name), parts);
+        if (full) s = hf_check_finite(path, name, full, numel, e);
+        else {
+            if (numel > cap) {
+                free(buf);
+                cap = numel > 0 ? numel : 1;
+                buf = malloc(sizeof(float) * (size_t)cap);
+                if (!buf) {
+                    s = hs_error_oom(e, "%s: cannot allocate %s", path, p->fqn);
+                    break;
+                }
+            }
+            for (int j = 0; s == HS_OK && j < parts; j++) {
+                hs_hf_tensor_name(p, j, name, sizeof name);
+                float *part = buf + j * (numel / parts);
+                hs_st_to_f32(hs_safetensors_find(f, name), part);
+                s = hf_check_finite(path, name, part, numel / parts, e);
+            }
+            full = buf;
         }
         if (s == HS_OK) s = set(ctx, i, full, e);
-        free(full);
     }
+    free(buf);
     hs_safetensors_close(f);
     return s;
 }

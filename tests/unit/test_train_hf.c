@@ -198,6 +198,36 @@ static void test_nan_in_imported_weights_is_refused_naming_tensor_and_index(void
     hs_model_free(b.m);
 }
 
+/* fp32 weights are checked where the file maps them (no copy): the largest
+ * tensor poisoned past its first blocks of 1024 (-Inf at 3000, NaN after
+ * it) is refused naming -Inf at 3000, and nothing reaches the model. */
+static void test_inf_deep_in_fp32_weights_is_refused_at_its_index(void **state) {
+    (void)state;
+    hs_model_config mc = tiny_config("llama");
+    held a, b;
+    held_create(&a, &mc, 1);
+    held_create(&b, &mc, 2);
+    int victim = 0;
+    for (int i = 1; i < hs_model_num_params(a.m); i++)
+        if (numel(hs_model_param(a.m, i)) > numel(hs_model_param(a.m, victim))) victim = i;
+    hs_param *p = hs_model_param(a.m, victim);
+    assert_true(numel(p) > 4000);
+    float *w = p->data;
+    w[3000] = -INFINITY;
+    w[3999] = NAN;
+    char dir[300], name[HS_ST_NAME_MAX], want[HS_ST_NAME_MAX + 64];
+    save_hf(&a, HS_DTYPE_F32, "inf32", dir, sizeof dir);
+    hs_hf_tensor_name(p, 0, name, sizeof name);
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_hf_load(b.m, dir, set, &b, &e), HS_ERR_FORMAT);
+    snprintf(want, sizeof want, "tensor %s holds -Inf at element 3000", name);
+    if (!strstr(e.msg, want)) fail_msg("'%s' lacks '%s'", e.msg, want);
+    assert_false(isinf(((float *)hs_model_param(b.m, victim)->data)[3000]));
+    hs_model_free(a.m);
+    hs_model_free(b.m);
+}
+
 /* config.json written by hand or by another tool: a value that does not
  * fit, a string where a number belongs, a repeated key and heads that do
  * not divide are refused naming the file and the key. */
@@ -275,6 +305,7 @@ int main(void) {
         cmocka_unit_test(test_moe_weights_save_and_load_bitwise),
         cmocka_unit_test(test_loading_into_another_shape_names_parameter_and_shapes),
         cmocka_unit_test(test_nan_in_imported_weights_is_refused_naming_tensor_and_index),
+        cmocka_unit_test(test_inf_deep_in_fp32_weights_is_refused_at_its_index),
         cmocka_unit_test(test_hf_config_values_out_of_range_are_refused_naming_the_key),
         cmocka_unit_test(test_hf_config_fields_hypershard_cannot_build_are_refused),
         cmocka_unit_test(test_hf_config_reads_rope_parameters_and_qwen3_defaults),
