@@ -198,6 +198,12 @@ const char *hs_gemm_isa(void);
  * HS_ERR_USAGE naming the variable for an unknown value (of HS_CPU_ISA or
  * HS_CPU_GEMM16). */
 hs_status hs_cpu_isa_apply(hs_error *e);
+/* Whether the element kernels may take their AVX-512 clones (16 fp32
+ * lanes; HS_WIDE in src/device/cpu_kernels.h): the CPU has AVX-512 F, VL,
+ * BW and DQ and the tier in force is avx512 or above (HS_CPU_ISA=avx2
+ * keeps them off). A clone is the same arithmetic per element as the
+ * x86-64-v3 loop, so the choice changes time, not bits. */
+bool hs_cpu_wide_vectors(void);
 /* This CPU's nominal peak for GEMMs of dtype dt at the tier in force:
  * the highest clock the system states x the FLOPs per cycle of the ISA
  * and dtype (cpu_peak.c lists them). dtype is the one the peak is for

@@ -75,6 +75,7 @@ typedef struct att_gemms {
     hs_gemm_cache gc;
     hs_error e;
     bool widen; /* 16-bit operands to fp32 sgemms (hs_gemm_shape.widen) */
+    bool wide;  /* the softmax steps' AVX-512 clones (hs_cpu_wide_vectors) */
 } att_gemms;
 
 /* native: whether dt's products run oneDNN's 16-bit matmul (the device's
@@ -83,6 +84,7 @@ static void att_gemms_init(att_gemms *g, hs_dtype dt, bool native) {
     hs_gemm_cache_init(&g->gc);
     hs_error_clear(&g->e);
     g->widen = dt != HS_DTYPE_F32 && !native;
+    g->wide = hs_cpu_wide_vectors();
 }
 
 /* Frees the plans; the first failure goes to *st and e (may be NULL) unless
@@ -146,8 +148,10 @@ static int first_visible(const int32_t *lo, int i, int64_t gk, int valid) {
  * output acc (from earlier tiles) are rescaled to the new maximum first.
  * A row that sees no key of this tile is left as it was (a zero P row).
  * lo: each row's document start (global position), or NULL. */
-static void att_online_softmax(float *S, att_scratch *a, int64_t gq, int64_t gk, const int32_t *lo,
-                               int rows, int nk, int HD) {
+static inline __attribute__((always_inline)) void att_online_softmax_any(float *S, att_scratch *a,
+                                                                         int64_t gq, int64_t gk,
+                                                                         const int32_t *lo,
+                                                                         int rows, int nk, int HD) {
     for (int i = 0; i < rows; i++) {
         float *s = S + (int64_t)i * nk;
         int valid = visible(gq, i, gk, nk), f = first_visible(lo, i, gk, valid);
@@ -169,6 +173,18 @@ static void att_online_softmax(float *S, att_scratch *a, int64_t gq, int64_t gk,
         a->l[i] += hs_row_sum(s + f, valid - f);
         a->mx[i] = mn;
     }
+}
+
+/* The softmax steps of a tile, and their AVX-512 clones (HS_WIDE): the
+ * same bits, taken where att_gemms.wide. */
+static void att_online_softmax(float *S, att_scratch *a, int64_t gq, int64_t gk, const int32_t *lo,
+                               int rows, int nk, int HD) {
+    att_online_softmax_any(S, a, gq, gk, lo, rows, nk, HD);
+}
+
+HS_WIDE static void att_online_softmax_wide(float *S, att_scratch *a, int64_t gq, int64_t gk,
+                                            const int32_t *lo, int rows, int nk, int HD) {
+    att_online_softmax_any(S, a, gq, gk, lo, rows, nk, HD);
 }
 
 /* The query block's output acc / l in odt, and each row's log-sum-exp
@@ -237,7 +253,8 @@ static void forward_head(att_gemms *g, void *out, hs_dtype odt, float *lse, cons
             int kn = nk - j0 < kb ? nk - j0 : kb;
             head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
             att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
-            att_online_softmax(a.P, &a, gq, r->gk + j0, lo, rows, kn, HD);
+            (g->wide ? att_online_softmax_wide : att_online_softmax)(a.P, &a, gq, r->gk + j0, lo,
+                                                                     rows, kn, HD);
             if (low) hs_convert(a.s16, dt, a.P, HS_DTYPE_F32, (int64_t)rows * kn);
             att_gemm(g, false, false, rows, HD, kn, 1.0f, low ? a.s16 : (const void *)a.P,
                      low ? dt : HS_DTYPE_F32, kn, hs_cat(v, dt, kj.off), dt, kv.ld,
@@ -318,8 +335,10 @@ void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*H
 
 /* P = exp(S - lse) on the causal part (within the row's document under
  * masking), 0 elsewhere. */
-static void att_probs(float *S, const float *lse, int64_t gq, int64_t gk, const int32_t *lo,
-                      int rows, int nk) {
+static inline __attribute__((always_inline)) void att_probs_any(float *S, const float *lse,
+                                                                int64_t gq, int64_t gk,
+                                                                const int32_t *lo, int rows,
+                                                                int nk) {
     for (int i = 0; i < rows; i++) {
         float *s = S + (int64_t)i * nk;
         int valid = visible(gq, i, gk, nk), f = first_visible(lo, i, gk, valid);
@@ -328,6 +347,16 @@ static void att_probs(float *S, const float *lse, int64_t gq, int64_t gk, const 
         memset(s, 0, (size_t)f * sizeof(float));
         memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
     }
+}
+
+static void att_probs(float *S, const float *lse, int64_t gq, int64_t gk, const int32_t *lo,
+                      int rows, int nk) {
+    att_probs_any(S, lse, gq, gk, lo, rows, nk);
+}
+
+HS_WIDE static void att_probs_wide(float *S, const float *lse, int64_t gq, int64_t gk,
+                                   const int32_t *lo, int rows, int nk) {
+    att_probs_any(S, lse, gq, gk, lo, rows, nk);
 }
 
 /* dS = P * (dP - D), in place over dP. */
@@ -396,7 +425,7 @@ static void backward_head(att_gemms *g, float *dq, float *dk, float *dv, const f
             int kn = nk - j0 < kb ? nk - j0 : kb;
             head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
             att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
-            att_probs(a.P, hl + r0, gq, r->gk + j0, lo, rows, kn);
+            (g->wide ? att_probs_wide : att_probs)(a.P, hl + r0, gq, r->gk + j0, lo, rows, kn);
             att_bwd_block blk = {.dO = dout + at,
                                  .dO16 = dout16 ? hs_cat(dout16, dt, at) : NULL,
                                  .kb = hs_cat(k, dt, kj.off),

@@ -11,7 +11,8 @@
 #define XENT_BLOCK 256 /* rows whose loss terms wait on the stack */
 
 /* Row n's loss term (NAN: an ignored target), its gradient into d. */
-static double xent_row(float *d, const float *l, int32_t tgt, int V, float scale) {
+static inline __attribute__((always_inline)) double xent_row_any(float *d, const float *l,
+                                                                 int32_t tgt, int V, float scale) {
     if (tgt < 0) {
         if (d) memset(d, 0, (size_t)V * sizeof(float));
         return NAN;
@@ -31,19 +32,30 @@ static double xent_row(float *d, const float *l, int32_t tgt, int V, float scale
     return (double)mx + log(sum) - (double)lt;
 }
 
+typedef double row_fn(float *, const float *, int32_t, int, float);
+
+/* The row, and its AVX-512 clone (HS_WIDE): the same bits. */
+static double xent_row(float *d, const float *l, int32_t tgt, int V, float scale) {
+    return xent_row_any(d, l, tgt, V, scale);
+}
+
+HS_WIDE static double xent_row_wide(float *d, const float *l, int32_t tgt, int V, float scale) {
+    return xent_row_any(d, l, tgt, V, scale);
+}
+
 double hs_xent_forward_backward(float *dlogits /* N,V */, const float *logits /* N,V */,
                                 const int32_t *targets /* N */, int64_t N, int V, float scale,
                                 int64_t *valid) {
     double total = 0.0;
     int64_t used = 0;
+    row_fn *row = hs_cpu_wide_vectors() ? xent_row_wide : xent_row;
     for (int64_t b0 = 0; b0 < N; b0 += XENT_BLOCK) {
         int rows = N - b0 < XENT_BLOCK ? (int)(N - b0) : XENT_BLOCK;
         double term[XENT_BLOCK];
 #pragma omp parallel for schedule(static) if ((int64_t)rows * V >= HS_PAR_MIN)
         for (int r = 0; r < rows; r++) {
             int64_t n = b0 + r;
-            term[r] =
-                xent_row(dlogits ? dlogits + n * V : NULL, logits + n * V, targets[n], V, scale);
+            term[r] = row(dlogits ? dlogits + n * V : NULL, logits + n * V, targets[n], V, scale);
         }
         for (int r = 0; r < rows; r++) {
             if (targets[b0 + r] < 0) continue;

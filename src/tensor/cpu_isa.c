@@ -89,6 +89,17 @@ hs_status hs_cpu_isa_apply(hs_error *e) {
                         v);
 }
 
+bool hs_cpu_wide_vectors(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    const dnnl_cpu_isa_t want = dnnl_cpu_isa_avx512_core;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+           (dnnl_get_effective_cpu_isa() & want) == want;
+#else
+    return false;
+#endif
+}
+
 bool hs_cpu_isa_allows(hs_convert_path p) {
     if (p != HS_CONVERT_AVX512) return true;
     const dnnl_cpu_isa_t want = dnnl_cpu_isa_avx512_core_bf16;
