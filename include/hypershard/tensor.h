@@ -204,6 +204,19 @@ hs_status hs_cpu_isa_apply(hs_error *e);
  * keeps them off). A clone is the same arithmetic per element as the
  * x86-64-v3 loop, so the choice changes time, not bits. */
 bool hs_cpu_wide_vectors(void);
+/* HS_WIDE compiles a function a second time for AVX-512 with 512-bit
+ * vectors: an element loop's clone, taken where hs_cpu_wide_vectors(). The
+ * kernels keep one body (an always_inline function) and two thin wrappers,
+ * one of them HS_WIDE; inlined into the clone, the body runs 16 lanes in
+ * the same IEEE operations per element (no contraction, nothing
+ * reassociated), so both give the same bits. GCC only: elsewhere the
+ * clone is the plain function and the choice does nothing. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HS_WIDE                                                                                    \
+    __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,prefer-vector-width=512")))
+#else
+#define HS_WIDE
+#endif
 /* This CPU's nominal peak for GEMMs of dtype dt at the tier in force:
  * the highest clock the system states x the FLOPs per cycle of the ISA
  * and dtype (cpu_peak.c lists them). dtype is the one the peak is for

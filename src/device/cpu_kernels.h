@@ -12,20 +12,9 @@
 /* Element counts from which a cpu kernel splits its loop over the GEMM
  * threads (OpenMP; one thread per rank under mpiexec runs it inline). */
 #define HS_PAR_MIN 32768
-/* HS_WIDE compiles a function a second time for AVX-512 with 512-bit
- * vectors: an element loop's clone, taken where hs_cpu_wide_vectors()
- * (tensor.h) says so. The kernels keep one body (an always_inline
- * function) and two thin wrappers, one of them HS_WIDE; inlined into the
- * clone, the body runs 16 lanes in the same IEEE operations per element
- * (no contraction, nothing reassociated), so both give the same bits
- * (tests/unit/test_layers.c compares them). GCC only: elsewhere the clone
- * is the plain function and the choice does nothing. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define HS_WIDE                                                                                    \
-    __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,prefer-vector-width=512")))
-#else
-#define HS_WIDE
-#endif
+/* The exp-bound loops (SwiGLU, the cross-entropy's rows, attention's
+ * softmax steps) have AVX-512 clones (HS_WIDE, tensor.h);
+ * tests/unit/test_layers.c holds them to their formulas bit for bit. */
 
 /* Row reductions in HS_LANES independent lanes combined in lane order, so
  * that the loops vectorise (one serial chain would not); the value depends

@@ -67,7 +67,8 @@ static float *scales_of(void *packed, int64_t n, hs_quant_fmt f) {
  * max: |x|'s bit patterns order as the values do, and NaN's lie above
  * Inf's (0x7F800000), so the largest pattern says both. It vectorises as
  * a float comparison would not. */
-static float amax_of(const float *x, int64_t n, bool *finite) {
+static inline __attribute__((always_inline)) float amax_of(const float *x, int64_t n,
+                                                           bool *finite) {
     uint32_t m = 0;
     for (int64_t i = 0; i < n; i++) {
         bits32 v = {.f = x[i]};
@@ -96,7 +97,8 @@ static inline float int4_at(const uint8_t *q, int64_t i) {
 
 /* n values from an even index, into q at its byte: two a byte, the first
  * in the low nibble; an odd n leaves the last high nibble 0. */
-static void encode4(uint8_t *q, const float *x, int64_t n, float s) {
+static inline __attribute__((always_inline)) void encode4(uint8_t *q, const float *x, int64_t n,
+                                                          float s) {
     if (!(s > 0.0f)) {
         for (int64_t j = 0; j < (n + 1) / 2; j++) q[j] = 0;
         return;
@@ -107,7 +109,8 @@ static void encode4(uint8_t *q, const float *x, int64_t n, float s) {
 }
 
 /* n values from index `at` into their codes in q (the packed buffer). */
-static void encode(uint8_t *q, int64_t at, const float *x, int64_t n, float s, hs_quant_fmt f) {
+static inline __attribute__((always_inline)) void encode(uint8_t *q, int64_t at, const float *x,
+                                                         int64_t n, float s, hs_quant_fmt f) {
     if (f == HS_QUANT_INT4) {
         encode4(q + at / 2, x, n, s);
         return;
@@ -131,10 +134,10 @@ static void encode(uint8_t *q, int64_t at, const float *x, int64_t n, float s, h
 /* Values at a time through an fp32 copy when the dtype is 16-bit. */
 #define QUANT_CHUNK 256
 
-void hs_quantize_blocks(void *packed, const void *src, hs_dtype src_dt, int64_t n, int64_t block,
-                        hs_quant_fmt f, int64_t b0, int64_t b1) {
-    /* an int4 block starts at an even value: no byte is two blocks' */
-    HS_ASSERT(is_format(f) && (f != HS_QUANT_INT4 || block % 2 == 0));
+static inline __attribute__((always_inline)) void quantize_body(void *packed, const void *src,
+                                                                hs_dtype src_dt, int64_t n,
+                                                                int64_t block, hs_quant_fmt f,
+                                                                int64_t b0, int64_t b1) {
     uint8_t *q = packed;
     float *scales = scales_of(packed, n, f);
     const float top = f == HS_QUANT_INT8 ? 127.0f : f == HS_QUANT_INT4 ? 7.0f : 448.0f;
@@ -164,24 +167,71 @@ void hs_quantize_blocks(void *packed, const void *src, hs_dtype src_dt, int64_t 
         for (int64_t i = f == HS_QUANT_INT4 ? (n + 1) / 2 : n; i < codes_bytes(n, f); i++) q[i] = 0;
 }
 
+/* The routine and its AVX-512 clone (HS_WIDE, tensor.h): the same bits. */
+static void quantize_plain(void *packed, const void *src, hs_dtype src_dt, int64_t n, int64_t block,
+                           hs_quant_fmt f, int64_t b0, int64_t b1) {
+    quantize_body(packed, src, src_dt, n, block, f, b0, b1);
+}
+
+HS_WIDE static void quantize_wide(void *packed, const void *src, hs_dtype src_dt, int64_t n,
+                                  int64_t block, hs_quant_fmt f, int64_t b0, int64_t b1) {
+    quantize_body(packed, src, src_dt, n, block, f, b0, b1);
+}
+
+void hs_quantize_blocks(void *packed, const void *src, hs_dtype src_dt, int64_t n, int64_t block,
+                        hs_quant_fmt f, int64_t b0, int64_t b1) {
+    /* an int4 block starts at an even value: no byte is two blocks' */
+    HS_ASSERT(is_format(f) && (f != HS_QUANT_INT4 || block % 2 == 0));
+    (hs_cpu_wide_vectors() ? quantize_wide : quantize_plain)(packed, src, src_dt, n, block, f, b0,
+                                                             b1);
+}
+
+/* Values at .. at + n of int4 codes q times s, into out (add: added to
+ * it): an odd first value alone, then whole bytes (low nibble, then high),
+ * so the loop over bytes vectorises; then an odd last value. */
+static inline __attribute__((always_inline)) void decode4(float *out, const uint8_t *q, int64_t at,
+                                                          int64_t n, float s, bool add) {
+    int64_t i = 0;
+    if (n > 0 && at & 1) {
+        float v = int4_at(q, at) * s;
+        out[0] = add ? out[0] + v : v;
+        i = 1;
+    }
+    const uint8_t *c = q + ((at + i) >> 1);
+    float *o = out + i;
+    int64_t pairs = (n - i) / 2;
+    for (int64_t j = 0; j < pairs; j++) {
+        float lo = int4_value(c[j] & 0xFu) * s, hi = int4_value(c[j] >> 4) * s;
+        o[2 * j] = add ? o[2 * j] + lo : lo;
+        o[2 * j + 1] = add ? o[2 * j + 1] + hi : hi;
+    }
+    if (i + 2 * pairs < n) {
+        float v = int4_at(q, at + n - 1) * s;
+        out[n - 1] = add ? out[n - 1] + v : v;
+    }
+}
+
 /* Values at .. at + n of codes q, times s. */
-static void decode(float *out, const uint8_t *q, int64_t at, int64_t n, float s, hs_quant_fmt f) {
+static inline __attribute__((always_inline)) void decode(float *out, const uint8_t *q, int64_t at,
+                                                         int64_t n, float s, hs_quant_fmt f) {
     if (f == HS_QUANT_INT8)
         for (int64_t i = 0; i < n; i++) out[i] = (float)(int8_t)q[at + i] * s;
-    else if (f == HS_QUANT_INT4)
-        for (int64_t i = 0; i < n; i++) out[i] = int4_at(q, at + i) * s;
+    else if (f == HS_QUANT_INT4) decode4(out, q, at, n, s, false);
     else
         for (int64_t i = 0; i < n; i++) out[i] = e4m3_value(q[at + i]) * s;
 }
 
-/* The same rounded once to bf16 (the common compute dtype), in one pass. */
-static void decode_bf16(uint16_t *out, const uint8_t *q, int64_t at, int64_t n, float s,
-                        hs_quant_fmt f) {
+/* The same rounded once to bf16 (the common compute dtype), in one pass
+ * (int4 through buf, QUANT_CHUNK values). */
+static inline __attribute__((always_inline)) void decode_bf16(uint16_t *out, const uint8_t *q,
+                                                              int64_t at, int64_t n, float s,
+                                                              hs_quant_fmt f, float *buf) {
     if (f == HS_QUANT_INT8)
         for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16((float)(int8_t)q[at + i] * s);
-    else if (f == HS_QUANT_INT4)
-        for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16(int4_at(q, at + i) * s);
-    else
+    else if (f == HS_QUANT_INT4) {
+        decode4(buf, q, at, n, s, false);
+        for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16(buf[i]);
+    } else
         for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16(e4m3_value(q[at + i]) * s);
 }
 
@@ -193,10 +243,10 @@ static int64_t piece(int64_t first, int64_t i, int64_t count, int64_t block, int
     return k < cap ? k : cap;
 }
 
-void hs_dequantize_range(void *dst, hs_dtype dst_dt, const void *packed, int64_t n, int64_t first,
-                         int64_t count, int64_t block, hs_quant_fmt f) {
-    HS_ASSERT(is_format(f));
-    HS_ASSERT(first >= 0 && count >= 0 && first + count <= n);
+static inline __attribute__((always_inline)) void dequantize_body(void *dst, hs_dtype dst_dt,
+                                                                  const void *packed, int64_t n,
+                                                                  int64_t first, int64_t count,
+                                                                  int64_t block, hs_quant_fmt f) {
     const uint8_t *q = packed;
     const float *scales = scales_of((void *)packed, n, f);
     const size_t es = hs_dtype_size(dst_dt);
@@ -207,7 +257,7 @@ void hs_dequantize_range(void *dst, hs_dtype dst_dt, const void *packed, int64_t
         if (dst_dt == HS_DTYPE_F32) {
             decode((float *)out, q, at, k, scales[b], f);
         } else if (dst_dt == HS_DTYPE_BF16) {
-            decode_bf16((uint16_t *)out, q, at, k, scales[b], f);
+            decode_bf16((uint16_t *)out, q, at, k, scales[b], f, buf);
         } else {
             decode(buf, q, at, k, scales[b], f);
             hs_convert(out, dst_dt, buf, HS_DTYPE_F32, k);
@@ -216,10 +266,27 @@ void hs_dequantize_range(void *dst, hs_dtype dst_dt, const void *packed, int64_t
     }
 }
 
-void hs_dequantize_add_f32(float *dst, const void *packed, int64_t n, int64_t first, int64_t count,
-                           int64_t block, hs_quant_fmt f) {
+static void dequantize_plain(void *dst, hs_dtype dst_dt, const void *packed, int64_t n,
+                             int64_t first, int64_t count, int64_t block, hs_quant_fmt f) {
+    dequantize_body(dst, dst_dt, packed, n, first, count, block, f);
+}
+
+HS_WIDE static void dequantize_wide(void *dst, hs_dtype dst_dt, const void *packed, int64_t n,
+                                    int64_t first, int64_t count, int64_t block, hs_quant_fmt f) {
+    dequantize_body(dst, dst_dt, packed, n, first, count, block, f);
+}
+
+void hs_dequantize_range(void *dst, hs_dtype dst_dt, const void *packed, int64_t n, int64_t first,
+                         int64_t count, int64_t block, hs_quant_fmt f) {
     HS_ASSERT(is_format(f));
     HS_ASSERT(first >= 0 && count >= 0 && first + count <= n);
+    (hs_cpu_wide_vectors() ? dequantize_wide : dequantize_plain)(dst, dst_dt, packed, n, first,
+                                                                 count, block, f);
+}
+
+static inline __attribute__((always_inline)) void add_body(float *dst, const void *packed,
+                                                           int64_t n, int64_t first, int64_t count,
+                                                           int64_t block, hs_quant_fmt f) {
     const uint8_t *q = packed;
     const float *scales = scales_of((void *)packed, n, f);
     for (int64_t i = 0; i < count;) {
@@ -228,10 +295,26 @@ void hs_dequantize_add_f32(float *dst, const void *packed, int64_t n, int64_t fi
         const uint8_t *c = q + at;
         if (f == HS_QUANT_INT8)
             for (int64_t j = 0; j < k; j++) out[j] = out[j] + (float)(int8_t)c[j] * s;
-        else if (f == HS_QUANT_INT4)
-            for (int64_t j = 0; j < k; j++) out[j] = out[j] + int4_at(q, at + j) * s;
+        else if (f == HS_QUANT_INT4) decode4(out, q, at, k, s, true);
         else
             for (int64_t j = 0; j < k; j++) out[j] = out[j] + e4m3_value(c[j]) * s;
         i += k;
     }
+}
+
+static void add_plain(float *dst, const void *packed, int64_t n, int64_t first, int64_t count,
+                      int64_t block, hs_quant_fmt f) {
+    add_body(dst, packed, n, first, count, block, f);
+}
+
+HS_WIDE static void add_wide(float *dst, const void *packed, int64_t n, int64_t first,
+                             int64_t count, int64_t block, hs_quant_fmt f) {
+    add_body(dst, packed, n, first, count, block, f);
+}
+
+void hs_dequantize_add_f32(float *dst, const void *packed, int64_t n, int64_t first, int64_t count,
+                           int64_t block, hs_quant_fmt f) {
+    HS_ASSERT(is_format(f));
+    HS_ASSERT(first >= 0 && count >= 0 && first + count <= n);
+    (hs_cpu_wide_vectors() ? add_wide : add_plain)(dst, packed, n, first, count, block, f);
 }
