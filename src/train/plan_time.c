@@ -197,6 +197,20 @@ static double coll_s(const tctx *c, coll k, double bytes, int g, int stride) {
     return 0;
 }
 
+/* Seconds of a unit's gradient reduce-scatter of `bytes` (a rank's
+ * input) over g ranks at `stride`: one collective, or, where it is
+ * grad_reduce's all-to-all (a2a) over a group spanning N > 1 nodes of
+ * L > 1 of its ranks each, the two levels fsdp/node_groups.c runs: an
+ * all-to-all of all the bytes among the node's L ranks, then one of 1/L
+ * of them among the N ranks with the same place on each node (the bytes
+ * hs_plan_links counts as sent inside and across). */
+static double reduce_s(const tctx *c, double bytes, int g, int stride, bool a2a) {
+    int local = stride >= c->rpn ? 1 : (c->rpn / stride < g ? c->rpn / stride : g);
+    if (!a2a || local < 2 || g % local || g / local < 2) return coll_s(c, C_RS, bytes, g, stride);
+    return coll_s(c, C_A2A, bytes, local, stride) +
+           coll_s(c, C_A2A, bytes / local, g / local, stride * local);
+}
+
 /* Strides of the mesh dims in world ranks (mesh.h's order: tp fastest,
  * then cp, dp, pp; FSDP's shard fastest over dp x cp; EP over the expert
  * domain). */
@@ -334,7 +348,8 @@ static void role_costs(const tctx *c, const hs_plan_role *r, pass_costs *pc) {
                                            stride_of(c, HS_PLAN_AG, x))
                                   : 0);
             pc->rs[u] +=
-                coll_s(c, C_RS, (double)r->unit_reduce[u][x], S, stride_of(c, HS_PLAN_RS, x)) +
+                reduce_s(c, (double)r->unit_reduce[u][x], S, stride_of(c, HS_PLAN_RS, x),
+                         r->rs_all_to_all) +
                 coll_s(c, C_AR, (double)r->unit_all_reduce[u][x], R, stride_of(c, HS_PLAN_AR, x));
         }
 }

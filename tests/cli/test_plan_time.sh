@@ -11,6 +11,9 @@
 #   bubble of gpipe and 1f1b is (pp - 1) / (M + pp - 1), interleaved's with
 #   V chunks (pp - 1) / (V M + pp - 1), within 0.03 (the head and the
 #   embedding are not quite zero), and zb1p's and zbv's below 1f1b's;
+# - a quantized gradient reduction across nodes is priced in its two
+#   levels (in the node, then 1/L of the bytes across), to the closed form
+#   within 1% on links whose in-node part is free;
 # - a stage's FSDP prefetch crosses its chunks: with the parameters kept
 #   for the step, its waits do not grow with its chunks (V = 4 against 1);
 # - device.attention_scores (a kernel that materialises the scores) adds
@@ -113,6 +116,27 @@ done
 b1=$(bubble 1f1b 1) bz=$(bubble zb1p 1) bv=$(bubble zbv 2)
 python3 -c "import sys; sys.exit(not ($bz < $b1 and $bv < $b1))" ||
     fail "zero bubble: zb1p $bz and zbv $bv not below 1f1b's $b1"
+
+# a quantized reduction over a group spanning nodes is priced in the two
+# levels it runs: FSDP 16 with int8 reductions over 2 nodes of 8 (the slow
+# link carries 1/8 of a rank's packed bytes, shared by the node's 8 ranks:
+# (1/2)(R/8)/(X/8) = R/2X) against 16 nodes of 1 (one all-to-all, 15/16 of
+# them at X): with compute and the in-node link free, the gathers cost the
+# same on both, so the exposed FSDP times part by R (15/16 - 1/2) / X,
+# R the plan's reduce-scatter bytes a rank sends a step
+for d in 8 1; do
+    sed -e "s/{devices: 8, nics: 8}/{devices: $d, nics: 1}/" -e 's/^nodes: 4$/nodes: 16/' \
+        -e 's/inter_node: {bandwidth: 1e18/inter_node: {bandwidth: 1e9/' \
+        -e 's/flops: {f32: 1e13, bf16: 1e14}/flops: {f32: 1e18, bf16: 1e18}/' \
+        "$work/free.yaml" > "$work/nodes$d.yaml"
+done
+int8rs=(fsdp_config.dp_shard_size=16 fsdp_config.grad_reduce=int8)
+e8=$(predicted "$work/nodes8.yaml" exposed_fsdp_s 16 "${int8rs[@]}")
+e1=$(predicted "$work/nodes1.yaml" exposed_fsdp_s 16 "${int8rs[@]}")
+rs=$("$HS_BIN" plan --json --world 16 "${int8rs[@]}" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["ranks"][0]["comm"]["reduce_scatter"]["bytes"])')
+python3 -c "import sys; want = $rs * (15 / 16 - 0.5) / 1e9; sys.exit(abs(($e1 - $e8) - want) > 0.01 * want)" ||
+    fail "two-level reduction: exposed FSDP $e1 s (16 nodes of 1) - $e8 s (2 of 8), want $rs x (15/16 - 1/2) / 1e9"
 
 # a stage's FSDP prefetch crosses its chunks, as the runtime's does: with
 # the parameters kept for the whole step, a stage waits for its first
