@@ -165,6 +165,21 @@ static void test_loading_into_another_shape_names_parameter_and_shapes(void **st
     hs_model_free(b.m);
 }
 
+/* a's weights saved in dt are refused by b's load with HS_ERR_FORMAT,
+ * naming the file and "tensor <part of p> holds <what>". */
+static void expect_load_refused(held *a, held *b, hs_dtype dt, const hs_param *p, int part,
+                                const char *what) {
+    char dir[300], name[HS_ST_NAME_MAX], want[HS_ST_NAME_MAX + 64];
+    save_hf(a, dt, dt == HS_DTYPE_F32 ? "poisoned32" : "poisoned16", dir, sizeof dir);
+    hs_hf_tensor_name(p, part, name, sizeof name);
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_hf_load(b->m, dir, set, b, &e), HS_ERR_FORMAT);
+    snprintf(want, sizeof want, "tensor %s holds %s", name, what);
+    if (!strstr(e.msg, want)) fail_msg("'%s' lacks '%s'", e.msg, want);
+    assert_non_null(strstr(e.msg, dir));
+}
+
 /* An expert weight poisoned with NaN at element 5 (and +Inf later) is
  * refused by the load, naming the per-expert tensor and the first bad
  * element; nothing reaches the model. */
@@ -183,15 +198,7 @@ static void test_nan_in_imported_weights_is_refused_naming_tensor_and_index(void
     float *w = p->data;
     w[per_expert + 5] = NAN; /* expert 1, element 5 */
     w[per_expert + 9] = INFINITY;
-    char dir[300], name[HS_ST_NAME_MAX], want[HS_ST_NAME_MAX + 64];
-    save_hf(&a, HS_DTYPE_BF16, "nan", dir, sizeof dir);
-    hs_hf_tensor_name(p, 1, name, sizeof name);
-    hs_error e;
-    hs_error_clear(&e);
-    assert_int_equal(hs_hf_load(b.m, dir, set, &b, &e), HS_ERR_FORMAT);
-    snprintf(want, sizeof want, "tensor %s holds NaN at element 5", name);
-    if (!strstr(e.msg, want)) fail_msg("'%s' lacks '%s'", e.msg, want);
-    assert_non_null(strstr(e.msg, dir));
+    expect_load_refused(&a, &b, HS_DTYPE_BF16, p, 1, "NaN at element 5");
     float *got = hs_model_param(b.m, victim)->data;
     assert_false(isnan(got[per_expert + 5]));
     hs_model_free(a.m);
@@ -215,14 +222,7 @@ static void test_inf_deep_in_fp32_weights_is_refused_at_its_index(void **state) 
     float *w = p->data;
     w[3000] = -INFINITY;
     w[3999] = NAN;
-    char dir[300], name[HS_ST_NAME_MAX], want[HS_ST_NAME_MAX + 64];
-    save_hf(&a, HS_DTYPE_F32, "inf32", dir, sizeof dir);
-    hs_hf_tensor_name(p, 0, name, sizeof name);
-    hs_error e;
-    hs_error_clear(&e);
-    assert_int_equal(hs_hf_load(b.m, dir, set, &b, &e), HS_ERR_FORMAT);
-    snprintf(want, sizeof want, "tensor %s holds -Inf at element 3000", name);
-    if (!strstr(e.msg, want)) fail_msg("'%s' lacks '%s'", e.msg, want);
+    expect_load_refused(&a, &b, HS_DTYPE_F32, p, 0, "-Inf at element 3000");
     assert_false(isinf(((float *)hs_model_param(b.m, victim)->data)[3000]));
     hs_model_free(a.m);
     hs_model_free(b.m);
