@@ -90,7 +90,9 @@ static hs_status mpi_exec(void *ctx, const hs_coll_args *a, hs_error *e) {
         if (g->shm) return hs_shm_all_reduce(g->shm, a->out, a->count, a->dt, a->reduce, e);
         return hs_ring_all_reduce(g, a->out, a->count, a->dt, a->reduce, e);
     case HS_OP_BROADCAST: return exec_broadcast(g, a, e);
-    case HS_OP_ALL_TO_ALL: return exec_all_to_all(g, a, e);
+    case HS_OP_ALL_TO_ALL:
+        if (g->shm) return hs_shm_all_to_all(g->shm, a->out, a->in, a->count, a->dt, e);
+        return exec_all_to_all(g, a, e);
     case HS_OP_ALL_TO_ALLV: return exec_all_to_allv(g, a, e);
     case HS_OP_SEND:
     case HS_OP_RECV: return exec_p2p(g, a, e);

@@ -69,5 +69,8 @@ hs_status hs_shm_all_reduce(hs_shm *s, void *buf, int64_t count, hs_dtype dt, hs
                             hs_error *e);
 hs_status hs_shm_all_gather(hs_shm *s, void *out, const void *in, int64_t count, hs_dtype dt,
                             hs_error *e);
+/* count elements to and from each rank; in and out must not overlap. */
+hs_status hs_shm_all_to_all(hs_shm *s, void *out, const void *in, int64_t count, hs_dtype dt,
+                            hs_error *e);
 
 #endif

@@ -9,7 +9,9 @@
  * into a staging buffer in memory.
  * All-reduce: the same reduction of chunk r in place, a barrier, then every
  * rank reads the finished chunks of the others. All-gather: every rank
- * reads the others' blocks straight into its output. Each collective opens
+ * reads the others' blocks straight into its output. All-to-all: every
+ * rank reads its block of each peer's input into that peer's place of its
+ * output (MPI_Alltoall's layout). Each collective opens
  * with a barrier that publishes the buffers and closes with one, after
  * which no peer reads this rank's buffers any more. */
 #include <string.h>
@@ -157,6 +159,27 @@ hs_status hs_shm_all_gather(hs_shm *s, void *out, const void *in, int64_t count,
     hs_shm_barrier(s);
     hs_status st = gather_blocks(s, out, l, es, "all_gather", e);
     if (slot != (const char *)in) memcpy(slot, in, (size_t)count * es);
+    hs_shm_barrier(s);
+    return st;
+}
+
+hs_status hs_shm_all_to_all(hs_shm *s, void *out, const void *in, int64_t count, hs_dtype dt,
+                            hs_error *e) {
+    if (count == 0) return HS_OK;
+    const size_t bytes = (size_t)count * hs_dtype_size(dt), all = bytes * (size_t)s->size;
+    HS_ASSERT((const char *)out + all <= (const char *)in ||
+              (const char *)in + all <= (const char *)out);
+    hs_shm_publish(s, in);
+    hs_shm_barrier(s);
+    /* block r of each peer's input, into the peer's place of the output */
+    hs_status st = HS_OK;
+    for (int k = 1; k < s->size && st == HS_OK; k++) {
+        int q = (s->rank + k) % s->size;
+        st = hs_shm_read(s, q, (char *)out + (size_t)q * bytes,
+                         s->slots[q]->addr + (size_t)s->rank * bytes, bytes, "all_to_all", e);
+    }
+    memcpy((char *)out + (size_t)s->rank * bytes, (const char *)in + (size_t)s->rank * bytes,
+           bytes);
     hs_shm_barrier(s);
     return st;
 }

@@ -311,7 +311,30 @@ static void test_paths_differ_only_in_16bit_roundings(ctx *t) {
                 "bf16 references agree everywhere: the test cannot tell the paths apart");
 }
 
-/* Every reduction test on one group. */
+/* Element i of block j sent by rank r: encodes (r, j, i). */
+static float a2a_value(int r, int j, int64_t i) {
+    return (float)(r * 1000 + j * 10) + (float)(i % 10);
+}
+
+/* On the group under test (both paths, run_group_tests), in its ranks. */
+static void test_all_to_all_transposes_blocks(ctx *t) {
+    const int64_t n = 300;
+    int me = t->grank, w = t->gsize;
+    float *in = calloc(n * w, sizeof(float)), *out = calloc(n * w, sizeof(float));
+    for (int j = 0; j < w; j++)
+        for (int64_t i = 0; i < n; i++) in[j * n + i] = a2a_value(me, j, i);
+    hs_error e;
+    CHECK_COUNT(t, hs_pg_all_to_all(t->g, NULL, out, in, n, HS_DTYPE_F32, &e) == HS_OK, "%s",
+                e.msg);
+    int bad = 0;
+    for (int r = 0; r < w; r++)
+        for (int64_t i = 0; i < n; i++) bad += out[r * n + i] != a2a_value(r, me, i);
+    CHECK_COUNT(t, bad == 0, "all_to_all on the %s: %d wrong elements", t->path, bad);
+    free(in);
+    free(out);
+}
+
+/* Every reduction test, and the all-to-all, on one group. */
 static void run_group_tests(ctx *t, hs_pg *g, bool ring, const char *path) {
     t->g = g;
     t->grank = hs_pg_rank(g);
@@ -326,6 +349,7 @@ static void run_group_tests(ctx *t, hs_pg *g, bool ring, const char *path) {
     test_all_reduce_bf16_integers_is_exact_sum(t);
     test_max_edge_values_bitwise(t);
     test_paths_differ_only_in_16bit_roundings(t);
+    test_all_to_all_transposes_blocks(t);
 }
 
 /* Which path the backend chose for g. */
@@ -368,27 +392,6 @@ static void test_broadcast_from_last_rank_reaches_everyone(ctx *t) {
                     bad);
         free(buf);
     }
-}
-
-/* Element i of block j sent by rank r: encodes (r, j, i). */
-static float a2a_value(int r, int j, int64_t i) {
-    return (float)(r * 1000 + j * 10) + (float)(i % 10);
-}
-
-static void test_all_to_all_transposes_blocks(ctx *t) {
-    const int64_t n = 300;
-    float *in = malloc(sizeof(float) * n * t->size), *out = calloc(n * t->size, sizeof(float));
-    for (int j = 0; j < t->size; j++)
-        for (int64_t i = 0; i < n; i++) in[j * n + i] = a2a_value(t->rank, j, i);
-    hs_error e;
-    CHECK_COUNT(t, hs_pg_all_to_all(t->world, NULL, out, in, n, HS_DTYPE_F32, &e) == HS_OK, "%s",
-                e.msg);
-    int bad = 0;
-    for (int r = 0; r < t->size; r++)
-        for (int64_t i = 0; i < n; i++) bad += out[r * n + i] != a2a_value(r, t->rank, i);
-    CHECK_COUNT(t, bad == 0, "all_to_all: %d wrong elements", bad);
-    free(in);
-    free(out);
 }
 
 static void test_all_to_allv_uneven_counts_land_at_displacements(ctx *t) {
@@ -747,7 +750,6 @@ int main(int argc, char **argv) {
     t.size = hs_comm_size(t.comm);
     test_reductions_on_both_paths(&t);
     test_broadcast_from_last_rank_reaches_everyone(&t);
-    test_all_to_all_transposes_blocks(&t);
     test_all_to_allv_uneven_counts_land_at_displacements(&t);
     test_send_recv_ring_pass(&t);
     test_stream_forms_match_null_stream_bitwise(&t);
