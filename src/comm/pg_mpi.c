@@ -93,7 +93,11 @@ static hs_status mpi_exec(void *ctx, const hs_coll_args *a, hs_error *e) {
     case HS_OP_ALL_TO_ALL:
         if (g->shm) return hs_shm_all_to_all(g->shm, a->out, a->in, a->count, a->dt, e);
         return exec_all_to_all(g, a, e);
-    case HS_OP_ALL_TO_ALLV: return exec_all_to_allv(g, a, e);
+    case HS_OP_ALL_TO_ALLV:
+        if (g->shm)
+            return hs_shm_all_to_allv(g->shm, a->out, a->recv_counts, a->recv_displs, a->in,
+                                      a->send_counts, a->send_displs, a->dt, e);
+        return exec_all_to_allv(g, a, e);
     case HS_OP_SEND:
     case HS_OP_RECV: return exec_p2p(g, a, e);
     case HS_OP_BARRIER: {

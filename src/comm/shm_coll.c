@@ -11,7 +11,8 @@
  * rank reads the finished chunks of the others. All-gather: every rank
  * reads the others' blocks straight into its output. All-to-all: every
  * rank reads its block of each peer's input into that peer's place of its
- * output (MPI_Alltoall's layout). Each collective opens
+ * output (MPI_Alltoall's layout); all-to-allv alike, each peer's count
+ * and displacement for this rank read from the peer. Each collective opens
  * with a barrier that publishes the buffers and closes with one, after
  * which no peer reads this rank's buffers any more. */
 #include <string.h>
@@ -180,6 +181,65 @@ hs_status hs_shm_all_to_all(hs_shm *s, void *out, const void *in, int64_t count,
     }
     memcpy((char *)out + (size_t)s->rank * bytes, (const char *)in + (size_t)s->rank * bytes,
            bytes);
+    hs_shm_barrier(s);
+    return st;
+}
+
+/* What an all-to-allv publishes: where its input is and where its send
+ * counts and displacements are, read by each peer for its own block. */
+typedef struct a2av_desc {
+    uintptr_t in, send_counts, send_displs;
+} a2av_desc;
+
+/* Peer q's block for this rank: its count (which must be the one this rank
+ * expects) and where it starts, then the elements into place. */
+static hs_status read_v_block(hs_shm *s, int q, char *out, const int64_t *recv_counts,
+                              const int64_t *recv_displs, size_t es, hs_error *e) {
+    a2av_desc d;
+    int64_t cnt, disp;
+    const size_t me = (size_t)s->rank * sizeof(int64_t);
+    hs_status st = hs_shm_read(s, q, &d, s->slots[q]->addr, sizeof d, "all_to_allv", e);
+    if (st == HS_OK) st = hs_shm_read(s, q, &cnt, d.send_counts + me, sizeof cnt, "all_to_allv", e);
+    if (st == HS_OK)
+        st = hs_shm_read(s, q, &disp, d.send_displs + me, sizeof disp, "all_to_allv", e);
+    if (st != HS_OK) return st;
+    if (cnt != recv_counts[q])
+        return hs_error_set(e, HS_ERR_COMM,
+                            "all_to_allv on group '%s': rank %d sends %lld elements to rank %d, "
+                            "which expects recv_counts[%d] = %lld; the counts of both sides must "
+                            "agree",
+                            s->name, q, (long long)cnt, s->rank, q, (long long)recv_counts[q]);
+    return hs_shm_read(s, q, out + (size_t)recv_displs[q] * es, d.in + (size_t)disp * es,
+                       (size_t)cnt * es, "all_to_allv", e);
+}
+
+hs_status hs_shm_all_to_allv(hs_shm *s, void *out, const int64_t *recv_counts,
+                             const int64_t *recv_displs, const void *in, const int64_t *send_counts,
+                             const int64_t *send_displs, hs_dtype dt, hs_error *e) {
+    const size_t es = hs_dtype_size(dt);
+    const int64_t *arrays[4] = {send_counts, send_displs, recv_counts, recv_displs};
+    static const char *what[4] = {"send_counts", "send_displs", "recv_counts", "recv_displs"};
+    hs_status st = HS_OK;
+    for (int k = 0; k < 4 && st == HS_OK; k++)
+        for (int i = 0; i < s->size && st == HS_OK; i++)
+            if (arrays[k][i] < 0)
+                st = hs_error_set(e, HS_ERR_COMM, "all_to_allv on group '%s': %s[%d] = %lld < 0",
+                                  s->name, what[k], i, (long long)arrays[k][i]);
+    a2av_desc d = {(uintptr_t)in, (uintptr_t)send_counts, (uintptr_t)send_displs};
+    hs_shm_publish(s, &d);
+    hs_shm_barrier(s);
+    for (int k = 1; k < s->size && st == HS_OK; k++)
+        st = read_v_block(s, (s->rank + k) % s->size, out, recv_counts, recv_displs, es, e);
+    int me = s->rank;
+    if (st == HS_OK && send_counts[me] != recv_counts[me])
+        st = hs_error_set(e, HS_ERR_COMM,
+                          "all_to_allv on group '%s': rank %d sends itself %lld elements and "
+                          "expects %lld",
+                          s->name, me, (long long)send_counts[me], (long long)recv_counts[me]);
+    if (st == HS_OK)
+        memmove((char *)out + (size_t)recv_displs[me] * es,
+                (const char *)in + (size_t)send_displs[me] * es, (size_t)recv_counts[me] * es);
+    /* Even after a failure: the peers still wait for this rank. */
     hs_shm_barrier(s);
     return st;
 }
