@@ -124,7 +124,7 @@ typedef struct hs_fsdp_config {
     char param_gather[HS_NAME_MAX]; /* "" (null), "int8", "fp8_e4m3" */
     int param_gather_block;
     char grad_reduce[HS_NAME_MAX]; /* "" (null), "int8", "int4" */
-    int grad_reduce_block;
+    int grad_reduce_block;         /* 0: null, the format's own (hs_fsdp_config_grad_block) */
     /* hpZ: after the forward each parameter stays sharded over this many
      * consecutive shard ranks (one node's), so the backward all-gathers
      * inside them; 0: null (the backward gathers over the whole group) */
@@ -135,6 +135,10 @@ typedef struct hs_fsdp_config {
  * (HS_QUANT_NONE for null). */
 hs_quant_fmt hs_fsdp_config_param_gather(const hs_fsdp_config *f);
 hs_quant_fmt hs_fsdp_config_grad_reduce(const hs_fsdp_config *f);
+/* fsdp_config.grad_reduce_block, or where it is null the format's own:
+ * 256 values for int8, 32 for int4 (its 7 steps a sign need the finer
+ * scales to keep the loss curve; docs/fsdp-compression.md). */
+int hs_fsdp_config_grad_block(const hs_fsdp_config *f);
 
 typedef struct hs_schedule_config {
     int warmup_steps;

@@ -203,8 +203,10 @@ static const hs_cfg_key keys[] = {
          "two levels, inside each node then across, where the shard group spans nodes "
          "evenly); the replicate all-reduce stays in reduce_dtype; null: reduce_dtype "
          "itself"),
-    KINT("fsdp_config.grad_reduce_block", fsdp.grad_reduce_block, "256", GE, 1,
-         "values per quantization block of fsdp_config.grad_reduce (even for int4)"),
+    KINT_NULL("fsdp_config.grad_reduce_block", fsdp.grad_reduce_block, 1,
+              "values per quantization block of fsdp_config.grad_reduce (even for int4); null: "
+              "256 for int8, 32 for int4 (int4's coarse steps need the finer scales to hold the "
+              "loss curve)"),
     KINT_NULL("fsdp_config.secondary_shard_size", fsdp.secondary_shard_size, 1,
               "after the forward, keep each parameter sharded over this many consecutive shard "
               "ranks (those of one node) so the backward's all-gather stays among them; a "

@@ -127,6 +127,11 @@ hs_quant_fmt hs_fsdp_config_grad_reduce(const hs_fsdp_config *f) {
     return wire_format(f->grad_reduce, fmts);
 }
 
+int hs_fsdp_config_grad_block(const hs_fsdp_config *f) {
+    if (f->grad_reduce_block > 0) return f->grad_reduce_block;
+    return hs_fsdp_config_grad_reduce(f) == HS_QUANT_INT4 ? 32 : 256;
+}
+
 static void check_wire_formats(const hs_config *c, hs_cfg_report *rep) {
     const hs_fsdp_config *f = &c->fsdp;
     if (f->param_gather[0] && hs_fsdp_config_param_gather(f) == HS_QUANT_NONE)

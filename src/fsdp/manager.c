@@ -257,7 +257,7 @@ static hs_status build_params(hs_fsdp *f, const hs_fsdp_config *fsdp, bool fp32_
         ctx->params[i].gather_fmt = rep ? HS_QUANT_NONE : hs_fsdp_config_param_gather(fsdp);
         ctx->params[i].gather_block = fsdp->param_gather_block > 0 ? fsdp->param_gather_block : 1;
         ctx->params[i].grad_fmt = rep ? HS_QUANT_NONE : hs_fsdp_config_grad_reduce(fsdp);
-        ctx->params[i].grad_block = fsdp->grad_reduce_block > 0 ? fsdp->grad_reduce_block : 1;
+        ctx->params[i].grad_block = hs_fsdp_config_grad_block(fsdp);
         st = hs_fsdp_main_init(&ctx->params[i], fp32_main_params, e);
         if (st != HS_OK) return st;
         ctx->params[i].exposed = &ctx->exposed;
@@ -298,8 +298,8 @@ static void log_wrapped(const hs_fsdp *f, const hs_fsdp_config *fsdp) {
     char gather[64], reduce[64];
     wire_text(gather, sizeof gather, hs_fsdp_config_param_gather(fsdp), fsdp->param_gather_block,
               "param_dtype");
-    wire_text(reduce, sizeof reduce, hs_fsdp_config_grad_reduce(fsdp), fsdp->grad_reduce_block,
-              "reduce_dtype");
+    wire_text(reduce, sizeof reduce, hs_fsdp_config_grad_reduce(fsdp),
+              hs_fsdp_config_grad_block(fsdp), "reduce_dtype");
     hs_log_info(f->ctx.log,
                 "fsdp: prefetch depth forward %d, backward %d; comm_fusion %s; parameters "
                 "gathered in %s, gradients reduce-scattered in %s",

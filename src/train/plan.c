@@ -156,10 +156,11 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int
     /* grad_reduce: one all-to-all of W packed chunks, both buffers held
      * from the issue to the wait like the reduce input (fsdp/param.c) */
     bool qgrad = ag && c->grad != HS_QUANT_NONE;
-    int64_t rs_wire = qgrad ? PROD(c, S,
-                                   (int64_t)hs_quant_packed_bytes(
-                                       padded_sh, c->cfg->fsdp.grad_reduce_block, c->grad))
-                            : PROD(c, padded_un, rs);
+    int64_t rs_wire = qgrad
+                          ? PROD(c, S,
+                                 (int64_t)hs_quant_packed_bytes(
+                                     padded_sh, hs_fsdp_config_grad_block(&c->cfg->fsdp), c->grad))
+                          : PROD(c, padded_un, rs);
     if (qgrad) ACC(c, &u->R, rs_wire, 2);
     if (ag) add_to(c, tally[1], rs_wire);
     if (R > 1) ACC(c, tally[2], ag ? padded_sh : numel, rs);

@@ -140,6 +140,10 @@ step1 hsdp_exact hsdp_rq
 hs_train_dump rq4 2 "${F2[@]}" fsdp_config.grad_reduce=int4 fsdp_config.grad_reduce_block=64
 grep -q "gradients reduce-scattered in int4 in blocks of 64" "$work/rq4.txt"
 step1 exact rq4 0.143
+# unset, int4's blocks hold 32 values (int8's 256, above): the curve's
+hs_train rq4_default 2 "${F2[@]}" fsdp_config.grad_reduce=int4 train.steps=1
+grep -q "gradients reduce-scattered in int4 in blocks of 32" "$work/rq4_default.txt" ||
+    fail "int4's default block: $(grep 'reduce-scattered' "$work/rq4_default.txt")"
 # fused units pack each parameter's chunks alone: the unfused bits
 hs_train_dump rq_fused 2 "${F2[@]}" fsdp_config.grad_reduce=int8 fsdp_config.comm_fusion=true
 hs_compare_runs rq rq_fused 0 "${HS_DUMP_FILES[@]}"
@@ -170,7 +174,7 @@ bad fsdp_config.grad_reduce=int4 fsdp_config.grad_reduce_block=33 \
 bad fsdp_config.param_gather=int8 fsdp_config.param_gather_block=0 \
     "fsdp_config.param_gather_block = 0 is out of range: it must be >= 1"
 bad fsdp_config.grad_reduce=int8 fsdp_config.grad_reduce_block=-3 \
-    "fsdp_config.grad_reduce_block = -3 is out of range: it must be >= 1"
+    "fsdp_config.grad_reduce_block: -3 is out of range: it must be >= 1, or null"
 
 hs_train unsharded 2 train.global_batch_size=8 fsdp_config.param_gather=int8 \
     fsdp_config.grad_reduce=int8
