@@ -103,9 +103,12 @@ static inline __attribute__((always_inline)) void encode4(uint8_t *q, const floa
         for (int64_t j = 0; j < (n + 1) / 2; j++) q[j] = 0;
         return;
     }
-    for (int64_t j = 0; j < n / 2; j++)
-        q[j] = (uint8_t)(int4_code(x[2 * j], s) | int4_code(x[2 * j + 1], s) << 4);
-    if (n & 1) q[n / 2] = int4_code(x[n - 1], s);
+    /* the codes first (a loop that vectorises as int8's does), then the
+     * pairs into bytes; n is at most a chunk (QUANT_CHUNK, 256) */
+    uint8_t c[256];
+    for (int64_t i = 0; i < n; i++) c[i] = int4_code(x[i], s);
+    for (int64_t j = 0; j < n / 2; j++) q[j] = (uint8_t)(c[2 * j] | c[2 * j + 1] << 4);
+    if (n & 1) q[n / 2] = c[n - 1];
 }
 
 /* n values from index `at` into their codes in q (the packed buffer). */
@@ -134,6 +137,57 @@ static inline __attribute__((always_inline)) void encode(uint8_t *q, int64_t at,
 /* Values at a time through an fp32 copy when the dtype is 16-bit. */
 #define QUANT_CHUNK 256
 
+/* round-half-even(x / s) clamped to [-top, top], or 0 where the block's
+ * scale is not positive (zeros, or a non-finite block): encode's codes. */
+static inline float code_of(float x, float s, float top) {
+    float r = s > 0.0f ? rintf(x / s) : 0.0f;
+    return r > top ? top : r < -top ? -top : r;
+}
+
+/* n values from index `at` into their codes in q, value i by the scale
+ * sv[i] of its block: encode's codes, for a run of small blocks in one
+ * loop (a loop per block of 32 costs more than the block). */
+static inline __attribute__((always_inline)) void
+encode_each(uint8_t *q, int64_t at, const float *x, int64_t n, const float *sv, hs_quant_fmt f) {
+    if (f == HS_QUANT_INT8) {
+        for (int64_t i = 0; i < n; i++)
+            q[at + i] = (uint8_t)(int8_t)(int32_t)code_of(x[i], sv[i], 127.0f);
+    } else if (f == HS_QUANT_INT4) {
+        uint8_t c[QUANT_CHUNK];
+        for (int64_t i = 0; i < n; i++)
+            c[i] = (uint8_t)((uint32_t)(int32_t)code_of(x[i], sv[i], 7.0f) & 0xFu);
+        uint8_t *b = q + at / 2;
+        for (int64_t j = 0; j < n / 2; j++) b[j] = (uint8_t)(c[2 * j] | c[2 * j + 1] << 4);
+        if (n & 1) b[n / 2] = c[n - 1];
+    } else {
+        for (int64_t i = 0; i < n; i++) q[at + i] = sv[i] > 0.0f ? e4m3_code(x[i] / sv[i]) : 0;
+    }
+}
+
+/* Blocks shorter than a chunk: runs of whole blocks a chunk long, each
+ * block's scale from its |max|, then one encode over the run. */
+static inline __attribute__((always_inline)) void
+quantize_small(uint8_t *q, float *scales, const void *src, hs_dtype src_dt, int64_t n,
+               int64_t block, hs_quant_fmt f, int64_t b0, int64_t b1, float top) {
+    const size_t es = hs_dtype_size(src_dt);
+    const int64_t per = QUANT_CHUNK / block;
+    float buf[QUANT_CHUNK], sv[QUANT_CHUNK];
+    for (int64_t b = b0; b < b1; b += per) {
+        int64_t e = b + per < b1 ? b + per : b1, lo = b * block;
+        int64_t hi = e * block < n ? e * block : n;
+        const float *x = (const float *)((const char *)src + (size_t)lo * es);
+        if (src_dt != HS_DTYPE_F32) hs_convert(buf, HS_DTYPE_F32, x, src_dt, hi - lo), x = buf;
+        for (int64_t j = b; j < e; j++) {
+            int64_t l = j * block - lo, h = (j + 1) * block < n ? (j + 1) * block - lo : n - lo;
+            bool finite = true;
+            float amax = amax_of(x + l, h - l, &finite), sc = finite ? amax / top : NAN;
+            scales[j] = sc;
+            for (int64_t i = l; i < h; i++) sv[i] = sc;
+        }
+        encode_each(q, lo, x, hi - lo, sv, f);
+    }
+}
+
 static inline __attribute__((always_inline)) void quantize_body(void *packed, const void *src,
                                                                 hs_dtype src_dt, int64_t n,
                                                                 int64_t block, hs_quant_fmt f,
@@ -143,7 +197,8 @@ static inline __attribute__((always_inline)) void quantize_body(void *packed, co
     const float top = f == HS_QUANT_INT8 ? 127.0f : f == HS_QUANT_INT4 ? 7.0f : 448.0f;
     const size_t es = hs_dtype_size(src_dt);
     float buf[QUANT_CHUNK];
-    for (int64_t b = b0; b < b1; b++) {
+    if (block < QUANT_CHUNK) quantize_small(q, scales, src, src_dt, n, block, f, b0, b1, top);
+    for (int64_t b = block < QUANT_CHUNK ? b1 : b0; b < b1; b++) {
         int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
         float amax = 0.0f;
         bool finite = true;
@@ -235,6 +290,56 @@ static inline __attribute__((always_inline)) void decode_bf16(uint16_t *out, con
         for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16(e4m3_value(q[at + i]) * s);
 }
 
+/* decode's values with the scale of each value's block, sv[i], added to
+ * out (add) or stored: blocks shorter than a chunk in one loop a chunk. */
+static inline __attribute__((always_inline)) void decode_each(float *out, const uint8_t *q,
+                                                              int64_t at, int64_t n,
+                                                              const float *sv, hs_quant_fmt f,
+                                                              bool add) {
+    if (f == HS_QUANT_INT8) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = (float)(int8_t)q[at + i] * sv[i];
+            out[i] = add ? out[i] + v : v;
+        }
+    } else if (f == HS_QUANT_INT4) {
+        int64_t i = 0;
+        if (n > 0 && at & 1) {
+            float v = int4_at(q, at) * sv[0];
+            out[0] = add ? out[0] + v : v;
+            i = 1;
+        }
+        const uint8_t *c = q + ((at + i) >> 1);
+        float *o = out + i;
+        const float *so = sv + i;
+        int64_t pairs = (n - i) / 2;
+        for (int64_t j = 0; j < pairs; j++) {
+            float lo = int4_value(c[j] & 0xFu) * so[2 * j],
+                  hi = int4_value(c[j] >> 4) * so[2 * j + 1];
+            o[2 * j] = add ? o[2 * j] + lo : lo;
+            o[2 * j + 1] = add ? o[2 * j + 1] + hi : hi;
+        }
+        if (i + 2 * pairs < n) {
+            float v = int4_at(q, at + n - 1) * sv[n - 1];
+            out[n - 1] = add ? out[n - 1] + v : v;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            float v = e4m3_value(q[at + i]) * sv[i];
+            out[i] = add ? out[i] + v : v;
+        }
+    }
+}
+
+/* sv[i] = the scale of value at + i's block, i < m. */
+static void fill_scales(float *sv, const float *scales, int64_t at, int64_t m, int64_t block) {
+    for (int64_t i = 0; i < m;) {
+        int64_t b = (at + i) / block, k = (b + 1) * block - (at + i);
+        k = k < m - i ? k : m - i;
+        for (int64_t j = 0; j < k; j++) sv[i + j] = scales[b];
+        i += k;
+    }
+}
+
 /* The values from first + i on that share one block (one scale), at most
  * cap of them and no further than count. */
 static int64_t piece(int64_t first, int64_t i, int64_t count, int64_t block, int64_t cap) {
@@ -250,8 +355,17 @@ static inline __attribute__((always_inline)) void dequantize_body(void *dst, hs_
     const uint8_t *q = packed;
     const float *scales = scales_of((void *)packed, n, f);
     const size_t es = hs_dtype_size(dst_dt);
-    float buf[QUANT_CHUNK];
-    for (int64_t i = 0; i < count;) {
+    float buf[QUANT_CHUNK], sv[QUANT_CHUNK];
+    for (int64_t i = 0; block < QUANT_CHUNK && i < count; i += QUANT_CHUNK) {
+        int64_t m = count - i < QUANT_CHUNK ? count - i : QUANT_CHUNK, at = first + i;
+        char *out = (char *)dst + (size_t)i * es;
+        fill_scales(sv, scales, at, m, block);
+        decode_each(dst_dt == HS_DTYPE_F32 ? (float *)out : buf, q, at, m, sv, f, false);
+        if (dst_dt == HS_DTYPE_BF16)
+            for (int64_t j = 0; j < m; j++) ((uint16_t *)out)[j] = hs_f32_to_bf16(buf[j]);
+        else if (dst_dt != HS_DTYPE_F32) hs_convert(out, dst_dt, buf, HS_DTYPE_F32, m);
+    }
+    for (int64_t i = 0; block >= QUANT_CHUNK && i < count;) {
         int64_t at = first + i, b = at / block, k = piece(first, i, count, block, QUANT_CHUNK);
         char *out = (char *)dst + (size_t)i * es;
         if (dst_dt == HS_DTYPE_F32) {
@@ -289,7 +403,13 @@ static inline __attribute__((always_inline)) void add_body(float *dst, const voi
                                                            int64_t block, hs_quant_fmt f) {
     const uint8_t *q = packed;
     const float *scales = scales_of((void *)packed, n, f);
-    for (int64_t i = 0; i < count;) {
+    float sv[QUANT_CHUNK];
+    for (int64_t i = 0; block < QUANT_CHUNK && i < count; i += QUANT_CHUNK) {
+        int64_t m = count - i < QUANT_CHUNK ? count - i : QUANT_CHUNK;
+        fill_scales(sv, scales, first + i, m, block);
+        decode_each(dst + i, q, first + i, m, sv, f, true);
+    }
+    for (int64_t i = 0; block >= QUANT_CHUNK && i < count;) {
         int64_t at = first + i, b = at / block, k = piece(first, i, count, block, count);
         float s = scales[b], *out = dst + i;
         const uint8_t *c = q + at;

@@ -209,11 +209,11 @@ static void test_dequantize_add_is_dequantize_then_add(void **state) {
  * AVX-512 clones (HS_WIDE) where the CPU has them, at the avx2 tier the
  * x86-64-v3 loops: both equal the definition, and each other. Ranges
  * start and end on odd values (int4's half bytes). */
-static void test_codes_and_values_equal_the_definition_bitwise(void **state) {
-    (void)state;
-    enum { N = 4099, B = 256, NB = (N + B - 1) / B };
+static void codes_and_values_at(int64_t B) {
+    enum { N = 4099 };
+    const int64_t NB = (N + B - 1) / B;
     float x[N], back[N], acc[N];
-    uint8_t packed[N + 4 * NB + 4];
+    uint8_t packed[N + 4 * N + 4];
     for (int f = HS_QUANT_INT8; f < HS_QUANT_FMT_COUNT; f++) {
         hs_quant_fmt fmt = (hs_quant_fmt)f;
         for (int i = 0; i < N; i++) x[i] = value_at((uint64_t)i + 7 * (uint64_t)f);
@@ -246,6 +246,15 @@ static void test_codes_and_values_equal_the_definition_bitwise(void **state) {
                 fail_msg("%s add at %d: %a, want %a", hs_quant_fmt_name(fmt), 301 + i,
                          (double)acc[1 + i], (double)(x[1 + i] + back[301 + i]));
     }
+}
+
+/* Blocks of a chunk (256 values) and more take one path, shorter ones
+ * another (runs of whole blocks, a scale a value): both, and an uneven
+ * block. */
+static void test_codes_and_values_equal_the_definition_bitwise(void **state) {
+    (void)state;
+    const int64_t blocks[] = {256, 512, 32, 6, 2};
+    for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++) codes_and_values_at(blocks[k]);
 }
 
 int main(void) {
