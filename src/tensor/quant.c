@@ -80,13 +80,6 @@ static inline __attribute__((always_inline)) float amax_of(const float *x, int64
     return r.f;
 }
 
-/* round-half-even(x / s) in [-7, 7], as a nibble */
-static inline uint8_t int4_code(float x, float s) {
-    float r = rintf(x / s);
-    r = r > 7.0f ? 7.0f : r < -7.0f ? -7.0f : r;
-    return (uint8_t)((uint32_t)(int32_t)r & 0xFu);
-}
-
 /* A nibble's value: the low 4 bits sign-extended. */
 static inline float int4_value(uint8_t nib) { return (float)((int8_t)(uint8_t)(nib << 4) >> 4); }
 
@@ -95,58 +88,21 @@ static inline float int4_at(const uint8_t *q, int64_t i) {
     return int4_value(i & 1 ? q[i >> 1] >> 4 : q[i >> 1] & 0xFu);
 }
 
-/* n values from an even index, into q at its byte: two a byte, the first
- * in the low nibble; an odd n leaves the last high nibble 0. */
-static inline __attribute__((always_inline)) void encode4(uint8_t *q, const float *x, int64_t n,
-                                                          float s) {
-    if (!(s > 0.0f)) {
-        for (int64_t j = 0; j < (n + 1) / 2; j++) q[j] = 0;
-        return;
-    }
-    /* the codes first (a loop that vectorises as int8's does), then the
-     * pairs into bytes; n is at most a chunk (QUANT_CHUNK, 256) */
-    uint8_t c[256];
-    for (int64_t i = 0; i < n; i++) c[i] = int4_code(x[i], s);
-    for (int64_t j = 0; j < n / 2; j++) q[j] = (uint8_t)(c[2 * j] | c[2 * j + 1] << 4);
-    if (n & 1) q[n / 2] = c[n - 1];
-}
-
-/* n values from index `at` into their codes in q (the packed buffer). */
-static inline __attribute__((always_inline)) void encode(uint8_t *q, int64_t at, const float *x,
-                                                         int64_t n, float s, hs_quant_fmt f) {
-    if (f == HS_QUANT_INT4) {
-        encode4(q + at / 2, x, n, s);
-        return;
-    }
-    q += at;
-    if (!(s > 0.0f)) { /* zeros, or a non-finite block: code 0 reads back 0 * s */
-        for (int64_t i = 0; i < n; i++) q[i] = 0;
-        return;
-    }
-    if (f == HS_QUANT_INT8) {
-        for (int64_t i = 0; i < n; i++) {
-            float r = rintf(x[i] / s);
-            r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
-            q[i] = (uint8_t)(int8_t)(int32_t)r;
-        }
-    } else {
-        for (int64_t i = 0; i < n; i++) q[i] = e4m3_code(x[i] / s);
-    }
-}
-
 /* Values at a time through an fp32 copy when the dtype is 16-bit. */
 #define QUANT_CHUNK 256
 
 /* round-half-even(x / s) clamped to [-top, top], or 0 where the block's
- * scale is not positive (zeros, or a non-finite block): encode's codes. */
+ * scale is not positive (zeros, or a non-finite block: code 0 reads back
+ * 0 * s). */
 static inline float code_of(float x, float s, float top) {
     float r = s > 0.0f ? rintf(x / s) : 0.0f;
     return r > top ? top : r < -top ? -top : r;
 }
 
-/* n values from index `at` into their codes in q, value i by the scale
- * sv[i] of its block: encode's codes, for a run of small blocks in one
- * loop (a loop per block of 32 costs more than the block). */
+/* n values (at most a chunk) from index `at` into their codes in q, value
+ * i by the scale sv[i] of its block, so one loop covers a run of short
+ * blocks (a loop per block of 32 costs more than the block); int4's codes
+ * first, then paired into bytes (at is even: blocks are). */
 static inline __attribute__((always_inline)) void
 encode_each(uint8_t *q, int64_t at, const float *x, int64_t n, const float *sv, hs_quant_fmt f) {
     if (f == HS_QUANT_INT8) {
@@ -196,8 +152,10 @@ static inline __attribute__((always_inline)) void quantize_body(void *packed, co
     float *scales = scales_of(packed, n, f);
     const float top = f == HS_QUANT_INT8 ? 127.0f : f == HS_QUANT_INT4 ? 7.0f : 448.0f;
     const size_t es = hs_dtype_size(src_dt);
-    float buf[QUANT_CHUNK];
+    float buf[QUANT_CHUNK], sv[QUANT_CHUNK];
     if (block < QUANT_CHUNK) quantize_small(q, scales, src, src_dt, n, block, f, b0, b1, top);
+    /* a block of a chunk or more: its |max| over its chunks, then each
+     * chunk encoded (read again) */
     for (int64_t b = block < QUANT_CHUNK ? b1 : b0; b < b1; b++) {
         int64_t lo = b * block, hi = lo + block < n ? lo + block : n;
         float amax = 0.0f;
@@ -209,13 +167,14 @@ static inline __attribute__((always_inline)) void quantize_body(void *packed, co
             float m = amax_of(x, k, &finite);
             amax = m > amax ? m : amax;
         }
-        float s = finite ? amax / top : NAN;
-        scales[b] = s;
+        float sc = finite ? amax / top : NAN;
+        scales[b] = sc;
+        for (int64_t i = 0; i < QUANT_CHUNK; i++) sv[i] = sc;
         for (int64_t i = lo; i < hi; i += QUANT_CHUNK) {
             int64_t k = hi - i < QUANT_CHUNK ? hi - i : QUANT_CHUNK;
             const float *x = (const float *)((const char *)src + (size_t)i * es);
             if (src_dt != HS_DTYPE_F32) hs_convert(buf, HS_DTYPE_F32, x, src_dt, k), x = buf;
-            encode(q, i, x, k, s, f);
+            encode_each(q, i, x, k, sv, f);
         }
     }
     if (b1 * block >= n) /* the last block's owner zeroes the alignment tail */
@@ -241,57 +200,10 @@ void hs_quantize_blocks(void *packed, const void *src, hs_dtype src_dt, int64_t 
                                                              b1);
 }
 
-/* Values at .. at + n of int4 codes q times s, into out (add: added to
- * it): an odd first value alone, then whole bytes (low nibble, then high),
- * so the loop over bytes vectorises; then an odd last value. */
-static inline __attribute__((always_inline)) void decode4(float *out, const uint8_t *q, int64_t at,
-                                                          int64_t n, float s, bool add) {
-    int64_t i = 0;
-    if (n > 0 && at & 1) {
-        float v = int4_at(q, at) * s;
-        out[0] = add ? out[0] + v : v;
-        i = 1;
-    }
-    const uint8_t *c = q + ((at + i) >> 1);
-    float *o = out + i;
-    int64_t pairs = (n - i) / 2;
-    for (int64_t j = 0; j < pairs; j++) {
-        float lo = int4_value(c[j] & 0xFu) * s, hi = int4_value(c[j] >> 4) * s;
-        o[2 * j] = add ? o[2 * j] + lo : lo;
-        o[2 * j + 1] = add ? o[2 * j + 1] + hi : hi;
-    }
-    if (i + 2 * pairs < n) {
-        float v = int4_at(q, at + n - 1) * s;
-        out[n - 1] = add ? out[n - 1] + v : v;
-    }
-}
-
-/* Values at .. at + n of codes q, times s. */
-static inline __attribute__((always_inline)) void decode(float *out, const uint8_t *q, int64_t at,
-                                                         int64_t n, float s, hs_quant_fmt f) {
-    if (f == HS_QUANT_INT8)
-        for (int64_t i = 0; i < n; i++) out[i] = (float)(int8_t)q[at + i] * s;
-    else if (f == HS_QUANT_INT4) decode4(out, q, at, n, s, false);
-    else
-        for (int64_t i = 0; i < n; i++) out[i] = e4m3_value(q[at + i]) * s;
-}
-
-/* The same rounded once to bf16 (the common compute dtype), in one pass
- * (int4 through buf, QUANT_CHUNK values). */
-static inline __attribute__((always_inline)) void decode_bf16(uint16_t *out, const uint8_t *q,
-                                                              int64_t at, int64_t n, float s,
-                                                              hs_quant_fmt f, float *buf) {
-    if (f == HS_QUANT_INT8)
-        for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16((float)(int8_t)q[at + i] * s);
-    else if (f == HS_QUANT_INT4) {
-        decode4(buf, q, at, n, s, false);
-        for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16(buf[i]);
-    } else
-        for (int64_t i = 0; i < n; i++) out[i] = hs_f32_to_bf16(e4m3_value(q[at + i]) * s);
-}
-
-/* decode's values with the scale of each value's block, sv[i], added to
- * out (add) or stored: blocks shorter than a chunk in one loop a chunk. */
+/* Values at .. at + n of codes q (at most a chunk), each times its
+ * block's scale sv[i], added to out (add) or stored. int4: an odd first
+ * value alone, then whole bytes (low nibble, then high), so the loop over
+ * bytes vectorises, then an odd last value. */
 static inline __attribute__((always_inline)) void decode_each(float *out, const uint8_t *q,
                                                               int64_t at, int64_t n,
                                                               const float *sv, hs_quant_fmt f,
@@ -340,14 +252,6 @@ static void fill_scales(float *sv, const float *scales, int64_t at, int64_t m, i
     }
 }
 
-/* The values from first + i on that share one block (one scale), at most
- * cap of them and no further than count. */
-static int64_t piece(int64_t first, int64_t i, int64_t count, int64_t block, int64_t cap) {
-    int64_t at = first + i, k = (at / block + 1) * block - at;
-    k = k < count - i ? k : count - i;
-    return k < cap ? k : cap;
-}
-
 static inline __attribute__((always_inline)) void dequantize_body(void *dst, hs_dtype dst_dt,
                                                                   const void *packed, int64_t n,
                                                                   int64_t first, int64_t count,
@@ -356,27 +260,15 @@ static inline __attribute__((always_inline)) void dequantize_body(void *dst, hs_
     const float *scales = scales_of((void *)packed, n, f);
     const size_t es = hs_dtype_size(dst_dt);
     float buf[QUANT_CHUNK], sv[QUANT_CHUNK];
-    for (int64_t i = 0; block < QUANT_CHUNK && i < count; i += QUANT_CHUNK) {
+    for (int64_t i = 0; i < count; i += QUANT_CHUNK) {
         int64_t m = count - i < QUANT_CHUNK ? count - i : QUANT_CHUNK, at = first + i;
         char *out = (char *)dst + (size_t)i * es;
         fill_scales(sv, scales, at, m, block);
         decode_each(dst_dt == HS_DTYPE_F32 ? (float *)out : buf, q, at, m, sv, f, false);
+        /* bf16, the common compute dtype, rounded in the same pass */
         if (dst_dt == HS_DTYPE_BF16)
             for (int64_t j = 0; j < m; j++) ((uint16_t *)out)[j] = hs_f32_to_bf16(buf[j]);
         else if (dst_dt != HS_DTYPE_F32) hs_convert(out, dst_dt, buf, HS_DTYPE_F32, m);
-    }
-    for (int64_t i = 0; block >= QUANT_CHUNK && i < count;) {
-        int64_t at = first + i, b = at / block, k = piece(first, i, count, block, QUANT_CHUNK);
-        char *out = (char *)dst + (size_t)i * es;
-        if (dst_dt == HS_DTYPE_F32) {
-            decode((float *)out, q, at, k, scales[b], f);
-        } else if (dst_dt == HS_DTYPE_BF16) {
-            decode_bf16((uint16_t *)out, q, at, k, scales[b], f, buf);
-        } else {
-            decode(buf, q, at, k, scales[b], f);
-            hs_convert(out, dst_dt, buf, HS_DTYPE_F32, k);
-        }
-        i += k;
     }
 }
 
@@ -404,21 +296,10 @@ static inline __attribute__((always_inline)) void add_body(float *dst, const voi
     const uint8_t *q = packed;
     const float *scales = scales_of((void *)packed, n, f);
     float sv[QUANT_CHUNK];
-    for (int64_t i = 0; block < QUANT_CHUNK && i < count; i += QUANT_CHUNK) {
+    for (int64_t i = 0; i < count; i += QUANT_CHUNK) {
         int64_t m = count - i < QUANT_CHUNK ? count - i : QUANT_CHUNK;
         fill_scales(sv, scales, first + i, m, block);
         decode_each(dst + i, q, first + i, m, sv, f, true);
-    }
-    for (int64_t i = 0; block >= QUANT_CHUNK && i < count;) {
-        int64_t at = first + i, b = at / block, k = piece(first, i, count, block, count);
-        float s = scales[b], *out = dst + i;
-        const uint8_t *c = q + at;
-        if (f == HS_QUANT_INT8)
-            for (int64_t j = 0; j < k; j++) out[j] = out[j] + (float)(int8_t)c[j] * s;
-        else if (f == HS_QUANT_INT4) decode4(out, q, at, k, s, true);
-        else
-            for (int64_t j = 0; j < k; j++) out[j] = out[j] + e4m3_value(c[j]) * s;
-        i += k;
     }
 }
 
