@@ -149,12 +149,17 @@ static block_time block_forward(const tctx *c, bool moe) {
 
 typedef enum coll { C_AG, C_RS, C_AR, C_A2A, C_P2P } coll;
 
+/* Members of a group of g ranks at world-rank stride `stride` that share
+ * a node (ranks_per_node consecutive world ranks). */
+static int on_one_node(const tctx *c, int g, int stride) {
+    return stride >= c->rpn ? 1 : (c->rpn / stride < g ? c->rpn / stride : g);
+}
+
 /* The link a group of g ranks at world-rank stride `stride` uses:
  * latency and per-rank bandwidth. */
 static void link_of(const tctx *c, int g, int stride, double *lat, double *bw) {
     const hs_cluster *cl = c->cl;
-    int span = g * stride, rpn = c->rpn;
-    int local = stride >= rpn ? 1 : (rpn / stride < g ? rpn / stride : g);
+    int span = g * stride, rpn = c->rpn, local = on_one_node(c, g, stride);
     if (span <= rpn || local >= g) { /* inside a node */
         const hs_cluster_link *l = &cl->intra;
         *lat = l->latency, *bw = l->bandwidth;
@@ -205,7 +210,7 @@ static double coll_s(const tctx *c, coll k, double bytes, int g, int stride) {
  * of them among the N ranks with the same place on each node (the bytes
  * hs_plan_links counts as sent inside and across). */
 static double reduce_s(const tctx *c, double bytes, int g, int stride, bool a2a) {
-    int local = stride >= c->rpn ? 1 : (c->rpn / stride < g ? c->rpn / stride : g);
+    int local = on_one_node(c, g, stride);
     if (!a2a || local < 2 || g % local || g / local < 2) return coll_s(c, C_RS, bytes, g, stride);
     return coll_s(c, C_A2A, bytes, local, stride) +
            coll_s(c, C_A2A, bytes / local, g / local, stride * local);
