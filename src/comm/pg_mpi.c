@@ -40,7 +40,9 @@ static hs_status exec_all_to_all(hs_mpi_group *g, const hs_coll_args *a, hs_erro
     return rc == MPI_SUCCESS ? HS_OK : hs_mpi_fail(g, e, rc, "MPI_Alltoall", "all_to_all");
 }
 
-static hs_status exec_all_to_allv(hs_mpi_group *g, const hs_coll_args *a, hs_error *e) {
+/* all_to_allv's counts and displacements checked, for either path, and
+ * kept as MPI's ints in g->vcounts. */
+static hs_status check_v_counts(hs_mpi_group *g, const hs_coll_args *a, hs_error *e) {
     const int64_t *src[4] = {a->send_counts, a->send_displs, a->recv_counts, a->recv_displs};
     static const char *what[4] = {"send_counts", "send_displs", "recv_counts", "recv_displs"};
     for (int k = 0; k < 4; k++)
@@ -53,6 +55,10 @@ static hs_status exec_all_to_allv(hs_mpi_group *g, const hs_coll_args *a, hs_err
                                     g->name, what[k], i, (long long)v, INT_MAX);
             g->vcounts[k * g->size + i] = (int)v;
         }
+    return HS_OK;
+}
+
+static hs_status exec_all_to_allv(hs_mpi_group *g, const hs_coll_args *a, hs_error *e) {
     int *v = g->vcounts, w = g->size;
     int rc = MPI_Alltoallv(a->in, v, v + w, mpi_type(a->dt), a->out, v + 2 * w, v + 3 * w,
                            mpi_type(a->dt), g->coll);
@@ -93,11 +99,12 @@ static hs_status mpi_exec(void *ctx, const hs_coll_args *a, hs_error *e) {
     case HS_OP_ALL_TO_ALL:
         if (g->shm) return hs_shm_all_to_all(g->shm, a->out, a->in, a->count, a->dt, e);
         return exec_all_to_all(g, a, e);
-    case HS_OP_ALL_TO_ALLV:
-        if (g->shm)
-            return hs_shm_all_to_allv(g->shm, a->out, a->recv_counts, a->recv_displs, a->in,
-                                      a->send_counts, a->send_displs, a->dt, e);
-        return exec_all_to_allv(g, a, e);
+    case HS_OP_ALL_TO_ALLV: {
+        hs_status st = check_v_counts(g, a, e);
+        if (st != HS_OK || !g->shm) return st != HS_OK ? st : exec_all_to_allv(g, a, e);
+        return hs_shm_all_to_allv(g->shm, a->out, a->recv_counts, a->recv_displs, a->in,
+                                  a->send_counts, a->send_displs, a->dt, e);
+    }
     case HS_OP_SEND:
     case HS_OP_RECV: return exec_p2p(g, a, e);
     case HS_OP_BARRIER: {

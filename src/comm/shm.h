@@ -72,7 +72,8 @@ hs_status hs_shm_all_gather(hs_shm *s, void *out, const void *in, int64_t count,
 /* count elements to and from each rank; in and out must not overlap. */
 hs_status hs_shm_all_to_all(hs_shm *s, void *out, const void *in, int64_t count, hs_dtype dt,
                             hs_error *e);
-/* MPI_Alltoallv's layout in elements; a peer's send count must equal the
+/* MPI_Alltoallv's layout in elements, counts and displacements checked by
+ * the caller (none negative); a peer's send count must equal the
  * receiver's recv count (HS_ERR_COMM naming both otherwise). */
 hs_status hs_shm_all_to_allv(hs_shm *s, void *out, const int64_t *recv_counts,
                              const int64_t *recv_displs, const void *in, const int64_t *send_counts,
