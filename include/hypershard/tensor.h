@@ -301,6 +301,27 @@ void hs_axpy_f32(float *y, float a, const float *x, int64_t n); /* y += a*x     
 void hs_scale_f32(float *x, float a, int64_t n);                /* x *= a       */
 double hs_sum_f32(const float *x, int64_t n);                   /* fp64 accum   */
 double hs_sumsq_f32(const float *x, int64_t n);                 /* fp64 accum   */
+
+/* The exact sum of squares of fp32 values, held in fixed point
+ * (tensor/exact_sum.c): adding, merging and splitting never round, so the
+ * value is the same whatever the order and the split of the values among
+ * calls, threads or ranks. Merge two by adding their limbs (a rank's limbs
+ * travel as int64s). */
+#define HS_XSUM_LIMBS 20
+typedef struct hs_xsum {
+    int64_t limb[HS_XSUM_LIMBS]; /* 32 bits each; the lowest bit is 2^-298 */
+    int64_t nonfinite;           /* 1: an infinity was added, 2: a NaN */
+} hs_xsum;
+void hs_xsum_init(hs_xsum *x);
+void hs_xsum_add_squares(hs_xsum *x, const float *v, int64_t n);
+void hs_xsum_merge(hs_xsum *into, const hs_xsum *from);
+/* The sum as a double: a function of the exact sum alone (NaN, +inf where
+ * one was added). */
+double hs_xsum_value(const hs_xsum *x);
+/* The pairwise tree sum of n >= 1 doubles, the largest power of two below
+ * n on the left: the order train.reproducibility: layout adds per-sequence
+ * and per-micro-batch values in. */
+double hs_tree_f64(const double *v, int n);
 float hs_max_abs_f32(const float *x, int64_t n);
 /* max_i |a-b| / max(|b|, floor); for tests and parity reports. */
 double hs_max_rel_diff_f32(const float *a, const float *b, int64_t n, double floor);
