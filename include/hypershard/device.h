@@ -408,6 +408,10 @@ struct hs_device {
      * matmul (hs_gemm16_native, decided when the device opens); false:
      * the operands are widened to fp32 and one sgemm runs. */
     bool native_bf16, native_f16;
+    /* cpu and reference: every GEMM's rows split over the threads, each
+     * block one single-threaded product (hs_gemm_shape.split_rows):
+     * train.reproducibility: layout. */
+    bool split_gemm_rows;
     hs_stream *stream; /* the default stream */
     hs_pool device_pool;
     hs_pool host_pool;

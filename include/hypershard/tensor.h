@@ -159,6 +159,11 @@ typedef struct hs_gemm_shape {
      * has their matmul: where that matmul is the slower engine
      * (hs_gemm16_native false), as on a CPU without it. */
     bool widen;
+    /* Rows in calls of one fixed block size, each single-threaded, shared
+     * over the calling thread's OpenMP threads (the last block padded): a
+     * row of C has the same bits whatever M, the row's place and the
+     * thread count (train.reproducibility: layout; tensor/gemm.c). */
+    bool split_rows;
 } hs_gemm_shape;
 /* hs_gemm_ex for one shape, honouring its widen. */
 hs_status hs_gemm_run(const hs_gemm_shape *s, const void *A, const void *B, void *C, hs_error *e);

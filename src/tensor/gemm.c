@@ -184,7 +184,117 @@ hs_status hs_gemm_ex(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K
                    e);
 }
 
+static hs_status gemm_one(const hs_gemm_shape *s, const void *A, const void *B, void *C,
+                          hs_error *e);
+
+/* split_rows (train.reproducibility: layout): the rows of op(A) and C in
+ * calls of exactly ROW_BLOCK rows, each single-threaded inside an OpenMP
+ * team (oneDNN runs one thread there), the last block padded with zero
+ * rows. oneDNN's sgemm gives a row different bits for different M (below
+ * 16 rows on AVX-512; at most M on AVX2 its 6-row tiles and blocking
+ * decide), but the same bits at every position of a call of the same
+ * shape (tests/unit/test_tensor_gemm.c), so a row's bits no longer depend
+ * on M, on where the row sits, or on the threads. */
+#define ROW_BLOCK 48
+
+/* Block b's rows of op(A), and of C, at ROW_BLOCK rows: in place where the
+ * block is whole, else copied into zero-padded scratch (pa, pc). */
+static hs_status gemm_block(const hs_gemm_shape *s, int64_t r0, const void *A, const void *B,
+                            void *C, hs_error *e) {
+    const size_t ea = hs_dtype_size(s->a_dt), ec = hs_dtype_size(s->c_dt);
+    int64_t rows = s->M - r0 < ROW_BLOCK ? s->M - r0 : ROW_BLOCK;
+    hs_gemm_shape b = *s;
+    b.M = ROW_BLOCK;
+    const char *a = (const char *)A + (size_t)(s->trans_a ? r0 : r0 * s->lda) * ea;
+    char *c = (char *)C + (size_t)(r0 * s->ldc) * ec;
+    if (rows == ROW_BLOCK) return gemm_one(&b, a, B, c, e);
+    /* the tail: op(A)'s rows packed (trans_a: K x ROW_BLOCK, else
+     * ROW_BLOCK x K), C's rows beside ROW_BLOCK - rows zero rows */
+    size_t abytes = (size_t)(ROW_BLOCK * s->K) * ea, cbytes = (size_t)(ROW_BLOCK * s->N) * ec;
+    char *pa = calloc(1, abytes + cbytes + 1);
+    if (!pa)
+        return hs_error_oom(e, "GEMM: %zu bytes for a block of %d rows", abytes + cbytes,
+                            ROW_BLOCK);
+    char *pc = pa + abytes;
+    if (s->trans_a) {
+        for (int64_t k = 0; k < s->K; k++)
+            memcpy(pa + (size_t)(k * ROW_BLOCK) * ea, a + (size_t)(k * s->lda) * ea,
+                   (size_t)rows * ea);
+        b.lda = ROW_BLOCK;
+    } else {
+        for (int64_t i = 0; i < rows; i++)
+            memcpy(pa + (size_t)(i * s->K) * ea, a + (size_t)(i * s->lda) * ea, (size_t)s->K * ea);
+        b.lda = s->K;
+    }
+    b.ldc = s->N;
+    if (s->beta != 0.0f)
+        for (int64_t i = 0; i < rows; i++)
+            memcpy(pc + (size_t)(i * s->N) * ec, c + (size_t)(i * s->ldc) * ec, (size_t)s->N * ec);
+    hs_status st = gemm_one(&b, pa, B, pc, e);
+    for (int64_t i = 0; st == HS_OK && i < rows; i++)
+        memcpy(c + (size_t)(i * s->ldc) * ec, pc + (size_t)(i * s->N) * ec, (size_t)s->N * ec);
+    free(pa);
+    return st;
+}
+
+/* 16-bit operands widened once for all the blocks (the values a widened
+ * product reads), not block by block. */
+static float *widen_operands(hs_gemm_shape *s, const void **A, const void **B, hs_error *e) {
+    int64_t a_rows = s->trans_a ? s->K : s->M, a_cols = s->trans_a ? s->M : s->K;
+    int64_t b_rows = s->trans_b ? s->N : s->K, b_cols = s->trans_b ? s->K : s->N;
+    size_t need = (s->a_dt != HS_DTYPE_F32 ? (size_t)(a_rows * a_cols) : 0) +
+                  (s->b_dt != HS_DTYPE_F32 ? (size_t)(b_rows * b_cols) : 0);
+    float *w = malloc(need * sizeof(float) + 1), *next = w;
+    if (!w) {
+        hs_error_oom(e, "GEMM: %zu bytes to widen its operands", need * sizeof(float));
+        return NULL;
+    }
+    if (s->a_dt != HS_DTYPE_F32) {
+        pack_matrix(next, HS_DTYPE_F32, *A, s->a_dt, a_rows, a_cols, s->lda);
+        *A = next, s->a_dt = HS_DTYPE_F32, s->lda = a_cols, next += a_rows * a_cols;
+    }
+    if (s->b_dt != HS_DTYPE_F32) {
+        pack_matrix(next, HS_DTYPE_F32, *B, s->b_dt, b_rows, b_cols, s->ldb);
+        *B = next, s->b_dt = HS_DTYPE_F32, s->ldb = b_cols;
+    }
+    return w;
+}
+
+static hs_status gemm_rows(const hs_gemm_shape *shape, const void *A, const void *B, void *C,
+                           hs_error *e) {
+    hs_gemm_shape w = *shape;
+    const hs_gemm_shape *s = &w;
+    float *wide = NULL;
+    if (w.widen && (w.a_dt != HS_DTYPE_F32 || w.b_dt != HS_DTYPE_F32)) {
+        wide = widen_operands(&w, &A, &B, e);
+        if (!wide) return e ? e->code : HS_ERR_OOM;
+    }
+    int64_t blocks = (s->M + ROW_BLOCK - 1) / ROW_BLOCK;
+    int n = omp_in_parallel() ? 1 : omp_get_max_threads();
+    hs_status st = HS_OK;
+    /* always a team, even of one block: outside one oneDNN would take
+     * every thread, and may split K among them */
+#pragma omp parallel for schedule(static) num_threads(n)
+    for (int64_t b = 0; b < blocks; b++) {
+        hs_error mine;
+        hs_status ms = gemm_block(s, b * ROW_BLOCK, A, B, C, &mine);
+#pragma omp critical(hs_gemm_rows)
+        if (ms != HS_OK && st == HS_OK) {
+            st = ms;
+            if (e) *e = mine;
+        }
+    }
+    free(wide);
+    return st;
+}
+
 hs_status hs_gemm_run(const hs_gemm_shape *s, const void *A, const void *B, void *C, hs_error *e) {
+    if (s->split_rows && s->M > 0 && s->N > 0) return gemm_rows(s, A, B, C, e);
+    return gemm_one(s, A, B, C, e);
+}
+
+static hs_status gemm_one(const hs_gemm_shape *s, const void *A, const void *B, void *C,
+                          hs_error *e) {
     bool all32 = s->a_dt == HS_DTYPE_F32 && s->b_dt == HS_DTYPE_F32 && s->c_dt == HS_DTYPE_F32;
     if (!s->widen || all32 || s->M == 0 || s->N == 0)
         return hs_gemm_ex(s->trans_a, s->trans_b, s->M, s->N, s->K, s->alpha, A, s->a_dt, s->lda, B,

@@ -258,6 +258,75 @@ static void test_gemm_cache_matches_gemm_ex_bit_for_bit(void **state) {
     hs_gemm_cache_free(&gc);
 }
 
+/* split_rows: a row of C has the same bits whatever M, its place and the
+ * thread count (train.reproducibility: layout), for every transpose of A,
+ * with beta, at this machine's tier and (HS_TEST_TIERS) at AVX2, where
+ * oneDNN's own product gives rows different bits for different M. */
+static void test_split_rows_bits_depend_on_the_row_alone(void **state) {
+    (void)state;
+    enum { M = 150, N = 96, K = 520 };
+    float *A = malloc(sizeof(float) * M * K), *At = malloc(sizeof(float) * M * K);
+    float *B = malloc(sizeof(float) * N * K), *C0 = malloc(sizeof(float) * M * N);
+    float *ref = malloc(sizeof(float) * M * N), *got = malloc(sizeof(float) * M * N);
+    fill_random(A, (int64_t)M * K, 5);
+    fill_random(B, (int64_t)N * K, 6);
+    fill_random(C0, (int64_t)M * N, 7);
+    for (int i = 0; i < M; i++)
+        for (int k = 0; k < K; k++) At[k * M + i] = A[i * K + k];
+    int before = hs_blas_get_threads();
+    for (int ta = 0; ta <= 1; ta++) {
+        hs_gemm_shape s = {.trans_a = ta,
+                           .trans_b = true,
+                           .M = M,
+                           .N = N,
+                           .K = K,
+                           .alpha = 0.5f,
+                           .beta = 1.0f,
+                           .a_dt = HS_DTYPE_F32,
+                           .b_dt = HS_DTYPE_F32,
+                           .c_dt = HS_DTYPE_F32,
+                           .lda = ta ? M : K,
+                           .ldb = K,
+                           .ldc = N,
+                           .split_rows = true};
+        const float *a = ta ? At : A;
+        hs_blas_set_threads(1);
+        memcpy(ref, C0, sizeof(float) * M * N);
+        assert_int_equal(hs_gemm_run(&s, a, B, ref, NULL), HS_OK);
+        static const int starts[] = {0, 1, 17, 100}, counts[] = {150, 7, 60, 50};
+        for (int threads = 1; threads <= 3; threads++) {
+            hs_blas_set_threads(threads);
+            for (int v = 0; v < 4; v++) {
+                hs_gemm_shape p = s;
+                int r0 = starts[v];
+                p.M = counts[v];
+                memcpy(got, C0, sizeof(float) * M * N);
+                const float *pa = ta ? a + r0 : a + (int64_t)r0 * K;
+                assert_int_equal(hs_gemm_run(&p, pa, B, got + (int64_t)r0 * N, NULL), HS_OK);
+                if (memcmp(ref + (int64_t)r0 * N, got + (int64_t)r0 * N,
+                           sizeof(float) * counts[v] * N))
+                    fail_msg("trans_a %d, %d threads, rows %d..%d differ", ta, threads, r0,
+                             r0 + counts[v]);
+            }
+        }
+        /* what it guards against: oneDNN's product of 7 rows */
+        hs_blas_set_threads(1);
+        s.split_rows = false;
+        s.M = 7;
+        memcpy(got, C0, sizeof(float) * M * N);
+        assert_int_equal(hs_gemm_run(&s, a, B, got, NULL), HS_OK);
+        print_message("  trans_a %d: oneDNN's own 7-row product %s the rows' bits\n", ta,
+                      memcmp(ref, got, sizeof(float) * 7 * N) ? "changes" : "keeps");
+    }
+    hs_blas_set_threads(before);
+    free(A);
+    free(At);
+    free(B);
+    free(C0);
+    free(ref);
+    free(got);
+}
+
 static void test_blas_threads_set_then_get(void **state) {
     (void)state;
     int before = hs_blas_get_threads();
@@ -275,6 +344,7 @@ int main(void) {
         cmocka_unit_test(test_gemm_ex_beta_zero_ignores_nan_in_bf16_c),
         cmocka_unit_test(test_gemm_ex_strided_f16_c_leaves_padding_untouched),
         cmocka_unit_test(test_gemm_cache_matches_gemm_ex_bit_for_bit),
+        cmocka_unit_test(test_split_rows_bits_depend_on_the_row_alone),
         cmocka_unit_test(test_blas_threads_set_then_get),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
