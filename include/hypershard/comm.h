@@ -261,6 +261,11 @@ hs_status hs_comm_check(hs_comm *c, const char *when, hs_error *e);
 /* Compare each collective's fingerprint over its group before it runs
  * (every rank must set the same). */
 void hs_comm_set_check_each(hs_comm *c, bool on);
+/* fp32 sum and average reductions (reduce-scatter, all-reduce) add the
+ * ranks' contributions as a pairwise tree in rank order, whatever the
+ * path: train.reproducibility: layout (docs/numerics.md). Every rank must
+ * set the same, before the groups' first collective. */
+void hs_comm_set_canonical_sums(hs_comm *c, bool on);
 
 /* Gather every rank's trace to world rank 0, align clocks (offsets measured
  * after a barrier) and write one Chrome trace file for all ranks (pid =

@@ -123,6 +123,8 @@ void hs_comm_set_timeout(hs_comm *c, double timeout_s) {
     atomic_store(&c->timeout_s, timeout_s > 0 ? timeout_s : DEFAULT_TIMEOUT_S);
 }
 
+void hs_comm_set_canonical_sums(hs_comm *c, bool on) { atomic_store(&c->canonical_sums, on); }
+
 _Noreturn void hs_comm_abort(hs_comm *c, const hs_error *e) {
     hs_status code = e && e->code != HS_OK ? e->code : HS_ERR_INTERNAL;
     int exit_code = hs_status_exit_code(code);

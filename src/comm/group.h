@@ -281,6 +281,9 @@ struct hs_comm {
     /* Compare every collective's fingerprint entry over its group before it
      * runs (comm.check_every = 1). */
     atomic_bool fp_each;
+    /* Sum reductions add the ranks' contributions as a pairwise tree in
+     * rank order (hs_comm_set_canonical_sums). */
+    atomic_bool canonical_sums;
     hs_fp_fault fault; /* set at init from the environment, fired once */
     int local_ranks;   /* ranks on this node, for BLAS threads */
     int *node_of;      /* [size]: each world rank's node, named by its lowest rank */

@@ -25,6 +25,7 @@ typedef struct hs_mpi_group {
     /* The intra-node path of reduce-scatter, all-reduce and all-gather;
      * NULL when the group spans nodes (then the ring runs). */
     hs_shm *shm;
+    hs_comm *comm; /* its canonical_sums */
 } hs_mpi_group;
 
 /* Grow both staging buffers to at least `bytes`. */

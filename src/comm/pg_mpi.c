@@ -82,8 +82,52 @@ static hs_status exec_p2p(hs_mpi_group *g, const hs_coll_args *a, hs_error *e) {
     return HS_OK;
 }
 
+/* train.reproducibility: layout. The ranks' fp32 blocks brought together
+ * whole (all-to-all for a reduce-scatter, all-gather for an all-reduce)
+ * into blocks[rank][n], then added as a pairwise tree in rank order:
+ * (0+1)+(2+3) and so on, the largest power of two on the left, the same
+ * order a one-rank run adds the sequences those ranks held
+ * (docs/numerics.md "Layout-invariant training"). */
+static hs_status canonical_reduce(hs_mpi_group *g, const hs_coll_args *a, hs_error *e) {
+    const bool scatter = a->op == HS_OP_REDUCE_SCATTER;
+    const int w = g->size;
+    const int64_t n = a->count;
+    float *blocks = malloc((size_t)w * (size_t)n * sizeof(float) + 1);
+    if (!blocks)
+        return hs_error_oom(e, "%s on group '%s': %lld bytes of the ranks' blocks",
+                            scatter ? "reduce_scatter" : "all_reduce", g->name,
+                            (long long)((int64_t)w * n * 4));
+    hs_coll_args x = *a;
+    x.out = blocks;
+    hs_status st;
+    if (scatter) {
+        x.op = HS_OP_ALL_TO_ALL;
+        st = g->shm ? hs_shm_all_to_all(g->shm, blocks, a->in, n, a->dt, e)
+                    : exec_all_to_all(g, &x, e);
+    } else {
+        st = g->shm ? hs_shm_all_gather(g->shm, blocks, a->out, n, a->dt, e)
+                    : hs_ring_all_gather(g, blocks, a->out, n, a->dt, e);
+    }
+    for (int step = 1; st == HS_OK && step < w; step *= 2)
+        for (int q = 0; q + step < w; q += 2 * step) /* left += right (addition commutes) */
+            hs_comm_reduce(blocks + (int64_t)q * n, blocks + (int64_t)(q + step) * n,
+                           blocks + (int64_t)q * n, n, HS_DTYPE_F32, HS_REDUCE_SUM, 1);
+    float *out = a->out;
+    for (int64_t i = 0; st == HS_OK && i < n; i++)
+        out[i] = a->reduce == HS_REDUCE_AVG ? blocks[i] / (float)w : blocks[i];
+    free(blocks);
+    return st;
+}
+
+static bool canonical(const hs_mpi_group *g, const hs_coll_args *a) {
+    return (a->op == HS_OP_REDUCE_SCATTER || a->op == HS_OP_ALL_REDUCE) &&
+           a->reduce != HS_REDUCE_MAX && a->dt == HS_DTYPE_F32 && g->size > 1 &&
+           atomic_load(&g->comm->canonical_sums);
+}
+
 static hs_status mpi_exec(void *ctx, const hs_coll_args *a, hs_error *e) {
     hs_mpi_group *g = ctx;
+    if (canonical(g, a)) return canonical_reduce(g, a, e);
     switch (a->op) {
     case HS_OP_ALL_GATHER:
         if (g->shm) return hs_shm_all_gather(g->shm, a->out, a->in, a->count, a->dt, e);
@@ -209,6 +253,7 @@ hs_pg *hs_pg_mpi_create(hs_comm *c, MPI_Comm mc, const char *name, int slot, hs_
     MPI_Comm_rank(mc, &pg->rank);
     MPI_Comm_size(mc, &pg->size);
     g->name = pg->name;
+    g->comm = c;
     g->pool = &c->pool;
     g->rank = pg->rank;
     g->size = pg->size;
