@@ -419,6 +419,12 @@ typedef struct hs_model_options {
     /* Threads attention splits its heads over (each with its own scratch:
      * hs_attention_forward); 0 means 1. */
     int threads;
+    /* train.reproducibility: layout. Every sum over a micro-batch's tokens
+     * (weight gradients, the norms' weight gradients, the embedding's
+     * gradient, the loss) is a pairwise tree over its sequences, each
+     * sequence's part computed alone (docs/numerics.md "Layout-invariant
+     * training"). */
+    bool canonical_sums;
 } hs_model_options;
 
 /* What one unit did at its boundaries in the last forward / backward. The

@@ -65,8 +65,10 @@ static void head_norm_forward(hs_model *m, void *out, float *rstd, const void *x
 static const float *head_norm_backward(hs_model *m, const float *dout, const void *x, hs_param *w,
                                        const float *rstd, int64_t rows) {
     zero_f32(m, m->datt, rows * m->HD);
-    m->k->rmsnorm_bwd(m->s, m->datt, w->grad, w->grad_dtype, dout, x, m->dt, w->data, rstd, m->dt,
-                      rows, m->HD, m->norm_part);
+    if (m->canon_nseq) hs_canon_rmsnorm_bwd(m, m->datt, w, dout, x, m->dt, rstd, rows, m->HD);
+    else
+        m->k->rmsnorm_bwd(m->s, m->datt, w->grad, w->grad_dtype, dout, x, m->dt, w->data, rstd,
+                          m->dt, rows, m->HD, m->norm_part);
     return m->datt;
 }
 
@@ -253,6 +255,12 @@ static void defer_weight_grad(hs_model *m, hs_wgrad_kind kind, float *dx, bool o
 static void dense_backward_dy(hs_model *m, float *dx, bool overwrite_dx, hs_param *w,
                               const void *dy, hs_dtype ydt, const void *x, int64_t N, int IC,
                               int OC) {
+    if (m->canon_nseq && w->grad) {
+        hs_linear_backward_dy(m->dev, dx, overwrite_dx, NULL, false, w->grad_dtype, dy, ydt, x,
+                              w->data, m->dt, N, IC, OC);
+        hs_canon_linear_wgrad(m, w, dy, ydt, x, N, IC, OC);
+        return;
+    }
     bool store = w->grad && w->grad_unset;
     hs_linear_backward_dy(m->dev, dx, overwrite_dx, w->grad, store, w->grad_dtype, dy, ydt, x,
                           w->data, m->dt, N, IC, OC);
@@ -347,8 +355,12 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
     dense_backward(m, HS_WG_K, m->dln, false, bp->wk, dk, a->ln1, N, C, kvd);
     dense_backward(m, HS_WG_V, m->dln, false, bp->wv, m->dv, a->ln1, N, C, kvd);
     const float *dln = par->enter_grad(par->ctx, m->dln, bp->wq, N);
-    m->k->rmsnorm_bwd(m->s, m->dres, bp->ln1->grad, bp->ln1->grad_dtype, dln, x, xdt, bp->ln1->data,
-                      a->rstd1, dt, hs_model_local_rows(m, N), C, m->norm_part);
+    if (m->canon_nseq)
+        hs_canon_rmsnorm_bwd(m, m->dres, bp->ln1, dln, x, xdt, a->rstd1, hs_model_local_rows(m, N),
+                             C);
+    else
+        m->k->rmsnorm_bwd(m->s, m->dres, bp->ln1->grad, bp->ln1->grad_dtype, dln, x, xdt,
+                          bp->ln1->data, a->rstd1, dt, hs_model_local_rows(m, N), C, m->norm_part);
 }
 
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
@@ -366,8 +378,13 @@ void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_i
     const float *dln = mlp_backward(m, bp, a, N, hooks, aux_g);
     /* The residual gradient passes through unchanged, so the norm's input
      * gradient accumulates straight into it. */
-    m->k->rmsnorm_bwd(m->s, m->dres, bp->ln2->grad, bp->ln2->grad_dtype, dln, a->x_mid,
-                      b->output_computed, bp->ln2->data, a->rstd2, m->dt, Nl, m->C, m->norm_part);
+    if (m->canon_nseq)
+        hs_canon_rmsnorm_bwd(m, m->dres, bp->ln2, dln, a->x_mid, b->output_computed, a->rstd2, Nl,
+                             m->C);
+    else
+        m->k->rmsnorm_bwd(m->s, m->dres, bp->ln2->grad, bp->ln2->grad_dtype, dln, a->x_mid,
+                          b->output_computed, bp->ln2->data, a->rstd2, m->dt, Nl, m->C,
+                          m->norm_part);
     bool cast_in = b->input_read != b->input_stored;
     attention_backward(m, bp, a, cast_in ? a->x_cast : x_in, b->input_read, B, T);
     if (!cast_in) return;

@@ -209,6 +209,15 @@ struct hs_model {
 
     const float *rope_cos, *rope_sin; /* the tables of this batch's positions */
 
+    /* train.reproducibility: layout (hs_model_options.canonical_sums):
+     * the micro-batch's sequences, and the trees' scratch (model/canonical.c) */
+    int canon_nseq;
+    double *canon_loss; /* [max_batch] each sequence's loss */
+    float *canon_buf;
+    int64_t canon_floats;
+    float *canon_tied; /* tied embeddings: [canon_nseq][V*C] the head's parts */
+    int64_t canon_tied_floats;
+
     /* split backward: the dtype output gradients are kept in, and the
      * record of the block whose input pass is running (NULL: the weight
      * gradients are computed at once) */
@@ -302,5 +311,29 @@ void hs_hook_post_backward(const hs_model_hooks *h, int u);
 void hs_hook_post_backward_final(const hs_model_hooks *h);
 void hs_hook_weight_grad_deferred(const hs_model_hooks *h, int u);
 void hs_hook_post_weight_grad(const hs_model_hooks *h, int u);
+
+/* model/canonical.c: token sums as pairwise trees over the micro-batch's
+ * canon_nseq sequences (hs_model_options.canonical_sums). */
+#define HS_CANON_MAX_LEVELS 30
+int64_t hs_canon_scratch_floats(int n, int64_t len);
+/* Writes part s (sequence s's own sum) of a tree's len fp32 values over out. */
+typedef void (*hs_canon_part_fn)(void *ctx, int s, float *out);
+/* The tree of the canon_nseq parts, in the model's scratch (NULL, the
+ * device's failure set, without the memory). */
+float *hs_canon_tree(hs_model *m, int64_t len, hs_canon_part_fn fn, void *ctx);
+/* sum stored over w's gradient while unset, else added to it (NULL: none). */
+void hs_canon_into_grad(hs_model *m, hs_param *w, const float *sum, int64_t len);
+/* Tied embeddings: room for each sequence's head part, which the
+ * embedding's tree adds to that sequence's own (NULL without the memory). */
+float *hs_canon_tied_parts(hs_model *m, int64_t len);
+/* The embedding's gradient from d(residual) of the micro-batch's N rows. */
+void hs_canon_embedding_bwd(hs_model *m, const float *dres, const int32_t *tokens, int64_t N);
+/* A dense linear's weight gradient dy^T x, each sequence's rows alone. */
+void hs_canon_linear_wgrad(hs_model *m, hs_param *w, const void *dy, hs_dtype ydt, const void *x,
+                           int64_t N, int IC, int OC);
+/* rmsnorm_bwd with the weight's gradient a tree over the sequences (rows:
+ * every sequence's, in order; dx accumulates as the kernel's). */
+void hs_canon_rmsnorm_bwd(hs_model *m, float *dx, hs_param *w, const float *dout, const void *x,
+                          hs_dtype xdt, const float *rstd, int64_t rows, int C);
 
 #endif

@@ -405,6 +405,12 @@ static void buffers_alloc(hs_model *m) {
     }
     /* Enough rows for an efficient GEMM, few enough that the chunk stays small. */
     m->head_rows = BT < HEAD_ROWS ? BT : HEAD_ROWS;
+    /* canonical sums: a chunk is one whole sequence */
+    if (m->opt.canonical_sums && m->head_rows < T) m->head_rows = T;
+    if (m->opt.canonical_sums && !m->opt.count_buffers) {
+        m->canon_loss = calloc((size_t)m->opt.max_batch, sizeof(double));
+        if (!m->canon_loss) model_oom(m, "model: the losses of %d sequences", m->opt.max_batch);
+    }
     m->cos_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     m->sin_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     if (m->cos_t) m->k->rope_tables(m->s, m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);
@@ -597,6 +603,9 @@ static void buffers_free(hs_model *m) {
 void hs_model_free(hs_model *m) {
     if (!m) return;
     if (m->params) params_free(m);
+    hs_device_free_mem(m->dev, m->canon_buf);
+    hs_device_free_mem(m->dev, m->canon_tied);
+    free(m->canon_loss);
     buffers_free(m);
     hs_model_registry_free(m);
     free(m->bnd);

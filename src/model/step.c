@@ -164,12 +164,59 @@ static void count_root_casts(hs_model *m, bool backward) {
     else m->bnd[0].forward_casts++;
 }
 
+/* One sequence of the head under canonical sums: its loss into loss[s],
+ * d lnf of its rows, its part of the head's weight gradient. */
+typedef struct head_seq_ctx {
+    hs_model *m;
+    const int32_t *targets;
+    int64_t T;
+    float scale;
+    double *loss;
+} head_seq_ctx;
+
+static void head_seq_part(void *vctx, int s, float *out) {
+    const head_seq_ctx *c = vctx;
+    hs_model *m = c->m;
+    int64_t r0 = (int64_t)s * c->T;
+    c->loss[s] = head_chunk(m, c->targets, r0, c->T, c->scale, true, NULL);
+    hs_dtype ydt;
+    const void *dy = hs_linear_dout(m->dev, m->logits, m->dout16, m->dt, c->T * m->V, &ydt);
+    const void *x = hs_cat(m->lnf, m->dt, r0 * m->C);
+    hs_linear_backward_dy(m->dev, m->dln + r0 * m->C, false, NULL, false, HS_DTYPE_F32, dy, ydt,
+                          NULL, m->head->data, m->dt, c->T, m->C, m->V);
+    hs_dev_gemm(m->dev, true, false, m->V, m->C, c->T, 1.0f, dy, ydt, m->V, x, m->dt, m->C, 0.0f,
+                out, HS_DTYPE_F32, m->C);
+}
+
+/* The loss as a tree over the sequences' losses, the head's gradient as a
+ * tree over theirs. */
+static double head_canonical(hs_model *m, const int32_t *targets, int64_t N, float scale) {
+    int n = m->canon_nseq;
+    double *loss = m->canon_loss;
+    for (int s = 0; s < n; s++) loss[s] = 0.0;
+    head_seq_ctx c = {.m = m, .targets = targets, .T = N / n, .scale = scale, .loss = loss};
+    int64_t len = (int64_t)m->V * m->C;
+    if (m->head == m->embed && m->head->grad) {
+        /* tied: each sequence's part waits for its embedding part */
+        float *keep = hs_canon_tied_parts(m, len);
+        for (int s = 0; keep && s < n; s++) head_seq_part(&c, s, keep + (int64_t)s * len);
+    } else if (m->head->grad) {
+        hs_canon_into_grad(m, m->head, hs_canon_tree(m, len, head_seq_part, &c), len);
+    }
+    return hs_tree_f64(loss, n);
+}
+
 /* Loss of all rows; *dlnf = d loss / d lnf of the local rows; head
  * gradient accumulated. */
 static double head_forward_backward(hs_model *m, const int32_t *targets, int64_t N, float scale,
                                     const float **dlnf) {
     double loss = 0.0;
     hs_dev_zero(m->dev, m->dln, (size_t)(N * m->C) * sizeof(float));
+    if (m->canon_nseq) {
+        loss = head_canonical(m, targets, N, scale);
+        *dlnf = m->par->enter_grad(m->par->ctx, m->dln, m->head, N);
+        return loss;
+    }
     for (int64_t r0 = 0; r0 < N; r0 += m->head_rows) {
         int64_t rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
         loss += head_chunk(m, targets, r0, rows, scale, true, NULL);
@@ -201,9 +248,13 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
     int k = m->cur_chunk, i0 = m->chunk_begin[k], len = m->chunk_len[k];
     if (has_head(m)) {
         hs_dev_zero(m->dev, m->dres, (size_t)(N * m->C) * sizeof(float));
-        m->k->rmsnorm_bwd(m->s, m->dres, m->norm->grad, m->norm->grad_dtype, dlnf, m->resid[len],
-                          out_dtype(m), m->norm->data, m->rstdf, m->dt, hs_model_local_rows(m, N),
-                          m->C, m->norm_part);
+        if (m->canon_nseq)
+            hs_canon_rmsnorm_bwd(m, m->dres, m->norm, dlnf, m->resid[len], out_dtype(m), m->rstdf,
+                                 hs_model_local_rows(m, N), m->C);
+        else
+            m->k->rmsnorm_bwd(m->s, m->dres, m->norm->grad, m->norm->grad_dtype, dlnf,
+                              m->resid[len], out_dtype(m), m->norm->data, m->rstdf, m->dt,
+                              hs_model_local_rows(m, N), m->C, m->norm_part);
     }
     for (int j = len - 1; j >= 0; j--) {
         int i = i0 + j, u = m->blocks[i].unit;
@@ -223,7 +274,8 @@ static void trunk_backward(hs_model *m, const hs_batch *b, const hs_model_hooks 
         hs_hook_post_backward(hooks, u);
     }
     if (!has_embedding(m)) return; /* m->dres holds d input for the previous chunk */
-    m->par->embedding_bwd(m->par->ctx, m->dres, b->tokens, m->embed, N);
+    if (m->canon_nseq && m->embed->grad) hs_canon_embedding_bwd(m, m->dres, b->tokens, N);
+    else m->par->embedding_bwd(m->par->ctx, m->dres, b->tokens, m->embed, N);
 }
 
 /* The MoE load-balancing term of the micro-batch just forwarded: its
@@ -253,11 +305,17 @@ static double moe_aux(hs_model *m, const hs_batch *b, float grad_scale) {
 static double head_forward(hs_model *m, const hs_batch *b, bool want_loss, float *logits) {
     int64_t N = (int64_t)b->B * b->T;
     double loss = 0.0;
-    for (int64_t r0 = 0; r0 < N; r0 += m->head_rows) {
-        int64_t rows = N - r0 < m->head_rows ? N - r0 : m->head_rows;
-        loss += head_chunk(m, want_loss ? b->targets : NULL, r0, rows, 0.0f, false,
-                           logits ? logits + r0 * m->Vg : NULL);
+    /* canonical sums: a chunk per sequence, the losses added as a tree */
+    int64_t step = m->opt.canonical_sums ? b->T : m->head_rows;
+    double *seq = m->opt.canonical_sums ? m->canon_loss : NULL;
+    for (int64_t r0 = 0; r0 < N; r0 += step) {
+        int64_t rows = N - r0 < step ? N - r0 : step;
+        double l = head_chunk(m, want_loss ? b->targets : NULL, r0, rows, 0.0f, false,
+                              logits ? logits + r0 * m->Vg : NULL);
+        if (seq) seq[r0 / step] = l;
+        else loss += l;
     }
+    if (seq) loss = hs_tree_f64(seq, b->B);
     count_root_casts(m, false);
     return loss;
 }
@@ -327,6 +385,7 @@ static void backward_on_device(hs_model *m, const hs_batch *db, float grad_scale
                                const hs_model_hooks *hooks, double *loss_sum) {
     int64_t N = (int64_t)db->B * db->T;
     bool root = hs_model_root_chunk(m);
+    m->canon_nseq = m->opt.canonical_sums ? db->B : 0;
     if (root) hs_hook_pre_backward(hooks, 0);
     const float *dlnf = NULL;
     double loss = 0.0;
@@ -338,6 +397,7 @@ static void backward_on_device(hs_model *m, const hs_batch *db, float grad_scale
     trunk_backward(m, db, hooks, dlnf);
     if (root) hs_hook_post_backward(hooks, 0);
     hs_hook_post_backward_final(hooks);
+    m->canon_nseq = 0;
     if (loss_sum) *loss_sum = loss;
 }
 

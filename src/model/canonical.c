@@ -1,0 +1,185 @@
+/* Sums over a micro-batch's tokens in one order for every layout
+ * (train.reproducibility: layout; docs/numerics.md "Layout-invariant
+ * training"). Each sequence's part of a token sum is computed alone, the
+ * same way whichever rank and micro-batch hold the sequence, and the parts
+ * are added as a pairwise tree over the sequences: parts 0+1, 2+3, then
+ * (0+1)+(2+3), and so on. A rank's micro-batch holds an aligned block of
+ * the global batch (docs/data.md "What each rank reads"), so its tree is
+ * a subtree of the global one and the reductions across ranks and
+ * micro-batches merge whole subtrees. */
+#include <string.h>
+
+#include "model/internal.h"
+#include "model/layers.h"
+
+/* The pairwise tree of parts 0..n-1 (n a power of two), in scratch of
+ * hs_canon_scratch_floats(n, len): a stack of partial subtrees, each new
+ * part merged with the equal-sized subtree before it (left + right).
+ * Returns where the sum lies inside scratch. */
+static float *tree_sum(hs_model *m, int n, int64_t len, hs_canon_part_fn fn, void *ctx,
+                       float *scratch) {
+    int level[HS_CANON_MAX_LEVELS + 1], top = 0;
+    for (int s = 0; s < n; s++) {
+        float *b = scratch + (int64_t)top * len;
+        fn(ctx, s, b);
+        int l = 0;
+        while (top > 0 && level[top - 1] == l) {
+            float *left = scratch + (int64_t)(top - 1) * len;
+            hs_dev_add(m->dev, left, b, len);
+            b = left;
+            top--;
+            l++;
+        }
+        HS_ASSERT(top <= HS_CANON_MAX_LEVELS);
+        level[top++] = l;
+    }
+    HS_ASSERT(top == 1);
+    return scratch;
+}
+
+int64_t hs_canon_scratch_floats(int n, int64_t len) {
+    int levels = 0;
+    while ((1 << levels) < n) levels++;
+    return (int64_t)(levels + 2) * len;
+}
+
+/* Scratch for a tree of the micro-batch's sequences over len values: the
+ * model's own block, grown where a larger one is needed. */
+static float *tree_scratch(hs_model *m, int n, int64_t len) {
+    int64_t want = hs_canon_scratch_floats(n, len);
+    if (want > m->canon_floats) {
+        hs_device_free_mem(m->dev, m->canon_buf);
+        /* a refusal is recorded on the device, which the step checks */
+        m->canon_buf = hs_device_alloc(m->dev, (size_t)want * sizeof(float));
+        if (!m->canon_buf) {
+            m->canon_floats = 0;
+            return NULL;
+        }
+        m->canon_floats = want;
+    }
+    return m->canon_buf;
+}
+
+float *hs_canon_tree(hs_model *m, int64_t len, hs_canon_part_fn fn, void *ctx) {
+    float *scratch = tree_scratch(m, m->canon_nseq, len);
+    return scratch ? tree_sum(m, m->canon_nseq, len, fn, ctx, scratch) : NULL;
+}
+
+/* The tree's sum added into a parameter's gradient: stored over it while
+ * the buffer holds no value yet (grad_unset), added to after. */
+void hs_canon_into_grad(hs_model *m, hs_param *w, const float *sum, int64_t len) {
+    if (!sum) return;
+    if (w->grad_unset) hs_dev_convert(m->dev, w->grad, w->grad_dtype, sum, HS_DTYPE_F32, len);
+    else if (w->grad_dtype == HS_DTYPE_F32) hs_dev_add(m->dev, w->grad, sum, len);
+    else hs_dev_add_cast(m->dev, w->grad, w->grad_dtype, w->grad, w->grad_dtype, sum, HS_DTYPE_F32,
+                         len);
+    w->grad_unset = false;
+}
+
+typedef struct wgrad_ctx {
+    hs_model *m;
+    const void *dy, *x;
+    hs_dtype ydt;
+    int64_t T;
+    int IC, OC;
+} wgrad_ctx;
+
+static void wgrad_part(void *vctx, int s, float *out) {
+    const wgrad_ctx *c = vctx;
+    int64_t r0 = (int64_t)s * c->T;
+    hs_dev_gemm(c->m->dev, true, false, c->OC, c->IC, c->T, 1.0f,
+                hs_cat(c->dy, c->ydt, r0 * c->OC), c->ydt, c->OC,
+                hs_cat(c->x, c->m->dt, r0 * c->IC), c->m->dt, c->IC, 0.0f, out, HS_DTYPE_F32,
+                c->IC);
+}
+
+void hs_canon_linear_wgrad(hs_model *m, hs_param *w, const void *dy, hs_dtype ydt, const void *x,
+                           int64_t N, int IC, int OC) {
+    int n = m->canon_nseq;
+    int64_t T = N / n, len = (int64_t)OC * IC;
+    HS_ASSERT(n > 0 && n * T == N);
+    float *scratch = tree_scratch(m, n, len);
+    if (!scratch) return;
+    wgrad_ctx c = {.m = m, .dy = dy, .x = x, .ydt = ydt, .T = T, .IC = IC, .OC = OC};
+    hs_canon_into_grad(m, w, tree_sum(m, n, len, wgrad_part, &c, scratch), len);
+}
+
+typedef struct norm_ctx {
+    hs_model *m;
+    float *dx;
+    const float *dout, *rstd;
+    const void *x, *w;
+    hs_dtype xdt;
+    int64_t rows; /* of one sequence */
+    int C;
+} norm_ctx;
+
+static void norm_part(void *vctx, int s, float *out) {
+    const norm_ctx *c = vctx;
+    int64_t r0 = (int64_t)s * c->rows;
+    hs_dev_zero(c->m->dev, out, (size_t)c->C * sizeof(float));
+    c->m->k->rmsnorm_bwd(c->m->s, c->dx + r0 * c->C, out, HS_DTYPE_F32, c->dout + r0 * c->C,
+                         hs_cat(c->x, c->xdt, r0 * c->C), c->xdt, c->w, c->rstd + r0, c->m->dt,
+                         c->rows, c->C, c->m->norm_part);
+}
+
+void hs_canon_rmsnorm_bwd(hs_model *m, float *dx, hs_param *w, const float *dout, const void *x,
+                          hs_dtype xdt, const float *rstd, int64_t rows, int C) {
+    int nseq = m->canon_nseq;
+    HS_ASSERT(nseq > 0 && rows % nseq == 0);
+    if (!w->grad) {
+        m->k->rmsnorm_bwd(m->s, dx, NULL, w->grad_dtype, dout, x, xdt, w->data, rstd, m->dt, rows, C,
+                          m->norm_part);
+        return;
+    }
+    float *scratch = tree_scratch(m, nseq, C);
+    if (!scratch) return;
+    norm_ctx c = {.m = m,
+                  .dx = dx,
+                  .dout = dout,
+                  .rstd = rstd,
+                  .x = x,
+                  .w = w->data,
+                  .xdt = xdt,
+                  .rows = rows / nseq,
+                  .C = C};
+    hs_canon_into_grad(m, w, tree_sum(m, nseq, C, norm_part, &c, scratch), C);
+}
+
+typedef struct embed_ctx {
+    hs_model *m;
+    const float *dres;
+    const int32_t *tokens;
+    int64_t T, len;
+} embed_ctx;
+
+static void embed_part(void *vctx, int s, float *out) {
+    const embed_ctx *c = vctx;
+    hs_model *m = c->m;
+    hs_param w = *m->embed;
+    w.grad = out, w.grad_dtype = HS_DTYPE_F32;
+    hs_dev_zero(m->dev, out, (size_t)c->len * sizeof(float));
+    int64_t r0 = (int64_t)s * c->T;
+    m->par->embedding_bwd(m->par->ctx, c->dres + r0 * m->C, c->tokens + r0, &w, c->T);
+    /* tied: the sequence's part is its head part + its embedding part */
+    if (m->head == m->embed && m->canon_tied)
+        hs_dev_add(m->dev, out, m->canon_tied + (int64_t)s * c->len, c->len);
+}
+
+float *hs_canon_tied_parts(hs_model *m, int64_t len) {
+    int64_t want = (int64_t)m->canon_nseq * len;
+    if (want > m->canon_tied_floats) {
+        hs_device_free_mem(m->dev, m->canon_tied);
+        /* a refusal is recorded on the device, which the step checks */
+        m->canon_tied = hs_device_alloc(m->dev, (size_t)want * sizeof(float));
+        m->canon_tied_floats = m->canon_tied ? want : 0;
+    }
+    return m->canon_tied;
+}
+
+void hs_canon_embedding_bwd(hs_model *m, const float *dres, const int32_t *tokens, int64_t N) {
+    hs_param *w = m->embed;
+    int64_t len = hs_param_local_numel(w);
+    embed_ctx c = {.m = m, .dres = dres, .tokens = tokens, .T = N / m->canon_nseq, .len = len};
+    hs_canon_into_grad(m, w, hs_canon_tree(m, len, embed_part, &c), len);
+}
