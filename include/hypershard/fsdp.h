@@ -84,6 +84,11 @@ int hs_fsdp_optim_params(hs_fsdp *f, hs_optim_param **out);
 /* Global L2 norm of all gradients (each element counted once across shards
  * and replicas). */
 hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e);
+/* The same norm from the exact sum of squares (hs_xsum): every shard's
+ * squares exactly, the ranks' sums gathered and added exactly, so the norm
+ * is the same for every split of the gradients (train.reproducibility:
+ * layout; data-parallel layouts, gradients the host reads). */
+hs_status hs_fsdp_grad_norm_exact(hs_fsdp *f, double *norm, hs_error *e);
 /* After the optimizer step: write fp32 main params back, offload, etc. */
 hs_status hs_fsdp_after_step(hs_fsdp *f, hs_error *e);
 void hs_fsdp_zero_grads(hs_fsdp *f);
