@@ -190,7 +190,11 @@ typedef struct hs_train_config {
     char out_dir[HS_PATH_MAX];
     char **freeze; /* owned: FQN glob patterns of parameters without gradient */
     int n_freeze;
+    char reproducibility[HS_NAME_MAX]; /* "none" | "run" | "layout" */
 } hs_train_config;
+/* train.reproducibility is layout: every layout of the same global batch
+ * gives the same bits (docs/numerics.md "Layout-invariant training"). */
+bool hs_train_layout_invariant(const hs_train_config *t);
 
 /* One dataset of data.blend: the prefix of PREFIX.bin / PREFIX.idx and
  * its relative weight. */

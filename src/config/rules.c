@@ -525,10 +525,63 @@ static void check_cp_a2a(const hs_config *c, hs_cfg_report *rep) {
                           kv, tp, kvh, key, fix);
 }
 
+static bool pow2(long long v) { return v >= 1 && (v & (v - 1)) == 0; }
+
+/* train.reproducibility: layout covers the data-parallel layouts of dense
+ * models on the host's devices (docs/numerics.md "Layout-invariant
+ * training"); the rest is refused by name. */
+static void check_layout_invariant(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
+    if (!hs_train_layout_invariant(&c->train)) return;
+    const hs_accel_config *a = &c->accelerator;
+    const hs_mix_precision *mp = &c->fsdp.mix_precision;
+    static const char *scope = "train.reproducibility = layout covers FSDP, HSDP and micro-batches "
+                               "of dense models on cpu or reference today";
+    if (a->tp_size > 1 || a->cp_size > 1 || a->pp_size > 1 || a->ep_size > 1)
+        hs_cfg_report_add(rep,
+                          "accelerator.tp_size = %d, cp_size = %d, pp_size = %d, ep_size = %d: %s; "
+                          "set them to 1, or train.reproducibility: run",
+                          a->tp_size, a->cp_size, a->pp_size, a->ep_size, scope);
+    if (hs_model_arch_moe(&c->model))
+        hs_cfg_report_add(rep,
+                          "model.arch = %s: %s; use llama or qwen3, or train.reproducibility: run",
+                          c->model.arch, scope);
+    if (strcmp(a->device, "cpu") && strcmp(a->device, "reference"))
+        hs_cfg_report_add(rep,
+                          "accelerator.device = %s: %s; use cpu, or train.reproducibility: run",
+                          a->device, scope);
+    if (c->fsdp.param_gather[0] || c->fsdp.grad_reduce[0])
+        hs_cfg_report_add(rep,
+                          "fsdp_config.param_gather = %s, grad_reduce = %s: compressed "
+                          "communication rounds by blocks the layout decides; set both to null "
+                          "with train.reproducibility: layout",
+                          c->fsdp.param_gather[0] ? c->fsdp.param_gather : "null",
+                          c->fsdp.grad_reduce[0] ? c->fsdp.grad_reduce : "null");
+    int reduce = mp->reduce_dtype != HS_MP_NULL ? mp->reduce_dtype : mp->param_dtype;
+    if (reduce != HS_MP_NULL && reduce != HS_DTYPE_F32)
+        hs_cfg_report_add(rep,
+                          "fsdp_config.mix_precision reduces gradients in %s (reduce_dtype, else "
+                          "param_dtype): a 16-bit reduction rounds where the layout splits it; "
+                          "set fsdp_config.mix_precision.reduce_dtype: float32",
+                          hs_dtype_name((hs_dtype)reduce));
+    if (!c->fsdp.requires_grad_sync)
+        hs_cfg_report_add(rep, "fsdp_config.requires_grad_sync = false: the micro-batches' "
+                               "gradients would be summed before the ranks'; set it to true with "
+                               "train.reproducibility: layout");
+    long long mb = c->train.micro_batch_size, dp = t->dp, g = hs_config_global_batch(c, t);
+    long long steps = mb * dp > 0 ? g / (mb * dp) : 0;
+    if (!pow2(mb) || !pow2(dp) || !pow2(steps))
+        hs_cfg_report_add(rep,
+                          "train.micro_batch_size = %lld, dp_size = %lld and micro-batches per "
+                          "step = %lld: train.reproducibility = layout adds sequences, ranks and "
+                          "micro-batches as binary trees, so each must be a power of two",
+                          mb, dp, steps);
+}
+
 void hs_cfg_check_parallel(const hs_config *c, const hs_topology *t, hs_cfg_report *rep) {
     const hs_model_config *m = &c->model;
     const hs_accel_config *a = &c->accelerator;
     check_batch(c, t, rep);
+    check_layout_invariant(c, t, rep);
     check_tp(c, t, rep);
     /* CP: two chunks per rank (causal load balance); SP then splits a CP
      * rank's rows over TP. */

@@ -278,6 +278,11 @@ static const hs_cfg_key keys[] = {
              "true: recompute each block's forward in backward instead of keeping its "
              "activations; selective: keep the GEMM and attention outputs and recompute only "
              "the norms, RoPE and SwiGLU"),
+    KENUM("train.reproducibility", train.reproducibility, "none", "none|run|layout",
+          "none and run: bitwise equal from run to run on one layout (the default already "
+          "is); layout: also across data-parallel layouts (FSDP / HSDP degrees, micro-batches) "
+          "of the same global batch, every token sum a tree over the sequences "
+          "(docs/numerics.md)"),
     {.path = "train.freeze",
      .type = HS_CFG_STRLIST,
      .def = "[]",

@@ -16,6 +16,7 @@ typedef struct fsdp_engine {
     hs_tp *tp;          /* pz.par's, for whole tensors; NULL without TP */
     hs_ep *ep;          /* likewise; NULL without EP */
     char name[32];      /* hs_engine.name */
+    bool exact_norm;    /* train.reproducibility: layout */
 } fsdp_engine;
 
 static fsdp_engine *eng_of(hs_engine *en) { return en->ctx; }
@@ -32,6 +33,7 @@ static int fsdp_optim_params(hs_engine *en, hs_optim_param **out) {
 }
 
 static hs_status fsdp_grad_norm(hs_engine *en, double *norm, hs_error *e) {
+    if (eng_of(en)->exact_norm) return hs_fsdp_grad_norm_exact(fsdp_of(en), norm, e);
     return hs_fsdp_grad_norm(fsdp_of(en), norm, e);
 }
 
@@ -161,6 +163,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         return s;
     }
     fe->f = fe->pz.fsdp;
+    fe->exact_norm = hs_train_layout_invariant(&env->cfg->train);
     fe->tp = hs_parallel_tp(fe->pz.par);
     fe->ep = hs_parallel_ep(fe->pz.par);
     hs_model *m = fe->pz.model;

@@ -177,9 +177,11 @@ static void write_line(hs_trainer *t, const hs_step_result *r) {
     hs_json_init(&j, t->metrics);
     hs_json_begin_object(&j);
     hs_json_kv_int(&j, "step", r->step);
-    hs_json_kv_double(&j, "loss", r->loss, 9);
+    /* layout-invariant runs are compared bit for bit: every digit */
+    int digits = hs_train_layout_invariant(&t->cfg->train) ? 17 : 9;
+    hs_json_kv_double(&j, "loss", r->loss, digits);
     if (hs_model_arch_moe(&t->cfg->model)) hs_json_kv_double(&j, "aux_loss", r->aux_loss, 9);
-    hs_json_kv_double(&j, "grad_norm", r->grad_norm, 9);
+    hs_json_kv_double(&j, "grad_norm", r->grad_norm, digits);
     hs_json_kv_double(&j, "lr", r->lr, 9);
     hs_json_kv_int(&j, "tokens", r->tokens);
     hs_json_kv_double(&j, "step_time_s", r->step_time_s, 6);

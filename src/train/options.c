@@ -30,7 +30,10 @@ hs_model_options hs_engine_model_options(const hs_config *cfg, bool fsdp, int ma
     hs_dtype compute = fsdp && pd != HS_MP_NULL ? (hs_dtype)pd : HS_DTYPE_F32;
     hs_model_options mo = {
         .compute_dtype = compute,
-        .grad_dtype = compute,
+        /* layout-invariant training keeps unsharded gradients in fp32: a
+         * 16-bit one would round where the micro-batch ends, which the
+         * layout decides */
+        .grad_dtype = hs_train_layout_invariant(&cfg->train) ? HS_DTYPE_F32 : compute,
         .max_batch = max_batch,
         .seq_len = cfg->train.seq_len,
         .activation_checkpointing = cfg->train.activation_checkpointing,
@@ -42,6 +45,7 @@ hs_model_options hs_engine_model_options(const hs_config *cfg, bool fsdp, int ma
         /* the threads this process computes with (train.threads, else the
          * OpenMP team: cmd_train balances it over the node's ranks) */
         .threads = cfg->train.threads > 0 ? cfg->train.threads : hs_blas_get_threads(),
+        .canonical_sums = hs_train_layout_invariant(&cfg->train),
     };
     if (fsdp) {
         /* Unit boundaries as FSDP2 places them (docs/fsdp-policies.md):

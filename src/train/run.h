@@ -42,6 +42,13 @@ typedef struct hs_trainer {
     char lock_path[HS_PATH_MAX + 16];
     bool lock_held, lock_made_dir;
     double *expert_tokens; /* [L x E] for MoE metrics, NULL for dense */
+    /* train.reproducibility: layout over M > 1 micro-batches (canonical.c):
+     * the subtrees of earlier micro-batches' gradients, [levels][floats],
+     * their levels, and each micro-batch's loss sum */
+    float *canon_slots;
+    int64_t canon_floats;
+    int canon_level[32], canon_top;
+    double *canon_mb_loss;
     hs_comm *comm;
     const hs_log *log;
     hs_trace *trace;
@@ -267,5 +274,15 @@ hs_status hs_sample(hs_trainer *t, hs_error *e);
 hs_status hs_reduce_sum_f64(hs_pg *g, double *vals, int n, hs_error *e);
 /* Max of n int64 over the group. */
 hs_status hs_reduce_max_i64(hs_pg *g, int64_t *vals, int n, hs_error *e);
+
+/* canonical.c: train.reproducibility: layout across micro-batches. */
+bool hs_canon_micro_batches(const hs_trainer *t);
+hs_status hs_canon_step_begin(hs_trainer *t, hs_error *e);
+/* After micro-batch m's backward (its loss sum on this rank). */
+void hs_canon_micro_batch_done(hs_trainer *t, int m, double loss_sum);
+/* The step's loss sum over the batch group: the ranks' per-micro-batch
+ * sums as trees over the ranks, then a tree over the micro-batches. */
+hs_status hs_canon_loss(hs_trainer *t, double *loss_sum, hs_error *e);
+void hs_canon_free(hs_trainer *t);
 
 #endif

@@ -22,6 +22,8 @@ static hs_status run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, d
                                    hs_error *e) {
     if (t->pp) return hs_pp_run_micro_batches(t, g, grad_scale, sums, e);
     const hs_fsdp_config *fc = &t->cfg->fsdp;
+    hs_status cs = hs_canon_step_begin(t, e);
+    if (cs != HS_OK) return cs;
     for (int m = 0; m < t->M; m++) {
         bool last = m == t->M - 1;
         hs_data_micro_batch(t->data, g, t->G, m, t->mbs, t->dp_rank, t->dp_size, t->tokens,
@@ -33,6 +35,7 @@ static hs_status run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, d
         hs_status s = hs_train_forward_backward(t, t->tokens, t->targets, t->mbs, grad_scale,
                                                 &loss_sum, &aux, e);
         if (s != HS_OK) return s;
+        hs_canon_micro_batch_done(t, m, loss_sum);
         sums[0] += loss_sum;
         sums[1] += aux;
     }
@@ -112,7 +115,10 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
     if (s == HS_OK) hs_device_synchronize(t->dev);
     if (s == HS_OK) s = hs_device_status(t->dev, e);
     if (s == HS_OK && dump) s = hs_dump_weights(t, step, e);
-    if (s == HS_OK) s = hs_reduce_sum_f64(t->batch_group, sums, 2, e);
+    /* layout-invariant over micro-batches: the loss as their tree */
+    bool canon = hs_canon_micro_batches(t) && !t->pp;
+    if (s == HS_OK && canon) s = hs_canon_loss(t, &sums[0], e);
+    if (s == HS_OK) s = hs_reduce_sum_f64(t->batch_group, sums + canon, 2 - canon, e);
     /* Only the last pipeline stage has losses: the others add zeros. */
     if (s == HS_OK && t->pp) s = hs_reduce_sum_f64(t->pp_group, sums, 2, e);
     hs_step_result ex = {0};

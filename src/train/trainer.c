@@ -171,6 +171,7 @@ hs_status hs_trainer_open(hs_trainer *t, hs_error *e) {
     if (s == HS_OK) s = plan_fits(t, e);
     if (s == HS_OK) s = outputs_check(t, e);
     if (s == HS_OK) s = hs_device_create(kind, t->trace, &t->dev, e);
+    if (s == HS_OK) t->dev->split_gemm_rows = hs_train_layout_invariant(&t->cfg->train);
     /* The collectives learn where the buffers live (GPU: NCCL or staging). */
     if (s == HS_OK) s = hs_comm_set_device(t->comm, t->dev, e);
     int pd = t->cfg->fsdp.mix_precision.param_dtype;
@@ -262,6 +263,7 @@ void hs_trainer_close(hs_trainer *t) {
     free(t->targets);
     free(t->logits);
     free(t->expert_tokens);
+    hs_canon_free(t);
     hs_cp_batch_free(t);
     hs_pp_trainer_free(t);
     hs_mesh_free(t->mesh);
@@ -418,6 +420,7 @@ hs_status hs_train_run(const hs_config *cfg, const hs_topology *topo, hs_comm *c
                     .rank0 = hs_comm_rank(comm) == 0};
     /* comm.check_every = 1: each collective is compared before it runs. */
     hs_comm_set_check_each(comm, cfg->comm.check_every == 1);
+    hs_comm_set_canonical_sums(comm, hs_train_layout_invariant(&cfg->train));
     hs_status s = hs_trainer_open(&t, e);
     if (s == HS_OK) {
         trainer_announce(&t);
