@@ -244,6 +244,9 @@ hs_status hs_pg_send(hs_pg *g, hs_stream *s, const void *buf, int64_t count, hs_
 hs_status hs_pg_recv(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype dt, int peer,
                      int tag, hs_error *e);
 hs_status hs_pg_barrier(hs_pg *g, hs_error *e);
+/* The group's exact sums (hs_xsum) merged into x on every rank: exact,
+ * so no order of the ranks shows (one all-gather of the limbs). */
+hs_status hs_pg_all_reduce_xsum(hs_pg *g, hs_xsum *x, hs_error *e);
 /* Collective agreement: every rank of g passes its own status (and, when
  * it failed, its message in e). Returns HS_OK on all ranks, or the first
  * failing rank's code everywhere: that rank keeps its message, the others

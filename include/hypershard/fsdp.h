@@ -84,11 +84,17 @@ int hs_fsdp_optim_params(hs_fsdp *f, hs_optim_param **out);
 /* Global L2 norm of all gradients (each element counted once across shards
  * and replicas). */
 hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e);
-/* The same norm from the exact sum of squares (hs_xsum): every shard's
- * squares exactly, the ranks' sums gathered and added exactly, so the norm
- * is the same for every split of the gradients (train.reproducibility:
- * layout; data-parallel layouts, gradients the host reads). */
-hs_status hs_fsdp_grad_norm_exact(hs_fsdp *f, double *norm, hs_error *e);
+/* The sum of the squares hs_fsdp_grad_norm adds, exactly (hs_xsum), added
+ * to *sum: every shard's squares, each shard group's ranks merged, so the
+ * value is the same for every split of the gradients
+ * (train.reproducibility: layout; gradients the host reads). */
+hs_status hs_fsdp_grad_sumsq_exact(hs_fsdp *f, hs_xsum *sum, hs_error *e);
+/* train.reproducibility: layout with `micro_batches` (a power of two) a
+ * step: each parameter's reduced gradients merged as a pairwise tree over
+ * the micro-batches instead of accumulated in turn (fsdp/canonical.c); the
+ * tree's log2(micro_batches) subtrees of the sharded gradient come from
+ * the gradient pool. */
+hs_status hs_fsdp_canon_micro_batches(hs_fsdp *f, int micro_batches, hs_error *e);
 /* After the optimizer step: write fp32 main params back, offload, etc. */
 hs_status hs_fsdp_after_step(hs_fsdp *f, hs_error *e);
 void hs_fsdp_zero_grads(hs_fsdp *f);

@@ -95,9 +95,6 @@ float *hs_optim_state_data(hs_optim *o, int param_index, int k);
  * its sqrt. Under FSDP the caller all-reduces the sum of squares; this is the
  * local part. */
 double hs_grad_sumsq(hs_device *dev, const hs_optim_param *params, int n);
-/* The same sum, exactly (hs_xsum), added to x: the gradients in memory the
- * host reads (cpu and reference devices). */
-void hs_grad_xsum(const hs_optim_param *params, int n, hs_xsum *x);
 /* Scale all grads by min(1, max_norm / (norm + 1e-6)) (torch semantics);
  * returns the clip coefficient applied. max_norm <= 0: no-op, returns 1.
  * Writes through `grad` (the caller's buffers must be mutable). */

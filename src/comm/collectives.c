@@ -1,6 +1,8 @@
 /* comm/collectives.c — the public collectives: argument checks, then a
  * queued work item (async forms) or hs_comm_run (blocking forms, which
  * behave as async + wait). */
+#include <stdlib.h>
+
 #include "comm/group.h"
 
 /* Before a collective may read or write its buffers, the work issued on s
@@ -209,6 +211,23 @@ hs_status hs_pg_recv(hs_pg *g, hs_stream *s, void *buf, int64_t count, hs_dtype 
 hs_status hs_pg_barrier(hs_pg *g, hs_error *e) {
     hs_coll_args a = args_barrier(g);
     return hs_comm_run(g, &a, e);
+}
+
+hs_status hs_pg_all_reduce_xsum(hs_pg *g, hs_xsum *x, hs_error *e) {
+    int w = g->size;
+    if (w == 1) return HS_OK;
+    hs_xsum *all = malloc(sizeof *all * (size_t)w);
+    if (!all) return hs_error_oom(e, "the exact sums of %d ranks on group '%s'", w, g->name);
+    all[g->rank] = *x;
+    /* the gather moves bytes unchanged: the limbs travel as fp32 words */
+    int64_t words = (int64_t)(sizeof *x / sizeof(float));
+    hs_status st = hs_pg_all_gather(g, NULL, all, all + g->rank, words, HS_DTYPE_F32, e);
+    if (st == HS_OK) {
+        hs_xsum_init(x);
+        for (int r = 0; r < w; r++) hs_xsum_merge(x, &all[r]);
+    }
+    free(all);
+    return st;
 }
 
 int hs_pg_rank(const hs_pg *g) { return g->rank; }

@@ -214,35 +214,16 @@ hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e) {
     return HS_OK;
 }
 
-/* Each group's exact sums gathered from its ranks (as pairs of fp32
- * words: the gather moves bytes unchanged) and merged. */
-static hs_status merge_over(hs_pg *g, hs_xsum *x, hs_error *e) {
-    int w = hs_pg_size(g);
-    if (w == 1) return HS_OK;
-    hs_xsum *all = malloc(sizeof *all * (size_t)w);
-    if (!all) return hs_error_oom(e, "grad norm: the exact sums of %d ranks", w);
-    all[hs_pg_rank(g)] = *x;
-    int64_t words = (int64_t)(sizeof *x / sizeof(float));
-    hs_status st = hs_pg_all_gather(g, NULL, all, all + hs_pg_rank(g), words, HS_DTYPE_F32, e);
-    if (st == HS_OK) {
-        hs_xsum_init(x);
-        for (int r = 0; r < w; r++) hs_xsum_merge(x, &all[r]);
-    }
-    free(all);
-    return st;
-}
-
-hs_status hs_fsdp_grad_norm_exact(hs_fsdp *f, double *norm, hs_error *e) {
+hs_status hs_fsdp_grad_sumsq_exact(hs_fsdp *f, hs_xsum *whole, hs_error *e) {
     hs_pg *groups[8];
-    hs_xsum sums[8], whole;
+    hs_xsum sums[8];
     int n_groups = 0;
-    hs_xsum_init(&whole);
     for (int i = 0; i < f->ctx.n_params; i++) {
         hs_fsdp_param *fp = &f->ctx.params[i];
         hs_fsdp_param_settle_sharded_grad(fp);
         HS_ASSERT(!split_kind(fp)); /* data-parallel layouts only (config validation) */
         if (fp->p->frozen || !fp->sharded_grad) continue;
-        hs_xsum *x = &whole;
+        hs_xsum *x = whole;
         if (fp->needs_all_gather) {
             int g = 0;
             while (g < n_groups && groups[g] != fp->mi.shard_pg) g++;
@@ -256,11 +237,10 @@ hs_status hs_fsdp_grad_norm_exact(hs_fsdp *f, double *norm, hs_error *e) {
         hs_xsum_add_squares(x, fp->sharded_grad, fp->plan.actual_sharded_numel);
     }
     for (int g = 0; g < n_groups; g++) {
-        hs_status st = merge_over(groups[g], &sums[g], e);
+        hs_status st = hs_pg_all_reduce_xsum(groups[g], &sums[g], e);
         if (st != HS_OK) return st;
-        hs_xsum_merge(&whole, &sums[g]);
+        hs_xsum_merge(whole, &sums[g]);
     }
-    *norm = sqrt(hs_xsum_value(&whole));
     return HS_OK;
 }
 

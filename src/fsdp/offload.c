@@ -57,8 +57,10 @@ hs_status hs_fsdp_offload_apply_grad(hs_fsdp_param *fp, hs_error *e) {
     bool fresh = fp->sharded_grad_unset;
     if (!fp->offload) {
         fp->sharded_grad_unset = false;
-        hs_fsdp_mp_add_to_f32(fp->mem->dev, fp->sharded_grad, fp->reduce_slot, fp->reduce_dtype, n,
-                              fresh);
+        if (fp->canon_slots) hs_fsdp_canon_push(fp, fp->reduce_slot, fp->reduce_dtype);
+        else
+            hs_fsdp_mp_add_to_f32(fp->mem->dev, fp->sharded_grad, fp->reduce_slot, fp->reduce_dtype,
+                                  n, fresh);
         return HS_OK;
     }
     size_t bytes = (size_t)n * hs_dtype_size(fp->reduce_dtype);
@@ -67,7 +69,8 @@ hs_status hs_fsdp_offload_apply_grad(hs_fsdp_param *fp, hs_error *e) {
     if (!host) return HS_ERR_OOM;
     fp->sharded_grad_unset = false;
     hs_status st = copy_counted(fp, host, fp->reduce_slot, bytes, HS_COPY_D2H, e);
-    hs_fsdp_mp_add_to_f32(fp->mem->dev, fp->sharded_grad, host, fp->reduce_dtype, n, fresh);
+    if (fp->canon_slots) hs_fsdp_canon_push(fp, host, fp->reduce_dtype);
+    else hs_fsdp_mp_add_to_f32(fp->mem->dev, fp->sharded_grad, host, fp->reduce_dtype, n, fresh);
     hs_fsdp_mem_host_free(fp->mem, HS_FSDP_MEM_GRAD, host, bytes);
     return st;
 }

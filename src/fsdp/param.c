@@ -98,6 +98,7 @@ void hs_fsdp_param_free(hs_fsdp_param *fp) {
               fp->rs_packed == NULL);
     hs_fsdp_param_reshard(fp);
     hs_fsdp_param_grad_release(fp);
+    hs_fsdp_canon_free(fp);
     hs_fsdp_main_free(fp);
     hs_fsdp_mem_master_free(fp->mem, HS_FSDP_MEM_PARAM, fp->storage,
                             bytes_of(fp->storage_numel, HS_DTYPE_F32));
@@ -571,6 +572,7 @@ hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e) {
 
 void hs_fsdp_param_zero_sharded_grad(hs_fsdp_param *fp) {
     fp->sharded_grad_unset = true;
+    fp->canon_top = 0; /* the micro-batch tree starts again */
     /* A frozen parameter's is never written by a reduction: zero it now. */
     if (fp->p->frozen) hs_fsdp_param_settle_sharded_grad(fp);
 }

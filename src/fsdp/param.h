@@ -89,6 +89,8 @@ typedef enum hs_fsdp_sharded_state {
     HS_FSDP_UNSHARDED,
 } hs_fsdp_sharded_state;
 
+#define HS_FSDP_CANON_LEVELS 30
+
 typedef struct hs_fsdp_param {
     hs_param *p; /* the model's registry entry; data/grad are pointed here */
     int index;   /* model parameter index */
@@ -172,6 +174,12 @@ typedef struct hs_fsdp_param {
     /* zero_grads left sharded_grad unwritten: the next reduced gradient is
      * stored into it, and a reader before that settles it to zeros. */
     bool sharded_grad_unset;
+    /* train.reproducibility: layout over micro-batches (fsdp/canonical.c):
+     * the stack of subtrees above sharded_grad (NULL: reduced gradients
+     * are accumulated in turn), and the stack's levels */
+    float *canon_slots;
+    size_t canon_bytes;
+    int canon_level[HS_FSDP_CANON_LEVELS + 1], canon_top;
 
     /* comm_fusion (fsdp/fusion.c): the unit all-gathers and reduce-scatters
      * this parameter together with its others; with zero-copy its local
@@ -248,5 +256,10 @@ void hs_fsdp_param_zero_sharded_grad(hs_fsdp_param *fp);
 void hs_fsdp_param_settle_sharded_grad(hs_fsdp_param *fp);
 /* Drop the unsharded gradient without reducing it. */
 void hs_fsdp_param_grad_release(hs_fsdp_param *fp);
+
+/* fsdp/canonical.c: a reduced gradient (the shard's values, of dt) pushed
+ * onto the parameter's micro-batch tree, emptied by zero_grads. */
+void hs_fsdp_canon_push(hs_fsdp_param *fp, const void *src, hs_dtype dt);
+void hs_fsdp_canon_free(hs_fsdp_param *fp);
 
 #endif

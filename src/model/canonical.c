@@ -71,8 +71,9 @@ void hs_canon_into_grad(hs_model *m, hs_param *w, const float *sum, int64_t len)
     if (!sum) return;
     if (w->grad_unset) hs_dev_convert(m->dev, w->grad, w->grad_dtype, sum, HS_DTYPE_F32, len);
     else if (w->grad_dtype == HS_DTYPE_F32) hs_dev_add(m->dev, w->grad, sum, len);
-    else hs_dev_add_cast(m->dev, w->grad, w->grad_dtype, w->grad, w->grad_dtype, sum, HS_DTYPE_F32,
-                         len);
+    else
+        hs_dev_add_cast(m->dev, w->grad, w->grad_dtype, w->grad, w->grad_dtype, sum, HS_DTYPE_F32,
+                        len);
     w->grad_unset = false;
 }
 
@@ -87,10 +88,9 @@ typedef struct wgrad_ctx {
 static void wgrad_part(void *vctx, int s, float *out) {
     const wgrad_ctx *c = vctx;
     int64_t r0 = (int64_t)s * c->T;
-    hs_dev_gemm(c->m->dev, true, false, c->OC, c->IC, c->T, 1.0f,
-                hs_cat(c->dy, c->ydt, r0 * c->OC), c->ydt, c->OC,
-                hs_cat(c->x, c->m->dt, r0 * c->IC), c->m->dt, c->IC, 0.0f, out, HS_DTYPE_F32,
-                c->IC);
+    hs_dev_gemm(c->m->dev, true, false, c->OC, c->IC, c->T, 1.0f, hs_cat(c->dy, c->ydt, r0 * c->OC),
+                c->ydt, c->OC, hs_cat(c->x, c->m->dt, r0 * c->IC), c->m->dt, c->IC, 0.0f, out,
+                HS_DTYPE_F32, c->IC);
 }
 
 void hs_canon_linear_wgrad(hs_model *m, hs_param *w, const void *dy, hs_dtype ydt, const void *x,
@@ -128,8 +128,8 @@ void hs_canon_rmsnorm_bwd(hs_model *m, float *dx, hs_param *w, const float *dout
     int nseq = m->canon_nseq;
     HS_ASSERT(nseq > 0 && rows % nseq == 0);
     if (!w->grad) {
-        m->k->rmsnorm_bwd(m->s, dx, NULL, w->grad_dtype, dout, x, xdt, w->data, rstd, m->dt, rows, C,
-                          m->norm_part);
+        m->k->rmsnorm_bwd(m->s, dx, NULL, w->grad_dtype, dout, x, xdt, w->data, rstd, m->dt, rows,
+                          C, m->norm_part);
         return;
     }
     float *scratch = tree_scratch(m, nseq, C);

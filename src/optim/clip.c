@@ -25,12 +25,6 @@ double hs_grad_sumsq(hs_device *dev, const hs_optim_param *params, int n) {
     return s;
 }
 
-void hs_grad_xsum(const hs_optim_param *params, int n, hs_xsum *x) {
-    for (int i = 0; i < n; i++)
-        if (params[i].numel > 0 && !params[i].frozen)
-            hs_xsum_add_squares(x, params[i].grad, params[i].numel);
-}
-
 double hs_clip_grads(hs_device *dev, hs_optim_param *params, int n, double norm, double max_norm) {
     if (max_norm <= 0.0) return 1.0;
     double coef = max_norm / (norm + 1e-6);

@@ -4,6 +4,7 @@
  * chunks, then FSDP over the local tensors (spec 004 §3 steps 1-2). */
 #include "train/engines.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,9 +33,17 @@ static int fsdp_optim_params(hs_engine *en, hs_optim_param **out) {
     return hs_fsdp_optim_params(fsdp_of(en), out);
 }
 
+static hs_status fsdp_grad_sumsq_exact(hs_engine *en, hs_xsum *sum, hs_error *e) {
+    return hs_fsdp_grad_sumsq_exact(fsdp_of(en), sum, e);
+}
+
 static hs_status fsdp_grad_norm(hs_engine *en, double *norm, hs_error *e) {
-    if (eng_of(en)->exact_norm) return hs_fsdp_grad_norm_exact(fsdp_of(en), norm, e);
-    return hs_fsdp_grad_norm(fsdp_of(en), norm, e);
+    if (!eng_of(en)->exact_norm) return hs_fsdp_grad_norm(fsdp_of(en), norm, e);
+    hs_xsum sum;
+    hs_xsum_init(&sum);
+    hs_status s = fsdp_grad_sumsq_exact(en, &sum, e);
+    *norm = sqrt(hs_xsum_value(&sum));
+    return s;
 }
 
 static hs_status fsdp_after_step(hs_engine *en, hs_error *e) {
@@ -164,6 +173,17 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
     }
     fe->f = fe->pz.fsdp;
     fe->exact_norm = hs_train_layout_invariant(&env->cfg->train);
+    if (fe->exact_norm && !env->inference) {
+        long long mb = env->cfg->train.micro_batch_size, dp = env->topo->dp;
+        int M = (int)(hs_config_global_batch(env->cfg, env->topo) / (mb * dp));
+        s = hs_fsdp_canon_micro_batches(fe->f, M, e);
+        if (s != HS_OK) {
+            hs_parallelized_free(&fe->pz);
+            free(fe);
+            free(en);
+            return s;
+        }
+    }
     fe->tp = hs_parallel_tp(fe->pz.par);
     fe->ep = hs_parallel_ep(fe->pz.par);
     hs_model *m = fe->pz.model;
@@ -176,6 +196,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .begin_micro_batch = fsdp_begin_micro_batch,
         .optim_params = fsdp_optim_params,
         .grad_norm = fsdp_grad_norm,
+        .grad_sumsq_exact = fe->exact_norm ? fsdp_grad_sumsq_exact : NULL,
         .after_step = fsdp_after_step,
         .zero_grads = fsdp_zero_grads,
         .gather_full = fsdp_gather_full,

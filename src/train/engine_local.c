@@ -10,7 +10,6 @@ typedef struct local_ctx {
     hs_optim_param *params;
     int n;
     hs_model_hooks hooks;
-    bool exact_norm; /* train.reproducibility: layout */
 } local_ctx;
 
 static void noop_unit(void *ctx, int unit) { (void)ctx, (void)unit; }
@@ -34,22 +33,8 @@ static hs_status local_grad_norm(hs_engine *en, double *norm, hs_error *e) {
     /* after backward, before the clip and the update read the gradients */
     hs_device *d = hs_model_device(en->model);
     for (int i = 0; i < c->n; i++) hs_param_grad_settle(d, hs_model_param(en->model, i));
-    if (c->exact_norm) {
-        hs_xsum x;
-        hs_xsum_init(&x);
-        hs_grad_xsum(c->params, c->n, &x);
-        *norm = sqrt(hs_xsum_value(&x));
-        return HS_OK;
-    }
     *norm = sqrt(hs_grad_sumsq(d, c->params, c->n));
     return HS_OK;
-}
-
-/* Nothing is in flight; gradients no backward wrote read as zeros. */
-static void local_drain(hs_engine *en) {
-    hs_device *d = hs_model_device(en->model);
-    for (int i = 0; i < ((local_ctx *)en->ctx)->n; i++)
-        hs_param_grad_settle(d, hs_model_param(en->model, i));
 }
 
 static hs_status local_after_step(hs_engine *en, hs_error *e) {
@@ -158,7 +143,6 @@ hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_e
         return hs_error_oom(e, "engine: cannot allocate the parameter list");
     }
     local_fill_params(c, m);
-    c->exact_norm = hs_train_layout_invariant(&cfg->train);
     c->hooks = (hs_model_hooks){.ctx = c,
                                 .pre_forward = noop_unit,
                                 .post_forward = noop_unit,
@@ -173,7 +157,6 @@ hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_e
         .begin_micro_batch = local_begin_micro_batch,
         .optim_params = local_optim_params,
         .grad_norm = local_grad_norm,
-        .drain = local_drain,
         .after_step = local_after_step,
         .zero_grads = local_zero_grads,
         .gather_full = local_gather_full,

@@ -34,8 +34,26 @@ static int pp_optim_params(hs_engine *en, hs_optim_param **out) {
     return inner_of(en)->optim_params(inner_of(en), out);
 }
 
-/* The stage's norm, then the squares of every stage summed. */
+/* The stage's exact sum of squares merged over the stages. */
+static hs_status pp_grad_sumsq_exact(hs_engine *en, hs_xsum *sum, hs_error *e) {
+    hs_xsum mine;
+    hs_xsum_init(&mine);
+    hs_status s = inner_of(en)->grad_sumsq_exact(inner_of(en), &mine, e);
+    if (s == HS_OK) s = hs_pg_all_reduce_xsum(pe_of(en)->pp, &mine, e);
+    if (s == HS_OK) hs_xsum_merge(sum, &mine);
+    return s;
+}
+
+/* The stage's norm, then the squares of every stage summed (exactly under
+ * train.reproducibility: layout). */
 static hs_status pp_grad_norm(hs_engine *en, double *norm, hs_error *e) {
+    if (inner_of(en)->grad_sumsq_exact) {
+        hs_xsum sum;
+        hs_xsum_init(&sum);
+        hs_status s = pp_grad_sumsq_exact(en, &sum, e);
+        *norm = sqrt(hs_xsum_value(&sum));
+        return s;
+    }
     double local = 0.0;
     hs_status s = inner_of(en)->grad_norm(inner_of(en), &local, e);
     double sq = local * local;
@@ -175,6 +193,7 @@ hs_status hs_engine_pp_create(const hs_engine_env *env, hs_engine *inner, hs_eng
         .begin_micro_batch = pp_begin_micro_batch,
         .optim_params = pp_optim_params,
         .grad_norm = pp_grad_norm,
+        .grad_sumsq_exact = inner->grad_sumsq_exact ? pp_grad_sumsq_exact : NULL,
         .after_step = pp_after_step,
         .zero_grads = pp_zero_grads,
         .gather_full = pp_gather_full,

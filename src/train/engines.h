@@ -58,6 +58,10 @@ struct hs_engine {
     void (*begin_micro_batch)(hs_engine *en, bool sync, bool reshard, bool last);
     int (*optim_params)(hs_engine *en, hs_optim_param **out);
     hs_status (*grad_norm)(hs_engine *en, double *norm, hs_error *e);
+    /* train.reproducibility: layout (NULL otherwise): the exact sum of
+     * every gradient's squares over the ranks that hold distinct pieces,
+     * added to *sum; grad_norm is then its root. */
+    hs_status (*grad_sumsq_exact)(hs_engine *en, hs_xsum *sum, hs_error *e);
     hs_status (*after_step)(hs_engine *en, hs_error *e);
     void (*zero_grads)(hs_engine *en);
     hs_status (*gather_full)(hs_engine *en, int param_index, float *out, hs_error *e);

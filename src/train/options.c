@@ -12,8 +12,10 @@ static bool wants_policies(const hs_config *cfg) {
 }
 
 bool hs_engine_uses_fsdp(const hs_config *cfg, const hs_topology *topo) {
+    /* train.reproducibility: layout keeps its micro-batch trees in FSDP's
+     * sharded gradients, one process included */
     return topo->pp > 1 || hs_topology_fsdp_active(topo, NULL, 0) || topo->tp > 1 || topo->ep > 1 ||
-           wants_policies(cfg);
+           wants_policies(cfg) || hs_train_layout_invariant(&cfg->train);
 }
 
 /* A zero-bubble pipeline schedule: the stage's backwards come in two. */

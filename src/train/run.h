@@ -43,11 +43,7 @@ typedef struct hs_trainer {
     bool lock_held, lock_made_dir;
     double *expert_tokens; /* [L x E] for MoE metrics, NULL for dense */
     /* train.reproducibility: layout over M > 1 micro-batches (canonical.c):
-     * the subtrees of earlier micro-batches' gradients, [levels][floats],
-     * their levels, and each micro-batch's loss sum */
-    float *canon_slots;
-    int64_t canon_floats;
-    int canon_level[32], canon_top;
+     * each micro-batch's loss sum on this rank */
     double *canon_mb_loss;
     hs_comm *comm;
     const hs_log *log;
@@ -278,7 +274,7 @@ hs_status hs_reduce_max_i64(hs_pg *g, int64_t *vals, int n, hs_error *e);
 /* canonical.c: train.reproducibility: layout across micro-batches. */
 bool hs_canon_micro_batches(const hs_trainer *t);
 hs_status hs_canon_step_begin(hs_trainer *t, hs_error *e);
-/* After micro-batch m's backward (its loss sum on this rank). */
+/* Micro-batch m's loss sum on this rank (0 on a stage without the head). */
 void hs_canon_micro_batch_done(hs_trainer *t, int m, double loss_sum);
 /* The step's loss sum over the batch group: the ranks' per-micro-batch
  * sums as trees over the ranks, then a tree over the micro-batches. */

@@ -114,7 +114,7 @@ static void test_tree_adds_pairs_first(void **state) {
     (void)state;
     /* 1e16 + 1 loses the 1; (1 + 1) + (1e16 + ...) shows the order */
     double v[4] = {1.0, 1.0, 1e16, -1e16};
-    assert_true(hs_tree_f64(v, 4) == 2.0);    /* (1 + 1) + (1e16 - 1e16) */
+    assert_true(hs_tree_f64(v, 4) == 2.0); /* (1 + 1) + (1e16 - 1e16) */
     double w[3] = {1e16, 1.0, 1.0};
     assert_true(hs_tree_f64(w, 3) == 1e16 + 1.0 + 1.0); /* (1e16 + 1) + 1 */
     assert_true(hs_tree_f64(v, 1) == 1.0);
