@@ -391,6 +391,9 @@ typedef struct hs_pp_step_io {
     hs_trace *trace;      /* NULL or disabled: no spans */
     const char *schedule; /* for the spans' args */
     bool split;           /* the schedule splits the backward (B then W) */
+    /* NULL, or [M] zeroed by the caller: each micro-batch's loss sum (the
+     * head's chunk's; 0 on other stages) */
+    double *mb_loss;
 } hs_pp_step_io;
 
 /* One optimizer step's actions (hs_pp_schedule) on stage model m (its

@@ -534,13 +534,21 @@ static void check_layout_invariant(const hs_config *c, const hs_topology *t, hs_
     if (!hs_train_layout_invariant(&c->train)) return;
     const hs_accel_config *a = &c->accelerator;
     const hs_mix_precision *mp = &c->fsdp.mix_precision;
-    static const char *scope = "train.reproducibility = layout covers FSDP, HSDP and micro-batches "
-                               "of dense models on cpu or reference today";
-    if (a->tp_size > 1 || a->cp_size > 1 || a->pp_size > 1 || a->ep_size > 1)
+    static const char *scope = "train.reproducibility = layout covers FSDP, HSDP, pipelines and "
+                               "micro-batches of dense models on cpu or reference today";
+    if (a->tp_size > 1 || a->cp_size > 1 || a->ep_size > 1)
         hs_cfg_report_add(rep,
-                          "accelerator.tp_size = %d, cp_size = %d, pp_size = %d, ep_size = %d: %s; "
-                          "set them to 1, or train.reproducibility: run",
-                          a->tp_size, a->cp_size, a->pp_size, a->ep_size, scope);
+                          "accelerator.tp_size = %d, cp_size = %d, ep_size = %d: %s; set them to "
+                          "1, or train.reproducibility: run",
+                          a->tp_size, a->cp_size, a->ep_size, scope);
+    const hs_pp_schedule_info *sched = hs_pp_schedule_find(a->pp_schedule);
+    if (a->pp_size > 1 && sched && sched->splits_backward)
+        hs_cfg_report_add(rep,
+                          "accelerator.pp_schedule = %s: its deferred weight passes of several "
+                          "micro-batches meet in one unsharded gradient before it is reduced, "
+                          "which train.reproducibility = layout does not order yet; use gpipe, "
+                          "1f1b or interleaved_1f1b",
+                          a->pp_schedule);
     if (hs_model_arch_moe(&c->model))
         hs_cfg_report_add(rep,
                           "model.arch = %s: %s; use llama or qwen3, or train.reproducibility: run",

@@ -280,9 +280,8 @@ static const hs_cfg_key keys[] = {
              "the norms, RoPE and SwiGLU"),
     KENUM("train.reproducibility", train.reproducibility, "none", "none|run|layout",
           "none and run: bitwise equal from run to run on one layout (the default already "
-          "is); layout: also across data-parallel layouts (FSDP / HSDP degrees, micro-batches) "
-          "of the same global batch, every token sum a tree over the sequences "
-          "(docs/numerics.md)"),
+          "is); layout: also across FSDP / HSDP degrees, pipelines and micro-batches of the "
+          "same global batch, every token sum a tree over the sequences (docs/numerics.md)"),
     {.path = "train.freeze",
      .type = HS_CFG_STRLIST,
      .def = "[]",

@@ -127,6 +127,8 @@ hs_status hs_pp_run_step(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
             s = run_backward(p, m, hooks, actions[k], M, grad_scale, io, &loss, e);
         else run_weight(p, m, hooks, actions[k], io);
         *loss_sum += loss;
+        if (io->mb_loss && actions[k].kind == HS_PP_BACKWARD)
+            io->mb_loss[actions[k].micro_batch] += loss;
         *aux_sum += aux;
     }
     return s == HS_OK ? hs_pp_flush(p, e) : s;

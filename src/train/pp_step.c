@@ -77,7 +77,9 @@ hs_status hs_pp_run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, do
                         .before_backward = before_backward,
                         .trace = t->trace,
                         .schedule = t->cfg->accelerator.pp_schedule,
-                        .split = hs_pp_schedule_splits(t->pp_kind)};
+                        .split = hs_pp_schedule_splits(t->pp_kind),
+                        .mb_loss = hs_canon_micro_batches(t) ? t->canon_mb_loss : NULL};
+    for (int m = 0; io.mb_loss && m < t->M; m++) io.mb_loss[m] = 0.0;
     t->engine->begin_step(t->engine);
     double loss = 0.0, aux = 0.0, t0 = hs_now();
     hs_pp_reset_stats(t->pp);

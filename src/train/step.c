@@ -20,10 +20,10 @@ static int64_t count_valid_targets(hs_trainer *t, int64_t g) {
 
 static hs_status run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, double sums[2],
                                    hs_error *e) {
-    if (t->pp) return hs_pp_run_micro_batches(t, g, grad_scale, sums, e);
-    const hs_fsdp_config *fc = &t->cfg->fsdp;
     hs_status cs = hs_canon_step_begin(t, e);
     if (cs != HS_OK) return cs;
+    if (t->pp) return hs_pp_run_micro_batches(t, g, grad_scale, sums, e);
+    const hs_fsdp_config *fc = &t->cfg->fsdp;
     for (int m = 0; m < t->M; m++) {
         bool last = m == t->M - 1;
         hs_data_micro_batch(t->data, g, t->G, m, t->mbs, t->dp_rank, t->dp_size, t->tokens,
@@ -116,11 +116,11 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
     if (s == HS_OK) s = hs_device_status(t->dev, e);
     if (s == HS_OK && dump) s = hs_dump_weights(t, step, e);
     /* layout-invariant over micro-batches: the loss as their tree */
-    bool canon = hs_canon_micro_batches(t) && !t->pp;
+    bool canon = hs_canon_micro_batches(t);
     if (s == HS_OK && canon) s = hs_canon_loss(t, &sums[0], e);
     if (s == HS_OK) s = hs_reduce_sum_f64(t->batch_group, sums + canon, 2 - canon, e);
     /* Only the last pipeline stage has losses: the others add zeros. */
-    if (s == HS_OK && t->pp) s = hs_reduce_sum_f64(t->pp_group, sums, 2, e);
+    if (s == HS_OK && t->pp) s = hs_reduce_sum_f64(t->pp_group, sums + canon, 2 - canon, e);
     hs_step_result ex = {0};
     if (s == HS_OK) s = expert_tokens(t, &ex, e);
     r->expert_tokens = ex.expert_tokens;

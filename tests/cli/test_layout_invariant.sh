@@ -6,7 +6,10 @@
 # micro-batches on one thread), FSDP 2, FSDP 4 over two micro-batches,
 # FSDP 8, HSDP 2 x 2 over two micro-batches and FSDP 2 with activation
 # checkpointing, in fp32 and in bf16 compute with fp32 reduction; Qwen3
-# (q/k norms) with tied embeddings at FSDP 4. A run saved at FSDP 4 and
+# (q/k norms) with tied embeddings at FSDP 4; pipelines (a 4-block model):
+# PP 2 x FSDP 2 under 1F1B, PP 2 interleaved over 2 virtual stages, PP 4
+# under GPipe, and PP 2 x FSDP 2 in bf16 with selective activation
+# checkpointing. A run saved at FSDP 4 and
 # resumed in one process and at HSDP 2 x 2 continues bit for bit. The
 # negative control: the default mode's FSDP 4 is not bitwise one process's,
 # so the comparison can fail. What layout does not cover yet is refused
@@ -71,6 +74,20 @@ run qwen_fsdp4_acc2 4 train.threads=1 train.micro_batch_size=1 fsdp_config.dp_sh
     "${qwen[@]}"
 same qwen_one qwen_fsdp4_acc2
 
+deep=(model.n_layers=4)
+run one4 1 train.threads=2 train.micro_batch_size=8 "${deep[@]}"
+run pp2_fsdp2 4 train.threads=1 train.micro_batch_size=1 accelerator.pp_size=2 \
+    fsdp_config.dp_shard_size=2 "${deep[@]}"
+run pp2_interleaved 2 train.threads=1 train.micro_batch_size=2 accelerator.pp_size=2 \
+    accelerator.pp_schedule=interleaved_1f1b accelerator.pp_virtual_stages=2 "${deep[@]}"
+run pp4_gpipe 4 train.threads=1 train.micro_batch_size=2 accelerator.pp_size=4 \
+    accelerator.pp_schedule=gpipe "${deep[@]}"
+for r in pp2_fsdp2 pp2_interleaved pp4_gpipe; do same one4 "$r"; done
+run one4_bf16 1 train.threads=2 train.micro_batch_size=8 "${deep[@]}" "${bf16[@]}"
+run pp2_fsdp2_bf16_sel 4 train.threads=1 train.micro_batch_size=2 accelerator.pp_size=2 \
+    fsdp_config.dp_shard_size=2 train.activation_checkpointing=selective "${deep[@]}" "${bf16[@]}"
+same one4_bf16 pp2_fsdp2_bf16_sel
+
 # Resume across layouts: a constant learning rate, so that a run of 6
 # steps is the first 6 of a run of 12.
 const=(optimizer.schedule.decay=constant)
@@ -95,12 +112,14 @@ cmp -s "$work/one/model.safetensors" "$work/default_fsdp4/model.safetensors" &&
     fail "the default mode's FSDP 4 gave one process's bits: the check cannot tell"
 echo "  default mode: FSDP 4's weights differ from one process's, as expected"
 
-hs_refused 2 "covers FSDP, HSDP and micro-batches" accelerator.tp_size=2
+hs_refused 2 "covers FSDP, HSDP, pipelines and micro-batches" accelerator.tp_size=2
+hs_refused 2 "pp_schedule = zbv" model.n_layers=4 accelerator.pp_size=2 \
+    accelerator.pp_schedule=zbv accelerator.pp_virtual_stages=2
 hs_refused 1 "model.arch = moe" model.arch=moe model.moe.num_experts=4 model.moe.top_k=2 \
     model.moe.expert_ffn_dim=24
 hs_refused 1 "set fsdp_config.mix_precision.reduce_dtype: float32" \
     fsdp_config.mix_precision.param_dtype=bfloat16
 hs_refused 1 "must be a power of two" train.micro_batch_size=3 train.global_batch_size=6
-echo "  refused: TP, MoE, a 16-bit reduction, a batch that is no power of two"
+echo "  refused: TP, zero-bubble, MoE, a 16-bit reduction, a batch that is no power of two"
 
 hs_finish
