@@ -575,8 +575,7 @@ static void check_layout_invariant(const hs_config *c, const hs_topology *t, hs_
         hs_cfg_report_add(rep, "fsdp_config.requires_grad_sync = false: the micro-batches' "
                                "gradients would be summed before the ranks'; set it to true with "
                                "train.reproducibility: layout");
-    long long mb = c->train.micro_batch_size, dp = t->dp, g = hs_config_global_batch(c, t);
-    long long steps = mb * dp > 0 ? g / (mb * dp) : 0;
+    long long mb = c->train.micro_batch_size, dp = t->dp, steps = hs_config_micro_batches(c, t);
     if (!pow2(mb) || !pow2(dp) || !pow2(steps))
         hs_cfg_report_add(rep,
                           "train.micro_batch_size = %lld, dp_size = %lld and micro-batches per "

@@ -132,10 +132,6 @@ int hs_fsdp_config_grad_block(const hs_fsdp_config *f) {
     return hs_fsdp_config_grad_reduce(f) == HS_QUANT_INT4 ? 32 : 256;
 }
 
-bool hs_train_layout_invariant(const hs_train_config *t) {
-    return !strcmp(t->reproducibility, "layout");
-}
-
 static void check_wire_formats(const hs_config *c, hs_cfg_report *rep) {
     const hs_fsdp_config *f = &c->fsdp;
     if (f->param_gather[0] && hs_fsdp_config_param_gather(f) == HS_QUANT_NONE)

@@ -174,9 +174,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
     fe->f = fe->pz.fsdp;
     fe->exact_norm = hs_train_layout_invariant(&env->cfg->train);
     if (fe->exact_norm && !env->inference) {
-        long long mb = env->cfg->train.micro_batch_size, dp = env->topo->dp;
-        int M = (int)(hs_config_global_batch(env->cfg, env->topo) / (mb * dp));
-        s = hs_fsdp_canon_micro_batches(fe->f, M, e);
+        s = hs_fsdp_canon_micro_batches(fe->f, hs_config_micro_batches(env->cfg, env->topo), e);
         if (s != HS_OK) {
             hs_parallelized_free(&fe->pz);
             free(fe);
