@@ -9,11 +9,11 @@
 # (q/k norms) with tied embeddings at FSDP 4; pipelines (a 4-block model):
 # PP 2 x FSDP 2 under 1F1B, PP 2 interleaved over 2 virtual stages, PP 4
 # under GPipe, and PP 2 x FSDP 2 in bf16 with selective activation
-# checkpointing. A run saved at FSDP 4 and
-# resumed in one process and at HSDP 2 x 2 continues bit for bit. The
-# negative control: the default mode's FSDP 4 is not bitwise one process's,
-# so the comparison can fail. What layout does not cover yet is refused
-# (exit 2) by name.
+# checkpointing. A run saved at FSDP 4 and resumed in one process and at
+# HSDP 2 x 2, and one saved at PP 2 x FSDP 2 and resumed in one process,
+# continue bit for bit. The negative control: the default mode's FSDP 4 is
+# not bitwise one process's, so the comparison can fail. What layout does
+# not cover yet is refused (exit 2) by name.
 # HS_MPI_RANKS: 8
 # HS_TEST_TIERS: avx2
 # HS_TEST_TIMEOUT: 400
@@ -104,6 +104,18 @@ for to in "resumed_one 1 train.threads=2 train.micro_batch_size=4" \
         fail "$name: model.safetensors differs from the uninterrupted run's"
     echo "  $name: steps 7-12 and the weights equal the uninterrupted run's"
 done
+
+# ... and from a pipeline: saved at PP 2 x FSDP 2, resumed in one process.
+run whole4 1 train.threads=2 train.micro_batch_size=8 train.steps=12 "${deep[@]}" "${const[@]}"
+run part_pp 4 train.threads=1 train.micro_batch_size=1 accelerator.pp_size=2 \
+    fsdp_config.dp_shard_size=2 train.steps=6 "${deep[@]}" "${const[@]}" \
+    checkpoint.dir="$work/ck_pp" checkpoint.save_every=6
+run resumed_from_pp 1 train.threads=2 train.micro_batch_size=8 train.steps=12 "${deep[@]}" \
+    "${const[@]}" checkpoint.resume="$work/ck_pp/step-6"
+same_curve "$work/whole4/metrics.jsonl" "$work/resumed_from_pp/metrics.jsonl" 7 12
+cmp -s "$work/whole4/model.safetensors" "$work/resumed_from_pp/model.safetensors" ||
+    fail "resumed_from_pp: model.safetensors differs from the uninterrupted run's"
+echo "  resumed_from_pp: steps 7-12 and the weights equal the uninterrupted run's"
 
 # The negative control: without the mode, FSDP 4 rounds its own way.
 run default_fsdp4 4 train.threads=1 train.micro_batch_size=2 fsdp_config.dp_shard_size=4 \
