@@ -7,6 +7,10 @@
 
 #include "hypershard/device.h"
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 /* ----------------------------------------------------------- helpers */
 
 /* Element counts from which a cpu kernel splits its loop over the GEMM
@@ -22,15 +26,25 @@
 #define HS_LANES 8
 
 /* The largest of x[0..n), n >= 1 (a NaN is kept only where a lane starts
- * with it; a NaN row still gives a NaN loss through its exponentials). */
+ * with it; a NaN row still gives a NaN loss through its exponentials).
+ * With AVX2 the lanes are one vector: VMAXPS(v, acc) is v > acc ? v : acc
+ * lane by lane, the scalar loop's own choice (GCC leaves that loop scalar),
+ * so both give the same bits, NaNs included. */
 static inline float hs_row_max(const float *x, int n) {
     float mx = x[0];
     int i = 1;
     if (n >= 2 * HS_LANES) {
         float acc[HS_LANES];
+#if defined(__AVX2__) && HS_LANES == 8
+        __m256 a = _mm256_loadu_ps(x);
+        for (i = HS_LANES; i + HS_LANES <= n; i += HS_LANES)
+            a = _mm256_max_ps(_mm256_loadu_ps(x + i), a);
+        _mm256_storeu_ps(acc, a);
+#else
         for (int j = 0; j < HS_LANES; j++) acc[j] = x[j];
         for (i = HS_LANES; i + HS_LANES <= n; i += HS_LANES)
             for (int j = 0; j < HS_LANES; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+#endif
         mx = acc[0];
         for (int j = 1; j < HS_LANES; j++) mx = acc[j] > mx ? acc[j] : mx;
     }
