@@ -323,10 +323,21 @@ void hs_xsum_merge(hs_xsum *into, const hs_xsum *from);
 /* The sum as a double: a function of the exact sum alone (NaN, +inf where
  * one was added). */
 double hs_xsum_value(const hs_xsum *x);
-/* The pairwise tree sum of n >= 1 doubles, the largest power of two below
- * n on the left: the order train.reproducibility: layout adds per-sequence
- * and per-micro-batch values in. */
-double hs_tree_f64(const double *v, int n);
+/* Pairwise trees (tensor/tree.c): the order train.reproducibility: layout
+ * adds per-sequence, per-rank and per-micro-batch values in, the largest
+ * power of two below n on the left. hs_tree_f64: the tree sum of n >= 1
+ * doubles v[0], v[stride], ... */
+double hs_tree_f64(const double *v, int n, int stride);
+/* The same tree built one part at a time (a binary counter) over buffers
+ * the caller keeps in slots 0, 1, ...: write the next part into slot
+ * s = top, push, then for k < the merges returned add slot s - k into
+ * slot s - k - 1 (left + right); the subtree lies in slot s - merges. */
+#define HS_TREE_MAX_LEVELS 31
+typedef struct hs_tree_stack {
+    int level[HS_TREE_MAX_LEVELS + 1]; /* each slot's subtree holds 2^level parts */
+    int top;                           /* slots in use; 0: empty */
+} hs_tree_stack;
+int hs_tree_stack_push(hs_tree_stack *t);
 float hs_max_abs_f32(const float *x, int64_t n);
 /* max_i |a-b| / max(|b|, floor); for tests and parity reports. */
 double hs_max_rel_diff_f32(const float *a, const float *b, int64_t n, double floor);

@@ -149,6 +149,19 @@ static int split_kind(const hs_fsdp_param *fp) {
     return fp->mi.tp_size > 1 && fp->p->on_tp_mesh && fp->p->tp.kind == HS_PLACEMENT_SHARD;
 }
 
+/* The index of shard group pg among the n groups seen so far (at most
+ * 8), added when new (*added). */
+static int group_index(hs_pg **groups, int *n, hs_pg *pg, bool *added) {
+    int g = 0;
+    while (g < *n && groups[g] != pg) g++;
+    *added = g == *n;
+    if (*added) {
+        HS_ASSERT(*n < 8);
+        groups[(*n)++] = pg;
+    }
+    return g;
+}
+
 hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e) {
     hs_pg *groups[8], *split_pg[3] = {NULL, NULL, NULL};
     float sums[8][3];
@@ -186,14 +199,9 @@ hs_status hs_fsdp_grad_norm(hs_fsdp *f, double *norm, hs_error *e) {
             by_kind[kind] += s;
             continue;
         }
-        int g = 0;
-        while (g < n_groups && groups[g] != fp->mi.shard_pg) g++;
-        if (g == n_groups) {
-            HS_ASSERT(n_groups < 8);
-            groups[n_groups] = fp->mi.shard_pg;
-            sums[n_groups][0] = sums[n_groups][1] = sums[n_groups][2] = 0.0f;
-            n_groups++;
-        }
+        bool added;
+        int g = group_index(groups, &n_groups, fp->mi.shard_pg, &added);
+        if (added) sums[g][0] = sums[g][1] = sums[g][2] = 0.0f;
         sums[g][kind] += (float)s;
     }
     for (int g = 0; g < n_groups; g++) {
@@ -225,13 +233,9 @@ hs_status hs_fsdp_grad_sumsq_exact(hs_fsdp *f, hs_xsum *whole, hs_error *e) {
         if (fp->p->frozen || !fp->sharded_grad) continue;
         hs_xsum *x = whole;
         if (fp->needs_all_gather) {
-            int g = 0;
-            while (g < n_groups && groups[g] != fp->mi.shard_pg) g++;
-            if (g == n_groups) {
-                HS_ASSERT(n_groups < 8);
-                groups[n_groups] = fp->mi.shard_pg;
-                hs_xsum_init(&sums[n_groups++]);
-            }
+            bool added;
+            int g = group_index(groups, &n_groups, fp->mi.shard_pg, &added);
+            if (added) hs_xsum_init(&sums[g]);
             x = &sums[g];
         }
         hs_xsum_add_squares(x, fp->sharded_grad, fp->plan.actual_sharded_numel);

@@ -37,18 +37,10 @@ hs_status hs_fsdp_canon_micro_batches(hs_fsdp *f, int micro_batches, hs_error *e
 void hs_fsdp_canon_push(hs_fsdp_param *fp, const void *src, hs_dtype dt) {
     int64_t n = fp->plan.actual_sharded_numel;
     hs_device *d = fp->mem->dev;
-    HS_ASSERT(fp->canon_top <= HS_FSDP_CANON_LEVELS);
-    float *b = slot(fp, fp->canon_top);
-    hs_fsdp_mp_add_to_f32(d, b, src, dt, n, true);
-    int level = 0;
-    while (fp->canon_top > 0 && fp->canon_level[fp->canon_top - 1] == level) {
-        float *left = slot(fp, fp->canon_top - 1);
-        hs_dev_add(d, left, b, n);
-        b = left;
-        fp->canon_top--;
-        level++;
-    }
-    fp->canon_level[fp->canon_top++] = level;
+    int s = fp->canon_tree.top;
+    hs_fsdp_mp_add_to_f32(d, slot(fp, s), src, dt, n, true);
+    int merges = hs_tree_stack_push(&fp->canon_tree);
+    for (int k = 0; k < merges; k++) hs_dev_add(d, slot(fp, s - k - 1), slot(fp, s - k), n);
 }
 
 void hs_fsdp_canon_free(hs_fsdp_param *fp) {

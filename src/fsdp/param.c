@@ -572,7 +572,7 @@ hs_status hs_fsdp_param_reduce_wait(hs_fsdp_param *fp, hs_error *e) {
 
 void hs_fsdp_param_zero_sharded_grad(hs_fsdp_param *fp) {
     fp->sharded_grad_unset = true;
-    fp->canon_top = 0; /* the micro-batch tree starts again */
+    fp->canon_tree.top = 0; /* the micro-batch tree starts again */
     /* A frozen parameter's is never written by a reduction: zero it now. */
     if (fp->p->frozen) hs_fsdp_param_settle_sharded_grad(fp);
 }

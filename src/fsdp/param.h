@@ -89,8 +89,6 @@ typedef enum hs_fsdp_sharded_state {
     HS_FSDP_UNSHARDED,
 } hs_fsdp_sharded_state;
 
-#define HS_FSDP_CANON_LEVELS 30
-
 typedef struct hs_fsdp_param {
     hs_param *p; /* the model's registry entry; data/grad are pointed here */
     int index;   /* model parameter index */
@@ -176,10 +174,10 @@ typedef struct hs_fsdp_param {
     bool sharded_grad_unset;
     /* train.reproducibility: layout over micro-batches (fsdp/canonical.c):
      * the stack of subtrees above sharded_grad (NULL: reduced gradients
-     * are accumulated in turn), and the stack's levels */
+     * are accumulated in turn), and the tree's shape */
     float *canon_slots;
     size_t canon_bytes;
-    int canon_level[HS_FSDP_CANON_LEVELS + 1], canon_top;
+    hs_tree_stack canon_tree;
 
     /* comm_fusion (fsdp/fusion.c): the unit all-gathers and reduce-scatters
      * this parameter together with its others; with zero-copy its local

@@ -12,41 +12,30 @@
 #include "model/internal.h"
 #include "model/layers.h"
 
-/* The pairwise tree of parts 0..n-1 (n a power of two), in scratch of
- * hs_canon_scratch_floats(n, len): a stack of partial subtrees, each new
- * part merged with the equal-sized subtree before it (left + right).
- * Returns where the sum lies inside scratch. */
+/* The pairwise tree of parts 0..n-1 (n a power of two) in scratch slots
+ * of len floats (hs_tree_stack: each new part merged with the equal-sized
+ * subtrees before it, left + right). Returns where the sum lies. */
 static float *tree_sum(hs_model *m, int n, int64_t len, hs_canon_part_fn fn, void *ctx,
                        float *scratch) {
-    int level[HS_CANON_MAX_LEVELS + 1], top = 0;
-    for (int s = 0; s < n; s++) {
-        float *b = scratch + (int64_t)top * len;
-        fn(ctx, s, b);
-        int l = 0;
-        while (top > 0 && level[top - 1] == l) {
-            float *left = scratch + (int64_t)(top - 1) * len;
-            hs_dev_add(m->dev, left, b, len);
-            b = left;
-            top--;
-            l++;
-        }
-        HS_ASSERT(top <= HS_CANON_MAX_LEVELS);
-        level[top++] = l;
+    hs_tree_stack st = {.top = 0};
+    for (int p = 0; p < n; p++) {
+        int s = st.top;
+        fn(ctx, p, scratch + (int64_t)s * len);
+        int merges = hs_tree_stack_push(&st);
+        for (int k = 0; k < merges; k++)
+            hs_dev_add(m->dev, scratch + (int64_t)(s - k - 1) * len,
+                       scratch + (int64_t)(s - k) * len, len);
     }
-    HS_ASSERT(top == 1);
+    HS_ASSERT(st.top == 1);
     return scratch;
 }
 
-int64_t hs_canon_scratch_floats(int n, int64_t len) {
-    int levels = 0;
-    while ((1 << levels) < n) levels++;
-    return (int64_t)(levels + 2) * len;
-}
-
-/* Scratch for a tree of the micro-batch's sequences over len values: the
+/* Scratch for a tree of n parts of len values (log2(n) + 2 slots): the
  * model's own block, grown where a larger one is needed. */
 static float *tree_scratch(hs_model *m, int n, int64_t len) {
-    int64_t want = hs_canon_scratch_floats(n, len);
+    int levels = 0;
+    while ((1 << levels) < n) levels++;
+    int64_t want = (int64_t)(levels + 2) * len;
     if (want > m->canon_floats) {
         hs_device_free_mem(m->dev, m->canon_buf);
         /* a refusal is recorded on the device, which the step checks */
@@ -98,10 +87,8 @@ void hs_canon_linear_wgrad(hs_model *m, hs_param *w, const void *dy, hs_dtype yd
     int n = m->canon_nseq;
     int64_t T = N / n, len = (int64_t)OC * IC;
     HS_ASSERT(n > 0 && n * T == N);
-    float *scratch = tree_scratch(m, n, len);
-    if (!scratch) return;
     wgrad_ctx c = {.m = m, .dy = dy, .x = x, .ydt = ydt, .T = T, .IC = IC, .OC = OC};
-    hs_canon_into_grad(m, w, tree_sum(m, n, len, wgrad_part, &c, scratch), len);
+    hs_canon_into_grad(m, w, hs_canon_tree(m, len, wgrad_part, &c), len);
 }
 
 typedef struct norm_ctx {
@@ -132,8 +119,6 @@ void hs_canon_rmsnorm_bwd(hs_model *m, float *dx, hs_param *w, const float *dout
                           C, m->norm_part);
         return;
     }
-    float *scratch = tree_scratch(m, nseq, C);
-    if (!scratch) return;
     norm_ctx c = {.m = m,
                   .dx = dx,
                   .dout = dout,
@@ -143,7 +128,7 @@ void hs_canon_rmsnorm_bwd(hs_model *m, float *dx, hs_param *w, const float *dout
                   .xdt = xdt,
                   .rows = rows / nseq,
                   .C = C};
-    hs_canon_into_grad(m, w, tree_sum(m, nseq, C, norm_part, &c, scratch), C);
+    hs_canon_into_grad(m, w, hs_canon_tree(m, C, norm_part, &c), C);
 }
 
 typedef struct embed_ctx {

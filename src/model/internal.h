@@ -314,8 +314,6 @@ void hs_hook_post_weight_grad(const hs_model_hooks *h, int u);
 
 /* model/canonical.c: token sums as pairwise trees over the micro-batch's
  * canon_nseq sequences (hs_model_options.canonical_sums). */
-#define HS_CANON_MAX_LEVELS 30
-int64_t hs_canon_scratch_floats(int n, int64_t len);
 /* Writes part s (sequence s's own sum) of a tree's len fp32 values over out. */
 typedef void (*hs_canon_part_fn)(void *ctx, int s, float *out);
 /* The tree of the canon_nseq parts, in the model's scratch (NULL, the

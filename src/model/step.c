@@ -203,7 +203,7 @@ static double head_canonical(hs_model *m, const int32_t *targets, int64_t N, flo
     } else if (m->head->grad) {
         hs_canon_into_grad(m, m->head, hs_canon_tree(m, len, head_seq_part, &c), len);
     }
-    return hs_tree_f64(loss, n);
+    return hs_tree_f64(loss, n, 1);
 }
 
 /* Loss of all rows; *dlnf = d loss / d lnf of the local rows; head
@@ -315,7 +315,7 @@ static double head_forward(hs_model *m, const hs_batch *b, bool want_loss, float
         if (seq) seq[r0 / step] = l;
         else loss += l;
     }
-    if (seq) loss = hs_tree_f64(seq, b->B);
+    if (seq) loss = hs_tree_f64(seq, b->B, 1);
     count_root_casts(m, false);
     return loss;
 }

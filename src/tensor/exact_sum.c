@@ -65,13 +65,6 @@ void hs_xsum_merge(hs_xsum *into, const hs_xsum *from) {
     normalise(into);
 }
 
-double hs_tree_f64(const double *v, int n) {
-    if (n == 1) return v[0];
-    int half = 1;
-    while (half * 2 < n) half *= 2;
-    return hs_tree_f64(v, half) + hs_tree_f64(v + half, n - half);
-}
-
 double hs_xsum_value(const hs_xsum *x) {
     if (x->nonfinite & 2) return NAN;
     if (x->nonfinite & 1) return INFINITY;

@@ -28,7 +28,7 @@ void hs_canon_micro_batch_done(hs_trainer *t, int m, double loss_sum) {
 hs_status hs_canon_loss(hs_trainer *t, double *loss_sum, hs_error *e) {
     hs_status s = hs_reduce_sum_f64(t->batch_group, t->canon_mb_loss, t->M, e);
     if (s == HS_OK && t->pp) s = hs_reduce_sum_f64(t->pp_group, t->canon_mb_loss, t->M, e);
-    if (s == HS_OK) *loss_sum = hs_tree_f64(t->canon_mb_loss, t->M);
+    if (s == HS_OK) *loss_sum = hs_tree_f64(t->canon_mb_loss, t->M, 1);
     return s;
 }
 

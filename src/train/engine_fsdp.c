@@ -4,7 +4,6 @@
  * chunks, then FSDP over the local tensors (spec 004 §3 steps 1-2). */
 #include "train/engines.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,7 +16,6 @@ typedef struct fsdp_engine {
     hs_tp *tp;          /* pz.par's, for whole tensors; NULL without TP */
     hs_ep *ep;          /* likewise; NULL without EP */
     char name[32];      /* hs_engine.name */
-    bool exact_norm;    /* train.reproducibility: layout */
 } fsdp_engine;
 
 static fsdp_engine *eng_of(hs_engine *en) { return en->ctx; }
@@ -38,12 +36,7 @@ static hs_status fsdp_grad_sumsq_exact(hs_engine *en, hs_xsum *sum, hs_error *e)
 }
 
 static hs_status fsdp_grad_norm(hs_engine *en, double *norm, hs_error *e) {
-    if (!eng_of(en)->exact_norm) return hs_fsdp_grad_norm(fsdp_of(en), norm, e);
-    hs_xsum sum;
-    hs_xsum_init(&sum);
-    hs_status s = fsdp_grad_sumsq_exact(en, &sum, e);
-    *norm = sqrt(hs_xsum_value(&sum));
-    return s;
+    return hs_fsdp_grad_norm(fsdp_of(en), norm, e);
 }
 
 static hs_status fsdp_after_step(hs_engine *en, hs_error *e) {
@@ -172,8 +165,8 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         return s;
     }
     fe->f = fe->pz.fsdp;
-    fe->exact_norm = hs_train_layout_invariant(&env->cfg->train);
-    if (fe->exact_norm && !env->inference) {
+    bool layout = hs_train_layout_invariant(&env->cfg->train);
+    if (layout && !env->inference) {
         s = hs_fsdp_canon_micro_batches(fe->f, hs_config_micro_batches(env->cfg, env->topo), e);
         if (s != HS_OK) {
             hs_parallelized_free(&fe->pz);
@@ -194,7 +187,7 @@ hs_status hs_engine_fsdp_create(const hs_engine_env *env, hs_engine **out, hs_er
         .begin_micro_batch = fsdp_begin_micro_batch,
         .optim_params = fsdp_optim_params,
         .grad_norm = fsdp_grad_norm,
-        .grad_sumsq_exact = fe->exact_norm ? fsdp_grad_sumsq_exact : NULL,
+        .grad_sumsq_exact = layout ? fsdp_grad_sumsq_exact : NULL,
         .after_step = fsdp_after_step,
         .zero_grads = fsdp_zero_grads,
         .gather_full = fsdp_gather_full,

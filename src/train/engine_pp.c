@@ -44,16 +44,8 @@ static hs_status pp_grad_sumsq_exact(hs_engine *en, hs_xsum *sum, hs_error *e) {
     return s;
 }
 
-/* The stage's norm, then the squares of every stage summed (exactly under
- * train.reproducibility: layout). */
+/* The stage's norm, then the squares of every stage summed. */
 static hs_status pp_grad_norm(hs_engine *en, double *norm, hs_error *e) {
-    if (inner_of(en)->grad_sumsq_exact) {
-        hs_xsum sum;
-        hs_xsum_init(&sum);
-        hs_status s = pp_grad_sumsq_exact(en, &sum, e);
-        *norm = sqrt(hs_xsum_value(&sum));
-        return s;
-    }
     double local = 0.0;
     hs_status s = inner_of(en)->grad_norm(inner_of(en), &local, e);
     double sq = local * local;

@@ -60,7 +60,8 @@ struct hs_engine {
     hs_status (*grad_norm)(hs_engine *en, double *norm, hs_error *e);
     /* train.reproducibility: layout (NULL otherwise): the exact sum of
      * every gradient's squares over the ranks that hold distinct pieces,
-     * added to *sum; grad_norm is then its root. */
+     * added to *sum; hs_engine_grad_norm takes its root instead of
+     * grad_norm. */
     hs_status (*grad_sumsq_exact)(hs_engine *en, hs_xsum *sum, hs_error *e);
     hs_status (*after_step)(hs_engine *en, hs_error *e);
     void (*zero_grads)(hs_engine *en);

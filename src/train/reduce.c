@@ -1,7 +1,9 @@
 /* Cross-rank reductions for metrics. The collectives reduce only fp32/16-bit
  * payloads, which would cut a loss sum to 7 digits; an all-gather moves bytes
  * unchanged, so 8-byte values travel as pairs of 4-byte elements and are
- * combined here in fp64, in rank order, the same on every rank. */
+ * combined here in fp64, as a pairwise tree in rank order (hs_tree_f64: the
+ * order a one-rank run adds the sequences those ranks held), the same on
+ * every rank. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,23 +19,13 @@ static hs_status gather_words(hs_pg *g, const void *vals, int n, void **all, hs_
     return hs_pg_all_gather(g, NULL, *all, mine, 2 * (int64_t)n, HS_DTYPE_F32, e);
 }
 
-/* The pairwise tree of ranks [lo, hi)'s values (stride n), the largest
- * power of two on the left: the order a one-rank run adds the sequences
- * those ranks held (train.reproducibility: layout). */
-static double tree(const double *d, int n, int lo, int hi) {
-    if (hi - lo == 1) return d[(size_t)lo * n];
-    int half = 1;
-    while (half * 2 < hi - lo) half *= 2;
-    return tree(d, n, lo, lo + half) + tree(d, n, lo + half, hi);
-}
-
 hs_status hs_reduce_sum_f64(hs_pg *g, double *vals, int n, hs_error *e) {
     if (hs_pg_size(g) == 1) return HS_OK;
     void *all = NULL;
     hs_status s = gather_words(g, vals, n, &all, e);
     if (s == HS_OK) {
         const double *d = all;
-        for (int i = 0; i < n; i++) vals[i] = tree(d + i, n, 0, hs_pg_size(g));
+        for (int i = 0; i < n; i++) vals[i] = hs_tree_f64(d + i, hs_pg_size(g), n);
     }
     free(all);
     return s;

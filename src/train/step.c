@@ -43,7 +43,7 @@ static hs_status run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, d
 }
 
 static hs_status optimizer_update(hs_trainer *t, int step, hs_step_result *r, hs_error *e) {
-    hs_status s = t->engine->grad_norm(t->engine, &r->grad_norm, e);
+    hs_status s = hs_engine_grad_norm(t->engine, &r->grad_norm, e);
     if (s != HS_OK) return s;
     double t0 = hs_now();
     hs_clip_grads(t->dev, t->oparams, t->n_oparams, r->grad_norm, t->cfg->optimizer.clip_grad_norm);

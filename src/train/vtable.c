@@ -2,6 +2,8 @@
  * call each. */
 #include "train/engines.h"
 
+#include <math.h>
+
 hs_model *hs_engine_catalog(const hs_engine *en) { return en->catalog ? en->catalog : en->model; }
 
 void hs_engine_free(hs_engine *en) {
@@ -16,8 +18,15 @@ int hs_engine_optim_params(hs_engine *en, hs_optim_param **out) {
 void hs_engine_begin_micro_batch(hs_engine *en, bool sync, bool reshard, bool last) {
     en->begin_micro_batch(en, sync, reshard, last);
 }
+/* The root of the exact sum of squares where the engine has one
+ * (train.reproducibility: layout), else the engine's own norm. */
 hs_status hs_engine_grad_norm(hs_engine *en, double *norm, hs_error *e) {
-    return en->grad_norm(en, norm, e);
+    if (!en->grad_sumsq_exact) return en->grad_norm(en, norm, e);
+    hs_xsum sum;
+    hs_xsum_init(&sum);
+    hs_status s = en->grad_sumsq_exact(en, &sum, e);
+    *norm = sqrt(hs_xsum_value(&sum));
+    return s;
 }
 hs_status hs_engine_after_step(hs_engine *en, hs_error *e) { return en->after_step(en, e); }
 void hs_engine_zero_grads(hs_engine *en) { en->zero_grads(en); }

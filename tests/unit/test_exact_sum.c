@@ -3,7 +3,8 @@
  * split of the values (merged as ranks merge theirs), the value within one
  * rounding of a 113-bit reference where that reference is itself exact,
  * subnormals and the largest floats exactly, NaN and infinity kept; and
- * hs_tree_f64's order. */
+ * the pairwise trees' order, summed at once (hs_tree_f64, strided too) or
+ * built part by part (hs_tree_stack). */
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -114,10 +115,32 @@ static void test_tree_adds_pairs_first(void **state) {
     (void)state;
     /* 1e16 + 1 loses the 1; (1 + 1) + (1e16 + ...) shows the order */
     double v[4] = {1.0, 1.0, 1e16, -1e16};
-    assert_true(hs_tree_f64(v, 4) == 2.0); /* (1 + 1) + (1e16 - 1e16) */
+    assert_true(hs_tree_f64(v, 4, 1) == 2.0); /* (1 + 1) + (1e16 - 1e16) */
     double w[3] = {1e16, 1.0, 1.0};
-    assert_true(hs_tree_f64(w, 3) == 1e16 + 1.0 + 1.0); /* (1e16 + 1) + 1 */
-    assert_true(hs_tree_f64(v, 1) == 1.0);
+    assert_true(hs_tree_f64(w, 3, 1) == 1e16 + 1.0 + 1.0); /* (1e16 + 1) + 1 */
+    assert_true(hs_tree_f64(v, 1, 1) == 1.0);
+}
+
+/* Values whose sum shows the order: a stack-built tree gives the bits of
+ * hs_tree_f64 over the same values, and a stride reads every other one. */
+static void test_tree_stack_builds_the_same_tree(void **state) {
+    (void)state;
+    double v[8] = {1e16, 1.0, -1e16, 1.0, 3.0, 1e-3, 1e20, -1e20}, slot[5];
+    hs_tree_stack st = {.top = 0};
+    for (int p = 0; p < 8; p++) {
+        int s = st.top;
+        slot[s] = v[p];
+        int merges = hs_tree_stack_push(&st);
+        for (int k = 0; k < merges; k++) slot[s - k - 1] += slot[s - k];
+    }
+    assert_int_equal(st.top, 1);
+    double want = hs_tree_f64(v, 8, 1);
+    assert_memory_equal(&slot[0], &want, sizeof want);
+    double naive = 0.0;
+    for (int p = 0; p < 8; p++) naive += v[p];
+    assert_true(naive != want); /* the values tell the orders apart */
+    double pairs[8] = {1.0, 9.0, 1.0, 9.0, 1e16, 9.0, -1e16, 9.0};
+    assert_true(hs_tree_f64(pairs, 4, 2) == 2.0); /* (1 + 1) + (1e16 - 1e16) */
 }
 
 int main(void) {
@@ -126,6 +149,7 @@ int main(void) {
         cmocka_unit_test(test_value_is_the_exact_sum_rounded),
         cmocka_unit_test(test_extremes_are_exact),
         cmocka_unit_test(test_tree_adds_pairs_first),
+        cmocka_unit_test(test_tree_stack_builds_the_same_tree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
