@@ -132,6 +132,9 @@ hs_refused 1 "model.arch = moe" model.arch=moe model.moe.num_experts=4 model.moe
 hs_refused 1 "set fsdp_config.mix_precision.reduce_dtype: float32" \
     fsdp_config.mix_precision.param_dtype=bfloat16
 hs_refused 1 "must be a power of two" train.micro_batch_size=3 train.global_batch_size=6
-echo "  refused: TP, zero-bubble, MoE, a 16-bit reduction, a batch that is no power of two"
+hs_refused 1 "train.reproducibility: expected one of none | run | layout, got 'bits'" \
+    train.reproducibility=bits
+echo "  refused: TP, zero-bubble, MoE, a 16-bit reduction, a batch that is no power of two, an"
+echo "  unknown mode"
 
 hs_finish
