@@ -192,7 +192,7 @@ static hs_status one_step(const fsdp_bench *b, setup *s, hs_error *e) {
                                              hs_fsdp_hooks(s->f), &loss, &aux, e);
     if (st != HS_OK) return st;
     hs_optim_step(s->opt, s->cfg.optimizer.lr, NULL);
-    st = hs_fsdp_after_step(s->f, e);
+    st = hs_fsdp_after_optim_step(s->f, e);
     hs_fsdp_zero_grads(s->f);
     return st;
 }

@@ -8,6 +8,8 @@ round's pair, for checking that a change costs no speed.
     python3 bench/peer/ab_builds.py --a /tmp/before/build/hypershard \
         --b build/hypershard --world 1 2 --dtype fp32 bf16
 
+--set adds `train` overrides to both sides (e.g. optimizer.fp32_main_params=true).
+
 It needs no PyTorch. MPI runs need the usual Open MPI environment.
 """
 import argparse
@@ -25,6 +27,8 @@ def main():
     p.add_argument("--a", required=True, help="the hypershard binary of build A (before)")
     p.add_argument("--b", required=True, help="the hypershard binary of build B (after)")
     case_args(p, ["512"])
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="more `train` overrides, the same for both builds")
     a = p.parse_args()
     env = thread_env(a)
     print("| shape | dtype | W | A step s | B step s | B / A | rounds (A/B) |")

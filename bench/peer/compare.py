@@ -92,7 +92,7 @@ def train_args(shape, dtype, world, steps, out_dir):
 
 
 def ours(a, shape, dtype, world, env, out_dir):
-    args = train_args(shape, dtype, world, a.warmup + a.steps, out_dir)
+    args = train_args(shape, dtype, world, a.warmup + a.steps, out_dir) + getattr(a, "set", [])
     launch = [] if world == 1 else [a.mpiexec, "-n", str(world)]
     # each rank's peak RSS (KiB) into its own file: rss.<rank>
     timed = ['/usr/bin/time -f %M -o "$0/rss.${OMPI_COMM_WORLD_RANK:-0}" "$@"', out_dir]

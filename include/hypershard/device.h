@@ -125,7 +125,10 @@ typedef struct hs_adamw_hparams {
 } hs_adamw_hparams;
 
 /* One tensor of a multi-tensor AdamW step: adamw's arguments, its own
- * decay_factor (1 where weight decay does not apply). */
+ * decay_factor (1 where weight decay does not apply), and optionally a
+ * copy of p in another dtype that the step rewrites from the updated
+ * values (FSDP's 16-bit model shard beside its fp32 main parameter): the
+ * bits of a convert of p after the update, without reading p again. */
 typedef struct hs_adamw_tensor {
     void *p;
     hs_dtype pdt;
@@ -133,6 +136,8 @@ typedef struct hs_adamw_tensor {
     const float *g;
     int64_t n;
     float decay_factor;
+    void *copy; /* NULL: none */
+    hs_dtype copy_dt;
 } hs_adamw_tensor;
 
 /* Attention on a row range, for context parallelism: query rows

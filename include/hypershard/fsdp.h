@@ -95,8 +95,13 @@ hs_status hs_fsdp_grad_sumsq_exact(hs_fsdp *f, hs_xsum *sum, hs_error *e);
  * tree's log2(micro_batches) subtrees of the sharded gradient come from
  * the gradient pool. */
 hs_status hs_fsdp_canon_micro_batches(hs_fsdp *f, int micro_batches, hs_error *e);
-/* After the optimizer step: write fp32 main params back, offload, etc. */
+/* After the masters changed (an update of the caller's, a load): stale
+ * unsharded copies dropped, fp32 main params rounded back into the model's
+ * 16-bit shards. */
 hs_status hs_fsdp_after_step(hs_fsdp *f, hs_error *e);
+/* The same after an hs_optim step over hs_fsdp_optim_params, which wrote
+ * the 16-bit shards itself (hs_optim_param.copy): nothing is written back. */
+hs_status hs_fsdp_after_optim_step(hs_fsdp *f, hs_error *e);
 void hs_fsdp_zero_grads(hs_fsdp *f);
 
 /* The full TP-local tensor of model parameter `param_index` (its whole

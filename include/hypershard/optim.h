@@ -18,7 +18,9 @@
  *   applied (hs_optim_gather below).
  * - When `dtype` is 16-bit, the update is computed in fp32 and rounded once
  *   into `data` (round to nearest even). With fp32 main params the caller
- *   passes the fp32 main copy as `data` and writes it back itself.
+ *   passes the fp32 main copy as `data` and its 16-bit model copy as
+ *   `copy`, which each step rewrites from the updated values (AdamW in the
+ *   same pass over memory): the bits of a convert of `data` afterwards.
  * - Optimizer state is plain arrays reachable through hs_optim_state_* so
  *   that the checkpoint layer can save and load it.
  */
@@ -65,6 +67,10 @@ typedef struct hs_optim_param {
     bool frozen;            /* train.freeze: no state, no update */
     hs_optim_gather gather; /* Muon on a row shard: numel == rows*cols, one
                              * matrix; the scale uses full_rows */
+    void *copy;             /* NULL, or numel values in copy_dtype that every
+                             * step rewrites from the updated data (FSDP's
+                             * 16-bit model shard of an fp32 main param) */
+    hs_dtype copy_dtype;
 } hs_optim_param;
 
 typedef struct hs_optim hs_optim;

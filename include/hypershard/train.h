@@ -156,7 +156,9 @@ int hs_engine_optim_params(hs_engine *en, hs_optim_param **out);
  * params after its backward; last: the step's last micro-batch. */
 void hs_engine_begin_micro_batch(hs_engine *en, bool sync, bool reshard, bool last);
 hs_status hs_engine_grad_norm(hs_engine *en, double *norm, hs_error *e);
-/* After the optimizer's update: rebuild what derives from the masters. */
+/* After hs_optim_step over hs_engine_optim_params (which also wrote the
+ * model's 16-bit copies of fp32 main params): rebuild what derives from
+ * the masters. */
 hs_status hs_engine_after_step(hs_engine *en, hs_error *e);
 void hs_engine_zero_grads(hs_engine *en);
 /* For pipeline schedules (hs_pp_run_step): a training step starts; and the

@@ -21,22 +21,29 @@ typedef void (*update_fn)(float *x, int64_t off, int64_t n, const void *ctx);
 
 /* Runs fn over x's values as fp32, in chunks split over the threads: in
  * place when x is fp32, else through a widened copy of each chunk that is
- * rounded back once (round to nearest even). */
-static void update_in_dtype(void *x, hs_dtype dt, int64_t n, update_fn fn, const void *ctx) {
+ * rounded back once (round to nearest even). copy (NULL: none) gets each
+ * chunk's new values in copy_dt while they are in cache: the bits of a
+ * convert of x afterwards (x's value rounded to x's dtype, then to
+ * copy_dt). */
+static void update_in_dtype(void *x, hs_dtype dt, void *copy, hs_dtype copy_dt, int64_t n,
+                            update_fn fn, const void *ctx) {
     int64_t chunks = (n + UPDATE_CHUNK - 1) / UPDATE_CHUNK;
-    size_t es = hs_dtype_size(dt);
+    size_t es = hs_dtype_size(dt), cs = hs_dtype_size(copy_dt);
 #pragma omp parallel for schedule(static) if (n >= UPDATE_PAR_MIN)
     for (int64_t c = 0; c < chunks; c++) {
         int64_t off = c * UPDATE_CHUNK, k = n - off < UPDATE_CHUNK ? n - off : UPDATE_CHUNK;
         char *xc = (char *)x + (size_t)off * es;
+        char *cc = copy ? (char *)copy + (size_t)off * cs : NULL;
         if (dt == HS_DTYPE_F32) {
             fn((float *)xc, off, k, ctx);
+            if (cc) hs_convert(cc, copy_dt, xc, HS_DTYPE_F32, k);
             continue;
         }
         float buf[UPDATE_CHUNK];
         hs_convert(buf, HS_DTYPE_F32, xc, dt, k);
         fn(buf, off, k, ctx);
         hs_convert(xc, dt, buf, HS_DTYPE_F32, k);
+        if (cc) hs_convert(cc, copy_dt, xc, dt, k);
     }
 }
 
@@ -64,12 +71,19 @@ static void adamw_chunk(float *p, int64_t off, int64_t n, const void *vctx) {
 void hs_cpu_adamw(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const float *g,
                   const hs_adamw_hparams *h, int64_t n) {
     adamw_ctx x = {.m = m, .v = v, .g = g, .h = h};
-    update_in_dtype(p, pdt, n, adamw_chunk, &x);
+    update_in_dtype(p, pdt, NULL, pdt, n, adamw_chunk, &x);
 }
 
+/* Tensor by tensor, each copy written chunk by chunk as its values are
+ * updated (no second pass over p). */
 void hs_cpu_adamw_many(hs_stream *s, const hs_adamw_tensor *t, int count,
                        const hs_adamw_hparams *h) {
-    hs_adamw_many_each(s, t, count, h, hs_cpu_adamw);
+    for (int i = 0; i < count; i++) {
+        hs_adamw_hparams hi = *h;
+        hi.decay_factor = t[i].decay_factor;
+        adamw_ctx x = {.m = t[i].m, .v = t[i].v, .g = t[i].g, .h = &hi};
+        update_in_dtype(t[i].p, t[i].pdt, t[i].copy, t[i].copy_dt, t[i].n, adamw_chunk, &x);
+    }
 }
 
 typedef struct muon_ctx {
@@ -88,7 +102,7 @@ static void muon_chunk(float *p, int64_t off, int64_t n, const void *vctx) {
 void hs_cpu_muon_update(hs_stream *s, void *p, hs_dtype pdt, const float *u, float decay_factor,
                         float step, int64_t n) {
     muon_ctx x = {.u = u, .decay_factor = decay_factor, .step = step};
-    update_in_dtype(p, pdt, n, muon_chunk, &x);
+    update_in_dtype(p, pdt, NULL, pdt, n, muon_chunk, &x);
 }
 
 /* x *= a in place (a loop of its own: hs_scale_f32 would open a nested
@@ -99,7 +113,7 @@ static void scale_chunk(float *x, int64_t off, int64_t n, const void *vctx) {
 }
 
 void hs_cpu_scale_cast(hs_stream *s, void *x, hs_dtype dt, float a, int64_t n) {
-    update_in_dtype(x, dt, n, scale_chunk, &a);
+    update_in_dtype(x, dt, NULL, dt, n, scale_chunk, &a);
 }
 
 #define NS_A 3.4445f

@@ -89,14 +89,23 @@ typedef struct scratch_piece {
     size_t bytes;
 } scratch_piece;
 
-/* The pinned host memory's cache (the device pool's is d->cache), and the
- * live kernel scratch, counted in the device pool. */
+/* Events kept for reuse: a collective on an NCCL group records one per
+ * call (comm/collectives.c) and the caching allocator one per parked
+ * block, so a step would otherwise create and destroy hundreds. */
+#define IDLE_EVENTS_MAX 256
+
+/* The pinned host memory's cache (the device pool's is d->cache), the
+ * live kernel scratch, counted in the device pool, and the idle events
+ * (taken on the issuing thread, given back on a communication thread). */
 typedef struct cuda_state {
     hs_cuda_ctx pub;
     hs_mem_cache *pinned;
     pthread_mutex_t scratch_mu;
     scratch_piece *scratch;
     int n_scratch, cap_scratch;
+    pthread_mutex_t event_mu;
+    cudaEvent_t idle_events[IDLE_EVENTS_MAX];
+    int n_idle_events;
 } cuda_state;
 
 static void *gpu_alloc(hs_device *d, size_t bytes, hs_stream *s) {
@@ -158,14 +167,28 @@ static void gpu_stream_destroy(hs_device *d, void *ctx) {
     cudaStreamDestroy((cudaStream_t)ctx);
 }
 
+/* An idle event when there is one. Reuse is safe: a stream's wait and a
+ * query take the event's latest record at the time of the call, so a
+ * record after the event came back here changes no earlier wait. */
 static void *gpu_event_create(hs_device *d) {
+    cuda_state *st = d->ctx;
     cudaEvent_t ev = NULL;
+    pthread_mutex_lock(&st->event_mu);
+    if (st->n_idle_events > 0) ev = st->idle_events[--st->n_idle_events];
+    pthread_mutex_unlock(&st->event_mu);
+    if (ev != NULL) return ev;
     set_current(d);
     if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) return NULL;
     return ev;
 }
 
 static void gpu_event_destroy(hs_device *d, void *ctx) {
+    cuda_state *st = d->ctx;
+    pthread_mutex_lock(&st->event_mu);
+    bool kept = st->n_idle_events < IDLE_EVENTS_MAX;
+    if (kept) st->idle_events[st->n_idle_events++] = (cudaEvent_t)ctx;
+    pthread_mutex_unlock(&st->event_mu);
+    if (kept) return;
     set_current(d);
     cudaEventDestroy((cudaEvent_t)ctx);
 }
@@ -217,6 +240,8 @@ static void gpu_destroy(hs_device *d) {
     hs_cuda_gemm_free(d);
     hs_cuda_attention_free(d);
     hs_mem_cache_free_all(st->pinned);
+    for (int i = 0; i < st->n_idle_events; i++) cudaEventDestroy(st->idle_events[i]);
+    pthread_mutex_destroy(&st->event_mu);
     pthread_mutex_destroy(&st->scratch_mu);
     free(st->scratch);
     free(st);
@@ -347,6 +372,7 @@ hs_status hs_device_cuda_init(hs_device *d, hs_error *e) {
     if (st == NULL) return hs_error_oom(e, "the cuda device's state: %zu bytes", sizeof *st);
     d->ctx = st;
     pthread_mutex_init(&st->scratch_mu, NULL);
+    pthread_mutex_init(&st->event_mu, NULL);
     d->ops = &cuda_ops;
     d->k = &cuda_kernels;
     hs_cuda_ctx *c = &st->pub;

@@ -42,9 +42,11 @@ void hs_cuda_adamw_many(hs_stream *s, const hs_adamw_tensor *t, int count,
                                      .m = t[i].m,
                                      .v = t[i].v,
                                      .g = t[i].g,
+                                     .copy = t[i].copy,
                                      .n = t[i].n,
                                      .decay_factor = t[i].decay_factor,
-                                     .pdt = (int)t[i].pdt};
+                                     .pdt = (int)t[i].pdt,
+                                     .copy_dt = (int)t[i].copy_dt};
     cudaStream_t st = hs_cuda_stream(s);
     hs_cuda_check(s, hs_cu_adamw_many(st, dev, host, count, scalars_of(h)), "adamw_many");
     /* the table's host copy is read by the copy engine until st passes it */

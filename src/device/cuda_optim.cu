@@ -59,6 +59,8 @@ static __global__ void adamw_many_kernel(const hs_cu_adamw_item *items, int coun
         hs_cu_st_dt(it.p, it.pdt, i,
                     __fsub_rn(__fmul_rn(pi, it.decay_factor),
                               __fmul_rn(h.step_size, __fdiv_rn(mi, denom))));
+        /* the value p now holds, read back: a convert's bits */
+        if (it.copy) hs_cu_st_dt(it.copy, it.copy_dt, i, hs_cu_ld_dt(it.p, it.pdt, i));
     }
 }
 

@@ -29,9 +29,10 @@ typedef struct hs_cu_adamw_item {
     void *p;
     float *m, *v;
     const float *g;
+    void *copy; /* NULL: none; else the updated p, rounded to copy_dt */
     int64_t n;
     float decay_factor;
-    int pdt;
+    int pdt, copy_dt;
     int first_block, blocks;
 } hs_cu_adamw_item;
 /* hs_cu_adamw over count tensors in one launch, each with its own

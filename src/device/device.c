@@ -200,13 +200,12 @@ void hs_device_note(hs_device *d, const char *fmt, ...) {
 }
 
 void hs_adamw_many_each(hs_stream *s, const hs_adamw_tensor *t, int count,
-                        const hs_adamw_hparams *h,
-                        void (*adamw)(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v,
-                                      const float *g, const hs_adamw_hparams *h, int64_t n)) {
+                        const hs_adamw_hparams *h, const hs_device_kernels *k) {
     for (int i = 0; i < count; i++) {
         hs_adamw_hparams hi = *h;
         hi.decay_factor = t[i].decay_factor;
-        adamw(s, t[i].p, t[i].pdt, t[i].m, t[i].v, t[i].g, &hi, t[i].n);
+        k->adamw(s, t[i].p, t[i].pdt, t[i].m, t[i].v, t[i].g, &hi, t[i].n);
+        if (t[i].copy) k->convert(s, t[i].copy, t[i].copy_dt, t[i].p, t[i].pdt, t[i].n);
     }
 }
 

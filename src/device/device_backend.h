@@ -23,12 +23,11 @@ const hs_device_kernels *hs_device_cuda_module_kernels(void);
 /* Sets d's note for the log (hs_device_note_read): what a backend chose
  * that a user should know, as which path attention takes. */
 void hs_device_note(hs_device *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* adamw_many as one call of the backend's adamw per tensor (the cpu and
- * reference backends, which have no launch to save). */
+/* adamw_many as one call of k's adamw per tensor, and of its convert for
+ * the tensor's copy (the reference backend, which has no launch or pass
+ * over memory to save). */
 void hs_adamw_many_each(hs_stream *s, const hs_adamw_tensor *t, int count,
-                        const hs_adamw_hparams *h,
-                        void (*adamw)(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v,
-                                      const float *g, const hs_adamw_hparams *h, int64_t n));
+                        const hs_adamw_hparams *h, const hs_device_kernels *k);
 /* dlopen of the module `file` beside the executable (cuda builds): its
  * handle, or NULL with dlerror()'s reason in why. */
 void *hs_device_module_open(const char *file, char *why, size_t why_n);

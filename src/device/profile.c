@@ -255,7 +255,8 @@ static void work_adamw(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, 
 static void work_adamw_many(hs_stream *s, const hs_adamw_tensor *t, int count,
                             const hs_adamw_hparams *h) {
     double bytes = 0.0;
-    for (int i = 0; i < count; i++) bytes += (double)t[i].n * (2 * sz(t[i].pdt) + 20);
+    for (int i = 0; i < count; i++)
+        bytes += (double)t[i].n * (2 * sz(t[i].pdt) + 20 + (t[i].copy ? sz(t[i].copy_dt) : 0));
     set(s, HS_PROF_OPTIMIZER, 0, bytes);
 }
 static void work_muon_momentum(hs_stream *s, float *dir, float *buf, const float *g, float mu,

@@ -22,7 +22,7 @@ void hs_ref_adamw(hs_stream *s, void *p, hs_dtype pdt, float *m, float *v, const
 
 void hs_ref_adamw_many(hs_stream *s, const hs_adamw_tensor *t, int count,
                        const hs_adamw_hparams *h) {
-    hs_adamw_many_each(s, t, count, h, hs_ref_adamw);
+    hs_adamw_many_each(s, t, count, h, hs_device_reference_kernels());
 }
 
 void hs_ref_muon_update(hs_stream *s, void *p, hs_dtype pdt, const float *u, float decay_factor,

@@ -112,6 +112,11 @@ static void fill_optim(hs_fsdp *f) {
         o->dtype = HS_DTYPE_F32;
         o->grad = fp->sharded_grad;
         o->numel = fp->plan.actual_sharded_numel;
+        /* the step rewrites the 16-bit model shard as it updates the main
+         * param (its padded tail stays zero); hs_fsdp_after_optim_step
+         * then has none to write back */
+        o->copy = fp->lp_shard;
+        o->copy_dtype = fp->compute_dtype;
         /* Same matrix view as the one-process engine: Muon takes each
          * routed expert's [out, in] matrix on its own, and dim-0 shards of
          * an expert tensor hold whole experts. */
@@ -248,13 +253,24 @@ hs_status hs_fsdp_grad_sumsq_exact(hs_fsdp *f, hs_xsum *whole, hs_error *e) {
     return HS_OK;
 }
 
-hs_status hs_fsdp_after_step(hs_fsdp *f, hs_error *e) {
-    (void)e;
+static void masters_changed(hs_fsdp *f, bool write_back) {
     if (hs_fsdp_ctx_pending(&f->ctx)) hs_fsdp_ctx_drain(&f->ctx);
     hs_fsdp_prefetch_settle(&f->ctx);
     /* The masters changed: any unsharded copy still alive is stale. */
     for (int u = 0; u < f->ctx.n_units; u++) hs_fsdp_unit_reshard(&f->ctx.units[u]);
-    for (int i = 0; i < f->ctx.n_params; i++) hs_fsdp_main_write_back(&f->ctx.params[i]);
+    if (write_back)
+        for (int i = 0; i < f->ctx.n_params; i++) hs_fsdp_main_write_back(&f->ctx.params[i]);
+}
+
+hs_status hs_fsdp_after_step(hs_fsdp *f, hs_error *e) {
+    (void)e;
+    masters_changed(f, true);
+    return HS_OK;
+}
+
+hs_status hs_fsdp_after_optim_step(hs_fsdp *f, hs_error *e) {
+    (void)e;
+    masters_changed(f, f->optim == NULL);
     return HS_OK;
 }
 

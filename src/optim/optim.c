@@ -217,7 +217,9 @@ static void adamw_step_all(hs_optim *o, double lr) {
                                    .v = s->state[1],
                                    .g = s->p.grad,
                                    .n = s->p.numel,
-                                   .decay_factor = c->decay_factor};
+                                   .decay_factor = c->decay_factor,
+                                   .copy = s->p.copy,
+                                   .copy_dt = s->p.copy_dtype};
     }
     if (n > 0) o->dev->k->adamw_many(o->dev->stream, t, n, &decayed);
 }
@@ -236,6 +238,9 @@ hs_status hs_optim_step(hs_optim *o, double lr, hs_error *e) {
             hs_status st =
                 hs_muon_step_param(o->dev, &o->cfg, &s->p, s->state[0], lr, o->muon_work, e);
             if (st != HS_OK) return st;
+            if (s->p.copy)
+                hs_dev_convert(o->dev, s->p.copy, s->p.copy_dtype, s->p.data, s->p.dtype,
+                               s->p.numel);
         }
     }
     adamw_step_all(o, lr);

@@ -400,7 +400,7 @@ hs_status hs_train_ckpt_resume(hs_trainer *t, hs_error *e) {
     if (s == HS_OK) s = resume_load(t, path, &st, e);
     if (s != HS_OK) return s;
     if (t->optim) hs_optim_set_step_count(t->optim, st.optim_step);
-    s = t->engine->after_step(t->engine, e);
+    s = t->engine->after_step(t->engine, false, e);
     if (s == HS_OK) s = resume_data_seed(t, st.rng_seed, e);
     if (s != HS_OK) return s;
     t->start_step = (int)st.step;

@@ -39,8 +39,8 @@ static hs_status fsdp_grad_norm(hs_engine *en, double *norm, hs_error *e) {
     return hs_fsdp_grad_norm(fsdp_of(en), norm, e);
 }
 
-static hs_status fsdp_after_step(hs_engine *en, hs_error *e) {
-    return hs_fsdp_after_step(fsdp_of(en), e);
+static hs_status fsdp_after_step(hs_engine *en, bool stepped, hs_error *e) {
+    return stepped ? hs_fsdp_after_optim_step(fsdp_of(en), e) : hs_fsdp_after_step(fsdp_of(en), e);
 }
 
 static void fsdp_zero_grads(hs_engine *en) { hs_fsdp_zero_grads(fsdp_of(en)); }

@@ -37,8 +37,8 @@ static hs_status local_grad_norm(hs_engine *en, double *norm, hs_error *e) {
     return HS_OK;
 }
 
-static hs_status local_after_step(hs_engine *en, hs_error *e) {
-    (void)en, (void)e;
+static hs_status local_after_step(hs_engine *en, bool stepped, hs_error *e) {
+    (void)en, (void)stepped, (void)e;
     return HS_OK;
 }
 

@@ -54,8 +54,8 @@ static hs_status pp_grad_norm(hs_engine *en, double *norm, hs_error *e) {
     return s;
 }
 
-static hs_status pp_after_step(hs_engine *en, hs_error *e) {
-    return inner_of(en)->after_step(inner_of(en), e);
+static hs_status pp_after_step(hs_engine *en, bool stepped, hs_error *e) {
+    return inner_of(en)->after_step(inner_of(en), stepped, e);
 }
 
 static void pp_zero_grads(hs_engine *en) { inner_of(en)->zero_grads(inner_of(en)); }

@@ -63,7 +63,10 @@ struct hs_engine {
      * added to *sum; hs_engine_grad_norm takes its root instead of
      * grad_norm. */
     hs_status (*grad_sumsq_exact)(hs_engine *en, hs_xsum *sum, hs_error *e);
-    hs_status (*after_step)(hs_engine *en, hs_error *e);
+    /* The masters changed: stepped, by hs_optim_step over optim_params
+     * (the model's 16-bit copies written with them); else by a load, which
+     * leaves the copies to rebuild. */
+    hs_status (*after_step)(hs_engine *en, bool stepped, hs_error *e);
     void (*zero_grads)(hs_engine *en);
     hs_status (*gather_full)(hs_engine *en, int param_index, float *out, hs_error *e);
     hs_status (*set_full)(hs_engine *en, int param_index, const float *full, hs_error *e);
@@ -71,7 +74,7 @@ struct hs_engine {
      * step so far, before clipping. Used by `train --dump`. */
     hs_status (*gather_full_grad)(hs_engine *en, int param_index, float *out, hs_error *e);
     /* This rank's chunk of parameter `param_index` for checkpoints. After a
-     * load writes the masters, the trainer calls after_step so that
+     * load writes the masters, the trainer calls after_step (not stepped) so that
      * whatever derives from them (model copies, offload) is rebuilt. */
     void (*ckpt_param)(hs_engine *en, int param_index, hs_engine_ckpt_param *out);
     /* Optional: the model-parallel plan the model runs with (its TP, CP

@@ -49,7 +49,7 @@ static hs_status optimizer_update(hs_trainer *t, int step, hs_step_result *r, hs
     hs_clip_grads(t->dev, t->oparams, t->n_oparams, r->grad_norm, t->cfg->optimizer.clip_grad_norm);
     r->lr = hs_lr_at(&t->cfg->optimizer, step, t->cfg->train.steps);
     s = hs_optim_step(t->optim, r->lr, e);
-    if (s == HS_OK) s = t->engine->after_step(t->engine, e);
+    if (s == HS_OK) s = t->engine->after_step(t->engine, true, e);
     t->engine->zero_grads(t->engine);
     hs_trace_span(t->trace, HS_LANE_COMPUTE, "optimizer", "optimizer", t0, hs_now(), NULL);
     return s;

@@ -28,7 +28,7 @@ hs_status hs_engine_grad_norm(hs_engine *en, double *norm, hs_error *e) {
     *norm = sqrt(hs_xsum_value(&sum));
     return s;
 }
-hs_status hs_engine_after_step(hs_engine *en, hs_error *e) { return en->after_step(en, e); }
+hs_status hs_engine_after_step(hs_engine *en, hs_error *e) { return en->after_step(en, true, e); }
 void hs_engine_zero_grads(hs_engine *en) { en->zero_grads(en); }
 void hs_engine_begin_step(hs_engine *en) {
     if (en->begin_step) en->begin_step(en);

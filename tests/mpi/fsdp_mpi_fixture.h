@@ -140,7 +140,7 @@ static inline void mt_side_optim_step(hs_comm *c, mt_side *s, double lr) {
     hs_error e;
     hs_error_clear(&e);
     hs_optim_step(s->opt, lr, NULL);
-    CHECK(c, hs_fsdp_after_step(s->f, &e) == HS_OK, "%s", e.msg);
+    CHECK(c, hs_fsdp_after_optim_step(s->f, &e) == HS_OK, "%s", e.msg);
     hs_fsdp_zero_grads(s->f);
 }
 

@@ -164,7 +164,7 @@ static inline void ov_train(ov_run *r, ov_result *res, const hs_model_hooks *hoo
         res->rs_bytes = hs_trace_collective_bytes(tr, "reduce_scatter", NULL);
         if (s == 0) res->grads = ov_snapshot(r, true, &res->n);
         hs_optim_step(r->opt, r->cfg.optimizer.lr, NULL);
-        CHECK(r->c, hs_fsdp_after_step(r->f, &e) == HS_OK, "%s", e.msg);
+        CHECK(r->c, hs_fsdp_after_optim_step(r->f, &e) == HS_OK, "%s", e.msg);
         hs_fsdp_zero_grads(r->f);
         res->weights[s] = ov_snapshot(r, false, &res->n);
     }

@@ -462,7 +462,7 @@ static void run_case(hs_comm *c, const tcase *tc) {
               norm, ref_norm);
         hs_optim_step(r.ref_opt, LR, NULL);
         hs_optim_step(r.opt, LR, NULL);
-        CHECK(c, hs_fsdp_after_step(r.f, &e) == HS_OK, "%s", e.msg);
+        CHECK(c, hs_fsdp_after_optim_step(r.f, &e) == HS_OK, "%s", e.msg);
         hs_model_zero_grads(r.ref);
         hs_fsdp_zero_grads(r.f);
         if (step >= 2) check_shards(&r, false, step);

@@ -686,12 +686,16 @@ static void run_adamw(const kcase *c, outs *o) {
     put(o, p, c->dt, n), put(o, m, HS_DTYPE_F32, n), put(o, v, HS_DTYPE_F32, n);
     /* adamw_many: the same tensor as two pieces and an empty one, the
      * second piece without weight decay, against adamw per piece on a
-     * copy: the same bits */
+     * copy: the same bits; each piece also writes p in another dtype, the
+     * bits of a convert of the updated p */
     size_t e = hs_dtype_size(c->dt);
     void *p2 = zeros(c, (size_t)n, e);
     float *m2 = zeros(c, (size_t)n, 4), *v2 = zeros(c, (size_t)n, 4);
     memcpy(p2, p, (size_t)n * e), memcpy(m2, m, (size_t)n * 4), memcpy(v2, v, (size_t)n * 4);
     int64_t half = n / 2;
+    hs_dtype cdt = c->dt == HS_DTYPE_F32 ? HS_DTYPE_BF16 : HS_DTYPE_F32;
+    size_t ce = hs_dtype_size(cdt);
+    void *cp = zeros(c, (size_t)n, ce), *cp_want = zeros(c, (size_t)n, ce);
     hs_adamw_hparams h = {.beta1 = 0.9f,
                           .beta2 = 0.999f,
                           .one_minus_beta1 = 0.1f,
@@ -701,27 +705,40 @@ static void run_adamw(const kcase *c, outs *o) {
                           .eps = 1e-8f,
                           .decay_factor = 0.999f};
     hs_adamw_tensor t[3] = {
-        {.p = p2, .pdt = c->dt, .m = m2, .v = v2, .g = g, .n = half, .decay_factor = 0.999f},
+        {.p = p2,
+         .pdt = c->dt,
+         .m = m2,
+         .v = v2,
+         .g = g,
+         .n = half,
+         .decay_factor = 0.999f,
+         .copy = cp,
+         .copy_dt = cdt},
         {.p = (char *)p2 + half * e,
          .pdt = c->dt,
          .m = m2 + half,
          .v = v2 + half,
          .g = g + half,
          .n = n - half,
-         .decay_factor = 1.0f},
+         .decay_factor = 1.0f,
+         .copy = (char *)cp + half * ce,
+         .copy_dt = cdt},
         {.p = p2, .pdt = c->dt, .m = m2, .v = v2, .g = g, .n = 0, .decay_factor = 0.5f}};
     c->k->adamw_many(c->s, t, 3, &h);
     c->k->adamw(c->s, p, c->dt, m, v, g, &h, half);
     hs_adamw_hparams plain = h;
     plain.decay_factor = 1.0f;
     c->k->adamw(c->s, (char *)p + half * e, c->dt, m + half, v + half, g + half, &plain, n - half);
+    c->k->convert(c->s, cp_want, cdt, p, c->dt, n);
     done(c);
     assert_memory_equal(p2, p, (size_t)n * e);
+    assert_memory_equal(cp, cp_want, (size_t)n * ce);
     assert_memory_equal(m2, m, (size_t)n * 4);
     assert_memory_equal(v2, v, (size_t)n * 4);
     put(o, p2, c->dt, n);
     release(c, p), release(c, g), release(c, m), release(c, v);
     release(c, p2), release(c, m2), release(c, v2);
+    release(c, cp), release(c, cp_want);
 }
 
 /* d = {n}: three Muon updates p = 0.99 p - 0.02 u, p held in dt. */

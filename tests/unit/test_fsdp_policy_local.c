@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <cmocka.h>
 
@@ -148,6 +149,58 @@ static void test_main_params_keep_a_bf16_model_shard_that_the_unshard_aliases(vo
     wrapped_free(&w);
 }
 
+/* The optimizer rewrites the bf16 model shards as it updates the fp32
+ * main params (AdamW's copy in its own pass, Muon's by a convert): after
+ * the step and before any write-back each shard holds the rounding of its
+ * main param, and after_optim_step leaves it so. */
+static void optimizer_writes_model_shards(const char *target) {
+    wrapped w;
+    wrapped_init(&w, HS_DTYPE_BF16, HS_DTYPE_F32, true, false);
+    snprintf(w.cfg.optimizer.target, sizeof w.cfg.optimizer.target, "%s", target);
+    hs_fsdp_ctx *ctx = hs_fsdp_context(w.f);
+    hs_optim_param *op;
+    int n = hs_fsdp_optim_params(w.f, &op);
+    hs_optim *opt;
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_optim_create(&w.cfg.optimizer, op, n, w.dev, NULL, &opt, &e), HS_OK);
+    micro_batch(&w, 5, true, true);
+    double norm; /* as the trainer does first: every reduction settled */
+    assert_int_equal(hs_fsdp_grad_norm(w.f, &norm, &e), HS_OK);
+    assert_true(norm > 0.0);
+    for (int i = 0; i < n; i++) assert_ptr_equal(op[i].copy, ctx->params[i].lp_shard);
+    int changed = 0;
+    for (int step = 0; step < 2; step++) {
+        uint16_t before = *(uint16_t *)ctx->params[1].lp_shard;
+        assert_int_equal(hs_optim_step(opt, 0.05, &e), HS_OK);
+        changed += before != *(uint16_t *)ctx->params[1].lp_shard;
+        for (int pass = 0; pass < 2; pass++) {
+            for (int i = 0; i < n; i++) {
+                const hs_fsdp_param *fp = &ctx->params[i];
+                int64_t k = fp->plan.actual_sharded_numel;
+                uint16_t *want = malloc((size_t)(k > 0 ? k : 1) * sizeof *want);
+                hs_convert(want, HS_DTYPE_BF16, fp->sharded, HS_DTYPE_F32, k);
+                assert_memory_equal(fp->lp_shard, want, (size_t)k * sizeof *want);
+                free(want);
+            }
+            if (pass == 0) assert_int_equal(hs_fsdp_after_optim_step(w.f, &e), HS_OK);
+        }
+    }
+    assert_true(changed > 0);
+    hs_optim_free(opt);
+    wrapped_free(&w);
+}
+
+static void test_adamw_writes_the_bf16_model_shards_with_the_main_params(void **s) {
+    (void)s;
+    optimizer_writes_model_shards("adamw");
+}
+
+static void test_muon_writes_the_bf16_model_shards_with_the_main_params(void **s) {
+    (void)s;
+    optimizer_writes_model_shards("muon");
+}
+
 static void test_offload_keeps_masters_on_the_host_and_copies_around_compute(void **s) {
     (void)s;
     wrapped w;
@@ -207,6 +260,8 @@ int main(void) {
         cmocka_unit_test(test_reduce_buffers_are_allocated_in_the_reduce_dtype),
         cmocka_unit_test(test_no_sync_bf16_accumulation_is_bitwise_the_synced_fp32_sum),
         cmocka_unit_test(test_main_params_keep_a_bf16_model_shard_that_the_unshard_aliases),
+        cmocka_unit_test(test_adamw_writes_the_bf16_model_shards_with_the_main_params),
+        cmocka_unit_test(test_muon_writes_the_bf16_model_shards_with_the_main_params),
         cmocka_unit_test(test_offload_keeps_masters_on_the_host_and_copies_around_compute),
         cmocka_unit_test(test_output_dtype_and_uncast_inputs_are_accepted_by_the_manager),
     };
