@@ -517,6 +517,15 @@ hs_gemm_shape hs_device_gemm_shape(const hs_device *d, const hs_gemm_shape *g);
  * fp32: the CUDA cores'), and in *which the product it took it for; 0
  * where d is no GPU the table knows (datasheet.c lists them). */
 double hs_device_datasheet_flops(const hs_device *d, hs_dtype dt, const char **which);
+
+/* The most kernel scratch the cuda backend holds at once in a training
+ * step's backward (stream-ordered, charged to the device pool while live,
+ * so peak_device_bytes counts it), for `hypershard plan`: attention's
+ * backward through cuDNN (16-bit dq, dk, dv and dout, and its workspace
+ * bound) or on the CUDA cores (fp32 row deltas), whichever is larger. B
+ * sequences of T rows, NH query and KVH key heads of HD values, dt the
+ * compute dtype. */
+int64_t hs_cuda_backward_scratch_bound(int B, int T, int NH, int KVH, int HD, hs_dtype dt);
 static inline void hs_host_free(hs_device *d, void *p) { d->ops->host_free(d, p); }
 /* The host reads or writes d's device memory itself between these two
  * calls: only the mpi process group does, for the buffers of a collective

@@ -192,6 +192,7 @@ typedef enum hs_plan_item {
     HS_PLAN_UNSHARDED,       /* all-gathered parameters alive at the peak               */
     HS_PLAN_UNSHARDED_GRADS, /* unsharded gradients and reduce inputs at the peak     */
     HS_PLAN_CKPT_STAGING,    /* checkpoint.async: the snapshot's host staging buffer    */
+    HS_PLAN_KERNEL_SCRATCH,  /* cuda: kernels' scratch in the backward, at most         */
     HS_PLAN_ITEM_COUNT
 } hs_plan_item;
 

@@ -134,11 +134,18 @@ void build(hs_cudnn_sdpa *c, const hs_cudnn_sdpa_dims *d, bool bwd, plan *p) {
     if (err.is_good())
         stage = "create_execution_plans",
         err = g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+    const int64_t cap = hs_cudnn_sdpa_workspace_cap(d, bwd);
+    if (err.is_good()) g->deselect_workspace_greater_than(cap);
     if (err.is_good()) stage = "check_support", err = g->check_support(c->handle);
     if (err.is_good()) stage = "build_plans", err = g->build_plans(c->handle);
     if (err.is_good()) stage = "get_workspace_size", err = g->get_workspace_size(p->workspace);
     if (!err.is_good()) {
         p->refused = what_of(d, bwd) + " failed at " + stage + ": " + err.get_message();
+        return;
+    }
+    if (p->workspace > cap) {
+        p->refused = what_of(d, bwd) + " wants " + std::to_string(p->workspace) +
+                     " bytes of workspace, above its bound of " + std::to_string(cap);
         return;
     }
     p->graph = g;

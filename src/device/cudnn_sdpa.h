@@ -36,6 +36,17 @@ typedef struct hs_cudnn_sdpa_dims {
     int dt;
 } hs_cudnn_sdpa_dims;
 
+/* The most workspace d's graph may take in one direction: plans that want
+ * more are deselected, and a graph left without one is refused (attention
+ * then runs on the CUDA-core kernels, said in the log). Two fp32 row
+ * statistics (B*NH*T*8 bytes) and 16 MiB forward; backward also twice the
+ * fp32 dQ accumulator a flash backward keeps (B*NH*T*HD*4). `hypershard
+ * plan` counts it (scratch_bound.c). */
+static inline int64_t hs_cudnn_sdpa_workspace_cap(const hs_cudnn_sdpa_dims *d, int bwd) {
+    int64_t rows = (int64_t)d->B * d->NH * d->T;
+    return rows * 8 + ((int64_t)16 << 20) + (bwd ? 2 * rows * d->HD * 4 : 0);
+}
+
 typedef struct hs_cudnn_sdpa_ops {
     /* cuDNN's handle on the current GPU; *out NULL and why set when cuDNN
      * cannot be used there (library too old, no GPU, ...). */

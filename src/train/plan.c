@@ -25,9 +25,9 @@
 /* Roles whose chunks hold at most this many blocks are described exactly. */
 #define EXACT_BLOCKS 64
 
-static const char *const item_names[] = {"params",    "grads",           "model_copy",
-                                         "optimizer", "reduce",          "activations",
-                                         "unsharded", "unsharded_grads", "ckpt_staging"};
+static const char *const item_names[] = {
+    "params",      "grads",     "model_copy",      "optimizer",    "reduce",
+    "activations", "unsharded", "unsharded_grads", "ckpt_staging", "kernel_scratch"};
 _Static_assert(sizeof item_names / sizeof item_names[0] == HS_PLAN_ITEM_COUNT,
                "plan item names follow the enum");
 static const char *const comm_names[] = {
@@ -539,6 +539,13 @@ static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
     if (rc != HS_OK) {
         hs_model_free(m);
         return rc;
+    }
+    if (!strcmp(cfg->accelerator.device, "cuda")) { /* charged to the device pool while live */
+        const hs_model_config *mc = &cfg->model;
+        int kv = mc->n_kv_heads / t->tp;
+        r->device[HS_PLAN_KERNEL_SCRATCH] = hs_cuda_backward_scratch_bound(
+            cfg->train.micro_batch_size, cfg->train.seq_len / t->cp, mc->n_heads / t->tp,
+            kv > 0 ? kv : 1, hs_model_head_dim(mc), c->cdt);
     }
     if (t->pp > 1) { /* the hand-over's staging buffers, device memory for the whole run */
         int64_t numel, extra;

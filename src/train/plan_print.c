@@ -22,7 +22,8 @@ static const char *const item_help[HS_PLAN_ITEM_COUNT] = {"fp32 masters (sharded
                                                           "activations + scratch",
                                                           "unsharded params at the peak",
                                                           "unsharded grads at the peak",
-                                                          "checkpoint.async snapshot staging"};
+                                                          "checkpoint.async snapshot staging",
+                                                          "cuda kernels' scratch (a bound)"};
 
 void hs_plan_print(const hs_plan *p, const hs_config *cfg, FILE *f) {
     char a[32], b[32], c[32];

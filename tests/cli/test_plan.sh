@@ -297,6 +297,32 @@ else
         fail "oom: $(tail -3 "$work/oom.log")"
 fi
 
+# On cuda the plan adds the kernels' scratch of the backward, at most:
+# attention's backward through cuDNN (16-bit dq, dk, dv and dout, and the
+# workspace cuDNN is held to: 8 bytes a row, 16 MiB and twice an fp32 dQ),
+# for the rank's heads (TP 2 halves them) and sequence part; none on cpu.
+scratch=(model.dim=256 model.n_heads=8 model.n_kv_heads=4 train.seq_len=128
+         train.micro_batch_size=3 "${BF[@]}")
+for tp in 1 2; do
+    "$HS_BIN" plan --world "$tp" --json accelerator.device=cuda accelerator.tp_size=$tp \
+        "${scratch[@]}" > "$work/scratch_cuda$tp.json" 2>&1 || fail "scratch_cuda$tp: plan failed"
+done
+"$HS_BIN" plan --json "${scratch[@]}" > "$work/scratch_cpu.json" 2>&1 || fail "scratch_cpu: plan failed"
+python3 - "$work" <<'PY' || fail "the cuda plan's kernel_scratch is not the bound"
+import json, sys
+w = sys.argv[1]
+item = lambda f: json.load(open(f"{w}/{f}"))["ranks"][0]["device"]["kernel_scratch"]
+assert item("scratch_cpu.json") == 0, item("scratch_cpu.json")
+for tp in (1, 2):
+    B, T, NH, KVH, HD = 3, 128, 8 // tp, 4 // tp, 256 // 8
+    rows = B * NH * T
+    q, k = B * T * NH * HD * 2, B * T * KVH * HD * 2
+    want = 2 * q + 2 * k + rows * 8 + (16 << 20) + 2 * rows * HD * 4
+    got = item(f"scratch_cuda{tp}.json")
+    assert got == want, (tp, got, want)
+    print(f"tp {tp}: kernel_scratch {got} bytes")
+PY
+
 # 1024 ranks, tp 8 x pp 4 of an 8B Llama: a table, in milliseconds.
 hs_expect_exit 0 big "stage 3: 256 ranks" plan --world 1024 accelerator.tp_size=8 \
     accelerator.pp_size=4 fsdp_config.dp_shard_size=32 model.n_layers=32 model.dim=4096 \

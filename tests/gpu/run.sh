@@ -190,11 +190,13 @@ bench_hs() { # NAME LIMIT
     shape "$1"
     local dir=$out/bench-$1
     rm -rf "$dir"
-    check "bench-$1" "$2" "$HS_BIN" train "${hs[@]}" accelerator.device=cuda \
-        fsdp_config.mix_precision.param_dtype=bfloat16 fsdp_config.mix_precision.reduce_dtype=float32 \
-        train.steps=$steps train.eval_every=0 train.log_every=1 train.out_dir="$dir" || return
+    local run=("${hs[@]}" accelerator.device=cuda fsdp_config.mix_precision.param_dtype=bfloat16
+               fsdp_config.mix_precision.reduce_dtype=float32)
+    "$HS_BIN" plan --json "${run[@]}" > "$out/plan-$1.json" 2> /dev/null || rm -f "$out/plan-$1.json"
+    check "bench-$1" "$2" "$HS_BIN" train "${run[@]}" train.steps=$steps train.eval_every=0 \
+        train.log_every=1 train.out_dir="$dir" || return
     grep -m1 -i "attention runs" "$out/bench-$1.log" | sed "s/^/bench-$1: /" | tee -a "$summary"
-    on_machine python3 - "$dir/metrics.jsonl" "$warm" "$1" "$out/bench-$1.log" <<'PY' | tee -a "$summary"
+    on_machine python3 - "$dir/metrics.jsonl" "$warm" "$1" "$out/bench-$1.log" "$out/plan-$1.json" <<'PY' | tee -a "$summary"
 import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][int(sys.argv[2]):]
 tps = statistics.median(r["tokens_per_s"] for r in rows)
@@ -209,6 +211,13 @@ nominal, what, measured = (float(m.group(1)), m.group(2), float(m.group(3))) if 
 vs = f"{100 * mfu * nominal / measured:.1f}% of the measured {measured / 1e3:.1f} TFLOP/s GEMM" if measured else "no measured GEMM"
 print(f"hypershard {sys.argv[3]}: {tps:,.0f} tokens/s, step {step:.3f} s, MFU {100 * mfu:.1f}% of "
       f"{nominal / 1e3:.1f} TFLOP/s ({what}), {vs}, peak device memory {peak / 2**30:.2f} GiB")
+try:  # the plan's peak beside the measured one, kernel scratch bound included
+    p = json.load(open(sys.argv[5]))
+    print(f"hypershard {sys.argv[3]}: plan peak {p['max_peak_device_bytes'] / 2**30:.2f} GiB "
+          f"({p['max_peak_device_bytes'] / peak - 1:+.1%} of measured), kernel_scratch bound "
+          f"{p['ranks'][0]['device']['kernel_scratch'] / 2**20:.1f} MiB")
+except (OSError, ValueError, KeyError):
+    print(f"hypershard {sys.argv[3]}: no plan to compare")
 json.dump({"tokens_per_s": tps, "mfu": mfu, "peak_bytes": peak},
           open(sys.argv[1] + ".summary.json", "w"))
 PY
