@@ -15,9 +15,11 @@ residual stream and activation gradients in fp32, each GEMM's 16-bit input
 gradient converted from fp32 first but the gate and up projections' (the
 SwiGLU backward writes them in bf16), attention through cuDNN's fused SDPA
 (its 16-bit gradients added into the fp32 ones), the fp32 main parameters
-updated by AdamW one tensor at a time and rounded into the bf16 shard, the
-gradient norm in one sumsq_many. One GPU: FSDP's gathers and reductions
-over one rank are copies.
+(optimizer.fp32_main_params, as tests/gpu/run.sh runs it) updated by one
+adamw_many that also writes the bf16 shard, the gradient norm in one
+sumsq_many. One GPU: the model computes on its own bf16 shard (FSDP's
+unshard over one rank aliases it), and the reduction over one rank is a
+copy.
 """
 import argparse
 
@@ -83,12 +85,11 @@ def classes(a):
     out.append(("casts of gradients", 0, L * casts + N * V * (f4 + bf), "mem"))
     out.append(("attention glue", 0, L * attn_glue, "mem"))
     out.append(("embedding + cross-entropy", 0, N * V * f4 * 3 + N * C * (bf + f4) * 2, "mem"))
-    # per parameter: AdamW reads p g m v and writes p m v (fp32); the bf16
-    # shard is rewritten (read fp32, write bf16); the norm reads g; gathers
-    # (forward and backward) and the reduction are copies on one rank;
-    # gradients are zeroed
-    out.append(("AdamW + bf16 shard", 0, P * (7 * f4 + f4 + bf), "mem"))
-    out.append(("FSDP copies, zero, norm", 0, P * (2 * 2 * bf + 2 * f4 + f4 + f4), "mem"))
+    # per parameter: AdamW reads p g m v and writes p m v (fp32) and the
+    # bf16 shard in the same pass; the norm reads g; the reduction is a copy
+    # on one rank (the unshard aliases the bf16 shard); gradients are zeroed
+    out.append(("AdamW + bf16 shard", 0, P * (7 * f4 + bf), "mem"))
+    out.append(("FSDP copy, zero, norm", 0, P * (2 * f4 + f4 + f4), "mem"))
     return out, P
 
 

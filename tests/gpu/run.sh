@@ -190,8 +190,11 @@ bench_hs() { # NAME LIMIT
     shape "$1"
     local dir=$out/bench-$1
     rm -rf "$dir"
+    # fp32 main params: the model reads its own bf16 shard (one rank: no
+    # cast per unshard) and AdamW writes it (bench/gpu_projection.py)
     local run=("${hs[@]}" accelerator.device=cuda fsdp_config.mix_precision.param_dtype=bfloat16
-               fsdp_config.mix_precision.reduce_dtype=float32)
+               fsdp_config.mix_precision.reduce_dtype=float32 optimizer.fp32_main_params=true
+               fsdp_config.mix_precision.fp32_main_grad=true)
     "$HS_BIN" plan --json "${run[@]}" > "$out/plan-$1.json" 2> /dev/null || rm -f "$out/plan-$1.json"
     check "bench-$1" "$2" "$HS_BIN" train "${run[@]}" train.steps=$steps train.eval_every=0 \
         train.log_every=1 train.out_dir="$dir" || return
