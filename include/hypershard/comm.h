@@ -223,7 +223,10 @@ hs_work *hs_pg_barrier_async(hs_pg *g);
  * (timeouts abort all ranks directly) come back here. */
 hs_status hs_work_wait(hs_work *w, hs_error *e);
 /* Release the handle like hs_work_wait; afterwards work issued on s sees
- * the result (s == NULL: the same as hs_work_wait). */
+ * the result (s == NULL: the same as hs_work_wait). Where the group's
+ * collectives complete on a GPU stream of their own (NCCL), s waits for the
+ * collective on the device and the host goes on once it is enqueued; a
+ * failure found after that ends every rank, as a timeout does. */
 hs_status hs_work_wait_stream(hs_work *w, hs_stream *s, hs_error *e);
 /* true when done (the handle must still be waited on to be released). */
 bool hs_work_test(hs_work *w);

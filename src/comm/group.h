@@ -82,6 +82,13 @@ static inline void hs_args_ready_free(hs_coll_args *a) {
 typedef struct hs_pg_backend {
     const char *name;
     hs_status (*exec)(void *ctx, const hs_coll_args *a, hs_error *e);
+    /* Optional, for a device backend whose collectives complete on a GPU
+     * stream of its own (NCCL): enqueue puts a there and records *done on
+     * that stream behind it, without waiting (exec = enqueue + complete);
+     * complete waits for *done on the host and gives the collective's
+     * outcome. The work item owns *done from enqueue on. */
+    hs_status (*enqueue)(void *ctx, const hs_coll_args *a, hs_event **done, hs_error *e);
+    hs_status (*complete)(void *ctx, const hs_coll_args *a, hs_event *done, hs_error *e);
     void (*destroy)(void *ctx);
     /* Send / recv without blocking (the pipeline queues): start posts it and
      * sets *req (NULL: not possible, exec it instead); test sets *done and
@@ -176,6 +183,12 @@ struct hs_work {
     hs_status status;
     hs_error *err; /* allocated only when the work fails */
     bool done;
+    /* Set (under the queue's mu) once a device backend has enqueued it: a
+     * stream that waits for this event sees the result (backend.enqueue). */
+    hs_event *done_event;
+    /* hs_work_wait_stream made a stream wait on done_event and went on: the
+     * communication thread frees the item, and a failure ends the run. */
+    bool detached;
     struct hs_work *next;
     /* a started, unfinished send / recv of a pipeline queue */
     void *req;
@@ -236,6 +249,7 @@ struct hs_queue {
      * of stages); their thread polls these until they finish. */
     bool async_p2p;
     hs_work *inflight;
+    int detached;      /* items hs_work_wait_stream left to the thread */
     hs_error *scratch; /* the thread's error report, allocated with it */
     bool started;      /* the thread runs (hs_comm_queue_stop joins it) */
     hs_stage stage;
@@ -306,6 +320,9 @@ void hs_comm_sent_bytes(const hs_pg *g, const hs_coll_args *a, int64_t sent[2]);
 hs_status hs_comm_queue_start(hs_comm *c, hs_error *e);
 /* Drains every queue and joins every thread that was started. */
 void hs_comm_queue_stop(hs_comm *c);
+/* Returns once every item hs_work_wait_stream left to a communication
+ * thread has finished (their events are the device's). */
+void hs_comm_settle_detached(hs_comm *c);
 /* "default", "critical" ("?" when out of range). */
 const char *hs_comm_queue_name(hs_comm_queue q);
 /* Appends to the queue of g. A work item that cannot be allocated ends

@@ -209,8 +209,12 @@ static const char *mpi_path(void *ctx, hs_comm_op op) {
     return g->shm ? "intra-node" : "ring";
 }
 
-static const hs_pg_backend mpi_backend = {"mpi",         mpi_exec,     mpi_destroy,
-                                          mpi_p2p_start, mpi_p2p_test, mpi_path};
+static const hs_pg_backend mpi_backend = {.name = "mpi",
+                                          .exec = mpi_exec,
+                                          .destroy = mpi_destroy,
+                                          .p2p_start = mpi_p2p_start,
+                                          .p2p_test = mpi_p2p_test,
+                                          .path = mpi_path};
 
 /* The group's tables: its members' world ranks, the counts of a v
  * collective, and their translation. */

@@ -3,10 +3,13 @@
  * group. Each op is NCCL's own (all-to-all(v) as one group of ncclSend /
  * ncclRecv per peer) on a CUDA stream of the group's, which first waits
  * for the event the issuing stream recorded at issue (collectives.c: the
- * issuing thread does not wait for the GPU), and exec waits for that
- * stream before it returns: the queue's thread stands for the stream, as
- * it does for MPI, so a finished work item is a finished collective. Send and recv between two ranks match in issue
- * order: NCCL has no tags. Host buffers and barriers stay on the group's
+ * issuing thread does not wait for the GPU). enqueue then records a
+ * completion event on that stream, which hs_work_wait_stream makes the
+ * consumer's stream wait for (work.c), and complete waits for it on the
+ * queue's thread, which stands for the stream as it does for MPI: a
+ * finished work item is a finished collective, and the watchdog sees a
+ * collective that does not finish. Send and recv between two ranks match
+ * in issue order: NCCL has no tags. Host buffers and barriers stay on the group's
  * MPI backend, whose communicator also carries the set-up. */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -110,11 +113,14 @@ static ncclResult_t enqueue(nccl_group *g, const hs_coll_args *a, const char **c
 }
 
 /* The NCCL call, ordered after the issuing stream's work up to the issue
- * (a->ready), then the host waits for the group's stream. */
-static hs_status nccl_exec(void *ctx, const hs_coll_args *a, hs_error *e) {
+ * (a->ready), and with done non-NULL an event recorded behind it on the
+ * group's stream (*done; NULL where it could not be made: complete then
+ * waits for the stream). */
+static hs_status nccl_enqueue(void *ctx, const hs_coll_args *a, hs_event **done, hs_error *e) {
     nccl_group *g = ctx;
     const char *what = hs_comm_op_name(a->op), *call = "";
     const char *cuda_call = "cudaSetDevice";
+    if (done) *done = NULL;
     cudaError_t err = cudaSetDevice(g->ordinal);
     if (err == cudaSuccess && a->ready) {
         cuda_call = "cudaStreamWaitEvent";
@@ -128,8 +134,28 @@ static hs_status nccl_exec(void *ctx, const hs_coll_args *a, hs_error *e) {
                             g->name);
     ncclResult_t r = enqueue(g, a, &call);
     if (r != ncclSuccess) return nccl_fail(g, e, r, call, what);
-    err = cudaStreamSynchronize(g->stream);
-    return err == cudaSuccess ? HS_OK : cuda_fail(g, e, err, "cudaStreamSynchronize", what);
+    if (!done || !a->dev || hs_event_create(a->dev, done, NULL) != HS_OK) return HS_OK;
+    err = cudaEventRecord((cudaEvent_t)(*done)->ctx, g->stream);
+    if (err == cudaSuccess) return HS_OK;
+    hs_event_free(*done);
+    *done = NULL;
+    return cuda_fail(g, e, err, "cudaEventRecord", what);
+}
+
+/* The host waits for the collective: its event, or the group's stream. */
+static hs_status nccl_complete(void *ctx, const hs_coll_args *a, hs_event *done, hs_error *e) {
+    nccl_group *g = ctx;
+    const char *call = done ? "cudaEventSynchronize" : "cudaStreamSynchronize";
+    cudaError_t err = cudaSetDevice(g->ordinal);
+    if (err == cudaSuccess)
+        err = done ? cudaEventSynchronize((cudaEvent_t)done->ctx)
+                   : cudaStreamSynchronize(g->stream);
+    return err == cudaSuccess ? HS_OK : cuda_fail(g, e, err, call, hs_comm_op_name(a->op));
+}
+
+static hs_status nccl_exec(void *ctx, const hs_coll_args *a, hs_error *e) {
+    hs_status st = nccl_enqueue(ctx, a, NULL, e);
+    return st == HS_OK ? nccl_complete(ctx, a, NULL, e) : st;
 }
 
 /* abort: the peers may not have finished setting up (no waiting on them). */
@@ -145,8 +171,12 @@ static void nccl_destroy(void *ctx) { nccl_release(ctx, false); }
 
 static const char *nccl_path(void *ctx, hs_comm_op op) { return "nccl"; }
 
-static const hs_pg_backend nccl_backend = {
-    .name = "nccl", .exec = nccl_exec, .destroy = nccl_destroy, .path = nccl_path};
+static const hs_pg_backend nccl_backend = {.name = "nccl",
+                                           .exec = nccl_exec,
+                                           .enqueue = nccl_enqueue,
+                                           .complete = nccl_complete,
+                                           .destroy = nccl_destroy,
+                                           .path = nccl_path};
 
 /* This rank's part before the communicator: its GPU, the stream, and on
  * group rank 0 the unique id. */

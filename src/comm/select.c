@@ -103,6 +103,8 @@ static void check_idle(hs_comm *c) {
 
 hs_status hs_comm_set_device(hs_comm *c, hs_device *d, hs_error *e) {
     if (d == c->device) return HS_OK;
+    /* the events of collectives still finishing are the old device's */
+    hs_comm_settle_detached(c);
     const char *choice = NULL;
     hs_status st = d ? backend_choice(&choice, e) : HS_OK;
     if (st != HS_OK) return st;

@@ -102,9 +102,29 @@ static hs_status work_count(hs_comm *c, const hs_work *w, hs_status st, hs_error
     return st != HS_OK ? st : ct;
 }
 
+/* Runs w on its group. A device backend that completes on a stream of its
+ * own (NCCL) enqueues it and records its completion event, published at
+ * once for hs_work_wait_stream; this thread then waits for the event as it
+ * waits for any collective, so the watchdog, the trace and a failure's
+ * report are the same either way. */
+static hs_status exec_published(hs_work *w, hs_error *err) {
+    hs_pg *g = w->pg;
+    const hs_pg_backend *b = g->dev_backend;
+    if (!b || !b->enqueue || !hs_args_on_device(&w->args)) return hs_comm_exec(g, &w->args, err);
+    hs_event *done = NULL;
+    hs_status st = b->enqueue(g->dev_ctx, &w->args, &done, err);
+    if (st != HS_OK) return st;
+    hs_queue *q = g->queue;
+    pthread_mutex_lock(&q->mu);
+    w->done_event = done;
+    pthread_cond_broadcast(&q->done_cv);
+    pthread_mutex_unlock(&q->mu);
+    return b->complete(g->dev_ctx, &w->args, done, err);
+}
+
 /* Execute, count and record one work item; the caller publishes the
  * outcome. */
-static hs_status work_exec(hs_comm *c, const hs_work *w, hs_error *err) {
+static hs_status work_exec(hs_comm *c, hs_work *w, hs_error *err) {
     hs_pg *g = w->pg;
     bool p2p = hs_comm_op_is_p2p(w->args.op);
     if (!p2p) atomic_store(&c->entered[g->slot], w->seq);
@@ -112,7 +132,7 @@ static hs_status work_exec(hs_comm *c, const hs_work *w, hs_error *err) {
     double t0 = hs_now();
     hs_status st = !p2p && atomic_load(&c->fp_each) ? hs_fp_compare_each(g, &w->fp, err) : HS_OK;
     if (st != HS_OK) return work_count(c, w, st, err);
-    st = hs_comm_exec(g, &w->args, err);
+    st = exec_published(w, err);
     double t1 = hs_now();
     st = work_count(c, w, st, err);
     work_trace(c, w, t0, t1);
@@ -141,6 +161,16 @@ static void current_set(hs_queue *q, const hs_work *w) {
  * caller to return to: when even the report of a failure finds no memory,
  * the failure ends the run here, with its own message. */
 static void work_finish(hs_queue *q, hs_work *w, hs_status st, const hs_error *err) {
+    if (w->detached) {
+        /* work on the waiting stream already reads the result: a failed
+         * collective cannot be reported to it, so it ends every rank */
+        if (st != HS_OK) hs_comm_abort(q->comm, err);
+        hs_event_free(w->done_event);
+        free(w);
+        q->detached--;
+        pthread_cond_broadcast(&q->done_cv);
+        return;
+    }
     if (st != HS_OK) {
         w->err = malloc(sizeof *w->err);
         if (!w->err) hs_comm_abort(q->comm, err);
@@ -376,6 +406,7 @@ hs_status hs_comm_run(hs_pg *g, const hs_coll_args *a, hs_error *e) {
     hs_error scratch;
     hs_status st = work_exec(g->comm, &w, &scratch);
     if (st != HS_OK && e) memcpy(e, &scratch, sizeof scratch);
+    hs_event_free(w.done_event); /* complete: nothing waits on it */
     pthread_mutex_lock(&q->mu);
     q->current.busy = false;
     if (q->head) pthread_cond_signal(&q->queue_cv); /* queued meanwhile by another thread */
@@ -405,21 +436,44 @@ hs_status hs_work_wait(hs_work *w, hs_error *e) {
     pthread_mutex_unlock(&q->mu);
     hs_status st = w->status;
     if (st != HS_OK && e) memcpy(e, w->err, sizeof *e);
+    hs_event_free(w->done_event);
     free(w->err);
     free(w);
     return st;
 }
 
-/* The result is in place by the time the work is done: the mpi backend
- * wrote it from the host (on host-visible buffers, or into a staging
- * buffer copied back with a synchronized copy), and the nccl backend
- * waited for its stream before returning. So once the host has waited,
- * anything issued on s afterwards sees it: the host wait is the stream
- * wait. (Making s wait on a completion event instead, without blocking
- * the host, is not done.) */
+/* On a device backend that published its completion event (NCCL): s waits
+ * for the event on the device and the host goes on as soon as the
+ * collective is enqueued; the communication thread still waits for it,
+ * then frees the item (a failure then ends every rank: work on s already
+ * reads the result). Otherwise the result is in place by the time the work
+ * is done (mpi wrote it from the host, or into staging copied back with a
+ * synchronized copy), so the host wait is the stream wait. */
 hs_status hs_work_wait_stream(hs_work *w, hs_stream *s, hs_error *e) {
-    (void)s;
+    HS_ASSERT(w != NULL);
+    if (!s) return hs_work_wait(w, e);
+    hs_queue *q = w->pg->queue;
+    pthread_mutex_lock(&q->mu);
+    while (!w->done && !w->done_event) pthread_cond_wait(&q->done_cv, &q->mu);
+    if (!w->done) {
+        hs_stream_wait(s, w->done_event);
+        w->detached = true;
+        q->detached++;
+        pthread_mutex_unlock(&q->mu);
+        return HS_OK;
+    }
+    pthread_mutex_unlock(&q->mu);
     return hs_work_wait(w, e);
+}
+
+void hs_comm_settle_detached(hs_comm *c) {
+    for (int i = 0; i < HS_COMM_QUEUE_COUNT; i++) {
+        hs_queue *q = &c->queues[i];
+        if (!q->started) continue;
+        pthread_mutex_lock(&q->mu);
+        while (q->detached > 0) pthread_cond_wait(&q->done_cv, &q->mu);
+        pthread_mutex_unlock(&q->mu);
+    }
 }
 
 bool hs_work_test(hs_work *w) {

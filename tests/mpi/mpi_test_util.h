@@ -51,6 +51,26 @@ static inline hs_comm *mt_comm_init(int *argc, char ***argv, const hs_comm_optio
     return c;
 }
 
+/* A cpu device and a stream of it, or the error on stderr and exit 1. */
+static inline void mt_cpu_device(hs_device **d, hs_stream **s) {
+    hs_error e;
+    hs_error_clear(&e);
+    if (hs_device_create(HS_DEVICE_CPU, NULL, d, &e) != HS_OK ||
+        hs_stream_create(*d, s, &e) != HS_OK) {
+        fprintf(stderr, "device: %s\n", e.msg);
+        exit(1);
+    }
+}
+
+/* The failed checks of every rank summed, rank 0's verdict line ("OK: 0
+ * failed checks on 2 ranks"), and the exit status: 1 when any failed. */
+static inline int mt_verdict(int failures, int rank, int size) {
+    int total = 0;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("%s: %d failed checks on %d ranks\n", total ? "FAIL" : "OK", total, size);
+    return total ? 1 : 0;
+}
+
 /* MPI comes up first so the trace knows its rank before hs_comm_init
  * records into it. */
 static inline hs_comm *mt_traced_init(int *argc, char ***argv, double timeout_s, bool trace_on,

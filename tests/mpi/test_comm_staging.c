@@ -443,11 +443,7 @@ int main(int argc, char **argv) {
     t.world = hs_comm_world(t.comm);
     t.rank = hs_comm_rank(t.comm);
     t.size = hs_comm_size(t.comm);
-    if (hs_device_create(HS_DEVICE_CPU, NULL, &t.d, &e) != HS_OK ||
-        hs_stream_create(t.d, &t.s, &e) != HS_OK) {
-        fprintf(stderr, "device: %s\n", e.msg);
-        return 1;
-    }
+    mt_cpu_device(&t.d, &t.s);
     CHECK_COUNT(&t, t.d->guard != NULL, "HS_DEVICE_GUARD=1 installs the guard");
     const hs_device_ops *counting_base = t.d->ops;
     hs_device_ops counting = *counting_base;
@@ -470,13 +466,10 @@ int main(int argc, char **argv) {
     CHECK_COUNT(&t, atomic_load(&t.d->host_pool.current) == 0,
                 "released staging still holds %lld bytes (%lld before)",
                 (long long)atomic_load(&t.d->host_pool.current), held);
-    int total = 0;
-    MPI_Allreduce(&t.failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (t.rank == 0)
-        printf("%s: %d failed checks on %d ranks\n", total ? "FAIL" : "OK", total, t.size);
+    int rc = mt_verdict(t.failures, t.rank, t.size);
     hs_stream_free(t.s);
     t.d->ops = counting_base;
     hs_device_free(t.d);
     hs_comm_finalize(t.comm);
-    return total ? 1 : 0;
+    return rc;
 }
