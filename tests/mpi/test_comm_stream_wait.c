@@ -93,8 +93,7 @@ static hs_status fake_complete(void *vctx, const hs_coll_args *a, hs_event *done
     usleep(DELAY_US);
     atomic_fetch_add(&f->completed, 1);
     if (atomic_load(&f->fail))
-        return hs_error_set(e, HS_ERR_COMM, "%s: the stand-in's failure",
-                            hs_comm_op_name(a->op));
+        return hs_error_set(e, HS_ERR_COMM, "%s: the stand-in's failure", hs_comm_op_name(a->op));
     return HS_OK;
 }
 
@@ -187,8 +186,8 @@ static void test_failure_reaches_the_host_wait(ctx *t, fake *f) {
     hs_work *w = hs_pg_all_reduce_async(t->g, t->s, x, N, HS_DTYPE_F32, HS_REDUCE_SUM);
     hs_status st = hs_work_wait(w, &e);
     atomic_store(&f->fail, false);
-    CHECK_COUNT(t, st == HS_ERR_COMM && strstr(e.msg, "the stand-in's failure"),
-                "status %d: %s", (int)st, e.msg);
+    CHECK_COUNT(t, st == HS_ERR_COMM && strstr(e.msg, "the stand-in's failure"), "status %d: %s",
+                (int)st, e.msg);
     hs_device_free_mem(t->d, x);
 }
 
