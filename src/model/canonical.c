@@ -30,12 +30,29 @@ static float *tree_sum(hs_model *m, int n, int64_t len, hs_canon_part_fn fn, voi
     return scratch;
 }
 
-/* Scratch for a tree of n parts of len values (log2(n) + 2 slots): the
- * model's own block, grown where a larger one is needed. */
-static float *tree_scratch(hs_model *m, int n, int64_t len) {
+static int64_t tree_slots(int n) {
     int levels = 0;
     while ((1 << levels) < n) levels++;
-    int64_t want = (int64_t)(levels + 2) * len;
+    return levels + 2;
+}
+
+void hs_canon_scratch_floats(const hs_model *m, int64_t *tree, int64_t *tied) {
+    int64_t len = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        int64_t n = hs_param_local_numel(&m->params[i]);
+        len = n > len ? n : len;
+    }
+    *tree = tree_slots(m->opt.max_batch) * len;
+    *tied = m->head && m->head == m->embed
+                ? (int64_t)m->opt.max_batch * hs_param_local_numel(m->embed)
+                : 0;
+}
+
+/* Scratch for a tree of n parts of len values (log2(n) + 2 slots): the
+ * model's own block (sized for the largest at creation), grown where a
+ * larger one is needed. */
+static float *tree_scratch(hs_model *m, int n, int64_t len) {
+    int64_t want = tree_slots(n) * len;
     if (want > m->canon_floats) {
         hs_device_free_mem(m->dev, m->canon_buf);
         /* a refusal is recorded on the device, which the step checks */

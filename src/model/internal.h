@@ -316,6 +316,11 @@ void hs_hook_post_weight_grad(const hs_model_hooks *h, int u);
  * canon_nseq sequences (hs_model_options.canonical_sums). */
 /* Writes part s (sequence s's own sum) of a tree's len fp32 values over out. */
 typedef void (*hs_canon_part_fn)(void *ctx, int s, float *out);
+/* The trees' scratch at the model's capacity, allocated (or, counting,
+ * counted) with the other buffers: log2(max_batch) + 2 slots of the
+ * largest gradient a tree sums (*tree), and with tied embeddings each of
+ * max_batch sequences' head part (*tied), in floats. */
+void hs_canon_scratch_floats(const hs_model *m, int64_t *tree, int64_t *tied);
 /* The tree of the canon_nseq parts, in the model's scratch (NULL, the
  * device's failure set, without the memory). */
 float *hs_canon_tree(hs_model *m, int64_t len, hs_canon_part_fn fn, void *ctx);

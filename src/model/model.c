@@ -411,6 +411,14 @@ static void buffers_alloc(hs_model *m) {
         m->canon_loss = calloc((size_t)m->opt.max_batch, sizeof(double));
         if (!m->canon_loss) model_oom(m, "model: the losses of %d sequences", m->opt.max_batch);
     }
+    if (m->opt.canonical_sums) {
+        int64_t tree, tied;
+        hs_canon_scratch_floats(m, &tree, &tied);
+        m->canon_buf = raw(m, (size_t)tree * sizeof(float));
+        m->canon_floats = m->canon_buf ? tree : 0;
+        m->canon_tied = tied ? raw(m, (size_t)tied * sizeof(float)) : NULL;
+        m->canon_tied_floats = m->canon_tied ? tied : 0;
+    }
     m->cos_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     m->sin_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     if (m->cos_t) m->k->rope_tables(m->s, m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);

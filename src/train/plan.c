@@ -75,6 +75,7 @@ typedef struct plan_ctx {
     hs_quant_fmt gather, grad; /* fsdp_config.param_gather, grad_reduce */
     bool fsdp, offload, main, stashes;
     int M;
+    int canon_levels; /* train.reproducibility: layout: log2(M) gradient subtrees */
     hs_parallel *par; /* described (rank 0 of each dim): the models never run */
     hs_checked *ck;   /* set once any figure overflows */
 } plan_ctx;
@@ -118,6 +119,8 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int
     int64_t *master = c->offload ? u->host : u->dev;
     ACC(c, &master[HS_PLAN_PARAMS], storage, 4);
     ACC(c, &master[HS_PLAN_GRADS], actual, 4);
+    /* fsdp/canonical.c's stack of the micro-batches' subtrees */
+    if (!p->frozen && actual > 0) ACC(c, &master[HS_PLAN_GRADS], c->canon_levels, actual, 4);
     if (c->main) ACC(c, &master[HS_PLAN_MODEL_COPY], storage, cs);
     ACC(c, &(c->offload ? u->host : u->dev)[HS_PLAN_OPTIM], n_states(c, p), actual, 4);
     bool direct = !c->offload && (c->main || c->cdt == HS_DTYPE_F32);
@@ -760,6 +763,8 @@ hs_status hs_plan_build(const hs_config *cfg, const hs_topology *topo, hs_plan *
     c.main = c.fsdp && cfg->optimizer.fp32_main_params && c.cdt != HS_DTYPE_F32;
     c.stashes = c.fsdp && c.cdt != HS_DTYPE_F32 && c.rdt == HS_DTYPE_F32;
     c.M = hs_config_micro_batches(cfg, topo);
+    while (c.fsdp && hs_train_layout_invariant(&cfg->train) && (1 << c.canon_levels) < c.M)
+        c.canon_levels++;
     hs_parallel_layout pl = {.tp = topo->tp,
                              .sequence_parallel = cfg->accelerator.sequence_parallel,
                              .loss_parallel = cfg->accelerator.loss_parallel,
