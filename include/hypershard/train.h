@@ -248,11 +248,13 @@ typedef struct hs_plan_role {
      * fsdp_replicate), [k][1] on edp_shard (edp_replicate), [k][2] on the
      * flat fsdp group (replicate_params' all-reduce); k one of AG, RS, AR,
      * AG_SECONDARY. rs_all_to_all: the reduce-scatters are grad_reduce's
-     * all-to-alls. The all-reduces' element counts, each with its calls a
+     * all-to-alls. canonical_sums (train.reproducibility: layout): the
+     * reduce-scatters are all-to-alls of the ranks' blocks, the
+     * all-reduces all-gathers of the whole buffer. The all-reduces' element counts, each with its calls a
      * step (their chunks decide the ring's bytes), up to HS_PLAN_AR_SIZES
      * distinct ones a kind (ar_more: more, the rest counted as even). */
     int64_t fsdp_payload[HS_PLAN_COMM_COUNT][3];
-    bool rs_all_to_all;
+    bool rs_all_to_all, canonical_sums;
     int n_ar_sizes[3];
     int64_t ar_numel[3][HS_PLAN_AR_SIZES], ar_calls[3][HS_PLAN_AR_SIZES];
     bool ar_more;

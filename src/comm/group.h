@@ -95,9 +95,9 @@ typedef struct hs_pg_backend {
      * releases req once it is. */
     hs_status (*p2p_start)(void *ctx, const hs_coll_args *a, void **req, hs_error *e);
     hs_status (*p2p_test)(void *ctx, void *req, bool *done, hs_error *e);
-    /* Which algorithm runs op on this group ("intra-node", "ring", "mpi"),
-     * for the trace; NULL: not said. */
-    const char *(*path)(void *ctx, hs_comm_op op);
+    /* Which algorithm runs a on this group ("intra-node", "ring", "mpi",
+     * "canonical"), for the trace; NULL: not said. */
+    const char *(*path)(void *ctx, const hs_coll_args *a);
 } hs_pg_backend;
 
 typedef struct hs_queue hs_queue;
@@ -306,6 +306,16 @@ struct hs_comm {
     hs_device *device;
     hs_gpu_id *gpu_ids;
 };
+
+/* Whether c runs a on a group of size ranks as a canonical sum
+ * (hs_comm_set_canonical_sums): an fp32 sum or mean reduce-scatter or
+ * all-reduce, the ranks' blocks brought together whole and added as a
+ * pairwise tree in rank order. */
+static inline bool hs_comm_canonical_sum(hs_comm *c, int size, const hs_coll_args *a) {
+    return (a->op == HS_OP_REDUCE_SCATTER || a->op == HS_OP_ALL_REDUCE) &&
+           a->reduce != HS_REDUCE_MAX && a->dt == HS_DTYPE_F32 && size > 1 &&
+           atomic_load(&c->canonical_sums);
+}
 
 /* ---------------------------------------------------- link classes (links.c) */
 /* node_of and local_ranks, collectively over MPI_COMM_WORLD. */

@@ -51,7 +51,16 @@ void hs_comm_sent_bytes(const hs_pg *g, const hs_coll_args *a, int64_t sent[2]) 
     sent[0] = sent[1] = 0;
     if (w < 2) return;
     int next = (r + 1) % w;
-    switch (a->op) {
+    /* a canonical sum: a reduce-scatter's blocks go to their owners (an
+     * all-to-all), an all-reduce's whole buffer round the ring (an
+     * all-gather) */
+    bool canonical = hs_comm_canonical_sum(g->comm, w, a);
+    if (canonical && a->op == HS_OP_REDUCE_SCATTER) {
+        for (int i = 0; i < w; i++)
+            if (i != r) sent[remote(g, i)] += a->count * es;
+        return;
+    }
+    switch (canonical ? HS_OP_ALL_GATHER : a->op) {
     case HS_OP_ALL_GATHER:
     case HS_OP_REDUCE_SCATTER: sent[remote(g, next)] = (int64_t)(w - 1) * a->count * es; return;
     case HS_OP_ALL_REDUCE:

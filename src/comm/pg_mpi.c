@@ -119,15 +119,9 @@ static hs_status canonical_reduce(hs_mpi_group *g, const hs_coll_args *a, hs_err
     return st;
 }
 
-static bool canonical(const hs_mpi_group *g, const hs_coll_args *a) {
-    return (a->op == HS_OP_REDUCE_SCATTER || a->op == HS_OP_ALL_REDUCE) &&
-           a->reduce != HS_REDUCE_MAX && a->dt == HS_DTYPE_F32 && g->size > 1 &&
-           atomic_load(&g->comm->canonical_sums);
-}
-
 static hs_status mpi_exec(void *ctx, const hs_coll_args *a, hs_error *e) {
     hs_mpi_group *g = ctx;
-    if (canonical(g, a)) return canonical_reduce(g, a, e);
+    if (hs_comm_canonical_sum(g->comm, g->size, a)) return canonical_reduce(g, a, e);
     switch (a->op) {
     case HS_OP_ALL_GATHER:
         if (g->shm) return hs_shm_all_gather(g->shm, a->out, a->in, a->count, a->dt, e);
@@ -200,11 +194,12 @@ static hs_status mpi_p2p_test(void *ctx, void *req, bool *done, hs_error *e) {
 }
 
 /* All-gather, reduce-scatter and all-reduce are hypershard's own: the
- * direct reads of the shared segment on one node, else the ring; the rest
- * are MPI's. */
-static const char *mpi_path(void *ctx, hs_comm_op op) {
+ * direct reads of the shared segment on one node, else the ring, or the
+ * canonical sum; the rest are MPI's. */
+static const char *mpi_path(void *ctx, const hs_coll_args *a) {
     hs_mpi_group *g = ctx;
-    if (op != HS_OP_ALL_GATHER && op != HS_OP_REDUCE_SCATTER && op != HS_OP_ALL_REDUCE)
+    if (hs_comm_canonical_sum(g->comm, g->size, a)) return "canonical";
+    if (a->op != HS_OP_ALL_GATHER && a->op != HS_OP_REDUCE_SCATTER && a->op != HS_OP_ALL_REDUCE)
         return "mpi";
     return g->shm ? "intra-node" : "ring";
 }

@@ -169,7 +169,7 @@ static void nccl_release(nccl_group *g, bool abort) {
 
 static void nccl_destroy(void *ctx) { nccl_release(ctx, false); }
 
-static const char *nccl_path(void *ctx, hs_comm_op op) { return "nccl"; }
+static const char *nccl_path(void *ctx, const hs_coll_args *a) { return "nccl"; }
 
 static const hs_pg_backend nccl_backend = {.name = "nccl",
                                            .exec = nccl_exec,

@@ -216,7 +216,7 @@ hs_status hs_comm_exec(hs_pg *g, const hs_coll_args *a, hs_error *e) {
 const char *hs_comm_exec_path(const hs_pg *g, const hs_coll_args *a) {
     bool dev = hs_args_on_device(a) && g->dev_backend;
     const hs_pg_backend *b = dev ? g->dev_backend : g->backend;
-    return b->path ? b->path(dev ? g->dev_ctx : g->ctx, a->op) : NULL;
+    return b->path ? b->path(dev ? g->dev_ctx : g->ctx, a) : NULL;
 }
 
 hs_status hs_stage_p2p_begin(hs_work *w, hs_coll_args *run, hs_error *e) {

@@ -634,6 +634,7 @@ static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
                 ACC(c, &r->comm_calls[j], syncs, u->calls[j]);
     }
     r->rs_all_to_all = c->grad != HS_QUANT_NONE;
+    r->canonical_sums = hs_train_layout_invariant(&c->cfg->train) && c->rdt == HS_DTYPE_F32;
     if (c->fsdp) {
         int64_t pp_ = 0, pg = 0;
         hs_status s = simulate(c, seq, n_seq, &pp_, &pg, e);
@@ -645,6 +646,14 @@ static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
         r->device[HS_PLAN_UNSHARDED_GRADS] = pg;
     }
     mp_comm(c, &st, n_blocks, r);
+    if (r->canonical_sums && t->dp_shard > 1) {
+        /* the exact gradient norm: each rank's hs_xsum gathered over its
+         * shard group, once a step (fsdp/access.c) */
+        int64_t all = PROD(c, t->dp_shard, (int64_t)sizeof(hs_xsum));
+        add_to(c, &r->comm_bytes[HS_PLAN_AG], all);
+        add_to(c, &r->comm_calls[HS_PLAN_AG], 1);
+        add_to(c, &r->fsdp_payload[HS_PLAN_AG][0], all);
+    }
     free(seq), free(top_index), free(tops);
     for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++)
         add_to(c, &r->peak_device_bytes, r->device[i]), add_to(c, &r->peak_host_bytes, r->host[i]);

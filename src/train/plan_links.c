@@ -70,16 +70,16 @@ static void rank_sends(const links *l, hs_plan_role *r, int g, int q, int second
         /* grad_reduce: one all-to-all, or two levels over N even nodes: a
          * node peer gets the N chunks it sums, then each other node the
          * sum of its rank's chunk */
+        bool a2a = r->rs_all_to_all || r->canonical_sums;
         int n = r->rs_all_to_all ? even_nodes(l, shard_dim[g], q, m, w) : 0;
         int64_t chunk_bytes = pay[HS_PLAN_RS][g] / w;
         if (n > 1 && w / n > 1) {
             sent[HS_PLAN_RS][0] += chunk_bytes * n * (w / n - 1);
             sent[HS_PLAN_RS][1] += chunk_bytes * (n - 1);
         }
-        for (int j = 0; r->rs_all_to_all && !(n > 1 && w / n > 1) && j < w; j++)
+        for (int j = 0; a2a && !(n > 1 && w / n > 1) && j < w; j++)
             if (j != i) sent[HS_PLAN_RS][remote(l, q, m[j])] += chunk_bytes;
-        if (!r->rs_all_to_all)
-            sent[HS_PLAN_RS][remote(l, q, next)] += pay[HS_PLAN_RS][g] / w * (w - 1);
+        if (!a2a) sent[HS_PLAN_RS][remote(l, q, next)] += pay[HS_PLAN_RS][g] / w * (w - 1);
         int s = secondary;
         if (pay[HS_PLAN_AG_SECONDARY][g] > 0 && s > 1 && w % s == 0) {
             int peer = m[i - i % s + (i % s + 1) % s];
@@ -90,6 +90,10 @@ static void rank_sends(const links *l, hs_plan_role *r, int g, int q, int second
     m = group_of(l, replicate_dim[g], q, &w, &i);
     if (w < 2 || pay[HS_PLAN_AR][g] == 0) return;
     int next = (i + 1) % w;
+    if (r->canonical_sums) { /* the whole buffer round the ring */
+        sent[HS_PLAN_AR][remote(l, q, m[next])] += pay[HS_PLAN_AR][g] * (w - 1);
+        return;
+    }
     int64_t elems = 0, bytes = 0;
     for (int k = 0; k < r->n_ar_sizes[g]; k++) elems += r->ar_numel[g][k] * r->ar_calls[g][k];
     int64_t es = elems ? pay[HS_PLAN_AR][g] / elems : 0;

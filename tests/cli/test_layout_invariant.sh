@@ -8,8 +8,9 @@
 # checkpointing, in fp32 and in bf16 compute with fp32 reduction; Qwen3
 # (q/k norms) with tied embeddings at FSDP 4; pipelines (a 4-block model):
 # PP 2 x FSDP 2 under 1F1B, PP 2 interleaved over 2 virtual stages, PP 4
-# under GPipe, and PP 2 x FSDP 2 in bf16 with selective activation
-# checkpointing. A run saved at FSDP 4 and resumed in one process and at
+# under GPipe, PP 2 x HSDP 2 x 2 on 8 ranks, and in bf16 PP 2 x FSDP 2 with
+# selective activation checkpointing and PP 2 x FSDP 4 under GPipe on 8
+# ranks. A run saved at FSDP 4 and resumed in one process and at
 # HSDP 2 x 2, and one saved at PP 2 x FSDP 2 and resumed in one process,
 # continue bit for bit. The negative control: the default mode's FSDP 4 is
 # not bitwise one process's, so the comparison can fail. What layout does
@@ -82,11 +83,15 @@ run pp2_interleaved 2 train.threads=1 train.micro_batch_size=2 accelerator.pp_si
     accelerator.pp_schedule=interleaved_1f1b accelerator.pp_virtual_stages=2 "${deep[@]}"
 run pp4_gpipe 4 train.threads=1 train.micro_batch_size=2 accelerator.pp_size=4 \
     accelerator.pp_schedule=gpipe "${deep[@]}"
-for r in pp2_fsdp2 pp2_interleaved pp4_gpipe; do same one4 "$r"; done
+run pp2_hsdp22 8 train.threads=1 train.micro_batch_size=1 accelerator.pp_size=2 \
+    fsdp_config.dp_shard_size=2 "${deep[@]}"
+for r in pp2_fsdp2 pp2_interleaved pp4_gpipe pp2_hsdp22; do same one4 "$r"; done
 run one4_bf16 1 train.threads=2 train.micro_batch_size=8 "${deep[@]}" "${bf16[@]}"
 run pp2_fsdp2_bf16_sel 4 train.threads=1 train.micro_batch_size=2 accelerator.pp_size=2 \
     fsdp_config.dp_shard_size=2 train.activation_checkpointing=selective "${deep[@]}" "${bf16[@]}"
-same one4_bf16 pp2_fsdp2_bf16_sel
+run pp2_fsdp4_bf16_gpipe 8 train.threads=1 train.micro_batch_size=1 accelerator.pp_size=2 \
+    accelerator.pp_schedule=gpipe fsdp_config.dp_shard_size=4 "${deep[@]}" "${bf16[@]}"
+for r in pp2_fsdp2_bf16_sel pp2_fsdp4_bf16_gpipe; do same one4_bf16 "$r"; done
 
 # Resume across layouts: a constant learning rate, so that a run of 6
 # steps is the first 6 of a run of 12.

@@ -8,7 +8,9 @@
 # the secondary shard over each host's two ranks (hpZ) is FSDP 4's run
 # bit for bit, its backward gathering inside the hosts; int4 gradients
 # reduce in two levels (inside each host, then across) within their bound,
-# fused units with the unfused bits.
+# fused units with the unfused bits. train.reproducibility: layout at HSDP
+# 2 x 2, FSDP 4 and DDP 4 across the hosts gives one process's weights
+# byte for byte, with its sums traced as canonical.
 # Every run's link classes (bytes sent inside a host and across) equal the
 # plan's, and the compressed run (int8 gathers, int4 reductions, hpZ)
 # sends at most 30% of FSDP 4's bytes across the hosts. The trace
@@ -160,6 +162,40 @@ PY
 [ -f "$work/l_fsdp/trace/trace.json" ] && links l_fsdp "${L_FSDP[@]}"
 [ -f "$work/l_hsdp/trace/trace.json" ] && links l_hsdp "${L_HSDP[@]}"
 [ -f "$work/l_packed/trace/trace.json" ] && links l_packed "${L_PACKED[@]}"
+
+# train.reproducibility: layout across the hosts: HSDP 2 x 2 (the
+# replicate dimension across), FSDP 4 and DDP 4 over TCP end with one
+# process's weights byte for byte, their fp32 sums ran as canonical sums
+# (the trace's path: all-to-alls of the blocks, all-gathers of the whole
+# buffer) and the plan's link bytes are the trace's (at 4 ranks these part
+# from a ring's: 3 blocks to 3 peers, 3 whole buffers to the next).
+"$HS_BIN" train "${tiny[@]}" train.reproducibility=layout train.out_dir="$work/layout_one" \
+    > "$work/layout_one.txt" 2>&1 || fail "layout_one: $(tail -3 "$work/layout_one.txt")"
+layout() { # NAME SHARD EXPECTED...: the run, its weights, its sums' paths, its link bytes
+    local name=$1 shard=$2
+    shift 2
+    NODUMP=1 multi "$name" fsdp_config.dp_shard_size="$shard" train.reproducibility=layout || return
+    cmp -s "$work/layout_one/model.safetensors" "$work/$name/model.safetensors" ||
+        fail "$name across the hosts: the weights differ from one process's"
+    python3 - "$work/$name/trace/trace.json" "$@" <<'PY' || fail "$name: a sum did not run canonical"
+import collections, json, sys
+t = json.load(open(sys.argv[1]))
+ev = t["traceEvents"] if isinstance(t, dict) else t
+seen = collections.defaultdict(set)
+for e in ev:
+    a = e.get("args", {})
+    if e.get("cat") == "comm" and e["name"] in ("reduce_scatter", "all_reduce") \
+            and a.get("dtype") == "float32" and a.get("group", "").startswith("fsdp"):
+        seen[e["name"] + " " + a["group"]].add(a["path"])
+print("layout's fp32 sums:", dict(seen))
+assert sorted(seen) == sorted(sys.argv[2:]), (sorted(seen), sys.argv[2:])
+assert all(p == {"canonical"} for p in seen.values()), seen
+PY
+    links "$name" fsdp_config.dp_shard_size="$shard" train.reproducibility=layout
+}
+layout l_layout 2 "reduce_scatter fsdp_shard" "all_reduce fsdp_replicate"
+layout l_layout_fsdp4 4 "reduce_scatter fsdp_shard"
+layout l_layout_ddp4 1 "all_reduce fsdp_replicate"
 if [ -f "$work/l_fsdp.plan.json.inter" ] && [ -f "$work/l_packed.plan.json.inter" ]; then
     python3 - "$(cat "$work/l_fsdp.plan.json.inter")" "$(cat "$work/l_packed.plan.json.inter")" <<'PY' ||
 import sys
