@@ -297,6 +297,14 @@ hs_status hs_pp_schedule_all(hs_pp_schedule_kind kind, int pp, int M, int V, hs_
  * of the chunk after it) so the step cannot hang. HS_ERR_INTERNAL naming
  * the first broken rule. */
 hs_status hs_pp_schedule_check(hs_pp_schedule_kind kind, int pp, int M, int V, hs_error *e);
+/* Moves each W of the n actions a to right after its B, keeping the order
+ * of everything else: a splitting schedule whose weight passes run at once
+ * (train.reproducibility: layout, where each micro-batch's gradients are
+ * whole before the next input pass adds to them; the hand-overs keep
+ * their order, so the lists still cannot hang). */
+void hs_pp_weights_eager(hs_pp_action *a, int n);
+/* hs_pp_schedule_check of the lists with hs_pp_weights_eager applied. */
+hs_status hs_pp_schedule_check_eager(hs_pp_schedule_kind kind, int pp, int M, int V, hs_error *e);
 /* The same check of given lists (lists[s]: lens[s] actions of stage s)
  * for a schedule of that kind's chunk placement and passes. */
 hs_status hs_pp_actions_check(hs_pp_schedule_kind kind, int pp, int M, int V,

@@ -541,14 +541,12 @@ static void check_layout_invariant(const hs_config *c, const hs_topology *t, hs_
                           "accelerator.tp_size = %d, cp_size = %d, ep_size = %d: %s; set them to "
                           "1, or train.reproducibility: run",
                           a->tp_size, a->cp_size, a->ep_size, scope);
-    const hs_pp_schedule_info *sched = hs_pp_schedule_find(a->pp_schedule);
-    if (a->pp_size > 1 && sched && sched->splits_backward)
+    if (a->pp_size > 1 && !strcmp(a->pp_schedule, "zbv"))
         hs_cfg_report_add(rep,
-                          "accelerator.pp_schedule = %s: its deferred weight passes of several "
-                          "micro-batches meet in one unsharded gradient before it is reduced, "
-                          "which train.reproducibility = layout does not order yet; use gpipe, "
-                          "1f1b or interleaved_1f1b",
-                          a->pp_schedule);
+                          "accelerator.pp_schedule = zbv: its V puts the embedding and the head "
+                          "on stage 0, whose root unit both of that stage's chunks reduce for "
+                          "each micro-batch, which train.reproducibility = layout does not order "
+                          "yet; use gpipe, 1f1b, interleaved_1f1b or zb1p");
     if (hs_model_arch_moe(&c->model))
         hs_cfg_report_add(rep,
                           "model.arch = %s: %s; use llama or qwen3, or train.reproducibility: run",

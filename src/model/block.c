@@ -246,7 +246,13 @@ static void defer_weight_grad(hs_model *m, hs_wgrad_kind kind, float *dx, bool o
     hs_wgrad_input in = input_of(kind, &first);
     void *copy = rec->xcopy[in];
     if (copy && first) hs_dev_copy(m->dev, copy, x, (size_t)(N * IC) * hs_dtype_size(m->dt));
-    *op = (hs_wgrad_op){.w = w, .dy = op->dy, .x = copy ? copy : x, .rows = N, .IC = IC, .OC = OC};
+    *op = (hs_wgrad_op){.w = w,
+                        .dy = op->dy,
+                        .x = copy ? copy : x,
+                        .rows = N,
+                        .IC = IC,
+                        .OC = OC,
+                        .nseq = m->canon_nseq};
 }
 
 /* A dense linear's backward from dy in ydt: dx stored over or added to,
@@ -287,6 +293,14 @@ void hs_block_backward_weight(hs_model *m, hs_wgrad_block *wg) {
         hs_wgrad_op *op = &wg->op[k];
         hs_param *w = op->w;
         if (!w) continue;
+        if (op->nseq) { /* each sequence's part alone, as the unsplit pass */
+            int outer = m->canon_nseq;
+            m->canon_nseq = op->nseq;
+            hs_canon_linear_wgrad(m, w, op->dy, m->wg_dt, op->x, op->rows, op->IC, op->OC);
+            m->canon_nseq = outer;
+            op->w = NULL;
+            continue;
+        }
         bool store = w->grad_unset;
         hs_linear_backward_dy(m->dev, NULL, false, w->grad, store, w->grad_dtype, op->dy, m->wg_dt,
                               op->x, NULL, m->dt, op->rows, op->IC, op->OC);

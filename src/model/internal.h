@@ -100,6 +100,7 @@ typedef struct hs_wgrad_op {
     const void *x; /* [rows, IC] in the compute dtype */
     int64_t rows;
     int IC, OC;
+    int nseq; /* canonical sums: the sequences the rows hold (else 0) */
 } hs_wgrad_op;
 
 typedef struct hs_wgrad_block {

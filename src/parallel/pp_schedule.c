@@ -1,6 +1,7 @@
 /* Pipeline schedules: which chunks each stage holds and which forward and
  * backward it runs when (parallel.h). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "parallel/pp_internal.h"
 
@@ -251,7 +252,24 @@ hs_status hs_pp_actions_check(hs_pp_schedule_kind kind, int pp, int M, int V,
     return rc;
 }
 
-hs_status hs_pp_schedule_check(hs_pp_schedule_kind kind, int pp, int M, int V, hs_error *e) {
+void hs_pp_weights_eager(hs_pp_action *a, int n) {
+    /* in place: walking left to right, a W moves back to sit after its B,
+     * shifting what lies between one place right */
+    for (int i = 0; i < n; i++) {
+        if (a[i].kind != HS_PP_WEIGHT) continue;
+        int b = i - 1;
+        while (b >= 0 && !(a[b].kind == HS_PP_BACKWARD && a[b].chunk == a[i].chunk &&
+                           a[b].micro_batch == a[i].micro_batch))
+            b--;
+        HS_ASSERT(b >= 0); /* every W comes after its B */
+        hs_pp_action w = a[i];
+        memmove(a + b + 2, a + b + 1, sizeof *a * (size_t)(i - b - 1));
+        a[b + 1] = w;
+    }
+}
+
+static hs_status check_lists(hs_pp_schedule_kind kind, int pp, int M, int V, bool eager,
+                             hs_error *e) {
     int n = (int)hs_pp_schedule_length(kind, M, V);
     hs_pp_action **lists = calloc((size_t)pp, sizeof *lists);
     int *lens = calloc((size_t)pp, sizeof *lens);
@@ -260,6 +278,7 @@ hs_status hs_pp_schedule_check(hs_pp_schedule_kind kind, int pp, int M, int V, h
         lists[s] = malloc(sizeof *lists[s] * (size_t)n);
         if (!lists[s]) rc = hs_error_oom(e, "pipeline: the schedule check of %d actions", n);
         else rc = hs_pp_schedule(kind, pp, s, M, V, lists[s], e);
+        if (rc == HS_OK && eager) hs_pp_weights_eager(lists[s], n);
         lens[s] = n;
     }
     if (rc == HS_OK)
@@ -268,4 +287,12 @@ hs_status hs_pp_schedule_check(hs_pp_schedule_kind kind, int pp, int M, int V, h
     free(lists);
     free(lens);
     return rc;
+}
+
+hs_status hs_pp_schedule_check(hs_pp_schedule_kind kind, int pp, int M, int V, hs_error *e) {
+    return check_lists(kind, pp, M, V, false, e);
+}
+
+hs_status hs_pp_schedule_check_eager(hs_pp_schedule_kind kind, int pp, int M, int V, hs_error *e) {
+    return check_lists(kind, pp, M, V, true, e);
 }

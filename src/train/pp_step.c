@@ -25,12 +25,17 @@ hs_status hs_pp_trainer_init(hs_trainer *t, hs_error *e) {
         return e->code;
     /* a schedule that could hang or run an action twice is a bug: refuse it
      * before the first step rather than find it in a hang */
-    if (hs_pp_schedule_check(t->pp_kind, t->pp_size, t->M, V, e) != HS_OK) return e->code;
+    bool eager = hs_train_layout_invariant(&cfg->train) && hs_pp_schedule_splits(t->pp_kind);
+    if ((eager ? hs_pp_schedule_check_eager : hs_pp_schedule_check)(t->pp_kind, t->pp_size, t->M, V,
+                                                                    e) != HS_OK)
+        return e->code;
     t->n_pp_actions = (int)hs_pp_schedule_length(t->pp_kind, t->M, V);
     t->pp_actions = calloc((size_t)t->n_pp_actions, sizeof *t->pp_actions);
     if (!t->pp_actions) return hs_error_oom(e, "trainer: cannot allocate the schedule");
     if (hs_pp_schedule(t->pp_kind, t->pp_size, t->pp_stage, t->M, V, t->pp_actions, e) != HS_OK)
         return e->code;
+    /* layout: a micro-batch's weight pass before the next one's input pass */
+    if (eager) hs_pp_weights_eager(t->pp_actions, t->n_pp_actions);
     int64_t numel, extra;
     hs_pp_message_numel(&cfg->model, cfg->train.micro_batch_size, cfg->train.seq_len, t->cp, &numel,
                         &extra);

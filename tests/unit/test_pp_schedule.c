@@ -76,6 +76,49 @@ static void test_zb1p_is_the_papers_zb_h1(void **state) {
     expect_list(HS_PP_1F1B, 4, 1, 8, "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7");
 }
 
+/* train.reproducibility: layout's lists: each W moved to right after its
+ * B, the rest in order; the last stage of the paper's figure becomes its
+ * 1F1B with the W's in place, and every eager list passes the check. */
+static void test_eager_weights_follow_their_input_pass(void **state) {
+    (void)state;
+    hs_pp_action a[MAX_ACTIONS];
+    hs_error e;
+    int n = (int)hs_pp_schedule_length(HS_PP_ZB1P, 8, 1);
+    assert_int_equal(hs_pp_schedule(HS_PP_ZB1P, 4, 3, 8, 1, a, &e), HS_OK);
+    hs_pp_weights_eager(a, n);
+    char got[4096];
+    render(a, n, false, got, sizeof got);
+    assert_string_equal(got, "F0 B0 W0 F1 B1 W1 F2 B2 W2 F3 B3 W3 F4 B4 W4 F5 B5 W5 F6 B6 W6 F7 B7 "
+                             "W7");
+    for (int pp = 2; pp <= 6; pp++)
+        for (int M = pp; M <= 2 * pp + 1; M++) {
+            if (hs_pp_schedule_check_eager(HS_PP_ZB1P, pp, M, 1, &e) != HS_OK)
+                fail_msg("zb1p pp %d M %d: %s", pp, M, e.msg);
+            if (hs_pp_schedule_check_eager(HS_PP_ZBV, pp, M, 2, &e) != HS_OK)
+                fail_msg("zbv pp %d M %d: %s", pp, M, e.msg);
+            for (int s = 0; s < pp; s++) {
+                int len = (int)hs_pp_schedule_length(HS_PP_ZB1P, M, 1);
+                hs_pp_action b[MAX_ACTIONS];
+                assert_int_equal(hs_pp_schedule(HS_PP_ZB1P, pp, s, M, 1, a, &e), HS_OK);
+                memcpy(b, a, sizeof *a * (size_t)len);
+                hs_pp_weights_eager(b, len);
+                int fb = 0;
+                for (int k = 0; k < len; k++) {
+                    if (b[k].kind == HS_PP_WEIGHT) {
+                        assert_true(k > 0 && b[k - 1].kind == HS_PP_BACKWARD &&
+                                    b[k - 1].micro_batch == b[k].micro_batch);
+                        continue;
+                    }
+                    /* F's and B's keep their order */
+                    while (a[fb].kind == HS_PP_WEIGHT) fb++;
+                    assert_int_equal(a[fb].kind, b[k].kind);
+                    assert_int_equal(a[fb].micro_batch, b[k].micro_batch);
+                    fb++;
+                }
+            }
+        }
+}
+
 /* A slot frees at W: every stage holds pp micro-batches at its peak, the
  * first stage's 1F1B peak. */
 static void test_zb1p_slots_are_1f1b_peak(void **state) {
@@ -177,6 +220,7 @@ int main(void) {
         cmocka_unit_test(test_the_table_is_what_the_lists_do),
         cmocka_unit_test(test_every_schedule_passes_the_check),
         cmocka_unit_test(test_zb1p_is_the_papers_zb_h1),
+        cmocka_unit_test(test_eager_weights_follow_their_input_pass),
         cmocka_unit_test(test_zb1p_slots_are_1f1b_peak),
         cmocka_unit_test(test_the_check_refuses_broken_lists),
     };
