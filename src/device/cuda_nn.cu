@@ -288,19 +288,27 @@ __global__ void swiglu_fwd_k(T *out, const T *gate, const T *up, int64_t n) {
         hs_cu_st<D>(out, i, swiglu_y(ld(gate[i]), ld(up[i])));
 }
 
+/* Group j's eight gate and up gradients from 16-byte loads. */
+template <typename T>
+__device__ __forceinline__ void swiglu_d8(const T *gate, const T *up, const float *dout, int64_t j,
+                                          float *dg, float *du) {
+    constexpr int D = dt_code<T>;
+    float g[8], u[8], dy[8];
+    hs_cu_ld8<D>(gate, j, g);
+    hs_cu_ld8<D>(up, j, u);
+    hs_cu_ld8<HS_CU_F32>(dout, j, dy);
+#pragma unroll
+    for (int k = 0; k < 8; k++) swiglu_d(g[k], u[k], dy[k], &dg[k], &du[k]);
+}
+
 /* dout may be dgate: each element is read before it is written. */
 template <typename T, bool V>
 __global__ void swiglu_bwd_k(float *dgate, float *dup, bool overwrite, const float *dout,
                              const T *gate, const T *up, int64_t n) {
-    constexpr int D = dt_code<T>;
     int64_t groups = vec_groups<V>(n);
     for (int64_t j = hs_cu_first(); j < groups; j += hs_cu_stride()) {
-        float g[8], u[8], dy[8], dg[8], du[8];
-        hs_cu_ld8<D>(gate, j, g);
-        hs_cu_ld8<D>(up, j, u);
-        hs_cu_ld8<HS_CU_F32>(dout, j, dy);
-#pragma unroll
-        for (int k = 0; k < 8; k++) swiglu_d(g[k], u[k], dy[k], &dg[k], &du[k]);
+        float dg[8], du[8];
+        swiglu_d8(gate, up, dout, j, dg, du);
         if (!overwrite) {
             float og[8], ou[8];
             hs_cu_ld8<HS_CU_F32>(dgate, j, og);
@@ -328,15 +336,10 @@ __global__ void swiglu_bwd_k(float *dgate, float *dup, bool overwrite, const flo
 template <typename T, int D16, bool V>
 __global__ void swiglu_bwd16_k(void *dgate16, void *dup16, const float *dout, const T *gate,
                                const T *up, int64_t n) {
-    constexpr int D = dt_code<T>;
     int64_t groups = vec_groups<V>(n);
     for (int64_t j = hs_cu_first(); j < groups; j += hs_cu_stride()) {
-        float g[8], u[8], dy[8], dg[8], du[8];
-        hs_cu_ld8<D>(gate, j, g);
-        hs_cu_ld8<D>(up, j, u);
-        hs_cu_ld8<HS_CU_F32>(dout, j, dy);
-#pragma unroll
-        for (int k = 0; k < 8; k++) swiglu_d(g[k], u[k], dy[k], &dg[k], &du[k]);
+        float dg[8], du[8];
+        swiglu_d8(gate, up, dout, j, dg, du);
         hs_cu_st8<D16>(dgate16, j, dg);
         hs_cu_st8<D16>(dup16, j, du);
     }
