@@ -1,7 +1,6 @@
 /* Pipeline schedules: which chunks each stage holds and which forward and
  * backward it runs when (parallel.h). */
 #include <stdlib.h>
-#include <string.h>
 
 #include "parallel/pp_internal.h"
 
@@ -263,7 +262,7 @@ void hs_pp_weights_eager(hs_pp_action *a, int n) {
             b--;
         HS_ASSERT(b >= 0); /* every W comes after its B */
         hs_pp_action w = a[i];
-        memmove(a + b + 2, a + b + 1, sizeof *a * (size_t)(i - b - 1));
+        for (int k = i; k > b + 1; k--) a[k] = a[k - 1];
         a[b + 1] = w;
     }
 }

@@ -513,6 +513,34 @@ static void ar_size(hs_plan_role *r, int g, int64_t numel, int64_t calls) {
     r->ar_calls[g][r->n_ar_sizes[g]++] = calls;
 }
 
+/* The reductions a step runs for the block units of each local chunk of
+ * `stage` (syncs[v], V of them): one a micro-batch; where the schedule
+ * defers weight passes, one each time the chunk's last pending W completes
+ * (fsdp/hooks.c: a unit reduces when its pending weight passes reach
+ * zero), which under train.reproducibility: layout is each W again
+ * (hs_pp_weights_eager); 1 without requires_grad_sync. */
+static hs_status chunk_syncs(const plan_ctx *c, int stage, int V, int64_t *syncs, hs_error *e) {
+    const hs_config *cfg = c->cfg;
+    for (int v = 0; v < V; v++) syncs[v] = cfg->fsdp.requires_grad_sync ? c->M : 1;
+    hs_pp_schedule_kind kind;
+    if (c->topo->pp < 2 || !cfg->fsdp.requires_grad_sync ||
+        !hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &kind) || !hs_pp_schedule_splits(kind))
+        return HS_OK;
+    int n = (int)hs_pp_schedule_length(kind, c->M, V);
+    hs_pp_action *a = malloc(sizeof *a * (size_t)n);
+    int *pending = calloc((size_t)V, sizeof *pending);
+    hs_status rc = a && pending ? hs_pp_schedule(kind, c->topo->pp, stage, c->M, V, a, e)
+                                : hs_error_oom(e, "plan: the schedule of %d actions", n);
+    if (rc == HS_OK && hs_train_layout_invariant(&cfg->train)) hs_pp_weights_eager(a, n);
+    for (int v = 0; rc == HS_OK && v < V; v++) syncs[v] = 0;
+    for (int k = 0; rc == HS_OK && k < n; k++) {
+        if (a[k].kind == HS_PP_BACKWARD) pending[a[k].chunk]++;
+        else if (a[k].kind == HS_PP_WEIGHT && --pending[a[k].chunk] == 0) syncs[a[k].chunk]++;
+    }
+    free(a), free(pending);
+    return rc;
+}
+
 static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
                            int64_t *global_numel, hs_error *e) {
     const hs_config *cfg = c->cfg;
@@ -606,9 +634,21 @@ static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
         block_numel = PROD(c, block_numel / nch, n_blocks);
     }
     add_to(c, global_numel, hs_ck_add(c->ck, root_numel, block_numel));
-    int64_t syncs = cfg->fsdp.requires_grad_sync ? c->M : 1;
-    for (int k = 0; k < n_seq; k++) {
+    int64_t root_syncs = cfg->fsdp.requires_grad_sync ? c->M : 1;
+    int nch = st.n_chunks > 0 ? st.n_chunks : 1;
+    int64_t chunk_sync[HS_MODEL_MAX_CHUNKS];
+    HS_ASSERT(nch <= HS_MODEL_MAX_CHUNKS);
+    hs_status cs = chunk_syncs(c, stage, nch, chunk_sync, e);
+    if (cs != HS_OK) {
+        free(seq), free(top_index), free(tops);
+        return cs;
+    }
+    for (int k = 0, v = 0, left = st.n_chunks > 0 ? st.n_layers[0] : n_blocks; k < n_seq; k++) {
         unit_sz *u = seq[k];
+        /* unit k > 0 is a block of local chunk v (the blocks in chunk order) */
+        while (k > 0 && left == 0 && v + 1 < nch) left = st.n_layers[++v];
+        if (k > 0) left--;
+        int64_t syncs = k == 0 ? root_syncs : chunk_sync[v];
         for (int i = 0; i < HS_PLAN_ITEM_COUNT; i++)
             add_to(c, &r->device[i], u->dev[i]), add_to(c, &r->host[i], u->host[i]);
         /* each micro-batch's forward; its backward's again where the forward

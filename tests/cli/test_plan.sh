@@ -125,18 +125,22 @@ for r in map(json.loads, open(sys.argv[2])):
     assert ("bubble" in r) == (comm["pp"]["calls"] > 0), r
     assert "bubble" not in r or 0 <= r["bubble"] < 1, r
 PY
-    python3 - "$name" "$work/$name.plan.json" "$work/$name/trace/trace.json" <<'PY' || fail "$name: comm"
+    python3 - "$name" "$work/$name.plan.json" "$work/$name/trace/trace.json" "${COMM_RANK:-0}" \
+        <<'PY' || fail "$name: comm"
 import collections, json, sys
-name, plan, trace = sys.argv[1:]
-comm = json.load(open(plan))["ranks"][0]["comm"]
+name, plan, trace, pid = sys.argv[1:4] + [int(sys.argv[4])]
+# the role (pipeline stage) of rank pid: the last that starts at or before it
+role = max((r for r in json.load(open(plan))["ranks"] if r["first_rank"] <= pid),
+           key=lambda r: r["first_rank"])
+comm = role["comm"]
 d = json.load(open(trace))
 ev = d["traceEvents"] if isinstance(d, dict) else d
-step = [e for e in ev if e.get("name") == "step" and e.get("ph") == "X" and e.get("pid") == 0][0]
+step = [e for e in ev if e.get("name") == "step" and e.get("ph") == "X" and e.get("pid") == pid][0]
 t0, t1 = step["ts"], step["ts"] + step["dur"]
 calls, nbytes = collections.Counter(), collections.Counter()
 for e in ev:
     a = e.get("args", {})
-    if e.get("pid") == 0 and e.get("ph") == "X" and "group" in a and t0 <= e["ts"] <= t1:
+    if e.get("pid") == pid and e.get("ph") == "X" and "group" in a and t0 <= e["ts"] <= t1:
         calls[(e["name"], a["group"])] += 1
         nbytes[(e["name"], a["group"])] += int(a.get("bytes") or 0)
 ok = True
@@ -207,6 +211,14 @@ comm_check comm_cp2_a2a 2 accelerator.cp_size=2 accelerator.cp_rotate_method=all
 comm_check comm_cp4_a2a_ring 4 accelerator.cp_size=4 accelerator.cp_rotate_method=alltoall_ring \
     accelerator.cp_a2a_size=2
 comm_check comm_pp2 2 accelerator.pp_size=2 train.global_batch_size=8
+# ZB-H1's last stage: a unit reduces when its last pending weight pass
+# completes, once for the W's it kept back; under layout mode after each W
+COMM_RANK=2
+comm_check comm_zb1p_last 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_schedule=zb1p \
+    train.global_batch_size=8 model.n_layers=4
+comm_check comm_zb1p_layout_last 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_schedule=zb1p \
+    train.global_batch_size=8 model.n_layers=4 train.reproducibility=layout
+unset COMM_RANK
 comm_check comm_pp2_tp2_sp 4 accelerator.pp_size=2 accelerator.tp_size=2 \
     accelerator.sequence_parallel=true train.global_batch_size=8
 
