@@ -48,27 +48,11 @@ void hs_canon_scratch_floats(const hs_model *m, int64_t *tree, int64_t *tied) {
                 : 0;
 }
 
-/* Scratch for a tree of n parts of len values (log2(n) + 2 slots): the
- * model's own block (sized for the largest at creation), grown where a
- * larger one is needed. */
-static float *tree_scratch(hs_model *m, int n, int64_t len) {
-    int64_t want = tree_slots(n) * len;
-    if (want > m->canon_floats) {
-        hs_device_free_mem(m->dev, m->canon_buf);
-        /* a refusal is recorded on the device, which the step checks */
-        m->canon_buf = hs_device_alloc(m->dev, (size_t)want * sizeof(float));
-        if (!m->canon_buf) {
-            m->canon_floats = 0;
-            return NULL;
-        }
-        m->canon_floats = want;
-    }
-    return m->canon_buf;
-}
-
+/* The model's block, sized for its capacity when it was created
+ * (hs_canon_scratch_floats), holds a tree of any micro-batch's parts. */
 float *hs_canon_tree(hs_model *m, int64_t len, hs_canon_part_fn fn, void *ctx) {
-    float *scratch = tree_scratch(m, m->canon_nseq, len);
-    return scratch ? tree_sum(m, m->canon_nseq, len, fn, ctx, scratch) : NULL;
+    HS_ASSERT(tree_slots(m->canon_nseq) * len <= m->canon_floats);
+    return tree_sum(m, m->canon_nseq, len, fn, ctx, m->canon_buf);
 }
 
 /* The tree's sum added into a parameter's gradient: stored over it while
@@ -169,13 +153,7 @@ static void embed_part(void *vctx, int s, float *out) {
 }
 
 float *hs_canon_tied_parts(hs_model *m, int64_t len) {
-    int64_t want = (int64_t)m->canon_nseq * len;
-    if (want > m->canon_tied_floats) {
-        hs_device_free_mem(m->dev, m->canon_tied);
-        /* a refusal is recorded on the device, which the step checks */
-        m->canon_tied = hs_device_alloc(m->dev, (size_t)want * sizeof(float));
-        m->canon_tied_floats = m->canon_tied ? want : 0;
-    }
+    HS_ASSERT((int64_t)m->canon_nseq * len <= m->canon_tied_floats);
     return m->canon_tied;
 }
 

@@ -322,13 +322,12 @@ typedef void (*hs_canon_part_fn)(void *ctx, int s, float *out);
  * largest gradient a tree sums (*tree), and with tied embeddings each of
  * max_batch sequences' head part (*tied), in floats. */
 void hs_canon_scratch_floats(const hs_model *m, int64_t *tree, int64_t *tied);
-/* The tree of the canon_nseq parts, in the model's scratch (NULL, the
- * device's failure set, without the memory). */
+/* The tree of the canon_nseq parts, in the model's scratch. */
 float *hs_canon_tree(hs_model *m, int64_t len, hs_canon_part_fn fn, void *ctx);
 /* sum stored over w's gradient while unset, else added to it (NULL: none). */
 void hs_canon_into_grad(hs_model *m, hs_param *w, const float *sum, int64_t len);
 /* Tied embeddings: room for each sequence's head part, which the
- * embedding's tree adds to that sequence's own (NULL without the memory). */
+ * embedding's tree adds to that sequence's own. */
 float *hs_canon_tied_parts(hs_model *m, int64_t len);
 /* The embedding's gradient from d(residual) of the micro-batch's N rows. */
 void hs_canon_embedding_bwd(hs_model *m, const float *dres, const int32_t *tokens, int64_t N);

@@ -199,7 +199,7 @@ static double head_canonical(hs_model *m, const int32_t *targets, int64_t N, flo
     if (m->head == m->embed && m->head->grad) {
         /* tied: each sequence's part waits for its embedding part */
         float *keep = hs_canon_tied_parts(m, len);
-        for (int s = 0; keep && s < n; s++) head_seq_part(&c, s, keep + (int64_t)s * len);
+        for (int s = 0; s < n; s++) head_seq_part(&c, s, keep + (int64_t)s * len);
     } else if (m->head->grad) {
         hs_canon_into_grad(m, m->head, hs_canon_tree(m, len, head_seq_part, &c), len);
     }
