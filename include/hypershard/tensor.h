@@ -339,6 +339,10 @@ typedef struct hs_tree_stack {
 } hs_tree_stack;
 int hs_tree_stack_push(hs_tree_stack *t);
 float hs_max_abs_f32(const float *x, int64_t n);
+/* The index of x's first NaN or infinity, -1 if every element is finite;
+ * blocks over the threads from 64K elements (the answer does not depend
+ * on them). */
+int64_t hs_first_nonfinite_f32(const float *x, int64_t n);
 /* max_i |a-b| / max(|b|, floor); for tests and parity reports. */
 double hs_max_rel_diff_f32(const float *a, const float *b, int64_t n, double floor);
 

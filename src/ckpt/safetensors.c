@@ -92,9 +92,12 @@ static char *st_header_json(const hs_st_tensor *tensors, int n, const hs_st_meta
         offset += tensors[i].bytes;
     }
     hs_json_end_object(&j);
-    /* Spaces up to a multiple of 8 keep the data region (and so every F32
-     * tensor of ours) 8-byte aligned; JSON allows trailing whitespace. */
-    while (ftell(f) % 8 != 0) fputc(' ', f);
+    /* Spaces (JSON allows trailing whitespace) up to where the data region
+     * starts HS_ALIGN-aligned in the file, so in a mapping of it: a tensor
+     * whose offset is a multiple of 64 bytes too (every tensor before it
+     * a multiple of 16 floats: the usual shapes) can be read in place
+     * (hs_model_borrow_param). The format allows no gaps between tensors. */
+    while ((8 + ftell(f)) % HS_ALIGN != 0) fputc(' ', f);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;
@@ -336,12 +339,16 @@ static hs_status st_read_all(hs_st_file *f, FILE *fp, hs_error *e) {
     if (s != HS_OK) return s;
     char *header = malloc(hlen ? hlen : 1);
     if (!header) return hs_error_oom(e, "safetensors %s: cannot allocate", f->path);
-    /* The data region is read where it lies in the page cache (a read-only
-     * private mapping: no zero-filled copy of the whole file), or, where the
-     * file cannot be mapped, into memory of its own. */
+    /* The data region is read where it lies in the page cache (a private
+     * mapping: no zero-filled copy of the whole file), or, where the file
+     * cannot be mapped, into memory of its own. Writable but private, as
+     * the memory of its own is: a parameter that reads its values here
+     * (hs_model_borrow_param) and were written would copy the page, never
+     * fault and never reach the file. */
     uint64_t data_bytes = (uint64_t)size - 8 - hlen;
-    void *map = data_bytes ? mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fileno(fp), 0)
-                           : MAP_FAILED;
+    void *map = data_bytes
+                    ? mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fileno(fp), 0)
+                    : MAP_FAILED;
     if (map != MAP_FAILED) {
         f->map = map, f->map_bytes = (size_t)size;
         f->data = (char *)map + 8 + hlen, f->data_bytes = (size_t)data_bytes;

@@ -2,6 +2,7 @@
  * -march=x86-64-v3 the compiler vectorises them; sums accumulate in fp64 so
  * that norms over millions of elements do not depend on the order. */
 #include <math.h>
+#include <string.h>
 
 #include "hypershard/tensor.h"
 
@@ -74,6 +75,33 @@ double hs_sumsq_f32(const float *x, int64_t n) {
         for (int c = 0; c < m; c++) s += part[c];
     }
     return s;
+}
+
+/* Whether a block holds a NaN or an infinity: its largest magnitude's bit
+ * pattern, a loop that vectorises (exponent all ones is Inf or NaN). */
+#define FINITE_BLOCK 4096
+
+static bool block_nonfinite(const float *x, int64_t n) {
+    uint32_t top = 0;
+    for (int64_t j = 0; j < n; j++) {
+        uint32_t b;
+        memcpy(&b, &x[j], sizeof b);
+        b &= 0x7FFFFFFFu;
+        top = b > top ? b : top;
+    }
+    return top >= 0x7F800000u;
+}
+
+int64_t hs_first_nonfinite_f32(const float *x, int64_t n) {
+    int64_t blocks = (n + FINITE_BLOCK - 1) / FINITE_BLOCK, first = blocks;
+#pragma omp parallel for schedule(static) reduction(min : first) if (n >= EW_PAR_MIN)
+    for (int64_t k = 0; k < blocks; k++) {
+        int64_t lo = k * FINITE_BLOCK, len = n - lo < FINITE_BLOCK ? n - lo : FINITE_BLOCK;
+        if (k < first && block_nonfinite(x + lo, len)) first = k;
+    }
+    for (int64_t i = first * FINITE_BLOCK; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
 }
 
 float hs_max_abs_f32(const float *x, int64_t n) {

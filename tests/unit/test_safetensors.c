@@ -90,7 +90,7 @@ static void test_round_trip_is_bitwise_in_f32_bf16_f16(void **state) {
     hs_safetensors_close(f);
 }
 
-static void test_header_length_is_a_multiple_of_8_and_data_follows_in_order(void **state) {
+static void test_data_region_starts_64_byte_aligned_and_data_follows_in_order(void **state) {
     (void)state;
     float a[3] = {1, 2, 3}, b[1] = {4};
     hs_st_tensor t[2] = {
@@ -105,6 +105,7 @@ static void test_header_length_is_a_multiple_of_8_and_data_follows_in_order(void
     uint64_t hlen;
     memcpy(&hlen, buf, 8);
     assert_int_equal(hlen % 8, 0);
+    assert_int_equal((8 + hlen) % HS_ALIGN, 0);
     assert_int_equal(n, 8 + hlen + 16);
     assert_memory_equal(buf + 8 + hlen, a, 12);
     assert_memory_equal(buf + 8 + hlen + 12, b, 4);
@@ -257,7 +258,7 @@ static void test_unaligned_tensors_of_other_writers_convert_exactly(void **state
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_is_bitwise_in_f32_bf16_f16),
-        cmocka_unit_test(test_header_length_is_a_multiple_of_8_and_data_follows_in_order),
+        cmocka_unit_test(test_data_region_starts_64_byte_aligned_and_data_follows_in_order),
         cmocka_unit_test(test_truncated_files_are_errors_naming_the_file),
         cmocka_unit_test(test_bad_headers_name_the_tensor_and_the_problem),
         cmocka_unit_test(test_a_tensor_name_given_twice_is_refused),

@@ -73,6 +73,36 @@ static void test_reductions_accumulate_in_double(void **state) {
     assert_true(hs_sum_f32(y, 0) == 0.0);
 }
 
+/* The first NaN / infinity of 300,000 values (blocks of 4096 over the
+ * threads): at element 0, at a block's last and next block's first
+ * element, deep in the tail, with later ones behind it, on one thread and
+ * two; -1 when all are finite (the largest finite value included). */
+static void test_first_nonfinite_is_the_first_whatever_the_threads(void **state) {
+    (void)state;
+    enum { N = 300000 };
+    static float x[N];
+    const int64_t at[] = {0, 4095, 4096, 123457, N - 1};
+    const float bad[] = {NAN, INFINITY, -INFINITY, NAN, -INFINITY};
+    int threads0 = hs_blas_get_threads();
+    for (int t = 1; t <= 2; t++) {
+        hs_blas_set_threads(t);
+        for (int64_t i = 0; i < N; i++) x[i] = (float)(i % 97) - 48.0f;
+        x[77] = 3.4028235e38f;
+        assert_int_equal(hs_first_nonfinite_f32(x, N), -1);
+        assert_int_equal(hs_first_nonfinite_f32(x, 0), -1);
+        for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+            x[at[k]] = bad[k];
+            if (at[k] + 5 < N) x[at[k] + 5] = NAN; /* a later one must not win */
+            assert_int_equal(hs_first_nonfinite_f32(x, N), at[k]);
+            assert_int_equal(hs_first_nonfinite_f32(x + at[k] + 1, N - at[k] - 1),
+                             at[k] + 5 < N ? 4 : -1);
+            x[at[k]] = 1.0f;
+            if (at[k] + 5 < N) x[at[k] + 5] = 1.0f;
+        }
+    }
+    hs_blas_set_threads(threads0);
+}
+
 static void test_max_abs_and_rel_diff_do_not_hide_nan(void **state) {
     (void)state;
     float a[3] = {1, NAN, 2}, b[3] = {1, 1, 2}, c[3] = {1.1f, 1, 2};
@@ -95,6 +125,7 @@ int main(void) {
         cmocka_unit_test(test_elementwise_fill_add_axpy_scale),
         cmocka_unit_test(test_reductions_accumulate_in_double),
         cmocka_unit_test(test_max_abs_and_rel_diff_do_not_hide_nan),
+        cmocka_unit_test(test_first_nonfinite_is_the_first_whatever_the_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
