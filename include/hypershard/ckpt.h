@@ -278,6 +278,10 @@ hs_status hs_ckpt_write_atomic(const char *dir, const char *name, const char *te
  * Under FSDP these are collective, so every rank calls them in the same order. */
 typedef hs_status (*hs_param_get_fn)(void *ctx, int param_index, float *out, hs_error *e);
 typedef hs_status (*hs_param_set_fn)(void *ctx, int param_index, const float *full, hs_error *e);
+/* Takes parameter param_index's values where `full` lies, to read them
+ * there until the holder of `full` is closed (hs_model_borrow_param); false
+ * where it cannot, set then copies them. */
+typedef bool (*hs_param_borrow_fn)(void *ctx, int param_index, const float *full);
 
 /* Number of HF tensors parameter p becomes (E for stacked experts, else 1)
  * and the name of the j-th. */
@@ -304,5 +308,13 @@ hs_status hs_hf_save(hs_model *m, hs_param_get_fn get, void *ctx, hs_dtype dt, i
  * present with its shape (errors name the FQN / tensor name, both shapes);
  * tensors the model does not have are errors too. */
 hs_status hs_hf_load(hs_model *m, const char *dir, hs_param_set_fn set, void *ctx, hs_error *e);
+/* hs_hf_load, where borrow may take a parameter's values in the file (one
+ * fp32 tensor of the file's, read in place) instead of a copy. When it
+ * took any, *kept is the open file, also after a failure (the caller closes
+ * it with hs_safetensors_close once nothing reads those parameters: after
+ * freeing the model), else NULL. */
+hs_status hs_hf_load_borrowing(hs_model *m, const char *dir, hs_param_set_fn set,
+                               hs_param_borrow_fn borrow, void *ctx, hs_st_file **kept,
+                               hs_error *e);
 
 #endif

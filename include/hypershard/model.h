@@ -95,6 +95,9 @@ typedef struct hs_param {
      * gradient is consumed is zeroed then (hs_param_grad_settle). */
     bool grad_first_store;
     bool grad_unset;
+    /* data is memory the caller lent (hs_model_borrow_param), not freed
+     * with the model */
+    bool borrowed;
 } hs_param;
 
 /* The gradient's value where no write came (grad_unset): zeros. */
@@ -472,6 +475,15 @@ int64_t hs_model_buffer_bytes(const hs_model *m);
 
 int hs_model_num_params(const hs_model *m);
 hs_param *hs_model_param(hs_model *m, int i);
+/* Parameter i reads its values where `data` holds them (fp32, the whole
+ * tensor, HS_ALIGN-aligned host memory the caller keeps, unchanged by
+ * anyone else, until the model is freed) and its own buffer is released:
+ * a run that only reads its weights (generate, eval) takes them where a
+ * weights file maps them instead of copying them. false, nothing changed,
+ * where it cannot: a device that does not compute on host memory (cuda),
+ * a compute dtype other than fp32, a parameter the model does not hold
+ * whole or did not allocate. */
+bool hs_model_borrow_param(hs_model *m, int i, const float *data);
 /* -1 if absent. */
 int hs_model_find_param(const hs_model *m, const char *fqn);
 int hs_model_num_units(const hs_model *m);

@@ -159,32 +159,16 @@ static hs_status hf_check_all(hs_model *m, const hs_st_file *f, const char *path
  * everywhere, steps later and far from its cause. */
 static hs_status hf_check_finite(const char *path, const char *name, const float *v, int64_t n,
                                  hs_error *e) {
-    /* Blocks first, by the largest magnitude's bit pattern (a loop that
-     * vectorises): exponent all ones is Inf or NaN. Only a block that holds
-     * one is searched for the first. */
-    enum { BLOCK = 1024 };
-    int64_t i = 0;
-    for (; i + BLOCK <= n; i += BLOCK) {
-        uint32_t top = 0;
-        for (int j = 0; j < BLOCK; j++) {
-            uint32_t b;
-            memcpy(&b, &v[i + j], sizeof b);
-            b &= 0x7FFFFFFFu;
-            top = b > top ? b : top;
-        }
-        if (top >= 0x7F800000u) break;
-    }
-    for (; i < n; i++)
-        if (!isfinite(v[i]))
-            return hs_error_set(e, HS_ERR_FORMAT,
-                                "%s: tensor %s holds %s at element %lld (the first); the weights "
-                                "are corrupt or come from a diverged run, so they are not loaded",
-                                path, name,
-                                isnan(v[i]) ? "NaN"
-                                : v[i] > 0  ? "+Inf"
-                                            : "-Inf",
-                                (long long)i);
-    return HS_OK;
+    int64_t i = hs_first_nonfinite_f32(v, n);
+    if (i < 0) return HS_OK;
+    return hs_error_set(e, HS_ERR_FORMAT,
+                        "%s: tensor %s holds %s at element %lld (the first); the weights are "
+                        "corrupt or come from a diverged run, so they are not loaded",
+                        path, name,
+                        isnan(v[i]) ? "NaN"
+                        : v[i] > 0  ? "+Inf"
+                                    : "-Inf",
+                        (long long)i);
 }
 
 /* The file's bytes of parameter p when they are its values as set takes
@@ -196,6 +180,13 @@ static const float *hf_in_place(const hs_st_tensor *t, int parts) {
 }
 
 hs_status hs_hf_load(hs_model *m, const char *dir, hs_param_set_fn set, void *ctx, hs_error *e) {
+    return hs_hf_load_borrowing(m, dir, set, NULL, ctx, NULL, e);
+}
+
+hs_status hs_hf_load_borrowing(hs_model *m, const char *dir, hs_param_set_fn set,
+                               hs_param_borrow_fn borrow, void *ctx, hs_st_file **kept,
+                               hs_error *e) {
+    if (kept) *kept = NULL;
     char path[HS_PATH_MAX + 32];
     struct stat st;
     if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
@@ -210,6 +201,7 @@ hs_status hs_hf_load(hs_model *m, const char *dir, hs_param_set_fn set, void *ct
      * a fresh one per parameter would fault in new pages each time. */
     float *buf = NULL;
     int64_t cap = 0;
+    int borrowed = 0;
     for (int i = 0; s == HS_OK && i < hs_model_num_params(m); i++) {
         const hs_param *p = hs_model_param(m, i);
         int64_t numel = hs_param_numel(p);
@@ -235,9 +227,12 @@ hs_status hs_hf_load(hs_model *m, const char *dir, hs_param_set_fn set, void *ct
             }
             full = buf;
         }
-        if (s == HS_OK) s = set(ctx, i, full, e);
+        if (s == HS_OK && full != buf && borrow && kept && borrow(ctx, i, full)) borrowed++;
+        else if (s == HS_OK) s = set(ctx, i, full, e);
     }
     free(buf);
-    hs_safetensors_close(f);
+    /* also after a failure: parameters taken before it still point here */
+    if (borrowed > 0) *kept = f;
+    else hs_safetensors_close(f);
     return s;
 }

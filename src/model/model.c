@@ -586,9 +586,21 @@ hs_status hs_model_create(const hs_model_config *cfg, const hs_model_options *op
 static void params_free(hs_model *m) {
     if (!m->opt.allocate_params || m->opt.describe_only) return;
     for (int i = 0; i < m->n_params; i++) {
-        hs_device_free_mem(m->dev, m->params[i].data);
+        if (!m->params[i].borrowed) hs_device_free_mem(m->dev, m->params[i].data);
         hs_device_free_mem(m->dev, m->params[i].grad);
     }
+}
+
+bool hs_model_borrow_param(hs_model *m, int i, const float *data) {
+    hs_param *p = hs_model_param(m, i);
+    if (!m->dev->host_visible || m->dt != HS_DTYPE_F32 || !m->opt.allocate_params ||
+        m->opt.describe_only || !p->data || p->borrowed ||
+        hs_param_local_numel(p) != hs_param_numel(p) || !data || (uintptr_t)data % HS_ALIGN != 0)
+        return false;
+    hs_device_free_mem(m->dev, p->data);
+    p->data = (float *)(uintptr_t)data; /* read only: nothing of a forward writes it */
+    p->borrowed = true;
+    return true;
 }
 
 static void buffers_free(hs_model *m) {

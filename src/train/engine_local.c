@@ -9,6 +9,7 @@
 typedef struct local_ctx {
     hs_optim_param *params;
     int n;
+    bool inference; /* forward only: nothing writes the parameters */
     hs_model_hooks hooks;
 } local_ctx;
 
@@ -68,6 +69,15 @@ static hs_status local_set_full(hs_engine *en, int i, const float *full, hs_erro
     hs_device_copy(hs_model_device(en->model), p->data, full,
                    sizeof(float) * (size_t)hs_param_numel(p), HS_COPY_H2D);
     return HS_OK;
+}
+
+/* Only where nothing will write the parameter: no optimizer step, no load
+ * after this one. */
+static bool local_borrow_full(hs_engine *en, int i, const float *full) {
+    local_ctx *c = en->ctx;
+    if (!c->inference || !hs_model_borrow_param(en->model, i, full)) return false;
+    c->params[i].data = hs_model_param(en->model, i)->data;
+    return true;
 }
 
 /* One process holds every parameter whole; the model's fp32 buffer is the
@@ -143,6 +153,7 @@ hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_e
         return hs_error_oom(e, "engine: cannot allocate the parameter list");
     }
     local_fill_params(c, m);
+    c->inference = env->inference;
     c->hooks = (hs_model_hooks){.ctx = c,
                                 .pre_forward = noop_unit,
                                 .post_forward = noop_unit,
@@ -161,6 +172,7 @@ hs_status hs_engine_local_create(const hs_engine_env *env, hs_engine **out, hs_e
         .zero_grads = local_zero_grads,
         .gather_full = local_gather_full,
         .set_full = local_set_full,
+        .borrow_full = local_borrow_full,
         .gather_full_grad = local_gather_full_grad,
         .ckpt_param = local_ckpt_param,
         .free = local_free,

@@ -70,6 +70,11 @@ struct hs_engine {
     void (*zero_grads)(hs_engine *en);
     hs_status (*gather_full)(hs_engine *en, int param_index, float *out, hs_error *e);
     hs_status (*set_full)(hs_engine *en, int param_index, const float *full, hs_error *e);
+    /* Optional: for a run that only reads its weights, take parameter
+     * param_index's values where `full` holds them, in place of set_full's
+     * copy (hs_model_borrow_param: the caller keeps `full` until the engine
+     * is freed); false where the engine cannot, set_full then. */
+    bool (*borrow_full)(hs_engine *en, int param_index, const float *full);
     /* Optional (NULL when the engine cannot): the full fp32 gradient of the
      * step so far, before clipping. Used by `train --dump`. */
     hs_status (*gather_full_grad)(hs_engine *en, int param_index, float *out, hs_error *e);
@@ -143,5 +148,7 @@ void hs_parallelized_free(hs_parallelized *pz);
 /* Adapters for hs_hf_save / hs_hf_load (ctx = the engine). */
 hs_status hs_engine_get_param(void *ctx, int param_index, float *out, hs_error *e);
 hs_status hs_engine_set_param(void *ctx, int param_index, const float *full, hs_error *e);
+/* hs_param_borrow_fn over the engine's borrow_full (false without one). */
+bool hs_engine_borrow_param(void *ctx, int param_index, const float *full);
 
 #endif

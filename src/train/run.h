@@ -54,6 +54,9 @@ typedef struct hs_trainer {
     hs_pg *world_group;
     hs_dataset *data;
     hs_engine *engine;
+    /* the weights file whose tensors the engine's parameters read in place
+     * (hs_hf_load_borrowing), or NULL */
+    hs_st_file *weights_file;
     hs_optim *optim;
     hs_optim_param *oparams;
     int n_oparams;

@@ -54,8 +54,14 @@ static hs_status trainer_build_model(hs_trainer *t, hs_error *e) {
     free(fqns);
     if (s == HS_OK) s = hs_train_freeze_check(t->cfg, m, e);
     if (s == HS_OK && t->opt && t->opt->init_from) {
-        s = hs_hf_load(m, t->opt->init_from, hs_engine_set_param, t->engine, e);
-        if (s == HS_OK) hs_log_info(t->log, "loaded weights from %s", t->opt->init_from);
+        /* a run that only reads its weights takes them where the file maps
+         * them (the local engine, fp32: hs_engine_borrow_param) */
+        hs_param_borrow_fn borrow = t->opt->inference ? hs_engine_borrow_param : NULL;
+        s = hs_hf_load_borrowing(m, t->opt->init_from, hs_engine_set_param, borrow, t->engine,
+                                 &t->weights_file, e);
+        if (s == HS_OK)
+            hs_log_info(t->log, "loaded weights from %s%s", t->opt->init_from,
+                        t->weights_file ? " (read where the file maps them)" : "");
     }
     if (s != HS_OK) return s;
     if (t->opt && t->opt->inference) return HS_OK; /* no step: no optimizer */
@@ -258,6 +264,7 @@ void hs_trainer_close(hs_trainer *t) {
     hs_trace_hooks_free(&t->th);
     hs_optim_free(t->optim);
     hs_engine_free(t->engine);
+    hs_safetensors_close(t->weights_file); /* after the engine: its parameters read it */
     hs_data_free(t->data);
     free(t->tokens);
     free(t->targets);

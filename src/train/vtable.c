@@ -48,3 +48,8 @@ hs_status hs_engine_set_param(void *ctx, int param_index, const float *full, hs_
     hs_engine *en = ctx;
     return en->set_full(en, param_index, full, e);
 }
+
+bool hs_engine_borrow_param(void *ctx, int param_index, const float *full) {
+    hs_engine *en = ctx;
+    return en->borrow_full && en->borrow_full(en, param_index, full);
+}

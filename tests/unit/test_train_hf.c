@@ -228,6 +228,100 @@ static void test_inf_deep_in_fp32_weights_is_refused_at_its_index(void **state) 
     hs_model_free(b.m);
 }
 
+static bool borrow(void *ctx, int i, const float *full) {
+    return hs_model_borrow_param(((held *)ctx)->m, i, full);
+}
+
+/* Every parameter of b borrowed the file's tensor: its data is the
+ * tensor's bytes in the open file, with a's values. */
+static void expect_borrowed(held *a, held *b, const hs_st_file *f) {
+    char name[HS_ST_NAME_MAX];
+    for (int i = 0; i < hs_model_num_params(a->m); i++) {
+        const hs_param *p = hs_model_param(a->m, i), *q = hs_model_param(b->m, i);
+        hs_hf_tensor_name(q, 0, name, sizeof name);
+        const hs_st_tensor *t = hs_safetensors_find(f, name);
+        assert_non_null(t);
+        assert_true(q->borrowed);
+        assert_ptr_equal(q->data, t->data);
+        assert_memory_equal(p->data, q->data, sizeof(float) * (size_t)numel(p));
+    }
+}
+
+/* A load that may borrow (generate, eval): each fp32 tensor of a file we
+ * wrote (aligned where it is mapped) is read there, the parameter's own
+ * buffer released, and the file stays open for the caller to close after
+ * freeing the model (ASan sees any wrong free). From bf16 the values are
+ * converted copies and the file is closed; without a place to keep the
+ * file nothing is borrowed. */
+static void test_fp32_weights_are_read_where_the_file_maps_them(void **state) {
+    (void)state;
+    hs_model_config mc = tiny_config("llama");
+    held a, b, c, d;
+    held_create(&a, &mc, 1);
+    held_create(&b, &mc, 2);
+    held_create(&c, &mc, 3);
+    held_create(&d, &mc, 4);
+    char dir32[300], dir16[300];
+    save_hf(&a, HS_DTYPE_F32, "borrow32", dir32, sizeof dir32);
+    save_hf(&a, HS_DTYPE_BF16, "borrow16", dir16, sizeof dir16);
+    hs_error e;
+    hs_st_file *kept = NULL;
+    assert_int_equal(hs_hf_load_borrowing(b.m, dir32, set, borrow, &b, &kept, &e), HS_OK);
+    assert_non_null(kept);
+    expect_borrowed(&a, &b, kept);
+    hs_model_free(b.m);
+    hs_safetensors_close(kept);
+    assert_int_equal(hs_hf_load_borrowing(c.m, dir16, set, borrow, &c, &kept, &e), HS_OK);
+    assert_null(kept);
+    assert_int_equal(hs_hf_load_borrowing(d.m, dir32, set, borrow, &d, NULL, &e), HS_OK);
+    for (int i = 0; i < hs_model_num_params(a.m); i++) {
+        const hs_param *p = hs_model_param(a.m, i);
+        assert_false(hs_model_param(c.m, i)->borrowed);
+        assert_false(hs_model_param(d.m, i)->borrowed);
+        assert_memory_equal(p->data, hs_model_param(d.m, i)->data,
+                            sizeof(float) * (size_t)numel(p));
+    }
+    hs_model_free(a.m);
+    hs_model_free(c.m);
+    hs_model_free(d.m);
+}
+
+/* hs_model_borrow_param refuses, changing nothing: memory off HS_ALIGN, a
+ * 16-bit compute dtype (its parameters are not fp32), a second borrow. */
+static void test_a_parameter_borrows_only_aligned_fp32_host_memory(void **state) {
+    (void)state;
+    hs_model_config mc = tiny_config("llama");
+    held a;
+    held_create(&a, &mc, 1);
+    const hs_param *p = hs_model_param(a.m, 0);
+    size_t bytes = sizeof(float) * (size_t)numel(p);
+    float *mem = aligned_alloc(HS_ALIGN, bytes + HS_ALIGN);
+    assert_non_null(mem);
+    void *own = p->data;
+    assert_false(hs_model_borrow_param(a.m, 0, mem + 1));
+    assert_ptr_equal(p->data, own);
+    assert_true(hs_model_borrow_param(a.m, 0, mem));
+    assert_ptr_equal(p->data, mem);
+    assert_false(hs_model_borrow_param(a.m, 0, mem));
+    hs_model_free(a.m); /* the borrowed memory stays the caller's */
+    mem[0] = 1.0f;
+    free(mem);
+    hs_model_options mo = {.compute_dtype = HS_DTYPE_BF16,
+                           .grad_dtype = HS_DTYPE_F32,
+                           .max_batch = 1,
+                           .seq_len = 8,
+                           .allocate_params = true};
+    hs_model *m16 = NULL;
+    hs_error e;
+    assert_int_equal(hs_model_create(&mc, &mo, &m16, &e), HS_OK);
+    float *mem16 = aligned_alloc(HS_ALIGN, bytes + HS_ALIGN);
+    assert_non_null(mem16);
+    assert_false(hs_model_borrow_param(m16, 0, mem16));
+    assert_false(hs_model_param(m16, 0)->borrowed);
+    hs_model_free(m16);
+    free(mem16);
+}
+
 /* config.json written by hand or by another tool: a value that does not
  * fit, a string where a number belongs, a repeated key and heads that do
  * not divide are refused naming the file and the key. */
@@ -306,6 +400,8 @@ int main(void) {
         cmocka_unit_test(test_loading_into_another_shape_names_parameter_and_shapes),
         cmocka_unit_test(test_nan_in_imported_weights_is_refused_naming_tensor_and_index),
         cmocka_unit_test(test_inf_deep_in_fp32_weights_is_refused_at_its_index),
+        cmocka_unit_test(test_fp32_weights_are_read_where_the_file_maps_them),
+        cmocka_unit_test(test_a_parameter_borrows_only_aligned_fp32_host_memory),
         cmocka_unit_test(test_hf_config_values_out_of_range_are_refused_naming_the_key),
         cmocka_unit_test(test_hf_config_fields_hypershard_cannot_build_are_refused),
         cmocka_unit_test(test_hf_config_reads_rope_parameters_and_qwen3_defaults),
