@@ -480,7 +480,8 @@ hs_param *hs_model_param(hs_model *m, int i);
  * anyone else, until the model is freed) and its own buffer is released:
  * a run that only reads its weights (generate, eval) takes them where a
  * weights file maps them instead of copying them. false, nothing changed,
- * where it cannot: a device that does not compute on host memory (cuda),
+ * where it cannot: a device whose kernels take device memory only (cuda;
+ * cpu under HS_DEVICE_GUARD),
  * a compute dtype other than fp32, a parameter the model does not hold
  * whole or did not allocate. */
 bool hs_model_borrow_param(hs_model *m, int i, const float *data);

@@ -593,8 +593,10 @@ static void params_free(hs_model *m) {
 
 bool hs_model_borrow_param(hs_model *m, int i, const float *data) {
     hs_param *p = hs_model_param(m, i);
-    if (!m->dev->host_visible || m->dt != HS_DTYPE_F32 || !m->opt.allocate_params ||
-        m->opt.describe_only || !p->data || p->borrowed ||
+    /* host memory the kernels read as device memory: not on a GPU, nor
+     * under the guard, which holds them to device memory as a GPU would */
+    if (!m->dev->host_visible || m->dev->guard || m->dt != HS_DTYPE_F32 ||
+        !m->opt.allocate_params || m->opt.describe_only || !p->data || p->borrowed ||
         hs_param_local_numel(p) != hs_param_numel(p) || !data || (uintptr_t)data % HS_ALIGN != 0)
         return false;
     hs_device_free_mem(m->dev, p->data);
