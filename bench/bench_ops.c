@@ -100,7 +100,9 @@ static double w_swiglu_bwd(const ops_bufs *b) { return 20.0 * e_n(b); }
 static bool has_rope(const hs_device_kernels *k) { return k->rope_fwd && k->rope_tables; }
 static void run_rope(hs_device *d, ops_bufs *b) {
     int T = 512 * SZ(b);
-    d->k->rope_tables(d->stream, b->e, b->f, T, 64, 10000.0);
+    float inv[32];
+    hs_rope_inv_freq(inv, 64, 10000.0);
+    d->k->rope_tables(d->stream, b->e, b->f, T, 64, inv, 1.0f);
     d->k->rope_fwd(d->stream, b->c, HS_DTYPE_F32, b->e, b->f, 1, T, 12, 64);
 }
 static double w_rope(const ops_bufs *b) { return 8.0 * 512 * SZ(b) * 12 * 64; }

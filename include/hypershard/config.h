@@ -53,11 +53,28 @@ typedef struct hs_moe_config {
     int decoder_sparse_step;
 } hs_moe_config;
 
+/* RoPE's frequencies stretched for a context longer than the one a model
+ * was pretrained at (model.rope_scaling; Hugging Face's "rope_scaling" /
+ * "rope_parameters"), as transformers computes them: llama3 (Llama 3.1's
+ * wavelength bands) or yarn (YaRN: a ramp between interpolated and
+ * original frequencies, cos and sin times an attention factor). */
+typedef struct hs_rope_scaling {
+    char type[HS_NAME_MAX]; /* "none" | "llama3" | "yarn" */
+    double factor;
+    double low_freq_factor, high_freq_factor; /* llama3 */
+    int original_max_position;                /* original_max_position_embeddings */
+    double beta_fast, beta_slow;              /* yarn */
+    double mscale, mscale_all_dim;            /* yarn; 0: not given */
+    double attention_factor;                  /* yarn; 0: derived from factor (and mscale) */
+    bool truncate;                            /* yarn: the ramp's ends rounded outwards */
+} hs_rope_scaling;
+
 typedef struct hs_model_config {
     char arch[HS_NAME_MAX]; /* "llama" | "moe" | "qwen3" | "qwen3_moe" */
     int vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_dim;
     int head_dim; /* 0 (null): dim / n_heads; use hs_model_head_dim */
     double norm_eps, rope_theta, init_std;
+    hs_rope_scaling rope_scaling;
     bool tie_embeddings;
     hs_moe_config moe;
 } hs_model_config;

@@ -224,9 +224,12 @@ typedef struct hs_device_kernels {
     void (*rmsnorm_bwd)(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const float *dout,
                         const void *x, hs_dtype xdt, const void *w, const float *rstd, hs_dtype dt,
                         int64_t N, int C, double *ws);
-    /* Hugging Face rotate_half layout; tables [T, HD/2] fp32; in place on
-     * x [B,T,H*HD] (dt) and on the fp32 gradient (inverse rotation). */
-    void (*rope_tables)(hs_stream *s, float *cos_t, float *sin_t, int T, int HD, double theta);
+    /* Hugging Face rotate_half layout; tables [T, HD/2] fp32: cos and sin
+     * of float(t) * inv_freq[i] (HD/2 host values: hs_rope_inv_freq, or a
+     * scaled RoPE's), times scale (1: plain RoPE); in place on x
+     * [B,T,H*HD] (dt) and on the fp32 gradient (inverse rotation). */
+    void (*rope_tables)(hs_stream *s, float *cos_t, float *sin_t, int T, int HD,
+                        const float *inv_freq, float scale);
     void (*rope_fwd)(hs_stream *s, void *x, hs_dtype dt, const float *cos_t, const float *sin_t,
                      int B, int T, int H, int HD);
     void (*rope_bwd)(hs_stream *s, float *dx, const float *cos_t, const float *sin_t, int B, int T,
@@ -818,6 +821,12 @@ hs_mem_cache_stats hs_device_mem_stats(hs_device *d);
  * Within 2 ulp of expf on [-87.3, 88.3] (tests/unit/test_layers.c sweeps
  * it); below, 0 (no subnormals); above, +Inf; NaN stays NaN. The element
  * kernels (SwiGLU, attention's softmax, cross-entropy) use it. */
+/* RoPE's inverse frequencies as LlamaRotaryEmbedding forms them in fp32:
+ * inv[i] = 1 / theta^(2i/HD), i < HD/2. */
+static inline void hs_rope_inv_freq(float *inv, int HD, double theta) {
+    for (int i = 0; i < HD / 2; i++) inv[i] = 1.0f / powf((float)theta, (float)(2 * i) / (float)HD);
+}
+
 static inline float hs_expf(float x) {
     const float lo = -87.3365447f, hi = 88.3762626f;
     float xc = x < lo ? lo : x > hi ? hi : x;

@@ -485,6 +485,10 @@ hs_param *hs_model_param(hs_model *m, int i);
  * a compute dtype other than fp32, a parameter the model does not hold
  * whole or did not allocate. */
 bool hs_model_borrow_param(hs_model *m, int i, const float *data);
+/* RoPE's HD/2 inverse frequencies for c (model.rope_theta, stretched by
+ * model.rope_scaling as transformers stretches them) into inv, and the
+ * factor cos and sin take into *scale (YaRN's attention factor; else 1). */
+void hs_model_rope_freqs(const hs_model_config *c, int HD, float *inv, float *scale);
 /* -1 if absent. */
 int hs_model_find_param(const hs_model *m, const char *fqn);
 int hs_model_num_units(const hs_model *m);

@@ -49,6 +49,30 @@ static void hf_write_qwen3_moe(hs_json *j, const hs_model_config *mc) {
     hs_json_kv_bool(j, "output_router_logits", false);
 }
 
+/* The scaled RoPE's fields (none written for plain RoPE) as
+ * transformers 4 spells them, which transformers 5 reads too. */
+static void hf_write_rope_scaling(hs_json *j, const hs_rope_scaling *r) {
+    if (strcmp(r->type, "llama3") && strcmp(r->type, "yarn")) return;
+    hs_json_key(j, "rope_scaling");
+    hs_json_begin_object(j);
+    hs_json_kv_string(j, "rope_type", r->type);
+    hs_json_kv_double(j, "factor", r->factor, 17);
+    hs_json_kv_int(j, "original_max_position_embeddings", r->original_max_position);
+    if (!strcmp(r->type, "llama3")) {
+        hs_json_kv_double(j, "low_freq_factor", r->low_freq_factor, 17);
+        hs_json_kv_double(j, "high_freq_factor", r->high_freq_factor, 17);
+    } else {
+        hs_json_kv_double(j, "beta_fast", r->beta_fast, 17);
+        hs_json_kv_double(j, "beta_slow", r->beta_slow, 17);
+        if (r->mscale > 0.0) hs_json_kv_double(j, "mscale", r->mscale, 17);
+        if (r->mscale_all_dim > 0.0) hs_json_kv_double(j, "mscale_all_dim", r->mscale_all_dim, 17);
+        if (r->attention_factor > 0.0)
+            hs_json_kv_double(j, "attention_factor", r->attention_factor, 17);
+        hs_json_kv_bool(j, "truncate", r->truncate);
+    }
+    hs_json_end_object(j);
+}
+
 static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_position,
                             const char *dtype_name) {
     bool moe = hs_model_arch_moe(mc), qwen_moe = is_qwen3_moe(mc->arch);
@@ -69,6 +93,7 @@ static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_posit
     hs_json_kv_string(j, "hidden_act", "silu");
     hs_json_kv_double(j, "rms_norm_eps", mc->norm_eps, 15);
     hs_json_kv_double(j, "rope_theta", mc->rope_theta, 15);
+    hf_write_rope_scaling(j, &mc->rope_scaling);
     hs_json_kv_bool(j, "tie_word_embeddings", mc->tie_embeddings);
     hs_json_kv_int(j, "max_position_embeddings", max_position);
     hs_json_kv_double(j, "initializer_range", mc->init_std, 15);
@@ -153,44 +178,81 @@ static hs_status hf_bool(json_t *root, const char *path, const char *key, bool *
     return HS_OK;
 }
 
-/* transformers 4's "rope_scaling": null, or {"type" / "rope_type":
- * "default"}; any other (llama3, yarn, linear, dynamic, longrope, ...)
- * scales RoPE, another network than the one hypershard builds. */
-static hs_status hf_rope_scaling(json_t *root, const char *path, hs_error *e) {
-    json_t *rs = json_object_get(root, "rope_scaling");
-    if (!rs || json_is_null(rs)) return HS_OK;
+/* One RoPE parameter object: transformers 4's "rope_scaling" or 5's
+ * "rope_parameters" ({"rope_type" (or "type"): "default" | "llama3" |
+ * "yarn", and that type's fields}) into mc->rope_scaling; other types
+ * (linear, dynamic, longrope, ...) are another network than hypershard
+ * builds. max_position: the config's max_position_embeddings, YaRN's
+ * factor when it gives none (DeepSeek's convention). */
+static hs_status hf_rope_object(json_t *rs, const char *path, const char *key, int max_position,
+                                hs_model_config *mc, hs_error *e) {
     if (!json_is_object(rs))
-        return hs_error_set(e, HS_ERR_FORMAT, "%s: \"rope_scaling\" must be an object or null",
-                            path);
+        return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\" must be an object or null", path, key);
     json_t *type = json_object_get(rs, "rope_type");
     if (!type || json_is_null(type)) type = json_object_get(rs, "type");
-    const char *name = json_is_string(type) ? json_string_value(type) : "(none given)";
-    if (json_is_string(type) && !strcmp(name, "default")) return HS_OK;
-    return hs_error_set(e, HS_ERR_FORMAT,
-                        "%s: \"rope_scaling\" is of type %s; hypershard builds unscaled RoPE "
-                        "only, and training these weights with it would be another network (drop "
-                        "the key, or set it to null, only if the model was trained without it)",
-                        path, name);
+    const char *name = json_is_string(type) ? json_string_value(type) : NULL;
+    if (!name || !strcmp(name, "default")) return HS_OK;
+    hs_rope_scaling *r = &mc->rope_scaling;
+    bool llama3 = !strcmp(name, "llama3"), yarn = !strcmp(name, "yarn");
+    if (!llama3 && !yarn)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"%s\" is of type %s; hypershard builds plain, llama3 and yarn "
+                            "RoPE, and training these weights with another would be another "
+                            "network",
+                            path, key, name);
+    snprintf(r->type, sizeof r->type, "%s", name);
+    hs_status s =
+        hf_int(rs, path, "original_max_position_embeddings", true, 1, &r->original_max_position, e);
+    bool has_factor = json_is_number(json_object_get(rs, "factor"));
+    if (s == HS_OK && (llama3 || has_factor)) {
+        if (!has_factor)
+            return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\".\"factor\" is missing", path, key);
+        s = hf_double(rs, path, "factor", false, &r->factor, e);
+    } else if (s == HS_OK && max_position < 1) {
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"%s\" gives no \"factor\" and there is no "
+                            "max_position_embeddings to derive it from",
+                            path, key);
+    } else if (s == HS_OK) {
+        r->factor = (double)max_position / r->original_max_position;
+    }
+    if (llama3) {
+        if (s == HS_OK) s = hf_double(rs, path, "low_freq_factor", false, &r->low_freq_factor, e);
+        if (s == HS_OK) s = hf_double(rs, path, "high_freq_factor", false, &r->high_freq_factor, e);
+        if (s == HS_OK && !(r->high_freq_factor > r->low_freq_factor))
+            s = hs_error_set(e, HS_ERR_FORMAT,
+                             "%s: \"%s\": high_freq_factor %g must exceed low_freq_factor %g", path,
+                             key, r->high_freq_factor, r->low_freq_factor);
+        return s;
+    }
+    /* transformers' defaults where the file gives none */
+    r->attention_factor = r->mscale = r->mscale_all_dim = 0.0;
+    r->beta_fast = 32.0, r->beta_slow = 1.0, r->truncate = true;
+    if (s == HS_OK) s = hf_double(rs, path, "beta_fast", false, &r->beta_fast, e);
+    if (s == HS_OK) s = hf_double(rs, path, "beta_slow", false, &r->beta_slow, e);
+    if (s == HS_OK) s = hf_double(rs, path, "mscale", true, &r->mscale, e);
+    if (s == HS_OK) s = hf_double(rs, path, "mscale_all_dim", true, &r->mscale_all_dim, e);
+    if (s == HS_OK) s = hf_double(rs, path, "attention_factor", true, &r->attention_factor, e);
+    if (s == HS_OK) s = hf_bool(rs, path, "truncate", &r->truncate, e);
+    return s;
 }
 
-/* RoPE's base: "rope_theta", or transformers 5's "rope_parameters"
- * {"rope_type": "default", "rope_theta": ...}; a scaled RoPE (llama3,
- * yarn, ...) is another network, in either spelling. */
-static hs_status hf_rope(json_t *root, const char *path, double *theta, hs_error *e) {
-    if (hf_double(root, path, "rope_theta", false, theta, e) != HS_OK) return e->code;
-    if (hf_rope_scaling(root, path, e) != HS_OK) return e->code;
+/* RoPE's base: "rope_theta", or inside transformers 5's "rope_parameters";
+ * its scaling: transformers 4's "rope_scaling" or the same object. */
+static hs_status hf_rope(json_t *root, const char *path, int max_position, hs_model_config *mc,
+                         hs_error *e) {
+    if (hf_double(root, path, "rope_theta", false, &mc->rope_theta, e) != HS_OK) return e->code;
+    snprintf(mc->rope_scaling.type, sizeof mc->rope_scaling.type, "none");
+    json_t *rs = json_object_get(root, "rope_scaling");
+    if (rs && !json_is_null(rs) &&
+        hf_rope_object(rs, path, "rope_scaling", max_position, mc, e) != HS_OK)
+        return e->code;
     json_t *rp = json_object_get(root, "rope_parameters");
     if (!rp || json_is_null(rp)) return HS_OK;
     if (!json_is_object(rp))
         return hs_error_set(e, HS_ERR_FORMAT, "%s: \"rope_parameters\" must be an object", path);
-    json_t *type = json_object_get(rp, "rope_type");
-    if (type && !json_is_null(type) &&
-        !(json_is_string(type) && !strcmp(json_string_value(type), "default")))
-        return hs_error_set(e, HS_ERR_FORMAT,
-                            "%s: \"rope_parameters\".\"rope_type\" is not \"default\"; "
-                            "hypershard builds unscaled RoPE only",
-                            path);
-    return hf_double(rp, path, "rope_theta", false, theta, e);
+    if (hf_rope_object(rp, path, "rope_parameters", max_position, mc, e) != HS_OK) return e->code;
+    return hf_double(rp, path, "rope_theta", false, &mc->rope_theta, e);
 }
 
 /* Fields transformers reads that this model has no choice in: a value
@@ -325,7 +387,7 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
     if (s == HS_OK) s = hf_int(root, path, "num_key_value_heads", false, 1, &mc->n_kv_heads, e);
     if (s == HS_OK) s = hf_int(root, path, "max_position_embeddings", false, 1, max_position, e);
     if (s == HS_OK) s = hf_double(root, path, "rms_norm_eps", false, &mc->norm_eps, e);
-    if (s == HS_OK) s = hf_rope(root, path, &mc->rope_theta, e);
+    if (s == HS_OK) s = hf_rope(root, path, *max_position, mc, e);
     if (s == HS_OK) s = hf_double(root, path, "initializer_range", true, &mc->init_std, e);
     mc->tie_embeddings = false; /* transformers' Llama default */
     if (s == HS_OK) s = hf_bool(root, path, "tie_word_embeddings", &mc->tie_embeddings, e);

@@ -61,6 +61,12 @@ void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {
                           "be even for RoPE; change model.dim or model.n_heads, or set "
                           "model.head_dim",
                           m->dim, m->n_heads, m->dim / m->n_heads);
+    const hs_rope_scaling *rs = &m->rope_scaling;
+    if (!strcmp(rs->type, "llama3") && !(rs->high_freq_factor > rs->low_freq_factor))
+        hs_cfg_report_add(rep,
+                          "model.rope_scaling.high_freq_factor = %g must exceed low_freq_factor = "
+                          "%g (llama3 blends the wavelengths between their two bounds)",
+                          rs->high_freq_factor, rs->low_freq_factor);
     if (m->n_kv_heads >= 1 && m->n_heads >= 1 && m->n_heads % m->n_kv_heads)
         hs_cfg_report_add(rep,
                           "model.n_heads = %d is not divisible by model.n_kv_heads = %d; each "

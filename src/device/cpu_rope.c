@@ -4,19 +4,27 @@
 
 #include "device/cpu.h"
 
-/* Mirrors LlamaRotaryEmbedding in fp32: inv_freq = 1 / theta^(2i/HD)
- * computed in float, angle = float(pos) * inv_freq, cos/sin in float. */
-void hs_rope_tables(float *cos_t /* T,HD/2 */, float *sin_t /* T,HD/2 */, int T, int HD,
-                    double theta) {
+/* Mirrors LlamaRotaryEmbedding in fp32: angle = float(pos) * inv_freq,
+ * cos/sin in float, times the attention scaling (1 but under YaRN). */
+void hs_rope_tables_freqs(float *cos_t /* T,HD/2 */, float *sin_t /* T,HD/2 */, int T, int HD,
+                          const float *inv_freq, float scale) {
     int half = HD / 2;
     for (int i = 0; i < half; i++) {
-        float inv = 1.0f / powf((float)theta, (float)(2 * i) / (float)HD);
+        float inv = inv_freq[i];
         for (int t = 0; t < T; t++) {
             float a = (float)t * inv;
-            cos_t[t * half + i] = cosf(a);
-            sin_t[t * half + i] = sinf(a);
+            cos_t[t * half + i] = cosf(a) * scale;
+            sin_t[t * half + i] = sinf(a) * scale;
         }
     }
+}
+
+void hs_rope_tables(float *cos_t /* T,HD/2 */, float *sin_t /* T,HD/2 */, int T, int HD,
+                    double theta) {
+    float inv[HS_ROPE_MAX_HALF];
+    HS_ASSERT(HD / 2 <= HS_ROPE_MAX_HALF);
+    hs_rope_inv_freq(inv, HD, theta);
+    hs_rope_tables_freqs(cos_t, sin_t, T, HD, inv, 1.0f);
 }
 
 /* One (sequence, position) row of H heads, inlined per storage dtype so
@@ -69,8 +77,9 @@ void hs_rope_backward(float *dx /* B,T,H,HD */, const float *cos_t, const float 
         }
 }
 
-void hs_cpu_rope_tables(hs_stream *s, float *cos_t, float *sin_t, int T, int HD, double theta) {
-    hs_rope_tables(cos_t, sin_t, T, HD, theta);
+void hs_cpu_rope_tables(hs_stream *s, float *cos_t, float *sin_t, int T, int HD,
+                        const float *inv_freq, float scale) {
+    hs_rope_tables_freqs(cos_t, sin_t, T, HD, inv_freq, scale);
 }
 
 void hs_cpu_rope_fwd(hs_stream *s, void *x, hs_dtype dt, const float *cos_t, const float *sin_t,

@@ -43,7 +43,8 @@ void hs_cuda_rmsnorm_bwd(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const 
     hs_cuda_check(s, err, "rmsnorm_bwd");
 }
 
-void hs_cuda_rope_tables(hs_stream *s, float *cos_t, float *sin_t, int T, int HD, double theta) {
+void hs_cuda_rope_tables(hs_stream *s, float *cos_t, float *sin_t, int T, int HD,
+                         const float *inv_freq, float scale) {
     size_t n = (size_t)(T > 0 ? T : 0) * (size_t)(HD / 2 > 0 ? HD / 2 : 0);
     if (n == 0) return;
     float *h = malloc(2 * n * sizeof *h);
@@ -51,7 +52,7 @@ void hs_cuda_rope_tables(hs_stream *s, float *cos_t, float *sin_t, int T, int HD
         hs_kernel_oom(s, "rope_tables: %zu bytes of host staging", 2 * n * sizeof *h);
         return;
     }
-    hs_rope_tables(h, h + n, T, HD, theta);
+    hs_rope_tables_freqs(h, h + n, T, HD, inv_freq, scale);
     cudaStream_t st = hs_cuda_stream(s);
     cudaError_t err = cudaMemcpyAsync(cos_t, h, n * sizeof *h, cudaMemcpyHostToDevice, st);
     if (err == cudaSuccess)

@@ -51,8 +51,10 @@
       (hs_stream * s, float *dx, void *dw, hs_dtype gdt, const float *dout, const void *x,         \
        hs_dtype xdt, const void *w, const float *rstd, hs_dtype dt, int64_t N, int C, double *ws), \
       (s, dx, dw, gdt, dout, x, xdt, w, rstd, dt, N, C, ws), (dx, dw, dout, x, w, rstd, ws))       \
-    X(rope_tables, (hs_stream * s, float *cos_t, float *sin_t, int T, int HD, double theta),       \
-      (s, cos_t, sin_t, T, HD, theta), (cos_t, sin_t))                                             \
+    X(rope_tables,                                                                                 \
+      (hs_stream * s, float *cos_t, float *sin_t, int T, int HD, const float *inv_freq,            \
+       float scale),                                                                               \
+      (s, cos_t, sin_t, T, HD, inv_freq, scale), (cos_t, sin_t))                                   \
     X(rope_fwd,                                                                                    \
       (hs_stream * s, void *x, hs_dtype dt, const float *cos_t, const float *sin_t, int B, int T,  \
        int H, int HD),                                                                             \

@@ -134,7 +134,7 @@ static void work_rmsnorm_bwd(hs_stream *s, float *dx, void *dw, hs_dtype gdt, co
     set(s, HS_PROF_NORM, 0, (double)N * C * (8 + 4 + sz(xdt)) + 4.0 * N + 2 * sz(gdt) * C);
 }
 static void work_rope_tables(hs_stream *s, float *cos_t, float *sin_t, int T, int HD,
-                             double theta) {
+                             const float *inv_freq, float scale) {
     set(s, HS_PROF_ROPE, 0, 4.0 * T * HD);
 }
 static void work_rope_fwd(hs_stream *s, void *x, hs_dtype dt, const float *cos_t,

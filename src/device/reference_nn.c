@@ -41,13 +41,14 @@ void hs_ref_rmsnorm_bwd(hs_stream *s, float *dx, void *dw, hs_dtype gdt, const f
 
 /* The definition is Hugging Face's LlamaRotaryEmbedding, which forms the
  * angles in fp32: the tables are that, not a closer approximation. */
-void hs_ref_rope_tables(hs_stream *s, float *cos_t, float *sin_t, int T, int HD, double theta) {
+void hs_ref_rope_tables(hs_stream *s, float *cos_t, float *sin_t, int T, int HD,
+                        const float *inv_freq, float scale) {
     int half = HD / 2;
     for (int t = 0; t < T; t++)
         for (int i = 0; i < half; i++) {
-            float a = (float)t * (1.0f / powf((float)theta, (float)(2 * i) / (float)HD));
-            cos_t[t * half + i] = cosf(a);
-            sin_t[t * half + i] = sinf(a);
+            float a = (float)t * inv_freq[i];
+            cos_t[t * half + i] = cosf(a) * scale;
+            sin_t[t * half + i] = sinf(a) * scale;
         }
 }
 

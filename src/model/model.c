@@ -421,7 +421,13 @@ static void buffers_alloc(hs_model *m) {
     }
     m->cos_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     m->sin_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
-    if (m->cos_t) m->k->rope_tables(m->s, m->cos_t, m->sin_t, T, m->HD, m->cfg.rope_theta);
+    float *inv = m->cos_t ? malloc(sizeof(float) * (size_t)(m->HD / 2 + 1)) : NULL, scale = 1.0f;
+    if (m->cos_t && !inv) model_oom(m, "model: %d RoPE frequencies", m->HD / 2);
+    if (inv) {
+        hs_model_rope_freqs(&m->cfg, m->HD, inv, &scale);
+        m->k->rope_tables(m->s, m->cos_t, m->sin_t, T, m->HD, inv, scale);
+    }
+    free(inv);
     m->rope_cos = m->cos_t, m->rope_sin = m->sin_t;
     seam_bind(m, BT); /* before the activation sets, whose MoE layers ask the seam */
     /* a linear's output gradient as its GEMMs read it (hs_linear_dout) */

@@ -3,7 +3,8 @@
 writes and computes the same logits as hypershard (tests/reference/README.md).
 
 For each case (a tiny Llama with tied embeddings, GQA, rope_theta 5e5 and
-rms_norm_eps 1e-6; a tiny untied Llama; a tiny Mixtral-style MoE; a tiny
+rms_norm_eps 1e-6; a tiny untied Llama; tiny Llamas with Llama 3.1's
+scaled RoPE and with YaRN, and a Qwen3 with YaRN's mscale pair; a tiny Mixtral-style MoE; a tiny
 Qwen3 tied, with head_dim 16 on dim 32, and untied; a tiny Qwen3-MoE with
 norm_topk_prob false and one with it true) it trains
 a few steps with `hypershard train --dump DIR` and a checkpoint after every
@@ -18,7 +19,9 @@ step, then
     hypershard dumped (`logits-stepN`, metadata `sequence`) and requires
     max |hf - hypershard| / max |hypershard| < --tol (1e-4);
   * negative control: the same with rope_theta divided by 100 in config.json
-    must fail by at least 10x the tolerance, or the check proves nothing.
+    must fail by at least 10x the tolerance, or the check proves nothing;
+    for the cases with a scaled RoPE (llama3, yarn), so must the same
+    without config.json's rope_scaling.
 
 Step 1 starts from the initial weights, which no checkpoint holds: their
 directory is the dumped weights-step0 next to the exported config.json.
@@ -78,6 +81,29 @@ CASES = {
     "qwen3_untied": {"arch": "qwen3", "vocab_size": VOCAB, "dim": 48, "n_layers": 2,
                      "n_heads": 6, "n_kv_heads": 3, "ffn_dim": 80, "tie_embeddings": False,
                      "init_std": 0.1},
+    # Scaled RoPE over a context past the "original" one (SEQ_LEN 32):
+    # Llama 3.1's bands (with 16 positions all three bands hold dims of
+    # HD 16) and YaRN with its attention factor from factor and from the
+    # mscale pair.
+    "llama_rope_llama3": {"arch": "llama", "vocab_size": VOCAB, "dim": 64, "n_layers": 2,
+                          "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 96, "rope_theta": 500000.0,
+                          "tie_embeddings": False, "init_std": 0.1,
+                          "rope_scaling": {"type": "llama3", "factor": 4.0,
+                                           "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                           "original_max_position_embeddings": 16}},
+    "llama_rope_yarn": {"arch": "llama", "vocab_size": VOCAB, "dim": 64, "n_layers": 2,
+                        "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 96, "rope_theta": 10000.0,
+                        "tie_embeddings": False, "init_std": 0.1,
+                        "rope_scaling": {"type": "yarn", "factor": 4.0,
+                                         "original_max_position_embeddings": 8,
+                                         "beta_fast": 8.0, "beta_slow": 1.0}},
+    "qwen3_rope_yarn_mscale": {"arch": "qwen3", "vocab_size": VOCAB, "dim": 32, "n_layers": 2,
+                               "n_heads": 4, "n_kv_heads": 2, "head_dim": 16, "ffn_dim": 64,
+                               "rope_theta": 1000000.0, "tie_embeddings": True,
+                               "init_std": 0.1,
+                               "rope_scaling": {"type": "yarn", "factor": 8.0,
+                                                "original_max_position_embeddings": 4,
+                                                "mscale": 0.7, "mscale_all_dim": 1.0}},
     # No shared expert: Mixtral has none, so transformers would ignore it.
     "moe": {"arch": "moe", "vocab_size": VOCAB, "dim": 32, "n_layers": 2, "n_heads": 4,
             "n_kv_heads": 2, "ffn_dim": 64, "init_std": 0.1,
@@ -222,13 +248,17 @@ def check_logits(dirs, dump, tokens, tol, name):
     return worst
 
 
-def negative_control(hf_dir, dump, tokens, work):
-    """The last step's check with a wrong rope_theta: its error."""
-    bad = os.path.join(work, "negative-control")
+def negative_control(hf_dir, dump, tokens, work, spoil="theta"):
+    """The last step's check with a wrong rope_theta (spoil "theta") or
+    without the RoPE scaling ("scaling"): its error."""
+    bad = os.path.join(work, "negative-control-" + spoil)
     shutil.copytree(hf_dir, bad)
     cfg_path = os.path.join(bad, "config.json")
     cfg = json.load(open(cfg_path))
-    cfg["rope_theta"] = cfg["rope_theta"] / 100
+    if spoil == "theta":
+        cfg["rope_theta"] = cfg["rope_theta"] / 100
+    else:
+        del cfg["rope_scaling"]
     json.dump(cfg, open(cfg_path, "w"))
     last = max(int(f[len("logits-step"):-len(".safetensors")])
                for f in os.listdir(dump) if f.startswith("logits-step"))
@@ -254,6 +284,12 @@ def check_case(binary, name, run_dir, dump, ckpt, work, tol):
     print(f"  {name} negative control (rope_theta / 100): {control:.2e}")
     if control < 10 * tol:
         errors.append(f"negative control: {control:.2e} < {10 * tol:.0e}; the check cannot fail")
+    if "rope_scaling" in CASES.get(name, {}):
+        control = negative_control(dirs[max(dirs) - 1], dump, tokens, out, "scaling")
+        print(f"  {name} negative control (rope_scaling left out): {control:.2e}")
+        if control < 10 * tol:
+            errors.append(f"without rope_scaling: {control:.2e} < {10 * tol:.0e}; the scaling "
+                          "is not checked")
     for e in errors:
         print(f"FAIL {name}: {e}")
     print(f"{name}: {'PASS' if not errors else 'FAIL'} (worst {worst:.2e})")

@@ -233,6 +233,12 @@ static void test_model_shape_rules_name_both_values(void **state) {
     expect_error(check(1, OV("model.arch=moe", "model.moe.top_k=5")),
                  "model.moe.top_k = 5 exceeds model.moe.num_experts = 4");
     expect_ok(check(1, OV("model.arch=moe", "model.moe.top_k=4", "model.n_kv_heads=4")));
+    expect_error(
+        check(1, OV("model.rope_scaling.type=llama3", "model.rope_scaling.low_freq_factor=4",
+                    "model.rope_scaling.high_freq_factor=4")),
+        "model.rope_scaling.high_freq_factor = 4 must exceed low_freq_factor = 4");
+    expect_ok(check(1, OV("model.rope_scaling.type=yarn", "model.rope_scaling.low_freq_factor=4",
+                          "model.rope_scaling.high_freq_factor=4")));
 }
 
 static void test_positive_sizes_are_required(void **state) {

@@ -256,12 +256,16 @@ static void run_rope(const kcase *c, outs *o) {
     release(c, ct), release(c, st), release(c, x), release(c, dx);
 }
 
-/* d = {T, HD, theta}. */
+/* d = {T, HD, theta, scale x 1000}: plain frequencies, and scaled
+ * tables (YaRN's attention factor) where d[3] is not 1000. */
 static void run_rope_tables(const kcase *c, outs *o) {
     int T = (int)c->d[0], HD = (int)c->d[1];
     int64_t nt = (int64_t)T * (HD / 2);
     float *ct = rnd(c, HS_DTYPE_F32, nt, 0, 0), *st = rnd(c, HS_DTYPE_F32, nt, 0, 0);
-    c->k->rope_tables(c->s, ct, st, T, HD, (double)c->d[2]);
+    float inv[256];
+    assert_true(HD / 2 <= 256);
+    hs_rope_inv_freq(inv, HD, (double)c->d[2]);
+    c->k->rope_tables(c->s, ct, st, T, HD, inv, c->d[3] ? (float)c->d[3] / 1000.0f : 1.0f);
     done(c);
     put(o, ct, HS_DTYPE_F32, nt), put(o, st, HS_DTYPE_F32, nt);
     release(c, ct), release(c, st);
@@ -922,8 +926,8 @@ static const op_def ops[] = {
      F32,
      {0, 0, 0},
      1e-30,
-     {{1, 2, 10000}, {7, 8, 10000}, {300, 64, 500000}, {0, 4, 10000}},
-     4,
+     {{1, 2, 10000}, {7, 8, 10000}, {300, 64, 500000}, {0, 4, 10000}, {40, 16, 10000, 1139}},
+     5,
      run_rope_tables},
     {"swiglu",
      K(swiglu_fwd),

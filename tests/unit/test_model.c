@@ -561,9 +561,66 @@ static void test_kv_heads_not_dividing_heads_is_a_config_error(void **state) {
     assert_non_null(strstr(e.msg, "model.n_kv_heads=3 must divide model.n_heads=4"));
 }
 
+/* RoPE's frequencies against the formulas of transformers'
+ * modeling_rope_utils, written out here in double: plain (bit for bit the
+ * fp32 1 / theta^(2i/HD)), Llama 3.1's bands (theta 5e5, HD 128, factor 8,
+ * 1 / 4, 8192: every band present), and YaRN (HD 64, factor 40, 4096 /
+ * 32 / 1, truncated ramp) with its attention factor from factor alone and
+ * from mscale / mscale_all_dim; within 2e-6 relative (fp32 rounding). */
+static void test_rope_frequencies_follow_transformers_formulas(void **state) {
+    (void)state;
+    hs_model_config c = {.rope_theta = 500000.0};
+    snprintf(c.rope_scaling.type, sizeof c.rope_scaling.type, "none");
+    float inv[64], scale = 0.0f;
+    hs_model_rope_freqs(&c, 128, inv, &scale);
+    assert_true(scale == 1.0f);
+    for (int i = 0; i < 64; i++)
+        assert_true(inv[i] == 1.0f / powf(500000.0f, (float)(2 * i) / 128.0f));
+    snprintf(c.rope_scaling.type, sizeof c.rope_scaling.type, "llama3");
+    c.rope_scaling.factor = 8.0, c.rope_scaling.low_freq_factor = 1.0;
+    c.rope_scaling.high_freq_factor = 4.0, c.rope_scaling.original_max_position = 8192;
+    hs_model_rope_freqs(&c, 128, inv, &scale);
+    assert_true(scale == 1.0f);
+    int bands[3] = {0};
+    for (int i = 0; i < 64; i++) {
+        double f = pow(500000.0, -2.0 * i / 128.0), wl = 2.0 * M_PI / f, want;
+        if (wl < 8192.0 / 4.0) want = f, bands[0]++;
+        else if (wl > 8192.0) want = f / 8.0, bands[2]++;
+        else {
+            double s = (8192.0 / wl - 1.0) / 3.0;
+            want = (1.0 - s) * f / 8.0 + s * f, bands[1]++;
+        }
+        if (fabs(inv[i] - want) > 2e-6 * want)
+            fail_msg("llama3 inv_freq[%d] = %.9g, transformers' %.9g", i, (double)inv[i], want);
+    }
+    assert_true(bands[0] > 0 && bands[1] > 0 && bands[2] > 0);
+    snprintf(c.rope_scaling.type, sizeof c.rope_scaling.type, "yarn");
+    c.rope_theta = 10000.0, c.rope_scaling.factor = 40.0;
+    c.rope_scaling.original_max_position = 4096, c.rope_scaling.truncate = true;
+    c.rope_scaling.beta_fast = 32.0, c.rope_scaling.beta_slow = 1.0;
+    hs_model_rope_freqs(&c, 64, inv, &scale);
+    assert_float_equal(scale, 0.1 * log(40.0) + 1.0, 1e-6);
+    double lo = floor(64 * log(4096 / (32 * 2 * M_PI)) / (2 * log(10000.0))),
+           hi = ceil(64 * log(4096 / (1 * 2 * M_PI)) / (2 * log(10000.0)));
+    int ramped = 0;
+    for (int i = 0; i < 32; i++) {
+        double f = pow(10000.0, -2.0 * i / 64.0), r = (i - (lo > 0 ? lo : 0)) / (hi - lo);
+        r = r < 0 ? 0 : r > 1 ? 1 : r;
+        double want = f / 40.0 * r + f * (1.0 - r);
+        ramped += r > 0 && r < 1;
+        if (fabs(inv[i] - want) > 2e-6 * want)
+            fail_msg("yarn inv_freq[%d] = %.9g, transformers' %.9g", i, (double)inv[i], want);
+    }
+    assert_true(ramped > 0);
+    c.rope_scaling.mscale = 0.707, c.rope_scaling.mscale_all_dim = 1.0;
+    hs_model_rope_freqs(&c, 64, inv, &scale);
+    assert_float_equal(scale, (0.1 * 0.707 * log(40.0) + 1.0) / (0.1 * log(40.0) + 1.0), 1e-6);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fqns_shapes_and_units_follow_hf_llama),
+        cmocka_unit_test(test_rope_frequencies_follow_transformers_formulas),
         cmocka_unit_test(test_flops_per_token_is_6_n_plus_6_l_t_c),
         cmocka_unit_test(test_init_rows_3_to_7_equal_the_same_slice_of_the_full_init),
         cmocka_unit_test(test_weights_from_file_draws_no_init_and_fills_zeros),

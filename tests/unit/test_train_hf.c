@@ -367,9 +367,66 @@ static void test_hf_config_fields_hypershard_cannot_build_are_refused(void **sta
     expect_config_refused("d5.json", LLAMA_JSON(", \"use_sliding_window\": true"),
                           "\"use_sliding_window\" is true");
     expect_config_refused("d6.json",
-                          LLAMA_JSON(", \"rope_parameters\": {\"rope_type\": \"yarn\", "
-                                     "\"rope_theta\": 1e6}"),
-                          "\"rope_type\" is not \"default\"");
+                          LLAMA_JSON(", \"rope_parameters\": {\"rope_type\": \"dynamic\", "
+                                     "\"rope_theta\": 1e6, \"factor\": 2.0}"),
+                          "\"rope_parameters\" is of type dynamic");
+    expect_config_refused("d7.json",
+                          LLAMA_JSON(", \"rope_scaling\": {\"rope_type\": \"yarn\", "
+                                     "\"factor\": 4.0}"),
+                          "\"original_max_position_embeddings\" is missing");
+    expect_config_refused("d8.json",
+                          LLAMA_JSON(", \"rope_scaling\": {\"rope_type\": \"llama3\", "
+                                     "\"factor\": 8.0, \"low_freq_factor\": 4.0, "
+                                     "\"high_freq_factor\": 1.0, "
+                                     "\"original_max_position_embeddings\": 8192}"),
+                          "high_freq_factor 1 must exceed low_freq_factor 4");
+    expect_config_refused("d9.json",
+                          LLAMA_JSON(", \"rope_scaling\": {\"type\": \"llama3\", "
+                                     "\"original_max_position_embeddings\": 8192}"),
+                          "\"rope_scaling\".\"factor\" is missing");
+}
+
+/* Llama 3.1's rope_scaling (transformers 4's spelling) and DeepSeek's YaRN
+ * in transformers 5's rope_parameters, its factor left to
+ * max_position_embeddings / original_max_position_embeddings, read into
+ * model.rope_scaling and written back so that they read the same. */
+static void test_hf_config_reads_and_writes_llama3_and_yarn_rope(void **state) {
+    (void)state;
+    char path[300], written[300];
+    snprintf(path, sizeof path, "%s/r3.json", tmpdir);
+    snprintf(written, sizeof written, "%s/r3back.json", tmpdir);
+    const char *llama =
+        LLAMA_JSON(", \"rope_theta\": 500000.0, \"rope_scaling\": {\"factor\": 8.0, "
+                   "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+                   "\"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}");
+    tu_write_file(path, llama, strlen(llama));
+    hs_model_config mc = tiny_config("llama"), again = tiny_config("qwen3");
+    hs_error e;
+    assert_int_equal(hs_hf_config_read(path, &mc, NULL, &e), HS_OK);
+    assert_string_equal(mc.rope_scaling.type, "llama3");
+    assert_true(mc.rope_scaling.factor == 8.0 && mc.rope_scaling.high_freq_factor == 4.0);
+    assert_int_equal(mc.rope_scaling.original_max_position, 8192);
+    assert_int_equal(hs_hf_config_write(&mc, 131072, "float32", written, &e), HS_OK);
+    assert_int_equal(hs_hf_config_read(written, &again, NULL, &e), HS_OK);
+    assert_memory_equal(&again.rope_scaling, &mc.rope_scaling, sizeof mc.rope_scaling);
+
+    const char *yarn =
+        LLAMA_JSON(", \"max_position_embeddings\": 163840, \"rope_parameters\": "
+                   "{\"rope_type\": \"yarn\", \"rope_theta\": 10000.0, \"beta_fast\": 32, "
+                   "\"beta_slow\": 1, \"mscale\": 1.0, \"mscale_all_dim\": 1.0, "
+                   "\"original_max_position_embeddings\": 4096}");
+    tu_write_file(path, yarn, strlen(yarn));
+    mc = tiny_config("llama");
+    int max_position = 0;
+    assert_int_equal(hs_hf_config_read(path, &mc, &max_position, &e), HS_OK);
+    assert_string_equal(mc.rope_scaling.type, "yarn");
+    assert_true(mc.rope_scaling.factor == 40.0 && mc.rope_scaling.mscale == 1.0);
+    assert_true(mc.rope_scaling.truncate && mc.rope_scaling.attention_factor == 0.0);
+    assert_int_equal(hs_hf_config_write(&mc, max_position, "float32", written, &e), HS_OK);
+    again = tiny_config("qwen3");
+    assert_int_equal(hs_hf_config_read(written, &again, NULL, &e), HS_OK);
+    assert_memory_equal(&again.rope_scaling, &mc.rope_scaling, sizeof mc.rope_scaling);
+    assert_true(again.rope_theta == 10000.0);
 }
 
 /* transformers 5 writes RoPE's base into "rope_parameters"; Qwen3Config's
@@ -405,6 +462,7 @@ int main(void) {
         cmocka_unit_test(test_hf_config_values_out_of_range_are_refused_naming_the_key),
         cmocka_unit_test(test_hf_config_fields_hypershard_cannot_build_are_refused),
         cmocka_unit_test(test_hf_config_reads_rope_parameters_and_qwen3_defaults),
+        cmocka_unit_test(test_hf_config_reads_and_writes_llama3_and_yarn_rope),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
