@@ -184,7 +184,24 @@ static hs_status hf_bool(json_t *root, const char *path, const char *key, bool *
  * (linear, dynamic, longrope, ...) are another network than hypershard
  * builds. max_position: the config's max_position_embeddings, YaRN's
  * factor when it gives none (DeepSeek's convention). */
+/* A field of a RoPE object read and refused: the message names the
+ * object too. */
+static hs_status in_object(hs_status s, const char *key, hs_error *e) {
+    if (s == HS_OK) return s;
+    char was[HS_ERROR_MSG_MAX];
+    snprintf(was, sizeof was, "%s", e->msg);
+    return hs_error_set(e, s, "%s (in \"%s\")", was, key);
+}
+
+static hs_status hf_rope_fields(json_t *rs, const char *path, const char *key, int max_position,
+                                hs_model_config *mc, hs_error *e);
+
 static hs_status hf_rope_object(json_t *rs, const char *path, const char *key, int max_position,
+                                hs_model_config *mc, hs_error *e) {
+    return in_object(hf_rope_fields(rs, path, key, max_position, mc, e), key, e);
+}
+
+static hs_status hf_rope_fields(json_t *rs, const char *path, const char *key, int max_position,
                                 hs_model_config *mc, hs_error *e) {
     if (!json_is_object(rs))
         return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\" must be an object or null", path, key);
@@ -203,7 +220,8 @@ static hs_status hf_rope_object(json_t *rs, const char *path, const char *key, i
     snprintf(r->type, sizeof r->type, "%s", name);
     hs_status s =
         hf_int(rs, path, "original_max_position_embeddings", true, 1, &r->original_max_position, e);
-    bool has_factor = json_is_number(json_object_get(rs, "factor"));
+    json_t *fv = json_object_get(rs, "factor");
+    bool has_factor = fv && !json_is_null(fv); /* present: a positive number (hf_double) */
     if (s == HS_OK && (llama3 || has_factor)) {
         if (!has_factor)
             return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\".\"factor\" is missing", path, key);
