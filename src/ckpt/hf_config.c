@@ -18,7 +18,10 @@ typedef struct hf_family {
     const char *arch, *model_type, *class_name;
 } hf_family;
 
+/* Export writes each arch's first row; Mistral (no sliding window) is
+ * Llama's network under Llama's tensor names, and reads as arch llama. */
 static const hf_family FAMILIES[] = {{"llama", "llama", "LlamaForCausalLM"},
+                                     {"llama", "mistral", "MistralForCausalLM"},
                                      {"moe", "mixtral", "MixtralForCausalLM"},
                                      {"qwen3", "qwen3", "Qwen3ForCausalLM"},
                                      {"qwen3_moe", "qwen3_moe", "Qwen3MoeForCausalLM"}};
@@ -275,7 +278,8 @@ static hs_status hf_rope(json_t *root, const char *path, int max_position, hs_mo
 
 /* Fields transformers reads that this model has no choice in: a value
  * other than the one it builds would load into a different network. */
-static hs_status hf_check_fixed(json_t *root, const char *path, hs_error *e) {
+static hs_status hf_check_fixed(json_t *root, const char *path, const hs_model_config *mc,
+                                hs_error *e) {
     json_t *act = json_object_get(root, "hidden_act");
     if (act && !json_is_null(act) &&
         !(json_is_string(act) && !strcmp(json_string_value(act), "silu")))
@@ -293,6 +297,15 @@ static hs_status hf_check_fixed(json_t *root, const char *path, hs_error *e) {
             return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\" is true; hypershard %s", path,
                                 flags[i], why[i]);
     }
+    /* Mistral and Mixtral attend within "sliding_window" positions when it
+     * is set; Qwen3 only under use_sliding_window, refused above. */
+    json_t *sw = json_object_get(root, "sliding_window");
+    if (!hs_model_arch_qk_norm(mc) && sw && !json_is_null(sw))
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"sliding_window\" is set; hypershard builds full causal "
+                            "attention in every layer (Mistral from v0.2 and Mixtral set it to "
+                            "null)",
+                            path);
     return HS_OK;
 }
 
@@ -390,7 +403,7 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
     if (!fam)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: model_type \"%s\" is not supported; hypershard reads llama, "
-                            "mixtral, qwen3 and qwen3_moe",
+                            "mistral, mixtral, qwen3 and qwen3_moe",
                             path, t);
     snprintf(mc->arch, sizeof mc->arch, "%s", fam->arch);
     bool moe = hs_model_arch_moe(mc);
@@ -412,7 +425,7 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
     /* transformers' default: Qwen3Config's 128, else hidden_size / heads */
     int head_dim = hs_model_arch_qk_norm(mc) ? 128 : 0;
     if (s == HS_OK) s = hf_int(root, path, "head_dim", false, 1, &head_dim, e);
-    if (s == HS_OK) s = hf_check_fixed(root, path, e);
+    if (s == HS_OK) s = hf_check_fixed(root, path, mc, e);
     if (s != HS_OK) return s;
     /* null (dim / n_heads) where that is the size, so configs stay as written */
     bool derived = mc->dim % mc->n_heads == 0 && head_dim == mc->dim / mc->n_heads;

@@ -380,6 +380,17 @@ static void test_hf_config_fields_hypershard_cannot_build_are_refused(void **sta
                                      "\"high_freq_factor\": 1.0, "
                                      "\"original_max_position_embeddings\": 8192}"),
                           "high_freq_factor 1 must exceed low_freq_factor 4");
+    expect_config_refused("d10.json",
+                          "{\"model_type\": \"mistral\", \"vocab_size\": 256, \"hidden_size\": 16, "
+                          "\"intermediate_size\": 24, \"num_hidden_layers\": 2, "
+                          "\"num_attention_heads\": 2, \"sliding_window\": 4096}",
+                          "\"sliding_window\" is set");
+    expect_config_refused("d11.json",
+                          "{\"model_type\": \"mixtral\", \"vocab_size\": 256, \"hidden_size\": 16, "
+                          "\"intermediate_size\": 24, \"num_hidden_layers\": 2, "
+                          "\"num_attention_heads\": 2, \"num_local_experts\": 4, "
+                          "\"num_experts_per_tok\": 2, \"sliding_window\": 4096}",
+                          "\"sliding_window\" is set");
     expect_config_refused("d9.json",
                           LLAMA_JSON(", \"rope_scaling\": {\"type\": \"llama3\", "
                                      "\"original_max_position_embeddings\": 8192}"),
@@ -429,6 +440,33 @@ static void test_hf_config_reads_and_writes_llama3_and_yarn_rope(void **state) {
     assert_true(again.rope_theta == 10000.0);
 }
 
+/* Mistral without a sliding window reads as arch llama (its head size
+ * kept); Qwen3's sliding_window counts only under use_sliding_window. */
+static void test_hf_config_reads_mistral_as_llama(void **state) {
+    (void)state;
+    char path[300];
+    snprintf(path, sizeof path, "%s/m.json", tmpdir);
+    const char *json = "{\"model_type\": \"mistral\", \"architectures\": "
+                       "[\"MistralForCausalLM\"], \"vocab_size\": 256, \"hidden_size\": 16, "
+                       "\"intermediate_size\": 24, \"num_hidden_layers\": 2, "
+                       "\"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"head_dim\": 4, "
+                       "\"sliding_window\": null, \"rope_theta\": 1000000.0}";
+    tu_write_file(path, json, strlen(json));
+    hs_model_config mc = tiny_config("qwen3");
+    hs_error e;
+    assert_int_equal(hs_hf_config_read(path, &mc, NULL, &e), HS_OK);
+    assert_string_equal(mc.arch, "llama");
+    assert_int_equal(hs_model_head_dim(&mc), 4);
+    assert_int_equal(mc.n_kv_heads, 1);
+    const char *qwen = "{\"model_type\": \"qwen3\", \"vocab_size\": 256, \"hidden_size\": 16, "
+                       "\"intermediate_size\": 24, \"num_hidden_layers\": 2, "
+                       "\"num_attention_heads\": 2, \"head_dim\": 8, \"sliding_window\": 4096, "
+                       "\"use_sliding_window\": false}";
+    tu_write_file(path, qwen, strlen(qwen));
+    assert_int_equal(hs_hf_config_read(path, &mc, NULL, &e), HS_OK);
+    assert_string_equal(mc.arch, "qwen3");
+}
+
 /* transformers 5 writes RoPE's base into "rope_parameters"; Qwen3Config's
  * head size is 128 when the file leaves it out. */
 static void test_hf_config_reads_rope_parameters_and_qwen3_defaults(void **state) {
@@ -463,6 +501,7 @@ int main(void) {
         cmocka_unit_test(test_hf_config_fields_hypershard_cannot_build_are_refused),
         cmocka_unit_test(test_hf_config_reads_rope_parameters_and_qwen3_defaults),
         cmocka_unit_test(test_hf_config_reads_and_writes_llama3_and_yarn_rope),
+        cmocka_unit_test(test_hf_config_reads_mistral_as_llama),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
