@@ -187,23 +187,6 @@ static hs_status hf_bool(json_t *root, const char *path, const char *key, bool *
  * (linear, dynamic, longrope, ...) are another network than hypershard
  * builds. max_position: the config's max_position_embeddings, YaRN's
  * factor when it gives none (DeepSeek's convention). */
-/* A field of a RoPE object read and refused: the message names the
- * object too. */
-static hs_status in_object(hs_status s, const char *key, hs_error *e) {
-    if (s == HS_OK) return s;
-    char was[HS_ERROR_MSG_MAX];
-    snprintf(was, sizeof was, "%s", e->msg);
-    return hs_error_set(e, s, "%s (in \"%s\")", was, key);
-}
-
-static hs_status hf_rope_fields(json_t *rs, const char *path, const char *key, int max_position,
-                                hs_model_config *mc, hs_error *e);
-
-static hs_status hf_rope_object(json_t *rs, const char *path, const char *key, int max_position,
-                                hs_model_config *mc, hs_error *e) {
-    return in_object(hf_rope_fields(rs, path, key, max_position, mc, e), key, e);
-}
-
 static hs_status hf_rope_fields(json_t *rs, const char *path, const char *key, int max_position,
                                 hs_model_config *mc, hs_error *e) {
     if (!json_is_object(rs))
@@ -256,6 +239,20 @@ static hs_status hf_rope_fields(json_t *rs, const char *path, const char *key, i
     if (s == HS_OK) s = hf_double(rs, path, "attention_factor", true, &r->attention_factor, e);
     if (s == HS_OK) s = hf_bool(rs, path, "truncate", &r->truncate, e);
     return s;
+}
+
+/* A field of a RoPE object read and refused: the message names the
+ * object too. */
+static hs_status in_object(hs_status s, const char *key, hs_error *e) {
+    if (s == HS_OK) return s;
+    char was[HS_ERROR_MSG_MAX];
+    snprintf(was, sizeof was, "%s", e->msg);
+    return hs_error_set(e, s, "%s (in \"%s\")", was, key);
+}
+
+static hs_status hf_rope_object(json_t *rs, const char *path, const char *key, int max_position,
+                                hs_model_config *mc, hs_error *e) {
+    return in_object(hf_rope_fields(rs, path, key, max_position, mc, e), key, e);
 }
 
 /* RoPE's base: "rope_theta", or inside transformers 5's "rope_parameters";

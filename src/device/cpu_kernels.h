@@ -132,14 +132,10 @@ void hs_rmsnorm_backward_x(float *dx /* N,C */, void *dw /* C */, hs_dtype gdt,
 /* ------------------------------------------------------------------ rope */
 
 /* Hugging Face layout: within each head, dims i and i+HD/2 rotate together
- * by angle pos * inv_freq[i]. Tables are [T, HD/2] fp32, cos and sin times
- * scale. hs_rope_tables: plain RoPE, inv_freq[i] = theta^(-2i/HD), head
- * sizes up to 2 * HS_ROPE_MAX_HALF. */
-#define HS_ROPE_MAX_HALF 1024
+ * by angle pos * inv_freq[i] (plain RoPE: hs_rope_inv_freq). Tables are
+ * [T, HD/2] fp32, cos and sin times scale. */
 void hs_rope_tables_freqs(float *cos_t /* T,HD/2 */, float *sin_t /* T,HD/2 */, int T, int HD,
                           const float *inv_freq, float scale);
-void hs_rope_tables(float *cos_t /* T,HD/2 */, float *sin_t /* T,HD/2 */, int T, int HD,
-                    double theta);
 /* In place on x [B,T,H*HD] in dtype dt (rounded once per element). */
 void hs_rope_forward(void *x /* B,T,H,HD */, hs_dtype dt, const float *cos_t, const float *sin_t,
                      int B, int T, int H, int HD);

@@ -19,14 +19,6 @@ void hs_rope_tables_freqs(float *cos_t /* T,HD/2 */, float *sin_t /* T,HD/2 */, 
     }
 }
 
-void hs_rope_tables(float *cos_t /* T,HD/2 */, float *sin_t /* T,HD/2 */, int T, int HD,
-                    double theta) {
-    float inv[HS_ROPE_MAX_HALF];
-    HS_ASSERT(HD / 2 <= HS_ROPE_MAX_HALF);
-    hs_rope_inv_freq(inv, HD, theta);
-    hs_rope_tables_freqs(cos_t, sin_t, T, HD, inv, 1.0f);
-}
-
 /* One (sequence, position) row of H heads, inlined per storage dtype so
  * that the loads, stores and products vectorise. */
 static inline __attribute__((always_inline)) void

@@ -106,6 +106,14 @@ static void test_rmsnorm_output_has_unit_rms_times_weight(void **state) {
     assert_float_equal(rstd, 1.0 / sqrt(204.0 / 8), 1e-7);
 }
 
+/* Plain RoPE's tables for base theta (head sizes up to 128). */
+static void rope_tables(float *cos_t, float *sin_t, int T, int HD, double theta) {
+    float inv[64];
+    assert_true(HD / 2 <= 64);
+    hs_rope_inv_freq(inv, HD, theta);
+    hs_rope_tables_freqs(cos_t, sin_t, T, HD, inv, 1.0f);
+}
+
 /* ------------------------------------------------------------------- rope */
 
 #define RB 2
@@ -128,7 +136,7 @@ static double rope_f(void *ctx) {
 static void test_rope_backward_matches_finite_differences(void **state) {
     (void)state;
     rope_case c;
-    hs_rope_tables(c.cos_t, c.sin_t, RT, RHD, 10000.0);
+    rope_tables(c.cos_t, c.sin_t, RT, RHD, 10000.0);
     fill(c.x, RN, 4, 1.0f);
     fill(c.r, RN, 5, 1.0f);
     float dx[RN];
@@ -141,7 +149,7 @@ static void test_rope_backward_matches_finite_differences(void **state) {
 static void test_rope_pairs_dim_i_with_i_plus_half_head_dim(void **state) {
     (void)state;
     float cos_t[3 * 2], sin_t[3 * 2];
-    hs_rope_tables(cos_t, sin_t, 3, 4, 100.0);
+    rope_tables(cos_t, sin_t, 3, 4, 100.0);
     assert_float_equal(cos_t[2 * 2 + 1], cosf(2.0f * 0.1f), 1e-7); /* t=2, i=1: 100^(-1/2) */
     float x[4] = {1, 2, 3, 4}; /* one position-2 vector of a T=3 sequence */
     float seq[3 * 4] = {0};
@@ -577,7 +585,7 @@ static void run_elementwise(int threads, const float *g, const float *u, ew_out 
                         EW_C, NULL);
     memcpy(o->xr, g, (size_t)n * 4);
     float cs[64 * 8], sn[64 * 8];
-    hs_rope_tables(cs, sn, 64, 16, 10000.0);
+    rope_tables(cs, sn, 64, 16, 10000.0);
     hs_rope_forward(o->xr, HS_DTYPE_F32, cs, sn, (int)(n / (64 * 4 * 16)), 64, 4, 16);
     /* more than one chunk of the fixed split (65536 elements) */
     o->sumsq = hs_sumsq_f32(o->dg, n);

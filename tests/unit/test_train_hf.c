@@ -337,6 +337,15 @@ static void expect_config_refused(const char *name, const char *json, const char
         fail_msg("'%s' does not name %s and '%s'", e.msg, path, needle);
 }
 
+/* json written to tmpdir/name and read over *mc: HS_OK. */
+static void read_config(const char *name, const char *json, hs_model_config *mc) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    tu_write_file(path, json, strlen(json));
+    hs_error e;
+    assert_int_equal(hs_hf_config_read(path, mc, NULL, &e), HS_OK);
+}
+
 #define LLAMA_JSON(extra)                                                                          \
     "{\"model_type\": \"llama\", \"vocab_size\": 256, \"hidden_size\": 16, "                       \
     "\"intermediate_size\": 24, \"num_hidden_layers\": 2, \"num_attention_heads\": 2" extra "}"
@@ -444,17 +453,13 @@ static void test_hf_config_reads_and_writes_llama3_and_yarn_rope(void **state) {
  * kept); Qwen3's sliding_window counts only under use_sliding_window. */
 static void test_hf_config_reads_mistral_as_llama(void **state) {
     (void)state;
-    char path[300];
-    snprintf(path, sizeof path, "%s/m.json", tmpdir);
     const char *json = "{\"model_type\": \"mistral\", \"architectures\": "
                        "[\"MistralForCausalLM\"], \"vocab_size\": 256, \"hidden_size\": 16, "
                        "\"intermediate_size\": 24, \"num_hidden_layers\": 2, "
                        "\"num_attention_heads\": 2, \"num_key_value_heads\": 1, \"head_dim\": 4, "
                        "\"sliding_window\": null, \"rope_theta\": 1000000.0}";
-    tu_write_file(path, json, strlen(json));
     hs_model_config mc = tiny_config("qwen3");
-    hs_error e;
-    assert_int_equal(hs_hf_config_read(path, &mc, NULL, &e), HS_OK);
+    read_config("m.json", json, &mc);
     assert_string_equal(mc.arch, "llama");
     assert_int_equal(hs_model_head_dim(&mc), 4);
     assert_int_equal(mc.n_kv_heads, 1);
@@ -462,8 +467,7 @@ static void test_hf_config_reads_mistral_as_llama(void **state) {
                        "\"intermediate_size\": 24, \"num_hidden_layers\": 2, "
                        "\"num_attention_heads\": 2, \"head_dim\": 8, \"sliding_window\": 4096, "
                        "\"use_sliding_window\": false}";
-    tu_write_file(path, qwen, strlen(qwen));
-    assert_int_equal(hs_hf_config_read(path, &mc, NULL, &e), HS_OK);
+    read_config("m.json", qwen, &mc);
     assert_string_equal(mc.arch, "qwen3");
 }
 
@@ -471,16 +475,12 @@ static void test_hf_config_reads_mistral_as_llama(void **state) {
  * head size is 128 when the file leaves it out. */
 static void test_hf_config_reads_rope_parameters_and_qwen3_defaults(void **state) {
     (void)state;
-    char path[300];
-    snprintf(path, sizeof path, "%s/q.json", tmpdir);
     const char *json = "{\"model_type\": \"qwen3\", \"vocab_size\": 256, \"hidden_size\": 16, "
                        "\"intermediate_size\": 24, \"num_hidden_layers\": 2, "
                        "\"num_attention_heads\": 2, \"rope_parameters\": {\"rope_type\": "
                        "\"default\", \"rope_theta\": 1000000.0}}";
-    tu_write_file(path, json, strlen(json));
     hs_model_config mc = tiny_config("llama");
-    hs_error e;
-    assert_int_equal(hs_hf_config_read(path, &mc, NULL, &e), HS_OK);
+    read_config("q.json", json, &mc);
     assert_string_equal(mc.arch, "qwen3");
     assert_true(mc.rope_theta == 1000000.0);
     assert_int_equal(mc.head_dim, 128);
