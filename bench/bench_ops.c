@@ -29,7 +29,8 @@ typedef struct op_size {
 } op_size;
 
 /* One op: runs once on d; work is its FLOPs (rate in GFLOP/s) or, when
- * `bytes` is set, its bytes moved (GB/s). */
+ * `bytes` is set, its bytes moved (GB/s). prep, where set, lays out what
+ * the run reads and is not timed (what a step builds once, not per call). */
 typedef struct op_def {
     const char *name;
     const char *shape;
@@ -37,6 +38,7 @@ typedef struct op_def {
     void (*run)(hs_device *d, ops_bufs *b);
     double (*work)(const ops_bufs *b);
     bool bytes;
+    void (*prep)(hs_device *d, ops_bufs *b);
 } op_def;
 
 #define SZ(b) ((b)->quick ? 1 : 2) /* the full run doubles the sizes */
@@ -97,15 +99,23 @@ static void run_swiglu_bwd(hs_device *d, ops_bufs *b) {
 static double w_swiglu(const ops_bufs *b) { return 12.0 * e_n(b); }
 static double w_swiglu_bwd(const ops_bufs *b) { return 20.0 * e_n(b); }
 
-static bool has_rope(const hs_device_kernels *k) { return k->rope_fwd && k->rope_tables; }
-static void run_rope(hs_device *d, ops_bufs *b) {
-    int T = 512 * SZ(b);
+static bool has_rope(const hs_device_kernels *k) {
+    return k->rope_fwd && k->rope_bwd && k->rope_tables;
+}
+static int rope_T(const ops_bufs *b) { return 512 * SZ(b); }
+/* the tables, built once at the model's creation, in e and f */
+static void prep_rope(hs_device *d, ops_bufs *b) {
     float inv[32];
     hs_rope_inv_freq(inv, 64, 10000.0);
-    d->k->rope_tables(d->stream, b->e, b->f, T, 64, inv, 1.0f);
-    d->k->rope_fwd(d->stream, b->c, HS_DTYPE_F32, b->e, b->f, 1, T, 12, 64);
+    d->k->rope_tables(d->stream, b->e, b->f, rope_T(b), 64, inv, 1.0f);
 }
-static double w_rope(const ops_bufs *b) { return 8.0 * 512 * SZ(b) * 12 * 64; }
+static void run_rope_fwd(hs_device *d, ops_bufs *b) {
+    d->k->rope_fwd(d->stream, b->c, HS_DTYPE_F32, b->e, b->f, 1, rope_T(b), 12, 64);
+}
+static void run_rope_bwd(hs_device *d, ops_bufs *b) {
+    d->k->rope_bwd(d->stream, b->c, b->e, b->f, 1, rope_T(b), 12, 64);
+}
+static double w_rope(const ops_bufs *b) { return 8.0 * rope_T(b) * 12 * 64; }
 
 static int a_T(const ops_bufs *b) { return b->quick ? 256 : 512; }
 #define A_NH 8
@@ -215,29 +225,30 @@ static void run_moe_stats(hs_device *d, ops_bufs *b) {
 static double w_moe_stats(const ops_bufs *b) { return (8.0 + 2.0) * 4 * s_n(b); }
 
 static const op_def ops[] = {
-    {"gemm fp32", "M=N=K 256|512", has_gemm, run_gemm32, w_gemm, false},
-    {"gemm bf16", "M=N=K 256|512", has_gemm, run_gemm16, w_gemm, false},
-    {"convert f32->bf16", "1M|4M", has_convert, run_convert, w_convert, true},
-    {"axpy", "1M|4M", has_axpy, run_axpy, w_axpy, true},
-    {"copy_2d", "2K|8K rows x 1 KiB", has_copy, run_copy, w_copy, true},
-    {"rmsnorm fwd", "1K|2K x 768", has_rms, run_rms_fwd, w_rms, true},
-    {"rmsnorm bwd", "1K|2K x 768", has_rms, run_rms_bwd, w_rms_bwd, true},
-    {"swiglu fwd", "1M|4M", has_swiglu, run_swiglu_fwd, w_swiglu, true},
-    {"swiglu bwd", "1M|4M", has_swiglu, run_swiglu_bwd, w_swiglu_bwd, true},
-    {"rope fwd", "T 512|1K, 12 x 64", has_rope, run_rope, w_rope, true},
-    {"attention fwd", "T 256|512, 8 x 64", has_att, run_att_fwd, w_att, false},
-    {"attention bwd", "T 256|512, 8 x 64", has_att, run_att_bwd, w_att_bwd, false},
-    {"xent", "256|512 x 8192", has_xent, run_xent, w_xent, true},
-    {"embedding fwd", "1K|2K x 768", has_emb, run_emb, w_emb, true},
-    {"adamw", "1M|4M", has_adamw, run_adamw, w_adamw, true},
-    {"adamw bf16 param", "1M|4M", has_adamw, run_adamw16, w_adamw16, true},
-    {"muon update bf16", "1M|4M", has_muon_update, run_muon_update, w_muon_update, true},
-    {"scale_cast bf16", "1M|4M", has_scale_cast, run_scale_cast, w_scale_cast, true},
-    {"quantize fp32->int8", "1M|4M", has_quant, run_quantize, w_quantize, true},
-    {"dequant int8->bf16", "1M|4M", has_quant, run_dequantize, w_dequantize, true},
-    {"muon newton-schulz", "128x384|256x768", has_ns, run_ns, w_ns, false},
-    {"moe route(+permute)", "1K|2K x 8, k 2, 256", has_moe, run_moe, w_moe, true},
-    {"moe stats", "16K|32K x 8, k 2", has_moe_stats, run_moe_stats, w_moe_stats, true},
+    {"gemm fp32", "M=N=K 256|512", has_gemm, run_gemm32, w_gemm, false, NULL},
+    {"gemm bf16", "M=N=K 256|512", has_gemm, run_gemm16, w_gemm, false, NULL},
+    {"convert f32->bf16", "1M|4M", has_convert, run_convert, w_convert, true, NULL},
+    {"axpy", "1M|4M", has_axpy, run_axpy, w_axpy, true, NULL},
+    {"copy_2d", "2K|8K rows x 1 KiB", has_copy, run_copy, w_copy, true, NULL},
+    {"rmsnorm fwd", "1K|2K x 768", has_rms, run_rms_fwd, w_rms, true, NULL},
+    {"rmsnorm bwd", "1K|2K x 768", has_rms, run_rms_bwd, w_rms_bwd, true, NULL},
+    {"swiglu fwd", "1M|4M", has_swiglu, run_swiglu_fwd, w_swiglu, true, NULL},
+    {"swiglu bwd", "1M|4M", has_swiglu, run_swiglu_bwd, w_swiglu_bwd, true, NULL},
+    {"rope fwd", "T 512|1K, 12 x 64", has_rope, run_rope_fwd, w_rope, true, prep_rope},
+    {"rope bwd", "T 512|1K, 12 x 64", has_rope, run_rope_bwd, w_rope, true, prep_rope},
+    {"attention fwd", "T 256|512, 8 x 64", has_att, run_att_fwd, w_att, false, NULL},
+    {"attention bwd", "T 256|512, 8 x 64", has_att, run_att_bwd, w_att_bwd, false, NULL},
+    {"xent", "256|512 x 8192", has_xent, run_xent, w_xent, true, NULL},
+    {"embedding fwd", "1K|2K x 768", has_emb, run_emb, w_emb, true, NULL},
+    {"adamw", "1M|4M", has_adamw, run_adamw, w_adamw, true, NULL},
+    {"adamw bf16 param", "1M|4M", has_adamw, run_adamw16, w_adamw16, true, NULL},
+    {"muon update bf16", "1M|4M", has_muon_update, run_muon_update, w_muon_update, true, NULL},
+    {"scale_cast bf16", "1M|4M", has_scale_cast, run_scale_cast, w_scale_cast, true, NULL},
+    {"quantize fp32->int8", "1M|4M", has_quant, run_quantize, w_quantize, true, NULL},
+    {"dequant int8->bf16", "1M|4M", has_quant, run_dequantize, w_dequantize, true, NULL},
+    {"muon newton-schulz", "128x384|256x768", has_ns, run_ns, w_ns, false, NULL},
+    {"moe route(+permute)", "1K|2K x 8, k 2, 256", has_moe, run_moe, w_moe, true, NULL},
+    {"moe stats", "16K|32K x 8, k 2", has_moe_stats, run_moe_stats, w_moe_stats, true, NULL},
 };
 
 /* n uniform values in [-0.5, 0.5); NULL without memory. */
@@ -318,10 +329,13 @@ static double stream_rate(ops_bufs *b, int reps) {
 static hs_status time_op(const op_def *op, hs_device *d, ops_bufs *b, int reps, double *best,
                          hs_error *e) {
     for (int64_t i = 0; i < b->cap; i++) b->ids[i] = (int32_t)(i % 8);
+    if (op->prep) op->prep(d, b);
     op->run(d, b); /* warm-up */
     *best = 1e30;
     for (int r = 0; r < reps; r++) {
         for (int64_t i = 0; i < b->cap; i++) b->ids[i] = (int32_t)(i % 8);
+        if (op->prep) op->prep(d, b);
+        hs_device_synchronize(d);
         double t0 = hs_now();
         op->run(d, b);
         hs_device_synchronize(d);

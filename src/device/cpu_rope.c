@@ -51,21 +51,22 @@ void hs_rope_forward(void *x /* B,T,H,HD */, hs_dtype dt, const float *cos_t, co
                           H, HD);
 }
 
-/* The rotation is orthogonal, so its gradient is the rotation by -angle. */
+/* The rotation is orthogonal, so its gradient is the rotation by -angle;
+ * rows over the threads as the forward's. */
 void hs_rope_backward(float *dx /* B,T,H,HD */, const float *cos_t, const float *sin_t, int B,
                       int T, int H, int HD) {
     int half = HD / 2;
+#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)B * T * H * HD >= HS_PAR_MIN)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float *c = cos_t + t * half, *s = sin_t + t * half;
-            for (int h = 0; h < H; h++) {
-                float *d = dx + (((int64_t)b * T + t) * H + h) * HD;
+            float *d = dx + ((int64_t)b * T + t) * H * HD;
+            for (int h = 0; h < H; h++, d += HD)
                 for (int i = 0; i < half; i++) {
                     float d1 = d[i], d2 = d[i + half];
                     d[i] = d1 * c[i] + d2 * s[i];
                     d[i + half] = d2 * c[i] - d1 * s[i];
                 }
-            }
         }
 }
 
