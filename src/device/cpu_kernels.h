@@ -25,25 +25,49 @@
  * on the row only. Sums and dot products accumulate in fp64. */
 #define HS_LANES 8
 
-/* The largest of x[0..n), n >= 1 (a NaN is kept only where a lane starts
- * with it; a NaN row still gives a NaN loss through its exponentials).
+/* The largest of x[0..n), n >= 1 (a NaN is kept only where the row starts
+ * with it, as in the scalar loop; a row with a NaN still gives a NaN loss
+ * through its exponentials).
  * With AVX2 the lanes are one vector: VMAXPS(v, acc) is v > acc ? v : acc
  * lane by lane, the scalar loop's own choice (GCC leaves that loop scalar),
- * so both give the same bits, NaNs included. */
+ * so both give the same bits, NaNs included. Four chains of lanes, each
+ * starting from the row's first HS_LANES values, take the vectors in turn
+ * (one chain waits on each VMAXPS's latency) and are folded into the
+ * first: a maximum is exact in any order, and a lane's NaN still survives
+ * only from its start. */
+#define HS_MAX_CHAINS 4
 static inline float hs_row_max(const float *x, int n) {
     float mx = x[0];
     int i = 1;
     if (n >= 2 * HS_LANES) {
         float acc[HS_LANES];
-#if defined(__AVX2__) && HS_LANES == 8
-        __m256 a = _mm256_loadu_ps(x);
-        for (i = HS_LANES; i + HS_LANES <= n; i += HS_LANES)
+#if defined(__AVX2__) && HS_LANES == 8 && HS_MAX_CHAINS == 4
+        __m256 a = _mm256_loadu_ps(x), b = a, c = a, d = a;
+        for (i = HS_LANES; i + 4 * HS_LANES <= n; i += 4 * HS_LANES) {
             a = _mm256_max_ps(_mm256_loadu_ps(x + i), a);
+            b = _mm256_max_ps(_mm256_loadu_ps(x + i + HS_LANES), b);
+            c = _mm256_max_ps(_mm256_loadu_ps(x + i + 2 * HS_LANES), c);
+            d = _mm256_max_ps(_mm256_loadu_ps(x + i + 3 * HS_LANES), d);
+        }
+        for (; i + HS_LANES <= n; i += HS_LANES) a = _mm256_max_ps(_mm256_loadu_ps(x + i), a);
+        a = _mm256_max_ps(b, a), a = _mm256_max_ps(c, a), a = _mm256_max_ps(d, a);
         _mm256_storeu_ps(acc, a);
 #else
-        for (int j = 0; j < HS_LANES; j++) acc[j] = x[j];
-        for (i = HS_LANES; i + HS_LANES <= n; i += HS_LANES)
-            for (int j = 0; j < HS_LANES; j++) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+        float ch[HS_MAX_CHAINS][HS_LANES];
+        for (int k = 0; k < HS_MAX_CHAINS; k++)
+            for (int j = 0; j < HS_LANES; j++) ch[k][j] = x[j];
+        for (i = HS_LANES; i + HS_MAX_CHAINS * HS_LANES <= n; i += HS_MAX_CHAINS * HS_LANES)
+            for (int k = 0; k < HS_MAX_CHAINS; k++)
+                for (int j = 0; j < HS_LANES; j++) {
+                    float v = x[i + k * HS_LANES + j];
+                    ch[k][j] = v > ch[k][j] ? v : ch[k][j];
+                }
+        for (; i + HS_LANES <= n; i += HS_LANES)
+            for (int j = 0; j < HS_LANES; j++) ch[0][j] = x[i + j] > ch[0][j] ? x[i + j] : ch[0][j];
+        for (int j = 0; j < HS_LANES; j++) {
+            acc[j] = ch[0][j];
+            for (int k = 1; k < HS_MAX_CHAINS; k++) acc[j] = ch[k][j] > acc[j] ? ch[k][j] : acc[j];
+        }
 #endif
         mx = acc[0];
         for (int j = 1; j < HS_LANES; j++) mx = acc[j] > mx ? acc[j] : mx;

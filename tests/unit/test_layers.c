@@ -544,14 +544,16 @@ static void test_vectorised_expf_within_2_ulp(void **state) {
 }
 
 /* The lane reductions: the serial max exactly, the serial fp64 sum and dot
- * to rounding, for every length around the lane and tail boundaries, with
- * the maximum anywhere. */
+ * to rounding, for every length around the lane, chain and tail
+ * boundaries, with the maximum anywhere; a NaN first in the row stays, one
+ * anywhere else does not. */
 static void test_row_reductions_match_serial_loops(void **state) {
     (void)state;
-    float x[64], y[64];
-    fill(x, 64, 21, 1.0f);
-    fill(y, 64, 22, 1.0f);
-    for (int n = 1; n <= 64; n++)
+    enum { ROWN = 160 };
+    float x[ROWN], y[ROWN];
+    fill(x, ROWN, 21, 1.0f);
+    fill(y, ROWN, 22, 1.0f);
+    for (int n = 1; n <= ROWN; n++)
         for (int at = 0; at < n; at += 5) {
             float saved = x[at];
             x[at] = 9.0f;
@@ -566,6 +568,12 @@ static void test_row_reductions_match_serial_loops(void **state) {
             assert_true(fabs(hs_row_dot(x, y, n) - dt) <= 1e-13 * (1.0 + fabs(dt)));
             x[at] = saved;
         }
+    for (int at = 0; at < ROWN; at += 3) {
+        float saved = x[at];
+        x[at] = NAN;
+        assert_true(isnan(hs_row_max(x, ROWN)) == (at == 0));
+        x[at] = saved;
+    }
 }
 
 /* The threaded element kernels give the same bits on 1 and 2 threads. */
