@@ -107,6 +107,17 @@ typedef struct hs_unit_desc {
     char name[HS_FQN_MAX]; /* "" for the root, "model.layers.3", ... */
     int parent;            /* -1 for the root */
     bool is_expert;
+    /* The stage's chunks whose backward reaches the unit in one
+     * micro-batch: 2 for the root of a stage that holds the head and the
+     * embedding in two chunks (zbv's V: the head's chunk first), else 1.
+     * FSDP reduces the unit after the last of them. */
+    int backward_parts;
+    /* The stage's local chunk whose forward and backward run the unit
+     * (a block's chunk; the root's is the chunk that calls its hooks,
+     * hs_model_root_chunk), -1 for a root several chunks call. FSDP
+     * prefetches within a chunk only: the next chunk's turn is the
+     * schedule's to decide. */
+    int chunk;
 } hs_unit_desc;
 
 typedef struct hs_model_hooks {

@@ -550,9 +550,11 @@ static void check_layout_invariant(const hs_config *c, const hs_topology *t, hs_
     if (a->pp_size > 1 && !strcmp(a->pp_schedule, "zbv"))
         hs_cfg_report_add(rep,
                           "accelerator.pp_schedule = zbv: its V puts the embedding and the head "
-                          "on stage 0, whose root unit both of that stage's chunks reduce for "
-                          "each micro-batch, which train.reproducibility = layout does not order "
-                          "yet; use gpipe, 1f1b, interleaved_1f1b or zb1p");
+                          "on stage 0 in two chunks that share one root unit, and the head's "
+                          "backward of a later micro-batch runs before the embedding's of an "
+                          "earlier one, so the root's reduction is not one micro-batch's, which "
+                          "train.reproducibility = layout needs; use gpipe, 1f1b, "
+                          "interleaved_1f1b or zb1p");
     if (hs_model_arch_moe(&c->model))
         hs_cfg_report_add(rep,
                           "model.arch = %s: %s; use llama or qwen3, or train.reproducibility: run",

@@ -108,35 +108,42 @@ static hs_status check_fqns(const hs_fsdp_config *fsdp, hs_model *model, hs_erro
     return st;
 }
 
-/* Declaration order is the forward order; backward visits the root first
- * (head), then the blocks last to first. Each unit prefetches the next
- * `depth` units of its own pass. */
-static hs_status set_prefetch(hs_fsdp_ctx *ctx, int fwd_depth, int bwd_depth, hs_error *e) {
+/* A chunk's forward runs its root (where the chunk calls the root's hooks,
+ * hs_unit_desc.chunk) and then its blocks in declaration order; its
+ * backward the root first (head), then the blocks last to first. Each unit
+ * prefetches the next `depth` units of its own chunk's pass: which chunk
+ * runs next is the pipeline schedule's choice, and a unit gathered for a
+ * chunk that does not come would be gathered again. A root that several
+ * chunks call (zbv's V) prefetches nothing. One chunk: declaration order. */
+static hs_status set_prefetch(hs_fsdp_ctx *ctx, const hs_model *m, int fwd_depth, int bwd_depth,
+                              hs_error *e) {
     int n = ctx->n_units;
-    int *bwd_order = malloc(sizeof(int) * (size_t)n);
-    if (!bwd_order)
-        return hs_error_oom(e, "fsdp: the backward order of %d units: %zu bytes", n,
+    int *order = malloc(sizeof(int) * (size_t)n);
+    if (!order)
+        return hs_error_oom(e, "fsdp: the prefetch order of %d units: %zu bytes", n,
                             sizeof(int) * (size_t)n);
-    bwd_order[0] = 0;
-    for (int k = 1; k < n; k++) bwd_order[k] = n - k;
     hs_status st = HS_OK;
-    for (int k = 0; k < n && st == HS_OK; k++) {
-        hs_fsdp_unit *u = &ctx->units[k];
-        int nf = n - 1 - k < fwd_depth ? n - 1 - k : fwd_depth;
-        u->fwd_prefetch = calloc((size_t)(nf > 0 ? nf : 1), sizeof(int));
-        if (!u->fwd_prefetch) st = hs_error_oom(e, "fsdp: the prefetch list of unit %d", k);
-        for (int j = 0; j < nf && st == HS_OK; j++)
-            u->fwd_prefetch[u->n_fwd_prefetch++] = k + 1 + j;
+    for (int dir = 0; dir < 2 && st == HS_OK; dir++) {
+        int depth = dir == 0 ? fwd_depth : bwd_depth;
+        for (int k = 0; k < n && st == HS_OK; k++) {
+            hs_fsdp_unit *u = &ctx->units[k];
+            int c = hs_model_unit(m, k)->chunk, len = 0, at = 0;
+            if (c >= 0 && hs_model_unit(m, 0)->chunk == c) order[len++] = 0;
+            for (int j = 1; c >= 0 && j < n; j++) {
+                int ui = dir == 0 ? j : n - j;
+                if (hs_model_unit(m, ui)->chunk == c) order[len++] = ui;
+            }
+            while (at < len && order[at] != k) at++;
+            int np = len - 1 - at < depth ? len - 1 - at : depth;
+            np = np > 0 ? np : 0;
+            int *list = calloc((size_t)(np > 0 ? np : 1), sizeof(int));
+            if (!list) st = hs_error_oom(e, "fsdp: the prefetch list of unit %d", k);
+            for (int p = 0; p < np && list; p++) list[p] = order[at + 1 + p];
+            if (dir == 0) u->fwd_prefetch = list, u->n_fwd_prefetch = list ? np : 0;
+            else u->bwd_prefetch = list, u->n_bwd_prefetch = list ? np : 0;
+        }
     }
-    for (int k = 0; k < n && st == HS_OK; k++) {
-        hs_fsdp_unit *u = &ctx->units[bwd_order[k]];
-        int nb = n - 1 - k < bwd_depth ? n - 1 - k : bwd_depth;
-        u->bwd_prefetch = calloc((size_t)(nb > 0 ? nb : 1), sizeof(int));
-        if (!u->bwd_prefetch) st = hs_error_oom(e, "fsdp: the prefetch list of unit %d", k);
-        for (int j = 0; j < nb && st == HS_OK; j++)
-            u->bwd_prefetch[u->n_bwd_prefetch++] = bwd_order[k + 1 + j];
-    }
-    free(bwd_order);
+    free(order);
     return st;
 }
 
@@ -187,6 +194,7 @@ static hs_status build_units(hs_fsdp *f, const hs_fsdp_config *fsdp, hs_error *e
         snprintf(u->name, sizeof u->name, "%s", d->name);
         u->is_root = ui == 0;
         u->is_expert = d->is_expert;
+        u->backward_parts = d->backward_parts > 1 ? d->backward_parts : 1;
         u->params = calloc((size_t)ctx->n_params + 1, sizeof *u->params);
         if (!u->params) return hs_error_oom(e, "fsdp unit %s: its parameter list", u->name);
     }
@@ -211,7 +219,7 @@ static hs_status build_units(hs_fsdp *f, const hs_fsdp_config *fsdp, hs_error *e
         if (!u->is_root && !u->is_expert) f->blocks_wrapped++;
     }
     hs_status pst =
-        set_prefetch(ctx, fsdp->forward_prefetch_depth, fsdp->backward_prefetch_depth, e);
+        set_prefetch(ctx, f->model, fsdp->forward_prefetch_depth, fsdp->backward_prefetch_depth, e);
     if (pst != HS_OK) return pst;
     for (int ui = 0; fsdp->comm_fusion && ui < ctx->n_units; ui++) {
         /* null means zero-copy, as PyTorch's default (spec 004 §2.4) */

@@ -57,6 +57,8 @@ static void unit_add(hs_model *m, int parent, bool is_expert, const char *name) 
     snprintf(u->name, sizeof u->name, "%s", name);
     u->parent = parent;
     u->is_expert = is_expert;
+    u->backward_parts = 1;
+    u->chunk = 0;
 }
 
 #define LAYER "model.layers.%d."
@@ -125,6 +127,9 @@ static void block_add(hs_model *m, int local) {
     snprintf(name, sizeof name, "model.layers.%d", i);
     bp->unit = m->n_units;
     unit_add(m, 0, false, name);
+    int chunk = 0;
+    while (chunk + 1 < m->n_chunks && local >= m->chunk_begin[chunk + 1]) chunk++;
+    m->units[bp->unit].chunk = chunk;
     bp->expert_unit = -1;
     bool moe = hs_model_layer_moe(&m->cfg, i);
     if (moe) {
@@ -132,6 +137,7 @@ static void block_add(hs_model *m, int local) {
                  hs_model_arch_moe_names(&m->cfg)->block);
         bp->expert_unit = m->n_units;
         unit_add(m, bp->unit, true, name);
+        m->units[bp->expert_unit].chunk = chunk;
     }
     block_attention_add(m, bp, i);
     if (moe) block_moe_add(m, bp, i);
@@ -163,9 +169,14 @@ hs_status hs_model_registry_build(hs_model *m, hs_error *e) {
     if (m->first_stage)
         m->embed = add2(m, HS_PARAM_EMBEDDING, 0, m->Vg, m->C, "model.embed_tokens.weight");
     for (int i = 0; i < m->L; i++) block_add(m, i);
+    /* hs_model_root_chunk: the head's chunk on the last stage */
+    if (m->last_stage && !m->first_stage) m->units[0].chunk = m->n_chunks - 1;
     if (!m->last_stage) return HS_OK;
     int64_t c[1] = {m->C};
     m->norm = param_add(m, HS_PARAM_NORM, 0, 1, c, "model.norm.weight");
+    /* zbv's V: the embedding's chunk and the head's each backward through
+     * the root (hs_model_root_chunk) */
+    if (m->first_stage && m->n_chunks > 1) m->units[0].backward_parts = 2, m->units[0].chunk = -1;
     m->head = m->cfg.tie_embeddings ? m->embed
                                     : add2(m, HS_PARAM_LM_HEAD, 0, m->Vg, m->C, "lm_head.weight");
     return HS_OK;

@@ -461,7 +461,18 @@ static void cp_comm(const plan_ctx *c, int n_blocks, int64_t BT, int64_t kv, hs_
     ACC(c, calls, M, n_blocks, 3 * groups - 2);
 }
 
-static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, hs_plan_role *r) {
+/* Whether model chunk `to`, the neighbour of stage `stage`'s model chunk,
+ * lives on another stage: zbv's turn (its last stage's two chunks) is a
+ * copy, not a send. */
+static bool sends_to(hs_pp_schedule_kind kind, int pp, int stage, int to) {
+    if (kind != HS_PP_ZBV) return true;
+    int home, v;
+    hs_pp_chunk_home(kind, pp, to, &home, &v);
+    return home != stage;
+}
+
+static void mp_comm(const plan_ctx *c, int stage, const hs_model_stage *st, int n_blocks,
+                    hs_plan_role *r) {
     const hs_config *cfg = c->cfg;
     const hs_topology *t = c->topo;
     const hs_model_config *mc = &cfg->model;
@@ -488,11 +499,16 @@ static void mp_comm(const plan_ctx *c, const hs_model_stage *st, int n_blocks, h
          * under sequence parallel its 1/tp of them */
         int64_t rows = cfg->accelerator.sequence_parallel && t->tp > 1 ? BT / t->tp : BT;
         int nch = st->n_chunks > 0 ? st->n_chunks : 1;
+        hs_pp_schedule_kind kind = HS_PP_GPIPE;
+        (void)hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &kind);
         for (int k = 0; k < nch; k++) {
             bool last = st->first_layer[k] + st->n_layers[k] == mc->n_layers;
             bool first = st->first_layer[k] == 0;
-            if (!last) ACC(c, &bytes[HS_PLAN_PP], M, rows, C, cs), add_to(c, &calls[HS_PLAN_PP], M);
-            if (!first) ACC(c, &bytes[HS_PLAN_PP], M, rows, C, 4), add_to(c, &calls[HS_PLAN_PP], M);
+            int mchunk = hs_pp_model_chunk(kind, t->pp, stage, k);
+            if (!last && sends_to(kind, t->pp, stage, mchunk + 1))
+                ACC(c, &bytes[HS_PLAN_PP], M, rows, C, cs), add_to(c, &calls[HS_PLAN_PP], M);
+            if (!first && sends_to(kind, t->pp, stage, mchunk - 1))
+                ACC(c, &bytes[HS_PLAN_PP], M, rows, C, 4), add_to(c, &calls[HS_PLAN_PP], M);
         }
     }
 }
@@ -685,7 +701,7 @@ static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
         r->device[HS_PLAN_UNSHARDED] = pp_;
         r->device[HS_PLAN_UNSHARDED_GRADS] = pg;
     }
-    mp_comm(c, &st, n_blocks, r);
+    mp_comm(c, stage, &st, n_blocks, r);
     if (r->canonical_sums && t->dp_shard > 1) {
         /* the exact gradient norm: each rank's hs_xsum gathered over its
          * shard group, once a step (fsdp/access.c) */

@@ -219,6 +219,19 @@ comm_check comm_zb1p_last 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_sche
 comm_check comm_zb1p_layout_last 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_schedule=zb1p \
     train.global_batch_size=8 model.n_layers=4 train.reproducibility=layout
 unset COMM_RANK
+# Two chunks a stage: a unit prefetches within its own chunk (the next
+# chunk's turn is the schedule's); ZB-V's first stage holds the embedding's
+# chunk and the head's, whose root reduces once a micro-batch, after both
+# chunks' backward
+comm_check comm_zbv_first 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_schedule=zbv \
+    accelerator.pp_virtual_stages=2 train.global_batch_size=8 model.n_layers=4
+comm_check comm_interleaved_first 4 "${F2[@]}" accelerator.pp_size=2 \
+    accelerator.pp_schedule=interleaved_1f1b accelerator.pp_virtual_stages=2 \
+    train.global_batch_size=8 model.n_layers=4
+COMM_RANK=2
+comm_check comm_zbv_last 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_schedule=zbv \
+    accelerator.pp_virtual_stages=2 train.global_batch_size=8 model.n_layers=4
+unset COMM_RANK
 comm_check comm_pp2_tp2_sp 4 accelerator.pp_size=2 accelerator.tp_size=2 \
     accelerator.sequence_parallel=true train.global_batch_size=8
 
