@@ -105,18 +105,20 @@ void hs_param_grad_settle(hs_device *d, hs_param *p);
 
 typedef struct hs_unit_desc {
     char name[HS_FQN_MAX]; /* "" for the root, "model.layers.3", ... */
-    int parent;            /* -1 for the root */
+    int parent;            /* -1 for a root */
     bool is_expert;
-    /* The stage's chunks whose backward reaches the unit in one
-     * micro-batch: 2 for the root of a stage that holds the head and the
-     * embedding in two chunks (zbv's V: the head's chunk first), else 1.
-     * FSDP reduces the unit after the last of them. */
-    int backward_parts;
-    /* The stage's local chunk whose forward and backward run the unit
-     * (a block's chunk; the root's is the chunk that calls its hooks,
-     * hs_model_root_chunk), -1 for a root several chunks call. FSDP
-     * prefetches within a chunk only: the next chunk's turn is the
-     * schedule's to decide. */
+    /* A chunk's root: unit 0 (the embedding, the final norm and the head
+     * of a stage that holds them), and on a stage that holds the
+     * embedding and the head in two chunks (zbv's V) also the head's own
+     * root, "lm_head" (the final norm and the head), so that each chunk's
+     * backward reduces its own root once a micro-batch. A root's hooks
+     * bracket its chunk's forward and backward (hs_model_root_chunk). */
+    bool root;
+    /* The stage's local chunk whose forward and backward run the unit (a
+     * block's chunk; a root's, the chunk that calls its hooks; -1 for a
+     * root both of zbv's chunks call, the tied embedding's). A unit
+     * prefetches within its chunk only; the pipeline names the next chunk
+     * (hs_model_hooks.prefetch_chunk). */
     int chunk;
 } hs_unit_desc;
 
@@ -136,6 +138,13 @@ typedef struct hs_model_hooks {
      * post_weight_grad, not after post_backward. */
     void (*weight_grad_deferred)(void *ctx, int unit);
     void (*post_weight_grad)(void *ctx, int unit);
+    /* Called by a pipeline stage before each action: the action after it
+     * runs local chunk `chunk`'s forward (or its backward; chunk -1: none
+     * runs). The last units of this action prefetch that chunk's first
+     * ones in place of their own chunk's (FSDP: as far as the prefetch
+     * depth reaches, hs_unit_desc.chunk). The schedule knows which chunk
+     * comes next; the units do not. */
+    void (*next_chunk)(void *ctx, int chunk, bool backward);
 } hs_model_hooks;
 
 /* ------------------------------------------------------ MoE experts

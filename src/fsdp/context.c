@@ -15,6 +15,7 @@ hs_status hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log, h
     ctx->reshard = true;
     ctx->grad_prescale = 1.0f;
     ctx->prev_unit = -1;
+    ctx->next_chunk = -1;
     ctx->n_reduced = 0;
     size_t n = (size_t)(ctx->n_units ? ctx->n_units : 1);
     ctx->reduced = calloc(n, sizeof(int));
@@ -29,6 +30,7 @@ hs_status hs_fsdp_ctx_init(hs_fsdp_ctx *ctx, hs_comm *comm, const hs_log *log, h
     ctx->hooks.post_backward_final = hs_fsdp_hook_post_backward_final;
     ctx->hooks.weight_grad_deferred = hs_fsdp_hook_weight_grad_deferred;
     ctx->hooks.post_weight_grad = hs_fsdp_hook_post_weight_grad;
+    ctx->hooks.next_chunk = hs_fsdp_prefetch_next;
     return HS_OK;
 }
 

@@ -48,6 +48,12 @@ typedef struct hs_fsdp_ctx {
      * (fsdp/exposed.h): exposed communication, per collective kind. */
     hs_fsdp_exposed exposed;
 
+    int fwd_depth, bwd_depth; /* the prefetch depths */
+    /* The pipeline's next action (hs_fsdp_prefetch_next): its chunk (-1
+     * none), direction, and how many of its first units are issued. */
+    int next_chunk, next_issued;
+    bool next_backward;
+
     hs_fsdp_transition_fn on_transition;
     void *transition_arg;
     hs_model_hooks hooks;

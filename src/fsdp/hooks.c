@@ -47,6 +47,7 @@ static void reshard_keep(hs_fsdp_ctx *ctx, hs_fsdp_unit *u) {
 void hs_fsdp_hook_pre_forward(void *vctx, int ui) {
     hs_fsdp_ctx *ctx = vctx;
     hs_fsdp_unit *u = unit_at(ctx, ui);
+    u->for_next = false; /* its all-gather, if in flight, is waited below */
     if (u->state == HS_FSDP_STATE_PRE_BACKWARD) {
         /* Recompute inside backward (non-reentrant checkpoint): the
          * parameters are already unsharded for backward. */
@@ -76,6 +77,7 @@ void hs_fsdp_hook_post_forward(void *vctx, int ui) {
 void hs_fsdp_hook_pre_backward(void *vctx, int ui) {
     hs_fsdp_ctx *ctx = vctx;
     hs_fsdp_unit *u = unit_at(ctx, ui);
+    u->for_next = false;
     if (u->state == HS_FSDP_STATE_PRE_BACKWARD) return; /* several output grads */
     /* After a backward, another one only for a forward still outstanding
      * (micro-batches in flight in a pipeline schedule). */
@@ -105,31 +107,18 @@ void hs_fsdp_hook_post_backward(void *vctx, int ui) {
     if (u->state == HS_FSDP_STATE_BACKWARD) return; /* already run by the root */
     if (u->state != HS_FSDP_STATE_PRE_BACKWARD) bad_order(u, "backward");
     if (u->fwd_outstanding > 0) u->fwd_outstanding--;
-    /* A unit several of the stage's chunks backward through (zbv's root:
-     * the head's chunk, later the embedding's) reduces once a micro-batch,
-     * after every part; a later micro-batch's part may come between two
-     * (zbv runs head B's ahead), and the reductions still add up every
-     * part once, the step's last part closing the last. */
-    bool last_part = ++u->backward_seen >= u->backward_parts;
-    if (last_part) u->backward_seen = 0;
-    bool sync = ctx->sync && last_part;
     /* Weight gradients still to come: the reduction (if this backward
      * syncs) waits for them (hs_fsdp_hook_post_weight_grad). */
-    if (u->wgrad_pending > 0) u->wgrad_sync |= sync;
-    if (sync && u->wgrad_pending == 0) hs_fsdp_ctx_reduce_unit(ctx, ui);
+    if (u->wgrad_pending > 0) u->wgrad_sync |= ctx->sync;
+    if (ctx->sync && u->wgrad_pending == 0) hs_fsdp_ctx_reduce_unit(ctx, ui);
     else stash_grads(ctx, u);
     /* Without sync the unsharded gradients stay alive and keep
      * accumulating until the micro-batch that syncs. The weight pass
      * needs no parameter: it multiplies kept gradients and inputs. */
     /* A forward whose backward is still to come (pipeline micro-batches)
-     * keeps its secondary pieces, as after that forward. A part before the
-     * last keeps the parameters for the parts to come. */
-    if (!last_part) {
-    } else if (ctx->reshard && u->fwd_outstanding > 0 && u->reshard_after_forward) {
-        reshard_keep(ctx, u);
-    } else if (ctx->reshard) {
-        hs_fsdp_unit_reshard(u);
-    }
+     * keeps its secondary pieces, as after that forward. */
+    if (ctx->reshard && u->fwd_outstanding > 0 && u->reshard_after_forward) reshard_keep(ctx, u);
+    else if (ctx->reshard) hs_fsdp_unit_reshard(u);
     transition(ctx, u, "backward", HS_FSDP_STATE_BACKWARD);
 }
 

@@ -52,7 +52,7 @@ void hs_fsdp_write_units(const hs_fsdp *f, FILE *out) {
     for (int u = 0; u < f->ctx.n_units; u++) {
         const hs_fsdp_unit *unit = &f->ctx.units[u];
         hs_json_begin_object(&j);
-        hs_json_kv_string(&j, "name", unit->is_root ? "(root)" : unit->name);
+        hs_json_kv_string(&j, "name", unit->index == 0 ? "(root)" : unit->name);
         hs_json_kv_bool(&j, "expert", unit->is_expert);
         hs_json_key(&j, "params");
         hs_json_begin_array(&j);

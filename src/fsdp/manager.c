@@ -108,16 +108,18 @@ static hs_status check_fqns(const hs_fsdp_config *fsdp, hs_model *model, hs_erro
     return st;
 }
 
-/* A chunk's forward runs its root (where the chunk calls the root's hooks,
+/* A chunk's forward runs its root (where the chunk calls a root's hooks,
  * hs_unit_desc.chunk) and then its blocks in declaration order; its
  * backward the root first (head), then the blocks last to first. Each unit
  * prefetches the next `depth` units of its own chunk's pass: which chunk
- * runs next is the pipeline schedule's choice, and a unit gathered for a
- * chunk that does not come would be gathered again. A root that several
- * chunks call (zbv's V) prefetches nothing. One chunk: declaration order. */
+ * runs next is the pipeline schedule's choice (hs_fsdp_prefetch_chunk),
+ * and a unit gathered for a chunk that did not come next was gathered
+ * again. A root that both of zbv's chunks call (a tied head) prefetches
+ * nothing. One chunk: declaration order. */
 static hs_status set_prefetch(hs_fsdp_ctx *ctx, const hs_model *m, int fwd_depth, int bwd_depth,
                               hs_error *e) {
     int n = ctx->n_units;
+    ctx->fwd_depth = fwd_depth, ctx->bwd_depth = bwd_depth;
     int *order = malloc(sizeof(int) * (size_t)n);
     if (!order)
         return hs_error_oom(e, "fsdp: the prefetch order of %d units: %zu bytes", n,
@@ -128,10 +130,14 @@ static hs_status set_prefetch(hs_fsdp_ctx *ctx, const hs_model *m, int fwd_depth
         for (int k = 0; k < n && st == HS_OK; k++) {
             hs_fsdp_unit *u = &ctx->units[k];
             int c = hs_model_unit(m, k)->chunk, len = 0, at = 0;
-            if (c >= 0 && hs_model_unit(m, 0)->chunk == c) order[len++] = 0;
-            for (int j = 1; c >= 0 && j < n; j++) {
-                int ui = dir == 0 ? j : n - j;
-                if (hs_model_unit(m, ui)->chunk == c) order[len++] = ui;
+            for (int ui = 0; c >= 0 && ui < n; ui++) { /* the chunk's root first */
+                const hs_unit_desc *d = hs_model_unit(m, ui);
+                if (d->root && (d->chunk == c || d->chunk < 0)) order[len++] = ui;
+            }
+            for (int j = 0; c >= 0 && j < n; j++) {
+                int ui = dir == 0 ? j : n - 1 - j;
+                const hs_unit_desc *d = hs_model_unit(m, ui);
+                if (!d->root && d->chunk == c) order[len++] = ui;
             }
             while (at < len && order[at] != k) at++;
             int np = len - 1 - at < depth ? len - 1 - at : depth;
@@ -192,9 +198,9 @@ static hs_status build_units(hs_fsdp *f, const hs_fsdp_config *fsdp, hs_error *e
         const hs_unit_desc *d = hs_model_unit(f->model, ui);
         u->index = ui;
         snprintf(u->name, sizeof u->name, "%s", d->name);
-        u->is_root = ui == 0;
+        u->is_root = d->root;
         u->is_expert = d->is_expert;
-        u->backward_parts = d->backward_parts > 1 ? d->backward_parts : 1;
+        u->chunk = d->chunk;
         u->params = calloc((size_t)ctx->n_params + 1, sizeof *u->params);
         if (!u->params) return hs_error_oom(e, "fsdp unit %s: its parameter list", u->name);
     }

@@ -13,27 +13,77 @@ static void issue_or_fail(hs_fsdp_ctx *ctx, hs_fsdp_unit *t) {
     if (hs_fsdp_unit_unshard_issue(t, &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
 }
 
+/* Chunk c's first unit in a forward (backward) pass: its root where it
+ * calls one, else its first (last) block; -1 for none. */
+static int chunk_first(const hs_fsdp_ctx *ctx, int c, bool backward) {
+    int n = ctx->n_units;
+    for (int ui = 0; ui < n; ui++)
+        if (ctx->units[ui].is_root && (ctx->units[ui].chunk == c || ctx->units[ui].chunk < 0))
+            return ui;
+    for (int j = 0; j < n; j++) {
+        int ui = backward ? n - 1 - j : j;
+        if (!ctx->units[ui].is_root && ctx->units[ui].chunk == c) return ui;
+    }
+    return -1;
+}
+
+/* Whether a pass in that direction would gather t: a forward not inside
+ * its own hooks, a backward whose forward resharded. */
+static bool wanted(const hs_fsdp_unit *t, bool backward) {
+    if (backward) return t->state == HS_FSDP_STATE_FORWARD;
+    return t->state != HS_FSDP_STATE_PRE_BACKWARD && t->state != HS_FSDP_STATE_PRE_FORWARD;
+}
+
+/* A unit listing fewer targets than the depth is among the last of its
+ * chunk's pass: the rest of its reach goes to the first blocks of the
+ * pipeline's next action, its root (held from forward to backward) with
+ * them but not counted (each unit's first target is its successor in its
+ * chunk's pass, so the lists walk that pass). */
+static void top_up(hs_fsdp_ctx *ctx, int listed, int depth) {
+    if (ctx->next_chunk < 0 || listed >= depth) return;
+    int t = chunk_first(ctx, ctx->next_chunk, ctx->next_backward), reach = depth - listed;
+    for (int k = 0; t >= 0 && k < reach;) {
+        hs_fsdp_unit *x = &ctx->units[t];
+        if (k >= ctx->next_issued && wanted(x, ctx->next_backward)) {
+            x->for_next = true;
+            issue_or_fail(ctx, x);
+        }
+        k += !x->is_root;
+        int n = ctx->next_backward ? x->n_bwd_prefetch : x->n_fwd_prefetch;
+        t = n > 0 ? (ctx->next_backward ? x->bwd_prefetch[0] : x->fwd_prefetch[0]) : -1;
+    }
+    if (reach > ctx->next_issued) ctx->next_issued = reach;
+}
+
 void hs_fsdp_prefetch_forward(hs_fsdp_ctx *ctx, const hs_fsdp_unit *u) {
     for (int k = 0; k < u->n_fwd_prefetch; k++) {
         hs_fsdp_unit *t = &ctx->units[u->fwd_prefetch[k]];
         /* A target inside its backward already holds what it needs. */
-        if (t->state == HS_FSDP_STATE_PRE_BACKWARD || t->state == HS_FSDP_STATE_PRE_FORWARD)
-            continue;
-        issue_or_fail(ctx, t);
+        if (wanted(t, false)) issue_or_fail(ctx, t);
     }
+    top_up(ctx, u->n_fwd_prefetch, ctx->fwd_depth);
 }
 
 void hs_fsdp_prefetch_backward(hs_fsdp_ctx *ctx, const hs_fsdp_unit *u) {
     for (int k = 0; k < u->n_bwd_prefetch; k++) {
         hs_fsdp_unit *t = &ctx->units[u->bwd_prefetch[k]];
-        if (t->state == HS_FSDP_STATE_FORWARD) issue_or_fail(ctx, t);
+        if (wanted(t, true)) issue_or_fail(ctx, t);
     }
+    top_up(ctx, u->n_bwd_prefetch, ctx->bwd_depth);
+}
+
+void hs_fsdp_prefetch_next(void *vctx, int chunk, bool backward) {
+    hs_fsdp_ctx *ctx = vctx;
+    ctx->next_chunk = chunk, ctx->next_backward = backward, ctx->next_issued = 0;
 }
 
 void hs_fsdp_prefetch_settle(hs_fsdp_ctx *ctx) {
     if (!ctx->units) return;
     for (int ui = 0; ui < ctx->n_units; ui++) {
         hs_fsdp_unit *u = &ctx->units[ui];
+        /* gathered for the next action, which waits for it itself */
+        if (u->for_next && ctx->next_chunk >= 0) continue;
+        u->for_next = false;
         if (!in_flight(u)) continue;
         hs_error e;
         hs_error_clear(&e);

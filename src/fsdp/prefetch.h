@@ -1,6 +1,6 @@
 /* fsdp/prefetch.h — all-gathers issued ahead of need (spec 004 §2.4,
  * §5.11). When unit i starts its forward, the all-gathers of its forward
- * targets (the next forward_prefetch_depth units in declaration order) are
+ * targets (the next forward_prefetch_depth units of its chunk's pass) are
  * queued on the communication thread right behind its own, so they run
  * while unit i computes; backward does the same with the previous units.
  * Depth 0 gives no targets and prefetches nothing. Issue order is the same
@@ -22,6 +22,14 @@ void hs_fsdp_prefetch_forward(hs_fsdp_ctx *ctx, const hs_fsdp_unit *u);
 /* Issue the all-gathers of u's backward targets that have yet to run their
  * backward. */
 void hs_fsdp_prefetch_backward(hs_fsdp_ctx *ctx, const hs_fsdp_unit *u);
+/* The pipeline's next action (hs_model_hooks.next_chunk): local chunk
+ * `chunk`'s forward or backward, -1 none. The units of the current pass
+ * that list fewer targets than the depth (its last ones) reach into that
+ * chunk's first units instead, as far as the depth goes; those are marked
+ * for_next and left in flight by the settle below for that action's own
+ * hooks to wait for. Without a pipeline no chunk is named and the lists
+ * stay within the model's one chunk. */
+void hs_fsdp_prefetch_next(void *ctx, int chunk, bool backward);
 /* Wait every all-gather still in flight (a target whose hook never came,
  * e.g. a unit without gradient input) and reshard such units when the
  * micro-batch reshards. Ends every rank on a communication error. */

@@ -57,10 +57,8 @@ typedef struct hs_fsdp_unit {
      * weight pass that brings this to 0. */
     int wgrad_pending;
     bool wgrad_sync;
-    /* hs_unit_desc.backward_parts, and the parts of the micro-batch now in
-     * flight that have run: the unit reduces after the last part, the
-     * earlier parts' gradients waiting unsharded as without sync. */
-    int backward_parts, backward_seen;
+    int chunk;     /* hs_unit_desc.chunk */
+    bool for_next; /* gathered for the pipeline's next action (prefetch.h) */
     bool reshard_after_forward;
     /* Units to all-gather ahead, in declaration order (forward: the next
      * forward_prefetch_depth units; backward: the previous ones). */

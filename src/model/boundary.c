@@ -51,6 +51,7 @@ hs_status hs_model_boundary_plan(hs_model *m, hs_error *e) {
     root->input_stored = root->input_read = m->dt;
     root->output_computed = HS_DTYPE_F32;
     root->output_stored = output_of(m, HS_DTYPE_F32);
+    m->bnd[m->head_unit] = *root; /* zbv's head root hands on the logits too */
     /* A chunk's first block receives what the model's block before it hands
      * on; every block has the same plan, so replay it up to there. */
     for (int k = 0; k < m->n_chunks; k++) {

@@ -122,7 +122,8 @@ hs_status hs_model_stage_forward_cached(hs_model *m, int chunk, hs_kv_cache *c,
     m->rope_cos = cos + (int64_t)pos * (m->HD / 2);
     m->rope_sin = sin + (int64_t)pos * (m->HD / 2);
     bool root = hs_model_root_chunk(m);
-    if (root) hs_hook_pre_forward(hooks, 0);
+    int ru = hs_model_root_unit(m);
+    if (root) hs_hook_pre_forward(hooks, ru);
     if (emb) {
         hs_device_copy(m->dev, m->batch_tokens, tokens, (size_t)n * sizeof(int32_t), HS_COPY_H2D);
         m->par->embedding_fwd(m->par->ctx, m->resid[0], m->batch_tokens, m->embed, n);
@@ -137,7 +138,7 @@ hs_status hs_model_stage_forward_cached(hs_model *m, int chunk, hs_kv_cache *c,
         hs_hook_post_forward(hooks, u);
     }
     if (head && logits) head_last_row(m, chunk, n, logits);
-    if (root) hs_hook_post_forward(hooks, 0);
+    if (root) hs_hook_post_forward(hooks, ru);
     c->len[chunk] = pos + n;
     return HS_OK;
 }

@@ -149,11 +149,12 @@ struct hs_model {
     hs_model_par local_par;
     hs_model_dims dims;
     bool bound;
-    int cp;       /* ranks a sequence is split over (par->cp_size) */
-    bool moe;     /* an MoE arch: the router statistics and aux loss */
-    bool dense;   /* some block of this stage has a dense MLP (hs_block_moe) */
-    int moe_head; /* the stage's first MoE block, -1 none */
-    bool qk_norm; /* each query and key head RMS-normalised before RoPE (qwen3) */
+    int cp;        /* ranks a sequence is split over (par->cp_size) */
+    bool moe;      /* an MoE arch: the router statistics and aux loss */
+    bool dense;    /* some block of this stage has a dense MLP (hs_block_moe) */
+    int moe_head;  /* the stage's first MoE block, -1 none */
+    int head_unit; /* the final norm's and head's unit: 0, or zbv's own (registry.c) */
+    bool qk_norm;  /* each query and key head RMS-normalised before RoPE (qwen3) */
     hs_moe_shapes moe_shapes;
 
     hs_param *params;
@@ -301,6 +302,9 @@ void hs_block_backward_weight(hs_model *m, hs_wgrad_block *wg);
 /* step.c: whether the current chunk (hs_model_use_slot) calls the root's
  * hooks in its forward and backward. */
 bool hs_model_root_chunk(const hs_model *m);
+/* The root those hooks name: the head's own under zbv's V (registry.c),
+ * else unit 0. */
+int hs_model_root_unit(const hs_model *m);
 /* The rows of the residual stream this rank holds of N. */
 int64_t hs_model_local_rows(const hs_model *m, int64_t N);
 

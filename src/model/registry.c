@@ -57,7 +57,7 @@ static void unit_add(hs_model *m, int parent, bool is_expert, const char *name) 
     snprintf(u->name, sizeof u->name, "%s", name);
     u->parent = parent;
     u->is_expert = is_expert;
-    u->backward_parts = 1;
+    u->root = parent < 0;
     u->chunk = 0;
 }
 
@@ -153,7 +153,7 @@ static void block_add(hs_model *m, int local) {
 hs_status hs_model_registry_build(hs_model *m, hs_error *e) {
     int cap = registry_capacity(&m->cfg);
     m->params = calloc((size_t)cap, sizeof *m->params);
-    m->units = calloc((size_t)(1 + 2 * m->L), sizeof *m->units);
+    m->units = calloc((size_t)(2 + 2 * m->L), sizeof *m->units);
     m->blocks = calloc((size_t)m->L, sizeof *m->blocks);
     if (!m->params || !m->units || !m->blocks)
         return hs_error_oom(e, "model registry: %d parameters", cap);
@@ -173,12 +173,20 @@ hs_status hs_model_registry_build(hs_model *m, hs_error *e) {
     if (m->last_stage && !m->first_stage) m->units[0].chunk = m->n_chunks - 1;
     if (!m->last_stage) return HS_OK;
     int64_t c[1] = {m->C};
-    m->norm = param_add(m, HS_PARAM_NORM, 0, 1, c, "model.norm.weight");
-    /* zbv's V: the embedding's chunk and the head's each backward through
-     * the root (hs_model_root_chunk) */
-    if (m->first_stage && m->n_chunks > 1) m->units[0].backward_parts = 2, m->units[0].chunk = -1;
-    m->head = m->cfg.tie_embeddings ? m->embed
-                                    : add2(m, HS_PARAM_LM_HEAD, 0, m->Vg, m->C, "lm_head.weight");
+    /* zbv's V: the head's chunk gets a root of its own (hs_unit_desc.root);
+     * a tied head is the embedding's tensor, so both chunks call unit 0 */
+    m->head_unit = 0;
+    if (m->first_stage && m->n_chunks > 1 && !m->cfg.tie_embeddings) {
+        m->head_unit = m->n_units;
+        unit_add(m, -1, false, "lm_head");
+        m->units[m->head_unit].chunk = m->n_chunks - 1;
+    } else if (m->first_stage && m->n_chunks > 1) {
+        m->units[0].chunk = -1;
+    }
+    m->norm = param_add(m, HS_PARAM_NORM, m->head_unit, 1, c, "model.norm.weight");
+    m->head = m->cfg.tie_embeddings
+                  ? m->embed
+                  : add2(m, HS_PARAM_LM_HEAD, m->head_unit, m->Vg, m->C, "lm_head.weight");
     return HS_OK;
 }
 

@@ -112,6 +112,8 @@ bool hs_model_root_chunk(const hs_model *m) {
     return !m->first_stage && !m->last_stage && m->cur_chunk == 0;
 }
 
+int hs_model_root_unit(const hs_model *m) { return has_head(m) ? m->head_unit : 0; }
+
 /* Embedding (on its chunk) and the chunk's blocks; leaves the chunk's
  * output in resid[len]. */
 static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *hooks,
@@ -160,8 +162,8 @@ static double head_chunk(hs_model *m, const int32_t *targets, int64_t r0, int64_
  * dtype the cast started from: nothing to round, but it is a cast. */
 static void count_root_casts(hs_model *m, bool backward) {
     if (!hs_model_root_casts(m)) return;
-    if (backward) m->bnd[0].backward_casts++;
-    else m->bnd[0].forward_casts++;
+    if (backward) m->bnd[m->head_unit].backward_casts++;
+    else m->bnd[m->head_unit].forward_casts++;
 }
 
 /* One sequence of the head under canonical sums: its loss into loss[s],
@@ -362,8 +364,9 @@ hs_status hs_model_stage_forward(hs_model *m, int chunk, int slot, const hs_batc
     m->par->rope_tables(m->par->ctx, b->T, &m->rope_cos, &m->rope_sin);
     int64_t N = (int64_t)b->B * b->T;
     bool root = hs_model_root_chunk(m);
+    int ru = hs_model_root_unit(m);
     hs_batch db = on_device(m, b);
-    if (root) hs_hook_pre_forward(hooks, 0);
+    if (root) hs_hook_pre_forward(hooks, ru);
     trunk_forward(m, &db, hooks, train);
     double loss = 0.0, aux = 0.0;
     /* MoE: the head's chunk has every layer's statistics of its tokens; the
@@ -374,7 +377,7 @@ hs_status hs_model_stage_forward(hs_model *m, int chunk, int slot, const hs_batc
         final_norm_forward(m, N);
         if (!train) loss = head_forward(m, &db, loss_sum != NULL, logits);
     }
-    if (root) hs_hook_post_forward(hooks, 0);
+    if (root) hs_hook_post_forward(hooks, ru);
     if (loss_sum) *loss_sum = loss;
     if (aux_loss) *aux_loss = aux;
     return HS_OK;
@@ -385,8 +388,9 @@ static void backward_on_device(hs_model *m, const hs_batch *db, float grad_scale
                                const hs_model_hooks *hooks, double *loss_sum) {
     int64_t N = (int64_t)db->B * db->T;
     bool root = hs_model_root_chunk(m);
+    int ru = hs_model_root_unit(m);
     m->canon_nseq = m->opt.canonical_sums ? db->B : 0;
-    if (root) hs_hook_pre_backward(hooks, 0);
+    if (root) hs_hook_pre_backward(hooks, ru);
     const float *dlnf = NULL;
     double loss = 0.0;
     if (has_head(m)) {
@@ -395,7 +399,7 @@ static void backward_on_device(hs_model *m, const hs_batch *db, float grad_scale
         count_root_casts(m, true);
     }
     trunk_backward(m, db, hooks, dlnf);
-    if (root) hs_hook_post_backward(hooks, 0);
+    if (root) hs_hook_post_backward(hooks, ru);
     hs_hook_post_backward_final(hooks);
     m->canon_nseq = 0;
     if (loss_sum) *loss_sum = loss;

@@ -112,6 +112,16 @@ static void post_receives(hs_pp *p, hs_model *m, const hs_pp_action *actions, in
     }
 }
 
+/* Tells the hooks which chunk runs after action k (weight passes run no
+ * unit's hooks: the next forward or backward). */
+static void next_chunk(const hs_model_hooks *hooks, const hs_pp_action *actions, int n, int k) {
+    if (!hooks || !hooks->next_chunk) return;
+    int j = k + 1;
+    while (j < n && actions[j].kind == HS_PP_WEIGHT) j++;
+    if (j < n) hooks->next_chunk(hooks->ctx, actions[j].chunk, actions[j].kind == HS_PP_BACKWARD);
+    else hooks->next_chunk(hooks->ctx, -1, false);
+}
+
 hs_status hs_pp_run_step(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
                          const hs_pp_action *actions, int n_actions, int M, float grad_scale,
                          const hs_pp_step_io *io, double *loss_sum, double *aux_sum, hs_error *e) {
@@ -121,6 +131,7 @@ hs_status hs_pp_run_step(hs_pp *p, hs_model *m, const hs_model_hooks *hooks,
     *loss_sum = *aux_sum = 0.0;
     for (int k = 0; s == HS_OK && k < n_actions; k++) {
         double loss = 0.0, aux = 0.0;
+        next_chunk(hooks, actions, n_actions, k);
         if (actions[k].kind == HS_PP_FORWARD)
             s = run_forward(p, m, hooks, actions[k], M, grad_scale, io, &aux, e);
         else if (actions[k].kind == HS_PP_BACKWARD)

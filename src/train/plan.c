@@ -65,7 +65,9 @@ typedef struct unit_sz {
      * the hpZ part of them, the backward's gathers of the pieces,
      * reduce-scatters, and the elements of the all-reduced buffer */
     int64_t k_ag[3], k_hpz[3], k_sec[3], k_rs[3], k_ar[3];
-    unsigned ar_groups; /* replicate groups with an all-reduce: hsdp, flat, edp */
+    /* replicate groups with an all-reduce: hsdp, flat, edp (zbv's head
+     * root's shifted by 3) */
+    unsigned ar_groups;
 } unit_sz;
 
 typedef struct plan_ctx {
@@ -102,8 +104,10 @@ static int n_states(const plan_ctx *c, const hs_param *p) {
     return muon ? 1 : 2;
 }
 
-/* fsdp/param.c's sizes for shard rank 0 of a degree-S shard group. */
-static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int64_t *tally[5]) {
+/* fsdp/param.c's sizes for shard rank 0 of a degree-S shard group.
+ * own_unit: p is in zbv's head root, which u counts with the root. */
+static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int64_t *tally[5],
+                           bool own_unit) {
     const hs_topology *t = c->topo;
     bool rep = false;
     for (int i = 0; i < c->cfg->fsdp.n_replicate_params && !rep; i++)
@@ -180,7 +184,7 @@ static void add_fsdp_param(const plan_ctx *c, const hs_param *p, unit_sz *u, int
     if (R > 1) add_to(c, &u->k_ar[kind], ag ? padded_sh : numel);
     /* One all-reduce per unit and replicate group (context.c: a unit's
      * reduce slots of one group are one buffer). */
-    unsigned group = p->on_ep_mesh ? 4u : rep ? 2u : 1u;
+    unsigned group = (p->on_ep_mesh ? 4u : rep ? 2u : 1u) << (own_unit ? 3 : 0);
     if (R > 1 && !(u->ar_groups & group)) u->ar_groups |= group, u->calls[HS_PLAN_AR]++;
     if (R > 1) ACC(c, &u->comm[HS_PLAN_AR], ag ? padded_sh : numel, rs);
 }
@@ -405,8 +409,10 @@ static hs_status simulate(const plan_ctx *c, unit_sz **u, int n, int64_t *peak_p
 /* ------------------------------------------------------------ one role */
 
 /* The top-level unit of each of m's units: an expert unit counts with
- * its block. */
+ * its block, zbv's head root with the root (both stay unsharded between
+ * forward and backward, each reduced once a micro-batch). */
 static int top_of(const hs_model *m, int ui, const int *top_index) {
+    if (hs_model_unit(m, ui)->root) return top_index[0];
     while (ui > 0 && hs_model_unit(m, ui)->is_expert) ui = hs_model_unit(m, ui)->parent;
     return top_index[ui];
 }
@@ -610,7 +616,8 @@ static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
         return hs_error_oom(e, "plan: cannot allocate %d unit sizes", nu);
     }
     for (int ui = 0; ui < nu; ui++)
-        if (ui == 0 || !hs_model_unit(m, ui)->is_expert) top_index[ui] = n_top++;
+        if (ui == 0 || !(hs_model_unit(m, ui)->is_expert || hs_model_unit(m, ui)->root))
+            top_index[ui] = n_top++;
     int64_t block_numel = 0, root_numel = 0;
     for (int i = 0; i < hs_model_num_params(m); i++) {
         hs_param *p = hs_model_param(m, i);
@@ -618,7 +625,7 @@ static hs_status plan_role(plan_ctx *c, int stage, int slots, hs_plan_role *r,
         int64_t *tally[5] = {&r->unit_gather[k > 0][x], &r->unit_reduce[k > 0][x],
                              &r->unit_all_reduce[k > 0][x], &r->unit_gather_hpz[k > 0][x],
                              &r->unit_gather_secondary[k > 0][x]};
-        if (c->fsdp) add_fsdp_param(c, p, &tops[k], tally);
+        if (c->fsdp) add_fsdp_param(c, p, &tops[k], tally, k == 0 && p->unit != 0);
         else add_local_param(c, p, &tops[k]);
         int64_t g = hs_ck_prod(c->ck, p->shape, p->ndim);
         add_to(c, k == 0 ? &root_numel : &block_numel, g);

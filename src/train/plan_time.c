@@ -22,8 +22,8 @@
  *   compute queue. TP, CP and EP collectives sit on the compute queue.
  * - PP: every stage runs hs_pp_schedule's actions in order; an action
  *   starts when its stage is free and its input has arrived (the hand-over
- *   a point-to-point message); a stage prefetches across its chunks in
- *   the units' one order.
+ *   a point-to-point message); an action's last units prefetch the first
+ *   blocks of the stage's next forward or backward.
  * - Then the gradient norm's all-reduce and the optimizer's memory pass. */
 #include <math.h>
 #include <stdlib.h>
@@ -401,15 +401,13 @@ static void weight_pass(tq *q, bool sync) {
 
 /* ---------------------------------------------------------- pipeline */
 
-/* A stage's units run in one prefetch order across its chunks (fsdp's
- * set_prefetch: declaration order forward, reversed backward), so the
- * last units of a chunk's forward gather the first blocks of the stage's
- * next chunk, and the first units of a chunk's backward the last blocks
- * of its previous one: `count` blocks of `to` from block `from` on (1 the
- * first, q->n - 1 the last; `step` +1 or -1), issued at `at` on the
- * stage's comm queue `cq` where not already unsharded. */
-static void prefetch_across(const tctx *c, const pass_costs *pc, tq *to, int from, int step,
-                            int count, double at, double *cq) {
+/* An action's last units prefetch the first blocks of the stage's next
+ * forward or backward (fsdp/prefetch.h, hs_fsdp_prefetch_next), not their
+ * own chunk's: `count` blocks of `to` from block `from` on (1 the first,
+ * q->n - 1 the last; `step` +1 or -1), issued at `at` on the stage's comm
+ * queue `cq` where not already unsharded. */
+static void prefetch_next(const tctx *c, const pass_costs *pc, tq *to, int from, int step,
+                          int count, double at, double *cq) {
     for (int j = 0, k = from; j < count && k >= 1 && k < to->n; j++, k += step) {
         if (to->unsharded[k]) continue;
         to->unsharded[k] = true;
@@ -460,7 +458,7 @@ static hs_status pipeline(const tctx *c, const pass_costs *pc, double *makespan,
     int nc = pp * V, n = (int)hs_pp_schedule_length(kind, M, V);
     int first[HS_PP_MAX_STAGES], len[HS_PP_MAX_STAGES];
     hs_config_pp_stages(&cfg->accelerator, cfg->model.n_layers, first, len);
-    /* the prefetch depths into a neighbouring chunk: forward, backward */
+    /* the prefetch depths into the next action's chunk: forward, backward */
     int depth[2] = {cfg->fsdp.forward_prefetch_depth, cfg->fsdp.backward_prefetch_depth};
     pp_stage *st = calloc((size_t)pp, sizeof *st);
     double *fin = calloc((size_t)3 * nc * M, sizeof *fin); /* [kind][chunk][mb] end, -1 not yet */
@@ -501,15 +499,20 @@ static hs_status pipeline(const tctx *c, const pass_costs *pc, double *makespan,
                 double start = p->free > ready ? p->free : ready;
                 run_action(c, pc, p, &q[ch], a, split, first[ch], len[ch], ch == 0, ch == nc - 1, M,
                            start);
-                /* the prefetch into the stage's neighbouring chunk, issued
-                 * as this action's last units begin */
-                int dir = a.kind == HS_PP_FORWARD ? 1 : a.kind == HS_PP_BACKWARD ? -1 : 0;
-                int d = dir > 0 ? depth[0] : depth[1];
-                if (dir && a.chunk + dir >= 0 && a.chunk + dir < V && d > 0) {
-                    tq *to = &q[hs_pp_model_chunk(kind, pp, s, a.chunk + dir)];
+                /* the next forward's or backward's first blocks, issued as
+                 * this action's last units begin (a weight pass runs no
+                 * unit's hooks) */
+                int j = p->next + 1;
+                while (j < p->n && p->a[j].kind == HS_PP_WEIGHT) j++;
+                int d = a.kind == HS_PP_FORWARD    ? depth[0]
+                        : a.kind == HS_PP_BACKWARD ? depth[1]
+                                                   : 0;
+                if (j < p->n && d > 0) {
+                    int dir = p->a[j].kind == HS_PP_FORWARD ? 1 : -1;
+                    tq *to = &q[hs_pp_model_chunk(kind, pp, s, p->a[j].chunk)];
                     double at = p->free - d * q[ch].block;
-                    prefetch_across(c, pc, to, dir > 0 ? 1 : to->n - 1, dir, d,
-                                    at > start ? at : start, &p->cq);
+                    prefetch_next(c, pc, to, dir > 0 ? 1 : to->n - 1, dir, d,
+                                  at > start ? at : start, &p->cq);
                 }
                 fin[((int)a.kind * nc + ch) * M + a.micro_batch] = p->free;
                 p->next++;

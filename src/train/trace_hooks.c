@@ -58,6 +58,11 @@ static void th_post_weight_grad(void *ctx, int unit) {
     if (th->inner->post_weight_grad) th->inner->post_weight_grad(th->inner->ctx, unit);
 }
 
+static void th_next_chunk(void *ctx, int chunk, bool backward) {
+    hs_trace_hooks *th = ctx;
+    if (th->inner->next_chunk) th->inner->next_chunk(th->inner->ctx, chunk, backward);
+}
+
 const hs_model_hooks *hs_trace_hooks_init(hs_trace_hooks *th, const hs_model_hooks *inner,
                                           hs_trace *trace, hs_model *model, hs_device *dev) {
     *th = (hs_trace_hooks){.inner = inner, .trace = trace, .model = model, .dev = dev};
@@ -76,7 +81,8 @@ const hs_model_hooks *hs_trace_hooks_init(hs_trace_hooks *th, const hs_model_hoo
                                  th_post_backward,
                                  th_post_backward_final,
                                  th_weight_grad_deferred,
-                                 th_post_weight_grad};
+                                 th_post_weight_grad,
+                                 th_next_chunk};
     return &th->outer;
 }
 

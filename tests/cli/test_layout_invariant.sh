@@ -11,7 +11,8 @@
 # under GPipe, PP 2 x HSDP 2 x 2 on 8 ranks, and in bf16 PP 2 x FSDP 2 with
 # selective activation checkpointing and PP 2 x FSDP 4 under GPipe on 8
 # ranks; ZB-H1 at PP 2 x FSDP 2 with full checkpointing (fp32) and with
-# selective checkpointing (bf16). A run saved at FSDP 4 and resumed in one process and at
+# selective checkpointing (bf16); ZB-V at PP 2 x FSDP 2 (fp32) and at PP 2
+# with selective checkpointing (bf16). A run saved at FSDP 4 and resumed in one process and at
 # HSDP 2 x 2, and one saved at PP 2 x FSDP 2 and resumed in one process,
 # continue bit for bit. The negative control: the default mode's FSDP 4 is
 # not bitwise one process's, so the comparison can fail. What layout does
@@ -89,7 +90,12 @@ run pp2_hsdp22 8 train.threads=1 train.micro_batch_size=1 accelerator.pp_size=2 
 run zb1p_fsdp2_ac 4 train.threads=1 train.micro_batch_size=1 accelerator.pp_size=2 \
     accelerator.pp_schedule=zb1p fsdp_config.dp_shard_size=2 train.activation_checkpointing=true \
     "${deep[@]}"
-for r in pp2_fsdp2 pp2_interleaved pp4_gpipe pp2_hsdp22 zb1p_fsdp2_ac; do same one4 "$r"; done
+zbv=(accelerator.pp_size=2 accelerator.pp_schedule=zbv accelerator.pp_virtual_stages=2)
+run zbv_fsdp2 4 train.threads=1 train.micro_batch_size=1 fsdp_config.dp_shard_size=2 "${zbv[@]}" \
+    "${deep[@]}"
+for r in pp2_fsdp2 pp2_interleaved pp4_gpipe pp2_hsdp22 zb1p_fsdp2_ac zbv_fsdp2; do
+    same one4 "$r"
+done
 run one4_bf16 1 train.threads=2 train.micro_batch_size=8 "${deep[@]}" "${bf16[@]}"
 run pp2_fsdp2_bf16_sel 4 train.threads=1 train.micro_batch_size=2 accelerator.pp_size=2 \
     fsdp_config.dp_shard_size=2 train.activation_checkpointing=selective "${deep[@]}" "${bf16[@]}"
@@ -98,7 +104,11 @@ run pp2_fsdp4_bf16_gpipe 8 train.threads=1 train.micro_batch_size=1 accelerator.
 run zb1p_fsdp2_bf16_sel 4 train.threads=1 train.micro_batch_size=1 accelerator.pp_size=2 \
     accelerator.pp_schedule=zb1p fsdp_config.dp_shard_size=2 \
     train.activation_checkpointing=selective "${deep[@]}" "${bf16[@]}"
-for r in pp2_fsdp2_bf16_sel pp2_fsdp4_bf16_gpipe zb1p_fsdp2_bf16_sel; do same one4_bf16 "$r"; done
+run zbv_bf16_sel 2 train.threads=1 train.micro_batch_size=2 "${zbv[@]}" \
+    train.activation_checkpointing=selective "${deep[@]}" "${bf16[@]}"
+for r in pp2_fsdp2_bf16_sel pp2_fsdp4_bf16_gpipe zb1p_fsdp2_bf16_sel zbv_bf16_sel; do
+    same one4_bf16 "$r"
+done
 
 # Resume across layouts: a constant learning rate, so that a run of 6
 # steps is the first 6 of a run of 12.
@@ -137,8 +147,9 @@ cmp -s "$work/one/model.safetensors" "$work/default_fsdp4/model.safetensors" &&
 echo "  default mode: FSDP 4's weights differ from one process's, as expected"
 
 hs_refused 2 "covers FSDP, HSDP, pipelines and micro-batches" accelerator.tp_size=2
-hs_refused 2 "pp_schedule = zbv" model.n_layers=4 accelerator.pp_size=2 \
-    accelerator.pp_schedule=zbv accelerator.pp_virtual_stages=2
+hs_refused 2 "pp_schedule = zbv with model.tie_embeddings = true" model.n_layers=4 \
+    accelerator.pp_size=2 accelerator.pp_schedule=zbv accelerator.pp_virtual_stages=2 \
+    model.tie_embeddings=true
 hs_refused 1 "model.arch = moe" model.arch=moe model.moe.num_experts=4 model.moe.top_k=2 \
     model.moe.expert_ffn_dim=24
 hs_refused 1 "set fsdp_config.mix_precision.reduce_dtype: float32" \
@@ -146,7 +157,7 @@ hs_refused 1 "set fsdp_config.mix_precision.reduce_dtype: float32" \
 hs_refused 1 "must be a power of two" train.micro_batch_size=3 train.global_batch_size=6
 hs_refused 1 "train.reproducibility: expected one of none | run | layout, got 'bits'" \
     train.reproducibility=bits
-echo "  refused: TP, ZB-V, MoE, a 16-bit reduction, a batch that is no power of two, an"
-echo "  unknown mode"
+echo "  refused: TP, ZB-V with tied embeddings, MoE, a 16-bit reduction, a batch that is no"
+echo "  power of two, an unknown mode"
 
 hs_finish

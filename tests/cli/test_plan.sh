@@ -219,18 +219,19 @@ comm_check comm_zb1p_last 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_sche
 comm_check comm_zb1p_layout_last 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_schedule=zb1p \
     train.global_batch_size=8 model.n_layers=4 train.reproducibility=layout
 unset COMM_RANK
-# Two chunks a stage: a unit prefetches within its own chunk (the next
-# chunk's turn is the schedule's); ZB-V's first stage holds the embedding's
-# chunk and the head's, whose root reduces once a micro-batch, after both
-# chunks' backward
-comm_check comm_zbv_first 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_schedule=zbv \
-    accelerator.pp_virtual_stages=2 train.global_batch_size=8 model.n_layers=4
-comm_check comm_interleaved_first 4 "${F2[@]}" accelerator.pp_size=2 \
-    accelerator.pp_schedule=interleaved_1f1b accelerator.pp_virtual_stages=2 \
-    train.global_batch_size=8 model.n_layers=4
-COMM_RANK=2
-comm_check comm_zbv_last 4 "${F2[@]}" accelerator.pp_size=2 accelerator.pp_schedule=zbv \
-    accelerator.pp_virtual_stages=2 train.global_batch_size=8 model.n_layers=4
+# Two chunks a stage: a unit prefetches within its own chunk and the
+# stage gathers the next action's first units between two actions, so no
+# unit is gathered twice for one use; ZB-V's first stage holds the
+# embedding's chunk and the head's, each with a root unit of its own that
+# reduces once a micro-batch
+IL=(accelerator.pp_schedule=interleaved_1f1b accelerator.pp_virtual_stages=2)
+ZBV=(accelerator.pp_schedule=zbv accelerator.pp_virtual_stages=2)
+for COMM_RANK in 0 2; do
+    comm_check "comm_zbv_rank$COMM_RANK" 4 "${F2[@]}" accelerator.pp_size=2 "${ZBV[@]}" \
+        train.global_batch_size=8 model.n_layers=4
+    comm_check "comm_interleaved_rank$COMM_RANK" 4 "${F2[@]}" accelerator.pp_size=2 "${IL[@]}" \
+        train.global_batch_size=8 model.n_layers=4
+done
 unset COMM_RANK
 comm_check comm_pp2_tp2_sp 4 accelerator.pp_size=2 accelerator.tp_size=2 \
     accelerator.sequence_parallel=true train.global_batch_size=8

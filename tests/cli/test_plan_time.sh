@@ -14,8 +14,9 @@
 # - a quantized gradient reduction across nodes is priced in its two
 #   levels (in the node, then 1/L of the bytes across), to the closed form
 #   within 1% on links whose in-node part is free;
-# - a stage's FSDP prefetch crosses its chunks: with the parameters kept
-#   for the step, its waits do not grow with its chunks (V = 4 against 1);
+# - a stage's FSDP prefetch reaches into its next action's chunk: with the
+#   parameters kept for the step, its waits do not grow with its chunks
+#   (V = 4 against 1);
 # - device.attention_scores (a kernel that materialises the scores) adds
 #   the scores' bytes and the masked half's FLOPs to the step, to its
 #   closed form within 5%; half of the key is refused;
@@ -138,10 +139,11 @@ rs=$("$HS_BIN" plan --json --world 16 "${int8rs[@]}" |
 python3 -c "import sys; want = $rs * (15 / 16 - 0.5) / 1e9; sys.exit(abs(($e1 - $e8) - want) > 0.01 * want)" ||
     fail "two-level reduction: exposed FSDP $e1 s (16 nodes of 1) - $e8 s (2 of 8), want $rs x (15/16 - 1/2) / 1e9"
 
-# a stage's FSDP prefetch crosses its chunks, as the runtime's does: with
-# the parameters kept for the whole step, a stage waits for its first
-# gathers only, however many chunks it holds (without the crossing each
-# chunk's first block would wait for its own: 4 times as long at V = 4)
+# a stage's FSDP prefetch reaches into the chunk of its next action, as the
+# runtime's does: with the parameters kept for the whole step, a stage
+# waits for its first gathers only, however many chunks it holds (without
+# that each chunk's first block would wait for its own: 4 times as long at
+# V = 4)
 sed -e 's/^nodes: 4$/nodes: 8/' -e 's/{devices: 8, nics: 8}/{devices: 1, nics: 1}/' \
     -e 's/inter_node: {bandwidth: 1e18/inter_node: {bandwidth: 2e10/' \
     "$work/free.yaml" > "$work/slow.yaml" # one device a node, 20 GB/s between them

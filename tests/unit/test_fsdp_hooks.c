@@ -66,6 +66,28 @@ static void world_down(world *w) {
     hs_config_free(&w->cfg);
 }
 
+/* A world whose model has two activation slots (two micro-batches in
+ * flight), prefetching forward_depth units ahead. */
+static void world_up_slots(world *w, int forward_depth) {
+    memset(w, 0, sizeof *w);
+    fx_config(&w->cfg);
+    w->cfg.fsdp.forward_prefetch_depth = forward_depth;
+    w->dev = fx_device();
+    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32,
+                           .grad_dtype = HS_DTYPE_F32,
+                           .max_batch = FX_B,
+                           .seq_len = FX_T,
+                           .dev = w->dev,
+                           .act_slots = 2};
+    hs_error e;
+    hs_error_clear(&e);
+    assert_int_equal(hs_model_create(&w->cfg.model, &mo, &w->m, &e), HS_OK);
+    w->f = fx_wrap(&w->cfg, w->dev, w->m, 11);
+    w->ctx = hs_fsdp_context(w->f);
+    w->ctx->on_transition = record;
+    w->ctx->transition_arg = &w->r;
+}
+
 static void step(world *w, int salt) {
     int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
     fx_batch(tok, tgt, w->cfg.model.vocab_size, salt);
@@ -325,22 +347,9 @@ static void test_no_sync_micro_batches_accumulate_then_the_last_reduces_once(voi
 static void test_micro_batches_in_flight_reduce_once_and_drain_idempotently(void **s) {
     (void)s;
     world w;
-    memset(&w, 0, sizeof w);
-    fx_config(&w.cfg);
-    w.dev = fx_device();
-    hs_model_options mo = {.compute_dtype = HS_DTYPE_F32,
-                           .grad_dtype = HS_DTYPE_F32,
-                           .max_batch = FX_B,
-                           .seq_len = FX_T,
-                           .dev = w.dev,
-                           .act_slots = 2};
+    world_up_slots(&w, 0);
     hs_error e;
     hs_error_clear(&e);
-    assert_int_equal(hs_model_create(&w.cfg.model, &mo, &w.m, &e), HS_OK);
-    w.f = fx_wrap(&w.cfg, w.dev, w.m, 11);
-    w.ctx = hs_fsdp_context(w.f);
-    w.ctx->on_transition = record;
-    w.ctx->transition_arg = &w.r;
     hs_model *ref = world_reference(&w);
     int32_t tok[2][FX_B * FX_T], tgt[2][FX_B * FX_T];
     hs_batch b[2];
@@ -378,6 +387,41 @@ static void test_micro_batches_in_flight_reduce_once_and_drain_idempotently(void
     assert_reduced_grads_match(&w, ref);
     hs_model_free(ref);
     world_down(&w);
+}
+
+/* A pipeline names its next action (hs_model_hooks.next_chunk): the last
+ * unit of a forward, whose own chunk has nothing left to prefetch, gathers
+ * the first block of the next one (the root, already held, not counted),
+ * and that forward's own hook finds it gathered; without a next action the
+ * block stays resharded, and each unit's transitions are the same. */
+static void test_the_last_unit_prefetches_the_next_actions_first_block(void **s) {
+    (void)s;
+    char story[2][1024];
+    for (int hint = 0; hint < 2; hint++) {
+        world w;
+        world_up_slots(&w, 1);
+        hs_error e;
+        hs_error_clear(&e);
+        int32_t tok[FX_B * FX_T], tgt[FX_B * FX_T];
+        fx_batch(tok, tgt, w.cfg.model.vocab_size, 5);
+        hs_batch b = {.tokens = tok, .targets = tgt, .B = FX_B, .T = FX_T};
+        const hs_model_hooks *h = hs_fsdp_hooks(w.f);
+        hs_fsdp_begin_step(w.f);
+        h->next_chunk(h->ctx, hint ? 0 : -1, false);
+        assert_int_equal(hs_model_stage_forward(w.m, 0, 0, &b, h, true, 1.0f, NULL, NULL, NULL, &e),
+                         HS_OK);
+        hs_fsdp_unit *first = &w.ctx->units[1], *last = &w.ctx->units[2];
+        assert_int_equal(first->for_next, hint == 1);
+        assert_false(last->for_next);
+        assert_int_equal(first->params[0]->state != HS_FSDP_SHARDED, hint == 1);
+        h->next_chunk(h->ctx, -1, false);
+        assert_int_equal(hs_model_stage_forward(w.m, 0, 1, &b, h, true, 1.0f, NULL, NULL, NULL, &e),
+                         HS_OK);
+        assert_false(first->for_next);
+        unit_story(&w.r, 1, story[hint], sizeof story[hint]);
+        world_down(&w);
+    }
+    assert_string_equal(story[0], story[1]);
 }
 
 static void test_two_wrapped_models_keep_their_queues_apart(void **s) {
@@ -428,6 +472,7 @@ int main(void) {
         cmocka_unit_test(test_zeroed_sharded_grads_are_stored_over_and_read_as_zeros),
         cmocka_unit_test(test_no_sync_micro_batches_accumulate_then_the_last_reduces_once),
         cmocka_unit_test(test_micro_batches_in_flight_reduce_once_and_drain_idempotently),
+        cmocka_unit_test(test_the_last_unit_prefetches_the_next_actions_first_block),
         cmocka_unit_test(test_two_wrapped_models_keep_their_queues_apart),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
