@@ -7,6 +7,7 @@
  * the global batch (docs/data.md "What each rank reads"), so its tree is
  * a subtree of the global one and the reductions across ranks and
  * micro-batches merge whole subtrees. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/internal.h"
@@ -18,9 +19,10 @@
 static float *tree_sum(hs_model *m, int n, int64_t len, hs_canon_part_fn fn, void *ctx,
                        float *scratch) {
     hs_tree_stack st = {.top = 0};
+    bool swap = m->canon_mutate == HS_CANON_SWAP_LEAVES && n >= 4;
     for (int p = 0; p < n; p++) {
-        int s = st.top;
-        fn(ctx, p, scratch + (int64_t)s * len);
+        int s = st.top, leaf = swap && (p == 1 || p == 2) ? 3 - p : p;
+        fn(ctx, leaf, scratch + (int64_t)s * len);
         int merges = hs_tree_stack_push(&st);
         for (int k = 0; k < merges; k++)
             hs_dev_add(m->dev, scratch + (int64_t)(s - k - 1) * len,
@@ -34,6 +36,20 @@ static int64_t tree_slots(int n) {
     int levels = 0;
     while ((1 << levels) < n) levels++;
     return levels + 2;
+}
+
+hs_status hs_canon_mutation_from_env(hs_canon_mutation *out, hs_error *e) {
+    const char *v = getenv("HS_CANON_TEST_MUTATE");
+    *out = HS_CANON_INTACT;
+    if (!v || !v[0]) return HS_OK;
+    if (!strcmp(v, "swap_leaves")) *out = HS_CANON_SWAP_LEAVES;
+    else if (!strcmp(v, "wgrad_k")) *out = HS_CANON_WGRAD_K;
+    else
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "HS_CANON_TEST_MUTATE=%s: expected swap_leaves or wgrad_k (a test "
+                            "hook; unset it to train)",
+                            v);
+    return HS_OK;
 }
 
 void hs_canon_scratch_floats(const hs_model *m, int64_t *tree, int64_t *tied) {
@@ -78,9 +94,15 @@ typedef struct wgrad_ctx {
 static void wgrad_part(void *vctx, int s, float *out) {
     const wgrad_ctx *c = vctx;
     int64_t r0 = (int64_t)s * c->T;
-    hs_dev_gemm(c->m->dev, true, false, c->OC, c->IC, c->T, 1.0f, hs_cat(c->dy, c->ydt, r0 * c->OC),
-                c->ydt, c->OC, hs_cat(c->x, c->m->dt, r0 * c->IC), c->m->dt, c->IC, 0.0f, out,
-                HS_DTYPE_F32, c->IC);
+    /* the mutation's K blocking: the sequence's first half, then the rest */
+    int64_t k0 = c->m->canon_mutate == HS_CANON_WGRAD_K && c->T >= 2 ? c->T / 2 : c->T;
+    for (int64_t k = 0; k < c->T; k += k0) {
+        int64_t K = c->T - k < k0 ? c->T - k : k0;
+        hs_dev_gemm(c->m->dev, true, false, c->OC, c->IC, K, 1.0f,
+                    hs_cat(c->dy, c->ydt, (r0 + k) * c->OC), c->ydt, c->OC,
+                    hs_cat(c->x, c->m->dt, (r0 + k) * c->IC), c->m->dt, c->IC, k ? 1.0f : 0.0f, out,
+                    HS_DTYPE_F32, c->IC);
+    }
 }
 
 void hs_canon_linear_wgrad(hs_model *m, hs_param *w, const void *dy, hs_dtype ydt, const void *x,

@@ -122,6 +122,14 @@ typedef struct hs_act_slot {
     hs_wgrad_block *wg; /* split backward: [len], else NULL */
 } hs_act_slot;
 
+/* A deliberate break of train.reproducibility: layout's one order, for the
+ * test that shows the comparison catches it (HS_CANON_TEST_MUTATE). */
+typedef enum hs_canon_mutation {
+    HS_CANON_INTACT = 0,
+    HS_CANON_SWAP_LEAVES,
+    HS_CANON_WGRAD_K,
+} hs_canon_mutation;
+
 struct hs_model {
     hs_model_config cfg;
     hs_model_options opt;
@@ -219,6 +227,7 @@ struct hs_model {
     int64_t canon_floats;
     float *canon_tied; /* tied embeddings: [canon_nseq][V*C] the head's parts */
     int64_t canon_tied_floats;
+    hs_canon_mutation canon_mutate; /* read once at creation */
 
     /* split backward: the dtype output gradients are kept in, and the
      * record of the block whose input pass is running (NULL: the weight
@@ -319,6 +328,11 @@ void hs_hook_post_weight_grad(const hs_model_hooks *h, int u);
 
 /* model/canonical.c: token sums as pairwise trees over the micro-batch's
  * canon_nseq sequences (hs_model_options.canonical_sums). */
+/* HS_CANON_TEST_MUTATE's value: unset none, "swap_leaves" (every tree of
+ * 4 or more parts takes parts 1 and 2 in each other's place),
+ * "wgrad_k" (each linear's weight-gradient part is two products over the
+ * halves of its sequence, added); anything else is an error. */
+hs_status hs_canon_mutation_from_env(hs_canon_mutation *out, hs_error *e);
 /* Writes part s (sequence s's own sum) of a tree's len fp32 values over out. */
 typedef void (*hs_canon_part_fn)(void *ctx, int s, float *out);
 /* The trees' scratch at the model's capacity, allocated (or, counting,

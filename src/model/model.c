@@ -101,6 +101,13 @@ __attribute__((format(printf, 2, 3))) static void model_oom(hs_model *m, const c
     m->failed = true;
 }
 
+/* Any other failure during creation, kept the same way. */
+static void model_fail(hs_model *m, const hs_error *e) {
+    if (m->failed) return;
+    m->fail = *e;
+    m->failed = true;
+}
+
 /* Every buffer of the model comes from here. With count_buffers the bytes
  * are only added up (hs_model_buffer_bytes): the plan's memory model is the
  * allocation code itself. A count that would overflow sticks at INT64_MAX,
@@ -412,6 +419,9 @@ static void buffers_alloc(hs_model *m) {
         if (!m->canon_loss) model_oom(m, "model: the losses of %d sequences", m->opt.max_batch);
     }
     if (m->opt.canonical_sums) {
+        hs_error me;
+        hs_error_clear(&me);
+        if (hs_canon_mutation_from_env(&m->canon_mutate, &me) != HS_OK) model_fail(m, &me);
         int64_t tree, tied;
         hs_canon_scratch_floats(m, &tree, &tied);
         m->canon_buf = raw(m, (size_t)tree * sizeof(float));

@@ -15,8 +15,11 @@
 # with selective checkpointing (bf16). A run saved at FSDP 4 and resumed in one process and at
 # HSDP 2 x 2, and one saved at PP 2 x FSDP 2 and resumed in one process,
 # continue bit for bit. The negative control: the default mode's FSDP 4 is
-# not bitwise one process's, so the comparison can fail. What layout does
-# not cover yet is refused (exit 2) by name.
+# not bitwise one process's, so the comparison can fail; so are one
+# process's runs with a sequence tree's leaves swapped or a weight
+# gradient's product split over K (a test hook), and the comparison names
+# the first loss or gradient norm that differs. What layout does not cover
+# yet is refused (exit 2) by name.
 # HS_MPI_RANKS: 8
 # HS_TEST_TIERS: avx2
 # HS_TEST_TIMEOUT: 400
@@ -145,6 +148,31 @@ run default_fsdp4 4 train.threads=1 train.micro_batch_size=2 fsdp_config.dp_shar
 cmp -s "$work/one/model.safetensors" "$work/default_fsdp4/model.safetensors" &&
     fail "the default mode's FSDP 4 gave one process's bits: the check cannot tell"
 echo "  default mode: FSDP 4's weights differ from one process's, as expected"
+
+# Mutation checks: one deliberate break of the one order (HS_CANON_TEST_MUTATE,
+# a test hook of model/canonical.c) in one process: parts 1 and 2 of every
+# sequence tree swapped, or each weight-gradient part's product split over
+# K. The comparison must fail, and says where first.
+differs() {
+    python3 - "$work/$1" "$work/$2" <<'PY' || fail "$2 gave $1's bits: the comparison cannot see it"
+import json, sys
+def rows(d):
+    return {r["step"]: r for r in map(json.loads, open(d + "/metrics.jsonl")) if "loss" in r}
+a, b = rows(sys.argv[1]), rows(sys.argv[2])
+name = sys.argv[2].rsplit("/", 1)[1]
+for s in sorted(a):
+    for k in ("loss", "grad_norm"):
+        if repr(a[s][k]) != repr(b[s][k]):
+            print(f"  {name}: first differs at step {s}, {k}: {a[s][k]!r} vs {b[s][k]!r}")
+            sys.exit(0)
+sys.exit(open(sys.argv[1] + "/model.safetensors", "rb").read() ==
+         open(sys.argv[2] + "/model.safetensors", "rb").read())
+PY
+}
+for mutation in swap_leaves wgrad_k; do
+    HS_CANON_TEST_MUTATE=$mutation run "mutated_$mutation" 1 train.threads=2 train.micro_batch_size=8
+    differs one "mutated_$mutation"
+done
 
 hs_refused 2 "covers FSDP, HSDP, pipelines and micro-batches" accelerator.tp_size=2
 hs_refused 2 "pp_schedule = zbv with model.tie_embeddings = true" model.n_layers=4 \
