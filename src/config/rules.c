@@ -547,15 +547,6 @@ static void check_layout_invariant(const hs_config *c, const hs_topology *t, hs_
                           "accelerator.tp_size = %d, cp_size = %d, ep_size = %d: %s; set them to "
                           "1, or train.reproducibility: run",
                           a->tp_size, a->cp_size, a->ep_size, scope);
-    if (a->pp_size > 1 && !strcmp(a->pp_schedule, "zbv") && c->model.tie_embeddings)
-        hs_cfg_report_add(rep,
-                          "accelerator.pp_schedule = zbv with model.tie_embeddings = true: the "
-                          "tied weight is stage 0's embedding in one chunk and its head in the "
-                          "other, and the head's backward of a later micro-batch runs before "
-                          "the embedding's of an earlier one, so its reduction is not one "
-                          "micro-batch's, which train.reproducibility = layout needs; set "
-                          "model.tie_embeddings: false, or use gpipe, 1f1b, interleaved_1f1b "
-                          "or zb1p");
     if (hs_model_arch_moe(&c->model))
         hs_cfg_report_add(rep,
                           "model.arch = %s: %s; use llama or qwen3, or train.reproducibility: run",
