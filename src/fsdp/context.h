@@ -49,6 +49,9 @@ typedef struct hs_fsdp_ctx {
     hs_fsdp_exposed exposed;
 
     int fwd_depth, bwd_depth; /* the prefetch depths */
+    /* Each stage chunk's first unit in its forward [0] and backward [1]
+     * pass (-1 none; manager.c's set_prefetch). */
+    int chunk_first[2][HS_MODEL_MAX_CHUNKS];
     /* The pipeline's next action (hs_fsdp_prefetch_next): its chunk (-1
      * none), direction, and how many of its first units are issued. */
     int next_chunk, next_issued;

@@ -108,47 +108,62 @@ static hs_status check_fqns(const hs_fsdp_config *fsdp, hs_model *model, hs_erro
     return st;
 }
 
-/* A chunk's forward runs its root (where the chunk calls a root's hooks,
- * hs_unit_desc.chunk) and then its blocks in declaration order; its
- * backward the root first (head), then the blocks last to first. Each unit
- * prefetches the next `depth` units of its own chunk's pass: which chunk
- * runs next is the pipeline schedule's choice (hs_fsdp_prefetch_chunk),
- * and a unit gathered for a chunk that did not come next was gathered
- * again. A root that both of zbv's chunks call (a tied head) prefetches
- * nothing. One chunk: declaration order. */
+/* Chunk c's units in the order its forward (backward) runs them: the root
+ * where the chunk calls a root's hooks (hs_unit_desc.chunk; -1: a root
+ * several chunks call), then its blocks in declaration order (backward:
+ * last to first). Returns how many. */
+static int chunk_order(const hs_model *m, int n, int c, bool backward, int *order) {
+    int len = 0;
+    for (int ui = 0; ui < n; ui++) {
+        const hs_unit_desc *d = hs_model_unit(m, ui);
+        if (d->root && (d->chunk == c || d->chunk < 0)) order[len++] = ui;
+    }
+    for (int j = 0; j < n; j++) {
+        int ui = backward ? n - 1 - j : j;
+        const hs_unit_desc *d = hs_model_unit(m, ui);
+        if (!d->root && d->chunk == c) order[len++] = ui;
+    }
+    return len;
+}
+
+/* Each unit prefetches the next `depth` units of its own chunk's pass:
+ * which chunk runs next is the pipeline schedule's choice
+ * (hs_fsdp_prefetch_next, which starts from each chunk's first unit kept
+ * here), and a unit gathered for a chunk that did not come next was
+ * gathered again. A root that both of zbv's chunks call (a tied head)
+ * prefetches nothing. One chunk: declaration order. */
 static hs_status set_prefetch(hs_fsdp_ctx *ctx, const hs_model *m, int fwd_depth, int bwd_depth,
                               hs_error *e) {
-    int n = ctx->n_units;
+    int n = ctx->n_units, chunks = 0, depth[2] = {fwd_depth, bwd_depth};
     ctx->fwd_depth = fwd_depth, ctx->bwd_depth = bwd_depth;
+    for (int k = 0; k < n; k++)
+        if (hs_model_unit(m, k)->chunk + 1 > chunks) chunks = hs_model_unit(m, k)->chunk + 1;
+    HS_ASSERT(chunks <= HS_MODEL_MAX_CHUNKS);
     int *order = malloc(sizeof(int) * (size_t)n);
-    if (!order)
-        return hs_error_oom(e, "fsdp: the prefetch order of %d units: %zu bytes", n,
-                            sizeof(int) * (size_t)n);
-    hs_status st = HS_OK;
-    for (int dir = 0; dir < 2 && st == HS_OK; dir++) {
-        int depth = dir == 0 ? fwd_depth : bwd_depth;
-        for (int k = 0; k < n && st == HS_OK; k++) {
-            hs_fsdp_unit *u = &ctx->units[k];
-            int c = hs_model_unit(m, k)->chunk, len = 0, at = 0;
-            for (int ui = 0; c >= 0 && ui < n; ui++) { /* the chunk's root first */
-                const hs_unit_desc *d = hs_model_unit(m, ui);
-                if (d->root && (d->chunk == c || d->chunk < 0)) order[len++] = ui;
-            }
-            for (int j = 0; c >= 0 && j < n; j++) {
-                int ui = dir == 0 ? j : n - 1 - j;
-                const hs_unit_desc *d = hs_model_unit(m, ui);
-                if (!d->root && d->chunk == c) order[len++] = ui;
-            }
-            while (at < len && order[at] != k) at++;
-            int np = len - 1 - at < depth ? len - 1 - at : depth;
-            np = np > 0 ? np : 0;
-            int *list = calloc((size_t)(np > 0 ? np : 1), sizeof(int));
-            if (!list) st = hs_error_oom(e, "fsdp: the prefetch list of unit %d", k);
-            for (int p = 0; p < np && list; p++) list[p] = order[at + 1 + p];
-            if (dir == 0) u->fwd_prefetch = list, u->n_fwd_prefetch = list ? np : 0;
-            else u->bwd_prefetch = list, u->n_bwd_prefetch = list ? np : 0;
-        }
+    hs_status st = order ? HS_OK
+                         : hs_error_oom(e, "fsdp: the prefetch order of %d units: %zu bytes", n,
+                                        sizeof(int) * (size_t)n);
+    for (int k = 0; k < n && st == HS_OK; k++) {
+        hs_fsdp_unit *u = &ctx->units[k];
+        u->fwd_prefetch = calloc((size_t)(fwd_depth > 0 ? fwd_depth : 1), sizeof(int));
+        u->bwd_prefetch = calloc((size_t)(bwd_depth > 0 ? bwd_depth : 1), sizeof(int));
+        if (!u->fwd_prefetch || !u->bwd_prefetch)
+            st = hs_error_oom(e, "fsdp: the prefetch lists of unit %d", k);
     }
+    for (int dir = 0; dir < 2; dir++)
+        for (int c = 0; c < HS_MODEL_MAX_CHUNKS; c++) ctx->chunk_first[dir][c] = -1;
+    for (int dir = 0; dir < 2 && st == HS_OK; dir++)
+        for (int c = 0; c < chunks; c++) {
+            int len = chunk_order(m, n, c, dir == 1, order);
+            ctx->chunk_first[dir][c] = len > 0 ? order[0] : -1;
+            for (int at = 0; at < len; at++) {
+                if (hs_model_unit(m, order[at])->chunk != c) continue; /* a shared root */
+                hs_fsdp_unit *u = &ctx->units[order[at]];
+                int *list = dir ? u->bwd_prefetch : u->fwd_prefetch;
+                int *np = dir ? &u->n_bwd_prefetch : &u->n_fwd_prefetch;
+                for (int p = at + 1; p < len && *np < depth[dir]; p++) list[(*np)++] = order[p];
+            }
+        }
     free(order);
     return st;
 }

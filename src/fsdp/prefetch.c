@@ -13,20 +13,6 @@ static void issue_or_fail(hs_fsdp_ctx *ctx, hs_fsdp_unit *t) {
     if (hs_fsdp_unit_unshard_issue(t, &e) != HS_OK) hs_fsdp_ctx_fail(ctx, &e);
 }
 
-/* Chunk c's first unit in a forward (backward) pass: its root where it
- * calls one, else its first (last) block; -1 for none. */
-static int chunk_first(const hs_fsdp_ctx *ctx, int c, bool backward) {
-    int n = ctx->n_units;
-    for (int ui = 0; ui < n; ui++)
-        if (ctx->units[ui].is_root && (ctx->units[ui].chunk == c || ctx->units[ui].chunk < 0))
-            return ui;
-    for (int j = 0; j < n; j++) {
-        int ui = backward ? n - 1 - j : j;
-        if (!ctx->units[ui].is_root && ctx->units[ui].chunk == c) return ui;
-    }
-    return -1;
-}
-
 /* Whether a pass in that direction would gather t: a forward not inside
  * its own hooks, a backward whose forward resharded. */
 static bool wanted(const hs_fsdp_unit *t, bool backward) {
@@ -41,7 +27,8 @@ static bool wanted(const hs_fsdp_unit *t, bool backward) {
  * chunk's pass, so the lists walk that pass). */
 static void top_up(hs_fsdp_ctx *ctx, int listed, int depth) {
     if (ctx->next_chunk < 0 || listed >= depth) return;
-    int t = chunk_first(ctx, ctx->next_chunk, ctx->next_backward), reach = depth - listed;
+    int c = ctx->next_chunk, reach = depth - listed;
+    int t = c < HS_MODEL_MAX_CHUNKS ? ctx->chunk_first[ctx->next_backward][c] : -1;
     for (int k = 0; t >= 0 && k < reach;) {
         hs_fsdp_unit *x = &ctx->units[t];
         if (k >= ctx->next_issued && wanted(x, ctx->next_backward)) {

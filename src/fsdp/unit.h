@@ -60,8 +60,9 @@ typedef struct hs_fsdp_unit {
     int chunk;     /* hs_unit_desc.chunk */
     bool for_next; /* gathered for the pipeline's next action (prefetch.h) */
     bool reshard_after_forward;
-    /* Units to all-gather ahead, in declaration order (forward: the next
-     * forward_prefetch_depth units; backward: the previous ones). */
+    /* Units to all-gather ahead within the unit's chunk (forward: the next
+     * forward_prefetch_depth units of its pass; backward: likewise in the
+     * backward order). */
     int *fwd_prefetch, n_fwd_prefetch;
     int *bwd_prefetch, n_bwd_prefetch;
     hs_fsdp_reduce_group *groups;
