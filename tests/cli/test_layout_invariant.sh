@@ -182,7 +182,8 @@ hs_refused 1 "set fsdp_config.mix_precision.reduce_dtype: float32" \
 hs_refused 1 "must be a power of two" train.micro_batch_size=3 train.global_batch_size=6
 hs_refused 1 "train.reproducibility: expected one of none | run | layout, got 'bits'" \
     train.reproducibility=bits
+HS_CANON_TEST_MUTATE=bogus hs_refused 1 "HS_CANON_TEST_MUTATE=bogus: expected swap_leaves or wgrad_k"
 echo "  refused: TP, MoE, a 16-bit reduction, a batch that is no power of two, an unknown"
-echo "  mode"
+echo "  mode, an unknown mutation"
 
 hs_finish
