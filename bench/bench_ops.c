@@ -206,7 +206,8 @@ static bool has_moe(const hs_device_kernels *k) { return k->moe_route != NULL; }
 static void run_moe(hs_device *d, ops_bufs *b) {
     int64_t n = 1024 * SZ(b);
     memcpy(b->e, b->a, (size_t)n * 8 * sizeof(float)); /* the logits become probabilities */
-    d->k->moe_route(d->stream, b->ids, b->f, b->e, n, 8, 2, true, HS_DTYPE_F32);
+    hs_moe_router r = {.renorm = true, .n_group = 1, .topk_group = 1, .scale = 1.0f};
+    d->k->moe_route(d->stream, b->ids, b->f, b->e, NULL, n, 8, 2, r, HS_DTYPE_F32);
     for (int64_t i = 0; i < 2 * n; i++) b->ids[i] = (int32_t)i;
     if (d->k->moe_permute)
         d->k->moe_permute(d->stream, b->c, b->b, b->ids, HS_DTYPE_F32, n, 2, 256);

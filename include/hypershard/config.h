@@ -51,6 +51,17 @@ typedef struct hs_moe_config {
     int mlp_only_layers[HS_MOE_MAX_MLP_ONLY];
     int n_mlp_only_layers;
     int decoder_sparse_step;
+    /* DeepSeekMoE's router (hs_model_moe_scored): sigmoid scores instead of
+     * the softmax; experts in n_group groups of which each token keeps the
+     * topk_group best (a group scores the sum of its two best); the chosen
+     * weights times routed_scaling_factor; and the aux-loss-free balancing
+     * bias (e_score_correction_bias, hs_model_moe_bias) that steers the
+     * choice only, moved after each step by bias_update_speed toward the
+     * mean of the global loads */
+    char score_func[HS_NAME_MAX]; /* "softmax" | "sigmoid" */
+    int n_group, topk_group;
+    double routed_scaling_factor;
+    double bias_update_speed;
 } hs_moe_config;
 
 /* RoPE's frequencies stretched for a context longer than the one a model
@@ -94,6 +105,13 @@ const hs_moe_names *hs_model_arch_moe_names(const hs_model_config *m);
 /* Whether the router renormalises the top-k weights: always for moe
  * (Mixtral), model.moe.norm_topk_prob for qwen3_moe. */
 bool hs_model_arch_moe_renorm(const hs_model_config *m);
+/* Whether each MoE block has DeepSeek-V3's e_score_correction_bias (a
+ * sigmoid router always has it, as DeepseekV3TopkRouter does; a softmax
+ * one when model.moe.bias_update_speed > 0), and whether the router is
+ * other than Mixtral's softmax (sigmoid scores, groups, a scale or that
+ * bias). */
+bool hs_model_moe_bias(const hs_model_config *m);
+bool hs_model_moe_scored(const hs_model_config *m);
 /* Whether block `layer` (0-based, of the whole model) has experts: an MoE
  * arch, and Qwen3-MoE's mlp_only_layers / decoder_sparse_step rule
  * (hs_moe_config); the others have a dense MLP of model.ffn_dim. */

@@ -114,6 +114,27 @@ typedef struct hs_device_ops {
 
 /* ----------------------------------------------------------------- kernels */
 
+/* How the MoE router turns logits into the chosen experts and their
+ * weights (moe_route, moe_route_bwd). Mixtral's and Qwen3-MoE's: softmax,
+ * one group, scale 1, no bias (hs_moe_router_plain). DeepSeek-V3's:
+ * sigmoid scores; experts in n_group equal groups, each scored by the sum
+ * of its two best choice scores, and only the topk_group best groups'
+ * experts chosen from; the chosen weights (renormalised when renorm, over
+ * their sum + 1e-20 for sigmoid) times scale. The choice scores are the
+ * scores plus moe_route's bias [E] (fp32 device memory, or NULL): the bias
+ * steers the choice only, never a weight. */
+#define HS_MOE_MAX_GROUPS 64 /* n_group */
+typedef struct hs_moe_router {
+    bool sigmoid;
+    bool renorm;
+    int n_group, topk_group;
+    float scale;
+} hs_moe_router;
+
+static inline bool hs_moe_router_plain(const hs_moe_router *r) {
+    return !r->sigmoid && r->n_group <= 1 && r->scale == 1.0f;
+}
+
 /* The per-step AdamW scalars (torch.optim.AdamW, formed in double by the
  * optimizer and used in fp32). */
 typedef struct hs_adamw_hparams {
@@ -298,10 +319,12 @@ typedef struct hs_device_kernels {
     void (*embedding_bwd)(hs_stream *s, void *dwte, hs_dtype gdt, const float *dout,
                           const int32_t *tokens, int64_t N, int C, int64_t v0, int V);
     /* MoE: per row of probs (on entry the router's fp32 logits [N, E],
-     * rounded to dt, the gate's output dtype, then replaced by their fp32
-     * softmax, kept for backward) the top K experts in descending order
-     * (ties to the lower expert) and their weights, renormalised to sum 1
-     * when renorm and rounded to dt.
+     * replaced by their fp32 scores, kept for backward: a softmax of the
+     * logits rounded to dt, the gate's output dtype, or, with r.sigmoid,
+     * each logit's sigmoid as it is, DeepSeek-V3's fp32 router) the top K
+     * experts by score + bias (bias NULL: 0) within the r.topk_group best
+     * groups, in descending order (ties to the lower expert and group), and
+     * their weights as hs_moe_router says, rounded to dt.
      * Dispatch and combine go by (token, slot) pair p = t * K + k of N
      * tokens; row r of the grouped (expert) order holds pair row_pair[r],
      * and pair p sits at row pair_row[p]. moe_permute: xg[r] = x[row_pair[r]
@@ -311,12 +334,13 @@ typedef struct hs_device_kernels {
      * ws: C floats of workspace. moe_combine_bwd, its backward from dout
      * [N, C]: dyg[pair_row[p]] = weight[p] * dout[t] and dw[p] = dout[t] .
      * y[pair_row[p]] (fp32, in column order). moe_route_bwd, the router's
-     * from dw: per token, dp = aux_grad (or 0) plus d loss / d probs
-     * through the renormalisation over the chosen (the unrounded weights
-     * rebuilt from probs; renorm false, as moe_route's: the weights are the
-     * chosen probabilities), then through the softmax: d loss / d logits. */
-    void (*moe_route)(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N, int E,
-                      int K, bool renorm, hs_dtype dt);
+     * from dw: per token, dp = aux_grad (or 0) plus d loss / d scores
+     * through the scale and the renormalisation over the chosen (the
+     * unrounded weights rebuilt from probs), then through the softmax or
+     * the sigmoid: d loss / d logits. Neither the choice nor the bias has
+     * a gradient. */
+    void (*moe_route)(hs_stream *s, int32_t *expert, float *weight, float *probs, const float *bias,
+                      int64_t N, int E, int K, hs_moe_router r, hs_dtype dt);
     void (*moe_permute)(hs_stream *s, void *xg, const void *x, const int32_t *row_pair, hs_dtype dt,
                         int64_t N, int K, int C);
     /* moe_permute's backward: dx[row_pair[r] / K] += dxg[r] (fp32 rows of
@@ -331,7 +355,7 @@ typedef struct hs_device_kernels {
                             int K, int C, float *ws);
     void (*moe_route_bwd)(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
                           const float *dw, const float *aux_grad, int64_t N, int E, int K,
-                          bool renorm);
+                          hs_moe_router r);
     /* The router's statistics for the load-balancing loss, ACCUMULATED
      * (+=; the caller zeroes): count[e] (int64) += the selections of
      * expert e in expert [N, K]; and, unless prob_sum is NULL, prob_sum[e]

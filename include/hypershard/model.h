@@ -50,6 +50,9 @@ typedef enum hs_param_kind {
     HS_PARAM_LM_HEAD,       /* [V, C]                         */
     HS_PARAM_ROUTER,        /* [E, C]                         */
     HS_PARAM_EXPERT,        /* [E, out, in] routed experts    */
+    HS_PARAM_BIAS,          /* [E] router correction bias: no
+                             * gradient (frozen), zeros at init,
+                             * moved by the trainer (moe_bias.c) */
     HS_PARAM_KIND_COUNT
 } hs_param_kind;
 
@@ -160,6 +163,7 @@ typedef struct hs_moe_weights {
     const void *sh_gate; /* [FS, C]  NULL when FS == 0 */
     const void *sh_up;   /* [FS, C]  */
     const void *sh_down; /* [C, FS]  */
+    const void *bias;    /* [E] e_score_correction_bias, NULL when none */
 } hs_moe_weights;
 
 /* Same shapes as hs_moe_weights, in dtype `dt`. A NULL pointer skips that

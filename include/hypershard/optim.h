@@ -59,6 +59,8 @@ typedef struct hs_optim_param {
     hs_dtype dtype;
     const float *grad;
     int64_t numel;
+    int64_t first;          /* flat index of data[0] in the whole (TP-local)
+                             * tensor: a dim-0 shard's start, 0 unsharded */
     int64_t rows, cols;     /* Muon matrix shape; numel is a multiple of rows*cols:
                          * numel / (rows*cols) matrices, each orthogonalised
                          * alone (experts [E,out,in]: rows=out, cols=in) */

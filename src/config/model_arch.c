@@ -22,6 +22,19 @@ bool hs_model_arch_moe_renorm(const hs_model_config *m) {
     return !qwen3_moe(m) || m->moe.norm_topk_prob;
 }
 
+bool hs_model_moe_bias(const hs_model_config *m) {
+    return hs_model_arch_moe(m) &&
+           (m->moe.bias_update_speed > 0 || !strcmp(m->moe.score_func, "sigmoid"));
+}
+
+bool hs_model_moe_scored(const hs_model_config *m) {
+    const hs_moe_config *x = &m->moe;
+    /* a config not from the schema (zeroed) has Mixtral's router */
+    bool scaled = x->routed_scaling_factor > 0 && x->routed_scaling_factor != 1.0;
+    return hs_model_arch_moe(m) &&
+           (!strcmp(x->score_func, "sigmoid") || x->n_group > 1 || scaled || hs_model_moe_bias(m));
+}
+
 bool hs_model_layer_moe(const hs_model_config *m, int layer) {
     if (!hs_model_arch_moe(m)) return false;
     for (int i = 0; i < m->moe.n_mlp_only_layers; i++)

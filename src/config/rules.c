@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "config/checks.h"
+#include "hypershard/device.h"
 
 /* model.moe.mlp_only_layers / decoder_sparse_step: Qwen3-MoE's dense
  * blocks among the MoE ones, inside the model, at least one MoE block
@@ -40,6 +41,45 @@ static void check_dense_layers(const hs_model_config *m, hs_cfg_report *rep) {
                           "model.ffn_dim = %d: the dense blocks of model.moe.mlp_only_layers / "
                           "decoder_sparse_step need their MLP width; set model.ffn_dim >= 1",
                           m->ffn_dim);
+}
+
+/* DeepSeekMoE's router options (hs_moe_config): the groups divide the
+ * experts, hold two each to score a group, and leave top_k to choose
+ * from; Mixtral's aux loss is a softmax's. */
+static void check_router(const hs_moe_config *x, hs_cfg_report *rep) {
+    int E = x->num_experts, G = x->n_group;
+    if (!strcmp(x->score_func, "sigmoid") && x->aux_loss_coef > 0)
+        hs_cfg_report_add(rep,
+                          "model.moe.aux_loss_coef = %g with model.moe.score_func = sigmoid: the "
+                          "load-balancing loss is defined over softmax probabilities; set "
+                          "aux_loss_coef: 0 and balance with model.moe.bias_update_speed (e.g. "
+                          "0.001), or score_func: softmax",
+                          x->aux_loss_coef);
+    if (G < 1 || E < 1) return;
+    if (G > HS_MOE_MAX_GROUPS)
+        hs_cfg_report_add(rep, "model.moe.n_group = %d exceeds the %d groups a router supports", G,
+                          HS_MOE_MAX_GROUPS);
+    else if (E % G)
+        hs_cfg_report_add(rep,
+                          "model.moe.num_experts = %d is not divisible by model.moe.n_group = %d; "
+                          "groups hold equal numbers of experts",
+                          E, G);
+    else if (G > 1 && E / G < 2)
+        hs_cfg_report_add(rep,
+                          "model.moe.n_group = %d leaves %d expert a group of model.moe."
+                          "num_experts = %d; a group is scored by its two best experts, so set "
+                          "n_group <= %d",
+                          G, E / G, E, E / 2);
+    if (x->topk_group > G)
+        hs_cfg_report_add(rep,
+                          "model.moe.topk_group = %d exceeds model.moe.n_group = %d; set "
+                          "topk_group <= n_group",
+                          x->topk_group, G);
+    else if (E % G == 0 && x->top_k > x->topk_group * (E / G))
+        hs_cfg_report_add(rep,
+                          "model.moe.top_k = %d exceeds the %d experts of model.moe.topk_group = "
+                          "%d groups of %d; raise topk_group or lower top_k",
+                          x->top_k, x->topk_group * (E / G), x->topk_group, E / G);
 }
 
 void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {
@@ -89,6 +129,7 @@ void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {
                           "model.arch: moe",
                           m->moe.shared_expert_ffn_dim);
     check_dense_layers(m, rep);
+    if (hs_model_arch_moe(m)) check_router(&m->moe, rep);
 }
 
 /* data.blend: indexed datasets only, instead of data.path, weights that

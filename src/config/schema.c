@@ -118,6 +118,23 @@ static const hs_cfg_key keys[] = {
      .count_offset = offsetof(hs_config, model.moe.n_mlp_only_layers),
      .doc = "blocks (0-based) with a dense MLP of model.ffn_dim instead of experts (arch "
             "qwen3_moe, Hugging Face's mlp_only_layers); []: none"},
+    KENUM("model.moe.score_func", model.moe.score_func, "softmax", "softmax|sigmoid",
+          "router scores: softmax over the experts (Mixtral, Qwen3-MoE) or each expert's "
+          "sigmoid (DeepSeek-V3)"),
+    KINT("model.moe.n_group", model.moe.n_group, "1", GE, 1,
+         "group-limited routing: the experts in this many equal groups, a group scored by the "
+         "sum of its two best scores (DeepSeek-V3's n_group); 1: no groups"),
+    KINT("model.moe.topk_group", model.moe.topk_group, "1", GE, 1,
+         "groups each token may choose its top_k experts from (DeepSeek-V3's topk_group); at "
+         "most n_group"),
+    KFLOAT("model.moe.routed_scaling_factor", model.moe.routed_scaling_factor, "1.0", GT, 0, 0,
+           "the routed experts' weights times this (DeepSeek-V3's routed_scaling_factor)"),
+    KFLOAT("model.moe.bias_update_speed", model.moe.bias_update_speed, "0.0", GE, 0, 0,
+           "aux-loss-free balancing: each MoE block's e_score_correction_bias [num_experts], "
+           "added to the scores to choose experts only, moves after each step by this much "
+           "toward balance (sign of mean load - load, global loads); 0: it stays as initialised "
+           "(zeros) or loaded. A sigmoid router always has the bias, a softmax one only when "
+           "this is > 0"),
     KINT("model.moe.decoder_sparse_step", model.moe.decoder_sparse_step, "1", GE, 1,
          "every this many blocks has experts, the others a dense MLP of model.ffn_dim: block i "
          "has experts when (i + 1) % decoder_sparse_step is 0 (arch qwen3_moe, Hugging Face's "

@@ -9,9 +9,11 @@
  * running totals (moved from model/moe_router.c and model/moe_aux.c). */
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "device/cpu.h"
+#include "device/device_backend.h"
 
 static void softmax_row(float *row, int E) {
     float mx = row[0];
@@ -28,7 +30,9 @@ static void softmax_row(float *row, int E) {
 
 /* K passes of an arg-max over the experts not yet taken. A strict '>'
  * keeps the earlier (lower) index on a tie, so equal probabilities pick the
- * lower expert first; torch.topk leaves ties unspecified. */
+ * lower expert first; torch.topk leaves ties unspecified. Experts whose
+ * score is -inf (outside the chosen groups) are taken only when nothing
+ * else is left, never when K <= the experts of the chosen groups. */
 static void topk_row(int32_t *sel, const float *p, int E, int K) {
     for (int k = 0; k < K; k++) {
         int best = -1;
@@ -42,8 +46,68 @@ static void topk_row(int32_t *sel, const float *p, int E, int K) {
     }
 }
 
-void hs_cpu_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N, int E,
-                      int K, bool renorm, hs_dtype dt) {
+/* Group-limited choice (hs_moe_router): each of the G groups of E / G
+ * experts scored by the sum of its two best choice scores (fp32, the
+ * larger first, as torch.topk(2).sum), the topk_group best groups kept
+ * (ties to the lower group) and every other expert's score set to -inf. */
+static void limit_groups(float *c, int E, int G, int TG) {
+    const int n = E / G;
+    float gs[HS_MOE_MAX_GROUPS];
+    bool keep[HS_MOE_MAX_GROUPS];
+    for (int g = 0; g < G; g++) {
+        const float *x = c + g * n;
+        int b = 0;
+        for (int i = 1; i < n; i++) b = x[i] > x[b] ? i : b;
+        int b2 = b == 0 ? 1 : 0;
+        for (int i = 0; i < n; i++) b2 = i != b && x[i] > x[b2] ? i : b2;
+        gs[g] = x[b] + x[b2];
+        keep[g] = false;
+    }
+    for (int k = 0; k < TG; k++) {
+        int best = -1;
+        for (int g = 0; g < G; g++)
+            if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+        keep[best] = true;
+    }
+    for (int g = 0; g < G; g++)
+        for (int i = 0; !keep[g] && i < n; i++) c[g * n + i] = -INFINITY;
+}
+
+static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* DeepSeek-V3's and the general router (hs_moe_router); c: E floats of
+ * workspace for the choice scores. */
+static void route_row_scored(int32_t *sel, float *w, float *p, float *c, const float *bias, int E,
+                             int K, const hs_moe_router *r, hs_dtype dt) {
+    if (r->sigmoid)
+        for (int e = 0; e < E; e++) p[e] = sigmoidf(p[e]);
+    else {
+        for (int e = 0; e < E; e++) p[e] = hs_round_to(dt, p[e]);
+        softmax_row(p, E);
+    }
+    for (int e = 0; e < E; e++) c[e] = bias ? p[e] + bias[e] : p[e];
+    if (r->n_group > 1) limit_groups(c, E, r->n_group, r->topk_group);
+    topk_row(sel, c, E, K);
+    float z = 0.0f;
+    for (int k = 0; r->renorm && k < K; k++) z += p[sel[k]];
+    if (r->sigmoid) z += 1e-20f;
+    for (int k = 0; k < K; k++)
+        w[k] = hs_round_to(dt, (r->renorm ? p[sel[k]] / z : p[sel[k]]) * r->scale);
+}
+
+void hs_cpu_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, const float *bias,
+                      int64_t N, int E, int K, hs_moe_router r, hs_dtype dt) {
+    if (!hs_moe_router_plain(&r) || bias) {
+        float *c = malloc((size_t)E * sizeof *c);
+        if (c == NULL) {
+            hs_kernel_oom(s, "moe route: %zu bytes of choice scores", (size_t)E * sizeof *c);
+            return;
+        }
+        for (int64_t t = 0; t < N; t++)
+            route_row_scored(expert + t * K, weight + t * K, probs + t * E, c, bias, E, K, &r, dt);
+        free(c);
+        return;
+    }
     for (int64_t t = 0; t < N; t++) {
         float *p = probs + t * E;
         int32_t *sel = expert + t * K;
@@ -52,8 +116,8 @@ void hs_cpu_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs
         softmax_row(p, E);
         topk_row(sel, p, E, K);
         float z = 0.0f;
-        for (int k = 0; renorm && k < K; k++) z += p[sel[k]];
-        for (int k = 0; k < K; k++) w[k] = hs_round_to(dt, renorm ? p[sel[k]] / z : p[sel[k]]);
+        for (int k = 0; r.renorm && k < K; k++) z += p[sel[k]];
+        for (int k = 0; k < K; k++) w[k] = hs_round_to(dt, r.renorm ? p[sel[k]] / z : p[sel[k]]);
     }
 }
 
@@ -103,17 +167,29 @@ void hs_cpu_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *do
 }
 
 /* d loss / d logits of one token, in place over g (which holds d loss /
- * d probs on entry). */
+ * d scores on entry). */
 static void route_token_backward(float *g, const float *p, const int32_t *sel, const float *dw,
-                                 int E, int K, bool renorm) {
-    /* Renormalisation w_k = p_k / Z, Z = sum_j p_j over the selected:
-     * d/dp_j = (dw_j - sum_k dw_k w_k) / Z. The unrounded w is rebuilt
-     * from the saved fp32 probabilities. Without it w_k = p_k. */
+                                 int E, int K, const hs_moe_router *r) {
+    /* Renormalisation w_k = s p_k / Z, Z = sum_j p_j over the selected
+     * (+ 1e-20 for sigmoid), s the scale: d/dp_j = s (dw_j - sum_k dw_k
+     * p_k / Z) / Z. The unrounded w is rebuilt from the saved fp32
+     * probabilities. Without it w_k = s p_k. (s = 1: the bits of the
+     * products without it.) */
+    const bool renorm = r->renorm;
+    const float sc = r->scale;
     float z = 0.0f;
     for (int k = 0; renorm && k < K; k++) z += p[sel[k]];
+    if (r->sigmoid) z += 1e-20f;
     double wdot = 0.0;
     for (int k = 0; renorm && k < K; k++) wdot += (double)dw[k] * (p[sel[k]] / z);
-    for (int k = 0; k < K; k++) g[sel[k]] += renorm ? (float)((dw[k] - wdot) / z) : dw[k];
+    for (int k = 0; k < K; k++) {
+        double d = (double)sc * dw[k];
+        g[sel[k]] += renorm ? (float)((d - (double)sc * wdot) / z) : (float)d;
+    }
+    if (r->sigmoid) { /* each score its own logit's: s' = s (1 - s) */
+        for (int e = 0; e < E; e++) g[e] = g[e] * (p[e] * (1.0f - p[e]));
+        return;
+    }
     double pdot = 0.0;
     for (int e = 0; e < E; e++) pdot += (double)p[e] * g[e];
     for (int e = 0; e < E; e++) g[e] = p[e] * (float)(g[e] - pdot);
@@ -121,11 +197,11 @@ static void route_token_backward(float *g, const float *p, const int32_t *sel, c
 
 void hs_cpu_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
                           const float *dw, const float *aux_grad, int64_t N, int E, int K,
-                          bool renorm) {
+                          hs_moe_router r) {
     for (int64_t t = 0; t < N; t++) {
         float *g = dp + t * E;
         for (int e = 0; e < E; e++) g[e] = aux_grad ? aux_grad[e] : 0.0f;
-        route_token_backward(g, probs + t * E, expert + t * K, dw + t * K, E, K, renorm);
+        route_token_backward(g, probs + t * E, expert + t * K, dw + t * K, E, K, &r);
     }
 }
 

@@ -13,12 +13,27 @@ static bool scratch_for(hs_stream *s, size_t bytes, const char *what, void **out
     return bytes == 0 || *out != NULL;
 }
 
-void hs_cuda_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N, int E,
-                       int K, bool renorm, hs_dtype dt) {
+/* Mixtral's and Qwen3-MoE's router only: the trainer refuses the others
+ * on this backend before anything runs (trainer.c, device_provides), so
+ * another reaching here is a caller's error, recorded. */
+static bool plain_router(hs_stream *s, const hs_moe_router *r, const float *bias) {
+    if (hs_moe_router_plain(r) && bias == NULL) return true;
+    hs_error e;
+    hs_error_set(&e, HS_ERR_INTERNAL,
+                 "cuda: moe_route has only the softmax router (no sigmoid scores, groups, scale "
+                 "or correction bias)");
+    hs_device_fail(s->dev, &e);
+    return false;
+}
+
+void hs_cuda_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs,
+                       const float *bias, int64_t N, int E, int K, hs_moe_router r, hs_dtype dt) {
     void *ws;
+    if (!plain_router(s, &r, bias)) return;
     if (!scratch_for(s, hs_cu_moe_route_scratch(N, E, K), "moe_route", &ws)) return;
     hs_cuda_check(
-        s, hs_cu_moe_route(hs_cuda_stream(s), expert, weight, probs, ws, N, E, K, renorm, (int)dt),
+        s,
+        hs_cu_moe_route(hs_cuda_stream(s), expert, weight, probs, ws, N, E, K, r.renorm, (int)dt),
         "moe_route");
     hs_cuda_scratch_free(s, ws);
 }
@@ -60,9 +75,11 @@ void hs_cuda_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *d
 
 void hs_cuda_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
                            const float *dw, const float *aux_grad, int64_t N, int E, int K,
-                           bool renorm) {
+                           hs_moe_router r) {
+    if (!plain_router(s, &r, NULL)) return;
     hs_cuda_check(
-        s, hs_cu_moe_route_bwd(hs_cuda_stream(s), dp, probs, expert, dw, aux_grad, N, E, K, renorm),
+        s,
+        hs_cu_moe_route_bwd(hs_cuda_stream(s), dp, probs, expert, dw, aux_grad, N, E, K, r.renorm),
         "moe_route_bwd");
 }
 

@@ -119,9 +119,9 @@
        int64_t N, int C, int64_t v0, int V),                                                       \
       (s, dwte, gdt, dout, tokens, N, C, v0, V), (dwte, dout, tokens))                             \
     X(moe_route,                                                                                   \
-      (hs_stream * s, int32_t * expert, float *weight, float *probs, int64_t N, int E, int K,      \
-       bool renorm, hs_dtype dt),                                                                  \
-      (s, expert, weight, probs, N, E, K, renorm, dt), (expert, weight, probs))                    \
+      (hs_stream * s, int32_t * expert, float *weight, float *probs, const float *bias, int64_t N, \
+       int E, int K, hs_moe_router r, hs_dtype dt),                                                \
+      (s, expert, weight, probs, bias, N, E, K, r, dt), (expert, weight, probs, bias))             \
     X(moe_permute,                                                                                 \
       (hs_stream * s, void *xg, const void *x, const int32_t *row_pair, hs_dtype dt, int64_t N,    \
        int K, int C),                                                                              \
@@ -141,8 +141,8 @@
       (dyg, dw, dout, y, pair_row, weight, ws))                                                    \
     X(moe_route_bwd,                                                                               \
       (hs_stream * s, float *dp, const float *probs, const int32_t *expert, const float *dw,       \
-       const float *aux_grad, int64_t N, int E, int K, bool renorm),                               \
-      (s, dp, probs, expert, dw, aux_grad, N, E, K, renorm), (dp, probs, expert, dw, aux_grad))    \
+       const float *aux_grad, int64_t N, int E, int K, hs_moe_router r),                           \
+      (s, dp, probs, expert, dw, aux_grad, N, E, K, r), (dp, probs, expert, dw, aux_grad))         \
     X(moe_stats,                                                                                   \
       (hs_stream * s, int64_t * count, double *prob_sum, const int32_t *expert,                    \
        const float *probs, int64_t N, int E, int K),                                               \

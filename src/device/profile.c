@@ -208,8 +208,9 @@ static void work_embedding_bwd(hs_stream *s, void *dwte, hs_dtype gdt, const flo
                                const int32_t *tokens, int64_t N, int C, int64_t v0, int V) {
     set(s, HS_PROF_EMBEDDING, 0, (double)N * C * (4 + 2 * sz(gdt)) + 4.0 * N);
 }
-static void work_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N,
-                           int E, int K, bool renorm, hs_dtype dt) {
+static void work_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs,
+                           const float *bias, int64_t N, int E, int K, hs_moe_router r,
+                           hs_dtype dt) {
     set(s, HS_PROF_MOE, 0, 8.0 * N * E + 8.0 * N * K);
 }
 static void work_moe_permute(hs_stream *s, void *xg, const void *x, const int32_t *row_pair,
@@ -232,7 +233,7 @@ static void work_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const floa
 }
 static void work_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
                                const float *dw, const float *aux_grad, int64_t N, int E, int K,
-                               bool renorm) {
+                               hs_moe_router r) {
     set(s, HS_PROF_MOE, 0, 8.0 * N * E + 8.0 * N * K);
 }
 static void work_moe_stats(hs_stream *s, int64_t *count, double *prob_sum, const int32_t *expert,

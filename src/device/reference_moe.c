@@ -1,35 +1,69 @@
 /* Reference MoE routing, dispatch, combine and their backward. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "device/device_backend.h"
 #include "device/reference.h"
 
-void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, int64_t N, int E,
-                      int K, bool renorm, hs_dtype dt) {
-    double *p = malloc((size_t)(E + K) * sizeof *p), *taken = p + E;
+/* The best of c[lo..hi) not yet taken (taken[e] set), the lower on a tie;
+ * -1 when none is left. */
+static int best_of(const double *c, const bool *taken, int lo, int hi) {
+    int best = -1;
+    for (int e = lo; e < hi; e++)
+        if (!taken[e] && (best < 0 || c[e] > c[best])) best = e;
+    return best;
+}
+
+/* In fp64: scores (the softmax of the rounded logits, or each logit's
+ * sigmoid), choice scores c = scores + bias, groups scored by their two best
+ * and all but the topk_group best masked, K picks of the best unmasked,
+ * weights renormalised over the chosen (+ 1e-20 for sigmoid) and scaled. */
+void hs_ref_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs, const float *bias,
+                      int64_t N, int E, int K, hs_moe_router r, hs_dtype dt) {
+    const int G = r.n_group > 1 ? r.n_group : 1, n = E / G;
+    size_t bytes = (size_t)(2 * E + K + G) * sizeof(double) + (size_t)(E + G) * sizeof(bool);
+    double *p = malloc(bytes), *c = p + E, *taken = c + E, *gs = taken + K;
+    bool *out = (bool *)(gs + G), *gone = out + E;
     if (p == NULL) {
-        hs_kernel_oom(s, "reference moe route: %zu bytes of probabilities",
-                      (size_t)(E + K) * sizeof *p);
+        hs_kernel_oom(s, "reference moe route: %zu bytes of scores", bytes);
         return;
     }
-    for (int64_t n = 0; n < N; n++) {
-        float *l = probs + n * E;
-        for (int e = 0; e < E; e++) l[e] = hs_round_to(dt, l[e]);
-        double mx = l[0], sum = 0.0, chosen = 0.0;
-        for (int e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
-        for (int e = 0; e < E; e++) sum += (p[e] = exp(l[e] - mx));
-        for (int e = 0; e < E; e++) l[e] = (float)(p[e] / sum);
-        for (int j = 0; j < K; j++) { /* the largest left, the lower expert on a tie */
-            int best = -1;
-            for (int e = 0; e < E; e++)
-                if (p[e] >= 0.0 && (best < 0 || p[e] > p[best])) best = e;
-            expert[n * K + j] = best;
-            chosen += (taken[j] = p[best] / sum);
-            p[best] = -1.0;
+    for (int64_t t = 0; t < N; t++) {
+        float *l = probs + t * E;
+        double sum = 0.0, chosen = 0.0;
+        if (r.sigmoid)
+            for (int e = 0; e < E; e++) l[e] = (float)(p[e] = 1.0 / (1.0 + exp(-(double)l[e])));
+        else {
+            double mx = l[0] = hs_round_to(dt, l[0]);
+            for (int e = 1; e < E; e++) mx = (l[e] = hs_round_to(dt, l[e])) > mx ? l[e] : mx;
+            for (int e = 0; e < E; e++) sum += (p[e] = exp(l[e] - mx));
+            for (int e = 0; e < E; e++) l[e] = (float)(p[e] /= sum);
         }
+        for (int e = 0; e < E; e++) c[e] = p[e] + (bias ? bias[e] : 0.0), out[e] = false;
+        for (int g = 0; g < G && G > 1; g++) {
+            int b = best_of(c, out, g * n, (g + 1) * n);
+            out[b] = true;
+            int b2 = best_of(c, out, g * n, (g + 1) * n);
+            out[b] = false, gs[g] = c[b] + c[b2], gone[g] = true;
+        }
+        for (int j = 0; j < r.topk_group && G > 1; j++) {
+            int best = -1;
+            for (int g = 0; g < G; g++)
+                if (gone[g] && (best < 0 || gs[g] > gs[best])) best = g;
+            gone[best] = false;
+        }
+        for (int e = 0; e < E && G > 1; e++) out[e] = gone[e / n];
+        for (int j = 0; j < K; j++) { /* the largest left, the lower expert on a tie */
+            int best = best_of(c, out, 0, E);
+            expert[t * K + j] = best;
+            chosen += (taken[j] = p[best]);
+            out[best] = true;
+        }
+        if (r.sigmoid) chosen += 1e-20;
         for (int j = 0; j < K; j++)
-            weight[n * K + j] = hs_round_to(dt, (float)(renorm ? taken[j] / chosen : taken[j]));
+            weight[t * K + j] =
+                hs_round_to(dt, (float)((r.renorm ? taken[j] / chosen : taken[j]) * r.scale));
     }
     free(p);
 }
@@ -76,12 +110,13 @@ void hs_ref_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *do
     }
 }
 
-/* All in fp64: w_k = p_k / Z over the chosen; d/dp_j gets (dw_j - sum_k
- * dw_k w_k) / Z (dw_j when not renormalised: w_k = p_k); then the
- * softmax's backward p_e (g_e - p . g). */
+/* All in fp64: w_k = s p_k / Z over the chosen (Z + 1e-20 for sigmoid);
+ * d/dp_j gets s (dw_j - sum_k dw_k p_k / Z) / Z (s dw_j when not
+ * renormalised: w_k = s p_k); then the softmax's backward p_e (g_e - p .
+ * g), or the sigmoid's p_e (1 - p_e) g_e. */
 void hs_ref_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
                           const float *dw, const float *aux_grad, int64_t N, int E, int K,
-                          bool renorm) {
+                          hs_moe_router r) {
     double *g = malloc((size_t)E * sizeof *g);
     if (g == NULL) {
         hs_kernel_oom(s, "reference moe route backward: %zu bytes of gradients",
@@ -92,11 +127,16 @@ void hs_ref_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int
         const float *p = probs + t * E;
         const int32_t *sel = expert + t * K;
         const float *d = dw + t * K;
-        double z = 0.0, wdot = 0.0, pdot = 0.0;
+        double z = r.sigmoid ? 1e-20 : 0.0, wdot = 0.0, pdot = 0.0;
         for (int e = 0; e < E; e++) g[e] = aux_grad ? aux_grad[e] : 0.0;
-        for (int k = 0; renorm && k < K; k++) z += p[sel[k]];
-        for (int k = 0; renorm && k < K; k++) wdot += (double)d[k] * (p[sel[k]] / z);
-        for (int k = 0; k < K; k++) g[sel[k]] += renorm ? (d[k] - wdot) / z : (double)d[k];
+        for (int k = 0; r.renorm && k < K; k++) z += p[sel[k]];
+        for (int k = 0; r.renorm && k < K; k++) wdot += (double)d[k] * (p[sel[k]] / z);
+        for (int k = 0; k < K; k++)
+            g[sel[k]] += r.scale * (r.renorm ? (d[k] - wdot) / z : (double)d[k]);
+        if (r.sigmoid) {
+            for (int e = 0; e < E; e++) dp[t * E + e] = (float)(p[e] * (1.0 - p[e]) * g[e]);
+            continue;
+        }
         for (int e = 0; e < E; e++) pdot += (double)p[e] * g[e];
         for (int e = 0; e < E; e++) dp[t * E + e] = (float)(p[e] * (g[e] - pdot));
     }

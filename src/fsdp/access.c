@@ -112,6 +112,7 @@ static void fill_optim(hs_fsdp *f) {
         o->dtype = HS_DTYPE_F32;
         o->grad = fp->sharded_grad;
         o->numel = fp->plan.actual_sharded_numel;
+        o->first = fp->plan.layout.row_offset * fp->plan.row_numel;
         /* the step rewrites the 16-bit model shard as it updates the main
          * param (its padded tail stays zero); hs_fsdp_after_optim_step
          * then has none to write back */

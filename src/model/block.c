@@ -22,7 +22,8 @@ static hs_moe_weights moe_weights(const hs_block_params *bp) {
                         bp->w2->data,
                         bp->sh_gate ? bp->sh_gate->data : NULL,
                         bp->sh_up ? bp->sh_up->data : NULL,
-                        bp->sh_down ? bp->sh_down->data : NULL};
+                        bp->sh_down ? bp->sh_down->data : NULL,
+                        bp->bias ? bp->bias->data : NULL};
     return w;
 }
 

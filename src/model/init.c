@@ -18,7 +18,8 @@ static void init_span(hs_device *d, const hs_param *p, uint64_t seed, uint64_t s
                       int64_t first, int64_t n, char *dst, hs_dtype dt, float *buf) {
     for (int64_t i = 0; i < n; i += INIT_CHUNK) {
         int64_t k = n - i < INIT_CHUNK ? n - i : INIT_CHUNK;
-        if (p->kind == HS_PARAM_NORM) hs_dev_fill(d, buf, k, 1.0f);
+        if (p->kind == HS_PARAM_NORM || p->kind == HS_PARAM_BIAS)
+            hs_dev_fill(d, buf, k, p->kind == HS_PARAM_NORM ? 1.0f : 0.0f);
         else hs_dev_rng_normal(d, buf, k, seed, stream, first + i, 0.0f, p->init_std);
         hs_dev_convert(d, dst + (size_t)i * hs_dtype_size(dt), dt, buf, HS_DTYPE_F32, k);
     }

@@ -21,6 +21,7 @@ typedef struct hs_block_params {
     hs_param *q_norm, *k_norm;           /* [HD] per-head RMSNorm (qwen3, else NULL) */
     hs_param *wg, *wu, *wd;              /* dense MLP (NULL for moe) */
     hs_param *router, *w1, *w2, *w3;     /* moe (NULL for llama) */
+    hs_param *bias;                      /* e_score_correction_bias, or NULL */
     hs_param *sh_gate, *sh_up, *sh_down; /* optional shared expert */
     int unit;                            /* the block's unit */
     int expert_unit;                     /* its routed experts' unit, -1 dense */

@@ -508,7 +508,7 @@ static void params_alloc(hs_model *m) {
         int64_t n = hs_param_local_numel(p);
         /* weights from a file: the load writes every element (hs_model_init_weights) */
         p->data = sized(m, n, m->dt, !m->opt.weights_from_file);
-        p->grad = m->opt.no_grad ? NULL : buf(m, n, p->grad_dtype);
+        p->grad = m->opt.no_grad || p->frozen ? NULL : buf(m, n, p->grad_dtype);
     }
 }
 
@@ -550,7 +550,7 @@ static void dims_set(hs_model *m) {
     m->qk_norm = hs_model_arch_qk_norm(c);
     if (m->moe) {
         m->moe_shapes = hs_moe_shapes_make(&c->moe, m->opt.max_batch * m->opt.seq_len, m->C);
-        m->moe_shapes.renorm = hs_model_arch_moe_renorm(c);
+        m->moe_shapes.router = hs_moe_router_of(c);
         m->moe_offset_h = malloc(((size_t)m->moe_shapes.E + 1) * sizeof *m->moe_offset_h);
         if (!m->moe_offset_h)
             model_oom(m, "moe: the host copy of %d experts' offsets", m->moe_shapes.E);

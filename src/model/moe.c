@@ -15,8 +15,18 @@ hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C) {
                        mc->shared_expert_ffn_dim,
                        mc->num_experts,
                        false,
-                       true};
+                       {.renorm = true, .n_group = 1, .topk_group = 1, .scale = 1.0f}};
     return s;
+}
+
+hs_moe_router hs_moe_router_of(const hs_model_config *m) {
+    const hs_moe_config *x = &m->moe;
+    return (hs_moe_router){.sigmoid = !strcmp(x->score_func, "sigmoid"),
+                           .renorm = hs_model_arch_moe_renorm(m),
+                           .n_group = x->n_group > 1 ? x->n_group : 1,
+                           .topk_group = x->n_group > 1 ? x->topk_group : 1,
+                           .scale = x->routed_scaling_factor > 0 ? (float)x->routed_scaling_factor
+                                                                 : 1.0f};
 }
 
 static void shapes_check(const hs_moe_shapes *s) {
@@ -57,6 +67,7 @@ static size_t act_layout(hs_moe_act *a, const hs_moe_shapes *s, hs_dtype dt, voi
     a->sh3 = carve(&c, bt * (size_t)s->FS * es);
     a->count = carve(&c, (size_t)s->E * sizeof(int64_t));
     a->prob_sum = carve(&c, (size_t)s->E * sizeof(double));
+    a->bias32 = carve(&c, (size_t)s->E * sizeof(float));
     return c.off;
 }
 
@@ -175,7 +186,7 @@ void hs_moe_forward(void *out, hs_moe_act *act, const void *x, const hs_moe_weig
     const hs_moe_shapes *s = &act->cap;
     moe_scratch m = scratch_bind(act, scratch);
     act->BT = BT;
-    hs_moe_route_forward(act, x, w->gate, BT);
+    hs_moe_route_forward(act, x, w->gate, w->bias, BT);
     hs_moe_dispatch_plan(act);
     hs_moe_dispatch_gather(m.xg, x, act);
     experts_forward(act, w, &m);

@@ -77,10 +77,12 @@ typedef struct hs_moe_shapes {
     int BT, C, E, K, F, FS;
     int EL;
     bool seam_experts;
-    bool renorm; /* the top-k weights renormalised (hs_model_arch_moe_renorm) */
+    hs_moe_router router; /* scores, choice and weights (hs_moe_router_of) */
 } hs_moe_shapes;
 
 hs_moe_shapes hs_moe_shapes_make(const hs_moe_config *mc, int BT, int C);
+/* The router model.arch and model.moe ask for. */
+hs_moe_router hs_moe_router_of(const hs_model_config *m);
 
 /* What forward saves for backward: pointers into one caller-owned block of
  * hs_moe_act_bytes(). "Grouped rows" are the BT*K (token, slot) pairs
@@ -100,8 +102,8 @@ typedef struct hs_moe_act {
     int BT;            /* rows of the last forward, <= cap.BT */
     float *probs;      /* [BT, E] fp32 softmax of the router logits */
     int32_t *sel;      /* [BT, K] selected experts, descending probability */
-    float *weight;     /* [BT, K] routing weights (renormalised unless
-                        * cap.renorm is false), rounded to dt */
+    float *weight;     /* [BT, K] routing weights (cap.router's), rounded
+                        * to dt */
     int32_t *offset;   /* [E+1] first grouped row of each expert */
     int32_t *offset_h; /* [E+1] host memory, the model's: offset as copied back */
     int32_t *row_pair; /* [BT*K] grouped row -> pair t*K + k */
@@ -111,6 +113,7 @@ typedef struct hs_moe_act {
     void *sh1, *sh3;   /* [BT, FS] dt: shared gate_proj x, up_proj x */
     int64_t *count;    /* [E] top-k selections of each expert (this layer) */
     double *prob_sum;  /* [E] sum over tokens of probs (this layer) */
+    float *bias32;     /* [E] the correction bias as the router reads it */
     /* expert parallelism (NULL: every expert is local): the seam and what
      * it keeps of this activation set's exchanges (moe_state_new) */
     const hs_model_par *par;
@@ -181,7 +184,8 @@ void hs_moe_aux_prob_grad(const hs_moe_aux *a, double scale, float *g);
 
 /* Router: probs, sel, weight, count, prob_sum of act from x (the logits
  * pass through act->probs, so no scratch is needed). */
-void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int BT);
+void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, const void *bias,
+                          int BT);
 /* From dw [BT, K] (d loss / d weight) and aux_grad: dx += dlogits @ gate,
  * dgate += dlogits^T @ x. dp is [BT, E] fp32 scratch. */
 void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw,

@@ -1,6 +1,7 @@
-/* The MoE router: logits, fp32 softmax, top-k selection, renormalised
- * weights and the per-layer statistics the aux loss needs; and its backward
- * through the renormalisation and the softmax.
+/* The MoE router: logits, fp32 scores (softmax, or DeepSeek-V3's
+ * sigmoid), top-k selection (within groups, steered by the correction
+ * bias), the weights and the per-layer statistics the aux loss needs; and
+ * its backward through the weights and the scores.
  *
  * The routing itself is the device's moe_route, the statistics its
  * moe_stats, the backward (through the renormalisation and the softmax)
@@ -11,15 +12,21 @@
  * Backward treats both roundings as the identity. */
 #include "model/moe_layer.h"
 
-void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, int BT) {
+void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, const void *bias,
+                          int BT) {
     const int C = act->cap.C, E = act->cap.E, K = act->cap.K;
     const hs_dtype dt = act->dt;
     hs_dev_gemm(act->dev, false, true, BT, E, C, 1.0f, x, dt, C, gate, dt, C, 0.0f, act->probs,
                 HS_DTYPE_F32, E);
     hs_dev_zero(act->dev, act->count, (size_t)E * sizeof(int64_t));
     hs_dev_zero(act->dev, act->prob_sum, (size_t)E * sizeof(double));
-    act->dev->k->moe_route(act->dev->stream, act->sel, act->weight, act->probs, BT, E, K,
-                           act->cap.renorm, dt);
+    /* the bias as its fp32 main value rounded to dt (a 16-bit parameter
+     * view), read in fp32 */
+    const float *b = bias;
+    if (bias && dt != HS_DTYPE_F32)
+        hs_dev_convert(act->dev, act->bias32, HS_DTYPE_F32, bias, dt, E), b = act->bias32;
+    act->dev->k->moe_route(act->dev->stream, act->sel, act->weight, act->probs, b, BT, E, K,
+                           act->cap.router, dt);
     /* the layer's statistics for the load-balancing loss */
     act->dev->k->moe_stats(act->dev->stream, act->count, act->prob_sum, act->sel, act->probs, BT, E,
                            K);
@@ -30,7 +37,7 @@ void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw
                            const void *gate, float *dp) {
     const int C = act->cap.C, E = act->cap.E, K = act->cap.K, BT = act->BT;
     act->dev->k->moe_route_bwd(act->dev->stream, dp, act->probs, act->sel, dw, aux_grad, BT, E, K,
-                               act->cap.renorm);
+                               act->cap.router);
     hs_dev_gemm(act->dev, false, false, BT, C, E, 1.0f, dp, HS_DTYPE_F32, E, gate, act->dt, C, 1.0f,
                 dx, HS_DTYPE_F32, C);
     if (dgate)

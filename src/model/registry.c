@@ -9,8 +9,8 @@
 
 #include "model/internal.h"
 
-static const char *const KIND_NAMES[] = {"embedding", "norm",   "linear",
-                                         "lm_head",   "router", "expert"};
+static const char *const KIND_NAMES[] = {"embedding", "norm",   "linear", "lm_head",
+                                         "router",    "expert", "bias"};
 _Static_assert(sizeof KIND_NAMES / sizeof KIND_NAMES[0] == HS_PARAM_KIND_COUNT,
                "KIND_NAMES must follow hs_param_kind");
 
@@ -19,8 +19,9 @@ const char *hs_param_kind_name(hs_param_kind k) {
 }
 
 static int registry_capacity(const hs_model_config *c) {
-    /* norms, attention and its q/k norms, mlp or router + 3 experts + 3 shared */
-    int per_block = 2 + 4 + 2 + 7;
+    /* norms, attention and its q/k norms, mlp or router + bias + 3 experts +
+     * 3 shared */
+    int per_block = 2 + 4 + 2 + 8;
     return 3 + c->n_layers * per_block;
 }
 
@@ -42,7 +43,9 @@ __attribute__((format(printf, 6, 7))) static hs_param *param_add(hs_model *m, hs
     for (int d = 0; d < ndim; d++) p->shape[d] = p->local_shape[d] = shape[d];
     p->tp = (hs_placement){HS_PLACEMENT_REPLICATE, 0};
     p->grad_dtype = m->opt.grad_dtype;
-    p->init_std = kind == HS_PARAM_NORM ? 0.0f : (float)m->cfg.init_std;
+    p->init_std = kind == HS_PARAM_NORM || kind == HS_PARAM_BIAS ? 0.0f : (float)m->cfg.init_std;
+    /* the correction bias steers the choice only: no gradient reaches it */
+    p->frozen = kind == HS_PARAM_BIAS;
     return p;
 }
 
@@ -107,6 +110,9 @@ static void block_moe_add(hs_model *m, hs_block_params *bp, int i) {
     int u = bp->unit, eu = bp->expert_unit;
     int64_t gate[2] = {s->E, s->C}, up[3] = {s->E, s->F, s->C}, down[3] = {s->E, s->C, s->F};
     bp->router = param_add(m, HS_PARAM_ROUTER, u, 2, gate, LAYER "%s.gate.weight", i, b);
+    if (hs_model_moe_bias(&m->cfg))
+        bp->bias =
+            param_add(m, HS_PARAM_BIAS, u, 1, gate, LAYER "%s.gate.e_score_correction_bias", i, b);
     bp->w1 = param_add(m, HS_PARAM_EXPERT, eu, 3, up, LAYER "%s.experts.%s.weight", i, b, nm->w1);
     bp->w2 = param_add(m, HS_PARAM_EXPERT, eu, 3, down, LAYER "%s.experts.%s.weight", i, b, nm->w2);
     bp->w3 = param_add(m, HS_PARAM_EXPERT, eu, 3, up, LAYER "%s.experts.%s.weight", i, b, nm->w3);

@@ -44,6 +44,8 @@ static const hs_style_rule default_plan[] = {
     {"post_attention_layernorm.weight", HS_STYLE_NORM},
     {"model.norm.weight", HS_STYLE_NORM},
     {"block_sparse_moe.gate.weight", HS_STYLE_REPLICATE},
+    /* DeepSeek-V3's correction bias: no gradient, the same on every rank */
+    {"block_sparse_moe.gate.e_score_correction_bias", HS_STYLE_REPLICATE},
     {"block_sparse_moe.experts.w1.weight", HS_STYLE_EXPERT},
     {"block_sparse_moe.experts.w2.weight", HS_STYLE_EXPERT},
     {"block_sparse_moe.experts.w3.weight", HS_STYLE_EXPERT},
@@ -52,6 +54,7 @@ static const hs_style_rule default_plan[] = {
     {"block_sparse_moe.shared_expert.down_proj.weight", HS_STYLE_REPLICATE},
     /* Qwen3-MoE's names of the same layer (no shared expert) */
     {"mlp.gate.weight", HS_STYLE_REPLICATE},
+    {"mlp.gate.e_score_correction_bias", HS_STYLE_REPLICATE},
     {"mlp.experts.gate_proj.weight", HS_STYLE_EXPERT},
     {"mlp.experts.down_proj.weight", HS_STYLE_EXPERT},
     {"mlp.experts.up_proj.weight", HS_STYLE_EXPERT},

@@ -125,6 +125,10 @@ typedef struct hs_step_result {
 } hs_step_result;
 
 hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e);
+/* model.moe.bias_update_speed: every correction bias this rank holds
+ * moved toward balance by the step's global loads [n_layers x E]
+ * (moe_bias.c). */
+hs_status hs_moe_bias_update(hs_trainer *t, const double *loads, hs_error *e);
 
 /* trainer.c: build everything a run needs from t->cfg, t->topo, t->comm,
  * t->opt, t->log, t->trace (the mesh, data, engine and optimizer, the

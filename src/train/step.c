@@ -42,6 +42,9 @@ static hs_status run_micro_batches(hs_trainer *t, int64_t g, float grad_scale, d
     return HS_OK;
 }
 
+/* The optimizer's step and, with aux-loss-free balancing, the correction
+ * biases' (r->expert_tokens: the step's global loads), before the engine
+ * takes the new values. */
 static hs_status optimizer_update(hs_trainer *t, int step, hs_step_result *r, hs_error *e) {
     hs_status s = hs_engine_grad_norm(t->engine, &r->grad_norm, e);
     if (s != HS_OK) return s;
@@ -49,6 +52,8 @@ static hs_status optimizer_update(hs_trainer *t, int step, hs_step_result *r, hs
     hs_clip_grads(t->dev, t->oparams, t->n_oparams, r->grad_norm, t->cfg->optimizer.clip_grad_norm);
     r->lr = hs_lr_at(&t->cfg->optimizer, step, t->cfg->train.steps);
     s = hs_optim_step(t->optim, r->lr, e);
+    if (s == HS_OK && hs_model_moe_bias(&t->cfg->model) && r->expert_tokens)
+        s = hs_moe_bias_update(t, r->expert_tokens, e);
     if (s == HS_OK) s = t->engine->after_step(t->engine, true, e);
     t->engine->zero_grads(t->engine);
     hs_trace_span(t->trace, HS_LANE_COMPUTE, "optimizer", "optimizer", t0, hs_now(), NULL);
@@ -107,6 +112,11 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
     hs_status s = dump ? hs_dump_logits(t, step, e) : HS_OK;
     if (s == HS_OK) s = run_micro_batches(t, g, grad_scale, sums, e);
     if (s == HS_OK && dump) s = hs_dump_grads(t, step, e);
+    hs_step_result ex = {0};
+    if (s == HS_OK) s = expert_tokens(t, &ex, e);
+    r->expert_tokens = ex.expert_tokens;
+    r->expert_layers = ex.expert_layers;
+    r->n_experts = ex.n_experts;
     if (s == HS_OK) s = optimizer_update(t, step, r, e);
     /* A kernel that could not run (pipeline stages, the optimizer's) fails
      * the step before its loss or weights are used. On a GPU the step's
@@ -121,11 +131,6 @@ hs_status hs_train_step(hs_trainer *t, int step, hs_step_result *r, hs_error *e)
     if (s == HS_OK) s = hs_reduce_sum_f64(t->batch_group, sums + canon, 2 - canon, e);
     /* Only the last pipeline stage has losses: the others add zeros. */
     if (s == HS_OK && t->pp) s = hs_reduce_sum_f64(t->pp_group, sums + canon, 2 - canon, e);
-    hs_step_result ex = {0};
-    if (s == HS_OK) s = expert_tokens(t, &ex, e);
-    r->expert_tokens = ex.expert_tokens;
-    r->expert_layers = ex.expert_layers;
-    r->n_experts = ex.n_experts;
     r->step_time_s = hs_now() - t0;
     exposed(t, r);
     hs_trace_span(t->trace, HS_LANE_COMPUTE, "step", "step", t0, hs_now(), NULL);

@@ -67,14 +67,16 @@ static void test_route_takes_the_top_k_of_the_softmax_lower_expert_first_on_a_ti
     float w[2];
     double z = exp(1.0) + 2 * exp(2.0) + 1.0;
     memcpy(p, logits, sizeof p);
-    d->k->moe_route(d->stream, ex, w, p, 1, 4, 2, false, HS_DTYPE_F32);
+    hs_moe_router r = {.renorm = false, .n_group = 1, .topk_group = 1, .scale = 1.0f};
+    d->k->moe_route(d->stream, ex, w, p, NULL, 1, 4, 2, r, HS_DTYPE_F32);
     assert_int_equal(ex[0], 1);
     assert_int_equal(ex[1], 2);
     assert_float_equal(w[0], exp(2.0) / z, 1e-7);
     assert_float_equal(w[1], exp(2.0) / z, 1e-7);
     assert_float_equal(p[3], 1.0 / z, 1e-7); /* the softmax, in place */
     memcpy(p, logits, sizeof p);
-    d->k->moe_route(d->stream, ex, w, p, 1, 4, 2, true, HS_DTYPE_F32);
+    r.renorm = true;
+    d->k->moe_route(d->stream, ex, w, p, NULL, 1, 4, 2, r, HS_DTYPE_F32);
     assert_float_equal(w[0], 0.5, 1e-7);
     assert_float_equal(w[1], 0.5, 1e-7);
     hs_device_free(d);

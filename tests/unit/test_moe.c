@@ -75,7 +75,8 @@ static void runner_init(runner *r, const problem *p, hs_dtype dt) {
                             r->v[P_W2],
                             p->s.FS ? r->v[P_SG] : NULL,
                             p->s.FS ? r->v[P_SU] : NULL,
-                            p->s.FS ? r->v[P_SD] : NULL};
+                            p->s.FS ? r->v[P_SD] : NULL,
+                            NULL};
     r->act_mem = hs_pool_calloc(&r->pool, hs_moe_act_bytes(&p->s, dt));
     hs_moe_act_bind(&r->act, cpu_dev(), &p->s, dt, r->act_mem);
     r->act.offset_h = hs_pool_calloc(&r->pool, ((size_t)p->s.E + 1) * sizeof(int32_t));
@@ -139,7 +140,8 @@ static void runner_forward_backward(runner *r, const float *R, double lam) {
 }
 
 static hs_moe_shapes shapes(int BT, int C, int E, int K, int F, int FS) {
-    return (hs_moe_shapes){BT, C, E, K, F, FS, E, false, true};
+    return (hs_moe_shapes){
+        BT, C, E, K, F, FS, E, false, {.renorm = true, .n_group = 1, .topk_group = 1, .scale = 1}};
 }
 
 /* ---------------------------------------------------------------- routing */
@@ -324,18 +326,19 @@ static bool same_routing(const runner *r, const int32_t *sel) {
     return memcmp(r->act.sel, sel, (size_t)r->act.cap.BT * r->act.cap.K * sizeof(int32_t)) == 0;
 }
 
-static void test_finite_differences_match_backward_router_experts_shared_and_aux(void **st) {
-    (void)st;
-    problem p;
-    problem_init(&p, shapes(6, 8, 4, 2, 5, 3), 5, 0.7f);
-    const double lam = 0.3, eps = 1e-2;
+/* Central differences of test_loss against the backward for every input
+ * and parameter of p (bias: the router's correction bias, or NULL). */
+static void check_finite_differences(problem *pp, double lam, const float *bias) {
+    problem p = *pp;
+    const double eps = 1e-2;
     float *R = malloc((size_t)p.n[P_X] * sizeof(float));
     hs_rng_fill_normal(R, p.n[P_X], 99, 1, 0, 0.0f, 1.0f);
     runner r;
     runner_init(&r, &p, HS_DTYPE_F32);
+    r.w.bias = bias;
     runner_forward_backward(&r, R, lam);
-    int32_t sel[12];
-    memcpy(sel, r.act.sel, sizeof sel);
+    int32_t *sel = malloc((size_t)p.s.BT * p.s.K * sizeof *sel);
+    memcpy(sel, r.act.sel, (size_t)p.s.BT * p.s.K * sizeof *sel);
     int checked = 0, skipped = 0;
     for (int i = 0; i < P_COUNT; i++) {
         float *v = r.v[i]; /* fp32: the runner's copy is what forward reads */
@@ -364,6 +367,73 @@ static void test_finite_differences_match_backward_router_experts_shared_and_aux
     }
     assert_true(skipped * 20 < checked);
     free(R);
+    free(sel);
+    runner_free(&r);
+}
+
+static void test_finite_differences_match_backward_router_experts_shared_and_aux(void **st) {
+    (void)st;
+    problem p;
+    problem_init(&p, shapes(6, 8, 4, 2, 5, 3), 5, 0.7f);
+    check_finite_differences(&p, 0.3, NULL);
+    problem_free(&p);
+}
+
+/* DeepSeek-V3's router: sigmoid scores, 4 groups of 2 with 2 kept, weights
+ * renormalised then times 2.5, a correction bias steering the choice: the
+ * gradient through the sigmoid, the renormalisation and the scale (none
+ * through the choice or the bias). */
+static void test_finite_differences_match_backward_sigmoid_groups_scale_bias(void **st) {
+    (void)st;
+    problem p;
+    hs_moe_shapes s = shapes(8, 8, 8, 3, 5, 3);
+    s.router = (hs_moe_router){
+        .sigmoid = true, .renorm = true, .n_group = 4, .topk_group = 2, .scale = 2.5f};
+    problem_init(&p, s, 6, 0.7f);
+    const float bias[8] = {0.05f, -0.1f, 0.2f, 0.0f, -0.05f, 0.1f, 0.0f, -0.2f};
+    check_finite_differences(&p, 0.0, bias);
+    p.s.router.renorm = false; /* the scores as they are, times the scale */
+    check_finite_differences(&p, 0.0, bias);
+    problem_free(&p);
+}
+
+/* Identity gate, logits = x. Groups {0,1} {2,3}; token 0: expert 3 is the
+ * best alone (0.9) but group {0,1} sums more (0.6 + 0.7 against 0.9 -
+ * 2.0), so with one group kept both choices come from it, ordered 1, 0,
+ * weighted by their sigmoids over their sum times 2. Token 1: a bias of
+ * +1 on expert 2 chooses it over a higher-scored expert 0 (groups off),
+ * and its weight is its unbiased score's. */
+static void test_sigmoid_router_keeps_the_best_group_and_the_bias_steers_only(void **st) {
+    (void)st;
+    problem p;
+    hs_moe_shapes s = shapes(1, 4, 4, 2, 3, 0);
+    s.router = (hs_moe_router){
+        .sigmoid = true, .renorm = true, .n_group = 2, .topk_group = 1, .scale = 2.0f};
+    problem_init(&p, s, 7, 1.0f);
+    identity_gate(&p);
+    const float x[4] = {0.6f, 0.7f, -2.0f, 0.9f};
+    memcpy(p.v[P_X], x, sizeof x);
+    runner r;
+    runner_init(&r, &p, HS_DTYPE_F32);
+    runner_forward(&r);
+    double s0 = 1.0 / (1.0 + exp(-0.6)), s1 = 1.0 / (1.0 + exp(-0.7));
+    assert_int_equal(r.act.sel[0], 1);
+    assert_int_equal(r.act.sel[1], 0);
+    assert_float_equal(r.act.probs[3], 1.0 / (1.0 + exp(-0.9)), 1e-6);
+    assert_float_equal(r.act.weight[0], 2.0 * s1 / (s0 + s1), 1e-6);
+    assert_float_equal(r.act.weight[1], 2.0 * s0 / (s0 + s1), 1e-6);
+    runner_free(&r);
+    p.s.router.n_group = p.s.router.topk_group = 1;
+    const float bias[4] = {0.0f, 0.0f, 1.0f, 0.0f}, y[4] = {0.8f, -1.0f, 0.1f, 0.5f};
+    memcpy(p.v[P_X], y, sizeof y);
+    runner_init(&r, &p, HS_DTYPE_F32);
+    r.w.bias = bias;
+    runner_forward(&r);
+    double b0 = 1.0 / (1.0 + exp(-0.8)), b2 = 1.0 / (1.0 + exp(-0.1));
+    assert_int_equal(r.act.sel[0], 2); /* 0.525 + 1 beats 0.690 */
+    assert_int_equal(r.act.sel[1], 0);
+    assert_float_equal(r.act.weight[0], 2.0 * b2 / (b0 + b2), 1e-6);
+    assert_float_equal(r.act.weight[1], 2.0 * b0 / (b0 + b2), 1e-6);
     runner_free(&r);
     problem_free(&p);
 }
@@ -587,6 +657,8 @@ int main(void) {
         cmocka_unit_test(test_aux_loss_one_layer_is_1_25_two_layers_concatenated_is_1_0),
         cmocka_unit_test(test_forward_matches_per_token_fp64_reference_with_shared_expert),
         cmocka_unit_test(test_finite_differences_match_backward_router_experts_shared_and_aux),
+        cmocka_unit_test(test_finite_differences_match_backward_sigmoid_groups_scale_bias),
+        cmocka_unit_test(test_sigmoid_router_keeps_the_best_group_and_the_bias_steers_only),
         cmocka_unit_test(test_two_layer_aux_gradient_matches_finite_differences),
         cmocka_unit_test(test_aux_only_gradient_reaches_router_not_experts),
         cmocka_unit_test(test_expert_with_no_tokens_has_zero_grad_and_no_effect_on_output),
