@@ -54,6 +54,21 @@ static void hf_write_qwen3_moe(hs_json *j, const hs_model_config *mc) {
 
 /* The scaled RoPE's fields (none written for plain RoPE) as
  * transformers 4 spells them, which transformers 5 reads too. */
+/* DeepSeek-V3's router fields (its config.json's names; scoring_func as
+ * DeepSeek's own configs write it; bias_update_speed is hypershard's) on a
+ * Mixtral or Qwen3-MoE config: transformers' classes for those ignore them
+ * and route by softmax, hypershard reads them back. Written only for a
+ * router other than the softmax one. */
+static void hf_write_router(hs_json *j, const hs_model_config *mc) {
+    if (!hs_model_moe_scored(mc)) return;
+    const hs_moe_config *x = &mc->moe;
+    hs_json_kv_string(j, "scoring_func", x->score_func);
+    hs_json_kv_int(j, "n_group", x->n_group);
+    hs_json_kv_int(j, "topk_group", x->topk_group);
+    hs_json_kv_double(j, "routed_scaling_factor", x->routed_scaling_factor, 15);
+    hs_json_kv_double(j, "bias_update_speed", x->bias_update_speed, 15);
+}
+
 static void hf_write_rope_scaling(hs_json *j, const hs_rope_scaling *r) {
     if (strcmp(r->type, "llama3") && strcmp(r->type, "yarn")) return;
     hs_json_key(j, "rope_scaling");
@@ -104,6 +119,7 @@ static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_posit
     hs_json_kv_double(j, "attention_dropout", 0.0, 15);
     if (hs_model_arch_qk_norm(mc)) hs_json_kv_bool(j, "use_sliding_window", false);
     hs_json_kv_string(j, "torch_dtype", dtype_name);
+    if (moe) hf_write_router(j, mc);
     if (qwen_moe) {
         hf_write_qwen3_moe(j, mc);
     } else if (moe) {
@@ -369,6 +385,31 @@ static hs_status hf_read_dense_layers(json_t *root, const char *path, hs_model_c
     return HS_OK;
 }
 
+/* hf_write_router's fields, each optional (absent: Mixtral's router). */
+static hs_status hf_read_router(json_t *root, const char *path, hs_model_config *mc, hs_error *e) {
+    hs_moe_config *x = &mc->moe;
+    json_t *f = json_object_get(root, "scoring_func");
+    if (f && !(json_is_string(f) && (!strcmp(json_string_value(f), "softmax") ||
+                                     !strcmp(json_string_value(f), "sigmoid"))))
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"scoring_func\" must be \"softmax\" or \"sigmoid\"", path);
+    if (f) snprintf(x->score_func, sizeof x->score_func, "%s", json_string_value(f));
+    hs_status s = hf_int(root, path, "n_group", false, 1, &x->n_group, e);
+    if (s == HS_OK) s = hf_int(root, path, "topk_group", false, 1, &x->topk_group, e);
+    if (s == HS_OK)
+        s = hf_double(root, path, "routed_scaling_factor", false, &x->routed_scaling_factor, e);
+    if (s == HS_OK) s = hf_double(root, path, "bias_update_speed", true, &x->bias_update_speed, e);
+    if (x->n_group < 1) x->n_group = 1; /* a config not from the schema */
+    if (x->topk_group < 1) x->topk_group = 1;
+    if (s == HS_OK && (x->n_group > HS_MOE_MAX_GROUPS || x->num_experts % x->n_group ||
+                       x->topk_group > x->n_group))
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"n_group\" %d and \"topk_group\" %d do not divide %d experts "
+                            "into groups (at most %d) to keep",
+                            path, x->n_group, x->topk_group, x->num_experts, HS_MOE_MAX_GROUPS);
+    return s;
+}
+
 /* Qwen3MoeConfig's expert fields, with transformers' defaults where it has
  * them (norm_topk_prob false, router_aux_loss_coef 0.001). A missing count
  * of experts is reported as num_local_experts. */
@@ -389,6 +430,7 @@ static hs_status hf_read_qwen3_moe(json_t *root, const char *path, hs_model_conf
     if (s == HS_OK) s = hf_bool(root, path, "norm_topk_prob", &mc->moe.norm_topk_prob, e);
     if (s == HS_OK)
         s = hf_double(root, path, "router_aux_loss_coef", true, &mc->moe.aux_loss_coef, e);
+    if (s == HS_OK) s = hf_read_router(root, path, mc, e);
     return s == HS_OK ? hf_check_shape(path, mc, true, e) : s;
 }
 
@@ -440,6 +482,7 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
                    &mc->moe.shared_expert_ffn_dim, e);
     if (s == HS_OK)
         s = hf_double(root, path, "router_aux_loss_coef", true, &mc->moe.aux_loss_coef, e);
+    if (s == HS_OK) s = hf_read_router(root, path, mc, e);
     return s == HS_OK ? hf_check_shape(path, mc, true, e) : s;
 }
 
