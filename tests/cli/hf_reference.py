@@ -53,7 +53,10 @@ def same(src, out):
 
 
 def rel_max(ours, want):
-    return max(abs(p - q) for p, q in zip(ours, want)) / max(abs(q) for q in want)
+    """Relative to want's largest magnitude; absolute where want is all
+    zeros (a buffer's gradient)."""
+    scale = max(abs(q) for q in want) or 1.0
+    return max(abs(p - q) for p, q in zip(ours, want)) / scale
 
 
 def check(ref_path, run):

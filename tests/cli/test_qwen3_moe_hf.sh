@@ -13,7 +13,9 @@
 # either setting against the other's reference, and arch moe (no q_norm /
 # k_norm, Mixtral's names), must not pass. Dense layers mixed in
 # (tests/data/qwen3_moe_dense_hf, mlp_only_layers [0]) import, re-export
-# and match transformers' logits, losses and gradients alike.
+# and match transformers' logits, losses and gradients alike. So does
+# DeepSeek-V3's router (tests/data/qwen3_moe_router_hf: transformers'
+# DeepseekV3TopkRouter in each block, a correction bias in the file).
 # HS_TEST_TIMEOUT: 120
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -95,4 +97,36 @@ rc=0
 grep -q "tensor model.layers.0.mlp.gate.weight .* is missing; the file was written for a" \
     "$work/no_dense.txt" || die "--init-from without mlp_only_layers: $(tail -2 "$work/no_dense.txt")"
 [ ! -e "$work/no_dense" ] || die "the refused run wrote $work/no_dense"
+# DeepSeek-V3's router (tests/data/qwen3_moe_router_hf: each block's gate
+# is transformers' DeepseekV3TopkRouter, sigmoid scores, 4 groups of 2 of
+# which 2 kept, norm_topk_prob true, routed_scaling_factor 2.5, a random
+# e_score_correction_bias in the file): the same logits, cross-entropy and
+# gradients (the bias's zero). Without the groups, with scale 1, or with
+# the file's biases zeroed it must differ.
+hf=$data/qwen3_moe_router_hf
+ds=(model.moe.score_func=sigmoid model.moe.n_group=4 model.moe.topk_group=2
+    model.moe.routed_scaling_factor=2.5 model.moe.norm_topk_prob=true model.moe.aux_loss_coef=0)
+train router "${ds[@]}"
+check router ref_qwen3_moe_router_hf.safetensors || die "DeepSeek-V3's router differs from transformers'"
+train router_g1 "${ds[@]}" model.moe.n_group=1 model.moe.topk_group=1
+train router_s1 "${ds[@]}" model.moe.routed_scaling_factor=1
+for run in router_g1 router_s1; do
+    if check $run ref_qwen3_moe_router_hf.safetensors > /dev/null; then die "$run matched"; fi
+done
+mkdir -p "$work/zero_bias"
+python3 - "$hf/model.safetensors" "$work/zero_bias/model.safetensors" <<'PY'
+import json, struct, sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+(n,) = struct.unpack("<Q", raw[:8])
+for k, v in json.loads(raw[8:8 + n]).items():
+    if k.endswith(".e_score_correction_bias"):
+        a, b = v["data_offsets"]
+        raw[8 + n + a:8 + n + b] = bytes(b - a)
+open(sys.argv[2], "wb").write(raw)
+PY
+hf=$work/zero_bias
+train router_b0 "${ds[@]}"
+if check router_b0 ref_qwen3_moe_router_hf.safetensors > /dev/null; then
+    die "the correction bias was ignored"
+fi
 echo ok

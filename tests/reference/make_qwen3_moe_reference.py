@@ -24,6 +24,18 @@ with Hugging Face transformers (tests/reference/README.md):
                                   shape with layer 0 a dense MLP of
                                   intermediate_size 48 (mlp_only_layers [0]),
                                   and its logits, losses and gradients
+  tests/data/qwen3_moe_router_hf/ with --router (only these two): the same
+  tests/data/ref_qwen3_moe_router_hf.safetensors
+                                  model with each block's router replaced by
+                                  transformers' DeepseekV3TopkRouter (sigmoid
+                                  scores, 4 groups of 2 experts of which 2
+                                  are kept, norm_topk_prob true,
+                                  routed_scaling_factor 2.5) holding the same
+                                  gate weight and a random
+                                  e_score_correction_bias (written into
+                                  model.safetensors beside the weights); its
+                                  logits, cross-entropy (no aux loss) and
+                                  gradients (the bias's zero: a buffer)
 
 The model has the shape of tests/data/parity_qwen3_moe.yaml: Qwen3's
 attention (head_dim 16 on hidden_size 32, 4 query and 2 key/value heads,
@@ -42,7 +54,8 @@ import os
 
 import torch
 import transformers
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
+from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3TopkRouter
 
 from make_qwen3_reference import SEQ, T, read_tokens
 
@@ -122,18 +135,58 @@ def dense(args, ids, meta):
     print(f"mlp_only_layers [0]: ce {ce.item():.6f}, aux {aux.item():.6f}")
 
 
+def router(args, ids, meta):
+    """--router: DeepSeek-V3's router in each block of the Qwen3-MoE model.
+    Qwen3MoeSparseMoeBlock calls its gate as DeepseekV3MoE does (router
+    logits, weights, chosen experts) and applies the experts the same way,
+    so only the routing is DeepSeek-V3's."""
+    model = build(args.seed, True)
+    ds = transformers.DeepseekV3Config(
+        hidden_size=32, n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,
+        norm_topk_prob=True, routed_scaling_factor=2.5)
+    torch.manual_seed(args.seed + 1)
+    for layer in model.model.layers:
+        gate = DeepseekV3TopkRouter(ds)
+        with torch.no_grad():
+            gate.weight.copy_(layer.mlp.gate.weight)
+            gate.e_score_correction_bias.copy_(0.05 * torch.randn(8))
+        layer.mlp.gate = gate
+    out = os.path.join(args.data, "qwen3_moe_router_hf")
+    save_model(model, out)
+    path = os.path.join(out, "model.safetensors")
+    weights = load_file(path)
+    for i, layer in enumerate(model.model.layers):
+        weights[f"model.layers.{i}.mlp.gate.e_score_correction_bias"] = \
+            layer.mlp.gate.e_score_correction_bias.clone()
+    save_file(weights, path, metadata={"format": "pt"})
+    logits = model(input_ids=ids[:, :T]).logits.float()
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                           ids[:, 1:].reshape(-1))
+    ce.backward()
+    ref = {"logits": logits.detach().contiguous(), "ce": ce.detach().reshape(1)}
+    ref.update(grads(model))
+    for i in range(len(model.model.layers)):
+        ref[f"grad.model.layers.{i}.mlp.gate.e_score_correction_bias"] = torch.zeros(8)
+    save_file(ref, os.path.join(args.data, "ref_qwen3_moe_router_hf.safetensors"), metadata=meta)
+    print(f"DeepSeek-V3 router: ce {ce.item():.6f}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default="tests/data")
     ap.add_argument("--seed", type=int, default=20260502)
     ap.add_argument("--dense", action="store_true",
                     help="write only the mixed dense / MoE model and its reference")
+    ap.add_argument("--router", action="store_true",
+                    help="write only the model with DeepSeek-V3's router and its reference")
     args = ap.parse_args()
     torch.set_num_threads(1)
     meta = {"transformers": transformers.__version__, "torch": torch.__version__}
     ids = read_tokens(os.path.join(args.data, "parity_tokens.hstk")).view(SEQ, T + 1)
     if args.dense:
         return dense(args, ids, meta)
+    if args.router:
+        return router(args, ids, meta)
     model = build(args.seed, False)
     save_model(model, os.path.join(args.data, "qwen3_moe_hf"))
     ce, aux = reference(model, ids, os.path.join(args.data, "ref_qwen3_moe_hf.safetensors"), meta)
