@@ -62,6 +62,12 @@ typedef struct hs_moe_config {
     int n_group, topk_group;
     double routed_scaling_factor;
     double bias_update_speed;
+    /* DeepSeek-V3's complementary sequence-wise balance loss, alpha: per
+     * block and sequence, sum over experts of f_e P_e (f_e = E / (K T)
+     * times the sequence's choices of e, P_e = the mean over its T tokens
+     * of the scores normalised to sum 1), averaged over the global batch's
+     * sequences and summed over blocks; 0: none */
+    double seq_aux_loss_coef;
 } hs_moe_config;
 
 /* RoPE's frequencies stretched for a context longer than the one a model

@@ -340,6 +340,10 @@ typedef struct hs_model_par {
      * whose tokens make one micro-batch (and the row split); NULL: this
      * rank's tokens are the whole micro-batch. */
     void (*stats_sum)(void *ctx, float *buf, int64_t n);
+    /* Per-sequence statistics: SUM of n fp32 values over the ranks that
+     * hold rows of the same sequences (CP, and the row split); NULL: this
+     * rank holds its sequences whole. */
+    void (*seq_sum)(void *ctx, float *buf, int64_t n);
     /* Expert parallelism (ep_size > 1): the routed experts of a MoE layer
      * across ranks — dispatch of the grouped rows to their experts' ranks,
      * the local experts, combine back (dropless). moe_state_new makes what
@@ -479,6 +483,9 @@ typedef struct hs_batch {
      * NULL: causal over the whole sequence. Whole sequences, also under
      * context parallelism, where tokens and targets are the rank's rows. */
     const int32_t *doc_start;
+    /* Sequences of the global batch this micro-batch belongs to (the
+     * sequence-wise balance loss is their mean); 0: B. */
+    int global_sequences;
 } hs_batch;
 
 /* The document starts of n sequences of T tokens packed with `eos` ending

@@ -129,6 +129,11 @@ static const hs_cfg_key keys[] = {
          "most n_group"),
     KFLOAT("model.moe.routed_scaling_factor", model.moe.routed_scaling_factor, "1.0", GT, 0, 0,
            "the routed experts' weights times this (DeepSeek-V3's routed_scaling_factor)"),
+    KFLOAT("model.moe.seq_aux_loss_coef", model.moe.seq_aux_loss_coef, "0.0", GE, 0, 0,
+           "DeepSeek-V3's sequence-wise balance loss weight (alpha): per MoE block and sequence "
+           "sum_e f_e P_e, f_e = E / (top_k T) x the sequence's choices of e, P_e = the mean of "
+           "e's normalised score over its T tokens; averaged over sequences, summed over blocks; "
+           "0: none"),
     KFLOAT("model.moe.bias_update_speed", model.moe.bias_update_speed, "0.0", GE, 0, 0,
            "aux-loss-free balancing: each MoE block's e_score_correction_bias [num_experts], "
            "added to the scores to choose experts only, moves after each step by this much "

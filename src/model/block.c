@@ -116,10 +116,28 @@ static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_a
     par->rowwise_add(par->ctx, a->x_mid, rdt, x, xdt, a->atty, bp->wo, N, qd, C);
 }
 
+/* Block bp's sequence-wise balance term on a micro-batch of B sequences of
+ * T (local) rows, in q; NULL without the loss. */
+static const hs_moe_seq *block_seq(const hs_model *m, const hs_block_params *bp, int B, int T,
+                                   hs_moe_seq *q) {
+    if (!m->seq_coef) return NULL;
+    const int j = (int)(bp - m->blocks) - m->chunk_begin[m->cur_chunk];
+    const int64_t rows = hs_model_local_rows(m, (int64_t)B * T);
+    *q = (hs_moe_seq){.coef = m->seq_coef + (size_t)j * (size_t)m->opt.max_batch * m->moe_shapes.E,
+                      .host = m->seq_host,
+                      .B = B,
+                      .T_local = T,
+                      .cp_size = m->par->cp_size > 1 ? m->par->cp_size : 1,
+                      .max_batch = m->opt.max_batch,
+                      .row0 = (int64_t)m->par->row_rank * rows};
+    return q;
+}
+
 /* x_out (in rdt, the block's residual dtype) = x_mid + mlp(ln2) on the
- * MLP region's `rows`. */
+ * MLP region's `rows` (of B sequences of T rows). */
 static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a, void *x_out,
-                        hs_dtype rdt, int64_t rows, const hs_model_hooks *hooks, bool count_aux) {
+                        hs_dtype rdt, int64_t rows, int B, int T, const hs_model_hooks *hooks,
+                        bool count_aux) {
     const hs_model_par *par = m->par;
     hs_dtype dt = m->dt;
     int C = m->C;
@@ -138,6 +156,11 @@ static void mlp_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a
     hs_unit_boundary *eb = &m->bnd[bp->expert_unit];
     eb->forward_casts += eb->output_stored != eb->output_computed;
     hs_hook_post_forward(hooks, bp->expert_unit);
+    hs_moe_seq q;
+    const hs_moe_seq *seq = count_aux ? block_seq(m, bp, B, T, &q) : NULL;
+    if (seq)
+        m->seq_value +=
+            hs_moe_seq_forward(&a->moe, seq, m->par, m->cfg.moe.seq_aux_loss_coef, m->seq_S);
     if (count_aux) {
         hs_moe_aux_add(&m->aux, &a->moe);
         int64_t *tok = m->expert_tokens + (int64_t)(bp - m->blocks) * m->moe_shapes.E;
@@ -172,7 +195,7 @@ static void block_forward(hs_model *m, int layer, hs_block_acts *a, const void *
     a->mlp_rows = m->par->norm_enter(m->par->ctx, a->ln2, a->rstd2, a->x_mid, rdt, bp->ln2->data,
                                      mlp_first(bp), N);
     bool cast_out = b->output_stored != rdt;
-    mlp_forward(m, bp, a, cast_out ? m->out_tmp : x_out, rdt, a->mlp_rows, hooks, count_aux);
+    mlp_forward(m, bp, a, cast_out ? m->out_tmp : x_out, rdt, a->mlp_rows, B, T, hooks, count_aux);
     if (!cast_out) return;
     hs_dev_convert(m->dev, x_out, b->output_stored, m->out_tmp, rdt, Nl * m->C);
     b->forward_casts++;
@@ -312,8 +335,9 @@ void hs_block_backward_weight(hs_model *m, hs_wgrad_block *wg) {
 
 /* dres = d(x_out) in (local rows); returns d(ln2) of the local rows. The
  * region's rows are those its forward ran on. */
-static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
-                                 int64_t N, const hs_model_hooks *hooks, const float *aux_g) {
+static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a, int B,
+                                 int T, const hs_model_hooks *hooks, const float *aux_g) {
+    const int64_t N = (int64_t)B * T;
     const hs_model_par *par = m->par;
     hs_dtype dt = m->dt;
     int C = m->C, F = m->F;
@@ -323,7 +347,9 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
         hs_hook_pre_backward(hooks, bp->expert_unit);
         hs_moe_weights w = moe_weights(bp);
         hs_moe_grads g = moe_grads(bp);
-        hs_moe_backward(m->dln, m->dres, &g, &a->moe, a->ln2, &w, aux_g, m->moe_scratch);
+        hs_moe_seq q;
+        hs_moe_backward(m->dln, m->dres, &g, &a->moe, a->ln2, &w, aux_g, block_seq(m, bp, B, T, &q),
+                        m->moe_scratch);
         hs_unit_boundary *eb = &m->bnd[bp->expert_unit];
         eb->backward_casts += eb->output_stored != eb->output_computed;
         hs_hook_post_backward(hooks, bp->expert_unit);
@@ -390,7 +416,7 @@ void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_i
         hs_dev_round(m->dev, m->dres, b->output_computed, Nl * m->C);
         b->backward_casts++;
     }
-    const float *dln = mlp_backward(m, bp, a, N, hooks, aux_g);
+    const float *dln = mlp_backward(m, bp, a, B, T, hooks, aux_g);
     /* The residual gradient passes through unchanged, so the norm's input
      * gradient accumulates straight into it. */
     if (m->canon_nseq)

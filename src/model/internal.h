@@ -120,6 +120,8 @@ typedef struct hs_act_slot {
     float *rstdf;
     void *lnf;
     float *aux_g;       /* moe: [E] the router gradient of the aux term */
+    float *seq_coef;    /* moe.seq_aux_loss_coef > 0: [len][max_batch][E] host,
+                         * hs_moe_seq's coef of each block */
     hs_wgrad_block *wg; /* split backward: [len], else NULL */
 } hs_act_slot;
 
@@ -241,10 +243,17 @@ struct hs_model {
     /* moe */
     void *moe_scratch; /* hs_moe_scratch_bytes */
     hs_moe_aux aux;
-    float *aux_g;                /* [E] the slot in use's */
-    float *aux_stage;            /* [2E + 2] pipeline stages: the running statistics handed on */
-    float *aux_buf;              /* [2E + 2] the totals summed over a global micro-batch */
-    int32_t *moe_offset_h;       /* [E+1] host: a layer's grouped-row offsets, copied back */
+    float *aux_g;          /* [E] the slot in use's */
+    float *aux_stage;      /* [2E + 2] pipeline stages: the running statistics handed on */
+    float *aux_buf;        /* [2E + 2] the totals summed over a global micro-batch */
+    int32_t *moe_offset_h; /* [E+1] host: a layer's grouped-row offsets, copied back */
+    /* the sequence-wise balance loss (NULL / 0 without it): the slot in
+     * use's coefficients, the blocks' shared host workspace, the global
+     * batch's sequences and this forward's value */
+    float *seq_coef;
+    void *seq_host;
+    int seq_S;
+    double seq_value;
     int64_t *expert_tokens;      /* [L x E] rows routed to each expert since the reset */
     int64_t *expert_tokens_host; /* [L x E] host memory: hs_model_expert_tokens' copy */
     int64_t counted_bytes;       /* count_buffers: what the buffers would take */

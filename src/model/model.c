@@ -315,6 +315,11 @@ static void slot_alloc(hs_model *m, hs_act_slot *sl, int chunk, int64_t BT) {
     sl->rstdf = head ? buf(m, BT, HS_DTYPE_F32) : NULL;
     sl->lnf = head ? buf(m, BT * m->C, m->dt) : NULL;
     sl->aux_g = m->moe ? buf(m, m->moe_shapes.E, HS_DTYPE_F32) : NULL;
+    if (m->seq_host) {
+        sl->seq_coef =
+            calloc((size_t)len * (size_t)m->opt.max_batch * (size_t)m->moe_shapes.E, sizeof(float));
+        if (!sl->seq_coef) model_oom(m, "moe: %d blocks' sequence-wise balance terms", len);
+    }
     if (!m->opt.split_backward) return;
     sl->wg = calloc((size_t)len + 1, sizeof *sl->wg);
     if (!sl->wg) {
@@ -340,6 +345,7 @@ static void slot_free(hs_model *m, hs_act_slot *sl) {
     hs_device_free_mem(m->dev, sl->rstdf);
     hs_device_free_mem(m->dev, sl->lnf);
     hs_device_free_mem(m->dev, sl->aux_g);
+    free(sl->seq_coef);
     for (int j = 0; sl->wg && j < sl->len; j++) wgrad_free(m, &sl->wg[j]);
     free(sl->wg);
 }
@@ -353,6 +359,7 @@ void hs_model_use_slot(hs_model *m, int chunk, int slot) {
     m->rstdf = sl->rstdf;
     m->lnf = sl->lnf;
     m->aux_g = sl->aux_g;
+    m->seq_coef = sl->seq_coef;
     m->wg_slot = sl->wg;
 }
 
@@ -554,6 +561,9 @@ static void dims_set(hs_model *m) {
         m->moe_offset_h = malloc(((size_t)m->moe_shapes.E + 1) * sizeof *m->moe_offset_h);
         if (!m->moe_offset_h)
             model_oom(m, "moe: the host copy of %d experts' offsets", m->moe_shapes.E);
+        size_t seq = hs_moe_seq_host_bytes(&m->moe_shapes, m->opt.max_batch);
+        if (c->moe.seq_aux_loss_coef > 0 && !m->opt.no_grad && !(m->seq_host = malloc(seq)))
+            model_oom(m, "moe: %zu bytes of the sequence-wise balance loss's workspace", seq);
     }
 }
 
@@ -636,6 +646,7 @@ static void buffers_free(hs_model *m) {
     free(m->expert_tokens_host);
     if (m->moe && m->aux.dev) hs_moe_aux_free(&m->aux);
     free(m->moe_offset_h);
+    free(m->seq_host);
 }
 
 void hs_model_free(hs_model *m) {

@@ -100,6 +100,7 @@ typedef struct moe_scratch {
     float *dyg; /* [BT*K, C]: d loss / d y per grouped row, then d / d xg */
     float *dw;  /* [BT, K]: d loss / d routing weight */
     float *dp;  /* [BT, E]: d loss / d probs, then d / d logits */
+    float *seq; /* [BT, E]: the sequence-wise balance loss's part of dp */
     float *row; /* [C] */
 } moe_scratch;
 
@@ -116,6 +117,7 @@ static size_t scratch_layout(moe_scratch *m, const hs_moe_shapes *s, hs_dtype dt
     m->dyg = carve(&c, pairs * (size_t)s->C * sizeof(float));
     m->dw = carve(&c, pairs * sizeof(float));
     m->dp = carve(&c, bt * (size_t)s->E * sizeof(float));
+    m->seq = carve(&c, bt * (size_t)s->E * sizeof(float));
     m->row = carve(&c, (size_t)s->C * sizeof(float));
     return c.off;
 }
@@ -219,7 +221,8 @@ static void experts_backward(const hs_moe_grads *gr, const hs_moe_act *act, cons
 }
 
 void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr, const hs_moe_act *act,
-                     const void *x, const hs_moe_weights *w, const float *aux_grad, void *scratch) {
+                     const void *x, const hs_moe_weights *w, const float *aux_grad,
+                     const hs_moe_seq *seq, void *scratch) {
     const hs_moe_shapes *s = &act->cap;
     const int C = s->C, K = s->K;
     moe_scratch m = scratch_bind(act, scratch);
@@ -233,5 +236,5 @@ void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr, const
         hs_moe_swiglu_backward(act->dev, dx, 1.0f, gr->sh_gate, gr->sh_up, gr->sh_down, gr->dt,
                                dout, x, act->sh1, act->sh3, w->sh_gate, w->sh_up, w->sh_down,
                                act->dt, m.a, m.dh1, m.dh3, act->BT, C, s->FS);
-    hs_moe_route_backward(dx, gr->gate, gr->dt, m.dw, aux_grad, act, x, w->gate, m.dp);
+    hs_moe_route_backward(dx, gr->gate, gr->dt, m.dw, aux_grad, seq, act, x, w->gate, m.dp, m.seq);
 }

@@ -120,6 +120,19 @@ typedef struct hs_moe_act {
     void *ep_state;
 } hs_moe_act;
 
+/* One block's term of model.moe.seq_aux_loss_coef on one micro-batch
+ * (moe_seq_aux.c): coef [B, E] (host) is what its forward leaves for its
+ * backward; this rank's rows are rows [row0, row0 + BT) of the B
+ * sequences of T_local rows each (row0 > 0 under the row split), each
+ * sequence split over cp_size ranks. host: hs_moe_seq_host_bytes of
+ * workspace, shared by the blocks. */
+typedef struct hs_moe_seq {
+    float *coef;
+    void *host;
+    int B, T_local, cp_size, max_batch;
+    int64_t row0;
+} hs_moe_seq;
+
 size_t hs_moe_act_bytes(const hs_moe_shapes *s, hs_dtype dt);
 /* Lay act out over `mem` (64-byte aligned, hs_moe_act_bytes(s, dt) long).
  * Set act->offset_h (host memory of E + 1 int32, may be shared by the
@@ -138,7 +151,8 @@ void hs_moe_forward(void *out, hs_moe_act *act, const void *x, const hs_moe_weig
  * (from hs_moe_aux_prob_grad) is added to d loss / d probs of every token;
  * NULL means no aux term. BT is that of the last forward on act. */
 void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr, const hs_moe_act *act,
-                     const void *x, const hs_moe_weights *w, const float *aux_grad, void *scratch);
+                     const void *x, const hs_moe_weights *w, const float *aux_grad,
+                     const hs_moe_seq *seq, void *scratch);
 
 /* -------------------------------------------------------------- aux loss */
 
@@ -180,17 +194,32 @@ double hs_moe_aux_value(const hs_moe_aux *a);
  * / rows^2, the same for every token t of every layer. */
 void hs_moe_aux_prob_grad(const hs_moe_aux *a, double scale, float *g);
 
+/* ------------------------------------------ sequence-wise balance loss */
+
+size_t hs_moe_seq_host_bytes(const hs_moe_shapes *s, int max_batch);
+/* After the block's first forward on act (not a recomputation): the
+ * sequences' statistics (summed over par's seq_sum), coef, and the term's
+ * value alpha * (1 / B) sum_b L_b (the mean over this micro-batch's
+ * sequences; sequences: those of the global batch, whose mean the
+ * objective takes). */
+double hs_moe_seq_forward(const hs_moe_act *act, const hs_moe_seq *q, const hs_model_par *par,
+                          double alpha, int sequences);
+/* dp [BT, E] (d loss / d logits, device) += the term's; tmp: [BT, E]
+ * fp32 device scratch. */
+void hs_moe_seq_backward(const hs_moe_act *act, const hs_moe_seq *q, float *dp, float *tmp);
+
 /* ------------------------------------------ building blocks (moe_*.c) */
 
 /* Router: probs, sel, weight, count, prob_sum of act from x (the logits
  * pass through act->probs, so no scratch is needed). */
 void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, const void *bias,
                           int BT);
-/* From dw [BT, K] (d loss / d weight) and aux_grad: dx += dlogits @ gate,
- * dgate += dlogits^T @ x. dp is [BT, E] fp32 scratch. */
+/* From dw [BT, K] (d loss / d weight), aux_grad and seq (NULL: none):
+ * dx += dlogits @ gate, dgate += dlogits^T @ x. dp and tmp are [BT, E]
+ * fp32 scratch. */
 void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw,
-                           const float *aux_grad, const hs_moe_act *act, const void *x,
-                           const void *gate, float *dp);
+                           const float *aux_grad, const hs_moe_seq *seq, const hs_moe_act *act,
+                           const void *x, const void *gate, float *dp, float *tmp);
 /* Counting sort of the BT*K pairs by expert into offset/row_pair/pair_row
  * (the device's moe_dispatch). */
 void hs_moe_dispatch_plan(hs_moe_act *act);

@@ -33,11 +33,12 @@ void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, cons
 }
 
 void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw,
-                           const float *aux_grad, const hs_moe_act *act, const void *x,
-                           const void *gate, float *dp) {
+                           const float *aux_grad, const hs_moe_seq *seq, const hs_moe_act *act,
+                           const void *x, const void *gate, float *dp, float *tmp) {
     const int C = act->cap.C, E = act->cap.E, K = act->cap.K, BT = act->BT;
     act->dev->k->moe_route_bwd(act->dev->stream, dp, act->probs, act->sel, dw, aux_grad, BT, E, K,
                                act->cap.router);
+    if (seq) hs_moe_seq_backward(act, seq, dp, tmp);
     hs_dev_gemm(act->dev, false, false, BT, C, E, 1.0f, dp, HS_DTYPE_F32, E, gate, act->dt, C, 1.0f,
                 dx, HS_DTYPE_F32, C);
     if (dgate)

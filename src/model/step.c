@@ -81,7 +81,7 @@ static hs_status check_batch(const hs_model *m, const hs_batch *b, bool need_tar
  * checks and the aux loss's valid count. */
 static hs_batch on_device(hs_model *m, const hs_batch *b) {
     size_t bytes = (size_t)b->B * (size_t)b->T * sizeof(int32_t);
-    hs_batch d = {.B = b->B, .T = b->T};
+    hs_batch d = {.B = b->B, .T = b->T, .global_sequences = b->global_sequences};
     if (m->batch_tokens) {
         hs_device_copy(m->dev, m->batch_tokens, b->tokens, bytes, HS_COPY_H2D);
         d.tokens = m->batch_tokens;
@@ -122,6 +122,8 @@ static void trunk_forward(hs_model *m, const hs_batch *b, const hs_model_hooks *
     /* else resid[0] holds what the previous chunk handed on */
     if (has_embedding(m)) m->par->embedding_fwd(m->par->ctx, m->resid[0], b->tokens, m->embed, N);
     if (m->moe) hs_moe_aux_reset(&m->aux);
+    m->seq_value = 0.0;
+    m->seq_S = b->global_sequences;
     /* The earlier chunks' statistics of this micro-batch, to add ours to. */
     if (m->moe && count_aux && !has_embedding(m)) (void)hs_moe_aux_unpack(&m->aux, m->aux_stage);
     int k = m->cur_chunk, i0 = m->chunk_begin[k];
@@ -373,6 +375,7 @@ hs_status hs_model_stage_forward(hs_model *m, int chunk, int slot, const hs_batc
      * others hand theirs on. */
     if (m->moe && train && has_head(m)) aux = moe_aux(m, b, grad_scale);
     else if (m->moe && train) hs_moe_aux_pack(&m->aux, 0, m->aux_stage);
+    if (train) aux += m->seq_value; /* this chunk's blocks' sequence-wise terms */
     if (has_head(m)) {
         final_norm_forward(m, N);
         if (!train) loss = head_forward(m, &db, loss_sum != NULL, logits);
@@ -451,7 +454,7 @@ hs_status hs_model_forward_backward(hs_model *m, const hs_batch *b, float grad_s
     hs_batch db = on_device(m, b);
     hs_hook_pre_forward(hooks, 0);
     trunk_forward(m, &db, hooks, true);
-    double aux = m->moe ? moe_aux(m, b, grad_scale) : 0.0;
+    double aux = m->moe ? moe_aux(m, b, grad_scale) + m->seq_value : 0.0;
     final_norm_forward(m, N);
     hs_hook_post_forward(hooks, 0);
     /* the batch crossed once: backward reads the same device copy */

@@ -111,6 +111,7 @@ struct hs_parallel {
     hs_comm *comm;
     hs_stream *stream;
     hs_pg *batch; /* MoE: the ranks whose tokens make one micro-batch (dp x cp) */
+    hs_pg *seq;   /* MoE: the ranks holding rows of the same sequences (cp) */
     hs_model_par seam;
     hs_model_dims d; /* what the model bound */
     bool bound;

@@ -135,16 +135,29 @@ static void whole_attention_cached(void *ctx, const hs_attn_io *io, int pos, int
     one()->attention_cached(&p->d, io, pos, cache_rows);
 }
 
-/* The MoE router statistics over the global micro-batch: the batch group
- * (dp x cp), then the row split of sequence parallelism. */
-static void stats_sum(void *ctx, float *buf, int64_t n) {
-    hs_parallel *p = ctx;
-    if (p->batch) {
+/* SUM of n fp32 values over group g (NULL: none), then over the row
+ * split of sequence parallelism. */
+static void sum_rows(hs_parallel *p, hs_pg *g, float *buf, int64_t n) {
+    if (g) {
         hs_error e;
-        if (hs_pg_all_reduce(p->batch, p->stream, buf, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK)
+        if (hs_pg_all_reduce(g, p->stream, buf, n, HS_DTYPE_F32, HS_REDUCE_SUM, &e) != HS_OK)
             hs_comm_abort(p->comm, &e);
     }
     if (p->seam.row_split > 1) hs_tp_all_reduce(p->tp, buf, n, HS_REDUCE_SUM);
+}
+
+/* The MoE router statistics over the global micro-batch: the batch group
+ * (dp x cp), then the row split. */
+static void stats_sum(void *ctx, float *buf, int64_t n) {
+    hs_parallel *p = ctx;
+    sum_rows(p, p->batch, buf, n);
+}
+
+/* Per-sequence router statistics: the CP ranks of the sequences, then the
+ * row split. */
+static void seq_sum(void *ctx, float *buf, int64_t n) {
+    hs_parallel *p = ctx;
+    sum_rows(p, p->seq, buf, n);
 }
 
 static void seam_fill(hs_parallel *p, bool moe_stats) {
@@ -169,6 +182,7 @@ static void seam_fill(hs_parallel *p, bool moe_stats) {
     if (p->l.cp > 1) s->attention_cached = NULL;
     if (p->l.cp > 1) hs_cp_attention_fill(s);
     if (moe_stats || sp) s->stats_sum = stats_sum;
+    if (p->seq || sp) s->seq_sum = seq_sum;
     if (p->l.ep > 1) hs_ep_moe_fill(s);
 }
 
@@ -275,6 +289,7 @@ hs_status hs_parallel_create(const hs_model_config *model, const hs_accel_config
     p->stream = dev->stream;
     bool moe = hs_model_arch_moe(model);
     if (moe && size_of(batch) > 1) p->batch = batch;
+    if (moe && size_of(cp) > 1) p->seq = cp;
     /* TP -> CP -> EP, as spec 004 §3 orders them */
     hs_status s = HS_OK;
     if (l.tp > 1) s = hs_tp_create(comm, dev, tp, l.sequence_parallel, &p->tp, e);

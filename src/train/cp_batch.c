@@ -42,11 +42,19 @@ hs_batch hs_train_local_batch(hs_trainer *t, const int32_t *tokens, const int32_
         docs = t->doc_starts;
     }
     if (t->cp < 2)
-        return (hs_batch){
-            .tokens = tokens, .targets = targets, .B = B, .T = t->T, .doc_start = docs};
+        return (hs_batch){.tokens = tokens,
+                          .targets = targets,
+                          .B = B,
+                          .T = t->T,
+                          .doc_start = docs,
+                          .global_sequences = t->G};
     int Tl = t->T / t->cp;
     hs_cp_take_local_ids(t->ltokens, tokens, t->cp, t->cp_rank, B, Tl);
     hs_cp_take_local_ids(t->ltargets, targets, t->cp, t->cp_rank, B, Tl);
-    return (hs_batch){
-        .tokens = t->ltokens, .targets = t->ltargets, .B = B, .T = Tl, .doc_start = docs};
+    return (hs_batch){.tokens = t->ltokens,
+                      .targets = t->ltargets,
+                      .B = B,
+                      .T = Tl,
+                      .doc_start = docs,
+                      .global_sequences = t->G};
 }

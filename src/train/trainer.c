@@ -156,6 +156,13 @@ static hs_status device_provides(const hs_config *cfg, hs_device_kind kind, hs_e
                             "model.arch: '%s' has routed experts, and accelerator.device: %s does "
                             "not provide the MoE kernels yet; use accelerator.device: cpu",
                             cfg->model.arch, dev);
+    if (cfg->model.moe.seq_aux_loss_coef > 0 && hs_model_arch_moe(&cfg->model) &&
+        kind == HS_DEVICE_CUDA)
+        return hs_error_set(e, HS_ERR_CONFIG,
+                            "model.moe.seq_aux_loss_coef = %g: accelerator.device: cuda does not "
+                            "compute the sequence-wise balance loss yet; set it to 0 or use "
+                            "accelerator.device: cpu",
+                            cfg->model.moe.seq_aux_loss_coef);
     if (hs_model_moe_scored(&cfg->model) && kind == HS_DEVICE_CUDA)
         return hs_error_set(e, HS_ERR_CONFIG,
                             "model.moe: score_func '%s', n_group %d, routed_scaling_factor %g, "

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # DeepSeek-V3's router (docs/moe.md): sigmoid scores, 8 experts in 4 groups
 # of which each token keeps the 2 best, weights renormalised and times 2.5,
-# and aux-loss-free balancing (bias_update_speed 0.01, aux loss 0). Every
+# aux-loss-free balancing (bias_update_speed 0.01, aux loss 0) and the
+# sequence-wise balance loss (seq_aux_loss_coef 0.01, whose value, about
+# 0.01 a block, every layout must log alike). Every
 # layout matches the one-process run on the same global batch within 5e-5
-# relative (fp32): FSDP 2, EP 2, TP 2 with sequence parallel, CP 2, PP 2
+# relative (fp32): FSDP 2 (and with activation checkpointing), EP 2, TP 2
+# with sequence parallel, CP 2, PP 2
 # (1F1B and ZB-V), and on 4 ranks EP 2 x EDP shard 2 and HSDP 2 x 2, for 3
 # steps: loss and grad norm of every step, step 1's gradients, the weights
 # after steps 1 and 2, the logits and the export (whose correction biases
@@ -27,7 +30,7 @@ tiny=("${HS_FSDP_TINY[@]}" model.n_kv_heads=2 optimizer.eps=1e-3 train.global_ba
       model.moe.expert_ffn_dim=24 model.moe.shared_expert_ffn_dim=16
       model.moe.score_func=sigmoid model.moe.n_group=4 model.moe.topk_group=2
       model.moe.routed_scaling_factor=2.5 model.moe.aux_loss_coef=0
-      model.moe.bias_update_speed=0.01)
+      model.moe.bias_update_speed=0.01 model.moe.seq_aux_loss_coef=0.01)
 compare() {
     hs_compare_moe_runs "$1" "$2" 5e-5
     same_bias "$1" "$2"
@@ -84,8 +87,17 @@ hs_train_dump one2 1
 hs_train_dump one4 1 train.micro_batch_size=4
 hs_train_dump one8 1 train.micro_batch_size=8
 replay one4
+# the sequence-wise balance term: 0.01 x (about 1 a block, 1 when balanced)
+python3 - "$work/one4/metrics.jsonl" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    a = json.loads(l)["aux_loss"]
+    assert 0.02 <= a < 0.03, a
+PY
 hs_train_dump fsdp2 2 fsdp_config.dp_shard_size=2
 compare one4 fsdp2
+hs_train_dump fsdp2ac 2 fsdp_config.dp_shard_size=2 train.activation_checkpointing=true
+compare one4 fsdp2ac
 hs_train_dump ep2 2 accelerator.ep_size=2 fsdp_config.dp_shard_size=2
 compare one4 ep2
 hs_train_dump tp2sp 2 accelerator.tp_size=2 accelerator.sequence_parallel=true

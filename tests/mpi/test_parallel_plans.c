@@ -78,7 +78,7 @@ static void run_case(hs_comm *comm, hs_mesh *mesh, const char *name, bool sp,
     hs_config cfg = config_of(comm, sp);
     int32_t tok[B * T], tgt[B * T];
     batch_of(tok, tgt);
-    hs_batch b = {tok, tgt, B, T, NULL};
+    hs_batch b = {tok, tgt, B, T, NULL, 0};
     hs_error e;
     /* one process */
     hs_model *one = model_of(comm, &cfg, NULL);

@@ -58,7 +58,7 @@ static hs_model *run(const hs_model_config *c, const hs_model_options *o, double
     hs_error e;
     if (hs_model_create(c, o, &m, &e) != HS_OK) fail_msg("hs_model_create: %s", e.msg);
     hs_model_init_weights(m, 42);
-    hs_batch b = {TOKENS, TARGETS, B, T, NULL};
+    hs_batch b = {TOKENS, TARGETS, B, T, NULL, 0};
     double aux = 0.0;
     if (hs_model_forward_backward(m, &b, 1.0f / 11.0f, NULL, loss, &aux, &e) != HS_OK)
         fail_msg("forward_backward: %s", e.msg);
@@ -219,7 +219,7 @@ static void test_fp32_output_bf16_rounds_every_unit_output_and_the_logits(void *
     expect_unit(m, 1, HS_DTYPE_F32, HS_DTYPE_F32, HS_DTYPE_F32, HS_DTYPE_BF16, 1);
     expect_unit(m, 2, HS_DTYPE_BF16, HS_DTYPE_BF16, HS_DTYPE_F32, HS_DTYPE_BF16, 1);
     float logits[B * T * 11];
-    hs_batch b = {TOKENS, TARGETS, B, T, NULL};
+    hs_batch b = {TOKENS, TARGETS, B, T, NULL, 0};
     hs_error e;
     assert_int_equal(hs_model_forward(m, &b, NULL, NULL, logits, &e), HS_OK);
     assert_int_equal(non_bf16_values(logits, B * T * 11), 0);

@@ -134,7 +134,7 @@ static void runner_forward_backward(runner *r, const float *R, double lam) {
     hs_moe_aux_add(&aux, &r->act);
     hs_moe_aux_prob_grad(&aux, lam, g);
     hs_moe_grads gr = runner_grads(r);
-    hs_moe_backward(r->dx, R, &gr, &r->act, r->v[P_X], &r->w, g, r->scratch);
+    hs_moe_backward(r->dx, R, &gr, &r->act, r->v[P_X], &r->w, g, NULL, r->scratch);
     hs_moe_aux_free(&aux);
     free(g);
 }
@@ -326,6 +326,38 @@ static bool same_routing(const runner *r, const int32_t *sel) {
     return memcmp(r->act.sel, sel, (size_t)r->act.cap.BT * r->act.cap.K * sizeof(int32_t)) == 0;
 }
 
+/* The loss a finite-difference check differentiates. */
+typedef double (*loss_fn)(runner *r, const void *ctx);
+
+/* Central difference of loss at element j of input or parameter v, in
+ * *fd; false when either side changed the routing (a flipped choice is a
+ * step, not a slope). */
+static bool central_difference(runner *r, float *v, int64_t j, double eps, const int32_t *sel,
+                               loss_fn loss, const void *ctx, double *fd) {
+    float keep = v[j];
+    v[j] = keep + (float)eps;
+    runner_forward(r);
+    bool ok = same_routing(r, sel);
+    double lp = loss(r, ctx);
+    v[j] = keep - (float)eps;
+    runner_forward(r);
+    ok = ok && same_routing(r, sel);
+    double lm = loss(r, ctx);
+    v[j] = keep;
+    *fd = (lp - lm) / (2 * eps);
+    return ok;
+}
+
+typedef struct test_loss_ctx {
+    const float *R;
+    double lam;
+} test_loss_ctx;
+
+static double test_loss_of(runner *r, const void *ctx) {
+    const test_loss_ctx *c = ctx;
+    return test_loss(r, c->R, c->lam);
+}
+
 /* Central differences of test_loss against the backward for every input
  * and parameter of p (bias: the router's correction bias, or NULL). */
 static void check_finite_differences(problem *pp, double lam, const float *bias) {
@@ -340,25 +372,16 @@ static void check_finite_differences(problem *pp, double lam, const float *bias)
     int32_t *sel = malloc((size_t)p.s.BT * p.s.K * sizeof *sel);
     memcpy(sel, r.act.sel, (size_t)p.s.BT * p.s.K * sizeof *sel);
     int checked = 0, skipped = 0;
+    const test_loss_ctx ctx = {R, lam};
     for (int i = 0; i < P_COUNT; i++) {
         float *v = r.v[i]; /* fp32: the runner's copy is what forward reads */
         const float *an = i == P_X ? r.dx : r.g[i];
         for (int64_t j = 0; j < p.n[i]; j++) {
-            float keep = v[j];
-            v[j] = keep + (float)eps;
-            runner_forward(&r);
-            bool ok = same_routing(&r, sel);
-            double lp = test_loss(&r, R, lam);
-            v[j] = keep - (float)eps;
-            runner_forward(&r);
-            ok = ok && same_routing(&r, sel);
-            double lm = test_loss(&r, R, lam);
-            v[j] = keep;
-            if (!ok) { /* a flipped top-k is a step, not a slope */
+            double fd;
+            if (!central_difference(&r, v, j, eps, sel, test_loss_of, &ctx, &fd)) {
                 skipped++;
                 continue;
             }
-            double fd = (lp - lm) / (2 * eps);
             if (fabs(fd - an[j]) > 5e-3 + 2e-2 * fabs(fd))
                 fail_msg("param %d elem %lld: backward %.6f, finite difference %.6f", i,
                          (long long)j, an[j], fd);
@@ -438,6 +461,92 @@ static void test_sigmoid_router_keeps_the_best_group_and_the_bias_steers_only(vo
     problem_free(&p);
 }
 
+/* ------------------------------------------- sequence-wise balance loss */
+
+/* The term's value by its definition, in fp64 from the layer's scores and
+ * choices: alpha / B sum_b sum_e f_e P_e over B sequences of T rows. */
+static double seq_value_ref(const runner *r, int B, double alpha) {
+    const int E = r->act.cap.E, K = r->act.cap.K, T = r->act.BT / B;
+    double v = 0.0;
+    for (int b = 0; b < B; b++)
+        for (int e = 0; e < E; e++) {
+            double n = 0.0, P = 0.0;
+            for (int t = b * T; t < (b + 1) * T; t++) {
+                double z = 0.0;
+                for (int j = 0; j < E; j++) z += r->act.probs[t * E + j];
+                P += r->act.probs[t * E + e] / z;
+                for (int k = 0; k < K; k++) n += r->act.sel[t * K + k] == e;
+            }
+            v += (double)E / ((double)K * T) * n * (P / T);
+        }
+    return alpha * v / B;
+}
+
+typedef struct seq_ctx {
+    int B;
+    double alpha;
+} seq_ctx;
+
+static double seq_value_of(runner *r, const void *ctx) {
+    const seq_ctx *c = ctx;
+    return seq_value_ref(r, c->B, c->alpha);
+}
+
+/* Two sequences of 4 tokens, alpha 0.7: the value is the definition's;
+ * the gradient it alone sends to the router and the input (the output's
+ * weight R = 0) matches central differences of the value, through the
+ * sigmoid (and groups) or the softmax. */
+static void check_seq_loss(hs_moe_router router) {
+    problem p;
+    hs_moe_shapes s = shapes(8, 8, 8, 2, 5, 0);
+    s.router = router;
+    problem_init(&p, s, 8, 0.7f);
+    const int B = 2;
+    const double alpha = 0.7, eps = 1e-2;
+    runner r;
+    runner_init(&r, &p, HS_DTYPE_F32);
+    float coef[2 * 8];
+    void *host = malloc(hs_moe_seq_host_bytes(&s, B));
+    hs_moe_seq q = {coef, host, B, 4, 1, B, 0};
+    float *R = calloc((size_t)p.n[P_X], sizeof(float));
+    runner_forward(&r);
+    double v = hs_moe_seq_forward(&r.act, &q, NULL, alpha, 0);
+    assert_true(fabs(v - seq_value_ref(&r, B, alpha)) <= 1e-6 * fabs(v));
+    assert_true(v > 0.0);
+    hs_moe_grads gr = runner_grads(&r);
+    hs_moe_backward(r.dx, R, &gr, &r.act, r.v[P_X], &r.w, NULL, &q, r.scratch);
+    int32_t sel[16];
+    memcpy(sel, r.act.sel, sizeof sel);
+    int checked = 0;
+    const seq_ctx sc = {B, alpha};
+    const int which[2] = {P_GATE, P_X};
+    for (int w = 0; w < 2; w++) {
+        int i = which[w];
+        float *x = r.v[i];
+        const float *an = i == P_X ? r.dx : r.g[i];
+        for (int64_t j = 0; j < p.n[i]; j++) {
+            double fd;
+            if (!central_difference(&r, x, j, eps, sel, seq_value_of, &sc, &fd)) continue;
+            if (fabs(fd - an[j]) > 1e-4 + 2e-2 * fabs(fd))
+                fail_msg("param %d elem %lld: backward %.6f, finite difference %.6f", i,
+                         (long long)j, an[j], fd);
+            checked++;
+        }
+    }
+    assert_true(checked > 60);
+    free(host);
+    free(R);
+    runner_free(&r);
+    problem_free(&p);
+}
+
+static void test_sequence_balance_loss_value_and_gradient(void **st) {
+    (void)st;
+    check_seq_loss((hs_moe_router){
+        .sigmoid = true, .renorm = true, .n_group = 4, .topk_group = 2, .scale = 2.5f});
+    check_seq_loss((hs_moe_router){.renorm = true, .n_group = 1, .topk_group = 1, .scale = 1});
+}
+
 /* Two stacked layers (x -> l1 -> l2): loss = sum(out2 * R) + lam * aux over
  * both layers' concatenated statistics. */
 static double two_layer_loss(runner *l1, runner *l2, const float *R, double lam, hs_moe_aux *aux) {
@@ -471,8 +580,8 @@ static void test_two_layer_aux_gradient_matches_finite_differences(void **st) {
     float g[4];
     hs_moe_aux_prob_grad(&aux, lam, g);
     hs_moe_grads g1 = runner_grads(&l1), g2 = runner_grads(&l2);
-    hs_moe_backward(l2.dx, R, &g2, &l2.act, l2.v[P_X], &l2.w, g, l2.scratch);
-    hs_moe_backward(l1.dx, l2.dx, &g1, &l1.act, l1.v[P_X], &l1.w, g, l1.scratch);
+    hs_moe_backward(l2.dx, R, &g2, &l2.act, l2.v[P_X], &l2.w, g, NULL, l2.scratch);
+    hs_moe_backward(l1.dx, l2.dx, &g1, &l1.act, l1.v[P_X], &l1.w, g, NULL, l1.scratch);
     int32_t sel1[16], sel2[16];
     memcpy(sel1, l1.act.sel, sizeof sel1);
     memcpy(sel2, l2.act.sel, sizeof sel2);
@@ -659,6 +768,7 @@ int main(void) {
         cmocka_unit_test(test_finite_differences_match_backward_router_experts_shared_and_aux),
         cmocka_unit_test(test_finite_differences_match_backward_sigmoid_groups_scale_bias),
         cmocka_unit_test(test_sigmoid_router_keeps_the_best_group_and_the_bias_steers_only),
+        cmocka_unit_test(test_sequence_balance_loss_value_and_gradient),
         cmocka_unit_test(test_two_layer_aux_gradient_matches_finite_differences),
         cmocka_unit_test(test_aux_only_gradient_reaches_router_not_experts),
         cmocka_unit_test(test_expert_with_no_tokens_has_zero_grad_and_no_effect_on_output),
