@@ -13,28 +13,33 @@ static bool scratch_for(hs_stream *s, size_t bytes, const char *what, void **out
     return bytes == 0 || *out != NULL;
 }
 
-/* Mixtral's and Qwen3-MoE's router only: the trainer refuses the others
- * on this backend before anything runs (trainer.c, device_provides), so
- * another reaching here is a caller's error, recorded. */
-static bool plain_router(hs_stream *s, const hs_moe_router *r, const float *bias) {
-    if (hs_moe_router_plain(r) && bias == NULL) return true;
-    hs_error e;
-    hs_error_set(&e, HS_ERR_INTERNAL,
-                 "cuda: moe_route has only the softmax router (no sigmoid scores, groups, scale "
-                 "or correction bias)");
-    hs_device_fail(s->dev, &e);
-    return false;
+_Static_assert(HS_CU_MOE_MAX_GROUPS == HS_MOE_MAX_GROUPS, "the kernel's group bound");
+
+static hs_cu_router cu_router(const hs_moe_router *r) {
+    return (hs_cu_router){.sigmoid = r->sigmoid,
+                          .renorm = r->renorm,
+                          .n_group = r->n_group,
+                          .topk_group = r->topk_group,
+                          .scale = r->scale};
 }
 
+/* Mixtral's and Qwen3-MoE's router on its own kernel (the bits it had),
+ * every other form on the general one. */
 void hs_cuda_moe_route(hs_stream *s, int32_t *expert, float *weight, float *probs,
                        const float *bias, int64_t N, int E, int K, hs_moe_router r, hs_dtype dt) {
     void *ws;
-    if (!plain_router(s, &r, bias)) return;
-    if (!scratch_for(s, hs_cu_moe_route_scratch(N, E, K), "moe_route", &ws)) return;
-    hs_cuda_check(
-        s,
-        hs_cu_moe_route(hs_cuda_stream(s), expert, weight, probs, ws, N, E, K, r.renorm, (int)dt),
-        "moe_route");
+    cudaStream_t st = hs_cuda_stream(s);
+    if (hs_moe_router_plain(&r) && bias == NULL) {
+        if (!scratch_for(s, hs_cu_moe_route_scratch(N, E, K), "moe_route", &ws)) return;
+        hs_cuda_check(s, hs_cu_moe_route(st, expert, weight, probs, ws, N, E, K, r.renorm, (int)dt),
+                      "moe_route");
+    } else {
+        if (!scratch_for(s, hs_cu_moe_route_scored_scratch(N, E, K), "moe_route", &ws)) return;
+        hs_cuda_check(s,
+                      hs_cu_moe_route_scored(st, expert, weight, probs, bias, ws, N, E, K,
+                                             cu_router(&r), (int)dt),
+                      "moe_route");
+    }
     hs_cuda_scratch_free(s, ws);
 }
 
@@ -76,11 +81,10 @@ void hs_cuda_moe_combine_bwd(hs_stream *s, float *dyg, float *dw, const float *d
 void hs_cuda_moe_route_bwd(hs_stream *s, float *dp, const float *probs, const int32_t *expert,
                            const float *dw, const float *aux_grad, int64_t N, int E, int K,
                            hs_moe_router r) {
-    if (!plain_router(s, &r, NULL)) return;
-    hs_cuda_check(
-        s,
-        hs_cu_moe_route_bwd(hs_cuda_stream(s), dp, probs, expert, dw, aux_grad, N, E, K, r.renorm),
-        "moe_route_bwd");
+    hs_cuda_check(s,
+                  hs_cu_moe_route_bwd(hs_cuda_stream(s), dp, probs, expert, dw, aux_grad, N, E, K,
+                                      cu_router(&r)),
+                  "moe_route_bwd");
 }
 
 void hs_cuda_moe_stats(hs_stream *s, int64_t *count, double *prob_sum, const int32_t *expert,

@@ -170,6 +170,134 @@ extern "C" cudaError_t hs_cu_moe_route(cudaStream_t st, int32_t *expert, float *
     return cudaGetLastError();
 }
 
+/* The best of c[lo..hi) on this warp not taken (NaN) nor masked (-inf):
+ * every lane gets it, the lower expert on a tie; INT_MAX when none is. */
+static __device__ int warp_best(const double *c, int lo, int hi, double *val) {
+    const int lane = threadIdx.x & 31;
+    double bv = -INFINITY;
+    int bi = INT_MAX;
+    for (int e = lo + lane; e < hi; e += 32)
+        if (c[e] > bv) bv = c[e], bi = e;
+    for (int o = 16; o > 0; o >>= 1) {
+        double ov = __shfl_xor_sync(FULL_MASK, bv, o);
+        int oi = __shfl_xor_sync(FULL_MASK, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    }
+    *val = bv;
+    return bi;
+}
+
+/* One warp per row, as reference computes it in fp64: the scores q (each
+ * logit's sigmoid, or the softmax of the logits rounded to dt) stored in
+ * fp32 over the logits; the choice scores c = q + bias; with groups, each
+ * group scored by its two best c and all but the topk_group best groups
+ * masked to -inf (lane 0, in group order: the lower group on a tie); K
+ * picks of the best c left (taken ones become NaN); the weights from q,
+ * renormalised over the chosen (+1e-20 for sigmoid) and scaled, then
+ * rounded to dt. ws: 2E + K doubles of the warp's own (q, c, the chosen
+ * q). */
+static __global__ void route_scored_kernel(int32_t *expert, float *weight, float *probs,
+                                           const float *bias, double *global_ws, int64_t N, int E,
+                                           int K, hs_cu_router r, int dt) {
+    extern __shared__ double shared_ws[];
+    const int lane = threadIdx.x & 31;
+    const int64_t first = warp_first();
+    const size_t row_ws = 2 * (size_t)E + (size_t)K;
+    double *q = global_ws ? global_ws + first * row_ws : shared_ws + (threadIdx.x >> 5) * row_ws;
+    double *c = q + E, *taken = c + E;
+    const int G = r.n_group > 1 ? r.n_group : 1, n = E / G;
+    for (int64_t row = first; row < N; row += warp_stride()) {
+        float *l = probs + row * E;
+        if (r.sigmoid) {
+            for (int e = lane; e < E; e += 32) q[e] = 1.0 / (1.0 + exp(-(double)l[e]));
+        } else {
+            float mx = -INFINITY;
+            for (int e = lane; e < E; e += 32) {
+                float v = round_dt(l[e], dt);
+                q[e] = v;
+                mx = v > mx ? v : mx;
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                float v = __shfl_xor_sync(FULL_MASK, mx, o);
+                mx = v > mx ? v : mx;
+            }
+            for (int e = lane; e < E; e += 32) q[e] = exp(q[e] - (double)mx);
+            __syncwarp();
+            double sum = 0.0;
+            if (lane == 0)
+                for (int e = 0; e < E; e++) sum += q[e];
+            sum = __shfl_sync(FULL_MASK, sum, 0);
+            for (int e = lane; e < E; e += 32) q[e] /= sum;
+        }
+        for (int e = lane; e < E; e += 32) {
+            l[e] = (float)q[e];
+            c[e] = q[e] + (bias ? (double)bias[e] : 0.0);
+        }
+        __syncwarp();
+        if (G > 1 && lane == 0) {
+            double gs[HS_CU_MOE_MAX_GROUPS];
+            bool keep[HS_CU_MOE_MAX_GROUPS];
+            for (int g = 0; g < G; g++) {
+                int b = g * n, b2 = -1;
+                for (int e = g * n + 1; e < (g + 1) * n; e++) b = c[e] > c[b] ? e : b;
+                for (int e = g * n; e < (g + 1) * n; e++)
+                    if (e != b && (b2 < 0 || c[e] > c[b2])) b2 = e;
+                gs[g] = c[b] + c[b2], keep[g] = false;
+            }
+            for (int j = 0; j < r.topk_group; j++) {
+                int best = -1;
+                for (int g = 0; g < G; g++)
+                    if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+                keep[best] = true;
+            }
+            for (int e = 0; e < E; e++)
+                if (!keep[e / n]) c[e] = -INFINITY;
+        }
+        __syncwarp();
+        double chosen = 0.0;
+        for (int j = 0; j < K; j++) {
+            double bv;
+            int bi = warp_best(c, 0, E, &bv);
+            double t = bi == INT_MAX ? (double)NAN : q[bi];
+            chosen += t;
+            if (lane == 0) { /* every lane has read c in this round (the shuffles) */
+                if (bi != INT_MAX) c[bi] = (double)NAN;
+                taken[j] = t;
+                expert[row * K + j] = bi == INT_MAX ? -1 : bi;
+            }
+            __syncwarp();
+        }
+        if (r.sigmoid) chosen += 1e-20;
+        for (int k = lane; k < K; k += 32)
+            weight[row * K + k] =
+                round_dt((float)((r.renorm ? taken[k] / chosen : taken[k]) * r.scale), dt);
+        __syncwarp(); /* the next row reuses the workspace */
+    }
+}
+
+static size_t route_scored_ws_bytes(int E, int K) {
+    return (2 * (size_t)E + (size_t)(K > 0 ? K : 0)) * sizeof(double) * ROUTE_WARPS;
+}
+
+extern "C" size_t hs_cu_moe_route_scored_scratch(int64_t N, int E, int K) {
+    if (N <= 0 || route_scored_ws_bytes(E, K) <= SMEM_DEFAULT) return 0;
+    return route_scored_ws_bytes(E, K) * grid_for(N, ROUTE_WARPS, ROUTE_GLOBAL_BLOCKS);
+}
+
+extern "C" cudaError_t hs_cu_moe_route_scored(cudaStream_t st, int32_t *expert, float *weight,
+                                              float *probs, const float *bias, void *scratch,
+                                              int64_t N, int E, int K, hs_cu_router r, int dt) {
+    if (N <= 0 || E <= 0) return cudaSuccess;
+    size_t ws = route_scored_ws_bytes(E, K);
+    if (ws <= SMEM_DEFAULT)
+        route_scored_kernel<<<grid_for(N, ROUTE_WARPS, MAX_BLOCKS), ROUTE_WARPS * 32, ws, st>>>(
+            expert, weight, probs, bias, NULL, N, E, K, r, dt);
+    else
+        route_scored_kernel<<<grid_for(N, ROUTE_WARPS, ROUTE_GLOBAL_BLOCKS), ROUTE_WARPS * 32, 0,
+                              st>>>(expert, weight, probs, bias, (double *)scratch, N, E, K, r, dt);
+    return cudaGetLastError();
+}
+
 /* ------------------------------------------------------------ permutation */
 
 /* xg[r] = x[row_pair[r] / K], rows of `units` words of U. */
@@ -332,38 +460,47 @@ extern "C" cudaError_t hs_cu_moe_combine_bwd(cudaStream_t st, float *dyg, float 
 
 /* ------------------------------------------------------ router's backward */
 
-/* d loss / d probs of expert e of one token, in fp64 as reference: the
+/* d loss / d scores of expert e of one token, in fp64 as reference: the
  * aux-loss gradient plus, for each slot choosing e in slot order, its dw
- * through the renormalisation (z: the chosen probabilities' sum, wdot:
- * sum_k dw_k w_k). */
+ * times the scale through the renormalisation (z: the chosen scores' sum,
+ * wdot: sum_k dw_k q_k / z). */
 static __device__ double route_grad(int e, const float *aux_grad, const int32_t *sel,
-                                    const float *d, int K, bool renorm, double z, double wdot) {
+                                    const float *d, int K, const hs_cu_router &r, double z,
+                                    double wdot) {
     double g = aux_grad ? (double)aux_grad[e] : 0.0;
     for (int k = 0; k < K; k++)
-        if (sel[k] == e) g += renorm ? ((double)d[k] - wdot) / z : (double)d[k];
+        if (sel[k] == e) g += r.scale * (r.renorm ? ((double)d[k] - wdot) / z : (double)d[k]);
     return g;
 }
 
 /* One warp per token: z and wdot by every lane in slot order (reference's
- * sums), p . g as an fp64 tree, then dp = p (g - p . g) stored. */
+ * sums); for sigmoid scores dp = p (1 - p) g, else p . g as an fp64 tree
+ * and dp = p (g - p . g) stored. */
 static __global__ void route_bwd_kernel(float *dp, const float *probs, const int32_t *expert,
                                         const float *dw, const float *aux_grad, int64_t N, int E,
-                                        int K, bool renorm) {
+                                        int K, hs_cu_router r) {
     const int lane = threadIdx.x & 31;
     for (int64_t t = warp_first(); t < N; t += warp_stride()) {
         const float *p = probs + t * E;
         const int32_t *sel = expert + t * K;
         const float *d = dw + t * K;
-        double z = 0.0, wdot = 0.0, pdot = 0.0;
-        for (int k = 0; renorm && k < K; k++) z += p[sel[k]];
-        for (int k = 0; renorm && k < K; k++)
+        double z = r.sigmoid ? 1e-20 : 0.0, wdot = 0.0, pdot = 0.0;
+        for (int k = 0; r.renorm && k < K; k++) z += p[sel[k]];
+        for (int k = 0; r.renorm && k < K; k++)
             wdot = __dadd_rn(wdot, __dmul_rn((double)d[k], (double)p[sel[k]] / z));
+        if (r.sigmoid) {
+            for (int e = lane; e < E; e += 32) {
+                double g = route_grad(e, aux_grad, sel, d, K, r, z, wdot);
+                dp[t * E + e] = (float)((double)p[e] * (1.0 - (double)p[e]) * g);
+            }
+            continue;
+        }
         for (int e = lane; e < E; e += 32)
-            pdot = __dadd_rn(
-                pdot, __dmul_rn((double)p[e], route_grad(e, aux_grad, sel, d, K, renorm, z, wdot)));
+            pdot = __dadd_rn(pdot,
+                             __dmul_rn((double)p[e], route_grad(e, aux_grad, sel, d, K, r, z, wdot)));
         pdot = warp_sum(pdot);
         for (int e = lane; e < E; e += 32) {
-            double g = route_grad(e, aux_grad, sel, d, K, renorm, z, wdot);
+            double g = route_grad(e, aux_grad, sel, d, K, r, z, wdot);
             dp[t * E + e] = (float)__dmul_rn((double)p[e], g - pdot);
         }
     }
@@ -372,10 +509,10 @@ static __global__ void route_bwd_kernel(float *dp, const float *probs, const int
 extern "C" cudaError_t hs_cu_moe_route_bwd(cudaStream_t st, float *dp, const float *probs,
                                            const int32_t *expert, const float *dw,
                                            const float *aux_grad, int64_t N, int E, int K,
-                                           bool renorm) {
+                                           hs_cu_router r) {
     if (N <= 0 || E <= 0) return cudaSuccess;
     route_bwd_kernel<<<grid_for(N, 8, MAX_BLOCKS), 256, 0, st>>>(dp, probs, expert, dw, aux_grad, N,
-                                                                 E, K, renorm);
+                                                                 E, K, r);
     return cudaGetLastError();
 }
 

@@ -24,6 +24,20 @@ extern "C" {
 size_t hs_cu_moe_route_scratch(int64_t N, int E, int K);
 cudaError_t hs_cu_moe_route(cudaStream_t st, int32_t *expert, float *weight, float *probs,
                             void *scratch, int64_t N, int E, int K, bool renorm, int dt);
+/* The router beyond the softmax (hs_moe_router's fields, device.h):
+ * sigmoid scores, a correction bias [E] (NULL: none), n_group groups of
+ * which topk_group are kept, the weights times scale. Scratch: 0 when its
+ * per-row workspace fits in shared memory (2E + K doubles a row). */
+#define HS_CU_MOE_MAX_GROUPS 64 /* n_group: hs_moe_router's bound */
+typedef struct hs_cu_router {
+    bool sigmoid, renorm;
+    int n_group, topk_group;
+    float scale;
+} hs_cu_router;
+size_t hs_cu_moe_route_scored_scratch(int64_t N, int E, int K);
+cudaError_t hs_cu_moe_route_scored(cudaStream_t st, int32_t *expert, float *weight, float *probs,
+                                   const float *bias, void *scratch, int64_t N, int E, int K,
+                                   hs_cu_router r, int dt);
 cudaError_t hs_cu_moe_permute(cudaStream_t st, void *xg, const void *x, const int32_t *row_pair,
                               int dt, int64_t N, int K, int C);
 /* Bytes of scratch moe_permute_bwd needs: row_pair's inverse. */
@@ -38,7 +52,7 @@ cudaError_t hs_cu_moe_combine_bwd(cudaStream_t st, float *dyg, float *dw, const 
                                   const float *weight, int64_t N, int K, int C);
 cudaError_t hs_cu_moe_route_bwd(cudaStream_t st, float *dp, const float *probs,
                                 const int32_t *expert, const float *dw, const float *aux_grad,
-                                int64_t N, int E, int K, bool renorm);
+                                int64_t N, int E, int K, hs_cu_router r);
 /* Bytes of scratch moe_stats needs: the blocks' partial sums of probs (0
  * when prob_sum is not asked for). */
 size_t hs_cu_moe_stats_scratch(int64_t N, int E, bool sums);

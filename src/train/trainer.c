@@ -156,21 +156,6 @@ static hs_status device_provides(const hs_config *cfg, hs_device_kind kind, hs_e
                             "model.arch: '%s' has routed experts, and accelerator.device: %s does "
                             "not provide the MoE kernels yet; use accelerator.device: cpu",
                             cfg->model.arch, dev);
-    if (cfg->model.moe.seq_aux_loss_coef > 0 && hs_model_arch_moe(&cfg->model) &&
-        kind == HS_DEVICE_CUDA)
-        return hs_error_set(e, HS_ERR_CONFIG,
-                            "model.moe.seq_aux_loss_coef = %g: accelerator.device: cuda does not "
-                            "compute the sequence-wise balance loss yet; set it to 0 or use "
-                            "accelerator.device: cpu",
-                            cfg->model.moe.seq_aux_loss_coef);
-    if (hs_model_moe_scored(&cfg->model) && kind == HS_DEVICE_CUDA)
-        return hs_error_set(e, HS_ERR_CONFIG,
-                            "model.moe: score_func '%s', n_group %d, routed_scaling_factor %g, "
-                            "bias_update_speed %g: accelerator.device: cuda has only the softmax "
-                            "router yet (score_func: softmax, n_group: 1, routed_scaling_factor: "
-                            "1, bias_update_speed: 0); use accelerator.device: cpu",
-                            cfg->model.moe.score_func, cfg->model.moe.n_group,
-                            cfg->model.moe.routed_scaling_factor, cfg->model.moe.bias_update_speed);
     if (strcmp(cfg->optimizer.target, "muon") == 0 && k->muon_newton_schulz == NULL)
         return hs_error_set(e, HS_ERR_CONFIG,
                             "optimizer._target_: 'muon' needs Newton-Schulz, which "

@@ -1029,8 +1029,7 @@ static const op_def ops[] = {
      {{1, 4, 2}, {7, 8, 2}, {33, 16, 4}, {5, 3, 3}, {0, 4, 1}},
      5,
      run_moe_route},
-    /* The choices equal, as above; the sigmoid's backward is element-wise.
-     * cuda has only the softmax router (the trainer refuses the others). */
+    /* The choices equal, as above; the sigmoid's backward is element-wise. */
     {"moe_route_scored",
      K(moe_route),
      ALL_DT,
@@ -1224,15 +1223,8 @@ typedef struct tally {
     int checked, failed, not_provided, ops_checked;
 } tally;
 
-/* A form of an entry that a backend does not have, which the trainer
- * refuses before anything runs: cuda's moe_route has only the softmax
- * router. Counted as not provided. */
-static bool refused(const op_def *op, const hs_device *dev) {
-    return op->run == run_moe_route_scored && dev->kind == HS_DEVICE_CUDA;
-}
-
 static void run_op(const op_def *op, hs_device *dev, hs_device *ref, tally *t, bool verbose) {
-    if (!has(dev->k, op->entry) || refused(op, dev)) {
+    if (!has(dev->k, op->entry)) {
         t->not_provided++;
         printf("  %-12s not provided by %s\n", op->name, dev->name);
         return;
