@@ -166,21 +166,40 @@ typedef struct hs_moe_weights {
     const void *bias;    /* [E] e_score_correction_bias, NULL when none */
 } hs_moe_weights;
 
+/* train.reproducibility: layout: the layer's weight gradients summed one
+ * sequence at a time and added as the model's tree over the sequences
+ * (docs/numerics.md). fn: dw (gdt) += the tree of dy[rows of s]^T
+ * x[rows of s] over the nseq sequences s, sequence s holding rows
+ * [first[s], first[s + 1]) of dy [rows, OC] and x [rows, IC] (none: a zero
+ * part). A forward's BT rows are nseq sequences of BT / nseq rows. */
+typedef struct hs_moe_wgrad {
+    void *ctx;
+    int nseq;
+    void *host; /* the layer's host scratch (hs_moe_wgrad_host_bytes) */
+    void (*fn)(void *ctx, void *dw, hs_dtype gdt, const void *dy, hs_dtype ydt, const void *x,
+               hs_dtype xdt, const int64_t *first, int IC, int OC);
+} hs_moe_wgrad;
+
 /* Same shapes as hs_moe_weights, in dtype `dt`. A NULL pointer skips that
- * gradient (e.g. a frozen parameter). */
+ * gradient (e.g. a frozen parameter). wgrad: NULL, or how every weight
+ * gradient is summed (layout mode). */
 typedef struct hs_moe_grads {
     void *gate, *w1, *w3, *w2, *sh_gate, *sh_up, *sh_down;
     hs_dtype dt;
+    const hs_moe_wgrad *wgrad;
 } hs_moe_grads;
 
 /* Rows grouped by expert for n experts of a weight set: expert e owns rows
- * [offset[e], offset[e+1]) of x, h1, h3 and y. */
+ * [offset[e], offset[e+1]) of x, h1, h3 and y. seq_first: with the
+ * gradients' wgrad, where each sequence's rows of expert e start, counted
+ * from offset[e] (nseq + 1 entries from (nseq + 1) * e), else NULL. */
 typedef struct hs_moe_rows {
     hs_device *dev;
     int n;
     const int32_t *offset;
     const void *x;
     void *h1, *h3, *y;
+    const int64_t *seq_first;
 } hs_moe_rows;
 
 /* Each expert's SwiGLU over its rows (y in dt); a is dt scratch of

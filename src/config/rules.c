@@ -582,16 +582,20 @@ static void check_layout_invariant(const hs_config *c, const hs_topology *t, hs_
     const hs_accel_config *a = &c->accelerator;
     const hs_mix_precision *mp = &c->fsdp.mix_precision;
     static const char *scope = "train.reproducibility = layout covers FSDP, HSDP, pipelines and "
-                               "micro-batches of dense models on cpu or reference today";
+                               "micro-batches on cpu or reference today";
     if (a->tp_size > 1 || a->cp_size > 1 || a->ep_size > 1)
         hs_cfg_report_add(rep,
                           "accelerator.tp_size = %d, cp_size = %d, ep_size = %d: %s; set them to "
                           "1, or train.reproducibility: run",
                           a->tp_size, a->cp_size, a->ep_size, scope);
-    if (hs_model_arch_moe(&c->model))
+    if (hs_model_arch_moe(&c->model) && c->model.moe.aux_loss_coef > 0)
         hs_cfg_report_add(rep,
-                          "model.arch = %s: %s; use llama or qwen3, or train.reproducibility: run",
-                          c->model.arch, scope);
+                          "model.moe.aux_loss_coef = %g with train.reproducibility = layout: the "
+                          "load-balancing loss is taken over each micro-batch, so its gradient "
+                          "depends on how the global batch is split; set aux_loss_coef: 0 and "
+                          "balance with model.moe.bias_update_speed or seq_aux_loss_coef, which "
+                          "do not, or train.reproducibility: run",
+                          c->model.moe.aux_loss_coef);
     if (strcmp(a->device, "cpu") && strcmp(a->device, "reference"))
         hs_cfg_report_add(rep,
                           "accelerator.device = %s: %s; use cpu, or train.reproducibility: run",

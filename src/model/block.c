@@ -237,7 +237,8 @@ static hs_moe_grads moe_grads(const hs_block_params *bp) {
                       bp->sh_gate ? bp->sh_gate->grad : NULL,
                       bp->sh_up ? bp->sh_up->grad : NULL,
                       bp->sh_down ? bp->sh_down->grad : NULL,
-                      bp->w1->grad_dtype};
+                      bp->w1->grad_dtype,
+                      NULL};
     return g;
 }
 
@@ -347,6 +348,9 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
         hs_hook_pre_backward(hooks, bp->expert_unit);
         hs_moe_weights w = moe_weights(bp);
         hs_moe_grads g = moe_grads(bp);
+        /* layout mode: the weight gradients one sequence at a time */
+        hs_moe_wgrad wg = {m, m->canon_nseq, m->canon_moe, hs_canon_rows_wgrad};
+        if (m->canon_nseq) g.wgrad = &wg;
         hs_moe_seq q;
         hs_moe_backward(m->dln, m->dres, &g, &a->moe, a->ln2, &w, aux_g, block_seq(m, bp, B, T, &q),
                         m->moe_scratch);

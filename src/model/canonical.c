@@ -114,6 +114,42 @@ void hs_canon_linear_wgrad(hs_model *m, hs_param *w, const void *dy, hs_dtype yd
     hs_canon_into_grad(m, w, hs_canon_tree(m, len, wgrad_part, &c), len);
 }
 
+typedef struct rows_ctx {
+    hs_model *m;
+    const void *dy, *x;
+    hs_dtype ydt, xdt;
+    const int64_t *first;
+    int IC, OC;
+} rows_ctx;
+
+/* Sequence s's part of a product over rows of varying count (an expert's
+ * rows of each sequence): zero when it has none. */
+static void rows_part(void *vctx, int s, float *out) {
+    const rows_ctx *c = vctx;
+    int64_t r0 = c->first[s], n = c->first[s + 1] - r0;
+    if (n == 0) {
+        hs_dev_zero(c->m->dev, out, (size_t)c->OC * (size_t)c->IC * sizeof(float));
+        return;
+    }
+    hs_dev_gemm(c->m->dev, true, false, c->OC, c->IC, n, 1.0f, hs_cat(c->dy, c->ydt, r0 * c->OC),
+                c->ydt, c->OC, hs_cat(c->x, c->xdt, r0 * c->IC), c->xdt, c->IC, 0.0f, out,
+                HS_DTYPE_F32, c->IC);
+}
+
+/* The MoE layer's weight gradients (hs_moe_wgrad.fn): dw += the tree of
+ * the sequences' parts (the layer's gradients are zeroed before its
+ * backward, never stored over). */
+void hs_canon_rows_wgrad(void *ctx, void *dw, hs_dtype gdt, const void *dy, hs_dtype ydt,
+                         const void *x, hs_dtype xdt, const int64_t *first, int IC, int OC) {
+    hs_model *m = ctx;
+    rows_ctx c = {
+        .m = m, .dy = dy, .x = x, .ydt = ydt, .xdt = xdt, .first = first, .IC = IC, .OC = OC};
+    int64_t len = (int64_t)OC * IC;
+    const float *sum = hs_canon_tree(m, len, rows_part, &c);
+    if (gdt == HS_DTYPE_F32) hs_dev_add(m->dev, dw, sum, len);
+    else hs_dev_add_cast(m->dev, dw, gdt, dw, gdt, sum, HS_DTYPE_F32, len);
+}
+
 typedef struct norm_ctx {
     hs_model *m;
     float *dx;

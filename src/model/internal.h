@@ -252,6 +252,7 @@ struct hs_model {
      * batch's sequences and this forward's value */
     float *seq_coef;
     void *seq_host;
+    void *canon_moe; /* layout mode: the MoE layers' hs_moe_wgrad.host */
     int seq_S;
     double seq_value;
     int64_t *expert_tokens;      /* [L x E] rows routed to each expert since the reset */
@@ -360,6 +361,8 @@ float *hs_canon_tied_parts(hs_model *m, int64_t len);
 /* The embedding's gradient from d(residual) of the micro-batch's N rows. */
 void hs_canon_embedding_bwd(hs_model *m, const float *dres, const int32_t *tokens, int64_t N);
 /* A dense linear's weight gradient dy^T x, each sequence's rows alone. */
+void hs_canon_rows_wgrad(void *ctx, void *dw, hs_dtype gdt, const void *dy, hs_dtype ydt,
+                         const void *x, hs_dtype xdt, const int64_t *first, int IC, int OC);
 void hs_canon_linear_wgrad(hs_model *m, hs_param *w, const void *dy, hs_dtype ydt, const void *x,
                            int64_t N, int IC, int OC);
 /* rmsnorm_bwd with the weight's gradient a tree over the sequences (rows:

@@ -435,6 +435,9 @@ static void buffers_alloc(hs_model *m) {
         m->canon_floats = m->canon_buf ? tree : 0;
         m->canon_tied = tied ? raw(m, (size_t)tied * sizeof(float)) : NULL;
         m->canon_tied_floats = m->canon_tied ? tied : 0;
+        size_t moe = m->moe ? hs_moe_wgrad_host_bytes(&m->moe_shapes, m->opt.max_batch) : 0;
+        if (moe && !m->opt.count_buffers && !(m->canon_moe = malloc(moe)))
+            model_oom(m, "moe: %zu bytes of the sequences' rows", moe);
     }
     m->cos_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
     m->sin_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
@@ -562,7 +565,8 @@ static void dims_set(hs_model *m) {
         if (!m->moe_offset_h)
             model_oom(m, "moe: the host copy of %d experts' offsets", m->moe_shapes.E);
         size_t seq = hs_moe_seq_host_bytes(&m->moe_shapes, m->opt.max_batch);
-        if (c->moe.seq_aux_loss_coef > 0 && !m->opt.no_grad && !(m->seq_host = malloc(seq)))
+        bool real = !m->opt.no_grad && !m->opt.count_buffers && !m->opt.describe_only;
+        if (c->moe.seq_aux_loss_coef > 0 && real && !(m->seq_host = malloc(seq)))
             model_oom(m, "moe: %zu bytes of the sequence-wise balance loss's workspace", seq);
     }
 }
@@ -647,6 +651,7 @@ static void buffers_free(hs_model *m) {
     if (m->moe && m->aux.dev) hs_moe_aux_free(&m->aux);
     free(m->moe_offset_h);
     free(m->seq_host);
+    free(m->canon_moe);
 }
 
 void hs_model_free(hs_model *m) {

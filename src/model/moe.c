@@ -157,8 +157,8 @@ static void experts_forward(hs_moe_act *act, const hs_moe_weights *w, moe_scratc
         act->par->moe_experts_fwd(act->par->ctx, &x);
         return;
     }
-    hs_moe_rows r = {act->dev, act->cap.E, hs_moe_dispatch_offsets(act), m->xg, act->h1,
-                     act->h3,  act->y};
+    hs_moe_rows r = {act->dev, act->cap.E, hs_moe_dispatch_offsets(act), m->xg, act->h1, act->h3,
+                     act->y,   NULL};
     hs_moe_experts_forward(&r, w, m->a, act->dt, act->cap.C, act->cap.F);
 }
 
@@ -207,15 +207,46 @@ static void combine_backward(moe_scratch *m, const float *dout, const hs_moe_act
                                  m->row);
 }
 
+size_t hs_moe_wgrad_host_bytes(const hs_moe_shapes *s, int max_sequences) {
+    return ((size_t)s->E + 1) * ((size_t)max_sequences + 1) * sizeof(int64_t) +
+           (size_t)s->BT * (size_t)s->K * sizeof(int32_t);
+}
+
+/* Layout mode (gr->wgrad): where each sequence's rows start among every
+ * expert's grouped rows (hs_moe_rows.seq_first, from offset), its rows
+ * in token order, and after them the equal blocks of the token rows; in
+ * wg's host scratch. */
+static const int64_t *sequence_rows(const hs_moe_act *act, const int32_t *offset,
+                                    const hs_moe_wgrad *wg) {
+    const int E = act->cap.E, K = act->cap.K, S = wg->nseq;
+    const int64_t BT = act->BT, T = BT / S;
+    HS_ASSERT(S >= 1 && T * S == BT);
+    int64_t *first = wg->host;
+    int32_t *pair = (int32_t *)(first + ((size_t)E + 1) * ((size_t)S + 1));
+    hs_device_copy(act->dev, pair, act->row_pair, (size_t)(BT * K) * sizeof *pair, HS_COPY_D2H);
+    for (int e = 0; e < E; e++) {
+        int64_t o0 = offset[e], o1 = offset[e + 1], *f = first + (size_t)e * ((size_t)S + 1);
+        int s = 0;
+        f[0] = 0;
+        for (int64_t r = o0; r < o1; r++)
+            for (int q = (int)(pair[r] / K / T); s < q;) f[++s] = r - o0;
+        while (s < S) f[++s] = o1 - o0;
+    }
+    int64_t *eq = first + (size_t)E * ((size_t)S + 1);
+    for (int s = 0; s <= S; s++) eq[s] = s * T;
+    return first;
+}
+
 static void experts_backward(const hs_moe_grads *gr, const hs_moe_act *act, const hs_moe_weights *w,
-                             moe_scratch *m) {
+                             moe_scratch *m, const int64_t *seq_first) {
     if (act->ep_state) {
+        HS_ASSERT(!gr->wgrad); /* layout mode refuses expert parallelism */
         hs_moe_exchange x = exchange(act, w, gr, m);
         act->par->moe_experts_bwd(act->par->ctx, &x);
         return;
     }
-    hs_moe_rows r = {act->dev, act->cap.E, hs_moe_dispatch_offsets(act), m->xg, act->h1,
-                     act->h3,  act->y};
+    hs_moe_rows r = {act->dev, act->cap.E, hs_moe_dispatch_offsets(act), m->xg, act->h1, act->h3,
+                     act->y,   seq_first};
     hs_moe_experts_backward(&r, m->dyg, gr, w, m->a, m->dh1, m->dh3, act->dt, act->cap.C,
                             act->cap.F);
 }
@@ -230,11 +261,15 @@ void hs_moe_backward(float *dx, const float *dout, const hs_moe_grads *gr, const
     combine_backward(&m, dout, act);
     /* The backward of the output cast: the gradient back to dt. */
     if (act->out_dt != act->dt) hs_dev_round(act->dev, m.dyg, act->dt, (int64_t)act->BT * K * C);
-    experts_backward(gr, act, w, &m);
+    const hs_moe_wgrad *wg = gr->wgrad;
+    const int64_t *first = wg ? sequence_rows(act, hs_moe_dispatch_offsets(act), wg) : NULL;
+    /* the token rows' equal blocks, after the experts' */
+    const int64_t *blocks = wg ? first + (size_t)s->E * ((size_t)wg->nseq + 1) : NULL;
+    experts_backward(gr, act, w, &m, first);
     act->dev->k->moe_permute_bwd(act->dev->stream, dx, m.dyg, act->row_pair, act->BT, K, C);
     if (s->FS > 0)
         hs_moe_swiglu_backward(act->dev, dx, 1.0f, gr->sh_gate, gr->sh_up, gr->sh_down, gr->dt,
                                dout, x, act->sh1, act->sh3, w->sh_gate, w->sh_up, w->sh_down,
-                               act->dt, m.a, m.dh1, m.dh3, act->BT, C, s->FS);
-    hs_moe_route_backward(dx, gr->gate, gr->dt, m.dw, aux_grad, seq, act, x, w->gate, m.dp, m.seq);
+                               act->dt, m.a, m.dh1, m.dh3, act->BT, C, s->FS, wg, blocks);
+    hs_moe_route_backward(dx, gr, m.dw, aux_grad, seq, act, x, w->gate, m.dp, m.seq, blocks);
 }

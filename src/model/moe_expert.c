@@ -24,17 +24,24 @@ void hs_moe_swiglu_backward(hs_device *d, float *dxin, float dxin_beta, void *dw
                             void *dw2, hs_dtype gdt, const float *dy, const void *xin,
                             const void *h1, const void *h3, const void *w1, const void *w3,
                             const void *w2, hs_dtype dt, void *a, float *dh1, float *dh3, int64_t n,
-                            int C, int F) {
+                            int C, int F, const hs_moe_wgrad *wg, const int64_t *first) {
     if (n == 0) return;
     const hs_dtype f32 = HS_DTYPE_F32;
     d->k->swiglu_fwd(d->stream, a, h1, h3, dt, n * F);
     hs_dev_gemm(d, false, false, n, F, C, 1.0f, dy, f32, C, w2, dt, F, 0.0f, dh1, f32, F);
-    if (dw2) hs_dev_gemm(d, true, false, C, F, n, 1.0f, dy, f32, C, a, dt, F, 1.0f, dw2, gdt, F);
+    if (dw2 && wg) wg->fn(wg->ctx, dw2, gdt, dy, f32, a, dt, first, F, C);
+    else if (dw2)
+        hs_dev_gemm(d, true, false, C, F, n, 1.0f, dy, f32, C, a, dt, F, 1.0f, dw2, gdt, F);
     /* dh1 holds d loss / d a: overwritten by d/d h1, and dh3 set to d/d h3 */
     d->k->swiglu_bwd(d->stream, dh1, dh3, true, dh1, h1, h3, dt, n * F);
     /* dy is dead from here on, so dxin may alias it. */
     hs_dev_gemm(d, false, false, n, C, F, 1.0f, dh1, f32, F, w1, dt, C, dxin_beta, dxin, f32, C);
     hs_dev_gemm(d, false, false, n, C, F, 1.0f, dh3, f32, F, w3, dt, C, 1.0f, dxin, f32, C);
+    if (wg) {
+        if (dw1) wg->fn(wg->ctx, dw1, gdt, dh1, f32, xin, dt, first, C, F);
+        if (dw3) wg->fn(wg->ctx, dw3, gdt, dh3, f32, xin, dt, first, C, F);
+        return;
+    }
     if (dw1) hs_dev_gemm(d, true, false, F, C, n, 1.0f, dh1, f32, F, xin, dt, C, 1.0f, dw1, gdt, C);
     if (dw3) hs_dev_gemm(d, true, false, F, C, n, 1.0f, dh3, f32, F, xin, dt, C, 1.0f, dw3, gdt, C);
 }
@@ -52,6 +59,11 @@ void hs_moe_experts_forward(const hs_moe_rows *r, const hs_moe_weights *w, void 
     }
 }
 
+/* Expert e's rows of each sequence, counted from its first row. */
+static const int64_t *first_of(const hs_moe_rows *r, const hs_moe_grads *gr, int e) {
+    return r->seq_first + (size_t)e * (size_t)(gr->wgrad->nseq + 1);
+}
+
 static void *grad_slice(void *g, hs_dtype gdt, int64_t off) {
     return g ? hs_moe_at(g, gdt, off) : NULL;
 }
@@ -64,11 +76,12 @@ void hs_moe_experts_backward(const hs_moe_rows *r, float *dy, const hs_moe_grads
         int64_t r0 = r->offset[e], n = r->offset[e + 1] - r0;
         int64_t wo = (int64_t)e * F * C;
         float *d = dy + r0 * C;
-        hs_moe_swiglu_backward(r->dev, d, 0.0f, grad_slice(gr->w1, gdt, wo),
-                               grad_slice(gr->w3, gdt, wo), grad_slice(gr->w2, gdt, wo), gdt, d,
-                               hs_moe_at(r->x, dt, r0 * C), hs_moe_at(r->h1, dt, r0 * F),
-                               hs_moe_at(r->h3, dt, r0 * F), hs_moe_at(w->w1, dt, wo),
-                               hs_moe_at(w->w3, dt, wo), hs_moe_at(w->w2, dt, wo), dt,
-                               hs_moe_at(a, dt, r0 * F), dh1 + r0 * F, dh3 + r0 * F, n, C, F);
+        hs_moe_swiglu_backward(
+            r->dev, d, 0.0f, grad_slice(gr->w1, gdt, wo), grad_slice(gr->w3, gdt, wo),
+            grad_slice(gr->w2, gdt, wo), gdt, d, hs_moe_at(r->x, dt, r0 * C),
+            hs_moe_at(r->h1, dt, r0 * F), hs_moe_at(r->h3, dt, r0 * F), hs_moe_at(w->w1, dt, wo),
+            hs_moe_at(w->w3, dt, wo), hs_moe_at(w->w2, dt, wo), dt, hs_moe_at(a, dt, r0 * F),
+            dh1 + r0 * F, dh3 + r0 * F, n, C, F, r->seq_first ? gr->wgrad : NULL,
+            r->seq_first ? first_of(r, gr, e) : NULL);
     }
 }

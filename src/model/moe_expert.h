@@ -14,13 +14,15 @@ void hs_moe_swiglu_forward(hs_device *d, void *y, hs_dtype y_dt, float beta, voi
                            void *a, const void *xin, const void *w1, const void *w3, const void *w2,
                            hs_dtype dt, int64_t n, int C, int F);
 /* dxin = dxin_beta * dxin + (gradient w.r.t. xin) (fp32 [n, C]); dxin may
- * be dy itself (dy is dead by then). dw1/dw3/dw2 += (in gdt; NULL skips).
+ * be dy itself (dy is dead by then). dw1/dw3/dw2 += (in gdt; NULL skips),
+ * through wg over the sequences' rows `first` (relative to these n rows)
+ * when wg is not NULL.
  * Scratch: a (dt [n, F]), dh1 and dh3 (fp32 [n, F]). */
 void hs_moe_swiglu_backward(hs_device *d, float *dxin, float dxin_beta, void *dw1, void *dw3,
                             void *dw2, hs_dtype gdt, const float *dy, const void *xin,
                             const void *h1, const void *h3, const void *w1, const void *w3,
                             const void *w2, hs_dtype dt, void *a, float *dh1, float *dh3, int64_t n,
-                            int C, int F);
+                            int C, int F, const hs_moe_wgrad *wg, const int64_t *first);
 
 /* Element i of a buffer of dtype dt. */
 static inline void *hs_moe_at(const void *p, hs_dtype dt, int64_t i) {

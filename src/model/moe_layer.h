@@ -197,6 +197,8 @@ void hs_moe_aux_prob_grad(const hs_moe_aux *a, double scale, float *g);
 /* ------------------------------------------ sequence-wise balance loss */
 
 size_t hs_moe_seq_host_bytes(const hs_moe_shapes *s, int max_batch);
+/* Host scratch of hs_moe_wgrad.host for up to max_sequences a forward. */
+size_t hs_moe_wgrad_host_bytes(const hs_moe_shapes *s, int max_sequences);
 /* After the block's first forward on act (not a recomputation): the
  * sequences' statistics (summed over par's seq_sum), coef, and the term's
  * value alpha * (1 / B) sum_b L_b (the mean over this micro-batch's
@@ -215,11 +217,13 @@ void hs_moe_seq_backward(const hs_moe_act *act, const hs_moe_seq *q, float *dp, 
 void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, const void *bias,
                           int BT);
 /* From dw [BT, K] (d loss / d weight), aux_grad and seq (NULL: none):
- * dx += dlogits @ gate, dgate += dlogits^T @ x. dp and tmp are [BT, E]
- * fp32 scratch. */
-void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw,
+ * dx += dlogits @ gate, gr->gate += dlogits^T @ x (through gr->wgrad over
+ * the sequences' row blocks when it is set). dp and tmp are [BT, E] fp32
+ * scratch. */
+void hs_moe_route_backward(float *dx, const hs_moe_grads *gr, const float *dw,
                            const float *aux_grad, const hs_moe_seq *seq, const hs_moe_act *act,
-                           const void *x, const void *gate, float *dp, float *tmp);
+                           const void *x, const void *gate, float *dp, float *tmp,
+                           const int64_t *blocks);
 /* Counting sort of the BT*K pairs by expert into offset/row_pair/pair_row
  * (the device's moe_dispatch). */
 void hs_moe_dispatch_plan(hs_moe_act *act);

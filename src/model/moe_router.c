@@ -32,16 +32,19 @@ void hs_moe_route_forward(hs_moe_act *act, const void *x, const void *gate, cons
                            K);
 }
 
-void hs_moe_route_backward(float *dx, void *dgate, hs_dtype gdt, const float *dw,
+void hs_moe_route_backward(float *dx, const hs_moe_grads *gr, const float *dw,
                            const float *aux_grad, const hs_moe_seq *seq, const hs_moe_act *act,
-                           const void *x, const void *gate, float *dp, float *tmp) {
+                           const void *x, const void *gate, float *dp, float *tmp,
+                           const int64_t *blocks) {
     const int C = act->cap.C, E = act->cap.E, K = act->cap.K, BT = act->BT;
     act->dev->k->moe_route_bwd(act->dev->stream, dp, act->probs, act->sel, dw, aux_grad, BT, E, K,
                                act->cap.router);
     if (seq) hs_moe_seq_backward(act, seq, dp, tmp);
     hs_dev_gemm(act->dev, false, false, BT, C, E, 1.0f, dp, HS_DTYPE_F32, E, gate, act->dt, C, 1.0f,
                 dx, HS_DTYPE_F32, C);
-    if (dgate)
+    if (gr->gate && gr->wgrad)
+        gr->wgrad->fn(gr->wgrad->ctx, gr->gate, gr->dt, dp, HS_DTYPE_F32, x, act->dt, blocks, C, E);
+    else if (gr->gate)
         hs_dev_gemm(act->dev, true, false, E, C, BT, 1.0f, dp, HS_DTYPE_F32, E, x, act->dt, C, 1.0f,
-                    dgate, gdt, C);
+                    gr->gate, gr->dt, C);
 }

@@ -46,8 +46,8 @@ static seq_host host_of(void *mem, const hs_moe_shapes *s, int max_batch) {
 
 size_t hs_moe_seq_host_bytes(const hs_moe_shapes *s, int max_batch) {
     const size_t bt = (size_t)s->BT, E = (size_t)s->E, B = (size_t)max_batch;
-    return B * 2 * E * sizeof(double) + 2 * bt * E * sizeof(float) +
-           B * 2 * E * sizeof(float) + bt * (size_t)s->K * sizeof(int32_t);
+    return B * 2 * E * sizeof(double) + 2 * bt * E * sizeof(float) + B * 2 * E * sizeof(float) +
+           bt * (size_t)s->K * sizeof(int32_t);
 }
 
 /* The sequence of this rank's row r. */
@@ -99,8 +99,7 @@ void hs_moe_seq_backward(const hs_moe_act *act, const hs_moe_seq *q, float *dp, 
         for (int e = 0; e < E; e++) cdot += (double)c[e] * (p[e] / z);
         /* d / d s_e of sum_j c_j s_j / z, then through the scores */
         if (act->cap.router.sigmoid) {
-            for (int e = 0; e < E; e++)
-                g[e] = (float)((c[e] - cdot) / z * p[e] * (1.0 - p[e]));
+            for (int e = 0; e < E; e++) g[e] = (float)((c[e] - cdot) / z * p[e] * (1.0 - p[e]));
             continue;
         }
         double pdot = 0.0;

@@ -218,7 +218,7 @@ static void experts_fwd(void *ctx, const hs_moe_exchange *io) {
     void *a = grow_to(p, &x->a, dev, (size_t)R * (size_t)F * es);
     hs_ep_all_to_allv(p->ep, stage, recv, io->xg, send, dt);
     reorder(p, xr, stage, row_bytes, true);
-    hs_moe_rows r = {dev, EL, x->off_h, xr, h1, h3, y};
+    hs_moe_rows r = {dev, EL, x->off_h, xr, h1, h3, y, NULL};
     hs_moe_experts_forward(&r, io->w, a, dt, C, F);
     reorder(p, stage, y, row_bytes, false);
     hs_ep_all_to_allv(p->ep, io->y, send, stage, recv, dt);
@@ -243,7 +243,7 @@ static void experts_bwd(void *ctx, const hs_moe_exchange *io) {
     float *dh3 = grow_to(p, &x->dh3, dev, (size_t)R * (size_t)F * sizeof(float));
     hs_ep_all_to_allv(p->ep, stage, recv, io->dyg, send, HS_DTYPE_F32);
     reorder(p, dy, stage, row_bytes, true);
-    hs_moe_rows r = {dev, EL, x->off_h, st->x.p, st->h1.p, st->h3.p, st->y.p};
+    hs_moe_rows r = {dev, EL, x->off_h, st->x.p, st->h1.p, st->h3.p, st->y.p, NULL};
     hs_moe_experts_backward(&r, dy, io->gr, io->w, a, dh1, dh3, dt, C, F);
     reorder(p, stage, dy, row_bytes, false);
     hs_ep_all_to_allv(p->ep, io->dyg, send, stage, recv, HS_DTYPE_F32);

@@ -12,7 +12,11 @@
 # selective activation checkpointing and PP 2 x FSDP 4 under GPipe on 8
 # ranks; ZB-H1 at PP 2 x FSDP 2 with full checkpointing (fp32) and with
 # selective checkpointing (bf16); ZB-V at PP 2 x FSDP 2 (fp32) and at PP 2
-# with selective checkpointing (bf16). A run saved at FSDP 4 and resumed in one process and at
+# with selective checkpointing (bf16); MoE (8 experts in groups, a shared
+# expert, the correction bias and the sequence-wise loss) in one process
+# over 4 micro-batches, at FSDP 2 (also with checkpointing), HSDP 2 x 2 and
+# PP 2 x FSDP 2, and in bf16 at FSDP 4, its default mode's FSDP 2 the
+# control. A run saved at FSDP 4 and resumed in one process and at
 # HSDP 2 x 2, and one saved at PP 2 x FSDP 2 and resumed in one process,
 # continue bit for bit. The negative control: the default mode's FSDP 4 is
 # not bitwise one process's, so the comparison can fail; so are one
@@ -169,21 +173,53 @@ sys.exit(open(sys.argv[1] + "/model.safetensors", "rb").read() ==
          open(sys.argv[2] + "/model.safetensors", "rb").read())
 PY
 }
+# MoE (8 experts in 4 groups, top 2, a shared expert) balanced by the
+# correction bias and the sequence-wise loss, without the per-micro-batch
+# aux loss: each expert's weight gradient is a tree over its rows of each
+# sequence, the router's and the shared expert's over the token rows
+moe=(model.arch=moe model.moe.num_experts=8 model.moe.top_k=2 model.moe.expert_ffn_dim=24
+     model.moe.shared_expert_ffn_dim=16 model.moe.score_func=sigmoid model.moe.n_group=4
+     model.moe.topk_group=2 model.moe.aux_loss_coef=0 model.moe.bias_update_speed=0.01
+     model.moe.seq_aux_loss_coef=0.01)
+run moe_one 1 train.threads=2 train.micro_batch_size=8 "${moe[@]}"
+run moe_acc4 1 train.threads=1 train.micro_batch_size=2 "${moe[@]}"
+run moe_fsdp2 2 train.threads=1 train.micro_batch_size=4 fsdp_config.dp_shard_size=2 "${moe[@]}"
+run moe_hsdp22_acc2 4 train.threads=1 train.micro_batch_size=1 fsdp_config.dp_shard_size=2 \
+    "${moe[@]}"
+run moe_fsdp2_ac 2 train.threads=1 train.micro_batch_size=4 fsdp_config.dp_shard_size=2 \
+    train.activation_checkpointing=true "${moe[@]}"
+for r in moe_acc4 moe_fsdp2 moe_hsdp22_acc2 moe_fsdp2_ac; do same moe_one "$r"; done
+run moe_one_bf16 1 train.threads=2 train.micro_batch_size=8 "${moe[@]}" "${bf16[@]}"
+run moe_fsdp4_bf16 4 train.threads=1 train.micro_batch_size=2 fsdp_config.dp_shard_size=4 \
+    "${moe[@]}" "${bf16[@]}"
+same moe_one_bf16 moe_fsdp4_bf16
+run moe_one_l4 1 train.threads=2 train.micro_batch_size=8 model.n_layers=4 "${moe[@]}"
+run moe_pp2_fsdp2 4 train.threads=1 train.micro_batch_size=2 model.n_layers=4 \
+    accelerator.pp_size=2 fsdp_config.dp_shard_size=2 "${moe[@]}"
+same moe_one_l4 moe_pp2_fsdp2
+run moe_fsdp2_none 2 train.threads=1 train.micro_batch_size=4 fsdp_config.dp_shard_size=2 \
+    "${moe[@]}" train.reproducibility=none
+if cmp -s "$work/moe_one/model.safetensors" "$work/moe_fsdp2_none/model.safetensors"; then
+    fail "MoE: the default mode's FSDP 2 matched one process bit for bit (no control)"
+else
+    echo "  MoE default mode: FSDP 2's weights differ from one process's, as expected"
+fi
+
 for mutation in swap_leaves wgrad_k; do
     HS_CANON_TEST_MUTATE=$mutation run "mutated_$mutation" 1 train.threads=2 train.micro_batch_size=8
     differs one "mutated_$mutation"
 done
 
 hs_refused 2 "covers FSDP, HSDP, pipelines and micro-batches" accelerator.tp_size=2
-hs_refused 1 "model.arch = moe" model.arch=moe model.moe.num_experts=4 model.moe.top_k=2 \
-    model.moe.expert_ffn_dim=24
+hs_refused 1 "model.moe.aux_loss_coef = 0.01 with train.reproducibility = layout" \
+    model.arch=moe model.moe.num_experts=4 model.moe.top_k=2 model.moe.expert_ffn_dim=24
 hs_refused 1 "set fsdp_config.mix_precision.reduce_dtype: float32" \
     fsdp_config.mix_precision.param_dtype=bfloat16
 hs_refused 1 "must be a power of two" train.micro_batch_size=3 train.global_batch_size=6
 hs_refused 1 "train.reproducibility: expected one of none | run | layout, got 'bits'" \
     train.reproducibility=bits
 HS_CANON_TEST_MUTATE=bogus hs_refused 1 "HS_CANON_TEST_MUTATE=bogus: expected swap_leaves or wgrad_k"
-echo "  refused: TP, MoE, a 16-bit reduction, a batch that is no power of two, an unknown"
-echo "  mode, an unknown mutation"
+echo "  refused: TP, MoE's per-micro-batch aux loss, a 16-bit reduction, a batch that is no"
+echo "  power of two, an unknown mode, an unknown mutation"
 
 hs_finish

@@ -108,7 +108,8 @@ static hs_moe_grads runner_grads(runner *r) {
                           r->act.cap.FS ? r->g[P_SG] : NULL,
                           r->act.cap.FS ? r->g[P_SU] : NULL,
                           r->act.cap.FS ? r->g[P_SD] : NULL,
-                          HS_DTYPE_F32};
+                          HS_DTYPE_F32,
+                          NULL};
 }
 
 /* Loss of the tests on an fp32 run: sum(out * R) + lam * aux (one layer). */
