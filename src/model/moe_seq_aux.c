@@ -17,8 +17,6 @@
  * them first (the seam's seq_sum), so every layout computes the same
  * statistics. The arithmetic is on the host, from copies of the router's
  * scores and choices. */
-#include <string.h>
-
 #include "model/moe_layer.h"
 
 /* Host workspace: scores [BT, E], choices [BT, K], the sequences'
@@ -61,7 +59,7 @@ double hs_moe_seq_forward(const hs_moe_act *act, const hs_moe_seq *q, const hs_m
     HS_ASSERT(B >= 1 && B <= q->max_batch);
     hs_device_copy(act->dev, h.p, act->probs, (size_t)(BT * E) * sizeof(float), HS_COPY_D2H);
     hs_device_copy(act->dev, h.sel, act->sel, (size_t)(BT * K) * sizeof(int32_t), HS_COPY_D2H);
-    memset(h.st, 0, (size_t)B * 2 * (size_t)E * sizeof(double));
+    for (int64_t i = 0; i < (int64_t)B * 2 * E; i++) h.st[i] = 0.0; /* host statistics */
     for (int64_t r = 0; r < BT; r++) {
         double *cnt = h.st + (size_t)seq_of(q, r) * 2 * (size_t)E, *ps = cnt + E;
         const float *p = h.p + r * E;
