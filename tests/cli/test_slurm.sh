@@ -133,9 +133,11 @@ test_srun_kill_then_requeue() {
     local s1 s2
     kill_then_requeue srun srun
     # srun's own exit status varies with the order its tasks end in (137 for
-    # the SIGKILL, or 1, a peer's that saw the rank die): the task is what
-    # the line must name
-    grep -Eq "restart 1 of 3: srun: error: $host: task [0-3]: Killed \(exit (137|1)\)" "$work/srun.log" ||
+    # the SIGKILL, or 1, a peer's that saw the rank die), and tasks that end
+    # alike are named as a range ("tasks 1-2"): the task is what the line
+    # must name
+    grep -Eq "restart 1 of 3: srun: error: $host: tasks? [0-3](-[0-3])?: Killed \(exit (137|1)\)" \
+        "$work/srun.log" ||
         fail "srun: the restart does not name the killed task: $(grep 'launch:' "$work/srun.log")"
     # the ranks stopped after their step with a checkpoint, and told srun's output
     grep -q "stopped by Terminated after step [0-9]* of $steps; saved the checkpoint $work/ck_srun/step-" \
