@@ -7,7 +7,8 @@
 # layout matches the one-process run on the same global batch within 5e-5
 # relative (fp32): FSDP 2 (and with activation checkpointing), EP 2, TP 2
 # with sequence parallel, CP 2, PP 2
-# (1F1B and ZB-V), and on 4 ranks EP 2 x EDP shard 2 and HSDP 2 x 2, for 3
+# (1F1B and ZB-V), and on 4 ranks EP 2 x EDP shard 2, HSDP 2 x 2, EP 2 x PP 2,
+# PP 2 x TP 2 and CP 2 x TP 2 (both with sequence parallel), for 3
 # steps: loss and grad norm of every step, step 1's gradients, the weights
 # after steps 1 and 2, the logits and the export (whose correction biases
 # must be equal to the last bit: a sign that flips is 2 x 0.01), and the
@@ -18,7 +19,8 @@
 # sign(mean - load) after each step, in fp32) and moved, and survive export
 # and import with the router's settings; with
 # bias_update_speed 0 they stay zero, and a softmax router then has none.
-# Bad settings exit 2 naming the key.
+# Bad settings exit 2 naming the key; a config.json with a bad
+# scoring_func or n_group is refused by import naming it, writing nothing.
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 300
 # HS_TEST_TIERS: avx2
@@ -112,6 +114,13 @@ hs_train_dump pp2zbv 2 accelerator.pp_size=2 "${zbv[@]}"
 compare one2l4 pp2zbv
 hs_train_dump ep2e2 4 accelerator.ep_size=2 fsdp_config.dp_shard_size=4 fsdp_config.edp_shard_size=2
 compare one8 ep2e2
+# composed: the bias moves and the sequence-wise loss sums every step
+hs_train_dump ep2pp2 4 accelerator.ep_size=2 accelerator.pp_size=2 fsdp_config.dp_shard_size=2
+compare one4 ep2pp2
+hs_train_dump pp2tp2 4 accelerator.pp_size=2 accelerator.tp_size=2 accelerator.sequence_parallel=true
+compare one2 pp2tp2
+hs_train_dump cp2tp2 4 accelerator.cp_size=2 accelerator.tp_size=2 accelerator.sequence_parallel=true
+compare one2 cp2tp2
 hs_train_dump hsdp 4 fsdp_config.dp_shard_size=2
 compare one8 hsdp
 
@@ -162,6 +171,26 @@ for want in "score_func: sigmoid" "n_group: 4" "topk_group: 2" "routed_scaling_f
     grep -q "$want" "$work/imp/config.yaml" || fail "import: no '$want' in config.yaml"
 done
 same_bias one4 imp
+
+# a config.json whose router fields are wrong is refused naming them, and
+# import writes nothing
+mkdir -p "$work/bad_hf"
+for bad in '"scoring_func": "relu"' '"n_group": 3'; do
+    cp "$HS_SRC/tests/data/qwen3_moe_router_hf/"* "$work/bad_hf/"
+    python3 - "$work/bad_hf/config.json" "$bad" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(json.loads("{" + sys.argv[2] + "}"))
+json.dump(c, open(sys.argv[1], "w"))
+PY
+    rc=0
+    "$HS_BIN" import "$work/bad_hf" --out "$work/bad_out" > "$work/bad_import.log" 2>&1 || rc=$?
+    [ "$rc" = 1 ] || fail "import with $bad: exit $rc, want 1"
+    key=$(echo "$bad" | cut -d'"' -f2)
+    grep -q "config.json: \"$key\"" "$work/bad_import.log" ||
+        fail "import with $bad does not name \"$key\": $(tail -1 "$work/bad_import.log")"
+    [ ! -e "$work/bad_out" ] || fail "import with $bad wrote $work/bad_out"
+done
 
 hs_expect_exit 2 aux "model.moe.aux_loss_coef = 0.01 with model.moe.score_func = sigmoid" \
     train "${tiny[@]}" model.moe.aux_loss_coef=0.01
