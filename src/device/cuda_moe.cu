@@ -86,6 +86,28 @@ static __device__ __forceinline__ float round_dt(float v, int dt) {
  * sized per warp of the grid, so the grid is kept small. */
 #define ROUTE_GLOBAL_BLOCKS 128
 
+/* One warp's row of logits l rounded to dt: p[e] = exp(l_e - max) in
+ * fp64, and their sum in expert order (lane 0's, every lane gets it). */
+static __device__ double warp_exps(const float *l, double *p, int E, int dt) {
+    const int lane = threadIdx.x & 31;
+    float mx = -INFINITY;
+    for (int e = lane; e < E; e += 32) {
+        float v = round_dt(l[e], dt);
+        p[e] = v;
+        mx = v > mx ? v : mx;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(FULL_MASK, mx, o);
+        mx = v > mx ? v : mx;
+    }
+    for (int e = lane; e < E; e += 32) p[e] = exp(p[e] - (double)mx);
+    __syncwarp();
+    double sum = 0.0;
+    if (lane == 0)
+        for (int e = 0; e < E; e++) sum += p[e];
+    return __shfl_sync(FULL_MASK, sum, 0);
+}
+
 /* One warp per row; ws: E + K doubles of the warp's own (the fp64
  * exponentials, then the chosen probabilities). As reference: logits
  * rounded to dt, p_e = exp(l_e - max) in fp64 summed in expert order, the
@@ -103,22 +125,7 @@ static __global__ void route_kernel(int32_t *expert, float *weight, float *probs
     double *taken = p + E;
     for (int64_t n = first; n < N; n += warp_stride()) {
         float *l = probs + n * E;
-        float mx = -INFINITY;
-        for (int e = lane; e < E; e += 32) {
-            float v = round_dt(l[e], dt);
-            p[e] = v;
-            mx = v > mx ? v : mx;
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            float v = __shfl_xor_sync(FULL_MASK, mx, o);
-            mx = v > mx ? v : mx;
-        }
-        for (int e = lane; e < E; e += 32) p[e] = exp(p[e] - (double)mx);
-        __syncwarp();
-        double sum = 0.0;
-        if (lane == 0)
-            for (int e = 0; e < E; e++) sum += p[e];
-        sum = __shfl_sync(FULL_MASK, sum, 0);
+        const double sum = warp_exps(l, p, E, dt);
         for (int e = lane; e < E; e += 32) l[e] = (float)(p[e] / sum);
         double chosen = 0.0;
         for (int j = 0; j < K; j++) {
@@ -211,22 +218,7 @@ static __global__ void route_scored_kernel(int32_t *expert, float *weight, float
         if (r.sigmoid) {
             for (int e = lane; e < E; e += 32) q[e] = 1.0 / (1.0 + exp(-(double)l[e]));
         } else {
-            float mx = -INFINITY;
-            for (int e = lane; e < E; e += 32) {
-                float v = round_dt(l[e], dt);
-                q[e] = v;
-                mx = v > mx ? v : mx;
-            }
-            for (int o = 16; o > 0; o >>= 1) {
-                float v = __shfl_xor_sync(FULL_MASK, mx, o);
-                mx = v > mx ? v : mx;
-            }
-            for (int e = lane; e < E; e += 32) q[e] = exp(q[e] - (double)mx);
-            __syncwarp();
-            double sum = 0.0;
-            if (lane == 0)
-                for (int e = 0; e < E; e++) sum += q[e];
-            sum = __shfl_sync(FULL_MASK, sum, 0);
+            const double sum = warp_exps(l, q, E, dt);
             for (int e = lane; e < E; e += 32) q[e] /= sum;
         }
         for (int e = lane; e < E; e += 32) {
