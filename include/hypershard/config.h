@@ -68,7 +68,26 @@ typedef struct hs_moe_config {
      * of the scores normalised to sum 1), averaged over the global batch's
      * sequences and summed over blocks; 0: none */
     double seq_aux_loss_coef;
+    /* DeepSeek-V3's dense blocks: blocks 0 .. first_k_dense_replace - 1
+     * have a dense MLP of model.ffn_dim (arch deepseek_v3) */
+    int first_k_dense_replace;
 } hs_moe_config;
+
+/* Multi-head latent attention (arch deepseek_v3, Hugging Face's
+ * DeepseekV3Attention): q = q_b_proj(q_a_layernorm(q_a_proj(x))) (or
+ * q_proj(x) when q_lora_rank is 0), kv_a_proj_with_mqa(x) = [latent |
+ * k_rope], k_nope and v from kv_b_proj(kv_a_layernorm(latent)); each
+ * head's query and key are [nope | rope] with RoPE on the rope dims only
+ * (the rope key shared by the heads), the value v_head_dim wide. */
+typedef struct hs_mla_config {
+    int q_lora_rank; /* 0: q_proj without compression */
+    int kv_lora_rank;
+    int qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    /* Hugging Face checkpoints rotate (x0, x1), (x2, x3), ... pairs: their
+     * rope rows are reordered to rotate_half's halves on import, back on
+     * export */
+    bool rope_interleave;
+} hs_mla_config;
 
 /* RoPE's frequencies stretched for a context longer than the one a model
  * was pretrained at (model.rope_scaling; Hugging Face's "rope_scaling" /
@@ -87,13 +106,14 @@ typedef struct hs_rope_scaling {
 } hs_rope_scaling;
 
 typedef struct hs_model_config {
-    char arch[HS_NAME_MAX]; /* "llama" | "moe" | "qwen3" | "qwen3_moe" */
+    char arch[HS_NAME_MAX]; /* "llama" | "moe" | "qwen3" | "qwen3_moe" | "deepseek_v3" */
     int vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_dim;
     int head_dim; /* 0 (null): dim / n_heads; use hs_model_head_dim */
     double norm_eps, rope_theta, init_std;
     hs_rope_scaling rope_scaling;
     bool tie_embeddings;
     hs_moe_config moe;
+    hs_mla_config mla;
 } hs_model_config;
 
 /* What model.arch builds: routed experts in the blocks (moe, qwen3_moe);
@@ -106,6 +126,7 @@ bool hs_model_arch_qk_norm(const hs_model_config *m);
  * expert's SwiGLU projections w1 (gate), w2 (down), w3 (up). */
 typedef struct hs_moe_names {
     const char *block, *w1, *w2, *w3;
+    const char *shared; /* the shared expert's module in the block's */
 } hs_moe_names;
 const hs_moe_names *hs_model_arch_moe_names(const hs_model_config *m);
 /* Whether the router renormalises the top-k weights: always for moe
@@ -124,8 +145,11 @@ bool hs_model_moe_scored(const hs_model_config *m);
 bool hs_model_layer_moe(const hs_model_config *m, int layer);
 /* The blocks with a dense MLP: all of them for llama and qwen3. */
 int hs_model_dense_layers(const hs_model_config *m);
-/* The attention head size: model.head_dim, or dim / n_heads when null. */
+/* The attention head size: model.head_dim, or dim / n_heads when null;
+ * under MLA the query / key head, qk_nope_head_dim + qk_rope_head_dim. */
 int hs_model_head_dim(const hs_model_config *m);
+/* Multi-head latent attention (arch deepseek_v3, hs_mla_config). */
+bool hs_model_arch_mla(const hs_model_config *m);
 
 typedef struct hs_accel_config {
     char device[HS_NAME_MAX]; /* "cpu" | "cuda" */

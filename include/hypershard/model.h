@@ -243,7 +243,8 @@ typedef struct hs_model_dims {
     int64_t rows;           /* this rank's rows at capacity: max_batch * seq_len / cp */
     int64_t head_rows;      /* rows of the head per chunk */
     float norm_eps;
-    const float *cos_t, *sin_t; /* the model's RoPE tables, [seq_len, HD/2] fp32 */
+    const float *cos_t, *sin_t; /* the model's RoPE tables, [seq_len, rope_hd/2] fp32 */
+    int rope_hd;                /* the dims RoPE rotates: HD, or latent attention's rope dims */
     int E, K, F_expert;         /* MoE: routed experts, top_k, expert_ffn_dim (0: dense) */
     int64_t moe_rows;           /* MoE: the (token, slot) rows of a layer at capacity */
     bool count_only;            /* the model only counts (the plan): size, do not run */

@@ -1,6 +1,7 @@
 /* Hugging Face config.json for LlamaForCausalLM (arch llama),
  * MixtralForCausalLM (arch moe), Qwen3ForCausalLM (arch qwen3) and
- * Qwen3MoeForCausalLM (arch qwen3_moe): the
+ * Qwen3MoeForCausalLM (arch qwen3_moe) and DeepseekV3ForCausalLM (arch
+ * deepseek_v3): the
  * fields transformers needs to build the
  * same network, and the reverse mapping so a directory written by
  * transformers (or by us) can be checked against and loaded into a model. */
@@ -24,7 +25,8 @@ static const hf_family FAMILIES[] = {{"llama", "llama", "LlamaForCausalLM"},
                                      {"llama", "mistral", "MistralForCausalLM"},
                                      {"moe", "mixtral", "MixtralForCausalLM"},
                                      {"qwen3", "qwen3", "Qwen3ForCausalLM"},
-                                     {"qwen3_moe", "qwen3_moe", "Qwen3MoeForCausalLM"}};
+                                     {"qwen3_moe", "qwen3_moe", "Qwen3MoeForCausalLM"},
+                                     {"deepseek_v3", "deepseek_v3", "DeepseekV3ForCausalLM"}};
 #define N_FAMILIES (int)(sizeof FAMILIES / sizeof FAMILIES[0])
 
 static const hf_family *family_of(const char *key, bool by_model_type) {
@@ -91,6 +93,32 @@ static void hf_write_rope_scaling(hs_json *j, const hs_rope_scaling *r) {
     hs_json_end_object(j);
 }
 
+/* DeepseekV3Config's latent attention and DeepSeekMoE fields (the shared
+ * experts as n_shared_experts of moe_intermediate_size: config rules keep
+ * the width a multiple); scoring_func and bias_update_speed as
+ * hf_write_router writes them, for hypershard to read back. */
+static void hf_write_deepseek_v3(hs_json *j, const hs_model_config *mc) {
+    const hs_mla_config *a = &mc->mla;
+    const hs_moe_config *x = &mc->moe;
+    if (a->q_lora_rank > 0) hs_json_kv_int(j, "q_lora_rank", a->q_lora_rank);
+    else {
+        hs_json_key(j, "q_lora_rank");
+        hs_json_null(j);
+    }
+    hs_json_kv_int(j, "kv_lora_rank", a->kv_lora_rank);
+    hs_json_kv_int(j, "qk_nope_head_dim", a->qk_nope_head_dim);
+    hs_json_kv_int(j, "qk_rope_head_dim", a->qk_rope_head_dim);
+    hs_json_kv_int(j, "v_head_dim", a->v_head_dim);
+    hs_json_kv_bool(j, "rope_interleave", a->rope_interleave);
+    hs_json_kv_int(j, "moe_intermediate_size", x->expert_ffn_dim);
+    hs_json_kv_int(j, "n_shared_experts", x->shared_expert_ffn_dim / x->expert_ffn_dim);
+    hs_json_kv_int(j, "n_routed_experts", x->num_experts);
+    hs_json_kv_int(j, "num_experts_per_tok", x->top_k);
+    hs_json_kv_int(j, "first_k_dense_replace", x->first_k_dense_replace);
+    hs_json_kv_bool(j, "norm_topk_prob", x->norm_topk_prob);
+    hs_json_kv_double(j, "seq_aux_loss_coef", x->seq_aux_loss_coef, 15);
+}
+
 static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_position,
                             const char *dtype_name) {
     bool moe = hs_model_arch_moe(mc), qwen_moe = is_qwen3_moe(mc->arch);
@@ -103,11 +131,12 @@ static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_posit
     hs_json_kv_string(j, "model_type", fam->model_type);
     hs_json_kv_int(j, "vocab_size", mc->vocab_size);
     hs_json_kv_int(j, "hidden_size", mc->dim);
-    hs_json_kv_int(j, "intermediate_size", moe && !qwen_moe ? mc->moe.expert_ffn_dim : mc->ffn_dim);
+    bool mla = hs_model_arch_mla(mc), mixtral = moe && !qwen_moe && !mla;
+    hs_json_kv_int(j, "intermediate_size", mixtral ? mc->moe.expert_ffn_dim : mc->ffn_dim);
     hs_json_kv_int(j, "num_hidden_layers", mc->n_layers);
     hs_json_kv_int(j, "num_attention_heads", mc->n_heads);
-    hs_json_kv_int(j, "num_key_value_heads", mc->n_kv_heads);
-    hs_json_kv_int(j, "head_dim", hs_model_head_dim(mc));
+    hs_json_kv_int(j, "num_key_value_heads", mla ? mc->n_heads : mc->n_kv_heads);
+    if (!mla) hs_json_kv_int(j, "head_dim", hs_model_head_dim(mc));
     hs_json_kv_string(j, "hidden_act", "silu");
     hs_json_kv_double(j, "rms_norm_eps", mc->norm_eps, 15);
     hs_json_kv_double(j, "rope_theta", mc->rope_theta, 15);
@@ -120,7 +149,9 @@ static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_posit
     if (hs_model_arch_qk_norm(mc)) hs_json_kv_bool(j, "use_sliding_window", false);
     hs_json_kv_string(j, "torch_dtype", dtype_name);
     if (moe) hf_write_router(j, mc);
-    if (qwen_moe) {
+    if (mla) {
+        hf_write_deepseek_v3(j, mc);
+    } else if (qwen_moe) {
         hf_write_qwen3_moe(j, mc);
     } else if (moe) {
         hs_json_kv_int(j, "num_local_experts", mc->moe.num_experts);
@@ -434,6 +465,63 @@ static hs_status hf_read_qwen3_moe(json_t *root, const char *path, hs_model_conf
     return s == HS_OK ? hf_check_shape(path, mc, true, e) : s;
 }
 
+/* DeepseekV3Config's fields, with transformers' defaults where it has
+ * them (q_lora_rank null: no compression; rope_interleave and
+ * norm_topk_prob true; n_group, topk_group 1 when null). Its router is
+ * always the sigmoid one, without Mixtral's aux loss. */
+static hs_status hf_read_deepseek_v3(json_t *root, const char *path, hs_model_config *mc,
+                                     hs_error *e) {
+    hs_mla_config *a = &mc->mla;
+    hs_moe_config *x = &mc->moe;
+    *a = (hs_mla_config){.rope_interleave = true};
+    mc->n_kv_heads = mc->n_heads; /* DeepseekV3Config's: one key and value a head */
+    mc->head_dim = 0;             /* qk_nope_head_dim + qk_rope_head_dim */
+    x->norm_topk_prob = true;
+    x->aux_loss_coef = 0.0;
+    x->n_group = x->topk_group = 1;
+    x->decoder_sparse_step = 1;
+    x->n_mlp_only_layers = 0;
+    snprintf(x->score_func, sizeof x->score_func, "sigmoid");
+    json_t *ql = json_object_get(root, "q_lora_rank");
+    int n_shared = 0;
+    hs_status s = ql && !json_is_null(ql)
+                      ? hf_int(root, path, "q_lora_rank", true, 1, &a->q_lora_rank, e)
+                      : HS_OK;
+    if (s == HS_OK) s = hf_int(root, path, "kv_lora_rank", true, 1, &a->kv_lora_rank, e);
+    if (s == HS_OK) s = hf_int(root, path, "qk_nope_head_dim", true, 1, &a->qk_nope_head_dim, e);
+    if (s == HS_OK) s = hf_int(root, path, "qk_rope_head_dim", true, 2, &a->qk_rope_head_dim, e);
+    if (s == HS_OK) s = hf_int(root, path, "v_head_dim", true, 1, &a->v_head_dim, e);
+    if (s == HS_OK) s = hf_bool(root, path, "rope_interleave", &a->rope_interleave, e);
+    if (s == HS_OK) s = hf_int(root, path, "moe_intermediate_size", true, 1, &x->expert_ffn_dim, e);
+    if (s == HS_OK) s = hf_int(root, path, "n_shared_experts", false, 0, &n_shared, e);
+    if (s == HS_OK) s = hf_int(root, path, "n_routed_experts", true, 1, &x->num_experts, e);
+    if (s == HS_OK) s = hf_int(root, path, "num_experts_per_tok", true, 1, &x->top_k, e);
+    x->first_k_dense_replace = 0;
+    if (s == HS_OK)
+        s = hf_int(root, path, "first_k_dense_replace", false, 0, &x->first_k_dense_replace, e);
+    if (s == HS_OK) s = hf_bool(root, path, "norm_topk_prob", &x->norm_topk_prob, e);
+    if (s == HS_OK) s = hf_double(root, path, "seq_aux_loss_coef", true, &x->seq_aux_loss_coef, e);
+    if (s == HS_OK) s = hf_read_router(root, path, mc, e);
+    if (s != HS_OK) return s;
+    x->shared_expert_ffn_dim = n_shared * x->expert_ffn_dim;
+    snprintf(x->score_func, sizeof x->score_func, "sigmoid");
+    if (a->qk_rope_head_dim % 2 || a->v_head_dim > a->qk_nope_head_dim + a->qk_rope_head_dim)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"qk_rope_head_dim\" %d must be even and \"v_head_dim\" %d at "
+                            "most \"qk_nope_head_dim\" + \"qk_rope_head_dim\" = %d",
+                            path, a->qk_rope_head_dim, a->v_head_dim,
+                            a->qk_nope_head_dim + a->qk_rope_head_dim);
+    if (x->first_k_dense_replace >= mc->n_layers)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"first_k_dense_replace\" %d leaves no layer of %d with experts",
+                            path, x->first_k_dense_replace, mc->n_layers);
+    if (x->top_k > x->num_experts)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"num_experts_per_tok\" %d is more than \"n_routed_experts\" %d",
+                            path, x->top_k, x->num_experts);
+    return HS_OK;
+}
+
 static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config *mc,
                                 int *max_position, hs_error *e) {
     json_t *type = json_object_get(root, "model_type");
@@ -442,7 +530,7 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
     if (!fam)
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: model_type \"%s\" is not supported; hypershard reads llama, "
-                            "mistral, mixtral, qwen3 and qwen3_moe",
+                            "mistral, mixtral, qwen3, qwen3_moe and deepseek_v3",
                             path, t);
     snprintf(mc->arch, sizeof mc->arch, "%s", fam->arch);
     bool moe = hs_model_arch_moe(mc);
@@ -470,6 +558,7 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
     bool derived = mc->dim % mc->n_heads == 0 && head_dim == mc->dim / mc->n_heads;
     mc->head_dim = derived ? 0 : head_dim;
     mc->ffn_dim = ffn;
+    if (hs_model_arch_mla(mc)) return hf_read_deepseek_v3(root, path, mc, e);
     if (!moe) return hf_check_shape(path, mc, false, e);
     if (is_qwen3_moe(mc->arch)) return hf_read_qwen3_moe(root, path, mc, e);
     mc->moe.norm_topk_prob = true; /* Mixtral renormalises */

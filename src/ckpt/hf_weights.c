@@ -25,6 +25,51 @@ void hs_hf_tensor_name(const hs_param *p, int j, char *buf, size_t cap) {
     snprintf(buf, cap, "%.*s%d.%s", prefix, p->fqn, j, p->fqn + prefix);
 }
 
+/* DeepSeek's interleaved RoPE (model.mla.rope_interleave): a file's rope
+ * rows rotate pairs (r0, r1), (r2, r3), ...; the model's rotate_half's
+ * halves (r0, r2, ... | r1, r3, ...). Which rows of p are rope rows: `runs`
+ * runs of R rows, the first at row `first`, one every `step` rows. False:
+ * none. */
+static bool rope_rows(const hs_model_config *c, const hs_param *p, int *runs, int *first, int *step,
+                      int *R) {
+    if (!hs_model_arch_mla(c) || !c->mla.rope_interleave || p->ndim != 2) return false;
+    const hs_mla_config *a = &c->mla;
+    size_t n = strlen(p->fqn);
+    const char *q[] = {"self_attn.q_b_proj.weight", "self_attn.q_proj.weight"};
+    const char *kv = "self_attn.kv_a_proj_with_mqa.weight";
+    bool is_q = false;
+    for (int i = 0; i < 2; i++)
+        is_q |= n > strlen(q[i]) && !strcmp(p->fqn + n - strlen(q[i]), q[i]);
+    bool is_kv = n > strlen(kv) && !strcmp(p->fqn + n - strlen(kv), kv);
+    if (!is_q && !is_kv) return false;
+    *R = a->qk_rope_head_dim;
+    *step = a->qk_nope_head_dim + a->qk_rope_head_dim;
+    *first = is_q ? a->qk_nope_head_dim : a->kv_lora_rank;
+    *runs = is_q ? c->n_heads : 1;
+    return true;
+}
+
+/* The file's row order into the model's (to_model), or back, in place. */
+static bool rope_reorder(const hs_model_config *c, const hs_param *p, float *w, bool to_model) {
+    int runs, first, step, R;
+    if (!rope_rows(c, p, &runs, &first, &step, &R)) return true;
+    int64_t cols = p->shape[1];
+    float *tmp = malloc(sizeof(float) * (size_t)(R * cols));
+    if (!tmp) return false;
+    for (int h = 0; h < runs; h++) {
+        float *rows = w + ((int64_t)h * step + first) * cols;
+        for (int i = 0; i < R; i++) {
+            /* file row 2j + b is model row j + b R / 2 */
+            int file = i, model = i / 2 + (i % 2) * (R / 2);
+            int src = to_model ? file : model, dst = to_model ? model : file;
+            memcpy(tmp + (int64_t)dst * cols, rows + (int64_t)src * cols, sizeof(float) * cols);
+        }
+        memcpy(rows, tmp, sizeof(float) * (size_t)(R * cols));
+    }
+    free(tmp);
+    return true;
+}
+
 /* One HF tensor's shape: the param's, less the expert dim when split. */
 static void hf_tensor_shape(const hs_param *p, int *ndim, int64_t *shape) {
     int skip = p->kind == HS_PARAM_EXPERT ? 1 : 0;
@@ -67,6 +112,8 @@ hs_status hs_hf_save(hs_model *m, hs_param_get_fn get, void *ctx, hs_dtype dt, i
             break;
         }
         s = get(ctx, i, full, e);
+        if (s == HS_OK && !rope_reorder(hs_model_config_of(m), p, full, false))
+            s = hs_error_oom(e, "export: cannot allocate %s's rope rows", p->fqn);
         int parts = hs_hf_tensor_count(p);
         int64_t part_numel = numel / parts;
         for (int j = 0; s == HS_OK && write && j < parts; j++, k++) {
@@ -207,7 +254,9 @@ hs_status hs_hf_load_borrowing(hs_model *m, const char *dir, hs_param_set_fn set
         int64_t numel = hs_param_numel(p);
         int parts = hs_hf_tensor_count(p);
         hs_hf_tensor_name(p, 0, name, sizeof name);
-        const float *full = hf_in_place(hs_safetensors_find(f, name), parts);
+        int runs, first, step, R;
+        bool reorder = rope_rows(hs_model_config_of(m), p, &runs, &first, &step, &R);
+        const float *full = reorder ? NULL : hf_in_place(hs_safetensors_find(f, name), parts);
         if (full) s = hf_check_finite(path, name, full, numel, e);
         else {
             if (numel > cap) {
@@ -225,6 +274,8 @@ hs_status hs_hf_load_borrowing(hs_model *m, const char *dir, hs_param_set_fn set
                 hs_st_to_f32(hs_safetensors_find(f, name), part);
                 s = hf_check_finite(path, name, part, numel / parts, e);
             }
+            if (s == HS_OK && !rope_reorder(hs_model_config_of(m), p, buf, true))
+                s = hs_error_oom(e, "%s: cannot allocate %s's rope rows", path, p->fqn);
             full = buf;
         }
         if (s == HS_OK && full != buf && borrow && kept && borrow(ctx, i, full)) borrowed++;

@@ -13,6 +13,23 @@
  * left, and model.ffn_dim for the dense ones. */
 static void check_dense_layers(const hs_model_config *m, hs_cfg_report *rep) {
     const hs_moe_config *e = &m->moe;
+    if (e->first_k_dense_replace > 0 && !hs_model_arch_mla(m))
+        hs_cfg_report_add(
+            rep,
+            "model.moe.first_k_dense_replace = %d with model.arch = %s: DeepSeek-V3's "
+            "leading dense blocks; set model.arch: deepseek_v3, or use "
+            "mlp_only_layers with arch qwen3_moe",
+            e->first_k_dense_replace, m->arch);
+    else if (e->first_k_dense_replace >= m->n_layers && m->n_layers >= 1)
+        hs_cfg_report_add(rep,
+                          "model.moe.first_k_dense_replace = %d leaves no block of the %d with "
+                          "experts; set it below model.n_layers",
+                          e->first_k_dense_replace, m->n_layers);
+    else if (e->first_k_dense_replace > 0 && m->ffn_dim < 1)
+        hs_cfg_report_add(rep,
+                          "model.ffn_dim = %d: the dense blocks of model.moe.first_k_dense_replace "
+                          "need their MLP width; set model.ffn_dim >= 1",
+                          m->ffn_dim);
     bool mixed = e->n_mlp_only_layers > 0 || e->decoder_sparse_step != 1;
     if (!mixed) return;
     if (strcmp(m->arch, "qwen3_moe") != 0) {
@@ -82,14 +99,66 @@ static void check_router(const hs_moe_config *x, hs_cfg_report *rep) {
                           x->top_k, x->topk_group * (E / G), x->topk_group, E / G);
 }
 
+/* Multi-head latent attention's shapes, and what does not run it yet. */
+static void check_mla(const hs_config *c, hs_cfg_report *rep) {
+    const hs_model_config *m = &c->model;
+    const hs_mla_config *a = &m->mla;
+    int qk = a->qk_nope_head_dim + a->qk_rope_head_dim;
+    if (a->qk_rope_head_dim % 2)
+        hs_cfg_report_add(rep,
+                          "model.mla.qk_rope_head_dim = %d must be even for RoPE (it rotates "
+                          "pairs)",
+                          a->qk_rope_head_dim);
+    if (a->v_head_dim > qk)
+        hs_cfg_report_add(rep,
+                          "model.mla.v_head_dim = %d exceeds qk_nope_head_dim + qk_rope_head_dim "
+                          "= %d: attention runs the values in the query head's width; lower "
+                          "v_head_dim",
+                          a->v_head_dim, qk);
+    if (m->head_dim > 0 && m->head_dim != qk)
+        hs_cfg_report_add(rep,
+                          "model.head_dim = %d with model.arch = deepseek_v3: the head is "
+                          "model.mla.qk_nope_head_dim + qk_rope_head_dim = %d; set head_dim: null",
+                          m->head_dim, qk);
+    if (m->n_kv_heads != m->n_heads)
+        hs_cfg_report_add(rep,
+                          "model.n_kv_heads = %d with model.arch = deepseek_v3: latent attention "
+                          "expands a key and a value for every query head; set n_kv_heads: %d "
+                          "(= model.n_heads)",
+                          m->n_kv_heads, m->n_heads);
+    const hs_moe_config *e = &m->moe;
+    if (strcmp(e->score_func, "sigmoid") != 0)
+        hs_cfg_report_add(rep,
+                          "model.moe.score_func = %s with model.arch = deepseek_v3: DeepSeek-V3 "
+                          "routes by sigmoid scores; set score_func: sigmoid (and aux_loss_coef: "
+                          "0)",
+                          e->score_func);
+    if (e->expert_ffn_dim >= 1 && e->shared_expert_ffn_dim % e->expert_ffn_dim)
+        hs_cfg_report_add(rep,
+                          "model.moe.shared_expert_ffn_dim = %d with model.arch = deepseek_v3: the "
+                          "shared experts are n_shared_experts of expert_ffn_dim = %d; set a "
+                          "multiple of it",
+                          e->shared_expert_ffn_dim, e->expert_ffn_dim);
+    const hs_accel_config *x = &c->accelerator;
+    if (x->tp_size > 1)
+        hs_cfg_report_add(rep,
+                          "accelerator.tp_size = %d with model.arch = deepseek_v3: tensor "
+                          "parallelism does not split latent attention yet; set tp_size: 1 "
+                          "(FSDP, HSDP, CP, EP and PP run it)",
+                          x->tp_size);
+}
+
 void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {
     const hs_model_config *m = &c->model;
-    if (m->head_dim > 0) {
+    if (hs_model_arch_mla(m)) check_mla(c, rep);
+    if (m->head_dim > 0 && !hs_model_arch_mla(m)) {
         if (m->head_dim % 2)
             hs_cfg_report_add(rep,
                               "model.head_dim = %d must be even for RoPE (it rotates pairs); "
                               "change model.head_dim",
                               m->head_dim);
+    } else if (hs_model_arch_mla(m)) {
+        /* the head is model.mla's (check_mla) */
     } else if (m->n_heads >= 1 && m->dim >= 1 && m->dim % m->n_heads)
         hs_cfg_report_add(rep,
                           "model.dim = %d is not divisible by model.n_heads = %d; choose n_heads "

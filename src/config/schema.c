@@ -44,10 +44,12 @@ enum { GE = HS_CFG_MIN, GT = HS_CFG_MIN | HS_CFG_MIN_OPEN, RULE = HS_CFG_BY_RULE
 
 static const hs_cfg_key keys[] = {
     /* model */
-    KENUM("model.arch", model.arch, "llama", "llama|moe|qwen3|qwen3_moe",
+    KENUM("model.arch", model.arch, "llama", "llama|moe|qwen3|qwen3_moe|deepseek_v3",
           "decoder family: llama (dense SwiGLU blocks), moe (routed experts in every block), "
-          "qwen3 (llama with an RMSNorm of each query and key head before RoPE) or qwen3_moe "
-          "(qwen3's attention with routed experts in every block)"),
+          "qwen3 (llama with an RMSNorm of each query and key head before RoPE), qwen3_moe "
+          "(qwen3's attention with routed experts in every block) or deepseek_v3 (multi-head "
+          "latent attention, model.mla, and routed experts after model.moe."
+          "first_k_dense_replace dense blocks)"),
     KINT("model.vocab_size", model.vocab_size, "256", GE, 2, "vocabulary size (tokens)"),
     KINT("model.dim", model.dim, "128", GE, 1, "hidden size"),
     KINT("model.n_layers", model.n_layers, "4", GE, 1, "number of transformer blocks"),
@@ -140,10 +142,32 @@ static const hs_cfg_key keys[] = {
            "toward balance (sign of mean load - load, global loads); 0: it stays as initialised "
            "(zeros) or loaded. A sigmoid router always has the bias, a softmax one only when "
            "this is > 0"),
+    KINT("model.moe.first_k_dense_replace", model.moe.first_k_dense_replace, "0", GE, 0,
+         "the first this many blocks have a dense MLP of model.ffn_dim, the rest experts (arch "
+         "deepseek_v3, Hugging Face's first_k_dense_replace); 0: none"),
     KINT("model.moe.decoder_sparse_step", model.moe.decoder_sparse_step, "1", GE, 1,
          "every this many blocks has experts, the others a dense MLP of model.ffn_dim: block i "
          "has experts when (i + 1) % decoder_sparse_step is 0 (arch qwen3_moe, Hugging Face's "
          "decoder_sparse_step); 1: every block"),
+
+    KINT("model.mla.q_lora_rank", model.mla.q_lora_rank, "0", GE, 0,
+         "arch deepseek_v3: the query's low-rank width (q_a_proj, q_a_layernorm, q_b_proj); 0 "
+         "(Hugging Face's null): one q_proj"),
+    KINT("model.mla.kv_lora_rank", model.mla.kv_lora_rank, "32", GE, 1,
+         "arch deepseek_v3: the compressed key-value latent's width (kv_a_proj_with_mqa, "
+         "kv_a_layernorm, kv_b_proj)"),
+    KINT("model.mla.qk_nope_head_dim", model.mla.qk_nope_head_dim, "32", GE, 1,
+         "arch deepseek_v3: each query and key head's dims without RoPE"),
+    KINT("model.mla.qk_rope_head_dim", model.mla.qk_rope_head_dim, "16", GE, 2,
+         "arch deepseek_v3: each query and key head's RoPE dims (even; the key's are one "
+         "head's, shared by all)"),
+    KINT("model.mla.v_head_dim", model.mla.v_head_dim, "32", GE, 1,
+         "arch deepseek_v3: each value head's width; at most qk_nope_head_dim + "
+         "qk_rope_head_dim"),
+    KBOOL("model.mla.rope_interleave", model.mla.rope_interleave, "true",
+          "arch deepseek_v3: Hugging Face files rotate interleaved pairs of the rope dims "
+          "(DeepSeek's layout): import and export reorder those weight rows; training is the "
+          "same either way"),
 
     /* accelerator */
     KENUM("accelerator.device", accelerator.device, "cpu", "cpu|cuda|reference",

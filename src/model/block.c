@@ -66,12 +66,16 @@ static void head_norm_forward(hs_model *m, void *out, float *rstd, const void *x
 static const float *head_norm_backward(hs_model *m, const float *dout, const void *x, hs_param *w,
                                        const float *rstd, int64_t rows) {
     zero_f32(m, m->datt, rows * m->HD);
-    if (m->canon_nseq) hs_canon_rmsnorm_bwd(m, m->datt, w, dout, x, m->dt, rstd, rows, m->HD);
-    else
-        m->k->rmsnorm_bwd(m->s, m->datt, w->grad, w->grad_dtype, dout, x, m->dt, w->data, rstd,
-                          m->dt, rows, m->HD, m->norm_part);
+    hs_block_norm_backward(m, m->datt, w, dout, x, m->dt, rstd, rows, m->HD);
     return m->datt;
 }
+
+/* The first linear reading ln1: its style decides the attention region's
+ * rows. */
+static const hs_param *attn_first(const hs_block_params *bp) { return bp->q_a ? bp->q_a : bp->wq; }
+
+/* o_proj's input width: the heads' values. */
+static int o_width(const hs_model *m) { return m->NH * (m->mla.on ? m->mla.Vd : m->HD); }
 
 /* q and k (the rows at k) as attention reads them from the projections:
  * qwen3's head norms of q_in and k_in, then RoPE in place. */
@@ -100,12 +104,16 @@ static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_a
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
     void *k = kv ? hs_at(kv->k, dt, (int64_t)kv->pos * kvd) : a->k;
     void *v = kv ? hs_at(kv->v, dt, (int64_t)kv->pos * kvd) : a->v;
-    par->norm_enter(par->ctx, a->ln1, a->rstd1, x, xdt, bp->ln1->data, bp->wq, N);
-    void *q = m->qk_norm ? a->q_in : a->q, *kp = m->qk_norm ? a->k_in : k;
-    hs_linear_forward(m->dev, q, a->ln1, bp->wq->data, dt, N, C, qd, 0);
-    hs_linear_forward(m->dev, kp, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
-    hs_linear_forward(m->dev, v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
-    qk_rope(m, bp, a, k, B, T); /* into the cache's rows, when there is one */
+    par->norm_enter(par->ctx, a->ln1, a->rstd1, x, xdt, bp->ln1->data, attn_first(bp), N);
+    if (m->mla.on) {
+        hs_mla_forward(m, bp, a, k, v, B, T);
+    } else {
+        void *q = m->qk_norm ? a->q_in : a->q, *kp = m->qk_norm ? a->k_in : k;
+        hs_linear_forward(m->dev, q, a->ln1, bp->wq->data, dt, N, C, qd, 0);
+        hs_linear_forward(m->dev, kp, a->ln1, bp->wk->data, dt, N, C, kvd, 0);
+        hs_linear_forward(m->dev, v, a->ln1, bp->wv->data, dt, N, C, kvd, 0);
+        qk_rope(m, bp, a, k, B, T); /* into the cache's rows, when there is one */
+    }
     hs_attn_io io = attn_io(m, a, B, T);
     if (kv) {
         io.k = kv->k, io.v = kv->v;
@@ -113,7 +121,8 @@ static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_a
     } else {
         par->attention_fwd(par->ctx, &io);
     }
-    par->rowwise_add(par->ctx, a->x_mid, rdt, x, xdt, a->atty, bp->wo, N, qd, C);
+    const void *o_in = m->mla.on ? hs_mla_o_input(m, a, N) : a->atty;
+    par->rowwise_add(par->ctx, a->x_mid, rdt, x, xdt, o_in, bp->wo, N, o_width(m), C);
 }
 
 /* Block bp's sequence-wise balance term on a micro-batch of B sequences of
@@ -222,7 +231,7 @@ void hs_block_recompute(hs_model *m, int layer, hs_block_acts *a, const void *x_
     const hs_model_par *par = m->par;
     int64_t N = (int64_t)B * T;
     const void *x = block_input(m, a, b, x_in, hs_model_local_rows(m, N) * m->C);
-    par->norm_enter(par->ctx, a->ln1, a->rstd1, x, b->input_read, bp->ln1->data, bp->wq, N);
+    par->norm_enter(par->ctx, a->ln1, a->rstd1, x, b->input_read, bp->ln1->data, attn_first(bp), N);
     if (m->qk_norm) qk_rope(m, bp, a, a->k, B, T);
     a->mlp_rows = par->norm_enter(par->ctx, a->ln2, a->rstd2, a->x_mid, b->output_computed,
                                   bp->ln2->data, mlp_first(bp), N);
@@ -313,6 +322,21 @@ static void dense_backward(hs_model *m, hs_wgrad_kind kind, float *dx, bool over
     dense_backward_dy(m, dx, overwrite_dx, w, dy, ydt, x, N, IC, OC);
 }
 
+void hs_block_linear_backward(hs_model *m, float *dx, bool overwrite_dx, hs_param *w,
+                              const float *dout, const void *x, int64_t N, int IC, int OC) {
+    hs_dtype ydt;
+    const void *dy = hs_linear_dout(m->dev, dout, m->dout16, m->dt, N * OC, &ydt);
+    dense_backward_dy(m, dx, overwrite_dx, w, dy, ydt, x, N, IC, OC);
+}
+
+void hs_block_norm_backward(hs_model *m, float *dx, hs_param *w, const float *dout, const void *x,
+                            hs_dtype xdt, const float *rstd, int64_t rows, int C) {
+    if (m->canon_nseq) hs_canon_rmsnorm_bwd(m, dx, w, dout, x, xdt, rstd, rows, C);
+    else
+        m->k->rmsnorm_bwd(m->s, dx, w->grad, w->grad_dtype, dout, x, xdt, w->data, rstd, m->dt,
+                          rows, C, m->norm_part);
+}
+
 void hs_block_backward_weight(hs_model *m, hs_wgrad_block *wg) {
     for (int k = 0; k < HS_WG_OPS; k++) {
         hs_wgrad_op *op = &wg->op[k];
@@ -375,20 +399,11 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
     return par->enter_grad(par->ctx, m->dln, bp->wg, N);
 }
 
-/* dres = d(x_mid) in; d(x) out, x the block input as read (in xdt). */
-static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
-                               const void *x, hs_dtype xdt, int B, int T) {
-    const hs_model_par *par = m->par;
-    hs_dtype dt = m->dt;
+/* Llama's (and qwen3's) q, k and v projections back from attention's
+ * gradients, into m->dln. */
+static void qkv_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a, int B, int T) {
     int64_t N = (int64_t)B * T;
     int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
-    const float *dout = par->exit_grad(par->ctx, m->dres, bp->wo, N);
-    dense_backward(m, HS_WG_O, m->datt, true, bp->wo, dout, a->atty, N, qd, C);
-    zero_f32(m, m->dq, N * qd);
-    zero_f32(m, m->dk, N * kvd);
-    zero_f32(m, m->dv, N * kvd);
-    hs_attn_io io = attn_io(m, a, B, T);
-    par->attention_bwd(par->ctx, &io);
     m->k->rope_bwd(m->s, m->dq, m->rope_cos, m->rope_sin, B, T, m->NH, m->HD);
     m->k->rope_bwd(m->s, m->dk, m->rope_cos, m->rope_sin, B, T, m->KVH, m->HD);
     /* qwen3: each norm's input gradient lands in datt, which its linear's
@@ -399,13 +414,32 @@ static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_
     if (m->qk_norm) dk = head_norm_backward(m, m->dk, a->k_in, bp->k_norm, a->rstd_k, N * m->KVH);
     dense_backward(m, HS_WG_K, m->dln, false, bp->wk, dk, a->ln1, N, C, kvd);
     dense_backward(m, HS_WG_V, m->dln, false, bp->wv, m->dv, a->ln1, N, C, kvd);
-    const float *dln = par->enter_grad(par->ctx, m->dln, bp->wq, N);
-    if (m->canon_nseq)
-        hs_canon_rmsnorm_bwd(m, m->dres, bp->ln1, dln, x, xdt, a->rstd1, hs_model_local_rows(m, N),
-                             C);
-    else
-        m->k->rmsnorm_bwd(m->s, m->dres, bp->ln1->grad, bp->ln1->grad_dtype, dln, x, xdt,
-                          bp->ln1->data, a->rstd1, dt, hs_model_local_rows(m, N), C, m->norm_part);
+}
+
+/* dres = d(x_mid) in; d(x) out, x the block input as read (in xdt). */
+static void attention_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
+                               const void *x, hs_dtype xdt, int B, int T) {
+    const hs_model_par *par = m->par;
+    int64_t N = (int64_t)B * T;
+    int C = m->C, qd = m->NH * m->HD, kvd = m->KVH * m->HD;
+    const float *dout = par->exit_grad(par->ctx, m->dres, bp->wo, N);
+    if (m->mla.on) {
+        const void *o_in = m->mla.Vd == m->HD ? a->atty : a->mla.attc;
+        dense_backward(m, HS_WG_O, hs_mla_datt_room(m), true, bp->wo, dout, o_in, N, o_width(m), C);
+        hs_mla_datt_expand(m, N);
+    } else {
+        dense_backward(m, HS_WG_O, m->datt, true, bp->wo, dout, a->atty, N, qd, C);
+    }
+    zero_f32(m, m->dq, N * qd);
+    zero_f32(m, m->dk, N * kvd);
+    zero_f32(m, m->dv, N * kvd);
+    hs_attn_io io = attn_io(m, a, B, T);
+    par->attention_bwd(par->ctx, &io);
+    if (m->mla.on) hs_mla_backward(m, bp, a, B, T);
+    else qkv_backward(m, bp, a, B, T);
+    const float *dln = par->enter_grad(par->ctx, m->dln, attn_first(bp), N);
+    hs_block_norm_backward(m, m->dres, bp->ln1, dln, x, xdt, a->rstd1, hs_model_local_rows(m, N),
+                           C);
 }
 
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
@@ -423,13 +457,8 @@ void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_i
     const float *dln = mlp_backward(m, bp, a, B, T, hooks, aux_g);
     /* The residual gradient passes through unchanged, so the norm's input
      * gradient accumulates straight into it. */
-    if (m->canon_nseq)
-        hs_canon_rmsnorm_bwd(m, m->dres, bp->ln2, dln, a->x_mid, b->output_computed, a->rstd2, Nl,
-                             m->C);
-    else
-        m->k->rmsnorm_bwd(m->s, m->dres, bp->ln2->grad, bp->ln2->grad_dtype, dln, a->x_mid,
-                          b->output_computed, bp->ln2->data, a->rstd2, m->dt, Nl, m->C,
-                          m->norm_part);
+    hs_block_norm_backward(m, m->dres, bp->ln2, dln, a->x_mid, b->output_computed, a->rstd2, Nl,
+                           m->C);
     bool cast_in = b->input_read != b->input_stored;
     attention_backward(m, bp, a, cast_in ? a->x_cast : x_in, b->input_read, B, T);
     if (!cast_in) return;

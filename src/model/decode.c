@@ -119,8 +119,8 @@ hs_status hs_model_stage_forward_cached(hs_model *m, int chunk, hs_kv_cache *c,
     hs_model_use_slot(m, chunk, 0);
     const float *cos, *sin;
     m->par->rope_tables(m->par->ctx, c->rows, &cos, &sin);
-    m->rope_cos = cos + (int64_t)pos * (m->HD / 2);
-    m->rope_sin = sin + (int64_t)pos * (m->HD / 2);
+    m->rope_cos = cos + (int64_t)pos * (m->rope_hd / 2);
+    m->rope_sin = sin + (int64_t)pos * (m->rope_hd / 2);
     bool root = hs_model_root_chunk(m);
     int ru = hs_model_root_unit(m);
     if (root) hs_hook_pre_forward(hooks, ru);

@@ -13,12 +13,17 @@
 #include <stdbool.h>
 
 #include "hypershard/model.h"
+#include "model/mla.h"
 #include "model/moe_layer.h"
 
 /* The parameters of one decoder block (pointers into hs_model.params). */
 typedef struct hs_block_params {
     hs_param *ln1, *wq, *wk, *wv, *wo, *ln2;
-    hs_param *q_norm, *k_norm;           /* [HD] per-head RMSNorm (qwen3, else NULL) */
+    hs_param *q_norm, *k_norm; /* [HD] per-head RMSNorm (qwen3, else NULL) */
+    /* multi-head latent attention (mla.c; wq is q_proj or q_b_proj, wk and
+     * wv NULL): q_a_proj and q_a_layernorm (NULL without q_lora_rank),
+     * kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj */
+    hs_param *q_a, *q_a_norm, *kv_a, *kv_a_norm, *kv_b;
     hs_param *wg, *wu, *wd;              /* dense MLP (NULL for moe) */
     hs_param *router, *w1, *w2, *w3;     /* moe (NULL for llama) */
     hs_param *bias;                      /* e_score_correction_bias, or NULL */
@@ -65,6 +70,7 @@ typedef struct hs_block_acts {
     void *moe_out;    /* (R) [B,T,C] MoE layer output (moe) */
     hs_moe_act moe;
     void *moe_mem; /* the block hs_moe_act_bind lays moe out over */
+    hs_mla_acts mla;
 } hs_block_acts;
 
 /* The split backward's record of a block's dense linears (model.h,
@@ -145,6 +151,9 @@ struct hs_model {
      * the seam gave (the global ones on one device); NHg, KVHg, Fg, Vg the
      * global ones the registry uses. */
     int C, NH, KVH, HD, F, V, L; /* F: dense ffn_dim; L: this stage's blocks */
+    int rope_hd;                 /* the dims RoPE rotates: HD, or MLA's qk_rope_head_dim */
+    hs_mla_shape mla;            /* mla.on: multi-head latent attention (mla.c) */
+    hs_mla_bufs mla_bufs;
     /* pipeline chunks: chunk k is local blocks [chunk_begin[k], + chunk_len[k]),
      * model blocks from chunk_l0[k] on; layer_of[local] the model's index */
     int n_chunks, chunk_begin[HS_MODEL_MAX_CHUNKS], chunk_len[HS_MODEL_MAX_CHUNKS];
@@ -314,6 +323,16 @@ void hs_block_recompute(hs_model *m, int layer, hs_block_acts *a, const void *x_
 /* m->dres holds d(x_out) on entry and d(x_in) on return. */
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
                        const hs_model_hooks *hooks, const float *aux_g);
+/* A linear's backward from the fp32 dout (rounded to the compute dtype
+ * where the GEMMs multiply 16-bit operands), its weight gradient now,
+ * never deferred to a split backward's weight pass: dx [N, IC] stored
+ * over or added to. */
+void hs_block_linear_backward(hs_model *m, float *dx, bool overwrite_dx, hs_param *w,
+                              const float *dout, const void *x, int64_t N, int IC, int OC);
+/* An RMSNorm's backward inside a block: dx += d(input), the weight's
+ * gradient accumulated (a tree over sequences in layout mode). */
+void hs_block_norm_backward(hs_model *m, float *dx, hs_param *w, const float *dout, const void *x,
+                            hs_dtype xdt, const float *rstd, int64_t rows, int C);
 /* The weight gradients block `layer`'s input pass left in wg (m->wg_cur
  * set during hs_block_backward), accumulated into the parameters'
  * gradients; wg is empty after. */

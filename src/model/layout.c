@@ -53,7 +53,10 @@ static void block_layout(hs_model *m, hs_block_params *bp, bool first, bool *fir
                          hs_error *e) {
     bool split;
     int rows_split = m->par->row_split;
-    if (!region_ok((hs_param *[]){bp->wq, bp->wk, bp->wv}, 3, bp->wo, &split))
+    /* latent attention: the heads' up-projections (its down-projections
+     * and latent norms are whole, config rules keep tp_size 1) */
+    hs_param *k_rows = bp->kv_b ? bp->wq : bp->wk, *v_rows = bp->kv_b ? bp->wq : bp->wv;
+    if (!region_ok((hs_param *[]){bp->wq, bp->kv_b ? bp->kv_b : bp->wk, v_rows}, 3, bp->wo, &split))
         region_error(e, bp->wq, bp->wo);
     else if (!split && rows_split > 1)
         hs_error_append(e, HS_ERR_CONFIG,
@@ -61,15 +64,15 @@ static void block_layout(hs_model *m, hs_block_params *bp, bool first, bool *fir
                         "this rank's rows of each sequence; split q/k/v (Shard(0)) and o_proj "
                         "(Shard(1)) or set accelerator.sequence_parallel: false",
                         bp->wq->fqn);
-    int NH = (int)(bp->wq->local_shape[0] / m->HD), KVH = (int)(bp->wk->local_shape[0] / m->HD);
-    bool heads_ok = bp->wq->local_shape[0] % m->HD == 0 && bp->wk->local_shape[0] % m->HD == 0 &&
-                    bp->wv->local_shape[0] == bp->wk->local_shape[0] && KVH > 0 && NH % KVH == 0;
+    int NH = (int)(bp->wq->local_shape[0] / m->HD), KVH = (int)(k_rows->local_shape[0] / m->HD);
+    bool heads_ok = bp->wq->local_shape[0] % m->HD == 0 && k_rows->local_shape[0] % m->HD == 0 &&
+                    v_rows->local_shape[0] == k_rows->local_shape[0] && KVH > 0 && NH % KVH == 0;
     if (!heads_ok)
         hs_error_append(e, HS_ERR_CONFIG,
                         "%s: a local slice of %lld rows is not whole heads of %d (k/v %lld "
                         "rows); split the projections by heads",
                         bp->wq->fqn, (long long)bp->wq->local_shape[0], m->HD,
-                        (long long)bp->wk->local_shape[0]);
+                        (long long)k_rows->local_shape[0]);
     for (int k = 0; k < 2 && bp->q_norm; k++) {
         const hs_param *hn = k ? bp->k_norm : bp->q_norm;
         if (!is_whole(hn))

@@ -22,14 +22,25 @@ static hs_status check_dims(const hs_model_config *c, const hs_model_options *o,
         hs_error_append(e, HS_ERR_CONFIG,
                         "model: vocab_size=%d, dim=%d, n_layers=%d, n_heads=%d must all be >= 1",
                         c->vocab_size, c->dim, c->n_layers, c->n_heads);
-    else if (c->head_dim > 0 ? c->head_dim % 2 != 0
-                             : c->dim % c->n_heads != 0 || (c->dim / c->n_heads) % 2 != 0)
+    else if (hs_model_arch_mla(c)) {
+        const hs_mla_config *a = &c->mla;
+        if (a->kv_lora_rank < 1 || a->qk_nope_head_dim < 1 || a->qk_rope_head_dim < 2 ||
+            a->qk_rope_head_dim % 2 || a->v_head_dim < 1 || a->q_lora_rank < 0 ||
+            a->v_head_dim > a->qk_nope_head_dim + a->qk_rope_head_dim)
+            hs_error_append(e, HS_ERR_CONFIG,
+                            "model.mla: kv_lora_rank=%d, qk_nope_head_dim=%d, qk_rope_head_dim=%d, "
+                            "v_head_dim=%d, q_lora_rank=%d: ranks and dims >= 1, the rope dims "
+                            "even, v_head_dim at most qk_nope_head_dim + qk_rope_head_dim",
+                            a->kv_lora_rank, a->qk_nope_head_dim, a->qk_rope_head_dim,
+                            a->v_head_dim, a->q_lora_rank);
+    } else if (c->head_dim > 0 ? c->head_dim % 2 != 0
+                               : c->dim % c->n_heads != 0 || (c->dim / c->n_heads) % 2 != 0)
         hs_error_append(e, HS_ERR_CONFIG,
                         "model.dim=%d, n_heads=%d, head_dim=%d: the head dim (model.head_dim, or "
                         "model.dim / model.n_heads when null) must be an even integer (RoPE "
                         "rotates pairs); change model.head_dim, model.dim or model.n_heads",
                         c->dim, c->n_heads, c->head_dim);
-    int kvh = c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads;
+    int kvh = c->n_kv_heads > 0 && !hs_model_arch_mla(c) ? c->n_kv_heads : c->n_heads;
     if (c->n_heads >= 1 && c->n_heads % kvh != 0)
         hs_error_append(
             e, HS_ERR_CONFIG,
@@ -197,6 +208,7 @@ static void acts_alloc(hs_model *m, hs_block_acts *a, int lo, int hi, int64_t BT
         a->rstd_q = buf(m, BT * m->NH, HS_DTYPE_F32);
         a->rstd_k = buf(m, BT * m->KVH, HS_DTYPE_F32);
     }
+    if (keep && m->mla.on) hs_mla_acts_alloc(m, &a->mla, BT, buf);
     if (keep) {
         a->v = buf(m, BT * kv, dt);
         a->lse = buf(m, BT * m->NH, HS_DTYPE_F32);
@@ -238,6 +250,7 @@ static void acts_free(hs_model *m, hs_block_acts *a) {
                     a->x_cast,  a->x_mid,   a->rstd2, a->ln2,  a->gate,   a->up,    a->h,
                     a->moe_out, a->moe_mem, a->q_in,  a->k_in, a->rstd_q, a->rstd_k};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_device_free_mem(m->dev, ptrs[i]);
+    hs_mla_acts_free(m, &a->mla);
 }
 
 /* One scratch for a block output awaiting its output cast, in the widest
@@ -390,6 +403,7 @@ static void seam_bind(hs_model *m, int64_t BT) {
                               .head_rows = m->head_rows,
                               .norm_eps = (float)m->cfg.norm_eps,
                               .cos_t = m->cos_t,
+                              .rope_hd = m->rope_hd,
                               .sin_t = m->sin_t,
                               .E = m->moe ? m->moe_shapes.E : 0,
                               .K = m->moe ? m->moe_shapes.K : 0,
@@ -439,13 +453,14 @@ static void buffers_alloc(hs_model *m) {
         if (moe && !m->opt.count_buffers && !(m->canon_moe = malloc(moe)))
             model_oom(m, "moe: %zu bytes of the sequences' rows", moe);
     }
-    m->cos_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
-    m->sin_t = buf(m, (int64_t)T * (m->HD / 2), HS_DTYPE_F32);
-    float *inv = m->cos_t ? malloc(sizeof(float) * (size_t)(m->HD / 2 + 1)) : NULL, scale = 1.0f;
-    if (m->cos_t && !inv) model_oom(m, "model: %d RoPE frequencies", m->HD / 2);
+    int half = m->rope_hd / 2;
+    m->cos_t = buf(m, (int64_t)T * half, HS_DTYPE_F32);
+    m->sin_t = buf(m, (int64_t)T * half, HS_DTYPE_F32);
+    float *inv = m->cos_t ? malloc(sizeof(float) * (size_t)(half + 1)) : NULL, scale = 1.0f;
+    if (m->cos_t && !inv) model_oom(m, "model: %d RoPE frequencies", half);
     if (inv) {
-        hs_model_rope_freqs(&m->cfg, m->HD, inv, &scale);
-        m->k->rope_tables(m->s, m->cos_t, m->sin_t, T, m->HD, inv, scale);
+        hs_model_rope_freqs(&m->cfg, m->rope_hd, inv, &scale);
+        m->k->rope_tables(m->s, m->cos_t, m->sin_t, T, m->rope_hd, inv, scale);
     }
     free(inv);
     m->rope_cos = m->cos_t, m->rope_sin = m->sin_t;
@@ -477,6 +492,7 @@ static void buffers_alloc(hs_model *m) {
     m->dk = buf(m, BT * kv, HS_DTYPE_F32);
     m->dv = buf(m, BT * kv, HS_DTYPE_F32);
     m->datt = buf(m, BT * q, HS_DTYPE_F32);
+    if (m->mla.on) hs_mla_bufs_alloc(m, BT, buf);
     if (F > 0) {
         m->dg = buf(m, BT * F, HS_DTYPE_F32);
         m->du = buf(m, BT * F, HS_DTYPE_F32);
@@ -488,10 +504,16 @@ static void buffers_alloc(hs_model *m) {
     /* the block norms' rows of C, and qwen3's head norms' rows of HD */
     int64_t part = hs_rmsnorm_backward_scratch(BT, m->C);
     int64_t head_part = m->qk_norm ? hs_rmsnorm_backward_scratch(BT * m->NH, m->HD) : 0;
+    for (int k = 0; m->mla.on && k < 2; k++) { /* MLA's latent norms */
+        int64_t w = k ? m->mla.KL : m->mla.QL,
+                p = w > 0 ? hs_rmsnorm_backward_scratch(BT, (int)w) : 0;
+        head_part = p > head_part ? p : head_part;
+    }
     m->norm_part = raw(m, (size_t)(part > head_part ? part : head_part) * sizeof(double));
     if (hs_device_gemm_native(m->dev, dt)) {
-        int64_t w = m->C > q ? m->C : q;
+        int64_t w = m->C > q ? m->C : q, mla = hs_mla_widest(m);
         w = F > w ? F : w;
+        w = mla > w ? mla : w;
         int64_t hv = m->head ? m->head_rows * m->V : 0;
         int64_t n = BT * w > hv ? BT * w : hv;
         m->dout16 = buf(m, n, dt);
@@ -527,8 +549,11 @@ static void dims_set(hs_model *m) {
     m->dt = m->opt.compute_dtype;
     m->C = c->dim;
     m->NH = c->n_heads;
-    m->KVH = c->n_kv_heads > 0 ? c->n_kv_heads : c->n_heads;
+    m->mla = hs_mla_shape_of(c);
+    /* latent attention expands a key and a value for every query head */
+    m->KVH = c->n_kv_heads > 0 && !m->mla.on ? c->n_kv_heads : c->n_heads;
     m->HD = hs_model_head_dim(c);
+    m->rope_hd = m->mla.on ? m->mla.R : m->HD;
     m->F = c->ffn_dim;
     m->V = c->vocab_size;
     m->NHg = m->NH, m->KVHg = m->KVH, m->Fg = m->F, m->Vg = m->V;
@@ -646,6 +671,7 @@ static void buffers_free(hs_model *m) {
         m->dout16,  m->att_scratch,  m->norm_part,     m->moe_scratch, m->aux_stage, m->out_tmp,
         m->aux_buf, m->batch_tokens, m->batch_targets, m->att_delta,   m->batch_docs};
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) hs_device_free_mem(m->dev, ptrs[i]);
+    hs_mla_bufs_free(m);
     hs_device_free_mem(m->dev, m->expert_tokens);
     free(m->expert_tokens_host);
     if (m->moe && m->aux.dev) hs_moe_aux_free(&m->aux);

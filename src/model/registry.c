@@ -19,9 +19,9 @@ const char *hs_param_kind_name(hs_param_kind k) {
 }
 
 static int registry_capacity(const hs_model_config *c) {
-    /* norms, attention and its q/k norms, mlp or router + bias + 3 experts +
-     * 3 shared */
-    int per_block = 2 + 4 + 2 + 8;
+    /* norms, attention and its q/k norms (or MLA's 7), mlp or router +
+     * bias + 3 experts + 3 shared */
+    int per_block = 2 + 7 + 8;
     return 3 + c->n_layers * per_block;
 }
 
@@ -77,7 +77,35 @@ static void first_store(hs_param *const *w, int n) {
     for (int k = 0; k < n; k++) w[k]->grad_first_store = true;
 }
 
+/* DeepseekV3Attention's parameters, in its named_parameters() order. */
+static void block_mla_add(hs_model *m, hs_block_params *bp, int i) {
+    const hs_mla_shape *s = &m->mla;
+    int u = bp->unit;
+    int64_t C = m->C, q = (int64_t)m->NHg * m->HD, kvb = (int64_t)m->NHg * (s->nope + s->Vd);
+    if (s->QL > 0) {
+        int64_t ql[1] = {s->QL};
+        bp->q_a = lin(m, HS_PARAM_LINEAR, u, s->QL, C, i, "self_attn.q_a_proj");
+        bp->q_a_norm =
+            param_add(m, HS_PARAM_NORM, u, 1, ql, LAYER "self_attn.q_a_layernorm.weight", i);
+        bp->wq = lin(m, HS_PARAM_LINEAR, u, q, s->QL, i, "self_attn.q_b_proj");
+    } else {
+        bp->wq = lin(m, HS_PARAM_LINEAR, u, q, C, i, "self_attn.q_proj");
+    }
+    int64_t kl[1] = {s->KL};
+    bp->kv_a = lin(m, HS_PARAM_LINEAR, u, s->KL + s->R, C, i, "self_attn.kv_a_proj_with_mqa");
+    bp->kv_a_norm =
+        param_add(m, HS_PARAM_NORM, u, 1, kl, LAYER "self_attn.kv_a_layernorm.weight", i);
+    bp->kv_b = lin(m, HS_PARAM_LINEAR, u, kvb, s->KL, i, "self_attn.kv_b_proj");
+    bp->wo = lin(m, HS_PARAM_LINEAR, u, C, (int64_t)m->NHg * s->Vd, i, "self_attn.o_proj");
+    first_store((hs_param *[]){bp->wq, bp->kv_a, bp->kv_b, bp->wo}, 4);
+    if (bp->q_a) first_store((hs_param *[]){bp->q_a}, 1);
+}
+
 static void block_attention_add(hs_model *m, hs_block_params *bp, int i) {
+    if (m->mla.on) {
+        block_mla_add(m, bp, i);
+        return;
+    }
     int u = bp->unit;
     int64_t C = m->C, q = (int64_t)m->NHg * m->HD, kv = (int64_t)m->KVHg * m->HD;
     bp->wq = lin(m, HS_PARAM_LINEAR, u, q, C, i, "self_attn.q_proj");
@@ -117,12 +145,11 @@ static void block_moe_add(hs_model *m, hs_block_params *bp, int i) {
     bp->w2 = param_add(m, HS_PARAM_EXPERT, eu, 3, down, LAYER "%s.experts.%s.weight", i, b, nm->w2);
     bp->w3 = param_add(m, HS_PARAM_EXPERT, eu, 3, up, LAYER "%s.experts.%s.weight", i, b, nm->w3);
     if (s->FS <= 0) return;
-    bp->sh_gate =
-        lin(m, HS_PARAM_LINEAR, u, s->FS, s->C, i, "block_sparse_moe.shared_expert.gate_proj");
-    bp->sh_up =
-        lin(m, HS_PARAM_LINEAR, u, s->FS, s->C, i, "block_sparse_moe.shared_expert.up_proj");
-    bp->sh_down =
-        lin(m, HS_PARAM_LINEAR, u, s->C, s->FS, i, "block_sparse_moe.shared_expert.down_proj");
+    int64_t gu[2] = {s->FS, s->C}, dn[2] = {s->C, s->FS};
+    const char *sh = nm->shared;
+    bp->sh_gate = param_add(m, HS_PARAM_LINEAR, u, 2, gu, LAYER "%s.%s.gate_proj.weight", i, b, sh);
+    bp->sh_up = param_add(m, HS_PARAM_LINEAR, u, 2, gu, LAYER "%s.%s.up_proj.weight", i, b, sh);
+    bp->sh_down = param_add(m, HS_PARAM_LINEAR, u, 2, dn, LAYER "%s.%s.down_proj.weight", i, b, sh);
 }
 
 /* Local block `local` is the model's block i = l0 + local (FQNs are global). */
@@ -253,7 +280,9 @@ double hs_model_flops_per_token(const hs_model *m, int seq_len) {
         f += (p->frozen ? 4.0 : 6.0) * k;
     }
     if (m->cfg.tie_embeddings && m->last_stage) f += 6.0 * (double)m->Vg * m->C;
-    return f + 6.0 * m->L * (double)seq_len * m->NHg * m->HD;
+    /* MLA: QK^T over the query head, PV over the value head */
+    double att = m->mla.on ? 0.5 * (m->HD + m->mla.Vd) : m->HD;
+    return f + 6.0 * m->L * (double)seq_len * m->NHg * att;
 }
 
 /* INT64_MAX when the product overflows: the plan reports it as an error. */

@@ -16,7 +16,7 @@
 
 static void cp_rope_tables(void *ctx, int T_local, const float **cos, const float **sin) {
     hs_parallel *p = ctx;
-    int half = p->d.HD / 2;
+    int half = p->d.rope_hd / 2;
     for (int t = 0; t < T_local; t++) {
         int64_t g = hs_cp_global_position(p->l.cp, p->l.cp_rank, T_local, t);
         hs_dev_copy(p->d.dev, p->b.cos_l + (int64_t)t * half, p->d.cos_t + g * half,

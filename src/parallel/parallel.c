@@ -66,8 +66,8 @@ static void cp_bufs(hs_parallel *p, hs_model_alloc_fn alloc, void *actx) {
     int T = d->seq_len;
     int64_t kv = (int64_t)d->KVH * d->HD, q = (int64_t)d->NH * d->HD;
     int64_t nkv = (int64_t)d->max_batch * T * kv;
-    p->b.cos_l = alloc(actx, (int64_t)T * (d->HD / 2), HS_DTYPE_F32);
-    p->b.sin_l = alloc(actx, (int64_t)T * (d->HD / 2), HS_DTYPE_F32);
+    p->b.cos_l = alloc(actx, (int64_t)T * (d->rope_hd / 2), HS_DTYPE_F32);
+    p->b.sin_l = alloc(actx, (int64_t)T * (d->rope_hd / 2), HS_DTYPE_F32);
     switch (p->l.cp_method) {
     case HS_CP_RING: ring_bufs(p, alloc, actx, d->rows, q, nkv / p->l.cp, d->NH); return;
     case HS_CP_ALLTOALL:

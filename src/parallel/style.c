@@ -37,6 +37,18 @@ static const hs_style_rule default_plan[] = {
      * (hs_param.per_head), all-reduced over TP with the other replicas */
     {"self_attn.q_norm.weight", HS_STYLE_REPLICATE},
     {"self_attn.k_norm.weight", HS_STYLE_REPLICATE},
+    /* DeepSeek-V3's latent attention: the heads split on the
+     * up-projections, the down-projections and latent norms whole */
+    {"self_attn.q_a_proj.weight", HS_STYLE_REPLICATE},
+    {"self_attn.q_a_layernorm.weight", HS_STYLE_REPLICATE},
+    {"self_attn.q_b_proj.weight", HS_STYLE_COLWISE},
+    {"self_attn.kv_a_proj_with_mqa.weight", HS_STYLE_REPLICATE},
+    {"self_attn.kv_a_layernorm.weight", HS_STYLE_REPLICATE},
+    {"self_attn.kv_b_proj.weight", HS_STYLE_COLWISE},
+    /* and its shared experts, dense beside the routed ones */
+    {"mlp.shared_experts.gate_proj.weight", HS_STYLE_REPLICATE},
+    {"mlp.shared_experts.up_proj.weight", HS_STYLE_REPLICATE},
+    {"mlp.shared_experts.down_proj.weight", HS_STYLE_REPLICATE},
     {"mlp.gate_proj.weight", HS_STYLE_COLWISE},
     {"mlp.up_proj.weight", HS_STYLE_COLWISE},
     {"mlp.down_proj.weight", HS_STYLE_ROWWISE},

@@ -107,6 +107,15 @@ static block_time block_forward(const tctx *c, bool moe) {
     block_time b = {0};
     b.gemm = gemm_s(c, tok, H * hd, C) + 2 * gemm_s(c, tok, Hkv * hd, C) +
              gemm_s(c, tok, C, H * hd);
+    if (hs_model_arch_mla(m)) { /* latent attention's projections (model/mla.h) */
+        const hs_mla_config *a = &m->mla;
+        double QL = a->q_lora_rank, KL = a->kv_lora_rank, R = a->qk_rope_head_dim;
+        b.gemm = (QL > 0 ? gemm_s(c, tok, QL, C) + gemm_s(c, tok, H * hd, QL)
+                         : gemm_s(c, tok, H * hd, C)) +
+                 gemm_s(c, tok, KL + R, C) +
+                 gemm_s(c, tok, H * (a->qk_nope_head_dim + a->v_head_dim), KL) +
+                 gemm_s(c, tok, C, H * a->v_head_dim);
+    }
     double ffn_elems = 0;
     if (moe) {
         const hs_moe_config *e = &m->moe;
@@ -544,6 +553,12 @@ static double model_flops_per_token(const hs_config *cfg) {
     double C = m->dim, hd = hs_model_head_dim(m), H = m->n_heads;
     double Hkv = m->n_kv_heads > 0 ? m->n_kv_heads : m->n_heads;
     double attn = 2 * C * H * hd + 2 * C * Hkv * hd, f = 0;
+    if (hs_model_arch_mla(m)) {
+        const hs_mla_config *a = &m->mla;
+        double QL = a->q_lora_rank, KL = a->kv_lora_rank;
+        attn = (QL > 0 ? C * QL + QL * H * hd : C * H * hd) + C * (KL + a->qk_rope_head_dim) +
+               KL * H * (a->qk_nope_head_dim + a->v_head_dim) + H * a->v_head_dim * C;
+    }
     for (int l = 0; l < m->n_layers; l++) {
         double mlp = 3 * C * m->ffn_dim;
         if (hs_model_arch_moe(m) && hs_model_layer_moe(m, l))
