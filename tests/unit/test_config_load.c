@@ -493,7 +493,7 @@ static void test_bad_enum_value_lists_choices_and_suggests(void **state) {
     loaded *l = load_yaml("model:\n  arch: lama\n", NULL, 0);
     assert_error_has(
         l,
-        "model.arch: expected one of llama | moe | qwen3 | qwen3_moe, got 'lama'; did you mean llama?");
+        "model.arch: expected one of llama | moe | qwen3 | qwen3_moe | deepseek_v3, got 'lama'; did you mean llama?");
     loaded_free(l);
 }
 
