@@ -72,8 +72,9 @@ typedef struct hs_param {
     hs_placement tp;
     bool tp_grad_partial; /* each TP rank's gradient is a summand (sequence parallel) */
     /* Set by the model: one weight acts on every attention head alike
-     * (qwen3's q_norm, k_norm), so a TP rank holding some of the heads
-     * computes a summand of its gradient even without sequence parallel. */
+     * (qwen3's q_norm, k_norm; latent attention's down-projections and
+     * latent norms), so a TP rank holding some of the heads computes a
+     * summand of its gradient even without sequence parallel. */
     bool per_head;
     /* Expert-parallel source layout: the routed experts of a block are
      * Shard(0) on the "ep" mesh (EP rank r holds experts [r*E/ep,

@@ -99,7 +99,7 @@ static void check_router(const hs_moe_config *x, hs_cfg_report *rep) {
                           x->top_k, x->topk_group * (E / G), x->topk_group, E / G);
 }
 
-/* Multi-head latent attention's shapes, and what does not run it yet. */
+/* Multi-head latent attention's shapes and DeepSeek-V3's router. */
 static void check_mla(const hs_config *c, hs_cfg_report *rep) {
     const hs_model_config *m = &c->model;
     const hs_mla_config *a = &m->mla;
@@ -139,13 +139,6 @@ static void check_mla(const hs_config *c, hs_cfg_report *rep) {
                           "shared experts are n_shared_experts of expert_ffn_dim = %d; set a "
                           "multiple of it",
                           e->shared_expert_ffn_dim, e->expert_ffn_dim);
-    const hs_accel_config *x = &c->accelerator;
-    if (x->tp_size > 1)
-        hs_cfg_report_add(rep,
-                          "accelerator.tp_size = %d with model.arch = deepseek_v3: tensor "
-                          "parallelism does not split latent attention yet; set tp_size: 1 "
-                          "(FSDP, HSDP, CP, EP and PP run it)",
-                          x->tp_size);
 }
 
 void hs_cfg_check_model(const hs_config *c, hs_cfg_report *rep) {

@@ -70,9 +70,10 @@ static const float *head_norm_backward(hs_model *m, const float *dout, const voi
     return m->datt;
 }
 
-/* The first linear reading ln1: its style decides the attention region's
- * rows. */
-static const hs_param *attn_first(const hs_block_params *bp) { return bp->q_a ? bp->q_a : bp->wq; }
+/* The attention region's first column-parallel linear: its style decides
+ * the region's rows (latent attention's down-projections before it are
+ * whole on every TP rank and read the same rows). */
+static const hs_param *attn_first(const hs_block_params *bp) { return bp->wq; }
 
 /* o_proj's input width: the heads' values. */
 static int o_width(const hs_model *m) { return m->NH * (m->mla.on ? m->mla.Vd : m->HD); }

@@ -73,6 +73,14 @@ static void block_layout(hs_model *m, hs_block_params *bp, bool first, bool *fir
                         "rows); split the projections by heads",
                         bp->wq->fqn, (long long)bp->wq->local_shape[0], m->HD,
                         (long long)k_rows->local_shape[0]);
+    const hs_param *latent[] = {bp->q_a, bp->q_a_norm, bp->kv_a, bp->kv_a_norm};
+    for (int k = 0; k < 4; k++)
+        if (latent[k] && !is_whole(latent[k]))
+            hs_error_append(e, HS_ERR_CONFIG,
+                            "%s: latent attention's down-projections and latent norms feed "
+                            "every head, so each rank needs them whole; give them the replicate "
+                            "style",
+                            latent[k]->fqn);
     for (int k = 0; k < 2 && bp->q_norm; k++) {
         const hs_param *hn = k ? bp->k_norm : bp->q_norm;
         if (!is_whole(hn))

@@ -80,16 +80,16 @@ void hs_mla_bufs_alloc(hs_model *m, int64_t BT, hs_mla_alloc_fn alloc) {
 
 void hs_mla_bufs_free(hs_model *m) {
     hs_mla_bufs *b = &m->mla_bufs;
-    void *p[] = {b->kva,  b->kvb,  b->pe,  b->dpe, b->dkpe, b->dkvb,
-                 b->dkvn, b->dkvl, b->dkva, b->dqan, b->dqa, b->dattc};
+    void *p[] = {b->kva,  b->kvb,  b->pe,   b->dpe,  b->dkpe, b->dkvb,
+                 b->dkvn, b->dkvl, b->dkva, b->dqan, b->dqa,  b->dattc};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) hs_device_free_mem(m->dev, p[i]);
     *b = (hs_mla_bufs){0};
 }
 
 /* cols of each of `rows` rows from src (row stride ss) to dst (stride
  * ds), in elements of es bytes. */
-static void copy_cols(hs_model *m, void *dst, int64_t ds, const void *src, int64_t ss,
-                      int64_t rows, int64_t cols, size_t es) {
+static void copy_cols(hs_model *m, void *dst, int64_t ds, const void *src, int64_t ss, int64_t rows,
+                      int64_t cols, size_t es) {
     hs_dev_copy_2d(m->dev, dst, (size_t)ds * es, src, (size_t)ss * es, (size_t)rows,
                    (size_t)cols * es);
 }
@@ -176,14 +176,12 @@ void hs_mla_backward(hs_model *m, const hs_block_params *bp, hs_block_acts *a, i
     hs_block_linear_backward(m, b->dkvn, true, bp->kv_b, b->dkvb, x->kvn, N, s->KL,
                              (int)(NH * kvw));
     hs_dev_zero(m->dev, b->dkvl, (size_t)(N * s->KL) * fs);
-    hs_block_norm_backward(m, b->dkvl, bp->kv_a_norm, b->dkvn, x->kvl, m->dt, x->rstd_kv, N,
-                           s->KL);
+    hs_block_norm_backward(m, b->dkvl, bp->kv_a_norm, b->dkvn, x->kvl, m->dt, x->rstd_kv, N, s->KL);
     copy_cols(m, b->dkva, kva, b->dkvl, s->KL, N, s->KL, fs);
     copy_cols(m, b->dkva + s->KL, kva, b->dkpe, s->R, N, s->R, fs);
     /* the query's projections, then kv_a_proj_with_mqa, into d(ln1) */
     if (s->QL > 0) {
-        hs_block_linear_backward(m, b->dqan, true, bp->wq, m->dq, x->qan, N, s->QL,
-                                 (int)(NH * D));
+        hs_block_linear_backward(m, b->dqan, true, bp->wq, m->dq, x->qan, N, s->QL, (int)(NH * D));
         hs_dev_zero(m->dev, b->dqa, (size_t)(N * s->QL) * fs);
         hs_block_norm_backward(m, b->dqa, bp->q_a_norm, b->dqan, x->qa, m->dt, x->rstd_qa, N,
                                s->QL);

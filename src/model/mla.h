@@ -23,9 +23,9 @@
 
 typedef struct hs_mla_shape {
     bool on;
-    int QL, KL;        /* q_lora_rank (0: none), kv_lora_rank */
-    int nope, R, Vd;   /* qk_nope_head_dim, qk_rope_head_dim, v_head_dim */
-    float q_scale;     /* YaRN's mscale^2, 1 without */
+    int QL, KL;      /* q_lora_rank (0: none), kv_lora_rank */
+    int nope, R, Vd; /* qk_nope_head_dim, qk_rope_head_dim, v_head_dim */
+    float q_scale;   /* YaRN's mscale^2, 1 without */
 } hs_mla_shape;
 
 /* What one block's forward keeps for its backward (compute dtype unless
@@ -42,18 +42,18 @@ typedef struct hs_mla_acts {
 
 /* Scratch shared by the blocks (fp32 unless marked). */
 typedef struct hs_mla_bufs {
-    void *kva;     /* [N, KL + R] compute dtype */
-    void *kvb;     /* [N, NH * (nope + Vd)] compute dtype */
-    void *pe;      /* [N, NH * R] compute dtype: the rope dims, contiguous */
-    float *dpe;    /* [N, NH * R] */
-    float *dkpe;   /* [N, R] */
-    float *dkvb;   /* [N, NH * (nope + Vd)] */
-    float *dkvn;   /* [N, KL] d(kv_a_layernorm's output) */
-    float *dkvl;   /* [N, KL] d(the latent) */
-    float *dkva;   /* [N, KL + R] */
-    float *dqan;   /* [N, QL] d(q_a_layernorm's output) */
-    float *dqa;    /* [N, QL] d(q_a_proj's output) */
-    float *dattc;  /* [N, NH * Vd] (NULL when Vd = HD) */
+    void *kva;    /* [N, KL + R] compute dtype */
+    void *kvb;    /* [N, NH * (nope + Vd)] compute dtype */
+    void *pe;     /* [N, NH * R] compute dtype: the rope dims, contiguous */
+    float *dpe;   /* [N, NH * R] */
+    float *dkpe;  /* [N, R] */
+    float *dkvb;  /* [N, NH * (nope + Vd)] */
+    float *dkvn;  /* [N, KL] d(kv_a_layernorm's output) */
+    float *dkvl;  /* [N, KL] d(the latent) */
+    float *dkva;  /* [N, KL + R] */
+    float *dqan;  /* [N, QL] d(q_a_layernorm's output) */
+    float *dqa;   /* [N, QL] d(q_a_proj's output) */
+    float *dattc; /* [N, NH * Vd] (NULL when Vd = HD) */
 } hs_mla_bufs;
 
 struct hs_block_params;
@@ -72,8 +72,8 @@ void hs_mla_bufs_free(hs_model *m);
 
 /* q, k and v (v's padding zero) of B sequences of T rows from the block's
  * ln1, into q and the given k, v (the block's, or a KV cache's rows). */
-void hs_mla_forward(hs_model *m, const struct hs_block_params *bp, struct hs_block_acts *a,
-                    void *k, void *v, int B, int T);
+void hs_mla_forward(hs_model *m, const struct hs_block_params *bp, struct hs_block_acts *a, void *k,
+                    void *v, int B, int T);
 /* o_proj's input: the attention output's value columns. */
 const void *hs_mla_o_input(hs_model *m, struct hs_block_acts *a, int64_t N);
 /* The gradient of the attention output from o_proj's input gradient

@@ -99,6 +99,11 @@ static void block_mla_add(hs_model *m, hs_block_params *bp, int i) {
     bp->wo = lin(m, HS_PARAM_LINEAR, u, C, (int64_t)m->NHg * s->Vd, i, "self_attn.o_proj");
     first_store((hs_param *[]){bp->wq, bp->kv_a, bp->kv_b, bp->wo}, 4);
     if (bp->q_a) first_store((hs_param *[]){bp->q_a}, 1);
+    /* whole on every TP rank, they feed every head: a rank holding some
+     * heads computes a summand of their gradients */
+    hs_param *latent[] = {bp->q_a, bp->q_a_norm, bp->kv_a, bp->kv_a_norm};
+    for (int k = 0; k < 4; k++)
+        if (latent[k]) latent[k]->per_head = true;
 }
 
 static void block_attention_add(hs_model *m, hs_block_params *bp, int i) {
