@@ -686,8 +686,13 @@ typedef struct hs_kv_cache hs_kv_cache;
  * (expert parallelism). false with the reason in why (cap bytes). */
 bool hs_model_kv_supported(const hs_model *m, char *why, size_t cap);
 /* Bytes of a cache for this rank's blocks: blocks x 2 x seq_len x this
- * rank's kv heads x head_dim x the compute dtype's size. */
+ * rank's kv heads x head_dim x the compute dtype's size; under latent
+ * attention blocks x seq_len x (kv_lora_rank + qk_rope_head_dim) values,
+ * plus one block's keys and values expanded (2 x seq_len x heads x
+ * head_dim). Per position: what each position adds (the first term over
+ * seq_len). */
 int64_t hs_kv_cache_bytes(const hs_model *m);
+int64_t hs_kv_cache_position_bytes(const hs_model *m);
 /* An empty cache of seq_len positions for m's blocks; HS_ERR_OOM naming
  * the bytes when the device pool will not give them, HS_ERR_CONFIG when
  * the layout has none (hs_model_kv_supported's reason). */

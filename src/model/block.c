@@ -106,7 +106,10 @@ static void attention_forward(hs_model *m, const hs_block_params *bp, hs_block_a
     void *k = kv ? hs_at(kv->k, dt, (int64_t)kv->pos * kvd) : a->k;
     void *v = kv ? hs_at(kv->v, dt, (int64_t)kv->pos * kvd) : a->v;
     par->norm_enter(par->ctx, a->ln1, a->rstd1, x, xdt, bp->ln1->data, attn_first(bp), N);
-    if (m->mla.on) {
+    if (m->mla.on && kv) { /* the latent cache; k, v: every position's, expanded */
+        hs_mla_cache c = {.lat = kv->lat, .pe = kv->pe, .k = kv->k, .v = kv->v};
+        hs_mla_forward_cached(m, bp, a, &c, kv->pos, T);
+    } else if (m->mla.on) {
         hs_mla_forward(m, bp, a, k, v, B, T);
     } else {
         void *q = m->qk_norm ? a->q_in : a->q, *kp = m->qk_norm ? a->k_in : k;

@@ -3,7 +3,11 @@
  * has run, so a prompt runs once (prefill) and each new token then runs
  * one row through the blocks, attending over the cache. The blocks are
  * block.c's forward with the cache's rows in place of the activations'
- * k and v; the head runs on the last row only. */
+ * k and v; the head runs on the last row only. Latent attention keeps
+ * each position's normalised latent and rope key instead (kv_lora_rank +
+ * qk_rope_head_dim values, mla.h hs_mla_cache) and expands every head's
+ * keys and values from them into one pair of [seq_len, NH x HD] buffers,
+ * block by block, as transformers' DeepSeek-V3 does. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -11,7 +15,8 @@
 
 struct hs_kv_cache {
     hs_model *m;
-    void *mem;                    /* L x {K, V} x [rows, KVH*HD], compute dtype */
+    void *mem;                    /* L x {K, V} x [rows, KVH*HD], compute dtype (latent
+                                   * attention: L x [rows, KL + R], then one K, V) */
     int rows;                     /* positions: the model's seq_len */
     int64_t kvd;                  /* KVH*HD of this rank */
     int len[HS_MODEL_MAX_CHUNKS]; /* positions each chunk has run */
@@ -34,8 +39,15 @@ bool hs_model_kv_supported(const hs_model *m, char *why, size_t cap) {
     return no == NULL;
 }
 
+int64_t hs_kv_cache_position_bytes(const hs_model *m) {
+    if (m->mla.on) return (int64_t)m->L * hs_mla_cache_position_bytes(m);
+    return (int64_t)m->L * 2 * m->KVH * m->HD * (int64_t)hs_dtype_size(m->dt);
+}
+
 int64_t hs_kv_cache_bytes(const hs_model *m) {
-    return (int64_t)m->L * 2 * m->opt.seq_len * m->KVH * m->HD * (int64_t)hs_dtype_size(m->dt);
+    int64_t T = m->opt.seq_len, expanded = 0;
+    if (m->mla.on) expanded = 2 * T * m->KVH * m->HD * (int64_t)hs_dtype_size(m->dt);
+    return T * hs_kv_cache_position_bytes(m) + expanded;
 }
 
 hs_status hs_kv_cache_create(hs_model *m, hs_kv_cache **out, hs_error *e) {
@@ -54,7 +66,11 @@ hs_status hs_kv_cache_create(hs_model *m, hs_kv_cache **out, hs_error *e) {
     if (bytes > 0 && !c->mem) {
         free(c);
         return hs_device_oom(m->dev, (size_t)bytes,
-                             "the KV cache (blocks x 2 x seq_len x kv heads x head_dim)", e);
+                             m->mla.on
+                                 ? "the latent KV cache (blocks x seq_len x (kv_lora_rank + "
+                                   "qk_rope_head_dim), and one block's keys and values)"
+                                 : "the KV cache (blocks x 2 x seq_len x kv heads x head_dim)",
+                             e);
     }
     *out = c;
     return HS_OK;
@@ -75,6 +91,18 @@ void hs_kv_cache_reset(hs_kv_cache *c) {
 /* The cache rows of the stage's block `local`, new rows from pos on. */
 static hs_block_kv kv_of(const hs_kv_cache *c, int local, int pos) {
     hs_dtype dt = c->m->dt;
+    const hs_mla_shape *s = &c->m->mla;
+    if (s->on) {
+        int64_t per = (int64_t)c->rows * (s->KL + s->R);
+        void *lat = hs_at(c->mem, dt, (int64_t)local * per);
+        void *k = hs_at(c->mem, dt, (int64_t)c->m->L * per);
+        return (hs_block_kv){.k = k,
+                             .v = hs_at(k, dt, (int64_t)c->rows * c->kvd),
+                             .lat = lat,
+                             .pe = hs_at(lat, dt, (int64_t)c->rows * s->KL),
+                             .pos = pos,
+                             .rows = c->rows};
+    }
     int64_t per = (int64_t)c->rows * c->kvd;
     void *k = hs_at(c->mem, dt, 2 * (int64_t)local * per);
     return (hs_block_kv){.k = k, .v = hs_at(k, dt, per), .pos = pos, .rows = c->rows};

@@ -306,6 +306,7 @@ void hs_block_forward(hs_model *m, int layer, hs_block_acts *a, const void *x_in
  * position pos. */
 typedef struct hs_block_kv {
     void *k, *v;
+    void *lat, *pe; /* latent attention's cache (mla.h hs_mla_cache), else NULL */
     int pos, rows;
 } hs_block_kv;
 /* Forward of T new rows of one sequence at positions [kv->pos, kv->pos +

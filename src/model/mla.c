@@ -101,39 +101,86 @@ static void norm_forward(hs_model *m, void *out, float *rstd, const void *x, con
     m->k->rmsnorm_fwd(m->s, out, rstd, x, m->dt, w->data, m->dt, N, C, (float)m->cfg.norm_eps);
 }
 
-void hs_mla_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a, void *k, void *v,
-                    int B, int T) {
+/* The query's projections into a->q (before RoPE). */
+static void query_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a, int64_t N) {
     const hs_mla_shape *s = &m->mla;
-    hs_mla_bufs *b = &m->mla_bufs;
     hs_mla_acts *x = &a->mla;
     hs_dtype dt = m->dt;
-    size_t es = hs_dtype_size(dt);
-    int64_t N = (int64_t)B * T, NH = m->NH, D = m->HD, kva = s->KL + s->R, kvw = s->nope + s->Vd;
-    /* the query */
+    int OC = m->NH * m->HD;
     if (s->QL > 0) {
         hs_linear_forward(m->dev, x->qa, a->ln1, bp->q_a->data, dt, N, m->C, s->QL, 0);
         norm_forward(m, x->qan, x->rstd_qa, x->qa, bp->q_a_norm, N, s->QL);
-        hs_linear_forward(m->dev, a->q, x->qan, bp->wq->data, dt, N, s->QL, (int)(NH * D), 0);
+        hs_linear_forward(m->dev, a->q, x->qan, bp->wq->data, dt, N, s->QL, OC, 0);
     } else {
-        hs_linear_forward(m->dev, a->q, a->ln1, bp->wq->data, dt, N, m->C, (int)(NH * D), 0);
+        hs_linear_forward(m->dev, a->q, a->ln1, bp->wq->data, dt, N, m->C, OC, 0);
     }
-    /* the latent and the rope key, then each head's key and value */
-    hs_linear_forward(m->dev, b->kva, a->ln1, bp->kv_a->data, dt, N, m->C, (int)kva, 0);
+}
+
+/* The normalised latent [N, KL] into kvn and the rotated rope key [N, R]
+ * into pe, of B sequences of T rows. */
+static void latent_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a, void *kvn,
+                           void *pe, int B, int T) {
+    const hs_mla_shape *s = &m->mla;
+    hs_mla_bufs *b = &m->mla_bufs;
+    hs_mla_acts *x = &a->mla;
+    size_t es = hs_dtype_size(m->dt);
+    int64_t N = (int64_t)B * T, kva = s->KL + s->R;
+    hs_linear_forward(m->dev, b->kva, a->ln1, bp->kv_a->data, m->dt, N, m->C, (int)kva, 0);
     copy_cols(m, x->kvl, s->KL, b->kva, kva, N, s->KL, es);
-    norm_forward(m, x->kvn, x->rstd_kv, x->kvl, bp->kv_a_norm, N, s->KL);
-    hs_linear_forward(m->dev, b->kvb, x->kvn, bp->kv_b->data, dt, N, s->KL, (int)(NH * kvw), 0);
-    copy_cols(m, k, D, b->kvb, kvw, N * NH, s->nope, es);
-    if (padded(m)) hs_dev_zero(m->dev, v, (size_t)(N * NH * D) * es);
-    copy_cols(m, v, D, at(b->kvb, s->nope, es), kvw, N * NH, s->Vd, es);
-    /* RoPE on the rope dims: the shared key's, laid into every head */
-    copy_cols(m, b->pe, s->R, at(b->kva, s->KL, es), kva, N, s->R, es);
-    m->k->rope_fwd(m->s, b->pe, dt, m->rope_cos, m->rope_sin, B, T, 1, s->R);
+    norm_forward(m, kvn, x->rstd_kv, x->kvl, bp->kv_a_norm, N, s->KL);
+    copy_cols(m, pe, s->R, at(b->kva, s->KL, es), kva, N, s->R, es);
+    m->k->rope_fwd(m->s, pe, m->dt, m->rope_cos, m->rope_sin, B, T, 1, s->R);
+}
+
+/* Every head's key and value of `rows` rows from their latents and rope
+ * keys: [k_nope | pe] and [v | 0]. */
+static void expand(hs_model *m, const hs_block_params *bp, void *k, void *v, const void *kvn,
+                   const void *pe, int64_t rows) {
+    const hs_mla_shape *s = &m->mla;
+    hs_mla_bufs *b = &m->mla_bufs;
+    size_t es = hs_dtype_size(m->dt);
+    int64_t NH = m->NH, D = m->HD, kvw = s->nope + s->Vd;
+    hs_linear_forward(m->dev, b->kvb, kvn, bp->kv_b->data, m->dt, rows, s->KL, (int)(NH * kvw), 0);
+    copy_cols(m, k, D, b->kvb, kvw, rows * NH, s->nope, es);
+    if (padded(m)) hs_dev_zero(m->dev, v, (size_t)(rows * NH * D) * es);
+    copy_cols(m, v, D, at(b->kvb, s->nope, es), kvw, rows * NH, s->Vd, es);
     for (int64_t h = 0; h < NH; h++)
-        copy_cols(m, at(k, h * D + s->nope, es), NH * D, b->pe, s->R, N, s->R, es);
+        copy_cols(m, at(k, h * D + s->nope, es), NH * D, pe, s->R, rows, s->R, es);
+}
+
+/* RoPE on the query's rope dims (through b->pe), then YaRN's factor. */
+static void query_rope(hs_model *m, hs_block_acts *a, int B, int T) {
+    const hs_mla_shape *s = &m->mla;
+    hs_mla_bufs *b = &m->mla_bufs;
+    size_t es = hs_dtype_size(m->dt);
+    int64_t N = (int64_t)B * T, NH = m->NH, D = m->HD;
     copy_cols(m, b->pe, s->R, at(a->q, s->nope, es), D, N * NH, s->R, es);
-    m->k->rope_fwd(m->s, b->pe, dt, m->rope_cos, m->rope_sin, B, T, (int)NH, s->R);
+    m->k->rope_fwd(m->s, b->pe, m->dt, m->rope_cos, m->rope_sin, B, T, (int)NH, s->R);
     copy_cols(m, at(a->q, s->nope, es), D, b->pe, s->R, N * NH, s->R, es);
-    if (s->q_scale != 1.0f) m->k->scale_cast(m->s, a->q, dt, s->q_scale, N * NH * D);
+    if (s->q_scale != 1.0f) m->k->scale_cast(m->s, a->q, m->dt, s->q_scale, N * NH * D);
+}
+
+void hs_mla_forward(hs_model *m, const hs_block_params *bp, hs_block_acts *a, void *k, void *v,
+                    int B, int T) {
+    int64_t N = (int64_t)B * T;
+    query_forward(m, bp, a, N);
+    latent_forward(m, bp, a, a->mla.kvn, m->mla_bufs.pe, B, T);
+    expand(m, bp, k, v, a->mla.kvn, m->mla_bufs.pe, N);
+    query_rope(m, a, B, T);
+}
+
+void hs_mla_forward_cached(hs_model *m, const hs_block_params *bp, hs_block_acts *a,
+                           const hs_mla_cache *c, int pos, int T) {
+    size_t es = hs_dtype_size(m->dt);
+    query_forward(m, bp, a, T);
+    latent_forward(m, bp, a, at(c->lat, (int64_t)pos * m->mla.KL, es),
+                   at(c->pe, (int64_t)pos * m->mla.R, es), 1, T);
+    expand(m, bp, c->k, c->v, c->lat, c->pe, (int64_t)pos + T);
+    query_rope(m, a, 1, T);
+}
+
+int64_t hs_mla_cache_position_bytes(const hs_model *m) {
+    return (int64_t)(m->mla.KL + m->mla.R) * (int64_t)hs_dtype_size(m->dt);
 }
 
 const void *hs_mla_o_input(hs_model *m, hs_block_acts *a, int64_t N) {

@@ -74,6 +74,22 @@ void hs_mla_bufs_free(hs_model *m);
  * ln1, into q and the given k, v (the block's, or a KV cache's rows). */
 void hs_mla_forward(hs_model *m, const struct hs_block_params *bp, struct hs_block_acts *a, void *k,
                     void *v, int B, int T);
+/* Generation's latent cache of one block (model/decode.c): per position
+ * the normalised latent [KL] (lat) and the rotated rope key [R] (pe),
+ * compute dtype; and where every head's key and value of the positions
+ * so far are expanded for the attention call (k, v [rows, NH * HD], one
+ * pair for all the blocks). */
+typedef struct hs_mla_cache {
+    void *lat, *pe;
+    void *k, *v;
+} hs_mla_cache;
+/* The cache's bytes a position of one block: (KL + R) values. */
+int64_t hs_mla_cache_position_bytes(const hs_model *m);
+/* T new rows at positions [pos, pos + T) of one sequence: their latents
+ * and rope keys into the cache's rows, q of the new rows, and k, v of
+ * every position up to them. */
+void hs_mla_forward_cached(hs_model *m, const struct hs_block_params *bp, struct hs_block_acts *a,
+                           const hs_mla_cache *c, int pos, int T);
 /* o_proj's input: the attention output's value columns. */
 const void *hs_mla_o_input(hs_model *m, struct hs_block_acts *a, int64_t N);
 /* The gradient of the attention output from o_proj's input gradient

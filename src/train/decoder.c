@@ -30,9 +30,10 @@ hs_status hs_decoder_open(hs_decoder *d, hs_trainer *t, const char *who, bool us
         if (t->rank0)
             hs_log_info(t->log,
                         "%s: a KV cache of %lld bytes (%.2f MiB) on each rank, for up to %d "
-                        "positions",
+                        "positions (%lld bytes a position)",
                         who, (long long)hs_kv_cache_bytes(m),
-                        (double)hs_kv_cache_bytes(m) / (1024.0 * 1024.0), t->T);
+                        (double)hs_kv_cache_bytes(m) / (1024.0 * 1024.0), t->T,
+                        (long long)hs_kv_cache_position_bytes(m));
         return HS_OK;
     }
     d->win = calloc((size_t)t->T, sizeof *d->win);

@@ -756,7 +756,8 @@ static void ckpt_staging(plan_ctx *c, hs_plan_role *r) {
 
 /* The end-of-run sample's KV cache on a rank holding n_blocks blocks
  * (model/decode.c hs_kv_cache_bytes: blocks x {K, V} x seq_len x the
- * rank's kv heads x head_dim, in the compute dtype), or 0 where the layout
+ * rank's kv heads x head_dim, in the compute dtype; latent attention's
+ * latents and one block's expanded keys and values), or 0 where the layout
  * decodes without one (hs_model_kv_supported, train/decoder.c). */
 static int64_t sample_kv(const plan_ctx *c, int n_blocks) {
     const hs_config *cfg = c->cfg;
@@ -766,10 +767,13 @@ static int64_t sample_kv(const plan_ctx *c, int n_blocks) {
         (t->tp > 1 && cfg->accelerator.sequence_parallel))
         return 0;
     int64_t kvh = (mc->n_kv_heads > 0 ? mc->n_kv_heads : mc->n_heads) / t->tp;
-    return hs_ck_prod(c->ck,
-                      (const int64_t[]){n_blocks, 2, cfg->train.seq_len, kvh, hs_model_head_dim(mc),
-                                        (int64_t)hs_dtype_size(c->cdt)},
-                      6);
+    int64_t es = (int64_t)hs_dtype_size(c->cdt), T = cfg->train.seq_len;
+    if (hs_model_arch_mla(mc)) { /* the latents, and one block's keys and values */
+        int64_t lat = mc->mla.kv_lora_rank + mc->mla.qk_rope_head_dim;
+        return hs_ck_prod(c->ck, (const int64_t[]){n_blocks, T, lat, es}, 4) +
+               hs_ck_prod(c->ck, (const int64_t[]){2, T, kvh, hs_model_head_dim(mc), es}, 5);
+    }
+    return hs_ck_prod(c->ck, (const int64_t[]){n_blocks, 2, T, kvh, hs_model_head_dim(mc), es}, 6);
 }
 
 /* Each pipeline stage's role, and the checkpoint's bytes. */

@@ -18,7 +18,8 @@
 # FSDP 2 at step 2 resumes on one process to one process's 4-step curve.
 # Under train.reproducibility: layout, FSDP 2 and PP 2 x FSDP 2 write one
 # process's weights bit for bit.
-# The KV cache's greedy text equals the full forward's. Settings latent
+# The latent KV cache (kv_lora_rank + qk_rope_head_dim values a position and
+# block) gives the full forward's greedy text. Settings latent
 # attention does not take exit 2 naming the key.
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 300
@@ -106,7 +107,9 @@ for run in lay_fsdp2 lay_pp2; do
         fail "layout mode: $run's weights differ from one process's"
 done
 
-# the KV cache (full keys and values of every head) against the full forward
+# the latent KV cache against the full forward: its text, and its bytes,
+# (kv_lora_rank + qk_rope_head_dim) x 4 a position and block plus one
+# block's expanded keys and values (2 x 16 positions x 4 heads x 16)
 gen() {
     "$HS_BIN" generate --run "$work/one4" --prompt "This bird" --max-new-tokens 24 "$@" \
         2> "$work/gen_err.txt"
@@ -114,6 +117,9 @@ gen() {
 cached=$(gen) || die "generate: $(tail -2 "$work/gen_err.txt")"
 whole=$(gen --no-kv-cache) || die "generate --no-kv-cache: $(tail -2 "$work/gen_err.txt")"
 [ "$cached" = "$whole" ] || die "the KV cache's text differs: '$cached' against '$whole'"
+gen > /dev/null
+grep -q "a KV cache of 12800 bytes (0.01 MiB) on each rank, for up to 16 positions (288 bytes a position)" \
+    "$work/gen_err.txt" || die "the latent cache's size: $(grep 'KV cache' "$work/gen_err.txt")"
 
 hs_expect_exit 2 softmax "model.moe.score_func = softmax with model.arch = deepseek_v3" \
     train "${tiny[@]}" model.moe.score_func=softmax
