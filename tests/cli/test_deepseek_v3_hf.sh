@@ -10,7 +10,9 @@
 # config.json, re-exports the weights bit for bit and writes config.yaml;
 # `hypershard train` of that config with --init-from computes transformers'
 # cross-entropy, logits and every parameter's gradient on the 4 sequences
-# of tests/data/parity_tokens.hstk within 1e-4. Negative controls that must
+# of tests/data/parity_tokens.hstk within 1e-4, and `hypershard generate`
+# (its latent KV cache, and without a cache) continues "This bird" with the
+# 32 tokens of transformers' greedy generate. Negative controls that must
 # not pass: the interleaved file read as rotate_half rows, and YaRN's
 # softmax factor left out.
 # HS_TEST_TIMEOUT: 120
@@ -32,6 +34,24 @@ model() {
     python3 "$HS_SRC/tests/cli/hf_reference.py" same "$hf" "$work/$name"
     train "$name" "$name.run"
     check "$name" "$name.run" || die "hypershard's $name differs from transformers'"
+}
+# greedy NAME ARGS...: generate's 32 tokens after "This bird" equal
+# transformers' greedy generate's (the reference's `generate`)
+greedy() {
+    local name=$1
+    shift
+    "$HS_BIN" generate --run "$work/$name" --prompt "This bird" --max-new-tokens 32 "$@" \
+        > "$work/$name.gen" 2> "$work/$name.gen.err" || die "generate: $(tail -2 "$work/$name.gen.err")"
+    python3 - "$data/ref_$name.safetensors" "$work/$name.gen" <<'PY' || die "$name: generate differs"
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+(n,) = struct.unpack("<Q", raw[:8])
+a, b = json.loads(raw[8:8 + n])["generate"]["data_offsets"]
+want = [int(x) for x in struct.unpack("<32f", raw[8 + n + a:8 + n + b])]
+got = list(open(sys.argv[2], "rb").read()[len(b"This bird"):][:32])
+assert got == want, (got, want)
+print(f"  generate: the 32 tokens transformers' greedy generate gives")
+PY
 }
 train() {
     local name=$1 run=$2
@@ -55,11 +75,14 @@ for k, v in want.items():
     assert cfg[k] == v, (k, cfg.get(k), v)
 print("  config.json DeepseekV3ForCausalLM")
 PY
+greedy deepseek_v3_hf
+greedy deepseek_v3_hf --no-kv-cache
 train deepseek_v3_hf halves model.mla.rope_interleave=false
 if check deepseek_v3_hf halves > /dev/null; then die "the interleaved rope rows were ignored"; fi
 
 model deepseek_v3_noq_hf 43
 grep -q "q_lora_rank: 0" "$work/deepseek_v3_noq_hf/config.yaml" || die "q_lora_rank not 0"
+greedy deepseek_v3_noq_hf
 train deepseek_v3_noq_hf no_mscale model.rope_scaling.mscale_all_dim=0
 if check deepseek_v3_noq_hf no_mscale > /dev/null; then die "YaRN's softmax factor was ignored"; fi
 echo ok

@@ -22,7 +22,10 @@ with Hugging Face transformers (tests/reference/README.md):
                                   transformers' fused tensors; the rope rows of
                                   q_b_proj and kv_a_proj_with_mqa in
                                   rotate_half's order, as hypershard holds them;
-                                  the correction bias's zero: a buffer)
+                                  the correction bias's zero: a buffer),
+                                  and `generate` [32]: the tokens transformers'
+                                  greedy generate (its cache) continues the
+                                  bytes of "This bird" with
   tests/data/deepseek_v3_noq_hf/  the same shape without the query's
   tests/data/ref_deepseek_v3_noq_hf.safetensors
                                   compression (q_lora_rank null: q_proj), rope
@@ -87,13 +90,21 @@ def model_order(g, cfg, runs, first, step):
     return g
 
 
+PROMPT = b"This bird"
+
+
 def reference(model, ids, name, args, meta):
     save_model(model, os.path.join(args.data, name))
+    prompt = torch.tensor([list(PROMPT)])
+    with torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=32, do_sample=False, use_cache=True)
+    generated = out[0, len(PROMPT):].float()
     logits = model(input_ids=ids[:, :T]).logits.float()
     ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                            ids[:, 1:].reshape(-1))
     ce.backward()
-    ref = {"logits": logits.detach().contiguous(), "ce": ce.detach().reshape(1)}
+    ref = {"logits": logits.detach().contiguous(), "ce": ce.detach().reshape(1),
+           "generate": generated.contiguous()}
     ref.update(grads(model))
     cfg = model.config
     step = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
