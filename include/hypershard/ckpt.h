@@ -259,6 +259,13 @@ hs_status hs_safetensors_open(const char *path, hs_st_file **out, hs_error *e);
 /* The same from a whole file's len bytes in memory; path names it in errors. */
 hs_status hs_safetensors_open_mem(const char *path, const void *buf, size_t len, hs_st_file **out,
                                   hs_error *e);
+/* A Hugging Face weights directory as one file: DIR/model.safetensors, or
+ * the shards DIR/model.safetensors.index.json's weight_map names (files in
+ * DIR), every tensor in the shard the map gives and listed there once. */
+hs_status hs_safetensors_open_dir(const char *dir, hs_st_file **out, hs_error *e);
+/* The path a directory's weights are read from, for messages: its
+ * model.safetensors, or its index when the weights are sharded. */
+void hs_safetensors_dir_path(const char *dir, char *out, size_t cap);
 void hs_safetensors_close(hs_st_file *f);
 int hs_safetensors_count(const hs_st_file *f);
 const hs_st_tensor *hs_safetensors_tensor(const hs_st_file *f, int i);

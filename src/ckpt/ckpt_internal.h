@@ -115,4 +115,9 @@ hs_status hs_ckpt_prune(const char *dir, int keep_last, const char *keep, const 
 void hs_ckpt_hex64(uint64_t v, char *buf, size_t cap);
 bool hs_ckpt_parse_hex64(const char *s, uint64_t *out);
 
+/* safetensors.c: one file of the n_parts files' tensors (each still
+ * pointing into its part), which it owns and closes with itself; path
+ * names it in errors. On failure the parts are closed and NULL returned. */
+hs_st_file *hs_st_merge(const char *path, hs_st_file **parts, int n_parts, hs_error *e);
+
 #endif

@@ -236,11 +236,11 @@ hs_status hs_hf_load_borrowing(hs_model *m, const char *dir, hs_param_set_fn set
     if (kept) *kept = NULL;
     char path[HS_PATH_MAX + 32];
     struct stat st;
-    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    bool is_dir = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+    if (is_dir) hs_safetensors_dir_path(dir, path, sizeof path);
     else snprintf(path, sizeof path, "%s", dir);
     hs_st_file *f = NULL;
-    hs_status s = hs_safetensors_open(path, &f, e);
+    hs_status s = is_dir ? hs_safetensors_open_dir(dir, &f, e) : hs_safetensors_open(path, &f, e);
     if (s != HS_OK) return s;
     s = hf_check_all(m, f, path, e);
     char name[HS_ST_NAME_MAX];

@@ -27,6 +27,9 @@ struct hs_st_file {
     int n;
     char **meta_keys, **meta_values;
     int n_meta;
+    /* a sharded directory's files (hs_st_merge): tensors point into them */
+    hs_st_file **parts;
+    int n_parts;
 };
 
 const char *hs_st_dtype_name(hs_dtype dt) {
@@ -409,8 +412,31 @@ hs_status hs_safetensors_open_mem(const char *path, const void *buf, size_t len,
     return st_finish(f, s, out);
 }
 
+hs_st_file *hs_st_merge(const char *path, hs_st_file **parts, int n_parts, hs_error *e) {
+    hs_st_file *f = st_new(path, e);
+    int n = 0;
+    for (int i = 0; i < n_parts; i++) n += parts[i]->n;
+    if (f) f->tensors = calloc((size_t)(n > 0 ? n : 1), sizeof *f->tensors);
+    if (f && !f->tensors) {
+        free(f);
+        f = NULL;
+        hs_error_oom(e, "safetensors %s: %d tensors' descriptors", path, n);
+    }
+    if (!f) {
+        for (int i = 0; i < n_parts; i++) hs_safetensors_close(parts[i]);
+        free(parts);
+        return NULL;
+    }
+    for (int i = 0; i < n_parts; i++)
+        for (int t = 0; t < parts[i]->n; t++) f->tensors[f->n++] = parts[i]->tensors[t];
+    f->parts = parts, f->n_parts = n_parts;
+    return f;
+}
+
 void hs_safetensors_close(hs_st_file *f) {
     if (!f) return;
+    for (int i = 0; i < f->n_parts; i++) hs_safetensors_close(f->parts[i]);
+    free(f->parts);
     for (int i = 0; i < f->n_meta; i++) free(f->meta_keys[i]), free(f->meta_values[i]);
     free(f->meta_keys);
     free(f->meta_values);

@@ -199,9 +199,9 @@ static hs_status import_write_yaml(const hs_model_config *mc, const char *what, 
 
 static hs_status import_run(const import_args *a, hs_error *e) {
     char path[HS_PATH_MAX + 32], what[HS_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/model.safetensors", a->dir);
+    hs_safetensors_dir_path(a->dir, path, sizeof path);
     hs_st_file *f = NULL;
-    hs_status s = hs_safetensors_open(path, &f, e);
+    hs_status s = hs_safetensors_open_dir(a->dir, &f, e);
     if (s != HS_OK) return s;
     printf("%s: %d tensors\n", path, hs_safetensors_count(f));
     import_list(f);

@@ -24,7 +24,8 @@ static void train_usage(FILE *f) {
         f, "usage: hypershard train [CONFIG] [a.b.c=value ...] [--init-from DIR] [--dump DIR]\n"
            "  CONFIG         YAML file (default: the built-in small Llama on the builtin corpus)\n"
            "  a.b.c=value    override one config key (last one wins)\n"
-           "  --init-from D  start from the weights in D/model.safetensors (Hugging Face names)\n"
+           "  --init-from D  start from the weights in D/model.safetensors or the shards its\n"
+           "                 model.safetensors.index.json lists (Hugging Face names)\n"
            "  --dump D       write D/weights-step0.safetensors and, for every step N,\n"
            "                 D/{logits,grads,weights}-stepN.safetensors (fp32, for parity checks)\n"
            "Writes <train.out_dir>/{config.yaml,metrics.jsonl,model.safetensors,config.json}.\n");
