@@ -503,6 +503,11 @@ static hs_status hf_read_deepseek_v3(json_t *root, const char *path, hs_model_co
     if (s == HS_OK) s = hf_double(root, path, "seq_aux_loss_coef", true, &x->seq_aux_loss_coef, e);
     if (s == HS_OK) s = hf_read_router(root, path, mc, e);
     if (s != HS_OK) return s;
+    if (n_shared > INT_MAX / x->expert_ffn_dim)
+        return hs_error_set(e, HS_ERR_FORMAT,
+                            "%s: \"n_shared_experts\" %d of \"moe_intermediate_size\" %d is a "
+                            "shared MLP wider than %d",
+                            path, n_shared, x->expert_ffn_dim, INT_MAX);
     x->shared_expert_ffn_dim = n_shared * x->expert_ffn_dim;
     snprintf(x->score_func, sizeof x->score_func, "sigmoid");
     if (a->qk_rope_head_dim % 2 || a->v_head_dim > a->qk_nope_head_dim + a->qk_rope_head_dim)

@@ -55,8 +55,8 @@ static hs_status shard_names(json_t *map, const char *path, const char ***names,
 
 /* Every tensor of shard `file` is one the map puts there, and every
  * tensor the map puts there is in it. */
-static hs_status check_shard(json_t *map, const char *path, const char *file,
-                             const hs_st_file *f, hs_error *e) {
+static hs_status check_shard(json_t *map, const char *path, const char *file, const hs_st_file *f,
+                             hs_error *e) {
     for (int t = 0; t < hs_safetensors_count(f); t++) {
         const char *name = hs_safetensors_tensor(f, t)->name;
         json_t *v = json_object_get(map, name);
@@ -73,8 +73,9 @@ static hs_status check_shard(json_t *map, const char *path, const char *file,
     json_t *v;
     json_object_foreach(map, key, v) {
         if (!strcmp(json_string_value(v), file) && !hs_safetensors_find(f, key))
-            return hs_error_set(e, HS_ERR_FORMAT, "%s: weight_map puts tensor %s in %s, which lacks it",
-                                path, key, file);
+            return hs_error_set(e, HS_ERR_FORMAT,
+                                "%s: weight_map puts tensor %s in %s, which lacks it", path, key,
+                                file);
     }
     return HS_OK;
 }

@@ -11,15 +11,27 @@
 
 #include "hypershard/ckpt.h"
 
+/* Latent attention's shapes (arch deepseek_v3): positive, the rope dims
+ * even, the value head within the query head. */
+static bool mla_ok(const hs_model_config *mc) {
+    const hs_mla_config *a = &mc->mla;
+    return a->q_lora_rank >= 0 && a->kv_lora_rank > 0 && a->qk_nope_head_dim > 0 &&
+           a->qk_rope_head_dim > 0 && a->qk_rope_head_dim % 2 == 0 && a->v_head_dim > 0 &&
+           a->v_head_dim <= a->qk_nope_head_dim + a->qk_rope_head_dim &&
+           mc->n_kv_heads == mc->n_heads && mc->moe.first_k_dense_replace < mc->n_layers;
+}
+
 static void check(const hs_model_config *mc, int max_position) {
-    bool moe = hs_model_arch_moe(mc);
+    bool moe = hs_model_arch_moe(mc), mla = hs_model_arch_mla(mc);
     /* the head size: head_dim when the file gives one (any width of the
-     * queries), else dim / n_heads, which must divide; even for RoPE */
-    bool heads = mc->n_heads > 0 && (mc->head_dim > 0 || mc->dim % mc->n_heads == 0);
+     * queries), else dim / n_heads, which must divide; even for RoPE
+     * (latent attention's: mla_ok) */
+    bool heads = mc->n_heads > 0 && (mla || mc->head_dim > 0 || mc->dim % mc->n_heads == 0);
     int hd = heads ? hs_model_head_dim(mc) : 0;
     bool ok =
-        mc->vocab_size > 0 && mc->dim > 0 && mc->n_layers > 0 && heads && hd > 0 && hd % 2 == 0 &&
-        mc->n_kv_heads > 0 && mc->n_heads % mc->n_kv_heads == 0 && max_position >= 0 &&
+        mc->vocab_size > 0 && mc->dim > 0 && mc->n_layers > 0 && heads && hd > 0 &&
+        (mla ? mla_ok(mc) : hd % 2 == 0) && mc->n_kv_heads > 0 &&
+        mc->n_heads % mc->n_kv_heads == 0 && max_position >= 0 &&
         (!moe || (mc->moe.num_experts > 0 && mc->moe.top_k > 0 &&
                   mc->moe.top_k <= mc->moe.num_experts && mc->moe.shared_expert_ffn_dim >= 0));
     if (!ok) {
