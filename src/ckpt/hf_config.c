@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hypershard/ckpt.h"
+#include "ckpt/hf_fields.h"
 
 /* model.arch, its Hugging Face model_type and class. */
 typedef struct hf_family {
@@ -93,32 +93,6 @@ static void hf_write_rope_scaling(hs_json *j, const hs_rope_scaling *r) {
     hs_json_end_object(j);
 }
 
-/* DeepseekV3Config's latent attention and DeepSeekMoE fields (the shared
- * experts as n_shared_experts of moe_intermediate_size: config rules keep
- * the width a multiple); scoring_func and bias_update_speed as
- * hf_write_router writes them, for hypershard to read back. */
-static void hf_write_deepseek_v3(hs_json *j, const hs_model_config *mc) {
-    const hs_mla_config *a = &mc->mla;
-    const hs_moe_config *x = &mc->moe;
-    if (a->q_lora_rank > 0) hs_json_kv_int(j, "q_lora_rank", a->q_lora_rank);
-    else {
-        hs_json_key(j, "q_lora_rank");
-        hs_json_null(j);
-    }
-    hs_json_kv_int(j, "kv_lora_rank", a->kv_lora_rank);
-    hs_json_kv_int(j, "qk_nope_head_dim", a->qk_nope_head_dim);
-    hs_json_kv_int(j, "qk_rope_head_dim", a->qk_rope_head_dim);
-    hs_json_kv_int(j, "v_head_dim", a->v_head_dim);
-    hs_json_kv_bool(j, "rope_interleave", a->rope_interleave);
-    hs_json_kv_int(j, "moe_intermediate_size", x->expert_ffn_dim);
-    hs_json_kv_int(j, "n_shared_experts", x->shared_expert_ffn_dim / x->expert_ffn_dim);
-    hs_json_kv_int(j, "n_routed_experts", x->num_experts);
-    hs_json_kv_int(j, "num_experts_per_tok", x->top_k);
-    hs_json_kv_int(j, "first_k_dense_replace", x->first_k_dense_replace);
-    hs_json_kv_bool(j, "norm_topk_prob", x->norm_topk_prob);
-    hs_json_kv_double(j, "seq_aux_loss_coef", x->seq_aux_loss_coef, 15);
-}
-
 static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_position,
                             const char *dtype_name) {
     bool moe = hs_model_arch_moe(mc), qwen_moe = is_qwen3_moe(mc->arch);
@@ -150,7 +124,7 @@ static void hf_write_fields(hs_json *j, const hs_model_config *mc, int max_posit
     hs_json_kv_string(j, "torch_dtype", dtype_name);
     if (moe) hf_write_router(j, mc);
     if (mla) {
-        hf_write_deepseek_v3(j, mc);
+        hs_hf_write_deepseek_v3(j, mc);
     } else if (qwen_moe) {
         hf_write_qwen3_moe(j, mc);
     } else if (moe) {
@@ -188,8 +162,8 @@ hs_status hs_hf_config_write(const hs_model_config *mc, int max_position, const 
 
 /* Reads an integer field in [lo, INT_MAX]; `required` false keeps *out
  * when absent. */
-static hs_status hf_int(json_t *root, const char *path, const char *key, bool required, int lo,
-                        int *out, hs_error *e) {
+hs_status hs_hf_int(json_t *root, const char *path, const char *key, bool required, int lo,
+                    int *out, hs_error *e) {
     json_t *v = json_object_get(root, key);
     if (!v && !required) return HS_OK;
     if (!json_is_integer(v))
@@ -207,8 +181,8 @@ static hs_status hf_int(json_t *root, const char *path, const char *key, bool re
 
 /* An optional number; present, it must be a finite number > 0 (or >= 0
  * when zero_ok). */
-static hs_status hf_double(json_t *root, const char *path, const char *key, bool zero_ok,
-                           double *out, hs_error *e) {
+hs_status hs_hf_double(json_t *root, const char *path, const char *key, bool zero_ok, double *out,
+                       hs_error *e) {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return HS_OK;
     double x = json_is_number(v) ? json_number_value(v) : -1.0;
@@ -219,7 +193,7 @@ static hs_status hf_double(json_t *root, const char *path, const char *key, bool
     return HS_OK;
 }
 
-static hs_status hf_bool(json_t *root, const char *path, const char *key, bool *out, hs_error *e) {
+hs_status hs_hf_bool(json_t *root, const char *path, const char *key, bool *out, hs_error *e) {
     json_t *v = json_object_get(root, key);
     if (!v || json_is_null(v)) return HS_OK;
     if (!json_is_boolean(v))
@@ -251,14 +225,14 @@ static hs_status hf_rope_fields(json_t *rs, const char *path, const char *key, i
                             "network",
                             path, key, name);
     snprintf(r->type, sizeof r->type, "%s", name);
-    hs_status s =
-        hf_int(rs, path, "original_max_position_embeddings", true, 1, &r->original_max_position, e);
+    hs_status s = hs_hf_int(rs, path, "original_max_position_embeddings", true, 1,
+                            &r->original_max_position, e);
     json_t *fv = json_object_get(rs, "factor");
     bool has_factor = fv && !json_is_null(fv); /* present: a positive number (hf_double) */
     if (s == HS_OK && (llama3 || has_factor)) {
         if (!has_factor)
             return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\".\"factor\" is missing", path, key);
-        s = hf_double(rs, path, "factor", false, &r->factor, e);
+        s = hs_hf_double(rs, path, "factor", false, &r->factor, e);
     } else if (s == HS_OK && max_position < 1) {
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: \"%s\" gives no \"factor\" and there is no "
@@ -268,8 +242,10 @@ static hs_status hf_rope_fields(json_t *rs, const char *path, const char *key, i
         r->factor = (double)max_position / r->original_max_position;
     }
     if (llama3) {
-        if (s == HS_OK) s = hf_double(rs, path, "low_freq_factor", false, &r->low_freq_factor, e);
-        if (s == HS_OK) s = hf_double(rs, path, "high_freq_factor", false, &r->high_freq_factor, e);
+        if (s == HS_OK)
+            s = hs_hf_double(rs, path, "low_freq_factor", false, &r->low_freq_factor, e);
+        if (s == HS_OK)
+            s = hs_hf_double(rs, path, "high_freq_factor", false, &r->high_freq_factor, e);
         if (s == HS_OK && !(r->high_freq_factor > r->low_freq_factor))
             s = hs_error_set(e, HS_ERR_FORMAT,
                              "%s: \"%s\": high_freq_factor %g must exceed low_freq_factor %g", path,
@@ -279,12 +255,12 @@ static hs_status hf_rope_fields(json_t *rs, const char *path, const char *key, i
     /* transformers' defaults where the file gives none */
     r->attention_factor = r->mscale = r->mscale_all_dim = 0.0;
     r->beta_fast = 32.0, r->beta_slow = 1.0, r->truncate = true;
-    if (s == HS_OK) s = hf_double(rs, path, "beta_fast", false, &r->beta_fast, e);
-    if (s == HS_OK) s = hf_double(rs, path, "beta_slow", false, &r->beta_slow, e);
-    if (s == HS_OK) s = hf_double(rs, path, "mscale", true, &r->mscale, e);
-    if (s == HS_OK) s = hf_double(rs, path, "mscale_all_dim", true, &r->mscale_all_dim, e);
-    if (s == HS_OK) s = hf_double(rs, path, "attention_factor", true, &r->attention_factor, e);
-    if (s == HS_OK) s = hf_bool(rs, path, "truncate", &r->truncate, e);
+    if (s == HS_OK) s = hs_hf_double(rs, path, "beta_fast", false, &r->beta_fast, e);
+    if (s == HS_OK) s = hs_hf_double(rs, path, "beta_slow", false, &r->beta_slow, e);
+    if (s == HS_OK) s = hs_hf_double(rs, path, "mscale", true, &r->mscale, e);
+    if (s == HS_OK) s = hs_hf_double(rs, path, "mscale_all_dim", true, &r->mscale_all_dim, e);
+    if (s == HS_OK) s = hs_hf_double(rs, path, "attention_factor", true, &r->attention_factor, e);
+    if (s == HS_OK) s = hs_hf_bool(rs, path, "truncate", &r->truncate, e);
     return s;
 }
 
@@ -306,7 +282,7 @@ static hs_status hf_rope_object(json_t *rs, const char *path, const char *key, i
  * its scaling: transformers 4's "rope_scaling" or the same object. */
 static hs_status hf_rope(json_t *root, const char *path, int max_position, hs_model_config *mc,
                          hs_error *e) {
-    if (hf_double(root, path, "rope_theta", false, &mc->rope_theta, e) != HS_OK) return e->code;
+    if (hs_hf_double(root, path, "rope_theta", false, &mc->rope_theta, e) != HS_OK) return e->code;
     snprintf(mc->rope_scaling.type, sizeof mc->rope_scaling.type, "none");
     json_t *rs = json_object_get(root, "rope_scaling");
     if (rs && !json_is_null(rs) &&
@@ -317,7 +293,7 @@ static hs_status hf_rope(json_t *root, const char *path, int max_position, hs_mo
     if (!json_is_object(rp))
         return hs_error_set(e, HS_ERR_FORMAT, "%s: \"rope_parameters\" must be an object", path);
     if (hf_rope_object(rp, path, "rope_parameters", max_position, mc, e) != HS_OK) return e->code;
-    return hf_double(rp, path, "rope_theta", false, &mc->rope_theta, e);
+    return hs_hf_double(rp, path, "rope_theta", false, &mc->rope_theta, e);
 }
 
 /* Fields transformers reads that this model has no choice in: a value
@@ -336,7 +312,7 @@ static hs_status hf_check_fixed(json_t *root, const char *path, const hs_model_c
                                       "builds full causal attention in every layer"};
     for (int i = 0; i < 3; i++) {
         bool on = false;
-        if (hf_bool(root, path, flags[i], &on, e) != HS_OK) return e->code;
+        if (hs_hf_bool(root, path, flags[i], &on, e) != HS_OK) return e->code;
         if (on)
             return hs_error_set(e, HS_ERR_FORMAT, "%s: \"%s\" is true; hypershard %s", path,
                                 flags[i], why[i]);
@@ -387,7 +363,7 @@ static hs_status hf_read_dense_layers(json_t *root, const char *path, hs_model_c
     hs_moe_config *x = &mc->moe;
     x->decoder_sparse_step = 1;
     x->n_mlp_only_layers = 0;
-    if (hf_int(root, path, "decoder_sparse_step", false, 1, &x->decoder_sparse_step, e) != HS_OK)
+    if (hs_hf_int(root, path, "decoder_sparse_step", false, 1, &x->decoder_sparse_step, e) != HS_OK)
         return e->code;
     json_t *only = json_object_get(root, "mlp_only_layers");
     if (only && !json_is_null(only) && !json_is_array(only))
@@ -417,7 +393,7 @@ static hs_status hf_read_dense_layers(json_t *root, const char *path, hs_model_c
 }
 
 /* hf_write_router's fields, each optional (absent: Mixtral's router). */
-static hs_status hf_read_router(json_t *root, const char *path, hs_model_config *mc, hs_error *e) {
+hs_status hs_hf_read_router(json_t *root, const char *path, hs_model_config *mc, hs_error *e) {
     hs_moe_config *x = &mc->moe;
     json_t *f = json_object_get(root, "scoring_func");
     if (f && !(json_is_string(f) && (!strcmp(json_string_value(f), "softmax") ||
@@ -425,11 +401,12 @@ static hs_status hf_read_router(json_t *root, const char *path, hs_model_config 
         return hs_error_set(e, HS_ERR_FORMAT,
                             "%s: \"scoring_func\" must be \"softmax\" or \"sigmoid\"", path);
     if (f) snprintf(x->score_func, sizeof x->score_func, "%s", json_string_value(f));
-    hs_status s = hf_int(root, path, "n_group", false, 1, &x->n_group, e);
-    if (s == HS_OK) s = hf_int(root, path, "topk_group", false, 1, &x->topk_group, e);
+    hs_status s = hs_hf_int(root, path, "n_group", false, 1, &x->n_group, e);
+    if (s == HS_OK) s = hs_hf_int(root, path, "topk_group", false, 1, &x->topk_group, e);
     if (s == HS_OK)
-        s = hf_double(root, path, "routed_scaling_factor", false, &x->routed_scaling_factor, e);
-    if (s == HS_OK) s = hf_double(root, path, "bias_update_speed", true, &x->bias_update_speed, e);
+        s = hs_hf_double(root, path, "routed_scaling_factor", false, &x->routed_scaling_factor, e);
+    if (s == HS_OK)
+        s = hs_hf_double(root, path, "bias_update_speed", true, &x->bias_update_speed, e);
     if (x->n_group < 1) x->n_group = 1; /* a config not from the schema */
     if (x->topk_group < 1) x->topk_group = 1;
     if (s == HS_OK && (x->n_group > HS_MOE_MAX_GROUPS || x->num_experts % x->n_group ||
@@ -451,80 +428,18 @@ static hs_status hf_read_qwen3_moe(json_t *root, const char *path, hs_model_conf
     mc->moe.norm_topk_prob = false;
     mc->moe.aux_loss_coef = 0.001;
     if (s == HS_OK)
-        s = hf_int(root, path, "moe_intermediate_size", true, 1, &mc->moe.expert_ffn_dim, e);
+        s = hs_hf_int(root, path, "moe_intermediate_size", true, 1, &mc->moe.expert_ffn_dim, e);
     /* the Hub's configs say num_experts; transformers 5 writes it as
      * num_local_experts (Qwen3MoeConfig's attribute_map) */
     const char *experts = json_object_get(root, "num_experts") ? "num_experts"
                                                                : "num_local_experts";
-    if (s == HS_OK) s = hf_int(root, path, experts, true, 1, &mc->moe.num_experts, e);
-    if (s == HS_OK) s = hf_int(root, path, "num_experts_per_tok", true, 1, &mc->moe.top_k, e);
-    if (s == HS_OK) s = hf_bool(root, path, "norm_topk_prob", &mc->moe.norm_topk_prob, e);
+    if (s == HS_OK) s = hs_hf_int(root, path, experts, true, 1, &mc->moe.num_experts, e);
+    if (s == HS_OK) s = hs_hf_int(root, path, "num_experts_per_tok", true, 1, &mc->moe.top_k, e);
+    if (s == HS_OK) s = hs_hf_bool(root, path, "norm_topk_prob", &mc->moe.norm_topk_prob, e);
     if (s == HS_OK)
-        s = hf_double(root, path, "router_aux_loss_coef", true, &mc->moe.aux_loss_coef, e);
-    if (s == HS_OK) s = hf_read_router(root, path, mc, e);
+        s = hs_hf_double(root, path, "router_aux_loss_coef", true, &mc->moe.aux_loss_coef, e);
+    if (s == HS_OK) s = hs_hf_read_router(root, path, mc, e);
     return s == HS_OK ? hf_check_shape(path, mc, true, e) : s;
-}
-
-/* DeepseekV3Config's fields, with transformers' defaults where it has
- * them (q_lora_rank null: no compression; rope_interleave and
- * norm_topk_prob true; n_group, topk_group 1 when null). Its router is
- * always the sigmoid one, without Mixtral's aux loss. */
-static hs_status hf_read_deepseek_v3(json_t *root, const char *path, hs_model_config *mc,
-                                     hs_error *e) {
-    hs_mla_config *a = &mc->mla;
-    hs_moe_config *x = &mc->moe;
-    *a = (hs_mla_config){.rope_interleave = true};
-    mc->n_kv_heads = mc->n_heads; /* DeepseekV3Config's: one key and value a head */
-    mc->head_dim = 0;             /* qk_nope_head_dim + qk_rope_head_dim */
-    x->norm_topk_prob = true;
-    x->aux_loss_coef = 0.0;
-    x->n_group = x->topk_group = 1;
-    x->decoder_sparse_step = 1;
-    x->n_mlp_only_layers = 0;
-    snprintf(x->score_func, sizeof x->score_func, "sigmoid");
-    json_t *ql = json_object_get(root, "q_lora_rank");
-    int n_shared = 0;
-    hs_status s = ql && !json_is_null(ql)
-                      ? hf_int(root, path, "q_lora_rank", true, 1, &a->q_lora_rank, e)
-                      : HS_OK;
-    if (s == HS_OK) s = hf_int(root, path, "kv_lora_rank", true, 1, &a->kv_lora_rank, e);
-    if (s == HS_OK) s = hf_int(root, path, "qk_nope_head_dim", true, 1, &a->qk_nope_head_dim, e);
-    if (s == HS_OK) s = hf_int(root, path, "qk_rope_head_dim", true, 2, &a->qk_rope_head_dim, e);
-    if (s == HS_OK) s = hf_int(root, path, "v_head_dim", true, 1, &a->v_head_dim, e);
-    if (s == HS_OK) s = hf_bool(root, path, "rope_interleave", &a->rope_interleave, e);
-    if (s == HS_OK) s = hf_int(root, path, "moe_intermediate_size", true, 1, &x->expert_ffn_dim, e);
-    if (s == HS_OK) s = hf_int(root, path, "n_shared_experts", false, 0, &n_shared, e);
-    if (s == HS_OK) s = hf_int(root, path, "n_routed_experts", true, 1, &x->num_experts, e);
-    if (s == HS_OK) s = hf_int(root, path, "num_experts_per_tok", true, 1, &x->top_k, e);
-    x->first_k_dense_replace = 0;
-    if (s == HS_OK)
-        s = hf_int(root, path, "first_k_dense_replace", false, 0, &x->first_k_dense_replace, e);
-    if (s == HS_OK) s = hf_bool(root, path, "norm_topk_prob", &x->norm_topk_prob, e);
-    if (s == HS_OK) s = hf_double(root, path, "seq_aux_loss_coef", true, &x->seq_aux_loss_coef, e);
-    if (s == HS_OK) s = hf_read_router(root, path, mc, e);
-    if (s != HS_OK) return s;
-    if (n_shared > INT_MAX / x->expert_ffn_dim)
-        return hs_error_set(e, HS_ERR_FORMAT,
-                            "%s: \"n_shared_experts\" %d of \"moe_intermediate_size\" %d is a "
-                            "shared MLP wider than %d",
-                            path, n_shared, x->expert_ffn_dim, INT_MAX);
-    x->shared_expert_ffn_dim = n_shared * x->expert_ffn_dim;
-    snprintf(x->score_func, sizeof x->score_func, "sigmoid");
-    if (a->qk_rope_head_dim % 2 || a->v_head_dim > a->qk_nope_head_dim + a->qk_rope_head_dim)
-        return hs_error_set(e, HS_ERR_FORMAT,
-                            "%s: \"qk_rope_head_dim\" %d must be even and \"v_head_dim\" %d at "
-                            "most \"qk_nope_head_dim\" + \"qk_rope_head_dim\" = %d",
-                            path, a->qk_rope_head_dim, a->v_head_dim,
-                            a->qk_nope_head_dim + a->qk_rope_head_dim);
-    if (x->first_k_dense_replace >= mc->n_layers)
-        return hs_error_set(e, HS_ERR_FORMAT,
-                            "%s: \"first_k_dense_replace\" %d leaves no layer of %d with experts",
-                            path, x->first_k_dense_replace, mc->n_layers);
-    if (x->top_k > x->num_experts)
-        return hs_error_set(e, HS_ERR_FORMAT,
-                            "%s: \"num_experts_per_tok\" %d is more than \"n_routed_experts\" %d",
-                            path, x->top_k, x->num_experts);
-    return HS_OK;
 }
 
 static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config *mc,
@@ -541,42 +456,43 @@ static hs_status hf_read_fields(json_t *root, const char *path, hs_model_config 
     bool moe = hs_model_arch_moe(mc);
     hs_status s = HS_OK;
     int ffn = 0;
-    if (s == HS_OK) s = hf_int(root, path, "vocab_size", true, 1, &mc->vocab_size, e);
-    if (s == HS_OK) s = hf_int(root, path, "hidden_size", true, 1, &mc->dim, e);
-    if (s == HS_OK) s = hf_int(root, path, "intermediate_size", true, 1, &ffn, e);
-    if (s == HS_OK) s = hf_int(root, path, "num_hidden_layers", true, 1, &mc->n_layers, e);
-    if (s == HS_OK) s = hf_int(root, path, "num_attention_heads", true, 1, &mc->n_heads, e);
+    if (s == HS_OK) s = hs_hf_int(root, path, "vocab_size", true, 1, &mc->vocab_size, e);
+    if (s == HS_OK) s = hs_hf_int(root, path, "hidden_size", true, 1, &mc->dim, e);
+    if (s == HS_OK) s = hs_hf_int(root, path, "intermediate_size", true, 1, &ffn, e);
+    if (s == HS_OK) s = hs_hf_int(root, path, "num_hidden_layers", true, 1, &mc->n_layers, e);
+    if (s == HS_OK) s = hs_hf_int(root, path, "num_attention_heads", true, 1, &mc->n_heads, e);
     mc->n_kv_heads = mc->n_heads; /* transformers' default */
-    if (s == HS_OK) s = hf_int(root, path, "num_key_value_heads", false, 1, &mc->n_kv_heads, e);
-    if (s == HS_OK) s = hf_int(root, path, "max_position_embeddings", false, 1, max_position, e);
-    if (s == HS_OK) s = hf_double(root, path, "rms_norm_eps", false, &mc->norm_eps, e);
+    if (s == HS_OK) s = hs_hf_int(root, path, "num_key_value_heads", false, 1, &mc->n_kv_heads, e);
+    if (s == HS_OK) s = hs_hf_int(root, path, "max_position_embeddings", false, 1, max_position, e);
+    if (s == HS_OK) s = hs_hf_double(root, path, "rms_norm_eps", false, &mc->norm_eps, e);
     if (s == HS_OK) s = hf_rope(root, path, *max_position, mc, e);
-    if (s == HS_OK) s = hf_double(root, path, "initializer_range", true, &mc->init_std, e);
+    if (s == HS_OK) s = hs_hf_double(root, path, "initializer_range", true, &mc->init_std, e);
     mc->tie_embeddings = false; /* transformers' Llama default */
-    if (s == HS_OK) s = hf_bool(root, path, "tie_word_embeddings", &mc->tie_embeddings, e);
+    if (s == HS_OK) s = hs_hf_bool(root, path, "tie_word_embeddings", &mc->tie_embeddings, e);
     /* transformers' default: Qwen3Config's 128, else hidden_size / heads */
     int head_dim = hs_model_arch_qk_norm(mc) ? 128 : 0;
-    if (s == HS_OK) s = hf_int(root, path, "head_dim", false, 1, &head_dim, e);
+    if (s == HS_OK) s = hs_hf_int(root, path, "head_dim", false, 1, &head_dim, e);
     if (s == HS_OK) s = hf_check_fixed(root, path, mc, e);
     if (s != HS_OK) return s;
     /* null (dim / n_heads) where that is the size, so configs stay as written */
     bool derived = mc->dim % mc->n_heads == 0 && head_dim == mc->dim / mc->n_heads;
     mc->head_dim = derived ? 0 : head_dim;
     mc->ffn_dim = ffn;
-    if (hs_model_arch_mla(mc)) return hf_read_deepseek_v3(root, path, mc, e);
+    if (hs_model_arch_mla(mc)) return hs_hf_read_deepseek_v3(root, path, mc, e);
     if (!moe) return hf_check_shape(path, mc, false, e);
     if (is_qwen3_moe(mc->arch)) return hf_read_qwen3_moe(root, path, mc, e);
     mc->moe.norm_topk_prob = true; /* Mixtral renormalises */
     mc->moe.expert_ffn_dim = ffn;
     mc->moe.shared_expert_ffn_dim = 0;
-    if (s == HS_OK) s = hf_int(root, path, "num_local_experts", true, 1, &mc->moe.num_experts, e);
-    if (s == HS_OK) s = hf_int(root, path, "num_experts_per_tok", true, 1, &mc->moe.top_k, e);
     if (s == HS_OK)
-        s = hf_int(root, path, "shared_expert_intermediate_size", false, 0,
-                   &mc->moe.shared_expert_ffn_dim, e);
+        s = hs_hf_int(root, path, "num_local_experts", true, 1, &mc->moe.num_experts, e);
+    if (s == HS_OK) s = hs_hf_int(root, path, "num_experts_per_tok", true, 1, &mc->moe.top_k, e);
     if (s == HS_OK)
-        s = hf_double(root, path, "router_aux_loss_coef", true, &mc->moe.aux_loss_coef, e);
-    if (s == HS_OK) s = hf_read_router(root, path, mc, e);
+        s = hs_hf_int(root, path, "shared_expert_intermediate_size", false, 0,
+                      &mc->moe.shared_expert_ffn_dim, e);
+    if (s == HS_OK)
+        s = hs_hf_double(root, path, "router_aux_loss_coef", true, &mc->moe.aux_loss_coef, e);
+    if (s == HS_OK) s = hs_hf_read_router(root, path, mc, e);
     return s == HS_OK ? hf_check_shape(path, mc, true, e) : s;
 }
 
