@@ -11,10 +11,12 @@
 # `hypershard train` of that config with --init-from computes transformers'
 # cross-entropy, logits and every parameter's gradient on the 4 sequences
 # of tests/data/parity_tokens.hstk within 1e-4, and `hypershard generate`
-# (its latent KV cache, and without a cache) continues "This bird" with the
-# 32 tokens of transformers' greedy generate. Negative controls that must
+# (its latent KV cache on one process, under TP 2 and under PP 2, and
+# without a cache) continues "This bird" with the 32 tokens of
+# transformers' greedy generate. Negative controls that must
 # not pass: the interleaved file read as rotate_half rows, and YaRN's
 # softmax factor left out.
+# HS_MPI_RANKS: 2
 # HS_TEST_TIMEOUT: 120
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -38,9 +40,13 @@ model() {
 # greedy NAME ARGS...: generate's 32 tokens after "This bird" equal
 # transformers' greedy generate's (the reference's `generate`)
 greedy() {
-    local name=$1
+    local name=$1 launch=()
     shift
-    "$HS_BIN" generate --run "$work/$name" --prompt "This bird" --max-new-tokens 32 "$@" \
+    if [ "${1:-}" = "-n" ]; then
+        launch=("$MPIEXEC" -n "$2")
+        shift 2
+    fi
+    "${launch[@]}" "$HS_BIN" generate --run "$work/$name" --prompt "This bird" --max-new-tokens 32 "$@" \
         > "$work/$name.gen" 2> "$work/$name.gen.err" || die "generate: $(tail -2 "$work/$name.gen.err")"
     python3 - "$data/ref_$name.safetensors" "$work/$name.gen" <<'PY' || die "$name: generate differs"
 import json, struct, sys
@@ -77,6 +83,8 @@ print("  config.json DeepseekV3ForCausalLM")
 PY
 greedy deepseek_v3_hf
 greedy deepseek_v3_hf --no-kv-cache
+greedy deepseek_v3_hf -n 2 accelerator.tp_size=2
+greedy deepseek_v3_hf -n 2 accelerator.pp_size=2
 train deepseek_v3_hf halves model.mla.rope_interleave=false
 if check deepseek_v3_hf halves > /dev/null; then die "the interleaved rope rows were ignored"; fi
 
