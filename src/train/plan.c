@@ -505,16 +505,24 @@ static void mp_comm(const plan_ctx *c, int stage, const hs_model_stage *st, int 
          * under sequence parallel its 1/tp of them */
         int64_t rows = cfg->accelerator.sequence_parallel && t->tp > 1 ? BT / t->tp : BT;
         int nch = st->n_chunks > 0 ? st->n_chunks : 1;
+        /* MoE: each hand-over's second message, the router statistics
+         * forward (2E + 2 fp32) and their gradient backward (E) */
+        int64_t E = hs_model_arch_moe(mc) ? mc->moe.num_experts : 0;
         hs_pp_schedule_kind kind = HS_PP_GPIPE;
         (void)hs_pp_schedule_parse(cfg->accelerator.pp_schedule, &kind);
         for (int k = 0; k < nch; k++) {
             bool last = st->first_layer[k] + st->n_layers[k] == mc->n_layers;
             bool first = st->first_layer[k] == 0;
             int mchunk = hs_pp_model_chunk(kind, t->pp, stage, k);
-            if (!last && sends_to(kind, t->pp, stage, mchunk + 1))
+            if (!last && sends_to(kind, t->pp, stage, mchunk + 1)) {
                 ACC(c, &bytes[HS_PLAN_PP], M, rows, C, cs), add_to(c, &calls[HS_PLAN_PP], M);
-            if (!first && sends_to(kind, t->pp, stage, mchunk - 1))
+                if (E)
+                    ACC(c, &bytes[HS_PLAN_PP], M, 2 * E + 2, 4), add_to(c, &calls[HS_PLAN_PP], M);
+            }
+            if (!first && sends_to(kind, t->pp, stage, mchunk - 1)) {
                 ACC(c, &bytes[HS_PLAN_PP], M, rows, C, 4), add_to(c, &calls[HS_PLAN_PP], M);
+                if (E) ACC(c, &bytes[HS_PLAN_PP], M, E, 4), add_to(c, &calls[HS_PLAN_PP], M);
+            }
         }
     }
 }
