@@ -18,6 +18,7 @@
 # softmax factor left out.
 # HS_MPI_RANKS: 2
 # HS_TEST_TIMEOUT: 120
+# HS_TEST_TIERS: avx2
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch deepseek_v3_hf

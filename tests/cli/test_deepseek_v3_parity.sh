@@ -23,6 +23,7 @@
 # attention does not take exit 2 naming the key.
 # HS_MPI_RANKS: 4
 # HS_TEST_TIMEOUT: 300
+# HS_TEST_TIERS: avx2
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 hs_scratch deepseek_v3

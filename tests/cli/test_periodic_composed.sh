@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every periodic feature fires in every composed layout, and none changes
 # the run: PP 2 x TP 2 (with and without sequence parallelism), CP 2 x TP 2,
-# EP 2 x PP 2 (MoE) and PP 2 x TP 2 x FSDP 2 train 6 steps with the
+# EP 2 x PP 2 (MoE), PP 2 x TP 2 x FSDP 2, and DeepSeek-V3 in PP 2 x TP 2
+# + SP, EP 2 x PP 2 and CP 2 x TP 2, train 6 steps with the
 # collective fingerprints compared every 2 steps, an asynchronous
 # checkpoint (the default) every 2 steps pruned to the last one, the
 # validation loss every 3 steps and a log line every step. Each ends 0,
@@ -54,6 +55,17 @@ layout pp2_tp2_sp 4 accelerator.pp_size=2 accelerator.tp_size=2 accelerator.sequ
 layout cp2_tp2 4 accelerator.cp_size=2 accelerator.tp_size=2
 layout ep2_pp2 4 "${moe[@]}" accelerator.ep_size=2 accelerator.pp_size=2 fsdp_config.dp_shard_size=2
 layout pp2_tp2_fsdp2 8 accelerator.pp_size=2 accelerator.tp_size=2 fsdp_config.dp_shard_size=2
+# DeepSeek-V3: latent attention, its correction bias moving every step
+ds=(model.arch=deepseek_v3 model.n_kv_heads=4 model.mla.q_lora_rank=16 model.mla.kv_lora_rank=16
+    model.mla.qk_nope_head_dim=8 model.mla.qk_rope_head_dim=8 model.mla.v_head_dim=8
+    model.moe.first_k_dense_replace=1 model.moe.num_experts=4 model.moe.top_k=2
+    model.moe.expert_ffn_dim=24 model.moe.score_func=sigmoid model.moe.aux_loss_coef=0
+    model.moe.bias_update_speed=0.01)
+layout ds_pp2_tp2_sp 4 "${ds[@]}" accelerator.pp_size=2 accelerator.tp_size=2 \
+    accelerator.sequence_parallel=true
+layout ds_ep2_pp2 4 "${ds[@]}" accelerator.ep_size=2 accelerator.pp_size=2 \
+    fsdp_config.dp_shard_size=2
+layout ds_cp2_tp2 4 "${ds[@]}" accelerator.cp_size=2 accelerator.tp_size=2
 
 # A TP collective of another size on world rank 3 (stage 1's TP group).
 HS_COMM_TEST_FAULT=count:3:tp:5 hs_run 4 fault accelerator.pp_size=2 accelerator.tp_size=2 \

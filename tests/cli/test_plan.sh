@@ -235,6 +235,19 @@ done
 unset COMM_RANK
 comm_check comm_pp2_tp2_sp 4 accelerator.pp_size=2 accelerator.tp_size=2 \
     accelerator.sequence_parallel=true train.global_batch_size=8
+# DeepSeek-V3 (latent attention, a dense block then DeepSeekMoE): the
+# memory plan (its latent KV cache included) and one step's collectives
+ds=(model.arch=deepseek_v3 model.n_kv_heads=4 model.mla.q_lora_rank=32 model.mla.kv_lora_rank=32
+    model.mla.qk_nope_head_dim=16 model.mla.qk_rope_head_dim=8 model.mla.v_head_dim=12
+    model.moe.first_k_dense_replace=1 model.moe.num_experts=8 model.moe.top_k=2
+    model.moe.expert_ffn_dim=32 model.moe.shared_expert_ffn_dim=32 model.moe.score_func=sigmoid
+    model.moe.n_group=4 model.moe.topk_group=2 model.moe.aux_loss_coef=0
+    model.moe.bias_update_speed=0.01)
+check ds_fsdp2 2 "${ds[@]}" "${F2[@]}"
+check ds_tp2_fsdp2 4 "${ds[@]}" "${F2[@]}" accelerator.tp_size=2
+comm_check comm_ds_fsdp2 2 "${ds[@]}" "${F2[@]}"
+comm_check comm_ds_pp2_tp2_sp 4 "${ds[@]}" accelerator.pp_size=2 accelerator.tp_size=2 \
+    accelerator.sequence_parallel=true train.global_batch_size=8
 
 # The JSON lists each role; under PP one per stage.
 python3 - "$work/pp2_fsdp2.plan.json" <<'PY' || fail "pp2_fsdp2: roles"
