@@ -52,6 +52,12 @@ set(HS_TEST_ENV
   HS_SRC=${CMAKE_SOURCE_DIR}
   HS_BUILD=${CMAKE_BINARY_DIR}
   MPIEXEC=${MPIEXEC_EXECUTABLE})
+# Each test's Open MPI session directories under a tree of its own: jobs
+# of tests that ctest runs side by side otherwise share
+# /tmp/ompi.HOST.UID, which the first to finish removes while another is
+# creating its job directory in it ("A call to mkdir was unable to create
+# the desired directory", an MPI_Init failure).
+set(HS_MPI_SESSIONS ${CMAKE_BINARY_DIR}/mpi-sessions)
 
 # The words (matching `pattern`) after "KEY:" on `file`'s first KEY line.
 function(hs_test_annotation_words file key pattern out)
@@ -108,7 +114,7 @@ function(hs_test_add_tiers file test label timeout np)
     add_test(NAME ${test}.${tier} COMMAND ${ARGN})
     set_tests_properties(${test}.${tier} PROPERTIES LABELS "${label};tier" TIMEOUT ${timeout}
                          SKIP_RETURN_CODE 77 PROCESSORS ${np}
-                         ENVIRONMENT "${HS_TEST_ENV};${env}")
+                         ENVIRONMENT "${HS_TEST_ENV};${env};OMPI_MCA_orte_tmpdir_base=${HS_MPI_SESSIONS}/${test}.${tier}")
     hs_test_serial(${file} ${test}.${tier})
   endforeach()
 endfunction()
@@ -136,7 +142,7 @@ if(CMOCKA_FOUND)
     if(NOT listed)
       add_test(NAME unit.${name} COMMAND ${name})
       set_tests_properties(unit.${name} PROPERTIES LABELS unit TIMEOUT ${timeout}
-                           ENVIRONMENT "${HS_TEST_ENV}")
+                           ENVIRONMENT "${HS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${HS_MPI_SESSIONS}/unit.${name}")
       hs_test_add_tiers(${src} unit.${name} unit ${timeout} 1 ${name})
     endif()
     foreach(dev ${devices})
@@ -147,7 +153,7 @@ if(CMOCKA_FOUND)
       endif()
       add_test(NAME ${test} COMMAND ${name} ${dev})
       set_tests_properties(${test} PROPERTIES LABELS unit TIMEOUT ${timeout} SKIP_RETURN_CODE 77
-                           ENVIRONMENT "${HS_TEST_ENV}")
+                           ENVIRONMENT "${HS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${HS_MPI_SESSIONS}/${test}")
     endforeach()
   endforeach()
 endif()
@@ -166,7 +172,8 @@ foreach(src ${HS_MPI_TESTS})
     add_test(NAME mpi.${name}.np${n}
              COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} $<TARGET_FILE:${name}>)
     set_tests_properties(mpi.${name}.np${n} PROPERTIES LABELS mpi TIMEOUT ${timeout}
-                         PROCESSORS ${n} ENVIRONMENT "${HS_TEST_ENV}")
+                         PROCESSORS ${n}
+                         ENVIRONMENT "${HS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${HS_MPI_SESSIONS}/mpi.${name}.np${n}")
     hs_test_serial(${src} mpi.${name}.np${n})
   endforeach()
 endforeach()
@@ -184,7 +191,8 @@ foreach(kind cli gpu)
     endif()
     add_test(NAME ${kind}.${name} COMMAND bash ${src})
     set_tests_properties(${kind}.${name} PROPERTIES LABELS ${kind} TIMEOUT ${timeout}
-                         SKIP_RETURN_CODE 77 PROCESSORS ${np} ENVIRONMENT "${HS_TEST_ENV}")
+                         SKIP_RETURN_CODE 77 PROCESSORS ${np}
+                         ENVIRONMENT "${HS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${HS_MPI_SESSIONS}/${kind}.${name}")
     hs_test_serial(${src} ${kind}.${name})
     hs_test_add_tiers(${src} ${kind}.${name} ${kind} ${timeout} ${np} bash ${src})
   endforeach()
