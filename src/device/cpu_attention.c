@@ -76,6 +76,11 @@ typedef struct att_gemms {
     hs_error e;
     bool widen; /* 16-bit operands to fp32 sgemms (hs_gemm_shape.widen) */
     bool wide;  /* the softmax steps' AVX-512 clones (hs_cpu_wide_vectors) */
+    /* fp32 products in registers instead of oneDNN's GEMMs (NULL: GEMMs),
+     * and the thread's key and value heads packed for them */
+    const hs_att_tiles *tiles;
+    float *kt, *vt;
+    int packed_b, packed_kvh; /* whose key head kt holds (forward), -1: none */
 } att_gemms;
 
 /* native: whether dt's products run oneDNN's 16-bit matmul (the device's
@@ -85,12 +90,35 @@ static void att_gemms_init(att_gemms *g, hs_dtype dt, bool native) {
     hs_error_clear(&g->e);
     g->widen = dt != HS_DTYPE_F32 && !native;
     g->wide = hs_cpu_wide_vectors();
+    g->tiles = dt != HS_DTYPE_F32 ? NULL : g->wide ? hs_att_tiles_avx512() : hs_att_tiles_avx2();
+    g->kt = g->vt = NULL;
+    g->packed_b = g->packed_kvh = -1;
+}
+
+/* Room for one key head of nk rows packed (and its value head where
+ * both), from the calling thread's heap; false, with g's failure set,
+ * without it. Without tiles nothing is needed; heads wider than the
+ * tiles take go to the GEMMs. */
+static bool att_pack_alloc(att_gemms *g, int nk, int HD, bool both) {
+    if (g->tiles && HD > g->tiles->max_hd) g->tiles = NULL; /* GEMMs for wider heads */
+    if (!g->tiles) return true;
+    int w = g->tiles->w;
+    size_t n = (size_t)((nk + w - 1) / w) * (size_t)w * (size_t)HD, bytes = (n ? n : 1) * 4;
+    g->kt = malloc(bytes);
+    g->vt = both ? malloc(bytes) : NULL;
+    if (g->kt && (g->vt || !both)) return true;
+    if (g->e.code == HS_OK)
+        hs_error_oom(&g->e, "attention: %zu bytes to pack a key head (%d keys of %d)", bytes, nk,
+                     HD);
+    return false;
 }
 
 /* Frees the plans; the first failure goes to *st and e (may be NULL) unless
  * one is there already. */
 static void att_gemms_done(att_gemms *g, hs_status *st, hs_error *e) {
     hs_gemm_cache_free(&g->gc);
+    free(g->kt), free(g->vt);
+    g->kt = g->vt = NULL;
     if (g->e.code == HS_OK || *st != HS_OK) return;
     *st = g->e.code;
     if (e) *e = g->e;
@@ -142,16 +170,55 @@ static int first_visible(const int32_t *lo, int i, int64_t gk, int valid) {
     return f < 0 ? 0 : f > valid ? valid : (int)f;
 }
 
+/* A tile's inner ranges for the register products (att_gemms.tiles):
+ * each group of r_nt query rows' keys (the scores, dP), each group of
+ * r_pb rows' keys (P V, dS K), each group of r_pb keys' rows (P^T dO,
+ * dS^T Q). A group's keys are the union of its rows' visible ones; a
+ * key's rows start at the first that sees it (the later ones may not,
+ * under document masking: their P and dS are zeros). */
+typedef struct att_groups {
+    int c0[ATT_ROWS], c1[ATT_ROWS];
+    int p0[ATT_ROWS], p1[ATT_ROWS];
+    int k0[ATT_KEYS], k1[ATT_KEYS];
+} att_groups;
+
+static void row_groups(int *c0, int *c1, int n, int64_t gq, int64_t gk, const int32_t *lo, int rows,
+                       int nk) {
+    for (int i = 0, g = 0; i < rows; i += n, g++) {
+        int first = nk, end = 0;
+        for (int r = i; r < rows && r < i + n; r++) {
+            int v = visible(gq, r, gk, nk), f = first_visible(lo, r, gk, v);
+            if (f == v) continue;
+            first = f < first ? f : first;
+            end = v > end ? v : end;
+        }
+        c0[g] = end > 0 ? first : 0, c1[g] = end;
+    }
+}
+
+static void att_groups_of(att_groups *a, const hs_att_tiles *t, int64_t gq, int64_t gk,
+                          const int32_t *lo, int rows, int nk, bool keys) {
+    row_groups(a->c0, a->c1, t->r_nt, gq, gk, lo, rows, nk);
+    row_groups(a->p0, a->p1, t->r_pb, gq, gk, lo, rows, nk);
+    if (!keys) return;
+    for (int j = 0, g = 0; j < nk; j += t->r_pb, g++) {
+        int64_t f = gk + j - gq; /* row i sees key j where gq + i >= gk + j */
+        a->k0[g] = f < 0 ? 0 : f > rows ? rows : (int)f;
+        a->k1[g] = rows;
+    }
+}
+
 /* One key tile of the online softmax: S (rows x nk, scores) becomes
  * exp(S - m) on each row's visible keys and 0 elsewhere, where m is the
  * row's running maximum; the row's running sum l and its accumulated
  * output acc (from earlier tiles) are rescaled to the new maximum first.
  * A row that sees no key of this tile is left as it was (a zero P row).
- * lo: each row's document start (global position), or NULL. */
-static inline __attribute__((always_inline)) void att_online_softmax_any(float *S, att_scratch *a,
-                                                                         int64_t gq, int64_t gk,
-                                                                         const int32_t *lo,
-                                                                         int rows, int nk, int HD) {
+ * lo: each row's document start (global position), or NULL. t: the
+ * register tiles' exponentials and sum (hs_att_tiles.exp_sum), or NULL
+ * for hs_expf and hs_row_sum. */
+static inline __attribute__((always_inline)) void
+att_online_softmax_any(float *S, att_scratch *a, int64_t gq, int64_t gk, const int32_t *lo,
+                       int rows, int nk, int HD, const hs_att_tiles *t) {
     for (int i = 0; i < rows; i++) {
         float *s = S + (int64_t)i * nk;
         int valid = visible(gq, i, gk, nk), f = first_visible(lo, i, gk, valid);
@@ -161,7 +228,10 @@ static inline __attribute__((always_inline)) void att_online_softmax_any(float *
         }
         float bm = hs_row_max(s + f, valid - f),
               mn = a->l[i] > 0.0 && a->mx[i] > bm ? a->mx[i] : bm;
-        for (int j = f; j < valid; j++) s[j] = hs_expf(s[j] - mn); /* vectorises */
+        double sum = 0.0;
+        if (t) sum = t->exp_sum(s + f, valid - f, mn);
+        else
+            for (int j = f; j < valid; j++) s[j] = hs_expf(s[j] - mn); /* vectorises */
         memset(s, 0, (size_t)f * sizeof(float));
         memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
         if (a->l[i] > 0.0 && mn != a->mx[i]) {
@@ -170,7 +240,7 @@ static inline __attribute__((always_inline)) void att_online_softmax_any(float *
             a->l[i] *= alpha;
             for (int d = 0; d < HD; d++) o[d] *= alpha;
         }
-        a->l[i] += hs_row_sum(s + f, valid - f);
+        a->l[i] += t ? sum : hs_row_sum(s + f, valid - f);
         a->mx[i] = mn;
     }
 }
@@ -179,12 +249,24 @@ static inline __attribute__((always_inline)) void att_online_softmax_any(float *
  * same bits, taken where att_gemms.wide. */
 static void att_online_softmax(float *S, att_scratch *a, int64_t gq, int64_t gk, const int32_t *lo,
                                int rows, int nk, int HD) {
-    att_online_softmax_any(S, a, gq, gk, lo, rows, nk, HD);
+    att_online_softmax_any(S, a, gq, gk, lo, rows, nk, HD, NULL);
 }
 
 HS_WIDE static void att_online_softmax_wide(float *S, att_scratch *a, int64_t gq, int64_t gk,
                                             const int32_t *lo, int rows, int nk, int HD) {
-    att_online_softmax_any(S, a, gq, gk, lo, rows, nk, HD);
+    att_online_softmax_any(S, a, gq, gk, lo, rows, nk, HD, NULL);
+}
+
+/* The tiles' own: their exponentials (t->exp_sum). */
+static void att_online_softmax_tiles(float *S, att_scratch *a, int64_t gq, int64_t gk,
+                                     const int32_t *lo, int rows, int nk, int HD,
+                                     const hs_att_tiles *t) {
+    att_online_softmax_any(S, a, gq, gk, lo, rows, nk, HD, t);
+}
+
+static inline __attribute__((always_inline)) void finish_row(void *o, hs_dtype odt, int64_t off,
+                                                             const float *acc, float inv, int HD) {
+    for (int d = 0; d < HD; d++) hs_st(o, odt, off + d, acc[d] * inv);
 }
 
 /* The query block's output acc / l in odt, and each row's log-sum-exp
@@ -199,7 +281,11 @@ static void att_finish(void *o, hs_dtype odt, int64_t ld, float *lse, const att_
             continue;
         }
         float inv = (float)(1.0 / a->l[i]);
-        for (int d = 0; d < HD; d++) hs_st(o, odt, i * ld + d, acc[d] * inv);
+        switch (odt) { /* a constant dtype in each loop: it vectorises */
+        case HS_DTYPE_F32: finish_row(o, HS_DTYPE_F32, i * ld, acc, inv, HD); break;
+        case HS_DTYPE_BF16: finish_row(o, HS_DTYPE_BF16, i * ld, acc, inv, HD); break;
+        default: finish_row(o, odt, i * ld, acc, inv, HD); break;
+        }
         lse[i] = a->mx[i] + (float)log(a->l[i]);
     }
 }
@@ -229,6 +315,14 @@ hs_att_rows hs_att_rows_all(int T) {
     return (hs_att_rows){.Tq = T, .Tk = T, .q0 = 0, .nq = T, .k0 = 0, .nk = T, .gq = 0, .gk = 0};
 }
 
+/* Key head kvh's rows of k [k0, k0 + nk) packed for the register
+ * products (att_gemms.tiles), into dst. */
+static void pack_head(const att_gemms *g, float *dst, const void *k, int b, int kvh, int KVH,
+                      int HD, const hs_att_rows *r) {
+    head_view kv = head_of(b, r->Tk, kvh, KVH, HD);
+    g->tiles->pack(dst, (const float *)k + kv.off + (int64_t)r->k0 * kv.ld, kv.ld, r->nk, HD);
+}
+
 /* One query head of one sequence, every query block, each over its key
  * tiles in order. With low (a 16-bit dt whose GEMM is native) each tile's
  * P is rounded once into the 16-bit tile for P V, as a 16-bit attention
@@ -241,7 +335,13 @@ static void forward_head(att_gemms *g, void *out, hs_dtype odt, float *lse, cons
     att_scratch a = scratch_at(scratch, tb, kb, HD);
     head_view qv = head_of(b, r->Tq, h, NH, HD), kv = head_of(b, r->Tk, h / group, KVH, HD);
     kv.off += (int64_t)r->k0 * kv.ld;
+    if (g->e.code != HS_OK) return;
+    if (g->tiles && (g->packed_b != b || g->packed_kvh != h / group)) {
+        pack_head(g, g->kt, k, b, h / group, KVH, HD, r); /* the group's heads come in turn */
+        g->packed_b = b, g->packed_kvh = h / group;
+    }
     float *hl = lse + ((int64_t)b * NH + h) * r->Tq + r->q0;
+    att_groups grp;
     for (int r0 = 0; r0 < r->nq; r0 += tb) {
         int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
         int64_t gq = r->gq + r0;
@@ -252,9 +352,21 @@ static void forward_head(att_gemms *g, void *out, hs_dtype odt, float *lse, cons
         for (int j0 = first; j0 < nk; j0 += kb) {
             int kn = nk - j0 < kb ? nk - j0 : kb;
             head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
-            att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
-            (g->wide ? att_online_softmax_wide : att_online_softmax)(a.P, &a, gq, r->gk + j0, lo,
-                                                                     rows, kn, HD);
+            const hs_att_tiles *t = g->tiles;
+            if (t) {
+                att_groups_of(&grp, t, gq, r->gk + j0, lo, rows, kn, false);
+                t->nt(a.P, kn, (const float *)q + qv.off + (int64_t)qr * qv.ld, qv.ld,
+                      g->kt + (int64_t)j0 * HD, HD, rows, kn, grp.c0, grp.c1, scale);
+            } else att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
+            if (t) att_online_softmax_tiles(a.P, &a, gq, r->gk + j0, lo, rows, kn, HD, t);
+            else
+                (g->wide ? att_online_softmax_wide : att_online_softmax)(a.P, &a, gq, r->gk + j0,
+                                                                         lo, rows, kn, HD);
+            if (t) {
+                t->pb(a.acc, HD, a.P, kn, 1, (const float *)v + kj.off, kv.ld, HD, rows, grp.p0,
+                      grp.p1, 1.0f, j0 != first);
+                continue;
+            }
             if (low) hs_convert(a.s16, dt, a.P, HS_DTYPE_F32, (int64_t)rows * kn);
             att_gemm(g, false, false, rows, HD, kn, 1.0f, low ? a.s16 : (const void *)a.P,
                      low ? dt : HS_DTYPE_F32, kn, hs_cat(v, dt, kj.off), dt, kv.ld,
@@ -271,9 +383,10 @@ hs_status hs_attention_forward_rows(void *out, hs_dtype odt, float *lse, const v
     bool low = dt != HS_DTYPE_F32 && native;
     att_gemms g;
     att_gemms_init(&g, dt, native);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            forward_head(&g, out, odt, lse, q, k, v, dt, low, scratch, b, h, NH, KVH, HD, r);
+    if (att_pack_alloc(&g, r->nk, HD, false))
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                forward_head(&g, out, odt, lse, q, k, v, dt, low, scratch, b, h, NH, KVH, HD, r);
     hs_status st = HS_OK;
     att_gemms_done(&g, &st, e);
     return st;
@@ -295,6 +408,7 @@ static hs_status forward_threads(void *out, hs_dtype odt, float *lse, const void
     {
         att_gemms g;
         att_gemms_init(&g, dt, native);
+        att_pack_alloc(&g, r.nk, HD, false);
         float *mine = scratch + per * omp_get_thread_num();
 #pragma omp for schedule(static)
         for (int t = 0; t < B * NH; t++)
@@ -334,16 +448,18 @@ void hs_attention_delta(float *delta /* B,NH,T */, const float *dout /* B,T,NH*H
 }
 
 /* P = exp(S - lse) on the causal part (within the row's document under
- * masking), 0 elsewhere. */
+ * masking), 0 elsewhere; t: the tiles' exponentials, or NULL. */
 static inline __attribute__((always_inline)) void att_probs_any(float *S, const float *lse,
                                                                 int64_t gq, int64_t gk,
-                                                                const int32_t *lo, int rows,
-                                                                int nk) {
+                                                                const int32_t *lo, int rows, int nk,
+                                                                const hs_att_tiles *t) {
     for (int i = 0; i < rows; i++) {
         float *s = S + (int64_t)i * nk;
         int valid = visible(gq, i, gk, nk), f = first_visible(lo, i, gk, valid);
         float l = lse[i];
-        for (int j = f; j < valid; j++) s[j] = hs_expf(s[j] - l);
+        if (t) t->exp_sum(s + f, valid - f, l);
+        else
+            for (int j = f; j < valid; j++) s[j] = hs_expf(s[j] - l);
         memset(s, 0, (size_t)f * sizeof(float));
         memset(s + valid, 0, (size_t)(nk - valid) * sizeof(float));
     }
@@ -351,20 +467,30 @@ static inline __attribute__((always_inline)) void att_probs_any(float *S, const 
 
 static void att_probs(float *S, const float *lse, int64_t gq, int64_t gk, const int32_t *lo,
                       int rows, int nk) {
-    att_probs_any(S, lse, gq, gk, lo, rows, nk);
+    att_probs_any(S, lse, gq, gk, lo, rows, nk, NULL);
 }
 
 HS_WIDE static void att_probs_wide(float *S, const float *lse, int64_t gq, int64_t gk,
                                    const int32_t *lo, int rows, int nk) {
-    att_probs_any(S, lse, gq, gk, lo, rows, nk);
+    att_probs_any(S, lse, gq, gk, lo, rows, nk, NULL);
 }
 
-/* dS = P * (dP - D), in place over dP. */
-static void att_softmax_backward(float *dP, const float *P, const float *delta, int rows, int nk) {
+static void att_probs_tiles(float *S, const float *lse, int64_t gq, int64_t gk, const int32_t *lo,
+                            int rows, int nk, const hs_att_tiles *t) {
+    att_probs_any(S, lse, gq, gk, lo, rows, nk, t);
+}
+
+/* dS = P * (dP - D), in place over dP, on each row's visible keys (those
+ * att_probs gave a P); 0 elsewhere, whatever dP held there. */
+static void att_softmax_backward(float *dP, const float *P, const float *delta, int64_t gq,
+                                 int64_t gk, const int32_t *lo, int rows, int nk) {
     for (int i = 0; i < rows; i++) {
         const float *p = P + (int64_t)i * nk;
         float *d = dP + (int64_t)i * nk, fd = delta[i];
-        for (int j = 0; j < nk; j++) d[j] = p[j] * (d[j] - fd);
+        int valid = visible(gq, i, gk, nk), f = first_visible(lo, i, gk, valid);
+        for (int j = f; j < valid; j++) d[j] = p[j] * (d[j] - fd);
+        memset(d, 0, (size_t)f * sizeof(float));
+        memset(d + valid, 0, (size_t)(nk - valid) * sizeof(float));
     }
 }
 
@@ -380,9 +506,16 @@ typedef struct att_bwd_block {
     int64_t qld, kld; /* row strides: dO, dO16, qb, dq; kb, vb, dk, dv */
 } att_bwd_block;
 
+/* Where a tile's rows and keys lie (global positions of its first query
+ * and key, document starts or NULL). */
+typedef struct att_tile_at {
+    int64_t gq, gk;
+    const int32_t *lo;
+} att_tile_at;
+
 static void att_backward_block(att_gemms *g, const att_bwd_block *b, const att_scratch *a,
-                               const float *delta, hs_dtype dt, int rows, int nk, int HD,
-                               float scale) {
+                               const float *delta, hs_dtype dt, att_tile_at at, int rows, int nk,
+                               int HD, float scale) {
     bool low = b->dO16 != NULL;
     const void *dO = low ? b->dO16 : (const void *)b->dO;
     hs_dtype odt = low ? dt : HS_DTYPE_F32;
@@ -392,7 +525,7 @@ static void att_backward_block(att_gemms *g, const att_bwd_block *b, const att_s
     if (low) hs_convert(a->s16, dt, a->P, HS_DTYPE_F32, (int64_t)rows * nk);
     att_gemm(g, true, false, nk, HD, rows, 1.0f, low ? a->s16 : (const void *)a->P, odt, nk, dO,
              odt, b->qld, 1.0f, b->dv, HS_DTYPE_F32, b->kld);
-    att_softmax_backward(a->dP, a->P, delta, rows, nk);
+    att_softmax_backward(a->dP, a->P, delta, at.gq, at.gk, at.lo, rows, nk);
     if (low) hs_convert(a->s16, dt, a->dP, HS_DTYPE_F32, (int64_t)rows * nk);
     const void *dS = low ? a->s16 : (const void *)a->dP;
     /* dQ += scale dS K;  dK += scale dS^T Q */
@@ -402,8 +535,28 @@ static void att_backward_block(att_gemms *g, const att_bwd_block *b, const att_s
              HS_DTYPE_F32, b->kld);
 }
 
+/* The same in registers (att_gemms.tiles, fp32): S and dP over packed K
+ * and V (kt, vt: this tile's keys), each product group by group over the
+ * keys its rows see. a->P holds the tile's probabilities. */
+static void att_backward_tiles(const att_gemms *g, const att_bwd_block *b, const att_scratch *a,
+                               const float *kt, const float *vt, const float *delta, att_tile_at at,
+                               int rows, int nk, int HD, float scale) {
+    const hs_att_tiles *t = g->tiles;
+    att_groups grp;
+    att_groups_of(&grp, t, at.gq, at.gk, at.lo, rows, nk, true);
+    const float *k = b->kb, *q = b->qb;
+    /* dP = dO V^T;  dV += P^T dO */
+    t->nt(a->dP, nk, b->dO, b->qld, vt, HD, rows, nk, grp.c0, grp.c1, 1.0f);
+    t->pb(b->dv, b->kld, a->P, 1, nk, b->dO, b->qld, HD, nk, grp.k0, grp.k1, 1.0f, true);
+    att_softmax_backward(a->dP, a->P, delta, at.gq, at.gk, at.lo, rows, nk);
+    /* dQ += scale dS K;  dK += scale dS^T Q */
+    t->pb(b->dq, b->qld, a->dP, nk, 1, k, b->kld, HD, rows, grp.p0, grp.p1, scale, true);
+    t->pb(b->dk, b->kld, a->dP, 1, nk, q, b->qld, HD, nk, grp.k0, grp.k1, scale, true);
+}
+
 /* One query head of one sequence, every query block over its key tiles;
- * dk/dv are its key head's, shared with the other heads of its group. */
+ * dk/dv are its key head's, shared with the other heads of its group
+ * (and, with tiles, packed in g's kt and vt). */
 static void backward_head(att_gemms *g, float *dq, float *dk, float *dv, const float *dout,
                           const void *dout16, const void *q, const void *k, const void *v,
                           const float *lse, const float *delta, hs_dtype dt, float *scratch, int b,
@@ -424,8 +577,16 @@ static void backward_head(att_gemms *g, float *dq, float *dk, float *dv, const f
         for (int j0 = block_first_tile(lo, r->gk, nk, kb); j0 < nk; j0 += kb) {
             int kn = nk - j0 < kb ? nk - j0 : kb;
             head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
-            att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
-            (g->wide ? att_probs_wide : att_probs)(a.P, hl + r0, gq, r->gk + j0, lo, rows, kn);
+            att_tile_at ta = {gq, r->gk + j0, lo};
+            const float *kt = g->kt ? g->kt + (int64_t)j0 * HD : NULL;
+            if (g->tiles) {
+                att_groups grp;
+                att_groups_of(&grp, g->tiles, gq, ta.gk, lo, rows, kn, false);
+                g->tiles->nt(a.P, kn, (const float *)q + at, qv.ld, kt, HD, rows, kn, grp.c0,
+                             grp.c1, scale);
+            } else att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
+            if (g->tiles) att_probs_tiles(a.P, hl + r0, gq, r->gk + j0, lo, rows, kn, g->tiles);
+            else (g->wide ? att_probs_wide : att_probs)(a.P, hl + r0, gq, r->gk + j0, lo, rows, kn);
             att_bwd_block blk = {.dO = dout + at,
                                  .dO16 = dout16 ? hs_cat(dout16, dt, at) : NULL,
                                  .kb = hs_cat(k, dt, kj.off),
@@ -436,9 +597,30 @@ static void backward_head(att_gemms *g, float *dq, float *dk, float *dv, const f
                                  .dv = dv + kj.off,
                                  .qld = qv.ld,
                                  .kld = kv.ld};
-            att_backward_block(g, &blk, &a, hd + r0, dt, rows, kn, HD, scale);
+            if (g->tiles)
+                att_backward_tiles(g, &blk, &a, kt, g->vt + (int64_t)j0 * HD, hd + r0, ta, rows, kn,
+                                   HD, scale);
+            else att_backward_block(g, &blk, &a, hd + r0, dt, ta, rows, kn, HD, scale);
         }
     }
+}
+
+/* The query heads of key head kvh of sequence b, in order (its dk and dv
+ * rows theirs alone); with tiles its keys and values packed once for
+ * them. */
+static void backward_pair(att_gemms *g, float *dq, float *dk, float *dv, const float *dout,
+                          const void *dout16, const void *q, const void *k, const void *v,
+                          const float *lse, const float *delta, hs_dtype dt, float *scratch, int b,
+                          int kvh, int NH, int KVH, int HD, const hs_att_rows *r) {
+    if (g->e.code != HS_OK) return;
+    int group = NH / KVH;
+    if (g->tiles) {
+        pack_head(g, g->kt, k, b, kvh, KVH, HD, r);
+        pack_head(g, g->vt, v, b, kvh, KVH, HD, r);
+    }
+    for (int h = kvh * group; h < (kvh + 1) * group; h++)
+        backward_head(g, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, b, h, NH, KVH,
+                      HD, r);
 }
 
 hs_status hs_attention_backward_rows(float *dq, float *dk, float *dv, const float *dout,
@@ -448,10 +630,10 @@ hs_status hs_attention_backward_rows(float *dq, float *dk, float *dv, const floa
                                      const hs_att_rows *r, bool native, hs_error *e) {
     att_gemms g;
     att_gemms_init(&g, dt, native);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            backward_head(&g, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, b, h, NH,
-                          KVH, HD, r);
+    if (att_pack_alloc(&g, r->nk, HD, true))
+        for (int t = 0; t < B * KVH; t++)
+            backward_pair(&g, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, t / KVH,
+                          t % KVH, NH, KVH, HD, r);
     hs_status st = HS_OK;
     att_gemms_done(&g, &st, e);
     return st;
@@ -468,18 +650,17 @@ static hs_status backward_threads(float *dq, float *dk, float *dv, const float *
     hs_att_rows r = *rows;
     int T = r.Tq;
     int64_t per = scratch_per_thread(T, HD);
-    int group = NH / KVH;
     hs_status st = HS_OK;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         att_gemms g;
         att_gemms_init(&g, dt, native);
+        att_pack_alloc(&g, r.nk, HD, true);
         float *mine = scratch + per * omp_get_thread_num();
 #pragma omp for schedule(static)
         for (int t = 0; t < B * KVH; t++)
-            for (int h = (t % KVH) * group; h < (t % KVH + 1) * group; h++)
-                backward_head(&g, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, mine, t / KVH,
-                              h, NH, KVH, HD, &r);
+            backward_pair(&g, dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, mine, t / KVH,
+                          t % KVH, NH, KVH, HD, &r);
 #pragma omp critical(hs_attention_failure)
         att_gemms_done(&g, &st, e);
     }

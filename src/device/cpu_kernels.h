@@ -219,6 +219,36 @@ hs_status hs_attention_backward_rows(float *dq, float *dk, float *dv, const floa
                                      hs_dtype dt, float *scratch, int B, int NH, int KVH, int HD,
                                      const hs_att_rows *r, bool native, hs_error *e);
 
+/* Attention's fp32 tile products in registers for one ISA tier
+ * (cpu_attention_tiles.c), which fp32 attention takes instead of oneDNN's
+ * GEMMs: every output element one FMA chain over its inner index in order,
+ * the same operations at both tiers. Rows go in groups (r_nt rows for nt,
+ * r_pb for pb), each group g over its own inner range, so a causal tile's
+ * masked part is skipped group by group.
+ *   pack: the n rows of src (ld apart, hd values) as panels of w rows,
+ *         each [hd][w] (dst: ceil(n / w) * w * hd floats, zero-padded);
+ *   nt:   c[i, j] = alpha * sum_d a[i, d] b[j, d] (b packed), for group g's
+ *         columns [c0[g], c1[g]) rounded out to panels, none past ncols;
+ *   pb:   c[o, :hd] = alpha * sum_t p[o * sr + t * st] b[t, :hd] over group
+ *         g's t in [t0[g], t1[g]), added to c's old value where acc;
+ *   exp_sum: s[j] = e^(s[j] - m) for j < n (fused multiply-adds, within
+ *         2 ulp; NaN stays NaN) and their sum (fp32 lanes, then in double):
+ *         the softmax rows of the tiles these products make. */
+#define HS_ATT_TILE_MAX_HD 512
+typedef struct hs_att_tiles {
+    int w, max_hd, r_nt, r_pb; /* max_hd: the widest head nt takes */
+    void (*pack)(float *dst, const float *src, int64_t ld, int n, int hd);
+    void (*nt)(float *c, int64_t ldc, const float *a, int64_t lda, const float *bp, int hd,
+               int rows, int ncols, const int *c0, const int *c1, float alpha);
+    void (*pb)(float *c, int64_t ldc, const float *p, int64_t sr, int64_t st, const float *b,
+               int64_t ldb, int hd, int nout, const int *t0, const int *t1, float alpha, bool acc);
+    double (*exp_sum)(float *s, int n, float m);
+} hs_att_tiles;
+/* NULL where the build cannot emit the tier (not x86-64 GCC with AVX2);
+ * the AVX-512 table only for a CPU where hs_cpu_wide_vectors(). */
+const hs_att_tiles *hs_att_tiles_avx2(void);
+const hs_att_tiles *hs_att_tiles_avx512(void);
+
 /* ----------------------------------------------------------------- swiglu */
 
 /* out = silu(gate) * up. */

@@ -268,6 +268,184 @@ static void test_attention_equals_naive_causal_softmax(void **state) {
     att_free(&c);
 }
 
+/* A head of 24 (the 16-lane tiles' partial vector) and of 72 (past one
+ * chunk of the P x B tiles, a partial vector after it), over rows and
+ * keys that are not multiples of a tile's groups. */
+static void test_attention_wide_heads_match_finite_differences(void **state) {
+    (void)state;
+    att_case c = {.B = 1, .T = 19, .NH = 2, .KVH = 1, .HD = 24};
+    check_attention(&c);
+    att_case d = {.B = 1, .T = 11, .NH = 2, .KVH = 2, .HD = 72};
+    check_attention(&d);
+}
+
+/* The register tile products (hs_att_tiles) of each tier the CPU runs
+ * against the products written out in fp64, on a causal-like pattern (row
+ * i sees keys below i + 5): each row's own keys of S = alpha A B^T, and
+ * P B and P^T B over the ranges the real calls give (P zero past a row's
+ * keys), added to old values. Every output element is the same chain at
+ * both tiers, so where the CPU runs both they agree bit for bit. */
+enum { TL_ROWS = 13, TL_KEYS = 37, TL_HD = 72, TL_LDA = 75, TL_LDB = 77 };
+
+typedef struct tile_out {
+    float s[TL_ROWS * TL_KEYS], nn[TL_ROWS * TL_LDA], tn[TL_KEYS * TL_LDB];
+} tile_out;
+
+static int tl_seen(int i) { return i + 5 < TL_KEYS ? i + 5 : TL_KEYS; }
+
+static void tile_ranges(int *lo, int *hi, int n, int rows, bool keys) {
+    for (int i = 0, g = 0; i < rows; i += n, g++) {
+        int last = i + n - 1 < rows - 1 ? i + n - 1 : rows - 1;
+        lo[g] = keys ? (i - 4 > 0 ? i - 4 : 0) : 0; /* the first row that sees key i */
+        hi[g] = keys ? TL_ROWS : tl_seen(last);
+    }
+}
+
+static void tile_products(const hs_att_tiles *t, const float *a, const float *b, const float *p,
+                          tile_out *o) {
+    int c0[TL_KEYS], c1[TL_KEYS], p0[TL_KEYS], p1[TL_KEYS], k0[TL_KEYS], k1[TL_KEYS];
+    tile_ranges(c0, c1, t->r_nt, TL_ROWS, false);
+    tile_ranges(p0, p1, t->r_pb, TL_ROWS, false);
+    tile_ranges(k0, k1, t->r_pb, TL_KEYS, true);
+    float *bp = calloc((size_t)(TL_KEYS + 16) * TL_HD, sizeof(float));
+    t->pack(bp, b, TL_LDB, TL_KEYS, TL_HD);
+    for (int i = 0; i < TL_ROWS * TL_KEYS; i++) o->s[i] = NAN;
+    t->nt(o->s, TL_KEYS, a, TL_LDA, bp, TL_HD, TL_ROWS, TL_KEYS, c0, c1, 0.125f);
+    fill(o->nn, TL_ROWS * TL_LDA, 21, 1.0f);
+    fill(o->tn, TL_KEYS * TL_LDB, 22, 1.0f);
+    t->pb(o->nn, TL_LDA, p, TL_KEYS, 1, b, TL_LDB, TL_HD, TL_ROWS, p0, p1, 0.5f, true);
+    t->pb(o->tn, TL_LDB, p, 1, TL_KEYS, a, TL_LDA, TL_HD, TL_KEYS, k0, k1, 1.0f, true);
+    free(bp);
+}
+
+static void check_tiles(const char *tier, const tile_out *o, const float *a, const float *b,
+                        const float *p) {
+    tile_out init;
+    fill(init.nn, TL_ROWS * TL_LDA, 21, 1.0f);
+    fill(init.tn, TL_KEYS * TL_LDB, 22, 1.0f);
+    double worst = 0.0;
+    for (int i = 0; i < TL_ROWS; i++)
+        for (int j = 0; j < TL_KEYS; j++) {
+            double s = 0.0, m = 0.0;
+            for (int d = 0; d < TL_HD; d++)
+                s += (double)a[i * TL_LDA + d] * b[j * TL_LDB + d],
+                    m += fabs((double)a[i * TL_LDA + d] * b[j * TL_LDB + d]);
+            if (j >= tl_seen(i)) continue;
+            double e = fabs(0.125 * s - o->s[i * TL_KEYS + j]) / (0.125 * m);
+            worst = e > worst ? e : worst;
+        }
+    for (int d = 0; d < TL_HD; d++) {
+        for (int i = 0; i < TL_ROWS; i++) {
+            double s = 0.0, m = 0.0;
+            for (int j = 0; j < TL_KEYS; j++)
+                s += (double)p[i * TL_KEYS + j] * b[j * TL_LDB + d],
+                    m += fabs((double)p[i * TL_KEYS + j] * b[j * TL_LDB + d]);
+            double want = init.nn[i * TL_LDA + d] + 0.5 * s;
+            double e = fabs(want - o->nn[i * TL_LDA + d]) / (0.5 * m + fabs(want) + 1e-30);
+            worst = e > worst ? e : worst;
+        }
+        for (int j = 0; j < TL_KEYS; j++) {
+            double s = 0.0, m = 0.0;
+            for (int i = 0; i < TL_ROWS; i++)
+                s += (double)p[i * TL_KEYS + j] * a[i * TL_LDA + d],
+                    m += fabs((double)p[i * TL_KEYS + j] * a[i * TL_LDA + d]);
+            double want = init.tn[j * TL_LDB + d] + s;
+            double e = fabs(want - o->tn[j * TL_LDB + d]) / (m + fabs(want) + 1e-30);
+            worst = e > worst ? e : worst;
+        }
+    }
+    print_message("attention tiles (%s) vs fp64: worst %.2e\n", tier, worst);
+    assert_true(worst < 1e-6); /* a chain of <= 72 fp32 FMAs: about 72 * 2^-24 */
+    /* the padding between rows is never written */
+    for (int i = 0; i < TL_ROWS; i++)
+        for (int d = TL_HD; d < TL_LDA; d++)
+            assert_memory_equal(&o->nn[i * TL_LDA + d], &init.nn[i * TL_LDA + d], sizeof(float));
+    for (int j = 0; j < TL_KEYS; j++)
+        for (int d = TL_HD; d < TL_LDB; d++)
+            assert_memory_equal(&o->tn[j * TL_LDB + d], &init.tn[j * TL_LDB + d], sizeof(float));
+}
+
+/* The tiles' exponentials (exp_sum) against exp in fp64 rounded to fp32:
+ * at most 2 ulp over the normal range, the ends and NaN as hs_expf's, the
+ * sum of a softmax row's (x <= 0) within fp32 lanes' rounding, values past
+ * n untouched; the two tiers
+ * bit for bit where the CPU runs both. */
+static void check_exp_sum(const hs_att_tiles *t, const char *tier, float *out) {
+    enum { N = 1 << 16 };
+    float *s = malloc((N + 16) * sizeof(float));
+    int worst = 0;
+    for (int pass = 0; pass < 31; pass++) {
+        for (int i = 0; i < N + 16; i++)
+            s[i] = -87.3f + (88.3f + 87.3f) * (float)(pass * N + i) / (31.0f * N) + 1.0f;
+        float keep[16];
+        memcpy(keep, s + N - 13, sizeof keep);
+        int n = N - 13; /* a partial last vector at both widths */
+        double want_sum = 0.0, got = t->exp_sum(s, n, 1.0f);
+        for (int i = 0; i < n; i++) {
+            float x = -87.3f + (88.3f + 87.3f) * (float)(pass * N + i) / (31.0f * N);
+            float want = (float)exp((double)x);
+            int32_t a, b;
+            memcpy(&a, &want, 4), memcpy(&b, &s[i], 4);
+            int d = abs(a - b);
+            worst = d > worst ? d : worst;
+            if (d > 2)
+                fail_msg("%s exp_sum: e^%.9g = %.9g, exp = %.9g (%d ulp)", tier, (double)x,
+                         (double)s[i], (double)want, d);
+            want_sum += s[i];
+        }
+        if (pass < 15) /* x <= 0, as a softmax row has: fp32 lanes hold the sum */
+            assert_true(fabs(got - want_sum) <= 1e-6 * want_sum);
+        assert_memory_equal(s + n, keep, sizeof keep); /* past n: untouched */
+        if (pass == 7) memcpy(out, s, 4096 * sizeof(float));
+    }
+    print_message("attention tiles (%s) exp: worst %d ulp on [-87.3, 88.3]\n", tier, worst);
+    float ends[5] = {0.0f, -INFINITY, -100.0f, INFINITY, NAN};
+    double sum = t->exp_sum(ends, 5, 0.0f);
+    assert_true(ends[0] == 1.0f && ends[1] == 0.0f && ends[2] == 0.0f);
+    assert_true(isinf(ends[3]) && isnan(ends[4]) && isnan(sum));
+    memcpy(out + 4096, ends, sizeof ends);
+    free(s);
+}
+
+static void test_attention_tiles_exp_within_2_ulp(void **state) {
+    (void)state;
+    const hs_att_tiles *t2 = hs_att_tiles_avx2(), *t5 = hs_att_tiles_avx512();
+    if (!t2) skip();
+    float *o2 = malloc(4101 * sizeof(float)), *o5 = malloc(4101 * sizeof(float));
+    check_exp_sum(t2, "avx2", o2);
+    if (t5 && hs_cpu_wide_vectors()) {
+        check_exp_sum(t5, "avx512", o5);
+        assert_memory_equal(o2, o5, 4101 * sizeof(float));
+    }
+    free(o2), free(o5);
+}
+
+static void test_attention_tiles_match_fp64_and_agree_across_tiers(void **state) {
+    (void)state;
+    const hs_att_tiles *t2 = hs_att_tiles_avx2(), *t5 = hs_att_tiles_avx512();
+    if (!t2) skip();
+    float *a = malloc(TL_ROWS * TL_LDA * sizeof(float)), *b = malloc(TL_KEYS * TL_LDB * 4);
+    float *p = malloc(TL_ROWS * TL_KEYS * sizeof(float));
+    fill(a, TL_ROWS * TL_LDA, 23, 1.0f);
+    fill(b, TL_KEYS * TL_LDB, 24, 1.0f);
+    fill(p, TL_ROWS * TL_KEYS, 25, 1.0f);
+    for (int i = 0; i < TL_ROWS; i++) /* P past a row's keys is zero, as att_probs leaves it */
+        for (int j = tl_seen(i); j < TL_KEYS; j++) p[i * TL_KEYS + j] = 0.0f;
+    tile_out *o2 = malloc(sizeof(tile_out)), *o5 = malloc(sizeof(tile_out));
+    tile_products(t2, a, b, p, o2);
+    check_tiles("avx2", o2, a, b, p);
+    if (t5 && hs_cpu_wide_vectors()) {
+        tile_products(t5, a, b, p, o5);
+        check_tiles("avx512", o5, a, b, p);
+        for (int i = 0; i < TL_ROWS; i++)
+            assert_memory_equal(&o2->s[i * TL_KEYS], &o5->s[i * TL_KEYS],
+                                (size_t)tl_seen(i) * sizeof(float));
+        assert_memory_equal(o2->nn, o5->nn, sizeof o2->nn);
+        assert_memory_equal(o2->tn, o5->tn, sizeof o2->tn);
+    } else print_message("attention tiles: no AVX-512 here, one tier checked\n");
+    free(a), free(b), free(p), free(o2), free(o5);
+}
+
 /* The 16-bit backward (dout rounded once, P and dS rounded for their
  * GEMMs) against the fp32 backward of the same bf16 inputs: equal to bf16
  * precision (normwise), three query blocks and two key tiles deep; split
@@ -629,6 +807,9 @@ int main(void) {
         cmocka_unit_test(test_attention_across_query_blocks_matches_finite_differences),
         cmocka_unit_test(test_attention_across_key_tiles_matches_finite_differences),
         cmocka_unit_test(test_attention_equals_naive_causal_softmax),
+        cmocka_unit_test(test_attention_wide_heads_match_finite_differences),
+        cmocka_unit_test(test_attention_tiles_match_fp64_and_agree_across_tiers),
+        cmocka_unit_test(test_attention_tiles_exp_within_2_ulp),
         cmocka_unit_test(test_bf16_attention_backward_matches_fp32_of_rounded_inputs),
         cmocka_unit_test(test_swiglu_backward_matches_finite_differences),
         cmocka_unit_test(test_element_kernels_equal_their_formulas_bitwise),
