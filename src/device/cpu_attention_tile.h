@@ -10,7 +10,9 @@
  *   tv_mask(n) (the first n lanes), tv_loadm(p, m) (zeros outside m),
  *   tv_storem(p, v, m), tv_keep(v, m) (zeros outside m), tv_pow2(n) (2^n
  *   of integral-valued lanes in range), and the comparisons tv_lt, tv_gt,
- *   tv_nan giving a tcmp that tv_sel(c, a, b) (c ? a : b) takes.
+ *   tv_nan giving a tcmp that tv_sel(c, a, b) (c ? a : b) takes;
+ *   tv_transpose(r): TW vectors r[0..TW) transposed in place; tv_sum(v): the
+ *   lanes widened to double and added in a fixed tree.
  * Every output element is one chain of fused multiply-adds in the order of
  * its inner index, started from zero, then scaled (and added to the
  * output's old value with one more FMA): the same operations in each
@@ -21,16 +23,22 @@
 /* dst: the n keys of src (rows ld apart, hd values each) as panels of TW
  * keys, panel p holding d-major [hd][TW] at dst + p * TW * hd; the last
  * panel's missing keys are zeros. */
+_Static_assert(TR_NT <= TW, "a score group is transposed in one TW x TW block");
+
 static void TILE(pack)(float *dst, const float *src, int64_t ld, int n, int hd) {
     for (int p0 = 0; p0 < n; p0 += TW) {
         float *panel = dst + (int64_t)p0 * hd;
-        for (int l = 0; l < TW; l++) {
-            if (p0 + l >= n) {
-                for (int d = 0; d < hd; d++) panel[d * TW + l] = 0.0f;
-                continue;
+        int d0 = 0;
+        if (p0 + TW <= n) /* whole panels: TW x TW blocks transposed in registers */
+            for (; d0 + TW <= hd; d0 += TW) {
+                tv r[TW];
+                for (int l = 0; l < TW; l++) r[l] = tv_load(src + (int64_t)(p0 + l) * ld + d0);
+                tv_transpose(r);
+                for (int i = 0; i < TW; i++) tv_store(panel + (d0 + i) * TW, r[i]);
             }
+        for (int l = 0; l < TW; l++) {
             const float *row = src + (int64_t)(p0 + l) * ld;
-            for (int d = 0; d < hd; d++) panel[d * TW + l] = row[d];
+            for (int d = d0; d < hd; d++) panel[d * TW + l] = p0 + l < n ? row[d] : 0.0f;
         }
     }
 }
@@ -79,10 +87,17 @@ static void TILE(nt)(float *c, int64_t ldc, const float *a, int64_t lda, const f
         if (c0[g] >= c1[g]) continue;
         int nr = rows - i < TR_NT ? rows - i : TR_NT;
         float ar[TR_NT * HS_ATT_TILE_MAX_HD];
-        for (int r = 0; r < TR_NT; r++) {
-            const float *row = a + (int64_t)(i + (r < nr ? r : nr - 1)) * lda;
-            for (int d = 0; d < hd; d++) ar[d * TR_NT + r] = row[d];
+        const float *row[TW]; /* TR_NT <= TW; rows past nr repeat the last */
+        for (int r = 0; r < TW; r++) row[r] = a + (int64_t)(i + (r < nr ? r : nr - 1)) * lda;
+        int d0 = 0;
+        for (tmask k = tv_mask(TR_NT); d0 + TW <= hd; d0 += TW) {
+            tv x[TW];
+            for (int r = 0; r < TW; r++) x[r] = tv_load(row[r] + d0);
+            tv_transpose(x);
+            for (int e = 0; e < TW; e++) tv_storem(ar + (d0 + e) * TR_NT, x[e], k);
         }
+        for (int r = 0; r < TR_NT; r++)
+            for (int d = d0; d < hd; d++) ar[d * TR_NT + r] = row[r][d];
         /* the next group's rows on their way in while this one computes */
         for (int r = i + TR_NT; r < rows && r < i + 2 * TR_NT; r++)
             for (int d = 0; d < hd; d += 16) __builtin_prefetch(a + (int64_t)r * lda + d);
@@ -220,7 +235,7 @@ static inline __attribute__((always_inline)) tv TILE(exp)(tv x) {
 }
 
 /* s[j] = e^(s[j] - m) for j < n, and their sum (in TW fp32 lanes, then
- * the lanes in order in double): a softmax row's exponentials. */
+ * the lanes in double, tv_sum): a softmax row's exponentials. */
 static double TILE(exp_sum)(float *s, int n, float m) {
     tv mv = tv_bcast(m), sum = tv_zero();
     int j = 0;
@@ -235,11 +250,7 @@ static double TILE(exp_sum)(float *s, int n, float m) {
         tv_storem(s + j, y, k);
         sum = tv_add(sum, y);
     }
-    float lanes[TW];
-    tv_store(lanes, sum);
-    double total = 0.0;
-    for (int l = 0; l < TW; l++) total += lanes[l];
-    return total;
+    return tv_sum(sum);
 }
 
 static const hs_att_tiles TILE(table) = {.w = TW,

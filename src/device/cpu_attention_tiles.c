@@ -45,6 +45,35 @@
 #define tv_gt(a, b) _mm256_cmp_ps(a, b, _CMP_GT_OQ)
 #define tv_nan(a) _mm256_cmp_ps(a, a, _CMP_UNORD_Q)
 #define tv_sel(c, a, b) _mm256_blendv_ps(b, a, c)
+#define tv_transpose(r) transpose8(r)
+#define tv_sum(v) sum8(v)
+
+/* The 8 lanes in double: (l0 + l4) + (l2 + l6) + ((l1 + l5) + (l3 + l7)). */
+static inline __attribute__((always_inline)) double sum8(__m256 v) {
+    __m256d s = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                              _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+    __m128d t = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(t, _mm_unpackhi_pd(t, t)));
+}
+
+/* r[0..8) as the rows of an 8 x 8 block, transposed in place. */
+static inline __attribute__((always_inline)) void transpose8(__m256 *r) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) { /* u[4i + k]: rows 4i .. 4i+3 at column k of each half */
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+        r[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+    }
+}
 #include "device/cpu_attention_tile.h"
 #undef TILE
 #undef TW
@@ -73,6 +102,8 @@
 #undef tv_gt
 #undef tv_nan
 #undef tv_sel
+#undef tv_transpose
+#undef tv_sum
 
 const hs_att_tiles *hs_att_tiles_avx2(void) { return &table_avx2; }
 
@@ -109,6 +140,41 @@ const hs_att_tiles *hs_att_tiles_avx2(void) { return &table_avx2; }
 #define tv_gt(a, b) _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ)
 #define tv_nan(a) _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q)
 #define tv_sel(c, a, b) _mm512_mask_blend_ps(c, b, a)
+#define tv_transpose(r) transpose16(r)
+#define tv_sum(v) sum16(v)
+
+/* The 16 lanes in double: the halves added lane by lane, then those 8 in
+ * _mm512_reduce_add_pd's tree. */
+static inline __attribute__((always_inline)) double sum16(__m512 v) {
+    __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    __m512d b = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
+    return _mm512_reduce_add_pd(_mm512_add_pd(a, b));
+}
+
+/* r[0..16) as the rows of a 16 x 16 block, transposed in place. */
+static inline __attribute__((always_inline)) void transpose16(__m512 *r) {
+    __m512 t[16], u[16], v[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* u[4i + k], lane j: rows 4i .. 4i+3 at column 4j + k */
+        u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; k++) {
+        v[k] = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88);
+        v[4 + k] = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xdd);
+        v[8 + k] = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
+        v[12 + k] = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xdd);
+    }
+    for (int k = 0; k < 8; k++) {
+        r[k] = _mm512_shuffle_f32x4(v[k], v[8 + k], 0x88);
+        r[8 + k] = _mm512_shuffle_f32x4(v[k], v[8 + k], 0xdd);
+    }
+}
 #include "device/cpu_attention_tile.h"
 #pragma GCC pop_options
 
