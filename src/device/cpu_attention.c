@@ -83,6 +83,15 @@ typedef struct att_gemms {
     int packed_b, packed_kvh; /* whose key head kt holds (forward), -1: none */
 } att_gemms;
 
+/* The register tiles products of dtype dt take on heads of HD (0: any
+ * the tiles take), or NULL for oneDNN's GEMMs: fp32 products on a build
+ * with AVX2, the AVX-512 table where the CPU and tier allow. */
+static const hs_att_tiles *att_tiles_for(hs_dtype dt, int HD) {
+    if (dt != HS_DTYPE_F32) return NULL;
+    const hs_att_tiles *t = hs_cpu_wide_vectors() ? hs_att_tiles_avx512() : hs_att_tiles_avx2();
+    return t && HD <= t->max_hd ? t : NULL;
+}
+
 /* native: whether dt's products run oneDNN's 16-bit matmul (the device's
  * choice, hs_device_gemm_native); else they are widened. */
 static void att_gemms_init(att_gemms *g, hs_dtype dt, bool native) {
@@ -90,7 +99,7 @@ static void att_gemms_init(att_gemms *g, hs_dtype dt, bool native) {
     hs_error_clear(&g->e);
     g->widen = dt != HS_DTYPE_F32 && !native;
     g->wide = hs_cpu_wide_vectors();
-    g->tiles = dt != HS_DTYPE_F32 ? NULL : g->wide ? hs_att_tiles_avx512() : hs_att_tiles_avx2();
+    g->tiles = att_tiles_for(dt, 0);
     g->kt = g->vt = NULL;
     g->packed_b = g->packed_kvh = -1;
 }
@@ -400,8 +409,7 @@ static hs_status forward_threads(void *out, hs_dtype odt, float *lse, const void
                                  int NH, int KVH, int HD, const hs_att_rows *rows, bool native,
                                  hs_error *e) {
     hs_att_rows r = *rows;
-    int T = r.Tq;
-    int64_t per = scratch_per_thread(T, HD);
+    int64_t per = scratch_floats(att_rows(r.nq), att_keys(r.nk), HD);
     bool low = dt != HS_DTYPE_F32 && native;
     hs_status st = HS_OK;
 #pragma omp parallel num_threads(threads) if (threads > 1)
@@ -648,8 +656,7 @@ static hs_status backward_threads(float *dq, float *dk, float *dv, const float *
                                   int threads, int B, int NH, int KVH, int HD,
                                   const hs_att_rows *rows, bool native, hs_error *e) {
     hs_att_rows r = *rows;
-    int T = r.Tq;
-    int64_t per = scratch_per_thread(T, HD);
+    int64_t per = scratch_floats(att_rows(r.nq), att_keys(r.nk), HD);
     hs_status st = HS_OK;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
@@ -678,11 +685,14 @@ hs_status hs_attention_backward(float *dq /* B,T,NH*HD */, float *dk /* B,T,KVH*
 }
 
 /* The table's entries: the caller's workspace (hs_att_work) where it gives
- * one, else scratch for this row range on one thread and backward's delta
- * from the forward's output. A whole sequence with the caller's scratch
- * goes to the threaded whole-sequence kernels. */
-static float *rows_scratch(hs_stream *s, const hs_att_rows *r, int HD) {
-    int64_t n = scratch_floats(att_rows(r->nq), att_keys(r->nk), HD);
+ * one, else scratch for this row range and backward's delta from the
+ * forward's output. A whole sequence with the caller's scratch goes to
+ * the threaded kernels on the caller's threads; other calls whose products
+ * take the register tiles too, on the GEMM threads (the tiles run one
+ * thread each, where oneDNN's GEMMs would split each product), with
+ * scratch of their own; the rest to the row-range kernels. */
+static float *rows_scratch(hs_stream *s, const hs_att_rows *r, int HD, int threads) {
+    int64_t n = scratch_floats(att_rows(r->nq), att_keys(r->nk), HD) * threads;
     size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
     float *p = malloc(bytes);
     if (p == NULL) hs_kernel_oom(s, "attention: %zu bytes of scratch", bytes);
@@ -727,10 +737,22 @@ static bool whole(const hs_att_rows *r) {
            r->gq == r->gk;
 }
 
+/* Threads for a call that the caller's workspace does not thread: the
+ * GEMM threads where its products take the register tiles, else 1 (the
+ * GEMMs split each product). */
+static int own_threads(hs_stream *s, hs_dtype dt, int HD) {
+    bool fp32 = dt == HS_DTYPE_F32 || !hs_device_gemm_native(s->dev, dt); /* else widened */
+    int n = hs_blas_get_threads();
+    return fp32 && att_tiles_for(HS_DTYPE_F32, HD) && n > 1 ? n : 1;
+}
+
 void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
                           const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH, int HD,
                           const hs_att_rows *r, const hs_att_work *w) {
-    float *scratch = w && w->scratch ? w->scratch : rows_scratch(s, r, HD);
+    bool theirs = w && w->scratch && whole(r) && odt == dt;
+    int threads = theirs ? (w->threads > 1 ? w->threads : 1) : own_threads(s, dt, HD);
+    bool mine = !(w && w->scratch && (theirs || threads == 1));
+    float *scratch = mine ? rows_scratch(s, r, HD, threads) : w->scratch;
     if (scratch == NULL) return;
     hs_error e;
     hs_status st = HS_OK;
@@ -738,22 +760,25 @@ void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, con
     float *wide = NULL;
     bool ok = att_operands(s, &q, &k, &v, &cdt, &wide, B, NH, KVH, HD, r);
     bool native = hs_device_gemm_native(s->dev, cdt);
-    if (ok && w && w->scratch && whole(r) && odt == dt)
-        st = forward_threads(out, odt, lse, q, k, v, cdt, scratch, w->threads > 1 ? w->threads : 1,
-                             B, NH, KVH, HD, r, native, &e);
+    if (ok && (theirs || threads > 1))
+        st = forward_threads(out, odt, lse, q, k, v, cdt, scratch, threads, B, NH, KVH, HD, r,
+                             native, &e);
     else if (ok)
         st = hs_attention_forward_rows(out, odt, lse, q, k, v, cdt, scratch, B, NH, KVH, HD, r,
                                        native, &e);
     if (st != HS_OK) hs_device_fail(s->dev, &e);
     free(wide);
-    if (!(w && w->scratch)) free(scratch);
+    if (mine) free(scratch);
 }
 
 void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const float *dout,
                           const void *out, hs_dtype odt, const void *q, const void *k,
                           const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
                           int HD, const hs_att_rows *r, const hs_att_work *w) {
-    float *scratch = w && w->scratch ? w->scratch : rows_scratch(s, r, HD);
+    bool theirs = w && w->scratch && whole(r);
+    int threads = theirs ? (w->threads > 1 ? w->threads : 1) : own_threads(s, dt, HD);
+    bool mine = !(w && w->scratch && (theirs || threads == 1));
+    float *scratch = mine ? rows_scratch(s, r, HD, threads) : w->scratch;
     if (scratch == NULL) return;
     size_t delta_bytes = (size_t)((int64_t)B * NH * r->Tq + 1) * sizeof(float);
     float *delta = w && w->delta ? w->delta : malloc(delta_bytes);
@@ -768,16 +793,16 @@ void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
     float *wide = NULL;
     bool ok = st == HS_OK && att_operands(s, &q, &k, &v, &dt, &wide, B, NH, KVH, HD, r);
     bool native = hs_device_gemm_native(s->dev, dt);
-    if (ok && w && w->scratch && whole(r))
-        st = backward_threads(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch,
-                              w->threads > 1 ? w->threads : 1, B, NH, KVH, HD, r, native, &e);
+    if (ok && (theirs || threads > 1))
+        st = backward_threads(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, threads,
+                              B, NH, KVH, HD, r, native, &e);
     else if (ok)
         st = hs_attention_backward_rows(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch,
                                         B, NH, KVH, HD, r, native, &e);
     if (st != HS_OK) hs_device_fail(s->dev, &e);
     free(wide);
     if (!(w && w->delta)) free(delta);
-    if (!(w && w->scratch)) free(scratch);
+    if (mine) free(scratch);
 }
 
 /* The merge the ring's model code did before the table had it, in fp32

@@ -446,6 +446,56 @@ static void test_attention_tiles_match_fp64_and_agree_across_tiers(void **state)
     free(a), free(b), free(p), free(o2), free(o5);
 }
 
+/* A row range (a CP rank's queries against part of the keys) under
+ * document masking, through the cpu backend's table without a workspace:
+ * with two GEMM threads its heads go over the threads (the register tiles
+ * run one thread each) and every output equals one thread's bit for bit. */
+enum { RR_B = 2, RR_T = 300, RR_NH = 4, RR_KVH = 2, RR_HD = 16 };
+enum { RR_QN = RR_B * RR_T * RR_NH * RR_HD, RR_KN = RR_B * RR_T * RR_KVH * RR_HD };
+
+static void rows_on(int threads, const float *qkv, const int32_t *lo, float *o) {
+    hs_device *d = cpu_dev();
+    hs_att_rows r = {.Tq = RR_T,
+                     .Tk = RR_T,
+                     .q0 = 40,
+                     .nq = 200,
+                     .k0 = 0,
+                     .nk = 260,
+                     .gq = 40,
+                     .gk = 0,
+                     .lo = lo,
+                     .lo_ld = RR_T};
+    const float *q = qkv, *k = q + RR_QN, *v = k + RR_KN, *dout = v + RR_KN;
+    float *out = o, *lse = out + RR_QN, *dq = lse + RR_B * RR_NH * RR_T, *dk = dq + RR_QN;
+    float *dv = dk + RR_KN;
+    int was = hs_blas_get_threads();
+    hs_blas_set_threads(threads);
+    d->k->attention_fwd(d->stream, out, HS_DTYPE_F32, lse, q, k, v, HS_DTYPE_F32, RR_B, RR_NH,
+                        RR_KVH, RR_HD, &r, NULL);
+    d->k->attention_bwd(d->stream, dq, dk, dv, dout, out, HS_DTYPE_F32, q, k, v, lse, HS_DTYPE_F32,
+                        RR_B, RR_NH, RR_KVH, RR_HD, &r, NULL);
+    hs_stream_synchronize(d->stream);
+    hs_blas_set_threads(was);
+}
+
+static void test_attention_rows_on_two_threads_equal_one_bitwise(void **state) {
+    (void)state;
+    size_t in = (size_t)2 * RR_QN + 2 * RR_KN, outn = in + RR_B * RR_NH * RR_T;
+    float *qkv = malloc(in * sizeof(float)), *a = calloc(outn, sizeof(float));
+    float *b = calloc(outn, sizeof(float));
+    int32_t *lo = malloc(RR_B * RR_T * sizeof(int32_t));
+    fill(qkv, (int64_t)in, 26, 1.0f);
+    for (int s = 0; s < RR_B; s++) /* documents of 37 and 53 tokens */
+        for (int p = 0; p < RR_T; p++) lo[s * RR_T + p] = p - p % (37 + 16 * s);
+    rows_on(1, qkv, lo, a);
+    rows_on(2, qkv, lo, b);
+    assert_memory_equal(a, b, outn * sizeof(float));
+    double mag = 0.0; /* the outputs were computed, not left zero */
+    for (size_t i = 0; i < outn; i++) mag += fabs(a[i]);
+    assert_true(mag > 1.0);
+    free(qkv), free(a), free(b), free(lo);
+}
+
 /* The 16-bit backward (dout rounded once, P and dS rounded for their
  * GEMMs) against the fp32 backward of the same bf16 inputs: equal to bf16
  * precision (normwise), three query blocks and two key tiles deep; split
@@ -810,6 +860,7 @@ int main(void) {
         cmocka_unit_test(test_attention_wide_heads_match_finite_differences),
         cmocka_unit_test(test_attention_tiles_match_fp64_and_agree_across_tiers),
         cmocka_unit_test(test_attention_tiles_exp_within_2_ulp),
+        cmocka_unit_test(test_attention_rows_on_two_threads_equal_one_bitwise),
         cmocka_unit_test(test_bf16_attention_backward_matches_fp32_of_rounded_inputs),
         cmocka_unit_test(test_swiglu_backward_matches_finite_differences),
         cmocka_unit_test(test_element_kernels_equal_their_formulas_bitwise),
