@@ -13,6 +13,24 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__AVX2__)
 #include <immintrin.h>
 
+/* The first two steps of an n x n transpose (n vectors r, prefix the
+ * intrinsics' _mm256 or _mm512): u[4i + k]'s 128-bit lane j holds rows
+ * 4i .. 4i+3 at column 4j + k. */
+#define TRANSPOSE_4X4(p, r, u, n)                                                                  \
+    do {                                                                                           \
+        __typeof__(r[0]) t_[n];                                                                    \
+        for (int i_ = 0; i_ < (n) / 2; i_++) {                                                     \
+            t_[2 * i_] = p##_unpacklo_ps(r[2 * i_], r[2 * i_ + 1]);                                \
+            t_[2 * i_ + 1] = p##_unpackhi_ps(r[2 * i_], r[2 * i_ + 1]);                            \
+        }                                                                                          \
+        for (int i_ = 0; i_ < (n) / 4; i_++) {                                                     \
+            u[4 * i_] = p##_shuffle_ps(t_[4 * i_], t_[4 * i_ + 2], 0x44);                          \
+            u[4 * i_ + 1] = p##_shuffle_ps(t_[4 * i_], t_[4 * i_ + 2], 0xEE);                      \
+            u[4 * i_ + 2] = p##_shuffle_ps(t_[4 * i_ + 1], t_[4 * i_ + 3], 0x44);                  \
+            u[4 * i_ + 3] = p##_shuffle_ps(t_[4 * i_ + 1], t_[4 * i_ + 3], 0xEE);                  \
+        }                                                                                          \
+    } while (0)
+
 /* ------------------------------------------------------ AVX2 + FMA, 8 lanes */
 
 #define TILE(name) name##_avx2
@@ -58,17 +76,8 @@ static inline __attribute__((always_inline)) double sum8(__m256 v) {
 
 /* r[0..8) as the rows of an 8 x 8 block, transposed in place. */
 static inline __attribute__((always_inline)) void transpose8(__m256 *r) {
-    __m256 t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 2; i++) { /* u[4i + k]: rows 4i .. 4i+3 at column k of each half */
-        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
+    __m256 u[8];
+    TRANSPOSE_4X4(_mm256, r, u, 8);
     for (int k = 0; k < 4; k++) {
         r[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
         r[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
@@ -153,17 +162,8 @@ static inline __attribute__((always_inline)) double sum16(__m512 v) {
 
 /* r[0..16) as the rows of a 16 x 16 block, transposed in place. */
 static inline __attribute__((always_inline)) void transpose16(__m512 *r) {
-    __m512 t[16], u[16], v[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) { /* u[4i + k], lane j: rows 4i .. 4i+3 at column 4j + k */
-        u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-        u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-        u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
+    __m512 u[16], v[16];
+    TRANSPOSE_4X4(_mm512, r, u, 16);
     for (int k = 0; k < 4; k++) {
         v[k] = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88);
         v[4 + k] = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xdd);
