@@ -1,5 +1,5 @@
-/* ckpt/ private: reading and writing config.json fields (hf_config.c),
- * shared with the families' own files (hf_deepseek_v3.c). */
+/* ckpt/ private: reading config.json fields (hf_fields.c), shared by
+ * hf_config.c and the families' own files (hf_deepseek_v3.c). */
 #ifndef HS_CKPT_HF_FIELDS_H
 #define HS_CKPT_HF_FIELDS_H
 
