@@ -293,24 +293,6 @@ static void defer_weight_grad(hs_model *m, hs_wgrad_kind kind, float *dx, bool o
                         .nseq = m->canon_nseq};
 }
 
-/* A dense linear's backward from dy in ydt: dx stored over or added to,
- * and its weight gradient stored over while the buffer holds no value yet
- * (grad_unset), added to after. */
-static void dense_backward_dy(hs_model *m, float *dx, bool overwrite_dx, hs_param *w,
-                              const void *dy, hs_dtype ydt, const void *x, int64_t N, int IC,
-                              int OC) {
-    if (m->canon_nseq && w->grad) {
-        hs_linear_backward_dy(m->dev, dx, overwrite_dx, NULL, false, w->grad_dtype, dy, ydt, x,
-                              w->data, m->dt, N, IC, OC);
-        hs_canon_linear_wgrad(m, w, dy, ydt, x, N, IC, OC);
-        return;
-    }
-    bool store = w->grad && w->grad_unset;
-    hs_linear_backward_dy(m->dev, dx, overwrite_dx, w->grad, store, w->grad_dtype, dy, ydt, x,
-                          w->data, m->dt, N, IC, OC);
-    if (w->grad) w->grad_unset = false;
-}
-
 /* The same from the fp32 dout, rounded into dout16 first where the GEMMs
  * multiply 16-bit operands; in the split backward's input pass, the weight
  * gradient kept for later. */
@@ -323,22 +305,7 @@ static void dense_backward(hs_model *m, hs_wgrad_kind kind, float *dx, bool over
     }
     hs_dtype ydt;
     const void *dy = hs_linear_dout(m->dev, dout, m->dout16, m->dt, N * OC, &ydt);
-    dense_backward_dy(m, dx, overwrite_dx, w, dy, ydt, x, N, IC, OC);
-}
-
-void hs_block_linear_backward(hs_model *m, float *dx, bool overwrite_dx, hs_param *w,
-                              const float *dout, const void *x, int64_t N, int IC, int OC) {
-    hs_dtype ydt;
-    const void *dy = hs_linear_dout(m->dev, dout, m->dout16, m->dt, N * OC, &ydt);
-    dense_backward_dy(m, dx, overwrite_dx, w, dy, ydt, x, N, IC, OC);
-}
-
-void hs_block_norm_backward(hs_model *m, float *dx, hs_param *w, const float *dout, const void *x,
-                            hs_dtype xdt, const float *rstd, int64_t rows, int C) {
-    if (m->canon_nseq) hs_canon_rmsnorm_bwd(m, dx, w, dout, x, xdt, rstd, rows, C);
-    else
-        m->k->rmsnorm_bwd(m->s, dx, w->grad, w->grad_dtype, dout, x, xdt, w->data, rstd, m->dt,
-                          rows, C, m->norm_part);
+    hs_block_dense_backward_dy(m, dx, overwrite_dx, w, dy, ydt, x, N, IC, OC);
 }
 
 void hs_block_backward_weight(hs_model *m, hs_wgrad_block *wg) {
@@ -393,8 +360,8 @@ static const float *mlp_backward(hs_model *m, const hs_block_params *bp, hs_bloc
         /* 16-bit GEMMs: the gate and up gradients straight into dt, in the
          * fp32 buffers' memory (the bits of swiglu_bwd and a convert) */
         m->k->swiglu_bwd16(m->s, m->dg, m->du, m->dh, a->gate, a->up, dt, rows * F);
-        dense_backward_dy(m, m->dln, true, bp->wg, m->dg, dt, a->ln2, rows, C, F);
-        dense_backward_dy(m, m->dln, false, bp->wu, m->du, dt, a->ln2, rows, C, F);
+        hs_block_dense_backward_dy(m, m->dln, true, bp->wg, m->dg, dt, a->ln2, rows, C, F);
+        hs_block_dense_backward_dy(m, m->dln, false, bp->wu, m->du, dt, a->ln2, rows, C, F);
     } else {
         m->k->swiglu_bwd(m->s, m->dg, m->du, true, m->dh, a->gate, a->up, dt, rows * F);
         dense_backward(m, HS_WG_GATE, m->dln, true, bp->wg, m->dg, a->ln2, rows, C, F);

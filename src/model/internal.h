@@ -324,6 +324,12 @@ void hs_block_recompute(hs_model *m, int layer, hs_block_acts *a, const void *x_
 /* m->dres holds d(x_out) on entry and d(x_in) on return. */
 void hs_block_backward(hs_model *m, int layer, hs_block_acts *a, const void *x_in, int B, int T,
                        const hs_model_hooks *hooks, const float *aux_g);
+/* block_grad.c: a dense linear's backward from dy in ydt: dx [N, IC]
+ * stored over or added to, and its weight gradient stored over while the
+ * buffer holds no value yet (grad_unset), added to after. */
+void hs_block_dense_backward_dy(hs_model *m, float *dx, bool overwrite_dx, hs_param *w,
+                                const void *dy, hs_dtype ydt, const void *x, int64_t N, int IC,
+                                int OC);
 /* A linear's backward from the fp32 dout (rounded to the compute dtype
  * where the GEMMs multiply 16-bit operands), its weight gradient now,
  * never deferred to a split backward's weight pass: dx [N, IC] stored
