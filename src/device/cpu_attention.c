@@ -1,14 +1,17 @@
-/* Causal grouped-query attention with every matrix product through BLAS,
- * tiled as flash attention: queries go in blocks of ATT_ROWS rows and keys
- * in blocks of ATT_KEYS, a query block meets only the key blocks at or
- * before its last row (the masked upper triangle is never computed past
- * one tile), and the forward keeps each row's running maximum and sum
- * (online softmax) with an fp32 output accumulator per query block. The
- * forward saves one fp32 log-sum-exp per row; the backward recomputes each
- * tile's probabilities from it and takes each row's D = dO . O from
- * hs_attention_delta. Nothing is O(T^2): a thread's scratch is one tile
- * and one query block, whatever T. Heads are addressed in place inside the
- * [B, T, H*HD] projections through the GEMM row stride. */
+/* Causal grouped-query attention tiled as flash attention: queries go in
+ * blocks of ATT_ROWS rows and keys in blocks of ATT_KEYS, a query block
+ * meets only the key blocks at or before its last row, and the forward
+ * keeps each row's running maximum and sum (online softmax) with an fp32
+ * output accumulator per query block. The forward saves one fp32
+ * log-sum-exp per row; the backward recomputes each tile's probabilities
+ * from it and takes each row's D = dO . O from hs_attention_delta. fp32
+ * products run in the register tiles (hs_att_tiles, each group of rows
+ * over the keys it sees, so the masked triangle is skipped past a
+ * micro-tile); 16-bit native ones through oneDNN's GEMMs (the masked
+ * triangle computed up to the diagonal tile). Nothing is O(T^2): a
+ * thread's scratch is one tile, one query block and, for the tiles, one
+ * packed key (and value) head, whatever T. Heads are addressed in place
+ * inside the [B, T, H*HD] projections through their row stride. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
