@@ -369,16 +369,14 @@ static void forward_head(att_gemms *g, void *out, hs_dtype odt, float *lse, cons
                 att_groups_of(&grp, t, gq, r->gk + j0, lo, rows, kn, false);
                 t->nt(a.P, kn, (const float *)q + qv.off + (int64_t)qr * qv.ld, qv.ld,
                       g->kt + (int64_t)j0 * HD, HD, rows, kn, grp.c0, grp.c1, scale);
-            } else att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
-            if (t) att_online_softmax_tiles(a.P, &a, gq, r->gk + j0, lo, rows, kn, HD, t);
-            else
-                (g->wide ? att_online_softmax_wide : att_online_softmax)(a.P, &a, gq, r->gk + j0,
-                                                                         lo, rows, kn, HD);
-            if (t) {
+                att_online_softmax_tiles(a.P, &a, gq, r->gk + j0, lo, rows, kn, HD, t);
                 t->pb(a.acc, HD, a.P, kn, 1, (const float *)v + kj.off, kv.ld, HD, rows, grp.p0,
                       grp.p1, 1.0f, j0 != first);
                 continue;
             }
+            att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
+            (g->wide ? att_online_softmax_wide : att_online_softmax)(a.P, &a, gq, r->gk + j0, lo,
+                                                                     rows, kn, HD);
             if (low) hs_convert(a.s16, dt, a.P, HS_DTYPE_F32, (int64_t)rows * kn);
             att_gemm(g, false, false, rows, HD, kn, 1.0f, low ? a.s16 : (const void *)a.P,
                      low ? dt : HS_DTYPE_F32, kn, hs_cat(v, dt, kj.off), dt, kv.ld,
@@ -546,23 +544,20 @@ static void att_backward_block(att_gemms *g, const att_bwd_block *b, const att_s
              HS_DTYPE_F32, b->kld);
 }
 
-/* The same in registers (att_gemms.tiles, fp32): S and dP over packed K
- * and V (kt, vt: this tile's keys), each product group by group over the
- * keys its rows see. a->P holds the tile's probabilities. */
-static void att_backward_tiles(const att_gemms *g, const att_bwd_block *b, const att_scratch *a,
-                               const float *kt, const float *vt, const float *delta, att_tile_at at,
-                               int rows, int nk, int HD, float scale) {
-    const hs_att_tiles *t = g->tiles;
-    att_groups grp;
-    att_groups_of(&grp, t, at.gq, at.gk, at.lo, rows, nk, true);
+/* The same in registers (att_gemms.tiles, fp32): dP over packed V (vt:
+ * this tile's values), each product group by group over the keys its
+ * rows see (grp, the tile's). a->P holds the tile's probabilities. */
+static void att_backward_tiles(const hs_att_tiles *t, const att_bwd_block *b, const att_scratch *a,
+                               const att_groups *grp, const float *vt, const float *delta,
+                               att_tile_at at, int rows, int nk, int HD, float scale) {
     const float *k = b->kb, *q = b->qb;
     /* dP = dO V^T;  dV += P^T dO */
-    t->nt(a->dP, nk, b->dO, b->qld, vt, HD, rows, nk, grp.c0, grp.c1, 1.0f);
-    t->pb(b->dv, b->kld, a->P, 1, nk, b->dO, b->qld, HD, nk, grp.k0, grp.k1, 1.0f, true);
+    t->nt(a->dP, nk, b->dO, b->qld, vt, HD, rows, nk, grp->c0, grp->c1, 1.0f);
+    t->pb(b->dv, b->kld, a->P, 1, nk, b->dO, b->qld, HD, nk, grp->k0, grp->k1, 1.0f, true);
     att_softmax_backward(a->dP, a->P, delta, at.gq, at.gk, at.lo, rows, nk);
     /* dQ += scale dS K;  dK += scale dS^T Q */
-    t->pb(b->dq, b->qld, a->dP, nk, 1, k, b->kld, HD, rows, grp.p0, grp.p1, scale, true);
-    t->pb(b->dk, b->kld, a->dP, 1, nk, q, b->qld, HD, nk, grp.k0, grp.k1, scale, true);
+    t->pb(b->dq, b->qld, a->dP, nk, 1, k, b->kld, HD, rows, grp->p0, grp->p1, scale, true);
+    t->pb(b->dk, b->kld, a->dP, 1, nk, q, b->qld, HD, nk, grp->k0, grp->k1, scale, true);
 }
 
 /* One query head of one sequence, every query block over its key tiles;
@@ -580,6 +575,7 @@ static void backward_head(att_gemms *g, float *dq, float *dk, float *dv, const f
     int64_t row0 = ((int64_t)b * NH + h) * r->Tq + r->q0;
     const float *hl = lse + row0, *hd = delta + row0;
     if (dt == HS_DTYPE_F32) dout16 = NULL;
+    att_groups grp;
     for (int r0 = 0; r0 < r->nq; r0 += tb) {
         int rows = r->nq - r0 < tb ? r->nq - r0 : tb, qr = r->q0 + r0;
         int64_t gq = r->gq + r0, at = qv.off + qr * qv.ld;
@@ -589,15 +585,16 @@ static void backward_head(att_gemms *g, float *dq, float *dk, float *dv, const f
             int kn = nk - j0 < kb ? nk - j0 : kb;
             head_view kj = {kv.off + (int64_t)j0 * kv.ld, kv.ld};
             att_tile_at ta = {gq, r->gk + j0, lo};
-            const float *kt = g->kt ? g->kt + (int64_t)j0 * HD : NULL;
-            if (g->tiles) {
-                att_groups grp;
-                att_groups_of(&grp, g->tiles, gq, ta.gk, lo, rows, kn, false);
-                g->tiles->nt(a.P, kn, (const float *)q + at, qv.ld, kt, HD, rows, kn, grp.c0,
-                             grp.c1, scale);
-            } else att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
-            if (g->tiles) att_probs_tiles(a.P, hl + r0, gq, r->gk + j0, lo, rows, kn, g->tiles);
-            else (g->wide ? att_probs_wide : att_probs)(a.P, hl + r0, gq, r->gk + j0, lo, rows, kn);
+            const hs_att_tiles *t = g->tiles;
+            if (t) {
+                att_groups_of(&grp, t, gq, ta.gk, lo, rows, kn, true);
+                t->nt(a.P, kn, (const float *)q + at, qv.ld, g->kt + (int64_t)j0 * HD, HD, rows, kn,
+                      grp.c0, grp.c1, scale);
+                att_probs_tiles(a.P, hl + r0, gq, ta.gk, lo, rows, kn, t);
+            } else {
+                att_scores(g, a.P, q, qv, k, kj, dt, qr, rows, kn, HD, scale);
+                (g->wide ? att_probs_wide : att_probs)(a.P, hl + r0, gq, ta.gk, lo, rows, kn);
+            }
             att_bwd_block blk = {.dO = dout + at,
                                  .dO16 = dout16 ? hs_cat(dout16, dt, at) : NULL,
                                  .kb = hs_cat(k, dt, kj.off),
@@ -608,9 +605,9 @@ static void backward_head(att_gemms *g, float *dq, float *dk, float *dv, const f
                                  .dv = dv + kj.off,
                                  .qld = qv.ld,
                                  .kld = kv.ld};
-            if (g->tiles)
-                att_backward_tiles(g, &blk, &a, kt, g->vt + (int64_t)j0 * HD, hd + r0, ta, rows, kn,
-                                   HD, scale);
+            if (t)
+                att_backward_tiles(t, &blk, &a, &grp, g->vt + (int64_t)j0 * HD, hd + r0, ta, rows,
+                                   kn, HD, scale);
             else att_backward_block(g, &blk, &a, hd + r0, dt, ta, rows, kn, HD, scale);
         }
     }
@@ -723,13 +720,18 @@ static float *widen_qkv(hs_stream *s, const void **q, const void **k, const void
     return w;
 }
 
-/* The dtype attention's products run in: dt, or fp32 with q, k, v widened
- * into *wide (widen_qkv) where dt's products are not the device's engine.
- * false when they could not be widened. */
+/* The dtype attention's products run in: dt where it is fp32 or the
+ * device's 16-bit engine, else fp32 (q, k and v widened). */
+static hs_dtype att_products_dtype(hs_stream *s, hs_dtype dt) {
+    return dt == HS_DTYPE_F32 || hs_device_gemm_native(s->dev, dt) ? dt : HS_DTYPE_F32;
+}
+
+/* q, k, v in att_products_dtype: as they are, or widened into *wide
+ * (widen_qkv), *dt set to it. false when they could not be widened. */
 static bool att_operands(hs_stream *s, const void **q, const void **k, const void **v, hs_dtype *dt,
                          float **wide, int B, int NH, int KVH, int HD, const hs_att_rows *r) {
     *wide = NULL;
-    if (*dt == HS_DTYPE_F32 || hs_device_gemm_native(s->dev, *dt)) return true;
+    if (att_products_dtype(s, *dt) == *dt) return true;
     *wide = widen_qkv(s, q, k, v, *dt, (int64_t)B * r->Tq * NH * HD, (int64_t)B * r->Tk * KVH * HD);
     *dt = HS_DTYPE_F32;
     return *wide != NULL;
@@ -740,22 +742,33 @@ static bool whole(const hs_att_rows *r) {
            r->gq == r->gk;
 }
 
-/* Threads for a call that the caller's workspace does not thread: the
- * GEMM threads where its products take the register tiles, else 1 (the
- * GEMMs split each product). */
-static int own_threads(hs_stream *s, hs_dtype dt, int HD) {
-    bool fp32 = dt == HS_DTYPE_F32 || !hs_device_gemm_native(s->dev, dt); /* else widened */
+/* How an entry runs (the comment above rows_scratch): on the caller's
+ * workspace and threads (theirs), on the GEMM threads where a call the
+ * workspace does not thread takes the register tiles, else on one; and
+ * its scratch: the caller's where it fits, else its own (mine, freed by
+ * the caller; NULL, the device's failure set, without the memory). */
+typedef struct att_run {
+    bool theirs, mine;
+    int threads;
+    float *scratch;
+} att_run;
+
+static att_run att_run_of(hs_stream *s, hs_dtype dt, int HD, const hs_att_rows *r,
+                          const hs_att_work *w, bool theirs) {
+    att_run x = {.theirs = theirs, .threads = 1};
     int n = hs_blas_get_threads();
-    return fp32 && att_tiles_for(HS_DTYPE_F32, HD) && n > 1 ? n : 1;
+    if (theirs) x.threads = w->threads > 1 ? w->threads : 1;
+    else if (att_tiles_for(att_products_dtype(s, dt), HD) && n > 1) x.threads = n;
+    x.mine = !(w && w->scratch && (theirs || x.threads == 1));
+    x.scratch = x.mine ? rows_scratch(s, r, HD, x.threads) : w->scratch;
+    return x;
 }
 
 void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, const void *q,
                           const void *k, const void *v, hs_dtype dt, int B, int NH, int KVH, int HD,
                           const hs_att_rows *r, const hs_att_work *w) {
-    bool theirs = w && w->scratch && whole(r) && odt == dt;
-    int threads = theirs ? (w->threads > 1 ? w->threads : 1) : own_threads(s, dt, HD);
-    bool mine = !(w && w->scratch && (theirs || threads == 1));
-    float *scratch = mine ? rows_scratch(s, r, HD, threads) : w->scratch;
+    att_run x = att_run_of(s, dt, HD, r, w, w && w->scratch && whole(r) && odt == dt);
+    float *scratch = x.scratch;
     if (scratch == NULL) return;
     hs_error e;
     hs_status st = HS_OK;
@@ -763,25 +776,23 @@ void hs_cpu_attention_fwd(hs_stream *s, void *out, hs_dtype odt, float *lse, con
     float *wide = NULL;
     bool ok = att_operands(s, &q, &k, &v, &cdt, &wide, B, NH, KVH, HD, r);
     bool native = hs_device_gemm_native(s->dev, cdt);
-    if (ok && (theirs || threads > 1))
-        st = forward_threads(out, odt, lse, q, k, v, cdt, scratch, threads, B, NH, KVH, HD, r,
+    if (ok && (x.theirs || x.threads > 1))
+        st = forward_threads(out, odt, lse, q, k, v, cdt, scratch, x.threads, B, NH, KVH, HD, r,
                              native, &e);
     else if (ok)
         st = hs_attention_forward_rows(out, odt, lse, q, k, v, cdt, scratch, B, NH, KVH, HD, r,
                                        native, &e);
     if (st != HS_OK) hs_device_fail(s->dev, &e);
     free(wide);
-    if (mine) free(scratch);
+    if (x.mine) free(scratch);
 }
 
 void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const float *dout,
                           const void *out, hs_dtype odt, const void *q, const void *k,
                           const void *v, const float *lse, hs_dtype dt, int B, int NH, int KVH,
                           int HD, const hs_att_rows *r, const hs_att_work *w) {
-    bool theirs = w && w->scratch && whole(r);
-    int threads = theirs ? (w->threads > 1 ? w->threads : 1) : own_threads(s, dt, HD);
-    bool mine = !(w && w->scratch && (theirs || threads == 1));
-    float *scratch = mine ? rows_scratch(s, r, HD, threads) : w->scratch;
+    att_run x = att_run_of(s, dt, HD, r, w, w && w->scratch && whole(r));
+    float *scratch = x.scratch;
     if (scratch == NULL) return;
     size_t delta_bytes = (size_t)((int64_t)B * NH * r->Tq + 1) * sizeof(float);
     float *delta = w && w->delta ? w->delta : malloc(delta_bytes);
@@ -796,8 +807,8 @@ void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
     float *wide = NULL;
     bool ok = st == HS_OK && att_operands(s, &q, &k, &v, &dt, &wide, B, NH, KVH, HD, r);
     bool native = hs_device_gemm_native(s->dev, dt);
-    if (ok && (theirs || threads > 1))
-        st = backward_threads(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, threads,
+    if (ok && (x.theirs || x.threads > 1))
+        st = backward_threads(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch, x.threads,
                               B, NH, KVH, HD, r, native, &e);
     else if (ok)
         st = hs_attention_backward_rows(dq, dk, dv, dout, dout16, q, k, v, lse, delta, dt, scratch,
@@ -805,7 +816,7 @@ void hs_cpu_attention_bwd(hs_stream *s, float *dq, float *dk, float *dv, const f
     if (st != HS_OK) hs_device_fail(s->dev, &e);
     free(wide);
     if (!(w && w->delta)) free(delta);
-    if (mine) free(scratch);
+    if (x.mine) free(scratch);
 }
 
 /* The merge the ring's model code did before the table had it, in fp32
