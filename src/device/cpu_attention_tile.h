@@ -20,11 +20,11 @@
  * a chain meets a masked tile's zeros). Rows past a group's end repeat its
  * last row and are never stored. */
 
+_Static_assert(TR_NT <= TW, "a score group is transposed in one TW x TW block");
+
 /* dst: the n keys of src (rows ld apart, hd values each) as panels of TW
  * keys, panel p holding d-major [hd][TW] at dst + p * TW * hd; the last
  * panel's missing keys are zeros. */
-_Static_assert(TR_NT <= TW, "a score group is transposed in one TW x TW block");
-
 static void TILE(pack)(float *dst, const float *src, int64_t ld, int n, int hd) {
     for (int p0 = 0; p0 < n; p0 += TW) {
         float *panel = dst + (int64_t)p0 * hd;
@@ -76,11 +76,11 @@ static inline __attribute__((always_inline)) void TILE(nt_tile)(float *c, int64_
     }
 }
 
-/* c[i, j] = alpha * sum_d a[i, d] b[j, d] for the rows i < rows (lda apart,
- * hd <= HS_ATT_TILE_MAX_HD)
- * and, in each group of TR_NT rows g, the columns [c0[g], c1[g]) rounded
- * out to whole panels (bp: b packed by pack); columns outside them are
- * left as they were. ncols: c's row width, none stored past it. */
+/* c[i, j] = alpha * sum_d a[i, d] b[j, d] for the rows i < rows (lda
+ * apart, hd <= HS_ATT_TILE_MAX_HD) and, in each group of TR_NT rows g, the
+ * columns [c0[g], c1[g]) rounded out to whole panels (bp: b packed by
+ * pack); columns outside them are left as they were. ncols: c's row width,
+ * none stored past it. */
 static void TILE(nt)(float *c, int64_t ldc, const float *a, int64_t lda, const float *bp, int hd,
                      int rows, int ncols, const int *c0, const int *c1, float alpha) {
     for (int i = 0, g = 0; i < rows; i += TR_NT, g++) {
